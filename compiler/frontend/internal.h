@@ -1,0 +1,54 @@
+/* internal.h — state shared by the frontend's files; not part of the public API. */
+#ifndef STEPC_FRONTEND_INTERNAL_H
+#define STEPC_FRONTEND_INTERNAL_H
+
+#include <lua.h>
+#include <stdbool.h>
+
+#include "frontend.h"
+
+#define FE_MAX_FILES 8
+#define FE_MAX_DEPTH 6
+
+typedef struct {
+  char name[256];  /* as diagnostics show it */
+  char *text;
+  size_t len;
+} FeFile;
+
+typedef struct {
+  size_t mem_used, mem_limit;
+  bool mem_exceeded;
+  long long instr, instr_limit;
+  bool instr_exceeded;
+  char last_src[160];
+  int last_line;
+  const char *models_dir;
+  char recipe_dir[512];
+  FeFile files[FE_MAX_FILES]; /* files[0] is the recipe itself; then shipped recipes it loads */
+  int nfiles;
+  int depth;
+  DiagList *diags;
+} FeCtx;
+
+/* sandbox.c */
+lua_State *fe_state_new(FeCtx *cx);
+void fe_state_close(lua_State *L, FeCtx *cx);
+/* Loads and runs a text chunk, leaving its single result on the stack; on failure pushes nothing,
+ * adds a diagnostic and returns -1. */
+int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, size_t len);
+/* If the table at idx is a recipe proxy, replaces it with the real table. */
+void fe_unwrap(lua_State *L, int idx);
+/* Where a field was assigned through a proxy ("models/x.lua:12"), or NULL. */
+const char *fe_recorded_where(lua_State *L, const char *path);
+
+/* override.c */
+/* Pushes the Lua value that override text denotes: null -> nil, true/false, numbers, [a,b], quoted
+ * or bare strings. Returns -1 (pushing nothing) on malformed text, with a reason in err. */
+int fe_push_value(lua_State *L, const char *text, char *err, size_t errn);
+int fe_apply_overrides(lua_State *L, FeCtx *cx, const char *const *ov, int n);
+
+/* extract.c */
+int fe_extract(lua_State *L, FeCtx *cx, Spec *out);
+
+#endif

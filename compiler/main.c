@@ -1,0 +1,122 @@
+/* main.c — the stepc command line (DESIGN.md §6); the only place that decides exit codes.
+ *
+ * Exit codes: 0 valid / success, 1 the recipe is invalid (a rule failed), 2 the recipe cannot be
+ * loaded, 3 bad command line, 4 an I/O or internal failure. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "spec.h"
+#include "validate.h"
+
+enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4 };
+
+static const char *const USAGE =
+    "usage: stepc VERB SPEC [KEY=VALUE ...] [options]\n"
+    "\n"
+    "  check  SPEC [KEY=VALUE ...] [--json]   validate a recipe: Megatron's rules (MCORE-n) and stepc's\n"
+    "                                         (STEPC-n); exit 0 valid, 1 invalid, 2 cannot load\n"
+    "  fields [--markdown]                    every recipe field with its type and default\n"
+    "  help                                   this text\n"
+    "\n"
+    "SPEC is a recipe file (models/llama3_2_1b.lua). KEY=VALUE overrides follow it in the Hydra style:\n"
+    "  model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp] model.fp8=null\n"
+    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O error.\n";
+
+typedef struct {
+  const char *spec;
+  const char *overrides[256];
+  int noverrides;
+  bool json;
+  bool markdown;
+} Args;
+
+static int parse_args(int argc, char **argv, Args *a) {
+  memset(a, 0, sizeof *a);
+  for (int i = 2; i < argc; i++) {
+    const char *s = argv[i];
+    if (strcmp(s, "--json") == 0) a->json = true;
+    else if (strcmp(s, "--markdown") == 0) a->markdown = true;
+    else if (s[0] == '-' && s[1] == '-') {
+      fprintf(stderr, "stepc: unknown option %s\n", s);
+      return -1;
+    } else if (!a->spec && !strchr(s, '=')) a->spec = s;
+    else if (strchr(s, '=')) {
+      if (a->noverrides == 256) {
+        fprintf(stderr, "stepc: more than 256 overrides\n");
+        return -1;
+      }
+      a->overrides[a->noverrides++] = s;
+    } else {
+      fprintf(stderr, "stepc: unexpected argument %s (overrides are section.field=value)\n", s);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void print_check_json(const DiagList *d, bool ok) {
+  printf("{\"ok\": %s, \"diagnostics\": ", ok ? "true" : "false");
+  diag_print_json(d, stdout);
+  printf("}\n");
+}
+
+/* Loads and validates; returns the exit code and leaves the normalized Spec in *spec. */
+static int load_and_check(const Args *a, Spec *spec, DiagList *d) {
+  Spec raw;
+  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, d) != 0) return EXIT_LOAD;
+  return validate_spec(&raw, spec, d) ? EXIT_INVALID : EXIT_OK;
+}
+
+static int cmd_check(const Args *a) {
+  if (!a->spec) {
+    fprintf(stderr, "stepc check: missing SPEC (a recipe file such as models/tiny.lua)\n");
+    return EXIT_USAGE;
+  }
+  static Spec spec;
+  DiagList d;
+  diag_init(&d);
+  int rc = load_and_check(a, &spec, &d);
+  if (a->json) {
+    print_check_json(&d, rc == EXIT_OK);
+  } else {
+    diag_print(&d, stderr);
+    if (rc == EXIT_OK)
+      printf("%s: ok (%d warning%s)\n", a->spec, diag_count(&d, DIAG_WARNING),
+             diag_count(&d, DIAG_WARNING) == 1 ? "" : "s");
+    else if (rc == EXIT_INVALID)
+      printf("%s: invalid (%d error%s)\n", a->spec, diag_count(&d, DIAG_ERROR),
+             diag_count(&d, DIAG_ERROR) == 1 ? "" : "s");
+    else
+      printf("%s: cannot be loaded\n", a->spec);
+  }
+  diag_free(&d);
+  return rc;
+}
+
+static int cmd_fields(const Args *a) {
+  if (a->markdown) {
+    spec_write_reference(stdout);
+    return EXIT_OK;
+  }
+  for (int i = 0; i < SPEC_NFIELDS; i++)
+    printf("%-48s %s\n", spec_fields[i].path, spec_fields[i].def);
+  return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    fputs(USAGE, argc < 2 ? stderr : stdout);
+    return argc < 2 ? EXIT_USAGE : EXIT_OK;
+  }
+  Args a;
+  if (parse_args(argc, argv, &a) != 0) return EXIT_USAGE;
+  const char *verb = argv[1];
+  if (strcmp(verb, "check") == 0) return cmd_check(&a);
+  if (strcmp(verb, "fields") == 0) return cmd_fields(&a);
+  fprintf(stderr, "stepc: unknown verb '%s'\n\n%s", verb, USAGE);
+  return EXIT_USAGE;
+}

@@ -1,0 +1,15 @@
+/* validate.h — the rule checklist: Megatron Core's rules (MCORE-n, numbered as in
+ * shared/reference/megatron-rules.md §1) and stepc's own (STEPC-n). See docs/rules.md. */
+#ifndef STEPC_VALIDATE_H
+#define STEPC_VALIDATE_H
+
+#include "diag.h"
+#include "spec.h"
+
+/* Checks `in` and writes the normalized Spec to `out` (Megatron's normalizations applied:
+ * recompute_modules null -> [core_attn], cuda_graph_modules "full" -> [], a deprecated
+ * "full_iteration" module -> cuda_graph_impl, local router+preprocess pairing). Appends errors and
+ * warnings to `diags`; returns the number of errors. `out` may equal `in`. */
+int validate_spec(const Spec *in, Spec *out, DiagList *diags);
+
+#endif

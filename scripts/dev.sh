@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# scripts/dev.sh run | test | build — the README's two quick-start commands and CI's entry point.
+#   run   installs what is missing, builds, and runs the main job on the default recipe
+#   test  installs what is missing, builds (plain and with ASan+UBSan), runs the whole test suite
+#         under ctest, and fuzzes the recipe frontend for a bounded time
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v ninja >/dev/null || missing+=(ninja-build)
+  command -v gcc >/dev/null || missing+=(gcc)
+  command -v clang >/dev/null || missing+=(clang)
+  [ -f /usr/include/lua5.4/lua.h ] && [ -f /usr/lib/x86_64-linux-gnu/liblua5.4.a ] || missing+=(liblua5.4-dev)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing+=(libclang-rt-14-dev)
+  command -v python3 >/dev/null || missing+=(python3)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if [ ! -d /usr/local/cuda ]; then
+    echo "stepc needs the CUDA toolkit at /usr/local/cuda (nvrtc, cuBLASLt headers)" >&2
+    exit 1
+  fi
+}
+
+build() { # build DIR [cmake options...]
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  ninja -C "$dir"
+}
+
+case "${1:-run}" in
+build)
+  need_pkgs
+  build build
+  ;;
+run)
+  need_pkgs
+  build build
+  build/stepc check models/llama3_2_1b.lua
+  ;;
+test)
+  need_pkgs
+  build build
+  ctest --test-dir build --output-on-failure -j2
+  build build-asan -DSTEPC_SANITIZE=ON
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2
+  if [ -x tests/fuzz/run.sh ]; then tests/fuzz/run.sh "${STEPC_FUZZ_SECONDS:-60}"; fi
+  ;;
+*)
+  echo "usage: scripts/dev.sh run|test|build" >&2
+  exit 3
+  ;;
+esac
