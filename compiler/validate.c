@@ -15,8 +15,10 @@
 static Diag *v_emit(VCtx *v, DiagSeverity sev, const char *rule, int field, const char *fmt, va_list ap) {
   char msg[640], where[160];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  if (v->s->where[field][0]) snprintf(where, sizeof where, "%s", v->s->where[field]);
-  else snprintf(where, sizeof where, "%s (default)", v->s->recipe_path);
+  if (v->s->where[field][0])
+    snprintf(where, sizeof where, "%s", v->s->where[field]);
+  else
+    snprintf(where, sizeof where, "%s (default)", v->s->recipe_path);
   return diag_add(v->d, sev, rule, spec_fields[field].path, where, "%s", msg);
 }
 
@@ -101,7 +103,8 @@ static void list_remove(SpecList *l, const char *item) {
 }
 
 static void list_add(SpecList *l, const char *item) {
-  if (l->n < SPEC_MAX_LIST && !spec_list_has(l, item)) snprintf(l->items[l->n++], sizeof l->items[0], "%s", item);
+  if (l->n < SPEC_MAX_LIST && !spec_list_has(l, item))
+    snprintf(l->items[l->n++], sizeof l->items[0], "%s", item);
 }
 
 /* MCORE-1: recompute_modules None means [core_attn], whatever the granularity. */
@@ -127,8 +130,9 @@ static void normalize_graph_modules(VCtx *v) {
   const int F = SPEC_F_model_cuda_graph_modules;
   if (spec_list_has(cgm, "full")) {
     if (cgm->n > 1)
-      diag_hint(v_error(v, "MCORE-6", F, "cuda_graph_modules value \"full\" cannot be used with other modules"),
-                "use model.cuda_graph_modules=[] for whole-layer graphs, or list only the modules to capture");
+      diag_hint(
+          v_error(v, "MCORE-6", F, "cuda_graph_modules value \"full\" cannot be used with other modules"),
+          "use model.cuda_graph_modules=[] for whole-layer graphs, or list only the modules to capture");
     else
       diag_hint(v_warn(v, "MCORE-6", F,
                        "cuda_graph_modules=[full] is the deprecated spelling of [] (whole-layer graphs); "
@@ -164,7 +168,8 @@ static void normalize_graph_modules(VCtx *v) {
               "set model.cuda_graph_impl=transformer_engine to capture them, or drop cuda_graph_modules");
     cgm->n = 0;
   }
-  if (v_graph_impl(s, "local") && (spec_list_has(cgm, "moe_router") != spec_list_has(cgm, "moe_preprocess"))) {
+  if (v_graph_impl(s, "local") &&
+      (spec_list_has(cgm, "moe_router") != spec_list_has(cgm, "moe_preprocess"))) {
     const char *added = spec_list_has(cgm, "moe_router") ? "moe_preprocess" : "moe_router";
     diag_hint(v_warn(v, "MCORE-12", F,
                      "with cuda_graph_impl=local, moe_router and moe_preprocess are captured together: "

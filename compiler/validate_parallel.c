@@ -23,22 +23,26 @@ static void check_tensor_parallel(VCtx *v) {
   int64_t g = spec_num_query_groups(s);
   if (!m->multi_latent_attention) {
     if (g % tp)
-      diag_hint(v_error(v, "STEPC-3", v_pick(v, SPEC_F_model_num_query_groups, F_TP),
-                        "num_query_groups=%lld (key/value heads) is not divisible by tensor_model_parallel_size=%lld",
-                        (long long)g, (long long)tp),
-                "%s of %lld, or change model.num_query_groups", tp_hint, (long long)g);
+      diag_hint(
+          v_error(
+              v, "STEPC-3", v_pick(v, SPEC_F_model_num_query_groups, F_TP),
+              "num_query_groups=%lld (key/value heads) is not divisible by tensor_model_parallel_size=%lld",
+              (long long)g, (long long)tp),
+          "%s of %lld, or change model.num_query_groups", tp_hint, (long long)g);
     if (g > m->num_attention_heads || m->num_attention_heads % g)
-      diag_hint(v_error(v, "STEPC-4", SPEC_F_model_num_query_groups,
-                        "num_attention_heads=%lld is not a multiple of num_query_groups=%lld: every key/value "
-                        "head must serve the same number of query heads",
-                        (long long)m->num_attention_heads, (long long)g),
-                "choose model.num_query_groups among the divisors of %lld", (long long)m->num_attention_heads);
+      diag_hint(
+          v_error(v, "STEPC-4", SPEC_F_model_num_query_groups,
+                  "num_attention_heads=%lld is not a multiple of num_query_groups=%lld: every key/value "
+                  "head must serve the same number of query heads",
+                  (long long)m->num_attention_heads, (long long)g),
+          "choose model.num_query_groups among the divisors of %lld", (long long)m->num_attention_heads);
     if (!s->present[SPEC_F_model_kv_channels] && m->hidden_size % m->num_attention_heads)
-      diag_hint(v_error(v, "STEPC-5", SPEC_F_model_hidden_size,
-                        "hidden_size=%lld is not divisible by num_attention_heads=%lld, and kv_channels is null "
-                        "(the head dim is hidden_size / num_attention_heads)",
-                        (long long)m->hidden_size, (long long)m->num_attention_heads),
-                "set model.kv_channels to the head dim, or change hidden_size or num_attention_heads");
+      diag_hint(
+          v_error(v, "STEPC-5", SPEC_F_model_hidden_size,
+                  "hidden_size=%lld is not divisible by num_attention_heads=%lld, and kv_channels is null "
+                  "(the head dim is hidden_size / num_attention_heads)",
+                  (long long)m->hidden_size, (long long)m->num_attention_heads),
+          "set model.kv_channels to the head dim, or change hidden_size or num_attention_heads");
   }
   int64_t ffn = spec_ffn_hidden_size(s);
   if (v_has_dense_mlp(s) && ffn % tp)
@@ -86,7 +90,8 @@ static void check_layout(VCtx *v) {
     diag_hint(v_error(v, "STEPC-6", SPEC_F_model_pipeline_model_parallel_size,
                       "num_layers=%lld is not divisible by pipeline_model_parallel_size=%lld",
                       (long long)m->num_layers, (long long)pp),
-              "choose model.pipeline_model_parallel_size among the divisors of %lld", (long long)m->num_layers);
+              "choose model.pipeline_model_parallel_size among the divisors of %lld",
+              (long long)m->num_layers);
   else if ((m->num_layers / pp) % vpp)
     diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
                       "the %lld layers per pipeline stage are not divisible by "
@@ -119,7 +124,8 @@ static void check_layout(VCtx *v) {
     diag_hint(v_error(v, "STEPC-8", SPEC_F_model_expert_model_parallel_size,
                       "num_moe_experts=%lld is not divisible by expert_model_parallel_size=%lld",
                       (long long)m->num_moe_experts, (long long)ep),
-              "choose model.expert_model_parallel_size among the divisors of %lld", (long long)m->num_moe_experts);
+              "choose model.expert_model_parallel_size among the divisors of %lld",
+              (long long)m->num_moe_experts);
   if (spec_is_moe(s) && world % (etp * ep * pp))
     diag_hint(v_error(v, "STEPC-9", SPEC_F_train_world_size,
                       "world_size=%lld is not divisible by ETP*EP*PP = %lld*%lld*%lld (the expert layout)",
@@ -132,15 +138,17 @@ static void check_layout(VCtx *v) {
                       (long long)m->seq_length, (long long)(2 * cp)),
               "make model.seq_length a multiple of %lld", (long long)(2 * cp));
   if (m->sequence_parallel && (m->seq_length / cp) % tp)
-    diag_hint(v_error(v, "STEPC-11", SPEC_F_model_seq_length,
-                      "with sequence_parallel, the %lld tokens per context-parallel rank are not divisible by "
-                      "tensor_model_parallel_size=%lld",
-                      (long long)(m->seq_length / cp), (long long)tp),
-              "make model.seq_length a multiple of %lld", (long long)(tp * cp));
+    diag_hint(
+        v_error(v, "STEPC-11", SPEC_F_model_seq_length,
+                "with sequence_parallel, the %lld tokens per context-parallel rank are not divisible by "
+                "tensor_model_parallel_size=%lld",
+                (long long)(m->seq_length / cp), (long long)tp),
+        "make model.seq_length a multiple of %lld", (long long)(tp * cp));
   if (world_ok) {
     int64_t dp = world / mp, mbs = s->train.micro_batch_size, gbs = spec_global_batch_size(s);
     if (gbs % (mbs * dp))
-      diag_hint(v_error(v, "STEPC-12", v_pick(v, SPEC_F_train_global_batch_size, SPEC_F_train_micro_batch_size),
+      diag_hint(v_error(v, "STEPC-12",
+                        v_pick(v, SPEC_F_train_global_batch_size, SPEC_F_train_micro_batch_size),
                         "global_batch_size=%lld is not divisible by micro_batch_size*DP = %lld*%lld",
                         (long long)gbs, (long long)mbs, (long long)dp),
                 "set train.global_batch_size to a multiple of %lld", (long long)(mbs * dp));
@@ -162,19 +170,22 @@ static void check_moe_parallel(VCtx *v) {
   bool a2a = v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "alltoall") ||
              v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "flex");
   if (m->moe_shared_expert_overlap && !a2a)
-    diag_hint(v_error(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
-                      "moe_shared_expert_overlap only works with the alltoall or flex token dispatcher (it is %s)",
-                      m->moe_token_dispatcher_type),
-              "set model.moe_token_dispatcher_type=alltoall, or drop moe_shared_expert_overlap");
+    diag_hint(
+        v_error(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
+                "moe_shared_expert_overlap only works with the alltoall or flex token dispatcher (it is %s)",
+                m->moe_token_dispatcher_type),
+        "set model.moe_token_dispatcher_type=alltoall, or drop moe_shared_expert_overlap");
   if (spec_is_moe(s) && m->tensor_model_parallel_size > 1 && !m->sequence_parallel)
-    diag_hint(v_error(v, "MCORE-68", SPEC_F_model_sequence_parallel,
-                      "a MoE model with tensor_model_parallel_size=%lld needs sequence_parallel=true (Megatron's "
-                      "MoE layer raises at run time)",
-                      (long long)m->tensor_model_parallel_size),
-              "add model.sequence_parallel=true");
+    diag_hint(
+        v_error(v, "MCORE-68", SPEC_F_model_sequence_parallel,
+                "a MoE model with tensor_model_parallel_size=%lld needs sequence_parallel=true (Megatron's "
+                "MoE layer raises at run time)",
+                (long long)m->tensor_model_parallel_size),
+        "add model.sequence_parallel=true");
   if (!m->overlap_moe_expert_parallel_comm) return;
-  ep_overlap_needs(v, m->pipeline_model_parallel_size == 1 ||
-                          s->present[SPEC_F_model_virtual_pipeline_model_parallel_size],
+  ep_overlap_needs(v,
+                   m->pipeline_model_parallel_size == 1 ||
+                       s->present[SPEC_F_model_virtual_pipeline_model_parallel_size],
                    "needs virtual_pipeline_model_parallel_size when pipeline_model_parallel_size > 1",
                    "set model.virtual_pipeline_model_parallel_size");
   ep_overlap_needs(v, m->expert_model_parallel_size > 1, "needs expert_model_parallel_size > 1",
@@ -187,10 +198,11 @@ static void check_moe_parallel(VCtx *v) {
                    "write model.recompute_method=null");
   ep_overlap_needs(v, !s->present[SPEC_F_model_recompute_num_layers], "needs recompute_num_layers to be null",
                    "write model.recompute_num_layers=null");
-  ep_overlap_needs(v, !v_label(s, "moe"),
-                   "cannot be combined with moe in recompute_modules (checked whatever the granularity, since "
-                   "recompute_modules defaults to [core_attn])",
-                   "drop moe from model.recompute_modules");
+  ep_overlap_needs(
+      v, !v_label(s, "moe"),
+      "cannot be combined with moe in recompute_modules (checked whatever the granularity, since "
+      "recompute_modules defaults to [core_attn])",
+      "drop moe from model.recompute_modules");
   ep_overlap_needs(v, m->bf16, "needs bf16", "set model.bf16=true");
   ep_overlap_needs(v, !m->moe_shared_expert_overlap, "cannot be combined with moe_shared_expert_overlap",
                    "drop model.moe_shared_expert_overlap");

@@ -42,11 +42,12 @@ static void check_granularity(VCtx *v) {
               "write model.recompute_method=null");
   int64_t chunk = v_layers_per_chunk(s);
   if (v_full(s) && s->present[F_NLAYERS] && chunk > 0 && m->recompute_num_layers > chunk)
-    diag_hint(v_warn(v, "STEPC-19", F_NLAYERS,
-                     "recompute_num_layers=%lld is more than the %lld layers of a model chunk; it acts as all "
-                     "%lld layers",
-                     (long long)m->recompute_num_layers, (long long)chunk, (long long)chunk),
-              "set model.recompute_num_layers=%lld to say what happens", (long long)chunk);
+    diag_hint(
+        v_warn(v, "STEPC-19", F_NLAYERS,
+               "recompute_num_layers=%lld is more than the %lld layers of a model chunk; it acts as all "
+               "%lld layers",
+               (long long)m->recompute_num_layers, (long long)chunk, (long long)chunk),
+        "set model.recompute_num_layers=%lld to say what happens", (long long)chunk);
 }
 
 /* MCORE-20, MCORE-21: distribute_saved_activations. */
@@ -55,21 +56,23 @@ static void check_distribute(VCtx *v) {
   if (!s->model.distribute_saved_activations) return;
   const int F = SPEC_F_model_distribute_saved_activations;
   if (s->present[F_GRAN] && s->model.sequence_parallel)
-    diag_hint(v_error(v, "MCORE-20", F,
-                      "distribute_saved_activations must be false when sequence_parallel is on (%s): the saved "
-                      "input is already split over TP",
-                      v_at(v, SPEC_F_model_sequence_parallel)),
-              "drop model.distribute_saved_activations");
+    diag_hint(
+        v_error(v, "MCORE-20", F,
+                "distribute_saved_activations must be false when sequence_parallel is on (%s): the saved "
+                "input is already split over TP",
+                v_at(v, SPEC_F_model_sequence_parallel)),
+        "drop model.distribute_saved_activations");
   if (!v_full(s))
     diag_hint(v_warn(v, "MCORE-21", F,
                      "distribute_saved_activations only acts under recompute_granularity=full; here it is "
                      "silently ignored (Megatron-LM's command line rejects it)"),
               "drop model.distribute_saved_activations, or use full recompute");
   else if (s->model.tensor_model_parallel_size == 1)
-    diag_hint(v_warn(v, "MCORE-21", F,
-                     "distribute_saved_activations splits saved layer inputs over TP ranks, but "
-                     "tensor_model_parallel_size=1: nothing to split (Megatron-LM's command line rejects it)"),
-              "drop model.distribute_saved_activations, or raise model.tensor_model_parallel_size");
+    diag_hint(
+        v_warn(v, "MCORE-21", F,
+               "distribute_saved_activations splits saved layer inputs over TP ranks, but "
+               "tensor_model_parallel_size=1: nothing to split (Megatron-LM's command line rejects it)"),
+        "drop model.distribute_saved_activations, or raise model.tensor_model_parallel_size");
 }
 
 /* STEPC-22, STEPC-23: recompute settings that the granularity makes meaningless. */
@@ -77,10 +80,11 @@ static void check_ignored(VCtx *v) {
   const Spec *s = v->s;
   bool listed = v_set_in(v, F_MODULES) && v->in->present[F_MODULES] && v->in->model.recompute_modules.n > 0;
   if (v_full(s) && listed)
-    diag_hint(v_warn(v, "STEPC-22", F_MODULES,
-                     "recompute_modules is ignored under recompute_granularity=full: full recompute supersedes "
-                     "the selective labels, they do not compose"),
-              "drop model.recompute_modules, or use recompute_granularity=selective");
+    diag_hint(
+        v_warn(v, "STEPC-22", F_MODULES,
+               "recompute_modules is ignored under recompute_granularity=full: full recompute supersedes "
+               "the selective labels, they do not compose"),
+        "drop model.recompute_modules, or use recompute_granularity=selective");
   if (s->present[F_GRAN]) return;
   const char *hint = "set model.recompute_granularity (selective or full), or drop this setting";
   if (listed)
@@ -111,22 +115,26 @@ static void check_labels(VCtx *v) {
               "drop mla_up_proj from model.recompute_modules (the model has standard attention)");
   if (v_label(s, "gdn_norm_out") && !v_str_is(s, SPEC_F_model_experimental_attention_variant, "gdn") &&
       !v_str_is(s, SPEC_F_model_experimental_attention_variant, "gdn2"))
-    diag_hint(v_error(v, "MCORE-26", F_MODULES,
-                      "gdn_norm_out recompute is only supported with experimental_attention_variant gdn or gdn2"),
-              "drop gdn_norm_out from model.recompute_modules, or set model.experimental_attention_variant=gdn");
-  if (v_label(s, "core_attn") && v_has_attention(s) && !v_str_is(s, SPEC_F_model_attention_backend, "unfused"))
-    diag_hint(v_warn(v, "MCORE-27", F_MODULES,
-                     "core_attn recompute with attention_backend=%s saves almost nothing: the fused kernel keeps "
-                     "no scores, and linear_proj still saves the attention output",
-                     m->attention_backend),
-              "compare against model.recompute_modules=[] with `stepc plan`; core_attn pays with "
-              "attention_backend=unfused");
+    diag_hint(
+        v_error(v, "MCORE-26", F_MODULES,
+                "gdn_norm_out recompute is only supported with experimental_attention_variant gdn or gdn2"),
+        "drop gdn_norm_out from model.recompute_modules, or set model.experimental_attention_variant=gdn");
+  if (v_label(s, "core_attn") && v_has_attention(s) &&
+      !v_str_is(s, SPEC_F_model_attention_backend, "unfused"))
+    diag_hint(
+        v_warn(v, "MCORE-27", F_MODULES,
+               "core_attn recompute with attention_backend=%s saves almost nothing: the fused kernel keeps "
+               "no scores, and linear_proj still saves the attention output",
+               m->attention_backend),
+        "compare against model.recompute_modules=[] with `stepc plan`; core_attn pays with "
+        "attention_backend=unfused");
   bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size];
   if (v_label(s, "shared_experts") && shared && m->moe_shared_expert_overlap)
-    diag_hint(v_error(v, "MCORE-28", F_MODULES,
-                      "shared_experts recompute cannot work with moe_shared_expert_overlap (%s)",
-                      v_at(v, SPEC_F_model_moe_shared_expert_overlap)),
-              "drop shared_experts from model.recompute_modules, or set model.moe_shared_expert_overlap=false");
+    diag_hint(
+        v_error(v, "MCORE-28", F_MODULES,
+                "shared_experts recompute cannot work with moe_shared_expert_overlap (%s)",
+                v_at(v, SPEC_F_model_moe_shared_expert_overlap)),
+        "drop shared_experts from model.recompute_modules, or set model.moe_shared_expert_overlap=false");
   if (s->present[SPEC_F_model_fp8] && (v_label(s, "moe_act") || v_label(s, "layernorm")) &&
       v_str_is(s, SPEC_F_model_fp8_recipe, "delayed"))
     diag_hint(v_error(v, "MCORE-29", F_MODULES,
@@ -167,11 +175,12 @@ static void check_offloading(VCtx *v) {
   const int F = SPEC_F_model_cpu_offloading;
   if (!m->cpu_offloading) {
     if (m->cpu_offloading_num_layers > 0)
-      diag_hint(v_warn(v, "STEPC-25", SPEC_F_model_cpu_offloading_num_layers,
-                       "cpu_offloading_num_layers=%lld is ignored because cpu_offloading is false (Megatron-LM's "
-                       "command line would turn offloading on)",
-                       (long long)m->cpu_offloading_num_layers),
-                "set model.cpu_offloading=true, or drop cpu_offloading_num_layers");
+      diag_hint(
+          v_warn(v, "STEPC-25", SPEC_F_model_cpu_offloading_num_layers,
+                 "cpu_offloading_num_layers=%lld is ignored because cpu_offloading is false (Megatron-LM's "
+                 "command line would turn offloading on)",
+                 (long long)m->cpu_offloading_num_layers),
+          "set model.cpu_offloading=true, or drop cpu_offloading_num_layers");
     return;
   }
   if (m->cpu_offloading_num_layers >= m->num_layers)
@@ -190,8 +199,9 @@ static void check_offloading(VCtx *v) {
                       m->recompute_granularity, v_at(v, F_GRAN)),
               "choose one: drop model.recompute_granularity or model.cpu_offloading");
   if (!v_graph_impl(s, "none") && !v_graph_impl(s, "full_iteration"))
-    diag_hint(v_error(v, "MCORE-37", F, "per-layer CUDA graphs (cuda_graph_impl=%s) are not supported with CPU "
-                                        "offloading",
+    diag_hint(v_error(v, "MCORE-37", F,
+                      "per-layer CUDA graphs (cuda_graph_impl=%s) are not supported with CPU "
+                      "offloading",
                       m->cuda_graph_impl),
               "set model.cuda_graph_impl=none or full_iteration, or drop cpu_offloading");
 }
