@@ -1,0 +1,2 @@
+local cfg = stepc.recipe("gpt3_paper")
+return cfg

@@ -1,0 +1,2 @@
+local cfg = stepc.recipe("llama3_8b")
+return cfg

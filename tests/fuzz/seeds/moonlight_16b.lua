@@ -1,0 +1,2 @@
+local cfg = stepc.recipe("moonlight_16b")
+return cfg

@@ -1,0 +1,2 @@
+local cfg = stepc.recipe("nemotron3_nano")
+return cfg
