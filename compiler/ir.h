@@ -1,0 +1,233 @@
+/* ir.h — the graph IR: tensors, ops from one op table, and the tags every later pass works on.
+ *
+ * A Graph is a flat list of tensors and a list of ops in a valid execution order (builders append
+ * an op only after its inputs exist). Each op carries its tags: layer, module path, phase, the
+ * recompute labels whose Megatron boundary contains it and the per-layer CUDA-graph scopes that
+ * would capture it (shared/reference/megatron-rules.md §2.2, §3.2). Backward ops inherit the tags
+ * of the forward op they differentiate (their `fwd`), with phase IR_PHASE_BACKWARD.
+ *
+ * A tensor's storage is (buffer, offset, bytes), written by a memory plan (graph_plan_trivial for
+ * now). Executors reach bytes only through that triple, so a planner that reuses memory can run
+ * on them unchanged.
+ *
+ * Errors: building functions return -1 and leave a message in g->err (the first error sticks);
+ * nothing here prints or exits. */
+#ifndef STEPC_IR_H
+#define STEPC_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/op_list.h"
+
+#define IR_MAX_DIMS 4
+#define IR_MAX_IN 8
+#define IR_MAX_OUT 4
+#define IR_MAX_IATTR 8
+#define IR_MAX_FATTR 4
+#define IR_NAME_MAX 112
+#define IR_MODULE_MAX 80
+#define IR_MAX_BUFFERS 8
+
+typedef enum {
+#define IR_OP_ENUM(NAME, sym) OP_##NAME,
+  OP_LIST(IR_OP_ENUM)
+#undef IR_OP_ENUM
+      OP_COUNT
+} OpKind;
+
+/* Nominal dtypes (what the device will store). The CPU executor stores every floating tensor in
+ * its own precision (fp32, or fp64 for gradient checks); see graph_plan_trivial. */
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64, DT_U8, DT_COUNT } DType;
+
+typedef enum {
+  ROLE_PARAM,     /* compute weights (bf16 under model.bf16), persistent */
+  ROLE_MASTER,    /* fp32 master copy of a bf16 param, persistent */
+  ROLE_GRAD,      /* fp32 main gradient, accumulated over micro-batches, persistent */
+  ROLE_OPTIM,     /* Adam moments, step counter, lr, norm and clip scalars, persistent */
+  ROLE_INPUT,     /* tokens and targets of one micro-batch */
+  ROLE_ACT,       /* forward activations */
+  ROLE_ACT_GRAD,  /* gradients flowing backward: of activations, and one micro-batch's weight grads */
+  ROLE_WORKSPACE, /* scratch that lives within one op */
+  ROLE_COUNT
+} TensorRole;
+
+typedef enum { IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_REPLAY, IR_PHASE_REDUCE, IR_PHASE_OPTIMIZER, IR_PHASE_COUNT } Phase;
+#define IR_PHASE_BIT(p) (1u << (p))
+
+/* Recompute labels, in the order of SPEC_LABELS (spec.h); bit i = label i. */
+enum {
+  IR_LABEL_CORE_ATTN = 1u << 0,
+  IR_LABEL_MOE_ACT = 1u << 1,
+  IR_LABEL_LAYERNORM = 1u << 2,
+  IR_LABEL_MLA_UP_PROJ = 1u << 3,
+  IR_LABEL_MLP = 1u << 4,
+  IR_LABEL_MOE = 1u << 5,
+  IR_LABEL_SHARED_EXPERTS = 1u << 6,
+  IR_LABEL_GDN_NORM_OUT = 1u << 7,
+  IR_NLABELS = 8
+};
+
+/* Per-layer CUDA-graph scopes (megatron-rules.md §2.2): `layer` is the whole-layer capture
+ * (cuda_graph_modules = []), the others are cuda_graph_modules values. */
+enum {
+  IR_SCOPE_LAYER = 1u << 0,
+  IR_SCOPE_ATTN = 1u << 1,
+  IR_SCOPE_MLP = 1u << 2,
+  IR_SCOPE_MOE = 1u << 3,
+  IR_SCOPE_MOE_ROUTER = 1u << 4,
+  IR_SCOPE_MOE_PREPROCESS = 1u << 5,
+  IR_SCOPE_MAMBA = 1u << 6,
+  IR_NSCOPES = 7
+};
+
+/* How the executor initializes a persistent tensor (Megatron's init_method and friends). */
+typedef enum { IR_INIT_NONE, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_NORMAL } IrInit;
+
+typedef struct {
+  char name[IR_NAME_MAX];   /* "layers.3.self_attention.linear_qkv.weight" */
+  DType dtype;
+  TensorRole role;
+  int ndim;
+  int64_t shape[IR_MAX_DIMS]; /* outermost first; unused dims are 1 */
+  int producer;             /* op that first writes it; -1 for persistent tensors and inputs */
+  int of;                   /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
+  IrInit init;              /* persistent tensors: how to initialize */
+  double init_std;          /* IR_INIT_NORMAL: standard deviation */
+  /* storage, written by a memory plan */
+  int buffer;
+  int64_t offset;
+  int64_t bytes;
+} Tensor;
+
+/* Op attributes: their meaning per kind is documented in the op family's file. */
+typedef struct {
+  int64_t i[IR_MAX_IATTR];
+  double f[IR_MAX_FATTR];
+} OpAttrs;
+
+/* The tags stamped on each op as it is added (Graph.cur). */
+typedef struct {
+  Phase phase;
+  int layer;                   /* -1 outside the transformer layers */
+  char module[IR_MODULE_MAX];  /* "layers.3.self_attention.core_attention", "embedding", "loss" */
+  uint32_t labels;             /* IR_LABEL_* whose recompute boundary contains the op */
+  uint32_t scopes;             /* IR_SCOPE_* that would capture the op */
+  int fwd;                     /* backward / replay ops: the forward op they come from; else -1 */
+} IrTags;
+
+typedef struct {
+  OpKind kind;
+  int nin, nout;
+  int in[IR_MAX_IN];    /* tensor ids */
+  int out[IR_MAX_OUT];  /* tensor ids; an op may write a persistent tensor in place (ACCUM, ADAMW) */
+  OpAttrs a;
+  IrTags tags;
+} Op;
+
+typedef struct Graph {
+  Tensor *t;
+  int nt, capt;
+  Op *op;
+  int nop, capop;
+  IrTags cur;                            /* tags for the next op added */
+  int nbuffers;
+  int64_t buffer_bytes[IR_MAX_BUFFERS];  /* arena sizes written by the memory plan */
+  /* step-level facts, set by lowering/autodiff/optimizer builders */
+  int tokens, targets;                   /* ROLE_INPUT (B, T) int32 */
+  int loss;                              /* scalar fp32, mean over the micro-batch's tokens */
+  int grad_norm, lr;                     /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
+  int num_microbatches;                  /* forward+backward runs per optimizer step */
+  char err[256];
+} Graph;
+
+/* The op table row (defined in compiler/ops/<family>.c, collected in ops/optable.c). */
+typedef struct OpOut {
+  DType dtype;
+  TensorRole role;  /* ROLE_ACT unless the op says otherwise (ROLE_ACT_GRAD in backward ops) */
+  int ndim;
+  int64_t shape[IR_MAX_DIMS];
+  const char *suffix;  /* default name: "<module>.<suffix>" */
+} OpOut;
+
+struct CpuCtx;
+typedef void (*OpCpuFn)(const struct CpuCtx *c, const Op *op, void *const *in, void *const *out);
+
+typedef struct OpInfo {
+  const char *name;  /* "linear" */
+  int nin_min, nin_max, nout;
+  /* Output shapes/dtypes from the inputs; 0 ok, -1 with a message in err. Not called for ops
+   * built with graph_op_into (in-place). */
+  int (*infer)(const Graph *g, const Op *op, OpOut *out, char *err, size_t nerr);
+  /* FLOPs of one execution (bytes moved are derived from the tensors: op_bytes). */
+  double (*flops)(const Graph *g, const Op *op);
+  /* Emits the backward ops of graph op `op` given the gradients of its outputs (dout[i], -1 =
+   * none) and returns the gradients of its inputs in din[j] (-1 = none). The inputs of the ops it
+   * emits are exactly the forward tensors backward reads. NULL: not differentiable. */
+  int (*backward)(Graph *g, int op, const int *dout, int *din);
+  OpCpuFn cpu[2]; /* [0] fp32, [1] fp64 reference */
+} OpInfo;
+
+/* ---- op table ---- */
+const OpInfo *op_info(OpKind k);
+const char *op_name(OpKind k);
+/* Bytes read + written by one execution, at nominal dtypes. */
+double op_bytes(const Graph *g, const Op *op);
+double op_flops(const Graph *g, const Op *op);
+
+/* ---- dtypes, roles, tags ---- */
+size_t dtype_size(DType d);
+bool dtype_is_float(DType d);
+const char *dtype_name(DType d);
+const char *role_name(TensorRole r);
+bool role_is_persistent(TensorRole r);
+const char *phase_name(Phase p);
+const char *ir_label_name(int bit_index);  /* 0 -> "core_attn" */
+uint32_t ir_label_from_name(const char *s); /* 0 when unknown */
+const char *ir_scope_name(int bit_index);   /* 0 -> "layer" */
+uint32_t ir_scope_from_name(const char *s);
+int64_t tensor_numel(const Tensor *t);
+
+/* ---- building ---- */
+Graph *graph_new(void);
+void graph_free(Graph *g);
+/* Tag context for the ops that follow. graph_module takes a printf format. */
+void graph_set_phase(Graph *g, Phase p);
+void graph_set_layer(Graph *g, int layer);
+void graph_module(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void graph_set_labels(Graph *g, uint32_t labels);
+void graph_set_scopes(Graph *g, uint32_t scopes);
+/* A tensor with no producer (params, optimizer state, inputs, accumulators); returns its id or -1. */
+int graph_tensor(Graph *g, const char *name, DType dt, TensorRole role, int ndim, const int64_t *shape);
+/* A parameter with its init; name is the full parameter path. */
+int graph_param(Graph *g, const char *name, DType dt, int ndim, const int64_t *shape, IrInit init, double std);
+/* Appends an op over `in`, creates its outputs from the kind's infer() and returns the op id (-1
+ * on error). out (may be NULL) receives the output tensor ids; names (may be NULL, or entries NULL)
+ * overrides the "<module>.<suffix>" default output names. */
+int graph_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out,
+             const char *const *names);
+/* Convenience: graph_op returning output 0's tensor id (-1 on error). */
+int graph_op1(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, const char *name);
+/* Appends an op that writes existing tensors (in place: accumulators, optimizer state). */
+int graph_op_into(Graph *g, OpKind kind, const int *in, int nin, const int *out, int nout, const OpAttrs *a);
+/* Records the first error; returns -1 so callers can `return graph_fail(...)`. */
+int graph_fail(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- queries ---- */
+int graph_find_tensor(const Graph *g, const char *name);                /* -1 if absent */
+/* The first op of `kind` whose module is `module` and phase is `phase`; -1 if none. */
+int graph_find_op(const Graph *g, OpKind kind, const char *module, Phase phase);
+/* Writes "{layer,attn}" style lists. */
+void ir_labels_str(uint32_t labels, char *buf, size_t n);
+void ir_scopes_str(uint32_t scopes, char *buf, size_t n);
+/* One line per op: id, kind, phase, layer, module, labels, scopes, inputs -> outputs. */
+void graph_dump(const Graph *g, void *FILE_out);
+
+/* ---- memory ---- */
+/* The trivial plan: every tensor its own 64-byte-aligned slot in buffer 0. Floating tensors are
+ * sized at `float_bytes` per element (4 or 8 for the CPU executor, 0 = nominal dtype size);
+ * integer tensors at their nominal size. Returns the arena size in bytes. */
+int64_t graph_plan_trivial(Graph *g, int float_bytes);
+
+#endif

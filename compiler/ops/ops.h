@@ -1,0 +1,83 @@
+/* ops.h — what an op family file needs: the IR, the CPU execution context its reference kernels
+ * run in, and small helpers for shape inference and gradient rules.
+ *
+ * Reference kernels are written once over `real` and compiled twice (fp32 for training, fp64 for
+ * gradient checks): a family file includes itself with OPS_KERNEL_PASS defined, once per
+ * precision (see ops/real.h). */
+#ifndef STEPC_OPS_H
+#define STEPC_OPS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+/* A kernel's unit of parallel work: [lo, hi) of an index space the kernel chooses. Kernels must
+ * compute each index's result the same way whatever the split, so results are bitwise
+ * independent of the thread count (the executor's determinism rests on this). */
+typedef void (*CpuRangeFn)(void *arg, int64_t lo, int64_t hi);
+
+typedef struct CpuCtx {
+  const Graph *g;
+  void (*parallel_for)(const struct CpuCtx *c, int64_t n, CpuRangeFn fn, void *arg);
+  void *pool;
+  /* RNG key: a dropout mask is a pure function of (seed, step, micro, the op's stream, index), so
+   * a replay of the same op in the same step reproduces it exactly. */
+  uint64_t seed;
+  int64_t step;
+  int64_t micro;
+} CpuCtx;
+
+/* Counter-based RNG: splitmix64 finalizer chained over the key parts. */
+static inline uint64_t ops_mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+static inline uint64_t ops_rng_key(const CpuCtx *c, int64_t stream) {
+  return ops_mix64(ops_mix64(ops_mix64(c->seed) ^ (uint64_t)c->step) ^ ((uint64_t)c->micro << 20) ^
+                   ((uint64_t)stream * 0x632be59bd9b4e019ull));
+}
+/* Uniform in [0, 1) with 24 bits, for element `i` of the stream keyed by `key`. */
+static inline float ops_rng_uniform(uint64_t key, uint64_t i) {
+  return (float)(ops_mix64(key ^ ops_mix64(i)) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Shape helpers. */
+static inline const Tensor *ops_in(const Graph *g, const Op *op, int i) { return &g->t[op->in[i]]; }
+static inline int64_t ops_rows(const Tensor *t) { /* product of all dims but the last */
+  int64_t r = 1;
+  for (int d = 0; d < t->ndim - 1; d++) r *= t->shape[d];
+  return r;
+}
+static inline int64_t ops_last(const Tensor *t) { return t->shape[t->ndim - 1]; }
+static inline void ops_out_like(OpOut *o, const Tensor *t, const char *suffix) {
+  o->dtype = t->dtype;
+  o->role = ROLE_ACT;
+  o->ndim = t->ndim;
+  for (int d = 0; d < IR_MAX_DIMS; d++) o->shape[d] = d < t->ndim ? t->shape[d] : 1;
+  o->suffix = suffix;
+}
+static inline void ops_out_shape(OpOut *o, DType dt, const char *suffix, int ndim, int64_t d0, int64_t d1,
+                                 int64_t d2, int64_t d3) {
+  o->dtype = dt;
+  o->role = ROLE_ACT;
+  o->ndim = ndim;
+  o->shape[0] = d0, o->shape[1] = d1, o->shape[2] = d2, o->shape[3] = d3;
+  o->suffix = suffix;
+}
+int ops_err(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool ops_same_shape(const Tensor *a, const Tensor *b);
+
+/* Gradient-rule helpers: the name of the gradient of tensor `t` ("<name>.grad"), and a graph_op
+ * whose outputs are ROLE_ACT_GRAD tensors named after the tensors they are gradients of (`of[i]`,
+ * -1 = keep the default name). */
+int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const int *of);
+
+/* Default FLOPs: one per output element. */
+double ops_flops_elementwise(const Graph *g, const Op *op);
+
+#endif

@@ -1,0 +1,61 @@
+/* optable.c — the one op table, assembled from the rows of ops/op_list.h. */
+#include "ops/ops.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define OPTABLE_EXTERN(NAME, sym) extern const OpInfo sym##_info;
+OP_LIST(OPTABLE_EXTERN)
+#undef OPTABLE_EXTERN
+
+static const OpInfo *const OP_TABLE[OP_COUNT] = {
+#define OPTABLE_ROW(NAME, sym) [OP_##NAME] = &sym##_info,
+    OP_LIST(OPTABLE_ROW)
+#undef OPTABLE_ROW
+};
+
+const OpInfo *op_info(OpKind k) { return OP_TABLE[k]; }
+const char *op_name(OpKind k) { return k >= 0 && k < OP_COUNT ? OP_TABLE[k]->name : "?"; }
+
+int ops_err(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+bool ops_same_shape(const Tensor *a, const Tensor *b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  return true;
+}
+
+int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const int *of) {
+  char names[IR_MAX_OUT][IR_NAME_MAX];
+  const char *np[IR_MAX_OUT] = {0};
+  int nout = op_info(kind)->nout;
+  for (int i = 0; i < nout; i++)
+    if (of && of[i] >= 0) {
+      snprintf(names[i], sizeof names[i], "%s.grad", g->t[of[i]].name);
+      np[i] = names[i];
+    }
+  int id = graph_op(g, kind, in, nin, a, out, np);
+  if (id < 0) return -1;
+  for (int i = 0; i < nout; i++) {
+    Tensor *t = &g->t[out[i]];
+    t->role = ROLE_ACT_GRAD;
+    if (of && of[i] >= 0) {
+      t->of = of[i];
+      t->dtype = g->t[of[i]].dtype;
+    }
+  }
+  return id;
+}
+
+double ops_flops_elementwise(const Graph *g, const Op *op) {
+  double n = 0;
+  for (int i = 0; i < op->nout; i++) n += (double)tensor_numel(&g->t[op->out[i]]);
+  return n;
+}
