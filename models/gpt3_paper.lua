@@ -29,5 +29,5 @@ return {
   train = { micro_batch_size = 1, global_batch_size = 64, train_iters = 10, seed = 1234, world_size = 64 },
   optimizer = { lr = 6e-5, min_lr = 6e-6, weight_decay = 0.1, adam_beta1 = 0.9, adam_beta2 = 0.95,
                 adam_eps = 1e-8, clip_grad = 1.0 },
-  data = { mock = true },
+  data = {}, -- mock tokens from train.seed; data.path=FILE trains on a text file instead
 }

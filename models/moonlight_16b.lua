@@ -50,5 +50,5 @@ return {
   train = { micro_batch_size = 1, global_batch_size = 4, train_iters = 20, seed = 1234, world_size = 8 },
   optimizer = { lr = 3e-4, min_lr = 3e-5, weight_decay = 0.1, adam_beta1 = 0.9, adam_beta2 = 0.95,
                 adam_eps = 1e-8, clip_grad = 1.0, use_distributed_optimizer = true },
-  data = { mock = true },
+  data = {}, -- mock tokens from train.seed; data.path=FILE trains on a text file instead
 }

@@ -27,5 +27,5 @@ return {
   train = { micro_batch_size = 4, global_batch_size = 8, train_iters = 200, seed = 1234 },
   optimizer = { lr = 3e-3, min_lr = 3e-4, lr_warmup_iters = 10, weight_decay = 0.1,
                 adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8, clip_grad = 1.0 },
-  data = { mock = true },
+  data = {}, -- mock tokens from train.seed; data.path=FILE trains on a text file instead
 }
