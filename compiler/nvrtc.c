@@ -1,0 +1,342 @@
+/* nvrtc.c — kernels.cu -> cubin through NVRTC, with an on-disk cache (see nvrtc.h). */
+#include "nvrtc.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernel_text.h"
+#include STEPC_NVRTC_HEADER /* the toolkit's nvrtc.h, which ours shadows */
+
+#define CUBIN_FORMAT_TAG "stepc-cubin-1"
+#define CUBIN_MAX_OPTIONS 64
+#define CUBIN_MAX_REPORTED_ERRORS 20
+
+uint64_t cubin_fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* ---- a growing message buffer ---- */
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} Text;
+
+static void text_printf(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(Text *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (t->len + (size_t)n + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap < t->len + (size_t)n + 1) cap *= 2;
+    char *p = realloc(t->p, cap);
+    if (!p) return;
+    t->p = p;
+    t->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+  va_end(ap);
+  t->len += (size_t)n;
+}
+
+static char *msg_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *msg_dup(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (!s) return NULL;
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+/* ---- options and key ---- */
+
+static int build_options(const CubinOptions *opt, const char **argv, char *arch_opt, size_t arch_sz) {
+  const char *arch = opt && opt->arch ? opt->arch : "sm_90";
+  int n = 0;
+  snprintf(arch_opt, arch_sz, "--gpu-architecture=%s", arch);
+  argv[n++] = arch_opt;
+  argv[n++] = "-std=c++17";
+  for (int i = 0; opt && i < opt->n_extra && n < CUBIN_MAX_OPTIONS; i++) argv[n++] = opt->extra[i];
+  return n;
+}
+
+static uint64_t key_of(const char *source, const char *const *argv, int argc) {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+  uint64_t h = cubin_fnv1a(CUBIN_FNV_OFFSET, CUBIN_FORMAT_TAG, sizeof CUBIN_FORMAT_TAG);
+  int ver[2] = {major, minor};
+  h = cubin_fnv1a(h, ver, sizeof ver);
+  for (int i = 0; i < argc; i++) h = cubin_fnv1a(h, argv[i], strlen(argv[i]) + 1);
+  return cubin_fnv1a(h, source, strlen(source));
+}
+
+uint64_t cubin_cache_key(const char *source, const CubinOptions *opt) {
+  const char *argv[CUBIN_MAX_OPTIONS];
+  char arch_opt[96];
+  int argc = build_options(opt, argv, arch_opt, sizeof arch_opt);
+  return key_of(source, argv, argc);
+}
+
+/* ---- the cache ---- */
+
+/* The cache directory into buf; 0 when there is none (disabled, or no HOME). */
+static int cache_dir(const CubinOptions *opt, char *buf, size_t sz) {
+  if (opt && opt->cache_dir) {
+    if (!opt->cache_dir[0]) return 0;
+    snprintf(buf, sz, "%s", opt->cache_dir);
+    return 1;
+  }
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && xdg[0]) snprintf(buf, sz, "%s/stepc", xdg);
+  else if (home && home[0]) snprintf(buf, sz, "%s/.cache/stepc", home);
+  else return 0;
+  return 1;
+}
+
+static int mkdir_p(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int is_elf(const unsigned char *d, size_t n) { return n >= 4 && memcmp(d, ELFMAG, SELFMAG) == 0; }
+
+static int cache_read(const char *path, Cubin *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  unsigned char *d = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+    d = malloc((size_t)n);
+    if (d && fread(d, 1, (size_t)n, f) != (size_t)n) {
+      free(d);
+      d = NULL;
+    }
+  }
+  fclose(f);
+  if (!d || !is_elf(d, (size_t)n)) { /* a damaged entry is a miss; the compile overwrites it */
+    free(d);
+    return 0;
+  }
+  out->data = d;
+  out->size = (size_t)n;
+  return 1;
+}
+
+static char *cache_write(const char *dir, const char *path, const Cubin *c) {
+  if (mkdir_p(dir) != 0) return msg_dup("cannot create cache directory %s: %s", dir, strerror(errno));
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return msg_dup("cannot write %s: %s", tmp, strerror(errno));
+  size_t w = fwrite(c->data, 1, c->size, f);
+  int closed = fclose(f);
+  if (w != c->size || closed != 0 || rename(tmp, path) != 0) {
+    int e = errno;
+    remove(tmp);
+    return msg_dup("cannot write %s: %s", path, strerror(e));
+  }
+  return NULL;
+}
+
+/* ---- diagnostics ---- */
+
+typedef struct {
+  const char **start; /* start[i] = first char of line i + 1 */
+  int n;
+} Lines;
+
+static int lines_index(const char *src, Lines *L) {
+  int n = 1;
+  for (const char *p = src; *p; p++) n += *p == '\n';
+  L->start = malloc(sizeof *L->start * (size_t)n);
+  if (!L->start) return -1;
+  L->n = 0;
+  L->start[L->n++] = src;
+  for (const char *p = src; *p; p++)
+    if (*p == '\n' && L->n < n) L->start[L->n++] = p + 1;
+  return 0;
+}
+
+static int line_len(const char *s) {
+  const char *e = strchr(s, '\n');
+  return e ? (int)(e - s) : (int)strlen(s);
+}
+
+/* The nearest line at or before `line` (1-based) holding `marker`; 0 if none. */
+static int find_marker(const Lines *L, int line, const char *marker, const char **after, int *after_len) {
+  size_t mlen = strlen(marker);
+  for (int i = line; i >= 1; i--) {
+    const char *s = L->start[i - 1];
+    int n = line_len(s);
+    for (int k = 0; k + (int)mlen <= n; k++) {
+      if (memcmp(s + k, marker, mlen) != 0) continue;
+      *after = s + k + mlen;
+      *after_len = n - k - (int)mlen;
+      while (*after_len > 0 && ((*after)[*after_len - 1] == ' ' || (*after)[*after_len - 1] == '\r')) (*after_len)--;
+      return i;
+    }
+  }
+  return 0;
+}
+
+/* NVRTC's log lines read "NAME(LINE): error: TEXT". */
+static void format_errors(Text *t, const char *log, const char *name, const char *source) {
+  Lines L = {0};
+  if (lines_index(source, &L) != 0) return;
+  size_t nlen = strlen(name);
+  int reported = 0;
+  for (const char *p = log; *p && reported < CUBIN_MAX_REPORTED_ERRORS;) {
+    int n = line_len(p);
+    int line = 0, consumed = 0;
+    if (n > (int)nlen + 3 && strncmp(p, name, nlen) == 0 && p[nlen] == '(' &&
+        sscanf(p + nlen, "(%d): error: %n", &line, &consumed) == 1 && consumed > 0) {
+      const char *text = p + nlen + consumed;
+      int tlen = n - (int)nlen - consumed;
+      text_printf(t, "%s:%d: error: %.*s\n", name, line, tlen, text);
+      if (line >= 1 && line <= L.n) {
+        const char *src = L.start[line - 1];
+        text_printf(t, "  %5d | %.*s\n", line, line_len(src), src);
+        const char *what;
+        int wlen, at;
+        if ((at = find_marker(&L, line, "// op: ", &what, &wlen)) > 0)
+          text_printf(t, "        in op '%.*s' (%s:%d)\n", wlen, what, name, at);
+        const char *ignored;
+        int ilen;
+        if ((at = find_marker(&L, line, KERNEL_FILE_MARKER, &what, &wlen)) > 0 &&
+            find_marker(&L, line, KERNEL_FILE_END_MARKER, &ignored, &ilen) < at)
+          text_printf(t, "        in kernels/%.*s:%d\n", wlen, what, line - at);
+      }
+      reported++;
+    }
+    p += n;
+    if (*p == '\n') p++;
+  }
+  free(L.start);
+}
+
+/* ---- compile ---- */
+
+CubinStatus cubin_compile(const char *source, const CubinOptions *opt, Cubin *out, char **msg) {
+  memset(out, 0, sizeof *out);
+  *msg = NULL;
+  const char *argv[CUBIN_MAX_OPTIONS];
+  char arch_opt[96];
+  int argc = build_options(opt, argv, arch_opt, sizeof arch_opt);
+  const char *name = opt && opt->source_name ? opt->source_name : "kernels.cu";
+  const char *arch = opt && opt->arch ? opt->arch : "sm_90";
+  out->key = key_of(source, argv, argc);
+
+  char dir[4096], path[4200];
+  int cached = out->key && cache_dir(opt, dir, sizeof dir);
+  if (cached) {
+    snprintf(path, sizeof path, "%s/%016llx.%s.cubin", dir, (unsigned long long)out->key, arch);
+    if (cache_read(path, out)) {
+      out->from_cache = 1;
+      return CUBIN_OK;
+    }
+  }
+
+  nvrtcProgram prog;
+  nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS) {
+    *msg = msg_dup("nvrtc: cannot create program: %s", nvrtcGetErrorString(r));
+    return CUBIN_ERR_NVRTC;
+  }
+  nvrtcResult cr = nvrtcCompileProgram(prog, argc, argv);
+  size_t log_size = 0;
+  char *log = NULL;
+  if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0 && (log = malloc(log_size)))
+    if (nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
+  if (cr != NVRTC_SUCCESS) {
+    Text t = {0};
+    if (cr == NVRTC_ERROR_COMPILATION) {
+      text_printf(&t, "%s does not compile for %s:\n", name, arch);
+      if (log) format_errors(&t, log, name, source);
+    } else {
+      text_printf(&t, "nvrtc: %s\n", nvrtcGetErrorString(cr));
+    }
+    text_printf(&t, "nvrtc log:\n%s", log ? log : "(none)\n");
+    free(log);
+    nvrtcDestroyProgram(&prog);
+    *msg = t.p ? t.p : msg_dup("%s does not compile", name);
+    return cr == NVRTC_ERROR_COMPILATION ? CUBIN_ERR_COMPILE : CUBIN_ERR_NVRTC;
+  }
+  free(log);
+
+  size_t size = 0;
+  r = nvrtcGetCUBINSize(prog, &size);
+  if (r != NVRTC_SUCCESS || size == 0 || !(out->data = malloc(size)) ||
+      (r = nvrtcGetCUBIN(prog, (char *)out->data)) != NVRTC_SUCCESS) {
+    free(out->data);
+    out->data = NULL;
+    nvrtcDestroyProgram(&prog);
+    *msg = msg_dup("nvrtc: no cubin for %s (a compute_XX target yields PTX only): %s", arch,
+                   nvrtcGetErrorString(r));
+    return CUBIN_ERR_NVRTC;
+  }
+  out->size = size;
+  nvrtcDestroyProgram(&prog);
+  if (cached && (*msg = cache_write(dir, path, out)) != NULL) return CUBIN_ERR_IO;
+  return CUBIN_OK;
+}
+
+void cubin_free(Cubin *c) {
+  free(c->data);
+  c->data = NULL;
+  c->size = 0;
+}
+
+/* ---- ELF symbol lookup ---- */
+
+int cubin_has_function(const unsigned char *d, size_t n, const char *name) {
+  if (!is_elf(d, n) || n < sizeof(Elf64_Ehdr) || d[EI_CLASS] != ELFCLASS64) return 0;
+  Elf64_Ehdr eh;
+  memcpy(&eh, d, sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > n ||
+      (n - eh.e_shoff) / sizeof(Elf64_Shdr) < eh.e_shnum)
+    return 0;
+  for (unsigned i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh, strh;
+    memcpy(&sh, d + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (sh.sh_type != SHT_SYMTAB || sh.sh_link >= eh.e_shnum || sh.sh_entsize != sizeof(Elf64_Sym)) continue;
+    memcpy(&strh, d + eh.e_shoff + sh.sh_link * sizeof strh, sizeof strh);
+    if (sh.sh_offset > n || sh.sh_size > n - sh.sh_offset || strh.sh_offset > n || strh.sh_size > n - strh.sh_offset)
+      return 0;
+    for (size_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym); k++) {
+      Elf64_Sym sym;
+      memcpy(&sym, d + sh.sh_offset + k * sizeof sym, sizeof sym);
+      if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_name >= strh.sh_size) continue;
+      const char *s = (const char *)d + strh.sh_offset + sym.st_name;
+      size_t left = strh.sh_size - sym.st_name;
+      if (strnlen(s, left) < left && strcmp(s, name) == 0) return 1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,69 @@
+// activation.cuh — SwiGLU (Llama MLP) and GELU (GPT-3 MLP), forward and backward.
+// GELU is the exact erf form: Megatron's default is torch.nn.functional.gelu without the tanh
+// approximation. Math fp32, storage bf16.
+#pragma once
+#include "common.cuh"
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__device__ __forceinline__ float gelu_grad_f(float x) {
+  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+}
+
+// out = silu(gate) * up, where inp's row is [gate (F) | up (F)] as Megatron's fused fc1 lays it out
+// (torch.chunk(x, 2, -1)). F must be a multiple of 8. Launch: any 1-D grid, grid-stride.
+extern "C" __global__ void swiglu_forward(bf16* out,        // (N, F)
+                                          const bf16* inp,  // (N, 2F)
+                                          int N, int F) {
+  long total = (long)N * (F / 8);
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long n = i / (F / 8);
+    int f = (int)(i % (F / 8)) * 8;
+    float g[8], u[8];
+    load8(inp + n * 2 * F + f, g);
+    load8(inp + n * 2 * F + F + f, u);
+    for (int k = 0; k < 8; k++) g[k] = silu_f(g[k]) * u[k];
+    store8(out + n * F + f, g);
+  }
+}
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate); silu'(x) = s (1 + x (1 - s)).
+extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
+                                           const bf16* dout,  // (N, F)
+                                           const bf16* inp,   // (N, 2F)
+                                           int N, int F) {
+  long total = (long)N * (F / 8);
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long n = i / (F / 8);
+    int f = (int)(i % (F / 8)) * 8;
+    float g[8], u[8], d[8], dg[8], du[8];
+    load8(inp + n * 2 * F + f, g);
+    load8(inp + n * 2 * F + F + f, u);
+    load8(dout + n * F + f, d);
+    for (int k = 0; k < 8; k++) {
+      float s = 1.0f / (1.0f + expf(-g[k]));
+      du[k] = d[k] * g[k] * s;
+      dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+    }
+    store8(dinp + n * 2 * F + f, dg);
+    store8(dinp + n * 2 * F + F + f, du);
+  }
+}
+
+// Launch (GELU both ways): any 1-D grid, grid-stride; n any size.
+extern "C" __global__ void gelu_forward(bf16* out,        // (n)
+                                        const bf16* inp,  // (n)
+                                        long n) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    out[i] = f32_to_bf16(gelu_f(bf16_to_f32(inp[i])));
+}
+
+extern "C" __global__ void gelu_backward(bf16* dinp,        // (n)
+                                         const bf16* dout,  // (n)
+                                         const bf16* inp,   // (n)
+                                         long n) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    dinp[i] = f32_to_bf16(bf16_to_f32(dout[i]) * gelu_grad_f(bf16_to_f32(inp[i])));
+}

@@ -1,0 +1,118 @@
+// common.cuh — what every kernel file shares: the bf16 storage type, conversions, reductions and
+// the Philox4x32-10 counter-based RNG.
+//
+// No headers: nvrtc compiles this text as is (the code generator inlines every kernels/*.cuh into
+// one kernels.cu, so an artifact needs no include path), and the same text builds under nvcc.
+// bf16 is raw storage (unsigned short); all arithmetic is fp32. Conversions use the sm_80+
+// cvt.rn.bf16 instructions: round to nearest even, NaN preserved.
+#pragma once
+
+typedef unsigned short bf16;
+
+#define STEPC_WARP 32
+#define STEPC_FULL_MASK 0xffffffffu
+#define STEPC_NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float bf16_to_f32(bf16 h) { return __uint_as_float(((unsigned)h) << 16); }
+
+__device__ __forceinline__ bf16 f32_to_bf16(float f) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+// Two floats into one 32-bit word: lo in bits 0..15, hi in 16..31 (the order mma.sync reads).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float bf16x2_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16x2_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Eight consecutive bf16 as one 16-byte access (p 16-byte aligned), widened to fp32.
+__device__ __forceinline__ void load8(const bf16* p, float* v) {
+  uint4 u = *(const uint4*)p;
+  const unsigned* w = (const unsigned*)&u;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    v[2 * k] = bf16x2_lo(w[k]);
+    v[2 * k + 1] = bf16x2_hi(w[k]);
+  }
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float* v) {
+  uint4 u;
+  unsigned* w = (unsigned*)&u;
+#pragma unroll
+  for (int k = 0; k < 4; k++) w[k] = pack_bf16x2(v[2 * k], v[2 * k + 1]);
+  *(uint4*)p = u;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(STEPC_FULL_MASK, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(STEPC_FULL_MASK, v, o));
+  return v;
+}
+
+// Sum over the block, result in every thread. The tree has a fixed shape for a given blockDim,
+// so the result is bitwise reproducible. `shared` holds 32 floats; callers that reduce twice in a
+// row must __syncthreads() in between (done here on entry).
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
+  int nwarps = (blockDim.x + STEPC_WARP - 1) / STEPC_WARP;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
+  int nwarps = (blockDim.x + STEPC_WARP - 1) / STEPC_WARP;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : STEPC_NEG_INF;
+  return warp_max(v);
+}
+
+// ---- Philox4x32-10 (Salmon et al., SC'11; the generator of Random123 and cuRAND) ----
+// Counter-based: the output is a pure function of (counter, key), so a mask can be regenerated
+// anywhere (backward, recompute, graph replay) without storing it or threading RNG state.
+struct philox4 {
+  unsigned x, y, z, w;
+};
+
+__device__ __forceinline__ philox4 philox4x32_10(philox4 c, unsigned k0, unsigned k1) {
+  const unsigned M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+#pragma unroll
+  for (int r = 0; r < 10; r++) {
+    unsigned hi0 = __umulhi(M0, c.x), lo0 = M0 * c.x;
+    unsigned hi1 = __umulhi(M1, c.z), lo1 = M1 * c.z;
+    philox4 n = {hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+    c = n;
+    k0 += W0;
+    k1 += W1;
+  }
+  return c;
+}
+
+// The dropout stream: element i of op `op_id` under `seed` uses word (i & 3) of
+// philox(counter = {i>>2 low, i>>2 high, op_id, 0}, key = {seed low, seed high}).
+// It is kept iff (word >> 8) >= keep_threshold(p), i.e. with probability 1 - p at 24-bit resolution.
+__device__ __forceinline__ philox4 dropout_bits(unsigned long long seed, unsigned op_id,
+                                                unsigned long long group) {
+  philox4 c = {(unsigned)group, (unsigned)(group >> 32), op_id, 0u};
+  return philox4x32_10(c, (unsigned)seed, (unsigned)(seed >> 32));
+}
+
+__device__ __forceinline__ unsigned dropout_threshold(float p) { return (unsigned)(p * 16777216.0f); }

@@ -1,0 +1,37 @@
+/* launch.h — launch geometry of the kernels that need more than "any 1-D grid" (plain C, for the
+ * host side: codegen, runtime, tests). Dynamic shared memory above 48 KiB must be allowed per
+ * function first (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)). */
+#ifndef STEPC_KERNELS_LAUNCH_H
+#define STEPC_KERNELS_LAUNCH_H
+
+/* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. */
+#define STEPC_FLASH_T_MULTIPLE 128
+
+/* flash_attention_forward_d{64,128}: grid (T/128, H, B), block 256. */
+#define STEPC_FLASH_FWD_ROWS 128
+#define STEPC_FLASH_FWD_THREADS 256
+static inline unsigned stepc_flash_fwd_smem(int D) { return (unsigned)((128 + 4 * 64) * (D + 8) * 2); }
+
+/* flash_attention_backward_preprocess: one warp per (b, t, h); block 256, grid ceil(B*T*H/8). */
+#define STEPC_FLASH_PRE_THREADS 256
+
+/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B), block 128. */
+#define STEPC_FLASH_DKDV_KEYS 64
+#define STEPC_FLASH_DKDV_THREADS 128
+static inline unsigned stepc_flash_dkdv_smem(int D) {
+  int bq = D == 64 ? 64 : 32;
+  return (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
+}
+
+/* flash_attention_backward_dq_d{64,128}: grid (T/64, H, B), block 128. */
+#define STEPC_FLASH_DQ_ROWS 64
+#define STEPC_FLASH_DQ_THREADS 128
+static inline unsigned stepc_flash_dq_smem(int D) {
+  int bk = D == 64 ? 64 : 32;
+  return (unsigned)((2 * 64 + 4 * bk) * (D + 8) * 2);
+}
+
+/* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
+#define STEPC_NORM_ROWS_PER_BLOCK 4
+
+#endif

@@ -1,0 +1,548 @@
+/* basic.c — GPU tests of every kernel but flash attention, against the fp64 references.
+ *
+ * Inputs are drawn as bf16 values, so the reference sees exactly what the kernel sees; the
+ * remaining differences are the kernel's fp32 arithmetic and the final rounding of its output.
+ * Tolerances (docs/kernels.md has the reasoning):
+ *   bf16 outputs: rtol 2^-7 (one bf16 ulp: half an ulp of rounding plus fp32 noise that can tip a
+ *     tie), atol a small fraction of the output's scale where results cancel towards zero;
+ *   fp32 outputs: rtol 1e-5 and atol scaled to the sum's terms (fp32 sums of <= 10^4 terms);
+ *   bit-exact where the kernel's arithmetic is exactly reproducible on the host (embedding,
+ *     transposes, casts, dropout masks) and for every determinism/replay check. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ref.h"
+
+#define RT_BF16 (1.0 / 128)
+
+static unsigned grid1d(Gpu *g, long n) {
+  long b = (n + 255) / 256, cap = (long)g->sm_count * 8;
+  return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+/* A bf16 device buffer of n random values in [-amp, amp); its exact values in *d (malloc'd). */
+static CUdeviceptr up_bf16(Gpu *g, Rng *r, long n, double amp, double **d) {
+  uint16_t *h = malloc(2 * (size_t)n);
+  *d = malloc(sizeof **d * (size_t)n);
+  rand_bf16(r, h, *d, n, amp);
+  CUdeviceptr p = gpu_dup(g, h, 2 * (size_t)n);
+  free(h);
+  return p;
+}
+
+static CUdeviceptr up_f32(Gpu *g, const double *d, long n) {
+  float *f = malloc(4 * (size_t)n);
+  for (long i = 0; i < n; i++) f[i] = (float)d[i];
+  CUdeviceptr p = gpu_dup(g, f, 4 * (size_t)n);
+  free(f);
+  return p;
+}
+
+static double *down_bf16(Gpu *g, CUdeviceptr p, long n) {
+  uint16_t *h = malloc(2 * (size_t)n);
+  double *d = malloc(sizeof *d * (size_t)n);
+  gpu_get(g, h, p, 2 * (size_t)n);
+  bf16_to_double(h, d, n);
+  free(h);
+  return d;
+}
+
+static double *down_f32(Gpu *g, CUdeviceptr p, long n) {
+  float *f = malloc(4 * (size_t)n);
+  double *d = malloc(sizeof *d * (size_t)n);
+  gpu_get(g, f, p, 4 * (size_t)n);
+  float_to_double(f, d, n);
+  free(f);
+  return d;
+}
+
+static void *down_raw(Gpu *g, CUdeviceptr p, size_t bytes) {
+  void *h = malloc(bytes);
+  gpu_get(g, h, p, bytes);
+  return h;
+}
+
+/* The reference rounded to bf16, for checks that must be exact. */
+static void round_bf16(double *d, long n) {
+  for (long i = 0; i < n; i++) d[i] = ref_bf16_to_f32(ref_f32_to_bf16((float)d[i]));
+}
+
+static void test_embedding(Gpu *g, Rng *r) {
+  int B = 4, T = 1024, N = B * T, C = 256, V = 50;
+  double *wte, *wpe, *dout;
+  CUdeviceptr dwte_ = up_bf16(g, r, (long)V * C, 1, &wte), dwpe_ = up_bf16(g, r, (long)T * C, 1, &wpe);
+  CUdeviceptr ddout = up_bf16(g, r, (long)N * C, 1, &dout);
+  int *tok = malloc(sizeof *tok * N);
+  for (int n = 0; n < N; n++) tok[n] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+  tok[5] = -1, tok[77] = V; /* out of range: zero row, no gradient */
+  CUdeviceptr dtok = gpu_dup(g, tok, sizeof *tok * N), dout_ = gpu_alloc(g, 2 * (size_t)N * C);
+  void *a[] = {&dout_, &dtok, &dwte_, &dwpe_, &N, &T, &C, &V};
+  gpu_launch(g, "embedding_forward", grid1d(g, (long)N * C / 8), 1, 1, 256, 0, a);
+  double *want = malloc(sizeof *want * N * C), *got = down_bf16(g, dout_, (long)N * C);
+  ref_embedding_forward(want, tok, wte, wpe, N, T, C, V);
+  round_bf16(want, (long)N * C);
+  gpu_check(g, "embedding_forward (exact)", got, want, (long)N * C, 0, 0);
+
+  double *init = malloc(sizeof *init * V * C), *initp = malloc(sizeof *initp * T * C);
+  for (long i = 0; i < (long)V * C; i++) init[i] = rng_uniform(r);
+  for (long i = 0; i < (long)T * C; i++) initp[i] = rng_uniform(r);
+  CUdeviceptr gw = up_f32(g, init, (long)V * C), gp = up_f32(g, initp, (long)T * C);
+  void *b1[] = {&gw, &ddout, &dtok, &N, &C, &V};
+  gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
+  void *b2[] = {&gp, &ddout, &B, &T, &C};
+  gpu_launch(g, "embedding_backward_position", grid1d(g, (long)T * C / 8), 1, 1, 256, 0, b2);
+  for (long i = 0; i < (long)V * C; i++) init[i] = (float)init[i];
+  for (long i = 0; i < (long)T * C; i++) initp[i] = (float)initp[i];
+  ref_embedding_backward_token(init, dout, tok, N, C, V);
+  ref_embedding_backward_position(initp, dout, B, T, C);
+  double *gwd = down_f32(g, gw, (long)V * C), *gpd = down_f32(g, gp, (long)T * C);
+  /* ~N/V = 80 terms of size <= 1 per entry: fp32 sequential sum error well under 1e-4. */
+  gpu_check(g, "embedding_backward_token", gwd, init, (long)V * C, 1e-4, 1e-5);
+  gpu_check(g, "embedding_backward_position", gpd, initp, (long)T * C, 1e-5, 1e-5);
+
+  /* Determinism: the same accumulation from the same start, twice, bitwise. */
+  float *start = malloc(4 * (size_t)V * C);
+  void *runs[2];
+  for (long i = 0; i < (long)V * C; i++) start[i] = 0.25f;
+  for (int rep = 0; rep < 2; rep++) {
+    gpu_put(g, gw, start, 4 * (size_t)V * C);
+    gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
+    runs[rep] = down_raw(g, gw, 4 * (size_t)V * C);
+  }
+  gpu_check_bitwise(g, "embedding_backward_token deterministic", runs[0], runs[1], 4 * (size_t)V * C);
+  free(runs[0]), free(runs[1]), free(start);
+  free(wte), free(wpe), free(dout), free(tok), free(want), free(got), free(init), free(initp), free(gwd), free(gpd);
+  gpu_free(g, dwte_), gpu_free(g, dwpe_), gpu_free(g, ddout), gpu_free(g, dtok), gpu_free(g, dout_);
+  gpu_free(g, gw), gpu_free(g, gp);
+}
+
+static void test_norms(Gpu *g, Rng *r) {
+  int N = 300, C = 1024, rows = 4, G = 7, accumulate = 1, zero = 0;
+  float eps = 1e-5f;
+  long n = (long)N * C;
+  double *x, *x2, *w, *bias, *dy, *d0;
+  CUdeviceptr dx = up_bf16(g, r, n, 2, &x), dx2 = up_bf16(g, r, n, 2, &x2), dw = up_bf16(g, r, C, 1, &w);
+  CUdeviceptr db = up_bf16(g, r, C, 1, &bias), ddy = up_bf16(g, r, n, 1, &dy), dd0 = up_bf16(g, r, n, 1, &d0);
+  CUdeviceptr out = gpu_alloc(g, 2 * n), res = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N),
+              rstd = gpu_alloc(g, 4 * N);
+  unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
+  double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
+
+  void *a1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps};
+  gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, a1);
+  ref_norm_forward(want, NULL, wr, x, w, NULL, N, C, eps);
+  double *got = down_bf16(g, out, n), *gr = down_f32(g, rstd, N);
+  gpu_check(g, "rmsnorm_forward", got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, "rmsnorm_forward rstd", gr, wr, N, 0, 1e-5);
+  free(got), free(gr);
+
+  void *a2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps};
+  gpu_launch(g, "layernorm_forward", grid, 1, 1, block, 0, a2);
+  ref_norm_forward(want, wm, wr, x, w, bias, N, C, eps);
+  got = down_bf16(g, out, n);
+  double *gm = down_f32(g, mean, N);
+  gr = down_f32(g, rstd, N);
+  gpu_check(g, "layernorm_forward", got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, "layernorm_forward mean", gm, wm, N, 1e-6, 1e-5);
+  gpu_check(g, "layernorm_forward rstd", gr, wr, N, 0, 1e-5);
+  free(got), free(gm), free(gr);
+
+  /* Fused residual: residual = bf16(a + b) exactly, the norm of that. */
+  double *sum = malloc(sizeof *sum * n);
+  for (long i = 0; i < n; i++) sum[i] = ref_bf16_to_f32(ref_f32_to_bf16((float)x[i] + (float)x2[i]));
+  void *a3[] = {&res, &out, &rstd, &dx, &dx2, &dw, &N, &C, &eps};
+  gpu_launch(g, "residual_rmsnorm_forward", grid, 1, 1, block, 0, a3);
+  got = down_bf16(g, res, n);
+  gpu_check(g, "residual_rmsnorm_forward residual (exact)", got, sum, n, 0, 0);
+  free(got);
+  ref_norm_forward(want, NULL, wr, sum, w, NULL, N, C, eps);
+  got = down_bf16(g, out, n);
+  gpu_check(g, "residual_rmsnorm_forward out", got, want, n, 1e-3, RT_BF16);
+  free(got);
+  void *a4[] = {&res, &out, &mean, &rstd, &dx, &dx2, &dw, &db, &N, &C, &eps};
+  gpu_launch(g, "residual_layernorm_forward", grid, 1, 1, block, 0, a4);
+  ref_norm_forward(want, wm, wr, sum, w, bias, N, C, eps);
+  got = down_bf16(g, out, n);
+  gpu_check(g, "residual_layernorm_forward out", got, want, n, 1e-3, RT_BF16);
+  free(got);
+
+  /* Backward, on the LayerNorm stats still in mean/rstd (of `sum`); then RMSNorm. dinp starts at
+   * d0 and is accumulated for LayerNorm, overwritten for RMSNorm. */
+  CUdeviceptr dinp = gpu_alloc(g, 2 * n);
+  gpu_ok(g, g->cuMemcpyDtoD(dinp, dd0, 2 * n), "copy");
+  double *wdx = malloc(sizeof *wdx * n), *wdw = calloc(2 * C, sizeof *wdw);
+  void *b1[] = {&dinp, &ddy, &res, &dw, &mean, &rstd, &N, &C, &accumulate};
+  gpu_launch(g, "layernorm_backward_input", grid, 1, 1, block, 0, b1);
+  ref_norm_backward(wdx, wdw, wdw + C, dy, sum, w, N, C, eps, 1);
+  for (long i = 0; i < n; i++) wdx[i] += d0[i];
+  got = down_bf16(g, dinp, n);
+  /* dx ~ rstd * O(1) terms that partly cancel: atol 2^-8 of that scale */
+  gpu_check(g, "layernorm_backward_input (accumulate)", got, wdx, n, 4e-3, RT_BF16);
+  free(got);
+
+  CUdeviceptr partial = gpu_alloc(g, 4 * (size_t)G * 2 * C);
+  double *init = malloc(sizeof *init * 2 * C);
+  for (int c = 0; c < 2 * C; c++) init[c] = (float)rng_uniform(r);
+  CUdeviceptr gw = up_f32(g, init, C), gb = up_f32(g, init + C, C);
+  void *b2[] = {&partial, &ddy, &res, &mean, &rstd, &N, &C};
+  gpu_launch(g, "norm_backward_weight_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, b2);
+  int ld = 2 * C;
+  CUdeviceptr pb = partial + 4 * (size_t)C;
+  void *b3[] = {&gw, &partial, &G, &C, &ld};
+  void *b4[] = {&gb, &pb, &G, &C, &ld};
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b3);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b4);
+  for (int c = 0; c < 2 * C; c++) wdw[c] += init[c];
+  double *gwd = down_f32(g, gw, C), *gbd = down_f32(g, gb, C);
+  /* sums of N = 300 terms of size ~2: fp32 error ~1e-5 absolute */
+  gpu_check(g, "layernorm dweight (partial + colsum)", gwd, wdw, C, 1e-4, 1e-5);
+  gpu_check(g, "layernorm dbias (partial + colsum)", gbd, wdw + C, C, 1e-4, 1e-5);
+  free(gwd), free(gbd);
+
+  void *b5[] = {&out, &rstd, &dx, &dw, &N, &C, &eps}; /* fresh RMSNorm stats of x */
+  gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, b5);
+  void *b6[] = {&dinp, &ddy, &dx, &dw, &rstd, &N, &C, &zero};
+  gpu_launch(g, "rmsnorm_backward_input", grid, 1, 1, block, 0, b6);
+  memset(wdw, 0, sizeof *wdw * 2 * C);
+  ref_norm_backward(wdx, wdw, NULL, dy, x, w, N, C, eps, 0);
+  got = down_bf16(g, dinp, n);
+  gpu_check(g, "rmsnorm_backward_input", got, wdx, n, 4e-3, RT_BF16);
+  free(got);
+
+  /* Linear-layer bias gradient: column sums of dy. */
+  double *bsum = calloc(C, sizeof *bsum);
+  for (long i = 0; i < n; i++) bsum[i % C] += dy[i];
+  CUdeviceptr gbias = gpu_alloc(g, 4 * (size_t)C);
+  void *c1[] = {&partial, &ddy, &N, &C};
+  gpu_launch(g, "bias_backward_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, c1);
+  void *c2[] = {&gbias, &partial, &G, &C, &C};
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, c2);
+  got = down_f32(g, gbias, C);
+  gpu_check(g, "bias_backward_partial + colsum", got, bsum, C, 1e-4, 1e-5);
+  free(got), free(bsum);
+
+  free(x), free(x2), free(w), free(bias), free(dy), free(d0), free(want), free(wm), free(wr), free(sum);
+  free(wdx), free(wdw), free(init);
+  CUdeviceptr bufs[] = {dx, dx2, dw, db, ddy, dd0, out, res, mean, rstd, dinp, partial, gw, gb, gbias};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+}
+
+static void test_rope(Gpu *g, Rng *r) {
+  int configs[2][4] = {{2, 64, 4, 64}, {1, 4096, 2, 128}}; /* B, T, H, D */
+  for (int k = 0; k < 2; k++) {
+    int B = configs[k][0], T = configs[k][1], H = configs[k][2], D = configs[k][3];
+    float base = 10000.0f;
+    long n = (long)B * T * H * D;
+    double *x, *want = malloc(sizeof *want * n);
+    CUdeviceptr dx = up_bf16(g, r, n, 1, &x), out = gpu_alloc(g, 2 * n);
+    void *a[] = {&out, &dx, &B, &T, &H, &D, &base};
+    gpu_launch(g, "rope_forward", grid1d(g, n / 2), 1, 1, 256, 0, a);
+    ref_rope(want, x, B, T, H, D, base, 1);
+    double *got = down_bf16(g, out, n);
+    /* fp32 angles t * inv_freq (as PyTorch builds its table) are off by up to ~t * 2^-24 rad
+     * from fp64: atol grows with T. */
+    double atol = 1e-4 + T * 6e-8 * 2;
+    gpu_check(g, k ? "rope_forward (T=4096, D=128)" : "rope_forward", got, want, n, atol, RT_BF16);
+    free(got);
+    void *b[] = {&out, &out, &B, &T, &H, &D, &base}; /* in place: backward undoes forward */
+    gpu_launch(g, "rope_backward", grid1d(g, n / 2), 1, 1, 256, 0, b);
+    got = down_bf16(g, out, n);
+    gpu_check(g, k ? "rope_backward(rope_forward(x)) = x (T=4096)" : "rope_backward(rope_forward(x)) = x", got, x, n,
+              2 * atol + 4e-3, 2 * RT_BF16);
+    free(got), free(x), free(want);
+    gpu_free(g, dx), gpu_free(g, out);
+  }
+}
+
+static void test_softmax_transpose(Gpu *g, Rng *r) {
+  int BH = 3, T = 300;
+  float scale = 0.125f;
+  long n = (long)BH * T * T;
+  double *s, *dp, *want = malloc(sizeof *want * n);
+  CUdeviceptr ds_ = up_bf16(g, r, n, 8, &s), ddp = up_bf16(g, r, n, 1, &dp), p = gpu_alloc(g, 2 * n);
+  void *a[] = {&p, &ds_, &BH, &T, &scale};
+  gpu_launch(g, "softmax_causal_forward", (unsigned)(BH * T), 1, 1, 256, 0, a);
+  ref_softmax_causal_forward(want, s, BH, T, scale);
+  double *gp = down_bf16(g, p, n);
+  gpu_check(g, "softmax_causal_forward", gp, want, n, 1e-6, RT_BF16);
+  CUdeviceptr dsc = gpu_alloc(g, 2 * n);
+  void *b[] = {&dsc, &ddp, &p, &BH, &T, &scale};
+  gpu_launch(g, "softmax_causal_backward", (unsigned)(BH * T), 1, 1, 256, 0, b);
+  ref_softmax_causal_backward(want, dp, gp, BH, T, scale); /* on the probabilities the kernel saved */
+  double *got = down_bf16(g, dsc, n);
+  gpu_check(g, "softmax_causal_backward", got, want, n, 1e-5, RT_BF16);
+  free(got), free(gp), free(s), free(dp), free(want);
+  gpu_free(g, ds_), gpu_free(g, ddp), gpu_free(g, p), gpu_free(g, dsc);
+
+  int B = 2, Tt = 40, H = 3, D = 64;
+  long m = (long)B * Tt * H * D;
+  double *x;
+  CUdeviceptr dx = up_bf16(g, r, m, 1, &x), t1 = gpu_alloc(g, 2 * m), t2 = gpu_alloc(g, 2 * m);
+  void *c1[] = {&t1, &dx, &B, &Tt, &H, &D}, *c2[] = {&t2, &t1, &B, &Tt, &H, &D};
+  gpu_launch(g, "transpose_bthd_to_bhtd", grid1d(g, m / 8), 1, 1, 256, 0, c1);
+  gpu_launch(g, "transpose_bhtd_to_bthd", grid1d(g, m / 8), 1, 1, 256, 0, c2);
+  double *mid = down_bf16(g, t1, m), *back = down_bf16(g, t2, m);
+  int ok = 1;
+  for (long i = 0; i < m && ok; i++) { /* (b, t, h, d) -> (b, h, t, d) */
+    long d = i % D, h = (i / D) % H, t = (i / D / H) % Tt, bb = i / D / H / Tt;
+    ok = mid[((bb * H + h) * Tt + t) * D + d] == x[i];
+  }
+  gpu_check_true(g, "transpose_bthd_to_bhtd (exact)", ok, NULL);
+  gpu_check(g, "transpose round trip (exact)", back, x, m, 0, 0);
+  free(x), free(mid), free(back);
+  gpu_free(g, dx), gpu_free(g, t1), gpu_free(g, t2);
+}
+
+static void test_activations(Gpu *g, Rng *r) {
+  int N = 64, F = 512;
+  long n = (long)N * F;
+  double *in, *dout, *want = malloc(sizeof *want * 2 * n);
+  CUdeviceptr din = up_bf16(g, r, 2 * n, 4, &in), ddo = up_bf16(g, r, n, 1, &dout);
+  CUdeviceptr out = gpu_alloc(g, 2 * n), dinp = gpu_alloc(g, 4 * n);
+  void *a[] = {&out, &din, &N, &F};
+  gpu_launch(g, "swiglu_forward", grid1d(g, n / 8), 1, 1, 256, 0, a);
+  ref_swiglu_forward(want, in, N, F);
+  double *got = down_bf16(g, out, n);
+  gpu_check(g, "swiglu_forward", got, want, n, 1e-5, RT_BF16);
+  free(got);
+  void *b[] = {&dinp, &ddo, &din, &N, &F};
+  gpu_launch(g, "swiglu_backward", grid1d(g, n / 8), 1, 1, 256, 0, b);
+  ref_swiglu_backward(want, dout, in, N, F);
+  got = down_bf16(g, dinp, 2 * n);
+  gpu_check(g, "swiglu_backward", got, want, 2 * n, 1e-5, RT_BF16);
+  free(got);
+
+  long m = 10007; /* not a multiple of anything: the tail */
+  void *c[] = {&out, &din, &m};
+  gpu_launch(g, "gelu_forward", grid1d(g, m), 1, 1, 256, 0, c);
+  for (long i = 0; i < m; i++) want[i] = ref_gelu(in[i]);
+  got = down_bf16(g, out, m);
+  gpu_check(g, "gelu_forward (erf)", got, want, m, 1e-5, RT_BF16);
+  free(got);
+  void *d[] = {&dinp, &ddo, &din, &m};
+  gpu_launch(g, "gelu_backward", grid1d(g, m), 1, 1, 256, 0, d);
+  for (long i = 0; i < m; i++) want[i] = dout[i] * ref_gelu_grad(in[i]);
+  got = down_bf16(g, dinp, m);
+  gpu_check(g, "gelu_backward (erf)", got, want, m, 1e-5, RT_BF16);
+  free(got), free(in), free(dout), free(want);
+  gpu_free(g, din), gpu_free(g, ddo), gpu_free(g, out), gpu_free(g, dinp);
+}
+
+static void test_dropout(Gpu *g, Rng *r) {
+  long n = 100003;
+  float p = 0.1f, scale = 1.0f / (1.0f - p);
+  unsigned op = 42;
+  unsigned long long seed = 0x0123456789abcdefull, seed2 = seed + 1;
+  double *x, *res;
+  CUdeviceptr dx = up_bf16(g, r, n, 1, &x), dres = up_bf16(g, r, n, 1, &res);
+  CUdeviceptr dseed = gpu_dup(g, &seed, 8), out = gpu_alloc(g, 2 * n), out2 = gpu_alloc(g, 2 * n);
+  void *a[] = {&out, &dx, &n, &p, &dseed, &op};
+  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a);
+  double *want = malloc(sizeof *want * n), *got = down_bf16(g, out, n);
+  long kept = 0;
+  for (long i = 0; i < n; i++) {
+    int keep = ref_dropout_keep(seed, op, (uint64_t)i, p);
+    kept += keep;
+    want[i] = keep ? ref_bf16_to_f32(ref_f32_to_bf16((float)x[i] * scale)) : 0.0;
+  }
+  gpu_check(g, "dropout_forward = Philox reference (exact)", got, want, n, 0, 0);
+  char detail[64];
+  snprintf(detail, sizeof detail, "kept %.4f, expect 0.9", (double)kept / n);
+  gpu_check_true(g, "dropout keep rate", fabs((double)kept / n - 0.9) < 0.005, detail);
+
+  /* Replay: the same (seed, op) gives the same bits; backward applies the same mask. */
+  void *a2[] = {&out2, &dx, &n, &p, &dseed, &op};
+  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
+  void *h1 = down_raw(g, out, 2 * n), *h2 = down_raw(g, out2, 2 * n);
+  gpu_check_bitwise(g, "dropout replay bit-exact", h1, h2, 2 * n);
+  free(h2);
+  void *bw[] = {&out2, &dx, &n, &p, &dseed, &op}; /* dout = x: backward must equal forward */
+  gpu_launch(g, "dropout_backward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, bw);
+  h2 = down_raw(g, out2, 2 * n);
+  gpu_check_bitwise(g, "dropout_backward mask = forward mask", h1, h2, 2 * n);
+  free(h2);
+  gpu_put(g, dseed, &seed2, 8); /* a new step's seed, read from device memory */
+  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
+  h2 = down_raw(g, out2, 2 * n);
+  gpu_check_true(g, "dropout: another seed, another mask", memcmp(h1, h2, 2 * n) != 0, NULL);
+  free(h1), free(h2);
+  gpu_put(g, dseed, &seed, 8);
+
+  void *c[] = {&out2, &dres, &dx, &n, &p, &dseed, &op};
+  gpu_launch(g, "dropout_residual_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, c);
+  for (long i = 0; i < n; i++)
+    want[i] = res[i] + (ref_dropout_keep(seed, op, (uint64_t)i, p) ? x[i] * (double)scale : 0.0);
+  free(got);
+  got = down_bf16(g, out2, n);
+  gpu_check(g, "dropout_residual_forward", got, want, n, 1e-6, RT_BF16);
+  free(got), free(want), free(x), free(res);
+  gpu_free(g, dx), gpu_free(g, dres), gpu_free(g, dseed), gpu_free(g, out), gpu_free(g, out2);
+}
+
+static void test_elementwise(Gpu *g, Rng *r) {
+  long n = 4099;
+  double *a, *b, *want = malloc(sizeof *want * n);
+  CUdeviceptr da = up_bf16(g, r, n, 1, &a), db = up_bf16(g, r, n, 1, &b), out = gpu_alloc(g, 2 * n);
+  void *k1[] = {&out, &da, &db, &n};
+  gpu_launch(g, "residual_add", grid1d(g, n), 1, 1, 256, 0, k1);
+  for (long i = 0; i < n; i++) want[i] = a[i] + b[i];
+  double *got = down_bf16(g, out, n);
+  gpu_check(g, "residual_add", got, want, n, 1e-6, RT_BF16);
+  free(got);
+
+  double *f = malloc(sizeof *f * n);
+  for (long i = 0; i < n; i++) f[i] = (float)(3 * rng_uniform(r));
+  CUdeviceptr df = up_f32(g, f, n), acc = up_f32(g, f, n), acc2 = up_f32(g, f, n);
+  void *k2[] = {&out, &df, &n};
+  gpu_launch(g, "cast_f32_to_bf16", grid1d(g, n), 1, 1, 256, 0, k2);
+  memcpy(want, f, sizeof *want * n);
+  round_bf16(want, n);
+  got = down_bf16(g, out, n);
+  gpu_check(g, "cast_f32_to_bf16 (exact, round to nearest even)", got, want, n, 0, 0);
+  free(got);
+  CUdeviceptr back = gpu_alloc(g, 4 * n);
+  void *k3[] = {&back, &out, &n};
+  gpu_launch(g, "cast_bf16_to_f32", grid1d(g, n), 1, 1, 256, 0, k3);
+  got = down_f32(g, back, n);
+  gpu_check(g, "cast_bf16_to_f32 (exact)", got, want, n, 0, 0);
+  free(got);
+
+  void *k4[] = {&acc, &da, &n};
+  gpu_launch(g, "grad_accumulate_bf16", grid1d(g, n), 1, 1, 256, 0, k4);
+  for (long i = 0; i < n; i++) want[i] = (float)(f[i] + a[i]);
+  got = down_f32(g, acc, n);
+  gpu_check(g, "grad_accumulate_bf16", got, want, n, 0, 1e-7);
+  free(got);
+  void *k5[] = {&acc2, &df, &n};
+  gpu_launch(g, "grad_accumulate_f32", grid1d(g, n), 1, 1, 256, 0, k5);
+  float s = 0.5f;
+  CUdeviceptr ds = gpu_dup(g, &s, 4);
+  void *k6[] = {&acc2, &ds, &n};
+  gpu_launch(g, "scale_f32", grid1d(g, n), 1, 1, 256, 0, k6);
+  got = down_f32(g, acc2, n);
+  gpu_check(g, "grad_accumulate_f32 + scale_f32 (exact)", got, f, n, 0, 0); /* (f + f) / 2 */
+  free(got);
+  float v = 3.25f;
+  void *k7[] = {&acc2, &v, &n};
+  gpu_launch(g, "fill_f32", grid1d(g, n), 1, 1, 256, 0, k7);
+  got = down_f32(g, acc2, n);
+  for (long i = 0; i < n; i++) want[i] = 3.25;
+  gpu_check(g, "fill_f32", got, want, n, 0, 0);
+  free(got), free(a), free(b), free(f), free(want);
+  CUdeviceptr bufs[] = {da, db, out, df, acc, acc2, back, ds};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+}
+
+static void test_cross_entropy(Gpu *g, Rng *r) {
+  int N = 67, V = 1003, Vp = 1008;
+  float dloss = 1.0f / 64;
+  long n = (long)N * Vp;
+  double *x;
+  CUdeviceptr dl = up_bf16(g, r, n, 4, &x);
+  int *t = malloc(sizeof *t * N);
+  for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+  t[3] = -100, t[10] = V; /* ignored */
+  CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), mean = gpu_alloc(g, 4);
+  void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss};
+  gpu_launch(g, "cross_entropy_forward_backward", (unsigned)N, 1, 1, 512, 0, a);
+  double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
+  ref_cross_entropy(wl, wd, x, t, N, V, Vp, dloss);
+  double *gl = down_f32(g, losses, N), *gd = down_bf16(g, dl, n);
+  gpu_check(g, "cross_entropy loss", gl, wl, N, 1e-5, 1e-5);
+  gpu_check(g, "cross_entropy dlogits (in place)", gd, wd, n, 1e-6 * dloss, RT_BF16);
+  float scale = 1.0f / (N - 2);
+  void *b[] = {&mean, &losses, &N, &scale};
+  gpu_launch(g, "loss_reduce", 1, 1, 1, 1024, 0, b);
+  double wm = 0, *gm;
+  for (int i = 0; i < N; i++) wm += wl[i];
+  wm *= scale;
+  gm = down_f32(g, mean, 1);
+  gpu_check(g, "loss_reduce (mean)", gm, &wm, 1, 0, 1e-5);
+  free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(gm);
+  gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean);
+}
+
+static void test_optimizer(Gpu *g, Rng *r) {
+  long n = 10000;
+  double *w = malloc(sizeof *w * n), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
+         *gr = malloc(sizeof *gr * n);
+  for (long i = 0; i < n; i++) w[i] = (float)rng_uniform(r);
+  CUdeviceptr dw = up_f32(g, w, n), dm = gpu_alloc(g, 4 * n), dv = gpu_alloc(g, 4 * n), dp = gpu_alloc(g, 2 * n);
+  CUdeviceptr dg = gpu_alloc(g, 4 * n), dhp = gpu_alloc(g, 4 * 7);
+  float gs = 0.5f, wd_mult = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  CUdeviceptr dgs = gpu_dup(g, &gs, 4);
+  for (int step = 1; step <= 3; step++) {
+    for (long i = 0; i < n; i++) gr[i] = (float)(0.1 * rng_uniform(r));
+    float *gf = malloc(4 * (size_t)n);
+    for (long i = 0; i < n; i++) gf[i] = (float)gr[i];
+    gpu_put(g, dg, gf, 4 * n);
+    free(gf);
+    float hp[7] = {lr, b1, b2, eps, wd, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
+    gpu_put(g, dhp, hp, sizeof hp);
+    void *a[] = {&dw, &dp, &dg, &dm, &dv, &n, &dhp, &dgs, &wd_mult};
+    gpu_launch(g, "adamw_update", grid1d(g, n), 1, 1, 256, 0, a);
+    ref_adamw(w, m, v, gr, n, lr, b1, b2, eps, wd, step, gs);
+  }
+  double *gw = down_f32(g, dw, n), *gm = down_f32(g, dm, n), *gv = down_f32(g, dv, n), *gp = down_bf16(g, dp, n);
+  /* update magnitude ~lr: fp32 arithmetic on w ~ 1 is exact to ~1e-7 */
+  gpu_check(g, "adamw master weights (3 steps)", gw, w, n, 2e-7, 1e-6);
+  gpu_check(g, "adamw m", gm, m, n, 1e-9, 1e-5);
+  gpu_check(g, "adamw v", gv, v, n, 1e-12, 1e-5);
+  round_bf16(gw, n);
+  gpu_check(g, "adamw bf16 copy = bf16(master) (exact)", gp, gw, n, 0, 0);
+  free(w), free(m), free(v), free(gr), free(gw), free(gm), free(gv), free(gp);
+  CUdeviceptr bufs[] = {dw, dm, dv, dp, dg, dhp, dgs};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+
+  /* Global norm over three tensors, two-stage, then its clip factor. */
+  long sizes[3] = {1000, 50000, 7};
+  int G = 64, count = 3 * G;
+  float max_norm = 1.0f;
+  CUdeviceptr partial = gpu_alloc(g, 4 * (size_t)count), norm = gpu_alloc(g, 4), scale = gpu_alloc(g, 4);
+  CUdeviceptr t[3];
+  double ss = 0;
+  for (int k = 0; k < 3; k++) {
+    double *d = malloc(sizeof *d * sizes[k]);
+    for (long i = 0; i < sizes[k]; i++) d[i] = (float)(0.01 * rng_uniform(r)), ss += d[i] * d[i];
+    t[k] = up_f32(g, d, sizes[k]);
+    free(d);
+  }
+  void *first = NULL;
+  for (int rep = 0; rep < 2; rep++) {
+    for (int k = 0; k < 3; k++) {
+      CUdeviceptr slot = partial + 4 * (size_t)k * G;
+      void *a[] = {&slot, &t[k], &sizes[k]};
+      gpu_launch(g, "norm_squared_partial", (unsigned)G, 1, 1, 256, 0, a);
+    }
+    void *b[] = {&norm, &scale, &partial, &count, &max_norm};
+    gpu_launch(g, "global_norm_finalize", 1, 1, 1, 1024, 0, b);
+    void *now = down_raw(g, norm, 4);
+    if (first) gpu_check_bitwise(g, "global norm deterministic", first, now, 4);
+    free(first);
+    first = now;
+  }
+  free(first);
+  double want_norm = sqrt(ss), want_scale = fmin(1.0, max_norm / (want_norm + 1e-6));
+  double *gn = down_f32(g, norm, 1), *gsc = down_f32(g, scale, 1);
+  gpu_check(g, "global norm", gn, &want_norm, 1, 0, 1e-5);
+  gpu_check(g, "global norm clip scale", gsc, &want_scale, 1, 0, 1e-5);
+  free(gn), free(gsc);
+  gpu_free(g, partial), gpu_free(g, norm), gpu_free(g, scale);
+  for (int k = 0; k < 3; k++) gpu_free(g, t[k]);
+}
+
+void test_basic(Gpu *g) {
+  Rng r = {0x5eed};
+  test_embedding(g, &r);
+  test_norms(g, &r);
+  test_rope(g, &r);
+  test_softmax_transpose(g, &r);
+  test_activations(g, &r);
+  test_dropout(g, &r);
+  test_elementwise(g, &r);
+  test_cross_entropy(g, &r);
+  test_optimizer(g, &r);
+  gpu_sync(g);
+}

@@ -1,0 +1,214 @@
+/* harness.c — see harness.h. */
+#include "harness.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_text.h"
+#include "nvrtc.h"
+#include "ref.h"
+
+#define GPU_STR(x) #x
+#define GPU_XSTR(x) GPU_STR(x)
+
+int gpu_open(Gpu *g, char *why, size_t whysz) {
+  memset(g, 0, sizeof *g);
+  g->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!g->lib) {
+    snprintf(why, whysz, "no CUDA driver (libcuda.so.1): %s", dlerror());
+    return GPU_SKIP;
+  }
+  /* GPU_XSTR expands cuda.h's version macros first: cuMemAlloc -> "cuMemAlloc_v2". */
+#define GPU_LOAD(f)                                                                                \
+  if (!(g->f = (__typeof__(&f))dlsym(g->lib, GPU_XSTR(f)))) {                                      \
+    snprintf(why, whysz, "libcuda.so.1 lacks %s", GPU_XSTR(f));                                    \
+    return 1;                                                                                      \
+  }
+  GPU_DRIVER_FUNCS(GPU_LOAD)
+#undef GPU_LOAD
+  int count = 0;
+  CUresult r = g->cuInit(0);
+  if (r != CUDA_SUCCESS || g->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    snprintf(why, whysz, "no CUDA device (cuInit: %d, devices: %d)", (int)r, count);
+    return GPU_SKIP;
+  }
+  if (g->cuDeviceGet(&g->dev, 0) != CUDA_SUCCESS || g->cuDevicePrimaryCtxRetain(&g->ctx, g->dev) != CUDA_SUCCESS ||
+      g->cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS) {
+    snprintf(why, whysz, "cannot create a context on device 0");
+    return 1;
+  }
+  g->cuDeviceGetName(g->name, sizeof g->name, g->dev);
+  g->cuDeviceGetAttribute(&g->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev);
+  return 0;
+}
+
+int gpu_load_kernels(Gpu *g, const char *cache_dir) {
+  char err[256];
+  char *src = kernel_text_assemble(NULL, 0, err, sizeof err);
+  if (!src) {
+    fprintf(stderr, "assemble: %s\n", err);
+    return 1;
+  }
+  int major = 0, minor = 0;
+  g->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g->dev);
+  g->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, g->dev);
+  char arch[32];
+  snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+  CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
+  Cubin c;
+  char *msg = NULL;
+  CubinStatus st = cubin_compile(src, &opt, &c, &msg);
+  free(src);
+  if (st != CUBIN_OK && st != CUBIN_ERR_IO) {
+    fprintf(stderr, "%s\n", msg ? msg : "nvrtc failed");
+    free(msg);
+    return 1;
+  }
+  if (msg) fprintf(stderr, "warning: %s\n", msg);
+  free(msg);
+  fprintf(stderr, "kernels: %s cubin, %zu bytes%s\n", arch, c.size, c.from_cache ? " (cached)" : "");
+  CUresult r = g->cuModuleLoadData(&g->mod, c.data);
+  cubin_free(&c);
+  if (r != CUDA_SUCCESS) {
+    const char *s = "?";
+    g->cuGetErrorString(r, &s);
+    fprintf(stderr, "cuModuleLoadData: %s\n", s);
+    return 1;
+  }
+  return 0;
+}
+
+void gpu_close(Gpu *g) {
+  if (g->mod) g->cuModuleUnload(g->mod);
+  if (g->ctx) g->cuDevicePrimaryCtxRelease(g->dev);
+  if (g->lib) dlclose(g->lib);
+}
+
+void gpu_ok(Gpu *g, CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS) return;
+  const char *s = "?";
+  g->cuGetErrorString(r, &s);
+  fprintf(stderr, "FATAL %s: %s\n", what, s);
+  exit(1);
+}
+
+CUdeviceptr gpu_alloc(Gpu *g, size_t bytes) {
+  CUdeviceptr p = 0;
+  gpu_ok(g, g->cuMemAlloc(&p, bytes ? bytes : 16), "cuMemAlloc");
+  gpu_ok(g, g->cuMemsetD8(p, 0, bytes ? bytes : 16), "cuMemsetD8");
+  return p;
+}
+
+void gpu_free(Gpu *g, CUdeviceptr p) { gpu_ok(g, g->cuMemFree(p), "cuMemFree"); }
+void gpu_put(Gpu *g, CUdeviceptr dst, const void *src, size_t n) { gpu_ok(g, g->cuMemcpyHtoD(dst, src, n), "HtoD"); }
+void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t n) { gpu_ok(g, g->cuMemcpyDtoH(dst, src, n), "DtoH"); }
+void gpu_sync(Gpu *g) { gpu_ok(g, g->cuCtxSynchronize(), "synchronize (a kernel faulted?)"); }
+
+CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
+  CUdeviceptr p = gpu_alloc(g, bytes);
+  gpu_put(g, p, src, bytes);
+  return p;
+}
+
+void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                void **args) {
+  CUfunction f;
+  char what[160];
+  snprintf(what, sizeof what, "cuModuleGetFunction(%s)", name);
+  gpu_ok(g, g->cuModuleGetFunction(&f, g->mod, name), what);
+  if (smem > 48 * 1024)
+    gpu_ok(g, g->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), "smem attribute");
+  snprintf(what, sizeof what, "launch %s", name);
+  gpu_ok(g, g->cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL), what);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int reps) {
+  for (int i = 0; i < warmup; i++) fn(g, ctx);
+  gpu_sync(g);
+  CUevent a, b;
+  gpu_ok(g, g->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
+  gpu_ok(g, g->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
+  double t[64];
+  if (reps > 64) reps = 64;
+  for (int i = 0; i < reps; i++) {
+    float ms = 0;
+    gpu_ok(g, g->cuEventRecord(a, 0), "record");
+    fn(g, ctx);
+    gpu_ok(g, g->cuEventRecord(b, 0), "record");
+    gpu_ok(g, g->cuEventSynchronize(b), "event sync");
+    gpu_ok(g, g->cuEventElapsedTime(&ms, a, b), "elapsed");
+    t[i] = ms;
+  }
+  g->cuEventDestroy(a);
+  g->cuEventDestroy(b);
+  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  return t[reps / 2];
+}
+
+double rng_uniform(Rng *r) {
+  r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(r->s >> 11) / 4503599627370496.0 - 1.0;
+}
+
+void rand_bf16(Rng *r, uint16_t *h, double *d, long n, double amp) {
+  for (long i = 0; i < n; i++) {
+    h[i] = ref_f32_to_bf16((float)(amp * rng_uniform(r)));
+    if (d) d[i] = ref_bf16_to_f32(h[i]);
+  }
+}
+
+void bf16_to_double(const uint16_t *h, double *d, long n) {
+  for (long i = 0; i < n; i++) d[i] = ref_bf16_to_f32(h[i]);
+}
+
+void float_to_double(const float *f, double *d, long n) {
+  for (long i = 0; i < n; i++) d[i] = f[i];
+}
+
+int gpu_check(Gpu *g, const char *name, const double *got, const double *ref, long n, double atol, double rtol) {
+  double max_err = 0, max_ref = 0, worst_ratio = 0;
+  long bad = 0, worst = 0;
+  for (long i = 0; i < n; i++) {
+    double e = fabs(got[i] - ref[i]), lim = atol + rtol * fabs(ref[i]);
+    if (fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);
+    if (e > max_err) max_err = e;
+    if (!(e <= lim)) { /* NaN fails too */
+      bad++;
+      if (!(e / lim <= worst_ratio)) worst_ratio = e / lim, worst = i;
+    }
+  }
+  g->checks++;
+  if (bad) g->failed++;
+  printf("%s %-48s n=%-9ld max_err=%.3e max_ref=%.3e atol=%.1e rtol=%.1e", bad ? "FAIL" : "PASS", name, n, max_err,
+         max_ref, atol, rtol);
+  if (bad) printf("  %ld bad, worst [%ld] got %.6g want %.6g", bad, worst, got[worst], ref[worst]);
+  printf("\n");
+  fflush(stdout);
+  return !bad;
+}
+
+int gpu_check_bitwise(Gpu *g, const char *name, const void *a, const void *b, size_t bytes) {
+  const unsigned char *x = a, *y = b;
+  size_t diff = 0;
+  for (size_t i = 0; i < bytes; i++) diff += x[i] != y[i];
+  g->checks++;
+  if (diff) g->failed++;
+  printf("%s %-48s %zu bytes, %zu differ\n", diff ? "FAIL" : "PASS", name, bytes, diff);
+  fflush(stdout);
+  return !diff;
+}
+
+int gpu_check_true(Gpu *g, const char *name, int ok, const char *detail) {
+  g->checks++;
+  if (!ok) g->failed++;
+  printf("%s %-48s %s\n", ok ? "PASS" : "FAIL", name, detail ? detail : "");
+  fflush(stdout);
+  return ok;
+}

@@ -1,0 +1,211 @@
+/* test_nvrtc.c — the device code compiles without a GPU: every kernel of kernels/ (the .cuh
+ * files) goes through NVRTC to an sm_90 cubin that defines each expected extern "C" name; the
+ * second compile is a cache hit with the same bytes; compile errors point at the generated line,
+ * the `// op:` marker and the hand-written file and line they came from. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernel_text.h"
+#include "nvrtc.h"
+
+static int failures;
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+static const char *const expected[] = {
+#define STEPC_KERNEL(name) #name,
+#include "kernels/kernel_list.h"
+#undef STEPC_KERNEL
+};
+
+static int line_of(const char *text, const char *needle) {
+  const char *p = strstr(text, needle);
+  if (!p) return 0;
+  int line = 1;
+  for (const char *q = text; q < p; q++) line += *q == '\n';
+  return line;
+}
+
+/* source with the first occurrence of `from` replaced by `to` (malloc'd). */
+static char *replace(const char *source, const char *from, const char *to) {
+  const char *p = strstr(source, from);
+  if (!p) return NULL;
+  size_t n = strlen(source) - strlen(from) + strlen(to) + 1;
+  char *s = malloc(n);
+  if (!s) return NULL;
+  snprintf(s, n, "%.*s%s%s", (int)(p - source), source, to, p + strlen(from));
+  return s;
+}
+
+static void test_all_kernels(const char *cache) {
+  char err[256];
+  char *src = kernel_text_assemble(NULL, 0, err, sizeof err);
+  CHECK(src != NULL);
+  if (!src) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  CubinOptions opt = {.arch = "sm_90", .cache_dir = cache};
+  Cubin c1, c2;
+  char *msg = NULL;
+  CubinStatus st = cubin_compile(src, &opt, &c1, &msg);
+  if (msg) fprintf(stderr, "%s\n", msg);
+  free(msg);
+  CHECK(st == CUBIN_OK);
+  if (st != CUBIN_OK) {
+    free(src);
+    return;
+  }
+  CHECK(!c1.from_cache);
+  for (size_t i = 0; i < sizeof expected / sizeof *expected; i++) {
+    int found = cubin_has_function(c1.data, c1.size, expected[i]);
+    if (!found) fprintf(stderr, "kernel %s missing from the cubin\n", expected[i]);
+    CHECK(found);
+  }
+  CHECK(!cubin_has_function(c1.data, c1.size, "no_such_kernel"));
+  CHECK(!cubin_has_function(c1.data, c1.size, "load8")); /* inlined device helpers leave no symbol */
+
+  st = cubin_compile(src, &opt, &c2, &msg);
+  free(msg);
+  CHECK(st == CUBIN_OK && c2.from_cache);
+  CHECK(c2.key == c1.key && c2.size == c1.size && memcmp(c1.data, c2.data, c1.size) == 0);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%016llx.sm_90.cubin", cache, (unsigned long long)c1.key);
+  CHECK(access(path, R_OK) == 0);
+
+  /* The key moves with anything that changes the cubin. */
+  CubinOptions other = opt;
+  other.arch = "sm_100";
+  CHECK(cubin_cache_key(src, &other) != c1.key);
+  const char *lineinfo[] = {"-lineinfo"};
+  other = opt;
+  other.extra = lineinfo;
+  other.n_extra = 1;
+  CHECK(cubin_cache_key(src, &other) != c1.key);
+  CHECK(cubin_cache_key(src, &opt) == c1.key);
+
+  cubin_free(&c1);
+  cubin_free(&c2);
+  free(src);
+}
+
+/* An error in generated code: reported at its line, with the op marker above it. */
+static void test_error_in_op(const char *cache) {
+  char err[256];
+  char *base = kernel_text_assemble((const char *const[]){"elementwise.cuh"}, 1, err, sizeof err);
+  CHECK(base != NULL);
+  if (!base) return;
+  const char *tail = "\n// op: layers.3.mlp.broken_add\n"
+                     "extern \"C\" __global__ void broken_add(float* x) {\n"
+                     "  x[threadIdx.x] = x[threadIdx.x] + ;\n"
+                     "}\n";
+  size_t n = strlen(base) + strlen(tail) + 1;
+  char *src = malloc(n);
+  snprintf(src, n, "%s%s", base, tail);
+  int bad = line_of(src, "x[threadIdx.x] + ;"), op = line_of(src, "// op: layers.3.mlp.broken_add");
+
+  CubinOptions opt = {.cache_dir = cache, .source_name = "kernels.cu"};
+  Cubin c;
+  char *msg = NULL;
+  CHECK(cubin_compile(src, &opt, &c, &msg) == CUBIN_ERR_COMPILE);
+  CHECK(msg != NULL && c.data == NULL);
+  if (msg) {
+    char want[128];
+    snprintf(want, sizeof want, "kernels.cu:%d: error:", bad);
+    CHECK(strstr(msg, want) != NULL);
+    CHECK(strstr(msg, "x[threadIdx.x] = x[threadIdx.x] + ;") != NULL); /* the source line itself */
+    snprintf(want, sizeof want, "in op 'layers.3.mlp.broken_add' (kernels.cu:%d)", op);
+    CHECK(strstr(msg, want) != NULL);
+    CHECK(strstr(msg, "in kernels/") == NULL); /* generated code after the last file */
+    if (failures) fprintf(stderr, "message was:\n%s\n", msg);
+  }
+  free(msg);
+  free(src);
+  free(base);
+}
+
+/* An error inside a hand-written file maps back to kernels/FILE:LINE. */
+static void test_error_in_file(const char *cache) {
+  char err[256];
+  char *base = kernel_text_assemble((const char *const[]){"rope.cuh"}, 1, err, sizeof err);
+  CHECK(base != NULL);
+  if (!base) return;
+  const char *needle = "rope_apply(out, inp, B, T, H, D, base, 1.0f);";
+  char *src = replace(base, needle, "rope_apply(out, inp, B, T, H, D, base, 1.0f) +;");
+  CHECK(src != NULL);
+  const struct kernel_file *rope = kernel_file_find("rope.cuh");
+  CHECK(rope != NULL);
+  if (src && rope) {
+    int file_line = line_of(rope->text, needle);
+    CubinOptions opt = {.cache_dir = cache};
+    Cubin c;
+    char *msg = NULL;
+    CHECK(cubin_compile(src, &opt, &c, &msg) == CUBIN_ERR_COMPILE);
+    char want[128];
+    snprintf(want, sizeof want, "in kernels/rope.cuh:%d", file_line);
+    CHECK(msg && strstr(msg, want) != NULL);
+    CHECK(msg && strstr(msg, "in op '") == NULL); /* no op marker in hand-written code */
+    if (failures) fprintf(stderr, "message was:\n%s\n", msg ? msg : "(null)");
+    free(msg);
+  }
+  free(src);
+  free(base);
+}
+
+static void test_assemble(void) {
+  char err[256];
+  /* Dependencies come first, once: flash.cuh pulls in mma.cuh, which pulls in common.cuh. */
+  char *s = kernel_text_assemble((const char *const[]){"flash.cuh", "norm.cuh"}, 2, err, sizeof err);
+  CHECK(s != NULL);
+  if (s) {
+    const char *common = strstr(s, KERNEL_FILE_MARKER "common.cuh\n");
+    const char *mma = strstr(s, KERNEL_FILE_MARKER "mma.cuh\n");
+    const char *flash = strstr(s, KERNEL_FILE_MARKER "flash.cuh\n");
+    CHECK(common && mma && flash && common < mma && mma < flash);
+    CHECK(common && strstr(common + 1, KERNEL_FILE_MARKER "common.cuh\n") == NULL);
+    CHECK(strstr(s, KERNEL_FILE_END_MARKER "flash.cuh\n") > flash);
+    CHECK(strstr(s, "\n#include \"") == NULL);
+    CHECK(strstr(s, "\n#pragma once") == NULL);
+    free(s);
+  }
+  CHECK(kernel_text_assemble((const char *const[]){"nope.cuh"}, 1, err, sizeof err) == NULL);
+  CHECK(strstr(err, "nope.cuh") != NULL);
+}
+
+static void test_fnv(void) {
+  /* FNV-1a 64 reference values: "" and "a". */
+  CHECK(cubin_fnv1a(CUBIN_FNV_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+  CHECK(cubin_fnv1a(CUBIN_FNV_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+}
+
+static void test_elf_guard(void) {
+  unsigned char junk[64] = {0x7f, 'E', 'L', 'F', 2};
+  CHECK(!cubin_has_function(junk, sizeof junk, "x")); /* header claims nothing valid */
+  CHECK(!cubin_has_function(junk, 3, "x"));
+}
+
+int main(void) {
+  char cache[] = "/tmp/stepc-test-nvrtc-XXXXXX";
+  if (!mkdtemp(cache)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_fnv();
+  test_elf_guard();
+  test_assemble();
+  test_all_kernels(cache);
+  test_error_in_op(cache);
+  test_error_in_file(cache);
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
