@@ -6,10 +6,12 @@
 #include "diag.h"
 #include "spec.h"
 
-/* Checks `in` and writes the normalized Spec to `out` (Megatron's normalizations applied:
- * recompute_modules null -> [core_attn], cuda_graph_modules "full" -> [], a deprecated
- * "full_iteration" module -> cuda_graph_impl, local router+preprocess pairing). Appends errors and
- * warnings to `diags`; returns the number of errors. `out` may equal `in`. */
+/* Checks `in` and writes the normalized Spec to `out`: Megatron's normalizations applied
+ * (recompute_modules null -> [core_attn]; cuda_graph_modules "full" -> []; a deprecated
+ * "full_iteration" module -> cuda_graph_impl=full_iteration; local moe_router/moe_preprocess
+ * pairing; sequence_parallel off at TP=1; cuda_graph_modules cleared when cuda_graph_impl=none),
+ * each one that changes what the recipe says reported as a warning. Appends errors and warnings to
+ * `diags` and returns the number of errors; prints nothing. `out` may equal `in`. */
 int validate_spec(const Spec *in, Spec *out, DiagList *diags);
 
 #endif

@@ -4,7 +4,8 @@
 -- control of recompute_modules. Architecture from Moonshot's config.json: 27 layers (the first
 -- dense, 26 MLA + MoE), d2048, 16 heads, MLA without q low-rank, kv_lora_rank 512, qk nope 128 +
 -- rope 64, v 128, 64 routed experts of 1408 with top-6, 2 shared experts (2816), dense ffn 11264,
--- vocab 163840, rope_theta 50000. TP 2 with MoE needs sequence parallelism (MCORE-68).
+-- vocab 163840, rope_theta 50000. TP 2 with MoE needs sequence parallelism (MCORE-68). Experts are
+-- not tensor-parallel (ETP 1): with ETP = TP = 2, EP 8 would need 16 GPUs (STEPC-9).
 local moe_layers = { 0 }
 for i = 2, 27 do moe_layers[i] = 1 end
 return {
@@ -41,6 +42,7 @@ return {
     moe_aux_loss_coeff = 0.001,
     tensor_model_parallel_size = 2,
     expert_model_parallel_size = 8,
+    expert_tensor_parallel_size = 1,
     sequence_parallel = true,
     recompute_granularity = "selective",
     recompute_modules = {},

@@ -1,0 +1,108 @@
+/* validate_model.c — stepc's own consistency rules on the architecture and the data
+ * (STEPC-13..18, STEPC-20): what Megatron would reject while building the model, or what stepc
+ * cannot run yet. */
+#include <string.h>
+
+#include "validate_internal.h"
+
+/* STEPC-13, STEPC-14: the hybrid layer pattern. */
+static void check_hybrid(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = &s->model;
+  if (!v_is_hybrid(s)) return;
+  const int F = SPEC_F_model_hybrid_override_pattern;
+  const char *p = m->hybrid_override_pattern;
+  size_t n = strlen(p);
+  if ((int64_t)n != m->num_layers)
+    diag_hint(v_error(v, "STEPC-13", SPEC_F_model_num_layers,
+                      "num_layers=%lld but hybrid_override_pattern has %zu layers (%s)",
+                      (long long)m->num_layers, n, v_at(v, F)),
+              "set model.num_layers=%zu: in a hybrid model the pattern lists every layer", n);
+  size_t bad = strspn(p, "M*-E");
+  if (bad < n)
+    diag_hint(
+        v_error(v, "STEPC-14", F,
+                "hybrid_override_pattern has '%c' at position %zu; the letters are M (Mamba), * (attention), "
+                "- (MLP) and E (MoE)",
+                p[bad], bad),
+        "write the pattern with the letters M * - E only");
+  if (strchr(p, 'E') && !spec_is_moe(s))
+    diag_hint(v_error(v, "STEPC-14", F,
+                      "hybrid_override_pattern has MoE layers (E) but num_moe_experts is %s",
+                      s->present[SPEC_F_model_num_moe_experts] ? "1" : "null"),
+              "set model.num_moe_experts, or replace E by - (a dense MLP)");
+}
+
+/* STEPC-15: multi-latent attention. */
+static void check_mla(VCtx *v) {
+  const Spec *s = v->s;
+  if (!s->model.multi_latent_attention) return;
+  const int F = SPEC_F_model_multi_latent_attention;
+  if (s->present[SPEC_F_model_experimental_attention_variant])
+    diag_hint(
+        v_error(v, "STEPC-15", F,
+                "multi_latent_attention cannot be combined with experimental_attention_variant=%s (%s): a "
+                "layer has one attention",
+                s->model.experimental_attention_variant,
+                v_at(v, SPEC_F_model_experimental_attention_variant)),
+        "choose one of them");
+  if (s->model.qk_pos_emb_head_dim > 0 && !v_str_is(s, SPEC_F_model_position_embedding_type, "rope"))
+    diag_hint(
+        v_error(v, "STEPC-15", SPEC_F_model_position_embedding_type,
+                "multi_latent_attention with qk_pos_emb_head_dim=%lld applies RoPE to that part of each "
+                "head, but position_embedding_type=%s",
+                (long long)s->model.qk_pos_emb_head_dim, s->model.position_embedding_type),
+        "set model.position_embedding_type=rope");
+}
+
+/* STEPC-16, STEPC-17: MoE routing and layer placement. */
+static void check_moe(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = &s->model;
+  if (!spec_is_moe(s)) return;
+  if (m->moe_router_topk > m->num_moe_experts)
+    diag_hint(v_error(v, "STEPC-16", SPEC_F_model_moe_router_topk,
+                      "moe_router_topk=%lld is more than num_moe_experts=%lld", (long long)m->moe_router_topk,
+                      (long long)m->num_moe_experts),
+              "set model.moe_router_topk to at most %lld", (long long)m->num_moe_experts);
+  const SpecFreq *f = &m->moe_layer_freq;
+  if (!v_is_hybrid(s) && f->every == 0 && f->n != m->num_layers)
+    diag_hint(v_error(v, "STEPC-17", SPEC_F_model_moe_layer_freq,
+                      "moe_layer_freq lists %d layers but num_layers=%lld", f->n, (long long)m->num_layers),
+              "give one 0/1 entry per layer (%lld entries)", (long long)m->num_layers);
+}
+
+/* STEPC-18: where the tokens come from. */
+static void check_data(VCtx *v) {
+  const Spec *s = v->s;
+  bool mock_set = s->present[SPEC_F_data_mock], path = s->present[SPEC_F_data_path];
+  if (mock_set && s->data.mock && path)
+    diag_hint(v_error(v, "STEPC-18", SPEC_F_data_mock,
+                      "data.mock=true and data.path=%s (%s) contradict each other: mock tokens or the file?",
+                      s->data.path, v_at(v, SPEC_F_data_path)),
+              "drop data.mock to read the file, or drop data.path for mock tokens");
+  if (mock_set && !s->data.mock && !path)
+    diag_hint(
+        v_error(v, "STEPC-18", SPEC_F_data_mock, "data.mock=false but data.path is null: there is no data"),
+        "set data.path to a text file, or data.mock=true");
+}
+
+/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work (DESIGN §5). */
+static void check_precision(VCtx *v) {
+  const Spec *s = v->s;
+  if (s->present[SPEC_F_model_fp8])
+    diag_hint(
+        v_warn(v, "STEPC-20", SPEC_F_model_fp8,
+               "fp8=%s is checked against Megatron's rules, but stepc does not execute fp8 yet: plans and "
+               "runs use bf16",
+               s->model.fp8),
+        "write model.fp8=null to plan what will run");
+}
+
+void validate_model(VCtx *v) {
+  check_hybrid(v);
+  check_mla(v);
+  check_moe(v);
+  check_data(v);
+  check_precision(v);
+}

@@ -1,0 +1,219 @@
+/* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27) and the MoE
+ * expert-parallel and overlap rules (megatron-rules.md §1.H–I; MCORE-62, 63, 68).
+ *
+ * Megatron checks most divisions with `divide()` asserts deep inside module construction; stepc
+ * checks them up front, naming the field. */
+#include "validate_internal.h"
+
+#define M(s) (&(s)->model)
+#define F_TP SPEC_F_model_tensor_model_parallel_size
+
+static const char *tp_hint = "choose model.tensor_model_parallel_size among the divisors";
+
+/* STEPC-2..5, STEPC-26, STEPC-27: what tensor parallelism splits. */
+static void check_tensor_parallel(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = M(s);
+  int64_t tp = m->tensor_model_parallel_size;
+  if (m->num_attention_heads % tp)
+    diag_hint(v_error(v, "STEPC-2", SPEC_F_model_num_attention_heads,
+                      "num_attention_heads=%lld is not divisible by tensor_model_parallel_size=%lld",
+                      (long long)m->num_attention_heads, (long long)tp),
+              "%s of %lld", tp_hint, (long long)m->num_attention_heads);
+  int64_t g = spec_num_query_groups(s);
+  if (!m->multi_latent_attention) {
+    if (g % tp)
+      diag_hint(
+          v_error(
+              v, "STEPC-3", v_pick(v, SPEC_F_model_num_query_groups, F_TP),
+              "num_query_groups=%lld (key/value heads) is not divisible by tensor_model_parallel_size=%lld",
+              (long long)g, (long long)tp),
+          "%s of %lld, or change model.num_query_groups", tp_hint, (long long)g);
+    if (g > m->num_attention_heads || m->num_attention_heads % g)
+      diag_hint(
+          v_error(v, "STEPC-4", SPEC_F_model_num_query_groups,
+                  "num_attention_heads=%lld is not a multiple of num_query_groups=%lld: every key/value "
+                  "head must serve the same number of query heads",
+                  (long long)m->num_attention_heads, (long long)g),
+          "choose model.num_query_groups among the divisors of %lld", (long long)m->num_attention_heads);
+    if (!s->present[SPEC_F_model_kv_channels] && m->hidden_size % m->num_attention_heads)
+      diag_hint(
+          v_error(v, "STEPC-5", SPEC_F_model_hidden_size,
+                  "hidden_size=%lld is not divisible by num_attention_heads=%lld, and kv_channels is null "
+                  "(the head dim is hidden_size / num_attention_heads)",
+                  (long long)m->hidden_size, (long long)m->num_attention_heads),
+          "set model.kv_channels to the head dim, or change hidden_size or num_attention_heads");
+  }
+  int64_t ffn = spec_ffn_hidden_size(s);
+  if (v_has_dense_mlp(s) && ffn % tp)
+    diag_hint(v_error(v, "STEPC-27", SPEC_F_model_ffn_hidden_size,
+                      "ffn_hidden_size=%lld is not divisible by tensor_model_parallel_size=%lld",
+                      (long long)ffn, (long long)tp),
+              "%s of %lld", tp_hint, (long long)ffn);
+  int64_t etp = s->present[SPEC_F_model_expert_tensor_parallel_size] ? m->expert_tensor_parallel_size : tp;
+  int64_t mffn = spec_moe_ffn_hidden_size(s);
+  if (v_has_moe_layer(s) && mffn % etp)
+    diag_hint(v_error(v, "STEPC-27", SPEC_F_model_moe_ffn_hidden_size,
+                      "moe_ffn_hidden_size=%lld is not divisible by the expert tensor-parallel size %lld",
+                      (long long)mffn, (long long)etp),
+              "change model.expert_tensor_parallel_size or model.moe_ffn_hidden_size");
+  if (v_has_mamba(s)) {
+    /* Megatron's Mamba mixer: d_inner = 2 * hidden_size (expand 2), heads = d_inner / head_dim. */
+    int64_t d_inner = 2 * m->hidden_size, hd = m->mamba_head_dim;
+    if (d_inner % hd)
+      diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_head_dim,
+                        "the Mamba inner width 2*hidden_size=%lld is not divisible by mamba_head_dim=%lld",
+                        (long long)d_inner, (long long)hd),
+                "choose model.mamba_head_dim among the divisors of %lld", (long long)d_inner);
+    else if ((d_inner / hd) % tp)
+      diag_hint(v_error(v, "STEPC-26", F_TP,
+                        "the %lld Mamba heads are not divisible by tensor_model_parallel_size=%lld",
+                        (long long)(d_inner / hd), (long long)tp),
+                "%s of %lld", tp_hint, (long long)(d_inner / hd));
+    if (m->mamba_num_groups % tp)
+      diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_num_groups,
+                        "mamba_num_groups=%lld is not divisible by tensor_model_parallel_size=%lld",
+                        (long long)m->mamba_num_groups, (long long)tp),
+                "%s of %lld", tp_hint, (long long)m->mamba_num_groups);
+  }
+}
+
+/* STEPC-6..12: layers, ranks, sequence and batch. */
+static void check_layout(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = M(s);
+  int64_t tp = m->tensor_model_parallel_size, pp = m->pipeline_model_parallel_size;
+  int64_t cp = m->context_parallel_size, world = s->train.world_size;
+  bool has_vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size];
+  int64_t vpp = has_vpp ? m->virtual_pipeline_model_parallel_size : 1;
+  if (m->num_layers % pp)
+    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_pipeline_model_parallel_size,
+                      "num_layers=%lld is not divisible by pipeline_model_parallel_size=%lld",
+                      (long long)m->num_layers, (long long)pp),
+              "choose model.pipeline_model_parallel_size among the divisors of %lld",
+              (long long)m->num_layers);
+  else if ((m->num_layers / pp) % vpp)
+    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
+                      "the %lld layers per pipeline stage are not divisible by "
+                      "virtual_pipeline_model_parallel_size=%lld",
+                      (long long)(m->num_layers / pp), (long long)vpp),
+              "choose model.virtual_pipeline_model_parallel_size among the divisors of %lld",
+              (long long)(m->num_layers / pp));
+  if (has_vpp && vpp > 1 && pp == 1)
+    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
+                      "virtual_pipeline_model_parallel_size=%lld needs pipeline_model_parallel_size > 1 (the "
+                      "interleaved schedule splits pipeline stages)",
+                      (long long)vpp),
+              "write model.virtual_pipeline_model_parallel_size=null, or raise pipeline_model_parallel_size");
+  int64_t mp = tp * pp * cp;
+  bool world_ok = world % mp == 0;
+  if (!world_ok)
+    diag_hint(v_error(v, "STEPC-7", SPEC_F_train_world_size,
+                      "world_size=%lld is not divisible by TP*PP*CP = %lld*%lld*%lld = %lld",
+                      (long long)world, (long long)tp, (long long)pp, (long long)cp, (long long)mp),
+              "set train.world_size to a multiple of %lld (the data-parallel size is world_size / %lld)",
+              (long long)mp, (long long)mp);
+  int64_t ep = m->expert_model_parallel_size;
+  int64_t etp = s->present[SPEC_F_model_expert_tensor_parallel_size] ? m->expert_tensor_parallel_size : tp;
+  if (!spec_is_moe(s) && ep > 1)
+    diag_hint(v_error(v, "STEPC-8", SPEC_F_model_expert_model_parallel_size,
+                      "expert_model_parallel_size=%lld needs a MoE model (num_moe_experts is null or 1)",
+                      (long long)ep),
+              "set model.expert_model_parallel_size=1, or model.num_moe_experts");
+  if (spec_is_moe(s) && m->num_moe_experts % ep)
+    diag_hint(v_error(v, "STEPC-8", SPEC_F_model_expert_model_parallel_size,
+                      "num_moe_experts=%lld is not divisible by expert_model_parallel_size=%lld",
+                      (long long)m->num_moe_experts, (long long)ep),
+              "choose model.expert_model_parallel_size among the divisors of %lld",
+              (long long)m->num_moe_experts);
+  if (spec_is_moe(s) && world % (etp * ep * pp))
+    diag_hint(v_error(v, "STEPC-9", SPEC_F_train_world_size,
+                      "world_size=%lld is not divisible by ETP*EP*PP = %lld*%lld*%lld (the expert layout)",
+                      (long long)world, (long long)etp, (long long)ep, (long long)pp),
+              "set train.world_size to a multiple of %lld, or change EP/ETP", (long long)(etp * ep * pp));
+  if (cp > 1 && m->seq_length % (2 * cp))
+    diag_hint(v_error(v, "STEPC-10", SPEC_F_model_seq_length,
+                      "seq_length=%lld is not divisible by 2*context_parallel_size=%lld (context parallelism "
+                      "splits the sequence into 2*CP chunks for load balance)",
+                      (long long)m->seq_length, (long long)(2 * cp)),
+              "make model.seq_length a multiple of %lld", (long long)(2 * cp));
+  if (m->sequence_parallel && (m->seq_length / cp) % tp)
+    diag_hint(
+        v_error(v, "STEPC-11", SPEC_F_model_seq_length,
+                "with sequence_parallel, the %lld tokens per context-parallel rank are not divisible by "
+                "tensor_model_parallel_size=%lld",
+                (long long)(m->seq_length / cp), (long long)tp),
+        "make model.seq_length a multiple of %lld", (long long)(tp * cp));
+  if (world_ok) {
+    int64_t dp = world / mp, mbs = s->train.micro_batch_size, gbs = spec_global_batch_size(s);
+    if (gbs % (mbs * dp))
+      diag_hint(v_error(v, "STEPC-12",
+                        v_pick(v, SPEC_F_train_global_batch_size, SPEC_F_train_micro_batch_size),
+                        "global_batch_size=%lld is not divisible by micro_batch_size*DP = %lld*%lld",
+                        (long long)gbs, (long long)mbs, (long long)dp),
+                "set train.global_batch_size to a multiple of %lld", (long long)(mbs * dp));
+  }
+}
+
+/* MCORE-63: one diagnostic per unmet requirement of the EP all-to-all overlap. */
+static void ep_overlap_needs(VCtx *v, bool ok, const char *what, const char *hint) {
+  if (!ok)
+    diag_hint(v_error(v, "MCORE-63", SPEC_F_model_overlap_moe_expert_parallel_comm,
+                      "overlap_moe_expert_parallel_comm %s", what),
+              "%s", hint);
+}
+
+/* MCORE-62, MCORE-63, MCORE-68. */
+static void check_moe_parallel(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = M(s);
+  bool a2a = v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "alltoall") ||
+             v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "flex");
+  if (m->moe_shared_expert_overlap && !a2a)
+    diag_hint(
+        v_error(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
+                "moe_shared_expert_overlap only works with the alltoall or flex token dispatcher (it is %s)",
+                m->moe_token_dispatcher_type),
+        "set model.moe_token_dispatcher_type=alltoall, or drop moe_shared_expert_overlap");
+  if (spec_is_moe(s) && m->tensor_model_parallel_size > 1 && !m->sequence_parallel)
+    diag_hint(
+        v_error(v, "MCORE-68", SPEC_F_model_sequence_parallel,
+                "a MoE model with tensor_model_parallel_size=%lld needs sequence_parallel=true (Megatron's "
+                "MoE layer raises at run time)",
+                (long long)m->tensor_model_parallel_size),
+        "add model.sequence_parallel=true");
+  if (!m->overlap_moe_expert_parallel_comm) return;
+  ep_overlap_needs(v,
+                   m->pipeline_model_parallel_size == 1 ||
+                       s->present[SPEC_F_model_virtual_pipeline_model_parallel_size],
+                   "needs virtual_pipeline_model_parallel_size when pipeline_model_parallel_size > 1",
+                   "set model.virtual_pipeline_model_parallel_size");
+  ep_overlap_needs(v, m->expert_model_parallel_size > 1, "needs expert_model_parallel_size > 1",
+                   "raise model.expert_model_parallel_size, or drop the overlap");
+  ep_overlap_needs(v, a2a, "needs the alltoall or flex token dispatcher",
+                   "set model.moe_token_dispatcher_type=alltoall");
+  ep_overlap_needs(v, !v_full(s), "cannot be combined with full recompute",
+                   "use selective recompute (without moe) or none");
+  ep_overlap_needs(v, !s->present[SPEC_F_model_recompute_method], "needs recompute_method to be null",
+                   "write model.recompute_method=null");
+  ep_overlap_needs(v, !s->present[SPEC_F_model_recompute_num_layers], "needs recompute_num_layers to be null",
+                   "write model.recompute_num_layers=null");
+  ep_overlap_needs(
+      v, !v_label(s, "moe"),
+      "cannot be combined with moe in recompute_modules (checked whatever the granularity, since "
+      "recompute_modules defaults to [core_attn])",
+      "drop moe from model.recompute_modules");
+  ep_overlap_needs(v, m->bf16, "needs bf16", "set model.bf16=true");
+  ep_overlap_needs(v, !m->moe_shared_expert_overlap, "cannot be combined with moe_shared_expert_overlap",
+                   "drop model.moe_shared_expert_overlap");
+  ep_overlap_needs(v, !v_graph_impl(s, "transformer_engine") || (!v_module(s, "moe") && !v_module(s, "mlp")),
+                   "cannot be combined with moe or mlp in cuda_graph_modules under "
+                   "cuda_graph_impl=transformer_engine",
+                   "capture attn and moe_router only");
+}
+
+void validate_parallel(VCtx *v) {
+  check_tensor_parallel(v);
+  check_layout(v);
+  check_moe_parallel(v);
+}

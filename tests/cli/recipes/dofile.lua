@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+dofile("/etc/passwd")
+return cfg

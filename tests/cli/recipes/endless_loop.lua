@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+while true do end
+return cfg

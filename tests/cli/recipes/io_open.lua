@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+local f = io.open("/etc/passwd")
+return cfg

@@ -1,0 +1,6 @@
+return {
+  model = {
+    num_layers = 2,
+    hidden_size = 64,
+  },
+}

@@ -1,0 +1,4 @@
+return {
+  model = { num_layers = 2 },
+  trian = { seed = 1 },
+}

@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+cfg.model.attention_dropout = 1.5
+return cfg

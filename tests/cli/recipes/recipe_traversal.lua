@@ -1,0 +1,2 @@
+local cfg = stepc.recipe("../../etc/passwd")
+return cfg

@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+local m = require("evil")
+return cfg

@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+error("boom")
+return cfg

@@ -1,0 +1,3 @@
+local cfg = stepc.recipe("tiny")
+local f = string.dump(function() end)
+return cfg

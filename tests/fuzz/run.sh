@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh [SECONDS] — builds the frontend fuzzer with clang (libFuzzer + ASan + UBSan) and
+# runs it for a bounded time from the seed corpus. A crash fails the run; copy the crash-* file it
+# names into tests/fuzz/regressions/ so that fuzz.replay keeps it as a test.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-60}
+CC=clang cmake -S . -B build-fuzz -G Ninja -DSTEPC_FUZZ=ON -DSTEPC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build-fuzz fuzz_frontend
+work=build-fuzz/corpus
+mkdir -p "$work" build-fuzz/artifacts
+cp -n tests/fuzz/seeds/* "$work"/ 2>/dev/null || true
+echo "fuzzing the recipe frontend for ${secs}s" >&2
+build-fuzz/tests/fuzz/fuzz_frontend "$work" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 2>build-fuzz/fuzz.log || {
+  tail -n 40 build-fuzz/fuzz.log >&2
+  echo "fuzz: a crash was found; see build-fuzz/artifacts/" >&2
+  exit 1
+}
+grep -E "stat::number_of_executed_units|Done" build-fuzz/fuzz.log >&2 || true
+echo "fuzz: no crash in ${secs}s" >&2
