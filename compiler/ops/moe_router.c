@@ -11,14 +11,16 @@
  *                    choice is deterministic (torch.topk leaves ties unspecified).
  *   ROUTER_TOPK_BWD  dprobs, probs, idx -> dx (..., E); zero outside the selected experts.
  *                    i[2] = E (copied from the forward's input).
- *   MOE_AUX_LOSS     scores (..., E) (softmax over all experts), tokens_per_expert (E) int32
- *                    (counts from the top-k routing map, before any capacity dropping)
- *                    -> loss (1) = coeff * E / (k * T^2) * sum_e tpe_e * sum_t scores[t, e]
- *                    = coeff * E * sum_e f_e P_e with f_e = tpe_e / (T k) and P_e the mean router
- *                    probability: Megatron's switch_load_balancing_loss_func. f[0] = coeff,
- *                    i[0] = k. The counts are integers: the gradient flows through P only.
- *   MOE_AUX_LOSS_BWD dloss (1), tpe (E) -> dscores, whose shape (without E) is i[1] = ndim - 1,
- *                    i[2..4] = leading dims (the backward reads no forward activation). */
+ *   MOE_AUX_LOSS     scores (..., E) (softmax over all experts), idx (..., k) int32 (the top-k
+ *                    routing map) -> loss (1) = coeff * E / (k * T^2) * sum_e tpe_e * sum_t
+ *                    scores[t, e], with tpe_e the tokens routed to e before any capacity dropping:
+ *                    coeff * E * sum_e f_e P_e with f_e = tpe_e / (T k) and P_e the mean router
+ *                    probability, Megatron's switch_load_balancing_loss_func. f[0] = coeff,
+ *                    i[0] = k. The counts come from idx here, as in Megatron's router, so the
+ *                    loss needs nothing from the token dispatcher. They are integers: the
+ *                    gradient flows through P only.
+ *   MOE_AUX_LOSS_BWD dloss (1), idx -> dscores (..., E); i[1] = E (the backward reads no forward
+ *                    activation). */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -57,10 +59,9 @@ static int topk_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, s
 }
 
 static int aux_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
-  const Tensor *s = ops_in(g, op, 0), *tpe = ops_in(g, op, 1);
-  if (tpe->ndim != 1 || tpe->shape[0] != ops_last(s) || tpe->dtype != DT_I32)
-    return ops_err(err, n, "tokens_per_expert must be int32 (%lld)", (long long)ops_last(s));
-  if (op->a.i[0] < 1 || s->ndim > 4) return ops_err(err, n, "k = %lld", (long long)op->a.i[0]);
+  const Tensor *s = ops_in(g, op, 0), *idx = ops_in(g, op, 1);
+  if (idx->dtype != DT_I32 || ops_rows(idx) != ops_rows(s) || ops_last(idx) != op->a.i[0] || op->a.i[0] < 1)
+    return ops_err(err, n, "expects scores (..., E) and int32 idx (..., k=%lld) over the same tokens", (long long)op->a.i[0]);
   ops_out_shape(&out[0], DT_F32, "aux_loss", 1, 1, 1, 1, 1);
   return 0;
 }
@@ -68,22 +69,18 @@ static int aux_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t
 static int aux_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
-  const Tensor *s = &g->t[o.in[0]];
   OpAttrs a = o.a;
-  a.i[1] = s->ndim - 1;
-  for (int d = 0; d < s->ndim - 1; d++) a.i[2 + d] = s->shape[d];
+  a.i[1] = ops_last(&g->t[o.in[0]]);
   int in[2] = {dout[0], o.in[1]}, of[1] = {o.in[0]};
   return ops_grad_op(g, OP_MOE_AUX_LOSS_BWD, in, 2, &a, &din[0], of) < 0 ? -1 : 0;
 }
 
 static int aux_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
-  const Tensor *tpe = ops_in(g, op, 1);
-  int nd = (int)op->a.i[1];
-  if (nd < 1 || nd > 3) return ops_err(err, n, "i[1] = %d leading dims", nd);
-  OpOut *o = &out[0];
-  ops_out_shape(o, DT_F32, "dscores", nd + 1, 1, 1, 1, 1);
-  for (int d = 0; d < nd; d++) o->shape[d] = op->a.i[2 + d];
-  o->shape[nd] = tpe->shape[0];
+  (void)err, (void)n;
+  const Tensor *idx = ops_in(g, op, 1);
+  ops_out_like(&out[0], idx, "dscores");
+  out[0].dtype = DT_F32;
+  out[0].shape[idx->ndim - 1] = op->a.i[1];
   return 0;
 }
 
@@ -164,30 +161,38 @@ static void K(topk_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
   c->parallel_for(c, ops_rows(dp), K(topk_bwd_range), &a);
 }
 
+/* Tokens per expert from the routing map. */
+static void K(aux_counts)(const int32_t *idx, int64_t n, int64_t e, double *tpe) {
+  for (int64_t x = 0; x < e; x++) tpe[x] = 0;
+  for (int64_t a = 0; a < n; a++) tpe[idx[a]] += 1;
+}
+
 /* Serial: one scalar, summed in a fixed order (per expert over tokens, then over experts). */
 static void K(aux_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *s = &c->g->t[op->in[0]];
   const real *sc = in[0];
-  const int32_t *tpe = in[1];
-  int64_t t = ops_rows(s), e = ops_last(s);
+  int64_t t = ops_rows(s), e = ops_last(s), k = op->a.i[0];
+  double tpe[e];
+  K(aux_counts)(in[1], t * k, e, tpe);
   double total = 0;
   for (int64_t x = 0; x < e; x++) {
     double col = 0;
     for (int64_t r = 0; r < t; r++) col += (double)sc[r * e + x];
-    total += col * (double)tpe[x];
+    total += col * tpe[x];
   }
-  ((real *)out[0])[0] = (real)(op->a.f[0] * (double)e / ((double)op->a.i[0] * (double)t * (double)t) * total);
+  ((real *)out[0])[0] = (real)(op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * total);
 }
 
 static void K(aux_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *ds = &c->g->t[op->out[0]];
   const real *dl = in[0];
-  const int32_t *tpe = in[1];
-  int64_t t = ops_rows(ds), e = ops_last(ds);
-  double scale = op->a.f[0] * (double)e / ((double)op->a.i[0] * (double)t * (double)t) * (double)dl[0];
+  int64_t t = ops_rows(ds), e = ops_last(ds), k = op->a.i[0];
+  double tpe[e];
+  K(aux_counts)(in[1], t * k, e, tpe);
+  double scale = op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * (double)dl[0];
   real *d = out[0];
   for (int64_t r = 0; r < t; r++)
-    for (int64_t x = 0; x < e; x++) d[r * e + x] = (real)(scale * (double)tpe[x]);
+    for (int64_t x = 0; x < e; x++) d[r * e + x] = (real)(scale * tpe[x]);
 }
 
 #endif

@@ -200,7 +200,7 @@ static int check_chain(int64_t b, int64_t t, int64_t c, int64_t ne, int64_t k, i
   if (aux) {
     int sc = graph_op1(g, OP_SOFTMAX, &logits, 1, NULL, "scores");
     OpAttrs xa = {.f = {0.37}, .i = {k}};
-    int ai[2] = {sc, d[2]};
+    int ai[2] = {sc, tk[1]};
     outs[nout++] = graph_op1(g, OP_MOE_AUX_LOSS, ai, 2, &xa, "aux");
   }
   char what[160];
@@ -241,10 +241,8 @@ int main(void) {
       g = graph_new();
       int idx = routing_input(g, rows, k), x = param(g, "logits", 2, rows, ne, 1, 1);
       int sc = graph_op1(g, OP_SOFTMAX, &x, 1, NULL, "scores");
-      int d[3];
-      dispatch(g, idx, -1, ne, &(Cap){0, 0, 0, ""}, d);
       OpAttrs xa = {.f = {0.01 * (double)rnd(1, 100)}, .i = {k}};
-      int ai[2] = {sc, d[2]};
+      int ai[2] = {sc, idx};
       graph_op(g, OP_MOE_AUX_LOSS, ai, 2, &xa, out, NULL);
       snprintf(what, sizeof what, "softmax + moe_aux_loss E=%lld k=%lld", (long long)ne, (long long)k);
       fails += check(what, g, out, 1, idx, ne);
