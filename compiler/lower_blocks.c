@@ -13,7 +13,8 @@ void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const
   graph_module(L->g, "layers.%d.%s", l, sub);
 }
 
-int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init, double std) {
+int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init,
+             double std) {
   char name[IR_NAME_MAX];
   snprintf(name, sizeof name, "%s.%s", L->g->cur.module, suffix);
   return graph_param(L->g, name, L->dt, ndim, shape, init, std);
@@ -28,7 +29,8 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
 
 int lb_norm(const LowerBlock *L, int x, int64_t width) {
   bool ln = strcmp(L->s->model.normalization, "LayerNorm") == 0;
-  int in[3] = {x, lb_param(L, "weight", 1, &width, IR_INIT_ONES, 0), ln ? lb_param(L, "bias", 1, &width, IR_INIT_ZEROS, 0) : -1};
+  int in[3] = {x, lb_param(L, "weight", 1, &width, IR_INIT_ONES, 0),
+               ln ? lb_param(L, "bias", 1, &width, IR_INIT_ZEROS, 0) : -1};
   OpAttrs a = {.f = {L->s->model.layernorm_epsilon}};
   return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
 }

@@ -16,10 +16,10 @@
 typedef struct {
   Graph *g;
   const Spec *s;
-  DType dt;               /* compute dtype of weights and activations */
-  int64_t b, t, c;        /* micro-batch, sequence, hidden size */
-  double std, out_std;    /* init_method_std and the scaled init of output projections */
-  int *stream;            /* next dropout RNG stream, shared with lower.c */
+  DType dt;            /* compute dtype of weights and activations */
+  int64_t b, t, c;     /* micro-batch, sequence, hidden size */
+  double std, out_std; /* init_method_std and the scaled init of output projections */
+  int *stream;         /* next dropout RNG stream, shared with lower.c */
 } LowerBlock;
 
 /* MLA self-attention of layer `l` on the residual stream x (B, T, C): input_layernorm through
@@ -36,7 +36,8 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux);
 /* Sets layer, labels, scopes and the module "layers.<l>.<sub>" for the ops that follow. */
 void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const char *sub);
 /* A parameter "<current module>.<suffix>" of the compute dtype (ndim 1..3). */
-int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init, double std);
+int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init,
+             double std);
 /* y = x W^T (+ b when add_bias_linear) with W (n_out, n_in) in the current module. */
 int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
 /* The recipe's normalization over the last dim (width), weights in the current module. */

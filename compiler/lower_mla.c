@@ -41,7 +41,8 @@ static int split(const LowerBlock *L, int x, int64_t h, int64_t a, int64_t b, in
 }
 
 /* [p1 | p2] per head; p2 < 0: zero padding of width b; h2 = 1 broadcasts p2 to every head */
-static int concat(const LowerBlock *L, int p1, int p2, int64_t h, int64_t a, int64_t b, int64_t h2, const char *name) {
+static int concat(const LowerBlock *L, int p1, int p2, int64_t h, int64_t a, int64_t b, int64_t h2,
+                  const char *name) {
   char nb[IR_NAME_MAX];
   snprintf(nb, sizeof nb, "%s.%s", L->g->cur.module, name);
   OpAttrs at = {.i = {h, a, b, h2, 0}};
@@ -83,7 +84,8 @@ static int core_attention(const LowerBlock *L, int q, int k, int v, int64_t h, i
   int ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   if (dv < d) {
     int c, pad;
-    if (split(L, ctx, h, dv, d - dv, JOINED_FLAT | PART1_FLAT, "context_unpadded", "context_padding", &c, &pad) < 0)
+    if (split(L, ctx, h, dv, d - dv, JOINED_FLAT | PART1_FLAT, "context_unpadded", "context_padding", &c,
+              &pad) < 0)
       return -1;
     ctx = c;
   }
@@ -99,9 +101,11 @@ int lower_mla(const LowerBlock *L, int l, int x) {
   bool q_lora = L->s->present[SPEC_F_model_q_lora_rank];
   int64_t ql = q_lora ? m->q_lora_rank : 0;
   if (h < 1 || dn < 1 || dr < 2 || dr % 2 || dv < 1 || kvl < 1 || (q_lora && ql < 1))
-    return graph_fail(g, "MLA sizes cannot be lowered (heads %lld, qk_head_dim %lld, qk_pos_emb_head_dim %lld (even), "
-                         "v_head_dim %lld, kv_lora_rank %lld, q_lora_rank %lld)",
-                      (long long)h, (long long)dn, (long long)dr, (long long)dv, (long long)kvl, (long long)ql);
+    return graph_fail(
+        g,
+        "MLA sizes cannot be lowered (heads %lld, qk_head_dim %lld, qk_pos_emb_head_dim %lld (even), "
+        "v_head_dim %lld, kv_lora_rank %lld, q_lora_rank %lld)",
+        (long long)h, (long long)dn, (long long)dr, (long long)dv, (long long)kvl, (long long)ql);
 
   lb_tags(L, l, IR_LABEL_LAYERNORM, S, "input_layernorm");
   int hn = lb_norm(L, x, c); /* (B,T,C) */
@@ -121,8 +125,9 @@ int lower_mla(const LowerBlock *L, int l, int x) {
 
   lb_tags(L, l, 0, S, "self_attention.linear_kv_down_proj");
   int kv = lb_linear(L, hn, kvl + dr, c, L->std); /* (B,T,kvl+dr) */
-  int kvc, kpe;                                    /* (B,T,kvl), (B,T,1,dr) */
-  if (split(L, kv, 1, kvl, dr, JOINED_FLAT | PART1_FLAT, "kv_compressed", "k_pos_emb", &kvc, &kpe) < 0) return -1;
+  int kvc, kpe;                                   /* (B,T,kvl), (B,T,1,dr) */
+  if (split(L, kv, 1, kvl, dr, JOINED_FLAT | PART1_FLAT, "kv_compressed", "k_pos_emb", &kvc, &kpe) < 0)
+    return -1;
   lb_tags(L, l, 0, S, "self_attention.kv_layernorm");
   kvc = lb_norm(L, kvc, kvl);
 

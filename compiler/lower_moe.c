@@ -41,10 +41,12 @@ static int shared_experts(const LowerBlock *L, int l, int hn, int64_t fs, uint32
   const SpecModel *m = &L->s->model;
   const uint32_t lab = IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS;
   bool glu = m->gated_linear_unit;
-  OpKind act = glu && strcmp(m->activation_func, "silu") == 0 ? OP_SWIGLU : !glu && strcmp(m->activation_func, "gelu") == 0 ? OP_GELU : OP_COUNT;
+  OpKind act = glu && strcmp(m->activation_func, "silu") == 0    ? OP_SWIGLU
+               : !glu && strcmp(m->activation_func, "gelu") == 0 ? OP_GELU
+                                                                 : OP_COUNT;
   if (act == OP_COUNT)
-    return graph_fail(L->g, "shared experts with activation_func %s%s are not lowered yet", m->activation_func,
-                      glu ? " (gated)" : "");
+    return graph_fail(L->g, "shared experts with activation_func %s%s are not lowered yet",
+                      m->activation_func, glu ? " (gated)" : "");
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc1");
   int u = lb_linear(L, hn, glu ? 2 * fs : fs, L->c, L->std);
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.act");
@@ -58,17 +60,21 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   const SpecModel *m = &s->model;
   Graph *g = L->g;
   const uint32_t SM = IR_SCOPE_LAYER | IR_SCOPE_MOE, SR = SM | IR_SCOPE_MOE_ROUTER | IR_SCOPE_MOE_PREPROCESS;
-  const uint32_t SP = strcmp(m->moe_token_dispatcher_type, "alltoall") == 0 ? SM | IR_SCOPE_MOE_PREPROCESS : SM;
+  const uint32_t SP =
+      strcmp(m->moe_token_dispatcher_type, "alltoall") == 0 ? SM | IR_SCOPE_MOE_PREPROCESS : SM;
   const uint32_t M = IR_LABEL_MOE;
   int64_t ne = m->num_moe_experts, k = m->moe_router_topk, f = spec_moe_ffn_hidden_size(s), c = L->c;
   int64_t rows = L->b * L->t;
   bool glu = m->gated_linear_unit;
   int act = act_kind(m->activation_func);
-  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size] && m->moe_shared_expert_intermediate_size > 0;
+  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size] &&
+                m->moe_shared_expert_intermediate_size > 0;
   if (ne < 2 || k < 1 || k > ne || f < 1 || act < 0)
-    return graph_fail(g, "MoE sizes cannot be lowered (experts %lld, top-k %lld, moe_ffn_hidden_size %lld, activation %s)",
-                      (long long)ne, (long long)k, (long long)f, m->activation_func);
-  if (m->add_bias_linear) return graph_fail(g, "expert biases (add_bias_linear with MoE) are not lowered yet");
+    return graph_fail(
+        g, "MoE sizes cannot be lowered (experts %lld, top-k %lld, moe_ffn_hidden_size %lld, activation %s)",
+        (long long)ne, (long long)k, (long long)f, m->activation_func);
+  if (m->add_bias_linear)
+    return graph_fail(g, "expert biases (add_bias_linear with MoE) are not lowered yet");
   if (s->present[SPEC_F_model_moe_input_jitter_eps] && m->moe_input_jitter_eps > 0)
     return graph_fail(g, "moe_input_jitter_eps is not lowered yet");
   /* Megatron's get_capacity: ceil(tokens * k / E * factor), over this micro-batch's tokens */
@@ -102,7 +108,8 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
 
   int sh = -1;
   if (shared)
-    sh = shared_experts(L, l, hn, m->moe_shared_expert_intermediate_size, m->moe_shared_expert_overlap ? SM : SR);
+    sh = shared_experts(L, l, hn, m->moe_shared_expert_intermediate_size,
+                        m->moe_shared_expert_overlap ? SM : SR);
 
   lb_tags(L, l, M, SP, "mlp.token_dispatcher");
   OpAttrs da = {.i = {ne, cap, cap && m->moe_pad_expert_input_to_capacity, 0}};
@@ -144,7 +151,8 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
     graph_set_labels(g, 0);
     graph_set_scopes(g, 0);
     graph_module(g, "loss.moe_aux_loss");
-    if (*aux < 0) *aux = layer_aux;
+    if (*aux < 0)
+      *aux = layer_aux;
     else {
       int sum[2] = {*aux, layer_aux};
       snprintf(name, sizeof name, "loss.moe_aux_loss.through_layer%d", l);

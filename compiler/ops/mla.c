@@ -20,16 +20,24 @@ typedef struct {
 } HeadDims;
 
 static int head_dims(const Tensor *x, const Op *op, HeadDims *d, char *err, size_t n) {
-  *d = (HeadDims){x->ndim >= 3 ? x->shape[0] : 0, x->ndim >= 3 ? x->shape[1] : 0, op->a.i[0], op->a.i[1], op->a.i[2],
-                  op->a.i[3], (int)op->a.i[4]};
+  *d = (HeadDims){x->ndim >= 3 ? x->shape[0] : 0,
+                  x->ndim >= 3 ? x->shape[1] : 0,
+                  op->a.i[0],
+                  op->a.i[1],
+                  op->a.i[2],
+                  op->a.i[3],
+                  (int)op->a.i[4]};
   if (d->b < 1 || d->h < 1 || d->a < 1 || d->w2 < 1 || (d->h2 != d->h && d->h2 != 1))
     return ops_err(err, n, "expects (B,T,...) input, H, a, b >= 1 and H2 in {1, H}");
   return 0;
 }
 
-static void head_shape(OpOut *o, DType dt, const char *suffix, const HeadDims *d, int64_t h, int64_t w, bool flat) {
-  if (flat) ops_out_shape(o, dt, suffix, 3, d->b, d->t, h * w, 1);
-  else ops_out_shape(o, dt, suffix, 4, d->b, d->t, h, w);
+static void head_shape(OpOut *o, DType dt, const char *suffix, const HeadDims *d, int64_t h, int64_t w,
+                       bool flat) {
+  if (flat)
+    ops_out_shape(o, dt, suffix, 3, d->b, d->t, h * w, 1);
+  else
+    ops_out_shape(o, dt, suffix, 4, d->b, d->t, h, w);
 }
 
 static int split_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
@@ -50,7 +58,8 @@ static int concat_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
   if (tensor_numel(p1) != d.b * d.t * d.h * d.a) return ops_err(err, n, "part1 %s is not B*T*H*a", p1->name);
   if (op->nin == 2) {
     const Tensor *p2 = ops_in(g, op, 1);
-    if (p2->ndim < 3 || p2->shape[0] != d.b || p2->shape[1] != d.t || tensor_numel(p2) != d.b * d.t * d.h2 * d.w2)
+    if (p2->ndim < 3 || p2->shape[0] != d.b || p2->shape[1] != d.t ||
+        tensor_numel(p2) != d.b * d.t * d.h2 * d.w2)
       return ops_err(err, n, "part2 %s is not B*T*H2*b", p2->name);
   }
   head_shape(&out[0], p1->dtype, "joined", &d, d.h, d.a + d.w2, d.flags & 1);
@@ -86,8 +95,10 @@ static int concat_backward(Graph *g, int op, const int *dout, int *din) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_head_split_info = {"head_split", 1, 1, 2, split_infer, NULL, split_backward, {head_split_cpu_f32, head_split_cpu_f64}};
-const OpInfo op_head_concat_info = {"head_concat", 1, 2, 1, concat_infer, NULL, concat_backward, {head_concat_cpu_f32, head_concat_cpu_f64}};
+const OpInfo op_head_split_info = {
+    "head_split", 1, 1, 2, split_infer, NULL, split_backward, {head_split_cpu_f32, head_split_cpu_f64}};
+const OpInfo op_head_concat_info = {
+    "head_concat", 1, 2, 1, concat_infer, NULL, concat_backward, {head_concat_cpu_f32, head_concat_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -103,19 +114,24 @@ static void K(head_range)(void *arg, int64_t lo, int64_t hi) {
   const K(HeadArgs) *q = arg;
   int64_t wj = q->a + q->w2;
   for (int64_t t = lo; t < hi; t++) {
-    real *j = q->j + t * q->h * wj, *p1 = q->p1 + t * q->h * q->a, *p2 = q->p2 ? q->p2 + t * q->h2 * q->w2 : NULL;
+    real *j = q->j + t * q->h * wj, *p1 = q->p1 + t * q->h * q->a,
+         *p2 = q->p2 ? q->p2 + t * q->h2 * q->w2 : NULL;
     if (q->split && p2 && q->h2 != q->h)
-      for (int64_t i = 0; i < q->w2; i++) p2[i] = 0;
+      for (int64_t i = 0; i < q->w2; i++)
+        p2[i] = 0;
     for (int64_t h = 0; h < q->h; h++) {
       real *jh = j + h * wj, *p1h = p1 + h * q->a, *p2h = p2 ? p2 + (q->h2 == q->h ? h : 0) * q->w2 : NULL;
       if (q->split) {
         memcpy(p1h, jh, (size_t)q->a * sizeof(real));
-        if (q->h2 == q->h) memcpy(p2h, jh + q->a, (size_t)q->w2 * sizeof(real));
+        if (q->h2 == q->h)
+          memcpy(p2h, jh + q->a, (size_t)q->w2 * sizeof(real));
         else /* summed over heads in head order */
-          for (int64_t i = 0; i < q->w2; i++) p2h[i] += jh[q->a + i];
+          for (int64_t i = 0; i < q->w2; i++)
+            p2h[i] += jh[q->a + i];
       } else {
         memcpy(jh, p1h, (size_t)q->a * sizeof(real));
-        for (int64_t i = 0; i < q->w2; i++) jh[q->a + i] = p2h ? p2h[i] : 0;
+        for (int64_t i = 0; i < q->w2; i++)
+          jh[q->a + i] = p2h ? p2h[i] : 0;
       }
     }
   }
@@ -129,7 +145,8 @@ static void K(head_split_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
 
 static void K(head_concat_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(HeadArgs) a = {out[0], in[0], op->nin == 2 ? in[1] : NULL, op->a.i[0], op->a.i[1], op->a.i[2], op->a.i[3], 0};
+  K(HeadArgs)
+  a = {out[0], in[0], op->nin == 2 ? in[1] : NULL, op->a.i[0], op->a.i[1], op->a.i[2], op->a.i[3], 0};
   c->parallel_for(c, x->shape[0] * x->shape[1], K(head_range), &a);
 }
 

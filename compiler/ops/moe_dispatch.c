@@ -109,11 +109,23 @@ static int unpermute_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *e
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_moe_dispatch_info = {"moe_dispatch", 1, 2, 3, dispatch_infer, NULL, NULL, {dispatch_cpu_f32, dispatch_cpu_f64}};
-const OpInfo op_moe_permute_info = {"moe_permute", 3, 3, 2, permute_infer, NULL, permute_backward, {permute_cpu_f32, permute_cpu_f64}};
-const OpInfo op_moe_permute_bwd_info = {"moe_permute_bwd", 3, 3, 2, permute_bwd_infer, NULL, NULL, {permute_bwd_cpu_f32, permute_bwd_cpu_f64}};
-const OpInfo op_moe_unpermute_info = {"moe_unpermute", 2, 2, 1, unpermute_infer, ops_flops_elementwise, unpermute_backward, {unpermute_cpu_f32, unpermute_cpu_f64}};
-const OpInfo op_moe_unpermute_bwd_info = {"moe_unpermute_bwd", 2, 2, 1, unpermute_bwd_infer, NULL, NULL, {unpermute_bwd_cpu_f32, unpermute_bwd_cpu_f64}};
+const OpInfo op_moe_dispatch_info = {"moe_dispatch", 1,    2,    3,
+                                     dispatch_infer, NULL, NULL, {dispatch_cpu_f32, dispatch_cpu_f64}};
+const OpInfo op_moe_permute_info = {
+    "moe_permute", 3, 3, 2, permute_infer, NULL, permute_backward, {permute_cpu_f32, permute_cpu_f64}};
+const OpInfo op_moe_permute_bwd_info = {
+    "moe_permute_bwd", 3, 3, 2, permute_bwd_infer, NULL, NULL, {permute_bwd_cpu_f32, permute_bwd_cpu_f64}};
+const OpInfo op_moe_unpermute_info = {"moe_unpermute",
+                                      2,
+                                      2,
+                                      1,
+                                      unpermute_infer,
+                                      ops_flops_elementwise,
+                                      unpermute_backward,
+                                      {unpermute_cpu_f32, unpermute_cpu_f64}};
+const OpInfo op_moe_unpermute_bwd_info = {
+    "moe_unpermute_bwd", 2,    2,    1,
+    unpermute_bwd_infer, NULL, NULL, {unpermute_bwd_cpu_f32, unpermute_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -135,8 +147,10 @@ static void K(dispatch_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
   int32_t *row_of = out[0], *seg = out[1], *tpe = out[2];
   int64_t n = tensor_numel(it), e = op->a.i[0], cap = op->a.i[1];
   bool pad = op->a.i[2] != 0, by_probs = op->a.i[3] == 1;
-  for (int64_t x = 0; x < e; x++) tpe[x] = 0;
-  for (int64_t a = 0; a < n; a++) tpe[idx[a]]++;
+  for (int64_t x = 0; x < e; x++)
+    tpe[x] = 0;
+  for (int64_t a = 0; a < n; a++)
+    tpe[idx[a]]++;
   int64_t off = 0;
   for (int64_t x = 0; x < e; x++) {
     seg[2 * x] = (int32_t)(cap ? x * cap : off);
@@ -149,7 +163,8 @@ static void K(dispatch_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
     row_of[a] = keep ? seg[2 * x] + seg[2 * x + 1]++ : -1;
   }
   if (cap && pad)
-    for (int64_t x = 0; x < e; x++) seg[2 * x + 1] = (int32_t)cap;
+    for (int64_t x = 0; x < e; x++)
+      seg[2 * x + 1] = (int32_t)cap;
 }
 
 typedef struct {
@@ -174,7 +189,14 @@ static void K(permute_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
   const Tensor *ro = &c->g->t[op->in[2]], *xp = &c->g->t[op->out[0]];
   memset(out[0], 0, (size_t)xp->bytes);
   memset(out[1], 0, (size_t)c->g->t[op->out[1]].bytes);
-  K(PermArgs) a = {.x = in[0], .p = in[1], .row_of = in[2], .y = out[0], .q = out[1], .k = ops_last(ro), .c = ops_last(xp)};
+  K(PermArgs)
+  a = {.x = in[0],
+       .p = in[1],
+       .row_of = in[2],
+       .y = out[0],
+       .q = out[1],
+       .k = ops_last(ro),
+       .c = ops_last(xp)};
   c->parallel_for(c, ops_rows(ro), K(permute_range), &a);
 }
 
@@ -182,20 +204,28 @@ static void K(permute_bwd_range)(void *arg, int64_t lo, int64_t hi) {
   const K(PermArgs) *a = arg;
   for (int64_t t = lo; t < hi; t++) {
     real *dx = a->dx + t * a->c;
-    for (int64_t i = 0; i < a->c; i++) dx[i] = 0;
+    for (int64_t i = 0; i < a->c; i++)
+      dx[i] = 0;
     for (int64_t j = 0; j < a->k; j++) {
       int32_t r = a->row_of[t * a->k + j];
       a->dp[t * a->k + j] = r < 0 ? 0 : a->dpp[r];
       if (r < 0) continue;
-      for (int64_t i = 0; i < a->c; i++) dx[i] += a->dxp[r * a->c + i];
+      for (int64_t i = 0; i < a->c; i++)
+        dx[i] += a->dxp[r * a->c + i];
     }
   }
 }
 
 static void K(permute_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *ro = &c->g->t[op->in[2]];
-  K(PermArgs) a = {.dxp = in[0], .dpp = in[1], .row_of = in[2], .dx = out[0], .dp = out[1], .k = ops_last(ro),
-                   .c = ops_last(&c->g->t[op->in[0]])};
+  K(PermArgs)
+  a = {.dxp = in[0],
+       .dpp = in[1],
+       .row_of = in[2],
+       .dx = out[0],
+       .dp = out[1],
+       .k = ops_last(ro),
+       .c = ops_last(&c->g->t[op->in[0]])};
   c->parallel_for(c, ops_rows(ro), K(permute_bwd_range), &a);
 }
 
@@ -204,18 +234,21 @@ static void K(unpermute_range)(void *arg, int64_t lo, int64_t hi) {
   const K(PermArgs) *a = arg;
   for (int64_t t = lo; t < hi; t++) {
     real *y = a->y + t * a->c;
-    for (int64_t i = 0; i < a->c; i++) y[i] = 0;
+    for (int64_t i = 0; i < a->c; i++)
+      y[i] = 0;
     for (int64_t j = 0; j < a->k; j++) {
       int32_t r = a->row_of[t * a->k + j];
       if (r >= 0)
-        for (int64_t i = 0; i < a->c; i++) y[i] += a->x[r * a->c + i];
+        for (int64_t i = 0; i < a->c; i++)
+          y[i] += a->x[r * a->c + i];
     }
   }
 }
 
 static void K(unpermute_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *ro = &c->g->t[op->in[1]];
-  K(PermArgs) a = {.x = in[0], .row_of = in[1], .y = out[0], .k = ops_last(ro), .c = ops_last(&c->g->t[op->in[0]])};
+  K(PermArgs)
+  a = {.x = in[0], .row_of = in[1], .y = out[0], .k = ops_last(ro), .c = ops_last(&c->g->t[op->in[0]])};
   c->parallel_for(c, ops_rows(ro), K(unpermute_range), &a);
 }
 
@@ -231,7 +264,8 @@ static void K(unpermute_bwd_range)(void *arg, int64_t lo, int64_t hi) {
 static void K(unpermute_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *ro = &c->g->t[op->in[1]];
   memset(out[0], 0, (size_t)c->g->t[op->out[0]].bytes);
-  K(PermArgs) a = {.x = in[0], .row_of = in[1], .y = out[0], .k = ops_last(ro), .c = ops_last(&c->g->t[op->in[0]])};
+  K(PermArgs)
+  a = {.x = in[0], .row_of = in[1], .y = out[0], .k = ops_last(ro), .c = ops_last(&c->g->t[op->in[0]])};
   c->parallel_for(c, ops_rows(ro), K(unpermute_bwd_range), &a);
 }
 

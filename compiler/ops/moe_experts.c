@@ -21,21 +21,26 @@
 
 enum { MOE_ACT_SILU, MOE_ACT_GELU, MOE_ACT_RELU, MOE_ACT_SQRELU };
 
-static int seg_ok(const Tensor *seg, int64_t e) { return seg->dtype == DT_I32 && seg->ndim == 2 && seg->shape[0] == e && seg->shape[1] == 2; }
+static int seg_ok(const Tensor *seg, int64_t e) {
+  return seg->dtype == DT_I32 && seg->ndim == 2 && seg->shape[0] == e && seg->shape[1] == 2;
+}
 
 static int gl_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1), *seg = ops_in(g, op, 2);
   if (x->ndim != 2 || w->ndim != 3 || w->shape[2] != x->shape[1] || !seg_ok(seg, w->shape[0]))
-    return ops_err(err, n, "expects x (N, K), W (E, Nout, K), seg (E, 2) int32; got x (.., %lld), W (%lld, %lld, %lld)",
-                   (long long)ops_last(x), (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[2]);
+    return ops_err(
+        err, n, "expects x (N, K), W (E, Nout, K), seg (E, 2) int32; got x (.., %lld), W (%lld, %lld, %lld)",
+        (long long)ops_last(x), (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[2]);
   ops_out_shape(&out[0], x->dtype, "out", 2, x->shape[0], w->shape[1], 1, 1);
   return 0;
 }
 
 static double gl_flops(const Graph *g, const Op *op) { /* 2 N Nout K for all three ops */
   const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1);
-  if (op->kind == OP_GROUPED_LINEAR) return 2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)b->shape[2];
-  if (op->kind == OP_GROUPED_LINEAR_DGRAD) return 2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)b->shape[2];
+  if (op->kind == OP_GROUPED_LINEAR)
+    return 2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)b->shape[2];
+  if (op->kind == OP_GROUPED_LINEAR_DGRAD)
+    return 2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)b->shape[2];
   return 2.0 * (double)a->shape[0] * (double)a->shape[1] * (double)b->shape[1];
 }
 
@@ -68,8 +73,8 @@ static int gl_wgrad_infer(const Graph *g, const Op *op, OpOut *out, char *err, s
 static int act_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *h = ops_in(g, op, 0), *p = ops_in(g, op, 1);
   bool glu = op->a.i[0] != 0;
-  if (h->ndim != 2 || p->ndim != 1 || p->shape[0] != h->shape[0] || (glu && h->shape[1] % 2) || op->a.i[1] < 0 ||
-      op->a.i[1] > MOE_ACT_SQRELU)
+  if (h->ndim != 2 || p->ndim != 1 || p->shape[0] != h->shape[0] || (glu && h->shape[1] % 2) ||
+      op->a.i[1] < 0 || op->a.i[1] > MOE_ACT_SQRELU)
     return ops_err(err, n, "expects h (N, F or 2F), probs (N), activation 0..3");
   ops_out_like(&out[0], h, "out");
   if (glu) out[0].shape[1] /= 2;
@@ -100,11 +105,22 @@ static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_grouped_linear_info = {"grouped_linear", 3, 3, 1, gl_infer, gl_flops, gl_backward, {gl_cpu_f32, gl_cpu_f64}};
-const OpInfo op_grouped_linear_dgrad_info = {"grouped_linear_dgrad", 3, 3, 1, gl_dgrad_infer, gl_flops, NULL, {gl_dgrad_cpu_f32, gl_dgrad_cpu_f64}};
-const OpInfo op_grouped_linear_wgrad_info = {"grouped_linear_wgrad", 3, 3, 1, gl_wgrad_infer, gl_flops, NULL, {gl_wgrad_cpu_f32, gl_wgrad_cpu_f64}};
-const OpInfo op_moe_act_info = {"moe_act", 2, 2, 1, act_infer, ops_flops_elementwise, act_backward, {moe_act_cpu_f32, moe_act_cpu_f64}};
-const OpInfo op_moe_act_bwd_info = {"moe_act_bwd", 3, 3, 2, act_bwd_infer, ops_flops_elementwise, NULL, {moe_act_bwd_cpu_f32, moe_act_bwd_cpu_f64}};
+const OpInfo op_grouped_linear_info = {"grouped_linear", 3,        3,           1,
+                                       gl_infer,         gl_flops, gl_backward, {gl_cpu_f32, gl_cpu_f64}};
+const OpInfo op_grouped_linear_dgrad_info = {
+    "grouped_linear_dgrad", 3, 3, 1, gl_dgrad_infer, gl_flops, NULL, {gl_dgrad_cpu_f32, gl_dgrad_cpu_f64}};
+const OpInfo op_grouped_linear_wgrad_info = {
+    "grouped_linear_wgrad", 3, 3, 1, gl_wgrad_infer, gl_flops, NULL, {gl_wgrad_cpu_f32, gl_wgrad_cpu_f64}};
+const OpInfo op_moe_act_info = {
+    "moe_act", 2, 2, 1, act_infer, ops_flops_elementwise, act_backward, {moe_act_cpu_f32, moe_act_cpu_f64}};
+const OpInfo op_moe_act_bwd_info = {"moe_act_bwd",
+                                    3,
+                                    3,
+                                    2,
+                                    act_bwd_infer,
+                                    ops_flops_elementwise,
+                                    NULL,
+                                    {moe_act_bwd_cpu_f32, moe_act_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -131,7 +147,8 @@ static void K(gl_range)(void *arg, int64_t lo, int64_t hi) {
     for (int64_t o = 0; o < a->nout; o++) {
       real s = 0;
       if (x >= 0)
-        for (int64_t q = 0; q < a->k; q++) s += xr[q] * w[o * a->k + q];
+        for (int64_t q = 0; q < a->k; q++)
+          s += xr[q] * w[o * a->k + q];
       y[o] = s;
     }
   }
@@ -153,7 +170,8 @@ static void K(gl_dgrad_range)(void *arg, int64_t lo, int64_t hi) {
     for (int64_t q = 0; q < a->k; q++) {
       real s = 0;
       if (x >= 0)
-        for (int64_t o = 0; o < a->nout; o++) s += dy[o] * w[o * a->k + q];
+        for (int64_t o = 0; o < a->nout; o++)
+          s += dy[o] * w[o * a->k + q];
       dx[q] = s;
     }
   }
@@ -171,12 +189,14 @@ static void K(gl_wgrad_range)(void *arg, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i++) {
     int64_t x = i / a->nout, o = i % a->nout;
     real *dw = a->c + i * a->k;
-    for (int64_t q = 0; q < a->k; q++) dw[q] = 0;
+    for (int64_t q = 0; q < a->k; q++)
+      dw[q] = 0;
     int64_t r0 = a->seg[2 * x], r1 = r0 + a->seg[2 * x + 1];
     for (int64_t r = r0; r < r1; r++) {
       real d = a->a[r * a->nout + o];
       const real *xr = a->b + r * a->k;
-      for (int64_t q = 0; q < a->k; q++) dw[q] += d * xr[q];
+      for (int64_t q = 0; q < a->k; q++)
+        dw[q] += d * xr[q];
     }
   }
 }
@@ -235,14 +255,22 @@ static void K(moe_act_range)(void *arg, int64_t lo, int64_t hi) {
 
 static void K(moe_act_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *y = &c->g->t[op->out[0]];
-  K(ActArgs) a = {.h = in[0], .p = in[1], .y = out[0], .f = y->shape[1], .glu = op->a.i[0] != 0, .act = (int)op->a.i[1]};
+  K(ActArgs)
+  a = {.h = in[0], .p = in[1], .y = out[0], .f = y->shape[1], .glu = op->a.i[0] != 0, .act = (int)op->a.i[1]};
   c->parallel_for(c, y->shape[0], K(moe_act_range), &a);
 }
 
 static void K(moe_act_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *dy = &c->g->t[op->in[0]];
-  K(ActArgs) a = {.dy = in[0], .h = in[1], .p = in[2], .dh = out[0], .dp = out[1], .f = dy->shape[1],
-                  .glu = op->a.i[0] != 0, .act = (int)op->a.i[1]};
+  K(ActArgs)
+  a = {.dy = in[0],
+       .h = in[1],
+       .p = in[2],
+       .dh = out[0],
+       .dp = out[1],
+       .f = dy->shape[1],
+       .glu = op->a.i[0] != 0,
+       .act = (int)op->a.i[1]};
   c->parallel_for(c, dy->shape[0], K(moe_act_range), &a);
 }
 

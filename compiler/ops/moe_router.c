@@ -27,8 +27,10 @@
 static int topk_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0);
   int64_t k = op->a.i[0];
-  if (k < 1 || k > ops_last(x)) return ops_err(err, n, "top-k %lld of %lld experts", (long long)k, (long long)ops_last(x));
-  if (op->a.i[1] != 0 && op->a.i[1] != 1) return ops_err(err, n, "mode %lld (0 top-k then softmax, 1 gather)", (long long)op->a.i[1]);
+  if (k < 1 || k > ops_last(x))
+    return ops_err(err, n, "top-k %lld of %lld experts", (long long)k, (long long)ops_last(x));
+  if (op->a.i[1] != 0 && op->a.i[1] != 1)
+    return ops_err(err, n, "mode %lld (0 top-k then softmax, 1 gather)", (long long)op->a.i[1]);
   ops_out_like(&out[0], x, "probs");
   out[0].shape[x->ndim - 1] = k;
   out[1] = out[0];
@@ -38,7 +40,8 @@ static int topk_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_
 }
 
 static double topk_flops(const Graph *g, const Op *op) {
-  return (double)tensor_numel(ops_in(g, op, 0)) * (double)op->a.i[0] + 4.0 * (double)tensor_numel(&g->t[op->out[0]]);
+  return (double)tensor_numel(ops_in(g, op, 0)) * (double)op->a.i[0] +
+         4.0 * (double)tensor_numel(&g->t[op->out[0]]);
 }
 
 static int topk_backward(Graph *g, int op, const int *dout, int *din) {
@@ -61,7 +64,8 @@ static int topk_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, s
 static int aux_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *s = ops_in(g, op, 0), *idx = ops_in(g, op, 1);
   if (idx->dtype != DT_I32 || ops_rows(idx) != ops_rows(s) || ops_last(idx) != op->a.i[0] || op->a.i[0] < 1)
-    return ops_err(err, n, "expects scores (..., E) and int32 idx (..., k=%lld) over the same tokens", (long long)op->a.i[0]);
+    return ops_err(err, n, "expects scores (..., E) and int32 idx (..., k=%lld) over the same tokens",
+                   (long long)op->a.i[0]);
   ops_out_shape(&out[0], DT_F32, "aux_loss", 1, 1, 1, 1, 1);
   return 0;
 }
@@ -94,10 +98,26 @@ static int aux_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_router_topk_info = {"router_topk", 1, 1, 2, topk_infer, topk_flops, topk_backward, {topk_cpu_f32, topk_cpu_f64}};
-const OpInfo op_router_topk_bwd_info = {"router_topk_bwd", 3, 3, 1, topk_bwd_infer, ops_flops_elementwise, NULL, {topk_bwd_cpu_f32, topk_bwd_cpu_f64}};
-const OpInfo op_moe_aux_loss_info = {"moe_aux_loss", 2, 2, 1, aux_infer, NULL, aux_backward, {aux_cpu_f32, aux_cpu_f64}};
-const OpInfo op_moe_aux_loss_bwd_info = {"moe_aux_loss_bwd", 2, 2, 1, aux_bwd_infer, ops_flops_elementwise, NULL, {aux_bwd_cpu_f32, aux_bwd_cpu_f64}};
+const OpInfo op_router_topk_info = {
+    "router_topk", 1, 1, 2, topk_infer, topk_flops, topk_backward, {topk_cpu_f32, topk_cpu_f64}};
+const OpInfo op_router_topk_bwd_info = {"router_topk_bwd",
+                                        3,
+                                        3,
+                                        1,
+                                        topk_bwd_infer,
+                                        ops_flops_elementwise,
+                                        NULL,
+                                        {topk_bwd_cpu_f32, topk_bwd_cpu_f64}};
+const OpInfo op_moe_aux_loss_info = {
+    "moe_aux_loss", 2, 2, 1, aux_infer, NULL, aux_backward, {aux_cpu_f32, aux_cpu_f64}};
+const OpInfo op_moe_aux_loss_bwd_info = {"moe_aux_loss_bwd",
+                                         2,
+                                         2,
+                                         1,
+                                         aux_bwd_infer,
+                                         ops_flops_elementwise,
+                                         NULL,
+                                         {aux_bwd_cpu_f32, aux_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -121,7 +141,8 @@ static void K(topk_range)(void *arg, int64_t lo, int64_t hi) {
       int64_t best = -1;
       for (int64_t e = 0; e < a->e; e++) {
         bool taken = false;
-        for (int64_t q = 0; q < j; q++) taken |= id[q] == e;
+        for (int64_t q = 0; q < j; q++)
+          taken |= id[q] == e;
         if (!taken && (best < 0 || x[e] > x[best])) best = e;
       }
       id[j] = (int32_t)best;
@@ -129,15 +150,23 @@ static void K(topk_range)(void *arg, int64_t lo, int64_t hi) {
     }
     if (a->mode == 0) { /* softmax over the selected logits; p[0] is their max */
       real s = 0;
-      for (int64_t j = 0; j < a->k; j++) s += (p[j] = REXP(p[j] - x[id[0]]));
-      for (int64_t j = 0; j < a->k; j++) p[j] /= s;
+      for (int64_t j = 0; j < a->k; j++)
+        s += (p[j] = REXP(p[j] - x[id[0]]));
+      for (int64_t j = 0; j < a->k; j++)
+        p[j] /= s;
     }
   }
 }
 
 static void K(topk_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(TopkArgs) a = {.x = in[0], .probs = out[0], .oidx = out[1], .e = ops_last(x), .k = op->a.i[0], .mode = (int)op->a.i[1]};
+  K(TopkArgs)
+  a = {.x = in[0],
+       .probs = out[0],
+       .oidx = out[1],
+       .e = ops_last(x),
+       .k = op->a.i[0],
+       .mode = (int)op->a.i[1]};
   c->parallel_for(c, ops_rows(x), K(topk_range), &a);
 }
 
@@ -147,24 +176,35 @@ static void K(topk_bwd_range)(void *arg, int64_t lo, int64_t hi) {
     const real *dp = a->dp + r * a->k, *p = a->p + r * a->k;
     const int32_t *id = a->idx + r * a->k;
     real *dx = a->dx + r * a->e, dot = 0;
-    for (int64_t e = 0; e < a->e; e++) dx[e] = 0;
+    for (int64_t e = 0; e < a->e; e++)
+      dx[e] = 0;
     if (a->mode == 0)
-      for (int64_t j = 0; j < a->k; j++) dot += p[j] * dp[j];
-    for (int64_t j = 0; j < a->k; j++) dx[id[j]] = a->mode == 0 ? p[j] * (dp[j] - dot) : dp[j];
+      for (int64_t j = 0; j < a->k; j++)
+        dot += p[j] * dp[j];
+    for (int64_t j = 0; j < a->k; j++)
+      dx[id[j]] = a->mode == 0 ? p[j] * (dp[j] - dot) : dp[j];
   }
 }
 
 static void K(topk_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *dp = &c->g->t[op->in[0]];
-  K(TopkArgs) a = {.dp = in[0], .p = in[1], .idx = in[2], .dx = out[0], .e = op->a.i[2], .k = op->a.i[0],
-                   .mode = (int)op->a.i[1]};
+  K(TopkArgs)
+  a = {.dp = in[0],
+       .p = in[1],
+       .idx = in[2],
+       .dx = out[0],
+       .e = op->a.i[2],
+       .k = op->a.i[0],
+       .mode = (int)op->a.i[1]};
   c->parallel_for(c, ops_rows(dp), K(topk_bwd_range), &a);
 }
 
 /* Tokens per expert from the routing map. */
 static void K(aux_counts)(const int32_t *idx, int64_t n, int64_t e, double *tpe) {
-  for (int64_t x = 0; x < e; x++) tpe[x] = 0;
-  for (int64_t a = 0; a < n; a++) tpe[idx[a]] += 1;
+  for (int64_t x = 0; x < e; x++)
+    tpe[x] = 0;
+  for (int64_t a = 0; a < n; a++)
+    tpe[idx[a]] += 1;
 }
 
 /* Serial: one scalar, summed in a fixed order (per expert over tokens, then over experts). */
@@ -177,7 +217,8 @@ static void K(aux_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
   double total = 0;
   for (int64_t x = 0; x < e; x++) {
     double col = 0;
-    for (int64_t r = 0; r < t; r++) col += (double)sc[r * e + x];
+    for (int64_t r = 0; r < t; r++)
+      col += (double)sc[r * e + x];
     total += col * tpe[x];
   }
   ((real *)out[0])[0] = (real)(op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * total);
@@ -192,7 +233,8 @@ static void K(aux_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
   double scale = op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * (double)dl[0];
   real *d = out[0];
   for (int64_t r = 0; r < t; r++)
-    for (int64_t x = 0; x < e; x++) d[r * e + x] = (real)(scale * tpe[x]);
+    for (int64_t x = 0; x < e; x++)
+      d[r * e + x] = (real)(scale * tpe[x]);
 }
 
 #endif

@@ -23,12 +23,12 @@
 #define STEPS_FIT 40
 
 static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
+#define CHECK(c)                                                                                             \
+  do {                                                                                                       \
+    if (!(c)) {                                                                                              \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                                  \
+      failures++;                                                                                            \
+    }                                                                                                        \
   } while (0)
 
 static int load(const char *path, const char *const *ov, int nov, Spec *spec) {
@@ -60,9 +60,11 @@ static void gradcheck(const char *const *ov, int nov) {
   double worst = cpu_gradcheck_spec(&spec, &data, &opt, 2, &rows, &n, &lrc, err, sizeof err);
   int bad = !(worst >= 0 && worst <= GRADCHECK_TOL) || n == 0;
   printf("gradcheck tiny_mla_moe");
-  for (int i = 0; i < nov; i++) printf(" %s", ov[i]);
+  for (int i = 0; i < nov; i++)
+    printf(" %s", ov[i]);
   printf(": %d params, worst rel %.2e%s\n", n, worst, bad ? "  FAILED" : "");
-  for (int i = 0; bad && i < n; i++) printf("    %-50s %.3e fd %.6e an %.6e\n", rows[i].name, rows[i].worst_rel, rows[i].fd, rows[i].an);
+  for (int i = 0; bad && i < n; i++)
+    printf("    %-50s %.3e fd %.6e an %.6e\n", rows[i].name, rows[i].worst_rel, rows[i].fd, rows[i].an);
   if (worst < 0) fprintf(stderr, "%s\n", err);
   failures += bad;
   free(rows);
@@ -107,7 +109,8 @@ static void tags(void) {
   CHECK(tagged(find(g, OP_ROPE, "layers.1.self_attention"), IR_LABEL_MLA_UP_PROJ, A));
   CHECK(tagged(find(g, OP_HEAD_CONCAT, "layers.1.self_attention"), IR_LABEL_MLA_UP_PROJ, A));
   CHECK(tagged(find(g, OP_FLASH_ATTN, "layers.1.self_attention.core_attention"), IR_LABEL_CORE_ATTN, A));
-  CHECK(tagged(find(g, OP_HEAD_CONCAT, "layers.1.self_attention.core_attention"), IR_LABEL_CORE_ATTN, A)); /* v pad */
+  CHECK(tagged(find(g, OP_HEAD_CONCAT, "layers.1.self_attention.core_attention"), IR_LABEL_CORE_ATTN,
+               A)); /* v pad */
   CHECK(tagged(find(g, OP_LINEAR, "layers.1.self_attention.linear_proj"), 0, A));
   CHECK(find(g, OP_FLASH_ATTN, "layers.0.self_attention.core_attention") != NULL);
   /* layer 0 is dense (moe_layer_freq {0,1,1}), layers 1 and 2 MoE */
@@ -119,10 +122,14 @@ static void tags(void) {
   CHECK(tagged(find(g, OP_LINEAR, "layers.2.mlp.router"), IR_LABEL_MOE, R));
   CHECK(tagged(find(g, OP_ROUTER_TOPK, "layers.2.mlp.router"), IR_LABEL_MOE, R));
   CHECK(tagged(find(g, OP_MOE_AUX_LOSS, "layers.2.mlp.router"), IR_LABEL_MOE, R));
-  CHECK(tagged(find(g, OP_LINEAR, "layers.2.mlp.shared_experts.linear_fc1"), IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS, R));
-  CHECK(tagged(find(g, OP_SWIGLU, "layers.2.mlp.shared_experts.act"), IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS, R));
-  CHECK(tagged(find(g, OP_MOE_DISPATCH, "layers.2.mlp.token_dispatcher"), IR_LABEL_MOE, M | IR_SCOPE_MOE_PREPROCESS));
-  CHECK(tagged(find(g, OP_MOE_PERMUTE, "layers.2.mlp.token_dispatcher"), IR_LABEL_MOE, M | IR_SCOPE_MOE_PREPROCESS));
+  CHECK(tagged(find(g, OP_LINEAR, "layers.2.mlp.shared_experts.linear_fc1"),
+               IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS, R));
+  CHECK(tagged(find(g, OP_SWIGLU, "layers.2.mlp.shared_experts.act"), IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS,
+               R));
+  CHECK(tagged(find(g, OP_MOE_DISPATCH, "layers.2.mlp.token_dispatcher"), IR_LABEL_MOE,
+               M | IR_SCOPE_MOE_PREPROCESS));
+  CHECK(tagged(find(g, OP_MOE_PERMUTE, "layers.2.mlp.token_dispatcher"), IR_LABEL_MOE,
+               M | IR_SCOPE_MOE_PREPROCESS));
   CHECK(tagged(find(g, OP_GROUPED_LINEAR, "layers.2.mlp.experts.linear_fc1"), IR_LABEL_MOE, M));
   CHECK(tagged(find(g, OP_MOE_ACT, "layers.2.mlp.experts.act"), IR_LABEL_MOE | IR_LABEL_MOE_ACT, M));
   CHECK(tagged(find(g, OP_GROUPED_LINEAR, "layers.2.mlp.experts.linear_fc2"), IR_LABEL_MOE, M));
@@ -131,7 +138,8 @@ static void tags(void) {
   CHECK(tagged(find(g, OP_ADD, "layers.2.mlp_bda"), 0, M));
   /* params and shapes */
   int w1 = graph_find_tensor(g, "layers.1.mlp.experts.linear_fc1.weight");
-  CHECK(w1 >= 0 && g->t[w1].ndim == 3 && g->t[w1].shape[0] == 8 && g->t[w1].shape[1] == 64 && g->t[w1].shape[2] == 64);
+  CHECK(w1 >= 0 && g->t[w1].ndim == 3 && g->t[w1].shape[0] == 8 && g->t[w1].shape[1] == 64 &&
+        g->t[w1].shape[2] == 64);
   int wr = graph_find_tensor(g, "layers.1.mlp.router.weight");
   CHECK(wr >= 0 && g->t[wr].dtype == DT_F32);
   int kvu = graph_find_tensor(g, "layers.1.self_attention.linear_kv_up_proj.weight");
@@ -164,7 +172,8 @@ static void tags(void) {
     failures++;
     return;
   }
-  CHECK(tagged(find(g, OP_LINEAR, "layers.1.mlp.shared_experts.linear_fc2"), IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS, M));
+  CHECK(tagged(find(g, OP_LINEAR, "layers.1.mlp.shared_experts.linear_fc2"),
+               IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS, M));
   graph_free(g);
 }
 
@@ -173,7 +182,8 @@ static void moonlight_and_hybrid(void) {
   Graph *g = NULL;
   char err[256] = "";
   /* the real-size recipe lowers (graph only, nothing allocated for tensors) */
-  CHECK(load("models/moonlight_16b.lua", NULL, 0, &spec) == 0 && lower_forward(&spec, &g, err, sizeof err) == LOWER_OK);
+  CHECK(load("models/moonlight_16b.lua", NULL, 0, &spec) == 0 &&
+        lower_forward(&spec, &g, err, sizeof err) == LOWER_OK);
   if (g) {
     int nmoe = 0;
     for (int l = 0; l < 27; l++) {

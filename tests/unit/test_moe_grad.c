@@ -54,7 +54,8 @@ static void fill_routing(CpuExec *e, const Graph *g, int idx, int64_t ne) {
       do {
         x = rnd(0, ne - 1);
         dup = false;
-        for (int64_t q = 0; q < j; q++) dup |= cpu_exec_get(e, idx, r * k + q) == (double)x;
+        for (int64_t q = 0; q < j; q++)
+          dup |= cpu_exec_get(e, idx, r * k + q) == (double)x;
       } while (dup);
       cpu_exec_set(e, idx, r * k + j, (double)x);
     }
@@ -122,7 +123,9 @@ typedef struct {
   const char *name;
 } Cap;
 
-static int64_t rows_for(int64_t t, int64_t k, int64_t ne, const Cap *c) { return c->cap ? ne * c->cap : t * k; }
+static int64_t rows_for(int64_t t, int64_t k, int64_t ne, const Cap *c) {
+  return c->cap ? ne * c->cap : t * k;
+}
 
 /* idx input -> MOE_DISPATCH; outputs row_of, seg, tpe. probs: for policy 1 (or -1). */
 static void dispatch(Graph *g, int idx, int probs, int64_t ne, const Cap *c, int *out) {
@@ -144,7 +147,8 @@ static int check_routed_ops(int64_t t, int64_t ne, int64_t k, int64_t c, const C
   int pin[3] = {x, p, d[0]};
   OpAttrs pa = {.i = {n}};
   graph_op(g, OP_MOE_PERMUTE, pin, 3, &pa, out, NULL);
-  snprintf(what, sizeof what, "moe_permute T=%lld E=%lld k=%lld %s", (long long)t, (long long)ne, (long long)k, cp->name);
+  snprintf(what, sizeof what, "moe_permute T=%lld E=%lld k=%lld %s", (long long)t, (long long)ne,
+           (long long)k, cp->name);
   fails += check(what, g, out, 2, idx, ne);
 
   /* unpermute: expert rows back to tokens */
@@ -154,7 +158,8 @@ static int check_routed_ops(int64_t t, int64_t ne, int64_t k, int64_t c, const C
   dispatch(g, idx, -1, ne, &(Cap){cp->cap, cp->pad, 0, ""}, d);
   int uin[2] = {yp, d[0]};
   graph_op(g, OP_MOE_UNPERMUTE, uin, 2, &pa, out, NULL);
-  snprintf(what, sizeof what, "moe_unpermute T=%lld E=%lld k=%lld %s", (long long)t, (long long)ne, (long long)k, cp->name);
+  snprintf(what, sizeof what, "moe_unpermute T=%lld E=%lld k=%lld %s", (long long)t, (long long)ne,
+           (long long)k, cp->name);
   fails += check(what, g, out, 1, idx, ne);
 
   /* grouped linear over the segments */
@@ -165,13 +170,15 @@ static int check_routed_ops(int64_t t, int64_t ne, int64_t k, int64_t c, const C
   dispatch(g, idx, -1, ne, &(Cap){cp->cap, cp->pad, 0, ""}, d);
   int gin[3] = {xg, w, d[1]};
   graph_op(g, OP_GROUPED_LINEAR, gin, 3, NULL, out, NULL);
-  snprintf(what, sizeof what, "grouped_linear E=%lld %lldx%lld %s", (long long)ne, (long long)c, (long long)nout, cp->name);
+  snprintf(what, sizeof what, "grouped_linear E=%lld %lldx%lld %s", (long long)ne, (long long)c,
+           (long long)nout, cp->name);
   fails += check(what, g, out, 1, idx, ne);
   return fails;
 }
 
 /* router -> top-k -> dispatch -> permute -> fc1 -> act -> fc2 -> unpermute, + aux loss */
-static int check_chain(int64_t b, int64_t t, int64_t c, int64_t ne, int64_t k, int64_t f, const Cap *cp, bool aux) {
+static int check_chain(int64_t b, int64_t t, int64_t c, int64_t ne, int64_t k, int64_t f, const Cap *cp,
+                       bool aux) {
   Graph *g = graph_new();
   int64_t n = rows_for(b * t, k, ne, cp);
   int x = param(g, "x", 3, b, t, c, 1), wr = param(g, "router.weight", 2, ne, c, 1, 1);
@@ -204,17 +211,67 @@ static int check_chain(int64_t b, int64_t t, int64_t c, int64_t ne, int64_t k, i
     outs[nout++] = graph_op1(g, OP_MOE_AUX_LOSS, ai, 2, &xa, "aux");
   }
   char what[160];
-  snprintf(what, sizeof what, "moe chain B=%lld T=%lld E=%lld k=%lld %s%s", (long long)b, (long long)t, (long long)ne,
-           (long long)k, cp->name, aux ? " +aux" : "");
+  snprintf(what, sizeof what, "moe chain B=%lld T=%lld E=%lld k=%lld %s%s", (long long)b, (long long)t,
+           (long long)ne, (long long)k, cp->name, aux ? " +aux" : "");
   return check(what, g, outs, nout, -1, ne);
+}
+
+/* MOE_DISPATCH's layout on a fixed case, and ROUTER_TOPK's tie-break: T = 5 tokens, k = 1,
+ * E = 2, experts [0 0 0 1 0], probs [.1 .9 .5 1 .7], capacity 2. */
+static int check_layout(void) {
+  static const struct {
+    int64_t cap;
+    int pad, policy;
+    int32_t row_of[5], seg[4];
+  } cases[] = {
+      {0, 0, 0, {0, 1, 2, 4, 3}, {0, 4, 4, 1}},   /* no capacity: contiguous, by expert then token */
+      {2, 0, 0, {0, 1, -1, 2, -1}, {0, 2, 2, 1}}, /* position: the earliest two of expert 0 */
+      {2, 1, 0, {0, 1, -1, 2, -1}, {0, 2, 2, 2}}, /* pad: expert 1 computes 2 rows, one zero */
+      {2, 0, 1, {-1, 0, -1, 2, 1}, {0, 2, 2, 1}}, /* probs: tokens 1 (.9) and 4 (.7), in token order */
+  };
+  int bad = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Graph *g = graph_new();
+    int64_t sh[2] = {5, 1};
+    int idx = graph_tensor(g, "idx", DT_I32, ROLE_INPUT, 2, sh),
+        p = graph_tensor(g, "p", DT_F32, ROLE_INPUT, 2, sh), d[3];
+    dispatch(g, idx, p, 2, &(Cap){cases[c].cap, cases[c].pad, cases[c].policy, ""}, d);
+    int64_t lsh[2] = {2, 3};
+    int lg = graph_tensor(g, "logits", DT_F32, ROLE_INPUT, 2, lsh), tk[2];
+    OpAttrs ta = {.i = {2, 1}};
+    graph_op(g, OP_ROUTER_TOPK, &lg, 1, &ta, tk, NULL);
+    graph_plan_trivial(g, 4);
+    char err[256];
+    CpuExec *e = cpu_exec_new(g, CPU_F32, 2, err, sizeof err);
+    if (!e) return printf("layout: %s\n", err), 1;
+    static const double ex[5] = {0, 0, 0, 1, 0}, pr[5] = {.1, .9, .5, 1, .7}, lv[6] = {1, 2, 2, 3, 3, 3};
+    for (int i = 0; i < 5; i++)
+      cpu_exec_set(e, idx, i, ex[i]), cpu_exec_set(e, p, i, pr[i]);
+    for (int i = 0; i < 6; i++)
+      cpu_exec_set(e, lg, i, lv[i]);
+    cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
+    for (int i = 0; i < 5; i++)
+      bad += cpu_exec_get(e, d[0], i) != cases[c].row_of[i];
+    for (int i = 0; i < 4; i++)
+      bad += cpu_exec_get(e, d[1], i) != cases[c].seg[i];
+    bad += cpu_exec_get(e, d[2], 0) != 4 || cpu_exec_get(e, d[2], 1) != 1;
+    /* ties go to the lower expert index: row 0 picks 1 then 2, row 1 picks 0 then 1 */
+    bad += cpu_exec_get(e, tk[1], 0) != 1 || cpu_exec_get(e, tk[1], 1) != 2;
+    bad += cpu_exec_get(e, tk[1], 2) != 0 || cpu_exec_get(e, tk[1], 3) != 1;
+    cpu_exec_free(e);
+    graph_free(g);
+  }
+  printf("%-52s %s\n", "moe_dispatch layouts, router_topk tie-break", bad ? "FAILED" : "ok");
+  return bad != 0;
 }
 
 int main(void) {
   const char *env = getenv("STEPC_TEST_SEED");
   uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-  printf("test_moe_grad: seed %llu (rerun with STEPC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+  printf("test_moe_grad: seed %llu (rerun with STEPC_TEST_SEED=%llu)\n", (unsigned long long)seed,
+         (unsigned long long)seed);
   rng_state = seed;
-  int fails = 0;
+  int fails = check_layout();
   char what[160];
   for (int round = 0; round < 2; round++) {
     int64_t b = rnd(1, 2), t = rnd(2, 7), c = rnd(2, 9), ne = rnd(2, 6), f = rnd(1, 5);
@@ -268,8 +325,10 @@ int main(void) {
                     {cap, 0, 0, "capacity (drop by position)"},
                     {cap, 1, 0, "capacity + pad"},
                     {cap, 0, 1, "capacity (drop by probs)"}};
-      for (int i = 0; i < 4; i++) fails += check_routed_ops(rows, ne, k, c, &caps[i]);
-      for (int i = 0; i < 4; i++) fails += check_chain(b, t, c, ne, k, f, &caps[i], i == 0 || i == 3);
+      for (int i = 0; i < 4; i++)
+        fails += check_routed_ops(rows, ne, k, c, &caps[i]);
+      for (int i = 0; i < 4; i++)
+        fails += check_chain(b, t, c, ne, k, f, &caps[i], i == 0 || i == 3);
     }
 
     /* MLA head split / concat */
@@ -280,10 +339,11 @@ int main(void) {
         int64_t h2 = shared ? 1 : h;
         OpAttrs sa = {.i = {h, a1, a2, h2, flags}};
         g = graph_new();
-        int x = flags & 1 ? param(g, "joined", 3, b, t, h * (a1 + a2), 1) : param(g, "joined", 4, b, t, h, a1 + a2);
+        int x = flags & 1 ? param(g, "joined", 3, b, t, h * (a1 + a2), 1)
+                          : param(g, "joined", 4, b, t, h, a1 + a2);
         graph_op(g, OP_HEAD_SPLIT, &x, 1, &sa, out, NULL);
-        snprintf(what, sizeof what, "head_split H=%lld a=%lld b=%lld H2=%lld flags=%d", (long long)h, (long long)a1,
-                 (long long)a2, (long long)h2, flags);
+        snprintf(what, sizeof what, "head_split H=%lld a=%lld b=%lld H2=%lld flags=%d", (long long)h,
+                 (long long)a1, (long long)a2, (long long)h2, flags);
         fails += check(what, g, out, 2, -1, 0);
 
         g = graph_new();
@@ -291,8 +351,8 @@ int main(void) {
         int p2 = flags & 4 ? param(g, "p2", 3, b, t, h2 * a2, 1) : param(g, "p2", 4, b, t, h2, a2);
         int cin[2] = {p1, p2};
         graph_op(g, OP_HEAD_CONCAT, cin, 2, &sa, out, NULL);
-        snprintf(what, sizeof what, "head_concat H=%lld a=%lld b=%lld H2=%lld flags=%d", (long long)h, (long long)a1,
-                 (long long)a2, (long long)h2, flags);
+        snprintf(what, sizeof what, "head_concat H=%lld a=%lld b=%lld H2=%lld flags=%d", (long long)h,
+                 (long long)a1, (long long)a2, (long long)h2, flags);
         fails += check(what, g, out, 1, -1, 0);
       }
     g = graph_new();
