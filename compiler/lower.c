@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "autodiff.h"
+#include "lower_blocks.h"
 
 typedef struct {
   Graph *g;
@@ -166,20 +167,20 @@ static int lower_head(Lower *L, int x) {
   return 0;
 }
 
-static const char *unsupported(const Spec *s) {
+/* The layer kind not lowered yet ("Mamba"), with the field that asks for it in *field. */
+static const char *unsupported(const Spec *s, const char **field) {
   const SpecModel *m = &s->model;
-  if (m->multi_latent_attention) return "multi_latent_attention";
-  if (spec_is_moe(s)) return "num_moe_experts (MoE)";
-  if (s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0]) return "hybrid_override_pattern (Mamba)";
-  if (s->present[SPEC_F_model_experimental_attention_variant]) return "experimental_attention_variant (GDN)";
+  if (s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0])
+    return *field = "hybrid_override_pattern", "Mamba";
+  if (s->present[SPEC_F_model_experimental_attention_variant]) return *field = "experimental_attention_variant", "GDN";
   return NULL;
 }
 
 int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
   *out = NULL;
-  const char *why = unsupported(s);
+  const char *field = NULL, *why = unsupported(s, &field);
   if (why) {
-    snprintf(err, nerr, "MLA/MoE/Mamba layers are not lowered yet (the recipe sets model.%s)", why);
+    snprintf(err, nerr, "%s layers are not lowered yet (the recipe sets model.%s)", why, field);
     return LOWER_UNSUPPORTED;
   }
   const SpecModel *m = &s->model;
@@ -198,12 +199,20 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
   }
   int64_t gbs = spec_global_batch_size(s);
   L.g->num_microbatches = (int)(gbs / L.b > 0 ? gbs / L.b : 1);
+  LowerBlock B = {.g = L.g, .s = s, .dt = L.dt, .b = L.b, .t = L.t, .c = L.c, .std = L.std, .out_std = L.out_std,
+                  .stream = &L.stream};
+  int aux = -1; /* the MoE layers' summed load-balancing loss */
   int x = lower_embedding(&L);
   for (int l = 0; l < m->num_layers && x >= 0; l++) {
-    x = lower_attention(&L, l, x); /* lower_mla() goes here for multi_latent_attention */
-    if (x >= 0) x = lower_mlp(&L, l, x); /* lower_moe() goes here for spec_layer_is_moe(s, l) */
+    x = m->multi_latent_attention ? lower_mla(&B, l, x) : lower_attention(&L, l, x);
+    if (x >= 0) x = spec_layer_is_moe(s, l) ? lower_moe(&B, l, x, &aux) : lower_mlp(&L, l, x);
   }
-  if (x < 0 || lower_head(&L, x) < 0 || L.g->err[0]) {
+  if (x >= 0 && lower_head(&L, x) == 0 && aux >= 0) { /* the training loss includes the aux loss */
+    tags(&L, -1, 0, 0, NULL, "loss");
+    int sum[2] = {L.g->loss, aux};
+    L.g->loss = graph_op1(L.g, OP_ADD, sum, 2, NULL, "loss.total");
+  }
+  if (x < 0 || L.g->loss < 0 || L.g->err[0]) {
     snprintf(err, nerr, "lowering failed: %s", L.g->err[0] ? L.g->err : "unknown error");
     graph_free(L.g);
     return LOWER_ERROR;

@@ -11,7 +11,7 @@
 enum { LOWER_OK = 0, LOWER_ERROR = -1, LOWER_UNSUPPORTED = -2 };
 
 /* The forward graph: inputs g->tokens/g->targets (B, T) int32, output g->loss. Returns LOWER_OK,
- * LOWER_UNSUPPORTED for architectures not lowered yet (MLA, MoE, Mamba/hybrid, GDN), or
+ * LOWER_UNSUPPORTED for layer kinds not lowered yet (Mamba in hybrid recipes, GDN), or
  * LOWER_ERROR; the message is in err. *out is NULL unless LOWER_OK. */
 int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr);
 

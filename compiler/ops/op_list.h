@@ -7,7 +7,32 @@
 #ifndef STEPC_OP_LIST_H
 #define STEPC_OP_LIST_H
 
+/* MLA and MoE (mla.c, moe_router.c, moe_dispatch.c, moe_experts.c): a block of their own, kept
+ * apart to ease merges; listed first in OP_LIST. */
+#define OP_LIST_MLA_MOE(X)                                                                         \
+  /* mla.c */                                                                                      \
+  X(HEAD_SPLIT, op_head_split)       /* [p1 | p2] per head -> p1, p2 (p2 shared: summed) */        \
+  X(HEAD_CONCAT, op_head_concat)     /* p1, p2 -> [p1 | p2] per head (p2 shared: broadcast) */     \
+  /* moe_router.c */                                                                               \
+  X(ROUTER_TOPK, op_router_topk)     /* probs, idx = top-k (softmax over the k, or gathered) */    \
+  X(ROUTER_TOPK_BWD, op_router_topk_bwd)                                                           \
+  X(MOE_AUX_LOSS, op_moe_aux_loss)   /* coeff E sum_e f_e P_e (switch load balancing) */           \
+  X(MOE_AUX_LOSS_BWD, op_moe_aux_loss_bwd)                                                         \
+  /* moe_dispatch.c */                                                                             \
+  X(MOE_DISPATCH, op_moe_dispatch)   /* routing map -> row_of, expert segments, counts */          \
+  X(MOE_PERMUTE, op_moe_permute)     /* tokens, probs -> expert-sorted rows */                     \
+  X(MOE_PERMUTE_BWD, op_moe_permute_bwd)                                                           \
+  X(MOE_UNPERMUTE, op_moe_unpermute) /* expert rows -> tokens, summed over the k slots */          \
+  X(MOE_UNPERMUTE_BWD, op_moe_unpermute_bwd)                                                       \
+  /* moe_experts.c */                                                                              \
+  X(GROUPED_LINEAR, op_grouped_linear) /* per-expert y = x W_e^T over the expert's rows */          \
+  X(GROUPED_LINEAR_DGRAD, op_grouped_linear_dgrad)                                                 \
+  X(GROUPED_LINEAR_WGRAD, op_grouped_linear_wgrad)                                                 \
+  X(MOE_ACT, op_moe_act)             /* act(h) * routing prob (the moe_act label's op) */          \
+  X(MOE_ACT_BWD, op_moe_act_bwd)
+
 #define OP_LIST(X)                                                                                 \
+  OP_LIST_MLA_MOE(X)                                                                               \
   /* elementwise.c */                                                                              \
   X(ADD, op_add)                     /* y = a + b (same shape) */                                  \
   X(ACCUM, op_accum)                 /* acc += x, in place (gradient accumulation) */              \
