@@ -9,22 +9,29 @@
 
 #include "diag.h"
 #include "frontend/frontend.h"
+#include "runtime/cpu/run.h"
 #include "spec.h"
 #include "validate.h"
 
-enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4 };
+enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4, EXIT_CHECK = 5 };
 
 static const char *const USAGE =
     "usage: stepc VERB SPEC [KEY=VALUE ...] [options]\n"
     "\n"
     "  check  SPEC [KEY=VALUE ...] [--json]   validate a recipe: Megatron's rules (MCORE-n) and stepc's\n"
     "                                         (STEPC-n); exit 0 valid, 1 invalid, 2 cannot load\n"
+    "  run    SPEC [KEY=VALUE ...] --device cpu [--steps N] [--json] [--threads N]\n"
+    "                                         train on the CPU reference executor, loss per step\n"
+    "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
+    "                                         every parameter's gradient against finite differences\n"
+    "                                         (fp64); exit 5 above the tolerance\n"
     "  fields [--markdown]                    every recipe field with its type and default\n"
     "  help                                   this text\n"
     "\n"
     "SPEC is a recipe file (models/llama3_2_1b.lua). KEY=VALUE overrides follow it in the Hydra style:\n"
     "  model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp] model.fp8=null\n"
-    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O error.\n";
+    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O error,\n"
+    "5 a check failed (run --gradcheck).\n";
 
 typedef struct {
   const char *spec;
@@ -32,6 +39,9 @@ typedef struct {
   int noverrides;
   bool json;
   bool markdown;
+  const char *device;
+  int steps, threads;
+  bool gradcheck;
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
@@ -40,6 +50,15 @@ static int parse_args(int argc, char **argv, Args *a) {
     const char *s = argv[i];
     if (strcmp(s, "--json") == 0) a->json = true;
     else if (strcmp(s, "--markdown") == 0) a->markdown = true;
+    else if (strcmp(s, "--gradcheck") == 0) a->gradcheck = true;
+    else if ((strcmp(s, "--device") == 0 || strcmp(s, "--steps") == 0 || strcmp(s, "--threads") == 0) && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (s[2] == 'd') a->device = v;
+      else if ((s[2] == 's' ? (a->steps = atoi(v)) : (a->threads = atoi(v))) <= 0) {
+        fprintf(stderr, "stepc: %s wants a positive number, not %s\n", s, v);
+        return -1;
+      }
+    }
     else if (s[0] == '-' && s[1] == '-') {
       fprintf(stderr, "stepc: unknown option %s\n", s);
       return -1;
@@ -107,6 +126,33 @@ static int cmd_fields(const Args *a) {
   return EXIT_OK;
 }
 
+static int cmd_run(const Args *a) {
+  if (!a->spec) {
+    fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua)\n");
+    return EXIT_USAGE;
+  }
+  if (!a->device || strcmp(a->device, "cuda") == 0) {
+    fprintf(stderr, "stepc run: the CUDA backend is not built yet; use --device cpu for the reference executor\n");
+    return EXIT_IO;
+  }
+  if (strcmp(a->device, "cpu") != 0) {
+    fprintf(stderr, "stepc run: unknown device '%s' (cpu or cuda)\n", a->device);
+    return EXIT_USAGE;
+  }
+  static Spec spec;
+  DiagList d;
+  diag_init(&d);
+  int rc = load_and_check(a, &spec, &d);
+  diag_print(&d, stderr);
+  diag_free(&d);
+  if (rc != EXIT_OK) return rc;
+  CpuRunOptions o = {.steps = a->steps, .json = a->json, .gradcheck = a->gradcheck, .threads = a->threads};
+  char err[512] = "";
+  CpuRunStatus st = cpu_run(&spec, &o, stdout, stderr, err, sizeof err);
+  if (err[0]) fprintf(stderr, "stepc run: %s\n", err);
+  return st == CPU_RUN_OK ? EXIT_OK : st == CPU_RUN_CHECK_FAILED ? EXIT_CHECK : EXIT_IO;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
@@ -117,6 +163,7 @@ int main(int argc, char **argv) {
   const char *verb = argv[1];
   if (strcmp(verb, "check") == 0) return cmd_check(&a);
   if (strcmp(verb, "fields") == 0) return cmd_fields(&a);
+  if (strcmp(verb, "run") == 0) return cmd_run(&a);
   fprintf(stderr, "stepc: unknown verb '%s'\n\n%s", verb, USAGE);
   return EXIT_USAGE;
 }

@@ -1,5 +1,7 @@
 /* elementwise.c — ADD (residual adds), ACCUM (gradient accumulation, in place), ZERO (in place).
  *
+ * FILL writes f[0] everywhere (in place; the loss-gradient seed).
+ *
  * ADD's gradient is the output gradient for both inputs: no backward op, the same tensor is
  * handed to both producers (autodiff sums contributions where a tensor has several consumers). */
 #ifndef OPS_KERNEL_PASS
@@ -35,6 +37,7 @@ static int inplace_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 
 const OpInfo op_add_info = {"add", 2, 2, 1, add_infer, ops_flops_elementwise, add_backward, {add_cpu_f32, add_cpu_f64}};
 const OpInfo op_accum_info = {"accum", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {accum_cpu_f32, accum_cpu_f64}};
+const OpInfo op_fill_info = {"fill", 0, 0, 0, inplace_infer, NULL, NULL, {fill_cpu_f32, fill_cpu_f64}};
 const OpInfo op_zero_info = {"zero", 0, 0, 0, inplace_infer, NULL, NULL, {zero_cpu_f32, zero_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS: reference kernels over `real` */
@@ -60,6 +63,15 @@ static void K(add_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
 static void K(accum_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   K(AddArgs) a = {in[0], NULL, out[0]};
   c->parallel_for(c, tensor_numel(&c->g->t[op->out[0]]), K(add_range), &a);
+}
+
+static void K(fill_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  (void)in;
+  real v = (real)op->a.f[0];
+  for (int i = 0; i < op->nout; i++) {
+    real *t = out[i];
+    for (int64_t j = 0, n = tensor_numel(&c->g->t[op->out[i]]); j < n; j++) t[j] = v;
+  }
 }
 
 static void K(zero_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {

@@ -11,6 +11,53 @@
   /* elementwise.c */                                                                              \
   X(ADD, op_add)                     /* y = a + b (same shape) */                                  \
   X(ACCUM, op_accum)                 /* acc += x, in place (gradient accumulation) */              \
-  X(ZERO, op_zero)                   /* t = 0, in place */
+  X(ZERO, op_zero)                   /* t = 0, in place */                                         \
+  X(FILL, op_fill)                   /* t = f[0], in place (the loss gradient seed) */             \
+  /* linear.c */                                                                                   \
+  X(LINEAR, op_linear)               /* y = x W^T (+ b) */                                         \
+  X(LINEAR_DGRAD, op_linear_dgrad)   /* dx = dy W */                                               \
+  X(LINEAR_WGRAD, op_linear_wgrad)   /* dW = dy^T x */                                             \
+  X(LINEAR_BGRAD, op_linear_bgrad)   /* db = sum over rows of dy */                                \
+  /* embedding.c */                                                                                \
+  X(EMBED, op_embed)                 /* y[b,t] = W[tok[b,t]] */                                    \
+  X(EMBED_BWD, op_embed_bwd)         /* dW = scatter-add of dy by token */                         \
+  X(POS_ADD, op_pos_add)             /* y = x + P[t] (learned absolute positions) */               \
+  X(POS_ADD_BWD, op_pos_add_bwd)     /* dP = sum over batch of dy */                               \
+  /* norm.c */                                                                                     \
+  X(RMSNORM, op_rmsnorm)                                                                           \
+  X(RMSNORM_BWD, op_rmsnorm_bwd)                                                                   \
+  X(LAYERNORM, op_layernorm)                                                                       \
+  X(LAYERNORM_BWD, op_layernorm_bwd)                                                               \
+  /* rope.c */                                                                                     \
+  X(ROPE, op_rope)                   /* rotate pairs; the backward is ROPE with the angle negated */ \
+  /* dropout.c */                                                                                  \
+  X(DROPOUT, op_dropout)             /* y = x * mask / (1 - p), mask from a counter-based RNG */   \
+  X(DROPOUT_BWD, op_dropout_bwd)                                                                   \
+  /* activation.c */                                                                               \
+  X(SWIGLU, op_swiglu)               /* y = silu(a) * b, [a | b] = x */                            \
+  X(SWIGLU_BWD, op_swiglu_bwd)                                                                     \
+  X(GELU, op_gelu)                   /* exact (erf) GELU, as torch.nn.functional.gelu */           \
+  X(GELU_BWD, op_gelu_bwd)                                                                         \
+  /* attention.c: the unfused backend and the QKV split */                                         \
+  X(SPLIT_QKV, op_split_qkv)         /* (B,T,(H+2G)D) -> q (B,T,H,D), k, v (B,T,G,D) */            \
+  X(CONCAT_QKV, op_concat_qkv)                                                                     \
+  X(ATTN_SCORES, op_attn_scores)     /* s = q k^T * scale (B,H,T,T) */                             \
+  X(ATTN_SCORES_BWD, op_attn_scores_bwd)                                                           \
+  X(CAUSAL_MASK, op_causal_mask)     /* s[i,j>i] = fill */                                         \
+  X(SOFTMAX, op_softmax)             /* over the last dim */                                       \
+  X(SOFTMAX_BWD, op_softmax_bwd)                                                                   \
+  X(ATTN_PV, op_attn_pv)             /* o = p v -> (B,T,H*D) */                                    \
+  X(ATTN_PV_BWD, op_attn_pv_bwd)                                                                   \
+  /* flash.c */                                                                                    \
+  X(FLASH_ATTN, op_flash_attn)       /* o, lse = attention(q, k, v); nothing else survives */      \
+  X(FLASH_ATTN_BWD, op_flash_attn_bwd)                                                             \
+  /* loss.c */                                                                                     \
+  X(CROSS_ENTROPY, op_cross_entropy) /* mean over tokens of -log softmax(logits)[target] */        \
+  X(CROSS_ENTROPY_BWD, op_cross_entropy_bwd)                                                       \
+  /* optim.c: the optimizer step as ops (phase optimizer) */                                       \
+  X(GRAD_SUMSQ, op_grad_sumsq)       /* acc += sum g^2, in place */                                \
+  X(CLIP_COEF, op_clip_coef)         /* norm, coef = sqrt(acc), min(1, max / (norm + 1e-6)) */     \
+  X(LR_SCHED, op_lr_sched)           /* step += 1; lr = schedule(step) */                          \
+  X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */
 
 #endif

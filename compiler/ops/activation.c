@@ -1,0 +1,121 @@
+/* activation.c — SWIGLU (y = silu(a) * b with [a | b] = x split on the last dim, as Megatron's
+ * gated_linear_unit with silu) and GELU (exact, erf form, torch's default), with gradients that
+ * read the activation's input only. */
+#ifndef OPS_KERNEL_PASS
+#include "ops/ops.h"
+
+static int swiglu_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0);
+  if (ops_last(x) % 2) return ops_err(err, n, "last dim %lld is odd", (long long)ops_last(x));
+  ops_out_like(&out[0], x, "out");
+  out[0].shape[x->ndim - 1] /= 2;
+  return 0;
+}
+
+static int gelu_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)err, (void)n;
+  ops_out_like(&out[0], ops_in(g, op, 0), "out");
+  return 0;
+}
+
+static int act_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  int in[2] = {dout[0], o.in[0]}, of[1] = {o.in[0]};
+  return ops_grad_op(g, o.kind == OP_SWIGLU ? OP_SWIGLU_BWD : OP_GELU_BWD, in, 2, NULL, &din[0], of) < 0 ? -1 : 0;
+}
+
+static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)err, (void)n;
+  ops_out_like(&out[0], ops_in(g, op, 1), "dx");
+  return 0;
+}
+
+#define OPS_KERNEL_PASS
+#define OPS_REAL 32
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_REAL
+#define OPS_REAL 64
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_KERNEL_PASS
+
+const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {swiglu_cpu_f32, swiglu_cpu_f64}};
+const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {swiglu_bwd_cpu_f32, swiglu_bwd_cpu_f64}};
+const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64}};
+const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64}};
+
+#else /* OPS_KERNEL_PASS */
+
+typedef struct {
+  const real *x, *dy;
+  real *y;
+  int64_t f; /* SwiGLU output width */
+} K(ActArgs);
+
+static void K(swiglu_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t r = lo; r < hi; r++) {
+    const real *x = a->x + r * 2 * a->f;
+    for (int64_t j = 0; j < a->f; j++) {
+      real u = x[j], v = x[j + a->f], s = 1 / (1 + REXP(-u));
+      a->y[r * a->f + j] = u * s * v;
+    }
+  }
+}
+
+static void K(swiglu_bwd_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t r = lo; r < hi; r++) {
+    const real *x = a->x + r * 2 * a->f, *dy = a->dy + r * a->f;
+    real *dx = a->y + r * 2 * a->f;
+    for (int64_t j = 0; j < a->f; j++) {
+      real u = x[j], v = x[j + a->f], s = 1 / (1 + REXP(-u));
+      dx[j] = dy[j] * v * s * (1 + u * (1 - s));
+      dx[j + a->f] = dy[j] * u * s;
+    }
+  }
+}
+
+static void K(swiglu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *y = &c->g->t[op->out[0]];
+  K(ActArgs) a = {in[0], NULL, out[0], ops_last(y)};
+  c->parallel_for(c, ops_rows(y), K(swiglu_range), &a);
+}
+
+static void K(swiglu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *dy = &c->g->t[op->in[0]];
+  K(ActArgs) a = {in[1], in[0], out[0], ops_last(dy)};
+  c->parallel_for(c, ops_rows(dy), K(swiglu_bwd_range), &a);
+}
+
+static void K(gelu_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) {
+    real x = a->x[i];
+    a->y[i] = (real)0.5 * x * (1 + RERF(x * (real)0.70710678118654752440));
+  }
+}
+
+static void K(gelu_bwd_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) {
+    real x = a->x[i];
+    real cdf = (real)0.5 * (1 + RERF(x * (real)0.70710678118654752440));
+    real pdf = REXP((real)-0.5 * x * x) * (real)0.39894228040143267794;
+    a->y[i] = a->dy[i] * (cdf + x * pdf);
+  }
+}
+
+static void K(gelu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(ActArgs) a = {in[0], NULL, out[0], 0};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(gelu_range), &a);
+}
+
+static void K(gelu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(ActArgs) a = {in[1], in[0], out[0], 0};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(gelu_bwd_range), &a);
+}
+
+#endif

@@ -1,0 +1,79 @@
+/* dropout.c — DROPOUT: y = x * keep / (1 - p), keep = (u >= p) with u from the counter-based RNG
+ * keyed by (seed, step, micro-batch, stream, element). The mask is an output (uint8, one byte per
+ * element as in Megatron's activation accounting) that the backward reads; a replay regenerates
+ * the identical mask from the same key.
+ * Attributes: f[0] = p, i[0] = stream (unique per dropout site, chosen by lowering). */
+#ifndef OPS_KERNEL_PASS
+#include "ops/ops.h"
+
+static int dropout_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0);
+  if (!(op->a.f[0] > 0 && op->a.f[0] < 1)) return ops_err(err, n, "p = %g must be in (0, 1)", op->a.f[0]);
+  ops_out_like(&out[0], x, "dropout");
+  ops_out_like(&out[1], x, "dropout_mask");
+  out[1].dtype = DT_U8;
+  return 0;
+}
+
+static int dropout_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  int in[2] = {dout[0], o.out[1]}, of[1] = {o.in[0]};
+  return ops_grad_op(g, OP_DROPOUT_BWD, in, 2, &o.a, &din[0], of) < 0 ? -1 : 0;
+}
+
+static int dropout_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)err, (void)n;
+  ops_out_like(&out[0], ops_in(g, op, 0), "dx");
+  return 0;
+}
+
+#define OPS_KERNEL_PASS
+#define OPS_REAL 32
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_REAL
+#define OPS_REAL 64
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_KERNEL_PASS
+
+const OpInfo op_dropout_info = {"dropout", 1, 1, 2, dropout_infer, ops_flops_elementwise, dropout_backward, {dropout_cpu_f32, dropout_cpu_f64}};
+const OpInfo op_dropout_bwd_info = {"dropout_bwd", 2, 2, 1, dropout_bwd_infer, ops_flops_elementwise, NULL, {dropout_bwd_cpu_f32, dropout_bwd_cpu_f64}};
+
+#else /* OPS_KERNEL_PASS */
+
+typedef struct {
+  const real *x;
+  uint8_t *mask;
+  real *y;
+  uint64_t key;
+  float p;
+  real scale;
+} K(DropArgs);
+
+static void K(dropout_range)(void *p, int64_t lo, int64_t hi) {
+  const K(DropArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) {
+    uint8_t keep = ops_rng_uniform(a->key, (uint64_t)i) >= a->p;
+    a->mask[i] = keep;
+    a->y[i] = keep ? a->x[i] * a->scale : 0;
+  }
+}
+
+static void K(dropout_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(DropArgs) a = {in[0], out[1], out[0], ops_rng_key(c, op->a.i[0]), (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(dropout_range), &a);
+}
+
+static void K(dropout_bwd_range)(void *p, int64_t lo, int64_t hi) {
+  const K(DropArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) a->y[i] = a->mask[i] ? a->x[i] * a->scale : 0;
+}
+
+static void K(dropout_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(DropArgs) a = {in[0], in[1], out[0], 0, (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(dropout_bwd_range), &a);
+}
+
+#endif

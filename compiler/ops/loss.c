@@ -1,0 +1,94 @@
+/* loss.c — CROSS_ENTROPY: loss (1) = mean over the B*T tokens of lse(logits) - logits[target],
+ * with the row log-sum-exp (B,T) kept for the backward (which therefore reads logits, targets and
+ * lse). CROSS_ENTROPY_BWD's first input is the loss gradient (1), the micro-batch's share of the
+ * step's mean (1 / num_microbatches). */
+#ifndef OPS_KERNEL_PASS
+#include "ops/ops.h"
+
+static int ce_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0), *tg = ops_in(g, op, 1);
+  if (x->ndim != 3 || tg->ndim != 2 || tg->dtype != DT_I32 || x->shape[0] != tg->shape[0] || x->shape[1] != tg->shape[1])
+    return ops_err(err, n, "expects logits (B,T,V) and targets (B,T) int32");
+  ops_out_shape(&out[0], DT_F32, "loss", 1, 1, 1, 1, 1);
+  ops_out_shape(&out[1], DT_F32, "lse", 2, x->shape[0], x->shape[1], 1, 1);
+  return 0;
+}
+
+static int ce_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  int in[4] = {dout[0], o.in[0], o.in[1], o.out[1]}, of[1] = {o.in[0]};
+  return ops_grad_op(g, OP_CROSS_ENTROPY_BWD, in, 4, NULL, &din[0], of) < 0 ? -1 : 0;
+}
+
+static int ce_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)err, (void)n;
+  ops_out_like(&out[0], ops_in(g, op, 1), "dlogits");
+  return 0;
+}
+
+static double ce_flops(const Graph *g, const Op *op) { return 3.0 * (double)tensor_numel(ops_in(g, op, op->kind == OP_CROSS_ENTROPY ? 0 : 1)); }
+
+#define OPS_KERNEL_PASS
+#define OPS_REAL 32
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_REAL
+#define OPS_REAL 64
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_KERNEL_PASS
+
+const OpInfo op_cross_entropy_info = {"cross_entropy", 2, 2, 2, ce_infer, ce_flops, ce_backward, {ce_cpu_f32, ce_cpu_f64}};
+const OpInfo op_cross_entropy_bwd_info = {"cross_entropy_bwd", 4, 4, 1, ce_bwd_infer, ce_flops, NULL, {ce_bwd_cpu_f32, ce_bwd_cpu_f64}};
+
+#else /* OPS_KERNEL_PASS */
+
+typedef struct {
+  const real *x, *lse, *dloss;
+  const int32_t *tg;
+  real *y, *olse;
+  int64_t rows, v;
+} K(CeArgs);
+
+static void K(ce_range)(void *p, int64_t lo, int64_t hi) {
+  const K(CeArgs) *a = p;
+  for (int64_t r = lo; r < hi; r++) {
+    const real *x = a->x + r * a->v;
+    real m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < a->v; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < a->v; j++) s += REXP(x[j] - m);
+    a->olse[r] = m + RLOG(s);
+  }
+}
+
+static void K(ce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  K(CeArgs) a = {.x = in[0], .tg = in[1], .olse = out[1], .rows = ops_rows(x), .v = ops_last(x)};
+  c->parallel_for(c, a.rows, K(ce_range), &a);
+  double sum = 0; /* in token order, in double: the loss is what runs are compared on */
+  for (int64_t r = 0; r < a.rows; r++) {
+    int64_t t = a.tg[r] >= 0 && a.tg[r] < a.v ? a.tg[r] : 0;
+    sum += (double)a.olse[r] - (double)a.x[r * a.v + t];
+  }
+  ((real *)out[0])[0] = (real)(sum / (double)a.rows);
+}
+
+static void K(ce_bwd_range)(void *p, int64_t lo, int64_t hi) {
+  const K(CeArgs) *a = p;
+  real scale = a->dloss[0] / (real)a->rows;
+  for (int64_t r = lo; r < hi; r++) {
+    const real *x = a->x + r * a->v;
+    real *dx = a->y + r * a->v;
+    int64_t t = a->tg[r] >= 0 && a->tg[r] < a->v ? a->tg[r] : 0;
+    for (int64_t j = 0; j < a->v; j++) dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * scale;
+  }
+}
+
+static void K(ce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[1]];
+  K(CeArgs) a = {.dloss = in[0], .x = in[1], .tg = in[2], .lse = in[3], .y = out[0], .rows = ops_rows(x), .v = ops_last(x)};
+  c->parallel_for(c, a.rows, K(ce_bwd_range), &a);
+}
+
+#endif
