@@ -193,8 +193,8 @@ typedef struct {
   int n;
 } RankReport;
 
-int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, RankReport *rr, char *err,
-                  size_t nerr);
+int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                  RankReport *rr, char *err, size_t nerr);
 
 /* ---- cost.c ---- */
 typedef struct {
@@ -239,5 +239,8 @@ enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
  * this architecture) or PLAN_ERROR, with err. */
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr);
 void plan_free(Plan *p);
+/* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.
+ * When the model cannot be lowered, a STEPC-44 note says the graph checks did not run. */
+int plan_check(const Spec *s, DiagList *d);
 
 #endif
