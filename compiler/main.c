@@ -114,7 +114,8 @@ static int cmd_check(const Args *a) {
   DiagList d;
   diag_init(&d);
   int rc = load_and_check(a, &spec, &d);
-  if (rc == EXIT_OK && plan_check(&spec, &d) == PLAN_OK && diag_count(&d, DIAG_ERROR) > 0) rc = EXIT_INVALID;
+  /* the graph checks run on an invalid recipe too, so that every problem shows at once */
+  if (rc != EXIT_LOAD && plan_check(&spec, &d) == PLAN_OK && diag_count(&d, DIAG_ERROR) > 0) rc = EXIT_INVALID;
   if (a->json) {
     print_check_json(&d, rc == EXIT_OK);
   } else {
