@@ -135,7 +135,7 @@ static int op_push(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs 
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->nin = nin;
-  memcpy(op->in, in, (size_t)nin * sizeof *in);
+  if (nin > 0) memcpy(op->in, in, (size_t)nin * sizeof *in);
   if (a) op->a = *a;
   op->tags = g->cur;
   return g->nop++;

@@ -1,0 +1,206 @@
+/* test_op_grad.c — every differentiable op alone (the causal mask with the softmax after it,
+ * since its -inf outputs cannot be weighted directly) against central finite differences in fp64,
+ * with fresh random shapes and inputs each run. The seed is printed; STEPC_TEST_SEED=N reruns one.
+ *
+ * Objective: sum_i <out_i, R_i> for fixed random R_i, so that every output element is checked.
+ * Tolerance 1e-5: in fp64 with h = 1e-5 the central difference's truncation error is ~h^2 f''' ~
+ * 1e-10 and round-off ~1e-16 |f| / h ~ 1e-10 relative to the objective, so a correct rule sits at
+ * 1e-11..1e-7 (largest for small gradient elements, e.g. LayerNorm over few channels); a wrong rule
+ * is off by O(1). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autodiff.h"
+#include "ops/ops.h"
+#include "runtime/cpu/train.h"
+
+#define TOL 1e-5
+
+typedef struct {
+  Graph *g;
+  int n, outs[4], seeds[4];
+} Obj;
+
+static uint64_t rng_state;
+static int64_t rnd(int64_t lo, int64_t hi) { /* inclusive */
+  rng_state = ops_mix64(rng_state);
+  return lo + (int64_t)(rng_state % (uint64_t)(hi - lo + 1));
+}
+
+static int param(Graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  int64_t sh[4] = {d0, d1, d2, d3};
+  return graph_param(g, name, DT_F32, ndim, sh, IR_INIT_NORMAL, 1.0);
+}
+
+static int input_ids(Graph *g, const char *name, int64_t b, int64_t t) {
+  int64_t sh[2] = {b, t};
+  return graph_tensor(g, name, DT_I32, ROLE_INPUT, 2, sh);
+}
+
+static double objective(CpuExec *e, void *ctx) {
+  Obj *o = ctx;
+  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
+  double s = 0;
+  for (int i = 0; i < o->n; i++)
+    for (int64_t j = 0, n = tensor_numel(&o->g->t[o->outs[i]]); j < n; j++)
+      s += cpu_exec_get(e, o->outs[i], j) * cpu_exec_get(e, o->seeds[i], j);
+  return s;
+}
+
+/* Differentiates outputs `outs` of the forward graph g and checks every param. ids: int inputs
+ * to fill with values in [0, vocab). */
+static int check(const char *what, Graph *g, const int *outs, int nout, const int *ids, int nids, int64_t vocab) {
+  Obj o = {.g = g, .n = nout};
+  graph_set_phase(g, IR_PHASE_BACKWARD);
+  for (int i = 0; i < nout; i++) {
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.seed", g->t[outs[i]].name);
+    o.outs[i] = outs[i];
+    o.seeds[i] = graph_tensor(g, name, DT_F32, ROLE_INPUT, g->t[outs[i]].ndim, g->t[outs[i]].shape);
+  }
+  if (g->err[0] || autodiff_build(g, o.outs, o.seeds, nout) != 0) {
+    fprintf(stderr, "%s: building failed: %s\n", what, g->err);
+    return 1;
+  }
+  graph_plan_trivial(g, 8);
+  char err[256];
+  CpuExec *e = cpu_exec_new(g, CPU_F64, 2, err, sizeof err);
+  if (!e) {
+    fprintf(stderr, "%s: %s\n", what, err);
+    return 1;
+  }
+  cpu_exec_init_params(e, rng_state);
+  for (int i = 0; i < nids; i++)
+    for (int64_t j = 0, n = tensor_numel(&g->t[ids[i]]); j < n; j++) cpu_exec_set(e, ids[i], j, (double)rnd(0, vocab - 1));
+  for (int i = 0; i < nout; i++)
+    for (int64_t j = 0, n = tensor_numel(&g->t[o.seeds[i]]); j < n; j++)
+      cpu_exec_set(e, o.seeds[i], j, (rnd(0, 1) ? 1 : -1) * (double)rnd(100, 1000) / 1000.0); /* never 0: no vacuous check */
+  cpu_exec_set_key(e, 99, 1, 0);
+  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
+  GradcheckOptions opt = {.elements = 3, .h = 1e-5};
+  GradcheckRow *rows = NULL;
+  int nrows = 0;
+  double worst = cpu_gradcheck_exec(e, g, objective, &o, 1.0, &opt, &rows, &nrows);
+  int bad = !(worst >= 0 && worst <= TOL) || nrows == 0;
+  printf("%-44s worst rel %.2e over %d param(s)%s\n", what, worst, nrows, bad ? "  FAILED" : "");
+  for (int i = 0; (bad || getenv("STEPC_TEST_VERBOSE")) && i < nrows; i++)
+    printf("    %-40s %.3e fd %.9e an %.9e\n", rows[i].name, rows[i].worst_rel, rows[i].fd, rows[i].an);
+  free(rows);
+  cpu_exec_free(e);
+  graph_free(g);
+  return bad;
+}
+
+int main(void) {
+  const char *env = getenv("STEPC_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+  printf("test_op_grad: seed %llu (rerun with STEPC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+  rng_state = seed;
+  int fails = 0;
+  for (int round = 0; round < 2; round++) {
+    int64_t b = rnd(1, 3), t = rnd(2, 9), c = rnd(3, 12), n = rnd(1, 10), v = rnd(3, 20);
+    int64_t gq = rnd(1, 3), rep = rnd(1, 3), h = gq * rep, d = 2 * rnd(1, 4);
+    char what[128];
+    Graph *g;
+    int out[4];
+
+    for (int bias = 0; bias < 2; bias++) {
+      g = graph_new();
+      int in[3] = {param(g, "x", 3, b, t, c, 1), param(g, "w", 2, n, c, 1, 1), param(g, "b", 1, n, 1, 1, 1)};
+      graph_op(g, OP_LINEAR, in, 2 + bias, NULL, out, NULL);
+      snprintf(what, sizeof what, "linear%s (%lld,%lld,%lld)->%lld", bias ? "+bias" : "", (long long)b, (long long)t, (long long)c, (long long)n);
+      fails += check(what, g, out, 1, NULL, 0, 0);
+    }
+    g = graph_new();
+    int ids = input_ids(g, "tokens", b, t), emb[2] = {ids, param(g, "wte", 2, v, c, 1, 1)};
+    graph_op(g, OP_EMBED, emb, 2, NULL, out, NULL);
+    snprintf(what, sizeof what, "embed V=%lld C=%lld", (long long)v, (long long)c);
+    fails += check(what, g, out, 1, &ids, 1, v);
+
+    g = graph_new();
+    int pos[2] = {param(g, "x", 3, b, t, c, 1), param(g, "wpe", 2, t + rnd(0, 3), c, 1, 1)};
+    graph_op(g, OP_POS_ADD, pos, 2, NULL, out, NULL);
+    fails += check("pos_add (learned positions)", g, out, 1, NULL, 0, 0);
+
+    for (int ln = 0; ln < 2; ln++) {
+      g = graph_new();
+      int in[3] = {param(g, "x", 3, b, t, c, 1), param(g, "w", 1, c, 1, 1, 1), param(g, "b", 1, c, 1, 1, 1)};
+      OpAttrs a = {.f = {1e-5}};
+      graph_op(g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, out, NULL);
+      fails += check(ln ? "layernorm" : "rmsnorm", g, out, 1, NULL, 0, 0);
+    }
+    g = graph_new();
+    int x4 = param(g, "x", 4, b, t, h, d);
+    OpAttrs ra = {.f = {10000}, .i = {1}};
+    graph_op(g, OP_ROPE, &x4, 1, &ra, out, NULL);
+    fails += check("rope", g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int xd = param(g, "x", 3, b, t, c, 1);
+    OpAttrs da = {.f = {0.3}, .i = {5}};
+    graph_op(g, OP_DROPOUT, &xd, 1, &da, out, NULL);
+    fails += check("dropout p=0.3 (mask fixed by the RNG key)", g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int xs = param(g, "x", 3, b, t, 2 * c, 1);
+    graph_op(g, OP_SWIGLU, &xs, 1, NULL, out, NULL);
+    fails += check("swiglu", g, out, 1, NULL, 0, 0);
+    g = graph_new();
+    int xg = param(g, "x", 3, b, t, c, 1);
+    graph_op(g, OP_GELU, &xg, 1, NULL, out, NULL);
+    fails += check("gelu", g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int add[2] = {param(g, "a", 2, t, c, 1, 1), param(g, "b", 2, t, c, 1, 1)};
+    graph_op(g, OP_ADD, add, 2, NULL, out, NULL);
+    fails += check("add", g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int qkv = param(g, "qkv", 3, b, t, (h + 2 * gq) * d, 1);
+    OpAttrs sa = {.i = {h, gq, d}};
+    graph_op(g, OP_SPLIT_QKV, &qkv, 1, &sa, out, NULL);
+    fails += check("split_qkv", g, out, 3, NULL, 0, 0);
+
+    snprintf(what, sizeof what, "attn_scores GQA H=%lld G=%lld D=%lld T=%lld", (long long)h, (long long)gq, (long long)d, (long long)t);
+    g = graph_new();
+    int qk[2] = {param(g, "q", 4, b, t, h, d), param(g, "k", 4, b, t, gq, d)};
+    OpAttrs sc = {.f = {1.0 / sqrt((double)d)}};
+    graph_op(g, OP_ATTN_SCORES, qk, 2, &sc, out, NULL);
+    fails += check(what, g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int s = param(g, "s", 4, b, h, t, t);
+    OpAttrs ma = {.i = {0}};
+    int m = graph_op1(g, OP_CAUSAL_MASK, &s, 1, &ma, NULL);
+    graph_op(g, OP_SOFTMAX, &m, 1, NULL, out, NULL);
+    fails += check("causal_mask + softmax", g, out, 1, NULL, 0, 0);
+
+    g = graph_new();
+    int pv[2] = {param(g, "p", 4, b, h, t, t), param(g, "v", 4, b, t, gq, d)};
+    graph_op(g, OP_ATTN_PV, pv, 2, NULL, out, NULL);
+    fails += check("attn_pv GQA", g, out, 1, NULL, 0, 0);
+
+    for (int drop = 0; drop < 2; drop++) {
+      g = graph_new();
+      int qkv3[3] = {param(g, "q", 4, b, t, h, d), param(g, "k", 4, b, t, gq, d), param(g, "v", 4, b, t, gq, d)};
+      OpAttrs fa = {.f = {1.0 / sqrt((double)d), drop ? 0.2 : 0.0}, .i = {3, 1}};
+      graph_op(g, OP_FLASH_ATTN, qkv3, 3, &fa, out, NULL);
+      snprintf(what, sizeof what, "flash_attn GQA H=%lld G=%lld%s", (long long)h, (long long)gq, drop ? " dropout 0.2" : "");
+      fails += check(what, g, out, 1, NULL, 0, 0);
+    }
+
+    g = graph_new();
+    int tg = input_ids(g, "targets", b, t), ce[2] = {param(g, "logits", 3, b, t, v, 1), tg};
+    graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL);
+    fails += check("cross_entropy", g, out, 1, &tg, 1, v);
+  }
+  if (fails) {
+    printf("test_op_grad: %d FAILED (seed %llu)\n", fails, (unsigned long long)seed);
+    return 1;
+  }
+  printf("test_op_grad: ok\n");
+  return 0;
+}
