@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "diag.h"
+#include "plan.h"
+#include "report.h"
+#include "sweep.h"
 #include "frontend/frontend.h"
 #include "runtime/cpu/run.h"
 #include "spec.h"
@@ -25,6 +28,12 @@ static const char *const USAGE =
     "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
     "                                         every parameter's gradient against finite differences\n"
     "                                         (fp64); exit 5 above the tolerance\n"
+    "  plan   SPEC [KEY=VALUE ...] [--json] [--svg FILE]\n"
+    "                                         memory plan per rank, cost, what each recompute label\n"
+    "                                         frees and replays; exit 1 on a graph-scope violation\n"
+    "  sweep  SPEC [KEY=VALUE ...] [--candidates '[];core_attn;layernorm,moe_act;full:uniform:1']\n"
+    "         [--budget 80GiB] [--json]       the [] control and one candidate at a time\n"
+    "  trace  SPEC [KEY=VALUE ...] -o FILE    Chrome/Perfetto trace of the planned step\n"
     "  fields [--markdown]                    every recipe field with its type and default\n"
     "  help                                   this text\n"
     "\n"
@@ -42,6 +51,7 @@ typedef struct {
   const char *device;
   int steps, threads;
   bool gradcheck;
+  const char *svg, *out, *candidates, *budget; /* plan --svg, trace -o, sweep --candidates/--budget */
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
@@ -58,6 +68,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         fprintf(stderr, "stepc: %s wants a positive number, not %s\n", s, v);
         return -1;
       }
+    }
+    else if ((strcmp(s, "--svg") == 0 || strcmp(s, "-o") == 0 || strcmp(s, "--candidates") == 0 ||
+              strcmp(s, "--budget") == 0) && i + 1 < argc) {
+      const char *v = argv[++i];
+      *(s[1] == 'o' ? &a->out : s[2] == 's' ? &a->svg : s[2] == 'c' ? &a->candidates : &a->budget) = v;
     }
     else if (s[0] == '-' && s[1] == '-') {
       fprintf(stderr, "stepc: unknown option %s\n", s);
@@ -99,6 +114,8 @@ static int cmd_check(const Args *a) {
   DiagList d;
   diag_init(&d);
   int rc = load_and_check(a, &spec, &d);
+  /* the graph checks run on an invalid recipe too, so that every problem shows at once */
+  if (rc != EXIT_LOAD && plan_check(&spec, &d) == PLAN_OK && diag_count(&d, DIAG_ERROR) > 0) rc = EXIT_INVALID;
   if (a->json) {
     print_check_json(&d, rc == EXIT_OK);
   } else {
@@ -153,6 +170,80 @@ static int cmd_run(const Args *a) {
   return st == CPU_RUN_OK ? EXIT_OK : st == CPU_RUN_CHECK_FAILED ? EXIT_CHECK : EXIT_IO;
 }
 
+/* plan and trace: load, validate, plan; the verb's output; graph-scope errors exit 1. */
+static int cmd_plan(const Args *a, bool trace) {
+  if (!a->spec || (trace && !a->out)) {
+    fprintf(stderr, "stepc %s: missing %s\n", trace ? "trace" : "plan", a->spec ? "-o FILE" : "SPEC");
+    return EXIT_USAGE;
+  }
+  static Spec spec;
+  static Plan p;
+  DiagList d;
+  diag_init(&d);
+  int rc = load_and_check(a, &spec, &d);
+  if (rc != EXIT_OK) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return rc;
+  }
+  char err[512] = "";
+  int st = plan_build(&spec, 0, &p, &d, err, sizeof err);
+  if (st != PLAN_OK) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    fprintf(stderr, "stepc %s: %s\n", trace ? "trace" : "plan", err);
+    return EXIT_IO;
+  }
+  FILE *f = NULL;
+  const char *path = trace ? a->out : a->svg;
+  if (path && !(f = fopen(path, "w"))) {
+    fprintf(stderr, "stepc: cannot write %s\n", path);
+    rc = EXIT_IO;
+  } else if (f) {
+    if ((trace ? report_trace(&p, f) : report_plan_svg(&p, f)) != 0 || fclose(f) != 0) rc = EXIT_IO;
+    if (rc != EXIT_OK) fprintf(stderr, "stepc: writing %s failed\n", path);
+  }
+  if (trace) {
+    diag_print(&d, stderr);
+    if (rc == EXIT_OK) fprintf(stderr, "%s: wrote %s (open it in ui.perfetto.dev)\n", a->spec, a->out);
+  } else if (a->json) {
+    report_plan_json(&p, &d, stdout);
+  } else {
+    report_plan_text(&p, &d, stdout);
+  }
+  if (rc == EXIT_OK && diag_count(&d, DIAG_ERROR) > 0) rc = EXIT_INVALID;
+  plan_free(&p);
+  diag_free(&d);
+  return rc;
+}
+
+static int cmd_sweep(const Args *a) {
+  if (!a->spec) {
+    fprintf(stderr, "stepc sweep: missing SPEC\n");
+    return EXIT_USAGE;
+  }
+  double budget = 0;
+  if (a->budget && (budget = (double)plan_parse_bytes(a->budget)) < 0) {
+    fprintf(stderr, "stepc sweep: --budget wants a size such as 80GiB or 141GB, not %s\n", a->budget);
+    return EXIT_USAGE;
+  }
+  DiagList d;
+  diag_init(&d);
+  SweepRow *rows = NULL;
+  int n = 0, cheapest = -1;
+  int st = sweep_run(a->spec, a->overrides, a->noverrides, a->candidates, budget, &rows, &n, &cheapest, &d);
+  diag_print(&d, stderr);
+  diag_free(&d);
+  if (st != SWEEP_OK) {
+    free(rows);
+    return st == SWEEP_LOAD ? EXIT_LOAD : st == SWEEP_INVALID ? EXIT_INVALID : EXIT_IO;
+  }
+  if (a->json) report_sweep_json(a->spec, rows, n, budget, cheapest, stdout);
+  else report_sweep_text(a->spec, rows, n, budget, cheapest, stdout);
+  free(rows);
+  return EXIT_OK;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
@@ -164,6 +255,9 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "check") == 0) return cmd_check(&a);
   if (strcmp(verb, "fields") == 0) return cmd_fields(&a);
   if (strcmp(verb, "run") == 0) return cmd_run(&a);
+  if (strcmp(verb, "plan") == 0) return cmd_plan(&a, false);
+  if (strcmp(verb, "trace") == 0) return cmd_plan(&a, true);
+  if (strcmp(verb, "sweep") == 0) return cmd_sweep(&a);
   fprintf(stderr, "stepc: unknown verb '%s'\n\n%s", verb, USAGE);
   return EXIT_USAGE;
 }

@@ -1,0 +1,67 @@
+/* cost.c — FLOPs, bytes and a roofline time per op on the H200 (plan.h).
+ *
+ * Ceilings from shared/bench/README.md, measured on the H200 on 2026-11-29: bf16 GEMM 773 TFLOP/s
+ * at 8192^3 and 670-773 at layer shapes (stepc takes 700); cuDNN fused attention 480-600 TFLOP/s
+ * at L8 shapes forward and forward+backward, 335-375 at the M shape (stepc takes 450, the
+ * attention kernels being stepc's own); device-to-device copy 4.16 TB/s. An op takes the larger
+ * of its compute time and its memory time (op_bytes at nominal dtypes): GEMMs and attention
+ * against their ceilings, everything else against DRAM. No launch overhead is added: the step is
+ * meant to run as CUDA graphs. Micro-program ops run once per micro-batch, the tail once.
+ *
+ * model_flops is the bench's convention, so that TFLOP/s compare with PyTorch's: 6 x (params
+ * without embeddings, with the output layer) x tokens + causal attention 6 x mbs x L x s^2 x
+ * (heads x head dim) per micro-batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+void cost_device_h200(Device *d) {
+  d->gemm_flops_per_s = 700e12;
+  d->attn_flops_per_s = 450e12;
+  d->bytes_per_s = 4.16e12;
+  d->launch_s = 0;
+}
+
+static bool is_attn(OpKind k) { return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD; }
+
+int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
+  memset(c, 0, sizeof *c);
+  c->op_time = calloc((size_t)g->nop + 1, sizeof *c->op_time);
+  if (!c->op_time) return -1;
+  double nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    double f = op_flops(g, op), b = op_bytes(g, op);
+    double rate = is_attn(op->kind) ? d->attn_flops_per_s : plan_op_is_gemm(op->kind) ? d->gemm_flops_per_s : 0;
+    double tc = rate > 0 ? f / rate : 0, tm = b / d->bytes_per_s;
+    double t = (tc > tm ? tc : tm) + d->launch_s;
+    c->op_time[o] = t;
+    Phase ph = op->tags.phase;
+    c->flops[ph] += f, c->bytes[ph] += b, c->time[ph] += t;
+    double rep = ph == IR_PHASE_FORWARD || ph == IR_PHASE_BACKWARD || ph == IR_PHASE_REPLAY ? nmicro : 1;
+    c->step_flops += f * rep, c->step_bytes += b * rep, c->step_time += t * rep;
+    if (ph == IR_PHASE_REPLAY) c->replay_flops += f * rep, c->replay_time += t * rep;
+  }
+  /* the bench's model FLOPs */
+  const SpecModel *m = &s->model;
+  double params = 0;
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *x = &g->t[t];
+    if (x->role != ROLE_PARAM) continue;
+    if (strstr(x->name, "embedding") && !m->share_embeddings_and_output_weights) continue;
+    if (strstr(x->name, "position_embeddings")) continue;
+    params += (double)tensor_numel(x);
+  }
+  double tokens = (double)s->train.micro_batch_size * (double)m->seq_length * nmicro;
+  double hd = (double)m->num_attention_heads * (double)spec_kv_channels(s);
+  c->model_flops = 6 * params * tokens +
+                   6 * (double)s->train.micro_batch_size * nmicro * (double)m->num_layers * (double)m->seq_length *
+                       (double)m->seq_length * hd;
+  return 0;
+}
+
+void cost_free(Cost *c) {
+  free(c->op_time);
+  memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,215 @@
+/* memrank.c — per-rank memory for a parallel layout, from the single-rank plan by sharding rules
+ * per tensor (plan.h). The single-rank graph is planned exactly (memplan.c); a rank's numbers
+ * divide each tensor by how Megatron shards it and restrict the plan to the rank's stage:
+ *
+ *   params      column/row-parallel linears (linear_qkv, linear_proj, linear_fc1, linear_fc2,
+ *               MLA projections, experts' fc1/fc2) and the vocab-parallel embedding and output
+ *               layer are split over TP (experts over EP x ETP); norms and position embeddings
+ *               are replicated. Main grads follow their param; master weights and Adam moments
+ *               too, and are further split over DP with the distributed optimizer (experts over
+ *               the expert-DP), Megatron's 6 + 12/DP bytes per param instead of 18.
+ *   activations an op between a column-parallel linear and the next row-parallel one works on
+ *               TP-split heads/columns (q, k, v, scores, fc1 and activation outputs, logits);
+ *               the rest (norms, residuals, dropouts) is split over TP only with sequence
+ *               parallelism. Every activation is split over CP (its sequence dimension).
+ *               Gradients of activations follow their tensor.
+ *   stages      layer l sits on the pipeline stage of its virtual chunk (even split over PP x VPP
+ *               chunks, chunk k on stage k mod PP); the embedding on the first stage, the final
+ *               norm, output layer and loss on the last (a tied embedding on both).
+ *   in flight   1F1B keeps min(PP - stage, micro-batches) micro-batches' saved activations on a
+ *               stage; interleaved, (PP - stage - 1) x 2 + (VPP - 1) x PP + 1 chunk passes
+ *               (Megatron's 1 + (PP-1)/(PP VPP) factor on the first stage). The stage's peak is
+ *               its planned one-micro-batch peak plus (in flight - 1) x its saved activations.
+ *   workspace   cuBLAS's 32 MiB Hopper workspace.
+ * The tensors that cross a stage boundary are counted on the stage that makes them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct {
+  const Graph *g;
+  const Spec *s;
+  int tp, pp, vpp, cp, ep, etp, dp, edp, nl;
+  bool sp;
+} Lay;
+
+static bool has(const char *name, const char *part) { return strstr(name, part) != NULL; }
+
+static bool col_parallel(const char *n) {
+  return has(n, "linear_qkv") || has(n, "linear_fc1") || has(n, "output_layer") || has(n, "linear_q_proj") ||
+         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings");
+}
+static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2"); }
+static bool expert(const char *n) { return has(n, ".experts."); }
+
+/* Which stage holds layer l. */
+static int layer_stage(const Lay *L, int l) {
+  int nch = L->pp * L->vpp;
+  if (nch > L->nl) nch = L->nl > 0 ? L->nl : 1;
+  int base = L->nl / nch, rem = L->nl % nch, k = 0;
+  for (int lo = 0; k < nch; k++) {
+    int hi = lo + base + (k < rem ? 1 : 0);
+    if (l < hi) break;
+    lo = hi;
+  }
+  return k % L->pp;
+}
+
+static int name_layer(const char *n) {
+  const char *p = strstr(n, "layers.");
+  return p ? atoi(p + 7) : -1;
+}
+
+/* Stage bits (bit s = on stage s) of a tensor; -1 = all stages. */
+static int64_t tensor_stages(const Lay *L, int t) {
+  const Graph *g = L->g;
+  const Tensor *x = &g->t[t];
+  if (x->of >= 0 && (x->role == ROLE_GRAD || x->role == ROLE_MASTER || x->role == ROLE_OPTIM)) return tensor_stages(L, x->of);
+  int p = x->producer;
+  const char *n = x->name;
+  int l = p >= 0 ? g->op[p].tags.layer : name_layer(n);
+  if (l >= 0) return 1ll << layer_stage(L, l);
+  if (p >= 0) n = g->op[p].tags.module;
+  if (has(n, "word_embeddings") && L->s->model.share_embeddings_and_output_weights)
+    return (1ll << 0) | (1ll << (L->pp - 1));
+  if (has(n, "embedding") || has(n, "input.tokens")) return 1ll << 0;
+  if (has(n, "final_layernorm") || has(n, "output_layer") || has(n, "loss") || has(n, "input.targets"))
+    return 1ll << (L->pp - 1);
+  return -1;
+}
+
+/* Activation TP split per tensor, propagated in op order (see the file comment). */
+static void act_tp(const Lay *L, const Schedule *sc, uint8_t *tp_split) {
+  const Graph *g = L->g;
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    bool in_split = false;
+    for (int j = 0; j < op->nin; j++)
+      if (!role_is_persistent(g->t[op->in[j]].role)) in_split |= tp_split[op->in[j]] != 0;
+    for (int j = 0; j < op->nout; j++) {
+      int t = op->out[j];
+      const Tensor *x = &g->t[t];
+      if (role_is_persistent(x->role)) continue;
+      bool v;
+      if (x->role == ROLE_ACT_GRAD && x->of >= 0 && !role_is_persistent(g->t[x->of].role)) v = tp_split[x->of];
+      else if (op->kind == OP_LINEAR) v = col_parallel(op->tags.module);
+      else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED || tensor_numel(x) == 1) v = false;
+      else v = in_split && !row_parallel(op->tags.module);
+      tp_split[t] = v;
+    }
+  }
+}
+
+static double shard(const Lay *L, const uint8_t *tp_split, int t) {
+  const Tensor *x = &L->g->t[t];
+  int q = x->of >= 0 && role_is_persistent(x->role) ? x->of : t;
+  const char *n = L->g->t[q].name;
+  if (role_is_persistent(x->role) || (x->role == ROLE_ACT_GRAD && x->of >= 0 && L->g->t[x->of].role == ROLE_PARAM)) {
+    if (x->role == ROLE_ACT_GRAD) n = L->g->t[x->of].name;
+    if (x->role == ROLE_OPTIM && x->of < 0) return 1; /* step, lr, norm scalars */
+    double f = expert(n) ? (double)L->ep * L->etp : (col_parallel(n) || row_parallel(n)) && has(n, "weight") ? L->tp : 1;
+    if (has(n, "word_embeddings") || (has(n, "output_layer") && has(n, "weight"))) f = L->tp;
+    if (L->s->optimizer.use_distributed_optimizer && (x->role == ROLE_MASTER || x->role == ROLE_OPTIM))
+      f *= expert(n) ? L->edp : L->dp;
+    return f;
+  }
+  double f = tp_split[t] || L->sp ? L->tp : 1;
+  if (tensor_numel(x) > 1) f *= L->cp;
+  return f;
+}
+
+int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                  RankReport *rr, char *err, size_t nerr) {
+  const SpecModel *m = &s->model;
+  memset(rr, 0, sizeof *rr);
+  Lay L = {.g = g, .s = s, .tp = (int)m->tensor_model_parallel_size, .pp = (int)m->pipeline_model_parallel_size,
+           .vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size] ? (int)m->virtual_pipeline_model_parallel_size : 1,
+           .cp = (int)m->context_parallel_size, .ep = (int)m->expert_model_parallel_size,
+           .etp = s->present[SPEC_F_model_expert_tensor_parallel_size] ? (int)m->expert_tensor_parallel_size : (int)m->tensor_model_parallel_size,
+           .dp = (int)spec_data_parallel_size(s), .nl = (int)m->num_layers, .sp = m->sequence_parallel};
+  if (L.tp < 1) L.tp = 1;
+  if (L.pp < 1) L.pp = 1;
+  if (L.vpp < 1) L.vpp = 1;
+  if (L.cp < 1) L.cp = 1;
+  if (L.ep < 1) L.ep = 1;
+  if (L.etp < 1) L.etp = 1;
+  if (L.dp < 1) L.dp = 1;
+  int64_t world = s->train.world_size > 0 ? s->train.world_size : 1;
+  L.edp = (int)(world / ((int64_t)L.etp * L.ep * L.pp) > 0 ? world / ((int64_t)L.etp * L.ep * L.pp) : 1);
+  rr->tp = L.tp, rr->pp = L.pp, rr->vpp = L.vpp, rr->cp = L.cp, rr->ep = L.ep, rr->etp = L.etp, rr->dp = L.dp;
+  rr->sp = L.sp, rr->dist_opt = s->optimizer.use_distributed_optimizer;
+  int stages[3], ns = 0;
+  stages[ns++] = 0;
+  if (L.pp > 2) stages[ns++] = L.pp / 2;
+  if (L.pp > 1) stages[ns++] = L.pp - 1;
+  uint8_t *tps = calloc((size_t)g->nt + 1, 1);
+  int64_t *stg = malloc((size_t)(g->nt + 1) * sizeof *stg);
+  double *diff = calloc((size_t)mp->npos + 2, sizeof *diff);
+  if (!tps || !stg || !diff) {
+    free(tps), free(stg), free(diff);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  act_tp(&L, sc, tps);
+  for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
+  /* the last forward program point */
+  int last_fwd = 0, q = 0;
+  for (int i = 0; i < sc->n; i++)
+    if (sc->it[i].kind == SCHED_OP) {
+      if (g->op[sc->it[i].id].tags.phase == IR_PHASE_FORWARD) last_fwd = q;
+      q++;
+    }
+  for (int k = 0; k < ns; k++) {
+    RankMem *r = &rr->r[rr->n++];
+    int st = stages[k];
+    r->stage = st;
+    snprintf(r->name, sizeof r->name, "pp%d%s", st, L.pp == 1 ? "" : st == 0 ? " (first stage)" : st == L.pp - 1 ? " (last stage)" : " (middle)");
+    r->layer_first = -1;
+    for (int l = 0; l < L.nl; l++)
+      if (layer_stage(&L, l) == st) {
+        if (r->layer_first < 0) r->layer_first = l;
+        r->layer_last = l;
+      }
+    memset(diff, 0, (size_t)(mp->npos + 2) * sizeof *diff);
+    double saved = 0;
+    for (int t = 0; t < g->nt; t++) {
+      if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
+      const Tensor *x = &g->t[t];
+      double b = (double)tensor_numel(x) * (double)dtype_size(x->dtype) / shard(&L, tps, t);
+      int role = memplan_role(g, sr, t);
+      if (role == ROLE_PARAM) r->weights += b, r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
+      else if (role == ROLE_GRAD) r->grads += b;
+      else if (role == ROLE_MASTER || role == ROLE_OPTIM) r->optimizer += b;
+      else if (role == MEM_ROLE_GRAPH) r->graph_buffers += b;
+      else {
+        diff[mp->start[t]] += b, diff[mp->end[t] + 1] -= b;
+        if (mp->start[t] <= last_fwd && mp->end[t] > last_fwd) saved += b;
+      }
+    }
+    double run = 0, peak = 0;
+    for (int p = 0; p < mp->npos; p++) {
+      run += diff[p];
+      if (run > peak) peak = run;
+    }
+    int nmicro = sc->nmicro;
+    double infl;
+    if (L.vpp > 1) {
+      double chunks = (double)(L.pp - st - 1) * 2 + (double)(L.vpp - 1) * L.pp + 1;
+      if (chunks > (double)nmicro * L.vpp) chunks = (double)nmicro * L.vpp;
+      infl = chunks / L.vpp;
+    } else {
+      infl = L.pp - st < nmicro ? L.pp - st : nmicro;
+    }
+    if (infl < 1) infl = 1;
+    r->inflight = infl;
+    r->saved_per_micro = saved;
+    r->activations = peak + (infl - 1) * saved;
+    r->workspace = 32.0 * 1024 * 1024;
+    r->max_allocated = r->weights + r->grads + r->optimizer + r->activations + r->graph_buffers + r->workspace;
+  }
+  free(tps), free(stg), free(diff);
+  return 0;
+}

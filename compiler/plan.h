@@ -1,0 +1,246 @@
+/* plan.h — from a lowered step Graph to a Plan: recompute regions and their replays
+ * (recompute.c), CUDA-graph scopes and the containment check (scope.c), one linear schedule
+ * (schedule.c), liveness and arena offsets (memplan.c), per-rank memory by sharding rules
+ * (memrank.c), and cost (cost.c). plan_build (plan.c) runs them in order.
+ *
+ * Units: bytes at nominal dtypes (bf16 = 2) unless a function takes `float_bytes` (the CPU
+ * executor stores floats in 4 or 8 bytes). Nothing here prints or exits; errors come back as a
+ * return code with a message, rule violations as diagnostics (diag.h). */
+#ifndef STEPC_PLAN_H
+#define STEPC_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "ir.h"
+#include "spec.h"
+
+/* ---- plan_util.c ---- */
+/* Permutes g's ops into order[0..g->nop) (a permutation of op ids) and fixes every op id held in
+ * the graph (Tensor.producer, IrTags.fwd). 0, or -1 with g->err. */
+int graph_reorder(Graph *g, const int *order);
+/* Whether the op draws random numbers (dropout, attention with dropout). */
+bool plan_op_uses_rng(const Graph *g, const Op *op);
+/* Whether the op kind is a dense matmul-class op (roofline: GEMM ceiling). */
+bool plan_op_is_gemm(OpKind k);
+/* The input index whose storage output `out` may reuse in place (elementwise kernels that read
+ * element i before writing element i), or -1. */
+int plan_op_inplace_input(const Op *op, int out);
+/* Parses "80GiB", "80GB", "1.5e9" into bytes; -1 when malformed. */
+int64_t plan_parse_bytes(const char *s);
+
+/* ---- recompute.c ---- */
+typedef struct {
+  uint32_t labels;   /* IR_LABEL_* of selective recompute (0 = none) */
+  bool full;         /* recompute_granularity = full */
+  bool block;        /* full: method block (else uniform) */
+  int num_layers;    /* full: recompute_num_layers */
+  int pp, vpp;       /* layers are grouped per pipeline stage and virtual chunk */
+  int total_layers;
+} RecomputeConfig;
+
+void recompute_config_from_spec(const Spec *s, RecomputeConfig *c);
+
+/* A checkpoint region: forward ops [first, last] (contiguous), one label (or full recompute). */
+typedef struct {
+  int label;            /* label bit index (0 = core_attn), or -1 for full-layer recompute */
+  bool output_discard;  /* moe_act, layernorm, mla_up_proj: the output is freed too */
+  int layer, layer_last;
+  int first, last;      /* forward op ids */
+  int outer;            /* the outermost active region containing this one (itself if none) */
+  int nfreed;           /* tensors this region's replay unit rebuilds (for the outermost only) */
+  int64_t freed_bytes;  /* their nominal bytes */
+  int nreplay;          /* replay ops (outermost only) */
+  double replay_flops;
+  int replay_first, replay_last; /* op ids of the replay (after placement), -1 if none */
+  int trigger;          /* the backward op the replay is placed before, -1 if none */
+  bool rng;             /* the replay draws random numbers */
+} Region;
+
+typedef struct {
+  Region *r;
+  int n;
+  int nfreed_total;
+  int64_t freed_bytes_total;
+  int nreplay_total;
+  double replay_flops_total;
+} RecomputeResult;
+
+/* Marks the regions on g, frees what they free and places replays (phase IR_PHASE_REPLAY, clones
+ * of the forward ops with tags.fwd = the original) right before the first backward use of what
+ * they rebuild; backward readers are rewired to the replay's fresh tensors. Forward op ids are
+ * unchanged. 0, or -1 with err. */
+int recompute_apply(Graph *g, const RecomputeConfig *c, RecomputeResult *res, char *err, size_t nerr);
+void recompute_result_free(RecomputeResult *res);
+const char *recompute_region_name(const Region *r, char *buf, size_t n); /* "core_attn@3", "full@0-1" */
+
+/* ---- schedule.c ---- */
+typedef enum { SCHED_OP, SCHED_BUCKET } SchedKind;
+
+typedef struct {
+  int64_t bytes;       /* gradient bytes reduced (fp32 main grads) */
+  int64_t params;      /* elements */
+  int ngrads;
+  int after_op;        /* placed after this backward op (last micro-batch only) */
+} Bucket;
+
+typedef struct {
+  SchedKind kind;
+  int id;              /* op id or bucket id */
+} SchedItem;
+
+/* One rank's order. The micro program [0, micro_end) runs once per micro-batch (forward, then
+ * backward with replays; PP = 1 gradient accumulation), the tail [micro_end, n) once per step
+ * (gradient reduction, clipping, optimizer). Buckets sit in the micro program after the op that
+ * completes them and fire on the last micro-batch. */
+typedef struct {
+  SchedItem *it;
+  int n, micro_end;
+  int *pos;            /* op id -> position in it[], -1 if not scheduled */
+  int nops;            /* SCHED_OP items */
+  Bucket *b;
+  int nb;
+  int nmicro;
+  int64_t bucket_params; /* Megatron's DDP bucket size in elements */
+} Schedule;
+
+int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr);
+void schedule_free(Schedule *sc);
+
+/* ---- scope.c ---- */
+typedef enum { SCOPE_NONE, SCOPE_LOCAL, SCOPE_TE, SCOPE_FULL_ITERATION } ScopeImpl;
+
+/* A captured run of the schedule: positions [first, last] of Schedule.it. */
+typedef struct {
+  int scope;           /* IR_SCOPE_* bit index, or -1 for the full iteration */
+  int layer;
+  Phase phase;         /* forward, or backward (backward + its replays) */
+  int first, last;
+  int nstatic;         /* tensors produced inside and read outside: static graph outputs */
+  int64_t static_bytes;
+} ScopeInst;
+
+typedef struct {
+  ScopeImpl impl;
+  uint32_t modules;    /* IR_SCOPE_* selected (per-layer impls) */
+  ScopeInst *s;
+  int n;
+  uint8_t *is_static;  /* per tensor: a static graph output (pinned for the step) */
+  int64_t static_bytes;
+} ScopeResult;
+
+/* Maps cuda_graph_impl / cuda_graph_modules onto the schedule (megatron-rules.md §2.2). */
+int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *out, char *err, size_t nerr);
+/* The containment and RNG checks (STEPC-40..43); returns the number of errors added. */
+int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr, const ScopeResult *sr,
+                DiagList *d);
+void scope_free(ScopeResult *sr);
+
+/* ---- memplan.c ---- */
+enum { MEM_ROLE_GRAPH = ROLE_COUNT, MEM_NROLES }; /* roles + static graph buffers */
+
+typedef struct {
+  int ntensors;
+  int npos;            /* program points: micro program ops, then tail ops */
+  int *start, *end;    /* per tensor: first and last program point it is live (-1: never) */
+  int *slot;           /* per tensor: storage slot (in-place reuse shares one) */
+  int64_t *size;       /* per tensor: bytes */
+  int64_t *offset;     /* per tensor: arena offset */
+  int64_t arena;       /* arena bytes */
+  int64_t peak;        /* max over program points of live bytes */
+  int peak_pos;
+  int64_t *live;       /* per program point: live bytes */
+  int64_t *live_role;  /* npos x MEM_NROLES: live bytes by role */
+  int ninplace;
+  int64_t persistent;  /* params, grads, masters, optimizer state, static graph buffers */
+} MemPlan;
+
+/* Liveness over the schedule and best-fit offsets in one arena. float_bytes: 0 nominal, 4/8 CPU.
+ * sr may be NULL. 0, or -1 with err. */
+int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
+                  size_t nerr);
+/* Writes (buffer 0, offset, bytes) into every tensor and the arena size into g. */
+void memplan_apply(Graph *g, const MemPlan *mp);
+/* Checks the invariants: no two live slots overlap, the peak is the max live sum, every tensor
+ * fits the arena. 0, or -1 with a message. */
+int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr);
+void memplan_free(MemPlan *mp);
+/* The role a tensor's bytes are reported under (MEM_ROLE_GRAPH for static graph outputs). */
+int memplan_role(const Graph *g, const ScopeResult *sr, int t);
+const char *memplan_role_name(int role);
+
+/* ---- memrank.c: per-rank memory by sharding rules ---- */
+typedef struct {
+  char name[48];       /* "pp0 (first stage)" */
+  int stage;
+  double weights, grads, optimizer; /* bytes: bf16 params, fp32 main grads, fp32 master + moments */
+  double activations;  /* peak activation bytes incl. micro-batches in flight */
+  double saved_per_micro; /* activations held from forward to backward, one micro-batch */
+  double inflight;     /* micro-batches (in units of the stage's layers) in flight */
+  double workspace;
+  double graph_buffers;
+  double max_allocated; /* predicted */
+  int64_t params;      /* elements on this rank */
+  int layer_first, layer_last;
+} RankMem;
+
+typedef struct {
+  int tp, pp, vpp, cp, ep, etp, dp;
+  bool sp, dist_opt;
+  RankMem r[3];        /* first stage, last stage (when PP > 1), middle (when PP > 2) */
+  int n;
+} RankReport;
+
+int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                  RankReport *rr, char *err, size_t nerr);
+
+/* ---- cost.c ---- */
+typedef struct {
+  double gemm_flops_per_s;   /* H200 bf16 GEMM at layer shapes */
+  double attn_flops_per_s;   /* fused / flash attention */
+  double bytes_per_s;        /* DRAM */
+  double launch_s;           /* per-op overhead */
+} Device;
+
+void cost_device_h200(Device *d);
+
+typedef struct {
+  double *op_time;           /* per op: seconds */
+  double flops[IR_PHASE_COUNT], bytes[IR_PHASE_COUNT], time[IR_PHASE_COUNT]; /* one micro-batch (fwd/bwd/replay) or step (others) */
+  double step_flops, step_time, step_bytes;
+  double model_flops;        /* the bench's convention: 6 (params + head) tokens + causal attention */
+  double replay_flops, replay_time; /* per step */
+} Cost;
+
+int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c);
+void cost_free(Cost *c);
+
+/* ---- plan.c ---- */
+typedef struct {
+  Spec spec;
+  Graph *g;
+  RecomputeConfig rc;
+  RecomputeResult rr;
+  Schedule sc;
+  ScopeResult sr;
+  MemPlan mp;
+  RankReport rank;
+  Cost cost;
+  Device dev;
+  double build_s;            /* wall time of plan_build */
+} Plan;
+
+enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
+
+/* Lowers the validated Spec and runs every pass; scope violations go to d. float_bytes as in
+ * memplan_build (0 for reports). Returns PLAN_OK, PLAN_UNSUPPORTED (lowering not available for
+ * this architecture) or PLAN_ERROR, with err. */
+int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr);
+void plan_free(Plan *p);
+/* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.
+ * When the model cannot be lowered, a STEPC-44 note says the graph checks did not run. */
+int plan_check(const Spec *s, DiagList *d);
+
+#endif

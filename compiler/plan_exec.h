@@ -1,0 +1,27 @@
+/* plan_exec.h — runs a planned step on the CPU reference executor in schedule order, poisoning
+ * (NaN bytes) every freed arena range between its last use and its reuse: a plan that frees too
+ * early, or a replay that misses a tensor, turns the loss or a gradient into NaN or changes it. */
+#ifndef STEPC_PLAN_EXEC_H
+#define STEPC_PLAN_EXEC_H
+
+#include "plan.h"
+#include "runtime/cpu/exec.h"
+#include "runtime/cpu/train.h"
+
+typedef struct PlanExec PlanExec;
+
+/* g carries its memory plan (memplan_apply, or graph_plan_trivial with mp = NULL: no poisoning).
+ * NULL with err on failure. */
+PlanExec *plan_exec_new(const Graph *g, const Schedule *sc, const MemPlan *mp, int nthreads, char *err, size_t nerr);
+void plan_exec_free(PlanExec *x);
+CpuExec *plan_exec_cpu(PlanExec *x);
+/* Fills the inputs from d, sets the RNG key (seed, step, micro) and runs the micro program;
+ * *loss receives the micro-batch's loss. 0, or -1 with err. */
+int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
+                    size_t nerr);
+/* Runs the tail (reduction, clipping, optimizer). */
+void plan_exec_tail(PlanExec *x);
+/* Freed bytes poisoned so far. */
+int64_t plan_exec_poisoned(const PlanExec *x);
+
+#endif

@@ -1,0 +1,45 @@
+/* report.h — what `stepc plan`, `sweep` and `trace` print: tables, JSON (fields documented in
+ * docs/plan-json.md and kept stable), an SVG of live memory, a Chrome/Perfetto trace. Writers
+ * take the stream; they never decide exit codes. */
+#ifndef STEPC_REPORT_H
+#define STEPC_REPORT_H
+
+#include <stdio.h>
+
+#include "plan.h"
+
+/* Per label: the regions, what their replay units free and what they replay (summed over the
+ * outermost regions of that label; a label nested in another's region shows 0). */
+typedef struct {
+  int regions, freed_tensors, replay_ops;
+  double freed_bytes, replay_flops, replay_time_s;
+} LabelSummary;
+/* index 0..IR_NLABELS-1 by label bit, IR_NLABELS = full recompute */
+void report_label_summary(const Plan *p, LabelSummary *out);
+/* "selective [core_attn,mlp]", "full uniform 1", "none" */
+void report_recompute_str(const Spec *s, char *buf, size_t n);
+
+void report_plan_text(const Plan *p, const DiagList *d, FILE *f);
+void report_plan_json(const Plan *p, const DiagList *d, FILE *f);
+/* Live memory over the schedule, stacked by role, the peak marked, scopes and replays shaded. */
+int report_plan_svg(const Plan *p, FILE *f);
+/* Chrome trace events: ops per phase on a cost-model timeline, scopes and checkpoint regions as
+ * slices, a memory counter track. */
+int report_trace(const Plan *p, FILE *f);
+
+/* One sweep row: a candidate recompute setting against the control. */
+typedef struct {
+  char name[128];
+  int status;             /* PLAN_OK, or why it has no numbers */
+  char why[200];
+  double peak;            /* predicted max allocated on the worst rank, bytes */
+  double delta, delta_pct;
+  double replay_flops, step_time, time_delta_pct;
+  int errors;             /* scope violations */
+  bool fits;
+} SweepRow;
+
+void report_sweep_text(const char *recipe, const SweepRow *rows, int n, double budget, int cheapest, FILE *f);
+void report_sweep_json(const char *recipe, const SweepRow *rows, int n, double budget, int cheapest, FILE *f);
+
+#endif

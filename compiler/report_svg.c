@@ -1,0 +1,75 @@
+/* report_svg.c — live memory over the schedule (one micro-batch's program, then the tail),
+ * stacked by role, the peak marked, CUDA-graph scopes and replays shaded. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+enum { W = 1100, H = 480, X0 = 70, Y0 = 30, PW = 860, PH = 380 };
+
+static const struct {
+  int role;
+  const char *color;
+} STACK[] = {{ROLE_PARAM, "#4c72b0"},     {ROLE_MASTER, "#6d8fc9"}, {ROLE_GRAD, "#55a868"},
+             {ROLE_OPTIM, "#8172b2"},     {MEM_ROLE_GRAPH, "#937860"}, {ROLE_INPUT, "#8c8c8c"},
+             {ROLE_ACT, "#dd8452"},       {ROLE_ACT_GRAD, "#c44e52"}, {ROLE_WORKSPACE, "#da8bc3"}};
+enum { NSTACK = sizeof STACK / sizeof STACK[0] };
+
+int report_plan_svg(const Plan *p, FILE *f) {
+  const MemPlan *mp = &p->mp;
+  int n = mp->npos;
+  double ymax = (double)(mp->peak > 0 ? mp->peak : 1) * 1.08;
+  double dx = n > 1 ? (double)PW / (n - 1) : PW;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
+  fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+  fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"13\">%s: live memory over one micro-batch and the step tail (single rank, GB)</text>\n",
+          X0, p->spec.recipe_path);
+  /* scopes (per-layer instances) and replays, shaded behind the stack */
+  int *pt = malloc((size_t)(p->sc.n + 1) * sizeof *pt), q = 0;
+  if (!pt) return -1;
+  for (int i = 0; i < p->sc.n; i++) pt[i] = p->sc.it[i].kind == SCHED_OP ? q++ : q;
+  for (int i = 0; i < p->sr.n; i++) {
+    const ScopeInst *s = &p->sr.s[i];
+    double a = X0 + dx * pt[s->first], b = X0 + dx * (pt[s->last] + 1);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#9ecae1\" opacity=\"0.25\"/>\n", a, Y0, b - a, PH);
+  }
+  for (int i = 0; i < p->sc.n; i++)
+    if (p->sc.it[i].kind == SCHED_OP && p->g->op[p->sc.it[i].id].tags.phase == IR_PHASE_REPLAY)
+      fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#fdae6b\" opacity=\"0.45\"/>\n",
+              X0 + dx * pt[i], Y0, dx > 1 ? dx : 1, PH);
+  free(pt);
+  /* stacked areas, bottom up */
+  for (int k = NSTACK - 1; k >= 0; k--) {
+    fprintf(f, "<polygon fill=\"%s\" points=\"", STACK[k].color);
+    for (int i = 0; i < n; i++) {
+      double cum = 0;
+      for (int j = 0; j <= k; j++) cum += (double)mp->live_role[(size_t)i * MEM_NROLES + STACK[j].role];
+      fprintf(f, "%.1f,%.1f ", X0 + dx * i, Y0 + PH - PH * cum / ymax);
+    }
+    fprintf(f, "%.1f,%d %d,%d\"/>\n", X0 + dx * (n - 1), Y0 + PH, X0, Y0 + PH);
+  }
+  /* axes, peak */
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", X0, Y0 + PH, X0 + PW, Y0 + PH);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", X0, Y0, X0, Y0 + PH);
+  for (int t = 0; t <= 4; t++) {
+    double v = ymax * t / 4;
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", X0 - 4, Y0 + PH - PH * v / ymax + 4, v / 1e9);
+  }
+  double px = X0 + dx * mp->peak_pos, py = Y0 + PH - PH * (double)mp->peak / ymax;
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"red\" stroke-dasharray=\"4,3\"/>\n", px, Y0, px, Y0 + PH);
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"red\">peak %.3f GB (arena %.3f GB)</text>\n", px + 4, py - 4 > Y0 + 10 ? py - 4 : Y0 + 10,
+          (double)mp->peak / 1e9, (double)mp->arena / 1e9);
+  fprintf(f, "<text x=\"%d\" y=\"%d\">program point (op) -&gt;  forward | backward + replays | tail</text>\n", X0, Y0 + PH + 18);
+  int ly = Y0;
+  for (int k = 0; k < NSTACK; k++, ly += 16) {
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>", X0 + PW + 15, ly, STACK[k].color);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", X0 + PW + 30, ly + 9, memplan_role_name(STACK[k].role));
+  }
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"#9ecae1\" opacity=\"0.5\"/><text x=\"%d\" y=\"%d\">graph scope</text>\n",
+          X0 + PW + 15, ly, X0 + PW + 30, ly + 9);
+  ly += 16;
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"#fdae6b\"/><text x=\"%d\" y=\"%d\">replay</text>\n",
+          X0 + PW + 15, ly, X0 + PW + 30, ly + 9);
+  fprintf(f, "</svg>\n");
+  return 0;
+}

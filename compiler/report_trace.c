@@ -1,0 +1,102 @@
+/* report_trace.c — a Chrome/Perfetto trace of the planned step: ops on a timeline from the cost
+ * model (one track per phase), CUDA-graph scopes and checkpoint regions as slices, gradient
+ * buckets as instants, and a live-memory counter. With many micro-batches the first two and the
+ * last are drawn op by op and the others as one slice each, to keep the file small. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+enum { TID_FWD = 1, TID_BWD = 2, TID_REPLAY = 3, TID_TAIL = 4, TID_BUCKET = 5, TID_SCOPE = 6, TID_REGION = 7, TID_MICRO = 8 };
+
+static int tid_of(Phase p) {
+  return p == IR_PHASE_FORWARD ? TID_FWD : p == IR_PHASE_BACKWARD ? TID_BWD : p == IR_PHASE_REPLAY ? TID_REPLAY : TID_TAIL;
+}
+
+static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, double ts, double dur) {
+  fprintf(f, "%s\n{\"name\": ", *first ? "" : ",");
+  json_write_string(f, name);
+  fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", cat, tid, ts, dur > 0.001 ? dur : 0.001);
+  *first = false;
+}
+
+int report_trace(const Plan *p, FILE *f) {
+  const Graph *g = p->g;
+  const Schedule *sc = &p->sc;
+  double *start = malloc((size_t)(sc->n + 1) * sizeof *start);
+  if (!start) return -1;
+  bool first = true;
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
+  static const char *const TN[] = {"", "forward", "backward", "replay", "reduce + optimizer", "gradient buckets",
+                                   "CUDA-graph scopes", "checkpoint regions", "micro-batches"};
+  for (int t = 1; t <= TID_MICRO; t++) {
+    fprintf(f, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}", first ? "" : ",", t, TN[t]);
+    first = false;
+  }
+  double ts = 0, micro_us = 0;
+  for (int i = 0; i < sc->micro_end; i++)
+    if (sc->it[i].kind == SCHED_OP) micro_us += p->cost.op_time[sc->it[i].id] * 1e6;
+  for (int m = 0; m < sc->nmicro; m++) {
+    bool detail = m < 2 || m == sc->nmicro - 1;
+    char nm[64];
+    snprintf(nm, sizeof nm, "micro-batch %d", m);
+    slice(f, &first, nm, "micro", TID_MICRO, ts, micro_us);
+    if (!detail) {
+      ts += micro_us;
+      continue;
+    }
+    int q = 0;
+    for (int i = 0; i < sc->micro_end; i++) {
+      start[i] = ts;
+      if (sc->it[i].kind == SCHED_BUCKET) {
+        if (m == sc->nmicro - 1)
+          fprintf(f, ",\n{\"name\": \"bucket %d (%.1f MB)\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f}",
+                  sc->it[i].id, (double)sc->b[sc->it[i].id].bytes / 1e6, TID_BUCKET, ts);
+        continue;
+      }
+      const Op *op = &g->op[sc->it[i].id];
+      double dur = p->cost.op_time[sc->it[i].id] * 1e6;
+      char name[200];
+      snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
+      slice(f, &first, name, phase_name(op->tags.phase), tid_of(op->tags.phase), ts, dur);
+      fprintf(f, ",\n{\"name\": \"live GB\", \"ph\": \"C\", \"pid\": 0, \"ts\": %.3f, \"args\": {\"live\": %.4f}}", ts,
+              (double)p->mp.live[q] / 1e9);
+      ts += dur;
+      q++;
+    }
+    for (int i = 0; i < p->sr.n && m == 0; i++) {
+      const ScopeInst *s = &p->sr.s[i];
+      if (s->scope < 0 || s->last >= sc->micro_end) continue;
+      char n2[80];
+      snprintf(n2, sizeof n2, "graph %s L%d (%s)", ir_scope_name(s->scope), s->layer, s->phase == IR_PHASE_FORWARD ? "fwd" : "bwd");
+      double end = s->last + 1 < sc->micro_end ? start[s->last + 1] : ts;
+      slice(f, &first, n2, "scope", TID_SCOPE, start[s->first], end - start[s->first]);
+    }
+    for (int i = 0; i < p->rr.n && m == 0; i++) {
+      const Region *r = &p->rr.r[i];
+      char rn[64], n2[96];
+      recompute_region_name(r, rn, sizeof rn);
+      int a = sc->pos[r->first], b = sc->pos[r->last];
+      snprintf(n2, sizeof n2, "region %s", rn);
+      slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a]);
+      if (r->replay_first >= 0 && r->outer == i) {
+        a = sc->pos[r->replay_first], b = sc->pos[r->replay_last];
+        snprintf(n2, sizeof n2, "replay %s", rn);
+        slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a]);
+      }
+    }
+  }
+  for (int i = sc->micro_end; i < sc->n; i++)
+    if (sc->it[i].kind == SCHED_OP) {
+      const Op *op = &g->op[sc->it[i].id];
+      double dur = p->cost.op_time[sc->it[i].id] * 1e6;
+      char name[200];
+      snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
+      slice(f, &first, name, phase_name(op->tags.phase), TID_TAIL, ts, dur);
+      ts += dur;
+    }
+  if (p->sr.impl == SCOPE_FULL_ITERATION) slice(f, &first, "graph full_iteration (whole step)", "scope", TID_SCOPE, 0, ts);
+  fprintf(f, "\n]}\n");
+  free(start);
+  return 0;
+}

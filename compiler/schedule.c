@@ -1,0 +1,125 @@
+/* schedule.c — one linear order of the step (plan.h).
+ *
+ * The graph is the single-rank math of one micro-batch, already in a valid order after
+ * recompute_apply (forward; backward with each replay right before the op that needs it; the
+ * optimizer). The micro program is its forward and backward/replay ops and runs once per
+ * micro-batch: with PP = 1 micro-batch after micro-batch, main gradients accumulating. The tail
+ * runs once per step: gradient reduction (the reduce phase), clipping and the optimizer.
+ *
+ * Gradient-reduction buckets are placed now for the data-parallel work: main gradients in the
+ * order backward completes them, cut into buckets of Megatron's DDP default size
+ * (max(40M, 1M x DP) elements), each after the backward op that completes its last gradient, so
+ * that its reduce-scatter / all-reduce can overlap the rest of backward on the last micro-batch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static int push(Schedule *sc, int *cap, SchedKind k, int id) {
+  if (sc->n == *cap) {
+    int nc = *cap ? *cap * 2 : 256;
+    SchedItem *ni = realloc(sc->it, (size_t)nc * sizeof *ni);
+    if (!ni) return -1;
+    sc->it = ni;
+    *cap = nc;
+  }
+  sc->it[sc->n++] = (SchedItem){k, id};
+  return 0;
+}
+
+static bool in_micro(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+
+/* Buckets over the main gradients, by the op that last writes each in the micro program. */
+static int make_buckets(const Graph *g, Schedule *sc) {
+  int *last = malloc((size_t)(g->nt + 1) * sizeof *last);
+  int *ord = malloc((size_t)(g->nt + 1) * sizeof *ord);
+  if (!last || !ord) {
+    free(last), free(ord);
+    return -1;
+  }
+  for (int t = 0; t < g->nt; t++) last[t] = -1;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (!in_micro(op->tags.phase)) continue;
+    for (int j = 0; j < op->nout; j++)
+      if (g->t[op->out[j]].role == ROLE_GRAD) last[op->out[j]] = o;
+  }
+  int n = 0;
+  for (int o = 0; o < g->nop; o++) /* gradients in completion order */
+    for (int j = 0; j < g->op[o].nout; j++) {
+      int t = g->op[o].out[j];
+      if (g->t[t].role == ROLE_GRAD && last[t] == o) ord[n++] = t, last[t] = -2 - o;
+    }
+  Bucket cur = {0};
+  for (int i = 0; i < n; i++) {
+    int t = ord[i];
+    int64_t ne = tensor_numel(&g->t[t]);
+    cur.params += ne;
+    cur.bytes += ne * (int64_t)dtype_size(g->t[t].dtype);
+    cur.ngrads++;
+    cur.after_op = -2 - last[t];
+    if (cur.params >= sc->bucket_params || i == n - 1) {
+      Bucket *nb = realloc(sc->b, (size_t)(sc->nb + 1) * sizeof *nb);
+      if (!nb) {
+        free(last), free(ord);
+        return -1;
+      }
+      sc->b = nb;
+      sc->b[sc->nb++] = cur;
+      cur = (Bucket){0};
+    }
+  }
+  free(last), free(ord);
+  return 0;
+}
+
+int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr) {
+  memset(sc, 0, sizeof *sc);
+  int64_t dp = spec_data_parallel_size(s);
+  sc->bucket_params = 40000000 > 1000000 * dp ? 40000000 : 1000000 * dp;
+  sc->nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
+  sc->pos = malloc((size_t)(g->nop + 1) * sizeof *sc->pos);
+  if (!sc->pos || make_buckets(g, sc) < 0) {
+    snprintf(err, nerr, "out of memory");
+    schedule_free(sc);
+    return -1;
+  }
+  for (int o = 0; o < g->nop; o++) sc->pos[o] = -1;
+  int cap = 0, nb = 0;
+  /* the graph order is valid: forward, then backward with replays */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int o = 0; o < g->nop; o++) {
+      Phase ph = g->op[o].tags.phase;
+      if (in_micro(ph) != (pass == 0)) continue;
+      sc->pos[o] = sc->n;
+      if (push(sc, &cap, SCHED_OP, o) < 0) goto oom;
+      sc->nops++;
+      while (pass == 0 && nb < sc->nb && sc->b[nb].after_op == o)
+        if (push(sc, &cap, SCHED_BUCKET, nb++) < 0) goto oom;
+    }
+    if (pass == 0) sc->micro_end = sc->n;
+  }
+  for (int i = 1; i < sc->n; i++) /* a valid order: every input exists before its reader */
+    if (sc->it[i].kind == SCHED_OP) {
+      const Op *op = &g->op[sc->it[i].id];
+      for (int j = 0; j < op->nin; j++) {
+        int p = g->t[op->in[j]].producer;
+        if (p >= 0 && sc->pos[p] > i) {
+          snprintf(err, nerr, "schedule: %s reads %s before it is written", op->tags.module, g->t[op->in[j]].name);
+          schedule_free(sc);
+          return -1;
+        }
+      }
+    }
+  return 0;
+oom:
+  snprintf(err, nerr, "out of memory");
+  schedule_free(sc);
+  return -1;
+}
+
+void schedule_free(Schedule *sc) {
+  free(sc->it), free(sc->pos), free(sc->b);
+  memset(sc, 0, sizeof *sc);
+}
