@@ -10,7 +10,8 @@
  *
  * model_flops is the bench's convention, so that TFLOP/s compare with PyTorch's: 6 x (params
  * without embeddings, with the output layer) x tokens + causal attention 6 x mbs x L x s^2 x
- * (heads x head dim) per micro-batch. */
+ * (heads x head dim) per micro-batch. Routed experts count at top-k / experts (the parameters a
+ * token meets); MLA's head dim is the mean of its q/k and v head dims. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,10 +52,17 @@ int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
     if (x->role != ROLE_PARAM) continue;
     if (strstr(x->name, "embedding") && !m->share_embeddings_and_output_weights) continue;
     if (strstr(x->name, "position_embeddings")) continue;
-    params += (double)tensor_numel(x);
+    double n = (double)tensor_numel(x);
+    /* a token passes through top-k of the routed experts, not all of them */
+    if (strstr(x->name, ".experts.") && spec_is_moe(s)) n *= (double)m->moe_router_topk / (double)m->num_moe_experts;
+    params += n;
   }
   double tokens = (double)s->train.micro_batch_size * (double)m->seq_length * nmicro;
-  double hd = (double)m->num_attention_heads * (double)spec_kv_channels(s);
+  /* QK^T runs at the q/k head dim and PV at the v head dim; they differ under MLA */
+  double head_dim = m->multi_latent_attention
+                        ? ((double)(m->qk_head_dim + m->qk_pos_emb_head_dim) + (double)m->v_head_dim) / 2
+                        : (double)spec_kv_channels(s);
+  double hd = (double)m->num_attention_heads * head_dim;
   c->model_flops = 6 * params * tokens +
                    6 * (double)s->train.micro_batch_size * nmicro * (double)m->num_layers * (double)m->seq_length *
                        (double)m->seq_length * hd;
