@@ -58,7 +58,15 @@ CpuRunStatus cpu_run(const Spec *s, const CpuRunOptions *o, FILE *out, FILE *pro
     } else {
       int steps = o->steps > 0 ? o->steps : (int)s->train.train_iters;
       st = CPU_RUN_OK;
-      if (o->json) fprintf(out, "{\"device\": \"cpu\", \"steps\": [");
+      int64_t arena, peak;
+      int nreplay;
+      cpu_trainer_plan(tr, &arena, &peak, &nreplay);
+      if (o->json)
+        fprintf(out, "{\"device\": \"cpu\", \"arena_bytes\": %lld, \"peak_bytes\": %lld, \"replay_ops\": %d, \"steps\": [",
+                (long long)arena, (long long)peak, nreplay);
+      else
+        fprintf(out, "planned arena %.3f MB (fp32 on the CPU), peak live %.3f MB, %d replay ops per micro-batch\n",
+                (double)arena / 1e6, (double)peak / 1e6, nreplay);
       double t1 = now_s();
       for (int i = 0; i < steps; i++) {
         CpuStepStats ss;

@@ -1,8 +1,10 @@
 /* train.c — the training loop and the gradient check on the CPU reference executor.
  *
- * One step: for each micro-batch, fill the inputs, run the forward and backward phases (main
- * gradients accumulate); then the reduce phase (empty on one rank) and the optimizer phase (LR,
- * norm, clipping, AdamW, zeroing). The RNG key is (train.seed, step, micro-batch). */
+ * Training runs the planned step, as the GPU will: the recipe's recompute regions and replays
+ * (recompute.c), one schedule (schedule.c) and the memory plan's arena offsets (memplan.c), with
+ * every freed arena range poisoned between its last use and its reuse (plan_exec.c). One step: for
+ * each micro-batch the micro program (forward, backward with replays; main gradients accumulate),
+ * then the tail (reduction, clipping, AdamW, zeroing). The RNG key is (train.seed, step, micro). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,25 +13,19 @@
 #include "autodiff.h"
 #include "lower.h"
 #include "ops/ops.h"
+#include "plan_exec.h"
 #include "runtime/cpu/train.h"
 
 struct CpuTrainer {
   Graph *g;
-  CpuExec *e;
+  RecomputeResult rr;
+  Schedule sc;
+  MemPlan mp;
+  PlanExec *x;
   CpuData *data;
   uint64_t seed;
   int64_t step;
-  int32_t *tok, *tg;
 };
-
-static int fill_inputs(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
-  const Tensor *t = &g->t[g->tokens];
-  int64_t b = t->shape[0], T = t->shape[1];
-  if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;
-  memcpy(cpu_exec_ptr(e, g->tokens), tok, (size_t)(b * T) * sizeof *tok);
-  memcpy(cpu_exec_ptr(e, g->targets), tg, (size_t)(b * T) * sizeof *tg);
-  return 0;
-}
 
 CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err, size_t nerr) {
   CpuTrainer *tr = calloc(1, sizeof *tr);
@@ -39,19 +35,23 @@ CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *low
     free(tr);
     return NULL;
   }
-  graph_plan_trivial(tr->g, 4);
-  tr->e = cpu_exec_new(tr->g, CPU_F32, nthreads, err, nerr);
-  int64_t n = tensor_numel(&tr->g->t[tr->g->tokens]);
-  tr->tok = malloc((size_t)n * sizeof *tr->tok);
-  tr->tg = malloc((size_t)n * sizeof *tr->tg);
-  if (!tr->e || !tr->tok || !tr->tg) {
-    if (tr->e) snprintf(err, nerr, "out of memory");
+  RecomputeConfig cfg;
+  recompute_config_from_spec(s, &cfg);
+  if (recompute_apply(tr->g, &cfg, &tr->rr, err, nerr) != 0 || schedule_build(tr->g, s, &tr->sc, err, nerr) != 0 ||
+      memplan_build(tr->g, &tr->sc, NULL, 4, &tr->mp, err, nerr) != 0 ||
+      memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
+    cpu_trainer_free(tr);
+    return NULL;
+  }
+  memplan_apply(tr->g, &tr->mp);
+  tr->x = plan_exec_new(tr->g, &tr->sc, &tr->mp, nthreads, err, nerr);
+  if (!tr->x) {
     cpu_trainer_free(tr);
     return NULL;
   }
   tr->data = data;
   tr->seed = (uint64_t)s->train.seed;
-  cpu_exec_init_params(tr->e, tr->seed);
+  cpu_exec_init_params(plan_exec_cpu(tr->x), tr->seed);
   return tr;
 }
 
@@ -60,19 +60,16 @@ int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr) {
   tr->step++;
   double loss = 0;
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
-    if (fill_inputs(tr->e, g, tr->data, tr->step, mb, tr->tok, tr->tg) != 0) {
-      snprintf(err, nerr, "the data source failed at step %lld", (long long)tr->step);
-      return -1;
-    }
-    cpu_exec_set_key(tr->e, tr->seed, tr->step, mb);
-    cpu_exec_run(tr->e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
-    loss += cpu_exec_get(tr->e, g->loss, 0);
+    double l = 0;
+    if (plan_exec_micro(tr->x, tr->data, tr->seed, tr->step, mb, &l, err, nerr) != 0) return -1;
+    loss += l;
   }
-  cpu_exec_run(tr->e, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
+  plan_exec_tail(tr->x);
+  CpuExec *e = plan_exec_cpu(tr->x);
   st->step = tr->step;
   st->loss = loss / (double)g->num_microbatches;
-  st->lr = cpu_exec_get(tr->e, g->lr, 0);
-  st->grad_norm = cpu_exec_get(tr->e, g->grad_norm, 0);
+  st->lr = cpu_exec_get(e, g->lr, 0);
+  st->grad_norm = cpu_exec_get(e, g->grad_norm, 0);
   if (!isfinite(st->loss)) {
     snprintf(err, nerr, "the loss is not finite at step %lld", (long long)tr->step);
     return -1;
@@ -82,16 +79,30 @@ int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr) {
 
 const Graph *cpu_trainer_graph(const CpuTrainer *tr) { return tr->g; }
 
+void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *nreplay) {
+  *arena = tr->mp.arena, *peak = tr->mp.peak, *nreplay = tr->rr.nreplay_total;
+}
+
 void cpu_trainer_free(CpuTrainer *tr) {
   if (!tr) return;
-  cpu_exec_free(tr->e);
+  plan_exec_free(tr->x);
+  memplan_free(&tr->mp);
+  schedule_free(&tr->sc);
+  recompute_result_free(&tr->rr);
   graph_free(tr->g);
-  free(tr->tok);
-  free(tr->tg);
   free(tr);
 }
 
 /* ---- gradient check ---- */
+
+static int fill_inputs(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
+  const Tensor *t = &g->t[g->tokens];
+  int64_t b = t->shape[0], T = t->shape[1];
+  if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;
+  memcpy(cpu_exec_ptr(e, g->tokens), tok, (size_t)(b * T) * sizeof *tok);
+  memcpy(cpu_exec_ptr(e, g->targets), tg, (size_t)(b * T) * sizeof *tg);
+  return 0;
+}
 
 static double rel_err(double fd, double an) {
   double den = fabs(fd) > fabs(an) ? fabs(fd) : fabs(an);

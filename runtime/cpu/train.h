@@ -30,12 +30,15 @@ typedef struct {
 } CpuStepStats;
 
 typedef struct CpuTrainer CpuTrainer;
-/* Builds the step graph, plans it (trivially, fp32) and initializes the weights from train.seed.
+/* Builds the step graph, applies the recipe's recompute, schedules and plans it (fp32 arena
+ * offsets, freed ranges poisoned) and initializes the weights from train.seed.
  * Returns NULL with a message; *lower_rc receives lower_step's code (LOWER_UNSUPPORTED, ...). */
 CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err, size_t nerr);
 /* One optimizer step over num_microbatches micro-batches; 0 or -1 with a message. */
 int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr);
 const Graph *cpu_trainer_graph(const CpuTrainer *tr);
+/* The planned arena (fp32 on the CPU), its peak live bytes and the replay ops per micro-batch. */
+void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *nreplay);
 void cpu_trainer_free(CpuTrainer *tr);
 
 /* Gradient check: fp64 execution of one micro-batch, each parameter's main gradient against
