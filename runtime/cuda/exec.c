@@ -86,11 +86,6 @@ static int analyse(RtExec *x, int *unsupported) {
   int rc = RT_OK;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
-    if (!DISPATCH[op->kind]) {
-      *unsupported = 1;
-      rc = rt_fail(d, "op %s (%s) does not run on CUDA yet%s", op_name(op->kind), op->tags.module,
-                   op->kind == OP_ATTN_SCORES || op->kind == OP_SOFTMAX ? ": use model.attention_backend=flash" : "");
-    }
     /* kernels that only accumulate: every weight-gradient output needs its main gradient */
     if (sinkable(op->kind) && op->kind != OP_LINEAR_WGRAD)
       for (int i = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD ? 1 : 0; i < op->nout && rc == RT_OK; i++)
@@ -122,8 +117,14 @@ static int analyse(RtExec *x, int *unsupported) {
       x->skip[b] = 1;
     }
   }
-  for (int o = 0; o < g->nop && rc == RT_OK; o++) /* a backward we do not fuse would read an unwritten lse */
-    if (g->op[o].kind == OP_CROSS_ENTROPY_BWD && !x->skip[o]) rc = rt_fail(d, "an unfused cross_entropy_bwd does not run on CUDA");
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
+    const Op *op = &g->op[o];
+    if (!x->skip[o] && !DISPATCH[op->kind]) {
+      *unsupported = 1;
+      rc = rt_fail(d, "op %s (%s) does not run on CUDA yet%s", op_name(op->kind), op->tags.module,
+                   op->kind == OP_ATTN_SCORES || op->kind == OP_SOFTMAX ? ": use model.attention_backend=flash" : "");
+    }
+  }
   /* global-norm slices and AdamW hyper-parameter slots */
   float hpk[RT_MAX_HP][3];
   int nhp = 0;
