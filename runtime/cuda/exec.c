@@ -1,0 +1,361 @@
+/* exec.c — the GPU graph executor (see exec.h): storage, the fusion analysis, the dispatch table
+ * and the step's enqueue order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/exec_internal.h"
+
+/* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
+static const RtOpFn DISPATCH[OP_COUNT] = {
+    [OP_ADD] = rt_op_add,
+    [OP_ACCUM] = rt_op_accum,
+    [OP_ZERO] = rt_op_zero,
+    [OP_FILL] = rt_op_fill,
+    [OP_LINEAR] = rt_op_linear,
+    [OP_LINEAR_DGRAD] = rt_op_linear_dgrad,
+    [OP_LINEAR_WGRAD] = rt_op_linear_wgrad,
+    [OP_LINEAR_BGRAD] = rt_op_linear_bgrad,
+    [OP_EMBED] = rt_op_embed,
+    [OP_EMBED_BWD] = rt_op_embed_bwd,
+    [OP_POS_ADD] = rt_op_pos_add,
+    [OP_POS_ADD_BWD] = rt_op_pos_add_bwd,
+    [OP_RMSNORM] = rt_op_norm,
+    [OP_RMSNORM_BWD] = rt_op_norm_bwd,
+    [OP_LAYERNORM] = rt_op_norm,
+    [OP_LAYERNORM_BWD] = rt_op_norm_bwd,
+    [OP_ROPE] = rt_op_rope,
+    [OP_DROPOUT] = rt_op_dropout,
+    [OP_DROPOUT_BWD] = rt_op_dropout_bwd,
+    [OP_SWIGLU] = rt_op_swiglu,
+    [OP_SWIGLU_BWD] = rt_op_swiglu_bwd,
+    [OP_GELU] = rt_op_gelu,
+    [OP_GELU_BWD] = rt_op_gelu_bwd,
+    [OP_SPLIT_QKV] = rt_op_split_qkv,
+    [OP_CONCAT_QKV] = rt_op_concat_qkv,
+    [OP_FLASH_ATTN] = rt_op_flash,
+    [OP_FLASH_ATTN_BWD] = rt_op_flash_bwd,
+    [OP_CROSS_ENTROPY] = rt_op_cross_entropy,
+    [OP_GRAD_SUMSQ] = rt_op_grad_sumsq,
+    [OP_CLIP_COEF] = rt_op_clip_coef,
+    [OP_LR_SCHED] = rt_op_lr_sched,
+    [OP_ADAMW] = rt_op_adamw,
+};
+
+CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
+  const Tensor *t = &x->g->t[x->alias[tensor]];
+  return x->arena + (CUdeviceptr)(x->buf_base[t->buffer] + t->offset);
+}
+
+int64_t rt_exec_arena_bytes(const RtExec *x) { return x->arena_bytes; }
+int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
+
+void rt_exec_free(RtExec *x) {
+  if (!x) return;
+  rt_free(x->d, x->arena, (size_t)x->arena_bytes);
+  rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
+  free(x->sink), free(x->alias), free(x->skip), free(x->slot), free(x->dloss);
+  free(x);
+}
+
+/* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
+ * accumulate into), and LINEAR_WGRAD, which may. */
+static int sinkable(OpKind k) {
+  return k == OP_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
+         k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
+}
+
+static int analyse(RtExec *x, int *unsupported) {
+  const Graph *g = x->g;
+  RtDevice *d = x->d;
+  int *uses = calloc((size_t)g->nt, sizeof *uses);
+  if (!uses) return rt_fail(d, "out of memory");
+  for (int o = 0; o < g->nop; o++)
+    for (int i = 0; i < g->op[o].nin; i++) uses[g->op[o].in[i]]++;
+  /* weight gradients straight into their main gradients */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ACCUM) continue;
+    int gt = op->in[0], mg = op->out[0], p = g->t[gt].producer;
+    if (uses[gt] == 1 && p >= 0 && sinkable(g->op[p].kind) && g->t[mg].dtype == DT_F32 &&
+        tensor_numel(&g->t[gt]) == tensor_numel(&g->t[mg])) {
+      x->sink[gt] = mg;
+      x->skip[o] = 1;
+    }
+  }
+  int rc = RT_OK;
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) {
+    const Op *op = &g->op[o];
+    /* kernels that only accumulate: every weight-gradient output needs its main gradient */
+    if (sinkable(op->kind) && op->kind != OP_LINEAR_WGRAD)
+      for (int i = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD ? 1 : 0; i < op->nout && rc == RT_OK; i++)
+        if (x->sink[op->out[i]] < 0)
+          rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient", op_name(op->kind),
+                       op->tags.module, g->t[op->out[i]].name);
+  }
+  /* cross-entropy forward + backward fused in place over the logits */
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_CROSS_ENTROPY) continue;
+    for (int b = o + 1; b < g->nop; b++) {
+      const Op *bw = &g->op[b];
+      if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
+      double seed = 0;
+      int found = 0;
+      for (int f = 0; f < g->nop; f++)
+        if (g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == bw->in[0]) seed = g->op[f].a.f[0], found = 1;
+      if (!found) {
+        rc = rt_fail(d, "cross_entropy_bwd in %s: its loss gradient is not a constant FILL", bw->tags.module);
+        break;
+      }
+      if (uses[op->in[0]] != 2) {
+        rc = rt_fail(d, "the logits of %s have readers besides the loss: the fused in-place loss cannot run", op->tags.module);
+        break;
+      }
+      x->dloss[o] = (float)(seed / (double)ops_rows(&g->t[op->in[0]]));
+      x->alias[bw->out[0]] = op->in[0];
+      x->skip[b] = 1;
+    }
+  }
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
+    const Op *op = &g->op[o];
+    if (!x->skip[o] && !DISPATCH[op->kind]) {
+      *unsupported = 1;
+      rc = rt_fail(d, "op %s (%s) does not run on CUDA yet%s", op_name(op->kind), op->tags.module,
+                   op->kind == OP_ATTN_SCORES || op->kind == OP_SOFTMAX ? ": use model.attention_backend=flash" : "");
+    }
+  }
+  /* global-norm slices and AdamW hyper-parameter slots */
+  float hpk[RT_MAX_HP][3];
+  int nhp = 0;
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind == OP_GRAD_SUMSQ) x->slot[o] = x->n_sumsq++;
+    if (op->kind != OP_ADAMW) continue;
+    float k[3] = {(float)op->a.f[0], (float)op->a.f[1], (float)op->a.f[2]};
+    int s = 0;
+    while (s < nhp && memcmp(hpk[s], k, sizeof k) != 0) s++;
+    if (s == nhp) {
+      if (nhp == RT_MAX_HP) {
+        rc = rt_fail(d, "more than %d AdamW settings", RT_MAX_HP);
+        break;
+      }
+      memcpy(hpk[nhp++], k, sizeof k);
+      x->slot[o] = s + RT_MAX_HP; /* first of its slot: computes the values each step */
+    } else x->slot[o] = s;
+  }
+  free(uses);
+  return rc;
+}
+
+/* Scratch sizes from the graph's shapes. */
+static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+static int carve_scratch(RtExec *x) {
+  const Graph *g = x->g;
+  int64_t maxc = 8, maxrows = 1, maxdsum = 1;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    const Tensor *a = &g->t[op->in[0]];
+    if (op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD || op->kind == OP_LINEAR_BGRAD) {
+      if (ops_last(a) > maxc) maxc = ops_last(a);
+      if (ops_rows(a) > maxrows) maxrows = ops_rows(a);
+    }
+    if (op->kind == OP_FLASH_ATTN_BWD) {
+      const Tensor *q = &g->t[op->in[1]];
+      int64_t n = q->shape[0] * q->shape[1] * q->shape[2];
+      if (n > maxdsum) maxdsum = n;
+    }
+  }
+  x->norm_groups = (int)(maxrows / 32 < 1 ? 1 : maxrows / 32 > 256 ? 256 : maxrows / 32);
+  x->gn_groups = 2 * (x->d->sm_count > 0 ? x->d->sm_count : 66);
+  x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
+  x->ntok = tensor_numel(&g->t[g->tokens]);
+  int64_t sizes[7] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_sumsq > 0 ? x->n_sumsq : 1) * x->gn_groups * 4,
+                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4};
+  int64_t off[7], total = 0;
+  for (int i = 0; i < 7; i++) off[i] = total, total += align256(sizes[i]);
+  x->scratch_bytes = total;
+  if (rt_alloc(x->d, &x->scratch, (size_t)total, "the executor's scratch")) return RT_ERROR;
+  CUdeviceptr s = x->scratch;
+  x->norm_partial = s + (CUdeviceptr)off[0];
+  x->gn_partial = s + (CUdeviceptr)off[1];
+  x->dsum = s + (CUdeviceptr)off[2];
+  x->hp = s + (CUdeviceptr)off[3];
+  x->seeds = s + (CUdeviceptr)off[4];
+  x->losses = s + (CUdeviceptr)off[5];
+  x->inputs = s + (CUdeviceptr)off[6];
+  return rt_memset0(x->d, x->scratch, (size_t)total);
+}
+
+RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
+  *unsupported = 0;
+  if (g->nbuffers <= 0) {
+    rt_fail(d, "the graph has no memory plan");
+    return NULL;
+  }
+  for (int i = 0; i < g->nt; i++) {
+    const Tensor *t = &g->t[i];
+    if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != tensor_numel(t) * (int64_t)dtype_size(t->dtype) ||
+        t->offset < 0 || t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
+      rt_fail(d, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) is not a 16-byte-aligned slot at its nominal "
+                 "dtype size", t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
+      return NULL;
+    }
+    if (dtype_is_float(t->dtype) && t->dtype != DT_F32 && t->dtype != DT_BF16) {
+      *unsupported = 1;
+      rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16 and fp32 tensors", t->name, dtype_name(t->dtype));
+      return NULL;
+    }
+    if (t->role == ROLE_PARAM && t->dtype != DT_BF16) {
+      *unsupported = 1;
+      rt_fail(d, "parameter %s is %s: the CUDA backend runs bf16 recipes (model.bf16=true)", t->name, dtype_name(t->dtype));
+      return NULL;
+    }
+  }
+  RtExec *x = calloc(1, sizeof *x);
+  if (!x) {
+    rt_fail(d, "out of memory");
+    return NULL;
+  }
+  x->d = d;
+  x->g = g;
+  x->sink = malloc((size_t)g->nt * sizeof *x->sink);
+  x->alias = malloc((size_t)g->nt * sizeof *x->alias);
+  x->skip = calloc((size_t)g->nop + 1, 1);
+  x->slot = calloc((size_t)g->nop + 1, sizeof *x->slot);
+  x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
+  if (!x->sink || !x->alias || !x->skip || !x->slot || !x->dloss) {
+    rt_fail(d, "out of memory");
+    rt_exec_free(x);
+    return NULL;
+  }
+  for (int i = 0; i < g->nt; i++) x->sink[i] = -1, x->alias[i] = i;
+  int64_t total = 0;
+  for (int b = 0; b < g->nbuffers; b++) x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
+  x->arena_bytes = total;
+  if (analyse(x, unsupported) || rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x)) {
+    rt_exec_free(x);
+    return NULL;
+  }
+  return x;
+}
+
+/* ---- running ---- */
+
+static int run_ops(RtExec *x, uint32_t mask) {
+  const Graph *g = x->g;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (!(mask & IR_PHASE_BIT(op->tags.phase)) || x->skip[o]) continue;
+    if (DISPATCH[op->kind](x, op) != RT_OK) {
+      char msg[sizeof x->d->err];
+      snprintf(msg, sizeof msg, "%s", x->d->err);
+      rt_clear_error(x->d);
+      return rt_fail(x->d, "op %d %s in %s: %s", o, op_name(op->kind), op->tags.module, msg);
+    }
+  }
+  return RT_OK;
+}
+
+int rt_exec_enqueue_micro(RtExec *x, int micro) {
+  const Graph *g = x->g;
+  RtDevice *d = x->d;
+  x->micro = micro;
+  CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)micro * 2 * x->ntok * 4);
+  if (rt_copy_d2d(d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
+      rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4))
+    return RT_ERROR;
+  uint32_t mask = IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
+  if (run_ops(x, mask)) return RT_ERROR;
+  return rt_copy_d2d(d, x->losses + (CUdeviceptr)(micro * 4), rt_exec_ptr(x, g->loss), 4);
+}
+
+int rt_exec_enqueue_optimizer(RtExec *x) {
+  return run_ops(x, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
+}
+
+int rt_exec_enqueue_step(RtExec *x) {
+  for (int mb = 0; mb < x->nmb; mb++)
+    if (rt_exec_enqueue_micro(x, mb)) return RT_ERROR;
+  return rt_exec_enqueue_optimizer(x);
+}
+
+int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds) {
+  RtDevice *d = x->d;
+  size_t nb = (size_t)x->ntok * 4;
+  for (int mb = 0; mb < x->nmb; mb++) {
+    CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4);
+    if (rt_copy_h2d(d, in, tokens + (int64_t)mb * x->ntok, nb) || rt_copy_h2d(d, in + nb, targets + (int64_t)mb * x->ntok, nb))
+      return RT_ERROR;
+  }
+  return rt_copy_h2d(d, x->seeds, seeds, (size_t)x->nmb * 8);
+}
+
+int rt_exec_read_losses(RtExec *x, float *losses) { return rt_copy_d2h(x->d, losses, x->losses, (size_t)x->nmb * 4); }
+
+int rt_exec_read(RtExec *x, int tensor, double *out) {
+  const Tensor *t = rt_t(x, tensor);
+  int64_t n = tensor_numel(t);
+  void *h = malloc((size_t)t->bytes ? (size_t)t->bytes : 1);
+  if (!h) return rt_fail(x->d, "out of memory");
+  if (rt_copy_d2h(x->d, h, rt_exec_ptr(x, tensor), (size_t)t->bytes)) {
+    free(h);
+    return RT_ERROR;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    switch (t->dtype) {
+    case DT_F32: out[i] = ((float *)h)[i]; break;
+    case DT_BF16: {
+      uint32_t u = (uint32_t)((uint16_t *)h)[i] << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      out[i] = f;
+      break;
+    }
+    case DT_I32: out[i] = ((int32_t *)h)[i]; break;
+    default: out[i] = ((uint8_t *)h)[i]; break;
+    }
+  }
+  free(h);
+  return RT_OK;
+}
+
+/* ---- initialisation, as cpu_exec_init_params ---- */
+
+int rt_exec_init_params(RtExec *x, uint64_t seed) {
+  const Graph *g = x->g;
+  RtDevice *d = x->d;
+  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes)) return RT_ERROR;
+  for (int i = 0; i < g->nt; i++) {
+    const Tensor *t = &g->t[i];
+    if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) continue;
+    int master = -1;
+    for (int j = 0; j < g->nt; j++)
+      if (g->t[j].role == ROLE_MASTER && g->t[j].of == i) master = j;
+    CUdeviceptr f32 = master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = rt_exec_ptr(x, i);
+    long n = (long)tensor_numel(t);
+    if (t->init == IR_INIT_ONES) {
+      /* the kernel with std 0 would give zeros: ones are written from the host */
+      size_t bytes = (size_t)n * 4;
+      float *ones = malloc(bytes);
+      uint16_t *ob = malloc((size_t)n * 2);
+      if (!ones || !ob) {
+        free(ones), free(ob);
+        return rt_fail(d, "out of memory");
+      }
+      for (long j = 0; j < n; j++) ones[j] = 1.0f, ob[j] = 0x3f80;
+      int rc = rt_copy_h2d(d, b16, ob, (size_t)n * 2) || (f32 && rt_copy_h2d(d, f32, ones, bytes)) || rt_sync(d);
+      free(ones), free(ob);
+      if (rc) return RT_ERROR;
+      continue;
+    }
+    uint64_t h = 1469598103934665603ull; /* the CPU executor keys by name: FNV-1a of it */
+    for (const char *c = t->name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    unsigned long long key = ops_mix64(ops_mix64(seed) ^ h);
+    double std = t->init_std;
+    void *args[] = {&f32, &b16, &n, &key, &std};
+    if (rt_launch(d, RT_K_init_normal, rt_grid1d(d, n), 1, 1, 256, 0, args)) return RT_ERROR;
+  }
+  return rt_sync(d);
+}

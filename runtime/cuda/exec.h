@@ -1,0 +1,61 @@
+/* exec.h — the GPU graph executor: runs a lowered Graph (forward, backward, optimizer) on one
+ * device, op by op through a per-op-kind dispatch table, with the CPU reference's semantics
+ * (compiler/ops/ files) at the IR's dtypes: bf16 activations and weights, fp32 master weights, main
+ * gradients, moments, norm statistics and loss.
+ *
+ * Storage: one arena allocation holding the plan's buffers; a tensor lives at its plan
+ * (buffer, offset), which must be sized at nominal dtype sizes (graph_plan_trivial(g, 0) until the
+ * memory planner lands; swapping in the planned arena changes nothing here). Beside the arena the
+ * executor holds a small scratch of its own (norm/bias partial sums, global-norm partials, flash
+ * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses).
+ *
+ * Fusions the executor makes (each keeps the IR's result, only skips a round trip):
+ *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
+ *    there directly (cuBLASLt beta = 1 for LINEAR_WGRAD; the embedding, norm and bias kernels
+ *    accumulate in fp32 by contract) and the ACCUM is skipped; this is also more accurate than a
+ *    bf16 round trip;
+ *  - CROSS_ENTROPY runs the fused forward+backward kernel in place over the logits, so its
+ *    CROSS_ENTROPY_BWD is skipped and dlogits aliases the logits' storage; the per-token losses
+ *    go to the lse tensor's storage (same size), which nothing else reads;
+ *  - DROPOUT writes no mask: DROPOUT_BWD regenerates it from (seed, stream) (Philox, see
+ *    docs/kernels.md), so the mask tensor is never written.
+ * The dropout RNG differs from the CPU executor's (Philox vs splitmix): masks agree in law, not
+ * bit for bit; accuracy checks against the CPU run without dropout. */
+#ifndef STEPC_RT_CUDA_EXEC_H
+#define STEPC_RT_CUDA_EXEC_H
+
+#include <stdint.h>
+
+#include "ir.h"
+#include "runtime/rt.h"
+
+typedef struct RtExec RtExec;
+
+/* NULL on error with the message in d->err; *unsupported = 1 when the graph holds an op or a
+ * dtype the CUDA backend does not run yet (the message says which). */
+RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported);
+void rt_exec_free(RtExec *x);
+/* Bytes of the plan's arena, and of the executor's own scratch. */
+int64_t rt_exec_arena_bytes(const RtExec *x);
+int64_t rt_exec_scratch_bytes(const RtExec *x);
+CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
+
+/* Zeroes the arena and initialises parameters (and their masters) exactly as the CPU
+ * executor's cpu_exec_init_params does, on the device. */
+int rt_exec_init_params(RtExec *x, uint64_t seed);
+/* Copies one step's inputs to the device scratch: tokens and targets (num_microbatches x B x T
+ * int32 each, micro-batch-major) and one dropout seed per micro-batch. Asynchronous. */
+int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds);
+/* Enqueues the whole step: per micro-batch the staged inputs, the forward, backward and replay
+ * ops in graph order, the loss copied to its slot; then the reduce and optimizer ops. This is
+ * what full_iteration captures. */
+int rt_exec_enqueue_step(RtExec *x);
+/* Enqueues one micro-batch (forward + backward) or the optimizer alone (tests). */
+int rt_exec_enqueue_micro(RtExec *x, int micro);
+int rt_exec_enqueue_optimizer(RtExec *x);
+/* After the step has run: the micro-batch losses (synchronises). */
+int rt_exec_read_losses(RtExec *x, float *losses);
+/* A tensor's contents as doubles (synchronises); n = its numel. */
+int rt_exec_read(RtExec *x, int tensor, double *out);
+
+#endif

@@ -1,0 +1,83 @@
+/* exec_internal.h — what the executor's op families (op_*.c) share with exec.c. */
+#ifndef STEPC_RT_CUDA_EXEC_INTERNAL_H
+#define STEPC_RT_CUDA_EXEC_INTERNAL_H
+
+#include "ops/ops.h"
+#include "runtime/cuda/exec.h"
+
+#define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
+
+struct RtExec {
+  RtDevice *d;
+  const Graph *g;
+  CUdeviceptr arena;
+  int64_t arena_bytes, buf_base[IR_MAX_BUFFERS];
+  /* the executor's scratch: one allocation, carved below */
+  CUdeviceptr scratch;
+  int64_t scratch_bytes;
+  CUdeviceptr norm_partial; /* (norm_groups, 2 C) fp32, C the widest normalised/biased row */
+  int norm_groups;
+  CUdeviceptr gn_partial; /* (n_sumsq, gn_groups) fp32: one slice per GRAD_SUMSQ op */
+  int gn_groups, n_sumsq;
+  CUdeviceptr dsum;      /* (B, H, T) fp32, the widest attention backward's row sums */
+  CUdeviceptr hp;        /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
+  CUdeviceptr seeds;     /* (num_microbatches) u64 dropout seeds */
+  CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
+  CUdeviceptr inputs;    /* (num_microbatches, 2, B*T) int32: tokens, targets */
+  int64_t ntok;          /* B*T */
+  int nmb;
+  int micro;             /* the micro-batch being enqueued (selects its seed) */
+  /* per tensor */
+  int *sink;             /* main gradient this weight gradient accumulates into, or -1 */
+  int *alias;            /* tensor whose storage it uses (itself unless fused) */
+  /* per op */
+  uint8_t *skip;         /* fused into another op */
+  int *slot;             /* GRAD_SUMSQ: its partial slice; ADAMW: its hp slot (+RT_MAX_HP when it
+                            computes the slot's values first) */
+  float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
+};
+
+typedef int (*RtOpFn)(RtExec *x, const Op *op);
+
+/* The dispatch table rows, one family per file. */
+int rt_op_add(RtExec *x, const Op *op);
+int rt_op_accum(RtExec *x, const Op *op);
+int rt_op_zero(RtExec *x, const Op *op);
+int rt_op_fill(RtExec *x, const Op *op);
+int rt_op_embed(RtExec *x, const Op *op);
+int rt_op_embed_bwd(RtExec *x, const Op *op);
+int rt_op_pos_add(RtExec *x, const Op *op);
+int rt_op_pos_add_bwd(RtExec *x, const Op *op);
+int rt_op_rope(RtExec *x, const Op *op);
+int rt_op_dropout(RtExec *x, const Op *op);
+int rt_op_dropout_bwd(RtExec *x, const Op *op);
+int rt_op_swiglu(RtExec *x, const Op *op);
+int rt_op_swiglu_bwd(RtExec *x, const Op *op);
+int rt_op_gelu(RtExec *x, const Op *op);
+int rt_op_gelu_bwd(RtExec *x, const Op *op);
+int rt_op_split_qkv(RtExec *x, const Op *op);
+int rt_op_concat_qkv(RtExec *x, const Op *op);
+int rt_op_norm(RtExec *x, const Op *op);
+int rt_op_norm_bwd(RtExec *x, const Op *op);
+int rt_op_linear(RtExec *x, const Op *op);
+int rt_op_linear_dgrad(RtExec *x, const Op *op);
+int rt_op_linear_wgrad(RtExec *x, const Op *op);
+int rt_op_linear_bgrad(RtExec *x, const Op *op);
+int rt_op_flash(RtExec *x, const Op *op);
+int rt_op_flash_bwd(RtExec *x, const Op *op);
+int rt_op_cross_entropy(RtExec *x, const Op *op);
+int rt_op_grad_sumsq(RtExec *x, const Op *op);
+int rt_op_clip_coef(RtExec *x, const Op *op);
+int rt_op_lr_sched(RtExec *x, const Op *op);
+int rt_op_adamw(RtExec *x, const Op *op);
+
+/* Whether the flash kernels take this attention shape (else the plain kernels run). */
+int rt_flash_supported(int64_t T, int64_t D);
+
+/* Shorthands. */
+static inline const Tensor *rt_t(const RtExec *x, int id) { return &x->g->t[id]; }
+static inline CUdeviceptr rt_in(const RtExec *x, const Op *op, int i) { return rt_exec_ptr(x, op->in[i]); }
+static inline CUdeviceptr rt_out(const RtExec *x, const Op *op, int i) { return rt_exec_ptr(x, op->out[i]); }
+static inline int64_t rt_numel(const RtExec *x, int id) { return tensor_numel(&x->g->t[id]); }
+
+#endif

@@ -1,0 +1,87 @@
+/* op_dense.c — dispatch of the linear ops (cuBLASLt) and the norms (compiler/ops/linear.c,
+ * norm.c). Weight, bias and norm-parameter gradients accumulate into their fp32 main gradients
+ * (exec.h's fusion); their row sums go through the executor's partial-sum scratch in a fixed
+ * order, so they are deterministic. */
+#include "kernels/launch.h"
+#include "runtime/cuda/exec_internal.h"
+
+int rt_op_linear(RtExec *x, const Op *op) {
+  const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  CUdeviceptr bias = op->nin == 3 ? rt_in(x, op, 2) : 0;
+  return rt_gemm(x->d, RT_GEMM_NT, ops_rows(a), w->shape[0], w->shape[1], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0), 0,
+                 0, bias);
+}
+
+/* dx (M, K) = dy (M, N) . W (N, K) */
+int rt_op_linear_dgrad(RtExec *x, const Op *op) {
+  const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  return rt_gemm(x->d, RT_GEMM_NN, ops_rows(dy), w->shape[1], w->shape[0], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0),
+                 0, 0, 0);
+}
+
+/* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused. */
+int rt_op_linear_wgrad(RtExec *x, const Op *op) {
+  const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
+  int sink = x->sink[op->out[0]];
+  CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
+  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0,
+                 sink >= 0, 0);
+}
+
+/* out (C) += column sums of `partial` (G, ld), in group order. */
+static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C, int ld) {
+  void *args[] = {&out, &partial, &G, &C, &ld};
+  return rt_launch(x->d, RT_K_colsum_accumulate, (unsigned)((C + 255) / 256), 1, 1, 256, 0, args);
+}
+
+static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
+
+int rt_op_linear_bgrad(RtExec *x, const Op *op) {
+  const Tensor *dy = rt_t(x, op->in[0]);
+  int N = (int)ops_rows(dy), C = (int)ops_last(dy), G = groups(x, N);
+  CUdeviceptr p = x->norm_partial, g = rt_in(x, op, 0);
+  void *args[] = {&p, &g, &N, &C};
+  if (rt_launch(x->d, RT_K_bias_backward_partial, (unsigned)((C + 511) / 512), (unsigned)G, 1, 256, 0, args)) return RT_ERROR;
+  return colsum(x, rt_exec_ptr(x, x->sink[op->out[0]]), p, G, C, C);
+}
+
+/* RMSNORM: in (x, w) out (y, rstd); LAYERNORM: in (x, w, b) out (y, mean, rstd). */
+int rt_op_norm(RtExec *x, const Op *op) {
+  const Tensor *a = rt_t(x, op->in[0]);
+  int N = (int)ops_rows(a), C = (int)ops_last(a);
+  float eps = (float)op->a.f[0];
+  if (C % 8) return rt_fail(x->d, "norm width %d is not a multiple of 8", C);
+  unsigned grid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK), block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
+  CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
+  if (op->kind == OP_RMSNORM) {
+    CUdeviceptr rstd = rt_out(x, op, 1);
+    void *args[] = {&y, &rstd, &in, &w, &N, &C, &eps};
+    return rt_launch(x->d, RT_K_rmsnorm_forward, grid, 1, 1, block, 0, args);
+  }
+  CUdeviceptr mean = rt_out(x, op, 1), rstd = rt_out(x, op, 2), b = rt_in(x, op, 2);
+  void *args[] = {&y, &mean, &rstd, &in, &w, &b, &N, &C, &eps};
+  return rt_launch(x->d, RT_K_layernorm_forward, grid, 1, 1, block, 0, args);
+}
+
+/* RMSNORM_BWD: in (dy, x, w, rstd) out (dx, dw); LAYERNORM_BWD: in (dy, x, w, mean, rstd) out
+ * (dx, dw, db). */
+int rt_op_norm_bwd(RtExec *x, const Op *op) {
+  int ln = op->kind == OP_LAYERNORM_BWD;
+  const Tensor *a = rt_t(x, op->in[1]);
+  int N = (int)ops_rows(a), C = (int)ops_last(a), zero = 0, G = groups(x, N);
+  unsigned grid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK), block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
+  CUdeviceptr dx = rt_out(x, op, 0), dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
+  CUdeviceptr mean = ln ? rt_in(x, op, 3) : 0, rstd = rt_in(x, op, ln ? 4 : 3), p = x->norm_partial;
+  if (ln) {
+    void *args[] = {&dx, &dy, &in, &w, &mean, &rstd, &N, &C, &zero};
+    if (rt_launch(x->d, RT_K_layernorm_backward_input, grid, 1, 1, block, 0, args)) return RT_ERROR;
+  } else {
+    void *args[] = {&dx, &dy, &in, &w, &rstd, &N, &C, &zero};
+    if (rt_launch(x->d, RT_K_rmsnorm_backward_input, grid, 1, 1, block, 0, args)) return RT_ERROR;
+  }
+  void *pargs[] = {&p, &dy, &in, &mean, &rstd, &N, &C};
+  if (rt_launch(x->d, RT_K_norm_backward_weight_partial, (unsigned)((C + 511) / 512), (unsigned)G, 1, 256, 0, pargs) ||
+      colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C))
+    return RT_ERROR;
+  return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
+}

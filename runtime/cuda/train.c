@@ -1,0 +1,195 @@
+/* train.c — the GPU training loop (see train.h). */
+#include "runtime/cuda/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_text.h"
+#include "lower.h"
+#include "nvrtc.h"
+#include "ops/ops.h"
+
+#define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
+
+struct RtTrainer {
+  RtDevice d;
+  Graph *g;
+  RtExec *x;
+  CpuData *data;
+  uint64_t seed;
+  int64_t step;
+  RtMode mode;
+  int warmup;
+  RtGraph graph;
+  bool captured;
+  RtTimer timer;
+  int32_t *tok, *tg; /* (num_microbatches, B*T) */
+  uint64_t *seeds;
+  float *losses;
+};
+
+uint64_t rt_step_seed(uint64_t seed, int64_t step, int64_t micro) {
+  return ops_mix64(ops_mix64(ops_mix64(seed) ^ (uint64_t)step) ^ ((uint64_t)micro << 20));
+}
+
+RtDevice *rt_trainer_device(RtTrainer *tr) { return &tr->d; }
+RtExec *rt_trainer_exec(RtTrainer *tr) { return tr->x; }
+const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->g; }
+RtMode rt_trainer_mode(const RtTrainer *tr) { return tr->mode; }
+int rt_trainer_graph_nodes(const RtTrainer *tr) { return tr->captured ? (int)tr->graph.nodes : 0; }
+
+void rt_trainer_free(RtTrainer *tr) {
+  if (!tr) return;
+  if (tr->d.lib) {
+    rt_graph_destroy(&tr->d, &tr->graph);
+    rt_timer_free(&tr->d, &tr->timer);
+    rt_exec_free(tr->x);
+    rt_close(&tr->d);
+  }
+  graph_free(tr->g);
+  free(tr->tok), free(tr->tg), free(tr->seeds), free(tr->losses);
+  free(tr);
+}
+
+/* NVRTC -> cubin for this device's arch, then cuModuleLoadData. */
+static int load_kernels(RtDevice *d, const char *cache_dir) {
+  char err[256];
+  char *src = kernel_text_assemble(NULL, 0, err, sizeof err);
+  if (!src) return rt_fail(d, "assembling kernels.cu: %s", err);
+  char arch[32];
+  snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
+  CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
+  Cubin c;
+  char *msg = NULL;
+  CubinStatus st = cubin_compile(src, &opt, &c, &msg);
+  free(src);
+  if (st != CUBIN_OK && st != CUBIN_ERR_IO) {
+    rt_fail(d, "compiling kernels.cu for %s: %s", arch, msg ? msg : "NVRTC failed");
+    free(msg);
+    return RT_ERROR;
+  }
+  free(msg); /* CUBIN_ERR_IO: the cache was not written; the cubin is fine */
+  int rc = rt_module_load(d, c.data);
+  cubin_free(&c);
+  return rc;
+}
+
+RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override, RtTrainStatus *status,
+                          char *err, size_t nerr) {
+  *status = RT_TRAIN_ERROR;
+  RtTrainer *tr = calloc(1, sizeof *tr);
+  if (!tr) {
+    snprintf(err, nerr, "out of memory");
+    return NULL;
+  }
+  const char *impl = s->model.cuda_graph_impl;
+  if (mode_override >= 0) tr->mode = (RtMode)mode_override;
+  else if (strcmp(impl, "full_iteration") == 0) tr->mode = RT_MODE_FULL_ITERATION;
+  else if (strcmp(impl, "none") == 0 || !impl[0]) tr->mode = RT_MODE_EAGER;
+  else {
+    *status = RT_TRAIN_UNSUPPORTED;
+    snprintf(err, nerr, "model.cuda_graph_impl=%s (per-module scoped graphs) is not built yet on CUDA; use none or full_iteration", impl);
+    free(tr);
+    return NULL;
+  }
+  tr->warmup = (int)s->model.cuda_graph_warmup_steps;
+  tr->data = data;
+  tr->seed = (uint64_t)s->train.seed;
+  int lrc = lower_step(s, &tr->g, err, nerr);
+  if (lrc != LOWER_OK) {
+    *status = lrc == LOWER_UNSUPPORTED ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  /* The trivial plan at nominal dtype sizes until the memory planner lands: that planner fills
+   * the same (buffer, offset, bytes) and this line is the only one that changes. */
+  graph_plan_trivial(tr->g, 0);
+  int rc = rt_open(&tr->d);
+  if (rc != RT_OK) {
+    *status = rc == RT_NO_DEVICE ? RT_TRAIN_NO_DEVICE : RT_TRAIN_ERROR;
+    snprintf(err, nerr, "%s", tr->d.err);
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  int unsupported = 0;
+  if (load_kernels(&tr->d, cache_dir) || rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) ||
+      !(tr->x = rt_exec_new(&tr->d, tr->g, &unsupported)) || rt_timer_new(&tr->d, &tr->timer) ||
+      rt_exec_init_params(tr->x, tr->seed)) {
+    *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
+    snprintf(err, nerr, "%s", tr->d.err);
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  int nmb = tr->g->num_microbatches, n = (int)tensor_numel(&tr->g->t[tr->g->tokens]);
+  tr->tok = malloc((size_t)nmb * (size_t)n * sizeof *tr->tok);
+  tr->tg = malloc((size_t)nmb * (size_t)n * sizeof *tr->tg);
+  tr->seeds = malloc((size_t)nmb * sizeof *tr->seeds);
+  tr->losses = malloc((size_t)nmb * sizeof *tr->losses);
+  if (!tr->tok || !tr->tg || !tr->seeds || !tr->losses) {
+    snprintf(err, nerr, "out of memory");
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  *status = RT_TRAIN_OK;
+  return tr;
+}
+
+int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr) {
+  const Graph *g = tr->g;
+  const Tensor *t = &g->t[g->tokens];
+  int64_t b = t->shape[0], T = t->shape[1];
+  for (int mb = 0; mb < g->num_microbatches; mb++) {
+    if (tr->data->fill(tr->data, step, mb, b, T, tr->tok + mb * b * T, tr->tg + mb * b * T) != 0) {
+      snprintf(err, nerr, "the data source failed at step %lld", (long long)step);
+      return -1;
+    }
+    tr->seeds[mb] = rt_step_seed(tr->seed, step, mb);
+  }
+  if (rt_exec_stage(tr->x, tr->tok, tr->tg, tr->seeds)) {
+    snprintf(err, nerr, "%s", tr->d.err);
+    return -1;
+  }
+  return 0;
+}
+
+static int fail(RtTrainer *tr, char *err, size_t nerr) {
+  snprintf(err, nerr, "step %lld: %s", (long long)tr->step, tr->d.err);
+  return -1;
+}
+
+int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
+  RtDevice *d = &tr->d;
+  tr->step++;
+  if (rt_trainer_stage(tr, tr->step, err, nerr)) return -1;
+  bool replay = tr->mode == RT_MODE_FULL_ITERATION && tr->step > tr->warmup;
+  if (replay && !tr->captured) {
+    /* Capture once; the step counter, LR and seeds live in device memory, so every replay is
+     * the next step. */
+    if (rt_capture_begin(d)) return fail(tr, err, nerr);
+    int rc = rt_exec_enqueue_step(tr->x);
+    RtGraph gr;
+    int rc2 = rt_capture_end(d, &gr);
+    if (rc || rc2) return fail(tr, err, nerr);
+    tr->graph = gr;
+    tr->captured = true;
+  }
+  if (rt_timer_start(d, &tr->timer)) return fail(tr, err, nerr);
+  if (replay ? rt_graph_launch(d, &tr->graph) : rt_exec_enqueue_step(tr->x)) return fail(tr, err, nerr);
+  if (rt_timer_stop(d, &tr->timer, &st->ms)) return fail(tr, err, nerr);
+  if (rt_exec_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
+  double lr = 0, gn = 0, loss = 0;
+  if (rt_exec_read(tr->x, tr->g->lr, &lr) || rt_exec_read(tr->x, tr->g->grad_norm, &gn)) return fail(tr, err, nerr);
+  for (int mb = 0; mb < tr->g->num_microbatches; mb++) loss += tr->losses[mb];
+  st->step = tr->step;
+  st->loss = loss / (double)tr->g->num_microbatches;
+  st->lr = lr;
+  st->grad_norm = gn;
+  st->replayed = replay;
+  if (!isfinite(st->loss)) {
+    snprintf(err, nerr, "the loss is not finite at step %lld", (long long)tr->step);
+    return -1;
+  }
+  return 0;
+}

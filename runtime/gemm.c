@@ -1,0 +1,166 @@
+/* gemm.c — GEMMs through cuBLASLt (dlopen'd, see rt.h): bf16 in, fp32 accumulation, bf16 or fp32
+ * out, optional bias epilogue, one algorithm per shape chosen once by the heuristic and cached.
+ *
+ * cuBLASLt is column-major; a row-major C (M,N) is the column-major C^T (N,M), so every product
+ * is computed as C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "runtime/rt.h"
+
+#define RT_BLAS_FUNCS(X)                                                                                    \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)             \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)            \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                      \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+#define RT_GEMM_CACHE 128
+
+typedef struct {
+  int kind, c_f32, accumulate, bias;
+  int64_t m, n, k;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+struct RtBlas {
+#define RT_BDECL(f) __typeof__(&f) f;
+  RT_BLAS_FUNCS(RT_BDECL)
+#undef RT_BDECL
+  void *lib;
+  cublasLtHandle_t h;
+  CUdeviceptr ws;
+  size_t ws_bytes;
+  GemmPlan plan[RT_GEMM_CACHE];
+  int nplan;
+};
+
+static int blas_check(RtDevice *d, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return RT_OK;
+  return rt_fail(d, "%s: cuBLASLt status %d", what, (int)s);
+}
+
+#define RT_STR(x) #x
+#define RT_XSTR(x) RT_STR(x)
+
+int rt_blas_open(RtDevice *d, size_t workspace_bytes) {
+  RtBlas *b = calloc(1, sizeof *b);
+  if (!b) return rt_fail(d, "out of memory");
+  d->blas = b;
+  char soname[64];
+  snprintf(soname, sizeof soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+  const char *home = getenv("CUDA_HOME");
+  char path[512];
+  b->lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!b->lib && home) {
+    snprintf(path, sizeof path, "%s/lib64/%s", home, soname);
+    b->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!b->lib) {
+    snprintf(path, sizeof path, "/usr/local/cuda/lib64/%s", soname);
+    b->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!b->lib) return rt_fail(d, "cannot load cuBLASLt (%s, also tried $CUDA_HOME/lib64 and /usr/local/cuda/lib64): %s", soname, dlerror());
+#define RT_BLOAD(f)                                                                                         \
+  if (!(b->f = (__typeof__(&f))dlsym(b->lib, RT_XSTR(f)))) return rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));
+  RT_BLAS_FUNCS(RT_BLOAD)
+#undef RT_BLOAD
+  if (blas_check(d, b->cublasLtCreate(&b->h), "cublasLtCreate")) return RT_ERROR;
+  b->ws_bytes = workspace_bytes;
+  return rt_alloc(d, &b->ws, workspace_bytes, "the cuBLASLt workspace");
+}
+
+void rt_blas_close(RtDevice *d) {
+  RtBlas *b = d->blas;
+  if (!b) return;
+  for (int i = 0; i < b->nplan; i++) {
+    GemmPlan *p = &b->plan[i];
+    if (p->desc) b->cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) b->cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) b->cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) b->cublasLtMatrixLayoutDestroy(p->lc);
+  }
+  if (b->ws) rt_free(d, b->ws, b->ws_bytes);
+  if (b->h) b->cublasLtDestroy(b->h);
+  if (b->lib) dlclose(b->lib);
+  free(b);
+  d->blas = NULL;
+}
+
+size_t rt_blas_workspace_bytes(const RtDevice *d) { return d->blas ? d->blas->ws_bytes : 0; }
+
+static GemmPlan *plan_get(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, int c_f32, int acc, int bias) {
+  RtBlas *b = d->blas;
+  for (int i = 0; i < b->nplan; i++) {
+    GemmPlan *p = &b->plan[i];
+    if (p->kind == (int)kind && p->m == M && p->n == N && p->k == K && p->c_f32 == c_f32 && p->accumulate == acc &&
+        p->bias == bias)
+      return p;
+  }
+  if (b->nplan == RT_GEMM_CACHE) {
+    rt_fail(d, "more than %d GEMM shapes", RT_GEMM_CACHE);
+    return NULL;
+  }
+  GemmPlan *p = &b->plan[b->nplan++];
+  memset(p, 0, sizeof *p);
+  p->kind = (int)kind, p->m = M, p->n = N, p->k = K, p->c_f32 = c_f32, p->accumulate = acc, p->bias = bias;
+  /* cuBLASLt operands (see the file comment): cA = our B, cB = our A, C^T is (N rows, M cols). */
+  cublasOperation_t ta = kind == RT_GEMM_NT ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = kind == RT_GEMM_TN ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint64_t ar = kind == RT_GEMM_NT ? (uint64_t)K : (uint64_t)N, ac = kind == RT_GEMM_NT ? (uint64_t)N : (uint64_t)K;
+  uint64_t br = kind == RT_GEMM_TN ? (uint64_t)M : (uint64_t)K, bc = kind == RT_GEMM_TN ? (uint64_t)K : (uint64_t)M;
+  cudaDataType_t ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  if (blas_check(d, b->cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate") ||
+      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA") ||
+      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB") ||
+      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar), "layout A") ||
+      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br), "layout B") ||
+      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->lc, ct, (uint64_t)N, (uint64_t)M, N), "layout C"))
+    return NULL;
+  if (bias) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"))
+      return NULL;
+  }
+  cublasLtMatmulPreference_t pref;
+  if (blas_check(d, b->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return NULL;
+  size_t ws = b->ws_bytes;
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t s = b->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = b->cublasLtMatmulAlgoGetHeuristic(b->h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+  b->cublasLtMatmulPreferenceDestroy(pref);
+  if (blas_check(d, s, "cublasLtMatmulAlgoGetHeuristic")) return NULL;
+  if (found < 1) {
+    rt_fail(d, "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld K=%lld", kind == RT_GEMM_NT ? "NT" : kind == RT_GEMM_NN ? "NN" : "TN",
+            (long long)M, (long long)N, (long long)K);
+    return NULL;
+  }
+  p->algo = res.algo;
+  return p;
+}
+
+int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
+            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
+  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
+  if (M == 0 || N == 0) return RT_OK;
+  GemmPlan *p = plan_get(d, kind, M, N, K, c_f32, accumulate != 0, bias != 0);
+  if (!p) return RT_ERROR;
+  RtBlas *b = d->blas;
+  if (bias) {
+    void *bp = (void *)(uintptr_t)bias;
+    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS_POINTER"))
+      return RT_ERROR;
+  }
+  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  void *pa = (void *)(uintptr_t)B, *pb = (void *)(uintptr_t)A, *pc = (void *)(uintptr_t)C;
+  return blas_check(d, b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pc, p->lc, &p->algo,
+                                         (void *)(uintptr_t)b->ws, b->ws_bytes, (cudaStream_t)d->stream),
+                    "cublasLtMatmul");
+}

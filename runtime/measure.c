@@ -1,0 +1,33 @@
+/* measure.c — CUDA events around a region of the stream, and device memory in use. */
+#include "runtime/rt.h"
+
+int rt_timer_new(RtDevice *d, RtTimer *t) {
+  t->a = t->b = NULL;
+  if (rt_check(d, d->cuEventCreate(&t->a, CU_EVENT_DEFAULT), "cuEventCreate")) return RT_ERROR;
+  return rt_check(d, d->cuEventCreate(&t->b, CU_EVENT_DEFAULT), "cuEventCreate");
+}
+
+void rt_timer_free(RtDevice *d, RtTimer *t) {
+  if (t->a) d->cuEventDestroy(t->a);
+  if (t->b) d->cuEventDestroy(t->b);
+  t->a = t->b = NULL;
+}
+
+int rt_timer_start(RtDevice *d, RtTimer *t) { return rt_check(d, d->cuEventRecord(t->a, d->stream), "cuEventRecord"); }
+
+int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms) {
+  float f = 0;
+  if (rt_check(d, d->cuEventRecord(t->b, d->stream), "cuEventRecord") ||
+      rt_check(d, d->cuEventSynchronize(t->b), "cuEventSynchronize (a kernel faulted?)") ||
+      rt_check(d, d->cuEventElapsedTime(&f, t->a, t->b), "cuEventElapsedTime"))
+    return RT_ERROR;
+  *ms = f;
+  return RT_OK;
+}
+
+int rt_mem_used(RtDevice *d, int64_t *used) {
+  size_t free_b = 0, total_b = 0;
+  if (rt_check(d, d->cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo")) return RT_ERROR;
+  *used = (int64_t)(total_b - free_b);
+  return RT_OK;
+}

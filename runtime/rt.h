@@ -1,0 +1,130 @@
+/* rt.h — libstepc_rt, the device runtime: the CUDA driver and cuBLASLt reached through dlopen,
+ * one device, one stream, the kernels module, tracked allocations, GEMMs, graph capture and
+ * measurement.
+ *
+ * Why dlopen: neither the compiler nor the stepc executable links libcuda or libcublasLt, so
+ * `stepc check/plan/run --device cpu` (and the sanitizer CI build) run where no driver exists,
+ * and `run --device cuda` there fails with a message (rt_open returns RT_NO_DEVICE) instead of a
+ * loader error. The runtime is a static library linked into stepc; it links only libdl.
+ *
+ * Errors: every function returns 0 (RT_OK) or a negative RtStatus and leaves a message in
+ * d->err (the first error sticks until rt_clear_error). Nothing here prints or exits. */
+#ifndef STEPC_RT_H
+#define STEPC_RT_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 } RtStatus;
+
+/* The driver entry points we use; the versioned symbol (cuMemAlloc -> cuMemAlloc_v2) is the one
+ * cuda.h's macros name. */
+#define RT_DRIVER_FUNCS(X)                                                                                  \
+  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                   \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize)           \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)      \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                 \
+  X(cuMemsetD8Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)    \
+  X(cuGraphExecDestroy) X(cuGraphGetNodes) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString)
+
+/* Kernel handles, one per row of kernels/kernel_list.h. */
+typedef enum {
+#define STEPC_KERNEL(name) RT_K_##name,
+#include "kernels/kernel_list.h"
+#undef STEPC_KERNEL
+  RT_K_COUNT
+} RtKernel;
+
+typedef struct RtBlas RtBlas;
+
+typedef struct RtDevice {
+#define RT_DECL(f) __typeof__(&f) f;
+  RT_DRIVER_FUNCS(RT_DECL)
+#undef RT_DECL
+  void *lib;
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream stream;
+  CUmodule mod;
+  CUfunction fn[RT_K_COUNT];
+  int sm_count, cc_major, cc_minor;
+  char name[256];
+  RtBlas *blas;
+  /* memory: every cuMemAlloc goes through rt_alloc */
+  int64_t allocated, max_allocated; /* bytes held by stepc's own allocations, and their peak */
+  int64_t used_at_open;             /* total - free (cuMemGetInfo) right after context creation */
+  int64_t total_mem;
+  char err[512];
+} RtDevice;
+
+/* ---- driver.c: open / close ---- */
+/* RT_NO_DEVICE when there is no driver or no device (the message says which). */
+int rt_open(RtDevice *d);
+void rt_close(RtDevice *d);
+/* Records a driver failure ("what: CUDA_ERROR_..."); returns RT_ERROR, or RT_OK for success. */
+int rt_check(RtDevice *d, CUresult r, const char *what);
+int rt_fail(RtDevice *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_clear_error(RtDevice *d);
+int rt_sync(RtDevice *d);
+
+/* ---- module.c ---- */
+/* Loads a cubin (cuModuleLoadData) and looks up every kernel of kernel_list.h. */
+int rt_module_load(RtDevice *d, const void *cubin);
+
+/* ---- launch.c ---- */
+/* Launches kernel k on the runtime's stream; args is an argv of pointers to each argument. */
+int rt_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
+              void **args);
+/* Blocks for a grid-stride kernel over `work` items: min(ceil(work / 256), 8 x SMs), >= 1. */
+unsigned rt_grid1d(const RtDevice *d, int64_t work);
+int rt_memset0(RtDevice *d, CUdeviceptr p, size_t bytes);
+int rt_copy_d2d(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+int rt_copy_h2d(RtDevice *d, CUdeviceptr dst, const void *src, size_t bytes);
+int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes); /* synchronous */
+
+/* ---- arena.c: tracked allocations ---- */
+int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what);
+void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
+
+/* ---- gemm.c: cuBLASLt ---- */
+/* Row-major GEMMs as the linear op needs them; A, B bf16, fp32 accumulation.
+ *   RT_GEMM_NT: C (M,N) = A (M,K) . B (N,K)^T        (forward: y = x W^T; bias (N) optional)
+ *   RT_GEMM_NN: C (M,N) = A (M,K) . B (K,N)          (dgrad: dx = dy W)
+ *   RT_GEMM_TN: C (M,N) = A (K,M)^T . B (K,N)        (wgrad: dW = dy^T x)
+ * C is bf16 (c_f32 = 0) or fp32 (c_f32 = 1); accumulate = 1 adds into C (beta = 1). The algorithm
+ * is chosen once per shape (cublasLtMatmulAlgoGetHeuristic) and cached, so every call of a shape
+ * runs the same kernel (determinism, capture). */
+typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
+int rt_blas_open(RtDevice *d, size_t workspace_bytes);
+void rt_blas_close(RtDevice *d);
+int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
+            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias);
+size_t rt_blas_workspace_bytes(const RtDevice *d);
+
+/* ---- graph.c: stream capture of a region into one CUDA graph ---- */
+typedef struct {
+  CUgraph graph;
+  CUgraphExec exec;
+  size_t nodes;
+} RtGraph;
+int rt_capture_begin(RtDevice *d);
+int rt_capture_end(RtDevice *d, RtGraph *g); /* instantiates */
+int rt_graph_launch(RtDevice *d, const RtGraph *g);
+void rt_graph_destroy(RtDevice *d, RtGraph *g);
+
+/* ---- measure.c ---- */
+typedef struct {
+  CUevent a, b;
+} RtTimer;
+int rt_timer_new(RtDevice *d, RtTimer *t);
+void rt_timer_free(RtDevice *d, RtTimer *t);
+int rt_timer_start(RtDevice *d, RtTimer *t);
+/* Records the end, waits for it, returns milliseconds in *ms. */
+int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms);
+/* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
+int rt_mem_used(RtDevice *d, int64_t *used);
+
+#endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# run_step_tests.sh — the whole-step GPU tests (tests/gpu/step.c) and short CLI runs, on a machine
+# with a GPU. Run from the repository root (or a copy holding build/, models/ and tests/):
+#   tests/gpu/run_step_tests.sh
+# BUILD (default build) holds gpu_step and stepc, built elsewhere if this machine has no Lua.
+# GPL3 is the text file of the 200-step run (default /usr/share/common-licenses/GPL-3, else
+# tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). Exit 0 when every test passed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+DEST=${OUT:-gpu-step-logs}
+mkdir -p "$DEST"
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stepc-xdg} # one NVRTC cubin cache for every run below
+GPL3=${GPL3:-/usr/share/common-licenses/GPL-3}
+[ -r "$GPL3" ] || GPL3=tests/gpu/data/GPL-3
+STEP=$BUILD/tests/gpu/gpu_step
+GPT_LIKE="model.normalization=LayerNorm model.gated_linear_unit=false model.activation_func=gelu model.add_bias_linear=true model.position_embedding_type=learned_absolute model.share_embeddings_and_output_weights=true"
+fails=0
+run() { # NAME CMD...
+  local name=$1; shift
+  echo "== $name: $*" | tee -a "$DEST/summary.log"
+  timeout 300 "$@" >"$DEST/$name.log" 2>&1
+  local rc=$?
+  grep -E "^(PASS|FAIL|SKIP)" "$DEST/$name.log" | grep -vE "^PASS (layers|embedding|output|final)" | tail -4 | tee -a "$DEST/summary.log"
+  echo "-- $name exit $rc" | tee -a "$DEST/summary.log"
+  [ $rc -eq 0 ] || fails=$((fails + 1))
+}
+{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null; } >"$DEST/summary.log"
+run grads_tiny $STEP grads models/tiny.lua
+run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
+run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
+run replay_flash $STEP replay models/tiny.lua 8 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
+run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
+run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+tail -25 "$DEST/cli_tiny_graph.log"
+echo "== $fails failed" | tee -a "$DEST/summary.log"
+exit $((fails > 0))

@@ -1,0 +1,255 @@
+/* step.c — gpu_step: whole training steps on the GPU against the CPU reference executor.
+ *
+ *   gpu_step grads  SPEC [KEY=VALUE ...]  first-step loss and every parameter's main gradient,
+ *                                         GPU (bf16 compute) vs CPU (fp32), one line per tensor
+ *   gpu_step train  SPEC STEPS CPU.json [KEY=VALUE ...]
+ *                                         STEPS steps on the GPU beside the CPU's loss curve (a
+ *                                         `stepc run --device cpu --json` output)
+ *   gpu_step replay SPEC STEPS [KEY=VALUE ...]
+ *                                         eager twice and full_iteration once: losses and every
+ *                                         final parameter, master and moment bitwise equal
+ * Exit 0 pass, 1 fail, 77 no GPU (ctest: skipped). --cache DIR sets NVRTC's cubin cache.
+ *
+ * Tolerances (grads). The GPU runs bf16 weights and activations with fp32 accumulation; the CPU
+ * runs everything in fp32 from the same fp32 initial weights (the GPU's compute copy is their
+ * bf16 rounding). bf16 has an 8-bit significand: each rounding is up to 2^-9 = 0.2% relative,
+ * and a gradient passes through ~10 rounded tensors per layer, with errors that add in
+ * quadrature, so ~1% relative (L2 over the tensor) is the expected size for a 4-layer model and
+ * a gradient that is wrong (a missing term, a wrong head or transpose) is off by O(1). We require
+ * the relative L2 error of every gradient <= 5e-2 and its cosine to the CPU's >= 0.998, and the
+ * first loss within 1e-2 relative (the loss is a mean over many tokens: its rounding averages
+ * out). The measured values are printed beside the limits. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "lower.h"
+#include "runtime/cpu/exec.h"
+#include "runtime/cpu/train.h"
+#include "runtime/cuda/train.h"
+#include "validate.h"
+
+#define SKIP 77
+#define GRAD_REL_L2 5e-2
+#define GRAD_COS 0.998
+#define LOSS_REL 1e-2
+
+static int load_spec(const char *path, const char *const *ov, int nov, Spec *out) {
+  Spec raw;
+  DiagList d;
+  diag_init(&d);
+  int rc = frontend_load(path, ov, nov, NULL, &raw, &d) != 0 || validate_spec(&raw, out, &d) != 0;
+  if (rc) diag_print(&d, stderr);
+  diag_free(&d);
+  return rc;
+}
+
+/* A GPU trainer, or the exit code (SKIP without a GPU). */
+static RtTrainer *gpu_trainer(const Spec *s, CpuData *data, const char *cache, int mode, int *code) {
+  RtTrainStatus st;
+  char err[1024];
+  RtTrainer *tr = rt_trainer_new(s, data, cache, mode, &st, err, sizeof err);
+  if (!tr) {
+    printf("%s: %s\n", st == RT_TRAIN_NO_DEVICE ? "SKIP" : "FAIL", err);
+    *code = st == RT_TRAIN_NO_DEVICE ? SKIP : 1;
+  }
+  return tr;
+}
+
+static int cmd_grads(const Spec *s, const char *cache) {
+  CpuData data;
+  char err[1024];
+  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  int code = 0;
+  RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, &code);
+  if (!tr) return code;
+  RtExec *x = rt_trainer_exec(tr);
+  const Graph *g = rt_trainer_graph(tr);
+  int nmb = g->num_microbatches;
+  float gl[64] = {0};
+  if (nmb > 64 || rt_trainer_stage(tr, 1, err, sizeof err)) return printf("FAIL stage: %s\n", err), 1;
+  for (int mb = 0; mb < nmb; mb++)
+    if (rt_exec_enqueue_micro(x, mb)) return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
+  if (rt_exec_read_losses(x, gl)) return printf("FAIL %s\n", rt_trainer_device(tr)->err), 1;
+  /* the CPU reference, same graph shape planned for fp32 */
+  Graph *cg = NULL;
+  if (lower_step(s, &cg, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
+  graph_plan_trivial(cg, 4);
+  CpuExec *e = cpu_exec_new(cg, CPU_F32, 0, err, sizeof err);
+  if (!e) return printf("FAIL %s\n", err), 1;
+  cpu_exec_init_params(e, (uint64_t)s->train.seed);
+  const Tensor *tt = &cg->t[cg->tokens];
+  int64_t n = tensor_numel(tt);
+  double cl = 0, gsum = 0;
+  for (int mb = 0; mb < nmb; mb++) {
+    data.fill(&data, 1, mb, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens), cpu_exec_ptr(e, cg->targets));
+    cpu_exec_set_key(e, (uint64_t)s->train.seed, 1, mb);
+    cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
+    cl += cpu_exec_get(e, cg->loss, 0);
+    gsum += gl[mb];
+  }
+  (void)n;
+  cl /= nmb, gsum /= nmb;
+  int fails = 0;
+  double lrel = fabs(gsum - cl) / fabs(cl);
+  printf("%s loss gpu %.6f cpu %.6f rel %.2e (limit %.0e)\n", lrel <= LOSS_REL ? "PASS" : "FAIL", gsum, cl, lrel, LOSS_REL);
+  fails += lrel > LOSS_REL;
+  double worst = 0, worst_cos = 1;
+  int ngrad = 0;
+  for (int i = 0; i < g->nt; i++) {
+    if (g->t[i].role != ROLE_GRAD) continue;
+    int ci = graph_find_tensor(cg, g->t[i].name);
+    int64_t m = tensor_numel(&g->t[i]);
+    double *a = malloc((size_t)m * sizeof *a);
+    if (!a || ci < 0 || rt_exec_read(x, i, a)) return printf("FAIL reading %s\n", g->t[i].name), 1;
+    double dd = 0, rr = 0, ab = 0, aa = 0;
+    for (int64_t j = 0; j < m; j++) {
+      double r = cpu_exec_get(e, ci, j);
+      dd += (a[j] - r) * (a[j] - r), rr += r * r, ab += a[j] * r, aa += a[j] * a[j];
+    }
+    double rel = sqrt(dd / (rr > 0 ? rr : 1)), cs = rr > 0 && aa > 0 ? ab / sqrt(aa * rr) : 1;
+    int ok = rel <= GRAD_REL_L2 && cs >= GRAD_COS && isfinite(rel);
+    fails += !ok;
+    if (rel > worst || !isfinite(rel)) worst = rel;
+    if (cs < worst_cos) worst_cos = cs;
+    ngrad++;
+    printf("%s %-56s n=%-8lld rel_l2 %.3e cos %.6f |cpu| %.3e\n", ok ? "PASS" : "FAIL", g->t[i].name, (long long)m, rel, cs, sqrt(rr));
+    free(a);
+  }
+  printf("%s %d gradients: worst rel_l2 %.3e (limit %.0e), worst cos %.6f (limit %.3f)\n", fails ? "FAIL" : "PASS", ngrad, worst,
+         GRAD_REL_L2, worst_cos, GRAD_COS);
+  cpu_exec_free(e);
+  graph_free(cg);
+  rt_trainer_free(tr);
+  if (data.free) data.free(&data);
+  return fails ? 1 : 0;
+}
+
+/* The "loss" values of a `stepc run --json` file, in order. */
+static int read_cpu_losses(const char *path, double *out, int max) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  int k = 0;
+  for (char *p = strstr(buf, "\"loss\": "); p && k < max; p = strstr(p + 1, "\"loss\": ")) out[k++] = atof(p + 8);
+  return k;
+}
+
+static double mean(const double *v, int lo, int hi) {
+  double s = 0;
+  for (int i = lo; i < hi; i++) s += v[i];
+  return s / (hi - lo);
+}
+
+static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char *cache) {
+  double *cpu = calloc((size_t)steps, sizeof *cpu), *gpu = calloc((size_t)steps, sizeof *gpu);
+  int nc = read_cpu_losses(cpu_json, cpu, steps);
+  if (nc < steps) return printf("FAIL %s has %d losses, want %d\n", cpu_json, nc, steps), 1;
+  CpuData data;
+  char err[1024];
+  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  int code = 0;
+  RtTrainer *tr = gpu_trainer(s, &data, cache, -1, &code);
+  if (!tr) return code;
+  for (int i = 0; i < steps; i++) {
+    RtStepStats st;
+    if (rt_trainer_step(tr, &st, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+    gpu[i] = st.loss;
+    if (i < 5 || i % 20 == 19) printf("step %4d  gpu %.4f  cpu %.4f\n", i + 1, gpu[i], cpu[i]);
+  }
+  int w = steps >= 40 ? 20 : steps / 2;
+  double g0 = gpu[0], ge = mean(gpu, steps - w, steps), ce = mean(cpu, steps - w, steps);
+  /* The loss must fall as the CPU's does: the same drop to within 10% of the CPU's drop. bf16
+   * rounding moves the trajectory a little; a broken gradient or optimizer leaves the loss flat
+   * or diverging. */
+  double drop_g = g0 - ge, drop_c = cpu[0] - ce;
+  int ok = drop_c > 0 && fabs(drop_g - drop_c) <= 0.1 * drop_c && fabs(g0 - cpu[0]) <= LOSS_REL * cpu[0];
+  printf("%s loss first %.4f (cpu %.4f), mean of the last %d steps %.4f (cpu %.4f): drop %.4f vs cpu %.4f (limit 10%%)\n",
+         ok ? "PASS" : "FAIL", g0, cpu[0], w, ge, ce, drop_g, drop_c);
+  rt_trainer_free(tr);
+  if (data.free) data.free(&data);
+  free(cpu), free(gpu);
+  return ok ? 0 : 1;
+}
+
+/* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state. */
+static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
+                       int *code) {
+  CpuData data;
+  char err[1024];
+  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
+  RtTrainer *tr = gpu_trainer(s, &data, cache, mode, code);
+  if (!tr) return -1;
+  for (int i = 0; i < steps; i++) {
+    RtStepStats st;
+    if (rt_trainer_step(tr, &st, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
+    loss[i] = st.loss;
+  }
+  const Graph *g = rt_trainer_graph(tr);
+  RtExec *x = rt_trainer_exec(tr);
+  size_t total = 0;
+  for (int i = 0; i < g->nt; i++)
+    if (role_is_persistent(g->t[i].role)) total += (size_t)g->t[i].bytes;
+  unsigned char *buf = malloc(total ? total : 1), *p = buf;
+  RtDevice *d = rt_trainer_device(tr);
+  for (int i = 0; i < g->nt && buf; i++)
+    if (role_is_persistent(g->t[i].role)) {
+      if (rt_copy_d2h(d, p, rt_exec_ptr(x, i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
+      p += g->t[i].bytes;
+    }
+  printf("ran %d steps (%s, %d graph nodes)\n", steps, mode == RT_MODE_EAGER ? "eager" : "full_iteration", rt_trainer_graph_nodes(tr));
+  *state = buf;
+  *nstate = total;
+  rt_trainer_free(tr);
+  if (data.free) data.free(&data);
+  return 0;
+}
+
+static int same(const char *what, const double *la, const double *lb, int steps, const unsigned char *sa, const unsigned char *sb,
+                size_t n) {
+  int losses = memcmp(la, lb, (size_t)steps * sizeof *la) == 0;
+  size_t diff = 0;
+  for (size_t i = 0; i < n; i++) diff += sa[i] != sb[i];
+  printf("%s %-40s losses %s, persistent state %zu bytes, %zu differ (last loss %.9g vs %.9g)\n", losses && !diff ? "PASS" : "FAIL",
+         what, losses ? "bitwise equal" : "DIFFER", n, diff, la[steps - 1], lb[steps - 1]);
+  return losses && !diff;
+}
+
+static int cmd_replay(const Spec *s, int steps, const char *cache) {
+  double *l1 = calloc((size_t)steps, sizeof *l1), *l2 = calloc((size_t)steps, sizeof *l2), *l3 = calloc((size_t)steps, sizeof *l3);
+  unsigned char *s1 = NULL, *s2 = NULL, *s3 = NULL;
+  size_t n1 = 0, n2 = 0, n3 = 0;
+  int code = 0;
+  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code) ||
+      run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code))
+    return code;
+  int ok = same("two eager runs", l1, l2, steps, s1, s2, n1) & same("full_iteration replay vs eager", l1, l3, steps, s1, s3, n1);
+  free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  const char *cache = NULL;
+  int a = 1;
+  if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
+  if (argc - a < 2) {
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...]\n");
+    return 2;
+  }
+  const char *cmd = argv[a], *path = argv[a + 1];
+  int extra = strcmp(cmd, "train") == 0 ? 2 : strcmp(cmd, "replay") == 0 ? 1 : 0;
+  if (argc - a - 2 < extra) return fprintf(stderr, "gpu_step %s: missing arguments\n", cmd), 2;
+  static Spec spec;
+  if (load_spec(path, (const char *const *)argv + a + 2 + extra, argc - a - 2 - extra, &spec)) return 1;
+  if (strcmp(cmd, "grads") == 0) return cmd_grads(&spec, cache);
+  if (strcmp(cmd, "train") == 0) return cmd_train(&spec, atoi(argv[a + 2]), argv[a + 3], cache);
+  if (strcmp(cmd, "replay") == 0) return cmd_replay(&spec, atoi(argv[a + 2]), cache);
+  fprintf(stderr, "gpu_step: unknown command %s\n", cmd);
+  return 2;
+}
