@@ -73,6 +73,7 @@ int plan_op_inplace_input(const Op *op, int out) {
   case OP_DROPOUT_BWD: return 0;
   case OP_GELU_BWD: return 0; /* dx over dy */
   case OP_SWIGLU_BWD: return 1; /* dx over x (same shape: rows x 2f) */
+  case OP_CROSS_ENTROPY_BWD: return 1; /* dlogits over logits: the CUDA loss kernel writes them in place */
   default: return -1;
   }
 }

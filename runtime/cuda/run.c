@@ -77,15 +77,16 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
     RtExec *x = rt_trainer_exec(tr);
     int64_t arena = rt_exec_arena_bytes(x), scratch = rt_exec_scratch_bytes(x), ws = (int64_t)rt_blas_workspace_bytes(d);
     int64_t reserved = used - d->used_at_open;
+    int64_t predicted = rt_trainer_planned_peak(tr) + ws; /* the plan's peak live bytes + the GEMM workspace */
     if (o->json) {
       fprintf(out, "], \"measure\": {\"steady_steps\": %d, \"median_ms\": %.3f, \"tokens_per_s\": %.0f, \"tflops\": %.1f, "
                    "\"flops_per_step\": %.6e, \"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
                    "\"cublaslt_workspace_bytes\": %lld, \"max_reserved_bytes\": %lld, \"device_used_bytes\": %lld, "
-                   "\"predicted_peak_bytes\": %lld, \"predicted_peak_source\": \"trivial plan arena (every tensor its own slot)\", "
-                   "\"graph_nodes\": %d, \"mode\": \"%s\"}}\n",
+                   "\"predicted_peak_bytes\": %lld, \"predicted_peak_source\": \"memory plan peak + cuBLASLt workspace\", "
+                   "\"replay_ops\": %d, \"graph_nodes\": %d, \"mode\": \"%s\"}}\n",
               nms, med, med > 0 ? tokens / med * 1e3 : 0, med > 0 ? flops / med / 1e9 : 0, flops, (long long)d->max_allocated,
-              (long long)arena, (long long)scratch, (long long)ws, (long long)reserved, (long long)used, (long long)arena,
-              rt_trainer_graph_nodes(tr), mode);
+              (long long)arena, (long long)scratch, (long long)ws, (long long)reserved, (long long)used, (long long)predicted,
+              rt_trainer_replay_ops(tr), rt_trainer_graph_nodes(tr), mode);
     } else if (nms) {
       fprintf(out, "measured over %d steady-state steps after %d warm-up step%s (%s on %s):\n", nms, warm, warm == 1 ? "" : "s", mode, d->name);
       fprintf(out, "  median step        %10.3f ms   (CUDA events around each step's GPU work)\n", med);
@@ -95,7 +96,11 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
               (double)d->max_allocated / 1e9, (double)arena / 1e9, (double)scratch / 1e9, (double)ws / 1e9);
       fprintf(out, "  max reserved       %10.3f GB   (cuMemGetInfo used now - used at context creation: + module, cuBLASLt, graph)\n",
               (double)reserved / 1e9);
-      fprintf(out, "  predicted peak     %10.3f GB   (the plan's arena; trivial plan: every tensor its own slot)\n", (double)arena / 1e9);
+      fprintf(out, "  predicted peak     %10.3f GB   (memory plan: peak live bytes %.3f + cuBLASLt workspace %.3f; "
+                   "measured / predicted = %.4f)\n",
+              (double)predicted / 1e9, (double)rt_trainer_planned_peak(tr) / 1e9, (double)ws / 1e9,
+              predicted > 0 ? (double)d->max_allocated / (double)predicted : 0);
+      if (rt_trainer_replay_ops(tr)) fprintf(out, "  recompute          %10d replay ops per micro-batch\n", rt_trainer_replay_ops(tr));
       if (rt_trainer_graph_nodes(tr)) fprintf(out, "  graph              %10d nodes, replayed each step\n", rt_trainer_graph_nodes(tr));
     } else {
       fprintf(out, "no steady-state steps to measure (--steps %d <= cuda_graph_warmup_steps %d)\n", steps, warm);

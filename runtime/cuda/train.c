@@ -10,6 +10,7 @@
 #include "lower.h"
 #include "nvrtc.h"
 #include "ops/ops.h"
+#include "plan.h"
 
 #define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 
@@ -22,6 +23,9 @@ struct RtTrainer {
   int64_t step;
   RtMode mode;
   int warmup;
+  RecomputeResult rr;  /* the recipe's checkpoint regions and replays */
+  Schedule sc;
+  MemPlan mp;          /* the arena offsets every tensor runs at, and the predicted peak */
   RtGraph graph;
   bool captured;
   RtTimer timer;
@@ -39,6 +43,8 @@ RtExec *rt_trainer_exec(RtTrainer *tr) { return tr->x; }
 const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->g; }
 RtMode rt_trainer_mode(const RtTrainer *tr) { return tr->mode; }
 int rt_trainer_graph_nodes(const RtTrainer *tr) { return tr->captured ? (int)tr->graph.nodes : 0; }
+int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return tr->mp.peak; }
+int rt_trainer_replay_ops(const RtTrainer *tr) { return tr->rr.nreplay_total; }
 
 void rt_trainer_free(RtTrainer *tr) {
   if (!tr) return;
@@ -48,6 +54,9 @@ void rt_trainer_free(RtTrainer *tr) {
     rt_exec_free(tr->x);
     rt_close(&tr->d);
   }
+  memplan_free(&tr->mp);
+  schedule_free(&tr->sc);
+  recompute_result_free(&tr->rr);
   graph_free(tr->g);
   free(tr->tok), free(tr->tg), free(tr->seeds), free(tr->losses);
   free(tr);
@@ -103,9 +112,16 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     rt_trainer_free(tr);
     return NULL;
   }
-  /* The trivial plan at nominal dtype sizes until the memory planner lands: that planner fills
-   * the same (buffer, offset, bytes) and this line is the only one that changes. */
-  graph_plan_trivial(tr->g, 0);
+  /* The planned step, as `stepc plan` reports it: recompute replays in place, one schedule (the
+   * executor runs the graph's order, which is the schedule's), arena offsets at nominal dtypes. */
+  RecomputeConfig rc_cfg;
+  recompute_config_from_spec(s, &rc_cfg);
+  if (recompute_apply(tr->g, &rc_cfg, &tr->rr, err, nerr) != 0 || schedule_build(tr->g, s, &tr->sc, err, nerr) != 0 ||
+      memplan_build(tr->g, &tr->sc, NULL, 0, &tr->mp, err, nerr) != 0 || memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  memplan_apply(tr->g, &tr->mp);
   int rc = rt_open(&tr->d);
   if (rc != RT_OK) {
     *status = rc == RT_NO_DEVICE ? RT_TRAIN_NO_DEVICE : RT_TRAIN_ERROR;

@@ -46,6 +46,9 @@ RtExec *rt_trainer_exec(RtTrainer *tr);
 const Graph *rt_trainer_graph(const RtTrainer *tr);
 RtMode rt_trainer_mode(const RtTrainer *tr);
 int rt_trainer_graph_nodes(const RtTrainer *tr); /* nodes of the captured graph, 0 before capture */
+/* The memory plan's peak live bytes (the prediction beside the measurement) and replay ops. */
+int64_t rt_trainer_planned_peak(const RtTrainer *tr);
+int rt_trainer_replay_ops(const RtTrainer *tr);
 
 /* The dropout seed of (step, micro-batch): a pure function of train.seed, so replays and reruns
  * draw the same masks. */

@@ -31,6 +31,8 @@ run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_atte
 run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
 run replay_flash $STEP replay models/tiny.lua 8 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
+run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

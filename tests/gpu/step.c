@@ -234,15 +234,58 @@ static int cmd_replay(const Spec *s, int steps, const char *cache) {
   return ok ? 0 : 1;
 }
 
+/* Every recompute setting against no recompute, on the planned arena: the same kernels on the same
+ * inputs in the same order, so losses and the whole persistent state must be bitwise equal. */
+static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache) {
+  static const char *const settings[][3] = {
+      {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[mlp]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[layernorm]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,mlp]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[layernorm,mlp]", NULL},
+      {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"},
+      {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=2"},
+      {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=2"}};
+  const int ns = (int)(sizeof settings / sizeof *settings);
+  static Spec spec;
+  const char *all[64];
+  int n = 0;
+  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  if (load_spec(path, all, n, &spec)) return 1;
+  double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
+  unsigned char *s0 = NULL;
+  size_t n0 = 0;
+  int code = 0, ok = 1;
+  if (!l0 || !l1 || run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code)) return code ? code : 1;
+  for (int k = 0; k < ns; k++) {
+    int m = n;
+    for (int j = 0; j < 3 && settings[k][j]; j++) all[m++] = settings[k][j];
+    if (load_spec(path, all, m, &spec)) return 1;
+    unsigned char *s1 = NULL;
+    size_t n1 = 0;
+    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code)) return code ? code : 1;
+    char what[160];
+    snprintf(what, sizeof what, "%s %s %s", settings[k][1], settings[k][2] ? settings[k][2] : "", "vs none");
+    ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
+    free(s1);
+  }
+  free(l0), free(l1), free(s0);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   const char *cache = NULL;
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | recompute SPEC STEPS [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
+  if (strcmp(cmd, "recompute") == 0) {
+    if (argc - a < 3) return fprintf(stderr, "gpu_step recompute: missing STEPS\n"), 2;
+    return cmd_recompute(path, (const char *const *)argv + a + 3, argc - a - 3, atoi(argv[a + 2]), cache);
+  }
   int extra = strcmp(cmd, "train") == 0 ? 2 : strcmp(cmd, "replay") == 0 ? 1 : 0;
   if (argc - a - 2 < extra) return fprintf(stderr, "gpu_step %s: missing arguments\n", cmd), 2;
   static Spec spec;
