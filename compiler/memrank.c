@@ -148,8 +148,10 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   uint8_t *tps = calloc((size_t)g->nt + 1, 1);
   int64_t *stg = malloc((size_t)(g->nt + 1) * sizeof *stg);
   double *diff = calloc((size_t)mp->npos + 2, sizeof *diff);
-  if (!tps || !stg || !diff) {
-    free(tps), free(stg), free(diff);
+  double *slot_b = malloc((size_t)(g->nt + 1) * sizeof *slot_b);
+  int *slot_start = malloc((size_t)(g->nt + 1) * sizeof *slot_start), *slot_end = malloc((size_t)(g->nt + 1) * sizeof *slot_end);
+  if (!tps || !stg || !diff || !slot_b || !slot_start || !slot_end) {
+    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end);
     snprintf(err, nerr, "out of memory");
     return -1;
   }
@@ -174,6 +176,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
         r->layer_last = l;
       }
     memset(diff, 0, (size_t)(mp->npos + 2) * sizeof *diff);
+    for (int t = 0; t < g->nt; t++) slot_b[t] = -1;
     double saved = 0;
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
@@ -184,10 +187,21 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
       else if (role == ROLE_GRAD) r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) r->optimizer += b;
       else if (role == MEM_ROLE_GRAPH) r->graph_buffers += b;
-      else {
-        diff[mp->start[t]] += b, diff[mp->end[t] + 1] -= b;
-        if (mp->start[t] <= last_fwd && mp->end[t] > last_fwd) saved += b;
+      else if (mp->start[t] >= 0) {
+        /* tensors that share a slot (in-place reuse) take its bytes once, over their joint life */
+        int sl = mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t;
+        if (slot_b[sl] < 0) slot_b[sl] = b, slot_start[sl] = mp->start[t], slot_end[sl] = mp->end[t];
+        else {
+          if (b > slot_b[sl]) slot_b[sl] = b;
+          if (mp->start[t] < slot_start[sl]) slot_start[sl] = mp->start[t];
+          if (mp->end[t] > slot_end[sl]) slot_end[sl] = mp->end[t];
+        }
       }
+    }
+    for (int sl = 0; sl < g->nt; sl++) {
+      if (slot_b[sl] < 0) continue;
+      diff[slot_start[sl]] += slot_b[sl], diff[slot_end[sl] + 1] -= slot_b[sl];
+      if (slot_start[sl] <= last_fwd && slot_end[sl] > last_fwd) saved += slot_b[sl];
     }
     double run = 0, peak = 0;
     for (int p = 0; p < mp->npos; p++) {
@@ -210,6 +224,6 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->workspace = 32.0 * 1024 * 1024;
     r->max_allocated = r->weights + r->grads + r->optimizer + r->activations + r->graph_buffers + r->workspace;
   }
-  free(tps), free(stg), free(diff);
+  free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end);
   return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/dev.sh run | test | build — the README's two quick-start commands and CI's entry point.
 #   run   installs what is missing, builds, and runs the main job on the default recipe
+#         (check, plan and sweep llama3_2_1b; train it on the GPU when there is one)
 #   test  installs what is missing, builds (plain and with ASan+UBSan), runs the whole test suite
 #         under ctest, and fuzzes the recipe frontend for a bounded time
 set -euo pipefail
@@ -44,6 +45,13 @@ run)
   need_pkgs
   build build
   build/stepc check models/llama3_2_1b.lua
+  build/stepc plan models/llama3_2_1b.lua
+  build/stepc sweep models/llama3_2_1b.lua
+  if [ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1; then
+    build/stepc run models/llama3_2_1b.lua --device cuda --steps 20
+  else
+    echo "no GPU here: skipping 'stepc run models/llama3_2_1b.lua --device cuda' (try --device cpu on models/tiny.lua)"
+  fi
   ;;
 test)
   need_pkgs
