@@ -17,11 +17,14 @@
 #define STEPC_LOG2E 1.4426950408889634f
 #define STEPC_LN2 0.6931471805599453f
 
-// ---- forward: a block of NW warps owns 16*NW query rows; K/V tiles of 64 keys, double-buffered.
-template <int D, int NW>
+// ---- forward: a block of NW warps owns BR = 16*MT*NW query rows, each warp 16*MT of them (MT
+// m-tiles share every K/V fragment read from shared memory). K/V tiles of BC keys, double-buffered
+// with one barrier per tile. QREG keeps the warp's Q fragments in registers for the whole loop.
+// Scores stay unscaled until the exponent: p = exp2(s*scale*log2e - m*scale*log2e), one FFMA.
+template <int D, int NW, int MT, int BC, bool QREG>
 __device__ __forceinline__ void flash_forward(bf16* O, float* LSE, const bf16* Q, const bf16* K, const bf16* V,
                                               int T, int H, int Hkv, float scale) {
-  constexpr int BR = 16 * NW, BC = 64, LD = D + 8;  // +8: rows shift 4 banks, ldmatrix conflict-free
+  constexpr int WR = 16 * MT, BR = WR * NW, LD = D + 8;  // +8: rows shift 4 banks, ldmatrix conflict-free
   bf16* Qs = (bf16*)stepc_smem;
   bf16* Ks = Qs + BR * LD;  // [2][BC][LD]
   bf16* Vs = Ks + 2 * BC * LD;
@@ -29,7 +32,7 @@ __device__ __forceinline__ void flash_forward(bf16* O, float* LSE, const bf16* Q
   int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first: better tail balance under causality
   int h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   long ldq = (long)H * D, ldk = (long)Hkv * D;
-  int q0 = qt * BR, qw = q0 + warp * 16;
+  int q0 = qt * BR, qw = q0 + warp * WR;
   const bf16* Kg = K + (long)b * T * ldk + hk * D;
   const bf16* Vg = V + (long)b * T * ldk + hk * D;
   int nkv = (q0 + BR + BC - 1) / BC;
@@ -39,108 +42,122 @@ __device__ __forceinline__ void flash_forward(bf16* O, float* LSE, const bf16* Q
   tile_load_async<BC, D>(Vs, LD, Vg, ldk);
   cp_async_commit();
 
-  float o[D / 8][4];
-  acc_zero<D / 8>(o);
-  float m[2] = {STEPC_NEG_INF, STEPC_NEG_INF}, l[2] = {0.0f, 0.0f};
+  float o[MT][D / 8][4];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    acc_zero<D / 8>(o[mt]);
+    m[mt][0] = m[mt][1] = STEPC_NEG_INF;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+  unsigned qa[QREG ? MT : 1][D / 16][4];
   const float sl2 = scale * STEPC_LOG2E;
-  int row[2] = {qw + lane / 4, qw + lane / 4 + 8};
+  int rowl = qw + lane / 4;  // row of element (mt, e): rowl + mt*16 + (e>>1)*8
 
   for (int j = 0; j < nkv; j++) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile j landed for all; every warp is done with tile j-1's buffer
     if (j + 1 < nkv) {
       int nb = (j + 1) & 1;
       tile_load_async<BC, D>(Ks + nb * BC * LD, LD, Kg + (long)(j + 1) * BC * ldk, ldk);
       tile_load_async<BC, D>(Vs + nb * BC * LD, LD, Vg + (long)(j + 1) * BC * ldk, ldk);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
+    if (QREG && j == 0) warp_load_afrag<MT, D / 16>(qa, Qs + warp * WR * LD, LD);
     const bf16* Kc = Ks + (j & 1) * BC * LD;
     const bf16* Vc = Vs + (j & 1) * BC * LD;
     int k0 = j * BC;
-    if (k0 <= qw + 15) {  // else every key of the tile is above this warp's rows
-      float s[BC / 8][4];
-      acc_zero<BC / 8>(s);
-      warp_mma_nt<D / 16, BC / 8>(s, Qs + warp * 16 * LD, LD, Kc, LD);
-      bool diag = k0 + BC - 1 > qw;
-      float mx[2] = {m[0], m[1]};
+    if (k0 > qw + WR - 1) continue;  // every key of the tile is above this warp's rows
+    float s[MT][BC / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc_zero<BC / 8>(s[mt]);
+    if constexpr (QREG) warp_mma_nt_mr<MT, D / 16, BC / 8>(s, qa, Kc, LD);
+    else warp_mma_nt_m<MT, D / 16, BC / 8>(s, Qs + warp * WR * LD, LD, Kc, LD);
+    if (k0 + BC - 1 > qw) {  // the diagonal: mask keys above each row
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) > rowl + mt * 16 + (e >> 1) * 8) s[mt][n][e] = STEPC_NEG_INF;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      float mx[2] = {m[mt][0], m[mt][1]};
 #pragma unroll
       for (int n = 0; n < BC / 8; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int key = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
-          float v = s[n][e] * sl2;
-          if (diag && key > row[e >> 1]) v = STEPC_NEG_INF;
-          s[n][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
-      float rs[2] = {0.0f, 0.0f}, alpha[2];
+        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+      float alpha[2], ms[2], rs[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(STEPC_FULL_MASK, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(STEPC_FULL_MASK, mx[r], 2));
-        alpha[r] = exp2f(m[r] - mx[r]);  // m = -inf on the first tile: alpha = 0
-        m[r] = mx[r];                    // finite: key 0 of tile 0 is visible to every row
+        alpha[r] = exp2f((m[mt][r] - mx[r]) * sl2);  // m = -inf on the first tile: alpha = 0
+        m[mt][r] = mx[r];  // finite: key 0 of tile 0 is visible to every row
+        ms[r] = mx[r] * sl2;
       }
 #pragma unroll
       for (int n = 0; n < BC / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float p = exp2f(s[n][e] - m[e >> 1]);
-          s[n][e] = p;
+          float p = exp2f(fmaf(s[mt][n][e], sl2, -ms[e >> 1]));
+          s[mt][n][e] = p;
           rs[e >> 1] += p;
         }
-      l[0] = l[0] * alpha[0] + rs[0];  // per-thread partial sums; the quad is summed at the end
-      l[1] = l[1] * alpha[1] + rs[1];
+      l[mt][0] = l[mt][0] * alpha[0] + rs[0];  // per-thread partial sums; the quad is summed at the end
+      l[mt][1] = l[mt][1] * alpha[1] + rs[1];
 #pragma unroll
       for (int n = 0; n < D / 8; n++) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
+        o[mt][n][0] *= alpha[0];
+        o[mt][n][1] *= alpha[0];
+        o[mt][n][2] *= alpha[1];
+        o[mt][n][3] *= alpha[1];
       }
-      unsigned pa[BC / 16][4];
-      acc_to_afrag<BC / 8>(pa, s);
-      warp_mma_rr<BC / 16, D / 8>(o, pa, Vc, LD);
     }
-    __syncthreads();  // the next iteration prefetches into the buffer just read
+    unsigned pa[MT][BC / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc_to_afrag<BC / 8>(pa[mt], s[mt]);
+    warp_mma_rr_m<MT, BC / 16, D / 8>(o, pa, Vc, LD);
   }
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(STEPC_FULL_MASK, l[r], 1);
-    l[r] += __shfl_xor_sync(STEPC_FULL_MASK, l[r], 2);
-  }
-  float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+  for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    bf16* Og = O + ((long)b * T + row[r]) * ldq + h * D + (lane % 4) * 2;
+    for (int r = 0; r < 2; r++) {
+      float lr = l[mt][r];
+      lr += __shfl_xor_sync(STEPC_FULL_MASK, lr, 1);
+      lr += __shfl_xor_sync(STEPC_FULL_MASK, lr, 2);
+      float inv = 1.0f / lr;
+      int row = rowl + mt * 16 + r * 8;
+      bf16* Og = O + ((long)b * T + row) * ldq + h * D + (lane % 4) * 2;
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-      *(unsigned*)(Og + n * 8) = pack_bf16x2(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r]);
-    if (lane % 4 == 0) LSE[((long)b * H + h) * T + row[r]] = (m[r] + log2f(l[r])) * STEPC_LN2;
-  }
+      for (int n = 0; n < D / 8; n++)
+        *(unsigned*)(Og + n * 8) = pack_bf16x2(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+      if (lane % 4 == 0) LSE[((long)b * H + h) * T + row] = (m[mt][r] * sl2 + log2f(lr)) * STEPC_LN2;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(256) flash_attention_forward_d64(
-    bf16* O, float* LSE,  // (B, T, H, 64), (B, H, T)
-    const bf16* Q,        // (B, T, H, 64)
-    const bf16* K,        // (B, T, Hkv, 64)
-    const bf16* V,        // (B, T, Hkv, 64)
-    int B, int T, int H, int Hkv, float scale) {
-  (void)B;
-  flash_forward<64, 8>(O, LSE, Q, K, V, T, H, Hkv, scale);
-}
-
-extern "C" __global__ void __launch_bounds__(256) flash_attention_forward_d128(
-    bf16* O, float* LSE,  // (B, T, H, 128), (B, H, T)
-    const bf16* Q,        // (B, T, H, 128)
-    const bf16* K,        // (B, T, Hkv, 128)
-    const bf16* V,        // (B, T, Hkv, 128)
-    int B, int T, int H, int Hkv, float scale) {
-  (void)B;
-  flash_forward<128, 8>(O, LSE, Q, K, V, T, H, Hkv, scale);
-}
+#define STEPC_FLASH_FWD(NAME, D, NW, MT, BC, QREG)                                                  \
+  extern "C" __global__ void __launch_bounds__(32 * NW) NAME(                                       \
+      bf16* O, float* LSE, /* (B, T, H, D), (B, H, T) */                                            \
+      const bf16* Q,       /* (B, T, H, D) */                                                       \
+      const bf16* K,       /* (B, T, Hkv, D) */                                                     \
+      const bf16* V,       /* (B, T, Hkv, D) */                                                     \
+      int B, int T, int H, int Hkv, float scale) {                                                  \
+    (void)B;                                                                                        \
+    flash_forward<D, NW, MT, BC, QREG>(O, LSE, Q, K, V, T, H, Hkv, scale);                          \
+  }
+STEPC_FLASH_FWD(flash_attention_forward_d64, 64, 4, 2, 64, true)
+STEPC_FLASH_FWD(flash_attention_forward_d128, 128, 4, 2, 64, false)
+#ifdef STEPC_FLASH_VARIANTS
+STEPC_FLASH_FWD(flash_fwd_v64_4_2_64_s, 64, 4, 2, 64, false)
+STEPC_FLASH_FWD(flash_fwd_v64_4_2_128_r, 64, 4, 2, 128, true)
+STEPC_FLASH_FWD(flash_fwd_v64_8_1_64_r, 64, 8, 1, 64, true)
+STEPC_FLASH_FWD(flash_fwd_v128_4_2_32_s, 128, 4, 2, 32, false)
+STEPC_FLASH_FWD(flash_fwd_v128_8_1_64_r, 128, 8, 1, 64, true)
+STEPC_FLASH_FWD(flash_fwd_v128_4_1_64_r, 128, 4, 1, 64, true)
+#endif
 
 // ---- backward, step 1: Dsum[b][h][t] = sum_d dO * O (the softmax-backward row dot product).
 // Launch: one warp per (b, t, h) row, any block size that is a multiple of 32.
@@ -162,23 +179,24 @@ extern "C" __global__ void flash_attention_backward_preprocess(float* Dsum,     
   if (lane == 0) Dsum[((bt / T) * H + h) * T + bt % T] = s;
 }
 
-// ---- backward, step 2: a block of 4 warps owns 64 keys of one kv head (16 keys per warp) and
-// accumulates dK, dV over every query tile (BQ rows) of every query head in the group.
-template <int D, int BQ>
+// ---- backward, step 2: a block of NW warps owns BC = 16*MT*NW keys of one kv head (16*MT keys
+// per warp) and accumulates dK, dV over every query tile (BQ rows, double-buffered) of every query
+// head in the group, in a fixed order.
+template <int D, int NW, int MT, int BQ>
 __device__ __forceinline__ void flash_backward_dkdv(bf16* dK, bf16* dV, const bf16* Q, const bf16* K,
                                                     const bf16* V, const bf16* dO, const float* LSE,
                                                     const float* Dsum, int T, int H, int Hkv, float scale) {
-  constexpr int BC = 64, LD = D + 8;
+  constexpr int WK = 16 * MT, BC = WK * NW, LD = D + 8;
   bf16* Ks = (bf16*)stepc_smem;
   bf16* Vs = Ks + BC * LD;
   bf16* Qs = Vs + BC * LD;       // [2][BQ][LD]
   bf16* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
-  float* Ls = (float*)(dOs + 2 * BQ * LD);  // [2][BQ], LSE * log2(e)
+  float* Ls = (float*)(dOs + 2 * BQ * LD);  // [2][BQ]
   float* Ds = Ls + 2 * BQ;                  // [2][BQ]
   int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
   int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, G = H / Hkv;
   long ldq = (long)H * D, ldk = (long)Hkv * D;
-  int k0 = kt * BC, kw = k0 + warp * 16;
+  int k0 = kt * BC, kw = k0 + warp * WK;
   int i0 = k0 / BQ, nq = T / BQ - i0, niter = G * nq;
 
   tile_load_async<BC, D>(Ks, LD, K + ((long)b * T + k0) * ldk + hk * D, ldk);
@@ -198,79 +216,102 @@ __device__ __forceinline__ void flash_backward_dkdv(bf16* dK, bf16* dV, const bf
   load(0, 0);
   cp_async_commit();
 
-  float dk[D / 8][4], dv[D / 8][4];
-  acc_zero<D / 8>(dk);
-  acc_zero<D / 8>(dv);
+  float dk[MT][D / 8][4], dv[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    acc_zero<D / 8>(dk[mt]);
+    acc_zero<D / 8>(dv[mt]);
+  }
   const float sl2 = scale * STEPC_LOG2E;
-  int key[2] = {kw + lane / 4, kw + lane / 4 + 8};
+  int keyl = kw + lane / 4;  // key of element (mt, e): keyl + mt*16 + (e>>1)*8
 
   for (int it = 0; it < niter; it++) {
+    cp_async_wait<0>();
+    __syncthreads();
     if (it + 1 < niter) {
       load(it + 1, (it + 1) & 1);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
     int buf = it & 1, q0 = (i0 + it % nq) * BQ;
     const bf16* Qc = Qs + buf * BQ * LD;
     const bf16* dOc = dOs + buf * BQ * LD;
     const float* Lc = Ls + buf * BQ;
     const float* Dc = Ds + buf * BQ;
-    if (q0 + BQ - 1 >= kw) {  // else every query of the tile is before this warp's keys
-      float s[BQ / 8][4], dp[BQ / 8][4];
-      acc_zero<BQ / 8>(s);
-      acc_zero<BQ / 8>(dp);
-      warp_mma_nt<D / 16, BQ / 8>(s, Ks + warp * 16 * LD, LD, Qc, LD);  // S^T = K Q^T
-      warp_mma_nt<D / 16, BQ / 8>(dp, Vs + warp * 16 * LD, LD, dOc, LD);  // dP^T = V dO^T
+    if (q0 + BQ - 1 < kw) continue;  // every query of the tile is before this warp's keys
+    float s[MT][BQ / 8][4], dp[MT][BQ / 8][4];
 #pragma unroll
-      for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int qi = n * 8 + (lane % 4) * 2 + (e & 1);
-          float p = q0 + qi >= key[e >> 1] ? exp2f(s[n][e] * sl2 - Lc[qi] * STEPC_LOG2E) : 0.0f;
-          s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - Dc[qi]);  // dS^T
-        }
-      unsigned pa[BQ / 16][4], da[BQ / 16][4];
-      acc_to_afrag<BQ / 8>(pa, s);
-      acc_to_afrag<BQ / 8>(da, dp);
-      warp_mma_rr<BQ / 16, D / 8>(dv, pa, dOc, LD);  // dV += P^T dO
-      warp_mma_rr<BQ / 16, D / 8>(dk, da, Qc, LD);   // dK += dS^T Q
+    for (int mt = 0; mt < MT; mt++) {
+      acc_zero<BQ / 8>(s[mt]);
+      acc_zero<BQ / 8>(dp[mt]);
     }
-    __syncthreads();
+    warp_mma_nt_m<MT, D / 16, BQ / 8>(s, Ks + warp * WK * LD, LD, Qc, LD);    // S^T = K Q^T
+    warp_mma_nt_m<MT, D / 16, BQ / 8>(dp, Vs + warp * WK * LD, LD, dOc, LD);  // dP^T = V dO^T
+    bool diag = q0 < kw + WK - 1;
+#pragma unroll
+    for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+      for (int e1 = 0; e1 < 2; e1++) {
+        int qi = n * 8 + (lane % 4) * 2 + e1;
+        float lq = Lc[qi] * STEPC_LOG2E, dq = Dc[qi];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+          for (int r = 0; r < 2; r++) {
+            int e = r * 2 + e1;
+            float p = exp2f(fmaf(s[mt][n][e], sl2, -lq));
+            if (diag && q0 + qi < keyl + mt * 16 + r * 8) p = 0.0f;
+            s[mt][n][e] = p;
+            dp[mt][n][e] = p * (dp[mt][n][e] - dq);  // dS^T
+          }
+      }
+    unsigned pa[MT][BQ / 16][4], da[MT][BQ / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      acc_to_afrag<BQ / 8>(pa[mt], s[mt]);
+      acc_to_afrag<BQ / 8>(da[mt], dp[mt]);
+    }
+    warp_mma_rr_m<MT, BQ / 16, D / 8>(dv, pa, dOc, LD);  // dV += P^T dO
+    warp_mma_rr_m<MT, BQ / 16, D / 8>(dk, da, Qc, LD);   // dK += dS^T Q
   }
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    long off = ((long)b * T + key[r]) * ldk + hk * D + (lane % 4) * 2;
+  for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-      *(unsigned*)(dK + off + n * 8) = pack_bf16x2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-      *(unsigned*)(dV + off + n * 8) = pack_bf16x2(dv[n][2 * r], dv[n][2 * r + 1]);
+    for (int r = 0; r < 2; r++) {
+      long off = ((long)b * T + keyl + mt * 16 + r * 8) * ldk + hk * D + (lane % 4) * 2;
+#pragma unroll
+      for (int n = 0; n < D / 8; n++) {
+        *(unsigned*)(dK + off + n * 8) = pack_bf16x2(dk[mt][n][2 * r] * scale, dk[mt][n][2 * r + 1] * scale);
+        *(unsigned*)(dV + off + n * 8) = pack_bf16x2(dv[mt][n][2 * r], dv[mt][n][2 * r + 1]);
+      }
     }
-  }
 }
 
-#define STEPC_FLASH_DKDV(D, BQ)                                                                          \
-  extern "C" __global__ void __launch_bounds__(128) flash_attention_backward_dkdv_d##D(                  \
+#define STEPC_FLASH_DKDV(NAME, D, NW, MT, BQ)                                                            \
+  extern "C" __global__ void __launch_bounds__(32 * NW) NAME(                                            \
       bf16* dK, bf16* dV, /* (B, T, Hkv, D) each */                                                      \
       const bf16* Q, const bf16* K, const bf16* V, /* (B, T, H, D), (B, T, Hkv, D) x2 */                 \
       const bf16* dO, const float* LSE, const float* Dsum, /* (B, T, H, D), (B, H, T) x2 */              \
       int B, int T, int H, int Hkv, float scale) {                                                       \
     (void)B;                                                                                             \
-    flash_backward_dkdv<D, BQ>(dK, dV, Q, K, V, dO, LSE, Dsum, T, H, Hkv, scale);                        \
+    flash_backward_dkdv<D, NW, MT, BQ>(dK, dV, Q, K, V, dO, LSE, Dsum, T, H, Hkv, scale);                \
   }
-STEPC_FLASH_DKDV(64, 64)
-STEPC_FLASH_DKDV(128, 32)
+STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d64, 64, 4, 1, 64)
+STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d128, 128, 4, 1, 64)
+#ifdef STEPC_FLASH_VARIANTS
+STEPC_FLASH_DKDV(flash_dkdv_v64_4_2_32, 64, 4, 2, 32)
+STEPC_FLASH_DKDV(flash_dkdv_v64_4_2_16, 64, 4, 2, 16)
+STEPC_FLASH_DKDV(flash_dkdv_v64_8_1_64, 64, 8, 1, 64)
+STEPC_FLASH_DKDV(flash_dkdv_v128_4_1_32, 128, 4, 1, 32)
+STEPC_FLASH_DKDV(flash_dkdv_v128_8_1_32, 128, 8, 1, 32)
+#endif
 
-// ---- backward, step 3: a block of 4 warps owns 64 query rows of one head (16 per warp) and
-// accumulates dQ over the key tiles (BK keys, double-buffered) up to the diagonal.
-template <int D, int BK>
+// ---- backward, step 3: a block of NW warps owns BR = 16*MT*NW query rows of one head (16*MT per
+// warp) and accumulates dQ over the key tiles (BK keys, double-buffered) up to the diagonal.
+template <int D, int NW, int MT, int BK>
 __device__ __forceinline__ void flash_backward_dq(bf16* dQ, const bf16* Q, const bf16* K, const bf16* V,
                                                   const bf16* dO, const float* LSE, const float* Dsum, int T,
                                                   int H, int Hkv, float scale) {
-  constexpr int BR = 64, LD = D + 8;
+  constexpr int WR = 16 * MT, BR = WR * NW, LD = D + 8;
   bf16* Qs = (bf16*)stepc_smem;
   bf16* dOs = Qs + BR * LD;
   bf16* Ks = dOs + BR * LD;     // [2][BK][LD]
@@ -279,7 +320,7 @@ __device__ __forceinline__ void flash_backward_dq(bf16* dQ, const bf16* Q, const
   int qt = gridDim.x - 1 - blockIdx.x;
   int h = blockIdx.y, b = blockIdx.z, hk = h / (H / Hkv);
   long ldq = (long)H * D, ldk = (long)Hkv * D;
-  int q0 = qt * BR, qw = q0 + warp * 16;
+  int q0 = qt * BR, qw = q0 + warp * WR;
   const bf16* Kg = K + (long)b * T * ldk + hk * D;
   const bf16* Vg = V + (long)b * T * ldk + hk * D;
   int nkv = (q0 + BR + BK - 1) / BK;
@@ -290,67 +331,83 @@ __device__ __forceinline__ void flash_backward_dq(bf16* dQ, const bf16* Q, const
   tile_load_async<BK, D>(Vs, LD, Vg, ldk);
   cp_async_commit();
 
-  int row[2] = {qw + lane / 4, qw + lane / 4 + 8};
-  float L2[2], Dr[2];
+  int rowl = qw + lane / 4;  // row of element (mt, e): rowl + mt*16 + (e>>1)*8
+  float L2[MT][2], Dr[MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    L2[r] = LSE[((long)b * H + h) * T + row[r]] * STEPC_LOG2E;
-    Dr[r] = Dsum[((long)b * H + h) * T + row[r]];
-  }
-  float dq[D / 8][4];
-  acc_zero<D / 8>(dq);
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      L2[mt][r] = LSE[((long)b * H + h) * T + rowl + mt * 16 + r * 8] * STEPC_LOG2E;
+      Dr[mt][r] = Dsum[((long)b * H + h) * T + rowl + mt * 16 + r * 8];
+    }
+  float dq[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) acc_zero<D / 8>(dq[mt]);
   const float sl2 = scale * STEPC_LOG2E;
 
   for (int j = 0; j < nkv; j++) {
+    cp_async_wait<0>();
+    __syncthreads();
     if (j + 1 < nkv) {
       int nb = (j + 1) & 1;
       tile_load_async<BK, D>(Ks + nb * BK * LD, LD, Kg + (long)(j + 1) * BK * ldk, ldk);
       tile_load_async<BK, D>(Vs + nb * BK * LD, LD, Vg + (long)(j + 1) * BK * ldk, ldk);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
     const bf16* Kc = Ks + (j & 1) * BK * LD;
     const bf16* Vc = Vs + (j & 1) * BK * LD;
     int k0 = j * BK;
-    if (k0 <= qw + 15) {
-      float s[BK / 8][4], dp[BK / 8][4];
-      acc_zero<BK / 8>(s);
-      acc_zero<BK / 8>(dp);
-      warp_mma_nt<D / 16, BK / 8>(s, Qs + warp * 16 * LD, LD, Kc, LD);    // S = Q K^T
-      warp_mma_nt<D / 16, BK / 8>(dp, dOs + warp * 16 * LD, LD, Vc, LD);  // dP = dO V^T
+    if (k0 > qw + WR - 1) continue;
+    float s[MT][BK / 8][4], dp[MT][BK / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      acc_zero<BK / 8>(s[mt]);
+      acc_zero<BK / 8>(dp[mt]);
+    }
+    warp_mma_nt_m<MT, D / 16, BK / 8>(s, Qs + warp * WR * LD, LD, Kc, LD);    // S = Q K^T
+    warp_mma_nt_m<MT, D / 16, BK / 8>(dp, dOs + warp * WR * LD, LD, Vc, LD);  // dP = dO V^T
+    bool diag = k0 + BK - 1 > qw;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
       for (int n = 0; n < BK / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          int kk = k0 + n * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
-          float p = kk <= row[r] ? exp2f(s[n][e] * sl2 - L2[r]) : 0.0f;
-          dp[n][e] = p * (dp[n][e] - Dr[r]);  // dS
+          int r = e >> 1;
+          float p = exp2f(fmaf(s[mt][n][e], sl2, -L2[mt][r]));
+          if (diag && k0 + n * 8 + (lane % 4) * 2 + (e & 1) > rowl + mt * 16 + r * 8) p = 0.0f;
+          dp[mt][n][e] = p * (dp[mt][n][e] - Dr[mt][r]);  // dS
         }
-      unsigned da[BK / 16][4];
-      acc_to_afrag<BK / 8>(da, dp);
-      warp_mma_rr<BK / 16, D / 8>(dq, da, Kc, LD);  // dQ += dS K
+    unsigned da[MT][BK / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc_to_afrag<BK / 8>(da[mt], dp[mt]);
+    warp_mma_rr_m<MT, BK / 16, D / 8>(dq, da, Kc, LD);  // dQ += dS K
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      bf16* g = dQ + ((long)b * T + rowl + mt * 16 + r * 8) * ldq + h * D + (lane % 4) * 2;
+#pragma unroll
+      for (int n = 0; n < D / 8; n++)
+        *(unsigned*)(g + n * 8) = pack_bf16x2(dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
     }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    bf16* g = dQ + ((long)b * T + row[r]) * ldq + h * D + (lane % 4) * 2;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) *(unsigned*)(g + n * 8) = pack_bf16x2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-  }
 }
 
-#define STEPC_FLASH_DQ(D, BK)                                                                            \
-  extern "C" __global__ void __launch_bounds__(128) flash_attention_backward_dq_d##D(                    \
+#define STEPC_FLASH_DQ(NAME, D, NW, MT, BK)                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * NW) NAME(                                            \
       bf16* dQ, /* (B, T, H, D) */                                                                       \
       const bf16* Q, const bf16* K, const bf16* V, /* (B, T, H, D), (B, T, Hkv, D) x2 */                 \
       const bf16* dO, const float* LSE, const float* Dsum, /* (B, T, H, D), (B, H, T) x2 */              \
       int B, int T, int H, int Hkv, float scale) {                                                       \
     (void)B;                                                                                             \
-    flash_backward_dq<D, BK>(dQ, Q, K, V, dO, LSE, Dsum, T, H, Hkv, scale);                              \
+    flash_backward_dq<D, NW, MT, BK>(dQ, Q, K, V, dO, LSE, Dsum, T, H, Hkv, scale);                      \
   }
-STEPC_FLASH_DQ(64, 64)
-STEPC_FLASH_DQ(128, 32)
+STEPC_FLASH_DQ(flash_attention_backward_dq_d64, 64, 4, 2, 32)
+STEPC_FLASH_DQ(flash_attention_backward_dq_d128, 128, 4, 2, 32)
+#ifdef STEPC_FLASH_VARIANTS
+STEPC_FLASH_DQ(flash_dq_v64_4_1_64, 64, 4, 1, 64)
+STEPC_FLASH_DQ(flash_dq_v64_4_2_64, 64, 4, 2, 64)
+STEPC_FLASH_DQ(flash_dq_v128_4_1_32, 128, 4, 1, 32)
+STEPC_FLASH_DQ(flash_dq_v128_4_1_64, 128, 4, 1, 64)
+#endif

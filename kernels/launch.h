@@ -7,28 +7,31 @@
 /* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. */
 #define STEPC_FLASH_T_MULTIPLE 128
 
-/* flash_attention_forward_d{64,128}: grid (T/128, H, B), block 256. */
+/* The flash kernels' tiles (kernels/flash.cuh): every block has 4 warps; a warp owns 32 query rows
+ * (forward, dq) or 16 keys (dkdv). The sizes below must match the instantiations there. */
+
+/* flash_attention_forward_d{64,128}: grid (T/128, H, B), block 128; K/V tiles of 64 keys,
+ * double-buffered. */
 #define STEPC_FLASH_FWD_ROWS 128
-#define STEPC_FLASH_FWD_THREADS 256
+#define STEPC_FLASH_FWD_THREADS 128
 static inline unsigned stepc_flash_fwd_smem(int D) { return (unsigned)((128 + 4 * 64) * (D + 8) * 2); }
 
 /* flash_attention_backward_preprocess: one warp per (b, t, h); block 256, grid ceil(B*T*H/8). */
 #define STEPC_FLASH_PRE_THREADS 256
 
-/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B), block 128. */
+/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B), block 128 (16 keys per warp);
+ * query tiles of 64 rows, double-buffered. */
 #define STEPC_FLASH_DKDV_KEYS 64
 #define STEPC_FLASH_DKDV_THREADS 128
-static inline unsigned stepc_flash_dkdv_smem(int D) {
-  int bq = D == 64 ? 64 : 32;
-  return (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
-}
+static inline int stepc_flash_dkdv_keys(int D) { (void)D; return STEPC_FLASH_DKDV_KEYS; }
+static inline unsigned stepc_flash_dkdv_smem(int D) { return (unsigned)((2 * 64 + 4 * 64) * (D + 8) * 2 + 4 * 64 * 4); }
 
-/* flash_attention_backward_dq_d{64,128}: grid (T/64, H, B), block 128. */
-#define STEPC_FLASH_DQ_ROWS 64
+/* flash_attention_backward_dq_d{64,128}: grid (T/128, H, B), block 128; K/V tiles of 32 keys. */
+#define STEPC_FLASH_DQ_ROWS 128
 #define STEPC_FLASH_DQ_THREADS 128
 static inline unsigned stepc_flash_dq_smem(int D) {
-  int bk = D == 64 ? 64 : 32;
-  return (unsigned)((2 * 64 + 4 * bk) * (D + 8) * 2);
+  int bk = 32;
+  return (unsigned)((2 * 128 + 4 * bk) * (D + 8) * 2);
 }
 
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */

@@ -114,3 +114,76 @@ __device__ __forceinline__ void acc_zero(float (*c)[4]) {
 #pragma unroll
   for (int i = 0; i < NT; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
 }
+
+// ---- several m-tiles per warp: a warp owns MT consecutive 16-row A tiles, so every B fragment
+// read from shared memory feeds MT tensor-core ops (MT times the reuse of the one-tile versions).
+
+// c[MT][NT] += A * B^T; A is (16*MT) x (16*KS) row-major in shared memory, B^T (8*NT) x (16*KS).
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void warp_mma_nt_m(float (*c)[NT][4], const bf16* As, int lda, const bf16* Bs, int ldb) {
+  int lane = threadIdx.x % STEPC_WARP;
+#pragma unroll
+  for (int ks = 0; ks < KS; ks++) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) ldsm_x4(a[mt], As + (mt * 16 + lane % 16) * lda + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int p = 0; p < NT / 2; p++) {
+      unsigned b[4];
+      ldsm_x4(b, Bs + (p * 16 + (lane / 16) * 8 + lane % 8) * ldb + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_bf16_16816(c[mt][2 * p], a[mt], b[0], b[1]);
+        mma_bf16_16816(c[mt][2 * p + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Same with A already in registers: a[MT][KS][4] fragments.
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void warp_mma_nt_mr(float (*c)[NT][4], const unsigned (*a)[KS][4], const bf16* Bs, int ldb) {
+  int lane = threadIdx.x % STEPC_WARP;
+#pragma unroll
+  for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+    for (int p = 0; p < NT / 2; p++) {
+      unsigned b[4];
+      ldsm_x4(b, Bs + (p * 16 + (lane / 16) * 8 + lane % 8) * ldb + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_bf16_16816(c[mt][2 * p], a[mt][ks], b[0], b[1]);
+        mma_bf16_16816(c[mt][2 * p + 1], a[mt][ks], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// c[MT][NT] += A * B; A in registers as a[MT][KS][4]; B (16*KS) x (8*NT) row-major in shared.
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void warp_mma_rr_m(float (*c)[NT][4], const unsigned (*a)[KS][4], const bf16* Bs, int ldb) {
+  int lane = threadIdx.x % STEPC_WARP;
+#pragma unroll
+  for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+    for (int p = 0; p < NT / 2; p++) {
+      unsigned b[4];
+      ldsm_x4_trans(b, Bs + (ks * 16 + ((lane / 8) % 2) * 8 + lane % 8) * ldb + p * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma_bf16_16816(c[mt][2 * p], a[mt][ks], b[0], b[1]);
+        mma_bf16_16816(c[mt][2 * p + 1], a[mt][ks], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// A fragments of a (16*MT) x (16*KS) row-major shared tile, for keeping an operand in registers.
+template <int MT, int KS>
+__device__ __forceinline__ void warp_load_afrag(unsigned (*a)[KS][4], const bf16* As, int lda) {
+  int lane = threadIdx.x % STEPC_WARP;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) ldsm_x4(a[mt][ks], As + (mt * 16 + lane % 16) * lda + ks * 16 + (lane / 16) * 8);
+}

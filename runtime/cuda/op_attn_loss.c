@@ -50,7 +50,7 @@ int rt_op_flash_bwd(RtExec *x, const Op *op) {
       return RT_ERROR;
     void *kv[] = {&dk, &dv, &q, &k, &v, &dO, &lse, &ds, &a.B, &a.T, &a.H, &a.G, &a.scale};
     if (rt_launch(x->d, a.D == 64 ? RT_K_flash_attention_backward_dkdv_d64 : RT_K_flash_attention_backward_dkdv_d128,
-                  (unsigned)(a.T / STEPC_FLASH_DKDV_KEYS), (unsigned)a.G, (unsigned)a.B, STEPC_FLASH_DKDV_THREADS,
+                  (unsigned)(a.T / stepc_flash_dkdv_keys(a.D)), (unsigned)a.G, (unsigned)a.B, STEPC_FLASH_DKDV_THREADS,
                   stepc_flash_dkdv_smem(a.D), kv))
       return RT_ERROR;
     void *qa[] = {&dq, &q, &k, &v, &dO, &lse, &ds, &a.B, &a.T, &a.H, &a.G, &a.scale};

@@ -51,7 +51,7 @@ static void attn_backward(Gpu *g, void *ctx) {
              1, 1, STEPC_FLASH_PRE_THREADS, 0, pre);
   void *kv[] = {&a->dk, &a->dv, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
   gpu_launch(g, a->D == 64 ? "flash_attention_backward_dkdv_d64" : "flash_attention_backward_dkdv_d128",
-             (unsigned)(a->T / STEPC_FLASH_DKDV_KEYS), (unsigned)a->Hkv, (unsigned)a->B, STEPC_FLASH_DKDV_THREADS,
+             (unsigned)(a->T / stepc_flash_dkdv_keys(a->D)), (unsigned)a->Hkv, (unsigned)a->B, STEPC_FLASH_DKDV_THREADS,
              stepc_flash_dkdv_smem(a->D), kv);
   void *q[] = {&a->dq, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
   gpu_launch(g, a->D == 64 ? "flash_attention_backward_dq_d64" : "flash_attention_backward_dq_d128",
@@ -207,4 +207,113 @@ void bench_attention(Gpu *g) {
   bench_shape(g, "M: b2 h32/8 s4096 d64", 2, 4096, 32, 8, 64);
   bench_shape(g, "L8: b1 h32/8 s8192 d128", 1, 8192, 32, 8, 128);
   bench_shape(g, "S: b16 h12/12 s1024 d64", 16, 1024, 12, 12, 64);
+}
+
+/* Tile-size tuning: with STEPC_FLASH_VARIANTS set in the environment, gpu_kernels compiles the
+ * kernels with -DSTEPC_FLASH_VARIANTS (the extra instantiations at the end of each section of
+ * kernels/flash.cuh) and times each against the production kernel at the bench shapes; outputs are
+ * compared with the production kernel's (0 where only the launch shape differs, bf16 rounding
+ * where the key-tile size changes the summation order). Update this table with the kernels. */
+typedef struct {
+  const char *name;
+  int kind, D, tile, threads; /* kind 0 fwd (tile = rows), 1 dkdv (tile = keys), 2 dq (tile = rows) */
+  unsigned smem;
+} Variant;
+
+static double max_rel_diff(Gpu *g, CUdeviceptr a, CUdeviceptr b, long n) {
+  double *x = get_bf16(g, a, n), *y = get_bf16(g, b, n), m = 0, d = 0;
+  for (long i = 0; i < n; i++) m = fmax(m, fabs(y[i])), d = fmax(d, fabs(x[i] - y[i]));
+  free(x), free(y);
+  return d / m;
+}
+
+typedef struct {
+  Attn *a;
+  const Variant *v;
+  CUdeviceptr o1, o2;
+} VarCtx;
+
+static void var_launch(Gpu *g, void *ctx) {
+  VarCtx *c = ctx;
+  Attn *a = c->a;
+  const Variant *v = c->v;
+  unsigned gx = (unsigned)(a->T / v->tile);
+  if (v->kind == 0) {
+    void *args[] = {&c->o1, &a->lse, &a->q, &a->k, &a->v, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
+    gpu_launch(g, v->name, gx, (unsigned)a->H, (unsigned)a->B, (unsigned)v->threads, v->smem, args);
+  } else if (v->kind == 1) {
+    void *kv[] = {&c->o1, &c->o2, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
+    gpu_launch(g, v->name, gx, (unsigned)a->Hkv, (unsigned)a->B, (unsigned)v->threads, v->smem, kv);
+  } else {
+    void *q[] = {&c->o1, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
+    gpu_launch(g, v->name, gx, (unsigned)a->H, (unsigned)a->B, (unsigned)v->threads, v->smem, q);
+  }
+}
+
+static unsigned vsm_fwd(int D, int br, int bc) { return (unsigned)((br + 4 * bc) * (D + 8) * 2); }
+static unsigned vsm_dkdv(int D, int bc, int bq) { return (unsigned)((2 * bc + 4 * bq) * (D + 8) * 2 + 16 * bq); }
+static unsigned vsm_dq(int D, int br, int bk) { return (unsigned)((2 * br + 4 * bk) * (D + 8) * 2); }
+
+static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H, int Hkv, int D) {
+  Variant vs[] = {
+      {"flash_attention_forward_d64", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
+      {"flash_fwd_v64_4_2_64_s", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
+      {"flash_fwd_v64_4_2_128_r", 0, 64, 128, 128, vsm_fwd(64, 128, 128)},
+      {"flash_fwd_v64_8_1_64_r", 0, 64, 128, 256, vsm_fwd(64, 128, 64)},
+      {"flash_attention_forward_d128", 0, 128, 128, 128, vsm_fwd(128, 128, 64)},
+      {"flash_fwd_v128_4_2_32_s", 0, 128, 128, 128, vsm_fwd(128, 128, 32)},
+      {"flash_fwd_v128_8_1_64_r", 0, 128, 128, 256, vsm_fwd(128, 128, 64)},
+      {"flash_fwd_v128_4_1_64_r", 0, 128, 64, 128, vsm_fwd(128, 64, 64)},
+      {"flash_attention_backward_dkdv_d64", 1, 64, 64, 128, vsm_dkdv(64, 64, 64)},
+      {"flash_dkdv_v64_4_2_32", 1, 64, 128, 128, vsm_dkdv(64, 128, 32)},
+      {"flash_dkdv_v64_4_2_16", 1, 64, 128, 128, vsm_dkdv(64, 128, 16)},
+      {"flash_dkdv_v64_8_1_64", 1, 64, 128, 256, vsm_dkdv(64, 128, 64)},
+      {"flash_attention_backward_dkdv_d128", 1, 128, 64, 128, vsm_dkdv(128, 64, 64)},
+      {"flash_dkdv_v128_4_1_32", 1, 128, 64, 128, vsm_dkdv(128, 64, 32)},
+      {"flash_dkdv_v128_8_1_32", 1, 128, 128, 256, vsm_dkdv(128, 128, 32)},
+      {"flash_attention_backward_dq_d64", 2, 64, 128, 128, vsm_dq(64, 128, 32)},
+      {"flash_dq_v64_4_1_64", 2, 64, 64, 128, vsm_dq(64, 64, 64)},
+      {"flash_dq_v64_4_2_64", 2, 64, 128, 128, vsm_dq(64, 128, 64)},
+      {"flash_attention_backward_dq_d128", 2, 128, 128, 128, vsm_dq(128, 128, 32)},
+      {"flash_dq_v128_4_1_32", 2, 128, 64, 128, vsm_dq(128, 64, 32)},
+      {"flash_dq_v128_4_1_64", 2, 128, 64, 128, vsm_dq(128, 64, 64)},
+  };
+  Rng r = {0xbe9d};
+  Attn a = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .scale = (float)(1.0 / sqrt(D))};
+  long nq = (long)B * T * H * D, nk = (long)B * T * Hkv * D;
+  uint16_t *hq = malloc(2 * nq), *hk = malloc(2 * nk), *hv = malloc(2 * nk), *hd = malloc(2 * nq);
+  rand_bf16(&r, hq, NULL, nq, 2), rand_bf16(&r, hk, NULL, nk, 2), rand_bf16(&r, hv, NULL, nk, 1);
+  rand_bf16(&r, hd, NULL, nq, 1);
+  attn_alloc(g, &a, hq, hk, hv, hd);
+  attn_both(g, &a); /* production O, LSE, Dsum, dQ, dK, dV as the reference */
+  gpu_sync(g);
+  CUdeviceptr o1 = gpu_alloc(g, 2 * nq), o2 = gpu_alloc(g, 2 * nq);
+  double flops = 2.0 * B * H * (double)T * T * D;
+  for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
+    if (vs[i].D != D) continue;
+    VarCtx c = {&a, &vs[i], o1, o2};
+    CUdeviceptr lse_keep = a.lse;
+    if (vs[i].kind == 0) a.lse = gpu_alloc(g, 4 * (size_t)B * H * T);
+    var_launch(g, &c);
+    gpu_sync(g);
+    double ms = gpu_time_ms(g, var_launch, &c, 2, 10);
+    double err = vs[i].kind == 0   ? max_rel_diff(g, o1, a.o, nq)
+                 : vs[i].kind == 1 ? fmax(max_rel_diff(g, o1, a.dk, nk), max_rel_diff(g, o2, a.dv, nk))
+                                   : max_rel_diff(g, o1, a.dq, nq);
+    if (vs[i].kind == 0) gpu_free(g, a.lse), a.lse = lse_keep;
+    /* fwd: 2 products; dkdv: 4; dq: 3 (per causal tile pair, each 2*16*16*D-like) */
+    double mult = vs[i].kind == 0 ? 1.0 : vs[i].kind == 1 ? 2.0 : 1.5;
+    printf("VAR %-8s %-36s %8.3f ms %6.1f TFLOP/s(done)  maxdiff/max %.2e\n", label, vs[i].name, ms,
+           mult * flops / ms * 1e-9, err);
+    fflush(stdout);
+  }
+  gpu_free(g, o1), gpu_free(g, o2);
+  attn_free(g, &a);
+  free(hq), free(hk), free(hv), free(hd);
+}
+
+void bench_attention_variants(Gpu *g) {
+  bench_variants_shape(g, "M", 2, 4096, 32, 8, 64);
+  bench_variants_shape(g, "L8", 1, 8192, 32, 8, 128);
+  bench_variants_shape(g, "S", 16, 1024, 12, 12, 64);
 }

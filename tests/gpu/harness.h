@@ -73,5 +73,6 @@ int gpu_check_true(Gpu *g, const char *name, int ok, const char *detail);
 void test_basic(Gpu *g);
 void test_attention(Gpu *g);
 void bench_attention(Gpu *g);
+void bench_attention_variants(Gpu *g); /* with STEPC_FLASH_VARIANTS set: tile-size variants */
 
 #endif

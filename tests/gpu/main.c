@@ -4,6 +4,7 @@
  *   gpu_kernels [--no-bench] [--bench-only] [--only basic|attention] [--cache DIR]
  * A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
   if (basic) test_basic(&g);
   if (attention) test_attention(&g);
   if (bench) bench_attention(&g);
+  if (getenv("STEPC_FLASH_VARIANTS")) bench_attention_variants(&g);
   printf("%d checks, %d failed\n", g.checks, g.failed);
   gpu_close(&g);
   return g.failed ? 1 : 0;
