@@ -7,12 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "codegen/artifact.h"
 #include "diag.h"
 #include "plan.h"
 #include "report.h"
 #include "sweep.h"
 #include "frontend/frontend.h"
 #include "runtime/cpu/run.h"
+#include "runtime/api_run.h"
 #include "runtime/cuda/run.h"
 #include "spec.h"
 #include "validate.h"
@@ -31,6 +35,11 @@ static const char *const USAGE =
     "                                         one captured graph per step); loss per step, then step time,\n"
     "                                         tokens/s, TFLOP/s and memory measured beside the plan's; exit 4\n"
     "                                         without a CUDA driver or device\n"
+    "  build  SPEC [KEY=VALUE ...] -o DIR [--arch sm_90]\n"
+    "                                         artifact directory: recipe.lua, plan.json, kernels.cu, the cubin,\n"
+    "                                         step.c, libstep.so (runtime/stepc.h) and a train executable; no GPU needed\n"
+    "  run    DIR [--device cuda|cpu] [--steps N] [--json]\n"
+    "                                         train an artifact through its libstep.so (its compiled step.c)\n"
     "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
     "                                         every parameter's gradient against finite differences\n"
     "                                         (fp64); exit 5 above the tolerance\n"
@@ -57,7 +66,8 @@ typedef struct {
   const char *device;
   int steps, threads;
   bool gradcheck;
-  const char *svg, *out, *candidates, *budget; /* plan --svg, trace -o, sweep --candidates/--budget */
+  const char *svg, *out, *candidates, *budget; /* plan --svg, trace/build -o, sweep --candidates/--budget */
+  const char *arch;                            /* build --arch */
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
@@ -75,6 +85,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         return -1;
       }
     }
+    else if (strcmp(s, "--arch") == 0 && i + 1 < argc) a->arch = argv[++i];
     else if ((strcmp(s, "--svg") == 0 || strcmp(s, "-o") == 0 || strcmp(s, "--candidates") == 0 ||
               strcmp(s, "--budget") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
@@ -149,6 +160,26 @@ static int cmd_fields(const Args *a) {
   return EXIT_OK;
 }
 
+static bool is_dir(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* stepc run DIR: the artifact's own libstep.so runs it (runtime/api_run.c). */
+static int cmd_run_artifact(const Args *a, bool cuda) {
+  if (a->gradcheck || a->noverrides) {
+    fprintf(stderr, "stepc run: an artifact runs as built (no overrides, no --gradcheck); rebuild it to change the recipe\n");
+    return EXIT_USAGE;
+  }
+  ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
+                     .threads = a->threads};
+  char err[1024] = "";
+  stepc_status st = api_run_artifact(a->spec, &o, stdout, stderr, err, sizeof err);
+  if (st == STEPC_OK) return EXIT_OK;
+  fprintf(stderr, "stepc run: %s%s\n", err, st == STEPC_ERR_NO_DEVICE ? " (use --device cpu for the reference executor)" : "");
+  return st == STEPC_ERR_RECIPE ? EXIT_LOAD : EXIT_IO;
+}
+
 static int cmd_run(const Args *a) {
   if (!a->spec) {
     fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua)\n");
@@ -159,6 +190,7 @@ static int cmd_run(const Args *a) {
     fprintf(stderr, "stepc run: unknown device '%s' (cpu or cuda)\n", a->device);
     return EXIT_USAGE;
   }
+  if (is_dir(a->spec)) return cmd_run_artifact(a, cuda);
   static Spec spec;
   DiagList d;
   diag_init(&d);
@@ -231,6 +263,40 @@ static int cmd_plan(const Args *a, bool trace) {
   return rc;
 }
 
+/* stepc build SPEC -o DIR: the artifact (compiler/codegen/artifact.h). */
+static int cmd_build(const Args *a) {
+  if (!a->spec || !a->out) {
+    fprintf(stderr, "stepc build: missing %s\n", a->spec ? "-o DIR" : "SPEC");
+    return EXIT_USAGE;
+  }
+  static Spec raw, spec;
+  DiagList d;
+  diag_init(&d);
+  int rc = EXIT_OK;
+  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, &d) != 0) rc = EXIT_LOAD;
+  else if (validate_spec(&raw, &spec, &d) != 0) rc = EXIT_INVALID;
+  if (rc != EXIT_OK) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return rc;
+  }
+  ArtifactOptions o = {.dir = a->out, .arch = a->arch};
+  char err[1024] = "";
+  int st = artifact_build(&raw, &spec, &o, &d, stderr, err, sizeof err);
+  diag_print(&d, stderr);
+  if (st != ARTIFACT_OK) {
+    fprintf(stderr, "stepc build: %s\n", err);
+    rc = EXIT_IO;
+  } else if (diag_count(&d, DIAG_ERROR) > 0) {
+    fprintf(stderr, "stepc build: %s was written, but the plan breaks the graph-scope rules above\n", a->out);
+    rc = EXIT_INVALID;
+  } else {
+    printf("%s: recipe.lua plan.json kernels.cu kernels.%s.cubin step.c libstep.so train\n", a->out, a->arch ? a->arch : "sm_90");
+  }
+  diag_free(&d);
+  return rc;
+}
+
 static int cmd_sweep(const Args *a) {
   if (!a->spec) {
     fprintf(stderr, "stepc sweep: missing SPEC\n");
@@ -272,6 +338,7 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "plan") == 0) return cmd_plan(&a, false);
   if (strcmp(verb, "trace") == 0) return cmd_plan(&a, true);
   if (strcmp(verb, "sweep") == 0) return cmd_sweep(&a);
+  if (strcmp(verb, "build") == 0) return cmd_build(&a);
   fprintf(stderr, "stepc: unknown verb '%s'\n\n%s", verb, USAGE);
   return EXIT_USAGE;
 }

@@ -89,8 +89,7 @@ static void run_point(PlanExec *x, int q) {
   }
 }
 
-int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
-                    size_t nerr) {
+int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr) {
   const Graph *g = x->g;
   const Tensor *t = &g->t[g->tokens];
   int64_t b = t->shape[0], T = t->shape[1];
@@ -101,15 +100,28 @@ int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_
   memcpy(cpu_exec_ptr(x->e, g->tokens), x->tok, (size_t)(b * T) * sizeof *x->tok);
   memcpy(cpu_exec_ptr(x->e, g->targets), x->tg, (size_t)(b * T) * sizeof *x->tg);
   cpu_exec_set_key(x->e, seed, step, micro);
-  int nmicro_ops = 0;
-  for (int i = 0; i < x->sc->micro_end; i++) nmicro_ops += x->sc->it[i].kind == SCHED_OP;
+  return 0;
+}
+
+int plan_exec_micro_points(const PlanExec *x) {
+  int n = 0;
+  for (int i = 0; i < x->sc->micro_end; i++) n += x->sc->it[i].kind == SCHED_OP;
+  return n;
+}
+
+int plan_exec_points(const PlanExec *x) { return x->npos; }
+int plan_exec_op_at(const PlanExec *x, int q) { return q >= 0 && q < x->npos ? x->ops[q] : -1; }
+void plan_exec_point(PlanExec *x, int q) { run_point(x, q); }
+
+int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
+                    size_t nerr) {
+  if (plan_exec_begin_micro(x, d, seed, step, micro, err, nerr) != 0) return -1;
+  int nmicro_ops = plan_exec_micro_points(x);
   for (int q = 0; q < nmicro_ops; q++) run_point(x, q);
-  *loss = cpu_exec_get(x->e, g->loss, 0);
+  *loss = cpu_exec_get(x->e, x->g->loss, 0);
   return 0;
 }
 
 void plan_exec_tail(PlanExec *x) {
-  int nmicro_ops = 0;
-  for (int i = 0; i < x->sc->micro_end; i++) nmicro_ops += x->sc->it[i].kind == SCHED_OP;
-  for (int q = nmicro_ops; q < x->npos; q++) run_point(x, q);
+  for (int q = plan_exec_micro_points(x); q < x->npos; q++) run_point(x, q);
 }

@@ -359,3 +359,18 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
   }
   return rt_sync(d);
 }
+
+/* ---- one op at a time (the generated step.c drives the order through runtime/api_cuda.c) ---- */
+
+int rt_exec_run_op(RtExec *x, int o) {
+  if (o < 0 || o >= x->g->nop) return rt_fail(x->d, "op %d is not in the step", o);
+  const Op *op = &x->g->op[o];
+  if (x->skip[o]) return RT_OK; /* fused into a neighbour (see analyse) */
+  if (DISPATCH[op->kind](x, op) != RT_OK) {
+    char msg[sizeof x->d->err];
+    snprintf(msg, sizeof msg, "%s", x->d->err);
+    rt_clear_error(x->d);
+    return rt_fail(x->d, "op %d %s in %s: %s", o, op_name(op->kind), op->tags.module, msg);
+  }
+  return RT_OK;
+}

@@ -53,6 +53,9 @@ int rt_exec_enqueue_step(RtExec *x);
 /* Enqueues one micro-batch (forward + backward) or the optimizer alone (tests). */
 int rt_exec_enqueue_micro(RtExec *x, int micro);
 int rt_exec_enqueue_optimizer(RtExec *x);
+/* Enqueues op o alone (nothing when it is fused into another). The caller keeps
+ * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */
+int rt_exec_run_op(RtExec *x, int o);
 /* After the step has run: the micro-batch losses (synchronises). */
 int rt_exec_read_losses(RtExec *x, float *losses);
 /* A tensor's contents as doubles (synchronises); n = its numel. */

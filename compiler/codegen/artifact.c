@@ -1,0 +1,266 @@
+/* artifact.c — `stepc build` (artifact.h). */
+#include "codegen/artifact.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/step_emit.h"
+#include "kernel_text.h"
+#include "nvrtc.h"
+#include "plan.h"
+#include "report.h"
+
+extern char **environ;
+
+/* Where the build tree's pieces are (CMakeLists.txt sets them); a relocated stepc can point at
+ * others through the environment: STEPC_RT_ARCHIVE, STEPC_COMPILER_ARCHIVE, STEPC_LUA_SO, CC. */
+#ifndef STEPC_RT_ARCHIVE
+#define STEPC_RT_ARCHIVE ""
+#define STEPC_COMPILER_ARCHIVE ""
+#define STEPC_LUA_SO ""
+#define STEPC_NVRTC_SO ""
+#define STEPC_API_HEADER ""
+#define STEPC_CC "cc"
+#define STEPC_ARTIFACT_FLAGS ""
+#endif
+
+static const char *env_or(const char *name, const char *def) {
+  const char *v = getenv(name);
+  return v && v[0] ? v : def;
+}
+
+static void lua_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c == 0x7f) fprintf(f, "\\%03d", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+int artifact_write_recipe(const Spec *raw, FILE *f) {
+  fprintf(f, "-- recipe.lua: written by `stepc build` from %s with its overrides applied; every field that has a\n"
+             "-- value is spelled out, so this file alone reproduces the step (stepc check/plan/build/run load it).\n"
+             "return {\n",
+          raw->recipe_path[0] ? raw->recipe_path : "a recipe");
+  for (int sec = 0; sec < SPEC_NSECTIONS; sec++) {
+    fprintf(f, "  %s = {\n", spec_section_names[sec]);
+    for (int id = 0; id < SPEC_NFIELDS; id++) {
+      const SpecField *fd = &spec_fields[id];
+      if ((int)fd->section != sec || !raw->present[id]) continue;
+      const void *p = spec_field_cptr(raw, id);
+      fprintf(f, "    %s = ", fd->name);
+      switch (fd->type) {
+      case SPEC_T_INT: fprintf(f, "%lld", (long long)*(const int64_t *)p); break;
+      case SPEC_T_NUM: fprintf(f, "%.17g", *(const double *)p); break;
+      case SPEC_T_BOOL: fprintf(f, "%s", *(const bool *)p ? "true" : "false"); break;
+      case SPEC_T_STR: {
+        char abs[PATH_MAX];
+        const char *v = p;
+        /* the artifact is loaded from elsewhere: a relative data path would move with the cwd */
+        if (id == SPEC_F_data_path && v[0] != '/' && realpath(v, abs)) v = abs;
+        lua_string(f, v);
+        break;
+      }
+      case SPEC_T_LIST: {
+        const SpecList *l = p;
+        fprintf(f, "{");
+        for (int i = 0; i < l->n; i++) fprintf(f, "%s", i ? ", " : " "), lua_string(f, l->items[i]);
+        fprintf(f, "%s}", l->n ? " " : "");
+        break;
+      }
+      case SPEC_T_FREQ: {
+        const SpecFreq *q = p;
+        if (q->every > 0) fprintf(f, "%lld", (long long)q->every);
+        else {
+          fprintf(f, "{");
+          for (int i = 0; i < q->n; i++) fprintf(f, "%s%d", i ? ", " : "", q->pattern[i]);
+          fprintf(f, "}");
+        }
+        break;
+      }
+      }
+      fprintf(f, ",\n");
+    }
+    fprintf(f, "  },\n");
+  }
+  fprintf(f, "}\n");
+  return ferror(f) ? -1 : 0;
+}
+
+static int fail(char *err, size_t nerr, const char *fmt, const char *a, const char *b) {
+  snprintf(err, nerr, fmt, a, b);
+  return ARTIFACT_ERROR;
+}
+
+static FILE *open_out(const char *dir, const char *name, char *path, size_t n) {
+  snprintf(path, n, "%s/%s", dir, name);
+  return fopen(path, "w");
+}
+
+static int copy_file(const char *from, const char *to, mode_t mode) {
+  FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
+  int rc = a && b ? 0 : -1;
+  char buf[1 << 16];
+  size_t k;
+  while (!rc && (k = fread(buf, 1, sizeof buf, a)) > 0)
+    if (fwrite(buf, 1, k, b) != k) rc = -1;
+  if (a) fclose(a);
+  if (b && fclose(b) != 0) rc = -1;
+  if (!rc) chmod(to, mode);
+  return rc;
+}
+
+/* Runs argv (no shell) with stdout and stderr appended to log; 0 when it exits 0. */
+static int run_logged(char *const *argv, const char *log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  FILE *lf = fopen(log, "a");
+  if (lf) {
+    fprintf(lf, "$");
+    for (int i = 0; argv[i]; i++) fprintf(lf, " %s", argv[i]);
+    fprintf(lf, "\n");
+    fclose(lf);
+  }
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ), status = 0;
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Splits the compiled-in flags (space separated, no quoting needed) into argv. */
+static int add_flags(char **argv, int n, char *buf) {
+  for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) argv[n++] = t;
+  return n;
+}
+
+static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
+  char so[PATH_MAX + 32], stepc_c[PATH_MAX + 32], lua[PATH_MAX + 32], log[PATH_MAX + 32], train[PATH_MAX + 32],
+      train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], inc[PATH_MAX + 32], rpath_nvrtc[PATH_MAX + 32];
+  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
+             *comp = env_or("STEPC_COMPILER_ARCHIVE", STEPC_COMPILER_ARCHIVE), *lua_so = env_or("STEPC_LUA_SO", STEPC_LUA_SO),
+             *nvrtc = STEPC_NVRTC_SO, *api_h = STEPC_API_HEADER;
+  snprintf(so, sizeof so, "%s/libstep.so", dir);
+  snprintf(stepc_c, sizeof stepc_c, "%s/step.c", dir);
+  snprintf(lua, sizeof lua, "%s/liblua5.4.so.0", dir);
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  snprintf(train, sizeof train, "%s/train", dir);
+  snprintf(train_c, sizeof train_c, "%s/train.c", dir);
+  snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
+  snprintf(inc, sizeof inc, "-I%s", dir);
+  char nvdir[PATH_MAX];
+  snprintf(nvdir, sizeof nvdir, "%s", nvrtc);
+  char *slash = strrchr(nvdir, '/');
+  if (slash) *slash = 0;
+  snprintf(rpath_nvrtc, sizeof rpath_nvrtc, "-Wl,-rpath,%s", nvdir);
+  if (!rt[0] || !comp[0] || !lua_so[0]) return fail(err, nerr, "this stepc does not know where its runtime archives are%s%s", "", "");
+  if (copy_file(lua_so, lua, 0755) != 0) return fail(err, nerr, "cannot copy %s to %s", lua_so, lua);
+  if (copy_file(api_h, hdr, 0644) != 0) return fail(err, nerr, "cannot copy %s to %s", api_h, hdr);
+  FILE *f = fopen(train_c, "w");
+  if (!f || fputs(artifact_train_c, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", train_c, "");
+  remove(log);
+  char flags1[512], flags2[512];
+  snprintf(flags1, sizeof flags1, "%s", STEPC_ARTIFACT_FLAGS);
+  snprintf(flags2, sizeof flags2, "%s", STEPC_ARTIFACT_FLAGS);
+  if (progress) fprintf(progress, "build: %s -shared step.c + runtime -> libstep.so\n", cc);
+  char *a1[48];
+  int n = 0;
+  a1[n++] = (char *)cc, a1[n++] = "-shared", a1[n++] = "-fPIC", a1[n++] = "-O1", a1[n++] = "-std=gnu11";
+  n = add_flags(a1, n, flags1);
+  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt, a1[n++] = (char *)comp;
+  a1[n++] = "-Wl,--no-whole-archive", a1[n++] = lua, a1[n++] = (char *)nvrtc, a1[n++] = "-lm", a1[n++] = "-ldl",
+  a1[n++] = "-lpthread", a1[n++] = "-Wl,-rpath,$ORIGIN", a1[n++] = rpath_nvrtc, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
+  if (run_logged(a1, log) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");
+  if (progress) fprintf(progress, "build: %s train.c libstep.so -> train\n", cc);
+  char *a2[32];
+  n = 0;
+  a2[n++] = (char *)cc, a2[n++] = "-O1", a2[n++] = "-std=c11";
+  n = add_flags(a2, n, flags2);
+  a2[n++] = inc, a2[n++] = "-o", a2[n++] = train, a2[n++] = train_c, a2[n++] = so, a2[n++] = "-Wl,-rpath,$ORIGIN", a2[n] = NULL;
+  if (run_logged(a2, log) != 0) return fail(err, nerr, "compiling train failed: see %s%s", log, "");
+  return ARTIFACT_OK;
+}
+
+int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
+                   size_t nerr) {
+  const char *dir = o->dir, *arch = o->arch ? o->arch : "sm_90";
+  char path[PATH_MAX + 64];
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
+  /* recipe.lua */
+  FILE *f = open_out(dir, "recipe.lua", path, sizeof path);
+  if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
+  /* plan.json */
+  static Plan p; /* large; one build at a time */
+  int st = plan_build(spec, 0, &p, d, err, nerr);
+  if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  f = open_out(dir, "plan.json", path, sizeof path);
+  if (f) report_plan_json(&p, d, f);
+  plan_free(&p);
+  if (!f || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
+  /* step.c, from the plan the runtimes run (nominal dtypes) */
+  StepPlan sp;
+  if ((st = step_plan_build(spec, 0, &sp, err, nerr)) != 0) return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  f = open_out(dir, "step.c", path, sizeof path);
+  int rc = f ? step_emit_c(&sp, raw->recipe_path, f) : -1;
+  if (!f || rc != 0 || fclose(f) != 0) {
+    step_plan_free(&sp);
+    return fail(err, nerr, "cannot write %s%s", path, "");
+  }
+  /* kernels.cu and its cubin */
+  char kerr[256];
+  char *src = kernel_text_assemble(NULL, 0, kerr, sizeof kerr);
+  f = src ? open_out(dir, "kernels.cu", path, sizeof path) : NULL;
+  if (!src || !f || fputs(src, f) < 0 || fclose(f) != 0) {
+    free(src);
+    step_plan_free(&sp);
+    return fail(err, nerr, "cannot write kernels.cu: %s%s", src ? path : kerr, "");
+  }
+  if (progress) fprintf(progress, "build: NVRTC kernels.cu -> kernels.%s.cubin\n", arch);
+  CubinOptions co = {.arch = arch, .cache_dir = o->cache_dir};
+  Cubin cb;
+  char *msg = NULL;
+  CubinStatus cs = cubin_compile(src, &co, &cb, &msg);
+  free(src);
+  if (cs != CUBIN_OK && cs != CUBIN_ERR_IO) {
+    snprintf(err, nerr, "NVRTC: %s", msg ? msg : "failed");
+    free(msg);
+    step_plan_free(&sp);
+    return ARTIFACT_ERROR;
+  }
+  free(msg);
+  /* every kernel step.c names must be in the cubin */
+  for (int o2 = 0; o2 < sp.g->nop && !err[0]; o2++) {
+    const char *k[8];
+    int nk = step_op_kernels(sp.g, &sp.g->op[o2], k, 8);
+    for (int i = 0; i < nk; i++)
+      if (!cubin_has_function(cb.data, cb.size, k[i])) snprintf(err, nerr, "the cubin has no kernel %s (op %d)", k[i], o2);
+  }
+  step_plan_free(&sp);
+  char cubin_name[64], key_name[64];
+  snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);
+  snprintf(key_name, sizeof key_name, "%016llx.%s.cubin", (unsigned long long)cb.key, arch);
+  f = open_out(dir, cubin_name, path, sizeof path);
+  rc = f && fwrite(cb.data, 1, cb.size, f) == cb.size ? 0 : -1;
+  cubin_free(&cb);
+  if (!f || fclose(f) != 0 || rc != 0) return fail(err, nerr, "cannot write %s%s", path, "");
+  if (err[0]) return ARTIFACT_ERROR;
+  snprintf(path, sizeof path, "%s/%s", dir, key_name);
+  remove(path);
+  if (symlink(cubin_name, path) != 0) return fail(err, nerr, "cannot link %s: %s", path, strerror(errno));
+  if (o->no_link) return ARTIFACT_OK;
+  return link_step(o, progress, err, nerr);
+}

@@ -1,0 +1,263 @@
+/* api.c — stepc.h: opening a step, errors, data binding, stepping, measurements. The backends
+ * (api_cpu.c, api_cuda.c) run it; api_ckpt.c saves and loads. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/step_emit.h"
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "runtime/api_internal.h"
+#include "validate.h"
+
+/* The generated step, when step.c is linked into the same shared object (libstep.so): weak, so
+ * that binaries without one (the stepc executable, the tests) link and run the library's loop. */
+extern const stepc_generated stepc_generated_step __attribute__((weak));
+
+stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->err, sizeof s->err, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+const char *stepc_status_name(stepc_status st) {
+  switch (st) {
+  case STEPC_OK: return "ok";
+  case STEPC_ERR_ARGUMENT: return "bad argument";
+  case STEPC_ERR_RECIPE: return "recipe error";
+  case STEPC_ERR_UNSUPPORTED: return "unsupported";
+  case STEPC_ERR_NO_DEVICE: return "no CUDA device";
+  case STEPC_ERR_IO: return "I/O error";
+  case STEPC_ERR_MISMATCH: return "mismatch";
+  case STEPC_ERR_RUNTIME: return "runtime error";
+  case STEPC_ERR_NOMEM: return "out of memory";
+  }
+  return "unknown status";
+}
+
+stepc_options stepc_options_default(void) {
+  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .cubin_cache = NULL,
+                         .use_generated_step = 1};
+}
+
+const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of memory (no handle)"; }
+
+/* ---- data ---- */
+
+static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+  ApiData *a = (ApiData *)d;
+  if (!a->bound) return a->recipe.fill(&a->recipe, step, micro, b, t, tok, tg);
+  size_t n = (size_t)(b * t), off = (size_t)micro * n;
+  if (off + n > a->count) return -1;
+  memcpy(tok, a->tok + off, n * sizeof *tok);
+  memcpy(tg, a->tg + off, n * sizeof *tg);
+  return 0;
+}
+
+stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count) {
+  if (!s) return STEPC_ERR_ARGUMENT;
+  if (!tokens || !targets) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_bind_batch: tokens and targets must not be NULL");
+  const Tensor *t = &s->g->t[s->g->tokens];
+  size_t want = (size_t)s->g->num_microbatches * (size_t)tensor_numel(t);
+  if (count != want)
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_bind_batch: %zu tokens given, the step takes %zu (%d micro-batches x %lld x %lld)", count, want,
+                    s->g->num_microbatches, (long long)t->shape[0], (long long)t->shape[1]);
+  int64_t v = s->spec.model.vocab_size;
+  for (size_t i = 0; i < count; i++)
+    if (tokens[i] < 0 || tokens[i] >= v)
+      return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_bind_batch: token %zu is %d, outside the vocabulary [0, %lld)", i,
+                      tokens[i], (long long)v);
+  if (s->data.count != count) {
+    int32_t *a = realloc(s->data.tok, count * sizeof *a), *b = a ? realloc(s->data.tg, count * sizeof *b) : NULL;
+    if (a) s->data.tok = a;
+    if (!a || !b) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+    s->data.tg = b;
+    s->data.count = count;
+  }
+  memcpy(s->data.tok, tokens, count * sizeof *tokens);
+  memcpy(s->data.tg, targets, count * sizeof *targets);
+  s->data.bound = true;
+  return STEPC_OK;
+}
+
+/* ---- opening ---- */
+
+static stepc_status load_spec(stepc_t *s, const char *recipe, const char *const *ov, int nov) {
+  DiagList d;
+  diag_init(&d);
+  Spec raw;
+  stepc_status st = STEPC_OK;
+  if (frontend_load(recipe, ov, nov, NULL, &raw, &d) != 0 || validate_spec(&raw, &s->spec, &d) != 0) {
+    /* the diagnostics, one per line, as `stepc check` prints them */
+    size_t k = (size_t)snprintf(s->err, sizeof s->err, "%s: the recipe cannot be used:", recipe);
+    for (int i = 0; i < d.n && k < sizeof s->err; i++)
+      if (d.items[i].severity == DIAG_ERROR)
+        k += (size_t)snprintf(s->err + k, sizeof s->err - k, "\n  %s [%s] %s: %s", d.items[i].where, d.items[i].rule,
+                              d.items[i].field, d.items[i].message);
+    st = STEPC_ERR_RECIPE;
+  }
+  diag_free(&d);
+  return st;
+}
+
+static bool cuda_wanted(const stepc_options *o) { return o->device != STEPC_DEVICE_CPU; }
+
+static stepc_status open_common(stepc_t *s, const char *cache_dir, bool artifact) {
+  char derr[512] = "";
+  if (cpu_data_open(&s->spec, &s->data.recipe, derr, sizeof derr) != 0)
+    return api_fail(s, STEPC_ERR_IO, "data: %s", derr);
+  s->data_open = true;
+  s->data.base = s->data.recipe;
+  s->data.base.fill = api_fill;
+  s->data.base.free = NULL;
+  stepc_status st = STEPC_ERR_NO_DEVICE;
+  if (cuda_wanted(&s->opt)) {
+    st = api_cuda_open(s, cache_dir);
+    if (st == STEPC_ERR_NO_DEVICE && s->opt.device == STEPC_DEVICE_AUTO) s->err[0] = 0; /* fall back */
+    else if (st != STEPC_OK) return st;
+  }
+  if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
+  s->fingerprint = step_fingerprint(s->g);
+  const stepc_generated *gen = &stepc_generated_step;
+  if (gen && s->opt.use_generated_step) {
+    if (gen->abi != STEPC_GEN_ABI)
+      return api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c has ABI %d, this library %d: rebuild the artifact", gen->abi,
+                      STEPC_GEN_ABI);
+    if (gen->fingerprint == s->fingerprint) s->gen = gen;
+    else if (artifact)
+      return api_fail(s, STEPC_ERR_MISMATCH,
+                      "the linked step.c (built from %s) is not the step of %s (fingerprint %016llx, expected %016llx): "
+                      "rebuild the artifact with the stepc that runs it",
+                      gen->recipe, s->source, gen->fingerprint, (unsigned long long)s->fingerprint);
+  }
+  return STEPC_OK;
+}
+
+static stepc_t *handle_new(const stepc_options *opt, const char *source) {
+  stepc_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->opt = opt ? *opt : stepc_options_default();
+  snprintf(s->source, sizeof s->source, "%s", source ? source : "");
+  return s;
+}
+
+stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out) {
+  if (!out) return STEPC_ERR_ARGUMENT;
+  stepc_t *s = *out = handle_new(opt, dir);
+  if (!s) return STEPC_ERR_NOMEM;
+  if (!dir) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: dir is NULL");
+  char recipe[600];
+  snprintf(recipe, sizeof recipe, "%s/recipe.lua", dir);
+  FILE *f = fopen(recipe, "r");
+  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: cannot open %s (stepc build SPEC -o DIR writes one)", dir, recipe);
+  fclose(f);
+  stepc_status st = load_spec(s, recipe, NULL, 0);
+  if (st != STEPC_OK) return st;
+  /* the artifact's cubin sits in DIR under NVRTC's cache key (kernels.sm_90.cubin links to it) */
+  return open_common(s, s->opt.cubin_cache ? s->opt.cubin_cache : dir, true);
+}
+
+stepc_status stepc_open_recipe(const char *recipe, const char *const *overrides, int noverrides, const stepc_options *opt,
+                               stepc_t **out) {
+  if (!out) return STEPC_ERR_ARGUMENT;
+  stepc_t *s = *out = handle_new(opt, recipe);
+  if (!s) return STEPC_ERR_NOMEM;
+  if (!recipe || noverrides < 0 || (noverrides > 0 && !overrides))
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open_recipe: a recipe path and noverrides overrides are required");
+  stepc_status st = load_spec(s, recipe, overrides, noverrides);
+  if (st != STEPC_OK) return st;
+  return open_common(s, s->opt.cubin_cache, false);
+}
+
+void stepc_close(stepc_t *s) {
+  if (!s) return;
+  if (s->be) s->be->free(s);
+  if (s->data_open && s->data.recipe.free) s->data.recipe.free(&s->data.recipe);
+  free(s->data.tok), free(s->data.tg);
+  free(s);
+}
+
+stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
+  if (!s || !info || !s->be) return STEPC_ERR_ARGUMENT;
+  const Graph *g = s->g;
+  const Tensor *t = &g->t[g->tokens];
+  int64_t np = 0;
+  for (int i = 0; i < g->nt; i++)
+    if (g->t[i].role == ROLE_PARAM) np += tensor_numel(&g->t[i]);
+  *info = (stepc_info){.device = s->be->name,
+                       .gpu = s->gpu,
+                       .graph_mode = strcmp(s->be->name, "cpu") == 0 ? "cpu"
+                                     : (s->opt.graph_mode == 1 || (s->opt.graph_mode < 0 &&
+                                                                   !strcmp(s->spec.model.cuda_graph_impl, "full_iteration")))
+                                         ? "full_iteration"
+                                         : "eager",
+                       .generated = s->gen != NULL,
+                       .micro_batch_size = t->shape[0],
+                       .seq_length = t->shape[1],
+                       .num_microbatches = g->num_microbatches,
+                       .vocab_size = s->spec.model.vocab_size,
+                       .parameters = np,
+                       .seed = (uint64_t)s->spec.train.seed,
+                       .train_iters = s->spec.train.train_iters,
+                       .step = s->step};
+  return STEPC_OK;
+}
+
+/* ---- stepping ---- */
+
+stepc_status stepc_init_params(stepc_t *s, uint64_t seed) {
+  if (!s || !s->be) return STEPC_ERR_ARGUMENT;
+  if (s->be->init_params(s, seed) != 0) return STEPC_ERR_RUNTIME;
+  s->step = 0;
+  return STEPC_OK;
+}
+
+stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) {
+  if (!s || !s->be) return STEPC_ERR_ARGUMENT;
+  stepc_step_stats tmp;
+  if (!st) st = &tmp;
+  memset(st, 0, sizeof *st);
+  s->err[0] = 0;
+  int rc = s->be->step(s, s->step + 1, st);
+  s->data.bound = false; /* a binding holds for one step, whatever happened */
+  if (rc != 0) {
+    if (!s->err[0]) snprintf(s->err, sizeof s->err, "step %lld failed", (long long)s->step + 1);
+    return STEPC_ERR_RUNTIME;
+  }
+  s->step++;
+  st->step = s->step;
+  s->last = *st;
+  if (!(st->loss == st->loss) || st->loss > 1e300 || st->loss < -1e300)
+    return api_fail(s, STEPC_ERR_RUNTIME, "the loss is not finite at step %lld", (long long)s->step);
+  return STEPC_OK;
+}
+
+stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
+  if (!s || !m || !s->be) return STEPC_ERR_ARGUMENT;
+  memset(m, 0, sizeof *m);
+  s->be->measure(s, m);
+  m->last_step_ms = s->last.ms;
+  return STEPC_OK;
+}
+
+/* ---- the generated step's entry point ---- */
+
+int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind) {
+  if (point != s->next_point || op_at_point != op || op < 0 || op >= s->g->nop || (int)s->g->op[op].kind != kind) {
+    api_fail(s, STEPC_ERR_MISMATCH,
+             "step.c calls op %d (%s) at program point %d; the step expects op %d at point %d: the artifact is out of date",
+             op, kind >= 0 && kind < OP_COUNT ? op_name((OpKind)kind) : "?", point, op_at_point, s->next_point);
+    return -1;
+  }
+  s->next_point++;
+  return 0;
+}
+
+int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind, long long out_offset) {
+  stepc_t *s = (stepc_t *)c;
+  return s->be->run_point(s, point, op, kind, out_offset);
+}

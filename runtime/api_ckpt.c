@@ -1,0 +1,249 @@
+/* api_ckpt.c — parameters and checkpoints as safetensors (stepc.h).
+ *
+ * Tensors are stored at their nominal dtype (bf16 weights, fp32 masters and moments, int32 step
+ * counter), named by their graph names, so the files are the same whichever device wrote them
+ * and a PyTorch reference can read the weights directly. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "diag.h"
+#include "runtime/api_internal.h"
+#include "runtime/safetensors.h"
+
+#define ROLE_BIT(r) (1u << (r))
+#define PARAMS ROLE_BIT(ROLE_PARAM)
+#define OPTIMIZER (ROLE_BIT(ROLE_MASTER) | ROLE_BIT(ROLE_OPTIM))
+
+static const char *st_dtype(DType d) {
+  switch (d) {
+  case DT_F32: return "F32";
+  case DT_BF16: return "BF16";
+  case DT_F16: return "F16";
+  case DT_F64: return "F64";
+  case DT_I32: return "I32";
+  case DT_I64: return "I64";
+  default: return "U8";
+  }
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, const char *kind) {
+  const Graph *g = s->g;
+  int n = 0;
+  int64_t maxb = 1;
+  for (int i = 0; i < g->nt; i++)
+    if (roles & ROLE_BIT(g->t[i].role)) n++, maxb = g->t[i].bytes > maxb ? g->t[i].bytes : maxb;
+  StEntry *e = calloc((size_t)n + 1, sizeof *e);
+  int *ids = calloc((size_t)n + 1, sizeof *ids);
+  void *buf = malloc((size_t)maxb);
+  if (!e || !ids || !buf) {
+    free(e), free(ids), free(buf);
+    return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  }
+  int k = 0;
+  for (int i = 0; i < g->nt; i++) {
+    const Tensor *t = &g->t[i];
+    if (!(roles & ROLE_BIT(t->role))) continue;
+    snprintf(e[k].name, sizeof e[k].name, "%s", t->name);
+    snprintf(e[k].dtype, sizeof e[k].dtype, "%s", st_dtype(t->dtype));
+    e[k].ndim = t->ndim;
+    memcpy(e[k].shape, t->shape, sizeof t->shape[0] * (size_t)t->ndim);
+    ids[k++] = i;
+  }
+  char fp[20], step[24];
+  snprintf(fp, sizeof fp, "%016" PRIx64, s->fingerprint);
+  snprintf(step, sizeof step, "%lld", (long long)s->step);
+  const char *meta[] = {"format", "stepc", "content", kind, "step", step, "step_fingerprint", fp};
+  StWriter w;
+  stepc_status st = STEPC_OK;
+  char err[512] = "";
+  if (st_write_begin(&w, path, e, n, meta, 4, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+  for (int j = 0; j < n && st == STEPC_OK; j++) {
+    if (s->be->read(s, ids[j], buf) != 0) {
+      st_write_abort(&w);
+      st = STEPC_ERR_RUNTIME;
+    } else if (st_write_next(&w, buf, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+  }
+  if (st == STEPC_OK && st_write_end(&w, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+  free(e), free(ids), free(buf);
+  return st;
+}
+
+/* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. */
+static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles) {
+  const Graph *g = s->g;
+  StReader r;
+  char err[600] = "";
+  if (st_open(&r, path, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
+  stepc_status st = STEPC_OK;
+  void *file = NULL, *nom = NULL;
+  size_t cap = 0;
+  for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
+    const Tensor *t = &g->t[i];
+    if (!(roles & ROLE_BIT(t->role))) continue;
+    const StEntry *e = st_find(&r, t->name);
+    if (!e) {
+      st = api_fail(s, STEPC_ERR_MISMATCH, "%s has no tensor %s (the step's %s)", path, t->name, role_name(t->role));
+      break;
+    }
+    bool same = st_numel(e) == tensor_numel(t) && e->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
+    if (!same) {
+      st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s has another shape than the step's", path, t->name);
+      break;
+    }
+    int64_t n = tensor_numel(t);
+    size_t need = (size_t)(e->end - e->begin) > (size_t)t->bytes ? (size_t)(e->end - e->begin) : (size_t)t->bytes;
+    if (need > cap) {
+      free(file), free(nom);
+      file = malloc(need), nom = malloc(need);
+      cap = need;
+      if (!file || !nom) {
+        st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+        break;
+      }
+    }
+    if (st_read(&r, e, file, err, sizeof err) != 0) {
+      st = api_fail(s, STEPC_ERR_IO, "%s", err);
+      break;
+    }
+    const void *src = file;
+    if (strcmp(e->dtype, st_dtype(t->dtype)) != 0) {
+      if (t->dtype == DT_BF16 && !strcmp(e->dtype, "F32"))
+        for (int64_t j = 0; j < n; j++) ((uint16_t *)nom)[j] = f32_to_bf16(((const float *)file)[j]);
+      else if (t->dtype == DT_F32 && !strcmp(e->dtype, "BF16"))
+        for (int64_t j = 0; j < n; j++) ((float *)nom)[j] = bf16_to_f32(((const uint16_t *)file)[j]);
+      else {
+        st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s is %s, the step's is %s", path, t->name, e->dtype,
+                      st_dtype(t->dtype));
+        break;
+      }
+      src = nom;
+    }
+    if (s->be->write(s, i, src) != 0) st = STEPC_ERR_RUNTIME;
+  }
+  free(file), free(nom);
+  st_close(&r);
+  return st;
+}
+
+stepc_status stepc_save_params(stepc_t *s, const char *path) {
+  if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
+  return save_roles(s, path, PARAMS, "params");
+}
+
+/* Masters take the loaded weights: the next AdamW step starts from them. */
+static stepc_status masters_from_params(stepc_t *s) {
+  const Graph *g = s->g;
+  stepc_status st = STEPC_OK;
+  for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
+    const Tensor *m = &g->t[i];
+    if (m->role != ROLE_MASTER || m->of < 0) continue;
+    const Tensor *p = &g->t[m->of];
+    int64_t n = tensor_numel(m);
+    void *pb = malloc((size_t)p->bytes + 1);
+    float *mb = malloc((size_t)n * sizeof *mb + 1);
+    if (!pb || !mb) st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+    else if (s->be->read(s, m->of, pb) != 0) st = STEPC_ERR_RUNTIME;
+    else {
+      for (int64_t j = 0; j < n; j++) mb[j] = p->dtype == DT_BF16 ? bf16_to_f32(((uint16_t *)pb)[j]) : ((float *)pb)[j];
+      if (s->be->write(s, i, mb) != 0) st = STEPC_ERR_RUNTIME;
+    }
+    free(pb), free(mb);
+  }
+  return st;
+}
+
+stepc_status stepc_load_params(stepc_t *s, const char *path) {
+  if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL") : STEPC_ERR_ARGUMENT;
+  stepc_status st = load_roles(s, path, PARAMS);
+  return st == STEPC_OK ? masters_from_params(s) : st;
+}
+
+static void join(char *out, size_t n, const char *dir, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
+
+stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
+  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+  if (mkdir(dir, 0777) != 0) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return api_fail(s, STEPC_ERR_IO, "cannot create the directory %s", dir);
+  }
+  char path[1100];
+  join(path, sizeof path, dir, "model.safetensors");
+  stepc_status st = save_roles(s, path, PARAMS, "params");
+  if (st != STEPC_OK) return st;
+  join(path, sizeof path, dir, "optimizer.safetensors");
+  if ((st = save_roles(s, path, OPTIMIZER, "optimizer")) != STEPC_OK) return st;
+  join(path, sizeof path, dir, "state.json");
+  char tmp[1110];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return api_fail(s, STEPC_ERR_IO, "cannot write %s", tmp);
+  const CpuData *d = &s->data.recipe;
+  /* The data position and every RNG draw (dropout masks, mock tokens, text windows) are pure
+   * functions of (seed, step): the step counter is the whole RNG and data state. */
+  fprintf(f, "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 1,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
+          (long long)s->step, (unsigned long long)s->spec.train.seed);
+  fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
+  fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->fingerprint);
+  json_write_string(f, s->source);
+  fprintf(f, "\n}\n");
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    remove(tmp);
+    return api_fail(s, STEPC_ERR_IO, "cannot write %s", path);
+  }
+  return STEPC_OK;
+}
+
+/* The integer after "key": in a small JSON object we wrote; -1 when absent. */
+static int json_int(const char *text, const char *key, long long *v) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(text, pat);
+  if (!p) return -1;
+  char *end;
+  *v = strtoll(p + strlen(pat), &end, 10);
+  return end == p + strlen(pat) ? -1 : 0;
+}
+
+stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
+  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+  char path[1100], text[4096];
+  join(path, sizeof path, dir, "state.json");
+  FILE *f = fopen(path, "r");
+  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc checkpoint: cannot open %s", dir, path);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  long long step, seed;
+  if (!strstr(text, "\"stepc-checkpoint\"") || json_int(text, "step", &step) || json_int(text, "seed", &seed) || step < 0)
+    return api_fail(s, STEPC_ERR_IO, "%s: not a stepc checkpoint state (format, step and seed expected)", path);
+  if ((unsigned long long)seed != (unsigned long long)s->spec.train.seed)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
+                    "(open the recipe with train.seed=%lld)",
+                    path, seed, (long long)s->spec.train.seed, seed);
+  join(path, sizeof path, dir, "model.safetensors");
+  stepc_status st = load_roles(s, path, PARAMS);
+  if (st != STEPC_OK) return st;
+  join(path, sizeof path, dir, "optimizer.safetensors");
+  if ((st = load_roles(s, path, OPTIMIZER)) != STEPC_OK) return st;
+  if (s->be->params_from_masters(s) != 0) return STEPC_ERR_RUNTIME;
+  s->step = step;
+  return STEPC_OK;
+}

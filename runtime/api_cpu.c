@@ -1,0 +1,157 @@
+/* api_cpu.c — stepc.h on the CPU reference executor: the planned step (fp32 arena offsets,
+ * recompute replays, freed ranges poisoned), run by the generated step.c or by this file's loop. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen/step_emit.h"
+#include "lower.h"
+#include "plan_exec.h"
+#include "runtime/api_internal.h"
+
+typedef struct {
+  StepPlan p;   /* at 4 bytes per float: the CPU stores every float tensor in fp32 */
+  PlanExec *x;
+} ApiCpu;
+
+static ApiCpu *cpu(stepc_t *s) { return s->impl; }
+static CpuExec *ex(stepc_t *s) { return plan_exec_cpu(cpu(s)->x); }
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int cpu_init(stepc_t *s, uint64_t seed) {
+  cpu_exec_init_params(ex(s), seed);
+  return 0;
+}
+
+static int run_range(stepc_t *s, int lo, int hi) {
+  for (int q = lo; q < hi; q++) plan_exec_point(cpu(s)->x, q);
+  return 0;
+}
+
+static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
+  ApiCpu *c = cpu(s);
+  const Graph *g = s->g;
+  double t0 = now_ms(), loss = 0;
+  int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
+  for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
+    if (plan_exec_begin_micro(c->x, &s->data.base, (uint64_t)s->spec.train.seed, step, mb, s->err, sizeof s->err) != 0)
+      return -1;
+    s->next_point = 0;
+    if (s->gen ? s->gen->micro((stepc_gen_ctx *)s) : run_range(s, 0, nmicro)) return -1;
+    if (s->gen && s->next_point != nmicro) {
+      api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, nmicro);
+      return -1;
+    }
+    loss += cpu_exec_get(ex(s), g->loss, 0);
+  }
+  if (s->gen ? s->gen->tail((stepc_gen_ctx *)s) : run_range(s, nmicro, npts)) return -1;
+  if (s->gen && s->next_point != npts) {
+    api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, npts);
+    return -1;
+  }
+  st->loss = loss / (double)g->num_microbatches;
+  st->lr = cpu_exec_get(ex(s), g->lr, 0);
+  st->grad_norm = cpu_exec_get(ex(s), g->grad_norm, 0);
+  st->ms = now_ms() - t0;
+  return 0;
+}
+
+static int cpu_run_point(stepc_t *s, int point, int op, int kind, long long out_offset) {
+  (void)out_offset; /* the literal is the nominal-dtype plan's; the CPU runs its fp32 plan */
+  /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
+  int at = plan_exec_op_at(cpu(s)->x, point);
+  if (api_check_point(s, point, at, op, kind)) return -1;
+  plan_exec_point(cpu(s)->x, point);
+  return 0;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);                  /* round to nearest even */
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static int cpu_read(stepc_t *s, int t, void *dst) {
+  const Tensor *T = &s->g->t[t];
+  int64_t n = tensor_numel(T);
+  const void *src = cpu_exec_ptr(ex(s), t);
+  if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
+  else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
+  else if (T->dtype == DT_BF16)
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(((const float *)src)[i]);
+  else return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s: checkpoints hold f32, bf16 and int tensors", T->name,
+                       dtype_name(T->dtype)), -1;
+  return 0;
+}
+
+static int cpu_write(stepc_t *s, int t, const void *src) {
+  const Tensor *T = &s->g->t[t];
+  int64_t n = tensor_numel(T);
+  void *dst = cpu_exec_ptr(ex(s), t);
+  if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
+  else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
+  else if (T->dtype == DT_BF16)
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = bf16_to_f32(((const uint16_t *)src)[i]);
+  else return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s", T->name, dtype_name(T->dtype)), -1;
+  return 0;
+}
+
+/* The CPU's AdamW leaves param = master exactly (both fp32 here), so a resumed step must too. */
+static int cpu_params_from_masters(stepc_t *s) {
+  const Graph *g = s->g;
+  for (int i = 0; i < g->nt; i++)
+    if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0)
+      memcpy(cpu_exec_ptr(ex(s), g->t[i].of), cpu_exec_ptr(ex(s), i), (size_t)g->t[i].bytes);
+  return 0;
+}
+
+static void cpu_measure(stepc_t *s, stepc_measure *m) {
+  ApiCpu *c = cpu(s);
+  m->arena_bytes = m->max_allocated_bytes = c->p.mp.arena;
+  m->predicted_peak_bytes = c->p.mp.peak;
+  m->replay_ops = c->p.rr.nreplay_total;
+}
+
+static void cpu_free(stepc_t *s) {
+  ApiCpu *c = cpu(s);
+  if (!c) return;
+  plan_exec_free(c->x);
+  step_plan_free(&c->p);
+  free(c);
+  s->impl = NULL;
+}
+
+static const ApiBackend CPU_BACKEND = {"cpu", cpu_init, cpu_step, cpu_read, cpu_write, cpu_params_from_masters,
+                                       cpu_run_point, cpu_measure, cpu_free};
+
+stepc_status api_cpu_open(stepc_t *s) {
+  ApiCpu *c = calloc(1, sizeof *c);
+  if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  s->impl = c;
+  s->be = &CPU_BACKEND;
+  int rc = step_plan_build(&s->spec, 4, &c->p, s->err, sizeof s->err);
+  if (rc != 0) {
+    s->be = NULL, s->impl = NULL;
+    free(c);
+    return rc == LOWER_UNSUPPORTED ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME;
+  }
+  s->g = c->p.g;
+  c->x = plan_exec_new(c->p.g, &c->p.sc, &c->p.mp, s->opt.cpu_threads, s->err, sizeof s->err);
+  if (!c->x) return STEPC_ERR_RUNTIME;
+  cpu_exec_init_params(ex(s), (uint64_t)s->spec.train.seed);
+  return STEPC_OK;
+}

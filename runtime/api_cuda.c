@@ -1,0 +1,189 @@
+/* api_cuda.c — stepc.h on the GPU. rt_trainer_new sets the step up (plan, cubin, arena,
+ * cuBLASLt, parameters); this file drives each step itself so that the generated step.c can be
+ * what enqueues the ops: per micro-batch the staged inputs, step.c's micro program, the loss
+ * copied out; then step.c's tail. In full_iteration mode that whole sequence is captured once
+ * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
+ * dropout seeds live in device memory, so a replay is the next step. Without step.c the
+ * executor's own loop (rt_exec_enqueue_step) runs the same order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/api_internal.h"
+#include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/train.h"
+
+typedef struct {
+  RtTrainer *tr;
+  RtExec *x;
+  RtDevice *d;
+  RtTimer timer;
+  bool timer_ok, captured, full_iteration;
+  RtGraph graph;
+  int warmup, steps_here;
+  int *point_op;  /* program point -> op id: the micro ops, then the tail's, in graph order */
+  int npoints, nmicro;
+  float *losses;
+} ApiCuda;
+
+static ApiCuda *cu(stepc_t *s) { return s->impl; }
+
+static int dev_fail(stepc_t *s) {
+  api_fail(s, STEPC_ERR_RUNTIME, "%s", cu(s)->d->err);
+  rt_clear_error(cu(s)->d);
+  return -1;
+}
+
+static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
+
+/* As rt_exec_enqueue_micro around the ops: the staged tokens and targets into their tensors, the
+ * micro-batch index for the dropout seed; after the ops, the loss to its slot. */
+static int micro_begin(RtExec *x, int mb) {
+  const Graph *g = x->g;
+  x->micro = mb;
+  CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4);
+  return rt_copy_d2d(x->d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
+         rt_copy_d2d(x->d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4);
+}
+
+static int micro_end(RtExec *x, int mb) {
+  return rt_copy_d2d(x->d, x->losses + (CUdeviceptr)(mb * 4), rt_exec_ptr(x, x->g->loss), 4);
+}
+
+static int enqueue_generated(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  for (int mb = 0; mb < c->x->nmb; mb++) {
+    s->next_point = 0;
+    if (micro_begin(c->x, mb)) return dev_fail(s);
+    if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
+    if (s->next_point != c->nmicro)
+      return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
+    if (micro_end(c->x, mb)) return dev_fail(s);
+  }
+  if (s->gen->tail((stepc_gen_ctx *)s)) return -1;
+  if (s->next_point != c->npoints)
+    return api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, c->npoints), -1;
+  return 0;
+}
+
+static int enqueue(stepc_t *s) {
+  if (s->gen) return enqueue_generated(s);
+  return rt_exec_enqueue_step(cu(s)->x) ? dev_fail(s) : 0;
+}
+
+static int cuda_run_point(stepc_t *s, int point, int op, int kind, long long out_offset) {
+  ApiCuda *c = cu(s);
+  int at = point >= 0 && point < c->npoints ? c->point_op[point] : -1;
+  if (api_check_point(s, point, at, op, kind)) return -1;
+  const Op *o = &s->g->op[op];
+  long long want = o->nout > 0 ? (long long)s->g->t[o->out[0]].offset : -1;
+  if (out_offset != want)
+    return api_fail(s, STEPC_ERR_MISMATCH, "step.c places op %d's output at arena offset %lld, the plan at %lld: the artifact is out of date",
+                    op, out_offset, want), -1;
+  return rt_exec_run_op(c->x, op) ? dev_fail(s) : 0;
+}
+
+static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
+  ApiCuda *c = cu(s);
+  RtDevice *d = c->d;
+  if (rt_trainer_stage(c->tr, step, s->err, sizeof s->err)) return -1;
+  bool replay = c->full_iteration && c->steps_here >= c->warmup;
+  if (replay && !c->captured) {
+    if (rt_capture_begin(d)) return dev_fail(s);
+    int rc = enqueue(s);
+    RtGraph gr;
+    int rc2 = rt_capture_end(d, &gr);
+    if (rc) return -1;
+    if (rc2) return dev_fail(s);
+    c->graph = gr;
+    c->captured = true;
+  }
+  if (rt_timer_start(d, &c->timer)) return dev_fail(s);
+  if (replay ? rt_graph_launch(d, &c->graph) != RT_OK : enqueue(s) != 0) return s->err[0] ? -1 : dev_fail(s);
+  if (rt_timer_stop(d, &c->timer, &st->ms)) return dev_fail(s);
+  double lr = 0, gn = 0, loss = 0;
+  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
+    return dev_fail(s);
+  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
+  st->loss = loss / (double)c->x->nmb;
+  st->lr = lr;
+  st->grad_norm = gn;
+  st->replayed = replay;
+  c->steps_here++;
+  return 0;
+}
+
+static int cuda_read(stepc_t *s, int t, void *dst) {
+  ApiCuda *c = cu(s);
+  return rt_copy_d2h(c->d, dst, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes) ? dev_fail(s) : 0;
+}
+
+static int cuda_write(stepc_t *s, int t, const void *src) {
+  ApiCuda *c = cu(s);
+  /* the copy is asynchronous: wait before the caller may reuse src */
+  return rt_copy_h2d(c->d, rt_exec_ptr(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? dev_fail(s) : 0;
+}
+
+static int cuda_params_from_masters(stepc_t *s) {
+  (void)s; /* the bf16 params were loaded as saved: AdamW left them = bf16(master) */
+  return 0;
+}
+
+static void cuda_measure(stepc_t *s, stepc_measure *m) {
+  ApiCuda *c = cu(s);
+  int64_t ws = (int64_t)rt_blas_workspace_bytes(c->d);
+  m->max_allocated_bytes = c->d->max_allocated;
+  m->arena_bytes = rt_exec_arena_bytes(c->x);
+  m->predicted_peak_bytes = rt_trainer_planned_peak(c->tr) + ws;
+  m->replay_ops = rt_trainer_replay_ops(c->tr);
+  m->graph_nodes = c->captured ? (int64_t)c->graph.nodes : 0;
+}
+
+static void cuda_free(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  if (!c) return;
+  if (c->tr) {
+    if (c->captured) rt_graph_destroy(c->d, &c->graph);
+    if (c->timer_ok) rt_timer_free(c->d, &c->timer);
+    rt_trainer_free(c->tr);
+  }
+  free(c->point_op), free(c->losses);
+  free(c);
+  s->impl = NULL;
+}
+
+static const ApiBackend CUDA_BACKEND = {"cuda", cuda_init, cuda_step, cuda_read, cuda_write, cuda_params_from_masters,
+                                        cuda_run_point, cuda_measure, cuda_free};
+
+static bool in_micro(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+
+stepc_status api_cuda_open(stepc_t *s, const char *cache_dir) {
+  ApiCuda *c = calloc(1, sizeof *c);
+  if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  RtTrainStatus ts;
+  c->tr = rt_trainer_new(&s->spec, &s->data.base, cache_dir, s->opt.graph_mode, &ts, s->err, sizeof s->err);
+  if (!c->tr) {
+    free(c);
+    return ts == RT_TRAIN_NO_DEVICE ? STEPC_ERR_NO_DEVICE : ts == RT_TRAIN_UNSUPPORTED ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME;
+  }
+  s->impl = c;
+  s->be = &CUDA_BACKEND;
+  c->x = rt_trainer_exec(c->tr);
+  c->d = rt_trainer_device(c->tr);
+  s->g = rt_trainer_graph(c->tr);
+  snprintf(s->gpu, sizeof s->gpu, "%s", c->d->name);
+  c->full_iteration = rt_trainer_mode(c->tr) == RT_MODE_FULL_ITERATION;
+  c->warmup = (int)s->spec.model.cuda_graph_warmup_steps;
+  const Graph *g = s->g;
+  c->point_op = malloc((size_t)(g->nop + 1) * sizeof *c->point_op);
+  c->losses = malloc((size_t)(g->num_microbatches + 1) * sizeof *c->losses);
+  if (!c->point_op || !c->losses) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int pass = 0; pass < 2; pass++) {
+    for (int o = 0; o < g->nop; o++)
+      if (in_micro(g->op[o].tags.phase) == (pass == 0)) c->point_op[c->npoints++] = o;
+    if (pass == 0) c->nmicro = c->npoints;
+  }
+  if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  c->timer_ok = true;
+  return STEPC_OK;
+}

@@ -1,0 +1,68 @@
+/* api_internal.h — what the files behind stepc.h share: the handle, the data source it feeds
+ * the executors, and the backend table (api_cpu.c, api_cuda.c). */
+#ifndef STEPC_API_INTERNAL_H
+#define STEPC_API_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+#include "runtime/cpu/train.h"
+#include "runtime/stepc.h"
+#include "runtime/stepc_gen.h"
+#include "spec.h"
+
+/* The executors' data source (a CpuData, first member, so they can call it): the bound batch for
+ * the next step when there is one, else the recipe's own source. */
+typedef struct {
+  CpuData base;
+  CpuData recipe;
+  int32_t *tok, *tg; /* the bound batch, num_microbatches * B * T each */
+  size_t count;
+  bool bound;
+} ApiData;
+
+typedef struct ApiBackend {
+  const char *name;
+  int (*init_params)(stepc_t *s, uint64_t seed);
+  int (*step)(stepc_t *s, int64_t step, stepc_step_stats *st);
+  /* A tensor's numel elements at its nominal dtype (bf16 as raw u16, f32, i32). */
+  int (*read)(stepc_t *s, int tensor, void *dst);
+  int (*write)(stepc_t *s, int tensor, const void *src);
+  /* After loading masters: make each param exactly what the optimizer would have left in it
+   * (cpu: the fp32 master's value; cuda: nothing, the bf16 param was loaded as saved). */
+  int (*params_from_masters)(stepc_t *s);
+  int (*run_point)(stepc_t *s, int point, int op, int kind, long long out_offset);
+  void (*measure)(stepc_t *s, stepc_measure *m);
+  void (*free)(stepc_t *s);
+} ApiBackend;
+
+struct stepc {
+  char err[1024];
+  stepc_options opt;
+  Spec spec;
+  const ApiBackend *be;
+  void *impl;            /* the backend's state */
+  const Graph *g;        /* the backend's planned step graph */
+  ApiData data;
+  bool data_open;
+  int64_t step;          /* optimizer steps taken */
+  uint64_t fingerprint;  /* of the step the backend runs */
+  const stepc_generated *gen; /* the linked step.c, when it runs; NULL: the library's loop */
+  int next_point;        /* the program point the generated step must call next */
+  stepc_step_stats last;
+  char gpu[256];
+  char source[512];      /* the artifact dir or recipe it was opened from */
+};
+
+/* Records the first message of a failing call and returns st. */
+stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Backends: set s->be, s->impl, s->g; 0, or a status with the message. cache_dir: NVRTC's. */
+stepc_status api_cpu_open(stepc_t *s);
+stepc_status api_cuda_open(stepc_t *s, const char *cache_dir);
+
+/* The generated step's checks shared by the backends: the call at `point` is the one expected. */
+int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);
+
+#endif

@@ -1,0 +1,114 @@
+/* api_run.c — `stepc run DIR`: runs an artifact through its own libstep.so (dlopen), so what
+ * executes is the artifact's compiled step.c, exactly as a trainer linking libstep.so gets it.
+ * Where libstep.so is missing or does not load (an artifact built with --no-link, another
+ * platform), the artifact's recipe.lua runs through this stepc's own library instead, and the
+ * output says so ("generated": false). */
+#include "runtime/api_run.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+
+typedef struct {
+  void *lib;
+  stepc_options (*options_default)(void);
+  stepc_status (*open)(const char *, const stepc_options *, stepc_t **);
+  void (*close)(stepc_t *);
+  const char *(*last_error)(const stepc_t *);
+  const char *(*status_name)(stepc_status);
+  stepc_status (*get_info)(const stepc_t *, stepc_info *);
+  stepc_status (*step)(stepc_t *, stepc_step_stats *);
+  stepc_status (*get_measure)(stepc_t *, stepc_measure *);
+} Api;
+
+#define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
+
+static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/libstep.so", dir);
+  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!api->lib) {
+    const char *e = dlerror();
+    snprintf(why, nwhy, "%s", e ? e : path);
+    return -1;
+  }
+  if (!SYM(options_default, "stepc_options_default") || !SYM(open, "stepc_open") || !SYM(close, "stepc_close") ||
+      !SYM(last_error, "stepc_last_error") || !SYM(status_name, "stepc_status_name") || !SYM(get_info, "stepc_get_info") ||
+      !SYM(step, "stepc_step") || !SYM(get_measure, "stepc_get_measure")) {
+    snprintf(why, nwhy, "%s does not export the stepc.h API", path);
+    dlclose(api->lib);
+    api->lib = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static void own_api(Api *api) {
+  *api = (Api){NULL,           stepc_options_default, stepc_open, stepc_close, stepc_last_error, stepc_status_name,
+               stepc_get_info, stepc_step,            stepc_get_measure};
+}
+
+stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out, FILE *progress, char *err, size_t nerr) {
+  Api api;
+  char why[600];
+  if (load_api(&api, dir, why, sizeof why) != 0) {
+    if (progress)
+      fprintf(progress, "stepc run: %s/libstep.so did not load (%s); running its recipe.lua through stepc's own library\n", dir,
+              why);
+    own_api(&api);
+  }
+  stepc_options opt = api.options_default();
+  opt.device = o->device;
+  opt.cpu_threads = o->threads;
+  stepc_t *s = NULL;
+  stepc_status st = api.open(dir, &opt, &s);
+  if (st != STEPC_OK) {
+    snprintf(err, nerr, "%s", api.last_error(s));
+    api.close(s);
+    if (api.lib) dlclose(api.lib);
+    return st;
+  }
+  stepc_info in;
+  api.get_info(s, &in);
+  int steps = o->steps > 0 ? o->steps : (int)in.train_iters;
+  if (o->json) {
+    fprintf(out, "{\"artifact\": ");
+    json_write_string(out, dir);
+    fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
+    json_write_string(out, in.gpu);
+    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"steps\": [", in.graph_mode, in.generated ? "true" : "false");
+  } else {
+    fprintf(out, "%s: %s%s%s (%s), %s\n", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
+            in.generated ? "the artifact's compiled step.c" : "stepc's library loop (no generated step)");
+  }
+  for (int i = 0; i < steps; i++) {
+    stepc_step_stats ss;
+    if ((st = api.step(s, &ss)) != STEPC_OK) {
+      snprintf(err, nerr, "%s", api.last_error(s));
+      break;
+    }
+    if (o->json)
+      fprintf(out, "%s{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"graph\": %s}", i ? ", " : "",
+              (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms, ss.replayed ? "true" : "false");
+    else
+      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms%s\n", (long long)ss.step, ss.loss, ss.lr,
+              ss.grad_norm, ss.ms, ss.replayed ? "  (graph)" : "");
+    fflush(out);
+  }
+  stepc_measure m;
+  api.get_measure(s, &m);
+  if (o->json)
+    fprintf(out, "], \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
+                 "\"replay_ops\": %lld, \"graph_nodes\": %lld}}\n",
+            (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
+            (long long)m.graph_nodes);
+  else if (st == STEPC_OK)
+    fprintf(out, "max allocated %.3f MB, arena %.3f MB, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
+            (double)m.arena_bytes / 1e6, (double)m.predicted_peak_bytes / 1e6,
+            strcmp(in.device, "cuda") ? " (fp32 plan on the CPU)" : "");
+  api.close(s);
+  if (api.lib) dlclose(api.lib);
+  return st;
+}

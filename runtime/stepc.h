@@ -1,0 +1,155 @@
+/* stepc.h — the public C API for embedding a compiled training step in a trainer.
+ *
+ * A step comes from an artifact directory written by `stepc build SPEC -o DIR` (recipe.lua,
+ * plan.json, kernels.sm_90.cubin, step.c, libstep.so), or, for convenience, straight from a
+ * recipe file and KEY=VALUE overrides. The same calls run it on the GPU (the planned arena,
+ * eager or one captured full-iteration CUDA graph) or on the CPU reference executor (fp32, the
+ * same schedule, freed memory poisoned).
+ *
+ *   stepc_options o = stepc_options_default();
+ *   o.device = STEPC_DEVICE_CPU;
+ *   stepc_t *s;
+ *   if (stepc_open("art/tiny", &o, &s) != STEPC_OK) { puts(stepc_last_error(s)); stepc_close(s); }
+ *   stepc_init_params(s, 1234);                  // or stepc_load_params / stepc_load_checkpoint
+ *   for (...) {
+ *     stepc_bind_batch(s, tokens, targets);      // optional: else the recipe's data (mock or data.path)
+ *     stepc_step(s, &st);                        // all micro-batches, then clip + AdamW
+ *   }
+ *   stepc_save_checkpoint(s, "ckpt");
+ *   stepc_close(s);
+ *
+ * Rules of the house: every function returns a stepc_status; on failure the handle keeps a
+ * message (stepc_last_error) until the next call that fails. The library never prints, never
+ * exits and never aborts on bad input. A handle is not thread-safe: use it from one thread at a
+ * time. C11; link libstep.so (an artifact) or libstepc_rt + libstepc_compiler (the build tree). */
+#ifndef STEPC_H
+#define STEPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STEPC_API_VERSION 1
+
+typedef enum {
+  STEPC_OK = 0,
+  STEPC_ERR_ARGUMENT = 1,    /* a NULL pointer, a size that does not match the step, a bad option */
+  STEPC_ERR_RECIPE = 2,      /* the recipe cannot be loaded or breaks a rule (the message lists why) */
+  STEPC_ERR_UNSUPPORTED = 3, /* the step needs something this backend does not run (names the op) */
+  STEPC_ERR_NO_DEVICE = 4,   /* device cuda: no CUDA driver or no GPU here */
+  STEPC_ERR_IO = 5,          /* a file cannot be read or written, or is malformed */
+  STEPC_ERR_MISMATCH = 6,    /* a checkpoint or artifact that belongs to another step */
+  STEPC_ERR_RUNTIME = 7,     /* a driver, cuBLASLt or executor failure; a non-finite loss */
+  STEPC_ERR_NOMEM = 8,
+} stepc_status;
+
+typedef enum {
+  STEPC_DEVICE_AUTO = 0, /* cuda when a GPU is there, else the CPU reference executor */
+  STEPC_DEVICE_CUDA = 1,
+  STEPC_DEVICE_CPU = 2,
+} stepc_device;
+
+typedef struct {
+  stepc_device device;
+  int cpu_threads;          /* CPU executor threads; 0 = 2 (results do not depend on it) */
+  int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration */
+  const char *cubin_cache;  /* cuda, recipe-opened steps: NVRTC's cache dir; NULL = default */
+  int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
+                               0 runs the same schedule through the library's interpreter loop */
+} stepc_options;
+
+/* The defaults: device AUTO, 2 threads, the recipe's graph mode, the generated step. */
+stepc_options stepc_options_default(void);
+
+typedef struct stepc stepc_t; /* opaque */
+
+/* ---- opening ---- */
+/* Opens the artifact directory `dir` (its recipe.lua; its cubin on cuda). On any status but
+ * STEPC_ERR_NOMEM, *out is a handle to read the message from and to close, even on failure;
+ * use it for nothing else after a failed open. */
+stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out);
+/* The same from a recipe file and overrides ("model.seq_length=128", ...); cuda compiles the
+ * kernels through NVRTC (cached). */
+stepc_status stepc_open_recipe(const char *recipe, const char *const *overrides, int noverrides,
+                               const stepc_options *opt, stepc_t **out);
+void stepc_close(stepc_t *s);
+/* The message of the last failure ("" when none). Valid until the next call on s. */
+const char *stepc_last_error(const stepc_t *s);
+const char *stepc_status_name(stepc_status st);
+
+/* ---- what the step is ---- */
+typedef struct {
+  const char *device;         /* "cuda" or "cpu" */
+  const char *gpu;            /* the GPU's name on cuda, "" on cpu */
+  const char *graph_mode;     /* "eager", "full_iteration" (cuda) or "cpu" */
+  int generated;              /* 1 when the compiled step.c is what runs */
+  int64_t micro_batch_size;   /* sequences per micro-batch */
+  int64_t seq_length;         /* tokens per sequence */
+  int64_t num_microbatches;   /* micro-batches per step (global_batch_size / micro_batch_size) */
+  int64_t vocab_size;
+  int64_t parameters;         /* parameter elements */
+  uint64_t seed;              /* train.seed */
+  int64_t train_iters;
+  int64_t step;               /* optimizer steps taken (restored by stepc_load_checkpoint) */
+} stepc_info;
+stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
+
+/* ---- parameters ---- */
+/* Weights from the seed (normal(0, 0.02), output projections scaled, norms 1, biases 0: the same
+ * on cpu and cuda); optimizer state, gradients and the step counter to zero. */
+stepc_status stepc_init_params(stepc_t *s, uint64_t seed);
+/* Parameters alone (the model, no optimizer state) as safetensors: tensor names are the
+ * parameter paths ("layers.0.self_attention.linear_qkv.weight"), dtypes the step's (BF16 for
+ * bf16 recipes). Loading takes F32 or BF16 for any float tensor; the fp32 master weights are set
+ * from the loaded values. Every parameter must be in the file, with its shape. */
+stepc_status stepc_save_params(stepc_t *s, const char *path);
+stepc_status stepc_load_params(stepc_t *s, const char *path);
+
+/* ---- checkpoints: parameters, optimizer state, step counter, RNG and data position ----
+ * dir/model.safetensors (as stepc_save_params), dir/optimizer.safetensors (fp32 master weights,
+ * Adam moments, the optimizer's step/lr/norm scalars), dir/state.json (step, seed, data source).
+ * A resumed run continues bitwise as the uninterrupted one would have (same device). */
+stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir);
+stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir);
+
+/* ---- data ---- */
+/* Binds the next step's batch: num_microbatches * micro_batch_size * seq_length int32 tokens
+ * and as many targets (the next token; a target outside [0, vocab) is ignored), micro-batch
+ * major. `count` is that element count (checked). The buffers are copied; the binding holds for
+ * one stepc_step. Without a binding a step draws from the recipe's data (mock tokens from
+ * train.seed, or data.path windows), a pure function of (seed, step). */
+stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count);
+
+/* ---- stepping ---- */
+typedef struct {
+  int64_t step;      /* 1-based, after this step */
+  double loss;       /* mean over micro-batches of the mean token loss */
+  double lr;         /* the learning rate this step used */
+  double grad_norm;  /* global L2 norm of the gradient before clipping */
+  double ms;         /* cuda: the step's GPU time (events); cpu: wall time */
+  int replayed;      /* cuda full_iteration: this step was a graph replay */
+} stepc_step_stats;
+/* One optimizer step: every micro-batch's forward and backward (gradients accumulate), the
+ * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. */
+stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
+
+/* ---- measurements ---- */
+typedef struct {
+  double last_step_ms;           /* as stepc_step_stats.ms */
+  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (arena + scratch +
+                                    cuBLASLt workspace); cpu: the fp32 arena */
+  int64_t arena_bytes;           /* the planned arena as allocated */
+  int64_t predicted_peak_bytes;  /* cuda: the memory plan's peak + cuBLASLt workspace;
+                                    cpu: the fp32 plan's peak */
+  int64_t replay_ops;            /* recompute replay ops per micro-batch */
+  int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
+} stepc_measure;
+stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
