@@ -4,8 +4,7 @@
  * gradients, moments, norm statistics and loss.
  *
  * Storage: one arena allocation holding the plan's buffers; a tensor lives at its plan
- * (buffer, offset), which must be sized at nominal dtype sizes (graph_plan_trivial(g, 0) until the
- * memory planner lands; swapping in the planned arena changes nothing here). Beside the arena the
+ * (buffer, offset), which must be sized at nominal dtype sizes (memplan_apply writes them). Beside the arena the
  * executor holds a small scratch of its own (norm/bias partial sums, global-norm partials, flash
  * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses, and the
  * current micro-batch's seed).
