@@ -11,7 +11,9 @@
  *   gpu_step scoped SPEC STEPS IMPL:MODULES[;IMPL:MODULES...] [KEY=VALUE ...]
  *                                         per setting (e.g. "transformer_engine:[attn];local:[]"):
  *                                         the recipe eagerly and with its scoped graphs, bitwise
- *                                         equal; the graph and node counts are printed
+ *                                         equal; the graph and node counts are printed. One
+ *                                         warm-up step unless K=V says otherwise; a run that
+ *                                         captured no graph fails
  * Exit 0 pass, 1 fail, 77 no GPU (ctest: skipped). --cache DIR sets NVRTC's cubin cache.
  *
  * Tolerances (grads). The GPU runs bf16 weights and activations with fp32 accumulation; the CPU
@@ -184,7 +186,7 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
 
 /* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state. */
 static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
-                       int *code) {
+                       int *code, int *ngraphs) {
   CpuData data;
   char err[1024];
   if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
@@ -211,6 +213,7 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
   printf("ran %d steps (%s, %d graphs, %d graph nodes)\n", steps,
          m == RT_MODE_EAGER ? "eager" : m == RT_MODE_FULL_ITERATION ? "full_iteration" : "scoped", rt_trainer_graph_count(tr),
          rt_trainer_graph_nodes(tr));
+  if (ngraphs) *ngraphs = rt_trainer_graph_count(tr);
   RtScopedStats sst;
   if (rt_trainer_scoped_stats(tr, &sst) == 0)
     printf("scoped: %d graphs (%d forward, %d backward), %ld nodes, %d ops graphed and %d eager per micro-batch\n", sst.graphs,
@@ -237,8 +240,8 @@ static int cmd_replay(const Spec *s, int steps, const char *cache) {
   unsigned char *s1 = NULL, *s2 = NULL, *s3 = NULL;
   size_t n1 = 0, n2 = 0, n3 = 0;
   int code = 0;
-  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code) ||
-      run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code))
+  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code, NULL) ||
+      run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code, NULL))
     return code;
   int ok = same("two eager runs", l1, l2, steps, s1, s2, n1) & same("full_iteration replay vs eager", l1, l3, steps, s1, s3, n1);
   free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
@@ -253,6 +256,7 @@ static int cmd_scoped(const char *path, const char *settings, const char *const 
   static Spec spec;
   const char *all[64];
   int n = 0;
+  all[n++] = "model.cuda_graph_warmup_steps=1"; /* every step after the first graphed; K=V below may change it */
   for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
   double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
   if (!l0 || !l1) return 1;
@@ -270,11 +274,18 @@ static int cmd_scoped(const char *path, const char *settings, const char *const 
     if (load_spec(path, all, n + 2, &spec)) return 1;
     unsigned char *s0 = NULL, *s1 = NULL;
     size_t n0 = 0, n1 = 0;
-    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code) || run_capture(&spec, steps, -1, cache, l1, &s1, &n1, &code))
+    int ngraphs = 0;
+    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL) ||
+        run_capture(&spec, steps, -1, cache, l1, &s1, &n1, &code, &ngraphs))
       return code ? code : 1;
     char what[200];
     snprintf(what, sizeof what, "%s %s vs eager", set, colon + 1);
-    ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
+    if (ngraphs == 0) { /* all steps were warm-up: nothing was compared */
+      printf("FAIL %-40s no graph was captured in %d steps (cuda_graph_warmup_steps %lld)\n", what, steps,
+             (long long)spec.model.cuda_graph_warmup_steps);
+      ok = 0;
+    } else
+      ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
     free(s0), free(s1);
   }
   free(l0), free(l1);
@@ -303,14 +314,14 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   unsigned char *s0 = NULL;
   size_t n0 = 0;
   int code = 0, ok = 1;
-  if (!l0 || !l1 || run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code)) return code ? code : 1;
+  if (!l0 || !l1 || run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL)) return code ? code : 1;
   for (int k = 0; k < ns; k++) {
     int m = n;
     for (int j = 0; j < 3 && settings[k][j]; j++) all[m++] = settings[k][j];
     if (load_spec(path, all, m, &spec)) return 1;
     unsigned char *s1 = NULL;
     size_t n1 = 0;
-    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code)) return code ? code : 1;
+    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL)) return code ? code : 1;
     char what[160];
     snprintf(what, sizeof what, "%s %s %s", settings[k][1], settings[k][2] ? settings[k][2] : "", "vs none");
     ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
