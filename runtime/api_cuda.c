@@ -36,29 +36,15 @@ static int dev_fail(stepc_t *s) {
 
 static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
 
-/* As rt_exec_enqueue_micro around the ops: the staged tokens and targets into their tensors, the
- * micro-batch index for the dropout seed; after the ops, the loss to its slot. */
-static int micro_begin(RtExec *x, int mb) {
-  const Graph *g = x->g;
-  x->micro = mb;
-  CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4);
-  return rt_copy_d2d(x->d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
-         rt_copy_d2d(x->d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4);
-}
-
-static int micro_end(RtExec *x, int mb) {
-  return rt_copy_d2d(x->d, x->losses + (CUdeviceptr)(mb * 4), rt_exec_ptr(x, x->g->loss), 4);
-}
-
 static int enqueue_generated(stepc_t *s) {
   ApiCuda *c = cu(s);
   for (int mb = 0; mb < c->x->nmb; mb++) {
     s->next_point = 0;
-    if (micro_begin(c->x, mb)) return dev_fail(s);
+    if (rt_exec_micro_begin(c->x, mb)) return dev_fail(s); /* inputs and dropout seed of this micro-batch */
     if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
     if (s->next_point != c->nmicro)
       return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
-    if (micro_end(c->x, mb)) return dev_fail(s);
+    if (rt_exec_micro_end(c->x, mb)) return dev_fail(s);
   }
   if (s->gen->tail((stepc_gen_ctx *)s)) return -1;
   if (s->next_point != c->npoints)

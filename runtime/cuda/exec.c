@@ -171,10 +171,10 @@ static int carve_scratch(RtExec *x) {
   x->gn_groups = 2 * (x->d->sm_count > 0 ? x->d->sm_count : 66);
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
-  int64_t sizes[7] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_sumsq > 0 ? x->n_sumsq : 1) * x->gn_groups * 4,
-                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4};
-  int64_t off[7], total = 0;
-  for (int i = 0; i < 7; i++) off[i] = total, total += align256(sizes[i]);
+  int64_t sizes[8] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_sumsq > 0 ? x->n_sumsq : 1) * x->gn_groups * 4,
+                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4, 8};
+  int64_t off[8], total = 0;
+  for (int i = 0; i < 8; i++) off[i] = total, total += align256(sizes[i]);
   x->scratch_bytes = total;
   if (rt_alloc(x->d, &x->scratch, (size_t)total, "the executor's scratch")) return RT_ERROR;
   CUdeviceptr s = x->scratch;
@@ -185,6 +185,7 @@ static int carve_scratch(RtExec *x) {
   x->seeds = s + (CUdeviceptr)off[4];
   x->losses = s + (CUdeviceptr)off[5];
   x->inputs = s + (CUdeviceptr)off[6];
+  x->seed_cur = s + (CUdeviceptr)off[7];
   return rt_memset0(x->d, x->scratch, (size_t)total);
 }
 
@@ -243,11 +244,16 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
 
 /* ---- running ---- */
 
-static int run_ops(RtExec *x, uint32_t mask) {
+static const uint32_t MICRO_PHASES =
+    IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
+
+int rt_exec_op_runs(const RtExec *x, int op) { return !x->skip[op] && DISPATCH[x->g->op[op].kind] != NULL; }
+
+int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases) {
   const Graph *g = x->g;
-  for (int o = 0; o < g->nop; o++) {
+  for (int o = first < 0 ? 0 : first; o <= last && o < g->nop; o++) {
     const Op *op = &g->op[o];
-    if (!(mask & IR_PHASE_BIT(op->tags.phase)) || x->skip[o]) continue;
+    if (!(phases & IR_PHASE_BIT(op->tags.phase)) || x->skip[o]) continue;
     if (DISPATCH[op->kind](x, op) != RT_OK) {
       char msg[sizeof x->d->err];
       snprintf(msg, sizeof msg, "%s", x->d->err);
@@ -258,21 +264,28 @@ static int run_ops(RtExec *x, uint32_t mask) {
   return RT_OK;
 }
 
-int rt_exec_enqueue_micro(RtExec *x, int micro) {
+int rt_exec_micro_begin(RtExec *x, int micro) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
-  x->micro = micro;
   CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)micro * 2 * x->ntok * 4);
-  if (rt_copy_d2d(d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
-      rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4))
-    return RT_ERROR;
-  uint32_t mask = IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
-  if (run_ops(x, mask)) return RT_ERROR;
-  return rt_copy_d2d(d, x->losses + (CUdeviceptr)(micro * 4), rt_exec_ptr(x, g->loss), 4);
+  return rt_copy_d2d(d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
+                 rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4) ||
+                 rt_copy_d2d(d, x->seed_cur, x->seeds + (CUdeviceptr)(8 * micro), 8)
+             ? RT_ERROR
+             : RT_OK;
+}
+
+int rt_exec_micro_end(RtExec *x, int micro) {
+  return rt_copy_d2d(x->d, x->losses + (CUdeviceptr)(micro * 4), rt_exec_ptr(x, x->g->loss), 4);
+}
+
+int rt_exec_enqueue_micro(RtExec *x, int micro) {
+  if (rt_exec_micro_begin(x, micro) || rt_exec_enqueue_ops(x, 0, x->g->nop - 1, MICRO_PHASES)) return RT_ERROR;
+  return rt_exec_micro_end(x, micro);
 }
 
 int rt_exec_enqueue_optimizer(RtExec *x) {
-  return run_ops(x, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
+  return rt_exec_enqueue_ops(x, 0, x->g->nop - 1, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
 }
 
 int rt_exec_enqueue_step(RtExec *x) {

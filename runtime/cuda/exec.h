@@ -4,10 +4,10 @@
  * gradients, moments, norm statistics and loss.
  *
  * Storage: one arena allocation holding the plan's buffers; a tensor lives at its plan
- * (buffer, offset), which must be sized at nominal dtype sizes (graph_plan_trivial(g, 0) until the
- * memory planner lands; swapping in the planned arena changes nothing here). Beside the arena the
+ * (buffer, offset), which must be sized at nominal dtype sizes (memplan_apply writes them). Beside the arena the
  * executor holds a small scratch of its own (norm/bias partial sums, global-norm partials, flash
- * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses).
+ * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses, and the
+ * current micro-batch's seed).
  *
  * Fusions the executor makes (each keeps the IR's result, only skips a round trip):
  *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
@@ -52,6 +52,16 @@ int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, cons
 int rt_exec_enqueue_step(RtExec *x);
 /* Enqueues one micro-batch (forward + backward) or the optimizer alone (tests). */
 int rt_exec_enqueue_micro(RtExec *x, int micro);
+/* rt_exec_enqueue_micro in pieces, for scoped graphs (scoped.h). micro_begin copies micro-batch
+ * `micro`'s staged tokens, targets and dropout seed into the fixed slots every op reads (so no
+ * launch depends on which micro-batch runs); enqueue_ops launches the ops with ids in
+ * [first, last] whose phase is in `phases` (IR_PHASE_BIT), skipping fused ones, in graph order;
+ * micro_end copies the loss to the micro-batch's slot. */
+int rt_exec_micro_begin(RtExec *x, int micro);
+int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases);
+int rt_exec_micro_end(RtExec *x, int micro);
+/* Whether op `op` launches anything (it is not fused into another op). */
+int rt_exec_op_runs(const RtExec *x, int op);
 int rt_exec_enqueue_optimizer(RtExec *x);
 /* Enqueues op o alone (nothing when it is fused into another). The caller keeps
  * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */

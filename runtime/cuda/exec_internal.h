@@ -22,11 +22,12 @@ struct RtExec {
   CUdeviceptr dsum;      /* (B, H, T) fp32, the widest attention backward's row sums */
   CUdeviceptr hp;        /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
   CUdeviceptr seeds;     /* (num_microbatches) u64 dropout seeds */
+  CUdeviceptr seed_cur;  /* u64: the seed of the micro-batch running now; dropout reads only this
+                            fixed slot, so a graph captured once serves every micro-batch */
   CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
   CUdeviceptr inputs;    /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;          /* B*T */
   int nmb;
-  int micro;             /* the micro-batch being enqueued (selects its seed) */
   /* per tensor */
   int *sink;             /* main gradient this weight gradient accumulates into, or -1 */
   int *alias;            /* tensor whose storage it uses (itself unless fused) */

@@ -86,9 +86,10 @@ int rt_op_rope(RtExec *x, const Op *op) {
 }
 
 /* DROPOUT and DROPOUT_BWD share the attributes (p, stream), so the backward regenerates the
- * forward's mask from the micro-batch's seed; the mask output is not written. */
+ * forward's mask from the micro-batch's seed (copied to seed_cur before the micro-batch's ops);
+ * the mask output is not written. */
 static int dropout(RtExec *x, const Op *op, RtKernel k) {
-  CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), seed = x->seeds + (CUdeviceptr)(8 * x->micro);
+  CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), seed = x->seed_cur;
   long n = (long)rt_numel(x, op->in[0]);
   float p = (float)op->a.f[0];
   unsigned id = (unsigned)op->a.i[0];

@@ -41,7 +41,8 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
   const Graph *g = rt_trainer_graph(tr);
   int steps = o->steps > 0 ? o->steps : (int)s->train.train_iters;
   int warm = (int)s->model.cuda_graph_warmup_steps;
-  const char *mode = rt_trainer_mode(tr) == RT_MODE_FULL_ITERATION ? "full_iteration" : "eager";
+  RtMode m = rt_trainer_mode(tr);
+  const char *mode = m == RT_MODE_FULL_ITERATION ? "full_iteration" : m == RT_MODE_SCOPED ? s->model.cuda_graph_impl : "eager";
   double *ms = calloc((size_t)steps + 1, sizeof *ms);
   int nms = 0;
   CudaRunStatus st = CUDA_RUN_OK;
@@ -75,6 +76,8 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
     double med = nms ? ms[nms / 2] : 0, tokens = (double)g->num_microbatches * (double)tensor_numel(&g->t[g->tokens]);
     double flops = step_flops(s, g);
     RtExec *x = rt_trainer_exec(tr);
+    RtScopedStats sst;
+    int sc_ok = rt_trainer_scoped_stats(tr, &sst) == 0;
     int64_t arena = rt_exec_arena_bytes(x), scratch = rt_exec_scratch_bytes(x), ws = (int64_t)rt_blas_workspace_bytes(d);
     int64_t reserved = used - d->used_at_open;
     int64_t predicted = rt_trainer_planned_peak(tr) + ws; /* the plan's peak live bytes + the GEMM workspace */
@@ -83,10 +86,10 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
                    "\"flops_per_step\": %.6e, \"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
                    "\"cublaslt_workspace_bytes\": %lld, \"max_reserved_bytes\": %lld, \"device_used_bytes\": %lld, "
                    "\"predicted_peak_bytes\": %lld, \"predicted_peak_source\": \"memory plan peak + cuBLASLt workspace\", "
-                   "\"replay_ops\": %d, \"graph_nodes\": %d, \"mode\": \"%s\"}}\n",
+                   "\"replay_ops\": %d, \"graphs\": %d, \"graph_nodes\": %d, \"eager_ops_per_micro\": %d, \"mode\": \"%s\"}}\n",
               nms, med, med > 0 ? tokens / med * 1e3 : 0, med > 0 ? flops / med / 1e9 : 0, flops, (long long)d->max_allocated,
               (long long)arena, (long long)scratch, (long long)ws, (long long)reserved, (long long)used, (long long)predicted,
-              rt_trainer_replay_ops(tr), rt_trainer_graph_nodes(tr), mode);
+              rt_trainer_replay_ops(tr), rt_trainer_graph_count(tr), rt_trainer_graph_nodes(tr), sc_ok ? sst.eager_ops : -1, mode);
     } else if (nms) {
       fprintf(out, "measured over %d steady-state steps after %d warm-up step%s (%s on %s):\n", nms, warm, warm == 1 ? "" : "s", mode, d->name);
       fprintf(out, "  median step        %10.3f ms   (CUDA events around each step's GPU work)\n", med);
@@ -101,7 +104,12 @@ CudaRunStatus cuda_run(const Spec *s, const CudaRunOptions *o, FILE *out, FILE *
               (double)predicted / 1e9, (double)rt_trainer_planned_peak(tr) / 1e9, (double)ws / 1e9,
               predicted > 0 ? (double)d->max_allocated / (double)predicted : 0);
       if (rt_trainer_replay_ops(tr)) fprintf(out, "  recompute          %10d replay ops per micro-batch\n", rt_trainer_replay_ops(tr));
-      if (rt_trainer_graph_nodes(tr)) fprintf(out, "  graph              %10d nodes, replayed each step\n", rt_trainer_graph_nodes(tr));
+      if (sc_ok)
+        fprintf(out, "  graphs             %10d      (%d forward, %d backward: one per scope instance, launched every micro-batch; "
+                     "%ld nodes; %d ops graphed, %d eager per micro-batch)\n",
+                sst.graphs, sst.forward, sst.backward, sst.nodes, sst.graphed_ops, sst.eager_ops);
+      else if (rt_trainer_graph_nodes(tr))
+        fprintf(out, "  graph              %10d nodes, replayed each step\n", rt_trainer_graph_nodes(tr));
     } else {
       fprintf(out, "no steady-state steps to measure (--steps %d <= cuda_graph_warmup_steps %d)\n", steps, warm);
     }

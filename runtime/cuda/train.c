@@ -25,8 +25,10 @@ struct RtTrainer {
   int warmup;
   RecomputeResult rr;  /* the recipe's checkpoint regions and replays */
   Schedule sc;
+  ScopeResult sr;      /* CUDA-graph scopes; their static outputs are pinned in the plan */
   MemPlan mp;          /* the arena offsets every tensor runs at, and the predicted peak */
   RtGraph graph;
+  RtScoped *scoped;    /* scoped mode */
   bool captured;
   RtTimer timer;
   int32_t *tok, *tg; /* (num_microbatches, B*T) */
@@ -42,7 +44,27 @@ RtDevice *rt_trainer_device(RtTrainer *tr) { return &tr->d; }
 RtExec *rt_trainer_exec(RtTrainer *tr) { return tr->x; }
 const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->g; }
 RtMode rt_trainer_mode(const RtTrainer *tr) { return tr->mode; }
-int rt_trainer_graph_nodes(const RtTrainer *tr) { return tr->captured ? (int)tr->graph.nodes : 0; }
+int rt_trainer_graph_nodes(const RtTrainer *tr) {
+  if (!tr->captured) return 0;
+  if (tr->scoped) {
+    RtScopedStats st;
+    rt_scoped_stats(tr->scoped, &st);
+    return (int)st.nodes;
+  }
+  return (int)tr->graph.nodes;
+}
+int rt_trainer_graph_count(const RtTrainer *tr) {
+  if (!tr->captured) return 0;
+  if (!tr->scoped) return 1;
+  RtScopedStats st;
+  rt_scoped_stats(tr->scoped, &st);
+  return st.graphs;
+}
+int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st) {
+  if (!tr->scoped) return -1;
+  rt_scoped_stats(tr->scoped, st);
+  return 0;
+}
 int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return tr->mp.peak; }
 int rt_trainer_replay_ops(const RtTrainer *tr) { return tr->rr.nreplay_total; }
 
@@ -50,11 +72,13 @@ void rt_trainer_free(RtTrainer *tr) {
   if (!tr) return;
   if (tr->d.lib) {
     rt_graph_destroy(&tr->d, &tr->graph);
+    rt_scoped_free(tr->scoped);
     rt_timer_free(&tr->d, &tr->timer);
     rt_exec_free(tr->x);
     rt_close(&tr->d);
   }
   memplan_free(&tr->mp);
+  scope_free(&tr->sr);
   schedule_free(&tr->sc);
   recompute_result_free(&tr->rr);
   graph_free(tr->g);
@@ -85,6 +109,23 @@ static int load_kernels(RtDevice *d, const char *cache_dir) {
   return rc;
 }
 
+/* `stepc run` does not run `stepc check`'s graph checks, so the scoped mode runs them itself:
+ * a checkpoint region that crosses a scope, or an RNG-drawing replay inside one (STEPC-40..42),
+ * is refused with the first error's message. */
+static int check_scopes(RtTrainer *tr, const Spec *s, char *err, size_t nerr) {
+  DiagList d;
+  diag_init(&d);
+  int n = scope_check(tr->g, s, &tr->sc, &tr->rr, &tr->sr, &d);
+  if (n > 0)
+    for (int i = 0; i < d.n; i++)
+      if (d.items[i].severity == DIAG_ERROR) {
+        snprintf(err, nerr, "[%s] %s", d.items[i].rule, d.items[i].message);
+        break;
+      }
+  diag_free(&d);
+  return n > 0 ? -1 : 0;
+}
+
 RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override, RtTrainStatus *status,
                           char *err, size_t nerr) {
   *status = RT_TRAIN_ERROR;
@@ -96,13 +137,8 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   const char *impl = s->model.cuda_graph_impl;
   if (mode_override >= 0) tr->mode = (RtMode)mode_override;
   else if (strcmp(impl, "full_iteration") == 0) tr->mode = RT_MODE_FULL_ITERATION;
-  else if (strcmp(impl, "none") == 0 || !impl[0]) tr->mode = RT_MODE_EAGER;
-  else {
-    *status = RT_TRAIN_UNSUPPORTED;
-    snprintf(err, nerr, "model.cuda_graph_impl=%s (per-module scoped graphs) is not built yet on CUDA; use none or full_iteration", impl);
-    free(tr);
-    return NULL;
-  }
+  else if (strcmp(impl, "local") == 0 || strcmp(impl, "transformer_engine") == 0) tr->mode = RT_MODE_SCOPED;
+  else tr->mode = RT_MODE_EAGER;
   tr->warmup = (int)s->model.cuda_graph_warmup_steps;
   tr->data = data;
   tr->seed = (uint64_t)s->train.seed;
@@ -113,11 +149,18 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     return NULL;
   }
   /* The planned step, as `stepc plan` reports it: recompute replays in place, one schedule (the
-   * executor runs the graph's order, which is the schedule's), arena offsets at nominal dtypes. */
+   * executor runs the graph's order, which is the schedule's), the recipe's graph scopes (their
+   * static outputs pinned, whichever mode runs, so that an eager run of a scoped recipe runs at
+   * the very offsets its graphs do), arena offsets at nominal dtypes. */
   RecomputeConfig rc_cfg;
   recompute_config_from_spec(s, &rc_cfg);
   if (recompute_apply(tr->g, &rc_cfg, &tr->rr, err, nerr) != 0 || schedule_build(tr->g, s, &tr->sc, err, nerr) != 0 ||
-      memplan_build(tr->g, &tr->sc, NULL, 0, &tr->mp, err, nerr) != 0 || memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
+      scope_build(tr->g, s, &tr->sc, &tr->sr, err, nerr) != 0 ||
+      memplan_build(tr->g, &tr->sc, &tr->sr, 0, &tr->mp, err, nerr) != 0 || memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  if (tr->mode == RT_MODE_SCOPED && check_scopes(tr, s, err, nerr)) {
     rt_trainer_free(tr);
     return NULL;
   }
@@ -135,6 +178,11 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
       rt_exec_init_params(tr->x, tr->seed)) {
     *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
     snprintf(err, nerr, "%s", tr->d.err);
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  if (tr->mode == RT_MODE_SCOPED && !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->g, &tr->sc, &tr->sr, err, nerr))) {
+    *status = RT_TRAIN_UNSUPPORTED;
     rt_trainer_free(tr);
     return NULL;
   }
@@ -179,7 +227,11 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
   RtDevice *d = &tr->d;
   tr->step++;
   if (rt_trainer_stage(tr, tr->step, err, nerr)) return -1;
-  bool replay = tr->mode == RT_MODE_FULL_ITERATION && tr->step > tr->warmup;
+  bool replay = tr->mode != RT_MODE_EAGER && tr->step > tr->warmup;
+  if (replay && tr->scoped && !tr->captured) {
+    if (rt_scoped_capture(tr->scoped)) return fail(tr, err, nerr);
+    tr->captured = true;
+  }
   if (replay && !tr->captured) {
     /* Capture once; the step counter, LR and seeds live in device memory, so every replay is
      * the next step. */
@@ -192,7 +244,8 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
     tr->captured = true;
   }
   if (rt_timer_start(d, &tr->timer)) return fail(tr, err, nerr);
-  if (replay ? rt_graph_launch(d, &tr->graph) : rt_exec_enqueue_step(tr->x)) return fail(tr, err, nerr);
+  int rc = !replay ? rt_exec_enqueue_step(tr->x) : tr->scoped ? rt_scoped_enqueue_step(tr->scoped) : rt_graph_launch(d, &tr->graph);
+  if (rc) return fail(tr, err, nerr);
   if (rt_timer_stop(d, &tr->timer, &st->ms)) return fail(tr, err, nerr);
   if (rt_exec_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
   double lr = 0, gn = 0, loss = 0;

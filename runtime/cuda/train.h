@@ -1,6 +1,7 @@
 /* train.h — training on the GPU: the step graph lowered and planned, the kernels compiled
  * (NVRTC, cached) and loaded, parameters initialised as the CPU executor does, then steps run
- * eagerly or as one captured full-iteration CUDA graph (model.cuda_graph_impl). */
+ * eagerly, as one captured full-iteration CUDA graph, or with one captured graph per scope
+ * instance (model.cuda_graph_impl). */
 #ifndef STEPC_RT_CUDA_TRAIN_H
 #define STEPC_RT_CUDA_TRAIN_H
 
@@ -10,6 +11,7 @@
 
 #include "runtime/cpu/train.h"
 #include "runtime/cuda/exec.h"
+#include "runtime/cuda/scoped.h"
 #include "spec.h"
 
 typedef enum {
@@ -19,7 +21,8 @@ typedef enum {
   RT_TRAIN_ERROR,       /* anything else; the message says what */
 } RtTrainStatus;
 
-typedef enum { RT_MODE_EAGER, RT_MODE_FULL_ITERATION } RtMode;
+/* RT_MODE_SCOPED: per-module graphs (cuda_graph_impl local / transformer_engine, scoped.h). */
+typedef enum { RT_MODE_EAGER, RT_MODE_FULL_ITERATION, RT_MODE_SCOPED } RtMode;
 
 typedef struct {
   int64_t step;
@@ -35,8 +38,9 @@ typedef struct RtTrainer RtTrainer;
 RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override, RtTrainStatus *status,
                           char *err, size_t nerr);
 void rt_trainer_free(RtTrainer *tr);
-/* One optimizer step (all micro-batches). Eager for the first cuda_graph_warmup_steps steps, then
- * in full_iteration mode the step is captured once and replayed every step after. */
+/* One optimizer step (all micro-batches). Eager for the first cuda_graph_warmup_steps steps; then
+ * in full_iteration mode the step is captured once and replayed every step after, in scoped mode
+ * every scope instance is captured once and launched for every micro-batch after. */
 int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr);
 /* Stages step `step`'s inputs and seeds without running anything (tests drive rt_exec_*). */
 int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr);
@@ -45,7 +49,11 @@ RtDevice *rt_trainer_device(RtTrainer *tr);
 RtExec *rt_trainer_exec(RtTrainer *tr);
 const Graph *rt_trainer_graph(const RtTrainer *tr);
 RtMode rt_trainer_mode(const RtTrainer *tr);
-int rt_trainer_graph_nodes(const RtTrainer *tr); /* nodes of the captured graph, 0 before capture */
+int rt_trainer_graph_nodes(const RtTrainer *tr); /* nodes of the captured graph(s), 0 before capture */
+int rt_trainer_graph_count(const RtTrainer *tr); /* captured graphs: 0 before capture, 1 full_iteration */
+/* Scoped mode after capture: graphs, forward/backward ones, nodes, eager and graphed ops per
+ * micro-batch. 0, or -1 when the trainer is not scoped. */
+int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st);
 /* The memory plan's peak live bytes (the prediction beside the measurement) and replay ops. */
 int64_t rt_trainer_planned_peak(const RtTrainer *tr);
 int rt_trainer_replay_ops(const RtTrainer *tr);

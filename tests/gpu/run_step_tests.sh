@@ -4,7 +4,8 @@
 #   tests/gpu/run_step_tests.sh
 # BUILD (default build) holds gpu_step and stepc, built elsewhere if this machine has no Lua.
 # GPL3 is the text file of the 200-step run (default /usr/share/common-licenses/GPL-3, else
-# tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). Exit 0 when every test passed.
+# tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). ONLY=REGEX runs only the tests whose
+# name matches. Exit 0 when every test that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -18,10 +19,11 @@ GPT_LIKE="model.normalization=LayerNorm model.gated_linear_unit=false model.acti
 fails=0
 run() { # NAME CMD...
   local name=$1; shift
+  [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
   echo "== $name: $*" | tee -a "$DEST/summary.log"
   timeout 300 "$@" >"$DEST/$name.log" 2>&1
   local rc=$?
-  grep -E "^(PASS|FAIL|SKIP)" "$DEST/$name.log" | grep -vE "^PASS (layers|embedding|output|final)" | tail -4 | tee -a "$DEST/summary.log"
+  grep -E "^(PASS|FAIL|SKIP)" "$DEST/$name.log" | grep -vE "^PASS (layers|embedding|output|final)" | tail -6 | tee -a "$DEST/summary.log"
   echo "-- $name exit $rc" | tee -a "$DEST/summary.log"
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
@@ -31,11 +33,21 @@ run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_atte
 run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
 run replay_flash $STEP replay models/tiny.lua 8 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+# scoped graphs (local / transformer_engine) vs eager on the same plan: whole layer, attn, mlp, both;
+# with dropout inside the graphs (two micro-batches: each replay must read its micro-batch's seed),
+# and with the recompute labels that per-layer graphs allow (their replays inside the graphs)
+SCOPES="transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp];transformer_engine:[attn,mlp];local:[]"
+run scoped_dropout $STEP scoped models/tiny.lua 6 "$SCOPES" model.hidden_dropout=0.1
+run scoped_recompute $STEP scoped models/tiny.lua 4 "$SCOPES" model.recompute_granularity=selective "model.recompute_modules=[core_attn,mlp]"
+run scoped_recompute_ln $STEP scoped models/tiny.lua 4 "$SCOPES" model.hidden_dropout=0.1 model.recompute_granularity=selective "model.recompute_modules=[layernorm]"
+run scoped_flash $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp]" model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
 run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
 run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
-tail -25 "$DEST/cli_tiny_graph.log"
+run cli_tiny_scoped $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
+[ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
+[ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
 echo "== $fails failed" | tee -a "$DEST/summary.log"
 exit $((fails > 0))

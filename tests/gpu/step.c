@@ -8,6 +8,12 @@
  *   gpu_step replay SPEC STEPS [KEY=VALUE ...]
  *                                         eager twice and full_iteration once: losses and every
  *                                         final parameter, master and moment bitwise equal
+ *   gpu_step scoped SPEC STEPS IMPL:MODULES[;IMPL:MODULES...] [KEY=VALUE ...]
+ *                                         per setting (e.g. "transformer_engine:[attn];local:[]"):
+ *                                         the recipe eagerly and with its scoped graphs, bitwise
+ *                                         equal; the graph and node counts are printed. One
+ *                                         warm-up step unless K=V says otherwise; a run that
+ *                                         captured no graph fails
  * Exit 0 pass, 1 fail, 77 no GPU (ctest: skipped). --cache DIR sets NVRTC's cubin cache.
  *
  * Tolerances (grads). The GPU runs bf16 weights and activations with fp32 accumulation; the CPU
@@ -180,7 +186,7 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
 
 /* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state. */
 static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
-                       int *code) {
+                       int *code, int *ngraphs) {
   CpuData data;
   char err[1024];
   if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
@@ -206,7 +212,15 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
       if (rt_copy_d2h(d, p, rt_exec_ptr(x, i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
       p += g->t[i].bytes;
     }
-  printf("ran %d steps (%s, %d graph nodes)\n", steps, mode == RT_MODE_EAGER ? "eager" : "full_iteration", rt_trainer_graph_nodes(tr));
+  RtMode m = rt_trainer_mode(tr);
+  printf("ran %d steps (%s, %d graphs, %d graph nodes)\n", steps,
+         m == RT_MODE_EAGER ? "eager" : m == RT_MODE_FULL_ITERATION ? "full_iteration" : "scoped", rt_trainer_graph_count(tr),
+         rt_trainer_graph_nodes(tr));
+  if (ngraphs) *ngraphs = rt_trainer_graph_count(tr);
+  RtScopedStats sst;
+  if (rt_trainer_scoped_stats(tr, &sst) == 0)
+    printf("scoped: %d graphs (%d forward, %d backward), %ld nodes, %d ops graphed and %d eager per micro-batch\n", sst.graphs,
+           sst.forward, sst.backward, sst.nodes, sst.graphed_ops, sst.eager_ops);
   *state = buf;
   *nstate = total;
   rt_trainer_free(tr);
@@ -230,13 +244,59 @@ static int cmd_replay(const Spec *s, int steps, const char *cache) {
   size_t n1 = 0, n2 = 0, n3 = 0;
   int code = 0;
   int ok = 0;
-  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code) ||
-      run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code)) {
+  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code, NULL) ||
+      run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code, NULL)) {
     free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
     return code; /* 77 without a GPU: nothing may leak on the way out (the sanitizer build runs this) */
   }
   ok = same("two eager runs", l1, l2, steps, s1, s2, n1) & same("full_iteration replay vs eager", l1, l3, steps, s1, s3, n1);
   free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
+  return ok ? 0 : 1;
+}
+
+/* Scoped graphs against eager, per setting: the same spec (so the same plan, static graph outputs
+ * pinned in both) run eagerly and with one graph per scope instance after the warm-up; two
+ * micro-batches per step in tiny, so a graph replayed for the second micro-batch must read that
+ * micro-batch's inputs and dropout seed. */
+static int cmd_scoped(const char *path, const char *settings, const char *const *ov, int nov, int steps, const char *cache) {
+  static Spec spec;
+  const char *all[64];
+  int n = 0;
+  all[n++] = "model.cuda_graph_warmup_steps=1"; /* every step after the first graphed; K=V below may change it */
+  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
+  if (!l0 || !l1) return 1;
+  int ok = 1, code = 0;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", settings);
+  for (char *save = NULL, *set = strtok_r(buf, ";", &save); set; set = strtok_r(NULL, ";", &save)) {
+    char *colon = strchr(set, ':');
+    if (!colon) return fprintf(stderr, "gpu_step scoped: setting '%s' is not IMPL:MODULES\n", set), 2;
+    *colon = 0;
+    char impl[96], mods[160];
+    snprintf(impl, sizeof impl, "model.cuda_graph_impl=%s", set);
+    snprintf(mods, sizeof mods, "model.cuda_graph_modules=%s", colon + 1);
+    all[n] = impl, all[n + 1] = mods;
+    if (load_spec(path, all, n + 2, &spec)) return 1;
+    unsigned char *s0 = NULL, *s1 = NULL;
+    size_t n0 = 0, n1 = 0;
+    int ngraphs = 0;
+    if (run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL) ||
+        run_capture(&spec, steps, -1, cache, l1, &s1, &n1, &code, &ngraphs)) {
+      free(s0), free(s1), free(l0), free(l1); /* 77 without a GPU: leak nothing (ASan build) */
+      return code ? code : 1;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "%s %s vs eager", set, colon + 1);
+    if (ngraphs == 0) { /* all steps were warm-up: nothing was compared */
+      printf("FAIL %-40s no graph was captured in %d steps (cuda_graph_warmup_steps %lld)\n", what, steps,
+             (long long)spec.model.cuda_graph_warmup_steps);
+      ok = 0;
+    } else
+      ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
+    free(s0), free(s1);
+  }
+  free(l0), free(l1);
   return ok ? 0 : 1;
 }
 
@@ -262,7 +322,7 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   unsigned char *s0 = NULL;
   size_t n0 = 0;
   int code = 0, ok = 1;
-  if (!l0 || !l1 || run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code)) {
+  if (!l0 || !l1 || run_capture(&spec, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL)) {
     free(l0), free(l1), free(s0);
     return code ? code : 1;
   }
@@ -271,7 +331,7 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
     for (int j = 0; j < 3 && settings[k][j]; j++) all[m++] = settings[k][j];
     unsigned char *s1 = NULL;
     size_t n1 = 0;
-    if (load_spec(path, all, m, &spec) || run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code)) {
+    if (load_spec(path, all, m, &spec) || run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL)) {
       free(l0), free(l1), free(s0), free(s1);
       return code ? code : 1;
     }
@@ -289,10 +349,14 @@ int main(int argc, char **argv) {
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | recompute SPEC STEPS [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
+  if (strcmp(cmd, "scoped") == 0) {
+    if (argc - a < 4) return fprintf(stderr, "gpu_step scoped: missing STEPS or IMPL:MODULES\n"), 2;
+    return cmd_scoped(path, argv[a + 3], (const char *const *)argv + a + 4, argc - a - 4, atoi(argv[a + 2]), cache);
+  }
   if (strcmp(cmd, "recompute") == 0) {
     if (argc - a < 3) return fprintf(stderr, "gpu_step recompute: missing STEPS\n"), 2;
     return cmd_recompute(path, (const char *const *)argv + a + 3, argc - a - 3, atoi(argv[a + 2]), cache);

@@ -1,0 +1,41 @@
+/* scoped.h — per-module scoped CUDA graphs (model.cuda_graph_impl = local / transformer_engine):
+ * every scope instance of the plan (compiler/scope.c: one layer's forward part, or its backward
+ * part with the replays placed inside it) is captured once as its own CUDA graph, and the step
+ * runs as eager launches for the ops outside scopes and one graph launch per scope instance, for
+ * every micro-batch.
+ *
+ * Why one graph per instance serves every micro-batch and step: every tensor lives at its planned
+ * arena offset, the micro-batch's tokens, targets and dropout seed are copied into fixed slots
+ * before its ops (rt_exec_micro_begin), and nothing a captured op launches reads a host value
+ * that changes (the LR and step counter are device memory, and optimizer ops run eagerly). */
+#ifndef STEPC_RT_CUDA_SCOPED_H
+#define STEPC_RT_CUDA_SCOPED_H
+
+#include <stddef.h>
+
+#include "plan.h"
+#include "runtime/cuda/exec.h"
+
+typedef struct RtScoped RtScoped;
+
+/* Cuts the micro program of sc into eager runs and scope instances of sr. Nothing is captured
+ * yet. NULL with a message in err (instances that overlap, an order the executor does not run). */
+RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const Schedule *sc, const ScopeResult *sr, char *err, size_t nerr);
+void rt_scoped_free(RtScoped *s);
+/* Captures every instance's graph (once; a no-op after). Nothing runs: capture only records. */
+int rt_scoped_capture(RtScoped *s);
+int rt_scoped_captured(const RtScoped *s);
+/* Enqueues the whole step: per micro-batch its inputs, eager runs and graph launches in schedule
+ * order, its loss; then the reduce and optimizer ops eagerly. Needs rt_scoped_capture first. */
+int rt_scoped_enqueue_step(RtScoped *s);
+
+/* After capture: graphs (instances with at least one launch), forward / backward ones, and their
+ * nodes; eager ops per micro-batch (ops outside every scope that launch something). */
+typedef struct {
+  int graphs, forward, backward;
+  long nodes;
+  int eager_ops, graphed_ops;
+} RtScopedStats;
+void rt_scoped_stats(const RtScoped *s, RtScopedStats *st);
+
+#endif
