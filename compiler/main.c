@@ -54,8 +54,8 @@ static const char *const USAGE =
     "\n"
     "SPEC is a recipe file (models/llama3_2_1b.lua). KEY=VALUE overrides follow it in the Hydra style:\n"
     "  model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp] model.fp8=null\n"
-    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O error,\n"
-    "5 a check failed (run --gradcheck).\n";
+    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O or\n"
+    "internal error, no CUDA device, or a feature not built yet, 5 a check failed (run --gradcheck).\n";
 
 typedef struct {
   const char *spec;
