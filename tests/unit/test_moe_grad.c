@@ -17,29 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "autodiff.h"
-#include "ops/ops.h"
-#include "runtime/cpu/train.h"
+#include "op_gradcheck.h"
 
-#define TOL 1e-5
-
-typedef struct {
-  Graph *g;
-  int n, outs[4], seeds[4];
-} Obj;
-
-static uint64_t rng_state;
-static int64_t rnd(int64_t lo, int64_t hi) { /* inclusive */
-  rng_state = ops_mix64(rng_state);
-  return lo + (int64_t)(rng_state % (uint64_t)(hi - lo + 1));
-}
-
-static int param(Graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-  int64_t sh[4] = {d0, d1, d2, d3};
-  return graph_param(g, name, DT_F32, ndim, sh, IR_INIT_NORMAL, 1.0);
-}
-
-/* A random routing map (T, k): k distinct experts per token, in [0, E). */
 static int routing_input(Graph *g, int64_t t, int64_t k) {
   int64_t sh[2] = {t, k};
   return graph_tensor(g, "routing.idx", DT_I32, ROLE_INPUT, 2, sh);
@@ -61,62 +40,23 @@ static void fill_routing(CpuExec *e, const Graph *g, int idx, int64_t ne) {
     }
 }
 
-static double objective(CpuExec *e, void *ctx) {
-  Obj *o = ctx;
-  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
-  double s = 0;
-  for (int i = 0; i < o->n; i++)
-    for (int64_t j = 0, n = tensor_numel(&o->g->t[o->outs[i]]); j < n; j++)
-      s += cpu_exec_get(e, o->outs[i], j) * cpu_exec_get(e, o->seeds[i], j);
-  return s;
+typedef struct {
+  int idx;
+  int64_t ne;
+} RouteFill;
+
+static void fill_route(CpuExec *e, const Graph *g, void *ctx) {
+  const RouteFill *f = ctx;
+  if (f->idx >= 0) fill_routing(e, g, f->idx, f->ne);
 }
 
 /* Differentiates outputs `outs` of g and checks every param; idx (or -1) gets a routing map over
  * ne experts. Frees g. */
 static int check(const char *what, Graph *g, const int *outs, int nout, int idx, int64_t ne) {
-  Obj o = {.g = g, .n = nout};
-  graph_set_phase(g, IR_PHASE_BACKWARD);
-  for (int i = 0; i < nout; i++) {
-    char name[IR_NAME_MAX];
-    snprintf(name, sizeof name, "%s.seed", g->t[outs[i]].name);
-    o.outs[i] = outs[i];
-    o.seeds[i] = graph_tensor(g, name, DT_F32, ROLE_INPUT, g->t[outs[i]].ndim, g->t[outs[i]].shape);
-  }
-  if (g->err[0] || autodiff_build(g, o.outs, o.seeds, nout) != 0) {
-    printf("%-52s FAILED to build: %s\n", what, g->err);
-    graph_free(g);
-    return 1;
-  }
-  graph_plan_trivial(g, 8);
-  char err[256];
-  CpuExec *e = cpu_exec_new(g, CPU_F64, 2, err, sizeof err);
-  if (!e) {
-    printf("%-52s FAILED: %s\n", what, err);
-    graph_free(g);
-    return 1;
-  }
-  cpu_exec_init_params(e, rng_state);
-  if (idx >= 0) fill_routing(e, g, idx, ne);
-  for (int i = 0; i < nout; i++)
-    for (int64_t j = 0, n = tensor_numel(&g->t[o.seeds[i]]); j < n; j++)
-      cpu_exec_set(e, o.seeds[i], j, (double)rnd(-1000, 1000) / 1000.0);
-  cpu_exec_set_key(e, 99, 1, 0);
-  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
-  GradcheckOptions opt = {.elements = 3, .h = 1e-5};
-  GradcheckRow *rows = NULL;
-  int nrows = 0;
-  double worst = cpu_gradcheck_exec(e, g, objective, &o, 1.0, &opt, &rows, &nrows);
-  int bad = !(worst >= 0 && worst <= TOL) || nrows == 0;
-  printf("%-52s worst rel %.2e over %d param(s)%s\n", what, worst, nrows, bad ? "  FAILED" : "");
-  for (int i = 0; bad && i < nrows; i++)
-    printf("    %-40s %.3e fd %.9e an %.9e\n", rows[i].name, rows[i].worst_rel, rows[i].fd, rows[i].an);
-  free(rows);
-  cpu_exec_free(e);
-  graph_free(g);
-  return bad;
+  RouteFill f = {idx, ne};
+  return opcheck_run(what, 52, g, outs, nout, fill_route, &f);
 }
 
-/* The capacity variants every routed op is checked under. */
 typedef struct {
   int64_t cap;
   int pad, policy;

@@ -2,96 +2,37 @@
  * since its -inf outputs cannot be weighted directly) against central finite differences in fp64,
  * with fresh random shapes and inputs each run. The seed is printed; STEPC_TEST_SEED=N reruns one.
  *
- * Objective: sum_i <out_i, R_i> for fixed random R_i, so that every output element is checked.
- * Tolerance 1e-5: in fp64 with h = 1e-5 the central difference's truncation error is ~h^2 f''' ~
- * 1e-10 and round-off ~1e-16 |f| / h ~ 1e-10 relative to the objective, so a correct rule sits at
- * 1e-11..1e-7 (largest for small gradient elements, e.g. LayerNorm over few channels); a wrong rule
- * is off by O(1). */
+ * Objective and tolerance (1e-5, with its reason): op_gradcheck.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "autodiff.h"
-#include "ops/ops.h"
-#include "runtime/cpu/train.h"
-
-#define TOL 1e-5
-
-typedef struct {
-  Graph *g;
-  int n, outs[4], seeds[4];
-} Obj;
-
-static uint64_t rng_state;
-static int64_t rnd(int64_t lo, int64_t hi) { /* inclusive */
-  rng_state = ops_mix64(rng_state);
-  return lo + (int64_t)(rng_state % (uint64_t)(hi - lo + 1));
-}
-
-static int param(Graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-  int64_t sh[4] = {d0, d1, d2, d3};
-  return graph_param(g, name, DT_F32, ndim, sh, IR_INIT_NORMAL, 1.0);
-}
+#include "op_gradcheck.h"
 
 static int input_ids(Graph *g, const char *name, int64_t b, int64_t t) {
   int64_t sh[2] = {b, t};
   return graph_tensor(g, name, DT_I32, ROLE_INPUT, 2, sh);
 }
 
-static double objective(CpuExec *e, void *ctx) {
-  Obj *o = ctx;
-  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
-  double s = 0;
-  for (int i = 0; i < o->n; i++)
-    for (int64_t j = 0, n = tensor_numel(&o->g->t[o->outs[i]]); j < n; j++)
-      s += cpu_exec_get(e, o->outs[i], j) * cpu_exec_get(e, o->seeds[i], j);
-  return s;
+typedef struct {
+  const int *ids;
+  int nids;
+  int64_t vocab;
+} IdFill;
+
+static void fill_ids(CpuExec *e, const Graph *g, void *ctx) {
+  const IdFill *f = ctx;
+  for (int i = 0; i < f->nids; i++)
+    for (int64_t j = 0, n = tensor_numel(&g->t[f->ids[i]]); j < n; j++) cpu_exec_set(e, f->ids[i], j, (double)rnd(0, f->vocab - 1));
 }
 
 /* Differentiates outputs `outs` of the forward graph g and checks every param. ids: int inputs
  * to fill with values in [0, vocab). */
 static int check(const char *what, Graph *g, const int *outs, int nout, const int *ids, int nids, int64_t vocab) {
-  Obj o = {.g = g, .n = nout};
-  graph_set_phase(g, IR_PHASE_BACKWARD);
-  for (int i = 0; i < nout; i++) {
-    char name[IR_NAME_MAX];
-    snprintf(name, sizeof name, "%s.seed", g->t[outs[i]].name);
-    o.outs[i] = outs[i];
-    o.seeds[i] = graph_tensor(g, name, DT_F32, ROLE_INPUT, g->t[outs[i]].ndim, g->t[outs[i]].shape);
-  }
-  if (g->err[0] || autodiff_build(g, o.outs, o.seeds, nout) != 0) {
-    fprintf(stderr, "%s: building failed: %s\n", what, g->err);
-    return 1;
-  }
-  graph_plan_trivial(g, 8);
-  char err[256];
-  CpuExec *e = cpu_exec_new(g, CPU_F64, 2, err, sizeof err);
-  if (!e) {
-    fprintf(stderr, "%s: %s\n", what, err);
-    return 1;
-  }
-  cpu_exec_init_params(e, rng_state);
-  for (int i = 0; i < nids; i++)
-    for (int64_t j = 0, n = tensor_numel(&g->t[ids[i]]); j < n; j++) cpu_exec_set(e, ids[i], j, (double)rnd(0, vocab - 1));
-  for (int i = 0; i < nout; i++)
-    for (int64_t j = 0, n = tensor_numel(&g->t[o.seeds[i]]); j < n; j++)
-      cpu_exec_set(e, o.seeds[i], j, (rnd(0, 1) ? 1 : -1) * (double)rnd(100, 1000) / 1000.0); /* never 0: no vacuous check */
-  cpu_exec_set_key(e, 99, 1, 0);
-  cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
-  GradcheckOptions opt = {.elements = 3, .h = 1e-5};
-  GradcheckRow *rows = NULL;
-  int nrows = 0;
-  double worst = cpu_gradcheck_exec(e, g, objective, &o, 1.0, &opt, &rows, &nrows);
-  int bad = !(worst >= 0 && worst <= TOL) || nrows == 0;
-  printf("%-44s worst rel %.2e over %d param(s)%s\n", what, worst, nrows, bad ? "  FAILED" : "");
-  for (int i = 0; (bad || getenv("STEPC_TEST_VERBOSE")) && i < nrows; i++)
-    printf("    %-40s %.3e fd %.9e an %.9e\n", rows[i].name, rows[i].worst_rel, rows[i].fd, rows[i].an);
-  free(rows);
-  cpu_exec_free(e);
-  graph_free(g);
-  return bad;
+  IdFill f = {ids, nids, vocab};
+  return opcheck_run(what, 44, g, outs, nout, fill_ids, &f);
 }
 
 int main(void) {
