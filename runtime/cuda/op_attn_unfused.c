@@ -10,7 +10,9 @@
  * inside (B,T,H,D) does not have.) Scores and probabilities are (B,H,T,T), contiguous per (b, h).
  * The GQA reductions (dK, dV: a group sums over its H/G query heads) run as that many calls into
  * the same output, the first with beta = 0 and the rest with beta = 1, in head order, so the sum
- * is deterministic.
+ * is deterministic. rt_gemm_batched keys its algorithm on the operands' alignment; tensor bases are
+ * 256-byte aligned in every GPU plan, so the alignment comes from the head offsets alone and two
+ * plans of one recipe (recompute or not, scoped or not) run the same algorithms, bitwise equal.
  *
  * SOFTMAX runs as kernels/softmax.cuh's causal softmax (scale 1), so it must read a causally
  * masked input (rt_unfused_check, called by the executor's analysis, refuses anything else); its
