@@ -46,6 +46,21 @@ extern "C" __global__ void softmax_causal_backward(bf16* dscores,       // (BH, 
   }
 }
 
+// The unfused backend's CAUSAL_MASK op on its own (compiler/ops/attention.c): out[r][j] = fill for
+// j > i, else inp[r][j], row r = (bh, i) of (BH, T, T); fill is -inf (the forward mask) or 0 (its
+// backward, which is its own gradient). out may alias inp. Launch: any 1-D grid, grid-stride over
+// the rows * T elements.
+extern "C" __global__ void causal_mask_fill(bf16* out,        // (rows, T)
+                                            const bf16* inp,  // (rows, T)
+                                            long rows, int T, int fill_zero) {
+  long n = rows * T;
+  bf16 fill = fill_zero ? (bf16)0 : (bf16)0xff80u;  // bf16 -inf: sign, all-ones exponent, zero mantissa
+  for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+    int j = (int)(e % T), i = (int)((e / T) % T);
+    out[e] = j > i ? fill : inp[e];
+  }
+}
+
 // out[b][h][t] = inp[b][t][h] (rows of D). Launch: any 1-D grid, one thread per 8 elements.
 extern "C" __global__ void transpose_bthd_to_bhtd(bf16* out,        // (B, H, T, D)
                                                   const bf16* inp,  // (B, T, H, D)

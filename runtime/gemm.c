@@ -16,13 +16,20 @@
   X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)             \
   X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)            \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                      \
-  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)                \
+  X(cublasLtMatrixLayoutSetAttribute)
 
 #define RT_GEMM_CACHE 128
 
+/* Everything a plan depends on; all int64_t, so there is no padding and memcmp compares keys. */
 typedef struct {
-  int kind, c_f32, accumulate, bias;
-  int64_t m, n, k;
+  int64_t kind, c_f32, accumulate, bias, m, n, k;
+  int64_t lda, ldb, ldc, sa, sb, sc, batch; /* row-major leading dims and batch strides (elements) */
+  int64_t align;                            /* min pointer alignment in bytes; 0 = cuBLASLt's default */
+} GemmKey;
+
+typedef struct {
+  GemmKey key;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -94,35 +101,45 @@ void rt_blas_close(RtDevice *d) {
 
 size_t rt_blas_workspace_bytes(const RtDevice *d) { return d->blas ? d->blas->ws_bytes : 0; }
 
-static GemmPlan *plan_get(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, int c_f32, int acc, int bias) {
+static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                  int64_t batch, int64_t stride, const char *what) {
+  if (blas_check(d, b->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld), what)) return RT_ERROR;
+  if (batch <= 1) return RT_OK;
+  int32_t n = (int32_t)batch;
+  return blas_check(d, b->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n), what) ||
+                 blas_check(d, b->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                            what)
+             ? RT_ERROR
+             : RT_OK;
+}
+
+static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   RtBlas *b = d->blas;
-  for (int i = 0; i < b->nplan; i++) {
-    GemmPlan *p = &b->plan[i];
-    if (p->kind == (int)kind && p->m == M && p->n == N && p->k == K && p->c_f32 == c_f32 && p->accumulate == acc &&
-        p->bias == bias)
-      return p;
-  }
+  for (int i = 0; i < b->nplan; i++)
+    if (memcmp(&b->plan[i].key, key, sizeof *key) == 0) return &b->plan[i];
   if (b->nplan == RT_GEMM_CACHE) {
     rt_fail(d, "more than %d GEMM shapes", RT_GEMM_CACHE);
     return NULL;
   }
   GemmPlan *p = &b->plan[b->nplan++];
   memset(p, 0, sizeof *p);
-  p->kind = (int)kind, p->m = M, p->n = N, p->k = K, p->c_f32 = c_f32, p->accumulate = acc, p->bias = bias;
+  p->key = *key;
+  RtGemmKind kind = (RtGemmKind)key->kind;
+  int64_t M = key->m, N = key->n, K = key->k;
   /* cuBLASLt operands (see the file comment): cA = our B, cB = our A, C^T is (N rows, M cols). */
   cublasOperation_t ta = kind == RT_GEMM_NT ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = kind == RT_GEMM_TN ? CUBLAS_OP_T : CUBLAS_OP_N;
-  uint64_t ar = kind == RT_GEMM_NT ? (uint64_t)K : (uint64_t)N, ac = kind == RT_GEMM_NT ? (uint64_t)N : (uint64_t)K;
-  uint64_t br = kind == RT_GEMM_TN ? (uint64_t)M : (uint64_t)K, bc = kind == RT_GEMM_TN ? (uint64_t)K : (uint64_t)M;
-  cudaDataType_t ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  int64_t ar = kind == RT_GEMM_NT ? K : N, ac = kind == RT_GEMM_NT ? N : K;
+  int64_t br = kind == RT_GEMM_TN ? M : K, bc = kind == RT_GEMM_TN ? K : M;
+  cudaDataType_t ct = key->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
   if (blas_check(d, b->cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate") ||
       blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA") ||
       blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB") ||
-      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar), "layout A") ||
-      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br), "layout B") ||
-      blas_check(d, b->cublasLtMatrixLayoutCreate(&p->lc, ct, (uint64_t)N, (uint64_t)M, N), "layout C"))
+      layout(d, b, &p->la, CUDA_R_16BF, ar, ac, key->ldb, key->batch, key->sb, "layout A") ||
+      layout(d, b, &p->lb, CUDA_R_16BF, br, bc, key->lda, key->batch, key->sa, "layout B") ||
+      layout(d, b, &p->lc, ct, N, M, key->ldc, key->batch, key->sc, "layout C"))
     return NULL;
-  if (bias) {
+  if (key->bias) {
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"))
       return NULL;
@@ -133,34 +150,71 @@ static GemmPlan *plan_get(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, in
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
   cublasStatus_t s = b->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  /* operands at head offsets inside a row are less aligned than cuBLASLt's assumed 256 bytes:
+   * say so, or the heuristic may pick an algorithm that refuses them */
+  uint32_t al = (uint32_t)key->align;
+  static const cublasLtMatmulPreferenceAttributes_t ALIGN[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && al && s == CUBLAS_STATUS_SUCCESS; i++)
+    s = b->cublasLtMatmulPreferenceSetAttribute(pref, ALIGN[i], &al, sizeof al);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = b->cublasLtMatmulAlgoGetHeuristic(b->h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
   b->cublasLtMatmulPreferenceDestroy(pref);
   if (blas_check(d, s, "cublasLtMatmulAlgoGetHeuristic")) return NULL;
   if (found < 1) {
-    rt_fail(d, "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld K=%lld", kind == RT_GEMM_NT ? "NT" : kind == RT_GEMM_NN ? "NN" : "TN",
-            (long long)M, (long long)N, (long long)K);
+    rt_fail(d, "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld K=%lld (batch %lld)",
+            kind == RT_GEMM_NT ? "NT" : kind == RT_GEMM_NN ? "NN" : "TN", (long long)M, (long long)N, (long long)K,
+            (long long)key->batch);
     return NULL;
   }
   p->algo = res.algo;
   return p;
 }
 
-int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
-            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
-  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
-  if (M == 0 || N == 0) return RT_OK;
-  GemmPlan *p = plan_get(d, kind, M, N, K, c_f32, accumulate != 0, bias != 0);
-  if (!p) return RT_ERROR;
+static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta) {
   RtBlas *b = d->blas;
-  if (bias) {
-    void *bp = (void *)(uintptr_t)bias;
-    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS_POINTER"))
-      return RT_ERROR;
-  }
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   void *pa = (void *)(uintptr_t)B, *pb = (void *)(uintptr_t)A, *pc = (void *)(uintptr_t)C;
   return blas_check(d, b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pc, p->lc, &p->algo,
                                          (void *)(uintptr_t)b->ws, b->ws_bytes, (cudaStream_t)d->stream),
                     "cublasLtMatmul");
+}
+
+int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
+            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
+  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
+  if (M == 0 || N == 0) return RT_OK;
+  GemmKey key = {.kind = kind, .c_f32 = c_f32 != 0, .accumulate = accumulate != 0, .bias = bias != 0, .m = M, .n = N, .k = K,
+                 .lda = kind == RT_GEMM_TN ? M : K, .ldb = kind == RT_GEMM_NT ? K : N, .ldc = N, .batch = 1};
+  GemmPlan *p = plan_get(d, &key);
+  if (!p) return RT_ERROR;
+  if (bias) {
+    void *bp = (void *)(uintptr_t)bias;
+    if (blas_check(d, d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+                   "BIAS_POINTER"))
+      return RT_ERROR;
+  }
+  return matmul(d, p, A, B, C, 1.0f, accumulate ? 1.0f : 0.0f);
+}
+
+/* The largest power of two (<= 256) dividing v, 256 for 0. */
+static int64_t pow2_div(int64_t v) {
+  int64_t a = 256;
+  while (a > 1 && v % a) a /= 2;
+  return a;
+}
+
+int rt_gemm_batched(RtDevice *d, const RtGemmBatch *g, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta) {
+  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
+  int64_t cs = g->c_f32 ? 4 : 2, al = pow2_div((int64_t)A);
+  int64_t v[7] = {(int64_t)B, (int64_t)C, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb};
+  for (int i = 0; i < 7; i++)
+    if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
+  if (pow2_div(cs * g->ldc) < al) al = pow2_div(cs * g->ldc);
+  GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = beta != 0.0f, .m = g->m, .n = g->n, .k = g->k,
+                 .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->stride_a, .sb = g->stride_b, .sc = g->stride_c,
+                 .batch = g->batch, .align = al};
+  GemmPlan *p = plan_get(d, &key);
+  return p ? matmul(d, p, A, B, C, alpha, beta) : RT_ERROR;
 }

@@ -103,6 +103,20 @@ void rt_blas_close(RtDevice *d);
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
             CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias);
 size_t rt_blas_workspace_bytes(const RtDevice *d);
+/* The same three kinds over `batch` independent products at fixed element strides, with explicit
+ * row-major leading dimensions (the unfused attention's per-head QK^T and PV: a head's rows sit
+ * H*D apart inside (B,T,H,D)). C = alpha op(A) op(B) + beta C. The plan is keyed by the whole
+ * shape and by the operands' alignment (cuBLASLt is told it), so a call at the same addresses
+ * always runs the same algorithm. */
+typedef struct {
+  RtGemmKind kind;
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;                /* row-major leading dimensions, in elements */
+  int64_t stride_a, stride_b, stride_c; /* between batch entries, in elements */
+  int64_t batch;
+  int c_f32;
+} RtGemmBatch;
+int rt_gemm_batched(RtDevice *d, const RtGemmBatch *g, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta);
 
 /* ---- graph.c: stream capture of a region into one CUDA graph ---- */
 typedef struct {

@@ -105,6 +105,9 @@ int step_op_kernels(const Graph *g, const Op *op, const char **k, int max) {
     }
     break;
   }
+  case OP_CAUSAL_MASK: K("causal_mask_fill"); break; /* ATTN_SCORES/PV and their backward: cuBLASLt */
+  case OP_SOFTMAX: K("softmax_causal_forward"); break;
+  case OP_SOFTMAX_BWD: K("softmax_causal_backward"); break;
   case OP_CROSS_ENTROPY: K("cross_entropy_forward_backward"), K("loss_reduce"); break;
   case OP_GRAD_SUMSQ: K("norm_squared_partial"); break;
   case OP_CLIP_COEF: K("global_norm_finalize"); break;

@@ -66,11 +66,21 @@ int rt_op_linear_wgrad(RtExec *x, const Op *op);
 int rt_op_linear_bgrad(RtExec *x, const Op *op);
 int rt_op_flash(RtExec *x, const Op *op);
 int rt_op_flash_bwd(RtExec *x, const Op *op);
+int rt_op_attn_scores(RtExec *x, const Op *op);
+int rt_op_attn_scores_bwd(RtExec *x, const Op *op);
+int rt_op_causal_mask(RtExec *x, const Op *op);
+int rt_op_softmax(RtExec *x, const Op *op);
+int rt_op_softmax_bwd(RtExec *x, const Op *op);
+int rt_op_attn_pv(RtExec *x, const Op *op);
+int rt_op_attn_pv_bwd(RtExec *x, const Op *op);
 int rt_op_cross_entropy(RtExec *x, const Op *op);
 int rt_op_grad_sumsq(RtExec *x, const Op *op);
 int rt_op_clip_coef(RtExec *x, const Op *op);
 int rt_op_lr_sched(RtExec *x, const Op *op);
 int rt_op_adamw(RtExec *x, const Op *op);
+
+/* Whether the unfused rows take this op (op_attn_unfused.c): 0, or 1 with the reason in msg. */
+int rt_unfused_check(const Graph *g, const Op *op, char *msg, size_t n);
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
 int rt_flash_supported(int64_t T, int64_t D);

@@ -43,11 +43,31 @@ run scoped_recompute_ln $STEP scoped models/tiny.lua 4 "$SCOPES" model.hidden_dr
 run scoped_flash $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp]" model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
 run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
 run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+# the GPT-3 paper setting: unfused attention (cuBLASLt per-head GEMMs + causal softmax), dropout
+# 0.1 on the probabilities and hidden states (gpt3_tiny is an fp32 recipe: bf16=true for CUDA)
+GPT3=tests/recipes/gpt3_tiny.lua
+run grads_gpt3_unfused $STEP grads $GPT3 model.bf16=true model.attention_dropout=0 model.hidden_dropout=0
+run replay_gpt3_dropout $STEP replay $GPT3 6 model.bf16=true
+run recompute_gpt3_dropout $STEP recompute $GPT3 3 model.bf16=true
+run scoped_gpt3_dropout $STEP scoped $GPT3 6 "$SCOPES" model.bf16=true
+# core_attn replays inside the graphs only without attention dropout (MCORE-56 / STEPC-42)
+run scoped_gpt3_recompute $STEP scoped $GPT3 4 "transformer_engine:[];transformer_engine:[attn];local:[]" model.bf16=true model.attention_dropout=0 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
+run cli_gpt3_eager $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true
+run cli_gpt3_graph $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+# flash with attention dropout is not built on CUDA: a clear refusal (exit 4), never a crash
+if [[ -z "${ONLY:-}" || cli_flash_dropout_refused =~ $ONLY ]]; then
+  echo "== cli_flash_dropout_refused" | tee -a "$DEST/summary.log"
+  timeout 120 $BUILD/stepc run $GPT3 --device cuda --steps 1 model.bf16=true model.attention_backend=flash >"$DEST/cli_flash_dropout_refused.log" 2>&1
+  rc=$?
+  grep -q "attention dropout inside flash" "$DEST/cli_flash_dropout_refused.log" && [ $rc -eq 4 ] && echo "PASS exit 4 with the message" | tee -a "$DEST/summary.log" ||
+    { echo "FAIL exit $rc: $(tail -2 "$DEST/cli_flash_dropout_refused.log")" | tee -a "$DEST/summary.log"; fails=$((fails + 1)); }
+fi
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run cli_tiny_scoped $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
 [ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
 [ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
+[ -r "$DEST/cli_gpt3_eager.log" ] && tail -12 "$DEST/cli_gpt3_eager.log"
 echo "== $fails failed" | tee -a "$DEST/summary.log"
 exit $((fails > 0))

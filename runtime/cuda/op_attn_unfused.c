@@ -1,0 +1,165 @@
+/* op_attn_unfused.c — dispatch of the unfused attention backend (compiler/ops/attention.c):
+ * ATTN_SCORES, CAUSAL_MASK, SOFTMAX, ATTN_PV and their backward ops. Dropout on the probabilities
+ * is the ordinary DROPOUT op (op_basic.c: Philox mask keyed by its stream, regenerated in
+ * backward and in any replay).
+ *
+ * The products run as cuBLASLt strided-batched GEMMs, one call per query head h batched over
+ * the B sequences: inside q (B,T,H,D) head h's rows are H*D apart and sequence b starts T*H*D
+ * further on, and head h reads K/V group g = h / (H/G) (rows G*D apart), so no transpose is
+ * needed. (One call batched over B*H would need a single stride per batch index, which (b, h)
+ * inside (B,T,H,D) does not have.) Scores and probabilities are (B,H,T,T), contiguous per (b, h).
+ * The GQA reductions (dK, dV: a group sums over its H/G query heads) run as that many calls into
+ * the same output, the first with beta = 0 and the rest with beta = 1, in head order, so the sum
+ * is deterministic. rt_gemm_batched keys its algorithm on the operands' alignment; tensor bases are
+ * 256-byte aligned in every GPU plan, so the alignment comes from the head offsets alone and two
+ * plans of one recipe (recompute or not, scoped or not) run the same algorithms, bitwise equal.
+ *
+ * SOFTMAX runs as kernels/softmax.cuh's causal softmax (scale 1), so it must read a causally
+ * masked input (rt_unfused_check, called by the executor's analysis, refuses anything else); its
+ * backward is then the causal backward, which equals the plain one on probabilities that are
+ * zero above the diagonal. */
+#include <stdio.h>
+
+#include "runtime/cuda/exec_internal.h"
+
+typedef struct {
+  int64_t B, T, H, G, D;
+} Dims;
+
+static int need_bf16(RtExec *x, const Op *op) {
+  for (int i = 0; i < op->nin + op->nout; i++) {
+    const Tensor *t = rt_t(x, i < op->nin ? op->in[i] : op->out[i - op->nin]);
+    if (t->dtype != DT_BF16)
+      return rt_fail(x->d, "%s: %s is %s, the unfused attention kernels take bf16", op_name(op->kind), t->name,
+                     dtype_name(t->dtype));
+  }
+  return RT_OK;
+}
+
+/* From the head count H and a k/v-like (B,T,G,D) tensor. */
+static int dims(RtExec *x, const Op *op, int64_t H, int kt, Dims *a) {
+  const Tensor *k = rt_t(x, kt);
+  *a = (Dims){k->shape[0], k->shape[1], H, k->shape[2], k->shape[3]};
+  if (a->G <= 0 || a->H % a->G)
+    return rt_fail(x->d, "%s: %lld heads over %lld groups", op_name(op->kind), (long long)a->H, (long long)a->G);
+  return need_bf16(x, op);
+}
+
+static CUdeviceptr at(CUdeviceptr base, int64_t elems) { return base + (CUdeviceptr)(2 * elems); }
+
+/* Per-head operand views: q/o/dq/dO rows (b, t, h), k/v rows (b, t, g), scores (b, h, i, j). */
+static int64_t ld_q(const Dims *a) { return a->H * a->D; }
+static int64_t ld_k(const Dims *a) { return a->G * a->D; }
+static int64_t st_q(const Dims *a) { return a->T * a->H * a->D; }
+static int64_t st_k(const Dims *a) { return a->T * a->G * a->D; }
+static int64_t st_s(const Dims *a) { return a->H * a->T * a->T; }
+static int64_t off_s(const Dims *a, int64_t h) { return h * a->T * a->T; }
+static int64_t grp(const Dims *a, int64_t h) { return h / (a->H / a->G); }
+
+/* S (b,h) (T,T) = alpha X (b,h rows, ld H D) . Y (b,g rows, ld G D)^T: scores, and dP in ATTN_PV_BWD. */
+static int qk_t(RtExec *x, const Dims *a, CUdeviceptr S, CUdeviceptr X, CUdeviceptr Y, float alpha) {
+  RtGemmBatch gb = {RT_GEMM_NT, a->T, a->T, a->D, ld_q(a), ld_k(a), a->T, st_q(a), st_k(a), st_s(a), a->B, 0};
+  for (int64_t h = 0; h < a->H; h++)
+    if (rt_gemm_batched(x->d, &gb, at(X, h * a->D), at(Y, grp(a, h) * a->D), at(S, off_s(a, h)), alpha, 0.0f)) return RT_ERROR;
+  return RT_OK;
+}
+
+/* O (b,h rows, ld H D) = alpha P (b,h) (T,T) . Y (b,g rows, ld G D): context, and dQ in
+ * ATTN_SCORES_BWD. */
+static int p_v(RtExec *x, const Dims *a, CUdeviceptr O, CUdeviceptr P, CUdeviceptr Y, float alpha) {
+  RtGemmBatch gb = {RT_GEMM_NN, a->T, a->D, a->T, a->T, ld_k(a), ld_q(a), st_s(a), st_k(a), st_q(a), a->B, 0};
+  for (int64_t h = 0; h < a->H; h++)
+    if (rt_gemm_batched(x->d, &gb, at(P, off_s(a, h)), at(Y, grp(a, h) * a->D), at(O, h * a->D), alpha, 0.0f)) return RT_ERROR;
+  return RT_OK;
+}
+
+/* Z (b,g rows, ld G D) = alpha sum_{h in g} P (b,h)^T . X (b,h rows, ld H D): dV and dK. */
+static int pt_x(RtExec *x, const Dims *a, CUdeviceptr Z, CUdeviceptr P, CUdeviceptr X, float alpha) {
+  RtGemmBatch gb = {RT_GEMM_TN, a->T, a->D, a->T, a->T, ld_q(a), ld_k(a), st_s(a), st_q(a), st_k(a), a->B, 0};
+  int64_t rep = a->H / a->G;
+  for (int64_t h = 0; h < a->H; h++)
+    if (rt_gemm_batched(x->d, &gb, at(P, off_s(a, h)), at(X, h * a->D), at(Z, grp(a, h) * a->D), alpha, h % rep ? 1.0f : 0.0f))
+      return RT_ERROR;
+  return RT_OK;
+}
+
+/* in (q, k) out (s (B,H,T,T)) f[0] = scale */
+int rt_op_attn_scores(RtExec *x, const Op *op) {
+  Dims a;
+  if (dims(x, op, rt_t(x, op->in[0])->shape[2], op->in[1], &a)) return RT_ERROR;
+  return qk_t(x, &a, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), (float)op->a.f[0]);
+}
+
+/* in (ds, q, k) out (dq, dk): dq = scale ds k, dk = scale sum_h ds^T q */
+int rt_op_attn_scores_bwd(RtExec *x, const Op *op) {
+  Dims a;
+  if (dims(x, op, rt_t(x, op->in[1])->shape[2], op->in[2], &a)) return RT_ERROR;
+  float scale = (float)op->a.f[0];
+  CUdeviceptr ds = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2);
+  return p_v(x, &a, rt_out(x, op, 0), ds, k, scale) || pt_x(x, &a, rt_out(x, op, 1), ds, q, scale) ? RT_ERROR : RT_OK;
+}
+
+/* in (p (B,H,T,T), v) out (o (B,T,H*D)) */
+int rt_op_attn_pv(RtExec *x, const Op *op) {
+  Dims a;
+  if (dims(x, op, rt_t(x, op->in[0])->shape[1], op->in[1], &a)) return RT_ERROR;
+  return p_v(x, &a, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), 1.0f);
+}
+
+/* in (do, p, v) out (dp, dv): dp = do v^T, dv = sum_h p^T do */
+int rt_op_attn_pv_bwd(RtExec *x, const Op *op) {
+  Dims a;
+  if (dims(x, op, rt_t(x, op->in[1])->shape[1], op->in[2], &a)) return RT_ERROR;
+  CUdeviceptr dO = rt_in(x, op, 0), pr = rt_in(x, op, 1), vv = rt_in(x, op, 2);
+  return qk_t(x, &a, rt_out(x, op, 0), dO, vv, 1.0f) || pt_x(x, &a, rt_out(x, op, 1), pr, dO, 1.0f) ? RT_ERROR : RT_OK;
+}
+
+/* in (s) out (masked): i[0] = 0 fills -inf above the diagonal, 1 fills 0 (the backward) */
+int rt_op_causal_mask(RtExec *x, const Op *op) {
+  if (need_bf16(x, op)) return RT_ERROR;
+  const Tensor *s = rt_t(x, op->in[0]);
+  CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0);
+  long rows = (long)ops_rows(s);
+  int T = (int)ops_last(s), zero = op->a.i[0] != 0;
+  void *args[] = {&y, &in, &rows, &T, &zero};
+  return rt_launch(x->d, RT_K_causal_mask_fill, rt_grid1d(x->d, (int64_t)rows * T), 1, 1, 256, 0, args);
+}
+
+/* in (masked) out (p): one block per row */
+int rt_op_softmax(RtExec *x, const Op *op) {
+  if (need_bf16(x, op)) return RT_ERROR;
+  const Tensor *s = rt_t(x, op->in[0]);
+  CUdeviceptr p = rt_out(x, op, 0), in = rt_in(x, op, 0);
+  int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
+  float one = 1.0f;
+  void *args[] = {&p, &in, &BH, &T, &one};
+  return rt_launch(x->d, RT_K_softmax_causal_forward, (unsigned)(ops_rows(s)), 1, 1, 256, 0, args);
+}
+
+/* in (dp, p) out (ds) */
+int rt_op_softmax_bwd(RtExec *x, const Op *op) {
+  if (need_bf16(x, op)) return RT_ERROR;
+  const Tensor *s = rt_t(x, op->in[0]);
+  CUdeviceptr ds = rt_out(x, op, 0), dp = rt_in(x, op, 0), p = rt_in(x, op, 1);
+  int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
+  float one = 1.0f;
+  void *args[] = {&ds, &dp, &p, &BH, &T, &one};
+  return rt_launch(x->d, RT_K_softmax_causal_backward, (unsigned)(ops_rows(s)), 1, 1, 256, 0, args);
+}
+
+/* The softmax kernels are causal: a SOFTMAX must read a forward CAUSAL_MASK's (B,H,T,T) output
+ * and a SOFTMAX_BWD such a SOFTMAX's probabilities. Returns 0, or 1 with why in msg. */
+int rt_unfused_check(const Graph *g, const Op *op, char *msg, size_t n) {
+  if (op->kind != OP_SOFTMAX && op->kind != OP_SOFTMAX_BWD) return 0;
+  const Tensor *in = &g->t[op->in[op->kind == OP_SOFTMAX ? 0 : 1]];
+  const Op *src = in->producer >= 0 ? &g->op[in->producer] : NULL;
+  if (op->kind == OP_SOFTMAX_BWD) {
+    if (src && src->kind == OP_SOFTMAX) return rt_unfused_check(g, src, msg, n);
+    snprintf(msg, n, "softmax_bwd reads %s, which no softmax wrote", in->name);
+    return 1;
+  }
+  if (in->ndim == 4 && in->shape[2] == in->shape[3] && src && src->kind == OP_CAUSAL_MASK && src->a.i[0] == 0) return 0;
+  snprintf(msg, n, "softmax over %s, which is not a causally masked (B,H,T,T) score tensor: the CUDA softmax kernels are causal",
+           in->name);
+  return 1;
+}
