@@ -221,7 +221,7 @@ def forward_loss(m, P, tokens, targets):
 
 def run_torch(m, weights, batch, dev, dtype, autocast_bf16=False):
     """Per-micro-batch losses and the gradients of their mean, as {torch name: fp64 cpu tensor}."""
-    P = {n: t.to(dev, dtype).requires_grad_(True) for n, t in weights.items()}
+    P = {n: t.detach().to(dev, dtype).clone().requires_grad_(True) for n, t in weights.items()}  # fresh leaves per run
     nmb = m["num_microbatches"]
     losses = []
     for mb in range(nmb):
