@@ -220,15 +220,9 @@ int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache) {
       goto out;
     }
     for (int mb = 0; mb < nmb; mb++) loss[mb] = gl[mb];
-    /* the last micro-batch's tokens on the device are the ones dumped: the GPU drew the same batch */
-    double *dt = malloc((size_t)bt * sizeof *dt);
-    int bad = !dt || rt_exec_read(src.gpu, g->tokens, dt);
-    for (int64_t i = 0; i < bt && !bad; i++) bad = dt[i] != tok[(nmb - 1) * bt + i];
-    free(dt);
-    if (bad) {
-      printf("FAIL the GPU's last micro-batch tokens differ from the data's\n");
-      goto out;
-    }
+    /* The GPU staged step 1 from the same CpuData (gpu_step grads relies on it too); a batch that
+     * differed would show in torch_ref.py as O(1) gradient errors. The input tensors cannot be read
+     * back here: their arena range is reused after their last use in the micro-batch. */
   } else {
     for (int mb = 0; mb < nmb; mb++) {
       memcpy(cpu_exec_ptr(src.cpu, g->tokens), tok + mb * bt, (size_t)bt * sizeof *tok);

@@ -5,9 +5,9 @@
 # PyTorch model and compares (tolerances in torch_ref.py and docs/gpu-runtime.md). Run from the
 # repository root (or a copy holding build/, models/ and tests/):
 #   tests/gpu/run_torch_ref.sh
-# BUILD (default build) holds gpu_step; PYTHON (default python3) has torch; logs and dumps go to
-# $OUT (or ./gpu-step-logs). CPU_ONLY=1 runs only the cpu dumps (the ctest torch_ref.cpu). ONLY=REGEX
-# runs the cases whose name matches. Exit 0 when every case that ran passed, 77 when torch is not
+# BUILD (default build) holds gpu_step; PYTHON (default python3) has torch; logs go to $OUT (or
+# ./gpu-step-logs), the dumps (1.3 GB for shape S) to $DUMPS (default /tmp/stepc-torch-ref).
+# CPU_ONLY=1 runs only the cpu dumps (the ctest torch_ref.cpu). ONLY=REGEX runs the cases whose name matches. Exit 0 when every case that ran passed, 77 when torch is not
 # importable, 1 otherwise. A cuda dump on a machine without a GPU is a skip, not a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +20,8 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "SKIP torch is not importable by $PY"
   exit 77
 fi
-mkdir -p "$DEST/torch_ref"
+DUMPS=${DUMPS:-/tmp/stepc-torch-ref}
+mkdir -p "$DEST" "$DUMPS"
 FLASH="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128"
 GPT_LIKE="model.normalization=LayerNorm model.gated_linear_unit=false model.activation_func=gelu model.add_bias_linear=true model.position_embedding_type=learned_absolute model.share_embeddings_and_output_weights=true"
 # shape S of the benchmark (12 heads of 64, no GQA, vocab 50304, seq 1024) with 2 micro-batches of 2
@@ -31,7 +32,7 @@ check() { # NAME DEVICE SPEC [K=V ...]: dump on DEVICE, then torch_ref.py (PyTor
   shift 3
   [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
   [[ -z "${CPU_ONLY:-}" || "$dev" == cpu ]] || return 0
-  local dir=$DEST/torch_ref/$name log=$DEST/torch_ref_$name.log
+  local dir=$DUMPS/$name log=$DEST/torch_ref_$name.log
   echo "== torch_ref $name: gpu_step dump $spec --device $dev $*" | tee -a "$DEST/torch_ref_summary.log"
   timeout 300 "$STEP" dump "$spec" "$dir" --device "$dev" "$@" >"$log" 2>&1
   local rc=$?
