@@ -7,8 +7,8 @@
 #   tests/gpu/run_torch_ref.sh
 # BUILD (default build) holds gpu_step; PYTHON (default python3) has torch; logs go to $OUT (or
 # ./gpu-step-logs), the dumps (1.3 GB for shape S) to $DUMPS (default /tmp/stepc-torch-ref).
-# CPU_ONLY=1 runs only the cpu dumps (the ctest torch_ref.cpu). ONLY=REGEX runs the cases whose name matches. Exit 0 when every case that ran passed, 77 when torch is not
-# importable, 1 otherwise. A cuda dump on a machine without a GPU is a skip, not a failure.
+# CPU_ONLY=1 runs only the cpu dumps (the ctest torch_ref.cpu). ONLY=REGEX runs the cases whose
+# name matches. Exit 0 when every case that ran passed, 77 when torch is not importable, 1 otherwise. A cuda dump on a machine without a GPU is a skip, not a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
