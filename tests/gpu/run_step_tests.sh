@@ -21,7 +21,7 @@ run() { # NAME CMD...
   local name=$1; shift
   [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
   echo "== $name: $*" | tee -a "$DEST/summary.log"
-  timeout 300 "$@" >"$DEST/$name.log" 2>&1
+  timeout "${RUN_TIMEOUT:-300}" "$@" >"$DEST/$name.log" 2>&1
   local rc=$?
   grep -E "^(PASS|FAIL|SKIP)" "$DEST/$name.log" | grep -vE "^PASS (layers|embedding|output|final)" | tail -6 | tee -a "$DEST/summary.log"
   echo "-- $name exit $rc" | tee -a "$DEST/summary.log"
@@ -66,6 +66,9 @@ run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run cli_tiny_scoped $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
+# the first step against PyTorch on the same weights and batch (cpu and cuda dumps; its own summary
+# in $DEST/torch_ref_summary.log)
+RUN_TIMEOUT=1200 run torch_ref env BUILD=$BUILD OUT=$DEST tests/gpu/run_torch_ref.sh
 [ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
 [ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
 [ -r "$DEST/cli_gpt3_eager.log" ] && tail -12 "$DEST/cli_gpt3_eager.log"

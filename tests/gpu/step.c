@@ -14,6 +14,9 @@
  *                                         equal; the graph and node counts are printed. One
  *                                         warm-up step unless K=V says otherwise; a run that
  *                                         captured no graph fails
+ *   gpu_step dump   SPEC OUTDIR [--device cuda|cpu] [KEY=VALUE ...]
+ *                                         the first step's weights, batch, losses and main
+ *                                         gradients as files for tests/gpu/torch_ref.py (dump.c)
  * Exit 0 pass, 1 fail, 77 no GPU (ctest: skipped). --cache DIR sets NVRTC's cubin cache.
  *
  * Tolerances (grads). The GPU runs bf16 weights and activations with fp32 accumulation; the CPU
@@ -39,6 +42,8 @@
 #include "validate.h"
 
 #define SKIP 77
+
+int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache); /* dump.c */
 #define GRAD_REL_L2 5e-2
 #define GRAD_COS 0.998
 #define LOSS_REL 1e-2
@@ -349,13 +354,25 @@ int main(int argc, char **argv) {
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
   if (strcmp(cmd, "scoped") == 0) {
     if (argc - a < 4) return fprintf(stderr, "gpu_step scoped: missing STEPS or IMPL:MODULES\n"), 2;
     return cmd_scoped(path, argv[a + 3], (const char *const *)argv + a + 4, argc - a - 4, atoi(argv[a + 2]), cache);
+  }
+  if (strcmp(cmd, "dump") == 0) {
+    if (argc - a < 3) return fprintf(stderr, "gpu_step dump: missing OUTDIR\n"), 2;
+    int k = a + 3, cuda = 1;
+    if (k + 1 < argc && strcmp(argv[k], "--device") == 0) {
+      if (strcmp(argv[k + 1], "cpu") && strcmp(argv[k + 1], "cuda"))
+        return fprintf(stderr, "gpu_step dump: --device is cuda or cpu\n"), 2;
+      cuda = strcmp(argv[k + 1], "cuda") == 0, k += 2;
+    }
+    static Spec dspec;
+    if (load_spec(path, (const char *const *)argv + k, argc - k, &dspec)) return 1;
+    return cmd_dump(&dspec, argv[a + 2], cuda, cache);
   }
   if (strcmp(cmd, "recompute") == 0) {
     if (argc - a < 3) return fprintf(stderr, "gpu_step recompute: missing STEPS\n"), 2;
