@@ -68,7 +68,7 @@ run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 dat
 run cli_tiny_scoped $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
 # the first step against PyTorch on the same weights and batch (cpu and cuda dumps; its own summary
 # in $DEST/torch_ref_summary.log)
-RUN_TIMEOUT=1200 run torch_ref env BUILD=$BUILD OUT=$DEST tests/gpu/run_torch_ref.sh
+RUN_TIMEOUT=1200 run torch_ref env -u ONLY BUILD=$BUILD OUT=$DEST tests/gpu/run_torch_ref.sh
 [ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
 [ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
 [ -r "$DEST/cli_gpt3_eager.log" ] && tail -12 "$DEST/cli_gpt3_eager.log"
