@@ -192,12 +192,16 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
     snprintf(err, nerr, "the recipe's sizes cannot be lowered (check hidden_size, heads, query groups, kv_channels)");
     return LOWER_ERROR;
   }
+  int64_t gbs = spec_global_batch_size(s);
+  if (m->num_layers > 1024 || gbs / L.b > 65536) { /* STEPC-30, STEPC-31: beyond what the planner answers in seconds */
+    snprintf(err, nerr, "more than 1024 layers or 65536 micro-batches per step (STEPC-30, STEPC-31)");
+    return LOWER_ERROR;
+  }
   L.g = graph_new();
   if (!L.g) {
     snprintf(err, nerr, "out of memory");
     return LOWER_ERROR;
   }
-  int64_t gbs = spec_global_batch_size(s);
   L.g->num_microbatches = (int)(gbs / L.b > 0 ? gbs / L.b : 1);
   LowerBlock B = {.g = L.g, .s = s, .dt = L.dt, .b = L.b, .t = L.t, .c = L.c, .std = L.std, .out_std = L.out_std,
                   .stream = &L.stream};

@@ -1,6 +1,6 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20): what Megatron would reject while building the model, or what stepc
- * cannot run yet. */
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31): what Megatron would reject while building the
+ * model, or what stepc cannot plan or run. */
 #include <string.h>
 
 #include "validate_internal.h"
@@ -99,7 +99,25 @@ static void check_precision(VCtx *v) {
         "write model.fp8=null to plan what will run");
 }
 
+/* STEPC-30, STEPC-31: sizes the planner answers in seconds. Its best-fit placement is quadratic in
+ * the transient tensors (~35 per layer): 1000 layers plan in about 7 s on a 2-core machine, 4000
+ * in two minutes; today's largest models have under 130 layers. Micro-batch counts are ints. */
+static void check_limits(VCtx *v) {
+  const Spec *s = v->s;
+  if (s->model.num_layers > 1024)
+    diag_hint(v_error(v, "STEPC-30", SPEC_F_model_num_layers,
+                      "num_layers=%lld: stepc plans models of up to 1024 layers", (long long)s->model.num_layers),
+              "plan a shorter model of the same layer shape and scale the per-layer numbers");
+  int64_t per = s->train.micro_batch_size * spec_data_parallel_size(s);
+  if (per > 0 && spec_global_batch_size(s) / per > 65536)
+    diag_hint(v_error(v, "STEPC-31", SPEC_F_train_global_batch_size,
+                      "global_batch_size=%lld makes %lld micro-batches per step; stepc plans up to 65536",
+                      (long long)spec_global_batch_size(s), (long long)(spec_global_batch_size(s) / per)),
+              "raise train.micro_batch_size or lower train.global_batch_size");
+}
+
 void validate_model(VCtx *v) {
+  check_limits(v);
   check_hybrid(v);
   check_mla(v);
   check_moe(v);
