@@ -1,6 +1,7 @@
 /* fuzz_frontend.c — libFuzzer target for the recipe frontend and the validator.
  *
- * Input: recipe text; an optional line "--overrides--" separates it from KEY=VALUE overrides, one
+ * Input: recipe text (loaded, validated, and — when valid — lowered and scope-checked as `stepc
+ * check` does); an optional line "--overrides--" separates it from KEY=VALUE overrides, one
  * per line. Built with -fsanitize=fuzzer it is a fuzzer; built without, replay.c drives it over the
  * seed corpus and the saved regressions as an ordinary test. */
 #include <stdint.h>
@@ -9,6 +10,7 @@
 
 #include "diag.h"
 #include "frontend/frontend.h"
+#include "plan.h"
 #include "validate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -37,8 +39,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static Spec raw, norm;
   DiagList d;
   diag_init(&d);
-  if (frontend_load_buffer("fuzz.lua", text, recipe_len, ov, nov, &opt, &raw, &d) == 0)
-    validate_spec(&raw, &norm, &d);
+  if (frontend_load_buffer("fuzz.lua", text, recipe_len, ov, nov, &opt, &raw, &d) == 0 &&
+      validate_spec(&raw, &norm, &d) == 0)
+    plan_check(&norm, &d); /* what `stepc check` runs next: lowering, recompute, schedule, scopes */
   diag_free(&d);
   free(text);
   return 0;
