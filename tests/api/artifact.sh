@@ -42,6 +42,9 @@ build tiny tiny
 build gpt2_small_llama gpt2_small_llama
 build llama3_2_1b llama3_2_1b
 build gpt3_paper gpt3_paper model.attention_backend=flash
+# -o creates missing parent folders (the README builds into art/tiny)
+"$stepc" build models/tiny.lua -o "$tmp/new/parent/tiny" >"$tmp/nested.out" 2>&1 || { cat "$tmp/nested.out"; fail "stepc build -o into new folders"; }
+[ -s "$tmp/new/parent/tiny/libstep.so" ] || fail "stepc build -o into new folders: no libstep.so"
 
 # tiny trains from its artifact, and the compiled step.c is bitwise the library's schedule
 "$tmp/tiny/train" --device cpu --steps 3 --json >"$tmp/gen.json" 2>"$tmp/gen.err" || { cat "$tmp/gen.err"; fail "train"; }
