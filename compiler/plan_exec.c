@@ -90,15 +90,10 @@ static void run_point(PlanExec *x, int q) {
 }
 
 int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr) {
-  const Graph *g = x->g;
-  const Tensor *t = &g->t[g->tokens];
-  int64_t b = t->shape[0], T = t->shape[1];
-  if (d->fill(d, step, micro, b, T, x->tok, x->tg) != 0) {
+  if (cpu_data_feed(x->e, x->g, d, step, micro, x->tok, x->tg) != 0) {
     snprintf(err, nerr, "the data source failed");
     return -1;
   }
-  memcpy(cpu_exec_ptr(x->e, g->tokens), x->tok, (size_t)(b * T) * sizeof *x->tok);
-  memcpy(cpu_exec_ptr(x->e, g->targets), x->tg, (size_t)(b * T) * sizeof *x->tg);
   cpu_exec_set_key(x->e, seed, step, micro);
   return 0;
 }

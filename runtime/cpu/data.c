@@ -81,3 +81,12 @@ int cpu_data_open(const Spec *s, CpuData *d, char *err, size_t nerr) {
   d->free = text_free;
   return 0;
 }
+
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
+  const Tensor *t = &g->t[g->tokens];
+  int64_t b = t->shape[0], T = t->shape[1];
+  if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;
+  memcpy(cpu_exec_ptr(e, g->tokens), tok, (size_t)(b * T) * sizeof *tok);
+  memcpy(cpu_exec_ptr(e, g->targets), tg, (size_t)(b * T) * sizeof *tg);
+  return 0;
+}

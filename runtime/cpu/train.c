@@ -95,15 +95,6 @@ void cpu_trainer_free(CpuTrainer *tr) {
 
 /* ---- gradient check ---- */
 
-static int fill_inputs(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
-  const Tensor *t = &g->t[g->tokens];
-  int64_t b = t->shape[0], T = t->shape[1];
-  if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;
-  memcpy(cpu_exec_ptr(e, g->tokens), tok, (size_t)(b * T) * sizeof *tok);
-  memcpy(cpu_exec_ptr(e, g->targets), tg, (size_t)(b * T) * sizeof *tg);
-  return 0;
-}
-
 static double rel_err(double fd, double an) {
   double den = fabs(fd) > fabs(an) ? fabs(fd) : fabs(an);
   return den < 1e-12 ? 0.0 : fabs(fd - an) / den; /* both zero (to round-off): agree */
@@ -213,7 +204,7 @@ double cpu_gradcheck_spec(const Spec *s, CpuData *data, const GradcheckOptions *
   double worst = -1;
   if (e && tok && tg) {
     cpu_exec_init_params(e, (uint64_t)s->train.seed);
-    if (fill_inputs(e, g, data, 1, 0, tok, tg) == 0) {
+    if (cpu_data_feed(e, g, data, 1, 0, tok, tg) == 0) {
       cpu_exec_set_key(e, (uint64_t)s->train.seed, 1, 0); /* fixed: dropout masks do not move */
       cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
       worst = cpu_gradcheck_exec(e, g, loss_objective, g, (double)g->num_microbatches, opt, rows, nrows);

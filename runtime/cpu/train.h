@@ -23,6 +23,9 @@ typedef struct CpuData {
 /* data.mock: uniform random tokens from train.seed; data.path: windows of T+1 bytes at offsets
  * drawn from the seed. 0, or -1 with a message. */
 int cpu_data_open(const Spec *s, CpuData *d, char *err, size_t nerr);
+/* Draws micro-batch (step, micro) from d into the staging buffers tok/tg (B*T each) and copies it
+ * into the graph's token and target tensors. 0, or -1 when the data source fails. */
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg);
 
 typedef struct {
   int64_t step;
