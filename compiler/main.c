@@ -35,9 +35,10 @@ static const char *const USAGE =
     "                                         one captured graph per step); loss per step, then step time,\n"
     "                                         tokens/s, TFLOP/s and memory measured beside the plan's; exit 4\n"
     "                                         without a CUDA driver or device\n"
-    "  build  SPEC [KEY=VALUE ...] -o DIR [--arch sm_90]\n"
+    "  build  SPEC [KEY=VALUE ...] -o DIR [--arch sm_90] [--sms 132]\n"
     "                                         artifact directory: recipe.lua, plan.json, kernels.cu, the cubin,\n"
-    "                                         step.c, libstep.so (runtime/stepc.h) and a train executable; no GPU needed\n"
+    "                                         step.c (every launch as literals, grids sized for --sms SMs),\n"
+    "                                         libstep.so (runtime/stepc.h) and a train executable; no GPU needed\n"
     "  run    DIR [--device cuda|cpu] [--steps N] [--json]\n"
     "                                         train an artifact through its libstep.so (its compiled step.c)\n"
     "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
@@ -68,6 +69,7 @@ typedef struct {
   bool gradcheck;
   const char *svg, *out, *candidates, *budget; /* plan --svg, trace/build -o, sweep --candidates/--budget */
   const char *arch;                            /* build --arch */
+  int sms;                                     /* build --sms */
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
@@ -77,10 +79,12 @@ static int parse_args(int argc, char **argv, Args *a) {
     if (strcmp(s, "--json") == 0) a->json = true;
     else if (strcmp(s, "--markdown") == 0) a->markdown = true;
     else if (strcmp(s, "--gradcheck") == 0) a->gradcheck = true;
-    else if ((strcmp(s, "--device") == 0 || strcmp(s, "--steps") == 0 || strcmp(s, "--threads") == 0) && i + 1 < argc) {
+    else if ((strcmp(s, "--device") == 0 || strcmp(s, "--steps") == 0 || strcmp(s, "--threads") == 0 || strcmp(s, "--sms") == 0) &&
+             i + 1 < argc) {
       const char *v = argv[++i];
       if (s[2] == 'd') a->device = v;
-      else if ((s[2] == 's' ? (a->steps = atoi(v)) : (a->threads = atoi(v))) <= 0) {
+      else if ((s[3] == 'm' ? (a->sms = atoi(v)) : s[2] == 's' ? (a->steps = atoi(v)) : (a->threads = atoi(v))) <= 0 ||
+               (s[3] == 'm' && a->sms > 4096)) {
         fprintf(stderr, "stepc: %s wants a positive number, not %s\n", s, v);
         return -1;
       }
@@ -280,7 +284,7 @@ static int cmd_build(const Args *a) {
     diag_free(&d);
     return rc;
   }
-  ArtifactOptions o = {.dir = a->out, .arch = a->arch};
+  ArtifactOptions o = {.dir = a->out, .arch = a->arch, .sm_count = a->sms};
   char err[1024] = "";
   int st = artifact_build(&raw, &spec, &o, &d, stderr, err, sizeof err);
   diag_print(&d, stderr);

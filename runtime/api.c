@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/step_emit.h"
 #include "diag.h"
 #include "frontend/frontend.h"
 #include "runtime/api_internal.h"
+#include "runtime/rt.h"
+#include "step_plan.h"
 #include "validate.h"
 
 /* The generated step, when step.c is linked into the same shared object (libstep.so): weak, so
@@ -127,8 +128,14 @@ static stepc_status open_common(stepc_t *s, const char *cache_dir, bool artifact
     if (gen->abi != STEPC_GEN_ABI)
       return api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c has ABI %d, this library %d: rebuild the artifact", gen->abi,
                       STEPC_GEN_ABI);
-    if (gen->fingerprint == s->fingerprint) s->gen = gen;
-    else if (artifact)
+    if (gen->fingerprint == s->fingerprint) {
+      if (gen->runtime_hash != rt_kernel_list_hash())
+        return api_fail(s, STEPC_ERR_MISMATCH,
+                        "the linked step.c (built from %s) was written against another kernel list or GEMM call than this "
+                        "library's: the artifact is out of date, rebuild it", gen->recipe);
+      if (s->be->accept_generated && s->be->accept_generated(s, gen)) return STEPC_ERR_MISMATCH;
+      s->gen = gen;
+    } else if (artifact)
       return api_fail(s, STEPC_ERR_MISMATCH,
                       "the linked step.c (built from %s) is not the step of %s (fingerprint %016llx, expected %016llx): "
                       "rebuild the artifact with the stepc that runs it",
@@ -257,7 +264,7 @@ int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind) {
   return 0;
 }
 
-int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind, long long out_offset) {
+int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind) {
   stepc_t *s = (stepc_t *)c;
-  return s->be->run_point(s, point, op, kind, out_offset);
+  return s->be->run_point(s, point, op, kind);
 }

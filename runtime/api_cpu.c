@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "codegen/step_emit.h"
+#include "step_plan.h"
 #include "lower.h"
 #include "plan_exec.h"
 #include "runtime/api_internal.h"
@@ -62,13 +62,12 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   return 0;
 }
 
-static int cpu_run_point(stepc_t *s, int point, int op, int kind, long long out_offset) {
-  (void)out_offset; /* the literal is the nominal-dtype plan's; the CPU runs its fp32 plan */
+static int cpu_run_point(stepc_t *s, int point, int op, int kind) {
   /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
   int at = plan_exec_op_at(cpu(s)->x, point);
   if (api_check_point(s, point, at, op, kind)) return -1;
   plan_exec_point(cpu(s)->x, point);
-  return 0;
+  return 1; /* done here: step.c skips the op's CUDA launches */
 }
 
 static uint16_t f32_to_bf16(float f) {
@@ -136,7 +135,7 @@ static void cpu_free(stepc_t *s) {
 }
 
 static const ApiBackend CPU_BACKEND = {"cpu", cpu_init, cpu_step, cpu_read, cpu_write, cpu_params_from_masters,
-                                       cpu_run_point, cpu_measure, cpu_free};
+                                       cpu_run_point, NULL, cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

@@ -1,7 +1,8 @@
 /* api_cuda.c — stepc.h on the GPU. rt_trainer_new sets the step up (plan, cubin, arena,
  * cuBLASLt, parameters); this file drives each step itself so that the generated step.c can be
  * what enqueues the ops: per micro-batch the staged inputs, step.c's micro program, the loss
- * copied out; then step.c's tail. In full_iteration mode that whole sequence is captured once
+ * copied out; then step.c's tail. step.c's functions launch their recorded work through
+ * stepc_gen_launch / _gemm / _memset / _copy below, at the arena and scratch this executor holds. In full_iteration mode that whole sequence is captured once
  * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
  * dropout seeds live in device memory, so a replay is the next step. Without step.c the
  * executor's own loop (rt_exec_enqueue_step) runs the same order. */
@@ -27,6 +28,7 @@ typedef struct {
 } ApiCuda;
 
 static ApiCuda *cu(stepc_t *s) { return s->impl; }
+static const ApiBackend CUDA_BACKEND;
 
 static int dev_fail(stepc_t *s) {
   api_fail(s, STEPC_ERR_RUNTIME, "%s", cu(s)->d->err);
@@ -57,16 +59,70 @@ static int enqueue(stepc_t *s) {
   return rt_exec_enqueue_step(cu(s)->x) ? dev_fail(s) : 0;
 }
 
-static int cuda_run_point(stepc_t *s, int point, int op, int kind, long long out_offset) {
+static int cuda_run_point(stepc_t *s, int point, int op, int kind) {
   ApiCuda *c = cu(s);
   int at = point >= 0 && point < c->npoints ? c->point_op[point] : -1;
-  if (api_check_point(s, point, at, op, kind)) return -1;
-  const Op *o = &s->g->op[op];
-  long long want = o->nout > 0 ? (long long)s->g->t[o->out[0]].offset : -1;
-  if (out_offset != want)
-    return api_fail(s, STEPC_ERR_MISMATCH, "step.c places op %d's output at arena offset %lld, the plan at %lld: the artifact is out of date",
-                    op, out_offset, want), -1;
-  return rt_exec_run_op(c->x, op) ? dev_fail(s) : 0;
+  return api_check_point(s, point, at, op, kind) ? -1 : 0; /* step.c launches its work next */
+}
+
+static int cuda_accept_generated(stepc_t *s, const stepc_generated *gen) {
+  uint64_t want = rt_exec_layout_hash(cu(s)->x);
+  if (gen->layout == want) return 0;
+  if (!gen->layout)
+    api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c (built from %s) holds no CUDA work: stepc build found the step not "
+                                    "runnable on CUDA", gen->recipe);
+  else
+    api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c (built from %s) was recorded against another arena layout (%016llx, "
+                                    "this library plans %016llx): the artifact is out of date, rebuild it",
+             gen->recipe, gen->layout, (unsigned long long)want);
+  return -1;
+}
+
+/* ---- step.c's launches (stepc_gen.h) ---- */
+
+static ApiCuda *cuda_of(stepc_gen_ctx *ctx) {
+  stepc_t *s = (stepc_t *)ctx;
+  if (s->be != &CUDA_BACKEND) {
+    api_fail(s, STEPC_ERR_RUNTIME, "step.c launched CUDA work on the %s device", s->be->name);
+    return NULL;
+  }
+  return cu(s);
+}
+
+unsigned long long stepc_gen_base(stepc_gen_ctx *ctx, int which) {
+  stepc_t *s = (stepc_t *)ctx;
+  return s->be == &CUDA_BACKEND ? (unsigned long long)rt_exec_base(cu(s)->x, which) : 0;
+}
+
+int stepc_gen_launch(stepc_gen_ctx *ctx, int kernel, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                     void **args) {
+  ApiCuda *c = cuda_of(ctx);
+  if (!c) return -1;
+  if (kernel < 0 || kernel >= RT_K_COUNT)
+    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c launches kernel #%d, this library has %d", kernel, RT_K_COUNT), -1;
+  return rt_launch(c->d, (RtKernel)kernel, gx, gy, gz, block, smem, args) ? dev_fail((stepc_t *)ctx) : 0;
+}
+
+int stepc_gen_gemm(stepc_gen_ctx *ctx, const void *gemm, unsigned long size) {
+  ApiCuda *c = cuda_of(ctx);
+  if (!c) return -1;
+  if (size != sizeof(RtGemm))
+    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's GEMM call is %lu bytes, this library's %zu", size, sizeof(RtGemm)), -1;
+  RtGemm g;
+  memcpy(&g, gemm, sizeof g);
+  return rt_gemm_run(c->d, &g) ? dev_fail((stepc_t *)ctx) : 0;
+}
+
+int stepc_gen_memset(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long bytes) {
+  ApiCuda *c = cuda_of(ctx);
+  if (!c) return -1;
+  return rt_memset0(c->d, (CUdeviceptr)dst, (size_t)bytes) ? dev_fail((stepc_t *)ctx) : 0;
+}
+
+int stepc_gen_copy(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long src, unsigned long long bytes) {
+  ApiCuda *c = cuda_of(ctx);
+  if (!c) return -1;
+  return rt_copy_d2d(c->d, (CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes) ? dev_fail((stepc_t *)ctx) : 0;
 }
 
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
@@ -139,7 +195,7 @@ static void cuda_free(stepc_t *s) {
 }
 
 static const ApiBackend CUDA_BACKEND = {"cuda", cuda_init, cuda_step, cuda_read, cuda_write, cuda_params_from_masters,
-                                        cuda_run_point, cuda_measure, cuda_free};
+                                        cuda_run_point, cuda_accept_generated, cuda_measure, cuda_free};
 
 static bool in_micro(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
 

@@ -32,7 +32,12 @@ typedef struct ApiBackend {
   /* After loading masters: make each param exactly what the optimizer would have left in it
    * (cpu: the fp32 master's value; cuda: nothing, the bf16 param was loaded as saved). */
   int (*params_from_masters)(stepc_t *s);
-  int (*run_point)(stepc_t *s, int point, int op, int kind, long long out_offset);
+  /* step.c's stepc_gen_op: checks the point; 1 when the op ran here (cpu), 0 when step.c launches
+   * it (cuda), -1 with the message */
+  int (*run_point)(stepc_t *s, int point, int op, int kind);
+  /* NULL, or a check of a linked step.c before it runs (cuda: the arena layout it was recorded
+   * against); nonzero with the message refuses it */
+  int (*accept_generated)(stepc_t *s, const stepc_generated *gen);
   void (*measure)(stepc_t *s, stepc_measure *m);
   void (*free)(stepc_t *s);
 } ApiBackend;

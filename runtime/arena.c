@@ -3,12 +3,13 @@
  * what `stepc run` reports as max allocated. */
 #include <stdio.h>
 
+#include "runtime/record.h"
 #include "runtime/rt.h"
 
 int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what) {
   *p = 0;
   if (bytes == 0) bytes = 256;
-  CUresult r = d->cuMemAlloc(p, bytes);
+  CUresult r = d->rec ? (rt_record_alloc(d, p, bytes) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS) : d->cuMemAlloc(p, bytes);
   if (r != CUDA_SUCCESS) {
     char msg[160];
     snprintf(msg, sizeof msg, "cuMemAlloc of %.3f GB for %s (already holding %.3f GB)", (double)bytes / 1e9, what,
@@ -22,6 +23,6 @@ int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what) {
 
 void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes) {
   if (!p) return;
-  d->cuMemFree(p);
+  if (!d->rec) d->cuMemFree(p);
   d->allocated -= (int64_t)(bytes ? bytes : 256);
 }

@@ -10,6 +10,7 @@
 
 #include <cublasLt.h>
 
+#include "runtime/record.h"
 #include "runtime/rt.h"
 
 #define RT_BLAS_FUNCS(X)                                                                                    \
@@ -180,23 +181,6 @@ static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdevi
                     "cublasLtMatmul");
 }
 
-int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
-            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
-  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
-  if (M == 0 || N == 0) return RT_OK;
-  GemmKey key = {.kind = kind, .c_f32 = c_f32 != 0, .accumulate = accumulate != 0, .bias = bias != 0, .m = M, .n = N, .k = K,
-                 .lda = kind == RT_GEMM_TN ? M : K, .ldb = kind == RT_GEMM_NT ? K : N, .ldc = N, .batch = 1};
-  GemmPlan *p = plan_get(d, &key);
-  if (!p) return RT_ERROR;
-  if (bias) {
-    void *bp = (void *)(uintptr_t)bias;
-    if (blas_check(d, d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
-                   "BIAS_POINTER"))
-      return RT_ERROR;
-  }
-  return matmul(d, p, A, B, C, 1.0f, accumulate ? 1.0f : 0.0f);
-}
-
 /* The largest power of two (<= 256) dividing v, 256 for 0. */
 static int64_t pow2_div(int64_t v) {
   int64_t a = 256;
@@ -204,17 +188,36 @@ static int64_t pow2_div(int64_t v) {
   return a;
 }
 
-int rt_gemm_batched(RtDevice *d, const RtGemmBatch *g, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta) {
+int rt_gemm_run(RtDevice *d, const RtGemm *g) {
+  if (d->rec) return rt_record_gemm(d, g);
   if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
   if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
-  int64_t cs = g->c_f32 ? 4 : 2, al = pow2_div((int64_t)A);
-  int64_t v[7] = {(int64_t)B, (int64_t)C, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb};
+  int64_t cs = g->c_f32 ? 4 : 2, al = pow2_div((int64_t)g->a);
+  int64_t v[7] = {(int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb};
   for (int i = 0; i < 7; i++)
     if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
   if (pow2_div(cs * g->ldc) < al) al = pow2_div(cs * g->ldc);
-  GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = beta != 0.0f, .m = g->m, .n = g->n, .k = g->k,
-                 .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->stride_a, .sb = g->stride_b, .sc = g->stride_c,
-                 .batch = g->batch, .align = al};
+  /* unbatched products at 256-byte-aligned operands keep cuBLASLt's default (align 0): the same
+   * plans as before the batched form existed */
+  if (g->batch == 1 && al == 256) al = 0;
+  GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = g->beta != 0.0f, .bias = g->bias != 0, .m = g->m,
+                 .n = g->n, .k = g->k, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->batch > 1 ? g->stride_a : 0,
+                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al};
   GemmPlan *p = plan_get(d, &key);
-  return p ? matmul(d, p, A, B, C, alpha, beta) : RT_ERROR;
+  if (!p) return RT_ERROR;
+  if (g->bias) {
+    void *bp = (void *)(uintptr_t)g->bias;
+    if (blas_check(d, d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+                   "BIAS_POINTER"))
+      return RT_ERROR;
+  }
+  return matmul(d, p, g->a, g->b, g->c, g->alpha, g->beta);
+}
+
+int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
+            CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
+  RtGemm g = {.kind = kind, .m = M, .n = N, .k = K, .lda = kind == RT_GEMM_TN ? M : K, .ldb = kind == RT_GEMM_NT ? K : N,
+              .ldc = N, .batch = 1, .c_f32 = c_f32 != 0, .a = A, .b = B, .c = C, .bias = bias, .alpha = 1.0f,
+              .beta = accumulate ? 1.0f : 0.0f};
+  return rt_gemm_run(d, &g);
 }

@@ -1,11 +1,13 @@
 /* launch.c — kernel launches and copies on the runtime's one stream (all capturable). */
 #include <stdio.h>
 
+#include "runtime/record.h"
 #include "runtime/rt.h"
 
 int rt_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
               void **args) {
   if (gx == 0 || gy == 0 || gz == 0) return RT_OK; /* nothing to do: an empty tensor */
+  if (d->rec) return rt_record_launch(d, k, gx, gy, gz, block, smem, args);
   CUresult r = d->cuLaunchKernel(d->fn[k], gx, gy, gz, block, 1, 1, smem, d->stream, args, NULL);
   if (r == CUDA_SUCCESS) return RT_OK;
   char what[64];
@@ -19,18 +21,22 @@ unsigned rt_grid1d(const RtDevice *d, int64_t work) {
 }
 
 int rt_memset0(RtDevice *d, CUdeviceptr p, size_t bytes) {
+  if (d->rec) return rt_record_memset(d, p, bytes);
   return bytes ? rt_check(d, d->cuMemsetD8Async(p, 0, bytes, d->stream), "cuMemsetD8Async") : RT_OK;
 }
 
 int rt_copy_d2d(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (d->rec) return rt_record_copy(d, dst, src, bytes);
   return bytes ? rt_check(d, d->cuMemcpyDtoDAsync(dst, src, bytes, d->stream), "cuMemcpyDtoDAsync") : RT_OK;
 }
 
 int rt_copy_h2d(RtDevice *d, CUdeviceptr dst, const void *src, size_t bytes) {
+  if (d->rec) return rt_fail(d, "a host-to-device copy on a recording device");
   return bytes ? rt_check(d, d->cuMemcpyHtoDAsync(dst, src, bytes, d->stream), "cuMemcpyHtoDAsync") : RT_OK;
 }
 
 int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes) {
+  if (d->rec) return rt_fail(d, "a device-to-host copy on a recording device");
   if (!bytes) return RT_OK;
   if (rt_check(d, d->cuMemcpyDtoHAsync(dst, src, bytes, d->stream), "cuMemcpyDtoHAsync")) return RT_ERROR;
   return rt_sync(d);

@@ -1,22 +1,63 @@
 /* module.c — the kernels module: the NVRTC cubin loaded with cuModuleLoadData, every kernel of
  * kernels/kernel_list.h looked up once, and the flash kernels allowed their shared memory. */
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/launch.h"
 #include "runtime/rt.h"
 
-static const char *const KERNEL_NAMES[RT_K_COUNT] = {
-#define STEPC_KERNEL(name) #name,
+const char *const rt_kernel_name[RT_K_COUNT] = {
+#define STEPC_KERNEL(name, sig) #name,
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL
 };
+
+const char *const rt_kernel_sig[RT_K_COUNT] = {
+#define STEPC_KERNEL(name, sig) sig,
+#include "kernels/kernel_list.h"
+#undef STEPC_KERNEL
+};
+
+uint64_t rt_kernel_list_hash(void) {
+#define RT_GS_I(f) "I" #f " "
+#define RT_GS_P(f) "P" #f " "
+#define RT_GS_F(f) "F" #f " "
+  static const char GEMM_FIELDS[] = RT_GEMM_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = GEMM_FIELDS; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+  for (int k = 0; k < RT_K_COUNT; k++)
+    for (int part = 0; part < 2; part++)
+      for (const char *c = part ? rt_kernel_sig[k] : rt_kernel_name[k];; c++) {
+        h = (h ^ (uint8_t)*c) * 1099511628211ull; /* the terminator too: "ab"+"c" differs from "a"+"bc" */
+        if (!*c) break;
+      }
+  return h;
+}
+
+/* The loaded kernel's parameters against kernel_list.h's signature: count and each size. */
+static int check_params(RtDevice *d, RtKernel k) {
+  if (!d->cuFuncGetParamInfo) return RT_OK;
+  const char *s = rt_kernel_sig[k];
+  size_t n = strlen(s), off = 0, size = 0;
+  for (size_t i = 0; i <= n; i++) {
+    CUresult r = d->cuFuncGetParamInfo(d->fn[k], i, &off, &size);
+    if (i == n) {
+      if (r == CUDA_SUCCESS) return rt_fail(d, "kernel %s has more parameters than kernel_list.h's \"%s\"", rt_kernel_name[k], s);
+      break;
+    }
+    if (r != CUDA_SUCCESS) return rt_fail(d, "kernel %s has %zu parameters, kernel_list.h says \"%s\"", rt_kernel_name[k], i, s);
+    if (size != (strchr("iuf", s[i]) ? 4u : 8u))
+      return rt_fail(d, "kernel %s parameter %zu is %zu bytes, kernel_list.h says '%c'", rt_kernel_name[k], i, size, s[i]);
+  }
+  return RT_OK;
+}
 
 int rt_module_load(RtDevice *d, const void *cubin) {
   if (rt_check(d, d->cuModuleLoadData(&d->mod, cubin), "cuModuleLoadData")) return RT_ERROR;
   for (int k = 0; k < RT_K_COUNT; k++) {
     char what[160];
-    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", KERNEL_NAMES[k]);
-    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, KERNEL_NAMES[k]), what)) return RT_ERROR;
+    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", rt_kernel_name[k]);
+    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kernel_name[k]), what) || check_params(d, k)) return RT_ERROR;
   }
   /* Dynamic shared memory above 48 KiB must be allowed per function, once. */
   struct {

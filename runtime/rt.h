@@ -32,13 +32,22 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
 typedef enum {
-#define STEPC_KERNEL(name) RT_K_##name,
+#define STEPC_KERNEL(name, sig) RT_K_##name,
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL
   RT_K_COUNT
 } RtKernel;
 
+/* The kernel's name and its parameter signature (kernel_list.h's letters), by handle. */
+extern const char *const rt_kernel_name[RT_K_COUNT];
+extern const char *const rt_kernel_sig[RT_K_COUNT];
+/* FNV-1a over RT_GEMM_FIELDS and every kernel row's name and signature: step.c carries it, so a
+ * step generated against another kernel list or GEMM call is refused instead of launching the
+ * wrong kernels. */
+uint64_t rt_kernel_list_hash(void);
+
 typedef struct RtBlas RtBlas;
+typedef struct RtRecorder RtRecorder;
 
 typedef struct RtDevice {
 #define RT_DECL(f) __typeof__(&f) f;
@@ -53,6 +62,12 @@ typedef struct RtDevice {
   int sm_count, cc_major, cc_minor;
   char name[256];
   RtBlas *blas;
+  /* set: a recording device (record.h) — no driver; allocations get distinct fake addresses and
+   * launches, GEMMs, memsets and copies are appended to the recorder instead of running */
+  RtRecorder *rec;
+  CUdeviceptr fake_next;
+  /* optional (NULL on drivers before 12.4): checks kernel parameter sizes at module load */
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
   /* memory: every cuMemAlloc goes through rt_alloc */
   int64_t allocated, max_allocated; /* bytes held by stepc's own allocations, and their peak */
   int64_t used_at_open;             /* total - free (cuMemGetInfo) right after context creation */
@@ -94,29 +109,35 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  *   RT_GEMM_NT: C (M,N) = A (M,K) . B (N,K)^T        (forward: y = x W^T; bias (N) optional)
  *   RT_GEMM_NN: C (M,N) = A (M,K) . B (K,N)          (dgrad: dx = dy W)
  *   RT_GEMM_TN: C (M,N) = A (K,M)^T . B (K,N)        (wgrad: dW = dy^T x)
- * C is bf16 (c_f32 = 0) or fp32 (c_f32 = 1); accumulate = 1 adds into C (beta = 1). The algorithm
- * is chosen once per shape (cublasLtMatmulAlgoGetHeuristic) and cached, so every call of a shape
- * runs the same kernel (determinism, capture). */
+ * over `batch` products at fixed element strides, C = alpha op(A) op(B) + beta C (+ bias), C bf16
+ * (c_f32 = 0) or fp32. Leading dimensions are row-major, in elements. The algorithm is chosen
+ * once per shape and operand alignment (cublasLtMatmulAlgoGetHeuristic) and cached, so every call
+ * of a shape runs the same kernel (determinism, capture). */
 typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
+
+/* Every field of one GEMM call, as an X-macro: I an int64_t, P a device pointer, F a float. The
+ * recorder copies the struct and step.c's emitter prints every field by this list, so a field added
+ * here (an epilogue, its operand) reaches the generated step without further edits. */
+#define RT_GEMM_FIELDS(I, P, F)                                                                             \
+  I(kind) I(m) I(n) I(k) I(lda) I(ldb) I(ldc) I(stride_a) I(stride_b) I(stride_c) I(batch) I(c_f32)        \
+  P(a) P(b) P(c) P(bias) F(alpha) F(beta)
+typedef struct {
+#define RT_GF_I(f) int64_t f;
+#define RT_GF_P(f) CUdeviceptr f;
+#define RT_GF_F(f) float f;
+  RT_GEMM_FIELDS(RT_GF_I, RT_GF_P, RT_GF_F)
+#undef RT_GF_I
+#undef RT_GF_P
+#undef RT_GF_F
+} RtGemm;
+
 int rt_blas_open(RtDevice *d, size_t workspace_bytes);
 void rt_blas_close(RtDevice *d);
+size_t rt_blas_workspace_bytes(const RtDevice *d);
+int rt_gemm_run(RtDevice *d, const RtGemm *g);
+/* One unbatched product with dense leading dimensions; accumulate = 1 adds into C (beta = 1). */
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
             CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias);
-size_t rt_blas_workspace_bytes(const RtDevice *d);
-/* The same three kinds over `batch` independent products at fixed element strides, with explicit
- * row-major leading dimensions (the unfused attention's per-head QK^T and PV: a head's rows sit
- * H*D apart inside (B,T,H,D)). C = alpha op(A) op(B) + beta C. The plan is keyed by the whole
- * shape and by the operands' alignment (cuBLASLt is told it), so a call at the same addresses
- * always runs the same algorithm. */
-typedef struct {
-  RtGemmKind kind;
-  int64_t m, n, k;
-  int64_t lda, ldb, ldc;                /* row-major leading dimensions, in elements */
-  int64_t stride_a, stride_b, stride_c; /* between batch entries, in elements */
-  int64_t batch;
-  int c_f32;
-} RtGemmBatch;
-int rt_gemm_batched(RtDevice *d, const RtGemmBatch *g, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta);
 
 /* ---- graph.c: stream capture of a region into one CUDA graph ---- */
 typedef struct {

@@ -27,6 +27,7 @@ extern char **environ;
 #define STEPC_LUA_SO ""
 #define STEPC_NVRTC_SO ""
 #define STEPC_API_HEADER ""
+#define STEPC_GEN_HEADER ""
 #define STEPC_CC "cc"
 #define STEPC_ARTIFACT_FLAGS ""
 #endif
@@ -153,7 +154,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
       train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], inc[PATH_MAX + 32], rpath_nvrtc[PATH_MAX + 32];
   const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
              *comp = env_or("STEPC_COMPILER_ARCHIVE", STEPC_COMPILER_ARCHIVE), *lua_so = env_or("STEPC_LUA_SO", STEPC_LUA_SO),
-             *nvrtc = STEPC_NVRTC_SO, *api_h = STEPC_API_HEADER;
+             *nvrtc = STEPC_NVRTC_SO, *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
   snprintf(so, sizeof so, "%s/libstep.so", dir);
   snprintf(stepc_c, sizeof stepc_c, "%s/step.c", dir);
   snprintf(lua, sizeof lua, "%s/liblua5.4.so.0", dir);
@@ -181,6 +182,8 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   int n = 0;
   a1[n++] = (char *)cc, a1[n++] = "-shared", a1[n++] = "-fPIC", a1[n++] = "-O1", a1[n++] = "-std=gnu11";
   n = add_flags(a1, n, flags1);
+  /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
+  if (gen_h[0]) a1[n++] = "-include", a1[n++] = (char *)gen_h;
   a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt, a1[n++] = (char *)comp;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = lua, a1[n++] = (char *)nvrtc, a1[n++] = "-lm", a1[n++] = "-ldl",
   a1[n++] = "-lpthread", a1[n++] = "-Wl,-rpath,$ORIGIN", a1[n++] = rpath_nvrtc, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
@@ -224,15 +227,28 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   if (f) report_plan_json(&p, d, f);
   plan_free(&p);
   if (!f || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
-  /* step.c, from the plan the runtimes run (nominal dtypes) */
+  /* step.c, from the plan the runtimes run (nominal dtypes), recorded from the executor's launches */
   StepPlan sp;
-  if ((st = step_plan_build(spec, 0, &sp, err, nerr)) != 0) return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
-  f = open_out(dir, "step.c", path, sizeof path);
-  int rc = f ? step_emit_c(&sp, raw->recipe_path, f) : -1;
-  if (!f || rc != 0 || fclose(f) != 0) {
+  if ((st = step_plan_build(spec, 0, &sp, err, nerr)) != 0) {
     step_plan_free(&sp);
-    return fail(err, nerr, "cannot write %s%s", path, "");
+    return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
   }
+  f = open_out(dir, "step.c", path, sizeof path);
+  StepEmitStats es;
+  char why[512];
+  int rc = f ? step_emit_c(&sp, raw->recipe_path, o->sm_count > 0 ? o->sm_count : STEP_EMIT_DEFAULT_SMS, f, &es, why, sizeof why,
+                           err, nerr)
+             : -1;
+  if (!f || fclose(f) != 0 || rc != 0) {
+    step_plan_free(&sp);
+    if (!err[0]) snprintf(err, nerr, "cannot write %s", path);
+    return ARTIFACT_ERROR;
+  }
+  if (progress && es.cuda)
+    fprintf(progress, "build: step.c — %d ops, %d kernel launches, %d GEMMs, %d memsets\n", sp.sc.nops, es.launches, es.gemms,
+            es.memsets);
+  else if (progress)
+    fprintf(progress, "build: step.c — %d ops; no CUDA work (%s)\n", sp.sc.nops, why);
   /* kernels.cu and its cubin */
   char kerr[256];
   char *src = kernel_text_assemble(NULL, 0, kerr, sizeof kerr);
@@ -255,13 +271,10 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     return ARTIFACT_ERROR;
   }
   free(msg);
-  /* every kernel step.c names must be in the cubin */
-  for (int o2 = 0; o2 < sp.g->nop && !err[0]; o2++) {
-    const char *k[8];
-    int nk = step_op_kernels(sp.g, &sp.g->op[o2], k, 8);
-    for (int i = 0; i < nk; i++)
-      if (!cubin_has_function(cb.data, cb.size, k[i])) snprintf(err, nerr, "the cubin has no kernel %s (op %d)", k[i], o2);
-  }
+  /* every kernel step.c launches must be in the cubin */
+  for (int k = 0; k < RT_K_COUNT && !err[0]; k++)
+    if (es.kernel_used[k] && !cubin_has_function(cb.data, cb.size, rt_kernel_name[k]))
+      snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", rt_kernel_name[k]);
   step_plan_free(&sp);
   char cubin_name[64], key_name[64];
   snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);

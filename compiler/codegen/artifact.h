@@ -5,7 +5,7 @@
  *   DIR/kernels.cu              the device code (kernel_text), self-contained
  *   DIR/kernels.<arch>.cubin    NVRTC's cubin of it; DIR/<key>.<arch>.cubin links to it, so the
  *                               runtime's cache lookup (nvrtc.h) finds it without compiling
- *   DIR/step.c                  the host step (codegen/step_emit.h)
+ *   DIR/step.c                  the host step, every launch as literals (codegen/step_emit.h)
  *   DIR/libstep.so              step.c + libstepc_rt + the compiler's runtime half, behind stepc.h
  *   DIR/liblua5.4.so.0          the recipe loader's Lua (found through $ORIGIN)
  *   DIR/stepc.h, DIR/train.c, DIR/train   the API header and a small trainer using only it
@@ -26,6 +26,7 @@ typedef struct {
   const char *arch;      /* NULL: sm_90 */
   const char *cache_dir; /* NVRTC's cache; NULL: the default */
   bool no_link;          /* write the sources and the cubin only (no cc) */
+  int sm_count;          /* the GPU's SMs step.c's grids are sized for; 0: STEP_EMIT_DEFAULT_SMS */
 } ArtifactOptions;
 
 enum { ARTIFACT_OK = 0, ARTIFACT_ERROR = -1, ARTIFACT_UNSUPPORTED = -2 };

@@ -1,127 +1,104 @@
 /* step_emit.c — step.c, the generated host step (step_emit.h). */
 #include "codegen/step_emit.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "kernels/launch.h"
-#include "lower.h"
-#include "nvrtc.h"
+#include "runtime/cuda/exec.h"
+#include "runtime/record.h"
 #include "runtime/stepc_gen.h"
 
-int step_plan_build(const Spec *s, int float_bytes, StepPlan *p, char *err, size_t nerr) {
-  memset(p, 0, sizeof *p);
-  int rc = lower_step(s, &p->g, err, nerr);
-  if (rc != LOWER_OK) return rc;
-  RecomputeConfig cfg;
-  recompute_config_from_spec(s, &cfg);
-  if (recompute_apply(p->g, &cfg, &p->rr, err, nerr) != 0 || schedule_build(p->g, s, &p->sc, err, nerr) != 0 ||
-      memplan_build(p->g, &p->sc, NULL, float_bytes, &p->mp, err, nerr) != 0 ||
-      memplan_verify(p->g, &p->mp, err, nerr) != 0) {
-    step_plan_free(p);
-    return -1;
+/* ---- literals ---- */
+
+static void lit_float(char *b, size_t n, float v) {
+  snprintf(b, n, "%.9g", (double)v);
+  if (!isfinite(v) || strtof(b, NULL) != v) snprintf(b, n, "%a", (double)v);
+  else if (!strpbrk(b, ".e")) strncat(b, ".0", n - strlen(b) - 1);
+  strncat(b, "f", n - strlen(b) - 1);
+}
+
+static void lit_double(char *b, size_t n, double v) {
+  snprintf(b, n, "%.17g", v);
+  if (!isfinite(v) || strtod(b, NULL) != v) snprintf(b, n, "%a", v);
+  else if (!strpbrk(b, ".e")) strncat(b, ".0", n - strlen(b) - 1);
+}
+
+/* A device address as A (arena) or S (scratch) + offset; -1 when it is in neither. */
+static int lit_ptr(char *b, size_t n, const RtExec *x, CUdeviceptr p) {
+  if (!p) return snprintf(b, n, "0ULL"), 0;
+  int64_t size[2] = {rt_exec_arena_bytes(x), rt_exec_scratch_bytes(x)};
+  for (int w = 0; w < 2; w++) {
+    CUdeviceptr base = rt_exec_base(x, w);
+    if (p >= base && p <= base + (CUdeviceptr)size[w]) return snprintf(b, n, "%c + 0x%llxULL", "AS"[w], (unsigned long long)(p - base)), 0;
   }
-  memplan_apply(p->g, &p->mp);
+  return -1;
+}
+
+static const char *ARG_TYPE[128] = {['p'] = "unsigned long long", ['q'] = "unsigned long long", ['i'] = "int",
+                                    ['u'] = "unsigned", ['l'] = "long long", ['f'] = "float", ['d'] = "double"};
+
+static int emit_launch(FILE *f, const RtExec *x, const RtRec *r, char *err, size_t nerr) {
+  const char *sig = rt_kernel_sig[r->k];
+  fprintf(f, "  {\n   ");
+  for (int i = 0; i < r->nargs; i++) {
+    char v[80];
+    uint64_t a = r->arg[i];
+    switch (sig[i]) {
+    case 'p':
+      if (lit_ptr(v, sizeof v, x, (CUdeviceptr)a))
+        return snprintf(err, nerr, "kernel %s argument %d points outside the arena and scratch", rt_kernel_name[r->k], i), -1;
+      break;
+    case 'q': snprintf(v, sizeof v, "0x%llxULL", (unsigned long long)a); break;
+    case 'i': snprintf(v, sizeof v, "%d", (int)(int32_t)(uint32_t)a); break;
+    case 'u': snprintf(v, sizeof v, "%uu", (unsigned)(uint32_t)a); break;
+    case 'l': snprintf(v, sizeof v, "%lldLL", (long long)(int64_t)a); break;
+    case 'f': {
+      uint32_t u = (uint32_t)a;
+      float fv;
+      memcpy(&fv, &u, 4);
+      lit_float(v, sizeof v, fv);
+      break;
+    }
+    case 'd': {
+      double dv;
+      memcpy(&dv, &a, 8);
+      lit_double(v, sizeof v, dv);
+      break;
+    }
+    default: return snprintf(err, nerr, "kernel %s: signature letter '%c'", rt_kernel_name[r->k], sig[i]), -1;
+    }
+    fprintf(f, " %s a%d = %s;", ARG_TYPE[(int)sig[i]], i, v);
+  }
+  fprintf(f, "\n    void *v[] = {");
+  for (int i = 0; i < r->nargs; i++) fprintf(f, "%s&a%d", i ? ", " : "", i);
+  fprintf(f, "};\n    LAUNCH(%s, %u, %u, %u, %u, %u, v);\n  }\n", rt_kernel_name[r->k], r->grid[0], r->grid[1], r->grid[2], r->block,
+          r->smem);
   return 0;
 }
 
-void step_plan_free(StepPlan *p) {
-  memplan_free(&p->mp);
-  schedule_free(&p->sc);
-  recompute_result_free(&p->rr);
-  graph_free(p->g);
-  memset(p, 0, sizeof *p);
+static int emit_gemm(FILE *f, const RtExec *x, const RtGemm *g, char *err, size_t nerr) {
+  char v[80];
+  int bad = 0;
+  fprintf(f, "  {\n    const stepc_gemm g = {");
+  const char *sep = "";
+#define EM_I(fl) fprintf(f, "%s." #fl " = %lld", sep, (long long)g->fl), sep = ", ";
+#define EM_P(fl) bad |= lit_ptr(v, sizeof v, x, g->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
+#define EM_F(fl) lit_float(v, sizeof v, g->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
+  RT_GEMM_FIELDS(EM_I, EM_P, EM_F)
+#undef EM_I
+#undef EM_P
+#undef EM_F
+  fprintf(f, "};\n    GEMM(g);\n  }\n");
+  if (bad) return snprintf(err, nerr, "a GEMM operand points outside the arena and scratch"), -1;
+  return 0;
 }
 
-static bool in_micro(Phase ph) { return ph == IR_PHASE_FORWARD || ph == IR_PHASE_BACKWARD || ph == IR_PHASE_REPLAY; }
-
-static uint64_t mix(uint64_t h, const void *p, size_t n) { return cubin_fnv1a(h, p, n); }
-
-static uint64_t mix_tensor(uint64_t h, const Tensor *t) {
-  int32_t v[3] = {t->dtype, t->role, t->ndim};
-  h = mix(h, v, sizeof v);
-  h = mix(h, t->shape, sizeof t->shape);
-  return mix(h, t->name, strlen(t->name));
-}
-
-uint64_t step_fingerprint(const Graph *g) {
-  uint64_t h = CUBIN_FNV_OFFSET;
-  int32_t head[3] = {STEPC_GEN_ABI, g->nop, g->num_microbatches};
-  h = mix(h, head, sizeof head);
-  for (int pass = 0; pass < 2; pass++)
-    for (int o = 0; o < g->nop; o++) {
-      const Op *op = &g->op[o];
-      if (in_micro(op->tags.phase) != (pass == 0)) continue;
-      int32_t v[5] = {o, op->kind, op->tags.phase, op->nin, op->nout};
-      h = mix(h, v, sizeof v);
-      h = mix(h, op->tags.module, strlen(op->tags.module));
-      h = mix(h, op->a.i, sizeof op->a.i);
-      h = mix(h, op->a.f, sizeof op->a.f);
-      for (int i = 0; i < op->nin; i++) h = mix_tensor(h, &g->t[op->in[i]]);
-      for (int i = 0; i < op->nout; i++) h = mix_tensor(h, &g->t[op->out[i]]);
-    }
-  return h;
-}
-
-/* Mirrors the choices of runtime/cuda/op_*.c (which kernel for which shape); CI checks that
- * every name is in the cubin. */
-int step_op_kernels(const Graph *g, const Op *op, const char **k, int max) {
-  int n = 0;
-#define K(name) (n < max ? (void)(k[n++] = (name)) : (void)0)
-  const Tensor *in0 = op->nin > 0 ? &g->t[op->in[0]] : NULL;
-  switch (op->kind) {
-  case OP_ADD: K("residual_add"); break;
-  case OP_ACCUM: K(in0 && in0->dtype == DT_F32 ? "grad_accumulate_f32" : "grad_accumulate_bf16"); break;
-  case OP_FILL: K("fill_f32"); break;
-  case OP_LINEAR_BGRAD: K("bias_backward_partial"), K("colsum_accumulate"); break;
-  case OP_EMBED: K("embedding_forward"); break;
-  case OP_EMBED_BWD: K("embedding_backward_token"); break;
-  case OP_POS_ADD: K("pos_add"); break;
-  case OP_POS_ADD_BWD: K("embedding_backward_position"); break;
-  case OP_RMSNORM: K("rmsnorm_forward"); break;
-  case OP_LAYERNORM: K("layernorm_forward"); break;
-  case OP_RMSNORM_BWD: K("rmsnorm_backward_input"), K("norm_backward_weight_partial"), K("colsum_accumulate"); break;
-  case OP_LAYERNORM_BWD: K("layernorm_backward_input"), K("norm_backward_weight_partial"), K("colsum_accumulate"); break;
-  case OP_ROPE: K(op->a.i[0] > 0 ? "rope_forward" : "rope_backward"); break;
-  case OP_DROPOUT: K("dropout_forward"); break;
-  case OP_DROPOUT_BWD: K("dropout_backward"); break;
-  case OP_SWIGLU: K("swiglu_forward"); break;
-  case OP_SWIGLU_BWD: K("swiglu_backward"); break;
-  case OP_GELU: K("gelu_forward"); break;
-  case OP_GELU_BWD: K("gelu_backward"); break;
-  case OP_SPLIT_QKV: K("split_qkv"); break;
-  case OP_CONCAT_QKV: K("concat_qkv"); break;
-  case OP_FLASH_ATTN:
-  case OP_FLASH_ATTN_BWD: {
-    const Tensor *q = &g->t[op->in[op->kind == OP_FLASH_ATTN ? 0 : 1]];
-    int64_t T = q->shape[1], D = q->shape[3];
-    bool flash = (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0;
-    if (op->kind == OP_FLASH_ATTN) K(!flash ? "attn_plain_forward" : D == 64 ? "flash_attention_forward_d64" : "flash_attention_forward_d128");
-    else if (!flash) {
-      K("attn_plain_backward_q"), K("attn_plain_backward_kv");
-    } else {
-      K("flash_attention_backward_preprocess");
-      K(D == 64 ? "flash_attention_backward_dkdv_d64" : "flash_attention_backward_dkdv_d128");
-      K(D == 64 ? "flash_attention_backward_dq_d64" : "flash_attention_backward_dq_d128");
-    }
-    break;
-  }
-  case OP_CAUSAL_MASK: K("causal_mask_fill"); break; /* ATTN_SCORES/PV and their backward: cuBLASLt */
-  case OP_SOFTMAX: K("softmax_causal_forward"); break;
-  case OP_SOFTMAX_BWD: K("softmax_causal_backward"); break;
-  case OP_CROSS_ENTROPY: K("cross_entropy_forward_backward"), K("loss_reduce"); break;
-  case OP_GRAD_SUMSQ: K("norm_squared_partial"); break;
-  case OP_CLIP_COEF: K("global_norm_finalize"); break;
-  case OP_LR_SCHED: K("lr_schedule"); break;
-  case OP_ADAMW: K("adamw_hparams"), K("adamw_update"); break;
-  default: break;
-  }
-#undef K
-  return n;
-}
+/* ---- the op's comment ---- */
 
 static void tensor_line(FILE *f, const char *tag, const Graph *g, int id) {
   const Tensor *t = &g->t[id];
-  fprintf(f, "   *   %s %s (", tag, t->name);
+  fprintf(f, " *   %s %s (", tag, t->name);
   for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
   fprintf(f, ") %s %s @ buffer %d + %lld\n", dtype_name(t->dtype), role_name(t->role), t->buffer, (long long)t->offset);
 }
@@ -133,81 +110,190 @@ static const char *kind_sym(OpKind k, char *buf, size_t n) {
   return buf;
 }
 
-static void emit_op(FILE *f, const Graph *g, int point, int o) {
-  const Op *op = &g->op[o];
-  char sym[64];
-  fprintf(f, "  /* %s  %s  [%s, layer %d]\n", op_name(op->kind), op->tags.module, phase_name(op->tags.phase), op->tags.layer);
+static void op_comment(FILE *f, const Graph *g, int point, const Op *op) {
+  fprintf(f, "/* point %d: %s  %s  [%s, layer %d]\n", point, op_name(op->kind), op->tags.module, phase_name(op->tags.phase),
+          op->tags.layer);
   for (int i = 0; i < op->nin; i++) tensor_line(f, "in ", g, op->in[i]);
   for (int i = 0; i < op->nout; i++) tensor_line(f, "out", g, op->out[i]);
   bool any = false;
   for (int i = 0; i < IR_MAX_IATTR; i++) any |= op->a.i[i] != 0;
   for (int i = 0; i < IR_MAX_FATTR; i++) any |= op->a.f[i] != 0;
   if (any) {
-    fprintf(f, "   *   attrs i {");
+    fprintf(f, " *   attrs i {");
     for (int i = 0; i < IR_MAX_IATTR; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)op->a.i[i]);
     fprintf(f, "} f {");
     for (int i = 0; i < IR_MAX_FATTR; i++) fprintf(f, "%s%.9g", i ? ", " : "", op->a.f[i]);
     fprintf(f, "}\n");
   }
-  const char *k[8];
-  int nk = step_op_kernels(g, op, k, 8);
-  bool gemm = op->kind == OP_LINEAR || op->kind == OP_LINEAR_DGRAD || op->kind == OP_LINEAR_WGRAD;
-  fprintf(f, "   *   cuda:");
-  if (gemm) fprintf(f, " cuBLASLt GEMM");
-  else if (op->kind == OP_ZERO) fprintf(f, " memset");
-  for (int i = 0; i < nk; i++) fprintf(f, " kernel:%s", k[i]);
-  if (!gemm && !nk && op->kind != OP_ZERO) fprintf(f, " none of its own (fused into a neighbour, or not run on CUDA)");
   fprintf(f, " */\n");
-  long long off = op->nout > 0 ? (long long)g->t[op->out[0]].offset : -1;
-  fprintf(f, "  OP(%d, %d, K_%s, %lldLL);\n", point, o, kind_sym(op->kind, sym, sizeof sym), off);
 }
 
-int step_emit_c(const StepPlan *p, const char *recipe, FILE *f) {
+/* ---- the file ---- */
+
+static void emit_prelude(FILE *f) {
+  /* runtime/stepc_gen.h, repeated (the artifact build force-includes the header: a drift is an error) */
+  fprintf(f, "typedef struct stepc_gen_ctx stepc_gen_ctx;\n"
+             "int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind);\n"
+             "unsigned long long stepc_gen_base(stepc_gen_ctx *c, int which);\n"
+             "int stepc_gen_launch(stepc_gen_ctx *c, int kernel, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,\n"
+             "                     void **args);\n"
+             "int stepc_gen_gemm(stepc_gen_ctx *c, const void *gemm, unsigned long size);\n"
+             "int stepc_gen_memset(stepc_gen_ctx *c, unsigned long long dst, unsigned long long bytes);\n"
+             "int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long dst, unsigned long long src, unsigned long long bytes);\n"
+             "#ifndef STEPC_GEN_H /* force-included: the header's definition is the one this file initialises */\n"
+             "typedef struct {\n  int abi;\n  unsigned long long fingerprint;\n  unsigned long long runtime_hash;\n"
+             "  unsigned long long layout;\n  int points, micro_points;\n  int (*const *point)(stepc_gen_ctx *c);\n"
+             "  int (*micro)(stepc_gen_ctx *c);\n  int (*tail)(stepc_gen_ctx *c);\n  int sm_count;\n  const char *recipe;\n"
+             "} stepc_generated;\n#endif\n\n");
+  fprintf(f, "/* one cuBLASLt call: runtime/rt.h's RT_GEMM_FIELDS in order. kind 0 NT (C = A B^T), 1 NN, 2 TN;\n"
+             " * leading dimensions row-major, in elements; C = alpha op(A) op(B) + beta C (+ bias). */\ntypedef struct {\n");
+#define TY_I(fl) fprintf(f, "  long long " #fl ";\n");
+#define TY_P(fl) fprintf(f, "  unsigned long long " #fl ";\n");
+#define TY_F(fl) fprintf(f, "  float " #fl ";\n");
+  RT_GEMM_FIELDS(TY_I, TY_P, TY_F)
+#undef TY_I
+#undef TY_P
+#undef TY_F
+  fprintf(f, "} stepc_gemm;\n\n");
+  fprintf(f, "/* on the CPU reference device OP() runs the op on the host and the function returns before its launches */\n"
+             "#define OP(point, op, kind)                     \\\n"
+             "  do {                                          \\\n"
+             "    int r_ = stepc_gen_op(c, point, op, kind);  \\\n"
+             "    if (r_) return r_ < 0 ? -1 : 0;             \\\n"
+             "  } while (0)\n"
+             "#define LAUNCH(k, gx, gy, gz, block, smem, v) \\\n"
+             "  if (stepc_gen_launch(c, KN_##k, gx, gy, gz, block, smem, v)) return -1\n"
+             "#define GEMM(g) \\\n  if (stepc_gen_gemm(c, &(g), sizeof(g))) return -1\n"
+             "#define MEMSET(p, bytes) \\\n  if (stepc_gen_memset(c, p, bytes)) return -1\n"
+             "#define COPY(dst, src, bytes) \\\n  if (stepc_gen_copy(c, dst, src, bytes)) return -1\n\n");
+}
+
+int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
+                char *err, size_t nerr) {
   const Graph *g = p->g;
   const Schedule *sc = &p->sc;
-  uint64_t fp = step_fingerprint(g);
-  int nmicro = 0;
-  for (int i = 0; i < sc->micro_end; i++) nmicro += sc->it[i].kind == SCHED_OP;
+  memset(st, 0, sizeof *st);
+  why[0] = 0;
+  RtDevice d;
+  RtRecorder rec;
+  rt_record_open(&d, &rec, sm_count);
+  int unsupported = 0;
+  RtExec *x = rt_exec_new(&d, g, &unsupported);
+  if (!x && !unsupported) {
+    snprintf(err, nerr, "recording the step: %s", d.err);
+    return -1;
+  }
+  if (!x) snprintf(why, nwhy, "%s", d.err);
+  st->cuda = x != NULL;
+  /* record every scheduled op: first[i] .. first[i+1] are point i's records */
+  int *first = calloc((size_t)sc->nops + 2, sizeof *first), *op_at = calloc((size_t)sc->nops + 1, sizeof *op_at);
+  if (!first || !op_at) {
+    free(first), free(op_at), rt_exec_free(x), rt_recorder_free(&rec);
+    return snprintf(err, nerr, "out of memory"), -1;
+  }
+  int npt = 0, micro_points = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (i == sc->micro_end) micro_points = npt;
+    if (sc->it[i].kind != SCHED_OP) continue;
+    int o = sc->it[i].id;
+    first[npt] = rec.n;
+    op_at[npt++] = o;
+    if (x) {
+      rec.on = 1, rec.op = o;
+      if (rt_exec_run_op(x, o)) {
+        snprintf(err, nerr, "recording op %d: %s", o, d.err);
+        free(first), free(op_at), rt_exec_free(x), rt_recorder_free(&rec);
+        return -1;
+      }
+      rec.on = 0;
+    }
+  }
+  if (sc->micro_end >= sc->n) micro_points = npt;
+  first[npt] = rec.n;
+  for (int i = 0; i < rec.n; i++) {
+    const RtRec *r = &rec.r[i];
+    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM;
+    st->memsets += r->kind == RT_REC_MEMSET, st->copies += r->kind == RT_REC_COPY;
+    if (r->kind == RT_REC_LAUNCH) st->kernel_used[r->k] = 1;
+  }
+
   fprintf(f,
           "/* step.c — the planned training step of %s, generated by `stepc build`. Do not edit.\n"
           " *\n"
-          " * One OP() per scheduled op in plan order: micro() runs once per micro-batch (forward, backward\n"
-          " * with recompute replays; main gradients accumulate), tail() once per step (global norm, clipping,\n"
-          " * AdamW, zeroing). OP(point, op, kind, out_offset) calls the runtime (libstepc_rt) to run op `op` at\n"
-          " * program point `point`; the runtime checks the literals against the step it rebuilt from\n"
-          " * recipe.lua (on cuda also the first output's arena offset) and launches the op's kernels below.\n"
-          " * %d ops (%d per micro-batch x %d micro-batches, %d in the tail); nominal-dtype arena %lld bytes,\n"
-          " * peak live %lld bytes; %d recompute replay ops per micro-batch. */\n\n",
-          recipe, sc->nops, nmicro, g->num_microbatches, sc->nops - nmicro, (long long)p->mp.arena, (long long)p->mp.peak, p->rr.nreplay_total);
-  /* the contract, repeated so that step.c compiles without stepc's headers (runtime/stepc_gen.h) */
-  fprintf(f, "typedef struct stepc_gen_ctx stepc_gen_ctx;\n"
-             "int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind, long long out_offset);\n"
-             "typedef struct {\n  int abi;\n  unsigned long long fingerprint;\n  int points, micro_points;\n"
-             "  int (*micro)(stepc_gen_ctx *c);\n  int (*tail)(stepc_gen_ctx *c);\n  const char *recipe;\n} stepc_generated;\n\n");
+          " * One function per scheduled op, in plan order (POINT[] below): the micro-batch program (forward,\n"
+          " * backward with recompute replays; main gradients accumulate) runs once per micro-batch, the tail\n"
+          " * (global norm, clipping, AdamW, zeroing) once per step. Each function holds its op's CUDA work as\n"
+          " * literals, recorded from the executor's launch lowering (runtime/cuda/op_*.c) for a GPU of %d SMs:\n"
+          " * LAUNCH(kernel, grid x, y, z, block, dynamic shared bytes, args), GEMM (one cuBLASLt call), MEMSET,\n"
+          " * COPY. A is the plan's arena, S the executor's scratch (runtime/stepc_gen.h).\n"
+          " * %d ops (%d per micro-batch x %d micro-batches, %d in the tail): %d kernel launches, %d GEMMs,\n"
+          " * %d memsets, %d copies per micro-batch program + tail; arena %lld bytes, peak live %lld bytes;\n"
+          " * %d recompute replay ops per micro-batch. */\n\n",
+          recipe, sm_count, npt, micro_points, g->num_microbatches, npt - micro_points, st->launches, st->gemms, st->memsets,
+          st->copies, (long long)(x ? rt_exec_arena_bytes(x) : p->mp.arena), (long long)p->mp.peak, p->rr.nreplay_total);
+  if (!x) fprintf(f, "/* The CUDA backend does not run this step (%s): the functions below hold no CUDA work; the CPU\n * reference device runs it. */\n\n", why);
+  emit_prelude(f);
   fprintf(f, "/* op kinds (compiler/ops/op_list.h) */\nenum {\n");
   bool used[OP_COUNT] = {false};
   for (int o = 0; o < g->nop; o++) used[g->op[o].kind] = true;
   char sym[64];
   for (int k = 0; k < OP_COUNT; k++)
     if (used[k]) fprintf(f, "  K_%s = %d,\n", kind_sym((OpKind)k, sym, sizeof sym), k);
-  fprintf(f, "};\n\n#define OP(point, op, kind, out_offset) \\\n"
-             "  if (stepc_gen_op(c, point, op, kind, out_offset)) return -1\n\n");
-  int point = 0, micro_points = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    fprintf(f, "static int %s(stepc_gen_ctx *c) {\n", pass == 0 ? "micro" : "tail");
-    for (int i = pass == 0 ? 0 : sc->micro_end; i < (pass == 0 ? sc->micro_end : sc->n); i++) {
-      if (sc->it[i].kind != SCHED_OP) {
-        fprintf(f, "  /* gradient bucket %d ready (reduced on the last micro-batch; one rank: nothing to do) */\n", sc->it[i].id);
-        continue;
+  fprintf(f, "};\n\n/* kernels (kernels/kernel_list.h order) */\nenum {\n");
+  for (int k = 0; k < RT_K_COUNT; k++)
+    if (st->kernel_used[k]) fprintf(f, "  KN_%s = %d, /* (%s) */\n", rt_kernel_name[k], k, rt_kernel_sig[k]);
+  fprintf(f, "  KN_NONE = -1\n};\n\n");
+  int rc = 0;
+  for (int q = 0; q < npt && rc == 0; q++) {
+    const Op *op = &g->op[op_at[q]];
+    op_comment(f, g, q, op);
+    fprintf(f, "static int p%d(stepc_gen_ctx *c) {\n  OP(%d, %d, K_%s);\n", q, q, op_at[q], kind_sym(op->kind, sym, sizeof sym));
+    if (first[q] == first[q + 1]) {
+      fprintf(f, x ? "  /* no CUDA work of its own: fused into a neighbour */\n  return 0;\n}\n\n" : "  return 0;\n}\n\n");
+      continue;
+    }
+    fprintf(f, "  const unsigned long long A = stepc_gen_base(c, 0), S = stepc_gen_base(c, 1);\n  (void)A, (void)S;\n");
+    char v[80], w[80];
+    for (int i = first[q]; i < first[q + 1] && rc == 0; i++) {
+      const RtRec *r = &rec.r[i];
+      switch (r->kind) {
+      case RT_REC_LAUNCH: rc = emit_launch(f, x, r, err, nerr); break;
+      case RT_REC_GEMM: rc = emit_gemm(f, x, &r->gemm, err, nerr); break;
+      case RT_REC_MEMSET:
+        rc = lit_ptr(v, sizeof v, x, r->dst);
+        fprintf(f, "  MEMSET(%s, %lluULL);\n", v, (unsigned long long)r->bytes);
+        break;
+      case RT_REC_COPY:
+        rc = lit_ptr(v, sizeof v, x, r->dst) | lit_ptr(w, sizeof w, x, r->src);
+        fprintf(f, "  COPY(%s, %s, %lluULL);\n", v, w, (unsigned long long)r->bytes);
+        break;
       }
-      emit_op(f, g, point++, sc->it[i].id);
+      if (rc && !err[0]) snprintf(err, nerr, "op %d: a memset or copy outside the arena and scratch", op_at[q]);
     }
     fprintf(f, "  return 0;\n}\n\n");
-    if (pass == 0) micro_points = point;
   }
-  fprintf(f, "const stepc_generated stepc_generated_step = {%d, 0x%016llxULL, %d, %d, micro, tail, \"", STEPC_GEN_ABI,
-          (unsigned long long)fp, point, micro_points);
-  for (const char *c = recipe; *c; c++) fprintf(f, (*c == '"' || *c == '\\') ? "\\%c" : "%c", *c);
-  fprintf(f, "\"};\n");
-  return ferror(f) ? -1 : 0;
+  if (rc == 0) {
+    fprintf(f, "static int (*const POINT[])(stepc_gen_ctx *c) = {");
+    int q = 0;
+    for (int i = 0; i < sc->n; i++) {
+      if (i == sc->micro_end) fprintf(f, "\n    /* the tail */");
+      if (sc->it[i].kind != SCHED_OP)
+        fprintf(f, "\n    /* gradient bucket %d ready (reduced on the last micro-batch; one rank: nothing to do) */", sc->it[i].id);
+      else fprintf(f, "%sp%d,", q % 12 == 0 ? "\n    " : " ", q), q++;
+    }
+    fprintf(f, "\n};\n\n"
+               "static int micro(stepc_gen_ctx *c) {\n  for (int i = 0; i < %d; i++)\n    if (POINT[i](c)) return -1;\n  return 0;\n}\n\n"
+               "static int tail(stepc_gen_ctx *c) {\n  for (int i = %d; i < %d; i++)\n    if (POINT[i](c)) return -1;\n  return 0;\n}\n\n",
+            micro_points, micro_points, npt);
+    fprintf(f, "const stepc_generated stepc_generated_step = {%d, 0x%016llxULL, 0x%016llxULL, 0x%016llxULL, %d, %d, POINT, micro, tail, %d, \"",
+            STEPC_GEN_ABI, (unsigned long long)step_fingerprint(g), (unsigned long long)rt_kernel_list_hash(),
+            (unsigned long long)(x ? rt_exec_layout_hash(x) : 0), npt, micro_points, sm_count);
+    for (const char *c = recipe; *c; c++) fprintf(f, (*c == '"' || *c == '\\') ? "\\%c" : "%c", *c);
+    fprintf(f, "\"};\n");
+  }
+  free(first), free(op_at);
+  rt_exec_free(x);
+  rt_recorder_free(&rec);
+  if (rc) return -1;
+  return ferror(f) ? (snprintf(err, nerr, "write error"), -1) : 0;
 }

@@ -55,6 +55,24 @@ CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
 }
 
 int64_t rt_exec_arena_bytes(const RtExec *x) { return x->arena_bytes; }
+CUdeviceptr rt_exec_base(const RtExec *x, int which) { return which == 0 ? x->arena : which == 1 ? x->scratch : 0; }
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+  return h;
+}
+
+uint64_t rt_exec_layout_hash(const RtExec *x) {
+  const Graph *g = x->g;
+  int64_t head[4] = {x->arena_bytes, x->scratch_bytes, g->nbuffers, g->nt};
+  uint64_t h = fnv(1469598103934665603ull, head, sizeof head);
+  h = fnv(h, x->buf_base, (size_t)g->nbuffers * sizeof x->buf_base[0]);
+  for (int i = 0; i < g->nt; i++) {
+    int64_t v[5] = {g->t[i].buffer, g->t[i].offset, g->t[i].bytes, x->alias[i], x->sink[i]};
+    h = fnv(h, v, sizeof v);
+  }
+  return fnv(h, x->skip, (size_t)g->nop);
+}
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 
 void rt_exec_free(RtExec *x) {
@@ -185,7 +203,9 @@ static int carve_scratch(RtExec *x) {
     }
   }
   x->norm_groups = (int)(maxrows / 32 < 1 ? 1 : maxrows / 32 > 256 ? 256 : maxrows / 32);
-  x->gn_groups = 2 * (x->d->sm_count > 0 ? x->d->sm_count : 66);
+  /* a fixed count (2 per SM of an H100/H200), not the device's: the scratch layout, and so a
+   * recorded step.c, must not depend on the GPU it runs on */
+  x->gn_groups = 264;
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
   int64_t sizes[8] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_sumsq > 0 ? x->n_sumsq : 1) * x->gn_groups * 4,

@@ -39,6 +39,12 @@ void rt_exec_free(RtExec *x);
 int64_t rt_exec_arena_bytes(const RtExec *x);
 int64_t rt_exec_scratch_bytes(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
+/* The two allocations every launch argument points into: 0 the plan's arena, 1 the scratch. */
+CUdeviceptr rt_exec_base(const RtExec *x, int which);
+/* FNV-1a of where everything lives: arena and scratch sizes, buffer bases, every tensor's slot
+ * and the executor's fusions (aliases, sinks, skipped ops). A step.c recorded against another
+ * layout would write to the wrong bytes: the API compares this before running one. */
+uint64_t rt_exec_layout_hash(const RtExec *x);
 
 /* Zeroes the arena and initialises parameters (and their masters) exactly as the CPU
  * executor's cpu_exec_init_params does, on the device. */

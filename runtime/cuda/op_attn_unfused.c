@@ -10,7 +10,7 @@
  * inside (B,T,H,D) does not have.) Scores and probabilities are (B,H,T,T), contiguous per (b, h).
  * The GQA reductions (dK, dV: a group sums over its H/G query heads) run as that many calls into
  * the same output, the first with beta = 0 and the rest with beta = 1, in head order, so the sum
- * is deterministic. rt_gemm_batched keys its algorithm on the operands' alignment; tensor bases are
+ * is deterministic. rt_gemm_run keys its algorithm on the operands' alignment; tensor bases are
  * 256-byte aligned in every GPU plan, so the alignment comes from the head offsets alone and two
  * plans of one recipe (recompute or not, scoped or not) run the same algorithms, bitwise equal.
  *
@@ -58,28 +58,36 @@ static int64_t grp(const Dims *a, int64_t h) { return h / (a->H / a->G); }
 
 /* S (b,h) (T,T) = alpha X (b,h rows, ld H D) . Y (b,g rows, ld G D)^T: scores, and dP in ATTN_PV_BWD. */
 static int qk_t(RtExec *x, const Dims *a, CUdeviceptr S, CUdeviceptr X, CUdeviceptr Y, float alpha) {
-  RtGemmBatch gb = {RT_GEMM_NT, a->T, a->T, a->D, ld_q(a), ld_k(a), a->T, st_q(a), st_k(a), st_s(a), a->B, 0};
-  for (int64_t h = 0; h < a->H; h++)
-    if (rt_gemm_batched(x->d, &gb, at(X, h * a->D), at(Y, grp(a, h) * a->D), at(S, off_s(a, h)), alpha, 0.0f)) return RT_ERROR;
+  RtGemm gb = {.kind = RT_GEMM_NT, .m = a->T, .n = a->T, .k = a->D, .lda = ld_q(a), .ldb = ld_k(a), .ldc = a->T,
+               .stride_a = st_q(a), .stride_b = st_k(a), .stride_c = st_s(a), .batch = a->B, .alpha = alpha};
+  for (int64_t h = 0; h < a->H; h++) {
+    gb.a = at(X, h * a->D), gb.b = at(Y, grp(a, h) * a->D), gb.c = at(S, off_s(a, h));
+    if (rt_gemm_run(x->d, &gb)) return RT_ERROR;
+  }
   return RT_OK;
 }
 
 /* O (b,h rows, ld H D) = alpha P (b,h) (T,T) . Y (b,g rows, ld G D): context, and dQ in
  * ATTN_SCORES_BWD. */
 static int p_v(RtExec *x, const Dims *a, CUdeviceptr O, CUdeviceptr P, CUdeviceptr Y, float alpha) {
-  RtGemmBatch gb = {RT_GEMM_NN, a->T, a->D, a->T, a->T, ld_k(a), ld_q(a), st_s(a), st_k(a), st_q(a), a->B, 0};
-  for (int64_t h = 0; h < a->H; h++)
-    if (rt_gemm_batched(x->d, &gb, at(P, off_s(a, h)), at(Y, grp(a, h) * a->D), at(O, h * a->D), alpha, 0.0f)) return RT_ERROR;
+  RtGemm gb = {.kind = RT_GEMM_NN, .m = a->T, .n = a->D, .k = a->T, .lda = a->T, .ldb = ld_k(a), .ldc = ld_q(a),
+               .stride_a = st_s(a), .stride_b = st_k(a), .stride_c = st_q(a), .batch = a->B, .alpha = alpha};
+  for (int64_t h = 0; h < a->H; h++) {
+    gb.a = at(P, off_s(a, h)), gb.b = at(Y, grp(a, h) * a->D), gb.c = at(O, h * a->D);
+    if (rt_gemm_run(x->d, &gb)) return RT_ERROR;
+  }
   return RT_OK;
 }
 
 /* Z (b,g rows, ld G D) = alpha sum_{h in g} P (b,h)^T . X (b,h rows, ld H D): dV and dK. */
 static int pt_x(RtExec *x, const Dims *a, CUdeviceptr Z, CUdeviceptr P, CUdeviceptr X, float alpha) {
-  RtGemmBatch gb = {RT_GEMM_TN, a->T, a->D, a->T, a->T, ld_q(a), ld_k(a), st_s(a), st_q(a), st_k(a), a->B, 0};
+  RtGemm gb = {.kind = RT_GEMM_TN, .m = a->T, .n = a->D, .k = a->T, .lda = a->T, .ldb = ld_q(a), .ldc = ld_k(a),
+               .stride_a = st_s(a), .stride_b = st_q(a), .stride_c = st_k(a), .batch = a->B, .alpha = alpha};
   int64_t rep = a->H / a->G;
-  for (int64_t h = 0; h < a->H; h++)
-    if (rt_gemm_batched(x->d, &gb, at(P, off_s(a, h)), at(X, h * a->D), at(Z, grp(a, h) * a->D), alpha, h % rep ? 1.0f : 0.0f))
-      return RT_ERROR;
+  for (int64_t h = 0; h < a->H; h++) {
+    gb.a = at(P, off_s(a, h)), gb.b = at(X, h * a->D), gb.c = at(Z, grp(a, h) * a->D), gb.beta = h % rep ? 1.0f : 0.0f;
+    if (rt_gemm_run(x->d, &gb)) return RT_ERROR;
+  }
   return RT_OK;
 }
 

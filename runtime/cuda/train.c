@@ -1,5 +1,6 @@
 /* train.c — the GPU training loop (see train.h). */
 #include "runtime/cuda/train.h"
+#include "step_plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,17 +17,13 @@
 
 struct RtTrainer {
   RtDevice d;
-  Graph *g;
+  StepPlan p;         /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
   RtExec *x;
   CpuData *data;
   uint64_t seed;
   int64_t step;
   RtMode mode;
   int warmup;
-  RecomputeResult rr;  /* the recipe's checkpoint regions and replays */
-  Schedule sc;
-  ScopeResult sr;      /* CUDA-graph scopes; their static outputs are pinned in the plan */
-  MemPlan mp;          /* the arena offsets every tensor runs at, and the predicted peak */
   RtGraph graph;
   RtScoped *scoped;    /* scoped mode */
   bool captured;
@@ -42,7 +39,7 @@ uint64_t rt_step_seed(uint64_t seed, int64_t step, int64_t micro) {
 
 RtDevice *rt_trainer_device(RtTrainer *tr) { return &tr->d; }
 RtExec *rt_trainer_exec(RtTrainer *tr) { return tr->x; }
-const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->g; }
+const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->p.g; }
 RtMode rt_trainer_mode(const RtTrainer *tr) { return tr->mode; }
 int rt_trainer_graph_nodes(const RtTrainer *tr) {
   if (!tr->captured) return 0;
@@ -65,8 +62,8 @@ int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st) {
   rt_scoped_stats(tr->scoped, st);
   return 0;
 }
-int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return tr->mp.peak; }
-int rt_trainer_replay_ops(const RtTrainer *tr) { return tr->rr.nreplay_total; }
+int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return tr->p.mp.peak; }
+int rt_trainer_replay_ops(const RtTrainer *tr) { return tr->p.rr.nreplay_total; }
 
 void rt_trainer_free(RtTrainer *tr) {
   if (!tr) return;
@@ -77,11 +74,7 @@ void rt_trainer_free(RtTrainer *tr) {
     rt_exec_free(tr->x);
     rt_close(&tr->d);
   }
-  memplan_free(&tr->mp);
-  scope_free(&tr->sr);
-  schedule_free(&tr->sc);
-  recompute_result_free(&tr->rr);
-  graph_free(tr->g);
+  step_plan_free(&tr->p);
   free(tr->tok), free(tr->tg), free(tr->seeds), free(tr->losses);
   free(tr);
 }
@@ -115,7 +108,7 @@ static int load_kernels(RtDevice *d, const char *cache_dir) {
 static int check_scopes(RtTrainer *tr, const Spec *s, char *err, size_t nerr) {
   DiagList d;
   diag_init(&d);
-  int n = scope_check(tr->g, s, &tr->sc, &tr->rr, &tr->sr, &d);
+  int n = scope_check(tr->p.g, s, &tr->p.sc, &tr->p.rr, &tr->p.sr, &d);
   if (n > 0)
     for (int i = 0; i < d.n; i++)
       if (d.items[i].severity == DIAG_ERROR) {
@@ -142,21 +135,11 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   tr->warmup = (int)s->model.cuda_graph_warmup_steps;
   tr->data = data;
   tr->seed = (uint64_t)s->train.seed;
-  int lrc = lower_step(s, &tr->g, err, nerr);
-  if (lrc != LOWER_OK) {
+  /* The planned step, as `stepc plan` reports it and `stepc build` writes it (step_plan.h); the
+   * executor runs the graph's order, which is the schedule's. */
+  int lrc = step_plan_build(s, 0, &tr->p, err, nerr);
+  if (lrc != 0) {
     *status = lrc == LOWER_UNSUPPORTED ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
-    rt_trainer_free(tr);
-    return NULL;
-  }
-  /* The planned step, as `stepc plan` reports it: recompute replays in place, one schedule (the
-   * executor runs the graph's order, which is the schedule's), the recipe's graph scopes (their
-   * static outputs pinned, whichever mode runs, so that an eager run of a scoped recipe runs at
-   * the very offsets its graphs do), arena offsets at nominal dtypes. */
-  RecomputeConfig rc_cfg;
-  recompute_config_from_spec(s, &rc_cfg);
-  if (recompute_apply(tr->g, &rc_cfg, &tr->rr, err, nerr) != 0 || schedule_build(tr->g, s, &tr->sc, err, nerr) != 0 ||
-      scope_build(tr->g, s, &tr->sc, &tr->sr, err, nerr) != 0 ||
-      memplan_build(tr->g, &tr->sc, &tr->sr, 0, &tr->mp, err, nerr) != 0 || memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
     rt_trainer_free(tr);
     return NULL;
   }
@@ -164,7 +147,6 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     rt_trainer_free(tr);
     return NULL;
   }
-  memplan_apply(tr->g, &tr->mp);
   int rc = rt_open(&tr->d);
   if (rc != RT_OK) {
     *status = rc == RT_NO_DEVICE ? RT_TRAIN_NO_DEVICE : RT_TRAIN_ERROR;
@@ -174,19 +156,19 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   }
   int unsupported = 0;
   if (load_kernels(&tr->d, cache_dir) || rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) ||
-      !(tr->x = rt_exec_new(&tr->d, tr->g, &unsupported)) || rt_timer_new(&tr->d, &tr->timer) ||
+      !(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || rt_timer_new(&tr->d, &tr->timer) ||
       rt_exec_init_params(tr->x, tr->seed)) {
     *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
     snprintf(err, nerr, "%s", tr->d.err);
     rt_trainer_free(tr);
     return NULL;
   }
-  if (tr->mode == RT_MODE_SCOPED && !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->g, &tr->sc, &tr->sr, err, nerr))) {
+  if (tr->mode == RT_MODE_SCOPED && !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, &tr->p.sc, &tr->p.sr, err, nerr))) {
     *status = RT_TRAIN_UNSUPPORTED;
     rt_trainer_free(tr);
     return NULL;
   }
-  int nmb = tr->g->num_microbatches, n = (int)tensor_numel(&tr->g->t[tr->g->tokens]);
+  int nmb = tr->p.g->num_microbatches, n = (int)tensor_numel(&tr->p.g->t[tr->p.g->tokens]);
   tr->tok = malloc((size_t)nmb * (size_t)n * sizeof *tr->tok);
   tr->tg = malloc((size_t)nmb * (size_t)n * sizeof *tr->tg);
   tr->seeds = malloc((size_t)nmb * sizeof *tr->seeds);
@@ -201,7 +183,7 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
 }
 
 int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr) {
-  const Graph *g = tr->g;
+  const Graph *g = tr->p.g;
   const Tensor *t = &g->t[g->tokens];
   int64_t b = t->shape[0], T = t->shape[1];
   for (int mb = 0; mb < g->num_microbatches; mb++) {
@@ -249,10 +231,10 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
   if (rt_timer_stop(d, &tr->timer, &st->ms)) return fail(tr, err, nerr);
   if (rt_exec_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
   double lr = 0, gn = 0, loss = 0;
-  if (rt_exec_read(tr->x, tr->g->lr, &lr) || rt_exec_read(tr->x, tr->g->grad_norm, &gn)) return fail(tr, err, nerr);
-  for (int mb = 0; mb < tr->g->num_microbatches; mb++) loss += tr->losses[mb];
+  if (rt_exec_read(tr->x, tr->p.g->lr, &lr) || rt_exec_read(tr->x, tr->p.g->grad_norm, &gn)) return fail(tr, err, nerr);
+  for (int mb = 0; mb < tr->p.g->num_microbatches; mb++) loss += tr->losses[mb];
   st->step = tr->step;
-  st->loss = loss / (double)tr->g->num_microbatches;
+  st->loss = loss / (double)tr->p.g->num_microbatches;
   st->lr = lr;
   st->grad_norm = gn;
   st->replayed = replay;

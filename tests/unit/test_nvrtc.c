@@ -20,7 +20,7 @@ static int failures;
   } while (0)
 
 static const char *const expected[] = {
-#define STEPC_KERNEL(name) #name,
+#define STEPC_KERNEL(name, sig) #name,
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL
 };
