@@ -85,7 +85,7 @@ static int parse_args(int argc, char **argv, Args *a) {
       if (s[2] == 'd') a->device = v;
       else if ((s[3] == 'm' ? (a->sms = atoi(v)) : s[2] == 's' ? (a->steps = atoi(v)) : (a->threads = atoi(v))) <= 0 ||
                (s[3] == 'm' && a->sms > 4096)) {
-        fprintf(stderr, "stepc: %s wants a positive number, not %s\n", s, v);
+        fprintf(stderr, "stepc: %s wants a positive number%s, not %s\n", s, s[3] == 'm' ? " of SMs (at most 4096)" : "", v);
         return -1;
       }
     }
