@@ -1,5 +1,5 @@
 /* gemm.c — GEMMs through cuBLASLt (dlopen'd, see rt.h): bf16 in, fp32 accumulation, bf16 or fp32
- * out, optional bias epilogue, one algorithm per shape chosen once by the heuristic and cached.
+ * out, optional bias epilogue, D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape chosen once by the heuristic and cached.
  *
  * cuBLASLt is column-major; a row-major C (M,N) is the column-major C^T (N,M), so every product
  * is computed as C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A. */
@@ -27,6 +27,7 @@ typedef struct {
   int64_t kind, c_f32, accumulate, bias, m, n, k;
   int64_t lda, ldb, ldc, sa, sb, sc, batch; /* row-major leading dims and batch strides (elements) */
   int64_t align;                            /* min pointer alignment in bytes; 0 = cuBLASLt's default */
+  int64_t dsep;                             /* D is not C (out of place: the fused residual add) */
 } GemmKey;
 
 typedef struct {
@@ -173,10 +174,13 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   return p;
 }
 
-static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, float alpha, float beta) {
+/* D = alpha A B + beta C with D of C's layout; D = C (in place) when D is 0. */
+static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr D, float alpha,
+                  float beta) {
   RtBlas *b = d->blas;
   void *pa = (void *)(uintptr_t)B, *pb = (void *)(uintptr_t)A, *pc = (void *)(uintptr_t)C;
-  return blas_check(d, b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pc, p->lc, &p->algo,
+  void *pd = D ? (void *)(uintptr_t)D : pc;
+  return blas_check(d, b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pd, p->lc, &p->algo,
                                          (void *)(uintptr_t)b->ws, b->ws_bytes, (cudaStream_t)d->stream),
                     "cublasLtMatmul");
 }
@@ -193,8 +197,9 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
   if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
   if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
   int64_t cs = g->c_f32 ? 4 : 2, al = pow2_div((int64_t)g->a);
-  int64_t v[7] = {(int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb};
-  for (int i = 0; i < 7; i++)
+  int64_t v[8] = {(int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb,
+                  (int64_t)(g->d ? g->d : g->c)};
+  for (int i = 0; i < 8; i++)
     if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
   if (pow2_div(cs * g->ldc) < al) al = pow2_div(cs * g->ldc);
   /* unbatched products at 256-byte-aligned operands keep cuBLASLt's default (align 0): the same
@@ -202,7 +207,8 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
   if (g->batch == 1 && al == 256) al = 0;
   GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = g->beta != 0.0f, .bias = g->bias != 0, .m = g->m,
                  .n = g->n, .k = g->k, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->batch > 1 ? g->stride_a : 0,
-                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al};
+                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al,
+                 .dsep = g->d != 0 && g->d != g->c};
   GemmPlan *p = plan_get(d, &key);
   if (!p) return RT_ERROR;
   if (g->bias) {
@@ -211,7 +217,7 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
                    "BIAS_POINTER"))
       return RT_ERROR;
   }
-  return matmul(d, p, g->a, g->b, g->c, g->alpha, g->beta);
+  return matmul(d, p, g->a, g->b, g->c, g->d, g->alpha, g->beta);
 }
 
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,

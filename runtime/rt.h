@@ -109,8 +109,10 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  *   RT_GEMM_NT: C (M,N) = A (M,K) . B (N,K)^T        (forward: y = x W^T; bias (N) optional)
  *   RT_GEMM_NN: C (M,N) = A (M,K) . B (K,N)          (dgrad: dx = dy W)
  *   RT_GEMM_TN: C (M,N) = A (K,M)^T . B (K,N)        (wgrad: dW = dy^T x)
- * over `batch` products at fixed element strides, C = alpha op(A) op(B) + beta C (+ bias), C bf16
- * (c_f32 = 0) or fp32. Leading dimensions are row-major, in elements. The algorithm is chosen
+ * over `batch` products at fixed element strides, D = alpha op(A) op(B) + beta C (+ bias), C and D
+ * bf16 (c_f32 = 0) or fp32, of one layout. D is `d`, or C itself when d = 0: the executor's
+ * residual fusion (runtime/cuda/exec.c) reads the residual as C (beta = 1) and writes the sum to
+ * the add's output D, so the product never lands in memory on its own. Leading dimensions are row-major, in elements. The algorithm is chosen
  * once per shape and operand alignment (cublasLtMatmulAlgoGetHeuristic) and cached, so every call
  * of a shape runs the same kernel (determinism, capture). */
 typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
@@ -120,7 +122,7 @@ typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
  * here (an epilogue, its operand) reaches the generated step without further edits. */
 #define RT_GEMM_FIELDS(I, P, F)                                                                             \
   I(kind) I(m) I(n) I(k) I(lda) I(ldb) I(ldc) I(stride_a) I(stride_b) I(stride_c) I(batch) I(c_f32)        \
-  P(a) P(b) P(c) P(bias) F(alpha) F(beta)
+  P(a) P(b) P(c) P(d) P(bias) F(alpha) F(beta)
 typedef struct {
 #define RT_GF_I(f) int64_t f;
 #define RT_GF_P(f) CUdeviceptr f;

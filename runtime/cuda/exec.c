@@ -71,7 +71,9 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
     int64_t v[5] = {g->t[i].buffer, g->t[i].offset, g->t[i].bytes, x->alias[i], x->sink[i]};
     h = fnv(h, v, sizeof v);
   }
-  return fnv(h, x->skip, (size_t)g->nop);
+  h = fnv(h, x->skip, (size_t)g->nop);
+  h = fnv(h, x->fuse, (size_t)g->nop);
+  return fnv(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
 }
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 
@@ -79,7 +81,7 @@ void rt_exec_free(RtExec *x) {
   if (!x) return;
   rt_free(x->d, x->arena, (size_t)x->arena_bytes);
   rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
-  free(x->sink), free(x->alias), free(x->skip), free(x->slot), free(x->dloss);
+  free(x->sink), free(x->alias), free(x->skip), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
   free(x);
 }
 
@@ -88,6 +90,152 @@ void rt_exec_free(RtExec *x) {
 static int sinkable(OpKind k) {
   return k == OP_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
          k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
+}
+
+/* ---- pair fusions (docs/gpu-runtime.md, "Fusions") ----
+ *
+ * Three producer/consumer pairs run as one launch: LINEAR -> ADD (one cuBLASLt call whose C is
+ * the residual and whose D is the add's output), DROPOUT -> ADD (dropout_residual_forward) and
+ * ADD -> RMSNORM/LAYERNORM (residual_*norm_forward). A pair is always two ops with consecutive
+ * ids in one phase, so no launch runs between them in any mode (eager, full_iteration, scoped
+ * runs of id ranges), the fused launch reads what the first op would have read and every reader
+ * of what it writes comes after it.
+ *
+ * The first two change the bits (the product or the dropout output is added in fp32 before the
+ * one bf16 rounding, instead of being rounded on its own first). So whether they fuse depends on
+ * the op structure only — kinds, readers, shapes, the op tags — never on the memory plan, and a
+ * forward pair fuses only together with every recompute replay of it: every recompute setting,
+ * whose forward ops are the same, fuses the same forward pairs and replays them bit for bit. The
+ * plan decides only *how* a fused pair writes: when the add's output overlaps an operand (the plan
+ * may reuse the slot of an input that dies at the first op), the pair writes into the absorbed
+ * op's own output (live across both ops, so disjoint from every operand) and one copy moves it.
+ * ADD -> norm writes the bits the two kernels would write, so it may depend on the plan: it fuses
+ * only where no output overlaps an input. */
+
+static int overlap(const RtExec *x, int a, int b) {
+  const Tensor *ta = rt_t(x, x->alias[a]), *tb = rt_t(x, x->alias[b]);
+  if (ta->buffer != tb->buffer) return 0;
+  return ta->offset < tb->offset + tb->bytes && tb->offset < ta->offset + ta->bytes;
+}
+static int same_slot(const RtExec *x, int a, int b) {
+  const Tensor *ta = rt_t(x, x->alias[a]), *tb = rt_t(x, x->alias[b]);
+  return ta->buffer == tb->buffer && ta->offset == tb->offset && ta->bytes == tb->bytes;
+}
+/* An elementwise kernel may write over an input exactly (each element read before it is
+ * written, by the same thread), never partly. */
+static int ew_ok(const RtExec *x, int out, int in) { return !overlap(x, out, in) || same_slot(x, out, in); }
+
+static int same_shape(const Graph *g, int a, int b) {
+  const Tensor *ta = &g->t[a], *tb = &g->t[b];
+  return ta->dtype == tb->dtype && ta->ndim == tb->ndim && !memcmp(ta->shape, tb->shape, sizeof ta->shape);
+}
+
+/* Same phase, layer and graph scopes: in every graph mode both ops sit in one scope instance (or
+ * both outside any). Recompute labels may differ (fc2 carries `mlp`, its residual add none): a
+ * pair fuses in forward and in every replay of it or nowhere (fuse_pairs), and the decision reads
+ * only forward readers, so it is the same whichever labels are recomputed. */
+static int same_tags(const IrTags *a, const IrTags *b) {
+  return a->phase == b->phase && a->layer == b->layer && a->scopes == b->scopes;
+}
+
+/* Whether op o (an ADD) and its predecessor o - 1 form a LINEAR/DROPOUT -> ADD pair, from the
+ * structure alone: RT_FUSE_LINEAR_ADD, RT_FUSE_DROPOUT_ADD or 0. */
+static int producer_pair(const RtExec *x, const int *uses, int o) {
+  const Graph *g = x->g;
+  const Op *add = &g->op[o];
+  if (o < 1 || add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1]) return 0;
+  if (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY) return 0;
+  const Op *p = &g->op[o - 1];
+  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || x->skip[o] || x->skip[o - 1])
+    return 0;
+  int y = p->out[0], k = add->in[0] == y ? 0 : add->in[1] == y ? 1 : -1, out = add->out[0];
+  if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT) return 0;
+  /* the dropout's mask output (out[1]) is neither written nor read on CUDA: DROPOUT_BWD
+   * regenerates the mask from (seed, stream) */
+  int r = add->in[1 - k];
+  if (!same_shape(g, y, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16) return 0;
+  if (x->alias[y] != y || x->alias[r] != r || x->alias[out] != out) return 0;
+  if (p->kind == OP_DROPOUT) return p->nin == 1 && same_shape(g, p->in[0], y) ? RT_FUSE_DROPOUT_ADD : 0;
+  return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? RT_FUSE_LINEAR_ADD : 0;
+}
+
+/* How a LINEAR/DROPOUT -> ADD pair at (o - 1, o) writes: 0 straight into the add's output,
+ * RT_FUSE_STAGED through the producer's output, -1 neither is safe (cannot happen in a plan from
+ * memplan.c: the producer's output is live across both ops). */
+static int pair_write(const RtExec *x, int o, int kind) {
+  const Graph *g = x->g;
+  const Op *p = &g->op[o - 1], *add = &g->op[o];
+  int y = p->out[0], out = add->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];
+  if (kind == RT_FUSE_LINEAR_ADD) {
+    /* cuBLASLt: D may be C exactly, must not touch A, W or the bias */
+    int ok = ew_ok(x, out, r);
+    for (int i = 0; i < p->nin; i++) ok = ok && !overlap(x, out, p->in[i]);
+    if (ok) return 0;
+    ok = !overlap(x, y, r);
+    for (int i = 0; i < p->nin; i++) ok = ok && !overlap(x, y, p->in[i]);
+    return ok && ew_ok(x, out, y) ? RT_FUSE_STAGED : -1;
+  }
+  int in = p->in[0];
+  if (ew_ok(x, out, in) && ew_ok(x, out, r)) return 0;
+  return ew_ok(x, y, in) && !overlap(x, y, r) && ew_ok(x, out, y) ? RT_FUSE_STAGED : -1;
+}
+
+static void fuse_pair(RtExec *x, int run, int absorbed, int kind, int staged) {
+  x->fuse[run] = (uint8_t)(kind | staged);
+  x->peer[run] = absorbed;
+  x->skip[absorbed] = 1;
+  x->nfused[kind]++;
+}
+
+static int fuse_pairs(RtExec *x, const int *uses) {
+  const Graph *g = x->g;
+  int *cand = calloc((size_t)g->nop + 1, sizeof *cand);
+  if (!cand) return rt_fail(x->d, "out of memory");
+  for (int o = 0; o < g->nop; o++) {
+    cand[o] = producer_pair(x, uses, o);
+    if (!(x->fuse_on >> cand[o] & 1)) cand[o] = 0;
+  }
+  /* a forward pair and its replays fuse together or not at all: a replay that cannot fuse
+   * (or a forward op that cannot while its replay could) clears the forward op's group */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADD || op->tags.phase != IR_PHASE_REPLAY) continue;
+    int f = op->tags.fwd;
+    if (f < 0 || f >= g->nop || cand[o] != cand[f] || (cand[o] && g->op[o - 1].tags.fwd != f - 1)) cand[f] = -1;
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    int f = op->tags.phase == IR_PHASE_REPLAY ? op->tags.fwd : o;
+    if (cand[o] <= 0 || f < 0 || f >= g->nop || cand[f] != cand[o]) continue;
+    int w = pair_write(x, o, cand[o]);
+    if (w < 0) {
+      free(cand);
+      return rt_fail(x->d, "op %d %s in %s: its fused pair has no safe output slot", o, op_name(op->kind), op->tags.module);
+    }
+    fuse_pair(x, o, o - 1, cand[o], w);
+  }
+  free(cand);
+  /* ADD -> norm: bit-identical to the two kernels, so only the plan's overlaps can stop it */
+  for (int o = 0; o + 1 < g->nop && x->fuse_on >> RT_FUSE_ADD_NORM & 1; o++) {
+    const Op *add = &g->op[o], *n = &g->op[o + 1];
+    if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || x->skip[o] || x->fuse[o] || x->skip[o + 1]) continue;
+    if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] || n->tags.phase != add->tags.phase ||
+        (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY))
+      continue;
+    int out = add->out[0], a = add->in[0], b = add->in[1];
+    if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 || ops_last(&g->t[out]) % 8) continue;
+    int ok = ew_ok(x, out, a) && ew_ok(x, out, b);
+    for (int i = 0; i < n->nout; i++) /* the norm's y, rstd (and mean): rows written after reads */
+      ok = ok && !overlap(x, n->out[i], a) && !overlap(x, n->out[i], b) && !overlap(x, n->out[i], out);
+    if (ok) fuse_pair(x, o + 1, o, RT_FUSE_ADD_NORM, 0);
+  }
+  return RT_OK;
+}
+
+int rt_exec_fusion(const RtExec *x, int op, int *peer, int *staged) {
+  *peer = x->peer[op];
+  *staged = (x->fuse[op] & RT_FUSE_STAGED) != 0;
+  return x->fuse[op] & ~RT_FUSE_STAGED;
 }
 
 static int analyse(RtExec *x, int *unsupported) {
@@ -142,6 +290,7 @@ static int analyse(RtExec *x, int *unsupported) {
       x->skip[b] = 1;
     }
   }
+  if (rc == RT_OK && x->fuse_on) rc = fuse_pairs(x, uses);
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
     char why[256];
@@ -263,12 +412,23 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   x->skip = calloc((size_t)g->nop + 1, 1);
   x->slot = calloc((size_t)g->nop + 1, sizeof *x->slot);
   x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
-  if (!x->sink || !x->alias || !x->skip || !x->slot || !x->dloss) {
+  x->fuse = calloc((size_t)g->nop + 1, 1);
+  x->peer = malloc(((size_t)g->nop + 1) * sizeof *x->peer);
+  if (!x->sink || !x->alias || !x->skip || !x->slot || !x->dloss || !x->fuse || !x->peer) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
   }
   for (int i = 0; i < g->nt; i++) x->sink[i] = -1, x->alias[i] = i;
+  for (int o = 0; o <= g->nop; o++) x->peer[o] = -1;
+  /* a measurement / debugging switch (docs/gpu-runtime.md): STEPC_FUSE=0 runs every pair as two
+   * launches; the layout hash includes the fusions, so a step.c recorded the other way is refused */
+  const char *fz = getenv("STEPC_FUSE");
+  x->fuse_on = 1 << RT_FUSE_LINEAR_ADD | 1 << RT_FUSE_DROPOUT_ADD | 1 << RT_FUSE_ADD_NORM;
+  if (fz && strcmp(fz, "0") == 0) x->fuse_on = 0;
+  else if (fz && *fz && strcmp(fz, "1") != 0) /* a list: linear_add,dropout_add,add_norm */
+    x->fuse_on = (strstr(fz, "linear_add") ? 1 << RT_FUSE_LINEAR_ADD : 0) | (strstr(fz, "dropout_add") ? 1 << RT_FUSE_DROPOUT_ADD : 0) |
+                 (strstr(fz, "add_norm") ? 1 << RT_FUSE_ADD_NORM : 0);
   int64_t total = 0;
   for (int b = 0; b < g->nbuffers; b++) x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
   x->arena_bytes = total;

@@ -68,6 +68,10 @@ int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases);
 int rt_exec_micro_end(RtExec *x, int micro);
 /* Whether op `op` launches anything (it is not fused into another op). */
 int rt_exec_op_runs(const RtExec *x, int op);
+/* The pair fusion op `op` runs (1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm; 0 none) and, through
+ * *peer, the op it absorbed (-1 none); *staged = 1 when the pair writes through the absorbed op's
+ * output and a copy (exec.c's analyse). STEPC_FUSE=0 in the environment turns them off. */
+int rt_exec_fusion(const RtExec *x, int op, int *peer, int *staged);
 int rt_exec_enqueue_optimizer(RtExec *x);
 /* Enqueues op o alone (nothing when it is fused into another). The caller keeps
  * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */

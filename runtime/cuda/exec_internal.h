@@ -7,6 +7,18 @@
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
+/* The executor's pair fusions (exec.c's analyse; docs/gpu-runtime.md). The op that runs the pair
+ * carries the kind in RtExec.fuse and the absorbed op (skipped) in RtExec.peer. */
+enum {
+  RT_FUSE_NONE,
+  RT_FUSE_LINEAR_ADD,  /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
+  RT_FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward, the dropout's Philox mask */
+  RT_FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
+};
+/* RtExec.fuse_flags bits */
+#define RT_FUSE_STAGED 0x80 /* the add's output overlaps an operand: the pair's result goes to the
+                               absorbed op's own output first, then one copy to the add's output */
+
 struct RtExec {
   RtDevice *d;
   const Graph *g;
@@ -36,6 +48,10 @@ struct RtExec {
   int *slot;             /* GRAD_SUMSQ: its partial slice; ADAMW: its hp slot (+RT_MAX_HP when it
                             computes the slot's values first) */
   float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
+  uint8_t *fuse;         /* RT_FUSE_* of the pair this op runs (| RT_FUSE_STAGED), 0 none */
+  int *peer;             /* the op fused into this one, or -1 */
+  int fuse_on;           /* 1 << RT_FUSE_* allowed (STEPC_FUSE, read once in rt_exec_new) */
+  int nfused[4];         /* pairs fused, by RT_FUSE_* */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
@@ -78,6 +94,10 @@ int rt_op_grad_sumsq(RtExec *x, const Op *op);
 int rt_op_clip_coef(RtExec *x, const Op *op);
 int rt_op_lr_sched(RtExec *x, const Op *op);
 int rt_op_adamw(RtExec *x, const Op *op);
+
+/* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
+int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add, int staged);
+static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
 
 /* Whether the unfused rows take this op (op_attn_unfused.c): 0, or 1 with the reason in msg. */
 int rt_unfused_check(const Graph *g, const Op *op, char *msg, size_t n);

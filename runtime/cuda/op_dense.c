@@ -12,6 +12,21 @@ int rt_op_linear(RtExec *x, const Op *op) {
                  0, bias);
 }
 
+/* y + r for an ADD (y, r) or (r, y) whose y is this LINEAR's only reader: D = x W^T (+ b) + r,
+ * r as cuBLASLt's C (beta = 1), D the add's output, so the product is rounded to bf16 once, after
+ * the residual is added (exec.c's analyse). Staged: D is the linear's own output, then copied. */
+int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add, int staged) {
+  const Tensor *a = rt_t(x, lin->in[0]), *w = rt_t(x, lin->in[1]);
+  int y = lin->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];
+  CUdeviceptr d = staged ? rt_out(x, lin, 0) : rt_out(x, add, 0), c = rt_exec_ptr(x, r);
+  int64_t M = ops_rows(a), N = w->shape[0], K = w->shape[1];
+  RtGemm g = {.kind = RT_GEMM_NT, .m = M, .n = N, .k = K, .lda = K, .ldb = K, .ldc = N, .batch = 1, .a = rt_in(x, lin, 0),
+              .b = rt_in(x, lin, 1), .c = c, .d = d == c ? 0 : d, .bias = lin->nin == 3 ? rt_in(x, lin, 2) : 0, .alpha = 1.0f,
+              .beta = 1.0f};
+  if (rt_gemm_run(x->d, &g)) return RT_ERROR;
+  return staged && d != rt_out(x, add, 0) ? rt_copy_d2d(x->d, rt_out(x, add, 0), d, (size_t)rt_t(x, y)->bytes) : RT_OK;
+}
+
 /* dx (M, K) = dy (M, N) . W (N, K) */
 int rt_op_linear_dgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
@@ -53,6 +68,22 @@ int rt_op_norm(RtExec *x, const Op *op) {
   if (C % 8) return rt_fail(x->d, "norm width %d is not a multiple of 8", C);
   unsigned grid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK), block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
+  int o = rt_op_index(x, op);
+  if (x->fuse[o] == RT_FUSE_ADD_NORM) {
+    /* the ADD in front (its output is this norm's input): residual_*norm_forward writes the sum,
+     * rounded as residual_add rounds it, then normalises exactly those values: the bits of the
+     * two kernels, in one pass */
+    const Op *add = &x->g->op[x->peer[o]];
+    CUdeviceptr ra = rt_in(x, add, 0), rb = rt_in(x, add, 1);
+    if (op->kind == OP_RMSNORM) {
+      CUdeviceptr rstd = rt_out(x, op, 1);
+      void *args[] = {&in, &y, &rstd, &ra, &rb, &w, &N, &C, &eps};
+      return rt_launch(x->d, RT_K_residual_rmsnorm_forward, grid, 1, 1, block, 0, args);
+    }
+    CUdeviceptr mean = rt_out(x, op, 1), rstd = rt_out(x, op, 2), b = rt_in(x, op, 2);
+    void *args[] = {&in, &y, &mean, &rstd, &ra, &rb, &w, &b, &N, &C, &eps};
+    return rt_launch(x->d, RT_K_residual_layernorm_forward, grid, 1, 1, block, 0, args);
+  }
   if (op->kind == OP_RMSNORM) {
     CUdeviceptr rstd = rt_out(x, op, 1);
     void *args[] = {&y, &rstd, &in, &w, &N, &C, &eps};

@@ -1,0 +1,259 @@
+/* exec_fuse.c — the executor's pair fusions (runtime/cuda/exec.c's analyse) on the recording
+ * device, no GPU: which ops fuse, what the fused op launches, that STEPC_FUSE=0 turns them off,
+ * that the bit-changing fusions (LINEAR+ADD, DROPOUT+ADD) pick the same forward pairs under every
+ * recompute setting and fuse every replay of a fused pair, and that none of them straddles a
+ * CUDA-graph scope instance.
+ *
+ *   exec_fuse            the checks below (exit 0 ok, 1 a failure)
+ *   exec_fuse RECIPE [K=V ...]   one recipe's fused pairs, printed */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "runtime/cuda/exec.h"
+#include "runtime/record.h"
+#include "step_plan.h"
+#include "validate.h"
+
+static int failures;
+#define CHECK(c, ...)                                                                                       \
+  do {                                                                                                      \
+    if (!(c)) {                                                                                             \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+      fprintf(stderr, __VA_ARGS__);                                                                         \
+      fputc('\n', stderr);                                                                                  \
+      failures++;                                                                                           \
+    }                                                                                                       \
+  } while (0)
+
+typedef struct {
+  StepPlan p;
+  RtDevice dev;
+  RtRecorder rec;
+  RtExec *x;
+  int n[4], staged;       /* pairs by kind */
+  char (*fwd_key)[160];   /* per op: "kind module" of fused forward LINEAR/DROPOUT+ADD pairs */
+} Run;
+
+static int load(Run *r, const char *recipe, const char **kv, int nkv, int fuse) {
+  memset(r, 0, sizeof *r);
+  Spec raw, spec;
+  DiagList d;
+  diag_init(&d);
+  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return -1;
+  }
+  diag_free(&d);
+  char err[512] = "";
+  if (step_plan_build(&spec, 0, &r->p, err, sizeof err) != 0) {
+    fprintf(stderr, "%s: %s\n", recipe, err);
+    return -1;
+  }
+  if (fuse == 1) unsetenv("STEPC_FUSE");
+  else setenv("STEPC_FUSE", fuse == 0 ? "0" : "add_norm", 1);
+  rt_record_open(&r->dev, &r->rec, 132);
+  int unsupported = 0;
+  r->x = rt_exec_new(&r->dev, r->p.g, &unsupported);
+  unsetenv("STEPC_FUSE");
+  if (!r->x) {
+    fprintf(stderr, "%s: %s\n", recipe, r->dev.err);
+    return -1;
+  }
+  const Graph *g = r->p.g;
+  r->fwd_key = calloc((size_t)g->nop + 1, sizeof *r->fwd_key);
+  for (int o = 0; o < g->nop; o++) {
+    int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
+    if (!k) continue;
+    r->n[k]++, r->staged += st;
+    if (k != 3 && g->op[o].tags.phase == IR_PHASE_FORWARD)
+      snprintf(r->fwd_key[o], sizeof r->fwd_key[o], "%d %s", k, g->op[o].tags.module);
+  }
+  return 0;
+}
+
+static void unload(Run *r) {
+  rt_exec_free(r->x);
+  rt_recorder_free(&r->rec);
+  step_plan_free(&r->p);
+  free(r->fwd_key);
+}
+
+/* Each fused op: its peer is the op before it, skipped, in its phase; it launches the fused
+ * kernel / GEMM with the right operands. */
+static void check_launches(Run *r, const char *name) {
+  const Graph *g = r->p.g;
+  RtExec *x = r->x;
+  r->rec.on = 1;
+  for (int o = 0; o < g->nop; o++) {
+    int peer, st, k = rt_exec_fusion(x, o, &peer, &st);
+    if (!k) continue;
+    const Op *op = &g->op[o], *pr = &g->op[peer];
+    CHECK(peer == o - 1 && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o), "%s op %d: peer %d", name, o, peer);
+    CHECK(op->tags.phase == pr->tags.phase, "%s op %d: pair in two phases", name, o);
+    if (k != 3)
+      CHECK(op->tags.layer == pr->tags.layer && op->tags.scopes == pr->tags.scopes,
+            "%s op %d: a bit-changing pair across a tag difference", name, o);
+    r->rec.n = 0;
+    r->rec.op = o;
+    CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
+    CHECK(r->rec.n == 1 + st, "%s op %d: %d records for a %s pair", name, o, r->rec.n, st ? "staged" : "direct");
+    if (r->rec.n < 1) continue;
+    const RtRec *a = &r->rec.r[0];
+    CUdeviceptr out = rt_exec_ptr(x, op->kind == OP_ADD ? op->out[0] : pr->out[0]);
+    if (k == 1) {
+      int y = pr->out[0], res = op->in[0] == y ? op->in[1] : op->in[0];
+      CUdeviceptr d = a->gemm.d ? a->gemm.d : a->gemm.c;
+      CHECK(a->kind == RT_REC_GEMM && a->gemm.beta == 1.0f && a->gemm.c == rt_exec_ptr(x, res) &&
+                a->gemm.a == rt_exec_ptr(x, pr->in[0]) && a->gemm.b == rt_exec_ptr(x, pr->in[1]) &&
+                d == (st ? rt_exec_ptr(x, y) : out) && a->gemm.bias == (pr->nin == 3 ? rt_exec_ptr(x, pr->in[2]) : 0),
+            "%s op %d: LINEAR+ADD is not one GEMM D = A W^T + residual", name, o);
+    } else if (k == 2) {
+      CHECK(a->kind == RT_REC_LAUNCH && a->k == RT_K_dropout_residual_forward, "%s op %d: not dropout_residual_forward", name, o);
+      /* the mask's (p, stream) are the dropout's, as rt_op_dropout passes them */
+      uint32_t pbits;
+      float p = (float)pr->a.f[0];
+      memcpy(&pbits, &p, 4);
+      CHECK((uint32_t)a->arg[4] == pbits && (uint32_t)a->arg[6] == (uint32_t)pr->a.i[0], "%s op %d: dropout mask arguments", name, o);
+    } else {
+      RtKernel want = op->kind == OP_RMSNORM ? RT_K_residual_rmsnorm_forward : RT_K_residual_layernorm_forward;
+      CHECK(a->kind == RT_REC_LAUNCH && a->k == want && a->arg[0] == out, "%s op %d: not %s", name, o, rt_kernel_name[want]);
+    }
+    if (st) CHECK(r->rec.r[1].kind == RT_REC_COPY && r->rec.r[1].dst == out, "%s op %d: staged without the copy", name, o);
+  }
+  r->rec.on = 0;
+  /* every replay of a bit-changing pair is fused exactly when its forward pair is */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->tags.phase != IR_PHASE_REPLAY || op->kind != OP_ADD || op->tags.fwd < 0) continue;
+    int p1, p2, s1, s2, kr = rt_exec_fusion(x, o, &p1, &s1), kf = rt_exec_fusion(x, op->tags.fwd, &p2, &s2);
+    if (kr == 3) kr = 0;
+    if (kf == 3) kf = 0;
+    CHECK(kr == kf, "%s: replay op %d fused %d, its forward op %d fused %d", name, o, kr, op->tags.fwd, kf);
+  }
+}
+
+/* Pairs that straddle a scope instance of the plan (schedule positions of the two ops). */
+static int straddles(Run *r, int want_kind) {
+  const Graph *g = r->p.g;
+  const Schedule *sc = &r->p.sc;
+  const ScopeResult *sr = &r->p.sr;
+  int *inst = malloc((size_t)g->nop * sizeof *inst), n = 0;
+  for (int o = 0; o < g->nop; o++) inst[o] = -1;
+  for (int k = 0; k < sr->n; k++)
+    for (int i = sr->s[k].first; i <= sr->s[k].last; i++)
+      if (sc->it[i].kind == SCHED_OP) inst[sc->it[i].id] = k;
+  for (int o = 0; o < g->nop; o++) {
+    int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
+    if (k && (want_kind == 0 ? k != 3 : k == want_kind) && inst[o] != inst[peer]) n++;
+  }
+  free(inst);
+  return n;
+}
+
+static void print(Run *r, const char *name) {
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  (staged %d)\n", name, r->n[1], r->n[2], r->n[3], r->staged);
+}
+
+/* The same forward pairs (by kind and module) fuse in a and b. */
+static void same_forward(Run *a, Run *b, const char *name) {
+  int na = 0, nb = 0;
+  for (int o = 0; o < a->p.g->nop; o++) na += a->fwd_key[o][0] != 0;
+  for (int o = 0; o < b->p.g->nop; o++) nb += b->fwd_key[o][0] != 0;
+  CHECK(na == nb, "%s: %d forward pairs fused, %d without recompute", name, nb, na);
+  for (int o = 0; o < a->p.g->nop; o++) {
+    if (!a->fwd_key[o][0]) continue;
+    int found = 0;
+    for (int q = 0; q < b->p.g->nop && !found; q++) found = strcmp(a->fwd_key[o], b->fwd_key[q]) == 0;
+    CHECK(found, "%s: forward pair %s not fused under recompute", name, a->fwd_key[o]);
+  }
+}
+
+static void recipe(const char *title, const char *path, const char **base, int nbase, const char *const *variants, int nvar,
+                   int min1, int min2, int min3) {
+  Run off, on;
+  CHECK(load(&off, path, base, nbase, 0) == 0, "%s: load", title);
+  CHECK(off.n[1] + off.n[2] + off.n[3] == 0, "%s: STEPC_FUSE=0 still fuses", title);
+  Run nrm;
+  CHECK(load(&nrm, path, base, nbase, 2) == 0, "%s: load", title);
+  check_launches(&nrm, title);
+  printf("STEPC_FUSE=add_norm: ");
+  print(&nrm, title);
+  CHECK(nrm.n[1] + nrm.n[2] == 0 && nrm.n[3] >= min3, "%s: STEPC_FUSE=add_norm", title);
+  unload(&nrm);
+  CHECK(load(&on, path, base, nbase, 1) == 0, "%s: load", title);
+  CHECK(rt_exec_layout_hash(on.x) != rt_exec_layout_hash(off.x), "%s: the layout hash ignores the fusions", title);
+  check_launches(&on, title);
+  print(&on, title);
+  CHECK(on.n[1] >= min1 && on.n[2] >= min2, "%s: fewer pairs than expected", title);
+  CHECK(straddles(&on, 0) == 0, "%s: a bit-changing pair straddles a scope instance", title);
+  unload(&off);
+  for (int v = 0; v < nvar; v++) {
+    const char *kv[16];
+    int n = 0;
+    for (int i = 0; i < nbase; i++) kv[n++] = base[i];
+    char buf[512], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", variants[v]);
+    for (char *t = strtok_r(buf, " ", &save); t && n < 16; t = strtok_r(NULL, " ", &save)) kv[n++] = t;
+    Run r;
+    char name[600];
+    snprintf(name, sizeof name, "%s %s", title, variants[v]);
+    if (load(&r, path, kv, n, 1) != 0) {
+      CHECK(0, "%s: load", name);
+      continue;
+    }
+    check_launches(&r, name);
+    print(&r, name);
+    same_forward(&on, &r, name);
+    int s0 = straddles(&r, 0), s3 = straddles(&r, 3);
+    CHECK(s0 == 0, "%s: %d bit-changing pairs straddle a scope instance", name, s0);
+    if (s3) printf("  %d ADD+norm pairs cross a scope-instance boundary (bit-identical to the two kernels)\n", s3);
+    unload(&r);
+  }
+  unload(&on);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "--dump")) {
+    Run r;
+    if (load(&r, argv[2], (const char **)argv + 3, argc - 3, 1) != 0) return 2;
+    graph_dump(r.p.g, stdout);
+    return 0;
+  }
+  if (argc > 1) {
+    Run r;
+    if (load(&r, argv[1], (const char **)argv + 2, argc - 2, 1) != 0) return 2;
+    check_launches(&r, argv[1]);
+    print(&r, argv[1]);
+    const Graph *g = r.p.g;
+    for (int o = 0; o < g->nop; o++) {
+      int peer, st, k = rt_exec_fusion(r.x, o, &peer, &st);
+      if (k) printf("  %4d %-10s <- %4d %-10s %-8s %s%s\n", o, op_name(g->op[o].kind), peer, op_name(g->op[peer].kind),
+                    phase_name(g->op[o].tags.phase), g->op[o].tags.module, st ? " (staged)" : "");
+    }
+    unload(&r);
+    return failures ? 1 : 0;
+  }
+  const char *bf16[] = {"model.bf16=true"};
+  static const char *const gpt3_var[] = {
+      "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
+      "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
+      "model.cuda_graph_impl=transformer_engine",
+      "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn,mlp]",
+      "model.cuda_graph_impl=local",
+  };
+  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4);
+  static const char *const tiny_var[] = {
+      "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
+      "model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2",
+      "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
+      "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]",
+  };
+  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 8);
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 32);
+  if (failures) fprintf(stderr, "%d failures\n", failures);
+  return failures ? 1 : 0;
+}
