@@ -146,7 +146,7 @@ static void emit_prelude(FILE *f) {
              "  int (*micro)(stepc_gen_ctx *c);\n  int (*tail)(stepc_gen_ctx *c);\n  int sm_count;\n  const char *recipe;\n"
              "} stepc_generated;\n#endif\n\n");
   fprintf(f, "/* one cuBLASLt call: runtime/rt.h's RT_GEMM_FIELDS in order. kind 0 NT (C = A B^T), 1 NN, 2 TN;\n"
-             " * leading dimensions row-major, in elements; C = alpha op(A) op(B) + beta C (+ bias). */\ntypedef struct {\n");
+             " * leading dimensions row-major, in elements; D = alpha op(A) op(B) + beta C (+ bias), D = C where d is 0. */\ntypedef struct {\n");
 #define TY_I(fl) fprintf(f, "  long long " #fl ";\n");
 #define TY_P(fl) fprintf(f, "  unsigned long long " #fl ";\n");
 #define TY_F(fl) fprintf(f, "  float " #fl ";\n");
