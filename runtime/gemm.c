@@ -27,7 +27,6 @@ typedef struct {
   int64_t kind, c_f32, accumulate, bias, m, n, k;
   int64_t lda, ldb, ldc, sa, sb, sc, batch; /* row-major leading dims and batch strides (elements) */
   int64_t align;                            /* min pointer alignment in bytes; 0 = cuBLASLt's default */
-  int64_t dsep;                             /* D is not C (out of place: the fused residual add) */
 } GemmKey;
 
 typedef struct {
@@ -202,13 +201,18 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
   for (int i = 0; i < 8; i++)
     if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
   if (pow2_div(cs * g->ldc) < al) al = pow2_div(cs * g->ldc);
-  /* unbatched products at 256-byte-aligned operands keep cuBLASLt's default (align 0): the same
-   * plans as before the batched form existed */
-  if (g->batch == 1 && al == 256) al = 0;
+  /* Unbatched products keep cuBLASLt's default alignment whatever the addresses, and in-place or
+   * out-of-place (D = C or not) share one plan: the algorithm, and so the bits, must not depend on
+   * where the memory plan put the operands — a recompute setting moves them, and every setting must
+   * stay bitwise equal to none. (The arena's 16-byte slots satisfy the algorithms the default picks:
+   * cuBLASLt checks at the call and would fail, not misread.) The batched per-head products at
+   * head offsets tell cuBLASLt their alignment, at most 16 bytes (what every arena slot has), so
+   * that it too comes from the shapes, not from the plan. */
+  if (g->batch == 1) al = 0;
+  else if (al > 16) al = 16;
   GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = g->beta != 0.0f, .bias = g->bias != 0, .m = g->m,
                  .n = g->n, .k = g->k, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->batch > 1 ? g->stride_a : 0,
-                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al,
-                 .dsep = g->d != 0 && g->d != g->c};
+                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al};
   GemmPlan *p = plan_get(d, &key);
   if (!p) return RT_ERROR;
   if (g->bias) {
