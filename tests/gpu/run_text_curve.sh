@@ -71,12 +71,17 @@ pair() { # DEV: dump, stepc run, PyTorch, compare
     rc=$?
   fi
   grep -E "^(PASS|FAIL|SKIP|RESULT)|scale:" "$log" | tee -a "$SUM"
+  grep -E "^ROW " "$log" | sed 's/^ROW //' >>"$DUMPS/rows.md"
   echo "-- text_curve $dev exit $rc" | tee -a "$SUM"
   ran=$((ran + 1))
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
 { date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null; } >"$SUM"
+: >"$DUMPS/rows.md"
 pair cpu
 pair cuda
+if [ -s "$DUMPS/rows.md" ]; then # the markdown table for bench/RESULTS.md
+  { "$PY" tests/gpu/torch_train_ref.py --row-header; cat "$DUMPS/rows.md"; } | tee -a "$SUM"
+fi
 echo "== text_curve: $ran ran, $fails failed" | tee -a "$SUM"
 exit $((fails > 0))
