@@ -13,7 +13,14 @@
  *                               the step leaves it before the norm, clipping and AdamW: the gradient
  *                               of the mean of the micro-batch losses
  *   OUTDIR/batch.safetensors    I32 tokens and targets, (num_microbatches, micro_batch_size, seq)
- *   OUTDIR/meta.json            the losses per micro-batch and the model's shape fields
+ *   OUTDIR/batches.safetensors  I32 tokens and targets of steps 1..N, (N, num_microbatches,
+ *                               micro_batch_size, seq), drawn by the same CpuData.fill(step, micro)
+ *                               that `stepc run` feeds both executors from (runtime/cpu/data.c), so
+ *                               that tests/gpu/torch_train_ref.py trains on the very batches stepc
+ *                               saw without re-implementing the sampler; N = train.train_iters, cut
+ *                               to what fits in BATCHES_MAX_BYTES (meta.json's batch_steps says N)
+ *   OUTDIR/meta.json            the losses per micro-batch, the model's shape fields, the
+ *                               optimizer's and the LR schedule's fields and the data source
  * Exit 0 written, 1 failure, 77 no GPU (device cuda). The recipe must be dropout-free and dense
  * (PyTorch cannot draw stepc's dropout masks). */
 #include <errno.h>
@@ -30,6 +37,9 @@
 #include "runtime/safetensors.h"
 
 #define SKIP 77
+/* tokens + targets of every dumped step: 200 steps of tiny take 0.8 MB; a recipe with a long
+ * train_iters and long sequences is cut at 64 MiB rather than filling the disk */
+#define BATCHES_MAX_BYTES (64ll << 20)
 
 /* Where tensor values come from: the CPU executor or the GPU trainer. */
 typedef struct {
@@ -110,7 +120,47 @@ static int write_batch(const char *path, const int32_t *tok, const int32_t *tgt,
   return st_write_end(&w, err, nerr);
 }
 
-static int write_meta(const char *path, const Spec *s, const Graph *g, const char *device, const double *loss, int nmb) {
+/* Steps 1..nsteps of the recipe's data, (nsteps, nmb, b, t) each for tokens and targets. */
+static int write_batches(const char *path, CpuData *data, int64_t nsteps, int nmb, int64_t b, int64_t t, char *err,
+                         size_t nerr) {
+  int64_t per = (int64_t)nmb * b * t, n = nsteps * per;
+  int32_t *tok = malloc((size_t)n * sizeof *tok), *tgt = malloc((size_t)n * sizeof *tgt);
+  if (!tok || !tgt) {
+    free(tok), free(tgt);
+    return snprintf(err, nerr, "out of memory for %lld steps of batches", (long long)nsteps), -1;
+  }
+  for (int64_t st = 0; st < nsteps; st++)
+    for (int mb = 0; mb < nmb; mb++) {
+      int64_t o = st * per + mb * b * t;
+      if (data->fill(data, st + 1, mb, b, t, tok + o, tgt + o)) {
+        free(tok), free(tgt);
+        return snprintf(err, nerr, "the data source failed at step %lld micro-batch %d", (long long)st + 1, mb), -1;
+      }
+    }
+  StEntry e[2] = {{.name = "tokens", .dtype = "I32", .ndim = 4, .shape = {nsteps, nmb, b, t}},
+                  {.name = "targets", .dtype = "I32", .ndim = 4, .shape = {nsteps, nmb, b, t}}};
+  const char *meta[4] = {"format", "stepc-torch-ref", "content", "batches of steps 1..N"};
+  StWriter w;
+  int rc = st_write_begin(&w, path, e, 2, meta, 2, err, nerr);
+  if (!rc && (st_write_next(&w, tok, err, nerr) || st_write_next(&w, tgt, err, nerr))) st_write_abort(&w), rc = -1;
+  else if (!rc) rc = st_write_end(&w, err, nerr);
+  free(tok), free(tgt);
+  return rc;
+}
+
+/* s as a JSON string body (quotes, backslashes and control bytes escaped). */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+    else fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+static int write_meta(const char *path, const Spec *s, const Graph *g, const char *device, const double *loss, int nmb,
+                      int64_t batch_steps, int text) {
   const SpecModel *m = &s->model;
   FILE *f = fopen(path, "w");
   if (!f) return -1;
@@ -120,7 +170,7 @@ static int write_meta(const char *path, const Spec *s, const Graph *g, const cha
   double mean = 0;
   for (int i = 0; i < nmb; i++) mean += loss[i];
   mean /= nmb;
-  fprintf(f, "{\n  \"format\": \"stepc-torch-ref\",\n  \"version\": 1,\n  \"device\": \"%s\",\n", device);
+  fprintf(f, "{\n  \"format\": \"stepc-torch-ref\",\n  \"version\": 2,\n  \"device\": \"%s\",\n", device);
   fprintf(f, "  \"compute_dtype\": \"%s\",\n", strcmp(device, "cuda") == 0 && m->bf16 ? "bf16" : "fp32");
   fprintf(f, "  \"seed\": %lld,\n  \"step\": 1,\n  \"parameters\": %lld,\n", (long long)s->train.seed, (long long)np);
   fprintf(f, "  \"num_layers\": %lld,\n  \"hidden_size\": %lld,\n  \"num_attention_heads\": %lld,\n", (long long)m->num_layers,
@@ -136,6 +186,19 @@ static int write_meta(const char *path, const Spec *s, const Graph *g, const cha
           m->position_embedding_type);
   fprintf(f, "  \"share_embeddings_and_output_weights\": %s,\n  \"attention_backend\": \"%s\",\n",
           m->share_embeddings_and_output_weights ? "true" : "false", m->attention_backend);
+  const SpecOptimizer *o = &s->optimizer;
+  int64_t decay = s->present[SPEC_F_optimizer_lr_decay_iters] ? o->lr_decay_iters : s->train.train_iters;
+  fprintf(f, "  \"train_iters\": %lld,\n  \"batch_steps\": %lld,\n  \"data\": %s,\n  \"data_path\": ",
+          (long long)s->train.train_iters, (long long)batch_steps, text ? "\"text\"" : "\"mock\"");
+  json_str(f, text ? s->data.path : "");
+  fprintf(f, ",\n  \"optimizer\": {\"lr\": %.17g, \"min_lr\": %.17g, \"lr_warmup_iters\": %lld, ", o->lr, o->min_lr,
+          (long long)o->lr_warmup_iters);
+  fprintf(f, "\"lr_decay_iters\": %lld,\n", (long long)decay);
+  fprintf(f, "    \"lr_decay_style\": ");
+  json_str(f, o->lr_decay_style);
+  fprintf(f, ", \"weight_decay\": %.17g, \"adam_beta1\": %.17g, \"adam_beta2\": %.17g,\n", o->weight_decay, o->adam_beta1,
+          o->adam_beta2);
+  fprintf(f, "    \"adam_eps\": %.17g, \"clip_grad\": %.17g},\n", o->adam_eps, o->clip_grad);
   fprintf(f, "  \"losses\": [");
   for (int i = 0; i < nmb; i++) fprintf(f, "%s%.9g", i ? ", " : "", loss[i]);
   fprintf(f, "],\n  \"loss\": %.9g\n}\n", mean);
@@ -242,14 +305,24 @@ int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache) {
     printf("FAIL %s: %s\n", path, err);
     goto out;
   }
+  int64_t per_step = 2 * (int64_t)nmb * bt * (int64_t)sizeof(int32_t);
+  int64_t fit = BATCHES_MAX_BYTES / per_step;
+  int64_t nsteps = s->train.train_iters < fit ? s->train.train_iters : fit;
+  if (nsteps < 1) nsteps = 1;
+  snprintf(path, sizeof path, "%s/batches.safetensors", outdir);
+  if (write_batches(path, &data, nsteps, nmb, b, t, err, sizeof err)) {
+    printf("FAIL %s: %s\n", path, err);
+    goto out;
+  }
   snprintf(path, sizeof path, "%s/meta.json", outdir);
-  if (write_meta(path, s, g, cuda ? "cuda" : "cpu", loss, nmb)) {
+  if (write_meta(path, s, g, cuda ? "cuda" : "cpu", loss, nmb, nsteps, data.text != NULL)) {
     printf("FAIL cannot write %s\n", path);
     goto out;
   }
   double mean = 0;
   for (int mb = 0; mb < nmb; mb++) mean += loss[mb] / nmb;
-  printf("PASS dump %s: %d micro-batches, loss %.6f, %s\n", cuda ? "cuda" : "cpu", nmb, mean, outdir);
+  printf("PASS dump %s: %d micro-batches, loss %.6f, batches of %lld steps%s, %s\n", cuda ? "cuda" : "cpu", nmb, mean,
+         (long long)nsteps, nsteps < s->train.train_iters ? " (train_iters cut to 64 MiB)" : "", outdir);
   code = 0;
 out:
   free(tok), free(tgt), free(loss);
