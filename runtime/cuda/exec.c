@@ -167,8 +167,9 @@ static int pair_write(const RtExec *x, int o, int kind) {
   const Op *p = &g->op[o - 1], *add = &g->op[o];
   int y = p->out[0], out = add->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];
   if (kind == RT_FUSE_LINEAR_ADD) {
-    /* cuBLASLt: D may be C exactly, must not touch A, W or the bias */
-    int ok = ew_ok(x, out, r);
+    /* cuBLASLt: D apart from C (in place, D = C, split-K algorithms may read C after writing D:
+     * on the H200 the in-place product differed from the out-of-place one), and from A, W, bias */
+    int ok = !overlap(x, out, r);
     for (int i = 0; i < p->nin; i++) ok = ok && !overlap(x, out, p->in[i]);
     if (ok) return 0;
     ok = !overlap(x, y, r);
