@@ -216,9 +216,10 @@ static int replay_unit(Rc *rc, int u, int depth) {
   /* walk backward so that adding a producer (always earlier) is seen in the same pass */
   for (int o = hi; o >= 0; o--) {
     if (!need[o]) continue;
-    const Op *op = &g->op[o];
-    for (int i = 0; i < op->nin; i++) {
-      int t = op->in[i], p = g->t[t].producer;
+    /* g->op[o] is read afresh each time: the nested replay below clones ops, and the op array
+     * may move (a held pointer read freed memory under ASan) */
+    for (int i = 0; i < g->op[o].nin; i++) {
+      int t = g->op[o].in[i], p = g->t[t].producer;
       if (rc->copy[t] >= 0 || available(rc, t) || p < 0) continue;
       int pu = rc->unit[p];
       if (pu >= 0 && pu != u && rc->disc[t]) {
