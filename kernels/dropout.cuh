@@ -9,6 +9,12 @@
 
 __device__ __forceinline__ float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
+// Element k of a Philox group: x kept and scaled, or 0. The one mask expression (the generated
+// elementwise kernels, templates/, call it too, so their masks are these bits).
+__device__ __forceinline__ float dropout_keep(unsigned w, unsigned thr, float scale, float x) {
+  return (w >> 8) >= thr ? x * scale : 0.0f;
+}
+
 // out = res + dropout(inp) when res is non-null, else dropout(inp). One thread per group of 4.
 __device__ __forceinline__ void dropout_apply(bf16* out, const bf16* res, const bf16* inp, long n, float p,
                                               unsigned long long seed, unsigned op_id) {
@@ -22,7 +28,7 @@ __device__ __forceinline__ void dropout_apply(bf16* out, const bf16* res, const 
     for (int k = 0; k < 4; k++) {
       long i = g * 4 + k;
       if (i >= n) break;
-      float v = (w[k] >> 8) >= thr ? bf16_to_f32(inp[i]) * scale : 0.0f;
+      float v = dropout_keep(w[k], thr, scale, bf16_to_f32(inp[i]));
       if (res) v += bf16_to_f32(res[i]);
       out[i] = f32_to_bf16(v);
     }

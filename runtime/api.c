@@ -129,7 +129,7 @@ static stepc_status open_common(stepc_t *s, const char *cache_dir, bool artifact
       return api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c has ABI %d, this library %d: rebuild the artifact", gen->abi,
                       STEPC_GEN_ABI);
     if (gen->fingerprint == s->fingerprint) {
-      if (gen->runtime_hash != rt_kernel_list_hash())
+      if (gen->runtime_hash != rt_kernel_list_hash(api_cuda_gen_kernels(s)))
         return api_fail(s, STEPC_ERR_MISMATCH,
                         "the linked step.c (built from %s) was written against another kernel list or GEMM call than this "
                         "library's: the artifact is out of date, rebuild it", gen->recipe);

@@ -80,6 +80,10 @@ static int cuda_accept_generated(stepc_t *s, const stepc_generated *gen) {
 
 /* ---- step.c's launches (stepc_gen.h) ---- */
 
+const EwKernels *api_cuda_gen_kernels(stepc_t *s) {
+  return s->be == &CUDA_BACKEND && cu(s) && cu(s)->x ? rt_exec_gen_kernels(cu(s)->x) : NULL;
+}
+
 static ApiCuda *cuda_of(stepc_gen_ctx *ctx) {
   stepc_t *s = (stepc_t *)ctx;
   if (s->be != &CUDA_BACKEND) {
@@ -98,8 +102,9 @@ int stepc_gen_launch(stepc_gen_ctx *ctx, int kernel, unsigned gx, unsigned gy, u
                      void **args) {
   ApiCuda *c = cuda_of(ctx);
   if (!c) return -1;
-  if (kernel < 0 || kernel >= RT_K_COUNT)
-    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c launches kernel #%d, this library has %d", kernel, RT_K_COUNT), -1;
+  int nk = RT_K_COUNT + (c->d->gen ? c->d->gen->n : 0); /* kernel_list.h's, then the generated ones */
+  if (kernel < 0 || kernel >= nk)
+    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c launches kernel #%d, this step has %d", kernel, nk), -1;
   return rt_launch(c->d, (RtKernel)kernel, gx, gy, gz, block, smem, args) ? dev_fail((stepc_t *)ctx) : 0;
 }
 

@@ -70,4 +70,9 @@ stepc_status api_cuda_open(stepc_t *s, const char *cache_dir);
 /* The generated step's checks shared by the backends: the call at `point` is the one expected. */
 int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);
 
+/* The CUDA executor's generated kernels (compiler/ew_fuse.h) when s runs on CUDA, else NULL: the
+ * kernel-list hash step.c carries covers them. */
+#include "compiler/ew_fuse.h"
+const EwKernels *api_cuda_gen_kernels(stepc_t *s);
+
 #endif

@@ -18,46 +18,62 @@ const char *const rt_kernel_sig[RT_K_COUNT] = {
 #undef STEPC_KERNEL
 };
 
-uint64_t rt_kernel_list_hash(void) {
+const char *rt_kname(const RtDevice *d, int k) {
+  if (k >= 0 && k < RT_K_COUNT) return rt_kernel_name[k];
+  return d && d->gen && k >= RT_K_COUNT && k < RT_K_COUNT + d->gen->n ? d->gen->k[k - RT_K_COUNT].name : "?";
+}
+const char *rt_ksig(const RtDevice *d, int k) {
+  if (k >= 0 && k < RT_K_COUNT) return rt_kernel_sig[k];
+  return d && d->gen && k >= RT_K_COUNT && k < RT_K_COUNT + d->gen->n ? d->gen->k[k - RT_K_COUNT].sig : "";
+}
+
+static uint64_t hash_str(uint64_t h, const char *c) {
+  for (;; c++) {
+    h = (h ^ (uint8_t)*c) * 1099511628211ull; /* the terminator too: "ab"+"c" differs from "a"+"bc" */
+    if (!*c) break;
+  }
+  return h;
+}
+
+uint64_t rt_kernel_list_hash(const EwKernels *gen) {
 #define RT_GS_I(f) "I" #f " "
 #define RT_GS_P(f) "P" #f " "
 #define RT_GS_F(f) "F" #f " "
   static const char GEMM_FIELDS[] = RT_GEMM_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
   uint64_t h = 1469598103934665603ull;
   for (const char *c = GEMM_FIELDS; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
-  for (int k = 0; k < RT_K_COUNT; k++)
-    for (int part = 0; part < 2; part++)
-      for (const char *c = part ? rt_kernel_sig[k] : rt_kernel_name[k];; c++) {
-        h = (h ^ (uint8_t)*c) * 1099511628211ull; /* the terminator too: "ab"+"c" differs from "a"+"bc" */
-        if (!*c) break;
-      }
+  for (int k = 0; k < RT_K_COUNT; k++) h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
+  /* the generated kernels by name (which carries a hash of the chain), signature and source */
+  for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig), gen->k[k].src);
   return h;
 }
 
 /* The loaded kernel's parameters against kernel_list.h's signature: count and each size. */
-static int check_params(RtDevice *d, RtKernel k) {
+static int check_params(RtDevice *d, int k) {
   if (!d->cuFuncGetParamInfo) return RT_OK;
-  const char *s = rt_kernel_sig[k];
+  const char *s = rt_ksig(d, k);
   size_t n = strlen(s), off = 0, size = 0;
   for (size_t i = 0; i <= n; i++) {
     CUresult r = d->cuFuncGetParamInfo(d->fn[k], i, &off, &size);
     if (i == n) {
-      if (r == CUDA_SUCCESS) return rt_fail(d, "kernel %s has more parameters than kernel_list.h's \"%s\"", rt_kernel_name[k], s);
+      if (r == CUDA_SUCCESS) return rt_fail(d, "kernel %s has more parameters than kernel_list.h's \"%s\"", rt_kname(d, k), s);
       break;
     }
-    if (r != CUDA_SUCCESS) return rt_fail(d, "kernel %s has %zu parameters, kernel_list.h says \"%s\"", rt_kernel_name[k], i, s);
+    if (r != CUDA_SUCCESS) return rt_fail(d, "kernel %s has %zu parameters, kernel_list.h says \"%s\"", rt_kname(d, k), i, s);
     if (size != (strchr("iuf", s[i]) ? 4u : 8u))
-      return rt_fail(d, "kernel %s parameter %zu is %zu bytes, kernel_list.h says '%c'", rt_kernel_name[k], i, size, s[i]);
+      return rt_fail(d, "kernel %s parameter %zu is %zu bytes, kernel_list.h says '%c'", rt_kname(d, k), i, size, s[i]);
   }
   return RT_OK;
 }
 
 int rt_module_load(RtDevice *d, const void *cubin) {
   if (rt_check(d, d->cuModuleLoadData(&d->mod, cubin), "cuModuleLoadData")) return RT_ERROR;
-  for (int k = 0; k < RT_K_COUNT; k++) {
+  /* the static kernels, then the executor's generated ones (d->gen), by name */
+  int nk = RT_K_COUNT + (d->gen ? d->gen->n : 0);
+  for (int k = 0; k < nk; k++) {
     char what[160];
-    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", rt_kernel_name[k]);
-    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kernel_name[k]), what) || check_params(d, k)) return RT_ERROR;
+    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", rt_kname(d, k));
+    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kname(d, k)), what) || check_params(d, k)) return RT_ERROR;
   }
   /* Dynamic shared memory above 48 KiB must be allowed per function, once. */
   struct {

@@ -43,8 +43,8 @@ static RtRec *push(RtDevice *d, RtRecKind kind) {
   return e;
 }
 
-int rt_kernel_arg_bytes(RtKernel k, int i) {
-  const char *s = rt_kernel_sig[k];
+int rt_kernel_arg_bytes(const RtDevice *d, int k, int i) {
+  const char *s = rt_ksig(d, k);
   if (i < 0 || i >= (int)strlen(s)) return 0;
   return strchr("iuf", s[i]) ? 4 : 8;
 }
@@ -52,15 +52,15 @@ int rt_kernel_arg_bytes(RtKernel k, int i) {
 int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                      void **args) {
   if (!d->rec->on) return RT_OK;
-  int n = (int)strlen(rt_kernel_sig[k]);
-  if (n > RT_REC_MAX_ARGS) return rt_fail(d, "kernel %s has more than %d parameters", rt_kernel_name[k], RT_REC_MAX_ARGS);
+  int n = (int)strlen(rt_ksig(d, (int)k));
+  if (n > RT_REC_MAX_ARGS) return rt_fail(d, "kernel %s has more than %d parameters", rt_kname(d, (int)k), RT_REC_MAX_ARGS);
   RtRec *e = push(d, RT_REC_LAUNCH);
   if (!e) return RT_ERROR;
   e->k = k;
   e->grid[0] = gx, e->grid[1] = gy, e->grid[2] = gz, e->block = block, e->smem = smem;
   e->nargs = n;
   for (int i = 0; i < n; i++) {
-    if (rt_kernel_arg_bytes(k, i) == 4) {
+    if (rt_kernel_arg_bytes(d, (int)k, i) == 4) {
       uint32_t v;
       memcpy(&v, args[i], 4);
       e->arg[i] = v;

@@ -63,7 +63,7 @@ int rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
 int rt_record_locate(const RtRecorder *r, CUdeviceptr p, int *alloc, uint64_t *off);
 
 /* Bytes of argument i of kernel k (4 or 8), from its signature letter; 0 past the end. */
-int rt_kernel_arg_bytes(RtKernel k, int i);
+int rt_kernel_arg_bytes(const RtDevice *d, int k, int i);
 /* Whether two records are the same call (every field; pointer arguments compared as given). */
 int rt_record_equal(const RtRec *a, const RtRec *b);
 

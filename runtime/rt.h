@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compiler/ew_fuse.h"
+
 typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 } RtStatus;
 
 /* The driver entry points we use; the versioned symbol (cuMemAlloc -> cuMemAlloc_v2) is the one
@@ -41,15 +43,21 @@ typedef enum {
 /* The kernel's name and its parameter signature (kernel_list.h's letters), by handle. */
 extern const char *const rt_kernel_name[RT_K_COUNT];
 extern const char *const rt_kernel_sig[RT_K_COUNT];
+/* Generated kernels (compiler/ew_fuse.h) follow the static ones: handle RT_K_COUNT + i is the
+ * executor's generated kernel i (RtDevice.gen). rt_kname / rt_ksig cover both ranges. */
+#define RT_GEN_MAX EW_MAX_KERNELS
+typedef struct RtDevice RtDevice;
+const char *rt_kname(const RtDevice *d, int k);
+const char *rt_ksig(const RtDevice *d, int k);
 /* FNV-1a over RT_GEMM_FIELDS and every kernel row's name and signature: step.c carries it, so a
  * step generated against another kernel list or GEMM call is refused instead of launching the
  * wrong kernels. */
-uint64_t rt_kernel_list_hash(void);
+uint64_t rt_kernel_list_hash(const EwKernels *gen); /* gen: generated kernels too (NULL none) */
 
 typedef struct RtBlas RtBlas;
 typedef struct RtRecorder RtRecorder;
 
-typedef struct RtDevice {
+struct RtDevice {
 #define RT_DECL(f) __typeof__(&f) f;
   RT_DRIVER_FUNCS(RT_DECL)
 #undef RT_DECL
@@ -58,7 +66,8 @@ typedef struct RtDevice {
   CUcontext ctx;
   CUstream stream;
   CUmodule mod;
-  CUfunction fn[RT_K_COUNT];
+  CUfunction fn[RT_K_COUNT + RT_GEN_MAX];
+  const EwKernels *gen; /* the executor's generated kernels (set by rt_exec_new), or NULL */
   int sm_count, cc_major, cc_minor;
   char name[256];
   RtBlas *blas;
@@ -73,7 +82,7 @@ typedef struct RtDevice {
   int64_t used_at_open;             /* total - free (cuMemGetInfo) right after context creation */
   int64_t total_mem;
   char err[512];
-} RtDevice;
+};
 
 /* ---- driver.c: open / close ---- */
 /* RT_NO_DEVICE when there is no driver or no device (the message says which). */
@@ -86,7 +95,7 @@ void rt_clear_error(RtDevice *d);
 int rt_sync(RtDevice *d);
 
 /* ---- module.c ---- */
-/* Loads a cubin (cuModuleLoadData) and looks up every kernel of kernel_list.h. */
+/* Loads a cubin (cuModuleLoadData) and looks up every kernel of kernel_list.h and of d->gen. */
 int rt_module_load(RtDevice *d, const void *cubin);
 
 /* ---- launch.c ---- */

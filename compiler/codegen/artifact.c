@@ -251,7 +251,13 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     fprintf(progress, "build: step.c — %d ops; no CUDA work (%s)\n", sp.sc.nops, why);
   /* kernels.cu and its cubin */
   char kerr[256];
-  char *src = kernel_text_assemble(NULL, 0, kerr, sizeof kerr);
+  char *hand = kernel_text_assemble(NULL, 0, kerr, sizeof kerr), *src = NULL;
+  if (hand) { /* the generated kernels (es.gen_text, compiler/ew_fuse.h) after the hand-written ones */
+    const char *gt = es.gen_text ? es.gen_text : "";
+    if ((src = malloc(strlen(hand) + strlen(gt) + 1))) strcat(strcpy(src, hand), gt);
+    else snprintf(kerr, sizeof kerr, "out of memory");
+  }
+  free(hand), free(es.gen_text), es.gen_text = NULL;
   f = src ? open_out(dir, "kernels.cu", path, sizeof path) : NULL;
   if (!src || !f || fputs(src, f) < 0 || fclose(f) != 0) {
     free(src);
@@ -272,9 +278,11 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   }
   free(msg);
   /* every kernel step.c launches must be in the cubin */
-  for (int k = 0; k < RT_K_COUNT && !err[0]; k++)
-    if (es.kernel_used[k] && !cubin_has_function(cb.data, cb.size, rt_kernel_name[k]))
-      snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", rt_kernel_name[k]);
+  for (int k = 0; k < RT_K_COUNT + es.ngen && !err[0]; k++) {
+    const char *kn = k < RT_K_COUNT ? rt_kernel_name[k] : es.gen_name[k - RT_K_COUNT];
+    if (es.kernel_used[k] && !cubin_has_function(cb.data, cb.size, kn))
+      snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", kn);
+  }
   step_plan_free(&sp);
   char cubin_name[64], key_name[64];
   snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);

@@ -18,7 +18,10 @@
 
 typedef struct {
   int launches, gemms, memsets, copies;
-  unsigned char kernel_used[RT_K_COUNT]; /* 1 where step.c launches that kernel */
+  unsigned char kernel_used[RT_K_COUNT + RT_GEN_MAX]; /* 1 where step.c launches that kernel */
+  int ngen;                              /* generated kernels (compiler/ew_fuse.h), handles RT_K_COUNT + i */
+  char gen_name[RT_GEN_MAX][64];
+  char *gen_text;                        /* their kernels.cu text (malloc'd, the caller frees; NULL none) */
   int cuda;                              /* 0: the CUDA backend does not run this step (why: err) */
 } StepEmitStats;
 

@@ -55,6 +55,8 @@ CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
 }
 
 int64_t rt_exec_arena_bytes(const RtExec *x) { return x->arena_bytes; }
+RtDevice *rt_exec_device(const RtExec *x) { return x->d; }
+const EwKernels *rt_exec_gen_kernels(const RtExec *x) { return &x->ew; }
 CUdeviceptr rt_exec_base(const RtExec *x, int which) { return which == 0 ? x->arena : which == 1 ? x->scratch : 0; }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -73,6 +75,8 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
   }
   h = fnv(h, x->skip, (size_t)g->nop);
   h = fnv(h, x->fuse, (size_t)g->nop);
+  for (int c = 0; c < x->nchain; c++) h = fnv(h, &x->chain[c], sizeof x->chain[c]);
+  for (int k = 0; k < x->ew.n; k++) h = fnv(h, x->ew.k[k].key, strlen(x->ew.k[k].key));
   return fnv(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
 }
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
@@ -81,6 +85,9 @@ void rt_exec_free(RtExec *x) {
   if (!x) return;
   rt_free(x->d, x->arena, (size_t)x->arena_bytes);
   rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
+  if (x->d && x->d->gen == &x->ew) x->d->gen = NULL;
+  ew_kernels_free(&x->ew);
+  free(x->chain);
   free(x->sink), free(x->alias), free(x->skip), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
   free(x);
 }
@@ -233,6 +240,120 @@ static int fuse_pairs(RtExec *x, const int *uses) {
   return RT_OK;
 }
 
+/* ---- generated elementwise chains (compiler/ew_fuse.h; docs/gpu-runtime.md, "Fusions") ----
+ *
+ * After the pairs: a run of consecutive pointwise ops no pair took. The chain's kernel computes
+ * each op's value in fp32 and rounds it to bf16 exactly where the op alone stores it, so it writes
+ * the bits the ops write one by one and its decision may read the plan: it fuses only where every
+ * tensor is its own storage, no output overlaps another, and each written output meets each input
+ * either not at all or (for an input no later op of the chain reads) exactly, as one thread reads
+ * an element before writing it. */
+static int chain_plan_ok(const RtExec *x, const EwChain *c) {
+  const Graph *g = x->g;
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    for (int i = 0; i < op->nin; i++)
+      if (x->alias[op->in[i]] != op->in[i] || x->sink[op->in[i]] >= 0) return 0;
+    int y = op->out[0];
+    if (x->alias[y] != y || x->sink[y] >= 0) return 0;
+  }
+  for (int j = 0; j < c->nops; j++) {
+    if (!c->store[j]) continue;
+    int y = g->op[c->op[j]].out[0];
+    for (int k = j + 1; k < c->nops; k++)
+      if (c->store[k] && overlap(x, y, g->op[c->op[k]].out[0])) return 0;
+    for (int m = 0; m < c->nin; m++) {
+      int last = -1;
+      for (int k = 0; k < c->nops; k++) {
+        const Op *op = &g->op[c->op[k]];
+        for (int i = 0; i < op->nin; i++)
+          if (op->in[i] == c->in[m]) last = k;
+      }
+      if (last > j ? overlap(x, y, c->in[m]) : !ew_ok(x, y, c->in[m])) return 0;
+    }
+  }
+  return 1;
+}
+
+static int fuse_chains(RtExec *x, const int *uses) {
+  const Graph *g = x->g;
+  uint8_t *blocked = calloc((size_t)g->nop + 1, 1);
+  if (!blocked) return rt_fail(x->d, "out of memory");
+  /* passable: a weight-gradient ACCUM sunk into its producer's kernel (an earlier op) launches
+   * nothing where it stands */
+  uint8_t *pass = calloc((size_t)g->nop + 1, 1);
+  if (!pass) {
+    free(blocked);
+    return rt_fail(x->d, "out of memory");
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    blocked[o] = x->skip[o] || x->fuse[o];
+    pass[o] = op->kind == OP_ACCUM && x->skip[o] && !x->fuse[o] && x->sink[op->in[0]] >= 0 && g->t[op->in[0]].producer < o;
+  }
+  int rc = RT_OK;
+  for (int o = 0; o < g->nop && rc == RT_OK;) {
+    EwChain c;
+    if (!ew_chain_at(g, o, uses, blocked, pass, &c) || !chain_plan_ok(x, &c)) {
+      o++;
+      continue;
+    }
+    if (ew_kernel_add(&x->ew, g, &c) < 0) {
+      rc = rt_fail(x->d, "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out of memory)", o,
+                   RT_GEN_MAX);
+      break;
+    }
+    EwChain *n = realloc(x->chain, (size_t)(x->nchain + 1) * sizeof *n);
+    if (!n) {
+      rc = rt_fail(x->d, "out of memory");
+      break;
+    }
+    x->chain = n;
+    x->chain[x->nchain++] = c;
+    int last = c.op[c.nops - 1];
+    for (int j = 0; j + 1 < c.nops; j++) x->skip[c.op[j]] = 1;
+    x->fuse[last] = RT_FUSE_EW;
+    x->peer[last] = c.first;
+    x->nfused[RT_FUSE_EW]++;
+    o = last + 1;
+  }
+  free(blocked), free(pass);
+  return rc;
+}
+
+/* The chain ending at op o: one launch of its generated kernel, the arguments in ew_fuse.h's order. */
+static int run_chain(RtExec *x, int o) {
+  const Graph *g = x->g;
+  const EwChain *c = NULL;
+  for (int i = 0; i < x->nchain && !c; i++)
+    if (x->chain[i].first == x->peer[o]) c = &x->chain[i];
+  if (!c) return rt_fail(x->d, "op %d: no elementwise chain ends here", o);
+  CUdeviceptr ptr[EW_MAX_CHAIN + EW_MAX_IO + EW_MAX_CHAIN];
+  float fv[EW_MAX_CHAIN];
+  unsigned uv[EW_MAX_CHAIN];
+  void *args[2 * EW_MAX_CHAIN + EW_MAX_IO + 1 + 3 * EW_MAX_CHAIN];
+  int na = 0, np = 0;
+  for (int j = 0; j < c->nops; j++)
+    if (c->store[j]) ptr[np] = rt_exec_ptr(x, g->op[c->op[j]].out[0]), args[na++] = &ptr[np++];
+  for (int m = 0; m < c->nin; m++) ptr[np] = rt_exec_ptr(x, c->in[m]), args[na++] = &ptr[np++];
+  long n = (long)tensor_numel(&g->t[g->op[c->first].out[0]]);
+  args[na++] = &n;
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    for (const char *s = ew_scalars(op->kind); *s; s++) {
+      if (*s == 'f') fv[j] = (float)op->a.f[0], args[na++] = &fv[j];
+      else if (*s == 'S') ptr[np] = x->seed_cur, args[na++] = &ptr[np++];
+      else uv[j] = (unsigned)op->a.i[0], args[na++] = &uv[j];
+    }
+  }
+  return rt_launch(x->d, (RtKernel)(RT_K_COUNT + c->kernel), rt_grid1d(x->d, (n + 3) / 4), 1, 1, 256, 0, args);
+}
+
+static int run_op(RtExec *x, const Op *op) {
+  int o = rt_op_index(x, op);
+  return x->fuse[o] == RT_FUSE_EW ? run_chain(x, o) : DISPATCH[op->kind](x, op);
+}
+
 int rt_exec_fusion(const RtExec *x, int op, int *peer, int *staged) {
   *peer = x->peer[op];
   *staged = (x->fuse[op] & RT_FUSE_STAGED) != 0;
@@ -292,6 +413,7 @@ static int analyse(RtExec *x, int *unsupported) {
     }
   }
   if (rc == RT_OK && x->fuse_on) rc = fuse_pairs(x, uses);
+  if (rc == RT_OK && x->fuse_on >> RT_FUSE_EW & 1) rc = fuse_chains(x, uses);
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
     char why[256];
@@ -425,15 +547,20 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   /* a measurement / debugging switch (docs/gpu-runtime.md): STEPC_FUSE=0 runs every pair as two
    * launches; the layout hash includes the fusions, so a step.c recorded the other way is refused */
   const char *fz = getenv("STEPC_FUSE");
-  x->fuse_on = 1 << RT_FUSE_LINEAR_ADD | 1 << RT_FUSE_DROPOUT_ADD | 1 << RT_FUSE_ADD_NORM;
+  x->fuse_on = 1 << RT_FUSE_LINEAR_ADD | 1 << RT_FUSE_DROPOUT_ADD | 1 << RT_FUSE_ADD_NORM | 1 << RT_FUSE_EW;
   if (fz && strcmp(fz, "0") == 0) x->fuse_on = 0;
-  else if (fz && *fz && strcmp(fz, "1") != 0) /* a list: linear_add,dropout_add,add_norm */
+  else if (fz && *fz && strcmp(fz, "1") != 0) /* a list: linear_add,dropout_add,add_norm,ew */
     x->fuse_on = (strstr(fz, "linear_add") ? 1 << RT_FUSE_LINEAR_ADD : 0) | (strstr(fz, "dropout_add") ? 1 << RT_FUSE_DROPOUT_ADD : 0) |
-                 (strstr(fz, "add_norm") ? 1 << RT_FUSE_ADD_NORM : 0);
+                 (strstr(fz, "add_norm") ? 1 << RT_FUSE_ADD_NORM : 0) | (strstr(fz, "ew") ? 1 << RT_FUSE_EW : 0);
   int64_t total = 0;
   for (int b = 0; b < g->nbuffers; b++) x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
   x->arena_bytes = total;
-  if (analyse(x, unsupported) || rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x)) {
+  if (analyse(x, unsupported)) {
+    rt_exec_free(x);
+    return NULL;
+  }
+  d->gen = &x->ew; /* the generated kernels' handles follow the static ones (rt.h) */
+  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x)) {
     rt_exec_free(x);
     return NULL;
   }
@@ -452,7 +579,7 @@ int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases) {
   for (int o = first < 0 ? 0 : first; o <= last && o < g->nop; o++) {
     const Op *op = &g->op[o];
     if (!(phases & IR_PHASE_BIT(op->tags.phase)) || x->skip[o]) continue;
-    if (DISPATCH[op->kind](x, op) != RT_OK) {
+    if (run_op(x, op) != RT_OK) {
       char msg[sizeof x->d->err];
       snprintf(msg, sizeof msg, "%s", x->d->err);
       rt_clear_error(x->d);
@@ -577,7 +704,7 @@ int rt_exec_run_op(RtExec *x, int o) {
   if (o < 0 || o >= x->g->nop) return rt_fail(x->d, "op %d is not in the step", o);
   const Op *op = &x->g->op[o];
   if (x->skip[o]) return RT_OK; /* fused into a neighbour (see analyse) */
-  if (DISPATCH[op->kind](x, op) != RT_OK) {
+  if (run_op(x, op) != RT_OK) {
     char msg[sizeof x->d->err];
     snprintf(msg, sizeof msg, "%s", x->d->err);
     rt_clear_error(x->d);

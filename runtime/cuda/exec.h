@@ -41,6 +41,10 @@ int64_t rt_exec_scratch_bytes(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
 /* The two allocations every launch argument points into: 0 the plan's arena, 1 the scratch. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);
+/* The device the executor runs on, and its generated elementwise kernels (compiler/ew_fuse.h;
+ * their handles follow kernel_list.h's: RT_K_COUNT + i). */
+RtDevice *rt_exec_device(const RtExec *x);
+const EwKernels *rt_exec_gen_kernels(const RtExec *x);
 /* FNV-1a of where everything lives: arena and scratch sizes, buffer bases, every tensor's slot
  * and the executor's fusions (aliases, sinks, skipped ops). A step.c recorded against another
  * layout would write to the wrong bytes: the API compares this before running one. */

@@ -14,6 +14,8 @@ enum {
   RT_FUSE_LINEAR_ADD,  /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
   RT_FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward, the dropout's Philox mask */
   RT_FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
+  RT_FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (compiler/ew_fuse.h);
+                          peer = the chain's first op, ops first .. last - 1 skipped */
 };
 /* RtExec.fuse_flags bits */
 #define RT_FUSE_STAGED 0x80 /* the add's output overlaps an operand: the pair's result goes to the
@@ -51,7 +53,10 @@ struct RtExec {
   uint8_t *fuse;         /* RT_FUSE_* of the pair this op runs (| RT_FUSE_STAGED), 0 none */
   int *peer;             /* the op fused into this one, or -1 */
   int fuse_on;           /* 1 << RT_FUSE_* allowed (STEPC_FUSE, read once in rt_exec_new) */
-  int nfused[4];         /* pairs fused, by RT_FUSE_* */
+  int nfused[5];         /* pairs (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
+  EwKernels ew;          /* the generated kernels the chains launch (RtDevice.gen points here) */
+  EwChain *chain;        /* the fused chains, by first op */
+  int nchain;
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);

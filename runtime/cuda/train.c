@@ -82,8 +82,13 @@ void rt_trainer_free(RtTrainer *tr) {
 /* NVRTC -> cubin for this device's arch, then cuModuleLoadData. */
 static int load_kernels(RtDevice *d, const char *cache_dir) {
   char err[256];
-  char *src = kernel_text_assemble(NULL, 0, err, sizeof err);
-  if (!src) return rt_fail(d, "assembling kernels.cu: %s", err);
+  char *hand = kernel_text_assemble(NULL, 0, err, sizeof err);
+  if (!hand) return rt_fail(d, "assembling kernels.cu: %s", err);
+  /* the executor's generated kernels after the hand-written ones (d->gen, set by rt_exec_new) */
+  char *gen = ew_kernels_text(d->gen), *src = gen ? malloc(strlen(hand) + strlen(gen) + 1) : NULL;
+  if (src) strcat(strcpy(src, hand), gen);
+  free(hand), free(gen);
+  if (!src) return rt_fail(d, "out of memory");
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
   CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
@@ -155,8 +160,9 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     return NULL;
   }
   int unsupported = 0;
-  if (load_kernels(&tr->d, cache_dir) || rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) ||
-      !(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || rt_timer_new(&tr->d, &tr->timer) ||
+  /* the executor first: its analysis decides the generated kernels the module must hold */
+  if (!(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || load_kernels(&tr->d, cache_dir) ||
+      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) || rt_timer_new(&tr->d, &tr->timer) ||
       rt_exec_init_params(tr->x, tr->seed)) {
     *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
     snprintf(err, nerr, "%s", tr->d.err);

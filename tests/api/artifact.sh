@@ -50,6 +50,12 @@ build gpt3_paper gpt3_paper model.attention_backend=flash model.attention_dropou
 # unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE, which
 # the CUDA backend does not run yet (step.c then holds no CUDA work and says why)
 build gpt3_tiny tests/recipes/gpt3_tiny.lua model.bf16=true
+# the generated elementwise kernels (compiler/ew_fuse.c): 4 backward ADD -> DROPOUT_BWD chains,
+# launched from step.c, their source in kernels.cu after the hand-written files
+n_ew=$(grep -c '^    LAUNCH(ew_add_dropout_bwd_' "$tmp/gpt3_tiny/step.c")
+[ "$n_ew" -eq 4 ] || fail "gpt3_tiny: step.c launches $n_ew generated ADD -> DROPOUT_BWD kernels, expected 4"
+grep -q '^// stepc-file: generated/ew_add_dropout_bwd_' "$tmp/gpt3_tiny/kernels.cu" || fail "gpt3_tiny: kernels.cu has no generated kernel"
+echo "ok: gpt3_tiny: $n_ew generated elementwise launches"
 build tiny_full tiny model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 build tiny_mla_moe tests/recipes/tiny_mla_moe.lua
 # -o creates missing parent folders (the README builds into art/tiny)

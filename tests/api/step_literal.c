@@ -45,7 +45,7 @@ unsigned long long stepc_gen_base(stepc_gen_ctx *c, int which) { return (void)c,
 int stepc_gen_launch(stepc_gen_ctx *c, int kernel, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                      void **args) {
   (void)c;
-  if (kernel < 0 || kernel >= RT_K_COUNT) return bad_call = 1, -1;
+  if (kernel < 0 || kernel >= RT_K_COUNT + (dev.gen ? dev.gen->n : 0)) return bad_call = 1, -1;
   return rt_launch(&dev, (RtKernel)kernel, gx, gy, gz, block, smem, args);
 }
 int stepc_gen_gemm(stepc_gen_ctx *c, const void *gemm, unsigned long size) {
@@ -61,7 +61,7 @@ int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long d, unsigned long long s,
 }
 
 static void describe(const RtRec *r) {
-  if (r->kind == RT_REC_LAUNCH) fprintf(stderr, "launch %s grid (%u,%u,%u) block %u", rt_kernel_name[r->k], r->grid[0], r->grid[1], r->grid[2], r->block);
+  if (r->kind == RT_REC_LAUNCH) fprintf(stderr, "launch %s grid (%u,%u,%u) block %u", rt_kname(&dev, r->k), r->grid[0], r->grid[1], r->grid[2], r->block);
   else if (r->kind == RT_REC_GEMM) fprintf(stderr, "gemm kind %lld m %lld n %lld k %lld", (long long)r->gemm.kind, (long long)r->gemm.m, (long long)r->gemm.n, (long long)r->gemm.k);
   else fprintf(stderr, "%s of %llu bytes", r->kind == RT_REC_MEMSET ? "memset" : "copy", (unsigned long long)r->bytes);
 }
@@ -101,11 +101,11 @@ int main(int argc, char **argv) {
   int npt = 0;
   for (int i = 0; i < p.sc.n; i++)
     if (p.sc.it[i].kind == SCHED_OP) point_op[npt++] = p.sc.it[i].id;
-  if (gen->abi != STEPC_GEN_ABI || gen->fingerprint != step_fingerprint(p.g) || gen->runtime_hash != rt_kernel_list_hash() ||
+  if (gen->abi != STEPC_GEN_ABI || gen->fingerprint != step_fingerprint(p.g) || gen->runtime_hash != rt_kernel_list_hash(ex ? rt_exec_gen_kernels(ex) : NULL) ||
       gen->points != npt) {
     fprintf(stderr, "step.c's header differs: abi %d, fingerprint %016llx vs %016llx, runtime hash %016llx vs %016llx, points %d vs %d\n",
             gen->abi, gen->fingerprint, (unsigned long long)step_fingerprint(p.g), gen->runtime_hash,
-            (unsigned long long)rt_kernel_list_hash(), gen->points, npt);
+            (unsigned long long)rt_kernel_list_hash(ex ? rt_exec_gen_kernels(ex) : NULL), gen->points, npt);
     goto out;
   }
   if (!ex) { /* not a CUDA step: step.c must say so and hold no work */

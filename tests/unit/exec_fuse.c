@@ -33,7 +33,7 @@ typedef struct {
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;
-  int n[4], staged;       /* pairs by kind */
+  int n[5], staged;       /* pairs by kind (4: generated elementwise chains) */
   char (*fwd_key)[160];   /* per op: "kind module" of fused forward LINEAR/DROPOUT+ADD pairs */
 } Run;
 
@@ -69,7 +69,7 @@ static int load(Run *r, const char *recipe, const char **kv, int nkv, int fuse) 
     int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
     if (!k) continue;
     r->n[k]++, r->staged += st;
-    if (k != 3 && g->op[o].tags.phase == IR_PHASE_FORWARD)
+    if (k != 3 && k != 4 && g->op[o].tags.phase == IR_PHASE_FORWARD)
       snprintf(r->fwd_key[o], sizeof r->fwd_key[o], "%d %s", k, g->op[o].tags.module);
   }
   return 0;
@@ -92,6 +92,33 @@ static void check_launches(Run *r, const char *name) {
     int peer, st, k = rt_exec_fusion(x, o, &peer, &st);
     if (!k) continue;
     const Op *op = &g->op[o], *pr = &g->op[peer];
+    if (k == 4) { /* a generated chain: its ops from peer to o, all but o skipped, one launch */
+      CHECK(peer < o && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o) && op->tags.phase == pr->tags.phase,
+            "%s op %d: chain from %d", name, o, peer);
+      for (int q = peer; q < o; q++) CHECK(!rt_exec_op_runs(x, q), "%s op %d: chain op %d still runs", name, o, q);
+      r->rec.n = 0;
+      r->rec.op = o;
+      CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
+      const EwKernels *ks = rt_exec_gen_kernels(x);
+      CHECK(r->rec.n == 1 && r->rec.r[0].kind == RT_REC_LAUNCH && (int)r->rec.r[0].k >= RT_K_COUNT &&
+                (int)r->rec.r[0].k < RT_K_COUNT + ks->n,
+            "%s op %d: not one launch of a generated kernel", name, o);
+      if (r->rec.n == 1 && op->kind == OP_DROPOUT_BWD) { /* the last output stored; mask arguments as rt_op_dropout_bwd's */
+        const RtRec *a = &r->rec.r[0];
+        const char *sig = ks->k[a->k - RT_K_COUNT].sig;
+        int n = (int)strlen(sig);
+        uint32_t pbits;
+        float p = (float)op->a.f[0];
+        memcpy(&pbits, &p, 4);
+        CHECK(n >= 3 && sig[n - 3] == 'f' && (uint32_t)a->arg[n - 3] == pbits &&
+                  (uint32_t)a->arg[n - 1] == (uint32_t)op->a.i[0],
+              "%s op %d: chain dropout arguments", name, o);
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= sig[i] == 'p' && a->arg[i] == rt_exec_ptr(x, op->out[0]);
+        CHECK(found, "%s op %d: the chain does not write the last op's output", name, o);
+      }
+      continue;
+    }
     CHECK(peer == o - 1 && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o), "%s op %d: peer %d", name, o, peer);
     CHECK(op->tags.phase == pr->tags.phase, "%s op %d: pair in two phases", name, o);
     if (k != 3)
@@ -148,14 +175,15 @@ static int straddles(Run *r, int want_kind) {
       if (sc->it[i].kind == SCHED_OP) inst[sc->it[i].id] = k;
   for (int o = 0; o < g->nop; o++) {
     int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
-    if (k && (want_kind == 0 ? k != 3 : k == want_kind) && inst[o] != inst[peer]) n++;
+    if (k && (want_kind == 0 ? k != 3 && k != 4 : k == want_kind) && inst[o] != inst[peer]) n++;
   }
   free(inst);
   return n;
 }
 
 static void print(Run *r, const char *name) {
-  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  (staged %d)\n", name, r->n[1], r->n[2], r->n[3], r->staged);
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  (staged %d)\n", name, r->n[1], r->n[2], r->n[3],
+         r->n[4], r->staged);
 }
 
 /* The same forward pairs (by kind and module) fuse in a and b. */
@@ -173,22 +201,23 @@ static void same_forward(Run *a, Run *b, const char *name) {
 }
 
 static void recipe(const char *title, const char *path, const char **base, int nbase, const char *const *variants, int nvar,
-                   int min1, int min2, int min3) {
+                   int min1, int min2, int min3, int n4) {
   Run off, on;
   CHECK(load(&off, path, base, nbase, 0) == 0, "%s: load", title);
-  CHECK(off.n[1] + off.n[2] + off.n[3] == 0, "%s: STEPC_FUSE=0 still fuses", title);
+  CHECK(off.n[1] + off.n[2] + off.n[3] + off.n[4] == 0, "%s: STEPC_FUSE=0 still fuses", title);
   Run nrm;
   CHECK(load(&nrm, path, base, nbase, 2) == 0, "%s: load", title);
   check_launches(&nrm, title);
   printf("STEPC_FUSE=add_norm: ");
   print(&nrm, title);
-  CHECK(nrm.n[1] + nrm.n[2] == 0 && nrm.n[3] >= min3, "%s: STEPC_FUSE=add_norm", title);
+  CHECK(nrm.n[1] + nrm.n[2] + nrm.n[4] == 0 && nrm.n[3] >= min3, "%s: STEPC_FUSE=add_norm", title);
   unload(&nrm);
   CHECK(load(&on, path, base, nbase, 1) == 0, "%s: load", title);
   CHECK(rt_exec_layout_hash(on.x) != rt_exec_layout_hash(off.x), "%s: the layout hash ignores the fusions", title);
   check_launches(&on, title);
   print(&on, title);
   CHECK(on.n[1] >= min1 && on.n[2] >= min2, "%s: fewer pairs than expected", title);
+  CHECK(on.n[4] == n4, "%s: %d elementwise chains, expected %d", title, on.n[4], n4);
   CHECK(straddles(&on, 0) == 0, "%s: a bit-changing pair straddles a scope instance", title);
   unload(&off);
   for (int v = 0; v < nvar; v++) {
@@ -245,15 +274,15 @@ int main(int argc, char **argv) {
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn,mlp]",
       "model.cuda_graph_impl=local",
   };
-  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4);
+  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4, 4);
   static const char *const tiny_var[] = {
       "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
       "model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2",
       "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]",
   };
-  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 8);
-  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 32);
+  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 8, 0);
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 32, 0);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }

@@ -1,0 +1,292 @@
+/* ew_fuse.c — chains of pointwise ops and their generated kernels (ew_fuse.h). */
+#include "ew_fuse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_text.h"
+
+/* The pointwise ops, each one row: its device code in the generated kernel (docs/kernels.md,
+ * templates/README.md). `#` is replaced by the op's position in the chain, $0/$1 by its inputs'
+ * fp32 values. The expressions are the hand-written kernels' own (residual_add; dropout_apply's
+ * dropout_keep with the same Philox words), so a chain writes the bits the ops write one by one.
+ *   nval    the inputs the expression reads (in[0 .. nval-1]; DROPOUT_BWD's mask input is never
+ *           materialised on CUDA: the mask is regenerated from (seed, stream))
+ *   scalars the kernel parameters the op adds (ew_fuse.h: f a.f[0], S seed slot, U a.i[0])
+ *   setup   once per thread;  group  once per group of 4 elements;  expr  the value */
+typedef struct {
+  OpKind kind;
+  int nval;
+  const char *scalars, *setup, *group, *expr;
+} EwOp;
+
+static const EwOp EW_OPS[] = {
+    {OP_ADD, 2, "", "", "", "$0 + $1"},
+    {OP_DROPOUT_BWD, 1, "fSU",
+     "  const unsigned thr# = dropout_threshold(f#);\n  const float scale# = dropout_scale(f#);\n"
+     "  const unsigned long long seed# = *S#;\n",
+     "    const philox4 r# = dropout_bits(seed#, U#, (unsigned long long)g);\n"
+     "    const unsigned w#[4] = {r#.x, r#.y, r#.z, r#.w};\n",
+     "dropout_keep(w#[k], thr#, scale#, $0)"},
+};
+
+static const EwOp *row(OpKind k) {
+  for (size_t i = 0; i < sizeof EW_OPS / sizeof EW_OPS[0]; i++)
+    if (EW_OPS[i].kind == k) return &EW_OPS[i];
+  return NULL;
+}
+int ew_pointwise(OpKind k) { return row(k) != NULL; }
+const char *ew_scalars(OpKind k) { return row(k) ? row(k)->scalars : ""; }
+
+static int same_shape(const Tensor *a, const Tensor *b) {
+  return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof a->shape);
+}
+
+/* Whether op o could be a chain member over tensors shaped like `like` (structure only). */
+static int member(const Graph *g, int o, const uint8_t *blocked, const Tensor *like) {
+  const Op *op = &g->op[o];
+  const EwOp *r = row(op->kind);
+  if (!r || blocked[o] || op->nout != 1 || op->nin < r->nval) return 0;
+  const Tensor *y = &g->t[op->out[0]];
+  if (y->dtype != DT_BF16 || (like && !same_shape(y, like))) return 0;
+  for (int i = 0; i < op->nin; i++) {
+    if (op->in[i] == op->out[0]) return 0;
+    if (i < r->nval && !same_shape(&g->t[op->in[i]], y)) return 0;
+  }
+  return 1;
+}
+
+int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable, EwChain *c) {
+  memset(c, 0, sizeof *c);
+  c->kernel = -1;
+  if (first < 0 || first >= g->nop || !member(g, first, blocked, NULL)) return 0;
+  const Op *f = &g->op[first];
+  const Tensor *like = &g->t[f->out[0]];
+  c->first = first;
+  int n = 0;
+  for (int o = first; o < g->nop && n < EW_MAX_CHAIN; o++) {
+    const Op *op = &g->op[o];
+    /* one phase; layer and graph scopes may differ (as for ADD -> norm: the chain writes the bits
+     * its ops would, so under scoped graphs it runs in its last op's segment and the first op's
+     * segment launches one kernel less; every reader of what it writes comes after its last op) */
+    if (op->tags.phase != f->tags.phase) break;
+    if (o > first && passable && passable[o] && !member(g, o, blocked, like)) {
+      /* launches nothing: it may lie between two ops of the chain if it touches none of its tensors */
+      int touch = 0;
+      for (int j = 0; j < n; j++) {
+        const Op *m = &g->op[c->op[j]];
+        for (int a = 0; a < op->nin + op->nout; a++) {
+          int t = a < op->nin ? op->in[a] : op->out[a - op->nin];
+          touch |= t == m->out[0];
+          for (int i = 0; i < m->nin; i++) touch |= t == m->in[i];
+        }
+      }
+      if (touch) break;
+      continue;
+    }
+    if (o > first) {
+      if (!member(g, o, blocked, like)) break;
+      int linked = 0;
+      for (int i = 0; i < row(op->kind)->nval; i++)
+        for (int j = 0; j < n; j++) linked |= op->in[i] == g->op[c->op[j]].out[0];
+      if (!linked) break;
+    }
+    /* its external inputs must fit */
+    int add = 0;
+    for (int i = 0; i < row(op->kind)->nval; i++) {
+      int t = op->in[i], known = 0;
+      for (int j = 0; j < n; j++) known |= t == g->op[c->op[j]].out[0];
+      for (int k = 0; k < c->nin; k++) known |= c->in[k] == t;
+      add += !known;
+    }
+    if (c->nin + add > EW_MAX_IO) break;
+    for (int i = 0; i < row(op->kind)->nval; i++) {
+      int t = op->in[i], known = 0;
+      for (int j = 0; j < n; j++) known |= t == g->op[c->op[j]].out[0];
+      for (int k = 0; k < c->nin; k++) known |= c->in[k] == t;
+      if (!known) c->in[c->nin++] = t;
+    }
+    c->op[n++] = o;
+  }
+  if (n < 2) return 0;
+  c->nops = n;
+  /* an intermediate output is dropped only when the chain's ops are its sole readers */
+  for (int j = 0; j < n; j++) {
+    int t = g->op[c->op[j]].out[0], inside = 0;
+    for (int k = j + 1; k < n; k++) {
+      const Op *op = &g->op[c->op[k]];
+      for (int i = 0; i < op->nin; i++) inside += op->in[i] == t;
+    }
+    const Tensor *tt = &g->t[t];
+    c->store[j] = j == n - 1 || uses[t] != inside || t == g->loss || t == g->grad_norm || t == g->lr ||
+                  (tt->role != ROLE_ACT && tt->role != ROLE_ACT_GRAD);
+  }
+  return 1;
+}
+
+/* ---- kernels ---- */
+
+struct sb {
+  char *p;
+  size_t n, cap;
+  int oom;
+};
+static void put(struct sb *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->n + n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p, b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+static void puts_(struct sb *b, const char *s) { put(b, s, strlen(s)); }
+static void putf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void putf(struct sb *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  puts_(b, tmp);
+}
+/* s with '#' -> j and $i -> the operand names in ops[i] */
+static void subst(struct sb *b, const char *s, int j, char ops[][8]) {
+  for (; *s; s++) {
+    if (*s == '#') putf(b, "%d", j);
+    else if (*s == '$' && s[1] >= '0' && s[1] <= '9') puts_(b, ops[*++s - '0']);
+    else put(b, s, 1);
+  }
+}
+
+/* operand i of chain op j: "x<m>" (external input m) or "v<k>" (chain op k's value) */
+static void operand(const Graph *g, const EwChain *c, int j, int i, char *out) {
+  int t = g->op[c->op[j]].in[i];
+  for (int k = 0; k < j; k++)
+    if (g->op[c->op[k]].out[0] == t) {
+      snprintf(out, 8, "v%d", k);
+      return;
+    }
+  for (int m = 0; m < c->nin; m++)
+    if (c->in[m] == t) snprintf(out, 8, "x%d", m);
+}
+
+static uint64_t fnv(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static const struct kernel_file *template_text(void) {
+  for (int i = 0; i < template_files_count; i++)
+    if (strcmp(template_files[i].name, "elementwise.cu.in") == 0) return &template_files[i];
+  return NULL;
+}
+
+/* The template with @NAME@ etc. replaced. */
+static char *fill(const char *tpl, const char *const keys[], char *const vals[], int nk) {
+  struct sb b = {0};
+  for (const char *s = tpl; *s;) {
+    int hit = 0;
+    for (int k = 0; k < nk && !hit; k++) {
+      size_t n = strlen(keys[k]);
+      if (!strncmp(s, keys[k], n)) puts_(&b, vals[k]), s += n, hit = 1;
+    }
+    if (!hit) put(&b, s++, 1);
+  }
+  if (b.oom) free(b.p), b.p = NULL;
+  return b.p;
+}
+
+int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
+  char key[256] = "", opnd[EW_MAX_IO][8];
+  size_t kl = 0;
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    kl += (size_t)snprintf(key + kl, sizeof key - kl, "%s%s(", j ? ">" : "", op_name(op->kind));
+    for (int i = 0; i < row(op->kind)->nval && kl < sizeof key; i++) {
+      operand(g, c, j, i, opnd[i]);
+      kl += (size_t)snprintf(key + kl, sizeof key - kl, "%s%s", i ? "," : "", opnd[i]);
+    }
+    if (kl < sizeof key) kl += (size_t)snprintf(key + kl, sizeof key - kl, ")%s", c->store[j] ? "!" : "");
+    if (kl >= sizeof key) return -1;
+  }
+  for (int k = 0; k < ks->n; k++)
+    if (!strcmp(ks->k[k].key, key)) return c->kernel = k;
+  if (ks->n == EW_MAX_KERNELS) return -1;
+  const struct kernel_file *tpl = template_text();
+  if (!tpl) return -1;
+  EwKernel *K = &ks->k[ks->n];
+  memset(K, 0, sizeof *K);
+  snprintf(K->key, sizeof K->key, "%s", key);
+  size_t nl = (size_t)snprintf(K->name, sizeof K->name, "ew");
+  for (int j = 0; j < c->nops; j++) nl += (size_t)snprintf(K->name + nl, sizeof K->name - nl, "_%s", op_name(g->op[c->op[j]].kind));
+  snprintf(K->name + nl, sizeof K->name - nl, "_%08x", (unsigned)(fnv(key) & 0xffffffffu));
+  struct sb params = {0}, setup = {0}, group = {0}, loads = {0}, body = {0}, stores = {0};
+  int sl = 0;
+  const char *sep = "";
+  for (int j = 0; j < c->nops; j++)
+    if (c->store[j]) putf(&params, "%sbf16* out%d", sep, j), sep = ", ", K->sig[sl++] = 'p';
+  for (int m = 0; m < c->nin; m++) {
+    putf(&params, "%sconst bf16* in%d", sep, m), sep = ", ", K->sig[sl++] = 'p';
+    putf(&loads, "      const float x%d = bf16_to_f32(in%d[i]);\n", m, m);
+  }
+  putf(&params, "%slong n", sep), K->sig[sl++] = 'l';
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    const EwOp *r = row(op->kind);
+    for (const char *s = r->scalars; *s; s++) {
+      if (*s == 'f') putf(&params, ", float f%d", j), K->sig[sl++] = 'f';
+      else if (*s == 'S') putf(&params, ", const unsigned long long* S%d", j), K->sig[sl++] = 'p';
+      else putf(&params, ", unsigned U%d", j), K->sig[sl++] = 'u';
+    }
+    subst(&setup, r->setup, j, opnd);
+    subst(&group, r->group, j, opnd);
+    for (int i = 0; i < r->nval; i++) operand(g, c, j, i, opnd[i]);
+    putf(&body, "      const bf16 h%d = f32_to_bf16(", j);
+    subst(&body, r->expr, j, opnd);
+    puts_(&body, ");\n");
+    int used = 0;
+    for (int k = j + 1; k < c->nops; k++)
+      for (int i = 0; i < row(g->op[c->op[k]].kind)->nval; i++) used |= g->op[c->op[k]].in[i] == op->out[0];
+    if (used) putf(&body, "      const float v%d = bf16_to_f32(h%d);\n", j, j);
+    if (c->store[j]) putf(&stores, "      out%d[i] = h%d;\n", j, j);
+  }
+  K->sig[sl] = 0;
+  const char *keys[] = {"@NAME@", "@CHAIN@", "@PARAMS@", "@SETUP@\n", "@GROUP@\n", "@LOADS@\n", "@BODY@\n", "@STORES@\n"};
+  char *vals[] = {K->name, key, params.p ? params.p : "", setup.p ? setup.p : "", group.p ? group.p : "",
+                  loads.p ? loads.p : "", body.p ? body.p : "", stores.p ? stores.p : ""};
+  int oom = params.oom || setup.oom || group.oom || loads.oom || body.oom || stores.oom;
+  K->src = oom ? NULL : fill(tpl->text, keys, vals, 8);
+  free(params.p), free(setup.p), free(group.p), free(loads.p), free(body.p), free(stores.p);
+  if (!K->src) return -1;
+  return c->kernel = ks->n++;
+}
+
+void ew_kernels_free(EwKernels *ks) {
+  for (int k = 0; k < ks->n; k++) free(ks->k[k].src), ks->k[k].src = NULL;
+  ks->n = 0;
+}
+
+char *ew_kernels_text(const EwKernels *ks) {
+  struct sb b = {0};
+  puts_(&b, "");
+  for (int k = 0; ks && k < ks->n; k++) {
+    puts_(&b, KERNEL_FILE_MARKER);
+    putf(&b, "generated/%s\n", ks->k[k].name);
+    puts_(&b, ks->k[k].src);
+    puts_(&b, KERNEL_FILE_END_MARKER);
+    putf(&b, "generated/%s\n", ks->k[k].name);
+  }
+  if (b.oom) free(b.p), b.p = NULL;
+  return b.p;
+}

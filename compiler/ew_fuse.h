@@ -1,0 +1,64 @@
+/* ew_fuse — generated fused elementwise kernels (templates/elementwise.cu.in; docs/kernels.md).
+ *
+ * A chain is a run of ops with consecutive ids (apart from `passable` ones between them: ops that
+ * launch nothing and touch no tensor of the chain, e.g. a weight-gradient ACCUM sunk into its
+ * producer's kernel), each pointwise (a row of EW_OPS in ew_fuse.c, the
+ * one place an op's device expression lives), in one phase, all over
+ * bf16 tensors of one shape, each op after the first reading a value an earlier op of the chain
+ * produced. ew_chain_at finds one from the op structure; the caller (the executor's analyse pass)
+ * adds what the memory plan allows. ew_kernel_add turns a chain into its kernel — the template
+ * filled for the chain's signature — shared by every chain of that signature.
+ *
+ * Kernel parameters, in order: each stored output (p), each external input (p), n (l), then each
+ * op's scalars (EW_OPS[].scalars: f a.f[0] as float, S the dropout seed slot (p), U a.i[0] as
+ * unsigned). Free of libcuda: the compiler and the runtime both use it. */
+#ifndef STEPC_EW_FUSE_H
+#define STEPC_EW_FUSE_H
+
+#include <stdint.h>
+
+#include "ir.h"
+
+#define EW_MAX_CHAIN 4
+#define EW_MAX_IO 8
+#define EW_MAX_KERNELS 32
+
+typedef struct {
+  int first, nops;        /* the chain's ops op[0] = first .. op[nops - 1], increasing ids */
+  int op[EW_MAX_CHAIN];
+  int nin, in[EW_MAX_IO]; /* external inputs (tensor ids), in order of first use */
+  int store[EW_MAX_CHAIN]; /* per op: its output is written (read after the chain, or the last op) */
+  int kernel;             /* index in EwKernels */
+} EwChain;
+
+typedef struct {
+  char name[64];
+  char sig[32];   /* kernel_list.h letters */
+  char key[256];  /* the chain signature: kinds, wiring, stores */
+  char *src;      /* the filled template (malloc'd) */
+} EwKernel;
+
+typedef struct {
+  EwKernel k[EW_MAX_KERNELS];
+  int n;
+} EwKernels;
+
+/* Whether op kind k has an EW_OPS row. */
+int ew_pointwise(OpKind k);
+/* The scalar letters of op kind k ("" none). */
+const char *ew_scalars(OpKind k);
+
+/* The longest chain starting at op `first` (nops >= 2), from the structure: uses[t] = how many op
+ * inputs read tensor t; blocked[o] nonzero for ops already skipped or fused; passable[o] nonzero
+ * for ops that launch nothing (may be NULL). 1 found, else 0. */
+int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable, EwChain *c);
+
+/* The chain's kernel in ks (added, template filled, when its signature is new): sets c->kernel;
+ * -1 when ks is full or out of memory. */
+int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c);
+void ew_kernels_free(EwKernels *ks);
+
+/* kernels.cu's generated part: every kernel's source, in index order (malloc'd; "" none). */
+char *ew_kernels_text(const EwKernels *ks);
+
+#endif

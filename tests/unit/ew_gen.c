@@ -1,0 +1,134 @@
+/* ew_gen.c — the generated fused elementwise kernels (compiler/ew_fuse.c, templates/), CPU only:
+ * on gpt3_tiny (bf16) the executor fuses the 4 backward residual-gradient ADD -> DROPOUT_BWD
+ * chains; their kernels' text is the same on every analysis of the graph, their parameters are
+ * the ones ew_fuse.h lists (stored outputs, inputs, n, the dropout's p, seed slot and stream), the
+ * dropout value goes through dropout.cuh's dropout_keep (the mask of dropout_backward), and NVRTC
+ * compiles kernels.cu with them for sm_90 into a cubin holding every generated symbol. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "kernel_text.h"
+#include "nvrtc.h"
+#include "runtime/cuda/exec.h"
+#include "runtime/record.h"
+#include "step_plan.h"
+#include "validate.h"
+
+static int failures;
+#define CHECK(c, ...)                                        \
+  do {                                                       \
+    if (!(c)) {                                              \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fputc('\n', stderr);                                   \
+      failures++;                                            \
+    }                                                        \
+  } while (0)
+
+typedef struct {
+  StepPlan p;
+  RtDevice dev;
+  RtRecorder rec;
+  RtExec *x;
+} Run;
+
+static int load(Run *r, const char *recipe, const char **kv, int nkv) {
+  memset(r, 0, sizeof *r);
+  Spec raw, spec;
+  DiagList d;
+  diag_init(&d);
+  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return -1;
+  }
+  diag_free(&d);
+  char err[512] = "";
+  if (step_plan_build(&spec, 0, &r->p, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), -1;
+  rt_record_open(&r->dev, &r->rec, 132);
+  int unsupported = 0;
+  r->x = rt_exec_new(&r->dev, r->p.g, &unsupported);
+  return r->x ? 0 : (fprintf(stderr, "%s\n", r->dev.err), -1);
+}
+
+static void unload(Run *r) {
+  rt_exec_free(r->x);
+  rt_recorder_free(&r->rec);
+  step_plan_free(&r->p);
+}
+
+int main(void) {
+  unsetenv("STEPC_FUSE");
+  const char *kv[] = {"model.bf16=true"};
+  Run a, b;
+  if (load(&a, "tests/recipes/gpt3_tiny.lua", kv, 1) || load(&b, "tests/recipes/gpt3_tiny.lua", kv, 1)) return 1;
+  const EwKernels *ka = rt_exec_gen_kernels(a.x), *kb = rt_exec_gen_kernels(b.x);
+  /* two kernels: the sum stored (it continues as the residual gradient) and, at the embedding, not */
+  CHECK(ka->n == 2, "%d generated kernels, expected 2", ka->n);
+  char *ta = ew_kernels_text(ka), *tb = ew_kernels_text(kb);
+  CHECK(ta && tb && strcmp(ta, tb) == 0, "the generated text differs between two analyses of one graph");
+  CHECK(rt_exec_layout_hash(a.x) == rt_exec_layout_hash(b.x), "layout hash differs");
+  CHECK(rt_kernel_list_hash(ka) != rt_kernel_list_hash(NULL), "the kernel-list hash ignores the generated kernels");
+  int both = 0, one = 0;
+  for (int k = 0; k < ka->n; k++) {
+    const EwKernel *K = &ka->k[k];
+    printf("%s (%s): %s\n", K->name, K->sig, K->key);
+    CHECK(!strncmp(K->name, "ew_add_dropout_bwd_", 19), "name %s", K->name);
+    CHECK(strstr(K->src, "f32_to_bf16(x0 + x1)") && strstr(K->src, "dropout_keep(w1[k], thr1, scale1, v0)") &&
+              strstr(K->src, "dropout_bits(seed1, U1, (unsigned long long)g)"),
+          "%s: not residual_add's sum and dropout_backward's mask", K->name);
+    if (!strcmp(K->key, "add(x0,x1)!>dropout_bwd(v0)!")) {
+      both++;
+      CHECK(!strcmp(K->sig, "pppplfpu"), "%s: signature %s", K->name, K->sig);
+      CHECK(strstr(K->src, "(bf16* out0, bf16* out1, const bf16* in0, const bf16* in1, long n, float f1, "
+                           "const unsigned long long* S1, unsigned U1)") != NULL,
+            "%s: parameter list", K->name);
+    } else if (!strcmp(K->key, "add(x0,x1)>dropout_bwd(v0)!")) {
+      one++;
+      CHECK(!strcmp(K->sig, "ppplfpu"), "%s: signature %s", K->name, K->sig);
+      CHECK(!strstr(K->src, "out0[i]"), "%s: stores the dropped sum", K->name);
+    }
+  }
+  CHECK(both == 1 && one == 1, "chain keys: %d stored-sum, %d dropped-sum kernels", both, one);
+  /* NVRTC: the hand-written kernels + the generated ones, for sm_90 */
+  char err[256];
+  char *hand = kernel_text_assemble(NULL, 0, err, sizeof err);
+  char *src = hand && ta ? malloc(strlen(hand) + strlen(ta) + 1) : NULL;
+  if (src) strcat(strcpy(src, hand), ta);
+  CHECK(src != NULL, "assembling kernels.cu: %s", err);
+  if (src) {
+    CubinOptions opt = {.arch = "sm_90", .cache_dir = ""}; /* no cache: compile it now */
+    Cubin c;
+    char *msg = NULL;
+    CubinStatus st = cubin_compile(src, &opt, &c, &msg);
+    if (msg) fprintf(stderr, "%s\n", msg);
+    free(msg);
+    CHECK(st == CUBIN_OK || st == CUBIN_ERR_IO, "NVRTC failed on the generated kernels.cu");
+    if (st == CUBIN_OK || st == CUBIN_ERR_IO) {
+      for (int k = 0; k < ka->n; k++)
+        CHECK(cubin_has_function(c.data, c.size, ka->k[k].name), "the cubin has no %s", ka->k[k].name);
+      CHECK(cubin_has_function(c.data, c.size, "dropout_backward"), "the cubin has no dropout_backward");
+      cubin_free(&c);
+    }
+  }
+  free(hand), free(src), free(ta), free(tb);
+  unload(&a), unload(&b);
+  /* STEPC_FUSE=ew alone keeps the chains; without `ew` none */
+  setenv("STEPC_FUSE", "ew", 1);
+  if (load(&a, "tests/recipes/gpt3_tiny.lua", kv, 1) == 0) {
+    CHECK(rt_exec_gen_kernels(a.x)->n == 2, "STEPC_FUSE=ew");
+    unload(&a);
+  }
+  setenv("STEPC_FUSE", "dropout_add,add_norm,linear_add", 1);
+  if (load(&a, "tests/recipes/gpt3_tiny.lua", kv, 1) == 0) {
+    CHECK(rt_exec_gen_kernels(a.x)->n == 0, "STEPC_FUSE without ew");
+    unload(&a);
+  }
+  unsetenv("STEPC_FUSE");
+  if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+  else printf("ew_gen: ok\n");
+  return failures ? 1 : 0;
+}
