@@ -1,6 +1,7 @@
 /* api.c — stepc.h: opening a step, errors, data binding, stepping, measurements. The backends
  * (api_cpu.c, api_cuda.c) run it; api_ckpt.c saves and loads. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,15 +59,21 @@ static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t 
   return 0;
 }
 
-stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count) {
-  if (!s) return STEPC_ERR_ARGUMENT;
-  if (!tokens || !targets) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_bind_batch: tokens and targets must not be NULL");
+/* The element count a binding must give: 0, or the error. */
+static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, const void *targets, size_t count) {
+  if (!tokens || !targets) return api_fail(s, STEPC_ERR_ARGUMENT, "%s: tokens and targets must not be NULL", fn);
   const Tensor *t = &s->g->t[s->g->tokens];
   size_t want = (size_t)s->g->num_microbatches * (size_t)tensor_numel(t);
   if (count != want)
-    return api_fail(s, STEPC_ERR_ARGUMENT,
-                    "stepc_bind_batch: %zu tokens given, the step takes %zu (%d micro-batches x %lld x %lld)", count, want,
-                    s->g->num_microbatches, (long long)t->shape[0], (long long)t->shape[1]);
+    return api_fail(s, STEPC_ERR_ARGUMENT, "%s: %zu tokens given, the step takes %zu (%d micro-batches x %lld x %lld)", fn, count,
+                    want, s->g->num_microbatches, (long long)t->shape[0], (long long)t->shape[1]);
+  return STEPC_OK;
+}
+
+stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count) {
+  if (!s) return STEPC_ERR_ARGUMENT;
+  stepc_status st = bind_check(s, "stepc_bind_batch", tokens, targets, count);
+  if (st != STEPC_OK) return st;
   int64_t v = s->spec.model.vocab_size;
   for (size_t i = 0; i < count; i++)
     if (tokens[i] < 0 || tokens[i] >= v)
@@ -82,6 +89,21 @@ stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *
   memcpy(s->data.tok, tokens, count * sizeof *tokens);
   memcpy(s->data.tg, targets, count * sizeof *targets);
   s->data.bound = true;
+  s->data.dbound = false;
+  return STEPC_OK;
+}
+
+stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void *targets, size_t count) {
+  if (!s) return STEPC_ERR_ARGUMENT;
+  if (strcmp(s->be->name, "cuda") != 0)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_bind_batch_device: the %s device takes host buffers (stepc_bind_batch)",
+                    s->be->name);
+  stepc_status st = bind_check(s, "stepc_bind_batch_device", tokens, targets, count);
+  if (st != STEPC_OK) return st;
+  s->data.dtok = (unsigned long long)(uintptr_t)tokens;
+  s->data.dtg = (unsigned long long)(uintptr_t)targets;
+  s->data.dbound = true;
+  s->data.bound = false;
   return STEPC_OK;
 }
 
@@ -230,7 +252,7 @@ stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) {
   memset(st, 0, sizeof *st);
   s->err[0] = 0;
   int rc = s->be->step(s, s->step + 1, st);
-  s->data.bound = false; /* a binding holds for one step, whatever happened */
+  s->data.bound = s->data.dbound = false; /* a binding holds for one step, whatever happened */
   if (rc != 0) {
     if (!s->err[0]) snprintf(s->err, sizeof s->err, "step %lld failed", (long long)s->step + 1);
     return STEPC_ERR_RUNTIME;

@@ -134,6 +134,8 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
   if (rt_trainer_stage(c->tr, step, s->err, sizeof s->err)) return -1;
+  /* a device binding overwrites the staged tokens and targets (the seeds stay) */
+  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
   bool replay = c->full_iteration && c->steps_here >= c->warmup;
   if (replay && !c->captured) {
     if (rt_capture_begin(d)) return dev_fail(s);

@@ -20,6 +20,10 @@ typedef struct {
   int32_t *tok, *tg; /* the bound batch, num_microbatches * B * T each */
   size_t count;
   bool bound;
+  /* stepc_bind_batch_device: the caller's device buffers (cuda), copied on the device before the
+   * next step's work */
+  unsigned long long dtok, dtg;
+  bool dbound;
 } ApiData;
 
 typedef struct ApiBackend {

@@ -12,7 +12,8 @@
  *   if (stepc_open("art/tiny", &o, &s) != STEPC_OK) { puts(stepc_last_error(s)); stepc_close(s); }
  *   stepc_init_params(s, 1234);                  // or stepc_load_params / stepc_load_checkpoint
  *   for (...) {
- *     stepc_bind_batch(s, tokens, targets);      // optional: else the recipe's data (mock or data.path)
+ *     stepc_bind_batch(s, tokens, targets);      // optional: else the recipe's data (mock or data.path);
+ *                                                 // stepc_bind_batch_device for device buffers
  *     stepc_step(s, &st);                        // all micro-batches, then clip + AdamW
  *   }
  *   stepc_save_checkpoint(s, "ckpt");
@@ -122,6 +123,15 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir);
  * one stepc_step. Without a binding a step draws from the recipe's data (mock tokens from
  * train.seed, or data.path windows), a pure function of (seed, step). */
 stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count);
+/* The same from device memory (cuda only; ERR_UNSUPPORTED on the cpu device): tokens and targets
+ * are CUDA device addresses of int32 buffers in the device's primary context (cudaMalloc'd by a
+ * runtime-API trainer, for instance), laid out as for stepc_bind_batch. Nothing is copied at bind:
+ * the next stepc_step copies them on the device, on stepc's stream, before its work — the caller's
+ * writes to them must be complete (synchronise the producing stream) and the buffers must stay
+ * valid until that stepc_step returns. Token values are not checked (that would need a copy to the
+ * host); one outside [0, vocab) embeds as a zero row and a target outside is ignored, as on the
+ * host path's targets. */
+stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void *targets, size_t count);
 
 /* ---- stepping ---- */
 typedef struct {

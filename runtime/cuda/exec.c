@@ -630,6 +630,15 @@ int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, cons
   return rt_copy_h2d(d, x->seeds, seeds, (size_t)x->nmb * 8);
 }
 
+int rt_exec_stage_device(RtExec *x, CUdeviceptr tokens, CUdeviceptr targets) {
+  size_t nb = (size_t)x->ntok * 4;
+  for (int mb = 0; mb < x->nmb; mb++) {
+    CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4), off = (CUdeviceptr)((int64_t)mb * x->ntok * 4);
+    if (rt_copy_d2d(x->d, in, tokens + off, nb) || rt_copy_d2d(x->d, in + nb, targets + off, nb)) return RT_ERROR;
+  }
+  return RT_OK;
+}
+
 int rt_exec_read_losses(RtExec *x, float *losses) { return rt_copy_d2h(x->d, losses, x->losses, (size_t)x->nmb * 4); }
 
 int rt_exec_read(RtExec *x, int tensor, double *out) {

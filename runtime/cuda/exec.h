@@ -56,6 +56,9 @@ int rt_exec_init_params(RtExec *x, uint64_t seed);
 /* Copies one step's inputs to the device scratch: tokens and targets (num_microbatches x B x T
  * int32 each, micro-batch-major) and one dropout seed per micro-batch. Asynchronous. */
 int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds);
+/* The tokens and targets of every micro-batch from device buffers (num_microbatches * B * T int32
+ * each, micro-batch major), copied on the device over what rt_exec_stage staged. */
+int rt_exec_stage_device(RtExec *x, CUdeviceptr tokens, CUdeviceptr targets);
 /* Enqueues the whole step: per micro-batch the staged inputs, the forward, backward and replay
  * ops in graph order, the loss copied to its slot; then the reduce and optimizer ops. This is
  * what full_iteration captures. */
