@@ -146,11 +146,12 @@ static void test_device_batch(void) {
   CHECK(stepc_bind_batch(a, tok, tg, n) == STEPC_OK && stepc_step(a, &sa) == STEPC_OK);
   CHECK(stepc_bind_batch_device(b, (void *)(uintptr_t)dt, (void *)(uintptr_t)dg, n) == STEPC_OK && stepc_step(b, &sb) == STEPC_OK);
   CHECK(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm);
+  double la = sa.loss, lb = sb.loss;
   /* (a device binding that were ignored would have stepped b on the recipe's batch: another loss)
    * the next step, unbound on both, stays equal: the two handles hold the same state */
   stepc_step_stats sc;
   CHECK(stepc_step(a, &sc) == STEPC_OK && stepc_step(b, &sb) == STEPC_OK && sc.loss == sb.loss);
-  printf("device batch: host-bound loss %.9g, device-bound %.9g (%s)\n", sa.loss, sb.loss, sa.loss == sb.loss ? "equal" : "differ");
+  printf("device batch: step 1 host-bound loss %.9g, device-bound %.9g (%s)\n", la, lb, la == lb ? "equal" : "differ");
   rt_free(&d, dt, n * 4), rt_free(&d, dg, n * 4);
   rt_close(&d);
   free(tok), free(tg);
