@@ -210,6 +210,15 @@ void stepc_close(stepc_t *s) {
   free(s);
 }
 
+static const char *graph_mode_name(const stepc_t *s) {
+  const char *impl = s->spec.model.cuda_graph_impl;
+  int m = s->opt.graph_mode;
+  if (strcmp(s->be->name, "cpu") == 0) return "cpu";
+  if (m == 1 || (m < 0 && !strcmp(impl, "full_iteration"))) return "full_iteration";
+  if (m == 2 || (m < 0 && (!strcmp(impl, "local") || !strcmp(impl, "transformer_engine")))) return "scoped";
+  return "eager";
+}
+
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
   if (!s || !info || !s->be) return STEPC_ERR_ARGUMENT;
   const Graph *g = s->g;
@@ -219,11 +228,7 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
     if (g->t[i].role == ROLE_PARAM) np += tensor_numel(&g->t[i]);
   *info = (stepc_info){.device = s->be->name,
                        .gpu = s->gpu,
-                       .graph_mode = strcmp(s->be->name, "cpu") == 0 ? "cpu"
-                                     : (s->opt.graph_mode == 1 || (s->opt.graph_mode < 0 &&
-                                                                   !strcmp(s->spec.model.cuda_graph_impl, "full_iteration")))
-                                         ? "full_iteration"
-                                         : "eager",
+                       .graph_mode = graph_mode_name(s),
                        .generated = s->gen != NULL,
                        .micro_batch_size = t->shape[0],
                        .seq_length = t->shape[1],

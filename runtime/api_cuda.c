@@ -23,6 +23,8 @@ typedef struct {
   RtGraph graph;
   int warmup, steps_here;
   int *point_op;  /* program point -> op id: the micro ops, then the tail's, in graph order */
+  int *op_point;  /* op id -> program point */
+  RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
   int npoints, nmicro;
   float *losses;
 } ApiCuda;
@@ -52,6 +54,20 @@ static int enqueue_generated(stepc_t *s) {
   if (s->next_point != c->npoints)
     return api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, c->npoints), -1;
   return 0;
+}
+
+/* The scoped graphs' op runner when step.c is linked: op ids first..last (those of `phases`) run
+ * as step.c's functions, so each scope's graph captures step.c's launches. */
+static int run_points(void *ctx, int first, int last, uint32_t phases) {
+  stepc_t *s = ctx;
+  ApiCuda *c = cu(s);
+  for (int o = first; o <= last; o++) {
+    int q = c->op_point[o];
+    if (q < 0 || !(phases & IR_PHASE_BIT(s->g->op[o].tags.phase))) continue;
+    s->next_point = q;
+    if (s->gen->point[q]((stepc_gen_ctx *)s)) return RT_ERROR;
+  }
+  return RT_OK;
 }
 
 static int enqueue(stepc_t *s) {
@@ -136,8 +152,13 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   if (rt_trainer_stage(c->tr, step, s->err, sizeof s->err)) return -1;
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
   if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
-  bool replay = c->full_iteration && c->steps_here >= c->warmup;
-  if (replay && !c->captured) {
+  bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
+  if (replay && c->scoped && !c->captured) {
+    /* one graph per scope instance, captured from step.c's functions when it is linked */
+    rt_scoped_set_runner(c->scoped, s->gen ? run_points : NULL, s);
+    if (rt_scoped_capture(c->scoped)) return s->err[0] ? -1 : dev_fail(s);
+    c->captured = true;
+  } else if (replay && !c->captured) {
     if (rt_capture_begin(d)) return dev_fail(s);
     int rc = enqueue(s);
     RtGraph gr;
@@ -148,7 +169,8 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
     c->captured = true;
   }
   if (rt_timer_start(d, &c->timer)) return dev_fail(s);
-  if (replay ? rt_graph_launch(d, &c->graph) != RT_OK : enqueue(s) != 0) return s->err[0] ? -1 : dev_fail(s);
+  int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
+  if (rc != 0) return s->err[0] ? -1 : dev_fail(s);
   if (rt_timer_stop(d, &c->timer, &st->ms)) return dev_fail(s);
   double lr = 0, gn = 0, loss = 0;
   if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
@@ -185,18 +207,18 @@ static void cuda_measure(stepc_t *s, stepc_measure *m) {
   m->arena_bytes = rt_exec_arena_bytes(c->x);
   m->predicted_peak_bytes = rt_trainer_planned_peak(c->tr) + ws;
   m->replay_ops = rt_trainer_replay_ops(c->tr);
-  m->graph_nodes = c->captured ? (int64_t)c->graph.nodes : 0;
+  m->graph_nodes = !c->captured ? 0 : c->scoped ? (int64_t)rt_trainer_graph_nodes(c->tr) : (int64_t)c->graph.nodes;
 }
 
 static void cuda_free(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (!c) return;
   if (c->tr) {
-    if (c->captured) rt_graph_destroy(c->d, &c->graph);
+    if (c->captured && !c->scoped) rt_graph_destroy(c->d, &c->graph); /* scoped graphs: the trainer's */
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
     rt_trainer_free(c->tr);
   }
-  free(c->point_op), free(c->losses);
+  free(c->point_op), free(c->op_point), free(c->losses);
   free(c);
   s->impl = NULL;
 }
@@ -224,14 +246,18 @@ stepc_status api_cuda_open(stepc_t *s, const char *cache_dir) {
   c->full_iteration = rt_trainer_mode(c->tr) == RT_MODE_FULL_ITERATION;
   c->warmup = (int)s->spec.model.cuda_graph_warmup_steps;
   const Graph *g = s->g;
+  c->scoped = rt_trainer_scoped(c->tr);
   c->point_op = malloc((size_t)(g->nop + 1) * sizeof *c->point_op);
+  c->op_point = malloc((size_t)(g->nop + 1) * sizeof *c->op_point);
   c->losses = malloc((size_t)(g->num_microbatches + 1) * sizeof *c->losses);
-  if (!c->point_op || !c->losses) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  if (!c->point_op || !c->op_point || !c->losses) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int o = 0; o < g->nop; o++) c->op_point[o] = -1;
   for (int pass = 0; pass < 2; pass++) {
     for (int o = 0; o < g->nop; o++)
       if (in_micro(g->op[o].tags.phase) == (pass == 0)) c->point_op[c->npoints++] = o;
     if (pass == 0) c->nmicro = c->npoints;
   }
+  for (int q = 0; q < c->npoints; q++) c->op_point[c->point_op[q]] = q;
   if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
   return STEPC_OK;

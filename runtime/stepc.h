@@ -56,7 +56,8 @@ typedef enum {
 typedef struct {
   stepc_device device;
   int cpu_threads;          /* CPU executor threads; 0 = 2 (results do not depend on it) */
-  int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration */
+  int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration,
+                               2 scoped (one graph per scope instance: local / transformer_engine) */
   const char *cubin_cache;  /* cuda, recipe-opened steps: NVRTC's cache dir; NULL = default */
   int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
                                0 runs the same schedule through the library's interpreter loop */
@@ -85,7 +86,7 @@ const char *stepc_status_name(stepc_status st);
 typedef struct {
   const char *device;         /* "cuda" or "cpu" */
   const char *gpu;            /* the GPU's name on cuda, "" on cpu */
-  const char *graph_mode;     /* "eager", "full_iteration" (cuda) or "cpu" */
+  const char *graph_mode;     /* "eager", "full_iteration", "scoped" (cuda) or "cpu" */
   int generated;              /* 1 when the compiled step.c is what runs */
   int64_t micro_batch_size;   /* sequences per micro-batch */
   int64_t seq_length;         /* tokens per sequence */

@@ -29,10 +29,19 @@ struct RtScoped {
   int nseg;
   Inst *inst;
   int ninst;
-  int nmb;
+  int nmb, nops;
   int eager_ops;
   int captured;
+  RtOpsRunner run; /* launches an op range (rt_scoped_set_runner) */
+  void *run_ctx;
 };
+
+static int run_dispatch(void *ctx, int first, int last, uint32_t phases) { return rt_exec_enqueue_ops(ctx, first, last, phases); }
+
+void rt_scoped_set_runner(RtScoped *s, RtOpsRunner run, void *ctx) {
+  s->run = run ? run : run_dispatch;
+  s->run_ctx = run ? ctx : s->x;
+}
 
 static const uint32_t MICRO_PHASES =
     IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
@@ -61,7 +70,8 @@ RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const Schedule *
     snprintf(err, nerr, "out of memory");
     return NULL;
   }
-  s->d = d, s->x = x, s->ninst = sr->n;
+  s->d = d, s->x = x, s->ninst = sr->n, s->nops = g->nop;
+  s->run = run_dispatch, s->run_ctx = x;
   s->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   for (int i = 0; i < sc->micro_end; i++) inst_at[i] = -1;
   for (int k = 0; k < sr->n; k++) {
@@ -123,7 +133,7 @@ int rt_scoped_capture(RtScoped *s) {
     Inst *in = &s->inst[k];
     if (!in->nlaunch) continue; /* every op fused away: nothing to capture or launch */
     if (rt_capture_begin(s->d)) return RT_ERROR;
-    int rc = rt_exec_enqueue_ops(s->x, in->first, in->last, MICRO_PHASES);
+    int rc = s->run(s->run_ctx, in->first, in->last, MICRO_PHASES);
     /* end the capture even when an op failed, so that the stream leaves capture mode */
     RtGraph gr = {0};
     int rc2 = rt_capture_end(s->d, &gr);
@@ -145,14 +155,14 @@ int rt_scoped_enqueue_step(RtScoped *s) {
     if (rt_exec_micro_begin(s->x, mb)) return RT_ERROR;
     for (int i = 0; i < s->nseg; i++) {
       const Seg *sg = &s->seg[i];
-      int rc = sg->inst < 0 ? rt_exec_enqueue_ops(s->x, sg->first, sg->last, MICRO_PHASES)
+      int rc = sg->inst < 0 ? s->run(s->run_ctx, sg->first, sg->last, MICRO_PHASES)
                : s->inst[sg->inst].nlaunch ? rt_graph_launch(s->d, &s->inst[sg->inst].gr)
                                            : RT_OK;
       if (rc) return RT_ERROR;
     }
     if (rt_exec_micro_end(s->x, mb)) return RT_ERROR;
   }
-  return rt_exec_enqueue_optimizer(s->x);
+  return s->run(s->run_ctx, 0, s->nops - 1, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
 }
 
 void rt_scoped_stats(const RtScoped *s, RtScopedStats *st) {

@@ -22,6 +22,11 @@ typedef struct RtScoped RtScoped;
  * yet. NULL with a message in err (instances that overlap, an order the executor does not run). */
 RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const Schedule *sc, const ScopeResult *sr, char *err, size_t nerr);
 void rt_scoped_free(RtScoped *s);
+/* What launches a run of ops (op ids first..last, those of `phases`): by default the executor's
+ * dispatch (rt_exec_enqueue_ops); the C API sets the linked step.c's functions instead, so that
+ * the graphs capture step.c's recorded launches. 0, or an error. */
+typedef int (*RtOpsRunner)(void *ctx, int first, int last, uint32_t phases);
+void rt_scoped_set_runner(RtScoped *s, RtOpsRunner run, void *ctx);
 /* Captures every instance's graph (once; a no-op after). Nothing runs: capture only records. */
 int rt_scoped_capture(RtScoped *s);
 int rt_scoped_captured(const RtScoped *s);

@@ -57,6 +57,8 @@ int rt_trainer_graph_count(const RtTrainer *tr) {
   rt_scoped_stats(tr->scoped, &st);
   return st.graphs;
 }
+RtScoped *rt_trainer_scoped(RtTrainer *tr) { return tr->scoped; }
+
 int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st) {
   if (!tr->scoped) return -1;
   rt_scoped_stats(tr->scoped, st);

@@ -54,6 +54,9 @@ int rt_trainer_graph_count(const RtTrainer *tr); /* captured graphs: 0 before ca
 /* Scoped mode after capture: graphs, forward/backward ones, nodes, eager and graphed ops per
  * micro-batch. 0, or -1 when the trainer is not scoped. */
 int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st);
+/* The scoped graphs of a scoped trainer (NULL otherwise), for a caller that drives the step
+ * itself (the C API). */
+RtScoped *rt_trainer_scoped(RtTrainer *tr);
 /* The memory plan's peak live bytes (the prediction beside the measurement) and replay ops. */
 int64_t rt_trainer_planned_peak(const RtTrainer *tr);
 int rt_trainer_replay_ops(const RtTrainer *tr);

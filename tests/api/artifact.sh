@@ -58,6 +58,9 @@ grep -q '^// stepc-file: generated/ew_add_dropout_bwd_' "$tmp/gpt3_tiny/kernels.
 echo "ok: gpt3_tiny: $n_ew generated elementwise launches"
 build tiny_full tiny model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 build tiny_mla_moe tests/recipes/tiny_mla_moe.lua
+# per-layer scoped graphs: the plan pins the scopes' static outputs; step.c's functions are what the
+# graphs capture
+build tiny_te tiny model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
 # -o creates missing parent folders (the README builds into art/tiny)
 "$stepc" build models/tiny.lua -o "$tmp/new/parent/tiny" >"$tmp/nested.out" 2>&1 || { cat "$tmp/nested.out"; fail "stepc build -o into new folders"; }
 [ -s "$tmp/new/parent/tiny/libstep.so" ] || fail "stepc build -o into new folders: no libstep.so"
