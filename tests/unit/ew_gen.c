@@ -4,29 +4,11 @@
  * the ones ew_fuse.h lists (stored outputs, inputs, n, the dropout's p, seed slot and stream), the
  * dropout value goes through dropout.cuh's dropout_keep (the mask of dropout_backward), and NVRTC
  * compiles kernels.cu with them for sm_90 into a cubin holding every generated symbol. */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "diag.h"
-#include "frontend/frontend.h"
 #include "kernel_text.h"
 #include "nvrtc.h"
-#include "runtime/cuda/exec.h"
-#include "runtime/record.h"
-#include "step_plan.h"
-#include "validate.h"
-
-static int failures;
-#define CHECK(c, ...)                                        \
-  do {                                                       \
-    if (!(c)) {                                              \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fputc('\n', stderr);                                   \
-      failures++;                                            \
-    }                                                        \
-  } while (0)
+#include "record_run.h"
 
 typedef struct {
   StepPlan p;
@@ -36,29 +18,10 @@ typedef struct {
 } Run;
 
 static int load(Run *r, const char *recipe, const char **kv, int nkv) {
-  memset(r, 0, sizeof *r);
-  Spec raw, spec;
-  DiagList d;
-  diag_init(&d);
-  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
-    diag_print(&d, stderr);
-    diag_free(&d);
-    return -1;
-  }
-  diag_free(&d);
-  char err[512] = "";
-  if (step_plan_build(&spec, 0, &r->p, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), -1;
-  rt_record_open(&r->dev, &r->rec, 132);
-  int unsupported = 0;
-  r->x = rt_exec_new(&r->dev, r->p.g, &unsupported);
-  return r->x ? 0 : (fprintf(stderr, "%s\n", r->dev.err), -1);
+  return record_run_open(recipe, kv, nkv, &r->p, &r->dev, &r->rec, &r->x);
 }
 
-static void unload(Run *r) {
-  rt_exec_free(r->x);
-  rt_recorder_free(&r->rec);
-  step_plan_free(&r->p);
-}
+static void unload(Run *r) { record_run_close(&r->p, &r->rec, r->x); }
 
 int main(void) {
   unsetenv("STEPC_FUSE");

@@ -6,27 +6,9 @@
  *
  *   exec_fuse            the checks below (exit 0 ok, 1 a failure)
  *   exec_fuse RECIPE [K=V ...]   one recipe's fused pairs, printed */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "diag.h"
-#include "frontend/frontend.h"
-#include "runtime/cuda/exec.h"
-#include "runtime/record.h"
-#include "step_plan.h"
-#include "validate.h"
-
-static int failures;
-#define CHECK(c, ...)                                                                                       \
-  do {                                                                                                      \
-    if (!(c)) {                                                                                             \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      fprintf(stderr, __VA_ARGS__);                                                                         \
-      fputc('\n', stderr);                                                                                  \
-      failures++;                                                                                           \
-    }                                                                                                       \
-  } while (0)
+#include "record_run.h"
 
 typedef struct {
   StepPlan p;
@@ -39,30 +21,11 @@ typedef struct {
 
 static int load(Run *r, const char *recipe, const char **kv, int nkv, int fuse) {
   memset(r, 0, sizeof *r);
-  Spec raw, spec;
-  DiagList d;
-  diag_init(&d);
-  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
-    diag_print(&d, stderr);
-    diag_free(&d);
-    return -1;
-  }
-  diag_free(&d);
-  char err[512] = "";
-  if (step_plan_build(&spec, 0, &r->p, err, sizeof err) != 0) {
-    fprintf(stderr, "%s: %s\n", recipe, err);
-    return -1;
-  }
   if (fuse == 1) unsetenv("STEPC_FUSE");
   else setenv("STEPC_FUSE", fuse == 0 ? "0" : "add_norm", 1);
-  rt_record_open(&r->dev, &r->rec, 132);
-  int unsupported = 0;
-  r->x = rt_exec_new(&r->dev, r->p.g, &unsupported);
+  int rc = record_run_open(recipe, kv, nkv, &r->p, &r->dev, &r->rec, &r->x);
   unsetenv("STEPC_FUSE");
-  if (!r->x) {
-    fprintf(stderr, "%s: %s\n", recipe, r->dev.err);
-    return -1;
-  }
+  if (rc) return -1;
   const Graph *g = r->p.g;
   r->fwd_key = calloc((size_t)g->nop + 1, sizeof *r->fwd_key);
   for (int o = 0; o < g->nop; o++) {
@@ -76,9 +39,7 @@ static int load(Run *r, const char *recipe, const char **kv, int nkv, int fuse) 
 }
 
 static void unload(Run *r) {
-  rt_exec_free(r->x);
-  rt_recorder_free(&r->rec);
-  step_plan_free(&r->p);
+  record_run_close(&r->p, &r->rec, r->x);
   free(r->fwd_key);
 }
 

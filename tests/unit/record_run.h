@@ -1,0 +1,57 @@
+/* record_run.h — what the unit tests that run the CUDA executor on a recording device share
+ * (runtime/record.h: no GPU): a variadic CHECK and the planned step with its executor, loaded from
+ * a recipe. Include once per test file (it defines static functions and the failure count). */
+#ifndef STEPC_TEST_RECORD_RUN_H
+#define STEPC_TEST_RECORD_RUN_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "diag.h"
+#include "frontend/frontend.h"
+#include "runtime/cuda/exec.h"
+#include "runtime/record.h"
+#include "step_plan.h"
+#include "validate.h"
+
+static int failures;
+#define CHECK(c, ...)                                      \
+  do {                                                     \
+    if (!(c)) {                                            \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+
+/* Plans recipe (with the overrides) as the runtimes do and builds the executor on a recording
+ * device of 132 SMs (the executor reads STEPC_FUSE now). 0, or -1 with the message printed. */
+static int record_run_open(const char *recipe, const char **kv, int nkv, StepPlan *p, RtDevice *dev, RtRecorder *rec,
+                           RtExec **x) {
+  memset(p, 0, sizeof *p);
+  *x = NULL;
+  Spec raw, spec;
+  DiagList d;
+  diag_init(&d);
+  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return -1;
+  }
+  diag_free(&d);
+  char err[512] = "";
+  if (step_plan_build(&spec, 0, p, err, sizeof err) != 0) return fprintf(stderr, "%s: %s\n", recipe, err), -1;
+  rt_record_open(dev, rec, 132);
+  int unsupported = 0;
+  *x = rt_exec_new(dev, p->g, &unsupported);
+  return *x ? 0 : (fprintf(stderr, "%s: %s\n", recipe, dev->err), -1);
+}
+
+static void record_run_close(StepPlan *p, RtRecorder *rec, RtExec *x) {
+  rt_exec_free(x);
+  rt_recorder_free(rec);
+  step_plan_free(p);
+}
+
+#endif
