@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "kernel_text.h"
+#include "nvrtc.h"
+#include "textbuf.h"
 
 /* The pointwise ops, each one row: its device code in the generated kernel (docs/kernels.md,
  * templates/README.md). `#` is replaced by the op's position in the chain, $0/$1 by its inputs'
@@ -92,21 +94,17 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
         for (int j = 0; j < n; j++) linked |= op->in[i] == g->op[c->op[j]].out[0];
       if (!linked) break;
     }
-    /* its external inputs must fit */
-    int add = 0;
-    for (int i = 0; i < row(op->kind)->nval; i++) {
+    /* its external inputs (neither a chain op's value nor an input already) must fit */
+    int fresh[EW_MAX_IO], nf = 0;
+    for (int i = 0; i < row(op->kind)->nval && nf >= 0; i++) {
       int t = op->in[i], known = 0;
       for (int j = 0; j < n; j++) known |= t == g->op[c->op[j]].out[0];
       for (int k = 0; k < c->nin; k++) known |= c->in[k] == t;
-      add += !known;
+      for (int k = 0; k < nf; k++) known |= fresh[k] == t;
+      if (!known) nf = c->nin + nf < EW_MAX_IO ? (fresh[nf] = t, nf + 1) : -1;
     }
-    if (c->nin + add > EW_MAX_IO) break;
-    for (int i = 0; i < row(op->kind)->nval; i++) {
-      int t = op->in[i], known = 0;
-      for (int j = 0; j < n; j++) known |= t == g->op[c->op[j]].out[0];
-      for (int k = 0; k < c->nin; k++) known |= c->in[k] == t;
-      if (!known) c->in[c->nin++] = t;
-    }
+    if (nf < 0) break;
+    for (int k = 0; k < nf; k++) c->in[c->nin++] = fresh[k];
     c->op[n++] = o;
   }
   if (n < 2) return 0;
@@ -127,44 +125,12 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
 
 /* ---- kernels ---- */
 
-struct sb {
-  char *p;
-  size_t n, cap;
-  int oom;
-};
-static void put(struct sb *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p, b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-static void puts_(struct sb *b, const char *s) { put(b, s, strlen(s)); }
-static void putf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void putf(struct sb *b, const char *fmt, ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  puts_(b, tmp);
-}
 /* s with '#' -> j and $i -> the operand names in ops[i] */
-static void subst(struct sb *b, const char *s, int j, char ops[][8]) {
+static void subst(TextBuf *b, const char *s, int j, char ops[][8]) {
   for (; *s; s++) {
-    if (*s == '#') putf(b, "%d", j);
-    else if (*s == '$' && s[1] >= '0' && s[1] <= '9') puts_(b, ops[*++s - '0']);
-    else put(b, s, 1);
+    if (*s == '#') textbuf_printf(b, "%d", j);
+    else if (*s == '$' && s[1] >= '0' && s[1] <= '9') textbuf_puts(b, ops[*++s - '0']);
+    else textbuf_put(b, s, 1);
   }
 }
 
@@ -180,12 +146,6 @@ static void operand(const Graph *g, const EwChain *c, int j, int i, char *out) {
     if (c->in[m] == t) snprintf(out, 8, "x%d", m);
 }
 
-static uint64_t fnv(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 static const struct kernel_file *template_text(void) {
   for (int i = 0; i < template_files_count; i++)
     if (strcmp(template_files[i].name, "elementwise.cu.in") == 0) return &template_files[i];
@@ -194,17 +154,16 @@ static const struct kernel_file *template_text(void) {
 
 /* The template with @NAME@ etc. replaced. */
 static char *fill(const char *tpl, const char *const keys[], char *const vals[], int nk) {
-  struct sb b = {0};
+  TextBuf b = {0};
   for (const char *s = tpl; *s;) {
     int hit = 0;
     for (int k = 0; k < nk && !hit; k++) {
       size_t n = strlen(keys[k]);
-      if (!strncmp(s, keys[k], n)) puts_(&b, vals[k]), s += n, hit = 1;
+      if (!strncmp(s, keys[k], n)) textbuf_puts(&b, vals[k]), s += n, hit = 1;
     }
-    if (!hit) put(&b, s++, 1);
+    if (!hit) textbuf_put(&b, s++, 1);
   }
-  if (b.oom) free(b.p), b.p = NULL;
-  return b.p;
+  return textbuf_take(&b);
 }
 
 int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
@@ -230,36 +189,36 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
   snprintf(K->key, sizeof K->key, "%s", key);
   size_t nl = (size_t)snprintf(K->name, sizeof K->name, "ew");
   for (int j = 0; j < c->nops; j++) nl += (size_t)snprintf(K->name + nl, sizeof K->name - nl, "_%s", op_name(g->op[c->op[j]].kind));
-  snprintf(K->name + nl, sizeof K->name - nl, "_%08x", (unsigned)(fnv(key) & 0xffffffffu));
-  struct sb params = {0}, setup = {0}, group = {0}, loads = {0}, body = {0}, stores = {0};
+  snprintf(K->name + nl, sizeof K->name - nl, "_%08x", (unsigned)(cubin_fnv1a(CUBIN_FNV_OFFSET, key, strlen(key)) & 0xffffffffu));
+  TextBuf params = {0}, setup = {0}, group = {0}, loads = {0}, body = {0}, stores = {0};
   int sl = 0;
   const char *sep = "";
   for (int j = 0; j < c->nops; j++)
-    if (c->store[j]) putf(&params, "%sbf16* out%d", sep, j), sep = ", ", K->sig[sl++] = 'p';
+    if (c->store[j]) textbuf_printf(&params, "%sbf16* out%d", sep, j), sep = ", ", K->sig[sl++] = 'p';
   for (int m = 0; m < c->nin; m++) {
-    putf(&params, "%sconst bf16* in%d", sep, m), sep = ", ", K->sig[sl++] = 'p';
-    putf(&loads, "      const float x%d = bf16_to_f32(in%d[i]);\n", m, m);
+    textbuf_printf(&params, "%sconst bf16* in%d", sep, m), sep = ", ", K->sig[sl++] = 'p';
+    textbuf_printf(&loads, "      const float x%d = bf16_to_f32(in%d[i]);\n", m, m);
   }
-  putf(&params, "%slong n", sep), K->sig[sl++] = 'l';
+  textbuf_printf(&params, "%slong n", sep), K->sig[sl++] = 'l';
   for (int j = 0; j < c->nops; j++) {
     const Op *op = &g->op[c->op[j]];
     const EwOp *r = row(op->kind);
     for (const char *s = r->scalars; *s; s++) {
-      if (*s == 'f') putf(&params, ", float f%d", j), K->sig[sl++] = 'f';
-      else if (*s == 'S') putf(&params, ", const unsigned long long* S%d", j), K->sig[sl++] = 'p';
-      else putf(&params, ", unsigned U%d", j), K->sig[sl++] = 'u';
+      if (*s == 'f') textbuf_printf(&params, ", float f%d", j), K->sig[sl++] = 'f';
+      else if (*s == 'S') textbuf_printf(&params, ", const unsigned long long* S%d", j), K->sig[sl++] = 'p';
+      else textbuf_printf(&params, ", unsigned U%d", j), K->sig[sl++] = 'u';
     }
     subst(&setup, r->setup, j, opnd);
     subst(&group, r->group, j, opnd);
     for (int i = 0; i < r->nval; i++) operand(g, c, j, i, opnd[i]);
-    putf(&body, "      const bf16 h%d = f32_to_bf16(", j);
+    textbuf_printf(&body, "      const bf16 h%d = f32_to_bf16(", j);
     subst(&body, r->expr, j, opnd);
-    puts_(&body, ");\n");
+    textbuf_puts(&body, ");\n");
     int used = 0;
     for (int k = j + 1; k < c->nops; k++)
       for (int i = 0; i < row(g->op[c->op[k]].kind)->nval; i++) used |= g->op[c->op[k]].in[i] == op->out[0];
-    if (used) putf(&body, "      const float v%d = bf16_to_f32(h%d);\n", j, j);
-    if (c->store[j]) putf(&stores, "      out%d[i] = h%d;\n", j, j);
+    if (used) textbuf_printf(&body, "      const float v%d = bf16_to_f32(h%d);\n", j, j);
+    if (c->store[j]) textbuf_printf(&stores, "      out%d[i] = h%d;\n", j, j);
   }
   K->sig[sl] = 0;
   const char *keys[] = {"@NAME@", "@CHAIN@", "@PARAMS@", "@SETUP@\n", "@GROUP@\n", "@LOADS@\n", "@BODY@\n", "@STORES@\n"};
@@ -278,15 +237,27 @@ void ew_kernels_free(EwKernels *ks) {
 }
 
 char *ew_kernels_text(const EwKernels *ks) {
-  struct sb b = {0};
-  puts_(&b, "");
+  TextBuf b = {0};
   for (int k = 0; ks && k < ks->n; k++) {
-    puts_(&b, KERNEL_FILE_MARKER);
-    putf(&b, "generated/%s\n", ks->k[k].name);
-    puts_(&b, ks->k[k].src);
-    puts_(&b, KERNEL_FILE_END_MARKER);
-    putf(&b, "generated/%s\n", ks->k[k].name);
+    textbuf_puts(&b, KERNEL_FILE_MARKER);
+    textbuf_printf(&b, "generated/%s\n", ks->k[k].name);
+    textbuf_puts(&b, ks->k[k].src);
+    textbuf_puts(&b, KERNEL_FILE_END_MARKER);
+    textbuf_printf(&b, "generated/%s\n", ks->k[k].name);
   }
-  if (b.oom) free(b.p), b.p = NULL;
-  return b.p;
+  return textbuf_take(&b);
+}
+
+char *ew_kernels_cu(const EwKernels *ks, char *err, size_t nerr) {
+  char *hand = kernel_text_assemble(NULL, 0, err, nerr);
+  if (!hand) return NULL;
+  char *gen = ew_kernels_text(ks);
+  TextBuf b = {0};
+  textbuf_puts(&b, hand);
+  if (gen) textbuf_puts(&b, gen);
+  else b.oom = 1;
+  free(hand), free(gen);
+  char *src = textbuf_take(&b);
+  if (!src) snprintf(err, nerr, "out of memory");
+  return src;
 }

@@ -60,5 +60,9 @@ void ew_kernels_free(EwKernels *ks);
 
 /* kernels.cu's generated part: every kernel's source, in index order (malloc'd; "" none). */
 char *ew_kernels_text(const EwKernels *ks);
+/* The whole kernels.cu: every hand-written file (kernel_text_assemble), then ks's kernels (NULL:
+ * none). One function for `stepc build` and the runtime, so that both compile the same text (and
+ * the runtime finds the artifact's cubin under its NVRTC cache key). Malloc'd, or NULL with err. */
+char *ew_kernels_cu(const EwKernels *ks, char *err, size_t nerr);
 
 #endif

@@ -5,37 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "textbuf.h"
+
 const struct kernel_file *kernel_file_find(const char *name) {
   for (int i = 0; i < kernel_file_count; i++)
     if (strcmp(kernel_files[i].name, name) == 0) return &kernel_files[i];
   return NULL;
 }
-
-struct buf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-
-static void buf_put(struct buf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-static void buf_puts(struct buf *b, const char *s) { buf_put(b, s, strlen(s)); }
 
 /* If `line` (length n) is `#include "NAME"`, copy NAME into out and return 1. */
 static int local_include(const char *line, size_t n, char *out, size_t outsz) {
@@ -61,7 +37,7 @@ static int is_pragma_once(const char *line, size_t n) {
 
 /* Depth-first: a file's local includes are emitted before the file itself. `state` per file:
  * 0 unseen, 1 in progress (a cycle if met again), 2 emitted. */
-static int emit(struct buf *b, const struct kernel_file *f, unsigned char *state, char *err, size_t errsz) {
+static int emit(TextBuf *b, const struct kernel_file *f, unsigned char *state, char *err, size_t errsz) {
   int idx = (int)(f - kernel_files);
   if (state[idx] == 2) return 0;
   if (state[idx] == 1) {
@@ -84,33 +60,33 @@ static int emit(struct buf *b, const struct kernel_file *f, unsigned char *state
     }
     line = nl ? nl + 1 : end;
   }
-  buf_puts(b, KERNEL_FILE_MARKER);
-  buf_puts(b, f->name);
-  buf_puts(b, "\n");
+  textbuf_puts(b, KERNEL_FILE_MARKER);
+  textbuf_puts(b, f->name);
+  textbuf_puts(b, "\n");
   for (const char *line = s; line < end;) {
     const char *nl = memchr(line, '\n', (size_t)(end - line));
     size_t n = nl ? (size_t)(nl - line) : (size_t)(end - line);
     char inc[128];
-    if (local_include(line, n, inc, sizeof inc) || is_pragma_once(line, n)) buf_puts(b, "// (inlined) ");
-    buf_put(b, line, n);
-    buf_puts(b, "\n");
+    if (local_include(line, n, inc, sizeof inc) || is_pragma_once(line, n)) textbuf_puts(b, "// (inlined) ");
+    textbuf_put(b, line, n);
+    textbuf_puts(b, "\n");
     line = nl ? nl + 1 : end;
   }
-  buf_puts(b, KERNEL_FILE_END_MARKER);
-  buf_puts(b, f->name);
-  buf_puts(b, "\n");
+  textbuf_puts(b, KERNEL_FILE_END_MARKER);
+  textbuf_puts(b, f->name);
+  textbuf_puts(b, "\n");
   state[idx] = 2;
   return 0;
 }
 
 char *kernel_text_assemble(const char *const *names, int n, char *err, size_t errsz) {
-  struct buf b = {0};
+  TextBuf b = {0};
   unsigned char *state = calloc((size_t)kernel_file_count + 1, 1);
   if (!state) {
     snprintf(err, errsz, "out of memory");
     return NULL;
   }
-  buf_puts(&b, "// kernels.cu — assembled by stepc from kernels/ (the .cuh files)\n");
+  textbuf_puts(&b, "// kernels.cu — assembled by stepc from kernels/ (the .cuh files)\n");
   int count = names ? n : kernel_file_count;
   for (int i = 0; i < count; i++) {
     const struct kernel_file *f = names ? kernel_file_find(names[i]) : &kernel_files[i];
@@ -120,14 +96,12 @@ char *kernel_text_assemble(const char *const *names, int n, char *err, size_t er
     }
     if (emit(&b, f, state, err, errsz) != 0) goto fail;
   }
-  if (b.oom) {
-    snprintf(err, errsz, "out of memory");
-    goto fail;
-  }
   free(state);
-  return b.p;
+  char *text = textbuf_take(&b);
+  if (!text) snprintf(err, errsz, "out of memory");
+  return text;
 fail:
   free(state);
-  free(b.p);
+  free(textbuf_take(&b));
   return NULL;
 }

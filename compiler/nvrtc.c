@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernel_text.h"
+#include "textbuf.h"
 #include STEPC_NVRTC_HEADER /* the toolkit's nvrtc.h, which ours shadows */
 
 #define CUBIN_FORMAT_TAG "stepc-cubin-1"
@@ -24,34 +25,6 @@ uint64_t cubin_fnv1a(uint64_t h, const void *data, size_t n) {
     h *= 0x100000001b3ull;
   }
   return h;
-}
-
-/* ---- a growing message buffer ---- */
-
-typedef struct {
-  char *p;
-  size_t len, cap;
-} Text;
-
-static void text_printf(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(Text *t, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (t->len + (size_t)n + 1 > t->cap) {
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap < t->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(t->p, cap);
-    if (!p) return;
-    t->p = p;
-    t->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-  va_end(ap);
-  t->len += (size_t)n;
 }
 
 static char *msg_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -207,7 +180,7 @@ static int find_marker(const Lines *L, int line, const char *marker, const char 
 }
 
 /* NVRTC's log lines read "NAME(LINE): error: TEXT". */
-static void format_errors(Text *t, const char *log, const char *name, const char *source) {
+static void format_errors(TextBuf *t, const char *log, const char *name, const char *source) {
   Lines L = {0};
   if (lines_index(source, &L) != 0) return;
   size_t nlen = strlen(name);
@@ -219,19 +192,19 @@ static void format_errors(Text *t, const char *log, const char *name, const char
         sscanf(p + nlen, "(%d): error: %n", &line, &consumed) == 1 && consumed > 0) {
       const char *text = p + nlen + consumed;
       int tlen = n - (int)nlen - consumed;
-      text_printf(t, "%s:%d: error: %.*s\n", name, line, tlen, text);
+      textbuf_printf(t, "%s:%d: error: %.*s\n", name, line, tlen, text);
       if (line >= 1 && line <= L.n) {
         const char *src = L.start[line - 1];
-        text_printf(t, "  %5d | %.*s\n", line, line_len(src), src);
+        textbuf_printf(t, "  %5d | %.*s\n", line, line_len(src), src);
         const char *what;
         int wlen, at;
         if ((at = find_marker(&L, line, "// op: ", &what, &wlen)) > 0)
-          text_printf(t, "        in op '%.*s' (%s:%d)\n", wlen, what, name, at);
+          textbuf_printf(t, "        in op '%.*s' (%s:%d)\n", wlen, what, name, at);
         const char *ignored;
         int ilen;
         if ((at = find_marker(&L, line, KERNEL_FILE_MARKER, &what, &wlen)) > 0 &&
             find_marker(&L, line, KERNEL_FILE_END_MARKER, &ignored, &ilen) < at)
-          text_printf(t, "        in kernels/%.*s:%d\n", wlen, what, line - at);
+          textbuf_printf(t, "        in kernels/%.*s:%d\n", wlen, what, line - at);
       }
       reported++;
     }
@@ -275,17 +248,18 @@ CubinStatus cubin_compile(const char *source, const CubinOptions *opt, Cubin *ou
   if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0 && (log = malloc(log_size)))
     if (nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
   if (cr != NVRTC_SUCCESS) {
-    Text t = {0};
+    TextBuf t = {0};
     if (cr == NVRTC_ERROR_COMPILATION) {
-      text_printf(&t, "%s does not compile for %s:\n", name, arch);
+      textbuf_printf(&t, "%s does not compile for %s:\n", name, arch);
       if (log) format_errors(&t, log, name, source);
     } else {
-      text_printf(&t, "nvrtc: %s\n", nvrtcGetErrorString(cr));
+      textbuf_printf(&t, "nvrtc: %s\n", nvrtcGetErrorString(cr));
     }
-    text_printf(&t, "nvrtc log:\n%s", log ? log : "(none)\n");
+    textbuf_printf(&t, "nvrtc log:\n%s", log ? log : "(none)\n");
     free(log);
     nvrtcDestroyProgram(&prog);
-    *msg = t.p ? t.p : msg_dup("%s does not compile", name);
+    char *text = textbuf_take(&t);
+    *msg = text ? text : msg_dup("%s does not compile", name);
     return cr == NVRTC_ERROR_COMPILATION ? CUBIN_ERR_COMPILE : CUBIN_ERR_NVRTC;
   }
   free(log);

@@ -9,7 +9,9 @@
 int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what) {
   *p = 0;
   if (bytes == 0) bytes = 256;
-  CUresult r = d->rec ? (rt_record_alloc(d, p, bytes) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS) : d->cuMemAlloc(p, bytes);
+  CUresult r = CUDA_SUCCESS;
+  if (d->rec) rt_record_alloc(d, p, bytes);
+  else r = d->cuMemAlloc(p, bytes);
   if (r != CUDA_SUCCESS) {
     char msg[160];
     snprintf(msg, sizeof msg, "cuMemAlloc of %.3f GB for %s (already holding %.3f GB)", (double)bytes / 1e9, what,

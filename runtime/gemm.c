@@ -195,12 +195,6 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
   if (d->rec) return rt_record_gemm(d, g);
   if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
   if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
-  int64_t cs = g->c_f32 ? 4 : 2, al = pow2_div((int64_t)g->a);
-  int64_t v[8] = {(int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c, 2 * g->lda, 2 * g->ldb,
-                  (int64_t)(g->d ? g->d : g->c)};
-  for (int i = 0; i < 8; i++)
-    if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
-  if (pow2_div(cs * g->ldc) < al) al = pow2_div(cs * g->ldc);
   /* Unbatched products keep cuBLASLt's default alignment whatever the addresses, and in-place or
    * out-of-place (D = C or not) share one plan: the algorithm, and so the bits, must not depend on
    * where the memory plan put the operands — a recompute setting moves them, and every setting must
@@ -208,8 +202,15 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
    * cuBLASLt checks at the call and would fail, not misread.) The batched per-head products at
    * head offsets tell cuBLASLt their alignment, at most 16 bytes (what every arena slot has), so
    * that it too comes from the shapes, not from the plan. */
-  if (g->batch == 1) al = 0;
-  else if (al > 16) al = 16;
+  int64_t al = 0;
+  if (g->batch > 1) {
+    int64_t cs = g->c_f32 ? 4 : 2;
+    int64_t v[9] = {(int64_t)g->a, (int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c,
+                    2 * g->lda, 2 * g->ldb, cs * g->ldc};
+    al = 16;
+    for (int i = 0; i < 9; i++)
+      if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
+  }
   GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = g->beta != 0.0f, .bias = g->bias != 0, .m = g->m,
                  .n = g->n, .k = g->k, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->batch > 1 ? g->stride_a : 0,
                  .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al};

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/launch.h"
+#include "nvrtc.h"
 #include "runtime/rt.h"
 
 const char *const rt_kernel_name[RT_K_COUNT] = {
@@ -27,28 +28,27 @@ const char *rt_ksig(const RtDevice *d, int k) {
   return d && d->gen && k >= RT_K_COUNT && k < RT_K_COUNT + d->gen->n ? d->gen->k[k - RT_K_COUNT].sig : "";
 }
 
-static uint64_t hash_str(uint64_t h, const char *c) {
-  for (;; c++) {
-    h = (h ^ (uint8_t)*c) * 1099511628211ull; /* the terminator too: "ab"+"c" differs from "a"+"bc" */
-    if (!*c) break;
-  }
-  return h;
+int rt_karg_bytes(const RtDevice *d, int k, int i) {
+  const char *s = rt_ksig(d, k);
+  if (i < 0 || i >= (int)strlen(s)) return 0;
+  return strchr("iuf", s[i]) ? 4 : 8;
 }
+
+/* FNV-1a of s with its terminator: "ab"+"c" differs from "a"+"bc" */
+static uint64_t hash_str(uint64_t h, const char *s) { return cubin_fnv1a(h, s, strlen(s) + 1); }
 
 uint64_t rt_kernel_list_hash(const EwKernels *gen) {
 #define RT_GS_I(f) "I" #f " "
 #define RT_GS_P(f) "P" #f " "
 #define RT_GS_F(f) "F" #f " "
   static const char GEMM_FIELDS[] = RT_GEMM_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
-  uint64_t h = 1469598103934665603ull;
-  for (const char *c = GEMM_FIELDS; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+  uint64_t h = cubin_fnv1a(CUBIN_FNV_OFFSET, GEMM_FIELDS, strlen(GEMM_FIELDS));
   for (int k = 0; k < RT_K_COUNT; k++) h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
   /* the generated kernels by name (which carries a hash of the chain), signature and source */
   for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig), gen->k[k].src);
   return h;
 }
 
-/* The loaded kernel's parameters against kernel_list.h's signature: count and each size. */
 /* The loaded kernel's parameters against the signature: each listed one's size. (Asking for the
  * parameter past the last would catch an extra one, but the driver answers that with an error that
  * compute-sanitizer reports; unit.kernel_sigs checks the count against the declarations.) */
@@ -59,7 +59,7 @@ static int check_params(RtDevice *d, int k) {
   for (size_t i = 0; i < n; i++) {
     if (d->cuFuncGetParamInfo(d->fn[k], i, &off, &size) != CUDA_SUCCESS)
       return rt_fail(d, "kernel %s has %zu parameters, its signature says \"%s\"", rt_kname(d, k), i, s);
-    if (size != (strchr("iuf", s[i]) ? 4u : 8u))
+    if (size != (size_t)rt_karg_bytes(d, k, (int)i))
       return rt_fail(d, "kernel %s parameter %zu is %zu bytes, its signature says '%c'", rt_kname(d, k), i, size, s[i]);
   }
   return RT_OK;

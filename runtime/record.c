@@ -43,12 +43,6 @@ static RtRec *push(RtDevice *d, RtRecKind kind) {
   return e;
 }
 
-int rt_kernel_arg_bytes(const RtDevice *d, int k, int i) {
-  const char *s = rt_ksig(d, k);
-  if (i < 0 || i >= (int)strlen(s)) return 0;
-  return strchr("iuf", s[i]) ? 4 : 8;
-}
-
 int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                      void **args) {
   if (!d->rec->on) return RT_OK;
@@ -60,7 +54,7 @@ int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned
   e->grid[0] = gx, e->grid[1] = gy, e->grid[2] = gz, e->block = block, e->smem = smem;
   e->nargs = n;
   for (int i = 0; i < n; i++) {
-    if (rt_kernel_arg_bytes(d, (int)k, i) == 4) {
+    if (rt_karg_bytes(d, (int)k, i) == 4) {
       uint32_t v;
       memcpy(&v, args[i], 4);
       e->arg[i] = v;
@@ -93,23 +87,9 @@ int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes) 
   return RT_OK;
 }
 
-int rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes) {
-  RtRecorder *r = d->rec;
-  if (r->nalloc == (int)(sizeof r->alloc / sizeof r->alloc[0])) return rt_fail(d, "too many allocations on a recording device");
+void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes) {
   *p = d->fake_next;
-  r->alloc[r->nalloc++] = (RtRecAlloc){*p, bytes};
   d->fake_next += (bytes + FAKE_GAP - 1) / FAKE_GAP * FAKE_GAP + FAKE_GAP;
-  return RT_OK;
-}
-
-int rt_record_locate(const RtRecorder *r, CUdeviceptr p, int *alloc, uint64_t *off) {
-  for (int i = 0; i < r->nalloc; i++)
-    if (p >= r->alloc[i].base && p < r->alloc[i].base + r->alloc[i].bytes + FAKE_GAP) {
-      *alloc = i, *off = p - r->alloc[i].base;
-      return 0;
-    }
-  *alloc = -1, *off = p;
-  return -1;
 }
 
 int rt_record_equal(const RtRec *a, const RtRec *b) {

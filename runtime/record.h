@@ -5,8 +5,9 @@
  * executor's dispatch would, and a test can check that it does (tests/api/step_literal.c).
  *
  * Addresses: allocations on a recording device get distinct fake addresses (from 2^40 up, each
- * allocation 1 MiB apart), so a recorded pointer argument names its allocation and offset
- * (rt_record_locate). Nothing is recorded while `on` is 0 (set-up memsets, for instance). */
+ * allocation 1 MiB apart), so a recorded pointer argument lies in exactly one allocation (the
+ * emitter relocates it against the executor's arena and scratch). Nothing is recorded while `on`
+ * is 0 (set-up memsets, for instance). */
 #ifndef STEPC_RT_RECORD_H
 #define STEPC_RT_RECORD_H
 
@@ -23,7 +24,7 @@ typedef struct {
   RtKernel k;
   unsigned grid[3], block, smem;
   int nargs;
-  uint64_t arg[RT_REC_MAX_ARGS]; /* each argument's bits (4-byte ones in the low half), by rt_kernel_sig */
+  uint64_t arg[RT_REC_MAX_ARGS]; /* each argument's bits (4-byte ones in the low half), by rt_ksig */
   /* RT_REC_GEMM */
   RtGemm gemm;
   /* RT_REC_MEMSET (dst, bytes), RT_REC_COPY (dst <- src, bytes) */
@@ -31,18 +32,11 @@ typedef struct {
   uint64_t bytes;
 } RtRec;
 
-typedef struct {
-  CUdeviceptr base;
-  uint64_t bytes;
-} RtRecAlloc;
-
 struct RtRecorder {
   RtRec *r;
   int n, cap;
   int on; /* record while set */
   int op; /* stamped on each record */
-  RtRecAlloc alloc[16];
-  int nalloc;
 };
 
 /* d becomes a recording device writing into r: no driver, sm_count SMs (grid sizes and the
@@ -56,14 +50,9 @@ int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned
 int rt_record_gemm(RtDevice *d, const RtGemm *g);
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
-int rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
+void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
 
-/* Which allocation p lies in (its index in allocation order) and the offset: 0, or -1 when p is
- * in none (then *alloc = -1, *off = p). */
-int rt_record_locate(const RtRecorder *r, CUdeviceptr p, int *alloc, uint64_t *off);
 
-/* Bytes of argument i of kernel k (4 or 8), from its signature letter; 0 past the end. */
-int rt_kernel_arg_bytes(const RtDevice *d, int k, int i);
 /* Whether two records are the same call (every field; pointer arguments compared as given). */
 int rt_record_equal(const RtRec *a, const RtRec *b);
 

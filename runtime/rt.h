@@ -49,6 +49,8 @@ extern const char *const rt_kernel_sig[RT_K_COUNT];
 typedef struct RtDevice RtDevice;
 const char *rt_kname(const RtDevice *d, int k);
 const char *rt_ksig(const RtDevice *d, int k);
+/* Bytes of argument i of kernel k (4 or 8, by its signature letter); 0 past the end. */
+int rt_karg_bytes(const RtDevice *d, int k, int i);
 /* FNV-1a over RT_GEMM_FIELDS and every kernel row's name and signature: step.c carries it, so a
  * step generated against another kernel list or GEMM call is refused instead of launching the
  * wrong kernels. */
@@ -121,9 +123,10 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  * over `batch` products at fixed element strides, D = alpha op(A) op(B) + beta C (+ bias), C and D
  * bf16 (c_f32 = 0) or fp32, of one layout. D is `d`, or C itself when d = 0: the executor's
  * residual fusion (runtime/cuda/exec.c) reads the residual as C (beta = 1) and writes the sum to
- * the add's output D, so the product never lands in memory on its own. Leading dimensions are row-major, in elements. The algorithm is chosen
- * once per shape and operand alignment (cublasLtMatmulAlgoGetHeuristic) and cached, so every call
- * of a shape runs the same kernel (determinism, capture). */
+ * the add's output D, so the product never lands in memory on its own. Leading dimensions are
+ * row-major, in elements. The algorithm is chosen once per shape (and, batched, per operand
+ * alignment) with cublasLtMatmulAlgoGetHeuristic and cached, so every call of a shape runs the
+ * same kernel (determinism, capture). */
 typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
 
 /* Every field of one GEMM call, as an X-macro: I an int64_t, P a device pointer, F a float. The

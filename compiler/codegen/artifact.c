@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "codegen/step_emit.h"
-#include "kernel_text.h"
+#include "ew_fuse.h"
 #include "nvrtc.h"
 #include "plan.h"
 #include "report.h"
@@ -249,20 +249,14 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
             es.memsets);
   else if (progress)
     fprintf(progress, "build: step.c — %d ops; no CUDA work (%s)\n", sp.sc.nops, why);
-  /* kernels.cu and its cubin */
-  char kerr[256];
-  char *hand = kernel_text_assemble(NULL, 0, kerr, sizeof kerr), *src = NULL;
-  if (hand) { /* the generated kernels (es.gen_text, compiler/ew_fuse.h) after the hand-written ones */
-    const char *gt = es.gen_text ? es.gen_text : "";
-    if ((src = malloc(strlen(hand) + strlen(gt) + 1))) strcat(strcpy(src, hand), gt);
-    else snprintf(kerr, sizeof kerr, "out of memory");
-  }
-  free(hand), free(es.gen_text), es.gen_text = NULL;
-  f = src ? open_out(dir, "kernels.cu", path, sizeof path) : NULL;
-  if (!src || !f || fputs(src, f) < 0 || fclose(f) != 0) {
+  /* kernels.cu (hand-written + the step's generated kernels) and its cubin */
+  char *src = es.kernels_cu;
+  es.kernels_cu = NULL;
+  f = open_out(dir, "kernels.cu", path, sizeof path);
+  if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
     free(src);
     step_plan_free(&sp);
-    return fail(err, nerr, "cannot write kernels.cu: %s%s", src ? path : kerr, "");
+    return fail(err, nerr, "cannot write %s%s", path, "");
   }
   if (progress) fprintf(progress, "build: NVRTC kernels.cu -> kernels.%s.cubin\n", arch);
   CubinOptions co = {.arch = arch, .cache_dir = o->cache_dir};

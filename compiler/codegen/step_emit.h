@@ -21,7 +21,8 @@ typedef struct {
   unsigned char kernel_used[RT_K_COUNT + RT_GEN_MAX]; /* 1 where step.c launches that kernel */
   int ngen;                              /* generated kernels (compiler/ew_fuse.h), handles RT_K_COUNT + i */
   char gen_name[RT_GEN_MAX][64];
-  char *gen_text;                        /* their kernels.cu text (malloc'd, the caller frees; NULL none) */
+  char *kernels_cu;                      /* kernels.cu: hand-written + generated (ew_kernels_cu; malloc'd,
+                                            the caller frees) */
   int cuda;                              /* 0: the CUDA backend does not run this step (why: err) */
 } StepEmitStats;
 

@@ -131,10 +131,7 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     int64_t n = tensor_numel(t);
-    /* keyed by name, not index, so that graphs differing elsewhere start from the same weights */
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = t->name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    uint64_t key = ops_mix64(ops_mix64(seed) ^ h);
+    uint64_t key = ops_init_key(seed, t->name);
     if (t->init == IR_INIT_ONES)
       for (int64_t j = 0; j < n; j++) cpu_exec_set(e, i, j, 1.0);
     else if (t->init == IR_INIT_NORMAL)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvrtc.h"
 #include "runtime/cuda/exec_internal.h"
 
 /* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
@@ -59,25 +60,20 @@ RtDevice *rt_exec_device(const RtExec *x) { return x->d; }
 const EwKernels *rt_exec_gen_kernels(const RtExec *x) { return &x->ew; }
 CUdeviceptr rt_exec_base(const RtExec *x, int which) { return which == 0 ? x->arena : which == 1 ? x->scratch : 0; }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
-  return h;
-}
-
 uint64_t rt_exec_layout_hash(const RtExec *x) {
   const Graph *g = x->g;
   int64_t head[4] = {x->arena_bytes, x->scratch_bytes, g->nbuffers, g->nt};
-  uint64_t h = fnv(1469598103934665603ull, head, sizeof head);
-  h = fnv(h, x->buf_base, (size_t)g->nbuffers * sizeof x->buf_base[0]);
+  uint64_t h = cubin_fnv1a(CUBIN_FNV_OFFSET, head, sizeof head);
+  h = cubin_fnv1a(h, x->buf_base, (size_t)g->nbuffers * sizeof x->buf_base[0]);
   for (int i = 0; i < g->nt; i++) {
     int64_t v[5] = {g->t[i].buffer, g->t[i].offset, g->t[i].bytes, x->alias[i], x->sink[i]};
-    h = fnv(h, v, sizeof v);
+    h = cubin_fnv1a(h, v, sizeof v);
   }
-  h = fnv(h, x->skip, (size_t)g->nop);
-  h = fnv(h, x->fuse, (size_t)g->nop);
-  for (int c = 0; c < x->nchain; c++) h = fnv(h, &x->chain[c], sizeof x->chain[c]);
-  for (int k = 0; k < x->ew.n; k++) h = fnv(h, x->ew.k[k].key, strlen(x->ew.k[k].key));
-  return fnv(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
+  h = cubin_fnv1a(h, x->skip, (size_t)g->nop);
+  h = cubin_fnv1a(h, x->fuse, (size_t)g->nop);
+  for (int c = 0; c < x->nchain; c++) h = cubin_fnv1a(h, &x->chain[c], sizeof x->chain[c]);
+  for (int k = 0; k < x->ew.n; k++) h = cubin_fnv1a(h, x->ew.k[k].key, strlen(x->ew.k[k].key));
+  return cubin_fnv1a(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
 }
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 
@@ -576,23 +572,18 @@ int rt_exec_op_runs(const RtExec *x, int op) { return !x->skip[op] && DISPATCH[x
 
 int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases) {
   const Graph *g = x->g;
-  for (int o = first < 0 ? 0 : first; o <= last && o < g->nop; o++) {
-    const Op *op = &g->op[o];
-    if (!(phases & IR_PHASE_BIT(op->tags.phase)) || x->skip[o]) continue;
-    if (run_op(x, op) != RT_OK) {
-      char msg[sizeof x->d->err];
-      snprintf(msg, sizeof msg, "%s", x->d->err);
-      rt_clear_error(x->d);
-      return rt_fail(x->d, "op %d %s in %s: %s", o, op_name(op->kind), op->tags.module, msg);
-    }
-  }
+  for (int o = first < 0 ? 0 : first; o <= last && o < g->nop; o++)
+    if ((phases & IR_PHASE_BIT(g->op[o].tags.phase)) && rt_exec_run_op(x, o) != RT_OK) return RT_ERROR;
   return RT_OK;
 }
+
+/* Micro-batch mb's staged tokens (B*T int32), its targets right after. */
+static CUdeviceptr inputs_of(const RtExec *x, int mb) { return x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4); }
 
 int rt_exec_micro_begin(RtExec *x, int micro) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
-  CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)micro * 2 * x->ntok * 4);
+  CUdeviceptr in = inputs_of(x, micro);
   return rt_copy_d2d(d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
                  rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4) ||
                  rt_copy_d2d(d, x->seed_cur, x->seeds + (CUdeviceptr)(8 * micro), 8)
@@ -623,7 +614,7 @@ int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, cons
   RtDevice *d = x->d;
   size_t nb = (size_t)x->ntok * 4;
   for (int mb = 0; mb < x->nmb; mb++) {
-    CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4);
+    CUdeviceptr in = inputs_of(x, mb);
     if (rt_copy_h2d(d, in, tokens + (int64_t)mb * x->ntok, nb) || rt_copy_h2d(d, in + nb, targets + (int64_t)mb * x->ntok, nb))
       return RT_ERROR;
   }
@@ -633,7 +624,7 @@ int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, cons
 int rt_exec_stage_device(RtExec *x, CUdeviceptr tokens, CUdeviceptr targets) {
   size_t nb = (size_t)x->ntok * 4;
   for (int mb = 0; mb < x->nmb; mb++) {
-    CUdeviceptr in = x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4), off = (CUdeviceptr)((int64_t)mb * x->ntok * 4);
+    CUdeviceptr in = inputs_of(x, mb), off = (CUdeviceptr)((int64_t)mb * x->ntok * 4);
     if (rt_copy_d2d(x->d, in, tokens + off, nb) || rt_copy_d2d(x->d, in + nb, targets + off, nb)) return RT_ERROR;
   }
   return RT_OK;
@@ -697,9 +688,7 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
       if (rc) return RT_ERROR;
       continue;
     }
-    uint64_t h = 1469598103934665603ull; /* the CPU executor keys by name: FNV-1a of it */
-    for (const char *c = t->name; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    unsigned long long key = ops_mix64(ops_mix64(seed) ^ h);
+    unsigned long long key = ops_init_key(seed, t->name); /* as the CPU executor's */
     double std = t->init_std;
     void *args[] = {&f32, &b16, &n, &key, &std};
     if (rt_launch(d, RT_K_init_normal, rt_grid1d(d, n), 1, 1, 256, 0, args)) return RT_ERROR;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_text.h"
+#include "ew_fuse.h"
 #include "lower.h"
 #include "nvrtc.h"
 #include "ops/ops.h"
@@ -84,13 +84,9 @@ void rt_trainer_free(RtTrainer *tr) {
 /* NVRTC -> cubin for this device's arch, then cuModuleLoadData. */
 static int load_kernels(RtDevice *d, const char *cache_dir) {
   char err[256];
-  char *hand = kernel_text_assemble(NULL, 0, err, sizeof err);
-  if (!hand) return rt_fail(d, "assembling kernels.cu: %s", err);
-  /* the executor's generated kernels after the hand-written ones (d->gen, set by rt_exec_new) */
-  char *gen = ew_kernels_text(d->gen), *src = gen ? malloc(strlen(hand) + strlen(gen) + 1) : NULL;
-  if (src) strcat(strcpy(src, hand), gen);
-  free(hand), free(gen);
-  if (!src) return rt_fail(d, "out of memory");
+  /* the executor's generated kernels (d->gen, set by rt_exec_new) after the hand-written ones */
+  char *src = ew_kernels_cu(d->gen, err, sizeof err);
+  if (!src) return rt_fail(d, "assembling kernels.cu: %s", err);
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
   CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};

@@ -49,8 +49,8 @@ static void test_safetensors(const char *dir) {
   /* malformed: each must be refused with a message, never crash */
   const char *bad[] = {"{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", /* offsets vs shape */
                        "{\"x\": {\"dtype\": \"Q8\", \"shape\": [1], \"data_offsets\": [0, 1]}}",  /* unknown dtype */
-                       "{\"x\": {\"shape\": [1]}}", "{\"x\": ", "[1, 2]", "{\"x\": {\"dtype\": \"F32\", \"shape\": [-1], "
-                       "\"data_offsets\": [0, 4]}}"};
+                       "{\"x\": {\"shape\": [1]}}", "{\"x\": ", "[1, 2]", ("{\"x\": {\"dtype\": \"F32\", \"shape\": [-1], "
+                        "\"data_offsets\": [0, 4]}}")};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t n = strlen(bad[i]);
     unsigned char buf[256] = {0};

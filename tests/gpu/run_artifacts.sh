@@ -34,7 +34,7 @@ ms = lambda r: statistics.median(s["ms"] for s in r["steps"][len(r["steps"]) // 
 ok = a.get("generated") and not b.get("generated") and la == lb and len(la) > 0
 print(f"{'ok' if ok else 'FAIL'} {name}: {len(la)} steps, step.c losses {'==' if la == lb else '!='} library losses "
       f"(last {la[-1]!r} vs {lb[-1]!r}); median ms step.c {ms(a):.3f}, library {ms(b):.3f}; "
-      f"generated={a.get('generated')} graph={a.get('graph_mode', a.get('mode', '?'))}")
+      f"generated={a.get('generated')}")
 sys.exit(0 if ok else 1)
 PY
 done
