@@ -60,7 +60,7 @@ bool plan_op_is_gemm(OpKind k) {
   }
 }
 
-/* Read from the CPU kernels in compiler/ops/: each of these computes output element i from input
+/* Read from the CPU kernels in ir/ops/: each of these computes output element i from input
  * element i only (SWIGLU_BWD: dx[j], dx[j+f] from x[j], x[j+f] of the same row, read first), so
  * the output may take the input's storage when the input dies at this op. The bitwise recompute
  * tests run on plans that use this and would catch a kernel that stops being alias-safe. */

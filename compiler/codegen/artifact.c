@@ -24,6 +24,7 @@ extern char **environ;
 #ifndef STEPC_RT_ARCHIVE
 #define STEPC_RT_ARCHIVE ""
 #define STEPC_COMPILER_ARCHIVE ""
+#define STEPC_IR_ARCHIVE ""
 #define STEPC_LUA_SO ""
 #define STEPC_NVRTC_SO ""
 #define STEPC_API_HEADER ""
@@ -153,7 +154,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   char so[PATH_MAX + 32], stepc_c[PATH_MAX + 32], lua[PATH_MAX + 32], log[PATH_MAX + 32], train[PATH_MAX + 32],
       train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], inc[PATH_MAX + 32], rpath_nvrtc[PATH_MAX + 32];
   const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
-             *comp = env_or("STEPC_COMPILER_ARCHIVE", STEPC_COMPILER_ARCHIVE), *lua_so = env_or("STEPC_LUA_SO", STEPC_LUA_SO),
+             *comp = env_or("STEPC_COMPILER_ARCHIVE", STEPC_COMPILER_ARCHIVE), *irar = env_or("STEPC_IR_ARCHIVE", STEPC_IR_ARCHIVE), *lua_so = env_or("STEPC_LUA_SO", STEPC_LUA_SO),
              *nvrtc = STEPC_NVRTC_SO, *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
   snprintf(so, sizeof so, "%s/libstep.so", dir);
   snprintf(stepc_c, sizeof stepc_c, "%s/step.c", dir);
@@ -184,7 +185,8 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   n = add_flags(a1, n, flags1);
   /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
   if (gen_h[0]) a1[n++] = "-include", a1[n++] = (char *)gen_h;
-  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt, a1[n++] = (char *)comp;
+  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt, a1[n++] = (char *)comp,
+  a1[n++] = (char *)irar;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = lua, a1[n++] = (char *)nvrtc, a1[n++] = "-lm", a1[n++] = "-ldl",
   a1[n++] = "-lpthread", a1[n++] = "-Wl,-rpath,$ORIGIN", a1[n++] = rpath_nvrtc, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
   if (run_logged(a1, log) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");

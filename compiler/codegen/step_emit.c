@@ -238,7 +238,7 @@ int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, St
           st->copies, (long long)(x ? rt_exec_arena_bytes(x) : p->mp.arena), (long long)p->mp.peak, p->rr.nreplay_total);
   if (!x) fprintf(f, "/* The CUDA backend does not run this step (%s): the functions below hold no CUDA work; the CPU\n * reference device runs it. */\n\n", why);
   emit_prelude(f);
-  fprintf(f, "/* op kinds (compiler/ops/op_list.h) */\nenum {\n");
+  fprintf(f, "/* op kinds (ir/ops/op_list.h) */\nenum {\n");
   bool used[OP_COUNT] = {false};
   for (int o = 0; o < g->nop; o++) used[g->op[o].kind] = true;
   char sym[64];

@@ -1,6 +1,6 @@
 /* exec.h — the GPU graph executor: runs a lowered Graph (forward, backward, optimizer) on one
  * device, op by op through a per-op-kind dispatch table, with the CPU reference's semantics
- * (compiler/ops/ files) at the IR's dtypes: bf16 activations and weights, fp32 master weights, main
+ * (ir/ops/ files) at the IR's dtypes: bf16 activations and weights, fp32 master weights, main
  * gradients, moments, norm statistics and loss.
  *
  * Storage: one arena allocation holding the plan's buffers; a tensor lives at its plan

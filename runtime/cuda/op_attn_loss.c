@@ -1,4 +1,4 @@
-/* op_attn_loss.c — dispatch of attention (compiler/ops/flash.c), the fused cross-entropy
+/* op_attn_loss.c — dispatch of attention (ir/ops/flash.c), the fused cross-entropy
  * (loss.c) and the optimizer ops (optim.c). */
 #include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"

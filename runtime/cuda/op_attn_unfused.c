@@ -1,4 +1,4 @@
-/* op_attn_unfused.c — dispatch of the unfused attention backend (compiler/ops/attention.c):
+/* op_attn_unfused.c — dispatch of the unfused attention backend (ir/ops/attention.c):
  * ATTN_SCORES, CAUSAL_MASK, SOFTMAX, ATTN_PV and their backward ops. Dropout on the probabilities
  * is the ordinary DROPOUT op (op_basic.c: Philox mask keyed by its stream, regenerated in
  * backward and in any replay).

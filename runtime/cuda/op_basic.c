@@ -1,5 +1,5 @@
 /* op_basic.c — dispatch of the elementwise, embedding, RoPE, dropout, activation and QKV-layout
- * ops (compiler/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
+ * ops (ir/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
 #include "runtime/cuda/exec_internal.h"
 
 #define LAUNCH1D(k, work, ...)                                                                              \

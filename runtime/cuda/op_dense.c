@@ -1,4 +1,4 @@
-/* op_dense.c — dispatch of the linear ops (cuBLASLt) and the norms (compiler/ops/linear.c,
+/* op_dense.c — dispatch of the linear ops (cuBLASLt) and the norms (ir/ops/linear.c,
  * norm.c). Weight, bias and norm-parameter gradients accumulate into their fp32 main gradients
  * (exec.h's fusion); their row sums go through the executor's partial-sum scratch in a fixed
  * order, so they are deterministic. */

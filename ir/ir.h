@@ -142,7 +142,7 @@ typedef struct Graph {
   char err[256];
 } Graph;
 
-/* The op table row (defined in compiler/ops/<family>.c, collected in ops/optable.c). */
+/* The op table row (defined in ir/ops/<family>.c, collected in ops/optable.c). */
 typedef struct OpOut {
   DType dtype;
   TensorRole role;  /* ROLE_ACT unless the op says otherwise (ROLE_ACT_GRAD in backward ops) */
