@@ -70,22 +70,6 @@ void diag_print(const DiagList *d, FILE *out) {
   }
 }
 
-void json_write_string(FILE *out, const char *s) {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    switch (*p) {
-    case '"': fputs("\\\"", out); break;
-    case '\\': fputs("\\\\", out); break;
-    case '\n': fputs("\\n", out); break;
-    case '\t': fputs("\\t", out); break;
-    case '\r': fputs("\\r", out); break;
-    default:
-      if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-      else fputc(*p, out);
-    }
-  }
-  fputc('"', out);
-}
 
 void diag_print_json(const DiagList *d, FILE *out) {
   fputc('[', out);

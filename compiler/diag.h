@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "ir.h" /* json_write_string */
+
 typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagSeverity;
 
 typedef struct {
@@ -32,6 +34,5 @@ void diag_print(const DiagList *d, FILE *out);
 /* The array body of the JSON "diagnostics" field. */
 void diag_print_json(const DiagList *d, FILE *out);
 /* Writes s as a JSON string literal (quotes included). */
-void json_write_string(FILE *out, const char *s);
 
 #endif

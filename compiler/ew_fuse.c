@@ -109,6 +109,7 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
   }
   if (n < 2) return 0;
   c->nops = n;
+  for (int j = 0; j < n; j++) snprintf(c->scalars[j], sizeof c->scalars[j], "%s", row(g->op[c->op[j]].kind)->scalars);
   /* an intermediate output is dropped only when the chain's ops are its sole readers */
   for (int j = 0; j < n; j++) {
     int t = g->op[c->op[j]].out[0], inside = 0;
@@ -181,7 +182,7 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
   }
   for (int k = 0; k < ks->n; k++)
     if (!strcmp(ks->k[k].key, key)) return c->kernel = k;
-  if (ks->n == EW_MAX_KERNELS) return -1;
+  if (ks->n == EW_MAX_KERNELS || ks->n == RT_GEN_MAX) return -1;
   const struct kernel_file *tpl = template_text();
   if (!tpl) return -1;
   EwKernel *K = &ks->k[ks->n];
@@ -234,6 +235,15 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
 void ew_kernels_free(EwKernels *ks) {
   for (int k = 0; k < ks->n; k++) free(ks->k[k].src), ks->k[k].src = NULL;
   ks->n = 0;
+}
+
+void ew_kernels_rt(const EwKernels *ks, RtGenKernels *out) {
+  memset(out, 0, sizeof *out);
+  for (int k = 0; ks && k < ks->n && k < RT_GEN_MAX; k++) {
+    snprintf(out->k[k].name, sizeof out->k[k].name, "%s", ks->k[k].name);
+    snprintf(out->k[k].sig, sizeof out->k[k].sig, "%s", ks->k[k].sig);
+    out->n = k + 1;
+  }
 }
 
 char *ew_kernels_text(const EwKernels *ks) {

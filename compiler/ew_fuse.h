@@ -5,31 +5,26 @@
  * producer's kernel), each pointwise (a row of EW_OPS in ew_fuse.c, the
  * one place an op's device expression lives), in one phase, all over
  * bf16 tensors of one shape, each op after the first reading a value an earlier op of the chain
- * produced. ew_chain_at finds one from the op structure; the caller (the executor's analyse pass)
- * adds what the memory plan allows. ew_kernel_add turns a chain into its kernel — the template
+ * produced. ew_chain_at finds one from the op structure; the caller (compiler/fuse.c, before the
+ * memory plan) records it on the graph. ew_kernel_add turns a chain into its kernel — the template
  * filled for the chain's signature — shared by every chain of that signature.
  *
  * Kernel parameters, in order: each stored output (p), each external input (p), n (l), then each
  * op's scalars (EW_OPS[].scalars: f a.f[0] as float, S the dropout seed slot (p), U a.i[0] as
- * unsigned). Free of libcuda: the compiler and the runtime both use it. */
+ * unsigned). */
 #ifndef STEPC_EW_FUSE_H
 #define STEPC_EW_FUSE_H
 
 #include <stdint.h>
 
 #include "ir.h"
+#include "runtime/rt.h"
 
-#define EW_MAX_CHAIN 4
-#define EW_MAX_IO 8
+#define EW_MAX_CHAIN IR_MAX_CHAIN
+#define EW_MAX_IO IR_MAX_CHAIN_IO
 #define EW_MAX_KERNELS 32
 
-typedef struct {
-  int first, nops;        /* the chain's ops op[0] = first .. op[nops - 1], increasing ids */
-  int op[EW_MAX_CHAIN];
-  int nin, in[EW_MAX_IO]; /* external inputs (tensor ids), in order of first use */
-  int store[EW_MAX_CHAIN]; /* per op: its output is written (read after the chain, or the last op) */
-  int kernel;             /* index in EwKernels */
-} EwChain;
+typedef IrChain EwChain; /* ir.h: the chain as the artifact carries it */
 
 typedef struct {
   char name[64];
@@ -57,6 +52,8 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
  * -1 when ks is full or out of memory. */
 int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c);
 void ew_kernels_free(EwKernels *ks);
+/* The kernels' names and signatures as the runtime looks them up in the cubin (RtDevice.gen). */
+void ew_kernels_rt(const EwKernels *ks, RtGenKernels *out);
 
 /* kernels.cu's generated part: every kernel's source, in index order (malloc'd; "" none). */
 char *ew_kernels_text(const EwKernels *ks);

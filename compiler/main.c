@@ -15,9 +15,8 @@
 #include "report.h"
 #include "sweep.h"
 #include "frontend/frontend.h"
-#include "runtime/cpu/run.h"
-#include "runtime/api_run.h"
-#include "runtime/cuda/run.h"
+#include "cpu_run.h"
+#include "run_artifact.h"
 #include "spec.h"
 #include "validate.h"
 
@@ -169,16 +168,13 @@ static bool is_dir(const char *p) {
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* stepc run DIR: the artifact's own libstep.so runs it (runtime/api_run.c). */
-static int cmd_run_artifact(const Args *a, bool cuda) {
-  if (a->gradcheck || a->noverrides) {
-    fprintf(stderr, "stepc run: an artifact runs as built (no overrides, no --gradcheck); rebuild it to change the recipe\n");
-    return EXIT_USAGE;
-  }
+/* stepc run DIR, and SPEC through its cached artifact: the artifact's own libstep.so runs it
+ * (run_artifact.c), the path a trainer embeds. */
+static int run_dir(const Args *a, const char *dir, bool cuda) {
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads};
+                     .threads = a->threads, .graph_mode = -1};
   char err[1024] = "";
-  stepc_status st = api_run_artifact(a->spec, &o, stdout, stderr, err, sizeof err);
+  stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;
   fprintf(stderr, "stepc run: %s%s\n", err, st == STEPC_ERR_NO_DEVICE ? " (use --device cpu for the reference executor)" : "");
   return st == STEPC_ERR_RECIPE ? EXIT_LOAD : EXIT_IO;
@@ -186,7 +182,7 @@ static int cmd_run_artifact(const Args *a, bool cuda) {
 
 static int cmd_run(const Args *a) {
   if (!a->spec) {
-    fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua)\n");
+    fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua, or an artifact directory)\n");
     return EXIT_USAGE;
   }
   bool cuda = !a->device || strcmp(a->device, "cuda") == 0;
@@ -194,30 +190,56 @@ static int cmd_run(const Args *a) {
     fprintf(stderr, "stepc run: unknown device '%s' (cpu or cuda)\n", a->device);
     return EXIT_USAGE;
   }
-  if (is_dir(a->spec)) return cmd_run_artifact(a, cuda);
-  static Spec spec;
-  DiagList d;
-  diag_init(&d);
-  int rc = load_and_check(a, &spec, &d);
-  diag_print(&d, stderr);
-  diag_free(&d);
-  if (rc != EXIT_OK) return rc;
-  if (cuda) {
-    if (a->gradcheck || a->threads) {
-      fprintf(stderr, "stepc run: --gradcheck and --threads are options of --device cpu\n");
+  if (a->threads && cuda) {
+    fprintf(stderr, "stepc run: --threads is an option of --device cpu\n");
+    return EXIT_USAGE;
+  }
+  if (is_dir(a->spec)) {
+    if (a->gradcheck || a->noverrides) {
+      fprintf(stderr, "stepc run: an artifact runs as built (no overrides, no --gradcheck); rebuild it to change the recipe\n");
       return EXIT_USAGE;
     }
-    CudaRunOptions co = {.steps = a->steps, .json = a->json};
-    char cerr[1024] = "";
-    CudaRunStatus cs = cuda_run(&spec, &co, stdout, stderr, cerr, sizeof cerr);
-    if (cerr[0]) fprintf(stderr, "stepc run: %s%s\n", cerr, cs == CUDA_RUN_NO_DEVICE ? " (use --device cpu for the reference executor)" : "");
-    return cs == CUDA_RUN_OK ? EXIT_OK : EXIT_IO;
+    return run_dir(a, a->spec, cuda);
   }
-  CpuRunOptions o = {.steps = a->steps, .json = a->json, .gradcheck = a->gradcheck, .threads = a->threads};
-  char err[512] = "";
-  CpuRunStatus st = cpu_run(&spec, &o, stdout, stderr, err, sizeof err);
-  if (err[0]) fprintf(stderr, "stepc run: %s\n", err);
-  return st == CPU_RUN_OK ? EXIT_OK : st == CPU_RUN_CHECK_FAILED ? EXIT_CHECK : EXIT_IO;
+  static Spec raw, spec;
+  DiagList d;
+  diag_init(&d);
+  int rc = EXIT_OK;
+  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, &d) != 0) rc = EXIT_LOAD;
+  else if (validate_spec(&raw, &spec, &d) != 0) rc = EXIT_INVALID;
+  if (rc != EXIT_OK) {
+    diag_print(&d, stderr);
+    diag_free(&d);
+    return rc;
+  }
+  if (a->gradcheck) { /* the CPU oracle in-process: fp64 gradients against finite differences */
+    diag_print(&d, stderr);
+    diag_free(&d);
+    if (cuda && a->device) {
+      fprintf(stderr, "stepc run: --gradcheck runs on --device cpu\n");
+      return EXIT_USAGE;
+    }
+    CpuRunOptions o = {.steps = a->steps, .json = a->json, .gradcheck = true, .threads = a->threads};
+    char err[512] = "";
+    CpuRunStatus st = cpu_run(&spec, &o, stdout, stderr, err, sizeof err);
+    if (err[0]) fprintf(stderr, "stepc run: %s\n", err);
+    return st == CPU_RUN_OK ? EXIT_OK : st == CPU_RUN_CHECK_FAILED ? EXIT_CHECK : EXIT_IO;
+  }
+  ArtifactOptions o = {.arch = a->arch, .sm_count = a->sms};
+  char dir[4200], err[1024] = "";
+  int st = artifact_build_cached(&raw, &spec, &o, &d, stderr, dir, sizeof dir, err, sizeof err);
+  diag_print(&d, stderr);
+  int nerr_diag = diag_count(&d, DIAG_ERROR);
+  diag_free(&d);
+  if (st != ARTIFACT_OK) {
+    fprintf(stderr, "stepc run: %s\n", err);
+    return EXIT_IO;
+  }
+  if (nerr_diag > 0) {
+    fprintf(stderr, "stepc run: the plan breaks the graph-scope rules above\n");
+    return EXIT_INVALID;
+  }
+  return run_dir(a, dir, cuda);
 }
 
 /* plan and trace: load, validate, plan; the verb's output; graph-scope errors exit 1. */

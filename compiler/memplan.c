@@ -5,7 +5,8 @@
  * the last op that reads or writes it; persistent tensors (params, main grads, masters, optimizer
  * state) and static graph outputs (scope.c) are live over the whole step; the loss lives to the
  * end so the trainer can read it. An output of an elementwise kernel takes its input's slot when
- * the input dies at that op (plan_op_inplace_input).
+ * the input dies at that op (plan_op_inplace_input), unless the op is part of a fused group
+ * (fuse.h): a group's tensors are live across the whole group.
  *
  * Measure, then allocate: persistent tensors are laid out first from offset 0; transient slots go
  * above them, largest first, each at the best-fitting gap among the slots whose lifetimes
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse.h"
 #include "plan.h"
 
 const char *memplan_role_name(int role) {
@@ -147,6 +149,35 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     }
     p++;
   }
+  /* a fused group (fuse.h) is one launch: everything it reads or writes is live across all of it,
+   * so no output of the group lands on anything the group reads */
+  int *point = malloc((size_t)(g->nop + 1) * sizeof *point);
+  uint8_t *grouped = calloc((size_t)g->nop + 1, 1);
+  if (!point || !grouped) {
+    free(point), free(grouped), free(sl), free(ts), free(diff);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  for (int o = 0; o < g->nop; o++) point[o] = -1;
+  p = 0;
+  for (int i = 0; i < sc->n; i++)
+    if (sc->it[i].kind == SCHED_OP) point[sc->it[i].id] = p++;
+  for (int o = 0; o < g->nop; o++) {
+    int first, last;
+    fuse_group(g, o, &first, &last);
+    if (first == last || point[first] < 0 || point[last] < 0) continue;
+    int pa = point[first], pb = point[last];
+    for (int w = first; w <= last; w++) {
+      const Op *op = &g->op[w];
+      grouped[w] = 1;
+      for (int j = 0; j < op->nin + op->nout; j++) {
+        int t = j < op->nin ? op->in[j] : op->out[j - op->nin];
+        if (j >= op->nin && pa < mp->start[t]) mp->start[t] = pa;
+        if (pb > mp->end[t]) mp->end[t] = pb;
+      }
+    }
+  }
   for (int t = 0; t < nt; t++) {
     if (pinned(g, sr, t)) mp->start[t] = 0, mp->end[t] = np - 1;
     else if (t == g->loss) mp->end[t] = np - 1;
@@ -162,7 +193,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     for (int j = 0; j < op->nout; j++) {
       int t = op->out[j];
       if (mp->slot[t] >= 0 || mp->start[t] != p) continue;
-      int k = pinned(g, sr, t) ? -1 : plan_op_inplace_input(op, j);
+      int k = pinned(g, sr, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
       int u = k >= 0 && k < op->nin ? op->in[k] : -1;
       if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT && u != g->loss &&
           mp->end[u] == p && mp->size[u] == mp->size[t] && sl[mp->slot[u]].end == p) {
@@ -196,7 +227,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
   }
   int64_t top = base;
   if (place_transient(sl, ts, ntr, base, align, &top) < 0) {
-    free(sl), free(ts), free(diff);
+    free(sl), free(ts), free(diff), free(point), free(grouped);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
     return -1;
@@ -218,7 +249,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     run = 0;
     for (int q = 0; q < np; q++) run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
   }
-  free(sl), free(ts), free(diff);
+  free(sl), free(ts), free(diff), free(point), free(grouped);
   return 0;
 }
 

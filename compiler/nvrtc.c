@@ -1,5 +1,6 @@
 /* nvrtc.c — kernels.cu -> cubin through NVRTC, with an on-disk cache (see nvrtc.h). */
 #include "nvrtc.h"
+#include "ir.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -19,12 +20,7 @@
 #define CUBIN_MAX_REPORTED_ERRORS 20
 
 uint64_t cubin_fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return ir_fnv1a(h, data, n);
 }
 
 static char *msg_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,9 +1,10 @@
-/* plan.c — the planning pipeline: lower, recompute, schedule, scopes and their check, memory
- * plan, per-rank memory, cost (plan.h). */
+/* plan.c — the planning pipeline: lower, recompute, schedule, scopes and their check, fusions,
+ * memory plan, per-rank memory, cost (plan.h). */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "fuse.h"
 #include "lower.h"
 #include "plan.h"
 
@@ -27,6 +28,14 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
     return PLAN_ERROR;
   }
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
+  /* the fusions shape the memory plan (fuse.h): the reported plan is the one a build runs */
+  EwKernels ew = {0};
+  int frc = fuse_build(p->g, &ew, err, nerr);
+  ew_kernels_free(&ew);
+  if (frc != 0) {
+    plan_free(p);
+    return PLAN_ERROR;
+  }
   cost_device_h200(&p->dev);
   if (memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
       memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 || cost_build(p->g, s, &p->dev, &p->cost) != 0) {

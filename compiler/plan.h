@@ -15,6 +15,8 @@
 
 #include "diag.h"
 #include "ir.h"
+#include "runtime/cpu/program.h"
+#include "runtime/image.h"
 #include "spec.h"
 
 /* ---- plan_util.c ---- */
@@ -216,6 +218,21 @@ typedef struct {
 
 int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c);
 void cost_free(Cost *c);
+
+/* ---- program.c ---- */
+/* The step's program as the runtime runs it (runtime/cpu/program.h): schedule order, the micro
+ * points first, and with mp (NULL: nothing poisoned) the tensors whose slots die after each point.
+ * 0, or -1 out of memory; plan_program_free after. */
+typedef struct {
+  CpuProgram p;
+  int32_t *point_op, *poison_start, *poison;
+  int npoison;
+} PlanProgram;
+int plan_program_build(const Graph *g, const Schedule *sc, const MemPlan *mp, PlanProgram *out);
+void plan_program_free(PlanProgram *pp);
+/* The scope instances of sr as program-point ranges (out has room for sr->n); their count, or -1
+ * out of memory. */
+int plan_scope_points(const Schedule *sc, const ScopeResult *sr, ImgScope *out);
 
 /* ---- plan.c ---- */
 typedef struct {

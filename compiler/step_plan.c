@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "fuse.h"
 #include "lower.h"
 #include "nvrtc.h"
 #include "runtime/stepc_gen.h"
@@ -16,16 +17,17 @@ int step_plan_build(const Spec *s, int float_bytes, StepPlan *p, char *err, size
   RecomputeConfig cfg;
   recompute_config_from_spec(s, &cfg);
   if (recompute_apply(p->g, &cfg, &p->rr, err, nerr) != 0 || schedule_build(p->g, s, &p->sc, err, nerr) != 0 ||
-      scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0 ||
+      scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0 || fuse_build(p->g, &p->ew, err, nerr) != 0 ||
       memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
       memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return -1;
   memplan_apply(p->g, &p->mp);
-  return 0;
+  return fuse_verify(p->g, err, nerr);
 }
 
 void step_plan_free(StepPlan *p) {
   memplan_free(&p->mp);
+  ew_kernels_free(&p->ew);
   scope_free(&p->sr);
   schedule_free(&p->sc);
   recompute_result_free(&p->rr);

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "ew_fuse.h"
 #include "plan.h"
 
 typedef struct {
@@ -14,6 +15,7 @@ typedef struct {
   RecomputeResult rr;
   Schedule sc;
   ScopeResult sr;
+  EwKernels ew;  /* the generated kernels of the fused chains (fuse.h) */
   MemPlan mp;
 } StepPlan;
 

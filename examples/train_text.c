@@ -1,11 +1,10 @@
 /* train_text.c — a small trainer that embeds a compiled stepc step through runtime/stepc.h
  * (and nothing else of stepc): byte-level language modelling on a text file, with checkpoints.
  *
- *   train_text SOURCE [KEY=VALUE ...] [--device cpu|cuda|auto] [--steps N] [--text FILE]
+ *   train_text ARTIFACT_DIR [--device cpu|cuda|auto] [--steps N] [--text FILE]
  *              [--save-at K --ckpt DIR] [--resume DIR] [--seed S]
  *
- * SOURCE is an artifact directory (stepc build ... -o DIR) or a recipe file (overrides apply to
- * a recipe only). The trainer reads the text itself and binds each step's batch: windows of
+ * ARTIFACT_DIR is what `stepc build RECIPE [KEY=VALUE ...] -o DIR` wrote. The trainer reads the text itself and binds each step's batch: windows of
  * seq_length + 1 bytes at offsets drawn from (seed, step, row), so a resumed run sees exactly the
  * batches the uninterrupted run would have. Each step prints `step N loss L lr R grad_norm G`
  * and the loss's exact bits (%a), which tests/api/resume.sh compares.
@@ -16,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "stepc.h"
 
@@ -46,8 +44,7 @@ static int fail(stepc_t *s, const char *what, stepc_status st) {
 
 int main(int argc, char **argv) {
   const char *source = NULL, *text_path = "/usr/share/common-licenses/GPL-3", *ckpt = NULL, *resume = NULL;
-  const char *ov[64];
-  int nov = 0, steps = 20, save_at = -1;
+  int steps = 20, save_at = -1;
   uint64_t data_seed = 1;
   stepc_options o = stepc_options_default();
   for (int i = 1; i < argc; i++) {
@@ -61,7 +58,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--ckpt") && v) ckpt = v, i++;
     else if (!strcmp(a, "--resume") && v) resume = v, i++;
     else if (!strcmp(a, "--seed") && v) data_seed = strtoull(v, NULL, 10), i++;
-    else if (strchr(a, '=') && nov < 64) ov[nov++] = a;
     else if (!source && a[0] != '-') source = a;
     else {
       fprintf(stderr, "train_text: unexpected argument %s\n", a);
@@ -69,7 +65,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!source || (save_at >= 0 && !ckpt)) {
-    fprintf(stderr, "usage: train_text ARTIFACT_DIR|RECIPE [KEY=VALUE ...] [--device cpu|cuda|auto] [--steps N]\n"
+    fprintf(stderr, "usage: train_text ARTIFACT_DIR [--device cpu|cuda|auto] [--steps N]\n"
                     "       [--text FILE] [--save-at K --ckpt DIR] [--resume DIR] [--seed S]\n");
     return 2;
   }
@@ -80,10 +76,8 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  struct stat sb;
   stepc_t *s = NULL;
-  stepc_status st = stat(source, &sb) == 0 && S_ISDIR(sb.st_mode) ? stepc_open(source, &o, &s)
-                                                                   : stepc_open_recipe(source, ov, nov, &o, &s);
+  stepc_status st = stepc_open(source, &o, &s);
   if (st != STEPC_OK) {
     free(text);
     return fail(s, "open", st);

@@ -42,6 +42,32 @@ int64_t tensor_numel(const Tensor *t) {
   return n;
 }
 
+uint64_t ir_fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+void json_write_string(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': fputs("\\\"", out); break;
+    case '\\': fputs("\\\\", out); break;
+    case '\n': fputs("\\n", out); break;
+    case '\t': fputs("\\t", out); break;
+    case '\r': fputs("\\r", out); break;
+    default:
+      if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+      else fputc(*p, out);
+    }
+  }
+  fputc('"', out);
+}
+
 Graph *graph_new(void) {
   Graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
@@ -56,6 +82,7 @@ void graph_free(Graph *g) {
   if (!g) return;
   free(g->t);
   free(g->op);
+  free(g->chain);
   free(g);
 }
 
@@ -100,6 +127,8 @@ static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int
   t->producer = -1;
   t->of = -1;
   t->buffer = -1;
+  t->alias = g->nt;
+  t->sink = -1;
   return g->nt++;
 }
 
@@ -138,6 +167,7 @@ static int op_push(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs 
   if (nin > 0) memcpy(op->in, in, (size_t)nin * sizeof *in);
   if (a) op->a = *a;
   op->tags = g->cur;
+  op->peer = -1;
   return g->nop++;
 }
 

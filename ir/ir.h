@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ops/op_list.h"
 
@@ -99,6 +100,11 @@ typedef struct {
   int buffer;
   int64_t offset;
   int64_t bytes;
+  /* fusions (compiler/fuse.c, before the memory plan; the CPU executor ignores them) */
+  int alias;                /* the tensor whose storage it uses on CUDA: itself, or the logits for
+                               the fused loss's dlogits */
+  int sink;                 /* a weight gradient accumulated straight into this main gradient by
+                               its producer's kernel (its ACCUM skipped), or -1 */
 } Tensor;
 
 /* Op attributes: their meaning per kind is documented in the op family's file. */
@@ -117,6 +123,17 @@ typedef struct {
   int fwd;                     /* backward / replay ops: the forward op they come from; else -1 */
 } IrTags;
 
+/* Fusions the compiler decides (compiler/fuse.c) and the CUDA executor runs: the op that runs a
+ * fused group carries its kind and `peer`; the ops it absorbed carry `skip`. */
+typedef enum {
+  FUSE_NONE,
+  FUSE_LINEAR_ADD,  /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
+  FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward */
+  FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
+  FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (IrChain) */
+  FUSE_COUNT
+} FuseKind;
+
 typedef struct {
   OpKind kind;
   int nin, nout;
@@ -124,7 +141,26 @@ typedef struct {
   int out[IR_MAX_OUT];  /* tensor ids; an op may write a persistent tensor in place (ACCUM, ADAMW) */
   OpAttrs a;
   IrTags tags;
+  uint8_t fuse;         /* FuseKind of the group this op runs */
+  uint8_t skip;         /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
+                           the fused loss's backward */
+  int peer;             /* fused groups: the first op of the group (this op is the last), else -1 */
 } Op;
+
+/* A generated elementwise chain (compiler/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
+ * (passable ops that launch nothing may lie between them). Kernel parameters, in order: each
+ * stored output, each external input, n, then each op's scalars (ew_scalars). */
+#define IR_MAX_CHAIN 4
+#define IR_MAX_CHAIN_IO 8
+typedef struct {
+  int first, nops;
+  int op[IR_MAX_CHAIN];
+  int nin, in[IR_MAX_CHAIN_IO]; /* external inputs (tensor ids), in order of first use */
+  int store[IR_MAX_CHAIN];      /* per op: its output is written (read after the chain, or last) */
+  char scalars[IR_MAX_CHAIN][4]; /* per op: its scalar parameters, f a.f[0] as float, S the
+                                   dropout seed slot (pointer), U a.i[0] as unsigned */
+  int kernel;                   /* the generated kernel's index (after kernel_list.h's) */
+} IrChain;
 
 typedef struct Graph {
   Tensor *t;
@@ -139,6 +175,8 @@ typedef struct Graph {
   int loss;                              /* scalar fp32, mean over the micro-batch's tokens */
   int grad_norm, lr;                     /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
   int num_microbatches;                  /* forward+backward runs per optimizer step */
+  IrChain *chain;                        /* fused elementwise chains (compiler/fuse.c) */
+  int nchain;
   char err[256];
 } Graph;
 
@@ -188,6 +226,12 @@ uint32_t ir_label_from_name(const char *s); /* 0 when unknown */
 const char *ir_scope_name(int bit_index);   /* 0 -> "layer" */
 uint32_t ir_scope_from_name(const char *s);
 int64_t tensor_numel(const Tensor *t);
+/* FNV-1a 64, continued from `h` (start with IR_FNV_OFFSET): the content hashes of plans,
+ * artifacts and kernel lists. */
+/* s as a JSON string literal, quotes included (the compiler's reports, checkpoint state files). */
+void json_write_string(FILE *out, const char *s);
+#define IR_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t ir_fnv1a(uint64_t h, const void *data, size_t n);
 
 /* ---- building ---- */
 Graph *graph_new(void);

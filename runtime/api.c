@@ -1,17 +1,14 @@
-/* api.c — stepc.h: opening a step, errors, data binding, stepping, measurements. The backends
- * (api_cpu.c, api_cuda.c) run it; api_ckpt.c saves and loads. */
+/* api.c — stepc.h: opening an artifact, errors, data binding, stepping, measurements. The
+ * backends (api_cpu.c, api_cuda.c) run it; api_ckpt.c saves and loads. Opening reads the
+ * artifact's step image (runtime/image.h): no recipe, no compiler. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
-#include "frontend/frontend.h"
 #include "runtime/api_internal.h"
 #include "runtime/rt.h"
-#include "step_plan.h"
-#include "validate.h"
 
 /* The generated step, when step.c is linked into the same shared object (libstep.so): weak, so
  * that binaries without one (the stepc executable, the tests) link and run the library's loop. */
@@ -41,8 +38,7 @@ const char *stepc_status_name(stepc_status st) {
 }
 
 stepc_options stepc_options_default(void) {
-  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .cubin_cache = NULL,
-                         .use_generated_step = 1};
+  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .use_generated_step = 1};
 }
 
 const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of memory (no handle)"; }
@@ -74,7 +70,7 @@ stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *
   if (!s) return STEPC_ERR_ARGUMENT;
   stepc_status st = bind_check(s, "stepc_bind_batch", tokens, targets, count);
   if (st != STEPC_OK) return st;
-  int64_t v = s->spec.model.vocab_size;
+  int64_t v = s->im.f.vocab_size;
   for (size_t i = 0; i < count; i++)
     if (tokens[i] < 0 || tokens[i] >= v)
       return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_bind_batch: token %zu is %d, outside the vocabulary [0, %lld)", i,
@@ -109,29 +105,20 @@ stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void 
 
 /* ---- opening ---- */
 
-static stepc_status load_spec(stepc_t *s, const char *recipe, const char *const *ov, int nov) {
-  DiagList d;
-  diag_init(&d);
-  Spec raw;
-  stepc_status st = STEPC_OK;
-  if (frontend_load(recipe, ov, nov, NULL, &raw, &d) != 0 || validate_spec(&raw, &s->spec, &d) != 0) {
-    /* the diagnostics, one per line, as `stepc check` prints them */
-    size_t k = (size_t)snprintf(s->err, sizeof s->err, "%s: the recipe cannot be used:", recipe);
-    for (int i = 0; i < d.n && k < sizeof s->err; i++)
-      if (d.items[i].severity == DIAG_ERROR)
-        k += (size_t)snprintf(s->err + k, sizeof s->err - k, "\n  %s [%s] %s: %s", d.items[i].where, d.items[i].rule,
-                              d.items[i].field, d.items[i].message);
-    st = STEPC_ERR_RECIPE;
-  }
-  diag_free(&d);
-  return st;
-}
-
 static bool cuda_wanted(const stepc_options *o) { return o->device != STEPC_DEVICE_CPU; }
 
-static stepc_status open_common(stepc_t *s, const char *cache_dir, bool artifact) {
-  char derr[512] = "";
-  if (cpu_data_open(&s->spec, &s->data.recipe, derr, sizeof derr) != 0)
+const RtGenKernels *api_gen_kernels(const stepc_t *s) { return &s->im.gen; }
+
+static stepc_status open_backend(stepc_t *s) {
+  const ImgFacts *f = &s->im.f;
+  char derr[512] = "", path[1600];
+  const char *dp = NULL;
+  if (f->data_text) {
+    /* data.path is the user's file as the recipe named it: relative to the working directory */
+    snprintf(path, sizeof path, "%s", f->data_path);
+    dp = path;
+  }
+  if (cpu_data_open(&s->data.recipe, f->seed, f->vocab_size, f->seq_length, dp, derr, sizeof derr) != 0)
     return api_fail(s, STEPC_ERR_IO, "data: %s", derr);
   s->data_open = true;
   s->data.base = s->data.recipe;
@@ -139,38 +126,36 @@ static stepc_status open_common(stepc_t *s, const char *cache_dir, bool artifact
   s->data.base.free = NULL;
   stepc_status st = STEPC_ERR_NO_DEVICE;
   if (cuda_wanted(&s->opt)) {
-    st = api_cuda_open(s, cache_dir);
+    st = api_cuda_open(s);
     if (st == STEPC_ERR_NO_DEVICE && s->opt.device == STEPC_DEVICE_AUTO) s->err[0] = 0; /* fall back */
     else if (st != STEPC_OK) return st;
   }
   if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
-  s->fingerprint = step_fingerprint(s->g);
   const stepc_generated *gen = &stepc_generated_step;
   if (gen && s->opt.use_generated_step) {
     if (gen->abi != STEPC_GEN_ABI)
       return api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c has ABI %d, this library %d: rebuild the artifact", gen->abi,
                       STEPC_GEN_ABI);
-    if (gen->fingerprint == s->fingerprint) {
-      if (gen->runtime_hash != rt_kernel_list_hash(api_cuda_gen_kernels(s)))
-        return api_fail(s, STEPC_ERR_MISMATCH,
-                        "the linked step.c (built from %s) was written against another kernel list or GEMM call than this "
-                        "library's: the artifact is out of date, rebuild it", gen->recipe);
-      if (s->be->accept_generated && s->be->accept_generated(s, gen)) return STEPC_ERR_MISMATCH;
-      s->gen = gen;
-    } else if (artifact)
+    if (gen->fingerprint != f->fingerprint)
       return api_fail(s, STEPC_ERR_MISMATCH,
-                      "the linked step.c (built from %s) is not the step of %s (fingerprint %016llx, expected %016llx): "
-                      "rebuild the artifact with the stepc that runs it",
-                      gen->recipe, s->source, gen->fingerprint, (unsigned long long)s->fingerprint);
+                      "the linked step.c (built from %s) is not the step of %s (fingerprint %016llx, the image's %016llx): "
+                      "this libstep.so belongs to another artifact",
+                      gen->recipe, s->dir, gen->fingerprint, (unsigned long long)f->fingerprint);
+    if (gen->runtime_hash != rt_kernel_list_hash(api_gen_kernels(s)))
+      return api_fail(s, STEPC_ERR_MISMATCH,
+                      "the linked step.c (built from %s) was written against another kernel list or GEMM call than this "
+                      "library's: the artifact is out of date, rebuild it", gen->recipe);
+    if (s->be->accept_generated && s->be->accept_generated(s, gen)) return STEPC_ERR_MISMATCH;
+    s->gen = gen;
   }
   return STEPC_OK;
 }
 
-static stepc_t *handle_new(const stepc_options *opt, const char *source) {
+static stepc_t *handle_new(const stepc_options *opt, const char *dir) {
   stepc_t *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->opt = opt ? *opt : stepc_options_default();
-  snprintf(s->source, sizeof s->source, "%s", source ? source : "");
+  snprintf(s->dir, sizeof s->dir, "%s", dir ? dir : "");
   return s;
 }
 
@@ -179,27 +164,17 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
   stepc_t *s = *out = handle_new(opt, dir);
   if (!s) return STEPC_ERR_NOMEM;
   if (!dir) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: dir is NULL");
-  char recipe[600];
-  snprintf(recipe, sizeof recipe, "%s/recipe.lua", dir);
-  FILE *f = fopen(recipe, "r");
-  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: cannot open %s (stepc build SPEC -o DIR writes one)", dir, recipe);
+  if (strlen(dir) >= sizeof s->dir - 16) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: the path %s is too long", dir);
+  if (s->opt.graph_mode < -1 || s->opt.graph_mode > 2)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: graph_mode %d (-1 the recipe's, 0 eager, 1 full_iteration, 2 scoped)",
+                    s->opt.graph_mode);
+  char path[600], err[700];
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  FILE *f = fopen(path, "rb");
+  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: cannot open %s (stepc build SPEC -o DIR writes one)", dir, path);
   fclose(f);
-  stepc_status st = load_spec(s, recipe, NULL, 0);
-  if (st != STEPC_OK) return st;
-  /* the artifact's cubin sits in DIR under NVRTC's cache key (kernels.sm_90.cubin links to it) */
-  return open_common(s, s->opt.cubin_cache ? s->opt.cubin_cache : dir, true);
-}
-
-stepc_status stepc_open_recipe(const char *recipe, const char *const *overrides, int noverrides, const stepc_options *opt,
-                               stepc_t **out) {
-  if (!out) return STEPC_ERR_ARGUMENT;
-  stepc_t *s = *out = handle_new(opt, recipe);
-  if (!s) return STEPC_ERR_NOMEM;
-  if (!recipe || noverrides < 0 || (noverrides > 0 && !overrides))
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open_recipe: a recipe path and noverrides overrides are required");
-  stepc_status st = load_spec(s, recipe, overrides, noverrides);
-  if (st != STEPC_OK) return st;
-  return open_common(s, s->opt.cubin_cache, false);
+  if (image_read(path, &s->im, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
+  return open_backend(s);
 }
 
 void stepc_close(stepc_t *s) {
@@ -207,16 +182,14 @@ void stepc_close(stepc_t *s) {
   if (s->be) s->be->free(s);
   if (s->data_open && s->data.recipe.free) s->data.recipe.free(&s->data.recipe);
   free(s->data.tok), free(s->data.tg);
+  image_free(&s->im);
   free(s);
 }
 
 static const char *graph_mode_name(const stepc_t *s) {
-  const char *impl = s->spec.model.cuda_graph_impl;
-  int m = s->opt.graph_mode;
+  int m = s->opt.graph_mode < 0 ? s->im.f.graph_mode : s->opt.graph_mode;
   if (strcmp(s->be->name, "cpu") == 0) return "cpu";
-  if (m == 1 || (m < 0 && !strcmp(impl, "full_iteration"))) return "full_iteration";
-  if (m == 2 || (m < 0 && (!strcmp(impl, "local") || !strcmp(impl, "transformer_engine")))) return "scoped";
-  return "eager";
+  return m == IMG_MODE_FULL_ITERATION ? "full_iteration" : m == IMG_MODE_SCOPED ? "scoped" : "eager";
 }
 
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
@@ -233,10 +206,10 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .micro_batch_size = t->shape[0],
                        .seq_length = t->shape[1],
                        .num_microbatches = g->num_microbatches,
-                       .vocab_size = s->spec.model.vocab_size,
+                       .vocab_size = s->im.f.vocab_size,
                        .parameters = np,
-                       .seed = (uint64_t)s->spec.train.seed,
-                       .train_iters = s->spec.train.train_iters,
+                       .seed = s->im.f.seed,
+                       .train_iters = s->im.f.train_iters,
                        .step = s->step};
   return STEPC_OK;
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "diag.h"
 #include "runtime/api_internal.h"
 #include "runtime/safetensors.h"
 
@@ -66,7 +65,7 @@ static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, con
     ids[k++] = i;
   }
   char fp[20], step[24];
-  snprintf(fp, sizeof fp, "%016" PRIx64, s->fingerprint);
+  snprintf(fp, sizeof fp, "%016" PRIx64, s->im.f.fingerprint);
   snprintf(step, sizeof step, "%lld", (long long)s->step);
   const char *meta[] = {"format", "stepc", "content", kind, "step", step, "step_fingerprint", fp};
   StWriter w;
@@ -198,10 +197,10 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   /* The data position and every RNG draw (dropout masks, mock tokens, text windows) are pure
    * functions of (seed, step): the step counter is the whole RNG and data state. */
   fprintf(f, "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 1,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
-          (long long)s->step, (unsigned long long)s->spec.train.seed);
+          (long long)s->step, (unsigned long long)s->im.f.seed);
   fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
-  fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->fingerprint);
-  json_write_string(f, s->source);
+  fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->im.f.fingerprint);
+  json_write_string(f, s->im.f.recipe);
   fprintf(f, "\n}\n");
   if (fclose(f) != 0 || rename(tmp, path) != 0) {
     remove(tmp);
@@ -233,11 +232,11 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   long long step, seed;
   if (!strstr(text, "\"stepc-checkpoint\"") || json_int(text, "step", &step) || json_int(text, "seed", &seed) || step < 0)
     return api_fail(s, STEPC_ERR_IO, "%s: not a stepc checkpoint state (format, step and seed expected)", path);
-  if ((unsigned long long)seed != (unsigned long long)s->spec.train.seed)
+  if ((unsigned long long)seed != (unsigned long long)s->im.f.seed)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
                     "(open the recipe with train.seed=%lld)",
-                    path, seed, (long long)s->spec.train.seed, seed);
+                    path, seed, (long long)s->im.f.seed, seed);
   join(path, sizeof path, dir, "model.safetensors");
   stepc_status st = load_roles(s, path, PARAMS);
   if (st != STEPC_OK) return st;

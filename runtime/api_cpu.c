@@ -1,17 +1,15 @@
-/* api_cpu.c — stepc.h on the CPU reference executor: the planned step (fp32 arena offsets,
+/* api_cpu.c — stepc.h on the CPU reference executor: the artifact's CPU plan (fp32 arena offsets,
  * recompute replays, freed ranges poisoned), run by the generated step.c or by this file's loop. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "step_plan.h"
-#include "lower.h"
-#include "plan_exec.h"
 #include "runtime/api_internal.h"
+#include "runtime/cpu/program.h"
 
 typedef struct {
-  StepPlan p;   /* at 4 bytes per float: the CPU stores every float tensor in fp32 */
+  Graph *g;     /* the image's graph at the CPU plan's slots: every float tensor in fp32 */
   PlanExec *x;
 } ApiCpu;
 
@@ -40,7 +38,7 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   double t0 = now_ms(), loss = 0;
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
-    if (plan_exec_begin_micro(c->x, &s->data.base, (uint64_t)s->spec.train.seed, step, mb, s->err, sizeof s->err) != 0)
+    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, mb, s->err, sizeof s->err) != 0)
       return -1;
     s->next_point = 0;
     if (s->gen ? s->gen->micro((stepc_gen_ctx *)s) : run_range(s, 0, nmicro)) return -1;
@@ -120,16 +118,16 @@ static int cpu_params_from_masters(stepc_t *s) {
 
 static void cpu_measure(stepc_t *s, stepc_measure *m) {
   ApiCpu *c = cpu(s);
-  m->arena_bytes = m->max_allocated_bytes = c->p.mp.arena;
-  m->predicted_peak_bytes = c->p.mp.peak;
-  m->replay_ops = c->p.rr.nreplay_total;
+  m->arena_bytes = m->max_allocated_bytes = c->g->buffer_bytes[0];
+  m->predicted_peak_bytes = s->im.f.cpu_peak;
+  m->replay_ops = s->im.f.nreplay;
 }
 
 static void cpu_free(stepc_t *s) {
   ApiCpu *c = cpu(s);
   if (!c) return;
   plan_exec_free(c->x);
-  step_plan_free(&c->p);
+  graph_free(c->g);
   free(c);
   s->impl = NULL;
 }
@@ -142,15 +140,13 @@ stepc_status api_cpu_open(stepc_t *s) {
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   s->impl = c;
   s->be = &CPU_BACKEND;
-  int rc = step_plan_build(&s->spec, 4, &c->p, s->err, sizeof s->err);
-  if (rc != 0) {
-    s->be = NULL, s->impl = NULL;
-    free(c);
-    return rc == LOWER_UNSUPPORTED ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME;
-  }
-  s->g = c->p.g;
-  c->x = plan_exec_new(c->p.g, &c->p.sc, &c->p.mp, s->opt.cpu_threads, s->err, sizeof s->err);
+  if (!(c->g = image_cpu_graph(&s->im))) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  s->g = c->g;
+  const StepImage *im = &s->im;
+  CpuProgram prog = {.npoints = im->npoints, .micro_points = im->micro_points, .point_op = im->point_op,
+                     .poison_start = im->poison_start, .poison = im->poison};
+  c->x = plan_exec_new(c->g, &prog, s->opt.cpu_threads, s->err, sizeof s->err);
   if (!c->x) return STEPC_ERR_RUNTIME;
-  cpu_exec_init_params(ex(s), (uint64_t)s->spec.train.seed);
+  cpu_exec_init_params(ex(s), im->f.seed);
   return STEPC_OK;
 }

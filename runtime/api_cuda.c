@@ -1,6 +1,6 @@
-/* api_cuda.c — stepc.h on the GPU. rt_trainer_new sets the step up (plan, cubin, arena,
- * cuBLASLt, parameters); this file drives each step itself so that the generated step.c can be
- * what enqueues the ops: per micro-batch the staged inputs, step.c's micro program, the loss
+/* api_cuda.c — stepc.h on the GPU. Opening sets the artifact's step up (the image's CUDA plan,
+ * the shipped cubin, arena, cuBLASLt, parameters); this file drives each step so that the
+ * generated step.c is what enqueues the ops: per micro-batch the staged inputs, step.c's micro program, the loss
  * copied out; then step.c's tail. step.c's functions launch their recorded work through
  * stepc_gen_launch / _gemm / _memset / _copy below, at the arena and scratch this executor holds. In full_iteration mode that whole sequence is captured once
  * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
@@ -12,12 +12,14 @@
 
 #include "runtime/api_internal.h"
 #include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/train.h"
+#include "runtime/cuda/scoped.h"
+
+#define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 
 typedef struct {
-  RtTrainer *tr;
+  RtDevice dev;
   RtExec *x;
-  RtDevice *d;
+  RtDevice *d;        /* &dev once the driver is open */
   RtTimer timer;
   bool timer_ok, captured, full_iteration;
   RtGraph graph;
@@ -27,6 +29,8 @@ typedef struct {
   RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
   int npoints, nmicro;
   float *losses;
+  int32_t *tok, *tg;  /* one step's staged batch, (num_microbatches, B*T) */
+  uint64_t *seeds;
 } ApiCuda;
 
 static ApiCuda *cu(stepc_t *s) { return s->impl; }
@@ -96,10 +100,6 @@ static int cuda_accept_generated(stepc_t *s, const stepc_generated *gen) {
 
 /* ---- step.c's launches (stepc_gen.h) ---- */
 
-const EwKernels *api_cuda_gen_kernels(stepc_t *s) {
-  return s->be == &CUDA_BACKEND && cu(s) && cu(s)->x ? rt_exec_gen_kernels(cu(s)->x) : NULL;
-}
-
 static ApiCuda *cuda_of(stepc_gen_ctx *ctx) {
   stepc_t *s = (stepc_t *)ctx;
   if (s->be != &CUDA_BACKEND) {
@@ -146,10 +146,32 @@ int stepc_gen_copy(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long lon
   return rt_copy_d2d(c->d, (CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes) ? dev_fail((stepc_t *)ctx) : 0;
 }
 
+/* The dropout seed of (step, micro-batch): a pure function of train.seed, so replays and reruns
+ * draw the same masks. */
+static uint64_t step_seed(uint64_t seed, int64_t step, int64_t micro) {
+  return ops_mix64(ops_mix64(ops_mix64(seed) ^ (uint64_t)step) ^ ((uint64_t)micro << 20));
+}
+
+/* Step `step`'s tokens, targets and dropout seeds to the device (the recipe's data, or the batch
+ * bound on the host). */
+static int stage(stepc_t *s, int64_t step) {
+  ApiCuda *c = cu(s);
+  const Graph *g = s->g;
+  const Tensor *t = &g->t[g->tokens];
+  int64_t b = t->shape[0], T = t->shape[1];
+  CpuData *data = &s->data.base;
+  for (int mb = 0; mb < g->num_microbatches; mb++) {
+    if (data->fill(data, step, mb, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
+      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld", (long long)step), -1;
+    c->seeds[mb] = step_seed(s->im.f.seed, step, mb);
+  }
+  return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
+}
+
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
-  if (rt_trainer_stage(c->tr, step, s->err, sizeof s->err)) return -1;
+  if (stage(s, step)) return -1;
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
   if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
   bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
@@ -205,20 +227,24 @@ static void cuda_measure(stepc_t *s, stepc_measure *m) {
   int64_t ws = (int64_t)rt_blas_workspace_bytes(c->d);
   m->max_allocated_bytes = c->d->max_allocated;
   m->arena_bytes = rt_exec_arena_bytes(c->x);
-  m->predicted_peak_bytes = rt_trainer_planned_peak(c->tr) + ws;
-  m->replay_ops = rt_trainer_replay_ops(c->tr);
-  m->graph_nodes = !c->captured ? 0 : c->scoped ? (int64_t)rt_trainer_graph_nodes(c->tr) : (int64_t)c->graph.nodes;
+  m->predicted_peak_bytes = s->im.f.cuda_peak + ws;
+  m->replay_ops = s->im.f.nreplay;
+  RtScopedStats ss = {0};
+  if (c->captured && c->scoped) rt_scoped_stats(c->scoped, &ss);
+  m->graph_nodes = !c->captured ? 0 : c->scoped ? (int64_t)ss.nodes : (int64_t)c->graph.nodes;
 }
 
 static void cuda_free(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (!c) return;
-  if (c->tr) {
-    if (c->captured && !c->scoped) rt_graph_destroy(c->d, &c->graph); /* scoped graphs: the trainer's */
+  if (c->d) {
+    if (c->captured && !c->scoped) rt_graph_destroy(c->d, &c->graph);
+    rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
-    rt_trainer_free(c->tr);
+    rt_exec_free(c->x);
+    rt_close(c->d);
   }
-  free(c->point_op), free(c->op_point), free(c->losses);
+  free(c->point_op), free(c->op_point), free(c->losses), free(c->tok), free(c->tg), free(c->seeds);
   free(c);
   s->impl = NULL;
 }
@@ -226,38 +252,72 @@ static void cuda_free(stepc_t *s) {
 static const ApiBackend CUDA_BACKEND = {"cuda", cuda_init, cuda_step, cuda_read, cuda_write, cuda_params_from_masters,
                                         cuda_run_point, cuda_accept_generated, cuda_measure, cuda_free};
 
-static bool in_micro(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+/* The artifact's cubin, read whole. NULL with the message. */
+static void *read_cubin(stepc_t *s, const char *name) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s", s->dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return api_fail(s, STEPC_ERR_IO, "cannot open the artifact's cubin %s", path), NULL;
+  void *buf = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (!buf) api_fail(s, STEPC_ERR_IO, "cannot read the artifact's cubin %s", path);
+  return buf;
+}
 
-stepc_status api_cuda_open(stepc_t *s, const char *cache_dir) {
+stepc_status api_cuda_open(stepc_t *s) {
+  const StepImage *im = &s->im;
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  RtTrainStatus ts;
-  c->tr = rt_trainer_new(&s->spec, &s->data.base, cache_dir, s->opt.graph_mode, &ts, s->err, sizeof s->err);
-  if (!c->tr) {
+  int rc = rt_open(&c->dev);
+  if (rc != RT_OK) {
+    api_fail(s, rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME, "%s", c->dev.err);
+    if (c->dev.lib) rt_close(&c->dev);
     free(c);
-    return ts == RT_TRAIN_NO_DEVICE ? STEPC_ERR_NO_DEVICE : ts == RT_TRAIN_UNSUPPORTED ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME;
+    return rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME;
   }
   s->impl = c;
   s->be = &CUDA_BACKEND;
-  c->x = rt_trainer_exec(c->tr);
-  c->d = rt_trainer_device(c->tr);
-  s->g = rt_trainer_graph(c->tr);
+  c->d = &c->dev;
+  s->g = im->g;
   snprintf(s->gpu, sizeof s->gpu, "%s", c->d->name);
-  c->full_iteration = rt_trainer_mode(c->tr) == RT_MODE_FULL_ITERATION;
-  c->warmup = (int)s->spec.model.cuda_graph_warmup_steps;
+  if (im->f.cuda_refusal[0]) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
+  char arch[16];
+  snprintf(arch, sizeof arch, "sm_%d%d", c->d->cc_major, c->d->cc_minor);
+  if (!im->f.cubin[0] || !strstr(im->f.cubin, arch))
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "this GPU is %s, the artifact holds %s: rebuild it with stepc build --arch %s", arch,
+                    im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
+  c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */
+  int unsupported = 0;
+  if (!(c->x = rt_exec_new(c->d, im->g, &unsupported)))
+    return api_fail(s, unsupported ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME, "%s", c->d->err);
+  void *cubin = read_cubin(s, im->f.cubin);
+  if (!cubin) return STEPC_ERR_IO;
+  rc = rt_module_load(c->d, cubin);
+  free(cubin);
+  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || rt_exec_init_params(c->x, im->f.seed)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  int mode = s->opt.graph_mode >= 0 ? s->opt.graph_mode : im->f.graph_mode;
+  c->full_iteration = mode == IMG_MODE_FULL_ITERATION;
+  c->warmup = im->f.warmup_steps;
+  if (mode == IMG_MODE_SCOPED &&
+      !(c->scoped = rt_scoped_new(c->d, c->x, im->g, im->point_op, im->micro_points, im->scope, im->nscope, s->err, sizeof s->err)))
+    return STEPC_ERR_UNSUPPORTED;
   const Graph *g = s->g;
-  c->scoped = rt_trainer_scoped(c->tr);
+  int64_t n = tensor_numel(&g->t[g->tokens]) * g->num_microbatches;
   c->point_op = malloc((size_t)(g->nop + 1) * sizeof *c->point_op);
   c->op_point = malloc((size_t)(g->nop + 1) * sizeof *c->op_point);
   c->losses = malloc((size_t)(g->num_microbatches + 1) * sizeof *c->losses);
-  if (!c->point_op || !c->op_point || !c->losses) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  c->tok = malloc((size_t)n * sizeof *c->tok);
+  c->tg = malloc((size_t)n * sizeof *c->tg);
+  c->seeds = malloc((size_t)g->num_microbatches * sizeof *c->seeds);
+  if (!c->point_op || !c->op_point || !c->losses || !c->tok || !c->tg || !c->seeds) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   for (int o = 0; o < g->nop; o++) c->op_point[o] = -1;
-  for (int pass = 0; pass < 2; pass++) {
-    for (int o = 0; o < g->nop; o++)
-      if (in_micro(g->op[o].tags.phase) == (pass == 0)) c->point_op[c->npoints++] = o;
-    if (pass == 0) c->nmicro = c->npoints;
-  }
-  for (int q = 0; q < c->npoints; q++) c->op_point[c->point_op[q]] = q;
+  c->npoints = im->npoints, c->nmicro = im->micro_points;
+  for (int q = 0; q < c->npoints; q++) c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
   if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
   return STEPC_OK;

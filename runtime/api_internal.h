@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 #include "ir.h"
-#include "runtime/cpu/train.h"
+#include "runtime/cpu/data.h"
+#include "runtime/image.h"
 #include "runtime/stepc.h"
 #include "runtime/stepc_gen.h"
-#include "spec.h"
 
 /* The executors' data source (a CpuData, first member, so they can call it): the bound batch for
- * the next step when there is one, else the recipe's own source. */
+ * the next step when there is one, else the artifact's own source (mock tokens or data.path). */
 typedef struct {
   CpuData base;
   CpuData recipe;
@@ -49,34 +49,32 @@ typedef struct ApiBackend {
 struct stepc {
   char err[1024];
   stepc_options opt;
-  Spec spec;
+  StepImage im;          /* the artifact's step (runtime/image.h) */
+  char dir[512];         /* the artifact directory */
   const ApiBackend *be;
   void *impl;            /* the backend's state */
   const Graph *g;        /* the backend's planned step graph */
   ApiData data;
   bool data_open;
   int64_t step;          /* optimizer steps taken */
-  uint64_t fingerprint;  /* of the step the backend runs */
   const stepc_generated *gen; /* the linked step.c, when it runs; NULL: the library's loop */
   int next_point;        /* the program point the generated step must call next */
   stepc_step_stats last;
   char gpu[256];
-  char source[512];      /* the artifact dir or recipe it was opened from */
 };
 
 /* Records the first message of a failing call and returns st. */
 stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Backends: set s->be, s->impl, s->g; 0, or a status with the message. cache_dir: NVRTC's. */
+/* Backends: set s->be, s->impl, s->g; 0, or a status with the message. */
 stepc_status api_cpu_open(stepc_t *s);
-stepc_status api_cuda_open(stepc_t *s, const char *cache_dir);
+stepc_status api_cuda_open(stepc_t *s);
 
 /* The generated step's checks shared by the backends: the call at `point` is the one expected. */
 int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);
 
-/* The CUDA executor's generated kernels (compiler/ew_fuse.h) when s runs on CUDA, else NULL: the
- * kernel-list hash step.c carries covers them. */
-#include "compiler/ew_fuse.h"
-const EwKernels *api_cuda_gen_kernels(stepc_t *s);
+/* The generated kernels the step.c of an artifact opened on s was written against: the image's
+ * (they are in its cubin whichever device runs). */
+const RtGenKernels *api_gen_kernels(const stepc_t *s);
 
 #endif

@@ -1,10 +1,9 @@
-/* module.c — the kernels module: the NVRTC cubin loaded with cuModuleLoadData, every kernel of
+/* module.c — the kernels module: the artifact's cubin loaded with cuModuleLoadData, every kernel of
  * kernels/kernel_list.h looked up once, and the flash kernels allowed their shared memory. */
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/launch.h"
-#include "nvrtc.h"
 #include "runtime/rt.h"
 
 const char *const rt_kernel_name[RT_K_COUNT] = {
@@ -35,17 +34,17 @@ int rt_karg_bytes(const RtDevice *d, int k, int i) {
 }
 
 /* FNV-1a of s with its terminator: "ab"+"c" differs from "a"+"bc" */
-static uint64_t hash_str(uint64_t h, const char *s) { return cubin_fnv1a(h, s, strlen(s) + 1); }
+static uint64_t hash_str(uint64_t h, const char *s) { return ir_fnv1a(h, s, strlen(s) + 1); }
 
-uint64_t rt_kernel_list_hash(const EwKernels *gen) {
+uint64_t rt_kernel_list_hash(const RtGenKernels *gen) {
 #define RT_GS_I(f) "I" #f " "
 #define RT_GS_P(f) "P" #f " "
 #define RT_GS_F(f) "F" #f " "
   static const char GEMM_FIELDS[] = RT_GEMM_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
-  uint64_t h = cubin_fnv1a(CUBIN_FNV_OFFSET, GEMM_FIELDS, strlen(GEMM_FIELDS));
+  uint64_t h = ir_fnv1a(IR_FNV_OFFSET, GEMM_FIELDS, strlen(GEMM_FIELDS));
   for (int k = 0; k < RT_K_COUNT; k++) h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
-  /* the generated kernels by name (which carries a hash of the chain), signature and source */
-  for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig), gen->k[k].src);
+  /* the generated kernels by name (which carries a hash of the chain's signature) and signature */
+  for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig);
   return h;
 }
 

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compiler/ew_fuse.h"
+#include "ir.h"
 
 typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 } RtStatus;
 
@@ -43,9 +43,18 @@ typedef enum {
 /* The kernel's name and its parameter signature (kernel_list.h's letters), by handle. */
 extern const char *const rt_kernel_name[RT_K_COUNT];
 extern const char *const rt_kernel_sig[RT_K_COUNT];
-/* Generated kernels (compiler/ew_fuse.h) follow the static ones: handle RT_K_COUNT + i is the
- * executor's generated kernel i (RtDevice.gen). rt_kname / rt_ksig cover both ranges. */
-#define RT_GEN_MAX EW_MAX_KERNELS
+/* Generated kernels (the compiler's fused elementwise chains, compiler/ew_fuse.h) follow the
+ * static ones: handle RT_K_COUNT + i is the step's generated kernel i (RtDevice.gen), the one
+ * IrChain.kernel = i names. rt_kname / rt_ksig cover both ranges. */
+#define RT_GEN_MAX 32
+typedef struct {
+  char name[64];
+  char sig[32]; /* kernel_list.h letters */
+} RtGenKernel;
+typedef struct {
+  RtGenKernel k[RT_GEN_MAX];
+  int n;
+} RtGenKernels;
 typedef struct RtDevice RtDevice;
 const char *rt_kname(const RtDevice *d, int k);
 const char *rt_ksig(const RtDevice *d, int k);
@@ -54,7 +63,7 @@ int rt_karg_bytes(const RtDevice *d, int k, int i);
 /* FNV-1a over RT_GEMM_FIELDS and every kernel row's name and signature: step.c carries it, so a
  * step generated against another kernel list or GEMM call is refused instead of launching the
  * wrong kernels. */
-uint64_t rt_kernel_list_hash(const EwKernels *gen); /* gen: generated kernels too (NULL none) */
+uint64_t rt_kernel_list_hash(const RtGenKernels *gen); /* gen: generated kernels too (NULL none) */
 
 typedef struct RtBlas RtBlas;
 typedef struct RtRecorder RtRecorder;
@@ -69,7 +78,7 @@ struct RtDevice {
   CUstream stream;
   CUmodule mod;
   CUfunction fn[RT_K_COUNT + RT_GEN_MAX];
-  const EwKernels *gen; /* the executor's generated kernels (set by rt_exec_new), or NULL */
+  const RtGenKernels *gen; /* the step's generated kernels (the artifact's), or NULL */
   int sm_count, cc_major, cc_minor;
   char name[256];
   RtBlas *blas;

@@ -1,10 +1,11 @@
 /* stepc.h — the public C API for embedding a compiled training step in a trainer.
  *
- * A step comes from an artifact directory written by `stepc build SPEC -o DIR` (recipe.lua,
- * plan.json, kernels.sm_90.cubin, step.c, libstep.so), or, for convenience, straight from a
- * recipe file and KEY=VALUE overrides. The same calls run it on the GPU (the planned arena,
- * eager or one captured full-iteration CUDA graph) or on the CPU reference executor (fp32, the
- * same schedule, freed memory poisoned).
+ * A step comes from an artifact directory written by `stepc build SPEC -o DIR` (step.img,
+ * kernels.sm_90.cubin, libstep.so, ...): link the artifact's libstep.so (SONAME libstep.so; this
+ * header is the whole of what it exports) or dlopen it. The same calls run the step on the GPU
+ * (the planned arena, eager, one captured full-iteration CUDA graph, or scoped graphs) or on the
+ * CPU reference executor (fp32, the same schedule, freed memory poisoned). Opening needs neither
+ * stepc, Lua nor NVRTC.
  *
  *   stepc_options o = stepc_options_default();
  *   o.device = STEPC_DEVICE_CPU;
@@ -22,7 +23,8 @@
  * Rules of the house: every function returns a stepc_status; on failure the handle keeps a
  * message (stepc_last_error) until the next call that fails. The library never prints, never
  * exits and never aborts on bad input. A handle is not thread-safe: use it from one thread at a
- * time. C11; link libstep.so (an artifact) or libstepc_rt + libstepc_compiler (the build tree). */
+ * time. C11; link an artifact's libstep.so (or, in stepc's build tree, libstepc_rt + libstepc_ir:
+ * the library loop without the artifact's step.c). */
 #ifndef STEPC_H
 #define STEPC_H
 
@@ -33,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 1
+#define STEPC_API_VERSION 2
 
 typedef enum {
   STEPC_OK = 0,
@@ -58,7 +60,6 @@ typedef struct {
   int cpu_threads;          /* CPU executor threads; 0 = 2 (results do not depend on it) */
   int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration,
                                2 scoped (one graph per scope instance: local / transformer_engine) */
-  const char *cubin_cache;  /* cuda, recipe-opened steps: NVRTC's cache dir; NULL = default */
   int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
                                0 runs the same schedule through the library's interpreter loop */
 } stepc_options;
@@ -69,14 +70,11 @@ stepc_options stepc_options_default(void);
 typedef struct stepc stepc_t; /* opaque */
 
 /* ---- opening ---- */
-/* Opens the artifact directory `dir` (its recipe.lua; its cubin on cuda). On any status but
- * STEPC_ERR_NOMEM, *out is a handle to read the message from and to close, even on failure;
- * use it for nothing else after a failed open. */
+/* Opens the artifact directory `dir`: its step image (step.img) and, on cuda, its cubin. No
+ * recipe is read and nothing is compiled. On any status but STEPC_ERR_NOMEM, *out is a handle to
+ * read the message from and to close, even on failure; use it for nothing else after a failed
+ * open. */
 stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out);
-/* The same from a recipe file and overrides ("model.seq_length=128", ...); cuda compiles the
- * kernels through NVRTC (cached). */
-stepc_status stepc_open_recipe(const char *recipe, const char *const *overrides, int noverrides,
-                               const stepc_options *opt, stepc_t **out);
 void stepc_close(stepc_t *s);
 /* The message of the last failure ("" when none). Valid until the next call on s. */
 const char *stepc_last_error(const stepc_t *s);

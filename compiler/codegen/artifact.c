@@ -12,21 +12,20 @@
 #include <unistd.h>
 
 #include "codegen/step_emit.h"
+#include "cpu_train.h"
 #include "ew_fuse.h"
 #include "nvrtc.h"
 #include "plan.h"
 #include "report.h"
+#include "runtime/image.h"
 
 extern char **environ;
 
 /* Where the build tree's pieces are (CMakeLists.txt sets them); a relocated stepc can point at
- * others through the environment: STEPC_RT_ARCHIVE, STEPC_COMPILER_ARCHIVE, STEPC_LUA_SO, CC. */
+ * others through the environment: STEPC_RT_ARCHIVE, STEPC_IR_ARCHIVE, CC. */
 #ifndef STEPC_RT_ARCHIVE
 #define STEPC_RT_ARCHIVE ""
-#define STEPC_COMPILER_ARCHIVE ""
 #define STEPC_IR_ARCHIVE ""
-#define STEPC_LUA_SO ""
-#define STEPC_NVRTC_SO ""
 #define STEPC_API_HEADER ""
 #define STEPC_GEN_HEADER ""
 #define STEPC_CC "cc"
@@ -150,30 +149,36 @@ static int add_flags(char **argv, int n, char *buf) {
   return n;
 }
 
+/* The public API libstep.so exports (runtime/stepc.h); everything else stays inside it. */
+static const char VERSION_SCRIPT[] =
+    "{\n  global:\n    stepc_options_default; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
+    "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
+    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_get_measure;\n"
+    "  local: *;\n};\n";
+
+/* libstep.so = step.c + the runtime (libstepc_rt + libstepc_ir): no compiler, no Lua, no NVRTC; the
+ * driver and cuBLASLt are dlopen'ed at run time. SONAME libstep.so and train's RUNPATH $ORIGIN make
+ * the directory relocatable: nothing in it names a path of this machine. */
 static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
-  char so[PATH_MAX + 32], stepc_c[PATH_MAX + 32], lua[PATH_MAX + 32], log[PATH_MAX + 32], train[PATH_MAX + 32],
-      train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], inc[PATH_MAX + 32], rpath_nvrtc[PATH_MAX + 32];
+  char so[PATH_MAX + 32], stepc_c[PATH_MAX + 32], log[PATH_MAX + 32], train[PATH_MAX + 32], train_c[PATH_MAX + 32],
+      hdr[PATH_MAX + 32], inc[PATH_MAX + 32], vs[PATH_MAX + 32], vsarg[PATH_MAX + 64];
   const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
-             *comp = env_or("STEPC_COMPILER_ARCHIVE", STEPC_COMPILER_ARCHIVE), *irar = env_or("STEPC_IR_ARCHIVE", STEPC_IR_ARCHIVE), *lua_so = env_or("STEPC_LUA_SO", STEPC_LUA_SO),
-             *nvrtc = STEPC_NVRTC_SO, *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
+             *irar = env_or("STEPC_IR_ARCHIVE", STEPC_IR_ARCHIVE), *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
   snprintf(so, sizeof so, "%s/libstep.so", dir);
   snprintf(stepc_c, sizeof stepc_c, "%s/step.c", dir);
-  snprintf(lua, sizeof lua, "%s/liblua5.4.so.0", dir);
   snprintf(log, sizeof log, "%s/build.log", dir);
   snprintf(train, sizeof train, "%s/train", dir);
   snprintf(train_c, sizeof train_c, "%s/train.c", dir);
   snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
   snprintf(inc, sizeof inc, "-I%s", dir);
-  char nvdir[PATH_MAX];
-  snprintf(nvdir, sizeof nvdir, "%s", nvrtc);
-  char *slash = strrchr(nvdir, '/');
-  if (slash) *slash = 0;
-  snprintf(rpath_nvrtc, sizeof rpath_nvrtc, "-Wl,-rpath,%s", nvdir);
-  if (!rt[0] || !comp[0] || !lua_so[0]) return fail(err, nerr, "this stepc does not know where its runtime archives are%s%s", "", "");
-  if (copy_file(lua_so, lua, 0755) != 0) return fail(err, nerr, "cannot copy %s to %s", lua_so, lua);
+  snprintf(vs, sizeof vs, "%s/libstep.map", dir);
+  snprintf(vsarg, sizeof vsarg, "-Wl,--version-script=%s", vs);
+  if (!rt[0] || !irar[0]) return fail(err, nerr, "this stepc does not know where its runtime archives are%s%s", "", "");
   if (copy_file(api_h, hdr, 0644) != 0) return fail(err, nerr, "cannot copy %s to %s", api_h, hdr);
   FILE *f = fopen(train_c, "w");
   if (!f || fputs(artifact_train_c, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", train_c, "");
+  f = fopen(vs, "w");
+  if (!f || fputs(VERSION_SCRIPT, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", vs, "");
   remove(log);
   char flags1[512], flags2[512];
   snprintf(flags1, sizeof flags1, "%s", STEPC_ARTIFACT_FLAGS);
@@ -185,10 +190,9 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   n = add_flags(a1, n, flags1);
   /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
   if (gen_h[0]) a1[n++] = "-include", a1[n++] = (char *)gen_h;
-  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt, a1[n++] = (char *)comp,
-  a1[n++] = (char *)irar;
-  a1[n++] = "-Wl,--no-whole-archive", a1[n++] = lua, a1[n++] = (char *)nvrtc, a1[n++] = "-lm", a1[n++] = "-ldl",
-  a1[n++] = "-lpthread", a1[n++] = "-Wl,-rpath,$ORIGIN", a1[n++] = rpath_nvrtc, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
+  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
+  a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
+  a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = vsarg, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
   if (run_logged(a1, log) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");
   if (progress) fprintf(progress, "build: %s train.c libstep.so -> train\n", cc);
   char *a2[32];
@@ -197,6 +201,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   n = add_flags(a2, n, flags2);
   a2[n++] = inc, a2[n++] = "-o", a2[n++] = train, a2[n++] = train_c, a2[n++] = so, a2[n++] = "-Wl,-rpath,$ORIGIN", a2[n] = NULL;
   if (run_logged(a2, log) != 0) return fail(err, nerr, "compiling train failed: see %s%s", log, "");
+  remove(vs);
   return ARTIFACT_OK;
 }
 
@@ -211,6 +216,77 @@ static int make_dirs(const char *dir) {
     *c = '/';
   }
   return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* step.img (runtime/image.h): the CUDA plan sp (its graph, fusions, chains, scopes) beside the CPU
+ * reference plan of the same step, the program, the generated kernels and the step's facts. */
+static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats *es, const char *why, int sm_count,
+                       const char *cubin_name, const char *dir, char *err, size_t nerr) {
+  StepPlan cp; /* the CPU reference executor's plan: every float at 4 bytes */
+  int st = step_plan_build(spec, 4, &cp, err, nerr);
+  if (st != 0) {
+    step_plan_free(&cp);
+    return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  }
+  StepImage im = {0};
+  PlanProgram prog;
+  int rc = ARTIFACT_ERROR;
+  if (step_fingerprint(cp.g) != step_fingerprint(sp->g) || cp.g->nt != sp->g->nt) {
+    snprintf(err, nerr, "internal error: the CPU and CUDA plans of the step differ");
+    goto done;
+  }
+  if (plan_program_build(cp.g, &cp.sc, &cp.mp, &prog) != 0) {
+    snprintf(err, nerr, "out of memory");
+    goto done;
+  }
+  im.g = sp->g;
+  im.npoints = prog.p.npoints, im.micro_points = prog.p.micro_points;
+  im.point_op = prog.point_op, im.poison_start = prog.poison_start, im.poison = prog.poison, im.npoison = prog.npoison;
+  im.cpu_offset = malloc((size_t)cp.g->nt * sizeof *im.cpu_offset);
+  im.cpu_bytes = malloc((size_t)cp.g->nt * sizeof *im.cpu_bytes);
+  im.scope = calloc((size_t)sp->sr.n + 1, sizeof *im.scope);
+  if (!im.cpu_offset || !im.cpu_bytes || !im.scope || (im.nscope = plan_scope_points(&sp->sc, &sp->sr, im.scope)) < 0) {
+    snprintf(err, nerr, "out of memory");
+    goto free_prog;
+  }
+  for (int t = 0; t < cp.g->nt; t++) im.cpu_offset[t] = cp.g->t[t].offset, im.cpu_bytes[t] = cp.g->t[t].bytes;
+  ew_kernels_rt(&sp->ew, &im.gen);
+  ImgFacts *f = &im.f;
+  f->fingerprint = step_fingerprint(sp->g);
+  f->seed = (uint64_t)spec->train.seed;
+  f->train_iters = spec->train.train_iters;
+  f->vocab_size = spec->model.vocab_size;
+  f->seq_length = spec->model.seq_length;
+  const char *impl = spec->model.cuda_graph_impl;
+  f->graph_mode = !strcmp(impl, "full_iteration")                                 ? IMG_MODE_FULL_ITERATION
+                  : !strcmp(impl, "local") || !strcmp(impl, "transformer_engine") ? IMG_MODE_SCOPED
+                                                                                  : IMG_MODE_EAGER;
+  f->warmup_steps = (int32_t)spec->model.cuda_graph_warmup_steps;
+  const char *dp = spec_data_path(spec);
+  if (dp) {
+    char abs[PATH_MAX];
+    /* the data file is the user's: kept by its absolute path, so the artifact runs from any directory */
+    f->data_text = 1;
+    snprintf(f->data_path, sizeof f->data_path, "%s", dp[0] != '/' && realpath(dp, abs) ? abs : dp);
+  }
+  f->nreplay = sp->rr.nreplay_total;
+  f->cuda_peak = sp->mp.peak;
+  f->cpu_peak = cp.mp.peak;
+  f->cpu_arena = cp.mp.arena;
+  f->sm_count = sm_count;
+  const char *base = strrchr(spec->recipe_path, '/');
+  snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
+  if (!es->cuda) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", why);
+  snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  rc = image_write(path, &im, err, nerr) == 0 ? ARTIFACT_OK : ARTIFACT_ERROR;
+free_prog:
+  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope);
+  plan_program_free(&prog);
+done:
+  step_plan_free(&cp);
+  return rc;
 }
 
 int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
@@ -246,6 +322,14 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     if (!err[0]) snprintf(err, nerr, "cannot write %s", path);
     return ARTIFACT_ERROR;
   }
+  char cubin_name[64];
+  snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);
+  int sms = o->sm_count > 0 ? o->sm_count : STEP_EMIT_DEFAULT_SMS;
+  if ((rc = write_image(spec, &sp, &es, why, sms, cubin_name, dir, err, nerr)) != ARTIFACT_OK) {
+    free(es.kernels_cu);
+    step_plan_free(&sp);
+    return rc;
+  }
   if (progress && es.cuda)
     fprintf(progress, "build: step.c — %d ops, %d kernel launches, %d GEMMs, %d memsets\n", sp.sc.nops, es.launches, es.gemms,
             es.memsets);
@@ -280,17 +364,13 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
       snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", kn);
   }
   step_plan_free(&sp);
-  char cubin_name[64], key_name[64];
-  snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);
-  snprintf(key_name, sizeof key_name, "%016llx.%s.cubin", (unsigned long long)cb.key, arch);
   f = open_out(dir, cubin_name, path, sizeof path);
   rc = f && fwrite(cb.data, 1, cb.size, f) == cb.size ? 0 : -1;
   cubin_free(&cb);
   if (!f || fclose(f) != 0 || rc != 0) return fail(err, nerr, "cannot write %s%s", path, "");
   if (err[0]) return ARTIFACT_ERROR;
-  snprintf(path, sizeof path, "%s/%s", dir, key_name);
-  remove(path);
-  if (symlink(cubin_name, path) != 0) return fail(err, nerr, "cannot link %s: %s", path, strerror(errno));
   if (o->no_link) return ARTIFACT_OK;
   return link_step(o, progress, err, nerr);
 }
+
+int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) { return link_step(o, progress, err, nerr); }

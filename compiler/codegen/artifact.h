@@ -1,16 +1,17 @@
 /* artifact.h — `stepc build`: the artifact directory a trainer loads without stepc.
  *
- *   DIR/recipe.lua              the recipe with its overrides applied, one self-contained table
- *   DIR/plan.json               `stepc plan --json` of it
- *   DIR/kernels.cu              the device code (kernel_text), self-contained
- *   DIR/kernels.<arch>.cubin    NVRTC's cubin of it; DIR/<key>.<arch>.cubin links to it, so the
- *                               runtime's cache lookup (nvrtc.h) finds it without compiling
+ *   DIR/step.img                the step image (runtime/image.h): everything the runtime runs
+ *   DIR/kernels.<arch>.cubin    NVRTC's cubin of kernels.cu, loaded as it is
+ *   DIR/libstep.so              step.c + the runtime (libstepc_rt, libstepc_ir) behind stepc.h:
+ *                               SONAME libstep.so, only the stepc_* API exported, no Lua, no NVRTC
+ *   DIR/train, DIR/stepc.h      a small trainer using only the API (RUNPATH $ORIGIN), and the header
  *   DIR/step.c                  the host step, every launch as literals (codegen/step_emit.h)
- *   DIR/libstep.so              step.c + libstepc_rt + the compiler's runtime half, behind stepc.h
- *   DIR/liblua5.4.so.0          the recipe loader's Lua (found through $ORIGIN)
- *   DIR/stepc.h, DIR/train.c, DIR/train   the API header and a small trainer using only it
- *   DIR/build.log               what the C compiler said
- * Nothing here needs a GPU. */
+ *   DIR/kernels.cu              the device code, self-contained
+ *   DIR/recipe.lua, plan.json   the recipe with its overrides applied, and `stepc plan --json` of
+ *                               it: a record of what was built (the runtime reads neither)
+ *   DIR/train.c, DIR/build.log  the trainer's source and what the C compiler said
+ * Nothing here needs a GPU, and nothing in the directory names a path of the build machine (but
+ * data.path, the user's data file, by its absolute path). */
 #ifndef STEPC_ARTIFACT_H
 #define STEPC_ARTIFACT_H
 
@@ -39,6 +40,17 @@ int artifact_write_recipe(const Spec *raw, FILE *f);
  * they fail the build). progress: one line per stage (may be NULL). */
 int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
                    size_t nerr);
+
+/* The link step alone (libstep.so and train) of a directory artifact_build wrote with no_link. */
+int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr);
+
+/* `stepc run SPEC`: the artifact of the recipe in the artifact cache, built when it is not there.
+ * The cache is $STEPC_CACHE_DIR, else $XDG_CACHE_HOME/stepc, else ~/.cache/stepc; an artifact sits
+ * in artifacts/<key>, the key a hash of its content (step.img, step.c, kernels.cu) and of the
+ * runtime archives it links, so a changed recipe, plan or stepc builds anew and nothing stale
+ * runs. dir receives its path. Returns as artifact_build. */
+int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
+                          size_t ndir, char *err, size_t nerr);
 
 /* The text of DIR/train.c (artifact_train.c). */
 extern const char artifact_train_c[];

@@ -1,10 +1,10 @@
-/* data.c — micro-batch sources for the CPU trainer: mock tokens and byte-level text. */
+/* data.c — micro-batch sources (data.h): mock tokens and byte-level text. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops.h"
-#include "runtime/cpu/train.h"
+#include "runtime/cpu/data.h"
 
 static uint64_t batch_key(const CpuData *d, int64_t step, int64_t micro, int64_t row) {
   if (d->fixed) step = 0;
@@ -40,24 +40,21 @@ static void text_free(CpuData *d) {
   d->text = NULL;
 }
 
-int cpu_data_open(const Spec *s, CpuData *d, char *err, size_t nerr) {
+int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err, size_t nerr) {
   memset(d, 0, sizeof *d);
-  d->seed = (uint64_t)s->train.seed;
-  d->vocab = s->model.vocab_size;
-  bool use_path = s->present[SPEC_F_data_path] && s->data.path[0] &&
-                  !(s->present[SPEC_F_data_mock] && s->data.mock);
-  if (!use_path) {
+  d->seed = seed;
+  d->vocab = vocab;
+  if (!path) {
     d->fill = mock_fill;
     return 0;
   }
-  if (s->model.vocab_size < 256) {
-    snprintf(err, nerr, "data.path is read as bytes and needs model.vocab_size >= 256 (it is %lld)",
-             (long long)s->model.vocab_size);
+  if (vocab < 256) {
+    snprintf(err, nerr, "data.path is read as bytes and needs model.vocab_size >= 256 (it is %lld)", (long long)vocab);
     return -1;
   }
-  FILE *f = fopen(s->data.path, "rb");
+  FILE *f = fopen(path, "rb");
   if (!f) {
-    snprintf(err, nerr, "cannot open data.path %s", s->data.path);
+    snprintf(err, nerr, "cannot open data.path %s", path);
     return -1;
   }
   fseek(f, 0, SEEK_END);
@@ -67,14 +64,14 @@ int cpu_data_open(const Spec *s, CpuData *d, char *err, size_t nerr) {
   if (!d->text || fread(d->text, 1, (size_t)n, f) != (size_t)n) {
     fclose(f);
     free(d->text);
-    snprintf(err, nerr, "cannot read data.path %s", s->data.path);
+    snprintf(err, nerr, "cannot read data.path %s", path);
     return -1;
   }
   fclose(f);
   d->ntext = n;
-  if (n < s->model.seq_length + 2) {
+  if (n < seq_length + 2) {
     free(d->text);
-    snprintf(err, nerr, "data.path %s has %ld bytes, fewer than seq_length + 2", s->data.path, n);
+    snprintf(err, nerr, "data.path %s has %ld bytes, fewer than seq_length + 2", path, n);
     return -1;
   }
   d->fill = text_fill;

@@ -9,7 +9,8 @@
  * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses, and the
  * current micro-batch's seed).
  *
- * Fusions the executor makes (each keeps the IR's result, only skips a round trip):
+ * Fusions the executor runs, as the compiler recorded them on the graph (compiler/fuse.c; each
+ * keeps the IR's result, only skips a round trip), besides the pairs and chains:
  *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
  *    there directly (cuBLASLt beta = 1 for LINEAR_WGRAD; the embedding, norm and bias kernels
  *    accumulate in fp32 by contract) and the ACCUM is skipped; this is also more accurate than a
@@ -32,7 +33,8 @@
 typedef struct RtExec RtExec;
 
 /* NULL on error with the message in d->err; *unsupported = 1 when the graph holds an op or a
- * dtype the CUDA backend does not run yet (the message says which). */
+ * dtype the CUDA backend does not run yet (the message says which). The graph's generated
+ * kernels (its chains') must be d->gen, set before. */
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported);
 void rt_exec_free(RtExec *x);
 /* Bytes of the plan's arena, and of the executor's own scratch. */
@@ -41,10 +43,8 @@ int64_t rt_exec_scratch_bytes(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
 /* The two allocations every launch argument points into: 0 the plan's arena, 1 the scratch. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);
-/* The device the executor runs on, and its generated elementwise kernels (compiler/ew_fuse.h;
- * their handles follow kernel_list.h's: RT_K_COUNT + i). */
+/* The device the executor runs on. */
 RtDevice *rt_exec_device(const RtExec *x);
-const EwKernels *rt_exec_gen_kernels(const RtExec *x);
 /* FNV-1a of where everything lives: arena and scratch sizes, buffer bases, every tensor's slot
  * and the executor's fusions (aliases, sinks, skipped ops). A step.c recorded against another
  * layout would write to the wrong bytes: the API compares this before running one. */
@@ -75,10 +75,9 @@ int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases);
 int rt_exec_micro_end(RtExec *x, int micro);
 /* Whether op `op` launches anything (it is not fused into another op). */
 int rt_exec_op_runs(const RtExec *x, int op);
-/* The pair fusion op `op` runs (1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm; 0 none) and, through
- * *peer, the op it absorbed (-1 none); *staged = 1 when the pair writes through the absorbed op's
- * output and a copy (exec.c's analyse). STEPC_FUSE=0 in the environment turns them off. */
-int rt_exec_fusion(const RtExec *x, int op, int *peer, int *staged);
+/* The fusion op `op` runs (ir.h's FuseKind: 1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm, 4 a
+ * generated chain; 0 none) and, through *peer, its group's first op (-1 none). */
+int rt_exec_fusion(const RtExec *x, int op, int *peer);
 int rt_exec_enqueue_optimizer(RtExec *x);
 /* Enqueues op o alone (nothing when it is fused into another). The caller keeps
  * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */

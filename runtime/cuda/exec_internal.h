@@ -7,19 +7,16 @@
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
-/* The executor's pair fusions (exec.c's analyse; docs/gpu-runtime.md). The op that runs the pair
- * carries the kind in RtExec.fuse and the absorbed op (skipped) in RtExec.peer. */
+/* The fusions the compiler decided (compiler/fuse.c; ir.h's FuseKind): the op that runs a group
+ * carries the kind in RtExec.fuse and the group's first op in RtExec.peer. The memory plan keeps
+ * every output of a group off everything the group reads, so each writes straight to its slot. */
 enum {
-  RT_FUSE_NONE,
-  RT_FUSE_LINEAR_ADD,  /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
-  RT_FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward, the dropout's Philox mask */
-  RT_FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
-  RT_FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (compiler/ew_fuse.h);
-                          peer = the chain's first op, ops first .. last - 1 skipped */
+  RT_FUSE_NONE = FUSE_NONE,
+  RT_FUSE_LINEAR_ADD = FUSE_LINEAR_ADD,
+  RT_FUSE_DROPOUT_ADD = FUSE_DROPOUT_ADD,
+  RT_FUSE_ADD_NORM = FUSE_ADD_NORM,
+  RT_FUSE_EW = FUSE_EW,
 };
-/* RtExec.fuse_flags bits */
-#define RT_FUSE_STAGED 0x80 /* the add's output overlaps an operand: the pair's result goes to the
-                               absorbed op's own output first, then one copy to the add's output */
 
 struct RtExec {
   RtDevice *d;
@@ -50,12 +47,10 @@ struct RtExec {
   int *slot;             /* GRAD_SUMSQ: its partial slice; ADAMW: its hp slot (+RT_MAX_HP when it
                             computes the slot's values first) */
   float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
-  uint8_t *fuse;         /* RT_FUSE_* of the pair this op runs (| RT_FUSE_STAGED), 0 none */
-  int *peer;             /* the op fused into this one, or -1 */
-  int fuse_on;           /* 1 << RT_FUSE_* allowed (STEPC_FUSE, read once in rt_exec_new) */
-  int nfused[5];         /* pairs (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
-  EwKernels ew;          /* the generated kernels the chains launch (RtDevice.gen points here) */
-  EwChain *chain;        /* the fused chains, by first op */
+  uint8_t *fuse;         /* RT_FUSE_* of the group this op runs, 0 none */
+  int *peer;             /* the group's first op, or -1 */
+  int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
+  const IrChain *chain;  /* the graph's fused chains */
   int nchain;
 };
 
@@ -101,7 +96,7 @@ int rt_op_lr_sched(RtExec *x, const Op *op);
 int rt_op_adamw(RtExec *x, const Op *op);
 
 /* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
-int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add, int staged);
+int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);
 static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
 
 /* Whether the unfused rows take this op (op_attn_unfused.c): 0, or 1 with the reason in msg. */

@@ -14,12 +14,12 @@ static int need_bf16(RtExec *x, const Op *op, int tensor) {
                  dtype_name(rt_t(x, tensor)->dtype));
 }
 
-static int dropout_add(RtExec *x, const Op *dr, const Op *add, int staged);
+static int dropout_add(RtExec *x, const Op *dr, const Op *add);
 
 int rt_op_add(RtExec *x, const Op *op) {
-  int o = rt_op_index(x, op), f = x->fuse[o] & ~RT_FUSE_STAGED, staged = (x->fuse[o] & RT_FUSE_STAGED) != 0;
-  if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op, staged);
-  if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op, staged);
+  int o = rt_op_index(x, op), f = x->fuse[o];
+  if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
+  if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
   if (need_bf16(x, op, op->out[0])) return RT_ERROR;
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), b = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->out[0]);
@@ -103,18 +103,18 @@ static int dropout(RtExec *x, const Op *op, RtKernel k) {
 int rt_op_dropout(RtExec *x, const Op *op) { return dropout(x, op, RT_K_dropout_forward); }
 
 /* DROPOUT -> ADD whose dropout output has no other reader: out = r + dropout(in) in one kernel
- * (exec.c's analyse). Same grid, seed slot, stream id and element count as `dropout`, so the same
+ * (compiler/fuse.c). Same grid, seed slot, stream id and element count as `dropout`, so the same
  * Philox mask as dropout_backward and a replay regenerate; the kept value is scaled and added in
- * fp32 and rounded once. Staged: written to the dropout's own output, then copied. */
-static int dropout_add(RtExec *x, const Op *dr, const Op *add, int staged) {
+ * fp32 and rounded once. */
+static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
   int yt = dr->out[0], rt = add->in[0] == yt ? add->in[1] : add->in[0];
-  CUdeviceptr y = staged ? rt_out(x, dr, 0) : rt_out(x, add, 0), r = rt_exec_ptr(x, rt), a = rt_in(x, dr, 0), seed = x->seed_cur;
+  CUdeviceptr y = rt_out(x, add, 0), r = rt_exec_ptr(x, rt), a = rt_in(x, dr, 0), seed = x->seed_cur;
   long n = (long)rt_numel(x, dr->in[0]);
   float p = (float)dr->a.f[0];
   unsigned id = (unsigned)dr->a.i[0];
   void *args[] = {&y, &r, &a, &n, &p, &seed, &id};
   if (rt_launch(x->d, RT_K_dropout_residual_forward, rt_grid1d(x->d, (n + 3) / 4), 1, 1, 256, 0, args)) return RT_ERROR;
-  return staged && y != rt_out(x, add, 0) ? rt_copy_d2d(x->d, rt_out(x, add, 0), y, (size_t)rt_t(x, yt)->bytes) : RT_OK;
+  return RT_OK;
 }
 int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, RT_K_dropout_backward); }
 

@@ -14,17 +14,17 @@ int rt_op_linear(RtExec *x, const Op *op) {
 
 /* y + r for an ADD (y, r) or (r, y) whose y is this LINEAR's only reader: D = x W^T (+ b) + r,
  * r as cuBLASLt's C (beta = 1), D the add's output, so the product is rounded to bf16 once, after
- * the residual is added (exec.c's analyse). Staged: D is the linear's own output, then copied. */
-int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add, int staged) {
+ * the residual is added (compiler/fuse.c chose the pair; the plan keeps D off every operand). */
+int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
   const Tensor *a = rt_t(x, lin->in[0]), *w = rt_t(x, lin->in[1]);
   int y = lin->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];
-  CUdeviceptr d = staged ? rt_out(x, lin, 0) : rt_out(x, add, 0), c = rt_exec_ptr(x, r);
+  CUdeviceptr d = rt_out(x, add, 0), c = rt_exec_ptr(x, r);
   int64_t M = ops_rows(a), N = w->shape[0], K = w->shape[1];
   RtGemm g = {.kind = RT_GEMM_NT, .m = M, .n = N, .k = K, .lda = K, .ldb = K, .ldc = N, .batch = 1, .a = rt_in(x, lin, 0),
               .b = rt_in(x, lin, 1), .c = c, .d = d == c ? 0 : d, .bias = lin->nin == 3 ? rt_in(x, lin, 2) : 0, .alpha = 1.0f,
               .beta = 1.0f};
   if (rt_gemm_run(x->d, &g)) return RT_ERROR;
-  return staged && d != rt_out(x, add, 0) ? rt_copy_d2d(x->d, rt_out(x, add, 0), d, (size_t)rt_t(x, y)->bytes) : RT_OK;
+  return RT_OK;
 }
 
 /* dx (M, K) = dy (M, N) . W (N, K) */

@@ -1,9 +1,8 @@
 /* scoped.c — per-module scoped CUDA graphs (see scoped.h).
  *
- * The micro program of the schedule (positions [0, micro_end)) is a list of segments in order:
- * an eager run of op ids, or one scope instance. The executor launches ops in graph order and the
- * schedule's micro program is that order (schedule.c), so each segment is an op-id range run
- * with the micro phases; bucket markers in the schedule launch nothing. */
+ * The micro program (program points [0, micro_points)) is a list of segments in order: an eager
+ * run of op ids, or one scope instance. The executor launches ops in graph order and the micro
+ * program is that order, so each segment is an op-id range run with the micro phases. */
 #include "runtime/cuda/scoped.h"
 
 #include <stdio.h>
@@ -61,50 +60,48 @@ static int push_seg(RtScoped *s, Seg sg) {
   return 0;
 }
 
-RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const Schedule *sc, const ScopeResult *sr, char *err,
-                        size_t nerr) {
+RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *point_op, int micro_points,
+                        const ImgScope *scope, int nscope, char *err, size_t nerr) {
   RtScoped *s = calloc(1, sizeof *s);
-  int *inst_at = malloc((size_t)(sc->micro_end + 1) * sizeof *inst_at);
-  if (!s || !inst_at || !(s->inst = calloc((size_t)sr->n + 1, sizeof *s->inst))) {
+  int *inst_at = malloc((size_t)(micro_points + 1) * sizeof *inst_at);
+  if (!s || !inst_at || !(s->inst = calloc((size_t)nscope + 1, sizeof *s->inst))) {
     free(inst_at), free(s);
     snprintf(err, nerr, "out of memory");
     return NULL;
   }
-  s->d = d, s->x = x, s->ninst = sr->n, s->nops = g->nop;
+  s->d = d, s->x = x, s->ninst = nscope, s->nops = g->nop;
   s->run = run_dispatch, s->run_ctx = x;
   s->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
-  for (int i = 0; i < sc->micro_end; i++) inst_at[i] = -1;
-  for (int k = 0; k < sr->n; k++) {
-    const ScopeInst *si = &sr->s[k];
-    if (si->scope < 0 || si->first < 0 || si->last >= sc->micro_end) {
+  for (int i = 0; i < micro_points; i++) inst_at[i] = -1;
+  for (int k = 0; k < nscope; k++) {
+    const ImgScope *si = &scope[k];
+    if (si->scope < 0 || si->first < 0 || si->last >= micro_points || si->last < si->first) {
       snprintf(err, nerr, "scope instance %d is not a per-layer scope of the micro-batch program", k);
       goto fail;
     }
     Inst *in = &s->inst[k];
-    in->first = -1, in->phase = si->phase;
+    in->first = -1, in->phase = (Phase)si->phase;
     for (int i = si->first; i <= si->last; i++) {
       if (inst_at[i] >= 0) {
         /* e.g. transformer_engine with moe and moe_router: one op in two graphs cannot be run */
         snprintf(err, nerr, "CUDA-graph scopes %s and %s of layer %d overlap; choose model.cuda_graph_modules whose scopes are "
-                 "disjoint", ir_scope_name(sr->s[inst_at[i]].scope), ir_scope_name(si->scope), si->layer);
+                 "disjoint", ir_scope_name(scope[inst_at[i]].scope), ir_scope_name(si->scope), si->layer);
         goto fail;
       }
       inst_at[i] = k;
-      if (sc->it[i].kind != SCHED_OP) continue;
-      int o = sc->it[i].id;
+      int o = point_op[i];
       if (in->first < 0) in->first = o;
       in->last = o;
       in->nlaunch += rt_exec_op_runs(x, o);
     }
   }
-  /* segments in schedule order; op ids must rise along the micro program (the executor's order) */
+  /* segments in program order; op ids must rise along the micro program (the executor's order) */
   Seg cur = {.first = -1, .inst = -1};
   int prev = -1;
-  for (int i = 0; i < sc->micro_end; i++) {
-    if (sc->it[i].kind != SCHED_OP) continue;
-    int o = sc->it[i].id, k = inst_at[i];
+  for (int i = 0; i < micro_points; i++) {
+    int o = point_op[i], k = inst_at[i];
     if (o <= prev) {
-      snprintf(err, nerr, "the schedule's micro-batch program is not in graph order at op %d (%s)", o, g->op[o].tags.module);
+      snprintf(err, nerr, "the micro-batch program is not in graph order at op %d (%s)", o, g->op[o].tags.module);
       goto fail;
     }
     prev = o;

@@ -13,14 +13,16 @@
 
 #include <stddef.h>
 
-#include "plan.h"
 #include "runtime/cuda/exec.h"
+#include "runtime/image.h"
 
 typedef struct RtScoped RtScoped;
 
-/* Cuts the micro program of sc into eager runs and scope instances of sr. Nothing is captured
- * yet. NULL with a message in err (instances that overlap, an order the executor does not run). */
-RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const Schedule *sc, const ScopeResult *sr, char *err, size_t nerr);
+/* Cuts the micro program (point -> op id, points [0, micro_points)) into eager runs and the
+ * scope instances (their point ranges). Nothing is captured yet. NULL with a message in err
+ * (instances that overlap, an order the executor does not run). */
+RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *point_op, int micro_points,
+                        const ImgScope *scope, int nscope, char *err, size_t nerr);
 void rt_scoped_free(RtScoped *s);
 /* What launches a run of ops (op ids first..last, those of `phases`): by default the executor's
  * dispatch (rt_exec_enqueue_ops); the C API sets the linked step.c's functions instead, so that

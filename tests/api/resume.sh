@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# resume.sh TRAIN_TEXT DEVICE SOURCE [KEY=VALUE ...] — the example trainer, N steps without a
-# break, then K steps + a checkpoint, then a fresh process resumed from it: the resumed run's
-# losses must be bitwise those of the uninterrupted one (compared on the %a bits). Exit 77 (skip)
-# when DEVICE is cuda and there is no GPU.
+# resume.sh STEPC TRAIN_TEXT DEVICE RECIPE [KEY=VALUE ...] — the recipe built into an artifact,
+# then the example trainer on it: N steps without a break, then K steps + a checkpoint, then a
+# fresh process resumed from it: the resumed run's losses must be bitwise those of the
+# uninterrupted one (compared on the %a bits). Exit 77 (skip) when DEVICE is cuda and there is no GPU.
 set -uo pipefail
-bin=$1 dev=$2 src=$3
-shift 3
+stepc=$1 bin=$2 dev=$3 recipe=$4
+shift 4
 N=${RESUME_STEPS:-6} K=${RESUME_AT:-3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+src=$tmp/art
+"$stepc" build "$recipe" "$@" -o "$src" >"$tmp/build.out" 2>&1 || { cat "$tmp/build.out"; exit 1; }
+set --
 "$bin" "$src" "$@" --device "$dev" --steps "$N" >"$tmp/full" 2>"$tmp/full.err"
 rc=$?
 [ $rc -eq 77 ] && { cat "$tmp/full.err"; exit 77; }

@@ -1,12 +1,12 @@
 /* step_literal.c — a generated step.c launches exactly what the executor's dispatch launches.
  *
- *   step_literal RECIPE STEP_SO [KEY=VALUE ...]
+ *   step_literal ARTIFACT_DIR STEP_SO
  *
- * RECIPE is an artifact's recipe.lua, STEP_SO its step.c compiled alone into a shared object
- * (`cc -shared -fPIC step.c`; its stepc_gen_* calls resolve against this executable). The step is
- * planned as the runtimes plan it and recorded twice on one recording device (runtime/record.h):
- * once through the executor's dispatch, op by op in program order (what `stepc run --device cuda`
- * launches), once by running step.c's micro program and tail (what libstep.so launches). Every
+ * ARTIFACT_DIR is an artifact, STEP_SO its step.c compiled alone into a shared object (`cc -shared
+ * -fPIC step.c`; its stepc_gen_* calls resolve against this executable). The artifact's step image
+ * (step.img, what the runtime runs) is recorded twice on one recording device (runtime/record.h):
+ * once through the executor's dispatch, op by op in program order (the library's loop), once by
+ * running step.c's micro program and tail (what libstep.so launches). Every
  * record — kernel, grid, block, shared memory, every argument's bits; every GEMM field; memsets and
  * copies — must be equal, in order. step.c's fingerprint, kernel-list hash and layout hash must be
  * the library's. Exit 0 equal, 1 a difference (the first is printed), 2 bad input. */
@@ -15,19 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
-#include "frontend/frontend.h"
 #include "runtime/cuda/exec.h"
+#include "runtime/image.h"
 #include "runtime/record.h"
 #include "runtime/stepc_gen.h"
-#include "step_plan.h"
-#include "validate.h"
 
 static RtDevice dev;
 static RtRecorder rec;
 static RtExec *ex;
 static const Graph *graph;
-static int *point_op, next_point, bad_call;
+static const int32_t *point_op;
+static int next_point, bad_call;
 
 int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind) {
   (void)c;
@@ -67,45 +65,37 @@ static void describe(const RtRec *r) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: step_literal RECIPE STEP_SO [KEY=VALUE ...]\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: step_literal ARTIFACT_DIR STEP_SO\n");
     return 2;
   }
-  Spec raw, spec;
-  DiagList d;
-  diag_init(&d);
-  if (frontend_load(argv[1], (const char *const *)argv + 3, argc - 3, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
-    diag_print(&d, stderr);
-    return 2;
-  }
-  diag_free(&d);
   void *so = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
   const stepc_generated *gen = so ? dlsym(so, "stepc_generated_step") : NULL;
   if (!gen) {
     fprintf(stderr, "%s: %s\n", argv[2], so ? "no stepc_generated_step" : dlerror());
     return 2;
   }
-  StepPlan p;
-  char err[512] = "";
-  if (step_plan_build(&spec, 0, &p, err, sizeof err) != 0) {
-    fprintf(stderr, "plan: %s\n", err);
-    step_plan_free(&p);
+  StepImage im;
+  char path[1200], err[1400] = "";
+  snprintf(path, sizeof path, "%s/%s", argv[1], STEPC_IMAGE_FILE);
+  if (image_read(path, &im, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    dlclose(so);
     return 2;
   }
-  graph = p.g;
+  graph = im.g;
   int rc = 1;
   rt_record_open(&dev, &rec, gen->sm_count);
+  dev.gen = &im.gen;
   int unsupported = 0;
-  ex = rt_exec_new(&dev, p.g, &unsupported);
-  point_op = calloc((size_t)p.sc.nops + 1, sizeof *point_op);
-  int npt = 0;
-  for (int i = 0; i < p.sc.n; i++)
-    if (p.sc.it[i].kind == SCHED_OP) point_op[npt++] = p.sc.it[i].id;
-  if (gen->abi != STEPC_GEN_ABI || gen->fingerprint != step_fingerprint(p.g) || gen->runtime_hash != rt_kernel_list_hash(ex ? rt_exec_gen_kernels(ex) : NULL) ||
-      gen->points != npt) {
+  ex = rt_exec_new(&dev, im.g, &unsupported);
+  point_op = im.point_op;
+  int npt = im.npoints;
+  if (gen->abi != STEPC_GEN_ABI || gen->fingerprint != im.f.fingerprint || gen->runtime_hash != rt_kernel_list_hash(&im.gen) ||
+      gen->points != npt || gen->micro_points != im.micro_points) {
     fprintf(stderr, "step.c's header differs: abi %d, fingerprint %016llx vs %016llx, runtime hash %016llx vs %016llx, points %d vs %d\n",
-            gen->abi, gen->fingerprint, (unsigned long long)step_fingerprint(p.g), gen->runtime_hash,
-            (unsigned long long)rt_kernel_list_hash(ex ? rt_exec_gen_kernels(ex) : NULL), gen->points, npt);
+            gen->abi, gen->fingerprint, (unsigned long long)im.f.fingerprint, gen->runtime_hash,
+            (unsigned long long)rt_kernel_list_hash(&im.gen), gen->points, npt);
     goto out;
   }
   if (!ex) { /* not a CUDA step: step.c must say so and hold no work */
@@ -160,8 +150,7 @@ int main(int argc, char **argv) {
 out:
   rt_exec_free(ex);
   rt_recorder_free(&rec);
-  free(point_op);
-  step_plan_free(&p);
+  image_free(&im);
   dlclose(so);
   return rc;
 }

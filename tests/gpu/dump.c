@@ -32,8 +32,8 @@
 
 #include "lower.h"
 #include "runtime/cpu/exec.h"
-#include "runtime/cpu/train.h"
-#include "runtime/cuda/train.h"
+#include "cpu_train.h"
+#include "trainer.h"
 #include "runtime/safetensors.h"
 
 #define SKIP 77
@@ -221,7 +221,7 @@ int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache) {
   if (check_recipe(s, err, sizeof err)) return printf("FAIL dump: %s\n", err), 1;
   if (mkdir(outdir, 0777) && errno != EEXIST) return printf("FAIL cannot create %s: %s\n", outdir, strerror(errno)), 1;
   CpuData data;
-  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
   Src src = {0};
   RtTrainer *tr = NULL;
   Graph *cg = NULL;

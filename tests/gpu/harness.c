@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "kernel_text.h"
-#include "nvrtc.h"
+#include "compiler/nvrtc.h"
 #include "ref.h"
 
 #define GPU_STR(x) #x

@@ -37,8 +37,8 @@
 #include "frontend/frontend.h"
 #include "lower.h"
 #include "runtime/cpu/exec.h"
-#include "runtime/cpu/train.h"
-#include "runtime/cuda/train.h"
+#include "cpu_train.h"
+#include "trainer.h"
 #include "validate.h"
 
 #define SKIP 77
@@ -73,7 +73,7 @@ static RtTrainer *gpu_trainer(const Spec *s, CpuData *data, const char *cache, i
 static int cmd_grads(const Spec *s, const char *cache) {
   CpuData data;
   char err[1024];
-  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
   int code = 0;
   RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, &code);
   if (!tr) return code;
@@ -164,7 +164,7 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
   if (nc < steps) return printf("FAIL %s has %d losses, want %d\n", cpu_json, nc, steps), 1;
   CpuData data;
   char err[1024];
-  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
   int code = 0;
   RtTrainer *tr = gpu_trainer(s, &data, cache, -1, &code);
   if (!tr) return code;
@@ -194,7 +194,7 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
                        int *code, int *ngraphs) {
   CpuData data;
   char err[1024];
-  if (cpu_data_open(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
   RtTrainer *tr = gpu_trainer(s, &data, cache, mode, code);
   if (!tr) {
     if (data.free) data.free(&data);

@@ -10,7 +10,8 @@
 #include "frontend/frontend.h"
 #include "lower.h"
 #include "plan.h"
-#include "plan_exec.h"
+#include "cpu_train.h"
+#include "runtime/cpu/program.h"
 #include "validate.h"
 
 enum { STEPS = 2 };
@@ -68,13 +69,15 @@ static int run(const Spec *s, const RecomputeConfig *cfg, Result *r, int64_t *pe
   } else {
     *peak = graph_plan_trivial(g, 4);
   }
-  PlanExec *x = plan_exec_new(g, &sc, cfg ? &mp : NULL, 2, err, sizeof err);
+  PlanProgram prog;
+  if (plan_program_build(g, &sc, cfg ? &mp : NULL, &prog) != 0) return -1;
+  PlanExec *x = plan_exec_new(g, &prog.p, 2, err, sizeof err);
   if (!x) {
     fprintf(stderr, "exec: %s\n", err);
     return -1;
   }
   CpuData d;
-  if (cpu_data_open(s, &d, err, sizeof err) != 0) return -1;
+  if (cpu_data_open_spec(s, &d, err, sizeof err) != 0) return -1;
   cpu_exec_init_params(plan_exec_cpu(x), (uint64_t)s->train.seed);
   r->grads = calloc(STEPS, sizeof *r->grads);
   r->params = calloc(STEPS, sizeof *r->params);
@@ -88,6 +91,7 @@ static int run(const Spec *s, const RecomputeConfig *cfg, Result *r, int64_t *pe
   *poisoned = plan_exec_poisoned(x);
   if (d.free) d.free(&d);
   plan_exec_free(x);
+  plan_program_free(&prog);
   memplan_free(&mp);
   schedule_free(&sc);
   recompute_result_free(&rr);

@@ -1,6 +1,6 @@
-/* exec_fuse.c — the executor's pair fusions (runtime/cuda/exec.c's analyse) on the recording
- * device, no GPU: which ops fuse, what the fused op launches, that STEPC_FUSE=0 turns them off,
- * that the bit-changing fusions (LINEAR+ADD, DROPOUT+ADD) pick the same forward pairs under every
+/* exec_fuse.c — the compiler's fusions (compiler/fuse.c) as the executor runs them on the recording
+ * device, no GPU: which ops fuse, what the fused op launches (always straight into the group's
+ * output: the plan keeps it off every operand), that the bit-changing fusions (LINEAR+ADD, DROPOUT+ADD) pick the same forward pairs under every
  * recompute setting and fuse every replay of a fused pair, and that none of them straddles a
  * CUDA-graph scope instance.
  *
@@ -15,23 +15,19 @@ typedef struct {
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;
-  int n[5], staged;       /* pairs by kind (4: generated elementwise chains) */
+  int n[5];               /* pairs by kind (4: generated elementwise chains) */
   char (*fwd_key)[160];   /* per op: "kind module" of fused forward LINEAR/DROPOUT+ADD pairs */
 } Run;
 
-static int load(Run *r, const char *recipe, const char **kv, int nkv, int fuse) {
+static int load(Run *r, const char *recipe, const char **kv, int nkv) {
   memset(r, 0, sizeof *r);
-  if (fuse == 1) unsetenv("STEPC_FUSE");
-  else setenv("STEPC_FUSE", fuse == 0 ? "0" : "add_norm", 1);
-  int rc = record_run_open(recipe, kv, nkv, &r->p, &r->dev, &r->rec, &r->x);
-  unsetenv("STEPC_FUSE");
-  if (rc) return -1;
+  if (record_run_open(recipe, kv, nkv, &r->p, &r->dev, &r->rec, &r->x)) return -1;
   const Graph *g = r->p.g;
   r->fwd_key = calloc((size_t)g->nop + 1, sizeof *r->fwd_key);
   for (int o = 0; o < g->nop; o++) {
-    int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
+    int peer, k = rt_exec_fusion(r->x, o, &peer);
     if (!k) continue;
-    r->n[k]++, r->staged += st;
+    r->n[k]++;
     if (k != 3 && k != 4 && g->op[o].tags.phase == IR_PHASE_FORWARD)
       snprintf(r->fwd_key[o], sizeof r->fwd_key[o], "%d %s", k, g->op[o].tags.module);
   }
@@ -50,7 +46,7 @@ static void check_launches(Run *r, const char *name) {
   RtExec *x = r->x;
   r->rec.on = 1;
   for (int o = 0; o < g->nop; o++) {
-    int peer, st, k = rt_exec_fusion(x, o, &peer, &st);
+    int peer, k = rt_exec_fusion(x, o, &peer);
     if (!k) continue;
     const Op *op = &g->op[o], *pr = &g->op[peer];
     if (k == 4) { /* a generated chain: its ops from peer to o, all but o skipped, one launch */
@@ -60,7 +56,7 @@ static void check_launches(Run *r, const char *name) {
       r->rec.n = 0;
       r->rec.op = o;
       CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
-      const EwKernels *ks = rt_exec_gen_kernels(x);
+      const RtGenKernels *ks = r->dev.gen;
       CHECK(r->rec.n == 1 && r->rec.r[0].kind == RT_REC_LAUNCH && (int)r->rec.r[0].k >= RT_K_COUNT &&
                 (int)r->rec.r[0].k < RT_K_COUNT + ks->n,
             "%s op %d: not one launch of a generated kernel", name, o);
@@ -88,7 +84,7 @@ static void check_launches(Run *r, const char *name) {
     r->rec.n = 0;
     r->rec.op = o;
     CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
-    CHECK(r->rec.n == 1 + st, "%s op %d: %d records for a %s pair", name, o, r->rec.n, st ? "staged" : "direct");
+    CHECK(r->rec.n == 1, "%s op %d: %d records for a pair", name, o, r->rec.n);
     if (r->rec.n < 1) continue;
     const RtRec *a = &r->rec.r[0];
     CUdeviceptr out = rt_exec_ptr(x, op->kind == OP_ADD ? op->out[0] : pr->out[0]);
@@ -97,7 +93,7 @@ static void check_launches(Run *r, const char *name) {
       CUdeviceptr d = a->gemm.d ? a->gemm.d : a->gemm.c;
       CHECK(a->kind == RT_REC_GEMM && a->gemm.beta == 1.0f && a->gemm.c == rt_exec_ptr(x, res) &&
                 a->gemm.a == rt_exec_ptr(x, pr->in[0]) && a->gemm.b == rt_exec_ptr(x, pr->in[1]) &&
-                d == (st ? rt_exec_ptr(x, y) : out) && a->gemm.bias == (pr->nin == 3 ? rt_exec_ptr(x, pr->in[2]) : 0),
+                d == out && d != a->gemm.c && a->gemm.bias == (pr->nin == 3 ? rt_exec_ptr(x, pr->in[2]) : 0),
             "%s op %d: LINEAR+ADD is not one GEMM D = A W^T + residual", name, o);
     } else if (k == 2) {
       CHECK(a->kind == RT_REC_LAUNCH && a->k == RT_K_dropout_residual_forward, "%s op %d: not dropout_residual_forward", name, o);
@@ -110,14 +106,13 @@ static void check_launches(Run *r, const char *name) {
       RtKernel want = op->kind == OP_RMSNORM ? RT_K_residual_rmsnorm_forward : RT_K_residual_layernorm_forward;
       CHECK(a->kind == RT_REC_LAUNCH && a->k == want && a->arg[0] == out, "%s op %d: not %s", name, o, rt_kernel_name[want]);
     }
-    if (st) CHECK(r->rec.r[1].kind == RT_REC_COPY && r->rec.r[1].dst == out, "%s op %d: staged without the copy", name, o);
   }
   r->rec.on = 0;
   /* every replay of a bit-changing pair is fused exactly when its forward pair is */
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     if (op->tags.phase != IR_PHASE_REPLAY || op->kind != OP_ADD || op->tags.fwd < 0) continue;
-    int p1, p2, s1, s2, kr = rt_exec_fusion(x, o, &p1, &s1), kf = rt_exec_fusion(x, op->tags.fwd, &p2, &s2);
+    int p1, p2, kr = rt_exec_fusion(x, o, &p1), kf = rt_exec_fusion(x, op->tags.fwd, &p2);
     if (kr == 3) kr = 0;
     if (kf == 3) kf = 0;
     CHECK(kr == kf, "%s: replay op %d fused %d, its forward op %d fused %d", name, o, kr, op->tags.fwd, kf);
@@ -135,7 +130,7 @@ static int straddles(Run *r, int want_kind) {
     for (int i = sr->s[k].first; i <= sr->s[k].last; i++)
       if (sc->it[i].kind == SCHED_OP) inst[sc->it[i].id] = k;
   for (int o = 0; o < g->nop; o++) {
-    int peer, st, k = rt_exec_fusion(r->x, o, &peer, &st);
+    int peer, k = rt_exec_fusion(r->x, o, &peer);
     if (k && (want_kind == 0 ? k != 3 && k != 4 : k == want_kind) && inst[o] != inst[peer]) n++;
   }
   free(inst);
@@ -143,8 +138,7 @@ static int straddles(Run *r, int want_kind) {
 }
 
 static void print(Run *r, const char *name) {
-  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  (staged %d)\n", name, r->n[1], r->n[2], r->n[3],
-         r->n[4], r->staged);
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d\n", name, r->n[1], r->n[2], r->n[3], r->n[4]);
 }
 
 /* The same forward pairs (by kind and module) fuse in a and b. */
@@ -162,25 +156,14 @@ static void same_forward(Run *a, Run *b, const char *name) {
 }
 
 static void recipe(const char *title, const char *path, const char **base, int nbase, const char *const *variants, int nvar,
-                   int min1, int min2, int min3, int n4) {
-  Run off, on;
-  CHECK(load(&off, path, base, nbase, 0) == 0, "%s: load", title);
-  CHECK(off.n[1] + off.n[2] + off.n[3] + off.n[4] == 0, "%s: STEPC_FUSE=0 still fuses", title);
-  Run nrm;
-  CHECK(load(&nrm, path, base, nbase, 2) == 0, "%s: load", title);
-  check_launches(&nrm, title);
-  printf("STEPC_FUSE=add_norm: ");
-  print(&nrm, title);
-  CHECK(nrm.n[1] + nrm.n[2] + nrm.n[4] == 0 && nrm.n[3] >= min3, "%s: STEPC_FUSE=add_norm", title);
-  unload(&nrm);
-  CHECK(load(&on, path, base, nbase, 1) == 0, "%s: load", title);
-  CHECK(rt_exec_layout_hash(on.x) != rt_exec_layout_hash(off.x), "%s: the layout hash ignores the fusions", title);
+                   int min1, int min2, int n4) {
+  Run on;
+  CHECK(load(&on, path, base, nbase) == 0, "%s: load", title);
   check_launches(&on, title);
   print(&on, title);
   CHECK(on.n[1] >= min1 && on.n[2] >= min2, "%s: fewer pairs than expected", title);
   CHECK(on.n[4] == n4, "%s: %d elementwise chains, expected %d", title, on.n[4], n4);
   CHECK(straddles(&on, 0) == 0, "%s: a bit-changing pair straddles a scope instance", title);
-  unload(&off);
   for (int v = 0; v < nvar; v++) {
     const char *kv[16];
     int n = 0;
@@ -191,7 +174,7 @@ static void recipe(const char *title, const char *path, const char **base, int n
     Run r;
     char name[600];
     snprintf(name, sizeof name, "%s %s", title, variants[v]);
-    if (load(&r, path, kv, n, 1) != 0) {
+    if (load(&r, path, kv, n) != 0) {
       CHECK(0, "%s: load", name);
       continue;
     }
@@ -209,20 +192,20 @@ static void recipe(const char *title, const char *path, const char **base, int n
 int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "--dump")) {
     Run r;
-    if (load(&r, argv[2], (const char **)argv + 3, argc - 3, 1) != 0) return 2;
+    if (load(&r, argv[2], (const char **)argv + 3, argc - 3) != 0) return 2;
     graph_dump(r.p.g, stdout);
     return 0;
   }
   if (argc > 1) {
     Run r;
-    if (load(&r, argv[1], (const char **)argv + 2, argc - 2, 1) != 0) return 2;
+    if (load(&r, argv[1], (const char **)argv + 2, argc - 2) != 0) return 2;
     check_launches(&r, argv[1]);
     print(&r, argv[1]);
     const Graph *g = r.p.g;
     for (int o = 0; o < g->nop; o++) {
-      int peer, st, k = rt_exec_fusion(r.x, o, &peer, &st);
-      if (k) printf("  %4d %-10s <- %4d %-10s %-8s %s%s\n", o, op_name(g->op[o].kind), peer, op_name(g->op[peer].kind),
-                    phase_name(g->op[o].tags.phase), g->op[o].tags.module, st ? " (staged)" : "");
+      int peer, k = rt_exec_fusion(r.x, o, &peer);
+      if (k) printf("  %4d %-10s <- %4d %-10s %-8s %s\n", o, op_name(g->op[o].kind), peer, op_name(g->op[peer].kind),
+                    phase_name(g->op[o].tags.phase), g->op[o].tags.module);
     }
     unload(&r);
     return failures ? 1 : 0;
@@ -235,15 +218,15 @@ int main(int argc, char **argv) {
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn,mlp]",
       "model.cuda_graph_impl=local",
   };
-  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4, 4);
+  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4);
   static const char *const tiny_var[] = {
       "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
       "model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2",
       "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]",
   };
-  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 8, 0);
-  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 32, 0);
+  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 0);
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }

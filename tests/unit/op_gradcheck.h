@@ -16,7 +16,7 @@
 
 #include "autodiff.h"
 #include "ops/ops.h"
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 
 #define OPCHECK_TOL 1e-5
 

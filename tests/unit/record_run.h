@@ -25,8 +25,11 @@ static int failures;
     }                                                      \
   } while (0)
 
-/* Plans recipe (with the overrides) as the runtimes do and builds the executor on a recording
- * device of 132 SMs (the executor reads STEPC_FUSE now). 0, or -1 with the message printed. */
+/* Plans recipe (with the overrides) as `stepc build` does and builds the executor on a recording
+ * device of 132 SMs, the plan's generated kernels after kernel_list.h's. 0, or -1 with the message
+ * printed. */
+static RtGenKernels record_run_gen;
+
 static int record_run_open(const char *recipe, const char **kv, int nkv, StepPlan *p, RtDevice *dev, RtRecorder *rec,
                            RtExec **x) {
   memset(p, 0, sizeof *p);
@@ -43,6 +46,8 @@ static int record_run_open(const char *recipe, const char **kv, int nkv, StepPla
   char err[512] = "";
   if (step_plan_build(&spec, 0, p, err, sizeof err) != 0) return fprintf(stderr, "%s: %s\n", recipe, err), -1;
   rt_record_open(dev, rec, 132);
+  ew_kernels_rt(&p->ew, &record_run_gen);
+  dev->gen = &record_run_gen;
   int unsupported = 0;
   *x = rt_exec_new(dev, p->g, &unsupported);
   return *x ? 0 : (fprintf(stderr, "%s: %s\n", recipe, dev->err), -1);

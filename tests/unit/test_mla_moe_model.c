@@ -16,7 +16,7 @@
 
 #include "frontend/frontend.h"
 #include "lower.h"
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 #include "validate.h"
 
 #define RECIPE "tests/recipes/tiny_mla_moe.lua"
@@ -49,7 +49,7 @@ static void gradcheck(const char *const *ov, int nov) {
   }
   CpuData data;
   char err[256];
-  if (cpu_data_open(&spec, &data, err, sizeof err) != 0) {
+  if (cpu_data_open_spec(&spec, &data, err, sizeof err) != 0) {
     fprintf(stderr, "%s\n", err);
     failures++;
     return;
@@ -206,7 +206,7 @@ static void moonlight_and_hybrid(void) {
 static int train(const Spec *s, int steps, double *losses) {
   CpuData data;
   char err[256];
-  if (cpu_data_open(s, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
   data.fixed = true;
   int lrc;
   CpuTrainer *tr = cpu_trainer_new(s, &data, 2, &lrc, err, sizeof err);

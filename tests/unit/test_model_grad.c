@@ -12,7 +12,7 @@
 
 #include "frontend/frontend.h"
 #include "lower.h"
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 #include "validate.h"
 
 static int run(const char *path, const char *const *ov, int nov) {
@@ -27,7 +27,7 @@ static int run(const char *path, const char *const *ov, int nov) {
   diag_free(&d);
   CpuData data;
   char err[256];
-  if (cpu_data_open(&spec, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
+  if (cpu_data_open_spec(&spec, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
   GradcheckOptions opt = {.elements = 2, .h = 1e-5};
   GradcheckRow *rows = NULL;
   int n = 0, lrc;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "kernel_text.h"
-#include "nvrtc.h"
+#include "compiler/nvrtc.h"
 
 static int failures;
 #define CHECK(cond)                                                                                \

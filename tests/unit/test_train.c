@@ -13,7 +13,7 @@
 
 #include "frontend/frontend.h"
 #include "lower.h"
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 #include "validate.h"
 
 /* Overfitting one batch of 2 x 32 random tokens: ln(256) = 5.55 at the start. */
@@ -40,7 +40,7 @@ static int load(const char *path, const char *const *ov, int nov, Spec *spec) {
 static int train(const Spec *s, int steps, int threads, bool fixed, double *losses, double *norms) {
   CpuData data;
   char err[256];
-  if (cpu_data_open(s, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
+  if (cpu_data_open_spec(s, &data, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
   data.fixed = fixed;
   int lrc;
   CpuTrainer *tr = cpu_trainer_new(s, &data, threads, &lrc, err, sizeof err);

@@ -1,18 +1,29 @@
-/* plan_exec.h — runs a planned step on the CPU reference executor in schedule order, poisoning
+/* program.h — runs a planned step on the CPU reference executor in program order, poisoning
  * (NaN bytes) every freed arena range between its last use and its reuse: a plan that frees too
- * early, or a replay that misses a tensor, turns the loss or a gradient into NaN or changes it. */
-#ifndef STEPC_PLAN_EXEC_H
-#define STEPC_PLAN_EXEC_H
+ * early, or a replay that misses a tensor, turns the loss or a gradient into NaN or changes it.
+ *
+ * The program is the step's order (point -> op id, the micro-batch points first) and, per point,
+ * the tensors whose slots die after it; an artifact carries both (runtime/image.h), and the
+ * compiler builds them from its schedule and memory plan (compiler/plan.h: plan_program_build). */
+#ifndef STEPC_CPU_PROGRAM_H
+#define STEPC_CPU_PROGRAM_H
 
-#include "plan.h"
+#include <stdint.h>
+
 #include "runtime/cpu/exec.h"
-#include "runtime/cpu/train.h"
+#include "runtime/cpu/data.h"
+
+typedef struct {
+  int npoints, micro_points;
+  const int32_t *point_op;     /* npoints */
+  const int32_t *poison_start; /* npoints + 1, or NULL: nothing is poisoned */
+  const int32_t *poison;
+} CpuProgram;
 
 typedef struct PlanExec PlanExec;
 
-/* g carries its memory plan (memplan_apply, or graph_plan_trivial with mp = NULL: no poisoning).
- * NULL with err on failure. */
-PlanExec *plan_exec_new(const Graph *g, const Schedule *sc, const MemPlan *mp, int nthreads, char *err, size_t nerr);
+/* g carries its memory plan. The program's arrays must outlive the executor. NULL with err. */
+PlanExec *plan_exec_new(const Graph *g, const CpuProgram *prog, int nthreads, char *err, size_t nerr);
 void plan_exec_free(PlanExec *x);
 CpuExec *plan_exec_cpu(PlanExec *x);
 /* Fills the inputs from d, sets the RNG key (seed, step, micro) and runs the micro program;

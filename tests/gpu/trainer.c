@@ -1,5 +1,5 @@
-/* train.c — the GPU training loop (see train.h). */
-#include "runtime/cuda/train.h"
+/* trainer.c — the GPU tests' in-process trainer (trainer.h). */
+#include "trainer.h"
 #include "step_plan.h"
 
 #include <math.h>
@@ -9,7 +9,7 @@
 
 #include "ew_fuse.h"
 #include "lower.h"
-#include "nvrtc.h"
+#include "compiler/nvrtc.h"
 #include "ops/ops.h"
 #include "plan.h"
 
@@ -17,6 +17,10 @@
 
 struct RtTrainer {
   RtDevice d;
+  RtGenKernels gen;   /* the plan's generated kernels (d.gen) */
+  PlanProgram prog;   /* the program the scoped graphs cut */
+  ImgScope *scope;
+  int nscope;
   StepPlan p;         /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
   RtExec *x;
   CpuData *data;
@@ -77,15 +81,17 @@ void rt_trainer_free(RtTrainer *tr) {
     rt_close(&tr->d);
   }
   step_plan_free(&tr->p);
+  plan_program_free(&tr->prog);
+  free(tr->scope);
   free(tr->tok), free(tr->tg), free(tr->seeds), free(tr->losses);
   free(tr);
 }
 
 /* NVRTC -> cubin for this device's arch, then cuModuleLoadData. */
-static int load_kernels(RtDevice *d, const char *cache_dir) {
+static int load_kernels(RtDevice *d, const EwKernels *ew, const char *cache_dir) {
   char err[256];
   /* the executor's generated kernels (d->gen, set by rt_exec_new) after the hand-written ones */
-  char *src = ew_kernels_cu(d->gen, err, sizeof err);
+  char *src = ew_kernels_cu(ew, err, sizeof err);
   if (!src) return rt_fail(d, "assembling kernels.cu: %s", err);
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
@@ -157,9 +163,11 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     rt_trainer_free(tr);
     return NULL;
   }
+  ew_kernels_rt(&tr->p.ew, &tr->gen);
+  tr->d.gen = &tr->gen;
   int unsupported = 0;
   /* the executor first: its analysis decides the generated kernels the module must hold */
-  if (!(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || load_kernels(&tr->d, cache_dir) ||
+  if (!(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || load_kernels(&tr->d, &tr->p.ew, cache_dir) ||
       rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) || rt_timer_new(&tr->d, &tr->timer) ||
       rt_exec_init_params(tr->x, tr->seed)) {
     *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
@@ -167,7 +175,11 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     rt_trainer_free(tr);
     return NULL;
   }
-  if (tr->mode == RT_MODE_SCOPED && !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, &tr->p.sc, &tr->p.sr, err, nerr))) {
+  if (tr->mode == RT_MODE_SCOPED &&
+      (plan_program_build(tr->p.g, &tr->p.sc, NULL, &tr->prog) || !(tr->scope = calloc((size_t)tr->p.sr.n + 1, sizeof *tr->scope)) ||
+       (tr->nscope = plan_scope_points(&tr->p.sc, &tr->p.sr, tr->scope)) < 0 ||
+       !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, tr->prog.point_op, tr->prog.p.micro_points, tr->scope, tr->nscope, err,
+                                    nerr)))) {
     *status = RT_TRAIN_UNSUPPORTED;
     rt_trainer_free(tr);
     return NULL;

@@ -1,5 +1,5 @@
-/* train.h — training on the GPU: the step graph lowered and planned, the kernels compiled
- * (NVRTC, cached) and loaded, parameters initialised as the CPU executor does, then steps run
+/* trainer.h — the GPU tests' harness: a recipe planned in-process (the compiler's step_plan), the
+ * kernels compiled (NVRTC, cached) and loaded, parameters initialised as the CPU executor does, then steps run
  * eagerly, as one captured full-iteration CUDA graph, or with one captured graph per scope
  * instance (model.cuda_graph_impl). */
 #ifndef STEPC_RT_CUDA_TRAIN_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/cuda/scoped.h"
 #include "spec.h"

@@ -2,7 +2,7 @@
  *
  * Training runs the planned step, as the GPU will: the recipe's recompute regions and replays
  * (recompute.c), one schedule (schedule.c) and the memory plan's arena offsets (memplan.c), with
- * every freed arena range poisoned between its last use and its reuse (plan_exec.c). One step: for
+ * every freed arena range poisoned between its last use and its reuse (runtime/cpu/program.c). One step: for
  * each micro-batch the micro program (forward, backward with replays; main gradients accumulate),
  * then the tail (reduction, clipping, AdamW, zeroing). The RNG key is (train.seed, step, micro). */
 #include <math.h>
@@ -13,14 +13,25 @@
 #include "autodiff.h"
 #include "lower.h"
 #include "ops/ops.h"
-#include "plan_exec.h"
-#include "runtime/cpu/train.h"
+#include "plan.h"
+#include "runtime/cpu/program.h"
+#include "cpu_train.h"
+
+const char *spec_data_path(const Spec *s) {
+  bool use_path = s->present[SPEC_F_data_path] && s->data.path[0] && !(s->present[SPEC_F_data_mock] && s->data.mock);
+  return use_path ? s->data.path : NULL;
+}
+
+int cpu_data_open_spec(const Spec *s, CpuData *d, char *err, size_t nerr) {
+  return cpu_data_open(d, (uint64_t)s->train.seed, s->model.vocab_size, s->model.seq_length, spec_data_path(s), err, nerr);
+}
 
 struct CpuTrainer {
   Graph *g;
   RecomputeResult rr;
   Schedule sc;
   MemPlan mp;
+  PlanProgram prog;
   PlanExec *x;
   CpuData *data;
   uint64_t seed;
@@ -44,7 +55,12 @@ CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *low
     return NULL;
   }
   memplan_apply(tr->g, &tr->mp);
-  tr->x = plan_exec_new(tr->g, &tr->sc, &tr->mp, nthreads, err, nerr);
+  if (plan_program_build(tr->g, &tr->sc, &tr->mp, &tr->prog) != 0) {
+    snprintf(err, nerr, "out of memory");
+    cpu_trainer_free(tr);
+    return NULL;
+  }
+  tr->x = plan_exec_new(tr->g, &tr->prog.p, nthreads, err, nerr);
   if (!tr->x) {
     cpu_trainer_free(tr);
     return NULL;
@@ -86,6 +102,7 @@ void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *
 void cpu_trainer_free(CpuTrainer *tr) {
   if (!tr) return;
   plan_exec_free(tr->x);
+  plan_program_free(&tr->prog);
   memplan_free(&tr->mp);
   schedule_free(&tr->sc);
   recompute_result_free(&tr->rr);

@@ -1,4 +1,4 @@
-/* api_run.h — `stepc run DIR` (an artifact directory). */
+/* run_artifact.h — `stepc run`: an artifact trained through its own libstep.so. */
 #ifndef STEPC_API_RUN_H
 #define STEPC_API_RUN_H
 
@@ -12,6 +12,7 @@ typedef struct {
   int json;
   stepc_device device;
   int threads;          /* cpu */
+  int graph_mode;       /* -1 the recipe's, 0 eager, 1 full_iteration, 2 scoped (stepc_options) */
 } ApiRunOptions;
 
 /* Loads DIR/libstep.so and trains through it; prints the loss per step and the measurements to

@@ -1,4 +1,6 @@
-/* train.h — training and gradient checks on the CPU reference executor. */
+/* cpu_train.h — the CPU oracle on the compiler's side: a recipe planned and trained on the CPU
+ * reference executor in-process (the tests' and `--gradcheck`'s), and gradient checks. Trainers run
+ * artifacts through runtime/stepc.h instead. */
 #ifndef STEPC_CPU_TRAIN_H
 #define STEPC_CPU_TRAIN_H
 
@@ -6,26 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/cpu/data.h"
 #include "runtime/cpu/exec.h"
 #include "spec.h"
 
-/* Where micro-batches come from: fills tokens and targets (B*T each) for (step, micro). */
-typedef struct CpuData {
-  int (*fill)(struct CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tokens, int32_t *targets);
-  void (*free)(struct CpuData *d);
-  uint64_t seed;
-  int64_t vocab;
-  bool fixed;           /* the same batch every step (overfitting tests) */
-  uint8_t *text;        /* data.path: the file's bytes */
-  int64_t ntext;
-} CpuData;
-
-/* data.mock: uniform random tokens from train.seed; data.path: windows of T+1 bytes at offsets
- * drawn from the seed. 0, or -1 with a message. */
-int cpu_data_open(const Spec *s, CpuData *d, char *err, size_t nerr);
-/* Draws micro-batch (step, micro) from d into the staging buffers tok/tg (B*T each) and copies it
- * into the graph's token and target tensors. 0, or -1 when the data source fails. */
-int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg);
+/* The recipe's data source: data.path's file when it is set (and data.mock is not), else NULL
+ * (mock tokens). */
+const char *spec_data_path(const Spec *s);
+/* cpu_data_open (runtime/cpu/data.h) for the recipe's seed, vocabulary, sequence and source. */
+int cpu_data_open_spec(const Spec *s, CpuData *d, char *err, size_t nerr);
 
 typedef struct {
   int64_t step;

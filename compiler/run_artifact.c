@@ -1,9 +1,7 @@
-/* api_run.c — `stepc run DIR`: runs an artifact through its own libstep.so (dlopen), so what
- * executes is the artifact's compiled step.c, exactly as a trainer linking libstep.so gets it.
- * Where libstep.so is missing or does not load (an artifact built with --no-link, another
- * platform), the artifact's recipe.lua runs through this stepc's own library instead, and the
- * output says so ("generated": false). */
-#include "runtime/api_run.h"
+/* run_artifact.c — `stepc run`: trains an artifact through its own libstep.so (dlopen), so what
+ * executes is the artifact's compiled step.c, exactly as a trainer linking libstep.so gets it. A
+ * libstep.so that does not load is an error: nothing else runs in its place. */
+#include "run_artifact.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -45,29 +43,24 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   return 0;
 }
 
-static void own_api(Api *api) {
-  *api = (Api){NULL,           stepc_options_default, stepc_open, stepc_close, stepc_last_error, stepc_status_name,
-               stepc_get_info, stepc_step,            stepc_get_measure};
-}
-
 stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out, FILE *progress, char *err, size_t nerr) {
   Api api;
   char why[600];
+  (void)progress;
   if (load_api(&api, dir, why, sizeof why) != 0) {
-    if (progress)
-      fprintf(progress, "stepc run: %s/libstep.so did not load (%s); running its recipe.lua through stepc's own library\n", dir,
-              why);
-    own_api(&api);
+    snprintf(err, nerr, "%s/libstep.so does not load: %s (rebuild the artifact with stepc build)", dir, why);
+    return STEPC_ERR_IO;
   }
   stepc_options opt = api.options_default();
   opt.device = o->device;
   opt.cpu_threads = o->threads;
+  opt.graph_mode = o->graph_mode;
   stepc_t *s = NULL;
   stepc_status st = api.open(dir, &opt, &s);
   if (st != STEPC_OK) {
     snprintf(err, nerr, "%s", api.last_error(s));
     api.close(s);
-    if (api.lib) dlclose(api.lib);
+    dlclose(api.lib);
     return st;
   }
   stepc_info in;
@@ -90,7 +83,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
       break;
     }
     if (o->json)
-      fprintf(out, "%s{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"graph\": %s}", i ? ", " : "",
+      fprintf(out, "%s{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, \"graph\": %s}", i ? ", " : "",
               (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms, ss.replayed ? "true" : "false");
     else
       fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms%s\n", (long long)ss.step, ss.loss, ss.lr,
@@ -109,6 +102,6 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
             (double)m.arena_bytes / 1e6, (double)m.predicted_peak_bytes / 1e6,
             strcmp(in.device, "cuda") ? " (fp32 plan on the CPU)" : "");
   api.close(s);
-  if (api.lib) dlclose(api.lib);
+  dlclose(api.lib);
   return st;
 }

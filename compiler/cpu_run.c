@@ -1,12 +1,12 @@
 /* run.c — `stepc run SPEC --device cpu [--steps N] [--json] [--gradcheck]` (see run.h). */
-#include "runtime/cpu/run.h"
+#include "cpu_run.h"
 
 #include <stdlib.h>
 #include <time.h>
 
 #include "diag.h"
 #include "lower.h"
-#include "runtime/cpu/train.h"
+#include "cpu_train.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -45,7 +45,7 @@ static CpuRunStatus run_gradcheck(const Spec *s, const CpuRunOptions *o, CpuData
 
 CpuRunStatus cpu_run(const Spec *s, const CpuRunOptions *o, FILE *out, FILE *progress, char *err, size_t nerr) {
   CpuData d;
-  if (cpu_data_open(s, &d, err, nerr) != 0) return CPU_RUN_ERROR;
+  if (cpu_data_open_spec(s, &d, err, nerr) != 0) return CPU_RUN_ERROR;
   CpuRunStatus st;
   if (o->gradcheck) {
     st = run_gradcheck(s, o, &d, out, err, nerr);

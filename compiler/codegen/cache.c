@@ -1,0 +1,116 @@
+/* cache.c — the artifact cache behind `stepc run SPEC` (artifact.h: artifact_build_cached). */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/artifact.h"
+#include "ir.h"
+#include "runtime/image.h"
+
+#ifndef STEPC_RT_ARCHIVE
+#define STEPC_RT_ARCHIVE ""
+#define STEPC_IR_ARCHIVE ""
+#endif
+
+static int mkdir_p(const char *dir) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+    *c = '/';
+  }
+  return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int cache_root(char *out, size_t n) {
+  const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+  if (v && v[0]) snprintf(out, n, "%s/artifacts", v);
+  else if (x && x[0]) snprintf(out, n, "%s/stepc/artifacts", x);
+  else if (h && h[0]) snprintf(out, n, "%s/.cache/stepc/artifacts", h);
+  else snprintf(out, n, "/tmp/stepc-%ld/artifacts", (long)getuid());
+  return mkdir_p(out);
+}
+
+/* FNV-1a of a file's bytes, continued from h; h unchanged with *ok = 0 when it cannot be read. */
+static uint64_t hash_file(uint64_t h, const char *path, int *ok) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return *ok = 0, h;
+  char buf[1 << 16];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, f)) > 0) h = ir_fnv1a(h, buf, k);
+  fclose(f);
+  return h;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  return remove(path);
+}
+static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int complete(const char *dir) {
+  char p[PATH_MAX + 32];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/libstep.so", dir);
+  if (stat(p, &sb) != 0) return 0;
+  snprintf(p, sizeof p, "%s/%s", dir, STEPC_IMAGE_FILE);
+  return stat(p, &sb) == 0;
+}
+
+int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
+                          size_t ndir, char *err, size_t nerr) {
+  char root[PATH_MAX], tmp[PATH_MAX + 32];
+  if (cache_root(root, sizeof root) != 0) return snprintf(err, nerr, "cannot create the artifact cache %s: %s", root, strerror(errno)), ARTIFACT_ERROR;
+  snprintf(tmp, sizeof tmp, "%s/building.XXXXXX", root);
+  if (!mkdtemp(tmp)) return snprintf(err, nerr, "cannot create a directory in %s: %s", root, strerror(errno)), ARTIFACT_ERROR;
+  ArtifactOptions bo = *o;
+  bo.dir = tmp, bo.no_link = true;
+  int rc = artifact_build(raw, spec, &bo, d, progress, err, nerr);
+  if (rc != ARTIFACT_OK) {
+    rm_rf(tmp);
+    return rc;
+  }
+  /* the key: what the artifact runs, and the runtime it would link */
+  const char *files[] = {STEPC_IMAGE_FILE, "step.c", "kernels.cu"};
+  uint64_t h = IR_FNV_OFFSET;
+  int ok = 1;
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+    h = hash_file(h, p, &ok);
+  }
+  const char *rt = getenv("STEPC_RT_ARCHIVE"), *irar = getenv("STEPC_IR_ARCHIVE");
+  h = hash_file(h, rt && rt[0] ? rt : STEPC_RT_ARCHIVE, &ok);
+  h = hash_file(h, irar && irar[0] ? irar : STEPC_IR_ARCHIVE, &ok);
+  if (!ok) {
+    rm_rf(tmp);
+    return snprintf(err, nerr, "cannot read the artifact's files or this stepc's runtime archives"), ARTIFACT_ERROR;
+  }
+  snprintf(dir, ndir, "%s/%016llx", root, (unsigned long long)h);
+  if (complete(dir)) {
+    rm_rf(tmp);
+    if (progress) fprintf(progress, "run: the artifact is cached in %s\n", dir);
+    return ARTIFACT_OK;
+  }
+  if ((rc = artifact_link(&bo, progress, err, nerr)) != ARTIFACT_OK) {
+    rm_rf(tmp);
+    return rc;
+  }
+  rm_rf(dir); /* an incomplete leftover */
+  if (rename(tmp, dir) != 0) {
+    rm_rf(tmp);
+    /* another stepc finished the same artifact first */
+    if (!complete(dir)) return snprintf(err, nerr, "cannot move the artifact to %s: %s", dir, strerror(errno)), ARTIFACT_ERROR;
+  }
+  if (progress) fprintf(progress, "run: built the artifact in %s\n", dir);
+  return ARTIFACT_OK;
+}

@@ -1,0 +1,209 @@
+/* fuse.c — the fusion pass (fuse.h). */
+#include "fuse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+/* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
+ * accumulate into), and LINEAR_WGRAD, which may (cuBLASLt beta = 1). */
+static int sinkable(OpKind k) {
+  return k == OP_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
+         k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
+}
+
+static int same_shape(const Graph *g, int a, int b) {
+  const Tensor *ta = &g->t[a], *tb = &g->t[b];
+  return ta->dtype == tb->dtype && ta->ndim == tb->ndim && !memcmp(ta->shape, tb->shape, sizeof ta->shape);
+}
+
+/* Same phase, layer and graph scopes: in every graph mode both ops sit in one scope instance (or
+ * both outside any). Recompute labels may differ (fc2 carries `mlp`, its residual add none): a
+ * pair fuses in forward and in every replay of it or nowhere, and the decision reads only forward
+ * readers, so it is the same whichever labels are recomputed. */
+static int same_tags(const IrTags *a, const IrTags *b) {
+  return a->phase == b->phase && a->layer == b->layer && a->scopes == b->scopes;
+}
+
+/* Whether op o (an ADD) and its predecessor o - 1 form a LINEAR/DROPOUT -> ADD pair:
+ * FUSE_LINEAR_ADD, FUSE_DROPOUT_ADD or 0. The first two change the bits (the product or the
+ * dropout output is added in fp32 before the one bf16 rounding), so they depend on the op
+ * structure only and a forward pair fuses only together with every replay of it. */
+static int producer_pair(const Graph *g, const int *uses, int o) {
+  const Op *add = &g->op[o];
+  if (o < 1 || add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1]) return 0;
+  if (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY) return 0;
+  const Op *p = &g->op[o - 1];
+  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || add->skip || p->skip) return 0;
+  int y = p->out[0], k = add->in[0] == y ? 0 : add->in[1] == y ? 1 : -1, out = add->out[0];
+  if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT) return 0;
+  /* the dropout's mask output (out[1]) is neither written nor read on CUDA: DROPOUT_BWD
+   * regenerates the mask from (seed, stream) */
+  int r = add->in[1 - k];
+  if (!same_shape(g, y, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16) return 0;
+  if (g->t[y].alias != y || g->t[r].alias != r || g->t[out].alias != out) return 0;
+  if (p->kind == OP_DROPOUT) return p->nin == 1 && same_shape(g, p->in[0], y) ? FUSE_DROPOUT_ADD : 0;
+  return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? FUSE_LINEAR_ADD : 0;
+}
+
+static void fuse_pair(Graph *g, int run, int absorbed, int kind) {
+  g->op[run].fuse = (uint8_t)kind;
+  g->op[run].peer = absorbed;
+  g->op[absorbed].skip = 1;
+}
+
+static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
+  int *cand = calloc((size_t)g->nop + 1, sizeof *cand);
+  if (!cand) return snprintf(err, nerr, "out of memory"), -1;
+  for (int o = 0; o < g->nop; o++) cand[o] = producer_pair(g, uses, o);
+  /* a forward pair and its replays fuse together or not at all */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADD || op->tags.phase != IR_PHASE_REPLAY) continue;
+    int f = op->tags.fwd;
+    if (f < 0 || f >= g->nop || cand[o] != cand[f] || (cand[o] && g->op[o - 1].tags.fwd != f - 1)) cand[f] = -1;
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    int f = op->tags.phase == IR_PHASE_REPLAY ? op->tags.fwd : o;
+    if (cand[o] <= 0 || f < 0 || f >= g->nop || cand[f] != cand[o]) continue;
+    fuse_pair(g, o, o - 1, cand[o]);
+  }
+  free(cand);
+  /* ADD -> norm writes the bits the two kernels write */
+  for (int o = 0; o + 1 < g->nop; o++) {
+    const Op *add = &g->op[o], *n = &g->op[o + 1];
+    if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->skip || add->fuse || n->skip) continue;
+    if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] || n->tags.phase != add->tags.phase ||
+        (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY))
+      continue;
+    int out = add->out[0], a = add->in[0], b = add->in[1];
+    if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 || ops_last(&g->t[out]) % 8) continue;
+    if (g->t[a].alias != a || g->t[b].alias != b || g->t[out].alias != out) continue;
+    fuse_pair(g, o + 1, o, FUSE_ADD_NORM);
+  }
+  return 0;
+}
+
+/* A run of consecutive pointwise ops no pair took (ew_fuse.h): every tensor its own storage, no
+ * weight gradient sunk into another's kernel. */
+static int chain_ok(const Graph *g, const IrChain *c) {
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    for (int i = 0; i < op->nin; i++)
+      if (g->t[op->in[i]].alias != op->in[i] || g->t[op->in[i]].sink >= 0) return 0;
+    int y = op->out[0];
+    if (g->t[y].alias != y || g->t[y].sink >= 0) return 0;
+  }
+  return 1;
+}
+
+static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size_t nerr) {
+  uint8_t *blocked = calloc((size_t)g->nop + 1, 1), *pass = calloc((size_t)g->nop + 1, 1);
+  if (!blocked || !pass) {
+    free(blocked), free(pass);
+    return snprintf(err, nerr, "out of memory"), -1;
+  }
+  /* passable: a weight-gradient ACCUM sunk into its producer's kernel (an earlier op) launches
+   * nothing where it stands */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    blocked[o] = op->skip || op->fuse;
+    pass[o] = op->kind == OP_ACCUM && op->skip && !op->fuse && g->t[op->in[0]].sink >= 0 && g->t[op->in[0]].producer < o;
+  }
+  int rc = 0;
+  for (int o = 0; o < g->nop && rc == 0;) {
+    IrChain c;
+    if (!ew_chain_at(g, o, uses, blocked, pass, &c) || !chain_ok(g, &c)) {
+      o++;
+      continue;
+    }
+    IrChain *n = realloc(g->chain, (size_t)(g->nchain + 1) * sizeof *n);
+    if (!n || ew_kernel_add(ks, g, &c) < 0) {
+      if (n) g->chain = n;
+      rc = -1;
+      snprintf(err, nerr, "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out of memory)",
+               o, EW_MAX_KERNELS);
+      break;
+    }
+    g->chain = n;
+    g->chain[g->nchain++] = c;
+    int last = c.op[c.nops - 1];
+    for (int j = 0; j + 1 < c.nops; j++) g->op[c.op[j]].skip = 1;
+    g->op[last].fuse = FUSE_EW;
+    g->op[last].peer = c.first;
+    o = last + 1;
+  }
+  free(blocked), free(pass);
+  return rc;
+}
+
+int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
+  int *uses = calloc((size_t)g->nt + 1, sizeof *uses);
+  if (!uses) return snprintf(err, nerr, "out of memory"), -1;
+  for (int o = 0; o < g->nop; o++)
+    for (int i = 0; i < g->op[o].nin; i++) uses[g->op[o].in[i]]++;
+  /* weight gradients straight into their main gradients */
+  for (int o = 0; o < g->nop; o++) {
+    Op *op = &g->op[o];
+    if (op->kind != OP_ACCUM) continue;
+    int gt = op->in[0], mg = op->out[0], p = g->t[gt].producer;
+    if (uses[gt] == 1 && p >= 0 && sinkable(g->op[p].kind) && g->t[mg].dtype == DT_F32 &&
+        tensor_numel(&g->t[gt]) == tensor_numel(&g->t[mg])) {
+      g->t[gt].sink = mg;
+      op->skip = 1;
+    }
+  }
+  /* cross-entropy forward + backward in place over the logits: the backward's loss gradient must
+   * be a constant FILL and the logits read by nothing else */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_CROSS_ENTROPY) continue;
+    for (int b = o + 1; b < g->nop; b++) {
+      Op *bw = &g->op[b];
+      if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
+      int found = 0;
+      for (int f = 0; f < g->nop; f++) found |= g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == bw->in[0];
+      if (!found || uses[op->in[0]] != 2) continue; /* then the CUDA executor refuses the unfused backward */
+      g->t[bw->out[0]].alias = op->in[0];
+      bw->skip = 1;
+    }
+  }
+  int rc = fuse_pairs(g, uses, err, nerr);
+  if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
+  free(uses);
+  return rc;
+}
+
+void fuse_group(const Graph *g, int o, int *first, int *last) {
+  *first = *last = o;
+  if (g->op[o].fuse != FUSE_NONE && g->op[o].peer >= 0 && g->op[o].peer < o) *first = g->op[o].peer;
+}
+
+static int overlap(const Graph *g, int a, int b) {
+  const Tensor *ta = &g->t[g->t[a].alias], *tb = &g->t[g->t[b].alias];
+  if (ta->buffer != tb->buffer || ta->bytes == 0 || tb->bytes == 0) return 0;
+  return ta->offset < tb->offset + tb->bytes && tb->offset < ta->offset + ta->bytes;
+}
+
+int fuse_verify(const Graph *g, char *err, size_t nerr) {
+  for (int o = 0; o < g->nop; o++) {
+    int first, last;
+    fuse_group(g, o, &first, &last);
+    if (first == last) continue;
+    for (int w = first; w <= last; w++)
+      for (int j = 0; j < g->op[w].nout; j++)
+        for (int r = first; r <= last; r++)
+          for (int i = 0; i < g->op[r].nin; i++) {
+            int out = g->op[w].out[j], in = g->op[r].in[i];
+            if (out != in && overlap(g, out, in)) {
+              snprintf(err, nerr, "the fused group of ops %d..%d (%s): %s is planned over %s", first, last, g->op[o].tags.module,
+                       g->t[out].name, g->t[in].name);
+              return -1;
+            }
+          }
+  }
+  return 0;
+}

@@ -1,0 +1,31 @@
+/* data.h — where micro-batches come from when the trainer binds none: mock tokens drawn from the
+ * seed, or windows of a text file's bytes (data.path). A pure function of (seed, step, micro), so
+ * replays, resumes and the CPU and CUDA devices see the same batches. */
+#ifndef STEPC_CPU_DATA_H
+#define STEPC_CPU_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/cpu/exec.h"
+
+/* Fills tokens and targets (B*T each) for (step, micro). */
+typedef struct CpuData {
+  int (*fill)(struct CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tokens, int32_t *targets);
+  void (*free)(struct CpuData *d);
+  uint64_t seed;
+  int64_t vocab;
+  bool fixed;           /* the same batch every step (overfitting tests) */
+  uint8_t *text;        /* text: the file's bytes */
+  int64_t ntext;
+} CpuData;
+
+/* path NULL: mock tokens uniform in [0, vocab) from seed; else windows of seq_length + 1 bytes of
+ * the file at offsets drawn from the seed (vocab must be >= 256). 0, or -1 with a message. */
+int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err, size_t nerr);
+/* Draws micro-batch (step, micro) from d into the staging buffers tok/tg (B*T each) and copies it
+ * into the graph's token and target tensors. 0, or -1 when the data source fails. */
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg);
+
+#endif

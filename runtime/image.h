@@ -1,0 +1,82 @@
+/* image.h — the step image: everything the runtime needs to run a compiled step, in one file of
+ * the artifact (step.img). `stepc build` writes it from the planned step; stepc_open reads it. It
+ * holds no recipe: opening an artifact needs no Lua, no NVRTC and no compiler.
+ *
+ * What it carries: the planned graph (every tensor's name, dtype, shape, role, initialisation and
+ * its slot in the CUDA plan's arena; every op with its attributes, tags and the compiler's fusions;
+ * the generated elementwise chains), the CPU reference plan (fp32 slots and the ranges poisoned
+ * after their last use), the program order, the CUDA-graph scope instances, the names and
+ * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
+ * source, graph mode and warm-up, predicted peaks, the fingerprint step.c was generated for).
+ *
+ * The format is binary and versioned: a header (magic, version, the sizes of the structs it
+ * stores, the payload's length and FNV-1a hash) and the payload. A file from another version, a
+ * truncated one or one with a flipped bit is refused with a message; every index in it is checked
+ * before use. Nothing here prints or exits. */
+#ifndef STEPC_IMAGE_H
+#define STEPC_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir.h"
+#include "runtime/rt.h"
+
+#define STEPC_IMAGE_VERSION 1
+#define STEPC_IMAGE_FILE "step.img"
+
+/* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
+typedef struct {
+  int32_t scope;  /* IR_SCOPE_* bit index, or -1 for the full iteration */
+  int32_t layer;
+  int32_t phase;  /* IR_PHASE_FORWARD, or IR_PHASE_BACKWARD (backward + its replays) */
+  int32_t first, last;
+} ImgScope;
+
+typedef enum { IMG_MODE_EAGER = 0, IMG_MODE_FULL_ITERATION = 1, IMG_MODE_SCOPED = 2 } ImgMode;
+
+/* The step's facts (fixed size). */
+typedef struct {
+  uint64_t fingerprint;      /* step_fingerprint of the graph (what step.c was generated for) */
+  uint64_t seed;             /* train.seed: parameter init, mock data, dropout */
+  int64_t train_iters;
+  int64_t vocab_size;
+  int64_t seq_length;
+  int32_t graph_mode;        /* ImgMode: the recipe's model.cuda_graph_impl */
+  int32_t warmup_steps;      /* model.cuda_graph_warmup_steps */
+  int32_t data_text;         /* 1: windows of data_path's bytes; 0: mock tokens from the seed */
+  int32_t nreplay;           /* recompute replay ops per micro-batch */
+  int64_t cuda_peak;         /* the CUDA plan's peak live bytes */
+  int64_t cpu_peak;          /* the CPU (fp32) plan's */
+  int64_t cpu_arena;
+  int32_t sm_count;          /* step.c's grids were sized for this many SMs */
+  int32_t pad;
+  char data_path[1024];      /* as the recipe gave it (data.path is the user's file, read at run time) */
+  char recipe[256];          /* the recipe's file name, for messages */
+  char cuda_refusal[512];    /* "" when the CUDA backend runs the step, else why not */
+  char cubin[64];            /* the cubin's file name in the artifact ("" none) */
+} ImgFacts;
+
+typedef struct {
+  ImgFacts f;
+  Graph *g;                  /* tensors at the CUDA plan's slots (nominal dtypes) */
+  int64_t *cpu_offset;       /* per tensor: its slot in the CPU plan (fp32 for floats) */
+  int64_t *cpu_bytes;
+  int npoints, micro_points; /* the program: point -> op, micro-batch points first */
+  int32_t *point_op;
+  int32_t *poison_start;     /* CPU: CSR over points (npoints + 1) into poison[] */
+  int32_t *poison;           /* tensors whose CPU slot dies after the point: poisoned there */
+  int npoison;
+  ImgScope *scope;
+  int nscope;
+  RtGenKernels gen;          /* the generated kernels in the cubin, after kernel_list.h's */
+} StepImage;
+
+/* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */
+int image_write(const char *path, const StepImage *im, char *err, size_t nerr);
+int image_read(const char *path, StepImage *im, char *err, size_t nerr);
+void image_free(StepImage *im);
+/* A graph with the CPU plan's slots applied: a copy of im->g (graph_free it). NULL on failure. */
+Graph *image_cpu_graph(const StepImage *im);
+
+#endif
