@@ -236,7 +236,9 @@ class Step:
             # a failed open still hands back a handle, for the message only (NULL when out of memory)
             msg = _decode(self._lib.stepc_last_error(h)) if h.value else "out of memory"
             self._lib.stepc_close(h)
-            raise StepcError(status, _decode(self._lib.stepc_status_name(status)), f"{self.artifact_dir}: {msg}")
+            # the error says where: the library's message names the directory when a file in it is at fault
+            where = "" if self.artifact_dir in msg else f"{self.artifact_dir}: "
+            raise StepcError(status, _decode(self._lib.stepc_status_name(status)), where + msg)
         self._h = h
 
     # ---- lifetime ----
