@@ -388,7 +388,7 @@ def _is_numpy(x):
     return np is not None and isinstance(x, np.ndarray)
 
 
-_DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+_DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_MANAGED = 1, 2, 13  # DLDeviceType
 
 
 def _classify(x, name):
@@ -409,7 +409,7 @@ def _classify(x, name):
                     f"stepc: {name} is a CUDA DLPack object ({type(x).__name__}); reading it takes torch (torch.from_dlpack), "
                     "which is not importable here: pass a torch tensor or an object with __cuda_array_interface__") from None
             return "device", torch.from_dlpack(x)
-        if dev_type in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
+        if dev_type == _DLPACK_CPU:
             return "host", _numpy(name).from_dlpack(x)
         raise TypeError(f"stepc: {name} is a DLPack object on device type {dev_type}; stepc takes host (1) or CUDA (2) memory")
     return "host", x
