@@ -4,7 +4,7 @@ that STEPC (this build tree's stepc) builds into a temporary folder: the info fi
 equal losses for one batch bound through NumPy, through the C call with plain ctypes buffers and
 as a strided int64 view, the artifact's own `train` against an unbound Step, the errors (shape,
 dtype, status with the library's message, device memory on the cpu device), and a checkpoint
-resumed by a fresh Step bitwise. Exit 77 (skip) only where numpy is not importable; the torch
+resumed by a fresh Step bitwise, and examples/train.py. Exit 77 (skip) only where numpy is not importable; the torch
 cases skip alone where torch is not."""
 
 import ctypes
@@ -275,6 +275,13 @@ class TestStep(unittest.TestCase):
                     s.bind_batch(FakeCudaDLPack(), FakeCudaDLPack())
             # a failed binding leaves none behind: the step draws the recipe's data
             s.step()
+
+    def test_example_trains_and_resumes(self):
+        r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), ART, "4"],
+                           capture_output=True, text=True, env=dict(os.environ, TEXT=os.path.join(REPO, "README.md")))
+        print(r.stdout[-400:], r.stderr[-2000:])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("the resumed run continues bitwise", r.stdout)
 
     @unittest.skipIf(torch is None, "torch is not importable")
     def test_torch_cpu_tensors(self):
