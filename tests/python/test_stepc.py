@@ -3,9 +3,9 @@
 that STEPC (this build tree's stepc) builds into a temporary folder: the info fields, bitwise
 equal losses for one batch bound through NumPy, through the C call with plain ctypes buffers and
 as a strided int64 view, the artifact's own `train` against an unbound Step, the errors (shape,
-dtype, status with the library's message, device memory on the cpu device), and a checkpoint
-resumed by a fresh Step bitwise, and examples/train.py. Exit 77 (skip) only where numpy is not importable; the torch
-cases skip alone where torch is not."""
+dtype, status with the library's message, device memory on the cpu device), a checkpoint resumed
+by a fresh Step bitwise, and examples/train.py. Exit 77 (skip) only where numpy is not
+importable; the torch cases skip alone where torch is not."""
 
 import ctypes
 import json
