@@ -195,7 +195,8 @@ def _load(path):
         try:
             fn = getattr(lib, name)
         except AttributeError:
-            raise OSError(f"{path} does not export {name}: not a libstep.so of runtime/stepc.h version {API_VERSION}") from None
+            raise OSError(f"{path} does not export {name}: not a libstep.so of runtime/stepc.h "
+                          f"version {API_VERSION}") from None
         fn.restype, fn.argtypes = res, args
     return lib
 
@@ -216,7 +217,8 @@ class Step:
         if device not in _DEVICES:
             raise ValueError(f"stepc.Step: device {device!r} is not one of 'auto', 'cuda', 'cpu'")
         if graph_mode not in _GRAPH_MODES:
-            raise ValueError(f"stepc.Step: graph_mode {graph_mode!r} is not one of None, 'eager', 'full_iteration', 'scoped'")
+            raise ValueError(f"stepc.Step: graph_mode {graph_mode!r} is not one of None, 'eager', "
+                             "'full_iteration', 'scoped'")
         if not isinstance(cpu_threads, int) or cpu_threads < 0:
             raise ValueError(f"stepc.Step: cpu_threads must be an int >= 0, not {cpu_threads!r}")
         self._h = None
@@ -236,7 +238,7 @@ class Step:
             # a failed open still hands back a handle, for the message only (NULL when out of memory)
             msg = _decode(self._lib.stepc_last_error(h)) if h.value else "out of memory"
             self._lib.stepc_close(h)
-            # the error says where: the library's message names the directory when a file in it is at fault
+            # say where: the library's message names the directory only when a file in it is at fault
             where = "" if self.artifact_dir in msg else f"{self.artifact_dir}: "
             raise StepcError(status, _decode(self._lib.stepc_status_name(status)), where + msg)
         self._h = h
@@ -267,7 +269,8 @@ class Step:
 
     def _check(self, status):
         if status != Status.OK:
-            raise StepcError(status, _decode(self._lib.stepc_status_name(status)), _decode(self._lib.stepc_last_error(self._h)))
+            name = _decode(self._lib.stepc_status_name(status))
+            raise StepcError(status, name, _decode(self._lib.stepc_last_error(self._h)))
 
     # ---- what the step is ----
 
@@ -332,10 +335,12 @@ class Step:
             for kind, x, name in ((kt, tokens, "tokens"), (kg, targets, "targets")):
                 if kind != "device":
                     raise ValueError(
-                        f"stepc.Step.{fn}: {name} is {_describe(x)} in host memory; this call takes CUDA memory (a CUDA "
-                        "torch tensor, __cuda_array_interface__ or a CUDA DLPack object): use bind_batch for host data")
+                        f"stepc.Step.{fn}: {name} is {_describe(x)} in host memory; this call takes CUDA memory "
+                        "(a CUDA torch tensor, __cuda_array_interface__ or a CUDA DLPack object): "
+                        "use bind_batch for host data")
         if kt != kg:
-            raise TypeError(f"stepc.Step.{fn}: tokens are in {kt} memory and targets in {kg} memory; bind both from one side")
+            raise TypeError(f"stepc.Step.{fn}: tokens are in {kt} memory and targets in {kg} memory; "
+                            "bind both from one side")
         shapes = self._batch_shapes()
         if kt == "device":
             a, b = _device_view(a, "tokens", fn, shapes), _device_view(b, "targets", fn, shapes)
@@ -406,12 +411,14 @@ def _classify(x, name):
                 import torch
             except ImportError:
                 raise TypeError(
-                    f"stepc: {name} is a CUDA DLPack object ({type(x).__name__}); reading it takes torch (torch.from_dlpack), "
-                    "which is not importable here: pass a torch tensor or an object with __cuda_array_interface__") from None
+                    f"stepc: {name} is a CUDA DLPack object ({type(x).__name__}); reading it takes torch "
+                    "(torch.from_dlpack), which is not importable here: pass a torch tensor or an object with "
+                    "__cuda_array_interface__") from None
             return "device", torch.from_dlpack(x)
         if dev_type == _DLPACK_CPU:
             return "host", _numpy(name).from_dlpack(x)
-        raise TypeError(f"stepc: {name} is a DLPack object on device type {dev_type}; stepc takes host (1) or CUDA (2) memory")
+        raise TypeError(f"stepc: {name} is a DLPack object on device type {dev_type}; "
+                        "stepc takes host (1) or CUDA (2) memory")
     return "host", x
 
 
@@ -427,16 +434,18 @@ def _numpy(why):
     try:
         import numpy
     except ImportError:
-        raise ImportError(f"stepc: binding {why} from host memory takes numpy, which is not importable here") from None
+        raise ImportError(f"stepc: binding {why} from host memory takes numpy, which is not importable here") \
+            from None
     return numpy
 
 
 def _shape_error(fn, name, shape, shapes):
-    allowed, i = shapes
+    i = shapes[1]
     rows, t = i.batch_shape
     return ValueError(
         f"stepc.Step.{fn}: {name} has shape {tuple(shape)}; this step takes ({rows}, {t}) "
-        f"(num_microbatches {i.num_microbatches} x micro_batch_size {i.micro_batch_size} rows of seq_length {t}), "
+        f"(num_microbatches {i.num_microbatches} x micro_batch_size {i.micro_batch_size} rows "
+        f"of seq_length {t}), "
         f"({i.num_microbatches}, {i.micro_batch_size}, {t}) or flat ({rows * t},)")
 
 
@@ -445,7 +454,8 @@ def _host_int32(x, name, fn, shapes):
     np = _numpy(name)
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
-        raise TypeError(f"stepc.Step.{fn}: {name} has dtype {a.dtype}; token ids must be integers (int32, or ints that fit it)")
+        raise TypeError(f"stepc.Step.{fn}: {name} has dtype {a.dtype}; token ids must be integers "
+                        "(int32, or ints that fit it)")
     if tuple(a.shape) not in shapes[0]:
         raise _shape_error(fn, name, a.shape, shapes)
     if a.dtype != np.int32 and a.size:
@@ -473,16 +483,21 @@ def _device_view(x, name, fn, shapes):
         if tuple(x.shape) not in shapes[0]:
             raise _shape_error(fn, name, x.shape, shapes)
         if not x.is_contiguous():
-            raise ValueError(f"stepc.Step.{fn}: {name} is not contiguous (strides {tuple(x.stride())}); pass {name}.contiguous()")
+            raise ValueError(f"stepc.Step.{fn}: {name} is not contiguous (strides {tuple(x.stride())}); "
+                             f"pass {name}.contiguous()")
         if x.device.index not in (None, 0):
-            raise ValueError(f"stepc.Step.{fn}: {name} is on {x.device}; stepc runs on CUDA device 0 (ordinal 0 after "
-                             "CUDA_VISIBLE_DEVICES): move it there, or set CUDA_VISIBLE_DEVICES so that its GPU is the first")
+            raise ValueError(f"stepc.Step.{fn}: {name} is on {x.device}; stepc runs on CUDA device 0 (ordinal 0 "
+                             "after CUDA_VISIBLE_DEVICES): move it there, or set CUDA_VISIBLE_DEVICES so that its "
+                             "GPU is the first")
         stream = torch.cuda.current_stream(x.device)
         return _DeviceView(x, x.data_ptr(), x.numel(), stream.synchronize)
     cai = x.__cuda_array_interface__
     typestr, shape = cai.get("typestr"), tuple(cai.get("shape", ()))
     if typestr != "<i4":
-        raise TypeError(f"stepc.Step.{fn}: {name}'s __cuda_array_interface__ typestr is {typestr!r}; the device path takes '<i4' (int32)")
+        raise TypeError(f"stepc.Step.{fn}: {name}'s __cuda_array_interface__ typestr is {typestr!r}; "
+                        "the device path takes '<i4' (int32)")
+    if cai.get("mask") is not None:
+        raise ValueError(f"stepc.Step.{fn}: {name}'s __cuda_array_interface__ has a mask; stepc takes every element")
     if shape not in shapes[0]:
         raise _shape_error(fn, name, shape, shapes)
     strides = cai.get("strides")
@@ -492,7 +507,8 @@ def _device_view(x, name, fn, shapes):
             want.append(acc)
             acc *= n
         if tuple(strides) != tuple(reversed(want)):
-            raise ValueError(f"stepc.Step.{fn}: {name} is not C-contiguous (strides {tuple(strides)} bytes for shape {shape})")
+            raise ValueError(f"stepc.Step.{fn}: {name} is not C-contiguous "
+                             f"(strides {tuple(strides)} bytes for shape {shape})")
     ptr = cai["data"][0]
     count = 1
     for n in shape:
@@ -502,12 +518,13 @@ def _device_view(x, name, fn, shapes):
 
 
 def _cuda_stream_sync(stream, name):
-    # through the driver, which libstep.so loads anyway: a CAI producer (CuPy, Numba) need not be torch
+    # through the driver, which libstep.so loads anyway: the producer (CuPy, Numba) need not be torch
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
-        raise StepcError(Status.ERR_NO_DEVICE, "no CUDA device", f"{name}: waiting for its stream needs libcuda.so.1: {e}") from None
+        raise RuntimeError(f"stepc.Step.step: waiting for {name}'s stream needs libcuda.so.1: {e}") from None
     cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
     rc = cuda.cuStreamSynchronize(ctypes.c_void_p(stream))
     if rc != 0:
-        raise StepcError(Status.ERR_RUNTIME, "runtime error", f"{name}: cuStreamSynchronize(stream {stream:#x}) returned CUDA error {rc}")
+        raise RuntimeError(f"stepc.Step.step: cuStreamSynchronize({stream:#x}), the stream of {name}'s "
+                           f"__cuda_array_interface__, returned CUDA error {rc}")
