@@ -55,8 +55,8 @@ class DLPackOnly:
     def __init__(self, t):
         self._t = t
 
-    def __dlpack__(self, stream=None):
-        return self._t.__dlpack__(stream=stream)
+    def __dlpack__(self, **kw):  # stream=, and max_version= etc. where torch is newer
+        return self._t.__dlpack__(**kw)
 
     def __dlpack_device__(self):
         return self._t.__dlpack_device__()
