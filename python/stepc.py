@@ -69,7 +69,6 @@ class _Options(ctypes.Structure):
         ("device", ctypes.c_int),
         ("cpu_threads", ctypes.c_int),
         ("graph_mode", ctypes.c_int),
-        ("cubin_cache", ctypes.c_char_p),
         ("use_generated_step", ctypes.c_int),
     ]
 
