@@ -40,10 +40,18 @@ say "gpu_step grads: tiny $(tail -1 "$DEST/gpu_step_grads_tiny.txt"); gpt3_tiny 
 # ---- 2. hide stepc and NVRTC; the artifacts run from a copy elsewhere
 mv build /tmp/hidden-build
 mkdir -p /tmp/hidden-nvrtc
+: >/tmp/hidden-nvrtc.list
 for f in $(ldconfig -p | awk '/libnvrtc/ {print $NF}') /usr/local/cuda/lib64/libnvrtc* /usr/local/cuda/targets/*/lib/libnvrtc*; do
-  [ -e "$f" ] && mv "$f" /tmp/hidden-nvrtc/ 2>/dev/null
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  mv "$f" "/tmp/hidden-nvrtc/$(basename "$f")" 2>/dev/null && echo "$f" >>/tmp/hidden-nvrtc.list
 done
-ls /tmp/hidden-nvrtc >"$DEST/hidden.txt"; echo "lua: $(ldconfig -p | grep -c lua) entries; stepc on PATH: $(command -v stepc || echo none)" >>"$DEST/hidden.txt"
+restore() { # put stepc's build tree and NVRTC back (a warm machine runs this script again)
+  [ -d /tmp/hidden-build ] && mv /tmp/hidden-build "$root/build"
+  while read -r f; do mv "/tmp/hidden-nvrtc/$(basename "$f")" "$f"; done </tmp/hidden-nvrtc.list
+  : >/tmp/hidden-nvrtc.list
+}
+trap restore EXIT
+sed 's/^/hidden: /' /tmp/hidden-nvrtc.list >"$DEST/hidden.txt"; echo "lua: $(ldconfig -p | grep -c lua) entries; stepc on PATH: $(command -v stepc || echo none)" >>"$DEST/hidden.txt"
 rm -rf /tmp/arts && cp -r "$ART" /tmp/arts && cd /tmp/arts
 run() { # name dir json [train flags]
   local name=$1 dir=$2 out=$3
@@ -132,5 +140,4 @@ echo "libraries the tiny artifact's train loaded:"; cat "$DEST/tiny.libs"; cat "
 # ---- 4. Python + PyTorch CUDA tensors (NVRTC and stepc still hidden)
 PYTHONPATH=python python3 tests/gpu/python_torch.py /tmp/arts/tiny >"$DEST/python_torch.txt" 2>&1 || { say "FAIL python_torch: $(tail -3 "$DEST/python_torch.txt")"; fails=1; }
 tail -2 "$DEST/python_torch.txt"
-mv /tmp/hidden-build build
 exit $fails
