@@ -24,6 +24,8 @@ typedef struct {
 } RtDim;
 static inline RtDim rt_dim(unsigned x, unsigned y, unsigned z) { return (RtDim){x, y, z}; }
 static inline RtDim rt_dim1(unsigned x) { return (RtDim){x, 1, 1}; }
+/* The grid of a grid-stride kernel over `work` items (rt_grid1d's block count; blocks of 256). */
+static inline RtDim rt_grid_stride(const RtDevice *d, int64_t work) { return rt_dim1(rt_grid1d(d, work)); }
 
 /* The host type of each signature letter (kernel_list.h): the same size as the device type. */
 #define RT_KARG_p CUdeviceptr
