@@ -1,6 +1,7 @@
 /* kernel_list.h — every extern "C" kernel of kernels/ (the .cuh files) with its parameters, in
  * order: the one place on the host side that says how a kernel is called. Adding a kernel is its
- * definition in a .cuh file and one row here; everything below is generated from the row.
+ * definition in a .cuh file and one row here (`build/tests/unit/kernel_sigs --print` prints the
+ * row of every declared kernel); what the host needs is generated from the row, as listed below.
  *
  * An X-macro. Define STEPC_KERNEL(name, params) and, where params is used, STEPC_KARG(letter,
  * ctype, pname), then #include "kernels/kernel_list.h". Each parameter is one of
@@ -10,8 +11,9 @@
  * ctype the C type as spelled in the declaration, pname its name there.
  *
  * What is generated from it:
- *   - the handles RtKernel RT_K_<name> (runtime/rt.h; the row order is the handle, which step.c
- *     carries, so append rather than reorder) and the names the module looks up (runtime/module.c);
+ *   - the handles RtKernel RT_K_<name> (runtime/rt.h; the row order is the handle, by which step.c
+ *     launches, its kernel-list hash covering the order) and the names the module looks up
+ *     (runtime/module.c);
  *   - the signature string, one letter a parameter ("ppppiif"), by which the runtime checks
  *     parameter sizes against the loaded cubin (cuFuncGetParamInfo), the step recorder
  *     (runtime/record.c) reads launch arguments and step.c prints them;

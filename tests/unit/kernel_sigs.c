@@ -31,6 +31,7 @@ static int failures;
 #define CHECK(cond, ...)                                                                                    \
   do {                                                                                                      \
     if (!(cond)) {                                                                                          \
+      fflush(stdout); /* the differences printed above come first */                                     \
       fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                              \
       fprintf(stderr, __VA_ARGS__);                                                                         \
       fputc('\n', stderr);                                                                                  \
