@@ -81,11 +81,12 @@ static void norm_type(const char *s, size_t len, char *out, size_t cap) {
     if (isalnum((unsigned char)s[i]) || s[i] == '_') {
       size_t j = i;
       while (j < len && (isalnum((unsigned char)s[j]) || s[j] == '_')) j++;
+      const char *sep = o && out[o - 1] != '*' ? " " : "";
       if (!(j - i == 12 && !strncmp(s + i, "__restrict__", 12)))
-        o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, "%s%.*s", o && out[o - 1] != '*' ? " " : "", (int)(j - i), s + i);
+        o += (size_t)snprintf(out + o, cap - o, "%s%.*s", sep, (int)(j - i), s + i);
       i = j;
     } else {
-      if (s[i] == '*') o += (size_t)snprintf(out + o, o < cap ? cap - o : 0, "*");
+      if (s[i] == '*') o += (size_t)snprintf(out + o, cap - o, "*");
       i++;
     }
     if (o >= cap) o = cap - 1;
@@ -185,8 +186,9 @@ static const char *logical_line(const char *text, const char *p) {
   }
 }
 
-/* Every kernel `file`'s text declares, appended to d (n so far); returns the new count. */
-static int parse_file(const char *file, const char *text, Decl *d, int n) {
+/* Every kernel `file`'s text declares, appended to d (n so far, room for cap); returns the new
+ * count. */
+static int parse_file(const char *file, const char *text, Decl *d, int n, int cap) {
   char *s = strip_comments(text);
   if (!s) return n;
   struct {
@@ -204,13 +206,13 @@ static int parse_file(const char *file, const char *text, Decl *d, int n) {
       mac[nm++].d = k; /* a macro's body: the kernels are its instantiations */
       continue;
     }
-    if (n < MAX_DECLS) d[n++] = k;
+    if (n < cap) d[n++] = k;
   }
   /* instantiations: MACRO(realname, ...) first on a line */
   for (int m = 0; m < nm; m++)
     for (const char *p = s; (p = strstr(p, mac[m].name)) != NULL; p++) {
       const char *q = word(p, mac[m].name), *l = logical_line(s, p);
-      if (!q || skip_ws(l) != p || *(q = skip_ws(q)) != '(' || n == MAX_DECLS) continue;
+      if (!q || skip_ws(l) != p || *(q = skip_ws(q)) != '(' || n == cap) continue;
       Decl k = mac[m].d;
       if (!ident(skip_ws(q + 1), k.name, sizeof k.name)) continue;
       k.line = line_at(s, p);
@@ -222,7 +224,7 @@ static int parse_file(const char *file, const char *text, Decl *d, int n) {
 
 static int parse_all(Decl *d) {
   int n = 0;
-  for (int f = 0; f < kernel_file_count; f++) n = parse_file(kernel_files[f].name, kernel_files[f].text, d, n);
+  for (int f = 0; f < kernel_file_count; f++) n = parse_file(kernel_files[f].name, kernel_files[f].text, d, n, MAX_DECLS);
   return n;
 }
 
@@ -333,7 +335,7 @@ static void test_swap_is_caught(const Decl *d, int nd) {
   for (size_t k = 0; decl && k < sizeof pairs / sizeof pairs[0]; k++) {
     char *sw = swap_params(decl, pairs[k][0], pairs[k][1]);
     Decl got[2];
-    int n = sw ? parse_file("norm.cuh (swapped copy)", sw, got, 0) : 0;
+    int n = sw ? parse_file("norm.cuh (swapped copy)", sw, got, 0, 2) : 0;
     CHECK(n == 1 && got[0].n == r->n, "the swapped copy does not parse: %s", sw ? sw : "(null)");
     if (n == 1) {
       printf("self-test, parameters %d and %d swapped:\n", pairs[k][0], pairs[k][1]);
