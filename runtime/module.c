@@ -7,15 +7,19 @@
 #include "runtime/rt.h"
 
 const char *const rt_kernel_name[RT_K_COUNT] = {
-#define STEPC_KERNEL(name, sig) #name,
+#define STEPC_KERNEL(name, params) #name,
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL
 };
 
+/* one letter a parameter, from each row's parameter list ("" so that a kernel without any
+ * still gives a string) */
 const char *const rt_kernel_sig[RT_K_COUNT] = {
-#define STEPC_KERNEL(name, sig) sig,
+#define STEPC_KARG(letter, ctype, pname) #letter
+#define STEPC_KERNEL(name, params) "" params,
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL
+#undef STEPC_KARG
 };
 
 const char *rt_kname(const RtDevice *d, int k) {

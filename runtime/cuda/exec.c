@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
 
 /* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
 static const RtOpFn DISPATCH[OP_COUNT] = {
@@ -82,7 +83,9 @@ void rt_exec_free(RtExec *x) {
   free(x);
 }
 
-/* The chain ending at op o: one launch of its generated kernel, the arguments in ew_fuse.h's order. */
+/* The chain ending at op o: one launch of its generated kernel, the arguments in ew_fuse.h's order.
+ * Built by hand, unlike the static kernels' (launchers.h): a chain kernel's parameters are made per
+ * step, so there is no table row to generate a launcher from. */
 static int run_chain(RtExec *x, int o) {
   const Graph *g = x->g;
   const IrChain *c = NULL;
@@ -439,9 +442,7 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
       continue;
     }
     unsigned long long key = ops_init_key(seed, t->name); /* as the CPU executor's */
-    double std = t->init_std;
-    void *args[] = {&f32, &b16, &n, &key, &std};
-    if (rt_launch(d, RT_K_init_normal, rt_grid1d(d, n), 1, 1, 256, 0, args)) return RT_ERROR;
+    if (rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, key, t->init_std)) return RT_ERROR;
   }
   return rt_sync(d);
 }

@@ -2,6 +2,7 @@
  * (loss.c) and the optimizer ops (optim.c). */
 #include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
 
 int rt_flash_supported(int64_t T, int64_t D) { return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0; }
 
@@ -25,15 +26,13 @@ int rt_op_flash(RtExec *x, const Op *op) {
   AttnDims a;
   if (attn_dims(x, op, 0, &a)) return RT_ERROR;
   CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1), v = rt_in(x, op, 2);
-  if (rt_flash_supported(a.T, a.D)) {
-    void *args[] = {&o, &lse, &q, &k, &v, &a.B, &a.T, &a.H, &a.G, &a.scale};
-    return rt_launch(x->d, a.D == 64 ? RT_K_flash_attention_forward_d64 : RT_K_flash_attention_forward_d128,
-                     (unsigned)(a.T / STEPC_FLASH_FWD_ROWS), (unsigned)a.H, (unsigned)a.B, STEPC_FLASH_FWD_THREADS,
-                     stepc_flash_fwd_smem(a.D), args);
-  }
-  void *args[] = {&o, &lse, &q, &k, &v, &a.B, &a.T, &a.H, &a.G, &a.D, &a.scale};
+  if (rt_flash_supported(a.T, a.D))
+    return (a.D == 64 ? rt_launch_flash_attention_forward_d64 : rt_launch_flash_attention_forward_d128)(
+        x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_FWD_ROWS), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_FWD_THREADS,
+        stepc_flash_fwd_smem(a.D), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
   int64_t rows = (int64_t)a.B * a.H * a.T;
-  return rt_launch(x->d, RT_K_attn_plain_forward, (unsigned)((rows + 3) / 4), 1, 1, 128, 0, args);
+  return rt_launch_attn_plain_forward(x->d, rt_dim1((unsigned)((rows + 3) / 4)), 128, 0, o, lse, q, k, v, a.B, a.T, a.H, a.G,
+                                      a.D, a.scale);
 }
 
 /* in (dO, q, k, v, o, lse) out (dq, dk, dv) */
@@ -44,25 +43,24 @@ int rt_op_flash_bwd(RtExec *x, const Op *op) {
               lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1), dv = rt_out(x, op, 2), ds = x->dsum;
   if (rt_flash_supported(a.T, a.D)) {
     int64_t rows = (int64_t)a.B * a.T * a.H;
-    void *pre[] = {&ds, &dO, &o, &a.B, &a.T, &a.H, &a.D};
-    if (rt_launch(x->d, RT_K_flash_attention_backward_preprocess, (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS),
-                  1, 1, STEPC_FLASH_PRE_THREADS, 0, pre))
+    unsigned pre_blocks = (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS);
+    if (rt_launch_flash_attention_backward_preprocess(x->d, rt_dim1(pre_blocks), STEPC_FLASH_PRE_THREADS, 0, ds, dO, o, a.B,
+                                                      a.T, a.H, a.D))
       return RT_ERROR;
-    void *kv[] = {&dk, &dv, &q, &k, &v, &dO, &lse, &ds, &a.B, &a.T, &a.H, &a.G, &a.scale};
-    if (rt_launch(x->d, a.D == 64 ? RT_K_flash_attention_backward_dkdv_d64 : RT_K_flash_attention_backward_dkdv_d128,
-                  (unsigned)(a.T / stepc_flash_dkdv_keys(a.D)), (unsigned)a.G, (unsigned)a.B, STEPC_FLASH_DKDV_THREADS,
-                  stepc_flash_dkdv_smem(a.D), kv))
+    if ((a.D == 64 ? rt_launch_flash_attention_backward_dkdv_d64 : rt_launch_flash_attention_backward_dkdv_d128)(
+            x->d, rt_dim((unsigned)(a.T / stepc_flash_dkdv_keys(a.D)), (unsigned)a.G, (unsigned)a.B),
+            STEPC_FLASH_DKDV_THREADS, stepc_flash_dkdv_smem(a.D), dk, dv, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale))
       return RT_ERROR;
-    void *qa[] = {&dq, &q, &k, &v, &dO, &lse, &ds, &a.B, &a.T, &a.H, &a.G, &a.scale};
-    return rt_launch(x->d, a.D == 64 ? RT_K_flash_attention_backward_dq_d64 : RT_K_flash_attention_backward_dq_d128,
-                     (unsigned)(a.T / STEPC_FLASH_DQ_ROWS), (unsigned)a.H, (unsigned)a.B, STEPC_FLASH_DQ_THREADS,
-                     stepc_flash_dq_smem(a.D), qa);
+    return (a.D == 64 ? rt_launch_flash_attention_backward_dq_d64 : rt_launch_flash_attention_backward_dq_d128)(
+        x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_DQ_ROWS), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_DQ_THREADS,
+        stepc_flash_dq_smem(a.D), dq, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale);
   }
   int64_t qrows = (int64_t)a.B * a.H * a.T, krows = (int64_t)a.B * a.T * a.G;
-  void *qa[] = {&dq, &ds, &q, &k, &v, &o, &dO, &lse, &a.B, &a.T, &a.H, &a.G, &a.D, &a.scale};
-  if (rt_launch(x->d, RT_K_attn_plain_backward_q, (unsigned)((qrows + 3) / 4), 1, 1, 128, 0, qa)) return RT_ERROR;
-  void *kv[] = {&dk, &dv, &q, &k, &v, &dO, &lse, &ds, &a.B, &a.T, &a.H, &a.G, &a.D, &a.scale};
-  return rt_launch(x->d, RT_K_attn_plain_backward_kv, (unsigned)((krows + 3) / 4), 1, 1, 128, 0, kv);
+  if (rt_launch_attn_plain_backward_q(x->d, rt_dim1((unsigned)((qrows + 3) / 4)), 128, 0, dq, ds, q, k, v, o, dO, lse, a.B,
+                                      a.T, a.H, a.G, a.D, a.scale))
+    return RT_ERROR;
+  return rt_launch_attn_plain_backward_kv(x->d, rt_dim1((unsigned)((krows + 3) / 4)), 128, 0, dk, dv, q, k, v, dO, lse, ds,
+                                          a.B, a.T, a.H, a.G, a.D, a.scale);
 }
 
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
@@ -72,38 +70,29 @@ int rt_op_cross_entropy(RtExec *x, const Op *op) {
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
   CUdeviceptr per = rt_out(x, op, 1), logits = rt_in(x, op, 0), tg = rt_in(x, op, 1), loss = rt_out(x, op, 0);
-  float dloss = x->dloss[op - x->g->op], scale = 1.0f / (float)N;
-  void *args[] = {&per, &logits, &tg, &N, &V, &V, &dloss};
-  if (rt_launch(x->d, RT_K_cross_entropy_forward_backward, (unsigned)N, 1, 1, 512, 0, args)) return RT_ERROR;
-  void *r[] = {&loss, &per, &N, &scale};
-  return rt_launch(x->d, RT_K_loss_reduce, 1, 1, 1, 1024, 0, r);
+  /* V twice: the logits carry no padding columns here (V = Vp) */
+  if (rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V,
+                                               x->dloss[op - x->g->op]))
+    return RT_ERROR;
+  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, 1.0f / (float)N);
 }
 
 /* in [g] out [acc]: this tensor's slice of the global-norm partials (the sum is CLIP_COEF's). */
 int rt_op_grad_sumsq(RtExec *x, const Op *op) {
   CUdeviceptr part = x->gn_partial + (CUdeviceptr)((int64_t)x->slot[op - x->g->op] * x->gn_groups * 4), g = rt_in(x, op, 0);
-  long n = (long)rt_numel(x, op->in[0]);
-  void *args[] = {&part, &g, &n};
-  return rt_launch(x->d, RT_K_norm_squared_partial, (unsigned)x->gn_groups, 1, 1, 256, 0, args);
+  return rt_launch_norm_squared_partial(x->d, rt_dim1((unsigned)x->gn_groups), 256, 0, part, g, (long)rt_numel(x, op->in[0]));
 }
 
 /* in [acc] out [norm, coef] */
 int rt_op_clip_coef(RtExec *x, const Op *op) {
-  CUdeviceptr norm = rt_out(x, op, 0), coef = rt_out(x, op, 1), part = x->gn_partial;
-  int count = x->n_sumsq * x->gn_groups;
-  float clip = (float)op->a.f[0];
-  void *args[] = {&norm, &coef, &part, &count, &clip};
-  return rt_launch(x->d, RT_K_global_norm_finalize, 1, 1, 1, 1024, 0, args);
+  return rt_launch_global_norm_finalize(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), rt_out(x, op, 1), x->gn_partial,
+                                        x->n_sumsq * x->gn_groups, (float)op->a.f[0]);
 }
 
 /* out [step, lr] */
 int rt_op_lr_sched(RtExec *x, const Op *op) {
-  CUdeviceptr step = rt_out(x, op, 0), lr = rt_out(x, op, 1);
-  double lr0 = op->a.f[0], min_lr = op->a.f[1];
-  long warm = (long)op->a.i[0], decay = (long)op->a.i[1];
-  int style = (int)op->a.i[2];
-  void *args[] = {&step, &lr, &lr0, &min_lr, &warm, &decay, &style};
-  return rt_launch(x->d, RT_K_lr_schedule, 1, 1, 1, 1, 0, args);
+  return rt_launch_lr_schedule(x->d, rt_dim1(1), 1, 0, rt_out(x, op, 0), rt_out(x, op, 1), op->a.f[0], op->a.f[1],
+                               (long)op->a.i[0], (long)op->a.i[1], (int)op->a.i[2]);
 }
 
 /* in [grad, coef, lr, step] out [param, m, v, master] */
@@ -112,15 +101,13 @@ int rt_op_adamw(RtExec *x, const Op *op) {
   int s = x->slot[op - x->g->op];
   CUdeviceptr hp = x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP));
   if (s >= RT_MAX_HP) { /* the first AdamW of its setting computes this step's hyper-parameters */
-    CUdeviceptr step = rt_in(x, op, 3), lr = rt_in(x, op, 2);
-    float b1 = (float)op->a.f[0], b2 = (float)op->a.f[1], eps = (float)op->a.f[2];
-    void *args[] = {&hp, &step, &lr, &b1, &b2, &eps};
-    if (rt_launch(x->d, RT_K_adamw_hparams, 1, 1, 1, 1, 0, args)) return RT_ERROR;
+    if (rt_launch_adamw_hparams(x->d, rt_dim1(1), 1, 0, hp, rt_in(x, op, 3), rt_in(x, op, 2), (float)op->a.f[0],
+                                (float)op->a.f[1], (float)op->a.f[2]))
+      return RT_ERROR;
   }
   CUdeviceptr master = rt_out(x, op, 3), param = rt_out(x, op, 0), grad = rt_in(x, op, 0), m = rt_out(x, op, 1),
               v = rt_out(x, op, 2), coef = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->in[0]);
-  float wd = (float)op->a.f[3];
-  void *args[] = {&master, &param, &grad, &m, &v, &n, &hp, &coef, &wd};
-  return rt_launch(x->d, RT_K_adamw_update, rt_grid1d(x->d, n), 1, 1, 256, 0, args);
+  return rt_launch_adamw_update(x->d, rt_grid_stride(x->d, n), 256, 0, master, param, grad, m, v, n, hp, coef,
+                                (float)op->a.f[3]);
 }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
 
 typedef struct {
   int64_t B, T, H, G, D;
@@ -126,33 +127,28 @@ int rt_op_attn_pv_bwd(RtExec *x, const Op *op) {
 int rt_op_causal_mask(RtExec *x, const Op *op) {
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
-  CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0);
   long rows = (long)ops_rows(s);
-  int T = (int)ops_last(s), zero = op->a.i[0] != 0;
-  void *args[] = {&y, &in, &rows, &T, &zero};
-  return rt_launch(x->d, RT_K_causal_mask_fill, rt_grid1d(x->d, (int64_t)rows * T), 1, 1, 256, 0, args);
+  int T = (int)ops_last(s);
+  return rt_launch_causal_mask_fill(x->d, rt_grid_stride(x->d, (int64_t)rows * T), 256, 0, rt_out(x, op, 0), rt_in(x, op, 0),
+                                    rows, T, op->a.i[0] != 0);
 }
 
 /* in (masked) out (p): one block per row */
 int rt_op_softmax(RtExec *x, const Op *op) {
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
-  CUdeviceptr p = rt_out(x, op, 0), in = rt_in(x, op, 0);
   int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
-  float one = 1.0f;
-  void *args[] = {&p, &in, &BH, &T, &one};
-  return rt_launch(x->d, RT_K_softmax_causal_forward, (unsigned)(ops_rows(s)), 1, 1, 256, 0, args);
+  return rt_launch_softmax_causal_forward(x->d, rt_dim1((unsigned)(ops_rows(s))), 256, 0, rt_out(x, op, 0), rt_in(x, op, 0), BH,
+                                          T, 1.0f);
 }
 
 /* in (dp, p) out (ds) */
 int rt_op_softmax_bwd(RtExec *x, const Op *op) {
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
-  CUdeviceptr ds = rt_out(x, op, 0), dp = rt_in(x, op, 0), p = rt_in(x, op, 1);
   int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
-  float one = 1.0f;
-  void *args[] = {&ds, &dp, &p, &BH, &T, &one};
-  return rt_launch(x->d, RT_K_softmax_causal_backward, (unsigned)(ops_rows(s)), 1, 1, 256, 0, args);
+  return rt_launch_softmax_causal_backward(x->d, rt_dim1((unsigned)(ops_rows(s))), 256, 0, rt_out(x, op, 0), rt_in(x, op, 0),
+                                           rt_in(x, op, 1), BH, T, 1.0f);
 }
 
 /* The softmax kernels are causal: a SOFTMAX must read a forward CAUSAL_MASK's (B,H,T,T) output

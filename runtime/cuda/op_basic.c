@@ -1,12 +1,10 @@
 /* op_basic.c — dispatch of the elementwise, embedding, RoPE, dropout, activation and QKV-layout
  * ops (ir/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
 #include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
 
-#define LAUNCH1D(k, work, ...)                                                                              \
-  do {                                                                                                      \
-    void *args_[] = {__VA_ARGS__};                                                                          \
-    return rt_launch(x->d, k, rt_grid1d(x->d, work), 1, 1, 256, 0, args_);                                  \
-  } while (0)
+/* grid, block and shared memory of a grid-stride kernel over `work` items */
+#define STRIDE(work) rt_grid_stride(x->d, work), 256, 0
 
 static int need_bf16(RtExec *x, const Op *op, int tensor) {
   if (rt_t(x, tensor)->dtype == DT_BF16) return RT_OK;
@@ -21,17 +19,16 @@ int rt_op_add(RtExec *x, const Op *op) {
   if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
   if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
   if (need_bf16(x, op, op->out[0])) return RT_ERROR;
-  CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), b = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->out[0]);
-  LAUNCH1D(RT_K_residual_add, n, &y, &a, &b, &n);
+  return rt_launch_residual_add(x->d, STRIDE(n), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), n);
 }
 
 int rt_op_accum(RtExec *x, const Op *op) {
   CUdeviceptr acc = rt_out(x, op, 0), gr = rt_in(x, op, 0);
   long n = (long)rt_numel(x, op->out[0]);
   if (rt_t(x, op->out[0])->dtype != DT_F32) return rt_fail(x->d, "accum into %s: not fp32", rt_t(x, op->out[0])->name);
-  RtKernel k = rt_t(x, op->in[0])->dtype == DT_F32 ? RT_K_grad_accumulate_f32 : RT_K_grad_accumulate_bf16;
-  LAUNCH1D(k, n, &acc, &gr, &n);
+  return (rt_t(x, op->in[0])->dtype == DT_F32 ? rt_launch_grad_accumulate_f32 : rt_launch_grad_accumulate_bf16)(
+      x->d, STRIDE(n), acc, gr, n);
 }
 
 int rt_op_zero(RtExec *x, const Op *op) {
@@ -43,11 +40,8 @@ int rt_op_zero(RtExec *x, const Op *op) {
 int rt_op_fill(RtExec *x, const Op *op) {
   for (int i = 0; i < op->nout; i++) {
     if (rt_t(x, op->out[i])->dtype != DT_F32) return rt_fail(x->d, "fill of a non-fp32 tensor");
-    CUdeviceptr p = rt_out(x, op, i);
-    float v = (float)op->a.f[0];
     long n = (long)rt_numel(x, op->out[i]);
-    void *args[] = {&p, &v, &n};
-    if (rt_launch(x->d, RT_K_fill_f32, rt_grid1d(x->d, n), 1, 1, 256, 0, args)) return RT_ERROR;
+    if (rt_launch_fill_f32(x->d, STRIDE(n), rt_out(x, op, i), (float)op->a.f[0], n)) return RT_ERROR;
   }
   return RT_OK;
 }
@@ -56,15 +50,14 @@ int rt_op_embed(RtExec *x, const Op *op) {
   const Tensor *tok = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   CUdeviceptr y = rt_out(x, op, 0), tk = rt_in(x, op, 0), wte = rt_in(x, op, 1), wpe = 0;
   int N = (int)tensor_numel(tok), T = (int)tok->shape[1], C = (int)w->shape[1], V = (int)w->shape[0];
-  LAUNCH1D(RT_K_embedding_forward, (int64_t)N * C / 8, &y, &tk, &wte, &wpe, &N, &T, &C, &V);
+  return rt_launch_embedding_forward(x->d, STRIDE((int64_t)N * C / 8), y, tk, wte, wpe, N, T, C, V);
 }
 
 int rt_op_embed_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), V = (int)op->a.i[0];
-  void *args[] = {&dw, &g, &tk, &N, &C, &V};
-  return rt_launch(x->d, RT_K_embedding_backward_token, (unsigned)(4 * x->d->sm_count), 1, 1, 256, 0, args);
+  return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk, N, C, V);
 }
 
 int rt_op_pos_add(RtExec *x, const Op *op) {
@@ -72,14 +65,14 @@ int rt_op_pos_add(RtExec *x, const Op *op) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), p = rt_in(x, op, 1);
   long N = (long)(t->shape[0] * t->shape[1]);
   int T = (int)t->shape[1], C = (int)t->shape[2];
-  LAUNCH1D(RT_K_pos_add, N * C, &y, &a, &p, &N, &T, &C);
+  return rt_launch_pos_add(x->d, STRIDE(N * C), y, a, p, N, T, C);
 }
 
 int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0);
   int B = (int)dy->shape[0], T = (int)dy->shape[1], C = (int)dy->shape[2];
-  LAUNCH1D(RT_K_embedding_backward_position, (int64_t)T * C / 8, &dw, &g, &B, &T, &C);
+  return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C);
 }
 
 int rt_op_rope(RtExec *x, const Op *op) {
@@ -87,20 +80,21 @@ int rt_op_rope(RtExec *x, const Op *op) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int B = (int)t->shape[0], T = (int)t->shape[1], H = (int)t->shape[2], D = (int)t->shape[3];
   float base = (float)op->a.f[0];
-  LAUNCH1D(op->a.i[0] > 0 ? RT_K_rope_forward : RT_K_rope_backward, tensor_numel(t) / 2, &y, &a, &B, &T, &H, &D, &base);
+  return (op->a.i[0] > 0 ? rt_launch_rope_forward : rt_launch_rope_backward)(x->d, STRIDE(tensor_numel(t) / 2), y, a, B, T, H,
+                                                                             D, base);
 }
 
 /* DROPOUT and DROPOUT_BWD share the attributes (p, stream), so the backward regenerates the
  * forward's mask from the micro-batch's seed (copied to seed_cur before the micro-batch's ops);
  * the mask output is not written. */
-static int dropout(RtExec *x, const Op *op, RtKernel k) {
+static int dropout(RtExec *x, const Op *op, int backward) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), seed = x->seed_cur;
   long n = (long)rt_numel(x, op->in[0]);
   float p = (float)op->a.f[0];
   unsigned id = (unsigned)op->a.i[0];
-  LAUNCH1D(k, (n + 3) / 4, &y, &a, &n, &p, &seed, &id);
+  return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a, n, p, seed, id);
 }
-int rt_op_dropout(RtExec *x, const Op *op) { return dropout(x, op, RT_K_dropout_forward); }
+int rt_op_dropout(RtExec *x, const Op *op) { return dropout(x, op, 0); }
 
 /* DROPOUT -> ADD whose dropout output has no other reader: out = r + dropout(in) in one kernel
  * (compiler/fuse.c). Same grid, seed slot, stream id and element count as `dropout`, so the same
@@ -112,37 +106,36 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
   long n = (long)rt_numel(x, dr->in[0]);
   float p = (float)dr->a.f[0];
   unsigned id = (unsigned)dr->a.i[0];
-  void *args[] = {&y, &r, &a, &n, &p, &seed, &id};
-  if (rt_launch(x->d, RT_K_dropout_residual_forward, rt_grid1d(x->d, (n + 3) / 4), 1, 1, 256, 0, args)) return RT_ERROR;
+  if (rt_launch_dropout_residual_forward(x->d, STRIDE((n + 3) / 4), y, r, a, n, p, seed, id)) return RT_ERROR;
   return RT_OK;
 }
-int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, RT_K_dropout_backward); }
+int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, 1); }
 
 int rt_op_swiglu(RtExec *x, const Op *op) {
   const Tensor *y = rt_t(x, op->out[0]);
   CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int N = (int)ops_rows(y), F = (int)ops_last(y);
   if (F % 8) return rt_fail(x->d, "swiglu width %d is not a multiple of 8", F);
-  LAUNCH1D(RT_K_swiglu_forward, (int64_t)N * F / 8, &o, &a, &N, &F);
+  return rt_launch_swiglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
 }
 
 int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), F = (int)ops_last(dy);
-  LAUNCH1D(RT_K_swiglu_backward, (int64_t)N * F / 8, &dx, &g, &a, &N, &F);
+  return rt_launch_swiglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
 }
 
 int rt_op_gelu(RtExec *x, const Op *op) {
   CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
   long n = (long)rt_numel(x, op->in[0]);
-  LAUNCH1D(RT_K_gelu_forward, n, &o, &a, &n);
+  return rt_launch_gelu_forward(x->d, STRIDE(n), o, a, n);
 }
 
 int rt_op_gelu_bwd(RtExec *x, const Op *op) {
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->in[0]);
-  LAUNCH1D(RT_K_gelu_backward, n, &dx, &g, &a, &n);
+  return rt_launch_gelu_backward(x->d, STRIDE(n), dx, g, a, n);
 }
 
 static int qkv(RtExec *x, const Op *op, int split) {
@@ -153,10 +146,10 @@ static int qkv(RtExec *x, const Op *op, int split) {
   int64_t work = N * (H + 2 * G) * D / 8;
   if (split) {
     CUdeviceptr oq = rt_out(x, op, 0), ok = rt_out(x, op, 1), ov = rt_out(x, op, 2), in = rt_in(x, op, 0);
-    LAUNCH1D(RT_K_split_qkv, work, &oq, &ok, &ov, &in, &N, &H, &G, &D);
+    return rt_launch_split_qkv(x->d, STRIDE(work), oq, ok, ov, in, N, H, G, D);
   }
   CUdeviceptr out = rt_out(x, op, 0), iq = rt_in(x, op, 0), ik = rt_in(x, op, 1), iv = rt_in(x, op, 2);
-  LAUNCH1D(RT_K_concat_qkv, work, &out, &iq, &ik, &iv, &N, &H, &G, &D);
+  return rt_launch_concat_qkv(x->d, STRIDE(work), out, iq, ik, iv, N, H, G, D);
 }
 int rt_op_split_qkv(RtExec *x, const Op *op) { return qkv(x, op, 1); }
 int rt_op_concat_qkv(RtExec *x, const Op *op) { return qkv(x, op, 0); }

@@ -4,6 +4,7 @@
  * order, so they are deterministic. */
 #include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
 
 int rt_op_linear(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
@@ -45,8 +46,7 @@ int rt_op_linear_wgrad(RtExec *x, const Op *op) {
 
 /* out (C) += column sums of `partial` (G, ld), in group order. */
 static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C, int ld) {
-  void *args[] = {&out, &partial, &G, &C, &ld};
-  return rt_launch(x->d, RT_K_colsum_accumulate, (unsigned)((C + 255) / 256), 1, 1, 256, 0, args);
+  return rt_launch_colsum_accumulate(x->d, rt_dim1((unsigned)((C + 255) / 256)), 256, 0, out, partial, G, C, ld);
 }
 
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
@@ -55,8 +55,8 @@ int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), G = groups(x, N);
   CUdeviceptr p = x->norm_partial, g = rt_in(x, op, 0);
-  void *args[] = {&p, &g, &N, &C};
-  if (rt_launch(x->d, RT_K_bias_backward_partial, (unsigned)((C + 511) / 512), (unsigned)G, 1, 256, 0, args)) return RT_ERROR;
+  if (rt_launch_bias_backward_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, g, N, C))
+    return RT_ERROR;
   return colsum(x, rt_exec_ptr(x, x->sink[op->out[0]]), p, G, C, C);
 }
 
@@ -66,7 +66,8 @@ int rt_op_norm(RtExec *x, const Op *op) {
   int N = (int)ops_rows(a), C = (int)ops_last(a);
   float eps = (float)op->a.f[0];
   if (C % 8) return rt_fail(x->d, "norm width %d is not a multiple of 8", C);
-  unsigned grid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK), block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
+  RtDim grid = rt_dim1((unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK));
+  unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
   int o = rt_op_index(x, op);
   if (x->fuse[o] == RT_FUSE_ADD_NORM) {
@@ -75,23 +76,14 @@ int rt_op_norm(RtExec *x, const Op *op) {
      * two kernels, in one pass */
     const Op *add = &x->g->op[x->peer[o]];
     CUdeviceptr ra = rt_in(x, add, 0), rb = rt_in(x, add, 1);
-    if (op->kind == OP_RMSNORM) {
-      CUdeviceptr rstd = rt_out(x, op, 1);
-      void *args[] = {&in, &y, &rstd, &ra, &rb, &w, &N, &C, &eps};
-      return rt_launch(x->d, RT_K_residual_rmsnorm_forward, grid, 1, 1, block, 0, args);
-    }
-    CUdeviceptr mean = rt_out(x, op, 1), rstd = rt_out(x, op, 2), b = rt_in(x, op, 2);
-    void *args[] = {&in, &y, &mean, &rstd, &ra, &rb, &w, &b, &N, &C, &eps};
-    return rt_launch(x->d, RT_K_residual_layernorm_forward, grid, 1, 1, block, 0, args);
+    if (op->kind == OP_RMSNORM)
+      return rt_launch_residual_rmsnorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), ra, rb, w, N, C, eps);
+    return rt_launch_residual_layernorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), rt_out(x, op, 2), ra, rb, w,
+                                                rt_in(x, op, 2), N, C, eps);
   }
-  if (op->kind == OP_RMSNORM) {
-    CUdeviceptr rstd = rt_out(x, op, 1);
-    void *args[] = {&y, &rstd, &in, &w, &N, &C, &eps};
-    return rt_launch(x->d, RT_K_rmsnorm_forward, grid, 1, 1, block, 0, args);
-  }
-  CUdeviceptr mean = rt_out(x, op, 1), rstd = rt_out(x, op, 2), b = rt_in(x, op, 2);
-  void *args[] = {&y, &mean, &rstd, &in, &w, &b, &N, &C, &eps};
-  return rt_launch(x->d, RT_K_layernorm_forward, grid, 1, 1, block, 0, args);
+  if (op->kind == OP_RMSNORM) return rt_launch_rmsnorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), in, w, N, C, eps);
+  return rt_launch_layernorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), rt_out(x, op, 2), in, w, rt_in(x, op, 2), N,
+                                     C, eps);
 }
 
 /* RMSNORM_BWD: in (dy, x, w, rstd) out (dx, dw); LAYERNORM_BWD: in (dy, x, w, mean, rstd) out
@@ -99,19 +91,17 @@ int rt_op_norm(RtExec *x, const Op *op) {
 int rt_op_norm_bwd(RtExec *x, const Op *op) {
   int ln = op->kind == OP_LAYERNORM_BWD;
   const Tensor *a = rt_t(x, op->in[1]);
-  int N = (int)ops_rows(a), C = (int)ops_last(a), zero = 0, G = groups(x, N);
-  unsigned grid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK), block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
+  int N = (int)ops_rows(a), C = (int)ops_last(a), G = groups(x, N);
+  RtDim grid = rt_dim1((unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK));
+  unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr dx = rt_out(x, op, 0), dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
   CUdeviceptr mean = ln ? rt_in(x, op, 3) : 0, rstd = rt_in(x, op, ln ? 4 : 3), p = x->norm_partial;
-  if (ln) {
-    void *args[] = {&dx, &dy, &in, &w, &mean, &rstd, &N, &C, &zero};
-    if (rt_launch(x->d, RT_K_layernorm_backward_input, grid, 1, 1, block, 0, args)) return RT_ERROR;
-  } else {
-    void *args[] = {&dx, &dy, &in, &w, &rstd, &N, &C, &zero};
-    if (rt_launch(x->d, RT_K_rmsnorm_backward_input, grid, 1, 1, block, 0, args)) return RT_ERROR;
-  }
-  void *pargs[] = {&p, &dy, &in, &mean, &rstd, &N, &C};
-  if (rt_launch(x->d, RT_K_norm_backward_weight_partial, (unsigned)((C + 511) / 512), (unsigned)G, 1, 256, 0, pargs) ||
+  /* accumulate = 0: dx is this op's own output */
+  if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
+         : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C, 0))
+    return RT_ERROR;
+  if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, dy, in,
+                                             mean, rstd, N, C) ||
       colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C))
     return RT_ERROR;
   return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
