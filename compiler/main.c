@@ -308,7 +308,7 @@ static int cmd_build(const Args *a) {
   }
   ArtifactOptions o = {.dir = a->out, .arch = a->arch, .sm_count = a->sms};
   char err[1024] = "";
-  int st = artifact_build(&raw, &spec, &o, &d, stderr, err, sizeof err);
+  int st = artifact_build_dir(&raw, &spec, &o, &d, stderr, err, sizeof err);
   diag_print(&d, stderr);
   if (st != ARTIFACT_OK) {
     fprintf(stderr, "stepc build: %s\n", err);
@@ -317,7 +317,7 @@ static int cmd_build(const Args *a) {
     fprintf(stderr, "stepc build: %s was written, but the plan breaks the graph-scope rules above\n", a->out);
     rc = EXIT_INVALID;
   } else {
-    printf("%s: recipe.lua plan.json kernels.cu kernels.%s.cubin step.c libstep.so train\n", a->out, a->arch ? a->arch : "sm_90");
+    printf("%s: step.img kernels.%s.cubin libstep.so train step.c kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
   }
   diag_free(&d);
   return rc;

@@ -52,6 +52,13 @@ int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t ne
 int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
                           size_t ndir, char *err, size_t nerr);
 
+/* `stepc build -o DIR`: built into a fresh directory beside DIR and swapped in atomically, so a
+ * failed build leaves DIR as it was and DIR is never half old, half new; builds into one folder
+ * take turns (a lock on the folder). Refuses a DIR that is a symbolic link, or a non-empty
+ * directory that is not a stepc artifact (the user's files are never written over). */
+int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
+                       size_t nerr);
+
 /* The text of DIR/train.c (artifact_train.c). */
 extern const char artifact_train_c[];
 

@@ -1,6 +1,11 @@
-/* cache.c — the artifact cache behind `stepc run SPEC` (artifact.h: artifact_build_cached). */
-#define _XOPEN_SOURCE 700
+/* cache.c — where artifacts are built: the cache behind `stepc run SPEC` (artifact_build_cached)
+ * and `stepc build -o DIR` (artifact_build_dir), both built in a fresh directory and moved into
+ * place whole. */
+#define _GNU_SOURCE /* renameat2, O_DIRECTORY */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
@@ -113,4 +118,87 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
   }
   if (progress) fprintf(progress, "run: built the artifact in %s\n", dir);
   return ARTIFACT_OK;
+}
+
+/* ---- stepc build -o DIR ---- */
+
+/* What stepc build writes (an older stepc's artifacts have no step.img, but libstep.so and step.c). */
+static int is_artifact(const char *dir) {
+  char p[PATH_MAX + 32];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%s", dir, STEPC_IMAGE_FILE);
+  if (stat(p, &sb) == 0) return 1;
+  snprintf(p, sizeof p, "%s/libstep.so", dir);
+  int so = stat(p, &sb) == 0;
+  snprintf(p, sizeof p, "%s/step.c", dir);
+  return so && stat(p, &sb) == 0;
+}
+
+static int is_empty_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int empty = 1;
+  for (struct dirent *e; empty && (e = readdir(d));) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+  closedir(d);
+  return empty;
+}
+
+int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
+                       size_t nerr) {
+  const char *dir = o->dir;
+  char parent[PATH_MAX], tmp[PATH_MAX + 64];
+  struct stat sb;
+  int exists = lstat(dir, &sb) == 0;
+  if (exists && S_ISLNK(sb.st_mode))
+    return snprintf(err, nerr, "%s is a symbolic link: stepc build writes a directory of its own there, give its real path", dir),
+           ARTIFACT_ERROR;
+  if (exists && !S_ISDIR(sb.st_mode)) return snprintf(err, nerr, "%s exists and is not a directory", dir), ARTIFACT_ERROR;
+  if (exists && !is_empty_dir(dir) && !is_artifact(dir))
+    return snprintf(err, nerr, "%s holds files that are not a stepc artifact: refusing to write over them (choose a new or empty "
+                    "directory)", dir), ARTIFACT_ERROR;
+  /* the parent, where the new artifact is built beside the old one and swapped in */
+  snprintf(parent, sizeof parent, "%s", dir);
+  size_t n = strlen(parent);
+  while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+  char *slash = strrchr(parent, '/');
+  const char *base = slash ? slash + 1 : parent;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+    return snprintf(err, nerr, "%s: name the artifact's directory itself", dir), ARTIFACT_ERROR;
+  char name[PATH_MAX];
+  snprintf(name, sizeof name, "%s", base);
+  if (slash == parent) snprintf(parent, sizeof parent, "/");
+  else if (slash) *slash = 0;
+  else snprintf(parent, sizeof parent, ".");
+  if (mkdir_p(parent) != 0) return snprintf(err, nerr, "cannot create %s: %s", parent, strerror(errno)), ARTIFACT_ERROR;
+  /* one build at a time into this folder: a second waits rather than interleaving its files */
+  int lk = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lk < 0 || flock(lk, LOCK_EX) != 0) {
+    if (lk >= 0) close(lk);
+    return snprintf(err, nerr, "cannot lock %s: %s", parent, strerror(errno)), ARTIFACT_ERROR;
+  }
+  snprintf(tmp, sizeof tmp, "%s/.%s.building.XXXXXX", parent, name);
+  int rc = ARTIFACT_ERROR;
+  if (!mkdtemp(tmp)) {
+    snprintf(err, nerr, "cannot create a directory in %s: %s", parent, strerror(errno));
+    goto out;
+  }
+  ArtifactOptions bo = *o;
+  bo.dir = tmp;
+  if ((rc = artifact_build(raw, spec, &bo, d, progress, err, nerr)) != ARTIFACT_OK) {
+    rm_rf(tmp); /* DIR is as it was */
+    goto out;
+  }
+  exists = lstat(dir, &sb) == 0;
+  /* swap atomically: at every moment DIR is the old artifact or the new one, never a mixture */
+  if (exists ? renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) : rename(tmp, dir)) {
+    snprintf(err, nerr, "cannot move the new artifact to %s: %s", dir, strerror(errno));
+    rm_rf(tmp);
+    rc = ARTIFACT_ERROR;
+    goto out;
+  }
+  if (exists) rm_rf(tmp); /* now the old artifact */
+out:
+  flock(lk, LOCK_UN);
+  close(lk);
+  return rc;
 }
