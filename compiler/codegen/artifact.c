@@ -1,4 +1,5 @@
 /* artifact.c — `stepc build` (artifact.h). */
+#define _GNU_SOURCE /* posix_spawn_file_actions_addchdir_np */
 #include "codegen/artifact.h"
 
 #include <errno.h>
@@ -121,12 +122,14 @@ static int copy_file(const char *from, const char *to, mode_t mode) {
   return rc;
 }
 
-/* Runs argv (no shell) with stdout and stderr appended to log; 0 when it exits 0. */
-static int run_logged(char *const *argv, const char *log) {
+/* Runs argv (no shell) in cwd (NULL: here) with stdout and stderr appended to log; 0 when it exits 0. */
+static int run_logged(char *const *argv, const char *log, const char *cwd) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  /* inside the artifact, so that the compiler records file names, not this machine's paths */
+  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   FILE *lf = fopen(log, "a");
   if (lf) {
     fprintf(lf, "$");
@@ -160,19 +163,13 @@ static const char VERSION_SCRIPT[] =
  * driver and cuBLASLt are dlopen'ed at run time. SONAME libstep.so and train's RUNPATH $ORIGIN make
  * the directory relocatable: nothing in it names a path of this machine. */
 static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
-  char so[PATH_MAX + 32], stepc_c[PATH_MAX + 32], log[PATH_MAX + 32], train[PATH_MAX + 32], train_c[PATH_MAX + 32],
-      hdr[PATH_MAX + 32], inc[PATH_MAX + 32], vs[PATH_MAX + 32], vsarg[PATH_MAX + 64];
+  char log[PATH_MAX + 32], train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], vs[PATH_MAX + 32];
   const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
              *irar = env_or("STEPC_IR_ARCHIVE", STEPC_IR_ARCHIVE), *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
-  snprintf(so, sizeof so, "%s/libstep.so", dir);
-  snprintf(stepc_c, sizeof stepc_c, "%s/step.c", dir);
   snprintf(log, sizeof log, "%s/build.log", dir);
-  snprintf(train, sizeof train, "%s/train", dir);
   snprintf(train_c, sizeof train_c, "%s/train.c", dir);
   snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
-  snprintf(inc, sizeof inc, "-I%s", dir);
   snprintf(vs, sizeof vs, "%s/libstep.map", dir);
-  snprintf(vsarg, sizeof vsarg, "-Wl,--version-script=%s", vs);
   if (!rt[0] || !irar[0]) return fail(err, nerr, "this stepc does not know where its runtime archives are%s%s", "", "");
   if (copy_file(api_h, hdr, 0644) != 0) return fail(err, nerr, "cannot copy %s to %s", api_h, hdr);
   FILE *f = fopen(train_c, "w");
@@ -190,17 +187,18 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   n = add_flags(a1, n, flags1);
   /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
   if (gen_h[0]) a1[n++] = "-include", a1[n++] = (char *)gen_h;
-  a1[n++] = "-o", a1[n++] = so, a1[n++] = stepc_c, a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
+  a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "step.c", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
-  a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = vsarg, a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
-  if (run_logged(a1, log) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");
+  a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
+  if (run_logged(a1, log, dir) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");
   if (progress) fprintf(progress, "build: %s train.c libstep.so -> train\n", cc);
   char *a2[32];
   n = 0;
   a2[n++] = (char *)cc, a2[n++] = "-O1", a2[n++] = "-std=c11";
   n = add_flags(a2, n, flags2);
-  a2[n++] = inc, a2[n++] = "-o", a2[n++] = train, a2[n++] = train_c, a2[n++] = so, a2[n++] = "-Wl,-rpath,$ORIGIN", a2[n] = NULL;
-  if (run_logged(a2, log) != 0) return fail(err, nerr, "compiling train failed: see %s%s", log, "");
+  a2[n++] = "-I.", a2[n++] = "-o", a2[n++] = "train", a2[n++] = "train.c", a2[n++] = "libstep.so", a2[n++] = "-Wl,-rpath,$ORIGIN";
+  a2[n] = NULL;
+  if (run_logged(a2, log, dir) != 0) return fail(err, nerr, "compiling train failed: see %s%s", log, "");
   remove(vs);
   return ARTIFACT_OK;
 }
