@@ -17,14 +17,84 @@
 
 #include "plan.h"
 
-void cost_device_h200(Device *d) {
+void cost_device_h200_roofline(Device *d) {
+  memset(d, 0, sizeof *d);
   d->gemm_flops_per_s = 700e12;
   d->attn_flops_per_s = 450e12;
   d->bytes_per_s = 4.16e12;
   d->launch_s = 0;
+  for (int c = 0; c < COST_NCLASS; c++) d->class_scale[c] = 1;
+  d->calibration = "roofline";
+}
+
+void cost_device_h200(Device *d) {
+  cost_device_h200_roofline(d);
+#include "cost_h200.h"
+}
+
+static const char *const CLASS_NAMES[COST_NCLASS] = {"gemm",      "attention_fwd", "attention_bwd", "norm",
+                                                     "activation", "rope_qkv",     "embedding",     "loss",
+                                                     "elementwise", "grad_norm",   "optimizer",     "other"};
+const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
+
+static CostClass kind_class(OpKind k) {
+  switch (k) {
+  case OP_FLASH_ATTN: return COST_ATTN_FWD;
+  case OP_FLASH_ATTN_BWD: return COST_ATTN_BWD;
+  default: break;
+  }
+  if (plan_op_is_gemm(k)) return COST_GEMM;
+  switch (k) {
+  case OP_RMSNORM: case OP_RMSNORM_BWD: case OP_LAYERNORM: case OP_LAYERNORM_BWD: return COST_NORM;
+  case OP_SWIGLU: case OP_SWIGLU_BWD: case OP_GELU: case OP_GELU_BWD: return COST_ACTIVATION;
+  case OP_ROPE: case OP_SPLIT_QKV: case OP_CONCAT_QKV: return COST_ROPE_QKV;
+  case OP_EMBED: case OP_EMBED_BWD: case OP_POS_ADD: case OP_POS_ADD_BWD: return COST_EMBEDDING;
+  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return COST_LOSS;
+  case OP_GRAD_SUMSQ: return COST_GRAD_NORM;
+  case OP_ADAMW: case OP_LR_SCHED: case OP_CLIP_COEF: return COST_OPTIMIZER;
+  case OP_ADD: case OP_ACCUM: case OP_ZERO: case OP_FILL: case OP_DROPOUT: case OP_DROPOUT_BWD: case OP_SOFTMAX:
+  case OP_SOFTMAX_BWD: case OP_CAUSAL_MASK: case OP_LINEAR_BGRAD: return COST_ELEMENTWISE;
+  default: return COST_OTHER;
+  }
+}
+
+CostClass cost_op_class(const Graph *g, int op) {
+  const Op *o = &g->op[op];
+  if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
+  if (o->fuse == FUSE_ADD_NORM) return COST_NORM;
+  return kind_class(o->kind);
 }
 
 static bool is_attn(OpKind k) { return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD; }
+
+/* The roofline time of op o alone: the larger of its compute and memory times. */
+static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {
+  *f = op_flops(g, op), *b = op_bytes(g, op);
+  double rate = is_attn(op->kind) ? d->attn_flops_per_s : plan_op_is_gemm(op->kind) ? d->gemm_flops_per_s : 0;
+  double tc = rate > 0 ? *f / rate : 0, tm = *b / d->bytes_per_s;
+  return tc > tm ? tc : tm;
+}
+
+double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+  const Op *o = &g->op[op];
+  *flops = *bytes = 0;
+  if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
+  int members[IR_MAX_CHAIN + 1], n = 0;
+  if (o->fuse == FUSE_EW) {
+    for (int c = 0; c < g->nchain && !n; c++)
+      if (g->chain[c].op[g->chain[c].nops - 1] == op)
+        for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
+  } else if (o->fuse != FUSE_NONE && o->peer >= 0)
+    members[n++] = o->peer;
+  if (!n || members[n - 1] != op) members[n++] = op;
+  double t = 0;
+  for (int k = 0; k < n; k++) {
+    double f, b;
+    t += roofline(g, &g->op[members[k]], d, &f, &b);
+    *flops += f, *bytes += b;
+  }
+  return t * d->class_scale[cost_op_class(g, op)] + d->launch_s;
+}
 
 int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
   memset(c, 0, sizeof *c);
@@ -33,10 +103,7 @@ int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
   double nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
-    double f = op_flops(g, op), b = op_bytes(g, op);
-    double rate = is_attn(op->kind) ? d->attn_flops_per_s : plan_op_is_gemm(op->kind) ? d->gemm_flops_per_s : 0;
-    double tc = rate > 0 ? f / rate : 0, tm = b / d->bytes_per_s;
-    double t = (tc > tm ? tc : tm) + d->launch_s;
+    double f, b, t = cost_op_time(g, o, d, &f, &b);
     c->op_time[o] = t;
     Phase ph = op->tags.phase;
     c->flops[ph] += f, c->bytes[ph] += b, c->time[ph] += t;

@@ -65,7 +65,7 @@ typedef struct {
   bool markdown;
   const char *device;
   int steps, threads;
-  bool gradcheck;
+  bool gradcheck, profile;
   const char *svg, *out, *candidates, *budget; /* plan --svg, trace/build -o, sweep --candidates/--budget */
   const char *arch;                            /* build --arch */
   int sms;                                     /* build --sms */
@@ -78,6 +78,7 @@ static int parse_args(int argc, char **argv, Args *a) {
     if (strcmp(s, "--json") == 0) a->json = true;
     else if (strcmp(s, "--markdown") == 0) a->markdown = true;
     else if (strcmp(s, "--gradcheck") == 0) a->gradcheck = true;
+    else if (strcmp(s, "--profile") == 0) a->profile = true;
     else if ((strcmp(s, "--device") == 0 || strcmp(s, "--steps") == 0 || strcmp(s, "--threads") == 0 || strcmp(s, "--sms") == 0) &&
              i + 1 < argc) {
       const char *v = argv[++i];
@@ -172,7 +173,7 @@ static bool is_dir(const char *p) {
  * (run_artifact.c), the path a trainer embeds. */
 static int run_dir(const Args *a, const char *dir, bool cuda) {
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads, .graph_mode = -1};
+                     .threads = a->threads, .graph_mode = -1, .profile = a->profile};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;

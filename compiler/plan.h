@@ -199,14 +199,42 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
                   RankReport *rr, char *err, size_t nerr);
 
 /* ---- cost.c ---- */
+/* Op classes of the cost model and the profile (cost.c). A fused group counts in the class of its
+ * main work: LINEAR+ADD as a GEMM, ADD+norm as a norm. */
+typedef enum {
+  COST_GEMM,
+  COST_ATTN_FWD,
+  COST_ATTN_BWD,
+  COST_NORM,
+  COST_ACTIVATION,
+  COST_ROPE_QKV,
+  COST_EMBEDDING,
+  COST_LOSS,
+  COST_ELEMENTWISE,
+  COST_GRAD_NORM,
+  COST_OPTIMIZER,
+  COST_OTHER,
+  COST_NCLASS
+} CostClass;
+const char *cost_class_name(CostClass c);
+CostClass cost_op_class(const Graph *g, int op);
+
 typedef struct {
   double gemm_flops_per_s;   /* H200 bf16 GEMM at layer shapes */
   double attn_flops_per_s;   /* fused / flash attention */
   double bytes_per_s;        /* DRAM */
   double launch_s;           /* per-op overhead */
+  /* measured time / roofline time per class on this device (1: the roofline), from a profile
+   * (`stepc run --profile`); the calibration data is kept in the repository (cost.c says where) */
+  double class_scale[COST_NCLASS];
+  const char *calibration;   /* where the scales come from */
 } Device;
-
 void cost_device_h200(Device *d);
+/* The roofline alone (every class_scale 1): what a profile compares against. */
+void cost_device_h200_roofline(Device *d);
+/* One op's predicted seconds (a fused group's: at its last op, the group's sum; an absorbed op: 0),
+ * its FLOPs and bytes. */
+double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes);
 
 typedef struct {
   double *op_time;           /* per op: seconds */

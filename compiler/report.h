@@ -26,6 +26,10 @@ int report_plan_svg(const Plan *p, FILE *f);
 /* Chrome trace events: ops per phase on a cost-model timeline, scopes and checkpoint regions as
  * slices, a memory counter track. */
 int report_trace(const Plan *p, FILE *f);
+/* `stepc run --profile`: ms[point] of one eager step of the artifact whose image is im (step_ms:
+ * the step's own time), by op class beside the roofline and the calibrated cost model, and the
+ * slowest points; text, or JSON (schema stepc.profile/1). */
+int report_profile(const StepImage *im, const double *ms, double step_ms, bool json, FILE *out);
 
 /* One sweep row: a candidate recompute setting against the control. */
 typedef struct {

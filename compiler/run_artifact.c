@@ -3,9 +3,14 @@
  * libstep.so that does not load is an error: nothing else runs in its place. */
 #include "run_artifact.h"
 
+#include <stdlib.h>
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "report.h"
+#include "runtime/image.h"
 
 #include "diag.h"
 
@@ -19,6 +24,7 @@ typedef struct {
   stepc_status (*get_info)(const stepc_t *, stepc_info *);
   stepc_status (*step)(stepc_t *, stepc_step_stats *);
   stepc_status (*get_measure)(stepc_t *, stepc_measure *);
+  stepc_status (*profile_step)(stepc_t *, stepc_step_stats *, double *, int64_t);
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -34,13 +40,33 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   }
   if (!SYM(options_default, "stepc_options_default") || !SYM(open, "stepc_open") || !SYM(close, "stepc_close") ||
       !SYM(last_error, "stepc_last_error") || !SYM(status_name, "stepc_status_name") || !SYM(get_info, "stepc_get_info") ||
-      !SYM(step, "stepc_step") || !SYM(get_measure, "stepc_get_measure")) {
+      !SYM(step, "stepc_step") || !SYM(get_measure, "stepc_get_measure") || !SYM(profile_step, "stepc_profile_step")) {
     snprintf(why, nwhy, "%s does not export the stepc.h API", path);
     dlclose(api->lib);
     api->lib = NULL;
     return -1;
   }
   return 0;
+}
+
+/* One more step, profiled, and its table (report_profile). */
+static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const stepc_info *in, int json, FILE *out, char *err,
+                            size_t nerr) {
+  StepImage im;
+  char path[1200], ierr[1400] = "";
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  if (image_read(path, &im, ierr, sizeof ierr) != 0) return snprintf(err, nerr, "%s", ierr), STEPC_ERR_IO;
+  double *ms = calloc((size_t)in->points + 1, sizeof *ms);
+  stepc_step_stats ss;
+  stepc_status st = ms ? api->profile_step(s, &ss, ms, in->points) : STEPC_ERR_NOMEM;
+  if (st != STEPC_OK) snprintf(err, nerr, "%s", ms ? api->last_error(s) : "out of memory");
+  else {
+    if (json) fprintf(out, ", \"profile\": ");
+    report_profile(&im, ms, ss.ms, json, out);
+  }
+  free(ms);
+  image_free(&im);
+  return st;
 }
 
 stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out, FILE *progress, char *err, size_t nerr) {
@@ -90,10 +116,12 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
               ss.grad_norm, ss.ms, ss.replayed ? "  (graph)" : "");
     fflush(out);
   }
+  if (o->json) fprintf(out, "]");
+  if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o->json, out, err, nerr);
   stepc_measure m;
   api.get_measure(s, &m);
   if (o->json)
-    fprintf(out, "], \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
+    fprintf(out, ", \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
                  "\"replay_ops\": %lld, \"graph_nodes\": %lld}}\n",
             (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
             (long long)m.graph_nodes);

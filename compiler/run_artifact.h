@@ -13,6 +13,7 @@ typedef struct {
   stepc_device device;
   int threads;          /* cpu */
   int graph_mode;       /* -1 the recipe's, 0 eager, 1 full_iteration, 2 scoped (stepc_options) */
+  int profile;          /* after the steps, one more profiled eagerly (stepc_profile_step), by op class */
 } ApiRunOptions;
 
 /* Loads DIR/libstep.so and trains through it; prints the loss per step and the measurements to

@@ -87,6 +87,8 @@ class _Info(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("train_iters", ctypes.c_int64),
         ("step", ctypes.c_int64),
+        ("points", ctypes.c_int64),
+        ("micro_points", ctypes.c_int64),
     ]
 
 
@@ -128,6 +130,8 @@ class Info:
     seed: int
     train_iters: int
     step: int  # optimizer steps taken
+    points: int  # program points (scheduled ops) per step
+    micro_points: int  # of them, those run once per micro-batch
 
     @property
     def batch_shape(self):

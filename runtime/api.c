@@ -210,7 +210,9 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .parameters = np,
                        .seed = s->im.f.seed,
                        .train_iters = s->im.f.train_iters,
-                       .step = s->step};
+                       .step = s->step,
+                       .points = s->im.npoints,
+                       .micro_points = s->im.micro_points};
   return STEPC_OK;
 }
 
@@ -223,13 +225,13 @@ stepc_status stepc_init_params(stepc_t *s, uint64_t seed) {
   return STEPC_OK;
 }
 
-stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) {
+static stepc_status step_with(stepc_t *s, stepc_step_stats *st, double *ms) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
   stepc_step_stats tmp;
   if (!st) st = &tmp;
   memset(st, 0, sizeof *st);
   s->err[0] = 0;
-  int rc = s->be->step(s, s->step + 1, st);
+  int rc = ms ? s->be->step_profiled(s, s->step + 1, st, ms) : s->be->step(s, s->step + 1, st);
   s->data.bound = s->data.dbound = false; /* a binding holds for one step, whatever happened */
   if (rc != 0) {
     if (!s->err[0]) snprintf(s->err, sizeof s->err, "step %lld failed", (long long)s->step + 1);
@@ -241,6 +243,17 @@ stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) {
   if (!(st->loss == st->loss) || st->loss > 1e300 || st->loss < -1e300)
     return api_fail(s, STEPC_ERR_RUNTIME, "the loss is not finite at step %lld", (long long)s->step);
   return STEPC_OK;
+}
+
+stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) { return step_with(s, st, NULL); }
+
+stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, int64_t n) {
+  if (!s || !s->be) return STEPC_ERR_ARGUMENT;
+  if (!ms || n < s->im.npoints)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_profile_step: ms must hold %d points (stepc_info.points), not %lld", s->im.npoints,
+                    (long long)n);
+  for (int64_t q = 0; q < n; q++) ms[q] = 0;
+  return step_with(s, st, ms);
 }
 
 stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {

@@ -32,33 +32,50 @@ static int run_range(stepc_t *s, int lo, int hi) {
   return 0;
 }
 
-static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
+/* Points [lo, hi) one by one, each's wall time added to ms[point] (the profiled step). */
+static int run_timed(stepc_t *s, int lo, int hi, double *ms) {
+  for (int q = lo; q < hi; q++) {
+    double t0 = now_ms();
+    if (s->gen) {
+      s->next_point = q;
+      if (s->gen->point[q]((stepc_gen_ctx *)s)) return -1;
+    } else plan_exec_point(cpu(s)->x, q);
+    ms[q] += now_ms() - t0;
+  }
+  return 0;
+}
+
+/* The micro program or the tail: points [lo, hi), through step.c when it is linked. */
+static int run_part(stepc_t *s, int lo, int hi, int tail, double *ms) {
+  if (ms) return run_timed(s, lo, hi, ms);
+  s->next_point = lo;
+  if (s->gen ? (tail ? s->gen->tail : s->gen->micro)((stepc_gen_ctx *)s) : run_range(s, lo, hi)) return -1;
+  if (s->gen && s->next_point != hi) {
+    api_fail(s, STEPC_ERR_MISMATCH, "step.c's %s ran to point %d of %d", tail ? "tail" : "micro program", s->next_point, hi);
+    return -1;
+  }
+  return 0;
+}
+
+static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
   ApiCpu *c = cpu(s);
   const Graph *g = s->g;
   double t0 = now_ms(), loss = 0;
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
-    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, mb, s->err, sizeof s->err) != 0)
-      return -1;
-    s->next_point = 0;
-    if (s->gen ? s->gen->micro((stepc_gen_ctx *)s) : run_range(s, 0, nmicro)) return -1;
-    if (s->gen && s->next_point != nmicro) {
-      api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, nmicro);
-      return -1;
-    }
+    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, mb, s->err, sizeof s->err) != 0) return -1;
+    if (run_part(s, 0, nmicro, 0, ms)) return -1;
     loss += cpu_exec_get(ex(s), g->loss, 0);
   }
-  if (s->gen ? s->gen->tail((stepc_gen_ctx *)s) : run_range(s, nmicro, npts)) return -1;
-  if (s->gen && s->next_point != npts) {
-    api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, npts);
-    return -1;
-  }
+  if (run_part(s, nmicro, npts, 1, ms)) return -1;
   st->loss = loss / (double)g->num_microbatches;
   st->lr = cpu_exec_get(ex(s), g->lr, 0);
   st->grad_norm = cpu_exec_get(ex(s), g->grad_norm, 0);
   st->ms = now_ms() - t0;
   return 0;
 }
+
+static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) { return cpu_step_with(s, step, st, NULL); }
 
 static int cpu_run_point(stepc_t *s, int point, int op, int kind) {
   /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
@@ -132,8 +149,8 @@ static void cpu_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CPU_BACKEND = {"cpu", cpu_init, cpu_step, cpu_read, cpu_write, cpu_params_from_masters,
-                                       cpu_run_point, NULL, cpu_measure, cpu_free};
+static const ApiBackend CPU_BACKEND = {"cpu",     cpu_init,  cpu_step,        cpu_step_with, cpu_read, cpu_write,
+                                       cpu_params_from_masters, cpu_run_point, NULL, cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

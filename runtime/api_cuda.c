@@ -168,6 +168,69 @@ static int stage(stepc_t *s, int64_t step) {
   return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
 }
 
+/* The step's loss (mean over micro-batches), LR and gradient norm, after its work. */
+static int read_stats(stepc_t *s, stepc_step_stats *st) {
+  ApiCuda *c = cu(s);
+  double lr = 0, gn = 0, loss = 0;
+  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
+    return RT_ERROR;
+  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
+  st->loss = loss / (double)c->x->nmb;
+  st->lr = lr;
+  st->grad_norm = gn;
+  return RT_OK;
+}
+
+/* Program point q alone: step.c's function when it is linked, else the executor's dispatch. */
+static int run_point_at(stepc_t *s, int q) {
+  ApiCuda *c = cu(s);
+  if (s->gen) {
+    s->next_point = q;
+    return s->gen->point[q]((stepc_gen_ctx *)s) ? -1 : 0;
+  }
+  return rt_exec_run_op(c->x, c->point_op[q]) ? dev_fail(s) : 0;
+}
+
+/* One step eagerly with a CUDA event between every two points: mark k before a point, k + 1
+ * after it; each point's time (its kernels and the gap before them) is added to ms[point]. */
+static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
+  ApiCuda *c = cu(s);
+  RtDevice *d = c->d;
+  int nmb = c->x->nmb, ntail = c->npoints - c->nmicro;
+  RtMarks m = {0};
+  if (stage(s, step)) return -1;
+  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
+  if (rt_marks_new(d, &m, nmb * (c->nmicro + 1) + ntail + 1)) {
+    rt_marks_free(d, &m);
+    return dev_fail(s);
+  }
+  int rc = rt_timer_start(d, &c->timer) ? dev_fail(s) : 0, k = 0;
+  for (int mb = 0; mb < nmb && !rc; mb++) {
+    if (rt_exec_micro_begin(c->x, mb) || rt_mark(d, &m, k++)) rc = dev_fail(s);
+    for (int q = 0; q < c->nmicro && !rc; q++) rc = run_point_at(s, q) || (rt_mark(d, &m, k++) ? dev_fail(s) : 0);
+    if (!rc && rt_exec_micro_end(c->x, mb)) rc = dev_fail(s);
+  }
+  if (!rc && rt_mark(d, &m, k++)) rc = dev_fail(s);
+  for (int q = c->nmicro; q < c->npoints && !rc; q++) rc = run_point_at(s, q) || (rt_mark(d, &m, k++) ? dev_fail(s) : 0);
+  if (!rc && (rt_timer_stop(d, &c->timer, &st->ms) || read_stats(s, st))) rc = dev_fail(s);
+  k = 0;
+  for (int mb = 0; mb < nmb && !rc; mb++, k++)
+    for (int q = 0; q < c->nmicro && !rc; q++, k++) {
+      double t = 0;
+      if (rt_marks_ms(d, &m, k, k + 1, &t)) rc = dev_fail(s);
+      ms[q] += t;
+    }
+  for (int q = c->nmicro; q < c->npoints && !rc; q++, k++) {
+    double t = 0;
+    if (rt_marks_ms(d, &m, k, k + 1, &t)) rc = dev_fail(s);
+    ms[q] += t;
+  }
+  rt_marks_free(d, &m);
+  if (rc) return -1;
+  c->steps_here++;
+  return 0;
+}
+
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
@@ -193,14 +256,7 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   if (rt_timer_start(d, &c->timer)) return dev_fail(s);
   int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
   if (rc != 0) return s->err[0] ? -1 : dev_fail(s);
-  if (rt_timer_stop(d, &c->timer, &st->ms)) return dev_fail(s);
-  double lr = 0, gn = 0, loss = 0;
-  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
-    return dev_fail(s);
-  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
-  st->loss = loss / (double)c->x->nmb;
-  st->lr = lr;
-  st->grad_norm = gn;
+  if (rt_timer_stop(d, &c->timer, &st->ms) || read_stats(s, st)) return dev_fail(s);
   st->replayed = replay;
   c->steps_here++;
   return 0;
@@ -249,8 +305,9 @@ static void cuda_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CUDA_BACKEND = {"cuda", cuda_init, cuda_step, cuda_read, cuda_write, cuda_params_from_masters,
-                                        cuda_run_point, cuda_accept_generated, cuda_measure, cuda_free};
+static const ApiBackend CUDA_BACKEND = {"cuda",        cuda_init,          cuda_step,            cuda_step_profiled,
+                                        cuda_read,     cuda_write,         cuda_params_from_masters, cuda_run_point,
+                                        cuda_accept_generated, cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 static void *read_cubin(stepc_t *s, const char *name) {

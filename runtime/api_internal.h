@@ -30,6 +30,8 @@ typedef struct ApiBackend {
   const char *name;
   int (*init_params)(stepc_t *s, uint64_t seed);
   int (*step)(stepc_t *s, int64_t step, stepc_step_stats *st);
+  /* The same step run eagerly, adding each program point's time (ms) to ms[point]. */
+  int (*step_profiled)(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms);
   /* A tensor's numel elements at its nominal dtype (bf16 as raw u16, f32, i32). */
   int (*read)(stepc_t *s, int tensor, void *dst);
   int (*write)(stepc_t *s, int tensor, const void *src);

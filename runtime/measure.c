@@ -1,6 +1,8 @@
 /* measure.c — CUDA events around a region of the stream, and device memory in use. */
 #include "runtime/rt.h"
 
+#include <stdlib.h>
+
 int rt_timer_new(RtDevice *d, RtTimer *t) {
   t->a = t->b = NULL;
   if (rt_check(d, d->cuEventCreate(&t->a, CU_EVENT_DEFAULT), "cuEventCreate")) return RT_ERROR;
@@ -21,6 +23,33 @@ int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms) {
       rt_check(d, d->cuEventSynchronize(t->b), "cuEventSynchronize (a kernel faulted?)") ||
       rt_check(d, d->cuEventElapsedTime(&f, t->a, t->b), "cuEventElapsedTime"))
     return RT_ERROR;
+  *ms = f;
+  return RT_OK;
+}
+
+int rt_marks_new(RtDevice *d, RtMarks *m, int n) {
+  m->n = 0;
+  if (!(m->e = calloc((size_t)n + 1, sizeof *m->e))) return rt_fail(d, "out of memory");
+  for (; m->n < n; m->n++)
+    if (rt_check(d, d->cuEventCreate(&m->e[m->n], CU_EVENT_DEFAULT), "cuEventCreate")) return RT_ERROR;
+  return RT_OK;
+}
+
+void rt_marks_free(RtDevice *d, RtMarks *m) {
+  for (int i = 0; i < m->n; i++) d->cuEventDestroy(m->e[i]);
+  free(m->e);
+  m->e = NULL, m->n = 0;
+}
+
+int rt_mark(RtDevice *d, RtMarks *m, int i) {
+  if (i < 0 || i >= m->n) return rt_fail(d, "mark %d of %d", i, m->n);
+  return rt_check(d, d->cuEventRecord(m->e[i], d->stream), "cuEventRecord");
+}
+
+int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms) {
+  float f = 0;
+  if (i < 0 || j < 0 || i >= m->n || j >= m->n) return rt_fail(d, "marks %d, %d of %d", i, j, m->n);
+  if (rt_check(d, d->cuEventElapsedTime(&f, m->e[i], m->e[j]), "cuEventElapsedTime")) return RT_ERROR;
   *ms = f;
   return RT_OK;
 }

@@ -182,6 +182,16 @@ void rt_timer_free(RtDevice *d, RtTimer *t);
 int rt_timer_start(RtDevice *d, RtTimer *t);
 /* Records the end, waits for it, returns milliseconds in *ms. */
 int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms);
+/* A row of events on the stream: mark i records event i; after a sync, the time between marks. */
+typedef struct {
+  CUevent *e;
+  int n;
+} RtMarks;
+int rt_marks_new(RtDevice *d, RtMarks *m, int n);
+void rt_marks_free(RtDevice *d, RtMarks *m);
+int rt_mark(RtDevice *d, RtMarks *m, int i);
+/* Milliseconds from mark i to mark j (both recorded and complete). */
+int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms);
 /* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
 int rt_mem_used(RtDevice *d, int64_t *used);
 

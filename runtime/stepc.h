@@ -94,6 +94,8 @@ typedef struct {
   uint64_t seed;              /* train.seed */
   int64_t train_iters;
   int64_t step;               /* optimizer steps taken (restored by stepc_load_checkpoint) */
+  int64_t points;             /* program points (scheduled ops): the micro-batch program's, then the tail's */
+  int64_t micro_points;       /* how many of them run once per micro-batch */
 } stepc_info;
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
 
@@ -144,6 +146,13 @@ typedef struct {
 /* One optimizer step: every micro-batch's forward and backward (gradients accumulate), the
  * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. */
 stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
+
+/* One optimizer step as stepc_step, run eagerly (a graph mode is not used for it; the step
+ * counts like any other) with the time of every program point measured: ms[q] receives point q's
+ * time, summed over the step's micro-batches (cuda: CUDA events around each point, so each op's
+ * GPU time including its launch gap; cpu: wall time). n is ms's length, at least
+ * stepc_info.points. The artifact's step.img names the op each point runs. */
+stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, int64_t n);
 
 /* ---- measurements ---- */
 typedef struct {

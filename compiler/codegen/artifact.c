@@ -156,7 +156,8 @@ static int add_flags(char **argv, int n, char *buf) {
 static const char VERSION_SCRIPT[] =
     "{\n  global:\n    stepc_options_default; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
-    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_get_measure;\n"
+    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step;\n"
+    "    stepc_get_measure;\n"
     "  local: *;\n};\n";
 
 /* libstep.so = step.c + the runtime (libstepc_rt + libstepc_ir): no compiler, no Lua, no NVRTC; the

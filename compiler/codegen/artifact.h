@@ -46,8 +46,8 @@ int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t ne
 
 /* `stepc run SPEC`: the artifact of the recipe in the artifact cache, built when it is not there.
  * The cache is $STEPC_CACHE_DIR, else $XDG_CACHE_HOME/stepc, else ~/.cache/stepc; an artifact sits
- * in artifacts/<key>, the key a hash of its content (step.img, step.c, kernels.cu) and of the
- * runtime archives it links, so a changed recipe, plan or stepc builds anew and nothing stale
+ * in artifacts/<key>, the key a hash of its content (step.img, step.c, kernels.cu), of the runtime
+ * archives it links and of the stepc executable itself, so a changed recipe, plan or stepc builds anew and nothing stale
  * runs. dir receives its path. Returns as artifact_build. */
 int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
                           size_t ndir, char *err, size_t nerr);

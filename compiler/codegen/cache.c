@@ -96,6 +96,7 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
   const char *rt = getenv("STEPC_RT_ARCHIVE"), *irar = getenv("STEPC_IR_ARCHIVE");
   h = hash_file(h, rt && rt[0] ? rt : STEPC_RT_ARCHIVE, &ok);
   h = hash_file(h, irar && irar[0] ? irar : STEPC_IR_ARCHIVE, &ok);
+  h = hash_file(h, "/proc/self/exe", &ok); /* the stepc that links it: its link line and version script */
   if (!ok) {
     rm_rf(tmp);
     return snprintf(err, nerr, "cannot read the artifact's files or this stepc's runtime archives"), ARTIFACT_ERROR;
