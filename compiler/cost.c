@@ -24,7 +24,9 @@ void cost_device_h200(Device *d) {
   d->launch_s = 0;
 }
 
-static bool is_attn(OpKind k) { return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD; }
+static bool is_attn(OpKind k) {
+  return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD || k == OP_FLASH_ATTN_DV || k == OP_FLASH_ATTN_DV_BWD;
+}
 
 int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
   memset(c, 0, sizeof *c);

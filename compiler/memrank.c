@@ -20,6 +20,9 @@
  *               stage; interleaved, (PP - stage - 1) x 2 + (VPP - 1) x PP + 1 chunk passes
  *               (Megatron's 1 + (PP-1)/(PP VPP) factor on the first stage). The stage's peak is
  *               its planned one-micro-batch peak plus (in flight - 1) x its saved activations.
+ *   precision   the bytes of main grads, master weights and moments are Megatron's, from the
+ *               Spec's ddp/optimizer precision fields (elem_bytes below), not the single-rank
+ *               graph's fp32: the graph is stepc's own step, the per-rank report Megatron's job.
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <stdio.h>
@@ -43,6 +46,51 @@ static bool col_parallel(const char *n) {
 }
 static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2"); }
 static bool expert(const char *n) { return has(n, ".experts."); }
+
+static double dtype_name_bytes(const char *d) {
+  return strcmp(d, "fp8") == 0 ? 1 : strcmp(d, "bf16") == 0 || strcmp(d, "fp16") == 0 ? 2 : 4;
+}
+
+/* Bytes per element Megatron keeps for a persistent tensor of the optimizer side; every other
+ * tensor keeps its graph dtype. One place for Megatron's precision choices:
+ *   main grads  the DDP gradient buffer: fp32 when ddp.grad_reduce_in_fp32, else the param dtype
+ *               (megatron/core/distributed/distributed_data_parallel.py, DistributedDataParallel
+ *               .__init__: grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype). The
+ *               precision-aware optimizer reads that buffer as its decoupled grad.
+ *   masters     without the precision-aware optimizer the distributed optimizer (or
+ *               Float16Optimizer) keeps fp32 copies (distrib_optimizer.py,
+ *               _build_model_and_main_param_groups: shard_model_param.clone().float()). With it,
+ *               TE's FusedAdam holds them at main_params_dtype (optimizer/__init__.py passes
+ *               master_weight_dtype), and with store_param_remainders (TE >= 2.1; Megatron passes
+ *               OptimizerConfig.store_param_remainders, default true) an fp32 master of a bf16
+ *               param is stored as its 16 low bits: 2 bytes.
+ *   moments     exp_avg / exp_avg_sq: fp32 (torch.zeros_like of the fp32 main param), or
+ *               exp_avg_dtype / exp_avg_sq_dtype under the precision-aware optimizer (FusedAdam's
+ *               exp_avg_dtype, exp_avg_sq_dtype). fp8 moments' per-tensor scales are not counted.
+ * Megatron's OptimizerConfig.__post_init__ rejects non-fp32 dtypes without the precision-aware
+ * optimizer (STEPC-45), so they are read only with it. */
+static double elem_bytes(const Lay *L, const Tensor *x) {
+  const SpecOptimizer *o = &L->s->optimizer;
+  const Tensor *p = x->of >= 0 ? &L->g->t[x->of] : NULL;
+  double pb = p ? (double)dtype_size(p->dtype) : 4;
+  bool aware = o->use_precision_aware_optimizer;
+  switch (x->role) {
+  case ROLE_GRAD: return L->s->ddp.grad_reduce_in_fp32 ? 4 : pb;
+  case ROLE_MASTER:
+    if (!aware) return 4;
+    if (strcmp(o->main_params_dtype, "fp32") == 0) return o->store_param_remainders && pb == 2 && p && p->dtype == DT_BF16 ? 2 : 4;
+    return dtype_name_bytes(o->main_params_dtype);
+  case ROLE_OPTIM: {
+    if (!p) break; /* step, lr, norm scalars */
+    size_t n = strlen(x->name);
+    if (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0) return aware ? dtype_name_bytes(o->exp_avg_sq_dtype) : 4;
+    if (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) return aware ? dtype_name_bytes(o->exp_avg_dtype) : 4;
+    break;
+  }
+  default: break;
+  }
+  return (double)dtype_size(x->dtype);
+}
 
 /* Which stage holds layer l. */
 static int layer_stage(const Lay *L, int l) {
@@ -181,7 +229,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
       const Tensor *x = &g->t[t];
-      double b = (double)tensor_numel(x) * (double)dtype_size(x->dtype) / shard(&L, tps, t);
+      double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
       if (role == ROLE_PARAM) r->weights += b, r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
       else if (role == ROLE_GRAD) r->grads += b;

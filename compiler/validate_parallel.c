@@ -1,8 +1,11 @@
-/* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27) and the MoE
+/* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27), the optimizer's
+ * precision fields (STEPC-45) and the MoE
  * expert-parallel and overlap rules (megatron-rules.md §1.H–I; MCORE-62, 63, 68).
  *
  * Megatron checks most divisions with `divide()` asserts deep inside module construction; stepc
  * checks them up front, naming the field. */
+#include <string.h>
+
 #include "validate_internal.h"
 
 #define M(s) (&(s)->model)
@@ -212,7 +215,36 @@ static void check_moe_parallel(VCtx *v) {
                    "capture attn and moe_router only");
 }
 
+/* STEPC-45: Megatron's OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py)
+ * asserts that the precision-aware optimizer runs under the distributed optimizer, and that
+ * without it every optimizer dtype stays fp32. Megatron finds it when the optimizer is built. */
+static void check_optimizer_precision(VCtx *v) {
+  const SpecOptimizer *o = &v->s->optimizer;
+  if (o->use_precision_aware_optimizer) {
+    if (!o->use_distributed_optimizer)
+      diag_hint(v_error(v, "STEPC-45", SPEC_F_optimizer_use_precision_aware_optimizer,
+                        "use_precision_aware_optimizer needs use_distributed_optimizer"),
+                "set optimizer.use_distributed_optimizer=true");
+    return;
+  }
+  static const struct {
+    int field;
+    const char *name;
+  } dt[] = {{SPEC_F_optimizer_main_grads_dtype, "main_grads_dtype"},
+            {SPEC_F_optimizer_main_params_dtype, "main_params_dtype"},
+            {SPEC_F_optimizer_exp_avg_dtype, "exp_avg_dtype"},
+            {SPEC_F_optimizer_exp_avg_sq_dtype, "exp_avg_sq_dtype"}};
+  for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
+    const char *val = (const char *)spec_field_cptr(v->s, dt[i].field);
+    if (strcmp(val, "fp32") != 0)
+      diag_hint(v_error(v, "STEPC-45", dt[i].field, "%s=%s needs use_precision_aware_optimizer (without it, only fp32)",
+                        dt[i].name, val),
+                "set optimizer.use_precision_aware_optimizer=true, or optimizer.%s=fp32", dt[i].name);
+  }
+}
+
 void validate_parallel(VCtx *v) {
+  check_optimizer_precision(v);
   check_tensor_parallel(v);
   check_layout(v);
   check_moe_parallel(v);

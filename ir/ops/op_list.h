@@ -83,6 +83,9 @@
   X(GRAD_SUMSQ, op_grad_sumsq)       /* acc += sum g^2, in place */                                \
   X(CLIP_COEF, op_clip_coef)         /* norm, coef = sqrt(acc), min(1, max / (norm + 1e-6)) */     \
   X(LR_SCHED, op_lr_sched)           /* step += 1; lr = schedule(step) */                          \
-  X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */
+  X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */             \
+  /* flash.c: attention whose value head dim differs from q/k's (MLA under fused attention) */  \
+  X(FLASH_ATTN_DV, op_flash_attn_dv)                                                               \
+  X(FLASH_ATTN_DV_BWD, op_flash_attn_dv_bwd)
 
 #endif

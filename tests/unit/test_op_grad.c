@@ -133,6 +133,17 @@ int main(void) {
       fails += check(what, g, out, 1, NULL, 0, 0);
     }
 
+    /* MLA's value heads narrower than q/k (Transformer Engine's fused attention takes them as is) */
+    for (int drop = 0; drop < 2; drop++) {
+      g = graph_new();
+      int64_t dv = d / 2 > 0 ? d / 2 : 1;
+      int qkv3[3] = {param(g, "q", 4, b, t, h, d), param(g, "k", 4, b, t, gq, d), param(g, "v", 4, b, t, gq, dv)};
+      OpAttrs fa = {.f = {1.0 / sqrt((double)d), drop ? 0.2 : 0.0}, .i = {3, 1}};
+      graph_op(g, OP_FLASH_ATTN_DV, qkv3, 3, &fa, out, NULL);
+      snprintf(what, sizeof what, "flash_attn_dv D=%lld Dv=%lld%s", (long long)d, (long long)dv, drop ? " dropout 0.2" : "");
+      fails += check(what, g, out, 1, NULL, 0, 0);
+    }
+
     g = graph_new();
     int tg = input_ids(g, "targets", b, t), ce[2] = {param(g, "logits", 3, b, t, v, 1), tg};
     graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL);
