@@ -99,9 +99,26 @@ static void moonlight_sweep(void) {
   free(rows);
 }
 
+/* The guide's Llama 3 70B layout: the interleaved schedule's in-flight micro-batches on rank 0
+ * are Megatron's (PP - 1) * 2 + (VPP - 1) * PP + 1 = 23 chunk passes, 4.6 stage-loads. */
+static void llama70b(void) {
+  Plan p;
+  if (plan("models/llama3_70b_fp8.lua", NULL, 0, &p)) {
+    fails++;
+    return;
+  }
+  const RankMem *r = &p.rank.r[0];
+  printf("llama3_70b_fp8 rank 0: weights %.3f grads %.3f optimizer %.3f activations %.3f (in flight %.2f) -> %.3f GB\n",
+         r->weights / 1e9, r->grads / 1e9, r->optimizer / 1e9, r->activations / 1e9, r->inflight, r->max_allocated / 1e9);
+  CHECK(fabs(r->inflight - 4.6) < 1e-9, "rank 0 in flight %.3f, Megatron's interleaved schedule gives 4.6", r->inflight);
+  CHECK(r->layer_first == 0 && p.rank.n == 3, "rank 0 holds layer 0 and three stages are reported");
+  plan_free(&p);
+}
+
 int main(void) {
   precision_bytes();
   moonlight_sweep();
+  llama70b();
   if (fails) {
     printf("plan.megatron: %d FAILED\n", fails);
     return 1;
