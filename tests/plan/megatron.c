@@ -103,6 +103,7 @@ static void moonlight_sweep(void) {
  * are Megatron's (PP - 1) * 2 + (VPP - 1) * PP + 1 = 23 chunk passes, 4.6 stage-loads. */
 static void llama70b(void) {
   Plan p;
+  memset(&p, 0, sizeof p);
   if (plan("models/llama3_70b_fp8.lua", NULL, 0, &p)) {
     fails++;
     return;
@@ -112,7 +113,34 @@ static void llama70b(void) {
          r->weights / 1e9, r->grads / 1e9, r->optimizer / 1e9, r->activations / 1e9, r->inflight, r->max_allocated / 1e9);
   CHECK(fabs(r->inflight - 4.6) < 1e-9, "rank 0 in flight %.3f, Megatron's interleaved schedule gives 4.6", r->inflight);
   CHECK(r->layer_first == 0 && p.rank.n == 3, "rank 0 holds layer 0 and three stages are reported");
+  /* fp8: every layer linear's weight gains a cached fp8 copy and transpose (2 bytes per element):
+   * rank 0's weights minus the embedding (128256 x 8192 / TP4, bf16) and the norms (2 per layer x
+   * 20 layers x 8192, bf16) */
+  const char *bf16[] = {"model.fp8=null"};
+  Plan q;
+  if (plan("models/llama3_70b_fp8.lua", bf16, 1, &q)) {
+    fails++;
+    plan_free(&p);
+    return;
+  }
+  double emb = 128256.0 * 8192 / 4 * 2, norms = 2.0 * 20 * 8192 * 2;
+  double lin = q.rank.r[0].weights - emb - norms;
+  CHECK(fabs(r->weights - q.rank.r[0].weights - lin) < 1e3, "fp8 weight copies add %.3f GB, expected %.3f",
+        (r->weights - q.rank.r[0].weights) / 1e9, lin / 1e9);
+  plan_free(&q);
   plan_free(&p);
+  /* core_attn under fp8 frees the bf16 attention output that fused attention keeps (linear_proj
+   * keeps only its fp8 copy) and the LSE: (4096 x 8192/4 x 2 + 16 heads x 4096 x 4) bytes per
+   * layer-micro-batch, 20 layers x 4.6 in flight on rank 0 */
+  const char *none[] = {"model.recompute_modules=[]"};
+  Plan c;
+  if (plan("models/llama3_70b_fp8.lua", none, 1, &c) == 0) {
+    double saved = c.rank.r[0].max_allocated - r->max_allocated, want = 92 * (4096.0 * 2048 * 2 + 16.0 * 4096 * 4);
+    printf("llama3_70b_fp8: core_attn frees %.3f GB on rank 0 (expected %.3f)\n", saved / 1e9, want / 1e9);
+    CHECK(fabs(saved - want) < 0.01 * want, "core_attn under fp8 frees %.3f GB, expected %.3f", saved / 1e9, want / 1e9);
+    plan_free(&c);
+  } else
+    fails++;
 }
 
 int main(void) {
