@@ -86,6 +86,17 @@
   X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */             \
   /* flash.c: attention whose value head dim differs from q/k's (MLA under fused attention) */  \
   X(FLASH_ATTN_DV, op_flash_attn_dv)                                                               \
-  X(FLASH_ATTN_DV_BWD, op_flash_attn_dv_bwd)
+  X(FLASH_ATTN_DV_BWD, op_flash_attn_dv_bwd)                                                       \
+  /* mamba.c: the Mamba-2 mixer's conv, dt, SSD scan, D skip and gated norm */                  \
+  X(MAMBA_CONV, op_mamba_conv)       /* silu(causal depthwise conv1d + bias) */                   \
+  X(MAMBA_CONV_BWD, op_mamba_conv_bwd)                                                             \
+  X(MAMBA_DT, op_mamba_dt)           /* softplus(dt + dt_bias) */                                  \
+  X(MAMBA_DT_BWD, op_mamba_dt_bwd)                                                                 \
+  X(MAMBA_SCAN, op_mamba_scan)       /* the SSD recurrence; backward replays the states */        \
+  X(MAMBA_SCAN_BWD, op_mamba_scan_bwd)                                                             \
+  X(MAMBA_SKIP, op_mamba_skip)       /* y + D x */                                                 \
+  X(MAMBA_SKIP_BWD, op_mamba_skip_bwd)                                                             \
+  X(MAMBA_GATED_NORM, op_mamba_gated_norm) /* group RMSNorm of y silu(z) */                        \
+  X(MAMBA_GATED_NORM_BWD, op_mamba_gated_norm_bwd)
 
 #endif
