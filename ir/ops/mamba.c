@@ -12,7 +12,17 @@
  *   MAMBA_SKIP        y + D[h] x (the D skip connection, D_has_hdim false)
  *   MAMBA_GATED_NORM  RMSNormGated with norm_before_gate false: u = y silu(z), each of the G groups
  *                     of a row normalised by its rms, times w; y, z (B,T,H*P), w (H*P), f[0] eps
- * Attributes of SCAN and SKIP: i[0] = H, i[1] = P, i[2] = G, i[3] = N; GATED_NORM: i[0] = G.
+ *   MAMBA_MIXER       CONV, DT, SCAN and SKIP as one op, as mamba_ssm's
+ *                     mamba_split_conv1d_scan_combined runs them for Megatron (use_mem_eff_path):
+ *                     xBC (B,T,H*P+2*G*N) before the conv, conv (C,K+1) = [conv1d.weight |
+ *                     conv1d.bias], dt_raw (B,T,H), ssm (H,3) = [dt_bias | A_log | D] -> y
+ *                     (B,T,H*P), the SSD output with the D skip. What it keeps for the backward is
+ *                     what Megatron's path keeps: its inputs (the in_proj output's xBC and dt parts),
+ *                     not the conv output, dt or the scan output, which the backward recomputes.
+ *                     The per-channel and per-head parameters travel packed so that the backward
+ *                     has one gradient per input (an op has at most four outputs). The lowering
+ *                     uses MIXER; CONV, DT, SCAN and SKIP are its parts, gradient-checked alone.
+ * Attributes of SCAN, SKIP and MIXER: i[0] = H, i[1] = P, i[2] = G, i[3] = N; GATED_NORM: i[0] = G.
  *
  * The scan keeps nothing for its backward, which replays the recurrence from x, dt, BC (as the
  * chunked SSD kernel recomputes its states). Each backward writes one gradient per forward
@@ -53,6 +63,17 @@ static int scan_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_
   return 0;
 }
 
+static int mixer_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0), *cw = ops_in(g, op, 1), *dt = ops_in(g, op, 2), *sp = ops_in(g, op, 3);
+  int64_t h = op->a.i[0], p = op->a.i[1], gg = op->a.i[2], nn = op->a.i[3], c = h * p + 2 * gg * nn;
+  if (h < 1 || p < 1 || gg < 1 || nn < 1 || h % gg || x->ndim != 3 || x->shape[2] != c || cw->ndim != 2 ||
+      cw->shape[0] != c || cw->shape[1] < 2 || dt->ndim != 3 || dt->shape[1] != x->shape[1] || dt->shape[2] != h ||
+      sp->ndim != 2 || sp->shape[0] != h || sp->shape[1] != 3)
+    return m_err_shape(err, n, op);
+  ops_out_shape(&out[0], x->dtype, "y", 3, x->shape[0], x->shape[1], h * p, 1);
+  return 0;
+}
+
 static int skip_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *y = ops_in(g, op, 0), *x = ops_in(g, op, 1), *d = ops_in(g, op, 2);
   if (!hp_ok(x, op) || !ops_same_shape(x, y) || d->ndim != 1 || d->shape[0] != op->a.i[0]) return m_err_shape(err, n, op);
@@ -80,11 +101,12 @@ static int grads_like_inputs(const Graph *g, const Op *op, OpOut *out, char *err
 static int m_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
-  OpKind bk = o.kind == OP_MAMBA_CONV   ? OP_MAMBA_CONV_BWD
-              : o.kind == OP_MAMBA_DT   ? OP_MAMBA_DT_BWD
-              : o.kind == OP_MAMBA_SCAN ? OP_MAMBA_SCAN_BWD
-              : o.kind == OP_MAMBA_SKIP ? OP_MAMBA_SKIP_BWD
-                                        : OP_MAMBA_GATED_NORM_BWD;
+  OpKind bk = o.kind == OP_MAMBA_CONV    ? OP_MAMBA_CONV_BWD
+              : o.kind == OP_MAMBA_DT    ? OP_MAMBA_DT_BWD
+              : o.kind == OP_MAMBA_SCAN  ? OP_MAMBA_SCAN_BWD
+              : o.kind == OP_MAMBA_SKIP  ? OP_MAMBA_SKIP_BWD
+              : o.kind == OP_MAMBA_MIXER ? OP_MAMBA_MIXER_BWD
+                                         : OP_MAMBA_GATED_NORM_BWD;
   int in[IR_MAX_IN], of[IR_MAX_OUT];
   in[0] = dout[0];
   for (int i = 0; i < o.nin; i++) in[1 + i] = o.in[i], of[i] = o.in[i];
@@ -102,6 +124,15 @@ static double scan_flops(const Graph *g, const Op *op) {
   const Tensor *x = ops_in(g, op, op->kind == OP_MAMBA_SCAN ? 0 : 1);
   double per = 5.0 * (double)op->a.i[3];
   return (double)tensor_numel(x) * per * (op->kind == OP_MAMBA_SCAN ? 1 : 3);
+}
+
+/* the conv (2 K + 4 per element of xBC) and the scan (5 P N per (b, t, h), over x) */
+static double mixer_flops(const Graph *g, const Op *op) {
+  int fwd = op->kind == OP_MAMBA_MIXER;
+  const Tensor *x = ops_in(g, op, fwd ? 0 : 1), *cw = ops_in(g, op, fwd ? 1 : 2);
+  double xs = (double)(x->shape[0] * x->shape[1]) * (double)(op->a.i[0] * op->a.i[1]);
+  double f = (double)tensor_numel(x) * (2.0 * (double)(cw->shape[1] - 1) + 4) + xs * 5.0 * (double)op->a.i[3];
+  return fwd ? f : 3 * f;
 }
 
 static double gnorm_flops(const Graph *g, const Op *op) {
@@ -126,6 +157,8 @@ const OpInfo op_mamba_scan_info = {"mamba_scan", 4, 4, 1, scan_infer, scan_flops
 const OpInfo op_mamba_scan_bwd_info = {"mamba_scan_bwd", 5, 5, 4, grads_like_inputs, scan_flops, NULL, {scan_bwd_cpu_f32, scan_bwd_cpu_f64}};
 const OpInfo op_mamba_skip_info = {"mamba_skip", 3, 3, 1, skip_infer, ops_flops_elementwise, m_backward, {skip_cpu_f32, skip_cpu_f64}};
 const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd", 4, 4, 3, grads_like_inputs, ops_flops_elementwise, NULL, {skip_bwd_cpu_f32, skip_bwd_cpu_f64}};
+const OpInfo op_mamba_mixer_info = {"mamba_mixer", 4, 4, 1, mixer_infer, mixer_flops, m_backward, {mixer_cpu_f32, mixer_cpu_f64}};
+const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd", 5, 5, 4, grads_like_inputs, mixer_flops, NULL, {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64}};
 const OpInfo op_mamba_gated_norm_info = {"mamba_gated_norm", 3, 3, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64}};
 const OpInfo op_mamba_gated_norm_bwd_info = {"mamba_gated_norm_bwd", 4, 4, 3, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64}};
 
@@ -403,6 +436,115 @@ static void K(skip_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
   K(SkipArgs) a = {.dout = in[0], .y = in[1], .x = in[2], .d = in[3], .dy = out[0], .dx = out[1], .dd = out[2],
                    .rows = ops_rows(y), .h = op->a.i[0], .p = op->a.i[1]};
   c->parallel_for(c, a.h, K(skip_bwd_range), &a);
+}
+
+/* ---- MAMBA_MIXER: the parts above, on scratch buffers ---- */
+typedef struct {
+  int64_t b, t, h, p, g, n, c, k, rows; /* c = H*P + 2*G*N channels, k conv taps, rows = B*T */
+  real *w, *bias, *dtb, *alog, *d;      /* unpacked parameters */
+  real *xc, *dt;                        /* conv output (B,T,C), dt (B,T,H) */
+} K(MixBuf);
+
+static void K(mix_free)(K(MixBuf) *m) { free(m->w), free(m->bias), free(m->dtb), free(m->alog), free(m->d), free(m->xc), free(m->dt); }
+
+/* Unpacks the parameters and runs the conv and dt; 0 or -1 when out of memory. */
+static int K(mix_front)(const CpuCtx *c, const Op *op, void *const *in, int base, K(MixBuf) *m) {
+  const Tensor *x = &c->g->t[op->in[base]], *cw = &c->g->t[op->in[base + 1]];
+  *m = (K(MixBuf)){.b = x->shape[0], .t = x->shape[1], .h = op->a.i[0], .p = op->a.i[1], .g = op->a.i[2],
+                   .n = op->a.i[3], .c = x->shape[2], .k = cw->shape[1] - 1, .rows = x->shape[0] * x->shape[1]};
+  m->w = malloc((size_t)(m->c * m->k) * sizeof(real)), m->bias = malloc((size_t)m->c * sizeof(real));
+  m->dtb = malloc((size_t)m->h * sizeof(real)), m->alog = malloc((size_t)m->h * sizeof(real));
+  m->d = malloc((size_t)m->h * sizeof(real));
+  m->xc = malloc((size_t)(m->rows * m->c) * sizeof(real)), m->dt = malloc((size_t)(m->rows * m->h) * sizeof(real));
+  if (!m->w || !m->bias || !m->dtb || !m->alog || !m->d || !m->xc || !m->dt) return K(mix_free)(m), -1;
+  const real *cwp = in[base + 1], *sp = in[base + 3];
+  for (int64_t ch = 0; ch < m->c; ch++) {
+    for (int64_t j = 0; j < m->k; j++) m->w[ch * m->k + j] = cwp[ch * (m->k + 1) + j];
+    m->bias[ch] = cwp[ch * (m->k + 1) + m->k];
+  }
+  for (int64_t h = 0; h < m->h; h++) m->dtb[h] = sp[h * 3], m->alog[h] = sp[h * 3 + 1], m->d[h] = sp[h * 3 + 2];
+  K(ConvArgs) ca = {.x = in[base], .w = m->w, .b = m->bias, .y = m->xc, .bt = m->rows, .t = m->t, .c = m->c, .k = m->k};
+  c->parallel_for(c, m->c, K(conv_range), &ca);
+  K(DtArgs) da = {.x = in[base + 2], .bias = m->dtb, .y = m->dt, .rows = m->rows, .h = m->h};
+  c->parallel_for(c, m->rows * m->h, K(dt_range), &da);
+  return 0;
+}
+
+/* x' of (B,T,C) rows into (B,T,H*P), and BC' as the scan reads it: the scan and skip kernels index
+ * x with stride H*P and BC with stride 2GN, so the conv output is split once into two buffers. */
+static int K(mix_split)(const K(MixBuf) *m, real **x, real **bc) {
+  int64_t hp = m->h * m->p, w2 = 2 * m->g * m->n;
+  *x = malloc((size_t)(m->rows * hp) * sizeof(real)), *bc = malloc((size_t)(m->rows * w2) * sizeof(real));
+  if (!*x || !*bc) return free(*x), free(*bc), -1;
+  for (int64_t r = 0; r < m->rows; r++) {
+    memcpy(*x + r * hp, m->xc + r * m->c, (size_t)hp * sizeof(real));
+    memcpy(*bc + r * w2, m->xc + r * m->c + hp, (size_t)w2 * sizeof(real));
+  }
+  return 0;
+}
+
+static void K(mixer_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(MixBuf) m;
+  real *x = NULL, *bc = NULL, *ys = NULL;
+  if (K(mix_front)(c, op, in, 0, &m)) return;
+  int64_t hp = m.h * m.p;
+  if (K(mix_split)(&m, &x, &bc) == 0 && (ys = malloc((size_t)(m.rows * hp) * sizeof(real)))) {
+    K(ScanArgs) sa = {.x = x, .dt = m.dt, .alog = m.alog, .bc = bc, .y = ys, .b = m.b, .t = m.t, .h = m.h, .p = m.p,
+                      .g = m.g, .n = m.n};
+    c->parallel_for(c, m.b * m.h, K(scan_range), &sa);
+    K(SkipArgs) ka = {.y = ys, .x = x, .d = m.d, .out = out[0], .rows = m.rows, .h = m.h, .p = m.p};
+    c->parallel_for(c, m.rows * hp, K(skip_range), &ka);
+  }
+  free(x), free(bc), free(ys);
+  K(mix_free)(&m);
+}
+
+/* dout -> (D skip) dx'_skip, dD; (scan) dx'_scan, ddt, dA_log, dBC; dx' = both; (dt) d dt_raw,
+ * d dt_bias; (conv) d xBC, d w, d bias; the parameter gradients packed as their inputs. */
+static void K(mixer_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(MixBuf) m;
+  if (K(mix_front)(c, op, in, 1, &m)) return;
+  int64_t hp = m.h * m.p, w2 = 2 * m.g * m.n;
+  real *x = NULL, *bc = NULL;
+  real *dxs = malloc((size_t)(m.rows * hp) * sizeof(real)), *dxk = malloc((size_t)(m.rows * hp) * sizeof(real));
+  real *dbc = malloc((size_t)(m.rows * w2) * sizeof(real)), *ddt = malloc((size_t)(m.rows * m.h) * sizeof(real));
+  real *dd = malloc((size_t)m.h * sizeof(real)), *dal = malloc((size_t)m.h * sizeof(real)), *ddtb = malloc((size_t)m.h * sizeof(real));
+  real *dxc = malloc((size_t)(m.rows * m.c) * sizeof(real)), *dw = malloc((size_t)(m.c * m.k) * sizeof(real));
+  real *db = malloc((size_t)m.c * sizeof(real)), *dys = malloc((size_t)(m.rows * hp) * sizeof(real));
+  if (dxs && dxk && dbc && ddt && dd && dal && ddtb && dxc && dw && db && dys && K(mix_split)(&m, &x, &bc) == 0) {
+    const real *dout = in[0];
+    K(SkipArgs) ka = {.dout = dout, .x = x, .d = m.d, .dy = dys, .dx = dxs, .dd = dd, .rows = m.rows, .h = m.h, .p = m.p};
+    c->parallel_for(c, m.h, K(skip_bwd_range), &ka);
+    K(ScanArgs) sa = {.dy = dout, .x = x, .dt = m.dt, .alog = m.alog, .bc = bc, .dx = dxk, .ddt = ddt, .dbc = dbc,
+                      .b = m.b, .t = m.t, .h = m.h, .p = m.p, .g = m.g, .n = m.n};
+    sa.da = malloc((size_t)(m.b * m.h) * sizeof(real));
+    if (sa.da) {
+      c->parallel_for(c, m.b * m.g, K(scan_bwd_range), &sa);
+      for (int64_t h = 0; h < m.h; h++) {
+        real s = 0;
+        for (int64_t b = 0; b < m.b; b++) s += sa.da[b * m.h + h];
+        dal[h] = s * -REXP(m.alog[h]);
+      }
+      free(sa.da);
+      for (int64_t r = 0; r < m.rows; r++) {
+        for (int64_t i = 0; i < hp; i++) dxc[r * m.c + i] = dxs[r * hp + i] + dxk[r * hp + i];
+        memcpy(dxc + r * m.c + hp, dbc + r * w2, (size_t)w2 * sizeof(real));
+      }
+      K(DtArgs) da = {.dy = ddt, .x = in[3], .bias = m.dtb, .dx = out[2], .db = ddtb, .rows = m.rows, .h = m.h};
+      c->parallel_for(c, m.h, K(dt_bwd_range), &da);
+      K(ConvArgs) ca = {.dy = dxc, .x = in[1], .w = m.w, .b = m.bias, .dx = out[0], .dw = dw, .db = db, .bt = m.rows,
+                        .t = m.t, .c = m.c, .k = m.k};
+      c->parallel_for(c, m.c, K(conv_bwd_range), &ca);
+      real *dcw = out[1], *dsp = out[3];
+      for (int64_t ch = 0; ch < m.c; ch++) {
+        for (int64_t j = 0; j < m.k; j++) dcw[ch * (m.k + 1) + j] = dw[ch * m.k + j];
+        dcw[ch * (m.k + 1) + m.k] = db[ch];
+      }
+      for (int64_t h = 0; h < m.h; h++) dsp[h * 3] = ddtb[h], dsp[h * 3 + 1] = dal[h], dsp[h * 3 + 2] = dd[h];
+    }
+  }
+  free(x), free(bc), free(dxs), free(dxk), free(dbc), free(ddt), free(dd), free(dal), free(ddtb), free(dxc), free(dw), free(db), free(dys);
+  K(mix_free)(&m);
 }
 
 /* ---- MAMBA_GATED_NORM ---- */

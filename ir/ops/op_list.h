@@ -97,6 +97,8 @@
   X(MAMBA_SKIP, op_mamba_skip)       /* y + D x */                                                 \
   X(MAMBA_SKIP_BWD, op_mamba_skip_bwd)                                                             \
   X(MAMBA_GATED_NORM, op_mamba_gated_norm) /* group RMSNorm of y silu(z) */                        \
-  X(MAMBA_GATED_NORM_BWD, op_mamba_gated_norm_bwd)
+  X(MAMBA_GATED_NORM_BWD, op_mamba_gated_norm_bwd)                                                 \
+  X(MAMBA_MIXER, op_mamba_mixer)     /* conv, dt, scan and D skip in one (mamba_ssm's fused path) */ \
+  X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)
 
 #endif

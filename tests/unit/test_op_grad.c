@@ -175,6 +175,15 @@ int main(void) {
       graph_op(g, OP_MAMBA_SKIP, sk, 3, &sa, out, NULL);
       fails += check("mamba_skip", g, out, 1, NULL, 0, 0);
 
+      g = graph_new();
+      int64_t mc = mh * mp + 2 * mg * mn;
+      int mx[4] = {param(g, "xBC", 3, b, t, mc, 1), param(g, "conv1d", 2, mc, kk + 1, 1, 1), param(g, "dt_raw", 3, b, t, mh, 1),
+                   param(g, "ssm", 2, mh, 3, 1, 1)};
+      graph_op(g, OP_MAMBA_MIXER, mx, 4, &sa, out, NULL);
+      snprintf(what, sizeof what, "mamba_mixer H=%lld P=%lld G=%lld N=%lld K=%lld", (long long)mh, (long long)mp,
+               (long long)mg, (long long)mn, (long long)kk);
+      fails += check(what, g, out, 1, NULL, 0, 0);
+
       OpAttrs ga = {.f = {1e-5}, .i = {mg}};
       g = graph_new();
       int gn[3] = {param(g, "y", 3, b, t, mg * mp * 2, 1), param(g, "z", 3, b, t, mg * mp * 2, 1),
