@@ -71,6 +71,7 @@
   X(mamba_state_dim, INT, "128", MC, "", "Mamba SSM state dim")                                      \
   X(mamba_head_dim, INT, "64", MC, "", "Mamba head dim")                                             \
   X(mamba_num_groups, INT, "8", MC, "", "Mamba groups")                                              \
+  X(mamba_num_heads, INT, "null", MC, "", "Mamba heads; null means 2 * hidden_size / mamba_head_dim") \
   X(tensor_model_parallel_size, INT, "1", MC, "", "TP")                                              \
   X(pipeline_model_parallel_size, INT, "1", MC, "", "PP")                                            \
   X(virtual_pipeline_model_parallel_size, INT, "null", MC, "", "VPP chunks per pipeline rank")       \

@@ -61,18 +61,30 @@ static void check_tensor_parallel(VCtx *v) {
                       (long long)mffn, (long long)etp),
               "change model.expert_tensor_parallel_size or model.moe_ffn_hidden_size");
   if (v_has_mamba(s)) {
-    /* Megatron's Mamba mixer: d_inner = 2 * hidden_size (expand 2), heads = d_inner / head_dim. */
-    int64_t d_inner = 2 * m->hidden_size, hd = m->mamba_head_dim;
-    if (d_inner % hd)
+    /* Megatron's Mamba mixer: heads = mamba_num_heads, or d_inner / head_dim with d_inner =
+     * 2 * hidden_size (expand 2); the heads split into mamba_num_groups groups (MambaMixer
+     * asserts nheads % ngroups == 0), and heads and groups over TP. */
+    int64_t d_inner = 2 * m->hidden_size, hd = m->mamba_head_dim, heads = m->mamba_num_heads;
+    bool given = s->present[SPEC_F_model_mamba_num_heads];
+    if (!given && d_inner % hd)
       diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_head_dim,
                         "the Mamba inner width 2*hidden_size=%lld is not divisible by mamba_head_dim=%lld",
                         (long long)d_inner, (long long)hd),
-                "choose model.mamba_head_dim among the divisors of %lld", (long long)d_inner);
-    else if ((d_inner / hd) % tp)
-      diag_hint(v_error(v, "STEPC-26", F_TP,
-                        "the %lld Mamba heads are not divisible by tensor_model_parallel_size=%lld",
-                        (long long)(d_inner / hd), (long long)tp),
-                "%s of %lld", tp_hint, (long long)(d_inner / hd));
+                "choose model.mamba_head_dim among the divisors of %lld, or set model.mamba_num_heads",
+                (long long)d_inner);
+    else {
+      if (!given) heads = d_inner / hd;
+      if (heads < 1 || heads % tp)
+        diag_hint(v_error(v, "STEPC-26", given ? SPEC_F_model_mamba_num_heads : F_TP,
+                          "the %lld Mamba heads are not divisible by tensor_model_parallel_size=%lld",
+                          (long long)heads, (long long)tp),
+                  "%s of %lld", tp_hint, (long long)heads);
+      if (m->mamba_num_groups < 1 || (heads > 0 && heads % m->mamba_num_groups))
+        diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_num_groups,
+                          "the %lld Mamba heads do not split into mamba_num_groups=%lld groups",
+                          (long long)heads, (long long)m->mamba_num_groups),
+                  "choose model.mamba_num_groups among the divisors of %lld", (long long)heads);
+    }
     if (m->mamba_num_groups % tp)
       diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_num_groups,
                         "mamba_num_groups=%lld is not divisible by tensor_model_parallel_size=%lld",

@@ -99,6 +99,9 @@
   X(MAMBA_GATED_NORM, op_mamba_gated_norm) /* group RMSNorm of y silu(z) */                        \
   X(MAMBA_GATED_NORM_BWD, op_mamba_gated_norm_bwd)                                                 \
   X(MAMBA_MIXER, op_mamba_mixer)     /* conv, dt, scan and D skip in one (mamba_ssm's fused path) */ \
-  X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)
+  X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)                                                           \
+  /* activation.c: relu and squared relu (Nemotron's squared_relu MLPs) */                       \
+  X(RELU_ACT, op_relu_act)           /* relu(x), or relu(x)^2 with i[0] = 1 */                    \
+  X(RELU_ACT_BWD, op_relu_act_bwd)
 
 #endif
