@@ -3,7 +3,8 @@
  * divide each tensor by how Megatron shards it and restrict the plan to the rank's stage:
  *
  *   params      column/row-parallel linears (linear_qkv, linear_proj, linear_fc1, linear_fc2,
- *               MLA projections, experts' fc1/fc2) and the vocab-parallel embedding and output
+ *               MLA projections, experts' fc1/fc2, Mamba's in_proj/out_proj and the mixer's
+ *               per-head parameters) and the vocab-parallel embedding and output
  *               layer are split over TP (experts over EP x ETP); norms and position embeddings
  *               are replicated. Main grads follow their param; master weights and Adam moments
  *               too, and are further split over DP with the distributed optimizer (experts over
@@ -47,9 +48,13 @@ static bool has(const char *name, const char *part) { return strstr(name, part) 
 
 static bool col_parallel(const char *n) {
   return has(n, "linear_qkv") || has(n, "linear_fc1") || has(n, "output_layer") || has(n, "linear_q_proj") ||
-         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings");
+         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings") || has(n, "mixer.in_proj");
 }
-static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2"); }
+static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2") || has(n, "mixer.out_proj"); }
+/* Megatron's MambaMixer splits its heads (and groups) over TP: the conv, dt_bias, A_log, D and
+ * the gated norm's weight are per channel or per head of the rank (mamba_mixer.py,
+ * nheads_local_tp, d_inner_local_tp). */
+static bool mamba_tp(const char *n) { return has(n, ".mixer.") && !has(n, "in_proj") && !has(n, "out_proj"); }
 static bool expert(const char *n) { return has(n, ".experts."); }
 
 static double dtype_name_bytes(const char *d) {
@@ -212,7 +217,9 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
   if (role_is_persistent(x->role) || (x->role == ROLE_ACT_GRAD && x->of >= 0 && L->g->t[x->of].role == ROLE_PARAM)) {
     if (x->role == ROLE_ACT_GRAD) n = L->g->t[x->of].name;
     if (x->role == ROLE_OPTIM && x->of < 0) return 1; /* step, lr, norm scalars */
-    double f = expert(n) ? (double)L->ep * L->etp : (col_parallel(n) || row_parallel(n)) && has(n, "weight") ? L->tp : 1;
+    double f = expert(n)                                                 ? (double)L->ep * L->etp
+               : ((col_parallel(n) || row_parallel(n)) && has(n, "weight")) || mamba_tp(n) ? L->tp
+                                                                                            : 1;
     if (has(n, "word_embeddings") || (has(n, "output_layer") && has(n, "weight"))) f = L->tp;
     if (L->s->optimizer.use_distributed_optimizer && (x->role == ROLE_MASTER || x->role == ROLE_OPTIM))
       f *= expert(n) ? L->edp : L->dp;

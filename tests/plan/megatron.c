@@ -143,10 +143,38 @@ static void llama70b(void) {
     fails++;
 }
 
+/* The guide's Nemotron 3 Nano table: [], core_attn, moe_act and layernorm,moe_act ran out of
+ * memory on 80 GB H100s, moe and moe,layernorm fit; moe_act freed 4.194 GB against []. An H100
+ * 80GB shows 79.1 GiB to PyTorch (84.9 GB), so "usable" here is taken as that. */
+static void nemotron(void) {
+  SweepRow *rows = NULL;
+  int n = 0, cheapest = -1;
+  DiagList d;
+  diag_init(&d);
+  int rc = sweep_run("models/nemotron3_nano.lua", NULL, 0, "[];core_attn;moe_act;layernorm,moe_act;moe;moe,layernorm", 0,
+                     &rows, &n, &cheapest, &d);
+  diag_free(&d);
+  CHECK(rc == SWEEP_OK && n == 6, "nemotron sweep ran (rc %d, %d rows)", rc, n);
+  if (rc != SWEEP_OK || n != 6) {
+    free(rows);
+    return;
+  }
+  const double usable = 79.1 * 1073741824.0;
+  for (int i = 0; i < n; i++) {
+    bool fits = rows[i].status == PLAN_OK && rows[i].peak <= usable, want = i >= 4;
+    printf("nemotron3_nano %-18s %.3f GB  %+.3f GB  %s\n", rows[i].name, rows[i].peak / 1e9, rows[i].delta / 1e9,
+           fits ? "fits" : "OOM");
+    CHECK(fits == want, "%s: the guide measured %s", rows[i].name, want ? "a full run" : "out of memory");
+  }
+  CHECK(fabs(rows[2].delta / 1e9 + 4.194) < 0.05, "moe_act frees %.3f GB; the guide measured 4.194", -rows[2].delta / 1e9);
+  free(rows);
+}
+
 int main(void) {
   precision_bytes();
   moonlight_sweep();
   llama70b();
+  nemotron();
   if (fails) {
     printf("plan.megatron: %d FAILED\n", fails);
     return 1;
