@@ -6,7 +6,7 @@
  *     handled by the gradcheck's smaller-step retry (runtime/cpu/train.c).
  *   tags: modules, recompute labels and graph scopes of the MLA and MoE ops (megatron-rules.md
  *     §2.2, §3.2), dense vs MoE layers by moe_layer_freq, the aux loss in the training loss;
- *   a hybrid recipe (nemotron3_nano) fails with "Mamba layers are not lowered yet";
+ *   the hybrid recipe (nemotron3_nano) lowers its 23 Mamba, 6 attention and 23 MoE layers;
  *   training: the loss on one fixed batch falls (to below half of ln 256 in 40 steps), and two
  *     runs give bitwise the same losses. */
 #include <math.h>
