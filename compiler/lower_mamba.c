@@ -10,7 +10,8 @@
  *   norm                     RMSNorm of the residual stream (TE fuses it into in_proj)
  *   mixer.in_proj            (B,T,C) -> z (d_inner) | xBC (d_inner + 2 G N) | dt (H)
  *   mixer (MAMBA_MIXER)      conv1d + SiLU, softplus(dt + dt_bias), the SSD scan, + D x
- *   mixer.norm               gated RMSNorm of y silu(z) over G groups
+ *   mixer (MAMBA_GATE)       y silu(z), which mamba_ssm's scan returns on Megatron's path
+ *   mixer.norm               RMSNorm over G groups (Megatron's norm, called without z)
  *   mixer.out_proj           (B,T,d_inner) -> (B,T,C), then the residual add
  * The mixer's per-channel and per-head parameters are packed (ops/mamba.c): mixer.conv1d.weight
  * holds conv1d.weight and conv1d.bias, mixer.ssm holds dt_bias, A_log and D. Initialisation is
@@ -64,10 +65,12 @@ int lower_mamba(const LowerBlock *L, int l, int x) {
                lb_param(L, "ssm", 2, ss, IR_INIT_NORMAL, L->std)};
   OpAttrs ma = {.i = {h, p, gg, n}};
   int y = graph_op1(g, OP_MAMBA_MIXER, in, 4, &ma, NULL);
+  int gt[2] = {y, z};
+  y = graph_op1(g, OP_MAMBA_GATE, gt, 2, NULL, NULL);
   lb_tags(L, l, 0, S, "mixer.norm");
-  int gn[3] = {y, z, lb_param(L, "weight", 1, &di, IR_INIT_ONES, 0)};
+  int gn[2] = {y, lb_param(L, "weight", 1, &di, IR_INIT_ONES, 0)};
   OpAttrs na = {.f = {m->layernorm_epsilon}, .i = {gg}};
-  y = graph_op1(g, OP_MAMBA_GATED_NORM, gn, 3, &na, NULL);
+  y = graph_op1(g, OP_MAMBA_GROUP_NORM, gn, 2, &na, NULL);
   lb_tags(L, l, 0, S, "mixer.out_proj");
   int o = lb_linear(L, y, L->c, di, L->out_std);
   lb_tags(L, l, 0, S, "mamba_bda");

@@ -10,8 +10,13 @@
  *                     x (B,T,H*P), dt (B,T,H), A_log (H), BC (B,T,2*G*N) = [B (G*N) | C (G*N)]
  *                     (the conv output's tail, as mamba_ssm splits xBC); y (B,T,H*P)
  *   MAMBA_SKIP        y + D[h] x (the D skip connection, D_has_hdim false)
- *   MAMBA_GATED_NORM  RMSNormGated with norm_before_gate false: u = y silu(z), each of the G groups
- *                     of a row normalised by its rms, times w; y, z (B,T,H*P), w (H*P), f[0] eps
+ *   MAMBA_GATE        y silu(z), y and z (B,T,H*P): the gate mamba_ssm's scan applies when it is
+ *                     given z (Megatron's path: mamba_split_conv1d_scan_combined without
+ *                     rmsnorm_weight returns the gated output)
+ *   MAMBA_GROUP_NORM  Megatron's mixer norm (RMSNormGated called without z, norm_before_gate
+ *                     false): each of the G groups of a row normalised by its rms, times w;
+ *                     x (B,T,H*P), w (H*P), f[0] eps. Kept apart from the gate because Megatron
+ *                     materialises the gated output and the norm saves it for its backward
  *   MAMBA_MIXER       CONV, DT, SCAN and SKIP as one op, as mamba_ssm's
  *                     mamba_split_conv1d_scan_combined runs them for Megatron (use_mem_eff_path):
  *                     xBC (B,T,H*P+2*G*N) before the conv, conv (C,K+1) = [conv1d.weight |
@@ -22,7 +27,7 @@
  *                     The per-channel and per-head parameters travel packed so that the backward
  *                     has one gradient per input (an op has at most four outputs). The lowering
  *                     uses MIXER; CONV, DT, SCAN and SKIP are its parts, gradient-checked alone.
- * Attributes of SCAN, SKIP and MIXER: i[0] = H, i[1] = P, i[2] = G, i[3] = N; GATED_NORM: i[0] = G.
+ * Attributes of SCAN, SKIP and MIXER: i[0] = H, i[1] = P, i[2] = G, i[3] = N; GROUP_NORM: i[0] = G.
  *
  * The scan keeps nothing for its backward, which replays the recurrence from x, dt, BC (as the
  * chunked SSD kernel recomputes its states). Each backward writes one gradient per forward
@@ -81,11 +86,17 @@ static int skip_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_
   return 0;
 }
 
+static int gate_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *y = ops_in(g, op, 0), *z = ops_in(g, op, 1);
+  if (!ops_same_shape(y, z)) return m_err_shape(err, n, op);
+  ops_out_like(&out[0], y, "gated");
+  return 0;
+}
+
 static int gnorm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
-  const Tensor *y = ops_in(g, op, 0), *z = ops_in(g, op, 1), *w = ops_in(g, op, 2);
-  if (!ops_same_shape(y, z) || w->ndim != 1 || w->shape[0] != ops_last(y) || op->a.i[0] < 1 || ops_last(y) % op->a.i[0])
-    return m_err_shape(err, n, op);
-  ops_out_like(&out[0], y, "out");
+  const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1);
+  if (w->ndim != 1 || w->shape[0] != ops_last(x) || op->a.i[0] < 1 || ops_last(x) % op->a.i[0]) return m_err_shape(err, n, op);
+  ops_out_like(&out[0], x, "out");
   return 0;
 }
 
@@ -106,7 +117,8 @@ static int m_backward(Graph *g, int op, const int *dout, int *din) {
               : o.kind == OP_MAMBA_SCAN  ? OP_MAMBA_SCAN_BWD
               : o.kind == OP_MAMBA_SKIP  ? OP_MAMBA_SKIP_BWD
               : o.kind == OP_MAMBA_MIXER ? OP_MAMBA_MIXER_BWD
-                                         : OP_MAMBA_GATED_NORM_BWD;
+              : o.kind == OP_MAMBA_GATE  ? OP_MAMBA_GATE_BWD
+                                         : OP_MAMBA_GROUP_NORM_BWD;
   int in[IR_MAX_IN], of[IR_MAX_OUT];
   in[0] = dout[0];
   for (int i = 0; i < o.nin; i++) in[1 + i] = o.in[i], of[i] = o.in[i];
@@ -136,7 +148,7 @@ static double mixer_flops(const Graph *g, const Op *op) {
 }
 
 static double gnorm_flops(const Graph *g, const Op *op) {
-  return 12.0 * (double)tensor_numel(ops_in(g, op, op->kind == OP_MAMBA_GATED_NORM ? 0 : 1));
+  return 8.0 * (double)tensor_numel(ops_in(g, op, op->kind == OP_MAMBA_GROUP_NORM ? 0 : 1));
 }
 
 #define OPS_KERNEL_PASS
@@ -159,8 +171,10 @@ const OpInfo op_mamba_skip_info = {"mamba_skip", 3, 3, 1, skip_infer, ops_flops_
 const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd", 4, 4, 3, grads_like_inputs, ops_flops_elementwise, NULL, {skip_bwd_cpu_f32, skip_bwd_cpu_f64}};
 const OpInfo op_mamba_mixer_info = {"mamba_mixer", 4, 4, 1, mixer_infer, mixer_flops, m_backward, {mixer_cpu_f32, mixer_cpu_f64}};
 const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd", 5, 5, 4, grads_like_inputs, mixer_flops, NULL, {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64}};
-const OpInfo op_mamba_gated_norm_info = {"mamba_gated_norm", 3, 3, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64}};
-const OpInfo op_mamba_gated_norm_bwd_info = {"mamba_gated_norm_bwd", 4, 4, 3, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64}};
+const OpInfo op_mamba_gate_info = {"mamba_gate", 2, 2, 1, gate_infer, ops_flops_elementwise, m_backward, {gate_cpu_f32, gate_cpu_f64}};
+const OpInfo op_mamba_gate_bwd_info = {"mamba_gate_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {gate_bwd_cpu_f32, gate_bwd_cpu_f64}};
+const OpInfo op_mamba_group_norm_info = {"mamba_group_norm", 2, 2, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64}};
+const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd", 3, 3, 2, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -547,22 +561,48 @@ static void K(mixer_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, voi
   K(mix_free)(&m);
 }
 
-/* ---- MAMBA_GATED_NORM ---- */
+/* ---- MAMBA_GATE ---- */
 typedef struct {
-  const real *y, *z, *w, *dout;
-  real *out, *dy, *dz, *dw;
+  const real *y, *z, *dout;
+  real *out, *dy, *dz;
+} K(GateArgs);
+
+static void K(gate_range)(void *pv, int64_t lo, int64_t hi) {
+  const K(GateArgs) *a = pv;
+  for (int64_t i = lo; i < hi; i++) a->out[i] = a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]);
+}
+
+static void K(gate_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(GateArgs) a = {.y = in[0], .z = in[1], .out = out[0]};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(gate_range), &a);
+}
+
+static void K(gate_bwd_range)(void *pv, int64_t lo, int64_t hi) {
+  const K(GateArgs) *a = pv;
+  for (int64_t i = lo; i < hi; i++) {
+    real s = K(m_sigmoid)(a->z[i]);
+    a->dy[i] = a->dout[i] * a->z[i] * s;
+    a->dz[i] = a->dout[i] * a->y[i] * s * (1 + a->z[i] * (1 - s));
+  }
+}
+
+static void K(gate_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(GateArgs) a = {.dout = in[0], .y = in[1], .z = in[2], .dy = out[0], .dz = out[1]};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[1]]), K(gate_bwd_range), &a);
+}
+
+/* ---- MAMBA_GROUP_NORM ---- */
+typedef struct {
+  const real *x, *w, *dout;
+  real *out, *dx, *dw;
   int64_t rows, c, gs; /* gs = c / G, the group width */
   real eps;
 } K(GnArgs);
 
-/* 1/rms of group [j0, j0 + gs) of row r of u = y silu(z) */
+/* 1/rms of group [j0, j0 + gs) of row r */
 static real K(gn_rstd)(const K(GnArgs) *a, int64_t r, int64_t j0) {
   real ss = 0;
-  for (int64_t j = j0; j < j0 + a->gs; j++) {
-    int64_t i = r * a->c + j;
-    real u = a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]);
-    ss += u * u;
-  }
+  for (int64_t j = j0; j < j0 + a->gs; j++) ss += a->x[r * a->c + j] * a->x[r * a->c + j];
   return 1 / RSQRT(ss / (real)a->gs + a->eps);
 }
 
@@ -571,60 +611,47 @@ static void K(gn_range)(void *pv, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++)
     for (int64_t j0 = 0; j0 < a->c; j0 += a->gs) {
       real rs = K(gn_rstd)(a, r, j0);
-      for (int64_t j = j0; j < j0 + a->gs; j++) {
-        int64_t i = r * a->c + j;
-        a->out[i] = a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]) * rs * a->w[j];
-      }
+      for (int64_t j = j0; j < j0 + a->gs; j++) a->out[r * a->c + j] = a->x[r * a->c + j] * rs * a->w[j];
     }
 }
 
 static void K(gn_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  const Tensor *y = &c->g->t[op->in[0]];
-  K(GnArgs) a = {.y = in[0], .z = in[1], .w = in[2], .out = out[0], .rows = ops_rows(y), .c = ops_last(y),
-                 .eps = (real)op->a.f[0]};
+  const Tensor *x = &c->g->t[op->in[0]];
+  K(GnArgs) a = {.x = in[0], .w = in[1], .out = out[0], .rows = ops_rows(x), .c = ops_last(x), .eps = (real)op->a.f[0]};
   a.gs = a.c / op->a.i[0];
   c->parallel_for(c, a.rows, K(gn_range), &a);
 }
 
-/* rows: du = rstd (g - u rstd^2 mean(g u)) with g = dout w, then dy = du silu(z),
- * dz = du y silu'(z) */
+/* rows, per group: dx = rstd (g - x rstd^2 mean(g x)) with g = dout w */
 static void K(gn_bwd_rows)(void *pv, int64_t lo, int64_t hi) {
   const K(GnArgs) *a = pv;
   for (int64_t r = lo; r < hi; r++)
     for (int64_t j0 = 0; j0 < a->c; j0 += a->gs) {
-      real rs = K(gn_rstd)(a, r, j0), sgu = 0;
+      real rs = K(gn_rstd)(a, r, j0), sgx = 0;
+      for (int64_t j = j0; j < j0 + a->gs; j++) sgx += a->dout[r * a->c + j] * a->w[j] * a->x[r * a->c + j];
+      sgx /= (real)a->gs;
       for (int64_t j = j0; j < j0 + a->gs; j++) {
         int64_t i = r * a->c + j;
-        sgu += a->dout[i] * a->w[j] * a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]);
-      }
-      sgu /= (real)a->gs;
-      for (int64_t j = j0; j < j0 + a->gs; j++) {
-        int64_t i = r * a->c + j;
-        real s = K(m_sigmoid)(a->z[i]), sz = a->z[i] * s, u = a->y[i] * sz;
-        real du = rs * (a->dout[i] * a->w[j] - u * rs * rs * sgu);
-        a->dy[i] = du * sz;
-        a->dz[i] = du * a->y[i] * s * (1 + a->z[i] * (1 - s));
+        a->dx[i] = rs * (a->dout[i] * a->w[j] - a->x[i] * rs * rs * sgx);
       }
     }
 }
 
-/* columns: dw_j = sum over rows of dout u rstd, rows in order */
+/* columns: dw_j = sum over rows of dout x rstd, rows in order */
 static void K(gn_bwd_cols)(void *pv, int64_t lo, int64_t hi) {
   const K(GnArgs) *a = pv;
   for (int64_t j = lo; j < hi; j++) {
     real s = 0;
-    for (int64_t r = 0; r < a->rows; r++) {
-      int64_t i = r * a->c + j;
-      s += a->dout[i] * a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]) * K(gn_rstd)(a, r, j - j % a->gs);
-    }
+    for (int64_t r = 0; r < a->rows; r++)
+      s += a->dout[r * a->c + j] * a->x[r * a->c + j] * K(gn_rstd)(a, r, j - j % a->gs);
     a->dw[j] = s;
   }
 }
 
 static void K(gn_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  const Tensor *y = &c->g->t[op->in[1]];
-  K(GnArgs) a = {.dout = in[0], .y = in[1], .z = in[2], .w = in[3], .dy = out[0], .dz = out[1], .dw = out[2],
-                 .rows = ops_rows(y), .c = ops_last(y), .eps = (real)op->a.f[0]};
+  const Tensor *x = &c->g->t[op->in[1]];
+  K(GnArgs) a = {.dout = in[0], .x = in[1], .w = in[2], .dx = out[0], .dw = out[1], .rows = ops_rows(x), .c = ops_last(x),
+                 .eps = (real)op->a.f[0]};
   a.gs = a.c / op->a.i[0];
   c->parallel_for(c, a.rows, K(gn_bwd_rows), &a);
   c->parallel_for(c, a.c, K(gn_bwd_cols), &a);

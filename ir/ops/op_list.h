@@ -87,7 +87,7 @@
   /* flash.c: attention whose value head dim differs from q/k's (MLA under fused attention) */  \
   X(FLASH_ATTN_DV, op_flash_attn_dv)                                                               \
   X(FLASH_ATTN_DV_BWD, op_flash_attn_dv_bwd)                                                       \
-  /* mamba.c: the Mamba-2 mixer's conv, dt, SSD scan, D skip and gated norm */                  \
+  /* mamba.c: the Mamba-2 mixer's conv, dt, SSD scan, D skip, gate and group norm */                  \
   X(MAMBA_CONV, op_mamba_conv)       /* silu(causal depthwise conv1d + bias) */                   \
   X(MAMBA_CONV_BWD, op_mamba_conv_bwd)                                                             \
   X(MAMBA_DT, op_mamba_dt)           /* softplus(dt + dt_bias) */                                  \
@@ -96,8 +96,10 @@
   X(MAMBA_SCAN_BWD, op_mamba_scan_bwd)                                                             \
   X(MAMBA_SKIP, op_mamba_skip)       /* y + D x */                                                 \
   X(MAMBA_SKIP_BWD, op_mamba_skip_bwd)                                                             \
-  X(MAMBA_GATED_NORM, op_mamba_gated_norm) /* group RMSNorm of y silu(z) */                        \
-  X(MAMBA_GATED_NORM_BWD, op_mamba_gated_norm_bwd)                                                 \
+  X(MAMBA_GATE, op_mamba_gate)       /* y silu(z) */                                               \
+  X(MAMBA_GATE_BWD, op_mamba_gate_bwd)                                                             \
+  X(MAMBA_GROUP_NORM, op_mamba_group_norm) /* RMSNorm per group of the last dim */                 \
+  X(MAMBA_GROUP_NORM_BWD, op_mamba_group_norm_bwd)                                                 \
   X(MAMBA_MIXER, op_mamba_mixer)     /* conv, dt, scan and D skip in one (mamba_ssm's fused path) */ \
   X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)                                                           \
   /* activation.c: relu and squared relu (Nemotron's squared_relu MLPs) */                       \

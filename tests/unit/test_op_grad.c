@@ -184,12 +184,16 @@ int main(void) {
                (long long)mg, (long long)mn, (long long)kk);
       fails += check(what, g, out, 1, NULL, 0, 0);
 
+      g = graph_new();
+      int gt[2] = {param(g, "y", 3, b, t, mh * mp, 1), param(g, "z", 3, b, t, mh * mp, 1)};
+      graph_op(g, OP_MAMBA_GATE, gt, 2, NULL, out, NULL);
+      fails += check("mamba_gate", g, out, 1, NULL, 0, 0);
+
       OpAttrs ga = {.f = {1e-5}, .i = {mg}};
       g = graph_new();
-      int gn[3] = {param(g, "y", 3, b, t, mg * mp * 2, 1), param(g, "z", 3, b, t, mg * mp * 2, 1),
-                   param(g, "w", 1, mg * mp * 2, 1, 1, 1)};
-      graph_op(g, OP_MAMBA_GATED_NORM, gn, 3, &ga, out, NULL);
-      fails += check("mamba_gated_norm", g, out, 1, NULL, 0, 0);
+      int gn[2] = {param(g, "x", 3, b, t, mg * mp * 2, 1), param(g, "w", 1, mg * mp * 2, 1, 1, 1)};
+      graph_op(g, OP_MAMBA_GROUP_NORM, gn, 2, &ga, out, NULL);
+      fails += check("mamba_group_norm", g, out, 1, NULL, 0, 0);
     }
 
     g = graph_new();
