@@ -65,7 +65,9 @@ CostClass cost_op_class(const Graph *g, int op) {
   return kind_class(o->kind);
 }
 
-static bool is_attn(OpKind k) { return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD; }
+static bool is_attn(OpKind k) {
+  return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD || k == OP_FLASH_ATTN_DV || k == OP_FLASH_ATTN_DV_BWD;
+}
 
 /* The roofline time of op o alone: the larger of its compute and memory times. */
 static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {

@@ -10,7 +10,8 @@
  *   pre_mlp_layernorm               label layernorm, scopes {layer, mlp} (dense layers)
  *   mlp.* (fc1, act, fc2)           label mlp, scopes {layer, mlp}
  *   mlp_bda                         scopes {layer, mlp}
- * MLA and MoE get their own builders (lower_mla, lower_moe) at the marked spots.
+ * MLA, MoE and Mamba get their own builders (lower_mla, lower_moe, lower_mamba); a hybrid model's
+ * layers follow hybrid_override_pattern (lower_layer).
  * Parallelism fields do not change this graph: it is the single-rank math. */
 #include "lower.h"
 
@@ -143,7 +144,7 @@ static int lower_mlp(Lower *L, int l, int x) {
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc1");
   int u = linear(L, h, glu ? 2 * L->f : L->f, L->c, L->std);
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.activation_func");
-  u = graph_op1(L->g, glu ? OP_SWIGLU : OP_GELU, &u, 1, NULL, NULL);
+  if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
   int o = linear(L, u, L->c, L->f, L->out_std);
   tags(L, l, 0, S, "layers.%d.%s", "mlp_bda");
@@ -167,13 +168,24 @@ static int lower_head(Lower *L, int x) {
   return 0;
 }
 
-/* The layer kind not lowered yet ("Mamba"), with the field that asks for it in *field. */
+/* The layer kind not lowered yet ("GDN"), with the field that asks for it in *field. */
 static const char *unsupported(const Spec *s, const char **field) {
-  const SpecModel *m = &s->model;
-  if (s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0])
-    return *field = "hybrid_override_pattern", "Mamba";
   if (s->present[SPEC_F_model_experimental_attention_variant]) return *field = "experimental_attention_variant", "GDN";
   return NULL;
+}
+
+/* Layer l: a GPT layer (attention, then the dense or MoE MLP), or in a hybrid model the one block
+ * its letter in hybrid_override_pattern names (Megatron's MambaStack: M a MambaLayer, * a
+ * TransformerLayer with attention only, - with a dense MLP only, E with a MoE MLP only). */
+static int lower_layer(Lower *L, LowerBlock *B, int l, int x, int *aux) {
+  const SpecModel *m = &L->s->model;
+  char kind = L->s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0]
+                  ? m->hybrid_override_pattern[l]
+                  : 0;
+  if (kind == 'M') return lower_mamba(B, l, x);
+  if (kind == 0 || kind == '*') x = m->multi_latent_attention ? lower_mla(B, l, x) : lower_attention(L, l, x);
+  if (x >= 0 && kind != '*') x = spec_layer_is_moe(L->s, l) ? lower_moe(B, l, x, aux) : lower_mlp(L, l, x);
+  return x;
 }
 
 int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
@@ -207,10 +219,12 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
                   .stream = &L.stream};
   int aux = -1; /* the MoE layers' summed load-balancing loss */
   int x = lower_embedding(&L);
-  for (int l = 0; l < m->num_layers && x >= 0; l++) {
-    x = m->multi_latent_attention ? lower_mla(&B, l, x) : lower_attention(&L, l, x);
-    if (x >= 0) x = spec_layer_is_moe(s, l) ? lower_moe(&B, l, x, &aux) : lower_mlp(&L, l, x);
+  if (s->present[SPEC_F_model_hybrid_override_pattern] && (int64_t)strlen(m->hybrid_override_pattern) != m->num_layers) {
+    snprintf(err, nerr, "hybrid_override_pattern does not list num_layers layers (STEPC-13)");
+    graph_free(L.g);
+    return LOWER_ERROR;
   }
+  for (int l = 0; l < m->num_layers && x >= 0; l++) x = lower_layer(&L, &B, l, x, &aux);
   if (x >= 0 && lower_head(&L, x) == 0 && aux >= 0) { /* the training loss includes the aux loss */
     tags(&L, -1, 0, 0, NULL, "loss");
     int sum[2] = {L.g->loss, aux};

@@ -1,4 +1,5 @@
-/* lower_blocks.c — building helpers shared by the MLA and MoE builders (see lower_blocks.h).
+/* lower_blocks.c — building helpers shared by the MLA, MoE and Mamba builders and lower.c's
+ * dense MLP (see lower_blocks.h).
  * They mirror lower.c's own helpers, which are static there; the parameter names and inits are
  * the same so that both paths name weights alike. */
 #include "lower_blocks.h"
@@ -39,4 +40,16 @@ int lb_dropout(const LowerBlock *L, int x, double p) {
   if (p <= 0) return x;
   OpAttrs a = {.f = {p}, .i = {(*L->stream)++}};
   return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
+}
+
+int lb_mlp_act(Graph *g, const SpecModel *m, int u) {
+  const char *f = m->activation_func;
+  bool glu = m->gated_linear_unit;
+  if (glu && strcmp(f, "silu") == 0) return graph_op1(g, OP_SWIGLU, &u, 1, NULL, NULL);
+  if (!glu && strcmp(f, "gelu") == 0) return graph_op1(g, OP_GELU, &u, 1, NULL, NULL);
+  if (!glu && (strcmp(f, "relu") == 0 || strcmp(f, "squared_relu") == 0)) {
+    OpAttrs a = {.i = {strcmp(f, "squared_relu") == 0}};
+    return graph_op1(g, OP_RELU_ACT, &u, 1, &a, NULL);
+  }
+  return graph_fail(g, "MLPs with activation_func %s%s are not lowered yet", f, glu ? " (gated)" : "");
 }

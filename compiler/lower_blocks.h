@@ -32,7 +32,13 @@ int lower_mla(const LowerBlock *L, int l, int x);
  * -1 before the first MoE layer), which lower.c adds to the language-model loss. */
 int lower_moe(const LowerBlock *L, int l, int x, int *aux);
 
-/* ---- helpers shared by lower_mla.c and lower_moe.c (lower_blocks.c) ---- */
+/* A Mamba-2 layer `l` of a hybrid model on x (B, T, C): norm, mixer, residual add (lower_mamba.c).
+ * Returns the new residual stream or -1. */
+int lower_mamba(const LowerBlock *L, int l, int x);
+/* Mamba heads: mamba_num_heads, or 2 * hidden_size / mamba_head_dim when null (expand = 2). */
+int64_t lower_mamba_heads(const Spec *s);
+
+/* ---- helpers shared by lower_mla.c, lower_moe.c and lower_mamba.c (lower_blocks.c) ---- */
 /* Sets layer, labels, scopes and the module "layers.<l>.<sub>" for the ops that follow. */
 void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const char *sub);
 /* A parameter "<current module>.<suffix>" of the compute dtype (ndim 1..3). */
@@ -42,6 +48,10 @@ int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *s
 int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
 /* The recipe's normalization over the last dim (width), weights in the current module. */
 int lb_norm(const LowerBlock *L, int x, int64_t width);
+/* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated): SWIGLU for
+ * gated silu, GELU, RELU_ACT for relu and squared_relu; -1 with g->err for the combinations not
+ * lowered (gated gelu, ...). */
+int lb_mlp_act(Graph *g, const SpecModel *m, int u);
 /* Dropout with the next RNG stream; x itself when p <= 0. */
 int lb_dropout(const LowerBlock *L, int x, double p);
 

@@ -6,7 +6,7 @@
  *   linear_kv_down_proj, kv split, kv_layernorm -
  *   linear_q_up_proj (or linear_q_proj without q_lora_rank), linear_kv_up_proj, the q / kv
  *   splits, RoPE on q_pe and k_pe, the q and k concats            mla_up_proj
- *   core_attention (with v padding for flash)  core_attn
+ *   core_attention                            core_attn
  *   linear_proj, self_attn_bda                 -
  *
  * Shapes (H heads, dn = qk_head_dim, dr = qk_pos_emb_head_dim, dv = v_head_dim):
@@ -15,9 +15,12 @@
  *   kv_up      (B,T,H*(dn+dv)) -> k_nope (B,T,H,dn), v (B,T,H,dv)
  *   q, k       (B,T,H,dn+dr) after RoPE on the rope parts; the softmax scale is 1/sqrt(dn+dr)
  *   context    (B,T,H*dv)
- * The flash kernel wants one head dim for q, k and v: when dv != dn+dr the narrower side is zero
- * padded (zero columns change neither q.k nor the output) and the context sliced back, as
- * Megatron does for fused attention. */
+ * The fused backend is Transformer Engine's fused (cuDNN) attention, which takes dv != dn+dr as
+ * is: FLASH_ATTN_DV, no copies (Megatron pads V only for packed THD batches,
+ * multi_latent_attention.py, _prepare_mla_core_attention_value). stepc's own flash kernel (flash,
+ * auto) wants one head dim: the narrower side is zero padded (zero columns change neither q.k nor
+ * the output) and the context sliced back; those copies are core_attn internals that Megatron's
+ * run does not have. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,13 +76,17 @@ static int core_attention(const LowerBlock *L, int q, int k, int v, int64_t h, i
     int pv[2] = {p, v};
     return graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   }
+  OpAttrs a = {.f = {scale, m->attention_dropout}, .i = {(*L->stream)++, 1}};
+  if (strcmp(m->attention_backend, "fused") == 0) {
+    int in[3] = {q, k, v};
+    return graph_op1(g, dv == dqk ? OP_FLASH_ATTN : OP_FLASH_ATTN_DV, in, 3, &a, NULL);
+  }
   int64_t d = dqk > dv ? dqk : dv;
   if (dqk < d) {
     q = concat(L, q, -1, h, dqk, d - dqk, h, "query_padded");
     k = concat(L, k, -1, h, dqk, d - dqk, h, "key_padded");
   }
   if (dv < d) v = concat(L, v, -1, h, dv, d - dv, h, "value_padded");
-  OpAttrs a = {.f = {scale, m->attention_dropout}, .i = {(*L->stream)++, 1}};
   int in[3] = {q, k, v};
   int ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   if (dv < d) {

@@ -41,16 +41,10 @@ static int shared_experts(const LowerBlock *L, int l, int hn, int64_t fs, uint32
   const SpecModel *m = &L->s->model;
   const uint32_t lab = IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS;
   bool glu = m->gated_linear_unit;
-  OpKind act = glu && strcmp(m->activation_func, "silu") == 0    ? OP_SWIGLU
-               : !glu && strcmp(m->activation_func, "gelu") == 0 ? OP_GELU
-                                                                 : OP_COUNT;
-  if (act == OP_COUNT)
-    return graph_fail(L->g, "shared experts with activation_func %s%s are not lowered yet",
-                      m->activation_func, glu ? " (gated)" : "");
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc1");
   int u = lb_linear(L, hn, glu ? 2 * fs : fs, L->c, L->std);
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.act");
-  u = graph_op1(L->g, act, &u, 1, NULL, NULL);
+  if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc2");
   return lb_linear(L, u, L->c, fs, L->out_std);
 }

@@ -3,7 +3,8 @@
  * divide each tensor by how Megatron shards it and restrict the plan to the rank's stage:
  *
  *   params      column/row-parallel linears (linear_qkv, linear_proj, linear_fc1, linear_fc2,
- *               MLA projections, experts' fc1/fc2) and the vocab-parallel embedding and output
+ *               MLA projections, experts' fc1/fc2, Mamba's in_proj/out_proj and the mixer's
+ *               per-head parameters) and the vocab-parallel embedding and output
  *               layer are split over TP (experts over EP x ETP); norms and position embeddings
  *               are replicated. Main grads follow their param; master weights and Adam moments
  *               too, and are further split over DP with the distributed optimizer (experts over
@@ -20,6 +21,14 @@
  *               stage; interleaved, (PP - stage - 1) x 2 + (VPP - 1) x PP + 1 chunk passes
  *               (Megatron's 1 + (PP-1)/(PP VPP) factor on the first stage). The stage's peak is
  *               its planned one-micro-batch peak plus (in flight - 1) x its saved activations.
+ *   precision   the bytes of main grads, master weights and moments are Megatron's, from the
+ *               Spec's ddp/optimizer precision fields (elem_bytes below), not the single-rank
+ *               graph's fp32: the graph is stepc's own step, the per-rank report Megatron's job.
+ *   fp8         with model.fp8 set, what Transformer Engine keeps (fp8_scan below): each linear of
+ *               a transformer layer saves its input for the wgrad as an fp8 copy (1 byte), and the
+ *               bf16 tensor dies after its last forward reader unless another backward op reads
+ *               it too; each such linear's weight has a cached fp8 copy and transpose (2 bytes
+ *               per element) for the whole step.
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <stdio.h>
@@ -39,10 +48,108 @@ static bool has(const char *name, const char *part) { return strstr(name, part) 
 
 static bool col_parallel(const char *n) {
   return has(n, "linear_qkv") || has(n, "linear_fc1") || has(n, "output_layer") || has(n, "linear_q_proj") ||
-         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings");
+         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings") || has(n, "mixer.in_proj");
 }
-static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2"); }
+static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2") || has(n, "mixer.out_proj"); }
+/* Megatron's MambaMixer splits its heads (and groups) over TP: the conv, dt_bias, A_log, D and
+ * the gated norm's weight are per channel or per head of the rank (mamba_mixer.py,
+ * nheads_local_tp, d_inner_local_tp). */
+static bool mamba_tp(const char *n) { return has(n, ".mixer.") && !has(n, "in_proj") && !has(n, "out_proj"); }
 static bool expert(const char *n) { return has(n, ".experts."); }
+
+static double dtype_name_bytes(const char *d) {
+  return strcmp(d, "fp8") == 0 ? 1 : strcmp(d, "bf16") == 0 || strcmp(d, "fp16") == 0 ? 2 : 4;
+}
+
+/* Bytes per element Megatron keeps for a persistent tensor of the optimizer side; every other
+ * tensor keeps its graph dtype. One place for Megatron's precision choices:
+ *   main grads  the DDP gradient buffer: fp32 when ddp.grad_reduce_in_fp32, else the param dtype
+ *               (megatron/core/distributed/distributed_data_parallel.py, DistributedDataParallel
+ *               .__init__: grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype). The
+ *               precision-aware optimizer reads that buffer as its decoupled grad.
+ *   masters     without the precision-aware optimizer the distributed optimizer (or
+ *               Float16Optimizer) keeps fp32 copies (distrib_optimizer.py,
+ *               _build_model_and_main_param_groups: shard_model_param.clone().float()). With it,
+ *               TE's FusedAdam holds them at main_params_dtype (optimizer/__init__.py passes
+ *               master_weight_dtype), and with store_param_remainders (TE >= 2.1; Megatron passes
+ *               OptimizerConfig.store_param_remainders, default true) an fp32 master of a bf16
+ *               param is stored as its 16 low bits: 2 bytes.
+ *   moments     exp_avg / exp_avg_sq: fp32 (torch.zeros_like of the fp32 main param), or
+ *               exp_avg_dtype / exp_avg_sq_dtype under the precision-aware optimizer (FusedAdam's
+ *               exp_avg_dtype, exp_avg_sq_dtype). fp8 moments' per-tensor scales are not counted.
+ * Megatron's OptimizerConfig.__post_init__ rejects non-fp32 dtypes without the precision-aware
+ * optimizer (STEPC-45), so they are read only with it. */
+static double elem_bytes(const Lay *L, const Tensor *x) {
+  const SpecOptimizer *o = &L->s->optimizer;
+  const Tensor *p = x->of >= 0 ? &L->g->t[x->of] : NULL;
+  double pb = p ? (double)dtype_size(p->dtype) : 4;
+  bool aware = o->use_precision_aware_optimizer;
+  switch (x->role) {
+  case ROLE_GRAD: return L->s->ddp.grad_reduce_in_fp32 ? 4 : pb;
+  case ROLE_MASTER:
+    if (!aware) return 4;
+    if (strcmp(o->main_params_dtype, "fp32") == 0) return o->store_param_remainders && pb == 2 && p && p->dtype == DT_BF16 ? 2 : 4;
+    return dtype_name_bytes(o->main_params_dtype);
+  case ROLE_OPTIM: {
+    if (!p) break; /* step, lr, norm scalars */
+    size_t n = strlen(x->name);
+    if (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0) return aware ? dtype_name_bytes(o->exp_avg_sq_dtype) : 4;
+    if (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) return aware ? dtype_name_bytes(o->exp_avg_dtype) : 4;
+    break;
+  }
+  default: break;
+  }
+  return (double)dtype_size(x->dtype);
+}
+
+/* What Transformer Engine keeps under fp8 (model.fp8 set), per tensor:
+ *   - TE's Linear / GroupedLinear forward quantizes its input, and for the wgrad saves only that
+ *     fp8 copy (transformer_engine/pytorch/module/linear.py, _Linear.forward: the saved inputmat
+ *     is the quantized tensor with its row-wise usage dropped when only the wgrad needs it;
+ *     grouped_linear.py likewise). The bf16 input then dies at its last forward reader, unless a
+ *     backward op other than the wgrad also reads it (the attention output, which the fused
+ *     attention keeps for its own backward): then both stay.
+ *   - Their weights are quantized once per step and cached across micro-batches (linear.py,
+ *     get_weight_workspace with cache_name "weight" whenever Megatron passes
+ *     is_first_microbatch): an fp8 copy plus, on Hopper, its fp8 transpose for the dgrad.
+ * fp8 covers the linears of the transformer layers only: Megatron's output layer and the MoE
+ * router are not TE fp8 modules (output_layer is Megatron's ColumnParallelLinear; the router
+ * computes in moe_router_dtype). Scaling state (one amax and scale per tensor) is not counted. */
+typedef struct {
+  int cast;      /* program point of the first fp8 linear reading it (-1: not an fp8 linear input) */
+  int last_fwd;  /* its last forward / replay reader */
+  bool keep16;   /* a backward op other than a wgrad reads it too */
+} Fp8Use;
+
+static bool fp8_module(const Op *op) {
+  if (op->kind != OP_LINEAR && op->kind != OP_GROUPED_LINEAR) return false;
+  const char *m = op->tags.module;
+  return has(m, "layers.") && !has(m, "router") && !has(m, "output_layer");
+}
+
+/* Fills u (per tensor) and w (per tensor: 1 for the weight of an fp8 linear); pp[i] is the
+ * program point of schedule item i. */
+static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *u, uint8_t *w) {
+  for (int t = 0; t < g->nt; t++) u[t] = (Fp8Use){-1, -1, false}, w[t] = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    if (op->tags.phase != IR_PHASE_FORWARD && op->tags.phase != IR_PHASE_REPLAY) continue;
+    for (int j = 0; j < op->nin; j++) {
+      Fp8Use *x = &u[op->in[j]];
+      if (j == 0 && fp8_module(op) && x->cast < 0) x->cast = pp[i];
+      if (pp[i] > x->last_fwd) x->last_fwd = pp[i];
+    }
+    if (fp8_module(op)) w[op->in[1]] = 1;
+  }
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    if (op->tags.phase != IR_PHASE_BACKWARD || op->kind == OP_LINEAR_WGRAD || op->kind == OP_GROUPED_LINEAR_WGRAD)
+      continue;
+    for (int j = 0; j < op->nin; j++) u[op->in[j]].keep16 = true;
+  }
+}
 
 /* Which stage holds layer l. */
 static int layer_stage(const Lay *L, int l) {
@@ -110,7 +217,9 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
   if (role_is_persistent(x->role) || (x->role == ROLE_ACT_GRAD && x->of >= 0 && L->g->t[x->of].role == ROLE_PARAM)) {
     if (x->role == ROLE_ACT_GRAD) n = L->g->t[x->of].name;
     if (x->role == ROLE_OPTIM && x->of < 0) return 1; /* step, lr, norm scalars */
-    double f = expert(n) ? (double)L->ep * L->etp : (col_parallel(n) || row_parallel(n)) && has(n, "weight") ? L->tp : 1;
+    double f = expert(n)                                                 ? (double)L->ep * L->etp
+               : ((col_parallel(n) || row_parallel(n)) && has(n, "weight")) || mamba_tp(n) ? L->tp
+                                                                                            : 1;
     if (has(n, "word_embeddings") || (has(n, "output_layer") && has(n, "weight"))) f = L->tp;
     if (L->s->optimizer.use_distributed_optimizer && (x->role == ROLE_MASTER || x->role == ROLE_OPTIM))
       f *= expert(n) ? L->edp : L->dp;
@@ -155,6 +264,21 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     snprintf(err, nerr, "out of memory");
     return -1;
   }
+  bool fp8 = m->fp8[0] != 0;
+  Fp8Use *f8 = fp8 ? malloc((size_t)(g->nt + 1) * sizeof *f8) : NULL;
+  uint8_t *f8w = fp8 ? malloc((size_t)g->nt + 1) : NULL;
+  int *pp = fp8 ? malloc((size_t)(sc->n + 1) * sizeof *pp) : NULL, *nshare = fp8 ? calloc((size_t)g->nt + 1, sizeof *nshare) : NULL;
+  if (fp8 && (!f8 || !f8w || !pp || !nshare)) {
+    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  if (fp8) {
+    for (int i = 0, q = 0; i < sc->n; i++) pp[i] = sc->it[i].kind == SCHED_OP ? q++ : q;
+    fp8_scan(g, sc, pp, f8, f8w);
+    for (int t = 0; t < g->nt; t++)
+      if (mp->start[t] >= 0) nshare[mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t]++;
+  }
   act_tp(&L, sc, tps);
   for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
   /* the last forward program point */
@@ -181,15 +305,29 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
       const Tensor *x = &g->t[t];
-      double b = (double)tensor_numel(x) * (double)dtype_size(x->dtype) / shard(&L, tps, t);
+      double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
-      if (role == ROLE_PARAM) r->weights += b, r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
+      if (role == ROLE_PARAM) {
+        r->weights += b, r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
+        if (fp8 && f8w[t]) r->weights += 2 * b / elem_bytes(&L, x); /* fp8 copy + transpose */
+      }
       else if (role == ROLE_GRAD) r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) r->optimizer += b;
       else if (role == MEM_ROLE_GRAPH) r->graph_buffers += b;
       else if (mp->start[t] >= 0) {
         /* tensors that share a slot (in-place reuse) take its bytes once, over their joint life */
         int sl = mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t;
+        if (fp8 && f8[t].cast >= 0 && nshare[sl] == 1 && x->dtype == DT_BF16) {
+          /* the bf16 tensor until its last forward reader (or its end when a backward op other
+           * than the wgrad reads it), its fp8 copy from the cast to its end */
+          int s0 = mp->start[t], e16 = f8[t].keep16 || f8[t].last_fwd > mp->end[t] ? mp->end[t] : f8[t].last_fwd;
+          int c0 = f8[t].cast, e8 = mp->end[t];
+          diff[s0] += b, diff[e16 + 1] -= b;
+          if (e8 > e16 || f8[t].keep16) diff[c0] += b / 2, diff[e8 + 1] -= b / 2;
+          if (s0 <= last_fwd && e16 > last_fwd) saved += b;
+          if ((e8 > e16 || f8[t].keep16) && c0 <= last_fwd && e8 > last_fwd) saved += b / 2;
+          continue;
+        }
         if (slot_b[sl] < 0) slot_b[sl] = b, slot_start[sl] = mp->start[t], slot_end[sl] = mp->end[t];
         else {
           if (b > slot_b[sl]) slot_b[sl] = b;
@@ -224,6 +362,6 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->workspace = 32.0 * 1024 * 1024;
     r->max_allocated = r->weights + r->grads + r->optimizer + r->activations + r->graph_buffers + r->workspace;
   }
-  free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end);
+  free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;
 }

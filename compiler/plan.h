@@ -177,7 +177,7 @@ const char *memplan_role_name(int role);
 typedef struct {
   char name[48];       /* "pp0 (first stage)" */
   int stage;
-  double weights, grads, optimizer; /* bytes: bf16 params, fp32 main grads, fp32 master + moments */
+  double weights, grads, optimizer; /* bytes: params, main grads, master + moments at Megatron's dtypes */
   double activations;  /* peak activation bytes incl. micro-batches in flight */
   double saved_per_micro; /* activations held from forward to backward, one micro-batch */
   double inflight;     /* micro-batches (in units of the stage's layers) in flight */

@@ -40,7 +40,8 @@ bool plan_op_uses_rng(const Graph *g, const Op *op) {
   (void)g;
   switch (op->kind) {
   case OP_DROPOUT: return true;
-  case OP_FLASH_ATTN: return op->a.f[1] > 0; /* f[1] = attention dropout */
+  case OP_FLASH_ATTN:
+  case OP_FLASH_ATTN_DV: return op->a.f[1] > 0; /* f[1] = attention dropout */
   default: return false;
   }
 }
@@ -55,7 +56,9 @@ bool plan_op_is_gemm(OpKind k) {
   case OP_ATTN_PV:
   case OP_ATTN_PV_BWD:
   case OP_FLASH_ATTN:
-  case OP_FLASH_ATTN_BWD: return true;
+  case OP_FLASH_ATTN_BWD:
+  case OP_FLASH_ATTN_DV:
+  case OP_FLASH_ATTN_DV_BWD: return true;
   default: return false;
   }
 }

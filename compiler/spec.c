@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const spec_section_names[SPEC_NSECTIONS] = {"model", "train", "optimizer", "data"};
+const char *const spec_section_names[SPEC_NSECTIONS] = {"model", "train", "optimizer", "ddp", "data"};
 
 #define SPEC_ROW(sec, secname, structname, name, type, def, flags, choices, doc)                   \
   {sec,          #name,  secname "." #name, SPEC_T_##type,                                         \
@@ -17,15 +17,17 @@ const char *const spec_section_names[SPEC_NSECTIONS] = {"model", "train", "optim
 typedef SpecModel Specmodel_t;
 typedef SpecTrain Spectrain_t;
 typedef SpecOptimizer Specoptimizer_t;
+typedef SpecDdp Specddp_t;
 typedef SpecData Specdata_t;
 
 #define ROW_MODEL(name, ...) SPEC_ROW(SPEC_SEC_MODEL, "model", model, name, __VA_ARGS__)
 #define ROW_TRAIN(name, ...) SPEC_ROW(SPEC_SEC_TRAIN, "train", train, name, __VA_ARGS__)
 #define ROW_OPTIMIZER(name, ...) SPEC_ROW(SPEC_SEC_OPTIMIZER, "optimizer", optimizer, name, __VA_ARGS__)
+#define ROW_DDP(name, ...) SPEC_ROW(SPEC_SEC_DDP, "ddp", ddp, name, __VA_ARGS__)
 #define ROW_DATA(name, ...) SPEC_ROW(SPEC_SEC_DATA, "data", data, name, __VA_ARGS__)
 
 const SpecField spec_fields[SPEC_NFIELDS] = {SPEC_MODEL_FIELDS(ROW_MODEL) SPEC_TRAIN_FIELDS(ROW_TRAIN)
-                                                 SPEC_OPTIMIZER_FIELDS(ROW_OPTIMIZER)
+                                                 SPEC_OPTIMIZER_FIELDS(ROW_OPTIMIZER) SPEC_DDP_FIELDS(ROW_DDP)
                                                      SPEC_DATA_FIELDS(ROW_DATA)};
 
 int spec_field_find(const char *path) {

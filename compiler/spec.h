@@ -71,6 +71,7 @@
   X(mamba_state_dim, INT, "128", MC, "", "Mamba SSM state dim")                                      \
   X(mamba_head_dim, INT, "64", MC, "", "Mamba head dim")                                             \
   X(mamba_num_groups, INT, "8", MC, "", "Mamba groups")                                              \
+  X(mamba_num_heads, INT, "null", MC, "", "Mamba heads; null means 2 * hidden_size / mamba_head_dim") \
   X(tensor_model_parallel_size, INT, "1", MC, "", "TP")                                              \
   X(pipeline_model_parallel_size, INT, "1", MC, "", "PP")                                            \
   X(virtual_pipeline_model_parallel_size, INT, "null", MC, "", "VPP chunks per pipeline rank")       \
@@ -114,13 +115,27 @@
   X(adam_beta2, NUM, "0.999", MC, "", "Adam beta2")                                                  \
   X(adam_eps, NUM, "1e-8", MC, "", "Adam epsilon")                                                   \
   X(clip_grad, NUM, "1.0", MC, "", "Clip by global gradient norm; 0 disables")                       \
-  X(use_distributed_optimizer, BOOL, "false", MC, "", "Shard master weights and moments over DP")
+  X(use_distributed_optimizer, BOOL, "false", MC, "", "Shard master weights and moments over DP") \
+  X(use_precision_aware_optimizer, BOOL, "false", MC, "",                                           \
+    "TE FusedAdam keeps master weights and moments at the dtypes below (needs the distributed optimizer)") \
+  X(main_grads_dtype, STR, "fp32", MC, "fp32|bf16", "Gradients the optimizer reads (precision-aware only)") \
+  X(main_params_dtype, STR, "fp32", MC, "fp32|fp16", "Master weights (precision-aware only)")         \
+  X(exp_avg_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam first moment (precision-aware only)") \
+  X(exp_avg_sq_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam second moment (precision-aware only)") \
+  X(store_param_remainders, BOOL, "true", MC, "",                                                    \
+    "Precision-aware: keep only the 16 low bits of fp32 masters of bf16 params")
+
+/* DistributedDataParallelConfig (Megatron-Bridge's cfg.ddp). */
+#define SPEC_DDP_FIELDS(X)                                                                         \
+  X(grad_reduce_in_fp32, BOOL, "true", MC, "",                                                     \
+    "fp32 gradient buffer (main grads); false keeps it in the param dtype. The dataclass default is " \
+    "false, but Megatron-LM forces true under bf16 and Bridge's bf16 mixed precision sets it")
 
 #define SPEC_DATA_FIELDS(X)                                                                        \
   X(mock, BOOL, "null", MC, "", "Mock tokens drawn from train.seed; null means true unless path is set") \
   X(path, STR, "null", SC, "", "A text file read as bytes (vocab 256)")
 
-typedef enum { SPEC_SEC_MODEL, SPEC_SEC_TRAIN, SPEC_SEC_OPTIMIZER, SPEC_SEC_DATA, SPEC_NSECTIONS } SpecSection;
+typedef enum { SPEC_SEC_MODEL, SPEC_SEC_TRAIN, SPEC_SEC_OPTIMIZER, SPEC_SEC_DDP, SPEC_SEC_DATA, SPEC_NSECTIONS } SpecSection;
 typedef enum { SPEC_T_INT, SPEC_T_NUM, SPEC_T_BOOL, SPEC_T_STR, SPEC_T_LIST, SPEC_T_FREQ } SpecType;
 
 #define SPEC_MAX_LIST 16
@@ -151,15 +166,17 @@ typedef char SpecStr[SPEC_MAX_STR];  /* "" when null */
 typedef struct { SPEC_MODEL_FIELDS(SPEC_MEMBER) } SpecModel;
 typedef struct { SPEC_TRAIN_FIELDS(SPEC_MEMBER) } SpecTrain;
 typedef struct { SPEC_OPTIMIZER_FIELDS(SPEC_MEMBER) } SpecOptimizer;
+typedef struct { SPEC_DDP_FIELDS(SPEC_MEMBER) } SpecDdp;
 typedef struct { SPEC_DATA_FIELDS(SPEC_MEMBER) } SpecData;
 
 #define SPEC_ENUM_MODEL(name, ...) SPEC_F_model_##name,
 #define SPEC_ENUM_TRAIN(name, ...) SPEC_F_train_##name,
 #define SPEC_ENUM_OPTIMIZER(name, ...) SPEC_F_optimizer_##name,
+#define SPEC_ENUM_DDP(name, ...) SPEC_F_ddp_##name,
 #define SPEC_ENUM_DATA(name, ...) SPEC_F_data_##name,
 typedef enum {
   SPEC_MODEL_FIELDS(SPEC_ENUM_MODEL) SPEC_TRAIN_FIELDS(SPEC_ENUM_TRAIN)
-      SPEC_OPTIMIZER_FIELDS(SPEC_ENUM_OPTIMIZER) SPEC_DATA_FIELDS(SPEC_ENUM_DATA) SPEC_NFIELDS
+      SPEC_OPTIMIZER_FIELDS(SPEC_ENUM_OPTIMIZER) SPEC_DDP_FIELDS(SPEC_ENUM_DDP) SPEC_DATA_FIELDS(SPEC_ENUM_DATA) SPEC_NFIELDS
 } SpecFieldId;
 
 typedef struct {
@@ -178,6 +195,7 @@ typedef struct Spec {
   SpecModel model;
   SpecTrain train;
   SpecOptimizer optimizer;
+  SpecDdp ddp;
   SpecData data;
   bool present[SPEC_NFIELDS];        /* false: null (Megatron's None) */
   char where[SPEC_NFIELDS][96];      /* "models/x.lua:12", "override model.fp8=null", "" = default */

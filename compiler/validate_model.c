@@ -93,10 +93,11 @@ static void check_precision(VCtx *v) {
   if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,
-               "fp8=%s is checked against Megatron's rules, but stepc does not execute fp8 yet: plans and "
-               "runs use bf16",
+               "fp8=%s is checked against Megatron's rules, but stepc does not execute fp8 yet: the "
+               "single-rank plan and runs use bf16; the per-rank report counts what Transformer Engine "
+               "keeps in fp8",
                s->model.fp8),
-        "write model.fp8=null to plan what will run");
+        "write model.fp8=null to plan what stepc will run");
 }
 
 /* STEPC-30, STEPC-31: sizes the planner answers in seconds. Its best-fit placement is quadratic in

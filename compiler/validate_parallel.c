@@ -1,8 +1,11 @@
-/* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27) and the MoE
+/* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27), the optimizer's
+ * precision fields (STEPC-45) and the MoE
  * expert-parallel and overlap rules (megatron-rules.md §1.H–I; MCORE-62, 63, 68).
  *
  * Megatron checks most divisions with `divide()` asserts deep inside module construction; stepc
  * checks them up front, naming the field. */
+#include <string.h>
+
 #include "validate_internal.h"
 
 #define M(s) (&(s)->model)
@@ -58,18 +61,30 @@ static void check_tensor_parallel(VCtx *v) {
                       (long long)mffn, (long long)etp),
               "change model.expert_tensor_parallel_size or model.moe_ffn_hidden_size");
   if (v_has_mamba(s)) {
-    /* Megatron's Mamba mixer: d_inner = 2 * hidden_size (expand 2), heads = d_inner / head_dim. */
-    int64_t d_inner = 2 * m->hidden_size, hd = m->mamba_head_dim;
-    if (d_inner % hd)
+    /* Megatron's Mamba mixer: heads = mamba_num_heads, or d_inner / head_dim with d_inner =
+     * 2 * hidden_size (expand 2); the heads split into mamba_num_groups groups (MambaMixer
+     * asserts nheads % ngroups == 0), and heads and groups over TP. */
+    int64_t d_inner = 2 * m->hidden_size, hd = m->mamba_head_dim, heads = m->mamba_num_heads;
+    bool given = s->present[SPEC_F_model_mamba_num_heads];
+    if (!given && d_inner % hd)
       diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_head_dim,
                         "the Mamba inner width 2*hidden_size=%lld is not divisible by mamba_head_dim=%lld",
                         (long long)d_inner, (long long)hd),
-                "choose model.mamba_head_dim among the divisors of %lld", (long long)d_inner);
-    else if ((d_inner / hd) % tp)
-      diag_hint(v_error(v, "STEPC-26", F_TP,
-                        "the %lld Mamba heads are not divisible by tensor_model_parallel_size=%lld",
-                        (long long)(d_inner / hd), (long long)tp),
-                "%s of %lld", tp_hint, (long long)(d_inner / hd));
+                "choose model.mamba_head_dim among the divisors of %lld, or set model.mamba_num_heads",
+                (long long)d_inner);
+    else {
+      if (!given) heads = d_inner / hd;
+      if (heads < 1 || heads % tp)
+        diag_hint(v_error(v, "STEPC-26", given ? SPEC_F_model_mamba_num_heads : F_TP,
+                          "the %lld Mamba heads are not divisible by tensor_model_parallel_size=%lld",
+                          (long long)heads, (long long)tp),
+                  "%s of %lld", tp_hint, (long long)heads);
+      if (m->mamba_num_groups < 1 || (heads > 0 && heads % m->mamba_num_groups))
+        diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_num_groups,
+                          "the %lld Mamba heads do not split into mamba_num_groups=%lld groups",
+                          (long long)heads, (long long)m->mamba_num_groups),
+                  "choose model.mamba_num_groups among the divisors of %lld", (long long)heads);
+    }
     if (m->mamba_num_groups % tp)
       diag_hint(v_error(v, "STEPC-26", SPEC_F_model_mamba_num_groups,
                         "mamba_num_groups=%lld is not divisible by tensor_model_parallel_size=%lld",
@@ -212,7 +227,36 @@ static void check_moe_parallel(VCtx *v) {
                    "capture attn and moe_router only");
 }
 
+/* STEPC-45: Megatron's OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py)
+ * asserts that the precision-aware optimizer runs under the distributed optimizer, and that
+ * without it every optimizer dtype stays fp32. Megatron finds it when the optimizer is built. */
+static void check_optimizer_precision(VCtx *v) {
+  const SpecOptimizer *o = &v->s->optimizer;
+  if (o->use_precision_aware_optimizer) {
+    if (!o->use_distributed_optimizer)
+      diag_hint(v_error(v, "STEPC-45", SPEC_F_optimizer_use_precision_aware_optimizer,
+                        "use_precision_aware_optimizer needs use_distributed_optimizer"),
+                "set optimizer.use_distributed_optimizer=true");
+    return;
+  }
+  static const struct {
+    int field;
+    const char *name;
+  } dt[] = {{SPEC_F_optimizer_main_grads_dtype, "main_grads_dtype"},
+            {SPEC_F_optimizer_main_params_dtype, "main_params_dtype"},
+            {SPEC_F_optimizer_exp_avg_dtype, "exp_avg_dtype"},
+            {SPEC_F_optimizer_exp_avg_sq_dtype, "exp_avg_sq_dtype"}};
+  for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
+    const char *val = (const char *)spec_field_cptr(v->s, dt[i].field);
+    if (strcmp(val, "fp32") != 0)
+      diag_hint(v_error(v, "STEPC-45", dt[i].field, "%s=%s needs use_precision_aware_optimizer (without it, only fp32)",
+                        dt[i].name, val),
+                "set optimizer.use_precision_aware_optimizer=true, or optimizer.%s=fp32", dt[i].name);
+  }
+}
+
 void validate_parallel(VCtx *v) {
+  check_optimizer_precision(v);
   check_tensor_parallel(v);
   check_layout(v);
   check_moe_parallel(v);

@@ -6,6 +6,9 @@
 -- rope 64, v 128, 64 routed experts of 1408 with top-6, 2 shared experts (2816), dense ffn 11264,
 -- vocab 163840, rope_theta 50000. TP 2 with MoE needs sequence parallelism (MCORE-68). Experts are
 -- not tensor-parallel (ETP 1): with ETP = TP = 2, EP 8 would need 16 GPUs (STEPC-9).
+-- Precision as Megatron-Bridge's moonlight_16b_pretrain_config (recipes/moonlight/moonlight_16b.py):
+-- bf16 gradient buffer (ddp.grad_reduce_in_fp32 = false) and the precision-aware optimizer with
+-- fp32 masters (stored as 16-bit remainders) and bf16 moments.
 local moe_layers = { 0 }
 for i = 2, 27 do moe_layers[i] = 1 end
 return {
@@ -49,6 +52,9 @@ return {
   },
   train = { micro_batch_size = 1, global_batch_size = 4, train_iters = 20, seed = 1234, world_size = 8 },
   optimizer = { lr = 3e-4, min_lr = 3e-5, weight_decay = 0.1, adam_beta1 = 0.9, adam_beta2 = 0.95,
-                adam_eps = 1e-8, clip_grad = 1.0, use_distributed_optimizer = true },
+                adam_eps = 1e-8, clip_grad = 1.0, use_distributed_optimizer = true,
+                use_precision_aware_optimizer = true, main_grads_dtype = "bf16", main_params_dtype = "fp32",
+                exp_avg_dtype = "bf16", exp_avg_sq_dtype = "bf16" },
+  ddp = { grad_reduce_in_fp32 = false },
   data = {}, -- mock tokens from train.seed; data.path=FILE trains on a text file instead
 }

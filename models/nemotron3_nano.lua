@@ -6,7 +6,7 @@
 -- the one setting of the guide's table that fit (64.65 GB).
 -- Layer pattern (23 Mamba M, 23 MoE E, 6 attention *), width 2688, 32 heads / 2 kv groups of 128,
 -- 128 routed experts of 1856 with top-6, one shared expert of 3712, squared-ReLU experts, Mamba-2
--- with 64-wide heads, state 128, 8 groups, vocab 131072: from NVIDIA's published model config as we
+-- with 64 heads of 64 (d_inner 4096), state 128, 8 groups, vocab 131072: from NVIDIA's published model config as we
 -- read it; treat these as the shape of that run, not as a checkpoint-exact copy.
 return {
   model = {
@@ -38,6 +38,7 @@ return {
     moe_aux_loss_coeff = 0.0001,
     mamba_state_dim = 128,
     mamba_head_dim = 64,
+    mamba_num_heads = 64,
     mamba_num_groups = 8,
     expert_model_parallel_size = 8,
     recompute_granularity = "selective",

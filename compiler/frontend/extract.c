@@ -284,7 +284,7 @@ static int check_keys(lua_State *L, FeCtx *cx, int root) {
     for (int s = 0; s < SPEC_NSECTIONS; s++) known |= strcmp(k, spec_section_names[s]) == 0;
     if (!known) {
       Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", k, file,
-                         "unknown section '%s' (sections: model, train, optimizer, data)", k);
+                         "unknown section '%s' (sections: model, train, optimizer, ddp, data)", k);
       const char *near = nearest_section(k);
       if (near) diag_hint(g, "did you mean %s?", near);
       bad++;

@@ -101,7 +101,7 @@ int fe_apply_overrides(lua_State *L, FeCtx *cx, const char *const *ov, int n) {
       if (strcmp(section, spec_section_names[s]) == 0) sec = s;
     if (sec < 0) {
       diag_add(cx->diags, DIAG_ERROR, "LOAD", key, where,
-               "unknown section '%s' (sections: model, train, optimizer, data)", section);
+               "unknown section '%s' (sections: model, train, optimizer, ddp, data)", section);
       bad++;
       continue;
     }

@@ -1,6 +1,7 @@
 /* activation.c — SWIGLU (y = silu(a) * b with [a | b] = x split on the last dim, as Megatron's
- * gated_linear_unit with silu) and GELU (exact, erf form, torch's default), with gradients that
- * read the activation's input only. */
+ * gated_linear_unit with silu), GELU (exact, erf form, torch's default) and RELU_ACT (i[0] = 0:
+ * relu, 1: squared relu, Megatron's squared_relu = relu(x)^2), with gradients that read the
+ * activation's input only. */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -22,7 +23,8 @@ static int act_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
   int in[2] = {dout[0], o.in[0]}, of[1] = {o.in[0]};
-  return ops_grad_op(g, o.kind == OP_SWIGLU ? OP_SWIGLU_BWD : OP_GELU_BWD, in, 2, NULL, &din[0], of) < 0 ? -1 : 0;
+  OpKind bk = o.kind == OP_SWIGLU ? OP_SWIGLU_BWD : o.kind == OP_GELU ? OP_GELU_BWD : OP_RELU_ACT_BWD;
+  return ops_grad_op(g, bk, in, 2, &o.a, &din[0], of) < 0 ? -1 : 0;
 }
 
 static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
@@ -45,13 +47,15 @@ const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elemen
 const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {swiglu_bwd_cpu_f32, swiglu_bwd_cpu_f64}};
 const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64}};
 const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64}};
+const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64}};
+const OpInfo op_relu_act_bwd_info = {"relu_act_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {relu_bwd_cpu_f32, relu_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
 typedef struct {
   const real *x, *dy;
   real *y;
-  int64_t f; /* SwiGLU output width */
+  int64_t f; /* SwiGLU: output width; RELU_ACT: 1 for squared relu */
 } K(ActArgs);
 
 static void K(swiglu_range)(void *p, int64_t lo, int64_t hi) {
@@ -116,6 +120,33 @@ static void K(gelu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *co
 static void K(gelu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   K(ActArgs) a = {in[1], in[0], out[0], 0};
   c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(gelu_bwd_range), &a);
+}
+
+/* f = 1: squared relu */
+static void K(relu_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) {
+    real r = a->x[i] > 0 ? a->x[i] : 0;
+    a->y[i] = a->f ? r * r : r;
+  }
+}
+
+static void K(relu_bwd_range)(void *p, int64_t lo, int64_t hi) {
+  const K(ActArgs) *a = p;
+  for (int64_t i = lo; i < hi; i++) {
+    real x = a->x[i];
+    a->y[i] = x > 0 ? a->dy[i] * (a->f ? 2 * x : 1) : 0;
+  }
+}
+
+static void K(relu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(ActArgs) a = {in[0], NULL, out[0], op->a.i[0]};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(relu_range), &a);
+}
+
+static void K(relu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  K(ActArgs) a = {in[1], in[0], out[0], op->a.i[0]};
+  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(relu_bwd_range), &a);
 }
 
 #endif

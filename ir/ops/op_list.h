@@ -83,6 +83,27 @@
   X(GRAD_SUMSQ, op_grad_sumsq)       /* acc += sum g^2, in place */                                \
   X(CLIP_COEF, op_clip_coef)         /* norm, coef = sqrt(acc), min(1, max / (norm + 1e-6)) */     \
   X(LR_SCHED, op_lr_sched)           /* step += 1; lr = schedule(step) */                          \
-  X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */
+  X(ADAMW, op_adamw)                 /* decoupled-decay Adam on the fp32 master */             \
+  /* flash.c: attention whose value head dim differs from q/k's (MLA under fused attention) */  \
+  X(FLASH_ATTN_DV, op_flash_attn_dv)                                                               \
+  X(FLASH_ATTN_DV_BWD, op_flash_attn_dv_bwd)                                                       \
+  /* mamba.c: the Mamba-2 mixer's conv, dt, SSD scan, D skip, gate and group norm */                  \
+  X(MAMBA_CONV, op_mamba_conv)       /* silu(causal depthwise conv1d + bias) */                   \
+  X(MAMBA_CONV_BWD, op_mamba_conv_bwd)                                                             \
+  X(MAMBA_DT, op_mamba_dt)           /* softplus(dt + dt_bias) */                                  \
+  X(MAMBA_DT_BWD, op_mamba_dt_bwd)                                                                 \
+  X(MAMBA_SCAN, op_mamba_scan)       /* the SSD recurrence; backward replays the states */        \
+  X(MAMBA_SCAN_BWD, op_mamba_scan_bwd)                                                             \
+  X(MAMBA_SKIP, op_mamba_skip)       /* y + D x */                                                 \
+  X(MAMBA_SKIP_BWD, op_mamba_skip_bwd)                                                             \
+  X(MAMBA_GATE, op_mamba_gate)       /* y silu(z) */                                               \
+  X(MAMBA_GATE_BWD, op_mamba_gate_bwd)                                                             \
+  X(MAMBA_GROUP_NORM, op_mamba_group_norm) /* RMSNorm per group of the last dim */                 \
+  X(MAMBA_GROUP_NORM_BWD, op_mamba_group_norm_bwd)                                                 \
+  X(MAMBA_MIXER, op_mamba_mixer)     /* conv, dt, scan and D skip in one (mamba_ssm's fused path) */ \
+  X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)                                                           \
+  /* activation.c: relu and squared relu (Nemotron's squared_relu MLPs) */                       \
+  X(RELU_ACT, op_relu_act)           /* relu(x), or relu(x)^2 with i[0] = 1 */                    \
+  X(RELU_ACT_BWD, op_relu_act_bwd)
 
 #endif

@@ -139,8 +139,8 @@ static void llama_core_attn(const char *backend, bool flash) {
 
 static void invariants(void) {
   const char *recipes[] = {"models/tiny.lua", "models/gpt2_small_llama.lua", "models/llama3_2_1b.lua", "models/llama3_8b.lua",
-                           "models/gpt3_paper.lua", "models/moonlight_16b.lua", "tests/recipes/gpt3_tiny.lua",
-                           "tests/recipes/tiny_mla_moe.lua"};
+                           "models/gpt3_paper.lua", "models/moonlight_16b.lua", "models/llama3_70b_fp8.lua", "tests/recipes/gpt3_tiny.lua",
+                           "tests/recipes/tiny_mla_moe.lua", "tests/recipes/tiny_hybrid.lua"};
   const char *settings[][3] = {{"model.recompute_granularity=selective", "model.recompute_modules=[]", NULL},
                                {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn]", NULL},
                                {"model.recompute_granularity=selective", "model.recompute_modules=[layernorm,mlp]", NULL},

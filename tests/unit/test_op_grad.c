@@ -133,6 +133,69 @@ int main(void) {
       fails += check(what, g, out, 1, NULL, 0, 0);
     }
 
+    /* MLA's value heads narrower than q/k (Transformer Engine's fused attention takes them as is) */
+    for (int drop = 0; drop < 2; drop++) {
+      g = graph_new();
+      int64_t dv = d / 2 > 0 ? d / 2 : 1;
+      int qkv3[3] = {param(g, "q", 4, b, t, h, d), param(g, "k", 4, b, t, gq, d), param(g, "v", 4, b, t, gq, dv)};
+      OpAttrs fa = {.f = {1.0 / sqrt((double)d), drop ? 0.2 : 0.0}, .i = {3, 1}};
+      graph_op(g, OP_FLASH_ATTN_DV, qkv3, 3, &fa, out, NULL);
+      snprintf(what, sizeof what, "flash_attn_dv D=%lld Dv=%lld%s", (long long)d, (long long)dv, drop ? " dropout 0.2" : "");
+      fails += check(what, g, out, 1, NULL, 0, 0);
+    }
+
+    /* the Mamba-2 mixer's ops (ir/ops/mamba.c) */
+    {
+      int64_t mg = rnd(1, 2), mh = mg * rnd(1, 2), mp = rnd(1, 3), mn = rnd(1, 3), kk = rnd(2, 4);
+      g = graph_new();
+      int cv[3] = {param(g, "x", 3, b, t, c, 1), param(g, "w", 2, c, kk, 1, 1), param(g, "bias", 1, c, 1, 1, 1)};
+      graph_op(g, OP_MAMBA_CONV, cv, 3, NULL, out, NULL);
+      snprintf(what, sizeof what, "mamba_conv C=%lld K=%lld", (long long)c, (long long)kk);
+      fails += check(what, g, out, 1, NULL, 0, 0);
+
+      g = graph_new();
+      int dt[2] = {param(g, "dt", 3, b, t, mh, 1), param(g, "dt_bias", 1, mh, 1, 1, 1)};
+      graph_op(g, OP_MAMBA_DT, dt, 2, NULL, out, NULL);
+      fails += check("mamba_dt", g, out, 1, NULL, 0, 0);
+
+      OpAttrs sa = {.i = {mh, mp, mg, mn}};
+      /* dt through its softplus, as in the mixer: with dt > 0 and a < 0 the states decay; a raw
+       * negative dt grows them as exp(T |dt a|), beyond what finite differences resolve */
+      g = graph_new();
+      int dtin[2] = {param(g, "dt_raw", 3, b, t, mh, 1), param(g, "dt_bias", 1, mh, 1, 1, 1)};
+      int sc[4] = {param(g, "x", 3, b, t, mh * mp, 1), graph_op1(g, OP_MAMBA_DT, dtin, 2, NULL, NULL),
+                   param(g, "A_log", 1, mh, 1, 1, 1), param(g, "BC", 3, b, t, 2 * mg * mn, 1)};
+      graph_op(g, OP_MAMBA_SCAN, sc, 4, &sa, out, NULL);
+      snprintf(what, sizeof what, "mamba_scan H=%lld P=%lld G=%lld N=%lld", (long long)mh, (long long)mp, (long long)mg,
+               (long long)mn);
+      fails += check(what, g, out, 1, NULL, 0, 0);
+
+      g = graph_new();
+      int sk[3] = {param(g, "y", 3, b, t, mh * mp, 1), param(g, "x", 3, b, t, mh * mp, 1), param(g, "D", 1, mh, 1, 1, 1)};
+      graph_op(g, OP_MAMBA_SKIP, sk, 3, &sa, out, NULL);
+      fails += check("mamba_skip", g, out, 1, NULL, 0, 0);
+
+      g = graph_new();
+      int64_t mc = mh * mp + 2 * mg * mn;
+      int mx[4] = {param(g, "xBC", 3, b, t, mc, 1), param(g, "conv1d", 2, mc, kk + 1, 1, 1), param(g, "dt_raw", 3, b, t, mh, 1),
+                   param(g, "ssm", 2, mh, 3, 1, 1)};
+      graph_op(g, OP_MAMBA_MIXER, mx, 4, &sa, out, NULL);
+      snprintf(what, sizeof what, "mamba_mixer H=%lld P=%lld G=%lld N=%lld K=%lld", (long long)mh, (long long)mp,
+               (long long)mg, (long long)mn, (long long)kk);
+      fails += check(what, g, out, 1, NULL, 0, 0);
+
+      g = graph_new();
+      int gt[2] = {param(g, "y", 3, b, t, mh * mp, 1), param(g, "z", 3, b, t, mh * mp, 1)};
+      graph_op(g, OP_MAMBA_GATE, gt, 2, NULL, out, NULL);
+      fails += check("mamba_gate", g, out, 1, NULL, 0, 0);
+
+      OpAttrs ga = {.f = {1e-5}, .i = {mg}};
+      g = graph_new();
+      int gn[2] = {param(g, "x", 3, b, t, mg * mp * 2, 1), param(g, "w", 1, mg * mp * 2, 1, 1, 1)};
+      graph_op(g, OP_MAMBA_GROUP_NORM, gn, 2, &ga, out, NULL);
+      fails += check("mamba_group_norm", g, out, 1, NULL, 0, 0);
+    }
+
     g = graph_new();
     int tg = input_ids(g, "targets", b, t), ce[2] = {param(g, "logits", 3, b, t, v, 1), tg};
     graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL);

@@ -1,0 +1,32 @@
+-- llama3_70b_fp8: Llama 3 70B laid out as the recompute guide's historical H100 measurement
+-- (../shared/reference/recompute-guide/004_*.txt, Bridge PR #3107): SFT with FP8 current scaling
+-- (fp8 = hybrid, fp8_recipe = tensorwise), seq 4096, MBS 1, GBS 32, TP 4, PP 4, VPP 5, DP 2 on 32
+-- H100s, sequence parallel with TP, the distributed optimizer, core_attn recompute as that run's
+-- baseline. Architecture from Meta's config.json for Meta-Llama-3-70B: 80 layers, d8192, 64 heads /
+-- 8 kv groups, ffn 28672, vocab 128256, rope_theta 500000, rms_norm_eps 1e-5, untied head.
+-- stepc's own step computes in bf16; the per-rank report counts what Transformer Engine keeps in
+-- fp8 (compiler/memrank.c): fp8 copies of the linears' saved inputs and cached fp8 weights with
+-- their transposes. docs/recompute.md sets its rows beside the guide's.
+local cfg = stepc.recipe("llama3_2_1b")
+cfg.model.num_layers = 80
+cfg.model.hidden_size = 8192
+cfg.model.num_attention_heads = 64
+cfg.model.num_query_groups = 8
+cfg.model.kv_channels = 128
+cfg.model.ffn_hidden_size = 28672
+cfg.model.seq_length = 4096
+cfg.model.share_embeddings_and_output_weights = false
+cfg.model.attention_backend = "fused"
+cfg.model.fp8 = "hybrid"
+cfg.model.fp8_recipe = "tensorwise"
+cfg.model.tensor_model_parallel_size = 4
+cfg.model.pipeline_model_parallel_size = 4
+cfg.model.virtual_pipeline_model_parallel_size = 5
+cfg.model.sequence_parallel = true
+cfg.model.recompute_granularity = "selective"
+cfg.model.recompute_modules = { "core_attn" }
+cfg.train.micro_batch_size = 1
+cfg.train.global_batch_size = 32
+cfg.train.world_size = 32
+cfg.optimizer.use_distributed_optimizer = true
+return cfg
