@@ -91,8 +91,8 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   }
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;
-  fprintf(f, "\ncost (H200 roofline: GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, DRAM %.2f TB/s), one rank's graph:\n",
-          p->dev.gemm_flops_per_s / 1e12, p->dev.attn_flops_per_s / 1e12, p->dev.bytes_per_s / 1e12);
+  fprintf(f, "\ncost (roofline GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, DRAM %.2f TB/s, scaled per op class: %s), one rank's graph:\n",
+          p->dev.gemm_flops_per_s / 1e12, p->dev.attn_flops_per_s / 1e12, p->dev.bytes_per_s / 1e12, p->dev.calibration);
   fprintf(f, "  step %.2f ms: forward %.2f, backward %.2f, replay %.2f, optimizer %.2f ms; %.1f TFLOP executed\n",
           c->step_time * 1e3, c->time[IR_PHASE_FORWARD] * nm * 1e3, c->time[IR_PHASE_BACKWARD] * nm * 1e3,
           c->time[IR_PHASE_REPLAY] * nm * 1e3, c->time[IR_PHASE_OPTIMIZER] * 1e3, c->step_flops / 1e12);
