@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "codegen/artifact.h"
 #include "diag.h"
 #include "plan.h"
@@ -17,101 +18,12 @@
 #include "frontend/frontend.h"
 #include "cpu_run.h"
 #include "run_artifact.h"
+#include "runtime/image.h"
+#include "runtime/stepc_gen.h"
 #include "spec.h"
 #include "validate.h"
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4, EXIT_CHECK = 5 };
-
-static const char *const USAGE =
-    "usage: stepc VERB SPEC [KEY=VALUE ...] [options]\n"
-    "\n"
-    "  check  SPEC [KEY=VALUE ...] [--json]   validate a recipe: Megatron's rules (MCORE-n) and stepc's\n"
-    "                                         (STEPC-n); exit 0 valid, 1 invalid, 2 cannot load\n"
-    "  run    SPEC [KEY=VALUE ...] --device cpu [--steps N] [--json] [--threads N]\n"
-    "                                         train on the CPU reference executor, loss per step\n"
-    "  run    SPEC [KEY=VALUE ...] [--device cuda] [--steps N] [--json]\n"
-    "                                         train on the GPU (eager, or model.cuda_graph_impl=full_iteration:\n"
-    "                                         one captured graph per step); loss per step, then step time,\n"
-    "                                         tokens/s, TFLOP/s and memory measured beside the plan's; exit 4\n"
-    "                                         without a CUDA driver or device\n"
-    "  build  SPEC [KEY=VALUE ...] -o DIR [--arch sm_90] [--sms 132]\n"
-    "                                         artifact directory: recipe.lua, plan.json, kernels.cu, the cubin,\n"
-    "                                         step.c (every launch as literals, grids sized for --sms SMs),\n"
-    "                                         libstep.so (runtime/stepc.h) and a train executable; no GPU needed\n"
-    "  run    DIR [--device cuda|cpu] [--steps N] [--json]\n"
-    "                                         train an artifact through its libstep.so (its compiled step.c)\n"
-    "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
-    "                                         every parameter's gradient against finite differences\n"
-    "                                         (fp64); exit 5 above the tolerance\n"
-    "  plan   SPEC [KEY=VALUE ...] [--json] [--svg FILE]\n"
-    "                                         memory plan per rank, cost, what each recompute label\n"
-    "                                         frees and replays; exit 1 on a graph-scope violation\n"
-    "  sweep  SPEC [KEY=VALUE ...] [--candidates '[];core_attn;layernorm,moe_act;full:uniform:1']\n"
-    "         [--budget 80GiB] [--json]       the [] control and one candidate at a time\n"
-    "  trace  SPEC [KEY=VALUE ...] -o FILE    Chrome/Perfetto trace of the planned step\n"
-    "  fields [--markdown]                    every recipe field with its type and default\n"
-    "  help                                   this text\n"
-    "\n"
-    "SPEC is a recipe file (models/llama3_2_1b.lua). KEY=VALUE overrides follow it in the Hydra style:\n"
-    "  model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp] model.fp8=null\n"
-    "Exit codes: 0 ok, 1 invalid recipe, 2 recipe cannot be loaded, 3 bad command line, 4 I/O or\n"
-    "internal error, no CUDA device, or a feature not built yet, 5 a check failed (run --gradcheck).\n";
-
-typedef struct {
-  const char *spec;
-  const char *overrides[256];
-  int noverrides;
-  bool json;
-  bool markdown;
-  const char *device;
-  int steps, threads;
-  bool gradcheck, profile;
-  const char *svg, *out, *candidates, *budget; /* plan --svg, trace/build -o, sweep --candidates/--budget */
-  const char *arch;                            /* build --arch */
-  int sms;                                     /* build --sms */
-} Args;
-
-static int parse_args(int argc, char **argv, Args *a) {
-  memset(a, 0, sizeof *a);
-  for (int i = 2; i < argc; i++) {
-    const char *s = argv[i];
-    if (strcmp(s, "--json") == 0) a->json = true;
-    else if (strcmp(s, "--markdown") == 0) a->markdown = true;
-    else if (strcmp(s, "--gradcheck") == 0) a->gradcheck = true;
-    else if (strcmp(s, "--profile") == 0) a->profile = true;
-    else if ((strcmp(s, "--device") == 0 || strcmp(s, "--steps") == 0 || strcmp(s, "--threads") == 0 || strcmp(s, "--sms") == 0) &&
-             i + 1 < argc) {
-      const char *v = argv[++i];
-      if (s[2] == 'd') a->device = v;
-      else if ((s[3] == 'm' ? (a->sms = atoi(v)) : s[2] == 's' ? (a->steps = atoi(v)) : (a->threads = atoi(v))) <= 0 ||
-               (s[3] == 'm' && a->sms > 4096)) {
-        fprintf(stderr, "stepc: %s wants a positive number%s, not %s\n", s, s[3] == 'm' ? " of SMs (at most 4096)" : "", v);
-        return -1;
-      }
-    }
-    else if (strcmp(s, "--arch") == 0 && i + 1 < argc) a->arch = argv[++i];
-    else if ((strcmp(s, "--svg") == 0 || strcmp(s, "-o") == 0 || strcmp(s, "--candidates") == 0 ||
-              strcmp(s, "--budget") == 0) && i + 1 < argc) {
-      const char *v = argv[++i];
-      *(s[1] == 'o' ? &a->out : s[2] == 's' ? &a->svg : s[2] == 'c' ? &a->candidates : &a->budget) = v;
-    }
-    else if (s[0] == '-' && s[1] == '-') {
-      fprintf(stderr, "stepc: unknown option %s\n", s);
-      return -1;
-    } else if (!a->spec && !strchr(s, '=')) a->spec = s;
-    else if (strchr(s, '=')) {
-      if (a->noverrides == 256) {
-        fprintf(stderr, "stepc: more than 256 overrides\n");
-        return -1;
-      }
-      a->overrides[a->noverrides++] = s;
-    } else {
-      fprintf(stderr, "stepc: unexpected argument %s (overrides are section.field=value)\n", s);
-      return -1;
-    }
-  }
-  return 0;
-}
 
 static void print_check_json(const DiagList *d, bool ok) {
   printf("{\"ok\": %s, \"diagnostics\": ", ok ? "true" : "false");
@@ -330,8 +242,9 @@ static int cmd_sweep(const Args *a) {
     return EXIT_USAGE;
   }
   double budget = 0;
-  if (a->budget && (budget = (double)plan_parse_bytes(a->budget)) < 0) {
-    fprintf(stderr, "stepc sweep: --budget wants a size such as 80GiB or 141GB, not %s\n", a->budget);
+  size_t bl = a->budget ? strlen(a->budget) : 0;
+  if (a->budget && (bl == 0 || (a->budget[bl - 1] >= '0' && a->budget[bl - 1] <= '9') || (budget = (double)plan_parse_bytes(a->budget)) <= 0)) {
+    fprintf(stderr, "stepc sweep: --budget wants a size with its unit, such as 80GiB, 141GB or 512MiB, not %s\n", a->budget);
     return EXIT_USAGE;
   }
   DiagList d;
@@ -352,20 +265,46 @@ static int cmd_sweep(const Args *a) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    fputs(USAGE, argc < 2 ? stderr : stdout);
-    return argc < 2 ? EXIT_USAGE : EXIT_OK;
+  if (argc < 2) {
+    cli_help(NULL, stderr);
+    return EXIT_USAGE;
+  }
+  const char *near = NULL, *verb = argv[1];
+  if (!strcmp(verb, "--help") || !strcmp(verb, "-h")) verb = "help";
+  if (!strcmp(verb, "--version")) verb = "version";
+  if (!cli_verb(verb, &near)) {
+    fprintf(stderr, "stepc: unknown verb '%s'%s%s%s (stepc help lists them)\n", verb, near ? "; did you mean '" : "",
+            near ? near : "", near ? "'?" : "");
+    return EXIT_USAGE;
+  }
+  if (!strcmp(verb, "help")) {
+    if (argc > 2 && cli_help(argv[2], stdout) != 0) {
+      fprintf(stderr, "stepc help: no verb '%s' (stepc help lists them)\n", argv[2]);
+      return EXIT_USAGE;
+    }
+    if (argc <= 2) cli_help(NULL, stdout);
+    return EXIT_OK;
+  }
+  if (!strcmp(verb, "version")) {
+    printf("stepc %s (step image format %d, stepc.h API %d, step.c ABI %d)\n", STEPC_VERSION, STEPC_IMAGE_VERSION,
+           STEPC_API_VERSION, STEPC_GEN_ABI);
+    return EXIT_OK;
   }
   Args a;
-  if (parse_args(argc, argv, &a) != 0) return EXIT_USAGE;
-  const char *verb = argv[1];
+  if (cli_parse(argc, argv, &a, stderr) != 0) return EXIT_USAGE;
+  if (a.help) {
+    cli_help(verb, stdout);
+    return EXIT_OK;
+  }
+  if (a.spec && strcmp(verb, "run") && is_dir(a.spec)) {
+    fprintf(stderr, "stepc %s: %s is a directory; SPEC is a recipe file (models/tiny.lua)\n", verb, a.spec);
+    return EXIT_USAGE;
+  }
   if (strcmp(verb, "check") == 0) return cmd_check(&a);
   if (strcmp(verb, "fields") == 0) return cmd_fields(&a);
   if (strcmp(verb, "run") == 0) return cmd_run(&a);
   if (strcmp(verb, "plan") == 0) return cmd_plan(&a, false);
   if (strcmp(verb, "trace") == 0) return cmd_plan(&a, true);
   if (strcmp(verb, "sweep") == 0) return cmd_sweep(&a);
-  if (strcmp(verb, "build") == 0) return cmd_build(&a);
-  fprintf(stderr, "stepc: unknown verb '%s'\n\n%s", verb, USAGE);
-  return EXIT_USAGE;
+  return cmd_build(&a);
 }

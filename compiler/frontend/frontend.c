@@ -3,8 +3,10 @@
 
 #include <lauxlib.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -95,8 +97,15 @@ int frontend_load(const char *path, const char *const *ov, int nov, const Fronte
   FeCtx cx;
   init_ctx(&cx, opt, diags);
   FILE *f = fopen(path, "rb");
+  struct stat sb;
+  if (f && fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    f = NULL;
+    errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+  }
   if (!f) {
-    diag_add(diags, DIAG_ERROR, "LOAD", "", path, "cannot open the recipe file");
+    diag_add(diags, DIAG_ERROR, "LOAD", "", path, "cannot open the recipe file: %s",
+             errno == EINVAL ? "not a regular file" : strerror(errno));
     return -1;
   }
   size_t cap = 1 << 16, len = 0;
