@@ -1,7 +1,12 @@
 /* data.c — micro-batch sources (data.h): mock tokens and byte-level text. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ops/ops.h"
 #include "runtime/cpu/data.h"
@@ -36,7 +41,7 @@ static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t
 }
 
 static void text_free(CpuData *d) {
-  free(d->text);
+  if (d->text) munmap(d->text, (size_t)d->ntext);
   d->text = NULL;
 }
 
@@ -52,28 +57,34 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
     snprintf(err, nerr, "data.path is read as bytes and needs model.vocab_size >= 256 (it is %lld)", (long long)vocab);
     return -1;
   }
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, nerr, "cannot open data.path %s", path);
+  /* the user's file, mapped (never read whole into memory); O_NONBLOCK so that a FIFO cannot
+   * hang the open; anything but a regular file is refused */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    snprintf(err, nerr, "cannot open data.path %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
     return -1;
   }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  d->text = n > 0 ? malloc((size_t)n) : NULL;
-  if (!d->text || fread(d->text, 1, (size_t)n, f) != (size_t)n) {
-    fclose(f);
-    free(d->text);
-    snprintf(err, nerr, "cannot read data.path %s", path);
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    snprintf(err, nerr, "data.path %s is not a regular file (%s)", path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
     return -1;
   }
-  fclose(f);
-  d->ntext = n;
+  int64_t n = (int64_t)sb.st_size;
   if (n < seq_length + 2) {
-    free(d->text);
-    snprintf(err, nerr, "data.path %s has %ld bytes, fewer than seq_length + 2", path, n);
+    close(fd);
+    snprintf(err, nerr, "data.path %s has %lld bytes, fewer than seq_length + 2", path, (long long)n);
     return -1;
   }
+  void *m = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    snprintf(err, nerr, "cannot map data.path %s: %s", path, strerror(errno));
+    return -1;
+  }
+  d->text = m;
+  d->ntext = n;
   d->fill = text_fill;
   d->free = text_free;
   return 0;

@@ -17,12 +17,14 @@ typedef struct CpuData {
   uint64_t seed;
   int64_t vocab;
   bool fixed;           /* the same batch every step (overfitting tests) */
-  uint8_t *text;        /* text: the file's bytes */
+  uint8_t *text;        /* text: the file's bytes, mapped read-only (the file is never copied) */
   int64_t ntext;
 } CpuData;
 
 /* path NULL: mock tokens uniform in [0, vocab) from seed; else windows of seq_length + 1 bytes of
- * the file at offsets drawn from the seed (vocab must be >= 256). 0, or -1 with a message. */
+ * the file at offsets drawn from the seed (vocab must be >= 256). The path is read as given: any
+ * regular file the user can read (a FIFO, a directory or a device is refused, never waited on).
+ * 0, or -1 with a message. */
 int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err, size_t nerr);
 /* Draws micro-batch (step, micro) from d into the staging buffers tok/tg (B*T each) and copies it
  * into the graph's token and target tensors. 0, or -1 when the data source fails. */

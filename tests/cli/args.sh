@@ -32,4 +32,11 @@ expect 2 "No such file or directory" plan tests/cli/no_such_recipe.lua
 expect 3 "-o needs a value" build models/tiny.lua -o
 expect 3 "unexpected argument" check models/tiny.lua models/tiny.lua
 expect 0 "\"ok\": true" check models/tiny.lua --json
+# data.path: a FIFO is refused (never waited on), a directory too
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export STEPC_CACHE_DIR=$tmp/cache
+mkfifo "$tmp/fifo"
+expect 4 "is not a regular file (a FIFO)" run models/tiny.lua --device cpu --steps 1 "data.path=$tmp/fifo"
+expect 4 "is not a regular file (a directory)" run models/tiny.lua --device cpu --steps 1 "data.path=$tmp"
 exit $fails
