@@ -1,4 +1,5 @@
-/* run.h — `stepc run --device cpu`: training with per-step output, and `--gradcheck`. */
+/* cpu_run.h — `stepc run SPEC --gradcheck`: every parameter's gradient against finite differences
+ * (fp64, the CPU reference executor, in-process). */
 #ifndef STEPC_CPU_RUN_H
 #define STEPC_CPU_RUN_H
 

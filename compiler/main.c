@@ -26,7 +26,7 @@
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4, EXIT_CHECK = 5 };
 
 static void print_check_json(const DiagList *d, bool ok) {
-  printf("{\"ok\": %s, \"diagnostics\": ", ok ? "true" : "false");
+  printf("{\"schema\": \"stepc.check/1\", \"ok\": %s, \"diagnostics\": ", ok ? "true" : "false");
   diag_print_json(d, stdout);
   printf("}\n");
 }

@@ -125,7 +125,7 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   const Graph *g = p->g;
   const MemPlan *mp = &p->mp;
   const SpecModel *m = &p->spec.model;
-  fprintf(f, "{\"recipe\": ");
+  fprintf(f, "{\"schema\": \"stepc.plan/1\", \"recipe\": ");
   json_write_string(f, p->spec.recipe_path);
   fprintf(f, ", \"plan_seconds\": %.6f,\n", p->build_s);
   fprintf(f, " \"graph\": {\"ops\": %d, \"tensors\": %d, \"forward_ops\": %d, \"backward_ops\": %d, \"replay_ops\": %d, "

@@ -22,7 +22,7 @@ void report_sweep_text(const char *recipe, const SweepRow *rows, int n, double b
 }
 
 void report_sweep_json(const char *recipe, const SweepRow *rows, int n, double budget, int cheapest, FILE *f) {
-  fprintf(f, "{\"recipe\": ");
+  fprintf(f, "{\"schema\": \"stepc.sweep/1\", \"recipe\": ");
   json_write_string(f, recipe);
   fprintf(f, ", \"budget_bytes\": %.17g, \"cheapest_fit\": ", budget > 0 ? budget : 0);
   if (cheapest >= 0) json_write_string(f, rows[cheapest].name);

@@ -93,7 +93,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   api.get_info(s, &in);
   int steps = o->steps > 0 ? o->steps : (int)in.train_iters;
   if (o->json) {
-    fprintf(out, "{\"artifact\": ");
+    fprintf(out, "{\"schema\": \"stepc.run/1\", \"artifact\": ");
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);

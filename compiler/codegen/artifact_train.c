@@ -61,7 +61,7 @@ const char artifact_train_c[] =
     "  if (steps <= 0) steps = (long)in.train_iters;\n"
     "  fprintf(stderr, \"train: %s on %s %s (%s), %s step\\n\", dir, in.device, in.gpu, in.graph_mode, in.generated ? \"generated\" : \"library\");\n"
     "  if (json)\n"
-    "    printf(\"{\\\"artifact\\\": \\\"%s\\\", \\\"device\\\": \\\"%s\\\", \\\"gpu\\\": \\\"%s\\\", \\\"mode\\\": \\\"%s\\\", \\\"generated\\\": %s, \\\"steps\\\": [\", dir, in.device,\n"
+    "    printf(\"{\\\"schema\\\": \\\"stepc.run/1\\\", \\\"artifact\\\": \\\"%s\\\", \\\"device\\\": \\\"%s\\\", \\\"gpu\\\": \\\"%s\\\", \\\"mode\\\": \\\"%s\\\", \\\"generated\\\": %s, \\\"steps\\\": [\", dir, in.device,\n"
     "           in.gpu, in.graph_mode, in.generated ? \"true\" : \"false\");\n"
     "  int rc = 0;\n"
     "  for (long i = 0; i < steps; i++) {\n"
