@@ -32,10 +32,26 @@ static void print_check_json(const DiagList *d, bool ok) {
 }
 
 /* Loads and validates; returns the exit code and leaves the normalized Spec in *spec. */
+static int load_raw_and_check(const Args *a, Spec *raw, Spec *spec, DiagList *d) {
+  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, raw, d) != 0) return EXIT_LOAD;
+  return validate_spec(raw, spec, d) ? EXIT_INVALID : EXIT_OK;
+}
+
 static int load_and_check(const Args *a, Spec *spec, DiagList *d) {
-  Spec raw;
-  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, d) != 0) return EXIT_LOAD;
-  return validate_spec(&raw, spec, d) ? EXIT_INVALID : EXIT_OK;
+  static Spec raw;
+  return load_raw_and_check(a, &raw, spec, d);
+}
+
+/* Loads and validates into raw and spec; on failure prints the diagnostics, frees d and returns
+ * the exit code. */
+static int load_for_build(const Args *a, Spec *raw, Spec *spec, DiagList *d) {
+  diag_init(d);
+  int rc = load_raw_and_check(a, raw, spec, d);
+  if (rc != EXIT_OK) {
+    diag_print(d, stderr);
+    diag_free(d);
+  }
+  return rc;
 }
 
 static int cmd_check(const Args *a) {
@@ -116,15 +132,8 @@ static int cmd_run(const Args *a) {
   }
   static Spec raw, spec;
   DiagList d;
-  diag_init(&d);
-  int rc = EXIT_OK;
-  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, &d) != 0) rc = EXIT_LOAD;
-  else if (validate_spec(&raw, &spec, &d) != 0) rc = EXIT_INVALID;
-  if (rc != EXIT_OK) {
-    diag_print(&d, stderr);
-    diag_free(&d);
-    return rc;
-  }
+  int rc = load_for_build(a, &raw, &spec, &d);
+  if (rc != EXIT_OK) return rc;
   if (a->gradcheck) { /* the CPU oracle in-process: fp64 gradients against finite differences */
     diag_print(&d, stderr);
     diag_free(&d);
@@ -210,15 +219,8 @@ static int cmd_build(const Args *a) {
   }
   static Spec raw, spec;
   DiagList d;
-  diag_init(&d);
-  int rc = EXIT_OK;
-  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, &raw, &d) != 0) rc = EXIT_LOAD;
-  else if (validate_spec(&raw, &spec, &d) != 0) rc = EXIT_INVALID;
-  if (rc != EXIT_OK) {
-    diag_print(&d, stderr);
-    diag_free(&d);
-    return rc;
-  }
+  int rc = load_for_build(a, &raw, &spec, &d);
+  if (rc != EXIT_OK) return rc;
   ArtifactOptions o = {.dir = a->out, .arch = a->arch, .sm_count = a->sms};
   char err[1024] = "";
   int st = artifact_build_dir(&raw, &spec, &o, &d, stderr, err, sizeof err);

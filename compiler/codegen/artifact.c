@@ -204,8 +204,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   return ARTIFACT_OK;
 }
 
-/* mkdir -p: `-o art/tiny` works where art/ does not exist yet. */
-static int make_dirs(const char *dir) {
+int artifact_mkdirs(const char *dir) {
   char p[PATH_MAX];
   if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
   for (char *c = p + 1; *c; c++) {
@@ -292,7 +291,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
                    size_t nerr) {
   const char *dir = o->dir, *arch = o->arch ? o->arch : "sm_90";
   char path[PATH_MAX + 64];
-  if (make_dirs(dir) != 0) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
+  if (artifact_mkdirs(dir) != 0) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);
   if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");

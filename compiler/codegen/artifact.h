@@ -41,6 +41,9 @@ int artifact_write_recipe(const Spec *raw, FILE *f);
 int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
                    size_t nerr);
 
+/* mkdir -p (`-o art/tiny` where art/ does not exist yet). 0, or -1 with errno. */
+int artifact_mkdirs(const char *dir);
+
 /* The link step alone (libstep.so and train) of a directory artifact_build wrote with no_link. */
 int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr);
 

@@ -24,25 +24,13 @@
 #define STEPC_IR_ARCHIVE ""
 #endif
 
-static int mkdir_p(const char *dir) {
-  char p[PATH_MAX];
-  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-  for (char *c = p + 1; *c; c++) {
-    if (*c != '/') continue;
-    *c = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-    *c = '/';
-  }
-  return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int cache_root(char *out, size_t n) {
   const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
   if (v && v[0]) snprintf(out, n, "%s/artifacts", v);
   else if (x && x[0]) snprintf(out, n, "%s/stepc/artifacts", x);
   else if (h && h[0]) snprintf(out, n, "%s/.cache/stepc/artifacts", h);
   else snprintf(out, n, "/tmp/stepc-%ld/artifacts", (long)getuid());
-  return mkdir_p(out);
+  return artifact_mkdirs(out);
 }
 
 /* FNV-1a of a file's bytes, continued from h; h unchanged with *ok = 0 when it cannot be read. */
@@ -170,7 +158,7 @@ int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions 
   if (slash == parent) snprintf(parent, sizeof parent, "/");
   else if (slash) *slash = 0;
   else snprintf(parent, sizeof parent, ".");
-  if (mkdir_p(parent) != 0) return snprintf(err, nerr, "cannot create %s: %s", parent, strerror(errno)), ARTIFACT_ERROR;
+  if (artifact_mkdirs(parent) != 0) return snprintf(err, nerr, "cannot create %s: %s", parent, strerror(errno)), ARTIFACT_ERROR;
   /* one build at a time into this folder: a second waits rather than interleaving its files */
   int lk = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (lk < 0 || flock(lk, LOCK_EX) != 0) {
