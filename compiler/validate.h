@@ -14,4 +14,9 @@
  * `diags` and returns the number of errors; prints nothing. `out` may equal `in`. */
 int validate_spec(const Spec *in, Spec *out, DiagList *diags);
 
+/* STEPC-32 alone, without diagnostics: 0 when every size product of `s` (tensor sizes, parameter
+ * count, rank counts) fits stepc's bounds, else -1 with the first problem in `err`. Lowering calls
+ * it, so that a caller that skipped validate_spec cannot plan wrapped sizes either. */
+int validate_sizes_ok(const Spec *s, char *err, size_t nerr);
+
 #endif

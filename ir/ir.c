@@ -81,6 +81,14 @@ void graph_module(Graph *g, const char *fmt, ...) {
 
 static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int ndim, const int64_t *shape) {
   if (ndim < 0 || ndim > IR_MAX_DIMS) return graph_fail(g, "tensor %s: %d dims (max %d)", name, ndim, IR_MAX_DIMS);
+  if (g->nt >= IR_MAX_TENSORS) return graph_fail(g, "more than %d tensors (STEPC-32)", IR_MAX_TENSORS);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0) return graph_fail(g, "tensor %s: dim %d is %lld", name, d, (long long)shape[d]);
+    /* the validator bounds every tensor the recipe's sizes make; this catches any it missed */
+    if (__builtin_mul_overflow(numel, shape[d], &numel) || numel > IR_MAX_NUMEL)
+      return graph_fail(g, "tensor %s has more than 2^40 elements (STEPC-32)", name);
+  }
   if (g->nt == g->capt) {
     int cap = g->capt ? 2 * g->capt : 256;
     Tensor *t = realloc(g->t, (size_t)cap * sizeof *t);
@@ -95,8 +103,6 @@ static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int
   t->role = role;
   t->ndim = ndim;
   for (int d = 0; d < IR_MAX_DIMS; d++) t->shape[d] = d < ndim ? shape[d] : 1;
-  for (int d = 0; d < ndim; d++)
-    if (shape[d] <= 0) return graph_fail(g, "tensor %s: dim %d is %lld", name, d, (long long)shape[d]);
   t->producer = -1;
   t->of = -1;
   t->buffer = -1;

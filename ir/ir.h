@@ -29,6 +29,11 @@
 #define IR_NAME_MAX 112
 #define IR_MODULE_MAX 80
 #define IR_MAX_BUFFERS 8
+/* Bounds that keep every size sum in int64: a tensor holds at most IR_MAX_NUMEL elements (at most
+ * 8 bytes each, so 2^43 bytes) and a graph at most IR_MAX_TENSORS tensors, so the sum of all their
+ * bytes, and with it any arena offset, stays below 2^62 (STEPC-32 in docs/rules.md). */
+#define IR_MAX_NUMEL ((int64_t)1 << 40)
+#define IR_MAX_TENSORS (1 << 19)
 
 typedef enum {
 #define IR_OP_ENUM(NAME, sym) OP_##NAME,
