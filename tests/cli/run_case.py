@@ -7,11 +7,12 @@ verb; each line is
 
     name | expected exit | texts that must appear on stdout+stderr | stepc arguments
 
-where several texts are joined by && and one starting with ! must NOT appear, the arguments are
+where several texts are joined by &&, one starting with ! must NOT appear, @json says that stdout
+must be one JSON document (parsed by python's json, which rejects invalid UTF-8), the arguments are
 split as a shell would (shlex) and $TMP is replaced by a fresh temporary directory, removed
 afterwards. Every case fails on a crash (a signal, or an exit code outside 0..5), on a run
 longer than 50 s, and when a sandbox escape created /tmp/stepc_pwned."""
-import os, shlex, shutil, subprocess, sys, tempfile
+import json, os, shlex, shutil, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKER = "/tmp/stepc_pwned"
@@ -57,7 +58,12 @@ def main():
     if p.returncode != code:
         fails.append(f"exit {p.returncode}, expected {code}")
     for t in texts:
-        if t.startswith("!") and t[1:] in out:
+        if t == "@json":
+            try:
+                json.loads(p.stdout.decode("utf-8"))
+            except ValueError as e:  # UnicodeDecodeError is a ValueError too
+                fails.append(f"stdout is not one JSON document: {e}")
+        elif t.startswith("!") and t[1:] in out:
             fails.append(f"unexpected text found: {t[1:]!r}")
         elif not t.startswith("!") and t not in out:
             fails.append(f"expected text not found: {t!r}")
