@@ -33,5 +33,8 @@ void diag_print(const DiagList *d, FILE *out);
 void diag_print_json(const DiagList *d, FILE *out);
 /* Writes s as a JSON string literal (quotes included). */
 void json_write_string(FILE *out, const char *s);
+/* Bytes of the valid UTF-8 sequence that starts at s (1 for ASCII, NUL included); 0 when the
+ * bytes there are not valid UTF-8. */
+size_t text_utf8_len(const char *s);
 
 #endif
