@@ -2,7 +2,7 @@
  *
  * One builder per block (lower_embedding, lower_attention, lower_mlp, lower_head); each sets the
  * tags of the ops it emits: module path, recompute labels and CUDA-graph scopes per
- * shared/reference/megatron-rules.md §2.2 (scopes) and §3.2 (label boundaries):
+ * docs/megatron-rules.md §2.2 (scopes) and §3.2 (label boundaries):
  *   input_layernorm                 label layernorm, scopes {layer, attn}
  *   self_attention.* (qkv, RoPE)    scopes {layer, attn}
  *   self_attention.core_attention   label core_attn (after RoPE, before linear_proj), {layer, attn}

@@ -1,5 +1,5 @@
 /* validate.h — the rule checklist: Megatron Core's rules (MCORE-n, numbered as in
- * shared/reference/megatron-rules.md §1) and stepc's own (STEPC-n). See docs/rules.md. */
+ * docs/megatron-rules.md §1) and stepc's own (STEPC-n). See docs/rules.md. */
 #ifndef STEPC_VALIDATE_H
 #define STEPC_VALIDATE_H
 

@@ -3,7 +3,7 @@
  * A Graph is a flat list of tensors and a list of ops in a valid execution order (builders append
  * an op only after its inputs exist). Each op carries its tags: layer, module path, phase, the
  * recompute labels whose Megatron boundary contains it and the per-layer CUDA-graph scopes that
- * would capture it (shared/reference/megatron-rules.md §2.2, §3.2). Backward ops inherit the tags
+ * would capture it (docs/megatron-rules.md §2.2, §3.2). Backward ops inherit the tags
  * of the forward op they differentiate (their `fwd`), with phase IR_PHASE_BACKWARD.
  *
  * A tensor's storage is (buffer, offset, bytes), written by a memory plan (graph_plan_trivial for
@@ -74,7 +74,7 @@ enum {
   IR_NLABELS = 8
 };
 
-/* Per-layer CUDA-graph scopes (megatron-rules.md §2.2): `layer` is the whole-layer capture
+/* Per-layer CUDA-graph scopes (docs/megatron-rules.md §2.2): `layer` is the whole-layer capture
  * (cuda_graph_modules = []), the others are cuda_graph_modules values. */
 enum {
   IR_SCOPE_LAYER = 1u << 0,
