@@ -25,6 +25,7 @@ typedef struct {
   double time_limit, deadline; /* seconds; fe_now() clock */
   bool time_exceeded;
   bool stopped;                /* a limit tripped: every hook and protected call raises `stop` again */
+  bool mem_stopped;            /* a memory error reached a protected call: a stop too */
   char stop[160];
   int nprint;                  /* print calls so far (each one a PRINT note) */
   unsigned lines;              /* line events so far (the clock is read every 256th) */

@@ -57,7 +57,7 @@ static void check_limits_at(lua_State *L, FeCtx *cx, bool clock) {
     } else if (clock && fe_now() > cx->deadline) {
       cx->time_exceeded = true;
       snprintf(cx->stop, sizeof cx->stop, "recipe ran longer than %g s and was stopped", cx->time_limit);
-    } else if (cx->mem_exceeded) {
+    } else if (cx->mem_stopped) {
       snprintf(cx->stop, sizeof cx->stop, "recipe needed more than %zu MiB of memory and was stopped",
                cx->mem_limit >> 20);
     } else {
@@ -93,7 +93,12 @@ static void fe_hook(lua_State *L, lua_Debug *ar) {
 static int protected_done(lua_State *L, int status, lua_KContext k) {
   (void)status, (void)k;
   FeCtx *cx = ctx_of(L);
-  if (cx->mem_exceeded || cx->stopped) check_limits(L, cx);
+  /* A refused allocation is not yet a stop: Lua collects garbage and retries, and may succeed.
+   * It is one when the memory error reached this call (false, "not enough memory"). */
+  if (cx->mem_exceeded && !cx->stopped && lua_gettop(L) >= 2 && lua_type(L, 1) == LUA_TBOOLEAN &&
+      !lua_toboolean(L, 1) && lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "not enough memory") == 0)
+    cx->mem_stopped = true;
+  if (cx->stopped || cx->mem_stopped) check_limits(L, cx);
   return lua_gettop(L);
 }
 
@@ -119,7 +124,7 @@ static int message_handler(lua_State *L) {
 }
 
 static int guarded_xpcall(lua_State *L) {
-  luaL_checkany(L, 2);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
   lua_pushvalue(L, 2);
   lua_pushcclosure(L, message_handler, 1);
   lua_replace(L, 2);
@@ -250,7 +255,7 @@ static int guard_move(lua_State *L) {
 /* table.insert and table.remove shift #t elements in C, and a __len metamethod decides #t. */
 static int guard_shift(lua_State *L) {
   check_limits(L, ctx_of(L));
-  if (lua_gettop(L) >= 1) {
+  if (lua_type(L, 1) == LUA_TTABLE) { /* anything else: the library's own error */
     lua_Integer n = luaL_len(L, 1);
     if (n > FE_LOOP_MAX)
       return luaL_error(L, "table.%s: #t is %I; a recipe's tables hold at most 2^26 elements",

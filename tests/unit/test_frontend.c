@@ -99,6 +99,18 @@ static void test_uncatchable_limits(void) {
   CHECK(frontend_load_buffer("mem.lua", mem, strlen(mem), NULL, 0, &opt, &s, &d) != 0);
   CHECK(d.n == 1 && strstr(d.items[0].message, "more than 4 MiB"));
   diag_free(&d);
+  /* garbage that outgrows the limit before the collector runs is not a stop: Lua collects and
+   * retries the allocation, and the recipe goes on */
+  const char *churn = "collectgarbage('stop')\n"
+                      "for i = 1, 64 do local s = string.rep('x', 1 << 18) .. i end\n"
+                      "local ok = pcall(function() for i = 1, 64 do local s = string.rep('y', 1 << 18) .. i end end)\n"
+                      "assert(ok)\nreturn stepc.recipe('tiny')";
+  diag_init(&d);
+  opt.instr_limit = 50000000;
+  CHECK(frontend_load_buffer("churn.lua", churn, strlen(churn), NULL, 0, &opt, &s, &d) == 0);
+  diag_print(&d, stderr);
+  diag_free(&d);
+  opt.instr_limit = 100000;
   /* the error of an instruction limit caught inside a coroutine, then by pcall, then by xpcall */
   const char *nest = "local function f() while true do end end\n"
                      "while true do xpcall(function() pcall(coroutine.wrap(f)) end, print) end";
