@@ -102,8 +102,7 @@ static int64_t need(Sz *z, const char *what, int64_t bound, const char *bound_te
   if (p >= 0 && p <= bound) return p;
   char shown[400] = "";
   size_t k = 0;
-  for (int i = 0; i < n && k < sizeof shown; i++)
-  {
+  for (int i = 0; i < n && k < sizeof shown; i++) {
     const char *nm = t[i].name ? t[i].name : t[i].field >= 0 ? spec_fields[t[i].field].name : "";
     k += (size_t)snprintf(shown + k, sizeof shown - k, "%s%s%s%lld", i ? " x " : "", nm, nm[0] ? "=" : "",
                           (long long)t[i].v);
@@ -117,8 +116,9 @@ static int64_t need(Sz *z, const char *what, int64_t bound, const char *bound_te
 
 #define T(value, fld) ((Term){(value), (fld), NULL})
 #define TN(value, fld, nm) ((Term){(value), (fld), (nm)})
-#define NEED(z, what, bound, text, ...)                                                                 \
-  need((z), (what), (bound), (text), (int)(sizeof((Term[]){__VA_ARGS__}) / sizeof(Term)), (Term[]){__VA_ARGS__})
+#define NEED(z, what, bound, text, ...)                                                                      \
+  need((z), (what), (bound), (text), (int)(sizeof((Term[]){__VA_ARGS__}) / sizeof(Term)),                    \
+       (Term[]){__VA_ARGS__})
 #define TENSOR(z, what, ...) NEED((z), (what), SZ_MAX_ELEMS, "2^40 elements in one tensor", __VA_ARGS__)
 
 static void check_ranks(Sz *z) {
@@ -134,8 +134,8 @@ static void check_ranks(Sz *z) {
     if (!s->present[F[i]] && spec_fields[F[i]].def[0] == 'n') continue; /* null */
     int64_t v = *(const int64_t *)spec_field_cptr(s, F[i]);
     if (v > SZ_MAX_RANKS)
-      fault(z, F[i], "%s=%lld ranks; stepc plans jobs of at most 2^20 (1048576) ranks", spec_fields[F[i]].name,
-            (long long)v);
+      fault(z, F[i], "%s=%lld ranks; stepc plans jobs of at most 2^20 (1048576) ranks",
+            spec_fields[F[i]].name, (long long)v);
   }
 }
 
@@ -161,7 +161,8 @@ static Layers count_layers(const Spec *s) {
     if (f->every > 0)
       n.moe = (m->num_layers + f->every - 1) / f->every;
     else
-      for (int i = 0; i < f->n && i < m->num_layers; i++) n.moe += f->pattern[i] != 0;
+      for (int i = 0; i < f->n && i < m->num_layers; i++)
+        n.moe += f->pattern[i] != 0;
   }
   n.dense = m->num_layers - n.moe;
   return n;
@@ -171,26 +172,33 @@ static Layers count_layers(const Spec *s) {
 static int64_t check_attention(Sz *z, Term B, Term S) {
   const Spec *s = z->s;
   const SpecModel *m = &s->model;
-  const Term C = T(m->hidden_size, SPEC_F_model_hidden_size), A = T(m->num_attention_heads, SPEC_F_model_num_attention_heads);
+  const Term C = T(m->hidden_size, SPEC_F_model_hidden_size),
+             A = T(m->num_attention_heads, SPEC_F_model_num_attention_heads);
   bool unfused = strcmp(m->attention_backend, "unfused") == 0;
   int64_t p = 0;
   if (unfused) TENSOR(z, "the attention scores (micro_batch x heads x seq x seq)", B, A, S, S);
   if (!m->multi_latent_attention) {
-    int gf = s->present[SPEC_F_model_num_query_groups] ? SPEC_F_model_num_query_groups : SPEC_F_model_num_attention_heads;
+    int gf = s->present[SPEC_F_model_num_query_groups] ? SPEC_F_model_num_query_groups
+                                                       : SPEC_F_model_num_attention_heads;
     int df = s->present[SPEC_F_model_kv_channels] ? SPEC_F_model_kv_channels : SPEC_F_model_hidden_size;
     const Term D = TN(spec_kv_channels(s), df, "kv_channels");
     /* heads + 2 x groups; both at most 2^40, so the sum fits */
-    const Term QKV = TN(m->num_attention_heads + 2 * spec_num_query_groups(s), gf, "(heads + 2 x query groups)");
+    const Term QKV =
+        TN(m->num_attention_heads + 2 * spec_num_query_groups(s), gf, "(heads + 2 x query groups)");
     p = add(p, TENSOR(z, "the qkv weight ((heads + 2 x query groups) x kv_channels x hidden)", QKV, D, C));
-    TENSOR(z, "the qkv activation (micro_batch x seq x (heads + 2 x query groups) x kv_channels)", B, S, QKV, D);
+    TENSOR(z, "the qkv activation (micro_batch x seq x (heads + 2 x query groups) x kv_channels)", B, S, QKV,
+           D);
     p = add(p, TENSOR(z, "the attention output weight (hidden x heads x kv_channels)", C, A, D));
     TENSOR(z, "the attention context (micro_batch x seq x heads x kv_channels)", B, S, A, D);
     return p;
   }
-  const Term DN = T(m->qk_head_dim, SPEC_F_model_qk_head_dim), DR = T(m->qk_pos_emb_head_dim, SPEC_F_model_qk_pos_emb_head_dim),
-             DV = T(m->v_head_dim, SPEC_F_model_v_head_dim), KVL = T(m->kv_lora_rank, SPEC_F_model_kv_lora_rank);
+  const Term DN = T(m->qk_head_dim, SPEC_F_model_qk_head_dim),
+             DR = T(m->qk_pos_emb_head_dim, SPEC_F_model_qk_pos_emb_head_dim),
+             DV = T(m->v_head_dim, SPEC_F_model_v_head_dim),
+             KVL = T(m->kv_lora_rank, SPEC_F_model_kv_lora_rank);
   /* head dims are at most 2^40 each: their sums fit */
-  const Term QK = TN(m->qk_head_dim + m->qk_pos_emb_head_dim, SPEC_F_model_qk_head_dim, "(qk_head_dim + qk_pos_emb_head_dim)");
+  const Term QK = TN(m->qk_head_dim + m->qk_pos_emb_head_dim, SPEC_F_model_qk_head_dim,
+                     "(qk_head_dim + qk_pos_emb_head_dim)");
   const Term KV = TN(m->qk_head_dim + m->v_head_dim, SPEC_F_model_v_head_dim, "(qk_head_dim + v_head_dim)");
   Term QIN = C;
   if (s->present[SPEC_F_model_q_lora_rank]) {
@@ -198,11 +206,15 @@ static int64_t check_attention(Sz *z, Term B, Term S) {
     p = add(p, TENSOR(z, "the MLA q down-projection weight (q_lora_rank x hidden)", QIN, C));
     TENSOR(z, "the MLA compressed query (micro_batch x seq x q_lora_rank)", B, S, QIN);
   }
-  p = add(p, TENSOR(z, "the MLA query weight (heads x (qk_head_dim + qk_pos_emb_head_dim) x input)", A, QK, QIN));
+  p = add(
+      p, TENSOR(z, "the MLA query weight (heads x (qk_head_dim + qk_pos_emb_head_dim) x input)", A, QK, QIN));
   TENSOR(z, "the MLA query (micro_batch x seq x heads x (qk_head_dim + qk_pos_emb_head_dim))", B, S, A, QK);
   p = add(p, TENSOR(z, "the MLA kv down-projection weight ((kv_lora_rank + qk_pos_emb_head_dim) x hidden)",
-                    TN(m->kv_lora_rank + m->qk_pos_emb_head_dim, SPEC_F_model_kv_lora_rank, "(kv_lora_rank + qk_pos_emb_head_dim)"), C));
-  p = add(p, TENSOR(z, "the MLA kv up-projection weight (heads x (qk_head_dim + v_head_dim) x kv_lora_rank)", A, KV, KVL));
+                    TN(m->kv_lora_rank + m->qk_pos_emb_head_dim, SPEC_F_model_kv_lora_rank,
+                       "(kv_lora_rank + qk_pos_emb_head_dim)"),
+                    C));
+  p = add(p, TENSOR(z, "the MLA kv up-projection weight (heads x (qk_head_dim + v_head_dim) x kv_lora_rank)",
+                    A, KV, KVL));
   TENSOR(z, "the MLA keys and values (micro_batch x seq x heads x (qk_head_dim + v_head_dim))", B, S, A, KV);
   if (!unfused && m->v_head_dim > QK.v) /* flash pads q and k to the larger head dim */
     TENSOR(z, "the MLA padded query (micro_batch x seq x heads x v_head_dim)", B, S, A, DV);
@@ -226,12 +238,14 @@ static int64_t check_mlp(Sz *z, const char *what, Term B, Term S, Term F) {
 static int64_t check_moe(Sz *z, Term B, Term S) {
   const Spec *s = z->s;
   const SpecModel *m = &s->model;
-  const Term C = T(m->hidden_size, SPEC_F_model_hidden_size), E = T(m->num_moe_experts, SPEC_F_model_num_moe_experts),
+  const Term C = T(m->hidden_size, SPEC_F_model_hidden_size),
+             E = T(m->num_moe_experts, SPEC_F_model_num_moe_experts),
              K = T(m->moe_router_topk, SPEC_F_model_moe_router_topk);
-  int ff = s->present[SPEC_F_model_moe_ffn_hidden_size]
-               ? SPEC_F_model_moe_ffn_hidden_size
-               : s->present[SPEC_F_model_ffn_hidden_size] ? SPEC_F_model_ffn_hidden_size : SPEC_F_model_hidden_size;
-  const Term F = TN(spec_moe_ffn_hidden_size(s), ff, "moe_ffn_hidden_size"), GLU = T(m->gated_linear_unit ? 2 : 1, -1);
+  int ff = s->present[SPEC_F_model_moe_ffn_hidden_size] ? SPEC_F_model_moe_ffn_hidden_size
+           : s->present[SPEC_F_model_ffn_hidden_size]   ? SPEC_F_model_ffn_hidden_size
+                                                        : SPEC_F_model_hidden_size;
+  const Term F = TN(spec_moe_ffn_hidden_size(s), ff, "moe_ffn_hidden_size"),
+             GLU = T(m->gated_linear_unit ? 2 : 1, -1);
   int64_t p = TENSOR(z, "the router weight (experts x hidden)", E, C);
   TENSOR(z, "the router logits (micro_batch x seq x experts)", B, S, E);
   /* rows of the permuted token buffer: tokens x top-k, or experts x capacity (lower_moe.c) */
@@ -241,7 +255,8 @@ static int64_t check_moe(Sz *z, Term B, Term S) {
     double cap = (double)rows / (double)m->num_moe_experts * m->moe_expert_capacity_factor;
     if (!(cap * (double)m->num_moe_experts <= (double)SZ_MAX_ELEMS)) {
       fault(z, SPEC_F_model_moe_expert_capacity_factor,
-            "moe_expert_capacity_factor=%g gives each of %lld experts a capacity of %.3g tokens; stepc plans at "
+            "moe_expert_capacity_factor=%g gives each of %lld experts a capacity of %.3g tokens; stepc plans "
+            "at "
             "most 2^40 routed rows",
             m->moe_expert_capacity_factor, (long long)m->num_moe_experts, cap);
       return -1;
@@ -252,11 +267,13 @@ static int64_t check_moe(Sz *z, Term B, Term S) {
     TENSOR(z, "the permuted tokens (routed rows x hidden)", N, C);
     TENSOR(z, "the expert activations (routed rows x moe_ffn_hidden_size, x2 when gated)", N, GLU, F);
   }
-  int64_t w1 = TENSOR(z, "the experts' first weight (experts x moe_ffn_hidden_size x hidden, x2 when gated)", E, GLU, F, C);
+  int64_t w1 = TENSOR(z, "the experts' first weight (experts x moe_ffn_hidden_size x hidden, x2 when gated)",
+                      E, GLU, F, C);
   p = add(p, add(w1, mul(E.v, mul(F.v, C.v))));
   if (s->present[SPEC_F_model_moe_shared_expert_intermediate_size])
     p = add(p, check_mlp(z, "shared experts", B, S,
-                         T(m->moe_shared_expert_intermediate_size, SPEC_F_model_moe_shared_expert_intermediate_size)));
+                         T(m->moe_shared_expert_intermediate_size,
+                           SPEC_F_model_moe_shared_expert_intermediate_size)));
   return p;
 }
 
@@ -275,10 +292,12 @@ static void check_params(Sz *z, const Layers *n, int64_t attn, int64_t dense, in
   }
   if (total >= 0 && total <= SZ_MAX_PARAMS) return;
   double approx = (double)embed;
-  for (int i = 0; i < 3; i++) approx += (double)per[i] * (double)cnt[i];
+  for (int i = 0; i < 3; i++)
+    approx += (double)per[i] * (double)cnt[i];
   int field = s->where[SPEC_F_model_num_layers][0] ? SPEC_F_model_num_layers : SPEC_F_model_hidden_size;
   fault(z, field,
-        "the model has %.3g parameters (largest part: %lld %s layers of %lld); stepc plans at most 2^48 (%.3g)%s",
+        "the model has %.3g parameters (largest part: %lld %s layers of %lld); stepc plans at most 2^48 "
+        "(%.3g)%s",
         approx, (long long)cnt[worst], kind[worst], (long long)per[worst], (double)SZ_MAX_PARAMS,
         total < 0 ? ", and this count does not even fit in a 64-bit integer" : "");
 }
@@ -300,7 +319,8 @@ static void sizes_run(Sz *z) {
   Layers n = count_layers(s);
   int64_t attn = n.attn ? check_attention(z, B, S) : 0, dense = 0, moe = 0;
   if (n.dense) {
-    int ff = s->present[SPEC_F_model_ffn_hidden_size] ? SPEC_F_model_ffn_hidden_size : SPEC_F_model_hidden_size;
+    int ff =
+        s->present[SPEC_F_model_ffn_hidden_size] ? SPEC_F_model_ffn_hidden_size : SPEC_F_model_hidden_size;
     dense = check_mlp(z, "MLP", B, S, TN(spec_ffn_hidden_size(s), ff, "ffn_hidden_size"));
   }
   if (n.moe) moe = check_moe(z, B, S);
@@ -312,7 +332,8 @@ int validate_sizes(VCtx *v) {
   sizes_run(&z);
   for (int i = 0; i < z.n; i++)
     diag_hint(v_error(v, "STEPC-32", z.f[i].field, "%s", z.f[i].msg),
-              "lower %s: stepc's bounds are 2^40 elements per tensor, 2^48 parameters and 2^20 ranks (docs/rules.md)",
+              "lower %s: stepc's bounds are 2^40 elements per tensor, 2^48 parameters and 2^20 ranks "
+              "(docs/rules.md)",
               spec_fields[z.f[i].field].path);
   return z.n;
 }

@@ -66,8 +66,10 @@ static void check_limits_at(lua_State *L, FeCtx *cx, bool clock) {
     cx->stopped = true;
   }
   /* where the recipe was, not where the hook fired (that may be stepc's own coroutine.wrap) */
-  if (cx->last_line > 0) lua_pushfstring(L, "%s:%d: %s", cx->last_src, cx->last_line, cx->stop);
-  else lua_pushstring(L, cx->stop);
+  if (cx->last_line > 0)
+    lua_pushfstring(L, "%s:%d: %s", cx->last_src, cx->last_line, cx->stop);
+  else
+    lua_pushstring(L, cx->stop);
   lua_error(L);
 }
 
@@ -96,7 +98,8 @@ static int protected_done(lua_State *L, int status, lua_KContext k) {
   /* A refused allocation is not yet a stop: Lua collects garbage and retries, and may succeed.
    * It is one when the memory error reached this call (false, "not enough memory"). */
   if (cx->mem_exceeded && !cx->stopped && lua_gettop(L) >= 2 && lua_type(L, 1) == LUA_TBOOLEAN &&
-      !lua_toboolean(L, 1) && lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "not enough memory") == 0)
+      !lua_toboolean(L, 1) && lua_type(L, 2) == LUA_TSTRING &&
+      strcmp(lua_tostring(L, 2), "not enough memory") == 0)
     cx->mem_stopped = true;
   if (cx->stopped || cx->mem_stopped) check_limits(L, cx);
   return lua_gettop(L);
@@ -154,6 +157,18 @@ static int call_original(lua_State *L) {
   return lua_gettop(L);
 }
 
+/* The index just past the set "[...]" that starts at p[i], as lstrlib's classEnd reads it (a ']'
+ * right after "[" or "[^" is a member). p[m] is the string's NUL, so reading it is safe. */
+static size_t set_end(const char *p, size_t m, size_t i) {
+  i++;
+  if (i < m && p[i] == '^') i++;
+  do {
+    if (p[i] == '%' && i + 1 < m) i++;
+    i++;
+  } while (i < m && p[i] != ']');
+  return i + 1;
+}
+
 /* Worst-case steps of matching pattern p (m bytes) against n bytes, as lstrlib's backtracking
  * matcher does: each repetition item (x* x+ x-), %b and back-reference may try every length, so
  * they multiply by n+1; x? by 2; every start position multiplies by n+1 unless anchored; each
@@ -186,27 +201,19 @@ static double pattern_cost(const char *p, size_t m, size_t n, bool plain, bool a
       }
       if (e == 'f') { /* a frontier: a set, no repetition */
         i += 2;
-        if (i < m && p[i] == '[') {
-          i++;
-          if (i < m && p[i] == '^') i++;
-          do i += (p[i] == '%' && i + 1 < m) ? 2 : 1;
-          while (i < m && p[i] != ']');
-          i++;
-        }
+        if (i < m && p[i] == '[') i = set_end(p, m, i);
         continue;
       }
       i += 2;
     } else if (c == '[') {
-      i++;
-      if (i < m && p[i] == '^') i++;
-      do i += (i < m && p[i] == '%' && i + 1 < m) ? 2 : 1;
-      while (i < m && p[i] != ']');
-      i++;
+      i = set_end(p, m, i);
     } else {
       i++;
     }
-    if (i < m && (p[i] == '*' || p[i] == '+' || p[i] == '-')) f *= N, i++;
-    else if (i < m && p[i] == '?') f *= 2, i++;
+    if (i < m && (p[i] == '*' || p[i] == '+' || p[i] == '-'))
+      f *= N, i++;
+    else if (i < m && p[i] == '?')
+      f *= 2, i++;
   }
   return (anchored ? 1 : N) * f * M;
 }
@@ -224,11 +231,12 @@ static int guard_pattern(lua_State *L) {
     double cost = pattern_cost(p, m, n, plain, strcmp(name, "gmatch") != 0);
     if (cost > FE_PATTERN_BUDGET) {
       char msg[300]; /* lua_pushfstring has no %zu or %.3g */
-      snprintf(msg, sizeof msg,
-               "string.%s: matching this %zu-byte pattern against %zu bytes could take %.3g steps; a recipe's "
-               "pattern calls are limited to 2^28 (shorten the string, or use fewer repetitions such as .- "
-               "or *)",
-               name, m, n, cost);
+      snprintf(
+          msg, sizeof msg,
+          "string.%s: matching this %zu-byte pattern against %zu bytes could take %.3g steps; a recipe's "
+          "pattern calls are limited to 2^28 (shorten the string, or use fewer repetitions such as .- "
+          "or *)",
+          name, m, n, cost);
       return luaL_error(L, "%s", msg);
     }
   }
@@ -239,7 +247,8 @@ static int guard_pattern(lua_State *L) {
 static int guard_rep(lua_State *L) {
   check_limits(L, ctx_of(L));
   if (luaL_checkinteger(L, 2) > FE_LOOP_MAX)
-    return luaL_error(L, "string.rep: %I copies; a recipe may make at most 2^26", (LUAI_UACINT)lua_tointeger(L, 2));
+    return luaL_error(L, "string.rep: %I copies; a recipe may make at most 2^26",
+                      (LUAI_UACINT)lua_tointeger(L, 2));
   return call_original(L);
 }
 
@@ -324,8 +333,10 @@ static void install_wrap(lua_State *L, int co) {
   lua_getfield(L, -1, "pack");
   lua_getfield(L, -2, "unpack");
   lua_remove(L, -3);
-  if (lua_pcall(L, 5, 1, 0) == LUA_OK) lua_setfield(L, co, "wrap");
-  else lua_pop(L, 1);
+  if (lua_pcall(L, 5, 1, 0) == LUA_OK)
+    lua_setfield(L, co, "wrap");
+  else
+    lua_pop(L, 1);
 }
 
 void fe_limits_install(lua_State *L, FeCtx *cx) {
@@ -343,7 +354,8 @@ void fe_limits_install(lua_State *L, FeCtx *cx) {
   lua_pop(L, 1);
   lua_getfield(L, -1, "string");
   static const char *const pat[] = {"find", "match", "gmatch", "gsub"};
-  for (size_t i = 0; i < sizeof pat / sizeof pat[0]; i++) wrap(L, -1, pat[i], guard_pattern);
+  for (size_t i = 0; i < sizeof pat / sizeof pat[0]; i++)
+    wrap(L, -1, pat[i], guard_pattern);
   wrap(L, -1, "rep", guard_rep);
   lua_pop(L, 1);
   lua_getfield(L, -1, "table");

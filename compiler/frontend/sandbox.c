@@ -305,7 +305,10 @@ int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, si
   char fallback[200];
   if (cx->last_line > 0) snprintf(fallback, sizeof fallback, "%s:%d", cx->last_src, cx->last_line);
   else snprintf(fallback, sizeof fallback, "%s", name);
-  if (cx->mem_exceeded) {
+  /* A refused allocation that Lua recovered from (it collects and retries) leaves mem_exceeded
+   * set; the memory message is for a memory error that actually ended the recipe. */
+  const char *top = lua_tostring(L, -1);
+  if (cx->mem_exceeded && (cx->mem_stopped || rc == LUA_ERRMEM || (top && strcmp(top, "not enough memory") == 0))) {
     Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", "", fallback,
                        "recipe needed more than %zu MiB of memory and was stopped",
                        cx->mem_limit >> 20);

@@ -5,6 +5,8 @@ local layer = ("layers.12.mlp"):match("^layers%.(%d+)%.")
 assert(layer == "12")
 assert(select(2, ("a,b,c"):gsub(",", ";")) == 2)
 assert(("  x  "):match("^%s*(.-)%s*$") == "x")
+assert(("moe_act"):match("^[%w_]+$") and ("x]y"):find("[]]") == 2 and ("(a(b)c)"):match("%b()") == "(a(b)c)")
+assert(("THE (quick) fox"):match("%f[%a]%a+", 5) == "quick" and ("abab"):find("(ab)%1") == 1)
 local n = 0
 for w in ("core_attn mlp"):gmatch("%S+") do n = n + 1 end
 assert(n == 2)
