@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_bench.sh — stepc beside PyTorch on one GPU, in the same call (shared/bench/README.md):
+# run_bench.sh — stepc beside PyTorch on one GPU, in the same call (docs/benchmarks.md):
 #   bench/run_bench.sh [TORCH_STEP=path/to/torch_step.py]
 # stepc: gpt2_small_llama (shape S) and llama3_2_1b (shape M), eager and full_iteration, and M with
 # mlp and full recompute, --json;

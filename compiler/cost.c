@@ -1,6 +1,6 @@
 /* cost.c — FLOPs, bytes and a roofline time per op on the H200 (plan.h).
  *
- * Ceilings from shared/bench/README.md, measured on the H200 on 2026-11-29: bf16 GEMM 773 TFLOP/s
+ * Ceilings from docs/benchmarks.md, measured on the H200 on 2026-11-29: bf16 GEMM 773 TFLOP/s
  * at 8192^3 and 670-773 at layer shapes (stepc takes 700); cuDNN fused attention 480-600 TFLOP/s
  * at L8 shapes forward and forward+backward, 335-375 at the M shape (stepc takes 450, the
  * attention kernels being stepc's own); device-to-device copy 4.16 TB/s. An op takes the larger

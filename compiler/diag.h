@@ -33,6 +33,5 @@ int diag_count(const DiagList *d, DiagSeverity sev);
 void diag_print(const DiagList *d, FILE *out);
 /* The array body of the JSON "diagnostics" field. */
 void diag_print_json(const DiagList *d, FILE *out);
-/* Writes s as a JSON string literal (quotes included). */
 
 #endif

@@ -2,7 +2,7 @@
  *
  * One builder per block (lower_embedding, lower_attention, lower_mlp, lower_head); each sets the
  * tags of the ops it emits: module path, recompute labels and CUDA-graph scopes per
- * shared/reference/megatron-rules.md §2.2 (scopes) and §3.2 (label boundaries):
+ * docs/megatron-rules.md §2.2 (scopes) and §3.2 (label boundaries):
  *   input_layernorm                 label layernorm, scopes {layer, attn}
  *   self_attention.* (qkv, RoPE)    scopes {layer, attn}
  *   self_attention.core_attention   label core_attn (after RoPE, before linear_proj), {layer, attn}
@@ -21,6 +21,7 @@
 
 #include "autodiff.h"
 #include "lower_blocks.h"
+#include "validate.h"
 
 typedef struct {
   Graph *g;
@@ -195,6 +196,7 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
     snprintf(err, nerr, "%s layers are not lowered yet (the recipe sets model.%s)", why, field);
     return LOWER_UNSUPPORTED;
   }
+  if (validate_sizes_ok(s, err, nerr) != 0) return LOWER_ERROR;
   const SpecModel *m = &s->model;
   Lower L = {.s = s, .dt = m->bf16 ? DT_BF16 : DT_F32, .b = s->train.micro_batch_size, .t = m->seq_length,
              .c = m->hidden_size, .h = m->num_attention_heads, .gq = spec_num_query_groups(s), .d = spec_kv_channels(s),

@@ -2,7 +2,7 @@
  * have them, and the few building helpers they share.
  *
  * Each builder appends one sub-layer, from its input norm to its residual add, and tags every op
- * it emits (module path, recompute labels per shared/reference/megatron-rules.md §3.2, graph
+ * it emits (module path, recompute labels per docs/megatron-rules.md §3.2, graph
  * scopes per §2.2); the tag table is at the top of lower_mla.c and lower_moe.c. */
 #ifndef STEPC_LOWER_BLOCKS_H
 #define STEPC_LOWER_BLOCKS_H

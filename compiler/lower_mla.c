@@ -1,6 +1,6 @@
 /* lower_mla.c — multi-latent attention (DeepSeek-V2/V3, Megatron's MLASelfAttention) for one
  * layer, from the input layernorm to the residual add. All of it is in the `attn` graph scope
- * (and `layer`); labels per megatron-rules.md §3.2:
+ * (and `layer`); labels per docs/megatron-rules.md §3.2:
  *   input_layernorm                           layernorm
  *   linear_q_down_proj, q_layernorm           -          (the compressed latents are kept)
  *   linear_kv_down_proj, kv split, kv_layernorm -

@@ -1,7 +1,7 @@
 /* lower_moe.c — the MoE MLP of one layer (Megatron's MoELayer on a single rank), from the pre-MLP
  * layernorm to the residual add.
  *
- * Tags (megatron-rules.md §2.2 scopes, §3.2 labels); every op is in scopes `layer` and `moe`:
+ * Tags (docs/megatron-rules.md §2.2 scopes, §3.2 labels); every op is in scopes `layer` and `moe`:
  *   pre_mlp_layernorm                  layernorm          + moe_router, moe_preprocess
  *   mlp.router (linear, top-k, aux)    moe                + moe_router, moe_preprocess
  *   mlp.shared_experts.*               moe, shared_experts + moe_router, moe_preprocess unless

@@ -1,4 +1,4 @@
-/* main.c — the stepc command line (DESIGN.md §6); the only place that decides exit codes.
+/* main.c — the stepc command line (the grammar in cli.c; README "Command line"); the only place that decides exit codes.
  *
  * Exit codes: 0 valid / success, 1 the recipe is invalid (a rule failed), 2 the recipe cannot be
  * loaded, 3 bad command line, 4 an I/O or internal failure. */

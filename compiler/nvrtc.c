@@ -96,7 +96,69 @@ static int mkdir_p(const char *path) {
 
 static int is_elf(const unsigned char *d, size_t n) { return n >= 4 && memcmp(d, ELFMAG, SELFMAG) == 0; }
 
-static int cache_read(const char *path, Cubin *out) {
+/* A cache entry is the cubin followed by this trailer. The checksum catches a flipped bit, the size
+ * a truncation, the key an entry copied under another name. Little-endian u64s, as the host. */
+#define CUBIN_TRAILER_MAGIC "stepc-cubin-sum1" /* 16 bytes, no NUL */
+_Static_assert(sizeof CUBIN_TRAILER_MAGIC == 17, "the trailer's magic fills its 16 bytes");
+typedef struct {
+  char magic[16];
+  uint64_t size; /* bytes of the cubin before the trailer */
+  uint64_t fnv;  /* cubin_fnv1a of those bytes */
+  uint64_t key;  /* the cache key the entry was written under */
+} CubinTrailer;
+
+/* The bytes a CUDA ELF64 image spans by its own headers: its header, its program and section
+ * header tables, and every section's and segment's contents; 0 when the headers are inconsistent
+ * or point past n (a truncated or damaged image). */
+static size_t elf_extent(const unsigned char *d, size_t n) {
+  if (n < sizeof(Elf64_Ehdr) || !is_elf(d, n) || d[EI_CLASS] != ELFCLASS64 || d[EI_DATA] != ELFDATA2LSB) return 0;
+  Elf64_Ehdr eh;
+  memcpy(&eh, d, sizeof eh);
+  if (eh.e_machine != EM_CUDA || eh.e_ehsize != sizeof eh || (eh.e_shnum == 0 && eh.e_shoff != 0) ||
+      (eh.e_shnum && (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum)) ||
+      (eh.e_phnum && eh.e_phentsize != sizeof(Elf64_Phdr)))
+    return 0;
+  size_t end = sizeof eh;
+#define SPAN(off, len)                                                                             \
+  do {                                                                                             \
+    uint64_t o_ = (off), l_ = (len);                                                               \
+    if (o_ > n || l_ > n - o_) return 0;                                                           \
+    if (o_ + l_ > end) end = (size_t)(o_ + l_);                                                    \
+  } while (0)
+  SPAN(eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr));
+  SPAN(eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr));
+  for (unsigned i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh;
+    memcpy(&sh, d + eh.e_shoff + i * sizeof sh, sizeof sh);
+    if (sh.sh_type != SHT_NOBITS && sh.sh_type != SHT_NULL) SPAN(sh.sh_offset, sh.sh_size);
+  }
+  for (unsigned i = 0; i < eh.e_phnum; i++) {
+    Elf64_Phdr ph;
+    memcpy(&ph, d + eh.e_phoff + i * sizeof ph, sizeof ph);
+    SPAN(ph.p_offset, ph.p_filesz);
+  }
+#undef SPAN
+  return end;
+}
+
+/* The cubin inside a cache entry of n bytes, or 0 when the entry is damaged. An entry with a
+ * trailer must match it (size, checksum, key) and hold a whole ELF; one without (written before
+ * the trailer existed, or an artifact's <key>.<arch>.cubin link to its plain kernels.<arch>.cubin)
+ * must be exactly one structurally whole ELF image, nothing missing and nothing after it. */
+static size_t cache_entry_cubin(const unsigned char *d, size_t n, uint64_t key) {
+  CubinTrailer tr;
+  if (n > sizeof tr) {
+    memcpy(&tr, d + n - sizeof tr, sizeof tr);
+    if (memcmp(tr.magic, CUBIN_TRAILER_MAGIC, sizeof tr.magic) == 0)
+      return tr.size == n - sizeof tr && tr.key == key && tr.fnv == cubin_fnv1a(CUBIN_FNV_OFFSET, d, tr.size) &&
+                     elf_extent(d, tr.size) == tr.size
+                 ? tr.size
+                 : 0;
+  }
+  return elf_extent(d, n) == n ? n : 0;
+}
+
+static int cache_read(const char *path, uint64_t key, Cubin *out) {
   FILE *f = fopen(path, "rb");
   if (!f) return 0;
   unsigned char *d = NULL;
@@ -109,12 +171,13 @@ static int cache_read(const char *path, Cubin *out) {
     }
   }
   fclose(f);
-  if (!d || !is_elf(d, (size_t)n)) { /* a damaged entry is a miss; the compile overwrites it */
+  size_t size = d ? cache_entry_cubin(d, (size_t)n, key) : 0;
+  if (!size) { /* a damaged entry is a miss; the compile overwrites it */
     free(d);
     return 0;
   }
   out->data = d;
-  out->size = (size_t)n;
+  out->size = size;
   return 1;
 }
 
@@ -124,9 +187,11 @@ static char *cache_write(const char *dir, const char *path, const Cubin *c) {
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return msg_dup("cannot write %s: %s", tmp, strerror(errno));
-  size_t w = fwrite(c->data, 1, c->size, f);
+  CubinTrailer tr = {.size = c->size, .fnv = cubin_fnv1a(CUBIN_FNV_OFFSET, c->data, c->size), .key = c->key};
+  memcpy(tr.magic, CUBIN_TRAILER_MAGIC, sizeof tr.magic);
+  size_t w = fwrite(c->data, 1, c->size, f) + fwrite(&tr, 1, sizeof tr, f);
   int closed = fclose(f);
-  if (w != c->size || closed != 0 || rename(tmp, path) != 0) {
+  if (w != c->size + sizeof tr || closed != 0 || rename(tmp, path) != 0) {
     int e = errno;
     remove(tmp);
     return msg_dup("cannot write %s: %s", path, strerror(e));
@@ -226,7 +291,7 @@ CubinStatus cubin_compile(const char *source, const CubinOptions *opt, Cubin *ou
   int cached = out->key && cache_dir(opt, dir, sizeof dir);
   if (cached) {
     snprintf(path, sizeof path, "%s/%016llx.%s.cubin", dir, (unsigned long long)out->key, arch);
-    if (cache_read(path, out)) {
+    if (cache_read(path, out->key, out)) {
       out->from_cache = 1;
       return CUBIN_OK;
     }

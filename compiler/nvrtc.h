@@ -6,7 +6,11 @@
  * Cache: DIR/<16 hex digits>.<arch>.cubin, where the digits are FNV-1a 64 of a format tag, the
  * NVRTC version, the arch, every option and the source. DIR is CubinOptions.cache_dir, else
  * $XDG_CACHE_HOME/stepc, else $HOME/.cache/stepc. Entries are written to a temporary name and
- * renamed, so concurrent compilers never see a half-written cubin.
+ * renamed, so concurrent compilers never see a half-written cubin. An entry is the cubin and a
+ * trailer (its size, FNV-1a checksum and the key); an entry without the trailer (an artifact's
+ * <key>.<arch>.cubin link to its plain cubin) must be one whole CUDA ELF image by its own headers.
+ * A damaged entry (truncated, a flipped bit, anything after the image) is a miss: the cubin is
+ * compiled again and the entry replaced, so it never reaches an artifact or a module load.
  *
  * Diagnostics: on a compile error the message lists each error as
  *   kernels.cu:LINE: error: TEXT

@@ -133,7 +133,7 @@ typedef struct {
   int64_t static_bytes;
 } ScopeResult;
 
-/* Maps cuda_graph_impl / cuda_graph_modules onto the schedule (megatron-rules.md §2.2). */
+/* Maps cuda_graph_impl / cuda_graph_modules onto the schedule (docs/megatron-rules.md §2.2). */
 int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *out, char *err, size_t nerr);
 /* The containment and RNG checks (STEPC-40..43); returns the number of errors added. */
 int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr, const ScopeResult *sr,

@@ -1,6 +1,6 @@
 /* recompute.c — checkpoint regions, what they free, and the replays that rebuild it (plan.h).
  *
- * Regions follow Megatron's boundaries (shared/reference/megatron-rules.md §3, §4): a selective
+ * Regions follow Megatron's boundaries (docs/megatron-rules.md §3, §4): a selective
  * label's region is a maximal run of forward ops carrying the label in one layer (so the two
  * layernorms of a layer are two checkpoints, as in Megatron); full recompute groups the layers of
  * each pipeline stage / virtual chunk (uniform: groups of recompute_num_layers; block: the first

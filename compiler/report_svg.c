@@ -1,5 +1,6 @@
 /* report_svg.c — live memory over the schedule (one micro-batch's program, then the tail),
  * stacked by role, the peak marked, CUDA-graph scopes and replays shaded. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,50 @@ static const struct {
              {ROLE_ACT, "#dd8452"},       {ROLE_ACT_GRAD, "#c44e52"}, {ROLE_WORKSPACE, "#da8bc3"}};
 enum { NSTACK = sizeof STACK / sizeof STACK[0] };
 
+/* Text inside an SVG element: markup escaped; bytes that are not UTF-8 and control characters (an
+ * XML parser rejects the file for either) written as U+FFFD. */
+static void xml_write_text(FILE *f, const char *s) {
+  for (const char *c = s; *c;) {
+    size_t n = text_utf8_len(c);
+    unsigned char b = (unsigned char)*c;
+    if (b == '&') fputs("&amp;", f);
+    else if (b == '<') fputs("&lt;", f);
+    else if (b == '>') fputs("&gt;", f);
+    else if (b == '"') fputs("&quot;", f);
+    else if (n == 0 || (b < 0x20 && b != '\t')) fputs("\xef\xbf\xbd", f);
+    else fwrite(c, 1, n, f);
+    c += n ? n : 1;
+  }
+}
+
+/* A round tick step (1, 2 or 5 times a power of ten) that gives three to five ticks up to ymax. */
+static double tick_step(double ymax) {
+  double raw = ymax / 4, p = pow(10, floor(log10(raw))), m = raw / p;
+  return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+}
+
+/* Where each phase of the step begins, as a dashed line and its name: the picture reads forward,
+ * backward (with its replays), gradient reduction, optimizer. */
+static void phase_marks(const Plan *p, FILE *f, double dx) {
+  static const char *const NAME[IR_PHASE_COUNT] = {[IR_PHASE_FORWARD] = "forward", [IR_PHASE_BACKWARD] = "backward",
+                                                   [IR_PHASE_REPLAY] = "backward", [IR_PHASE_REDUCE] = "reduce",
+                                                   [IR_PHASE_OPTIMIZER] = "optimizer"};
+  bool seen[IR_PHASE_COUNT] = {false};
+  for (int i = 0, q = 0; i < p->sc.n; i++) {
+    if (p->sc.it[i].kind != SCHED_OP) continue;
+    Phase ph = p->g->op[p->sc.it[i].id].tags.phase;
+    if (ph == IR_PHASE_REPLAY) ph = IR_PHASE_BACKWARD; /* replays run inside the backward pass */
+    if (ph < IR_PHASE_COUNT && !seen[ph]) {
+      seen[ph] = true;
+      double x = X0 + dx * q;
+      fprintf(f, "<line class=\"phase\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\" stroke-dasharray=\"2,3\"/>\n", x, Y0, x,
+              Y0 + PH);
+      fprintf(f, "<text class=\"phase\" x=\"%.1f\" y=\"%d\" fill=\"#444\">%s</text>\n", x + 3, Y0 + 11, NAME[ph]);
+    }
+    q++;
+  }
+}
+
 int report_plan_svg(const Plan *p, FILE *f) {
   const MemPlan *mp = &p->mp;
   int n = mp->npos;
@@ -22,8 +67,11 @@ int report_plan_svg(const Plan *p, FILE *f) {
   double dx = n > 1 ? (double)PW / (n - 1) : PW;
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
   fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-  fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"13\">%s: live memory over one micro-batch and the step tail (single rank, GB)</text>\n",
-          X0, p->spec.recipe_path);
+  fprintf(f, "<title>stepc plan: ");
+  xml_write_text(f, p->spec.recipe_path);
+  fprintf(f, "</title>\n<text x=\"%d\" y=\"18\" font-size=\"13\">", X0);
+  xml_write_text(f, p->spec.recipe_path);
+  fprintf(f, ": live memory over one micro-batch and the step tail (single rank, GB)</text>\n");
   /* scopes (per-layer instances) and replays, shaded behind the stack */
   int *pt = malloc((size_t)(p->sc.n + 1) * sizeof *pt), q = 0;
   if (!pt) return -1;
@@ -51,10 +99,14 @@ int report_plan_svg(const Plan *p, FILE *f) {
   /* axes, peak */
   fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", X0, Y0 + PH, X0 + PW, Y0 + PH);
   fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", X0, Y0, X0, Y0 + PH);
-  for (int t = 0; t <= 4; t++) {
-    double v = ymax * t / 4;
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", X0 - 4, Y0 + PH - PH * v / ymax + 4, v / 1e9);
+  double step = tick_step(ymax);
+  int decimals = step >= 1e9 ? 0 : (int)ceil(-log10(step / 1e9) - 1e-9);
+  for (int t = 0; t * step <= ymax; t++) {
+    double v = t * step, y = Y0 + PH - PH * v / ymax;
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>", X0 - 3, y, X0, y);
+    fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", X0 - 5, y + 4, decimals, v / 1e9);
   }
+  phase_marks(p, f, dx);
   double px = X0 + dx * mp->peak_pos, py = Y0 + PH - PH * (double)mp->peak / ymax;
   fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"red\" stroke-dasharray=\"4,3\"/>\n", px, Y0, px, Y0 + PH);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"red\">peak %.3f GB (arena %.3f GB)</text>\n", px + 4, py - 4 > Y0 + 10 ? py - 4 : Y0 + 10,

@@ -1,6 +1,7 @@
 /* report_trace.c — a Chrome/Perfetto trace of the planned step: ops on a timeline from the cost
  * model (one track per phase), CUDA-graph scopes and checkpoint regions as slices, gradient
- * buckets as instants, and a live-memory counter. With many micro-batches the first two and the
+ * buckets as instants, and a live-memory counter. Each op slice carries its bytes, FLOPs and tensor
+ * shapes as args; the process is named after the recipe. With many micro-batches the first two and the
  * last are drawn op by op and the others as one slice each, to keep the file small. */
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,35 @@ static int tid_of(Phase p) {
   return p == IR_PHASE_FORWARD ? TID_FWD : p == IR_PHASE_BACKWARD ? TID_BWD : p == IR_PHASE_REPLAY ? TID_REPLAY : TID_TAIL;
 }
 
-static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, double ts, double dur) {
+/* One slice; for an op, args with what the cost model charged it and the tensors it reads and
+ * writes ("name [d0,d1] dtype"), so that a slice in the viewer says why it takes its time. */
+static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, double ts, double dur, const Graph *g,
+                  const Op *op) {
   fprintf(f, "%s\n{\"name\": ", *first ? "" : ",");
   json_write_string(f, name);
-  fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", cat, tid, ts, dur > 0.001 ? dur : 0.001);
+  fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", cat, tid, ts, dur > 0.001 ? dur : 0.001);
+  if (op) {
+    fprintf(f, ", \"args\": {\"op\": \"%s\", \"module\": ", op_name(op->kind));
+    json_write_string(f, op->tags.module);
+    fprintf(f, ", \"layer\": %d, \"bytes\": %.0f, \"flops\": %.0f", op->tags.layer, op_bytes(g, op), op_flops(g, op));
+    for (int io = 0; io < 2; io++) {
+      fprintf(f, ", \"%s\": [", io ? "outputs" : "inputs");
+      int n = io ? op->nout : op->nin;
+      for (int k = 0; k < n; k++) {
+        const Tensor *t = &g->t[io ? op->out[k] : op->in[k]];
+        char desc[IR_NAME_MAX + 96];
+        size_t u = (size_t)snprintf(desc, sizeof desc, "%s [", t->name);
+        for (int d = 0; d < t->ndim && u < sizeof desc; d++)
+          u += (size_t)snprintf(desc + u, sizeof desc - u, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        if (u < sizeof desc) snprintf(desc + u, sizeof desc - u, "] %s", dtype_name(t->dtype));
+        if (k) fputs(", ", f);
+        json_write_string(f, desc);
+      }
+      fputc(']', f);
+    }
+    fputc('}', f);
+  }
+  fputc('}', f);
   *first = false;
 }
 
@@ -27,11 +53,17 @@ int report_trace(const Plan *p, FILE *f) {
   if (!start) return -1;
   bool first = true;
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
+  /* the process row is named after the recipe, so that two traces opened together tell apart */
+  fprintf(f, "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": ");
+  char pname[SPEC_MAX_STR + 32];
+  snprintf(pname, sizeof pname, "stepc plan: %s", p->spec.recipe_path);
+  json_write_string(f, pname);
+  fprintf(f, "}}");
+  first = false;
   static const char *const TN[] = {"", "forward", "backward", "replay", "reduce + optimizer", "gradient buckets",
                                    "CUDA-graph scopes", "checkpoint regions", "micro-batches"};
   for (int t = 1; t <= TID_MICRO; t++) {
-    fprintf(f, "%s\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}", first ? "" : ",", t, TN[t]);
-    first = false;
+    fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}", t, TN[t]);
   }
   double ts = 0, micro_us = 0;
   for (int i = 0; i < sc->micro_end; i++)
@@ -40,7 +72,7 @@ int report_trace(const Plan *p, FILE *f) {
     bool detail = m < 2 || m == sc->nmicro - 1;
     char nm[64];
     snprintf(nm, sizeof nm, "micro-batch %d", m);
-    slice(f, &first, nm, "micro", TID_MICRO, ts, micro_us);
+    slice(f, &first, nm, "micro", TID_MICRO, ts, micro_us, g, NULL);
     if (!detail) {
       ts += micro_us;
       continue;
@@ -58,7 +90,7 @@ int report_trace(const Plan *p, FILE *f) {
       double dur = p->cost.op_time[sc->it[i].id] * 1e6;
       char name[200];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
-      slice(f, &first, name, phase_name(op->tags.phase), tid_of(op->tags.phase), ts, dur);
+      slice(f, &first, name, phase_name(op->tags.phase), tid_of(op->tags.phase), ts, dur, g, op);
       fprintf(f, ",\n{\"name\": \"live GB\", \"ph\": \"C\", \"pid\": 0, \"ts\": %.3f, \"args\": {\"live\": %.4f}}", ts,
               (double)p->mp.live[q] / 1e9);
       ts += dur;
@@ -70,7 +102,7 @@ int report_trace(const Plan *p, FILE *f) {
       char n2[80];
       snprintf(n2, sizeof n2, "graph %s L%d (%s)", ir_scope_name(s->scope), s->layer, s->phase == IR_PHASE_FORWARD ? "fwd" : "bwd");
       double end = s->last + 1 < sc->micro_end ? start[s->last + 1] : ts;
-      slice(f, &first, n2, "scope", TID_SCOPE, start[s->first], end - start[s->first]);
+      slice(f, &first, n2, "scope", TID_SCOPE, start[s->first], end - start[s->first], g, NULL);
     }
     for (int i = 0; i < p->rr.n && m == 0; i++) {
       const Region *r = &p->rr.r[i];
@@ -78,11 +110,11 @@ int report_trace(const Plan *p, FILE *f) {
       recompute_region_name(r, rn, sizeof rn);
       int a = sc->pos[r->first], b = sc->pos[r->last];
       snprintf(n2, sizeof n2, "region %s", rn);
-      slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a]);
+      slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
       if (r->replay_first >= 0 && r->outer == i) {
         a = sc->pos[r->replay_first], b = sc->pos[r->replay_last];
         snprintf(n2, sizeof n2, "replay %s", rn);
-        slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a]);
+        slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
       }
     }
   }
@@ -92,10 +124,10 @@ int report_trace(const Plan *p, FILE *f) {
       double dur = p->cost.op_time[sc->it[i].id] * 1e6;
       char name[200];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
-      slice(f, &first, name, phase_name(op->tags.phase), TID_TAIL, ts, dur);
+      slice(f, &first, name, phase_name(op->tags.phase), TID_TAIL, ts, dur, g, op);
       ts += dur;
     }
-  if (p->sr.impl == SCOPE_FULL_ITERATION) slice(f, &first, "graph full_iteration (whole step)", "scope", TID_SCOPE, 0, ts);
+  if (p->sr.impl == SCOPE_FULL_ITERATION) slice(f, &first, "graph full_iteration (whole step)", "scope", TID_SCOPE, 0, ts, g, NULL);
   fprintf(f, "\n]}\n");
   free(start);
   return 0;

@@ -1,6 +1,6 @@
 /* scope.c — CUDA-graph scopes on the schedule and the containment check (plan.h).
  *
- * Which ops a setting captures (shared/reference/megatron-rules.md §2.1, §2.2): lowering tags
+ * Which ops a setting captures (docs/megatron-rules.md §2.1, §2.2): lowering tags
  * each op with the per-layer scopes that would capture it (IrTags.scopes); here the recipe picks
  * which of them are graphs:
  *   transformer_engine  cuda_graph_modules [] -> the whole layer; else each listed module.

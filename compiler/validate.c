@@ -210,6 +210,8 @@ int validate_spec(const Spec *in, Spec *out, DiagList *diags) {
   }
   VCtx v = {.in = orig ? orig : in, .s = out, .d = diags};
   validate_normalize(&v);
+  /* sizes first: every later rule and stage multiplies them, which is meaningless once one overflows */
+  if (validate_sizes(&v) > 0) return diag_count(diags, DIAG_ERROR) - before;
   validate_model(&v);
   validate_parallel(&v);
   validate_recompute(&v);

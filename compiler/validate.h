@@ -1,5 +1,5 @@
 /* validate.h — the rule checklist: Megatron Core's rules (MCORE-n, numbered as in
- * shared/reference/megatron-rules.md §1) and stepc's own (STEPC-n). See docs/rules.md. */
+ * docs/megatron-rules.md §1) and stepc's own (STEPC-n). See docs/rules.md. */
 #ifndef STEPC_VALIDATE_H
 #define STEPC_VALIDATE_H
 
@@ -13,5 +13,10 @@
  * each one that changes what the recipe says reported as a warning. Appends errors and warnings to
  * `diags` and returns the number of errors; prints nothing. `out` may equal `in`. */
 int validate_spec(const Spec *in, Spec *out, DiagList *diags);
+
+/* STEPC-32 alone, without diagnostics: 0 when every size product of `s` (tensor sizes, parameter
+ * count, rank counts) fits stepc's bounds, else -1 with the first problem in `err`. Lowering calls
+ * it, so that a caller that skipped validate_spec cannot plan wrapped sizes either. */
+int validate_sizes_ok(const Spec *s, char *err, size_t nerr);
 
 #endif

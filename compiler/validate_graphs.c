@@ -1,5 +1,5 @@
 /* validate_graphs.c — CUDA graphs: which modules a per-layer graph may capture, and which recompute
- * settings may run under which graphs (megatron-rules.md §1.F–G; MCORE-44..61, 70).
+ * settings may run under which graphs (docs/megatron-rules.md §1.F–G; MCORE-44..61, 70).
  *
  * These are Megatron's field rules. They are necessary, not sufficient: the check that every
  * checkpoint region lies wholly inside or wholly outside a graph scope is made on the scheduled

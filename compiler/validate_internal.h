@@ -7,7 +7,8 @@
  *   validate_graphs.c    CUDA-graph modules and recompute under graphs (MCORE-44..61, 70, STEPC-28, 29)
  *   validate_parallel.c  parallel sizes that must divide, MoE/EP rules (MCORE-62, 63, 68, STEPC-2..12, 26,
  * 27) validate_model.c     architecture, data and precision (STEPC-13..18, 20) Rule ids are written as string
- * literals ("MCORE-24") so that tests/rules can grep them. */
+ * literals ("MCORE-24") so that tests/rules can grep them.
+ *   validate_sizes.c     every size product fits in int64 within stepc's bounds (STEPC-32); runs first */
 #ifndef STEPC_VALIDATE_INTERNAL_H
 #define STEPC_VALIDATE_INTERNAL_H
 
@@ -53,6 +54,7 @@ bool v_is_hybrid(const Spec *s);
 int64_t v_layers_per_chunk(const Spec *s);
 
 void validate_normalize(VCtx *v);
+int validate_sizes(VCtx *v); /* STEPC-32; returns the number of errors */
 void validate_recompute(VCtx *v);
 void validate_graphs(VCtx *v);
 void validate_parallel(VCtx *v);

@@ -87,7 +87,7 @@ static void check_data(VCtx *v) {
         "set data.path to a text file, or data.mock=true");
 }
 
-/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work (DESIGN §5). */
+/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: plans and runs use bf16. */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
   if (s->present[SPEC_F_model_fp8])

@@ -1,6 +1,6 @@
 /* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27), the optimizer's
  * precision fields (STEPC-45) and the MoE
- * expert-parallel and overlap rules (megatron-rules.md §1.H–I; MCORE-62, 63, 68).
+ * expert-parallel and overlap rules (docs/megatron-rules.md §1.H–I; MCORE-62, 63, 68).
  *
  * Megatron checks most divisions with `divide()` asserts deep inside module construction; stepc
  * checks them up front, naming the field. */

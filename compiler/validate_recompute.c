@@ -1,5 +1,5 @@
 /* validate_recompute.c — activation recompute: granularity, method and layer count, selective labels
- * and what each needs, and CPU offloading (megatron-rules.md §1.B–D; MCORE-15..37). Also warns where
+ * and what each needs, and CPU offloading (docs/megatron-rules.md §1.B–D; MCORE-15..37). Also warns where
  * Megatron silently ignores a recompute setting, since a setting that does nothing is a tuning run
  * wasted. */
 #include <string.h>

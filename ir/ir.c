@@ -51,9 +51,28 @@ uint64_t ir_fnv1a(uint64_t h, const void *data, size_t n) {
   return h;
 }
 
+size_t text_utf8_len(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  if (p[0] < 0x80) return 1;
+  /* RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF */
+  unsigned char lo = 0x80, hi = 0xbf;
+  size_t n;
+  if (p[0] >= 0xc2 && p[0] <= 0xdf) n = 2;
+  else if (p[0] >= 0xe0 && p[0] <= 0xef) n = 3, lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
+  else if (p[0] >= 0xf0 && p[0] <= 0xf4) n = 4, lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+  return n;
+}
+
+/* Recipe strings and file names may hold any bytes; a byte that is not part of valid UTF-8 is
+ * written as U+FFFD, so that the output stays JSON that every parser accepts. */
 void json_write_string(FILE *out, const char *s) {
   fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = text_utf8_len((const char *)p);
     switch (*p) {
     case '"': fputs("\\\"", out); break;
     case '\\': fputs("\\\\", out); break;
@@ -61,9 +80,11 @@ void json_write_string(FILE *out, const char *s) {
     case '\t': fputs("\\t", out); break;
     case '\r': fputs("\\r", out); break;
     default:
-      if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-      else fputc(*p, out);
+      if (n == 0) fputs("\\ufffd", out);
+      else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+      else fwrite(p, 1, n, out);
     }
+    p += n ? n : 1;
   }
   fputc('"', out);
 }
@@ -108,6 +129,14 @@ void graph_module(Graph *g, const char *fmt, ...) {
 
 static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int ndim, const int64_t *shape) {
   if (ndim < 0 || ndim > IR_MAX_DIMS) return graph_fail(g, "tensor %s: %d dims (max %d)", name, ndim, IR_MAX_DIMS);
+  if (g->nt >= IR_MAX_TENSORS) return graph_fail(g, "more than %d tensors (STEPC-32)", IR_MAX_TENSORS);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0) return graph_fail(g, "tensor %s: dim %d is %lld", name, d, (long long)shape[d]);
+    /* the validator bounds every tensor the recipe's sizes make; this catches any it missed */
+    if (__builtin_mul_overflow(numel, shape[d], &numel) || numel > IR_MAX_NUMEL)
+      return graph_fail(g, "tensor %s has more than 2^40 elements (STEPC-32)", name);
+  }
   if (g->nt == g->capt) {
     int cap = g->capt ? 2 * g->capt : 256;
     Tensor *t = realloc(g->t, (size_t)cap * sizeof *t);
@@ -122,8 +151,6 @@ static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int
   t->role = role;
   t->ndim = ndim;
   for (int d = 0; d < IR_MAX_DIMS; d++) t->shape[d] = d < ndim ? shape[d] : 1;
-  for (int d = 0; d < ndim; d++)
-    if (shape[d] <= 0) return graph_fail(g, "tensor %s: dim %d is %lld", name, d, (long long)shape[d]);
   t->producer = -1;
   t->of = -1;
   t->buffer = -1;

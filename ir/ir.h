@@ -3,7 +3,7 @@
  * A Graph is a flat list of tensors and a list of ops in a valid execution order (builders append
  * an op only after its inputs exist). Each op carries its tags: layer, module path, phase, the
  * recompute labels whose Megatron boundary contains it and the per-layer CUDA-graph scopes that
- * would capture it (shared/reference/megatron-rules.md §2.2, §3.2). Backward ops inherit the tags
+ * would capture it (docs/megatron-rules.md §2.2, §3.2). Backward ops inherit the tags
  * of the forward op they differentiate (their `fwd`), with phase IR_PHASE_BACKWARD.
  *
  * A tensor's storage is (buffer, offset, bytes), written by a memory plan (graph_plan_trivial for
@@ -30,6 +30,11 @@
 #define IR_NAME_MAX 112
 #define IR_MODULE_MAX 80
 #define IR_MAX_BUFFERS 8
+/* Bounds that keep every size sum in int64: a tensor holds at most IR_MAX_NUMEL elements (at most
+ * 8 bytes each, so 2^43 bytes) and a graph at most IR_MAX_TENSORS tensors, so the sum of all their
+ * bytes, and with it any arena offset, stays below 2^62 (STEPC-32 in docs/rules.md). */
+#define IR_MAX_NUMEL ((int64_t)1 << 40)
+#define IR_MAX_TENSORS (1 << 19)
 
 typedef enum {
 #define IR_OP_ENUM(NAME, sym) OP_##NAME,
@@ -70,7 +75,7 @@ enum {
   IR_NLABELS = 8
 };
 
-/* Per-layer CUDA-graph scopes (megatron-rules.md §2.2): `layer` is the whole-layer capture
+/* Per-layer CUDA-graph scopes (docs/megatron-rules.md §2.2): `layer` is the whole-layer capture
  * (cuda_graph_modules = []), the others are cuda_graph_modules values. */
 enum {
   IR_SCOPE_LAYER = 1u << 0,
@@ -228,8 +233,12 @@ uint32_t ir_scope_from_name(const char *s);
 int64_t tensor_numel(const Tensor *t);
 /* FNV-1a 64, continued from `h` (start with IR_FNV_OFFSET): the content hashes of plans,
  * artifacts and kernel lists. */
-/* s as a JSON string literal, quotes included (the compiler's reports, checkpoint state files). */
+/* s as a JSON string literal, quotes included (the compiler's reports, checkpoint state files);
+ * bytes that are not valid UTF-8 become U+FFFD. */
 void json_write_string(FILE *out, const char *s);
+/* Bytes of the valid UTF-8 sequence that starts at s (1 for ASCII, NUL included); 0 when the
+ * bytes there are not valid UTF-8. */
+size_t text_utf8_len(const char *s);
 #define IR_FNV_OFFSET 0xcbf29ce484222325ull
 uint64_t ir_fnv1a(uint64_t h, const void *data, size_t n);
 

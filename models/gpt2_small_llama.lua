@@ -1,4 +1,4 @@
--- gpt2_small_llama: the benchmark's shape S (../shared/bench/README.md): GPT-2-small size with the
+-- gpt2_small_llama: the benchmark's shape S (docs/benchmarks.md): GPT-2-small size with the
 -- Llama layer (RMSNorm, RoPE, SwiGLU, untied head): d768, 12 layers, 12 heads, ffn 2048,
 -- vocab 50304 (GPT-2's 50257 padded to a multiple of 128), seq 1024, micro-batch 16, 162 M params.
 local cfg = stepc.recipe("llama3_2_1b")

@@ -1,4 +1,4 @@
--- llama3_2_1b: Llama 3.2 1B, the benchmark's shape M (../shared/bench/README.md: d2048, 16 layers,
+-- llama3_2_1b: Llama 3.2 1B, the benchmark's shape M (docs/benchmarks.md: d2048, 16 layers,
 -- 32 heads / 8 kv groups, ffn 8192, vocab 128256, seq 4096, micro-batch 2, 1.50 B parameters).
 -- Architecture numbers from Meta's config.json for Llama-3.2-1B (rope_theta 500000, rms_norm_eps
 -- 1e-5, head_dim 64). Meta ties the output head to the embedding (1.24 B); the benchmark's PyTorch

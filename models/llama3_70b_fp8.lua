@@ -1,5 +1,5 @@
 -- llama3_70b_fp8: Llama 3 70B laid out as the recompute guide's historical H100 measurement
--- (../shared/reference/recompute-guide/004_*.txt, Bridge PR #3107): SFT with FP8 current scaling
+-- (the recompute guide's measured table, restated in docs/recompute.md; Bridge PR #3107): SFT with FP8 current scaling
 -- (fp8 = hybrid, fp8_recipe = tensorwise), seq 4096, MBS 1, GBS 32, TP 4, PP 4, VPP 5, DP 2 on 32
 -- H100s, sequence parallel with TP, the distributed optimizer, core_attn recompute as that run's
 -- baseline. Architecture from Meta's config.json for Meta-Llama-3-70B: 80 layers, d8192, 64 heads /

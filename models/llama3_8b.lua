@@ -1,6 +1,6 @@
 -- llama3_8b: Llama 3 8B, numbers from Meta's config.json for Meta-Llama-3-8B: d4096, 32 layers,
 -- 32 heads / 8 kv groups, ffn 14336, vocab 128256, rope_theta 500000, rms_norm_eps 1e-5, untied
--- head; seq 8192 and micro-batch 1 as the benchmark's L8 shape (../shared/bench/README.md), whose
+-- head; seq 8192 and micro-batch 1 as the benchmark's L8 shape (docs/benchmarks.md), whose
 -- layers are this model's.
 local cfg = stepc.recipe("llama3_2_1b")
 cfg.model.num_layers = 32

@@ -1,5 +1,5 @@
 -- moonlight_16b: Moonlight-16B-A3B (Moonshot AI; DeepSeek-V3 layout), laid out as the recompute
--- guide's matched H100 run (../shared/reference/recompute-guide/004_*.txt, "Moonlight 16B"): BF16
+-- guide's matched H100 run (docs/benchmarks.md, "Moonlight 16B"): BF16
 -- pre-training, seq 4096, MBS 1, GBS 4, TP 2, PP 1, CP 1, EP 8 on 8 GPUs, mock data, the []
 -- control of recompute_modules. Architecture from Moonshot's config.json: 27 layers (the first
 -- dense, 26 MLA + MoE), d2048, 16 heads, MLA without q low-rank, kv_lora_rank 512, qk nope 128 +

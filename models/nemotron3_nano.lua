@@ -1,6 +1,6 @@
 -- nemotron3_nano: a hybrid Mamba / attention / MoE model shaped like NVIDIA Nemotron 3 Nano
 -- (30B total, about 3B active), laid out as the recompute guide's matched H100 run
--- (../shared/reference/recompute-guide/004_*.txt, "Nemotron 3 Nano"): 52 layers, seq 8192, MBS 1,
+-- (docs/benchmarks.md, "Nemotron 3 Nano"): 52 layers, seq 8192, MBS 1,
 -- GBS 16, TP 1, PP 1, CP 1, EP 8, DP 16 (expert-DP 2) on 16 GPUs, HybridEP (flex dispatcher),
 -- grouped GEMM, Transformer Engine CUDA graphs for attention and Mamba, and whole-`moe` recompute,
 -- the one setting of the guide's table that fit (64.65 GB).

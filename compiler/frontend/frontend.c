@@ -37,6 +37,7 @@ static void init_ctx(FeCtx *cx, const FrontendOptions *opt, DiagList *diags) {
   memset(cx, 0, sizeof *cx);
   cx->mem_limit = opt && opt->mem_limit ? opt->mem_limit : (size_t)64 << 20;
   cx->instr_limit = opt && opt->instr_limit ? opt->instr_limit : 20000000LL;
+  cx->time_limit = opt && opt->time_limit_s > 0 ? opt->time_limit_s : FE_TIME_LIMIT_S;
   cx->models_dir = opt && opt->models_dir ? opt->models_dir : STEPC_MODELS_DIR;
   cx->diags = diags;
 }

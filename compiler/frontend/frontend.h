@@ -10,6 +10,7 @@
 typedef struct {
   size_t mem_limit;          /* bytes the recipe's Lua state may hold; 0 = 64 MiB */
   long long instr_limit;     /* Lua VM instructions a recipe may run; 0 = 20 million */
+  double time_limit_s;       /* wall-clock seconds a recipe may run; 0 = 20 */
   const char *models_dir;    /* where stepc.recipe(name) looks after the recipe's own folder; NULL = built-in */
 } FrontendOptions;
 

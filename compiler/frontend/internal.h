@@ -9,6 +9,7 @@
 
 #define FE_MAX_FILES 8
 #define FE_MAX_DEPTH 6
+#define FE_TIME_LIMIT_S 20.0 /* default wall-clock limit of a recipe */
 
 typedef struct {
   char name[256];  /* as diagnostics show it */
@@ -21,6 +22,13 @@ typedef struct {
   bool mem_exceeded;
   long long instr, instr_limit;
   bool instr_exceeded;
+  double time_limit, deadline; /* seconds; fe_now() clock */
+  bool time_exceeded;
+  bool stopped;                /* a limit tripped: every hook and protected call raises `stop` again */
+  bool mem_stopped;            /* a memory error reached a protected call: a stop too */
+  char stop[160];
+  int nprint;                  /* print calls so far (each one a PRINT note) */
+  unsigned lines;              /* line events so far (the clock is read every 256th) */
   char last_src[160];
   int last_line;
   const char *models_dir;
@@ -30,6 +38,13 @@ typedef struct {
   int depth;
   DiagList *diags;
 } FeCtx;
+
+/* limits.c: the hook, a wall-clock deadline, and library functions wrapped so that no limit can
+ * be caught (pcall, xpcall, coroutine.resume/close), outrun inside one C call (string patterns,
+ * string.rep, table.move/insert/remove) or escaped into a finaliser (setmetatable with __gc);
+ * print becomes PRINT notes. Call once on a fresh state, after the libraries are opened. */
+void fe_limits_install(lua_State *L, FeCtx *cx);
+double fe_now(void);
 
 /* sandbox.c */
 lua_State *fe_state_new(FeCtx *cx);

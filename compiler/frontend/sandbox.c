@@ -4,7 +4,8 @@
  * libraries (base, string, table, math, utf8, coroutine), replaces every way to reach the file
  * system or the process (io, os, debug, package, require, dofile, loadfile, load, string.dump)
  * with a function that raises a clear error, loads text chunks only, and stops a recipe that
- * allocates or loops without end. The `stepc` prelude offers recipe(name), which loads a shipped
+ * allocates, loops or runs without end (limits.c: limits that pcall cannot catch, a wall-clock
+ * deadline, guarded string and table functions, no __gc; print goes to diagnostics). The `stepc` prelude offers recipe(name), which loads a shipped
  * recipe by name from a fixed folder and hands back tables that remember where fields are set. */
 #include <lauxlib.h>
 #include <lualib.h>
@@ -39,20 +40,6 @@ static FeCtx *ctx_of(lua_State *L) {
   void *ud;
   lua_getallocf(L, &ud);
   return ud;
-}
-
-static void fe_hook(lua_State *L, lua_Debug *ar) {
-  FeCtx *cx = ctx_of(L);
-  if (ar->event == LUA_HOOKLINE) {
-    if (lua_getinfo(L, "S", ar)) snprintf(cx->last_src, sizeof cx->last_src, "%s", ar->short_src);
-    cx->last_line = ar->currentline;
-    return;
-  }
-  cx->instr += 1000;
-  if (cx->instr > cx->instr_limit) {
-    cx->instr_exceeded = true;
-    luaL_error(L, "recipe ran more than %I Lua instructions (an endless loop?)", (LUAI_UACINT)cx->instr_limit);
-  }
 }
 
 static int fe_blocked(lua_State *L) {
@@ -279,7 +266,7 @@ lua_State *fe_state_new(FeCtx *cx) {
   lua_setfield(L, -2, "version");
   lua_setglobal(L, "stepc");
 
-  lua_sethook(L, fe_hook, LUA_MASKLINE | LUA_MASKCOUNT, 1000);
+  fe_limits_install(L, cx);
   return L;
 }
 
@@ -318,7 +305,10 @@ int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, si
   char fallback[200];
   if (cx->last_line > 0) snprintf(fallback, sizeof fallback, "%s:%d", cx->last_src, cx->last_line);
   else snprintf(fallback, sizeof fallback, "%s", name);
-  if (cx->mem_exceeded) {
+  /* A refused allocation that Lua recovered from (it collects and retries) leaves mem_exceeded
+   * set; the memory message is for a memory error that actually ended the recipe. */
+  const char *top = lua_tostring(L, -1);
+  if (cx->mem_exceeded && (cx->mem_stopped || rc == LUA_ERRMEM || (top && strcmp(top, "not enough memory") == 0))) {
     Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", "", fallback,
                        "recipe needed more than %zu MiB of memory and was stopped",
                        cx->mem_limit >> 20);
@@ -326,7 +316,7 @@ int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, si
   } else {
     const char *msg = lua_tostring(L, -1);
     add_lua_error(cx, msg ? msg : "error object is not a string", fallback);
-    if (cx->instr_exceeded && cx->diags->n)
+    if ((cx->instr_exceeded || cx->time_exceeded) && cx->diags->n)
       diag_hint(&cx->diags->items[cx->diags->n - 1], "a recipe only builds a configuration table; "
                                                      "look for a loop that never ends");
   }

@@ -1,6 +1,6 @@
 /* attention.c — flash attention on the GPU: forward (O, LSE) and deterministic backward
  * (dQ, dK, dV) against the fp64 reference for head dims 64 and 128, causal, GQA and MHA;
- * bitwise determinism; and the timing at the bench shapes M and L8 (shared/bench/README.md),
+ * bitwise determinism; and the timing at the bench shapes M and L8 (docs/benchmarks.md),
  * counted causal: forward 2*b*h*s^2*d FLOPs, forward+backward 3.5 times that.
  *
  * Tolerances: P is rounded to bf16 before P V (and dS before dS K, dS^T Q), as in
@@ -195,7 +195,7 @@ static void bench_shape(Gpu *g, const char *label, int B, int T, int H, int Hkv,
   double tf = gpu_time_ms(g, attn_forward, &a, 3, 10);
   double tb = gpu_time_ms(g, attn_backward, &a, 3, 10);
   double tfb = gpu_time_ms(g, attn_both, &a, 2, 10);
-  double flops = 2.0 * B * H * (double)T * T * D; /* causal forward, as shared/bench/README.md */
+  double flops = 2.0 * B * H * (double)T * T * D; /* causal forward, as docs/benchmarks.md */
   printf("BENCH %-34s fwd %8.3f ms %6.1f TFLOP/s | bwd %8.3f ms | fwd+bwd %8.3f ms %6.1f TFLOP/s\n", label, tf,
          flops / tf * 1e-9, tb, tfb, 3.5 * flops / tfb * 1e-9);
   fflush(stdout);

@@ -1,7 +1,7 @@
 /* activations.c — what the planner says about activations, against the literature and the
  * recompute guide:
  *   gpt3_paper: saved activations per layer vs Korthikanti et al.'s sbh(34 + 5as/h), and 34 sbh
- *     with core_attn (megatron-rules.md §5), tensor by tensor;
+ *     with core_attn (docs/megatron-rules.md §5), tensor by tensor;
  *   llama3_2_1b flash: core_attn frees under 1% of activation memory; unfused: it frees the s^2
  *     tensors;
  *   every lowerable shipped recipe under several settings: plan invariants (no two live buffers

@@ -1,5 +1,5 @@
 /* megatron.c — stepc's per-rank predictions of Megatron's own peaks against the recompute
- * guide's measured H100 tables (shared/reference/recompute-guide/004_*.txt), and the precision
+ * guide's measured H100 tables (restated in docs/recompute.md), and the precision
  * fields' bytes per parameter (compiler/memrank.c, elem_bytes):
  *   - moonlight_16b's static state per parameter follows Megatron-Bridge's precision-aware recipe
  *     exactly (bf16 params 2 + bf16 grad buffer 2 + (16-bit master remainders 2 + bf16 moments

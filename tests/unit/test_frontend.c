@@ -2,6 +2,7 @@
  * was set (constructor line, proxy assignment, base recipe, override, default). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "frontend/frontend.h"
 
@@ -73,10 +74,57 @@ static void test_buffer_limits(void) {
   diag_free(&d);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The limits cannot be caught, and wall time is bounded even where few instructions run. */
+static void test_uncatchable_limits(void) {
+  static Spec s;
+  DiagList d;
+  FrontendOptions opt = {.mem_limit = 4u << 20, .instr_limit = 100000, .time_limit_s = 0.3, .models_dir = "models"};
+  /* each find is allowed and takes milliseconds, in a handful of instructions */
+  const char *slow = "local s = ('a'):rep(300)\nwhile true do pcall(string.find, s, '.-.-b') end";
+  diag_init(&d);
+  double t0 = now_s();
+  CHECK(frontend_load_buffer("slow.lua", slow, strlen(slow), NULL, 0, &opt, &s, &d) != 0);
+  CHECK(now_s() - t0 < 3.0);
+  CHECK(d.n == 1 && strstr(d.items[0].message, "longer than 0.3 s"));
+  diag_free(&d);
+  /* a memory error caught by pcall stops the recipe all the same */
+  const char *mem = "while true do pcall(string.rep, 'x', 8 << 20) end";
+  diag_init(&d);
+  CHECK(frontend_load_buffer("mem.lua", mem, strlen(mem), NULL, 0, &opt, &s, &d) != 0);
+  CHECK(d.n == 1 && strstr(d.items[0].message, "more than 4 MiB"));
+  diag_free(&d);
+  /* garbage that outgrows the limit before the collector runs is not a stop: Lua collects and
+   * retries the allocation, and the recipe goes on */
+  const char *churn = "collectgarbage('stop')\n" /* tables only: no finaliser holds their memory */
+                      "local function churn() for i = 1, 400 do local t = {} for j = 1, 2000 do t[j] = j end end end\n"
+                      "churn()\nassert(pcall(churn))\nreturn stepc.recipe('tiny')";
+  diag_init(&d);
+  opt.instr_limit = 50000000;
+  opt.time_limit_s = 60; /* a loaded machine must not turn this into a time stop */
+  CHECK(frontend_load_buffer("churn.lua", churn, strlen(churn), NULL, 0, &opt, &s, &d) == 0);
+  diag_print(&d, stderr);
+  diag_free(&d);
+  opt.instr_limit = 100000;
+  /* the error of an instruction limit caught inside a coroutine, then by pcall, then by xpcall */
+  const char *nest = "local function f() while true do end end\n"
+                     "while true do xpcall(function() pcall(coroutine.wrap(f)) end, print) end";
+  diag_init(&d);
+  CHECK(frontend_load_buffer("nest.lua", nest, strlen(nest), NULL, 0, &opt, &s, &d) != 0);
+  CHECK(d.n == 1 && strstr(d.items[0].message, "100000 Lua instructions"));
+  diag_free(&d);
+}
+
 int main(void) {
   test_constructor();
   test_proxy_and_base();
   test_buffer_limits();
+  test_uncatchable_limits();
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("test_frontend: ok\n");
   return failures != 0;

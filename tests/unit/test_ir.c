@@ -61,6 +61,20 @@ int main(void) {
   CHECK(g->t[x].bytes == 2 * 8 * 16 * 2);
   CHECK(op_bytes(g, &g->op[op]) == 3 * 2 * 8 * 16 * 2);
   graph_free(g);
+
+  /* STEPC-32's backstop: a shape whose element count leaves int64, or passes 2^40, is refused */
+  g = graph_new();
+  int64_t wrap[2] = {(int64_t)1 << 40, (int64_t)1 << 24}; /* 2^64: wraps to 0 unchecked */
+  CHECK(graph_tensor(g, "wrap", DT_BF16, ROLE_ACT, 2, wrap) == -1 && strstr(g->err, "STEPC-32") != NULL);
+  graph_free(g);
+  g = graph_new();
+  int64_t big[3] = {(int64_t)1 << 20, (int64_t)1 << 20, 2};
+  CHECK(graph_tensor(g, "big", DT_BF16, ROLE_ACT, 3, big) == -1 && strstr(g->err, "2^40") != NULL);
+  int64_t edge[2] = {(int64_t)1 << 20, (int64_t)1 << 20};
+  graph_free(g);
+  g = graph_new();
+  CHECK(graph_tensor(g, "edge", DT_BF16, ROLE_ACT, 2, edge) == 0);
+  graph_free(g);
   if (failures) return 1;
   printf("test_ir: ok\n");
   return 0;

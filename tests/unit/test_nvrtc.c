@@ -191,6 +191,93 @@ static void test_elf_guard(void) {
   CHECK(!cubin_has_function(junk, 3, "x"));
 }
 
+static int write_file(const char *path, const void *d, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(d, 1, n, f);
+  return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static unsigned char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char *d = malloc(1 << 20);
+  *n = d ? fread(d, 1, 1 << 20, f) : 0;
+  fclose(f);
+  return d;
+}
+
+/* Compiles `src` and says whether it came from the cache; the cubin must equal `want`. */
+static int compile_from_cache(const char *src, const CubinOptions *opt, const Cubin *want) {
+  Cubin c;
+  char *msg = NULL;
+  CubinStatus st = cubin_compile(src, opt, &c, &msg);
+  if (msg) fprintf(stderr, "%s\n", msg);
+  free(msg);
+  CHECK(st == CUBIN_OK);
+  if (st != CUBIN_OK) return -1;
+  CHECK(c.size == want->size && memcmp(c.data, want->data, c.size) == 0);
+  int hit = c.from_cache;
+  cubin_free(&c);
+  return hit;
+}
+
+/* A damaged cache entry is a miss, whatever it starts with, and the compile replaces it. */
+static void test_cache_damage(const char *cache) {
+  const char *src = "extern \"C\" __global__ void damage_probe(float* x) { x[threadIdx.x] = 2.0f; }\n";
+  CubinOptions opt = {.arch = "sm_90", .cache_dir = cache};
+  Cubin good;
+  char *msg = NULL;
+  CHECK(cubin_compile(src, &opt, &good, &msg) == CUBIN_OK && !good.from_cache);
+  free(msg);
+  if (!good.data) return;
+  CHECK(cubin_has_function(good.data, good.size, "damage_probe"));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%016llx.sm_90.cubin", cache, (unsigned long long)good.key);
+  size_t n = 0;
+  unsigned char *entry = read_file(path, &n);
+  CHECK(entry && n > good.size && memcmp(entry, good.data, good.size) == 0); /* cubin + trailer */
+  CHECK(compile_from_cache(src, &opt, &good) == 1);
+
+  /* a flipped bit inside the code, a truncation, bytes appended: each a miss, then a hit again */
+  unsigned char *bad = malloc(n + 1);
+  memcpy(bad, entry, n);
+  bad[good.size / 2] ^= 0x10;
+  CHECK(write_file(path, bad, n) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  CHECK(compile_from_cache(src, &opt, &good) == 1);
+  CHECK(write_file(path, entry, good.size / 2) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  CHECK(write_file(path, entry, n - 1) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  bad[good.size / 2] ^= 0x10;
+  bad[n] = 0;
+  CHECK(write_file(path, bad, n + 1) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  CHECK(compile_from_cache(src, &opt, &good) == 1);
+
+  /* a plain cubin (an artifact's <key> link) is used when whole, refused when cut or extended */
+  CHECK(write_file(path, good.data, good.size) == 0 && compile_from_cache(src, &opt, &good) == 1);
+  CHECK(write_file(path, good.data, good.size - 1) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  memcpy(bad, good.data, good.size);
+  bad[good.size] = 0;
+  CHECK(write_file(path, bad, good.size + 1) == 0 && compile_from_cache(src, &opt, &good) == 0);
+  /* ELF magic and then anything: the damage issue 14 reported */
+  memset(bad, 0xab, n);
+  memcpy(bad, good.data, 64);
+  CHECK(write_file(path, bad, good.size) == 0 && compile_from_cache(src, &opt, &good) == 0);
+
+  /* an entry copied under another source's key is that source's miss */
+  const char *src2 = "extern \"C\" __global__ void damage_other(float* x) { x[threadIdx.x] = 3.0f; }\n";
+  char path2[4200];
+  snprintf(path2, sizeof path2, "%s/%016llx.sm_90.cubin", cache, (unsigned long long)cubin_cache_key(src2, &opt));
+  CHECK(write_file(path2, entry, n) == 0);
+  Cubin other;
+  CHECK(cubin_compile(src2, &opt, &other, &msg) == CUBIN_OK && !other.from_cache);
+  free(msg);
+  CHECK(other.data && cubin_has_function(other.data, other.size, "damage_other"));
+  cubin_free(&other);
+  free(bad);
+  free(entry);
+  cubin_free(&good);
+}
+
 int main(void) {
   char cache[] = "/tmp/stepc-test-nvrtc-XXXXXX";
   if (!mkdtemp(cache)) {
@@ -201,6 +288,7 @@ int main(void) {
   test_elf_guard();
   test_assemble();
   test_all_kernels(cache);
+  test_cache_damage(cache);
   test_error_in_op(cache);
   test_error_in_file(cache);
   char cmd[4200];

@@ -1,5 +1,5 @@
 /* test_tags.c — the op tags of lowered dense models (what recompute regions and graph scopes are
- * built from): module paths, recompute labels (megatron-rules.md §3.2) and graph scopes (§2.2),
+ * built from): module paths, recompute labels (docs/megatron-rules.md §3.2) and graph scopes (§2.2),
  * on the forward ops and, inherited, on their backward ops. */
 #include <stdio.h>
 #include <string.h>
