@@ -40,6 +40,10 @@ static const char *const USAGE =
     "                                         libstep.so (runtime/stepc.h) and a train executable; no GPU needed\n"
     "  run    DIR [--device cuda|cpu] [--steps N] [--json]\n"
     "                                         train an artifact through its libstep.so (its compiled step.c)\n"
+    "  run    SPEC|DIR ... --nproc N [--comm-timeout S]\n"
+    "                                         N data-parallel ranks on this host (the artifact planned with\n"
+    "                                         train.world_size=N); under torchrun, mpirun or srun every\n"
+    "                                         stepc run is one rank (docs/data-parallel.md)\n"
     "  run    SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
     "                                         every parameter's gradient against finite differences\n"
     "                                         (fp64); exit 5 above the tolerance\n"
@@ -69,6 +73,9 @@ typedef struct {
   const char *svg, *out, *candidates, *budget; /* plan --svg, trace/build -o, sweep --candidates/--budget */
   const char *arch;                            /* build --arch */
   int sms;                                     /* build --sms */
+  int nproc;                                   /* run --nproc: data-parallel ranks on this host */
+  double comm_timeout;                         /* run --comm-timeout SECONDS */
+  bool dp_join;                                /* run --dp-join */
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
@@ -89,6 +96,18 @@ static int parse_args(int argc, char **argv, Args *a) {
       }
     }
     else if (strcmp(s, "--arch") == 0 && i + 1 < argc) a->arch = argv[++i];
+    else if (strcmp(s, "--dp-join") == 0) a->dp_join = true;
+    else if ((strcmp(s, "--nproc") == 0 || strcmp(s, "--comm-timeout") == 0) && i + 1 < argc) {
+      const char *v = argv[++i];
+      char *end;
+      double x = strtod(v, &end);
+      if (*end || !(x > 0) || (s[2] == 'n' && (x != (int)x || x > 4096))) {
+        fprintf(stderr, "stepc: %s wants a positive %s, not %s\n", s, s[2] == 'n' ? "number of ranks" : "number of seconds", v);
+        return -1;
+      }
+      if (s[2] == 'n') a->nproc = (int)x;
+      else a->comm_timeout = x;
+    }
     else if ((strcmp(s, "--svg") == 0 || strcmp(s, "-o") == 0 || strcmp(s, "--candidates") == 0 ||
               strcmp(s, "--budget") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
@@ -171,8 +190,19 @@ static bool is_dir(const char *p) {
 /* stepc run DIR, and SPEC through its cached artifact: the artifact's own libstep.so runs it
  * (run_artifact.c), the path a trainer embeds. */
 static int run_dir(const Args *a, const char *dir, bool cuda) {
+  if (a->nproc > 1) { /* one process per rank, each this same verb on DIR */
+    char steps[32], threads[32], timeout[64];
+    char *args[16];
+    int n = 0;
+    args[n++] = "--device", args[n++] = cuda ? "cuda" : "cpu";
+    if (a->steps) snprintf(steps, sizeof steps, "%d", a->steps), args[n++] = "--steps", args[n++] = steps;
+    if (a->threads) snprintf(threads, sizeof threads, "%d", a->threads), args[n++] = "--threads", args[n++] = threads;
+    if (a->comm_timeout > 0) snprintf(timeout, sizeof timeout, "%.17g", a->comm_timeout), args[n++] = "--comm-timeout", args[n++] = timeout;
+    if (a->json) args[n++] = "--json";
+    return run_nproc(dir, a->nproc, args, n, stderr);
+  }
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads, .graph_mode = -1};
+                     .threads = a->threads, .graph_mode = -1, .dp_join = a->dp_join, .comm_timeout_s = a->comm_timeout};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
@@ -19,6 +20,7 @@ typedef struct {
   stepc_status (*get_info)(const stepc_t *, stepc_info *);
   stepc_status (*step)(stepc_t *, stepc_step_stats *);
   stepc_status (*get_measure)(stepc_t *, stepc_measure *);
+  stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -40,6 +42,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
     api->lib = NULL;
     return -1;
   }
+  SYM(options_from_env, "stepc_options_from_env");
   return 0;
 }
 
@@ -55,6 +58,15 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   opt.device = o->device;
   opt.cpu_threads = o->threads;
   opt.graph_mode = o->graph_mode;
+  /* under torchrun, mpirun, srun or --nproc this process is one rank of a data-parallel job */
+  if (api.options_from_env) api.options_from_env(&opt);
+  else if (getenv("WORLD_SIZE")) {
+    snprintf(err, nerr, "%s/libstep.so predates data parallel (stepc.h API 3): rebuild the artifact", dir);
+    dlclose(api.lib);
+    return STEPC_ERR_MISMATCH;
+  }
+  if (o->dp_join) opt.dp_join = 1;
+  if (o->comm_timeout_s > 0) opt.comm_timeout_s = o->comm_timeout_s;
   stepc_t *s = NULL;
   stepc_status st = api.open(dir, &opt, &s);
   if (st != STEPC_OK) {
@@ -63,7 +75,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     dlclose(api.lib);
     return st;
   }
-  stepc_info in;
+  stepc_info in = {0};
   api.get_info(s, &in);
   int steps = o->steps > 0 ? o->steps : (int)in.train_iters;
   if (o->json) {
@@ -71,10 +83,13 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);
-    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"steps\": [", in.graph_mode, in.generated ? "true" : "false");
+    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"world_size\": %d, \"rank\": %d, \"steps\": [", in.graph_mode,
+            in.generated ? "true" : "false", in.world_size, in.rank);
   } else {
-    fprintf(out, "%s: %s%s%s (%s), %s\n", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
+    fprintf(out, "%s: %s%s%s (%s), %s", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
             in.generated ? "the artifact's compiled step.c" : "stepc's library loop (no generated step)");
+    if (in.world_size > 1) fprintf(out, ", rank %d of %d data-parallel ranks", in.rank, in.world_size);
+    fprintf(out, "\n");
   }
   for (int i = 0; i < steps; i++) {
     stepc_step_stats ss;

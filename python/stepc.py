@@ -27,7 +27,7 @@ import sys
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 1  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 3  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -70,6 +70,13 @@ class _Options(ctypes.Structure):
         ("cpu_threads", ctypes.c_int),
         ("graph_mode", ctypes.c_int),
         ("use_generated_step", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("local_rank", ctypes.c_int),
+        ("dp_join", ctypes.c_int),
+        ("master_port", ctypes.c_int),
+        ("comm_timeout_s", ctypes.c_double),
+        ("master_addr", ctypes.c_char * 256),
     ]
 
 
@@ -87,6 +94,10 @@ class _Info(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("train_iters", ctypes.c_int64),
         ("step", ctypes.c_int64),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("distributed_optimizer", ctypes.c_int),
+        ("pad", ctypes.c_int),
     ]
 
 
@@ -128,6 +139,9 @@ class Info:
     seed: int
     train_iters: int
     step: int  # optimizer steps taken
+    rank: int = 0  # this process's data-parallel rank
+    world_size: int = 1  # data-parallel ranks (docs/data-parallel.md)
+    distributed_optimizer: bool = False  # optimizer state sharded over the ranks
 
     @property
     def batch_shape(self):
@@ -282,6 +296,8 @@ class Step:
         for k in ("device", "gpu", "graph_mode"):
             d[k] = _decode(d[k])
         d["generated"] = bool(d["generated"])
+        d["distributed_optimizer"] = bool(d["distributed_optimizer"])
+        d.pop("pad")
         return Info(**d)
 
     def measure(self):

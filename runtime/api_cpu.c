@@ -27,8 +27,47 @@ static int cpu_init(stepc_t *s, uint64_t seed) {
   return 0;
 }
 
+/* Bucket k's main gradients := their average over the ranks: packed into one buffer, summed in
+ * rank order by the host communicator (rank 0 + rank 1 + ...: on one rank with N micro-batches
+ * the same additions happen in the same order, so DP N is bitwise DP 1), divided by N. */
+static int cpu_reduce_bucket(stepc_t *s, int k) {
+  const ImgBucket *b = &s->im.bucket[k];
+  const int32_t *gr = s->im.bucket_grad + b->first;
+  size_t n = 0;
+  for (int i = 0; i < b->ngrads; i++) n += (size_t)tensor_numel(&s->g->t[gr[i]]);
+  if (n > s->ndp_buf) {
+    float *p = realloc(s->dp_buf, n * sizeof *p);
+    if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
+    s->dp_buf = p, s->ndp_buf = n;
+  }
+  size_t at = 0;
+  for (int i = 0; i < b->ngrads; i++) {
+    size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+    memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
+    at += m;
+  }
+  if (rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)), -1;
+  float w = (float)s->world;
+  at = 0;
+  for (int i = 0; i < b->ngrads; i++) {
+    size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+    float *dst = cpu_exec_ptr(ex(s), gr[i]);
+    for (size_t j = 0; j < m; j++) dst[j] = s->dp_buf[at + j] / w;
+    at += m;
+  }
+  return 0;
+}
+
+/* One program point, then the buckets that fire after it (last micro-batch, data parallel). */
+static int cpu_point(stepc_t *s, int q) {
+  plan_exec_point(cpu(s)->x, q);
+  return api_dp_after_point(s, q, cpu_reduce_bucket);
+}
+
 static int run_range(stepc_t *s, int lo, int hi) {
-  for (int q = lo; q < hi; q++) plan_exec_point(cpu(s)->x, q);
+  for (int q = lo; q < hi; q++)
+    if (cpu_point(s, q)) return -1;
   return 0;
 }
 
@@ -38,8 +77,10 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   double t0 = now_ms(), loss = 0;
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
-    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, mb, s->err, sizeof s->err) != 0)
+    /* the data and the dropout key are the global micro-batch's (api_dp_micro) */
+    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, api_dp_micro(s, mb), s->err, sizeof s->err) != 0)
       return -1;
+    s->dp_last_micro = mb == g->num_microbatches - 1;
     s->next_point = 0;
     if (s->gen ? s->gen->micro((stepc_gen_ctx *)s) : run_range(s, 0, nmicro)) return -1;
     if (s->gen && s->next_point != nmicro) {
@@ -48,12 +89,13 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
     }
     loss += cpu_exec_get(ex(s), g->loss, 0);
   }
+  s->dp_last_micro = false;
   if (s->gen ? s->gen->tail((stepc_gen_ctx *)s) : run_range(s, nmicro, npts)) return -1;
   if (s->gen && s->next_point != npts) {
     api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, npts);
     return -1;
   }
-  st->loss = loss / (double)g->num_microbatches;
+  if (api_dp_loss(s, loss, &st->loss)) return -1;
   st->lr = cpu_exec_get(ex(s), g->lr, 0);
   st->grad_norm = cpu_exec_get(ex(s), g->grad_norm, 0);
   st->ms = now_ms() - t0;
@@ -63,8 +105,7 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
 static int cpu_run_point(stepc_t *s, int point, int op, int kind) {
   /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
   int at = plan_exec_op_at(cpu(s)->x, point);
-  if (api_check_point(s, point, at, op, kind)) return -1;
-  plan_exec_point(cpu(s)->x, point);
+  if (api_check_point(s, point, at, op, kind) || cpu_point(s, point)) return -1;
   return 1; /* done here: step.c skips the op's CUDA launches */
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/comm_nccl.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/scoped.h"
 
@@ -31,6 +32,8 @@ typedef struct {
   float *losses;
   int32_t *tok, *tg;  /* one step's staged batch, (num_microbatches, B*T) */
   uint64_t *seeds;
+  RtNccl *nccl;     /* data parallel: the ranks' NCCL communicator */
+  bool nccl_failed;
 } ApiCuda;
 
 static ApiCuda *cu(stepc_t *s) { return s->impl; }
@@ -44,12 +47,35 @@ static int dev_fail(stepc_t *s) {
 
 static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
 
+/* Bucket k's main gradients := their average over the ranks, by NCCL on stepc's stream: ordered
+ * after the op that completed them and before everything after it, and captured with the step
+ * into the full-iteration graph. One all-reduce per gradient tensor (they need not be adjacent in
+ * the arena). */
+static int cuda_reduce_bucket(stepc_t *s, int k) {
+  ApiCuda *c = cu(s);
+  const ImgBucket *b = &s->im.bucket[k];
+  for (int i = 0; i < b->ngrads; i++) {
+    int t = s->im.bucket_grad[b->first + i];
+    char err[400];
+    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err,
+                                  sizeof err)) {
+      c->nccl_failed = true;
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, err), -1;
+    }
+  }
+  return 0;
+}
+
 static int enqueue_generated(stepc_t *s) {
   ApiCuda *c = cu(s);
   for (int mb = 0; mb < c->x->nmb; mb++) {
     s->next_point = 0;
+    s->dp_last_micro = c->nccl && mb == c->x->nmb - 1;
     if (rt_exec_micro_begin(c->x, mb)) return dev_fail(s); /* inputs and dropout seed of this micro-batch */
     if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
+    /* the buckets after the micro program's last op (cuda_run_point fires the earlier ones) */
+    if (api_dp_after_point(s, c->nmicro - 1, cuda_reduce_bucket)) return -1;
+    s->dp_last_micro = false;
     if (s->next_point != c->nmicro)
       return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
     if (rt_exec_micro_end(c->x, mb)) return dev_fail(s);
@@ -81,6 +107,8 @@ static int enqueue(stepc_t *s) {
 
 static int cuda_run_point(stepc_t *s, int point, int op, int kind) {
   ApiCuda *c = cu(s);
+  /* step.c has enqueued point-1's work: the buckets that op completes go on the stream now */
+  if (point > 0 && point < c->nmicro && api_dp_after_point(s, point - 1, cuda_reduce_bucket)) return -1;
   int at = point >= 0 && point < c->npoints ? c->point_op[point] : -1;
   return api_check_point(s, point, at, op, kind) ? -1 : 0; /* step.c launches its work next */
 }
@@ -161,9 +189,10 @@ static int stage(stepc_t *s, int64_t step) {
   int64_t b = t->shape[0], T = t->shape[1];
   CpuData *data = &s->data.base;
   for (int mb = 0; mb < g->num_microbatches; mb++) {
-    if (data->fill(data, step, mb, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
+    int64_t gm = api_dp_micro(s, mb); /* this rank's share of the global batch */
+    if (data->fill(data, step, gm, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
       return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld", (long long)step), -1;
-    c->seeds[mb] = step_seed(s->im.f.seed, step, mb);
+    c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
   return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
 }
@@ -198,7 +227,12 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
     return dev_fail(s);
   for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
-  st->loss = loss / (double)c->x->nmb;
+  char nerr[400];
+  if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", nerr), -1;
+  }
+  if (api_dp_loss(s, loss, &st->loss)) return -1;
   st->lr = lr;
   st->grad_norm = gn;
   st->replayed = replay;
@@ -242,6 +276,7 @@ static void cuda_free(stepc_t *s) {
     rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
     rt_exec_free(c->x);
+    rt_nccl_free(c->nccl, c->nccl_failed);
     rt_close(c->d);
   }
   free(c->point_op), free(c->op_point), free(c->losses), free(c->tok), free(c->tg), free(c->seeds);
@@ -273,7 +308,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  int rc = rt_open(&c->dev);
+  int rc = rt_open_device(&c->dev, s->opt.local_rank);
   if (rc != RT_OK) {
     api_fail(s, rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME, "%s", c->dev.err);
     if (c->dev.lib) rt_close(&c->dev);
@@ -320,5 +355,28 @@ stepc_status api_cuda_open(stepc_t *s) {
   for (int q = 0; q < c->npoints; q++) c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
   if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
+  return STEPC_OK;
+}
+
+stepc_status api_cuda_dp_join(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
+  /* the buckets fire from step.c's program points; the library's loop and the per-scope graphs
+   * have no such hook yet */
+  if (!s->gen)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs the artifact's step.c (libstep.so), not the library loop");
+  if (c->scoped)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
+  for (int k = 0; k < s->im.nbucket_grad; k++)
+    if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
+      return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32", s->g->t[s->im.bucket_grad[k]].name);
+  char err[600];
+  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
+  stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
+  if (st != STEPC_OK) return st;
+  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+  }
   return STEPC_OK;
 }

@@ -98,6 +98,8 @@ struct RtDevice {
 /* ---- driver.c: open / close ---- */
 /* RT_NO_DEVICE when there is no driver or no device (the message says which). */
 int rt_open(RtDevice *d);
+/* The same on device `ordinal` (a data-parallel rank's LOCAL_RANK): one process per GPU. */
+int rt_open_device(RtDevice *d, int ordinal);
 void rt_close(RtDevice *d);
 /* Records a driver failure ("what: CUDA_ERROR_..."); returns RT_ERROR, or RT_OK for success. */
 int rt_check(RtDevice *d, CUresult r, const char *what);
