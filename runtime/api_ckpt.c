@@ -176,8 +176,7 @@ stepc_status stepc_load_params(stepc_t *s, const char *path) {
 
 static void join(char *out, size_t n, const char *dir, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 
-stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
-  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+static stepc_status save_all(stepc_t *s, const char *dir) {
   if (mkdir(dir, 0777) != 0) {
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return api_fail(s, STEPC_ERR_IO, "cannot create the directory %s", dir);
@@ -201,12 +200,22 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
   fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->im.f.fingerprint);
   json_write_string(f, s->im.f.recipe);
-  fprintf(f, "\n}\n");
+  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s\n}\n", s->world, s->im.f.dist_opt ? "true" : "false");
   if (fclose(f) != 0 || rename(tmp, path) != 0) {
     remove(tmp);
     return api_fail(s, STEPC_ERR_IO, "cannot write %s", path);
   }
   return STEPC_OK;
+}
+
+stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
+  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+  /* data parallel: every rank holds the same parameters and optimizer state, so rank 0 writes the
+   * one copy; the barrier makes the checkpoint complete on every rank's return */
+  stepc_status st = !s->comm || s->rank == 0 ? save_all(s, dir) : STEPC_OK;
+  if (s->comm && rt_comm_barrier(s->comm) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
+  return st;
 }
 
 /* The integer after "key": in a small JSON object we wrote; -1 when absent. */

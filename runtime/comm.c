@@ -105,9 +105,12 @@ static int io_all(int fd, void *buf, size_t n, int sending, double deadline) {
 static int xfer(RtComm *c, int fd, int peer, void *buf, size_t n, int sending) {
   int r = io_all(fd, buf, n, sending, now_s() + c->timeout_s);
   if (r == 0) return 0;
+  if (r == 1 && peer == 0) /* rank 0 answers once every rank has sent: the one that hangs may be any */
+    return comm_fail(c, "rank %d: rank 0 did not answer within %.0f s (the communicator's timeout): a rank hangs or is far "
+                     "behind (rank 0's error names it)", c->rank, c->timeout_s);
   if (r == 1)
-    return comm_fail(c, "rank %d: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind",
-                     c->rank, peer, sending ? "take our data" : "send its data", c->timeout_s);
+    return comm_fail(c, "rank 0: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind", peer,
+                     sending ? "take our data" : "send its data", c->timeout_s);
   if (r == 2 && peer == 0)
     return comm_fail(c, "rank %d: rank 0 closed the connection: a rank failed or exited (its own error says why)", c->rank);
   if (r == 2) return comm_fail(c, "rank 0: rank %d closed its connection: it exited or failed", peer);

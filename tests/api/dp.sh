@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# dp.sh STEPC TEST_DP — data parallel on the CPU device (issue 12), bitwise:
+#   DP 2 and DP 4 (one micro-batch of 4 sequences per rank) against DP 1 with 2 and 4 accumulated
+#   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
+#   threads (test_dp) and as processes (stepc run --nproc, the artifact's own step.c);
+#   a resumed DP run against the uninterrupted one; a rank that exits, one that hangs; a rank with
+#   another artifact; an artifact of DP N opened alone.
+set -uo pipefail
+stepc=$1 t=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+build() { "$stepc" build models/tiny.lua "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
+build dp1_2 train.global_batch_size=8
+build dp2 train.world_size=2 train.global_batch_size=8
+build dp1_4 train.global_batch_size=16
+build dp4 train.world_size=4 train.global_batch_size=16
+build dp2_other train.world_size=2 train.global_batch_size=8 model.num_layers=2
+STEPS=${DP_STEPS:-4}
+"$t" equal "$tmp/dp1_2" "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
+"$t" equal "$tmp/dp1_4" "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
+"$t" resume "$tmp/dp2" 2 "$STEPS" 2 "$tmp" || fail "DP 2 resume"
+"$t" exit "$tmp/dp2" 2 || fail "a rank that exits"
+"$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"
+"$t" refuse "$tmp/dp2" "$tmp/dp2_other" 2 || fail "a rank with another artifact"
+"$t" world "$tmp/dp2" || fail "DP 2 opened alone"
+# processes: stepc run --nproc through libstep.so (step.c), the losses' bits against DP 1's
+losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(x["loss"].hex()+" "+x["grad_norm"].hex() for x in d["steps"]))' "$1"; }
+"$stepc" run "$tmp/dp1_4" --device cpu --steps 3 --json >"$tmp/r1.json" || fail "stepc run DP 1"
+"$stepc" run "$tmp/dp4" --device cpu --steps 3 --nproc 4 --json >"$tmp/r4.json" 2>"$tmp/r4.err" || { cat "$tmp/r4.err"; fail "stepc run --nproc 4"; }
+diff <(losses "$tmp/r1.json") <(losses "$tmp/r4.json") || fail "stepc run --nproc 4 differs from DP 1"
+echo "ok: stepc run --nproc 4 (processes, step.c) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
+"$stepc" run "$tmp/dp2" --device cpu --steps 2 >"$tmp/alone.out" 2>"$tmp/alone.err" && fail "DP 2 run alone should be refused"
+grep -q "planned for 2 data-parallel ranks" "$tmp/alone.err" || { cat "$tmp/alone.err"; fail "no clear message for DP 2 alone"; }
+echo "ok: data parallel on the CPU device"

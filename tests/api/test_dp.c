@@ -1,0 +1,274 @@
+/* test_dp.c — data parallel on the CPU device, ranks as threads of this process (each its own
+ * stepc handle, joined over TCP on 127.0.0.1 like separate processes). tests/api/dp.sh builds the
+ * artifacts and runs each mode:
+ *
+ *   test_dp equal  ART1 ARTN N STEPS       DP N (one micro-batch per rank) = DP 1 with N micro-batches:
+ *                                          every loss and grad norm, every parameter byte on every rank
+ *   test_dp resume ARTN N STEPS K TMP      K steps, checkpoint, fresh handles resumed = STEPS straight
+ *   test_dp exit   ARTN N                  the last rank leaves after step 1: the others fail, naming it
+ *   test_dp hang   ARTN N                  the last rank stops calling: the others fail within the timeout
+ *   test_dp refuse ARTN OTHER N            rank 1 opens another artifact: every rank is refused at open
+ *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
+ *
+ * Prints what it compares; exit 0 on success. */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/stepc.h"
+
+#define MAXR 8
+#define MAXS 64
+#define TIMEOUT_S 3.0 /* the fault modes' communicator timeout */
+
+static int fails;
+#define CHECK(c, ...)                                                                                      \
+  do {                                                                                                     \
+    if (!(c)) {                                                                                            \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
+      fprintf(stderr, __VA_ARGS__);                                                                        \
+      fprintf(stderr, "\n");                                                                               \
+      fails++;                                                                                             \
+    }                                                                                                      \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+typedef enum { ACT_RUN, ACT_EXIT_AFTER_1, ACT_HANG_AFTER_1 } Action;
+
+typedef struct {
+  const char *art;
+  int rank, world, port, steps;
+  Action act;
+  const char *load, *save; /* checkpoint to resume from / to write after the steps */
+  const char *params;      /* where to save the parameters at the end */
+  /* out */
+  stepc_status open_st, step_st;
+  char err[1024];
+  double loss[MAXS], gnorm[MAXS];
+  int done;
+  double fail_after_s;     /* seconds from the last good step to the failing call */
+} Rank;
+
+static void *rank_main(void *p) {
+  Rank *r = p;
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  o.cpu_threads = 1;
+  o.rank = r->rank, o.world_size = r->world, o.master_port = r->port;
+  o.comm_timeout_s = TIMEOUT_S;
+  stepc_t *s = NULL;
+  r->open_st = stepc_open(r->art, &o, &s);
+  if (r->open_st != STEPC_OK) {
+    snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+    stepc_close(s);
+    return NULL;
+  }
+  if (r->load && (r->step_st = stepc_load_checkpoint(s, r->load)) != STEPC_OK) {
+    snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+    stepc_close(s);
+    return NULL;
+  }
+  stepc_info in;
+  stepc_get_info(s, &in);
+  double t = now_s();
+  for (int i = (int)in.step; i < r->steps; i++) {
+    if (r->act == ACT_EXIT_AFTER_1 && r->done == 1) break;
+    if (r->act == ACT_HANG_AFTER_1 && r->done == 1) {
+      /* alive, connected, silent: only the timeout can tell the others */
+      struct timespec ts = {(time_t)(3 * TIMEOUT_S), 0};
+      nanosleep(&ts, NULL);
+      break;
+    }
+    stepc_step_stats st;
+    r->step_st = stepc_step(s, &st);
+    if (r->step_st != STEPC_OK) {
+      r->fail_after_s = now_s() - t;
+      snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+      break;
+    }
+    t = now_s();
+    r->loss[i] = st.loss, r->gnorm[i] = st.grad_norm;
+    r->done++;
+  }
+  if (r->step_st == STEPC_OK && r->save) r->step_st = stepc_save_checkpoint(s, r->save);
+  if (r->step_st == STEPC_OK && r->params) r->step_st = stepc_save_params(s, r->params);
+  if (r->step_st != STEPC_OK && !r->err[0]) snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+  stepc_close(s);
+  return NULL;
+}
+
+static void run_ranks(Rank *r, int n) {
+  pthread_t th[MAXR];
+  for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, rank_main, &r[i]);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+/* The tensor bytes of a safetensors file (after its header): malloc'ed, *n their count. */
+static unsigned char *tensor_bytes(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  uint64_t h = 0;
+  unsigned char *buf = NULL;
+  long size = 0;
+  if (fread(&h, 8, 1, f) == 1 && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > (long)(8 + h) &&
+      fseek(f, (long)(8 + h), SEEK_SET) == 0) {
+    *n = (size_t)size - 8 - h;
+    buf = malloc(*n);
+    if (buf && fread(buf, 1, *n, f) != *n) free(buf), buf = NULL;
+  }
+  fclose(f);
+  return buf;
+}
+
+static int same_params(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  unsigned char *x = tensor_bytes(a, &na), *y = tensor_bytes(b, &nb);
+  int ok = x && y && na == nb && memcmp(x, y, na) == 0;
+  free(x), free(y);
+  return ok;
+}
+
+static void setup(Rank *r, int n, const char *art, int steps) {
+  int port = free_port();
+  for (int i = 0; i < n; i++) r[i] = (Rank){.art = art, .rank = i, .world = n, .port = port, .steps = steps};
+}
+
+static int mode_equal(const char *art1, const char *artn, int n, int steps, const char *tmp) {
+  static Rank one[1], r[MAXR];
+  char p1[512], pr[MAXR][512];
+  snprintf(p1, sizeof p1, "%s/dp1.safetensors", tmp);
+  setup(one, 1, art1, steps);
+  one[0].params = p1;
+  run_ranks(one, 1);
+  CHECK(one[0].open_st == STEPC_OK && one[0].step_st == STEPC_OK, "DP 1: %s", one[0].err);
+  setup(r, n, artn, steps);
+  for (int i = 0; i < n; i++) snprintf(pr[i], sizeof pr[i], "%s/dp%d_rank%d.safetensors", tmp, n, i), r[i].params = pr[i];
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "DP %d rank %d: %s", n, i, r[i].err);
+  if (fails) return 1;
+  for (int k = 0; k < steps; k++) {
+    printf("step %d  DP1 loss %a grad_norm %a | DP%d", k + 1, one[0].loss[k], one[0].gnorm[k], n);
+    for (int i = 0; i < n; i++) printf(" rank%d %a", i, r[i].loss[k]);
+    printf("\n");
+    for (int i = 0; i < n; i++)
+      CHECK(r[i].loss[k] == one[0].loss[k] && r[i].gnorm[k] == one[0].gnorm[k],
+            "step %d rank %d: loss %.17g grad_norm %.17g, DP 1 %.17g %.17g", k + 1, i, r[i].loss[k], r[i].gnorm[k], one[0].loss[k],
+            one[0].gnorm[k]);
+  }
+  for (int i = 0; i < n; i++) CHECK(same_params(p1, pr[i]), "rank %d's parameters after %d steps differ from DP 1's", i, steps);
+  if (!fails) printf("ok: DP %d = DP 1 with %d micro-batches: %d steps' losses, grad norms and every parameter byte on every rank\n", n, n, steps);
+  return fails != 0;
+}
+
+static int mode_resume(const char *artn, int n, int steps, int k, const char *tmp) {
+  static Rank a[MAXR], b[MAXR], c[MAXR];
+  char pa[MAXR][512], pc[MAXR][512], ck[512];
+  snprintf(ck, sizeof ck, "%s/ckpt", tmp);
+  setup(a, n, artn, steps);
+  for (int i = 0; i < n; i++) snprintf(pa[i], sizeof pa[i], "%s/straight%d.safetensors", tmp, i), a[i].params = pa[i];
+  run_ranks(a, n);
+  setup(b, n, artn, k);
+  for (int i = 0; i < n; i++) b[i].save = ck;
+  run_ranks(b, n);
+  setup(c, n, artn, steps);
+  for (int i = 0; i < n; i++) c[i].load = ck, snprintf(pc[i], sizeof pc[i], "%s/resumed%d.safetensors", tmp, i), c[i].params = pc[i];
+  run_ranks(c, n);
+  for (int i = 0; i < n; i++)
+    CHECK(a[i].step_st == STEPC_OK && b[i].step_st == STEPC_OK && c[i].step_st == STEPC_OK && c[i].open_st == STEPC_OK,
+          "rank %d: %s%s%s", i, a[i].err, b[i].err, c[i].err);
+  if (fails) return 1;
+  for (int s = 0; s < steps; s++) {
+    double got = s < k ? b[0].loss[s] : c[0].loss[s];
+    printf("step %d  straight %a  %s %a\n", s + 1, a[0].loss[s], s < k ? "before the checkpoint" : "resumed", got);
+    for (int i = 0; i < n; i++)
+      CHECK((s < k ? b[i].loss[s] : c[i].loss[s]) == a[i].loss[s], "step %d rank %d: the resumed run's loss differs", s + 1, i);
+  }
+  for (int i = 0; i < n; i++) CHECK(same_params(pa[i], pc[i]), "rank %d: parameters after the resumed run differ", i);
+  if (!fails) printf("ok: DP %d resumed at step %d = the uninterrupted run (losses, every parameter byte)\n", n, k);
+  return fails != 0;
+}
+
+static int mode_fault(const char *artn, int n, Action act) {
+  static Rank r[MAXR];
+  setup(r, n, artn, 4);
+  r[n - 1].act = act;
+  double t0 = now_s();
+  run_ranks(r, n);
+  double wall = now_s() - t0;
+  for (int i = 0; i < n - 1; i++) {
+    printf("rank %d: %d steps, then (%.2f s later) %s: %s\n", i, r[i].done, r[i].fail_after_s, stepc_status_name(r[i].step_st),
+           r[i].err);
+    CHECK(r[i].open_st == STEPC_OK && r[i].done == 1 && r[i].step_st == STEPC_ERR_RUNTIME, "rank %d should fail at step 2", i);
+    /* bounded: the rank that is gone is seen at once; the silent one after the timeout (plus the
+     * step's own compute) — never an unbounded wait */
+    CHECK(r[i].fail_after_s < (act == ACT_HANG_AFTER_1 ? 2 * TIMEOUT_S + 5 : TIMEOUT_S + 5), "rank %d failed after %.1f s", i,
+          r[i].fail_after_s);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d", n - 1);
+    CHECK(i != 0 || strstr(r[i].err, want), "rank 0's message should name rank %d: %s", n - 1, r[i].err);
+    CHECK(strstr(r[i].err, act == ACT_HANG_AFTER_1 ? "within" : "closed") || (i != 0 && strstr(r[i].err, "closed")),
+          "rank %d's message: %s", i, r[i].err);
+  }
+  printf("the job ended %.2f s after it started (timeout %.0f s)\n", wall, TIMEOUT_S);
+  if (!fails) printf("ok: a rank that %s makes every other rank fail with a message within the bound\n", act == ACT_HANG_AFTER_1 ? "hangs" : "exits");
+  return fails != 0;
+}
+
+static int mode_refuse(const char *artn, const char *other, int n) {
+  static Rank r[MAXR];
+  setup(r, n, artn, 1);
+  r[1].art = other;
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++) {
+    printf("rank %d (%s): %s: %s\n", i, r[i].art, stepc_status_name(r[i].open_st), r[i].err);
+    CHECK(r[i].open_st == STEPC_ERR_MISMATCH && strstr(r[i].err, "rank 1 runs another artifact"), "rank %d should be refused at open", i);
+  }
+  if (!fails) printf("ok: a rank with another artifact is refused at open, on every rank\n");
+  return fails != 0;
+}
+
+static int mode_world(const char *artn) {
+  static Rank r[1];
+  setup(r, 1, artn, 1);
+  run_ranks(r, 1);
+  printf("alone: %s: %s\n", stepc_status_name(r[0].open_st), r[0].err);
+  CHECK(r[0].open_st == STEPC_ERR_MISMATCH && strstr(r[0].err, "planned for"), "an artifact of DP N opened alone must be refused");
+  return fails != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_dp equal|resume|exit|hang|refuse|world ARGS (see the file's comment)\n");
+    return 2;
+  }
+  const char *m = argv[1];
+  if (!strcmp(m, "equal") && argc == 7) return mode_equal(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
+  if (!strcmp(m, "resume") && argc == 7) return mode_resume(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6]);
+  if (!strcmp(m, "exit") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_EXIT_AFTER_1);
+  if (!strcmp(m, "hang") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_HANG_AFTER_1);
+  if (!strcmp(m, "refuse") && argc == 5) return mode_refuse(argv[2], argv[3], atoi(argv[4]));
+  if (!strcmp(m, "world") && argc == 3) return mode_world(argv[2]);
+  fprintf(stderr, "test_dp: bad arguments for %s\n", m);
+  return 2;
+}
