@@ -367,6 +367,9 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs the artifact's step.c (libstep.so), not the library loop");
   if (c->scoped)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
+  if (s->im.f.dist_opt && s->world > 1)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer (ZeRO-1) runs on the cpu device only so far; on cuda "
+                                              "train with optimizer.use_distributed_optimizer=false");
   for (int k = 0; k < s->im.nbucket_grad; k++)
     if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
       return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32", s->g->t[s->im.bucket_grad[k]].name);

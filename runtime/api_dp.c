@@ -17,6 +17,37 @@ stepc_status stepc_options_from_env(stepc_options *o) {
   return STEPC_OK;
 }
 
+/* ZeRO-1's shards, as Megatron cuts them: each bucket's elements in N contiguous ranges, one per
+ * rank, here at whole-tensor granularity (a main gradient belongs to the rank whose range holds
+ * its first element), so each rank updates about 1/N of every bucket. The param, master and
+ * moments an AdamW op updates follow its gradient. */
+static stepc_status zero_owners(stepc_t *s) {
+  const StepImage *im = &s->im;
+  const Graph *g = im->g;
+  s->owner = malloc(((size_t)g->nt + 1) * sizeof *s->owner);
+  s->zero_sumsq = calloc((size_t)g->nt + 1, sizeof *s->zero_sumsq);
+  if (!s->owner || !s->zero_sumsq) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int t = 0; t < g->nt; t++) s->owner[t] = -1;
+  for (int k = 0; k < im->nbucket; k++) {
+    const ImgBucket *b = &im->bucket[k];
+    int64_t at = 0;
+    for (int i = 0; i < b->ngrads; i++) {
+      int t = im->bucket_grad[b->first + i];
+      s->owner[t] = (int)(at * s->world / (b->params > 0 ? b->params : 1));
+      at += tensor_numel(&g->t[t]);
+    }
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADAMW) continue;
+    int r = s->owner[op->in[0]];
+    for (int j = 0; j < op->nout; j++) s->owner[op->out[j]] = r;
+  }
+  return STEPC_OK;
+}
+
+bool api_dp_not_mine(const stepc_t *s, int t) { return s->owner && s->owner[t] >= 0 && s->owner[t] != s->rank; }
+
 stepc_status api_dp_check(stepc_t *s) {
   const stepc_options *o = &s->opt;
   int world = o->world_size > 1 ? o->world_size : 1;
@@ -44,6 +75,7 @@ stepc_status api_dp_check(stepc_t *s) {
       return api_fail(s, STEPC_ERR_IO, "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
                       "artifact", s->dir, k, im->bucket[k].after_op);
   }
+  if (im->f.dist_opt) return zero_owners(s);
   return STEPC_OK;
 }
 
@@ -71,8 +103,8 @@ stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, cha
 void api_dp_free(stepc_t *s) {
   rt_comm_free(s->comm);
   s->comm = NULL;
-  free(s->bucket_point), free(s->dp_buf);
-  s->bucket_point = NULL, s->dp_buf = NULL;
+  free(s->bucket_point), free(s->dp_buf), free(s->owner), free(s->zero_sumsq);
+  s->bucket_point = NULL, s->dp_buf = NULL, s->owner = NULL, s->zero_sumsq = NULL;
 }
 
 int64_t api_dp_micro(const stepc_t *s, int64_t mb) { return mb * s->world + s->rank; }

@@ -70,6 +70,10 @@ struct stepc {
   bool dp_last_micro;    /* the micro-batch running now is the step's last: buckets fire */
   float *dp_buf;         /* the CPU device's staging for one bucket */
   size_t ndp_buf;
+  /* distributed optimizer (ZeRO-1): per tensor, the rank that owns it — a main gradient, its
+   * param, master and moments — or -1 (not sharded: activations, the optimizer's scalars) */
+  int *owner;
+  double *zero_sumsq;    /* per tensor: the owner's sum of squares of its reduced gradient */
 };
 
 /* Records the first message of a failing call and returns st. */
@@ -96,6 +100,10 @@ int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket))
 /* The step's loss: this rank's sum over its micro-batches in, the mean over every rank's out (the
  * sum in rank order, as DP 1 sums its micro-batches). 0, or -1 with the message. */
 int api_dp_loss(stepc_t *s, double local_sum, double *mean);
+/* 1 when tensor t's optimizer state lives on another rank (ZeRO-1): not saved or loaded here. */
+bool api_dp_not_mine(const stepc_t *s, int t);
+/* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */
+int api_cpu_zero_gather(stepc_t *s);
 
 /* The generated step's checks shared by the backends: the call at `point` is the one expected. */
 int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);

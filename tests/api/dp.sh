@@ -15,10 +15,17 @@ build dp1_2 train.global_batch_size=8
 build dp2 train.world_size=2 train.global_batch_size=8
 build dp1_4 train.global_batch_size=16
 build dp4 train.world_size=4 train.global_batch_size=16
+build zero2 train.world_size=2 train.global_batch_size=8 optimizer.use_distributed_optimizer=true
+build zero4 train.world_size=4 train.global_batch_size=16 optimizer.use_distributed_optimizer=true
 build dp2_other train.world_size=2 train.global_batch_size=8 model.num_layers=2
 STEPS=${DP_STEPS:-4}
-"$t" equal "$tmp/dp1_2" "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
-"$t" equal "$tmp/dp1_4" "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
+"$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
+"$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
+# the distributed optimizer (ZeRO-1): bitwise plain DP; its sharded checkpoint resumes bitwise
+"$t" equal "$tmp/dp2" 2 "$tmp/zero2" 2 "$STEPS" "$tmp" || fail "ZeRO-1 on 2 ranks against DP 2"
+"$t" equal "$tmp/dp4" 4 "$tmp/zero4" 4 "$STEPS" "$tmp" || fail "ZeRO-1 on 4 ranks against DP 4"
+"$t" resume "$tmp/zero4" 4 "$STEPS" 2 "$tmp" || fail "ZeRO-1 resume"
+"$t" reshard "$tmp/zero2" 2 "$tmp/zero4" 4 "$tmp" || fail "a ZeRO-1 checkpoint under another world size"
 "$t" resume "$tmp/dp2" 2 "$STEPS" 2 "$tmp" || fail "DP 2 resume"
 "$t" exit "$tmp/dp2" 2 || fail "a rank that exits"
 "$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"

@@ -2,13 +2,15 @@
  * stepc handle, joined over TCP on 127.0.0.1 like separate processes). tests/api/dp.sh builds the
  * artifacts and runs each mode:
  *
- *   test_dp equal  ART1 ARTN N STEPS       DP N (one micro-batch per rank) = DP 1 with N micro-batches:
- *                                          every loss and grad norm, every parameter byte on every rank
+ *   test_dp equal  ARTA NA ARTB NB STEPS TMP   ARTB on NB ranks = ARTA on NA ranks: every loss and grad
+ *                                          norm, every parameter byte on every rank (DP N with one
+ *                                          micro-batch per rank against DP 1 with N; ZeRO-1 against DP)
  *   test_dp resume ARTN N STEPS K TMP      K steps, checkpoint, fresh handles resumed = STEPS straight
  *   test_dp exit   ARTN N                  the last rank leaves after step 1: the others fail, naming it
  *   test_dp hang   ARTN N                  the last rank stops calling: the others fail within the timeout
  *   test_dp refuse ARTN OTHER N            rank 1 opens another artifact: every rank is refused at open
  *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
+ *   test_dp reshard ARTA NA ARTB NB TMP    a ZeRO-1 checkpoint of NA ranks loaded by NB ranks: refused
  *
  * Prints what it compares; exit 0 on success. */
 #include <netinet/in.h>
@@ -154,30 +156,50 @@ static void setup(Rank *r, int n, const char *art, int steps) {
   for (int i = 0; i < n; i++) r[i] = (Rank){.art = art, .rank = i, .world = n, .port = port, .steps = steps};
 }
 
-static int mode_equal(const char *art1, const char *artn, int n, int steps, const char *tmp) {
-  static Rank one[1], r[MAXR];
-  char p1[512], pr[MAXR][512];
-  snprintf(p1, sizeof p1, "%s/dp1.safetensors", tmp);
-  setup(one, 1, art1, steps);
-  one[0].params = p1;
-  run_ranks(one, 1);
-  CHECK(one[0].open_st == STEPC_OK && one[0].step_st == STEPC_OK, "DP 1: %s", one[0].err);
-  setup(r, n, artn, steps);
-  for (int i = 0; i < n; i++) snprintf(pr[i], sizeof pr[i], "%s/dp%d_rank%d.safetensors", tmp, n, i), r[i].params = pr[i];
-  run_ranks(r, n);
-  for (int i = 0; i < n; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "DP %d rank %d: %s", n, i, r[i].err);
+/* ART_A on na ranks against ART_B on nb ranks: every loss and grad norm, every rank's parameters. */
+static int mode_equal(const char *arta, int na, const char *artb, int nb, int steps, const char *tmp) {
+  static Rank a[MAXR], r[MAXR];
+  char pa[MAXR][512], pr[MAXR][512];
+  setup(a, na, arta, steps);
+  for (int i = 0; i < na; i++) snprintf(pa[i], sizeof pa[i], "%s/a%d_rank%d.safetensors", tmp, na, i), a[i].params = pa[i];
+  run_ranks(a, na);
+  for (int i = 0; i < na; i++) CHECK(a[i].open_st == STEPC_OK && a[i].step_st == STEPC_OK, "%s rank %d: %s", arta, i, a[i].err);
+  setup(r, nb, artb, steps);
+  for (int i = 0; i < nb; i++) snprintf(pr[i], sizeof pr[i], "%s/b%d_rank%d.safetensors", tmp, nb, i), r[i].params = pr[i];
+  run_ranks(r, nb);
+  for (int i = 0; i < nb; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", artb, i, r[i].err);
   if (fails) return 1;
   for (int k = 0; k < steps; k++) {
-    printf("step %d  DP1 loss %a grad_norm %a | DP%d", k + 1, one[0].loss[k], one[0].gnorm[k], n);
-    for (int i = 0; i < n; i++) printf(" rank%d %a", i, r[i].loss[k]);
+    printf("step %d  %d rank(s): loss %a grad_norm %a | %d ranks:", k + 1, na, a[0].loss[k], a[0].gnorm[k], nb);
+    for (int i = 0; i < nb; i++) printf(" rank%d %a", i, r[i].loss[k]);
     printf("\n");
-    for (int i = 0; i < n; i++)
-      CHECK(r[i].loss[k] == one[0].loss[k] && r[i].gnorm[k] == one[0].gnorm[k],
-            "step %d rank %d: loss %.17g grad_norm %.17g, DP 1 %.17g %.17g", k + 1, i, r[i].loss[k], r[i].gnorm[k], one[0].loss[k],
-            one[0].gnorm[k]);
+    for (int i = 0; i < nb; i++)
+      CHECK(r[i].loss[k] == a[0].loss[k] && r[i].gnorm[k] == a[0].gnorm[k],
+            "step %d rank %d: loss %.17g grad_norm %.17g, the reference's %.17g %.17g", k + 1, i, r[i].loss[k], r[i].gnorm[k],
+            a[0].loss[k], a[0].gnorm[k]);
   }
-  for (int i = 0; i < n; i++) CHECK(same_params(p1, pr[i]), "rank %d's parameters after %d steps differ from DP 1's", i, steps);
-  if (!fails) printf("ok: DP %d = DP 1 with %d micro-batches: %d steps' losses, grad norms and every parameter byte on every rank\n", n, n, steps);
+  for (int i = 0; i < nb; i++) CHECK(same_params(pa[0], pr[i]), "rank %d's parameters after %d steps differ from the reference's", i, steps);
+  if (!fails) printf("ok: %s on %d ranks = %s on %d: %d steps' losses, grad norms and every parameter byte on every rank\n", artb, nb, arta, na, steps);
+  return fails != 0;
+}
+
+/* A sharded checkpoint of na ranks opened by nb ranks: refused, with the reason. */
+static int mode_reshard(const char *arta, int na, const char *artb, int nb, const char *tmp) {
+  static Rank a[MAXR], b[MAXR];
+  char ck[512];
+  snprintf(ck, sizeof ck, "%s/zero_ckpt", tmp);
+  setup(a, na, arta, 1);
+  for (int i = 0; i < na; i++) a[i].save = ck;
+  run_ranks(a, na);
+  for (int i = 0; i < na; i++) CHECK(a[i].step_st == STEPC_OK, "rank %d: %s", i, a[i].err);
+  setup(b, nb, artb, 2);
+  for (int i = 0; i < nb; i++) b[i].load = ck;
+  run_ranks(b, nb);
+  for (int i = 0; i < nb; i++) {
+    printf("rank %d of %d loading the checkpoint of %d ranks: %s: %s\n", i, nb, na, stepc_status_name(b[i].step_st), b[i].err);
+    CHECK(b[i].step_st == STEPC_ERR_MISMATCH && strstr(b[i].err, "cannot be re-cut"), "rank %d should refuse the checkpoint", i);
+  }
+  if (!fails) printf("ok: a sharded optimizer checkpoint of %d ranks is refused by %d ranks, with the reason\n", na, nb);
   return fails != 0;
 }
 
@@ -263,7 +285,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *m = argv[1];
-  if (!strcmp(m, "equal") && argc == 7) return mode_equal(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
+  if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
+  if (!strcmp(m, "reshard") && argc == 7) return mode_reshard(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "resume") && argc == 7) return mode_resume(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6]);
   if (!strcmp(m, "exit") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_EXIT_AFTER_1);
   if (!strcmp(m, "hang") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_HANG_AFTER_1);
