@@ -83,12 +83,13 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);
-    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"world_size\": %d, \"rank\": %d, \"steps\": [", in.graph_mode,
-            in.generated ? "true" : "false", in.world_size, in.rank);
+    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [",
+            in.graph_mode, in.generated ? "true" : "false", in.world_size, in.rank, in.comm ? in.comm : "none");
   } else {
     fprintf(out, "%s: %s%s%s (%s), %s", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
             in.generated ? "the artifact's compiled step.c" : "stepc's library loop (no generated step)");
-    if (in.world_size > 1) fprintf(out, ", rank %d of %d data-parallel ranks", in.rank, in.world_size);
+    if (in.world_size > 1 || (in.comm && strcmp(in.comm, "none") != 0))
+      fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
     fprintf(out, "\n");
   }
   for (int i = 0; i < steps; i++) {

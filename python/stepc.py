@@ -98,6 +98,7 @@ class _Info(ctypes.Structure):
         ("world_size", ctypes.c_int),
         ("distributed_optimizer", ctypes.c_int),
         ("pad", ctypes.c_int),
+        ("comm", ctypes.c_char_p),
     ]
 
 
@@ -142,6 +143,7 @@ class Info:
     rank: int = 0  # this process's data-parallel rank
     world_size: int = 1  # data-parallel ranks (docs/data-parallel.md)
     distributed_optimizer: bool = False  # optimizer state sharded over the ranks
+    comm: str = "none"  # the collectives: "none", "host" (cpu, rank-ordered sums) or "nccl"
 
     @property
     def batch_shape(self):
@@ -293,7 +295,7 @@ class Step:
         ci = _Info()
         self._check(self._lib.stepc_get_info(self._handle(), ctypes.byref(ci)))
         d = _struct_dict(ci)
-        for k in ("device", "gpu", "graph_mode"):
+        for k in ("device", "gpu", "graph_mode", "comm"):
             d[k] = _decode(d[k])
         d["generated"] = bool(d["generated"])
         d["distributed_optimizer"] = bool(d["distributed_optimizer"])

@@ -221,7 +221,8 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .step = s->step,
                        .rank = s->rank,
                        .world_size = s->world,
-                       .distributed_optimizer = s->im.f.dist_opt};
+                       .distributed_optimizer = s->im.f.dist_opt,
+                       .comm = !s->comm ? "none" : strcmp(s->be->name, "cuda") == 0 ? "nccl" : "host"};
   return STEPC_OK;
 }
 

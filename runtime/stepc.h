@@ -117,6 +117,7 @@ typedef struct {
   int world_size;             /* the data-parallel ranks the artifact was planned for (and runs with) */
   int distributed_optimizer;  /* 1: optimizer state sharded over the ranks (ZeRO-1) */
   int pad;
+  const char *comm;           /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl" */
 } stepc_info;
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
 
