@@ -381,5 +381,15 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
     c->nccl_failed = true;
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
   }
+  /* NCCL sets its buffers up at its first collective: run one now, eagerly, so that it never
+   * happens inside a graph capture (warm-up 0). The gradients are zero at open: their average is. */
+  if (s->im.nbucket_grad > 0) {
+    int t = s->im.bucket_grad[0];
+    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err, sizeof err)) {
+      c->nccl_failed = true;
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+    }
+    if (rt_sync(c->d)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  }
   return STEPC_OK;
 }
