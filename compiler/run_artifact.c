@@ -106,13 +106,13 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
               ss.grad_norm, ss.ms, ss.replayed ? "  (graph)" : "");
     fflush(out);
   }
-  stepc_measure m;
+  stepc_measure m = {0};
   api.get_measure(s, &m);
   if (o->json)
     fprintf(out, "], \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                 "\"replay_ops\": %lld, \"graph_nodes\": %lld}}\n",
+                 "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld}}\n",
             (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
-            (long long)m.graph_nodes);
+            (long long)m.graph_nodes, (long long)m.optimizer_state_bytes);
   else if (st == STEPC_OK)
     fprintf(out, "max allocated %.3f MB, arena %.3f MB, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
             (double)m.arena_bytes / 1e6, (double)m.predicted_peak_bytes / 1e6,

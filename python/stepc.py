@@ -121,6 +121,7 @@ class _Measure(ctypes.Structure):
         ("predicted_peak_bytes", ctypes.c_int64),
         ("replay_ops", ctypes.c_int64),
         ("graph_nodes", ctypes.c_int64),
+        ("optimizer_state_bytes", ctypes.c_int64),
     ]
 
 
@@ -173,6 +174,7 @@ class Measure:
     predicted_peak_bytes: int
     replay_ops: int
     graph_nodes: int
+    optimizer_state_bytes: int = 0  # master weights + moments this rank keeps (ZeRO-1: its shard)
 
 
 def _struct_dict(cs):

@@ -260,6 +260,10 @@ stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
   memset(m, 0, sizeof *m);
   s->be->measure(s, m);
   m->last_step_ms = s->last.ms;
+  const Graph *ng = s->im.g; /* nominal dtypes */
+  for (int t = 0; t < ng->nt; t++)
+    if ((ng->t[t].role == ROLE_MASTER || (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) && !api_dp_not_mine(s, t))
+      m->optimizer_state_bytes += ng->t[t].bytes;
   return STEPC_OK;
 }
 

@@ -182,6 +182,11 @@ typedef struct {
                                     cpu: the fp32 plan's peak */
   int64_t replay_ops;            /* recompute replay ops per micro-batch */
   int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
+  int64_t optimizer_state_bytes; /* master weights and Adam moments this rank keeps up to date, at
+                                    their nominal dtypes: all of them, or with the distributed
+                                    optimizer this rank's shard (memrank.c predicts 12/DP bytes per
+                                    parameter); the CPU arena still holds every slot (the plan is
+                                    one rank's whole step), so this is the state the rank owns */
 } stepc_measure;
 stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m);
 
