@@ -270,12 +270,16 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   long long world = 1;
   json_int(text, "world_size", &world); /* absent: a checkpoint from before data parallel, one rank */
   bool sharded = strstr(text, "\"distributed_optimizer\": true") != NULL && world > 1;
-  if ((sharded || (s->owner && s->world > 1)) && world != s->world)
+  bool job_shards = s->owner && s->world > 1;
+  if (sharded != job_shards)
     return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s holds optimizer state %s over %lld data-parallel ranks; this job has %d (and %s): the distributed "
-                    "optimizer's shards cannot be re-cut at load — resume with %lld ranks",
-                    dir, sharded ? "sharded" : "whole", world, s->world,
-                    s->owner && s->world > 1 ? "shards it" : "does not shard it", world);
+                    "%s holds the optimizer state %s; this job %s it (optimizer.use_distributed_optimizer over %d ranks): "
+                    "resume with the layout that wrote it", dir, sharded ? "sharded over the ranks" : "whole",
+                    job_shards ? "shards" : "does not shard", s->world);
+  if (sharded && world != s->world)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s holds optimizer state sharded over %lld data-parallel ranks; this job has %d: the distributed "
+                    "optimizer's shards cannot be re-cut at load — resume with %lld ranks", dir, world, s->world, world);
   join(path, sizeof path, dir, "model.safetensors");
   stepc_status st = load_roles(s, path, PARAMS, false);
   if (st != STEPC_OK) return st;
