@@ -21,6 +21,7 @@ build dp2_other train.world_size=2 train.global_batch_size=8 model.num_layers=2
 STEPS=${DP_STEPS:-4}
 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
 "$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
+TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 against DP 1, bound batches"
 # the distributed optimizer (ZeRO-1): bitwise plain DP; its sharded checkpoint resumes bitwise
 "$t" equal "$tmp/dp2" 2 "$tmp/zero2" 2 "$STEPS" "$tmp" || fail "ZeRO-1 on 2 ranks against DP 2"
 "$t" equal "$tmp/dp4" 4 "$tmp/zero4" 4 "$STEPS" "$tmp" || fail "ZeRO-1 on 4 ranks against DP 4"

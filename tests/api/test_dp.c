@@ -4,7 +4,8 @@
  *
  *   test_dp equal  ARTA NA ARTB NB STEPS TMP   ARTB on NB ranks = ARTA on NA ranks: every loss and grad
  *                                          norm, every parameter byte on every rank (DP N with one
- *                                          micro-batch per rank against DP 1 with N; ZeRO-1 against DP)
+ *                                          micro-batch per rank against DP 1 with N; ZeRO-1 against DP);
+ *                                          TEST_DP_BIND=1: each rank binds its own micro-batches
  *   test_dp resume ARTN N STEPS K TMP      K steps, checkpoint, fresh handles resumed = STEPS straight
  *   test_dp exit   ARTN N                  the last rank leaves after step 1: the others fail, naming it
  *   test_dp hang   ARTN N                  the last rank stops calling: the others fail within the timeout
@@ -64,6 +65,7 @@ typedef struct {
   Action act;
   const char *load, *save; /* checkpoint to resume from / to write after the steps */
   const char *params;      /* where to save the parameters at the end */
+  int bind;                /* bind each step's batch (this rank's micro-batches of a global batch) */
   /* out */
   stepc_status open_st, step_st;
   char err[1024];
@@ -71,6 +73,25 @@ typedef struct {
   int done;
   double fail_after_s;     /* seconds from the last good step to the failing call */
 } Rank;
+
+/* Binds this rank's micro-batches of step `step`'s global batch: global micro-batch g's tokens are
+ * a function of (step, g, i), and rank r's micro-batch mb is g = mb * world + r. */
+static stepc_status bind_global(stepc_t *s, const stepc_info *in, int rank, int world, int step) {
+  size_t per = (size_t)(in->micro_batch_size * in->seq_length), n = per * (size_t)in->num_microbatches;
+  int32_t *tok = malloc(n * sizeof *tok), *tg = malloc(n * sizeof *tg);
+  if (!tok || !tg) return free(tok), free(tg), STEPC_ERR_NOMEM;
+  for (int64_t mb = 0; mb < in->num_microbatches; mb++) {
+    uint64_t g = (uint64_t)(mb * world + rank);
+    for (size_t i = 0; i < per; i++) {
+      uint64_t h = ((uint64_t)step * 1000003u + g) * 2654435761u + i * 40503u;
+      tok[(size_t)mb * per + i] = (int32_t)((h >> 7) % (uint64_t)in->vocab_size);
+      tg[(size_t)mb * per + i] = (int32_t)((h >> 17) % (uint64_t)in->vocab_size);
+    }
+  }
+  stepc_status st = stepc_bind_batch(s, tok, tg, n);
+  free(tok), free(tg);
+  return st;
+}
 
 static void *rank_main(void *p) {
   Rank *r = p;
@@ -100,6 +121,11 @@ static void *rank_main(void *p) {
       /* alive, connected, silent: only the timeout can tell the others */
       struct timespec ts = {(time_t)(3 * TIMEOUT_S), 0};
       nanosleep(&ts, NULL);
+      break;
+    }
+    if (r->bind && bind_global(s, &in, r->rank, r->world, i + 1) != STEPC_OK) {
+      r->step_st = STEPC_ERR_ARGUMENT;
+      snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
       break;
     }
     stepc_step_stats st;
@@ -160,12 +186,13 @@ static void setup(Rank *r, int n, const char *art, int steps) {
 static int mode_equal(const char *arta, int na, const char *artb, int nb, int steps, const char *tmp) {
   static Rank a[MAXR], r[MAXR];
   char pa[MAXR][512], pr[MAXR][512];
+  int bind = getenv("TEST_DP_BIND") != NULL; /* bound batches instead of the recipe's data */
   setup(a, na, arta, steps);
-  for (int i = 0; i < na; i++) snprintf(pa[i], sizeof pa[i], "%s/a%d_rank%d.safetensors", tmp, na, i), a[i].params = pa[i];
+  for (int i = 0; i < na; i++) snprintf(pa[i], sizeof pa[i], "%s/a%d_rank%d.safetensors", tmp, na, i), a[i].params = pa[i], a[i].bind = bind;
   run_ranks(a, na);
   for (int i = 0; i < na; i++) CHECK(a[i].open_st == STEPC_OK && a[i].step_st == STEPC_OK, "%s rank %d: %s", arta, i, a[i].err);
   setup(r, nb, artb, steps);
-  for (int i = 0; i < nb; i++) snprintf(pr[i], sizeof pr[i], "%s/b%d_rank%d.safetensors", tmp, nb, i), r[i].params = pr[i];
+  for (int i = 0; i < nb; i++) snprintf(pr[i], sizeof pr[i], "%s/b%d_rank%d.safetensors", tmp, nb, i), r[i].params = pr[i], r[i].bind = bind;
   run_ranks(r, nb);
   for (int i = 0; i < nb; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", artb, i, r[i].err);
   if (fails) return 1;
@@ -179,7 +206,9 @@ static int mode_equal(const char *arta, int na, const char *artb, int nb, int st
             a[0].loss[k], a[0].gnorm[k]);
   }
   for (int i = 0; i < nb; i++) CHECK(same_params(pa[0], pr[i]), "rank %d's parameters after %d steps differ from the reference's", i, steps);
-  if (!fails) printf("ok: %s on %d ranks = %s on %d: %d steps' losses, grad norms and every parameter byte on every rank\n", artb, nb, arta, na, steps);
+  if (!fails)
+    printf("ok: %s on %d ranks = %s on %d%s: %d steps' losses, grad norms and every parameter byte on every rank\n", artb, nb, arta,
+           na, bind ? " (bound batches, each rank its own micro-batches)" : "", steps);
   return fails != 0;
 }
 
