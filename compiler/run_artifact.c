@@ -59,8 +59,13 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   opt.cpu_threads = o->threads;
   opt.graph_mode = o->graph_mode;
   /* under torchrun, mpirun, srun or --nproc this process is one rank of a data-parallel job */
-  if (api.options_from_env) api.options_from_env(&opt);
-  else if (getenv("WORLD_SIZE")) {
+  if (api.options_from_env && api.options_from_env(&opt) != STEPC_OK) {
+    snprintf(err, nerr, "the launcher's environment is malformed: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / "
+                        "SLURM_NTASKS) must be numbers with the rank below the world size, MASTER_PORT a TCP port");
+    dlclose(api.lib);
+    return STEPC_ERR_ARGUMENT;
+  }
+  if (!api.options_from_env && getenv("WORLD_SIZE")) {
     snprintf(err, nerr, "%s/libstep.so predates data parallel (stepc.h API 3): rebuild the artifact", dir);
     dlclose(api.lib);
     return STEPC_ERR_MISMATCH;

@@ -11,8 +11,11 @@ stepc_status stepc_options_from_env(stepc_options *o) {
   RtLaunchEnv e;
   char err[256];
   int r = rt_launch_env(&e, err, sizeof err);
-  if (r <= 0) return STEPC_ERR_ARGUMENT;
-  o->rank = e.rank, o->world_size = e.size, o->local_rank = e.local_rank, o->master_port = e.port, o->dp_join = 1;
+  if (r < 0) return STEPC_ERR_ARGUMENT;
+  if (r == 0) return STEPC_OK; /* no launcher: one rank, o as it was */
+  /* a launcher of one rank (srun -n 1) needs no communicator, nor NCCL */
+  o->rank = e.rank, o->world_size = e.size, o->local_rank = e.local_rank, o->master_port = e.port;
+  if (e.size > 1) o->dp_join = 1;
   snprintf(o->master_addr, sizeof o->master_addr, "%s", e.addr);
   return STEPC_OK;
 }

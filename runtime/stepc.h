@@ -82,8 +82,9 @@ stepc_options stepc_options_default(void);
 /* Fills o's rank, world_size, local_rank, master_addr and master_port from the launcher's
  * environment: torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK /
  * _SIZE / _LOCAL_RANK, else Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; MASTER_ADDR and
- * MASTER_PORT (default 127.0.0.1:29500). STEPC_OK when a launcher was found (dp_join is set),
- * STEPC_ERR_ARGUMENT when none is (o unchanged: one rank) or its values are malformed. */
+ * MASTER_PORT (default 127.0.0.1:29500). STEPC_OK: a launcher was found (o filled; dp_join set when it has more than one rank) or
+ * none was (o unchanged: one rank); STEPC_ERR_ARGUMENT: its values are malformed (a rank outside
+ * the world, not a number, MASTER_PORT not a port; o unchanged). */
 stepc_status stepc_options_from_env(stepc_options *o);
 
 typedef struct stepc stepc_t; /* opaque */

@@ -19,6 +19,7 @@ build zero2 train.world_size=2 train.global_batch_size=8 optimizer.use_distribut
 build zero4 train.world_size=4 train.global_batch_size=16 optimizer.use_distributed_optimizer=true
 build dp2_other train.world_size=2 train.global_batch_size=8 model.num_layers=2
 STEPS=${DP_STEPS:-4}
+"$t" env || fail "launcher environments"
 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
 "$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
 TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 against DP 1, bound batches"

@@ -12,6 +12,7 @@
  *   test_dp refuse ARTN OTHER N            rank 1 opens another artifact: every rank is refused at open
  *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
  *   test_dp reshard ARTA NA ARTB NB TMP    a ZeRO-1 checkpoint of NA ranks loaded by NB ranks: refused
+ *   test_dp env                            stepc_options_from_env under torchrun, mpirun and Slurm
  *
  * Prints what it compares; exit 0 on success. */
 #include <netinet/in.h>
@@ -308,8 +309,45 @@ static int mode_world(const char *artn) {
   return fails != 0;
 }
 
+/* stepc_options_from_env under each launcher's variables. */
+static int mode_env(void) {
+  static const char *all[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                              "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "MASTER_ADDR",
+                              "MASTER_PORT"};
+  static const struct {
+    const char *vars[8];
+    stepc_status st;
+    int rank, world, local, port;
+    const char *addr;
+  } C[] = {
+      {{NULL}, STEPC_OK, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "MASTER_ADDR=node7", "MASTER_PORT=1234"}, STEPC_OK, 3, 8, 1, 1234, "node7"},
+      {{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", "OMPI_COMM_WORLD_LOCAL_RANK=2"}, STEPC_OK, 5, 6, 2, 29500, "127.0.0.1"},
+      {{"SLURM_PROCID=9", "SLURM_NTASKS=16", "SLURM_LOCALID=1", "MASTER_ADDR=n0"}, STEPC_OK, 9, 16, 1, 29500, "n0"},
+      /* torchrun's variables win over Slurm's (torchrun inside an allocation) */
+      {{"SLURM_PROCID=0", "SLURM_NTASKS=2", "RANK=1", "WORLD_SIZE=4"}, STEPC_OK, 1, 4, 0, 29500, "127.0.0.1"},
+      {{"RANK=4", "WORLD_SIZE=4"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=x", "WORLD_SIZE=4"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=99999"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_LOCALID=0"}, STEPC_OK, 0, 1, 0, 29500, "127.0.0.1"}, /* alone: no communicator */
+  };
+  for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+    for (size_t v = 0; v < sizeof all / sizeof all[0]; v++) unsetenv(all[v]);
+    for (int v = 0; C[c].vars[v]; v++) putenv((char *)C[c].vars[v]);
+    stepc_options o = stepc_options_default();
+    stepc_status st = stepc_options_from_env(&o);
+    CHECK(st == C[c].st && o.rank == C[c].rank && o.world_size == C[c].world && o.local_rank == C[c].local &&
+              o.master_port == C[c].port && !strcmp(o.master_addr, C[c].addr) && o.dp_join == (st == STEPC_OK && o.world_size > 1),
+          "case %zu: status %d rank %d world %d local %d port %d addr %s", c, st, o.rank, o.world_size, o.local_rank,
+          o.master_port, o.master_addr);
+  }
+  for (size_t v = 0; v < sizeof all / sizeof all[0]; v++) unsetenv(all[v]);
+  if (!fails) printf("ok: stepc_options_from_env reads torchrun, mpirun and Slurm, refuses malformed values\n");
+  return fails != 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3) {
+  if (argc < 2) {
     fprintf(stderr, "usage: test_dp equal|resume|exit|hang|refuse|world ARGS (see the file's comment)\n");
     return 2;
   }
@@ -321,6 +359,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "hang") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_HANG_AFTER_1);
   if (!strcmp(m, "refuse") && argc == 5) return mode_refuse(argv[2], argv[3], atoi(argv[4]));
   if (!strcmp(m, "world") && argc == 3) return mode_world(argv[2]);
+  if (!strcmp(m, "env")) return mode_env();
   fprintf(stderr, "test_dp: bad arguments for %s\n", m);
   return 2;
 }
