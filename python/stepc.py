@@ -193,6 +193,7 @@ def _load(path):
     st = ctypes.c_int
     protos = {
         "stepc_options_default": (_Options, []),
+        "stepc_options_from_env": (st, [ctypes.POINTER(_Options)]),
         "stepc_open": (st, [p, ctypes.POINTER(_Options), ctypes.POINTER(h)]),
         "stepc_close": (None, [h]),
         "stepc_last_error": (p, [h]),
@@ -228,9 +229,13 @@ class Step:
     device: "auto" (cuda when a GPU is there, else the CPU reference executor), "cuda" or "cpu".
     graph_mode (cuda): None for the recipe's model.cuda_graph_impl, "eager", "full_iteration" or
     "scoped". cpu_threads: CPU executor threads, 0 for the library's default (results do not
-    depend on it). Not thread-safe: use one Step from one thread at a time."""
+    depend on it). launcher_env: read torchrun's, mpirun's or Slurm's variables (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so that this process joins a data-parallel job as one
+    rank; comm_timeout_s bounds every wait on another rank (0: 300 s). Not thread-safe: use one
+    Step from one thread at a time."""
 
-    def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0):
+    def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0, launcher_env=True,
+                 comm_timeout_s=0.0):
         if device not in _DEVICES:
             raise ValueError(f"stepc.Step: device {device!r} is not one of 'auto', 'cuda', 'cpu'")
         if graph_mode not in _GRAPH_MODES:
@@ -249,6 +254,12 @@ class Step:
         opt.device = _DEVICES[device]
         opt.graph_mode = _GRAPH_MODES[graph_mode]
         opt.cpu_threads = cpu_threads
+        # under torchrun, mpirun or srun this process is one data-parallel rank (docs/data-parallel.md)
+        if launcher_env and self._lib.stepc_options_from_env(ctypes.byref(opt)) != Status.OK:
+            raise StepcError(Status.ERR_ARGUMENT, "bad argument", "the launcher's environment is malformed: RANK / "
+                             "WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / SLURM_NTASKS) must be numbers with the "
+                             "rank below the world size, MASTER_PORT a TCP port")
+        opt.comm_timeout_s = float(comm_timeout_s)
         h = ctypes.c_void_p()
         status = self._lib.stepc_open(os.fsencode(self.artifact_dir), ctypes.byref(opt), ctypes.byref(h))
         if status != Status.OK:

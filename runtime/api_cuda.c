@@ -48,9 +48,9 @@ static int dev_fail(stepc_t *s) {
 static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
 
 /* Bucket k's main gradients := their average over the ranks, by NCCL on stepc's stream: ordered
- * after the op that completed them and before everything after it, and captured with the step
- * into the full-iteration graph. One all-reduce per gradient tensor (they need not be adjacent in
- * the arena). */
+ * after the backward that completed them and before the tail, and captured with the step into the
+ * full-iteration graph. One all-reduce per gradient tensor (they need not be adjacent in the
+ * arena). */
 static int cuda_reduce_bucket(stepc_t *s, int k) {
   ApiCuda *c = cu(s);
   const ImgBucket *b = &s->im.bucket[k];
@@ -70,12 +70,15 @@ static int enqueue_generated(stepc_t *s) {
   ApiCuda *c = cu(s);
   for (int mb = 0; mb < c->x->nmb; mb++) {
     s->next_point = 0;
-    s->dp_last_micro = c->nccl && mb == c->x->nmb - 1;
     if (rt_exec_micro_begin(c->x, mb)) return dev_fail(s); /* inputs and dropout seed of this micro-batch */
     if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
-    /* the buckets after the micro program's last op (cuda_run_point fires the earlier ones) */
-    if (api_dp_after_point(s, c->nmicro - 1, cuda_reduce_bucket)) return -1;
-    s->dp_last_micro = false;
+    /* Every bucket after the last micro-batch's backward, before the tail reads the gradients.
+     * On the one stream firing a bucket right after its op would overlap nothing, and a fused
+     * launch may write a gradient at a later point than the op the schedule names (the
+     * compiler's fusions), so the end of the micro program is the place that is always right;
+     * a communication stream is what will make the schedule's earlier points pay. */
+    for (int k = 0; c->nccl && mb == c->x->nmb - 1 && k < s->im.nbucket; k++)
+      if (cuda_reduce_bucket(s, k)) return -1;
     if (s->next_point != c->nmicro)
       return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
     if (rt_exec_micro_end(c->x, mb)) return dev_fail(s);
@@ -107,8 +110,6 @@ static int enqueue(stepc_t *s) {
 
 static int cuda_run_point(stepc_t *s, int point, int op, int kind) {
   ApiCuda *c = cu(s);
-  /* step.c has enqueued point-1's work: the buckets that op completes go on the stream now */
-  if (point > 0 && point < c->nmicro && api_dp_after_point(s, point - 1, cuda_reduce_bucket)) return -1;
   int at = point >= 0 && point < c->npoints ? c->point_op[point] : -1;
   return api_check_point(s, point, at, op, kind) ? -1 : 0; /* step.c launches its work next */
 }
