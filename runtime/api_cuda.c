@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/api_internal.h"
 #include "runtime/comm_nccl.h"
@@ -34,9 +35,16 @@ typedef struct {
   uint64_t *seeds;
   RtNccl *nccl;     /* data parallel: the ranks' NCCL communicator */
   bool nccl_failed;
+  double watch_since; /* nccl_watch: when this step's wait began */
 } ApiCuda;
 
 static ApiCuda *cu(stepc_t *s) { return s->impl; }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 static const ApiBackend CUDA_BACKEND;
 
 static int dev_fail(stepc_t *s) {
@@ -198,6 +206,25 @@ static int stage(stepc_t *s, int64_t step) {
   return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
 }
 
+/* While a data-parallel step runs: NCCL's asynchronous error (a peer gone) and the communicator's
+ * timeout, both ending in ncclCommAbort, so that the step's collectives return instead of
+ * waiting for ever on a rank that died or hangs. */
+static int nccl_watch(void *ctx) {
+  stepc_t *s = ctx;
+  ApiCuda *c = cu(s);
+  char err[400];
+  double now = now_s(), limit = s->opt.comm_timeout_s > 0 ? s->opt.comm_timeout_s : RT_COMM_DEFAULT_TIMEOUT_S;
+  if (c->watch_since == 0) c->watch_since = now;
+  if (rt_nccl_check(c->nccl, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
+  if (now - c->watch_since >= limit)
+    snprintf(err, sizeof err, "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
+             "died or hangs", limit);
+  c->nccl_failed = true;
+  rt_nccl_abort(c->nccl);
+  api_fail(s, STEPC_ERR_RUNTIME, "data parallel, rank %d: %s; NCCL aborted", s->rank, err);
+  return -1;
+}
+
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
@@ -221,9 +248,11 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
     c->captured = true;
   }
   if (rt_timer_start(d, &c->timer)) return dev_fail(s);
+  c->watch_since = 0;
   int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
   if (rc != 0) return s->err[0] ? -1 : dev_fail(s);
-  if (rt_timer_stop(d, &c->timer, &st->ms)) return dev_fail(s);
+  if (c->nccl ? rt_timer_stop_watched(d, &c->timer, &st->ms, nccl_watch, s) : rt_timer_stop(d, &c->timer, &st->ms))
+    return s->err[0] ? -1 : dev_fail(s);
   double lr = 0, gn = 0, loss = 0;
   if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
     return dev_fail(s);

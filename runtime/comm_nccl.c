@@ -93,6 +93,11 @@ int rt_nccl_check(RtNccl *n, char *err, size_t nerr) {
 
 int rt_nccl_version(const RtNccl *n) { return n->version; }
 
+void rt_nccl_abort(RtNccl *n) {
+  if (n->comm) n->ncclCommAbort(n->comm);
+  n->comm = NULL;
+}
+
 void rt_nccl_free(RtNccl *n, int failed) {
   if (!n) return;
   if (n->comm) failed ? n->ncclCommAbort(n->comm) : n->ncclCommDestroy(n->comm);

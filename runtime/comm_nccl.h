@@ -25,6 +25,8 @@ int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream
 int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
 /* NCCL's asynchronous error, if any (a peer that died, a network failure): 0, or -1 with err. */
 int rt_nccl_check(RtNccl *n, char *err, size_t nerr);
+/* ncclCommAbort now (the communicator is unusable after): its pending collectives return. */
+void rt_nccl_abort(RtNccl *n);
 /* The library's version (e.g. 22805 for 2.28.5). */
 int rt_nccl_version(const RtNccl *n);
 /* Aborts the communicator when `failed` (ncclCommAbort does not wait on peers that are gone),

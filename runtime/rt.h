@@ -30,7 +30,7 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
   X(cuMemsetD8Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)    \
   X(cuGraphExecDestroy) X(cuGraphGetNodes) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
-  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString)
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString) X(cuEventQuery)
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
 typedef enum {
@@ -184,6 +184,10 @@ void rt_timer_free(RtDevice *d, RtTimer *t);
 int rt_timer_start(RtDevice *d, RtTimer *t);
 /* Records the end, waits for it, returns milliseconds in *ms. */
 int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms);
+/* The same, waiting by polling: watch(ctx) runs while the work is not done and returns nonzero
+ * (with its message already in d->err) to stop waiting — a data-parallel step whose collectives
+ * wait on a rank that died or hangs is aborted that way instead of blocking for ever. */
+int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx);
 /* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
 int rt_mem_used(RtDevice *d, int64_t *used);
 
