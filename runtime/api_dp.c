@@ -1,6 +1,7 @@
 /* api_dp.c — data parallel behind stepc.h: the options against the plan, the rendezvous, each
  * rank's micro-batches, the buckets' firing points and the loss over the ranks. The backends
  * reduce the buckets themselves (api_cpu.c over comm.h's host collectives, api_cuda.c over NCCL). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
