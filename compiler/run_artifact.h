@@ -20,8 +20,8 @@ typedef struct {
 /* `stepc run DIR --nproc N`: N processes of this executable on this host, each `stepc run DIR`
  * as rank r under torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free
  * MASTER_PORT). Rank 0's output is ours; the others' stdout is discarded, their stderr kept with
- * a "[rank r]" prefix. Returns the exit code: 0 when every rank succeeded, else rank 0's code if it
- * failed, else the first failing rank's. child_args: the options after DIR. */
+ * a "[rank r]" prefix; each rank that fails is named with its exit status or signal. Returns the exit
+ * code: 0 when every rank succeeded, else rank 0's code if it failed, else the first failing rank's. child_args: the options after DIR. */
 int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_args, FILE *progress);
 
 /* Loads DIR/libstep.so and trains through it; prints the loss per step and the measurements to

@@ -108,12 +108,14 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
     int ws = 0;
     waitpid(pid[r], &ws, 0);
     int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    if (WIFSIGNALED(ws)) fprintf(stderr, "stepc run --nproc: rank %d was killed by signal %d\n", r, WTERMSIG(ws));
+    else if (c != 0) fprintf(stderr, "stepc run --nproc: rank %d exited %d\n", r, c);
     if (r == 0) code0 = c;
     if (c != 0 && first_bad < 0) first_bad = r, code = code ? code : c;
     if (relay_pid[r] > 0) waitpid(relay_pid[r], NULL, 0);
   }
   if (code0 != 0) code = code0;
-  if (first_bad >= 0) fprintf(stderr, "stepc run --nproc: rank %d failed first (the job exits %d)\n", first_bad, code);
+  if (first_bad >= 0) fprintf(stderr, "stepc run --nproc: the job failed (exit %d)\n", code);
   free(pid), free(relay_pid), free(argv);
   return code;
 }

@@ -39,6 +39,29 @@ losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\
 "$stepc" run "$tmp/dp4" --device cpu --steps 3 --nproc 4 --json >"$tmp/r4.json" 2>"$tmp/r4.err" || { cat "$tmp/r4.err"; fail "stepc run --nproc 4"; }
 diff <(losses "$tmp/r1.json") <(losses "$tmp/r4.json") || fail "stepc run --nproc 4 differs from DP 1"
 echo "ok: stepc run --nproc 4 (processes, step.c) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
+# processes: rank 1 of a stepc run --nproc 2 job killed (SIGKILL) mid-run: the job ends within the
+# timeout, rank 0 naming the rank that went away
+"$stepc" run "$tmp/dp2" --device cpu --steps 1000 --nproc 2 --comm-timeout 20 >"$tmp/kill.out" 2>"$tmp/kill.err" &
+job=$!
+victim=""
+for _ in $(seq 200); do # wait for rank 1's process (a child of the job) and its first step
+  for c in $(pgrep -P "$job" || true); do
+    tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx 'RANK=1' && [ "$(cat /proc/$c/comm 2>/dev/null)" = stepc ] && victim=$c
+  done
+  [ -n "$victim" ] && grep -q "step     1" "$tmp/kill.out" 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill "$job"; fail "rank 1's process never appeared"; }
+t0=$(date +%s)
+kill -9 "$victim"
+wait "$job"
+rc=$? t1=$(date +%s)
+cat "$tmp/kill.err" | grep -v "^\[rank [01]\] build" | tail -4
+[ $rc -ne 0 ] || fail "the job should fail when a rank is killed"
+[ $((t1 - t0)) -le 25 ] || fail "the job took $((t1 - t0)) s to end after rank 1 was killed (timeout 20 s)"
+grep -q "rank 1 closed its connection" "$tmp/kill.err" || fail "rank 0 should name rank 1: $(cat "$tmp/kill.err")"
+grep -q "rank 1 was killed by signal 9" "$tmp/kill.err" || fail "stepc run --nproc should say rank 1 was killed"
+echo "ok: rank 1 killed (SIGKILL) mid-run: the job ended $((t1 - t0)) s later with exit $rc, rank 0 naming rank 1"
 "$stepc" run "$tmp/dp2" --device cpu --steps 2 >"$tmp/alone.out" 2>"$tmp/alone.err" && fail "DP 2 run alone should be refused"
 grep -q "planned for 2 data-parallel ranks" "$tmp/alone.err" || { cat "$tmp/alone.err"; fail "no clear message for DP 2 alone"; }
 echo "ok: data parallel on the CPU device"
