@@ -216,7 +216,10 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
     snprintf(err, nerr, "out of memory");
     return LOWER_ERROR;
   }
-  L.g->num_microbatches = (int)(gbs / L.b > 0 ? gbs / L.b : 1);
+  /* one rank's share of the global batch: DP ranks each run gbs / (mbs * DP) micro-batches, whose
+   * loss gradients are 1 / that count; the runtime averages the ranks' gradients (Megatron's DDP) */
+  int64_t dpn = spec_data_parallel_size(s) > 0 ? spec_data_parallel_size(s) : 1;
+  L.g->num_microbatches = (int)(gbs / (L.b * dpn) > 0 ? gbs / (L.b * dpn) : 1);
   LowerBlock B = {.g = L.g, .s = s, .dt = L.dt, .b = L.b, .t = L.t, .c = L.c, .std = L.std, .out_std = L.out_std,
                   .stream = &L.stream};
   int aux = -1; /* the MoE layers' summed load-balancing loss */

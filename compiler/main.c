@@ -100,8 +100,20 @@ static bool is_dir(const char *p) {
 /* stepc run DIR, and SPEC through its cached artifact: the artifact's own libstep.so runs it
  * (run_artifact.c), the path a trainer embeds. */
 static int run_dir(const Args *a, const char *dir, bool cuda) {
+  if (a->nproc > 1) { /* one process per rank, each this same verb on DIR */
+    char steps[32], threads[32], timeout[64];
+    char *args[16];
+    int n = 0;
+    args[n++] = "--device", args[n++] = cuda ? "cuda" : "cpu";
+    if (a->steps) snprintf(steps, sizeof steps, "%d", a->steps), args[n++] = "--steps", args[n++] = steps;
+    if (a->threads) snprintf(threads, sizeof threads, "%d", a->threads), args[n++] = "--threads", args[n++] = threads;
+    if (a->comm_timeout > 0) snprintf(timeout, sizeof timeout, "%.17g", a->comm_timeout), args[n++] = "--comm-timeout", args[n++] = timeout;
+    if (a->json) args[n++] = "--json";
+    return run_nproc(dir, a->nproc, args, n, stderr);
+  }
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads, .graph_mode = -1, .profile = a->profile};
+                     .threads = a->threads, .graph_mode = -1, .profile = a->profile, .dp_join = a->dp_join,
+                     .comm_timeout_s = a->comm_timeout};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;

@@ -85,6 +85,7 @@ typedef struct {
   int64_t bytes;       /* gradient bytes reduced (fp32 main grads) */
   int64_t params;      /* elements */
   int ngrads;
+  int first;           /* its gradients are grad[first .. first + ngrads) of the Schedule */
   int after_op;        /* placed after this backward op (last micro-batch only) */
 } Bucket;
 
@@ -104,6 +105,8 @@ typedef struct {
   int nops;            /* SCHED_OP items */
   Bucket *b;
   int nb;
+  int *grad;           /* main-gradient tensor ids in the order backward completes them */
+  int ngrad;
   int nmicro;
   int64_t bucket_params; /* Megatron's DDP bucket size in elements */
 } Schedule;

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "report.h"
@@ -25,6 +26,7 @@ typedef struct {
   stepc_status (*step)(stepc_t *, stepc_step_stats *);
   stepc_status (*get_measure)(stepc_t *, stepc_measure *);
   stepc_status (*profile_step)(stepc_t *, stepc_step_stats *, double *, int64_t);
+  stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -46,6 +48,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
     api->lib = NULL;
     return -1;
   }
+  SYM(options_from_env, "stepc_options_from_env");
   return 0;
 }
 
@@ -81,6 +84,20 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   opt.device = o->device;
   opt.cpu_threads = o->threads;
   opt.graph_mode = o->graph_mode;
+  /* under torchrun, mpirun, srun or --nproc this process is one rank of a data-parallel job */
+  if (api.options_from_env && api.options_from_env(&opt) != STEPC_OK) {
+    snprintf(err, nerr, "the launcher's environment is malformed: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / "
+                        "SLURM_NTASKS) must be numbers with the rank below the world size, MASTER_PORT a TCP port");
+    dlclose(api.lib);
+    return STEPC_ERR_ARGUMENT;
+  }
+  if (!api.options_from_env && getenv("WORLD_SIZE")) {
+    snprintf(err, nerr, "%s/libstep.so predates data parallel (stepc.h API 3): rebuild the artifact", dir);
+    dlclose(api.lib);
+    return STEPC_ERR_MISMATCH;
+  }
+  if (o->dp_join) opt.dp_join = 1;
+  if (o->comm_timeout_s > 0) opt.comm_timeout_s = o->comm_timeout_s;
   stepc_t *s = NULL;
   stepc_status st = api.open(dir, &opt, &s);
   if (st != STEPC_OK) {
@@ -89,7 +106,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     dlclose(api.lib);
     return st;
   }
-  stepc_info in;
+  stepc_info in = {0};
   api.get_info(s, &in);
   int steps = o->steps > 0 ? o->steps : (int)in.train_iters;
   if (o->json) {
@@ -97,10 +114,14 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);
-    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"steps\": [", in.graph_mode, in.generated ? "true" : "false");
+    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [",
+            in.graph_mode, in.generated ? "true" : "false", in.world_size, in.rank, in.comm ? in.comm : "none");
   } else {
-    fprintf(out, "%s: %s%s%s (%s), %s\n", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
+    fprintf(out, "%s: %s%s%s (%s), %s", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
             in.generated ? "the artifact's compiled step.c" : "stepc's library loop (no generated step)");
+    if (in.world_size > 1 || (in.comm && strcmp(in.comm, "none") != 0))
+      fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
+    fprintf(out, "\n");
   }
   for (int i = 0; i < steps; i++) {
     stepc_step_stats ss;
@@ -118,13 +139,13 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   }
   if (o->json) fprintf(out, "]");
   if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o->json, out, err, nerr);
-  stepc_measure m;
+  stepc_measure m = {0};
   api.get_measure(s, &m);
   if (o->json)
     fprintf(out, ", \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                 "\"replay_ops\": %lld, \"graph_nodes\": %lld}}\n",
+                 "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld}}\n",
             (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
-            (long long)m.graph_nodes);
+            (long long)m.graph_nodes, (long long)m.optimizer_state_bytes);
   else if (st == STEPC_OK)
     fprintf(out, "max allocated %.3f MB, arena %.3f MB, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
             (double)m.arena_bytes / 1e6, (double)m.predicted_peak_bytes / 1e6,

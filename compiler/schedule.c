@@ -57,7 +57,7 @@ static int make_buckets(const Graph *g, Schedule *sc) {
     int64_t ne = tensor_numel(&g->t[t]);
     cur.params += ne;
     cur.bytes += ne * (int64_t)dtype_size(g->t[t].dtype);
-    cur.ngrads++;
+    if (cur.ngrads++ == 0) cur.first = i;
     cur.after_op = -2 - last[t];
     if (cur.params >= sc->bucket_params || i == n - 1) {
       Bucket *nb = realloc(sc->b, (size_t)(sc->nb + 1) * sizeof *nb);
@@ -70,7 +70,9 @@ static int make_buckets(const Graph *g, Schedule *sc) {
       cur = (Bucket){0};
     }
   }
-  free(last), free(ord);
+  free(last);
+  sc->grad = ord; /* the buckets index it: the runtime reduces these tensors bucket by bucket */
+  sc->ngrad = n;
   return 0;
 }
 
@@ -120,6 +122,6 @@ oom:
 }
 
 void schedule_free(Schedule *sc) {
-  free(sc->it), free(sc->pos), free(sc->b);
+  free(sc->it), free(sc->pos), free(sc->b), free(sc->grad);
   memset(sc, 0, sizeof *sc);
 }

@@ -27,7 +27,7 @@ import sys
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 1  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 3  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -70,6 +70,13 @@ class _Options(ctypes.Structure):
         ("cpu_threads", ctypes.c_int),
         ("graph_mode", ctypes.c_int),
         ("use_generated_step", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("local_rank", ctypes.c_int),
+        ("dp_join", ctypes.c_int),
+        ("master_port", ctypes.c_int),
+        ("comm_timeout_s", ctypes.c_double),
+        ("master_addr", ctypes.c_char * 256),
     ]
 
 
@@ -89,6 +96,11 @@ class _Info(ctypes.Structure):
         ("step", ctypes.c_int64),
         ("points", ctypes.c_int64),
         ("micro_points", ctypes.c_int64),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("distributed_optimizer", ctypes.c_int),
+        ("pad", ctypes.c_int),
+        ("comm", ctypes.c_char_p),
     ]
 
 
@@ -111,6 +123,7 @@ class _Measure(ctypes.Structure):
         ("predicted_peak_bytes", ctypes.c_int64),
         ("replay_ops", ctypes.c_int64),
         ("graph_nodes", ctypes.c_int64),
+        ("optimizer_state_bytes", ctypes.c_int64),
     ]
 
 
@@ -132,6 +145,10 @@ class Info:
     step: int  # optimizer steps taken
     points: int  # program points (scheduled ops) per step
     micro_points: int  # of them, those run once per micro-batch
+    rank: int = 0  # this process's data-parallel rank
+    world_size: int = 1  # data-parallel ranks (docs/data-parallel.md)
+    distributed_optimizer: bool = False  # optimizer state sharded over the ranks
+    comm: str = "none"  # the collectives: "none", "host" (cpu, rank-ordered sums) or "nccl"
 
     @property
     def batch_shape(self):
@@ -161,6 +178,7 @@ class Measure:
     predicted_peak_bytes: int
     replay_ops: int
     graph_nodes: int
+    optimizer_state_bytes: int = 0  # master weights + moments this rank keeps (ZeRO-1: its shard)
 
 
 def _struct_dict(cs):
@@ -179,6 +197,7 @@ def _load(path):
     st = ctypes.c_int
     protos = {
         "stepc_options_default": (_Options, []),
+        "stepc_options_from_env": (st, [ctypes.POINTER(_Options)]),
         "stepc_open": (st, [p, ctypes.POINTER(_Options), ctypes.POINTER(h)]),
         "stepc_close": (None, [h]),
         "stepc_last_error": (p, [h]),
@@ -214,9 +233,13 @@ class Step:
     device: "auto" (cuda when a GPU is there, else the CPU reference executor), "cuda" or "cpu".
     graph_mode (cuda): None for the recipe's model.cuda_graph_impl, "eager", "full_iteration" or
     "scoped". cpu_threads: CPU executor threads, 0 for the library's default (results do not
-    depend on it). Not thread-safe: use one Step from one thread at a time."""
+    depend on it). launcher_env: read torchrun's, mpirun's or Slurm's variables (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so that this process joins a data-parallel job as one
+    rank; comm_timeout_s bounds every wait on another rank (0: 300 s). Not thread-safe: use one
+    Step from one thread at a time."""
 
-    def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0):
+    def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0, launcher_env=True,
+                 comm_timeout_s=0.0):
         if device not in _DEVICES:
             raise ValueError(f"stepc.Step: device {device!r} is not one of 'auto', 'cuda', 'cpu'")
         if graph_mode not in _GRAPH_MODES:
@@ -235,6 +258,12 @@ class Step:
         opt.device = _DEVICES[device]
         opt.graph_mode = _GRAPH_MODES[graph_mode]
         opt.cpu_threads = cpu_threads
+        # under torchrun, mpirun or srun this process is one data-parallel rank (docs/data-parallel.md)
+        if launcher_env and self._lib.stepc_options_from_env(ctypes.byref(opt)) != Status.OK:
+            raise StepcError(Status.ERR_ARGUMENT, "bad argument", "the launcher's environment is malformed: RANK / "
+                             "WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / SLURM_NTASKS) must be numbers with the "
+                             "rank below the world size, MASTER_PORT a TCP port")
+        opt.comm_timeout_s = float(comm_timeout_s)
         h = ctypes.c_void_p()
         status = self._lib.stepc_open(os.fsencode(self.artifact_dir), ctypes.byref(opt), ctypes.byref(h))
         if status != Status.OK:
@@ -283,9 +312,11 @@ class Step:
         ci = _Info()
         self._check(self._lib.stepc_get_info(self._handle(), ctypes.byref(ci)))
         d = _struct_dict(ci)
-        for k in ("device", "gpu", "graph_mode"):
+        for k in ("device", "gpu", "graph_mode", "comm"):
             d[k] = _decode(d[k])
         d["generated"] = bool(d["generated"])
+        d["distributed_optimizer"] = bool(d["distributed_optimizer"])
+        d.pop("pad")
         return Info(**d)
 
     def measure(self):

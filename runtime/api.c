@@ -38,17 +38,20 @@ const char *stepc_status_name(stepc_status st) {
 }
 
 stepc_options stepc_options_default(void) {
-  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .use_generated_step = 1};
+  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .use_generated_step = 1,
+                         .world_size = 1, .master_port = 29500, .master_addr = "127.0.0.1"};
 }
 
 const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of memory (no handle)"; }
 
 /* ---- data ---- */
 
+/* `micro` is the global micro-batch index (api_dp_micro: mb * world + rank): the recipe's data is
+ * drawn at it, a bound batch holds this rank's micro-batches only (mb = micro / world). */
 static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
   ApiData *a = (ApiData *)d;
   if (!a->bound) return a->recipe.fill(&a->recipe, step, micro, b, t, tok, tg);
-  size_t n = (size_t)(b * t), off = (size_t)micro * n;
+  size_t n = (size_t)(b * t), off = (size_t)(micro / (a->world > 1 ? a->world : 1)) * n;
   if (off + n > a->count) return -1;
   memcpy(tok, a->tok + off, n * sizeof *tok);
   memcpy(tg, a->tg + off, n * sizeof *tg);
@@ -148,7 +151,8 @@ static stepc_status open_backend(stepc_t *s) {
     if (s->be->accept_generated && s->be->accept_generated(s, gen)) return STEPC_ERR_MISMATCH;
     s->gen = gen;
   }
-  return STEPC_OK;
+  /* last: a rank joins the job only once its own step is ready to run */
+  return strcmp(s->be->name, "cuda") == 0 ? api_cuda_dp_join(s) : api_dp_join(s, NULL, NULL);
 }
 
 static stepc_t *handle_new(const stepc_options *opt, const char *dir) {
@@ -174,12 +178,16 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
   if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: cannot open %s (stepc build SPEC -o DIR writes one)", dir, path);
   fclose(f);
   if (image_read(path, &s->im, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
+  stepc_status st = api_dp_check(s);
+  if (st != STEPC_OK) return st;
+  s->data.world = s->world;
   return open_backend(s);
 }
 
 void stepc_close(stepc_t *s) {
   if (!s) return;
   if (s->be) s->be->free(s);
+  api_dp_free(s);
   if (s->data_open && s->data.recipe.free) s->data.recipe.free(&s->data.recipe);
   free(s->data.tok), free(s->data.tg);
   image_free(&s->im);
@@ -212,7 +220,11 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .train_iters = s->im.f.train_iters,
                        .step = s->step,
                        .points = s->im.npoints,
-                       .micro_points = s->im.micro_points};
+                       .micro_points = s->im.micro_points,
+                       .rank = s->rank,
+                       .world_size = s->world,
+                       .distributed_optimizer = s->im.f.dist_opt,
+                       .comm = !s->comm ? "none" : strcmp(s->be->name, "cuda") == 0 ? "nccl" : "host"};
   return STEPC_OK;
 }
 
@@ -261,6 +273,10 @@ stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
   memset(m, 0, sizeof *m);
   s->be->measure(s, m);
   m->last_step_ms = s->last.ms;
+  const Graph *ng = s->im.g; /* nominal dtypes */
+  for (int t = 0; t < ng->nt; t++)
+    if ((ng->t[t].role == ROLE_MASTER || (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) && !api_dp_not_mine(s, t))
+      m->optimizer_state_bytes += ng->t[t].bytes;
   return STEPC_OK;
 }
 

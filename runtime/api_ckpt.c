@@ -41,12 +41,17 @@ static float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, const char *kind) {
+/* shard: this rank's part of the optimizer state only (ZeRO-1: api_dp_not_mine) */
+static bool wanted(const stepc_t *s, unsigned roles, bool shard, int i) {
+  return (roles & ROLE_BIT(s->g->t[i].role)) && !(shard && api_dp_not_mine(s, i));
+}
+
+static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, bool shard, const char *kind) {
   const Graph *g = s->g;
   int n = 0;
   int64_t maxb = 1;
   for (int i = 0; i < g->nt; i++)
-    if (roles & ROLE_BIT(g->t[i].role)) n++, maxb = g->t[i].bytes > maxb ? g->t[i].bytes : maxb;
+    if (wanted(s, roles, shard, i)) n++, maxb = g->t[i].bytes > maxb ? g->t[i].bytes : maxb;
   StEntry *e = calloc((size_t)n + 1, sizeof *e);
   int *ids = calloc((size_t)n + 1, sizeof *ids);
   void *buf = malloc((size_t)maxb);
@@ -57,7 +62,7 @@ static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, con
   int k = 0;
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
-    if (!(roles & ROLE_BIT(t->role))) continue;
+    if (!wanted(s, roles, shard, i)) continue;
     snprintf(e[k].name, sizeof e[k].name, "%s", t->name);
     snprintf(e[k].dtype, sizeof e[k].dtype, "%s", st_dtype(t->dtype));
     e[k].ndim = t->ndim;
@@ -84,7 +89,7 @@ static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, con
 }
 
 /* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. */
-static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles) {
+static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard) {
   const Graph *g = s->g;
   StReader r;
   char err[600] = "";
@@ -94,7 +99,7 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles) {
   size_t cap = 0;
   for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
     const Tensor *t = &g->t[i];
-    if (!(roles & ROLE_BIT(t->role))) continue;
+    if (!wanted(s, roles, shard, i)) continue;
     const StEntry *e = st_find(&r, t->name);
     if (!e) {
       st = api_fail(s, STEPC_ERR_MISMATCH, "%s has no tensor %s (the step's %s)", path, t->name, role_name(t->role));
@@ -143,7 +148,7 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles) {
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
   if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
-  return save_roles(s, path, PARAMS, "params");
+  return save_roles(s, path, PARAMS, false, "params");
 }
 
 /* Masters take the loaded weights: the next AdamW step starts from them. */
@@ -170,24 +175,33 @@ static stepc_status masters_from_params(stepc_t *s) {
 
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
   if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL") : STEPC_ERR_ARGUMENT;
-  stepc_status st = load_roles(s, path, PARAMS);
+  stepc_status st = load_roles(s, path, PARAMS, false);
   return st == STEPC_OK ? masters_from_params(s) : st;
 }
 
 static void join(char *out, size_t n, const char *dir, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 
-stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
-  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  if (mkdir(dir, 0777) != 0) {
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return api_fail(s, STEPC_ERR_IO, "cannot create the directory %s", dir);
-  }
+/* The optimizer file: one per rank when the state is sharded (ZeRO-1), else one. */
+static void optimizer_file(const stepc_t *s, const char *dir, char *path, size_t n) {
+  char name[64];
+  if (s->owner && s->world > 1) snprintf(name, sizeof name, "optimizer.rank%d.safetensors", s->rank);
+  else snprintf(name, sizeof name, "optimizer.safetensors");
+  join(path, n, dir, name);
+}
+
+static int make_dir(const char *dir) {
+  struct stat sb;
+  return mkdir(dir, 0777) == 0 || (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) ? 0 : -1;
+}
+
+/* Rank 0's part: the parameters, the (unsharded) optimizer state, state.json. */
+static stepc_status save_all(stepc_t *s, const char *dir) {
   char path[1100];
   join(path, sizeof path, dir, "model.safetensors");
-  stepc_status st = save_roles(s, path, PARAMS, "params");
+  stepc_status st = save_roles(s, path, PARAMS, false, "params");
   if (st != STEPC_OK) return st;
-  join(path, sizeof path, dir, "optimizer.safetensors");
-  if ((st = save_roles(s, path, OPTIMIZER, "optimizer")) != STEPC_OK) return st;
+  optimizer_file(s, dir, path, sizeof path);
+  if (!(s->owner && s->world > 1) && (st = save_roles(s, path, OPTIMIZER, false, "optimizer")) != STEPC_OK) return st;
   join(path, sizeof path, dir, "state.json");
   char tmp[1110];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -201,12 +215,28 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
   fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->im.f.fingerprint);
   json_write_string(f, s->im.f.recipe);
-  fprintf(f, "\n}\n");
+  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s\n}\n", s->world, s->im.f.dist_opt ? "true" : "false");
   if (fclose(f) != 0 || rename(tmp, path) != 0) {
     remove(tmp);
     return api_fail(s, STEPC_ERR_IO, "cannot write %s", path);
   }
   return STEPC_OK;
+}
+
+stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
+  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+  /* data parallel: every rank holds the same parameters and optimizer state, so rank 0 writes the
+   * one copy; the barrier makes the checkpoint complete on every rank's return */
+  if (make_dir(dir) != 0) return api_fail(s, STEPC_ERR_IO, "cannot create the directory %s", dir);
+  stepc_status st = !s->comm || s->rank == 0 ? save_all(s, dir) : STEPC_OK;
+  if (st == STEPC_OK && s->owner && s->world > 1) { /* every rank its shard of masters and moments */
+    char path[1100];
+    optimizer_file(s, dir, path, sizeof path);
+    st = save_roles(s, path, OPTIMIZER, true, "optimizer");
+  }
+  if (s->comm && rt_comm_barrier(s->comm) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
+  return st;
 }
 
 /* The integer after "key": in a small JSON object we wrote; -1 when absent. */
@@ -237,12 +267,27 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
                     "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
                     "(open the recipe with train.seed=%lld)",
                     path, seed, (long long)s->im.f.seed, seed);
+  long long world = 1;
+  json_int(text, "world_size", &world); /* absent: a checkpoint from before data parallel, one rank */
+  bool sharded = strstr(text, "\"distributed_optimizer\": true") != NULL && world > 1;
+  bool job_shards = s->owner && s->world > 1;
+  if (sharded != job_shards)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s holds the optimizer state %s; this job %s it (optimizer.use_distributed_optimizer over %d ranks): "
+                    "resume with the layout that wrote it", dir, sharded ? "sharded over the ranks" : "whole",
+                    job_shards ? "shards" : "does not shard", s->world);
+  if (sharded && world != s->world)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s holds optimizer state sharded over %lld data-parallel ranks; this job has %d: the distributed "
+                    "optimizer's shards cannot be re-cut at load — resume with %lld ranks", dir, world, s->world, world);
   join(path, sizeof path, dir, "model.safetensors");
-  stepc_status st = load_roles(s, path, PARAMS);
+  stepc_status st = load_roles(s, path, PARAMS, false);
   if (st != STEPC_OK) return st;
-  join(path, sizeof path, dir, "optimizer.safetensors");
-  if ((st = load_roles(s, path, OPTIMIZER)) != STEPC_OK) return st;
+  optimizer_file(s, dir, path, sizeof path);
+  if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1)) != STEPC_OK) return st;
   if (s->be->params_from_masters(s) != 0) return STEPC_ERR_RUNTIME;
+  /* ZeRO-1: the masters here are this rank's shard; the other params come from their owners */
+  if (s->owner && s->comm && api_cpu_zero_gather(s) != 0) return STEPC_ERR_RUNTIME;
   s->step = step;
   return STEPC_OK;
 }

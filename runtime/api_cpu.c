@@ -27,8 +27,156 @@ static int cpu_init(stepc_t *s, uint64_t seed) {
   return 0;
 }
 
+/* Bucket k's main gradients := their average over the ranks: packed into one buffer, summed in
+ * rank order by the host communicator (rank 0 + rank 1 + ...: on one rank with N micro-batches
+ * the same additions happen in the same order, so DP N is bitwise DP 1), divided by N. */
+static int cpu_reduce_bucket(stepc_t *s, int k) {
+  const ImgBucket *b = &s->im.bucket[k];
+  const int32_t *gr = s->im.bucket_grad + b->first;
+  size_t n = 0;
+  for (int i = 0; i < b->ngrads; i++) n += (size_t)tensor_numel(&s->g->t[gr[i]]);
+  if (n > s->ndp_buf) {
+    float *p = realloc(s->dp_buf, n * sizeof *p);
+    if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
+    s->dp_buf = p, s->ndp_buf = n;
+  }
+  size_t at = 0;
+  for (int i = 0; i < b->ngrads; i++) {
+    size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+    memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
+    at += m;
+  }
+  if (rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)), -1;
+  float w = (float)s->world;
+  at = 0;
+  for (int i = 0; i < b->ngrads; i++) {
+    size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+    float *dst = cpu_exec_ptr(ex(s), gr[i]);
+    for (size_t j = 0; j < m; j++) dst[j] = s->dp_buf[at + j] / w;
+    at += m;
+  }
+  return 0;
+}
+
+/* ---- the distributed optimizer (ZeRO-1) ----
+ * Bitwise plain DP, with each rank updating only its shard: every element is reduced by the same
+ * additions in the same order; the global norm's per-tensor sums of squares are each computed by
+ * the tensor's owner exactly as GRAD_SUMSQ computes them and shared, so every rank accumulates the
+ * same fp32 norm in the same tensor order; the updated params travel from their owners. */
+
+/* Bucket k: reduce-scatter. The bucket's gradients are packed owner by owner into N equal
+ * segments (zero padded); each rank receives its segment summed in rank order and averages it
+ * into the gradients it owns. The others' gradients stay local partial sums, which nothing reads
+ * (their GRAD_SUMSQ and ADAMW are the owners'). */
+static int cpu_zero_bucket(stepc_t *s, int k) {
+  const ImgBucket *b = &s->im.bucket[k];
+  const int32_t *gr = s->im.bucket_grad + b->first;
+  int N = s->world;
+  size_t seg = 0;
+  for (int r = 0; r < N; r++) {
+    size_t m = 0;
+    for (int i = 0; i < b->ngrads; i++)
+      if (s->owner[gr[i]] == r) m += (size_t)tensor_numel(&s->g->t[gr[i]]);
+    seg = m > seg ? m : seg;
+  }
+  size_t need = seg * (size_t)(N + 1) + 1;
+  if (need > s->ndp_buf) {
+    float *p = realloc(s->dp_buf, need * sizeof *p);
+    if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
+    s->dp_buf = p, s->ndp_buf = need;
+  }
+  memset(s->dp_buf, 0, need * sizeof *s->dp_buf);
+  for (int r = 0; r < N; r++) {
+    size_t at = (size_t)r * seg;
+    for (int i = 0; i < b->ngrads; i++)
+      if (s->owner[gr[i]] == r) {
+        size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+        memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
+        at += m;
+      }
+  }
+  float *mine = s->dp_buf + (size_t)N * seg;
+  if (rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d (reduce-scatter): %s", k, rt_comm_error(s->comm)), -1;
+  size_t at = 0;
+  for (int i = 0; i < b->ngrads; i++)
+    if (s->owner[gr[i]] == s->rank) {
+      size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
+      float *dst = cpu_exec_ptr(ex(s), gr[i]);
+      for (size_t j = 0; j < m; j++) dst[j] = mine[at + j] / (float)N;
+      at += m;
+    }
+  return 0;
+}
+
+/* GRAD_SUMSQ's sum for one tensor, as ir/ops/optim.c computes it: chunks of 4096 summed in double,
+ * the chunks added in order. */
+static double sumsq_like_op(const float *g, int64_t n) {
+  double total = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += 4096) {
+    double p = 0;
+    for (int64_t i = c0; i < n && i < c0 + 4096; i++) p += (double)g[i] * (double)g[i];
+    total += p;
+  }
+  return total;
+}
+
+/* Before the tail: every owned gradient's sum of squares, shared (each slot has one nonzero
+ * contributor, so the all-reduce's additions are exact). */
+static int cpu_zero_share_sumsq(stepc_t *s) {
+  const Graph *g = s->g;
+  for (int t = 0; t < g->nt; t++)
+    s->zero_sumsq[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == s->rank
+                           ? sumsq_like_op(cpu_exec_ptr(ex(s), t), tensor_numel(&g->t[t]))
+                           : 0.0;
+  if (rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient norm: %s", rt_comm_error(s->comm)), -1;
+  return 0;
+}
+
+/* After the tail: each param from its owner (the all-gather of the updated weights). */
+static int cpu_zero_gather(stepc_t *s) {
+  const Graph *g = s->g;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0 &&
+        rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t), (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t]) != 0)
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s", rt_comm_error(s->comm)), -1;
+  return 0;
+}
+
+int api_cpu_zero_gather(stepc_t *s) {
+  if (strcmp(s->be->name, "cpu") != 0) return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer runs on the cpu device"), -1;
+  return cpu_zero_gather(s);
+}
+
+/* A tail point under ZeRO-1: 1 when handled here (instead of the op), 0 to run the op, -1. */
+static int cpu_zero_point(stepc_t *s, int q) {
+  const StepImage *im = &s->im;
+  if (q == im->micro_points && cpu_zero_share_sumsq(s)) return -1;
+  const Op *op = &s->g->op[im->point_op[q]];
+  if (op->kind == OP_GRAD_SUMSQ && api_dp_not_mine(s, op->in[0])) {
+    /* acc += (real)s, as the op would with the owner's gradient */
+    float *acc = cpu_exec_ptr(ex(s), op->out[0]);
+    acc[0] += (float)s->zero_sumsq[op->in[0]];
+    return 1;
+  }
+  return op->kind == OP_ADAMW && api_dp_not_mine(s, op->in[0]); /* the owner updates it */
+}
+
+/* One program point, then the buckets that fire after it (last micro-batch, data parallel). */
+static int cpu_point(stepc_t *s, int q) {
+  int zero = s->owner && s->comm && q >= s->im.micro_points;
+  int done = zero ? cpu_zero_point(s, q) : 0;
+  if (done < 0) return -1;
+  if (!done) plan_exec_point(cpu(s)->x, q);
+  if (zero && q == s->im.npoints - 1 && cpu_zero_gather(s)) return -1;
+  return api_dp_after_point(s, q, s->owner ? cpu_zero_bucket : cpu_reduce_bucket);
+}
+
 static int run_range(stepc_t *s, int lo, int hi) {
-  for (int q = lo; q < hi; q++) plan_exec_point(cpu(s)->x, q);
+  for (int q = lo; q < hi; q++)
+    if (cpu_point(s, q)) return -1;
   return 0;
 }
 
@@ -39,7 +187,7 @@ static int run_timed(stepc_t *s, int lo, int hi, double *ms) {
     if (s->gen) {
       s->next_point = q;
       if (s->gen->point[q]((stepc_gen_ctx *)s)) return -1;
-    } else plan_exec_point(cpu(s)->x, q);
+    } else if (cpu_point(s, q)) return -1;
     ms[q] += now_ms() - t0;
   }
   return 0;
@@ -63,12 +211,16 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
   double t0 = now_ms(), loss = 0;
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
-    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, mb, s->err, sizeof s->err) != 0) return -1;
+    /* the data and the dropout key are the global micro-batch's (api_dp_micro) */
+    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, api_dp_micro(s, mb), s->err, sizeof s->err) != 0)
+      return -1;
+    s->dp_last_micro = mb == g->num_microbatches - 1;
     if (run_part(s, 0, nmicro, 0, ms)) return -1;
     loss += cpu_exec_get(ex(s), g->loss, 0);
   }
+  s->dp_last_micro = false;
   if (run_part(s, nmicro, npts, 1, ms)) return -1;
-  st->loss = loss / (double)g->num_microbatches;
+  if (api_dp_loss(s, loss, &st->loss)) return -1;
   st->lr = cpu_exec_get(ex(s), g->lr, 0);
   st->grad_norm = cpu_exec_get(ex(s), g->grad_norm, 0);
   st->ms = now_ms() - t0;
@@ -80,8 +232,7 @@ static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) { return cpu
 static int cpu_run_point(stepc_t *s, int point, int op, int kind) {
   /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
   int at = plan_exec_op_at(cpu(s)->x, point);
-  if (api_check_point(s, point, at, op, kind)) return -1;
-  plan_exec_point(cpu(s)->x, point);
+  if (api_check_point(s, point, at, op, kind) || cpu_point(s, point)) return -1;
   return 1; /* done here: step.c skips the op's CUDA launches */
 }
 

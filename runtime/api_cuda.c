@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/comm_nccl.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/scoped.h"
 
@@ -31,9 +33,18 @@ typedef struct {
   float *losses;
   int32_t *tok, *tg;  /* one step's staged batch, (num_microbatches, B*T) */
   uint64_t *seeds;
+  RtNccl *nccl;     /* data parallel: the ranks' NCCL communicator */
+  bool nccl_failed;
+  double watch_since; /* nccl_watch: when this step's wait began */
 } ApiCuda;
 
 static ApiCuda *cu(stepc_t *s) { return s->impl; }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 static const ApiBackend CUDA_BACKEND;
 
 static int dev_fail(stepc_t *s) {
@@ -44,12 +55,38 @@ static int dev_fail(stepc_t *s) {
 
 static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
 
+/* Bucket k's main gradients := their average over the ranks, by NCCL on stepc's stream: ordered
+ * after the backward that completed them and before the tail, and captured with the step into the
+ * full-iteration graph. One all-reduce per gradient tensor (they need not be adjacent in the
+ * arena). */
+static int cuda_reduce_bucket(stepc_t *s, int k) {
+  ApiCuda *c = cu(s);
+  const ImgBucket *b = &s->im.bucket[k];
+  for (int i = 0; i < b->ngrads; i++) {
+    int t = s->im.bucket_grad[b->first + i];
+    char err[400];
+    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err,
+                                  sizeof err)) {
+      c->nccl_failed = true;
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, err), -1;
+    }
+  }
+  return 0;
+}
+
 static int enqueue_generated(stepc_t *s) {
   ApiCuda *c = cu(s);
   for (int mb = 0; mb < c->x->nmb; mb++) {
     s->next_point = 0;
     if (rt_exec_micro_begin(c->x, mb)) return dev_fail(s); /* inputs and dropout seed of this micro-batch */
     if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
+    /* Every bucket after the last micro-batch's backward, before the tail reads the gradients.
+     * On the one stream firing a bucket right after its op would overlap nothing, and a fused
+     * launch may write a gradient at a later point than the op the schedule names (the
+     * compiler's fusions), so the end of the micro program is the place that is always right;
+     * a communication stream is what will make the schedule's earlier points pay. */
+    for (int k = 0; c->nccl && mb == c->x->nmb - 1 && k < s->im.nbucket; k++)
+      if (cuda_reduce_bucket(s, k)) return -1;
     if (s->next_point != c->nmicro)
       return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
     if (rt_exec_micro_end(c->x, mb)) return dev_fail(s);
@@ -161,9 +198,10 @@ static int stage(stepc_t *s, int64_t step) {
   int64_t b = t->shape[0], T = t->shape[1];
   CpuData *data = &s->data.base;
   for (int mb = 0; mb < g->num_microbatches; mb++) {
-    if (data->fill(data, step, mb, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
+    int64_t gm = api_dp_micro(s, mb); /* this rank's share of the global batch */
+    if (data->fill(data, step, gm, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
       return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld", (long long)step), -1;
-    c->seeds[mb] = step_seed(s->im.f.seed, step, mb);
+    c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
   return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
 }
@@ -175,7 +213,7 @@ static int read_stats(stepc_t *s, stepc_step_stats *st) {
   if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
     return RT_ERROR;
   for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
-  st->loss = loss / (double)c->x->nmb;
+  if (api_dp_loss(s, loss, &st->loss)) return RT_ERROR;
   st->lr = lr;
   st->grad_norm = gn;
   return RT_OK;
@@ -198,6 +236,9 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   RtDevice *d = c->d;
   int nmb = c->x->nmb, ntail = c->npoints - c->nmicro;
   RtMarks m = {0};
+  if (c->nccl)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_profile_step: a data-parallel step on cuda is not profiled (its collectives "
+                                              "run between the micro-batches and the tail); profile one rank alone"), -1;
   if (stage(s, step)) return -1;
   if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
   if (rt_marks_new(d, &m, nmb * (c->nmicro + 1) + ntail + 1)) {
@@ -231,6 +272,25 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   return 0;
 }
 
+/* While a data-parallel step runs: NCCL's asynchronous error (a peer gone) and the communicator's
+ * timeout, both ending in ncclCommAbort, so that the step's collectives return instead of
+ * waiting for ever on a rank that died or hangs. */
+static int nccl_watch(void *ctx) {
+  stepc_t *s = ctx;
+  ApiCuda *c = cu(s);
+  char err[400];
+  double now = now_s(), limit = s->opt.comm_timeout_s > 0 ? s->opt.comm_timeout_s : RT_COMM_DEFAULT_TIMEOUT_S;
+  if (c->watch_since == 0) c->watch_since = now;
+  if (rt_nccl_check(c->nccl, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
+  if (now - c->watch_since >= limit)
+    snprintf(err, sizeof err, "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
+             "died or hangs", limit);
+  c->nccl_failed = true;
+  rt_nccl_abort(c->nccl);
+  api_fail(s, STEPC_ERR_RUNTIME, "data parallel, rank %d: %s; NCCL aborted", s->rank, err);
+  return -1;
+}
+
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
@@ -254,9 +314,23 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
     c->captured = true;
   }
   if (rt_timer_start(d, &c->timer)) return dev_fail(s);
+  c->watch_since = 0;
   int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
   if (rc != 0) return s->err[0] ? -1 : dev_fail(s);
-  if (rt_timer_stop(d, &c->timer, &st->ms) || read_stats(s, st)) return dev_fail(s);
+  if (c->nccl ? rt_timer_stop_watched(d, &c->timer, &st->ms, nccl_watch, s) : rt_timer_stop(d, &c->timer, &st->ms))
+    return s->err[0] ? -1 : dev_fail(s);
+  double lr = 0, gn = 0, loss = 0;
+  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
+    return dev_fail(s);
+  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
+  char nerr[400];
+  if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", nerr), -1;
+  }
+  if (api_dp_loss(s, loss, &st->loss)) return -1;
+  st->lr = lr;
+  st->grad_norm = gn;
   st->replayed = replay;
   c->steps_here++;
   return 0;
@@ -298,6 +372,7 @@ static void cuda_free(stepc_t *s) {
     rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
     rt_exec_free(c->x);
+    rt_nccl_free(c->nccl, c->nccl_failed);
     rt_close(c->d);
   }
   free(c->point_op), free(c->op_point), free(c->losses), free(c->tok), free(c->tg), free(c->seeds);
@@ -330,7 +405,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  int rc = rt_open(&c->dev);
+  int rc = rt_open_device(&c->dev, s->opt.local_rank);
   if (rc != RT_OK) {
     api_fail(s, rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME, "%s", c->dev.err);
     if (c->dev.lib) rt_close(&c->dev);
@@ -377,5 +452,41 @@ stepc_status api_cuda_open(stepc_t *s) {
   for (int q = 0; q < c->npoints; q++) c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
   if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
+  return STEPC_OK;
+}
+
+stepc_status api_cuda_dp_join(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
+  /* the buckets fire from step.c's program points; the library's loop and the per-scope graphs
+   * have no such hook yet */
+  if (!s->gen)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs the artifact's step.c (libstep.so), not the library loop");
+  if (c->scoped)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
+  if (s->im.f.dist_opt && s->world > 1)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer (ZeRO-1) runs on the cpu device only so far; on cuda "
+                                              "train with optimizer.use_distributed_optimizer=false");
+  for (int k = 0; k < s->im.nbucket_grad; k++)
+    if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
+      return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32", s->g->t[s->im.bucket_grad[k]].name);
+  char err[600];
+  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
+  stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
+  if (st != STEPC_OK) return st;
+  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+  }
+  /* NCCL sets its buffers up at its first collective: run one now, eagerly, so that it never
+   * happens inside a graph capture (warm-up 0). The gradients are zero at open: their average is. */
+  if (s->im.nbucket_grad > 0) {
+    int t = s->im.bucket_grad[0];
+    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err, sizeof err)) {
+      c->nccl_failed = true;
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+    }
+    if (rt_sync(c->d)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  }
   return STEPC_OK;
 }

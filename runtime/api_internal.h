@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "runtime/comm.h"
 #include "runtime/cpu/data.h"
 #include "runtime/image.h"
 #include "runtime/stepc.h"
@@ -24,6 +25,7 @@ typedef struct {
    * next step's work */
   unsigned long long dtok, dtg;
   bool dbound;
+  int world;         /* data-parallel ranks: fill's micro index is global (api_dp_micro) */
 } ApiData;
 
 typedef struct ApiBackend {
@@ -63,6 +65,17 @@ struct stepc {
   int next_point;        /* the program point the generated step must call next */
   stepc_step_stats last;
   char gpu[256];
+  /* data parallel (api_dp.c) */
+  int rank, world;       /* world 1: alone */
+  RtComm *comm;          /* the job's host communicator (rendezvous; the CPU device's collectives) */
+  int *bucket_point;     /* per image bucket: the micro program point after which it fires */
+  bool dp_last_micro;    /* the micro-batch running now is the step's last: buckets fire */
+  float *dp_buf;         /* the CPU device's staging for one bucket */
+  size_t ndp_buf;
+  /* distributed optimizer (ZeRO-1): per tensor, the rank that owns it — a main gradient, its
+   * param, master and moments — or -1 (not sharded: activations, the optimizer's scalars) */
+  int *owner;
+  double *zero_sumsq;    /* per tensor: the owner's sum of squares of its reduced gradient */
 };
 
 /* Records the first message of a failing call and returns st. */
@@ -71,6 +84,28 @@ stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) __attri
 /* Backends: set s->be, s->impl, s->g; 0, or a status with the message. */
 stepc_status api_cpu_open(stepc_t *s);
 stepc_status api_cuda_open(stepc_t *s);
+/* The cuda backend's api_dp_join: NCCL loaded, its id through the rendezvous, the communicator. */
+stepc_status api_cuda_dp_join(stepc_t *s);
+
+/* ---- data parallel (api_dp.c) ---- */
+/* At open, before the backend: the options against the artifact's plan (world size, rank). */
+stepc_status api_dp_check(stepc_t *s);
+/* After the backend: the rendezvous (make_id: NCCL's unique id on rank 0, or NULL). */
+stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, char *, size_t), void *ctx);
+void api_dp_free(stepc_t *s);
+/* The global micro-batch index of this rank's micro-batch mb: mb * world + rank, so that DP N
+ * with k micro-batches per rank draws the batches (and dropout masks) DP 1 draws with N * k. */
+int64_t api_dp_micro(const stepc_t *s, int64_t mb);
+/* Runs reduce(s, bucket) for every bucket that fires after micro program point q, when the
+ * running micro-batch is the last. 0, or -1 with the message. */
+int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket));
+/* The step's loss: this rank's sum over its micro-batches in, the mean over every rank's out (the
+ * sum in rank order, as DP 1 sums its micro-batches). 0, or -1 with the message. */
+int api_dp_loss(stepc_t *s, double local_sum, double *mean);
+/* 1 when tensor t's optimizer state lives on another rank (ZeRO-1): not saved or loaded here. */
+bool api_dp_not_mine(const stepc_t *s, int t);
+/* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */
+int api_cpu_zero_gather(stepc_t *s);
 
 /* The generated step's checks shared by the backends: the call at `point` is the one expected. */
 int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);

@@ -28,7 +28,9 @@ int rt_check(RtDevice *d, CUresult r, const char *what) {
   return rt_fail(d, "%s: %s (CUresult %d)", what, s ? s : "unknown error", (int)r);
 }
 
-int rt_open(RtDevice *d) {
+int rt_open(RtDevice *d) { return rt_open_device(d, 0); }
+
+int rt_open_device(RtDevice *d, int ordinal) {
   memset(d, 0, sizeof *d);
   d->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!d->lib) {
@@ -49,7 +51,11 @@ int rt_open(RtDevice *d) {
     snprintf(d->err, sizeof d->err, "no CUDA device (cuInit: %d, devices: %d)", (int)r, count);
     return RT_NO_DEVICE;
   }
-  if (rt_check(d, d->cuDeviceGet(&d->dev, 0), "cuDeviceGet") ||
+  if (ordinal < 0 || ordinal >= count) {
+    snprintf(d->err, sizeof d->err, "no CUDA device %d (LOCAL_RANK): this host has %d", ordinal, count);
+    return RT_NO_DEVICE;
+  }
+  if (rt_check(d, d->cuDeviceGet(&d->dev, ordinal), "cuDeviceGet") ||
       rt_check(d, d->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain") ||
       rt_check(d, d->cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent") ||
       rt_check(d, d->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"))

@@ -10,7 +10,7 @@ static const char MAGIC[8] = {'S', 'T', 'E', 'P', 'C', 'I', 'M', 'G'};
 typedef struct {
   char magic[8];
   uint32_t version;
-  uint32_t sizes[5];      /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope: this build's layout */
+  uint32_t sizes[6];      /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket: this build's layout */
   uint64_t payload_bytes;
   uint64_t payload_hash;  /* FNV-1a of the payload */
 } ImgHeader;
@@ -18,7 +18,7 @@ typedef struct {
 /* The counts that size every array of the payload. */
 typedef struct {
   int32_t nt, nop, nchain, nscope, npoints, micro_points, npoison, ngen;
-  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, pad;
+  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad, pad;
   int64_t buffer_bytes[IR_MAX_BUFFERS];
 } ImgCounts;
 
@@ -46,8 +46,9 @@ static void put(Buf *b, const void *src, size_t n) {
   b->n += n;
 }
 
-static void sizes_of(uint32_t s[5]) {
+static void sizes_of(uint32_t s[6]) {
   s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(IrChain), s[4] = sizeof(ImgScope);
+  s[5] = sizeof(ImgBucket);
 }
 
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
@@ -55,7 +56,8 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   ImgCounts c = {.nt = g->nt, .nop = g->nop, .nchain = g->nchain, .nscope = im->nscope, .npoints = im->npoints,
                  .micro_points = im->micro_points, .npoison = im->npoison, .ngen = im->gen.n, .tokens = g->tokens,
                  .targets = g->targets, .loss = g->loss, .grad_norm = g->grad_norm, .lr = g->lr,
-                 .num_microbatches = g->num_microbatches, .nbuffers = g->nbuffers};
+                 .num_microbatches = g->num_microbatches, .nbuffers = g->nbuffers, .nbucket = im->nbucket,
+                 .nbucket_grad = im->nbucket_grad};
   memcpy(c.buffer_bytes, g->buffer_bytes, sizeof c.buffer_bytes);
   Buf b = {0};
   put(&b, &im->f, sizeof im->f);
@@ -70,6 +72,8 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   put(&b, im->poison, (size_t)im->npoison * sizeof *im->poison);
   put(&b, im->scope, (size_t)im->nscope * sizeof *im->scope);
   put(&b, im->gen.k, (size_t)im->gen.n * sizeof im->gen.k[0]);
+  put(&b, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
+  put(&b, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
   if (b.oom) {
     free(b.p);
     return snprintf(err, nerr, "out of memory writing %s", path), -1;
@@ -161,6 +165,15 @@ static const char *validate(StepImage *im) {
   for (int s = 0; s < im->nscope; s++)
     if (!in_range(im->scope[s].first, nop) || !in_range(im->scope[s].last, nop) || im->scope[s].last < im->scope[s].first)
       return "a graph scope is out of range";
+  if (im->f.dp_size < 1 || im->f.dp_size > 65536) return "the data-parallel size is out of range";
+  for (int k = 0; k < im->nbucket; k++) {
+    const ImgBucket *b = &im->bucket[k];
+    if (!in_range(b->after_op, nop) || b->first < 0 || b->ngrads < 1 || b->first > im->nbucket_grad - b->ngrads)
+      return "a gradient bucket is out of range";
+  }
+  for (int k = 0; k < im->nbucket_grad; k++)
+    if (!in_range(im->bucket_grad[k], nt) || g->t[im->bucket_grad[k]].role != ROLE_GRAD)
+      return "a gradient bucket names a tensor that is not a main gradient";
   for (int k = 0; k < im->gen.n; k++) im->gen.k[k].name[sizeof im->gen.k[k].name - 1] = im->gen.k[k].sig[sizeof im->gen.k[k].sig - 1] = 0;
   return NULL;
 }
@@ -170,7 +183,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   FILE *f = fopen(path, "rb");
   if (!f) return snprintf(err, nerr, "cannot open %s", path), -1;
   ImgHeader h;
-  uint32_t want[5];
+  uint32_t want[6];
   sizes_of(want);
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, sizeof MAGIC) != 0) {
     fclose(f);
@@ -224,6 +237,10 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       r.at += (size_t)c.ngen * sizeof im->gen.k[0];
       im->gen.n = c.ngen;
     } else if (!bad) bad = 1;
+    im->nbucket = c.nbucket, im->nbucket_grad = c.nbucket_grad;
+    if (!bad && (c.nbucket < 0 || c.nbucket_grad < 0)) bad = 1;
+    im->bucket = take(&r, (size_t)c.nbucket, sizeof *im->bucket, &bad);
+    im->bucket_grad = take(&r, (size_t)c.nbucket_grad, sizeof *im->bucket_grad, &bad);
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;
   }
   free(p);
@@ -238,6 +255,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
 void image_free(StepImage *im) {
   graph_free(im->g);
   free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison), free(im->scope);
+  free(im->bucket), free(im->bucket_grad);
   memset(im, 0, sizeof *im);
 }
 

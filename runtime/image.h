@@ -22,7 +22,7 @@
 #include "ir.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 1
+#define STEPC_IMAGE_VERSION 2
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
@@ -32,6 +32,15 @@ typedef struct {
   int32_t phase;  /* IR_PHASE_FORWARD, or IR_PHASE_BACKWARD (backward + its replays) */
   int32_t first, last;
 } ImgScope;
+
+/* One DDP gradient bucket (compiler/schedule.c): main gradients bucket_grad[first .. first+ngrads),
+ * reduced across the data-parallel ranks once op `after_op` has run on the last micro-batch. */
+typedef struct {
+  int32_t after_op;
+  int32_t first, ngrads;
+  int32_t pad;
+  int64_t params;            /* elements */
+} ImgBucket;
 
 typedef enum { IMG_MODE_EAGER = 0, IMG_MODE_FULL_ITERATION = 1, IMG_MODE_SCOPED = 2 } ImgMode;
 
@@ -50,6 +59,9 @@ typedef struct {
   int64_t cpu_peak;          /* the CPU (fp32) plan's */
   int64_t cpu_arena;
   int32_t sm_count;          /* step.c's grids were sized for this many SMs */
+  int32_t dp_size;           /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
+                                graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
+  int32_t dist_opt;          /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
   int32_t pad;
   char data_path[1024];      /* as the recipe gave it (data.path is the user's file, read at run time) */
   char recipe[256];          /* the recipe's file name, for messages */
@@ -70,6 +82,10 @@ typedef struct {
   ImgScope *scope;
   int nscope;
   RtGenKernels gen;          /* the generated kernels in the cubin, after kernel_list.h's */
+  ImgBucket *bucket;         /* DDP buckets in the order they fire */
+  int nbucket;
+  int32_t *bucket_grad;      /* main-gradient tensor ids, in backward's completion order */
+  int nbucket_grad;
 } StepImage;
 
 /* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */

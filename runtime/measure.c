@@ -1,4 +1,6 @@
 /* measure.c — CUDA events around a region of the stream, and device memory in use. */
+#include <time.h>
+
 #include "runtime/rt.h"
 
 #include <stdlib.h>
@@ -50,6 +52,22 @@ int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms) {
   float f = 0;
   if (i < 0 || j < 0 || i >= m->n || j >= m->n) return rt_fail(d, "marks %d, %d of %d", i, j, m->n);
   if (rt_check(d, d->cuEventElapsedTime(&f, m->e[i], m->e[j]), "cuEventElapsedTime")) return RT_ERROR;
+  *ms = f;
+  return RT_OK;
+}
+
+int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx) {
+  if (rt_check(d, d->cuEventRecord(t->b, d->stream), "cuEventRecord")) return RT_ERROR;
+  for (;;) {
+    CUresult r = d->cuEventQuery(t->b);
+    if (r == CUDA_SUCCESS) break;
+    if (r != CUDA_ERROR_NOT_READY) return rt_check(d, r, "cuEventQuery (a kernel faulted?)");
+    if (watch(ctx)) return RT_ERROR;
+    struct timespec ts = {0, 200 * 1000}; /* 0.2 ms: a step's end is seen about as soon as a sync would */
+    nanosleep(&ts, NULL);
+  }
+  float f = 0;
+  if (rt_check(d, d->cuEventElapsedTime(&f, t->a, t->b), "cuEventElapsedTime")) return RT_ERROR;
   *ms = f;
   return RT_OK;
 }

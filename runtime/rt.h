@@ -30,7 +30,7 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
   X(cuMemsetD8Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)    \
   X(cuGraphExecDestroy) X(cuGraphGetNodes) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
-  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString)
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString) X(cuEventQuery)
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
 typedef enum {
@@ -98,6 +98,8 @@ struct RtDevice {
 /* ---- driver.c: open / close ---- */
 /* RT_NO_DEVICE when there is no driver or no device (the message says which). */
 int rt_open(RtDevice *d);
+/* The same on device `ordinal` (a data-parallel rank's LOCAL_RANK): one process per GPU. */
+int rt_open_device(RtDevice *d, int ordinal);
 void rt_close(RtDevice *d);
 /* Records a driver failure ("what: CUDA_ERROR_..."); returns RT_ERROR, or RT_OK for success. */
 int rt_check(RtDevice *d, CUresult r, const char *what);
@@ -192,6 +194,10 @@ void rt_marks_free(RtDevice *d, RtMarks *m);
 int rt_mark(RtDevice *d, RtMarks *m, int i);
 /* Milliseconds from mark i to mark j (both recorded and complete). */
 int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms);
+/* The same, waiting by polling: watch(ctx) runs while the work is not done and returns nonzero
+ * (with its message already in d->err) to stop waiting — a data-parallel step whose collectives
+ * wait on a rank that died or hangs is aborted that way instead of blocking for ever. */
+int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx);
 /* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
 int rt_mem_used(RtDevice *d, int64_t *used);
 

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 2
+#define STEPC_API_VERSION 3
 
 typedef enum {
   STEPC_OK = 0,
@@ -62,10 +62,30 @@ typedef struct {
                                2 scoped (one graph per scope instance: local / transformer_engine) */
   int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
                                0 runs the same schedule through the library's interpreter loop */
+  /* Data parallel (docs/data-parallel.md). With world_size > 1 (or dp_join), stepc_open joins the
+     job: rank 0 listens at master_port, the others connect to master_addr:master_port; every rank
+     must open an artifact planned for world_size data-parallel ranks, the same one (refused at
+     open otherwise). Each rank then draws its own micro-batches, the buckets' main gradients are
+     averaged over the ranks as backward completes them on the last micro-batch, and every rank
+     takes the same optimizer step. stepc_options_from_env fills these from a launcher. */
+  int rank;                 /* this process's data-parallel rank, 0 .. world_size-1 */
+  int world_size;           /* ranks in the job; 0 or 1: this process alone */
+  int local_rank;           /* cuda: the GPU ordinal on this host */
+  int dp_join;              /* 1: join a communicator even when alone (NCCL with one rank, in the graph) */
+  int master_port;          /* the rendezvous' TCP port (rank 0 listens there) */
+  double comm_timeout_s;    /* the bound on every wait for another rank; 0: 300 s */
+  char master_addr[256];    /* rank 0's host name or address */
 } stepc_options;
 
-/* The defaults: device AUTO, 2 threads, the recipe's graph mode, the generated step. */
+/* The defaults: device AUTO, 2 threads, the recipe's graph mode, the generated step, one rank. */
 stepc_options stepc_options_default(void);
+/* Fills o's rank, world_size, local_rank, master_addr and master_port from the launcher's
+ * environment: torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK /
+ * _SIZE / _LOCAL_RANK, else Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; MASTER_ADDR and
+ * MASTER_PORT (default 127.0.0.1:29500). STEPC_OK: a launcher was found (o filled; dp_join set when it has more than one rank) or
+ * none was (o unchanged: one rank); STEPC_ERR_ARGUMENT: its values are malformed (a rank outside
+ * the world, not a number, MASTER_PORT not a port; o unchanged). */
+stepc_status stepc_options_from_env(stepc_options *o);
 
 typedef struct stepc stepc_t; /* opaque */
 
@@ -96,6 +116,11 @@ typedef struct {
   int64_t step;               /* optimizer steps taken (restored by stepc_load_checkpoint) */
   int64_t points;             /* program points (scheduled ops): the micro-batch program's, then the tail's */
   int64_t micro_points;       /* how many of them run once per micro-batch */
+  int rank;                   /* this process's data-parallel rank */
+  int world_size;             /* the data-parallel ranks the artifact was planned for (and runs with) */
+  int distributed_optimizer;  /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  int pad;
+  const char *comm;           /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl" */
 } stepc_info;
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
 
@@ -144,7 +169,10 @@ typedef struct {
   int replayed;      /* cuda full_iteration: this step was a graph replay */
 } stepc_step_stats;
 /* One optimizer step: every micro-batch's forward and backward (gradients accumulate), the
- * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. */
+ * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. Data parallel: loss is
+ * the mean over every rank's micro-batches; grad_norm that of the averaged gradients (the same on
+ * every rank); a rank that failed, exited or hangs makes this STEPC_ERR_RUNTIME within the
+ * communicator's timeout, naming the rank. */
 stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
 
 /* One optimizer step as stepc_step, run eagerly (a graph mode is not used for it; the step
@@ -164,6 +192,11 @@ typedef struct {
                                     cpu: the fp32 plan's peak */
   int64_t replay_ops;            /* recompute replay ops per micro-batch */
   int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
+  int64_t optimizer_state_bytes; /* master weights and Adam moments this rank keeps up to date, at
+                                    their nominal dtypes: all of them, or with the distributed
+                                    optimizer this rank's shard (memrank.c predicts 12/DP bytes per
+                                    parameter); the CPU arena still holds every slot (the plan is
+                                    one rank's whole step), so this is the state the rank owns */
 } stepc_measure;
 stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m);
 

@@ -154,7 +154,7 @@ static int add_flags(char **argv, int n, char *buf) {
 
 /* The public API libstep.so exports (runtime/stepc.h); everything else stays inside it. */
 static const char VERSION_SCRIPT[] =
-    "{\n  global:\n    stepc_options_default; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
+    "{\n  global:\n    stepc_options_default; stepc_options_from_env; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
     "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step;\n"
     "    stepc_get_measure;\n"
@@ -272,6 +272,21 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   f->cpu_peak = cp.mp.peak;
   f->cpu_arena = cp.mp.arena;
   f->sm_count = sm_count;
+  f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
+  f->dist_opt = spec->optimizer.use_distributed_optimizer;
+  /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
+  im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
+  im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
+  if (!im.bucket || !im.bucket_grad) {
+    snprintf(err, nerr, "out of memory");
+    goto free_prog;
+  }
+  for (int k = 0; k < sp->sc.nb; k++) {
+    const Bucket *b = &sp->sc.b[k];
+    im.bucket[k] = (ImgBucket){.after_op = b->after_op, .first = b->first, .ngrads = b->ngrads, .params = b->params};
+  }
+  for (int k = 0; k < sp->sc.ngrad; k++) im.bucket_grad[k] = sp->sc.grad[k];
+  im.nbucket = sp->sc.nb, im.nbucket_grad = sp->sc.ngrad;
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
   if (!es->cuda) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", why);
@@ -280,7 +295,7 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
   rc = image_write(path, &im, err, nerr) == 0 ? ARTIFACT_OK : ARTIFACT_ERROR;
 free_prog:
-  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope);
+  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad);
   plan_program_free(&prog);
 done:
   step_plan_free(&cp);

@@ -1,0 +1,129 @@
+/* api_dp.c — data parallel behind stepc.h: the options against the plan, the rendezvous, each
+ * rank's micro-batches, the buckets' firing points and the loss over the ranks. The backends
+ * reduce the buckets themselves (api_cpu.c over comm.h's host collectives, api_cuda.c over NCCL). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/api_internal.h"
+
+stepc_status stepc_options_from_env(stepc_options *o) {
+  if (!o) return STEPC_ERR_ARGUMENT;
+  RtLaunchEnv e;
+  char err[256];
+  int r = rt_launch_env(&e, err, sizeof err);
+  if (r < 0) return STEPC_ERR_ARGUMENT;
+  if (r == 0) return STEPC_OK; /* no launcher: one rank, o as it was */
+  /* a launcher of one rank (srun -n 1) needs no communicator, nor NCCL */
+  o->rank = e.rank, o->world_size = e.size, o->local_rank = e.local_rank, o->master_port = e.port;
+  if (e.size > 1) o->dp_join = 1;
+  snprintf(o->master_addr, sizeof o->master_addr, "%s", e.addr);
+  return STEPC_OK;
+}
+
+/* ZeRO-1's shards, as Megatron cuts them: each bucket's elements in N contiguous ranges, one per
+ * rank, here at whole-tensor granularity (a main gradient belongs to the rank whose range holds
+ * its first element), so each rank updates about 1/N of every bucket. The param, master and
+ * moments an AdamW op updates follow its gradient. */
+static stepc_status zero_owners(stepc_t *s) {
+  const StepImage *im = &s->im;
+  const Graph *g = im->g;
+  s->owner = malloc(((size_t)g->nt + 1) * sizeof *s->owner);
+  s->zero_sumsq = calloc((size_t)g->nt + 1, sizeof *s->zero_sumsq);
+  if (!s->owner || !s->zero_sumsq) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int t = 0; t < g->nt; t++) s->owner[t] = -1;
+  for (int k = 0; k < im->nbucket; k++) {
+    const ImgBucket *b = &im->bucket[k];
+    int64_t at = 0;
+    for (int i = 0; i < b->ngrads; i++) {
+      int t = im->bucket_grad[b->first + i];
+      s->owner[t] = (int)(at * s->world / (b->params > 0 ? b->params : 1));
+      at += tensor_numel(&g->t[t]);
+    }
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADAMW) continue;
+    int r = s->owner[op->in[0]];
+    for (int j = 0; j < op->nout; j++) s->owner[op->out[j]] = r;
+  }
+  return STEPC_OK;
+}
+
+bool api_dp_not_mine(const stepc_t *s, int t) { return s->owner && s->owner[t] >= 0 && s->owner[t] != s->rank; }
+
+stepc_status api_dp_check(stepc_t *s) {
+  const stepc_options *o = &s->opt;
+  int world = o->world_size > 1 ? o->world_size : 1;
+  s->world = world, s->rank = o->rank;
+  if (o->rank < 0 || o->rank >= world)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,
+                    world);
+  if (world != s->im.f.dp_size)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job has %d: rebuild it with "
+                    "train.world_size=%d (the per-rank micro-batches and the memory plan depend on it)",
+                    s->dir, s->im.f.dp_size, s->im.f.dp_size == 1 ? "" : "s", world, world);
+  if ((world > 1 || o->dp_join) && (o->master_port <= 0 || o->master_port > 65535))
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: master_port %d is not a TCP port (set it, or stepc_options_from_env)",
+                    o->master_port);
+  /* each bucket fires after the micro point that runs its op */
+  const StepImage *im = &s->im;
+  s->bucket_point = malloc(((size_t)im->nbucket + 1) * sizeof *s->bucket_point);
+  if (!s->bucket_point) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int k = 0; k < im->nbucket; k++) {
+    s->bucket_point[k] = -1;
+    for (int q = 0; q < im->micro_points; q++)
+      if (im->point_op[q] == im->bucket[k].after_op) s->bucket_point[k] = q;
+    if (s->bucket_point[k] < 0)
+      return api_fail(s, STEPC_ERR_IO, "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
+                      "artifact", s->dir, k, im->bucket[k].after_op);
+  }
+  if (im->f.dist_opt) return zero_owners(s);
+  return STEPC_OK;
+}
+
+/* The plan facts every rank must share beyond the step itself: DP size, sharding, buckets. */
+static uint64_t plan_hash(const StepImage *im) {
+  int32_t f[2] = {im->f.dp_size, im->f.dist_opt};
+  uint64_t h = ir_fnv1a(IR_FNV_OFFSET, f, sizeof f);
+  h = ir_fnv1a(h, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
+  return ir_fnv1a(h, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
+}
+
+stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, char *, size_t), void *ctx) {
+  const stepc_options *o = &s->opt;
+  if (s->world == 1 && !o->dp_join) return STEPC_OK;
+  RtRendezvous rv = {.rank = s->rank, .size = s->world, .port = o->master_port, .timeout_s = o->comm_timeout_s,
+                     .fingerprint = s->im.f.fingerprint, .plan_hash = plan_hash(&s->im), .make_id = make_id,
+                     .make_id_ctx = ctx};
+  snprintf(rv.addr, sizeof rv.addr, "%s", o->master_addr[0] ? o->master_addr : "127.0.0.1");
+  snprintf(rv.what, sizeof rv.what, "%s", s->dir);
+  char err[600];
+  if (rt_comm_open(&rv, &s->comm, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_MISMATCH, "data parallel: %s", err);
+  return STEPC_OK;
+}
+
+void api_dp_free(stepc_t *s) {
+  rt_comm_free(s->comm);
+  s->comm = NULL;
+  free(s->bucket_point), free(s->dp_buf), free(s->owner), free(s->zero_sumsq);
+  s->bucket_point = NULL, s->dp_buf = NULL, s->owner = NULL, s->zero_sumsq = NULL;
+}
+
+int64_t api_dp_micro(const stepc_t *s, int64_t mb) { return mb * s->world + s->rank; }
+
+int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket)) {
+  if (!s->dp_last_micro || !s->comm) return 0;
+  for (int k = 0; k < s->im.nbucket; k++)
+    if (s->bucket_point[k] == q && reduce(s, k)) return -1;
+  return 0;
+}
+
+int api_dp_loss(stepc_t *s, double local_sum, double *mean) {
+  double sum = local_sum;
+  if (s->comm && rt_comm_allreduce_sum(s->comm, &sum, 1, RT_COMM_F64) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", rt_comm_error(s->comm)), -1;
+  *mean = sum / ((double)s->g->num_microbatches * (double)s->world);
+  return 0;
+}

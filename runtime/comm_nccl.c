@@ -1,0 +1,106 @@
+/* comm_nccl.c — NCCL through dlopen (comm_nccl.h). nccl.h is read for its types only; every call
+ * goes through a pointer resolved from libnccl.so.2 at run time. */
+#include "runtime/comm_nccl.h"
+
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NCCL_FUNCS(X)                                                                                      \
+  X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)             \
+  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclAllReduce)
+
+struct RtNccl {
+  void *lib;
+  ncclComm_t comm;
+  int version;
+#define NCCL_PTR(f) __typeof__(&f) f;
+  NCCL_FUNCS(NCCL_PTR)
+#undef NCCL_PTR
+};
+
+static int nccl_check(RtNccl *n, ncclResult_t r, const char *what, char *err, size_t nerr) {
+  if (r == ncclSuccess) return 0;
+  snprintf(err, nerr, "%s: %s (ncclResult %d)", what, n->ncclGetErrorString ? n->ncclGetErrorString(r) : "?", (int)r);
+  return -1;
+}
+
+int rt_nccl_load(RtNccl **out, char *err, size_t nerr) {
+  *out = NULL;
+  RtNccl *n = calloc(1, sizeof *n);
+  if (!n) return snprintf(err, nerr, "out of memory"), -1;
+  n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib) {
+    const char *e = dlerror();
+    snprintf(err, nerr, "data parallel on cuda needs NCCL: dlopen libnccl.so.2: %s", e ? e : "not found");
+    free(n);
+    return -1;
+  }
+#define NCCL_LOAD(f)                                                                                       \
+  if (!(*(void **)&n->f = dlsym(n->lib, #f))) {                                                            \
+    snprintf(err, nerr, "libnccl.so.2 lacks %s (NCCL older than 2.10?)", #f);                             \
+    dlclose(n->lib);                                                                                       \
+    free(n);                                                                                               \
+    return -1;                                                                                             \
+  }
+  NCCL_FUNCS(NCCL_LOAD)
+#undef NCCL_LOAD
+  if (n->ncclGetVersion(&n->version) != ncclSuccess) n->version = 0;
+  /* ncclAvg (2.10) and capture of collectives into CUDA graphs (2.9.6) are what stepc relies on */
+  if (n->version < 21000) {
+    snprintf(err, nerr, "libnccl.so.2 is version %d; stepc needs NCCL 2.10 or later (ncclAvg, graph capture)", n->version);
+    dlclose(n->lib);
+    free(n);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
+int rt_nccl_make_id(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, size_t nerr) {
+  RtNccl *n = ctx;
+  ncclUniqueId u;
+  if (nccl_check(n, n->ncclGetUniqueId(&u), "ncclGetUniqueId", err, nerr)) return -1;
+  memcpy(id, &u, RT_COMM_ID_BYTES);
+  return 0;
+}
+
+int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err, size_t nerr) {
+  ncclUniqueId u;
+  memcpy(&u, id, sizeof u);
+  return nccl_check(n, n->ncclCommInitRank(&n->comm, size, u, rank), "ncclCommInitRank", err, nerr);
+}
+
+int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr) {
+  void *p = (void *)(uintptr_t)buf;
+  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclAvg, n->comm, (cudaStream_t)stream), "ncclAllReduce",
+                    err, nerr);
+}
+
+int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr) {
+  void *p = (void *)(uintptr_t)buf;
+  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)stream), "ncclAllReduce",
+                    err, nerr);
+}
+
+int rt_nccl_check(RtNccl *n, char *err, size_t nerr) {
+  ncclResult_t a = ncclSuccess;
+  if (nccl_check(n, n->ncclCommGetAsyncError(n->comm, &a), "ncclCommGetAsyncError", err, nerr)) return -1;
+  return nccl_check(n, a, "NCCL (asynchronous error: a rank died or the network failed)", err, nerr);
+}
+
+int rt_nccl_version(const RtNccl *n) { return n->version; }
+
+void rt_nccl_abort(RtNccl *n) {
+  if (n->comm) n->ncclCommAbort(n->comm);
+  n->comm = NULL;
+}
+
+void rt_nccl_free(RtNccl *n, int failed) {
+  if (!n) return;
+  if (n->comm) failed ? n->ncclCommAbort(n->comm) : n->ncclCommDestroy(n->comm);
+  dlclose(n->lib);
+  free(n);
+}

@@ -1,0 +1,36 @@
+/* comm_nccl.h — the CUDA device's collectives: NCCL loaded at run time (libnccl.so.2, dlopen, as
+ * libcuda is: nothing links it, so a machine without NCCL runs every single-rank step and fails a
+ * data-parallel one with a message). Collectives are enqueued on the caller's stream (stepc's), so
+ * that they are ordered with the step's kernels and captured into its full-iteration CUDA graph
+ * (NCCL 2.9.6 and later allow that). The unique id travels over comm.h's rendezvous. */
+#ifndef STEPC_COMM_NCCL_H
+#define STEPC_COMM_NCCL_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#include "runtime/comm.h"
+
+typedef struct RtNccl RtNccl;
+
+/* Loads libnccl.so.2: 0, or -1 with err (*out NULL). */
+int rt_nccl_load(RtNccl **out, char *err, size_t nerr);
+/* RtRendezvous.make_id: ncclGetUniqueId on rank 0 (ctx is the RtNccl). */
+int rt_nccl_make_id(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, size_t nerr);
+/* ncclCommInitRank with the rendezvous' id; the device's context must be current. */
+int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err, size_t nerr);
+/* buf := the average over ranks (ncclAvg) of buf, n floats, on stream. */
+int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
+/* buf := the sum over ranks, n floats. */
+int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
+/* NCCL's asynchronous error, if any (a peer that died, a network failure): 0, or -1 with err. */
+int rt_nccl_check(RtNccl *n, char *err, size_t nerr);
+/* ncclCommAbort now (the communicator is unusable after): its pending collectives return. */
+void rt_nccl_abort(RtNccl *n);
+/* The library's version (e.g. 22805 for 2.28.5). */
+int rt_nccl_version(const RtNccl *n);
+/* Aborts the communicator when `failed` (ncclCommAbort does not wait on peers that are gone),
+ * destroys it otherwise, and unloads the library. NULL is a no-op. */
+void rt_nccl_free(RtNccl *n, int failed);
+
+#endif

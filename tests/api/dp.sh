@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# dp.sh STEPC TEST_DP — data parallel on the CPU device (issue 12), bitwise:
+#   DP 2 and DP 4 (one micro-batch of 4 sequences per rank) against DP 1 with 2 and 4 accumulated
+#   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
+#   threads (test_dp) and as processes (stepc run --nproc, the artifact's own step.c);
+#   a resumed DP run against the uninterrupted one; a rank that exits, one that hangs; a rank with
+#   another artifact; an artifact of DP N opened alone.
+set -uo pipefail
+stepc=$1 t=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+build() { "$stepc" build models/tiny.lua "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
+build dp1_2 train.global_batch_size=8
+build dp2 train.world_size=2 train.global_batch_size=8
+build dp1_4 train.global_batch_size=16
+build dp4 train.world_size=4 train.global_batch_size=16
+build zero2 train.world_size=2 train.global_batch_size=8 optimizer.use_distributed_optimizer=true
+build zero4 train.world_size=4 train.global_batch_size=16 optimizer.use_distributed_optimizer=true
+build dp2_other train.world_size=2 train.global_batch_size=8 model.num_layers=2
+STEPS=${DP_STEPS:-4}
+"$t" env || fail "launcher environments"
+"$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
+"$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
+TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 against DP 1, bound batches"
+# the distributed optimizer (ZeRO-1): bitwise plain DP; its sharded checkpoint resumes bitwise
+"$t" equal "$tmp/dp2" 2 "$tmp/zero2" 2 "$STEPS" "$tmp" || fail "ZeRO-1 on 2 ranks against DP 2"
+"$t" equal "$tmp/dp4" 4 "$tmp/zero4" 4 "$STEPS" "$tmp" || fail "ZeRO-1 on 4 ranks against DP 4"
+"$t" resume "$tmp/zero4" 4 "$STEPS" 2 "$tmp" || fail "ZeRO-1 resume"
+"$t" reshard "$tmp/zero2" 2 "$tmp/zero4" 4 "$tmp" || fail "a ZeRO-1 checkpoint under another world size"
+"$t" resume "$tmp/dp2" 2 "$STEPS" 2 "$tmp" || fail "DP 2 resume"
+"$t" exit "$tmp/dp2" 2 || fail "a rank that exits"
+"$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"
+"$t" refuse "$tmp/dp2" "$tmp/dp2_other" 2 || fail "a rank with another artifact"
+"$t" world "$tmp/dp2" || fail "DP 2 opened alone"
+# processes: stepc run --nproc through libstep.so (step.c), the losses' bits against DP 1's
+losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(x["loss"].hex()+" "+x["grad_norm"].hex() for x in d["steps"]))' "$1"; }
+"$stepc" run "$tmp/dp1_4" --device cpu --steps 3 --json >"$tmp/r1.json" || fail "stepc run DP 1"
+"$stepc" run "$tmp/dp4" --device cpu --steps 3 --nproc 4 --json >"$tmp/r4.json" 2>"$tmp/r4.err" || { cat "$tmp/r4.err"; fail "stepc run --nproc 4"; }
+diff <(losses "$tmp/r1.json") <(losses "$tmp/r4.json") || fail "stepc run --nproc 4 differs from DP 1"
+echo "ok: stepc run --nproc 4 (processes, step.c) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
+# processes: rank 1 of a stepc run --nproc 2 job killed (SIGKILL) mid-run: the job ends within the
+# timeout, rank 0 naming the rank that went away
+"$stepc" run "$tmp/dp2" --device cpu --steps 1000 --nproc 2 --comm-timeout 20 >"$tmp/kill.out" 2>"$tmp/kill.err" &
+job=$!
+victim=""
+for _ in $(seq 200); do # wait for rank 1's process (a child of the job) and its first step
+  for c in $(pgrep -P "$job" || true); do
+    tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx 'RANK=1' && [ "$(cat /proc/$c/comm 2>/dev/null)" = stepc ] && victim=$c
+  done
+  [ -n "$victim" ] && grep -q "step     1" "$tmp/kill.out" 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill "$job"; fail "rank 1's process never appeared"; }
+t0=$(date +%s)
+kill -9 "$victim"
+wait "$job"
+rc=$? t1=$(date +%s)
+cat "$tmp/kill.err" | grep -v "^\[rank [01]\] build" | tail -4
+[ $rc -ne 0 ] || fail "the job should fail when a rank is killed"
+[ $((t1 - t0)) -le 25 ] || fail "the job took $((t1 - t0)) s to end after rank 1 was killed (timeout 20 s)"
+grep -q "rank 1 closed its connection" "$tmp/kill.err" || fail "rank 0 should name rank 1: $(cat "$tmp/kill.err")"
+grep -q "rank 1 was killed by signal 9" "$tmp/kill.err" || fail "stepc run --nproc should say rank 1 was killed"
+echo "ok: rank 1 killed (SIGKILL) mid-run: the job ended $((t1 - t0)) s later with exit $rc, rank 0 naming rank 1"
+"$stepc" run "$tmp/dp2" --device cpu --steps 2 >"$tmp/alone.out" 2>"$tmp/alone.err" && fail "DP 2 run alone should be refused"
+grep -q "planned for 2 data-parallel ranks" "$tmp/alone.err" || { cat "$tmp/alone.err"; fail "no clear message for DP 2 alone"; }
+echo "ok: data parallel on the CPU device"

@@ -1,0 +1,365 @@
+/* test_dp.c — data parallel on the CPU device, ranks as threads of this process (each its own
+ * stepc handle, joined over TCP on 127.0.0.1 like separate processes). tests/api/dp.sh builds the
+ * artifacts and runs each mode:
+ *
+ *   test_dp equal  ARTA NA ARTB NB STEPS TMP   ARTB on NB ranks = ARTA on NA ranks: every loss and grad
+ *                                          norm, every parameter byte on every rank (DP N with one
+ *                                          micro-batch per rank against DP 1 with N; ZeRO-1 against DP);
+ *                                          TEST_DP_BIND=1: each rank binds its own micro-batches
+ *   test_dp resume ARTN N STEPS K TMP      K steps, checkpoint, fresh handles resumed = STEPS straight
+ *   test_dp exit   ARTN N                  the last rank leaves after step 1: the others fail, naming it
+ *   test_dp hang   ARTN N                  the last rank stops calling: the others fail within the timeout
+ *   test_dp refuse ARTN OTHER N            rank 1 opens another artifact: every rank is refused at open
+ *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
+ *   test_dp reshard ARTA NA ARTB NB TMP    a ZeRO-1 checkpoint of NA ranks loaded by NB ranks: refused
+ *   test_dp env                            stepc_options_from_env under torchrun, mpirun and Slurm
+ *
+ * Prints what it compares; exit 0 on success. */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/stepc.h"
+
+#define MAXR 8
+#define MAXS 64
+#define TIMEOUT_S 3.0 /* the fault modes' communicator timeout */
+
+static int fails;
+#define CHECK(c, ...)                                                                                      \
+  do {                                                                                                     \
+    if (!(c)) {                                                                                            \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
+      fprintf(stderr, __VA_ARGS__);                                                                        \
+      fprintf(stderr, "\n");                                                                               \
+      fails++;                                                                                             \
+    }                                                                                                      \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+typedef enum { ACT_RUN, ACT_EXIT_AFTER_1, ACT_HANG_AFTER_1 } Action;
+
+typedef struct {
+  const char *art;
+  int rank, world, port, steps;
+  Action act;
+  const char *load, *save; /* checkpoint to resume from / to write after the steps */
+  const char *params;      /* where to save the parameters at the end */
+  int bind;                /* bind each step's batch (this rank's micro-batches of a global batch) */
+  /* out */
+  stepc_status open_st, step_st;
+  char err[1024];
+  double loss[MAXS], gnorm[MAXS];
+  int done;
+  double fail_after_s;     /* seconds from the last good step to the failing call */
+} Rank;
+
+/* Binds this rank's micro-batches of step `step`'s global batch: global micro-batch g's tokens are
+ * a function of (step, g, i), and rank r's micro-batch mb is g = mb * world + r. */
+static stepc_status bind_global(stepc_t *s, const stepc_info *in, int rank, int world, int step) {
+  size_t per = (size_t)(in->micro_batch_size * in->seq_length), n = per * (size_t)in->num_microbatches;
+  int32_t *tok = malloc(n * sizeof *tok), *tg = malloc(n * sizeof *tg);
+  if (!tok || !tg) return free(tok), free(tg), STEPC_ERR_NOMEM;
+  for (int64_t mb = 0; mb < in->num_microbatches; mb++) {
+    uint64_t g = (uint64_t)(mb * world + rank);
+    for (size_t i = 0; i < per; i++) {
+      uint64_t h = ((uint64_t)step * 1000003u + g) * 2654435761u + i * 40503u;
+      tok[(size_t)mb * per + i] = (int32_t)((h >> 7) % (uint64_t)in->vocab_size);
+      tg[(size_t)mb * per + i] = (int32_t)((h >> 17) % (uint64_t)in->vocab_size);
+    }
+  }
+  stepc_status st = stepc_bind_batch(s, tok, tg, n);
+  free(tok), free(tg);
+  return st;
+}
+
+static void *rank_main(void *p) {
+  Rank *r = p;
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  o.cpu_threads = 1;
+  o.rank = r->rank, o.world_size = r->world, o.master_port = r->port;
+  o.comm_timeout_s = TIMEOUT_S;
+  stepc_t *s = NULL;
+  r->open_st = stepc_open(r->art, &o, &s);
+  if (r->open_st != STEPC_OK) {
+    snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+    stepc_close(s);
+    return NULL;
+  }
+  if (r->load && (r->step_st = stepc_load_checkpoint(s, r->load)) != STEPC_OK) {
+    snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+    stepc_close(s);
+    return NULL;
+  }
+  stepc_info in;
+  stepc_get_info(s, &in);
+  double t = now_s();
+  for (int i = (int)in.step; i < r->steps; i++) {
+    if (r->act == ACT_EXIT_AFTER_1 && r->done == 1) break;
+    if (r->act == ACT_HANG_AFTER_1 && r->done == 1) {
+      /* alive, connected, silent: only the timeout can tell the others */
+      struct timespec ts = {(time_t)(3 * TIMEOUT_S), 0};
+      nanosleep(&ts, NULL);
+      break;
+    }
+    if (r->bind && bind_global(s, &in, r->rank, r->world, i + 1) != STEPC_OK) {
+      r->step_st = STEPC_ERR_ARGUMENT;
+      snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+      break;
+    }
+    stepc_step_stats st;
+    r->step_st = stepc_step(s, &st);
+    if (r->step_st != STEPC_OK) {
+      r->fail_after_s = now_s() - t;
+      snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+      break;
+    }
+    t = now_s();
+    r->loss[i] = st.loss, r->gnorm[i] = st.grad_norm;
+    r->done++;
+  }
+  if (r->step_st == STEPC_OK && r->save) r->step_st = stepc_save_checkpoint(s, r->save);
+  if (r->step_st == STEPC_OK && r->params) r->step_st = stepc_save_params(s, r->params);
+  if (r->step_st != STEPC_OK && !r->err[0]) snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+  stepc_close(s);
+  return NULL;
+}
+
+static void run_ranks(Rank *r, int n) {
+  pthread_t th[MAXR];
+  for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, rank_main, &r[i]);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+/* The tensor bytes of a safetensors file (after its header): malloc'ed, *n their count. */
+static unsigned char *tensor_bytes(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  uint64_t h = 0;
+  unsigned char *buf = NULL;
+  long size = 0;
+  if (fread(&h, 8, 1, f) == 1 && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > (long)(8 + h) &&
+      fseek(f, (long)(8 + h), SEEK_SET) == 0) {
+    *n = (size_t)size - 8 - h;
+    buf = malloc(*n);
+    if (buf && fread(buf, 1, *n, f) != *n) free(buf), buf = NULL;
+  }
+  fclose(f);
+  return buf;
+}
+
+static int same_params(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  unsigned char *x = tensor_bytes(a, &na), *y = tensor_bytes(b, &nb);
+  int ok = x && y && na == nb && memcmp(x, y, na) == 0;
+  free(x), free(y);
+  return ok;
+}
+
+static void setup(Rank *r, int n, const char *art, int steps) {
+  int port = free_port();
+  for (int i = 0; i < n; i++) r[i] = (Rank){.art = art, .rank = i, .world = n, .port = port, .steps = steps};
+}
+
+/* ART_A on na ranks against ART_B on nb ranks: every loss and grad norm, every rank's parameters. */
+static int mode_equal(const char *arta, int na, const char *artb, int nb, int steps, const char *tmp) {
+  static Rank a[MAXR], r[MAXR];
+  char pa[MAXR][512], pr[MAXR][512];
+  int bind = getenv("TEST_DP_BIND") != NULL; /* bound batches instead of the recipe's data */
+  setup(a, na, arta, steps);
+  for (int i = 0; i < na; i++) snprintf(pa[i], sizeof pa[i], "%s/a%d_rank%d.safetensors", tmp, na, i), a[i].params = pa[i], a[i].bind = bind;
+  run_ranks(a, na);
+  for (int i = 0; i < na; i++) CHECK(a[i].open_st == STEPC_OK && a[i].step_st == STEPC_OK, "%s rank %d: %s", arta, i, a[i].err);
+  setup(r, nb, artb, steps);
+  for (int i = 0; i < nb; i++) snprintf(pr[i], sizeof pr[i], "%s/b%d_rank%d.safetensors", tmp, nb, i), r[i].params = pr[i], r[i].bind = bind;
+  run_ranks(r, nb);
+  for (int i = 0; i < nb; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", artb, i, r[i].err);
+  if (fails) return 1;
+  for (int k = 0; k < steps; k++) {
+    printf("step %d  %d rank(s): loss %a grad_norm %a | %d ranks:", k + 1, na, a[0].loss[k], a[0].gnorm[k], nb);
+    for (int i = 0; i < nb; i++) printf(" rank%d %a", i, r[i].loss[k]);
+    printf("\n");
+    for (int i = 0; i < nb; i++)
+      CHECK(r[i].loss[k] == a[0].loss[k] && r[i].gnorm[k] == a[0].gnorm[k],
+            "step %d rank %d: loss %.17g grad_norm %.17g, the reference's %.17g %.17g", k + 1, i, r[i].loss[k], r[i].gnorm[k],
+            a[0].loss[k], a[0].gnorm[k]);
+  }
+  for (int i = 0; i < nb; i++) CHECK(same_params(pa[0], pr[i]), "rank %d's parameters after %d steps differ from the reference's", i, steps);
+  if (!fails)
+    printf("ok: %s on %d ranks = %s on %d%s: %d steps' losses, grad norms and every parameter byte on every rank\n", artb, nb, arta,
+           na, bind ? " (bound batches, each rank its own micro-batches)" : "", steps);
+  return fails != 0;
+}
+
+/* A sharded checkpoint of na ranks opened by nb ranks: refused, with the reason. */
+static int mode_reshard(const char *arta, int na, const char *artb, int nb, const char *tmp) {
+  static Rank a[MAXR], b[MAXR];
+  char ck[512];
+  snprintf(ck, sizeof ck, "%s/zero_ckpt", tmp);
+  setup(a, na, arta, 1);
+  for (int i = 0; i < na; i++) a[i].save = ck;
+  run_ranks(a, na);
+  for (int i = 0; i < na; i++) CHECK(a[i].step_st == STEPC_OK, "rank %d: %s", i, a[i].err);
+  setup(b, nb, artb, 2);
+  for (int i = 0; i < nb; i++) b[i].load = ck;
+  run_ranks(b, nb);
+  for (int i = 0; i < nb; i++) {
+    printf("rank %d of %d loading the checkpoint of %d ranks: %s: %s\n", i, nb, na, stepc_status_name(b[i].step_st), b[i].err);
+    CHECK(b[i].step_st == STEPC_ERR_MISMATCH && strstr(b[i].err, "cannot be re-cut"), "rank %d should refuse the checkpoint", i);
+  }
+  if (!fails) printf("ok: a sharded optimizer checkpoint of %d ranks is refused by %d ranks, with the reason\n", na, nb);
+  return fails != 0;
+}
+
+static int mode_resume(const char *artn, int n, int steps, int k, const char *tmp) {
+  static Rank a[MAXR], b[MAXR], c[MAXR];
+  char pa[MAXR][512], pc[MAXR][512], ck[512];
+  snprintf(ck, sizeof ck, "%s/ckpt", tmp);
+  setup(a, n, artn, steps);
+  for (int i = 0; i < n; i++) snprintf(pa[i], sizeof pa[i], "%s/straight%d.safetensors", tmp, i), a[i].params = pa[i];
+  run_ranks(a, n);
+  setup(b, n, artn, k);
+  for (int i = 0; i < n; i++) b[i].save = ck;
+  run_ranks(b, n);
+  setup(c, n, artn, steps);
+  for (int i = 0; i < n; i++) c[i].load = ck, snprintf(pc[i], sizeof pc[i], "%s/resumed%d.safetensors", tmp, i), c[i].params = pc[i];
+  run_ranks(c, n);
+  for (int i = 0; i < n; i++)
+    CHECK(a[i].step_st == STEPC_OK && b[i].step_st == STEPC_OK && c[i].step_st == STEPC_OK && c[i].open_st == STEPC_OK,
+          "rank %d: %s%s%s", i, a[i].err, b[i].err, c[i].err);
+  if (fails) return 1;
+  for (int s = 0; s < steps; s++) {
+    double got = s < k ? b[0].loss[s] : c[0].loss[s];
+    printf("step %d  straight %a  %s %a\n", s + 1, a[0].loss[s], s < k ? "before the checkpoint" : "resumed", got);
+    for (int i = 0; i < n; i++)
+      CHECK((s < k ? b[i].loss[s] : c[i].loss[s]) == a[i].loss[s], "step %d rank %d: the resumed run's loss differs", s + 1, i);
+  }
+  for (int i = 0; i < n; i++) CHECK(same_params(pa[i], pc[i]), "rank %d: parameters after the resumed run differ", i);
+  if (!fails) printf("ok: DP %d resumed at step %d = the uninterrupted run (losses, every parameter byte)\n", n, k);
+  return fails != 0;
+}
+
+static int mode_fault(const char *artn, int n, Action act) {
+  static Rank r[MAXR];
+  setup(r, n, artn, 4);
+  r[n - 1].act = act;
+  double t0 = now_s();
+  run_ranks(r, n);
+  double wall = now_s() - t0;
+  for (int i = 0; i < n - 1; i++) {
+    printf("rank %d: %d steps, then (%.2f s later) %s: %s\n", i, r[i].done, r[i].fail_after_s, stepc_status_name(r[i].step_st),
+           r[i].err);
+    CHECK(r[i].open_st == STEPC_OK && r[i].done == 1 && r[i].step_st == STEPC_ERR_RUNTIME, "rank %d should fail at step 2", i);
+    /* bounded: the rank that is gone is seen at once; the silent one after the timeout (plus the
+     * step's own compute) — never an unbounded wait */
+    CHECK(r[i].fail_after_s < (act == ACT_HANG_AFTER_1 ? 2 * TIMEOUT_S + 5 : TIMEOUT_S + 5), "rank %d failed after %.1f s", i,
+          r[i].fail_after_s);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d", n - 1);
+    CHECK(i != 0 || strstr(r[i].err, want), "rank 0's message should name rank %d: %s", n - 1, r[i].err);
+    CHECK(strstr(r[i].err, act == ACT_HANG_AFTER_1 ? "within" : "closed") || (i != 0 && strstr(r[i].err, "closed")),
+          "rank %d's message: %s", i, r[i].err);
+  }
+  printf("the job ended %.2f s after it started (timeout %.0f s)\n", wall, TIMEOUT_S);
+  if (!fails) printf("ok: a rank that %s makes every other rank fail with a message within the bound\n", act == ACT_HANG_AFTER_1 ? "hangs" : "exits");
+  return fails != 0;
+}
+
+static int mode_refuse(const char *artn, const char *other, int n) {
+  static Rank r[MAXR];
+  setup(r, n, artn, 1);
+  r[1].art = other;
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++) {
+    printf("rank %d (%s): %s: %s\n", i, r[i].art, stepc_status_name(r[i].open_st), r[i].err);
+    CHECK(r[i].open_st == STEPC_ERR_MISMATCH && strstr(r[i].err, "rank 1 runs another artifact"), "rank %d should be refused at open", i);
+  }
+  if (!fails) printf("ok: a rank with another artifact is refused at open, on every rank\n");
+  return fails != 0;
+}
+
+static int mode_world(const char *artn) {
+  static Rank r[1];
+  setup(r, 1, artn, 1);
+  run_ranks(r, 1);
+  printf("alone: %s: %s\n", stepc_status_name(r[0].open_st), r[0].err);
+  CHECK(r[0].open_st == STEPC_ERR_MISMATCH && strstr(r[0].err, "planned for"), "an artifact of DP N opened alone must be refused");
+  return fails != 0;
+}
+
+/* stepc_options_from_env under each launcher's variables. */
+static int mode_env(void) {
+  static const char *all[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                              "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "MASTER_ADDR",
+                              "MASTER_PORT"};
+  static const struct {
+    const char *vars[8];
+    stepc_status st;
+    int rank, world, local, port;
+    const char *addr;
+  } C[] = {
+      {{NULL}, STEPC_OK, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "MASTER_ADDR=node7", "MASTER_PORT=1234"}, STEPC_OK, 3, 8, 1, 1234, "node7"},
+      {{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", "OMPI_COMM_WORLD_LOCAL_RANK=2"}, STEPC_OK, 5, 6, 2, 29500, "127.0.0.1"},
+      {{"SLURM_PROCID=9", "SLURM_NTASKS=16", "SLURM_LOCALID=1", "MASTER_ADDR=n0"}, STEPC_OK, 9, 16, 1, 29500, "n0"},
+      /* torchrun's variables win over Slurm's (torchrun inside an allocation) */
+      {{"SLURM_PROCID=0", "SLURM_NTASKS=2", "RANK=1", "WORLD_SIZE=4"}, STEPC_OK, 1, 4, 0, 29500, "127.0.0.1"},
+      {{"RANK=4", "WORLD_SIZE=4"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=x", "WORLD_SIZE=4"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=99999"}, STEPC_ERR_ARGUMENT, 0, 1, 0, 29500, "127.0.0.1"},
+      {{"SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_LOCALID=0"}, STEPC_OK, 0, 1, 0, 29500, "127.0.0.1"}, /* alone: no communicator */
+  };
+  for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+    for (size_t v = 0; v < sizeof all / sizeof all[0]; v++) unsetenv(all[v]);
+    for (int v = 0; C[c].vars[v]; v++) putenv((char *)C[c].vars[v]);
+    stepc_options o = stepc_options_default();
+    stepc_status st = stepc_options_from_env(&o);
+    CHECK(st == C[c].st && o.rank == C[c].rank && o.world_size == C[c].world && o.local_rank == C[c].local &&
+              o.master_port == C[c].port && !strcmp(o.master_addr, C[c].addr) && o.dp_join == (st == STEPC_OK && o.world_size > 1),
+          "case %zu: status %d rank %d world %d local %d port %d addr %s", c, st, o.rank, o.world_size, o.local_rank,
+          o.master_port, o.master_addr);
+  }
+  for (size_t v = 0; v < sizeof all / sizeof all[0]; v++) unsetenv(all[v]);
+  if (!fails) printf("ok: stepc_options_from_env reads torchrun, mpirun and Slurm, refuses malformed values\n");
+  return fails != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_dp equal|resume|exit|hang|refuse|world ARGS (see the file's comment)\n");
+    return 2;
+  }
+  const char *m = argv[1];
+  if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
+  if (!strcmp(m, "reshard") && argc == 7) return mode_reshard(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
+  if (!strcmp(m, "resume") && argc == 7) return mode_resume(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6]);
+  if (!strcmp(m, "exit") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_EXIT_AFTER_1);
+  if (!strcmp(m, "hang") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_HANG_AFTER_1);
+  if (!strcmp(m, "refuse") && argc == 5) return mode_refuse(argv[2], argv[3], atoi(argv[4]));
+  if (!strcmp(m, "world") && argc == 3) return mode_world(argv[2]);
+  if (!strcmp(m, "env")) return mode_env();
+  fprintf(stderr, "test_dp: bad arguments for %s\n", m);
+  return 2;
+}
