@@ -31,6 +31,9 @@ int rt_nccl_load(RtNccl **out, char *err, size_t nerr) {
   *out = NULL;
   RtNccl *n = calloc(1, sizeof *n);
   if (!n) return snprintf(err, nerr, "out of memory"), -1;
+  /* NCCL writes its log (NCCL_DEBUG: its version line, warnings) to stdout, into a trainer's own
+   * output and stepc's --json; unless the user chose a file, it goes to stderr. */
+  setenv("NCCL_DEBUG_FILE", "/dev/stderr", 0);
   n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (!n->lib) {
     const char *e = dlerror();
