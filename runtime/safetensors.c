@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Headers above this are refused (the format's own readers cap it at 100 MB). */
 #define ST_HEADER_MAX (100u << 20)
@@ -157,9 +159,39 @@ static int js_entry(Js *j, StEntry *e) {
   if (js_lit(j, '}')) return -1;
   if (have != 7) return js_fail(j, "an entry lacks dtype, shape or data_offsets");
   if (!st_dtype_size(e->dtype)) return js_fail(j, "an unknown dtype");
-  if ((uint64_t)st_numel(e) * st_dtype_size(e->dtype) != e->end - e->begin)
+  int64_t numel = 1;
+  for (int i = 0; i < e->ndim; i++)
+    if (__builtin_mul_overflow(numel, e->shape[i], &numel)) return js_fail(j, "an entry's shape overflows");
+  uint64_t bytes;
+  if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)st_dtype_size(e->dtype), &bytes) || bytes != e->end - e->begin)
     return js_fail(j, "an entry's data_offsets do not match its shape and dtype");
   return 0;
+}
+
+static int by_begin(const void *a, const void *b) {
+  const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The data section as the format has it: the entries' byte ranges tile [0, data bytes) with no
+ * gap, overlap or trailing byte, and no name twice. NULL, or what is wrong. */
+static const char *check_layout(const StReader *r, uint64_t data_bytes) {
+  const StEntry **v = malloc(((size_t)r->n + 1) * sizeof *v);
+  if (!v) return "out of memory";
+  for (int i = 0; i < r->n; i++) v[i] = &r->e[i];
+  qsort(v, (size_t)r->n, sizeof *v, by_begin);
+  const char *why = NULL;
+  uint64_t at = 0;
+  for (int i = 0; i < r->n && !why; i++) {
+    if (v[i]->begin != at) why = v[i]->begin < at ? "two tensors' data overlap" : "the data has a gap between tensors";
+    at = v[i]->end;
+  }
+  if (!why && at != data_bytes) why = at < data_bytes ? "bytes follow the last tensor's data" : "a tensor's data runs past the file's end";
+  for (int i = 0; i < r->n && !why; i++)
+    for (int k = i + 1; k < r->n && !why; k++)
+      if (!strcmp(r->e[i].name, r->e[k].name)) why = "a tensor name appears twice";
+  free(v);
+  return why;
 }
 
 int st_open(StReader *r, const char *path, char *err, size_t nerr) {
@@ -224,6 +256,14 @@ int st_open(StReader *r, const char *path, char *err, size_t nerr) {
   free(h);
   if (rc) {
     snprintf(err, nerr, "%s: %s", path, jerr);
+    st_close(r);
+    return -1;
+  }
+  struct stat sb;
+  const char *why = fstat(fileno(r->f), &sb) != 0 || (uint64_t)sb.st_size < r->data_start ? "cannot size the file"
+                                                                                           : check_layout(r, (uint64_t)sb.st_size - r->data_start);
+  if (why) {
+    snprintf(err, nerr, "%s: %s", path, why);
     st_close(r);
     return -1;
   }
@@ -368,7 +408,9 @@ int st_write_end(StWriter *w, char *err, size_t nerr) {
     st_write_abort(w);
     return -1;
   }
-  int rc = fclose(w->f);
+  /* on the disk before the rename makes it the file's content */
+  int rc = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+  rc |= fclose(w->f);
   w->f = NULL;
   if (rc != 0 || rename(w->tmp, w->path) != 0) {
     snprintf(err, nerr, "cannot write %s", w->path);

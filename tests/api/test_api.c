@@ -91,6 +91,30 @@ static void test_safetensors(const char *dir) {
   unsigned char huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0};
   write_bytes(path, huge, 8);
   CHECK(st_open(&r, path, err, sizeof err) != 0);
+  /* well-formed headers whose data does not tile the data section, with 8 data bytes in the file */
+  const struct {
+    const char *h, *why;
+  } layout[] = {
+      {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, \"y\": {\"dtype\": \"F32\", \"shape\": [1], "
+       "\"data_offsets\": [2, 6]}}", "overlap"},
+      {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", "gap"},
+      {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", "follow"},
+      {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, \"x\": {\"dtype\": \"F32\", \"shape\": [1], "
+       "\"data_offsets\": [4, 8]}}", "twice"},
+      {"{\"x\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", "past"},
+      {"{\"x\": {\"dtype\": \"F64\", \"shape\": [4611686018427387904, 4], \"data_offsets\": [0, 8]}}", "overflow"},
+  };
+  for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+    size_t n = strlen(layout[i].h);
+    unsigned char buf[512] = {0};
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)(n >> (8 * k));
+    memcpy(buf + 8, layout[i].h, n);
+    write_bytes(path, buf, 8 + n + 8);
+    err[0] = 0;
+    int rc = st_open(&r, path, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, layout[i].why));
+    if (rc == 0) st_close(&r);
+  }
 }
 
 static void test_errors(const char *dir) {
