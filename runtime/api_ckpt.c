@@ -3,7 +3,14 @@
  * Tensors are stored at their nominal dtype (bf16 weights, fp32 masters and moments, int32 step
  * counter), named by their graph names, so the files are the same whichever device wrote them
  * and a PyTorch reference can read the weights directly. */
+#define _GNU_SOURCE /* renameat2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <ctype.h>
 #include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -189,12 +196,7 @@ static void optimizer_file(const stepc_t *s, const char *dir, char *path, size_t
   join(path, n, dir, name);
 }
 
-static int make_dir(const char *dir) {
-  struct stat sb;
-  return mkdir(dir, 0777) == 0 || (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) ? 0 : -1;
-}
-
-/* Rank 0's part: the parameters, the (unsharded) optimizer state, state.json. */
+/* Rank 0's part: the parameters and the (unsharded) optimizer state. */
 static stepc_status save_all(stepc_t *s, const char *dir) {
   char path[1100];
   join(path, sizeof path, dir, "model.safetensors");
@@ -202,38 +204,141 @@ static stepc_status save_all(stepc_t *s, const char *dir) {
   if (st != STEPC_OK) return st;
   optimizer_file(s, dir, path, sizeof path);
   if (!(s->owner && s->world > 1) && (st = save_roles(s, path, OPTIMIZER, false, "optimizer")) != STEPC_OK) return st;
+  return STEPC_OK;
+}
+
+/* FNV-1a of a whole file and its size. 0, or -1 when it cannot be read. */
+static int file_sum(const char *path, uint64_t *h, uint64_t *bytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  unsigned char *buf = malloc(1 << 20);
+  size_t k;
+  *h = IR_FNV_OFFSET, *bytes = 0;
+  while (buf && (k = fread(buf, 1, 1 << 20, f)) > 0) *h = ir_fnv1a(*h, buf, k), *bytes += k;
+  int bad = !buf || ferror(f);
+  free(buf);
+  fclose(f);
+  return bad ? -1 : 0;
+}
+
+static int fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+/* The checkpoint's files (as state.json lists them): the parameters, then the optimizer state,
+ * whole or one shard per rank. Their count. */
+static int checkpoint_file(const stepc_t *s, int i, char *name, size_t n) {
+  int shards = s->owner && s->world > 1 ? s->world : 1;
+  if (i == 0) snprintf(name, n, "model.safetensors");
+  else if (shards > 1) snprintf(name, n, "optimizer.rank%d.safetensors", i - 1);
+  else snprintf(name, n, "optimizer.safetensors");
+  return 1 + shards;
+}
+
+/* state.json, last, with every file's size and FNV-1a: a checkpoint is what state.json names. */
+static stepc_status save_state(stepc_t *s, const char *dir) {
+  char path[1100], tmp[1110], name[64];
   join(path, sizeof path, dir, "state.json");
-  char tmp[1110];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return api_fail(s, STEPC_ERR_IO, "cannot write %s", tmp);
   const CpuData *d = &s->data.recipe;
   /* The data position and every RNG draw (dropout masks, mock tokens, text windows) are pure
    * functions of (seed, step): the step counter is the whole RNG and data state. */
-  fprintf(f, "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 1,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
+  fprintf(f, "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
           (long long)s->step, (unsigned long long)s->im.f.seed);
   fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
   fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->im.f.fingerprint);
   json_write_string(f, s->im.f.recipe);
-  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s\n}\n", s->world, s->im.f.dist_opt ? "true" : "false");
-  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s,\n  \"files\": {", s->world, s->im.f.dist_opt ? "true" : "false");
+  int nf = checkpoint_file(s, 0, name, sizeof name);
+  for (int i = 0; i < nf; i++) {
+    char fp[1200];
+    uint64_t h, bytes;
+    checkpoint_file(s, i, name, sizeof name);
+    join(fp, sizeof fp, dir, name);
+    if (file_sum(fp, &h, &bytes) != 0) {
+      fclose(f), remove(tmp);
+      return api_fail(s, STEPC_ERR_IO, "cannot read back %s", fp);
+    }
+    fprintf(f, "%s\n    \"%s\": {\"bytes\": %llu, \"fnv1a\": \"%016" PRIx64 "\"}", i ? "," : "", name, (unsigned long long)bytes, h);
+  }
+  fprintf(f, "\n  }\n}\n");
+  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
     remove(tmp);
     return api_fail(s, STEPC_ERR_IO, "cannot write %s", path);
   }
   return STEPC_OK;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  return remove(path);
+}
+static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* dir's folder, and the directory beside it the checkpoint is written into first: the same name
+ * on every rank, so that the ranks' shards meet there. 0, or -1 for a dir that names none. */
+static int staging_of(const char *dir, char *parent, size_t np, char *stage, size_t ns) {
+  char d[1024];
+  if (snprintf(d, sizeof d, "%s", dir) >= (int)sizeof d) return -1;
+  size_t n = strlen(d);
+  while (n > 1 && d[n - 1] == '/') d[--n] = 0;
+  char *slash = strrchr(d, '/');
+  const char *base = slash ? slash + 1 : d;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) return -1;
+  snprintf(stage, ns, "%.*s.%s.saving", slash ? (int)(slash - d + 1) : 0, d, base);
+  if (slash == d) snprintf(parent, np, "/");
+  else if (slash) *slash = 0, snprintf(parent, np, "%s", d);
+  else snprintf(parent, np, ".");
+  return 0;
+}
+
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  /* data parallel: every rank holds the same parameters and optimizer state, so rank 0 writes the
-   * one copy; the barrier makes the checkpoint complete on every rank's return */
-  if (make_dir(dir) != 0) return api_fail(s, STEPC_ERR_IO, "cannot create the directory %s", dir);
-  stepc_status st = !s->comm || s->rank == 0 ? save_all(s, dir) : STEPC_OK;
+  /* All or nothing: the checkpoint is written into a fresh directory beside dir, every file
+   * fsynced, state.json (every file's size and checksum) last, then swapped in with one rename.
+   * Killed at any moment, dir is the old checkpoint or the new one, never a mixture. Data
+   * parallel: every rank holds the same state, so rank 0 writes the one copy (ZeRO-1: every rank
+   * its optimizer shard); barriers order the ranks around rank 0's steps. */
+  char parent[1024], stage[1100];
+  struct stat sb;
+  if (staging_of(dir, parent, sizeof parent, stage, sizeof stage) != 0)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: %s does not name a directory to write", dir);
+  if (lstat(dir, &sb) == 0 && (S_ISLNK(sb.st_mode) || !S_ISDIR(sb.st_mode)))
+    return api_fail(s, STEPC_ERR_IO, "%s exists and is not a directory (a symbolic link is not followed)", dir);
+  bool lead = !s->comm || s->rank == 0;
+  stepc_status st = STEPC_OK;
+  if (lead) {
+    rm_rf(stage); /* a save killed before its rename */
+    if (mkdir(parent, 0777) != 0 && errno != EEXIST) st = api_fail(s, STEPC_ERR_IO, "cannot create %s", parent);
+    else if (mkdir(stage, 0777) != 0) st = api_fail(s, STEPC_ERR_IO, "cannot create %s: %s", stage, strerror(errno));
+  }
+  if (s->comm && rt_comm_barrier(s->comm) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
+  if (st == STEPC_OK && lead) st = save_all(s, stage);
   if (st == STEPC_OK && s->owner && s->world > 1) { /* every rank its shard of masters and moments */
-    char path[1100];
-    optimizer_file(s, dir, path, sizeof path);
+    char path[1200];
+    optimizer_file(s, stage, path, sizeof path);
     st = save_roles(s, path, OPTIMIZER, true, "optimizer");
   }
+  if (s->comm && rt_comm_barrier(s->comm) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
+  if (st == STEPC_OK && lead && (st = save_state(s, stage)) == STEPC_OK) {
+    bool had = lstat(dir, &sb) == 0;
+    if (fsync_path(stage) != 0 || (had ? renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) : rename(stage, dir)) != 0)
+      st = api_fail(s, STEPC_ERR_IO, "cannot move the checkpoint into %s: %s", dir, strerror(errno));
+    else {
+      fsync_path(parent);
+      if (had) rm_rf(stage); /* now the old checkpoint */
+    }
+  }
+  if (lead && st != STEPC_OK) rm_rf(stage);
   if (s->comm && rt_comm_barrier(s->comm) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
   return st;
@@ -252,16 +357,26 @@ static int json_int(const char *text, const char *key, long long *v) {
 
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  char path[1100], text[4096];
+  char path[1100], text[65536]; /* room for every shard's line of a ZeRO-1 checkpoint */
   join(path, sizeof path, dir, "state.json");
   FILE *f = fopen(path, "r");
   if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc checkpoint: cannot open %s", dir, path);
   size_t n = fread(text, 1, sizeof text - 1, f);
+  bool more = fgetc(f) != EOF;
   fclose(f);
   text[n] = 0;
-  long long step, seed;
-  if (!strstr(text, "\"stepc-checkpoint\"") || json_int(text, "step", &step) || json_int(text, "seed", &seed) || step < 0)
-    return api_fail(s, STEPC_ERR_IO, "%s: not a stepc checkpoint state (format, step and seed expected)", path);
+  /* a JSON object we wrote: the keys below, nothing cut off */
+  const char *t0 = text, *t1 = text + n;
+  while (t0 < t1 && isspace((unsigned char)*t0)) t0++;
+  while (t1 > t0 && isspace((unsigned char)t1[-1])) t1--;
+  long long step, seed, version;
+  if (more || t0 == t1 || *t0 != '{' || t1[-1] != '}' || !strstr(text, "\"stepc-checkpoint\"") || json_int(text, "step", &step) ||
+      json_int(text, "seed", &seed) || json_int(text, "version", &version))
+    return api_fail(s, STEPC_ERR_IO, "%s: not a stepc checkpoint state (a JSON object with format, version, step and seed)", path);
+  if (version < 1 || version > 2) return api_fail(s, STEPC_ERR_IO, "%s: checkpoint format version %lld (this library reads 1 and 2)", path, version);
+  /* the learning-rate schedule and the data position are functions of the int32 step counter */
+  if (step < 0 || step > (1LL << 30))
+    return api_fail(s, STEPC_ERR_IO, "%s: step %lld is outside [0, 2^30]", path, step);
   if ((unsigned long long)seed != (unsigned long long)s->im.f.seed)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
@@ -280,11 +395,45 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s holds optimizer state sharded over %lld data-parallel ranks; this job has %d: the distributed "
                     "optimizer's shards cannot be re-cut at load — resume with %lld ranks", dir, world, s->world, world);
+  /* version 2 names every file with its size and checksum: what this rank reads must match */
+  char opt_name[64], *slash;
+  optimizer_file(s, "", path, sizeof path);
+  slash = strrchr(path, '/');
+  snprintf(opt_name, sizeof opt_name, "%s", slash ? slash + 1 : path);
+  const char *mine[2] = {"model.safetensors", opt_name};
+  for (int i = 0; i < 2 && version >= 2; i++) {
+    char key[128], fp[1200];
+    snprintf(key, sizeof key, "\"%s\": {\"bytes\": ", mine[i]);
+    const char *at = strstr(text, key);
+    unsigned long long want_bytes = 0;
+    char want_sum[17] = "";
+    if (!at || sscanf(at + strlen(key), "%llu, \"fnv1a\": \"%16[0-9a-f]\"", &want_bytes, want_sum) != 2)
+      return api_fail(s, STEPC_ERR_IO, "%s: state.json does not list %s with its size and checksum", dir, mine[i]);
+    uint64_t h, bytes;
+    join(fp, sizeof fp, dir, mine[i]);
+    if (file_sum(fp, &h, &bytes) != 0) return api_fail(s, STEPC_ERR_IO, "%s: cannot read %s", dir, mine[i]);
+    char got[17];
+    snprintf(got, sizeof got, "%016" PRIx64, h);
+    if (bytes != want_bytes || strcmp(got, want_sum) != 0)
+      return api_fail(s, STEPC_ERR_IO, "%s: %s is damaged (%llu bytes, checksum %s; state.json says %llu bytes, %s)", dir, mine[i],
+                      (unsigned long long)bytes, got, want_bytes, want_sum);
+  }
   join(path, sizeof path, dir, "model.safetensors");
   stepc_status st = load_roles(s, path, PARAMS, false);
   if (st != STEPC_OK) return st;
   optimizer_file(s, dir, path, sizeof path);
   if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1)) != STEPC_OK) return st;
+  /* the optimizer's own step counter (it drives the LR schedule and Adam's bias correction) must
+   * be state.json's */
+  for (int i = 0; i < s->g->nt; i++) {
+    if (strcmp(s->g->t[i].name, "optimizer.step") || s->g->t[i].dtype != DT_I32 || !wanted(s, OPTIMIZER, s->owner && s->world > 1, i))
+      continue;
+    int32_t counter = 0;
+    if (s->be->read(s, i, &counter) != 0) return STEPC_ERR_RUNTIME;
+    if ((long long)counter != step)
+      return api_fail(s, STEPC_ERR_MISMATCH, "%s: state.json says step %lld, the optimizer's counter %d: the files do not belong together",
+                      dir, step, counter);
+  }
   if (s->be->params_from_masters(s) != 0) return STEPC_ERR_RUNTIME;
   /* ZeRO-1: the masters here are this rank's shard; the other params come from their owners */
   if (s->owner && s->comm && api_cpu_zero_gather(s) != 0) return STEPC_ERR_RUNTIME;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "codegen/artifact.h"
 #include "frontend/frontend.h"
@@ -143,6 +144,36 @@ static void test_errors(const char *dir) {
   CHECK(stepc_load_checkpoint(s, ck) == STEPC_OK && stepc_get_info(s, &in) == STEPC_OK && in.step == 1);
   CHECK(stepc_bind_batch(s, tok, tg, 16) == STEPC_OK && stepc_step(s, &b) == STEPC_OK && b.step == 2);
   CHECK(a.loss == b.loss && a.grad_norm == b.grad_norm);
+  /* checkpoints are all or nothing and checked: a stale half-written save beside it is replaced; a
+   * flipped bit, a step that disagrees with the optimizer's counter, an absurd step and a cut
+   * state.json are each refused, and the checkpoint itself is left as it was */
+  {
+    char stale[600], cmd[1400];
+    snprintf(stale, sizeof stale, "%s/.ck.saving", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && echo junk > '%s/model.safetensors'", stale, stale);
+    CHECK(system(cmd) == 0 && stepc_save_checkpoint(s, ck) == STEPC_OK && stepc_load_checkpoint(s, ck) == STEPC_OK);
+    struct stat sb;
+    CHECK(stat(stale, &sb) != 0);
+    char cp[1200];
+    snprintf(cp, sizeof cp, "%s/bad", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", cp, ck, cp);
+    const char *edits[][2] = {
+        {"printf '\\x01' | dd of=%s/model.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null", "damaged"},
+        {"sed -i 's/\"step\": [0-9]*,/\"step\": 99,/' %s/state.json", "optimizer's counter"},
+        {"sed -i 's/\"step\": [0-9]*,/\"step\": 2147483647,/' %s/state.json", "outside"},
+        {"head -c 100 %s/state.json > %s/s && mv %s/s %s/state.json", "not a stepc checkpoint state"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+      char ed[1400], full[2900];
+      snprintf(ed, sizeof ed, edits[i][0], cp, cp, cp, cp);
+      snprintf(full, sizeof full, "%s && %s", cmd, ed);
+      CHECK(system(full) == 0);
+      stepc_status st = stepc_load_checkpoint(s, cp);
+      CHECK(st != STEPC_OK && strstr(stepc_last_error(s), edits[i][1]));
+      if (st == STEPC_OK || !strstr(stepc_last_error(s), edits[i][1])) fprintf(stderr, "edit %zu: %s\n", i, stepc_last_error(s));
+    }
+    CHECK(stepc_load_checkpoint(s, ck) == STEPC_OK); /* the original is untouched */
+  }
   /* params alone round-trip; another recipe's checkpoint is refused */
   char pp[600];
   snprintf(pp, sizeof pp, "%s/p.safetensors", dir);
