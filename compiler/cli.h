@@ -15,7 +15,7 @@ typedef struct {
   const char *spec;
   const char *overrides[256];
   int noverrides;
-  bool json, markdown, gradcheck, profile, help;
+  bool json, markdown, gradcheck, profile, help, quiet;
   const char *device;
   int steps, threads, sms;
   const char *svg, *out, *candidates, *budget, *arch;

@@ -112,7 +112,7 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
     return run_nproc(dir, a->nproc, args, n, stderr);
   }
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads, .graph_mode = -1, .profile = a->profile, .dp_join = a->dp_join,
+                     .threads = a->threads, .graph_mode = -1, .profile = a->profile, .quiet = a->quiet, .dp_join = a->dp_join,
                      .comm_timeout_s = a->comm_timeout};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "report.h"
 #include "runtime/image.h"
@@ -50,6 +51,21 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   }
   SYM(options_from_env, "stepc_options_from_env");
   return 0;
+}
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "3m05s" / "41s" */
+static const char *eta(double s) {
+  static char buf[32];
+  if (s >= 3600) snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+  else if (s >= 60) snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else snprintf(buf, sizeof buf, "%ds", (int)(s + 0.5));
+  return buf;
 }
 
 /* One more step, profiled, and its table (report_profile). */
@@ -123,20 +139,27 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
       fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
     fprintf(out, "\n");
   }
+  /* tokens per step over every rank, for tokens/s; the time left from the wall time so far */
+  double tokens = (double)in.num_microbatches * (double)in.micro_batch_size * (double)in.seq_length * (in.world_size > 0 ? in.world_size : 1);
+  double t0 = wall_s();
+  stepc_step_stats ss = {0};
   for (int i = 0; i < steps; i++) {
-    stepc_step_stats ss;
     if ((st = api.step(s, &ss)) != STEPC_OK) {
       snprintf(err, nerr, "%s", api.last_error(s));
       break;
     }
+    double left = (wall_s() - t0) / (i + 1) * (steps - i - 1);
     if (o->json)
       fprintf(out, "%s{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, \"graph\": %s}", i ? ", " : "",
               (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms, ss.replayed ? "true" : "false");
-    else
-      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms%s\n", (long long)ss.step, ss.loss, ss.lr,
-              ss.grad_norm, ss.ms, ss.replayed ? "  (graph)" : "");
+    else if (!o->quiet)
+      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms  %9.0f tok/s  %s left%s\n", (long long)ss.step, ss.loss,
+              ss.lr, ss.grad_norm, ss.ms, ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0, eta(left), ss.replayed ? "  (graph)" : "");
     fflush(out);
   }
+  if (!o->json && o->quiet && st == STEPC_OK && steps > 0)
+    fprintf(out, "%d steps: last loss %.6f, grad_norm %.4f, %.3f ms/step (%.0f tok/s)\n", steps, ss.loss, ss.grad_norm, ss.ms,
+            ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0);
   if (o->json) fprintf(out, "]");
   if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o->json, out, err, nerr);
   stepc_measure m = {0};

@@ -14,6 +14,7 @@ typedef struct {
   int threads;          /* cpu */
   int graph_mode;       /* -1 the recipe's, 0 eager, 1 full_iteration, 2 scoped (stepc_options) */
   int profile;          /* after the steps, one more profiled eagerly (stepc_profile_step), by op class */
+  int quiet;            /* text output: no line per step, one summary at the end */
   int dp_join;          /* join a communicator even with one rank (--dp-join: NCCL in the graph) */
   double comm_timeout_s;/* 0: the runtime's default */
 } ApiRunOptions;
