@@ -138,8 +138,18 @@ static int conv_error(Conv *c, const char *rule, const char *fmt, const char *a,
 static int conv_string_choice(Conv *c, const char *s, char *dst, size_t n) {
   const SpecField *f = &spec_fields[c->id];
   if (strlen(s) >= n) return conv_error(c, "LOAD", "%s: value too long", f->path, NULL);
-  if (!spec_choice_ok(f, s))
-    return conv_error(c, choice_rule(c->id), "%s: \"%s\" is not an allowed value", f->path, s);
+  if (!spec_choice_ok(f, s)) {
+    /* the nearest allowed value, in the message itself (a sweep row shows only the message) */
+    char near[64] = "", opts[400], quoted[200];
+    snprintf(opts, sizeof opts, "%s", f->choices);
+    size_t best = 3;
+    for (char *t = strtok(opts, "|"); t; t = strtok(NULL, "|")) {
+      size_t d = spec_edit_distance(s, t);
+      if (d < best) best = d, snprintf(near, sizeof near, "%s", t);
+    }
+    snprintf(quoted, sizeof quoted, "\"%s\" is not an allowed value%s%s%s", s, near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
+    return conv_error(c, choice_rule(c->id), "%s: %s", f->path, quoted);
+  }
   snprintf(dst, n, "%s", s);
   return 0;
 }

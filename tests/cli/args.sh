@@ -32,6 +32,7 @@ expect 2 "No such file or directory" plan tests/cli/no_such_recipe.lua
 expect 3 "-o needs a value" build models/tiny.lua -o
 expect 3 "unexpected argument" check models/tiny.lua models/tiny.lua
 expect 0 "\"ok\": true" check models/tiny.lua --json
+expect 0 "did you mean core_attn?" sweep models/tiny.lua --candidates '[];core_atn'
 # data.path: a FIFO is refused (never waited on), a directory too
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
