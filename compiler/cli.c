@@ -10,7 +10,7 @@
 
 enum {
   O_JSON = 256, O_MARKDOWN, O_GRADCHECK, O_PROFILE, O_DEVICE, O_STEPS, O_THREADS, O_SMS, O_ARCH, O_SVG, O_CANDIDATES,
-  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_OUT = 'o', O_HELP = 'h'
+  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_OUT = 'o', O_HELP = 'h'
 };
 
 typedef struct {
@@ -25,7 +25,7 @@ static const Opt OPTS[] = {
     {"svg", required_argument, O_SVG},     {"candidates", required_argument, O_CANDIDATES},
     {"budget", required_argument, O_BUDGET}, {"nproc", required_argument, O_NPROC},
     {"comm-timeout", required_argument, O_COMM_TIMEOUT}, {"dp-join", no_argument, O_DP_JOIN},
-    {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET},
+    {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET}, {"from", required_argument, O_FROM},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -69,6 +69,14 @@ static const Verb VERBS[] = {
      "  eagerly, by op class beside the cost model. --gradcheck checks every gradient against finite\n"
      "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N data-parallel ranks on this\n"
      "  host (docs/data-parallel.md). Exit 4 without a CUDA driver or device for --device cuda.\n"},
+    {"export", {O_FROM, O_OUT},
+     "usage: stepc export SPEC [KEY=VALUE ...] --from PARAMS|CHECKPOINT -o DIR\n"
+     "  A Hugging Face Llama directory (config.json, model.safetensors with HF's names and layout) from\n"
+     "  stepc's parameters (stepc_save_params' file, or a checkpoint directory), for Llama-style recipes.\n"},
+    {"import", {O_FROM, O_OUT},
+     "usage: stepc import SPEC [KEY=VALUE ...] --from HF_DIR -o PARAMS.safetensors\n"
+     "  stepc's parameters file (stepc_load_params, Step.load_params) from a Hugging Face Llama\n"
+     "  directory whose shapes are the recipe's.\n"},
     {"fields", {O_MARKDOWN},
      "usage: stepc fields [--markdown]\n"
      "  Every recipe field with its type and default (--markdown: the reference table).\n"},
@@ -85,6 +93,7 @@ static const char *const OVERVIEW =
     "  sweep   the [] control and one recompute candidate at a time\n"
     "  trace   Perfetto trace of the planned step\n"
     "  build   the artifact: a compiled step a trainer loads (libstep.so, runtime/stepc.h)\n"
+    "  export  stepc's parameters as a Hugging Face Llama directory (import: the reverse)\n"
     "  run     train: a recipe through its cached artifact, or an artifact directory\n"
     "  fields  every recipe field\n"
     "  version\n"
@@ -224,6 +233,7 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     case O_SVG: a->svg = optarg; break;
     case O_OUT: a->out = optarg; break;
     case O_CANDIDATES: a->candidates = optarg; break;
+    case O_FROM: a->from = optarg; break;
     case O_BUDGET: a->budget = optarg; break;
     }
   }

@@ -18,7 +18,7 @@ typedef struct {
   bool json, markdown, gradcheck, profile, help, quiet;
   const char *device;
   int steps, threads, sms;
-  const char *svg, *out, *candidates, *budget, *arch;
+  const char *svg, *out, *candidates, *budget, *arch, *from;
   int nproc;           /* run --nproc: data-parallel ranks on this host */
   double comm_timeout; /* run --comm-timeout SECONDS */
   bool dp_join;        /* run --dp-join */

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "codegen/artifact.h"
+#include "export_hf.h"
 #include "diag.h"
 #include "plan.h"
 #include "report.h"
@@ -278,6 +279,29 @@ static int cmd_sweep(const Args *a) {
   return EXIT_OK;
 }
 
+/* stepc export / import: parameters to and from a Hugging Face Llama directory (export_hf.h). */
+static int cmd_hf(const Args *a, bool to_hf) {
+  if (!a->spec || !a->from || !a->out) {
+    fprintf(stderr, "stepc %s: missing %s (stepc %s --help)\n", to_hf ? "export" : "import", !a->spec ? "SPEC" : !a->from ? "--from" : "-o",
+            to_hf ? "export" : "import");
+    return EXIT_USAGE;
+  }
+  static Spec spec;
+  DiagList d;
+  diag_init(&d);
+  int rc = load_and_check(a, &spec, &d);
+  diag_print(&d, stderr);
+  diag_free(&d);
+  if (rc != EXIT_OK) return rc;
+  char err[1024] = "";
+  if ((to_hf ? export_hf(&spec, a->from, a->out, err, sizeof err) : import_hf(&spec, a->from, a->out, err, sizeof err)) != 0) {
+    fprintf(stderr, "stepc %s: %s\n", to_hf ? "export" : "import", err);
+    return EXIT_IO;
+  }
+  printf("%s: %s\n", a->out, to_hf ? "config.json model.safetensors (Hugging Face Llama)" : "stepc parameters");
+  return EXIT_OK;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     cli_help(NULL, stderr);
@@ -320,5 +344,6 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "plan") == 0) return cmd_plan(&a, false);
   if (strcmp(verb, "trace") == 0) return cmd_plan(&a, true);
   if (strcmp(verb, "sweep") == 0) return cmd_sweep(&a);
+  if (strcmp(verb, "export") == 0 || strcmp(verb, "import") == 0) return cmd_hf(&a, verb[0] == 'e');
   return cmd_build(&a);
 }

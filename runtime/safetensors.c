@@ -1,6 +1,7 @@
 /* safetensors.c — the reader and writer of safetensors.h. */
 #include "runtime/safetensors.h"
 
+#include <errno.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -199,7 +200,7 @@ int st_open(StReader *r, const char *path, char *err, size_t nerr) {
   snprintf(r->path, sizeof r->path, "%s", path);
   r->f = fopen(path, "rb");
   if (!r->f) {
-    snprintf(err, nerr, "cannot open %s", path);
+    snprintf(err, nerr, "cannot open %s: %s", path, strerror(errno));
     return -1;
   }
   unsigned char lb[8];

@@ -1,0 +1,236 @@
+/* export_hf.c — stepc parameters to and from a Hugging Face Llama directory (export_hf.h). */
+#include "export_hf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ir.h"
+#include "runtime/safetensors.h"
+
+/* One HF tensor: which stepc tensor it is cut from, and the rows [row0, row0 + rows); the stepc
+ * tensor's shape as the recipe says: [total, cols] ([total] when cols is 0). */
+typedef struct {
+  char hf[ST_NAME_MAX], stepc[ST_NAME_MAX];
+  int64_t row0, rows; /* rows -1: the whole tensor */
+  int64_t total, cols;
+} Map;
+
+/* 1 when tensor e has shape [rows, cols] ([rows] when cols is 0); else err names both shapes. */
+static int shape_is(const StEntry *e, const char *file, int64_t rows, int64_t cols, char *err, size_t nerr) {
+  int ok = cols ? e->ndim == 2 && e->shape[0] == rows && e->shape[1] == cols : e->ndim == 1 && e->shape[0] == rows;
+  if (ok) return 1;
+  char got[96] = "", want[48];
+  for (int d = 0, at = 0; d < e->ndim && at < (int)sizeof got - 24; d++)
+    at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld", d ? ", " : "", (long long)e->shape[d]);
+  if (cols) snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
+  else snprintf(want, sizeof want, "%lld", (long long)rows);
+  snprintf(err, nerr, "%s: tensor %s has shape [%s]; the recipe's is [%s] (check the recipe's sizes)", file, e->name, got, want);
+  return 0;
+}
+
+static int fail(char *err, size_t nerr, const char *fmt, const char *a, const char *b) {
+  snprintf(err, nerr, fmt, a, b);
+  return -1;
+}
+
+static const char *llama_refusal(const Spec *s) {
+  const SpecModel *m = &s->model;
+  if (strcmp(m->normalization, "RMSNorm")) return "the norm is not RMSNorm";
+  if (!m->gated_linear_unit || strcmp(m->activation_func, "silu")) return "the MLP is not SwiGLU";
+  if (strcmp(m->position_embedding_type, "rope")) return "positions are not RoPE";
+  if (m->add_bias_linear) return "the linear layers have biases";
+  if (spec_is_moe(s) || m->multi_latent_attention || (m->hybrid_override_pattern[0] && strcmp(m->hybrid_override_pattern, "null")))
+    return "the layers are not dense attention + MLP (MoE, MLA or Mamba)";
+  return NULL;
+}
+
+/* The tensor map of the recipe: n entries into map (room for 9 per layer + 3). */
+static int build_map(const Spec *s, Map *map) {
+  const SpecModel *m = &s->model;
+  int64_t H = m->num_attention_heads, G = spec_num_query_groups(s), D = spec_kv_channels(s), F = spec_ffn_hidden_size(s);
+  int64_t h = m->hidden_size, V = m->vocab_size;
+  int n = 0;
+  map[n++] = (Map){"model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, -1, V, h};
+  for (int64_t l = 0; l < m->num_layers; l++) {
+    char st[ST_NAME_MAX], hf[ST_NAME_MAX];
+#define MAP(hfname, stname, r0, nr, tot, c)                                           \
+  do {                                                                               \
+    snprintf(hf, sizeof hf, "model.layers.%lld." hfname, (long long)l);              \
+    snprintf(st, sizeof st, "layers.%lld." stname, (long long)l);                    \
+    map[n] = (Map){"", "", r0, nr, tot, c};                                          \
+    memcpy(map[n].hf, hf, sizeof hf), memcpy(map[n].stepc, st, sizeof st), n++;      \
+  } while (0)
+    MAP("input_layernorm.weight", "input_layernorm.weight", 0, -1, h, 0);
+    MAP("self_attn.q_proj.weight", "self_attention.linear_qkv.weight", 0, H * D, (H + 2 * G) * D, h);
+    MAP("self_attn.k_proj.weight", "self_attention.linear_qkv.weight", H * D, G * D, (H + 2 * G) * D, h);
+    MAP("self_attn.v_proj.weight", "self_attention.linear_qkv.weight", H * D + G * D, G * D, (H + 2 * G) * D, h);
+    MAP("self_attn.o_proj.weight", "self_attention.linear_proj.weight", 0, -1, h, H * D);
+    MAP("post_attention_layernorm.weight", "pre_mlp_layernorm.weight", 0, -1, h, 0);
+    MAP("mlp.gate_proj.weight", "mlp.linear_fc1.weight", 0, F, 2 * F, h);
+    MAP("mlp.up_proj.weight", "mlp.linear_fc1.weight", F, F, 2 * F, h);
+    MAP("mlp.down_proj.weight", "mlp.linear_fc2.weight", 0, -1, h, F);
+#undef MAP
+  }
+  map[n++] = (Map){"model.norm.weight", "final_layernorm.weight", 0, -1, h, 0};
+  if (!m->share_embeddings_and_output_weights) map[n++] = (Map){"lm_head.weight", "output_layer.weight", 0, -1, V, h};
+  return n;
+}
+
+static int write_config(const Spec *s, const char *dir, const char *dtype, char *err, size_t nerr) {
+  const SpecModel *m = &s->model;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return fail(err, nerr, "cannot write %s%s", path, "");
+  fprintf(f,
+          "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"hidden_size\": %lld,\n"
+          "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
+          "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %lld,\n"
+          "  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
+          "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+          (long long)m->hidden_size, (long long)spec_ffn_hidden_size(s), (long long)m->num_layers, (long long)m->num_attention_heads,
+          (long long)spec_num_query_groups(s), (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
+          m->layernorm_epsilon, m->rotary_base, m->share_embeddings_and_output_weights ? "true" : "false",
+          !strcmp(dtype, "BF16") ? "bfloat16" : "float32");
+  return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s%s", path, "");
+}
+
+/* Writes the HF tensors of map[0..n) into a new safetensors file at path, each cut from its stepc
+ * tensor in r, whose shape must be the recipe's. */
+static int copy_rows(StReader *r, const char *path, const Map *map, int n, char *err, size_t nerr) {
+  StEntry *e = calloc((size_t)n + 1, sizeof *e);
+  const StEntry **from = calloc((size_t)n + 1, sizeof *from);
+  if (!e || !from) {
+    free(e), free(from);
+    return fail(err, nerr, "out of memory%s%s", "", "");
+  }
+  int rc = 0;
+  uint64_t maxb = 1;
+  for (int i = 0; i < n && !rc; i++) {
+    const StEntry *f = from[i] = st_find(r, map[i].stepc);
+    if (!f) rc = fail(err, nerr, "%s has no tensor %s", r->path, map[i].stepc);
+    else if (!shape_is(f, r->path, map[i].total, map[i].cols, err, nerr)) rc = -1;
+    else {
+      e[i] = *f;
+      snprintf(e[i].name, sizeof e[i].name, "%s", map[i].hf);
+      e[i].shape[0] = map[i].rows < 0 ? map[i].total : map[i].rows;
+      maxb = f->end - f->begin > maxb ? f->end - f->begin : maxb;
+    }
+  }
+  unsigned char *buf = rc ? NULL : malloc(maxb);
+  if (!rc && !buf) rc = fail(err, nerr, "out of memory%s%s", "", "");
+  StWriter w;
+  const char *meta[] = {"format", "pt"};
+  if (!rc && st_write_begin(&w, path, e, n, meta, 1, err, nerr) != 0) rc = -1;
+  for (int i = 0; i < n && !rc; i++) {
+    const StEntry *f = from[i];
+    size_t row_bytes = (size_t)((f->end - f->begin) / (uint64_t)map[i].total);
+    if (st_read(r, f, buf, err, nerr) != 0 || st_write_next(&w, buf + (size_t)map[i].row0 * row_bytes, err, nerr) != 0) {
+      st_write_abort(&w);
+      rc = -1;
+    }
+  }
+  if (!rc && st_write_end(&w, err, nerr) != 0) rc = -1;
+  free(buf), free(e), free(from);
+  return rc;
+}
+
+static int open_params(const char *src, StReader *r, char *err, size_t nerr) {
+  struct stat sb;
+  char path[1100];
+  if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", src);
+  else snprintf(path, sizeof path, "%s", src);
+  return st_open(r, path, err, nerr);
+}
+
+int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t nerr) {
+  const char *why = llama_refusal(s);
+  if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s%s", why, "");
+  Map *map = calloc((size_t)(9 * s->model.num_layers + 3), sizeof *map);
+  StReader r;
+  int rc = -1;
+  if (!map) snprintf(err, nerr, "out of memory");
+  else if (open_params(src, &r, err, nerr) == 0) {
+    int n = build_map(s, map);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const StEntry *emb = st_find(&r, "embedding.word_embeddings.weight");
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
+    else if (copy_rows(&r, path, map, n, err, nerr) == 0) rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
+    st_close(&r);
+  }
+  free(map);
+  return rc;
+}
+
+int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t nerr) {
+  const char *why = llama_refusal(s);
+  if (why) return fail(err, nerr, "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s%s", why, "");
+  int cap = 9 * (int)s->model.num_layers + 3;
+  Map *map = calloc((size_t)cap, sizeof *map);
+  StReader r;
+  int rc = -1;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (!map) return fail(err, nerr, "out of memory%s%s", "", "");
+  if (st_open(&r, path, err, nerr) != 0) {
+    free(map);
+    return -1;
+  }
+  /* the fused stepc tensors are rebuilt by concatenating the HF pieces in map order: a temporary
+   * file of HF pieces per stepc name would cost a copy; instead every stepc tensor is assembled
+   * in memory, one at a time */
+  int n = build_map(s, map), m = 0;
+  StEntry *e = calloc((size_t)n + 1, sizeof *e);
+  int *first = calloc((size_t)n + 1, sizeof *first), *count = calloc((size_t)n + 1, sizeof *count);
+  if (!e || !first || !count) {
+    snprintf(err, nerr, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) { /* stepc tensors in map order, each its run of pieces */
+    const StEntry *p = st_find(&r, map[i].hf);
+    if (!p) {
+      snprintf(err, nerr, "%s has no tensor %s", path, map[i].hf);
+      goto done;
+    }
+    if (!shape_is(p, path, map[i].rows < 0 ? map[i].total : map[i].rows, map[i].cols, err, nerr)) goto done;
+    if (m > 0 && !strcmp(e[m - 1].name, map[i].stepc)) {
+      if (strcmp(e[m - 1].dtype, p->dtype)) {
+        snprintf(err, nerr, "%s: %s's dtype differs from its neighbours'", path, map[i].hf);
+        goto done;
+      }
+      e[m - 1].shape[0] += p->shape[0];
+      count[m - 1]++;
+      continue;
+    }
+    e[m] = *p;
+    snprintf(e[m].name, sizeof e[m].name, "%s", map[i].stepc);
+    first[m] = i, count[m] = 1;
+    m++;
+  }
+  StWriter w;
+  const char *meta[] = {"format", "stepc", "content", "params"};
+  if (st_write_begin(&w, out, e, m, meta, 2, err, nerr) != 0) goto done;
+  rc = 0;
+  for (int k = 0; k < m && !rc; k++) {
+    unsigned char *buf = malloc((size_t)(e[k].end - e[k].begin) + 1);
+    size_t at = 0;
+    for (int i = first[k]; i < first[k] + count[k] && buf && !rc; i++) {
+      const StEntry *p = st_find(&r, map[i].hf);
+      if (st_read(&r, p, buf + at, err, nerr) != 0) rc = -1;
+      at += (size_t)(p->end - p->begin);
+    }
+    if (!buf) rc = -1, snprintf(err, nerr, "out of memory");
+    if (!rc && st_write_next(&w, buf, err, nerr) != 0) rc = -1;
+    free(buf);
+  }
+  if (rc) st_write_abort(&w);
+  else if (st_write_end(&w, err, nerr) != 0) rc = -1;
+done:
+  free(e), free(first), free(count), free(map);
+  st_close(&r);
+  return rc;
+}
