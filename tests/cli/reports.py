@@ -5,7 +5,7 @@ A recipe in a folder named with XML markup and a byte that is not UTF-8, which p
 that is not UTF-8 either: the SVG must be XML (its title escaped), every --json output and the
 trace must be JSON that a strict UTF-8 decoder accepts; the SVG marks the phases, and the trace
 names its process and gives each op slice its bytes, FLOPs and tensor shapes."""
-import json, os, shutil, subprocess, sys, tempfile
+import json, os, re, shutil, subprocess, sys, tempfile
 import xml.etree.ElementTree as ET
 
 stepc = sys.argv[1]
@@ -46,12 +46,19 @@ try:
     title = root.find(ns + "title")
     check(title is not None and "a&b<c>\"q\"\ufffd/r.lua" in title.text, f"svg title: {title.text if title is not None else None!r}")
     texts = [t.text for t in root.iter(ns + "text")]
-    phases = [t.text for t in root.iter(ns + "text") if t.get("class") == "phase"]
-    check(phases == ["forward", "backward", "optimizer"], f"svg phase marks: {phases}")
-    ticks = [float(t.text) for t in root.iter(ns + "text") if t.get("class") == "tick"]
-    check(len(ticks) >= 3 and ticks[0] == 0, f"svg ticks: {ticks}")
-    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
-    check(len(steps) == 1 and str(steps.pop()).rstrip("0").rstrip(".")[-1] in "125", f"svg ticks are not round: {ticks}")
+    panels = {g.get("id"): g for g in root.iter(ns + "g") if g.get("class") == "panel"}
+    check(sorted(panels) == ["all", "transient"], f"svg panels: {sorted(panels)}")
+    for name, g in panels.items():
+        phases = [t.text for t in g.iter(ns + "text") if t.get("class") == "phase"]
+        check(phases == ["forward", "backward", "optimizer"], f"svg {name} phase marks: {phases}")
+        ticks = [float(t.text) for t in g.iter(ns + "text") if t.get("class") == "tick"]
+        check(len(ticks) >= 3 and ticks[0] == 0, f"svg {name} ticks: {ticks}")
+        steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+        check(len(steps) == 1 and str(steps.pop()).rstrip("0").rstrip(".")[-1] in "125", f"svg {name} ticks are not round: {ticks}")
+        # the panel's own maximum fills its scale: it is not squashed under another panel's
+        peak = [t.text for t in g.iter(ns + "text") if t.get("class") == "peak"]
+        most = float(re.search(r"(?:peak|most) ([0-9.]+) GB", peak[0]).group(1)) if peak else 0
+        check(ticks and most > 0 and most >= 0.5 * ticks[-1], f"svg {name}: maximum {most} GB on an axis up to {ticks[-1:]}")
     check(any("a&b<c>" in (t or "") for t in texts), "svg heading")
 
     for verb in (b"plan", b"check"):
