@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/ckpt_state.h"
 #include "runtime/safetensors.h"
 
 #define ROLE_BIT(r) (1u << (r))
@@ -344,17 +345,6 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   return st;
 }
 
-/* The integer after "key": in a small JSON object we wrote; -1 when absent. */
-static int json_int(const char *text, const char *key, long long *v) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(text, pat);
-  if (!p) return -1;
-  char *end;
-  *v = strtoll(p + strlen(pat), &end, 10);
-  return end == p + strlen(pat) ? -1 : 0;
-}
-
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
   char path[1100], text[65536]; /* room for every shard's line of a ZeRO-1 checkpoint */
@@ -365,26 +355,16 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   bool more = fgetc(f) != EOF;
   fclose(f);
   text[n] = 0;
-  /* a JSON object we wrote: the keys below, nothing cut off */
-  const char *t0 = text, *t1 = text + n;
-  while (t0 < t1 && isspace((unsigned char)*t0)) t0++;
-  while (t1 > t0 && isspace((unsigned char)t1[-1])) t1--;
-  long long step, seed, version;
-  if (more || t0 == t1 || *t0 != '{' || t1[-1] != '}' || !strstr(text, "\"stepc-checkpoint\"") || json_int(text, "step", &step) ||
-      json_int(text, "seed", &seed) || json_int(text, "version", &version))
-    return api_fail(s, STEPC_ERR_IO, "%s: not a stepc checkpoint state (a JSON object with format, version, step and seed)", path);
-  if (version < 1 || version > 2) return api_fail(s, STEPC_ERR_IO, "%s: checkpoint format version %lld (this library reads 1 and 2)", path, version);
-  /* the learning-rate schedule and the data position are functions of the int32 step counter */
-  if (step < 0 || step > (1LL << 30))
-    return api_fail(s, STEPC_ERR_IO, "%s: step %lld is outside [0, 2^30]", path, step);
+  CkptState cs;
+  char why[200];
+  if (ckpt_state_parse(text, n, more, &cs, why, sizeof why) != 0) return api_fail(s, STEPC_ERR_IO, "%s: %s", path, why);
+  long long step = cs.step, seed = cs.seed, version = cs.version, world = cs.world;
+  bool sharded = cs.sharded;
   if ((unsigned long long)seed != (unsigned long long)s->im.f.seed)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
                     "(open the recipe with train.seed=%lld)",
                     path, seed, (long long)s->im.f.seed, seed);
-  long long world = 1;
-  json_int(text, "world_size", &world); /* absent: a checkpoint from before data parallel, one rank */
-  bool sharded = strstr(text, "\"distributed_optimizer\": true") != NULL && world > 1;
   bool job_shards = s->owner && s->world > 1;
   if (sharded != job_shards)
     return api_fail(s, STEPC_ERR_MISMATCH,
@@ -402,12 +382,9 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   snprintf(opt_name, sizeof opt_name, "%s", slash ? slash + 1 : path);
   const char *mine[2] = {"model.safetensors", opt_name};
   for (int i = 0; i < 2 && version >= 2; i++) {
-    char key[128], fp[1200];
-    snprintf(key, sizeof key, "\"%s\": {\"bytes\": ", mine[i]);
-    const char *at = strstr(text, key);
+    char fp[1200], want_sum[17];
     unsigned long long want_bytes = 0;
-    char want_sum[17] = "";
-    if (!at || sscanf(at + strlen(key), "%llu, \"fnv1a\": \"%16[0-9a-f]\"", &want_bytes, want_sum) != 2)
+    if (ckpt_state_file(text, mine[i], &want_bytes, want_sum) != 0)
       return api_fail(s, STEPC_ERR_IO, "%s: state.json does not list %s with its size and checksum", dir, mine[i]);
     uint64_t h, bytes;
     join(fp, sizeof fp, dir, mine[i]);

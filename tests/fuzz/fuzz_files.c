@@ -1,8 +1,10 @@
 /* fuzz_files.c — libFuzzer target for the files a runtime reads: safetensors checkpoints
- * (runtime/safetensors.c) and the step image (runtime/image.c).
+ * (runtime/safetensors.c), a checkpoint's state.json (runtime/ckpt_state.c) and the step image
+ * (runtime/image.c).
  *
- * Input: one selector byte, then the file. Selector even: the rest is a safetensors file, opened
- * and every entry read. Odd: the rest is a step image's payload; the target writes it behind a
+ * Input: one selector byte, then the file. Selector 0 mod 4: the rest is a safetensors file, opened
+ * and every entry read. 2 mod 4: the rest is state.json, parsed as stepc_load_checkpoint reads it
+ * (at most its 64 KiB) and both files' size and checksum looked up. Odd: the rest is a step image's payload; the target writes it behind a
  * correct header (magic, version, this build's struct sizes, the payload's length and hash), so
  * that the fuzzer reaches the image's own checks instead of stopping at the checksum. Built with
  * -fsanitize=fuzzer it is a fuzzer; built without, replay.c drives it over the saved inputs. */
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/ckpt_state.h"
 #include "runtime/image.h"
 #include "runtime/safetensors.h"
 
@@ -60,8 +63,29 @@ static void fuzz_image(const char *path, const uint8_t *payload, size_t n) {
   image_free(&im);
 }
 
+static void fuzz_state(const uint8_t *data, size_t n) {
+  char *text = malloc(65536);
+  if (!text) return;
+  bool truncated = n > 65535;
+  n = truncated ? 65535 : n;
+  memcpy(text, data, n);
+  text[n] = 0;
+  CkptState st;
+  char err[200], sum[17];
+  unsigned long long bytes;
+  if (ckpt_state_parse(text, n, truncated, &st, err, sizeof err) == 0) {
+    ckpt_state_file(text, "model.safetensors", &bytes, sum);
+    ckpt_state_file(text, "optimizer.safetensors", &bytes, sum);
+  }
+  free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
+  if ((data[0] & 3) == 2) {
+    fuzz_state(data + 1, size - 1);
+    return 0;
+  }
   char path[64];
   snprintf(path, sizeof path, "/tmp/stepc_fuzz_files.%d", (int)getpid());
   if (data[0] & 1) fuzz_image(path, data + 1, size - 1);

@@ -1,0 +1,78 @@
+/* The checkpoint state.json reader (runtime/ckpt_state.c): what stepc writes is read back; a key
+ * quoted inside the recipe string is not taken for the real one; damaged or out-of-range states
+ * are refused with what is wrong. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/ckpt_state.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                 \
+  do {                                   \
+    if (!(cond)) {                       \
+      fprintf(stderr, "FAIL: " __VA_ARGS__); \
+      fputc('\n', stderr);               \
+      failures++;                        \
+    }                                    \
+  } while (0)
+
+static const char *STATE = "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": 3,\n  \"seed\": 1234,\n"
+                           "  \"recipe\": \"r\\\"world_size\\\": 9 \\\"distributed_optimizer\\\": true.lua\",\n"
+                           "  \"world_size\": %s,\n  \"distributed_optimizer\": %s,\n  \"files\": {\n"
+                           "    \"model.safetensors\": {\"bytes\": 100, \"fnv1a\": \"0123456789abcdef\"}\n  }\n}\n";
+
+static int parse(const char *text, CkptState *st, char *err, size_t nerr) {
+  return ckpt_state_parse(text, strlen(text), false, st, err, nerr);
+}
+
+int main(void) {
+  char text[2048], err[200], sum[17];
+  CkptState st;
+  unsigned long long bytes = 0;
+
+  snprintf(text, sizeof text, STATE, "1", "false");
+  CHECK(parse(text, &st, err, sizeof err) == 0, "a state stepc writes: %s", err);
+  CHECK(st.version == 2 && st.step == 3 && st.seed == 1234 && st.world == 1 && !st.sharded,
+        "read back: version %lld step %lld seed %lld world %lld sharded %d", st.version, st.step, st.seed, st.world, st.sharded);
+  CHECK(ckpt_state_file(text, "model.safetensors", &bytes, sum) == 0 && bytes == 100 && !strcmp(sum, "0123456789abcdef"),
+        "model.safetensors entry: %llu %s", bytes, sum);
+  CHECK(ckpt_state_file(text, "optimizer.safetensors", &bytes, sum) != 0, "an unlisted file is not found");
+
+  snprintf(text, sizeof text, STATE, "4", "true");
+  CHECK(parse(text, &st, err, sizeof err) == 0 && st.world == 4 && st.sharded, "ZeRO-1 over 4 ranks: world %lld sharded %d",
+        st.world, st.sharded);
+
+  struct {
+    const char *what, *text, *says;
+  } bad[] = {
+      {"empty", "", "not a stepc checkpoint state"},
+      {"not an object", "[\"stepc-checkpoint\"]", "not a stepc checkpoint state"},
+      {"no step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"seed\": 1}", "not a stepc checkpoint state"},
+      {"step not a number", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": x, \"seed\": 1}", "not a stepc"},
+      {"step past int64", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 99999999999999999999, \"seed\": 1}",
+       "not a stepc"},
+      {"step INT32_MAX", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 2147483647, \"seed\": 1}",
+       "step 2147483647 is outside [0, 2^30]"},
+      {"negative step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": -1, \"seed\": 1}", "outside [0, 2^30]"},
+      {"version 3", "{\"format\": \"stepc-checkpoint\", \"version\": 3, \"step\": 1, \"seed\": 1}", "version 3"},
+      {"world 0", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 0}",
+       "world_size 0"},
+      {"another format", "{\"format\": \"other\", \"version\": 2, \"step\": 1, \"seed\": 1}", "not a stepc"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = 0;
+    int rc = parse(bad[i].text, &st, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, bad[i].says), "%s: rc %d, \"%s\" (wanted \"%s\")", bad[i].what, rc, err, bad[i].says);
+  }
+  snprintf(text, sizeof text, STATE, "1", "false");
+  CHECK(ckpt_state_parse(text, strlen(text), true, &st, err, sizeof err) != 0, "a state longer than the reader's buffer");
+  CHECK(ckpt_state_parse(text, strlen(text) + 1, false, &st, err, sizeof err) != 0, "a NUL inside the state");
+  snprintf(text, sizeof text, "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, "
+                              "\"model.safetensors\": {\"bytes\": 5, \"fnv1a\": \"12ab\"}}");
+  CHECK(parse(text, &st, err, sizeof err) == 0 && ckpt_state_file(text, "model.safetensors", &bytes, sum) != 0,
+        "a checksum of fewer than 16 hex digits is not taken");
+  if (failures) return 1;
+  printf("ckpt_state: all checks passed\n");
+  return 0;
+}
