@@ -2,6 +2,7 @@
 #include "export_hf.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,12 @@ static int shape_is(const StEntry *e, const char *file, int64_t rows, int64_t co
   return 0;
 }
 
-static int fail(char *err, size_t nerr, const char *fmt, const char *a, const char *b) {
-  snprintf(err, nerr, fmt, a, b);
+/* err from fmt; -1 */
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t nerr, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, nerr, fmt, ap);
+  va_end(ap);
   return -1;
 }
 
@@ -84,7 +89,7 @@ static int write_config(const Spec *s, const char *dir, const char *dtype, char 
   char path[1100];
   snprintf(path, sizeof path, "%s/config.json", dir);
   FILE *f = fopen(path, "w");
-  if (!f) return fail(err, nerr, "cannot write %s%s", path, "");
+  if (!f) return fail(err, nerr, "cannot write %s", path);
   fprintf(f,
           "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"hidden_size\": %lld,\n"
           "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
@@ -95,7 +100,7 @@ static int write_config(const Spec *s, const char *dir, const char *dtype, char 
           (long long)spec_num_query_groups(s), (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
           m->layernorm_epsilon, m->rotary_base, m->share_embeddings_and_output_weights ? "true" : "false",
           !strcmp(dtype, "BF16") ? "bfloat16" : "float32");
-  return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s%s", path, "");
+  return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s", path);
 }
 
 /* Writes the HF tensors of map[0..n) into a new safetensors file at path, each cut from its stepc
@@ -105,7 +110,7 @@ static int copy_rows(StReader *r, const char *path, const Map *map, int n, char 
   const StEntry **from = calloc((size_t)n + 1, sizeof *from);
   if (!e || !from) {
     free(e), free(from);
-    return fail(err, nerr, "out of memory%s%s", "", "");
+    return fail(err, nerr, "out of memory");
   }
   int rc = 0;
   uint64_t maxb = 1;
@@ -121,7 +126,7 @@ static int copy_rows(StReader *r, const char *path, const Map *map, int n, char 
     }
   }
   unsigned char *buf = rc ? NULL : malloc(maxb);
-  if (!rc && !buf) rc = fail(err, nerr, "out of memory%s%s", "", "");
+  if (!rc && !buf) rc = fail(err, nerr, "out of memory");
   StWriter w;
   const char *meta[] = {"format", "pt"};
   if (!rc && st_write_begin(&w, path, e, n, meta, 1, err, nerr) != 0) rc = -1;
@@ -148,7 +153,7 @@ static int open_params(const char *src, StReader *r, char *err, size_t nerr) {
 
 int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
-  if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s%s", why, "");
+  if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
   Map *map = calloc((size_t)(9 * s->model.num_layers + 3), sizeof *map);
   StReader r;
   int rc = -1;
@@ -168,14 +173,14 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
 
 int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
-  if (why) return fail(err, nerr, "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s%s", why, "");
+  if (why) return fail(err, nerr, "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
   int cap = 9 * (int)s->model.num_layers + 3;
   Map *map = calloc((size_t)cap, sizeof *map);
   StReader r;
   int rc = -1;
   char path[1100];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  if (!map) return fail(err, nerr, "out of memory%s%s", "", "");
+  if (!map) return fail(err, nerr, "out of memory");
   if (st_open(&r, path, err, nerr) != 0) {
     free(map);
     return -1;

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <unistd.h>
