@@ -32,15 +32,16 @@ void cost_device_h200(Device *d) {
 #include "cost_h200.h"
 }
 
-static const char *const CLASS_NAMES[COST_NCLASS] = {"gemm",      "attention_fwd", "attention_bwd", "norm",
+static const char *const CLASS_NAMES[COST_NCLASS] = {"gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn",
+                                                     "attention_bwd_cudnn", "norm",
                                                      "activation", "rope_qkv",     "embedding",     "loss",
                                                      "elementwise", "grad_norm",   "optimizer",     "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
 
 static CostClass kind_class(OpKind k) {
   switch (k) {
-  case OP_FLASH_ATTN: return COST_ATTN_FWD;
-  case OP_FLASH_ATTN_BWD: return COST_ATTN_BWD;
+  case OP_FLASH_ATTN: case OP_FLASH_ATTN_DV: return COST_ATTN_FWD;
+  case OP_FLASH_ATTN_BWD: case OP_FLASH_ATTN_DV_BWD: return COST_ATTN_BWD;
   default: break;
   }
   if (plan_op_is_gemm(k)) return COST_GEMM;
@@ -62,7 +63,10 @@ CostClass cost_op_class(const Graph *g, int op) {
   const Op *o = &g->op[op];
   if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
   if (o->fuse == FUSE_ADD_NORM) return COST_NORM;
-  return kind_class(o->kind);
+  CostClass c = kind_class(o->kind);
+  if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) && o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
+    return c == COST_ATTN_FWD ? COST_ATTN_FWD_CUDNN : COST_ATTN_BWD_CUDNN;
+  return c;
 }
 
 static bool is_attn(OpKind k) {

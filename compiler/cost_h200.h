@@ -9,6 +9,11 @@
 d->class_scale[COST_GEMM] = 0.927;
 d->class_scale[COST_ATTN_FWD] = 2.374;
 d->class_scale[COST_ATTN_BWD] = 3.567;
+/* cuDNN's fused attention (runtime/cudnn.c), timed alone at S, M and L8 (bench/run_attention.sh,
+ * 2026-12-01, cuDNN 9.14): forward 1.67 / 1.04 / 0.73, backward 2.05 / 1.26 / 0.86 times the
+ * roofline; the medians (M's) until a step profile with cuDNN replaces them. */
+d->class_scale[COST_ATTN_FWD_CUDNN] = 1.04;
+d->class_scale[COST_ATTN_BWD_CUDNN] = 1.26;
 d->class_scale[COST_NORM] = 2.329;
 d->class_scale[COST_ACTIVATION] = 1.248;
 d->class_scale[COST_ROPE_QKV] = 3.526;

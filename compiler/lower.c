@@ -123,7 +123,7 @@ static int lower_attention(Lower *L, int l, int x) {
     int pv[2] = {p, v};
     ctx = graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   } else { /* flash, fused, auto: one op keeping q, k, v, o and the log-sum-exp */
-    OpAttrs a = {.f = {scale, m->attention_dropout}, .i = {L->stream++, 1}};
+    OpAttrs a = {.f = {scale, m->attention_dropout}, .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode}};
     int in[3] = {q, k, v};
     ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   }
@@ -144,7 +144,7 @@ static int lower_mlp(Lower *L, int l, int x) {
   int h = norm(L, x);
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc1");
   int u = linear(L, h, glu ? 2 * L->f : L->f, L->c, L->std);
-  tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.activation_func");
+  tags(L, l, IR_LABEL_MLP | IR_LABEL_MLP_ACT, S, "layers.%d.%s", "mlp.activation_func");
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
   int o = linear(L, u, L->c, L->f, L->out_std);

@@ -42,6 +42,11 @@ int lb_dropout(const LowerBlock *L, int x, double p) {
   return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
 }
 
+int lb_attn_impl(const SpecModel *m) {
+  if (strcmp(m->attention_backend, "fused") == 0) return ATTN_IMPL_CUDNN;
+  return strcmp(m->attention_backend, "auto") == 0 ? ATTN_IMPL_AUTO : ATTN_IMPL_FLASH;
+}
+
 int lb_mlp_act(Graph *g, const SpecModel *m, int u) {
   const char *f = m->activation_func;
   bool glu = m->gated_linear_unit;

@@ -54,5 +54,7 @@ int lb_norm(const LowerBlock *L, int x, int64_t width);
 int lb_mlp_act(Graph *g, const SpecModel *m, int u);
 /* Dropout with the next RNG stream; x itself when p <= 0. */
 int lb_dropout(const LowerBlock *L, int x, double p);
+/* FLASH_ATTN's a.i[2] (ir.h's ATTN_IMPL_*) for model.attention_backend flash, fused or auto. */
+int lb_attn_impl(const SpecModel *m);
 
 #endif

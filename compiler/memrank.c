@@ -31,10 +31,12 @@
  *               per element) for the whole step.
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/ops.h"
 #include "plan.h"
 
 typedef struct {
@@ -250,6 +252,8 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   L.edp = (int)(world / ((int64_t)L.etp * L.ep * L.pp) > 0 ? world / ((int64_t)L.etp * L.ep * L.pp) : 1);
   rr->tp = L.tp, rr->pp = L.pp, rr->vpp = L.vpp, rr->cp = L.cp, rr->ep = L.ep, rr->etp = L.etp, rr->dp = L.dp;
   rr->sp = L.sp, rr->dist_opt = s->optimizer.use_distributed_optimizer;
+  double attn_ws = 0; /* the widest cuDNN attention backward's workspace (one buffer serves all) */
+  for (int o = 0; o < g->nop; o++) attn_ws = fmax(attn_ws, (double)attn_cudnn_workspace(g, &g->op[o]));
   int stages[3], ns = 0;
   stages[ns++] = 0;
   if (L.pp > 2) stages[ns++] = L.pp / 2;
@@ -359,7 +363,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->inflight = infl;
     r->saved_per_micro = saved;
     r->activations = peak + (infl - 1) * saved;
-    r->workspace = 32.0 * 1024 * 1024;
+    r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp); /* cuBLASLt's + cuDNN attention's */
     r->max_allocated = r->weights + r->grads + r->optimizer + r->activations + r->graph_buffers + r->workspace;
   }
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);

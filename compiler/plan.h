@@ -208,6 +208,8 @@ typedef enum {
   COST_GEMM,
   COST_ATTN_FWD,
   COST_ATTN_BWD,
+  COST_ATTN_FWD_CUDNN, /* attention run by cuDNN (attention_backend fused or auto) */
+  COST_ATTN_BWD_CUDNN,
   COST_NORM,
   COST_ACTIVATION,
   COST_ROPE_QKV,

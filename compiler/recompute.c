@@ -8,7 +8,7 @@
  *
  * What is freed is computed on the graph, never added up: a forward tensor t made inside region R
  * and read by backward ops is discarded when R is output-discard (moe_act, layernorm,
- * mla_up_proj), or when R is regular and every backward reader of t differentiates an op of R (a
+ * mla_up_proj, mlp_act), or when R is regular and every backward reader of t differentiates an op of R (a
  * reader outside R — "something downstream saves it" — keeps it alive). A discarded tensor
  * belongs to the replay unit of the outermost region containing its producer; the unit is
  * replayed once, right before the first backward op that reads any of its tensors, and replays
@@ -29,7 +29,8 @@
 
 static bool label_output_discard(int bit) {
   uint32_t m = 1u << bit;
-  return m == IR_LABEL_MOE_ACT || m == IR_LABEL_LAYERNORM || m == IR_LABEL_MLA_UP_PROJ || m == IR_LABEL_GDN_NORM_OUT;
+  return m == IR_LABEL_MOE_ACT || m == IR_LABEL_LAYERNORM || m == IR_LABEL_MLA_UP_PROJ || m == IR_LABEL_GDN_NORM_OUT ||
+         m == IR_LABEL_MLP_ACT;
 }
 
 void recompute_config_from_spec(const Spec *s, RecomputeConfig *c) {

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPEC_LABELS "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts|gdn_norm_out"
+#define SPEC_LABELS "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts|gdn_norm_out|mlp_act"
 #define SPEC_GRAPH_MODULES "attn|mlp|moe|moe_router|moe_preprocess|mamba|full|full_iteration"
 
 #define SPEC_MODEL_FIELDS(X)                                                                       \
@@ -41,6 +41,8 @@
   X(hidden_dropout, NUM, "0.1", MC, "", "Dropout before each residual add")                          \
   X(attention_backend, STR, "auto", MC, "auto|flash|fused|unfused",                                \
     "unfused materialises scores; flash keeps Q,K,V,O,LSE; fused is cuDNN; auto picks")           \
+  X(deterministic_mode, BOOL, "false", MC, "",                                                      \
+    "Deterministic kernels only: cuDNN attention's backward without atomics (slower, a (B,H,T,T) bf16 workspace)") \
   X(share_embeddings_and_output_weights, BOOL, "false", MC, "", "Tie the output head to the embedding") \
   X(vocab_size, INT, "required", MC, "", "Vocabulary size")                                          \
   X(seq_length, INT, "required", MC, "", "Sequence length s")                                        \

@@ -158,6 +158,7 @@ static void check_labels(VCtx *v) {
       {"mlp", v_has_dense_mlp(s), "no layer has a dense MLP (mlp recompute is a no-op on MoE layers)"},
       {"moe", v_has_moe_layer(s), "no layer is MoE"},
       {"moe_act", v_has_moe_layer(s), "no layer is MoE"},
+      {"mlp_act", v_has_dense_mlp(s), "no layer has a dense MLP"},
       {"shared_experts", v_has_moe_layer(s) && shared, "the model has no shared experts"},
       {"core_attn", v_has_attention(s), "no layer has attention"},
   };

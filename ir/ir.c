@@ -13,7 +13,7 @@ static const char *const ROLE_NAMES[ROLE_COUNT] = {"param", "master", "grad", "o
 static const char *const PHASE_NAMES[IR_PHASE_COUNT] = {"forward", "backward", "replay", "reduce", "optimizer"};
 /* Same order as SPEC_LABELS and the IR_LABEL_* bits. */
 static const char *const LABEL_NAMES[IR_NLABELS] = {"core_attn", "moe_act", "layernorm", "mla_up_proj",
-                                                    "mlp", "moe", "shared_experts", "gdn_norm_out"};
+                                                    "mlp", "moe", "shared_experts", "gdn_norm_out", "mlp_act"};
 static const char *const SCOPE_NAMES[IR_NSCOPES] = {"layer", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"};
 
 size_t dtype_size(DType d) { return d < DT_COUNT ? DTYPE_SIZES[d] : 0; }

@@ -72,7 +72,8 @@ enum {
   IR_LABEL_MOE = 1u << 5,
   IR_LABEL_SHARED_EXPERTS = 1u << 6,
   IR_LABEL_GDN_NORM_OUT = 1u << 7,
-  IR_NLABELS = 8
+  IR_LABEL_MLP_ACT = 1u << 8, /* stepc's own: the dense MLP's activation output */
+  IR_NLABELS = 9
 };
 
 /* Per-layer CUDA-graph scopes (docs/megatron-rules.md §2.2): `layer` is the whole-layer capture
@@ -113,6 +114,12 @@ typedef struct {
 } Tensor;
 
 /* Op attributes: their meaning per kind is documented in the op family's file. */
+/* FLASH_ATTN(_DV)(_BWD)'s a.i[2]: which kernels run it on CUDA (the CPU reference ignores it):
+ * stepc's flash kernels, cuDNN's fused attention, or auto = cuDNN where the machine has it and the
+ * shape is cuDNN's, else flash (the executor decides at open). a.i[3]: 1 = a deterministic backward
+ * is required (model.deterministic_mode). */
+enum { ATTN_IMPL_FLASH = 0, ATTN_IMPL_CUDNN = 1, ATTN_IMPL_AUTO = 2 };
+
 typedef struct {
   int64_t i[IR_MAX_IATTR];
   double f[IR_MAX_FATTR];

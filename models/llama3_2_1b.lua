@@ -21,7 +21,7 @@ return {
     rotary_base = 500000,
     attention_dropout = 0.0,
     hidden_dropout = 0.0,
-    attention_backend = "flash",
+    attention_backend = "auto",
     share_embeddings_and_output_weights = false,
     vocab_size = 128256,
     seq_length = 4096,

@@ -171,6 +171,16 @@ int stepc_gen_gemm(stepc_gen_ctx *ctx, const void *gemm, unsigned long size) {
   return rt_gemm_run(c->d, &g) ? dev_fail((stepc_t *)ctx) : 0;
 }
 
+int stepc_gen_sdpa(stepc_gen_ctx *ctx, const void *sdpa, unsigned long size) {
+  ApiCuda *c = cuda_of(ctx);
+  if (!c) return -1;
+  if (size != sizeof(RtSdpa))
+    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's SDPA call is %lu bytes, this library's %zu", size, sizeof(RtSdpa)), -1;
+  RtSdpa a;
+  memcpy(&a, sdpa, sizeof a);
+  return rt_sdpa_run(c->d, &a) ? dev_fail((stepc_t *)ctx) : 0;
+}
+
 int stepc_gen_memset(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long bytes) {
   ApiCuda *c = cuda_of(ctx);
   if (!c) return -1;
@@ -357,7 +367,7 @@ static void cuda_measure(stepc_t *s, stepc_measure *m) {
   int64_t ws = (int64_t)rt_blas_workspace_bytes(c->d);
   m->max_allocated_bytes = c->d->max_allocated;
   m->arena_bytes = rt_exec_arena_bytes(c->x);
-  m->predicted_peak_bytes = s->im.f.cuda_peak + ws;
+  m->predicted_peak_bytes = s->im.f.cuda_peak + ws + rt_exec_attn_workspace(c->x);
   m->replay_ops = s->im.f.nreplay;
   RtScopedStats ss = {0};
   if (c->captured && c->scoped) rt_scoped_stats(c->scoped, &ss);

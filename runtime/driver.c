@@ -73,6 +73,7 @@ int rt_open_device(RtDevice *d, int ordinal) {
 
 void rt_close(RtDevice *d) {
   if (!d->lib) return;
+  rt_dnn_close(d);
   rt_blas_close(d);
   if (d->mod) d->cuModuleUnload(d->mod);
   if (d->stream) d->cuStreamDestroy(d->stream);

@@ -71,6 +71,14 @@ int rt_record_gemm(RtDevice *d, const RtGemm *g) {
   return RT_OK;
 }
 
+int rt_record_sdpa(RtDevice *d, const RtSdpa *s) {
+  if (!d->rec->on) return RT_OK;
+  RtRec *e = push(d, RT_REC_SDPA);
+  if (!e) return RT_ERROR;
+  e->sdpa = *s;
+  return RT_OK;
+}
+
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes) {
   if (!d->rec->on || !bytes) return RT_OK;
   RtRec *e = push(d, RT_REC_MEMSET);
@@ -104,6 +112,13 @@ int rt_record_equal(const RtRec *a, const RtRec *b) {
 #define EQ_I(f) if (a->gemm.f != b->gemm.f) return 0;
 #define EQ_F(f) if (memcmp(&a->gemm.f, &b->gemm.f, sizeof(float))) return 0;
     RT_GEMM_FIELDS(EQ_I, EQ_I, EQ_F)
+#undef EQ_I
+#undef EQ_F
+    return 1;
+  case RT_REC_SDPA:
+#define EQ_I(f) if (a->sdpa.f != b->sdpa.f) return 0;
+#define EQ_F(f) if (memcmp(&a->sdpa.f, &b->sdpa.f, sizeof(float))) return 0;
+    RT_SDPA_FIELDS(EQ_I, EQ_I, EQ_F)
 #undef EQ_I
 #undef EQ_F
     return 1;

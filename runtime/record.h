@@ -15,7 +15,7 @@
 
 #define RT_REC_MAX_ARGS 24
 
-typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY } RtRecKind;
+typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA } RtRecKind;
 
 typedef struct {
   RtRecKind kind;
@@ -27,6 +27,8 @@ typedef struct {
   uint64_t arg[RT_REC_MAX_ARGS]; /* each argument's bits (4-byte ones in the low half), by rt_ksig */
   /* RT_REC_GEMM */
   RtGemm gemm;
+  /* RT_REC_SDPA */
+  RtSdpa sdpa;
   /* RT_REC_MEMSET (dst, bytes), RT_REC_COPY (dst <- src, bytes) */
   CUdeviceptr dst, src;
   uint64_t bytes;
@@ -48,6 +50,7 @@ void rt_recorder_free(RtRecorder *r);
 int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                      void **args);
 int rt_record_gemm(RtDevice *d, const RtGemm *g);
+int rt_record_sdpa(RtDevice *d, const RtSdpa *s);
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);

@@ -66,6 +66,7 @@ int rt_karg_bytes(const RtDevice *d, int k, int i);
 uint64_t rt_kernel_list_hash(const RtGenKernels *gen); /* gen: generated kernels too (NULL none) */
 
 typedef struct RtBlas RtBlas;
+typedef struct RtDnn RtDnn;
 typedef struct RtRecorder RtRecorder;
 
 struct RtDevice {
@@ -82,6 +83,7 @@ struct RtDevice {
   int sm_count, cc_major, cc_minor;
   char name[256];
   RtBlas *blas;
+  RtDnn *dnn; /* cuDNN, loaded on the first fused attention (cudnn.c) */
   /* set: a recording device (record.h) — no driver; allocations get distinct fake addresses and
    * launches, GEMMs, memsets and copies are appended to the recorder instead of running */
   RtRecorder *rec;
@@ -200,5 +202,31 @@ int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms);
 int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx);
 /* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
 int rt_mem_used(RtDevice *d, int64_t *used);
+
+
+/* ---- cudnn.c: fused attention through cuDNN (dlopen'd like cuBLASLt) ---- */
+/* One causal attention call, forward (bwd 0: q, k, v -> o, lse) or backward (bwd 1: dout, q, k, v,
+ * o, lse -> dq, dk, dvv). q, o, dq, dout (b,t,h,dqk|dv), k, v, dk, dvv (b,t,g,dqk|dv) bf16 row-major;
+ * lse (b,h,t) fp32, natural log. deterministic: the backward picks an engine without atomics. The
+ * fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS: the recorder
+ * copies the struct and step.c's emitter prints every field. */
+#define RT_SDPA_FIELDS(I, P, F)                                                                             \
+  I(bwd) I(b) I(t) I(h) I(g) I(dqk) I(dv) I(deterministic)                                                 \
+  P(q) P(k) P(v) P(o) P(lse) P(dout) P(dq) P(dk) P(dvv) F(scale)
+typedef struct {
+#define RT_SF_I(f) int64_t f;
+#define RT_SF_P(f) CUdeviceptr f;
+#define RT_SF_F(f) float f;
+  RT_SDPA_FIELDS(RT_SF_I, RT_SF_P, RT_SF_F)
+#undef RT_SF_I
+#undef RT_SF_P
+#undef RT_SF_F
+} RtSdpa;
+/* Loads cuDNN (first call), builds and caches the plan of s's shape and grows the workspace; the
+ * executor calls it at open for every fused attention so that no plan is built during capture. */
+int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s);
+int rt_sdpa_run(RtDevice *d, const RtSdpa *s);
+size_t rt_sdpa_workspace_bytes(const RtDevice *d); /* the workspace allocation (0 before any) */
+void rt_dnn_close(RtDevice *d);
 
 #endif

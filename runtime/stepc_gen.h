@@ -41,6 +41,9 @@ int stepc_gen_launch(stepc_gen_ctx *c, int kernel, unsigned gx, unsigned gy, uns
 /* Runs one cuBLASLt GEMM; gemm points at a struct with runtime/rt.h's RT_GEMM_FIELDS in order
  * (long long, unsigned long long pointers, float), size its sizeof. */
 int stepc_gen_gemm(stepc_gen_ctx *c, const void *gemm, unsigned long size);
+/* Runs one cuDNN fused attention call; sdpa points at a struct with runtime/rt.h's RT_SDPA_FIELDS
+ * in order, size its sizeof. */
+int stepc_gen_sdpa(stepc_gen_ctx *c, const void *sdpa, unsigned long size);
 int stepc_gen_memset(stepc_gen_ctx *c, unsigned long long dst, unsigned long long bytes);
 int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long dst, unsigned long long src, unsigned long long bytes);
 

@@ -77,22 +77,36 @@ static int emit_launch(FILE *f, const RtExec *x, const RtRec *r, char *err, size
   return 0;
 }
 
-static int emit_gemm(FILE *f, const RtExec *x, const RtGemm *g, char *err, size_t nerr) {
+/* A struct literal of one library call's fields (an X-macro list: I int64_t, P device pointer, F
+ * float) read from `rec`; bad is set when a pointer is outside the arena and scratch. */
+#define EM_I(fl) fprintf(f, "%s." #fl " = %lld", sep, (long long)rec->fl), sep = ", ";
+#define EM_P(fl) bad |= lit_ptr(v, sizeof v, x, rec->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
+#define EM_F(fl) lit_float(v, sizeof v, rec->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
+
+static int emit_gemm(FILE *f, const RtExec *x, const RtGemm *rec, char *err, size_t nerr) {
   char v[80];
   int bad = 0;
-  fprintf(f, "  {\n    const stepc_gemm g = {");
   const char *sep = "";
-#define EM_I(fl) fprintf(f, "%s." #fl " = %lld", sep, (long long)g->fl), sep = ", ";
-#define EM_P(fl) bad |= lit_ptr(v, sizeof v, x, g->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
-#define EM_F(fl) lit_float(v, sizeof v, g->fl), fprintf(f, "%s." #fl " = %s", sep, v), sep = ", ";
+  fprintf(f, "  {\n    const stepc_gemm g = {");
   RT_GEMM_FIELDS(EM_I, EM_P, EM_F)
-#undef EM_I
-#undef EM_P
-#undef EM_F
   fprintf(f, "};\n    GEMM(g);\n  }\n");
   if (bad) return snprintf(err, nerr, "a GEMM operand points outside the arena and scratch"), -1;
   return 0;
 }
+
+static int emit_sdpa(FILE *f, const RtExec *x, const RtSdpa *rec, char *err, size_t nerr) {
+  char v[80];
+  int bad = 0;
+  const char *sep = "";
+  fprintf(f, "  {\n    const stepc_sdpa s = {");
+  RT_SDPA_FIELDS(EM_I, EM_P, EM_F)
+  fprintf(f, "};\n    SDPA(s);\n  }\n");
+  if (bad) return snprintf(err, nerr, "a fused attention operand points outside the arena and scratch"), -1;
+  return 0;
+}
+#undef EM_I
+#undef EM_P
+#undef EM_F
 
 /* ---- the op's comment ---- */
 
@@ -138,6 +152,7 @@ static void emit_prelude(FILE *f) {
              "int stepc_gen_launch(stepc_gen_ctx *c, int kernel, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,\n"
              "                     void **args);\n"
              "int stepc_gen_gemm(stepc_gen_ctx *c, const void *gemm, unsigned long size);\n"
+             "int stepc_gen_sdpa(stepc_gen_ctx *c, const void *sdpa, unsigned long size);\n"
              "int stepc_gen_memset(stepc_gen_ctx *c, unsigned long long dst, unsigned long long bytes);\n"
              "int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long dst, unsigned long long src, unsigned long long bytes);\n"
              "#ifndef STEPC_GEN_H /* force-included: the header's definition is the one this file initialises */\n"
@@ -151,10 +166,13 @@ static void emit_prelude(FILE *f) {
 #define TY_P(fl) fprintf(f, "  unsigned long long " #fl ";\n");
 #define TY_F(fl) fprintf(f, "  float " #fl ";\n");
   RT_GEMM_FIELDS(TY_I, TY_P, TY_F)
+  fprintf(f, "} stepc_gemm;\n\n");
+  fprintf(f, "/* one cuDNN fused attention call: runtime/rt.h's RT_SDPA_FIELDS in order */\ntypedef struct {\n");
+  RT_SDPA_FIELDS(TY_I, TY_P, TY_F)
 #undef TY_I
 #undef TY_P
 #undef TY_F
-  fprintf(f, "} stepc_gemm;\n\n");
+  fprintf(f, "} stepc_sdpa;\n\n");
   fprintf(f, "/* on the CPU reference device OP() runs the op on the host and the function returns before its launches */\n"
              "#define OP(point, op, kind)                     \\\n"
              "  do {                                          \\\n"
@@ -164,6 +182,7 @@ static void emit_prelude(FILE *f) {
              "#define LAUNCH(k, gx, gy, gz, block, smem, v) \\\n"
              "  if (stepc_gen_launch(c, KN_##k, gx, gy, gz, block, smem, v)) return -1\n"
              "#define GEMM(g) \\\n  if (stepc_gen_gemm(c, &(g), sizeof(g))) return -1\n"
+             "#define SDPA(s) \\\n  if (stepc_gen_sdpa(c, &(s), sizeof(s))) return -1\n"
              "#define MEMSET(p, bytes) \\\n  if (stepc_gen_memset(c, p, bytes)) return -1\n"
              "#define COPY(dst, src, bytes) \\\n  if (stepc_gen_copy(c, dst, src, bytes)) return -1\n\n");
 }
@@ -215,7 +234,7 @@ int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, St
   first[npt] = rec.n;
   for (int i = 0; i < rec.n; i++) {
     const RtRec *r = &rec.r[i];
-    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM;
+    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM, st->sdpas += r->kind == RT_REC_SDPA;
     st->memsets += r->kind == RT_REC_MEMSET, st->copies += r->kind == RT_REC_COPY;
     if (r->kind == RT_REC_LAUNCH) st->kernel_used[r->k] = 1;
   }
@@ -231,7 +250,8 @@ int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, St
           " * backward with recompute replays; main gradients accumulate) runs once per micro-batch, the tail\n"
           " * (global norm, clipping, AdamW, zeroing) once per step. Each function holds its op's CUDA work as\n"
           " * literals, recorded from the executor's launch lowering (runtime/cuda/op_*.c) for a GPU of %d SMs:\n"
-          " * LAUNCH(kernel, grid x, y, z, block, dynamic shared bytes, args), GEMM (one cuBLASLt call), MEMSET,\n"
+          " * LAUNCH(kernel, grid x, y, z, block, dynamic shared bytes, args), GEMM (one cuBLASLt call), SDPA (one\n"
+          " * cuDNN fused attention call), MEMSET,\n"
           " * COPY. A is the plan's arena, S the executor's scratch (runtime/stepc_gen.h).\n"
           " * %d ops (%d per micro-batch x %d micro-batches, %d in the tail): %d kernel launches, %d GEMMs,\n"
           " * %d memsets, %d copies per micro-batch program + tail; arena %lld bytes, peak live %lld bytes;\n"
@@ -266,6 +286,7 @@ int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, St
       switch (r->kind) {
       case RT_REC_LAUNCH: rc = emit_launch(f, x, r, err, nerr); break;
       case RT_REC_GEMM: rc = emit_gemm(f, x, &r->gemm, err, nerr); break;
+      case RT_REC_SDPA: rc = emit_sdpa(f, x, &r->sdpa, err, nerr); break;
       case RT_REC_MEMSET:
         rc = lit_ptr(v, sizeof v, x, r->dst);
         fprintf(f, "  MEMSET(%s, %lluULL);\n", v, (unsigned long long)r->bytes);

@@ -17,7 +17,7 @@
 #define STEP_EMIT_DEFAULT_SMS 132
 
 typedef struct {
-  int launches, gemms, memsets, copies;
+  int launches, gemms, sdpas, memsets, copies;
   unsigned char kernel_used[RT_K_COUNT + RT_GEN_MAX]; /* 1 where step.c launches that kernel */
   int ngen;                              /* generated kernels (compiler/ew_fuse.h), handles RT_K_COUNT + i */
   char gen_name[RT_GEN_MAX][64];

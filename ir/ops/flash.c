@@ -59,6 +59,14 @@ static double flash_bwd_flops(const Graph *g, const Op *op) {
   return op->a.i[1] ? f / 2 : f;
 }
 
+int64_t attn_cudnn_workspace(const Graph *g, const Op *op) {
+  if ((op->kind != OP_FLASH_ATTN_BWD && op->kind != OP_FLASH_ATTN_DV_BWD) || op->a.i[2] == ATTN_IMPL_FLASH) return 0;
+  const Tensor *q = ops_in(g, op, 1);
+  int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3], t64 = (t + 63) / 64 * 64;
+  int64_t rows = (b * h * t * 4 + 255) / 256 * 256, acc = (b * h * t * d * 4 + 255) / 256 * 256;
+  return rows + acc + (op->a.i[3] ? b * h * t64 * t64 * 2 : b * h * t * d * 4);
+}
+
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
 #include "ops/real.h"

@@ -87,5 +87,10 @@ int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a,
 
 /* Default FLOPs: one per output element. */
 double ops_flops_elementwise(const Graph *g, const Op *op);
+/* flash.c: the device workspace of an attention op run by cuDNN (a.i[2] fused or auto): 0 for the
+ * forward; the backward's row sums (B,H,T) and two (B,H,T,Dqk) fp32 dQ accumulators (ours and
+ * cuDNN's), or deterministic (a.i[3]) one accumulator and cuDNN's (B,H,T64,T64) bf16 dP buffer, T64
+ * = T rounded up to 64 — runtime/cudnn.c's layout and cuDNN 9's, measured on the H200 (cuDNN 9.14). */
+int64_t attn_cudnn_workspace(const Graph *g, const Op *op);
 
 #endif

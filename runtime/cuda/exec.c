@@ -36,6 +36,8 @@ static const RtOpFn DISPATCH[OP_COUNT] = {
     [OP_CONCAT_QKV] = rt_op_concat_qkv,
     [OP_FLASH_ATTN] = rt_op_flash,
     [OP_FLASH_ATTN_BWD] = rt_op_flash_bwd,
+    [OP_FLASH_ATTN_DV] = rt_op_flash, /* value head dim != q/k's (MLA): cuDNN only (attn_dims) */
+    [OP_FLASH_ATTN_DV_BWD] = rt_op_flash_bwd,
     [OP_ATTN_SCORES] = rt_op_attn_scores,
     [OP_ATTN_SCORES_BWD] = rt_op_attn_scores_bwd,
     [OP_CAUSAL_MASK] = rt_op_causal_mask,
@@ -79,7 +81,7 @@ void rt_exec_free(RtExec *x) {
   if (!x) return;
   rt_free(x->d, x->arena, (size_t)x->arena_bytes);
   rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
-  free(x->sink), free(x->alias), free(x->skip), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
+  free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
   free(x);
 }
 
@@ -291,11 +293,12 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   x->sink = malloc((size_t)g->nt * sizeof *x->sink);
   x->alias = malloc((size_t)g->nt * sizeof *x->alias);
   x->skip = calloc((size_t)g->nop + 1, 1);
+  x->attn_cudnn = calloc((size_t)g->nop + 1, 1);
   x->slot = calloc((size_t)g->nop + 1, sizeof *x->slot);
   x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
   x->fuse = calloc((size_t)g->nop + 1, 1);
   x->peer = malloc(((size_t)g->nop + 1) * sizeof *x->peer);
-  if (!x->sink || !x->alias || !x->skip || !x->slot || !x->dloss || !x->fuse || !x->peer) {
+  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
@@ -309,7 +312,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     rt_exec_free(x);
     return NULL;
   }
-  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x)) {
+  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || rt_attn_resolve(x)) {
     rt_exec_free(x);
     return NULL;
   }

@@ -40,6 +40,9 @@ void rt_exec_free(RtExec *x);
 /* Bytes of the plan's arena, and of the executor's own scratch. */
 int64_t rt_exec_arena_bytes(const RtExec *x);
 int64_t rt_exec_scratch_bytes(const RtExec *x);
+/* The cuDNN attention workspace the graph's shapes predict (ir/ops attn_cudnn_workspace) for the
+ * attention ops cuDNN runs; rt_sdpa_workspace_bytes is what cuDNN asked for. */
+int64_t rt_exec_attn_workspace(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
 /* The two allocations every launch argument points into: 0 the plan's arena, 1 the scratch. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);

@@ -44,6 +44,7 @@ struct RtExec {
   int *alias;            /* tensor whose storage it uses (itself unless fused) */
   /* per op */
   uint8_t *skip;         /* fused into another op */
+  uint8_t *attn_cudnn;   /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
   int *slot;             /* GRAD_SUMSQ: its partial slice; ADAMW: its hp slot (+RT_MAX_HP when it
                             computes the slot's values first) */
   float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
@@ -55,6 +56,8 @@ struct RtExec {
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
+
+int rt_attn_resolve(RtExec *x);
 
 /* The dispatch table rows, one family per file. */
 int rt_op_add(RtExec *x, const Op *op);

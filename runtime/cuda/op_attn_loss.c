@@ -7,24 +7,77 @@
 int rt_flash_supported(int64_t T, int64_t D) { return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0; }
 
 typedef struct {
-  int B, T, H, G, D;
+  int B, T, H, G, D, Dv;
   float scale;
 } AttnDims;
 
 static int attn_dims(RtExec *x, const Op *op, int qin, AttnDims *a) {
-  const Tensor *q = rt_t(x, op->in[qin]), *k = rt_t(x, op->in[qin + 1]);
-  *a = (AttnDims){(int)q->shape[0], (int)q->shape[1], (int)q->shape[2], (int)k->shape[2], (int)q->shape[3], (float)op->a.f[0]};
+  const Tensor *q = rt_t(x, op->in[qin]), *k = rt_t(x, op->in[qin + 1]), *v = rt_t(x, op->in[qin + 2]);
+  *a = (AttnDims){(int)q->shape[0], (int)q->shape[1], (int)q->shape[2], (int)k->shape[2], (int)q->shape[3], (int)v->shape[3],
+                  (float)op->a.f[0]};
   if (op->a.f[1] > 0) return rt_fail(x->d, "attention dropout (p = %g) does not run on CUDA yet", op->a.f[1]);
   if (!op->a.i[1]) return rt_fail(x->d, "non-causal attention does not run on CUDA yet");
+  if (x->attn_cudnn[op - x->g->op]) return RT_OK;
+  if (a->Dv != a->D) return rt_fail(x->d, "value head dim %d != query/key head dim %d: only cuDNN (attention_backend=fused) runs it", a->Dv, a->D);
   if (!rt_flash_supported(a->T, a->D) && (a->D % 32 || a->D > 128))
     return rt_fail(x->d, "head size %d: the attention kernels take multiples of 32 up to 128", a->D);
   return RT_OK;
 }
 
-/* in (q, k, v) out (o (B,T,H*D), lse (B,H,T)) */
+/* The cuDNN call of a forward (bwd 0: in q, k, v out o, lse) or backward (bwd 1) attention op. */
+static RtSdpa sdpa_call(RtExec *x, const Op *op, int bwd, const AttnDims *a) {
+  RtSdpa s = {.bwd = bwd, .b = a->B, .t = a->T, .h = a->H, .g = a->G, .dqk = a->D, .dv = a->Dv,
+              .deterministic = op->a.i[3] != 0, .scale = a->scale};
+  if (!bwd) {
+    s.q = rt_in(x, op, 0), s.k = rt_in(x, op, 1), s.v = rt_in(x, op, 2), s.o = rt_out(x, op, 0), s.lse = rt_out(x, op, 1);
+  } else {
+    s.dout = rt_in(x, op, 0), s.q = rt_in(x, op, 1), s.k = rt_in(x, op, 2), s.v = rt_in(x, op, 3), s.o = rt_in(x, op, 4);
+    s.lse = rt_in(x, op, 5), s.dq = rt_out(x, op, 0), s.dk = rt_out(x, op, 1), s.dvv = rt_out(x, op, 2);
+  }
+  return s;
+}
+
+static int is_attention(OpKind k) {
+  return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD || k == OP_FLASH_ATTN_DV || k == OP_FLASH_ATTN_DV_BWD;
+}
+
+/* Decides each attention op's kernels (x->attn_cudnn) and builds its cuDNN plan, so that no plan
+ * is built inside a capture: fused = cuDNN or a clear error; auto = cuDNN when it loads and has an
+ * engine for the shape, else stepc's flash kernels; flash = flash. */
+int rt_attn_resolve(RtExec *x) {
+  for (int o = 0; o < x->g->nop; o++) {
+    const Op *op = &x->g->op[o];
+    if (!is_attention(op->kind) || op->a.i[2] == ATTN_IMPL_FLASH) continue;
+    int bwd = op->kind == OP_FLASH_ATTN_BWD || op->kind == OP_FLASH_ATTN_DV_BWD;
+    x->attn_cudnn[o] = 1;
+    AttnDims a;
+    if (attn_dims(x, op, bwd, &a)) return RT_ERROR;
+    RtSdpa s = sdpa_call(x, op, bwd, &a);
+    if (rt_sdpa_prepare(x->d, &s) == RT_OK) continue;
+    if (op->a.i[2] != ATTN_IMPL_AUTO || a.Dv != a.D) return RT_ERROR;
+    rt_clear_error(x->d); /* auto: stepc's own kernels instead */
+    x->attn_cudnn[o] = 0;
+  }
+  return RT_OK;
+}
+
+int64_t rt_exec_attn_workspace(const RtExec *x) {
+  int64_t w = 0;
+  for (int o = 0; o < x->g->nop; o++) {
+    int64_t b = x->attn_cudnn[o] ? attn_cudnn_workspace(x->g, &x->g->op[o]) : 0;
+    if (b > w) w = b;
+  }
+  return w;
+}
+
+/* in (q, k, v) out (o (B,T,H*Dv), lse (B,H,T)) */
 int rt_op_flash(RtExec *x, const Op *op) {
   AttnDims a;
   if (attn_dims(x, op, 0, &a)) return RT_ERROR;
+  if (x->attn_cudnn[op - x->g->op]) {
+    RtSdpa s = sdpa_call(x, op, 0, &a);
+    return rt_sdpa_run(x->d, &s);
+  }
   CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1), v = rt_in(x, op, 2);
   if (rt_flash_supported(a.T, a.D))
     return (a.D == 64 ? rt_launch_flash_attention_forward_d64 : rt_launch_flash_attention_forward_d128)(
@@ -39,6 +92,10 @@ int rt_op_flash(RtExec *x, const Op *op) {
 int rt_op_flash_bwd(RtExec *x, const Op *op) {
   AttnDims a;
   if (attn_dims(x, op, 1, &a)) return RT_ERROR;
+  if (x->attn_cudnn[op - x->g->op]) {
+    RtSdpa s = sdpa_call(x, op, 1, &a);
+    return rt_sdpa_run(x->d, &s);
+  }
   CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3), o = rt_in(x, op, 4),
               lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1), dv = rt_out(x, op, 2), ds = x->dsum;
   if (rt_flash_supported(a.T, a.D)) {

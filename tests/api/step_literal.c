@@ -53,6 +53,13 @@ int stepc_gen_gemm(stepc_gen_ctx *c, const void *gemm, unsigned long size) {
   memcpy(&g, gemm, sizeof g);
   return rt_gemm_run(&dev, &g);
 }
+int stepc_gen_sdpa(stepc_gen_ctx *c, const void *sdpa, unsigned long size) {
+  (void)c;
+  if (size != sizeof(RtSdpa)) return bad_call = 1, -1;
+  RtSdpa s;
+  memcpy(&s, sdpa, sizeof s);
+  return rt_sdpa_run(&dev, &s);
+}
 int stepc_gen_memset(stepc_gen_ctx *c, unsigned long long p, unsigned long long n) { return (void)c, rt_memset0(&dev, p, n); }
 int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long d, unsigned long long s, unsigned long long n) {
   return (void)c, rt_copy_d2d(&dev, d, s, n);
@@ -61,6 +68,7 @@ int stepc_gen_copy(stepc_gen_ctx *c, unsigned long long d, unsigned long long s,
 static void describe(const RtRec *r) {
   if (r->kind == RT_REC_LAUNCH) fprintf(stderr, "launch %s grid (%u,%u,%u) block %u", rt_kname(&dev, r->k), r->grid[0], r->grid[1], r->grid[2], r->block);
   else if (r->kind == RT_REC_GEMM) fprintf(stderr, "gemm kind %lld m %lld n %lld k %lld", (long long)r->gemm.kind, (long long)r->gemm.m, (long long)r->gemm.n, (long long)r->gemm.k);
+  else if (r->kind == RT_REC_SDPA) fprintf(stderr, "sdpa %s b %lld t %lld h %lld", r->sdpa.bwd ? "bwd" : "fwd", (long long)r->sdpa.b, (long long)r->sdpa.t, (long long)r->sdpa.h);
   else fprintf(stderr, "%s of %llu bytes", r->kind == RT_REC_MEMSET ? "memset" : "copy", (unsigned long long)r->bytes);
 }
 

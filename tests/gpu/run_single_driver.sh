@@ -22,8 +22,9 @@ say() { echo "$*" | tee -a "$DEST/summary.txt"; }
 [ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
 export STEPC_CACHE_DIR=/tmp/stepc-cache
 
-# ---- 1. stepc run SPEC beside the carried artifacts
-NF=model.check_for_nan_in_loss_and_grad=false
+# ---- 1. stepc run SPEC beside the carried artifacts (built with stepc's deterministic flash attention,
+# so that the losses can be compared bit for bit; the models' default is auto = cuDNN)
+NF="model.check_for_nan_in_loss_and_grad=false model.attention_backend=flash"
 for s in "S gpt2_small_llama" "M llama3_2_1b"; do
   set -- $s
   ( time build/stepc run "models/$2.lua" --device cuda --steps "$STEPS" --json model.cuda_graph_impl=full_iteration $NF ) \

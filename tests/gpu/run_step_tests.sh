@@ -43,6 +43,14 @@ run scoped_recompute_ln $STEP scoped models/tiny.lua 4 "$SCOPES" model.hidden_dr
 run scoped_flash $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp]" model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
 run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
 run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+# cuDNN fused attention (runtime/cudnn.c): gradients against the CPU; with deterministic_mode the
+# replay, recompute (core_attn replays the attention) and scoped graphs bitwise equal to eager
+FUSED="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.attention_backend=fused"
+run grads_fused $STEP grads models/tiny.lua $FUSED
+run grads_fused_nondet $STEP grads models/tiny.lua $FUSED model.deterministic_mode=false
+run replay_fused $STEP replay models/tiny.lua 8 $FUSED model.deterministic_mode=true
+run recompute_fused $STEP recompute models/tiny.lua 3 $FUSED model.deterministic_mode=true
+run scoped_fused $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn]" $FUSED model.deterministic_mode=true model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
 # the GPT-3 paper setting: unfused attention (cuBLASLt per-head GEMMs + causal softmax), dropout
 # 0.1 on the probabilities and hidden states (gpt3_tiny is an fp32 recipe: bf16=true for CUDA)
 GPT3=tests/recipes/gpt3_tiny.lua

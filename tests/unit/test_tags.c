@@ -61,7 +61,7 @@ int main(void) {
   o = find(g, OP_LINEAR, "layers.0.mlp.linear_fc1", IR_PHASE_FORWARD);
   CHECK(o && o->tags.layer == 0 && o->tags.labels == IR_LABEL_MLP && o->tags.scopes == LM);
   o = find(g, OP_GELU, "layers.0.mlp.activation_func", IR_PHASE_FORWARD);
-  CHECK(o && o->tags.labels == IR_LABEL_MLP && o->tags.scopes == LM);
+  CHECK(o && o->tags.labels == (IR_LABEL_MLP | IR_LABEL_MLP_ACT) && o->tags.scopes == LM);
   o = find(g, OP_LINEAR, "layers.0.mlp.linear_fc2", IR_PHASE_FORWARD);
   CHECK(o && o->tags.labels == IR_LABEL_MLP && o->tags.scopes == LM);
   o = find(g, OP_ADD, "layers.0.mlp_bda", IR_PHASE_FORWARD);
@@ -108,7 +108,7 @@ int main(void) {
     o = find(g, OP_ROPE, "layers.3.self_attention", IR_PHASE_FORWARD);
     CHECK(o && o->tags.labels == 0 && o->tags.scopes == LA);
     o = find(g, OP_SWIGLU, "layers.3.mlp.activation_func", IR_PHASE_FORWARD);
-    CHECK(o && o->tags.labels == IR_LABEL_MLP);
+    CHECK(o && o->tags.labels == (IR_LABEL_MLP | IR_LABEL_MLP_ACT));
     CHECK(graph_find_tensor(g, "output_layer.weight") >= 0); /* untied */
     int n = 0;
     for (int i = 0; i < g->nop; i++) n += g->op[i].kind == OP_DROPOUT;
