@@ -314,6 +314,8 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
       {"model.recompute_granularity=selective", "model.recompute_modules=[layernorm]", NULL},
       {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,mlp]", NULL},
       {"model.recompute_granularity=selective", "model.recompute_modules=[layernorm,mlp]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[mlp_act]", NULL},
+      {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,mlp_act]", NULL},
       {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"},
       {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=2"},
       {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=2"}};
