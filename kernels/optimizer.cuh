@@ -46,7 +46,8 @@ extern "C" __global__ void global_norm_finalize(float* norm,           // (1)
 // Follows torch.optim.AdamW (decoupled decay applied before the Adam step):
 //   g = grad * grad_scale; m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2
 //   w = w * (1 - lr * wd * wd_mult); w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
-// and writes the bf16 compute copy of w. wd_mult is 0 for tensors excluded from decay (norms,
+// and writes the bf16 compute copy of w (param null: an fp32 parameter, master is the parameter
+// itself). wd_mult is 0 for tensors excluded from decay (norms,
 // biases). Launch: any 1-D grid, grid-stride.
 extern "C" __global__ void adamw_update(float* master,            // (n)
                                         bf16* param,              // (n)
@@ -69,6 +70,6 @@ extern "C" __global__ void adamw_update(float* master,            // (n)
     m[i] = mi;
     v[i] = vi;
     master[i] = w;
-    param[i] = f32_to_bf16(w);
+    if (param) param[i] = f32_to_bf16(w);
   }
 }

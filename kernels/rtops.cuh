@@ -101,9 +101,16 @@ extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, unsigned l
   }
 }
 
-// ---- plain causal attention (any D <= 128 with D % 32 == 0, any T), one warp per row ----
+// ---- plain causal attention (any D <= 128, any T), one warp per row ----
 // Same math as FLASH_ATTN's CPU reference: fp32 scores of bf16 inputs, natural-log LSE.
-#define RT_ATTN_MAXV 4  // D / 32 values per lane
+#define RT_ATTN_MAXV 4  // ceil(D / 32) values per lane
+
+// Element c of a head row, zero past D (a lane's last value when D is not a multiple of 32: zeros
+// add nothing to the dot products, and attn_st leaves them unwritten).
+__device__ __forceinline__ float attn_ld(const bf16* row, int c, int D) { return c < D ? bf16_to_f32(row[c]) : 0.0f; }
+__device__ __forceinline__ void attn_st(bf16* row, int c, int D, float v) {
+  if (c < D) row[c] = f32_to_bf16(v);
+}
 
 // rows (b, h, i): O (B,T,H,D), LSE (B,H,T). Launch: block 128, grid ceil(B*H*T / 4).
 extern "C" __global__ void attn_plain_forward(bf16* O, float* LSE, const bf16* Q, const bf16* K, const bf16* V,
@@ -113,23 +120,23 @@ extern "C" __global__ void attn_plain_forward(bf16* O, float* LSE, const bf16* Q
   if (r >= (long)B * H * T) return;
   int i = (int)(r % T), h = (int)((r / T) % H);
   long b = r / ((long)T * H);
-  int g = h / (H / G), nv = D / 32;
+  int g = h / (H / G), nv = (D + 31) / 32;
   const bf16* q = Q + ((b * T + i) * H + h) * D;
   float qv[RT_ATTN_MAXV], acc[RT_ATTN_MAXV];
-  for (int k = 0; k < nv; k++) qv[k] = bf16_to_f32(q[lane + 32 * k]), acc[k] = 0.0f;
+  for (int k = 0; k < nv; k++) qv[k] = attn_ld(q, lane + 32 * k, D), acc[k] = 0.0f;
   float m = STEPC_NEG_INF, l = 0.0f;
   for (int j = 0; j <= i; j++) {
     const bf16 *kr = K + ((b * T + j) * G + g) * D, *vr = V + ((b * T + j) * G + g) * D;
     float s = 0.0f;
-    for (int k = 0; k < nv; k++) s += qv[k] * bf16_to_f32(kr[lane + 32 * k]);
+    for (int k = 0; k < nv; k++) s += qv[k] * attn_ld(kr, lane + 32 * k, D);
     s = warp_sum(s) * scale;
     float nm = fmaxf(m, s), c = expf(m - nm), p = expf(s - nm);
     l = l * c + p;
-    for (int k = 0; k < nv; k++) acc[k] = acc[k] * c + p * bf16_to_f32(vr[lane + 32 * k]);
+    for (int k = 0; k < nv; k++) acc[k] = acc[k] * c + p * attn_ld(vr, lane + 32 * k, D);
     m = nm;
   }
   bf16* o = O + ((b * T + i) * H + h) * D;
-  for (int k = 0; k < nv; k++) o[lane + 32 * k] = f32_to_bf16(acc[k] / l);
+  for (int k = 0; k < nv; k++) attn_st(o, lane + 32 * k, D, acc[k] / l);
   if (lane == 0) LSE[r] = m + logf(l);
 }
 
@@ -143,14 +150,14 @@ extern "C" __global__ void attn_plain_backward_q(bf16* dQ, float* Dsum, const bf
   if (r >= (long)B * H * T) return;
   int i = (int)(r % T), h = (int)((r / T) % H);
   long b = r / ((long)T * H);
-  int g = h / (H / G), nv = D / 32;
+  int g = h / (H / G), nv = (D + 31) / 32;
   long qo = ((b * T + i) * H + h) * D;
   float qv[RT_ATTN_MAXV], dov[RT_ATTN_MAXV], acc[RT_ATTN_MAXV];
   float delta = 0.0f;
   for (int k = 0; k < nv; k++) {
-    qv[k] = bf16_to_f32(Q[qo + lane + 32 * k]);
-    dov[k] = bf16_to_f32(dO[qo + lane + 32 * k]);
-    delta += dov[k] * bf16_to_f32(O[qo + lane + 32 * k]);
+    qv[k] = attn_ld(Q + qo, lane + 32 * k, D);
+    dov[k] = attn_ld(dO + qo, lane + 32 * k, D);
+    delta += dov[k] * attn_ld(O + qo, lane + 32 * k, D);
     acc[k] = 0.0f;
   }
   delta = warp_sum(delta);
@@ -159,15 +166,15 @@ extern "C" __global__ void attn_plain_backward_q(bf16* dQ, float* Dsum, const bf
     const bf16 *kr = K + ((b * T + j) * G + g) * D, *vr = V + ((b * T + j) * G + g) * D;
     float s = 0.0f, dp = 0.0f;
     for (int k = 0; k < nv; k++) {
-      s += qv[k] * bf16_to_f32(kr[lane + 32 * k]);
-      dp += dov[k] * bf16_to_f32(vr[lane + 32 * k]);
+      s += qv[k] * attn_ld(kr, lane + 32 * k, D);
+      dp += dov[k] * attn_ld(vr, lane + 32 * k, D);
     }
     s = warp_sum(s) * scale;
     dp = warp_sum(dp);
     float ds = expf(s - lse) * (dp - delta);
-    for (int k = 0; k < nv; k++) acc[k] += ds * bf16_to_f32(kr[lane + 32 * k]);
+    for (int k = 0; k < nv; k++) acc[k] += ds * attn_ld(kr, lane + 32 * k, D);
   }
-  for (int k = 0; k < nv; k++) dQ[qo + lane + 32 * k] = f32_to_bf16(acc[k] * scale);
+  for (int k = 0; k < nv; k++) attn_st(dQ + qo, lane + 32 * k, D, acc[k] * scale);
   if (lane == 0) Dsum[r] = delta;
 }
 
@@ -181,11 +188,11 @@ extern "C" __global__ void attn_plain_backward_kv(bf16* dK, bf16* dV, const bf16
   if (r >= (long)B * T * G) return;
   int g = (int)(r % G), j = (int)((r / G) % T);
   long b = r / ((long)G * T);
-  int rep = H / G, nv = D / 32;
+  int rep = H / G, nv = (D + 31) / 32;
   float kv[RT_ATTN_MAXV], vv[RT_ATTN_MAXV], dk[RT_ATTN_MAXV], dv[RT_ATTN_MAXV];
   for (int k = 0; k < nv; k++) {
-    kv[k] = bf16_to_f32(K[r * D + lane + 32 * k]);
-    vv[k] = bf16_to_f32(V[r * D + lane + 32 * k]);
+    kv[k] = attn_ld(K + r * D, lane + 32 * k, D);
+    vv[k] = attn_ld(V + r * D, lane + 32 * k, D);
     dk[k] = dv[k] = 0.0f;
   }
   for (int h = g * rep; h < (g + 1) * rep; h++)
@@ -193,19 +200,19 @@ extern "C" __global__ void attn_plain_backward_kv(bf16* dK, bf16* dV, const bf16
       long qo = ((b * T + i) * H + h) * D, row = (b * H + h) * T + i;
       float s = 0.0f, dp = 0.0f;
       for (int k = 0; k < nv; k++) {
-        s += bf16_to_f32(Q[qo + lane + 32 * k]) * kv[k];
-        dp += bf16_to_f32(dO[qo + lane + 32 * k]) * vv[k];
+        s += attn_ld(Q + qo, lane + 32 * k, D) * kv[k];
+        dp += attn_ld(dO + qo, lane + 32 * k, D) * vv[k];
       }
       s = warp_sum(s) * scale;
       dp = warp_sum(dp);
       float p = expf(s - LSE[row]), ds = p * (dp - Dsum[row]);
       for (int k = 0; k < nv; k++) {
-        dk[k] += ds * bf16_to_f32(Q[qo + lane + 32 * k]);
-        dv[k] += p * bf16_to_f32(dO[qo + lane + 32 * k]);
+        dk[k] += ds * attn_ld(Q + qo, lane + 32 * k, D);
+        dv[k] += p * attn_ld(dO + qo, lane + 32 * k, D);
       }
     }
   for (int k = 0; k < nv; k++) {
-    dK[r * D + lane + 32 * k] = f32_to_bf16(dk[k] * scale);
-    dV[r * D + lane + 32 * k] = f32_to_bf16(dv[k]);
+    attn_st(dK + r * D, lane + 32 * k, D, dk[k] * scale);
+    attn_st(dV + r * D, lane + 32 * k, D, dv[k]);
   }
 }

@@ -9,6 +9,22 @@
 
 /* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
 static const RtOpFn DISPATCH[OP_COUNT] = {
+    [OP_HEAD_SPLIT] = rt_op_head_split,
+    [OP_HEAD_CONCAT] = rt_op_head_concat,
+    [OP_ROUTER_TOPK] = rt_op_router_topk,
+    [OP_ROUTER_TOPK_BWD] = rt_op_router_topk_bwd,
+    [OP_MOE_AUX_LOSS] = rt_op_moe_aux_loss,
+    [OP_MOE_AUX_LOSS_BWD] = rt_op_moe_aux_loss_bwd,
+    [OP_MOE_DISPATCH] = rt_op_moe_dispatch,
+    [OP_MOE_PERMUTE] = rt_op_moe_permute,
+    [OP_MOE_PERMUTE_BWD] = rt_op_moe_permute_bwd,
+    [OP_MOE_UNPERMUTE] = rt_op_moe_unpermute,
+    [OP_MOE_UNPERMUTE_BWD] = rt_op_moe_unpermute_bwd,
+    [OP_GROUPED_LINEAR] = rt_op_grouped_linear,
+    [OP_GROUPED_LINEAR_DGRAD] = rt_op_grouped_linear_dgrad,
+    [OP_GROUPED_LINEAR_WGRAD] = rt_op_grouped_linear_wgrad,
+    [OP_MOE_ACT] = rt_op_moe_act,
+    [OP_MOE_ACT_BWD] = rt_op_moe_act_bwd,
     [OP_ADD] = rt_op_add,
     [OP_ACCUM] = rt_op_accum,
     [OP_ZERO] = rt_op_zero,
@@ -177,13 +193,9 @@ static int analyse(RtExec *x, int *unsupported) {
   }
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
-    char why[256];
     if (!x->skip[o] && !DISPATCH[op->kind]) {
       *unsupported = 1;
       rc = rt_fail(d, "op %s (%s) does not run on CUDA yet", op_name(op->kind), op->tags.module);
-    } else if (!x->skip[o] && rt_unfused_check(g, op, why, sizeof why)) {
-      *unsupported = 1;
-      rc = rt_fail(d, "op %s (%s): %s", op_name(op->kind), op->tags.module, why);
     } else if ((op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_BWD) && op->a.f[1] > 0) {
       /* the flash kernels draw no dropout mask yet; the unfused backend runs attention dropout as
        * a DROPOUT op on the probabilities */
@@ -264,6 +276,10 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     rt_fail(d, "the graph has no memory plan");
     return NULL;
   }
+  /* a bf16 recipe may keep single weights in fp32 (the MoE router's, as Megatron does); an fp32
+   * recipe does not run on CUDA */
+  int bf16_params = 0;
+  for (int i = 0; i < g->nt; i++) bf16_params += g->t[i].role == ROLE_PARAM && g->t[i].dtype == DT_BF16;
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != tensor_numel(t) * (int64_t)dtype_size(t->dtype) ||
@@ -277,7 +293,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
       rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16 and fp32 tensors", t->name, dtype_name(t->dtype));
       return NULL;
     }
-    if (t->role == ROLE_PARAM && t->dtype != DT_BF16) {
+    if (t->role == ROLE_PARAM && t->dtype != DT_BF16 && !(t->dtype == DT_F32 && bf16_params)) {
       *unsupported = 1;
       rt_fail(d, "parameter %s is %s: the CUDA backend runs bf16 recipes (model.bf16=true)", t->name, dtype_name(t->dtype));
       return NULL;
@@ -427,7 +443,8 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
     int master = -1;
     for (int j = 0; j < g->nt; j++)
       if (g->t[j].role == ROLE_MASTER && g->t[j].of == i) master = j;
-    CUdeviceptr f32 = master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = rt_exec_ptr(x, i);
+    int fp32 = t->dtype == DT_F32; /* an fp32 parameter (the MoE router's) is its own master */
+    CUdeviceptr f32 = fp32 ? rt_exec_ptr(x, i) : master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);
     if (t->init == IR_INIT_ONES) {
       /* the kernel with std 0 would give zeros: ones are written from the host */
@@ -439,7 +456,7 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
         return rt_fail(d, "out of memory");
       }
       for (long j = 0; j < n; j++) ones[j] = 1.0f, ob[j] = 0x3f80;
-      int rc = rt_copy_h2d(d, b16, ob, (size_t)n * 2) || (f32 && rt_copy_h2d(d, f32, ones, bytes)) || rt_sync(d);
+      int rc = (b16 && rt_copy_h2d(d, b16, ob, (size_t)n * 2)) || (f32 && rt_copy_h2d(d, f32, ones, bytes)) || rt_sync(d);
       free(ones), free(ob);
       if (rc) return RT_ERROR;
       continue;

@@ -98,12 +98,32 @@ int rt_op_clip_coef(RtExec *x, const Op *op);
 int rt_op_lr_sched(RtExec *x, const Op *op);
 int rt_op_adamw(RtExec *x, const Op *op);
 
+/* op_moe.c: MLA head split/concat, the MoE router, dispatcher, grouped experts and activation. */
+int rt_op_head_split(RtExec *x, const Op *op);
+int rt_op_head_concat(RtExec *x, const Op *op);
+int rt_op_router_topk(RtExec *x, const Op *op);
+int rt_op_router_topk_bwd(RtExec *x, const Op *op);
+int rt_op_moe_aux_loss(RtExec *x, const Op *op);
+int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op);
+int rt_op_moe_dispatch(RtExec *x, const Op *op);
+int rt_op_moe_permute(RtExec *x, const Op *op);
+int rt_op_moe_permute_bwd(RtExec *x, const Op *op);
+int rt_op_moe_unpermute(RtExec *x, const Op *op);
+int rt_op_moe_unpermute_bwd(RtExec *x, const Op *op);
+int rt_op_grouped_linear(RtExec *x, const Op *op);
+int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op);
+int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op);
+int rt_op_moe_act(RtExec *x, const Op *op);
+int rt_op_moe_act_bwd(RtExec *x, const Op *op);
+/* What the dense rows hand to op_moe.c: a LINEAR / LINEAR_DGRAD whose weight is fp32 (the MoE
+ * router's), and a SOFTMAX / SOFTMAX_BWD that is not a causal attention softmax. */
+int rt_op_router_linear(RtExec *x, const Op *op);
+int rt_op_router_linear_dgrad(RtExec *x, const Op *op);
+int rt_op_softmax_rows(RtExec *x, const Op *op);
+
 /* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
 int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);
 static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
-
-/* Whether the unfused rows take this op (op_attn_unfused.c): 0, or 1 with the reason in msg. */
-int rt_unfused_check(const Graph *g, const Op *op, char *msg, size_t n);
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
 int rt_flash_supported(int64_t T, int64_t D);

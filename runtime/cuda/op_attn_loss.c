@@ -19,8 +19,8 @@ static int attn_dims(RtExec *x, const Op *op, int qin, AttnDims *a) {
   if (!op->a.i[1]) return rt_fail(x->d, "non-causal attention does not run on CUDA yet");
   if (x->attn_cudnn[op - x->g->op]) return RT_OK;
   if (a->Dv != a->D) return rt_fail(x->d, "value head dim %d != query/key head dim %d: only cuDNN (attention_backend=fused) runs it", a->Dv, a->D);
-  if (!rt_flash_supported(a->T, a->D) && (a->D % 32 || a->D > 128))
-    return rt_fail(x->d, "head size %d: the attention kernels take multiples of 32 up to 128", a->D);
+  if (!rt_flash_supported(a->T, a->D) && (a->D < 1 || a->D > 128))
+    return rt_fail(x->d, "head size %d: the attention kernels take head sizes up to 128", a->D);
   return RT_OK;
 }
 
@@ -152,9 +152,11 @@ int rt_op_lr_sched(RtExec *x, const Op *op) {
                                (long)op->a.i[0], (long)op->a.i[1], (int)op->a.i[2]);
 }
 
-/* in [grad, coef, lr, step] out [param, m, v, master] */
+/* in [grad, coef, lr, step] out [param, m, v, master]; an fp32 parameter (the MoE router's) has
+ * no master: it is updated in place and no bf16 copy is written. */
 int rt_op_adamw(RtExec *x, const Op *op) {
-  if (op->nout != 4) return rt_fail(x->d, "AdamW without an fp32 master does not run on CUDA");
+  int f32 = op->nout == 3 && rt_t(x, op->out[0])->dtype == DT_F32;
+  if (op->nout != 4 && !f32) return rt_fail(x->d, "AdamW of a %s parameter without an fp32 master", dtype_name(rt_t(x, op->out[0])->dtype));
   int s = x->slot[op - x->g->op];
   CUdeviceptr hp = x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP));
   if (s >= RT_MAX_HP) { /* the first AdamW of its setting computes this step's hyper-parameters */
@@ -162,7 +164,7 @@ int rt_op_adamw(RtExec *x, const Op *op) {
                                 (float)op->a.f[1], (float)op->a.f[2]))
       return RT_ERROR;
   }
-  CUdeviceptr master = rt_out(x, op, 3), param = rt_out(x, op, 0), grad = rt_in(x, op, 0), m = rt_out(x, op, 1),
+  CUdeviceptr master = rt_out(x, op, f32 ? 0 : 3), param = f32 ? 0 : rt_out(x, op, 0), grad = rt_in(x, op, 0), m = rt_out(x, op, 1),
               v = rt_out(x, op, 2), coef = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_adamw_update(x->d, rt_grid_stride(x->d, n), 256, 0, master, param, grad, m, v, n, hp, coef,

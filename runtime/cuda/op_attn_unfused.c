@@ -14,10 +14,10 @@
  * 256-byte aligned in every GPU plan, so the alignment comes from the head offsets alone and two
  * plans of one recipe (recompute or not, scoped or not) run the same algorithms, bitwise equal.
  *
- * SOFTMAX runs as kernels/softmax.cuh's causal softmax (scale 1), so it must read a causally
- * masked input (rt_unfused_check, called by the executor's analysis, refuses anything else); its
- * backward is then the causal backward, which equals the plain one on probabilities that are
- * zero above the diagonal. */
+ * A SOFTMAX that reads a causally masked (B,H,T,T) score tensor runs as kernels/softmax.cuh's
+ * causal softmax (scale 1); its backward is then the causal backward, which equals the plain one
+ * on probabilities that are zero above the diagonal. Any other softmax (the MoE router's scores
+ * over the experts) runs as the row softmax of op_moe.c. */
 #include <stdio.h>
 
 #include "runtime/cuda/exec_internal.h"
@@ -133,8 +133,18 @@ int rt_op_causal_mask(RtExec *x, const Op *op) {
                                     rows, T, op->a.i[0] != 0);
 }
 
+/* Whether this SOFTMAX (or SOFTMAX_BWD, through its forward) reads a forward CAUSAL_MASK's
+ * (B,H,T,T) output. */
+static int causal_softmax(const Graph *g, const Op *op) {
+  const Tensor *in = &g->t[op->in[op->kind == OP_SOFTMAX ? 0 : 1]];
+  const Op *src = in->producer >= 0 ? &g->op[in->producer] : NULL;
+  if (op->kind == OP_SOFTMAX_BWD) return src && src->kind == OP_SOFTMAX && causal_softmax(g, src);
+  return in->ndim == 4 && in->shape[2] == in->shape[3] && src && src->kind == OP_CAUSAL_MASK && src->a.i[0] == 0;
+}
+
 /* in (masked) out (p): one block per row */
 int rt_op_softmax(RtExec *x, const Op *op) {
+  if (!causal_softmax(x->g, op)) return rt_op_softmax_rows(x, op);
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
@@ -144,26 +154,10 @@ int rt_op_softmax(RtExec *x, const Op *op) {
 
 /* in (dp, p) out (ds) */
 int rt_op_softmax_bwd(RtExec *x, const Op *op) {
+  if (!causal_softmax(x->g, op)) return rt_op_softmax_rows(x, op);
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_last(s), BH = (int)(ops_rows(s) / T);
   return rt_launch_softmax_causal_backward(x->d, rt_dim1((unsigned)(ops_rows(s))), 256, 0, rt_out(x, op, 0), rt_in(x, op, 0),
                                            rt_in(x, op, 1), BH, T, 1.0f);
-}
-
-/* The softmax kernels are causal: a SOFTMAX must read a forward CAUSAL_MASK's (B,H,T,T) output
- * and a SOFTMAX_BWD such a SOFTMAX's probabilities. Returns 0, or 1 with why in msg. */
-int rt_unfused_check(const Graph *g, const Op *op, char *msg, size_t n) {
-  if (op->kind != OP_SOFTMAX && op->kind != OP_SOFTMAX_BWD) return 0;
-  const Tensor *in = &g->t[op->in[op->kind == OP_SOFTMAX ? 0 : 1]];
-  const Op *src = in->producer >= 0 ? &g->op[in->producer] : NULL;
-  if (op->kind == OP_SOFTMAX_BWD) {
-    if (src && src->kind == OP_SOFTMAX) return rt_unfused_check(g, src, msg, n);
-    snprintf(msg, n, "softmax_bwd reads %s, which no softmax wrote", in->name);
-    return 1;
-  }
-  if (in->ndim == 4 && in->shape[2] == in->shape[3] && src && src->kind == OP_CAUSAL_MASK && src->a.i[0] == 0) return 0;
-  snprintf(msg, n, "softmax over %s, which is not a causally masked (B,H,T,T) score tensor: the CUDA softmax kernels are causal",
-           in->name);
-  return 1;
 }

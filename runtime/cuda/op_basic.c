@@ -14,10 +14,24 @@ static int need_bf16(RtExec *x, const Op *op, int tensor) {
 
 static int dropout_add(RtExec *x, const Op *dr, const Op *add);
 
+/* An fp32 ADD (the MoE load-balancing losses into the training loss): out = a, then out += b,
+ * whichever of a and b the plan put in out's slot going first. */
+static int add_f32(RtExec *x, const Op *op) {
+  for (int i = 0; i < 2; i++)
+    if (rt_t(x, op->in[i])->dtype != DT_F32) return rt_fail(x->d, "add into fp32 %s of %s %s", rt_t(x, op->out[0])->name,
+                                                            dtype_name(rt_t(x, op->in[i])->dtype), rt_t(x, op->in[i])->name);
+  CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), b = rt_in(x, op, 1);
+  long n = (long)rt_numel(x, op->out[0]);
+  if (y == b) b = a; /* y already holds b: add a */
+  else if (y != a && rt_copy_d2d(x->d, y, a, (size_t)n * 4)) return RT_ERROR;
+  return rt_launch_grad_accumulate_f32(x->d, STRIDE(n), y, b, n);
+}
+
 int rt_op_add(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), f = x->fuse[o];
   if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
   if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
+  if (rt_t(x, op->out[0])->dtype == DT_F32) return add_f32(x, op);
   if (need_bf16(x, op, op->out[0])) return RT_ERROR;
   long n = (long)rt_numel(x, op->out[0]);
   return rt_launch_residual_add(x->d, STRIDE(n), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), n);

@@ -8,6 +8,7 @@
 
 int rt_op_linear(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  if (w->dtype == DT_F32) return rt_op_router_linear(x, op); /* the MoE router's fp32 weight */
   CUdeviceptr bias = op->nin == 3 ? rt_in(x, op, 2) : 0;
   return rt_gemm(x->d, RT_GEMM_NT, ops_rows(a), w->shape[0], w->shape[1], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0), 0,
                  0, bias);
@@ -31,6 +32,7 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
 /* dx (M, K) = dy (M, N) . W (N, K) */
 int rt_op_linear_dgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  if (w->dtype == DT_F32) return rt_op_router_linear_dgrad(x, op);
   return rt_gemm(x->d, RT_GEMM_NN, ops_rows(dy), w->shape[1], w->shape[0], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0),
                  0, 0, 0);
 }

@@ -61,8 +61,8 @@ build tiny tiny
 build gpt2_small_llama gpt2_small_llama
 build llama3_2_1b llama3_2_1b
 build gpt3_paper gpt3_paper model.attention_backend=flash model.attention_dropout=0
-# unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE, which
-# the CUDA backend does not run yet (step.c then holds no CUDA work and says why)
+# unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE (an fp32
+# recipe: as such the CUDA backend does not run it and step.c says why; with bf16=true it does)
 build gpt3_tiny tests/recipes/gpt3_tiny.lua model.bf16=true
 # the generated elementwise kernels (compiler/ew_fuse.c): 4 backward ADD -> DROPOUT_BWD chains,
 # launched from step.c, their source in kernels.cu after the hand-written files
@@ -72,6 +72,23 @@ grep -q '^// stepc-file: generated/ew_add_dropout_bwd_' "$tmp/gpt3_tiny/kernels.
 echo "ok: gpt3_tiny: $n_ew generated elementwise launches"
 build tiny_full tiny model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 build tiny_mla_moe tests/recipes/tiny_mla_moe.lua
+grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe/step.c" || fail "tiny_mla_moe (fp32): step.c does not say why it holds no CUDA work"
+# MLA + MoE in bf16 (issue 11): every MoE / MLA op has CUDA launches, dropless and with capacity
+for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_capacity=true" \
+  "model.attention_backend=unfused model.moe_expert_capacity_factor=1.0 model.moe_shared_expert_intermediate_size=null" \
+  "model.moe_router_topk=1 model.q_lora_rank=null"; do
+  # shellcheck disable=SC2086
+  build tiny_mla_moe_bf16 tests/recipes/tiny_mla_moe.lua model.bf16=true $v
+  grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe_bf16/step.c" && fail "tiny_mla_moe bf16 [$v]: refused on CUDA"
+  for k in mla_head_split mla_head_concat router_linear_forward router_topk_forward softmax_rows_forward moe_aux_loss_forward \
+    moe_dispatch moe_scatter_rows grouped_linear_forward moe_act_forward moe_gather_rows grouped_linear_dgrad \
+    grouped_linear_wgrad moe_act_backward router_topk_backward softmax_rows_backward moe_aux_loss_backward \
+    router_linear_dgrad; do
+    grep -q "^    LAUNCH($k," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
+  done
+  rm -rf "$tmp/tiny_mla_moe_bf16"
+done
+echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched from step.c"
 # per-layer scoped graphs: the plan pins the scopes' static outputs; step.c's functions are what the
 # graphs capture
 build tiny_te tiny model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"

@@ -2,6 +2,7 @@
 # run_step_tests.sh — the whole-step GPU tests (tests/gpu/step.c) and short CLI runs, on a machine
 # with a GPU. Run from the repository root (or a copy holding build/, models/ and tests/):
 #   tests/gpu/run_step_tests.sh
+#   ONLY=moe tests/gpu/run_step_tests.sh     (the MLA + MoE tests alone)
 # BUILD (default build) holds gpu_step and stepc, built elsewhere if this machine has no Lua.
 # GPL3 is the text file of the 200-step run (default /usr/share/common-licenses/GPL-3, else
 # tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). ONLY=REGEX runs only the tests whose
@@ -70,6 +71,27 @@ if [[ -z "${ONLY:-}" || cli_flash_dropout_refused =~ $ONLY ]]; then
   grep -q "attention dropout inside flash" "$DEST/cli_flash_dropout_refused.log" && [ $rc -eq 4 ] && echo "PASS exit 4 with the message" | tee -a "$DEST/summary.log" ||
     { echo "FAIL exit $rc: $(tail -2 "$DEST/cli_flash_dropout_refused.log")" | tee -a "$DEST/summary.log"; fails=$((fails + 1)); }
 fi
+# MLA + MoE (tests/recipes/tiny_mla_moe.lua, an fp32 recipe: bf16=true for CUDA): every override the
+# recipe lists, gradients against the CPU reference; replay == eager and each recompute label ==
+# none, bitwise; the CLI eagerly and as one full-iteration graph. ONLY=moe runs these alone.
+MOE=tests/recipes/tiny_mla_moe.lua
+CAP=model.moe_expert_capacity_factor=1.0
+run moe_grads $STEP grads $MOE model.bf16=true
+run moe_grads_capacity $STEP grads $MOE model.bf16=true $CAP
+run moe_grads_pad $STEP grads $MOE model.bf16=true $CAP model.moe_pad_expert_input_to_capacity=true
+run moe_grads_topk1 $STEP grads $MOE model.bf16=true model.moe_router_topk=1
+run moe_grads_no_shared $STEP grads $MOE model.bf16=true model.moe_shared_expert_intermediate_size=null
+run moe_grads_unfused $STEP grads $MOE model.bf16=true model.attention_backend=unfused
+run moe_grads_no_q_lora $STEP grads $MOE model.bf16=true model.q_lora_rank=null
+run moe_replay $STEP replay $MOE 6 model.bf16=true
+run moe_replay_capacity $STEP replay $MOE 6 model.bf16=true $CAP
+run moe_replay_pad_unfused $STEP replay $MOE 6 model.bf16=true $CAP model.moe_pad_expert_input_to_capacity=true model.attention_backend=unfused
+MOE_LABELS=moe_act,moe,shared_experts,mla_up_proj,layernorm,core_attn
+run moe_recompute $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true
+run moe_recompute_capacity $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true $CAP
+run moe_recompute_unfused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true model.attention_backend=unfused
+run moe_cli_eager $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
+run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

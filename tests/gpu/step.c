@@ -306,8 +306,9 @@ static int cmd_scoped(const char *path, const char *settings, const char *const 
 }
 
 /* Every recompute setting against no recompute, on the planned arena: the same kernels on the same
- * inputs in the same order, so losses and the whole persistent state must be bitwise equal. */
-static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache) {
+ * inputs in the same order, so losses and the whole persistent state must be bitwise equal.
+ * labels (comma-separated, or NULL for the table below): one selective setting per label. */
+static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache, const char *labels) {
   static const char *const settings[][3] = {
       {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn]", NULL},
       {"model.recompute_granularity=selective", "model.recompute_modules=[mlp]", NULL},
@@ -319,7 +320,18 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
       {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"},
       {"model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=2"},
       {"model.recompute_granularity=full", "model.recompute_method=block", "model.recompute_num_layers=2"}};
-  const int ns = (int)(sizeof settings / sizeof *settings);
+  int ns = (int)(sizeof settings / sizeof *settings);
+  static char modules[16][96];
+  static const char *asked[16][3];
+  if (labels) { /* the labels asked for, one at a time */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", labels);
+    ns = 0;
+    for (char *save = NULL, *l = strtok_r(buf, ",", &save); l && ns < 16; l = strtok_r(NULL, ",", &save), ns++) {
+      snprintf(modules[ns], sizeof modules[ns], "model.recompute_modules=[%s]", l);
+      asked[ns][0] = "model.recompute_granularity=selective", asked[ns][1] = modules[ns], asked[ns][2] = NULL;
+    }
+  }
   static Spec spec;
   const char *all[64];
   int n = 0;
@@ -335,7 +347,8 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   }
   for (int k = 0; k < ns; k++) {
     int m = n;
-    for (int j = 0; j < 3 && settings[k][j]; j++) all[m++] = settings[k][j];
+    const char *const *set = labels ? asked[k] : settings[k];
+    for (int j = 0; j < 3 && set[j]; j++) all[m++] = set[j];
     unsigned char *s1 = NULL;
     size_t n1 = 0;
     if (load_spec(path, all, m, &spec) || run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL)) {
@@ -343,7 +356,7 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
       return code ? code : 1;
     }
     char what[160];
-    snprintf(what, sizeof what, "%s %s %s", settings[k][1], settings[k][2] ? settings[k][2] : "", "vs none");
+    snprintf(what, sizeof what, "%s %s %s", set[1], set[2] ? set[2] : "", "vs none");
     ok &= n1 == n0 && same(what, l0, l1, steps, s0, s1, n0);
     free(s1);
   }
@@ -356,7 +369,7 @@ int main(int argc, char **argv) {
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
@@ -378,7 +391,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "recompute") == 0) {
     if (argc - a < 3) return fprintf(stderr, "gpu_step recompute: missing STEPS\n"), 2;
-    return cmd_recompute(path, (const char *const *)argv + a + 3, argc - a - 3, atoi(argv[a + 2]), cache);
+    int k = a + 3;
+    const char *labels = NULL;
+    if (k + 1 < argc && strcmp(argv[k], "--labels") == 0) labels = argv[k + 1], k += 2;
+    return cmd_recompute(path, (const char *const *)argv + k, argc - k, atoi(argv[a + 2]), cache, labels);
   }
   int extra = strcmp(cmd, "train") == 0 ? 2 : strcmp(cmd, "replay") == 0 ? 1 : 0;
   if (argc - a - 2 < extra) return fprintf(stderr, "gpu_step %s: missing arguments\n", cmd), 2;

@@ -1,0 +1,401 @@
+// moe.cuh — the MoE layer's kernels (ir/ops/moe_router.c, moe_dispatch.c, moe_experts.c) and the
+// MLA per-head split/concat (ir/ops/mla.c). Storage bf16 (int32 routing), math fp32.
+//
+// Nothing here reads a count on the host: the dispatch writes the per-expert segments into device
+// memory and the grouped GEMMs read them, skipping the rows past an expert's count, so a step
+// stays capturable in one CUDA graph. Every sum runs in a fixed order (no float atomics), so a
+// replay, a recompute and an eager run give the same bits.
+#pragma once
+#include "activation.cuh"
+#include "common.cuh"
+
+// ---- MLA: HEAD_SPLIT / HEAD_CONCAT ----
+// joined (ntok, H, a+b) <-> p1 (ntok, H, a), p2 (ntok, H2, b); H2 is H or 1 (a part shared by the
+// heads: concat broadcasts it, split sums it over the heads in head order). Launch: grid-stride.
+extern "C" __global__ void mla_head_split(bf16* p1, bf16* p2, const bf16* joined, long ntok, int H, int a, int b,
+                                          int H2) {
+  int w = a + b;
+  long n1 = ntok * H * a, n2 = ntok * H2 * b;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n1 + n2; i += (long)gridDim.x * blockDim.x) {
+    if (i < n1) {
+      long t = i / ((long)H * a);
+      int h = (int)(i / a % H), c = (int)(i % a);
+      p1[i] = joined[(t * H + h) * w + c];
+      continue;
+    }
+    long j = i - n1, t = j / ((long)H2 * b);
+    int h2 = (int)(j / b % H2), c = (int)(j % b);
+    if (H2 == H) {
+      p2[j] = joined[(t * H + h2) * w + a + c];
+      continue;
+    }
+    float s = 0.0f;
+    for (int h = 0; h < H; h++) s += bf16_to_f32(joined[(t * H + h) * w + a + c]);
+    p2[j] = f32_to_bf16(s);
+  }
+}
+
+// p2 null: the b columns are zero (padding).
+extern "C" __global__ void mla_head_concat(bf16* joined, const bf16* p1, const bf16* p2, long ntok, int H, int a,
+                                           int b, int H2) {
+  int w = a + b;
+  long n = ntok * H * w;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    long t = i / ((long)H * w);
+    int h = (int)(i / w % H), c = (int)(i % w);
+    bf16 v = 0;
+    if (c < a) v = p1[(t * H + h) * a + c];
+    else if (p2) v = p2[(t * H2 + (H2 == H ? h : 0)) * b + (c - a)];
+    joined[i] = v;
+  }
+}
+
+// ---- the router ----
+// A linear whose weight stays fp32 (Megatron keeps the router's in fp32): one warp per output
+// element, lanes over C, a fixed-shape warp sum. Launch: block 256, grid ceil(N*E / 8).
+extern "C" __global__ void router_linear_forward(bf16* out, const bf16* inp, const float* weight, int N, int E,
+                                                 int C) {
+  int lane = threadIdx.x % 32;
+  long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (r >= (long)N * E) return;
+  long n = r / E;
+  int e = (int)(r % E);
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += bf16_to_f32(inp[n * C + c]) * weight[(long)e * C + c];
+  s = warp_sum(s);
+  if (lane == 0) out[r] = f32_to_bf16(s);
+}
+
+// dinp (N, C) = dout (N, E) . weight (E, C), summed over e in order. Launch: grid-stride.
+extern "C" __global__ void router_linear_dgrad(bf16* dinp, const bf16* dout, const float* weight, int N, int E,
+                                               int C) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)N * C; i += (long)gridDim.x * blockDim.x) {
+    long n = i / C;
+    int c = (int)(i % C);
+    float s = 0.0f;
+    for (int e = 0; e < E; e++) s += bf16_to_f32(dout[n * E + e]) * weight[(long)e * C + c];
+    dinp[i] = f32_to_bf16(s);
+  }
+}
+
+// ROUTER_TOPK: k passes of argmax (ties to the lower expert), then mode 0 softmax over the k
+// selected logits, mode 1 the scores as they are. One thread per token. Launch: grid-stride.
+extern "C" __global__ void router_topk_forward(bf16* probs, int* idx, const bf16* x, int N, int E, int k,
+                                               int mode) {
+  for (long r = blockIdx.x * (long)blockDim.x + threadIdx.x; r < N; r += (long)gridDim.x * blockDim.x) {
+    const bf16* xr = x + r * E;
+    int* id = idx + r * k;
+    float p[32];  // k <= 32 (the dispatch checks)
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      float bv = 0.0f;
+      for (int e = 0; e < E; e++) {
+        bool taken = false;
+        for (int q = 0; q < j; q++) taken |= id[q] == e;
+        float v = bf16_to_f32(xr[e]);
+        if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+      }
+      id[j] = best;
+      p[j] = bv;
+    }
+    if (mode == 0) {
+      float s = 0.0f, m = p[0];
+      for (int j = 0; j < k; j++) s += (p[j] = expf(p[j] - m));
+      for (int j = 0; j < k; j++) p[j] /= s;
+    }
+    for (int j = 0; j < k; j++) probs[r * k + j] = f32_to_bf16(p[j]);
+  }
+}
+
+// dx (N, E): zero outside the selected experts; mode 0 the softmax backward over the k.
+extern "C" __global__ void router_topk_backward(bf16* dx, const bf16* dprobs, const bf16* probs, const int* idx,
+                                                int N, int E, int k, int mode) {
+  for (long r = blockIdx.x * (long)blockDim.x + threadIdx.x; r < N; r += (long)gridDim.x * blockDim.x) {
+    float dot = 0.0f;
+    for (int e = 0; e < E; e++) dx[r * E + e] = 0;
+    if (mode == 0)
+      for (int j = 0; j < k; j++) dot += bf16_to_f32(probs[r * k + j]) * bf16_to_f32(dprobs[r * k + j]);
+    for (int j = 0; j < k; j++) {
+      float p = bf16_to_f32(probs[r * k + j]), d = bf16_to_f32(dprobs[r * k + j]);
+      dx[r * E + idx[r * k + j]] = f32_to_bf16(mode == 0 ? p * (d - dot) : d);
+    }
+  }
+}
+
+// Softmax over the last dim of any (rows, E) (the router's scores for the aux loss), one warp per
+// row. Launch: block 256, grid ceil(rows / 8).
+extern "C" __global__ void softmax_rows_forward(bf16* out, const bf16* inp, long rows, int E) {
+  int lane = threadIdx.x % 32;
+  long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (r >= rows) return;
+  const bf16* x = inp + r * E;
+  float m = STEPC_NEG_INF, s = 0.0f;
+  for (int e = lane; e < E; e += 32) m = fmaxf(m, bf16_to_f32(x[e]));
+  m = warp_max(m);
+  for (int e = lane; e < E; e += 32) s += expf(bf16_to_f32(x[e]) - m);
+  s = warp_sum(s);
+  for (int e = lane; e < E; e += 32) out[r * E + e] = f32_to_bf16(expf(bf16_to_f32(x[e]) - m) / s);
+}
+
+// dinp = p (dout - sum dout p), any softmax (causal ones too: p is zero where masked).
+extern "C" __global__ void softmax_rows_backward(bf16* dinp, const bf16* dout, const bf16* probs, long rows,
+                                                 int E) {
+  int lane = threadIdx.x % 32;
+  long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (r >= rows) return;
+  float dot = 0.0f;
+  for (int e = lane; e < E; e += 32) dot += bf16_to_f32(dout[r * E + e]) * bf16_to_f32(probs[r * E + e]);
+  dot = warp_sum(dot);
+  for (int e = lane; e < E; e += 32) {
+    float p = bf16_to_f32(probs[r * E + e]);
+    dinp[r * E + e] = f32_to_bf16(p * (bf16_to_f32(dout[r * E + e]) - dot));
+  }
+}
+
+// Tokens per expert of the routing map idx (n = T*k assignments) into shared `tpe` (E ints):
+// integer adds, so the order does not matter. Ends with a barrier.
+__device__ __forceinline__ void moe_count(int* tpe, const int* idx, long n, int E) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) tpe[e] = 0;
+  __syncthreads();
+  for (long a = threadIdx.x; a < n; a += blockDim.x) atomicAdd(&tpe[idx[a]], 1);
+  __syncthreads();
+}
+
+// MOE_AUX_LOSS: loss = coeff E / (k T^2) sum_e tpe_e sum_t scores[t, e]. One block (1024 threads,
+// smem 4 E + 128 bytes); each expert's column summed by a fixed block tree.
+extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores, const int* idx, int T, int E,
+                                                int k, float coeff) {
+  extern __shared__ int moe_smem[];
+  int* tpe = moe_smem;
+  float* red = (float*)(moe_smem + E);
+  moe_count(tpe, idx, (long)T * k, E);
+  float total = 0.0f;
+  for (int e = 0; e < E; e++) {
+    float col = 0.0f;
+    for (int t = threadIdx.x; t < T; t += blockDim.x) col += bf16_to_f32(scores[(long)t * E + e]);
+    total += block_sum(col, red) * (float)tpe[e];
+  }
+  if (threadIdx.x == 0) *loss = coeff * (float)E / ((float)k * (float)T * (float)T) * total;
+}
+
+// dscores[t, e] = coeff E / (k T^2) dloss tpe_e. Every block counts for itself (smem 4 E bytes).
+// Launch: block 1024, any grid.
+extern "C" __global__ void moe_aux_loss_backward(bf16* dscores, const float* dloss, const int* idx, int T, int E,
+                                                 int k, float coeff) {
+  extern __shared__ int moe_smem[];
+  moe_count(moe_smem, idx, (long)T * k, E);
+  float scale = coeff * (float)E / ((float)k * (float)T * (float)T) * *dloss;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)T * E; i += (long)gridDim.x * blockDim.x)
+    dscores[i] = f32_to_bf16(scale * (float)moe_smem[i % E]);
+}
+
+// ---- the token dispatcher ----
+// MOE_DISPATCH with drop policy position: row_of (n), seg (E, 2) {first row, rows}, tpe (E).
+// The order inside an expert is by assignment index (token order). One block of 1024 threads
+// walks the assignments in chunks of 1024: a thread's rank among the chunk's assignments of its
+// expert comes from __match_any_sync within its warp and per-warp counts before it, plus the
+// expert's running count. Integer-only, so deterministic. Block 1024, smem 34 E ints.
+extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const int* idx, long n, int E, int cap,
+                                        int pad) {
+  extern __shared__ int moe_smem[];
+  int *cnt = moe_smem, *off = cnt + E, *wcnt = off + E;  // wcnt (32 warps, E)
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  moe_count(cnt, idx, n, E);
+  if (threadIdx.x == 0) {
+    int o = 0;
+    for (int e = 0; e < E; e++) off[e] = cap ? e * cap : o, o += cnt[e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) tpe[e] = cnt[e], cnt[e] = 0;
+  __syncthreads();
+  for (long base = 0; base < n; base += blockDim.x) {
+    for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) wcnt[i] = 0;
+    __syncthreads();
+    long a = base + threadIdx.x;
+    int x = a < n ? idx[a] : -1;
+    unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
+    int before = __popc(same & ((1u << lane) - 1u));
+    if (x >= 0 && before == 0) wcnt[warp * E + x] = __popc(same);
+    __syncthreads();
+    if (x >= 0) {
+      int rank = cnt[x] + before;
+      for (int w = 0; w < warp; w++) rank += wcnt[w * E + x];
+      row_of[a] = !cap || rank < cap ? off[x] + rank : -1;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      for (int w = 0; w < 32; w++) cnt[e] += wcnt[w * E + e];
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    seg[2 * e] = off[e];
+    seg[2 * e + 1] = !cap ? cnt[e] : pad ? cap : min(cnt[e], cap);
+  }
+}
+
+// MOE_PERMUTE and MOE_UNPERMUTE_BWD: row row_of[t, j] of xp gets token t's row of x and, with
+// probs (the permute), pp that row's probability; rows no assignment lands on are left as they
+// are (the caller zeroes them where capacity leaves any). One thread per (assignment, column).
+extern "C" __global__ void moe_scatter_rows(bf16* xp, bf16* pp, const bf16* x, const bf16* probs, const int* row_of,
+                                            long n, int k, int C) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n * C; i += (long)gridDim.x * blockDim.x) {
+    long a = i / C;
+    int c = (int)(i % C), r = row_of[a];
+    if (r < 0) continue;
+    xp[(long)r * C + c] = x[a / k * C + c];
+    if (probs && c == 0) pp[r] = probs[a];
+  }
+}
+
+// MOE_UNPERMUTE and MOE_PERMUTE_BWD: dx[t] = sum over j of dxp[row_of[t, j]] (in j order, dropped
+// assignments add nothing) and, with dpp (the permute's backward), dprobs[t, j] = dpp[row].
+extern "C" __global__ void moe_gather_rows(bf16* dx, bf16* dprobs, const bf16* dxp, const bf16* dpp,
+                                           const int* row_of, long T, int k, int C) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < T * C; i += (long)gridDim.x * blockDim.x) {
+    long t = i / C;
+    int c = (int)(i % C);
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) {
+      int r = row_of[t * k + j];
+      if (r >= 0) s += bf16_to_f32(dxp[(long)r * C + c]);
+      if (dpp && c == 0) dprobs[t * k + j] = r >= 0 ? dpp[r] : (bf16)0;
+    }
+    dx[i] = f32_to_bf16(s);
+  }
+}
+
+// ---- the grouped expert GEMMs ----
+// 64x64 output tiles, 256 threads each owning 4x4, 16-deep K steps through shared memory, fp32
+// accumulation in index order. grid (ceil(cols/64), ceil(N/64), E): block (x, y, e) computes the
+// rows [seg[e][0] + 64 y, ...) of expert e and returns at once when they start past its count, so
+// the grid is the static bound and the counts are applied on the device.
+#define MOE_TILE 64
+#define MOE_KT 16
+
+// acc (4x4 of this thread) += the 16-deep products of two staged tiles, in k order.
+__device__ __forceinline__ void moe_tile_fma(float (*acc)[4], const float (*As)[MOE_TILE + 1],
+                                             const float (*Bs)[MOE_TILE + 1]) {
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  for (int kk = 0; kk < MOE_KT; kk++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++) acc[i][j] += As[kk][ty * 4 + i] * Bs[kk][tx * 4 + j];
+}
+
+// Expert blockIdx.z's rows of C (rows, cols) = A (rows, Kd) . op(W_e), W (E, Nout, K): forward
+// (b_nt: cols Nout, Kd K, W_e^T) or dgrad (cols K, Kd Nout, W_e).
+__device__ __forceinline__ void moe_group_tile(bf16* Cm, const bf16* A, const bf16* W, const int* seg, int Nout,
+                                               int K, int b_nt) {
+  __shared__ float As[MOE_KT][MOE_TILE + 1], Bs[MOE_KT][MOE_TILE + 1];
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  if ((int)blockIdx.y * MOE_TILE >= nrows) return;  // past this expert's count
+  const bf16* B = W + (long)e * Nout * K;
+  int cols = b_nt ? Nout : K, Kd = b_nt ? K : Nout;
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int r0 = blockIdx.y * MOE_TILE, c0 = blockIdx.x * MOE_TILE;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < Kd; k0 += MOE_KT) {
+    for (int i = threadIdx.x; i < MOE_KT * MOE_TILE; i += blockDim.x) {
+      int kk = i % MOE_KT, m = i / MOE_KT;
+      int r = r0 + m, q = k0 + kk, c = c0 + m;
+      As[kk][m] = r < nrows && q < Kd ? bf16_to_f32(A[(long)(rows0 + r) * Kd + q]) : 0.0f;
+      Bs[kk][m] = c < cols && q < Kd ? bf16_to_f32(b_nt ? B[(long)c * Kd + q] : B[(long)q * cols + c]) : 0.0f;
+    }
+    __syncthreads();
+    moe_tile_fma(acc, As, Bs);
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      int r = r0 + ty * 4 + i, c = c0 + tx * 4 + j;
+      if (r < nrows && c < cols) Cm[(long)(rows0 + r) * cols + c] = f32_to_bf16(acc[i][j]);
+    }
+}
+
+// GROUPED_LINEAR: y (N, Nout) = x (N, K) W_e^T. Rows outside every segment are not written (the
+// caller zeroes y when capacity leaves slots empty). grid (ceil(Nout/64), ceil(N/64), E), block 256.
+extern "C" __global__ void grouped_linear_forward(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout,
+                                                  int K) {
+  moe_group_tile(y, x, W, seg, Nout, K, 1);
+}
+
+// GROUPED_LINEAR_DGRAD: dx (N, K) = dy (N, Nout) W_e. grid (ceil(K/64), ceil(N/64), E).
+extern "C" __global__ void grouped_linear_dgrad(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout,
+                                                int K) {
+  moe_group_tile(dx, dy, W, seg, Nout, K, 0);
+}
+
+// GROUPED_LINEAR_WGRAD: dW_e (Nout, K) = sum over the expert's rows r of dy[r]^T x[r], rows in
+// order. grid (ceil(K/64), ceil(Nout/64), E), block 256. Writes bf16 dW, or adds into the fp32
+// main gradient acc when dw is null.
+extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x,
+                                                const int* seg, int Nout, int K) {
+  __shared__ float Ds[MOE_KT][MOE_TILE + 1], Xs[MOE_KT][MOE_TILE + 1];
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  int o0 = blockIdx.y * MOE_TILE, q0 = blockIdx.x * MOE_TILE;
+  float acc[4][4] = {};
+  for (int r0 = 0; r0 < nrows; r0 += MOE_KT) {
+    for (int i = threadIdx.x; i < MOE_KT * MOE_TILE; i += blockDim.x) {
+      int rr = i / MOE_TILE, m = i % MOE_TILE, r = r0 + rr;
+      long row = (long)rows0 + r;
+      Ds[rr][m] = r < nrows && o0 + m < Nout ? bf16_to_f32(dy[row * Nout + o0 + m]) : 0.0f;
+      Xs[rr][m] = r < nrows && q0 + m < K ? bf16_to_f32(x[row * K + q0 + m]) : 0.0f;
+    }
+    __syncthreads();
+    moe_tile_fma(acc, Ds, Xs);
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      int o = o0 + ty * 4 + i, q = q0 + tx * 4 + j;
+      if (o >= Nout || q >= K) continue;
+      long at = ((long)e * Nout + o) * K + q;
+      if (dw) dw[at] = f32_to_bf16(acc[i][j]);
+      else acc_f32[at] += acc[i][j];
+    }
+}
+
+// ---- MOE_ACT: y = act(a) [* b] * p per row; act 0 silu, 1 gelu, 2 relu, 3 squared relu ----
+__device__ __forceinline__ float moe_act_f(int act, float v, float* d) {
+  switch (act) {
+    case 0: {
+      float s = 1.0f / (1.0f + expf(-v));
+      *d = s * (1.0f + v * (1.0f - s));
+      return v * s;
+    }
+    case 1: *d = gelu_grad_f(v); return gelu_f(v);
+    case 2: *d = v > 0.0f ? 1.0f : 0.0f; return v > 0.0f ? v : 0.0f;
+    default: *d = v > 0.0f ? 2.0f * v : 0.0f; return v > 0.0f ? v * v : 0.0f;
+  }
+}
+
+// h (N, F or 2F), p (N) -> y (N, F). Launch: grid-stride.
+extern "C" __global__ void moe_act_forward(bf16* y, const bf16* h, const bf16* p, int N, int F, int glu, int act) {
+  int w = glu ? 2 * F : F;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)N * F; i += (long)gridDim.x * blockDim.x) {
+    long r = i / F;
+    int f = (int)(i % F);
+    float d, u = moe_act_f(act, bf16_to_f32(h[r * w + f]), &d);
+    float gate = glu ? bf16_to_f32(h[r * w + F + f]) : 1.0f;
+    y[i] = f32_to_bf16(u * gate * bf16_to_f32(p[r]));
+  }
+}
+
+// dh (N, w), dp (N) = sum_f dy act(a) [b]: one warp per row, a fixed-shape warp sum.
+// Launch: block 256, grid ceil(N / 8).
+extern "C" __global__ void moe_act_backward(bf16* dh, bf16* dp, const bf16* dy, const bf16* h, const bf16* p, int N,
+                                            int F, int glu, int act) {
+  int lane = threadIdx.x % 32, w = glu ? 2 * F : F;
+  long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (r >= N) return;
+  float pr = bf16_to_f32(p[r]), s = 0.0f;
+  for (int f = lane; f < F; f += 32) {
+    float d, u = moe_act_f(act, bf16_to_f32(h[r * w + f]), &d);
+    float gate = glu ? bf16_to_f32(h[r * w + F + f]) : 1.0f, g = bf16_to_f32(dy[r * F + f]);
+    dh[r * w + f] = f32_to_bf16(g * pr * gate * d);
+    if (glu) dh[r * w + F + f] = f32_to_bf16(g * pr * u);
+    s += g * u * gate;
+  }
+  s = warp_sum(s);
+  if (lane == 0) dp[r] = f32_to_bf16(s);
+}
