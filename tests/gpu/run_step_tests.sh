@@ -90,6 +90,11 @@ MOE_LABELS=moe_act,moe,shared_experts,mla_up_proj,layernorm,core_attn
 run moe_recompute $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true
 run moe_recompute_capacity $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true $CAP
 run moe_recompute_unfused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true model.attention_backend=unfused
+# MLA under cuDNN fused attention: q/k head dim 24 (16 + rope 8), v 16, not padded (FLASH_ATTN_DV)
+FUSED_DET="model.attention_backend=fused model.deterministic_mode=true"
+run moe_grads_fused $STEP grads $MOE model.bf16=true model.attention_backend=fused
+run moe_replay_fused $STEP replay $MOE 6 model.bf16=true $FUSED_DET
+run moe_recompute_fused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true $FUSED_DET
 run moe_cli_eager $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
