@@ -76,6 +76,12 @@ fi
 # none, bitwise; the CLI eagerly and as one full-iteration graph. ONLY=moe runs these alone.
 MOE=tests/recipes/tiny_mla_moe.lua
 CAP=model.moe_expert_capacity_factor=1.0
+# Top-k = all 8 experts: no token's routing can flip between the GPU's bf16 and the CPU's fp32
+# router logits, so every MoE gradient is comparable (with top-2 a near-tie flips a token's experts
+# and moves its share of the expert gradients: those runs check the loss and the other gradients)
+run moe_grads_all_experts $STEP grads $MOE model.bf16=true model.moe_router_topk=8
+run moe_grads_all_experts_capacity $STEP grads $MOE model.bf16=true model.moe_router_topk=8 $CAP
+run moe_grads_all_experts_fused $STEP grads $MOE model.bf16=true model.moe_router_topk=8 model.attention_backend=fused
 run moe_grads $STEP grads $MOE model.bf16=true
 run moe_grads_capacity $STEP grads $MOE model.bf16=true $CAP
 run moe_grads_pad $STEP grads $MOE model.bf16=true $CAP model.moe_pad_expert_input_to_capacity=true
