@@ -5,13 +5,17 @@
  *   - on whole recipes: one norm_squared_multi launch for every GRAD_SUMSQ, one adamw_multi for
  *     every ADAMW, each table in op order with its tensors' addresses, sizes, first chunks and
  *     weight decay; CLIP_COEF reduces exactly the group's partials; a second open writes the same
- *     table (relative to the arena); optimizer.multi_tensor=false runs one launch per tensor.
+ *     table (relative to the arena); optimizer.multi_tensor=false runs one launch per tensor;
+ *   - the cost model counts a group's work: the optimizer phase's predicted time and bytes are
+ *     those of the per-tensor launches.
  *
  *   exec_optim   the checks below (exit 0 ok, 1 a failure) */
+#include <math.h>
 #include <stdlib.h>
 
 #include "fuse.h"
 #include "kernels/launch.h"
+#include "plan.h"
 #include "record_run.h"
 
 /* ---- the pass on a hand-built graph ---- */
@@ -144,6 +148,19 @@ static uint64_t *relative_table(Run *r, int o, int64_t *nw) {
   return c;
 }
 
+/* The optimizer phase's modelled time and bytes (compiler/cost.c) on the H200. */
+static void optimizer_cost(const Graph *g, double *time, double *bytes) {
+  Device d;
+  cost_device_h200(&d);
+  *time = *bytes = 0;
+  for (int o = 0; o < g->nop; o++) {
+    double f, b;
+    if (g->op[o].tags.phase != IR_PHASE_OPTIMIZER) continue;
+    *time += cost_op_time(g, o, &d, &f, &b);
+    *bytes += b;
+  }
+}
+
 static void check_recipe(const char *title, const char *path, const char **kv, int nkv) {
   Run r, r2;
   if (record_run_open(path, kv, nkv, &r.p, &r.dev, &r.rec, &r.x)) {
@@ -206,6 +223,8 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
     record_run_close(&r2.p, &r2.rec, r2.x);
   } else
     CHECK(0, "%s: second load", title);
+  double t_multi, b_multi, t_single, b_single;
+  optimizer_cost(g, &t_multi, &b_multi);
   printf("%-28s %d gradients: 1 norm launch (%lld chunks), 1 AdamW launch (%lld chunks)\n", title, ngrad, (long long)cs,
          (long long)ca);
   record_run_close(&r.p, &r.rec, r.x);
@@ -233,6 +252,10 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
             "%s per-tensor: CLIP_COEF reduces %d partials, not %d x 264", title, (int)r.rec.r[0].arg[3], ngrad);
   }
   CHECK(launches == ngrad, "%s per-tensor: %d norm launches for %d gradients", title, launches, ngrad);
+  optimizer_cost(g, &t_single, &b_single);
+  CHECK(fabs(b_multi - b_single) <= 1e-12 * b_single && fabs(t_multi - t_single) <= 1e-9 * t_single && t_multi > 0,
+        "%s: the optimizer's cost with groups %.6g s, %.6g bytes; per tensor %.6g s, %.6g bytes", title, t_multi, b_multi, t_single,
+        b_single);
   record_run_close(&r.p, &r.rec, r.x);
 }
 
