@@ -61,13 +61,20 @@ __device__ __forceinline__ AdamwStep adamw_step(const float* hp, const float* gr
   return a;
 }
 
+// One element in registers: m, v and w (the master) updated in place from the raw gradient g.
+__device__ __forceinline__ void adamw_value(const AdamwStep& a, float grad, float& m, float& v, float& w) {
+  float g = grad * a.gs;
+  float mi = m + (1.0f - a.b1) * (g - m);
+  float vi = a.b2 * v + (1.0f - a.b2) * g * g;
+  float wi = w * (1.0f - a.lr * a.wd);
+  wi -= a.step * mi / (sqrtf(vi) / a.bc2_sqrt + a.eps);
+  m = mi, v = vi, w = wi;
+}
+
 __device__ __forceinline__ void adamw_element(const AdamwStep& a, float* master, bf16* param, const float* grad, float* m,
                                               float* v, long i) {
-  float g = grad[i] * a.gs;
-  float mi = m[i] + (1.0f - a.b1) * (g - m[i]);
-  float vi = a.b2 * v[i] + (1.0f - a.b2) * g * g;
-  float w = master[i] * (1.0f - a.lr * a.wd);
-  w -= a.step * mi / (sqrtf(vi) / a.bc2_sqrt + a.eps);
+  float mi = m[i], vi = v[i], w = master[i];
+  adamw_value(a, grad[i], mi, vi, w);
   m[i] = mi;
   v[i] = vi;
   master[i] = w;
@@ -121,14 +128,19 @@ extern "C" __global__ void norm_squared_multi(float* partial,           // (tota
     }
   } else {
     const float* x = (const float*)r[0];
-    for (long i = lo + threadIdx.x; i < hi; i += blockDim.x) s += x[i] * x[i];
+    long nv = ((unsigned long long)r[0] & 15) == 0 && (lo & 3) == 0 ? (hi - lo) / 4 : 0;  // float4 where aligned
+    for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+      float4 q = *(const float4*)(x + lo + 4 * j);
+      s += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+    }
+    for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) s += x[i] * x[i];
   }
   s = block_sum(s, red);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// AdamW over chunk b of one tensor of the table, every element as adamw_update's. Launch: grid =
-// total chunks, blockDim.x = 256.
+// AdamW over chunk b of one tensor of the table, every element as adamw_update's (the same
+// adamw_value, only the loads and stores are wider). Launch: grid = total chunks, blockDim.x = 256.
 extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
                                        int rows, long chunk,
                                        const float* hp,          // (7)
@@ -136,6 +148,25 @@ extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
   const long long* r = table + (long)multi_row(table, rows, 8, 6) * 8;
   AdamwStep a = adamw_step(hp, grad_scale, __uint_as_float((unsigned)(r[7] & 0xffffffffll)));
   long lo = (blockIdx.x - (long)r[6]) * chunk, hi = lo + chunk < (long)r[5] ? lo + chunk : (long)r[5];
-  for (long i = lo + threadIdx.x; i < hi; i += blockDim.x)
-    adamw_element(a, (float*)r[0], (bf16*)r[1], (const float*)r[2], (float*)r[3], (float*)r[4], i);
+  float *master = (float*)r[0], *m = (float*)r[3], *v = (float*)r[4];
+  bf16* param = (bf16*)r[1];
+  const float* grad = (const float*)r[2];
+  // 4 elements a thread where every array allows 16-byte (param 8-byte) accesses; the rest one by one
+  bool aligned = ((r[0] | r[2] | r[3] | r[4]) & 15) == 0 && (r[1] & 7) == 0 && (lo & 3) == 0;
+  long nv = aligned ? (hi - lo) / 4 : 0;
+  for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+    long i = lo + 4 * j;
+    float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
+    adamw_value(a, g.x, m4.x, v4.x, w.x);
+    adamw_value(a, g.y, m4.y, v4.y, w.y);
+    adamw_value(a, g.z, m4.z, v4.z, w.z);
+    adamw_value(a, g.w, m4.w, v4.w, w.w);
+    *(float4*)(m + i) = m4;
+    *(float4*)(v + i) = v4;
+    *(float4*)(master + i) = w;
+    ushort4 p;
+    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
+    *(ushort4*)(param + i) = p;
+  }
+  for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
 }
