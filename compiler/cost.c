@@ -86,16 +86,19 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
   *flops = *bytes = 0;
   if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
   int members[IR_MAX_CHAIN + 1], n = 0;
-  if (o->fuse == FUSE_EW) {
+  double t = 0, f, b;
+  if (o->fuse == FUSE_SUMSQ_MULTI || o->fuse == FUSE_ADAMW_MULTI) {
+    /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
+     * grad_norm scales were calibrated on per-tensor launches) */
+    for (int k = o->peer >= 0 ? o->peer : op; k < op; k++) t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
+  } else if (o->fuse == FUSE_EW) {
     for (int c = 0; c < g->nchain && !n; c++)
       if (g->chain[c].op[g->chain[c].nops - 1] == op)
         for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
   } else if (o->fuse != FUSE_NONE && o->peer >= 0)
     members[n++] = o->peer;
   if (!n || members[n - 1] != op) members[n++] = op;
-  double t = 0;
   for (int k = 0; k < n; k++) {
-    double f, b;
     t += roofline(g, &g->op[members[k]], d, &f, &b);
     *flops += f, *bytes += b;
   }

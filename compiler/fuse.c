@@ -140,6 +140,39 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
   return rc;
 }
 
+/* Whether optimizer op b may join the multi-tensor run that op a is in: the same kind, both
+ * allowed by the recipe (i[0], optimizer.multi_tensor), and what the launch shares: the
+ * accumulator for GRAD_SUMSQ; the fp32 master, the (beta1, beta2, eps) setting and the clip,
+ * lr and step inputs for ADAMW (weight decay is per tensor: a table column). */
+static int multi_peer(const Op *a, const Op *b) {
+  if (a->kind != b->kind || !a->a.i[0] || !b->a.i[0] || a->skip || b->skip || a->fuse || b->fuse ||
+      a->tags.phase != IR_PHASE_OPTIMIZER || !same_tags(&a->tags, &b->tags))
+    return 0;
+  if (a->kind == OP_GRAD_SUMSQ) return a->nin == 1 && b->nin == 1 && a->out[0] == b->out[0];
+  if (a->kind != OP_ADAMW || a->nout != 4 || b->nout != 4 || a->nin != 4 || b->nin != 4) return 0;
+  for (int i = 1; i < 4; i++)
+    if (a->in[i] != b->in[i]) return 0;
+  return a->a.f[0] == b->a.f[0] && a->a.f[1] == b->a.f[1] && a->a.f[2] == b->a.f[2];
+}
+
+int fuse_optimizer(Graph *g) {
+  int groups = 0;
+  for (int o = 0; o < g->nop;) {
+    const Op *first = &g->op[o];
+    int last = o;
+    if (first->kind == OP_GRAD_SUMSQ || first->kind == OP_ADAMW)
+      while (last + 1 < g->nop && multi_peer(first, &g->op[last + 1])) last++;
+    if (last > o) {
+      for (int k = o; k < last; k++) g->op[k].skip = 1;
+      g->op[last].fuse = (uint8_t)(first->kind == OP_GRAD_SUMSQ ? FUSE_SUMSQ_MULTI : FUSE_ADAMW_MULTI);
+      g->op[last].peer = o;
+      groups++;
+    }
+    o = last + 1;
+  }
+  return groups;
+}
+
 int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
   int *uses = calloc((size_t)g->nt + 1, sizeof *uses);
   if (!uses) return snprintf(err, nerr, "out of memory"), -1;
@@ -173,6 +206,7 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
   }
   int rc = fuse_pairs(g, uses, err, nerr);
   if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
+  if (rc == 0) fuse_optimizer(g);
   free(uses);
   return rc;
 }

@@ -33,8 +33,10 @@ int optimizer_build(Graph *g, const Spec *s) {
   if (graph_op_into(g, OP_LR_SCHED, NULL, 0, lr_out, 2, &la) < 0) return -1;
   if (graph_op_into(g, OP_ZERO, NULL, 0, &sumsq, 1, NULL) < 0) return -1;
   int nt = g->nt;
+  /* i[0]: the fusion pass may run the op in one multi-tensor launch with its neighbours (fuse.c) */
+  OpAttrs sa = {.i = {o->multi_tensor}};
   for (int i = 0; i < nt; i++)
-    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, &sumsq, 1, NULL) < 0) return -1;
+    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, &sumsq, 1, &sa) < 0) return -1;
   OpAttrs ca = {.f = {o->clip_grad}};
   int clip_out[2] = {norm, coef};
   if (graph_op_into(g, OP_CLIP_COEF, &sumsq, 1, clip_out, 2, &ca) < 0) return -1;
@@ -55,7 +57,8 @@ int optimizer_build(Graph *g, const Spec *s) {
       if (master >= 0) g->t[master].of = param;
     }
     if (m < 0 || v < 0 || (p.dtype != DT_F32 && master < 0)) return -1;
-    OpAttrs aa = {.f = {o->adam_beta1, o->adam_beta2, o->adam_eps, p.ndim >= 2 ? o->weight_decay : 0.0}};
+    OpAttrs aa = {.f = {o->adam_beta1, o->adam_beta2, o->adam_eps, p.ndim >= 2 ? o->weight_decay : 0.0},
+                  .i = {o->multi_tensor}};
     int in[4] = {i, coef, lr, step}, out[4] = {param, m, v, master};
     if (graph_op_into(g, OP_ADAMW, in, 4, out, master >= 0 ? 4 : 3, &aa) < 0) return -1;
   }

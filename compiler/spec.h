@@ -117,6 +117,8 @@
   X(adam_beta2, NUM, "0.999", MC, "", "Adam beta2")                                                  \
   X(adam_eps, NUM, "1e-8", MC, "", "Adam epsilon")                                                   \
   X(clip_grad, NUM, "1.0", MC, "", "Clip by global gradient norm; 0 disables")                       \
+  X(multi_tensor, BOOL, "true", SC, "",                                                             \
+    "One launch for the global gradient norm and one per AdamW setting (false: one per tensor, as a reference)") \
   X(use_distributed_optimizer, BOOL, "false", MC, "", "Shard master weights and moments over DP") \
   X(use_precision_aware_optimizer, BOOL, "false", MC, "",                                           \
     "TE FusedAdam keeps master weights and moments at the dtypes below (needs the distributed optimizer)") \

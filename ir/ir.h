@@ -143,6 +143,8 @@ typedef enum {
   FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward */
   FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
   FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (IrChain) */
+  FUSE_SUMSQ_MULTI, /* at the last of a run of GRAD_SUMSQ ops (peer the first): norm_squared_multi */
+  FUSE_ADAMW_MULTI, /* at the last of a run of ADAMW ops of one setting: adamw_multi */
   FUSE_COUNT
 } FuseKind;
 

@@ -37,4 +37,20 @@ static inline unsigned stepc_flash_dq_smem(int D) {
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
 
+/* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks
+ * of STEPC_MULTI_THREADS, grid = the table's total chunk count. The table is rows of 8-byte words,
+ * in the group's op order; a row's first chunk is the sum of the chunk counts of the rows before
+ * it, so block b finds its row by binary search and the partials come out in a fixed order.
+ *   norm_squared_multi: chunks of STEPC_SUMSQ_CHUNK elements; a row is
+ *     {x, n, first chunk, dtype (STEPC_MULTI_F32 or STEPC_MULTI_BF16)}
+ *   adamw_multi: chunks of STEPC_ADAMW_CHUNK elements; a row is
+ *     {master, param, grad, m, v, n, first chunk, weight-decay multiplier (float bits, low half)} */
+#define STEPC_MULTI_THREADS 256
+#define STEPC_SUMSQ_CHUNK 65536
+#define STEPC_ADAMW_CHUNK 16384
+#define STEPC_SUMSQ_ROW 4
+#define STEPC_ADAMW_ROW 8
+#define STEPC_MULTI_F32 0
+#define STEPC_MULTI_BF16 1
+
 #endif

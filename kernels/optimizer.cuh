@@ -48,7 +48,41 @@ extern "C" __global__ void global_norm_finalize(float* norm,           // (1)
 //   w = w * (1 - lr * wd * wd_mult); w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // and writes the bf16 compute copy of w (param null: an fp32 parameter, master is the parameter
 // itself). wd_mult is 0 for tensors excluded from decay (norms,
-// biases). Launch: any 1-D grid, grid-stride.
+// biases). adamw_update (one tensor) and adamw_multi (a table of them) run the same element
+// update, adamw_element, so a step gives the same bits whichever launches it.
+struct AdamwStep {
+  float lr, b1, b2, eps, wd, step, bc2_sqrt, gs;
+};
+
+__device__ __forceinline__ AdamwStep adamw_step(const float* hp, const float* grad_scale, float wd_mult) {
+  AdamwStep a;
+  a.lr = hp[0], a.b1 = hp[1], a.b2 = hp[2], a.eps = hp[3], a.wd = hp[4] * wd_mult;
+  a.step = a.lr / hp[5], a.bc2_sqrt = sqrtf(hp[6]);
+  a.gs = grad_scale ? *grad_scale : 1.0f;
+  return a;
+}
+
+// One element in registers: m, v and w (the master) updated in place from the raw gradient g.
+__device__ __forceinline__ void adamw_value(const AdamwStep& a, float grad, float& m, float& v, float& w) {
+  float g = grad * a.gs;
+  float mi = m + (1.0f - a.b1) * (g - m);
+  float vi = a.b2 * v + (1.0f - a.b2) * g * g;
+  float wi = w * (1.0f - a.lr * a.wd);
+  wi -= a.step * mi / (sqrtf(vi) / a.bc2_sqrt + a.eps);
+  m = mi, v = vi, w = wi;
+}
+
+__device__ __forceinline__ void adamw_element(const AdamwStep& a, float* master, bf16* param, const float* grad, float* m,
+                                              float* v, long i) {
+  float mi = m[i], vi = v[i], w = master[i];
+  adamw_value(a, grad[i], mi, vi, w);
+  m[i] = mi;
+  v[i] = vi;
+  master[i] = w;
+  if (param) param[i] = f32_to_bf16(w);
+}
+
+// Launch: any 1-D grid, grid-stride.
 extern "C" __global__ void adamw_update(float* master,            // (n)
                                         bf16* param,              // (n)
                                         const float* grad,        // (n)
@@ -58,18 +92,82 @@ extern "C" __global__ void adamw_update(float* master,            // (n)
                                         const float* hp,          // (7)
                                         const float* grad_scale,  // (1) or null for 1
                                         float wd_mult) {
-  float lr = hp[0], b1 = hp[1], b2 = hp[2], eps = hp[3], wd = hp[4] * wd_mult;
-  float step = lr / hp[5], bc2_sqrt = sqrtf(hp[6]);
-  float gs = grad_scale ? *grad_scale : 1.0f;
-  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    float g = grad[i] * gs;
-    float mi = m[i] + (1.0f - b1) * (g - m[i]);
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    float w = master[i] * (1.0f - lr * wd);
-    w -= step * mi / (sqrtf(vi) / bc2_sqrt + eps);
-    m[i] = mi;
-    v[i] = vi;
-    master[i] = w;
-    if (param) param[i] = f32_to_bf16(w);
+  AdamwStep a = adamw_step(hp, grad_scale, wd_mult);
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    adamw_element(a, master, param, grad, m, v, i);
+}
+
+// ---- multi-tensor launches (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) ----
+// The table is rows of 8-byte words (kernels/launch.h, "Multi-tensor optimizer kernels"): block b
+// runs chunk b, which belongs to the last row whose first chunk (word 2 of a norm row, word 6 of an
+// AdamW row) is <= b. Row widths here must match STEPC_SUMSQ_ROW and STEPC_ADAMW_ROW there.
+__device__ __forceinline__ int multi_row(const long long* table, int rows, int width, int first_word) {
+  int lo = 0, hi = rows - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (table[(long)mid * width + first_word] <= (long long)blockIdx.x) lo = mid;
+    else hi = mid - 1;
   }
+  return lo;
+}
+
+// partial[b] = sum of x^2 over chunk b (chunk elements of one gradient, fp32 or bf16). Each block's
+// threads and tree are fixed and the partials lie in the table's order, so global_norm_finalize
+// over them gives the same bits every run. Launch: grid = total chunks, blockDim.x = 256.
+extern "C" __global__ void norm_squared_multi(float* partial,           // (total chunks)
+                                              const long long* table,   // (rows, 4)
+                                              int rows, long chunk) {
+  __shared__ float red[32];
+  const long long* r = table + (long)multi_row(table, rows, 4, 2) * 4;
+  long lo = (blockIdx.x - (long)r[2]) * chunk, hi = lo + chunk < (long)r[1] ? lo + chunk : (long)r[1];
+  float s = 0.0f;
+  if (r[3] == 1) {
+    const bf16* x = (const bf16*)r[0];
+    for (long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float f = bf16_to_f32(x[i]);
+      s += f * f;
+    }
+  } else {
+    const float* x = (const float*)r[0];
+    long nv = ((unsigned long long)r[0] & 15) == 0 && (lo & 3) == 0 ? (hi - lo) / 4 : 0;  // float4 where aligned
+    for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+      float4 q = *(const float4*)(x + lo + 4 * j);
+      s += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+    }
+    for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) s += x[i] * x[i];
+  }
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// AdamW over chunk b of one tensor of the table, every element as adamw_update's (the same
+// adamw_value, only the loads and stores are wider). Launch: grid = total chunks, blockDim.x = 256.
+extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
+                                       int rows, long chunk,
+                                       const float* hp,          // (7)
+                                       const float* grad_scale) {  // (1) or null for 1
+  const long long* r = table + (long)multi_row(table, rows, 8, 6) * 8;
+  AdamwStep a = adamw_step(hp, grad_scale, __uint_as_float((unsigned)(r[7] & 0xffffffffll)));
+  long lo = (blockIdx.x - (long)r[6]) * chunk, hi = lo + chunk < (long)r[5] ? lo + chunk : (long)r[5];
+  float *master = (float*)r[0], *m = (float*)r[3], *v = (float*)r[4];
+  bf16* param = (bf16*)r[1];
+  const float* grad = (const float*)r[2];
+  // 4 elements a thread where every array allows 16-byte (param 8-byte) accesses; the rest one by one
+  bool aligned = r[1] != 0 && ((r[0] | r[2] | r[3] | r[4]) & 15) == 0 && (r[1] & 7) == 0 && (lo & 3) == 0;
+  long nv = aligned ? (hi - lo) / 4 : 0;
+  for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+    long i = lo + 4 * j;
+    float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
+    adamw_value(a, g.x, m4.x, v4.x, w.x);
+    adamw_value(a, g.y, m4.y, v4.y, w.y);
+    adamw_value(a, g.z, m4.z, v4.z, w.z);
+    adamw_value(a, g.w, m4.w, v4.w, w.w);
+    *(float4*)(m + i) = m4;
+    *(float4*)(v + i) = v4;
+    *(float4*)(master + i) = w;
+    ushort4 p;
+    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
+    *(ushort4*)(param + i) = p;
+  }
+  for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
 }

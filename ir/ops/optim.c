@@ -3,15 +3,17 @@
  * (graph_op_into).
  *
  *   GRAD_SUMSQ  in [g]                 out [acc (1)]          acc += sum g^2
+ *               i[0] = 1: may run in one multi-tensor launch with its neighbours (compiler/fuse.c)
  *   CLIP_COEF   in [acc]               out [norm, coef]       norm = sqrt(acc);
  *               f[0] = clip_grad       coef = min(1, clip / (norm + 1e-6)), 1 when clip = 0 (Megatron)
  *   LR_SCHED    in []                  out [step, lr]         step += 1; lr = schedule(step)
  *               f[0] = lr, f[1] = min_lr, i[0] = warmup, i[1] = decay iters, i[2] = style
  *               (0 constant, 1 linear, 2 cosine)
  *   ADAMW       in [grad, coef, lr, step]  out [param, m, v (, master)]
- *               f[0] = beta1, f[1] = beta2, f[2] = eps, f[3] = weight decay; with a master the
- *               update runs on the fp32 master and the param receives a copy (the device rounds to
- *               bf16 there; the CPU executor stores both at its own precision). */
+ *               f[0] = beta1, f[1] = beta2, f[2] = eps, f[3] = weight decay, i[0] as GRAD_SUMSQ's;
+ *               with a master the update runs on the fp32 master and the param receives a copy
+ *               (the device rounds to bf16 there; the CPU executor stores both at its own
+ *               precision). */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 

@@ -98,6 +98,7 @@ void rt_exec_free(RtExec *x) {
   rt_free(x->d, x->arena, (size_t)x->arena_bytes);
   rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
   free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
+  free(x->multi_at), free(x->multi_chunks), free(x->multi_host);
   free(x);
 }
 
@@ -205,12 +206,35 @@ static int analyse(RtExec *x, int *unsupported) {
                    op_name(op->kind), op->tags.module, op->a.f[1]);
     }
   }
-  /* global-norm slices and AdamW hyper-parameter slots */
+  /* multi-tensor groups: their tables' places (written once the arena exists) */
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) {
+    int64_t chunks = 0;
+    if (x->fuse[o] != RT_FUSE_SUMSQ_MULTI && x->fuse[o] != RT_FUSE_ADAMW_MULTI) continue;
+    if ((x->fuse[o] == RT_FUSE_SUMSQ_MULTI) != (g->op[o].kind == OP_GRAD_SUMSQ) ||
+        (x->fuse[o] == RT_FUSE_ADAMW_MULTI) != (g->op[o].kind == OP_ADAMW) || x->peer[o] < 0)
+      rc = rt_fail(d, "op %d (%s): a multi-tensor fusion on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
+    else if ((rc = rt_multi_rows(x, o, NULL, &chunks)) == RT_OK) {
+      x->multi_at[o] = x->multi_words;
+      x->multi_chunks[o] = chunks;
+      x->multi_words += (int64_t)(o - x->peer[o] + 1) * (g->op[o].kind == OP_GRAD_SUMSQ ? 4 : 8);
+    }
+  }
+  /* global-norm slices (the ops that run) and AdamW hyper-parameter slots */
   float hpk[RT_MAX_HP][3];
   int nhp = 0;
+  /* a fixed count (2 per SM of an H100/H200), not the device's: the scratch layout, and so a
+   * recorded step.c, must not depend on the GPU it runs on */
+  x->gn_groups = 264;
+  int64_t npart = 0;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
-    if (op->kind == OP_GRAD_SUMSQ) x->slot[o] = x->n_sumsq++;
+    if (x->skip[o]) continue;
+    if (op->kind == OP_GRAD_SUMSQ) {
+      x->slot[o] = (int)npart;
+      npart += x->multi_at[o] >= 0 ? x->multi_chunks[o] : x->gn_groups;
+      if (npart > 0x7fffffff) rc = rt_fail(d, "%lld global-norm partials: more than an int counts", (long long)npart);
+      x->n_partial = (int)npart;
+    }
     if (op->kind != OP_ADAMW) continue;
     float k[3] = {(float)op->a.f[0], (float)op->a.f[1], (float)op->a.f[2]};
     int s = 0;
@@ -247,15 +271,13 @@ static int carve_scratch(RtExec *x) {
     }
   }
   x->norm_groups = (int)(maxrows / 32 < 1 ? 1 : maxrows / 32 > 256 ? 256 : maxrows / 32);
-  /* a fixed count (2 per SM of an H100/H200), not the device's: the scratch layout, and so a
-   * recorded step.c, must not depend on the GPU it runs on */
-  x->gn_groups = 264;
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
-  int64_t sizes[8] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_sumsq > 0 ? x->n_sumsq : 1) * x->gn_groups * 4,
-                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4, 8};
-  int64_t off[8], total = 0;
-  for (int i = 0; i < 8; i++) off[i] = total, total += align256(sizes[i]);
+  int64_t sizes[9] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4,
+                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4, 8,
+                      x->multi_words * 8};
+  int64_t off[9], total = 0;
+  for (int i = 0; i < 9; i++) off[i] = total, total += align256(sizes[i]);
   x->scratch_bytes = total;
   if (rt_alloc(x->d, &x->scratch, (size_t)total, "the executor's scratch")) return RT_ERROR;
   CUdeviceptr s = x->scratch;
@@ -267,7 +289,21 @@ static int carve_scratch(RtExec *x) {
   x->losses = s + (CUdeviceptr)off[5];
   x->inputs = s + (CUdeviceptr)off[6];
   x->seed_cur = s + (CUdeviceptr)off[7];
+  x->multi_table = s + (CUdeviceptr)off[8];
   return rt_memset0(x->d, x->scratch, (size_t)total);
+}
+
+/* The multi-tensor groups' tables, from the plan's addresses, to the device (a recording device
+ * keeps the host copy only: step.c launches with the table's scratch address, and the runtime that
+ * runs it opens its own executor, which writes the table). */
+static int write_tables(RtExec *x) {
+  if (!x->multi_words) return RT_OK;
+  if (!(x->multi_host = calloc((size_t)x->multi_words, sizeof *x->multi_host))) return rt_fail(x->d, "out of memory");
+  int64_t chunks;
+  for (int o = 0; o < x->g->nop; o++)
+    if (x->multi_at[o] >= 0 && rt_multi_rows(x, o, x->multi_host + x->multi_at[o], &chunks)) return RT_ERROR;
+  if (x->d->rec) return RT_OK;
+  return rt_copy_h2d(x->d, x->multi_table, x->multi_host, (size_t)x->multi_words * 8);
 }
 
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
@@ -314,13 +350,15 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
   x->fuse = calloc((size_t)g->nop + 1, 1);
   x->peer = malloc(((size_t)g->nop + 1) * sizeof *x->peer);
-  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer) {
+  x->multi_at = malloc(((size_t)g->nop + 1) * sizeof *x->multi_at);
+  x->multi_chunks = calloc((size_t)g->nop + 1, sizeof *x->multi_chunks);
+  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer || !x->multi_at || !x->multi_chunks) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
   }
   for (int i = 0; i < g->nt; i++) x->sink[i] = -1, x->alias[i] = i;
-  for (int o = 0; o <= g->nop; o++) x->peer[o] = -1;
+  for (int o = 0; o <= g->nop; o++) x->peer[o] = -1, x->multi_at[o] = -1;
   int64_t total = 0;
   for (int b = 0; b < g->nbuffers; b++) x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
   x->arena_bytes = total;
@@ -328,7 +366,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     rt_exec_free(x);
     return NULL;
   }
-  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || rt_attn_resolve(x)) {
+  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || write_tables(x) || rt_attn_resolve(x)) {
     rt_exec_free(x);
     return NULL;
   }

@@ -16,6 +16,8 @@ enum {
   RT_FUSE_DROPOUT_ADD = FUSE_DROPOUT_ADD,
   RT_FUSE_ADD_NORM = FUSE_ADD_NORM,
   RT_FUSE_EW = FUSE_EW,
+  RT_FUSE_SUMSQ_MULTI = FUSE_SUMSQ_MULTI, /* ops peer..o: one norm_squared_multi over their table */
+  RT_FUSE_ADAMW_MULTI = FUSE_ADAMW_MULTI, /* ops peer..o: one adamw_multi over their table */
 };
 
 struct RtExec {
@@ -28,8 +30,12 @@ struct RtExec {
   int64_t scratch_bytes;
   CUdeviceptr norm_partial; /* (norm_groups, 2 C) fp32, C the widest normalised/biased row */
   int norm_groups;
-  CUdeviceptr gn_partial; /* (n_sumsq, gn_groups) fp32: one slice per GRAD_SUMSQ op */
-  int gn_groups, n_sumsq;
+  CUdeviceptr gn_partial; /* (n_partial) fp32: a slice of gn_groups per GRAD_SUMSQ op run alone, of
+                            its chunk count per multi-tensor group, in op order */
+  int gn_groups, n_partial;
+  CUdeviceptr multi_table; /* (multi_words) u64: the multi-tensor groups' tables (op_optim.c) */
+  uint64_t *multi_host;    /* the same words on the host, written when the executor opens */
+  int64_t multi_words;
   CUdeviceptr dsum;      /* (B, H, T) fp32, the widest attention backward's row sums */
   CUdeviceptr hp;        /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
   CUdeviceptr seeds;     /* (num_microbatches) u64 dropout seeds */
@@ -45,8 +51,10 @@ struct RtExec {
   /* per op */
   uint8_t *skip;         /* fused into another op */
   uint8_t *attn_cudnn;   /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
-  int *slot;             /* GRAD_SUMSQ: its partial slice; ADAMW: its hp slot (+RT_MAX_HP when it
-                            computes the slot's values first) */
+  int *slot;             /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
+                            (+RT_MAX_HP when it computes the slot's values first) */
+  int64_t *multi_at;     /* the op that runs a multi-tensor group: its table's first word, else -1 */
+  int64_t *multi_chunks; /* ... and the group's chunk count (its grid) */
   float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
   uint8_t *fuse;         /* RT_FUSE_* of the group this op runs, 0 none */
   int *peer;             /* the group's first op, or -1 */
@@ -120,6 +128,9 @@ int rt_op_moe_act_bwd(RtExec *x, const Op *op);
 int rt_op_router_linear(RtExec *x, const Op *op);
 int rt_op_router_linear_dgrad(RtExec *x, const Op *op);
 int rt_op_softmax_rows(RtExec *x, const Op *op);
+/* The table rows of the multi-tensor group op o runs (op_optim.c, layout in kernels/launch.h),
+ * into w (NULL: only counted), and the group's chunk count. RT_OK, or RT_ERROR with the reason. */
+int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks);
 
 /* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
 int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);

@@ -1,5 +1,4 @@
-/* op_attn_loss.c — dispatch of attention (ir/ops/flash.c), the fused cross-entropy
- * (loss.c) and the optimizer ops (optim.c). */
+/* op_attn_loss.c — dispatch of attention (ir/ops/flash.c) and the fused cross-entropy (loss.c). */
 #include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/launchers.h"
@@ -132,41 +131,4 @@ int rt_op_cross_entropy(RtExec *x, const Op *op) {
                                                x->dloss[op - x->g->op]))
     return RT_ERROR;
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, 1.0f / (float)N);
-}
-
-/* in [g] out [acc]: this tensor's slice of the global-norm partials (the sum is CLIP_COEF's). */
-int rt_op_grad_sumsq(RtExec *x, const Op *op) {
-  CUdeviceptr part = x->gn_partial + (CUdeviceptr)((int64_t)x->slot[op - x->g->op] * x->gn_groups * 4), g = rt_in(x, op, 0);
-  return rt_launch_norm_squared_partial(x->d, rt_dim1((unsigned)x->gn_groups), 256, 0, part, g, (long)rt_numel(x, op->in[0]));
-}
-
-/* in [acc] out [norm, coef] */
-int rt_op_clip_coef(RtExec *x, const Op *op) {
-  return rt_launch_global_norm_finalize(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), rt_out(x, op, 1), x->gn_partial,
-                                        x->n_sumsq * x->gn_groups, (float)op->a.f[0]);
-}
-
-/* out [step, lr] */
-int rt_op_lr_sched(RtExec *x, const Op *op) {
-  return rt_launch_lr_schedule(x->d, rt_dim1(1), 1, 0, rt_out(x, op, 0), rt_out(x, op, 1), op->a.f[0], op->a.f[1],
-                               (long)op->a.i[0], (long)op->a.i[1], (int)op->a.i[2]);
-}
-
-/* in [grad, coef, lr, step] out [param, m, v, master]; an fp32 parameter (the MoE router's) has
- * no master: it is updated in place and no bf16 copy is written. */
-int rt_op_adamw(RtExec *x, const Op *op) {
-  int f32 = op->nout == 3 && rt_t(x, op->out[0])->dtype == DT_F32;
-  if (op->nout != 4 && !f32) return rt_fail(x->d, "AdamW of a %s parameter without an fp32 master", dtype_name(rt_t(x, op->out[0])->dtype));
-  int s = x->slot[op - x->g->op];
-  CUdeviceptr hp = x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP));
-  if (s >= RT_MAX_HP) { /* the first AdamW of its setting computes this step's hyper-parameters */
-    if (rt_launch_adamw_hparams(x->d, rt_dim1(1), 1, 0, hp, rt_in(x, op, 3), rt_in(x, op, 2), (float)op->a.f[0],
-                                (float)op->a.f[1], (float)op->a.f[2]))
-      return RT_ERROR;
-  }
-  CUdeviceptr master = rt_out(x, op, f32 ? 0 : 3), param = f32 ? 0 : rt_out(x, op, 0), grad = rt_in(x, op, 0), m = rt_out(x, op, 1),
-              v = rt_out(x, op, 2), coef = rt_in(x, op, 1);
-  long n = (long)rt_numel(x, op->in[0]);
-  return rt_launch_adamw_update(x->d, rt_grid_stride(x->d, n), 256, 0, master, param, grad, m, v, n, hp, coef,
-                                (float)op->a.f[3]);
 }

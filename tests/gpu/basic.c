@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels/launch.h"
 #include "ref.h"
 
 #define RT_BF16 (1.0 / 128)
@@ -464,6 +465,18 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean);
 }
 
+/* global_norm_finalize over count partials; the norm's bits, checked against `first` (the previous
+ * repetition's, freed) when there is one. */
+static void *finalize_norm(Gpu *g, const char *what, CUdeviceptr norm, CUdeviceptr scale, CUdeviceptr partial, int count,
+                           float max_norm, void *first) {
+  void *b[] = {&norm, &scale, &partial, &count, &max_norm};
+  gpu_launch(g, "global_norm_finalize", 1, 1, 1, 1024, 0, b);
+  void *now = down_raw(g, norm, 4);
+  if (first) gpu_check_bitwise(g, what, first, now, 4);
+  free(first);
+  return now;
+}
+
 static void test_optimizer(Gpu *g, Rng *r) {
   long n = 10000;
   double *w = malloc(sizeof *w * n), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
@@ -516,12 +529,7 @@ static void test_optimizer(Gpu *g, Rng *r) {
       void *a[] = {&slot, &t[k], &sizes[k]};
       gpu_launch(g, "norm_squared_partial", (unsigned)G, 1, 1, 256, 0, a);
     }
-    void *b[] = {&norm, &scale, &partial, &count, &max_norm};
-    gpu_launch(g, "global_norm_finalize", 1, 1, 1, 1024, 0, b);
-    void *now = down_raw(g, norm, 4);
-    if (first) gpu_check_bitwise(g, "global norm deterministic", first, now, 4);
-    free(first);
-    first = now;
+    first = finalize_norm(g, "global norm deterministic", norm, scale, partial, count, max_norm, first);
   }
   free(first);
   double want_norm = sqrt(ss), want_scale = fmin(1.0, max_norm / (want_norm + 1e-6));
@@ -531,6 +539,108 @@ static void test_optimizer(Gpu *g, Rng *r) {
   free(gn), free(gsc);
   gpu_free(g, partial), gpu_free(g, norm), gpu_free(g, scale);
   for (int k = 0; k < 3; k++) gpu_free(g, t[k]);
+}
+
+/* The multi-tensor kernels (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) against
+ * the per-tensor ones: tensors of several chunks, of exactly one, of a few elements; adamw_multi
+ * bitwise equal to adamw_update per tensor over 3 steps (master, bf16 param, m, v);
+ * norm_squared_multi over fp32 and bf16 rows against the double sum, bitwise the same twice. */
+#define MT_N 4
+static void test_optimizer_multi(Gpu *g, Rng *r) {
+  static const long sizes[MT_N] = {3 * STEPC_ADAMW_CHUNK + 4465, STEPC_ADAMW_CHUNK, 7, 40000};
+  static const float wdm[MT_N] = {1.0f, 0.0f, 1.0f, 0.5f};
+  CUdeviceptr buf[2][MT_N][5], grad[MT_N]; /* [per-tensor, multi][tensor][master, param, m, v, -] */
+  long total = 0;
+  for (int k = 0; k < MT_N; k++) {
+    long n = sizes[k];
+    float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n);
+    for (long i = 0; i < n; i++) w[i] = (float)rng_uniform(r), gr[i] = (float)(0.1 * rng_uniform(r));
+    grad[k] = gpu_dup(g, gr, 4 * (size_t)n);
+    for (int s = 0; s < 2; s++) {
+      buf[s][k][0] = gpu_dup(g, w, 4 * (size_t)n);
+      buf[s][k][1] = gpu_alloc(g, 2 * (size_t)n);
+      float *z = calloc((size_t)n, 4);
+      buf[s][k][2] = gpu_dup(g, z, 4 * (size_t)n), buf[s][k][3] = gpu_dup(g, z, 4 * (size_t)n);
+      free(z);
+    }
+    free(w), free(gr);
+  }
+  unsigned long long rows[MT_N * STEPC_ADAMW_ROW];
+  for (int k = 0; k < MT_N; k++) {
+    unsigned long long *q = rows + k * STEPC_ADAMW_ROW;
+    uint32_t bits;
+    memcpy(&bits, &wdm[k], 4);
+    q[0] = buf[1][k][0], q[1] = buf[1][k][1], q[2] = grad[k], q[3] = buf[1][k][2], q[4] = buf[1][k][3];
+    q[5] = (unsigned long long)sizes[k], q[6] = (unsigned long long)total, q[7] = bits;
+    total += (sizes[k] + STEPC_ADAMW_CHUNK - 1) / STEPC_ADAMW_CHUNK;
+  }
+  CUdeviceptr table = gpu_dup(g, rows, sizeof rows), dhp = gpu_alloc(g, 4 * 7);
+  float gs = 0.75f, b1 = 0.9f, b2 = 0.95f;
+  CUdeviceptr dgs = gpu_dup(g, &gs, 4);
+  int nrows = MT_N;
+  long chunk = STEPC_ADAMW_CHUNK;
+  for (int step = 1; step <= 3; step++) {
+    float hp[7] = {1e-3f, b1, b2, 1e-8f, 0.1f, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
+    gpu_put(g, dhp, hp, sizeof hp);
+    for (int k = 0; k < MT_N; k++) {
+      long n = sizes[k];
+      float wm = wdm[k];
+      void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n, &dhp, &dgs, &wm};
+      gpu_launch(g, "adamw_update", grid1d(g, n), 1, 1, 256, 0, a);
+    }
+    void *a[] = {&table, &nrows, &chunk, &dhp, &dgs};
+    gpu_launch(g, "adamw_multi", (unsigned)total, 1, 1, STEPC_MULTI_THREADS, 0, a);
+  }
+  static const char *const what[4] = {"master", "bf16 param", "m", "v"};
+  for (int k = 0; k < MT_N; k++)
+    for (int j = 0; j < 4; j++) {
+      size_t bytes = (size_t)sizes[k] * (j == 1 ? 2 : 4);
+      void *a = down_raw(g, buf[0][k][j], bytes), *b = down_raw(g, buf[1][k][j], bytes);
+      char name[96];
+      snprintf(name, sizeof name, "adamw_multi = adamw_update per tensor: tensor %d (n %ld) %s", k, sizes[k], what[j]);
+      gpu_check_bitwise(g, name, a, b, bytes);
+      free(a), free(b);
+    }
+  gpu_free(g, table), gpu_free(g, dhp), gpu_free(g, dgs);
+
+  /* the norm over the grads (fp32) and one bf16 tensor */
+  long nb = 2 * STEPC_SUMSQ_CHUNK + 3;
+  double *bd;
+  CUdeviceptr bt = up_bf16(g, r, nb, 0.01, &bd);
+  unsigned long long srow[(MT_N + 1) * STEPC_SUMSQ_ROW];
+  long stotal = 0;
+  double ss = 0;
+  for (int k = 0; k <= MT_N; k++) {
+    long n = k < MT_N ? sizes[k] : nb;
+    unsigned long long *q = srow + k * STEPC_SUMSQ_ROW;
+    q[0] = k < MT_N ? grad[k] : bt, q[1] = (unsigned long long)n, q[2] = (unsigned long long)stotal;
+    q[3] = k < MT_N ? STEPC_MULTI_F32 : STEPC_MULTI_BF16;
+    stotal += (n + STEPC_SUMSQ_CHUNK - 1) / STEPC_SUMSQ_CHUNK;
+    double *d = k < MT_N ? down_f32(g, grad[k], n) : NULL;
+    for (long i = 0; i < n; i++) ss += k < MT_N ? d[i] * d[i] : bd[i] * bd[i];
+    free(d);
+  }
+  CUdeviceptr stable = gpu_dup(g, srow, sizeof srow), partial = gpu_alloc(g, 4 * (size_t)stotal);
+  CUdeviceptr norm = gpu_alloc(g, 4), scale = gpu_alloc(g, 4);
+  int srows = MT_N + 1, count = (int)stotal;
+  long schunk = STEPC_SUMSQ_CHUNK;
+  float max_norm = 1.0f;
+  void *first = NULL;
+  for (int rep = 0; rep < 2; rep++) {
+    void *a[] = {&partial, &stable, &srows, &schunk};
+    gpu_launch(g, "norm_squared_multi", (unsigned)stotal, 1, 1, STEPC_MULTI_THREADS, 0, a);
+    first = finalize_norm(g, "norm_squared_multi + finalize deterministic", norm, scale, partial, count, max_norm, first);
+  }
+  free(first);
+  double want = sqrt(ss), *gn = down_f32(g, norm, 1);
+  gpu_check(g, "norm_squared_multi global norm (fp32 and bf16 rows)", gn, &want, 1, 0, 1e-5);
+  free(gn), free(bd);
+  gpu_free(g, stable), gpu_free(g, partial), gpu_free(g, norm), gpu_free(g, scale), gpu_free(g, bt);
+  for (int k = 0; k < MT_N; k++) {
+    gpu_free(g, grad[k]);
+    for (int s = 0; s < 2; s++)
+      for (int j = 0; j < 4; j++) gpu_free(g, buf[s][k][j]);
+  }
 }
 
 void test_basic(Gpu *g) {
@@ -544,5 +654,6 @@ void test_basic(Gpu *g) {
   test_elementwise(g, &r);
   test_cross_entropy(g, &r);
   test_optimizer(g, &r);
+  test_optimizer_multi(g, &r);
   gpu_sync(g);
 }

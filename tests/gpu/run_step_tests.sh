@@ -61,6 +61,11 @@ run recompute_gpt3_dropout $STEP recompute $GPT3 3 model.bf16=true
 run scoped_gpt3_dropout $STEP scoped $GPT3 6 "$SCOPES" model.bf16=true
 # core_attn replays inside the graphs only without attention dropout (MCORE-56 / STEPC-42)
 run scoped_gpt3_recompute $STEP scoped $GPT3 4 "transformer_engine:[];transformer_engine:[attn];local:[]" model.bf16=true model.attention_dropout=0 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
+# the optimizer's multi-tensor launches (optimizer.multi_tensor, the default) against the per-tensor
+# ones (bitwise with clipping off), replay == eager, the first step's norm and loss against the CPU
+run optim_tiny $STEP optim models/tiny.lua 4
+run optim_wide $STEP optim models/tiny.lua 3 model.hidden_size=512 model.num_attention_heads=8 model.ffn_hidden_size=1408 model.seq_length=128
+run optim_gpt3 $STEP optim $GPT3 3 model.bf16=true model.attention_dropout=0 model.hidden_dropout=0
 run cli_gpt3_eager $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true
 run cli_gpt3_graph $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 # flash with attention dropout is not built on CUDA: a clear refusal (exit 4), never a crash

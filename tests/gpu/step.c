@@ -14,6 +14,10 @@
  *                                         equal; the graph and node counts are printed. One
  *                                         warm-up step unless K=V says otherwise; a run that
  *                                         captured no graph fails
+ *   gpu_step optim  SPEC STEPS [KEY=VALUE ...]
+ *                                         the multi-tensor optimizer launches against the
+ *                                         per-tensor ones (bitwise with clipping off), replay ==
+ *                                         eager, the first step's norm against the CPU (cmd_optim)
  *   gpu_step dump   SPEC OUTDIR [--device cuda|cpu] [KEY=VALUE ...]
  *                                         the first step's weights, batch, losses and main
  *                                         gradients as files for tests/gpu/torch_ref.py (dump.c)
@@ -189,9 +193,10 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
   return ok ? 0 : 1;
 }
 
-/* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state. */
-static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
-                       int *code, int *ngraphs) {
+/* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state; with
+ * gnorm, each step's gradient norm and, in *gn_at, where the norm's 4 bytes lie in the state. */
+static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state,
+                          size_t *nstate, int *code, int *ngraphs, double *gnorm, size_t *gn_at) {
   CpuData data;
   char err[1024];
   if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
@@ -204,6 +209,7 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
     RtStepStats st;
     if (rt_trainer_step(tr, &st, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
     loss[i] = st.loss;
+    if (gnorm) gnorm[i] = st.grad_norm;
   }
   const Graph *g = rt_trainer_graph(tr);
   RtExec *x = rt_trainer_exec(tr);
@@ -214,6 +220,7 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
   RtDevice *d = rt_trainer_device(tr);
   for (int i = 0; i < g->nt && buf; i++)
     if (role_is_persistent(g->t[i].role)) {
+      if (gn_at && i == g->grad_norm) *gn_at = (size_t)(p - buf);
       if (rt_copy_d2h(d, p, rt_exec_ptr(x, i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
       p += g->t[i].bytes;
     }
@@ -231,6 +238,11 @@ static int run_capture(const Spec *s, int steps, int mode, const char *cache, do
   rt_trainer_free(tr);
   if (data.free) data.free(&data);
   return 0;
+}
+
+static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
+                       int *code, int *ngraphs) {
+  return run_capture_gn(s, steps, mode, cache, loss, state, nstate, code, ngraphs, NULL, NULL);
 }
 
 static int same(const char *what, const double *la, const double *lb, int steps, const unsigned char *sa, const unsigned char *sb,
@@ -364,12 +376,116 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   return ok ? 0 : 1;
 }
 
+/* How many GRAD_SUMSQ and ADAMW ops of the planned step launch anything, of how many gradients. */
+static int count_launching(const Spec *s, const char *cache, int *nsum, int *nadam, int *ngrad, int *code) {
+  CpuData data;
+  char err[1024];
+  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
+  RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, code);
+  if (tr) {
+    const Graph *g = rt_trainer_graph(tr);
+    RtExec *x = rt_trainer_exec(tr);
+    *nsum = *nadam = *ngrad = 0;
+    for (int t = 0; t < g->nt; t++) *ngrad += g->t[t].role == ROLE_GRAD;
+    for (int o = 0; o < g->nop; o++) {
+      *nsum += g->op[o].kind == OP_GRAD_SUMSQ && rt_exec_op_runs(x, o);
+      *nadam += g->op[o].kind == OP_ADAMW && rt_exec_op_runs(x, o);
+    }
+    rt_trainer_free(tr);
+  }
+  if (data.free) data.free(&data);
+  return tr ? 0 : -1;
+}
+
+/* The optimizer's multi-tensor launches (optimizer.multi_tensor, compiler/fuse.c's
+ * fuse_optimizer) against the per-tensor ones and the CPU reference:
+ *   1. multi-tensor: one GRAD_SUMSQ and one ADAMW op launch; per-tensor: one per gradient;
+ *   2. clipping off (the clip factor exactly 1), STEPS eager steps, multi vs per-tensor: losses and
+ *      every persistent tensor bitwise equal but the gradient norm (its partials are summed in
+ *      another order: within 1e-5 relative), since AdamW's element update is the same code;
+ *   3. clipping as the recipe says, multi-tensor: two eager runs and the full_iteration replay
+ *      bitwise equal (cmd_replay);
+ *   4. the first step's loss and gradient norm against the CPU reference executor (fp32) within
+ *      LOSS_REL and GRAD_REL_L2 (the tolerances of `grads`: the norm is an L2 over the gradients). */
+static int cmd_optim(const char *path, const char *const *ov, int nov, int steps, const char *cache) {
+  static Spec multi, single, noclip;
+  const char *all[64];
+  int n = 0, code = 0, ok = 1;
+  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  all[n] = "optimizer.clip_grad=0";
+  all[n + 1] = "optimizer.multi_tensor=false";
+  if (load_spec(path, all, n, &multi) || load_spec(path, all, n + 1, &noclip) || load_spec(path, all, n + 2, &single)) return 1;
+  /* 1 */
+  int ms, ma, ss, sa, ng;
+  if (count_launching(&multi, cache, &ms, &ma, &ng, &code) || count_launching(&single, cache, &ss, &sa, &ng, &code)) return code;
+  int launches_ok = ms == 1 && ma == 1 && ss == ng && sa == ng;
+  printf("%s launching ops for %d gradients: multi-tensor %d GRAD_SUMSQ + %d ADAMW (want 1 + 1), per-tensor %d + %d (want %d + %d)\n",
+         launches_ok ? "PASS" : "FAIL", ng, ms, ma, ss, sa, ng, ng);
+  ok &= launches_ok;
+  /* 2 */
+  double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
+  double *g0 = calloc((size_t)steps, sizeof *g0), *g1 = calloc((size_t)steps, sizeof *g1);
+  unsigned char *s0 = NULL, *s1 = NULL;
+  size_t n0 = 0, n1 = 0, at0 = 0, at1 = 0;
+  if (!l0 || !l1 || !g0 || !g1 || run_capture_gn(&noclip, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL, g0, &at0) ||
+      run_capture_gn(&single, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL, g1, &at1)) {
+    free(l0), free(l1), free(g0), free(g1), free(s0), free(s1);
+    return code ? code : 1;
+  }
+  size_t diff = 0;
+  for (size_t i = 0; i < n0 && n0 == n1; i++) diff += s0[i] != s1[i] && !(i >= at0 && i < at0 + 4);
+  double worst = 0;
+  for (int i = 0; i < steps; i++) {
+    double r = fabs(g0[i] - g1[i]) / (g1[i] > 0 ? g1[i] : 1);
+    if (r > worst || !isfinite(r)) worst = r;
+  }
+  int same_ok = n0 == n1 && at0 == at1 && !diff && !memcmp(l0, l1, (size_t)steps * sizeof *l0) && worst <= 1e-5;
+  printf("%s clip off, multi-tensor vs per-tensor, %d steps: losses %s, persistent state %zu bytes, %zu differ outside the grad "
+         "norm; grad norm worst rel %.2e (limit 1e-05; last %.9g vs %.9g)\n",
+         same_ok ? "PASS" : "FAIL", steps, memcmp(l0, l1, (size_t)steps * sizeof *l0) ? "DIFFER" : "bitwise equal", n0, diff, worst,
+         g0[steps - 1], g1[steps - 1]);
+  ok &= same_ok;
+  free(s0), free(s1);
+  s0 = NULL;
+  /* 4: the multi-tensor step with the recipe's clipping, beside the CPU */
+  int rc4 = run_capture_gn(&multi, 1, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL, g0, &at0);
+  free(s0);
+  if (rc4) {
+    free(l0), free(l1), free(g0), free(g1);
+    return code ? code : 1;
+  }
+  CpuData data;
+  memset(&data, 0, sizeof data);
+  char err[1024] = "";
+  int lrc = 0;
+  CpuTrainer *ct = NULL;
+  CpuStepStats cst;
+  if (cpu_data_open_spec(&multi, &data, err, sizeof err) || !(ct = cpu_trainer_new(&multi, &data, 0, &lrc, err, sizeof err)) ||
+      cpu_trainer_step(ct, &cst, err, sizeof err)) {
+    printf("FAIL the CPU reference: %s\n", err);
+    ok = 0;
+  } else {
+    double lr = fabs(l0[0] - cst.loss) / fabs(cst.loss), gr = fabs(g0[0] - cst.grad_norm) / (cst.grad_norm > 0 ? cst.grad_norm : 1);
+    int cpu_ok = lr <= LOSS_REL && gr <= GRAD_REL_L2 && isfinite(g0[0]);
+    printf("%s first step vs CPU: loss %.6f cpu %.6f rel %.2e (limit %.0e), grad norm %.6f cpu %.6f rel %.2e (limit %.0e)\n",
+           cpu_ok ? "PASS" : "FAIL", l0[0], cst.loss, lr, LOSS_REL, g0[0], cst.grad_norm, gr, GRAD_REL_L2);
+    ok &= cpu_ok;
+  }
+  if (ct) cpu_trainer_free(ct);
+  if (data.free) data.free(&data);
+  free(l0), free(l1), free(g0), free(g1);
+  /* 3 */
+  int rc = cmd_replay(&multi, steps, cache);
+  if (rc == SKIP) return SKIP;
+  return ok && rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   const char *cache = NULL;
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | optim SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
@@ -388,6 +504,10 @@ int main(int argc, char **argv) {
     static Spec dspec;
     if (load_spec(path, (const char *const *)argv + k, argc - k, &dspec)) return 1;
     return cmd_dump(&dspec, argv[a + 2], cuda, cache);
+  }
+  if (strcmp(cmd, "optim") == 0) {
+    if (argc - a < 3) return fprintf(stderr, "gpu_step optim: missing STEPS\n"), 2;
+    return cmd_optim(path, (const char *const *)argv + a + 3, argc - a - 3, atoi(argv[a + 2]), cache);
   }
   if (strcmp(cmd, "recompute") == 0) {
     if (argc - a < 3) return fprintf(stderr, "gpu_step recompute: missing STEPS\n"), 2;

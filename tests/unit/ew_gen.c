@@ -10,12 +10,7 @@
 #include "compiler/nvrtc.h"
 #include "record_run.h"
 
-typedef struct {
-  StepPlan p;
-  RtDevice dev;
-  RtRecorder rec;
-  RtExec *x;
-} Run;
+typedef RecordRun Run;
 
 static int load(Run *r, const char *recipe, const char **kv, int nkv) {
   return record_run_open(recipe, kv, nkv, &r->p, &r->dev, &r->rec, &r->x);

@@ -15,7 +15,8 @@ typedef struct {
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;
-  int n[5];               /* pairs by kind (4: generated elementwise chains) */
+  int n[FUSE_COUNT];      /* pairs by kind (4: generated elementwise chains; 5, 6 the optimizer's
+                             multi-tensor groups, checked in exec_optim.c) */
   char (*fwd_key)[160];   /* per op: "kind module" of fused forward LINEAR/DROPOUT+ADD pairs */
 } Run;
 
@@ -47,7 +48,7 @@ static void check_launches(Run *r, const char *name) {
   r->rec.on = 1;
   for (int o = 0; o < g->nop; o++) {
     int peer, k = rt_exec_fusion(x, o, &peer);
-    if (!k) continue;
+    if (!k || k == FUSE_SUMSQ_MULTI || k == FUSE_ADAMW_MULTI) continue;
     const Op *op = &g->op[o], *pr = &g->op[peer];
     if (k == 4) { /* a generated chain: its ops from peer to o, all but o skipped, one launch */
       CHECK(peer < o && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o) && op->tags.phase == pr->tags.phase,
@@ -131,7 +132,7 @@ static int straddles(Run *r, int want_kind) {
       if (sc->it[i].kind == SCHED_OP) inst[sc->it[i].id] = k;
   for (int o = 0; o < g->nop; o++) {
     int peer, k = rt_exec_fusion(r->x, o, &peer);
-    if (k && (want_kind == 0 ? k != 3 && k != 4 : k == want_kind) && inst[o] != inst[peer]) n++;
+    if (k && (want_kind == 0 ? k < 3 : k == want_kind) && inst[o] != inst[peer]) n++;
   }
   free(inst);
   return n;

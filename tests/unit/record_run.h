@@ -25,6 +25,14 @@ static int failures;
     }                                                      \
   } while (0)
 
+/* A planned step with its executor on a recording device (record_run_open's outputs). */
+typedef struct {
+  StepPlan p;
+  RtDevice dev;
+  RtRecorder rec;
+  RtExec *x;
+} RecordRun;
+
 /* Plans recipe (with the overrides) as `stepc build` does and builds the executor on a recording
  * device of 132 SMs, the plan's generated kernels after kernel_list.h's. 0, or -1 with the message
  * printed. */
