@@ -8,6 +8,7 @@
 #pragma once
 #include "activation.cuh"
 #include "common.cuh"
+#include "mma.cuh"
 
 // ---- MLA: HEAD_SPLIT / HEAD_CONCAT ----
 // joined (ntok, H, a+b) <-> p1 (ntok, H, a), p2 (ntok, H2, b); H2 is H or 1 (a part shared by the
@@ -353,6 +354,116 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
       if (dw) dw[at] = f32_to_bf16(acc[i][j]);
       else acc_f32[at] += acc[i][j];
     }
+}
+
+// ---- the same three products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation) ----
+// when every dimension but the rows is a multiple of 8 (16-byte loads): a 256-thread block owns a
+// 128 x 128 tile of one expert's output, 8 warps of 32 x 64, over k steps of 32 staged in shared
+// memory as (rows x k) with k contiguous — an operand whose k is not contiguous in global memory
+// (W in dgrad; dy and x in wgrad) is transposed on the way in. Each output element is one block's
+// sum in a fixed k order: deterministic. grid (ceil(cols/128), ceil(rows/128), E).
+#define MOE_TC 128
+#define MOE_TC_K 32
+#define MOE_TC_LD (MOE_TC_K + 8) /* padded shared row: 80 bytes, ldmatrix rows stay 16-byte aligned */
+
+// s (MOE_TC x MOE_TC_K) <- operand element (r0 + r, k0 + k), zero outside (rlim, klim). kc: the
+// element (r, k) is at g[r * ld + k], else at g[k * ld + r].
+__device__ __forceinline__ void moe_tc_load(bf16* s, const bf16* g, long ld, int kc, int r0, int rlim, int k0, int klim) {
+  const bf16 zero = f32_to_bf16(0.0f);
+  if (kc) {
+    for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
+      int r = c / (MOE_TC_K / 8), k = (c % (MOE_TC_K / 8)) * 8, gr = r0 + r, gk = k0 + k;
+      bf16* d = s + r * MOE_TC_LD + k;
+      if (gr < rlim && gk + 8 <= klim) cp_async16(d, g + (long)gr * ld + gk);
+      else
+        for (int j = 0; j < 8; j++) d[j] = gr < rlim && gk + j < klim ? g[(long)gr * ld + gk + j] : zero;
+    }
+  } else {
+    for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
+      int k = c % MOE_TC_K, r = (c / MOE_TC_K) * 8, gr = r0 + r, gk = k0 + k;
+      __align__(16) bf16 v[8];
+      if (gk < klim && gr + 8 <= rlim)
+        *(uint4*)v = *(const uint4*)(g + (long)gk * ld + gr);
+      else
+        for (int j = 0; j < 8; j++) v[j] = gk < klim && gr + j < rlim ? g[(long)gk * ld + gr + j] : zero;
+      for (int j = 0; j < 8; j++) s[(r + j) * MOE_TC_LD + k] = v[j];
+    }
+  }
+}
+
+// c = this block's tile of C (m x n) = sum over k < klim of A(m, k) B(n, k); A rows < mlim, B rows
+// < nlim. Per warp: rows warp%4 * 32, columns warp/4 * 64 of the tile.
+__device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, long lda, int akc, int mlim, const bf16* B, long ldb,
+                                            int bkc, int nlim, int klim) {
+  __shared__ __align__(16) bf16 As[MOE_TC * MOE_TC_LD], Bs[MOE_TC * MOE_TC_LD];
+  int warp = threadIdx.x / STEPC_WARP, m0 = blockIdx.y * MOE_TC, n0 = blockIdx.x * MOE_TC;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 8; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
+  for (int k0 = 0; k0 < klim; k0 += MOE_TC_K) {
+    moe_tc_load(As, A, lda, akc, m0, mlim, k0, klim);
+    moe_tc_load(Bs, B, ldb, bkc, n0, nlim, k0, klim);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    warp_mma_nt_m<2, 2, 8>(c, As + (warp % 4) * 32 * MOE_TC_LD, MOE_TC_LD, Bs + (warp / 4) * 64 * MOE_TC_LD, MOE_TC_LD);
+    __syncthreads();
+  }
+}
+
+// The accumulator layout (mma.cuh): c[mt][nt] = rows g, g + 8 of m-tile mt, columns 2q, 2q + 1 of
+// n-tile nt. fn(row, col, value) for each element inside (mlim, nlim).
+#define MOE_TC_EPILOGUE(c, mlim, nlim, STORE)                                                         \
+  do {                                                                                               \
+    int lane_ = threadIdx.x % STEPC_WARP, w_ = threadIdx.x / STEPC_WARP;                             \
+    for (int mt = 0; mt < 2; mt++)                                                                   \
+      for (int nt = 0; nt < 8; nt++)                                                                 \
+        for (int h = 0; h < 4; h++) {                                                                \
+          int row = blockIdx.y * MOE_TC + (w_ % 4) * 32 + mt * 16 + lane_ / 4 + (h / 2) * 8;         \
+          int col = blockIdx.x * MOE_TC + (w_ / 4) * 64 + nt * 8 + (lane_ % 4) * 2 + h % 2;          \
+          if (row < (mlim) && col < (nlim)) STORE(row, col, c[mt][nt][h]);                           \
+        }                                                                                            \
+  } while (0)
+
+// GROUPED_LINEAR: y = x W_e^T over expert blockIdx.z's rows. grid (ceil(Nout/128), ceil(N/128), E).
+extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K) {
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  if ((int)blockIdx.y * MOE_TC >= nrows) return;  // past this expert's count
+  float c[2][8][4];
+  moe_tc_tile(c, x + (long)rows0 * K, K, 1, nrows, W + (long)e * Nout * K, K, 1, Nout, K);
+  bf16* out = y + (long)rows0 * Nout;
+#define ST(r, q, v) out[(long)(r) * Nout + (q)] = f32_to_bf16(v)
+  MOE_TC_EPILOGUE(c, nrows, Nout, ST);
+#undef ST
+}
+
+// GROUPED_LINEAR_DGRAD: dx = dy W_e. grid (ceil(K/128), ceil(N/128), E).
+extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K) {
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  if ((int)blockIdx.y * MOE_TC >= nrows) return;
+  float c[2][8][4];
+  moe_tc_tile(c, dy + (long)rows0 * Nout, Nout, 1, nrows, W + (long)e * Nout * K, K, 0, K, Nout);
+  bf16* out = dx + (long)rows0 * K;
+#define ST(r, q, v) out[(long)(r) * K + (q)] = f32_to_bf16(v)
+  MOE_TC_EPILOGUE(c, nrows, K, ST);
+#undef ST
+}
+
+// GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
+// grid (ceil(K/128), ceil(Nout/128), E).
+extern "C" __global__ void grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg,
+                                                   int Nout, int K) {
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  float c[2][8][4];
+  moe_tc_tile(c, dy + (long)rows0 * Nout, Nout, 0, Nout, x + (long)rows0 * K, K, 0, K, nrows);
+  long base = (long)e * Nout * K;
+#define ST(r, q, v)                                           \
+  do {                                                        \
+    long at_ = base + (long)(r) * K + (q);                    \
+    if (dw) dw[at_] = f32_to_bf16(v);                         \
+    else acc_f32[at_] += (v);                                 \
+  } while (0)
+  MOE_TC_EPILOGUE(c, Nout, K, ST);
+#undef ST
 }
 
 // ---- MOE_ACT: y = act(a) [* b] * p per row; act 0 silu, 1 gelu, 2 relu, 3 squared relu ----

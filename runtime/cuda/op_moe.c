@@ -180,6 +180,14 @@ static RtDim group_grid(int64_t cols, int64_t rows, int64_t E) {
   return rt_dim((unsigned)((cols + MOE_TILE - 1) / MOE_TILE), (unsigned)((rows + MOE_TILE - 1) / MOE_TILE), (unsigned)E);
 }
 
+/* The tensor-core kernels (128 x 128 tiles) take widths that are multiples of 8 (16-byte loads);
+ * the CUDA-core ones (64 x 64) anything. */
+#define MOE_TC 128 /* kernels/moe.cuh */
+static int use_tc(int Nout, int K) { return Nout % 8 == 0 && K % 8 == 0; }
+static RtDim tc_grid(int64_t cols, int64_t rows, int64_t E) {
+  return rt_dim((unsigned)((cols + MOE_TC - 1) / MOE_TC), (unsigned)((rows + MOE_TC - 1) / MOE_TC), (unsigned)E);
+}
+
 /* GROUPED_LINEAR in (x (N, K), W (E, Nout, K), seg) out (y (N, Nout)); GROUPED_LINEAR_DGRAD in
  * (dy (N, Nout), W, seg) out (dx (N, K)). */
 static int grouped(RtExec *x, const Op *op, int dgrad) {
@@ -187,8 +195,11 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int Nout = (int)w->shape[1], K = (int)w->shape[2];
   if (may_leave_rows(x, op->in[2]) && zero(x, op, 0)) return RT_ERROR;
-  RtDim grid = group_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]);
   CUdeviceptr out = rt_out(x, op, 0), in = rt_in(x, op, 0), wp = rt_in(x, op, 1), seg = rt_in(x, op, 2);
+  if (use_tc(Nout, K))
+    return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(
+        x->d, tc_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]), 256, 0, out, in, wp, seg, Nout, K);
+  RtDim grid = group_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]);
   return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out, in, wp, seg, Nout,
                                                                                      K);
 }
@@ -204,8 +215,9 @@ int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (sink < 0 && dw->dtype != DT_BF16) return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
   CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
-  return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, rt_in(x, op, 0),
-                                        rt_in(x, op, 1), rt_in(x, op, 2), Nout, K);
+  return (use_tc(Nout, K) ? rt_launch_grouped_linear_wgrad_tc : rt_launch_grouped_linear_wgrad)(
+      x->d, use_tc(Nout, K) ? tc_grid(K, Nout, dw->shape[0]) : group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc,
+      rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), Nout, K);
 }
 
 /* ---- the expert activation ---- */

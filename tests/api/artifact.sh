@@ -76,7 +76,7 @@ grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe/step.c" || 
 # MLA + MoE in bf16 (issue 11): every MoE / MLA op has CUDA launches, dropless and with capacity
 for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_capacity=true" \
   "model.attention_backend=unfused model.moe_expert_capacity_factor=1.0 model.moe_shared_expert_intermediate_size=null" \
-  "model.moe_router_topk=1 model.q_lora_rank=null"; do
+  "model.moe_router_topk=1 model.q_lora_rank=null" "model.moe_ffn_hidden_size=12"; do
   # shellcheck disable=SC2086
   build tiny_mla_moe_bf16 tests/recipes/tiny_mla_moe.lua model.bf16=true $v
   grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe_bf16/step.c" && fail "tiny_mla_moe bf16 [$v]: refused on CUDA"
@@ -84,8 +84,17 @@ for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_
     moe_dispatch moe_scatter_rows grouped_linear_forward moe_act_forward moe_gather_rows grouped_linear_dgrad \
     grouped_linear_wgrad moe_act_backward router_topk_backward softmax_rows_backward moe_aux_loss_backward \
     router_linear_dgrad; do
-    grep -q "^    LAUNCH($k," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
+    grep -qE "^    LAUNCH\\($k(_tc)?," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
   done
+  # the grouped GEMMs: tensor cores where every width is a multiple of 8, else the CUDA-core kernels
+  # (an expert ffn of 12: fc1's 24 outputs on the tensor cores, fc2's 12-wide input not)
+  for k in grouped_linear_forward_tc grouped_linear_wgrad_tc; do
+    grep -qE "^    LAUNCH\\($k," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
+  done
+  if [ "$v" = "model.moe_ffn_hidden_size=12" ]; then
+    grep -qE "^    LAUNCH\\(grouped_linear_forward," "$tmp/tiny_mla_moe_bf16/step.c" ||
+      fail "tiny_mla_moe bf16 [$v]: the 12-wide fc2 does not fall back to the CUDA-core kernel"
+  fi
   rm -rf "$tmp/tiny_mla_moe_bf16"
 done
 echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched from step.c"

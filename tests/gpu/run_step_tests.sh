@@ -96,6 +96,7 @@ run moe_grads_no_shared $STEP grads $MOE model.bf16=true $ALL model.moe_shared_e
 run moe_grads_unfused $STEP grads $MOE model.bf16=true $ALL model.attention_backend=unfused
 run moe_grads_no_q_lora $STEP grads $MOE model.bf16=true $ALL model.q_lora_rank=null
 run moe_grads_fused $STEP grads $MOE model.bf16=true $ALL model.attention_backend=fused
+run moe_grads_odd_ffn $STEP grads $MOE model.bf16=true $ALL model.moe_ffn_hidden_size=12
 run moe_replay $STEP replay $MOE 6 model.bf16=true
 run moe_replay_capacity $STEP replay $MOE 6 model.bf16=true $CAP
 run moe_replay_pad_unfused $STEP replay $MOE 6 model.bf16=true $CAP model.moe_pad_expert_input_to_capacity=true model.attention_backend=unfused
