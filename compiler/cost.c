@@ -33,7 +33,7 @@ void cost_device_h200(Device *d) {
 }
 
 static const char *const CLASS_NAMES[COST_NCLASS] = {"gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn",
-                                                     "attention_bwd_cudnn", "norm",
+                                                     "attention_bwd_cudnn", "grouped_gemm", "moe_routing", "norm",
                                                      "activation", "rope_qkv",     "embedding",     "loss",
                                                      "elementwise", "grad_norm",   "optimizer",     "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
@@ -42,6 +42,11 @@ static CostClass kind_class(OpKind k) {
   switch (k) {
   case OP_FLASH_ATTN: case OP_FLASH_ATTN_DV: return COST_ATTN_FWD;
   case OP_FLASH_ATTN_BWD: case OP_FLASH_ATTN_DV_BWD: return COST_ATTN_BWD;
+  case OP_GROUPED_LINEAR: case OP_GROUPED_LINEAR_DGRAD: case OP_GROUPED_LINEAR_WGRAD: return COST_GROUPED_GEMM;
+  case OP_ROUTER_TOPK: case OP_ROUTER_TOPK_BWD: case OP_MOE_AUX_LOSS: case OP_MOE_AUX_LOSS_BWD: case OP_MOE_DISPATCH:
+  case OP_MOE_PERMUTE: case OP_MOE_PERMUTE_BWD: case OP_MOE_UNPERMUTE: case OP_MOE_UNPERMUTE_BWD: case OP_HEAD_SPLIT:
+  case OP_HEAD_CONCAT: return COST_MOE_ROUTING;
+  case OP_MOE_ACT: case OP_MOE_ACT_BWD: return COST_ACTIVATION;
   default: break;
   }
   if (plan_op_is_gemm(k)) return COST_GEMM;
@@ -76,7 +81,9 @@ static bool is_attn(OpKind k) {
 /* The roofline time of op o alone: the larger of its compute and memory times. */
 static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {
   *f = op_flops(g, op), *b = op_bytes(g, op);
-  double rate = is_attn(op->kind) ? d->attn_flops_per_s : plan_op_is_gemm(op->kind) ? d->gemm_flops_per_s : 0;
+  bool gemm = plan_op_is_gemm(op->kind) || op->kind == OP_GROUPED_LINEAR || op->kind == OP_GROUPED_LINEAR_DGRAD ||
+              op->kind == OP_GROUPED_LINEAR_WGRAD;
+  double rate = is_attn(op->kind) ? d->attn_flops_per_s : gemm ? d->gemm_flops_per_s : 0;
   double tc = rate > 0 ? *f / rate : 0, tm = *b / d->bytes_per_s;
   return tc > tm ? tc : tm;
 }

@@ -210,6 +210,8 @@ typedef enum {
   COST_ATTN_BWD,
   COST_ATTN_FWD_CUDNN, /* attention run by cuDNN (attention_backend fused or auto) */
   COST_ATTN_BWD_CUDNN,
+  COST_GROUPED_GEMM, /* MoE expert GEMMs (stepc's grouped kernels) */
+  COST_MOE_ROUTING,  /* router top-k, aux loss, dispatch, permute / unpermute, MLA head split/concat */
   COST_NORM,
   COST_ACTIVATION,
   COST_ROPE_QKV,
