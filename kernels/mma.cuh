@@ -187,3 +187,16 @@ __device__ __forceinline__ void warp_load_afrag(unsigned (*a)[KS][4], const bf16
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) ldsm_x4(a[mt][ks], As + (mt * 16 + lane % 16) * lda + ks * 16 + (lane / 16) * 8);
 }
+
+// A fragments of a (16*MT) x (16*KS) tile stored transposed, (16*KS) x (16*MT) row-major ("k rows
+// of m", e.g. dy for dy^T x): ldmatrix.trans hands each lane the (m, k) pairs of the row-major
+// fragment. Matrix j of the x4 load is (m 8*(j%2).., k 8*(j/2)..), as a0..a3 above.
+template <int MT, int KS>
+__device__ __forceinline__ void warp_load_afrag_trans(unsigned (*a)[KS][4], const bf16* As, int lda) {
+  int lane = threadIdx.x % STEPC_WARP;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+      ldsm_x4_trans(a[mt][ks], As + (ks * 16 + (lane / 16) * 8 + lane % 8) * lda + mt * 16 + ((lane / 8) % 2) * 8);
+}

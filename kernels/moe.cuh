@@ -357,94 +357,132 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
 }
 
 // ---- the same three products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation) ----
-// when every dimension but the rows is a multiple of 8 (16-byte loads): a 256-thread block owns a
-// 128 x 128 tile of one expert's output, 8 warps of 32 x 64, over k steps of 32 staged in shared
-// memory as (rows x k) with k contiguous — an operand whose k is not contiguous in global memory
-// (W in dgrad; dy and x in wgrad) is transposed on the way in. Each output element is one block's
-// sum in a fixed k order: deterministic. grid (ceil(cols/128), ceil(rows/128), E).
+// when every width is a multiple of 8 (16-byte copies): a 256-thread block owns a 128 x 128 tile of
+// one expert's output, 8 warps of 32 x 64, over k steps of 32 double-buffered in shared memory with
+// cp.async, each operand in its global layout (ldmatrix.trans reads the ones whose k is not
+// contiguous). Each output element is one block's sum in a fixed k order: deterministic.
+//   forward  y = x W_e^T   A = x (m rows of k),  B^T = W_e (n rows of k)
+//   dgrad    dx = dy W_e   A = dy (m rows of k), B = W_e (k rows of n)
+//   wgrad    dW_e = dy^T x A^T = dy (k rows of m), B = x (k rows of n), k = the expert's rows
+// Forward and dgrad run on a grid of ceil(N/128) + E row tiles (the static bound of the sum over
+// experts of ceil(rows/128)); a block finds its expert and tile from the segments, on the device.
 #define MOE_TC 128
 #define MOE_TC_K 32
-#define MOE_TC_LD (MOE_TC_K + 8) /* padded shared row: 80 bytes, ldmatrix rows stay 16-byte aligned */
+#define MOE_TC_LDK (MOE_TC_K + 8) /* (rows x k) tiles: 80-byte rows, conflict-free ldmatrix */
+#define MOE_TC_LDR (MOE_TC + 8)   /* (k x rows) tiles: 272-byte rows */
+#define MOE_TC_STAGE (MOE_TC * MOE_TC_LDK)
 
-// s (MOE_TC x MOE_TC_K) <- operand element (r0 + r, k0 + k), zero outside (rlim, klim). kc: the
-// element (r, k) is at g[r * ld + k], else at g[k * ld + r].
-__device__ __forceinline__ void moe_tc_load(bf16* s, const bf16* g, long ld, int kc, int r0, int rlim, int k0, int klim) {
-  const bf16 zero = f32_to_bf16(0.0f);
-  if (kc) {
-    for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
-      int r = c / (MOE_TC_K / 8), k = (c % (MOE_TC_K / 8)) * 8, gr = r0 + r, gk = k0 + k;
-      bf16* d = s + r * MOE_TC_LD + k;
-      if (gr < rlim && gk + 8 <= klim) cp_async16(d, g + (long)gr * ld + gk);
-      else
-        for (int j = 0; j < 8; j++) d[j] = gr < rlim && gk + j < klim ? g[(long)gr * ld + gk + j] : zero;
-    }
-  } else {
-    for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
-      int k = c % MOE_TC_K, r = (c / MOE_TC_K) * 8, gr = r0 + r, gk = k0 + k;
-      __align__(16) bf16 v[8];
-      if (gk < klim && gr + 8 <= rlim)
-        *(uint4*)v = *(const uint4*)(g + (long)gk * ld + gr);
-      else
-        for (int j = 0; j < 8; j++) v[j] = gk < klim && gr + j < rlim ? g[(long)gk * ld + gr + j] : zero;
-      for (int j = 0; j < 8; j++) s[(r + j) * MOE_TC_LD + k] = v[j];
-    }
+// (128 rows x 32 k) from g[r * ld + k], zero outside (rlim, klim)
+__device__ __forceinline__ void moe_tc_load_rk(bf16* s, const bf16* g, long ld, int r0, int rlim, int k0, int klim) {
+  for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
+    int r = c / (MOE_TC_K / 8), k = (c % (MOE_TC_K / 8)) * 8, gr = r0 + r, gk = k0 + k;
+    bf16* d = s + r * MOE_TC_LDK + k;
+    if (gr < rlim && gk + 8 <= klim) cp_async16(d, g + (long)gr * ld + gk);
+    else
+      for (int j = 0; j < 8; j++) d[j] = gr < rlim && gk + j < klim ? g[(long)gr * ld + gk + j] : f32_to_bf16(0.0f);
   }
 }
 
-// c = this block's tile of C (m x n) = sum over k < klim of A(m, k) B(n, k); A rows < mlim, B rows
-// < nlim. Per warp: rows warp%4 * 32, columns warp/4 * 64 of the tile.
-__device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, long lda, int akc, int mlim, const bf16* B, long ldb,
-                                            int bkc, int nlim, int klim) {
-  __shared__ __align__(16) bf16 As[MOE_TC * MOE_TC_LD], Bs[MOE_TC * MOE_TC_LD];
-  int warp = threadIdx.x / STEPC_WARP, m0 = blockIdx.y * MOE_TC, n0 = blockIdx.x * MOE_TC;
+// (32 k x 128 cols) from g[k * ld + c], zero outside (klim, clim)
+__device__ __forceinline__ void moe_tc_load_kr(bf16* s, const bf16* g, long ld, int k0, int klim, int c0, int clim) {
+  for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
+    int k = c / (MOE_TC / 8), col = (c % (MOE_TC / 8)) * 8, gk = k0 + k, gc = c0 + col;
+    bf16* d = s + k * MOE_TC_LDR + col;
+    if (gk < klim && gc + 8 <= clim) cp_async16(d, g + (long)gk * ld + gc);
+    else
+      for (int j = 0; j < 8; j++) d[j] = gk < klim && gc + j < clim ? g[(long)gk * ld + gc + j] : f32_to_bf16(0.0f);
+  }
+}
+
+// c = the (m0, n0) 128 x 128 tile of the product (MODE 0 forward, 1 dgrad, 2 wgrad, as above):
+// m < mlim, n < nlim, k < klim.
+template <int MODE>
+__device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, long lda, int mlim, const bf16* B, long ldb,
+                                            int nlim, int klim, int m0, int n0) {
+  __shared__ __align__(16) bf16 As[2][MOE_TC_STAGE], Bs[2][MOE_TC_STAGE];
+  int warp = threadIdx.x / STEPC_WARP, wm = warp % 4, wn = warp / 4;
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 8; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
-  for (int k0 = 0; k0 < klim; k0 += MOE_TC_K) {
-    moe_tc_load(As, A, lda, akc, m0, mlim, k0, klim);
-    moe_tc_load(Bs, B, ldb, bkc, n0, nlim, k0, klim);
+  int nk = (klim + MOE_TC_K - 1) / MOE_TC_K;
+  for (int kt = -1; kt < nk; kt++) {
+    if (kt + 1 < nk) { /* stage kt + 1 in flight while stage kt is multiplied */
+      int st = (kt + 1) & 1, k0 = (kt + 1) * MOE_TC_K;
+      if (MODE == 2) moe_tc_load_kr(As[st], A, lda, k0, klim, m0, mlim);
+      else moe_tc_load_rk(As[st], A, lda, m0, mlim, k0, klim);
+      if (MODE == 0) moe_tc_load_rk(Bs[st], B, ldb, n0, nlim, k0, klim);
+      else moe_tc_load_kr(Bs[st], B, ldb, k0, klim, n0, nlim);
+    }
     cp_async_commit();
-    cp_async_wait<0>();
+    if (kt < 0) continue;
+    cp_async_wait<1>();
     __syncthreads();
-    warp_mma_nt_m<2, 2, 8>(c, As + (warp % 4) * 32 * MOE_TC_LD, MOE_TC_LD, Bs + (warp / 4) * 64 * MOE_TC_LD, MOE_TC_LD);
+    const bf16 *as = As[kt & 1], *bs = Bs[kt & 1];
+    if (MODE == 0) {
+      warp_mma_nt_m<2, 2, 8>(c, as + wm * 32 * MOE_TC_LDK, MOE_TC_LDK, bs + wn * 64 * MOE_TC_LDK, MOE_TC_LDK);
+    } else {
+      unsigned a[2][2][4];
+      if (MODE == 1) warp_load_afrag<2, 2>(a, as + wm * 32 * MOE_TC_LDK, MOE_TC_LDK);
+      else warp_load_afrag_trans<2, 2>(a, as + wm * 32, MOE_TC_LDR);
+      warp_mma_rr_m<2, 2, 8>(c, a, bs + wn * 64, MOE_TC_LDR);
+    }
     __syncthreads();
   }
 }
 
 // The accumulator layout (mma.cuh): c[mt][nt] = rows g, g + 8 of m-tile mt, columns 2q, 2q + 1 of
-// n-tile nt. fn(row, col, value) for each element inside (mlim, nlim).
-#define MOE_TC_EPILOGUE(c, mlim, nlim, STORE)                                                         \
+// n-tile nt. STORE(row, col, value) for each element inside (mlim, nlim).
+#define MOE_TC_EPILOGUE(c, m0, n0, mlim, nlim, STORE)                                                 \
   do {                                                                                               \
     int lane_ = threadIdx.x % STEPC_WARP, w_ = threadIdx.x / STEPC_WARP;                             \
     for (int mt = 0; mt < 2; mt++)                                                                   \
       for (int nt = 0; nt < 8; nt++)                                                                 \
         for (int h = 0; h < 4; h++) {                                                                \
-          int row = blockIdx.y * MOE_TC + (w_ % 4) * 32 + mt * 16 + lane_ / 4 + (h / 2) * 8;         \
-          int col = blockIdx.x * MOE_TC + (w_ / 4) * 64 + nt * 8 + (lane_ % 4) * 2 + h % 2;          \
+          int row = (m0) + (w_ % 4) * 32 + mt * 16 + lane_ / 4 + (h / 2) * 8;                       \
+          int col = (n0) + (w_ / 4) * 64 + nt * 8 + (lane_ % 4) * 2 + h % 2;                         \
           if (row < (mlim) && col < (nlim)) STORE(row, col, c[mt][nt][h]);                           \
         }                                                                                            \
   } while (0)
 
-// GROUPED_LINEAR: y = x W_e^T over expert blockIdx.z's rows. grid (ceil(Nout/128), ceil(N/128), E).
-extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K) {
-  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
-  if ((int)blockIdx.y * MOE_TC >= nrows) return;  // past this expert's count
+// Row tile blockIdx.y of the flattened (expert, tile) list: the expert e and its first row tile
+// row; false past the last expert's tiles.
+__device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, int* rows0, int* nrows, int* m0) {
+  int t = blockIdx.y;
+  for (int x = 0; x < E; x++) {
+    int n = seg[2 * x + 1], tiles = (n + MOE_TC - 1) / MOE_TC;
+    if (t < tiles) {
+      *e = x, *rows0 = seg[2 * x], *nrows = n, *m0 = t * MOE_TC;
+      return true;
+    }
+    t -= tiles;
+  }
+  return false;
+}
+
+// GROUPED_LINEAR: y = x W_e^T. grid (ceil(Nout/128), ceil(N/128) + E).
+extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K,
+                                                     int E) {
+  int e, rows0, nrows, m0;
+  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
   float c[2][8][4];
-  moe_tc_tile(c, x + (long)rows0 * K, K, 1, nrows, W + (long)e * Nout * K, K, 1, Nout, K);
+  int n0 = blockIdx.x * MOE_TC;
+  moe_tc_tile<0>(c, x + (long)rows0 * K, K, nrows, W + (long)e * Nout * K, K, Nout, K, m0, n0);
   bf16* out = y + (long)rows0 * Nout;
 #define ST(r, q, v) out[(long)(r) * Nout + (q)] = f32_to_bf16(v)
-  MOE_TC_EPILOGUE(c, nrows, Nout, ST);
+  MOE_TC_EPILOGUE(c, m0, n0, nrows, Nout, ST);
 #undef ST
 }
 
-// GROUPED_LINEAR_DGRAD: dx = dy W_e. grid (ceil(K/128), ceil(N/128), E).
-extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K) {
-  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
-  if ((int)blockIdx.y * MOE_TC >= nrows) return;
+// GROUPED_LINEAR_DGRAD: dx = dy W_e. grid (ceil(K/128), ceil(N/128) + E).
+extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K,
+                                                   int E) {
+  int e, rows0, nrows, m0;
+  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
   float c[2][8][4];
-  moe_tc_tile(c, dy + (long)rows0 * Nout, Nout, 1, nrows, W + (long)e * Nout * K, K, 0, K, Nout);
+  int n0 = blockIdx.x * MOE_TC;
+  moe_tc_tile<1>(c, dy + (long)rows0 * Nout, Nout, nrows, W + (long)e * Nout * K, K, K, Nout, m0, n0);
   bf16* out = dx + (long)rows0 * K;
 #define ST(r, q, v) out[(long)(r) * K + (q)] = f32_to_bf16(v)
-  MOE_TC_EPILOGUE(c, nrows, K, ST);
+  MOE_TC_EPILOGUE(c, m0, n0, nrows, K, ST);
 #undef ST
 }
 
@@ -452,9 +490,9 @@ extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, con
 // grid (ceil(K/128), ceil(Nout/128), E).
 extern "C" __global__ void grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg,
                                                    int Nout, int K) {
-  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC, n0 = blockIdx.x * MOE_TC;
   float c[2][8][4];
-  moe_tc_tile(c, dy + (long)rows0 * Nout, Nout, 0, Nout, x + (long)rows0 * K, K, 0, K, nrows);
+  moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
   long base = (long)e * Nout * K;
 #define ST(r, q, v)                                           \
   do {                                                        \
@@ -462,7 +500,7 @@ extern "C" __global__ void grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, con
     if (dw) dw[at_] = f32_to_bf16(v);                         \
     else acc_f32[at_] += (v);                                 \
   } while (0)
-  MOE_TC_EPILOGUE(c, Nout, K, ST);
+  MOE_TC_EPILOGUE(c, m0, n0, Nout, K, ST);
 #undef ST
 }
 

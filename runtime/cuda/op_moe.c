@@ -196,9 +196,12 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   int Nout = (int)w->shape[1], K = (int)w->shape[2];
   if (may_leave_rows(x, op->in[2]) && zero(x, op, 0)) return RT_ERROR;
   CUdeviceptr out = rt_out(x, op, 0), in = rt_in(x, op, 0), wp = rt_in(x, op, 1), seg = rt_in(x, op, 2);
-  if (use_tc(Nout, K))
-    return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(
-        x->d, tc_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]), 256, 0, out, in, wp, seg, Nout, K);
+  if (use_tc(Nout, K)) { /* row tiles: the static bound ceil(N/128) + E of the experts' tiles */
+    int64_t E = w->shape[0];
+    RtDim g = rt_dim((unsigned)(((dgrad ? K : Nout) + MOE_TC - 1) / MOE_TC), (unsigned)((a->shape[0] + MOE_TC - 1) / MOE_TC + E), 1);
+    return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(x->d, g, 256, 0, out, in, wp, seg,
+                                                                                           Nout, K, (int)E);
+  }
   RtDim grid = group_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]);
   return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out, in, wp, seg, Nout,
                                                                                      K);
