@@ -13,6 +13,12 @@ d->class_scale[COST_ATTN_FWD] = 2.374;
 d->class_scale[COST_ATTN_BWD] = 3.567;
 d->class_scale[COST_ATTN_FWD_CUDNN] = 1.168;
 d->class_scale[COST_ATTN_BWD_CUDNN] = 1.495;
+/* MoE (models/moonlight_mha_7l.lua and moonlight_16b with 7 layers, profiled 2026-12-01,
+ * bench/logs/2026-12-01-moe-profile/ and -moe-tc2/): stepc's tensor-core grouped GEMMs at 5.7x the
+ * GEMM roofline (~120 TFLOP/s), the routing ops (top-k, dispatch, permute, MLA head split/concat)
+ * at 7.1 / 7.4x their DRAM roofline. */
+d->class_scale[COST_GROUPED_GEMM] = 5.73;
+d->class_scale[COST_MOE_ROUTING] = 7.27;
 d->class_scale[COST_NORM] = 2.374;
 d->class_scale[COST_ACTIVATION] = 1.274;
 d->class_scale[COST_ROPE_QKV] = 3.542;
