@@ -108,6 +108,7 @@ run moe_recompute_unfused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16
 FUSED_DET="model.attention_backend=fused model.deterministic_mode=true"
 run moe_replay_fused $STEP replay $MOE 6 model.bf16=true $FUSED_DET
 run moe_recompute_fused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true $FUSED_DET
+run moe_train_gpl3 $STEP train $MOE 200 tests/gpu/data/tiny_mla_moe_gpl3_200.cpu.json model.bf16=true data.mock=false data.path=$GPL3
 run moe_cli_eager $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
