@@ -458,32 +458,31 @@ __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, i
   return false;
 }
 
-// GROUPED_LINEAR: y = x W_e^T. grid (ceil(Nout/128), ceil(N/128) + E).
-extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K,
-                                                     int E) {
+// The row-tiled products: forward (MODE 0) out = in W_e^T, in (N, K), out (N, Nout); dgrad (MODE 1)
+// out = in W_e, in (N, Nout), out (N, K). grid (ceil(out width / 128), ceil(N/128) + E).
+template <int MODE>
+__device__ __forceinline__ void moe_tc_rows(bf16* out, const bf16* in, const bf16* W, const int* seg, int Nout, int K, int E) {
   int e, rows0, nrows, m0;
   if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
+  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC;
   float c[2][8][4];
-  int n0 = blockIdx.x * MOE_TC;
-  moe_tc_tile<0>(c, x + (long)rows0 * K, K, nrows, W + (long)e * Nout * K, K, Nout, K, m0, n0);
-  bf16* out = y + (long)rows0 * Nout;
-#define ST(r, q, v) out[(long)(r) * Nout + (q)] = f32_to_bf16(v)
-  MOE_TC_EPILOGUE(c, m0, n0, nrows, Nout, ST);
+  moe_tc_tile<MODE>(c, in + (long)rows0 * kin, kin, nrows, W + (long)e * Nout * K, K, cols, kin, m0, n0);
+  bf16* o = out + (long)rows0 * cols;
+#define ST(r, q, v) o[(long)(r) * cols + (q)] = f32_to_bf16(v)
+  MOE_TC_EPILOGUE(c, m0, n0, nrows, cols, ST);
 #undef ST
 }
 
-// GROUPED_LINEAR_DGRAD: dx = dy W_e. grid (ceil(K/128), ceil(N/128) + E).
+// GROUPED_LINEAR: y = x W_e^T over each expert's rows.
+extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K,
+                                                     int E) {
+  moe_tc_rows<0>(y, x, W, seg, Nout, K, E);
+}
+
+// GROUPED_LINEAR_DGRAD: dx = dy W_e over each expert's rows.
 extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K,
                                                    int E) {
-  int e, rows0, nrows, m0;
-  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
-  float c[2][8][4];
-  int n0 = blockIdx.x * MOE_TC;
-  moe_tc_tile<1>(c, dy + (long)rows0 * Nout, Nout, nrows, W + (long)e * Nout * K, K, K, Nout, m0, n0);
-  bf16* out = dx + (long)rows0 * K;
-#define ST(r, q, v) out[(long)(r) * K + (q)] = f32_to_bf16(v)
-  MOE_TC_EPILOGUE(c, m0, n0, nrows, K, ST);
-#undef ST
+  moe_tc_rows<1>(dx, dy, W, seg, Nout, K, E);
 }
 
 // GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
