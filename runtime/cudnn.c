@@ -85,22 +85,23 @@ static int dnn_open(RtDevice *d) {
   if (!n->lib) {
     const char *e = dlerror();
     free(n);
-    return rt_fail(d, "model.attention_backend=fused needs cuDNN %d (dlopen %s: %s); use attention_backend=flash or install "
-                      "cuDNN %d",
-                   CUDNN_MAJOR, soname, e ? e : "not found", CUDNN_MAJOR);
+    rt_fail(d, "model.attention_backend=fused needs cuDNN %d (dlopen %s: %s); use attention_backend=flash or install cuDNN %d",
+            CUDNN_MAJOR, soname, e ? e : "not found", CUDNN_MAJOR);
+    return RT_UNSUPPORTED;
   }
 #define RT_DNLOAD(f)                                                                                        \
   if (!(n->f = (__typeof__(&f))dlsym(n->lib, RT_XSTR(f)))) {                                                \
     dlclose(n->lib);                                                                                        \
     free(n);                                                                                                \
-    return rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));                                                   \
+    rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));                                                          \
+    return RT_UNSUPPORTED;                                                                                  \
   }
   RT_DNN_FUNCS(RT_DNLOAD)
 #undef RT_DNLOAD
   *(void **)&n->last_error = dlsym(n->lib, "cudnnGetLastErrorString");
   n->version = n->cudnnGetVersion();
   d->dnn = n;
-  if (n->version < 90000) return rt_fail(d, "cuDNN %zu is too old: fused attention needs cuDNN 9", n->version);
+  if (n->version < 90000) return rt_fail(d, "cuDNN %zu is too old: fused attention needs cuDNN 9", n->version), RT_UNSUPPORTED;
   if (dnn_check(d, n->cudnnCreate(&n->h), "create")) return RT_ERROR;
   return dnn_check(d, n->cudnnSetStream(n->h, (cudaStream_t)d->stream), "set stream");
 }
@@ -459,10 +460,11 @@ static int pick_plan(Build *b, cudnnBackendDescriptor_t graph, const RtSdpa *s, 
       return RT_OK;
     }
   }
-  return rt_fail(b->d, "cuDNN %zu has no engine for this %s attention (B %lld, T %lld, H %lld, G %lld, head dims %lld/%lld%s)%s%s",
+  rt_fail(b->d, "cuDNN %zu has no engine for this %s attention (B %lld, T %lld, H %lld, G %lld, head dims %lld/%lld%s)%s%s",
                  n->version, s->bwd ? "backward" : "forward", (long long)s->b, (long long)s->t, (long long)s->h, (long long)s->g,
                  (long long)s->dqk, (long long)s->dv, s->deterministic ? ", deterministic" : "", tried[0] ? "; engines tried: " : "",
                  tried);
+  return RT_UNSUPPORTED;
 }
 
 static RtSdpa shape_key(const RtSdpa *s) {
@@ -487,16 +489,18 @@ static SdpaPlan *find_plan(RtDnn *n, const RtSdpa *key) {
 static int check_shape(RtDevice *d, const RtSdpa *s) {
   if (s->b < 1 || s->t < 1 || s->h < 1 || s->g < 1 || s->h % s->g)
     return rt_fail(d, "fused attention: B %lld, T %lld, H %lld, G %lld (H must be a multiple of G)", (long long)s->b,
-                   (long long)s->t, (long long)s->h, (long long)s->g);
+                   (long long)s->t, (long long)s->h, (long long)s->g), RT_UNSUPPORTED;
   if (s->dqk % 8 || s->dv % 8 || s->dqk > 256 || s->dv > 256)
     return rt_fail(d, "fused attention: head dims %lld/%lld (cuDNN takes multiples of 8 up to 256)", (long long)s->dqk,
-                   (long long)s->dv);
+                   (long long)s->dv), RT_UNSUPPORTED;
   return RT_OK;
 }
 
 int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s) {
   if (d->rec) return RT_OK; /* a recording device: nothing to build */
-  if (check_shape(d, s) || dnn_open(d)) return RT_ERROR;
+  int rc0 = check_shape(d, s);
+  if (rc0 == RT_OK) rc0 = dnn_open(d);
+  if (rc0) return rc0;
   RtDnn *n = d->dnn;
   RtSdpa key = shape_key(s);
   SdpaPlan *p = find_plan(n, &key);

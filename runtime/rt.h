@@ -223,7 +223,8 @@ typedef struct {
 #undef RT_SF_F
 } RtSdpa;
 /* Loads cuDNN (first call), builds and caches the plan of s's shape and grows the workspace; the
- * executor calls it at open for every fused attention so that no plan is built during capture. */
+ * executor calls it at open for every fused attention so that no plan is built during capture.
+ * RT_UNSUPPORTED: no cuDNN 9 here, a shape cuDNN does not take, or no engine for it. */
 int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s);
 int rt_sdpa_run(RtDevice *d, const RtSdpa *s);
 size_t rt_sdpa_workspace_bytes(const RtDevice *d); /* the workspace allocation (0 before any) */

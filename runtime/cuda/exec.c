@@ -366,7 +366,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     rt_exec_free(x);
     return NULL;
   }
-  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || write_tables(x) || rt_attn_resolve(x)) {
+  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || write_tables(x) || rt_attn_resolve(x, unsupported)) {
     rt_exec_free(x);
     return NULL;
   }

@@ -65,7 +65,7 @@ struct RtExec {
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
 
-int rt_attn_resolve(RtExec *x);
+int rt_attn_resolve(RtExec *x, int *unsupported);
 
 /* The dispatch table rows, one family per file. */
 int rt_op_add(RtExec *x, const Op *op);

@@ -43,7 +43,7 @@ static int is_attention(OpKind k) {
 /* Decides each attention op's kernels (x->attn_cudnn) and builds its cuDNN plan, so that no plan
  * is built inside a capture: fused = cuDNN or a clear error; auto = cuDNN when it loads and has an
  * engine for the shape, else stepc's flash kernels; flash = flash. */
-int rt_attn_resolve(RtExec *x) {
+int rt_attn_resolve(RtExec *x, int *unsupported) {
   for (int o = 0; o < x->g->nop; o++) {
     const Op *op = &x->g->op[o];
     if (!is_attention(op->kind) || op->a.i[2] == ATTN_IMPL_FLASH) continue;
@@ -52,8 +52,12 @@ int rt_attn_resolve(RtExec *x) {
     AttnDims a;
     if (attn_dims(x, op, bwd, &a)) return RT_ERROR;
     RtSdpa s = sdpa_call(x, op, bwd, &a);
-    if (rt_sdpa_prepare(x->d, &s) == RT_OK) continue;
-    if (op->a.i[2] != ATTN_IMPL_AUTO || a.Dv != a.D) return RT_ERROR;
+    int rc = rt_sdpa_prepare(x->d, &s);
+    if (rc == RT_OK) continue;
+    if (op->a.i[2] != ATTN_IMPL_AUTO || a.Dv != a.D || rc != RT_UNSUPPORTED) {
+      *unsupported = rc == RT_UNSUPPORTED;
+      return RT_ERROR;
+    }
     rt_clear_error(x->d); /* auto: stepc's own kernels instead */
     x->attn_cudnn[o] = 0;
   }
