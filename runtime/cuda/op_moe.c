@@ -4,7 +4,8 @@
  * experts (not a causal attention softmax). Kernels in kernels/moe.cuh.
  *
  * Capturable: the dispatch writes the per-expert segments on the device and the grouped GEMMs
- * read them there; their grids are the static bound (every row of the permuted buffer for every
+ * read them there; their grids are static bounds (the tensor-core forward/dgrad: ceil(N/128) + E
+ * row tiles, each block finding its expert; the others every row of the permuted buffer for every
  * expert), blocks past an expert's count return at once. Where capacity can leave rows of the
  * permuted buffer empty, the buffer is zeroed first (a memset in the stream), as the CPU
  * reference's rows are. Deterministic: every sum in a fixed order (kernels/moe.cuh). */
