@@ -27,8 +27,9 @@
  *   fp8         with model.fp8 set, what Transformer Engine keeps (fp8_scan below): each linear of
  *               a transformer layer saves its input for the wgrad as an fp8 copy (1 byte), and the
  *               bf16 tensor dies after its last forward reader unless another backward op reads
- *               it too; each such linear's weight has a cached fp8 copy and transpose (2 bytes
- *               per element) for the whole step.
+ *               it too; each such linear's weight has an fp8 copy and transpose (2 bytes per
+ *               element) for the whole step, beside the bf16 param or, with model.fp8_param,
+ *               instead of it (fp8_weight_bytes).
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <math.h>
@@ -151,6 +152,24 @@ static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *
       continue;
     for (int j = 0; j < op->nin; j++) u[op->in[j]].keep16 = true;
   }
+}
+
+/* Bytes per element an fp8 linear's weight adds to (or, with fp8 primary weights, holds instead
+ * of) its bf16 param; one place for TE's weight copies:
+ *   cached      without fp8_param, TE quantizes the bf16 weight once per step and caches the fp8
+ *               copy and, on Hopper, its transpose for the dgrad (linear.py, _Linear.forward:
+ *               quantize_weight with cache_name "weight" while Megatron passes
+ *               is_first_microbatch): 2 bytes on top of the bf16 param.
+ *   fp8_param   with fp8 primary weights (Megatron's fp8_param, set by Bridge's fp8_param_gather;
+ *               TE's quantized_model_init) the param itself is a Float8Tensor: 1 byte of data in
+ *               the DDP buffer, whose transpose TE builds on the param for the dgrad (linear.py,
+ *               backward: weight_fp8.update_usage(columnwise_usage=True)) and keeps: 2 bytes in
+ *               all, in place of the bf16 param. The gradient buffer keeps the param's nominal
+ *               dtype (bf16) and the distributed optimizer an fp32 master (distrib_optimizer.py,
+ *               _build_model_and_main_param_groups), so elem_bytes is unchanged for them. */
+static double fp8_weight_bytes(const Lay *L, double bf16_bytes) {
+  double fp8_and_transpose = bf16_bytes; /* numel x (1 byte of data + 1 of transpose) */
+  return L->s->model.fp8_param ? fp8_and_transpose : bf16_bytes + fp8_and_transpose;
 }
 
 /* Which stage holds layer l. */
@@ -312,8 +331,8 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
       double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
       if (role == ROLE_PARAM) {
-        r->weights += b, r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
-        if (fp8 && f8w[t]) r->weights += 2 * b / elem_bytes(&L, x); /* fp8 copy + transpose */
+        r->weights += fp8 && f8w[t] ? fp8_weight_bytes(&L, b) : b;
+        r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
       }
       else if (role == ROLE_GRAD) r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) r->optimizer += b;

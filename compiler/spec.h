@@ -83,6 +83,8 @@
   X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                        \
   X(fp8, STR, "null", MC, "e4m3|hybrid", "fp8 format; null means no fp8")                            \
   X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom", "fp8 scaling recipe") \
+  X(fp8_param, BOOL, "false", MC, "",                                                               \
+    "fp8 primary weights (Bridge's fp8_param_gather): the layer linears' params are TE fp8 tensors") \
   X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")    \
   X(recompute_method, STR, "null", MC, "uniform|block", "Full recompute method")                     \
   X(recompute_num_layers, INT, "null", MC, "", "Layers per group (uniform) or recomputed layers (block)") \

@@ -29,4 +29,9 @@ cfg.train.micro_batch_size = 1
 cfg.train.global_batch_size = 32
 cfg.train.world_size = 32
 cfg.optimizer.use_distributed_optimizer = true
+-- Precision as Megatron-Bridge's llama3_70b_sft_32gpu_h100_fp8cs_config
+-- (perf_recipes/llama/h100/llama3.py): a bf16 gradient buffer (grad_reduce_in_fp32 = False) and
+-- bf16_with_fp8_current_scaling_mixed's fp8_param_gather = True, i.e. fp8 primary weights.
+cfg.model.fp8_param = true
+cfg.ddp = { grad_reduce_in_fp32 = false }
 return cfg

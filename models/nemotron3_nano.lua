@@ -49,5 +49,10 @@ return {
   train = { micro_batch_size = 1, global_batch_size = 16, train_iters = 12, seed = 1234, world_size = 16 },
   optimizer = { lr = 3e-4, min_lr = 3e-5, weight_decay = 0.1, adam_beta1 = 0.9, adam_beta2 = 0.95,
                 adam_eps = 1e-8, clip_grad = 1.0, use_distributed_optimizer = true },
+  -- Bridge's nemotron_3_nano_pretrain_16gpu_h100_bf16_config (perf_recipes/nemotronh/h100/
+  -- nemotronh.py), the guide's "native 16-GPU BF16 perf recipe": _perf_precision("bf16") sets
+  -- grad_reduce_in_fp32 = False (a bf16 gradient buffer); _apply_nemotron_3_nano_perf_defaults
+  -- keeps fp32 masters and moments.
+  ddp = { grad_reduce_in_fp32 = false },
   data = {}, -- mock tokens from train.seed; data.path=FILE trains on a text file instead
 }
