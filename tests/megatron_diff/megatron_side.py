@@ -205,10 +205,10 @@ def build_checks(f, cfg):
         if tp > 1 and not cfg.sequence_parallel:
             return "moe: tensor parallelism without sequence_parallel"
     # training/utils.py get_batch_on_this_cp_rank: the sequence is viewed as 2*cp chunks.
-    if cp > 1 and cfg.seq_length % (2 * cp):
+    if cp > 1 and f["seq_length"] % (2 * cp):
         return "get_batch_on_this_cp_rank: seq_length % (2*cp)"
     # scatter_to_sequence_parallel_region: tokens split over TP.
-    if cfg.sequence_parallel and (cfg.seq_length // cp) % tp:
+    if cfg.sequence_parallel and (f["seq_length"] // cp) % tp:
         return "sequence parallel: seq_length/cp % tp"
     # global batch: whole micro-batches per step (validate_args checks the same; kept for safety).
     return None
