@@ -1,6 +1,7 @@
 /* validate_parallel.c — parallel sizes that must divide (STEPC-2..12, 26, 27), the optimizer's
- * precision fields (STEPC-45) and the MoE
- * expert-parallel and overlap rules (docs/megatron-rules.md §1.H–I; MCORE-62, 63, 68).
+ * precision fields (STEPC-45), the MoE
+ * expert-parallel and overlap rules (docs/megatron-rules.md §1.H–I; MCORE-62, 63, 68) and the MoE
+ * capacity and padding fields (STEPC-46..48).
  *
  * Megatron checks most divisions with `divide()` asserts deep inside module construction; stepc
  * checks them up front, naming the field. */
@@ -25,13 +26,16 @@ static void check_tensor_parallel(VCtx *v) {
               "%s of %lld", tp_hint, (long long)m->num_attention_heads);
   int64_t g = spec_num_query_groups(s);
   if (!m->multi_latent_attention) {
-    if (g % tp)
+    /* Fewer key/value heads than TP ranks is legal: Megatron's Attention gives each rank one
+     * replicated kv head (attention.py, num_query_groups < world_size), which needs the ranks to
+     * share the heads evenly. */
+    if (g >= tp ? g % tp : tp % g)
       diag_hint(
-          v_error(
-              v, "STEPC-3", v_pick(v, SPEC_F_model_num_query_groups, F_TP),
-              "num_query_groups=%lld (key/value heads) is not divisible by tensor_model_parallel_size=%lld",
-              (long long)g, (long long)tp),
-          "%s of %lld, or change model.num_query_groups", tp_hint, (long long)g);
+          v_error(v, "STEPC-3", v_pick(v, SPEC_F_model_num_query_groups, F_TP),
+                  "num_query_groups=%lld (key/value heads) and tensor_model_parallel_size=%lld: neither "
+                  "divides the other, so the key/value heads can be neither split nor replicated evenly",
+                  (long long)g, (long long)tp),
+          "%s or multiples of %lld, or change model.num_query_groups", tp_hint, (long long)g);
     if (g > m->num_attention_heads || m->num_attention_heads % g)
       diag_hint(
           v_error(v, "STEPC-4", SPEC_F_model_num_query_groups,
@@ -178,6 +182,35 @@ static void ep_overlap_needs(VCtx *v, bool ok, const char *what, const char *hin
               "%s", hint);
 }
 
+/* STEPC-46..48: TransformerConfig.__post_init__'s MoE capacity and padding checks, which the notes'
+ * numbering does not list (found by tests/megatron_diff). */
+static void check_moe_padding(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = M(s);
+  if (!spec_is_moe(s))
+    return;
+  if (m->moe_pad_expert_input_to_capacity && !s->present[SPEC_F_model_moe_expert_capacity_factor])
+    diag_hint(v_error(v, "STEPC-46", SPEC_F_model_moe_pad_expert_input_to_capacity,
+                      "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor: there is no "
+                      "capacity to pad to"),
+              "set model.moe_expert_capacity_factor (e.g. 1.0), or drop moe_pad_expert_input_to_capacity");
+  if (m->moe_pad_expert_input_to_capacity && v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "flex"))
+    diag_hint(v_error(v, "STEPC-47", SPEC_F_model_moe_pad_expert_input_to_capacity,
+                      "the flex token dispatcher's default backend (DeepEP) does not pad experts to "
+                      "capacity (moe_pad_expert_input_to_capacity)"),
+              "set model.moe_token_dispatcher_type=alltoall, or drop moe_pad_expert_input_to_capacity");
+  if (m->moe_router_padding_for_fp8) {
+    if (!s->present[SPEC_F_model_fp8])
+      diag_hint(v_error(v, "STEPC-48", SPEC_F_model_moe_router_padding_for_fp8,
+                        "moe_router_padding_for_fp8 pads the routing map for fp8 GEMMs, but fp8 is off"),
+                "set model.fp8, or drop moe_router_padding_for_fp8");
+    if (v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "allgather"))
+      diag_hint(v_error(v, "STEPC-48", SPEC_F_model_moe_router_padding_for_fp8,
+                        "the allgather token dispatcher does not support moe_router_padding_for_fp8"),
+                "set model.moe_token_dispatcher_type=alltoall, or drop moe_router_padding_for_fp8");
+  }
+}
+
 /* MCORE-62, MCORE-63, MCORE-68. */
 static void check_moe_parallel(VCtx *v) {
   const Spec *s = v->s;
@@ -260,4 +293,5 @@ void validate_parallel(VCtx *v) {
   check_tensor_parallel(v);
   check_layout(v);
   check_moe_parallel(v);
+  check_moe_padding(v);
 }

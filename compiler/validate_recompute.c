@@ -175,14 +175,16 @@ static void check_offloading(VCtx *v) {
   const SpecModel *m = &s->model;
   const int F = SPEC_F_model_cpu_offloading;
   if (!m->cpu_offloading) {
-    if (m->cpu_offloading_num_layers > 0)
-      diag_hint(
-          v_warn(v, "STEPC-25", SPEC_F_model_cpu_offloading_num_layers,
-                 "cpu_offloading_num_layers=%lld is ignored because cpu_offloading is false (Megatron-LM's "
-                 "command line would turn offloading on)",
-                 (long long)m->cpu_offloading_num_layers),
-          "set model.cpu_offloading=true, or drop cpu_offloading_num_layers");
-    return;
+    if (m->cpu_offloading_num_layers <= 0)
+      return;
+    /* Megatron-LM's validate_args turns offloading on from the layer count, then
+     * TransformerConfig applies the offloading rules below; stepc normalizes the same way. */
+    diag_hint(v_warn(v, "STEPC-25", SPEC_F_model_cpu_offloading_num_layers,
+                     "cpu_offloading_num_layers=%lld turns cpu_offloading on (as Megatron-LM's command "
+                     "line does)",
+                     (long long)m->cpu_offloading_num_layers),
+              "set model.cpu_offloading=true to say so, or drop cpu_offloading_num_layers");
+    v->s->model.cpu_offloading = true;
   }
   if (m->cpu_offloading_num_layers >= m->num_layers)
     diag_hint(v_error(v, "MCORE-34", SPEC_F_model_cpu_offloading_num_layers,
