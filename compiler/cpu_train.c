@@ -5,6 +5,7 @@
  * every freed arena range poisoned between its last use and its reuse (runtime/cpu/program.c). One step: for
  * each micro-batch the micro program (forward, backward with replays; main gradients accumulate),
  * then the tail (reduction, clipping, AdamW, zeroing). The RNG key is (train.seed, step, micro). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,14 +113,18 @@ void cpu_trainer_free(CpuTrainer *tr) {
 
 /* ---- gradient check ---- */
 
-static double rel_err(double fd, double an) {
+/* Relative error of fd against an; below `floor` both count as zero. */
+static double rel_err(double fd, double an, double floor) {
   double den = fabs(fd) > fabs(an) ? fabs(fd) : fabs(an);
-  return den < 1e-12 ? 0.0 : fabs(fd - an) / den; /* both zero (to round-off): agree */
+  return den < floor ? 0.0 : fabs(fd - an) / den; /* both zero (to round-off): agree */
 }
 
-/* Central difference of the objective along u (u NULL: along element j alone), step h. */
+/* Central difference of the objective along u (u NULL: along element j alone), step h; *noise gets
+ * the round-off the difference carries: 64 ulps of the objective over the step (a derivative
+ * smaller than that cannot be measured, e.g. a router weight's ~1e-18 against fd's ~1e-10 noise on
+ * a loss of 20 at h = 1e-5). */
 static double central(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j, double h,
-                      double (*objective)(CpuExec *e, void *ctx), void *ctx) {
+                      double (*objective)(CpuExec *e, void *ctx), void *ctx, double *noise) {
   double f[2];
   for (int s = 0; s < 2; s++) {
     double step = s ? -h : h;
@@ -131,6 +136,8 @@ static double central(CpuExec *e, int p, int64_t numel, const double *p0, const 
   if (u)
     for (int64_t i = 0; i < numel; i++) cpu_exec_set(e, p, i, p0[i]);
   else cpu_exec_set(e, p, j, p0[j]);
+  double fmag = fabs(f[0]) > fabs(f[1]) ? fabs(f[0]) : fabs(f[1]);
+  *noise = fmax(1e-12, 64 * DBL_EPSILON * fmag / h);
   return (f[0] - f[1]) / (2 * h);
 }
 
@@ -141,10 +148,11 @@ static double central(CpuExec *e, int p, int64_t numel, const double *p0, const 
  * it. A wrong gradient rule disagrees at every step, so keeping the best cannot hide one. */
 static double check_fd(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j, double h,
                        double an, double (*objective)(CpuExec *e, void *ctx), void *ctx, double *fd) {
-  *fd = central(e, p, numel, p0, u, j, h, objective, ctx);
-  double re = rel_err(*fd, an);
+  double noise;
+  *fd = central(e, p, numel, p0, u, j, h, objective, ctx, &noise);
+  double re = rel_err(*fd, an, noise);
   for (double hh = h / 10; re > GRADCHECK_TOL / 10 && hh >= h / 100 * 0.999; hh /= 10) {
-    double f2 = central(e, p, numel, p0, u, j, hh, objective, ctx), r2 = rel_err(f2, an);
+    double f2 = central(e, p, numel, p0, u, j, hh, objective, ctx, &noise), r2 = rel_err(f2, an, noise);
     if (r2 < re) re = r2, *fd = f2;
   }
   return re;
