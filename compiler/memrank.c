@@ -30,6 +30,8 @@
  *               it too; each such linear's weight has an fp8 copy and transpose (2 bytes per
  *               element) for the whole step, beside the bf16 param or, with model.fp8_param,
  *               instead of it (fp8_weight_bytes).
+ *   loss        Megatron's cross entropy keeps an fp32 tensor of the logits' shape from the loss's
+ *               forward to its backward, on the last stage (megatron_loss_bytes).
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <math.h>
@@ -251,6 +253,46 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
   return f;
 }
 
+/* What Megatron's loss holds beyond stepc's own, on the stage with the output layer: an fp32
+ * tensor of the logits' shape (per rank: tokens x vocab / TP, over CP) from the loss's forward to
+ * the start of its backward; *from and *to get those program points. Every loss path Megatron
+ * has keeps one (GPTModel / MambaModel -> LanguageModule.compute_language_model_loss, at Megatron-LM
+ * d98e8a64dd and TE e7c550c5, the revision the guide's Bridge pins):
+ *   te        cross_entropy_loss_fusion with cross_entropy_fusion_impl "te": TE's
+ *             parallel_cross_entropy computes the gradient in forward
+ *             (transformer_engine/pytorch/triton/cross_entropy.py, cross_entropy_forward:
+ *             grad_input = torch.empty_like(_input, dtype=torch.float32)) and saves it for
+ *             backward (cross_entropy.py, CrossEntropyFunction: ctx.save_for_backward(grad_input)),
+ *             which returns it as the logits' gradient; autograd casts it to the logits' bf16.
+ *   native    the fused Megatron path (fusions/fused_cross_entropy.py): calculate_logits_max takes
+ *             vocab_parallel_logits.float(), the rest works in place on that copy and saves it as
+ *             the softmax (ctx.save_for_backward(exp_logits, ...)); backward turns it into the
+ *             gradient in place and casts to bf16 (calculate_gradients: .to(torch.bfloat16)).
+ *   unfused   tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy: the same .float() copy
+ *             and the same saved softmax.
+ * So the two fields decide only small transients (TE's gathered (max, sum, target) rows; the
+ * native path's compiled kernels), not this buffer. The bf16 logits themselves (alive from the
+ * output layer to the end of the loss's forward) and the bf16 gradient (from the cast through the
+ * output layer's backward) are what stepc's own plan already holds as its logits, which its loss
+ * backward overwrites in place (fuse.c); its log-sum-exp is Megatron's (max, sum) rows. The last
+ * stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is not
+ * multiplied by the micro-batches in flight. Returns its bytes, 0 when the graph has no loss. Not
+ * applied to a one-GPU layout, whose report is stepc's own step (plan.activations). */
+static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_t *tp_split, int *from, int *to) {
+  const Graph *g = L->g;
+  int logits = -1;
+  *from = *to = -1;
+  for (int i = 0, q = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    if (op->kind == OP_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD) logits = op->in[0], *from = q;
+    else if (*from >= 0 && *to < 0 && op->tags.phase == IR_PHASE_BACKWARD) *to = q;
+    q++;
+  }
+  if (logits < 0 || *to < 0) return 0;
+  return (double)tensor_numel(&g->t[logits]) * 4 / shard(L, tp_split, logits);
+}
+
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
                   RankReport *rr, char *err, size_t nerr) {
   const SpecModel *m = &s->model;
@@ -304,6 +346,10 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   }
   act_tp(&L, sc, tps);
   for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
+  int loss_from = -1, loss_to = -1;
+  /* a one-GPU layout reports stepc's own step (plan.activations holds it equal to the plan) */
+  double loss_b = world > 1 ? megatron_loss_bytes(&L, sc, tps, &loss_from, &loss_to) : 0;
+  int64_t stg_loss = loss_b > 0 ? 1ll << (L.pp - 1) : 0;
   /* the last forward program point */
   int last_fwd = 0, q = 0;
   for (int i = 0; i < sc->n; i++)
@@ -364,6 +410,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
       diff[slot_start[sl]] += slot_b[sl], diff[slot_end[sl] + 1] -= slot_b[sl];
       if (slot_start[sl] <= last_fwd && slot_end[sl] > last_fwd) saved += slot_b[sl];
     }
+    if (stg_loss & (1ll << st)) diff[loss_from] += loss_b, diff[loss_to + 1] -= loss_b;
     double run = 0, peak = 0;
     for (int p = 0; p < mp->npos; p++) {
       run += diff[p];

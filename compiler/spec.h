@@ -98,7 +98,12 @@
   X(cuda_graph_modules, LIST, "[]", MC, SPEC_GRAPH_MODULES,                                          \
     "Per-layer graph scopes; [] means the whole layer")                                            \
   X(cuda_graph_warmup_steps, INT, "3", MC, "", "Eager steps before capture")                         \
-  X(check_for_nan_in_loss_and_grad, BOOL, "true", MC, "", "NaN check on loss and gradients")
+  X(check_for_nan_in_loss_and_grad, BOOL, "true", MC, "", "NaN check on loss and gradients")          \
+  X(cross_entropy_loss_fusion, BOOL, "true", MC, "",                                                \
+    "Fused vocab-parallel cross entropy (Bridge's GPTModelProvider default; Megatron's dataclass "  \
+    "default is false). Per-rank report only: every Megatron loss path keeps an fp32 logits-sized tensor") \
+  X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                     \
+    "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)")
 
 #define SPEC_TRAIN_FIELDS(X)                                                                       \
   X(micro_batch_size, INT, "1", MC, "", "Sequences per micro-batch per data-parallel rank")          \

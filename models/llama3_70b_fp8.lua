@@ -16,6 +16,9 @@ cfg.model.kv_channels = 128
 cfg.model.ffn_hidden_size = 28672
 cfg.model.seq_length = 4096
 cfg.model.share_embeddings_and_output_weights = false
+-- perf_recipes/_common.py, _benchmark_common: TE's parallel cross entropy
+cfg.model.cross_entropy_loss_fusion = true
+cfg.model.cross_entropy_fusion_impl = "te"
 cfg.model.attention_backend = "fused"
 cfg.model.fp8 = "hybrid"
 cfg.model.fp8_recipe = "tensorwise"

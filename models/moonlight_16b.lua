@@ -28,6 +28,9 @@ return {
     hidden_dropout = 0.0,
     attention_backend = "fused",
     share_embeddings_and_output_weights = false,
+    -- the Bridge recipe: TE's parallel cross entropy (an fp32 logits gradient, compiler/memrank.c)
+    cross_entropy_loss_fusion = true,
+    cross_entropy_fusion_impl = "te",
     vocab_size = 163840,
     seq_length = 4096,
     multi_latent_attention = true,

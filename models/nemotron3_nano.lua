@@ -27,6 +27,9 @@ return {
     hidden_dropout = 0.0,
     attention_backend = "fused",
     share_embeddings_and_output_weights = false,
+    -- perf_recipes/nemotronh/common.py: _benchmark_common(cfg, cross_entropy_impl="native")
+    cross_entropy_loss_fusion = true,
+    cross_entropy_fusion_impl = "native",
     vocab_size = 131072,
     seq_length = 8192,
     num_moe_experts = 128,
