@@ -14,8 +14,9 @@
  *               the rest (norms, residuals, dropouts) is split over TP only with sequence
  *               parallelism. Every activation is split over CP (its sequence dimension).
  *               Gradients of activations follow their tensor.
- *   stages      layer l sits on the pipeline stage of its virtual chunk (even split over PP x VPP
- *               chunks, chunk k on stage k mod PP); the embedding on the first stage, the final
+ *   stages      layer l sits on the pipeline stage that builds it, by Megatron's split (pipesplit.c:
+ *               even over PP x VPP chunks, or num_layers_in_first/last_pipeline_stage on the first
+ *               and last stage and the rest even); the embedding on the first stage, the final
  *               norm, output layer and loss on the last (a tied embedding on both).
  *   in flight   1F1B keeps min(PP - stage, micro-batches) micro-batches' saved activations on a
  *               stage; interleaved, (PP - stage - 1) x 2 + (VPP - 1) x PP + 1 chunk passes
@@ -40,6 +41,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "pipesplit.h"
 #include "plan.h"
 
 typedef struct {
@@ -47,6 +49,7 @@ typedef struct {
   const Spec *s;
   int tp, pp, vpp, cp, ep, etp, dp, edp, nl;
   bool sp;
+  PipeSplit split; /* which layers each stage builds */
 } Lay;
 
 static bool has(const char *name, const char *part) { return strstr(name, part) != NULL; }
@@ -174,18 +177,8 @@ static double fp8_weight_bytes(const Lay *L, double bf16_bytes) {
   return L->s->model.fp8_param ? fp8_and_transpose : bf16_bytes + fp8_and_transpose;
 }
 
-/* Which stage holds layer l. */
-static int layer_stage(const Lay *L, int l) {
-  int nch = L->pp * L->vpp;
-  if (nch > L->nl) nch = L->nl > 0 ? L->nl : 1;
-  int base = L->nl / nch, rem = L->nl % nch, k = 0;
-  for (int lo = 0; k < nch; k++) {
-    int hi = lo + base + (k < rem ? 1 : 0);
-    if (l < hi) break;
-    lo = hi;
-  }
-  return k % L->pp;
-}
+/* Which stage holds layer l: Megatron's split (pipesplit.c). */
+static int layer_stage(const Lay *L, int l) { return pipe_layer_stage(&L->split, l); }
 
 static int name_layer(const char *n) {
   const char *p = strstr(n, "layers.");
@@ -309,6 +302,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   if (L.ep < 1) L.ep = 1;
   if (L.etp < 1) L.etp = 1;
   if (L.dp < 1) L.dp = 1;
+  pipe_split_from_spec(s, &L.split);
   int64_t world = s->train.world_size > 0 ? s->train.world_size : 1;
   L.edp = (int)(world / ((int64_t)L.etp * L.ep * L.pp) > 0 ? world / ((int64_t)L.etp * L.ep * L.pp) : 1);
   rr->tp = L.tp, rr->pp = L.pp, rr->vpp = L.vpp, rr->cp = L.cp, rr->ep = L.ep, rr->etp = L.etp, rr->dp = L.dp;

@@ -15,6 +15,7 @@
 
 #include "diag.h"
 #include "ir.h"
+#include "pipesplit.h"
 #include "runtime/cpu/program.h"
 #include "runtime/image.h"
 #include "spec.h"
@@ -39,8 +40,7 @@ typedef struct {
   bool full;         /* recompute_granularity = full */
   bool block;        /* full: method block (else uniform) */
   int num_layers;    /* full: recompute_num_layers */
-  int pp, vpp;       /* layers are grouped per pipeline stage and virtual chunk */
-  int total_layers;
+  PipeSplit split;   /* full recompute groups layers per pipeline stage and virtual chunk */
 } RecomputeConfig;
 
 void recompute_config_from_spec(const Spec *s, RecomputeConfig *c);

@@ -36,11 +36,7 @@ static bool label_output_discard(int bit) {
 void recompute_config_from_spec(const Spec *s, RecomputeConfig *c) {
   const SpecModel *m = &s->model;
   memset(c, 0, sizeof *c);
-  c->pp = m->pipeline_model_parallel_size > 0 ? (int)m->pipeline_model_parallel_size : 1;
-  c->vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size] && m->virtual_pipeline_model_parallel_size > 0
-               ? (int)m->virtual_pipeline_model_parallel_size
-               : 1;
-  c->total_layers = (int)m->num_layers;
+  pipe_split_from_spec(s, &c->split);
   if (!s->present[SPEC_F_model_recompute_granularity]) return;
   if (strcmp(m->recompute_granularity, "full") == 0) {
     c->full = true;
@@ -86,33 +82,28 @@ static int add_region(RecomputeResult *res, int label, int layer, int layer_last
   return 0;
 }
 
-/* The layers of pipeline chunk k of n (even split, remainder to the first chunks). */
-static void chunk_layers(int L, int n, int k, int *lo, int *hi) {
-  int base = L / n, rem = L % n;
-  *lo = k * base + (k < rem ? k : rem);
-  *hi = *lo + base + (k < rem ? 1 : 0) - 1;
-}
-
 static int find_regions(const Graph *g, const RecomputeConfig *c, RecomputeResult *res, int nfwd) {
   if (c->full) {
-    int nchunks = c->pp * c->vpp, L = c->total_layers;
-    if (nchunks > L) nchunks = L > 0 ? L : 1;
+    /* Megatron checkpoints within each model chunk: every (stage, virtual chunk) pair's layers
+     * (pipesplit.c), in layer order */
+    const PipeSplit *ps = &c->split;
+    int vpp = ps->pp > 1 ? ps->vpp : 1;
     int n = c->num_layers > 0 ? c->num_layers : 1;
-    for (int k = 0; k < nchunks; k++) {
-      int lo, hi;
-      chunk_layers(L, nchunks, k, &lo, &hi);
-      for (int a = lo; a <= hi; a += c->block ? 1 : n) {
-        if (c->block && a - lo >= n) break;
-        int b = c->block ? a : (a + n - 1 < hi ? a + n - 1 : hi);
-        int first = -1, last = -1;
-        for (int o = 0; o < nfwd; o++)
-          if (g->op[o].tags.layer >= a && g->op[o].tags.layer <= b) {
-            if (first < 0) first = o;
-            last = o;
-          }
-        if (first >= 0 && add_region(res, -1, a, b, first, last) < 0) return -1;
+    for (int vc = 0; vc < vpp; vc++)
+      for (int st = 0; st < ps->pp; st++) {
+        int lo, cnt = pipe_chunk_layers(ps, st, vc, &lo), hi = lo + cnt - 1;
+        for (int a = lo; a <= hi; a += c->block ? 1 : n) {
+          if (c->block && a - lo >= n) break;
+          int b = c->block ? a : (a + n - 1 < hi ? a + n - 1 : hi);
+          int first = -1, last = -1;
+          for (int o = 0; o < nfwd; o++)
+            if (g->op[o].tags.layer >= a && g->op[o].tags.layer <= b) {
+              if (first < 0) first = o;
+              last = o;
+            }
+          if (first >= 0 && add_region(res, -1, a, b, first, last) < 0) return -1;
+        }
       }
-    }
     return 0;
   }
   for (int bit = 0; bit < IR_NLABELS; bit++) {

@@ -77,6 +77,14 @@
   X(tensor_model_parallel_size, INT, "1", MC, "", "TP")                                              \
   X(pipeline_model_parallel_size, INT, "1", MC, "", "PP")                                            \
   X(virtual_pipeline_model_parallel_size, INT, "null", MC, "", "VPP chunks per pipeline rank")       \
+  X(num_layers_in_first_pipeline_stage, INT, "null", MC, "",                                         \
+    "Layers of the first pipeline stage (uneven PP; Megatron-LM's --decoder-first-pipeline-num-layers)") \
+  X(num_layers_in_last_pipeline_stage, INT, "null", MC, "",                                          \
+    "Layers of the last pipeline stage (uneven PP; Megatron-LM's --decoder-last-pipeline-num-layers)") \
+  X(account_for_embedding_in_pipeline_split, BOOL, "false", MC, "",                                  \
+    "The embedding counts as one layer in the pipeline split (the first stage builds one layer less)") \
+  X(account_for_loss_in_pipeline_split, BOOL, "false", MC, "",                                       \
+    "The loss counts as one layer in the pipeline split (the last stage builds one layer less)")    \
   X(context_parallel_size, INT, "1", MC, "", "CP")                                                   \
   X(expert_model_parallel_size, INT, "1", MC, "", "EP")                                              \
   X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size") \

@@ -7,6 +7,7 @@
  * checks them up front, naming the field. */
 #include <string.h>
 
+#include "pipesplit.h"
 #include "validate_internal.h"
 
 #define M(s) (&(s)->model)
@@ -105,19 +106,25 @@ static void check_layout(VCtx *v) {
   int64_t cp = m->context_parallel_size, world = s->train.world_size;
   bool has_vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size];
   int64_t vpp = has_vpp ? m->virtual_pipeline_model_parallel_size : 1;
-  if (m->num_layers % pp)
-    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_pipeline_model_parallel_size,
-                      "num_layers=%lld is not divisible by pipeline_model_parallel_size=%lld",
-                      (long long)m->num_layers, (long long)pp),
-              "choose model.pipeline_model_parallel_size among the divisors of %lld",
-              (long long)m->num_layers);
-  else if ((m->num_layers / pp) % vpp)
-    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
-                      "the %lld layers per pipeline stage are not divisible by "
-                      "virtual_pipeline_model_parallel_size=%lld",
-                      (long long)(m->num_layers / pp), (long long)vpp),
-              "choose model.virtual_pipeline_model_parallel_size among the divisors of %lld",
-              (long long)(m->num_layers / pp));
+  /* Megatron's own refusals of the layer split (pipesplit.c names the source): it places no
+   * remainder; an uneven split is written with num_layers_in_first/last_pipeline_stage or
+   * account_for_embedding/loss_in_pipeline_split. */
+  PipeSplit ps;
+  pipe_split_from_spec(s, &ps);
+  char why[256];
+  if (pipe_split_check(&ps, why, sizeof why)) {
+    bool uneven = ps.first >= 0 || ps.last >= 0;
+    int field = uneven ? (ps.first >= 0 ? SPEC_F_model_num_layers_in_first_pipeline_stage
+                                        : SPEC_F_model_num_layers_in_last_pipeline_stage)
+                : (ps.num_layers + ps.embed + ps.loss) % pp
+                    ? SPEC_F_model_pipeline_model_parallel_size
+                    : SPEC_F_model_virtual_pipeline_model_parallel_size;
+    diag_hint(v_error(v, "STEPC-6", field, "%s", why),
+              "Megatron splits the layers evenly over the pipeline stages and their virtual chunks; for "
+              "an uneven split set model.num_layers_in_first_pipeline_stage and/or "
+              "model.num_layers_in_last_pipeline_stage (each divisible by the VPP size, the rest even over "
+              "the middle stages)");
+  }
   if (has_vpp && vpp > 1 && pp == 1)
     diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
                       "virtual_pipeline_model_parallel_size=%lld needs pipeline_model_parallel_size > 1 (the "

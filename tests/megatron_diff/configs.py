@@ -135,6 +135,31 @@ def _fmt(v):
     return str(v)
 
 
+def _uneven(rng):
+    """Pipeline splits: first/last stage sizes (Megatron's uneven PP), the embedding or loss counted
+    as a layer, and layer counts that do not divide; drawn with their own seed so that the other
+    families' configurations stay as recorded."""
+    pp = rng.choice([2, 3, 4])
+    o = {"model.pipeline_model_parallel_size": pp, "train.world_size": pp, "train.global_batch_size": 2}
+    vpp = rng.choice([None, None, 2, 3, 4])
+    if vpp:
+        o["model.virtual_pipeline_model_parallel_size"] = vpp
+    r = rng.random()
+    if r < 0.7:
+        if rng.random() < 0.7:
+            o["model.num_layers_in_first_pipeline_stage"] = rng.choice([1, 2, 3, 4, 6, 8])
+        if rng.random() < 0.6:
+            o["model.num_layers_in_last_pipeline_stage"] = rng.choice([1, 2, 3, 4, 6, 8])
+    if r > 0.55:
+        if rng.random() < 0.6:
+            o["model.account_for_embedding_in_pipeline_split"] = True
+        if rng.random() < 0.6:
+            o["model.account_for_loss_in_pipeline_split"] = True
+    if rng.random() < 0.3:
+        o["model.num_layers"] = rng.choice([14, 15, 18, 24])
+    return o
+
+
 def configs():
     rng = random.Random(13)
     out = []
@@ -158,6 +183,10 @@ def configs():
             if fam in ("cg", "rccg", "moecg") and rng.random() < 0.3:
                 o["model.attention_dropout"] = 0.1
             out.append((f"{fam}-{i:03d}", base, [f"{k}={_fmt(v)}" for k, v in o.items()]))
+    urng = random.Random(14)
+    for i in range(60):
+        o = _uneven(urng)
+        out.append((f"unev-{i:03d}", "dense", [f"{k}={_fmt(v)}" for k, v in o.items()]))
     return out
 
 

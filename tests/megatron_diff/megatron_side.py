@@ -9,7 +9,8 @@ Megatron-LM does before it builds a model:
      TransformerConfig.__post_init__               megatron/core/transformer/transformer_config.py
   4. build_checks(): the divide()/assert checks made when the model, the parallel groups and the
      first batch are built, restated here (they need process groups and a GPU to run for real);
-     each names the Megatron source it restates.
+     each names the Megatron source it restates. get_num_layers_to_build (the layers each
+     pipeline rank and virtual stage builds) needs neither and is called as Megatron calls it.
 
 An exception in any step is a rejection. Stubs, kept to the minimum that lets the modules import
 and run on a CPU-only machine without Transformer Engine or apex:
@@ -77,7 +78,9 @@ DEFAULTS = dict(
     sequence_parallel=False, fp8=None, fp8_recipe="delayed", recompute_granularity=None,
     recompute_method=None, recompute_num_layers=None, recompute_modules=None,
     cpu_offloading=False, cpu_offloading_num_layers=0, cuda_graph_impl="none", cuda_graph_modules=[],
-    check_for_nan_in_loss_and_grad=True)
+    check_for_nan_in_loss_and_grad=True, num_layers_in_first_pipeline_stage=None,
+    num_layers_in_last_pipeline_stage=None, account_for_embedding_in_pipeline_split=False,
+    account_for_loss_in_pipeline_split=False)
 
 
 def parse_value(v):
@@ -113,6 +116,10 @@ def fields_of(base_fields, overrides):
 OPTIONAL_FLAGS = [
     ("kv_channels", "--kv-channels", False),
     ("virtual_pipeline_model_parallel_size", "--num-virtual-stages-per-pipeline-rank", False),
+    ("num_layers_in_first_pipeline_stage", "--decoder-first-pipeline-num-layers", False),
+    ("num_layers_in_last_pipeline_stage", "--decoder-last-pipeline-num-layers", False),
+    ("account_for_embedding_in_pipeline_split", "--account-for-embedding-in-pipeline-split", False),
+    ("account_for_loss_in_pipeline_split", "--account-for-loss-in-pipeline-split", False),
     ("expert_tensor_parallel_size", "--expert-tensor-parallel-size", False),
     ("sequence_parallel", "--sequence-parallel", False),
     ("moe_ffn_hidden_size", "--moe-ffn-hidden-size", True),
@@ -210,6 +217,18 @@ def build_checks(f, cfg):
     # scatter_to_sequence_parallel_region: tokens split over TP.
     if cfg.sequence_parallel and (f["seq_length"] // cp) % tp:
         return "sequence parallel: seq_length/cp % tp"
+    # core/transformer/transformer_block.py get_num_layers_to_build: called by Megatron itself
+    # (not restated) for every pipeline rank and virtual stage, as each rank does when it builds
+    # its model chunks; it asserts that the layers divide evenly over the stages and chunks
+    # unless num_layers_in_first/last_pipeline_stage place them.
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    vpp = cfg.virtual_pipeline_model_parallel_size
+    for pp_rank in range(pp):
+        for vp_stage in (range(vpp) if vpp is not None else [None]):
+            try:
+                get_num_layers_to_build(cfg, vp_stage=vp_stage, pp_rank=pp_rank)
+            except AssertionError as e:
+                return f"transformer_block.py get_num_layers_to_build: {str(e).split(chr(10))[0].strip()}"
     # global batch: whole micro-batches per step (validate_args checks the same; kept for safety).
     return None
 

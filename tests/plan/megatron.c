@@ -8,13 +8,17 @@
  *     is the smallest saving, and the [] control stays where docs/recompute.md says (the bound
  *     here is the documented one, not the guide's 5%: see "moonlight_16b beside the recompute
  *     guide"; Megatron's fp32 logits gradient, compiler/memrank.c megatron_loss_bytes, took it from
- *     -16.1% to -13.3%). */
+ *     -16.1% to -13.3%);
+ *   - an uneven pipeline split (16 layers over PP=3) puts on each stage, and groups under full
+ *     recompute per stage, the layers Megatron's get_num_layers_to_build and
+ *     get_transformer_layer_offset give it (compiler/pipesplit.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
+#include "pipesplit.h"
 #include "plan.h"
 #include "sweep.h"
 #include "validate.h"
@@ -205,11 +209,105 @@ static void nemotron(void) {
   free(rows);
 }
 
+/* Megatron's layers per stage and per virtual chunk for uneven splits, worked by hand from
+ * get_num_layers_to_build (transformer_block.py) and get_transformer_layer_offset
+ * (transformer_layer.py) at d98e8a64dd. */
+static void uneven_pipeline(void) {
+  static const struct {
+    const char *first, *last;
+    int lo[3], hi[3];
+  } stages[] = {
+      /* 16 layers, PP=3, first stage 6: the other two share 10 evenly */
+      {"model.num_layers_in_first_pipeline_stage=6", NULL, {0, 6, 11}, {5, 10, 15}},
+      /* first and last 4: the middle stage takes the 8 left */
+      {"model.num_layers_in_first_pipeline_stage=4",
+       "model.num_layers_in_last_pipeline_stage=4",
+       {0, 4, 12},
+       {3, 11, 15}},
+      /* last 6 only: the first two share 10 */
+      {NULL, "model.num_layers_in_last_pipeline_stage=6", {0, 5, 10}, {4, 9, 15}},
+  };
+  for (size_t k = 0; k < sizeof stages / sizeof *stages; k++) {
+    const char *ov[8] = {"model.num_layers=16",
+                         "model.pipeline_model_parallel_size=3",
+                         "train.world_size=3",
+                         "model.recompute_granularity=full",
+                         "model.recompute_method=uniform",
+                         "model.recompute_num_layers=4"};
+    int n = 6;
+    if (stages[k].first) ov[n++] = stages[k].first;
+    if (stages[k].last) ov[n++] = stages[k].last;
+    Plan p;
+    if (plan("models/tiny.lua", ov, n, &p)) {
+      fails++;
+      continue;
+    }
+    CHECK(p.rank.n == 3, "uneven split %zu: three stages reported, got %d", k, p.rank.n);
+    for (int i = 0; i < p.rank.n && i < 3; i++) {
+      const RankMem *r = &p.rank.r[i];
+      CHECK(r->stage == i && r->layer_first == stages[k].lo[i] && r->layer_last == stages[k].hi[i],
+            "uneven split %zu: stage %d holds layers %d-%d, Megatron's rule %d-%d", k, r->stage,
+            r->layer_first, r->layer_last, stages[k].lo[i], stages[k].hi[i]);
+    }
+    /* full recompute checkpoints groups of 4 inside each stage's layers, never across a stage */
+    for (int i = 0; i < p.rr.n; i++) {
+      const Region *g = &p.rr.r[i];
+      int st = 0;
+      while (st < 2 && g->layer > stages[k].hi[st])
+        st++;
+      CHECK(g->layer_last <= stages[k].hi[st] && g->layer_last - g->layer < 4 &&
+                (g->layer == stages[k].lo[st] || (g->layer - stages[k].lo[st]) % 4 == 0),
+            "uneven split %zu: full recompute region %d-%d crosses stage %d (%d-%d) or its groups of 4", k,
+            g->layer, g->layer_last, st, stages[k].lo[st], stages[k].hi[st]);
+    }
+    plan_free(&p);
+  }
+  /* virtual chunks: [stage][chunk] = first layer, count */
+  static const struct {
+    PipeSplit s;
+    int off[3][2], cnt[3][2];
+  } chunks[] = {
+      /* 16 layers, PP=3, VPP=2, first and last stage 4: 2 + 4 + 2 layers per round */
+      {{16, 3, 2, 4, 4, false, false}, {{0, 8}, {2, 10}, {6, 14}}, {{2, 2}, {4, 4}, {2, 2}}},
+      /* 14 layers + embedding + loss over PP=2, VPP=2: 4 per chunk, the embedding and the loss
+       * each take a layer's place in the first and the last chunk */
+      {{14, 2, 2, -1, -1, true, true}, {{0, 7}, {3, 11}}, {{3, 4}, {4, 3}}},
+      /* 16 layers, PP=2, VPP=2, even: chunk vc of stage s is the (2 vc + s)-th of 4 */
+      {{16, 2, 2, -1, -1, false, false}, {{0, 8}, {4, 12}}, {{4, 4}, {4, 4}}},
+  };
+  char why[256];
+  for (size_t k = 0; k < sizeof chunks / sizeof *chunks; k++) {
+    const PipeSplit *ps = &chunks[k].s;
+    CHECK(!pipe_split_check(ps, why, sizeof why), "split %zu refused: %s", k, why);
+    for (int st = 0; st < ps->pp; st++)
+      for (int vc = 0; vc < ps->vpp; vc++) {
+        int off, cnt = pipe_chunk_layers(ps, st, vc, &off);
+        CHECK(off == chunks[k].off[st][vc] && cnt == chunks[k].cnt[st][vc],
+              "split %zu: stage %d chunk %d builds %d layers from %d, Megatron's rule %d from %d", k, st, vc,
+              cnt, off, chunks[k].cnt[st][vc], chunks[k].off[st][vc]);
+      }
+  }
+  /* what Megatron refuses: no remainder is placed without first/last stage sizes */
+  static const PipeSplit refused[] = {
+      {16, 3, 1, -1, -1, false, false}, /* 16 % 3 */
+      {16, 2, 3, -1, -1, false, false}, /* 8 per stage % VPP 3 */
+      {16, 3, 2, 6, -1, false, false},  /* middle: 10 over 2 stages, 5 % VPP 2 */
+      {16, 3, 2, 3, 3, false, false},   /* first 3 % VPP 2 */
+      {16, 2, 1, 6, 6, false, false},   /* 4 layers left, no middle stage */
+      {16, 3, 1, 6, -1, true, false},   /* first/last with account_for_* */
+  };
+  for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
+    CHECK(pipe_split_check(&refused[k], why, sizeof why), "refused split %zu accepted", k);
+  printf("uneven pipeline: %zu planned splits, %zu chunk layouts, %zu refusals checked\n",
+         sizeof stages / sizeof *stages, sizeof chunks / sizeof *chunks, sizeof refused / sizeof *refused);
+}
+
 int main(void) {
   precision_bytes();
   moonlight_sweep();
   llama70b();
   nemotron();
+  uneven_pipeline();
   if (fails) {
     printf("plan.megatron: %d FAILED\n", fails);
     return 1;
