@@ -34,7 +34,10 @@ int rt_nccl_load(RtNccl **out, char *err, size_t nerr) {
   /* NCCL writes its log (NCCL_DEBUG: its version line, warnings) to stdout, into a trainer's own
    * output and stepc's --json; unless the user chose a file, it goes to stderr. */
   setenv("NCCL_DEBUG_FILE", "/dev/stderr", 0);
-  n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  /* RTLD_NODELETE: NCCL leaves threads behind (ncclGetUniqueId's bootstrap root waits for ranks
+   * that may never come), so its code must stay mapped after dlclose; unloading it crashed such a
+   * thread (api.comm under ASan, now and then). */
+  n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!n->lib) {
     const char *e = dlerror();
     snprintf(err, nerr, "data parallel on cuda needs NCCL: dlopen libnccl.so.2: %s", e ? e : "not found");
