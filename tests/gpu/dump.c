@@ -21,8 +21,9 @@
  *                               to what fits in BATCHES_MAX_BYTES (meta.json's batch_steps says N)
  *   OUTDIR/meta.json            the losses per micro-batch, the model's shape fields, the
  *                               optimizer's and the LR schedule's fields and the data source
- * Exit 0 written, 1 failure, 77 no GPU (device cuda). The recipe must be dropout-free and dense
- * (PyTorch cannot draw stepc's dropout masks). */
+ * Exit 0 written, 1 failure, 77 no GPU (device cuda). The recipe must be dropout-free and without
+ * MoE input jitter (PyTorch cannot draw stepc's random draws); MLA and MoE shape fields go to
+ * meta.json for torch_model.py's MLA / MoE blocks. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -159,6 +160,31 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* MLA's and MoE's shape fields (torch_model.py's MLA / MoE blocks); null where the spec has none. */
+static void write_meta_mla_moe(FILE *f, const Spec *s) {
+  const SpecModel *m = &s->model;
+  fprintf(f, "  \"multi_latent_attention\": %s,\n  \"q_lora_rank\": ", m->multi_latent_attention ? "true" : "false");
+  if (s->present[SPEC_F_model_q_lora_rank]) fprintf(f, "%lld,\n", (long long)m->q_lora_rank);
+  else fprintf(f, "null,\n");
+  fprintf(f, "  \"kv_lora_rank\": %lld,\n  \"qk_head_dim\": %lld,\n  \"qk_pos_emb_head_dim\": %lld,\n  \"v_head_dim\": %lld,\n",
+          (long long)m->kv_lora_rank, (long long)m->qk_head_dim, (long long)m->qk_pos_emb_head_dim, (long long)m->v_head_dim);
+  fprintf(f, "  \"moe_layers\": [");
+  for (int l = 0; l < m->num_layers; l++) fprintf(f, "%s%s", l ? ", " : "", spec_layer_is_moe(s, l) ? "true" : "false");
+  fprintf(f, "],\n");
+  if (!s->present[SPEC_F_model_num_moe_experts]) return;
+  fprintf(f, "  \"num_moe_experts\": %lld,\n  \"moe_router_topk\": %lld,\n  \"moe_ffn_hidden_size\": %lld,\n",
+          (long long)m->num_moe_experts, (long long)m->moe_router_topk, (long long)spec_moe_ffn_hidden_size(s));
+  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size] && m->moe_shared_expert_intermediate_size > 0;
+  fprintf(f, "  \"moe_shared_expert_intermediate_size\": %lld,\n", shared ? (long long)m->moe_shared_expert_intermediate_size : 0ll);
+  fprintf(f, "  \"moe_aux_loss_coeff\": %.17g,\n  \"moe_expert_capacity_factor\": ", m->moe_aux_loss_coeff);
+  if (s->present[SPEC_F_model_moe_expert_capacity_factor]) fprintf(f, "%.17g,\n", m->moe_expert_capacity_factor);
+  else fprintf(f, "null,\n");
+  /* lower_moe.c: softmax over the top-k logits, drop by position (the earliest tokens) */
+  fprintf(f, "  \"moe_pad_expert_input_to_capacity\": %s,\n  \"moe_router_score_function\": \"softmax\",\n",
+          m->moe_pad_expert_input_to_capacity ? "true" : "false");
+  fprintf(f, "  \"moe_router_pre_softmax\": false,\n  \"moe_token_drop_policy\": \"position\",\n");
+}
+
 static int write_meta(const char *path, const Spec *s, const Graph *g, const char *device, const double *loss, int nmb,
                       int64_t batch_steps, int text) {
   const SpecModel *m = &s->model;
@@ -186,6 +212,7 @@ static int write_meta(const char *path, const Spec *s, const Graph *g, const cha
           m->position_embedding_type);
   fprintf(f, "  \"share_embeddings_and_output_weights\": %s,\n  \"attention_backend\": \"%s\",\n",
           m->share_embeddings_and_output_weights ? "true" : "false", m->attention_backend);
+  write_meta_mla_moe(f, s);
   const SpecOptimizer *o = &s->optimizer;
   int64_t decay = s->present[SPEC_F_optimizer_lr_decay_iters] ? o->lr_decay_iters : s->train.train_iters;
   fprintf(f, "  \"train_iters\": %lld,\n  \"batch_steps\": %lld,\n  \"data\": %s,\n  \"data_path\": ",
@@ -210,9 +237,8 @@ static int check_recipe(const Spec *s, char *err, size_t nerr) {
   if (m->hidden_dropout > 0 || m->attention_dropout > 0)
     return snprintf(err, nerr, "dropout is on (hidden %g, attention %g): set model.hidden_dropout=0 model.attention_dropout=0",
                     m->hidden_dropout, m->attention_dropout), -1;
-  if (m->multi_latent_attention) return snprintf(err, nerr, "MLA is not mirrored by torch_ref.py"), -1;
-  for (int l = 0; l < m->num_layers; l++)
-    if (spec_layer_is_moe(s, l)) return snprintf(err, nerr, "MoE layers are not mirrored by torch_ref.py"), -1;
+  if (s->present[SPEC_F_model_moe_input_jitter_eps] && m->moe_input_jitter_eps > 0)
+    return snprintf(err, nerr, "moe_input_jitter_eps is on: PyTorch cannot draw stepc's jitter"), -1;
   return 0;
 }
 

@@ -53,6 +53,16 @@ check() { # NAME DEVICE SPEC [K=V ...]: dump on DEVICE, then torch_ref.py (PyTor
 check tiny_cpu cpu models/tiny.lua
 check flash_cpu cpu models/tiny.lua $FLASH
 check gpt_cpu cpu models/tiny.lua $GPT_LIKE
+# MLA + MoE (issue 11): tiny_mla_moe as the GPU runs it (bf16) and the overrides its header lists
+MOE=tests/recipes/tiny_mla_moe.lua
+MOE_BF16=model.bf16=true
+check tiny_mla_moe_cpu cpu $MOE $MOE_BF16
+check mla_moe_capacity_cpu cpu $MOE $MOE_BF16 model.moe_expert_capacity_factor=1.0
+check mla_moe_pad_cpu cpu $MOE $MOE_BF16 model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_capacity=true
+check mla_moe_top1_cpu cpu $MOE $MOE_BF16 model.moe_router_topk=1
+check mla_moe_noshared_cpu cpu $MOE $MOE_BF16 model.moe_shared_expert_intermediate_size=null
+check mla_moe_unfused_cpu cpu $MOE $MOE_BF16 model.attention_backend=unfused
+check mla_moe_noqlora_cpu cpu $MOE $MOE_BF16 model.q_lora_rank=null
 check tiny_cuda cuda models/tiny.lua
 check flash_cuda cuda models/tiny.lua $FLASH
 check gpt_cuda cuda models/tiny.lua $GPT_LIKE

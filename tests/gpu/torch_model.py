@@ -65,6 +65,8 @@ def mapping(m):
     def one(stepc, torch_name):
         rows[stepc] = [(torch_name, None)]
 
+    if m.get("multi_latent_attention") or any(m.get("moe_layers", [])):
+        return mapping_mla_moe(m)
     one("embedding.word_embeddings.weight", "embed_tokens.weight")
     one("embedding.position_embeddings.weight", "embed_positions.weight")
     for i in range(m["num_layers"]):
@@ -88,7 +90,9 @@ def mapping(m):
 
 
 def to_torch(stepc_tensors, rows):
-    """stepc tensors -> torch parameters (split along dim 0 where fused). Every stepc tensor must map."""
+    """stepc tensors -> torch parameters (split along dim 0 where fused). Every stepc tensor must map.
+    A part may carry a third element, a row permutation: torch piece = stepc piece[perm]. A 3-d
+    stepc tensor (grouped experts, (E, out, in)) is split along its first two dims flattened."""
     out = {}
     for name, t in stepc_tensors.items():
         if name not in rows:
@@ -97,17 +101,111 @@ def to_torch(stepc_tensors, rows):
         if parts[0][1] is None:
             out[parts[0][0]] = t
             continue
-        sizes = [n for _, n in parts]
+        if t.dim() == 3:
+            t = t.reshape(-1, t.shape[2])
+        sizes = [p[1] for p in parts]
         if sum(sizes) != t.shape[0]:
             raise ValueError(f"{name}: dim 0 is {t.shape[0]}, the mapping splits {sizes}")
-        for (tn, _), piece in zip(parts, torch.split(t, sizes, dim=0)):
-            out[tn] = piece.contiguous()
+        for p, piece in zip(parts, torch.split(t, sizes, dim=0)):
+            out[p[0]] = (piece[p[2]] if len(p) > 2 else piece).contiguous()
     return out
 
 
 def from_torch(torch_grads, rows, names):
-    """torch gradients -> stepc's fused tensors (concatenated back along dim 0)."""
-    return {n: torch.cat([torch_grads[tn] for tn, _ in rows[n]], dim=0) for n in names}
+    """torch gradients -> stepc's fused tensors (concatenated back along dim 0, permutations undone;
+    grouped experts' tensors come back flattened to (E*out, in), which compare() flattens anyway)."""
+    def back(p):
+        g = torch_grads[p[0]]
+        return g[torch.argsort(p[2])] if len(p) > 2 else g
+    return {n: torch.cat([back(p) for p in rows[n]], dim=0) for n in names}
+
+
+# ---------------------------------------------------------------------------------------------
+# MLA + MoE (tests/recipes/tiny_mla_moe.lua): Hugging Face DeepSeek-V3 / Moonlight layout
+# (modeling_deepseek.py), experts as separate modules:
+#
+#   stepc (layer i, prefix layers.i.)                shape                 torch (prefix layers.i.)
+#   self_attention.linear_q_down_proj.weight         (ql, C)               self_attn.q_a_proj.weight
+#   self_attention.q_layernorm.weight                (ql)                  self_attn.q_a_layernorm.weight
+#   self_attention.linear_q_up_proj.weight           (H(dn+dr), ql)        self_attn.q_b_proj.weight   (rope rows permuted)
+#   self_attention.linear_q_proj.weight  (no q lora) (H(dn+dr), C)         self_attn.q_proj.weight     (rope rows permuted)
+#   self_attention.linear_kv_down_proj.weight        (kvl+dr, C)           self_attn.kv_a_proj_with_mqa.weight (rope rows permuted)
+#   self_attention.kv_layernorm.weight               (kvl)                 self_attn.kv_a_layernorm.weight
+#   self_attention.linear_kv_up_proj.weight          (H(dn+dv), kvl)       self_attn.kv_b_proj.weight
+#   self_attention.linear_proj.weight                (C, H dv)             self_attn.o_proj.weight
+#   mlp.router.weight                                (E, C)                mlp.gate.weight
+#   mlp.experts.linear_fc1.weight                    (E, 2F, C)            mlp.experts.e.{gate_proj|up_proj}.weight, e = 0..E-1
+#   mlp.experts.linear_fc2.weight                    (E, C, F)             mlp.experts.e.down_proj.weight
+#   mlp.shared_experts.linear_fc{1,2}.weight                               mlp.shared_experts.{gate_proj|up_proj, down_proj}.weight
+# Per head, q and kv_b rows are [nope dn | rope dr] and [k_nope dn | v dv], kv_a rows
+# [compressed kvl | k_pe dr], on both sides. RoPE pairing differs: DeepSeek-V3 (and Megatron's
+# MLA, multi_latent_attention=True in _apply_rotary_pos_emb_bshd) takes the rope part as
+# interleaved pairs (x[0::2], x[1::2]) and moves them to halves before rotate_half; stepc's ROPE
+# rotates the halves of the rope part as they come. The same function of the weights needs the
+# rope rows permuted: torch rope row 2j = stepc row j, row 2j+1 = stepc row dr/2 + j.
+# ---------------------------------------------------------------------------------------------
+def rope_row_perm(n_heads, head, off, dr):
+    """torch row -> stepc row for n_heads blocks of `head` rows whose rows [off, off+dr) are rope."""
+    perm = torch.arange(n_heads * head)
+    half = torch.cat([torch.stack([torch.tensor(j), torch.tensor(dr // 2 + j)]) for j in range(dr // 2)])
+    for h in range(n_heads):
+        perm[h * head + off:h * head + off + dr] = h * head + off + half
+    return perm
+
+
+def mapping_mla_moe(m):
+    H, F_ = m["num_attention_heads"], m["ffn_hidden_size"]
+    glu = m["gated_linear_unit"]
+    mla = m.get("multi_latent_attention", False)
+    rows = {}
+
+    def one(stepc, torch_name):
+        rows[stepc] = [(torch_name, None)]
+
+    def mlp_rows(stepc, torch_prefix, width):
+        if glu:
+            rows[stepc + ".linear_fc1.weight"] = [(torch_prefix + ".gate_proj.weight", width),
+                                                 (torch_prefix + ".up_proj.weight", width)]
+        else:
+            one(stepc + ".linear_fc1.weight", torch_prefix + ".up_proj.weight")
+        one(stepc + ".linear_fc2.weight", torch_prefix + ".down_proj.weight")
+
+    one("embedding.word_embeddings.weight", "embed_tokens.weight")
+    one("final_layernorm.weight", "norm.weight")
+    one("output_layer.weight", "lm_head.weight")
+    if not mla:
+        raise ValueError("MoE without MLA is not mirrored (use the dense mapping's attention)")
+    dn, dr, dv, kvl = m["qk_head_dim"], m["qk_pos_emb_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
+    qperm = rope_row_perm(H, dn + dr, dn, dr)
+    kvperm = rope_row_perm(1, kvl + dr, kvl, dr)
+    for i in range(m["num_layers"]):
+        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
+        one(p + "input_layernorm.weight", f"layers.{i}.input_layernorm.weight")
+        one(p + "pre_mlp_layernorm.weight", f"layers.{i}.post_attention_layernorm.weight")
+        sa = p + "self_attention."
+        if m.get("q_lora_rank") is not None:
+            one(sa + "linear_q_down_proj.weight", a + "q_a_proj.weight")
+            one(sa + "q_layernorm.weight", a + "q_a_layernorm.weight")
+            rows[sa + "linear_q_up_proj.weight"] = [(a + "q_b_proj.weight", H * (dn + dr), qperm)]
+        else:
+            rows[sa + "linear_q_proj.weight"] = [(a + "q_proj.weight", H * (dn + dr), qperm)]
+        rows[sa + "linear_kv_down_proj.weight"] = [(a + "kv_a_proj_with_mqa.weight", kvl + dr, kvperm)]
+        one(sa + "kv_layernorm.weight", a + "kv_a_layernorm.weight")
+        one(sa + "linear_kv_up_proj.weight", a + "kv_b_proj.weight")
+        one(sa + "linear_proj.weight", a + "o_proj.weight")
+        q = f"layers.{i}.mlp"
+        if not m["moe_layers"][i]:
+            mlp_rows(p + "mlp", q, F_)
+            continue
+        E, Fe = m["num_moe_experts"], m["moe_ffn_hidden_size"]
+        C = m["hidden_size"]
+        one(p + "mlp.router.weight", q + ".gate.weight")
+        rows[p + "mlp.experts.linear_fc1.weight"] = [
+            (f"{q}.experts.{e}.{w}.weight", Fe) for e in range(E) for w in (("gate_proj", "up_proj") if glu else ("up_proj",))]
+        rows[p + "mlp.experts.linear_fc2.weight"] = [(f"{q}.experts.{e}.down_proj.weight", C) for e in range(E)]
+        if m.get("moe_shared_expert_intermediate_size"):
+            mlp_rows(p + "mlp.shared_experts", q + ".shared_experts", m["moe_shared_expert_intermediate_size"])
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,17 +275,97 @@ def mlp(m, P, prefix, x):
     return linear(P, prefix + ".down_proj", activation(m, linear(P, prefix + ".up_proj", x)))
 
 
+def mla_attention(m, P, prefix, x):
+    """DeepseekV3Attention (modeling_deepseek.py), no YaRN scaling, causal."""
+    B, T, _ = x.shape
+    H, dn, dr, dv, kvl = (m["num_attention_heads"], m["qk_head_dim"], m["qk_pos_emb_head_dim"], m["v_head_dim"],
+                          m["kv_lora_rank"])
+    if m.get("q_lora_rank") is not None:
+        q = linear(P, prefix + ".q_b_proj", norm(m, P, prefix + ".q_a_layernorm", linear(P, prefix + ".q_a_proj", x)))
+    else:
+        q = linear(P, prefix + ".q_proj", x)
+    q = q.view(B, T, H, dn + dr).transpose(1, 2)
+    q_nope, q_pe = torch.split(q, [dn, dr], dim=-1)
+    ckv = linear(P, prefix + ".kv_a_proj_with_mqa", x)
+    ckv, k_pe = torch.split(ckv, [kvl, dr], dim=-1)
+    k_pe = k_pe.view(B, T, 1, dr).transpose(1, 2)
+    kv = linear(P, prefix + ".kv_b_proj", norm(m, P, prefix + ".kv_a_layernorm", ckv)).view(B, T, H, dn + dv).transpose(1, 2)
+    k_nope, v = torch.split(kv, [dn, dv], dim=-1)
+    cos, sin = rope_cos_sin(dict(m, kv_channels=dr), T, x.device, x.dtype)
+
+    def rope(t):  # DeepSeek-V3's apply_rotary_pos_emb: interleaved pairs to halves, then rotate_half
+        b, h, s_, d = t.shape
+        t = t.view(b, h, s_, d // 2, 2).transpose(4, 3).reshape(b, h, s_, d)
+        return t * cos + rotate_half(t) * sin
+
+    q_pe, k_pe = rope(q_pe), rope(k_pe)
+    q = torch.cat([q_nope, q_pe], dim=-1)
+    k = torch.cat([k_nope, k_pe.expand(B, H, T, dr)], dim=-1)
+    s = (q @ k.transpose(-1, -2)) * (dn + dr) ** -0.5
+    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    p = torch.softmax(s.masked_fill(mask, float("-inf")).float(), dim=-1).to(q.dtype)
+    o = (p @ v).transpose(1, 2).reshape(B, T, H * dv)
+    return linear(P, prefix + ".o_proj", o)
+
+
+def moe(m, P, prefix, x):
+    """The MoE MLP and its load-balancing loss: a softmax gate over all experts, top-k, the k
+    weights renormalised to sum 1 (DeepSeek-V2's gate with norm_topk_prob; Megatron's softmax-after-
+    top-k is the same function), experts as separate SwiGLU modules, a shared expert added, and
+    Megatron's switch load-balancing loss coeff * E / (k N^2) * sum_e count_e * sum_t score_te over
+    the N tokens of the micro-batch (counts before any dropping). With a capacity factor each
+    expert keeps its first cap = ceil(N k / E * factor) tokens in token order (drop policy
+    "position"; padding to capacity changes no value)."""
+    B, T, C = x.shape
+    E, k = m["num_moe_experts"], m["moe_router_topk"]
+    h = x.reshape(B * T, C)
+    N = h.shape[0]
+    scores = torch.softmax(linear(P, prefix + ".gate", h).float(), dim=-1)  # (N, E)
+    w, idx = torch.topk(scores, k, dim=-1, sorted=True)
+    w = (w / w.sum(-1, keepdim=True)).to(h.dtype)
+    keep = torch.ones(N, k, dtype=torch.bool, device=h.device)
+    if m.get("moe_expert_capacity_factor") is not None:
+        if m.get("moe_token_drop_policy", "position") != "position":
+            raise ValueError("drop policy " + m["moe_token_drop_policy"])
+        cap = max(1, math.ceil(N * k / E * m["moe_expert_capacity_factor"]))
+        for e in range(E):
+            tok, slot = (idx == e).nonzero(as_tuple=True)  # row-major: token order
+            keep[tok[cap:], slot[cap:]] = False
+    y = torch.zeros_like(h)
+    for e in range(E):
+        tok, slot = ((idx == e) & keep).nonzero(as_tuple=True)
+        if tok.numel():
+            y = y.index_add(0, tok, mlp(m, P, f"{prefix}.experts.{e}", h[tok]) * w[tok, slot, None])
+    if m.get("moe_shared_expert_intermediate_size"):
+        y = y + mlp(m, P, prefix + ".shared_experts", h)
+    aux = None
+    if m.get("moe_aux_loss_coeff", 0) > 0:
+        counts = torch.bincount(idx.reshape(-1), minlength=E).to(scores.dtype)
+        aux = m["moe_aux_loss_coeff"] * E / (k * N * N) * (counts * scores.sum(0)).sum()
+    return y.view(B, T, C), aux
+
+
 def forward_loss(m, P, tokens, targets):
     B, T = tokens.shape
     x = F.embedding(tokens, P["embed_tokens.weight"])
     if m["position_embedding_type"] == "learned_absolute":
         x = x + P["embed_positions.weight"][:T]
     cos, sin = rope_cos_sin(m, T, x.device, x.dtype)
+    aux_total = 0.0
     for i in range(m["num_layers"]):
         p = f"layers.{i}"
-        x = x + attention(m, P, p + ".self_attn", norm(m, P, p + ".input_layernorm", x), cos, sin)
-        x = x + mlp(m, P, p + ".mlp", norm(m, P, p + ".post_attention_layernorm", x))
+        hn = norm(m, P, p + ".input_layernorm", x)
+        x = x + (mla_attention(m, P, p + ".self_attn", hn) if m.get("multi_latent_attention")
+                 else attention(m, P, p + ".self_attn", hn, cos, sin))
+        hn = norm(m, P, p + ".post_attention_layernorm", x)
+        if m.get("moe_layers") and m["moe_layers"][i]:
+            y, aux = moe(m, P, p + ".mlp", hn)
+            x = x + y
+            if aux is not None:
+                aux_total = aux_total + aux
+        else:
+            x = x + mlp(m, P, p + ".mlp", hn)
     x = norm(m, P, "norm", x)
     head = P["embed_tokens.weight"] if m["share_embeddings_and_output_weights"] else P["lm_head.weight"]
     logits = F.linear(x, head)
-    return F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T).long())
+    return F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T).long()) + aux_total

@@ -15,7 +15,10 @@ rotate_half RoPE, repeat_kv GQA) plus the GPT-style options stepc's recipes have
 bias, linear biases, learned absolute positions, exact GELU, tied head). stepc's fused tensors are
 split onto it by torch_model.mapping(), and the gradients are concatenated back the same way, so a
 layout mistake on either side (Q/K/V order, head order inside a group, [gate|up] order, weight
-orientation, RoPE pairing) shows up as an O(1) error, never as noise.
+orientation, RoPE pairing) shows up as an O(1) error, never as noise. MLA + MoE recipes
+(tests/recipes/tiny_mla_moe.lua) use torch_model's Hugging Face DeepSeek-V3 / Moonlight layout
+(q_a/q_b/kv_a/kv_b projections and norms, a softmax top-k gate, experts as separate modules, a
+shared expert, the load-balancing loss added to the loss) through mapping_mla_moe().
 
 Loss: the mean over micro-batches of the mean token cross-entropy (stepc's step loss); the
 gradients are those of that mean, which is what stepc's main gradients accumulate.
@@ -118,9 +121,21 @@ def main():
           f"B={m['micro_batch_size']}x{m['num_microbatches']} {m['normalization']} "
           f"{'GLU-' if m['gated_linear_unit'] else ''}{m['activation_func']} pos={m['position_embedding_type']} "
           f"bias={m['add_bias_linear']} tied={m['share_embeddings_and_output_weights']} params={m['parameters']}")
+    if m.get("multi_latent_attention"):
+        print(f"     MLA q_lora={m['q_lora_rank']} kv_lora={m['kv_lora_rank']} qk={m['qk_head_dim']}+{m['qk_pos_emb_head_dim']} "
+              f"v={m['v_head_dim']} attention={m['attention_backend']}")
+    if any(m.get("moe_layers", [])):
+        print(f"     MoE layers={[i for i, x in enumerate(m['moe_layers']) if x]} E={m['num_moe_experts']} "
+              f"top{m['moe_router_topk']} F={m['moe_ffn_hidden_size']} shared={m['moe_shared_expert_intermediate_size']} "
+              f"aux={m['moe_aux_loss_coeff']} capacity={m['moe_expert_capacity_factor']} "
+              f"pad={m['moe_pad_expert_input_to_capacity']} drop={m['moe_token_drop_policy']}")
 
     ref_losses, ref_tg = run_torch(m, tw, batch, dev, dtype)
-    missing = [tn for n in names for tn, _ in rows[n] if tn not in ref_tg]
+    for n in names:  # a routed expert that got no token has no autograd gradient: zero, as stepc's
+        for tn, *_ in rows[n]:
+            if tn not in ref_tg and ".experts." in tn:
+                ref_tg[tn] = torch.zeros_like(tw[tn], dtype=torch.float64)
+    missing = [tn for n in names for tn, *_ in rows[n] if tn not in ref_tg]
     if missing:
         print("FAIL PyTorch computed no gradient for", missing)
         return 1
@@ -153,7 +168,7 @@ def main():
         worst_rel, worst_cos = max(worst_rel, rel if math.isfinite(rel) else math.inf), min(worst_cos, cos)
         if ok and args.quiet:
             continue
-        tnames = "|".join(tn.replace(f"layers.{n.split('.')[1]}.", "") if n.startswith("layers.") else tn for tn, _ in rows[n])
+        tnames = "|".join(tn.replace(f"layers.{n.split('.')[1]}.", "") if n.startswith("layers.") else tn for tn, *_ in rows[n])
         line = f"{'PASS' if ok else 'FAIL'} {n:<46} {tnames[:42]:<42} {numel:>8} {rr:>10.3e} {rel:>9.2e} {cos:>10.7f}"
         print(line + (f"  {bf16[n][3]:.2e}" if bf16 else ""))
     extra = ""
