@@ -35,7 +35,6 @@
  *               forward to its backward, on the last stage (megatron_loss_bytes).
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,8 +306,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   L.edp = (int)(world / ((int64_t)L.etp * L.ep * L.pp) > 0 ? world / ((int64_t)L.etp * L.ep * L.pp) : 1);
   rr->tp = L.tp, rr->pp = L.pp, rr->vpp = L.vpp, rr->cp = L.cp, rr->ep = L.ep, rr->etp = L.etp, rr->dp = L.dp;
   rr->sp = L.sp, rr->dist_opt = s->optimizer.use_distributed_optimizer;
-  double attn_ws = 0; /* the widest cuDNN attention backward's workspace (one buffer serves all) */
-  for (int o = 0; o < g->nop; o++) attn_ws = fmax(attn_ws, (double)attn_cudnn_workspace(g, &g->op[o]));
+  double attn_ws = (double)attn_cudnn_workspace_max(g, NULL);
   int stages[3], ns = 0;
   stages[ns++] = 0;
   if (L.pp > 2) stages[ns++] = L.pp / 2;

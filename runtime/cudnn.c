@@ -496,8 +496,8 @@ static int check_shape(RtDevice *d, const RtSdpa *s) {
   return RT_OK;
 }
 
-int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s) {
-  if (d->rec) return RT_OK; /* a recording device: nothing to build */
+/* The plan of s's shape, built (and the workspace grown) the first time. */
+static int plan_for(RtDevice *d, const RtSdpa *s, const SdpaPlan **out) {
   int rc0 = check_shape(d, s);
   if (rc0 == RT_OK) rc0 = dnn_open(d);
   if (rc0) return rc0;
@@ -531,15 +531,20 @@ int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s) {
     if (rt_alloc(d, &n->ws, need, "the cuDNN attention workspace")) return RT_ERROR;
     n->ws_bytes = need;
   }
+  *out = p;
   return RT_OK;
+}
+
+int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s) {
+  const SdpaPlan *p;
+  return d->rec ? RT_OK : plan_for(d, s, &p); /* a recording device: nothing to build */
 }
 
 int rt_sdpa_run(RtDevice *d, const RtSdpa *s) {
   if (d->rec) return rt_record_sdpa(d, s);
-  if (rt_sdpa_prepare(d, s)) return RT_ERROR;
+  const SdpaPlan *p;
+  if (plan_for(d, s, &p)) return RT_ERROR;
   RtDnn *n = d->dnn;
-  RtSdpa key = shape_key(s);
-  const SdpaPlan *p = find_plan(n, &key);
   float scale = s->scale, neginf = -__builtin_inff(), one = 1.0f;
   int64_t uid[16];
   void *ptr[16];

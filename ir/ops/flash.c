@@ -67,6 +67,15 @@ int64_t attn_cudnn_workspace(const Graph *g, const Op *op) {
   return rows + acc + (op->a.i[3] ? b * h * t64 * t64 * 2 : b * h * t * d * 4);
 }
 
+int64_t attn_cudnn_workspace_max(const Graph *g, const uint8_t *only) {
+  int64_t w = 0;
+  for (int o = 0; o < g->nop; o++) {
+    int64_t b = !only || only[o] ? attn_cudnn_workspace(g, &g->op[o]) : 0;
+    if (b > w) w = b;
+  }
+  return w;
+}
+
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
 #include "ops/real.h"

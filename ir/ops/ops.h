@@ -92,5 +92,8 @@ double ops_flops_elementwise(const Graph *g, const Op *op);
  * cuDNN's), or deterministic (a.i[3]) one accumulator and cuDNN's (B,H,T64,T64) bf16 dP buffer, T64
  * = T rounded up to 64 — runtime/cudnn.c's layout and cuDNN 9's, measured on the H200 (cuDNN 9.14). */
 int64_t attn_cudnn_workspace(const Graph *g, const Op *op);
+/* The widest of the graph's (one buffer serves them all), over the ops whose only[op] is set (only
+ * NULL: every op). */
+int64_t attn_cudnn_workspace_max(const Graph *g, const uint8_t *only);
 
 #endif

@@ -64,14 +64,7 @@ int rt_attn_resolve(RtExec *x, int *unsupported) {
   return RT_OK;
 }
 
-int64_t rt_exec_attn_workspace(const RtExec *x) {
-  int64_t w = 0;
-  for (int o = 0; o < x->g->nop; o++) {
-    int64_t b = x->attn_cudnn[o] ? attn_cudnn_workspace(x->g, &x->g->op[o]) : 0;
-    if (b > w) w = b;
-  }
-  return w;
-}
+int64_t rt_exec_attn_workspace(const RtExec *x) { return attn_cudnn_workspace_max(x->g, x->attn_cudnn); }
 
 /* in (q, k, v) out (o (B,T,H*Dv), lse (B,H,T)) */
 int rt_op_flash(RtExec *x, const Op *op) {

@@ -219,9 +219,10 @@ int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (sink < 0 && dw->dtype != DT_BF16) return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
   CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
-  return (use_tc(Nout, K) ? rt_launch_grouped_linear_wgrad_tc : rt_launch_grouped_linear_wgrad)(
-      x->d, use_tc(Nout, K) ? tc_grid(K, Nout, dw->shape[0]) : group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc,
-      rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), Nout, K);
+  CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
+  if (use_tc(Nout, K))
+    return rt_launch_grouped_linear_wgrad_tc(x->d, tc_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in, seg, Nout, K);
+  return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in, seg, Nout, K);
 }
 
 /* ---- the expert activation ---- */

@@ -171,8 +171,7 @@ static void invariants(void) {
       const SpecModel *m = &a.spec.model;
       if (m->tensor_model_parallel_size == 1 && m->pipeline_model_parallel_size == 1 && m->context_parallel_size == 1 &&
           m->expert_model_parallel_size == 1 && a.spec.train.world_size == 1) {
-        double attn = 0;
-        for (int o = 0; o < a.g->nop; o++) attn = fmax(attn, (double)attn_cudnn_workspace(a.g, &a.g->op[o]));
+        double attn = (double)attn_cudnn_workspace_max(a.g, NULL);
         double want = (double)a.mp.peak + 32.0 * 1024 * 1024 + attn, got = a.rank.r[0].max_allocated;
         CHECK(got > want * (1 - 1e-9) && got < want * (1 + 1e-9), "%s %s: per-rank %.0f B, plan peak + workspace %.0f B",
               recipes[r], settings[k][1], got, want);
