@@ -13,7 +13,7 @@ typedef struct {
 
 typedef struct {
   int point;
-  double ms;
+  double ms, roof_ms, cal_ms, flops;
 } Top;
 
 static int cmp_top(const void *a, const void *b) {
@@ -39,12 +39,24 @@ int report_profile(const StepImage *im, const double *ms, double step_ms, bool j
     r->ops += !g->op[o].skip;
     r->ms += ms[q], r->roof_ms += tr, r->cal_ms += tc, r->flops += f * rep, r->bytes += b * rep;
     total += ms[q], total_roof += tr, total_cal += tc;
-    top[q] = (Top){q, ms[q]};
+    top[q] = (Top){q, ms[q], tr, tc, f * rep};
+  }
+  if (json) { /* every point in program order, then the slowest */
+    fprintf(out, "{\"schema\": \"stepc.profile/2\", \"points\": [");
+    for (int q = 0; q < im->npoints; q++) {
+      const Op *op = &g->op[im->point_op[q]];
+      fprintf(out, "%s{\"point\": %d, \"op\": \"%s\", \"class\": \"%s\", \"module\": ", q ? ", " : "", q, op_name(op->kind),
+              cost_class_name(cost_op_class(g, im->point_op[q])));
+      json_write_string(out, op->tags.module);
+      fprintf(out, ", \"ms\": %.4f, \"roofline_ms\": %.4f, \"predicted_ms\": %.4f, \"flops\": %.6g}", top[q].ms, top[q].roof_ms,
+              top[q].cal_ms, top[q].flops);
+    }
+    fprintf(out, "], ");
   }
   qsort(top, (size_t)im->npoints, sizeof *top, cmp_top);
   int ntop = im->npoints < 12 ? im->npoints : 12;
   if (json) {
-    fprintf(out, "{\"schema\": \"stepc.profile/1\", \"device_model\": ");
+    fprintf(out, "\"device_model\": ");
     json_write_string(out, cal.calibration);
     fprintf(out, ", \"step_ms\": %.4f, \"points_ms\": %.4f, \"roofline_ms\": %.4f, \"predicted_ms\": %.4f, \"classes\": [", step_ms,
             total, total_roof, total_cal);
