@@ -8,9 +8,10 @@
 #include "ops/ops.h"
 
 /* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
- * accumulate into), and LINEAR_WGRAD, which may (cuBLASLt beta = 1). */
+ * accumulate into), LINEAR_WGRAD, which may (cuBLASLt beta = 1), and GROUPED_LINEAR_WGRAD (its
+ * tensor-core epilogue adds into the fp32 main gradient). */
 static int sinkable(OpKind k) {
-  return k == OP_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
+  return k == OP_LINEAR_WGRAD || k == OP_GROUPED_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
          k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
 }
 

@@ -108,6 +108,14 @@ run moe_recompute_unfused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16
 FUSED_DET="model.attention_backend=fused model.deterministic_mode=true"
 run moe_replay_fused $STEP replay $MOE 6 model.bf16=true $FUSED_DET
 run moe_recompute_fused $STEP recompute $MOE 3 --labels $MOE_LABELS model.bf16=true $FUSED_DET
+# scoped graphs on an MLA + MoE recipe (the scopes Megatron allows for MoE: the whole layer,
+# attn, moe_router, moe_preprocess; local per-layer graphs), each bitwise equal to eager, dropless
+# (the grouped GEMMs read the per-expert counts on the device) and with a capacity; and under
+# moe / moe_act recompute
+MOE_SCOPES="transformer_engine:[];transformer_engine:[attn];transformer_engine:[moe_router];transformer_engine:[moe_router,moe_preprocess];transformer_engine:[attn,moe_router,moe_preprocess];local:[]"
+run moe_scoped $STEP scoped $MOE 4 "$MOE_SCOPES" model.bf16=true
+run moe_scoped_capacity $STEP scoped $MOE 4 "$MOE_SCOPES" model.bf16=true $CAP
+run moe_scoped_recompute $STEP scoped $MOE 3 "transformer_engine:[attn];transformer_engine:[moe_router,moe_preprocess];local:[]" model.bf16=true model.recompute_granularity=selective "model.recompute_modules=[moe_act,layernorm]"
 run moe_train_gpl3 $STEP train $MOE 200 tests/gpu/data/tiny_mla_moe_gpl3_200.cpu.json model.bf16=true data.mock=false data.path=$GPL3
 run moe_cli_eager $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

@@ -63,14 +63,15 @@ check mla_moe_top1_cpu cpu $MOE $MOE_BF16 model.moe_router_topk=1
 check mla_moe_noshared_cpu cpu $MOE $MOE_BF16 model.moe_shared_expert_intermediate_size=null
 check mla_moe_unfused_cpu cpu $MOE $MOE_BF16 model.attention_backend=unfused
 check mla_moe_noqlora_cpu cpu $MOE $MOE_BF16 model.q_lora_rank=null
-# on the GPU with every expert selected (top-k 8 of 8): the GPU's router logits are bf16, so with
-# top-2 a near-tie can flip a token's experts against PyTorch's too (run_step_tests.sh says more)
+# on the GPU with every expert selected (top-k 8 of 8): the router's logits are bf16 (Megatron's
+# default moe_router_dtype), so with the recipe's top-2 a near-tie flips a token's experts against
+# PyTorch's fp32 reference: measured 2026-12-01, loss within 1.8e-6 but the router and expert
+# gradients of layers 1-2 7-22% rel_l2 off (bench/RESULTS.md); the CPU cases above run top-2
 MOE_ALL="$MOE_BF16 model.moe_router_topk=8"
 check mla_moe_all_cuda cuda $MOE $MOE_ALL
 check mla_moe_capacity_cuda cuda $MOE $MOE_ALL model.moe_expert_capacity_factor=1.0
 check mla_moe_fused_cuda cuda $MOE $MOE_ALL model.attention_backend=fused
 check mla_moe_noqlora_cuda cuda $MOE $MOE_ALL model.q_lora_rank=null
-check mla_moe_top2_cuda cuda $MOE $MOE_BF16
 check tiny_cuda cuda models/tiny.lua
 check flash_cuda cuda models/tiny.lua $FLASH
 check gpt_cuda cuda models/tiny.lua $GPT_LIKE
