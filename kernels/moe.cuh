@@ -357,90 +357,112 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
 }
 
 // ---- the same three products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation) ----
-// when every width is a multiple of 8 (16-byte copies): a 256-thread block owns a 128 x 128 tile of
-// one expert's output, 8 warps of 32 x 64, over k steps of 32 double-buffered in shared memory with
-// cp.async, each operand in its global layout (ldmatrix.trans reads the ones whose k is not
-// contiguous). Each output element is one block's sum in a fixed k order: deterministic.
+// when every width is a multiple of 8 (16-byte copies): a 256-thread block owns a 128 x 256 tile of
+// one expert's output, 8 warps of 64 x 64 (2 along m, 4 along n), over k steps of 32 in a 4-stage
+// cp.async pipeline in dynamic shared memory (122,880 bytes: kernels/launch.h), each operand in its
+// global layout (ldmatrix.trans reads the ones whose k is not contiguous); rows and columns past
+// the operands' ends are zero-filled by the copies themselves. Each output element is one thread's
+// sum in a fixed k order: deterministic.
 //   forward  y = x W_e^T   A = x (m rows of k),  B^T = W_e (n rows of k)
 //   dgrad    dx = dy W_e   A = dy (m rows of k), B = W_e (k rows of n)
 //   wgrad    dW_e = dy^T x A^T = dy (k rows of m), B = x (k rows of n), k = the expert's rows
 // Forward and dgrad run on a grid of ceil(N/128) + E row tiles (the static bound of the sum over
 // experts of ceil(rows/128)); a block finds its expert and tile from the segments, on the device.
-#define MOE_TC 128
-#define MOE_TC_K 32
-#define MOE_TC_LDK (MOE_TC_K + 8) /* (rows x k) tiles: 80-byte rows, conflict-free ldmatrix */
-#define MOE_TC_LDR (MOE_TC + 8)   /* (k x rows) tiles: 272-byte rows */
-#define MOE_TC_STAGE (MOE_TC * MOE_TC_LDK)
+// The tile sizes must match kernels/launch.h (STEPC_MOE_TC_*).
+#define MOE_TC_BM 128
+#define MOE_TC_BN 256
+#define MOE_TC_BK 32
+#define MOE_TC_STAGES 4
+#define MOE_TC_THREADS 256
+#define MOE_TC_LDK (MOE_TC_BK + 8)   /* (rows x k) tiles: 80-byte rows, conflict-free ldmatrix */
+#define MOE_TC_LDAT (MOE_TC_BM + 8)  /* (k x m) tiles: 272-byte rows */
+#define MOE_TC_LDBT (MOE_TC_BN + 8)  /* (k x n) tiles: 528-byte rows */
+#define MOE_TC_SA (MOE_TC_BM * MOE_TC_LDK) /* >= MOE_TC_BK * MOE_TC_LDAT */
+#define MOE_TC_SB (MOE_TC_BN * MOE_TC_LDK) /* >= MOE_TC_BK * MOE_TC_LDBT */
 
-// (128 rows x 32 k) from g[r * ld + k], zero outside (rlim, klim)
+// (R rows x 32 k) from g[r * ld + k] into s (row stride MOE_TC_LDK), zero outside (rlim, klim);
+// klim is a multiple of 8.
+template <int R>
 __device__ __forceinline__ void moe_tc_load_rk(bf16* s, const bf16* g, long ld, int r0, int rlim, int k0, int klim) {
-  for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
-    int r = c / (MOE_TC_K / 8), k = (c % (MOE_TC_K / 8)) * 8, gr = r0 + r, gk = k0 + k;
-    bf16* d = s + r * MOE_TC_LDK + k;
-    if (gr < rlim && gk + 8 <= klim) cp_async16(d, g + (long)gr * ld + gk);
-    else
-      for (int j = 0; j < 8; j++) d[j] = gr < rlim && gk + j < klim ? g[(long)gr * ld + gk + j] : f32_to_bf16(0.0f);
+#pragma unroll
+  for (int i = 0; i < R * MOE_TC_BK / 8 / MOE_TC_THREADS; i++) {
+    int c = threadIdx.x + i * MOE_TC_THREADS, r = c / (MOE_TC_BK / 8), k = (c % (MOE_TC_BK / 8)) * 8;
+    bool in = r0 + r < rlim && k0 + k < klim;
+    cp_async16_zfill(s + r * MOE_TC_LDK + k, in ? g + (long)(r0 + r) * ld + k0 + k : g, in);
   }
 }
 
-// (32 k x 128 cols) from g[k * ld + c], zero outside (klim, clim)
-__device__ __forceinline__ void moe_tc_load_kr(bf16* s, const bf16* g, long ld, int k0, int klim, int c0, int clim) {
-  for (int c = threadIdx.x; c < MOE_TC * MOE_TC_K / 8; c += blockDim.x) {
-    int k = c / (MOE_TC / 8), col = (c % (MOE_TC / 8)) * 8, gk = k0 + k, gc = c0 + col;
-    bf16* d = s + k * MOE_TC_LDR + col;
-    if (gk < klim && gc + 8 <= clim) cp_async16(d, g + (long)gk * ld + gc);
-    else
-      for (int j = 0; j < 8; j++) d[j] = gk < klim && gc + j < clim ? g[(long)gk * ld + gc + j] : f32_to_bf16(0.0f);
+// (32 k x C cols) from g[k * ld + c] into s (row stride lds), zero outside (klim, clim); clim is a
+// multiple of 8.
+template <int C>
+__device__ __forceinline__ void moe_tc_load_kr(bf16* s, int lds, const bf16* g, long ld, int k0, int klim, int c0, int clim) {
+#pragma unroll
+  for (int i = 0; i < MOE_TC_BK * C / 8 / MOE_TC_THREADS; i++) {
+    int c = threadIdx.x + i * MOE_TC_THREADS, k = c / (C / 8), col = (c % (C / 8)) * 8;
+    bool in = k0 + k < klim && c0 + col < clim;
+    cp_async16_zfill(s + k * lds + col, in ? g + (long)(k0 + k) * ld + c0 + col : g, in);
   }
 }
 
-// c = the (m0, n0) 128 x 128 tile of the product (MODE 0 forward, 1 dgrad, 2 wgrad, as above):
-// m < mlim, n < nlim, k < klim.
+// Stage st of the pipeline: k step kt of both operands (MODE as moe_tc_tile).
+template <int MODE>
+__device__ __forceinline__ void moe_tc_stage(bf16* sm, int st, int kt, const bf16* A, long lda, int mlim, const bf16* B, long ldb,
+                                             int nlim, int klim, int m0, int n0) {
+  bf16 *as = sm + st * (MOE_TC_SA + MOE_TC_SB), *bs = as + MOE_TC_SA;
+  int k0 = kt * MOE_TC_BK;
+  if (MODE == 2) moe_tc_load_kr<MOE_TC_BM>(as, MOE_TC_LDAT, A, lda, k0, klim, m0, mlim);
+  else moe_tc_load_rk<MOE_TC_BM>(as, A, lda, m0, mlim, k0, klim);
+  if (MODE == 0) moe_tc_load_rk<MOE_TC_BN>(bs, B, ldb, n0, nlim, k0, klim);
+  else moe_tc_load_kr<MOE_TC_BN>(bs, MOE_TC_LDBT, B, ldb, k0, klim, n0, nlim);
+}
+
+// c = the (m0, n0) 128 x 256 tile of the product (MODE 0 forward, 1 dgrad, 2 wgrad, as above):
+// m < mlim, n < nlim, k < klim. This warp's 64 x 64 part: c[m tile][n tile][fragment].
 template <int MODE>
 __device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, long lda, int mlim, const bf16* B, long ldb,
                                             int nlim, int klim, int m0, int n0) {
-  __shared__ __align__(16) bf16 As[2][MOE_TC_STAGE], Bs[2][MOE_TC_STAGE];
-  int warp = threadIdx.x / STEPC_WARP, wm = warp % 4, wn = warp / 4;
-  for (int i = 0; i < 2; i++)
+  bf16* sm = (bf16*)stepc_smem;
+  int warp = threadIdx.x / STEPC_WARP, wm = warp % 2, wn = warp / 2;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
     for (int j = 0; j < 8; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
-  int nk = (klim + MOE_TC_K - 1) / MOE_TC_K;
-  for (int kt = -1; kt < nk; kt++) {
-    if (kt + 1 < nk) { /* stage kt + 1 in flight while stage kt is multiplied */
-      int st = (kt + 1) & 1, k0 = (kt + 1) * MOE_TC_K;
-      if (MODE == 2) moe_tc_load_kr(As[st], A, lda, k0, klim, m0, mlim);
-      else moe_tc_load_rk(As[st], A, lda, m0, mlim, k0, klim);
-      if (MODE == 0) moe_tc_load_rk(Bs[st], B, ldb, n0, nlim, k0, klim);
-      else moe_tc_load_kr(Bs[st], B, ldb, k0, klim, n0, nlim);
-    }
+  int nk = (klim + MOE_TC_BK - 1) / MOE_TC_BK;
+  for (int s = 0; s < MOE_TC_STAGES - 1; s++) {
+    if (s < nk) moe_tc_stage<MODE>(sm, s, s, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
     cp_async_commit();
-    if (kt < 0) continue;
-    cp_async_wait<1>();
-    __syncthreads();
-    const bf16 *as = As[kt & 1], *bs = Bs[kt & 1];
+  }
+  for (int kt = 0; kt < nk; kt++) {
+    cp_async_wait<MOE_TC_STAGES - 2>(); /* step kt has landed (one group per step, empty ones too) */
+    __syncthreads();                    /* ... for every thread, and step kt - 1's stage is free */
+    int next = kt + MOE_TC_STAGES - 1;
+    if (next < nk) moe_tc_stage<MODE>(sm, next % MOE_TC_STAGES, next, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
+    cp_async_commit();
+    const bf16 *as = sm + (kt % MOE_TC_STAGES) * (MOE_TC_SA + MOE_TC_SB), *bs = as + MOE_TC_SA;
     if (MODE == 0) {
-      warp_mma_nt_m<2, 2, 8>(c, as + wm * 32 * MOE_TC_LDK, MOE_TC_LDK, bs + wn * 64 * MOE_TC_LDK, MOE_TC_LDK);
+      warp_mma_nt_m<4, 2, 8>(c, as + wm * 64 * MOE_TC_LDK, MOE_TC_LDK, bs + wn * 64 * MOE_TC_LDK, MOE_TC_LDK);
     } else {
-      unsigned a[2][2][4];
-      if (MODE == 1) warp_load_afrag<2, 2>(a, as + wm * 32 * MOE_TC_LDK, MOE_TC_LDK);
-      else warp_load_afrag_trans<2, 2>(a, as + wm * 32, MOE_TC_LDR);
-      warp_mma_rr_m<2, 2, 8>(c, a, bs + wn * 64, MOE_TC_LDR);
+      unsigned a[4][2][4];
+      if (MODE == 1) warp_load_afrag<4, 2>(a, as + wm * 64 * MOE_TC_LDK, MOE_TC_LDK);
+      else warp_load_afrag_trans<4, 2>(a, as + wm * 64, MOE_TC_LDAT);
+      warp_mma_rr_m<4, 2, 8>(c, a, bs + wn * 64, MOE_TC_LDBT);
     }
-    __syncthreads();
   }
 }
 
 // The accumulator layout (mma.cuh): c[mt][nt] = rows g, g + 8 of m-tile mt, columns 2q, 2q + 1 of
-// n-tile nt. STORE(row, col, value) for each element inside (mlim, nlim).
-#define MOE_TC_EPILOGUE(c, m0, n0, mlim, nlim, STORE)                                                 \
+// n-tile nt. STORE2(row, col, v, v') for each pair of columns (col, col + 1) inside (mlim, nlim);
+// nlim is a multiple of 8, so a pair is inside or outside whole.
+#define MOE_TC_EPILOGUE(c, m0, n0, mlim, nlim, STORE2)                                                \
   do {                                                                                               \
     int lane_ = threadIdx.x % STEPC_WARP, w_ = threadIdx.x / STEPC_WARP;                             \
-    for (int mt = 0; mt < 2; mt++)                                                                   \
-      for (int nt = 0; nt < 8; nt++)                                                                 \
-        for (int h = 0; h < 4; h++) {                                                                \
-          int row = (m0) + (w_ % 4) * 32 + mt * 16 + lane_ / 4 + (h / 2) * 8;                       \
-          int col = (n0) + (w_ / 4) * 64 + nt * 8 + (lane_ % 4) * 2 + h % 2;                         \
-          if (row < (mlim) && col < (nlim)) STORE(row, col, c[mt][nt][h]);                           \
-        }                                                                                            \
+    _Pragma("unroll") for (int mt = 0; mt < 4; mt++)                                                 \
+    _Pragma("unroll") for (int nt = 0; nt < 8; nt++)                                                 \
+    _Pragma("unroll") for (int h = 0; h < 2; h++) {                                                  \
+      int row = (m0) + (w_ % 2) * 64 + mt * 16 + lane_ / 4 + h * 8;                                  \
+      int col = (n0) + (w_ / 2) * 64 + nt * 8 + (lane_ % 4) * 2;                                     \
+      if (row < (mlim) && col < (nlim)) STORE2(row, col, c[mt][nt][2 * h], c[mt][nt][2 * h + 1]);    \
+    }                                                                                                \
   } while (0)
 
 // Row tile blockIdx.y of the flattened (expert, tile) list: the expert e and its first row tile
@@ -448,9 +470,9 @@ __device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, lon
 __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, int* rows0, int* nrows, int* m0) {
   int t = blockIdx.y;
   for (int x = 0; x < E; x++) {
-    int n = seg[2 * x + 1], tiles = (n + MOE_TC - 1) / MOE_TC;
+    int n = seg[2 * x + 1], tiles = (n + MOE_TC_BM - 1) / MOE_TC_BM;
     if (t < tiles) {
-      *e = x, *rows0 = seg[2 * x], *nrows = n, *m0 = t * MOE_TC;
+      *e = x, *rows0 = seg[2 * x], *nrows = n, *m0 = t * MOE_TC_BM;
       return true;
     }
     t -= tiles;
@@ -459,45 +481,50 @@ __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, i
 }
 
 // The row-tiled products: forward (MODE 0) out = in W_e^T, in (N, K), out (N, Nout); dgrad (MODE 1)
-// out = in W_e, in (N, Nout), out (N, K). grid (ceil(out width / 128), ceil(N/128) + E).
+// out = in W_e, in (N, Nout), out (N, K). grid (ceil(out width / 256), ceil(N/128) + E).
 template <int MODE>
 __device__ __forceinline__ void moe_tc_rows(bf16* out, const bf16* in, const bf16* W, const int* seg, int Nout, int K, int E) {
   int e, rows0, nrows, m0;
   if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
-  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC;
-  float c[2][8][4];
+  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
+  float c[4][8][4];
   moe_tc_tile<MODE>(c, in + (long)rows0 * kin, kin, nrows, W + (long)e * Nout * K, K, cols, kin, m0, n0);
   bf16* o = out + (long)rows0 * cols;
-#define ST(r, q, v) o[(long)(r) * cols + (q)] = f32_to_bf16(v)
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
   MOE_TC_EPILOGUE(c, m0, n0, nrows, cols, ST);
 #undef ST
 }
 
 // GROUPED_LINEAR: y = x W_e^T over each expert's rows.
-extern "C" __global__ void grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K,
-                                                     int E) {
+extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
+    grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K, int E) {
   moe_tc_rows<0>(y, x, W, seg, Nout, K, E);
 }
 
 // GROUPED_LINEAR_DGRAD: dx = dy W_e over each expert's rows.
-extern "C" __global__ void grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K,
-                                                   int E) {
+extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
+    grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K, int E) {
   moe_tc_rows<1>(dx, dy, W, seg, Nout, K, E);
 }
 
 // GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
-// grid (ceil(K/128), ceil(Nout/128), E).
-extern "C" __global__ void grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg,
-                                                   int Nout, int K) {
-  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC, n0 = blockIdx.x * MOE_TC;
-  float c[2][8][4];
+// grid (ceil(K/256), ceil(Nout/128), E).
+extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
+    grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
+  float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
   long base = (long)e * Nout * K;
-#define ST(r, q, v)                                           \
-  do {                                                        \
-    long at_ = base + (long)(r) * K + (q);                    \
-    if (dw) dw[at_] = f32_to_bf16(v);                         \
-    else acc_f32[at_] += (v);                                 \
+#define ST(r, q, v0, v1)                                    \
+  do {                                                      \
+    long at_ = base + (long)(r) * K + (q);                  \
+    if (dw) {                                               \
+      *(unsigned*)(dw + at_) = pack_bf16x2(v0, v1);         \
+    } else {                                                \
+      float2 s_ = *(float2*)(acc_f32 + at_);                \
+      s_.x += (v0), s_.y += (v1);                           \
+      *(float2*)(acc_f32 + at_) = s_;                       \
+    }                                                       \
   } while (0)
   MOE_TC_EPILOGUE(c, m0, n0, Nout, K, ST);
 #undef ST

@@ -9,6 +9,7 @@
  * expert), blocks past an expert's count return at once. Where capacity can leave rows of the
  * permuted buffer empty, the buffer is zeroed first (a memset in the stream), as the CPU
  * reference's rows are. Deterministic: every sum in a fixed order (kernels/moe.cuh). */
+#include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/launchers.h"
 
@@ -181,13 +182,10 @@ static RtDim group_grid(int64_t cols, int64_t rows, int64_t E) {
   return rt_dim((unsigned)((cols + MOE_TILE - 1) / MOE_TILE), (unsigned)((rows + MOE_TILE - 1) / MOE_TILE), (unsigned)E);
 }
 
-/* The tensor-core kernels (128 x 128 tiles) take widths that are multiples of 8 (16-byte loads);
- * the CUDA-core ones (64 x 64) anything. */
-#define MOE_TC 128 /* kernels/moe.cuh */
+/* The tensor-core kernels (kernels/launch.h: 128 x 256 tiles) take widths that are multiples of 8
+ * (16-byte copies); the CUDA-core ones (64 x 64) anything. */
 static int use_tc(int Nout, int K) { return Nout % 8 == 0 && K % 8 == 0; }
-static RtDim tc_grid(int64_t cols, int64_t rows, int64_t E) {
-  return rt_dim((unsigned)((cols + MOE_TC - 1) / MOE_TC), (unsigned)((rows + MOE_TC - 1) / MOE_TC), (unsigned)E);
-}
+static unsigned tiles(int64_t n, int tile) { return (unsigned)((n + tile - 1) / tile); }
 
 /* GROUPED_LINEAR in (x (N, K), W (E, Nout, K), seg) out (y (N, Nout)); GROUPED_LINEAR_DGRAD in
  * (dy (N, Nout), W, seg) out (dx (N, K)). */
@@ -199,9 +197,9 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   CUdeviceptr out = rt_out(x, op, 0), in = rt_in(x, op, 0), wp = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K)) { /* row tiles: the static bound ceil(N/128) + E of the experts' tiles */
     int64_t E = w->shape[0];
-    RtDim g = rt_dim((unsigned)(((dgrad ? K : Nout) + MOE_TC - 1) / MOE_TC), (unsigned)((a->shape[0] + MOE_TC - 1) / MOE_TC + E), 1);
-    return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(x->d, g, 256, 0, out, in, wp, seg,
-                                                                                           Nout, K, (int)E);
+    RtDim g = rt_dim(tiles(dgrad ? K : Nout, STEPC_MOE_TC_BN), tiles(a->shape[0], STEPC_MOE_TC_BM) + (unsigned)E, 1);
+    return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(
+        x->d, g, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, in, wp, seg, Nout, K, (int)E);
   }
   RtDim grid = group_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]);
   return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out, in, wp, seg, Nout,
@@ -221,7 +219,8 @@ int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K))
-    return rt_launch_grouped_linear_wgrad_tc(x->d, tc_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in, seg, Nout, K);
+    return rt_launch_grouped_linear_wgrad_tc(x->d, rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)dw->shape[0]),
+                                             STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K);
   return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in, seg, Nout, K);
 }
 

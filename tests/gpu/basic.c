@@ -643,6 +643,129 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   }
 }
 
+/* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, *_tc) against fp64: uneven experts
+ * (empty, one row, tile edges), widths whose last k step and last column tile are partial, more k
+ * steps than pipeline stages; the weight gradient as bf16 and added into an fp32 main gradient.
+ * Then their speed at the Moonlight shape (64 experts, 24576 routed rows, d 2048, expert ffn 1408,
+ * SwiGLU fc1 2816 wide), with a bitwise run-to-run check. */
+static void grouped_ref(int mode, double *out, const double *a, const double *b, const int *seg, int E, int Nout, int K) {
+  for (int e = 0; e < E; e++)
+    for (int r = seg[2 * e]; r < seg[2 * e] + seg[2 * e + 1]; r++) {
+      if (mode == 0)
+        for (int o = 0; o < Nout; o++) {
+          double s = 0;
+          for (int k = 0; k < K; k++) s += a[(long)r * K + k] * b[((long)e * Nout + o) * K + k];
+          out[(long)r * Nout + o] = s;
+        }
+      else if (mode == 1)
+        for (int k = 0; k < K; k++) {
+          double s = 0;
+          for (int o = 0; o < Nout; o++) s += a[(long)r * Nout + o] * b[((long)e * Nout + o) * K + k];
+          out[(long)r * K + k] = s;
+        }
+      else
+        for (int o = 0; o < Nout; o++)
+          for (int k = 0; k < K; k++) out[((long)e * Nout + o) * K + k] += a[(long)r * Nout + o] * b[(long)r * K + k];
+    }
+}
+
+typedef struct {
+  CUdeviceptr y, x, w, dy, dx, dw, seg;
+  int N, Nout, K, E, mode;
+} GroupedRun;
+
+static void grouped_launch(Gpu *g, void *ctx) {
+  GroupedRun *q = ctx;
+  unsigned rows = (unsigned)((q->N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + q->E), smem = stepc_moe_tc_smem();
+  CUdeviceptr none = 0;
+  if (q->mode == 0) {
+    void *a[] = {&q->y, &q->x, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
+    gpu_launch(g, "grouped_linear_forward_tc", (unsigned)((q->Nout + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
+               STEPC_MOE_TC_THREADS, smem, a);
+  } else if (q->mode == 1) {
+    void *a[] = {&q->dx, &q->dy, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
+    gpu_launch(g, "grouped_linear_dgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
+               STEPC_MOE_TC_THREADS, smem, a);
+  } else {
+    void *a[] = {&q->dw, &none, &q->dy, &q->x, &q->seg, &q->Nout, &q->K};
+    gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
+               (unsigned)((q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)q->E, STEPC_MOE_TC_THREADS, smem, a);
+  }
+}
+
+static void test_grouped_gemm(Gpu *g, Rng *r) {
+  enum { E = 8 };
+  int counts[E] = {0, 1, 127, 128, 129, 300, 513, 37}, seg[2 * E], N = 0, Nout = 776, K = 520;
+  for (int e = 0; e < E; e++) seg[2 * e] = N, seg[2 * e + 1] = counts[e], N += counts[e];
+  double *x, *w, *dy, *acc0;
+  GroupedRun q = {.N = N, .Nout = Nout, .K = K, .E = E};
+  q.x = up_bf16(g, r, (long)N * K, 1, &x), q.w = up_bf16(g, r, (long)E * Nout * K, 1, &w);
+  q.dy = up_bf16(g, r, (long)N * Nout, 1, &dy), q.seg = gpu_dup(g, seg, sizeof seg);
+  q.y = gpu_alloc(g, 2 * (size_t)N * Nout), q.dx = gpu_alloc(g, 2 * (size_t)N * K), q.dw = gpu_alloc(g, 2 * (size_t)E * Nout * K);
+  long nw = (long)E * Nout * K, most = nw > (long)N * Nout ? nw : (long)N * Nout;
+  double *want = calloc((size_t)(most > (long)N * K ? most : (long)N * K), sizeof *want);
+  static const char *name[] = {"grouped_linear_forward_tc (8 uneven experts, K 520, 776 wide)",
+                               "grouped_linear_dgrad_tc (8 uneven experts, 520 wide)", "grouped_linear_wgrad_tc (bf16 dW)"};
+  for (int mode = 0; mode < 3; mode++) {
+    q.mode = mode;
+    grouped_launch(g, &q);
+    long n = mode == 0 ? (long)N * Nout : mode == 1 ? (long)N * K : nw;
+    memset(want, 0, sizeof *want * (size_t)n);
+    grouped_ref(mode, want, mode == 0 ? x : dy, mode == 2 ? x : w, seg, E, Nout, K);
+    double *got = down_bf16(g, mode == 0 ? q.y : mode == 1 ? q.dx : q.dw, n);
+    gpu_check(g, name[mode], got, want, n, 1e-2, RT_BF16);
+    free(got);
+  }
+  /* the weight gradient added into an fp32 main gradient that already holds values */
+  uint16_t *h = malloc(2 * (size_t)nw);
+  acc0 = malloc(sizeof *acc0 * (size_t)nw);
+  rand_bf16(r, h, acc0, nw, 4);
+  free(h);
+  CUdeviceptr acc = up_f32(g, acc0, nw);
+  CUdeviceptr none = 0;
+  void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K};
+  int eE = E;
+  gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
+             (unsigned)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)eE, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), a);
+  memcpy(want, acc0, sizeof *want * (size_t)nw);
+  grouped_ref(2, want, dy, x, seg, E, Nout, K);
+  double *got = down_f32(g, acc, nw);
+  gpu_check(g, "grouped_linear_wgrad_tc (added into fp32)", got, want, nw, 1e-3, 1e-5);
+  free(got), free(acc0), free(x), free(w), free(dy), free(want);
+  gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg), gpu_free(g, q.y), gpu_free(g, q.dx),
+      gpu_free(g, q.dw);
+
+  /* speed at the Moonlight shape: routed rows split unevenly over 64 experts (1/2x..3/2x the mean) */
+  enum { EM = 64 };
+  int sm[2 * EM], NM = 0;
+  for (int e = 0; e < EM; e++) sm[2 * e] = NM, sm[2 * e + 1] = 384 + (int)(rng_uniform(r) * 192), NM += sm[2 * e + 1];
+  static const int shapes[2][2] = {{2816, 2048}, {2048, 1408}}; /* fc1 (Nout, K), fc2 */
+  for (int s = 0; s < 2; s++) {
+    GroupedRun m = {.N = NM, .Nout = shapes[s][0], .K = shapes[s][1], .E = EM};
+    double *hx, *hw, *hdy;
+    m.x = up_bf16(g, r, (long)NM * m.K, 1, &hx), m.w = up_bf16(g, r, (long)EM * m.Nout * m.K, 1, &hw);
+    m.dy = up_bf16(g, r, (long)NM * m.Nout, 1, &hdy), m.seg = gpu_dup(g, sm, sizeof sm);
+    m.y = gpu_alloc(g, 2 * (size_t)NM * m.Nout), m.dx = gpu_alloc(g, 2 * (size_t)NM * m.K);
+    m.dw = gpu_alloc(g, 2 * (size_t)EM * m.Nout * m.K);
+    double flop = 2.0 * NM * m.Nout * m.K;
+    for (int mode = 0; mode < 3; mode++) {
+      m.mode = mode;
+      double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
+      printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1",
+             mode == 0 ? "forward" : mode == 1 ? "dgrad" : "wgrad", NM, m.Nout, m.K, ms, flop / ms / 1e9);
+    }
+    size_t bytes = 2 * (size_t)EM * m.Nout * m.K;
+    void *first = down_raw(g, m.dw, bytes);
+    m.mode = 2;
+    grouped_launch(g, &m);
+    void *again = down_raw(g, m.dw, bytes);
+    gpu_check_bitwise(g, s ? "grouped_linear_wgrad_tc run to run (fc2 shape)" : "grouped_linear_wgrad_tc run to run (fc1 shape)",
+                      first, again, bytes);
+    free(first), free(again), free(hx), free(hw), free(hdy);
+    gpu_free(g, m.x), gpu_free(g, m.w), gpu_free(g, m.dy), gpu_free(g, m.seg), gpu_free(g, m.y), gpu_free(g, m.dx), gpu_free(g, m.dw);
+  }
+}
+
 void test_basic(Gpu *g) {
   Rng r = {0x5eed};
   test_embedding(g, &r);
@@ -655,5 +778,6 @@ void test_basic(Gpu *g) {
   test_cross_entropy(g, &r);
   test_optimizer(g, &r);
   test_optimizer_multi(g, &r);
+  test_grouped_gemm(g, &r);
   gpu_sync(g);
 }
