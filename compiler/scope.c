@@ -37,7 +37,7 @@ static ScopeImpl impl_of(const Spec *s) {
 }
 
 /* The scope bits that become graphs in a layer whose ops carry `present` bits. */
-static uint32_t graphed_bits(ScopeImpl impl, uint32_t modules, uint32_t present) {
+static uint32_t graphed_bits_listed(ScopeImpl impl, uint32_t modules, uint32_t present) {
   bool moe_layer = present & (IR_SCOPE_MOE | IR_SCOPE_MOE_ROUTER);
   if (impl == SCOPE_TE) return modules ? (modules & present) : (present & IR_SCOPE_LAYER);
   if (impl != SCOPE_LOCAL) return 0;
@@ -48,6 +48,14 @@ static uint32_t graphed_bits(ScopeImpl impl, uint32_t modules, uint32_t present)
     return modules & present & (IR_SCOPE_MOE_ROUTER | IR_SCOPE_MOE_PREPROCESS);
   }
   return modules & (IR_SCOPE_ATTN | IR_SCOPE_MLP) ? present & IR_SCOPE_LAYER : 0;
+}
+
+/* The router's ops carry both moe_router and moe_preprocess (lower_moe.c): Megatron's
+ * moe_preprocess graph is the router plus the dispatch's preprocessing, so with both listed the
+ * layer has that one graph, not a router graph inside it. */
+static uint32_t graphed_bits(ScopeImpl impl, uint32_t modules, uint32_t present) {
+  uint32_t b = graphed_bits_listed(impl, modules, present);
+  return (b & IR_SCOPE_MOE_PREPROCESS) ? b & ~(uint32_t)IR_SCOPE_MOE_ROUTER : b;
 }
 
 static int push_inst(ScopeResult *sr, ScopeInst si) {

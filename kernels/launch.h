@@ -36,12 +36,12 @@ static inline unsigned stepc_flash_dq_smem(int D) {
 
 /* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, grouped_linear_*_tc): blocks of
  * STEPC_MOE_TC_THREADS own a BM x BN output tile; forward/dgrad grid (ceil(out width / BN),
- * ceil(N / BM) + E), wgrad grid (ceil(K / BN), ceil(Nout / BM), E); a 4-stage pipeline of 32-wide
- * k steps in dynamic shared memory: per stage BM x 40 + BN x 40 bf16. */
+ * ceil(N / BM) + E), wgrad grid (ceil(K / BN), ceil(Nout / BM), E); a 3-stage pipeline of 64-wide
+ * k steps in dynamic shared memory: per stage BM x 72 + BN x 72 bf16. */
 #define STEPC_MOE_TC_BM 128
 #define STEPC_MOE_TC_BN 256
 #define STEPC_MOE_TC_THREADS 256
-static inline unsigned stepc_moe_tc_smem(void) { return (unsigned)(4 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 40 * 2); }
+static inline unsigned stepc_moe_tc_smem(void) { return (unsigned)(3 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 72 * 2); }
 
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4

@@ -52,31 +52,67 @@ extern "C" __global__ void mla_head_concat(bf16* joined, const bf16* p1, const b
 }
 
 // ---- the router ----
-// A linear whose weight stays fp32 (Megatron keeps the router's in fp32): one warp per output
-// element, lanes over C, a fixed-shape warp sum. Launch: block 256, grid ceil(N*E / 8).
+// A linear whose weight stays fp32 (Megatron keeps the router's in fp32), tiled through shared
+// memory: a block of 256 threads owns 32 tokens x 64 experts, over chunks of 32 input columns;
+// each thread 2 tokens x 4 experts, every sum in column order. Launch: block 256, grid
+// (ceil(N / 32), ceil(E / 64)).
 extern "C" __global__ void router_linear_forward(bf16* out, const bf16* inp, const float* weight, int N, int E,
                                                  int C) {
-  int lane = threadIdx.x % 32;
-  long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  if (r >= (long)N * E) return;
-  long n = r / E;
-  int e = (int)(r % E);
-  float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += bf16_to_f32(inp[n * C + c]) * weight[(long)e * C + c];
-  s = warp_sum(s);
-  if (lane == 0) out[r] = f32_to_bf16(s);
+  __shared__ float Xs[32][33], Ws[64][33];
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16, n0 = blockIdx.x * 32, e0 = blockIdx.y * 64;
+  float acc[2][4] = {};
+  for (int c0 = 0; c0 < C; c0 += 32) {
+    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
+      int r = i / 32, c = i % 32;
+      Xs[r][c] = n0 + r < N && c0 + c < C ? bf16_to_f32(inp[(long)(n0 + r) * C + c0 + c]) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < 64 * 32; i += 256) {
+      int r = i / 32, c = i % 32;
+      Ws[r][c] = e0 + r < E && c0 + c < C ? weight[(long)(e0 + r) * C + c0 + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < 32; c++)
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] += Xs[ty * 2 + i][c] * Ws[tx * 4 + j][c];
+    __syncthreads();
+  }
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      int n = n0 + ty * 2 + i, e = e0 + tx * 4 + j;
+      if (n < N && e < E) out[(long)n * E + e] = f32_to_bf16(acc[i][j]);
+    }
 }
 
-// dinp (N, C) = dout (N, E) . weight (E, C), summed over e in order. Launch: grid-stride.
+// dinp (N, C) = dout (N, E) . weight (E, C), summed over e in order, tiled: a block of 256 threads
+// owns 32 tokens x 128 columns, over chunks of 32 experts; each thread 4 tokens x 4 columns.
+// Launch: block 256, grid (ceil(C / 128), ceil(N / 32)).
 extern "C" __global__ void router_linear_dgrad(bf16* dinp, const bf16* dout, const float* weight, int N, int E,
                                                int C) {
-  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)N * C; i += (long)gridDim.x * blockDim.x) {
-    long n = i / C;
-    int c = (int)(i % C);
-    float s = 0.0f;
-    for (int e = 0; e < E; e++) s += bf16_to_f32(dout[n * E + e]) * weight[(long)e * C + c];
-    dinp[i] = f32_to_bf16(s);
+  __shared__ float Ds[32][33], Ws[32][128];
+  int lane = threadIdx.x % 32, ty = threadIdx.x / 32, c0 = blockIdx.x * 128, n0 = blockIdx.y * 32;
+  float acc[4][4] = {};
+  for (int e0 = 0; e0 < E; e0 += 32) {
+    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
+      int r = i / 32, e = i % 32;
+      Ds[r][e] = n0 + r < N && e0 + e < E ? bf16_to_f32(dout[(long)(n0 + r) * E + e0 + e]) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < 32 * 128; i += 256) {
+      int e = i / 128, c = i % 128;
+      Ws[e][c] = e0 + e < E && c0 + c < C ? weight[(long)(e0 + e) * C + c0 + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int e = 0; e < 32; e++)
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] += Ds[ty * 4 + i][e] * Ws[e][lane + 32 * j];
+    __syncthreads();
   }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      int n = n0 + ty * 4 + i, c = c0 + lane + 32 * j;
+      if (n < N && c < C) dinp[(long)n * C + c] = f32_to_bf16(acc[i][j]);
+    }
 }
 
 // ROUTER_TOPK: k passes of argmax (ties to the lower expert), then mode 0 softmax over the k
@@ -358,8 +394,8 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
 
 // ---- the same three products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation) ----
 // when every width is a multiple of 8 (16-byte copies): a 256-thread block owns a 128 x 256 tile of
-// one expert's output, 8 warps of 64 x 64 (2 along m, 4 along n), over k steps of 32 in a 4-stage
-// cp.async pipeline in dynamic shared memory (122,880 bytes: kernels/launch.h), each operand in its
+// one expert's output, 8 warps of 64 x 64 (2 along m, 4 along n), over k steps of 64 in a 3-stage
+// cp.async pipeline in dynamic shared memory (165,888 bytes: kernels/launch.h), each operand in its
 // global layout (ldmatrix.trans reads the ones whose k is not contiguous); rows and columns past
 // the operands' ends are zero-filled by the copies themselves. Each output element is one thread's
 // sum in a fixed k order: deterministic.
@@ -371,16 +407,16 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
 // The tile sizes must match kernels/launch.h (STEPC_MOE_TC_*).
 #define MOE_TC_BM 128
 #define MOE_TC_BN 256
-#define MOE_TC_BK 32
-#define MOE_TC_STAGES 4
+#define MOE_TC_BK 64
+#define MOE_TC_STAGES 3
 #define MOE_TC_THREADS 256
-#define MOE_TC_LDK (MOE_TC_BK + 8)   /* (rows x k) tiles: 80-byte rows, conflict-free ldmatrix */
+#define MOE_TC_LDK (MOE_TC_BK + 8)   /* (rows x k) tiles: 144-byte rows, conflict-free ldmatrix */
 #define MOE_TC_LDAT (MOE_TC_BM + 8)  /* (k x m) tiles: 272-byte rows */
 #define MOE_TC_LDBT (MOE_TC_BN + 8)  /* (k x n) tiles: 528-byte rows */
 #define MOE_TC_SA (MOE_TC_BM * MOE_TC_LDK) /* >= MOE_TC_BK * MOE_TC_LDAT */
 #define MOE_TC_SB (MOE_TC_BN * MOE_TC_LDK) /* >= MOE_TC_BK * MOE_TC_LDBT */
 
-// (R rows x 32 k) from g[r * ld + k] into s (row stride MOE_TC_LDK), zero outside (rlim, klim);
+// (R rows x 64 k) from g[r * ld + k] into s (row stride MOE_TC_LDK), zero outside (rlim, klim);
 // klim is a multiple of 8.
 template <int R>
 __device__ __forceinline__ void moe_tc_load_rk(bf16* s, const bf16* g, long ld, int r0, int rlim, int k0, int klim) {
@@ -392,7 +428,7 @@ __device__ __forceinline__ void moe_tc_load_rk(bf16* s, const bf16* g, long ld, 
   }
 }
 
-// (32 k x C cols) from g[k * ld + c] into s (row stride lds), zero outside (klim, clim); clim is a
+// (64 k x C cols) from g[k * ld + c] into s (row stride lds), zero outside (klim, clim); clim is a
 // multiple of 8.
 template <int C>
 __device__ __forceinline__ void moe_tc_load_kr(bf16* s, int lds, const bf16* g, long ld, int k0, int klim, int c0, int clim) {
@@ -439,13 +475,16 @@ __device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, lon
     if (next < nk) moe_tc_stage<MODE>(sm, next % MOE_TC_STAGES, next, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
     cp_async_commit();
     const bf16 *as = sm + (kt % MOE_TC_STAGES) * (MOE_TC_SA + MOE_TC_SB), *bs = as + MOE_TC_SA;
-    if (MODE == 0) {
-      warp_mma_nt_m<4, 2, 8>(c, as + wm * 64 * MOE_TC_LDK, MOE_TC_LDK, bs + wn * 64 * MOE_TC_LDK, MOE_TC_LDK);
-    } else {
-      unsigned a[4][2][4];
-      if (MODE == 1) warp_load_afrag<4, 2>(a, as + wm * 64 * MOE_TC_LDK, MOE_TC_LDK);
-      else warp_load_afrag_trans<4, 2>(a, as + wm * 64, MOE_TC_LDAT);
-      warp_mma_rr_m<4, 2, 8>(c, a, bs + wn * 64, MOE_TC_LDBT);
+#pragma unroll
+    for (int ks = 0; ks < MOE_TC_BK / 16; ks++) { /* one 16-wide k slice at a time: A fragments stay few */
+      if (MODE == 0) {
+        warp_mma_nt_m<4, 1, 8>(c, as + wm * 64 * MOE_TC_LDK + ks * 16, MOE_TC_LDK, bs + wn * 64 * MOE_TC_LDK + ks * 16, MOE_TC_LDK);
+      } else {
+        unsigned a[4][1][4];
+        if (MODE == 1) warp_load_afrag<4, 1>(a, as + wm * 64 * MOE_TC_LDK + ks * 16, MOE_TC_LDK);
+        else warp_load_afrag_trans<4, 1>(a, as + ks * 16 * MOE_TC_LDAT + wm * 64, MOE_TC_LDAT);
+        warp_mma_rr_m<4, 1, 8>(c, a, bs + ks * 16 * MOE_TC_LDBT + wn * 64, MOE_TC_LDBT);
+      }
     }
   }
 }
@@ -515,19 +554,35 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
   float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
   long base = (long)e * Nout * K;
-#define ST(r, q, v0, v1)                                    \
-  do {                                                      \
-    long at_ = base + (long)(r) * K + (q);                  \
-    if (dw) {                                               \
-      *(unsigned*)(dw + at_) = pack_bf16x2(v0, v1);         \
-    } else {                                                \
-      float2 s_ = *(float2*)(acc_f32 + at_);                \
-      s_.x += (v0), s_.y += (v1);                           \
-      *(float2*)(acc_f32 + at_) = s_;                       \
-    }                                                       \
-  } while (0)
-  MOE_TC_EPILOGUE(c, m0, n0, Nout, K, ST);
+  int lane = threadIdx.x % STEPC_WARP, w = threadIdx.x / STEPC_WARP;
+  if (dw) {
+#define ST(r, q, v0, v1) *(unsigned*)(dw + base + (long)(r) * K + (q)) = pack_bf16x2(v0, v1)
+    MOE_TC_EPILOGUE(c, m0, n0, Nout, K, ST);
 #undef ST
+    return;
+  }
+  /* added into the fp32 main gradient: each m tile's 16 old pairs are read before any is written,
+   * so the reads are in flight together (one round trip per m tile, not per pair) */
+#pragma unroll
+  for (int mt = 0; mt < 4; mt++) {
+    float2 old[8][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        int row = m0 + (w % 2) * 64 + mt * 16 + lane / 4 + h * 8, col = n0 + (w / 2) * 64 + nt * 8 + (lane % 4) * 2;
+        old[nt][h] = row < Nout && col < K ? *(const float2*)(acc_f32 + base + (long)row * K + col) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        int row = m0 + (w % 2) * 64 + mt * 16 + lane / 4 + h * 8, col = n0 + (w / 2) * 64 + nt * 8 + (lane % 4) * 2;
+        if (row < Nout && col < K)
+          *(float2*)(acc_f32 + base + (long)row * K + col) =
+              make_float2(old[nt][h].x + c[mt][nt][2 * h], old[nt][h].y + c[mt][nt][2 * h + 1]);
+      }
+  }
 }
 
 // ---- MOE_ACT: y = act(a) [* b] * p per row; act 0 silu, 1 gelu, 2 relu, 3 squared relu ----
