@@ -42,7 +42,9 @@ static char *msg_dup(const char *fmt, ...) {
 static int build_options(const CubinOptions *opt, const char **argv, char *arch_opt, size_t arch_sz) {
   const char *arch = opt && opt->arch ? opt->arch : "sm_90";
   int n = 0;
-  snprintf(arch_opt, arch_sz, "--gpu-architecture=%s", arch);
+  /* Hopper's cubin is built for sm_90a, the architecture-specific target that has wgmma (the MoE
+   * grouped GEMMs use it); such a cubin runs on compute capability 9.0, which is every Hopper. */
+  snprintf(arch_opt, arch_sz, "--gpu-architecture=%s%s", arch, strcmp(arch, "sm_90") == 0 ? "a" : "");
   argv[n++] = arch_opt;
   argv[n++] = "-std=c++17";
   for (int i = 0; opt && i < opt->n_extra && n < CUBIN_MAX_OPTIONS; i++) argv[n++] = opt->extra[i];

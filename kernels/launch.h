@@ -36,12 +36,16 @@ static inline unsigned stepc_flash_dq_smem(int D) {
 
 /* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, grouped_linear_*_tc): blocks of
  * STEPC_MOE_TC_THREADS own a BM x BN output tile; forward/dgrad grid (ceil(out width / BN),
- * ceil(N / BM) + E), wgrad grid (ceil(K / BN), ceil(Nout / BM), E); a 3-stage pipeline of 64-wide
- * k steps in dynamic shared memory: per stage BM x 72 + BN x 72 bf16. */
+ * ceil(N / BM) + E), wgrad grid (ceil(K / BN), ceil(Nout / BM), E). Dynamic shared memory: on
+ * sm_90a (wgmma) 4 stages of 64-wide k steps, (BM + BN) x 64 bf16 each, plus 1 KiB to align them
+ * to 1024 bytes; elsewhere (mma.sync) 3 stages of (BM + BN) x 72 bf16. The larger of the two. */
 #define STEPC_MOE_TC_BM 128
 #define STEPC_MOE_TC_BN 256
 #define STEPC_MOE_TC_THREADS 256
-static inline unsigned stepc_moe_tc_smem(void) { return (unsigned)(3 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 72 * 2); }
+static inline unsigned stepc_moe_tc_smem(void) {
+  unsigned wg = 4 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 64 * 2 + 1024, tc = 3 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 72 * 2;
+  return wg > tc ? wg : tc;
+}
 
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4

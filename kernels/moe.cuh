@@ -519,6 +519,203 @@ __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, i
   return false;
 }
 
+// ---- Hopper (sm_90a): the same three products with wgmma ----
+// Two warpgroups, each a 64 x 256 half of the 128 x 256 tile (one m64n256k16 per 16-wide k slice,
+// both operands read by the tensor cores from shared memory), over k steps of 64 in a 4-stage
+// cp.async pipeline (4 x 48 KiB + 1 KiB for alignment: kernels/launch.h). Operand tiles in the
+// 128-byte swizzled layouts of the wgmma descriptors: a (rows x 64 k) tile whose k is contiguous
+// ("K-major": x, dy, W_e as B^T in forward) is rows of 128 bytes; a tile whose rows or columns
+// are contiguous ("MN-major": W_e as B in dgrad, dy as A^T and x as B in wgrad) is blocks of 64
+// columns, each 64 k rows of 128 bytes. Within every 1024-byte group of 8 rows, 16-byte chunk c of
+// row r sits at chunk c ^ (r % 8). The fp32 main-gradient epilogue goes through shared memory so
+// that its read-modify-write is whole 512-byte rows per warp.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MOE_WG_BK 64
+#define MOE_WG_STAGES 4
+#define MOE_WG_A_BYTES (MOE_TC_BM * MOE_WG_BK * 2)
+#define MOE_WG_STAGE_BYTES (MOE_WG_A_BYTES + MOE_TC_BN * MOE_WG_BK * 2)
+#define MOE_WG_LDS 260 /* the fp32 staging tile's row stride (floats) */
+#ifndef MOE_WG_MN_SWAP
+#define MOE_WG_MN_LBO 8192 /* MN-major: bytes from one 64-column block to the next */
+#define MOE_WG_MN_SBO 1024 /* MN-major: bytes from one group of 8 k rows to the next */
+#else /* the other reading of the descriptor fields (gpu_kernels with STEPC_KERNEL_DEFINE) */
+#define MOE_WG_MN_LBO 1024
+#define MOE_WG_MN_SBO 8192
+#endif
+
+__device__ __forceinline__ void cp_async16_zfill_s(unsigned saddr, const void* gmem, bool full) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(full ? 16 : 0) : "memory");
+}
+
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128B swizzle.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((saddr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// d[128] += A (64 x 16) B (16 x 256); TA / TB: the operand is MN-major.
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long da, unsigned long long db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+}
+
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous products.
+__device__ __forceinline__ void wg_pin(float* d) {
+#pragma unroll
+  for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// (R rows x 64 k) from g[r * ld + k], K-major at saddr; zero outside (rlim, klim), klim % 8 == 0.
+template <int R>
+__device__ __forceinline__ void wg_load_k(unsigned s, const bf16* g, long ld, int r0, int rlim, int k0, int klim) {
+#pragma unroll
+  for (int i = 0; i < R * 8 / MOE_TC_THREADS; i++) {
+    int c = threadIdx.x + i * MOE_TC_THREADS, r = c / 8, ch = c % 8;
+    bool in = r0 + r < rlim && k0 + ch * 8 < klim;
+    cp_async16_zfill_s(s + r * 128 + ((ch ^ (r & 7)) << 4), in ? g + (long)(r0 + r) * ld + k0 + ch * 8 : g, in);
+  }
+}
+
+// (64 k x C columns) from g[k * ld + c], MN-major at saddr; zero outside (klim, clim), clim % 8 == 0.
+template <int C>
+__device__ __forceinline__ void wg_load_mn(unsigned s, const bf16* g, long ld, int k0, int klim, int c0, int clim) {
+#pragma unroll
+  for (int i = 0; i < MOE_WG_BK * C / 8 / MOE_TC_THREADS; i++) {
+    int c = threadIdx.x + i * MOE_TC_THREADS, k = c / (C / 8), c8 = c % (C / 8), ch = c8 % 8;
+    bool in = k0 + k < klim && c0 + c8 * 8 < clim;
+    cp_async16_zfill_s(s + (c8 / 8) * (MOE_WG_BK * 128) + k * 128 + ((ch ^ (k & 7)) << 4),
+                       in ? g + (long)(k0 + k) * ld + c0 + c8 * 8 : g, in);
+  }
+}
+
+template <int MODE>
+__device__ __forceinline__ void wg_stage(unsigned base, int st, int kt, const bf16* A, long lda, int mlim, const bf16* B, long ldb,
+                                         int nlim, int klim, int m0, int n0) {
+  unsigned sa = base + st * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+  int k0 = kt * MOE_WG_BK;
+  if (MODE == 2) wg_load_mn<MOE_TC_BM>(sa, A, lda, k0, klim, m0, mlim);
+  else wg_load_k<MOE_TC_BM>(sa, A, lda, m0, mlim, k0, klim);
+  if (MODE == 0) wg_load_k<MOE_TC_BN>(sb, B, ldb, n0, nlim, k0, klim);
+  else wg_load_mn<MOE_TC_BN>(sb, B, ldb, k0, klim, n0, nlim);
+}
+
+// The 1024-aligned start of the pipeline's shared memory.
+__device__ __forceinline__ unsigned wg_smem_base() { return (smem_addr(stepc_smem) + 1023u) & ~1023u; }
+
+// d = this warpgroup's 64 x 256 half of the (m0, n0) tile (MODE as moe_tc_tile). Accumulator
+// layout: d[4i + h] is row 16 w + lane / 4 + 8 (h / 2), column 8 i + 2 (lane % 4) + h % 2 of the
+// half, w the warp within its warpgroup.
+template <int MODE>
+__device__ __forceinline__ void moe_wg_tile(float* d, const bf16* A, long lda, int mlim, const bf16* B, long ldb, int nlim,
+                                            int klim, int m0, int n0) {
+  unsigned base = wg_smem_base();
+  int wg = threadIdx.x / 128;
+#pragma unroll
+  for (int i = 0; i < 128; i++) d[i] = 0.0f;
+  int nk = (klim + MOE_WG_BK - 1) / MOE_WG_BK;
+  for (int s = 0; s < MOE_WG_STAGES - 1; s++) {
+    if (s < nk) wg_stage<MODE>(base, s, s, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; kt++) {
+    cp_async_wait<MOE_WG_STAGES - 2>();
+    fence_proxy_async(); /* the copies are visible to the tensor cores' (async proxy) reads */
+    __syncthreads();     /* every thread's copies of step kt; step kt - 1's products are done */
+    int next = kt + MOE_WG_STAGES - 1;
+    if (next < nk) wg_stage<MODE>(base, next % MOE_WG_STAGES, next, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
+    cp_async_commit();
+    unsigned sa = base + (kt % MOE_WG_STAGES) * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+    sa += wg * 64 * 128; /* this warpgroup's 64 rows (K-major) or 64-column block (MN-major) */
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
+      unsigned long long da = MODE == 2 ? wg_desc(sa + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO) : wg_desc(sa + ks * 32, 16, 1024);
+      unsigned long long db = MODE == 0 ? wg_desc(sb + ks * 32, 16, 1024) : wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO);
+      wgmma_m64n256k16<MODE == 2, MODE != 0>(d, da, db);
+    }
+    wg_commit();
+    wg_wait_all();
+    wg_pin(d);
+  }
+}
+
+// STORE2(row, col, v, v') for each pair of columns of this thread's accumulators inside (mlim, nlim).
+#define MOE_WG_EPILOGUE(d, m0, n0, mlim, nlim, STORE2)                                                  \
+  do {                                                                                                 \
+    int lane_ = threadIdx.x % STEPC_WARP, r_ = (m0) + (threadIdx.x / 128) * 64 + (threadIdx.x % 128) / 32 * 16 + lane_ / 4; \
+    _Pragma("unroll") for (int i = 0; i < 32; i++)                                                     \
+    _Pragma("unroll") for (int h = 0; h < 2; h++) {                                                    \
+      int row = r_ + 8 * h, col = (n0) + 8 * i + 2 * (lane_ % 4);                                      \
+      if (row < (mlim) && col < (nlim)) STORE2(row, col, d[4 * i + 2 * h], d[4 * i + 2 * h + 1]);     \
+    }                                                                                                  \
+  } while (0)
+
+template <int MODE>
+__device__ __forceinline__ void moe_wg_rows(bf16* out, const bf16* in, const bf16* W, const int* seg, int Nout, int K, int E) {
+  int e, rows0, nrows, m0;
+  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
+  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
+  float d[128];
+  moe_wg_tile<MODE>(d, in + (long)rows0 * kin, kin, nrows, W + (long)e * Nout * K, K, cols, kin, m0, n0);
+  bf16* o = out + (long)rows0 * cols;
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
+  MOE_WG_EPILOGUE(d, m0, n0, nrows, cols, ST);
+#undef ST
+}
+
+__device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+  int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
+  float d[128];
+  moe_wg_tile<2>(d, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
+  long base = (long)e * Nout * K;
+  if (dw) {
+#define ST(r, q, v0, v1) *(unsigned*)(dw + base + (long)(r) * K + (q)) = pack_bf16x2(v0, v1)
+    MOE_WG_EPILOGUE(d, m0, n0, Nout, K, ST);
+#undef ST
+    return;
+  }
+  /* the tile through shared memory (the pipeline's, free now), then each warp adds whole rows */
+  cp_async_wait<0>();
+  __syncthreads();
+  float* t = (float*)(stepc_smem + (wg_smem_base() - smem_addr(stepc_smem)));
+#define ST(r, q, v0, v1) *(float2*)(t + ((r) - m0) * MOE_WG_LDS + (q) - n0) = make_float2(v0, v1)
+  MOE_WG_EPILOGUE(d, m0, n0, m0 + MOE_TC_BM, n0 + MOE_TC_BN, ST);
+#undef ST
+  __syncthreads();
+  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
+#pragma unroll
+  for (int half = 0; half < 2; half++) { /* 8 rows at a time: 16 reads in flight per thread */
+    float4 old[8][2];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        int row = m0 + warp * 16 + half * 8 + i, col = n0 + j * 128 + lane * 4;
+        old[i][j] = row < Nout && col < K ? *(const float4*)(acc_f32 + base + (long)row * K + col) : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        int r = warp * 16 + half * 8 + i, c = j * 128 + lane * 4, row = m0 + r, col = n0 + c;
+        if (row >= Nout || col >= K) continue;
+        float4 v = *(const float4*)(t + r * MOE_WG_LDS + c);
+        *(float4*)(acc_f32 + base + (long)row * K + col) =
+            make_float4(old[i][j].x + v.x, old[i][j].y + v.y, old[i][j].z + v.z, old[i][j].w + v.w);
+      }
+  }
+}
+#endif
+
 // The row-tiled products: forward (MODE 0) out = in W_e^T, in (N, K), out (N, Nout); dgrad (MODE 1)
 // out = in W_e, in (N, Nout), out (N, K). grid (ceil(out width / 256), ceil(N/128) + E).
 template <int MODE>
@@ -537,19 +734,31 @@ __device__ __forceinline__ void moe_tc_rows(bf16* out, const bf16* in, const bf1
 // GROUPED_LINEAR: y = x W_e^T over each expert's rows.
 extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
     grouped_linear_forward_tc(bf16* y, const bf16* x, const bf16* W, const int* seg, int Nout, int K, int E) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_wg_rows<0>(y, x, W, seg, Nout, K, E);
+#else
   moe_tc_rows<0>(y, x, W, seg, Nout, K, E);
+#endif
 }
 
 // GROUPED_LINEAR_DGRAD: dx = dy W_e over each expert's rows.
 extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
     grouped_linear_dgrad_tc(bf16* dx, const bf16* dy, const bf16* W, const int* seg, int Nout, int K, int E) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_wg_rows<1>(dx, dy, W, seg, Nout, K, E);
+#else
   moe_tc_rows<1>(dx, dy, W, seg, Nout, K, E);
+#endif
 }
 
 // GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
 // grid (ceil(K/256), ceil(Nout/128), E).
 extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
     grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
+  return;
+#endif
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
