@@ -34,6 +34,12 @@ static inline unsigned stepc_flash_dq_smem(int D) {
   return (unsigned)((2 * 128 + 4 * bk) * (D + 8) * 2);
 }
 
+/* The fused QKV split + RoPE kernels (rope_split_qkv, rope_concat_qkv): grid = tokens (a block per
+ * token row), block STEPC_ROPE_QKV_THREADS; head size D % 16 == 0 and D / 2 <= STEPC_ROPE_MAX_HALF
+ * (rope.cuh's shared angle table). */
+#define STEPC_ROPE_QKV_THREADS 128
+#define STEPC_ROPE_MAX_HALF 256
+
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
 
