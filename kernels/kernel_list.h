@@ -58,6 +58,8 @@ STEPC_KERNEL(flash_attention_backward_preprocess, KP(float*, Dsum) KP(const bf16
              KI(B) KI(T) KI(H) KI(D))
 STEPC_KERNEL(cross_entropy_forward_backward, KP(float*, losses) KP(bf16*, logits) KP(const int*, targets)
              KI(N) KI(V) KI(Vp) KF(dloss))
+STEPC_KERNEL(cross_entropy_cluster, KP(float*, losses) KP(bf16*, logits) KP(const int*, targets) KI(N) KI(V) KI(Vp)
+             KF(dloss))
 STEPC_KERNEL(loss_reduce, KP(float*, out) KP(const float*, losses) KI(N) KF(scale))
 STEPC_KERNEL(rmsnorm_forward, KP(bf16*, out) KP(float*, rstd) KP(const bf16*, inp) KP(const bf16*, weight)
              KI(N) KI(C) KF(eps))

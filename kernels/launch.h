@@ -40,6 +40,19 @@ static inline unsigned stepc_flash_dq_smem(int D) {
 #define STEPC_ROPE_QKV_THREADS 128
 #define STEPC_ROPE_MAX_HALF 256
 
+/* cross_entropy_cluster (kernels/loss.cuh): a cluster of STEPC_CE_CLUSTER blocks per logits row,
+ * each thread holding up to STEPC_CE_VEC 16-byte vectors; grid N * STEPC_CE_CLUSTER, block
+ * stepc_ce_threads(Vp): the smallest multiple of 32 that holds a block's share of the row, or 0
+ * where a row needs more than 1024 threads a block (Vp > 524288: cross_entropy_forward_backward,
+ * two passes, runs instead). */
+#define STEPC_CE_CLUSTER 8
+#define STEPC_CE_VEC 8
+static inline unsigned stepc_ce_threads(int Vp) {
+  int cw = (Vp / 8 + STEPC_CE_CLUSTER - 1) / STEPC_CE_CLUSTER, t = (cw + STEPC_CE_VEC - 1) / STEPC_CE_VEC;
+  t = (t + 31) / 32 * 32;
+  return t > 1024 ? 0u : t < 32 ? 32u : (unsigned)t;
+}
+
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
 

@@ -1,6 +1,7 @@
 // loss.cuh — cross-entropy fused with its softmax and gradient, and the deterministic mean.
 #pragma once
 #include "common.cuh"
+#include "mma.cuh"  // smem_addr
 
 // For row n with target y: loss[n] = logsumexp(logits[n][:V]) - logits[n][y], and the logits row
 // is overwritten with its gradient dloss * (softmax - onehot(y)) (0 in the padding columns
@@ -43,6 +44,114 @@ extern "C" __global__ void cross_entropy_forward_backward(float* losses,      //
     store8(row + j, v);
   }
   if (threadIdx.x == 0) losses[n] = valid ? logf(S) + M - xy : 0.0f;
+}
+
+// Thread-block clusters (sm_90): the blocks of one cluster see each other's shared memory.
+#define STEPC_CE_CLUSTER 8  // blocks per logits row (as kernels/launch.h)
+#define STEPC_CE_VEC 8      // 16-byte vectors of the row a thread keeps in registers
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster: what each wrote to shared memory before the arrive
+// is visible to the others after the wait.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The float at `p` (a __shared__ variable) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+  unsigned a;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
+// cross_entropy_forward_backward in one read of the row: a cluster of STEPC_CE_CLUSTER blocks
+// splits each row into equal runs of 16-byte vectors, every thread keeps up to STEPC_CE_VEC of
+// them in registers; the row's max and then its sum of exp(x - max) are reduced over the block (a
+// fixed tree) and over the cluster (the blocks' values in rank order, through distributed shared
+// memory), so every block sees the same bits and the result is deterministic; then each block
+// writes its part of the gradient from the registers. Exponentials are exp2 of (x - max) log2(e).
+// Same semantics as cross_entropy_forward_backward. Launch: gridDim.x = N * STEPC_CE_CLUSTER
+// (row = blockIdx.x / STEPC_CE_CLUSTER), blockDim.x a multiple of 32 with
+// blockDim.x * STEPC_CE_VEC >= ceil(Vp / 8 / STEPC_CE_CLUSTER) (kernels/launch.h stepc_ce_threads).
+extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bounds__(1024)
+    cross_entropy_cluster(float* losses,       // (N)
+                          bf16* logits,        // (N, Vp) in: logits, out: dlogits
+                          const int* targets,  // (N)
+                          int N, int V, int Vp, float dloss) {
+  const float L2E = 1.4426950408889634f;
+  __shared__ float red[32];
+  __shared__ float part[2];  // this block's max, then its sum, read by the whole cluster
+  unsigned rank = cluster_rank();
+  long n = blockIdx.x / STEPC_CE_CLUSTER;
+  bool live = n < N;  // every block reaches the cluster barriers, live or not
+  const bf16* src = logits + (live ? n : 0) * Vp;
+  int nv = Vp / 8, cw = (nv + STEPC_CE_CLUSTER - 1) / STEPC_CE_CLUSTER, v0 = (int)rank * cw;
+  int v1 = v0 + cw < nv ? v0 + cw : nv;
+  int y = live ? targets[n] : -1;
+  bool valid = y >= 0 && y < V;
+  // the target's logit, read before any block of the cluster writes the row (after two barriers)
+  float xy = rank == 0 && threadIdx.x == 0 && valid ? bf16_to_f32(src[y]) : 0.0f;
+  uint4 r[STEPC_CE_VEC];
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    int i = v0 + threadIdx.x + k * blockDim.x;
+    if (live && i < v1) r[k] = ((const uint4*)src)[i];
+  }
+  float m = STEPC_NEG_INF;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    int i = v0 + threadIdx.x + k * blockDim.x;
+    if (!live || i >= v1) continue;
+    const unsigned* w = (const unsigned*)&r[k];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (i * 8 + e < V) m = fmaxf(m, e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]));
+  }
+  m = block_max(m, red);
+  if (threadIdx.x == 0) part[0] = m;
+  cluster_arrive();
+  cluster_wait();
+  float M = STEPC_NEG_INF;
+  for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) M = fmaxf(M, cluster_load(&part[0], q));
+  float ML = M * L2E, s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    int i = v0 + threadIdx.x + k * blockDim.x;
+    if (!live || i >= v1) continue;
+    const unsigned* w = (const unsigned*)&r[k];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (i * 8 + e < V) s += exp2f(__fmaf_rn(e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]), L2E, -ML));
+  }
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) part[1] = s;
+  cluster_arrive();
+  cluster_wait();
+  float S = 0.0f;
+  for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) S += cluster_load(&part[1], q);
+  cluster_arrive();  // done reading the others' shared memory; the wait below keeps ours alive
+  float inv = 1.0f / S, coef = valid ? dloss : 0.0f;
+  bf16* dst = logits + (live ? n : 0) * Vp;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    int i = v0 + threadIdx.x + k * blockDim.x;
+    if (!live || i >= v1) continue;
+    const unsigned* w = (const unsigned*)&r[k];
+    float g[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      int c = i * 8 + e;
+      float x = e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]);
+      g[e] = c < V ? coef * (exp2f(__fmaf_rn(x, L2E, -ML)) * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
+    }
+    store8(dst + (long)i * 8, g);
+  }
+  if (live && rank == 0 && threadIdx.x == 0) losses[n] = valid ? logf(S) + M - xy : 0.0f;
+  cluster_wait();
 }
 
 // out = scale * sum(losses), summed in a fixed order (scale = 1 / tokens for the mean).

@@ -257,6 +257,48 @@ static void test_rope(Gpu *g, Rng *r) {
   }
 }
 
+/* The fused QKV kernels write the bits of the unfused ones: rope_split_qkv = split_qkv then
+ * rope_forward on q and k; rope_concat_qkv = rope_backward on dq and dk then concat_qkv. */
+static void test_rope_qkv(Gpu *g, Rng *r) {
+  int configs[2][5] = {{2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
+  for (int c = 0; c < 2; c++) {
+    int B = configs[c][0], T = configs[c][1], H = configs[c][2], G = configs[c][3], D = configs[c][4];
+    long N = (long)B * T, nq = N * H * D, nk = N * G * D, n = nq + 2 * nk;
+    float base = 500000.0f;
+    double *x;
+    CUdeviceptr qkv = up_bf16(g, r, n, 1, &x), q = gpu_alloc(g, 2 * nq), k = gpu_alloc(g, 2 * nk), v = gpu_alloc(g, 2 * nk);
+    CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk), back = gpu_alloc(g, 2 * n),
+                fback = gpu_alloc(g, 2 * n);
+    void *a[] = {&q, &k, &v, &qkv, &N, &H, &G, &D};
+    gpu_launch(g, "split_qkv", grid1d(g, n / 8), 1, 1, 256, 0, a);
+    void *rq[] = {&q, &q, &B, &T, &H, &D, &base}, *rk[] = {&k, &k, &B, &T, &G, &D, &base};
+    gpu_launch(g, "rope_forward", grid1d(g, nq / 2), 1, 1, 256, 0, rq);
+    gpu_launch(g, "rope_forward", grid1d(g, nk / 2), 1, 1, 256, 0, rk);
+    void *f[] = {&fq, &fk, &fv, &qkv, &N, &T, &H, &G, &D, &base};
+    gpu_launch(g, "rope_split_qkv", (unsigned)N, 1, 1, 128, 0, f);
+    size_t bq = 2 * (size_t)nq, bk = 2 * (size_t)nk;
+    uint16_t *h1 = malloc(2 * (size_t)n), *h2 = malloc(2 * (size_t)n);
+    gpu_get(g, h1, q, bq), gpu_get(g, h1 + nq, k, bk), gpu_get(g, h1 + nq + nk, v, bk);
+    gpu_get(g, h2, fq, bq), gpu_get(g, h2 + nq, fk, bk), gpu_get(g, h2 + nq + nk, fv, bk);
+    gpu_check_bitwise(g, c ? "rope_split_qkv = split_qkv + rope_forward (T=4096, D=128)" : "rope_split_qkv = split_qkv + rope_forward",
+                      h1, h2, 2 * (size_t)n);
+    /* backward on the rotated values as gradients: the fused kernel reads fq, fk, fv */
+    void *bq_[] = {&q, &q, &B, &T, &H, &D, &base}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base};
+    gpu_launch(g, "rope_backward", grid1d(g, nq / 2), 1, 1, 256, 0, bq_);
+    gpu_launch(g, "rope_backward", grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
+    void *cc[] = {&back, &q, &k, &v, &N, &H, &G, &D};
+    gpu_launch(g, "concat_qkv", grid1d(g, n / 8), 1, 1, 256, 0, cc);
+    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base};
+    gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
+    gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
+    gpu_check_bitwise(g, c ? "rope_concat_qkv = rope_backward + concat_qkv (T=4096, D=128)" : "rope_concat_qkv = rope_backward + concat_qkv",
+                      h1, h2, 2 * (size_t)n);
+    free(h1), free(h2), free(x);
+    CUdeviceptr bufs[] = {qkv, q, k, v, fq, fk, fv, back, fback};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+  }
+}
+
 static void test_softmax_transpose(Gpu *g, Rng *r) {
   int BH = 3, T = 300;
   float scale = 0.125f;
@@ -465,6 +507,44 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean);
 }
 
+/* cross_entropy_cluster (a cluster of blocks per row, the row read once) against the fp64
+ * reference, at a padded small vocabulary and at Llama 3's (128256, 256 threads a block), and
+ * bitwise the same on a second run. */
+static void test_cross_entropy_cluster(Gpu *g, Rng *r) {
+  int shapes[2][3] = {{67, 1003, 1008}, {5, 128256, 128256}}; /* N, V, Vp */
+  for (int c = 0; c < 2; c++) {
+    int N = shapes[c][0], V = shapes[c][1], Vp = shapes[c][2];
+    float dloss = 1.0f / 64;
+    long n = (long)N * Vp;
+    double *x;
+    CUdeviceptr dl = up_bf16(g, r, n, 4, &x), dl2 = gpu_alloc(g, 2 * (size_t)n);
+    uint16_t *orig = malloc(2 * (size_t)n);
+    gpu_get(g, orig, dl, 2 * (size_t)n);
+    int *t = malloc(sizeof *t * N);
+    for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+    t[3] = -100, t[N - 1] = V - 1;
+    if (c == 0) t[10] = V; /* ignored */
+    CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), losses2 = gpu_alloc(g, 4 * N);
+    gpu_put(g, dl2, orig, 2 * (size_t)n);
+    unsigned th = stepc_ce_threads(Vp);
+    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss}, *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss};
+    gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, a);
+    gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, b);
+    double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
+    ref_cross_entropy(wl, wd, x, t, N, V, Vp, dloss);
+    double *gl = down_f32(g, losses, N), *gd = down_bf16(g, dl, n);
+    gpu_check(g, c ? "cross_entropy_cluster loss (V=128256)" : "cross_entropy_cluster loss", gl, wl, N, 1e-5, 1e-5);
+    gpu_check(g, c ? "cross_entropy_cluster dlogits (V=128256)" : "cross_entropy_cluster dlogits", gd, wd, n, 1e-6 * dloss,
+              RT_BF16);
+    void *l1 = down_raw(g, losses, 4 * (size_t)N), *l2 = down_raw(g, losses2, 4 * (size_t)N);
+    void *d1 = down_raw(g, dl, 2 * (size_t)n), *d2 = down_raw(g, dl2, 2 * (size_t)n);
+    gpu_check_bitwise(g, "cross_entropy_cluster rerun: losses", l1, l2, 4 * (size_t)N);
+    gpu_check_bitwise(g, "cross_entropy_cluster rerun: dlogits", d1, d2, 2 * (size_t)n);
+    free(l1), free(l2), free(d1), free(d2), free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(orig);
+    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2);
+  }
+}
+
 /* global_norm_finalize over count partials; the norm's bits, checked against `first` (the previous
  * repetition's, freed) when there is one. */
 static void *finalize_norm(Gpu *g, const char *what, CUdeviceptr norm, CUdeviceptr scale, CUdeviceptr partial, int count,
@@ -648,11 +728,13 @@ void test_basic(Gpu *g) {
   test_embedding(g, &r);
   test_norms(g, &r);
   test_rope(g, &r);
+  test_rope_qkv(g, &r);
   test_softmax_transpose(g, &r);
   test_activations(g, &r);
   test_dropout(g, &r);
   test_elementwise(g, &r);
   test_cross_entropy(g, &r);
+  test_cross_entropy_cluster(g, &r);
   test_optimizer(g, &r);
   test_optimizer_multi(g, &r);
   gpu_sync(g);
