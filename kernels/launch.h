@@ -56,6 +56,20 @@ static inline unsigned stepc_ce_threads(int Vp) {
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
 
+/* rmsnorm_backward / layernorm_backward (kernels/norm.cuh, dinp and the weight-gradient partials in
+ * one pass): grid G row groups, block 32 W, dynamic shared memory stepc_norm_bwd_smem(C, P, W)
+ * (P = 1 RMSNorm, 2 LayerNorm). stepc_norm_bwd_warps gives W: up to 4 within
+ * STEPC_NORM_BWD_SMEM, 0 where one warp's sums do not fit (rows over 12288 wide for RMSNorm: the
+ * three-kernel path, *norm_backward_input + norm_backward_weight_partial + colsum, runs). */
+#define STEPC_NORM_BWD_SMEM (96 * 1024)
+static inline unsigned stepc_norm_bwd_smem(int C, int P, int W) { return (unsigned)((C + 255) / 256 * 256 * 4 * P * W); }
+static inline int stepc_norm_bwd_warps(int C, int P) {
+  unsigned one = stepc_norm_bwd_smem(C, P, 1), w = STEPC_NORM_BWD_SMEM / one;
+  return w > 4 ? 4 : (int)w;
+}
+/* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
+#define STEPC_COLSUM_WARPS 8
+
 /* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks
  * of STEPC_MULTI_THREADS, grid = the table's total chunk count. The table is rows of 8-byte words,
  * in the group's op order; a row's first chunk is the sum of the chunk counts of the rows before

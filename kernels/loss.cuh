@@ -68,6 +68,25 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
   return v;
 }
 
+#define STEPC_CE_L2E 1.4426950408889634f
+
+// Over this thread's vectors r[k] (vector v0 + threadIdx.x + k blockDim.x of the row, those below
+// v1), columns below V: their max (sum = 0) or the sum of exp2(x log2(e) - ML) (sum = 1).
+__device__ __forceinline__ float ce_thread_reduce(const uint4* r, int v0, int v1, int V, int sum, float ML) {
+  float acc = sum ? 0.0f : STEPC_NEG_INF;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    int i = v0 + threadIdx.x + k * blockDim.x;
+    if (i >= v1) continue;
+    float x[8];
+    unpack8(r[k], x);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      if (i * 8 + e < V) acc = sum ? acc + exp2f(__fmaf_rn(x[e], STEPC_CE_L2E, -ML)) : fmaxf(acc, x[e]);
+  }
+  return acc;
+}
+
 // cross_entropy_forward_backward in one read of the row: a cluster of STEPC_CE_CLUSTER blocks
 // splits each row into equal runs of 16-byte vectors, every thread keeps up to STEPC_CE_VEC of
 // them in registers; the row's max and then its sum of exp(x - max) are reduced over the block (a
@@ -82,52 +101,32 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
                           bf16* logits,        // (N, Vp) in: logits, out: dlogits
                           const int* targets,  // (N)
                           int N, int V, int Vp, float dloss) {
-  const float L2E = 1.4426950408889634f;
   __shared__ float red[32];
   __shared__ float part[2];  // this block's max, then its sum, read by the whole cluster
   unsigned rank = cluster_rank();
   long n = blockIdx.x / STEPC_CE_CLUSTER;
   bool live = n < N;  // every block reaches the cluster barriers, live or not
-  const bf16* src = logits + (live ? n : 0) * Vp;
+  bf16* row = logits + (live ? n : 0) * Vp;
   int nv = Vp / 8, cw = (nv + STEPC_CE_CLUSTER - 1) / STEPC_CE_CLUSTER, v0 = (int)rank * cw;
-  int v1 = v0 + cw < nv ? v0 + cw : nv;
+  int v1 = !live ? v0 : v0 + cw < nv ? v0 + cw : nv;
   int y = live ? targets[n] : -1;
   bool valid = y >= 0 && y < V;
   // the target's logit, read before any block of the cluster writes the row (after two barriers)
-  float xy = rank == 0 && threadIdx.x == 0 && valid ? bf16_to_f32(src[y]) : 0.0f;
+  float xy = rank == 0 && threadIdx.x == 0 && valid ? bf16_to_f32(row[y]) : 0.0f;
   uint4 r[STEPC_CE_VEC];
 #pragma unroll
   for (int k = 0; k < STEPC_CE_VEC; k++) {
     int i = v0 + threadIdx.x + k * blockDim.x;
-    if (live && i < v1) r[k] = ((const uint4*)src)[i];
+    if (i < v1) r[k] = ((const uint4*)row)[i];
   }
-  float m = STEPC_NEG_INF;
-#pragma unroll
-  for (int k = 0; k < STEPC_CE_VEC; k++) {
-    int i = v0 + threadIdx.x + k * blockDim.x;
-    if (!live || i >= v1) continue;
-    const unsigned* w = (const unsigned*)&r[k];
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-      if (i * 8 + e < V) m = fmaxf(m, e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]));
-  }
-  m = block_max(m, red);
+  float m = block_max(ce_thread_reduce(r, v0, v1, V, 0, 0.0f), red);
   if (threadIdx.x == 0) part[0] = m;
   cluster_arrive();
   cluster_wait();
   float M = STEPC_NEG_INF;
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) M = fmaxf(M, cluster_load(&part[0], q));
-  float ML = M * L2E, s = 0.0f;
-#pragma unroll
-  for (int k = 0; k < STEPC_CE_VEC; k++) {
-    int i = v0 + threadIdx.x + k * blockDim.x;
-    if (!live || i >= v1) continue;
-    const unsigned* w = (const unsigned*)&r[k];
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-      if (i * 8 + e < V) s += exp2f(__fmaf_rn(e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]), L2E, -ML));
-  }
-  s = block_sum(s, red);
+  float ML = M * STEPC_CE_L2E;
+  float s = block_sum(ce_thread_reduce(r, v0, v1, V, 1, ML), red);
   if (threadIdx.x == 0) part[1] = s;
   cluster_arrive();
   cluster_wait();
@@ -135,20 +134,18 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) S += cluster_load(&part[1], q);
   cluster_arrive();  // done reading the others' shared memory; the wait below keeps ours alive
   float inv = 1.0f / S, coef = valid ? dloss : 0.0f;
-  bf16* dst = logits + (live ? n : 0) * Vp;
 #pragma unroll
   for (int k = 0; k < STEPC_CE_VEC; k++) {
     int i = v0 + threadIdx.x + k * blockDim.x;
-    if (!live || i >= v1) continue;
-    const unsigned* w = (const unsigned*)&r[k];
+    if (i >= v1) continue;
     float g[8];
+    unpack8(r[k], g);
 #pragma unroll
     for (int e = 0; e < 8; e++) {
       int c = i * 8 + e;
-      float x = e % 2 ? bf16x2_hi(w[e / 2]) : bf16x2_lo(w[e / 2]);
-      g[e] = c < V ? coef * (exp2f(__fmaf_rn(x, L2E, -ML)) * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
+      g[e] = c < V ? coef * (exp2f(__fmaf_rn(g[e], STEPC_CE_L2E, -ML)) * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
     }
-    store8(dst + (long)i * 8, g);
+    store8(row + (long)i * 8, g);
   }
   if (live && rank == 0 && threadIdx.x == 0) losses[n] = valid ? logf(S) + M - xy : 0.0f;
   cluster_wait();

@@ -270,7 +270,9 @@ static int carve_scratch(RtExec *x) {
       if (n > maxdsum) maxdsum = n;
     }
   }
-  x->norm_groups = (int)(maxrows / 32 < 1 ? 1 : maxrows / 32 > 256 ? 256 : maxrows / 32);
+  /* row groups of the norm and bias gradients' partial sums: 16 rows or more each, at most 512
+   * (M's 8192 rows: 512 blocks of the one-pass norm backward, about 4 per SM) */
+  x->norm_groups = (int)(maxrows / 16 < 1 ? 1 : maxrows / 16 > 512 ? 512 : maxrows / 16);
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
   int64_t sizes[9] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4,

@@ -193,8 +193,8 @@ static void test_norms(Gpu *g, Rng *r) {
   CUdeviceptr pb = partial + 4 * (size_t)C;
   void *b3[] = {&gw, &partial, &G, &C, &ld};
   void *b4[] = {&gb, &pb, &G, &C, &ld};
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b3);
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b4);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b3);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b4);
   for (int c = 0; c < 2 * C; c++) wdw[c] += init[c];
   double *gwd = down_f32(g, gw, C), *gbd = down_f32(g, gb, C);
   /* sums of N = 300 terms of size ~2: fp32 error ~1e-5 absolute */
@@ -219,7 +219,7 @@ static void test_norms(Gpu *g, Rng *r) {
   void *c1[] = {&partial, &ddy, &N, &C};
   gpu_launch(g, "bias_backward_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, c1);
   void *c2[] = {&gbias, &partial, &G, &C, &C};
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, c2);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
   got = down_f32(g, gbias, C);
   gpu_check(g, "bias_backward_partial + colsum", got, bsum, C, 1e-4, 1e-5);
   free(got), free(bsum);
@@ -228,6 +228,60 @@ static void test_norms(Gpu *g, Rng *r) {
   free(wdx), free(wdw), free(init);
   CUdeviceptr bufs[] = {dx, dx2, dw, db, ddy, dd0, out, res, mean, rstd, dinp, partial, gw, gb, gbias};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+}
+
+/* The one-pass norm backward (rmsnorm_backward / layernorm_backward: dinp and the weight and bias
+ * partials) + colsum against the fp64 reference, at a width whose rows stay in registers and one
+ * read a tile at a time; bitwise the same on a second run. */
+static void test_norm_backward_fused(Gpu *g, Rng *r) {
+  int widths[2] = {1000, 2560};
+  for (int ci = 0; ci < 2; ci++) {
+    for (int ln = 0; ln < 2; ln++) {
+      int N = 300, C = widths[ci], rows = 4, G = 37, P = ln ? 2 : 1, W = stepc_norm_bwd_warps(C, P);
+      float eps = 1e-5f;
+      long n = (long)N * C;
+      double *x, *w, *bias, *dy;
+      CUdeviceptr dx = up_bf16(g, r, n, 2, &x), dw = up_bf16(g, r, C, 1, &w), db = up_bf16(g, r, C, 1, &bias);
+      CUdeviceptr ddy = up_bf16(g, r, n, 1, &dy), out = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N),
+                  rstd = gpu_alloc(g, 4 * N), dinp = gpu_alloc(g, 2 * n), dinp2 = gpu_alloc(g, 2 * n),
+                  partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), gw = gpu_alloc(g, 4 * (size_t)2 * C);
+      unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows, smem = stepc_norm_bwd_smem(C, P, W);
+      void *f1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps}, *f2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps};
+      gpu_launch(g, ln ? "layernorm_forward" : "rmsnorm_forward", grid, 1, 1, block, 0, ln ? f2 : f1);
+      double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
+      ref_norm_forward(want, ln ? wm : NULL, wr, x, w, ln ? bias : NULL, N, C, eps);
+      double *fo = down_bf16(g, out, n);
+      char name[96];
+      snprintf(name, sizeof name, "%s_forward (C=%d)", ln ? "layernorm" : "rmsnorm", C);
+      gpu_check(g, name, fo, want, n, 1e-3, RT_BF16);
+      free(fo), free(want), free(wm), free(wr);
+      void *b1[] = {&dinp, &partial, &ddy, &dx, &dw, &rstd, &N, &C};
+      void *b2[] = {&dinp, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b2 : b1);
+      gpu_ok(g, g->cuMemsetD8(gw, 0, 4 * (size_t)2 * C), "memset");
+      int ld = 2 * C;
+      CUdeviceptr pb = partial + 4 * (size_t)C, gb = gw + 4 * (size_t)C;
+      void *c1[] = {&gw, &partial, &G, &C, &ld}, *c2[] = {&gb, &pb, &G, &C, &ld};
+      gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c1);
+      if (ln) gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
+      double *wdx = malloc(sizeof *wdx * n), *wdw = calloc(2 * (size_t)C, sizeof *wdw);
+      ref_norm_backward(wdx, wdw, ln ? wdw + C : NULL, dy, x, w, N, C, eps, ln);
+      double *got = down_bf16(g, dinp, n), *gwd = down_f32(g, gw, P * C);
+      snprintf(name, sizeof name, "%s_backward dinp (C=%d)", ln ? "layernorm" : "rmsnorm", C);
+      gpu_check(g, name, got, wdx, n, 4e-3, RT_BF16);
+      snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm", ln ? "weight, dbias" : "weight", C);
+      gpu_check(g, name, gwd, wdw, P * C, 1e-4, 1e-5);
+      void *b3[] = {&dinp2, &partial, &ddy, &dx, &dw, &rstd, &N, &C}, *b4[] = {&dinp2, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      void *p1 = down_raw(g, partial, 4 * (size_t)G * 2 * C);
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b4 : b3);
+      void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n), *d2 = down_raw(g, dinp2, 2 * n);
+      gpu_check_bitwise(g, "norm backward rerun: dinp", d1, d2, 2 * (size_t)n);
+      gpu_check_bitwise(g, "norm backward rerun: partials", p1, p2, 4 * (size_t)G * P * C);
+      free(p1), free(p2), free(d1), free(d2), free(got), free(gwd), free(wdx), free(wdw), free(x), free(w), free(bias), free(dy);
+      CUdeviceptr bufs[] = {dx, dw, db, ddy, out, mean, rstd, dinp, dinp2, partial, gw};
+      for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+    }
+  }
 }
 
 static void test_rope(Gpu *g, Rng *r) {
@@ -727,6 +781,7 @@ void test_basic(Gpu *g) {
   Rng r = {0x5eed};
   test_embedding(g, &r);
   test_norms(g, &r);
+  test_norm_backward_fused(g, &r);
   test_rope(g, &r);
   test_rope_qkv(g, &r);
   test_softmax_transpose(g, &r);
