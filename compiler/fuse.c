@@ -188,6 +188,47 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
   return rc;
 }
 
+/* Whether op o reads or writes tensor t, itself or through a weight gradient sunk into t. */
+static int touches(const Graph *g, const Op *op, int t) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i] == t) return 1;
+  for (int i = 0; i < op->nout; i++)
+    if (op->out[i] == t || g->t[op->out[i]].sink == t) return 1;
+  return 0;
+}
+
+static int micro_phase(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+
+/* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
+ * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD sunk into it, and
+ * whose last is the optimizer's ZERO, needs no zero: the GEMM stores its product (beta = 0, the
+ * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
+ * With more micro-batches the later ones must add, and one captured graph serves them all, so
+ * nothing changes there. */
+static void fuse_wgrad_store(Graph *g) {
+  if (g->num_microbatches != 1) return;
+  for (int z = 0; z < g->nop; z++) {
+    const Op *zo = &g->op[z];
+    if (zo->kind != OP_ZERO || zo->skip || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
+    int mg = zo->out[0], first = -1, last = -1;
+    if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
+    for (int pass = 0; pass < 2; pass++) /* execution order: the micro-batch, then the tail */
+      for (int o = 0; o < g->nop; o++)
+        if (micro_phase(g->op[o].tags.phase) == !pass && touches(g, &g->op[o], mg)) {
+          if (first < 0) first = o;
+          last = o;
+        }
+    if (first < 0 || last != z) continue;
+    Op *w = &g->op[first];
+    if (w->kind != OP_LINEAR_WGRAD || w->skip || w->fuse || w->nout != 1 || g->t[w->out[0]].sink != mg ||
+        tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+      continue;
+    w->fuse = FUSE_WGRAD_STORE;
+    w->peer = -1;
+    g->op[z].skip = 1;
+  }
+}
+
 /* Whether optimizer op b may join the multi-tensor run that op a is in: the same kind, both
  * allowed by the recipe (i[0], optimizer.multi_tensor), and what the launch shares: the
  * accumulator for GRAD_SUMSQ; the fp32 master, the (beta1, beta2, eps) setting and the clip,
@@ -256,6 +297,7 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
   if (rc == 0) fuse_rope_qkv(g, uses);
   if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
   if (rc == 0) fuse_optimizer(g);
+  if (rc == 0) fuse_wgrad_store(g);
   free(uses);
   return rc;
 }

@@ -206,6 +206,9 @@ static int analyse(RtExec *x, int *unsupported) {
                    op_name(op->kind), op->tags.module, op->a.f[1]);
     }
   }
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) /* a stored weight gradient: a GEMM into its main gradient */
+    if (x->fuse[o] == RT_FUSE_WGRAD_STORE && (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
+      rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
   /* multi-tensor groups: their tables' places (written once the arena exists) */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     int64_t chunks = 0;

@@ -37,13 +37,15 @@ int rt_op_linear_dgrad(RtExec *x, const Op *op) {
                  0, 0, 0);
 }
 
-/* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused. */
+/* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused: added to it,
+ * or stored where it is the gradient's first writer of a one-micro-batch step (RT_FUSE_WGRAD_STORE,
+ * its ZERO skipped). */
 int rt_op_linear_wgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
-  int sink = x->sink[op->out[0]];
+  int sink = x->sink[op->out[0]], add = sink >= 0 && x->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
-  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0,
-                 sink >= 0, 0);
+  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0, add,
+                 0);
 }
 
 /* out (C) += column sums of `partial` (G, ld), in group order. */
