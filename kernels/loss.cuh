@@ -70,10 +70,13 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
 
 #define STEPC_CE_L2E 1.4426950408889634f
 
-// Over this thread's vectors r[k] (vector v0 + threadIdx.x + k blockDim.x of the row, those below
-// v1), columns below V: their max (sum = 0) or the sum of exp2(x log2(e) - ML) (sum = 1).
-__device__ __forceinline__ float ce_thread_reduce(const uint4* r, int v0, int v1, int V, int sum, float ML) {
-  float acc = sum ? 0.0f : STEPC_NEG_INF;
+// One pass over this thread's vectors r[k] (vector v0 + threadIdx.x + k blockDim.x of the row,
+// those below v1), columns below V: pass 0 returns their max, pass 1 the sum of
+// exp2(x log2(e) - ML), pass 2 writes the gradient coef (p - [c == y]), p = exp2(...) inv, into
+// `row` (0 in the padding columns).
+__device__ __forceinline__ float ce_thread_pass(const uint4* r, int v0, int v1, int V, int pass, float ML, bf16* row,
+                                                float inv, float coef, int y) {
+  float acc = pass ? 0.0f : STEPC_NEG_INF;
 #pragma unroll
   for (int k = 0; k < STEPC_CE_VEC; k++) {
     int i = v0 + threadIdx.x + k * blockDim.x;
@@ -81,8 +84,13 @@ __device__ __forceinline__ float ce_thread_reduce(const uint4* r, int v0, int v1
     float x[8];
     unpack8(r[k], x);
 #pragma unroll
-    for (int e = 0; e < 8; e++)
-      if (i * 8 + e < V) acc = sum ? acc + exp2f(__fmaf_rn(x[e], STEPC_CE_L2E, -ML)) : fmaxf(acc, x[e]);
+    for (int e = 0; e < 8; e++) {
+      int c = i * 8 + e;
+      float p = c < V && pass ? exp2f(__fmaf_rn(x[e], STEPC_CE_L2E, -ML)) : 0.0f;
+      if (pass == 2) x[e] = c < V ? coef * (p * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
+      else if (c < V) acc = pass ? acc + p : fmaxf(acc, x[e]);
+    }
+    if (pass == 2) store8(row + (long)i * 8, x);
   }
   return acc;
 }
@@ -119,34 +127,21 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
     int i = v0 + threadIdx.x + k * blockDim.x;
     if (i < v1) r[k] = ((const uint4*)row)[i];
   }
-  float m = block_max(ce_thread_reduce(r, v0, v1, V, 0, 0.0f), red);
+  float m = block_max(ce_thread_pass(r, v0, v1, V, 0, 0.0f, row, 0.0f, 0.0f, y), red);
   if (threadIdx.x == 0) part[0] = m;
   cluster_arrive();
   cluster_wait();
   float M = STEPC_NEG_INF;
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) M = fmaxf(M, cluster_load(&part[0], q));
   float ML = M * STEPC_CE_L2E;
-  float s = block_sum(ce_thread_reduce(r, v0, v1, V, 1, ML), red);
+  float s = block_sum(ce_thread_pass(r, v0, v1, V, 1, ML, row, 0.0f, 0.0f, y), red);
   if (threadIdx.x == 0) part[1] = s;
   cluster_arrive();
   cluster_wait();
   float S = 0.0f;
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) S += cluster_load(&part[1], q);
   cluster_arrive();  // done reading the others' shared memory; the wait below keeps ours alive
-  float inv = 1.0f / S, coef = valid ? dloss : 0.0f;
-#pragma unroll
-  for (int k = 0; k < STEPC_CE_VEC; k++) {
-    int i = v0 + threadIdx.x + k * blockDim.x;
-    if (i >= v1) continue;
-    float g[8];
-    unpack8(r[k], g);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      int c = i * 8 + e;
-      g[e] = c < V ? coef * (exp2f(__fmaf_rn(g[e], STEPC_CE_L2E, -ML)) * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
-    }
-    store8(row + (long)i * 8, g);
-  }
+  ce_thread_pass(r, v0, v1, V, 2, ML, row, 1.0f / S, valid ? dloss : 0.0f, y);
   if (live && rank == 0 && threadIdx.x == 0) losses[n] = valid ? logf(S) + M - xy : 0.0f;
   cluster_wait();
 }
