@@ -102,9 +102,12 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
     for (int c = 0; c < g->nchain && !n; c++)
       if (g->chain[c].op[g->chain[c].nops - 1] == op)
         for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
+  } else if (o->fuse == FUSE_ROPE_QKV) {
+    /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone */
+    members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : o->peer;
   } else if (o->fuse != FUSE_NONE && o->peer >= 0)
     members[n++] = o->peer;
-  if (!n || members[n - 1] != op) members[n++] = op;
+  if (!n || (members[n - 1] != op && o->fuse != FUSE_ROPE_QKV)) members[n++] = op;
   for (int k = 0; k < n; k++) {
     t += roofline(g, &g->op[members[k]], d, &f, &b);
     *flops += f, *bytes += b;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/launch.h"
 #include "ops/ops.h"
 
 /* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
@@ -88,6 +89,52 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
   return 0;
 }
 
+/* The RoPE of ops a and b (consecutive, either order) applied to tensors x and y (x to one, y to
+ * the other), both in direction dir, with one base, each output its own storage: 1 and, in *ra /
+ * *rb, which op rotates x / y. */
+static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *ra, int *rb) {
+  const Op *p = &g->op[a], *q = &g->op[b];
+  if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse || p->a.i[0] != dir ||
+      q->a.i[0] != dir || p->a.f[0] != q->a.f[0])
+    return 0;
+  if (p->in[0] == x && q->in[0] == y) *ra = a, *rb = b;
+  else if (p->in[0] == y && q->in[0] == x) *ra = b, *rb = a;
+  else return 0;
+  return g->t[p->out[0]].alias == p->out[0] && g->t[q->out[0]].alias == q->out[0];
+}
+
+/* SPLIT_QKV with RoPE on q and k (forward or a replay), and the gradient's two inverse RoPEs with
+ * CONCAT_QKV, each as three consecutive ops of one phase, layer and scope set: one launch at the
+ * third (rope_split_qkv / rope_concat_qkv). Both kernels write the bits of the three ops (rope.cuh),
+ * so a group need not fuse together with its replays. The split's q and k, and the inverse RoPEs'
+ * outputs, are read by the group alone: nothing writes them on the GPU. */
+static void fuse_rope_qkv(Graph *g, const int *uses) {
+  for (int o = 0; o + 2 < g->nop; o++) {
+    Op *a = &g->op[o], *c = &g->op[o + 2];
+    if (!same_tags(&a->tags, &g->op[o + 1].tags) || !same_tags(&a->tags, &c->tags)) continue;
+    int ra, rb, D;
+    if (a->kind == OP_SPLIT_QKV && !a->skip && !a->fuse && a->nout == 3 &&
+        (a->tags.phase == IR_PHASE_FORWARD || a->tags.phase == IR_PHASE_REPLAY)) {
+      int q = a->out[0], k = a->out[1];
+      if (!rope_pair(g, o + 1, o + 2, q, k, 1, &ra, &rb) || uses[q] != 1 || uses[k] != 1) continue;
+      if (g->t[a->in[0]].alias != a->in[0] || g->t[a->out[2]].alias != a->out[2]) continue;
+      D = (int)a->a.i[2];
+    } else if (c->kind == OP_CONCAT_QKV && !c->skip && !c->fuse && c->nin == 3 && a->tags.phase == IR_PHASE_BACKWARD) {
+      int dq = c->in[0], dk = c->in[1];
+      if (g->t[dq].producer < o || g->t[dk].producer < o) continue;
+      if (!rope_pair(g, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra, &rb) ||
+          g->op[ra].out[0] != dq || g->op[rb].out[0] != dk || uses[dq] != 1 || uses[dk] != 1 || g->t[c->out[0]].alias != c->out[0])
+        continue;
+      D = (int)c->a.i[2];
+    } else continue;
+    if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF || g->t[g->op[ra].out[0]].dtype != DT_BF16) continue;
+    g->op[o].skip = g->op[o + 1].skip = 1;
+    g->op[o + 2].fuse = FUSE_ROPE_QKV;
+    g->op[o + 2].peer = o;
+    o += 2;
+  }
+}
+
 /* A run of consecutive pointwise ops no pair took (ew_fuse.h): every tensor its own storage, no
  * weight gradient sunk into another's kernel. */
 static int chain_ok(const Graph *g, const IrChain *c) {
@@ -139,6 +186,47 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
   }
   free(blocked), free(pass);
   return rc;
+}
+
+/* Whether op o reads or writes tensor t, itself or through a weight gradient sunk into t. */
+static int touches(const Graph *g, const Op *op, int t) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i] == t) return 1;
+  for (int i = 0; i < op->nout; i++)
+    if (op->out[i] == t || g->t[op->out[i]].sink == t) return 1;
+  return 0;
+}
+
+static int micro_phase(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+
+/* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
+ * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD sunk into it, and
+ * whose last is the optimizer's ZERO, needs no zero: the GEMM stores its product (beta = 0, the
+ * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
+ * With more micro-batches the later ones must add, and one captured graph serves them all, so
+ * nothing changes there. */
+static void fuse_wgrad_store(Graph *g) {
+  if (g->num_microbatches != 1) return;
+  for (int z = 0; z < g->nop; z++) {
+    const Op *zo = &g->op[z];
+    if (zo->kind != OP_ZERO || zo->skip || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
+    int mg = zo->out[0], first = -1, last = -1;
+    if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
+    for (int pass = 0; pass < 2; pass++) /* execution order: the micro-batch, then the tail */
+      for (int o = 0; o < g->nop; o++)
+        if (micro_phase(g->op[o].tags.phase) == !pass && touches(g, &g->op[o], mg)) {
+          if (first < 0) first = o;
+          last = o;
+        }
+    if (first < 0 || last != z) continue;
+    Op *w = &g->op[first];
+    if (w->kind != OP_LINEAR_WGRAD || w->skip || w->fuse || w->nout != 1 || g->t[w->out[0]].sink != mg ||
+        tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+      continue;
+    w->fuse = FUSE_WGRAD_STORE;
+    w->peer = -1;
+    g->op[z].skip = 1;
+  }
 }
 
 /* Whether optimizer op b may join the multi-tensor run that op a is in: the same kind, both
@@ -206,8 +294,10 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
     }
   }
   int rc = fuse_pairs(g, uses, err, nerr);
+  if (rc == 0) fuse_rope_qkv(g, uses);
   if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
   if (rc == 0) fuse_optimizer(g);
+  if (rc == 0) fuse_wgrad_store(g);
   free(uses);
   return rc;
 }

@@ -145,6 +145,12 @@ typedef enum {
   FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (IrChain) */
   FUSE_SUMSQ_MULTI, /* at the last of a run of GRAD_SUMSQ ops (peer the first): norm_squared_multi */
   FUSE_ADAMW_MULTI, /* at the last of a run of ADAMW ops of one setting: adamw_multi */
+  FUSE_ROPE_QKV,    /* SPLIT_QKV, ROPE q, ROPE k at the second ROPE (peer the split): rope_split_qkv;
+                       ROPE, ROPE (inverse, the gradients of k and q), CONCAT_QKV at the concat
+                       (peer the first ROPE): rope_concat_qkv */
+  FUSE_WGRAD_STORE, /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
+                       one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
+                       optimizer's ZERO of that gradient is skipped (peer -1) */
   FUSE_COUNT
 } FuseKind;
 

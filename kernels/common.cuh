@@ -31,9 +31,8 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16x2_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16x2_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
-// Eight consecutive bf16 as one 16-byte access (p 16-byte aligned), widened to fp32.
-__device__ __forceinline__ void load8(const bf16* p, float* v) {
-  uint4 u = *(const uint4*)p;
+// Eight bf16 in one 16-byte word, widened to fp32.
+__device__ __forceinline__ void unpack8(uint4 u, float* v) {
   const unsigned* w = (const unsigned*)&u;
 #pragma unroll
   for (int k = 0; k < 4; k++) {
@@ -42,13 +41,19 @@ __device__ __forceinline__ void load8(const bf16* p, float* v) {
   }
 }
 
-__device__ __forceinline__ void store8(bf16* p, const float* v) {
+// Eight consecutive bf16 as one 16-byte access (p 16-byte aligned), widened to fp32.
+__device__ __forceinline__ void load8(const bf16* p, float* v) { unpack8(*(const uint4*)p, v); }
+
+// Eight fp32 rounded to bf16, packed into one 16-byte word.
+__device__ __forceinline__ uint4 pack8(const float* v) {
   uint4 u;
   unsigned* w = (unsigned*)&u;
 #pragma unroll
   for (int k = 0; k < 4; k++) w[k] = pack_bf16x2(v[2 * k], v[2 * k + 1]);
-  *(uint4*)p = u;
+  return u;
 }
+
+__device__ __forceinline__ void store8(bf16* p, const float* v) { *(uint4*)p = pack8(v); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(STEPC_FULL_MASK, v, o);

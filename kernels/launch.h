@@ -47,8 +47,41 @@ static inline unsigned stepc_moe_tc_smem(void) {
   return wg > tc ? wg : tc;
 }
 
+/* The fused QKV split + RoPE kernels (rope_split_qkv, rope_concat_qkv): grid = tokens (a block per
+ * token row), block STEPC_ROPE_QKV_THREADS; head size D % 16 == 0 and D / 2 <= STEPC_ROPE_MAX_HALF
+ * (rope.cuh's shared angle table). */
+#define STEPC_ROPE_QKV_THREADS 128
+#define STEPC_ROPE_MAX_HALF 256
+
+/* cross_entropy_cluster (kernels/loss.cuh): a cluster of STEPC_CE_CLUSTER blocks per logits row,
+ * each thread holding up to STEPC_CE_VEC 16-byte vectors; grid N * STEPC_CE_CLUSTER, block
+ * stepc_ce_threads(Vp): the smallest multiple of 32 that holds a block's share of the row, or 0
+ * where a row needs more than 1024 threads a block (Vp > 524288: cross_entropy_forward_backward,
+ * two passes, runs instead). */
+#define STEPC_CE_CLUSTER 8
+#define STEPC_CE_VEC 8
+static inline unsigned stepc_ce_threads(int Vp) {
+  int cw = (Vp / 8 + STEPC_CE_CLUSTER - 1) / STEPC_CE_CLUSTER, t = (cw + STEPC_CE_VEC - 1) / STEPC_CE_VEC;
+  t = (t + 31) / 32 * 32;
+  return t > 1024 ? 0u : t < 32 ? 32u : (unsigned)t;
+}
+
 /* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
+
+/* rmsnorm_backward / layernorm_backward (kernels/norm.cuh, dinp and the weight-gradient partials in
+ * one pass): grid G row groups, block 32 W, dynamic shared memory stepc_norm_bwd_smem(C, P, W)
+ * (P = 1 RMSNorm, 2 LayerNorm). stepc_norm_bwd_warps gives W: up to 4 within
+ * STEPC_NORM_BWD_SMEM, 0 where one warp's sums do not fit (rows over 12288 wide for RMSNorm: the
+ * three-kernel path, *norm_backward_input + norm_backward_weight_partial + colsum, runs). */
+#define STEPC_NORM_BWD_SMEM (96 * 1024)
+static inline unsigned stepc_norm_bwd_smem(int C, int P, int W) { return (unsigned)((C + 255) / 256 * 256 * 4 * P * W); }
+static inline int stepc_norm_bwd_warps(int C, int P) {
+  unsigned one = stepc_norm_bwd_smem(C, P, 1), w = STEPC_NORM_BWD_SMEM / one;
+  return w > 4 ? 4 : (int)w;
+}
+/* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
+#define STEPC_COLSUM_WARPS 8
 
 /* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks
  * of STEPC_MULTI_THREADS, grid = the table's total chunk count. The table is rows of 8-byte words,

@@ -7,9 +7,25 @@
 #pragma once
 #include "common.cuh"
 
+#define STEPC_NORM_VEC 8                                    // 16-byte vectors a lane keeps of a row
+#define STEPC_NORM_TILE (STEPC_WARP * 8 * STEPC_NORM_VEC)   // columns a warp keeps in registers: 2048
+
+// Tile [t0, t0 + STEPC_NORM_TILE) of row p into u: the lane's vector j is columns
+// t0 + (lane + 32 j) * 8 .. + 8, the order the sums below run in (as a loop c = lane * 8, += 256).
+__device__ __forceinline__ void norm_tile_load(uint4* u, const bf16* p, int t0, int C, int lane) {
+#pragma unroll
+  for (int j = 0; j < STEPC_NORM_VEC; j++) {
+    int c = t0 + (lane + STEPC_WARP * j) * 8;
+    if (c < C) u[j] = *(const uint4*)(p + c);
+  }
+}
+
 // Shared body of the four forward kernels. `mean_out` null means RMSNorm (no centring).
 // With `res_b` non-null the input is x = bf16(inp + res_b), written to `res_out` first: the norm
 // then reads exactly the rounded values that the residual stream keeps, so backward agrees.
+// A row of up to STEPC_NORM_TILE columns is read once (every load of the lane in flight together)
+// and kept in registers; a longer one is read a tile at a time, again for each pass. The sums run
+// in the same order either way.
 __device__ __forceinline__ void norm_forward_row(bf16* out, float* mean_out, float* rstd_out, bf16* res_out,
                                                  const bf16* inp, const bf16* res_b, const bf16* weight,
                                                  const bf16* bias, int N, int C, float eps) {
@@ -17,41 +33,63 @@ __device__ __forceinline__ void norm_forward_row(bf16* out, float* mean_out, flo
   long row = (long)blockIdx.x * (blockDim.x / STEPC_WARP) + threadIdx.x / STEPC_WARP;
   if (row >= N) return;
   const bf16* x = inp + row * C;
-  if (res_b) {
-    for (int c = lane * 8; c < C; c += STEPC_WARP * 8) {
-      float a[8], b[8];
-      load8(x + c, a);
-      load8(res_b + row * C + c, b);
-      for (int k = 0; k < 8; k++) a[k] += b[k];
-      store8(res_out + row * C + c, a);
+  bool kept = C <= STEPC_NORM_TILE;
+  uint4 u[STEPC_NORM_VEC], b[STEPC_NORM_VEC];
+  float s = 0.0f;
+  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+    norm_tile_load(u, x, t0, C, lane);
+    if (res_b) {
+      norm_tile_load(b, res_b + row * C, t0, C, lane);
+#pragma unroll
+      for (int j = 0; j < STEPC_NORM_VEC; j++) {
+        int c = t0 + (lane + STEPC_WARP * j) * 8;
+        if (c >= C) continue;
+        float a8[8], b8[8];
+        unpack8(u[j], a8);
+        unpack8(b[j], b8);
+        for (int k = 0; k < 8; k++) a8[k] += b8[k];
+        u[j] = pack8(a8);
+        *(uint4*)(res_out + row * C + c) = u[j];
+      }
     }
+    if (mean_out)
+#pragma unroll
+      for (int j = 0; j < STEPC_NORM_VEC; j++) {
+        float v[8];
+        if (t0 + (lane + STEPC_WARP * j) * 8 >= C) continue;
+        unpack8(u[j], v);
+        for (int k = 0; k < 8; k++) s += v[k];
+      }
+  }
+  if (res_b) {
     __syncwarp();
     x = res_out + row * C;
   }
-  float mean = 0.0f;
-  if (mean_out) {
-    float s = 0.0f;
-    for (int c = lane * 8; c < C; c += STEPC_WARP * 8) {
+  float mean = mean_out ? warp_sum(s) / C : 0.0f, ss = 0.0f;
+  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+    if (!kept) norm_tile_load(u, x, t0, C, lane);
+#pragma unroll
+    for (int j = 0; j < STEPC_NORM_VEC; j++) {
       float v[8];
-      load8(x + c, v);
-      for (int k = 0; k < 8; k++) s += v[k];
+      if (t0 + (lane + STEPC_WARP * j) * 8 >= C) continue;
+      unpack8(u[j], v);
+      for (int k = 0; k < 8; k++) ss += (v[k] - mean) * (v[k] - mean);
     }
-    mean = warp_sum(s) / C;
-  }
-  float ss = 0.0f;
-  for (int c = lane * 8; c < C; c += STEPC_WARP * 8) {
-    float v[8];
-    load8(x + c, v);
-    for (int k = 0; k < 8; k++) ss += (v[k] - mean) * (v[k] - mean);
   }
   float rstd = rsqrtf(warp_sum(ss) / C + eps);
-  for (int c = lane * 8; c < C; c += STEPC_WARP * 8) {
-    float v[8], w[8], b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    load8(x + c, v);
-    load8(weight + c, w);
-    if (bias) load8(bias + c, b);
-    for (int k = 0; k < 8; k++) v[k] = (v[k] - mean) * rstd * w[k] + b[k];
-    store8(out + row * C + c, v);
+  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+    if (!kept) norm_tile_load(u, x, t0, C, lane);
+#pragma unroll
+    for (int j = 0; j < STEPC_NORM_VEC; j++) {
+      int c = t0 + (lane + STEPC_WARP * j) * 8;
+      if (c >= C) continue;
+      float v[8], w[8], bb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      unpack8(u[j], v);
+      load8(weight + c, w);
+      if (bias) load8(bias + c, bb);
+      for (int k = 0; k < 8; k++) v[k] = (v[k] - mean) * rstd * w[k] + bb[k];
+      store8(out + row * C + c, v);
+    }
   }
   if (lane == 0) {
     rstd_out[row] = rstd;
@@ -101,6 +139,16 @@ extern "C" __global__ void residual_layernorm_forward(bf16* residual,     // (N,
   norm_forward_row(out, mean, rstd, residual, a, b, weight, bias, N, C, eps);
 }
 
+// The backward's row sums over eight columns: sg += g, sgx += g * xhat (g = dout * weight).
+__device__ __forceinline__ void norm_backward_sums8(const float* v, const float* d, const float* w, float mean, float rstd,
+                                                    float* sg, float* sgx) {
+  for (int k = 0; k < 8; k++) {
+    float g = d[k] * w[k];
+    *sg += g;
+    *sgx += g * (v[k] - mean) * rstd;
+  }
+}
+
 // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight, xhat = (x - mean) * rstd;
 // RMSNorm drops the mean(g) term and uses mean = 0. accumulate != 0 adds into dinp (the residual
 // stream's gradient) instead of overwriting it.
@@ -118,11 +166,7 @@ __device__ __forceinline__ void norm_backward_row(bf16* dinp, const bf16* dout, 
     load8(x + c, v);
     load8(dy + c, d);
     load8(weight + c, w);
-    for (int k = 0; k < 8; k++) {
-      float g = d[k] * w[k];
-      sg += g;
-      sgx += g * (v[k] - mean) * rstd;
-    }
+    norm_backward_sums8(v, d, w, mean, rstd, &sg, &sgx);
   }
   sg = mean_in ? warp_sum(sg) / C : 0.0f;
   sgx = warp_sum(sgx) / C;
@@ -158,6 +202,98 @@ extern "C" __global__ void layernorm_backward_input(bf16* dinp,          // (N, 
                                                     const float* rstd,   // (N)
                                                     int N, int C, int accumulate) {
   norm_backward_row(dinp, dout, inp, weight, mean, rstd, N, C, accumulate);
+}
+
+// dinp (as norm_backward_row with accumulate = 0) and the weight-gradient partial sums, in one
+// pass over x and dout: block g owns rows [g R, (g + 1) R), R = ceil(N / G); its warp w takes
+// every W-th of them (a row of up to STEPC_NORM_TILE columns read once, into registers) and adds
+// dout * xhat (and, for LayerNorm, dout) of its lanes' columns into its own slice of shared memory
+// (P slices of Cp = C rounded up to 256 floats, lane-major: column c = 8 v + k sits at
+// ((v / 32) 8 + k) 32 + v % 32, so a warp's 32 lanes touch 32 consecutive floats); at the end the
+// block sums its W slices in warp order into partial[g] = [dw | db]. The sums have a fixed order
+// for a fixed launch, so the result is deterministic.
+__device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                                                    const bf16* weight, const float* mean_in, const float* rstd_in,
+                                                    int N, int C) {
+  extern __shared__ __align__(16) float norm_acc[];  // (W, P, Cp)
+  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, W = blockDim.x / STEPC_WARP;
+  int P = mean_in ? 2 : 1, Cp = (C + 255) / 256 * 256;
+  float* acc = norm_acc + (long)warp * P * Cp;
+  for (int i = lane; i < P * Cp; i += STEPC_WARP) acc[i] = 0.0f;
+  __syncwarp();
+  long R = (N + gridDim.x - 1) / gridDim.x, r0 = (long)blockIdx.x * R, r1 = r0 + R < N ? r0 + R : N;
+  bool kept = C <= STEPC_NORM_TILE;
+  uint4 ux[STEPC_NORM_VEC], ud[STEPC_NORM_VEC];
+  for (long row = r0 + warp; row < r1; row += W) {
+    float mean = mean_in ? mean_in[row] : 0.0f, rstd = rstd_in[row];
+    const bf16 *x = inp + row * C, *dy = dout + row * C;
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) { /* the row sums, then dinp and the weight sums */
+      if (pass) {
+        sg = mean_in ? warp_sum(sg) / C : 0.0f;
+        sgx = warp_sum(sgx) / C;
+      }
+      for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+        if (!pass || !kept) {
+          norm_tile_load(ux, x, t0, C, lane);
+          norm_tile_load(ud, dy, t0, C, lane);
+        }
+#pragma unroll
+        for (int j = 0; j < STEPC_NORM_VEC; j++) {
+          int c = t0 + (lane + STEPC_WARP * j) * 8;
+          if (c >= C) continue;
+          float v[8], d[8], w[8], o[8];
+          unpack8(ux[j], v);
+          unpack8(ud[j], d);
+          load8(weight + c, w);
+          if (!pass) {
+            norm_backward_sums8(v, d, w, mean, rstd, &sg, &sgx);
+            continue;
+          }
+          float* a = acc + (t0 / 256 + j) * 256 + lane;
+          for (int k = 0; k < 8; k++) {
+            float xhat = (v[k] - mean) * rstd;
+            o[k] = rstd * (d[k] * w[k] - sg - xhat * sgx);
+            a[32 * k] += d[k] * xhat;
+            if (mean_in) a[Cp + 32 * k] += d[k];
+          }
+          store8(dinp + row * C + c, o);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < P * C; i += blockDim.x) {
+    int p = i / C, c = i % C, v = c / 8, at = p * Cp + ((v / 32) * 8 + c % 8) * 32 + v % 32;
+    float s = 0.0f;
+    for (int w = 0; w < W; w++) s += norm_acc[(long)w * P * Cp + at];
+    partial[(long)blockIdx.x * 2 * C + i] = s;
+  }
+}
+
+// Launch (both): gridDim.x = G row groups, blockDim.x = 32 W, dynamic shared memory W P Cp 4 bytes
+// (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps). Then colsum_accumulate
+// adds partial's columns [0, C) into the weight gradient (and [C, 2C) into the bias gradient).
+extern "C" __global__ void rmsnorm_backward(bf16* dinp,          // (N, C)
+                                            float* partial,      // (G, 2C), the first C columns written
+                                            const bf16* dout,    // (N, C)
+                                            const bf16* inp,     // (N, C)
+                                            const bf16* weight,  // (C)
+                                            const float* rstd,   // (N)
+                                            int N, int C) {
+  norm_backward_fused(dinp, partial, dout, inp, weight, 0, rstd, N, C);
+}
+
+extern "C" __global__ void layernorm_backward(bf16* dinp,          // (N, C)
+                                              float* partial,      // (G, 2C)
+                                              const bf16* dout,    // (N, C)
+                                              const bf16* inp,     // (N, C)
+                                              const bf16* weight,  // (C)
+                                              const float* mean,   // (N)
+                                              const float* rstd,   // (N)
+                                              int N, int C) {
+  norm_backward_fused(dinp, partial, dout, inp, weight, mean, rstd, N, C);
 }
 
 // partial[g][c] = sum over the rows of group g of dout * xhat (the weight gradient) and
@@ -210,14 +346,23 @@ extern "C" __global__ void bias_backward_partial(float* partial,     // (G, C)
   partial[(long)g * C + c + 1] = s1;
 }
 
-// out[c] += sum over g = 0..G-1, in that order, of partial[g * ld + c].
-// Launch: any 1-D grid covering C threads.
+// out[c] += the sum over g = 0..G-1 of partial[g * ld + c]: block b owns columns 32 b .. 32 b + 31,
+// its S = blockDim.x / 32 warps each sum a run of ceil(G / S) groups in order, then the S run sums
+// are added in order: a fixed order for a fixed launch.
+// Launch: gridDim.x = ceil(C / 32), blockDim.x a multiple of 32 (256).
 extern "C" __global__ void colsum_accumulate(float* out,            // (C) accumulated
                                              const float* partial,  // (G, ld), first C columns read
                                              int G, int C, int ld) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float runs[32][33];
+  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, S = blockDim.x / STEPC_WARP;
+  int c = blockIdx.x * STEPC_WARP + lane, per = (G + S - 1) / S, g0 = warp * per, g1 = g0 + per < G ? g0 + per : G;
   float s = 0.0f;
-  for (int g = 0; g < G; g++) s += partial[(long)g * ld + c];
-  out[c] += s;
+  if (c < C)
+    for (int g = g0; g < g1; g++) s += partial[(long)g * ld + c];
+  runs[warp][lane] = s;
+  __syncthreads();
+  if (warp || c >= C) return;
+  float t = 0.0f;
+  for (int w = 0; w < S; w++) t += runs[w][lane];
+  out[c] += t;
 }

@@ -4,10 +4,26 @@
 //   y[i + D/2] = x[i + D/2] cos a + x[i] sin a
 // Backward is the inverse rotation (a -> -a). Angles in fp32 as PyTorch computes its frequency
 // table (inv_freq = 1 / base^(2i/D), then t * inv_freq); cos/sin are not rounded to bf16.
-// Works in place (out == inp): each thread reads its pair before writing it.
+//
+// Every kernel here computes the angle with rope_angle and the rotation with rope_rotate (explicit
+// roundings, no contraction left to the compiler), so the QKV kernels below write exactly the bits
+// of split_qkv + rope_forward (and rope_backward + concat_qkv): the compiler may fuse either way
+// (compiler/fuse.c) and a recompute replay equals its forward.
 #pragma once
 #include "common.cuh"
 
+__device__ __forceinline__ void rope_angle(int t, int k, int D, float base, float sign, float* c, float* s) {
+  float inv_freq = 1.0f / powf(base, (float)(2 * k) / (float)D);
+  sincosf((float)t * inv_freq, s, c);
+  *s *= sign;
+}
+
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float* y1, float* y2) {
+  *y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+  *y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
+}
+
+// Works in place (out == inp): each thread reads its pair before writing it.
 __device__ __forceinline__ void rope_apply(bf16* out, const bf16* inp, int B, int T, int H, int D,
                                            float base, float sign) {
   int half = D / 2;
@@ -16,14 +32,12 @@ __device__ __forceinline__ void rope_apply(bf16* out, const bf16* inp, int B, in
     int k = (int)(i % half);
     long row = i / half;  // (b, t, h) flattened
     int t = (int)((row / H) % T);
-    float inv_freq = 1.0f / powf(base, (float)(2 * k) / (float)D);
-    float s, c;
-    sincosf((float)t * inv_freq, &s, &c);
-    s *= sign;
+    float s, c, y1, y2;
+    rope_angle(t, k, D, base, sign, &c, &s);
     long p = row * D + k;
-    float x1 = bf16_to_f32(inp[p]), x2 = bf16_to_f32(inp[p + half]);
-    out[p] = f32_to_bf16(x1 * c - x2 * s);
-    out[p + half] = f32_to_bf16(x2 * c + x1 * s);
+    rope_rotate(bf16_to_f32(inp[p]), bf16_to_f32(inp[p + half]), c, s, &y1, &y2);
+    out[p] = f32_to_bf16(y1);
+    out[p + half] = f32_to_bf16(y2);
   }
 }
 
@@ -39,4 +53,66 @@ extern "C" __global__ void rope_backward(bf16* dinp,        // (B, T, H, D)
                                          const bf16* dout,  // (B, T, H, D)
                                          int B, int T, int H, int D, float base) {
   rope_apply(dinp, dout, B, T, H, D, base, -1.0f);
+}
+
+#define STEPC_ROPE_MAX_HALF 256  // D <= 512 for the QKV kernels (as kernels/launch.h)
+
+// One token row of the fused QKV layout [H heads of Q | G of K | G of V] (each head D wide):
+// `sign` +1 reads the projection `fused` and writes rotated Q, rotated K and V into `q`, `k`, `v`;
+// -1 reads the gradients `q`, `k`, `v` and writes the projection's gradient into `fused` with the
+// inverse rotation. The row's D/2 angles are computed once into shared memory (the same
+// rope_angle values rope_apply computes per element); then every thread moves 16-byte vectors:
+// a unit is 8 rotation pairs (x[j..j+8) with x[j+D/2..j+D/2+8)) of one Q or K head, or 8 plain
+// values of V. D % 16 == 0.
+__device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf16* v, long N, int T, int H, int G,
+                                              int D, float base, float sign) {
+  __shared__ float cs[STEPC_ROPE_MAX_HALF], sn[STEPC_ROPE_MAX_HALF];
+  int half = D / 2, hv = half / 8, W = (H + 2 * G) * D;
+  int urot = (H + G) * hv, units = urot + G * D / 8;
+  for (long n = blockIdx.x; n < N; n += gridDim.x) {
+    int t = (int)(n % T);
+    __syncthreads();  // the previous row's angles are no longer read
+    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(t, j, D, base, sign, &cs[j], &sn[j]);
+    __syncthreads();
+    bf16* row = fused + n * W;
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+      if (u >= urot) {  // V: a copy
+        long e = (long)(u - urot) * 8;
+        uint4* pv = (uint4*)(v + n * G * D + e);
+        uint4* pf = (uint4*)(row + (long)(H + G) * D + e);
+        if (sign > 0) *pv = *pf;
+        else *pf = *pv;
+        continue;
+      }
+      int head = u / hv, j = (u % hv) * 8;
+      bf16* x = head < H ? q + (n * H + head) * D : k + (n * G + head - H) * D;
+      bf16* f = row + (long)head * D;
+      const bf16* src = sign > 0 ? f : x;
+      bf16* dst = sign > 0 ? x : f;
+      float a[8], b[8];
+      load8(src + j, a);
+      load8(src + j + half, b);
+#pragma unroll
+      for (int e = 0; e < 8; e++) rope_rotate(a[e], b[e], cs[j + e], sn[j + e], &a[e], &b[e]);
+      store8(dst + j, a);
+      store8(dst + j + half, b);
+    }
+  }
+}
+
+// q (N, H, D), k (N, G, D), v (N, G, D) <- qkv (N, (H+2G)*D): split_qkv then rope_forward on q
+// and k, in one pass. N = B*T tokens, token n at position n % T. Launch: grid N (or fewer: a
+// block loops over rows), any block size (kernels/launch.h: 128).
+extern "C" __global__ void rope_split_qkv(bf16* q, bf16* k, bf16* v,  // (N, H, D), (N, G, D) x2
+                                          const bf16* qkv,            // (N, (H+2G)*D)
+                                          long N, int T, int H, int G, int D, float base) {
+  rope_qkv_rows((bf16*)qkv, q, k, v, N, T, H, G, D, base, 1.0f);
+}
+
+// dqkv (N, (H+2G)*D) <- dq, dk, dv: rope_backward on dq and dk then concat_qkv, in one pass.
+// Launch: as rope_split_qkv.
+extern "C" __global__ void rope_concat_qkv(bf16* dqkv,                                  // (N, (H+2G)*D)
+                                           const bf16* dq, const bf16* dk, const bf16* dv,  // (N, H, D), (N, G, D) x2
+                                           long N, int T, int H, int G, int D, float base) {
+  rope_qkv_rows(dqkv, (bf16*)dq, (bf16*)dk, (bf16*)dv, N, T, H, G, D, base, -1.0f);
 }

@@ -206,6 +206,9 @@ static int analyse(RtExec *x, int *unsupported) {
                    op_name(op->kind), op->tags.module, op->a.f[1]);
     }
   }
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) /* a stored weight gradient: a GEMM into its main gradient */
+    if (x->fuse[o] == RT_FUSE_WGRAD_STORE && (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
+      rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
   /* multi-tensor groups: their tables' places (written once the arena exists) */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     int64_t chunks = 0;
@@ -270,7 +273,9 @@ static int carve_scratch(RtExec *x) {
       if (n > maxdsum) maxdsum = n;
     }
   }
-  x->norm_groups = (int)(maxrows / 32 < 1 ? 1 : maxrows / 32 > 256 ? 256 : maxrows / 32);
+  /* row groups of the norm and bias gradients' partial sums: 16 rows or more each, at most 512
+   * (M's 8192 rows: 512 blocks of the one-pass norm backward, about 4 per SM) */
+  x->norm_groups = (int)(maxrows / 16 < 1 ? 1 : maxrows / 16 > 512 ? 512 : maxrows / 16);
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
   int64_t sizes[9] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4,

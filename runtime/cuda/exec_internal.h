@@ -18,6 +18,8 @@ enum {
   RT_FUSE_EW = FUSE_EW,
   RT_FUSE_SUMSQ_MULTI = FUSE_SUMSQ_MULTI, /* ops peer..o: one norm_squared_multi over their table */
   RT_FUSE_ADAMW_MULTI = FUSE_ADAMW_MULTI, /* ops peer..o: one adamw_multi over their table */
+  RT_FUSE_ROPE_QKV = FUSE_ROPE_QKV,       /* ops o-2..o: QKV split + RoPE (or its gradient), one kernel */
+  RT_FUSE_WGRAD_STORE = FUSE_WGRAD_STORE, /* op o alone: its weight gradient stored, not added, into the main one */
 };
 
 struct RtExec {

@@ -123,9 +123,12 @@ int rt_op_cross_entropy(RtExec *x, const Op *op) {
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
   CUdeviceptr per = rt_out(x, op, 1), logits = rt_in(x, op, 0), tg = rt_in(x, op, 1), loss = rt_out(x, op, 0);
-  /* V twice: the logits carry no padding columns here (V = Vp) */
-  if (rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V,
-                                               x->dloss[op - x->g->op]))
+  /* V twice: the logits carry no padding columns here (V = Vp). One read of the row where a
+   * cluster's registers hold it, else two passes. */
+  float dl = x->dloss[op - x->g->op];
+  unsigned th = stepc_ce_threads(V);
+  if (th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per, logits, tg, N, V, V, dl)
+         : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V, dl))
     return RT_ERROR;
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, 1.0f / (float)N);
 }

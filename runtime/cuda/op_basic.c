@@ -1,5 +1,6 @@
 /* op_basic.c — dispatch of the elementwise, embedding, RoPE, dropout, activation and QKV-layout
  * ops (ir/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
+#include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/launchers.h"
 
@@ -89,7 +90,37 @@ int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C);
 }
 
+/* The fused QKV split + RoPE group ending at op o (compiler/fuse.c, FUSE_ROPE_QKV): forward, the
+ * split (peer) and its two RoPEs; backward, the two inverse RoPEs (peer, peer + 1) and the concat
+ * (o). One block per token row (rope.cuh). */
+static int rope_qkv(RtExec *x, int o) {
+  const Graph *g = x->g;
+  const Op *first = &g->op[x->peer[o]], *last = &g->op[o];
+  int fwd = first->kind == OP_SPLIT_QKV;
+  const Op *qkv = fwd ? first : last, *rq = NULL, *rk = NULL;
+  for (int r = x->peer[o] + !!fwd; r <= o - !fwd; r++) {
+    const Op *rope = &g->op[r];
+    if (rope->kind != OP_ROPE) return rt_fail(x->d, "op %d: a fused QKV RoPE group without its RoPE", o);
+    if (fwd ? rope->in[0] == qkv->out[0] : rope->out[0] == qkv->in[0]) rq = rope;
+    if (fwd ? rope->in[0] == qkv->out[1] : rope->out[0] == qkv->in[1]) rk = rope;
+  }
+  if (!rq || !rk) return rt_fail(x->d, "op %d: the fused QKV RoPE group does not rotate q and k", o);
+  const Tensor *q = rt_t(x, rq->out[0]);
+  long N = (long)(q->shape[0] * q->shape[1]);
+  int T = (int)q->shape[1], H = (int)qkv->a.i[0], G = (int)qkv->a.i[1], D = (int)qkv->a.i[2];
+  float base = (float)rq->a.f[0];
+  if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF) return rt_fail(x->d, "head size %d: the fused QKV RoPE takes multiples of 16", D);
+  RtDim grid = rt_dim1((unsigned)N);
+  if (fwd)
+    return rt_launch_rope_split_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0), rt_out(x, rk, 0), rt_out(x, qkv, 2), rt_in(x, qkv, 0),
+                                    N, T, H, G, D, base);
+  return rt_launch_rope_concat_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, qkv, 0), rt_in(x, rq, 0), rt_in(x, rk, 0), rt_in(x, qkv, 2), N,
+                                   T, H, G, D, base);
+}
+
 int rt_op_rope(RtExec *x, const Op *op) {
+  int o = rt_op_index(x, op);
+  if (x->fuse[o] == RT_FUSE_ROPE_QKV) return rope_qkv(x, o);
   const Tensor *t = rt_t(x, op->in[0]);
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int B = (int)t->shape[0], T = (int)t->shape[1], H = (int)t->shape[2], D = (int)t->shape[3];
@@ -166,4 +197,7 @@ static int qkv(RtExec *x, const Op *op, int split) {
   return rt_launch_concat_qkv(x->d, STRIDE(work), out, iq, ik, iv, N, H, G, D);
 }
 int rt_op_split_qkv(RtExec *x, const Op *op) { return qkv(x, op, 1); }
-int rt_op_concat_qkv(RtExec *x, const Op *op) { return qkv(x, op, 0); }
+int rt_op_concat_qkv(RtExec *x, const Op *op) {
+  int o = rt_op_index(x, op);
+  return x->fuse[o] == RT_FUSE_ROPE_QKV ? rope_qkv(x, o) : qkv(x, op, 0);
+}

@@ -37,18 +37,20 @@ int rt_op_linear_dgrad(RtExec *x, const Op *op) {
                  0, 0, 0);
 }
 
-/* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused. */
+/* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused: added to it,
+ * or stored where it is the gradient's first writer of a one-micro-batch step (RT_FUSE_WGRAD_STORE,
+ * its ZERO skipped). */
 int rt_op_linear_wgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
-  int sink = x->sink[op->out[0]];
+  int sink = x->sink[op->out[0]], add = sink >= 0 && x->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
-  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0,
-                 sink >= 0, 0);
+  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0, add,
+                 0);
 }
 
 /* out (C) += column sums of `partial` (G, ld), in group order. */
 static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C, int ld) {
-  return rt_launch_colsum_accumulate(x->d, rt_dim1((unsigned)((C + 255) / 256)), 256, 0, out, partial, G, C, ld);
+  return rt_launch_colsum_accumulate(x->d, rt_dim1((unsigned)((C + 31) / 32)), 32 * STEPC_COLSUM_WARPS, 0, out, partial, G, C, ld);
 }
 
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
@@ -98,13 +100,18 @@ int rt_op_norm_bwd(RtExec *x, const Op *op) {
   unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr dx = rt_out(x, op, 0), dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
   CUdeviceptr mean = ln ? rt_in(x, op, 3) : 0, rstd = rt_in(x, op, ln ? 4 : 3), p = x->norm_partial;
-  /* accumulate = 0: dx is this op's own output */
-  if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
-         : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C, 0))
+  int W = stepc_norm_bwd_warps(C, ln ? 2 : 1);
+  if (W > 0) { /* one pass: dx and the partials */
+    unsigned smem = stepc_norm_bwd_smem(C, ln ? 2 : 1, W);
+    if (ln ? rt_launch_layernorm_backward(x->d, rt_dim1((unsigned)G), 32 * (unsigned)W, smem, dx, p, dy, in, w, mean, rstd, N, C)
+           : rt_launch_rmsnorm_backward(x->d, rt_dim1((unsigned)G), 32 * (unsigned)W, smem, dx, p, dy, in, w, rstd, N, C))
+      return RT_ERROR;
+  } else if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
+                : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C, 0)) /* accumulate = 0 */
     return RT_ERROR;
-  if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, dy, in,
-                                             mean, rstd, N, C) ||
-      colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C))
+  else if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, dy, in,
+                                                  mean, rstd, N, C))
     return RT_ERROR;
+  if (colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C)) return RT_ERROR;
   return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
 }

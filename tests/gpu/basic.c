@@ -193,8 +193,8 @@ static void test_norms(Gpu *g, Rng *r) {
   CUdeviceptr pb = partial + 4 * (size_t)C;
   void *b3[] = {&gw, &partial, &G, &C, &ld};
   void *b4[] = {&gb, &pb, &G, &C, &ld};
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b3);
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, b4);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b3);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b4);
   for (int c = 0; c < 2 * C; c++) wdw[c] += init[c];
   double *gwd = down_f32(g, gw, C), *gbd = down_f32(g, gb, C);
   /* sums of N = 300 terms of size ~2: fp32 error ~1e-5 absolute */
@@ -219,7 +219,7 @@ static void test_norms(Gpu *g, Rng *r) {
   void *c1[] = {&partial, &ddy, &N, &C};
   gpu_launch(g, "bias_backward_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, c1);
   void *c2[] = {&gbias, &partial, &G, &C, &C};
-  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 255) / 256), 1, 1, 256, 0, c2);
+  gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
   got = down_f32(g, gbias, C);
   gpu_check(g, "bias_backward_partial + colsum", got, bsum, C, 1e-4, 1e-5);
   free(got), free(bsum);
@@ -228,6 +228,60 @@ static void test_norms(Gpu *g, Rng *r) {
   free(wdx), free(wdw), free(init);
   CUdeviceptr bufs[] = {dx, dx2, dw, db, ddy, dd0, out, res, mean, rstd, dinp, partial, gw, gb, gbias};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+}
+
+/* The one-pass norm backward (rmsnorm_backward / layernorm_backward: dinp and the weight and bias
+ * partials) + colsum against the fp64 reference, at a width whose rows stay in registers and one
+ * read a tile at a time; bitwise the same on a second run. */
+static void test_norm_backward_fused(Gpu *g, Rng *r) {
+  int widths[2] = {1000, 2560};
+  for (int ci = 0; ci < 2; ci++) {
+    for (int ln = 0; ln < 2; ln++) {
+      int N = 300, C = widths[ci], rows = 4, G = 37, P = ln ? 2 : 1, W = stepc_norm_bwd_warps(C, P);
+      float eps = 1e-5f;
+      long n = (long)N * C;
+      double *x, *w, *bias, *dy;
+      CUdeviceptr dx = up_bf16(g, r, n, 2, &x), dw = up_bf16(g, r, C, 1, &w), db = up_bf16(g, r, C, 1, &bias);
+      CUdeviceptr ddy = up_bf16(g, r, n, 1, &dy), out = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N),
+                  rstd = gpu_alloc(g, 4 * N), dinp = gpu_alloc(g, 2 * n), dinp2 = gpu_alloc(g, 2 * n),
+                  partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), gw = gpu_alloc(g, 4 * (size_t)2 * C);
+      unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows, smem = stepc_norm_bwd_smem(C, P, W);
+      void *f1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps}, *f2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps};
+      gpu_launch(g, ln ? "layernorm_forward" : "rmsnorm_forward", grid, 1, 1, block, 0, ln ? f2 : f1);
+      double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
+      ref_norm_forward(want, ln ? wm : NULL, wr, x, w, ln ? bias : NULL, N, C, eps);
+      double *fo = down_bf16(g, out, n);
+      char name[96];
+      snprintf(name, sizeof name, "%s_forward (C=%d)", ln ? "layernorm" : "rmsnorm", C);
+      gpu_check(g, name, fo, want, n, 1e-3, RT_BF16);
+      free(fo), free(want), free(wm), free(wr);
+      void *b1[] = {&dinp, &partial, &ddy, &dx, &dw, &rstd, &N, &C};
+      void *b2[] = {&dinp, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b2 : b1);
+      gpu_ok(g, g->cuMemsetD8(gw, 0, 4 * (size_t)2 * C), "memset");
+      int ld = 2 * C;
+      CUdeviceptr pb = partial + 4 * (size_t)C, gb = gw + 4 * (size_t)C;
+      void *c1[] = {&gw, &partial, &G, &C, &ld}, *c2[] = {&gb, &pb, &G, &C, &ld};
+      gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c1);
+      if (ln) gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
+      double *wdx = malloc(sizeof *wdx * n), *wdw = calloc(2 * (size_t)C, sizeof *wdw);
+      ref_norm_backward(wdx, wdw, ln ? wdw + C : NULL, dy, x, w, N, C, eps, ln);
+      double *got = down_bf16(g, dinp, n), *gwd = down_f32(g, gw, P * C);
+      snprintf(name, sizeof name, "%s_backward dinp (C=%d)", ln ? "layernorm" : "rmsnorm", C);
+      gpu_check(g, name, got, wdx, n, 4e-3, RT_BF16);
+      snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm", ln ? "weight, dbias" : "weight", C);
+      gpu_check(g, name, gwd, wdw, P * C, 1e-4, 1e-5);
+      void *b3[] = {&dinp2, &partial, &ddy, &dx, &dw, &rstd, &N, &C}, *b4[] = {&dinp2, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      void *p1 = down_raw(g, partial, 4 * (size_t)G * 2 * C);
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b4 : b3);
+      void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n), *d2 = down_raw(g, dinp2, 2 * n);
+      gpu_check_bitwise(g, "norm backward rerun: dinp", d1, d2, 2 * (size_t)n);
+      gpu_check_bitwise(g, "norm backward rerun: partials", p1, p2, 4 * (size_t)G * P * C);
+      free(p1), free(p2), free(d1), free(d2), free(got), free(gwd), free(wdx), free(wdw), free(x), free(w), free(bias), free(dy);
+      CUdeviceptr bufs[] = {dx, dw, db, ddy, out, mean, rstd, dinp, dinp2, partial, gw};
+      for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
+    }
+  }
 }
 
 static void test_rope(Gpu *g, Rng *r) {
@@ -254,6 +308,48 @@ static void test_rope(Gpu *g, Rng *r) {
               2 * atol + 4e-3, 2 * RT_BF16);
     free(got), free(x), free(want);
     gpu_free(g, dx), gpu_free(g, out);
+  }
+}
+
+/* The fused QKV kernels write the bits of the unfused ones: rope_split_qkv = split_qkv then
+ * rope_forward on q and k; rope_concat_qkv = rope_backward on dq and dk then concat_qkv. */
+static void test_rope_qkv(Gpu *g, Rng *r) {
+  int configs[2][5] = {{2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
+  for (int c = 0; c < 2; c++) {
+    int B = configs[c][0], T = configs[c][1], H = configs[c][2], G = configs[c][3], D = configs[c][4];
+    long N = (long)B * T, nq = N * H * D, nk = N * G * D, n = nq + 2 * nk;
+    float base = 500000.0f;
+    double *x;
+    CUdeviceptr qkv = up_bf16(g, r, n, 1, &x), q = gpu_alloc(g, 2 * nq), k = gpu_alloc(g, 2 * nk), v = gpu_alloc(g, 2 * nk);
+    CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk), back = gpu_alloc(g, 2 * n),
+                fback = gpu_alloc(g, 2 * n);
+    void *a[] = {&q, &k, &v, &qkv, &N, &H, &G, &D};
+    gpu_launch(g, "split_qkv", grid1d(g, n / 8), 1, 1, 256, 0, a);
+    void *rq[] = {&q, &q, &B, &T, &H, &D, &base}, *rk[] = {&k, &k, &B, &T, &G, &D, &base};
+    gpu_launch(g, "rope_forward", grid1d(g, nq / 2), 1, 1, 256, 0, rq);
+    gpu_launch(g, "rope_forward", grid1d(g, nk / 2), 1, 1, 256, 0, rk);
+    void *f[] = {&fq, &fk, &fv, &qkv, &N, &T, &H, &G, &D, &base};
+    gpu_launch(g, "rope_split_qkv", (unsigned)N, 1, 1, 128, 0, f);
+    size_t bq = 2 * (size_t)nq, bk = 2 * (size_t)nk;
+    uint16_t *h1 = malloc(2 * (size_t)n), *h2 = malloc(2 * (size_t)n);
+    gpu_get(g, h1, q, bq), gpu_get(g, h1 + nq, k, bk), gpu_get(g, h1 + nq + nk, v, bk);
+    gpu_get(g, h2, fq, bq), gpu_get(g, h2 + nq, fk, bk), gpu_get(g, h2 + nq + nk, fv, bk);
+    gpu_check_bitwise(g, c ? "rope_split_qkv = split_qkv + rope_forward (T=4096, D=128)" : "rope_split_qkv = split_qkv + rope_forward",
+                      h1, h2, 2 * (size_t)n);
+    /* backward on the rotated values as gradients: the fused kernel reads fq, fk, fv */
+    void *bq_[] = {&q, &q, &B, &T, &H, &D, &base}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base};
+    gpu_launch(g, "rope_backward", grid1d(g, nq / 2), 1, 1, 256, 0, bq_);
+    gpu_launch(g, "rope_backward", grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
+    void *cc[] = {&back, &q, &k, &v, &N, &H, &G, &D};
+    gpu_launch(g, "concat_qkv", grid1d(g, n / 8), 1, 1, 256, 0, cc);
+    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base};
+    gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
+    gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
+    gpu_check_bitwise(g, c ? "rope_concat_qkv = rope_backward + concat_qkv (T=4096, D=128)" : "rope_concat_qkv = rope_backward + concat_qkv",
+                      h1, h2, 2 * (size_t)n);
+    free(h1), free(h2), free(x);
+    CUdeviceptr bufs[] = {qkv, q, k, v, fq, fk, fv, back, fback};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
   }
 }
 
@@ -463,6 +559,44 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   gpu_check(g, "loss_reduce (mean)", gm, &wm, 1, 0, 1e-5);
   free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(gm);
   gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean);
+}
+
+/* cross_entropy_cluster (a cluster of blocks per row, the row read once) against the fp64
+ * reference, at a padded small vocabulary and at Llama 3's (128256, 256 threads a block), and
+ * bitwise the same on a second run. */
+static void test_cross_entropy_cluster(Gpu *g, Rng *r) {
+  int shapes[2][3] = {{67, 1003, 1008}, {5, 128256, 128256}}; /* N, V, Vp */
+  for (int c = 0; c < 2; c++) {
+    int N = shapes[c][0], V = shapes[c][1], Vp = shapes[c][2];
+    float dloss = 1.0f / 64;
+    long n = (long)N * Vp;
+    double *x;
+    CUdeviceptr dl = up_bf16(g, r, n, 4, &x), dl2 = gpu_alloc(g, 2 * (size_t)n);
+    uint16_t *orig = malloc(2 * (size_t)n);
+    gpu_get(g, orig, dl, 2 * (size_t)n);
+    int *t = malloc(sizeof *t * N);
+    for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+    t[3] = -100, t[N - 1] = V - 1;
+    if (c == 0) t[10] = V; /* ignored */
+    CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), losses2 = gpu_alloc(g, 4 * N);
+    gpu_put(g, dl2, orig, 2 * (size_t)n);
+    unsigned th = stepc_ce_threads(Vp);
+    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss}, *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss};
+    gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, a);
+    gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, b);
+    double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
+    ref_cross_entropy(wl, wd, x, t, N, V, Vp, dloss);
+    double *gl = down_f32(g, losses, N), *gd = down_bf16(g, dl, n);
+    gpu_check(g, c ? "cross_entropy_cluster loss (V=128256)" : "cross_entropy_cluster loss", gl, wl, N, 1e-5, 1e-5);
+    gpu_check(g, c ? "cross_entropy_cluster dlogits (V=128256)" : "cross_entropy_cluster dlogits", gd, wd, n, 1e-6 * dloss,
+              RT_BF16);
+    void *l1 = down_raw(g, losses, 4 * (size_t)N), *l2 = down_raw(g, losses2, 4 * (size_t)N);
+    void *d1 = down_raw(g, dl, 2 * (size_t)n), *d2 = down_raw(g, dl2, 2 * (size_t)n);
+    gpu_check_bitwise(g, "cross_entropy_cluster rerun: losses", l1, l2, 4 * (size_t)N);
+    gpu_check_bitwise(g, "cross_entropy_cluster rerun: dlogits", d1, d2, 2 * (size_t)n);
+    free(l1), free(l2), free(d1), free(d2), free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(orig);
+    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2);
+  }
 }
 
 /* global_norm_finalize over count partials; the norm's bits, checked against `first` (the previous
@@ -770,12 +904,15 @@ void test_basic(Gpu *g) {
   Rng r = {0x5eed};
   test_embedding(g, &r);
   test_norms(g, &r);
+  test_norm_backward_fused(g, &r);
   test_rope(g, &r);
+  test_rope_qkv(g, &r);
   test_softmax_transpose(g, &r);
   test_activations(g, &r);
   test_dropout(g, &r);
   test_elementwise(g, &r);
   test_cross_entropy(g, &r);
+  test_cross_entropy_cluster(g, &r);
   test_optimizer(g, &r);
   test_optimizer_multi(g, &r);
   test_grouped_gemm(g, &r);

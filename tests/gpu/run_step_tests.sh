@@ -44,6 +44,20 @@ run scoped_recompute_ln $STEP scoped models/tiny.lua 4 "$SCOPES" model.hidden_dr
 run scoped_flash $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp]" model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
 run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
 run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+# one micro-batch a step (shape M's setting): every linear weight gradient is stored into its main
+# gradient and the optimizer skips that gradient's zeroing (compiler/fuse.c FUSE_WGRAD_STORE):
+# gradients against the CPU, 60 steps against the CPU's curve (a gradient left unzeroed would add
+# up step after step), replay, recompute and scoped graphs bitwise, the optimizer's launches
+ONE=train.global_batch_size=4
+run grads_one_micro $STEP grads models/tiny.lua $ONE
+run train_one_micro $STEP train models/tiny.lua 60 tests/gpu/data/tiny_gpl3_1micro_60.cpu.json $ONE data.path=$GPL3
+run replay_one_micro $STEP replay models/tiny.lua 8 $ONE model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+run recompute_one_micro $STEP recompute models/tiny.lua 3 $ONE
+run scoped_one_micro $STEP scoped models/tiny.lua 4 "transformer_engine:[];transformer_engine:[attn];local:[]" $ONE
+run optim_one_micro $STEP optim models/tiny.lua 4 $ONE
+# rows wider than the norm kernels keep in registers (2560 > 2048: read a tile at a time) and
+# head size 128 through the fused QKV RoPE, against the CPU
+run grads_wide $STEP grads models/tiny.lua model.hidden_size=2560 model.num_attention_heads=20
 # cuDNN fused attention (runtime/cudnn.c): gradients against the CPU; with deterministic_mode the
 # replay, recompute (core_attn replays the attention) and scoped graphs bitwise equal to eager
 FUSED="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.attention_backend=fused"

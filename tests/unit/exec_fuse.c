@@ -40,6 +40,15 @@ static void unload(Run *r) {
   free(r->fwd_key);
 }
 
+/* Ops o - 2, o - 1 and o share phase, layer and scopes. */
+static int same_tags3(const Graph *g, int o) {
+  for (int i = o - 2; i < o; i++) {
+    const IrTags *a = &g->op[i].tags, *b = &g->op[o].tags;
+    if (a->phase != b->phase || a->layer != b->layer || a->scopes != b->scopes) return 0;
+  }
+  return 1;
+}
+
 /* Each fused op: its peer is the op before it, skipped, in its phase; it launches the fused
  * kernel / GEMM with the right operands. */
 static void check_launches(Run *r, const char *name) {
@@ -49,6 +58,21 @@ static void check_launches(Run *r, const char *name) {
   for (int o = 0; o < g->nop; o++) {
     int peer, k = rt_exec_fusion(x, o, &peer);
     if (!k || k == FUSE_SUMSQ_MULTI || k == FUSE_ADAMW_MULTI) continue;
+    if (k == FUSE_WGRAD_STORE) { /* one GEMM storing into the main gradient, whose ZERO is skipped */
+      const Op *w = &g->op[o];
+      int mg = w->nout == 1 ? g->t[w->out[0]].sink : -1, zeros = 0;
+      for (int z = 0; z < g->nop; z++)
+        zeros += g->op[z].kind == OP_ZERO && g->op[z].out[0] == mg && !rt_exec_op_runs(x, z);
+      CHECK(w->kind == OP_LINEAR_WGRAD && peer == -1 && mg >= 0 && zeros == 1 && g->num_microbatches == 1,
+            "%s op %d: a stored weight gradient without its skipped ZERO", name, o);
+      r->rec.n = 0;
+      r->rec.op = o;
+      CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
+      CHECK(r->rec.n == 1 && r->rec.r[0].kind == RT_REC_GEMM && r->rec.r[0].gemm.beta == 0.0f &&
+                mg >= 0 && r->rec.r[0].gemm.c == rt_exec_ptr(x, mg),
+            "%s op %d: not one GEMM storing into the main gradient", name, o);
+      continue;
+    }
     const Op *op = &g->op[o], *pr = &g->op[peer];
     if (k == 4) { /* a generated chain: its ops from peer to o, all but o skipped, one launch */
       CHECK(peer < o && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o) && op->tags.phase == pr->tags.phase,
@@ -74,6 +98,33 @@ static void check_launches(Run *r, const char *name) {
         int found = 0;
         for (int i = 0; i < n; i++) found |= sig[i] == 'p' && a->arg[i] == rt_exec_ptr(x, op->out[0]);
         CHECK(found, "%s op %d: the chain does not write the last op's output", name, o);
+      }
+      continue;
+    }
+    if (k == FUSE_ROPE_QKV) { /* split + 2 RoPEs, or 2 inverse RoPEs + concat: one launch over the QKV row */
+      int fwd = pr->kind == OP_SPLIT_QKV;
+      const Op *qkv = fwd ? pr : op;
+      CHECK(peer == o - 2 && !rt_exec_op_runs(x, o - 2) && !rt_exec_op_runs(x, o - 1) && rt_exec_op_runs(x, o) &&
+                same_tags3(g, o) && (fwd ? op->kind == OP_ROPE : op->kind == OP_CONCAT_QKV),
+            "%s op %d: QKV RoPE group from %d", name, o, peer);
+      r->rec.n = 0;
+      r->rec.op = o;
+      CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
+      const RtRec *a = &r->rec.r[0];
+      CHECK(r->rec.n == 1 && a->kind == RT_REC_LAUNCH && a->k == (fwd ? RT_K_rope_split_qkv : RT_K_rope_concat_qkv),
+            "%s op %d: not one rope_%s_qkv launch", name, o, fwd ? "split" : "concat");
+      if (r->rec.n == 1 && fwd) { /* rotated q and k (the RoPEs' outputs), v, from the projection */
+        const Op *rq = g->op[o - 1].in[0] == qkv->out[0] ? &g->op[o - 1] : op, *rk = rq == op ? &g->op[o - 1] : op;
+        CHECK(a->arg[0] == rt_exec_ptr(x, rq->out[0]) && a->arg[1] == rt_exec_ptr(x, rk->out[0]) &&
+                  a->arg[2] == rt_exec_ptr(x, qkv->out[2]) && a->arg[3] == rt_exec_ptr(x, qkv->in[0]),
+              "%s op %d: rope_split_qkv operands", name, o);
+      } else if (r->rec.n == 1) { /* the projection's gradient from the RoPEs' inputs and dv */
+        const Op *rq = g->op[o - 2].out[0] == qkv->in[0] ? &g->op[o - 2] : &g->op[o - 1];
+        const Op *rk = rq == &g->op[o - 2] ? &g->op[o - 1] : &g->op[o - 2];
+        CHECK(a->arg[0] == rt_exec_ptr(x, qkv->out[0]) && a->arg[1] == rt_exec_ptr(x, rq->in[0]) &&
+                  a->arg[2] == rt_exec_ptr(x, rk->in[0]) && a->arg[3] == rt_exec_ptr(x, qkv->in[2]) &&
+                  rq->out[0] == qkv->in[0] && rk->out[0] == qkv->in[1],
+              "%s op %d: rope_concat_qkv operands", name, o);
       }
       continue;
     }
@@ -139,7 +190,8 @@ static int straddles(Run *r, int want_kind) {
 }
 
 static void print(Run *r, const char *name) {
-  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d\n", name, r->n[1], r->n[2], r->n[3], r->n[4]);
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  QKV RoPE %3d  stored wgrad %3d\n", name, r->n[1],
+         r->n[2], r->n[3], r->n[4], r->n[FUSE_ROPE_QKV], r->n[FUSE_WGRAD_STORE]);
 }
 
 /* The same forward pairs (by kind and module) fuse in a and b. */
@@ -157,13 +209,15 @@ static void same_forward(Run *a, Run *b, const char *name) {
 }
 
 static void recipe(const char *title, const char *path, const char **base, int nbase, const char *const *variants, int nvar,
-                   int min1, int min2, int n4) {
+                   int min1, int min2, int n4, int nrope, int nstore) {
   Run on;
   CHECK(load(&on, path, base, nbase) == 0, "%s: load", title);
   check_launches(&on, title);
   print(&on, title);
   CHECK(on.n[1] >= min1 && on.n[2] >= min2, "%s: fewer pairs than expected", title);
   CHECK(on.n[4] == n4, "%s: %d elementwise chains, expected %d", title, on.n[4], n4);
+  CHECK(on.n[FUSE_ROPE_QKV] == nrope, "%s: %d QKV RoPE groups, expected %d", title, on.n[FUSE_ROPE_QKV], nrope);
+  CHECK(on.n[FUSE_WGRAD_STORE] == nstore, "%s: %d stored weight gradients, expected %d", title, on.n[FUSE_WGRAD_STORE], nstore);
   CHECK(straddles(&on, 0) == 0, "%s: a bit-changing pair straddles a scope instance", title);
   for (int v = 0; v < nvar; v++) {
     const char *kv[16];
@@ -181,6 +235,8 @@ static void recipe(const char *title, const char *path, const char **base, int n
     }
     check_launches(&r, name);
     print(&r, name);
+    CHECK(r.n[FUSE_ROPE_QKV] >= nrope, "%s: %d QKV RoPE groups, fewer than without the variant", name, r.n[FUSE_ROPE_QKV]);
+    CHECK(r.n[FUSE_WGRAD_STORE] == nstore, "%s: %d stored weight gradients, expected %d", name, r.n[FUSE_WGRAD_STORE], nstore);
     same_forward(&on, &r, name);
     int s0 = straddles(&r, 0), s3 = straddles(&r, 3);
     CHECK(s0 == 0, "%s: %d bit-changing pairs straddle a scope instance", name, s0);
@@ -219,15 +275,19 @@ int main(int argc, char **argv) {
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn,mlp]",
       "model.cuda_graph_impl=local",
   };
-  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4);
+  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4, 0, 0);
   static const char *const tiny_var[] = {
       "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
       "model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2",
       "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]",
   };
-  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 0);
-  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0);
+  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 0, 8, 0);
+  /* one micro-batch a step: every linear weight gradient (4 a layer and the output layer's) stores
+   * into its main gradient and that gradient's ZERO is skipped, under recompute and scoped graphs */
+  const char *one_micro[] = {"train.global_batch_size=4"};
+  recipe("tiny, one micro-batch", "models/tiny.lua", one_micro, 1, tiny_var, 4, 8, 0, 0, 8, 17);
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0, 32, 65);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }

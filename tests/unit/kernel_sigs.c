@@ -136,14 +136,14 @@ static const char *ident(const char *p, char *out, size_t cap) { /* past an iden
   return q;
 }
 
-/* Parses `extern "C" __global__ void [__launch_bounds__(...)] NAME(params)` at p into d. */
+/* Parses `extern "C" __global__ void [__launch_bounds__(...)] [__cluster_dims__(...)] NAME(params)`
+ * (the attributes in any order) at p into d. */
 static int parse_decl(const char *p, Decl *d) {
   const char *q = word(p, "extern");
   if (!q || strncmp(q = skip_ws(q), "\"C\"", 3)) return 0;
   if (!(q = word(skip_ws(q + 3), "__global__")) || !(q = word(skip_ws(q), "void"))) return 0;
   q = skip_ws(q);
-  const char *lb = word(q, "__launch_bounds__");
-  if (lb) {
+  for (const char *lb; (lb = word(q, "__launch_bounds__")) || (lb = word(q, "__cluster_dims__"));) {
     lb = skip_ws(lb);
     if (*lb != '(') return 0;
     int depth = 0;
