@@ -15,7 +15,8 @@ void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *t) {
   memset(t, 0, sizeof *t);
   for (int64_t i = 0; i < n; i++) {
     if (sp[i].end_ms > t->step_ms) t->step_ms = sp[i].end_ms;
-    if (sp[i].kind == STEPC_SPAN_NORM || sp[i].kind == STEPC_SPAN_PARAMS) t->other_ms += sp[i].end_ms - sp[i].start_ms;
+    if (sp[i].kind == STEPC_SPAN_NORM || sp[i].kind == STEPC_SPAN_PARAMS)
+      t->other_ms += sp[i].end_ms - sp[i].start_ms;
     if (sp[i].kind != STEPC_SPAN_BUCKET) continue;
     t->buckets++;
     t->bucket_ms += sp[i].end_ms - sp[i].start_ms;
@@ -31,22 +32,29 @@ void timeline_summary_line(const TimelineSummary *t, FILE *out) {
     fprintf(out, "comm stream: no collectives (one rank without a communicator)\n");
     return;
   }
-  fprintf(out, "comm stream: %d bucket collective%s %.3f ms, %.3f ms (%.0f %%) of it beside forward/backward compute on the "
-               "step's stream", t->buckets, t->buckets == 1 ? "" : "s", t->bucket_ms, t->overlap_ms,
+  fprintf(out,
+          "comm stream: %d bucket collective%s %.3f ms, %.3f ms (%.0f %%) of it beside forward/backward "
+          "compute on the "
+          "step's stream",
+          t->buckets, t->buckets == 1 ? "" : "s", t->bucket_ms, t->overlap_ms,
           t->bucket_ms > 0 ? 100 * t->overlap_ms / t->bucket_ms : 0.0);
   if (t->other_ms > 0) fprintf(out, "; ZeRO-1 norm exchange and parameter broadcast %.3f ms", t->other_ms);
   fprintf(out, "; step %.3f ms\n", t->step_ms);
 }
 
-static const char *KIND[] = {"point", "gradient bucket", "ZeRO-1 norm exchange", "ZeRO-1 parameter broadcast"};
+static const char *KIND[] = {"point", "gradient bucket", "ZeRO-1 norm exchange",
+                             "ZeRO-1 parameter broadcast"};
 
 int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, const char *title, FILE *f) {
   const Graph *g = im->g;
-  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": "
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"name\": \"process_name\", \"ph\": \"M\", "
+             "\"pid\": 0, \"args\": "
              "{\"name\": ");
   json_write_string(f, title);
-  fprintf(f, "}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": \"step stream\"}},\n"
-             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 2, \"args\": {\"name\": \"comm stream\"}}");
+  fprintf(f, "}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": "
+             "\"step stream\"}},\n"
+             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 2, \"args\": {\"name\": \"comm "
+             "stream\"}}");
   for (int64_t i = 0; i < n; i++) {
     const stepc_span *s = &sp[i];
     char name[IR_NAME_MAX + 96];
@@ -54,17 +62,23 @@ int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, 
     if (s->kind == STEPC_SPAN_POINT && s->id >= 0 && s->id < im->npoints) {
       op = &g->op[im->point_op[s->id]];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
-    } else if (s->kind == STEPC_SPAN_BUCKET) snprintf(name, sizeof name, "bucket %d", s->id);
-    else snprintf(name, sizeof name, "%s", s->kind >= 0 && s->kind <= STEPC_SPAN_PARAMS ? KIND[s->kind] : "?");
+    } else if (s->kind == STEPC_SPAN_BUCKET)
+      snprintf(name, sizeof name, "bucket %d", s->id);
+    else
+      snprintf(name, sizeof name, "%s", s->kind >= 0 && s->kind <= STEPC_SPAN_PARAMS ? KIND[s->kind] : "?");
     fprintf(f, ",\n{\"name\": ");
     json_write_string(f, name);
     double dur = s->end_ms - s->start_ms;
-    fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"point\": %d, "
-               "\"micro_batch\": %d",
-            s->kind == STEPC_SPAN_POINT ? (op ? phase_name(op->tags.phase) : "point") : "collective", s->stream ? 2 : 1,
-            s->start_ms * 1e3, (dur > 0 ? dur : 0) * 1e3, s->kind == STEPC_SPAN_POINT ? s->id : -1, s->micro);
+    fprintf(f,
+            ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+            "\"args\": {\"point\": %d, "
+            "\"micro_batch\": %d",
+            s->kind == STEPC_SPAN_POINT ? (op ? phase_name(op->tags.phase) : "point") : "collective",
+            s->stream ? 2 : 1, s->start_ms * 1e3, (dur > 0 ? dur : 0) * 1e3,
+            s->kind == STEPC_SPAN_POINT ? s->id : -1, s->micro);
     if (s->kind == STEPC_SPAN_BUCKET && s->id >= 0 && s->id < im->nbucket)
-      fprintf(f, ", \"gradients\": %d, \"elements\": %lld", im->bucket[s->id].ngrads, (long long)im->bucket[s->id].params);
+      fprintf(f, ", \"gradients\": %d, \"elements\": %lld", im->bucket[s->id].ngrads,
+              (long long)im->bucket[s->id].params);
     fprintf(f, "}}");
   }
   fprintf(f, "\n]}\n");

@@ -5,7 +5,9 @@
  * stepc_gen_launch / _gemm / _memset / _copy below, at the arena and scratch this executor holds. In full_iteration mode that whole sequence is captured once
  * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
  * dropout seeds live in device memory, so a replay is the next step. Without step.c the
- * executor's own loop (rt_exec_enqueue_step) runs the same order. */
+ * executor's own loop (rt_exec_enqueue_step) runs the same order. A data-parallel step, and every
+ * profiled step, is enqueued point by point instead (enqueue_points), so that the collectives
+ * (api_cuda_dp.c) and the profiling events go between the points. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,9 @@ int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
   ApiCuda *c = cu(s);
   RtMarks *m = side ? &pf->side : &pf->main;
   int *k = side ? &pf->nside : &pf->nmain;
-  if (*k >= m->n) return api_fail(s, STEPC_ERR_RUNTIME, "profiling: more than %d marks on the %s stream", m->n, side ? "communication" : "step's"), -1;
+  if (*k >= m->n)
+    return api_fail(s, STEPC_ERR_RUNTIME, "profiling: more than %d marks on the %s stream", m->n,
+                    side ? "communication" : "step's"), -1;
   if (rt_mark_on(c->d, m, *k, side ? c->comm.s : c->d->stream)) return api_cuda_fail(s);
   return (*k)++;
 }
@@ -67,11 +71,11 @@ int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
 int api_cuda_span(stepc_t *s, CudaProf *pf, int kind, int id, int micro, int side, int a, int b) {
   if (pf->nspan == pf->cap) {
     int cap = pf->cap ? 2 * pf->cap : 256;
-    struct CudaSpan *p = realloc(pf->span, (size_t)cap * sizeof *p);
+    CudaSpan *p = realloc(pf->span, (size_t)cap * sizeof *p);
     if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
     pf->span = p, pf->cap = cap;
   }
-  pf->span[pf->nspan++] = (struct CudaSpan){kind, id, micro, side, a, b};
+  pf->span[pf->nspan++] = (CudaSpan){kind, id, micro, side, a, b};
   return 0;
 }
 
@@ -269,7 +273,7 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   if (!rc) rc = cuda_wait(s, &st->ms);
   if (!rc && read_stats(s, st)) rc = api_cuda_fail(s);
   for (int i = 0; i < pf.nspan && !rc; i++) {
-    const struct CudaSpan *p = &pf.span[i];
+    const CudaSpan *p = &pf.span[i];
     const RtMarks *m = p->side ? &pf.side : &pf.main;
     double t0 = 0, t1 = 0;
     rc = since_start(s, m->e[p->a], &t0) || since_start(s, m->e[p->b], &t1) ||

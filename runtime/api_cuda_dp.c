@@ -54,23 +54,26 @@ typedef int (*OneColl)(stepc_t *s, int t, char *err, size_t nerr);
 
 static int coll_allreduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->comm.s, err, nerr);
+  return rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
+                                   c->comm.s, err, nerr);
 }
 
 static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_reduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), s->owner[t], c->comm.s, err,
-                                nerr);
+  return rt_nccl_reduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), s->owner[t],
+                                c->comm.s, err, nerr);
 }
 
 static int coll_broadcast(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_broadcast(c->nccl, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t], c->comm.s, err, nerr);
+  return rt_nccl_broadcast(c->nccl, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t], c->comm.s,
+                           err, nerr);
 }
 
 /* The collectives of tensors t[0..n) on the communication stream, forked from the step's stream
  * (and, with pf, between two marks: one span of `kind`), GROUP_MAX to an NCCL group. */
-static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kind, int id, const char *what, CudaProf *pf) {
+static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kind, int id, const char *what,
+                       CudaProf *pf) {
   if (fork_comm(s)) return -1;
   int a = pf ? api_cuda_mark(s, pf, 1) : 0;
   if (a < 0) return -1;
@@ -78,9 +81,11 @@ static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kin
   for (int i0 = 0; i0 < n; i0 += GROUP_MAX) {
     if (rt_nccl_group(cu(s)->nccl, 1, err, sizeof err)) return nccl_fail(s, what, err);
     int rc = 0;
-    for (int i = i0; i < n && i < i0 + GROUP_MAX && !rc; i++) rc = one(s, t[i], err, sizeof err);
+    for (int i = i0; i < n && i < i0 + GROUP_MAX && !rc; i++)
+      rc = one(s, t[i], err, sizeof err);
     char err2[400];
-    if (rt_nccl_group(cu(s)->nccl, 0, err2, sizeof err2) && !rc) rc = -1, snprintf(err, sizeof err, "%s", err2);
+    if (rt_nccl_group(cu(s)->nccl, 0, err2, sizeof err2) && !rc)
+      rc = -1, snprintf(err, sizeof err, "%s", err2);
     if (rc) return nccl_fail(s, what, err);
   }
   if (!pf) return 0;
@@ -96,8 +101,8 @@ int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf) {
     const ImgBucket *b = &s->im.bucket[k];
     char what[64];
     snprintf(what, sizeof what, "gradient bucket %d", k);
-    if (collectives(s, s->im.bucket_grad + b->first, b->ngrads, c->zero ? coll_reduce : coll_allreduce, STEPC_SPAN_BUCKET, k, what,
-                    pf))
+    if (collectives(s, s->im.bucket_grad + b->first, b->ngrads, c->zero ? coll_reduce : coll_allreduce,
+                    STEPC_SPAN_BUCKET, k, what, pf))
       return -1;
   }
   return 0;
@@ -115,12 +120,14 @@ static int exchange_norm(stepc_t *s, CudaProf *pf) {
   int64_t count;
   CUdeviceptr part = rt_exec_norm_buffer(c->x, &count);
   for (int i = 0; i < c->nzero_clear; i++)
-    if (rt_memset0(c->d, part + (CUdeviceptr)(c->zero_clear[i][0] * 4), (size_t)c->zero_clear[i][1] * 4)) return api_cuda_fail(s);
+    if (rt_memset0(c->d, part + (CUdeviceptr)(c->zero_clear[i][0] * 4), (size_t)c->zero_clear[i][1] * 4))
+      return api_cuda_fail(s);
   if (fork_comm(s)) return -1;
   int a = pf ? api_cuda_mark(s, pf, 1) : 0;
   char err[400];
   if (a < 0) return -1;
-  if (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err)) return nccl_fail(s, "gradient norm", err);
+  if (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err))
+    return nccl_fail(s, "gradient norm", err);
   if (pf) {
     int b = api_cuda_mark(s, pf, 1);
     if (b < 0 || api_cuda_span(s, pf, STEPC_SPAN_NORM, -1, -1, 1, a, b)) return -1;
@@ -147,7 +154,8 @@ int api_cuda_dp_end(stepc_t *s, CudaProf *pf) {
   int n = 0;
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0) p[n++] = t;
-  int rc = collectives(s, p, n, coll_broadcast, STEPC_SPAN_PARAMS, -1, "parameter all-gather", pf) || join_comm(s);
+  int rc =
+      collectives(s, p, n, coll_broadcast, STEPC_SPAN_PARAMS, -1, "parameter all-gather", pf) || join_comm(s);
   free(p);
   return rc ? -1 : 0;
 }
@@ -160,8 +168,10 @@ int api_cuda_nccl_watch(void *ctx) {
   if (c->watch_since == 0) c->watch_since = now;
   if (rt_nccl_check(c->nccl, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
   if (now - c->watch_since >= limit)
-    snprintf(err, sizeof err, "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
-             "died or hangs", limit);
+    snprintf(err, sizeof err,
+             "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
+             "died or hangs",
+             limit);
   c->nccl_failed = true;
   rt_nccl_abort(c->nccl);
   api_fail(s, STEPC_ERR_RUNTIME, "data parallel, rank %d: %s; NCCL aborted", s->rank, err);
@@ -188,7 +198,8 @@ static stepc_status zero_setup(stepc_t *s) {
   }
   /* a gradient outside every bucket (owner -1) is every rank's: its update runs everywhere (the
    * same on each), its norm partial is counted once (rank 0's) */
-  for (int t = 0; t < g->nt; t++) ka[t] = s->owner[t] == s->rank || s->owner[t] < 0, ks[t] = ka[t] && (s->owner[t] >= 0 || s->rank == 0);
+  for (int t = 0; t < g->nt; t++)
+    ka[t] = s->owner[t] == s->rank || s->owner[t] < 0, ks[t] = ka[t] && (s->owner[t] >= 0 || s->rank == 0);
   stepc_status st = rt_exec_multi_keep(c->x, ks, ka) ? (api_cuda_fail(s), STEPC_ERR_RUNTIME) : STEPC_OK;
   c->norm_point = -1;
   for (int q = c->nmicro; q < c->npoints && st == STEPC_OK; q++) {
@@ -198,8 +209,10 @@ static stepc_status zero_setup(stepc_t *s) {
     if (op->kind == OP_CLIP_COEF && c->norm_point < 0) c->norm_point = q;
     if (op->kind == OP_GRAD_SUMSQ && !ks[op->in[0]]) {
       int64_t first, count;
-      if (rt_exec_norm_partials(c->x, o, &first, &count)) st = (api_cuda_fail(s), STEPC_ERR_RUNTIME);
-      else c->zero_clear[c->nzero_clear][0] = first, c->zero_clear[c->nzero_clear++][1] = count;
+      if (rt_exec_norm_partials(c->x, o, &first, &count))
+        st = (api_cuda_fail(s), STEPC_ERR_RUNTIME);
+      else
+        c->zero_clear[c->nzero_clear][0] = first, c->zero_clear[c->nzero_clear++][1] = count;
       c->skip_point[q] = alone;
     }
     if (op->kind == OP_ADAMW && !ka[op->in[0]]) c->skip_point[q] = alone;
@@ -210,12 +223,15 @@ static stepc_status zero_setup(stepc_t *s) {
   qsort(c->zero_clear, (size_t)c->nzero_clear, sizeof *c->zero_clear, cmp_range);
   int n = 0;
   for (int i = 0; i < c->nzero_clear; i++)
-    if (n > 0 && c->zero_clear[n - 1][0] + c->zero_clear[n - 1][1] == c->zero_clear[i][0]) c->zero_clear[n - 1][1] += c->zero_clear[i][1];
-    else c->zero_clear[n][0] = c->zero_clear[i][0], c->zero_clear[n++][1] = c->zero_clear[i][1];
+    if (n > 0 && c->zero_clear[n - 1][0] + c->zero_clear[n - 1][1] == c->zero_clear[i][0])
+      c->zero_clear[n - 1][1] += c->zero_clear[i][1];
+    else
+      c->zero_clear[n][0] = c->zero_clear[i][0], c->zero_clear[n++][1] = c->zero_clear[i][1];
   c->nzero_clear = n;
   if (c->nzero_clear > 0 && c->norm_point < 0)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer on cuda: the step computes a gradient norm without a "
-                                              "CLIP_COEF op to exchange its partial sums before");
+    return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                    "the distributed optimizer on cuda: the step computes a gradient norm without a "
+                    "CLIP_COEF op to exchange its partial sums before");
   return STEPC_OK;
 }
 
@@ -227,7 +243,8 @@ static stepc_status warm_up(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (s->im.nbucket_grad == 0) return STEPC_OK;
   int32_t t = s->im.bucket_grad[0];
-  if (collectives(s, &t, 1, c->zero ? coll_reduce : coll_allreduce, 0, 0, "warm-up", NULL)) return STEPC_ERR_RUNTIME;
+  if (collectives(s, &t, 1, c->zero ? coll_reduce : coll_allreduce, 0, 0, "warm-up", NULL))
+    return STEPC_ERR_RUNTIME;
   if (c->zero) {
     int32_t p = -1;
     for (int i = 0; i < s->g->nt && p < 0; i++)
@@ -236,7 +253,8 @@ static stepc_status warm_up(stepc_t *s) {
     CUdeviceptr part = rt_exec_norm_buffer(c->x, &count);
     char err[400];
     if ((p >= 0 && collectives(s, &p, 1, coll_broadcast, 0, 0, "warm-up", NULL)) ||
-        (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err) && nccl_fail(s, "warm-up", err)))
+        (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err) &&
+         nccl_fail(s, "warm-up", err)))
       return STEPC_ERR_RUNTIME;
   }
   if (join_comm(s) || rt_sync(c->d)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
@@ -247,18 +265,23 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
   if (c->scoped)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
+    return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                    "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
   for (int k = 0; k < s->im.nbucket_grad; k++)
     if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
-      return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32", s->g->t[s->im.bucket_grad[k]].name);
+      return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32",
+                      s->g->t[s->im.bucket_grad[k]].name);
   /* each bucket fires after the point of its fire_op: the launch that last writes its gradients */
   c->fire_point = malloc(((size_t)s->im.nbucket + 1) * sizeof *c->fire_point);
   if (!c->fire_point) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   for (int k = 0; k < s->im.nbucket; k++) {
     int q = c->op_point[s->im.bucket[k].fire_op];
     if (q < 0 || q >= c->nmicro)
-      return api_fail(s, STEPC_ERR_IO, "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
-                      "artifact", s->dir, k, s->im.bucket[k].fire_op);
+      return api_fail(
+          s, STEPC_ERR_IO,
+          "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
+          "artifact",
+          s->dir, k, s->im.bucket[k].fire_op);
     c->fire_point[k] = q;
   }
   if (rt_side_new(c->d, &c->comm)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;

@@ -12,46 +12,47 @@
  * stream a mark before every micro-batch's first point and after every point; on the
  * communication stream a mark before and after every collective. Each span names its two marks. */
 typedef struct {
+  int kind, id, micro; /* stepc_span's */
+  int side;            /* 0 the step's stream, 1 the communication stream */
+  int a, b;            /* its marks */
+} CudaSpan;
+
+typedef struct {
   RtMarks main, side;
-  int nmain, nside;       /* marks recorded so far */
-  struct CudaSpan {
-    int kind, id, micro;  /* stepc_span's */
-    int side;             /* 0 the step's stream, 1 the communication stream */
-    int a, b;             /* its marks */
-  } *span;
+  int nmain, nside; /* marks recorded so far */
+  CudaSpan *span;
   int nspan, cap;
 } CudaProf;
 
 typedef struct {
   RtDevice dev;
   RtExec *x;
-  RtDevice *d;        /* &dev once the driver is open */
+  RtDevice *d; /* &dev once the driver is open */
   RtTimer timer;
   bool timer_ok, captured, full_iteration;
   RtGraph graph;
   int warmup, steps_here;
-  int *point_op;  /* program point -> op id: the micro ops, then the tail's, in graph order */
-  int *op_point;  /* op id -> program point */
+  int *point_op;    /* program point -> op id: the micro ops, then the tail's, in graph order */
+  int *op_point;    /* op id -> program point */
   RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
   int npoints, nmicro;
   float *losses;
-  int32_t *tok, *tg;  /* one step's staged batch, (num_microbatches, B*T) */
+  int32_t *tok, *tg; /* one step's staged batch, (num_microbatches, B*T) */
   uint64_t *seeds;
   /* data parallel (api_cuda_dp.c) */
-  RtNccl *nccl;       /* the ranks' NCCL communicator */
+  RtNccl *nccl; /* the ranks' NCCL communicator */
   bool nccl_failed;
   double watch_since; /* nccl_watch: when this step's wait began */
   RtSide comm;        /* the communication stream: every collective runs there */
   bool comm_ok;
-  int *fire_seq;      /* bucket ids in the order they fire: by fire point, then id */
-  int *fire_point;    /* per bucket: the micro point after whose launches it fires (image fire_op) */
+  int *fire_point; /* per bucket: the micro point after whose launches it fires (image fire_op) */
   /* ZeRO-1 */
   bool zero;
   int64_t (*zero_clear)[2]; /* norm-partial float ranges [first, first + count) this rank zeroes */
   int nzero_clear;
-  uint8_t *skip_point;      /* per point: 1 this rank skips its launches (an optimizer op of another
-                               rank's tensor, run alone) */
-  int norm_point;           /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
+  uint8_t *skip_point; /* per point: 1 this rank skips its launches (an optimizer op of another
+                          rank's tensor, run alone) */
+  int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
 } ApiCuda;
 
 static inline ApiCuda *cu(stepc_t *s) { return s->impl; }

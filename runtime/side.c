@@ -27,7 +27,8 @@ int rt_side_fork(RtDevice *d, RtSide *c) {
 
 int rt_side_join(RtDevice *d, RtSide *c) {
   return rt_check(d, d->cuEventRecord(c->join, c->s), "cuEventRecord (side stream join)") ||
-                 rt_check(d, d->cuStreamWaitEvent(d->stream, c->join, 0), "cuStreamWaitEvent (side stream join)")
+                 rt_check(d, d->cuStreamWaitEvent(d->stream, c->join, 0),
+                          "cuStreamWaitEvent (side stream join)")
              ? RT_ERROR
              : RT_OK;
 }

@@ -92,8 +92,7 @@ for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi") for k in 
 sys.exit(bad)
 EOF
 
-# refusals: a DP-2 artifact alone; ZeRO-1 over 2 ranks on cuda (one GPU: the ranks would share it,
-# which NCCL refuses, so only the message is checked, from rank 0 alone with a short timeout)
+# a DP-2 artifact opened alone is refused
 build/stepc run "$ART/tiny_dp2" --device cuda --steps 1 >"$DEST/dp2_alone.out" 2>"$DEST/dp2_alone.err" &&
   { say "FAIL a DP-2 artifact ran alone"; fails=1; }
 grep -q "planned for 2 data-parallel ranks" "$DEST/dp2_alone.err" && say "PASS a DP-2 artifact alone is refused: $(tail -1 "$DEST/dp2_alone.err")" ||

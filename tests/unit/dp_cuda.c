@@ -51,7 +51,9 @@ static int load(Run *r, const char *title, const char *recipe, const char **kv, 
   return -1;
 }
 
-static bool micro_phase(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+static bool micro_phase(Phase p) {
+  return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY;
+}
 
 /* Every main gradient as its own bucket: schedule_bucket_fire's answer per gradient against the
  * recorded launches. Returns how many gradients' last write moved off their ACCUM op. */
@@ -71,12 +73,13 @@ static int check_fire(const char *title, const char *recipe, const char **kv, in
   /* the real buckets: each fires at a micro op, at the last write of its gradients */
   const Schedule *sc = &run.p.sc;
   for (int k = 0; k < sc->nb; k++)
-    CHECK(sc->b[k].fire_op >= 0 && micro_phase(g->op[sc->b[k].fire_op].tags.phase), "%s: bucket %d fires at op %d", title, k,
-          sc->b[k].fire_op);
+    CHECK(sc->b[k].fire_op >= 0 && micro_phase(g->op[sc->b[k].fire_op].tags.phase),
+          "%s: bucket %d fires at op %d", title, k, sc->b[k].fire_op);
   Schedule one = *sc;
   one.b = calloc((size_t)sc->ngrad + 1, sizeof *one.b);
   one.nb = sc->ngrad;
-  for (int i = 0; i < sc->ngrad; i++) one.b[i] = (Bucket){.first = i, .ngrads = 1, .after_op = -1, .fire_op = -1};
+  for (int i = 0; i < sc->ngrad; i++)
+    one.b[i] = (Bucket){.first = i, .ngrads = 1, .after_op = -1, .fire_op = -1};
   char err[512] = "";
   CHECK(schedule_bucket_fire(g, &one, err, sizeof err) == 0, "%s: %s", title, err);
   int moved = 0, earlier = 0, later = 0;
@@ -88,19 +91,24 @@ static int check_fire(const char *title, const char *recipe, const char **kv, in
     for (int o = 0; o < g->nop; o++)
       for (int j = 0; j < g->op[o].nout; j++)
         if (g->op[o].out[j] == t && micro_phase(g->op[o].tags.phase)) accum = o;
-    CHECK(one.b[i].fire_op == truth, "%s: main gradient %s: the compiler fires after op %d, the recorded launches last write it "
-          "at op %d", title, g->t[t].name, one.b[i].fire_op, truth);
-    moved += one.b[i].fire_op != accum, earlier += one.b[i].fire_op < accum, later += one.b[i].fire_op > accum;
+    CHECK(one.b[i].fire_op == truth,
+          "%s: main gradient %s: the compiler fires after op %d, the recorded launches last write it "
+          "at op %d",
+          title, g->t[t].name, one.b[i].fire_op, truth);
+    moved += one.b[i].fire_op != accum, earlier += one.b[i].fire_op<accum, later += one.b[i].fire_op> accum;
   }
   /* and the real buckets are the latest of their gradients' */
   for (int k = 0; k < sc->nb; k++) {
     int want = -1;
-    for (int i = sc->b[k].first; i < sc->b[k].first + sc->b[k].ngrads; i++) want = one.b[i].fire_op > want ? one.b[i].fire_op : want;
-    CHECK(sc->b[k].fire_op == want, "%s: bucket %d fires at op %d, its gradients' last write is op %d", title, k, sc->b[k].fire_op,
-          want);
+    for (int i = sc->b[k].first; i < sc->b[k].first + sc->b[k].ngrads; i++)
+      want = one.b[i].fire_op > want ? one.b[i].fire_op : want;
+    CHECK(sc->b[k].fire_op == want, "%s: bucket %d fires at op %d, its gradients' last write is op %d", title,
+          k, sc->b[k].fire_op, want);
   }
-  printf("%s: %d main gradients in %d bucket(s); the last write of %d is another launch than the op that names it "
-         "(%d earlier: sunk into the producer; %d later: a fused group)\n", title, sc->ngrad, sc->nb, moved, earlier, later);
+  printf("%s: %d main gradients in %d bucket(s); the last write of %d is another launch than the op that "
+         "names it "
+         "(%d earlier: sunk into the producer; %d later: a fused group)\n",
+         title, sc->ngrad, sc->nb, moved, earlier, later);
   free(one.b);
   record_run_close(&run.p, rec, x);
   return moved;
@@ -123,12 +131,16 @@ static void check_zero(const char *title, const char *recipe, const char **kv, i
   for (int o = 0; o < g->nop; o++) {
     if (g->op[o].kind != OP_GRAD_SUMSQ) continue;
     int64_t first, count;
-    CHECK(rt_exec_norm_partials(x, o, &first, &count) == RT_OK && first >= 0 && count > 0 && first + count <= total,
-          "%s: op %d's partial slice [%lld, +%lld) of %lld", title, o, (long long)first, (long long)count, (long long)total);
-    for (int64_t i = first; i < first + count && i < total && i >= 0; i++) CHECK(!cover[i]++, "%s: partial %lld twice", title, (long long)i);
+    CHECK(rt_exec_norm_partials(x, o, &first, &count) == RT_OK && first >= 0 && count > 0 &&
+              first + count <= total,
+          "%s: op %d's partial slice [%lld, +%lld) of %lld", title, o, (long long)first, (long long)count,
+          (long long)total);
+    for (int64_t i = first; i < first + count && i < total && i >= 0; i++)
+      CHECK(!cover[i]++, "%s: partial %lld twice", title, (long long)i);
     seen += count;
   }
-  CHECK(seen == total, "%s: the GRAD_SUMSQ slices cover %lld of %lld partials", title, (long long)seen, (long long)total);
+  CHECK(seen == total, "%s: the GRAD_SUMSQ slices cover %lld of %lld partials", title, (long long)seen,
+        (long long)total);
   /* masked tables: n = 0 in exactly the masked rows */
   int groups = 0, masked = 0;
   for (int o = 0; o < g->nop; o++) {
@@ -144,8 +156,8 @@ static void check_zero(const char *title, const char *recipe, const char **kv, i
     for (int r = 0; r < rows; r++) {
       int t = g->op[o - rows + 1 + r].in[0];
       for (int c = 0; c < width; c++)
-        CHECK(w[r * width + c] == (c == nword && !keep[t] ? 0 : full[r * width + c]), "%s: op %d row %d word %d after masking", title,
-              o, r, c);
+        CHECK(w[r * width + c] == (c == nword && !keep[t] ? 0 : full[r * width + c]),
+              "%s: op %d row %d word %d after masking", title, o, r, c);
       masked += !keep[t];
     }
     groups++;
@@ -166,8 +178,10 @@ static void check_zero(const char *title, const char *recipe, const char **kv, i
               !strcmp(rt_kname(dev, rec->r[n1].k), "adamw_hparams"),
           "%s: the hyper-parameter launch of op %d alone is not the op's first launch", title, first_adam);
   }
-  printf("%s: %lld norm partials tiled by the GRAD_SUMSQ slices; %d multi-tensor group(s), %d row(s) masked; the AdamW "
-         "hyper-parameter launch kept alone\n", title, (long long)total, groups, masked);
+  printf("%s: %lld norm partials tiled by the GRAD_SUMSQ slices; %d multi-tensor group(s), %d row(s) masked; "
+         "the AdamW "
+         "hyper-parameter launch kept alone\n",
+         title, (long long)total, groups, masked);
   free(cover), free(keep);
   record_run_close(&run.p, rec, x);
 }
@@ -175,7 +189,8 @@ static void check_zero(const char *title, const char *recipe, const char **kv, i
 int main(void) {
   const char *bf16[] = {"model.bf16=true"};
   const char *bf16_single[] = {"model.bf16=true", "optimizer.multi_tensor=false"};
-  const char *tiny_sel[] = {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn,mlp,layernorm]"};
+  const char *tiny_sel[] = {"model.recompute_granularity=selective",
+                            "model.recompute_modules=[core_attn,mlp,layernorm]"};
   const char *tiny_tied[] = {"model.share_embeddings_and_output_weights=true"};
   int moved = 0;
   moved += check_fire("tiny", "models/tiny.lua", NULL, 0);
