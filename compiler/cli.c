@@ -10,7 +10,7 @@
 
 enum {
   O_JSON = 256, O_MARKDOWN, O_GRADCHECK, O_PROFILE, O_DEVICE, O_STEPS, O_THREADS, O_SMS, O_ARCH, O_SVG, O_CANDIDATES,
-  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_OUT = 'o', O_HELP = 'h'
+  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_OUT = 'o', O_HELP = 'h'
 };
 
 typedef struct {
@@ -26,6 +26,7 @@ static const Opt OPTS[] = {
     {"budget", required_argument, O_BUDGET}, {"nproc", required_argument, O_NPROC},
     {"comm-timeout", required_argument, O_COMM_TIMEOUT}, {"dp-join", no_argument, O_DP_JOIN},
     {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET}, {"from", required_argument, O_FROM},
+    {"timeline", required_argument, O_TIMELINE},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -58,15 +59,18 @@ static const Verb VERBS[] = {
      "  The artifact directory, no GPU needed: step.img, the cubin, step.c (every launch as literals,\n"
      "  grids for --sms SMs), libstep.so (runtime/stepc.h) and train. Built beside DIR and swapped in;\n"
      "  a DIR holding files that are not an artifact is refused.\n"},
-    {"run", {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET},
-     "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads N] [--profile]\n"
-     "       stepc run DIR [--device cuda|cpu] [--steps N] [--json] [--profile]\n"
+    {"run", {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_TIMELINE},
+     "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads N]\n"
+     "                 [--profile [--timeline FILE]]\n"
+     "       stepc run DIR [--device cuda|cpu] [--steps N] [--json] [--profile [--timeline FILE]]\n"
      "       stepc run SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
      "       stepc run SPEC|DIR ... --nproc N [--comm-timeout S]\n"
      "  Train: SPEC is built into the artifact cache ($STEPC_CACHE_DIR, else ~/.cache/stepc), DIR is an\n"
      "  artifact; either runs through the artifact's libstep.so. Each step prints its loss, LR, grad\n"
      "  norm, time, tokens/s and the time left (--quiet: one line at the end). --profile adds one step profiled\n"
-     "  eagerly, by op class beside the cost model. --gradcheck checks every gradient against finite\n"
+     "  eagerly, by op class beside the cost model, and a line on the communication stream (its bucket\n"
+     "  collectives and how much of them ran beside compute); --timeline FILE writes that step's measured\n"
+     "  timeline as a Chrome / Perfetto trace (a track per stream). --gradcheck checks every gradient against finite\n"
      "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N data-parallel ranks on this\n"
      "  host (docs/data-parallel.md). Exit 4 without a CUDA driver or device for --device cuda.\n"},
     {"export", {O_FROM, O_OUT},
@@ -206,6 +210,7 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     case O_GRADCHECK: a->gradcheck = true; break;
     case O_PROFILE: a->profile = true; break;
     case O_DP_JOIN: a->dp_join = true; break;
+    case O_TIMELINE: a->timeline = optarg; break;
     case O_QUIET: a->quiet = true; break;
     case O_DEVICE:
       if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))

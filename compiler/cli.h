@@ -22,6 +22,7 @@ typedef struct {
   int nproc;           /* run --nproc: data-parallel ranks on this host */
   double comm_timeout; /* run --comm-timeout SECONDS */
   bool dp_join;        /* run --dp-join */
+  const char *timeline; /* run --timeline FILE (with --profile) */
 } Args;
 
 /* The verb's help (NULL verb: the overview) to f. 0, or -1 for an unknown verb. */

@@ -110,11 +110,13 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
     if (a->threads) snprintf(threads, sizeof threads, "%d", a->threads), args[n++] = "--threads", args[n++] = threads;
     if (a->comm_timeout > 0) snprintf(timeout, sizeof timeout, "%.17g", a->comm_timeout), args[n++] = "--comm-timeout", args[n++] = timeout;
     if (a->json) args[n++] = "--json";
+    if (a->profile) args[n++] = "--profile";
+    if (a->timeline) args[n++] = "--timeline", args[n++] = (char *)a->timeline; /* rank 0 writes it */
     return run_nproc(dir, a->nproc, args, n, stderr);
   }
   ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
                      .threads = a->threads, .graph_mode = -1, .profile = a->profile, .quiet = a->quiet, .dp_join = a->dp_join,
-                     .comm_timeout_s = a->comm_timeout};
+                     .comm_timeout_s = a->comm_timeout, .timeline = a->timeline};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;
@@ -125,6 +127,10 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
 static int cmd_run(const Args *a) {
   if (!a->spec) {
     fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua, or an artifact directory)\n");
+    return EXIT_USAGE;
+  }
+  if (a->timeline && !a->profile) {
+    fprintf(stderr, "stepc run: --timeline FILE writes the profiled step's timeline: add --profile\n");
     return EXIT_USAGE;
   }
   bool cuda = !a->device || strcmp(a->device, "cuda") == 0;

@@ -87,6 +87,9 @@ typedef struct {
   int ngrads;
   int first;           /* its gradients are grad[first .. first + ngrads) of the Schedule */
   int after_op;        /* placed after this backward op (last micro-batch only) */
+  int fire_op;         /* the op whose CUDA launch last writes its gradients once the fusions are
+                          decided (schedule_bucket_fire): where the CUDA runtime enqueues its
+                          reduction; -1 until then */
 } Bucket;
 
 typedef struct {
@@ -112,6 +115,13 @@ typedef struct {
 } Schedule;
 
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr);
+/* After the fusion pass (fuse.h): each bucket's fire_op. The CPU executor runs every op on its
+ * own, so there a bucket is complete after after_op; the CUDA executor runs the fusions, which
+ * move a gradient's write into another launch — into its producer's kernel for a weight gradient
+ * sunk into its main gradient (earlier), into the op that runs the fused group absorbing the
+ * writer (later). fire_op is the last, in the micro program's order, of the launches that write
+ * any of the bucket's gradients. 0, or -1 with err naming a gradient no launch writes. */
+int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr);
 void schedule_free(Schedule *sc);
 
 /* ---- scope.c ---- */

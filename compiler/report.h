@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "plan.h"
+#include "runtime/stepc.h"
 
 /* Per label: the regions, what their replay units free and what they replay (summed over the
  * outermost regions of that label; a label nested in another's region shows 0). */
@@ -30,6 +31,22 @@ int report_trace(const Plan *p, FILE *f);
  * the step's own time), by op class beside the roofline and the calibrated cost model, and the
  * slowest points; text, or JSON (schema stepc.profile/1). */
 int report_profile(const StepImage *im, const double *ms, double step_ms, bool json, FILE *out);
+
+/* The measured timeline of a profiled step (stepc_profile_timeline, report_timeline.c). */
+typedef struct {
+  int buckets;          /* gradient-bucket collectives */
+  double bucket_ms;     /* their time on the communication stream */
+  double overlap_ms;    /* of it, the time the step's stream was running micro-program points
+                           (forward, backward, replays) beside it */
+  double other_ms;      /* ZeRO-1's norm exchange and parameter broadcast */
+  double step_ms;       /* the last span's end */
+} TimelineSummary;
+void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *out);
+/* One line: "comm stream: 1 bucket collective 0.412 ms, 0.301 ms (73 %) beside backward compute". */
+void timeline_summary_line(const TimelineSummary *t, FILE *out);
+/* A Chrome / Perfetto trace of the measured step: the step's stream (each point, named by its op
+ * and module, micro-batch in its args) and the communication stream as two tracks. */
+int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, const char *title, FILE *f);
 
 /* One sweep row: a candidate recompute setting against the control. */
 typedef struct {

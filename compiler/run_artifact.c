@@ -28,6 +28,7 @@ typedef struct {
   stepc_status (*get_measure)(stepc_t *, stepc_measure *);
   stepc_status (*profile_step)(stepc_t *, stepc_step_stats *, double *, int64_t);
   stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
+  stepc_status (*profile_timeline)(stepc_t *, stepc_span *, int64_t, int64_t *); /* NULL before API 4 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -50,6 +51,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
     return -1;
   }
   SYM(options_from_env, "stepc_options_from_env");
+  SYM(profile_timeline, "stepc_profile_timeline");
   return 0;
 }
 
@@ -68,9 +70,38 @@ static const char *eta(double s) {
   return buf;
 }
 
-/* One more step, profiled, and its table (report_profile). */
-static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const stepc_info *in, int json, FILE *out, char *err,
-                            size_t nerr) {
+/* The profiled step's timeline: the communication stream's summary (text, or a JSON field), and
+ * the trace file (rank 0). */
+static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const StepImage *im, const stepc_info *in, const ApiRunOptions *o,
+                             FILE *out, char *err, size_t nerr) {
+  int64_t n = 0;
+  if (!api->profile_timeline) return STEPC_OK; /* a libstep.so before API 4 */
+  if (api->profile_timeline(s, NULL, 0, &n) != STEPC_OK) return snprintf(err, nerr, "%s", api->last_error(s)), STEPC_ERR_RUNTIME;
+  stepc_span *sp = calloc((size_t)n + 1, sizeof *sp);
+  if (!sp) return snprintf(err, nerr, "out of memory"), STEPC_ERR_NOMEM;
+  stepc_status st = api->profile_timeline(s, sp, n, &n);
+  TimelineSummary t;
+  timeline_summary(sp, n, &t);
+  if (o->json)
+    fprintf(out, ", \"timeline\": {\"spans\": %lld, \"bucket_collectives\": %d, \"bucket_ms\": %.4f, \"overlap_ms\": %.4f, "
+                 "\"zero_other_ms\": %.4f, \"step_ms\": %.4f}", (long long)n, t.buckets, t.bucket_ms, t.overlap_ms, t.other_ms, t.step_ms);
+  else timeline_summary_line(&t, out);
+  if (st == STEPC_OK && o->timeline && in->rank == 0) {
+    FILE *f = fopen(o->timeline, "w");
+    char title[700];
+    snprintf(title, sizeof title, "stepc run --profile: %s (%s, rank 0 of %d)", dir, in->device,
+             in->world_size > 0 ? in->world_size : 1);
+    if (!f || report_timeline_trace(im, sp, n, title, f) != 0) st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
+    if (f && fclose(f) != 0 && st == STEPC_OK) st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
+  }
+  free(sp);
+  return st;
+}
+
+/* One more step, profiled, its table (report_profile) and its timeline. */
+static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const stepc_info *in, const ApiRunOptions *o, FILE *out,
+                            char *err, size_t nerr) {
+  int json = o->json;
   StepImage im;
   char path[1200], ierr[1400] = "";
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
@@ -82,6 +113,7 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
   else {
     if (json) fprintf(out, ", \"profile\": ");
     report_profile(&im, ms, ss.ms, json, out);
+    st = timeline(api, s, dir, &im, in, o, out, err, nerr);
   }
   free(ms);
   image_free(&im);
@@ -161,7 +193,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     fprintf(out, "%d steps: last loss %.6f, grad_norm %.4f, %.3f ms/step (%.0f tok/s)\n", steps, ss.loss, ss.grad_norm, ss.ms,
             ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0);
   if (o->json) fprintf(out, "]");
-  if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o->json, out, err, nerr);
+  if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o, out, err, nerr);
   stepc_measure m = {0};
   api.get_measure(s, &m);
   if (o->json)

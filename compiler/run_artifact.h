@@ -17,6 +17,8 @@ typedef struct {
   int quiet;            /* text output: no line per step, one summary at the end */
   int dp_join;          /* join a communicator even with one rank (--dp-join: NCCL in the graph) */
   double comm_timeout_s;/* 0: the runtime's default */
+  const char *timeline; /* with profile: the profiled step's measured timeline as a Chrome trace
+                           here (rank 0 writes it), NULL none */
 } ApiRunOptions;
 
 /* `stepc run DIR --nproc N`: N processes of this executable on this host, each `stepc run DIR`

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse.h"
 #include "plan.h"
 
 static int push(Schedule *sc, int *cap, SchedKind k, int id) {
@@ -66,6 +67,7 @@ static int make_buckets(const Graph *g, Schedule *sc) {
         return -1;
       }
       sc->b = nb;
+      cur.fire_op = -1;
       sc->b[sc->nb++] = cur;
       cur = (Bucket){0};
     }
@@ -119,6 +121,61 @@ oom:
   snprintf(err, nerr, "out of memory");
   schedule_free(sc);
   return -1;
+}
+
+/* The op whose CUDA launch carries op o's writes once the fusions are decided (fuse.h): o when it
+ * launches; for a weight-gradient ACCUM sunk into its producer's kernel, the producer's launch;
+ * for an op absorbed by a fused group, the op that runs the group (a chain's last op, a pair's
+ * second, a multi-tensor run's last). -1 when no launch carries them. */
+static int launch_of(const Graph *g, int o, int depth) {
+  const Op *op = &g->op[o];
+  if (!op->skip) return o;
+  if (op->kind == OP_ACCUM && op->nin > 0 && g->t[op->in[0]].sink >= 0) {
+    int p = g->t[op->in[0]].producer;
+    return p >= 0 && p != o && depth < 8 ? launch_of(g, p, depth + 1) : -1;
+  }
+  for (int r = o + 1; r < g->nop; r++) {
+    int first, last;
+    fuse_group(g, r, &first, &last);
+    if (first == last || first > o) continue;
+    if (g->op[r].fuse != FUSE_EW) return r; /* pairs and multi-tensor runs are contiguous */
+    for (int c = 0; c < g->nchain; c++)
+      if (g->chain[c].first == first)
+        for (int j = 0; j < g->chain[c].nops; j++)
+          if (g->chain[c].op[j] == o) return r;
+  }
+  return -1;
+}
+
+int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
+  int *last = malloc((size_t)(g->nt + 1) * sizeof *last); /* per main gradient: its last writing launch */
+  if (!last) return snprintf(err, nerr, "out of memory"), -1;
+  for (int t = 0; t < g->nt; t++) last[t] = -1;
+  int rc = 0;
+  for (int o = 0; o < g->nop && rc == 0; o++) {
+    const Op *op = &g->op[o];
+    if (!in_micro(op->tags.phase)) continue;
+    for (int j = 0; j < op->nout && rc == 0; j++) {
+      int t = op->out[j];
+      if (g->t[t].role != ROLE_GRAD) continue;
+      int l = launch_of(g, o, 0);
+      if (l < 0 || !in_micro(g->op[l].tags.phase))
+        rc = -1, snprintf(err, nerr, "gradient buckets: %s (op %d, %s) writes the main gradient %s, but no launch of the micro "
+                          "program carries it after the fusions", op_name(op->kind), o, op->tags.module, g->t[t].name);
+      else if (l > last[t]) last[t] = l;
+    }
+  }
+  for (int k = 0; k < sc->nb && rc == 0; k++) {
+    Bucket *b = &sc->b[k];
+    b->fire_op = -1;
+    for (int i = 0; i < b->ngrads; i++) {
+      int l = last[sc->grad[b->first + i]];
+      if (l > b->fire_op) b->fire_op = l;
+    }
+    if (b->fire_op < 0) rc = -1, snprintf(err, nerr, "gradient bucket %d: no launch writes its gradients", k);
+  }
+  free(last);
+  return rc;
 }
 
 void schedule_free(Schedule *sc) {

@@ -18,6 +18,7 @@ int step_plan_build(const Spec *s, int float_bytes, StepPlan *p, char *err, size
   recompute_config_from_spec(s, &cfg);
   if (recompute_apply(p->g, &cfg, &p->rr, err, nerr) != 0 || schedule_build(p->g, s, &p->sc, err, nerr) != 0 ||
       scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0 || fuse_build(p->g, &p->ew, err, nerr) != 0 ||
+      schedule_bucket_fire(p->g, &p->sc, err, nerr) != 0 ||
       memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
       memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return -1;

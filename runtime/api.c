@@ -189,7 +189,7 @@ void stepc_close(stepc_t *s) {
   if (s->be) s->be->free(s);
   api_dp_free(s);
   if (s->data_open && s->data.recipe.free) s->data.recipe.free(&s->data.recipe);
-  free(s->data.tok), free(s->data.tg);
+  free(s->data.tok), free(s->data.tg), free(s->span);
   image_free(&s->im);
   free(s);
 }
@@ -265,7 +265,29 @@ stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, in
     return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_profile_step: ms must hold %d points (stepc_info.points), not %lld", s->im.npoints,
                     (long long)n);
   for (int64_t q = 0; q < n; q++) ms[q] = 0;
-  return step_with(s, st, ms);
+  s->nspan = 0;
+  s->profiling = true;
+  stepc_status r = step_with(s, st, ms);
+  s->profiling = false;
+  return r;
+}
+
+int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double start_ms, double end_ms) {
+  if (s->nspan == s->capspan) {
+    int64_t cap = s->capspan ? 2 * s->capspan : 1024;
+    stepc_span *p = realloc(s->span, (size_t)cap * sizeof *p);
+    if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory (the profiled step's timeline)"), -1;
+    s->span = p, s->capspan = cap;
+  }
+  s->span[s->nspan++] = (stepc_span){kind, stream, id, micro, start_ms, end_ms};
+  return 0;
+}
+
+stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, int64_t *n) {
+  if (!s || !n || cap < 0 || (cap > 0 && !spans)) return STEPC_ERR_ARGUMENT;
+  *n = s->nspan;
+  for (int64_t i = 0; i < s->nspan && i < cap; i++) spans[i] = s->span[i];
+  return STEPC_OK;
 }
 
 stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {

@@ -411,8 +411,10 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
                       dir, step, counter);
   }
   if (s->be->params_from_masters(s) != 0) return STEPC_ERR_RUNTIME;
-  /* ZeRO-1: the masters here are this rank's shard; the other params come from their owners */
-  if (s->owner && s->comm && api_cpu_zero_gather(s) != 0) return STEPC_ERR_RUNTIME;
+  /* ZeRO-1 on the cpu device: the masters here are this rank's shard, the params were set from
+   * them, and the other params come from their owners. On cuda every rank loaded the saved bf16
+   * params whole (the owners' values, the same on every rank): nothing to exchange. */
+  if (s->owner && s->comm && !strcmp(s->be->name, "cpu") && api_cpu_zero_gather(s) != 0) return STEPC_ERR_RUNTIME;
   s->step = step;
   return STEPC_OK;
 }

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/api_internal.h"
 #include "runtime/cpu/program.h"
@@ -15,12 +14,6 @@ typedef struct {
 
 static ApiCpu *cpu(stepc_t *s) { return s->impl; }
 static CpuExec *ex(stepc_t *s) { return plan_exec_cpu(cpu(s)->x); }
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 static int cpu_init(stepc_t *s, uint64_t seed) {
   cpu_exec_init_params(ex(s), seed);
@@ -124,7 +117,8 @@ static double sumsq_like_op(const float *g, int64_t n) {
 
 /* Before the tail: every owned gradient's sum of squares, shared (each slot has one nonzero
  * contributor, so the all-reduce's additions are exact). */
-static int cpu_zero_share_sumsq(stepc_t *s) {
+static int cpu_zero_share_sumsq(stepc_t *s, int unused) {
+  (void)unused;
   const Graph *g = s->g;
   for (int t = 0; t < g->nt; t++)
     s->zero_sumsq[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == s->rank
@@ -136,7 +130,8 @@ static int cpu_zero_share_sumsq(stepc_t *s) {
 }
 
 /* After the tail: each param from its owner (the all-gather of the updated weights). */
-static int cpu_zero_gather(stepc_t *s) {
+static int cpu_zero_gather(stepc_t *s, int unused) {
+  (void)unused;
   const Graph *g = s->g;
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0 &&
@@ -147,13 +142,13 @@ static int cpu_zero_gather(stepc_t *s) {
 
 int api_cpu_zero_gather(stepc_t *s) {
   if (strcmp(s->be->name, "cpu") != 0) return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer runs on the cpu device"), -1;
-  return cpu_zero_gather(s);
+  return cpu_zero_gather(s, -1);
 }
 
 /* A tail point under ZeRO-1: 1 when handled here (instead of the op), 0 to run the op, -1. */
 static int cpu_zero_point(stepc_t *s, int q) {
   const StepImage *im = &s->im;
-  if (q == im->micro_points && cpu_zero_share_sumsq(s)) return -1;
+  if (q == im->micro_points && api_dp_timed(s, STEPC_SPAN_NORM, -1, cpu_zero_share_sumsq)) return -1;
   const Op *op = &s->g->op[im->point_op[q]];
   if (op->kind == OP_GRAD_SUMSQ && api_dp_not_mine(s, op->in[0])) {
     /* acc += (real)s, as the op would with the owner's gradient */
@@ -170,7 +165,7 @@ static int cpu_point(stepc_t *s, int q) {
   int done = zero ? cpu_zero_point(s, q) : 0;
   if (done < 0) return -1;
   if (!done) plan_exec_point(cpu(s)->x, q);
-  if (zero && q == s->im.npoints - 1 && cpu_zero_gather(s)) return -1;
+  if (zero && q == s->im.npoints - 1 && api_dp_timed(s, STEPC_SPAN_PARAMS, -1, cpu_zero_gather)) return -1;
   return api_dp_after_point(s, q, s->owner ? cpu_zero_bucket : cpu_reduce_bucket);
 }
 
@@ -180,22 +175,32 @@ static int run_range(stepc_t *s, int lo, int hi) {
   return 0;
 }
 
-/* Points [lo, hi) one by one, each's wall time added to ms[point] (the profiled step). */
-static int run_timed(stepc_t *s, int lo, int hi, double *ms) {
+/* Points [lo, hi) one by one, each's wall time added to ms[point] and to the timeline (the
+ * profiled step); the collectives a point is followed by have their own spans (api_dp_timed). */
+static int run_timed(stepc_t *s, int lo, int hi, int micro, double *ms) {
   for (int q = lo; q < hi; q++) {
-    double t0 = now_ms();
+    double t0 = api_now_ms();
+    int64_t before = s->nspan;
     if (s->gen) {
       s->next_point = q;
       if (s->gen->point[q]((stepc_gen_ctx *)s)) return -1;
     } else if (cpu_point(s, q)) return -1;
-    ms[q] += now_ms() - t0;
+    double t1 = api_now_ms(), end = t1, start = t0;
+    for (int64_t i = before; i < s->nspan; i++) { /* collectives run inside the point's call */
+      double a = s->span[i].start_ms + s->prof_t0_ms, b = s->span[i].end_ms + s->prof_t0_ms;
+      if (s->span[i].kind == STEPC_SPAN_NORM) start = b > start ? b : start; /* before the op */
+      else end = a < end ? a : end;                                         /* after it */
+    }
+    ms[q] += end - start;
+    if (api_span_add(s, STEPC_SPAN_POINT, 0, q, micro, start - s->prof_t0_ms, end - s->prof_t0_ms)) return -1;
   }
   return 0;
 }
 
 /* The micro program or the tail: points [lo, hi), through step.c when it is linked. */
-static int run_part(stepc_t *s, int lo, int hi, int tail, double *ms) {
-  if (ms) return run_timed(s, lo, hi, ms);
+static int run_part(stepc_t *s, int lo, int hi, int micro, double *ms) {
+  int tail = micro < 0;
+  if (ms) return run_timed(s, lo, hi, micro, ms);
   s->next_point = lo;
   if (s->gen ? (tail ? s->gen->tail : s->gen->micro)((stepc_gen_ctx *)s) : run_range(s, lo, hi)) return -1;
   if (s->gen && s->next_point != hi) {
@@ -208,22 +213,23 @@ static int run_part(stepc_t *s, int lo, int hi, int tail, double *ms) {
 static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
   ApiCpu *c = cpu(s);
   const Graph *g = s->g;
-  double t0 = now_ms(), loss = 0;
+  double t0 = api_now_ms(), loss = 0;
+  s->prof_t0_ms = t0;
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
     /* the data and the dropout key are the global micro-batch's (api_dp_micro) */
     if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, api_dp_micro(s, mb), s->err, sizeof s->err) != 0)
       return -1;
     s->dp_last_micro = mb == g->num_microbatches - 1;
-    if (run_part(s, 0, nmicro, 0, ms)) return -1;
+    if (run_part(s, 0, nmicro, (int)mb, ms)) return -1;
     loss += cpu_exec_get(ex(s), g->loss, 0);
   }
   s->dp_last_micro = false;
-  if (run_part(s, nmicro, npts, 1, ms)) return -1;
+  if (run_part(s, nmicro, npts, -1, ms)) return -1;
   if (api_dp_loss(s, loss, &st->loss)) return -1;
   st->lr = cpu_exec_get(ex(s), g->lr, 0);
   st->grad_norm = cpu_exec_get(ex(s), g->grad_norm, 0);
-  st->ms = now_ms() - t0;
+  st->ms = api_now_ms() - t0;
   return 0;
 }
 

@@ -5,91 +5,36 @@
  * stepc_gen_launch / _gemm / _memset / _copy below, at the arena and scratch this executor holds. In full_iteration mode that whole sequence is captured once
  * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
  * dropout seeds live in device memory, so a replay is the next step. Without step.c the
- * executor's own loop (rt_exec_enqueue_step) runs the same order. */
+ * executor's own loop (rt_exec_enqueue_step) runs the same order. A data-parallel step, and every
+ * profiled step, is enqueued point by point instead (enqueue_points), so that the collectives
+ * (api_cuda_dp.c) and the profiling events go between the points. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "runtime/api_internal.h"
-#include "runtime/comm_nccl.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/scoped.h"
+#include "runtime/api_cuda_internal.h"
 
 #define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 
-typedef struct {
-  RtDevice dev;
-  RtExec *x;
-  RtDevice *d;        /* &dev once the driver is open */
-  RtTimer timer;
-  bool timer_ok, captured, full_iteration;
-  RtGraph graph;
-  int warmup, steps_here;
-  int *point_op;  /* program point -> op id: the micro ops, then the tail's, in graph order */
-  int *op_point;  /* op id -> program point */
-  RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
-  int npoints, nmicro;
-  float *losses;
-  int32_t *tok, *tg;  /* one step's staged batch, (num_microbatches, B*T) */
-  uint64_t *seeds;
-  RtNccl *nccl;     /* data parallel: the ranks' NCCL communicator */
-  bool nccl_failed;
-  double watch_since; /* nccl_watch: when this step's wait began */
-} ApiCuda;
-
-static ApiCuda *cu(stepc_t *s) { return s->impl; }
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 static const ApiBackend CUDA_BACKEND;
 
-static int dev_fail(stepc_t *s) {
+int api_cuda_fail(stepc_t *s) {
   api_fail(s, STEPC_ERR_RUNTIME, "%s", cu(s)->d->err);
   rt_clear_error(cu(s)->d);
   return -1;
 }
 
-static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? dev_fail(s) : 0; }
-
-/* Bucket k's main gradients := their average over the ranks, by NCCL on stepc's stream: ordered
- * after the backward that completed them and before the tail, and captured with the step into the
- * full-iteration graph. One all-reduce per gradient tensor (they need not be adjacent in the
- * arena). */
-static int cuda_reduce_bucket(stepc_t *s, int k) {
-  ApiCuda *c = cu(s);
-  const ImgBucket *b = &s->im.bucket[k];
-  for (int i = 0; i < b->ngrads; i++) {
-    int t = s->im.bucket_grad[b->first + i];
-    char err[400];
-    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err,
-                                  sizeof err)) {
-      c->nccl_failed = true;
-      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, err), -1;
-    }
-  }
-  return 0;
-}
+static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? api_cuda_fail(s) : 0; }
 
 static int enqueue_generated(stepc_t *s) {
   ApiCuda *c = cu(s);
   for (int mb = 0; mb < c->x->nmb; mb++) {
     s->next_point = 0;
-    if (rt_exec_micro_begin(c->x, mb)) return dev_fail(s); /* inputs and dropout seed of this micro-batch */
+    if (rt_exec_micro_begin(c->x, mb)) return api_cuda_fail(s); /* inputs and dropout seed of this micro-batch */
     if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
-    /* Every bucket after the last micro-batch's backward, before the tail reads the gradients.
-     * On the one stream firing a bucket right after its op would overlap nothing, and a fused
-     * launch may write a gradient at a later point than the op the schedule names (the
-     * compiler's fusions), so the end of the micro program is the place that is always right;
-     * a communication stream is what will make the schedule's earlier points pay. */
-    for (int k = 0; c->nccl && mb == c->x->nmb - 1 && k < s->im.nbucket; k++)
-      if (cuda_reduce_bucket(s, k)) return -1;
     if (s->next_point != c->nmicro)
       return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
-    if (rt_exec_micro_end(c->x, mb)) return dev_fail(s);
+    if (rt_exec_micro_end(c->x, mb)) return api_cuda_fail(s);
   }
   if (s->gen->tail((stepc_gen_ctx *)s)) return -1;
   if (s->next_point != c->npoints)
@@ -111,9 +56,62 @@ static int run_points(void *ctx, int first, int last, uint32_t phases) {
   return RT_OK;
 }
 
+/* A mark on the step's stream (side 0) or the communication stream (1): its index, or -1. */
+int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
+  ApiCuda *c = cu(s);
+  RtMarks *m = side ? &pf->side : &pf->main;
+  int *k = side ? &pf->nside : &pf->nmain;
+  if (*k >= m->n)
+    return api_fail(s, STEPC_ERR_RUNTIME, "profiling: more than %d marks on the %s stream", m->n,
+                    side ? "communication" : "step's"), -1;
+  if (rt_mark_on(c->d, m, *k, side ? c->comm.s : c->d->stream)) return api_cuda_fail(s);
+  return (*k)++;
+}
+
+int api_cuda_span(stepc_t *s, CudaProf *pf, int kind, int id, int micro, int side, int a, int b) {
+  if (pf->nspan == pf->cap) {
+    int cap = pf->cap ? 2 * pf->cap : 256;
+    CudaSpan *p = realloc(pf->span, (size_t)cap * sizeof *p);
+    if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
+    pf->span = p, pf->cap = cap;
+  }
+  pf->span[pf->nspan++] = (CudaSpan){kind, id, micro, side, a, b};
+  return 0;
+}
+
+/* The step point by point: per micro-batch the staged inputs, each point's launches (step.c's
+ * function, or the executor's dispatch without it), the loss copied out; then the tail. Between
+ * the points the data-parallel hooks enqueue the collectives on the communication stream
+ * (api_cuda_dp.c); with pf, CUDA events around every point and every collective. A data-parallel
+ * step runs this, eager or captured, and so does every profiled step. */
+static int enqueue_points(stepc_t *s, CudaProf *pf) {
+  ApiCuda *c = cu(s);
+  int a = 0, b = 0;
+  for (int mb = 0; mb < c->x->nmb; mb++) {
+    if (rt_exec_micro_begin(c->x, mb)) return api_cuda_fail(s);
+    if (pf && (a = api_cuda_mark(s, pf, 0)) < 0) return -1;
+    for (int q = 0; q < c->nmicro; q++) {
+      if (api_cuda_run_point(s, q)) return -1;
+      if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, mb, 0, a, b))) return -1;
+      a = b;
+      if (api_cuda_dp_after_point(s, mb, q, pf)) return -1;
+    }
+    if (rt_exec_micro_end(c->x, mb)) return api_cuda_fail(s);
+  }
+  if (api_cuda_dp_join_comm(s)) return -1;
+  for (int q = c->nmicro; q < c->npoints; q++) {
+    int handled = api_cuda_dp_tail_point(s, q, pf); /* ZeRO-1: the norm's exchange, a skipped op */
+    if (handled < 0 || (pf && (a = api_cuda_mark(s, pf, 0)) < 0)) return -1;
+    if (!handled && api_cuda_run_point(s, q)) return -1;
+    if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, -1, 0, a, b))) return -1;
+  }
+  return api_cuda_dp_end(s, pf);
+}
+
 static int enqueue(stepc_t *s) {
+  if (cu(s)->nccl) return enqueue_points(s, NULL);
   if (s->gen) return enqueue_generated(s);
-  return rt_exec_enqueue_step(cu(s)->x) ? dev_fail(s) : 0;
+  return rt_exec_enqueue_step(cu(s)->x) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_run_point(stepc_t *s, int point, int op, int kind) {
@@ -158,7 +156,7 @@ int stepc_gen_launch(stepc_gen_ctx *ctx, int kernel, unsigned gx, unsigned gy, u
   int nk = RT_K_COUNT + (c->d->gen ? c->d->gen->n : 0); /* kernel_list.h's, then the generated ones */
   if (kernel < 0 || kernel >= nk)
     return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c launches kernel #%d, this step has %d", kernel, nk), -1;
-  return rt_launch(c->d, (RtKernel)kernel, gx, gy, gz, block, smem, args) ? dev_fail((stepc_t *)ctx) : 0;
+  return rt_launch(c->d, (RtKernel)kernel, gx, gy, gz, block, smem, args) ? api_cuda_fail((stepc_t *)ctx) : 0;
 }
 
 int stepc_gen_gemm(stepc_gen_ctx *ctx, const void *gemm, unsigned long size) {
@@ -168,7 +166,7 @@ int stepc_gen_gemm(stepc_gen_ctx *ctx, const void *gemm, unsigned long size) {
     return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's GEMM call is %lu bytes, this library's %zu", size, sizeof(RtGemm)), -1;
   RtGemm g;
   memcpy(&g, gemm, sizeof g);
-  return rt_gemm_run(c->d, &g) ? dev_fail((stepc_t *)ctx) : 0;
+  return rt_gemm_run(c->d, &g) ? api_cuda_fail((stepc_t *)ctx) : 0;
 }
 
 int stepc_gen_sdpa(stepc_gen_ctx *ctx, const void *sdpa, unsigned long size) {
@@ -178,19 +176,19 @@ int stepc_gen_sdpa(stepc_gen_ctx *ctx, const void *sdpa, unsigned long size) {
     return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's SDPA call is %lu bytes, this library's %zu", size, sizeof(RtSdpa)), -1;
   RtSdpa a;
   memcpy(&a, sdpa, sizeof a);
-  return rt_sdpa_run(c->d, &a) ? dev_fail((stepc_t *)ctx) : 0;
+  return rt_sdpa_run(c->d, &a) ? api_cuda_fail((stepc_t *)ctx) : 0;
 }
 
 int stepc_gen_memset(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long bytes) {
   ApiCuda *c = cuda_of(ctx);
   if (!c) return -1;
-  return rt_memset0(c->d, (CUdeviceptr)dst, (size_t)bytes) ? dev_fail((stepc_t *)ctx) : 0;
+  return rt_memset0(c->d, (CUdeviceptr)dst, (size_t)bytes) ? api_cuda_fail((stepc_t *)ctx) : 0;
 }
 
 int stepc_gen_copy(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long src, unsigned long long bytes) {
   ApiCuda *c = cuda_of(ctx);
   if (!c) return -1;
-  return rt_copy_d2d(c->d, (CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes) ? dev_fail((stepc_t *)ctx) : 0;
+  return rt_copy_d2d(c->d, (CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes) ? api_cuda_fail((stepc_t *)ctx) : 0;
 }
 
 /* The dropout seed of (step, micro-batch): a pure function of train.seed, so replays and reruns
@@ -213,7 +211,7 @@ static int stage(stepc_t *s, int64_t step) {
       return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld", (long long)step), -1;
     c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
-  return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? dev_fail(s) : 0;
+  return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;
 }
 
 /* The step's loss (mean over micro-batches), LR and gradient norm, after its work. */
@@ -229,76 +227,65 @@ static int read_stats(stepc_t *s, stepc_step_stats *st) {
   return RT_OK;
 }
 
-/* Program point q alone: step.c's function when it is linked, else the executor's dispatch. */
-static int run_point_at(stepc_t *s, int q) {
+int api_cuda_run_point(stepc_t *s, int q) {
   ApiCuda *c = cu(s);
   if (s->gen) {
     s->next_point = q;
     return s->gen->point[q]((stepc_gen_ctx *)s) ? -1 : 0;
   }
-  return rt_exec_run_op(c->x, c->point_op[q]) ? dev_fail(s) : 0;
+  return rt_exec_run_op(c->x, c->point_op[q]) ? api_cuda_fail(s) : 0;
 }
 
-/* One step eagerly with a CUDA event between every two points: mark k before a point, k + 1
- * after it; each point's time (its kernels and the gap before them) is added to ms[point]. */
+/* Waits for the step's work (watching NCCL in a data-parallel step) and its time. */
+static int cuda_wait(stepc_t *s, double *ms) {
+  ApiCuda *c = cu(s);
+  c->watch_since = 0;
+  if (c->nccl ? rt_timer_stop_watched(c->d, &c->timer, ms, api_cuda_nccl_watch, s) : rt_timer_stop(c->d, &c->timer, ms))
+    return s->err[0] ? -1 : api_cuda_fail(s);
+  return 0;
+}
+
+/* ms from the step's start event to mark k of m. */
+static int since_start(stepc_t *s, CUevent e, double *ms) {
+  ApiCuda *c = cu(s);
+  float f = 0;
+  if (rt_check(c->d, c->d->cuEventElapsedTime(&f, c->timer.a, e), "cuEventElapsedTime")) return api_cuda_fail(s);
+  *ms = f;
+  return 0;
+}
+
+/* One step eagerly with CUDA events around every point and collective (enqueue_points): each
+ * point's time (its kernels and the gap before them) added to ms[point], every span to the
+ * handle's timeline. */
 static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
   int nmb = c->x->nmb, ntail = c->npoints - c->nmicro;
-  RtMarks m = {0};
-  if (c->nccl)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_profile_step: a data-parallel step on cuda is not profiled (its collectives "
-                                              "run between the micro-batches and the tail); profile one rank alone"), -1;
+  CudaProf pf = {0};
   if (stage(s, step)) return -1;
-  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
-  if (rt_marks_new(d, &m, nmb * (c->nmicro + 1) + ntail + 1)) {
-    rt_marks_free(d, &m);
-    return dev_fail(s);
+  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
+  int rc = 0;
+  if (rt_marks_new(d, &pf.main, nmb * (c->nmicro + 1) + 2 * ntail + 2) ||
+      (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))))
+    rc = api_cuda_fail(s);
+  if (!rc && rt_timer_start(d, &c->timer)) rc = api_cuda_fail(s);
+  if (!rc) rc = enqueue_points(s, &pf);
+  if (!rc) rc = cuda_wait(s, &st->ms);
+  if (!rc && read_stats(s, st)) rc = api_cuda_fail(s);
+  for (int i = 0; i < pf.nspan && !rc; i++) {
+    const CudaSpan *p = &pf.span[i];
+    const RtMarks *m = p->side ? &pf.side : &pf.main;
+    double t0 = 0, t1 = 0;
+    rc = since_start(s, m->e[p->a], &t0) || since_start(s, m->e[p->b], &t1) ||
+         api_span_add(s, p->kind, p->side, p->id, p->micro, t0, t1);
+    if (!rc && p->kind == STEPC_SPAN_POINT) ms[p->id] += t1 - t0;
   }
-  int rc = rt_timer_start(d, &c->timer) ? dev_fail(s) : 0, k = 0;
-  for (int mb = 0; mb < nmb && !rc; mb++) {
-    if (rt_exec_micro_begin(c->x, mb) || rt_mark(d, &m, k++)) rc = dev_fail(s);
-    for (int q = 0; q < c->nmicro && !rc; q++) rc = run_point_at(s, q) || (rt_mark(d, &m, k++) ? dev_fail(s) : 0);
-    if (!rc && rt_exec_micro_end(c->x, mb)) rc = dev_fail(s);
-  }
-  if (!rc && rt_mark(d, &m, k++)) rc = dev_fail(s);
-  for (int q = c->nmicro; q < c->npoints && !rc; q++) rc = run_point_at(s, q) || (rt_mark(d, &m, k++) ? dev_fail(s) : 0);
-  if (!rc && (rt_timer_stop(d, &c->timer, &st->ms) || read_stats(s, st))) rc = dev_fail(s);
-  k = 0;
-  for (int mb = 0; mb < nmb && !rc; mb++, k++)
-    for (int q = 0; q < c->nmicro && !rc; q++, k++) {
-      double t = 0;
-      if (rt_marks_ms(d, &m, k, k + 1, &t)) rc = dev_fail(s);
-      ms[q] += t;
-    }
-  for (int q = c->nmicro; q < c->npoints && !rc; q++, k++) {
-    double t = 0;
-    if (rt_marks_ms(d, &m, k, k + 1, &t)) rc = dev_fail(s);
-    ms[q] += t;
-  }
-  rt_marks_free(d, &m);
+  rt_marks_free(d, &pf.main);
+  rt_marks_free(d, &pf.side);
+  free(pf.span);
   if (rc) return -1;
   c->steps_here++;
   return 0;
-}
-
-/* While a data-parallel step runs: NCCL's asynchronous error (a peer gone) and the communicator's
- * timeout, both ending in ncclCommAbort, so that the step's collectives return instead of
- * waiting for ever on a rank that died or hangs. */
-static int nccl_watch(void *ctx) {
-  stepc_t *s = ctx;
-  ApiCuda *c = cu(s);
-  char err[400];
-  double now = now_s(), limit = s->opt.comm_timeout_s > 0 ? s->opt.comm_timeout_s : RT_COMM_DEFAULT_TIMEOUT_S;
-  if (c->watch_since == 0) c->watch_since = now;
-  if (rt_nccl_check(c->nccl, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
-  if (now - c->watch_since >= limit)
-    snprintf(err, sizeof err, "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
-             "died or hangs", limit);
-  c->nccl_failed = true;
-  rt_nccl_abort(c->nccl);
-  api_fail(s, STEPC_ERR_RUNTIME, "data parallel, rank %d: %s; NCCL aborted", s->rank, err);
-  return -1;
 }
 
 static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
@@ -306,32 +293,30 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   RtDevice *d = c->d;
   if (stage(s, step)) return -1;
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
-  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return dev_fail(s);
+  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
   bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
   if (replay && c->scoped && !c->captured) {
     /* one graph per scope instance, captured from step.c's functions when it is linked */
     rt_scoped_set_runner(c->scoped, s->gen ? run_points : NULL, s);
-    if (rt_scoped_capture(c->scoped)) return s->err[0] ? -1 : dev_fail(s);
+    if (rt_scoped_capture(c->scoped)) return s->err[0] ? -1 : api_cuda_fail(s);
     c->captured = true;
   } else if (replay && !c->captured) {
-    if (rt_capture_begin(d)) return dev_fail(s);
+    if (rt_capture_begin(d)) return api_cuda_fail(s);
     int rc = enqueue(s);
     RtGraph gr;
     int rc2 = rt_capture_end(d, &gr);
     if (rc) return -1;
-    if (rc2) return dev_fail(s);
+    if (rc2) return api_cuda_fail(s);
     c->graph = gr;
     c->captured = true;
   }
-  if (rt_timer_start(d, &c->timer)) return dev_fail(s);
-  c->watch_since = 0;
+  if (rt_timer_start(d, &c->timer)) return api_cuda_fail(s);
   int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
-  if (rc != 0) return s->err[0] ? -1 : dev_fail(s);
-  if (c->nccl ? rt_timer_stop_watched(d, &c->timer, &st->ms, nccl_watch, s) : rt_timer_stop(d, &c->timer, &st->ms))
-    return s->err[0] ? -1 : dev_fail(s);
+  if (rc != 0) return s->err[0] ? -1 : api_cuda_fail(s);
+  if (cuda_wait(s, &st->ms)) return -1;
   double lr = 0, gn = 0, loss = 0;
   if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
-    return dev_fail(s);
+    return api_cuda_fail(s);
   for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
   char nerr[400];
   if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
@@ -348,13 +333,13 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
 
 static int cuda_read(stepc_t *s, int t, void *dst) {
   ApiCuda *c = cu(s);
-  return rt_copy_d2h(c->d, dst, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes) ? dev_fail(s) : 0;
+  return rt_copy_d2h(c->d, dst, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_write(stepc_t *s, int t, const void *src) {
   ApiCuda *c = cu(s);
   /* the copy is asynchronous: wait before the caller may reuse src */
-  return rt_copy_h2d(c->d, rt_exec_ptr(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? dev_fail(s) : 0;
+  return rt_copy_h2d(c->d, rt_exec_ptr(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_params_from_masters(stepc_t *s) {
@@ -382,7 +367,7 @@ static void cuda_free(stepc_t *s) {
     rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
     rt_exec_free(c->x);
-    rt_nccl_free(c->nccl, c->nccl_failed);
+    api_cuda_dp_free(s);
     rt_close(c->d);
   }
   free(c->point_op), free(c->op_point), free(c->losses), free(c->tok), free(c->tg), free(c->seeds);
@@ -441,7 +426,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
-  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || rt_exec_init_params(c->x, im->f.seed)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || rt_exec_init_params(c->x, im->f.seed)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   int mode = s->opt.graph_mode >= 0 ? s->opt.graph_mode : im->f.graph_mode;
   c->full_iteration = mode == IMG_MODE_FULL_ITERATION;
   c->warmup = im->f.warmup_steps;
@@ -460,43 +445,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   for (int o = 0; o < g->nop; o++) c->op_point[o] = -1;
   c->npoints = im->npoints, c->nmicro = im->micro_points;
   for (int q = 0; q < c->npoints; q++) c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
-  if (rt_timer_new(c->d, &c->timer)) return dev_fail(s), STEPC_ERR_RUNTIME;
+  if (rt_timer_new(c->d, &c->timer)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
-  return STEPC_OK;
-}
-
-stepc_status api_cuda_dp_join(stepc_t *s) {
-  ApiCuda *c = cu(s);
-  if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
-  /* the buckets fire from step.c's program points; the library's loop and the per-scope graphs
-   * have no such hook yet */
-  if (!s->gen)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs the artifact's step.c (libstep.so), not the library loop");
-  if (c->scoped)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel on cuda runs eager or full_iteration, not scoped graphs (yet)");
-  if (s->im.f.dist_opt && s->world > 1)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer (ZeRO-1) runs on the cpu device only so far; on cuda "
-                                              "train with optimizer.use_distributed_optimizer=false");
-  for (int k = 0; k < s->im.nbucket_grad; k++)
-    if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
-      return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32", s->g->t[s->im.bucket_grad[k]].name);
-  char err[600];
-  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
-  stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
-  if (st != STEPC_OK) return st;
-  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
-    c->nccl_failed = true;
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
-  }
-  /* NCCL sets its buffers up at its first collective: run one now, eagerly, so that it never
-   * happens inside a graph capture (warm-up 0). The gradients are zero at open: their average is. */
-  if (s->im.nbucket_grad > 0) {
-    int t = s->im.bucket_grad[0];
-    if (rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), c->d->stream, err, sizeof err)) {
-      c->nccl_failed = true;
-      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
-    }
-    if (rt_sync(c->d)) return dev_fail(s), STEPC_ERR_RUNTIME;
-  }
   return STEPC_OK;
 }

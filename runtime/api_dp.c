@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/api_internal.h"
 
@@ -113,10 +114,22 @@ void api_dp_free(stepc_t *s) {
 
 int64_t api_dp_micro(const stepc_t *s, int64_t mb) { return mb * s->world + s->rank; }
 
+double api_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+int api_dp_timed(stepc_t *s, int kind, int id, int (*run)(stepc_t *s, int id)) {
+  double t0 = api_now_ms();
+  if (run(s, id)) return -1;
+  return s->profiling ? api_span_add(s, kind, 1, id, -1, t0 - s->prof_t0_ms, api_now_ms() - s->prof_t0_ms) : 0;
+}
+
 int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket)) {
   if (!s->dp_last_micro || !s->comm) return 0;
   for (int k = 0; k < s->im.nbucket; k++)
-    if (s->bucket_point[k] == q && reduce(s, k)) return -1;
+    if (s->bucket_point[k] == q && api_dp_timed(s, STEPC_SPAN_BUCKET, k, reduce)) return -1;
   return 0;
 }
 

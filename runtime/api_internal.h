@@ -76,6 +76,11 @@ struct stepc {
    * param, master and moments — or -1 (not sharded: activations, the optimizer's scalars) */
   int *owner;
   double *zero_sumsq;    /* per tensor: the owner's sum of squares of its reduced gradient */
+  /* the last profiled step's timeline (stepc_profile_timeline); profiling: a profiled step runs */
+  stepc_span *span;
+  int64_t nspan, capspan;
+  bool profiling;
+  double prof_t0_ms;     /* cpu: the profiled step's start (wall clock) */
 };
 
 /* Records the first message of a failing call and returns st. */
@@ -99,6 +104,11 @@ int64_t api_dp_micro(const stepc_t *s, int64_t mb);
 /* Runs reduce(s, bucket) for every bucket that fires after micro program point q, when the
  * running micro-batch is the last. 0, or -1 with the message. */
 int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket));
+/* The host's clock in ms (the cpu device's profiled timeline). */
+double api_now_ms(void);
+/* run(s, id) (a host collective), its wall time appended to the timeline as a span of `kind` on
+ * the communication track when a profiled step runs. 0, or -1 with the message. */
+int api_dp_timed(stepc_t *s, int kind, int id, int (*run)(stepc_t *s, int id));
 /* The step's loss: this rank's sum over its micro-batches in, the mean over every rank's out (the
  * sum in rank order, as DP 1 sums its micro-batches). 0, or -1 with the message. */
 int api_dp_loss(stepc_t *s, double local_sum, double *mean);
@@ -106,6 +116,9 @@ int api_dp_loss(stepc_t *s, double local_sum, double *mean);
 bool api_dp_not_mine(const stepc_t *s, int t);
 /* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */
 int api_cpu_zero_gather(stepc_t *s);
+
+/* Appends one span to the profiled step's timeline. 0, or -1 (out of memory, with the message). */
+int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double start_ms, double end_ms);
 
 /* The generated step's checks shared by the backends: the call at `point` is the one expected. */
 int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);

@@ -10,7 +10,7 @@
 
 #define NCCL_FUNCS(X)                                                                                      \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)             \
-  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclAllReduce)
+  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclAllReduce) X(ncclReduce) X(ncclBroadcast) X(ncclGroupStart) X(ncclGroupEnd)
 
 struct RtNccl {
   void *lib;
@@ -89,6 +89,22 @@ int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream
   void *p = (void *)(uintptr_t)buf;
   return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)stream), "ncclAllReduce",
                     err, nerr);
+}
+
+int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err, size_t nerr) {
+  void *p = (void *)(uintptr_t)buf;
+  return nccl_check(n, n->ncclReduce(p, p, count, ncclFloat32, ncclAvg, root, n->comm, (cudaStream_t)stream), "ncclReduce", err,
+                    nerr);
+}
+
+int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err, size_t nerr) {
+  void *p = (void *)(uintptr_t)buf;
+  return nccl_check(n, n->ncclBroadcast(p, p, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream), "ncclBroadcast", err, nerr);
+}
+
+int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr) {
+  return start ? nccl_check(n, n->ncclGroupStart(), "ncclGroupStart", err, nerr)
+               : nccl_check(n, n->ncclGroupEnd(), "ncclGroupEnd", err, nerr);
 }
 
 int rt_nccl_check(RtNccl *n, char *err, size_t nerr) {

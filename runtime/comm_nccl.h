@@ -1,8 +1,9 @@
 /* comm_nccl.h — the CUDA device's collectives: NCCL loaded at run time (libnccl.so.2, dlopen, as
  * libcuda is: nothing links it, so a machine without NCCL runs every single-rank step and fails a
- * data-parallel one with a message). Collectives are enqueued on the caller's stream (stepc's), so
- * that they are ordered with the step's kernels and captured into its full-iteration CUDA graph
- * (NCCL 2.9.6 and later allow that). The unique id travels over comm.h's rendezvous. */
+ * data-parallel one with a message). Collectives are enqueued on the stream the caller gives (the
+ * step's communication stream, forked from and joined to stepc's by events), so that they are
+ * ordered with the step's kernels and captured into its full-iteration CUDA graph (NCCL 2.9.6 and
+ * later allow that). The unique id travels over comm.h's rendezvous. */
 #ifndef STEPC_COMM_NCCL_H
 #define STEPC_COMM_NCCL_H
 
@@ -23,6 +24,13 @@ int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, 
 int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
 /* buf := the sum over ranks, n floats. */
 int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
+/* ZeRO-1: root's buf := the average over ranks (ncclReduce with ncclAvg), n floats; the other
+ * ranks' buf is read, not written. */
+int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err, size_t nerr);
+/* buf := root's buf (bytes), on every rank. */
+int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err, size_t nerr);
+/* ncclGroupStart (start 1) / ncclGroupEnd (0): the collectives between run as one launch. */
+int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr);
 /* NCCL's asynchronous error, if any (a peer that died, a network failure): 0, or -1 with err. */
 int rt_nccl_check(RtNccl *n, char *err, size_t nerr);
 /* ncclCommAbort now (the communicator is unusable after): its pending collectives return. */

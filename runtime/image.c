@@ -168,7 +168,7 @@ static const char *validate(StepImage *im) {
   if (im->f.dp_size < 1 || im->f.dp_size > 65536) return "the data-parallel size is out of range";
   for (int k = 0; k < im->nbucket; k++) {
     const ImgBucket *b = &im->bucket[k];
-    if (!in_range(b->after_op, nop) || b->first < 0 || b->ngrads < 1 || b->first > im->nbucket_grad - b->ngrads)
+    if (!in_range(b->after_op, nop) || !in_range(b->fire_op, nop) || b->first < 0 || b->ngrads < 1 || b->first > im->nbucket_grad - b->ngrads)
       return "a gradient bucket is out of range";
   }
   for (int k = 0; k < im->nbucket_grad; k++)

@@ -22,7 +22,7 @@
 #include "ir.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 2
+#define STEPC_IMAGE_VERSION 3
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
@@ -34,11 +34,13 @@ typedef struct {
 } ImgScope;
 
 /* One DDP gradient bucket (compiler/schedule.c): main gradients bucket_grad[first .. first+ngrads),
- * reduced across the data-parallel ranks once op `after_op` has run on the last micro-batch. */
+ * reduced across the data-parallel ranks on the last micro-batch once they are complete: on the
+ * CPU device (every op on its own) after op `after_op`; on cuda after op `fire_op`, whose launch
+ * is the last to write any of them once the compiler's fusions are applied (schedule_bucket_fire). */
 typedef struct {
   int32_t after_op;
   int32_t first, ngrads;
-  int32_t pad;
+  int32_t fire_op;
   int64_t params;            /* elements */
 } ImgBucket;
 

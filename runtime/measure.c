@@ -43,9 +43,11 @@ void rt_marks_free(RtDevice *d, RtMarks *m) {
   m->e = NULL, m->n = 0;
 }
 
-int rt_mark(RtDevice *d, RtMarks *m, int i) {
+int rt_mark(RtDevice *d, RtMarks *m, int i) { return rt_mark_on(d, m, i, d->stream); }
+
+int rt_mark_on(RtDevice *d, RtMarks *m, int i, CUstream s) {
   if (i < 0 || i >= m->n) return rt_fail(d, "mark %d of %d", i, m->n);
-  return rt_check(d, d->cuEventRecord(m->e[i], d->stream), "cuEventRecord");
+  return rt_check(d, d->cuEventRecord(m->e[i], s), "cuEventRecord");
 }
 
 int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms) {

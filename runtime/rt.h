@@ -30,7 +30,7 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
   X(cuMemsetD8Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)    \
   X(cuGraphExecDestroy) X(cuGraphGetNodes) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
-  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString) X(cuEventQuery)
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString) X(cuEventQuery) X(cuStreamWaitEvent)
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
 typedef enum {
@@ -200,9 +200,28 @@ int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms);
  * (with its message already in d->err) to stop waiting — a data-parallel step whose collectives
  * wait on a rank that died or hangs is aborted that way instead of blocking for ever. */
 int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx);
+/* rt_mark on another stream (a side stream's work, RtSide): the same row of events. */
+int rt_mark_on(RtDevice *d, RtMarks *m, int i, CUstream s);
 /* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
 int rt_mem_used(RtDevice *d, int64_t *used);
 
+
+/* ---- side.c: a second stream beside the runtime's ----
+ * Work enqueued on a side stream runs concurrently with d->stream's (the data-parallel
+ * communication stream: gradient buckets reduced while backward goes on). fork makes the side
+ * stream wait for everything d->stream has enqueued so far; join makes d->stream wait for
+ * everything the side stream has enqueued so far. Both are an event record and a stream wait,
+ * which a stream capture follows: inside the full-iteration capture a fork brings the side
+ * stream into the capture (its work becomes a branch of the graph) and a join merges it back —
+ * every fork must be joined before the capture ends. */
+typedef struct {
+  CUstream s;
+  CUevent fork, join; /* timing disabled: ordering only */
+} RtSide;
+int rt_side_new(RtDevice *d, RtSide *c);
+void rt_side_free(RtDevice *d, RtSide *c);
+int rt_side_fork(RtDevice *d, RtSide *c);
+int rt_side_join(RtDevice *d, RtSide *c);
 
 /* ---- cudnn.c: fused attention through cuDNN (dlopen'd like cuBLASLt) ---- */
 /* One causal attention call, forward (bwd 0: q, k, v -> o, lse) or backward (bwd 1: dout, q, k, v,

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 3
+#define STEPC_API_VERSION 4
 
 typedef enum {
   STEPC_OK = 0,
@@ -181,6 +181,27 @@ stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
  * GPU time including its launch gap; cpu: wall time). n is ms's length, at least
  * stepc_info.points. The artifact's step.img names the op each point runs. */
 stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, int64_t n);
+
+/* The timeline of the last stepc_profile_step (API 4): one span per program point and micro-batch
+ * on the step's stream, and one per collective of a data-parallel step on the communication
+ * stream, each from the step's start. cuda: CUDA events (the point spans as stepc_profile_step
+ * measures them; a collective's two events recorded on the communication stream around it, so
+ * its span is when it ran there, beside the backward still running on the step's stream); cpu:
+ * wall time, the host collectives run between the points (nothing overlaps). *n receives the
+ * number of spans; the first min(cap, *n) are written (spans may be NULL with cap 0). */
+typedef enum {
+  STEPC_SPAN_POINT = 0,  /* id: the program point; micro: its micro-batch, -1 in the tail */
+  STEPC_SPAN_BUCKET = 1, /* id: the gradient bucket (its all-reduce, or ZeRO-1's reduce to the owners) */
+  STEPC_SPAN_NORM = 2,   /* ZeRO-1: the gradient norm's per-tensor sums exchanged */
+  STEPC_SPAN_PARAMS = 3, /* ZeRO-1: the updated parameters sent from their owners */
+} stepc_span_kind;
+typedef struct {
+  int32_t kind;            /* stepc_span_kind */
+  int32_t stream;          /* 0 the step's stream, 1 the communication stream (collectives) */
+  int32_t id, micro;       /* as the kind says; -1 when none */
+  double start_ms, end_ms; /* from the step's start */
+} stepc_span;
+stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, int64_t *n);
 
 /* ---- measurements ---- */
 typedef struct {

@@ -156,7 +156,7 @@ static int add_flags(char **argv, int n, char *buf) {
 static const char VERSION_SCRIPT[] =
     "{\n  global:\n    stepc_options_default; stepc_options_from_env; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
-    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step;\n"
+    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step; stepc_profile_timeline;\n"
     "    stepc_get_measure;\n"
     "  local: *;\n};\n";
 
@@ -283,7 +283,7 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   }
   for (int k = 0; k < sp->sc.nb; k++) {
     const Bucket *b = &sp->sc.b[k];
-    im.bucket[k] = (ImgBucket){.after_op = b->after_op, .first = b->first, .ngrads = b->ngrads, .params = b->params};
+    im.bucket[k] = (ImgBucket){.after_op = b->after_op, .fire_op = b->fire_op, .first = b->first, .ngrads = b->ngrads, .params = b->params};
   }
   for (int k = 0; k < sp->sc.ngrad; k++) im.bucket_grad[k] = sp->sc.grad[k];
   im.nbucket = sp->sc.nb, im.nbucket_grad = sp->sc.ngrad;

@@ -305,8 +305,14 @@ int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, St
     int q = 0;
     for (int i = 0; i < sc->n; i++) {
       if (i == sc->micro_end) fprintf(f, "\n    /* the tail */");
-      if (sc->it[i].kind != SCHED_OP)
-        fprintf(f, "\n    /* gradient bucket %d ready (reduced on the last micro-batch; one rank: nothing to do) */", sc->it[i].id);
+      if (sc->it[i].kind != SCHED_OP) {
+        const Bucket *b = &sc->b[sc->it[i].id];
+        int fq = -1;
+        for (int k = 0; k < npt; k++) fq = op_at[k] == b->fire_op ? k : fq;
+        fprintf(f, "\n    /* gradient bucket %d complete (the CPU device reduces it here, on the last micro-batch; on cuda the\n"
+                   "       runtime enqueues its collective on the communication stream after p%d, the launch that last\n"
+                   "       writes its gradients) */", sc->it[i].id, fq);
+      }
       else fprintf(f, "%sp%d,", q % 12 == 0 ? "\n    " : " ", q), q++;
     }
     fprintf(f, "\n};\n\n"

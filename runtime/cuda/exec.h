@@ -86,6 +86,20 @@ int rt_exec_fusion(const RtExec *x, int op, int *peer);
  * group's chunk count (the launch's grid). 0, or -1 when op runs no such group. */
 int rt_exec_multi_table(const RtExec *x, int op, const uint64_t **words, int *rows, int *width, int64_t *chunks);
 int rt_exec_enqueue_optimizer(RtExec *x);
+/* ZeRO-1 (the distributed optimizer): what restricts the optimizer to one rank's shard without
+ * changing any element's arithmetic.
+ *  - rt_exec_norm_partials: GRAD_SUMSQ op `op`'s slice [first, first + count) of the global-norm
+ *    partials (floats), whether it runs alone or in a multi-tensor group; rt_exec_norm_buffer:
+ *    the whole partials buffer (CLIP_COEF sums it in a fixed order) and its float count.
+ *  - rt_exec_multi_keep: rewrites the multi-tensor groups' tables (synchronously): a row whose
+ *    gradient has keep_sumsq / keep_adamw[tensor] = 0 gets n = 0, so its chunks' blocks do
+ *    nothing (a norm partial of +0, no update); the launches and the other rows are unchanged.
+ *  - rt_exec_adamw_hparams: the hyper-parameter launch ADAMW op o makes before its update when
+ *    it is the first of its setting (nothing otherwise), for a rank that skips that update. */
+int rt_exec_norm_partials(const RtExec *x, int op, int64_t *first, int64_t *count);
+CUdeviceptr rt_exec_norm_buffer(const RtExec *x, int64_t *count);
+int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep_adamw);
+int rt_exec_adamw_hparams(RtExec *x, int o);
 /* Enqueues op o alone (nothing when it is fused into another). The caller keeps
  * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */
 int rt_exec_run_op(RtExec *x, int o);

@@ -90,11 +90,7 @@ int rt_op_adamw(RtExec *x, const Op *op) {
   if (op->nout != 4 && !f32) return rt_fail(x->d, "AdamW of a %s parameter without an fp32 master", dtype_name(rt_t(x, op->out[0])->dtype));
   int o = rt_op_index(x, op), s = x->slot[o];
   CUdeviceptr hp = x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP));
-  if (s >= RT_MAX_HP) { /* the first AdamW of its setting computes this step's hyper-parameters */
-    if (rt_launch_adamw_hparams(x->d, rt_dim1(1), 1, 0, hp, rt_in(x, op, 3), rt_in(x, op, 2), (float)op->a.f[0],
-                                (float)op->a.f[1], (float)op->a.f[2]))
-      return RT_ERROR;
-  }
+  if (rt_exec_adamw_hparams(x, o)) return RT_ERROR; /* the first AdamW of its setting: this step's hyper-parameters */
   CUdeviceptr coef = rt_in(x, op, 1);
   if (x->fuse[o] == RT_FUSE_ADAMW_MULTI)
     return rt_launch_adamw_multi(x->d, rt_dim1((unsigned)x->multi_chunks[o]), STEPC_MULTI_THREADS, 0, table_of(x, o),
@@ -104,4 +100,60 @@ int rt_op_adamw(RtExec *x, const Op *op) {
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_adamw_update(x->d, rt_grid_stride(x->d, n), 256, 0, master, param, grad, m, v, n, hp, coef,
                                 (float)op->a.f[3]);
+}
+
+/* ---- ZeRO-1 (runtime/api_cuda_dp.c): the optimizer restricted to a rank's shard ---- */
+
+/* The multi-tensor group op k belongs to: the op that runs it, or -1 (k runs alone). */
+static int group_of(const RtExec *x, int k) {
+  for (int r = k; r < x->g->nop; r++)
+    if (x->multi_at[r] >= 0 && x->peer[r] <= k) return r;
+    else if (!x->skip[r] && r > k) break;
+  return -1;
+}
+
+int rt_exec_norm_partials(const RtExec *x, int op, int64_t *first, int64_t *count) {
+  const Graph *g = x->g;
+  if (op < 0 || op >= g->nop || g->op[op].kind != OP_GRAD_SUMSQ) return rt_fail(x->d, "op %d is not a GRAD_SUMSQ", op);
+  int r = group_of(x, op);
+  if (r < 0) {
+    if (x->skip[op]) return rt_fail(x->d, "GRAD_SUMSQ op %d launches nothing and belongs to no multi-tensor group", op);
+    *first = x->slot[op], *count = x->gn_groups;
+    return RT_OK;
+  }
+  int64_t at = 0;
+  for (int k = x->peer[r]; k < op; k++) at += chunks_of(tensor_numel(&g->t[g->op[k].in[0]]), STEPC_SUMSQ_CHUNK);
+  *first = x->slot[r] + at, *count = chunks_of(tensor_numel(&g->t[g->op[op].in[0]]), STEPC_SUMSQ_CHUNK);
+  return RT_OK;
+}
+
+CUdeviceptr rt_exec_norm_buffer(const RtExec *x, int64_t *count) {
+  *count = x->n_partial;
+  return x->gn_partial;
+}
+
+int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep_adamw) {
+  const Graph *g = x->g;
+  if (!x->multi_words) return RT_OK;
+  if (rt_sync(x->d)) return RT_ERROR; /* the table's first copy has left the host buffer */
+  int64_t chunks;
+  for (int o = 0; o < g->nop; o++) {
+    if (x->multi_at[o] < 0) continue;
+    uint64_t *w = x->multi_host + x->multi_at[o];
+    if (rt_multi_rows(x, o, w, &chunks)) return RT_ERROR; /* the rows as at open, then the shard's */
+    int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
+    const uint8_t *keep = sumsq ? keep_sumsq : keep_adamw;
+    for (int k = x->peer[o]; k <= o; k++)
+      if (!keep[g->op[k].in[0]]) w[(int64_t)(k - x->peer[o]) * width + (sumsq ? 1 : 5)] = 0; /* n = 0: its chunks do nothing */
+  }
+  if (x->d->rec) return RT_OK;
+  return rt_copy_h2d(x->d, x->multi_table, x->multi_host, (size_t)x->multi_words * 8) || rt_sync(x->d) ? RT_ERROR : RT_OK;
+}
+
+int rt_exec_adamw_hparams(RtExec *x, int o) {
+  const Op *op = &x->g->op[o];
+  int s = x->slot[o];
+  if (op->kind != OP_ADAMW || s < RT_MAX_HP) return RT_OK;
+  return rt_launch_adamw_hparams(x->d, rt_dim1(1), 1, 0, x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP)), rt_in(x, op, 3),
+                                 rt_in(x, op, 2), (float)op->a.f[0], (float)op->a.f[1], (float)op->a.f[2]);
 }

@@ -4,7 +4,7 @@
 #   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
 #   threads (test_dp) and as processes (stepc run --nproc, the artifact's own step.c);
 #   a resumed DP run against the uninterrupted one; a rank that exits, one that hangs; a rank with
-#   another artifact; an artifact of DP N opened alone.
+#   another artifact; an artifact of DP N opened alone; the profiled step's measured timeline.
 set -uo pipefail
 stepc=$1 t=$2
 tmp=$(mktemp -d)
@@ -39,6 +39,25 @@ losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\
 "$stepc" run "$tmp/dp4" --device cpu --steps 3 --nproc 4 --json >"$tmp/r4.json" 2>"$tmp/r4.err" || { cat "$tmp/r4.err"; fail "stepc run --nproc 4"; }
 diff <(losses "$tmp/r1.json") <(losses "$tmp/r4.json") || fail "stepc run --nproc 4 differs from DP 1"
 echo "ok: stepc run --nproc 4 (processes, step.c) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
+# the profiled step's measured timeline (stepc run --profile --timeline): the bucket's collective
+# on the "comm stream" track beside the step's points (the host collectives overlap nothing: 0 %);
+# ZeRO-1's norm exchange and parameter broadcast there too
+for a in dp2 zero2; do
+  "$stepc" run "$tmp/$a" --device cpu --steps 1 --nproc 2 --profile --timeline "$tmp/$a.tl.json" >"$tmp/$a.prof" 2>"$tmp/$a.prof.err" ||
+    { cat "$tmp/$a.prof.err"; fail "stepc run $a --profile --timeline"; }
+  grep -q "^comm stream: 1 bucket collective .*(0 %)" "$tmp/$a.prof" || fail "$a: no comm stream line: $(grep comm "$tmp/$a.prof")"
+  python3 - "$tmp/$a.tl.json" "$a" <<'EOF' || fail "$a: the measured timeline"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+comm = {e["name"] for e in ev if e.get("ph") == "X" and tracks[e["tid"]] == "comm stream"}
+pts = sorted((e for e in ev if e.get("ph") == "X" and tracks[e["tid"]] == "step stream"), key=lambda e: e["ts"])
+want = {"bucket 0"} | ({"ZeRO-1 norm exchange", "ZeRO-1 parameter broadcast"} if sys.argv[2] == "zero2" else set())
+assert want <= comm, f"comm stream slices {comm}, want {want}"
+assert len(pts) > 100 and all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(pts, pts[1:])), "the step's points overlap"
+print(f"ok: {sys.argv[2]} --profile --timeline: {len(pts)} point slices on the step stream, {sorted(comm)} on the comm stream")
+EOF
+done
 # processes: rank 1 of a stepc run --nproc 2 job killed (SIGKILL) mid-run: the job ends within the
 # timeout, rank 0 naming the rank that went away
 "$stepc" run "$tmp/dp2" --device cpu --steps 1000 --nproc 2 --comm-timeout 20 >"$tmp/kill.out" 2>"$tmp/kill.err" &

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # run_dp.sh — data parallel on one GPU (issue 12): NCCL with world size 1, loaded at run time
-# (libnccl.so.2), its all-reduces enqueued on stepc's stream after each gradient bucket's last op
-# and captured inside the full-iteration CUDA graph, must leave the step bitwise what it is without
-# NCCL. For tiny (flash attention, bf16) and gpt3_tiny (bf16, unfused attention, dropout 0.1),
-# eager and full_iteration:
+# (libnccl.so.2), each gradient bucket's collective enqueued on the communication stream (a second
+# CUDA stream, forked from stepc's by an event) right after the launch that last writes its
+# gradients, joined back before the tail, and captured inside the full-iteration CUDA graph, must
+# leave the step bitwise what it is without NCCL. For tiny (flash attention, bf16) and gpt3_tiny
+# (bf16, unfused attention, dropout 0.1), eager and full_iteration:
 #   stepc run ART --device cuda --steps N --json              (no communicator)
 #   stepc run ART --device cuda --steps N --json --dp-join    (NCCL, one rank)
+#   stepc run ART_ZERO --device cuda --steps N --json --dp-join
+#       (ZeRO-1, optimizer.use_distributed_optimizer=true: reduce to the owner, the masked
+#        optimizer, the norm partials summed over the ranks, the parameters broadcast)
 # compared on the bits of every step's loss and grad norm; the full-iteration runs must replay
 # (graph: true after the warm-up) and report comm "nccl"; the graph's node count is printed
-# beside the one without NCCL (the all-reduces are nodes of it).
-# Also: a DP-2 artifact opened alone is refused with its message; ZeRO-1 with 2 ranks is refused
-# on cuda with its message (it runs on the CPU device only so far).
+# beside the one without NCCL (the collectives, events and waits are nodes of it).
+# Then one profiled step of tiny and of tiny's ZeRO-1 with NCCL (--profile --timeline): the
+# "comm stream:" line must name one bucket collective, and the trace must hold a "comm stream"
+# track with the bucket's slice (ZeRO-1: the norm exchange and the parameter broadcast too); the
+# overlap it measures is printed (on one GPU NCCL's one-rank collectives are nearly free: the
+# overlap's size is to be measured with two ranks).
+# Also: a DP-2 artifact opened alone is refused with its message.
 #
 # Run from the repository root with this machine's build/ carried (the GPU machine has no Lua
 # headers to build stepc): tests/gpu/run_dp.sh. The artifacts are built there by build/stepc
@@ -45,31 +53,38 @@ build tiny_fi models/tiny.lua model.cuda_graph_impl=full_iteration model.check_f
 build gpt3 tests/recipes/gpt3_tiny.lua model.bf16=true
 build gpt3_fi tests/recipes/gpt3_tiny.lua model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 build tiny_dp2 models/tiny.lua train.world_size=2
-build tiny_zero2 models/tiny.lua train.world_size=2 optimizer.use_distributed_optimizer=true
+ZERO=optimizer.use_distributed_optimizer=true
+build tiny_zero models/tiny.lua $ZERO
+build tiny_zero_fi models/tiny.lua $ZERO model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+build gpt3_zero tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO
+build gpt3_zero_fi tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 
 for a in tiny tiny_fi gpt3 gpt3_fi; do
   build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json >"$DEST/${a}_plain.json" 2>"$DEST/${a}_plain.err" ||
     { say "FAIL $a without NCCL: $(tail -2 "$DEST/${a}_plain.err")"; fails=1; }
   NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json --dp-join \
     >"$DEST/${a}_nccl.json" 2>"$DEST/${a}_nccl.err" || { say "FAIL $a with NCCL: $(tail -2 "$DEST/${a}_nccl.err")"; fails=1; }
+  z=${a/_fi/_zero_fi}; [ "$z" = "$a" ] && z=${a}_zero
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$z" --device cuda --steps "$STEPS" --json --dp-join \
+    >"$DEST/${a}_zero.json" 2>"$DEST/${a}_zero.err" || { say "FAIL $z (ZeRO-1) with NCCL: $(tail -2 "$DEST/${a}_zero.err")"; fails=1; }
 done
 
 python3 - "$DEST" 2>&1 <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}" -eq 0 ] || fails=1
 import json, sys
 dest = sys.argv[1]
 bad = 0
-for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi"):
+for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi") for k in ("nccl", "zero")]:
     try:
         p = json.load(open(f"{dest}/{a}_plain.json"))
-        n = json.load(open(f"{dest}/{a}_nccl.json"))
+        n = json.load(open(f"{dest}/{a}_{kind}.json"))
     except Exception as e:
-        print(f"FAIL {a}: no result ({e})"); bad = 1; continue
+        print(f"FAIL {a} {kind}: no result ({e})"); bad = 1; continue
     bits = lambda d: [(s["loss"].hex(), s["grad_norm"].hex()) for s in d["steps"]]
     ok = bits(p) == bits(n) and len(p["steps"]) > 0
     fi = a.endswith("_fi")
     replayed = all(s["graph"] for s in n["steps"][-2:]) if fi else True
     ok = ok and n.get("comm") == "nccl" and p.get("comm") == "none" and replayed
-    print(f"{'PASS' if ok else 'FAIL'} {a} ({n['mode']}): NCCL world size 1 {'==' if bits(p) == bits(n) else '!='} no NCCL, "
+    print(f"{'PASS' if ok else 'FAIL'} {a}{' ZeRO-1' if kind == 'zero' else ''} ({n['mode']}): NCCL world size 1 {'==' if bits(p) == bits(n) else '!='} no NCCL, "
           f"{len(n['steps'])} steps, last loss {n['steps'][-1]['loss']!r} vs {p['steps'][-1]['loss']!r}; comm {n.get('comm')}; "
           f"replayed {replayed}; graph nodes {n['measure']['graph_nodes']} (without NCCL {p['measure']['graph_nodes']}); "
           f"ms/step {n['steps'][-1]['ms']:.3f} vs {p['steps'][-1]['ms']:.3f}")
@@ -77,16 +92,40 @@ for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi"):
 sys.exit(bad)
 EOF
 
-# refusals: a DP-2 artifact alone; ZeRO-1 over 2 ranks on cuda (one GPU: the ranks would share it,
-# which NCCL refuses, so only the message is checked, from rank 0 alone with a short timeout)
+# a DP-2 artifact opened alone is refused
 build/stepc run "$ART/tiny_dp2" --device cuda --steps 1 >"$DEST/dp2_alone.out" 2>"$DEST/dp2_alone.err" &&
   { say "FAIL a DP-2 artifact ran alone"; fails=1; }
 grep -q "planned for 2 data-parallel ranks" "$DEST/dp2_alone.err" && say "PASS a DP-2 artifact alone is refused: $(tail -1 "$DEST/dp2_alone.err")" ||
   { say "FAIL no clear refusal for a DP-2 artifact alone: $(tail -1 "$DEST/dp2_alone.err")"; fails=1; }
-RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 build/stepc run "$ART/tiny_zero2" --device cuda --steps 1 --comm-timeout 5 \
-  >"$DEST/zero2.out" 2>"$DEST/zero2.err" && { say "FAIL ZeRO-1 over 2 ranks ran on cuda"; fails=1; }
-grep -q "distributed optimizer" "$DEST/zero2.err" && say "PASS ZeRO-1 on cuda is refused: $(tail -1 "$DEST/zero2.err")" ||
-  { say "FAIL no clear refusal for ZeRO-1 on cuda: $(tail -1 "$DEST/zero2.err")"; fails=1; }
+
+# one profiled step with NCCL: the communication stream's line and the measured timeline
+for a in tiny tiny_zero; do
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$a" --device cuda --steps 2 --dp-join --profile --timeline "$DEST/${a}_timeline.json" \
+    >"$DEST/${a}_profile.out" 2>"$DEST/${a}_profile.err" || { say "FAIL $a --profile with NCCL: $(tail -2 "$DEST/${a}_profile.err")"; fails=1; }
+  line=$(grep "^comm stream:" "$DEST/${a}_profile.out")
+  python3 - "$DEST/${a}_timeline.json" "$a" "$line" <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}" -eq 0 ] || fails=1
+import json, sys
+path, a, line = sys.argv[1:4]
+try:
+    ev = json.load(open(path))["traceEvents"]
+except Exception as e:
+    print(f"FAIL {a} timeline: {e}"); sys.exit(1)
+tracks = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+comm = [e for e in ev if e.get("ph") == "X" and tracks.get(e["tid"]) == "comm stream"]
+points = [e for e in ev if e.get("ph") == "X" and tracks.get(e["tid"]) == "step stream"]
+names = sorted({e["name"] for e in comm})
+want = ["bucket 0"] + (["ZeRO-1 norm exchange", "ZeRO-1 parameter broadcast"] if "zero" in a else [])
+ok = line.startswith("comm stream: 1 bucket collective ") and all(w in names for w in want) and len(points) > 0
+b = [e for e in comm if e["name"] == "bucket 0"]
+last_bwd = max((e["ts"] + e["dur"] for e in points if e["args"]["micro_batch"] >= 0), default=0)
+if b:
+    print(f"{'PASS' if ok else 'FAIL'} {a} --profile with NCCL: {line!r}; comm stream slices {names}; bucket 0 at "
+          f"{b[0]['ts']:.1f} us for {b[0]['dur']:.1f} us, the micro program ends at {last_bwd:.1f} us")
+else:
+    print(f"FAIL {a} --profile with NCCL: no bucket slice on the comm stream ({names}); {line!r}")
+sys.exit(0 if ok else 1)
+EOF
+done
 
 say "== $([ $fails -eq 0 ] && echo PASS || echo FAIL): data parallel on one GPU"
 exit $fails

@@ -1,0 +1,84 @@
+/* api_cuda_internal.h — what api_cuda.c (the step on the GPU) shares with api_cuda_dp.c (data
+ * parallel on the GPU: the communication stream, the buckets' collectives, ZeRO-1). */
+#ifndef STEPC_API_CUDA_INTERNAL_H
+#define STEPC_API_CUDA_INTERNAL_H
+
+#include "runtime/api_internal.h"
+#include "runtime/comm_nccl.h"
+#include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/scoped.h"
+
+/* A profiled step's CUDA events (stepc_profile_step, stepc_profile_timeline): on the step's
+ * stream a mark before every micro-batch's first point and after every point; on the
+ * communication stream a mark before and after every collective. Each span names its two marks. */
+typedef struct {
+  int kind, id, micro; /* stepc_span's */
+  int side;            /* 0 the step's stream, 1 the communication stream */
+  int a, b;            /* its marks */
+} CudaSpan;
+
+typedef struct {
+  RtMarks main, side;
+  int nmain, nside; /* marks recorded so far */
+  CudaSpan *span;
+  int nspan, cap;
+} CudaProf;
+
+typedef struct {
+  RtDevice dev;
+  RtExec *x;
+  RtDevice *d; /* &dev once the driver is open */
+  RtTimer timer;
+  bool timer_ok, captured, full_iteration;
+  RtGraph graph;
+  int warmup, steps_here;
+  int *point_op;    /* program point -> op id: the micro ops, then the tail's, in graph order */
+  int *op_point;    /* op id -> program point */
+  RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
+  int npoints, nmicro;
+  float *losses;
+  int32_t *tok, *tg; /* one step's staged batch, (num_microbatches, B*T) */
+  uint64_t *seeds;
+  /* data parallel (api_cuda_dp.c) */
+  RtNccl *nccl; /* the ranks' NCCL communicator */
+  bool nccl_failed;
+  double watch_since; /* nccl_watch: when this step's wait began */
+  RtSide comm;        /* the communication stream: every collective runs there */
+  bool comm_ok;
+  int *fire_point; /* per bucket: the micro point after whose launches it fires (image fire_op) */
+  /* ZeRO-1 */
+  bool zero;
+  int64_t (*zero_clear)[2]; /* norm-partial float ranges [first, first + count) this rank zeroes */
+  int nzero_clear;
+  uint8_t *skip_point; /* per point: 1 this rank skips its launches (an optimizer op of another
+                          rank's tensor, run alone) */
+  int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
+} ApiCuda;
+
+static inline ApiCuda *cu(stepc_t *s) { return s->impl; }
+
+/* The driver's message as the handle's (STEPC_ERR_RUNTIME); returns -1. */
+int api_cuda_fail(stepc_t *s);
+/* Program point q alone: step.c's function when it is linked, else the executor's dispatch. */
+int api_cuda_run_point(stepc_t *s, int q);
+
+/* api_cuda_dp.c. Every hook is a no-op without a communicator. */
+/* After point q's launches on micro-batch mb: the buckets that fire there, on the last micro-batch. */
+int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf);
+/* After the micro program's last micro-batch: the step's stream waits for the communication stream. */
+int api_cuda_dp_join_comm(stepc_t *s);
+/* A tail point under ZeRO-1: 1 when handled here (its launches skipped), 0 to run it, -1. */
+int api_cuda_dp_tail_point(stepc_t *s, int q, CudaProf *pf);
+/* After the tail: ZeRO-1's parameters from their owners. */
+int api_cuda_dp_end(stepc_t *s, CudaProf *pf);
+/* While a data-parallel step runs (rt_timer_stop_watched): NCCL's asynchronous error and the
+ * communicator's timeout, ending in ncclCommAbort. */
+int api_cuda_nccl_watch(void *ctx);
+void api_cuda_dp_free(stepc_t *s);
+
+/* Profiling marks: a mark on the step's stream (side 0) or the communication stream (1); returns
+ * its index, or -1 (the message set). A span from mark a to mark b. */
+int api_cuda_mark(stepc_t *s, CudaProf *pf, int side);
+int api_cuda_span(stepc_t *s, CudaProf *pf, int kind, int id, int micro, int side, int a, int b);
+
+#endif
