@@ -24,10 +24,12 @@ static int lce_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t
   const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1), *tg = ops_in(g, op, 2);
   int64_t rows = ops_rows(x), chunks = op->a.i[0];
   if (w->ndim != 2 || ops_last(x) != w->shape[1])
-    return ops_err(err, n, "%s (..., %lld) does not match the output weight %s (V, C=%lld)", x->name, (long long)ops_last(x),
-                   w->name, (long long)w->shape[1]);
-  if (tg->dtype != DT_I32 || tensor_numel(tg) != rows) return ops_err(err, n, "expects one int32 target per row of %s", x->name);
-  if (chunks < 1 || rows % chunks) return ops_err(err, n, "%lld chunks do not divide the %lld tokens", (long long)chunks, (long long)rows);
+    return ops_err(err, n, "%s (..., %lld) does not match the output weight %s (V, C=%lld)", x->name,
+                   (long long)ops_last(x), w->name, (long long)w->shape[1]);
+  if (tg->dtype != DT_I32 || tensor_numel(tg) != rows)
+    return ops_err(err, n, "expects one int32 target per row of %s", x->name);
+  if (chunks < 1 || rows % chunks)
+    return ops_err(err, n, "%lld chunks do not divide the %lld tokens", (long long)chunks, (long long)rows);
   ops_out_shape(&out[0], DT_F32, "loss", 1, 1, 1, 1, 1);
   ops_out_like(&out[1], tg, "token_loss");
   out[1].dtype = DT_F32;
@@ -95,8 +97,8 @@ static void lc_init(LcChunk *k, const CpuCtx *c, int prec, int64_t n, int64_t v,
 }
 
 /* Runs the op table's kernel of `kind` on chunk tensors in[0..nin) -> out[0..nout) at pin / pout. */
-static void lc_run(const LcChunk *k, OpKind kind, int nin, const int *in, void *const *pin, int nout, const int *out,
-                   void *const *pout) {
+static void lc_run(const LcChunk *k, OpKind kind, int nin, const int *in, void *const *pin, int nout,
+                   const int *out, void *const *pout) {
   Op op = {.kind = kind, .nin = nin, .nout = nout, .peer = -1};
   memcpy(op.in, in, (size_t)nin * sizeof *in);
   memcpy(op.out, out, (size_t)nout * sizeof *out);
@@ -113,9 +115,10 @@ static void lc_run(const LcChunk *k, OpKind kind, int nin, const int *in, void *
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_linear_cross_entropy_info = {"linear_cross_entropy", 3, 3, 3, lce_infer, lce_flops, lce_backward, {lce_cpu_f32, lce_cpu_f64}};
-const OpInfo op_linear_cross_entropy_bwd_info = {"linear_cross_entropy_bwd", 4, 4, 2, lce_bwd_infer, lce_flops, NULL,
-                                                 {lce_bwd_cpu_f32, lce_bwd_cpu_f64}};
+const OpInfo op_linear_cross_entropy_info = {
+    "linear_cross_entropy", 3, 3, 3, lce_infer, lce_flops, lce_backward, {lce_cpu_f32, lce_cpu_f64}};
+const OpInfo op_linear_cross_entropy_bwd_info = {
+    "linear_cross_entropy_bwd", 4, 4, 2, lce_bwd_infer, lce_flops, NULL, {lce_bwd_cpu_f32, lce_bwd_cpu_f64}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -128,8 +131,8 @@ static void K(lce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
   LcChunk k;
   lc_init(&k, c, OPS_REAL == 64, n, v, d);
   for (int64_t r0 = 0; r0 < rows; r0 += n) {
-    lc_run(&k, OP_LINEAR, 2, (int[]){LC_X, LC_W}, (void *[]){(void *)(xp + r0 * d), in[1]}, 1, (int[]){LC_LOGITS},
-           (void *[]){logits});
+    lc_run(&k, OP_LINEAR, 2, (int[]){LC_X, LC_W}, (void *[]){(void *)(xp + r0 * d), in[1]}, 1,
+           (int[]){LC_LOGITS}, (void *[]){logits});
     lc_run(&k, OP_CROSS_ENTROPY, 2, (int[]){LC_LOGITS, LC_TG}, (void *[]){logits, (void *)(tg + r0)}, 2,
            (int[]){LC_LOSS, LC_LSE}, (void *[]){&chunk_loss, tok + r0});
     for (int64_t r = 0; r < n; r++) { /* the row's log-sum-exp becomes its loss */
@@ -138,7 +141,8 @@ static void K(lce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
     }
   }
   double sum = 0; /* in token order, in double, as CROSS_ENTROPY's */
-  for (int64_t r = 0; r < rows; r++) sum += (double)tok[r];
+  for (int64_t r = 0; r < rows; r++)
+    sum += (double)tok[r];
   ((real *)out[0])[0] = (real)(sum / (double)rows);
 }
 
@@ -156,18 +160,20 @@ static void K(lce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
   lc_init(&k, c, OPS_REAL == 64, n, v, d);
   for (int64_t r0 = 0; r0 < rows && logits && lse && dwc; r0 += n) {
     void *xc = (void *)(xp + r0 * d), *tc = (void *)(tg + r0);
-    lc_run(&k, OP_LINEAR, 2, (int[]){LC_X, LC_W}, (void *[]){xc, in[2]}, 1, (int[]){LC_LOGITS}, (void *[]){logits});
-    lc_run(&k, OP_CROSS_ENTROPY, 2, (int[]){LC_LOGITS, LC_TG}, (void *[]){logits, tc}, 2, (int[]){LC_LOSS, LC_LSE},
-           (void *[]){&chunk_loss, lse});
+    lc_run(&k, OP_LINEAR, 2, (int[]){LC_X, LC_W}, (void *[]){xc, in[2]}, 1, (int[]){LC_LOGITS},
+           (void *[]){logits});
+    lc_run(&k, OP_CROSS_ENTROPY, 2, (int[]){LC_LOGITS, LC_TG}, (void *[]){logits, tc}, 2,
+           (int[]){LC_LOSS, LC_LSE}, (void *[]){&chunk_loss, lse});
     /* the gradient over the logits, in place (each element from its own logit) */
-    lc_run(&k, OP_CROSS_ENTROPY_BWD, 4, (int[]){LC_DLOSS, LC_LOGITS, LC_TG, LC_LSE}, (void *[]){&dl, logits, tc, lse}, 1,
-           (int[]){LC_LOGITS}, (void *[]){logits});
+    lc_run(&k, OP_CROSS_ENTROPY_BWD, 4, (int[]){LC_DLOSS, LC_LOGITS, LC_TG, LC_LSE},
+           (void *[]){&dl, logits, tc, lse}, 1, (int[]){LC_LOGITS}, (void *[]){logits});
     lc_run(&k, OP_LINEAR_DGRAD, 2, (int[]){LC_LOGITS, LC_W}, (void *[]){logits, in[2]}, 1, (int[]){LC_DX},
            (void *[]){dx + r0 * d});
     lc_run(&k, OP_LINEAR_WGRAD, 2, (int[]){LC_LOGITS, LC_X}, (void *[]){logits, xc}, 1, (int[]){LC_DW},
            (void *[]){r0 ? dwc : dw});
     if (r0)
-      for (int64_t i = 0; i < v * d; i++) dw[i] += dwc[i];
+      for (int64_t i = 0; i < v * d; i++)
+        dw[i] += dwc[i];
   }
   free(logits), free(lse), free(dwc);
 }
