@@ -56,6 +56,7 @@ static CostClass kind_class(OpKind k) {
   case OP_ROPE: case OP_SPLIT_QKV: case OP_CONCAT_QKV: return COST_ROPE_QKV;
   case OP_EMBED: case OP_EMBED_BWD: case OP_POS_ADD: case OP_POS_ADD_BWD: return COST_EMBEDDING;
   case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return COST_LOSS;
+  case OP_LINEAR_CROSS_ENTROPY: case OP_LINEAR_CROSS_ENTROPY_BWD: return COST_GEMM; /* its products dominate */
   case OP_GRAD_SUMSQ: return COST_GRAD_NORM;
   case OP_ADAMW: case OP_LR_SCHED: case OP_CLIP_COEF: return COST_OPTIMIZER;
   case OP_ADD: case OP_ACCUM: case OP_ZERO: case OP_FILL: case OP_DROPOUT: case OP_DROPOUT_BWD: case OP_SOFTMAX:
@@ -88,10 +89,30 @@ static double roofline(const Graph *g, const Op *op, const Device *d, double *f,
   return tc > tm ? tc : tm;
 }
 
+/* The chunked output layer's launch (ir/ops/linear_loss.c): its products at the GEMM ceiling,
+ * scaled as GEMMs, and its cross entropy's in-place pass over the logits (a read and a write of
+ * every logit) at DRAM speed, scaled as the loss; with its backward in the launch (FUSE_LOSS_BWD)
+ * the backward's products too. */
+static double linear_loss_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+  const Op *o = &g->op[op];
+  const Tensor *x = &g->t[o->in[0]], *w = &g->t[o->in[1]];
+  double logits = (double)tensor_numel(x) / (double)x->shape[x->ndim - 1] * (double)w->shape[0];
+  double ce_bytes = 2 * logits * (double)dtype_size(x->dtype), ce_flops = 3 * logits;
+  *flops = op_flops(g, o), *bytes = op_bytes(g, o) + ce_bytes;
+  int passes = 1; /* the cross entropy's: its forward, and its gradient with a fused backward */
+  for (int b = op + 1; b < g->nop; b++)
+    if (g->op[b].fuse == FUSE_LOSS_BWD && g->op[b].peer == op)
+      *flops += op_flops(g, &g->op[b]), *bytes += op_bytes(g, &g->op[b]), passes = 2;
+  double gemm = *flops - passes * ce_flops;
+  return gemm / d->gemm_flops_per_s * d->class_scale[COST_GEMM] + ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] +
+         d->launch_s;
+}
+
 double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
   const Op *o = &g->op[op];
   *flops = *bytes = 0;
   if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
+  if (o->kind == OP_LINEAR_CROSS_ENTROPY) return linear_loss_time(g, op, d, flops, bytes);
   int members[IR_MAX_CHAIN + 1], n = 0;
   double t = 0, f, b;
   if (o->fuse == FUSE_SUMSQ_MULTI || o->fuse == FUSE_ADAMW_MULTI) {

@@ -9,11 +9,12 @@
 #include "ops/ops.h"
 
 /* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
- * accumulate into), LINEAR_WGRAD, which may (cuBLASLt beta = 1), and GROUPED_LINEAR_WGRAD (its
- * tensor-core epilogue adds into the fp32 main gradient). */
+ * accumulate into), LINEAR_WGRAD, which may (cuBLASLt beta = 1), GROUPED_LINEAR_WGRAD (its
+ * tensor-core epilogue adds into the fp32 main gradient) and LINEAR_CROSS_ENTROPY_BWD (its dW,
+ * output 1: each chunk's product adds into the main gradient). */
 static int sinkable(OpKind k) {
-  return k == OP_LINEAR_WGRAD || k == OP_GROUPED_LINEAR_WGRAD || k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD ||
-         k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
+  return k == OP_LINEAR_WGRAD || k == OP_LINEAR_CROSS_ENTROPY_BWD || k == OP_GROUPED_LINEAR_WGRAD || k == OP_LINEAR_BGRAD ||
+         k == OP_EMBED_BWD || k == OP_POS_ADD_BWD || k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
 }
 
 static int same_shape(const Graph *g, int a, int b) {
@@ -188,6 +189,38 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
   return rc;
 }
 
+/* Whether tensor t is written by a FILL: the constant loss gradient. */
+static int constant_fill(const Graph *g, int t) {
+  for (int f = 0; f < g->nop; f++)
+    if (g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == t) return 1;
+  return 0;
+}
+
+/* The chunked output layer's backward into its forward's launch (FUSE_LOSS_BWD): under a constant
+ * loss gradient the forward takes each chunk's gradient right after its loss, in place over the
+ * chunk's logits, so the chunk is multiplied once; the ops between (the loss's sum with the MoE
+ * aux loss, the FILL) write scalars. Its weight gradient must be sunk into the main gradient (a
+ * chunk's product adds into it); otherwise nothing fuses and the CUDA executor refuses the op. */
+static void fuse_loss_bwd(Graph *g) {
+  for (int b = 0; b < g->nop; b++) {
+    Op *bw = &g->op[b];
+    int f = bw->tags.fwd;
+    if (bw->kind != OP_LINEAR_CROSS_ENTROPY_BWD || bw->tags.phase != IR_PHASE_BACKWARD || f < 0 || f >= b) continue;
+    const Op *fw = &g->op[f];
+    if (fw->kind != OP_LINEAR_CROSS_ENTROPY || fw->tags.phase != IR_PHASE_FORWARD || bw->in[1] != fw->in[0] ||
+        bw->in[2] != fw->in[1] || bw->in[3] != fw->in[2] || bw->a.i[0] != fw->a.i[0] || !constant_fill(g, bw->in[0]) ||
+        g->t[bw->out[1]].sink < 0)
+      continue;
+    int early = 0; /* something between reads what the launch writes early */
+    for (int o = f + 1; o < b; o++)
+      for (int i = 0; i < g->op[o].nin; i++) early |= g->op[o].in[i] == bw->out[0] || g->op[o].in[i] == bw->out[1];
+    if (early) continue;
+    bw->skip = 1;
+    bw->fuse = FUSE_LOSS_BWD;
+    bw->peer = f;
+  }
+}
+
 /* Whether op o reads or writes tensor t, itself or through a weight gradient sunk into t. */
 static int touches(const Graph *g, const Op *op, int t) {
   for (int i = 0; i < op->nin; i++)
@@ -286,13 +319,12 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
     for (int b = o + 1; b < g->nop; b++) {
       Op *bw = &g->op[b];
       if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
-      int found = 0;
-      for (int f = 0; f < g->nop; f++) found |= g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == bw->in[0];
-      if (!found || uses[op->in[0]] != 2) continue; /* then the CUDA executor refuses the unfused backward */
+      if (!constant_fill(g, bw->in[0]) || uses[op->in[0]] != 2) continue; /* then the CUDA executor refuses the unfused backward */
       g->t[bw->out[0]].alias = op->in[0];
       bw->skip = 1;
     }
   }
+  fuse_loss_bwd(g);
   int rc = fuse_pairs(g, uses, err, nerr);
   if (rc == 0) fuse_rope_qkv(g, uses);
   if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);

@@ -160,6 +160,14 @@ static int lower_head(Lower *L, int x) {
   x = norm(L, x);
   tags(L, -1, 0, 0, NULL, "output_layer");
   int w = L->s->model.share_embeddings_and_output_weights ? L->wte : param(L, "weight", 2, L->v, L->c, IR_INIT_NORMAL, L->std);
+  int64_t chunks = spec_output_layer_chunks(L->s);
+  if (chunks > 1) { /* one op over the chunks: only one chunk's logits at a time (ir/ops/linear_loss.c) */
+    OpAttrs a = {.i = {chunks}};
+    int in[3] = {x, w, g->targets}, out[3];
+    if (graph_op(g, OP_LINEAR_CROSS_ENTROPY, in, 3, &a, out, NULL) < 0) return -1;
+    g->loss = out[0];
+    return 0;
+  }
   int in[2] = {x, w};
   int logits = graph_op1(g, OP_LINEAR, in, 2, NULL, "output_layer.logits");
   tags(L, -1, 0, 0, NULL, "loss");

@@ -218,6 +218,7 @@ static void act_tp(const Lay *L, const Schedule *sc, uint8_t *tp_split) {
       bool v;
       if (x->role == ROLE_ACT_GRAD && x->of >= 0 && !role_is_persistent(g->t[x->of].role)) v = tp_split[x->of];
       else if (op->kind == OP_LINEAR) v = col_parallel(op->tags.module);
+      else if (op->kind == OP_LINEAR_CROSS_ENTROPY) v = j == 2 && col_parallel(op->tags.module); /* the logits chunk */
       else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED || tensor_numel(x) == 1) v = false;
       else v = in_split && !row_parallel(op->tags.module);
       tp_split[t] = v;
@@ -268,21 +269,28 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
  * output layer's backward) are what stepc's own plan already holds as its logits, which its loss
  * backward overwrites in place (fuse.c); its log-sum-exp is Megatron's (max, sum) rows. The last
  * stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is not
- * multiplied by the micro-batches in flight. Returns its bytes, 0 when the graph has no loss. Not
+ * multiplied by the micro-batches in flight. A step whose output layer runs in chunks
+ * (LINEAR_CROSS_ENTROPY) holds one chunk of the bf16 logits: the other chunks' count here too.
+ * Returns its bytes, 0 when the graph has no loss. Not
  * applied to a one-GPU layout, whose report is stepc's own step (plan.activations). */
 static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_t *tp_split, int *from, int *to) {
   const Graph *g = L->g;
   int logits = -1;
+  double numel = 0, chunks = 1;
   *from = *to = -1;
   for (int i = 0, q = 0; i < sc->n; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[sc->it[i].id];
-    if (op->kind == OP_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD) logits = op->in[0], *from = q;
+    if (op->kind == OP_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD)
+      logits = op->in[0], numel = (double)tensor_numel(&g->t[logits]), *from = q;
+    else if (op->kind == OP_LINEAR_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD) /* chunked: its chunk stands for them */
+      logits = op->out[2], chunks = (double)op->a.i[0], numel = (double)tensor_numel(&g->t[logits]) * chunks, *from = q;
     else if (*from >= 0 && *to < 0 && op->tags.phase == IR_PHASE_BACKWARD) *to = q;
     q++;
   }
   if (logits < 0 || *to < 0) return 0;
-  return (double)tensor_numel(&g->t[logits]) * 4 / shard(L, tp_split, logits);
+  /* a chunked step's plan holds one chunk of the bf16 logits that Megatron's holds whole */
+  return numel * (4 + 2 * (chunks - 1) / chunks) / shard(L, tp_split, logits);
 }
 
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,

@@ -126,10 +126,11 @@ oom:
 /* The op whose CUDA launch carries op o's writes once the fusions are decided (fuse.h): o when it
  * launches; for a weight-gradient ACCUM sunk into its producer's kernel, the producer's launch;
  * for an op absorbed by a fused group, the op that runs the group (a chain's last op, a pair's
- * second, a multi-tensor run's last). -1 when no launch carries them. */
+ * second, a multi-tensor run's last); for the chunked loss's backward, its forward. -1 when no launch carries them. */
 static int launch_of(const Graph *g, int o, int depth) {
   const Op *op = &g->op[o];
   if (!op->skip) return o;
+  if (op->fuse == FUSE_LOSS_BWD) return op->peer >= 0 && op->peer < o && depth < 8 ? launch_of(g, op->peer, depth + 1) : -1;
   if (op->kind == OP_ACCUM && op->nin > 0 && g->t[op->in[0]].sink >= 0) {
     int p = g->t[op->in[0]].producer;
     return p >= 0 && p != o && depth < 8 ? launch_of(g, p, depth + 1) : -1;
@@ -137,7 +138,7 @@ static int launch_of(const Graph *g, int o, int depth) {
   for (int r = o + 1; r < g->nop; r++) {
     int first, last;
     fuse_group(g, r, &first, &last);
-    if (first == last || first > o) continue;
+    if (first == last || first > o || g->op[r].fuse == FUSE_LOSS_BWD) continue; /* that group runs at its first op */
     if (g->op[r].fuse != FUSE_EW) return r; /* pairs and multi-tensor runs are contiguous */
     for (int c = 0; c < g->nchain; c++)
       if (g->chain[c].first == first)

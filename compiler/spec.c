@@ -137,6 +137,18 @@ int64_t spec_global_batch_size(const Spec *s) {
   return s->train.micro_batch_size * spec_data_parallel_size(s);
 }
 
+int64_t spec_output_layer_chunks(const Spec *s) {
+  if (s->present[SPEC_F_model_output_layer_chunks]) return s->model.output_layer_chunks;
+  if (s->train.world_size > 1) return 1; /* the per-rank report models Megatron's, which does not chunk */
+  int64_t tokens = s->train.micro_batch_size * s->model.seq_length, bytes = s->model.bf16 ? 2 : 4;
+  if (tokens <= 0 || s->model.vocab_size <= 0 || s->model.vocab_size > SPEC_LOGITS_CHUNK_BYTES / bytes) return 1;
+  int64_t rows = SPEC_LOGITS_CHUNK_BYTES / (bytes * s->model.vocab_size); /* rows a chunk may have */
+  int64_t c0 = (tokens + rows - 1) / rows; /* below it a chunk has too many rows */
+  for (int64_t c = c0; c <= tokens && c - c0 < ((int64_t)1 << 20); c++)
+    if (tokens % c == 0) return c;
+  return tokens; /* one row a chunk */
+}
+
 void spec_value_str(const Spec *s, int id, char *buf, size_t n) {
   const SpecField *f = &spec_fields[id];
   const void *p = spec_field_cptr(s, id);

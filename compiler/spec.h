@@ -111,7 +111,12 @@
     "Fused vocab-parallel cross entropy (Bridge's GPTModelProvider default; Megatron's dataclass "  \
     "default is false). Per-rank report only: every Megatron loss path keeps an fp32 logits-sized tensor") \
   X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                     \
-    "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)")
+    "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)") \
+  X(output_layer_chunks, INT, "null", SC, "",                                                        \
+    "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "   \
+    "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "    \
+    "null means the fewest chunks that divide the tokens and keep a chunk's logits within 256 MiB, "  \
+    "on one GPU (world_size 1; more GPUs: 1, the per-rank report being Megatron's)")
 
 #define SPEC_TRAIN_FIELDS(X)                                                                       \
   X(micro_batch_size, INT, "1", MC, "", "Sequences per micro-batch per data-parallel rank")          \
@@ -247,6 +252,12 @@ bool spec_is_moe(const Spec *s);
 bool spec_layer_is_moe(const Spec *s, int layer); /* layer in 0..num_layers-1 */
 int64_t spec_data_parallel_size(const Spec *s);
 int64_t spec_global_batch_size(const Spec *s);
+/* Chunks of the output layer and loss: model.output_layer_chunks, or when null the fewest that
+ * divide the micro-batch's tokens and keep one chunk's logits (tokens / chunks x vocab at the
+ * compute dtype) within SPEC_LOGITS_CHUNK_BYTES, on one GPU; 1 when world_size > 1 (the per-rank
+ * report models Megatron's layout, whose loss holds the whole logits: compiler/memrank.c). */
+#define SPEC_LOGITS_CHUNK_BYTES ((int64_t)256 << 20)
+int64_t spec_output_layer_chunks(const Spec *s);
 
 /* Writes a field's current value in override syntax ("[core_attn,mlp]", "null", "4096"). */
 void spec_value_str(const Spec *s, int id, char *buf, size_t n);

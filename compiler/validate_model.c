@@ -1,5 +1,5 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31): what Megatron would reject while building the
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49): what Megatron would reject while building the
  * model, or what stepc cannot plan or run. */
 #include <string.h>
 
@@ -117,6 +117,23 @@ static void check_limits(VCtx *v) {
               "raise train.micro_batch_size or lower train.global_batch_size");
 }
 
+/* STEPC-49: the output layer's chunks split a micro-batch's tokens evenly. */
+static void check_output_chunks(VCtx *v) {
+  const Spec *s = v->s;
+  const int F = SPEC_F_model_output_layer_chunks;
+  if (!s->present[F]) return;
+  int64_t c = s->model.output_layer_chunks, tokens = s->train.micro_batch_size * s->model.seq_length;
+  if (c < 1)
+    diag_hint(v_error(v, "STEPC-49", F, "output_layer_chunks=%lld: the output layer runs in at least 1 chunk", (long long)c),
+              "write 1 for the whole logits at once, or leave the field null for stepc's choice");
+  else if (tokens > 0 && tokens % c)
+    diag_hint(v_error(v, "STEPC-49", F,
+                      "output_layer_chunks=%lld does not divide a micro-batch's %lld tokens (micro_batch_size %lld x "
+                      "seq_length %lld)",
+                      (long long)c, (long long)tokens, (long long)s->train.micro_batch_size, (long long)s->model.seq_length),
+              "choose a divisor of %lld, or leave the field null for stepc's choice", (long long)tokens);
+}
+
 void validate_model(VCtx *v) {
   check_limits(v);
   check_hybrid(v);
@@ -124,4 +141,5 @@ void validate_model(VCtx *v) {
   check_moe(v);
   check_data(v);
   check_precision(v);
+  check_output_chunks(v);
 }

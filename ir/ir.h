@@ -151,6 +151,9 @@ typedef enum {
   FUSE_WGRAD_STORE, /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
                        one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
                        optimizer's ZERO of that gradient is skipped (peer -1) */
+  FUSE_LOSS_BWD,    /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
+                       runs it in its own launch, chunk by chunk over the forward's logits chunk:
+                       the ops peer..o form the group, live as one launch */
   FUSE_COUNT
 } FuseKind;
 
@@ -163,7 +166,7 @@ typedef struct {
   IrTags tags;
   uint8_t fuse;         /* FuseKind of the group this op runs */
   uint8_t skip;         /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
-                           the fused loss's backward */
+                           the fused loss's backward (FUSE_LOSS_BWD's too) */
   int peer;             /* fused groups: the first op of the group (this op is the last), else -1 */
 } Op;
 

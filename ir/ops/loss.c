@@ -1,4 +1,6 @@
-/* loss.c — CROSS_ENTROPY: loss (1) = mean over the B*T tokens of lse(logits) - logits[target],
+/* loss.c — CROSS_ENTROPY: loss (1) = mean over the B*T tokens of lse(logits) - logits[target]
+ * (a target outside [0, V) marks an ignored token: loss 0, gradient 0, still counted in B*T, as
+ * kernels/loss.cuh),
  * with the row log-sum-exp (B,T) kept for the backward (which therefore reads logits, targets and
  * lse). CROSS_ENTROPY_BWD's first input is the loss gradient (1), the micro-batch's share of the
  * step's mean (1 / num_microbatches). */
@@ -67,10 +69,8 @@ static void K(ce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *cons
   K(CeArgs) a = {.x = in[0], .tg = in[1], .olse = out[1], .rows = ops_rows(x), .v = ops_last(x)};
   c->parallel_for(c, a.rows, K(ce_range), &a);
   double sum = 0; /* in token order, in double: the loss is what runs are compared on */
-  for (int64_t r = 0; r < a.rows; r++) {
-    int64_t t = a.tg[r] >= 0 && a.tg[r] < a.v ? a.tg[r] : 0;
-    sum += (double)a.olse[r] - (double)a.x[r * a.v + t];
-  }
+  for (int64_t r = 0; r < a.rows; r++)
+    if (a.tg[r] >= 0 && a.tg[r] < a.v) sum += (double)a.olse[r] - (double)a.x[r * a.v + a.tg[r]];
   ((real *)out[0])[0] = (real)(sum / (double)a.rows);
 }
 
@@ -80,8 +80,9 @@ static void K(ce_bwd_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     const real *x = a->x + r * a->v;
     real *dx = a->y + r * a->v;
-    int64_t t = a->tg[r] >= 0 && a->tg[r] < a->v ? a->tg[r] : 0;
-    for (int64_t j = 0; j < a->v; j++) dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * scale;
+    int64_t t = a->tg[r];
+    real s = t >= 0 && t < a->v ? scale : 0; /* an ignored token: gradient 0 */
+    for (int64_t j = 0; j < a->v; j++) dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * s;
   }
 }
 

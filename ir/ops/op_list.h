@@ -104,6 +104,9 @@
   X(MAMBA_MIXER_BWD, op_mamba_mixer_bwd)                                                           \
   /* activation.c: relu and squared relu (Nemotron's squared_relu MLPs) */                       \
   X(RELU_ACT, op_relu_act)           /* relu(x), or relu(x)^2 with i[0] = 1 */                    \
-  X(RELU_ACT_BWD, op_relu_act_bwd)
+  X(RELU_ACT_BWD, op_relu_act_bwd)                                                                 \
+  /* linear_loss.c: the output layer and its cross-entropy over chunks of the tokens */          \
+  X(LINEAR_CROSS_ENTROPY, op_linear_cross_entropy) /* loss of (x W^T, targets), one chunk at a time */ \
+  X(LINEAR_CROSS_ENTROPY_BWD, op_linear_cross_entropy_bwd)
 
 #endif

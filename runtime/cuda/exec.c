@@ -62,6 +62,7 @@ static const RtOpFn DISPATCH[OP_COUNT] = {
     [OP_ATTN_PV] = rt_op_attn_pv,
     [OP_ATTN_PV_BWD] = rt_op_attn_pv_bwd,
     [OP_CROSS_ENTROPY] = rt_op_cross_entropy,
+    [OP_LINEAR_CROSS_ENTROPY] = rt_op_linear_cross_entropy,
     [OP_GRAD_SUMSQ] = rt_op_grad_sumsq,
     [OP_CLIP_COEF] = rt_op_clip_coef,
     [OP_LR_SCHED] = rt_op_lr_sched,
@@ -180,13 +181,17 @@ static int analyse(RtExec *x, int *unsupported) {
           rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient", op_name(op->kind),
                        op->tags.module, g->t[op->out[i]].name);
   }
-  /* the fused loss: the per-token weight of its backward, from the constant loss gradient */
+  /* the fused loss: the per-token weight of its backward, from the constant loss gradient; the
+   * chunked output layer's forward also learns which backward it runs */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
-    if (op->kind != OP_CROSS_ENTROPY) continue;
+    if (op->kind != OP_CROSS_ENTROPY && op->kind != OP_LINEAR_CROSS_ENTROPY) continue;
     for (int b = o + 1; b < g->nop; b++) {
       const Op *bw = &g->op[b];
-      if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !bw->skip) continue;
+      if (op->kind == OP_CROSS_ENTROPY ? bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !bw->skip
+                                       : x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
+        continue;
+      if (op->kind == OP_LINEAR_CROSS_ENTROPY) x->slot[o] = b;
       for (int f = 0; f < g->nop; f++)
         if (g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == bw->in[0])
           x->dloss[o] = (float)(g->op[f].a.f[0] / (double)ops_rows(&g->t[op->in[0]]));

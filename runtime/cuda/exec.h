@@ -18,6 +18,9 @@
  *  - CROSS_ENTROPY runs the fused forward+backward kernel in place over the logits, so its
  *    CROSS_ENTROPY_BWD is skipped and dlogits aliases the logits' storage; the per-token losses
  *    go to the lse tensor's storage (same size), which nothing else reads;
+ *  - LINEAR_CROSS_ENTROPY (the output layer in chunks) runs its backward in its own launch, chunk
+ *    by chunk over its logits-chunk workspace (RT_FUSE_LOSS_BWD at the skipped backward, whose dx
+ *    it writes and whose dW it adds into the fp32 main gradient);
  *  - DROPOUT writes no mask: DROPOUT_BWD regenerates it from (seed, stream) (Philox, see
  *    docs/kernels.md), so the mask tensor is never written.
  * The dropout RNG differs from the CPU executor's (Philox vs splitmix): masks agree in law, not

@@ -20,6 +20,7 @@ enum {
   RT_FUSE_ADAMW_MULTI = FUSE_ADAMW_MULTI, /* ops peer..o: one adamw_multi over their table */
   RT_FUSE_ROPE_QKV = FUSE_ROPE_QKV,       /* ops o-2..o: QKV split + RoPE (or its gradient), one kernel */
   RT_FUSE_WGRAD_STORE = FUSE_WGRAD_STORE, /* op o alone: its weight gradient stored, not added, into the main one */
+  RT_FUSE_LOSS_BWD = FUSE_LOSS_BWD,       /* op o skipped: its forward (peer) runs it chunk by chunk */
 };
 
 struct RtExec {
@@ -54,10 +55,11 @@ struct RtExec {
   uint8_t *skip;         /* fused into another op */
   uint8_t *attn_cudnn;   /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
   int *slot;             /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
-                            (+RT_MAX_HP when it computes the slot's values first) */
+                            (+RT_MAX_HP when it computes the slot's values first);
+                            LINEAR_CROSS_ENTROPY: the backward op its launch runs (RT_FUSE_LOSS_BWD) */
   int64_t *multi_at;     /* the op that runs a multi-tensor group: its table's first word, else -1 */
   int64_t *multi_chunks; /* ... and the group's chunk count (its grid) */
-  float *dloss;          /* CROSS_ENTROPY: the per-token loss weight of its fused backward */
+  float *dloss;          /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
   uint8_t *fuse;         /* RT_FUSE_* of the group this op runs, 0 none */
   int *peer;             /* the group's first op, or -1 */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
@@ -103,6 +105,7 @@ int rt_op_softmax_bwd(RtExec *x, const Op *op);
 int rt_op_attn_pv(RtExec *x, const Op *op);
 int rt_op_attn_pv_bwd(RtExec *x, const Op *op);
 int rt_op_cross_entropy(RtExec *x, const Op *op);
+int rt_op_linear_cross_entropy(RtExec *x, const Op *op);
 int rt_op_grad_sumsq(RtExec *x, const Op *op);
 int rt_op_clip_coef(RtExec *x, const Op *op);
 int rt_op_lr_sched(RtExec *x, const Op *op);

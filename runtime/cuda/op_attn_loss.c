@@ -1,4 +1,5 @@
-/* op_attn_loss.c — dispatch of attention (ir/ops/flash.c) and the fused cross-entropy (loss.c). */
+/* op_attn_loss.c — dispatch of attention (ir/ops/flash.c), the fused cross-entropy (loss.c) and the
+ * chunked output layer with its loss (linear_loss.c). */
 #include "kernels/launch.h"
 #include "runtime/cuda/exec_internal.h"
 #include "runtime/cuda/launchers.h"
@@ -116,19 +117,51 @@ int rt_op_flash_bwd(RtExec *x, const Op *op) {
                                           a.B, a.T, a.H, a.G, a.D, a.scale);
 }
 
+/* The fused cross entropy over N rows of V logits (V % 8 == 0): each row's gradient, weighted
+ * dl, in place; its loss into per (N). One read of the row where a cluster's registers hold it,
+ * else two passes. V twice: the logits carry no padding columns here (V = Vp). */
+static int ce_rows(RtExec *x, CUdeviceptr per, CUdeviceptr logits, CUdeviceptr tg, int N, int V, float dl) {
+  unsigned th = stepc_ce_threads(V);
+  return th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per, logits, tg, N, V, V, dl)
+            : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V, dl);
+}
+
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
  * logits' storage (which CROSS_ENTROPY_BWD's output aliases) and the per-token losses in lse's. */
 int rt_op_cross_entropy(RtExec *x, const Op *op) {
   const Tensor *lg = rt_t(x, op->in[0]);
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
-  CUdeviceptr per = rt_out(x, op, 1), logits = rt_in(x, op, 0), tg = rt_in(x, op, 1), loss = rt_out(x, op, 0);
-  /* V twice: the logits carry no padding columns here (V = Vp). One read of the row where a
-   * cluster's registers hold it, else two passes. */
-  float dl = x->dloss[op - x->g->op];
-  unsigned th = stepc_ce_threads(V);
-  if (th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per, logits, tg, N, V, V, dl)
-         : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V, dl))
-    return RT_ERROR;
+  CUdeviceptr per = rt_out(x, op, 1), loss = rt_out(x, op, 0);
+  if (ce_rows(x, per, rt_in(x, op, 0), rt_in(x, op, 1), N, V, x->dloss[rt_op_index(x, op)])) return RT_ERROR;
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, 1.0f / (float)N);
+}
+
+/* LINEAR_CROSS_ENTROPY with its backward (RT_FUSE_LOSS_BWD, x->slot): in (x (N, K), W (V, K),
+ * targets (N)) out (loss, token_loss (N), logits chunk (n, V)), and the backward's dx (N, K) and
+ * dW, added into W's fp32 main gradient. For each chunk of n rows, in order: logits = x_c W^T into
+ * the chunk; the cross entropy over it in place (its gradient, the rows' losses into token_loss);
+ * dx_c = dlogits W; main gradient += dlogits^T x_c. Then the loss, the fixed-order mean of
+ * token_loss. One stream, a fixed order of every sum: deterministic, and capturable. */
+int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
+  int o = rt_op_index(x, op), b = x->slot[o];
+  if (b <= o || x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
+    return rt_fail(x->d, "the chunked output layer runs on CUDA only with its backward in its launch (a constant loss "
+                         "gradient, the weight gradient into an fp32 main gradient: compiler/fuse.c)");
+  const Op *bw = &x->g->op[b];
+  const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], n = N / op->a.i[0], mg = x->sink[bw->out[1]];
+  if (V % 8 || K % 8 || a->dtype != DT_BF16 || w->dtype != DT_BF16 || mg < 0 || N > INT32_MAX)
+    return rt_fail(x->d, "the chunked output layer takes bf16 x and W, a vocabulary and width that are multiples of 8 (%lld, "
+                         "%lld) and its weight gradient sunk into the main gradient", (long long)V, (long long)K);
+  CUdeviceptr xin = rt_in(x, op, 0), W = rt_in(x, op, 1), tg = rt_in(x, op, 2), tok = rt_out(x, op, 1);
+  CUdeviceptr lg = rt_out(x, op, 2), dx = rt_out(x, bw, 0), main = rt_exec_ptr(x, (int)mg);
+  for (int64_t r0 = 0; r0 < N; r0 += n) {
+    CUdeviceptr xc = xin + (CUdeviceptr)(r0 * K * 2), dxc = dx + (CUdeviceptr)(r0 * K * 2);
+    if (rt_gemm(x->d, RT_GEMM_NT, n, V, K, xc, W, lg, 0, 0, 0) ||
+        ce_rows(x, tok + (CUdeviceptr)(r0 * 4), lg, tg + (CUdeviceptr)(r0 * 4), (int)n, (int)V, x->dloss[o]) ||
+        rt_gemm(x->d, RT_GEMM_NN, n, K, V, lg, W, dxc, 0, 0, 0) || rt_gemm(x->d, RT_GEMM_TN, V, K, n, lg, xc, main, 1, 1, 0))
+      return RT_ERROR;
+  }
+  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), tok, (int)N, 1.0f / (float)N);
 }

@@ -75,6 +75,29 @@ run recompute_gpt3_dropout $STEP recompute $GPT3 3 model.bf16=true
 run scoped_gpt3_dropout $STEP scoped $GPT3 6 "$SCOPES" model.bf16=true
 # core_attn replays inside the graphs only without attention dropout (MCORE-56 / STEPC-42)
 run scoped_gpt3_recompute $STEP scoped $GPT3 4 "transformer_engine:[];transformer_engine:[attn];local:[]" model.bf16=true model.attention_dropout=0 model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
+# the output layer and loss in chunks (model.output_layer_chunks, ir/ops/linear_loss.c; the
+# backward inside the forward's launch, FUSE_LOSS_BWD): gradients against the CPU reference (which
+# runs the backward op alone), untied (tiny), tied (gpt3_tiny), over two micro-batches and one;
+# replay == eager, each recompute setting == none, scoped graphs == eager, bitwise; the 200-step
+# curve against the CPU's unchunked one (the chunked step differs from it only in the weight
+# gradient's summation order); the large recipes whose peak it lowers, predicted against measured
+CH4=model.output_layer_chunks=4
+run chunks_grads_tiny $STEP grads models/tiny.lua $CH4
+run chunks_grads_one_micro $STEP grads models/tiny.lua $CH4 $ONE
+run chunks_grads_flash $STEP grads models/tiny.lua $CH4 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
+run chunks_grads_gpt3_tied $STEP grads $GPT3 model.bf16=true model.attention_dropout=0 model.hidden_dropout=0 $CH4
+run chunks_replay_tiny $STEP replay models/tiny.lua 8 $CH4 model.hidden_dropout=0.1
+run chunks_replay_gpt3_tied $STEP replay $GPT3 6 model.bf16=true $CH4
+run chunks_recompute_tiny $STEP recompute models/tiny.lua 4 $CH4 model.hidden_dropout=0.1
+run chunks_recompute_gpt3 $STEP recompute $GPT3 3 model.bf16=true $CH4
+run chunks_scoped_tiny $STEP scoped models/tiny.lua 4 "$SCOPES" $CH4 model.hidden_dropout=0.1
+run chunks_optim_tiny $STEP optim models/tiny.lua 3 $CH4
+run chunks_moe_grads $STEP grads tests/recipes/tiny_mla_moe.lua model.bf16=true model.moe_router_topk=8 $CH4
+run chunks_train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3 $CH4
+run chunks_cli_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 $CH4 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+RUN_TIMEOUT=900 run chunks_cli_llama3_2_1b $BUILD/stepc run models/llama3_2_1b.lua --device cuda --steps 5
+RUN_TIMEOUT=900 run chunks_cli_moonlight_mha_7l $BUILD/stepc run models/moonlight_mha_7l.lua --device cuda --steps 5
+RUN_TIMEOUT=900 run chunks_cli_moonlight_whole $BUILD/stepc run models/moonlight_mha_7l.lua --device cuda --steps 5 model.output_layer_chunks=1
 # the optimizer's multi-tensor launches (optimizer.multi_tensor, the default) against the per-tensor
 # ones (bitwise with clipping off), replay == eager, the first step's norm and loss against the CPU
 run optim_tiny $STEP optim models/tiny.lua 4
@@ -145,5 +168,6 @@ RUN_TIMEOUT=1200 run torch_ref env -u ONLY BUILD=$BUILD OUT=$DEST tests/gpu/run_
 [ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
 [ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
 [ -r "$DEST/cli_gpt3_eager.log" ] && tail -12 "$DEST/cli_gpt3_eager.log"
+for f in chunks_cli_llama3_2_1b chunks_cli_moonlight_mha_7l chunks_cli_moonlight_whole; do [ -r "$DEST/$f.log" ] && tail -12 "$DEST/$f.log"; done
 echo "== $fails failed" | tee -a "$DEST/summary.log"
 exit $((fails > 0))

@@ -6,8 +6,10 @@
  *
  *   exec_fuse            the checks below (exit 0 ok, 1 a failure)
  *   exec_fuse RECIPE [K=V ...]   one recipe's fused pairs, printed */
+#include <math.h>
 #include <stdlib.h>
 
+#include "ops/ops.h"
 #include "record_run.h"
 
 typedef struct {
@@ -49,6 +51,59 @@ static int same_tags3(const Graph *g, int o) {
   return 1;
 }
 
+/* The chunked output layer (FUSE_LOSS_BWD at its backward op b, peer its forward f): b launches
+ * nothing; f launches per chunk of n rows, in order, the logits GEMM into its chunk, the cross
+ * entropy in place over the chunk (losses into the chunk's rows of token_loss, the gradient weight
+ * 1 / tokens), the dgrad GEMM into the chunk's rows of dx and the wgrad GEMM added into the fp32
+ * main gradient; then the mean of token_loss into the loss. */
+static void check_loss_bwd(Run *r, const char *name, int b, int f) {
+  const Graph *g = r->p.g;
+  RtExec *x = r->x;
+  const Op *bw = &g->op[b], *fw = &g->op[f];
+  CHECK(bw->kind == OP_LINEAR_CROSS_ENTROPY_BWD && fw->kind == OP_LINEAR_CROSS_ENTROPY && f < b && !rt_exec_op_runs(x, b) &&
+            rt_exec_op_runs(x, f) && fw->tags.phase == IR_PHASE_FORWARD,
+        "%s op %d: the chunked loss's backward is not run by its forward %d", name, b, f);
+  r->rec.n = 0;
+  r->rec.op = b;
+  CHECK(rt_exec_run_op(x, b) == 0 && r->rec.n == 0, "%s op %d: the fused backward launches something", name, b);
+  r->rec.op = f;
+  CHECK(rt_exec_run_op(x, f) == 0, "%s op %d: %s", name, f, r->dev.err);
+  const Tensor *a = &g->t[fw->in[0]], *w = &g->t[fw->in[1]];
+  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], C = fw->a.i[0], n = N / C, mg = g->t[bw->out[1]].sink;
+  CHECK(C > 1 && mg >= 0 && r->rec.n == 4 * C + 1, "%s op %d: %d records for %lld chunks", name, f, r->rec.n, (long long)C);
+  if (r->rec.n != 4 * C + 1 || mg < 0) return;
+  CUdeviceptr lg = rt_exec_ptr(x, fw->out[2]), tok = rt_exec_ptr(x, fw->out[1]), dx = rt_exec_ptr(x, bw->out[0]);
+  CUdeviceptr xin = rt_exec_ptr(x, fw->in[0]), W = rt_exec_ptr(x, fw->in[1]), tg = rt_exec_ptr(x, fw->in[2]);
+  float dl = 1.0f / (float)N / (float)g->num_microbatches;
+  for (int64_t c = 0; c < C; c++) {
+    const RtRec *q = &r->rec.r[4 * c];
+    CUdeviceptr xc = xin + (CUdeviceptr)(c * n * K * 2);
+    CHECK(q[0].kind == RT_REC_GEMM && q[0].gemm.kind == RT_GEMM_NT && q[0].gemm.m == n && q[0].gemm.n == V && q[0].gemm.k == K &&
+              q[0].gemm.a == xc && q[0].gemm.b == W && q[0].gemm.c == lg && q[0].gemm.beta == 0.0f,
+          "%s op %d chunk %lld: not the logits GEMM into the chunk", name, f, (long long)c);
+    uint32_t bits;
+    float got;
+    memcpy(&bits, &q[1].arg[6], 4);
+    memcpy(&got, &bits, 4);
+    CHECK(q[1].kind == RT_REC_LAUNCH && (q[1].k == RT_K_cross_entropy_cluster || q[1].k == RT_K_cross_entropy_forward_backward) &&
+              q[1].arg[0] == tok + (CUdeviceptr)(c * n * 4) && q[1].arg[1] == lg && q[1].arg[2] == tg + (CUdeviceptr)(c * n * 4) &&
+              (uint32_t)q[1].arg[3] == (uint32_t)n && fabsf(got - dl) <= 1e-6f * dl,
+          "%s op %d chunk %lld: not the cross entropy over the chunk (weight %g, want %g)", name, f, (long long)c, got, dl);
+    CHECK(q[2].kind == RT_REC_GEMM && q[2].gemm.kind == RT_GEMM_NN && q[2].gemm.a == lg && q[2].gemm.b == W &&
+              q[2].gemm.c == dx + (CUdeviceptr)(c * n * K * 2) && q[2].gemm.beta == 0.0f,
+          "%s op %d chunk %lld: not the dgrad GEMM into the chunk's rows of dx", name, f, (long long)c);
+    CHECK(q[3].kind == RT_REC_GEMM && q[3].gemm.kind == RT_GEMM_TN && q[3].gemm.a == lg && q[3].gemm.b == xc &&
+              q[3].gemm.c == rt_exec_ptr(x, (int)mg) && q[3].gemm.c_f32 && q[3].gemm.beta == 1.0f,
+          "%s op %d chunk %lld: not the wgrad GEMM added into the main gradient", name, f, (long long)c);
+  }
+  const RtRec *l = &r->rec.r[4 * C];
+  CHECK(l->kind == RT_REC_LAUNCH && l->k == RT_K_loss_reduce && l->arg[0] == rt_exec_ptr(x, fw->out[0]) && l->arg[1] == tok &&
+            (uint32_t)l->arg[2] == (uint32_t)N,
+        "%s op %d: not the loss's mean over token_loss", name, f);
+  /* the plan keeps the logits chunk, dx and the forward's inputs apart across the group */
+  CHECK(lg != dx && lg != xin && dx != xin, "%s op %d: the chunk, dx and x share storage", name, f);
+}
+
 /* Each fused op: its peer is the op before it, skipped, in its phase; it launches the fused
  * kernel / GEMM with the right operands. */
 static void check_launches(Run *r, const char *name) {
@@ -74,6 +129,10 @@ static void check_launches(Run *r, const char *name) {
       continue;
     }
     const Op *op = &g->op[o], *pr = &g->op[peer];
+    if (k == FUSE_LOSS_BWD) {
+      check_loss_bwd(r, name, o, peer);
+      continue;
+    }
     if (k == 4) { /* a generated chain: its ops from peer to o, all but o skipped, one launch */
       CHECK(peer < o && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o) && op->tags.phase == pr->tags.phase,
             "%s op %d: chain from %d", name, o, peer);
@@ -190,8 +249,8 @@ static int straddles(Run *r, int want_kind) {
 }
 
 static void print(Run *r, const char *name) {
-  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  QKV RoPE %3d  stored wgrad %3d\n", name, r->n[1],
-         r->n[2], r->n[3], r->n[4], r->n[FUSE_ROPE_QKV], r->n[FUSE_WGRAD_STORE]);
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  QKV RoPE %3d  stored wgrad %3d  chunked loss %d\n",
+         name, r->n[1], r->n[2], r->n[3], r->n[4], r->n[FUSE_ROPE_QKV], r->n[FUSE_WGRAD_STORE], r->n[FUSE_LOSS_BWD]);
 }
 
 /* The same forward pairs (by kind and module) fuse in a and b. */
@@ -218,6 +277,10 @@ static void recipe(const char *title, const char *path, const char **base, int n
   CHECK(on.n[4] == n4, "%s: %d elementwise chains, expected %d", title, on.n[4], n4);
   CHECK(on.n[FUSE_ROPE_QKV] == nrope, "%s: %d QKV RoPE groups, expected %d", title, on.n[FUSE_ROPE_QKV], nrope);
   CHECK(on.n[FUSE_WGRAD_STORE] == nstore, "%s: %d stored weight gradients, expected %d", title, on.n[FUSE_WGRAD_STORE], nstore);
+  int nlce = 0;
+  for (int o = 0; o < on.p.g->nop; o++) nlce += on.p.g->op[o].kind == OP_LINEAR_CROSS_ENTROPY;
+  CHECK(on.n[FUSE_LOSS_BWD] == nlce, "%s: %d chunked losses fused of %d", title, on.n[FUSE_LOSS_BWD], nlce);
+  CHECK(nlce == (strstr(title, "chunks") || !strcmp(title, "llama3_2_1b")), "%s: %d chunked output layers", title, nlce);
   CHECK(straddles(&on, 0) == 0, "%s: a bit-changing pair straddles a scope instance", title);
   for (int v = 0; v < nvar; v++) {
     const char *kv[16];
@@ -267,7 +330,8 @@ int main(int argc, char **argv) {
     unload(&r);
     return failures ? 1 : 0;
   }
-  const char *bf16[] = {"model.bf16=true"};
+  const char *bf16[] = {"model.bf16=true"}, *whole[] = {"model.output_layer_chunks=1"};
+  const char *chunks4[] = {"model.output_layer_chunks=4"}, *gpt3_chunks[] = {"model.bf16=true", "model.output_layer_chunks=2"};
   static const char *const gpt3_var[] = {
       "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
       "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
@@ -287,7 +351,14 @@ int main(int argc, char **argv) {
    * into its main gradient and that gradient's ZERO is skipped, under recompute and scoped graphs */
   const char *one_micro[] = {"train.global_batch_size=4"};
   recipe("tiny, one micro-batch", "models/tiny.lua", one_micro, 1, tiny_var, 4, 8, 0, 0, 8, 17);
-  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0, 32, 65);
+  /* its output layer runs in 8 chunks (model.output_layer_chunks null: 2 x 4096 tokens x 128256
+   * bf16 logits is 2 GB): its weight gradient adds into the main gradient chunk by chunk */
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0, 32, 64);
+  recipe("llama3_2_1b, output layer whole", "models/llama3_2_1b.lua", whole, 1, NULL, 0, 32, 0, 0, 32, 65);
+  /* chunked output layers on the small recipes, tied (gpt3_tiny) and untied (tiny), under
+   * recompute and scoped graphs */
+  recipe("tiny, 4 output chunks", "models/tiny.lua", chunks4, 1, tiny_var, 4, 8, 0, 0, 8, 0);
+  recipe("gpt3_tiny bf16, 2 output chunks", "tests/recipes/gpt3_tiny.lua", gpt3_chunks, 2, gpt3_var, 5, 0, 4, 4, 0, 0);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }

@@ -5,7 +5,8 @@
  *   tests/recipes/gpt3_tiny.lua — unfused attention, dropout 0.1 (masks fixed), LayerNorm, GELU,
  *     biases, learned positions, tied embeddings
  *   both with attention_backend swapped, and tiny with 4 micro-batches (the 1/num_microbatches
- *   seed). Tolerance: GRADCHECK_TOL (1e-4), see train.h and docs/cpu-reference.md; measured worst
+ *   seed); the output layer and loss in chunks (model.output_layer_chunks) on both, and over
+ *   micro-batches. Tolerance: GRADCHECK_TOL (1e-4), see train.h and docs/cpu-reference.md; measured worst
  *   errors are ~1e-7. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,15 @@ int main(void) {
   fails += run("tests/recipes/gpt3_tiny.lua", NULL, 0);
   const char *gpt3_flash[] = {"model.attention_backend=flash", "model.share_embeddings_and_output_weights=false"};
   fails += run("tests/recipes/gpt3_tiny.lua", gpt3_flash, 2);
+  /* the output layer and loss in chunks (ir/ops/linear_loss.c): untied, over micro-batches, tied */
+  const char *tiny_chunks[] = {"model.seq_length=16", "train.micro_batch_size=1", "train.global_batch_size=1",
+                               "model.output_layer_chunks=4"};
+  fails += run("models/tiny.lua", tiny_chunks, 4);
+  const char *tiny_mb_chunks[] = {"model.seq_length=8", "train.micro_batch_size=1", "train.global_batch_size=4",
+                                  "model.num_layers=1", "model.output_layer_chunks=2"};
+  fails += run("models/tiny.lua", tiny_mb_chunks, 5);
+  const char *gpt3_chunks[] = {"model.output_layer_chunks=8"};
+  fails += run("tests/recipes/gpt3_tiny.lua", gpt3_chunks, 1);
   if (fails) return 1;
   printf("test_model_grad: ok\n");
   return 0;

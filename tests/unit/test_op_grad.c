@@ -200,6 +200,22 @@ int main(void) {
     int tg = input_ids(g, "targets", b, t), ce[2] = {param(g, "logits", 3, b, t, v, 1), tg};
     graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL);
     fails += check("cross_entropy", g, out, 1, &tg, 1, v);
+    /* targets drawn from [0, V + 2): some are ignored (loss 0, gradient 0) */
+    g = graph_new();
+    tg = input_ids(g, "targets", b, t), ce[0] = param(g, "logits", 3, b, t, v, 1), ce[1] = tg;
+    graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL);
+    fails += check("cross_entropy, ignored targets", g, out, 1, &tg, 1, v + 2);
+
+    /* the chunked output layer and loss: x and W through every chunk */
+    int64_t chunks = rnd(1, b * t);
+    while ((b * t) % chunks) chunks--;
+    OpAttrs la = {.i = {chunks}};
+    g = graph_new();
+    tg = input_ids(g, "targets", b, t);
+    int lce[3] = {param(g, "x", 3, b, t, c, 1), param(g, "w", 2, v, c, 1, 1), tg};
+    graph_op(g, OP_LINEAR_CROSS_ENTROPY, lce, 3, &la, out, NULL);
+    snprintf(what, sizeof what, "linear_cross_entropy %lld chunks, ignored targets", (long long)chunks);
+    fails += check(what, g, out, 1, &tg, 1, v + 2);
   }
   if (fails) {
     printf("test_op_grad: %d FAILED (seed %llu)\n", fails, (unsigned long long)seed);
