@@ -129,6 +129,10 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     const Tensor *x = &g->t[t];
     size_t es = dtype_is_float(x->dtype) && float_bytes > 0 ? (size_t)float_bytes : dtype_size(x->dtype);
     mp->size[t] = tensor_numel(x) * (int64_t)es;
+    /* the device plan (nominal dtypes): a weight gradient the fusion pass sank into its main
+     * gradient (fuse.c, Tensor.sink) is never written on the device, so it takes no bytes; the CPU
+     * reference's plans (float_bytes 4 or 8) run the unfused ACCUM and keep it */
+    if (float_bytes == 0 && x->sink >= 0) mp->size[t] = 0;
     mp->start[t] = INT32_MAX, mp->end[t] = -1;
     mp->slot[t] = -1;
   }

@@ -374,6 +374,9 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
       const Tensor *x = &g->t[t];
+      /* stepc's own step (one GPU): a weight gradient sunk into its main gradient takes no bytes,
+       * as in the device plan (memplan.c) */
+      if (world == 1 && x->sink >= 0) continue;
       double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
       if (role == ROLE_PARAM) {

@@ -328,7 +328,9 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   for (int i = 0; i < g->nt; i++) bf16_params += g->t[i].role == ROLE_PARAM && g->t[i].dtype == DT_BF16;
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
-    if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != tensor_numel(t) * (int64_t)dtype_size(t->dtype) ||
+    /* a weight gradient sunk into its main gradient has no bytes (memplan.c): nothing writes it */
+    int64_t want = t->sink >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
+    if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != want ||
         t->offset < 0 || t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
       rt_fail(d, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) is not a 16-byte-aligned slot at its nominal "
                  "dtype size", t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
