@@ -84,6 +84,22 @@ int api_cuda_span(stepc_t *s, CudaProf *pf, int kind, int id, int micro, int sid
  * the points the data-parallel hooks enqueue the collectives on the communication stream
  * (api_cuda_dp.c); with pf, CUDA events around every point and every collective. A data-parallel
  * step runs this, eager or captured, and so does every profiled step. */
+/* The tail (reduce and optimizer points) after the micro-batches: the communication stream
+ * joined first, then each point, with ZeRO-1's norm exchange and skipped ops, then its
+ * parameter all-gather. */
+static int enqueue_tail(stepc_t *s, CudaProf *pf) {
+  ApiCuda *c = cu(s);
+  int a = 0, b = 0;
+  if (api_cuda_dp_join_comm(s)) return -1;
+  for (int q = c->nmicro; q < c->npoints; q++) {
+    int handled = api_cuda_dp_tail_point(s, q, pf); /* ZeRO-1: the norm's exchange, a skipped op */
+    if (handled < 0 || (pf && (a = api_cuda_mark(s, pf, 0)) < 0)) return -1;
+    if (!handled && api_cuda_run_point(s, q)) return -1;
+    if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, -1, 0, a, b))) return -1;
+  }
+  return api_cuda_dp_end(s, pf);
+}
+
 static int enqueue_points(stepc_t *s, CudaProf *pf) {
   ApiCuda *c = cu(s);
   int a = 0, b = 0;
@@ -98,14 +114,22 @@ static int enqueue_points(stepc_t *s, CudaProf *pf) {
     }
     if (rt_exec_micro_end(c->x, mb)) return api_cuda_fail(s);
   }
-  if (api_cuda_dp_join_comm(s)) return -1;
-  for (int q = c->nmicro; q < c->npoints; q++) {
-    int handled = api_cuda_dp_tail_point(s, q, pf); /* ZeRO-1: the norm's exchange, a skipped op */
-    if (handled < 0 || (pf && (a = api_cuda_mark(s, pf, 0)) < 0)) return -1;
-    if (!handled && api_cuda_run_point(s, q)) return -1;
-    if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, -1, 0, a, b))) return -1;
-  }
-  return api_cuda_dp_end(s, pf);
+  return enqueue_tail(s, pf);
+}
+
+/* A scoped-graph step under data parallelism: the micro-batches through the scoped graphs, each
+ * bucket's collective enqueued between segments, after the one holding its fire point (a graph
+ * is launched whole, so a bucket whose last write is inside one fires when the graph is
+ * enqueued); then the tail point by point as above. */
+static int after_segment(void *ctx, int mb, int first, int last) {
+  for (int q = first; q <= last; q++)
+    if (api_cuda_dp_after_point(ctx, mb, q, NULL)) return -1;
+  return 0;
+}
+
+static int enqueue_scoped_dp(stepc_t *s) {
+  if (rt_scoped_enqueue_micro(cu(s)->scoped, after_segment, s)) return s->err[0] ? -1 : api_cuda_fail(s);
+  return enqueue_tail(s, NULL);
 }
 
 static int enqueue(stepc_t *s) {
@@ -311,7 +335,9 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
     c->captured = true;
   }
   if (rt_timer_start(d, &c->timer)) return api_cuda_fail(s);
-  int rc = !replay ? enqueue(s) : c->scoped ? rt_scoped_enqueue_step(c->scoped) : rt_graph_launch(d, &c->graph);
+  int rc = !replay     ? enqueue(s)
+           : c->scoped ? (c->nccl ? enqueue_scoped_dp(s) : rt_scoped_enqueue_step(c->scoped))
+                       : rt_graph_launch(d, &c->graph);
   if (rc != 0) return s->err[0] ? -1 : api_cuda_fail(s);
   if (cuda_wait(s, &st->ms)) return -1;
   double lr = 0, gn = 0, loss = 0;

@@ -12,6 +12,7 @@
 typedef struct {
   int first, last; /* op ids, inclusive */
   int inst;        /* scope instance index, or -1 for an eager run */
+  int last_point;  /* the micro program point of `last` */
 } Seg;
 
 typedef struct {
@@ -110,7 +111,7 @@ RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *p
       cur.first = -1;
     }
     if (cur.first < 0) cur = (Seg){.first = o, .inst = k};
-    cur.last = o;
+    cur.last = o, cur.last_point = i;
     if (k < 0) s->eager_ops += rt_exec_op_runs(x, o);
   }
   if (cur.first >= 0 && push_seg(s, cur)) goto oom;
@@ -146,19 +147,26 @@ int rt_scoped_capture(RtScoped *s) {
 
 int rt_scoped_captured(const RtScoped *s) { return s->captured; }
 
-int rt_scoped_enqueue_step(RtScoped *s) {
+int rt_scoped_enqueue_micro(RtScoped *s, RtSegmentHook after, void *ctx) {
   if (!s->captured) return rt_fail(s->d, "scoped graphs: enqueue before capture");
   for (int mb = 0; mb < s->nmb; mb++) {
     if (rt_exec_micro_begin(s->x, mb)) return RT_ERROR;
+    int done = -1; /* the last point of the segments enqueued so far */
     for (int i = 0; i < s->nseg; i++) {
       const Seg *sg = &s->seg[i];
       int rc = sg->inst < 0 ? s->run(s->run_ctx, sg->first, sg->last, MICRO_PHASES)
                : s->inst[sg->inst].nlaunch ? rt_graph_launch(s->d, &s->inst[sg->inst].gr)
                                            : RT_OK;
-      if (rc) return RT_ERROR;
+      if (rc || (after && after(ctx, mb, done + 1, sg->last_point))) return RT_ERROR;
+      done = sg->last_point;
     }
     if (rt_exec_micro_end(s->x, mb)) return RT_ERROR;
   }
+  return RT_OK;
+}
+
+int rt_scoped_enqueue_step(RtScoped *s) {
+  if (rt_scoped_enqueue_micro(s, NULL, NULL)) return RT_ERROR;
   return s->run(s->run_ctx, 0, s->nops - 1, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
 }
 

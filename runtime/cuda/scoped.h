@@ -35,6 +35,11 @@ int rt_scoped_captured(const RtScoped *s);
 /* Enqueues the whole step: per micro-batch its inputs, eager runs and graph launches in schedule
  * order, its loss; then the reduce and optimizer ops eagerly. Needs rt_scoped_capture first. */
 int rt_scoped_enqueue_step(RtScoped *s);
+/* The micro-batches alone (no tail), with after(ctx, mb, first, last) called once each segment
+ * (an eager run or one graph) is enqueued: its micro program points are first..last. What the
+ * hook enqueues runs between the segments, never inside a graph (data parallel's collectives). */
+typedef int (*RtSegmentHook)(void *ctx, int mb, int first_point, int last_point);
+int rt_scoped_enqueue_micro(RtScoped *s, RtSegmentHook after, void *ctx);
 
 /* After capture: graphs (instances with at least one launch), forward / backward ones, and their
  * nodes; eager ops per micro-batch (ops outside every scope that launch something). */

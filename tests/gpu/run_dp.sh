@@ -4,7 +4,8 @@
 # CUDA stream, forked from stepc's by an event) right after the launch that last writes its
 # gradients, joined back before the tail, and captured inside the full-iteration CUDA graph, must
 # leave the step bitwise what it is without NCCL. For tiny (flash attention, bf16) and gpt3_tiny
-# (bf16, unfused attention, dropout 0.1), eager and full_iteration:
+# (bf16, unfused attention, dropout 0.1), eager, full_iteration and scoped graphs (tiny:
+# transformer_engine [attn]; gpt3_tiny: local), where the collectives run between the graphs:
 #   stepc run ART --device cuda --steps N --json              (no communicator)
 #   stepc run ART --device cuda --steps N --json --dp-join    (NCCL, one rank)
 #   stepc run ART_ZERO --device cuda --steps N --json --dp-join
@@ -58,8 +59,14 @@ build tiny_zero models/tiny.lua $ZERO
 build tiny_zero_fi models/tiny.lua $ZERO model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 build gpt3_zero tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO
 build gpt3_zero_fi tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+# scoped graphs: the collectives run between them (after the graph holding a bucket's last write)
+TE_ATTN="model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]"
+build tiny_sc models/tiny.lua $TE_ATTN
+build tiny_sc_zero models/tiny.lua $ZERO $TE_ATTN
+build gpt3_sc tests/recipes/gpt3_tiny.lua model.bf16=true model.cuda_graph_impl=local
+build gpt3_sc_zero tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO model.cuda_graph_impl=local
 
-for a in tiny tiny_fi gpt3 gpt3_fi; do
+for a in tiny tiny_fi gpt3 gpt3_fi tiny_sc gpt3_sc; do
   build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json >"$DEST/${a}_plain.json" 2>"$DEST/${a}_plain.err" ||
     { say "FAIL $a without NCCL: $(tail -2 "$DEST/${a}_plain.err")"; fails=1; }
   NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json --dp-join \
@@ -73,7 +80,7 @@ python3 - "$DEST" 2>&1 <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}
 import json, sys
 dest = sys.argv[1]
 bad = 0
-for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi") for k in ("nccl", "zero")]:
+for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi", "tiny_sc", "gpt3_sc") for k in ("nccl", "zero")]:
     try:
         p = json.load(open(f"{dest}/{a}_plain.json"))
         n = json.load(open(f"{dest}/{a}_{kind}.json"))
@@ -81,7 +88,7 @@ for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi") for k in 
         print(f"FAIL {a} {kind}: no result ({e})"); bad = 1; continue
     bits = lambda d: [(s["loss"].hex(), s["grad_norm"].hex()) for s in d["steps"]]
     ok = bits(p) == bits(n) and len(p["steps"]) > 0
-    fi = a.endswith("_fi")
+    fi = a.endswith("_fi") or a.endswith("_sc")  # full-iteration or scoped graphs: must replay
     replayed = all(s["graph"] for s in n["steps"][-2:]) if fi else True
     ok = ok and n.get("comm") == "nccl" and p.get("comm") == "none" and replayed
     print(f"{'PASS' if ok else 'FAIL'} {a}{' ZeRO-1' if kind == 'zero' else ''} ({n['mode']}): NCCL world size 1 {'==' if bits(p) == bits(n) else '!='} no NCCL, "
