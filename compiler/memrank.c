@@ -33,6 +33,10 @@
  *               instead of it (fp8_weight_bytes).
  *   loss        Megatron's cross entropy keeps an fp32 tensor of the logits' shape from the loss's
  *               forward to its backward, on the last stage (megatron_loss_bytes).
+ *   step        Megatron's optimizer step holds the persistent state plus an fp32 copy of each main
+ *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes); a rank's max
+ *               allocated is the larger of that and its forward/backward peak. The first iteration's
+ *               forward/backward runs before the Adam moments exist (first_iteration).
  *   workspace   cuBLAS's 32 MiB Hopper workspace.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <stdio.h>
@@ -86,13 +90,17 @@ static double dtype_name_bytes(const char *d) {
  *               exp_avg_dtype, exp_avg_sq_dtype). fp8 moments' per-tensor scales are not counted.
  * Megatron's OptimizerConfig.__post_init__ rejects non-fp32 dtypes without the precision-aware
  * optimizer (STEPC-45), so they are read only with it. */
+static double grad_bytes(const Lay *L, const Tensor *param) {
+  return L->s->ddp.grad_reduce_in_fp32 ? 4 : param ? (double)dtype_size(param->dtype) : 4;
+}
+
 static double elem_bytes(const Lay *L, const Tensor *x) {
   const SpecOptimizer *o = &L->s->optimizer;
   const Tensor *p = x->of >= 0 ? &L->g->t[x->of] : NULL;
   double pb = p ? (double)dtype_size(p->dtype) : 4;
   bool aware = o->use_precision_aware_optimizer;
   switch (x->role) {
-  case ROLE_GRAD: return L->s->ddp.grad_reduce_in_fp32 ? 4 : pb;
+  case ROLE_GRAD: return grad_bytes(L, p);
   case ROLE_MASTER:
     if (!aware) return 4;
     if (strcmp(o->main_params_dtype, "fp32") == 0) return o->store_param_remainders && pb == 2 && p && p->dtype == DT_BF16 ? 2 : 4;
@@ -293,6 +301,31 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
   return numel * (4 + 2 * (chunks - 1) / chunks) / shard(L, tp_split, logits);
 }
 
+/* The fp32 gradient copies Megatron's optimizer step holds, bytes per element of a main grad whose
+ * buffer is `grad_elem_bytes` wide (0 when it makes none). Before the step, the distributed optimizer
+ * copies each rank's shard of the gradient buffer into the .grad of its fp32 master
+ * (distrib_optimizer.py, DistributedOptimizer._copy_model_grads_to_main_grads:
+ * shard_main_param.grad = shard_model_grad.float(); Float16OptimizerWithFloat16Params does the same
+ * for whole params, optimizer.py), and those copies live through optimizer.step() (TE's FusedAdam
+ * reads p.grad) until the next iteration's optimizer.zero_grad(). `.float()` of an fp32 buffer
+ * (ddp.grad_reduce_in_fp32) is the buffer itself; the precision-aware optimizer hands FusedAdam the
+ * buffer as decoupled_grad when use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds
+ * (optimizer_config.py: non-fp32 masters, or no fp8, or delayed scaling): no copy in either case.
+ * Megatron-LM d98e8a64dd, and 3758b54b2b (the revision Bridge pinned for the guide's Llama rows).
+ * The copies are sharded as the masters are (elem_bytes's ROLE_MASTER, shard()). */
+static double megatron_grad_copy_bytes(const Lay *L, double grad_elem_bytes) {
+  const SpecOptimizer *o = &L->s->optimizer;
+  const SpecModel *m = &L->s->model;
+  bool decoupled = o->use_precision_aware_optimizer &&
+                   (strcmp(o->main_params_dtype, "fp32") != 0 || !m->fp8[0] || strcmp(m->fp8_recipe, "delayed") == 0);
+  return decoupled || grad_elem_bytes >= 4 ? 0 : 4;
+}
+
+static bool is_moment(const Tensor *x) {
+  size_t n = strlen(x->name);
+  return (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) || (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0);
+}
+
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
                   RankReport *rr, char *err, size_t nerr) {
   const SpecModel *m = &s->model;
@@ -370,7 +403,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
       }
     memset(diff, 0, (size_t)(mp->npos + 2) * sizeof *diff);
     for (int t = 0; t < g->nt; t++) slot_b[t] = -1;
-    double saved = 0;
+    double saved = 0, moments = 0, grad_copies = 0;
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
       const Tensor *x = &g->t[t];
@@ -384,7 +417,14 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
         r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
       }
       else if (role == ROLE_GRAD) r->grads += b;
-      else if (role == ROLE_MASTER || role == ROLE_OPTIM) r->optimizer += b;
+      else if (role == ROLE_MASTER || role == ROLE_OPTIM) {
+        r->optimizer += b;
+        if (role == ROLE_OPTIM && x->of >= 0 && is_moment(x)) moments += b;
+        /* the copy of this param's grad shard has the master's elements */
+        if (role == ROLE_MASTER)
+          grad_copies += (double)tensor_numel(x) * megatron_grad_copy_bytes(&L, grad_bytes(&L, x->of >= 0 ? &g->t[x->of] : NULL)) /
+                         shard(&L, tps, t);
+      }
       else if (role == MEM_ROLE_GRAPH) r->graph_buffers += b;
       else if (mp->start[t] >= 0) {
         /* tensors that share a slot (in-place reuse) take its bytes once, over their joint life */
@@ -433,7 +473,14 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->saved_per_micro = saved;
     r->activations = peak + (infl - 1) * saved;
     r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp); /* cuBLASLt's + cuDNN attention's */
-    r->max_allocated = r->weights + r->grads + r->optimizer + r->activations + r->graph_buffers + r->workspace;
+    double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
+    double fwd_bwd = state + r->activations;
+    /* a one-GPU layout reports stepc's own step, whose optimizer needs no copies */
+    r->optimizer_step = state + (world > 1 ? grad_copies : 0);
+    r->max_allocated = fwd_bwd > r->optimizer_step ? fwd_bwd : r->optimizer_step;
+    /* TE's FusedAdam and torch's Adam create exp_avg / exp_avg_sq at the first optimizer.step()
+     * (Megatron creates them early only to load a checkpoint's optimizer state) */
+    r->first_iteration = fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments : r->optimizer_step;
   }
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;

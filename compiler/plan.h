@@ -196,7 +196,10 @@ typedef struct {
   double inflight;     /* micro-batches (in units of the stage's layers) in flight */
   double workspace;
   double graph_buffers;
-  double max_allocated; /* predicted */
+  double max_allocated; /* predicted: max(forward/backward peak, optimizer_step) */
+  double optimizer_step; /* Megatron's optimizer step: persistent state + its fp32 grad copies + workspace */
+  double first_iteration; /* max allocated over the first iteration, whose forward/backward runs before the
+                           * Adam moments exist (created inside its optimizer step) */
   int64_t params;      /* elements on this rank */
   int layer_first, layer_last;
 } RankMem;

@@ -37,4 +37,10 @@ cfg.optimizer.use_distributed_optimizer = true
 -- bf16_with_fp8_current_scaling_mixed's fp8_param_gather = True, i.e. fp8 primary weights.
 cfg.model.fp8_param = true
 cfg.ddp = { grad_reduce_in_fp32 = false }
+-- The same recipe's CUDA graphs (and the PR-era perf config, LLAMA3_70B_SFT_CONFIG_H100_FP8_CS_V1 in
+-- scripts/performance/configs/llama/llama3_workload_base_configs.py): Transformer Engine graphs of
+-- each layer's MLP (cuda_graph_impl = "transformer_engine", cuda_graph_scope = ["mlp"], Megatron's
+-- cuda_graph_modules). Megatron accepts mlp recompute inside it (hidden_dropout = 0).
+cfg.model.cuda_graph_impl = "transformer_engine"
+cfg.model.cuda_graph_modules = { "mlp" }
 return cfg
