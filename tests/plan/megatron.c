@@ -8,7 +8,8 @@
  *     is the smallest saving, and the [] control stays where docs/recompute.md says (the bound
  *     here is the documented one, not the guide's 5%: see "moonlight_16b beside the recompute
  *     guide"; Megatron's fp32 logits gradient, compiler/memrank.c megatron_loss_bytes, took it from
- *     -16.1% to -13.3%);
+ *     -16.1% to -13.3%, the overlapped shared experts' gathered fc1 input and TE's grouped-GEMM
+ *     workspaces to -11.8%);
  *   - an uneven pipeline split (16 layers over PP=3) puts on each stage, and groups under full
  *     recompute per stage, the layers Megatron's get_num_layers_to_build and
  *     get_transformer_layer_offset give it (compiler/pipesplit.c). */
@@ -94,7 +95,7 @@ static void moonlight_sweep(void) {
     printf("moonlight %-18s %.3f GB  %+.3f GB  %+.2f%%\n", rows[i].name, rows[i].peak / 1e9, rows[i].delta / 1e9,
            rows[i].delta_pct);
   double err = (rows[0].peak - guide_control) / guide_control;
-  CHECK(fabs(err) < 0.15, "[] control %.3f GB is %+.1f%% from the guide's 36.618 GB (documented gap: under 15%%)",
+  CHECK(fabs(err) < 0.12, "[] control %.3f GB is %+.1f%% from the guide's 36.618 GB (documented gap: under 12%%)",
         rows[0].peak / 1e9, 100 * err);
   CHECK(fabs(rows[1].delta_pct) < 0.05, "core_attn frees %.3f%% under fused attention; the guide measured -0.01%%",
         rows[1].delta_pct);
