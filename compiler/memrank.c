@@ -37,7 +37,10 @@
  *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes); a rank's max
  *               allocated is the larger of that and its forward/backward peak. The first iteration's
  *               forward/backward runs before the Adam moments exist (first_iteration).
- *   workspace   cuBLAS's 32 MiB Hopper workspace.
+ *   shared      with moe_shared_expert_overlap under sequence parallelism, the shared experts'
+ *               fc1 keeps its own all-gathered input (shared_gather_add).
+ *   workspace   cuBLAS's 32 MiB Hopper workspace, cuDNN attention's, and TE's four grouped-GEMM
+ *               workspaces when the experts use grouped GEMM (te_workspace_bytes).
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +304,61 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
   return numel * (4 + 2 * (chunks - 1) / chunks) / shard(L, tp_split, logits);
 }
 
+/* What Megatron's shared experts keep beyond stepc's own graph when they overlap the token
+ * dispatch (model.moe_shared_expert_overlap) under sequence parallelism: SharedExpertMLP
+ * .pre_forward_comm all-gathers the layer's sequence-parallel input into cached_fc1_input on the
+ * side stream, and linear_fc1, whose TE parallel_mode the overlap sets to None (so TE does no
+ * gather of its own), saves that full-sequence copy for its wgrad (Megatron-LM 24bad8e677, the
+ * revision the guide ran, and d98e8a64dd: megatron/core/transformer/moe/shared_experts.py,
+ * __init__ and pre_forward_comm; TE linear.py, _Linear.forward saves its input). Without the
+ * overlap TE's column-parallel linear saves the rank's own sequence shard, the norm output that
+ * stepc's plan already holds. So per MoE layer with shared experts: tokens x hidden of the input's
+ * dtype (1 byte under fp8, TE's saved copy), not split over TP, from the last forward or replay
+ * of the shared fc1 to its wgrad. Adds those intervals to diff (program points) and returns the
+ * bytes alive at the last forward point in *saved. Not applied to a one-GPU layout (stepc's own
+ * step), nor without TP > 1 and sequence parallelism (then the gather is the identity). */
+static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int last_fwd, double *diff,
+                              double *saved) {
+  const Graph *g = L->g;
+  const SpecModel *m = &L->s->model;
+  if (!m->moe_shared_expert_overlap || !L->sp || L->tp < 2) return;
+  int from_op[4096]; /* per layer: the program point of its shared fc1's last forward or replay */
+  for (int l = 0; l < (int)(sizeof from_op / sizeof *from_op); l++)
+    from_op[l] = -1;
+  for (int i = 0, q = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    int at = q++;
+    if (!has(op->tags.module, "shared_experts.linear_fc1") || op->tags.layer < 0) continue;
+    if (layer_stage(L, op->tags.layer) != stage) continue;
+    int l = op->tags.layer;
+    if (l >= (int)(sizeof from_op / sizeof *from_op)) continue;
+    if (op->kind == OP_LINEAR && (op->tags.phase == IR_PHASE_FORWARD || op->tags.phase == IR_PHASE_REPLAY)) {
+      from_op[l] = at;
+      continue;
+    }
+    if (op->kind != OP_LINEAR_WGRAD || op->tags.phase != IR_PHASE_BACKWARD) continue;
+    if (from_op[l] < 0 || op->nin < 2) continue;
+    const Tensor *x = &g->t[op->in[1]]; /* LINEAR_WGRAD reads (dy, x) */
+    double b = (double)tensor_numel(x) * (m->fp8[0] ? 1 : (double)dtype_size(x->dtype)) / L->cp;
+    int s0 = from_op[l];
+    diff[s0] += b, diff[at + 1] -= b;
+    if (s0 <= last_fwd && at > last_fwd) *saved += b;
+  }
+}
+
+/* Transformer Engine's workspaces for the experts' grouped GEMMs: get_cublas_workspace(...,
+ * grouped_gemm=True) allocates one cuBLAS workspace per compute stream, tex.get_num_cublas_streams()
+ * = 4, each get_cublas_workspace_size_bytes() = 32 MiB + 1 KiB on Hopper, through PyTorch's
+ * allocator and cached for the run (TE e7c550c5, pytorch/cpp_extensions/gemm.py; reached from
+ * GroupedLinear's general_grouped_gemm). Counted on a multi-GPU layout whose experts use grouped
+ * GEMM (model.moe_grouped_gemm); the single GEMM workspace is the 32 MiB counted beside it. */
+static double te_grouped_workspace_bytes(const Spec *s) {
+  const SpecModel *m = &s->model;
+  if (!m->moe_grouped_gemm || m->num_moe_experts <= 0) return 0;
+  return 4 * (32.0 * 1024 * 1024 + 1024);
+}
+
 /* The fp32 gradient copies Megatron's optimizer step holds, bytes per element of a main grad whose
  * buffer is `grad_elem_bytes` wide (0 when it makes none). Before the step, the distributed optimizer
  * copies each rank's shard of the gradient buffer into the .grad of its fp32 master
@@ -454,6 +512,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
       if (slot_start[sl] <= last_fwd && slot_end[sl] > last_fwd) saved += slot_b[sl];
     }
     if (stg_loss & (1ll << st)) diff[loss_from] += loss_b, diff[loss_to + 1] -= loss_b;
+    if (world > 1) shared_gather_add(&L, sc, st, last_fwd, diff, &saved);
     double run = 0, peak = 0;
     for (int p = 0; p < mp->npos; p++) {
       run += diff[p];
@@ -472,7 +531,8 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->inflight = infl;
     r->saved_per_micro = saved;
     r->activations = peak + (infl - 1) * saved;
-    r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp); /* cuBLASLt's + cuDNN attention's */
+    r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp) + /* cuBLASLt's + cuDNN attention's */
+                   (world > 1 ? te_grouped_workspace_bytes(s) : 0);                 /* + TE's grouped GEMMs' */
     double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
     double fwd_bwd = state + r->activations;
     /* a one-GPU layout reports stepc's own step, whose optimizer needs no copies */

@@ -45,6 +45,9 @@ return {
     moe_layer_freq = moe_layers,
     moe_grouped_gemm = true,
     moe_token_dispatcher_type = "alltoall",
+    -- the Bridge recipe (and DeepSeekV3Bridge): shared experts on a side stream during the
+    -- dispatch; their fc1 then saves its own all-gathered input (compiler/memrank.c)
+    moe_shared_expert_overlap = true,
     moe_aux_loss_coeff = 0.001,
     tensor_model_parallel_size = 2,
     expert_model_parallel_size = 8,

@@ -8,7 +8,8 @@
  *     is the smallest saving, and the [] control stays where docs/recompute.md says (the bound
  *     here is the documented one, not the guide's 5%: see "moonlight_16b beside the recompute
  *     guide"; Megatron's fp32 logits gradient, compiler/memrank.c megatron_loss_bytes, took it from
- *     -16.1% to -13.3%);
+ *     -16.1% to -13.3%, the overlapped shared experts' gathered fc1 input and TE's grouped-GEMM
+ *     workspaces to -11.8%);
  *   - llama3_70b_fp8 (the guide's Llama 3 70B FP8 rows, with the recipe's TE graphs of the MLP):
  *     every row peaks in Megatron's optimizer step, which holds fp32 copies of the bf16 grad shards
  *     (compiler/memrank.c, megatron_grad_copy_bytes); each row within 1.5% and the mlp saving within
@@ -98,7 +99,7 @@ static void moonlight_sweep(void) {
     printf("moonlight %-18s %.3f GB  %+.3f GB  %+.2f%%\n", rows[i].name, rows[i].peak / 1e9, rows[i].delta / 1e9,
            rows[i].delta_pct);
   double err = (rows[0].peak - guide_control) / guide_control;
-  CHECK(fabs(err) < 0.15, "[] control %.3f GB is %+.1f%% from the guide's 36.618 GB (documented gap: under 15%%)",
+  CHECK(fabs(err) < 0.12, "[] control %.3f GB is %+.1f%% from the guide's 36.618 GB (documented gap: under 12%%)",
         rows[0].peak / 1e9, 100 * err);
   CHECK(fabs(rows[1].delta_pct) < 0.05, "core_attn frees %.3f%% under fused attention; the guide measured -0.01%%",
         rows[1].delta_pct);
