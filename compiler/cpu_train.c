@@ -55,6 +55,12 @@ CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *low
     cpu_trainer_free(tr);
     return NULL;
   }
+  if (tr->mp.region && tr->sc.dp > 1) { /* the region's ranks overlap: only stepc_open's per-rank view runs them */
+    snprintf(err, nerr, "the distributed optimizer shards the optimizer state over %d data-parallel ranks: run the step's "
+             "ranks (stepc build, then stepc run DIR --nproc %d)", tr->sc.dp, tr->sc.dp);
+    cpu_trainer_free(tr);
+    return NULL;
+  }
   memplan_apply(tr->g, &tr->mp);
   if (plan_program_build(tr->g, &tr->sc, &tr->mp, &tr->prog) != 0) {
     snprintf(err, nerr, "out of memory");

@@ -12,7 +12,12 @@
  * above them, largest first, each at the best-fitting gap among the slots whose lifetimes
  * overlap it (greedy by size, as TFLite's and ggml's planners). The peak is the maximum over
  * program points of the live bytes; the arena is at least the peak, the difference is
- * fragmentation. Nothing is allocated: a plan for an 8B model is offsets only. */
+ * fragmentation. Nothing is allocated: a plan for an 8B model is offsets only.
+ *
+ * The distributed optimizer (Schedule.owner set) keeps the fp32 masters and Adam moments out of
+ * the arena, in a region of their own (plan.h, MemPlan.region): every rank packs the state it holds
+ * from offset 0, so a rank's region is its shard, 12/DP bytes per parameter up to the whole-tensor
+ * granularity of the ownership. */
 #define _GNU_SOURCE /* qsort_r */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +44,12 @@ const char *memplan_role_name(int role) {
 int memplan_role(const Graph *g, const ScopeResult *sr, int t) {
   if (sr && sr->is_static && sr->is_static[t]) return MEM_ROLE_GRAPH;
   return (int)g->t[t].role;
+}
+
+/* A master or Adam moment of a distributed-optimizer step: its bytes live in the region. */
+static bool in_region(const Graph *g, const Schedule *sc, int t) {
+  const Tensor *x = &g->t[t];
+  return sc->owner && (x->role == ROLE_MASTER || (x->role == ROLE_OPTIM && x->of >= 0));
 }
 
 static bool pinned(const Graph *g, const ScopeResult *sr, int t) {
@@ -101,6 +112,40 @@ static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align
   return 0;
 }
 
+/* The region's offsets: the state every rank holds first (owner -1), then each rank's own from
+ * there, in tensor order; its size, each rank's shard and the largest. */
+static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
+  int nt = g->nt;
+  mp->owner = malloc(((size_t)nt + 1) * sizeof *mp->owner);
+  mp->shard = calloc((size_t)sc->dp + 1, sizeof *mp->shard);
+  if (!mp->owner || !mp->shard) return -1;
+  mp->nshard = sc->dp;
+  memcpy(mp->owner, sc->owner, (size_t)nt * sizeof *mp->owner);
+  int64_t at = 0;
+  for (int t = 0; t < nt; t++)
+    if (mp->buffer[t] && mp->owner[t] < 0) mp->offset[t] = at, at = align_up(at + mp->size[t], MEMPLAN_REGION_ALIGN);
+  mp->region_common = at;
+  for (int r = 0; r < sc->dp; r++) mp->shard[r] = at;
+  for (int t = 0; t < nt; t++) {
+    int r = mp->owner[t];
+    if (!mp->buffer[t] || r < 0) continue;
+    mp->offset[t] = mp->shard[r];
+    mp->shard[r] = align_up(mp->shard[r] + mp->size[t], MEMPLAN_REGION_ALIGN);
+  }
+  for (int r = 0; r < sc->dp; r++)
+    if (mp->shard[r] > mp->region) mp->region = mp->shard[r], mp->region_rank = r;
+  return 0;
+}
+
+/* The region's bytes of role r on its largest rank (each tensor with the padding after it). */
+static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
+  int64_t b = 0;
+  for (int t = 0; mp->region && t < g->nt; t++)
+    if (mp->buffer[t] && (int)g->t[t].role == r && (mp->owner[t] < 0 || mp->owner[t] == mp->region_rank))
+      b += align_up(mp->size[t], MEMPLAN_REGION_ALIGN);
+  return b;
+}
+
 int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
                   size_t nerr) {
   memset(mp, 0, sizeof *mp);
@@ -115,11 +160,12 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
   mp->offset = malloc((size_t)(nt + 1) * sizeof *mp->offset);
   mp->live = calloc((size_t)np + 1, sizeof *mp->live);
   mp->live_role = calloc((size_t)(np + 1) * MEM_NROLES, sizeof *mp->live_role);
+  mp->buffer = calloc((size_t)nt + 1, 1);
   Slot *sl = malloc((size_t)(nt + 1) * sizeof *sl);
   int *ts = malloc((size_t)(nt + 1) * sizeof *ts);
   int64_t *diff = calloc((size_t)np + 2, sizeof *diff);
-  if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role || !sl || !ts ||
-      !diff) {
+  if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role || !mp->buffer || !sl ||
+      !ts || !diff) {
     free(sl), free(ts), free(diff);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
@@ -135,6 +181,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     if (float_bytes == 0 && x->sink >= 0) mp->size[t] = 0;
     mp->start[t] = INT32_MAX, mp->end[t] = -1;
     mp->slot[t] = -1;
+    mp->buffer[t] = in_region(g, sc, t);
   }
   /* program point of each op: its index among the schedule's ops */
   int p = 0;
@@ -196,7 +243,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     const Op *op = &g->op[sc->it[i].id];
     for (int j = 0; j < op->nout; j++) {
       int t = op->out[j];
-      if (mp->slot[t] >= 0 || mp->start[t] != p) continue;
+      if (mp->slot[t] >= 0 || mp->start[t] != p || mp->buffer[t]) continue;
       int k = pinned(g, sr, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
       int u = k >= 0 && k < op->nin ? op->in[k] : -1;
       if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT && u != g->loss &&
@@ -213,7 +260,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     p++;
   }
   for (int t = 0; t < nt; t++)
-    if (mp->slot[t] < 0) {
+    if (mp->slot[t] < 0 && !mp->buffer[t]) {
       mp->slot[t] = nslots;
       sl[nslots++] = (Slot){.size = mp->size[t], .start = mp->start[t], .end = mp->end[t], .first = t};
     }
@@ -237,20 +284,26 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     return -1;
   }
   mp->arena = align_up(top, align);
-  for (int t = 0; t < nt; t++) mp->offset[t] = sl[mp->slot[t]].offset;
+  for (int t = 0; t < nt; t++) mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
+  if (sc->owner && place_region(g, sc, mp) < 0) {
+    free(sl), free(ts), free(diff), free(point), free(grouped);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
   /* live bytes per program point, by slot (a slot's bytes once) and by role (its first tensor's) */
   for (int s = 0; s < nslots; s++) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
   int64_t run = 0;
   for (int q = 0; q < np; q++) {
     run += diff[q];
-    mp->live[q] = run;
-    if (run > mp->peak) mp->peak = run, mp->peak_pos = q;
+    mp->live[q] = run + mp->region;
+    if (mp->live[q] > mp->peak) mp->peak = mp->live[q], mp->peak_pos = q;
   }
   for (int r = 0; r < MEM_NROLES; r++) {
     memset(diff, 0, (size_t)(np + 2) * sizeof *diff);
     for (int s = 0; s < nslots; s++)
       if (memplan_role(g, sr, sl[s].first) == r) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
-    run = 0;
+    run = region_role_bytes(g, mp, r);
     for (int q = 0; q < np; q++) run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
   }
   free(sl), free(ts), free(diff), free(point), free(grouped);
@@ -259,23 +312,35 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
 
 void memplan_apply(Graph *g, const MemPlan *mp) {
   for (int t = 0; t < g->nt; t++) {
-    g->t[t].buffer = 0;
+    g->t[t].buffer = mp->buffer[t];
     g->t[t].offset = mp->offset[t];
     g->t[t].bytes = mp->size[t];
   }
-  g->nbuffers = 1;
+  g->nbuffers = mp->region ? 2 : 1;
   g->buffer_bytes[0] = mp->arena;
+  g->buffer_bytes[1] = mp->region;
+}
+
+/* Two tensors of the region share a rank when one of them is every rank's or both are one's. */
+static bool same_rank(const MemPlan *mp, int a, int b) {
+  return mp->owner[a] < 0 || mp->owner[b] < 0 || mp->owner[a] == mp->owner[b];
 }
 
 int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
   int nt = mp->ntensors;
   for (int a = 0; a < nt; a++) {
-    if (mp->offset[a] < 0 || mp->offset[a] + mp->size[a] > mp->arena) {
-      snprintf(err, nerr, "%s lies outside the arena", g->t[a].name);
+    int64_t cap = mp->buffer[a] ? mp->region : mp->arena;
+    if (mp->offset[a] < 0 || mp->offset[a] + mp->size[a] > cap) {
+      snprintf(err, nerr, "%s lies outside the %s", g->t[a].name, mp->buffer[a] ? "optimizer-state region" : "arena");
+      return -1;
+    }
+    if (mp->buffer[a] && mp->owner[a] >= 0 && mp->offset[a] < mp->region_common) {
+      snprintf(err, nerr, "%s (rank %d's) lies in the region's part every rank holds", g->t[a].name, mp->owner[a]);
       return -1;
     }
     for (int b = a + 1; b < nt; b++) {
-      if (mp->slot[a] == mp->slot[b] || mp->size[a] == 0 || mp->size[b] == 0) continue;
+      if (mp->buffer[a] != mp->buffer[b] || mp->size[a] == 0 || mp->size[b] == 0) continue;
+      if (mp->buffer[a] ? !same_rank(mp, a, b) : mp->slot[a] == mp->slot[b]) continue;
       bool time = mp->start[a] <= mp->end[b] && mp->start[b] <= mp->end[a];
       bool space = mp->offset[a] < mp->offset[b] + mp->size[b] && mp->offset[b] < mp->offset[a] + mp->size[a];
       if (time && space) {
@@ -284,15 +349,26 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
       }
     }
   }
+  /* each rank's shard: the bytes of the tensors it holds, each padded, fill it exactly */
+  for (int r = 0; mp->region && r < mp->nshard; r++) {
+    int64_t held = 0;
+    for (int t = 0; t < nt; t++)
+      if (mp->buffer[t] && (mp->owner[t] < 0 || mp->owner[t] == r)) held += (mp->size[t] + MEMPLAN_REGION_ALIGN - 1) / MEMPLAN_REGION_ALIGN * MEMPLAN_REGION_ALIGN;
+    if (held != mp->shard[r] || mp->shard[r] > mp->region) {
+      snprintf(err, nerr, "rank %d's optimizer-state shard: %lld bytes held, %lld planned (region %lld)", r, (long long)held,
+               (long long)mp->shard[r], (long long)mp->region);
+      return -1;
+    }
+  }
   /* in-place members of a slot never overlap in time except at the handover op */
   int64_t peak = 0;
   char *seen = calloc((size_t)nt + 1, 1);
   if (!seen) return -1;
   for (int q = 0; q < mp->npos; q++) {
-    int64_t live = 0;
+    int64_t live = mp->region; /* the region: live for the whole step */
     memset(seen, 0, (size_t)nt);
     for (int t = 0; t < nt; t++)
-      if (mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]]) seen[mp->slot[t]] = 1, live += mp->size[t];
+      if (!mp->buffer[t] && mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]]) seen[mp->slot[t]] = 1, live += mp->size[t];
     if (live != mp->live[q]) {
       free(seen);
       snprintf(err, nerr, "live bytes at point %d: %lld recounted, %lld planned", q, (long long)live, (long long)mp->live[q]);
@@ -301,9 +377,9 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
     if (live > peak) peak = live;
   }
   free(seen);
-  if (peak != mp->peak || mp->arena < mp->peak) {
-    snprintf(err, nerr, "peak %lld recounted, %lld planned (arena %lld)", (long long)peak, (long long)mp->peak,
-             (long long)mp->arena);
+  if (peak != mp->peak || mp->arena + mp->region < mp->peak) {
+    snprintf(err, nerr, "peak %lld recounted, %lld planned (arena %lld, region %lld)", (long long)peak, (long long)mp->peak,
+             (long long)mp->arena, (long long)mp->region);
     return -1;
   }
   return 0;
@@ -311,5 +387,6 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
 
 void memplan_free(MemPlan *mp) {
   free(mp->start), free(mp->end), free(mp->slot), free(mp->size), free(mp->offset), free(mp->live), free(mp->live_role);
+  free(mp->buffer), free(mp->owner), free(mp->shard);
   memset(mp, 0, sizeof *mp);
 }

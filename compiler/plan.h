@@ -112,6 +112,14 @@ typedef struct {
   int ngrad;
   int nmicro;
   int64_t bucket_params; /* Megatron's DDP bucket size in elements */
+  int dp;              /* data-parallel ranks (spec_data_parallel_size) */
+  /* the distributed optimizer (optimizer.use_distributed_optimizer, Megatron's ZeRO-1), else NULL:
+   * per tensor, the rank that owns it — a main gradient, its param, master and moments — or -1
+   * (not sharded: activations, the optimizer's scalars, a gradient outside every bucket). Each
+   * bucket is cut into dp equal ranges of its elements, at whole-tensor granularity: a gradient
+   * belongs to the rank whose range holds its first element; an AdamW op's outputs follow its
+   * gradient. */
+  int *owner;
 } Schedule;
 
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr);
@@ -169,14 +177,31 @@ typedef struct {
   int64_t *live;       /* per program point: live bytes */
   int64_t *live_role;  /* npos x MEM_NROLES: live bytes by role */
   int ninplace;
-  int64_t persistent;  /* params, grads, masters, optimizer state, static graph buffers */
+  int64_t persistent;  /* params, grads, masters, optimizer state, static graph buffers (in the arena) */
+  /* The distributed optimizer's region (buffer 1; Schedule.owner set): the fp32 masters and Adam
+   * moments (the optimizer's scalars stay in the arena), each rank's packed from offset 0 — first
+   * the state every rank holds (owner -1), then the rank's own tensors in id order, each at
+   * MEMPLAN_REGION_ALIGN. A tensor's offset is the one its owner gives it, the same number on every
+   * rank; a rank holds only its own (the runtime gives the others 0 bytes), so the region's size
+   * is the largest rank's shard. The region is live for the whole step: live[] and peak count it
+   * whole, live_role its largest rank's masters and moments. */
+  uint8_t *buffer;     /* per tensor: 0 the arena, 1 the region */
+  int *owner;          /* per tensor: Schedule.owner's copy (NULL without a region) */
+  int64_t region;      /* bytes per rank (0: no region) */
+  int64_t region_common; /* bytes every rank holds (the state of gradients outside every bucket) */
+  int64_t *shard;      /* per rank (dp of them): the bytes of the region it holds */
+  int nshard;
+  int region_rank;     /* the rank whose shard is the region (the lowest of the largest) */
 } MemPlan;
+
+#define MEMPLAN_REGION_ALIGN 16 /* the CUDA executor's slot alignment; no padding between fp32 tensors of 4k elements */
 
 /* Liveness over the schedule and best-fit offsets in one arena. float_bytes: 0 nominal, 4/8 CPU.
  * sr may be NULL. 0, or -1 with err. */
 int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
                   size_t nerr);
-/* Writes (buffer 0, offset, bytes) into every tensor and the arena size into g. */
+/* Writes (buffer, offset, bytes) into every tensor and the buffers' sizes into g (the arena; the
+ * region, when there is one). */
 void memplan_apply(Graph *g, const MemPlan *mp);
 /* Checks the invariants: no two live slots overlap, the peak is the max live sum, every tensor
  * fits the arena. 0, or -1 with a message. */

@@ -29,6 +29,7 @@ int plan_program_build(const Graph *g, const Schedule *sc, const MemPlan *mp, Pl
     for (int s = 0; s < g->nt; s++) slot_end[s] = -1, rep[s] = -1;
     for (int t = 0; t < g->nt; t++) {
       int s = mp->slot[t];
+      if (s < 0) continue; /* the optimizer-state region: never freed */
       if (mp->end[t] > slot_end[s]) slot_end[s] = mp->end[t];
       if (rep[s] < 0 || mp->size[t] > mp->size[rep[s]]) rep[s] = t;
     }

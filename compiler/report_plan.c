@@ -55,6 +55,29 @@ static const char *impl_name(ScopeImpl i) {
   return i == SCOPE_LOCAL ? "local" : i == SCOPE_TE ? "transformer_engine" : i == SCOPE_FULL_ITERATION ? "full_iteration" : "none";
 }
 
+/* The masters and moments of the whole step (every rank's), unpadded. */
+static int64_t region_state_bytes(const Plan *p) {
+  int64_t b = 0;
+  for (int t = 0; p->mp.region && t < p->g->nt; t++)
+    if (p->mp.buffer[t]) b += p->mp.size[t];
+  return b;
+}
+
+/* The distributed optimizer's region as this step allocates it per rank (memplan.c): exact. */
+static void region_text(const Plan *p, FILE *f) {
+  const MemPlan *mp = &p->mp;
+  if (!mp->region) return;
+  int64_t all = region_state_bytes(p);
+  double ideal = (double)all / mp->nshard;
+  fprintf(f, "\noptimizer-state region (distributed optimizer; stepc's own step, as allocated on every rank): %lld B = the "
+             "largest shard (rank %d), %+.1f%% over an even 1/%d of the %lld B of masters and moments (whole tensors per "
+             "rank); arena %lld B + region = %lld B per rank\n  shards (B):",
+          (long long)mp->region, mp->region_rank, ideal > 0 ? 100.0 * ((double)mp->region - ideal) / ideal : 0.0, mp->nshard,
+          (long long)all, (long long)mp->arena, (long long)(mp->arena + mp->region));
+  for (int r = 0; r < mp->nshard && r < 16; r++) fprintf(f, " rank%d %lld", r, (long long)mp->shard[r]);
+  fprintf(f, "%s\n", mp->nshard > 16 ? " ..." : "");
+}
+
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   const Graph *g = p->g;
   const MemPlan *mp = &p->mp;
@@ -67,10 +90,13 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   fprintf(f, "recompute: %s; CUDA graphs: %s (%d scope instances)\n\n", rec, impl_name(p->sr.impl), p->sr.n);
   int po = peak_op(p);
   fprintf(f, "single-rank plan (exact offsets, nominal dtypes):\n");
-  fprintf(f, "  peak %.3f GB at op %d (%s %s, %s); arena %.3f GB (fragmentation %.2f%%); %d in-place reuses\n",
+  int64_t held = mp->arena + mp->region; /* the region counts in the peak whole */
+  char region[64] = "";
+  if (mp->region) snprintf(region, sizeof region, " + optimizer-state region %.3f GB", (double)mp->region / GB);
+  fprintf(f, "  peak %.3f GB at op %d (%s %s, %s); arena %.3f GB%s (fragmentation %.2f%%); %d in-place reuses\n",
           (double)mp->peak / GB, po, po >= 0 ? g->op[po].tags.module : "?", po >= 0 ? op_name(g->op[po].kind) : "",
-          po >= 0 ? phase_name(g->op[po].tags.phase) : "", (double)mp->arena / GB,
-          mp->arena ? 100.0 * (double)(mp->arena - mp->peak) / (double)mp->arena : 0.0, mp->ninplace);
+          po >= 0 ? phase_name(g->op[po].tags.phase) : "", (double)mp->arena / GB, region,
+          held ? 100.0 * (double)(held - mp->peak) / (double)held : 0.0, mp->ninplace);
   fprintf(f, "  live at the peak:");
   for (int r = 0; r < MEM_NROLES; r++) {
     int64_t b = mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r];
@@ -89,6 +115,7 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
             r->weights / GB, r->grads / GB, r->optimizer / GB, r->activations / GB, r->inflight, r->graph_buffers / GB,
             r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB, r->max_allocated / GB);
   }
+  region_text(p, f);
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;
   fprintf(f, "\ncost (roofline GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, DRAM %.2f TB/s, scaled per op class: %s), one rank's graph:\n",
@@ -156,7 +183,8 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   fprintf(f, "]},\n \"arena\": {");
   int po = peak_op(p);
   jnum(f, "peak_bytes", (double)mp->peak, true), jnum(f, "arena_bytes", (double)mp->arena, true);
-  jnum(f, "fragmentation", mp->arena ? (double)(mp->arena - mp->peak) / (double)mp->arena : 0, true);
+  int64_t held = mp->arena + mp->region; /* the region counts in the peak whole */
+  jnum(f, "fragmentation", held ? (double)(held - mp->peak) / (double)held : 0, true);
   jnum(f, "persistent_bytes", (double)mp->persistent, true), jnum(f, "inplace_reuses", mp->ninplace, true);
   jnum(f, "peak_op", po, true);
   fprintf(f, "\"peak_module\": ");
@@ -164,7 +192,16 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   fprintf(f, ", \"peak_phase\": \"%s\", \"at_peak\": {", po >= 0 ? phase_name(g->op[po].tags.phase) : "");
   for (int r = 0; r < MEM_NROLES; r++)
     fprintf(f, "%s\"%s\": %lld", r ? ", " : "", memplan_role_name(r), (long long)mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r]);
-  fprintf(f, "}},\n");
+  fprintf(f, "}");
+  if (mp->region) {
+    fprintf(f, ", \"optimizer_region\": {");
+    jnum(f, "bytes", (double)mp->region, true), jnum(f, "common_bytes", (double)mp->region_common, true);
+    jnum(f, "state_bytes", (double)region_state_bytes(p), true), jnum(f, "largest_rank", mp->region_rank, true);
+    fprintf(f, "\"shard_bytes\": [");
+    for (int r = 0; r < mp->nshard; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)mp->shard[r]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "},\n");
   const RankReport *rr = &p->rank;
   fprintf(f, " \"layout\": {\"tp\": %d, \"pp\": %d, \"vpp\": %d, \"cp\": %d, \"ep\": %d, \"etp\": %d, \"dp\": %d, "
              "\"sequence_parallel\": %s, \"distributed_optimizer\": %s},\n \"ranks\": [",

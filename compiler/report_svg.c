@@ -115,7 +115,7 @@ static int panel(const Plan *p, FILE *f, const char *id, int k0, int y0, int ph_
   fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"red\" stroke-dasharray=\"4,3\"/>\n", px, y0, px, y0 + ph_h);
   if (k0 == 0)
     fprintf(f, "<text class=\"peak\" x=\"%.1f\" y=\"%.1f\" fill=\"red\">peak %.3f GB (arena %.3f GB)</text>\n", px + 4,
-            py - 4 > y0 + 10 ? py - 4 : y0 + 10, (double)mp->peak / 1e9, (double)mp->arena / 1e9);
+            py - 4 > y0 + 10 ? py - 4 : y0 + 10, (double)mp->peak / 1e9, (double)(mp->arena + mp->region) / 1e9);
   else
     fprintf(f, "<text class=\"peak\" x=\"%.1f\" y=\"%.1f\" fill=\"red\">most %.3f GB transient</text>\n", px + 4,
             py - 4 > y0 + 10 ? py - 4 : y0 + 10, most / 1e9);

@@ -196,14 +196,19 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o, out, err, nerr);
   stepc_measure m = {0};
   api.get_measure(s, &m);
+  char region[96] = "";
+  if (m.optimizer_region_bytes)
+    snprintf(region, sizeof region, " (of it the optimizer-state region %.3f MB, this rank's shard %.3f MB)",
+             (double)m.optimizer_region_bytes / 1e6, (double)m.optimizer_state_bytes / 1e6);
   if (o->json)
     fprintf(out, ", \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                 "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld}}\n",
+                 "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld, "
+                 "\"optimizer_region_bytes\": %lld}}\n",
             (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
-            (long long)m.graph_nodes, (long long)m.optimizer_state_bytes);
+            (long long)m.graph_nodes, (long long)m.optimizer_state_bytes, (long long)m.optimizer_region_bytes);
   else if (st == STEPC_OK)
-    fprintf(out, "max allocated %.3f MB, arena %.3f MB, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
-            (double)m.arena_bytes / 1e6, (double)m.predicted_peak_bytes / 1e6,
+    fprintf(out, "max allocated %.3f MB, arena %.3f MB%s, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
+            (double)m.arena_bytes / 1e6, region, (double)m.predicted_peak_bytes / 1e6,
             strcmp(in.device, "cuda") ? " (fp32 plan on the CPU)" : "");
   api.close(s);
   dlclose(api.lib);

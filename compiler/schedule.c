@@ -78,13 +78,37 @@ static int make_buckets(const Graph *g, Schedule *sc) {
   return 0;
 }
 
+/* ZeRO-1's shards, as Megatron cuts them (Schedule.owner): each bucket's elements in dp contiguous
+ * ranges, one per rank, at whole-tensor granularity, so each rank updates about 1/dp of every
+ * bucket; the param, master and moments an AdamW op updates follow its gradient. */
+static int make_owners(const Graph *g, Schedule *sc) {
+  if (!(sc->owner = malloc(((size_t)g->nt + 1) * sizeof *sc->owner))) return -1;
+  for (int t = 0; t < g->nt; t++) sc->owner[t] = -1;
+  for (int k = 0; k < sc->nb; k++) {
+    const Bucket *b = &sc->b[k];
+    int64_t at = 0;
+    for (int i = 0; i < b->ngrads; i++) {
+      int t = sc->grad[b->first + i];
+      sc->owner[t] = (int)(at * sc->dp / (b->params > 0 ? b->params : 1));
+      at += tensor_numel(&g->t[t]);
+    }
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADAMW) continue;
+    for (int j = 0; j < op->nout; j++) sc->owner[op->out[j]] = sc->owner[op->in[0]];
+  }
+  return 0;
+}
+
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr) {
   memset(sc, 0, sizeof *sc);
   int64_t dp = spec_data_parallel_size(s);
+  sc->dp = dp > 1 ? (int)dp : 1;
   sc->bucket_params = 40000000 > 1000000 * dp ? 40000000 : 1000000 * dp;
   sc->nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   sc->pos = malloc((size_t)(g->nop + 1) * sizeof *sc->pos);
-  if (!sc->pos || make_buckets(g, sc) < 0) {
+  if (!sc->pos || make_buckets(g, sc) < 0 || (s->optimizer.use_distributed_optimizer && make_owners(g, sc) < 0)) {
     snprintf(err, nerr, "out of memory");
     schedule_free(sc);
     return -1;
@@ -180,6 +204,6 @@ int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
 }
 
 void schedule_free(Schedule *sc) {
-  free(sc->it), free(sc->pos), free(sc->b), free(sc->grad);
+  free(sc->it), free(sc->pos), free(sc->b), free(sc->grad), free(sc->owner);
   memset(sc, 0, sizeof *sc);
 }

@@ -27,7 +27,7 @@ import sys
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 3  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 5  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -124,6 +124,7 @@ class _Measure(ctypes.Structure):
         ("replay_ops", ctypes.c_int64),
         ("graph_nodes", ctypes.c_int64),
         ("optimizer_state_bytes", ctypes.c_int64),
+        ("optimizer_region_bytes", ctypes.c_int64),
     ]
 
 
@@ -178,7 +179,8 @@ class Measure:
     predicted_peak_bytes: int
     replay_ops: int
     graph_nodes: int
-    optimizer_state_bytes: int = 0  # master weights + moments this rank keeps (ZeRO-1: its shard)
+    optimizer_state_bytes: int = 0  # master weights + moments this rank holds (ZeRO-1: its shard)
+    optimizer_region_bytes: int = 0  # ZeRO-1: the optimizer-state region allocated per rank (in arena_bytes)
 
 
 def _struct_dict(cs):

@@ -164,7 +164,7 @@ static stepc_status masters_from_params(stepc_t *s) {
   stepc_status st = STEPC_OK;
   for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
     const Tensor *m = &g->t[i];
-    if (m->role != ROLE_MASTER || m->of < 0) continue;
+    if (m->role != ROLE_MASTER || m->of < 0 || api_dp_not_mine(s, i)) continue; /* ZeRO-1: the owner's */
     const Tensor *p = &g->t[m->of];
     int64_t n = tensor_numel(m);
     void *pb = malloc((size_t)p->bytes + 1);

@@ -256,9 +256,17 @@ static float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+/* A tensor this rank does not hold (another rank's optimizer state): -1 with the message. */
+static int held(stepc_t *s, const Tensor *T) {
+  if (T->bytes > 0) return 0;
+  return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not hold it",
+                  T->name, s->rank), -1;
+}
+
 static int cpu_read(stepc_t *s, int t, void *dst) {
   const Tensor *T = &s->g->t[t];
   int64_t n = tensor_numel(T);
+  if (held(s, T)) return -1;
   const void *src = cpu_exec_ptr(ex(s), t);
   if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
   else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
@@ -272,6 +280,7 @@ static int cpu_read(stepc_t *s, int t, void *dst) {
 static int cpu_write(stepc_t *s, int t, const void *src) {
   const Tensor *T = &s->g->t[t];
   int64_t n = tensor_numel(T);
+  if (held(s, T)) return -1;
   void *dst = cpu_exec_ptr(ex(s), t);
   if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
   else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
@@ -285,14 +294,15 @@ static int cpu_write(stepc_t *s, int t, const void *src) {
 static int cpu_params_from_masters(stepc_t *s) {
   const Graph *g = s->g;
   for (int i = 0; i < g->nt; i++)
-    if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0)
+    if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0 && g->t[i].bytes > 0) /* the masters this rank holds */
       memcpy(cpu_exec_ptr(ex(s), g->t[i].of), cpu_exec_ptr(ex(s), i), (size_t)g->t[i].bytes);
   return 0;
 }
 
 static void cpu_measure(stepc_t *s, stepc_measure *m) {
   ApiCpu *c = cpu(s);
-  m->arena_bytes = m->max_allocated_bytes = c->g->buffer_bytes[0];
+  m->arena_bytes = m->max_allocated_bytes = c->g->buffer_bytes[0] + c->g->buffer_bytes[1];
+  m->optimizer_region_bytes = c->g->buffer_bytes[1];
   m->predicted_peak_bytes = s->im.f.cpu_peak;
   m->replay_ops = s->im.f.nreplay;
 }

@@ -359,11 +359,17 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
 
 static int cuda_read(stepc_t *s, int t, void *dst) {
   ApiCuda *c = cu(s);
+  if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
+                    "hold it", s->g->t[t].name, s->rank), -1;
   return rt_copy_d2h(c->d, dst, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_write(stepc_t *s, int t, const void *src) {
   ApiCuda *c = cu(s);
+  if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
+                    "hold it", s->g->t[t].name, s->rank), -1;
   /* the copy is asynchronous: wait before the caller may reuse src */
   return rt_copy_h2d(c->d, rt_exec_ptr(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? api_cuda_fail(s) : 0;
 }
@@ -379,6 +385,7 @@ static void cuda_measure(stepc_t *s, stepc_measure *m) {
   m->max_allocated_bytes = c->d->max_allocated;
   m->arena_bytes = rt_exec_arena_bytes(c->x);
   m->predicted_peak_bytes = s->im.f.cuda_peak + ws + rt_exec_attn_workspace(c->x);
+  m->optimizer_region_bytes = s->g->nbuffers > 1 ? s->g->buffer_bytes[1] : 0;
   m->replay_ops = s->im.f.nreplay;
   RtScopedStats ss = {0};
   if (c->captured && c->scoped) rt_scoped_stats(c->scoped, &ss);

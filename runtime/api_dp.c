@@ -22,31 +22,22 @@ stepc_status stepc_options_from_env(stepc_options *o) {
   return STEPC_OK;
 }
 
-/* ZeRO-1's shards, as Megatron cuts them: each bucket's elements in N contiguous ranges, one per
- * rank, here at whole-tensor granularity (a main gradient belongs to the rank whose range holds
- * its first element), so each rank updates about 1/N of every bucket. The param, master and
- * moments an AdamW op updates follow its gradient. */
+/* ZeRO-1's shards, as the compiler cut them (compiler/schedule.c, in the image): each bucket's
+ * elements in N contiguous ranges, one per rank, at whole-tensor granularity (a main gradient
+ * belongs to the rank whose range holds its first element), so each rank updates about 1/N of
+ * every bucket; the param, master and moments an AdamW op updates follow its gradient. This rank's
+ * view of the optimizer-state region (buffer 1): the masters and moments of other ranks get no
+ * bytes, so that neither executor gives them a home, reads or writes them; their offsets stay
+ * the owners' (the same numbers on every rank, as step.c recorded them). */
 static stepc_status zero_owners(stepc_t *s) {
-  const StepImage *im = &s->im;
-  const Graph *g = im->g;
+  StepImage *im = &s->im;
+  Graph *g = im->g;
   s->owner = malloc(((size_t)g->nt + 1) * sizeof *s->owner);
   s->zero_sumsq = calloc((size_t)g->nt + 1, sizeof *s->zero_sumsq);
   if (!s->owner || !s->zero_sumsq) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  for (int t = 0; t < g->nt; t++) s->owner[t] = -1;
-  for (int k = 0; k < im->nbucket; k++) {
-    const ImgBucket *b = &im->bucket[k];
-    int64_t at = 0;
-    for (int i = 0; i < b->ngrads; i++) {
-      int t = im->bucket_grad[b->first + i];
-      s->owner[t] = (int)(at * s->world / (b->params > 0 ? b->params : 1));
-      at += tensor_numel(&g->t[t]);
-    }
-  }
-  for (int o = 0; o < g->nop; o++) {
-    const Op *op = &g->op[o];
-    if (op->kind != OP_ADAMW) continue;
-    int r = s->owner[op->in[0]];
-    for (int j = 0; j < op->nout; j++) s->owner[op->out[j]] = r;
+  for (int t = 0; t < g->nt; t++) {
+    s->owner[t] = im->owner[t];
+    if (g->t[t].buffer == 1 && api_dp_not_mine(s, t)) g->t[t].bytes = 0, im->cpu_bytes[t] = 0;
   }
   return STEPC_OK;
 }
@@ -84,11 +75,12 @@ stepc_status api_dp_check(stepc_t *s) {
   return STEPC_OK;
 }
 
-/* The plan facts every rank must share beyond the step itself: DP size, sharding, buckets. */
+/* The plan facts every rank must share beyond the step itself: DP size, sharding, buckets, owners. */
 static uint64_t plan_hash(const StepImage *im) {
   int32_t f[2] = {im->f.dp_size, im->f.dist_opt};
   uint64_t h = ir_fnv1a(IR_FNV_OFFSET, f, sizeof f);
   h = ir_fnv1a(h, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
+  h = ir_fnv1a(h, im->owner, (size_t)im->g->nt * sizeof *im->owner);
   return ir_fnv1a(h, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
 }
 

@@ -74,6 +74,7 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   put(&b, im->gen.k, (size_t)im->gen.n * sizeof im->gen.k[0]);
   put(&b, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
   put(&b, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
+  put(&b, im->owner, (size_t)g->nt * sizeof *im->owner);
   if (b.oom) {
     free(b.p);
     return snprintf(err, nerr, "out of memory writing %s", path), -1;
@@ -128,8 +129,14 @@ static const char *validate(StepImage *im) {
     if (t->ndim < 0 || t->ndim > IR_MAX_DIMS || (unsigned)t->dtype >= DT_COUNT || (unsigned)t->role >= ROLE_COUNT ||
         !in_range(t->buffer, g->nbuffers) || t->offset < 0 || t->bytes < 0 || t->offset > g->buffer_bytes[t->buffer] - t->bytes ||
         !in_range(t->alias, nt) || t->sink < -1 || t->sink >= nt || t->of < -1 || t->of >= nt || t->producer < -1 ||
-        t->producer >= nop || im->cpu_offset[i] < 0 || im->cpu_bytes[i] < 0 || im->cpu_offset[i] > im->f.cpu_arena - im->cpu_bytes[i])
-      return "a tensor's shape, role or slot is out of range";
+        t->producer >= nop || im->cpu_offset[i] < 0 || im->cpu_bytes[i] < 0 ||
+        im->cpu_offset[i] > (t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena) - im->cpu_bytes[i] || im->owner[i] < -1 ||
+        im->owner[i] >= im->f.dp_size)
+      return "a tensor's shape, role, slot or owner is out of range";
+    /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */
+    if (t->buffer == 1 && (!im->f.dist_opt || g->nbuffers != 2 || !(t->role == ROLE_MASTER || (t->role == ROLE_OPTIM && t->of >= 0))))
+      return "a tensor other than a distributed optimizer's master or moment lies in the optimizer-state region";
+    if (t->buffer > 1) return "a tensor lies in a buffer the step does not have";
     for (int d = 0; d < IR_MAX_DIMS; d++)
       if (t->shape[d] < 1) return "a tensor has a dimension below 1";
   }
@@ -165,7 +172,8 @@ static const char *validate(StepImage *im) {
   for (int s = 0; s < im->nscope; s++)
     if (!in_range(im->scope[s].first, nop) || !in_range(im->scope[s].last, nop) || im->scope[s].last < im->scope[s].first)
       return "a graph scope is out of range";
-  if (im->f.dp_size < 1 || im->f.dp_size > 65536) return "the data-parallel size is out of range";
+  if (im->f.dp_size < 1 || im->f.dp_size > 65536 || im->f.cpu_region < 0 || (im->f.cpu_region > 0) != (g->nbuffers == 2))
+    return "the data-parallel size or the optimizer-state region is out of range";
   for (int k = 0; k < im->nbucket; k++) {
     const ImgBucket *b = &im->bucket[k];
     if (!in_range(b->after_op, nop) || !in_range(b->fire_op, nop) || b->first < 0 || b->ngrads < 1 || b->first > im->nbucket_grad - b->ngrads)
@@ -241,6 +249,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
     if (!bad && (c.nbucket < 0 || c.nbucket_grad < 0)) bad = 1;
     im->bucket = take(&r, (size_t)c.nbucket, sizeof *im->bucket, &bad);
     im->bucket_grad = take(&r, (size_t)c.nbucket_grad, sizeof *im->bucket_grad, &bad);
+    im->owner = take(&r, (size_t)c.nt, sizeof *im->owner, &bad);
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;
   }
   free(p);
@@ -255,7 +264,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
 void image_free(StepImage *im) {
   graph_free(im->g);
   free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison), free(im->scope);
-  free(im->bucket), free(im->bucket_grad);
+  free(im->bucket), free(im->bucket_grad), free(im->owner);
   memset(im, 0, sizeof *im);
 }
 
@@ -276,9 +285,10 @@ Graph *image_cpu_graph(const StepImage *im) {
   memcpy(g->t, s->t, (size_t)s->nt * sizeof *g->t);
   memcpy(g->op, s->op, (size_t)s->nop * sizeof *g->op);
   if (s->nchain) memcpy(g->chain, s->chain, (size_t)s->nchain * sizeof *g->chain);
-  for (int i = 0; i < g->nt; i++) g->t[i].buffer = 0, g->t[i].offset = im->cpu_offset[i], g->t[i].bytes = im->cpu_bytes[i];
-  g->nbuffers = 1;
+  for (int i = 0; i < g->nt; i++) g->t[i].offset = im->cpu_offset[i], g->t[i].bytes = im->cpu_bytes[i];
+  g->nbuffers = im->f.cpu_region > 0 ? 2 : 1;
   memset(g->buffer_bytes, 0, sizeof g->buffer_bytes);
   g->buffer_bytes[0] = im->f.cpu_arena;
+  g->buffer_bytes[1] = im->f.cpu_region;
   return g;
 }

@@ -8,6 +8,10 @@
  * after their last use), the program order, the CUDA-graph scope instances, the names and
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
  * source, graph mode and warm-up, predicted peaks, the fingerprint step.c was generated for).
+ * A distributed-optimizer step (format 4) also carries each tensor's owning rank and, for its
+ * masters and Adam moments, their places in the optimizer-state region (buffer 1, compiler/memplan.c):
+ * each tensor at the offset its owner packs it to, so that the same offsets (and step.c's recorded
+ * addresses) hold on every rank; stepc_open gives the tensors of other ranks no bytes.
  *
  * The format is binary and versioned: a header (magic, version, the sizes of the structs it
  * stores, the payload's length and FNV-1a hash) and the payload. A file from another version, a
@@ -22,7 +26,7 @@
 #include "ir.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 3
+#define STEPC_IMAGE_VERSION 4
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
@@ -65,6 +69,8 @@ typedef struct {
                                 graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
   int32_t dist_opt;          /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
   int32_t pad;
+  int64_t cpu_region;        /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
+                                g->buffer_bytes[1]): the largest rank's shard, 0 without one */
   char data_path[1024];      /* as the recipe gave it (data.path is the user's file, read at run time) */
   char recipe[256];          /* the recipe's file name, for messages */
   char cuda_refusal[512];    /* "" when the CUDA backend runs the step, else why not */
@@ -88,13 +94,16 @@ typedef struct {
   int nbucket;
   int32_t *bucket_grad;      /* main-gradient tensor ids, in backward's completion order */
   int nbucket_grad;
+  int32_t *owner;            /* per tensor: the distributed optimizer's owning rank (compiler/schedule.c)
+                                or -1 (every rank's, or no distributed optimizer) */
 } StepImage;
 
 /* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr);
 int image_read(const char *path, StepImage *im, char *err, size_t nerr);
 void image_free(StepImage *im);
-/* A graph with the CPU plan's slots applied: a copy of im->g (graph_free it). NULL on failure. */
+/* A graph with the CPU plan's slots applied (the arena, and the region for the tensors im->g keeps
+ * in buffer 1): a copy of im->g (graph_free it). NULL on failure. */
 Graph *image_cpu_graph(const StepImage *im);
 
 #endif

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 4
+#define STEPC_API_VERSION 5
 
 typedef enum {
   STEPC_OK = 0,
@@ -206,18 +206,22 @@ stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, 
 /* ---- measurements ---- */
 typedef struct {
   double last_step_ms;           /* as stepc_step_stats.ms */
-  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (arena + scratch +
-                                    cuBLASLt workspace); cpu: the fp32 arena */
-  int64_t arena_bytes;           /* the planned arena as allocated */
-  int64_t predicted_peak_bytes;  /* cuda: the memory plan's peak + cuBLASLt workspace;
-                                    cpu: the fp32 plan's peak */
+  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (arena + optimizer-state
+                                    region + scratch + cuBLASLt workspace); cpu: the fp32 arena +
+                                    region */
+  int64_t arena_bytes;           /* the planned memory as allocated: the arena and, with the
+                                    distributed optimizer, the optimizer-state region */
+  int64_t predicted_peak_bytes;  /* cuda: the memory plan's peak (the region counted whole) +
+                                    cuBLASLt workspace; cpu: the fp32 plan's peak */
   int64_t replay_ops;            /* recompute replay ops per micro-batch */
   int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
-  int64_t optimizer_state_bytes; /* master weights and Adam moments this rank keeps up to date, at
-                                    their nominal dtypes: all of them, or with the distributed
-                                    optimizer this rank's shard (memrank.c predicts 12/DP bytes per
-                                    parameter); the CPU arena still holds every slot (the plan is
-                                    one rank's whole step), so this is the state the rank owns */
+  int64_t optimizer_state_bytes; /* master weights and Adam moments this rank holds, at their
+                                    nominal dtypes: all of them, or with the distributed optimizer
+                                    this rank's shard (memrank.c predicts 12/DP bytes per
+                                    parameter) */
+  int64_t optimizer_region_bytes; /* API 5. The distributed optimizer's region as allocated on
+                                    every rank (part of arena_bytes): the largest rank's shard,
+                                    padded (stepc plan prints it and each rank's); 0 without it */
 } stepc_measure;
 stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m);
 

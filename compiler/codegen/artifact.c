@@ -271,13 +271,15 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   f->cuda_peak = sp->mp.peak;
   f->cpu_peak = cp.mp.peak;
   f->cpu_arena = cp.mp.arena;
+  f->cpu_region = cp.mp.region;
   f->sm_count = sm_count;
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;
   /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
   im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
   im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
-  if (!im.bucket || !im.bucket_grad) {
+  im.owner = malloc(((size_t)sp->g->nt + 1) * sizeof *im.owner);
+  if (!im.bucket || !im.bucket_grad || !im.owner) {
     snprintf(err, nerr, "out of memory");
     goto free_prog;
   }
@@ -287,6 +289,7 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   }
   for (int k = 0; k < sp->sc.ngrad; k++) im.bucket_grad[k] = sp->sc.grad[k];
   im.nbucket = sp->sc.nb, im.nbucket_grad = sp->sc.ngrad;
+  for (int t = 0; t < sp->g->nt; t++) im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1;
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
   if (!es->cuda) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", why);
@@ -295,7 +298,7 @@ static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
   rc = image_write(path, &im, err, nerr) == 0 ? ARTIFACT_OK : ARTIFACT_ERROR;
 free_prog:
-  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad);
+  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad), free(im.owner);
   plan_program_free(&prog);
 done:
   step_plan_free(&cp);

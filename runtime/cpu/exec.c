@@ -27,7 +27,9 @@ CpuExec *cpu_exec_new(const Graph *g, CpuPrecision prec, int nthreads, char *err
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     size_t es = dtype_is_float(t->dtype) ? fb : dtype_size(t->dtype);
-    if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != tensor_numel(t) * (int64_t)es ||
+    /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
+    bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
+    if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != tensor_numel(t) * (int64_t)es && !away) ||
         t->offset < 0 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
       snprintf(err, nerr, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) does not fit a %s executor",
                t->name, t->buffer, (long long)t->offset, (long long)t->bytes, prec == CPU_F64 ? "fp64" : "fp32");
@@ -131,6 +133,7 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     int64_t n = tensor_numel(t);
+    if (t->bytes == 0) continue; /* not held here (another rank's optimizer state) */
     uint64_t key = ops_init_key(seed, t->name);
     if (t->init == IR_INIT_ONES)
       for (int64_t j = 0; j < n; j++) cpu_exec_set(e, i, j, 1.0);
@@ -138,6 +141,6 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
       for (int64_t j = 0; j < n; j++) cpu_exec_set(e, i, j, t->init_std * normal_at(key, (uint64_t)j));
   }
   for (int i = 0; i < g->nt; i++)
-    if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0)
+    if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0 && g->t[i].bytes > 0)
       memcpy(cpu_exec_ptr(e, i), cpu_exec_ptr(e, g->t[i].of), (size_t)g->t[i].bytes);
 }

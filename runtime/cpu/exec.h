@@ -4,7 +4,9 @@
  *
  * Tensors are reached only through their (buffer, offset, bytes) from the graph's memory plan;
  * the plan must size floating tensors at the executor's precision (graph_plan_trivial(g, 4 or 8)).
- * The executor owns one arena per plan buffer. */
+ * The executor owns one arena per plan buffer. A master or optimizer-state tensor of 0 bytes is
+ * not held by this executor (another data-parallel rank's shard, runtime/api_dp.c): no op that
+ * runs may touch it. */
 #ifndef STEPC_CPU_EXEC_H
 #define STEPC_CPU_EXEC_H
 

@@ -84,7 +84,10 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
   uint64_t h = ir_fnv1a(IR_FNV_OFFSET, head, sizeof head);
   h = ir_fnv1a(h, x->buf_base, (size_t)g->nbuffers * sizeof x->buf_base[0]);
   for (int i = 0; i < g->nt; i++) {
-    int64_t v[5] = {g->t[i].buffer, g->t[i].offset, g->t[i].bytes, x->alias[i], x->sink[i]};
+    /* the nominal size, not the held one: a distributed optimizer's rank holds only its own masters
+     * and moments (0 bytes for the others' at the owners' offsets), and step.c is the same for all */
+    int64_t v[5] = {g->t[i].buffer, g->t[i].offset, tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->alias[i],
+                    x->sink[i]};
     h = ir_fnv1a(h, v, sizeof v);
   }
   h = ir_fnv1a(h, x->skip, (size_t)g->nop);
@@ -330,7 +333,9 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     const Tensor *t = &g->t[i];
     /* a weight gradient sunk into its main gradient has no bytes (memplan.c): nothing writes it */
     int64_t want = t->sink >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
-    if (t->buffer < 0 || t->buffer >= g->nbuffers || t->bytes != want ||
+    /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
+    bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
+    if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != want && !away) ||
         t->offset < 0 || t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
       rt_fail(d, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) is not a 16-byte-aligned slot at its nominal "
                  "dtype size", t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
@@ -491,8 +496,8 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
     const Tensor *t = &g->t[i];
     if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) continue;
     int master = -1;
-    for (int j = 0; j < g->nt; j++)
-      if (g->t[j].role == ROLE_MASTER && g->t[j].of == i) master = j;
+    for (int j = 0; j < g->nt; j++) /* a master another rank holds (the distributed optimizer) is not written here */
+      if (g->t[j].role == ROLE_MASTER && g->t[j].of == i && g->t[j].bytes > 0) master = j;
     int fp32 = t->dtype == DT_F32; /* an fp32 parameter (the MoE router's) is its own master */
     CUdeviceptr f32 = fp32 ? rt_exec_ptr(x, i) : master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);

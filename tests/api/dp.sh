@@ -4,7 +4,8 @@
 #   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
 #   threads (test_dp) and as processes (stepc run --nproc, the artifact's own step.c);
 #   a resumed DP run against the uninterrupted one; a rank that exits, one that hangs; a rank with
-#   another artifact; an artifact of DP N opened alone; the profiled step's measured timeline.
+#   another artifact; an artifact of DP N opened alone; the profiled step's measured timeline;
+#   the distributed optimizer's per-rank memory (its optimizer-state region) against stepc plan.
 set -uo pipefail
 stepc=$1 t=$2
 tmp=$(mktemp -d)
@@ -33,6 +34,51 @@ TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 aga
 "$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"
 "$t" refuse "$tmp/dp2" "$tmp/dp2_other" 2 || fail "a rank with another artifact"
 "$t" world "$tmp/dp2" || fail "DP 2 opened alone"
+# the distributed optimizer's memory: every rank holds only its shard of the masters and moments
+# (the optimizer-state region, the largest shard), so the allocated bytes shrink with DP; measured
+# on every rank (stepc_measure) against stepc plan --json: the region and each rank's shard exactly
+# (optimizer_state_bytes is the shard without its 16-byte padding), and memrank's even 12/DP bytes
+# per parameter within the whole-tensor granularity (a rank's shard of a bucket differs from an
+# even 1/DP of it by less than the bucket's largest tensor's state, 12 bytes per element)
+for a in dp2:2 zero2:2 dp4:4 zero4:4; do
+  n=${a#*:} a=${a%:*}
+  w=$([ "$a" = "${a#zero}" ] && echo "" || echo optimizer.use_distributed_optimizer=true)
+  "$stepc" plan models/tiny.lua train.world_size=$n train.global_batch_size=$((4 * n)) $w --json >"$tmp/$a.plan.json" || fail "stepc plan $a"
+  "$t" measure "$tmp/$a" "$n" "$tmp/$a.params.safetensors" >"$tmp/$a.measure" || { cat "$tmp/$a.measure"; fail "measure $a"; }
+done
+python3 - "$tmp" <<'EOF' || fail "the distributed optimizer's per-rank memory"
+import json, math, struct, sys
+tmp = sys.argv[1]
+def measured(a):
+    rows = [l.split()[1:] for l in open(f"{tmp}/{a}.measure") if l.startswith("measure ")]
+    return [dict(zip(("rank", "arena", "region", "state", "max_allocated", "predicted"), map(int, r))) for r in rows]
+with open(f"{tmp}/zero4.params.safetensors", "rb") as f:
+    head = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+numel = [math.prod(v["shape"]) for k, v in head.items() if k != "__metadata__"]
+params, largest = sum(numel), max(numel)
+plain = {n: measured(f"dp{n}") for n in (2, 4)}
+for n in (2, 4):
+    plan = json.load(open(f"{tmp}/zero{n}.plan.json"))
+    reg, ideal = plan["arena"]["optimizer_region"], plan["ranks"][0]["optimizer_bytes"]
+    nb = plan["scopes"]["gradient_buckets"]
+    bound = nb * 12 * largest
+    whole = plain[n][0]["state"]
+    print(f"DP {n}, distributed optimizer ({params} parameters, largest tensor {largest}, {nb} bucket(s)): stepc plan: region "
+          f"{reg['bytes']} B (rank {reg['largest_rank']}'s shard), shards {reg['shard_bytes']}; memrank's even 12/{n} B/param "
+          f"{ideal:.0f} B; plain DP {n} holds {whole} B on every rank, arena {plain[n][0]['arena']} B")
+    for m in measured(f"zero{n}"):
+        r = m["rank"]
+        print(f"  rank {r}: measured region {m['region']} B, holds {m['state']} B (plan {reg['shard_bytes'][r]}), allocated "
+              f"{m['arena']} B (plain DP {plain[n][r]['arena']}: {m['arena'] - plain[n][r]['arena']:+d}), predicted peak {m['predicted']} B")
+        assert m["region"] == reg["bytes"], "the region as allocated is not stepc plan's"
+        assert 0 <= reg["shard_bytes"][r] - m["state"] < 16 * len(numel) * 3, "a rank's shard is not stepc plan's"
+        assert abs(m["region"] - ideal) <= bound and abs(m["state"] - whole / n) <= bound, "a shard outside the whole-tensor bound"
+        # the arena (fp32 CPU plan) no longer holds the state: plain DP's minus the whole state plus the region
+        assert m["arena"] == plain[n][r]["arena"] - whole + m["region"], "the allocated bytes do not shrink by the state not held"
+        assert m["max_allocated"] == m["arena"] and m["predicted"] <= m["arena"]
+    assert sum(m["state"] for m in measured(f"zero{n}")) == whole, "the shards do not add up to the whole state"
+print("ok: the distributed optimizer holds one shard of the masters and moments per rank, as stepc plan predicts")
+EOF
 # processes: stepc run --nproc through libstep.so (step.c), the losses' bits against DP 1's
 losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(x["loss"].hex()+" "+x["grad_norm"].hex() for x in d["steps"]))' "$1"; }
 "$stepc" run "$tmp/dp1_4" --device cpu --steps 3 --json >"$tmp/r1.json" || fail "stepc run DP 1"

@@ -13,6 +13,11 @@
  *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
  *   test_dp reshard ARTA NA ARTB NB TMP    a ZeRO-1 checkpoint of NA ranks loaded by NB ranks: refused
  *   test_dp env                            stepc_options_from_env under torchrun, mpirun and Slurm
+ *   test_dp continue ARTN N STEPS CKPT REF  N ranks load CKPT (another build's, say), run to STEPS: every
+ *                                          rank's parameters = REF<rank>.safetensors (the uninterrupted run)
+ *   test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line
+ *                                          "measure RANK arena REGION STATE MAX_ALLOCATED PREDICTED";
+ *                                          rank 0's parameters saved to PARAMS (their shapes)
  *
  * Prints what it compares; exit 0 on success. */
 #include <netinet/in.h>
@@ -77,6 +82,7 @@ typedef struct {
   double loss[MAXS], gnorm[MAXS];
   int done;
   double fail_after_s;     /* seconds from the last good step to the failing call */
+  stepc_measure m;         /* after the steps */
 } Rank;
 
 /* Binds this rank's micro-batches of step `step`'s global batch: global micro-batch g's tokens are
@@ -147,6 +153,7 @@ static void *rank_main(void *p) {
   if (r->step_st == STEPC_OK && r->save) r->step_st = stepc_save_checkpoint(s, r->save);
   if (r->step_st == STEPC_OK && r->params) r->step_st = stepc_save_params(s, r->params);
   if (r->step_st != STEPC_OK && !r->err[0]) snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+  stepc_get_measure(s, &r->m);
   stepc_close(s);
   return NULL;
 }
@@ -314,6 +321,36 @@ static int mode_world(const char *artn) {
   return fails != 0;
 }
 
+/* A checkpoint written elsewhere (by another build) resumed here: bitwise the uninterrupted run. */
+static int mode_continue(const char *artn, int n, int steps, const char *ck, const char *ref) {
+  static Rank c[MAXR];
+  char pc[MAXR][512], pr[MAXR][512];
+  setup(c, n, artn, steps);
+  for (int i = 0; i < n; i++) c[i].load = ck, snprintf(pc[i], sizeof pc[i], "%s.continued%d.safetensors", ref, i), c[i].params = pc[i];
+  run_ranks(c, n);
+  for (int i = 0; i < n; i++) {
+    snprintf(pr[i], sizeof pr[i], "%s%d.safetensors", ref, i);
+    CHECK(c[i].open_st == STEPC_OK && c[i].step_st == STEPC_OK, "rank %d: %s", i, c[i].err);
+    CHECK(!fails && same_params(pr[i], pc[i]), "rank %d: the parameters after the resumed run differ from %s", i, pr[i]);
+  }
+  if (!fails) printf("ok: %s resumed on %d ranks at step %d to %d = the uninterrupted run's parameters\n", ck, n, c[0].steps - c[0].done, steps);
+  return fails != 0;
+}
+
+/* Each rank's measured memory after one step (tests/api/dp.sh compares it with the plan). */
+static int mode_measure(const char *artn, int n, const char *params) {
+  static Rank r[MAXR];
+  setup(r, n, artn, 1);
+  r[0].params = params;
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++) {
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "rank %d: %s", i, r[i].err);
+    printf("measure %d %lld %lld %lld %lld %lld\n", i, (long long)r[i].m.arena_bytes, (long long)r[i].m.optimizer_region_bytes,
+           (long long)r[i].m.optimizer_state_bytes, (long long)r[i].m.max_allocated_bytes, (long long)r[i].m.predicted_peak_bytes);
+  }
+  return fails != 0;
+}
+
 /* stepc_options_from_env under each launcher's variables. */
 static int mode_env(void) {
   static const char *all[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -365,6 +402,8 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "refuse") && argc == 5) return mode_refuse(argv[2], argv[3], atoi(argv[4]));
   if (!strcmp(m, "world") && argc == 3) return mode_world(argv[2]);
   if (!strcmp(m, "env")) return mode_env();
+  if (!strcmp(m, "continue") && argc == 7) return mode_continue(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
+  if (!strcmp(m, "measure") && argc == 5) return mode_measure(argv[2], atoi(argv[3]), argv[4]);
   fprintf(stderr, "test_dp: bad arguments for %s\n", m);
   return 2;
 }

@@ -19,6 +19,8 @@
 # track with the bucket's slice (ZeRO-1: the norm exchange and the parameter broadcast too); the
 # overlap it measures is printed (on one GPU NCCL's one-rank collectives are nearly free: the
 # overlap's size is to be measured with two ranks).
+# ZeRO-1's memory at world size 1: the optimizer-state region (the masters and moments, out of the
+# arena) holds the whole state, as stepc plan --json predicts; arena + region <= the plain step's.
 # Also: a DP-2 artifact opened alone is refused with its message.
 #
 # Run from the repository root with this machine's build/ carried (the GPU machine has no Lua
@@ -95,6 +97,39 @@ for a, kind in [(a, k) for a in ("tiny", "tiny_fi", "gpt3", "gpt3_fi", "tiny_sc"
           f"{len(n['steps'])} steps, last loss {n['steps'][-1]['loss']!r} vs {p['steps'][-1]['loss']!r}; comm {n.get('comm')}; "
           f"replayed {replayed}; graph nodes {n['measure']['graph_nodes']} (without NCCL {p['measure']['graph_nodes']}); "
           f"ms/step {n['steps'][-1]['ms']:.3f} vs {p['steps'][-1]['ms']:.3f}")
+    bad |= not ok
+sys.exit(bad)
+EOF
+
+# the distributed optimizer's memory at world size 1: the optimizer-state region holds the whole
+# state (one rank owns every tensor); it is what stepc plan --json predicts, and the allocated
+# bytes at most the plain step's (the masters and moments moved from the arena into the region,
+# packed at 16 bytes instead of the arena's 256), the predicted peak the same
+for a in tiny gpt3; do
+  z=""; [ "$a" = gpt3 ] && z="model.bf16=true"
+  r=models/tiny.lua; [ "$a" = gpt3 ] && r=tests/recipes/gpt3_tiny.lua
+  build/stepc plan "$r" $z $ZERO --json >"$DEST/${a}_zero.plan.json" 2>"$DEST/${a}_zero.plan.err" || { say "FAIL stepc plan $a ZeRO-1"; fails=1; }
+done
+python3 - "$DEST" 2>&1 <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}" -eq 0 ] || fails=1
+import json, sys
+dest = sys.argv[1]
+bad = 0
+up = lambda x: (x + 255) // 256 * 256
+for a in ("tiny", "gpt3"):
+    try:
+        plan = json.load(open(f"{dest}/{a}_zero.plan.json"))["arena"]
+        z = json.load(open(f"{dest}/{a}_zero.json"))["measure"]
+        p = json.load(open(f"{dest}/{a}_plain.json"))["measure"]
+    except Exception as e:
+        print(f"FAIL {a} ZeRO-1 memory: no result ({e})"); bad = 1; continue
+    reg = plan.get("optimizer_region", {})
+    ok = (z.get("optimizer_region_bytes") == reg.get("bytes") == z.get("optimizer_state_bytes") and reg.get("shard_bytes") == [reg.get("bytes")]
+          and z["arena_bytes"] == up(plan["arena_bytes"]) + up(reg["bytes"]) and z["arena_bytes"] <= p["arena_bytes"]
+          and z["predicted_peak_bytes"] == p["predicted_peak_bytes"])
+    print(f"{'PASS' if ok else 'FAIL'} {a} ZeRO-1 memory at world size 1: region {z.get('optimizer_region_bytes')} B (stepc plan {reg.get('bytes')}, "
+          f"state held {z.get('optimizer_state_bytes')}); arena + region {z['arena_bytes']} B (plan {up(plan['arena_bytes'])} + {up(reg.get('bytes', 0))}; "
+          f"plain {p['arena_bytes']}); max allocated {z['max_allocated_bytes']} (plain {p['max_allocated_bytes']}); predicted peak "
+          f"{z['predicted_peak_bytes']} (plain {p['predicted_peak_bytes']})")
     bad |= not ok
 sys.exit(bad)
 EOF

@@ -8,7 +8,12 @@
  *  - ZeRO-1's executor helpers (runtime/cuda/op_optim.c): the GRAD_SUMSQ partial slices tile the
  *    partials buffer exactly; a masked multi-tensor table differs from the full one only by n = 0
  *    in the masked rows; the hyper-parameter launch kept for a skipped AdamW is the one the op
- *    itself makes first.
+ *    itself makes first;
+ *  - the distributed optimizer's region on a rank (compiler/memplan.c, runtime/api_dp.c): with the
+ *    other ranks' masters and moments at 0 bytes the executor opens, its layout hash is the full
+ *    graph's (the one step.c is recorded against), and every AdamW launch of a tensor the rank
+ *    owns — alone, and as a multi-tensor table row — points where the full graph's points (what
+ *    step.c bakes), inside the rank's shard of the region.
  *
  *   dp_cuda     the checks (exit 0 ok, 1 a failure) */
 #include <stdlib.h>
@@ -186,6 +191,92 @@ static void check_zero(const char *title, const char *recipe, const char **kv, i
   record_run_close(&run.p, rec, x);
 }
 
+/* Pointer arguments of the launches op o makes, relative to the executor's arena (-1 outside). */
+static int adam_ptrs(Run *run, RtExec *x, int o, int64_t *out, int cap) {
+  RtRecorder *rec = &run->rec;
+  CUdeviceptr base = rt_exec_base(x, 0);
+  int64_t size = rt_exec_arena_bytes(x);
+  rec->on = 1;
+  int n0 = rec->n, n = 0;
+  rt_exec_run_op(x, o);
+  rec->on = 0;
+  for (int i = n0; i < rec->n; i++) {
+    const RtRec *r = &rec->r[i];
+    if (r->kind != RT_REC_LAUNCH) continue;
+    const char *sig = rt_ksig(&run->dev, r->k);
+    for (int a = 0; a < r->nargs && n < cap; a++)
+      if (sig[a] == 'p') {
+        CUdeviceptr p = (CUdeviceptr)r->arg[a];
+        out[n++] = p >= base && p < base + (CUdeviceptr)size ? (int64_t)(p - base) : -1;
+      }
+  }
+  return n;
+}
+
+/* A distributed-optimizer step of `dp` ranks: each rank's view against the full graph's. */
+static void check_region(const char *title, const char *recipe, const char **kv, int nkv, int dp) {
+  static Run run;
+  if (load(&run, title, recipe, kv, nkv)) return;
+  const Graph *g = run.p.g;
+  const MemPlan *mp = &run.p.mp;
+  RtExec *full = run.x;
+  CHECK(mp->region > 0 && mp->nshard == dp && g->nbuffers == 2, "%s: no optimizer-state region of %d ranks", title, dp);
+  uint64_t want = rt_exec_layout_hash(full);
+  int64_t region_at = rt_exec_arena_bytes(full) - g->buffer_bytes[1]; /* the region: the last buffer, 256-aligned */
+  int checked = 0, rows = 0;
+  for (int r = 0; r < dp && mp->region; r++) {
+    Graph view = *g;
+    view.t = malloc((size_t)g->nt * sizeof *view.t);
+    memcpy(view.t, g->t, (size_t)g->nt * sizeof *view.t);
+    for (int t = 0; t < g->nt; t++)
+      if (view.t[t].buffer == 1 && mp->owner[t] >= 0 && mp->owner[t] != r) view.t[t].bytes = 0;
+    int unsupported = 0;
+    RtExec *x = rt_exec_new(&run.dev, &view, &unsupported);
+    CHECK(x != NULL, "%s rank %d: the executor refuses the rank's view: %s", title, r, run.dev.err);
+    if (!x) {
+      free(view.t);
+      continue;
+    }
+    CHECK(rt_exec_layout_hash(x) == want, "%s rank %d: another layout hash than the full graph's (step.c's)", title, r);
+    for (int o = 0; o < g->nop; o++) {
+      const Op *op = &g->op[o];
+      if (op->kind != OP_ADAMW || (mp->owner[op->in[0]] >= 0 && mp->owner[op->in[0]] != r)) continue;
+      if (rt_exec_op_runs(x, o)) { /* alone: its launches' pointers, the rank's against the full graph's */
+        int64_t a[64], b[64];
+        int na = adam_ptrs(&run, x, o, a, 64), nb = adam_ptrs(&run, full, o, b, 64);
+        CHECK(na == nb && na > 0 && !memcmp(a, b, (size_t)na * sizeof *a), "%s rank %d: AdamW op %d points elsewhere", title, r, o);
+        checked++;
+      }
+      for (int j = 1; j < op->nout; j++) { /* its state inside the rank's shard */
+        int64_t off = rt_exec_ptr(x, op->out[j]) - rt_exec_base(x, 0) - region_at;
+        CHECK(g->t[op->out[j]].buffer == 1 && off >= 0 && off + g->t[op->out[j]].bytes <= mp->shard[r],
+              "%s rank %d: %s outside its shard", title, r, g->t[op->out[j]].name);
+      }
+    }
+    for (int o = 0; o < g->nop; o++) { /* multi-tensor rows: the same words */
+      const uint64_t *w, *wf;
+      int n, nf, width;
+      int64_t chunks;
+      if (rt_exec_multi_table(x, o, &w, &n, &width, &chunks) || g->op[o].kind != OP_ADAMW) continue;
+      rt_exec_multi_table(full, o, &wf, &nf, &width, &chunks);
+      for (int k = 0; k < n; k++) {
+        int t = g->op[o - n + 1 + k].in[0];
+        if (mp->owner[t] >= 0 && mp->owner[t] != r) continue;
+        for (int c = 0; c < 5; c++) /* master, param, grad, m, v: relative to each executor's arena */
+          CHECK(w[k * width + c] - rt_exec_base(x, 0) == wf[k * width + c] - rt_exec_base(full, 0),
+                "%s rank %d: op %d row %d word %d differs from the full graph's", title, r, o, k, c);
+        rows++;
+      }
+    }
+    rt_exec_free(x);
+    free(view.t);
+  }
+  printf("%s: %d ranks' views of the optimizer-state region (%lld B, shards", title, dp, (long long)mp->region);
+  for (int r = 0; r < mp->nshard; r++) printf(" %lld", (long long)mp->shard[r]);
+  printf(") open with step.c's layout hash; %d AdamW launches alone and %d multi-tensor rows as the full graph's\n", checked, rows);
+  record_run_close(&run.p, &run.rec, full);
+}
+
 int main(void) {
   const char *bf16[] = {"model.bf16=true"};
   const char *bf16_single[] = {"model.bf16=true", "optimizer.multi_tensor=false"};
@@ -202,6 +293,12 @@ int main(void) {
   check_zero("tiny", "models/tiny.lua", NULL, 0);
   check_zero("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1);
   check_zero("gpt3_tiny bf16, optimizer ops alone", "tests/recipes/gpt3_tiny.lua", bf16_single, 2);
+  const char *zero4[] = {"model.bf16=true", "train.world_size=4", "train.global_batch_size=16",
+                         "optimizer.use_distributed_optimizer=true", "optimizer.multi_tensor=false"};
+  check_region("gpt3_tiny bf16 ZeRO-1 DP 4, optimizer ops alone", "tests/recipes/gpt3_tiny.lua", zero4, 5, 4);
+  check_region("gpt3_tiny bf16 ZeRO-1 DP 4, multi-tensor", "tests/recipes/gpt3_tiny.lua", zero4, 4, 4);
+  const char *tiny_zero2[] = {"train.world_size=2", "train.global_batch_size=8", "optimizer.use_distributed_optimizer=true"};
+  check_region("tiny ZeRO-1 DP 2", "models/tiny.lua", tiny_zero2, 3, 2);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }
