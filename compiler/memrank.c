@@ -37,6 +37,8 @@
  *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes); a rank's max
  *               allocated is the larger of that and its forward/backward peak. The first iteration's
  *               forward/backward runs before the Adam moments exist (first_iteration).
+ *   logged      what Megatron prints after iterations 1 and 2, which run before TE captures its
+ *               graphs: the step planned without static graph buffers (memrank_readings).
  *   shared      with moe_shared_expert_overlap under sequence parallelism, the shared experts'
  *               fc1 keeps its own all-gathered input (shared_gather_add).
  *   workspace   cuBLAS's 32 MiB Hopper workspace, cuDNN attention's, and TE's four grouped-GEMM
@@ -544,4 +546,37 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   }
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;
+}
+
+/* When a rank first holds its CUDA graphs. With cuda_graph_impl "transformer_engine" the trainer
+ * runs cuda_graph_warmup_steps iterations eagerly and captures every TE graph (their pool, static
+ * inputs and outputs) just before the next one: Megatron-LM d98e8a64dd training.py, train():
+ * create_cudagraphs when iteration - start_iteration == args.cuda_graph_warmup_steps;
+ * Megatron-Bridge 067f987df0 training/train.py, train(): the same test on train_state.step.
+ * TransformerConfig.cuda_graph_warmup_steps defaults to 3 (transformer_config.py), and Bridge's
+ * Nemotron 3 Nano H100 perf recipe leaves it there. So iterations 1..warmup hold no graph buffers:
+ * each tensor that leaves a graph lives as the eager tensor it is. The other impls keep the step
+ * planned with its graphs from iteration 1 (the local manager's own warm-up is not modelled). */
+int memrank_capture_iteration(const Spec *s) {
+  const SpecModel *m = &s->model;
+  if (strcmp(m->cuda_graph_impl, "transformer_engine") != 0) return 1;
+  return m->cuda_graph_warmup_steps > 0 ? (int)m->cuda_graph_warmup_steps + 1 : 1;
+}
+
+/* What Megatron prints: training_log reports torch.cuda.max_memory_allocated after iteration 1 and
+ * again after iteration 2, then stops, so that a reading includes the optimizer state the first
+ * step creates (Megatron-Bridge 067f987df0 training/utils/train_utils.py, training_log:
+ * report_memory_flag cleared once iteration > loaded_iteration + 1; Megatron-LM's training_log the
+ * same). The peak is cumulative: iteration 1 is first_iteration (its forward/backward before the
+ * moments), iteration 2 max_allocated; each with its graphs only once they are captured. */
+void memrank_readings(const Spec *s, RankReport *rr, const RankReport *eager) {
+  int cap = memrank_capture_iteration(s);
+  for (int i = 0; i < rr->n; i++) {
+    RankMem *r = &rr->r[i];
+    const RankMem *e = eager && eager->n == rr->n ? &eager->r[i] : r;
+    double it1 = cap <= 1 ? r->first_iteration : e->first_iteration;
+    double it2 = cap <= 2 ? r->max_allocated : e->max_allocated;
+    r->after_iteration[0] = it1;
+    r->after_iteration[1] = it1 > it2 ? it1 : it2;
+  }
 }

@@ -43,6 +43,21 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
     plan_free(p);
     return PLAN_ERROR;
   }
+  /* the iterations before the TE graphs are captured run the same step without static buffers */
+  if (p->sr.static_bytes > 0 && memrank_capture_iteration(s) > 1) {
+    MemPlan em;
+    RankReport er;
+    int erc = memplan_build(p->g, &p->sc, NULL, float_bytes, &em, err, nerr);
+    if (erc == 0) erc = memrank_build(p->g, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
+    if (erc != 0) {
+      if (!err[0]) snprintf(err, nerr, "out of memory");
+      plan_free(p);
+      return PLAN_ERROR;
+    }
+    memrank_readings(s, &p->rank, &er);
+  } else {
+    memrank_readings(s, &p->rank, NULL);
+  }
   p->build_s = now_s() - t0;
   return PLAN_OK;
 }

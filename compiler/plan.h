@@ -225,6 +225,8 @@ typedef struct {
   double optimizer_step; /* Megatron's optimizer step: persistent state + its fp32 grad copies + workspace */
   double first_iteration; /* max allocated over the first iteration, whose forward/backward runs before the
                            * Adam moments exist (created inside its optimizer step) */
+  double after_iteration[2]; /* the peak max allocated Megatron prints after iterations 1 and 2, when TE's
+                              * graphs may not be captured yet (memrank_capture_iteration) */
   int64_t params;      /* elements on this rank */
   int layer_first, layer_last;
 } RankMem;
@@ -238,6 +240,11 @@ typedef struct {
 
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
                   RankReport *rr, char *err, size_t nerr);
+/* The first iteration (1-based) that runs with the recipe's CUDA graphs and their static buffers. */
+int memrank_capture_iteration(const Spec *s);
+/* Fills rr's after_iteration from rr (the step with its graphs) and eager (the same step planned
+ * without them; NULL when the graphs change nothing). */
+void memrank_readings(const Spec *s, RankReport *rr, const RankReport *eager);
 
 /* ---- cost.c ---- */
 /* Op classes of the cost model and the profile (cost.c). A fused group counts in the class of its

@@ -54,6 +54,7 @@ typedef struct {
   int status;             /* PLAN_OK, or why it has no numbers */
   char why[200];
   double peak;            /* predicted max allocated on the worst rank, bytes */
+  double logged[2];       /* worst rank's max allocated as Megatron logs it after iterations 1 and 2 */
   double delta, delta_pct;
   double replay_flops, step_time, time_delta_pct;
   int errors;             /* scope violations */

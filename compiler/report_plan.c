@@ -105,15 +105,16 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   const RankReport *rr = &p->rank;
   fprintf(f, "\n\nper rank (TP%d PP%d VPP%d CP%d EP%d ETP%d DP%d, sequence parallel %s, distributed optimizer %s), GB:\n",
           rr->tp, rr->pp, rr->vpp, rr->cp, rr->ep, rr->etp, rr->dp, rr->sp ? "on" : "off", rr->dist_opt ? "on" : "off");
-  fprintf(f, "  %-18s %-8s %8s %8s %9s %11s %9s %8s %9s %8s %10s %13s\n", "rank", "layers", "weights", "grads", "optimizer",
-          "activations", "in flight", "graph", "workspace", "opt step", "iteration 1", "max allocated");
+  fprintf(f, "  %-18s %-8s %8s %8s %9s %11s %9s %8s %9s %8s %10s %13s %15s\n", "rank", "layers", "weights", "grads", "optimizer",
+          "activations", "in flight", "graph", "workspace", "opt step", "iteration 1", "max allocated", "logged 1 / 2");
   for (int i = 0; i < rr->n; i++) {
     const RankMem *r = &rr->r[i];
     char lay[24];
     snprintf(lay, sizeof lay, "%d-%d", r->layer_first, r->layer_last);
-    fprintf(f, "  %-18s %-8s %8.3f %8.3f %9.3f %11.3f %9.2f %8.3f %9.3f %8.3f %11.3f %13.3f\n", r->name, lay,
+    fprintf(f, "  %-18s %-8s %8.3f %8.3f %9.3f %11.3f %9.2f %8.3f %9.3f %8.3f %11.3f %13.3f %7.3f/%7.3f\n", r->name, lay,
             r->weights / GB, r->grads / GB, r->optimizer / GB, r->activations / GB, r->inflight, r->graph_buffers / GB,
-            r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB, r->max_allocated / GB);
+            r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB, r->max_allocated / GB,
+            r->after_iteration[0] / GB, r->after_iteration[1] / GB);
   }
   region_text(p, f);
   const Cost *c = &p->cost;
@@ -216,6 +217,8 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
     jnum(f, "microbatches_in_flight", r->inflight, true), jnum(f, "graph_buffers_bytes", r->graph_buffers, true);
     jnum(f, "workspace_bytes", r->workspace, true), jnum(f, "optimizer_step_bytes", r->optimizer_step, true);
     jnum(f, "first_iteration_max_allocated_bytes", r->first_iteration, true);
+    jnum(f, "logged_after_iteration_1_bytes", r->after_iteration[0], true);
+    jnum(f, "logged_after_iteration_2_bytes", r->after_iteration[1], true);
     jnum(f, "max_allocated_bytes", r->max_allocated, false);
     fprintf(f, "}");
   }

@@ -120,6 +120,9 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
     }
     r->errors = diag_count(&cd, DIAG_ERROR);
     r->peak = worst_rank(p);
+    for (int k = 0; k < p->rank.n; k++)
+      for (int j = 0; j < 2; j++)
+        if (p->rank.r[k].after_iteration[j] > r->logged[j]) r->logged[j] = p->rank.r[k].after_iteration[j];
     r->replay_flops = p->cost.replay_flops;
     r->step_time = p->cost.step_time;
     plan_free(p);

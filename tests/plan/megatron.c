@@ -216,12 +216,13 @@ static void llama70b(void) {
 
 /* The guide's Nemotron 3 Nano table (rank 0): [] and core_attn ran out of memory on 80 GB H100s,
  * moe (64.653 GB after iteration 2) and moe,layernorm (63.639 GB) fit; [] (66.297 GB) and moe_act
- * (62.103 GB) were read after iteration 1, before the first optimizer step creates the Adam moments
- * (two thirds of the fp32 optimizer state). Checked: the outcome column (the four rows the guide saw
- * run out of memory are predicted over 80 GB, since Megatron's fp32 logits-sized loss tensor,
- * compiler/memrank.c megatron_loss_bytes, is counted), moe_act's saving, and the measured rows
- * within 8%. Not reached: 5% on the measured rows, which the loss tensor put 7% high
- * (docs/recompute.md says what stepc may count twice). */
+ * (62.103 GB) were read after iteration 1. Each measured row is compared with what Megatron logs
+ * after that iteration (compiler/memrank.c memrank_readings): eager, since TE captures its graphs
+ * only after cuda_graph_warmup_steps = 3 iterations, and before the moments after iteration 1.
+ * Checked: the outcome column on the steady-state peak (the four rows the guide saw run out of
+ * memory are predicted over 80 GB, since Megatron's fp32 logits-sized loss tensor, compiler/memrank.c
+ * megatron_loss_bytes, is counted), moe_act's saving, and the measured rows within 6%. Not reached:
+ * 5% (they are 5.1-5.4% high; docs/recompute.md says what stepc may still count that Megatron does not). */
 static void nemotron(void) {
   SweepRow *rows = NULL;
   int n = 0, cheapest = -1;
@@ -237,18 +238,18 @@ static void nemotron(void) {
     fails++;
     return;
   }
-  double moments = p.rank.r[0].optimizer * 2 / 3;
   plan_free(&p);
   const double usable = 80e9;
   const double guide[6] = {66.297e9, 0, 62.103e9, 0, 64.653e9, 63.639e9};
   for (int i = 0; i < n; i++) {
-    double pred = rows[i].peak - (i == 0 || i == 2 ? moments : 0);
-    printf("nemotron3_nano %-18s %.3f GB  %+.3f GB  %s", rows[i].name, rows[i].peak / 1e9, rows[i].delta / 1e9,
-           rows[i].peak > usable ? "over 80 GB" : "under 80 GB");
-    if (guide[i] > 0) printf("  (%s %.3f GB, guide %.3f, %+.1f%%)", i < 4 ? "after iteration 1" : "steady", pred / 1e9,
+    double pred = i < 4 ? rows[i].logged[0] : rows[i].logged[1];
+    printf("nemotron3_nano %-18s %.3f GB  %+.3f GB  %s  logged %.3f / %.3f GB", rows[i].name, rows[i].peak / 1e9,
+           rows[i].delta / 1e9, rows[i].peak > usable ? "over 80 GB" : "under 80 GB", rows[i].logged[0] / 1e9,
+           rows[i].logged[1] / 1e9);
+    if (guide[i] > 0) printf("  (after iteration %d %.3f GB, guide %.3f, %+.1f%%)", i < 4 ? 1 : 2, pred / 1e9,
                              guide[i] / 1e9, 100 * (pred / guide[i] - 1));
     printf("\n");
-    if (guide[i] > 0) CHECK(fabs(pred / guide[i] - 1) < 0.08, "%s: %.3f GB not within 8%% of the guide", rows[i].name, pred / 1e9);
+    if (guide[i] > 0) CHECK(fabs(pred / guide[i] - 1) < 0.06, "%s: %.3f GB not within 6%% of the guide", rows[i].name, pred / 1e9);
   }
   for (int i = 0; i < 4; i++) CHECK(rows[i].peak > usable, "%s: the guide measured out of memory", rows[i].name);
   CHECK(rows[4].peak < usable && rows[5].peak < usable, "moe and moe,layernorm: the guide measured a full run");
