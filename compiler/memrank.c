@@ -541,8 +541,11 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->optimizer_step = state + (world > 1 ? grad_copies : 0);
     r->max_allocated = fwd_bwd > r->optimizer_step ? fwd_bwd : r->optimizer_step;
     /* TE's FusedAdam and torch's Adam create exp_avg / exp_avg_sq at the first optimizer.step()
-     * (Megatron creates them early only to load a checkpoint's optimizer state) */
-    r->first_iteration = fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments : r->optimizer_step;
+     * (Megatron creates them early only to load a checkpoint's optimizer state); stepc's own step
+     * (one GPU) holds its whole arena, moments included, from open */
+    r->first_iteration = world == 1                                 ? r->max_allocated
+                         : fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments
+                                                                   : r->optimizer_step;
   }
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;
