@@ -535,13 +535,8 @@ __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, i
 #define MOE_WG_A_BYTES (MOE_TC_BM * MOE_WG_BK * 2)
 #define MOE_WG_STAGE_BYTES (MOE_WG_A_BYTES + MOE_TC_BN * MOE_WG_BK * 2)
 #define MOE_WG_LDS 260 /* the fp32 staging tile's row stride (floats) */
-#ifndef MOE_WG_MN_SWAP
 #define MOE_WG_MN_LBO 8192 /* MN-major: bytes from one 64-column block to the next */
 #define MOE_WG_MN_SBO 1024 /* MN-major: bytes from one group of 8 k rows to the next */
-#else /* the other reading of the descriptor fields (gpu_kernels with STEPC_KERNEL_DEFINE) */
-#define MOE_WG_MN_LBO 1024
-#define MOE_WG_MN_SBO 8192
-#endif
 
 __device__ __forceinline__ void cp_async16_zfill_s(unsigned saddr, const void* gmem, bool full) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(full ? 16 : 0) : "memory");
@@ -751,14 +746,9 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 #endif
 }
 
-// GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
-// grid (ceil(K/256), ceil(Nout/128), E).
-extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
-    grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
-  return;
-#endif
+// The wgrad tile with mma.sync (as moe_wg_wgrad with wgmma).
+__device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout,
+                                             int K) {
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
@@ -792,6 +782,17 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
               make_float2(old[nt][h].x + c[mt][nt][2 * h], old[nt][h].y + c[mt][nt][2 * h + 1]);
       }
   }
+}
+
+// GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
+// grid (ceil(K/256), ceil(Nout/128), E).
+extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
+    grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
+#else
+  moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
+#endif
 }
 
 // ---- MOE_ACT: y = act(a) [* b] * p per row; act 0 silu, 1 gelu, 2 relu, 3 squared relu ----

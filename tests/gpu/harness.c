@@ -57,14 +57,8 @@ int gpu_load_kernels(Gpu *g, const char *cache_dir) {
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
-  /* STEPC_FLASH_VARIANTS: the flash tile-size variants (attention.c); STEPC_KERNEL_DEFINE: one more
-   * -D option, to try a variant of a kernel's constants without rebuilding (e.g.
-   * -DMOE_WG_MN_SWAP, kernels/moe.cuh) */
-  const char *variants[2];
-  int nv = 0;
-  if (getenv("STEPC_FLASH_VARIANTS")) variants[nv++] = "-DSTEPC_FLASH_VARIANTS";
-  if (getenv("STEPC_KERNEL_DEFINE")) variants[nv++] = getenv("STEPC_KERNEL_DEFINE");
-  opt.extra = variants, opt.n_extra = nv;
+  static const char *const variants[] = {"-DSTEPC_FLASH_VARIANTS"}; /* tile-size tuning (attention.c) */
+  if (getenv("STEPC_FLASH_VARIANTS")) opt.extra = variants, opt.n_extra = 1;
   Cubin c;
   char *msg = NULL;
   CubinStatus st = cubin_compile(src, &opt, &c, &msg);
