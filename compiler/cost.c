@@ -68,7 +68,7 @@ static CostClass kind_class(OpKind k) {
 CostClass cost_op_class(const Graph *g, int op) {
   const Op *o = &g->op[op];
   if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
-  if (o->fuse == FUSE_ADD_NORM) return COST_NORM;
+  if (o->fuse == FUSE_ADD_NORM || o->fuse == FUSE_NORM_BWD_ADD) return COST_NORM;
   CostClass c = kind_class(o->kind);
   if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) && o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
     return c == COST_ATTN_FWD ? COST_ATTN_FWD_CUDNN : COST_ATTN_BWD_CUDNN;
@@ -123,6 +123,12 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
     for (int c = 0; c < g->nchain && !n; c++)
       if (g->chain[c].op[g->chain[c].nops - 1] == op)
         for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
+  } else if (o->fuse == FUSE_NORM_BWD_ADD) {
+    /* the norm backward's pass, reading the addend too (dx is never written apart) */
+    t = roofline(g, &g->op[o->peer], d, flops, bytes);
+    double extra = (double)g->t[o->out[0]].bytes / d->bytes_per_s;
+    *bytes += (double)g->t[o->out[0]].bytes;
+    return (t + extra) * d->class_scale[COST_NORM] + d->launch_s;
   } else if (o->fuse == FUSE_ROPE_QKV) {
     /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone */
     members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : o->peer;

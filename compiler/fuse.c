@@ -51,6 +51,24 @@ static int producer_pair(const Graph *g, const int *uses, int o) {
   return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? FUSE_LINEAR_ADD : 0;
 }
 
+/* Whether op o (a backward ADD) sums the dx of the norm backward just before it, read by nothing
+ * else, with another bf16 gradient of its shape, and the norm backward runs as the one-pass kernel
+ * (kernels/launch.h stepc_norm_bwd_warps), which can add the other gradient as it stores dx. */
+static int norm_bwd_add(const Graph *g, const int *uses, int o) {
+  const Op *add = &g->op[o], *n = &g->op[o - 1];
+  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || add->skip || add->fuse) return 0;
+  if ((n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) || n->skip || n->fuse ||
+      add->tags.phase != IR_PHASE_BACKWARD || !same_tags(&n->tags, &add->tags))
+    return 0;
+  int dx = n->out[0], k = add->in[0] == dx ? 0 : add->in[1] == dx ? 1 : -1, out = add->out[0];
+  if (k < 0 || uses[dx] != 1 || g->t[dx].role != ROLE_ACT_GRAD || g->t[dx].sink >= 0) return 0;
+  int r = add->in[1 - k], C = (int)ops_last(&g->t[dx]);
+  if (!same_shape(g, dx, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16 || C % 8) return 0;
+  if (g->t[dx].alias != dx || g->t[r].alias != r || g->t[out].alias != out || g->t[r].sink >= 0 || g->t[out].sink >= 0)
+    return 0;
+  return stepc_norm_bwd_warps(C, n->kind == OP_LAYERNORM_BWD ? 2 : 1) > 0;
+}
+
 static void fuse_pair(Graph *g, int run, int absorbed, int kind) {
   g->op[run].fuse = (uint8_t)kind;
   g->op[run].peer = absorbed;
@@ -328,6 +346,9 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
   int rc = fuse_pairs(g, uses, err, nerr);
   if (rc == 0) fuse_rope_qkv(g, uses);
   if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
+  /* after the chains: an ADD a generated chain took (with a dropout's backward, say) stays there */
+  for (int o = 1; o < g->nop && rc == 0; o++)
+    if (norm_bwd_add(g, uses, o)) fuse_pair(g, o, o - 1, FUSE_NORM_BWD_ADD);
   if (rc == 0) fuse_optimizer(g);
   if (rc == 0) fuse_wgrad_store(g);
   free(uses);

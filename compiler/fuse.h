@@ -5,7 +5,7 @@
  * gradients (Tensor.sink, the ACCUM skipped); the cross-entropy backward fused into the forward
  * over the logits (Tensor.alias, the backward skipped); the chunked output layer's backward run
  * by its forward's launch (FUSE_LOSS_BWD: the backward skipped, peer its forward, the span between
- * one group); LINEAR/DROPOUT -> ADD and ADD -> norm
+ * one group); LINEAR/DROPOUT -> ADD, ADD -> norm and norm backward -> ADD
  * pairs and generated elementwise chains (Op.fuse / peer / skip, Graph.chain); runs of optimizer
  * ops (every GRAD_SUMSQ into one accumulator, every ADAMW of one setting) as one multi-tensor
  * launch each, where the recipe allows it (optimizer.multi_tensor). The memory plan

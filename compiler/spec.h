@@ -115,7 +115,7 @@
   X(output_layer_chunks, INT, "null", SC, "",                                                        \
     "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "   \
     "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "    \
-    "null means the fewest chunks that divide the tokens and keep a chunk's logits within 256 MiB, "  \
+    "null means the fewest chunks that divide the tokens and keep a chunk's logits within 512 MiB, "  \
     "on one GPU (world_size 1; more GPUs: 1, the per-rank report being Megatron's)")
 
 #define SPEC_TRAIN_FIELDS(X)                                                                       \
@@ -256,7 +256,7 @@ int64_t spec_global_batch_size(const Spec *s);
  * divide the micro-batch's tokens and keep one chunk's logits (tokens / chunks x vocab at the
  * compute dtype) within SPEC_LOGITS_CHUNK_BYTES, on one GPU; 1 when world_size > 1 (the per-rank
  * report models Megatron's layout, whose loss holds the whole logits: compiler/memrank.c). */
-#define SPEC_LOGITS_CHUNK_BYTES ((int64_t)256 << 20)
+#define SPEC_LOGITS_CHUNK_BYTES ((int64_t)512 << 20)
 int64_t spec_output_layer_chunks(const Spec *s);
 
 /* Writes a field's current value in override syntax ("[core_attn,mlp]", "null", "4096"). */

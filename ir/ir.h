@@ -154,6 +154,9 @@ typedef enum {
   FUSE_LOSS_BWD,    /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
                        runs it in its own launch, chunk by chunk over the forward's logits chunk:
                        the ops peer..o form the group, live as one launch */
+  FUSE_NORM_BWD_ADD, /* at the ADD (backward) that sums a norm backward's dx (peer, the op before,
+                        skipped) with another gradient: {rms,layer}norm_backward writes dx rounded
+                        to bf16 plus the addend, rounded again: the bits of the two kernels */
   FUSE_COUNT
 } FuseKind;
 

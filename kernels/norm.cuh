@@ -212,9 +212,9 @@ extern "C" __global__ void layernorm_backward_input(bf16* dinp,          // (N, 
 // ((v / 32) 8 + k) 32 + v % 32, so a warp's 32 lanes touch 32 consecutive floats); at the end the
 // block sums its W slices in warp order into partial[g] = [dw | db]. The sums have a fixed order
 // for a fixed launch, so the result is deterministic.
-__device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
-                                                    const bf16* weight, const float* mean_in, const float* rstd_in,
-                                                    int N, int C) {
+__device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, const bf16* dout, const bf16* addend,
+                                                    const bf16* inp, const bf16* weight, const float* mean_in,
+                                                    const float* rstd_in, int N, int C) {
   extern __shared__ __align__(16) float norm_acc[];  // (W, P, Cp)
   int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, W = blockDim.x / STEPC_WARP;
   int P = mean_in ? 2 : 1, Cp = (C + 255) / 256 * 256;
@@ -258,6 +258,11 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
             a[32 * k] += d[k] * xhat;
             if (mean_in) a[Cp + 32 * k] += d[k];
           }
+          if (addend) { /* dx rounded to bf16, then residual_add's sum of it and the addend */
+            float e[8];
+            load8(addend + row * C + c, e);
+            for (int k = 0; k < 8; k++) o[k] = bf16_to_f32(f32_to_bf16(o[k])) + e[k];
+          }
           store8(dinp + row * C + c, o);
         }
       }
@@ -275,25 +280,29 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
 // Launch (both): gridDim.x = G row groups, blockDim.x = 32 W, dynamic shared memory W P Cp 4 bytes
 // (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps). Then colsum_accumulate
 // adds partial's columns [0, C) into the weight gradient (and [C, 2C) into the bias gradient).
+// addend (or null): dinp = bf16(bf16(dx) + addend), the residual gradient summed as residual_add
+// sums it (the compiler's FUSE_NORM_BWD_ADD); dinp may not overlap addend.
 extern "C" __global__ void rmsnorm_backward(bf16* dinp,          // (N, C)
                                             float* partial,      // (G, 2C), the first C columns written
                                             const bf16* dout,    // (N, C)
+                                            const bf16* addend,  // (N, C) or null
                                             const bf16* inp,     // (N, C)
                                             const bf16* weight,  // (C)
                                             const float* rstd,   // (N)
                                             int N, int C) {
-  norm_backward_fused(dinp, partial, dout, inp, weight, 0, rstd, N, C);
+  norm_backward_fused(dinp, partial, dout, addend, inp, weight, 0, rstd, N, C);
 }
 
 extern "C" __global__ void layernorm_backward(bf16* dinp,          // (N, C)
                                               float* partial,      // (G, 2C)
                                               const bf16* dout,    // (N, C)
+                                              const bf16* addend,  // (N, C) or null
                                               const bf16* inp,     // (N, C)
                                               const bf16* weight,  // (C)
                                               const float* mean,   // (N)
                                               const float* rstd,   // (N)
                                               int N, int C) {
-  norm_backward_fused(dinp, partial, dout, inp, weight, mean, rstd, N, C);
+  norm_backward_fused(dinp, partial, dout, addend, inp, weight, mean, rstd, N, C);
 }
 
 // partial[g][c] = sum over the rows of group g of dout * xhat (the weight gradient) and

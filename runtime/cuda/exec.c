@@ -217,6 +217,13 @@ static int analyse(RtExec *x, int *unsupported) {
   for (int o = 0; o < g->nop && rc == RT_OK; o++) /* a stored weight gradient: a GEMM into its main gradient */
     if (x->fuse[o] == RT_FUSE_WGRAD_STORE && (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
       rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
+  for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* a norm backward summed into the ADD after it */
+    if (x->fuse[o] != RT_FUSE_NORM_BWD_ADD) continue;
+    const Op *add = &g->op[o], *n = x->peer[o] >= 0 ? &g->op[x->peer[o]] : NULL;
+    if (add->kind != OP_ADD || add->nin != 2 || !n || (n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) ||
+        (add->in[0] != n->out[0] && add->in[1] != n->out[0]))
+      rc = rt_fail(d, "op %d (%s): a norm-backward fusion on a %s op", o, add->tags.module, op_name(add->kind));
+  }
   /* multi-tensor groups: their tables' places (written once the arena exists) */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     int64_t chunks = 0;

@@ -21,6 +21,7 @@ enum {
   RT_FUSE_ROPE_QKV = FUSE_ROPE_QKV,       /* ops o-2..o: QKV split + RoPE (or its gradient), one kernel */
   RT_FUSE_WGRAD_STORE = FUSE_WGRAD_STORE, /* op o alone: its weight gradient stored, not added, into the main one */
   RT_FUSE_LOSS_BWD = FUSE_LOSS_BWD,       /* op o skipped: its forward (peer) runs it chunk by chunk */
+  RT_FUSE_NORM_BWD_ADD = FUSE_NORM_BWD_ADD, /* the ADD o: its peer's norm backward adds the addend */
 };
 
 struct RtExec {
@@ -139,6 +140,8 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks);
 
 /* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
 int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);
+/* FUSE_NORM_BWD_ADD at the ADD: the norm backward (skipped op `norm`) writes dx + the add's other input. */
+int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add);
 static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */

@@ -32,6 +32,7 @@ int rt_op_add(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), f = x->fuse[o];
   if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
   if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
+  if (f == RT_FUSE_NORM_BWD_ADD) return rt_op_norm_bwd_add(x, &x->g->op[x->peer[o]], op);
   if (rt_t(x, op->out[0])->dtype == DT_F32) return add_f32(x, op);
   if (need_bf16(x, op, op->out[0])) return RT_ERROR;
   long n = (long)rt_numel(x, op->out[0]);

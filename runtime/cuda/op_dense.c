@@ -91,22 +91,27 @@ int rt_op_norm(RtExec *x, const Op *op) {
 }
 
 /* RMSNORM_BWD: in (dy, x, w, rstd) out (dx, dw); LAYERNORM_BWD: in (dy, x, w, mean, rstd) out
- * (dx, dw, db). */
-int rt_op_norm_bwd(RtExec *x, const Op *op) {
+ * (dx, dw, db). dx goes to `dx`; with an addend (one pass only) dx + addend does, as residual_add
+ * would sum them. */
+static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend) {
   int ln = op->kind == OP_LAYERNORM_BWD;
   const Tensor *a = rt_t(x, op->in[1]);
   int N = (int)ops_rows(a), C = (int)ops_last(a), G = groups(x, N);
   RtDim grid = rt_dim1((unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK));
   unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
-  CUdeviceptr dx = rt_out(x, op, 0), dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
+  CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
   CUdeviceptr mean = ln ? rt_in(x, op, 3) : 0, rstd = rt_in(x, op, ln ? 4 : 3), p = x->norm_partial;
   int W = stepc_norm_bwd_warps(C, ln ? 2 : 1);
   if (W > 0) { /* one pass: dx and the partials */
     unsigned smem = stepc_norm_bwd_smem(C, ln ? 2 : 1, W);
-    if (ln ? rt_launch_layernorm_backward(x->d, rt_dim1((unsigned)G), 32 * (unsigned)W, smem, dx, p, dy, in, w, mean, rstd, N, C)
-           : rt_launch_rmsnorm_backward(x->d, rt_dim1((unsigned)G), 32 * (unsigned)W, smem, dx, p, dy, in, w, rstd, N, C))
+    RtDim gg = rt_dim1((unsigned)G);
+    if (ln ? rt_launch_layernorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, mean, rstd, N, C)
+           : rt_launch_rmsnorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, rstd, N, C))
       return RT_ERROR;
-  } else if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
+  } else if (addend)
+    return rt_fail(x->d, "%s in %s: a fused residual add needs the one-pass norm backward (rows of %d)", op_name(op->kind),
+                   op->tags.module, C);
+  else if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
                 : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C, 0)) /* accumulate = 0 */
     return RT_ERROR;
   else if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, dy, in,
@@ -114,4 +119,11 @@ int rt_op_norm_bwd(RtExec *x, const Op *op) {
     return RT_ERROR;
   if (colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C)) return RT_ERROR;
   return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
+}
+
+int rt_op_norm_bwd(RtExec *x, const Op *op) { return norm_bwd(x, op, rt_out(x, op, 0), 0); }
+
+int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add) {
+  int other = add->in[0] == norm->out[0] ? 1 : 0;
+  return norm_bwd(x, norm, rt_out(x, add, 0), rt_in(x, add, other));
 }

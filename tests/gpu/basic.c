@@ -255,8 +255,9 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       snprintf(name, sizeof name, "%s_forward (C=%d)", ln ? "layernorm" : "rmsnorm", C);
       gpu_check(g, name, fo, want, n, 1e-3, RT_BF16);
       free(fo), free(want), free(wm), free(wr);
-      void *b1[] = {&dinp, &partial, &ddy, &dx, &dw, &rstd, &N, &C};
-      void *b2[] = {&dinp, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      CUdeviceptr none = 0;
+      void *b1[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C};
+      void *b2[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C};
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b2 : b1);
       gpu_ok(g, g->cuMemsetD8(gw, 0, 4 * (size_t)2 * C), "memset");
       int ld = 2 * C;
@@ -271,12 +272,24 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       gpu_check(g, name, got, wdx, n, 4e-3, RT_BF16);
       snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm", ln ? "weight, dbias" : "weight", C);
       gpu_check(g, name, gwd, wdw, P * C, 1e-4, 1e-5);
-      void *b3[] = {&dinp2, &partial, &ddy, &dx, &dw, &rstd, &N, &C}, *b4[] = {&dinp2, &partial, &ddy, &dx, &dw, &mean, &rstd, &N, &C};
+      void *b3[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C};
+      void *b4[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C};
       void *p1 = down_raw(g, partial, 4 * (size_t)G * 2 * C);
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b4 : b3);
       void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n), *d2 = down_raw(g, dinp2, 2 * n);
       gpu_check_bitwise(g, "norm backward rerun: dinp", d1, d2, 2 * (size_t)n);
       gpu_check_bitwise(g, "norm backward rerun: partials", p1, p2, 4 * (size_t)G * P * C);
+      /* with an addend (FUSE_NORM_BWD_ADD): the bits of the kernel then residual_add */
+      long nl = n;
+      void *ra[] = {&dinp, &dinp, &out, &nl};
+      gpu_launch(g, "residual_add", grid1d(g, n), 1, 1, 256, 0, ra);
+      void *b5[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &rstd, &N, &C};
+      void *b6[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &mean, &rstd, &N, &C};
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b6 : b5);
+      void *d3 = down_raw(g, dinp, 2 * n), *d4 = down_raw(g, dinp2, 2 * n);
+      snprintf(name, sizeof name, "%s_backward + addend == then residual_add (C=%d)", ln ? "layernorm" : "rmsnorm", C);
+      gpu_check_bitwise(g, name, d3, d4, 2 * (size_t)n);
+      free(d3), free(d4);
       free(p1), free(p2), free(d1), free(d2), free(got), free(gwd), free(wdx), free(wdw), free(x), free(w), free(bias), free(dy);
       CUdeviceptr bufs[] = {dx, dw, db, ddy, out, mean, rstd, dinp, dinp2, partial, gw};
       for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);

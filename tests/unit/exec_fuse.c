@@ -1,7 +1,8 @@
 /* exec_fuse.c — the compiler's fusions (compiler/fuse.c) as the executor runs them on the recording
  * device, no GPU: which ops fuse, what the fused op launches (always straight into the group's
  * output: the plan keeps it off every operand), that the bit-changing fusions (LINEAR+ADD, DROPOUT+ADD) pick the same forward pairs under every
- * recompute setting and fuse every replay of a fused pair, and that none of them straddles a
+ * recompute setting and fuse every replay of a fused pair, that a norm backward and the residual
+ * ADD after it run as one launch (two per layer), and that none of them straddles a
  * CUDA-graph scope instance.
  *
  *   exec_fuse            the checks below (exit 0 ok, 1 a failure)
@@ -129,6 +130,21 @@ static void check_launches(Run *r, const char *name) {
       continue;
     }
     const Op *op = &g->op[o], *pr = &g->op[peer];
+    if (k == FUSE_NORM_BWD_ADD) { /* the norm backward's one-pass kernel into the ADD's output, adding its other input */
+      int ln = pr->kind == OP_LAYERNORM_BWD, other = op->in[0] == pr->out[0] ? op->in[1] : op->in[0];
+      CHECK(peer == o - 1 && !rt_exec_op_runs(x, peer) && rt_exec_op_runs(x, o) && op->kind == OP_ADD &&
+                (pr->kind == OP_RMSNORM_BWD || ln) && op->tags.phase == IR_PHASE_BACKWARD && pr->tags.phase == op->tags.phase,
+            "%s op %d: norm backward + ADD from %d", name, o, peer);
+      r->rec.n = 0;
+      r->rec.op = o;
+      CHECK(rt_exec_run_op(x, o) == 0, "%s op %d: %s", name, o, r->dev.err);
+      const RtRec *a = &r->rec.r[0];
+      CHECK(r->rec.n == 2 + ln && a->kind == RT_REC_LAUNCH && a->k == (ln ? RT_K_layernorm_backward : RT_K_rmsnorm_backward) &&
+                a->arg[0] == rt_exec_ptr(x, op->out[0]) && a->arg[2] == rt_exec_ptr(x, pr->in[0]) &&
+                a->arg[3] == rt_exec_ptr(x, other) && a->arg[0] != a->arg[3],
+            "%s op %d: not the norm backward writing dx + the addend into the ADD's output", name, o);
+      continue;
+    }
     if (k == FUSE_LOSS_BWD) {
       check_loss_bwd(r, name, o, peer);
       continue;
@@ -249,8 +265,10 @@ static int straddles(Run *r, int want_kind) {
 }
 
 static void print(Run *r, const char *name) {
-  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  QKV RoPE %3d  stored wgrad %3d  chunked loss %d\n",
-         name, r->n[1], r->n[2], r->n[3], r->n[4], r->n[FUSE_ROPE_QKV], r->n[FUSE_WGRAD_STORE], r->n[FUSE_LOSS_BWD]);
+  printf("%-44s LINEAR+ADD %3d  DROPOUT+ADD %3d  ADD+norm %3d  ew chains %3d  QKV RoPE %3d  stored wgrad %3d  chunked loss %d"
+         "  norm bwd+ADD %3d\n",
+         name, r->n[1], r->n[2], r->n[3], r->n[4], r->n[FUSE_ROPE_QKV], r->n[FUSE_WGRAD_STORE], r->n[FUSE_LOSS_BWD],
+         r->n[FUSE_NORM_BWD_ADD]);
 }
 
 /* The same forward pairs (by kind and module) fuse in a and b. */
@@ -268,7 +286,7 @@ static void same_forward(Run *a, Run *b, const char *name) {
 }
 
 static void recipe(const char *title, const char *path, const char **base, int nbase, const char *const *variants, int nvar,
-                   int min1, int min2, int n4, int nrope, int nstore) {
+                   int min1, int min2, int n4, int nrope, int nstore, int nnorm) {
   Run on;
   CHECK(load(&on, path, base, nbase) == 0, "%s: load", title);
   check_launches(&on, title);
@@ -277,6 +295,7 @@ static void recipe(const char *title, const char *path, const char **base, int n
   CHECK(on.n[4] == n4, "%s: %d elementwise chains, expected %d", title, on.n[4], n4);
   CHECK(on.n[FUSE_ROPE_QKV] == nrope, "%s: %d QKV RoPE groups, expected %d", title, on.n[FUSE_ROPE_QKV], nrope);
   CHECK(on.n[FUSE_WGRAD_STORE] == nstore, "%s: %d stored weight gradients, expected %d", title, on.n[FUSE_WGRAD_STORE], nstore);
+  CHECK(on.n[FUSE_NORM_BWD_ADD] == nnorm, "%s: %d norm backward + ADD pairs, expected %d", title, on.n[FUSE_NORM_BWD_ADD], nnorm);
   int nlce = 0;
   for (int o = 0; o < on.p.g->nop; o++) nlce += on.p.g->op[o].kind == OP_LINEAR_CROSS_ENTROPY;
   CHECK(on.n[FUSE_LOSS_BWD] == nlce, "%s: %d chunked losses fused of %d", title, on.n[FUSE_LOSS_BWD], nlce);
@@ -339,26 +358,26 @@ int main(int argc, char **argv) {
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn,mlp]",
       "model.cuda_graph_impl=local",
   };
-  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4, 0, 0);
+  recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, gpt3_var, 5, 0, 4, 4, 0, 0, 0);
   static const char *const tiny_var[] = {
       "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
       "model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2",
       "model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp,layernorm]",
       "model.cuda_graph_impl=transformer_engine model.cuda_graph_modules=[attn]",
   };
-  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 0, 8, 0);
+  recipe("tiny", "models/tiny.lua", NULL, 0, tiny_var, 4, 8, 0, 0, 8, 0, 8);
   /* one micro-batch a step: every linear weight gradient (4 a layer and the output layer's) stores
    * into its main gradient and that gradient's ZERO is skipped, under recompute and scoped graphs */
   const char *one_micro[] = {"train.global_batch_size=4"};
-  recipe("tiny, one micro-batch", "models/tiny.lua", one_micro, 1, tiny_var, 4, 8, 0, 0, 8, 17);
+  recipe("tiny, one micro-batch", "models/tiny.lua", one_micro, 1, tiny_var, 4, 8, 0, 0, 8, 17, 8);
   /* its output layer runs in 8 chunks (model.output_layer_chunks null: 2 x 4096 tokens x 128256
    * bf16 logits is 2 GB): its weight gradient adds into the main gradient chunk by chunk */
-  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0, 32, 64);
-  recipe("llama3_2_1b, output layer whole", "models/llama3_2_1b.lua", whole, 1, NULL, 0, 32, 0, 0, 32, 65);
+  recipe("llama3_2_1b", "models/llama3_2_1b.lua", NULL, 0, NULL, 0, 32, 0, 0, 32, 64, 32);
+  recipe("llama3_2_1b, output layer whole", "models/llama3_2_1b.lua", whole, 1, NULL, 0, 32, 0, 0, 32, 65, 32);
   /* chunked output layers on the small recipes, tied (gpt3_tiny) and untied (tiny), under
    * recompute and scoped graphs */
-  recipe("tiny, 4 output chunks", "models/tiny.lua", chunks4, 1, tiny_var, 4, 8, 0, 0, 8, 0);
-  recipe("gpt3_tiny bf16, 2 output chunks", "tests/recipes/gpt3_tiny.lua", gpt3_chunks, 2, gpt3_var, 5, 0, 4, 4, 0, 0);
+  recipe("tiny, 4 output chunks", "models/tiny.lua", chunks4, 1, tiny_var, 4, 8, 0, 0, 8, 0, 8);
+  recipe("gpt3_tiny bf16, 2 output chunks", "tests/recipes/gpt3_tiny.lua", gpt3_chunks, 2, gpt3_var, 5, 0, 4, 4, 0, 0, 0);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }
