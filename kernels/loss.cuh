@@ -69,38 +69,69 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
 }
 
 #define STEPC_CE_L2E 1.4426950408889634f
+// The exponentials a thread keeps are exp(x - max) 2^STEPC_CE_EXP_SHIFT in fp16: in (0, 2^15], so
+// every one above 2^-9 of the max's stays a normal fp16 (relative error 2^-11) and the smaller are
+// off by at most 2^-40 of the max's.
+#define STEPC_CE_EXP_SHIFT 15
+#define STEPC_CE_NEG_INF2 0xff80ff80u  // two bf16 -inf
 
-// One pass over this thread's vectors r[k] (vector v0 + threadIdx.x + k blockDim.x of the row,
-// those below v1), columns below V: pass 0 returns their max, pass 1 the sum of
-// exp2(x log2(e) - ML), pass 2 writes the gradient coef (p - [c == y]), p = exp2(...) inv, into
-// `row` (0 in the padding columns).
-__device__ __forceinline__ float ce_thread_pass(const uint4* r, int v0, int v1, int V, int pass, float ML, bf16* row,
-                                                float inv, float coef, int y) {
-  float acc = pass ? 0.0f : STEPC_NEG_INF;
+__device__ __forceinline__ float ex2_fast(float x) {  // 2^x, 2 ulp; results below 2^-126 are 0
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ unsigned bf16x2_max(unsigned a, unsigned b) {  // exact, lane by lane
+  unsigned r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ void unpack_f16x2(unsigned w, float& lo, float& hi) {
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(w));
+}
+
+// Columns c and c + 1 (a 32-bit word of bf16) with those from V on set to -inf: they add nothing
+// to the max or the sum, and their gradient comes out 0.
+__device__ __forceinline__ unsigned ce_mask2(unsigned w, int c, int V) {
+  if (c >= V) w = (w & 0xffff0000u) | 0xff80u;
+  if (c + 1 >= V) w = (w & 0xffffu) | 0xff800000u;
+  return w;
+}
+__device__ __forceinline__ uint4 ce_mask8(uint4 u, int c, int V) {
+  u.x = ce_mask2(u.x, c, V), u.y = ce_mask2(u.y, c + 2, V), u.z = ce_mask2(u.z, c + 4, V), u.w = ce_mask2(u.w, c + 6, V);
+  return u;
+}
+
+// Eight bf16 logits x to their exp(x - M) 2^15 = 2^(x log2(e) + shift) in fp16, each added to s
+// (in column order) in fp32.
+__device__ __forceinline__ unsigned ce_exp2(unsigned w, float shift, float& s) {
+  float lo = ex2_fast(__fmaf_rn(bf16x2_lo(w), STEPC_CE_L2E, shift)), hi = ex2_fast(__fmaf_rn(bf16x2_hi(w), STEPC_CE_L2E, shift));
+  s += lo, s += hi;
+  return pack_f16x2(lo, hi);
+}
+__device__ __forceinline__ uint4 ce_exp8(uint4 u, float shift, float& s) {
+  u.x = ce_exp2(u.x, shift, s), u.y = ce_exp2(u.y, shift, s), u.z = ce_exp2(u.z, shift, s), u.w = ce_exp2(u.w, shift, s);
+  return u;
+}
+// Eight fp16 exponentials times scale, in fp32.
+__device__ __forceinline__ void ce_grad8(uint4 u, float scale, float* g) {
+  unpack_f16x2(u.x, g[0], g[1]), unpack_f16x2(u.y, g[2], g[3]), unpack_f16x2(u.z, g[4], g[5]), unpack_f16x2(u.w, g[6], g[7]);
 #pragma unroll
-  for (int k = 0; k < STEPC_CE_VEC; k++) {
-    int i = v0 + threadIdx.x + k * blockDim.x;
-    if (i >= v1) continue;
-    float x[8];
-    unpack8(r[k], x);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      int c = i * 8 + e;
-      float p = c < V && pass ? exp2f(__fmaf_rn(x[e], STEPC_CE_L2E, -ML)) : 0.0f;
-      if (pass == 2) x[e] = c < V ? coef * (p * inv - (c == y ? 1.0f : 0.0f)) : 0.0f;
-      else if (c < V) acc = pass ? acc + p : fmaxf(acc, x[e]);
-    }
-    if (pass == 2) store8(row + (long)i * 8, x);
-  }
-  return acc;
+  for (int e = 0; e < 8; e++) g[e] *= scale;
 }
 
 // cross_entropy_forward_backward in one read of the row: a cluster of STEPC_CE_CLUSTER blocks
 // splits each row into equal runs of 16-byte vectors, every thread keeps up to STEPC_CE_VEC of
-// them in registers; the row's max and then its sum of exp(x - max) are reduced over the block (a
-// fixed tree) and over the cluster (the blocks' values in rank order, through distributed shared
-// memory), so every block sees the same bits and the result is deterministic; then each block
-// writes its part of the gradient from the registers. Exponentials are exp2 of (x - max) log2(e).
+// them in registers. The row's max (packed bf16 max, exact) and then its sum of exp(x - max) are
+// reduced over the block (a fixed tree) and over the cluster (the blocks' values in rank order,
+// through distributed shared memory), so every block sees the same bits and the result is
+// deterministic. One exponential per logit: the sum pass replaces each bf16 logit in the registers
+// by its exp(x - max) 2^15 in fp16, and the gradient is that times coef / sum (the target's minus
+// coef), written from the registers. Exponentials are ex2.approx of x log2(e) - max log2(e) + 15.
 // Same semantics as cross_entropy_forward_backward. Launch: gridDim.x = N * STEPC_CE_CLUSTER
 // (row = blockIdx.x / STEPC_CE_CLUSTER), blockDim.x a multiple of 32 with
 // blockDim.x * STEPC_CE_VEC >= ceil(Vp / 8 / STEPC_CE_CLUSTER) (kernels/launch.h stepc_ce_threads).
@@ -121,28 +152,52 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
   bool valid = y >= 0 && y < V;
   // the target's logit, read before any block of the cluster writes the row (after two barriers)
   float xy = rank == 0 && threadIdx.x == 0 && valid ? bf16_to_f32(row[y]) : 0.0f;
+  // this thread's vectors: first + k blockDim.x for k < count
+  int first = v0 + threadIdx.x, count = first < v1 ? (v1 - first + blockDim.x - 1) / blockDim.x : 0;
+  uint4* vec = (uint4*)row + first;
   uint4 r[STEPC_CE_VEC];
+  unsigned mx = STEPC_CE_NEG_INF2;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++)
+    if (k < count) r[k] = vec[k * blockDim.x];
 #pragma unroll
   for (int k = 0; k < STEPC_CE_VEC; k++) {
-    int i = v0 + threadIdx.x + k * blockDim.x;
-    if (i < v1) r[k] = ((const uint4*)row)[i];
+    if (k >= count) continue;
+    int c = (first + k * blockDim.x) * 8;
+    if (c + 8 > V) r[k] = ce_mask8(r[k], c, V);
+    mx = bf16x2_max(mx, bf16x2_max(bf16x2_max(r[k].x, r[k].y), bf16x2_max(r[k].z, r[k].w)));
   }
-  float m = block_max(ce_thread_pass(r, v0, v1, V, 0, 0.0f, row, 0.0f, 0.0f, y), red);
+  float m = block_max(fmaxf(bf16x2_lo(mx), bf16x2_hi(mx)), red);
   if (threadIdx.x == 0) part[0] = m;
   cluster_arrive();
   cluster_wait();
   float M = STEPC_NEG_INF;
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) M = fmaxf(M, cluster_load(&part[0], q));
-  float ML = M * STEPC_CE_L2E;
-  float s = block_sum(ce_thread_pass(r, v0, v1, V, 1, ML, row, 0.0f, 0.0f, y), red);
+  float shift = (float)STEPC_CE_EXP_SHIFT - M * STEPC_CE_L2E, s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++)
+    if (k < count) r[k] = ce_exp8(r[k], shift, s);
+  s = block_sum(s, red);
   if (threadIdx.x == 0) part[1] = s;
   cluster_arrive();
   cluster_wait();
-  float S = 0.0f;
+  float S = 0.0f;  // the row's sum of exp(x - M), times 2^15
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) S += cluster_load(&part[1], q);
   cluster_arrive();  // done reading the others' shared memory; the wait below keeps ours alive
-  ce_thread_pass(r, v0, v1, V, 2, ML, row, 1.0f / S, valid ? dloss : 0.0f, y);
-  if (live && rank == 0 && threadIdx.x == 0) losses[n] = valid ? logf(S) + M - xy : 0.0f;
+  float coef = valid ? dloss : 0.0f, scale = coef / S;
+  int ky = valid && y / 8 >= first && (y / 8 - first) % blockDim.x == 0 ? (y / 8 - first) / blockDim.x : -1;  // y's vector
+#pragma unroll
+  for (int k = 0; k < STEPC_CE_VEC; k++) {
+    if (k >= count) continue;
+    float g[8];
+    ce_grad8(r[k], scale, g);
+    if (k == ky)
+#pragma unroll
+      for (int e = 0; e < 8; e++)
+        if (e == y % 8) g[e] -= coef;
+    vec[k * blockDim.x] = pack8(g);
+  }
+  if (live && rank == 0 && threadIdx.x == 0) losses[n] = valid ? logf(ldexpf(S, -STEPC_CE_EXP_SHIFT)) + M - xy : 0.0f;
   cluster_wait();
 }
 

@@ -18,11 +18,6 @@
 
 #define RT_BF16 (1.0 / 128)
 
-static unsigned grid1d(Gpu *g, long n) {
-  long b = (n + 255) / 256, cap = (long)g->sm_count * 8;
-  return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
-}
-
 /* A bf16 device buffer of n random values in [-amp, amp); its exact values in *d (malloc'd). */
 static CUdeviceptr up_bf16(Gpu *g, Rng *r, long n, double amp, double **d) {
   uint16_t *h = malloc(2 * (size_t)n);
@@ -80,7 +75,7 @@ static void test_embedding(Gpu *g, Rng *r) {
   tok[5] = -1, tok[77] = V; /* out of range: zero row, no gradient */
   CUdeviceptr dtok = gpu_dup(g, tok, sizeof *tok * N), dout_ = gpu_alloc(g, 2 * (size_t)N * C);
   void *a[] = {&dout_, &dtok, &dwte_, &dwpe_, &N, &T, &C, &V};
-  gpu_launch(g, "embedding_forward", grid1d(g, (long)N * C / 8), 1, 1, 256, 0, a);
+  gpu_launch(g, "embedding_forward", gpu_grid1d(g, (long)N * C / 8), 1, 1, 256, 0, a);
   double *want = malloc(sizeof *want * N * C), *got = down_bf16(g, dout_, (long)N * C);
   ref_embedding_forward(want, tok, wte, wpe, N, T, C, V);
   round_bf16(want, (long)N * C);
@@ -93,7 +88,7 @@ static void test_embedding(Gpu *g, Rng *r) {
   void *b1[] = {&gw, &ddout, &dtok, &N, &C, &V};
   gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
   void *b2[] = {&gp, &ddout, &B, &T, &C};
-  gpu_launch(g, "embedding_backward_position", grid1d(g, (long)T * C / 8), 1, 1, 256, 0, b2);
+  gpu_launch(g, "embedding_backward_position", gpu_grid1d(g, (long)T * C / 8), 1, 1, 256, 0, b2);
   for (long i = 0; i < (long)V * C; i++) init[i] = (float)init[i];
   for (long i = 0; i < (long)T * C; i++) initp[i] = (float)initp[i];
   ref_embedding_backward_token(init, dout, tok, N, C, V);
@@ -306,7 +301,7 @@ static void test_rope(Gpu *g, Rng *r) {
     double *x, *want = malloc(sizeof *want * n);
     CUdeviceptr dx = up_bf16(g, r, n, 1, &x), out = gpu_alloc(g, 2 * n);
     void *a[] = {&out, &dx, &B, &T, &H, &D, &base};
-    gpu_launch(g, "rope_forward", grid1d(g, n / 2), 1, 1, 256, 0, a);
+    gpu_launch(g, "rope_forward", gpu_grid1d(g, n / 2), 1, 1, 256, 0, a);
     ref_rope(want, x, B, T, H, D, base, 1);
     double *got = down_bf16(g, out, n);
     /* fp32 angles t * inv_freq (as PyTorch builds its table) are off by up to ~t * 2^-24 rad
@@ -315,7 +310,7 @@ static void test_rope(Gpu *g, Rng *r) {
     gpu_check(g, k ? "rope_forward (T=4096, D=128)" : "rope_forward", got, want, n, atol, RT_BF16);
     free(got);
     void *b[] = {&out, &out, &B, &T, &H, &D, &base}; /* in place: backward undoes forward */
-    gpu_launch(g, "rope_backward", grid1d(g, n / 2), 1, 1, 256, 0, b);
+    gpu_launch(g, "rope_backward", gpu_grid1d(g, n / 2), 1, 1, 256, 0, b);
     got = down_bf16(g, out, n);
     gpu_check(g, k ? "rope_backward(rope_forward(x)) = x (T=4096)" : "rope_backward(rope_forward(x)) = x", got, x, n,
               2 * atol + 4e-3, 2 * RT_BF16);
@@ -337,10 +332,10 @@ static void test_rope_qkv(Gpu *g, Rng *r) {
     CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk), back = gpu_alloc(g, 2 * n),
                 fback = gpu_alloc(g, 2 * n);
     void *a[] = {&q, &k, &v, &qkv, &N, &H, &G, &D};
-    gpu_launch(g, "split_qkv", grid1d(g, n / 8), 1, 1, 256, 0, a);
+    gpu_launch(g, "split_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
     void *rq[] = {&q, &q, &B, &T, &H, &D, &base}, *rk[] = {&k, &k, &B, &T, &G, &D, &base};
-    gpu_launch(g, "rope_forward", grid1d(g, nq / 2), 1, 1, 256, 0, rq);
-    gpu_launch(g, "rope_forward", grid1d(g, nk / 2), 1, 1, 256, 0, rk);
+    gpu_launch(g, "rope_forward", gpu_grid1d(g, nq / 2), 1, 1, 256, 0, rq);
+    gpu_launch(g, "rope_forward", gpu_grid1d(g, nk / 2), 1, 1, 256, 0, rk);
     void *f[] = {&fq, &fk, &fv, &qkv, &N, &T, &H, &G, &D, &base};
     gpu_launch(g, "rope_split_qkv", (unsigned)N, 1, 1, 128, 0, f);
     size_t bq = 2 * (size_t)nq, bk = 2 * (size_t)nk;
@@ -351,10 +346,10 @@ static void test_rope_qkv(Gpu *g, Rng *r) {
                       h1, h2, 2 * (size_t)n);
     /* backward on the rotated values as gradients: the fused kernel reads fq, fk, fv */
     void *bq_[] = {&q, &q, &B, &T, &H, &D, &base}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base};
-    gpu_launch(g, "rope_backward", grid1d(g, nq / 2), 1, 1, 256, 0, bq_);
-    gpu_launch(g, "rope_backward", grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
+    gpu_launch(g, "rope_backward", gpu_grid1d(g, nq / 2), 1, 1, 256, 0, bq_);
+    gpu_launch(g, "rope_backward", gpu_grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
     void *cc[] = {&back, &q, &k, &v, &N, &H, &G, &D};
-    gpu_launch(g, "concat_qkv", grid1d(g, n / 8), 1, 1, 256, 0, cc);
+    gpu_launch(g, "concat_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, cc);
     void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base};
     gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
     gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
@@ -391,8 +386,8 @@ static void test_softmax_transpose(Gpu *g, Rng *r) {
   double *x;
   CUdeviceptr dx = up_bf16(g, r, m, 1, &x), t1 = gpu_alloc(g, 2 * m), t2 = gpu_alloc(g, 2 * m);
   void *c1[] = {&t1, &dx, &B, &Tt, &H, &D}, *c2[] = {&t2, &t1, &B, &Tt, &H, &D};
-  gpu_launch(g, "transpose_bthd_to_bhtd", grid1d(g, m / 8), 1, 1, 256, 0, c1);
-  gpu_launch(g, "transpose_bhtd_to_bthd", grid1d(g, m / 8), 1, 1, 256, 0, c2);
+  gpu_launch(g, "transpose_bthd_to_bhtd", gpu_grid1d(g, m / 8), 1, 1, 256, 0, c1);
+  gpu_launch(g, "transpose_bhtd_to_bthd", gpu_grid1d(g, m / 8), 1, 1, 256, 0, c2);
   double *mid = down_bf16(g, t1, m), *back = down_bf16(g, t2, m);
   int ok = 1;
   for (long i = 0; i < m && ok; i++) { /* (b, t, h, d) -> (b, h, t, d) */
@@ -412,13 +407,13 @@ static void test_activations(Gpu *g, Rng *r) {
   CUdeviceptr din = up_bf16(g, r, 2 * n, 4, &in), ddo = up_bf16(g, r, n, 1, &dout);
   CUdeviceptr out = gpu_alloc(g, 2 * n), dinp = gpu_alloc(g, 4 * n);
   void *a[] = {&out, &din, &N, &F};
-  gpu_launch(g, "swiglu_forward", grid1d(g, n / 8), 1, 1, 256, 0, a);
+  gpu_launch(g, "swiglu_forward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
   ref_swiglu_forward(want, in, N, F);
   double *got = down_bf16(g, out, n);
   gpu_check(g, "swiglu_forward", got, want, n, 1e-5, RT_BF16);
   free(got);
   void *b[] = {&dinp, &ddo, &din, &N, &F};
-  gpu_launch(g, "swiglu_backward", grid1d(g, n / 8), 1, 1, 256, 0, b);
+  gpu_launch(g, "swiglu_backward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, b);
   ref_swiglu_backward(want, dout, in, N, F);
   got = down_bf16(g, dinp, 2 * n);
   gpu_check(g, "swiglu_backward", got, want, 2 * n, 1e-5, RT_BF16);
@@ -426,13 +421,13 @@ static void test_activations(Gpu *g, Rng *r) {
 
   long m = 10007; /* not a multiple of anything: the tail */
   void *c[] = {&out, &din, &m};
-  gpu_launch(g, "gelu_forward", grid1d(g, m), 1, 1, 256, 0, c);
+  gpu_launch(g, "gelu_forward", gpu_grid1d(g, m), 1, 1, 256, 0, c);
   for (long i = 0; i < m; i++) want[i] = ref_gelu(in[i]);
   got = down_bf16(g, out, m);
   gpu_check(g, "gelu_forward (erf)", got, want, m, 1e-5, RT_BF16);
   free(got);
   void *d[] = {&dinp, &ddo, &din, &m};
-  gpu_launch(g, "gelu_backward", grid1d(g, m), 1, 1, 256, 0, d);
+  gpu_launch(g, "gelu_backward", gpu_grid1d(g, m), 1, 1, 256, 0, d);
   for (long i = 0; i < m; i++) want[i] = dout[i] * ref_gelu_grad(in[i]);
   got = down_bf16(g, dinp, m);
   gpu_check(g, "gelu_backward (erf)", got, want, m, 1e-5, RT_BF16);
@@ -449,7 +444,7 @@ static void test_dropout(Gpu *g, Rng *r) {
   CUdeviceptr dx = up_bf16(g, r, n, 1, &x), dres = up_bf16(g, r, n, 1, &res);
   CUdeviceptr dseed = gpu_dup(g, &seed, 8), out = gpu_alloc(g, 2 * n), out2 = gpu_alloc(g, 2 * n);
   void *a[] = {&out, &dx, &n, &p, &dseed, &op};
-  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a);
+  gpu_launch(g, "dropout_forward", gpu_grid1d(g, n / 4 + 1), 1, 1, 256, 0, a);
   double *want = malloc(sizeof *want * n), *got = down_bf16(g, out, n);
   long kept = 0;
   for (long i = 0; i < n; i++) {
@@ -464,24 +459,24 @@ static void test_dropout(Gpu *g, Rng *r) {
 
   /* Replay: the same (seed, op) gives the same bits; backward applies the same mask. */
   void *a2[] = {&out2, &dx, &n, &p, &dseed, &op};
-  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
+  gpu_launch(g, "dropout_forward", gpu_grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
   void *h1 = down_raw(g, out, 2 * n), *h2 = down_raw(g, out2, 2 * n);
   gpu_check_bitwise(g, "dropout replay bit-exact", h1, h2, 2 * n);
   free(h2);
   void *bw[] = {&out2, &dx, &n, &p, &dseed, &op}; /* dout = x: backward must equal forward */
-  gpu_launch(g, "dropout_backward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, bw);
+  gpu_launch(g, "dropout_backward", gpu_grid1d(g, n / 4 + 1), 1, 1, 256, 0, bw);
   h2 = down_raw(g, out2, 2 * n);
   gpu_check_bitwise(g, "dropout_backward mask = forward mask", h1, h2, 2 * n);
   free(h2);
   gpu_put(g, dseed, &seed2, 8); /* a new step's seed, read from device memory */
-  gpu_launch(g, "dropout_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
+  gpu_launch(g, "dropout_forward", gpu_grid1d(g, n / 4 + 1), 1, 1, 256, 0, a2);
   h2 = down_raw(g, out2, 2 * n);
   gpu_check_true(g, "dropout: another seed, another mask", memcmp(h1, h2, 2 * n) != 0, NULL);
   free(h1), free(h2);
   gpu_put(g, dseed, &seed, 8);
 
   void *c[] = {&out2, &dres, &dx, &n, &p, &dseed, &op};
-  gpu_launch(g, "dropout_residual_forward", grid1d(g, n / 4 + 1), 1, 1, 256, 0, c);
+  gpu_launch(g, "dropout_residual_forward", gpu_grid1d(g, n / 4 + 1), 1, 1, 256, 0, c);
   for (long i = 0; i < n; i++)
     want[i] = res[i] + (ref_dropout_keep(seed, op, (uint64_t)i, p) ? x[i] * (double)scale : 0.0);
   free(got);
@@ -496,7 +491,7 @@ static void test_elementwise(Gpu *g, Rng *r) {
   double *a, *b, *want = malloc(sizeof *want * n);
   CUdeviceptr da = up_bf16(g, r, n, 1, &a), db = up_bf16(g, r, n, 1, &b), out = gpu_alloc(g, 2 * n);
   void *k1[] = {&out, &da, &db, &n};
-  gpu_launch(g, "residual_add", grid1d(g, n), 1, 1, 256, 0, k1);
+  gpu_launch(g, "residual_add", gpu_grid1d(g, n), 1, 1, 256, 0, k1);
   for (long i = 0; i < n; i++) want[i] = a[i] + b[i];
   double *got = down_bf16(g, out, n);
   gpu_check(g, "residual_add", got, want, n, 1e-6, RT_BF16);
@@ -506,7 +501,7 @@ static void test_elementwise(Gpu *g, Rng *r) {
   for (long i = 0; i < n; i++) f[i] = (float)(3 * rng_uniform(r));
   CUdeviceptr df = up_f32(g, f, n), acc = up_f32(g, f, n), acc2 = up_f32(g, f, n);
   void *k2[] = {&out, &df, &n};
-  gpu_launch(g, "cast_f32_to_bf16", grid1d(g, n), 1, 1, 256, 0, k2);
+  gpu_launch(g, "cast_f32_to_bf16", gpu_grid1d(g, n), 1, 1, 256, 0, k2);
   memcpy(want, f, sizeof *want * n);
   round_bf16(want, n);
   got = down_bf16(g, out, n);
@@ -514,29 +509,29 @@ static void test_elementwise(Gpu *g, Rng *r) {
   free(got);
   CUdeviceptr back = gpu_alloc(g, 4 * n);
   void *k3[] = {&back, &out, &n};
-  gpu_launch(g, "cast_bf16_to_f32", grid1d(g, n), 1, 1, 256, 0, k3);
+  gpu_launch(g, "cast_bf16_to_f32", gpu_grid1d(g, n), 1, 1, 256, 0, k3);
   got = down_f32(g, back, n);
   gpu_check(g, "cast_bf16_to_f32 (exact)", got, want, n, 0, 0);
   free(got);
 
   void *k4[] = {&acc, &da, &n};
-  gpu_launch(g, "grad_accumulate_bf16", grid1d(g, n), 1, 1, 256, 0, k4);
+  gpu_launch(g, "grad_accumulate_bf16", gpu_grid1d(g, n), 1, 1, 256, 0, k4);
   for (long i = 0; i < n; i++) want[i] = (float)(f[i] + a[i]);
   got = down_f32(g, acc, n);
   gpu_check(g, "grad_accumulate_bf16", got, want, n, 0, 1e-7);
   free(got);
   void *k5[] = {&acc2, &df, &n};
-  gpu_launch(g, "grad_accumulate_f32", grid1d(g, n), 1, 1, 256, 0, k5);
+  gpu_launch(g, "grad_accumulate_f32", gpu_grid1d(g, n), 1, 1, 256, 0, k5);
   float s = 0.5f;
   CUdeviceptr ds = gpu_dup(g, &s, 4);
   void *k6[] = {&acc2, &ds, &n};
-  gpu_launch(g, "scale_f32", grid1d(g, n), 1, 1, 256, 0, k6);
+  gpu_launch(g, "scale_f32", gpu_grid1d(g, n), 1, 1, 256, 0, k6);
   got = down_f32(g, acc2, n);
   gpu_check(g, "grad_accumulate_f32 + scale_f32 (exact)", got, f, n, 0, 0); /* (f + f) / 2 */
   free(got);
   float v = 3.25f;
   void *k7[] = {&acc2, &v, &n};
-  gpu_launch(g, "fill_f32", grid1d(g, n), 1, 1, 256, 0, k7);
+  gpu_launch(g, "fill_f32", gpu_grid1d(g, n), 1, 1, 256, 0, k7);
   got = down_f32(g, acc2, n);
   for (long i = 0; i < n; i++) want[i] = 3.25;
   gpu_check(g, "fill_f32", got, want, n, 0, 0);
@@ -642,7 +637,7 @@ static void test_optimizer(Gpu *g, Rng *r) {
     float hp[7] = {lr, b1, b2, eps, wd, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
     gpu_put(g, dhp, hp, sizeof hp);
     void *a[] = {&dw, &dp, &dg, &dm, &dv, &n, &dhp, &dgs, &wd_mult};
-    gpu_launch(g, "adamw_update", grid1d(g, n), 1, 1, 256, 0, a);
+    gpu_launch(g, "adamw_update", gpu_grid1d(g, n), 1, 1, 256, 0, a);
     ref_adamw(w, m, v, gr, n, lr, b1, b2, eps, wd, step, gs);
   }
   double *gw = down_f32(g, dw, n), *gm = down_f32(g, dm, n), *gv = down_f32(g, dv, n), *gp = down_bf16(g, dp, n);
@@ -689,28 +684,36 @@ static void test_optimizer(Gpu *g, Rng *r) {
 }
 
 /* The multi-tensor kernels (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) against
- * the per-tensor ones: tensors of several chunks, of exactly one, of a few elements; adamw_multi
- * bitwise equal to adamw_update per tensor over 3 steps (master, bf16 param, m, v);
- * norm_squared_multi over fp32 and bf16 rows against the double sum, bitwise the same twice. */
-#define MT_N 4
+ * the per-tensor ones: tensors of several chunks, of exactly one, of a few elements, one whose
+ * arrays all start 3 elements past a 16-byte boundary (a peeled head) and one whose gradient alone
+ * does (one element at a time); adamw_multi on grids of stepc_multi_grid, 3 and 1 blocks, bitwise
+ * equal to adamw_update per tensor over 3 steps (master, bf16 param, m, v); norm_squared_multi
+ * over fp32 and bf16 rows against the double sum, bitwise the same on two grids. */
+#define MT_N 6
+/* a device copy of src starting `shift` bytes into its allocation (free at p - shift) */
+static CUdeviceptr dup_shifted(Gpu *g, const void *src, size_t bytes, size_t shift) {
+  CUdeviceptr p = gpu_alloc(g, bytes + 16) + shift;
+  if (src) gpu_put(g, p, src, bytes);
+  return p;
+}
+
 static void test_optimizer_multi(Gpu *g, Rng *r) {
-  static const long sizes[MT_N] = {3 * STEPC_ADAMW_CHUNK + 4465, STEPC_ADAMW_CHUNK, 7, 40000};
-  static const float wdm[MT_N] = {1.0f, 0.0f, 1.0f, 0.5f};
+  static const long sizes[MT_N] = {3 * STEPC_ADAMW_CHUNK + 4465, STEPC_ADAMW_CHUNK, 7, 40000, 20001, 5003};
+  static const float wdm[MT_N] = {1.0f, 0.0f, 1.0f, 0.5f, 1.0f, 0.0f};
+  static const int shift[MT_N][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {3, 3}, {0, 1}}; /* elements: state, grad */
   CUdeviceptr buf[2][MT_N][5], grad[MT_N]; /* [per-tensor, multi][tensor][master, param, m, v, -] */
   long total = 0;
   for (int k = 0; k < MT_N; k++) {
     long n = sizes[k];
-    float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n);
+    size_t sh = (size_t)shift[k][0];
+    float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n), *z = calloc((size_t)n, 4);
     for (long i = 0; i < n; i++) w[i] = (float)rng_uniform(r), gr[i] = (float)(0.1 * rng_uniform(r));
-    grad[k] = gpu_dup(g, gr, 4 * (size_t)n);
+    grad[k] = dup_shifted(g, gr, 4 * (size_t)n, 4 * (size_t)shift[k][1]);
     for (int s = 0; s < 2; s++) {
-      buf[s][k][0] = gpu_dup(g, w, 4 * (size_t)n);
-      buf[s][k][1] = gpu_alloc(g, 2 * (size_t)n);
-      float *z = calloc((size_t)n, 4);
-      buf[s][k][2] = gpu_dup(g, z, 4 * (size_t)n), buf[s][k][3] = gpu_dup(g, z, 4 * (size_t)n);
-      free(z);
+      buf[s][k][0] = dup_shifted(g, w, 4 * (size_t)n, 4 * sh), buf[s][k][1] = dup_shifted(g, NULL, 2 * (size_t)n, 2 * sh);
+      buf[s][k][2] = dup_shifted(g, z, 4 * (size_t)n, 4 * sh), buf[s][k][3] = dup_shifted(g, z, 4 * (size_t)n, 4 * sh);
     }
-    free(w), free(gr);
+    free(w), free(gr), free(z);
   }
   unsigned long long rows[MT_N * STEPC_ADAMW_ROW];
   for (int k = 0; k < MT_N; k++) {
@@ -733,10 +736,11 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
       long n = sizes[k];
       float wm = wdm[k];
       void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n, &dhp, &dgs, &wm};
-      gpu_launch(g, "adamw_update", grid1d(g, n), 1, 1, 256, 0, a);
+      gpu_launch(g, "adamw_update", gpu_grid1d(g, n), 1, 1, 256, 0, a);
     }
     void *a[] = {&table, &nrows, &chunk, &dhp, &dgs};
-    gpu_launch(g, "adamw_multi", (unsigned)total, 1, 1, STEPC_MULTI_THREADS, 0, a);
+    unsigned grid = step == 1 ? stepc_multi_grid(total, g->sm_count) : step == 2 ? 3 : 1;
+    gpu_launch(g, "adamw_multi", grid, 1, 1, STEPC_MULTI_THREADS, 0, a);
   }
   static const char *const what[4] = {"master", "bf16 param", "m", "v"};
   for (int k = 0; k < MT_N; k++)
@@ -744,7 +748,8 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
       size_t bytes = (size_t)sizes[k] * (j == 1 ? 2 : 4);
       void *a = down_raw(g, buf[0][k][j], bytes), *b = down_raw(g, buf[1][k][j], bytes);
       char name[96];
-      snprintf(name, sizeof name, "adamw_multi = adamw_update per tensor: tensor %d (n %ld) %s", k, sizes[k], what[j]);
+      snprintf(name, sizeof name, "adamw_multi = adamw_update per tensor: tensor %d (n %ld, shifted %d/%d) %s", k, sizes[k],
+               shift[k][0], shift[k][1], what[j]);
       gpu_check_bitwise(g, name, a, b, bytes);
       free(a), free(b);
     }
@@ -775,8 +780,9 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   void *first = NULL;
   for (int rep = 0; rep < 2; rep++) {
     void *a[] = {&partial, &stable, &srows, &schunk};
-    gpu_launch(g, "norm_squared_multi", (unsigned)stotal, 1, 1, STEPC_MULTI_THREADS, 0, a);
-    first = finalize_norm(g, "norm_squared_multi + finalize deterministic", norm, scale, partial, count, max_norm, first);
+    gpu_launch(g, "norm_squared_multi", rep ? 2 : stepc_multi_grid(stotal, g->sm_count), 1, 1, STEPC_MULTI_THREADS, 0, a);
+    first = finalize_norm(g, "norm_squared_multi + finalize deterministic (grids of stepc_multi_grid and 2 blocks)", norm,
+                          scale, partial, count, max_norm, first);
   }
   free(first);
   double want = sqrt(ss), *gn = down_f32(g, norm, 1);
@@ -784,9 +790,9 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   free(gn), free(bd);
   gpu_free(g, stable), gpu_free(g, partial), gpu_free(g, norm), gpu_free(g, scale), gpu_free(g, bt);
   for (int k = 0; k < MT_N; k++) {
-    gpu_free(g, grad[k]);
+    gpu_free(g, grad[k] - 4 * (size_t)shift[k][1]);
     for (int s = 0; s < 2; s++)
-      for (int j = 0; j < 4; j++) gpu_free(g, buf[s][k][j]);
+      for (int j = 0; j < 4; j++) gpu_free(g, buf[s][k][j] - (j == 1 ? 2 : 4) * (size_t)shift[k][0]);
   }
 }
 
@@ -929,5 +935,6 @@ void test_basic(Gpu *g) {
   test_optimizer(g, &r);
   test_optimizer_multi(g, &r);
   test_grouped_gemm(g, &r);
+  test_bandwidth(g);
   gpu_sync(g);
 }

@@ -106,6 +106,10 @@ CUdeviceptr gpu_alloc(Gpu *g, size_t bytes) {
 void gpu_free(Gpu *g, CUdeviceptr p) { gpu_ok(g, g->cuMemFree(p), "cuMemFree"); }
 void gpu_put(Gpu *g, CUdeviceptr dst, const void *src, size_t n) { gpu_ok(g, g->cuMemcpyHtoD(dst, src, n), "HtoD"); }
 void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t n) { gpu_ok(g, g->cuMemcpyDtoH(dst, src, n), "DtoH"); }
+unsigned gpu_grid1d(Gpu *g, long n) {
+  long b = (n + 255) / 256, cap = (long)g->sm_count * 8;
+  return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
 void gpu_sync(Gpu *g) { gpu_ok(g, g->cuCtxSynchronize(), "synchronize (a kernel faulted?)"); }
 
 CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {

@@ -49,6 +49,8 @@ void gpu_sync(Gpu *g);
 /* Launches `name` with the kernel's parameters as an argv of pointers to each argument. */
 void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                 void **args);
+/* The grid of a grid-stride kernel over n items in blocks of 256 (the runtime's rt_grid1d). */
+unsigned gpu_grid1d(Gpu *g, long n);
 /* Milliseconds per call of fn(ctx), the median of `reps` timed calls after `warmup` calls. */
 double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int reps);
 
@@ -73,6 +75,7 @@ int gpu_check_true(Gpu *g, const char *name, int ok, const char *detail);
 void test_basic(Gpu *g);
 void test_attention(Gpu *g);
 void bench_attention(Gpu *g);
+void test_bandwidth(Gpu *g); /* bandwidth.c, the last of test_basic */
 void bench_attention_variants(Gpu *g); /* with STEPC_FLASH_VARIANTS set: tile-size variants */
 
 #endif
