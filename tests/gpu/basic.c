@@ -277,7 +277,7 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       /* with an addend (FUSE_NORM_BWD_ADD): the bits of the kernel then residual_add */
       long nl = n;
       void *ra[] = {&dinp, &dinp, &out, &nl};
-      gpu_launch(g, "residual_add", grid1d(g, n), 1, 1, 256, 0, ra);
+      gpu_launch(g, "residual_add", gpu_grid1d(g, n), 1, 1, 256, 0, ra);
       void *b5[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &rstd, &N, &C};
       void *b6[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &mean, &rstd, &N, &C};
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b6 : b5);
