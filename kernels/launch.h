@@ -83,21 +83,14 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 /* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
 #define STEPC_COLSUM_WARPS 8
 
-/* Multi-tensor optimizer kernels (kernels/optimizer.cuh): blocks of STEPC_MULTI_THREADS, grid
- * stepc_multi_grid(total chunks, SMs): STEPC_MULTI_BLOCKS_PER_SM blocks an SM (adamw_multi's
- * __launch_bounds__), each running chunks b, b + grid, ... of one tensor at a time (any grid gives
- * the same bits). The table is rows of 8-byte words, in the group's op order; a row's first chunk
- * is the sum of the chunk counts of the rows before it, so a block finds its row by binary search
- * (from its previous one) and the partials come out in a fixed order.
+/* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks
+ * of STEPC_MULTI_THREADS, grid = the table's total chunk count. The table is rows of 8-byte words,
+ * in the group's op order; a row's first chunk is the sum of the chunk counts of the rows before
+ * it, so block b finds its row by binary search and the partials come out in a fixed order.
  *   norm_squared_multi: chunks of STEPC_SUMSQ_CHUNK elements; a row is
  *     {x, n, first chunk, dtype (STEPC_MULTI_F32 or STEPC_MULTI_BF16)}
  *   adamw_multi: chunks of STEPC_ADAMW_CHUNK elements; a row is
  *     {master, param, grad, m, v, n, first chunk, weight-decay multiplier (float bits, low half)} */
-#define STEPC_MULTI_BLOCKS_PER_SM 4
-static inline unsigned stepc_multi_grid(long long chunks, int sm_count) {
-  long long cap = (long long)(sm_count > 0 ? sm_count : 1) * STEPC_MULTI_BLOCKS_PER_SM;
-  return (unsigned)(chunks < 1 ? 1 : chunks < cap ? chunks : cap);
-}
 #define STEPC_MULTI_THREADS 256
 #define STEPC_SUMSQ_CHUNK 65536
 #define STEPC_ADAMW_CHUNK 16384

@@ -98,124 +98,76 @@ extern "C" __global__ void adamw_update(float* master,            // (n)
 }
 
 // ---- multi-tensor launches (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) ----
-// The table is rows of 8-byte words (kernels/launch.h, "Multi-tensor optimizer kernels"): chunk c
-// belongs to the last row whose first chunk (word 2 of a norm row, word 6 of an AdamW row) is <= c;
-// the table's chunks end with its last row's. Any 1-D grid: block b runs chunks b, b + gridDim.x,
-// ... in turn, so each block's rows only move forward and each lookup searches from the last one.
-// Row widths here must match STEPC_SUMSQ_ROW and STEPC_ADAMW_ROW there.
-__device__ __forceinline__ int multi_row(const long long* table, int lo, int rows, int width, int first_word, long c) {
-  int hi = rows - 1;
+// The table is rows of 8-byte words (kernels/launch.h, "Multi-tensor optimizer kernels"): block b
+// runs chunk b, which belongs to the last row whose first chunk (word 2 of a norm row, word 6 of an
+// AdamW row) is <= b. Row widths here must match STEPC_SUMSQ_ROW and STEPC_ADAMW_ROW there.
+__device__ __forceinline__ int multi_row(const long long* table, int rows, int width, int first_word) {
+  int lo = 0, hi = rows - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (table[(long)mid * width + first_word] <= (long long)c) lo = mid;
+    if (table[(long)mid * width + first_word] <= (long long)blockIdx.x) lo = mid;
     else hi = mid - 1;
   }
   return lo;
 }
 
-__device__ __forceinline__ long multi_chunks(const long long* table, int rows, int width, int first_word, int n_word,
-                                             long chunk) {
-  const long long* last = table + (long)(rows - 1) * width;
-  return (long)last[first_word] + ((long)last[n_word] + chunk - 1) / chunk;
-}
-
-// partial[c] = sum of x^2 over chunk c (chunk elements of one gradient, fp32 or bf16). Each chunk's
-// thread walk and block tree are fixed and the partials lie in the table's order, so
-// global_norm_finalize over them gives the same bits every run, whatever the grid.
-// Launch: any 1-D grid (kernels/launch.h stepc_multi_grid), blockDim.x = 256.
+// partial[b] = sum of x^2 over chunk b (chunk elements of one gradient, fp32 or bf16). Each block's
+// threads and tree are fixed and the partials lie in the table's order, so global_norm_finalize
+// over them gives the same bits every run. Launch: grid = total chunks, blockDim.x = 256.
 extern "C" __global__ void norm_squared_multi(float* partial,           // (total chunks)
                                               const long long* table,   // (rows, 4)
                                               int rows, long chunk) {
   __shared__ float red[32];
-  long chunks = multi_chunks(table, rows, 4, 2, 1, chunk);
-  int row = 0;
-  for (long c = blockIdx.x; c < chunks; c += gridDim.x) {
-    row = multi_row(table, row, rows, 4, 2, c);
-    const long long* r = table + (long)row * 4;
-    long lo = (c - (long)r[2]) * chunk, hi = lo + chunk < (long)r[1] ? lo + chunk : (long)r[1];
-    float s = 0.0f;
-    if (r[3] == 1) {
-      const bf16* x = (const bf16*)r[0];
-      for (long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float f = bf16_to_f32(x[i]);
-        s += f * f;
-      }
-    } else {
-      const float* x = (const float*)r[0];
-      long nv = ((unsigned long long)r[0] & 15) == 0 && (lo & 3) == 0 ? (hi - lo) / 4 : 0;  // float4 where aligned
-      for (long j = threadIdx.x; j < nv; j += blockDim.x) {
-        float4 q = *(const float4*)(x + lo + 4 * j);
-        s += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
-      }
-      for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) s += x[i] * x[i];
+  const long long* r = table + (long)multi_row(table, rows, 4, 2) * 4;
+  long lo = (blockIdx.x - (long)r[2]) * chunk, hi = lo + chunk < (long)r[1] ? lo + chunk : (long)r[1];
+  float s = 0.0f;
+  if (r[3] == 1) {
+    const bf16* x = (const bf16*)r[0];
+    for (long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float f = bf16_to_f32(x[i]);
+      s += f * f;
     }
-    s = block_sum(s, red);
-    if (threadIdx.x == 0) partial[c] = s;
-  }
-}
-
-// AdamW on 4 consecutive elements in registers, each as adamw_value.
-__device__ __forceinline__ void adamw_value4(const AdamwStep& a, float4 g, float4& m, float4& v, float4& w) {
-  adamw_value(a, g.x, m.x, v.x, w.x);
-  adamw_value(a, g.y, m.y, v.y, w.y);
-  adamw_value(a, g.z, m.z, v.z, w.z);
-  adamw_value(a, g.w, m.w, v.w, w.w);
-}
-
-// The first element of [lo, hi) from which every array of the row can be read and written 4
-// elements at a time (16 bytes, the bf16 copy 8), or hi where their alignments differ.
-__device__ __forceinline__ long adamw_vector_start(const long long* r, long lo, long hi) {
-  unsigned long long a = r[0] | r[2] | r[3] | r[4];
-  long phase = (long)(r[0] >> 2) & 3;  // master's element offset from a 16-byte boundary
-  bool same = (a & 3) == 0 && (r[1] & 1) == 0;
-  for (int k = 2; k <= 4; k++) same = same && (long)((r[k] >> 2) & 3) == phase;
-  same = same && (r[1] == 0 || (long)((r[1] >> 1) & 3) == phase);
-  if (!same) return hi;
-  long s = lo + ((4 - (lo + phase)) & 3);
-  return s < hi ? s : hi;
-}
-
-#define STEPC_ADAMW_UNROLL 2  // 4-element groups a thread loads before it computes and stores
-
-// AdamW over chunks of the table's tensors, every element as adamw_update's (the same adamw_value,
-// only the loads and stores are wider): each thread loads STEPC_ADAMW_UNROLL groups of 4 elements
-// from each of its 4 input arrays before it stores any, so a block keeps 256 x 128 bytes in
-// flight. Launch: any 1-D grid (kernels/launch.h stepc_multi_grid), blockDim.x = 256.
-extern "C" __global__ void __launch_bounds__(256, 4) adamw_multi(const long long* table,   // (rows, 8)
-                                                                 int rows, long chunk,
-                                                                 const float* hp,          // (7)
-                                                                 const float* grad_scale) {  // (1) or null for 1
-  long chunks = multi_chunks(table, rows, 8, 6, 5, chunk);
-  int row = 0;
-  for (long c = blockIdx.x; c < chunks; c += gridDim.x) {
-    row = multi_row(table, row, rows, 8, 6, c);
-    const long long* r = table + (long)row * 8;
-    AdamwStep a = adamw_step(hp, grad_scale, __uint_as_float((unsigned)(r[7] & 0xffffffffll)));
-    long lo = (c - (long)r[6]) * chunk, hi = lo + chunk < (long)r[5] ? lo + chunk : (long)r[5];
-    float *master = (float*)r[0], *m = (float*)r[3], *v = (float*)r[4];
-    bf16* param = (bf16*)r[1];
-    const float* grad = (const float*)r[2];
-    long s = adamw_vector_start(r, lo, hi), nv = (hi - s) / 4, e = s + 4 * nv;  // [s, e) 4 at a time
-    for (long i = lo + threadIdx.x; i < s; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
-    for (long j = threadIdx.x; j < nv; j += STEPC_ADAMW_UNROLL * blockDim.x) {
-      float4 g[STEPC_ADAMW_UNROLL], m4[STEPC_ADAMW_UNROLL], v4[STEPC_ADAMW_UNROLL], w[STEPC_ADAMW_UNROLL];
-#pragma unroll
-      for (int u = 0; u < STEPC_ADAMW_UNROLL; u++) {
-        long i = s + 4 * (j + u * (long)blockDim.x);
-        if (j + u * (long)blockDim.x < nv)
-          g[u] = *(const float4*)(grad + i), m4[u] = *(float4*)(m + i), v4[u] = *(float4*)(v + i), w[u] = *(float4*)(master + i);
-      }
-#pragma unroll
-      for (int u = 0; u < STEPC_ADAMW_UNROLL; u++) {
-        long i = s + 4 * (j + u * (long)blockDim.x);
-        if (j + u * (long)blockDim.x >= nv) continue;
-        adamw_value4(a, g[u], m4[u], v4[u], w[u]);
-        *(float4*)(m + i) = m4[u];
-        *(float4*)(v + i) = v4[u];
-        *(float4*)(master + i) = w[u];
-        if (param) *(uint2*)(param + i) = make_uint2(pack_bf16x2(w[u].x, w[u].y), pack_bf16x2(w[u].z, w[u].w));
-      }
+  } else {
+    const float* x = (const float*)r[0];
+    long nv = ((unsigned long long)r[0] & 15) == 0 && (lo & 3) == 0 ? (hi - lo) / 4 : 0;  // float4 where aligned
+    for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+      float4 q = *(const float4*)(x + lo + 4 * j);
+      s += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
     }
-    for (long i = e + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
+    for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) s += x[i] * x[i];
   }
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// AdamW over chunk b of one tensor of the table, every element as adamw_update's (the same
+// adamw_value, only the loads and stores are wider). Launch: grid = total chunks, blockDim.x = 256.
+extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
+                                       int rows, long chunk,
+                                       const float* hp,          // (7)
+                                       const float* grad_scale) {  // (1) or null for 1
+  const long long* r = table + (long)multi_row(table, rows, 8, 6) * 8;
+  AdamwStep a = adamw_step(hp, grad_scale, __uint_as_float((unsigned)(r[7] & 0xffffffffll)));
+  long lo = (blockIdx.x - (long)r[6]) * chunk, hi = lo + chunk < (long)r[5] ? lo + chunk : (long)r[5];
+  float *master = (float*)r[0], *m = (float*)r[3], *v = (float*)r[4];
+  bf16* param = (bf16*)r[1];
+  const float* grad = (const float*)r[2];
+  // 4 elements a thread where every array allows 16-byte (param 8-byte) accesses; the rest one by one
+  bool aligned = r[1] != 0 && ((r[0] | r[2] | r[3] | r[4]) & 15) == 0 && (r[1] & 7) == 0 && (lo & 3) == 0;
+  long nv = aligned ? (hi - lo) / 4 : 0;
+  for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+    long i = lo + 4 * j;
+    float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
+    adamw_value(a, g.x, m4.x, v4.x, w.x);
+    adamw_value(a, g.y, m4.y, v4.y, w.y);
+    adamw_value(a, g.z, m4.z, v4.z, w.z);
+    adamw_value(a, g.w, m4.w, v4.w, w.w);
+    *(float4*)(m + i) = m4;
+    *(float4*)(v + i) = v4;
+    *(float4*)(master + i) = w;
+    ushort4 p;
+    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
+    *(ushort4*)(param + i) = p;
+  }
+  for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
 }

@@ -65,7 +65,7 @@ int rt_op_grad_sumsq(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
   CUdeviceptr part = x->gn_partial + (CUdeviceptr)((int64_t)x->slot[o] * 4), g = rt_in(x, op, 0);
   if (x->fuse[o] == RT_FUSE_SUMSQ_MULTI)
-    return rt_launch_norm_squared_multi(x->d, rt_dim1(stepc_multi_grid(x->multi_chunks[o], x->d->sm_count)), STEPC_MULTI_THREADS, 0, part,
+    return rt_launch_norm_squared_multi(x->d, rt_dim1((unsigned)x->multi_chunks[o]), STEPC_MULTI_THREADS, 0, part,
                                         table_of(x, o), o - x->peer[o] + 1, STEPC_SUMSQ_CHUNK);
   return rt_launch_norm_squared_partial(x->d, rt_dim1((unsigned)x->gn_groups), 256, 0, part, g, (long)rt_numel(x, op->in[0]));
 }
@@ -93,7 +93,7 @@ int rt_op_adamw(RtExec *x, const Op *op) {
   if (rt_exec_adamw_hparams(x, o)) return RT_ERROR; /* the first AdamW of its setting: this step's hyper-parameters */
   CUdeviceptr coef = rt_in(x, op, 1);
   if (x->fuse[o] == RT_FUSE_ADAMW_MULTI)
-    return rt_launch_adamw_multi(x->d, rt_dim1(stepc_multi_grid(x->multi_chunks[o], x->d->sm_count)), STEPC_MULTI_THREADS, 0, table_of(x, o),
+    return rt_launch_adamw_multi(x->d, rt_dim1((unsigned)x->multi_chunks[o]), STEPC_MULTI_THREADS, 0, table_of(x, o),
                                  o - x->peer[o] + 1, STEPC_ADAMW_CHUNK, hp, coef);
   CUdeviceptr master = rt_out(x, op, f32 ? 0 : 3), param = f32 ? 0 : rt_out(x, op, 0), grad = rt_in(x, op, 0), m = rt_out(x, op, 1),
               v = rt_out(x, op, 2);

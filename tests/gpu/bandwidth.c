@@ -173,7 +173,7 @@ static void adamw_multi_launch(Gpu *g, void *ctx) {
   int rows = BW_TENSORS;
   long chunk = STEPC_ADAMW_CHUNK;
   void *a[] = {&q->table, &rows, &chunk, &q->hp, &q->gs};
-  gpu_launch(g, "adamw_multi", stepc_multi_grid(q->chunks, g->sm_count), 1, 1, STEPC_MULTI_THREADS, 0, a);
+  gpu_launch(g, "adamw_multi", (unsigned)q->chunks, 1, 1, STEPC_MULTI_THREADS, 0, a);
 }
 
 static void norm_multi_launch(Gpu *g, void *ctx) {
@@ -181,7 +181,7 @@ static void norm_multi_launch(Gpu *g, void *ctx) {
   int rows = BW_TENSORS;
   long chunk = STEPC_SUMSQ_CHUNK;
   void *a[] = {&q->partial, &q->stable, &rows, &chunk};
-  gpu_launch(g, "norm_squared_multi", stepc_multi_grid(q->schunks, g->sm_count), 1, 1, STEPC_MULTI_THREADS, 0, a);
+  gpu_launch(g, "norm_squared_multi", (unsigned)q->schunks, 1, 1, STEPC_MULTI_THREADS, 0, a);
 }
 
 static void bench_optimizer(Gpu *g) {

@@ -199,12 +199,12 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
   /* the launches: one kernel for the norm, the hyper-parameters + one kernel for AdamW, and the
    * finalize over exactly the group's partials */
   CHECK(run_op(&r, gsum) == 0 && r.rec.n == 1 && r.rec.r[0].kind == RT_REC_LAUNCH && r.rec.r[0].k == RT_K_norm_squared_multi &&
-            r.rec.r[0].grid[0] == stepc_multi_grid(cs, r.dev.sm_count) && r.rec.r[0].block == STEPC_MULTI_THREADS && (int)r.rec.r[0].arg[2] == nsumsq &&
+            r.rec.r[0].grid[0] == (unsigned)cs && r.rec.r[0].block == STEPC_MULTI_THREADS && (int)r.rec.r[0].arg[2] == nsumsq &&
             (int64_t)r.rec.r[0].arg[3] == STEPC_SUMSQ_CHUNK,
         "%s: the sumsq group is not one norm_squared_multi launch over %lld chunks", title, (long long)cs);
   CUdeviceptr partial = r.rec.n == 1 ? (CUdeviceptr)r.rec.r[0].arg[0] : 0;
   CHECK(run_op(&r, gadam) == 0 && r.rec.n == 2 && r.rec.r[0].k == RT_K_adamw_hparams && r.rec.r[1].k == RT_K_adamw_multi &&
-            r.rec.r[1].grid[0] == stepc_multi_grid(ca, r.dev.sm_count) && (int)r.rec.r[1].arg[1] == nadam && (int64_t)r.rec.r[1].arg[2] == STEPC_ADAMW_CHUNK &&
+            r.rec.r[1].grid[0] == (unsigned)ca && (int)r.rec.r[1].arg[1] == nadam && (int64_t)r.rec.r[1].arg[2] == STEPC_ADAMW_CHUNK &&
             r.rec.r[1].arg[3] == r.rec.r[0].arg[0] && r.rec.r[1].arg[4] == rt_exec_ptr(r.x, g->op[gadam].in[1]),
         "%s: the AdamW group is not adamw_hparams + one adamw_multi over %lld chunks reading its hp and clip factor", title,
         (long long)ca);
