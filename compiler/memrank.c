@@ -363,8 +363,8 @@ static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int l
 /* Transformer Engine's workspaces for the experts' grouped GEMMs: get_cublas_workspace(...,
  * grouped_gemm=True) allocates one cuBLAS workspace per compute stream, tex.get_num_cublas_streams()
  * = 4, each get_cublas_workspace_size_bytes() = 32 MiB + 1 KiB on Hopper, through PyTorch's
- * allocator and cached for the run (TE e7c550c5, pytorch/cpp_extensions/gemm.py; reached from
- * GroupedLinear's general_grouped_gemm). Counted on a multi-GPU layout whose experts use grouped
+ * allocator and cached for the run (TE e7c550c5 and v2.17.1 alike, pytorch/cpp_extensions/gemm.py;
+ * reached from GroupedLinear's general_grouped_gemm). Counted on a multi-GPU layout whose experts use grouped
  * GEMM (model.moe_grouped_gemm); the single GEMM workspace is the 32 MiB counted beside it. */
 static double te_grouped_workspace_bytes(const Spec *s) {
   const SpecModel *m = &s->model;
