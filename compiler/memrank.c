@@ -32,7 +32,8 @@
  *               element) for the whole step, beside the bf16 param or, with model.fp8_param,
  *               instead of it (fp8_weight_bytes).
  *   loss        Megatron's cross entropy keeps an fp32 tensor of the logits' shape from the loss's
- *               forward to its backward, on the last stage (megatron_loss_bytes).
+ *               forward to its backward, on the last stage, unless it is TE's before 2.18
+ *               (megatron_loss_bytes).
  *   step        Megatron's optimizer step holds the persistent state plus an fp32 copy of each main
  *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes); a rank's max
  *               allocated is the larger of that and its forward/backward peak. The first iteration's
@@ -259,33 +260,42 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
   return f;
 }
 
-/* What Megatron's loss holds beyond stepc's own, on the stage with the output layer: an fp32
- * tensor of the logits' shape (per rank: tokens x vocab / TP, over CP) from the loss's forward to
- * the start of its backward; *from and *to get those program points. Every loss path Megatron
- * has keeps one (GPTModel / MambaModel -> LanguageModule.compute_language_model_loss, at Megatron-LM
- * d98e8a64dd and TE e7c550c5, the revision the guide's Bridge pins):
- *   te        cross_entropy_loss_fusion with cross_entropy_fusion_impl "te": TE's
- *             parallel_cross_entropy computes the gradient in forward
- *             (transformer_engine/pytorch/triton/cross_entropy.py, cross_entropy_forward:
- *             grad_input = torch.empty_like(_input, dtype=torch.float32)) and saves it for
- *             backward (cross_entropy.py, CrossEntropyFunction: ctx.save_for_backward(grad_input)),
- *             which returns it as the logits' gradient; autograd casts it to the logits' bf16.
+/* What Megatron's loss holds beyond stepc's own, on the stage with the output layer (GPTModel /
+ * HybridModel -> LanguageModule.compute_language_model_loss; Megatron-LM 24bad8e677, the revision
+ * the guide ran, and d98e8a64dd), from the loss's forward to the start of its backward; *from and
+ * *to get those program points. The bf16 logits themselves (alive from the output layer to the end
+ * of the loss's forward) and the bf16 gradient (from the loss's backward through the output
+ * layer's) are what stepc's own plan already holds as its logits, which its loss backward
+ * overwrites in place (fuse.c). On top of them, per loss path:
  *   native    the fused Megatron path (fusions/fused_cross_entropy.py): calculate_logits_max takes
  *             vocab_parallel_logits.float(), the rest works in place on that copy and saves it as
  *             the softmax (ctx.save_for_backward(exp_logits, ...)); backward turns it into the
- *             gradient in place and casts to bf16 (calculate_gradients: .to(torch.bfloat16)).
+ *             gradient in place and casts to bf16 (calculate_gradients: .to(torch.bfloat16)). An
+ *             fp32 tensor of the logits' shape (per rank: tokens x vocab / TP, over CP).
  *   unfused   tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy: the same .float() copy
  *             and the same saved softmax.
- * So the two fields decide only small transients (TE's gathered (max, sum, target) rows; the
- * native path's compiled kernels), not this buffer. The bf16 logits themselves (alive from the
- * output layer to the end of the loss's forward) and the bf16 gradient (from the cast through the
- * output layer's backward) are what stepc's own plan already holds as its logits, which its loss
- * backward overwrites in place (fuse.c); its log-sum-exp is Megatron's (max, sum) rows. The last
- * stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is not
- * multiplied by the micro-batches in flight. A step whose output layer runs in chunks
+ *   te        cross_entropy_loss_fusion with cross_entropy_fusion_impl "te": TE's
+ *             parallel_cross_entropy, whose buffer depends on the release (model.
+ *             transformer_engine_version). Up to 2.17 (v2.17.1: common/triton/cross_entropy.py,
+ *             cross_entropy_kernel stores X_block.to(grad_dtype) at X_ptr; CrossEntropyFunction
+ *             saves inp.detach() and returns it as the gradient) it writes the bf16 gradient into
+ *             the logits in place: nothing beyond the logits. From 2.18 (TE 01bbe3eea, "Fix the
+ *             numerical issue with the Fused CE loss", #3193: triton/cross_entropy.py
+ *             cross_entropy_forward, grad_input = torch.empty_like(_input, dtype=torch.float32),
+ *             saved and returned as the gradient, which autograd casts to bf16) it keeps an fp32
+ *             tensor of the logits' shape, as native does. The guide's Bridge (600d069b) locks
+ *             TE 2.17.1 (uv.lock).
+ * The last stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is
+ * not multiplied by the micro-batches in flight. A step whose output layer runs in chunks
  * (LINEAR_CROSS_ENTROPY) holds one chunk of the bf16 logits: the other chunks' count here too.
- * Returns its bytes, 0 when the graph has no loss. Not
- * applied to a one-GPU layout, whose report is stepc's own step (plan.activations). */
+ * Returns its bytes, 0 when the graph has no loss. Not applied to a one-GPU layout, whose report
+ * is stepc's own step (plan.activations). */
+static bool megatron_loss_fp32_copy(const Spec *s) {
+  const SpecModel *m = &s->model;
+  bool te = m->cross_entropy_loss_fusion && strcmp(m->cross_entropy_fusion_impl, "te") == 0;
+  return !te || spec_te_at_least(s, 2, 18);
+}
+
 static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_t *tp_split, int *from, int *to) {
   const Graph *g = L->g;
   int logits = -1;
@@ -303,7 +313,8 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
   }
   if (logits < 0 || *to < 0) return 0;
   /* a chunked step's plan holds one chunk of the bf16 logits that Megatron's holds whole */
-  return numel * (4 + 2 * (chunks - 1) / chunks) / shard(L, tp_split, logits);
+  double fp32_copy = megatron_loss_fp32_copy(L->s) ? 4 : 0;
+  return numel * (fp32_copy + 2 * (chunks - 1) / chunks) / shard(L, tp_split, logits);
 }
 
 /* What Megatron's shared experts keep beyond stepc's own graph when they overlap the token
@@ -352,8 +363,8 @@ static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int l
 /* Transformer Engine's workspaces for the experts' grouped GEMMs: get_cublas_workspace(...,
  * grouped_gemm=True) allocates one cuBLAS workspace per compute stream, tex.get_num_cublas_streams()
  * = 4, each get_cublas_workspace_size_bytes() = 32 MiB + 1 KiB on Hopper, through PyTorch's
- * allocator and cached for the run (TE e7c550c5, pytorch/cpp_extensions/gemm.py; reached from
- * GroupedLinear's general_grouped_gemm). Counted on a multi-GPU layout whose experts use grouped
+ * allocator and cached for the run (TE e7c550c5 and v2.17.1 alike, pytorch/cpp_extensions/gemm.py;
+ * reached from GroupedLinear's general_grouped_gemm). Counted on a multi-GPU layout whose experts use grouped
  * GEMM (model.moe_grouped_gemm); the single GEMM workspace is the 32 MiB counted beside it. */
 static double te_grouped_workspace_bytes(const Spec *s) {
   const SpecModel *m = &s->model;

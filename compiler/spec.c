@@ -149,6 +149,26 @@ int64_t spec_output_layer_chunks(const Spec *s) {
   return tokens; /* one row a chunk */
 }
 
+bool spec_te_version(const Spec *s, int *major, int *minor, int *patch) {
+  const char *v = s->model.transformer_engine_version;
+  int a = -1, b = -1, c = 0, used = 0;
+  if (sscanf(v, "%d.%d%n", &a, &b, &used) != 2 || a < 0 || b < 0) return false;
+  if (v[used] == '.') {
+    int more = 0;
+    if (sscanf(v + used + 1, "%d%n", &c, &more) != 1 || c < 0) return false;
+    used += 1 + more;
+  }
+  if (v[used] != 0) return false;
+  *major = a, *minor = b, *patch = c;
+  return true;
+}
+
+bool spec_te_at_least(const Spec *s, int major, int minor) {
+  int a, b, c;
+  if (!spec_te_version(s, &a, &b, &c)) return true;
+  return a != major ? a > major : b >= minor;
+}
+
 void spec_value_str(const Spec *s, int id, char *buf, size_t n) {
   const SpecField *f = &spec_fields[id];
   const void *p = spec_field_cptr(s, id);

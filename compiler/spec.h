@@ -109,9 +109,12 @@
   X(check_for_nan_in_loss_and_grad, BOOL, "true", MC, "", "NaN check on loss and gradients")          \
   X(cross_entropy_loss_fusion, BOOL, "true", MC, "",                                                \
     "Fused vocab-parallel cross entropy (Bridge's GPTModelProvider default; Megatron's dataclass "  \
-    "default is false). Per-rank report only: every Megatron loss path keeps an fp32 logits-sized tensor") \
+    "default is false). Per-rank report only: the native and unfused paths keep an fp32 logits-sized tensor") \
   X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                     \
     "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)") \
+  X(transformer_engine_version, STR, "2.18.0", SC, "",                                                \
+    "The Transformer Engine release the Megatron job runs (MAJOR.MINOR[.PATCH]). Per-rank report only: " \
+    "before 2.18 TE's cross entropy writes the bf16 gradient into the logits, from 2.18 it keeps an fp32 one") \
   X(output_layer_chunks, INT, "null", SC, "",                                                        \
     "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "   \
     "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "    \
@@ -258,6 +261,12 @@ int64_t spec_global_batch_size(const Spec *s);
  * report models Megatron's layout, whose loss holds the whole logits: compiler/memrank.c). */
 #define SPEC_LOGITS_CHUNK_BYTES ((int64_t)512 << 20)
 int64_t spec_output_layer_chunks(const Spec *s);
+/* model.transformer_engine_version as numbers: false unless it reads MAJOR.MINOR or
+ * MAJOR.MINOR.PATCH (STEPC-50 rejects the rest). */
+bool spec_te_version(const Spec *s, int *major, int *minor, int *patch);
+/* Whether the job's Transformer Engine is MAJOR.MINOR or newer (an unreadable version counts as
+ * the default's, the newest stepc models). */
+bool spec_te_at_least(const Spec *s, int major, int minor);
 
 /* Writes a field's current value in override syntax ("[core_attn,mlp]", "null", "4096"). */
 void spec_value_str(const Spec *s, int id, char *buf, size_t n);

@@ -1,5 +1,5 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49): what Megatron would reject while building the
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50): what Megatron would reject while building the
  * model, or what stepc cannot plan or run. */
 #include <string.h>
 
@@ -134,6 +134,16 @@ static void check_output_chunks(VCtx *v) {
               "choose a divisor of %lld, or leave the field null for stepc's choice", (long long)tokens);
 }
 
+/* STEPC-50: the Transformer Engine release reads as a version (the per-rank report compares it). */
+static void check_te_version(VCtx *v) {
+  int a, b, c;
+  if (spec_te_version(v->s, &a, &b, &c)) return;
+  diag_hint(v_error(v, "STEPC-50", SPEC_F_model_transformer_engine_version,
+                    "transformer_engine_version=\"%s\" is not MAJOR.MINOR or MAJOR.MINOR.PATCH",
+                    v->s->model.transformer_engine_version),
+            "write the release as pip shows it, for example model.transformer_engine_version=2.17.1");
+}
+
 void validate_model(VCtx *v) {
   check_limits(v);
   check_hybrid(v);
@@ -142,4 +152,5 @@ void validate_model(VCtx *v) {
   check_data(v);
   check_precision(v);
   check_output_chunks(v);
+  check_te_version(v);
 }

@@ -28,9 +28,12 @@ return {
     hidden_dropout = 0.0,
     attention_backend = "fused",
     share_embeddings_and_output_weights = false,
-    -- the Bridge recipe: TE's parallel cross entropy (an fp32 logits gradient, compiler/memrank.c)
+    -- the Bridge recipe: TE's parallel cross entropy, from the TE release the guide's Bridge
+    -- (600d069b) locks in uv.lock, 2.17.1: it writes the bf16 gradient into the logits in place
+    -- (no fp32 logits gradient before TE 2.18; compiler/memrank.c, megatron_loss_bytes)
     cross_entropy_loss_fusion = true,
     cross_entropy_fusion_impl = "te",
+    transformer_engine_version = "2.17.1",
     vocab_size = 163840,
     seq_length = 4096,
     multi_latent_attention = true,

@@ -27,9 +27,14 @@ return {
     hidden_dropout = 0.0,
     attention_backend = "fused",
     share_embeddings_and_output_weights = false,
-    -- perf_recipes/nemotronh/common.py: _benchmark_common(cfg, cross_entropy_impl="native")
+    -- Bridge 600d069b, nemotron_3_nano_pretrain_16gpu_h100_bf16_config (perf_recipes/nemotronh/
+    -- h100/nemotronh.py) calls _benchmark_common(cfg), whose default cross_entropy_impl="te"
+    -- replaces the base recipe's "native" (the "native" call in perf_recipes/nemotronh/common.py is
+    -- Nemotron 3 Ultra's); TE as that Bridge's uv.lock pins it, 2.17.1, whose cross entropy
+    -- writes the bf16 gradient into the logits (compiler/memrank.c, megatron_loss_bytes)
     cross_entropy_loss_fusion = true,
-    cross_entropy_fusion_impl = "native",
+    cross_entropy_fusion_impl = "te",
+    transformer_engine_version = "2.17.1",
     vocab_size = 131072,
     seq_length = 8192,
     num_moe_experts = 128,
