@@ -17,7 +17,7 @@ ATTN_BENCH=${ATTN_BENCH:-}
 mkdir -p "$DEST"
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stepc-xdg}
 S="$DEST/summary.txt"
-{ date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader; } >"$S" 2>&1
+{ date -u +%FT%TZ; echo "commit ${STEPC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader; } >"$S" 2>&1
 timeout 300 "$BUILD/tests/gpu/gpu_cudnn_attn" --bench >"$DEST/cudnn_attn.log" 2>&1
 echo "gpu_cudnn_attn exit $?" >>"$S"
 grep -E "^(FAIL|BENCH)|checks" "$DEST/cudnn_attn.log" >>"$S"

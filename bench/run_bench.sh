@@ -18,7 +18,7 @@ SHAPES=${SHAPES:-S M L8}
 TORCH_STEP=${TORCH_STEP:-}
 mkdir -p "$DEST"
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stepc-xdg}
-{ date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } \
+{ date -u +%FT%TZ; echo "commit ${STEPC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } \
   >"$DEST/bench_gpu.txt" 2>&1
 recipe_of() {
   case $1 in

@@ -37,7 +37,7 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { echo
 fails=0
 say() { echo "$*" | tee -a "$DEST/summary.txt"; }
 : >"$DEST/summary.txt"
-say "== $(date -u +%FT%TZ) $(hostname) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+say "== $(date -u +%FT%TZ) $(hostname) commit ${STEPC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$DEST/summary.txt" 2>&1
 say "libnccl: $(ldconfig -p | awk '/libnccl.so.2/ {print $NF}' | head -1)"
 # stepc build links the archives and headers at the paths stepc was built with

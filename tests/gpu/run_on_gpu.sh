@@ -17,7 +17,7 @@ if [ ! -x "$BIN" ]; then
   cmake -S . -B "$BUILD" -G Ninja >/dev/null && ninja -C "$BUILD" gpu_kernels || { echo "build failed" | tee -a "$LOG"; exit 1; }
 fi
 {
-  echo "== $(date -u +%FT%TZ) $(hostname) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "== $(date -u +%FT%TZ) $(hostname) commit ${STEPC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>/dev/null
 } >>"$LOG"
 "$BIN" --cache "$DEST/nvrtc-cache" "$@" 2>&1 | tee -a "$LOG"

@@ -76,7 +76,7 @@ pair() { # DEV: dump, stepc run, PyTorch, compare
   ran=$((ran + 1))
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
-{ date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null; } >"$SUM"
+{ date -u +%FT%TZ; echo "commit ${STEPC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null; } >"$SUM"
 : >"$DUMPS/rows.md"
 pair cpu
 pair cuda
