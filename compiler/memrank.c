@@ -44,6 +44,9 @@
  *               fc1 keeps its own all-gathered input (shared_gather_add).
  *   workspace   cuBLAS's 32 MiB Hopper workspace, cuDNN attention's, and TE's four grouped-GEMM
  *               workspaces when the experts use grouped GEMM (te_workspace_bytes).
+ *   outside     what the rank holds outside PyTorch's caching allocator, beside max allocated:
+ *               HybridEP's buffers (hybridep_buffer_bytes) and NCCL's ring buffers
+ *               (nccl_ring_buffer_bytes); device_total adds them for the fits verdict.
  * The tensors that cross a stage boundary are counted on the stage that makes them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,6 +395,61 @@ static double megatron_grad_copy_bytes(const Lay *L, double grad_elem_bytes) {
   return decoupled || grad_elem_bytes >= 4 ? 0 : 4;
 }
 
+/* HybridEP's own buffers, allocated by DeepEP outside PyTorch's allocator (cudaMalloc where the
+ * GPUs have no fabric handles, as on H100: csrc/hybrid_ep/allocator/allocator.cu,
+ * ExtendedMemoryAllocator::allocate), at the DeepEP commit Bridge 600d069b builds
+ * (docker/Dockerfile.ci, DEEPEP_COMMIT=34152ae28f). Megatron (24bad8e677, moe/fused_a2a.py
+ * init_hybrid_ep_buffer, called from HybridEPDispatch.forward with x.shape[-2:] of the first
+ * dispatch) builds HybridEPBuffer(group = the ETP x EP group, hidden_dim, max_num_of_tokens_per_rank
+ * = the tokens a rank dispatches, num_local_experts). With DeepEP's defaults (use_shared_buffer: the
+ * dispatch side reuses the combine buffers) the rank allocates, for T = max(tokens, 512)
+ * (hybrid_ep/config.cuh, Configurer) and M = T x R x N tokens in the worst case (buffer/intranode.cu,
+ * NVLCoordinator::init; R ranks per NVLink domain, N = group / R domains):
+ *   combine tokens   M x hidden x 2 bytes (allocate_combine_buffers, expert_input_token)
+ *   combine probs    M x (local experts x R) x 4 (expert_input_prob)
+ *   scaling factors  M x (hidden / 128) x 4, fp8 dispatch or not (allocate_dispatch_buffers)
+ *   routing map      experts x T x R x N x 1 byte (extension/allgather.cu, allocate_ag_buffer)
+ * Flags and the preprocessing scratch (a few KB) are left out; the peer ranks' buffers are mapped
+ * by IPC and take no memory of this rank. R: 8, the GPUs of one HGX H100 NVLink domain, which
+ * Bridge's Nemotron 3 Nano H100 recipe also sets (NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8).
+ * Counted only for the flex dispatcher with the hybridep backend. */
+static double hybridep_buffer_bytes(const Lay *L) {
+  const SpecModel *m = &L->s->model;
+  if (m->num_moe_experts <= 0 || strcmp(m->moe_token_dispatcher_type, "flex") != 0 ||
+      strcmp(m->moe_flex_dispatcher_backend, "hybridep") != 0)
+    return 0;
+  const int nvlink_domain = 8;
+  int group = L->ep * L->etp, r = group < nvlink_domain ? group : nvlink_domain, nodes = group / r > 0 ? group / r : 1;
+  double tokens = (double)m->seq_length * (double)L->s->train.micro_batch_size / L->cp / (L->sp ? L->tp : 1);
+  if (tokens < 512) tokens = 512;
+  double worst = tokens * r * nodes, hidden = (double)m->hidden_size;
+  double local_experts = (double)m->num_moe_experts / L->ep;
+  return worst * hidden * 2 + worst * local_experts * r * 4 + worst * (double)(m->hidden_size / 128) * 4 +
+         (double)m->num_moe_experts * tokens * r * nodes;
+}
+
+/* NCCL's connection buffers: each ring channel of a communicator gives a rank one receive
+ * connection holding one buffer per protocol (NCCL init.cc: DEFAULT_LL_BUFFSIZE 512 KiB,
+ * DEFAULT_LL128_BUFFSIZE 120 x 640 x 8 steps x 8 = 4.69 MiB, DEFAULT_BUFFSIZE 4 MiB), allocated
+ * through cuMem (NCCL_CUMEM_ENABLE, the default since 2.19) and so rounded to its 2 MiB granularity:
+ * 10 MiB per channel (the 10485760-byte buffers NCCL's ALLOC log shows on H100, NVIDIA/nccl issue
+ * 1685). The channel count is NCCL's topology search on the real machine, not in any source: 16 is
+ * what NCCL logs for rings over HGX H100 nodes (NVIDIA/nccl issue 1453, "Channel 00/16"); it is a
+ * reading, not a fit. Counted: one ring communicator for each group of more than one rank the
+ * step reduces over (TP, CP, the data-parallel group, the EP x ETP group, the expert data-parallel
+ * group). Not counted: tree and NVLS connections (NVLS is off in Bridge's Nemotron recipes,
+ * NCCL_NVLS_ENABLE=0), the all-to-all and pipeline send/recv channels (one per peer), NCCL's
+ * per-communicator state, communicators Megatron creates but never uses (NCCL connects at first
+ * use). */
+static double nccl_ring_buffer_bytes(const Lay *L) {
+  const double per_channel = 10.0 * 1024 * 1024, channels = 16;
+  int groups[] = {L->tp, L->cp, L->dp, L->s->model.num_moe_experts > 0 ? L->ep * L->etp : 1,
+                  L->s->model.num_moe_experts > 0 ? L->edp : 1};
+  int rings = 0;
+  for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) rings += groups[i] > 1;
+  return rings * channels * per_channel;
+}
+
 static bool is_moment(const Tensor *x) {
   size_t n = strlen(x->name);
   return (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) || (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0);
@@ -557,7 +615,13 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->first_iteration = world == 1                                 ? r->max_allocated
                          : fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments
                                                                    : r->optimizer_step;
+    /* a one-GPU layout reports stepc's own step, which holds nothing outside its arena but the CUDA
+     * context */
+    r->hybridep_buffers = world > 1 ? hybridep_buffer_bytes(&L) : 0;
+    r->nccl_buffers = world > 1 ? nccl_ring_buffer_bytes(&L) : 0;
+    r->device_total = r->max_allocated + r->hybridep_buffers + r->nccl_buffers;
   }
+  rr->usable = s->present[SPEC_F_train_usable_device_memory_gib] ? s->train.usable_device_memory_gib * 1073741824.0 : 0;
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;
 }

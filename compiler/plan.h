@@ -227,6 +227,11 @@ typedef struct {
                            * Adam moments exist (created inside its optimizer step) */
   double after_iteration[2]; /* the peak max allocated Megatron prints after iterations 1 and 2, when TE's
                               * graphs may not be captured yet (memrank_capture_iteration) */
+  /* device memory the rank holds outside PyTorch's caching allocator, which max_memory_allocated does
+   * not see (memrank.c, outside_allocator): */
+  double hybridep_buffers; /* HybridEP's dispatch/combine buffers (DeepEP's own cudaMalloc) */
+  double nccl_buffers;     /* NCCL's ring connection buffers of the communicators the step uses */
+  double device_total;     /* max_allocated + the items above: what the fits verdict compares */
   int64_t params;      /* elements on this rank */
   int layer_first, layer_last;
 } RankMem;
@@ -236,6 +241,7 @@ typedef struct {
   bool sp, dist_opt;
   RankMem r[3];        /* first stage, last stage (when PP > 1), middle (when PP > 2) */
   int n;
+  double usable;       /* train.usable_device_memory_gib in bytes; 0 when the recipe gives none */
 } RankReport;
 
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,

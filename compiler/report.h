@@ -55,6 +55,8 @@ typedef struct {
   char why[200];
   double peak;            /* predicted max allocated on the worst rank, bytes */
   double logged[2];       /* worst rank's max allocated as Megatron logs it after iterations 1 and 2 */
+  double device_total;    /* worst rank's max allocated plus what it holds outside PyTorch's allocator */
+  double usable;          /* the recipe's usable device memory (bytes, 0: none) */
   double delta, delta_pct;
   double replay_flops, step_time, time_delta_pct;
   int errors;             /* scope violations */

@@ -63,6 +63,21 @@ static int64_t region_state_bytes(const Plan *p) {
   return b;
 }
 
+/* Beside max allocated, what each rank holds outside PyTorch's allocator and the verdict against the
+ * recipe's usable device memory (memrank.c, "outside"). */
+static void outside_allocator_text(const RankReport *rr, FILE *f) {
+  fprintf(f, "  outside PyTorch's allocator (not in max allocated), GB:\n");
+  for (int i = 0; i < rr->n; i++) {
+    const RankMem *r = &rr->r[i];
+    fprintf(f, "  %-18s HybridEP buffers %.3f + NCCL ring buffers %.3f -> device total %.3f", r->name, r->hybridep_buffers / GB,
+            r->nccl_buffers / GB, r->device_total / GB);
+    if (rr->usable > 0)
+      fprintf(f, " %s %.3f usable (%.2f GiB): %s", r->device_total <= rr->usable ? "<=" : ">", rr->usable / GB,
+              rr->usable / 1073741824.0, r->device_total <= rr->usable ? "fits" : "out of memory");
+    fprintf(f, "\n");
+  }
+}
+
 /* The distributed optimizer's region as this step allocates it per rank (memplan.c): exact. */
 static void region_text(const Plan *p, FILE *f) {
   const MemPlan *mp = &p->mp;
@@ -116,6 +131,7 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
             r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB, r->max_allocated / GB,
             r->after_iteration[0] / GB, r->after_iteration[1] / GB);
   }
+  outside_allocator_text(rr, f);
   region_text(p, f);
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;
@@ -219,8 +235,12 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
     jnum(f, "first_iteration_max_allocated_bytes", r->first_iteration, true);
     jnum(f, "logged_after_iteration_1_bytes", r->after_iteration[0], true);
     jnum(f, "logged_after_iteration_2_bytes", r->after_iteration[1], true);
-    jnum(f, "max_allocated_bytes", r->max_allocated, false);
-    fprintf(f, "}");
+    jnum(f, "max_allocated_bytes", r->max_allocated, true);
+    fprintf(f, "\"outside_allocator\": {");
+    jnum(f, "hybridep_buffers_bytes", r->hybridep_buffers, true), jnum(f, "nccl_buffers_bytes", r->nccl_buffers, false);
+    fprintf(f, "}, ");
+    jnum(f, "device_total_bytes", r->device_total, true);
+    fprintf(f, "\"fits\": %s}", rr->usable > 0 ? (r->device_total <= rr->usable ? "true" : "false") : "null");
   }
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;

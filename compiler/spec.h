@@ -61,6 +61,8 @@
   X(moe_shared_expert_intermediate_size, INT, "null", MC, "", "Shared-expert width; null means none") \
   X(moe_shared_expert_overlap, BOOL, "false", MC, "", "Overlap shared experts with dispatch")         \
   X(moe_token_dispatcher_type, STR, "allgather", MC, "allgather|alltoall|flex", "Token dispatcher") \
+  X(moe_flex_dispatcher_backend, STR, "deepep", MC, "deepep|hybridep",                             \
+    "Backend of the flex dispatcher; per-rank report: HybridEP's own buffers count outside PyTorch's allocator") \
   X(moe_expert_capacity_factor, NUM, "null", MC, "", "Capacity factor; null means no token dropping") \
   X(moe_pad_expert_input_to_capacity, BOOL, "false", MC, "", "Pad each expert to capacity (drop-and-pad)") \
   X(moe_input_jitter_eps, NUM, "null", MC, "", "Router input jitter")                                \
@@ -126,7 +128,9 @@
   X(global_batch_size, INT, "null", MC, "", "Sequences per step; null means micro_batch_size * DP")  \
   X(train_iters, INT, "10", MC, "", "Training steps")                                                \
   X(seed, INT, "1234", MC, "", "Seed for weights, dropout and mock data")                            \
-  X(world_size, INT, "1", SC, "", "GPUs in the job (the launcher's WORLD_SIZE in Megatron)")
+  X(world_size, INT, "1", SC, "", "GPUs in the job (the launcher's WORLD_SIZE in Megatron)")        \
+  X(usable_device_memory_gib, NUM, "null", SC, "",                                                  \
+    "Device memory a rank's process may use (GiB, as PyTorch reports the GPU's total); the per-rank report's fits verdict")
 
 #define SPEC_OPTIMIZER_FIELDS(X)                                                                   \
   X(optimizer, STR, "adam", MC, "adam", "Optimizer (AdamW, decoupled weight decay)")               \

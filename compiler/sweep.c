@@ -13,10 +13,12 @@
 #include "sweep.h"
 #include "validate.h"
 
-static double worst_rank(const Plan *p) {
+static double worst_rank(const Plan *p, bool device_total) {
   double w = 0;
-  for (int i = 0; i < p->rank.n; i++)
-    if (p->rank.r[i].max_allocated > w) w = p->rank.r[i].max_allocated;
+  for (int i = 0; i < p->rank.n; i++) {
+    double b = device_total ? p->rank.r[i].device_total : p->rank.r[i].max_allocated;
+    if (b > w) w = b;
+  }
   return w;
 }
 
@@ -119,7 +121,9 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
       continue;
     }
     r->errors = diag_count(&cd, DIAG_ERROR);
-    r->peak = worst_rank(p);
+    r->peak = worst_rank(p, false);
+    r->device_total = worst_rank(p, true);
+    r->usable = p->rank.usable;
     for (int k = 0; k < p->rank.n; k++)
       for (int j = 0; j < 2; j++)
         if (p->rank.r[k].after_iteration[j] > r->logged[j]) r->logged[j] = p->rank.r[k].after_iteration[j];
@@ -136,7 +140,10 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
       r->delta_pct = 100.0 * r->delta / rows[0].peak;
       r->time_delta_pct = rows[0].step_time > 0 ? 100.0 * (r->step_time - rows[0].step_time) / rows[0].step_time : 0;
     }
-    r->fits = r->errors == 0 && (budget <= 0 || r->peak <= budget);
+    /* the verdict compares the device total (max allocated plus the memory outside PyTorch's
+     * allocator) with --budget, or without one with the recipe's usable device memory */
+    double limit = budget > 0 ? budget : r->usable;
+    r->fits = r->errors == 0 && (limit <= 0 || r->device_total <= limit);
     if (r->fits && (*cheapest < 0 || r->step_time < rows[*cheapest].step_time)) *cheapest = i;
   }
   free(ov), free(p);

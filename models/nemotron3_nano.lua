@@ -43,6 +43,9 @@ return {
     moe_shared_expert_intermediate_size = 3712,
     moe_grouped_gemm = true,
     moe_token_dispatcher_type = "flex",
+    -- _benchmark_common's recipe sets the HybridEP backend (perf_recipes/nemotronh/h100/nemotronh.py):
+    -- its buffers live outside PyTorch's allocator (compiler/memrank.c, hybridep_buffer_bytes)
+    moe_flex_dispatcher_backend = "hybridep",
     moe_aux_loss_coeff = 0.0001,
     mamba_state_dim = 128,
     mamba_head_dim = 64,
@@ -54,7 +57,10 @@ return {
     cuda_graph_impl = "transformer_engine",
     cuda_graph_modules = { "attn", "mamba" },
   },
-  train = { micro_batch_size = 1, global_batch_size = 16, train_iters = 12, seed = 1234, world_size = 16 },
+  train = { micro_batch_size = 1, global_batch_size = 16, train_iters = 12, seed = 1234, world_size = 16,
+            -- an 80 GB H100 as PyTorch sees it (79.1 GiB total capacity): the fits verdict compares the
+            -- device total, max allocated plus what lies outside PyTorch's allocator, with it
+            usable_device_memory_gib = 79.1 },
   optimizer = { lr = 3e-4, min_lr = 3e-5, weight_decay = 0.1, adam_beta1 = 0.9, adam_beta2 = 0.95,
                 adam_eps = 1e-8, clip_grad = 1.0, use_distributed_optimizer = true },
   -- Bridge's nemotron_3_nano_pretrain_16gpu_h100_bf16_config (perf_recipes/nemotronh/h100/
