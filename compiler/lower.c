@@ -3,11 +3,11 @@
  * One builder per block (lower_embedding, lower_attention, lower_mlp, lower_head); each sets the
  * tags of the ops it emits: module path, recompute labels and CUDA-graph scopes per
  * docs/megatron-rules.md §2.2 (scopes) and §3.2 (label boundaries):
- *   input_layernorm                 scopes {layer, attn}; no label (see below)
+ *   input_layernorm                 scopes {layer, attn}; no label (see below; local spec: layernorm)
  *   self_attention.* (qkv, RoPE)    scopes {layer, attn}
  *   self_attention.core_attention   label core_attn (after RoPE, before linear_proj), {layer, attn}
  *   self_attn_bda (dropout + add)   scopes {layer, attn}
- *   pre_mlp_layernorm               scopes {layer, mlp} (dense layers); no label (see below)
+ *   pre_mlp_layernorm               scopes {layer, mlp} (dense layers); no label (see below; local: layernorm)
  *   mlp.* (fc1, act, fc2)           label mlp, scopes {layer, mlp}
  *   mlp_bda                         scopes {layer, mlp}
  * MLA, MoE and Mamba get their own builders (lower_mla, lower_moe, lower_mamba); a hybrid model's
@@ -18,7 +18,8 @@
  * and mlp_layer at Megatron-LM 24bad8e677), and TransformerLayer sets recompute_input_layernorm /
  * recompute_pre_mlp_layernorm only for a norm that is not an IdentityOp (transformer_layer.py,
  * __init__), so `layernorm` discards nothing there: TE keeps the fused norm's output for the
- * linear's wgrad. (MCORE-60 says so to the user.) The MLA input norm and the MoE pre-MLP norm,
+ * linear's wgrad. (MCORE-60 says so to the user.) With model.transformer_impl = "local" (Megatron's
+ * local spec: separate norm modules) both carry `layernorm` again. The MLA input norm and the MoE pre-MLP norm,
  * TENorm modules, keep the label (lower_mla.c, lower_moe.c).
  * Parallelism fields do not change this graph: it is the single-rank math. */
 #include "lower.h"
@@ -95,12 +96,18 @@ static int lower_embedding(Lower *L) {
   return dropout(L, x, L->s->model.hidden_dropout);
 }
 
+/* The label of the two norms Megatron's TE spec fuses into the next linear: none there (above);
+ * `layernorm` under model.transformer_impl = "local", whose norms are modules of their own. */
+static uint32_t fused_norm_label(const Lower *L) {
+  return strcmp(L->s->model.transformer_impl, "local") == 0 ? IR_LABEL_LAYERNORM : 0;
+}
+
 /* Self-attention from the input layernorm to the residual add (the `attn` graph scope). */
 static int lower_attention(Lower *L, int l, int x) {
   const uint32_t S = IR_SCOPE_LAYER | IR_SCOPE_ATTN;
   const SpecModel *m = &L->s->model;
   Graph *g = L->g;
-  tags(L, l, 0, S, "layers.%d.%s", "input_layernorm"); /* fused into linear_qkv: no label (above) */
+  tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "input_layernorm"); /* fused into linear_qkv (above) */
   int h = norm(L, x);
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_qkv");
   int qkv = linear(L, h, (L->h + 2 * L->gq) * L->d, L->c, L->std);
@@ -148,7 +155,7 @@ static int lower_mlp(Lower *L, int l, int x) {
   const uint32_t S = IR_SCOPE_LAYER | IR_SCOPE_MLP;
   const SpecModel *m = &L->s->model;
   bool glu = m->gated_linear_unit;
-  tags(L, l, 0, S, "layers.%d.%s", "pre_mlp_layernorm"); /* fused into linear_fc1: no label (above) */
+  tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "pre_mlp_layernorm"); /* fused into linear_fc1 (above) */
   int h = norm(L, x);
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc1");
   int u = linear(L, h, glu ? 2 * L->f : L->f, L->c, L->std);

@@ -114,6 +114,10 @@
     "default is false). Per-rank report only: the native and unfused paths keep an fp32 logits-sized tensor") \
   X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                     \
     "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)") \
+  X(transformer_impl, STR, "transformer_engine", MC, "transformer_engine|local",                    \
+    "Megatron's layer spec. transformer_engine fuses the attention input norm and the dense pre-MLP " \
+    "norm into the linear after them, so layernorm recompute skips them (MCORE-60); local keeps them " \
+    "separate norms that layernorm recompute discards and replays")                               \
   X(transformer_engine_version, STR, "2.18.0", SC, "",                                                \
     "The Transformer Engine release the Megatron job runs (MAJOR.MINOR[.PATCH]). Per-rank report only: " \
     "before 2.18 TE's cross entropy writes the bf16 gradient into the logits, from 2.18 it keeps an fp32 one") \

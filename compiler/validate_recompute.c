@@ -143,8 +143,8 @@ static void check_labels(VCtx *v) {
                       v_at(v, SPEC_F_model_fp8_recipe)),
               "set model.fp8_recipe=tensorwise (or mxfp8, blockwise), or drop moe_act/layernorm");
   /* In the TE layer spec the input LN of standard attention and the pre-MLP LN of dense MLPs are
-   * fused into the next linear (IdentityOp), which layernorm recompute skips. */
-  if (v_label(s, "layernorm") && !m->multi_latent_attention && !v_has_moe_layer(s))
+   * fused into the next linear (IdentityOp), which layernorm recompute skips (not in the local spec). */
+  if (v_label(s, "layernorm") && !m->multi_latent_attention && !v_has_moe_layer(s) && strcmp(m->transformer_impl, "local") != 0)
     diag_hint(v_warn(v, "MCORE-60", F_MODULES,
                      "layernorm recompute does nothing here: the attention input norm and the dense pre-MLP "
                      "norm are fused into the following linear; only the MLA input norm and the MoE pre-MLP "
