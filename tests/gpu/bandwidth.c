@@ -4,7 +4,7 @@
  * last group of test_basic (gpu_kernels --only basic). Buffers are filled on the device
  * (init_normal); about 48 GB at most are held at once.
  *   cross_entropy_cluster: 2 bytes read + 2 written per logit; its losses and sampled rows' gradients
- *     against fp64, bitwise the same over 1024-row launches (the chunked output layer's) as over one;
+ *     against fp64, bitwise the same over 1024-row launches (an output layer in 8 chunks) as over one;
  *     timed as one launch, as 8 launches of 1024 rows, and the two-pass
  *     cross_entropy_forward_backward (the fallback for vocabularies over 524288) for comparison.
  *   adamw_multi: 16 bytes read + 14 written per parameter; bitwise adamw_update per tensor over two
@@ -20,7 +20,7 @@
 
 #define BW_TOKENS 8192
 #define BW_VOCAB 128256
-#define BW_CHUNK_ROWS 1024 /* the output layer's rows a chunk at M: 256 MiB of bf16 logits */
+#define BW_CHUNK_ROWS 1024 /* rows a launch: M's output layer in 8 chunks, 256 MiB of bf16 logits each */
 #define BW_SAMPLES 24      /* rows whose gradient is checked against fp64 */
 #define BW_PIECE (256l << 20)
 
@@ -123,7 +123,7 @@ static void bench_cross_entropy(Gpu *g) {
   c.rows = N;
   report("cross_entropy_cluster at M (8192 x 128256 bf16, one launch)", gpu_time_ms(g, ce_launch, &c, 2, 10), bytes);
   c.rows = BW_CHUNK_ROWS;
-  report("cross_entropy_cluster at M (8 launches of 1024 rows, the chunked output layer's)", gpu_time_ms(g, ce_launch, &c, 2, 10),
+  report("cross_entropy_cluster at M (8 launches of 1024 rows, an output layer in 8 chunks)", gpu_time_ms(g, ce_launch, &c, 2, 10),
          bytes);
   c.rows = N, c.plain = 1;
   report("cross_entropy_forward_backward at M (two passes, the fallback over 524288 columns)",
