@@ -7,31 +7,37 @@
 /* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. */
 #define STEPC_FLASH_T_MULTIPLE 128
 
-/* The flash kernels' tiles (kernels/flash.cuh): every block has 4 warps; a warp owns 32 query rows
- * (forward, dq) or 16 keys (dkdv). The sizes below must match the instantiations there. */
+/* The flash kernels' tiles (kernels/flash.cuh): every block has 128 threads. `wg` says the cubin
+ * runs the Hopper kernels (sm_90a, compute capability 9.x: wgmma, one warpgroup per block, 64 query
+ * rows or keys per block, operand tiles 1024-aligned: 1 KiB more shared memory than they use);
+ * otherwise the mma.sync kernels (4 warps: 32 query rows or 16 keys per warp). The sizes below
+ * must match the instantiations there. */
+#define STEPC_FLASH_THREADS 128
+static inline int stepc_flash_wg(int cc_major) { return cc_major == 9; }
 
-/* flash_attention_forward_d{64,128}: grid (T/128, H, B), block 128; K/V tiles of 64 keys,
- * double-buffered. */
-#define STEPC_FLASH_FWD_ROWS 128
-#define STEPC_FLASH_FWD_THREADS 128
-static inline unsigned stepc_flash_fwd_smem(int D) { return (unsigned)((128 + 4 * 64) * (D + 8) * 2); }
+/* flash_attention_forward_d{64,128}: grid (T / rows, H, B). K/V tiles of bc keys, double-buffered
+ * (wgmma: 128 at d64, 64 at d128; mma.sync: 64). */
+static inline int stepc_flash_fwd_rows(int wg) { return wg ? 64 : 128; }
+static inline unsigned stepc_flash_fwd_smem(int D, int wg) {
+  int bc = wg ? (D == 64 ? 128 : 64) : 64;
+  return wg ? (unsigned)((64 + 4 * bc) * D * 2 + 1024) : (unsigned)((128 + 4 * bc) * (D + 8) * 2);
+}
 
 /* flash_attention_backward_preprocess: one warp per (b, t, h); block 256, grid ceil(B*T*H/8). */
 #define STEPC_FLASH_PRE_THREADS 256
 
-/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B), block 128 (16 keys per warp);
- * query tiles of 64 rows, double-buffered. */
+/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B); query tiles of 64 rows with their
+ * LSE and Dsum, double-buffered. */
 #define STEPC_FLASH_DKDV_KEYS 64
-#define STEPC_FLASH_DKDV_THREADS 128
-static inline int stepc_flash_dkdv_keys(int D) { (void)D; return STEPC_FLASH_DKDV_KEYS; }
-static inline unsigned stepc_flash_dkdv_smem(int D) { return (unsigned)((2 * 64 + 4 * 64) * (D + 8) * 2 + 4 * 64 * 4); }
+static inline unsigned stepc_flash_dkdv_smem(int D, int wg) {
+  return wg ? (unsigned)((2 * 64 + 4 * 64) * D * 2 + 4 * 64 * 4 + 1024) : (unsigned)((2 * 64 + 4 * 64) * (D + 8) * 2 + 4 * 64 * 4);
+}
 
-/* flash_attention_backward_dq_d{64,128}: grid (T/128, H, B), block 128; K/V tiles of 32 keys. */
-#define STEPC_FLASH_DQ_ROWS 128
-#define STEPC_FLASH_DQ_THREADS 128
-static inline unsigned stepc_flash_dq_smem(int D) {
-  int bk = 32;
-  return (unsigned)((2 * 128 + 4 * bk) * (D + 8) * 2);
+/* flash_attention_backward_dq_d{64,128}: grid (T / rows, H, B); K/V tiles of bk keys (wgmma 64,
+ * mma.sync 32), double-buffered. */
+static inline int stepc_flash_dq_rows(int wg) { return wg ? 64 : 128; }
+static inline unsigned stepc_flash_dq_smem(int D, int wg) {
+  return wg ? (unsigned)((2 * 64 + 4 * 64) * D * 2 + 1024) : (unsigned)((2 * 128 + 4 * 32) * (D + 8) * 2);
 }
 
 /* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, grouped_linear_*_tc): blocks of

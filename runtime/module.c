@@ -80,15 +80,16 @@ int rt_module_load(RtDevice *d, const void *cubin) {
     if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kname(d, k)), what) || check_params(d, k)) return RT_ERROR;
   }
   /* Dynamic shared memory above 48 KiB must be allowed per function, once. */
+  int wg = stepc_flash_wg(d->cc_major);
   struct {
     RtKernel k;
     unsigned smem;
-  } big[] = {{RT_K_flash_attention_forward_d64, stepc_flash_fwd_smem(64)},
-             {RT_K_flash_attention_forward_d128, stepc_flash_fwd_smem(128)},
-             {RT_K_flash_attention_backward_dkdv_d64, stepc_flash_dkdv_smem(64)},
-             {RT_K_flash_attention_backward_dkdv_d128, stepc_flash_dkdv_smem(128)},
-             {RT_K_flash_attention_backward_dq_d64, stepc_flash_dq_smem(64)},
-             {RT_K_flash_attention_backward_dq_d128, stepc_flash_dq_smem(128)},
+  } big[] = {{RT_K_flash_attention_forward_d64, stepc_flash_fwd_smem(64, wg)},
+             {RT_K_flash_attention_forward_d128, stepc_flash_fwd_smem(128, wg)},
+             {RT_K_flash_attention_backward_dkdv_d64, stepc_flash_dkdv_smem(64, wg)},
+             {RT_K_flash_attention_backward_dkdv_d128, stepc_flash_dkdv_smem(128, wg)},
+             {RT_K_flash_attention_backward_dq_d64, stepc_flash_dq_smem(64, wg)},
+             {RT_K_flash_attention_backward_dq_d128, stepc_flash_dq_smem(128, wg)},
              {RT_K_grouped_linear_forward_tc, stepc_moe_tc_smem()},
              {RT_K_grouped_linear_dgrad_tc, stepc_moe_tc_smem()},
              {RT_K_grouped_linear_wgrad_tc, stepc_moe_tc_smem()},

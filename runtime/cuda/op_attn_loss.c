@@ -76,10 +76,11 @@ int rt_op_flash(RtExec *x, const Op *op) {
     return rt_sdpa_run(x->d, &s);
   }
   CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1), v = rt_in(x, op, 2);
+  int wg = stepc_flash_wg(x->d->cc_major);
   if (rt_flash_supported(a.T, a.D))
     return (a.D == 64 ? rt_launch_flash_attention_forward_d64 : rt_launch_flash_attention_forward_d128)(
-        x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_FWD_ROWS), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_FWD_THREADS,
-        stepc_flash_fwd_smem(a.D), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
+        x->d, rt_dim((unsigned)(a.T / stepc_flash_fwd_rows(wg)), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_THREADS,
+        stepc_flash_fwd_smem(a.D, wg), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
   int64_t rows = (int64_t)a.B * a.H * a.T;
   return rt_launch_attn_plain_forward(x->d, rt_dim1((unsigned)((rows + 3) / 4)), 128, 0, o, lse, q, k, v, a.B, a.T, a.H, a.G,
                                       a.D, a.scale);
@@ -96,18 +97,19 @@ int rt_op_flash_bwd(RtExec *x, const Op *op) {
   CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3), o = rt_in(x, op, 4),
               lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1), dv = rt_out(x, op, 2), ds = x->dsum;
   if (rt_flash_supported(a.T, a.D)) {
+    int wg = stepc_flash_wg(x->d->cc_major);
     int64_t rows = (int64_t)a.B * a.T * a.H;
     unsigned pre_blocks = (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS);
     if (rt_launch_flash_attention_backward_preprocess(x->d, rt_dim1(pre_blocks), STEPC_FLASH_PRE_THREADS, 0, ds, dO, o, a.B,
                                                       a.T, a.H, a.D))
       return RT_ERROR;
     if ((a.D == 64 ? rt_launch_flash_attention_backward_dkdv_d64 : rt_launch_flash_attention_backward_dkdv_d128)(
-            x->d, rt_dim((unsigned)(a.T / stepc_flash_dkdv_keys(a.D)), (unsigned)a.G, (unsigned)a.B),
-            STEPC_FLASH_DKDV_THREADS, stepc_flash_dkdv_smem(a.D), dk, dv, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale))
+            x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_DKDV_KEYS), (unsigned)a.G, (unsigned)a.B), STEPC_FLASH_THREADS,
+            stepc_flash_dkdv_smem(a.D, wg), dk, dv, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale))
       return RT_ERROR;
     return (a.D == 64 ? rt_launch_flash_attention_backward_dq_d64 : rt_launch_flash_attention_backward_dq_d128)(
-        x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_DQ_ROWS), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_DQ_THREADS,
-        stepc_flash_dq_smem(a.D), dq, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale);
+        x->d, rt_dim((unsigned)(a.T / stepc_flash_dq_rows(wg)), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_THREADS,
+        stepc_flash_dq_smem(a.D, wg), dq, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale);
   }
   int64_t qrows = (int64_t)a.B * a.H * a.T, krows = (int64_t)a.B * a.T * a.G;
   if (rt_launch_attn_plain_backward_q(x->d, rt_dim1((unsigned)((qrows + 3) / 4)), 128, 0, dq, ds, q, k, v, o, dO, lse, a.B,

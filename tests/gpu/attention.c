@@ -38,25 +38,27 @@ static void attn_free(Gpu *g, Attn *a) {
 static void attn_forward(Gpu *g, void *ctx) {
   Attn *a = ctx;
   void *args[] = {&a->o, &a->lse, &a->q, &a->k, &a->v, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
+  int wg = stepc_flash_wg(g->cc_major);
   gpu_launch(g, a->D == 64 ? "flash_attention_forward_d64" : "flash_attention_forward_d128",
-             (unsigned)(a->T / STEPC_FLASH_FWD_ROWS), (unsigned)a->H, (unsigned)a->B, STEPC_FLASH_FWD_THREADS,
-             stepc_flash_fwd_smem(a->D), args);
+             (unsigned)(a->T / stepc_flash_fwd_rows(wg)), (unsigned)a->H, (unsigned)a->B, STEPC_FLASH_THREADS,
+             stepc_flash_fwd_smem(a->D, wg), args);
 }
 
 static void attn_backward(Gpu *g, void *ctx) {
   Attn *a = ctx;
+  int wg = stepc_flash_wg(g->cc_major);
   long rows = (long)a->B * a->T * a->H;
   void *pre[] = {&a->dsum, &a->dout, &a->o, &a->B, &a->T, &a->H, &a->D};
   gpu_launch(g, "flash_attention_backward_preprocess", (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS),
              1, 1, STEPC_FLASH_PRE_THREADS, 0, pre);
   void *kv[] = {&a->dk, &a->dv, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
   gpu_launch(g, a->D == 64 ? "flash_attention_backward_dkdv_d64" : "flash_attention_backward_dkdv_d128",
-             (unsigned)(a->T / stepc_flash_dkdv_keys(a->D)), (unsigned)a->Hkv, (unsigned)a->B, STEPC_FLASH_DKDV_THREADS,
-             stepc_flash_dkdv_smem(a->D), kv);
+             (unsigned)(a->T / STEPC_FLASH_DKDV_KEYS), (unsigned)a->Hkv, (unsigned)a->B, STEPC_FLASH_THREADS,
+             stepc_flash_dkdv_smem(a->D, wg), kv);
   void *q[] = {&a->dq, &a->q, &a->k, &a->v, &a->dout, &a->lse, &a->dsum, &a->B, &a->T, &a->H, &a->Hkv, &a->scale};
   gpu_launch(g, a->D == 64 ? "flash_attention_backward_dq_d64" : "flash_attention_backward_dq_d128",
-             (unsigned)(a->T / STEPC_FLASH_DQ_ROWS), (unsigned)a->H, (unsigned)a->B, STEPC_FLASH_DQ_THREADS,
-             stepc_flash_dq_smem(a->D), q);
+             (unsigned)(a->T / stepc_flash_dq_rows(wg)), (unsigned)a->H, (unsigned)a->B, STEPC_FLASH_THREADS,
+             stepc_flash_dq_smem(a->D, wg), q);
 }
 
 static void attn_both(Gpu *g, void *ctx) {
@@ -213,7 +215,9 @@ void bench_attention(Gpu *g) {
  * kernels with -DSTEPC_FLASH_VARIANTS (the extra instantiations at the end of each section of
  * kernels/flash.cuh) and times each against the production kernel at the bench shapes; outputs are
  * compared with the production kernel's (0 where only the launch shape differs, bf16 rounding
- * where the key-tile size changes the summation order). Update this table with the kernels. */
+ * where the key-tile size changes the summation order). Update this table with the kernels. On
+ * Hopper the production kernels are the wgmma ones, so the mma.sync rows (the production kernels
+ * elsewhere) show the two instruction sets side by side. */
 typedef struct {
   const char *name;
   int kind, D, tile, threads; /* kind 0 fwd (tile = rows), 1 dkdv (tile = keys), 2 dq (tile = rows) */
@@ -253,30 +257,43 @@ static void var_launch(Gpu *g, void *ctx) {
 static unsigned vsm_fwd(int D, int br, int bc) { return (unsigned)((br + 4 * bc) * (D + 8) * 2); }
 static unsigned vsm_dkdv(int D, int bc, int bq) { return (unsigned)((2 * bc + 4 * bq) * (D + 8) * 2 + 16 * bq); }
 static unsigned vsm_dq(int D, int br, int bk) { return (unsigned)((2 * br + 4 * bk) * (D + 8) * 2); }
+/* the wgmma kernels (64 rows or keys per block; 1 KiB to align the tiles) */
+static unsigned wsm_fwd(int D, int bc) { return (unsigned)((64 + 4 * bc) * D * 2 + 1024); }
+static unsigned wsm_dkdv(int D, int bq) { return (unsigned)((128 + 4 * bq) * D * 2 + 16 * bq + 1024); }
+static unsigned wsm_dq(int D, int bk) { return (unsigned)((128 + 4 * bk) * D * 2 + 1024); }
 
 static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H, int Hkv, int D) {
+  int wg = stepc_flash_wg(g->cc_major);
   Variant vs[] = {
-      {"flash_attention_forward_d64", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
+      {"flash_fwd_v64_4_2_64_r", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
       {"flash_fwd_v64_4_2_64_s", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
       {"flash_fwd_v64_4_2_128_r", 0, 64, 128, 128, vsm_fwd(64, 128, 128)},
       {"flash_fwd_v64_8_1_64_r", 0, 64, 128, 256, vsm_fwd(64, 128, 64)},
-      {"flash_attention_forward_d128", 0, 128, 128, 128, vsm_fwd(128, 128, 64)},
+      {"flash_fwd_v128_4_2_64_s", 0, 128, 128, 128, vsm_fwd(128, 128, 64)},
       {"flash_fwd_v128_4_2_32_s", 0, 128, 128, 128, vsm_fwd(128, 128, 32)},
       {"flash_fwd_v128_8_1_64_r", 0, 128, 128, 256, vsm_fwd(128, 128, 64)},
       {"flash_fwd_v128_4_1_64_r", 0, 128, 64, 128, vsm_fwd(128, 64, 64)},
-      {"flash_attention_backward_dkdv_d64", 1, 64, 64, 128, vsm_dkdv(64, 64, 64)},
+      {"flash_dkdv_v64_4_1_64", 1, 64, 64, 128, vsm_dkdv(64, 64, 64)},
       {"flash_dkdv_v64_4_2_32", 1, 64, 128, 128, vsm_dkdv(64, 128, 32)},
       {"flash_dkdv_v64_4_2_16", 1, 64, 128, 128, vsm_dkdv(64, 128, 16)},
       {"flash_dkdv_v64_8_1_64", 1, 64, 128, 256, vsm_dkdv(64, 128, 64)},
-      {"flash_attention_backward_dkdv_d128", 1, 128, 64, 128, vsm_dkdv(128, 64, 64)},
+      {"flash_dkdv_v128_4_1_64", 1, 128, 64, 128, vsm_dkdv(128, 64, 64)},
       {"flash_dkdv_v128_4_1_32", 1, 128, 64, 128, vsm_dkdv(128, 64, 32)},
       {"flash_dkdv_v128_8_1_32", 1, 128, 128, 256, vsm_dkdv(128, 128, 32)},
-      {"flash_attention_backward_dq_d64", 2, 64, 128, 128, vsm_dq(64, 128, 32)},
+      {"flash_dq_v64_4_2_32", 2, 64, 128, 128, vsm_dq(64, 128, 32)},
       {"flash_dq_v64_4_1_64", 2, 64, 64, 128, vsm_dq(64, 64, 64)},
       {"flash_dq_v64_4_2_64", 2, 64, 128, 128, vsm_dq(64, 128, 64)},
-      {"flash_attention_backward_dq_d128", 2, 128, 128, 128, vsm_dq(128, 128, 32)},
+      {"flash_dq_v128_4_2_32", 2, 128, 128, 128, vsm_dq(128, 128, 32)},
       {"flash_dq_v128_4_1_32", 2, 128, 64, 128, vsm_dq(128, 64, 32)},
       {"flash_dq_v128_4_1_64", 2, 128, 64, 128, vsm_dq(128, 64, 64)},
+      /* Hopper only (sm_90a cubins): the production wgmma kernels are the reference; these differ */
+      {"flash_wg_fwd_v64_64", 0, 64, 64, 128, wsm_fwd(64, 64)},
+      {"flash_wg_fwd_v128_128", 0, 128, 64, 128, wsm_fwd(128, 128)},
+      {"flash_wg_fwd_v128_32", 0, 128, 64, 128, wsm_fwd(128, 32)},
+      {"flash_wg_dkdv_v64_128", 1, 64, 64, 128, wsm_dkdv(64, 128)},
+      {"flash_wg_dkdv_v128_32", 1, 128, 64, 128, wsm_dkdv(128, 32)},
+      {"flash_wg_dq_v64_128", 2, 64, 64, 128, wsm_dq(64, 128)},
+      {"flash_wg_dq_v128_32", 2, 128, 64, 128, wsm_dq(128, 32)},
   };
   Rng r = {0xbe9d};
   Attn a = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .scale = (float)(1.0 / sqrt(D))};
@@ -290,7 +307,7 @@ static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H,
   CUdeviceptr o1 = gpu_alloc(g, 2 * nq), o2 = gpu_alloc(g, 2 * nq);
   double flops = 2.0 * B * H * (double)T * T * D;
   for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
-    if (vs[i].D != D) continue;
+    if (vs[i].D != D || (!wg && !strncmp(vs[i].name, "flash_wg_", 9))) continue;
     VarCtx c = {&a, &vs[i], o1, o2};
     CUdeviceptr lse_keep = a.lse;
     if (vs[i].kind == 0) a.lse = gpu_alloc(g, 4 * (size_t)B * H * T);

@@ -41,6 +41,7 @@ int gpu_open(Gpu *g, char *why, size_t whysz) {
   }
   g->cuDeviceGetName(g->name, sizeof g->name, g->dev);
   g->cuDeviceGetAttribute(&g->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev);
+  g->cuDeviceGetAttribute(&g->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g->dev);
   return 0;
 }
 

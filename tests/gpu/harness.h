@@ -27,7 +27,7 @@ typedef struct {
   CUdevice dev;
   CUcontext ctx;
   CUmodule mod;
-  int sm_count;
+  int sm_count, cc_major; /* cc_major: compute capability, set by gpu_open */
   char name[256];
   int checks, failed; /* tallies of gpu_check_* */
 } Gpu;
