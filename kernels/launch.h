@@ -15,22 +15,21 @@
 #define STEPC_FLASH_THREADS 128
 static inline int stepc_flash_wg(int cc_major) { return cc_major == 9; }
 
-/* flash_attention_forward_d{64,128}: grid (T / rows, H, B). K/V tiles of bc keys, double-buffered
- * (wgmma: 128 at d64, 64 at d128; mma.sync: 64). */
+/* flash_attention_forward_d{64,128}: grid (T / rows, H, B). K/V tiles of 64 keys, double-buffered. */
 static inline int stepc_flash_fwd_rows(int wg) { return wg ? 64 : 128; }
 static inline unsigned stepc_flash_fwd_smem(int D, int wg) {
-  int bc = wg ? (D == 64 ? 128 : 64) : 64;
-  return wg ? (unsigned)((64 + 4 * bc) * D * 2 + 1024) : (unsigned)((128 + 4 * bc) * (D + 8) * 2);
+  return wg ? (unsigned)((64 + 4 * 64) * D * 2 + 1024) : (unsigned)((128 + 4 * 64) * (D + 8) * 2);
 }
 
 /* flash_attention_backward_preprocess: one warp per (b, t, h); block 256, grid ceil(B*T*H/8). */
 #define STEPC_FLASH_PRE_THREADS 256
 
-/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B); query tiles of 64 rows with their
- * LSE and Dsum, double-buffered. */
+/* flash_attention_backward_dkdv_d{64,128}: grid (T/64, Hkv, B); query tiles of bq rows with their
+ * LSE and Dsum, double-buffered (wgmma: 128 at d64, 64 at d128; mma.sync: 64). */
 #define STEPC_FLASH_DKDV_KEYS 64
 static inline unsigned stepc_flash_dkdv_smem(int D, int wg) {
-  return wg ? (unsigned)((2 * 64 + 4 * 64) * D * 2 + 4 * 64 * 4 + 1024) : (unsigned)((2 * 64 + 4 * 64) * (D + 8) * 2 + 4 * 64 * 4);
+  int bq = wg && D == 64 ? 128 : 64;
+  return wg ? (unsigned)((2 * 64 + 4 * bq) * D * 2 + 4 * bq * 4 + 1024) : (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
 }
 
 /* flash_attention_backward_dq_d{64,128}: grid (T / rows, H, B); K/V tiles of bk keys (wgmma 64,

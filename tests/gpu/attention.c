@@ -286,11 +286,20 @@ static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H,
       {"flash_dq_v128_4_2_32", 2, 128, 128, 128, vsm_dq(128, 128, 32)},
       {"flash_dq_v128_4_1_32", 2, 128, 64, 128, vsm_dq(128, 64, 32)},
       {"flash_dq_v128_4_1_64", 2, 128, 64, 128, vsm_dq(128, 64, 64)},
-      /* Hopper only (sm_90a cubins): the production wgmma kernels are the reference; these differ */
-      {"flash_wg_fwd_v64_64", 0, 64, 64, 128, wsm_fwd(64, 64)},
+      /* Hopper only (sm_90a cubins): the production wgmma kernels (the reference), then variants */
+      {"flash_attention_forward_d64", 0, 64, 64, 128, stepc_flash_fwd_smem(64, 1)},
+      {"flash_attention_forward_d128", 0, 128, 64, 128, stepc_flash_fwd_smem(128, 1)},
+      {"flash_attention_backward_dkdv_d64", 1, 64, 64, 128, stepc_flash_dkdv_smem(64, 1)},
+      {"flash_attention_backward_dkdv_d128", 1, 128, 64, 128, stepc_flash_dkdv_smem(128, 1)},
+      {"flash_attention_backward_dq_d64", 2, 64, 64, 128, stepc_flash_dq_smem(64, 1)},
+      {"flash_attention_backward_dq_d128", 2, 128, 64, 128, stepc_flash_dq_smem(128, 1)},
+      {"flash_wg_fwd_v64_128", 0, 64, 64, 128, wsm_fwd(64, 128)},
+      {"flash_wg_fwd_v64_32", 0, 64, 64, 128, wsm_fwd(64, 32)},
+      {"flash_wg_dkdv_v64_32", 1, 64, 64, 128, wsm_dkdv(64, 32)},
+      {"flash_wg_dq_v64_32", 2, 64, 64, 128, wsm_dq(64, 32)},
       {"flash_wg_fwd_v128_128", 0, 128, 64, 128, wsm_fwd(128, 128)},
       {"flash_wg_fwd_v128_32", 0, 128, 64, 128, wsm_fwd(128, 32)},
-      {"flash_wg_dkdv_v64_128", 1, 64, 64, 128, wsm_dkdv(64, 128)},
+      {"flash_wg_dkdv_v64_64", 1, 64, 64, 128, wsm_dkdv(64, 64)},
       {"flash_wg_dkdv_v128_32", 1, 128, 64, 128, wsm_dkdv(128, 32)},
       {"flash_wg_dq_v64_128", 2, 64, 64, 128, wsm_dq(64, 128)},
       {"flash_wg_dq_v128_32", 2, 128, 64, 128, wsm_dq(128, 32)},
@@ -307,7 +316,8 @@ static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H,
   CUdeviceptr o1 = gpu_alloc(g, 2 * nq), o2 = gpu_alloc(g, 2 * nq);
   double flops = 2.0 * B * H * (double)T * T * D;
   for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
-    if (vs[i].D != D || (!wg && !strncmp(vs[i].name, "flash_wg_", 9))) continue;
+    int hopper_only = !strncmp(vs[i].name, "flash_wg_", 9) || !strncmp(vs[i].name, "flash_attention_", 16);
+    if (vs[i].D != D || (!wg && hopper_only)) continue;
     VarCtx c = {&a, &vs[i], o1, o2};
     CUdeviceptr lse_keep = a.lse;
     if (vs[i].kind == 0) a.lse = gpu_alloc(g, 4 * (size_t)B * H * T);
