@@ -5,14 +5,16 @@
  * bench/calibration/h200.json ("session_3": cuDNN attention through attention_backend=auto, the
  * multi-tensor optimizer, the wgmma grouped GEMMs, QKV split + RoPE in one kernel; raw profiles in
  * bench/logs/2026-12-01-s3-profile/, where mla.json, models/moonlight_mla_7l.lua, is the
- * out-of-sample check). stepc's own flash kernels (attention_backend=flash) keep the first
- * calibration's ratios (the same file's top level). The GEMMs run at the 700 TFLOP/s roofline
- * (0.97); cuDNN's attention at 1.06x (forward) and 1.3x (backward) the 450 TFLOP/s roofline;
+ * out-of-sample check). stepc's own flash kernels (attention_backend=flash, on wgmma since
+ * session 5) from that file's "session_5" (the flash profiles in bench/logs/2026-12-01-s5-F1/:
+ * forward 1.46x and backward 1.97x the 450 TFLOP/s roofline, median of S, M, L8). The GEMMs run
+ * at the 700 TFLOP/s roofline (0.97); cuDNN's attention at 1.06x (forward) and 1.3x (backward)
+ * the 450 TFLOP/s roofline;
  * the grouped expert GEMMs at 2.5x the GEMM roofline (~290 TFLOP/s); the memory-bound classes at
  * 20-100% of DRAM bandwidth. Re-profile after a kernel changes. */
 d->class_scale[COST_GEMM] = 0.971;
-d->class_scale[COST_ATTN_FWD] = 2.374;
-d->class_scale[COST_ATTN_BWD] = 3.567;
+d->class_scale[COST_ATTN_FWD] = 1.464;
+d->class_scale[COST_ATTN_BWD] = 1.966;
 d->class_scale[COST_ATTN_FWD_CUDNN] = 1.063;
 d->class_scale[COST_ATTN_BWD_CUDNN] = 1.319;
 /* MoE (MoE7's profile only): the routing ops (top-k, dispatch, permute, MLA head split/concat) at
@@ -27,4 +29,4 @@ d->class_scale[COST_LOSS] = 4.455;
 d->class_scale[COST_ELEMENTWISE] = 2.096;
 d->class_scale[COST_GRAD_NORM] = 0.988;
 d->class_scale[COST_OPTIMIZER] = 1.728;
-d->calibration = "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3)";
+d->calibration = "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5)";
