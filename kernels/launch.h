@@ -14,11 +14,16 @@
  * must match the instantiations there. */
 #define STEPC_FLASH_THREADS 128
 static inline int stepc_flash_wg(int cc_major) { return cc_major == 9; }
+/* The wgmma kernels' shared memory: `resident` rows of D kept for the whole block plus `tile`-row
+ * tiles of two operands, double-buffered, and the 1 KiB that aligns them. */
+static inline unsigned stepc_flash_wg_tiles_smem(int D, int resident, int tile) {
+  return (unsigned)((resident + 4 * tile) * D * 2 + 1024);
+}
 
 /* flash_attention_forward_d{64,128}: grid (T / rows, H, B). K/V tiles of 64 keys, double-buffered. */
 static inline int stepc_flash_fwd_rows(int wg) { return wg ? 64 : 128; }
 static inline unsigned stepc_flash_fwd_smem(int D, int wg) {
-  return wg ? (unsigned)((64 + 4 * 64) * D * 2 + 1024) : (unsigned)((128 + 4 * 64) * (D + 8) * 2);
+  return wg ? stepc_flash_wg_tiles_smem(D, 64, 64) : (unsigned)((128 + 4 * 64) * (D + 8) * 2);
 }
 
 /* flash_attention_backward_preprocess: one warp per (b, t, h); block 256, grid ceil(B*T*H/8). */
@@ -29,14 +34,14 @@ static inline unsigned stepc_flash_fwd_smem(int D, int wg) {
 #define STEPC_FLASH_DKDV_KEYS 64
 static inline unsigned stepc_flash_dkdv_smem(int D, int wg) {
   int bq = wg && D == 64 ? 128 : 64;
-  return wg ? (unsigned)((2 * 64 + 4 * bq) * D * 2 + 4 * bq * 4 + 1024) : (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
+  return wg ? stepc_flash_wg_tiles_smem(D, 2 * 64, bq) + 4 * bq * 4 : (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
 }
 
 /* flash_attention_backward_dq_d{64,128}: grid (T / rows, H, B); K/V tiles of bk keys (wgmma 64,
  * mma.sync 32), double-buffered. */
 static inline int stepc_flash_dq_rows(int wg) { return wg ? 64 : 128; }
 static inline unsigned stepc_flash_dq_smem(int D, int wg) {
-  return wg ? (unsigned)((2 * 64 + 4 * 64) * D * 2 + 1024) : (unsigned)((2 * 128 + 4 * 32) * (D + 8) * 2);
+  return wg ? stepc_flash_wg_tiles_smem(D, 2 * 64, 64) : (unsigned)((2 * 128 + 4 * 32) * (D + 8) * 2);
 }
 
 /* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, grouped_linear_*_tc): blocks of

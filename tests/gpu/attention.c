@@ -222,6 +222,7 @@ typedef struct {
   const char *name;
   int kind, D, tile, threads; /* kind 0 fwd (tile = rows), 1 dkdv (tile = keys), 2 dq (tile = rows) */
   unsigned smem;
+  int wg; /* in sm_90a cubins only (the wgmma kernels) */
 } Variant;
 
 static double max_rel_diff(Gpu *g, CUdeviceptr a, CUdeviceptr b, long n) {
@@ -257,52 +258,52 @@ static void var_launch(Gpu *g, void *ctx) {
 static unsigned vsm_fwd(int D, int br, int bc) { return (unsigned)((br + 4 * bc) * (D + 8) * 2); }
 static unsigned vsm_dkdv(int D, int bc, int bq) { return (unsigned)((2 * bc + 4 * bq) * (D + 8) * 2 + 16 * bq); }
 static unsigned vsm_dq(int D, int br, int bk) { return (unsigned)((2 * br + 4 * bk) * (D + 8) * 2); }
-/* the wgmma kernels (64 rows or keys per block; 1 KiB to align the tiles) */
-static unsigned wsm_fwd(int D, int bc) { return (unsigned)((64 + 4 * bc) * D * 2 + 1024); }
-static unsigned wsm_dkdv(int D, int bq) { return (unsigned)((128 + 4 * bq) * D * 2 + 16 * bq + 1024); }
-static unsigned wsm_dq(int D, int bk) { return (unsigned)((128 + 4 * bk) * D * 2 + 1024); }
+/* the wgmma kernels: 64 rows or keys per block */
+static unsigned wsm_fwd(int D, int bc) { return stepc_flash_wg_tiles_smem(D, 64, bc); }
+static unsigned wsm_dkdv(int D, int bq) { return stepc_flash_wg_tiles_smem(D, 128, bq) + 16 * bq; }
+static unsigned wsm_dq(int D, int bk) { return stepc_flash_wg_tiles_smem(D, 128, bk); }
 
 static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H, int Hkv, int D) {
   int wg = stepc_flash_wg(g->cc_major);
   Variant vs[] = {
-      {"flash_fwd_v64_4_2_64_r", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
-      {"flash_fwd_v64_4_2_64_s", 0, 64, 128, 128, vsm_fwd(64, 128, 64)},
-      {"flash_fwd_v64_4_2_128_r", 0, 64, 128, 128, vsm_fwd(64, 128, 128)},
-      {"flash_fwd_v64_8_1_64_r", 0, 64, 128, 256, vsm_fwd(64, 128, 64)},
-      {"flash_fwd_v128_4_2_64_s", 0, 128, 128, 128, vsm_fwd(128, 128, 64)},
-      {"flash_fwd_v128_4_2_32_s", 0, 128, 128, 128, vsm_fwd(128, 128, 32)},
-      {"flash_fwd_v128_8_1_64_r", 0, 128, 128, 256, vsm_fwd(128, 128, 64)},
-      {"flash_fwd_v128_4_1_64_r", 0, 128, 64, 128, vsm_fwd(128, 64, 64)},
-      {"flash_dkdv_v64_4_1_64", 1, 64, 64, 128, vsm_dkdv(64, 64, 64)},
-      {"flash_dkdv_v64_4_2_32", 1, 64, 128, 128, vsm_dkdv(64, 128, 32)},
-      {"flash_dkdv_v64_4_2_16", 1, 64, 128, 128, vsm_dkdv(64, 128, 16)},
-      {"flash_dkdv_v64_8_1_64", 1, 64, 128, 256, vsm_dkdv(64, 128, 64)},
-      {"flash_dkdv_v128_4_1_64", 1, 128, 64, 128, vsm_dkdv(128, 64, 64)},
-      {"flash_dkdv_v128_4_1_32", 1, 128, 64, 128, vsm_dkdv(128, 64, 32)},
-      {"flash_dkdv_v128_8_1_32", 1, 128, 128, 256, vsm_dkdv(128, 128, 32)},
-      {"flash_dq_v64_4_2_32", 2, 64, 128, 128, vsm_dq(64, 128, 32)},
-      {"flash_dq_v64_4_1_64", 2, 64, 64, 128, vsm_dq(64, 64, 64)},
-      {"flash_dq_v64_4_2_64", 2, 64, 128, 128, vsm_dq(64, 128, 64)},
-      {"flash_dq_v128_4_2_32", 2, 128, 128, 128, vsm_dq(128, 128, 32)},
-      {"flash_dq_v128_4_1_32", 2, 128, 64, 128, vsm_dq(128, 64, 32)},
-      {"flash_dq_v128_4_1_64", 2, 128, 64, 128, vsm_dq(128, 64, 64)},
+      {"flash_fwd_v64_4_2_64_r", 0, 64, 128, 128, vsm_fwd(64, 128, 64), 0},
+      {"flash_fwd_v64_4_2_64_s", 0, 64, 128, 128, vsm_fwd(64, 128, 64), 0},
+      {"flash_fwd_v64_4_2_128_r", 0, 64, 128, 128, vsm_fwd(64, 128, 128), 0},
+      {"flash_fwd_v64_8_1_64_r", 0, 64, 128, 256, vsm_fwd(64, 128, 64), 0},
+      {"flash_fwd_v128_4_2_64_s", 0, 128, 128, 128, vsm_fwd(128, 128, 64), 0},
+      {"flash_fwd_v128_4_2_32_s", 0, 128, 128, 128, vsm_fwd(128, 128, 32), 0},
+      {"flash_fwd_v128_8_1_64_r", 0, 128, 128, 256, vsm_fwd(128, 128, 64), 0},
+      {"flash_fwd_v128_4_1_64_r", 0, 128, 64, 128, vsm_fwd(128, 64, 64), 0},
+      {"flash_dkdv_v64_4_1_64", 1, 64, 64, 128, vsm_dkdv(64, 64, 64), 0},
+      {"flash_dkdv_v64_4_2_32", 1, 64, 128, 128, vsm_dkdv(64, 128, 32), 0},
+      {"flash_dkdv_v64_4_2_16", 1, 64, 128, 128, vsm_dkdv(64, 128, 16), 0},
+      {"flash_dkdv_v64_8_1_64", 1, 64, 128, 256, vsm_dkdv(64, 128, 64), 0},
+      {"flash_dkdv_v128_4_1_64", 1, 128, 64, 128, vsm_dkdv(128, 64, 64), 0},
+      {"flash_dkdv_v128_4_1_32", 1, 128, 64, 128, vsm_dkdv(128, 64, 32), 0},
+      {"flash_dkdv_v128_8_1_32", 1, 128, 128, 256, vsm_dkdv(128, 128, 32), 0},
+      {"flash_dq_v64_4_2_32", 2, 64, 128, 128, vsm_dq(64, 128, 32), 0},
+      {"flash_dq_v64_4_1_64", 2, 64, 64, 128, vsm_dq(64, 64, 64), 0},
+      {"flash_dq_v64_4_2_64", 2, 64, 128, 128, vsm_dq(64, 128, 64), 0},
+      {"flash_dq_v128_4_2_32", 2, 128, 128, 128, vsm_dq(128, 128, 32), 0},
+      {"flash_dq_v128_4_1_32", 2, 128, 64, 128, vsm_dq(128, 64, 32), 0},
+      {"flash_dq_v128_4_1_64", 2, 128, 64, 128, vsm_dq(128, 64, 64), 0},
       /* Hopper only (sm_90a cubins): the production wgmma kernels (the reference), then variants */
-      {"flash_attention_forward_d64", 0, 64, 64, 128, stepc_flash_fwd_smem(64, 1)},
-      {"flash_attention_forward_d128", 0, 128, 64, 128, stepc_flash_fwd_smem(128, 1)},
-      {"flash_attention_backward_dkdv_d64", 1, 64, 64, 128, stepc_flash_dkdv_smem(64, 1)},
-      {"flash_attention_backward_dkdv_d128", 1, 128, 64, 128, stepc_flash_dkdv_smem(128, 1)},
-      {"flash_attention_backward_dq_d64", 2, 64, 64, 128, stepc_flash_dq_smem(64, 1)},
-      {"flash_attention_backward_dq_d128", 2, 128, 64, 128, stepc_flash_dq_smem(128, 1)},
-      {"flash_wg_fwd_v64_128", 0, 64, 64, 128, wsm_fwd(64, 128)},
-      {"flash_wg_fwd_v64_32", 0, 64, 64, 128, wsm_fwd(64, 32)},
-      {"flash_wg_dkdv_v64_32", 1, 64, 64, 128, wsm_dkdv(64, 32)},
-      {"flash_wg_dq_v64_32", 2, 64, 64, 128, wsm_dq(64, 32)},
-      {"flash_wg_fwd_v128_128", 0, 128, 64, 128, wsm_fwd(128, 128)},
-      {"flash_wg_fwd_v128_32", 0, 128, 64, 128, wsm_fwd(128, 32)},
-      {"flash_wg_dkdv_v64_64", 1, 64, 64, 128, wsm_dkdv(64, 64)},
-      {"flash_wg_dkdv_v128_32", 1, 128, 64, 128, wsm_dkdv(128, 32)},
-      {"flash_wg_dq_v64_128", 2, 64, 64, 128, wsm_dq(64, 128)},
-      {"flash_wg_dq_v128_32", 2, 128, 64, 128, wsm_dq(128, 32)},
+      {"flash_attention_forward_d64", 0, 64, 64, 128, stepc_flash_fwd_smem(64, 1), 1},
+      {"flash_attention_forward_d128", 0, 128, 64, 128, stepc_flash_fwd_smem(128, 1), 1},
+      {"flash_attention_backward_dkdv_d64", 1, 64, 64, 128, stepc_flash_dkdv_smem(64, 1), 1},
+      {"flash_attention_backward_dkdv_d128", 1, 128, 64, 128, stepc_flash_dkdv_smem(128, 1), 1},
+      {"flash_attention_backward_dq_d64", 2, 64, 64, 128, stepc_flash_dq_smem(64, 1), 1},
+      {"flash_attention_backward_dq_d128", 2, 128, 64, 128, stepc_flash_dq_smem(128, 1), 1},
+      {"flash_wg_fwd_v64_128", 0, 64, 64, 128, wsm_fwd(64, 128), 1},
+      {"flash_wg_fwd_v64_32", 0, 64, 64, 128, wsm_fwd(64, 32), 1},
+      {"flash_wg_dkdv_v64_32", 1, 64, 64, 128, wsm_dkdv(64, 32), 1},
+      {"flash_wg_dq_v64_32", 2, 64, 64, 128, wsm_dq(64, 32), 1},
+      {"flash_wg_fwd_v128_128", 0, 128, 64, 128, wsm_fwd(128, 128), 1},
+      {"flash_wg_fwd_v128_32", 0, 128, 64, 128, wsm_fwd(128, 32), 1},
+      {"flash_wg_dkdv_v64_64", 1, 64, 64, 128, wsm_dkdv(64, 64), 1},
+      {"flash_wg_dkdv_v128_32", 1, 128, 64, 128, wsm_dkdv(128, 32), 1},
+      {"flash_wg_dq_v64_128", 2, 64, 64, 128, wsm_dq(64, 128), 1},
+      {"flash_wg_dq_v128_32", 2, 128, 64, 128, wsm_dq(128, 32), 1},
   };
   Rng r = {0xbe9d};
   Attn a = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .scale = (float)(1.0 / sqrt(D))};
@@ -316,8 +317,7 @@ static void bench_variants_shape(Gpu *g, const char *label, int B, int T, int H,
   CUdeviceptr o1 = gpu_alloc(g, 2 * nq), o2 = gpu_alloc(g, 2 * nq);
   double flops = 2.0 * B * H * (double)T * T * D;
   for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) {
-    int hopper_only = !strncmp(vs[i].name, "flash_wg_", 9) || !strncmp(vs[i].name, "flash_attention_", 16);
-    if (vs[i].D != D || (!wg && hopper_only)) continue;
+    if (vs[i].D != D || (vs[i].wg && !wg)) continue;
     VarCtx c = {&a, &vs[i], o1, o2};
     CUdeviceptr lse_keep = a.lse;
     if (vs[i].kind == 0) a.lse = gpu_alloc(g, 4 * (size_t)B * H * T);
