@@ -126,8 +126,10 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
   } else if (o->fuse == FUSE_NORM_BWD_ADD) {
     /* the norm backward's pass, reading the addend too (dx is never written apart) */
     t = roofline(g, &g->op[o->peer], d, flops, bytes);
-    double extra = (double)g->t[o->out[0]].bytes / d->bytes_per_s;
-    *bytes += (double)g->t[o->out[0]].bytes;
+    const Tensor *addend = &g->t[o->out[0]]; /* nominal bytes: the cost never reads the memory plan */
+    double addend_bytes = (double)tensor_numel(addend) * (double)dtype_size(addend->dtype);
+    double extra = addend_bytes / d->bytes_per_s;
+    *bytes += addend_bytes;
     return (t + extra) * d->class_scale[COST_NORM] + d->launch_s;
   } else if (o->fuse == FUSE_ROPE_QKV) {
     /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone */

@@ -28,10 +28,8 @@ int cpu_data_open_spec(const Spec *s, CpuData *d, char *err, size_t nerr) {
 }
 
 struct CpuTrainer {
-  Graph *g;
-  RecomputeResult rr;
-  Schedule sc;
-  MemPlan mp;
+  Plan p;           /* the planned step at 4 bytes per float (plan_build, as `stepc build` plans the CPU image) */
+  const Graph *g;   /* p.g */
   PlanProgram prog;
   PlanExec *x;
   CpuData *data;
@@ -42,27 +40,19 @@ struct CpuTrainer {
 CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err, size_t nerr) {
   CpuTrainer *tr = calloc(1, sizeof *tr);
   if (!tr) return NULL;
-  *lower_rc = lower_step(s, &tr->g, err, nerr);
-  if (*lower_rc != LOWER_OK) {
+  *lower_rc = plan_build(s, 4, &tr->p, NULL, err, nerr);
+  if (*lower_rc != PLAN_OK) {
     free(tr);
     return NULL;
   }
-  RecomputeConfig cfg;
-  recompute_config_from_spec(s, &cfg);
-  if (recompute_apply(tr->g, &cfg, &tr->rr, err, nerr) != 0 || schedule_build(tr->g, s, &tr->sc, err, nerr) != 0 ||
-      memplan_build(tr->g, &tr->sc, NULL, 4, &tr->mp, err, nerr) != 0 ||
-      memplan_verify(tr->g, &tr->mp, err, nerr) != 0) {
-    cpu_trainer_free(tr);
-    return NULL;
-  }
-  if (tr->mp.region && tr->sc.dp > 1) { /* the region's ranks overlap: only stepc_open's per-rank view runs them */
+  tr->g = tr->p.g;
+  if (tr->p.mp.region && tr->p.sc.dp > 1) { /* the region's ranks overlap: only stepc_open's per-rank view runs them */
     snprintf(err, nerr, "the distributed optimizer shards the optimizer state over %d data-parallel ranks: run the step's "
-             "ranks (stepc build, then stepc run DIR --nproc %d)", tr->sc.dp, tr->sc.dp);
+             "ranks (stepc build, then stepc run DIR --nproc %d)", tr->p.sc.dp, tr->p.sc.dp);
     cpu_trainer_free(tr);
     return NULL;
   }
-  memplan_apply(tr->g, &tr->mp);
-  if (plan_program_build(tr->g, &tr->sc, &tr->mp, &tr->prog) != 0) {
+  if (plan_program_build(tr->p.g, &tr->p.sc, &tr->p.mp, &tr->prog) != 0) {
     snprintf(err, nerr, "out of memory");
     cpu_trainer_free(tr);
     return NULL;
@@ -103,17 +93,14 @@ int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr) {
 const Graph *cpu_trainer_graph(const CpuTrainer *tr) { return tr->g; }
 
 void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *nreplay) {
-  *arena = tr->mp.arena, *peak = tr->mp.peak, *nreplay = tr->rr.nreplay_total;
+  *arena = tr->p.mp.arena, *peak = tr->p.mp.peak, *nreplay = tr->p.rr.nreplay_total;
 }
 
 void cpu_trainer_free(CpuTrainer *tr) {
   if (!tr) return;
   plan_exec_free(tr->x);
   plan_program_free(&tr->prog);
-  memplan_free(&tr->mp);
-  schedule_free(&tr->sc);
-  recompute_result_free(&tr->rr);
-  graph_free(tr->g);
+  plan_free(&tr->p);
   free(tr);
 }
 

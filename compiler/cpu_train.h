@@ -26,7 +26,7 @@ typedef struct {
 typedef struct CpuTrainer CpuTrainer;
 /* Builds the step graph, applies the recipe's recompute, schedules and plans it (fp32 arena
  * offsets, freed ranges poisoned) and initializes the weights from train.seed.
- * Returns NULL with a message; *lower_rc receives lower_step's code (LOWER_UNSUPPORTED, ...). */
+ * Returns NULL with a message; *lower_rc receives plan_build's code (PLAN_UNSUPPORTED, ...). */
 CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err, size_t nerr);
 /* One optimizer step over num_microbatches micro-batches; 0 or -1 with a message. */
 int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr);

@@ -1,6 +1,7 @@
 /* plan.c — the planning pipeline: lower, recompute, schedule, scopes and their check, fusions,
  * memory plan, per-rank memory, cost (plan.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,49 +15,55 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
-  double t0 = now_s();
-  memset(p, 0, sizeof *p);
-  p->spec = *s;
+/* The passes from the Spec to the applied memory plan: what a build writes and a run runs. */
+static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
   int rc = lower_step(s, &p->g, err, nerr);
   if (rc == LOWER_UNSUPPORTED) return PLAN_UNSUPPORTED;
   if (rc != LOWER_OK) return PLAN_ERROR;
   recompute_config_from_spec(s, &p->rc);
   if (recompute_apply(p->g, &p->rc, &p->rr, err, nerr) != 0 || schedule_build(p->g, s, &p->sc, err, nerr) != 0 ||
-      scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0) {
-    plan_free(p);
+      scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0)
     return PLAN_ERROR;
-  }
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
-  /* the fusions shape the memory plan (fuse.h): the reported plan is the one a build runs */
-  EwKernels ew = {0};
-  int frc = fuse_build(p->g, &ew, err, nerr);
-  ew_kernels_free(&ew);
-  if (frc != 0) {
-    plan_free(p);
+  /* the fusions shape the memory plan (fuse.h); the buckets fire after the fused launches */
+  if (fuse_build(p->g, &p->ew, err, nerr) != 0 || schedule_bucket_fire(p->g, &p->sc, err, nerr) != 0 ||
+      memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
+      memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return PLAN_ERROR;
-  }
+  memplan_apply(p->g, &p->mp);
+  return fuse_verify(p->g, err, nerr) == 0 ? PLAN_OK : PLAN_ERROR;
+}
+
+/* Per-rank memory and cost of the planned step; the iterations before the TE graphs are captured
+ * run the same step without static buffers, so they get a reading of their own. */
+static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_t nerr) {
   cost_device_h200(&p->dev);
-  if (memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
-      memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 || cost_build(p->g, s, &p->dev, &p->cost) != 0) {
-    if (!err[0]) snprintf(err, nerr, "out of memory");
-    plan_free(p);
+  if (memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 || cost_build(p->g, s, &p->dev, &p->cost) != 0)
     return PLAN_ERROR;
-  }
-  /* the iterations before the TE graphs are captured run the same step without static buffers */
-  if (p->sr.static_bytes > 0 && memrank_capture_iteration(s) > 1) {
-    MemPlan em;
-    RankReport er;
-    int erc = memplan_build(p->g, &p->sc, NULL, float_bytes, &em, err, nerr);
-    if (erc == 0) erc = memrank_build(p->g, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
-    if (erc != 0) {
-      if (!err[0]) snprintf(err, nerr, "out of memory");
-      plan_free(p);
-      return PLAN_ERROR;
-    }
-    memrank_readings(s, &p->rank, &er);
-  } else {
+  if (p->sr.static_bytes == 0 || memrank_capture_iteration(s) <= 1) {
     memrank_readings(s, &p->rank, NULL);
+    return PLAN_OK;
+  }
+  MemPlan em;
+  RankReport er;
+  int erc = memplan_build(p->g, &p->sc, NULL, float_bytes, &em, err, nerr);
+  if (erc == 0) erc = memrank_build(p->g, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
+  if (erc != 0) return PLAN_ERROR;
+  memrank_readings(s, &p->rank, &er);
+  return PLAN_OK;
+}
+
+int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
+  double t0 = now_s();
+  memset(p, 0, sizeof *p);
+  p->spec = *s;
+  err[0] = 0;
+  int rc = plan_step(s, float_bytes, p, d, err, nerr);
+  if (rc == PLAN_OK) rc = plan_report(s, float_bytes, p, err, nerr);
+  if (rc == PLAN_ERROR && !err[0]) snprintf(err, nerr, "out of memory");
+  if (rc != PLAN_OK) {
+    plan_free(p);
+    return rc;
   }
   p->build_s = now_s() - t0;
   return PLAN_OK;
@@ -65,6 +72,7 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
 void plan_free(Plan *p) {
   cost_free(&p->cost);
   memplan_free(&p->mp);
+  ew_kernels_free(&p->ew);
   scope_free(&p->sr);
   schedule_free(&p->sc);
   recompute_result_free(&p->rr);
@@ -73,40 +81,16 @@ void plan_free(Plan *p) {
 }
 
 int plan_check(const Spec *s, DiagList *d) {
-  Graph *g = NULL;
-  char err[512] = "";
-  int rc = lower_step(s, &g, err, sizeof err);
-  if (rc != LOWER_OK) {
-    Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path,
-                       "the graph checks (checkpoint regions against CUDA-graph scopes, STEPC-40..43) did not run: %s", err);
-    if (n) diag_hint(n, "the field rules above still apply; the graph checks run once this architecture is lowered");
-    return rc == LOWER_UNSUPPORTED ? PLAN_UNSUPPORTED : PLAN_ERROR;
-  }
-  RecomputeConfig c;
-  RecomputeResult rr;
-  Schedule sc;
-  ScopeResult sr;
-  recompute_config_from_spec(s, &c);
-  if (recompute_apply(g, &c, &rr, err, sizeof err) != 0) {
-    graph_free(g);
-    Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path, "the graph checks did not run: %s", err);
-    if (n) diag_hint(n, "report this: recompute placement failed on a graph that lowered");
-    return PLAN_ERROR;
-  }
-  rc = PLAN_ERROR;
-  if (schedule_build(g, s, &sc, err, sizeof err) == 0) {
-    if (scope_build(g, s, &sc, &sr, err, sizeof err) == 0) {
-      scope_check(g, s, &sc, &rr, &sr, d);
-      scope_free(&sr);
-      rc = PLAN_OK;
-    }
-    schedule_free(&sc);
-  }
-  if (rc != PLAN_OK) {
-    Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path, "the graph checks did not run: %s", err);
-    if (n) diag_hint(n, "report this: scheduling failed on a graph that lowered");
-  }
-  recompute_result_free(&rr);
-  graph_free(g);
+  Plan *p = malloc(sizeof *p);
+  char err[512] = "out of memory";
+  int rc = p ? plan_build(s, 0, p, d, err, sizeof err) : PLAN_ERROR;
+  if (rc == PLAN_OK) plan_free(p);
+  free(p);
+  if (rc == PLAN_OK) return PLAN_OK;
+  Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path,
+                     "the graph checks (checkpoint regions against CUDA-graph scopes, STEPC-40..43) did not run: %s", err);
+  if (n)
+    diag_hint(n, rc == PLAN_UNSUPPORTED ? "the field rules above still apply; the graph checks run once this architecture is lowered"
+                                        : "report this: planning failed on a recipe the field rules accept");
   return rc;
 }

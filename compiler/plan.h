@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "diag.h"
+#include "ew_fuse.h"
 #include "ir.h"
 #include "pipesplit.h"
 #include "runtime/cpu/program.h"
@@ -321,6 +322,11 @@ void plan_program_free(PlanProgram *pp);
 int plan_scope_points(const Schedule *sc, const ScopeResult *sr, ImgScope *out);
 
 /* ---- plan.c ---- */
+/* The planned step, one for every verb: check's graph checks, plan, sweep and trace report it,
+ * build writes it (plan.json, step.c, step.img) and run runs what build wrote. Lowered, recompute
+ * applied, scheduled, graph scopes built (their static outputs pinned) and checked, fusions
+ * recorded, buckets fired, memory planned, verified and applied to the graph (Tensor.offset), then
+ * the per-rank report and the cost. */
 typedef struct {
   Spec spec;
   Graph *g;
@@ -328,6 +334,7 @@ typedef struct {
   RecomputeResult rr;
   Schedule sc;
   ScopeResult sr;
+  EwKernels ew;              /* the generated kernels of the fused chains (fuse.h) */
   MemPlan mp;
   RankReport rank;
   Cost cost;
@@ -337,9 +344,10 @@ typedef struct {
 
 enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
 
-/* Lowers the validated Spec and runs every pass; scope violations go to d. float_bytes as in
- * memplan_build (0 for reports). Returns PLAN_OK, PLAN_UNSUPPORTED (lowering not available for
- * this architecture) or PLAN_ERROR, with err. */
+/* Lowers the validated Spec and runs every pass; scope violations go to d (may be NULL).
+ * float_bytes as in memplan_build: 0 nominal dtypes (reports and the GPU), 4 the CPU executor's
+ * fp32. Returns PLAN_OK, PLAN_UNSUPPORTED (lowering not available for this architecture) or
+ * PLAN_ERROR, with err; free with plan_free (also after a failure). */
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr);
 void plan_free(Plan *p);
 /* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.

@@ -2,6 +2,7 @@
  * and replays; as text and as JSON (docs/plan-json.md). */
 #include <string.h>
 
+#include "fingerprint.h"
 #include "report.h"
 
 #define GB 1e9
@@ -204,7 +205,7 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   jnum(f, "fragmentation", held ? (double)(held - mp->peak) / (double)held : 0, true);
   jnum(f, "persistent_bytes", (double)mp->persistent, true), jnum(f, "inplace_reuses", mp->ninplace, true);
   jnum(f, "peak_op", po, true);
-  fprintf(f, "\"peak_module\": ");
+  fprintf(f, "\"layout_digest\": \"%016llx\", \"peak_module\": ", (unsigned long long)plan_layout_digest(g));
   json_write_string(f, po >= 0 ? g->op[po].tags.module : "");
   fprintf(f, ", \"peak_phase\": \"%s\", \"at_peak\": {", po >= 0 ? phase_name(g->op[po].tags.phase) : "");
   for (int r = 0; r < MEM_NROLES; r++)

@@ -15,6 +15,7 @@
 #include "codegen/step_emit.h"
 #include "cpu_train.h"
 #include "ew_fuse.h"
+#include "fingerprint.h"
 #include "nvrtc.h"
 #include "plan.h"
 #include "report.h"
@@ -218,14 +219,11 @@ int artifact_mkdirs(const char *dir) {
 
 /* step.img (runtime/image.h): the CUDA plan sp (its graph, fusions, chains, scopes) beside the CPU
  * reference plan of the same step, the program, the generated kernels and the step's facts. */
-static int write_image(const Spec *spec, const StepPlan *sp, const StepEmitStats *es, const char *why, int sm_count,
+static int write_image(const Spec *spec, const Plan *sp, const StepEmitStats *es, const char *why, int sm_count,
                        const char *cubin_name, const char *dir, char *err, size_t nerr) {
-  StepPlan cp; /* the CPU reference executor's plan: every float at 4 bytes */
-  int st = step_plan_build(spec, 4, &cp, err, nerr);
-  if (st != 0) {
-    step_plan_free(&cp);
-    return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
-  }
+  static Plan cp; /* the CPU reference executor's plan: every float at 4 bytes */
+  int st = plan_build(spec, 4, &cp, NULL, err, nerr);
+  if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
   StepImage im = {0};
   PlanProgram prog;
   int rc = ARTIFACT_ERROR;
@@ -301,7 +299,7 @@ free_prog:
   free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad), free(im.owner);
   plan_program_free(&prog);
 done:
-  step_plan_free(&cp);
+  plan_free(&cp);
   return rc;
 }
 
@@ -313,20 +311,17 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);
   if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
-  /* plan.json */
-  static Plan p; /* large; one build at a time */
-  int st = plan_build(spec, 0, &p, d, err, nerr);
+  /* plan.json, step.c and step.img: one plan, the one `stepc plan` reports (nominal dtypes) */
+  static Plan sp; /* large; one build at a time */
+  int st = plan_build(spec, 0, &sp, d, err, nerr);
   if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
   f = open_out(dir, "plan.json", path, sizeof path);
-  if (f) report_plan_json(&p, d, f);
-  plan_free(&p);
-  if (!f || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
-  /* step.c, from the plan the runtimes run (nominal dtypes), recorded from the executor's launches */
-  StepPlan sp;
-  if ((st = step_plan_build(spec, 0, &sp, err, nerr)) != 0) {
-    step_plan_free(&sp);
-    return st == -2 ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  if (f) report_plan_json(&sp, d, f);
+  if (!f || fclose(f) != 0) {
+    plan_free(&sp);
+    return fail(err, nerr, "cannot write %s%s", path, "");
   }
+  /* step.c, recorded from the executor's launches */
   f = open_out(dir, "step.c", path, sizeof path);
   StepEmitStats es;
   char why[512];
@@ -334,7 +329,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
                            err, nerr)
              : -1;
   if (!f || fclose(f) != 0 || rc != 0) {
-    step_plan_free(&sp);
+    plan_free(&sp);
     if (!err[0]) snprintf(err, nerr, "cannot write %s", path);
     return ARTIFACT_ERROR;
   }
@@ -343,7 +338,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   int sms = o->sm_count > 0 ? o->sm_count : STEP_EMIT_DEFAULT_SMS;
   if ((rc = write_image(spec, &sp, &es, why, sms, cubin_name, dir, err, nerr)) != ARTIFACT_OK) {
     free(es.kernels_cu);
-    step_plan_free(&sp);
+    plan_free(&sp);
     return rc;
   }
   if (progress && es.cuda)
@@ -357,7 +352,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   f = open_out(dir, "kernels.cu", path, sizeof path);
   if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
     free(src);
-    step_plan_free(&sp);
+    plan_free(&sp);
     return fail(err, nerr, "cannot write %s%s", path, "");
   }
   if (progress) fprintf(progress, "build: NVRTC kernels.cu -> kernels.%s.cubin\n", arch);
@@ -369,7 +364,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   if (cs != CUBIN_OK && cs != CUBIN_ERR_IO) {
     snprintf(err, nerr, "NVRTC: %s", msg ? msg : "failed");
     free(msg);
-    step_plan_free(&sp);
+    plan_free(&sp);
     return ARTIFACT_ERROR;
   }
   free(msg);
@@ -379,7 +374,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     if (es.kernel_used[k] && !cubin_has_function(cb.data, cb.size, kn))
       snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", kn);
   }
-  step_plan_free(&sp);
+  plan_free(&sp);
   f = open_out(dir, cubin_name, path, sizeof path);
   rc = f && fwrite(cb.data, 1, cb.size, f) == cb.size ? 0 : -1;
   cubin_free(&cb);

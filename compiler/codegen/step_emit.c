@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fingerprint.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/record.h"
 #include "runtime/stepc_gen.h"
@@ -187,7 +188,7 @@ static void emit_prelude(FILE *f) {
              "#define COPY(dst, src, bytes) \\\n  if (stepc_gen_copy(c, dst, src, bytes)) return -1\n\n");
 }
 
-int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
+int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
                 char *err, size_t nerr) {
   const Graph *g = p->g;
   const Schedule *sc = &p->sc;

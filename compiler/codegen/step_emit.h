@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "runtime/rt.h"
-#include "step_plan.h"
+#include "plan.h"
 
 /* The SM count step.c's grids are sized for by default (H100 / H200 SXM). */
 #define STEP_EMIT_DEFAULT_SMS 132
@@ -26,12 +26,12 @@ typedef struct {
   int cuda;                              /* 0: the CUDA backend does not run this step (why: err) */
 } StepEmitStats;
 
-/* Writes step.c for the nominal-dtype plan p (step_plan_build(s, 0, ...)), recorded for a GPU of
+/* Writes step.c for the nominal-dtype plan p (plan_build(s, 0, ...)), recorded for a GPU of
  * sm_count SMs; recipe: the name to record. When the CUDA executor does not take the step (an fp32
  * recipe, an op not built on CUDA), step.c still drives the CPU reference device: every op's
  * function holds only its stepc_gen_op() call, st->cuda is 0 and why says why. 0, or -1 with err
  * (a write error, a recording failure). */
-int step_emit_c(const StepPlan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
+int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
                 char *err, size_t nerr);
 
 #endif

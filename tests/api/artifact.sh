@@ -7,10 +7,13 @@
 # it also trains: the artifact's train (running the compiled step.c) gives bitwise the losses of
 # the same schedule through the library's loop (train --library); moved and copied elsewhere, with
 # the build tree out of reach, it trains to the same bits; `stepc run DIR` and `stepc run SPEC`
-# (through the artifact cache) give them too.
+# (through the artifact cache) give them too. Each step.img holds the very plan `stepc plan --json`
+# reports for the same recipe and overrides (IMAGE_PLAN, tests/api/image_plan.c): peak, arena,
+# optimizer region and every tensor's slot (the layout digest).
 set -uo pipefail
 stepc=$1
 literal=$2
+image_plan=$3
 # Building libstep.so links the build tree's archives with the system C compiler: a machine without
 # that toolchain runs artifacts but does not build them, so the test skips there.
 for need in "$(command -v cc)" "$(command -v readelf)"; do
@@ -53,6 +56,17 @@ build() { # name recipe [overrides]
   grep -q 'NEEDED.*libasan' <<<"$dyn" && paths="$tmp"
   grep -q "$paths" "$tmp/$name/libstep.so" "$tmp/$name/train" "$tmp/$name/step.img" &&
     fail "$name: the artifact names a path of this machine (its own or stepc's source tree)"
+  "$stepc" plan "$src" "$@" --json >"$tmp/$name.plan.json" 2>/dev/null || fail "$name: stepc plan --json"
+  "$image_plan" "$tmp/$name" >"$tmp/$name.image.json" || fail "$name: image_plan"
+  python3 - "$tmp/$name.plan.json" "$tmp/$name.image.json" <<'PY' || fail "$name: step.img holds another plan than stepc plan reports"
+import json, sys
+p, i = json.load(open(sys.argv[1]))["arena"], json.load(open(sys.argv[2]))
+want = {"peak_bytes": p["peak_bytes"], "arena_bytes": p["arena_bytes"],
+        "region_bytes": p.get("optimizer_region", {}).get("bytes", 0), "layout_digest": p["layout_digest"]}
+bad = [f"{k}: plan {want[k]} image {i[k]}" for k in want if want[k] != i[k]]
+print("\n".join(bad)) if bad else None
+sys.exit(1 if bad else 0)
+PY
   cc -shared -fPIC -O0 -o "$tmp/$name/step_only.so" "$tmp/$name/step.c" 2>"$tmp/$name.cc" || { cat "$tmp/$name.cc"; fail "$name: step.c alone does not compile"; }
   "$literal" "$tmp/$name" "$tmp/$name/step_only.so" || fail "$name: step.c's literals are not the dispatch's launches"
   echo "ok: $name: $(grep -c '^  OP(' "$tmp/$name/step.c") ops in step.c, $(wc -w <<<"$kernels") kernels, all in the cubin"

@@ -1,6 +1,6 @@
 /* trainer.c — the GPU tests' in-process trainer (trainer.h). */
 #include "trainer.h"
-#include "step_plan.h"
+#include "plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ struct RtTrainer {
   PlanProgram prog;   /* the program the scoped graphs cut */
   ImgScope *scope;
   int nscope;
-  StepPlan p;         /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
+  Plan p;             /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
   RtExec *x;
   CpuData *data;
   uint64_t seed;
@@ -80,7 +80,7 @@ void rt_trainer_free(RtTrainer *tr) {
     rt_exec_free(tr->x);
     rt_close(&tr->d);
   }
-  step_plan_free(&tr->p);
+  plan_free(&tr->p);
   plan_program_free(&tr->prog);
   free(tr->scope);
   free(tr->tok), free(tr->tg), free(tr->seeds), free(tr->losses);
@@ -144,9 +144,9 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   tr->warmup = (int)s->model.cuda_graph_warmup_steps;
   tr->data = data;
   tr->seed = (uint64_t)s->train.seed;
-  /* The planned step, as `stepc plan` reports it and `stepc build` writes it (step_plan.h); the
+  /* The planned step, as `stepc plan` reports it and `stepc build` writes it (plan.h); the
    * executor runs the graph's order, which is the schedule's. */
-  int lrc = step_plan_build(s, 0, &tr->p, err, nerr);
+  int lrc = plan_build(s, 0, &tr->p, NULL, err, nerr);
   if (lrc != 0) {
     *status = lrc == LOWER_UNSUPPORTED ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
     rt_trainer_free(tr);

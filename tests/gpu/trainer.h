@@ -1,4 +1,4 @@
-/* trainer.h — the GPU tests' harness: a recipe planned in-process (the compiler's step_plan), the
+/* trainer.h — the GPU tests' harness: a recipe planned in-process (the compiler's plan_build), the
  * kernels compiled (NVRTC, cached) and loaded, parameters initialised as the CPU executor does, then steps run
  * eagerly, as one captured full-iteration CUDA graph, or with one captured graph per scope
  * instance (model.cuda_graph_impl). */

@@ -44,7 +44,7 @@ static int touches(const RtRec *r, const RtDevice *d, CUdeviceptr lo, CUdevicept
 }
 
 typedef struct {
-  StepPlan p;
+  Plan p;
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;

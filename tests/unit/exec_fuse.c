@@ -14,7 +14,7 @@
 #include "record_run.h"
 
 typedef struct {
-  StepPlan p;
+  Plan p;
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;

@@ -11,7 +11,7 @@
 #include "frontend/frontend.h"
 #include "runtime/cuda/exec.h"
 #include "runtime/record.h"
-#include "step_plan.h"
+#include "plan.h"
 #include "validate.h"
 
 static int failures;
@@ -27,7 +27,7 @@ static int failures;
 
 /* A planned step with its executor on a recording device (record_run_open's outputs). */
 typedef struct {
-  StepPlan p;
+  Plan p;
   RtDevice dev;
   RtRecorder rec;
   RtExec *x;
@@ -38,7 +38,7 @@ typedef struct {
  * printed. */
 static RtGenKernels record_run_gen;
 
-static int record_run_open(const char *recipe, const char **kv, int nkv, StepPlan *p, RtDevice *dev, RtRecorder *rec,
+static int record_run_open(const char *recipe, const char **kv, int nkv, Plan *p, RtDevice *dev, RtRecorder *rec,
                            RtExec **x) {
   memset(p, 0, sizeof *p);
   *x = NULL;
@@ -52,7 +52,7 @@ static int record_run_open(const char *recipe, const char **kv, int nkv, StepPla
   }
   diag_free(&d);
   char err[512] = "";
-  if (step_plan_build(&spec, 0, p, err, sizeof err) != 0) return fprintf(stderr, "%s: %s\n", recipe, err), -1;
+  if (plan_build(&spec, 0, p, NULL, err, sizeof err) != 0) return fprintf(stderr, "%s: %s\n", recipe, err), -1;
   rt_record_open(dev, rec, 132);
   ew_kernels_rt(&p->ew, &record_run_gen);
   dev->gen = &record_run_gen;
@@ -61,10 +61,10 @@ static int record_run_open(const char *recipe, const char **kv, int nkv, StepPla
   return *x ? 0 : (fprintf(stderr, "%s: %s\n", recipe, dev->err), -1);
 }
 
-static void record_run_close(StepPlan *p, RtRecorder *rec, RtExec *x) {
+static void record_run_close(Plan *p, RtRecorder *rec, RtExec *x) {
   rt_exec_free(x);
   rt_recorder_free(rec);
-  step_plan_free(p);
+  plan_free(p);
 }
 
 #endif
