@@ -87,15 +87,16 @@ static void check_data(VCtx *v) {
         "set data.path to a text file, or data.mock=true");
 }
 
-/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: plans and runs use bf16. */
+/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: the single-rank plan is bf16
+ * and a build refuses (compiler/codegen/executes.c). */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
   if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,
                "fp8=%s is checked against Megatron's rules, but stepc does not execute fp8 yet: the "
-               "single-rank plan and runs use bf16; the per-rank report counts what Transformer Engine "
-               "keeps in fp8",
+               "single-rank plan is bf16, the per-rank report counts what Transformer Engine keeps in fp8, "
+               "and a build or run refuses",
                s->model.fp8),
         "write model.fp8=null to plan what stepc will run");
 }

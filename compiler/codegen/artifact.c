@@ -307,6 +307,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
                    size_t nerr) {
   const char *dir = o->dir, *arch = o->arch ? o->arch : "sm_90";
   char path[PATH_MAX + 64];
+  if (artifact_refuse_unexecuted(spec, err, nerr) != ARTIFACT_OK) return ARTIFACT_UNSUPPORTED;
   if (artifact_mkdirs(dir) != 0) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);

@@ -32,6 +32,12 @@ typedef struct {
 
 enum { ARTIFACT_OK = 0, ARTIFACT_ERROR = -1, ARTIFACT_UNSUPPORTED = -2 };
 
+/* ARTIFACT_OK, or ARTIFACT_UNSUPPORTED with err ("file:line: model.fp8=hybrid asks for ...") when
+ * the recipe sets a field stepc checks and plans but does not execute yet (executes.c): fp8,
+ * tensor, pipeline, context and expert parallelism, activation offloading, low-precision optimizer
+ * state. artifact_build calls it first. */
+int artifact_refuse_unexecuted(const Spec *s, char *err, size_t nerr);
+
 /* The recipe as one Lua table literal: every field the raw (pre-validation) Spec holds a value
  * for, with data.path made absolute, so that the frontend loads back the same Spec. */
 int artifact_write_recipe(const Spec *raw, FILE *f);

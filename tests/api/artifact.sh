@@ -74,7 +74,8 @@ PY
 build tiny tiny
 build gpt2_small_llama gpt2_small_llama
 build llama3_2_1b llama3_2_1b
-build gpt3_paper gpt3_paper model.attention_backend=flash model.attention_dropout=0
+# (the paper's TP 8 x PP 8 layout is planned, not executed: the single-rank step the paper's no-parallelism row describes)
+build gpt3_paper gpt3_paper model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 model.sequence_parallel=false train.world_size=1 model.attention_backend=flash model.attention_dropout=0
 # unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE (an fp32
 # recipe: as such the CUDA backend does not run it and step.c says why; with bf16=true it does)
 build gpt3_tiny tests/recipes/gpt3_tiny.lua model.bf16=true
