@@ -224,7 +224,15 @@ static void check_moe_parallel(VCtx *v) {
   const SpecModel *m = M(s);
   bool a2a = v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "alltoall") ||
              v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "flex");
-  if (m->moe_shared_expert_overlap && !a2a)
+  /* transformer_config.py checks the dispatcher only inside `moe_shared_expert_intermediate_size is
+   * not None`: without shared experts the overlap flag does nothing. */
+  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size];
+  if (m->moe_shared_expert_overlap && !shared)
+    diag_hint(v_warn(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
+                     "moe_shared_expert_overlap does nothing: the model has no shared experts "
+                     "(moe_shared_expert_intermediate_size is null)"),
+              "drop model.moe_shared_expert_overlap");
+  else if (m->moe_shared_expert_overlap && !a2a)
     diag_hint(
         v_error(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
                 "moe_shared_expert_overlap only works with the alltoall or flex token dispatcher (it is %s)",
