@@ -88,7 +88,8 @@ static int find_regions(const Graph *g, const RecomputeConfig *c, RecomputeResul
      * (pipesplit.c), in layer order */
     const PipeSplit *ps = &c->split;
     int vpp = ps->pp > 1 ? ps->vpp : 1;
-    int n = c->num_layers > 0 ? c->num_layers : 1;
+    /* block with a count below 1 checkpoints no layer, as Megatron (core/recompute.py) */
+    int n = c->num_layers > 0 ? c->num_layers : c->block ? 0 : 1;
     for (int vc = 0; vc < vpp; vc++)
       for (int st = 0; st < ps->pp; st++) {
         int lo, cnt = pipe_chunk_layers(ps, st, vc, &lo), hi = lo + cnt - 1;

@@ -88,9 +88,15 @@ static void check_data(VCtx *v) {
 }
 
 /* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: the single-rank plan is bf16
- * and a build refuses (compiler/codegen/executes.c). */
+ * and a build refuses (compiler/codegen/executes.c).
+ * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
+  if (s->model.fp8_param && !s->present[SPEC_F_model_fp8])
+    diag_hint(v_error(v, "STEPC-51", SPEC_F_model_fp8_param,
+                      "fp8_param keeps the weights in fp8, but fp8 is null (Megatron's TransformerConfig "
+                      "raises: fp8_param must be used together with fp8 mode)"),
+              "set model.fp8 (e4m3 or hybrid), or drop model.fp8_param");
   if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,

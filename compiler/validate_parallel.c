@@ -98,6 +98,36 @@ static void check_tensor_parallel(VCtx *v) {
   }
 }
 
+/* STEPC-6 for hybrid (Mamba) stacks: stepc has no `|` segment syntax, and Megatron-LM's validate_args
+ * (training/arguments.py, the hybrid_layer_pattern block) asserts that a pipe-free pattern takes no
+ * virtual stages and no account_for_* split: its stages come from the pattern alone
+ * (core/models/hybrid/hybrid_layer_allocation.py select_pipeline_segment refuses VPP too). */
+static void check_hybrid_split(VCtx *v) {
+  const Spec *s = v->s;
+  if (!v_is_hybrid(s)) return;
+  const char *hint = "a hybrid stack splits over pipeline stages by num_layers (or "
+                     "num_layers_in_first/last_pipeline_stage) only";
+  if (s->present[SPEC_F_model_virtual_pipeline_model_parallel_size])
+    diag_hint(v_error(v, "STEPC-6", SPEC_F_model_virtual_pipeline_model_parallel_size,
+                      "virtual_pipeline_model_parallel_size is not supported with hybrid_override_pattern "
+                      "(Megatron derives a hybrid model's virtual stages from '|' segments of the pattern, "
+                      "which stepc does not have)"),
+              "write model.virtual_pipeline_model_parallel_size=null; %s", hint);
+  struct {
+    int field;
+    bool on;
+  } acc[] = {
+      {SPEC_F_model_account_for_embedding_in_pipeline_split, M(s)->account_for_embedding_in_pipeline_split},
+      {SPEC_F_model_account_for_loss_in_pipeline_split, M(s)->account_for_loss_in_pipeline_split}};
+  for (size_t i = 0; i < 2; i++)
+    if (acc[i].on)
+      diag_hint(v_error(v, "STEPC-6", acc[i].field,
+                        "%s is not supported with hybrid_override_pattern (Megatron-LM's validate_args "
+                        "asserts it)",
+                        spec_fields[acc[i].field].path),
+                "drop it; %s", hint);
+}
+
 /* STEPC-6..12: layers, ranks, sequence and batch. */
 static void check_layout(VCtx *v) {
   const Spec *s = v->s;
@@ -224,7 +254,15 @@ static void check_moe_parallel(VCtx *v) {
   const SpecModel *m = M(s);
   bool a2a = v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "alltoall") ||
              v_str_is(s, SPEC_F_model_moe_token_dispatcher_type, "flex");
-  if (m->moe_shared_expert_overlap && !a2a)
+  /* transformer_config.py checks the dispatcher only inside `moe_shared_expert_intermediate_size is
+   * not None`: without shared experts the overlap flag does nothing. */
+  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size];
+  if (m->moe_shared_expert_overlap && !shared)
+    diag_hint(v_warn(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
+                     "moe_shared_expert_overlap does nothing: the model has no shared experts "
+                     "(moe_shared_expert_intermediate_size is null)"),
+              "drop model.moe_shared_expert_overlap");
+  else if (m->moe_shared_expert_overlap && !a2a)
     diag_hint(
         v_error(v, "MCORE-62", SPEC_F_model_moe_shared_expert_overlap,
                 "moe_shared_expert_overlap only works with the alltoall or flex token dispatcher (it is %s)",
@@ -299,6 +337,7 @@ void validate_parallel(VCtx *v) {
   check_optimizer_precision(v);
   check_tensor_parallel(v);
   check_layout(v);
+  check_hybrid_split(v);
   check_moe_parallel(v);
   check_moe_padding(v);
 }

@@ -11,6 +11,27 @@
 #define F_NLAYERS SPEC_F_model_recompute_num_layers
 #define F_MODULES SPEC_F_model_recompute_modules
 
+/* STEPC-1: the layer count of full recompute. Megatron checks no lower bound (transformer_config.py
+ * only asks for a value); core/recompute.py's uniform loop advances by the count, so 0 or less never
+ * ends, while block checkpoints layers below the count, so 0 or less recomputes nothing. */
+static void check_layer_count(VCtx *v) {
+  const Spec *s = v->s;
+  int64_t n = s->model.recompute_num_layers;
+  if (!v_full(s) || !s->present[F_NLAYERS] || n >= 1) return;
+  if (v_str_is(s, F_METHOD, "block"))
+    diag_hint(v_warn(v, "STEPC-1", F_NLAYERS,
+                     "recompute_num_layers=%lld with recompute_method=block recomputes no layer (Megatron "
+                     "accepts it; the run keeps every activation)",
+                     (long long)n),
+              "set model.recompute_num_layers=1 or more, or drop full recompute");
+  else
+    diag_hint(v_error(v, "STEPC-1", F_NLAYERS,
+                      "recompute_num_layers=%lld must be at least 1 (Megatron's uniform method advances by "
+                      "it and loops forever)",
+                      (long long)n),
+              "set model.recompute_num_layers=1 or more, or drop full recompute");
+}
+
 /* MCORE-15..19, STEPC-1, STEPC-19: the full-recompute knobs. */
 static void check_granularity(VCtx *v) {
   const Spec *s = v->s;
@@ -23,22 +44,17 @@ static void check_granularity(VCtx *v) {
   if (v_full(s) && !s->present[F_NLAYERS])
     diag_hint(v_error(v, "MCORE-16", F_GRAN, "recompute_granularity=full needs recompute_num_layers"),
               "add model.recompute_num_layers=1 (one checkpoint per layer)");
-  if (s->present[F_NLAYERS] && m->recompute_num_layers < 1)
-    diag_hint(v_error(v, "STEPC-1", F_NLAYERS,
-                      "recompute_num_layers=%lld must be at least 1 (Megatron's uniform method loops forever "
-                      "on 0; block recomputes nothing)",
-                      (long long)m->recompute_num_layers),
-              "set model.recompute_num_layers=1 or more, or drop full recompute");
+  check_layer_count(v);
   if (v_selective(s) && s->present[F_NLAYERS])
     diag_hint(v_error(v, "MCORE-18", F_NLAYERS,
                       "recompute_granularity=selective needs recompute_num_layers to be null (it is %lld)",
                       (long long)m->recompute_num_layers),
               "write model.recompute_num_layers=null, or use recompute_granularity=full");
   if (v_selective(s) && s->present[F_METHOD])
-    diag_hint(v_warn(v, "MCORE-19", F_METHOD,
-                     "recompute_method=%s is ignored under selective granularity (Megatron-LM's command line "
-                     "rejects it; Megatron Core and Bridge accept it)",
-                     m->recompute_method),
+    diag_hint(v_error(v, "MCORE-19", F_METHOD,
+                      "recompute_method=%s is not supported under selective granularity (Megatron-LM's "
+                      "validate_args asserts recompute_method is None)",
+                      m->recompute_method),
               "write model.recompute_method=null");
   int64_t chunk = v_layers_per_chunk(s);
   if (v_full(s) && s->present[F_NLAYERS] && chunk > 0 && m->recompute_num_layers > chunk)
@@ -62,17 +78,17 @@ static void check_distribute(VCtx *v) {
                 "input is already split over TP",
                 v_at(v, SPEC_F_model_sequence_parallel)),
         "drop model.distribute_saved_activations");
+  /* megatron/training/arguments.py validate_args asserts both (TP > 1, full granularity). */
   if (!v_full(s))
-    diag_hint(v_warn(v, "MCORE-21", F,
-                     "distribute_saved_activations only acts under recompute_granularity=full; here it is "
-                     "silently ignored (Megatron-LM's command line rejects it)"),
+    diag_hint(v_error(v, "MCORE-21", F,
+                      "distribute_saved_activations needs recompute_granularity=full (Megatron-LM's "
+                      "validate_args asserts it; Megatron Core would ignore it)"),
               "drop model.distribute_saved_activations, or use full recompute");
-  else if (s->model.tensor_model_parallel_size == 1)
-    diag_hint(
-        v_warn(v, "MCORE-21", F,
-               "distribute_saved_activations splits saved layer inputs over TP ranks, but "
-               "tensor_model_parallel_size=1: nothing to split (Megatron-LM's command line rejects it)"),
-        "drop model.distribute_saved_activations, or raise model.tensor_model_parallel_size");
+  if (s->model.tensor_model_parallel_size == 1)
+    diag_hint(v_error(v, "MCORE-21", F,
+                      "distribute_saved_activations splits saved layer inputs over TP ranks, but "
+                      "tensor_model_parallel_size=1 (Megatron-LM's validate_args asserts TP > 1)"),
+              "drop model.distribute_saved_activations, or raise model.tensor_model_parallel_size");
 }
 
 /* STEPC-22, STEPC-23: recompute settings that the granularity makes meaningless. */

@@ -80,7 +80,16 @@ DEFAULTS = dict(
     cpu_offloading=False, cpu_offloading_num_layers=0, cuda_graph_impl="none", cuda_graph_modules=[],
     check_for_nan_in_loss_and_grad=True, num_layers_in_first_pipeline_stage=None,
     num_layers_in_last_pipeline_stage=None, account_for_embedding_in_pipeline_split=False,
-    account_for_loss_in_pipeline_split=False)
+    account_for_loss_in_pipeline_split=False,
+    # the recipe fields of the random configurations (configs.RECIPES); these values are the ones the
+    # two fixed bases imply, so their command line is as before
+    normalization="RMSNorm", activation="swiglu", add_bias_linear=False, position_embedding_type="rope",
+    attention_backend="auto", multi_latent_attention=False, kv_lora_rank=None, qk_head_dim=None,
+    qk_pos_emb_head_dim=None, v_head_dim=None, moe_layer_freq=None, moe_flex_dispatcher_backend=None,
+    hybrid_override_pattern=None, mamba_state_dim=None, mamba_head_dim=None, mamba_num_heads=None,
+    mamba_num_groups=None, distribute_saved_activations=False, use_distributed_optimizer=False,
+    fp8_param=False, use_precision_aware_optimizer=False, main_grads_dtype="fp32", exp_avg_dtype="fp32",
+    exp_avg_sq_dtype="fp32")
 
 
 def parse_value(v):
@@ -136,17 +145,55 @@ OPTIONAL_FLAGS = [
     ("recompute_modules", "--recompute-modules", False),
     ("cpu_offloading_num_layers", "--cpu-offloading-num-layers", False),
     ("cuda_graph_modules", "--cuda-graph-modules", False),
+    ("distribute_saved_activations", "--distribute-saved-activations", False),
+    ("moe_flex_dispatcher_backend", "--moe-flex-dispatcher-backend", True),
+    ("kv_lora_rank", "--kv-lora-rank", False),
+    ("qk_head_dim", "--qk-head-dim", False),
+    ("qk_pos_emb_head_dim", "--qk-pos-emb-head-dim", False),
+    ("v_head_dim", "--v-head-dim", False),
+    ("hybrid_override_pattern", "--hybrid-layer-pattern", False),
+    ("mamba_state_dim", "--mamba-state-dim", False),
+    ("mamba_head_dim", "--mamba-head-dim", False),
+    ("mamba_num_heads", "--mamba-num-heads", False),
+    ("mamba_num_groups", "--mamba-num-groups", False),
+    ("use_distributed_optimizer", "--use-distributed-optimizer", False),
+    ("fp8_param", "--fp8-param-gather", False),
+    ("use_precision_aware_optimizer", "--use-precision-aware-optimizer", False),
 ]
+
+# Fields whose explicit 0 is a value of its own (the flag's default is None), passed as 0.
+ZERO_PASSED = {"recompute_num_layers"}
+
+
+def recipe_argv(f):
+    """The flags of a recipe's architecture that differ from the llama base (RMSNorm, SwiGLU, no
+    bias, RoPE, GQA), as pretrain_gpt.py / pretrain_hybrid.py take them."""
+    a = ["--normalization", f["normalization"]]
+    a += {"swiglu": ["--swiglu"], "squared_relu": ["--squared-relu"], "gelu": []}[f["activation"]]
+    a += [] if f["add_bias_linear"] else ["--disable-bias-linear"]
+    a += ["--position-embedding-type", f["position_embedding_type"]]
+    if f["position_embedding_type"] == "rope":
+        a += ["--no-rope-fusion"]
+    if f["num_query_groups"] is not None and not f["multi_latent_attention"]:
+        a += ["--group-query-attention", "--num-query-groups", f["num_query_groups"]]
+    if f["multi_latent_attention"]:
+        a += ["--multi-latent-attention"]
+    if f["attention_backend"] != "auto":
+        a += ["--attention-backend", f["attention_backend"]]
+    if f["moe_layer_freq"] is not None and f["num_moe_experts"] is not None:
+        a += ["--moe-layer-freq", "[" + ",".join(str(x) for x in f["moe_layer_freq"]) + "]"]
+    for k in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if f[k] != "fp32":
+            a += ["--" + k.replace("_", "-"), f[k]]
+    return a
 
 
 def argv_of(f):
     a = ["--num-layers", f["num_layers"], "--hidden-size", f["hidden_size"],
-         "--num-attention-heads", f["num_attention_heads"],
-         "--group-query-attention", "--num-query-groups", f["num_query_groups"],
+         "--num-attention-heads", f["num_attention_heads"], *recipe_argv(f),
          "--ffn-hidden-size", f["ffn_hidden_size"], "--seq-length", f["seq_length"],
          "--max-position-embeddings", f["seq_length"], "--micro-batch-size", f["micro_batch_size"],
-         "--global-batch-size", f["global_batch_size"], "--bf16", "--normalization", "RMSNorm",
-         "--swiglu", "--disable-bias-linear", "--position-embedding-type", "rope", "--no-rope-fusion",
+         "--global-batch-size", f["global_batch_size"], "--bf16",
          "--attention-dropout", f["attention_dropout"], "--hidden-dropout", f["hidden_dropout"],
          "--mock-data", "--train-iters", 20, "--lr", 3e-4, "--vocab-size", 32000,
          "--tokenizer-type", "NullTokenizer",
@@ -166,7 +213,7 @@ def argv_of(f):
         a += ["--no-check-for-nan-in-loss-and-grad"]
     for field, flag, only_moe in OPTIONAL_FLAGS:
         v = f[field]
-        if (only_moe and not moe) or v is None or v is False or v == [] or v == 0:
+        if (only_moe and not moe) or v is None or v is False or v == [] or (v == 0 and field not in ZERO_PASSED):
             continue
         a += [flag] if v is True else [flag, *v] if isinstance(v, list) else [flag, v]
     return [str(x) for x in a]
@@ -191,11 +238,22 @@ def build_checks(f, cfg):
             return f"attention.py: divide(num_attention_heads {heads}, tp {tp})"
     elif heads % g:
         return f"attention.py: divide(num_attention_heads {heads}, num_query_groups {g})"
-    # tensor_parallel/layers.py ColumnParallelLinear: divide(output_size, tp) for linear_qkv.
-    if ((heads + 2 * g) * kv) % tp:
+    # Transformer Engine's DotProductAttention (the core attention of Megatron's default TE layer
+    # spec) asserts num_attention_heads % num_gqa_groups == 0 when it is built.
+    if heads % g:
+        return f"TE DotProductAttention: num_attention_heads {heads} % num_gqa_groups {g}"
+    # tensor_parallel/layers.py ColumnParallelLinear: divide(output_size, tp) for linear_qkv (MLA
+    # has no linear_qkv; its heads are Attention's, checked above).
+    if not cfg.multi_latent_attention and ((heads + 2 * g) * kv) % tp:
         return "layers.py: linear_qkv output not divisible by tp"
-    # mlp.py / layers.py: the dense MLP widths are split over TP (gated: 2*ffn).
-    dense = cfg.num_moe_experts is None
+    why = mamba_checks(f, cfg, tp)
+    if why:
+        return why
+    # mlp.py / layers.py: the dense MLP widths are split over TP (gated: 2*ffn); a MoE model has
+    # dense layers where moe_layer_freq has a 0 (GPT) or the hybrid pattern a '-'.
+    pattern = f["hybrid_override_pattern"]
+    freq = cfg.moe_layer_freq if isinstance(cfg.moe_layer_freq, list) else [1]
+    dense = cfg.num_moe_experts is None or (("-" in pattern) if pattern else 0 in freq)
     if dense and cfg.ffn_hidden_size % tp:
         return f"layers.py: divide(ffn_hidden_size {cfg.ffn_hidden_size}, tp {tp})"
     if cfg.num_moe_experts is not None:
@@ -221,6 +279,8 @@ def build_checks(f, cfg):
     # (not restated) for every pipeline rank and virtual stage, as each rank does when it builds
     # its model chunks; it asserts that the layers divide evenly over the stages and chunks
     # unless num_layers_in_first/last_pipeline_stage place them.
+    if f["hybrid_override_pattern"]:
+        return hybrid_split(f, cfg)
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
     vpp = cfg.virtual_pipeline_model_parallel_size
     for pp_rank in range(pp):
@@ -230,6 +290,53 @@ def build_checks(f, cfg):
             except AssertionError as e:
                 return f"transformer_block.py get_num_layers_to_build: {str(e).split(chr(10))[0].strip()}"
     # global batch: whole micro-batches per step (validate_args checks the same; kept for safety).
+    return None
+
+
+def mamba_checks(f, cfg, tp):
+    """core/ssm/mamba_mixer.py MambaMixer.__init__ (lines 241-274 at d98e8a64): the heads, the groups
+    and TP, restated (the mixer needs process groups)."""
+    if not (f["hybrid_override_pattern"] and "M" in f["hybrid_override_pattern"]):
+        return None
+    nheads = cfg.mamba_num_heads or (2 * cfg.hidden_size) // cfg.mamba_head_dim
+    if cfg.mamba_num_heads is None and (2 * cfg.hidden_size) % cfg.mamba_head_dim:
+        return "mamba_mixer.py: d_inner % headdim"
+    if nheads % tp:
+        return "mamba_mixer.py: nheads % tp_size"
+    if cfg.mamba_num_groups % tp:
+        return "mamba_mixer.py: ngroups % tp_size"
+    if nheads % cfg.mamba_num_groups:
+        return "mamba_mixer.py: nheads % ngroups"
+    return None
+
+
+class _Group:
+    """A pipeline process group of one rank, for select_pipeline_segment."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+
+def hybrid_split(f, cfg):
+    """core/models/hybrid/hybrid_model.py builds its layers with select_pipeline_segment
+    (hybrid_layer_allocation.py), not get_num_layers_to_build; called as Megatron calls it, once
+    per pipeline rank, with torch.distributed's rank/size answered for the group."""
+    import torch.distributed as dist
+    from megatron.core.models.hybrid import hybrid_layer_allocation as H
+    saved = dist.get_rank, dist.get_world_size
+    dist.get_rank = lambda g=None: g.rank
+    dist.get_world_size = lambda g=None: g.size
+    H.log_on_each_pipeline_stage = lambda *a, **k: None
+    try:
+        pp = cfg.pipeline_model_parallel_size
+        for r in range(pp):
+            H.select_pipeline_segment(f["hybrid_override_pattern"], _Group(r, pp) if pp > 1 else None, None,
+                                      cfg.num_layers_in_first_pipeline_stage,
+                                      cfg.num_layers_in_last_pipeline_stage)
+    except ValueError as e:
+        return f"hybrid_layer_allocation.py select_pipeline_segment: {str(e).splitlines()[0]}"
+    finally:
+        dist.get_rank, dist.get_world_size = saved
     return None
 
 
