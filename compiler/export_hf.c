@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hf_config.h"
 #include "ir.h"
 #include "runtime/safetensors.h"
 
@@ -151,6 +152,88 @@ static int open_params(const char *src, StReader *r, char *err, size_t nerr) {
   return st_open(r, path, err, nerr);
 }
 
+/* Whether name is the HF name (hf) or stepc name (!hf) of an entry of map[0..n). */
+static bool mapped(const Map *map, int n, const char *name, bool hf) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(hf ? map[i].hf : map[i].stepc, name)) return true;
+  return false;
+}
+
+/* A tensor of r the recipe has no place for (another layer count, an untied head into a tied
+ * recipe, biases): refused rather than dropped. HF's rotary inverse frequencies are buffers, not
+ * weights. */
+static int no_leftover(const Spec *s, const StReader *r, const Map *map, int n, bool hf, char *err, size_t nerr) {
+  for (int i = 0; i < r->n; i++) {
+    const char *name = r->e[i].name;
+    if (mapped(map, n, name, hf) || (hf && strstr(name, "rotary_emb.inv_freq"))) continue;
+    return fail(err, nerr,
+                "%s holds %s, which the recipe has no place for (it has %lld layers and %s output layer): it would "
+                "be dropped; use the recipe the weights were made with",
+                r->path, name, (long long)s->model.num_layers,
+                s->model.share_embeddings_and_output_weights ? "a tied" : "an untied");
+  }
+  return 0;
+}
+
+/* The HF directory's tensors: model.safetensors, or the shards model.safetensors.index.json names. */
+typedef struct {
+  StReader *r;
+  int n;
+} Shards;
+
+static void shards_close(Shards *sh) {
+  for (int i = 0; i < sh->n; i++) st_close(&sh->r[i]);
+  free(sh->r);
+  sh->r = NULL, sh->n = 0;
+}
+
+static int shard_add(Shards *sh, const char *dir, const char *file, char *err, size_t nerr) {
+  for (int i = 0; i < sh->n; i++) {
+    const char *base = strrchr(sh->r[i].path, '/');
+    if (!strcmp(base ? base + 1 : sh->r[i].path, file)) return i;
+  }
+  if (!file[0] || strchr(file, '/') || !strcmp(file, "..") || sh->n >= 4096)
+    return fail(err, nerr, "%s/model.safetensors.index.json names the shard \"%s\": not a file of the directory", dir, file);
+  StReader *r = realloc(sh->r, (size_t)(sh->n + 1) * sizeof *r);
+  if (!r) return fail(err, nerr, "out of memory");
+  sh->r = r;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (st_open(&sh->r[sh->n], path, err, nerr) != 0) return -1;
+  return sh->n++;
+}
+
+static int shards_open(const char *dir, Shards *sh, char *err, size_t nerr) {
+  char path[1100];
+  struct stat sb;
+  memset(sh, 0, sizeof *sh);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  if (lstat(path, &sb) != 0) return shard_add(sh, dir, "model.safetensors", err, nerr) < 0 ? -1 : 0;
+  char *text, file[256], name[ST_NAME_MAX];
+  JsonSpan root, wm, v;
+  if (hf_json_file(path, &text, &root, err, nerr) != 0) return -1;
+  int rc = json_member(root, "weight_map", &wm) == 1 && json_is_object(wm) ? 0 : fail(err, nerr, "%s has no weight_map object", path);
+  size_t at = 0;
+  int more;
+  while (!rc && (more = json_member_next(wm, &at, name, sizeof name, &v)) != 0) {
+    int k = more < 0 || json_string(v, file, sizeof file) != 0 ? fail(err, nerr, "%s: a weight_map entry is malformed", path)
+                                                                : shard_add(sh, dir, file, err, nerr);
+    if (k < 0) rc = -1;
+    else if (!st_find(&sh->r[k], name)) rc = fail(err, nerr, "%s maps %s to %s, which does not hold it", path, name, file);
+  }
+  free(text);
+  if (rc) shards_close(sh);
+  return rc;
+}
+
+static const StEntry *shards_find(Shards *sh, const char *name, StReader **r) {
+  for (int i = 0; i < sh->n; i++) {
+    const StEntry *e = st_find(&sh->r[i], name);
+    if (e) return *r = &sh->r[i], e;
+  }
+  return NULL;
+}
+
 int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
   if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
@@ -163,7 +246,8 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const StEntry *emb = st_find(&r, "embedding.word_embeddings.weight");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
+    if (no_leftover(s, &r, map, n, false, err, nerr) != 0) rc = -1;
+    else if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
     else if (copy_rows(&r, path, map, n, err, nerr) == 0) rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
     st_close(&r);
   }
@@ -174,14 +258,13 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
 int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
   if (why) return fail(err, nerr, "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
+  if (hf_config_check(s, dir, err, nerr) != 0) return -1;
   int cap = 9 * (int)s->model.num_layers + 3;
   Map *map = calloc((size_t)cap, sizeof *map);
-  StReader r;
+  Shards sh;
   int rc = -1;
-  char path[1100];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
   if (!map) return fail(err, nerr, "out of memory");
-  if (st_open(&r, path, err, nerr) != 0) {
+  if (shards_open(dir, &sh, err, nerr) != 0) {
     free(map);
     return -1;
   }
@@ -195,16 +278,19 @@ int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t
     snprintf(err, nerr, "out of memory");
     goto done;
   }
+  for (int k = 0; k < sh.n; k++)
+    if (no_leftover(s, &sh.r[k], map, n, true, err, nerr) != 0) goto done;
   for (int i = 0; i < n; i++) { /* stepc tensors in map order, each its run of pieces */
-    const StEntry *p = st_find(&r, map[i].hf);
+    StReader *r = NULL;
+    const StEntry *p = shards_find(&sh, map[i].hf, &r);
     if (!p) {
-      snprintf(err, nerr, "%s has no tensor %s", path, map[i].hf);
+      snprintf(err, nerr, "%s has no tensor %s", dir, map[i].hf);
       goto done;
     }
-    if (!shape_is(p, path, map[i].rows < 0 ? map[i].total : map[i].rows, map[i].cols, err, nerr)) goto done;
+    if (!shape_is(p, r->path, map[i].rows < 0 ? map[i].total : map[i].rows, map[i].cols, err, nerr)) goto done;
     if (m > 0 && !strcmp(e[m - 1].name, map[i].stepc)) {
       if (strcmp(e[m - 1].dtype, p->dtype)) {
-        snprintf(err, nerr, "%s: %s's dtype differs from its neighbours'", path, map[i].hf);
+        snprintf(err, nerr, "%s: %s's dtype differs from its neighbours'", r->path, map[i].hf);
         goto done;
       }
       e[m - 1].shape[0] += p->shape[0];
@@ -224,8 +310,9 @@ int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t
     unsigned char *buf = malloc((size_t)(e[k].end - e[k].begin) + 1);
     size_t at = 0;
     for (int i = first[k]; i < first[k] + count[k] && buf && !rc; i++) {
-      const StEntry *p = st_find(&r, map[i].hf);
-      if (st_read(&r, p, buf + at, err, nerr) != 0) rc = -1;
+      StReader *r = NULL;
+      const StEntry *p = shards_find(&sh, map[i].hf, &r);
+      if (st_read(r, p, buf + at, err, nerr) != 0) rc = -1;
       at += (size_t)(p->end - p->begin);
     }
     if (!buf) rc = -1, snprintf(err, nerr, "out of memory");
@@ -236,6 +323,6 @@ int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t
   else if (st_write_end(&w, err, nerr) != 0) rc = -1;
 done:
   free(e), free(first), free(count), free(map);
-  st_close(&r);
+  shards_close(&sh);
   return rc;
 }

@@ -141,7 +141,7 @@ def main():
     ov = [o for o in OV if not o.startswith("model.num_layers")] + ["model.num_layers=2"]
     r = subprocess.run([stepc_bin, "import", recipe, *ov, "model.hidden_size=256", "--from", hf, "-o",
                         os.path.join(tmp, "wide.safetensors")], capture_output=True, text=True)
-    wrong = r.returncode == 4 and "[256, 128]; the recipe's is [256, 256]" in r.stderr
+    wrong = r.returncode == 4 and "config.json: hidden_size is 128 where the recipe's model.hidden_size is 256" in r.stderr
     print(f"an import into other shapes refused: {wrong} ({r.stderr.strip()})")
     r = subprocess.run([stepc_bin, "export", recipe, *OV, "model.ffn_hidden_size=256", "--from", params, "-o",
                         os.path.join(tmp, "narrow")], capture_output=True, text=True)

@@ -1,0 +1,147 @@
+/* hf_config.c — a Hugging Face Llama config.json held against the recipe (hf_config.h). */
+#include "hf_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "json_read.h"
+
+enum { HF_CONFIG_MAX_BYTES = 1 << 20 };
+
+/* The file's text (NUL-terminated, malloc'd), or NULL with err: a regular file of at most 1 MiB,
+ * opened without blocking on a FIFO or following a final symbolic link to a device. */
+static char *read_small(const char *path, size_t *n, char *err, size_t nerr) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0) return snprintf(err, nerr, "cannot open %s: %s", path, strerror(errno)), NULL;
+  char *text = NULL;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    snprintf(err, nerr, "%s is not a regular file", path);
+  else if (sb.st_size > HF_CONFIG_MAX_BYTES)
+    snprintf(err, nerr, "%s is larger than 1 MiB", path);
+  else if (!(text = malloc((size_t)sb.st_size + 1)))
+    snprintf(err, nerr, "out of memory");
+  else if (read(fd, text, (size_t)sb.st_size) != (ssize_t)sb.st_size) {
+    snprintf(err, nerr, "cannot read %s", path);
+    free(text), text = NULL;
+  } else
+    text[sb.st_size] = 0, *n = (size_t)sb.st_size;
+  close(fd);
+  return text;
+}
+
+int hf_json_file(const char *path, char **text, JsonSpan *root, char *err, size_t nerr) {
+  size_t n = 0;
+  if (!(*text = read_small(path, &n, err, nerr))) return -1;
+  if (json_value(*text, n, root) != 0 || !json_is_object(*root)) {
+    free(*text), *text = NULL;
+    return snprintf(err, nerr, "%s is not a JSON object", path), -1;
+  }
+  return 0;
+}
+
+/* One config key against one recipe value: the key's default when absent (HF's LlamaConfig). */
+typedef struct {
+  const char *key;
+  int field;   /* the recipe field it must equal (SPEC_F_*), -1 a fixed expectation */
+  double want; /* the recipe's value (numbers and booleans as 0/1) */
+  double dflt; /* HF's default; NAN: required */
+  bool is_bool;
+} Expect;
+
+static int check_number(const char *path, JsonSpan root, const Expect *x, const Spec *s, char *err,
+                        size_t nerr) {
+  JsonSpan v;
+  double got = x->dflt;
+  bool b;
+  int rc = json_member(root, x->key, &v);
+  if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
+  if (rc == 1 && (x->is_bool ? json_bool(v, &b) : json_number(v, &got)) != 0)
+    return snprintf(err, nerr, "%s: %s is not a %s", path, x->key, x->is_bool ? "boolean" : "number"), -1;
+  if (rc == 1 && x->is_bool) got = b;
+  if (rc == 0 && isnan(x->dflt)) return snprintf(err, nerr, "%s has no %s", path, x->key), -1;
+  if (got == x->want || fabs(got - x->want) <= 1e-12 * fabs(x->want)) return 0;
+  if (x->field < 0)
+    return snprintf(err, nerr, "%s: %s is %s; stepc's Llama has %s, so the import would train another model",
+                    path, x->key, x->is_bool ? (got ? "true" : "false") : "set",
+                    x->is_bool ? (x->want ? "true" : "false") : "none"),
+           -1;
+  const char *where = s->where[x->field][0] ? s->where[x->field] : "its default";
+  char g[32], w[32];
+  if (x->is_bool)
+    snprintf(g, sizeof g, "%s", got ? "true" : "false"),
+        snprintf(w, sizeof w, "%s", x->want ? "true" : "false");
+  else
+    snprintf(g, sizeof g, "%.10g", got), snprintf(w, sizeof w, "%.10g", x->want);
+  return snprintf(
+             err, nerr,
+             "%s: %s is %s where the recipe's %s is %s (%s): the import would train another model; set %s=%s",
+             path, x->key, g, spec_fields[x->field].path, w, where, spec_fields[x->field].path, g),
+         -1;
+}
+
+static int check_strings(const char *path, JsonSpan root, char *err, size_t nerr) {
+  const struct {
+    const char *key, *want, *dflt;
+  } str[] = {{"model_type", "llama", NULL}, {"hidden_act", "silu", "silu"}};
+  for (size_t i = 0; i < sizeof str / sizeof str[0]; i++) {
+    JsonSpan v;
+    char got[64];
+    int rc = json_member(root, str[i].key, &v);
+    if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
+    if (rc == 0 && !str[i].dflt) return snprintf(err, nerr, "%s has no %s", path, str[i].key), -1;
+    if (rc == 1 && json_string(v, got, sizeof got) != 0)
+      return snprintf(err, nerr, "%s: %s is not a string", path, str[i].key), -1;
+    if (strcmp(rc == 1 ? got : str[i].dflt, str[i].want))
+      return snprintf(err, nerr, "%s: %s is \"%s\"; stepc reads %s \"%s\" only", path, str[i].key, got,
+                      str[i].key, str[i].want),
+             -1;
+  }
+  JsonSpan v;
+  int rc = json_member(root, "rope_scaling", &v);
+  if (rc == 1 && !json_is_null(v))
+    return snprintf(err, nerr,
+                    "%s: rope_scaling is set (Llama 3.1/3.2 frequency scaling); stepc's RoPE has no scaling "
+                    "yet, so "
+                    "the import would train with other frequencies than the model was trained with",
+                    path),
+           -1;
+  return rc < 0 ? (snprintf(err, nerr, "%s is malformed JSON", path), -1) : 0;
+}
+
+int hf_config_check(const Spec *s, const char *dir, char *err, size_t nerr) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  char *text;
+  JsonSpan root;
+  if (hf_json_file(path, &text, &root, err, nerr) != 0) return -1;
+  const SpecModel *m = &s->model;
+  double heads = (double)m->num_attention_heads;
+  const Expect ex[] = {
+      {"hidden_size", SPEC_F_model_hidden_size, (double)m->hidden_size, NAN, false},
+      {"intermediate_size", SPEC_F_model_ffn_hidden_size, (double)spec_ffn_hidden_size(s), NAN, false},
+      {"num_hidden_layers", SPEC_F_model_num_layers, (double)m->num_layers, NAN, false},
+      {"num_attention_heads", SPEC_F_model_num_attention_heads, heads, NAN, false},
+      {"num_key_value_heads", SPEC_F_model_num_query_groups, (double)spec_num_query_groups(s), heads, false},
+      {"head_dim", SPEC_F_model_kv_channels, (double)spec_kv_channels(s), (double)m->hidden_size / heads,
+       false},
+      {"vocab_size", SPEC_F_model_vocab_size, (double)m->vocab_size, NAN, false},
+      {"rms_norm_eps", SPEC_F_model_layernorm_epsilon, m->layernorm_epsilon, 1e-6, false},
+      {"rope_theta", SPEC_F_model_rotary_base, m->rotary_base, 10000, false},
+      {"tie_word_embeddings", SPEC_F_model_share_embeddings_and_output_weights,
+       m->share_embeddings_and_output_weights, 0, true},
+      {"attention_bias", -1, 0, 0, true},
+      {"mlp_bias", -1, 0, 0, true},
+  };
+  int rc = check_strings(path, root, err, nerr);
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0] && rc == 0; i++)
+    rc = check_number(path, root, &ex[i], s, err, nerr);
+  free(text);
+  return rc;
+}

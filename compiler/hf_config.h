@@ -1,0 +1,22 @@
+/* hf_config.h — a Hugging Face Llama directory's config.json against the recipe, so that `stepc
+ * import` never loads weights into another model than they were trained for: every architecture
+ * key stepc's Llama depends on must equal the recipe's field (model_type llama, sizes, heads, KV
+ * heads, head_dim, vocabulary, rms_norm_eps, rope_theta, tie_word_embeddings), and what stepc's
+ * Llama lacks must be absent (hidden_act other than silu, attention_bias, mlp_bias, rope_scaling).
+ * An absent key takes HF LlamaConfig's default; a key without one is required. */
+#ifndef STEPC_HF_CONFIG_H
+#define STEPC_HF_CONFIG_H
+
+#include <stddef.h>
+
+#include "json_read.h"
+#include "spec.h"
+
+/* 0, or -1 with err naming the file, the key, both values and the recipe field's location. */
+int hf_config_check(const Spec *s, const char *dir, char *err, size_t nerr);
+
+/* A small JSON file (≤ 1 MiB, a regular file) as an object: *text malloc'd (the caller frees it),
+ * root its span. 0, or -1 with err. */
+int hf_json_file(const char *path, char **text, JsonSpan *root, char *err, size_t nerr);
+
+#endif

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""hf_import.py STEPC — `stepc import` and `stepc export` never train another model than the weights
+were made for. Hugging Face Llama directories are written here by hand (config.json as
+transformers' LlamaConfig writes it, safetensors files with HF's names) for models/tiny.lua's shape:
+the good directory imports, sharded or not (byte-identical parameters); each config key that
+changes the model (rope_theta, hidden_act, biases, rms_norm_eps, rope_scaling, the layer count, a
+missing config.json) and each tensor the recipe has no place for (an extra layer, an untied head
+into a tied recipe) is refused with the key or tensor named; an export through a recipe with fewer
+layers than its source is refused instead of truncated, and an export imports back bit for bit."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import random
+import tempfile
+
+STEPC = sys.argv[1]
+L, D, H, G, F, V = 4, 128, 4, 2, 352, 256
+HD = D // H
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what)
+    else:
+        print("ok:", what)
+
+
+def tensors(layers=L, lm_head=True, seed=0):
+    rng = random.Random(seed)
+    t = {}
+
+    def w(name, *shape):
+        n = 1
+        for d in shape:
+            n *= d
+        t[name] = (list(shape), rng.randbytes(2 * n))  # bf16 bits
+
+    w("model.embed_tokens.weight", V, D)
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        w(p + "input_layernorm.weight", D)
+        w(p + "self_attn.q_proj.weight", H * HD, D)
+        w(p + "self_attn.k_proj.weight", G * HD, D)
+        w(p + "self_attn.v_proj.weight", G * HD, D)
+        w(p + "self_attn.o_proj.weight", D, H * HD)
+        w(p + "post_attention_layernorm.weight", D)
+        w(p + "mlp.gate_proj.weight", F, D)
+        w(p + "mlp.up_proj.weight", F, D)
+        w(p + "mlp.down_proj.weight", D, F)
+    w("model.norm.weight", D)
+    if lm_head:
+        w("lm_head.weight", V, D)
+    return t
+
+
+def write_st(path, t):
+    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, (shape, b) in t.items():
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
+
+
+CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D, "intermediate_size": F,
+          "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": G, "head_dim": HD,
+          "vocab_size": V, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+          "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+          "rope_scaling": None, "torch_dtype": "bfloat16"}
+
+
+def hf_dir(root, name, config=CONFIG, t=None, shards=1):
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    if config is not None:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f)
+    t = tensors() if t is None else t
+    if shards == 1:
+        write_st(os.path.join(d, "model.safetensors"), t)
+        return d
+    names, wm = list(t), {}
+    for s in range(shards):
+        part = names[s::shards]
+        fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_st(os.path.join(d, fn), {k: t[k] for k in part})
+        wm.update({k: fn for k in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f)
+    return d
+
+
+def stepc(*args):
+    p = subprocess.run([STEPC, *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def refused(root, what, d, want, *overrides):
+    rc, out = stepc("import", "models/tiny.lua", *overrides, "--from", d, "-o", os.path.join(root, what + ".st"))
+    check(rc == 4 and want in out and not os.path.exists(os.path.join(root, what + ".st")),
+          f"{what}: refused (exit {rc}) naming '{want}'" + ("" if want in out else f"; said: {out.strip()}"))
+
+
+with tempfile.TemporaryDirectory() as root:
+    good = hf_dir(root, "good")
+    out = os.path.join(root, "good.st")
+    rc, msg = stepc("import", "models/tiny.lua", "--from", good, "-o", out)
+    check(rc == 0, f"a faithful directory imports ({msg.strip()})")
+    t, p = tensors(), read_st(out) if rc == 0 else {}
+    q = b"".join(t[f"model.layers.1.self_attn.{x}_proj.weight"][1] for x in "qkv")
+    check(p.get("layers.1.self_attention.linear_qkv.weight") == q, "q, k, v rows concatenate into linear_qkv")
+
+    sharded = hf_dir(root, "sharded", shards=3)
+    rc, msg = stepc("import", "models/tiny.lua", "--from", sharded, "-o", os.path.join(root, "sharded.st"))
+    check(rc == 0 and read_st(os.path.join(root, "sharded.st")) == p, f"a sharded directory imports the same bytes ({msg.strip()})")
+
+    for key, value, want in [("rope_theta", 500000.0, "rope_theta is 500000 where the recipe's model.rotary_base is 10000"),
+                             ("hidden_act", "gelu", "hidden_act is \"gelu\""),
+                             ("attention_bias", True, "attention_bias is true"),
+                             ("mlp_bias", True, "mlp_bias is true"),
+                             ("rms_norm_eps", 1e-6, "rms_norm_eps is 1e-06 where the recipe's model.layernorm_epsilon"),
+                             ("rope_scaling", {"rope_type": "llama3", "factor": 32.0}, "rope_scaling is set"),
+                             ("num_key_value_heads", 4, "num_key_value_heads is 4"),
+                             ("model_type", "mistral", "model_type is \"mistral\""),
+                             ("tie_word_embeddings", True, "tie_word_embeddings is true where the recipe's model.share_embeddings_and_output_weights is false")]:
+        refused(root, "cfg_" + key, hf_dir(root, "cfg_" + key, dict(CONFIG, **{key: value})), want)
+    cfg = dict(CONFIG)
+    del cfg["num_key_value_heads"]
+    refused(root, "cfg_default_kv", hf_dir(root, "cfg_default_kv", cfg), "num_key_value_heads is 4")
+    refused(root, "no_config", hf_dir(root, "no_config", None), "config.json: No such file")
+    refused(root, "layers5", hf_dir(root, "layers5", dict(CONFIG, num_hidden_layers=5), tensors(5)), "num_hidden_layers is 5")
+    refused(root, "extra_layer", hf_dir(root, "extra_layer", CONFIG, tensors(5)), "holds model.layers.4.")
+    refused(root, "untied_into_tied", hf_dir(root, "untied_into_tied", dict(CONFIG, tie_word_embeddings=True)),
+            "holds lm_head.weight", "model.share_embeddings_and_output_weights=true")
+    bad = hf_dir(root, "bad_index", shards=2)
+    with open(os.path.join(bad, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": {"model.norm.weight": "../good/model.safetensors"}}, f)
+    refused(root, "bad_index", bad, "not a file of the directory")
+
+    # export: a 4-layer source through a 2-layer recipe is refused, not truncated
+    rc, msg = stepc("export", "models/tiny.lua", "model.num_layers=2", "--from", out, "-o", os.path.join(root, "hf2"))
+    check(rc == 4 and "holds layers.2." in msg and not os.path.exists(os.path.join(root, "hf2", "model.safetensors")),
+          f"export through fewer layers is refused ({msg.strip()})")
+    rc, msg = stepc("export", "models/tiny.lua", "--from", out, "-o", os.path.join(root, "hf4"))
+    back = os.path.join(root, "back.st")
+    rc2, msg2 = stepc("import", "models/tiny.lua", "--from", os.path.join(root, "hf4"), "-o", back) if rc == 0 else (rc, msg)
+    check(rc == 0 and rc2 == 0 and read_st(back) == p, f"an export imports back bit for bit ({msg.strip()} {msg2.strip()})")
+
+print(f"{failures} failed")
+sys.exit(1 if failures else 0)
