@@ -92,10 +92,6 @@ int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr) {
 
 const Graph *cpu_trainer_graph(const CpuTrainer *tr) { return tr->g; }
 
-void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *nreplay) {
-  *arena = tr->p.mp.arena, *peak = tr->p.mp.peak, *nreplay = tr->p.rr.nreplay_total;
-}
-
 void cpu_trainer_free(CpuTrainer *tr) {
   if (!tr) return;
   plan_exec_free(tr->x);

@@ -31,8 +31,6 @@ CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *low
 /* One optimizer step over num_microbatches micro-batches; 0 or -1 with a message. */
 int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr);
 const Graph *cpu_trainer_graph(const CpuTrainer *tr);
-/* The planned arena (fp32 on the CPU), its peak live bytes and the replay ops per micro-batch. */
-void cpu_trainer_plan(const CpuTrainer *tr, int64_t *arena, int64_t *peak, int *nreplay);
 void cpu_trainer_free(CpuTrainer *tr);
 
 /* Gradient check: fp64 execution of one micro-batch, each parameter's main gradient against

@@ -38,8 +38,6 @@ static const EwOp *row(OpKind k) {
     if (EW_OPS[i].kind == k) return &EW_OPS[i];
   return NULL;
 }
-int ew_pointwise(OpKind k) { return row(k) != NULL; }
-const char *ew_scalars(OpKind k) { return row(k) ? row(k)->scalars : ""; }
 
 static int same_shape(const Tensor *a, const Tensor *b) {
   return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof a->shape);

@@ -38,11 +38,6 @@ typedef struct {
   int n;
 } EwKernels;
 
-/* Whether op kind k has an EW_OPS row. */
-int ew_pointwise(OpKind k);
-/* The scalar letters of op kind k ("" none). */
-const char *ew_scalars(OpKind k);
-
 /* The longest chain starting at op `first` (nops >= 2), from the structure: uses[t] = how many op
  * inputs read tensor t; blocked[o] nonzero for ops already skipped or fused; passable[o] nonzero
  * for ops that launch nothing (may be NULL). 1 found, else 0. */

@@ -30,12 +30,6 @@ const SpecField spec_fields[SPEC_NFIELDS] = {SPEC_MODEL_FIELDS(ROW_MODEL) SPEC_T
                                                  SPEC_OPTIMIZER_FIELDS(ROW_OPTIMIZER) SPEC_DDP_FIELDS(ROW_DDP)
                                                      SPEC_DATA_FIELDS(ROW_DATA)};
 
-int spec_field_find(const char *path) {
-  for (int i = 0; i < SPEC_NFIELDS; i++)
-    if (strcmp(spec_fields[i].path, path) == 0) return i;
-  return -1;
-}
-
 int spec_field_find_in(SpecSection sec, const char *name) {
   for (int i = 0; i < SPEC_NFIELDS; i++)
     if (spec_fields[i].section == sec && strcmp(spec_fields[i].name, name) == 0) return i;

@@ -240,8 +240,6 @@ typedef struct Spec {
 extern const SpecField spec_fields[SPEC_NFIELDS];
 extern const char *const spec_section_names[SPEC_NSECTIONS];
 
-/* Field lookup by "model.hidden_size"; -1 when unknown. */
-int spec_field_find(const char *path);
 /* Field lookup within one section by bare name; -1 when unknown. */
 int spec_field_find_in(SpecSection sec, const char *name);
 /* Closest known name (edit distance) for a did-you-mean; NULL when nothing is close. */

@@ -175,7 +175,7 @@ typedef struct {
 
 /* A generated elementwise chain (compiler/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
  * (passable ops that launch nothing may lie between them). Kernel parameters, in order: each
- * stored output, each external input, n, then each op's scalars (ew_scalars). */
+ * stored output, each external input, n, then each op's scalars (its EW_OPS row's, compiler/ew_fuse.c). */
 #define IR_MAX_CHAIN 4
 #define IR_MAX_CHAIN_IO 8
 typedef struct {

@@ -78,7 +78,7 @@ extern "C" __global__ void adamw_hparams(float* hp, const int* step, const float
   hp[6] = (float)(1.0 - pow((double)b2, t));
 }
 
-// splitmix64 finalizer, as ops_mix64 in compiler/ops/ops.h.
+// splitmix64 finalizer, as ops_mix64 in ir/ops/ops.h.
 __device__ __forceinline__ unsigned long long rt_mix64(unsigned long long x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

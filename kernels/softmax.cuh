@@ -46,7 +46,7 @@ extern "C" __global__ void softmax_causal_backward(bf16* dscores,       // (BH, 
   }
 }
 
-// The unfused backend's CAUSAL_MASK op on its own (compiler/ops/attention.c): out[r][j] = fill for
+// The unfused backend's CAUSAL_MASK op on its own (ir/ops/attention.c): out[r][j] = fill for
 // j > i, else inp[r][j], row r = (bh, i) of (BH, T, T); fill is -inf (the forward mask) or 0 (its
 // backward, which is its own gradient). out may alias inp. Launch: any 1-D grid, grid-stride over
 // the rows * T elements.

@@ -43,19 +43,10 @@ void rt_marks_free(RtDevice *d, RtMarks *m) {
   m->e = NULL, m->n = 0;
 }
 
-int rt_mark(RtDevice *d, RtMarks *m, int i) { return rt_mark_on(d, m, i, d->stream); }
 
 int rt_mark_on(RtDevice *d, RtMarks *m, int i, CUstream s) {
   if (i < 0 || i >= m->n) return rt_fail(d, "mark %d of %d", i, m->n);
   return rt_check(d, d->cuEventRecord(m->e[i], s), "cuEventRecord");
-}
-
-int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms) {
-  float f = 0;
-  if (i < 0 || j < 0 || i >= m->n || j >= m->n) return rt_fail(d, "marks %d, %d of %d", i, j, m->n);
-  if (rt_check(d, d->cuEventElapsedTime(&f, m->e[i], m->e[j]), "cuEventElapsedTime")) return RT_ERROR;
-  *ms = f;
-  return RT_OK;
 }
 
 int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx) {
@@ -74,9 +65,3 @@ int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void
   return RT_OK;
 }
 
-int rt_mem_used(RtDevice *d, int64_t *used) {
-  size_t free_b = 0, total_b = 0;
-  if (rt_check(d, d->cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo")) return RT_ERROR;
-  *used = (int64_t)(total_b - free_b);
-  return RT_OK;
-}

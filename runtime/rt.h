@@ -193,18 +193,12 @@ typedef struct {
 } RtMarks;
 int rt_marks_new(RtDevice *d, RtMarks *m, int n);
 void rt_marks_free(RtDevice *d, RtMarks *m);
-int rt_mark(RtDevice *d, RtMarks *m, int i);
-/* Milliseconds from mark i to mark j (both recorded and complete). */
-int rt_marks_ms(RtDevice *d, const RtMarks *m, int i, int j, double *ms);
-/* The same, waiting by polling: watch(ctx) runs while the work is not done and returns nonzero
+/* Like rt_timer_stop, waiting by polling: watch(ctx) runs while the work is not done and returns nonzero
  * (with its message already in d->err) to stop waiting — a data-parallel step whose collectives
  * wait on a rank that died or hangs is aborted that way instead of blocking for ever. */
 int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void *ctx), void *ctx);
-/* rt_mark on another stream (a side stream's work, RtSide): the same row of events. */
+/* Records mark i on stream s (the step's, or a side stream's: RtSide), one row of events. */
 int rt_mark_on(RtDevice *d, RtMarks *m, int i, CUstream s);
-/* Device memory in use by everyone on the device now: total - free (cuMemGetInfo). */
-int rt_mem_used(RtDevice *d, int64_t *used);
-
 
 /* ---- side.c: a second stream beside the runtime's ----
  * Work enqueued on a side stream runs concurrently with d->stream's (the data-parallel

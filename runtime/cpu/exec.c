@@ -68,8 +68,6 @@ void cpu_exec_free(CpuExec *e) {
   free(e);
 }
 
-CpuPrecision cpu_exec_precision(const CpuExec *e) { return e->prec; }
-
 void *cpu_exec_ptr(CpuExec *e, int tensor) {
   const Tensor *t = &e->g->t[tensor];
   return e->arena[t->buffer] + t->offset;

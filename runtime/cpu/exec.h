@@ -21,7 +21,6 @@ typedef struct CpuExec CpuExec;
 /* NULL on error with a message in err. nthreads <= 0 means 2. */
 CpuExec *cpu_exec_new(const Graph *g, CpuPrecision prec, int nthreads, char *err, size_t nerr);
 void cpu_exec_free(CpuExec *e);
-CpuPrecision cpu_exec_precision(const CpuExec *e);
 /* The tensor's bytes in the arena (base of its buffer + offset). */
 void *cpu_exec_ptr(CpuExec *e, int tensor);
 /* Element i of a tensor as a double, and writing one; ints and uint8 are converted. */
@@ -40,6 +39,5 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed);
 typedef struct CpuPool CpuPool;
 CpuPool *cpu_pool_new(int nthreads);
 void cpu_pool_free(CpuPool *p);
-int cpu_pool_threads(const CpuPool *p);
 
 #endif

@@ -93,8 +93,6 @@ void cpu_pool_free(CpuPool *p) {
   free(p);
 }
 
-int cpu_pool_threads(const CpuPool *p) { return p->n; }
-
 /* The CpuCtx.parallel_for of the executor. */
 void cpu_pool_for(const CpuCtx *c, int64_t count, CpuRangeFn fn, void *arg) {
   CpuPool *p = c->pool;

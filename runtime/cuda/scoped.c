@@ -145,8 +145,6 @@ int rt_scoped_capture(RtScoped *s) {
   return RT_OK;
 }
 
-int rt_scoped_captured(const RtScoped *s) { return s->captured; }
-
 int rt_scoped_enqueue_micro(RtScoped *s, RtSegmentHook after, void *ctx) {
   if (!s->captured) return rt_fail(s->d, "scoped graphs: enqueue before capture");
   for (int mb = 0; mb < s->nmb; mb++) {

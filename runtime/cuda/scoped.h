@@ -31,7 +31,6 @@ typedef int (*RtOpsRunner)(void *ctx, int first, int last, uint32_t phases);
 void rt_scoped_set_runner(RtScoped *s, RtOpsRunner run, void *ctx);
 /* Captures every instance's graph (once; a no-op after). Nothing runs: capture only records. */
 int rt_scoped_capture(RtScoped *s);
-int rt_scoped_captured(const RtScoped *s);
 /* Enqueues the whole step: per micro-batch its inputs, eager runs and graph launches in schedule
  * order, its loss; then the reduce and optimizer ops eagerly. Needs rt_scoped_capture first. */
 int rt_scoped_enqueue_step(RtScoped *s);
