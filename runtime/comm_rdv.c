@@ -109,7 +109,12 @@ static void drop(Admit *A, int i) {
 static void take(Admit *A, int lfd) {
   int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
-  if (A->np == MAX_PENDING) drop(A, 0); /* a flood: the oldest goes first */
+  if (A->np == MAX_PENDING) { /* a flood: the oldest (the nearest hello deadline) goes first */
+    int old = 0;
+    for (int i = 1; i < A->np; i++)
+      if (A->p[i].deadline < A->p[old].deadline) old = i;
+    drop(A, old);
+  }
   Pending *p = &A->p[A->np];
   *p = (Pending){.fd = fd};
   unsigned char ch[RDV_CHALLENGE_BYTES];
