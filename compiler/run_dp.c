@@ -1,6 +1,8 @@
 /* run_dp.c — `stepc run DIR --nproc N`: one host's data-parallel job, launched the way torchrun
  * launches one (run_artifact.h). Each rank is its own process running `stepc run DIR`, so a rank
- * that crashes takes only itself down and the others see it go (runtime/comm.h's fault rules). */
+ * that crashes takes only itself down and the others see it go (runtime/comm.h's fault rules).
+ * The rendezvous listens on 127.0.0.1 only, and admits only holders of a secret made here for this
+ * job (runtime/rdv_wire.h): other users of the host can reach the port, not join the job. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "run_artifact.h"
+#include "runtime/rdv_wire.h"
 
 /* A TCP port nobody listens on now (the kernel's pick): the rendezvous' MASTER_PORT. */
 static int free_port(void) {
@@ -24,6 +27,15 @@ static int free_port(void) {
   if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0) port = ntohs(a.sin_port);
   close(fd);
   return port;
+}
+
+/* A fresh job secret: 32 random bytes as 64 hex digits. The children get it in their environment,
+ * which only this user (and root) can read (/proc/PID/environ), never on a command line. */
+static int make_secret(char out[65]) {
+  unsigned char b[32];
+  if (rdv_random(b, sizeof b) != 0) return -1;
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return 0;
 }
 
 /* Copies the child's stderr (fd) to ours, each line prefixed with its rank. */
@@ -46,6 +58,11 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
   int port = free_port();
   if (port < 0) {
     fprintf(stderr, "stepc run --nproc: no free TCP port on 127.0.0.1 for the rendezvous\n");
+    return 4;
+  }
+  char secret[65];
+  if (make_secret(secret) != 0) {
+    fprintf(stderr, "stepc run --nproc: no random numbers for the job secret (getrandom, /dev/urandom)\n");
     return 4;
   }
   if (progress) fprintf(progress, "run: %d data-parallel ranks on this host, rendezvous at 127.0.0.1:%d\n", nproc, port);
@@ -76,6 +93,7 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
       setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
       snprintf(v, sizeof v, "%d", port);
       setenv("MASTER_PORT", v, 1), setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv(RDV_SECRET_ENV, secret, 1);
       dup2(errp[1], 2);
       close(errp[0]), close(errp[1]);
       if (r != 0) { /* rank 0 speaks for the job; the others' losses are the same numbers */

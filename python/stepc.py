@@ -237,7 +237,8 @@ class Step:
     "scoped". cpu_threads: CPU executor threads, 0 for the library's default (results do not
     depend on it). launcher_env: read torchrun's, mpirun's or Slurm's variables (RANK, WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so that this process joins a data-parallel job as one
-    rank; comm_timeout_s bounds every wait on another rank (0: 300 s). Not thread-safe: use one
+    rank (every rank needs the job secret in STEPC_JOB_SECRET: docs/data-parallel.md);
+    comm_timeout_s bounds every wait on another rank (0: 300 s; at most 86400). Not thread-safe: use one
     Step from one thread at a time."""
 
     def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0, launcher_env=True,

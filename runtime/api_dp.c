@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/rdv_wire.h"
 
 stepc_status stepc_options_from_env(stepc_options *o) {
   if (!o) return STEPC_ERR_ARGUMENT;
@@ -59,6 +60,11 @@ stepc_status api_dp_check(stepc_t *s) {
   if ((world > 1 || o->dp_join) && (o->master_port <= 0 || o->master_port > 65535))
     return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: master_port %d is not a TCP port (set it, or stepc_options_from_env)",
                     o->master_port);
+  /* inf or NaN would lift the bound on every wait (a hung rank would hang the job); a negative
+   * number is no timeout either */
+  if (!(o->comm_timeout_s >= 0 && o->comm_timeout_s <= RT_COMM_MAX_TIMEOUT_S))
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: comm_timeout_s %g is not a number of seconds in [0, %.0f] (0: the "
+                    "default %.0f s)", o->comm_timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S);
   /* each bucket fires after the micro point that runs its op */
   const StepImage *im = &s->im;
   s->bucket_point = malloc(((size_t)im->nbucket + 1) * sizeof *s->bucket_point);
@@ -93,6 +99,8 @@ stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, cha
   snprintf(rv.addr, sizeof rv.addr, "%s", o->master_addr[0] ? o->master_addr : "127.0.0.1");
   snprintf(rv.what, sizeof rv.what, "%s", s->dir);
   char err[600];
+  if (s->world > 1 && !(rv.secret = rdv_secret_from_env(err, sizeof err))) /* alone, nobody joins: no secret needed */
+    return api_fail(s, STEPC_ERR_ARGUMENT, "data parallel: %s", err);
   if (rt_comm_open(&rv, &s->comm, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_MISMATCH, "data parallel: %s", err);
   return STEPC_OK;
 }

@@ -1,6 +1,7 @@
-/* comm.c — the rendezvous and the host collectives (comm.h): a star of TCP connections to rank 0. */
+/* comm.c — the host collectives (comm.h): a star of TCP connections to rank 0, which the rendezvous
+ * (comm_rdv.c) set up; the bounded socket I/O both use; the launchers' environments. */
 #define _GNU_SOURCE
-#include "runtime/comm.h"
+#include "runtime/comm_internal.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -15,49 +16,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HELLO_MAGIC 0x53544550434f4d4dull /* "STEPCOMM" */
-#define COMM_PROTOCOL 1
-
-struct RtComm {
-  int rank, size;
-  double timeout_s;
-  int *fd;        /* rank 0: fd[r] is rank r's connection (fd[0] = -1); others: fd[0] is rank 0's */
-  int nfd;
-  uint64_t seq;   /* collectives so far: each message carries it, so ranks out of step are caught */
-  unsigned char id[RT_COMM_ID_BYTES];
-  unsigned char *tmp;
-  size_t ntmp;
-  char err[512];
-  int broken;
-};
-
-typedef struct {
-  uint64_t magic;
-  int32_t protocol, rank, size, pad;
-  uint64_t fingerprint, plan_hash;
-  char what[128];
-} Hello;
-
-typedef struct {
-  int32_t ok, pad;
-  char msg[384];
-  unsigned char id[RT_COMM_ID_BYTES];
-} Welcome;
-
 typedef struct {
   uint64_t seq, bytes;
 } MsgHead;
 
-static double now_s(void) {
+double rt_comm_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int comm_fail(RtComm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Records the first failure and closes every socket: the ranks waiting on this one see it gone at
  * once, rather than after their own timeouts. */
-static int comm_fail(RtComm *c, const char *fmt, ...) {
+int rt_comm_fail(RtComm *c, const char *fmt, ...) {
   if (!c->broken) {
     va_list ap;
     va_start(ap, fmt);
@@ -70,10 +41,9 @@ static int comm_fail(RtComm *c, const char *fmt, ...) {
   return -1;
 }
 
-/* Waits until fd is readable (POLLIN) or writable before the deadline: 0, 1 timed out, -1 error. */
-static int wait_fd(int fd, short ev, double deadline) {
+int rt_comm_wait_fd(int fd, short ev, double deadline) {
   for (;;) {
-    double left = deadline - now_s();
+    double left = deadline - rt_comm_now_s();
     if (left <= 0) return 1;
     struct pollfd p = {.fd = fd, .events = ev};
     int ms = left > 1e6 ? 1000000000 : (int)(left * 1e3) + 1;
@@ -83,11 +53,10 @@ static int wait_fd(int fd, short ev, double deadline) {
   }
 }
 
-/* Sends or receives n bytes before the deadline. 0; 1 timed out; 2 the peer closed; -1 error. */
-static int io_all(int fd, void *buf, size_t n, int sending, double deadline) {
+int rt_comm_io_all(int fd, void *buf, size_t n, int sending, double deadline) {
   unsigned char *p = buf;
   while (n > 0) {
-    int w = wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
+    int w = rt_comm_wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
     if (w) return w;
     /* MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE that kills the trainer */
     ssize_t k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
@@ -103,18 +72,18 @@ static int io_all(int fd, void *buf, size_t n, int sending, double deadline) {
 
 /* The peer a socket leads to, for messages: rank r at rank 0, rank 0 elsewhere. */
 static int xfer(RtComm *c, int fd, int peer, void *buf, size_t n, int sending) {
-  int r = io_all(fd, buf, n, sending, now_s() + c->timeout_s);
+  int r = rt_comm_io_all(fd, buf, n, sending, rt_comm_now_s() + c->timeout_s);
   if (r == 0) return 0;
   if (r == 1 && peer == 0) /* rank 0 answers once every rank has sent: the one that hangs may be any */
-    return comm_fail(c, "rank %d: rank 0 did not answer within %.0f s (the communicator's timeout): a rank hangs or is far "
+    return rt_comm_fail(c, "rank %d: rank 0 did not answer within %.0f s (the communicator's timeout): a rank hangs or is far "
                      "behind (rank 0's error names it)", c->rank, c->timeout_s);
   if (r == 1)
-    return comm_fail(c, "rank 0: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind", peer,
+    return rt_comm_fail(c, "rank 0: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind", peer,
                      sending ? "take our data" : "send its data", c->timeout_s);
   if (r == 2 && peer == 0)
-    return comm_fail(c, "rank %d: rank 0 closed the connection: a rank failed or exited (its own error says why)", c->rank);
-  if (r == 2) return comm_fail(c, "rank 0: rank %d closed its connection: it exited or failed", peer);
-  return comm_fail(c, "rank %d: the connection to rank %d failed: %s", c->rank, peer, strerror(errno));
+    return rt_comm_fail(c, "rank %d: rank 0 closed the connection: a rank failed or exited (its own error says why)", c->rank);
+  if (r == 2) return rt_comm_fail(c, "rank 0: rank %d closed its connection: it exited or failed", peer);
+  return rt_comm_fail(c, "rank %d: the connection to rank %d failed: %s", c->rank, peer, strerror(errno));
 }
 
 /* One message: a head (sequence number, length) then the bytes, so that two ranks calling
@@ -128,7 +97,7 @@ static int recv_msg(RtComm *c, int fd, int peer, void *buf, size_t n) {
   MsgHead h;
   if (xfer(c, fd, peer, &h, sizeof h, 0)) return -1;
   if (h.seq != c->seq || h.bytes != n)
-    return comm_fail(c, "rank %d: rank %d is out of step: its collective #%llu carries %llu bytes, this rank's #%llu %zu "
+    return rt_comm_fail(c, "rank %d: rank %d is out of step: its collective #%llu carries %llu bytes, this rank's #%llu %zu "
                      "(the ranks run different steps)", c->rank, peer, (unsigned long long)h.seq, (unsigned long long)h.bytes,
                      (unsigned long long)c->seq, n);
   return xfer(c, fd, peer, buf, n, 0);
@@ -137,7 +106,7 @@ static int recv_msg(RtComm *c, int fd, int peer, void *buf, size_t n) {
 static int tmp_room(RtComm *c, size_t n) {
   if (c->ntmp >= n) return 0;
   unsigned char *p = realloc(c->tmp, n);
-  if (!p) return comm_fail(c, "out of memory");
+  if (!p) return rt_comm_fail(c, "out of memory");
   c->tmp = p, c->ntmp = n;
   return 0;
 }
@@ -152,141 +121,16 @@ static void add_into(void *acc, const void *x, size_t n, RtCommType t) {
     for (size_t i = 0; i < n; i++) ((float *)acc)[i] += ((const float *)x)[i];
 }
 
-/* ---- rendezvous ---- */
-
-static int set_opts(int fd) {
-  int one = 1;
-  return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-static struct addrinfo *resolve(const char *addr, int port, int passive) {
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  struct addrinfo hint = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0}, *res = NULL;
-  return getaddrinfo(addr, ps, &hint, &res) == 0 ? res : NULL;
-}
-
-static int listen_on(RtComm *c, const RtRendezvous *rv) {
-  struct addrinfo *res = resolve(NULL, rv->port, 1), *a;
-  int fd = -1;
-  for (a = res; a && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, rv->size + 8) != 0) close(fd), fd = -1;
-  }
-  if (res) freeaddrinfo(res);
-  if (fd < 0) comm_fail(c, "rank 0 cannot listen on port %d (MASTER_PORT): %s", rv->port, strerror(errno));
-  return fd;
-}
-
-static int connect_to(RtComm *c, const RtRendezvous *rv, double deadline) {
-  for (;;) {
-    struct addrinfo *res = resolve(rv->addr, rv->port, 0), *a;
-    for (a = res; a; a = a->ai_next) {
-      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-        freeaddrinfo(res);
-        set_opts(fd);
-        return fd;
-      }
-      close(fd);
-    }
-    if (res) freeaddrinfo(res);
-    if (now_s() > deadline) {
-      comm_fail(c, "rank %d could not reach rank 0 at %s:%d within %.0f s (MASTER_ADDR / MASTER_PORT; is rank 0 running?)",
-                rv->rank, rv->addr, rv->port, c->timeout_s);
-      return -1;
-    }
-    struct timespec ts = {0, 50 * 1000 * 1000}; /* rank 0 may not listen yet: retry */
-    nanosleep(&ts, NULL);
-  }
-}
-
-/* Rank 0: admit every rank, or tell each why the job does not start. */
-static int admit(RtComm *c, const RtRendezvous *rv) {
-  double deadline = now_s() + c->timeout_s;
-  int lfd = listen_on(c, rv);
-  if (lfd < 0) return -1;
-  char why[384] = "";
-  int came = 1;
-  while (came < c->size) {
-    int w = wait_fd(lfd, POLLIN, deadline);
-    if (w) {
-      close(lfd);
-      return comm_fail(c, "rank 0: %d of %d ranks joined within %.0f s (the communicator's timeout)%s%s", came, c->size,
-                       c->timeout_s, why[0] ? ": " : ": the others never came", why);
-    }
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    set_opts(fd);
-    Hello h;
-    if (io_all(fd, &h, sizeof h, 0, deadline) != 0 || h.magic != HELLO_MAGIC || h.protocol != COMM_PROTOCOL) {
-      close(fd); /* not one of ours (a port scanner, another program): ignore it */
-      continue;
-    }
-    h.what[sizeof h.what - 1] = 0;
-    int r = h.rank;
-    if (r < 1 || r >= c->size || h.size != c->size || c->fd[r] >= 0) {
-      Welcome no = {0};
-      snprintf(no.msg, sizeof no.msg, "rank 0 refuses a rank %d of a world of %d: the job has %d ranks%s", r, h.size, c->size,
-               r >= 1 && r < c->size && c->fd[r] >= 0 ? " and that rank has joined already" : "");
-      io_all(fd, &no, sizeof no, 1, deadline);
-      close(fd);
-      if (!why[0]) snprintf(why, sizeof why, "%s", no.msg);
-      continue; /* the job fails below once every rank is in (or the timeout) */
-    }
-    c->fd[r] = fd;
-    came++;
-    if (!why[0] && h.fingerprint != rv->fingerprint)
-      snprintf(why, sizeof why, "rank %d runs another artifact (%s, step fingerprint %016llx) than rank 0 (%s, %016llx): every "
-               "rank must run the same artifact", r, h.what, (unsigned long long)h.fingerprint, rv->what,
-               (unsigned long long)rv->fingerprint);
-    else if (!why[0] && h.plan_hash != rv->plan_hash)
-      snprintf(why, sizeof why, "rank %d's artifact (%s) was planned for another data-parallel layout than rank 0's: rebuild "
-               "them from one recipe", r, h.what);
-  }
-  close(lfd);
-  Welcome wel = {.ok = !why[0]};
-  snprintf(wel.msg, sizeof wel.msg, "%s", why);
-  if (!why[0] && rv->make_id && rv->make_id(rv->make_id_ctx, c->id, wel.msg, sizeof wel.msg) != 0) {
-    wel.ok = 0;
-    snprintf(why, sizeof why, "%s", wel.msg);
-  }
-  memcpy(wel.id, c->id, sizeof wel.id);
-  for (int r = 1; r < c->size; r++)
-    if (io_all(c->fd[r], &wel, sizeof wel, 1, deadline) != 0)
-      return comm_fail(c, "rank 0: rank %d left during the rendezvous", r);
-  if (why[0]) return comm_fail(c, "the job does not start: %s", why);
-  return 0;
-}
-
-static int join(RtComm *c, const RtRendezvous *rv) {
-  double deadline = now_s() + c->timeout_s;
-  int fd = c->fd[0] = connect_to(c, rv, deadline);
-  if (fd < 0) return -1;
-  Hello h = {.magic = HELLO_MAGIC, .protocol = COMM_PROTOCOL, .rank = rv->rank, .size = rv->size,
-             .fingerprint = rv->fingerprint, .plan_hash = rv->plan_hash};
-  snprintf(h.what, sizeof h.what, "%s", rv->what);
-  Welcome w;
-  int r = io_all(fd, &h, sizeof h, 1, deadline);
-  if (r == 0) r = io_all(fd, &w, sizeof w, 0, deadline);
-  if (r == 1) return comm_fail(c, "rank %d: rank 0 did not admit the job within %.0f s: some rank never came", rv->rank, c->timeout_s);
-  if (r != 0) return comm_fail(c, "rank %d: rank 0 closed the connection during the rendezvous", rv->rank);
-  w.msg[sizeof w.msg - 1] = 0;
-  if (!w.ok) return comm_fail(c, "rank %d: the job does not start: %s", rv->rank, w.msg);
-  memcpy(c->id, w.id, sizeof c->id);
-  return 0;
-}
-
 int rt_comm_open(const RtRendezvous *rv, RtComm **out, char *err, size_t nerr) {
   *out = NULL;
   if (rv->size < 1 || rv->rank < 0 || rv->rank >= rv->size)
     return snprintf(err, nerr, "rank %d of a world of %d: the rank must be in [0, world size)", rv->rank, rv->size), -1;
   if (rv->size > 1 && (rv->port <= 0 || rv->port > 65535))
     return snprintf(err, nerr, "the rendezvous port %d is not a TCP port (MASTER_PORT)", rv->port), -1;
+  /* an infinite or NaN timeout would make every wait unbounded: a hung rank would hang the job */
+  if (!(rv->timeout_s >= 0 && rv->timeout_s <= RT_COMM_MAX_TIMEOUT_S))
+    return snprintf(err, nerr, "the communicator's timeout %g s is not a number of seconds in [0, %.0f] (0: the default %.0f s)",
+                    rv->timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S), -1;
   RtComm *c = calloc(1, sizeof *c);
   int nfd = rv->rank == 0 ? rv->size : 1;
   if (!c || !(c->fd = malloc((size_t)nfd * sizeof *c->fd))) {
@@ -300,7 +144,7 @@ int rt_comm_open(const RtRendezvous *rv, RtComm **out, char *err, size_t nerr) {
   if (c->size == 1) /* alone: no socket; the id, if any, is made here */
     rc = rv->make_id ? rv->make_id(rv->make_id_ctx, c->id, c->err, sizeof c->err) : 0;
   else
-    rc = c->rank == 0 ? admit(c, rv) : join(c, rv);
+    rc = rt_comm_rendezvous(c, rv);
   if (rc != 0) {
     snprintf(err, nerr, "%s", c->err);
     rt_comm_free(c);
@@ -385,7 +229,7 @@ int rt_comm_reduce_scatter_sum(RtComm *c, const void *send, void *recv, size_t n
     return recv_msg(c, c->fd[0], 0, recv, n * es);
   }
   unsigned char *acc = malloc(bytes ? bytes : 1);
-  if (!acc) return comm_fail(c, "out of memory");
+  if (!acc) return rt_comm_fail(c, "out of memory");
   memcpy(acc, send, bytes);
   Combine k = {.acc = acc, .n = n * (size_t)c->size, .t = t};
   int rc = gather_root(c, send, bytes, combine_add, &k);
@@ -413,7 +257,7 @@ int rt_comm_all_gather(RtComm *c, const void *send, void *recv, size_t bytes) {
 
 int rt_comm_broadcast(RtComm *c, void *buf, size_t bytes, int root) {
   if (begin(c)) return -1;
-  if (root < 0 || root >= c->size) return comm_fail(c, "broadcast from rank %d of %d", root, c->size);
+  if (root < 0 || root >= c->size) return rt_comm_fail(c, "broadcast from rank %d of %d", root, c->size);
   if (c->size == 1) return 0;
   if (c->rank != 0) {
     if (c->rank == root && send_msg(c, c->fd[0], 0, buf, bytes)) return -1;

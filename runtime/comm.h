@@ -12,11 +12,14 @@
  *    libcuda, collectives enqueued on stepc's stream so that they are captured into the
  *    full-iteration CUDA graph. The unique id travels over the same TCP rendezvous.
  *
- * Rendezvous: rank 0 listens at addr:port; every other rank connects (retrying until the
- * timeout: rank 0 may start later) and says who it is — rank, world size, the artifact's
+ * Rendezvous (comm_rdv.c): rank 0 listens at addr:port (that address only); every other rank
+ * connects (retrying until the timeout: rank 0 may start later), proves it holds the job secret
+ * by challenge-response (rdv_wire.h) and says who it is — rank, world size, the artifact's
  * fingerprint. Rank 0 admits the job only when every rank has come, each once, with its own
  * fingerprint; otherwise every rank fails with the reason (a rank with another artifact is
- * refused at start, never halfway through a step).
+ * refused at start, never halfway through a step). A connection that does not prove the secret
+ * within RT_COMM_HELLO_TIMEOUT_S (a probe, an idle socket, a stranger) is dropped and changes
+ * nothing.
  *
  * Faults: every wait on another rank is bounded by timeout_s. A rank that exits closes its socket,
  * which the others see at once ("rank 2 closed its connection"); a rank that hangs is caught by
@@ -34,13 +37,17 @@
 typedef enum { RT_COMM_F32 = 0, RT_COMM_F64 = 1 } RtCommType;
 
 #define RT_COMM_DEFAULT_TIMEOUT_S 300.0
+#define RT_COMM_MAX_TIMEOUT_S 86400.0 /* a day: anything longer (inf, say) is refused as unbounded */
+#define RT_COMM_HELLO_TIMEOUT_S 10.0  /* a connection's time to say who it is, once rank 0 accepted it */
 #define RT_COMM_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct {
   int rank, size;
   char addr[256];          /* rank 0's host (MASTER_ADDR) */
   int port;                /* MASTER_PORT */
-  double timeout_s;        /* every wait on another rank; <= 0: RT_COMM_DEFAULT_TIMEOUT_S */
+  double timeout_s;        /* every wait on another rank, in [0, RT_COMM_MAX_TIMEOUT_S]; 0: the default;
+                              negative, NaN or infinite: refused */
+  const char *secret;      /* the job secret every rank holds (rdv_wire.h): required when size > 1 */
   uint64_t fingerprint;    /* the artifact's step: every rank must hold the same */
   uint64_t plan_hash;      /* and the same plan facts (DP size, buckets, optimizer sharding) */
   char what[128];          /* the artifact, for messages */

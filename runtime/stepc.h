@@ -63,7 +63,9 @@ typedef struct {
   int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
                                0 runs the same schedule through the library's interpreter loop */
   /* Data parallel (docs/data-parallel.md). With world_size > 1 (or dp_join), stepc_open joins the
-     job: rank 0 listens at master_port, the others connect to master_addr:master_port; every rank
+     job: rank 0 listens at master_addr:master_port (that address only), the others connect there,
+     each proving the job secret, which every rank reads from STEPC_JOB_SECRET in its environment
+     (with world_size > 1 a rank without one is refused at open, STEPC_ERR_ARGUMENT); every rank
      must open an artifact planned for world_size data-parallel ranks, the same one (refused at
      open otherwise). Each rank then draws its own micro-batches, the buckets' main gradients are
      averaged over the ranks as backward completes them on the last micro-batch, and every rank
@@ -73,7 +75,8 @@ typedef struct {
   int local_rank;           /* cuda: the GPU ordinal on this host */
   int dp_join;              /* 1: join a communicator even when alone (NCCL with one rank, in the graph) */
   int master_port;          /* the rendezvous' TCP port (rank 0 listens there) */
-  double comm_timeout_s;    /* the bound on every wait for another rank; 0: 300 s */
+  double comm_timeout_s;    /* the bound on every wait for another rank; 0: 300 s; negative, NaN,
+                               infinite or above 86400: refused at open (STEPC_ERR_ARGUMENT) */
   char master_addr[256];    /* rank 0's host name or address */
 } stepc_options;
 

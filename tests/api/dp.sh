@@ -34,6 +34,8 @@ TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 aga
 "$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"
 "$t" refuse "$tmp/dp2" "$tmp/dp2_other" 2 || fail "a rank with another artifact"
 "$t" world "$tmp/dp2" || fail "DP 2 opened alone"
+"$t" stranger "$tmp/dp2" || fail "strangers at the rendezvous"
+"$t" guard "$tmp/dp2" || fail "the rendezvous' guards (timeouts, the secret, the listen address)"
 # the distributed optimizer's memory: every rank holds only its shard of the masters and moments
 # (the optimizer-state region, the largest shard), so the allocated bytes shrink with DP; measured
 # on every rank (stepc_measure) against stepc plan --json: the region and each rank's shard exactly

@@ -2,16 +2,25 @@
  * every collective against the sum in rank order computed here (values chosen so that the order
  * of the additions changes the result: the check is bitwise), three ranks (not a power of two),
  * a rank out of step reported by sequence and size, the id rank 0 makes reaching every rank, and
- * NCCL's unique id through the rendezvous when libnccl.so.2 loads (no GPU needed for that). */
+ * NCCL's unique id through the rendezvous when libnccl.so.2 loads (no GPU needed for that).
+ * Security (issue 23): strangers at rank 0's port while the job gathers — an idle connection, an
+ * HTTP health probe, a forged hello, a rank-1 impostor with another secret — are dropped without
+ * failing the job or taking a rank's place; rank 0 listens on MASTER_ADDR only; a rendezvous
+ * without the secret, and an infinite, NaN or negative timeout, are refused. */
+#include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/rdv_wire.h"
+#include "probe.h"
 #include "runtime/comm_nccl.h"
 
 #define N 3
@@ -28,8 +37,11 @@ static int fails;
     }                                                                                                      \
   } while (0)
 
+#define SECRET "test_comm's job secret, 0123456789"
+
 static int port;
 static int mode; /* 0 collectives, 1 a rank out of step, 2 NCCL's id */
+static const char *addr = "127.0.0.1"; /* MASTER_ADDR */
 static RtNccl *nccl;
 static unsigned char ids[N][RT_COMM_ID_BYTES];
 
@@ -44,9 +56,9 @@ static int make_id_fixed(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *er
 
 static void *rank_main(void *p) {
   int r = (int)(intptr_t)p;
-  RtRendezvous rv = {.rank = r, .size = N, .port = port, .timeout_s = 10, .fingerprint = 42,
+  RtRendezvous rv = {.rank = r, .size = N, .port = port, .timeout_s = 10, .fingerprint = 42, .secret = SECRET,
                      .make_id = mode == 2 ? rt_nccl_make_id : make_id_fixed, .make_id_ctx = nccl};
-  snprintf(rv.addr, sizeof rv.addr, "127.0.0.1");
+  snprintf(rv.addr, sizeof rv.addr, "%s", addr);
   snprintf(rv.what, sizeof rv.what, "test");
   RtComm *c;
   char err[600];
@@ -126,13 +138,93 @@ static int free_port(void) {
   return p;
 }
 
-static void run(int m) {
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs the N ranks; `before` (when given) runs once rank 0 is up, before the others start. */
+static double run_with(int m, void (*before)(void)) {
   pthread_t th[N];
   mode = m;
   port = free_port();
   memset(ids, 0, sizeof ids);
-  for (int r = 0; r < N; r++) pthread_create(&th[r], NULL, rank_main, (void *)(intptr_t)r);
+  double t0 = now_s();
+  pthread_create(&th[0], NULL, rank_main, (void *)(intptr_t)0);
+  if (before) before();
+  for (int r = 1; r < N; r++) pthread_create(&th[r], NULL, rank_main, (void *)(intptr_t)r);
   for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+  return now_s() - t0;
+}
+
+static void run(int m) { run_with(m, NULL); }
+
+/* Waits until rank 0 listens at addr. */
+static void await_rank0(void) { CHECK(probe_await(addr, port) == 0, "rank 0 never listened at %s:%d", addr, port); }
+
+static int stranger_fd[3];
+static char impostor_err[600];
+
+/* Rank 1 with another secret: refused at once, saying why. */
+static void *impostor(void *p) {
+  (void)p;
+  RtRendezvous rv = {.rank = 1, .size = N, .port = port, .timeout_s = 10, .fingerprint = 42,
+                     .secret = "not the job's secret, 0123456789"};
+  snprintf(rv.addr, sizeof rv.addr, "%s", addr);
+  RtComm *c = NULL;
+  CHECK(rt_comm_open(&rv, &c, impostor_err, sizeof impostor_err) != 0, "an impostor without the secret joined");
+  rt_comm_free(c);
+  return NULL;
+}
+
+/* Before ranks 1 and 2 come: an idle connection, an HTTP probe, a forged hello (the magic, then
+ * noise, no valid MAC), and an impostor of rank 1 — all left open while the job gathers. */
+static void strangers(void) {
+  await_rank0();
+  stranger_fd[0] = probe_dial(addr, port); /* idle: says nothing */
+  stranger_fd[1] = probe_dial(addr, port);
+  const char http[] = "GET /health HTTP/1.1\r\nHost: rank0\r\n\r\n";
+  CHECK(stranger_fd[1] >= 0 && send(stranger_fd[1], http, sizeof http - 1, 0) > 0, "the HTTP probe");
+  stranger_fd[2] = probe_dial(addr, port);
+  unsigned char ch[RDV_CHALLENGE_BYTES], hello[RDV_HELLO_BYTES];
+  for (size_t i = 0; i < sizeof hello; i++) hello[i] = (unsigned char)(i * 37 + 11);
+  memcpy(hello, "STEPCRDH\2\0\0\0\1\0\0\0\3\0\0\0", 20); /* protocol 2, rank 1 of 3 */
+  CHECK(stranger_fd[2] >= 0 && recv(stranger_fd[2], ch, sizeof ch, MSG_WAITALL) == (ssize_t)sizeof ch &&
+            send(stranger_fd[2], hello, sizeof hello, 0) == (ssize_t)sizeof hello,
+        "the forged hello");
+  pthread_t t;
+  pthread_create(&t, NULL, impostor, NULL);
+  pthread_join(t, NULL);
+}
+
+/* Rank 0 listens on MASTER_ADDR (127.0.0.2 here): 127.0.0.1, another address of this host, is closed. */
+static void listen_address(void) {
+  await_rank0();
+  int fd = probe_dial("127.0.0.1", port);
+  CHECK(fd < 0 && errno == ECONNREFUSED, "rank 0 listens at 127.0.0.2 but 127.0.0.1:%d answers too (every interface)", port);
+  if (fd >= 0) close(fd);
+}
+
+/* What rt_comm_open refuses before any socket: no secret, a timeout that is no bound. */
+static void refusals(void) {
+  static const double bad[] = {INFINITY, NAN, -1, 1e9};
+  char err[600];
+  RtComm *c = NULL;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    RtRendezvous rv = {.rank = 0, .size = 2, .port = free_port(), .timeout_s = bad[i], .secret = SECRET};
+    snprintf(rv.addr, sizeof rv.addr, "127.0.0.1");
+    double t0 = now_s();
+    CHECK(rt_comm_open(&rv, &c, err, sizeof err) != 0 && strstr(err, "timeout") && now_s() - t0 < 1,
+          "a timeout of %g s must be refused at once: %s", bad[i], err);
+    if (i == 0) printf("timeout inf: %s\n", err);
+  }
+  RtRendezvous rv = {.rank = 1, .size = 2, .port = free_port(), .timeout_s = 1, .secret = "short"};
+  snprintf(rv.addr, sizeof rv.addr, "127.0.0.1");
+  CHECK(rt_comm_open(&rv, &c, err, sizeof err) != 0 && strstr(err, RDV_SECRET_ENV), "a short secret: %s", err);
+  rv.secret = NULL;
+  CHECK(rt_comm_open(&rv, &c, err, sizeof err) != 0 && strstr(err, RDV_SECRET_ENV), "no secret: %s", err);
+  printf("no secret: %s\n", err);
 }
 
 int main(void) {
@@ -141,6 +233,20 @@ int main(void) {
   if (!fails) printf("ok: all-reduce, reduce-scatter (bitwise the sums in rank order), all-gather, broadcast, barrier, the id, on %d ranks\n", N);
   run(1);
   if (!fails) printf("ok: a rank out of step is reported, not mixed in\n");
+  double wall = run_with(0, strangers);
+  for (int i = 0; i < 3; i++)
+    if (stranger_fd[i] >= 0) close(stranger_fd[i]);
+  printf("impostor: %s\n", impostor_err);
+  CHECK(strstr(impostor_err, "does not prove the job secret"), "the impostor's message: %s", impostor_err);
+  /* the idle connection would hold the rendezvous for RT_COMM_HELLO_TIMEOUT_S at least */
+  CHECK(wall < RT_COMM_HELLO_TIMEOUT_S - 2, "the job took %.1f s beside strangers", wall);
+  if (!fails) printf("ok: an idle connection, an HTTP probe, a forged hello, an impostor with another secret: dropped; the job ran (%.2f s)\n", wall);
+  addr = "127.0.0.2";
+  run_with(0, listen_address);
+  addr = "127.0.0.1";
+  if (!fails) printf("ok: rank 0 listens on MASTER_ADDR only (127.0.0.2; 127.0.0.1 refused)\n");
+  refusals();
+  if (!fails) printf("ok: no secret, a short one, timeouts inf, NaN, -1, 1e9 refused\n");
   char err[512];
   if (rt_nccl_load(&nccl, err, sizeof err) != 0) {
     printf("skip the NCCL id: %s\n", err);

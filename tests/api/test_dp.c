@@ -15,11 +15,16 @@
  *   test_dp env                            stepc_options_from_env under torchrun, mpirun and Slurm
  *   test_dp continue ARTN N STEPS CKPT REF  N ranks load CKPT (another build's, say), run to STEPS: every
  *                                          rank's parameters = REF<rank>.safetensors (the uninterrupted run)
+ *   test_dp stranger ARTN                  an idle connection and an HTTP probe at rank 0's port while 2
+ *                                          ranks gather: dropped; the job runs, unheld (issue 23)
+ *   test_dp guard ARTN                     a comm_timeout_s of inf, NaN or -1 and a missing job secret
+ *                                          refused at open; rank 0 listens on master_addr (127.0.0.2) only
  *   test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line
  *                                          "measure RANK arena REGION STATE MAX_ALLOCATED PREDICTED";
  *                                          rank 0's parameters saved to PARAMS (their shapes)
  *
  * Prints what it compares; exit 0 on success. */
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+#include "runtime/comm.h"
+#include "runtime/rdv_wire.h"
 #include "runtime/stepc.h"
 
 #define MAXR 8
@@ -74,6 +82,7 @@ typedef struct {
   Action act;
   const char *load, *save; /* checkpoint to resume from / to write after the steps */
   const char *params;      /* where to save the parameters at the end */
+  const char *addr;        /* master_addr; NULL: the default */
   int bind;                /* bind each step's batch (this rank's micro-batches of a global batch) */
   int fault;               /* a fault mode's job: the short communicator timeout */
   /* out */
@@ -82,6 +91,7 @@ typedef struct {
   double loss[MAXS], gnorm[MAXS];
   int done;
   double fail_after_s;     /* seconds from the last good step to the failing call */
+  double open_s;           /* stepc_open's time */
   stepc_measure m;         /* after the steps */
 } Rank;
 
@@ -111,8 +121,11 @@ static void *rank_main(void *p) {
   o.cpu_threads = 1;
   o.rank = r->rank, o.world_size = r->world, o.master_port = r->port;
   o.comm_timeout_s = r->fault ? TIMEOUT_S : RUN_TIMEOUT_S;
+  if (r->addr) snprintf(o.master_addr, sizeof o.master_addr, "%s", r->addr);
   stepc_t *s = NULL;
+  double t0 = now_s();
   r->open_st = stepc_open(r->art, &o, &s);
+  r->open_s = now_s() - t0;
   if (r->open_st != STEPC_OK) {
     snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
     stepc_close(s);
@@ -321,6 +334,78 @@ static int mode_world(const char *artn) {
   return fails != 0;
 }
 
+/* Rank 0 alone first; `between` runs once it listens; then rank 1. */
+static void run_two(Rank *r, int (*between)(Rank *r)) {
+  pthread_t th[2];
+  pthread_create(&th[0], NULL, rank_main, &r[0]);
+  CHECK(probe_await(r[0].addr ? r[0].addr : "127.0.0.1", r[0].port) == 0, "rank 0 never listened");
+  if (between) between(r);
+  pthread_create(&th[1], NULL, rank_main, &r[1]);
+  pthread_join(th[0], NULL), pthread_join(th[1], NULL);
+}
+
+static int strangers_fd[2];
+static int strangers(Rank *r) {
+  strangers_fd[0] = probe_dial("127.0.0.1", r[0].port); /* idle */
+  strangers_fd[1] = probe_dial("127.0.0.1", r[0].port);
+  const char http[] = "GET /healthz HTTP/1.1\r\nHost: rank0\r\n\r\n";
+  CHECK(strangers_fd[1] >= 0 && send(strangers_fd[1], http, sizeof http - 1, 0) > 0, "the HTTP probe");
+  return 0;
+}
+
+/* Strangers at rank 0's port do not hold, fail or join the job (the real ranks run 2 steps). */
+static int mode_stranger(const char *artn) {
+  static Rank r[2];
+  setup(r, 2, artn, 2);
+  run_two(r, strangers);
+  for (int i = 0; i < 2; i++) {
+    if (strangers_fd[i] >= 0) close(strangers_fd[i]);
+    printf("rank %d: open %.2f s, %d steps: %s %s\n", i, r[i].open_s, r[i].done, stepc_status_name(r[i].step_st), r[i].err);
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK && r[i].done == 2, "rank %d: %s", i, r[i].err);
+  }
+  CHECK(r[0].loss[1] == r[1].loss[1], "the ranks' losses differ: %.17g %.17g", r[0].loss[1], r[1].loss[1]);
+  /* an idle connection held the old rendezvous to the timeout; now it waits on nobody */
+  CHECK(r[0].open_s < RT_COMM_HELLO_TIMEOUT_S - 2, "rank 0's open took %.1f s beside an idle connection", r[0].open_s);
+  if (!fails) printf("ok: an idle connection and an HTTP probe at the rendezvous are dropped; the job ran\n");
+  return fails != 0;
+}
+
+static int other_address_closed(Rank *r) {
+  int fd = probe_dial("127.0.0.1", r[0].port);
+  CHECK(fd < 0 && errno == ECONNREFUSED, "master_addr is 127.0.0.2, yet 127.0.0.1:%d answers (every interface)", r[0].port);
+  if (fd >= 0) close(fd);
+  return 0;
+}
+
+/* What stepc_open refuses before any socket, and where rank 0 listens. */
+static int mode_guard(const char *artn) {
+  static const double bad[] = {INFINITY, NAN, -1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    stepc_options o = stepc_options_default();
+    o.device = STEPC_DEVICE_CPU, o.world_size = 2, o.master_port = free_port(), o.comm_timeout_s = bad[i];
+    stepc_t *s = NULL;
+    stepc_status st = stepc_open(artn, &o, &s);
+    printf("comm_timeout_s %g: %s: %s\n", bad[i], stepc_status_name(st), stepc_last_error(s));
+    CHECK(st == STEPC_ERR_ARGUMENT && strstr(stepc_last_error(s), "comm_timeout_s"), "a timeout of %g must be refused", bad[i]);
+    stepc_close(s);
+  }
+  char *secret = strdup(getenv(RDV_SECRET_ENV));
+  unsetenv(RDV_SECRET_ENV);
+  static Rank r[2];
+  setup(r, 2, artn, 1);
+  run_ranks(r, 1); /* rank 0 alone: refused before it listens */
+  printf("no secret: %s: %s\n", stepc_status_name(r[0].open_st), r[0].err);
+  CHECK(r[0].open_st == STEPC_ERR_ARGUMENT && strstr(r[0].err, RDV_SECRET_ENV), "a rendezvous without the secret must be refused");
+  setenv(RDV_SECRET_ENV, secret, 1);
+  free(secret);
+  setup(r, 2, artn, 1);
+  r[0].addr = r[1].addr = "127.0.0.2";
+  run_two(r, other_address_closed);
+  for (int i = 0; i < 2; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "rank %d at 127.0.0.2: %s", i, r[i].err);
+  if (!fails) printf("ok: timeouts inf, NaN, -1 and a missing job secret refused at open; rank 0 listens on master_addr only\n");
+  return fails != 0;
+}
+
 /* A checkpoint written elsewhere (by another build) resumed here: bitwise the uninterrupted run. */
 static int mode_continue(const char *artn, int n, int steps, const char *ck, const char *ref) {
   static Rank c[MAXR];
@@ -394,6 +479,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *m = argv[1];
+  /* the ranks are threads of one process: one secret in the environment for them all */
+  setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
   if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
   if (!strcmp(m, "reshard") && argc == 7) return mode_reshard(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "resume") && argc == 7) return mode_resume(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6]);
@@ -402,6 +489,8 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "refuse") && argc == 5) return mode_refuse(argv[2], argv[3], atoi(argv[4]));
   if (!strcmp(m, "world") && argc == 3) return mode_world(argv[2]);
   if (!strcmp(m, "env")) return mode_env();
+  if (!strcmp(m, "stranger") && argc == 3) return mode_stranger(argv[2]);
+  if (!strcmp(m, "guard") && argc == 3) return mode_guard(argv[2]);
   if (!strcmp(m, "continue") && argc == 7) return mode_continue(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
   if (!strcmp(m, "measure") && argc == 5) return mode_measure(argv[2], atoi(argv[3]), argv[4]);
   fprintf(stderr, "test_dp: bad arguments for %s\n", m);

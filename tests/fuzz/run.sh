@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# tests/fuzz/run.sh [SECONDS] — builds the frontend fuzzer with clang (libFuzzer + ASan + UBSan) and
-# runs it for a bounded time from the seed corpus. A crash fails the run; copy the crash-* file it
-# names into tests/fuzz/regressions/ so that fuzz.replay keeps it as a test.
+# tests/fuzz/run.sh [SECONDS] — builds the fuzzers with clang (libFuzzer + ASan + UBSan) — the recipe
+# frontend, the files a runtime reads, the rendezvous' messages — and runs each for a bounded time from
+# its seed corpus. A crash fails the run; copy the crash-* file it names into tests/fuzz/regressions/
+# (files/, hello/ for the others) so that the replay tests keep it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-60}
 CC=clang cmake -S . -B build-fuzz -G Ninja -DSTEPC_FUZZ=ON -DSTEPC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build-fuzz fuzz_frontend fuzz_files
+ninja -C build-fuzz fuzz_frontend fuzz_files fuzz_hello
 work=build-fuzz/corpus
 mkdir -p "$work" build-fuzz/artifacts
 cp -n tests/fuzz/seeds/* "$work"/ 2>/dev/null || true
@@ -19,15 +20,20 @@ build-fuzz/tests/fuzz/fuzz_frontend "$work" -max_total_time="$secs" -max_len=409
 }
 grep -E "stat::number_of_executed_units|Done" build-fuzz/fuzz.log >&2 || true
 echo "fuzz: no crash in ${secs}s" >&2
-# the files a runtime reads (safetensors, step images): a third of the time again
-fsecs=$(( (secs + 2) / 3 ))
-mkdir -p build-fuzz/corpus-files
-cp -n tests/fuzz/files/* build-fuzz/corpus-files/ 2>/dev/null || true
-echo "fuzzing safetensors, state.json and step images for ${fsecs}s" >&2
-build-fuzz/tests/fuzz/fuzz_files build-fuzz/corpus-files -max_total_time="$fsecs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 2>build-fuzz/fuzz-files.log || {
-  tail -n 40 build-fuzz/fuzz-files.log >&2
-  echo "fuzz: a crash was found in the file readers; see build-fuzz/artifacts/ (save it under tests/fuzz/files/)" >&2
-  exit 1
+# fuzz_more TARGET SEEDS SECONDS MAX_LEN WHAT: one more fuzzer from its seeds, for a bounded time
+fuzz_more() {
+  mkdir -p "build-fuzz/corpus-$1"
+  cp -n "tests/fuzz/$2"/* "build-fuzz/corpus-$1"/ 2>/dev/null || true
+  echo "fuzzing $5 for $3s" >&2
+  "build-fuzz/tests/fuzz/$1" "build-fuzz/corpus-$1" -max_total_time="$3" -max_len="$4" -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 2>"build-fuzz/$1.log" || {
+    tail -n 40 "build-fuzz/$1.log" >&2
+    echo "fuzz: a crash was found in $5; see build-fuzz/artifacts/ (save it under tests/fuzz/$2/)" >&2
+    exit 1
+  }
+  echo "fuzz: no crash in $5 in $3s" >&2
 }
-echo "fuzz: no crash in the file readers in ${fsecs}s" >&2
+# the files a runtime reads (safetensors, step images): a third of the time again
+fuzz_more fuzz_files files $(( (secs + 2) / 3 )) 65536 "safetensors, state.json and step images"
+# the rendezvous' messages (what a stranger at MASTER_PORT can send): a sixth of the time again
+fuzz_more fuzz_hello hello $(( (secs + 5) / 6 )) 1024 "the rendezvous' hello, challenge and welcome"
