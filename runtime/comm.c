@@ -161,8 +161,6 @@ void rt_comm_free(RtComm *c) {
   free(c->fd), free(c->tmp), free(c);
 }
 
-int rt_comm_rank(const RtComm *c) { return c->rank; }
-int rt_comm_size(const RtComm *c) { return c->size; }
 const unsigned char *rt_comm_id(const RtComm *c) { return c->id; }
 const char *rt_comm_error(const RtComm *c) { return c ? c->err : "no communicator"; }
 

@@ -62,8 +62,6 @@ typedef struct RtComm RtComm;
 int rt_comm_open(const RtRendezvous *rv, RtComm **out, char *err, size_t nerr);
 /* Leaves it: closes the sockets (the other ranks see this rank gone). NULL is a no-op. */
 void rt_comm_free(RtComm *c);
-int rt_comm_rank(const RtComm *c);
-int rt_comm_size(const RtComm *c);
 /* The id rank 0 made at the rendezvous (all zero without make_id). */
 const unsigned char *rt_comm_id(const RtComm *c);
 /* The message of the failure that broke the communicator ("" when none). */
