@@ -486,25 +486,9 @@ __device__ __forceinline__ void flash_forward(bf16* O, float* LSE, const bf16* Q
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 STEPC_FLASH_FWD(flash_attention_forward_d64, 128, (flash_forward_wg<64, 64>(FLASH_FWD_ARGS)))
 STEPC_FLASH_FWD(flash_attention_forward_d128, 128, (flash_forward_wg<128, 64>(FLASH_FWD_ARGS)))
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_FWD(flash_wg_fwd_v64_128, 128, (flash_forward_wg<64, 128>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_wg_fwd_v64_32, 128, (flash_forward_wg<64, 32>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_wg_fwd_v128_128, 128, (flash_forward_wg<128, 128>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_wg_fwd_v128_32, 128, (flash_forward_wg<128, 32>(FLASH_FWD_ARGS)))
-#endif
 #else
 STEPC_FLASH_FWD(flash_attention_forward_d64, 128, (flash_forward<64, 4, 2, 64, true>(FLASH_FWD_ARGS)))
 STEPC_FLASH_FWD(flash_attention_forward_d128, 128, (flash_forward<128, 4, 2, 64, false>(FLASH_FWD_ARGS)))
-#endif
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_FWD(flash_fwd_v64_4_2_64_r, 128, (flash_forward<64, 4, 2, 64, true>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v64_4_2_64_s, 128, (flash_forward<64, 4, 2, 64, false>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v64_4_2_128_r, 128, (flash_forward<64, 4, 2, 128, true>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v64_8_1_64_r, 256, (flash_forward<64, 8, 1, 64, true>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v128_4_2_64_s, 128, (flash_forward<128, 4, 2, 64, false>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v128_4_2_32_s, 128, (flash_forward<128, 4, 2, 32, false>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v128_8_1_64_r, 256, (flash_forward<128, 8, 1, 64, true>(FLASH_FWD_ARGS)))
-STEPC_FLASH_FWD(flash_fwd_v128_4_1_64_r, 128, (flash_forward<128, 4, 1, 64, true>(FLASH_FWD_ARGS)))
 #endif
 
 // ---- backward, step 1: Dsum[b][h][t] = sum_d dO * O (the softmax-backward row dot product).
@@ -632,23 +616,9 @@ __device__ __forceinline__ void flash_backward_dkdv(bf16* dK, bf16* dV, const bf
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d64, 128, (flash_backward_dkdv_wg<64, 128>(FLASH_DKDV_ARGS)))
 STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d128, 128, (flash_backward_dkdv_wg<128, 64>(FLASH_DKDV_ARGS)))
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_DKDV(flash_wg_dkdv_v64_64, 128, (flash_backward_dkdv_wg<64, 64>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_wg_dkdv_v64_32, 128, (flash_backward_dkdv_wg<64, 32>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_wg_dkdv_v128_32, 128, (flash_backward_dkdv_wg<128, 32>(FLASH_DKDV_ARGS)))
-#endif
 #else
 STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d64, 128, (flash_backward_dkdv<64, 4, 1, 64>(FLASH_DKDV_ARGS)))
 STEPC_FLASH_DKDV(flash_attention_backward_dkdv_d128, 128, (flash_backward_dkdv<128, 4, 1, 64>(FLASH_DKDV_ARGS)))
-#endif
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_DKDV(flash_dkdv_v64_4_1_64, 128, (flash_backward_dkdv<64, 4, 1, 64>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v64_4_2_32, 128, (flash_backward_dkdv<64, 4, 2, 32>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v64_4_2_16, 128, (flash_backward_dkdv<64, 4, 2, 16>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v64_8_1_64, 256, (flash_backward_dkdv<64, 8, 1, 64>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v128_4_1_64, 128, (flash_backward_dkdv<128, 4, 1, 64>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v128_4_1_32, 128, (flash_backward_dkdv<128, 4, 1, 32>(FLASH_DKDV_ARGS)))
-STEPC_FLASH_DKDV(flash_dkdv_v128_8_1_32, 256, (flash_backward_dkdv<128, 8, 1, 32>(FLASH_DKDV_ARGS)))
 #endif
 
 // ---- backward, step 3: a block of NW warps owns BR = 16*MT*NW query rows of one head (16*MT per
@@ -744,20 +714,7 @@ __device__ __forceinline__ void flash_backward_dq(bf16* dQ, const bf16* Q, const
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 STEPC_FLASH_DQ(flash_attention_backward_dq_d64, 128, (flash_backward_dq_wg<64, 64>(FLASH_DQ_ARGS)))
 STEPC_FLASH_DQ(flash_attention_backward_dq_d128, 128, (flash_backward_dq_wg<128, 64>(FLASH_DQ_ARGS)))
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_DQ(flash_wg_dq_v64_128, 128, (flash_backward_dq_wg<64, 128>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_wg_dq_v64_32, 128, (flash_backward_dq_wg<64, 32>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_wg_dq_v128_32, 128, (flash_backward_dq_wg<128, 32>(FLASH_DQ_ARGS)))
-#endif
 #else
 STEPC_FLASH_DQ(flash_attention_backward_dq_d64, 128, (flash_backward_dq<64, 4, 2, 32>(FLASH_DQ_ARGS)))
 STEPC_FLASH_DQ(flash_attention_backward_dq_d128, 128, (flash_backward_dq<128, 4, 2, 32>(FLASH_DQ_ARGS)))
-#endif
-#ifdef STEPC_FLASH_VARIANTS
-STEPC_FLASH_DQ(flash_dq_v64_4_2_32, 128, (flash_backward_dq<64, 4, 2, 32>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_dq_v64_4_1_64, 128, (flash_backward_dq<64, 4, 1, 64>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_dq_v64_4_2_64, 128, (flash_backward_dq<64, 4, 2, 64>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_dq_v128_4_2_32, 128, (flash_backward_dq<128, 4, 2, 32>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_dq_v128_4_1_32, 128, (flash_backward_dq<128, 4, 1, 32>(FLASH_DQ_ARGS)))
-STEPC_FLASH_DQ(flash_dq_v128_4_1_64, 128, (flash_backward_dq<128, 4, 1, 64>(FLASH_DQ_ARGS)))
 #endif

@@ -212,8 +212,8 @@ void bench_attention(Gpu *g) {
 }
 
 /* Tile-size tuning: with STEPC_FLASH_VARIANTS set in the environment, gpu_kernels compiles the
- * kernels with -DSTEPC_FLASH_VARIANTS (the extra instantiations at the end of each section of
- * kernels/flash.cuh) and times each against the production kernel at the bench shapes; outputs are
+ * kernels with tests/gpu/flash_variants.cuh appended (extra instantiations of flash.cuh's tile
+ * templates, never in a shipped cubin) and times each against the production kernel at the bench shapes; outputs are
  * compared with the production kernel's (0 where only the launch shape differs, bf16 rounding
  * where the key-tile size changes the summation order). Update this table with the kernels. On
  * Hopper the production kernels are the wgmma ones, so the mma.sync rows (the production kernels

@@ -8,6 +8,7 @@
 
 #include "kernel_text.h"
 #include "compiler/nvrtc.h"
+#include "flash_variants.h"
 #include "ref.h"
 
 #define GPU_STR(x) #x
@@ -58,8 +59,10 @@ int gpu_load_kernels(Gpu *g, const char *cache_dir) {
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
-  static const char *const variants[] = {"-DSTEPC_FLASH_VARIANTS"}; /* tile-size tuning (attention.c) */
-  if (getenv("STEPC_FLASH_VARIANTS")) opt.extra = variants, opt.n_extra = 1;
+  if (getenv("STEPC_FLASH_VARIANTS") && !(src = flash_variants_append(src, err, sizeof err))) { /* tile tuning (attention.c) */
+    fprintf(stderr, "variants: %s\n", err);
+    return 1;
+  }
   Cubin c;
   char *msg = NULL;
   CubinStatus st = cubin_compile(src, &opt, &c, &msg);

@@ -9,6 +9,7 @@
 
 #include "kernel_text.h"
 #include "compiler/nvrtc.h"
+#include "tests/gpu/flash_variants.h"
 
 static int failures;
 #define CHECK(cond)                                                                                \
@@ -70,6 +71,7 @@ static void test_all_kernels(const char *cache) {
     CHECK(found);
   }
   CHECK(!cubin_has_function(c1.data, c1.size, "no_such_kernel"));
+  CHECK(!cubin_has_function(c1.data, c1.size, "flash_wg_fwd_v64_128")); /* tuning variants never ship */
   CHECK(!cubin_has_function(c1.data, c1.size, "load8")); /* inlined device helpers leave no symbol */
 
   st = cubin_compile(src, &opt, &c2, &msg);
@@ -278,6 +280,35 @@ static void test_cache_damage(const char *cache) {
   cubin_free(&good);
 }
 
+/* The tuning variants (tests/gpu/flash_variants.cuh) compile against flash.cuh's templates, for
+ * sm_90a (the wgmma ones) and everywhere (the mma.sync ones). */
+static void test_flash_variants(const char *cache) {
+  char err[256];
+  char *src = kernel_text_assemble(NULL, 0, err, sizeof err);
+  if (src) src = flash_variants_append(src, err, sizeof err);
+  CHECK(src != NULL);
+  if (!src) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  CubinOptions opt = {.arch = "sm_90", .cache_dir = cache};
+  Cubin c;
+  char *msg = NULL;
+  CubinStatus st = cubin_compile(src, &opt, &c, &msg);
+  if (msg) fprintf(stderr, "%s\n", msg);
+  free(msg), free(src);
+  CHECK(st == CUBIN_OK);
+  if (st != CUBIN_OK) return;
+  const char *names[] = {"flash_wg_fwd_v64_128", "flash_wg_dkdv_v128_32", "flash_wg_dq_v64_32", "flash_fwd_v64_4_2_64_r",
+                         "flash_dkdv_v128_4_1_32", "flash_dq_v128_4_1_64", "flash_attention_forward_d64"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    int found = cubin_has_function(c.data, c.size, names[i]);
+    if (!found) fprintf(stderr, "variant %s missing from the cubin\n", names[i]);
+    CHECK(found);
+  }
+  cubin_free(&c);
+}
+
 int main(void) {
   char cache[] = "/tmp/stepc-test-nvrtc-XXXXXX";
   if (!mkdtemp(cache)) {
@@ -288,6 +319,7 @@ int main(void) {
   test_elf_guard();
   test_assemble();
   test_all_kernels(cache);
+  test_flash_variants(cache);
   test_cache_damage(cache);
   test_error_in_op(cache);
   test_error_in_file(cache);
