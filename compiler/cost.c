@@ -32,59 +32,27 @@ void cost_device_h200(Device *d) {
 #include "cost_h200.h"
 }
 
-static const char *const CLASS_NAMES[COST_NCLASS] = {"gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn",
-                                                     "attention_bwd_cudnn", "grouped_gemm", "moe_routing", "norm",
-                                                     "activation", "rope_qkv",     "embedding",     "loss",
-                                                     "elementwise", "grad_norm",   "optimizer",     "other"};
+static const char *const CLASS_NAMES[COST_NCLASS] = {
+    "unset",       "gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn", "attention_bwd_cudnn",
+    "grouped_gemm", "moe_routing", "norm",        "activation",    "rope_qkv",            "embedding",
+    "loss",        "elementwise", "grad_norm",   "optimizer",     "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
-
-static CostClass kind_class(OpKind k) {
-  switch (k) {
-  case OP_FLASH_ATTN: case OP_FLASH_ATTN_DV: return COST_ATTN_FWD;
-  case OP_FLASH_ATTN_BWD: case OP_FLASH_ATTN_DV_BWD: return COST_ATTN_BWD;
-  case OP_GROUPED_LINEAR: case OP_GROUPED_LINEAR_DGRAD: case OP_GROUPED_LINEAR_WGRAD: return COST_GROUPED_GEMM;
-  case OP_ROUTER_TOPK: case OP_ROUTER_TOPK_BWD: case OP_MOE_AUX_LOSS: case OP_MOE_AUX_LOSS_BWD: case OP_MOE_DISPATCH:
-  case OP_MOE_PERMUTE: case OP_MOE_PERMUTE_BWD: case OP_MOE_UNPERMUTE: case OP_MOE_UNPERMUTE_BWD: case OP_HEAD_SPLIT:
-  case OP_HEAD_CONCAT: return COST_MOE_ROUTING;
-  case OP_MOE_ACT: case OP_MOE_ACT_BWD: return COST_ACTIVATION;
-  default: break;
-  }
-  if (plan_op_is_gemm(k)) return COST_GEMM;
-  switch (k) {
-  case OP_RMSNORM: case OP_RMSNORM_BWD: case OP_LAYERNORM: case OP_LAYERNORM_BWD: return COST_NORM;
-  case OP_SWIGLU: case OP_SWIGLU_BWD: case OP_GELU: case OP_GELU_BWD: return COST_ACTIVATION;
-  case OP_ROPE: case OP_SPLIT_QKV: case OP_CONCAT_QKV: return COST_ROPE_QKV;
-  case OP_EMBED: case OP_EMBED_BWD: case OP_POS_ADD: case OP_POS_ADD_BWD: return COST_EMBEDDING;
-  case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: return COST_LOSS;
-  case OP_LINEAR_CROSS_ENTROPY: case OP_LINEAR_CROSS_ENTROPY_BWD: return COST_GEMM; /* its products dominate */
-  case OP_GRAD_SUMSQ: return COST_GRAD_NORM;
-  case OP_ADAMW: case OP_LR_SCHED: case OP_CLIP_COEF: return COST_OPTIMIZER;
-  case OP_ADD: case OP_ACCUM: case OP_ZERO: case OP_FILL: case OP_DROPOUT: case OP_DROPOUT_BWD: case OP_SOFTMAX:
-  case OP_SOFTMAX_BWD: case OP_CAUSAL_MASK: case OP_LINEAR_BGRAD: return COST_ELEMENTWISE;
-  default: return COST_OTHER;
-  }
-}
 
 CostClass cost_op_class(const Graph *g, int op) {
   const Op *o = &g->op[op];
   if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
   if (o->fuse == FUSE_ADD_NORM || o->fuse == FUSE_NORM_BWD_ADD) return COST_NORM;
-  CostClass c = kind_class(o->kind);
+  CostClass c = op_info(o->kind)->facts.cost;
   if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) && o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
     return c == COST_ATTN_FWD ? COST_ATTN_FWD_CUDNN : COST_ATTN_BWD_CUDNN;
   return c;
 }
 
-static bool is_attn(OpKind k) {
-  return k == OP_FLASH_ATTN || k == OP_FLASH_ATTN_BWD || k == OP_FLASH_ATTN_DV || k == OP_FLASH_ATTN_DV_BWD;
-}
-
 /* The roofline time of op o alone: the larger of its compute and memory times. */
 static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {
   *f = op_flops(g, op), *b = op_bytes(g, op);
-  bool gemm = plan_op_is_gemm(op->kind) || op->kind == OP_GROUPED_LINEAR || op->kind == OP_GROUPED_LINEAR_DGRAD ||
-              op->kind == OP_GROUPED_LINEAR_WGRAD;
-  double rate = is_attn(op->kind) ? d->attn_flops_per_s : gemm ? d->gemm_flops_per_s : 0;
+  OpCeiling c = op_info(op->kind)->facts.ceiling;
+  double rate = c == CEIL_ATTN ? d->attn_flops_per_s : c == CEIL_GEMM ? d->gemm_flops_per_s : 0;
   double tc = rate > 0 ? *f / rate : 0, tm = *b / d->bytes_per_s;
   return tc > tm ? tc : tm;
 }
@@ -112,6 +80,8 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
   const Op *o = &g->op[op];
   *flops = *bytes = 0;
   if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
+  /* by kind on purpose: one op's own time model (its launch mixes GEMM and DRAM work), not a fact
+   * other passes read */
   if (o->kind == OP_LINEAR_CROSS_ENTROPY) return linear_loss_time(g, op, d, flops, bytes);
   int members[IR_MAX_CHAIN + 1], n = 0;
   double t = 0, f, b;
@@ -132,7 +102,8 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
     *bytes += addend_bytes;
     return (t + extra) * d->class_scale[COST_NORM] + d->launch_s;
   } else if (o->fuse == FUSE_ROPE_QKV) {
-    /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone */
+    /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone (by
+     * kind: which member of fuse.c's group that is) */
     members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : o->peer;
   } else if (o->fuse != FUSE_NONE && o->peer >= 0)
     members[n++] = o->peer;

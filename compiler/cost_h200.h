@@ -1,5 +1,5 @@
 /* cost_h200.h — the H200 cost model's calibration, included inside cost_device_h200(Device *d):
- * measured time / roofline time per op class (plan.h's CostClass), the median over profiles of
+ * measured time / roofline time per op class (ir.h's CostClass), the median over profiles of
  * shapes S, M, L8 and the MoE shape MoE7 (models/moonlight_mha_7l.lua) (`stepc run RECIPE
  * --profile`, one eager step with CUDA events around every op), kept with the per-shape ratios in
  * bench/calibration/h200.json ("session_3": cuDNN attention through attention_backend=auto, the

@@ -9,35 +9,15 @@
 #include "nvrtc.h"
 #include "textbuf.h"
 
-/* The pointwise ops, each one row: its device code in the generated kernel (docs/kernels.md,
- * templates/README.md). `#` is replaced by the op's position in the chain, $0/$1 by its inputs'
- * fp32 values. The expressions are the hand-written kernels' own (residual_add; dropout_apply's
- * dropout_keep with the same Philox words), so a chain writes the bits the ops write one by one.
- *   nval    the inputs the expression reads (in[0 .. nval-1]; DROPOUT_BWD's mask input is never
- *           materialised on CUDA: the mask is regenerated from (seed, stream))
- *   scalars the kernel parameters the op adds (ew_fuse.h: f a.f[0], S seed slot, U a.i[0])
- *   setup   once per thread;  group  once per group of 4 elements;  expr  the value */
-typedef struct {
-  OpKind kind;
-  int nval;
-  const char *scalars, *setup, *group, *expr;
-} EwOp;
-
-static const EwOp EW_OPS[] = {
-    {OP_ADD, 2, "", "", "", "$0 + $1"},
-    {OP_DROPOUT_BWD, 1, "fSU",
-     "  const unsigned thr# = dropout_threshold(f#);\n  const float scale# = dropout_scale(f#);\n"
-     "  const unsigned long long seed# = *S#;\n",
-     "    const philox4 r# = dropout_bits(seed#, U#, (unsigned long long)g);\n"
-     "    const unsigned w#[4] = {r#.x, r#.y, r#.z, r#.w};\n",
-     "dropout_keep(w#[k], thr#, scale#, $0)"},
-};
+/* An op's row in a chain: its OpInfo's ew fact (ir.h), the one place its device expression lives;
+ * NULL when it never joins a chain. */
+typedef OpEw EwOp;
 
 static const EwOp *row(OpKind k) {
-  for (size_t i = 0; i < sizeof EW_OPS / sizeof EW_OPS[0]; i++)
-    if (EW_OPS[i].kind == k) return &EW_OPS[i];
-  return NULL;
+  const OpEw *e = op_info(k)->facts.ew;
+  return e && e->expr ? e : NULL;
 }
+int ew_pointwise(OpKind k) { return row(k) != NULL; }
 
 static int same_shape(const Tensor *a, const Tensor *b) {
   return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof a->shape);

@@ -2,15 +2,15 @@
  *
  * A chain is a run of ops with consecutive ids (apart from `passable` ones between them: ops that
  * launch nothing and touch no tensor of the chain, e.g. a weight-gradient ACCUM sunk into its
- * producer's kernel), each pointwise (a row of EW_OPS in ew_fuse.c, the
- * one place an op's device expression lives), in one phase, all over
+ * producer's kernel), each pointwise (its op table row has an `ew` fact, ir.h: the one place
+ * the op's device expression lives), in one phase, all over
  * bf16 tensors of one shape, each op after the first reading a value an earlier op of the chain
  * produced. ew_chain_at finds one from the op structure; the caller (compiler/fuse.c, before the
  * memory plan) records it on the graph. ew_kernel_add turns a chain into its kernel — the template
  * filled for the chain's signature — shared by every chain of that signature.
  *
  * Kernel parameters, in order: each stored output (p), each external input (p), n (l), then each
- * op's scalars (EW_OPS[].scalars: f a.f[0] as float, S the dropout seed slot (p), U a.i[0] as
+ * op's scalars (OpEw.scalars: f a.f[0] as float, S the dropout seed slot (p), U a.i[0] as
  * unsigned). */
 #ifndef STEPC_EW_FUSE_H
 #define STEPC_EW_FUSE_H
@@ -37,6 +37,9 @@ typedef struct {
   EwKernel k[EW_MAX_KERNELS];
   int n;
 } EwKernels;
+
+/* Whether op kind k may join a chain (its OpInfo's ew fact has an expression). */
+int ew_pointwise(OpKind k);
 
 /* The longest chain starting at op `first` (nops >= 2), from the structure: uses[t] = how many op
  * inputs read tensor t; blocked[o] nonzero for ops already skipped or fused; passable[o] nonzero

@@ -8,14 +8,12 @@
 #include "kernels/launch.h"
 #include "ops/ops.h"
 
-/* Producers whose fp32 weight-gradient kernels accumulate (so they need a main gradient to
- * accumulate into), LINEAR_WGRAD, which may (cuBLASLt beta = 1), GROUPED_LINEAR_WGRAD (its
- * tensor-core epilogue adds into the fp32 main gradient) and LINEAR_CROSS_ENTROPY_BWD (its dW,
- * output 1: each chunk's product adds into the main gradient). */
-static int sinkable(OpKind k) {
-  return k == OP_LINEAR_WGRAD || k == OP_LINEAR_CROSS_ENTROPY_BWD || k == OP_GROUPED_LINEAR_WGRAD || k == OP_LINEAR_BGRAD ||
-         k == OP_EMBED_BWD || k == OP_POS_ADD_BWD || k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
-}
+/* The pass reads one per-kind fact from the op table (sink: which weight-gradient kernels may
+ * accumulate into the fp32 main gradient, ir.h) and names kinds itself everywhere else: each
+ * pattern below is one hand-written fused kernel's (linear_add, residual norms, rope_split_qkv,
+ * the in-place loss, adamw_multi), a decision about that kernel's operands, not a fact of either
+ * op alone. */
+static int sinkable(OpKind k) { return op_info(k)->facts.sink == SINK_YES; }
 
 static int same_shape(const Graph *g, int a, int b) {
   const Tensor *ta = &g->t[a], *tb = &g->t[b];

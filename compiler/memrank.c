@@ -146,7 +146,7 @@ typedef struct {
 } Fp8Use;
 
 static bool fp8_module(const Op *op) {
-  if (op->kind != OP_LINEAR && op->kind != OP_GROUPED_LINEAR) return false;
+  if (op_info(op->kind)->facts.matmul != MATMUL_FWD) return false;
   const char *m = op->tags.module;
   return has(m, "layers.") && !has(m, "router") && !has(m, "output_layer");
 }
@@ -169,8 +169,7 @@ static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *
   for (int i = 0; i < sc->n; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[sc->it[i].id];
-    if (op->tags.phase != IR_PHASE_BACKWARD || op->kind == OP_LINEAR_WGRAD || op->kind == OP_GROUPED_LINEAR_WGRAD)
-      continue;
+    if (op->tags.phase != IR_PHASE_BACKWARD || op_info(op->kind)->facts.matmul == MATMUL_WGRAD) continue;
     for (int j = 0; j < op->nin; j++) u[op->in[j]].keep16 = true;
   }
 }
@@ -234,6 +233,8 @@ static void act_tp(const Lay *L, const Schedule *sc, uint8_t *tp_split) {
       if (role_is_persistent(x->role)) continue;
       bool v;
       if (x->role == ROLE_ACT_GRAD && x->of >= 0 && !role_is_persistent(g->t[x->of].role)) v = tp_split[x->of];
+      /* by kind on purpose: which ops stand for Megatron's column-parallel linears, its vocab-parallel
+       * loss and embedding is memrank's reading of Megatron's layout, not a fact of the op */
       else if (op->kind == OP_LINEAR) v = col_parallel(op->tags.module);
       else if (op->kind == OP_LINEAR_CROSS_ENTROPY) v = j == 2 && col_parallel(op->tags.module); /* the logits chunk */
       else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED || tensor_numel(x) == 1) v = false;

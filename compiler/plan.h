@@ -27,8 +27,6 @@
 int graph_reorder(Graph *g, const int *order);
 /* Whether the op draws random numbers (dropout, attention with dropout). */
 bool plan_op_uses_rng(const Graph *g, const Op *op);
-/* Whether the op kind is a dense matmul-class op (roofline: GEMM ceiling). */
-bool plan_op_is_gemm(OpKind k);
 /* The input index whose storage output `out` may reuse in place (elementwise kernels that read
  * element i before writing element i), or -1. */
 int plan_op_inplace_input(const Op *op, int out);
@@ -254,27 +252,7 @@ int memrank_capture_iteration(const Spec *s);
 void memrank_readings(const Spec *s, RankReport *rr, const RankReport *eager);
 
 /* ---- cost.c ---- */
-/* Op classes of the cost model and the profile (cost.c). A fused group counts in the class of its
- * main work: LINEAR+ADD as a GEMM, ADD+norm as a norm. */
-typedef enum {
-  COST_GEMM,
-  COST_ATTN_FWD,
-  COST_ATTN_BWD,
-  COST_ATTN_FWD_CUDNN, /* attention run by cuDNN (attention_backend fused or auto) */
-  COST_ATTN_BWD_CUDNN,
-  COST_GROUPED_GEMM, /* MoE expert GEMMs (stepc's grouped kernels) */
-  COST_MOE_ROUTING,  /* router top-k, aux loss, dispatch, permute / unpermute, MLA head split/concat */
-  COST_NORM,
-  COST_ACTIVATION,
-  COST_ROPE_QKV,
-  COST_EMBEDDING,
-  COST_LOSS,
-  COST_ELEMENTWISE,
-  COST_GRAD_NORM,
-  COST_OPTIMIZER,
-  COST_OTHER,
-  COST_NCLASS
-} CostClass;
+/* CostClass: ir.h (an op's class is a fact of its op table row). */
 const char *cost_class_name(CostClass c);
 CostClass cost_op_class(const Graph *g, int op);
 

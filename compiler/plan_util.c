@@ -1,6 +1,6 @@
 /* plan_util.c — small graph utilities the planning passes share (see plan.h): op reordering that
- * keeps every op id in the graph consistent, and per-kind facts the IR's op table does not carry
- * (randomness, GEMM class, which kernels may write in place). */
+ * keeps every op id in the graph consistent, and per-op readings of the op table's facts (ir.h)
+ * that depend on the op's attributes or output. */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -38,47 +38,16 @@ int graph_reorder(Graph *g, const int *order) {
 
 bool plan_op_uses_rng(const Graph *g, const Op *op) {
   (void)g;
-  switch (op->kind) {
-  case OP_DROPOUT: return true;
-  case OP_FLASH_ATTN:
-  case OP_FLASH_ATTN_DV: return op->a.f[1] > 0; /* f[1] = attention dropout */
-  default: return false;
-  }
+  OpRng r = op_info(op->kind)->facts.rng;
+  return r == RNG_ALWAYS || (r == RNG_ATTN_DROPOUT && op->a.f[1] > 0); /* f[1] = attention dropout */
 }
 
-bool plan_op_is_gemm(OpKind k) {
-  switch (k) {
-  case OP_LINEAR:
-  case OP_LINEAR_DGRAD:
-  case OP_LINEAR_WGRAD:
-  case OP_ATTN_SCORES:
-  case OP_ATTN_SCORES_BWD:
-  case OP_ATTN_PV:
-  case OP_ATTN_PV_BWD:
-  case OP_FLASH_ATTN:
-  case OP_FLASH_ATTN_BWD:
-  case OP_FLASH_ATTN_DV:
-  case OP_FLASH_ATTN_DV_BWD: return true;
-  default: return false;
-  }
-}
-
-/* Read from the CPU kernels in ir/ops/: each of these computes output element i from input
- * element i only (SWIGLU_BWD: dx[j], dx[j+f] from x[j], x[j+f] of the same row, read first), so
- * the output may take the input's storage when the input dies at this op. The bitwise recompute
- * tests run on plans that use this and would catch a kernel that stops being alias-safe. */
+/* The bitwise recompute tests run on plans that use the table's in-place facts and would catch a
+ * kernel that stops being alias-safe. */
 int plan_op_inplace_input(const Op *op, int out) {
   if (out != 0) return -1;
-  switch (op->kind) {
-  case OP_ADD: return op->nin == 2 ? 0 : -1;
-  case OP_GELU:
-  case OP_DROPOUT:
-  case OP_DROPOUT_BWD: return 0;
-  case OP_GELU_BWD: return 0; /* dx over dy */
-  case OP_SWIGLU_BWD: return 1; /* dx over x (same shape: rows x 2f) */
-  case OP_CROSS_ENTROPY_BWD: return 1; /* dlogits over logits: the CUDA loss kernel writes them in place */
-  default: return -1;
-  }
+  OpInPlace p = op_info(op->kind)->facts.inplace;
+  return p == INPLACE_IN0 ? 0 : p == INPLACE_IN1 ? 1 : -1;
 }
 
 int64_t plan_parse_bytes(const char *s) {

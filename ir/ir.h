@@ -215,6 +215,82 @@ typedef struct OpOut {
   const char *suffix;  /* default name: "<module>.<suffix>" */
 } OpOut;
 
+/* ---- op facts: what the compiler's passes read about an op kind, set in its ir/ops/<family>.c
+ * row. Value 0 of each fact is "unset", which no row may leave (tests/unit/test_op_facts.c), so
+ * that a new op states every fact instead of falling through a pass's default. ---- */
+
+/* Op classes of the cost model and the profile (compiler/cost.c; one calibrated scale each). A
+ * fused group counts in the class of its main work: LINEAR+ADD as a GEMM, ADD+norm as a norm. */
+typedef enum {
+  COST_UNSET,
+  COST_GEMM,
+  COST_ATTN_FWD,       /* stepc's flash kernels; cost.c moves them to the cuDNN classes below */
+  COST_ATTN_BWD,
+  COST_ATTN_FWD_CUDNN, /* attention run by cuDNN (attention_backend fused or auto) */
+  COST_ATTN_BWD_CUDNN,
+  COST_GROUPED_GEMM, /* MoE expert GEMMs (stepc's grouped kernels) */
+  COST_MOE_ROUTING,  /* router top-k, aux loss, dispatch, permute / unpermute, MLA head split/concat */
+  COST_NORM,
+  COST_ACTIVATION,
+  COST_ROPE_QKV,
+  COST_EMBEDDING,
+  COST_LOSS,
+  COST_ELEMENTWISE,
+  COST_GRAD_NORM,
+  COST_OPTIMIZER,
+  COST_OTHER,
+  COST_NCLASS
+} CostClass;
+
+/* The compute ceiling of its roofline time (compiler/cost.c): DRAM alone, or its FLOPs against
+ * the GEMM or the attention ceiling as well. */
+typedef enum { CEIL_UNSET, CEIL_DRAM, CEIL_GEMM, CEIL_ATTN } OpCeiling;
+
+/* Which input output 0 may overwrite in place when that input dies at the op (the memory plan):
+ * its CPU and CUDA kernels compute element i from input element i only, read first. */
+typedef enum { INPLACE_UNSET, INPLACE_NONE, INPLACE_IN0, INPLACE_IN1 } OpInPlace;
+
+/* Whether it draws random numbers (a replay inside a CUDA graph may not; scope.c, recompute.c). */
+typedef enum {
+  RNG_UNSET,
+  RNG_NONE,
+  RNG_ALWAYS,
+  RNG_ATTN_DROPOUT, /* when its attention dropout a.f[1] > 0 */
+} OpRng;
+
+/* Whether its weight-gradient kernel may accumulate straight into the fp32 main gradient, so the
+ * fusion pass drops the ACCUM after it (compiler/fuse.c). */
+typedef enum { SINK_UNSET, SINK_NO, SINK_YES } OpSink;
+
+/* Its part in a linear layer's weight product (y = x W^T, dx = dy W, dW = dy^T x), dense or
+ * grouped: what Transformer Engine's fp8 linears quantize and save (compiler/memrank.c). */
+typedef enum { MATMUL_UNSET, MATMUL_NONE, MATMUL_FWD, MATMUL_DGRAD, MATMUL_WGRAD } OpMatmul;
+
+/* Its member row in a generated elementwise chain (compiler/ew_fuse.c, templates/elementwise.cu.in):
+ * its device code. `#` is replaced by the op's position in the chain, $0/$1 by its inputs' fp32
+ * values. The expressions are the hand-written kernels' own, so a chain writes the bits the ops
+ * write one by one.
+ *   nval    the inputs the expression reads (in[0 .. nval-1])
+ *   scalars the kernel parameters the op adds (f a.f[0], S seed slot, U a.i[0])
+ *   setup   once per thread;  group  once per group of 4 elements;  expr  the value
+ * &OP_EW_NONE: the op never joins a chain. */
+typedef struct OpEw {
+  int nval;
+  const char *scalars, *setup, *group, *expr;
+} OpEw;
+extern const OpEw OP_EW_NONE;
+
+/* The facts of one op kind: its row's `.facts = {.cost = ..., ...}`, every field named. */
+typedef struct OpFacts {
+  CostClass cost;
+  OpCeiling ceiling;
+  OpInPlace inplace;
+  OpRng rng;
+  OpSink sink;
+  OpMatmul matmul;
+  const OpEw *ew;
+} OpFacts;
+
 struct CpuCtx;
 typedef void (*OpCpuFn)(const struct CpuCtx *c, const Op *op, void *const *in, void *const *out);
 
@@ -231,6 +307,7 @@ typedef struct OpInfo {
    * emits are exactly the forward tensors backward reads. NULL: not differentiable. */
   int (*backward)(Graph *g, int op, const int *dout, int *din);
   OpCpuFn cpu[2]; /* [0] fp32, [1] fp64 reference */
+  OpFacts facts; /* what the passes read (above), each set by name in every row */
 } OpInfo;
 
 /* ---- op table ---- */

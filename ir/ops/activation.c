@@ -43,12 +43,30 @@ static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {swiglu_cpu_f32, swiglu_cpu_f64}};
-const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {swiglu_bwd_cpu_f32, swiglu_bwd_cpu_f64}};
-const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64}};
-const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64}};
-const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64}};
-const OpInfo op_relu_act_bwd_info = {"relu_act_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {relu_bwd_cpu_f32, relu_bwd_cpu_f64}};
+const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {swiglu_cpu_f32, swiglu_cpu_f64},
+    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+/* in place: dx over x (both rows x 2f; dx[j], dx[j+f] come from x[j], x[j+f] of the same row,
+ * read first) */
+const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {swiglu_bwd_cpu_f32, swiglu_bwd_cpu_f64},
+    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64},
+    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+/* in place: dx over dy */
+const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64},
+    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+/* cost class other, as the cost model has always had it: the activation scale
+ * (compiler/cost_h200.h) was profiled on models without relu, and moving it there would change
+ * the predicted times */
+const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_relu_act_bwd_info = {"relu_act_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {relu_bwd_cpu_f32, relu_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

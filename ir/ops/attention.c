@@ -125,15 +125,33 @@ static int pv_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_split_qkv_info = {"split_qkv", 1, 1, 3, split_infer, NULL, split_backward, {split_cpu_f32, split_cpu_f64}};
-const OpInfo op_concat_qkv_info = {"concat_qkv", 3, 3, 1, concat_infer, NULL, NULL, {concat_cpu_f32, concat_cpu_f64}};
-const OpInfo op_attn_scores_info = {"attn_scores", 2, 2, 1, scores_infer, scores_flops, scores_backward, {scores_cpu_f32, scores_cpu_f64}};
-const OpInfo op_attn_scores_bwd_info = {"attn_scores_bwd", 3, 3, 2, scores_bwd_infer, NULL, NULL, {scores_bwd_cpu_f32, scores_bwd_cpu_f64}};
-const OpInfo op_causal_mask_info = {"causal_mask", 1, 1, 1, same_infer, ops_flops_elementwise, mask_backward, {mask_cpu_f32, mask_cpu_f64}};
-const OpInfo op_softmax_info = {"softmax", 1, 1, 1, same_infer, ops_flops_elementwise, softmax_backward, {softmax_cpu_f32, softmax_cpu_f64}};
-const OpInfo op_softmax_bwd_info = {"softmax_bwd", 2, 2, 1, same_infer, ops_flops_elementwise, NULL, {softmax_bwd_cpu_f32, softmax_bwd_cpu_f64}};
-const OpInfo op_attn_pv_info = {"attn_pv", 2, 2, 1, pv_infer, pv_flops, pv_backward, {pv_cpu_f32, pv_cpu_f64}};
-const OpInfo op_attn_pv_bwd_info = {"attn_pv_bwd", 3, 3, 2, pv_bwd_infer, NULL, NULL, {pv_bwd_cpu_f32, pv_bwd_cpu_f64}};
+const OpInfo op_split_qkv_info = {"split_qkv", 1, 1, 3, split_infer, NULL, split_backward, {split_cpu_f32, split_cpu_f64},
+    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_concat_qkv_info = {"concat_qkv", 3, 3, 1, concat_infer, NULL, NULL, {concat_cpu_f32, concat_cpu_f64},
+    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_attn_scores_info = {"attn_scores", 2, 2, 1, scores_infer, scores_flops, scores_backward, {scores_cpu_f32, scores_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_attn_scores_bwd_info = {"attn_scores_bwd", 3, 3, 2, scores_bwd_infer, NULL, NULL, {scores_bwd_cpu_f32, scores_bwd_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_causal_mask_info = {"causal_mask", 1, 1, 1, same_infer, ops_flops_elementwise, mask_backward, {mask_cpu_f32, mask_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_softmax_info = {"softmax", 1, 1, 1, same_infer, ops_flops_elementwise, softmax_backward, {softmax_cpu_f32, softmax_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_softmax_bwd_info = {"softmax_bwd", 2, 2, 1, same_infer, ops_flops_elementwise, NULL, {softmax_bwd_cpu_f32, softmax_bwd_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_attn_pv_info = {"attn_pv", 2, 2, 1, pv_infer, pv_flops, pv_backward, {pv_cpu_f32, pv_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_attn_pv_bwd_info = {"attn_pv_bwd", 3, 3, 2, pv_bwd_infer, NULL, NULL, {pv_bwd_cpu_f32, pv_bwd_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -38,8 +38,22 @@ static int dropout_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_dropout_info = {"dropout", 1, 1, 2, dropout_infer, ops_flops_elementwise, dropout_backward, {dropout_cpu_f32, dropout_cpu_f64}};
-const OpInfo op_dropout_bwd_info = {"dropout_bwd", 2, 2, 1, dropout_bwd_infer, ops_flops_elementwise, NULL, {dropout_bwd_cpu_f32, dropout_bwd_cpu_f64}};
+/* The backward in a generated chain: dropout_apply's dropout_keep with the same Philox words. Its
+ * mask input is never read on CUDA: the mask is regenerated from (seed, stream). */
+static const OpEw dropout_bwd_ew = {
+    1, "fSU",
+    "  const unsigned thr# = dropout_threshold(f#);\n  const float scale# = dropout_scale(f#);\n"
+    "  const unsigned long long seed# = *S#;\n",
+    "    const philox4 r# = dropout_bits(seed#, U#, (unsigned long long)g);\n"
+    "    const unsigned w#[4] = {r#.x, r#.y, r#.z, r#.w};\n",
+    "dropout_keep(w#[k], thr#, scale#, $0)"};
+
+const OpInfo op_dropout_info = {"dropout", 1, 1, 2, dropout_infer, ops_flops_elementwise, dropout_backward, {dropout_cpu_f32, dropout_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_ALWAYS,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_dropout_bwd_info = {"dropout_bwd", 2, 2, 1, dropout_bwd_infer, ops_flops_elementwise, NULL, {dropout_bwd_cpu_f32, dropout_bwd_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &dropout_bwd_ew}};
 
 #else /* OPS_KERNEL_PASS */
 

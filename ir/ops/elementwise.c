@@ -35,10 +35,21 @@ static int inplace_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_add_info = {"add", 2, 2, 1, add_infer, ops_flops_elementwise, add_backward, {add_cpu_f32, add_cpu_f64}};
-const OpInfo op_accum_info = {"accum", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {accum_cpu_f32, accum_cpu_f64}};
-const OpInfo op_fill_info = {"fill", 0, 0, 0, inplace_infer, NULL, NULL, {fill_cpu_f32, fill_cpu_f64}};
-const OpInfo op_zero_info = {"zero", 0, 0, 0, inplace_infer, NULL, NULL, {zero_cpu_f32, zero_cpu_f64}};
+/* a residual add in a generated chain: residual_add's own sum */
+static const OpEw add_ew = {2, "", "", "", "$0 + $1"};
+
+const OpInfo op_add_info = {"add", 2, 2, 1, add_infer, ops_flops_elementwise, add_backward, {add_cpu_f32, add_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &add_ew}};
+const OpInfo op_accum_info = {"accum", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {accum_cpu_f32, accum_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_fill_info = {"fill", 0, 0, 0, inplace_infer, NULL, NULL, {fill_cpu_f32, fill_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_zero_info = {"zero", 0, 0, 0, inplace_infer, NULL, NULL, {zero_cpu_f32, zero_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS: reference kernels over `real` */
 

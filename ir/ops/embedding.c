@@ -63,10 +63,18 @@ static int pos_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_embed_info = {"embed", 2, 2, 1, embed_infer, NULL, embed_backward, {embed_cpu_f32, embed_cpu_f64}};
-const OpInfo op_embed_bwd_info = {"embed_bwd", 2, 2, 1, embed_bwd_infer, NULL, NULL, {embed_bwd_cpu_f32, embed_bwd_cpu_f64}};
-const OpInfo op_pos_add_info = {"pos_add", 2, 2, 1, pos_infer, ops_flops_elementwise, pos_backward, {pos_cpu_f32, pos_cpu_f64}};
-const OpInfo op_pos_add_bwd_info = {"pos_add_bwd", 1, 1, 1, pos_bwd_infer, NULL, NULL, {pos_bwd_cpu_f32, pos_bwd_cpu_f64}};
+const OpInfo op_embed_info = {"embed", 2, 2, 1, embed_infer, NULL, embed_backward, {embed_cpu_f32, embed_cpu_f64},
+    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_embed_bwd_info = {"embed_bwd", 2, 2, 1, embed_bwd_infer, NULL, NULL, {embed_bwd_cpu_f32, embed_bwd_cpu_f64},
+    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_pos_add_info = {"pos_add", 2, 2, 1, pos_infer, ops_flops_elementwise, pos_backward, {pos_cpu_f32, pos_cpu_f64},
+    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_pos_add_bwd_info = {"pos_add_bwd", 1, 1, 1, pos_bwd_infer, NULL, NULL, {pos_bwd_cpu_f32, pos_bwd_cpu_f64},
+    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

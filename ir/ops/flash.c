@@ -86,10 +86,19 @@ int64_t attn_cudnn_workspace_max(const Graph *g, const uint8_t *only) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_flash_attn_info = {"flash_attn", 3, 3, 2, flash_infer, flash_flops, flash_backward, {flash_cpu_f32, flash_cpu_f64}};
-const OpInfo op_flash_attn_bwd_info = {"flash_attn_bwd", 6, 6, 3, flash_bwd_infer, flash_bwd_flops, NULL, {flash_bwd_cpu_f32, flash_bwd_cpu_f64}};
-const OpInfo op_flash_attn_dv_info = {"flash_attn_dv", 3, 3, 2, flash_infer, flash_flops, flash_backward, {flash_cpu_f32, flash_cpu_f64}};
-const OpInfo op_flash_attn_dv_bwd_info = {"flash_attn_dv_bwd", 6, 6, 3, flash_bwd_infer, flash_bwd_flops, NULL, {flash_bwd_cpu_f32, flash_bwd_cpu_f64}};
+/* rng: with attention dropout (a.f[1] > 0) */
+const OpInfo op_flash_attn_info = {"flash_attn", 3, 3, 2, flash_infer, flash_flops, flash_backward, {flash_cpu_f32, flash_cpu_f64},
+    .facts = {.cost = COST_ATTN_FWD, .ceiling = CEIL_ATTN, .inplace = INPLACE_NONE, .rng = RNG_ATTN_DROPOUT,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_flash_attn_bwd_info = {"flash_attn_bwd", 6, 6, 3, flash_bwd_infer, flash_bwd_flops, NULL, {flash_bwd_cpu_f32, flash_bwd_cpu_f64},
+    .facts = {.cost = COST_ATTN_BWD, .ceiling = CEIL_ATTN, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_flash_attn_dv_info = {"flash_attn_dv", 3, 3, 2, flash_infer, flash_flops, flash_backward, {flash_cpu_f32, flash_cpu_f64},
+    .facts = {.cost = COST_ATTN_FWD, .ceiling = CEIL_ATTN, .inplace = INPLACE_NONE, .rng = RNG_ATTN_DROPOUT,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_flash_attn_dv_bwd_info = {"flash_attn_dv_bwd", 6, 6, 3, flash_bwd_infer, flash_bwd_flops, NULL, {flash_bwd_cpu_f32, flash_bwd_cpu_f64},
+    .facts = {.cost = COST_ATTN_BWD, .ceiling = CEIL_ATTN, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -82,10 +82,19 @@ static int bgrad_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_linear_info = {"linear", 2, 3, 1, linear_infer, linear_flops, linear_backward, {linear_cpu_f32, linear_cpu_f64}};
-const OpInfo op_linear_dgrad_info = {"linear_dgrad", 2, 2, 1, dgrad_infer, dgrad_flops, NULL, {dgrad_cpu_f32, dgrad_cpu_f64}};
-const OpInfo op_linear_wgrad_info = {"linear_wgrad", 2, 2, 1, wgrad_infer, wgrad_flops, NULL, {wgrad_cpu_f32, wgrad_cpu_f64}};
-const OpInfo op_linear_bgrad_info = {"linear_bgrad", 1, 1, 1, bgrad_infer, ops_flops_elementwise, NULL, {bgrad_cpu_f32, bgrad_cpu_f64}};
+const OpInfo op_linear_info = {"linear", 2, 3, 1, linear_infer, linear_flops, linear_backward, {linear_cpu_f32, linear_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_FWD, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_dgrad_info = {"linear_dgrad", 2, 2, 1, dgrad_infer, dgrad_flops, NULL, {dgrad_cpu_f32, dgrad_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_DGRAD, .ew = &OP_EW_NONE}};
+/* sink: cuBLASLt may accumulate (beta = 1) */
+const OpInfo op_linear_wgrad_info = {"linear_wgrad", 2, 2, 1, wgrad_infer, wgrad_flops, NULL, {wgrad_cpu_f32, wgrad_cpu_f64},
+    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_WGRAD, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_bgrad_info = {"linear_bgrad", 1, 1, 1, bgrad_infer, ops_flops_elementwise, NULL, {bgrad_cpu_f32, bgrad_cpu_f64},
+    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -41,8 +41,13 @@ static double ce_flops(const Graph *g, const Op *op) { return 3.0 * (double)tens
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_cross_entropy_info = {"cross_entropy", 2, 2, 2, ce_infer, ce_flops, ce_backward, {ce_cpu_f32, ce_cpu_f64}};
-const OpInfo op_cross_entropy_bwd_info = {"cross_entropy_bwd", 4, 4, 1, ce_bwd_infer, ce_flops, NULL, {ce_bwd_cpu_f32, ce_bwd_cpu_f64}};
+const OpInfo op_cross_entropy_info = {"cross_entropy", 2, 2, 2, ce_infer, ce_flops, ce_backward, {ce_cpu_f32, ce_cpu_f64},
+    .facts = {.cost = COST_LOSS, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+/* in place: dlogits over logits (the CUDA loss kernel writes them in place) */
+const OpInfo op_cross_entropy_bwd_info = {"cross_entropy_bwd", 4, 4, 1, ce_bwd_infer, ce_flops, NULL, {ce_bwd_cpu_f32, ce_bwd_cpu_f64},
+    .facts = {.cost = COST_LOSS, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -161,20 +161,49 @@ static double gnorm_flops(const Graph *g, const Op *op) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_mamba_conv_info = {"mamba_conv", 3, 3, 1, conv_infer, conv_flops, m_backward, {conv_cpu_f32, conv_cpu_f64}};
-const OpInfo op_mamba_conv_bwd_info = {"mamba_conv_bwd", 4, 4, 3, grads_like_inputs, conv_flops, NULL, {conv_bwd_cpu_f32, conv_bwd_cpu_f64}};
-const OpInfo op_mamba_dt_info = {"mamba_dt", 2, 2, 1, dt_infer, ops_flops_elementwise, m_backward, {dt_cpu_f32, dt_cpu_f64}};
-const OpInfo op_mamba_dt_bwd_info = {"mamba_dt_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {dt_bwd_cpu_f32, dt_bwd_cpu_f64}};
-const OpInfo op_mamba_scan_info = {"mamba_scan", 4, 4, 1, scan_infer, scan_flops, m_backward, {scan_cpu_f32, scan_cpu_f64}};
-const OpInfo op_mamba_scan_bwd_info = {"mamba_scan_bwd", 5, 5, 4, grads_like_inputs, scan_flops, NULL, {scan_bwd_cpu_f32, scan_bwd_cpu_f64}};
-const OpInfo op_mamba_skip_info = {"mamba_skip", 3, 3, 1, skip_infer, ops_flops_elementwise, m_backward, {skip_cpu_f32, skip_cpu_f64}};
-const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd", 4, 4, 3, grads_like_inputs, ops_flops_elementwise, NULL, {skip_bwd_cpu_f32, skip_bwd_cpu_f64}};
-const OpInfo op_mamba_mixer_info = {"mamba_mixer", 4, 4, 1, mixer_infer, mixer_flops, m_backward, {mixer_cpu_f32, mixer_cpu_f64}};
-const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd", 5, 5, 4, grads_like_inputs, mixer_flops, NULL, {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64}};
-const OpInfo op_mamba_gate_info = {"mamba_gate", 2, 2, 1, gate_infer, ops_flops_elementwise, m_backward, {gate_cpu_f32, gate_cpu_f64}};
-const OpInfo op_mamba_gate_bwd_info = {"mamba_gate_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {gate_bwd_cpu_f32, gate_bwd_cpu_f64}};
-const OpInfo op_mamba_group_norm_info = {"mamba_group_norm", 2, 2, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64}};
-const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd", 3, 3, 2, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64}};
+/* cost class other for the whole family: no profiled class of its own (compiler/cost_h200.h) */
+const OpInfo op_mamba_conv_info = {"mamba_conv", 3, 3, 1, conv_infer, conv_flops, m_backward, {conv_cpu_f32, conv_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_conv_bwd_info = {"mamba_conv_bwd", 4, 4, 3, grads_like_inputs, conv_flops, NULL, {conv_bwd_cpu_f32, conv_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_dt_info = {"mamba_dt", 2, 2, 1, dt_infer, ops_flops_elementwise, m_backward, {dt_cpu_f32, dt_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_dt_bwd_info = {"mamba_dt_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {dt_bwd_cpu_f32, dt_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_scan_info = {"mamba_scan", 4, 4, 1, scan_infer, scan_flops, m_backward, {scan_cpu_f32, scan_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_scan_bwd_info = {"mamba_scan_bwd", 5, 5, 4, grads_like_inputs, scan_flops, NULL, {scan_bwd_cpu_f32, scan_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_skip_info = {"mamba_skip", 3, 3, 1, skip_infer, ops_flops_elementwise, m_backward, {skip_cpu_f32, skip_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd", 4, 4, 3, grads_like_inputs, ops_flops_elementwise, NULL, {skip_bwd_cpu_f32, skip_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_mixer_info = {"mamba_mixer", 4, 4, 1, mixer_infer, mixer_flops, m_backward, {mixer_cpu_f32, mixer_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd", 5, 5, 4, grads_like_inputs, mixer_flops, NULL, {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_gate_info = {"mamba_gate", 2, 2, 1, gate_infer, ops_flops_elementwise, m_backward, {gate_cpu_f32, gate_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_gate_bwd_info = {"mamba_gate_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {gate_bwd_cpu_f32, gate_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_group_norm_info = {"mamba_group_norm", 2, 2, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd", 3, 3, 2, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64},
+    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

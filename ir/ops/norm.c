@@ -54,10 +54,18 @@ static double norm_flops(const Graph *g, const Op *op) { return 8.0 * (double)te
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_rmsnorm_info = {"rmsnorm", 2, 2, 2, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64}};
-const OpInfo op_rmsnorm_bwd_info = {"rmsnorm_bwd", 4, 4, 2, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64}};
-const OpInfo op_layernorm_info = {"layernorm", 3, 3, 3, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64}};
-const OpInfo op_layernorm_bwd_info = {"layernorm_bwd", 5, 5, 3, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64}};
+const OpInfo op_rmsnorm_info = {"rmsnorm", 2, 2, 2, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64},
+    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_rmsnorm_bwd_info = {"rmsnorm_bwd", 4, 4, 2, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
+    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_layernorm_info = {"layernorm", 3, 3, 3, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64},
+    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_layernorm_bwd_info = {"layernorm_bwd", 5, 5, 3, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
+    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

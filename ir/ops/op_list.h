@@ -2,7 +2,8 @@
  *
  * X(NAME, sym) makes the enum value OP_NAME and points the table entry at `const OpInfo sym_info`,
  * defined in the op family's file under ir/ops/ (shape inference, cost, gradient rule, CPU
- * reference). Adding an op = one row here + its OpInfo in its family file. Rows are grouped by
+ * reference, the facts the passes read). Adding an op = one row here + its OpInfo in its family
+ * file, then its kernel and launch (docs/adding-an-op.md). Rows are grouped by
  * family; backward-only ops (no gradient rule of their own) sit beside their forward op. */
 #ifndef STEPC_OP_LIST_H
 #define STEPC_OP_LIST_H

@@ -14,6 +14,8 @@ static const OpInfo *const OP_TABLE[OP_COUNT] = {
 #undef OPTABLE_ROW
 };
 
+const OpEw OP_EW_NONE = {0, NULL, NULL, NULL, NULL};
+
 const OpInfo *op_info(OpKind k) { return OP_TABLE[k]; }
 const char *op_name(OpKind k) { return k >= 0 && k < OP_COUNT ? OP_TABLE[k]->name : "?"; }
 

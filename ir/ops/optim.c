@@ -43,10 +43,18 @@ double optim_lr_at(double lr, double min_lr, int64_t warmup, int64_t decay, int 
   return min_lr + coeff * (lr - min_lr);
 }
 
-const OpInfo op_grad_sumsq_info = {"grad_sumsq", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {sumsq_cpu_f32, sumsq_cpu_f64}};
-const OpInfo op_clip_coef_info = {"clip_coef", 1, 1, 0, inplace_infer, NULL, NULL, {clip_cpu_f32, clip_cpu_f64}};
-const OpInfo op_lr_sched_info = {"lr_sched", 0, 0, 0, inplace_infer, NULL, NULL, {lr_cpu_f32, lr_cpu_f64}};
-const OpInfo op_adamw_info = {"adamw", 4, 4, 0, inplace_infer, adamw_flops, NULL, {adamw_cpu_f32, adamw_cpu_f64}};
+const OpInfo op_grad_sumsq_info = {"grad_sumsq", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {sumsq_cpu_f32, sumsq_cpu_f64},
+    .facts = {.cost = COST_GRAD_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_clip_coef_info = {"clip_coef", 1, 1, 0, inplace_infer, NULL, NULL, {clip_cpu_f32, clip_cpu_f64},
+    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_lr_sched_info = {"lr_sched", 0, 0, 0, inplace_infer, NULL, NULL, {lr_cpu_f32, lr_cpu_f64},
+    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_adamw_info = {"adamw", 4, 4, 0, inplace_infer, adamw_flops, NULL, {adamw_cpu_f32, adamw_cpu_f64},
+    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

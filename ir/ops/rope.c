@@ -35,7 +35,9 @@ static int rope_backward(Graph *g, int op, const int *dout, int *din) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_rope_info = {"rope", 1, 1, 1, rope_infer, ops_flops_elementwise, rope_backward, {rope_cpu_f32, rope_cpu_f64}};
+const OpInfo op_rope_info = {"rope", 1, 1, 1, rope_infer, ops_flops_elementwise, rope_backward, {rope_cpu_f32, rope_cpu_f64},
+    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
+              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
