@@ -34,7 +34,9 @@ for f in bin/stepc lib/stepc/libstepc_rt.a lib/stepc/libstepc_ir.a lib/stepc/ste
 done
 [ -e "$p/bin/stepc-layout.txt" ] && fail "the build tree's layout file was installed"
 rm -rf "$tmp/src" "$tmp/build"
-grep -q -F -e "$tmp/src" -e "$tmp/build" "$p/bin/stepc" && fail "the installed stepc names a path of its source or build tree"
+# (AddressSanitizer's metadata names each object's source file by its full path: a name, never opened)
+[ "$sanitize" = ON ] || ! grep -q -F -e "$tmp/src" -e "$tmp/build" "$p/bin/stepc" ||
+  fail "the installed stepc names a path of its source or build tree"
 echo "ok: installed; the source and build trees are gone"
 
 # Away from any models/ folder, with a clean environment.
