@@ -17,6 +17,7 @@
 #include "report.h"
 #include "sweep.h"
 #include "frontend/frontend.h"
+#include "layout.h"
 #include "cpu_run.h"
 #include "run_artifact.h"
 #include "runtime/image.h"
@@ -34,7 +35,8 @@ static void print_check_json(const DiagList *d, bool ok) {
 
 /* Loads and validates; returns the exit code and leaves the normalized Spec in *spec. */
 static int load_raw_and_check(const Args *a, Spec *raw, Spec *spec, DiagList *d) {
-  if (frontend_load(a->spec, a->overrides, a->noverrides, NULL, raw, d) != 0) return EXIT_LOAD;
+  FrontendOptions fo = {.models_dir = stepc_models_dir()}; /* the shipped recipes beside this stepc */
+  if (frontend_load(a->spec, a->overrides, a->noverrides, &fo, raw, d) != 0) return EXIT_LOAD;
   return validate_spec(raw, spec, d) ? EXIT_INVALID : EXIT_OK;
 }
 

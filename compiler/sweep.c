@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
+#include "layout.h"
 #include "lower.h"
 #include "report.h"
 #include "sweep.h"
@@ -61,7 +62,8 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
               SweepRow **rows_out, int *nrows, int *cheapest, DiagList *d) {
   *rows_out = NULL, *nrows = 0, *cheapest = -1;
   Spec raw, base;
-  if (frontend_load(recipe, overrides, noverrides, NULL, &raw, d) != 0) return SWEEP_LOAD;
+  FrontendOptions fo = {.models_dir = stepc_models_dir()}; /* the shipped recipes beside this stepc */
+  if (frontend_load(recipe, overrides, noverrides, &fo, &raw, d) != 0) return SWEEP_LOAD;
   if (validate_spec(&raw, &base, d) != 0) return SWEEP_INVALID;
   char cand[32][128];
   int nc = 0;
@@ -103,7 +105,7 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
     DiagList cd;
     diag_init(&cd);
     Spec s;
-    if (frontend_load(recipe, ov, noverrides + ne, NULL, &raw, &cd) != 0 || validate_spec(&raw, &s, &cd) != 0) {
+    if (frontend_load(recipe, ov, noverrides + ne, &fo, &raw, &cd) != 0 || validate_spec(&raw, &s, &cd) != 0) {
       r->status = PLAN_ERROR;
       for (int k = 0; k < cd.n; k++)
         if (cd.items[k].severity == DIAG_ERROR) {

@@ -16,6 +16,7 @@
 #include "cpu_train.h"
 #include "ew_fuse.h"
 #include "fingerprint.h"
+#include "layout.h"
 #include "nvrtc.h"
 #include "plan.h"
 #include "report.h"
@@ -23,13 +24,9 @@
 
 extern char **environ;
 
-/* Where the build tree's pieces are (CMakeLists.txt sets them); a relocated stepc can point at
- * others through the environment: STEPC_RT_ARCHIVE, STEPC_IR_ARCHIVE, CC. */
-#ifndef STEPC_RT_ARCHIVE
-#define STEPC_RT_ARCHIVE ""
-#define STEPC_IR_ARCHIVE ""
-#define STEPC_API_HEADER ""
-#define STEPC_GEN_HEADER ""
+/* The C compiler and flags of this build (CMakeLists.txt sets them; CC overrides the compiler). The
+ * runtime's archives and headers are found at run time instead (layout.h). */
+#ifndef STEPC_CC
 #define STEPC_CC "cc"
 #define STEPC_ARTIFACT_FLAGS ""
 #endif
@@ -166,13 +163,14 @@ static const char VERSION_SCRIPT[] =
  * the directory relocatable: nothing in it names a path of this machine. */
 static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
   char log[PATH_MAX + 32], train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], vs[PATH_MAX + 32];
-  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = env_or("STEPC_RT_ARCHIVE", STEPC_RT_ARCHIVE),
-             *irar = env_or("STEPC_IR_ARCHIVE", STEPC_IR_ARCHIVE), *api_h = STEPC_API_HEADER, *gen_h = STEPC_GEN_HEADER;
+  StepcLayout lay;
+  if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0) return ARTIFACT_ERROR;
+  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = lay.rt_archive, *irar = lay.ir_archive, *api_h = lay.api_header,
+             *gen_h = lay.gen_header;
   snprintf(log, sizeof log, "%s/build.log", dir);
   snprintf(train_c, sizeof train_c, "%s/train.c", dir);
   snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
   snprintf(vs, sizeof vs, "%s/libstep.map", dir);
-  if (!rt[0] || !irar[0]) return fail(err, nerr, "this stepc does not know where its runtime archives are%s%s", "", "");
   if (copy_file(api_h, hdr, 0644) != 0) return fail(err, nerr, "cannot copy %s to %s", api_h, hdr);
   FILE *f = fopen(train_c, "w");
   if (!f || fputs(artifact_train_c, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", train_c, "");
@@ -188,7 +186,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   a1[n++] = (char *)cc, a1[n++] = "-shared", a1[n++] = "-fPIC", a1[n++] = "-O1", a1[n++] = "-std=gnu11";
   n = add_flags(a1, n, flags1);
   /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
-  if (gen_h[0]) a1[n++] = "-include", a1[n++] = (char *)gen_h;
+  a1[n++] = "-include", a1[n++] = (char *)gen_h;
   a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "step.c", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
   a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;

@@ -17,12 +17,9 @@
 
 #include "codegen/artifact.h"
 #include "ir.h"
+#include "layout.h"
 #include "runtime/image.h"
 
-#ifndef STEPC_RT_ARCHIVE
-#define STEPC_RT_ARCHIVE ""
-#define STEPC_IR_ARCHIVE ""
-#endif
 
 static int cache_root(char *out, size_t n) {
   const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
@@ -59,6 +56,29 @@ static int complete(const char *dir) {
   return stat(p, &sb) == 0;
 }
 
+/* The key: what the artifact runs, and everything the link step reads besides it: the runtime's
+ * archives and headers wherever this stepc finds them (an installed stepc and a build tree's may
+ * differ), the C compiler CC names, and this stepc itself (its link line and version script). */
+static int cache_key(const char *tmp, uint64_t *key, char *err, size_t nerr) {
+  StepcLayout lay;
+  if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0) return -1;
+  const char *files[] = {STEPC_IMAGE_FILE, "step.c", "kernels.cu"};
+  uint64_t h = IR_FNV_OFFSET;
+  int ok = 1;
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+    h = hash_file(h, p, &ok);
+  }
+  const char *linked[] = {lay.rt_archive, lay.ir_archive, lay.api_header, lay.gen_header, "/proc/self/exe"};
+  for (size_t i = 0; i < sizeof linked / sizeof linked[0]; i++) h = hash_file(h, linked[i], &ok);
+  const char *cc = getenv("CC");
+  if (cc && cc[0]) h = ir_fnv1a(h, cc, strlen(cc) + 1);
+  if (!ok) return snprintf(err, nerr, "cannot read the artifact's files or this stepc's runtime files"), -1;
+  *key = h;
+  return 0;
+}
+
 int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
                           size_t ndir, char *err, size_t nerr) {
   char root[PATH_MAX], tmp[PATH_MAX + 32];
@@ -72,22 +92,10 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
     rm_rf(tmp);
     return rc;
   }
-  /* the key: what the artifact runs, and the runtime it would link */
-  const char *files[] = {STEPC_IMAGE_FILE, "step.c", "kernels.cu"};
-  uint64_t h = IR_FNV_OFFSET;
-  int ok = 1;
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
-    h = hash_file(h, p, &ok);
-  }
-  const char *rt = getenv("STEPC_RT_ARCHIVE"), *irar = getenv("STEPC_IR_ARCHIVE");
-  h = hash_file(h, rt && rt[0] ? rt : STEPC_RT_ARCHIVE, &ok);
-  h = hash_file(h, irar && irar[0] ? irar : STEPC_IR_ARCHIVE, &ok);
-  h = hash_file(h, "/proc/self/exe", &ok); /* the stepc that links it: its link line and version script */
-  if (!ok) {
+  uint64_t h;
+  if (cache_key(tmp, &h, err, nerr) != 0) {
     rm_rf(tmp);
-    return snprintf(err, nerr, "cannot read the artifact's files or this stepc's runtime archives"), ARTIFACT_ERROR;
+    return ARTIFACT_ERROR;
   }
   snprintf(dir, ndir, "%s/%016llx", root, (unsigned long long)h);
   if (complete(dir)) {
