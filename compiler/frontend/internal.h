@@ -57,6 +57,11 @@ void fe_unwrap(lua_State *L, int idx);
 /* Where a field was assigned through a proxy ("models/x.lua:12"), or NULL. */
 const char *fe_recorded_where(lua_State *L, const char *path);
 
+/* readfile.c: a recipe file's text (NUL-terminated, at most max bytes), or NULL with errno-like
+ * *err (ENOENT: not there) and the reason in why. A regular file only, opened without blocking;
+ * with follow false a symbolic link is refused (ELOOP). */
+char *fe_read_file(const char *path, bool follow, size_t max, size_t *len, int *err, char *why, size_t nwhy);
+
 /* override.c */
 /* Pushes the Lua value that override text denotes: null -> nil, true/false, numbers, [a,b], quoted
  * or bare strings. Returns -1 (pushing nothing) on malformed text, with a reason in err. */
