@@ -138,6 +138,9 @@ static int conv_error(Conv *c, const char *rule, const char *fmt, const char *a,
 static int conv_string_choice(Conv *c, const char *s, char *dst, size_t n) {
   const SpecField *f = &spec_fields[c->id];
   if (strlen(s) >= n) return conv_error(c, "LOAD", "%s: value too long", f->path, NULL);
+  char shown[SPEC_MAX_STR * 4 + 4];
+  if (diag_escape(shown, sizeof shown, s) != strlen(s)) /* a path or name never holds ESC or a newline */
+    return conv_error(c, "LOAD", "%s: \"%s\" holds control characters", f->path, shown);
   if (!spec_choice_ok(f, s)) {
     /* the nearest allowed value, in the message itself (a sweep row shows only the message) */
     char near[64] = "", opts[400], quoted[200];
