@@ -10,6 +10,7 @@
 #define FE_MAX_FILES 8
 #define FE_MAX_DEPTH 6
 #define FE_TIME_LIMIT_S 20.0 /* default wall-clock limit of a recipe */
+#define FE_MAX_UNKNOWN 20    /* unknown keys reported one by one; the rest are counted */
 
 typedef struct {
   char name[256];  /* as diagnostics show it */
@@ -44,6 +45,13 @@ typedef struct {
  * string.rep, table.move/insert/remove) or escaped into a finaliser (setmetatable with __gc);
  * print becomes PRINT notes. Call once on a fresh state, after the libraries are opened. */
 void fe_limits_install(lua_State *L, FeCtx *cx);
+/* Charges n instructions' worth of work done in C and checks every limit, the clock included:
+ * raises the stop (and does not return) when one has tripped. */
+void fe_charge(lua_State *L, FeCtx *cx, long long n);
+
+/* tablib.c: table.move, concat, unpack, insert, remove as Lua's, but charging every element
+ * (fe_charge every 256); table.sort refuses a table read through __index/__newindex. */
+void fe_tablib_install(lua_State *L);
 double fe_now(void);
 
 /* sandbox.c */

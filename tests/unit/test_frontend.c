@@ -120,6 +120,30 @@ static void test_uncatchable_limits(void) {
   diag_free(&d);
 }
 
+/* Loops in C whose every step walks a 1900-table __index chain (no call, no instruction) still
+ * stop at the wall-clock limit: table.move, unpack, insert, and gsub's table lookups
+ * (concat: tests/cli/recipes/concat_spin.lua). */
+static void test_chains_in_c(void) {
+  static Spec s;
+  FrontendOptions opt = {.time_limit_s = 0.3, .models_dir = "models"};
+  const char *chain = "local t = {}\nfor i = 1, 1900 do t = setmetatable({}, {__index = t}) end\n";
+  const char *calls[] = {"table.move(t, 1, (1 << 26) - 1, 1, {})", "table.unpack(t, 1, 999000)",
+                         "string.rep('a', 1 << 24):gsub('.', t)",
+                         "table.insert(setmetatable({}, {__index = t, __len = function() return 1 << 40 end}), 1, 0)"};
+  for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+    char text[600];
+    snprintf(text, sizeof text, "%s%s\nreturn stepc.recipe('tiny')", chain, calls[i]);
+    DiagList d;
+    diag_init(&d);
+    double t0 = now_s();
+    CHECK(frontend_load_buffer("chain.lua", text, strlen(text), NULL, 0, &opt, &s, &d) != 0);
+    CHECK(now_s() - t0 < 5.0);
+    CHECK(d.n == 1 && (strstr(d.items[0].message, "longer than 0.3 s") || strstr(d.items[0].message, "Lua instructions")));
+    if (d.n != 1 || now_s() - t0 >= 5.0) fprintf(stderr, "  (%s, %.1f s)\n", calls[i], now_s() - t0), diag_print(&d, stderr);
+    diag_free(&d);
+  }
+}
+
 /* 1 when no diagnostic holds a byte a terminal could obey (controls but tab, DEL, C1, non-UTF-8). */
 static int all_clean(const DiagList *d) {
   for (int i = 0; i < d->n; i++) {
@@ -168,6 +192,7 @@ int main(void) {
   test_buffer_limits();
   test_uncatchable_limits();
   test_escapes();
+  test_chains_in_c();
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("test_frontend: ok\n");
   return failures != 0;
