@@ -82,6 +82,7 @@ static void locate(lua_State *L, FeCtx *cx, int id, char *where, size_t n) {
     return;
   }
   for (int i = 0; i < cx->nfiles; i++) {
+    fe_charge(L, cx, (long long)(cx->files[i].len >> 6)); /* a scan is work in C: charged, clocked */
     int line = scan_line(&cx->files[i], spec_fields[id].name);
     if (line) {
       snprintf(where, n, "%s:%d", cx->files[i].name, line);

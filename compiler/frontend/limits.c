@@ -14,7 +14,8 @@
  *    every guarded library call.
  *  - The hook sees calls too (LUA_MASKCALL), C functions included: a C function that C code
  *    calls in a loop (a C metamethod such as __index = table.concat, a sort comparator, gsub's
- *    replacement) counts as an instruction and reads the clock, though no instruction runs.
+ *    replacement) counts as FE_CALL_COST instructions and reads the clock, though no
+ *    instruction runs.
  *  - The table library's loops (move, concat, unpack, insert, remove) are stepc's own
  *    (tablib.c): each element is charged and the clock read every 256, so neither a huge range
  *    nor a 2000-table __index chain per element can outrun the limits; table.sort refuses a
@@ -42,6 +43,7 @@
 /* Elements a count-driven library loop may visit: more than a 64 MiB recipe can hold. */
 #define FE_LOOP_MAX ((lua_Integer)1 << 26)
 #define FE_MAX_PRINTS 32
+#define FE_CALL_COST 8
 
 double fe_now(void) {
   struct timespec ts;
@@ -100,8 +102,9 @@ static void fe_hook(lua_State *L, lua_Debug *ar) {
     clock = (++cx->lines & 255) == 0;
   } else if (ar->event == LUA_HOOKCOUNT) {
     cx->instr += 1000;
-  } else { /* a call: one instruction's worth */
-    clock = (++cx->instr & 255) == 0;
+  } else { /* a call, to Lua or C: FE_CALL_COST instructions' worth (a C call does that much work) */
+    cx->instr += FE_CALL_COST;
+    clock = (cx->instr & (256 * FE_CALL_COST - 1)) < FE_CALL_COST; /* about every 256th call */
   }
   check_limits_at(L, cx, clock);
 }
