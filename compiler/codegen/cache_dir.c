@@ -20,7 +20,8 @@ static int check_own(const char *p, char *err, size_t nerr) {
     return snprintf(err, nerr, "%s is a symbolic link: the artifact cache must be a real directory", p), -1;
   if (!S_ISDIR(sb.st_mode)) return snprintf(err, nerr, "%s is not a directory", p), -1;
   if (sb.st_uid != geteuid())
-    return snprintf(err, nerr, "%s belongs to uid %ld, not to this user (uid %ld): another user could put code there", p,
+    return snprintf(err, nerr,
+                    "%s belongs to uid %ld, not to this user (uid %ld): another user could put code there", p,
                     (long)sb.st_uid, (long)geteuid()),
            -1;
   if (sb.st_mode & (S_IWGRP | S_IWOTH))
@@ -36,14 +37,17 @@ static int check_above(const char *p, bool *shared, char *err, size_t nerr) {
   if (stat(p, &sb) != 0) return snprintf(err, nerr, "%s: %s", p, strerror(errno)), -1;
   if (!S_ISDIR(sb.st_mode)) return snprintf(err, nerr, "%s is not a directory", p), -1;
   if ((sb.st_mode & S_IWOTH) && !(sb.st_mode & S_ISVTX))
-    return snprintf(err, nerr, "%s is writable by every user and not sticky: another user could replace the cache", p), -1;
+    return snprintf(err, nerr,
+                    "%s is writable by every user and not sticky: another user could replace the cache", p),
+           -1;
   *shared = (sb.st_mode & S_IWOTH) != 0; /* /tmp: what lies in it must be ours */
   return 0;
 }
 
 int cache_dir_check(const char *path, size_t own, char *err, size_t nerr) {
   char p[PATH_MAX];
-  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return snprintf(err, nerr, "%s: path too long", path), -1;
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+    return snprintf(err, nerr, "%s: path too long", path), -1;
   size_t n = strlen(p);
   bool shared = false;
   for (size_t i = 1; i <= n; i++) {
@@ -68,12 +72,14 @@ int cache_dir_check(const char *path, size_t own, char *err, size_t nerr) {
 /* s without its trailing slashes, into buf ("/" stays "/"). */
 static const char *trim(const char *s, char *buf, size_t n) {
   snprintf(buf, n, "%s", s);
-  for (size_t k = strlen(buf); k > 1 && buf[k - 1] == '/';) buf[--k] = 0;
+  for (size_t k = strlen(buf); k > 1 && buf[k - 1] == '/';)
+    buf[--k] = 0;
   return buf;
 }
 
 int cache_root(char *out, size_t n, char *err, size_t nerr) {
-  const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME"), *t = getenv("TMPDIR");
+  const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME"),
+             *t = getenv("TMPDIR");
   char base[PATH_MAX], cwd[PATH_MAX] = "";
   size_t own;
   if (v && v[0]) {
@@ -92,10 +98,12 @@ int cache_root(char *out, size_t n, char *err, size_t nerr) {
     snprintf(out, n, "%s/stepc-%ld/artifacts", base, (long)geteuid());
   }
   if (out[0] != '/') { /* relative: check it from the root like any other */
-    if (!getcwd(cwd, sizeof cwd)) return snprintf(err, nerr, "cannot read the current directory: %s", strerror(errno)), -1;
+    if (!getcwd(cwd, sizeof cwd))
+      return snprintf(err, nerr, "cannot read the current directory: %s", strerror(errno)), -1;
     char rel[PATH_MAX];
     snprintf(rel, sizeof rel, "%s", out);
-    if (snprintf(out, n, "%s/%s", cwd, rel) >= (int)n) return snprintf(err, nerr, "%s: path too long", rel), -1;
+    if (snprintf(out, n, "%s/%s", cwd, rel) >= (int)n)
+      return snprintf(err, nerr, "%s: path too long", rel), -1;
     own += strlen(cwd) + 1;
   }
   return cache_dir_check(out, own, err, nerr);

@@ -20,7 +20,8 @@
 
 /* Size and SHA-256 of DIR/NAME, a regular file of this user's opened without following a link.
  * 0, or -1 with the reason in why. */
-static int file_sum(const char *dir, const char *name, long long *size, char hex[65], char *why, size_t nwhy) {
+static int file_sum(const char *dir, const char *name, long long *size, char hex[65], char *why,
+                    size_t nwhy) {
   char p[PATH_MAX + 256];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   int fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -40,7 +41,8 @@ static int file_sum(const char *dir, const char *name, long long *size, char hex
   char buf[1 << 16];
   ssize_t k;
   long long total = 0;
-  while ((k = read(fd, buf, sizeof buf)) > 0) sha256_update(&s, buf, (size_t)k), total += k;
+  while ((k = read(fd, buf, sizeof buf)) > 0)
+    sha256_update(&s, buf, (size_t)k), total += k;
   close(fd);
   if (k < 0) return snprintf(why, nwhy, "%s: %s", name, strerror(errno)), -1;
   sha256_hex(&s, hex);
@@ -63,8 +65,10 @@ int cache_manifest_write(const char *dir) {
   for (struct dirent *e; rc == 0 && (e = readdir(d));) {
     if (e->d_name[0] == '.' || !strcmp(e->d_name, CACHE_MANIFEST)) continue;
     long long size;
-    if (file_sum(dir, e->d_name, &size, hex, why, sizeof why) != 0) rc = -1, errno = EINVAL;
-    else fprintf(f, "%s %lld %s\n", hex, size, e->d_name);
+    if (file_sum(dir, e->d_name, &size, hex, why, sizeof why) != 0)
+      rc = -1, errno = EINVAL;
+    else
+      fprintf(f, "%s %lld %s\n", hex, size, e->d_name);
   }
   closedir(d);
   if (fclose(f) != 0) rc = -1;
@@ -82,7 +86,8 @@ static int check_line(const char *dir, char *line, int *need, char *why, size_t 
     return snprintf(why, nwhy, "the manifest has a malformed line"), -1;
   if (file_sum(dir, name, &got, hex, why, nwhy) != 0) return -1;
   if (got != size || strcmp(hex, want) != 0)
-    return snprintf(why, nwhy, "%s does not match its checksum (%lld bytes, %lld expected)", name, got, size), -1;
+    return snprintf(why, nwhy, "%s does not match its checksum (%lld bytes, %lld expected)", name, got, size),
+           -1;
   *need |= !strcmp(name, "libstep.so") ? 1 : !strcmp(name, STEPC_IMAGE_FILE) ? 2 : 0;
   return 0;
 }
@@ -104,8 +109,10 @@ int cache_entry_ok(const char *dir, char *why, size_t nwhy) {
   }
   int need = 0, ok = fgets(line, sizeof line, f) && !strcmp(line, MANIFEST_HEAD);
   if (!ok) snprintf(why, nwhy, "its manifest is damaged");
-  while (ok && fgets(line, sizeof line, f)) ok = check_line(dir, line, &need, why, nwhy) == 0;
+  while (ok && fgets(line, sizeof line, f))
+    ok = check_line(dir, line, &need, why, nwhy) == 0;
   fclose(f);
-  if (ok && need != 3) snprintf(why, nwhy, "its manifest does not list libstep.so and %s", STEPC_IMAGE_FILE), ok = 0;
+  if (ok && need != 3)
+    snprintf(why, nwhy, "its manifest does not list libstep.so and %s", STEPC_IMAGE_FILE), ok = 0;
   return ok;
 }

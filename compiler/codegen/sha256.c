@@ -19,7 +19,8 @@ static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 static void block(uint32_t h[8], const unsigned char *p) {
   uint32_t w[64];
   for (int i = 0; i < 16; i++)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    w[i] =
+        (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
   for (int i = 16; i < 64; i++) {
     uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
     uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
@@ -55,8 +56,10 @@ void sha256_hex(Sha256 *s, char out[65]) {
   uint64_t bits = s->len * 8;
   unsigned char pad[72] = {0x80};
   size_t padn = (size_t)((s->len & 63) < 56 ? 56 - (s->len & 63) : 120 - (s->len & 63));
-  for (int i = 0; i < 8; i++) pad[padn + (size_t)i] = (unsigned char)(bits >> (56 - 8 * i));
+  for (int i = 0; i < 8; i++)
+    pad[padn + (size_t)i] = (unsigned char)(bits >> (56 - 8 * i));
   sha256_update(s, pad, padn + 8);
-  for (int i = 0; i < 32; i++) sprintf(out + 2 * i, "%02x", (s->h[i / 4] >> (24 - 8 * (i % 4))) & 0xff);
+  for (int i = 0; i < 32; i++)
+    sprintf(out + 2 * i, "%02x", (s->h[i / 4] >> (24 - 8 * (i % 4))) & 0xff);
   out[64] = 0;
 }

@@ -15,7 +15,10 @@
 #include "internal.h"
 
 static const char *kind(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "a socket";
+  return S_ISDIR(m)                 ? "a directory"
+         : S_ISFIFO(m)              ? "a FIFO"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                                    : "a socket";
 }
 
 /* The file's bytes (NUL-terminated) from an open descriptor of a regular file, at most max. */
@@ -52,14 +55,19 @@ char *fe_read_file(const char *path, bool follow, size_t max, size_t *len, int *
   *err = 0;
   if (fd < 0) {
     *err = errno;
-    if (errno == ELOOP && !follow) snprintf(why, nwhy, "a symbolic link (recipes are read only as plain files)");
-    else snprintf(why, nwhy, "%s", strerror(errno));
+    if (errno == ELOOP && !follow)
+      snprintf(why, nwhy, "a symbolic link (recipes are read only as plain files)");
+    else
+      snprintf(why, nwhy, "%s", strerror(errno));
     return NULL;
   }
   char *text = NULL;
-  if (fstat(fd, &sb) != 0) *err = errno, snprintf(why, nwhy, "%s", strerror(errno));
-  else if (!S_ISREG(sb.st_mode)) *err = EINVAL, snprintf(why, nwhy, "not a regular file (%s)", kind(sb.st_mode));
-  else if (!(text = read_all(fd, max, len, why, nwhy))) *err = EIO;
+  if (fstat(fd, &sb) != 0)
+    *err = errno, snprintf(why, nwhy, "%s", strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    *err = EINVAL, snprintf(why, nwhy, "not a regular file (%s)", kind(sb.st_mode));
+  else if (!(text = read_all(fd, max, len, why, nwhy)))
+    *err = EIO;
   close(fd);
   return text;
 }

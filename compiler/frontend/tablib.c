@@ -38,8 +38,10 @@ static void checktab(lua_State *L, int arg, int what) {
       lua_pushstring(L, f[k]);
       ok = lua_rawget(L, -++n) != LUA_TNIL;
     }
-  if (ok) lua_pop(L, n);
-  else luaL_checktype(L, arg, LUA_TTABLE);
+  if (ok)
+    lua_pop(L, n);
+  else
+    luaL_checktype(L, arg, LUA_TTABLE);
 }
 
 static lua_Integer getn(lua_State *L, int arg, int what) {
@@ -98,7 +100,8 @@ static int t_unpack(lua_State *L) {
   lua_Integer e = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
   if (i > e) return 0;
   lua_Unsigned n = (lua_Unsigned)e - (lua_Unsigned)i;
-  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(++n))) return luaL_error(L, "too many results to unpack");
+  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(++n)))
+    return luaL_error(L, "too many results to unpack");
   for (lua_Unsigned k = 0; k < n; k++) {
     step(L, (lua_Integer)k + 1);
     lua_geti(L, 1, i + (lua_Integer)k);
@@ -151,8 +154,9 @@ static int t_sort(lua_State *L) {
     meta |= lua_rawget(L, -3) != LUA_TNIL;
     lua_pop(L, 3);
     if (meta)
-      return luaL_error(L, "table.sort: a table read or written through __index/__newindex cannot be sorted in a "
-                           "recipe (sort a plain copy)");
+      return luaL_error(
+          L, "table.sort: a table read or written through __index/__newindex cannot be sorted in a "
+             "recipe (sort a plain copy)");
   }
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
@@ -161,8 +165,11 @@ static int t_sort(lua_State *L) {
 }
 
 void fe_tablib_install(lua_State *L) {
-  static const luaL_Reg fns[] = {{"move", t_move},     {"concat", t_concat}, {"unpack", t_unpack},
-                                 {"insert", t_insert}, {"remove", t_remove}};
+  static const luaL_Reg fns[] = {{"move", t_move},
+                                 {"concat", t_concat},
+                                 {"unpack", t_unpack},
+                                 {"insert", t_insert},
+                                 {"remove", t_remove}};
   lua_getglobal(L, "table");
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     lua_pushcfunction(L, fns[i].func);

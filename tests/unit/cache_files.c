@@ -11,19 +11,20 @@
 #include "codegen/cache.h"
 
 static int failures;
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                     \
-      failures++;                                                                                  \
-    }                                                                                              \
+#define CHECK(cond)                                                                                          \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                               \
+      failures++;                                                                                            \
+    }                                                                                                        \
   } while (0)
 
 static void sha(const char *text, size_t reps, const char *want) {
   Sha256 s;
   char hex[65];
   sha256_init(&s);
-  for (size_t i = 0; i < reps; i++) sha256_update(&s, text, strlen(text));
+  for (size_t i = 0; i < reps; i++)
+    sha256_update(&s, text, strlen(text));
   sha256_hex(&s, hex);
   CHECK(strcmp(hex, want) == 0);
 }
