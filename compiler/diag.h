@@ -24,6 +24,11 @@ typedef struct {
 
 void diag_init(DiagList *d);
 void diag_free(DiagList *d);
+/* src into dst (n bytes, always terminated), every byte a terminal could obey written as \xHH:
+ * control characters but tab, DEL and the C1 controls (as UTF-8 or as lone bytes). Recipe text and
+ * values reach diagnostics (error messages, print, field values), and diag_add and diag_hint store
+ * every string through this, so no renderer shows an escape sequence raw. Returns dst's length. */
+size_t diag_escape(char *dst, size_t n, const char *src);
 /* Appends one diagnostic; returns it so a caller may add a hint. Out of memory drops it silently. */
 Diag *diag_add(DiagList *d, DiagSeverity sev, const char *rule, const char *field, const char *where,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));

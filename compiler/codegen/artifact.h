@@ -54,10 +54,12 @@ int artifact_mkdirs(const char *dir);
 int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr);
 
 /* `stepc run SPEC`: the artifact of the recipe in the artifact cache, built when it is not there.
- * The cache is $STEPC_CACHE_DIR, else $XDG_CACHE_HOME/stepc, else ~/.cache/stepc; an artifact sits
- * in artifacts/<key>, the key a hash of its content (step.img, step.c, kernels.cu), of the runtime
- * archives it links and of the stepc executable itself, so a changed recipe, plan or stepc builds anew and nothing stale
- * runs. dir receives its path. Returns as artifact_build. */
+ * The cache is cache_root's (codegen/cache.h: a 0700 folder of this user's that no one else may
+ * write, refused otherwise); an artifact sits in artifacts/<key>, the key a hash of its content
+ * (step.img, step.c, kernels.cu), of the runtime archives it links and of the stepc executable
+ * itself, so a changed recipe, plan or stepc builds anew and nothing stale runs. An entry is used
+ * only when its manifest's checksums hold; otherwise it is built again. dir receives its path.
+ * Returns as artifact_build. */
 int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
                           size_t ndir, char *err, size_t nerr);
 

@@ -16,19 +16,10 @@
 #include <unistd.h>
 
 #include "codegen/artifact.h"
+#include "codegen/cache.h"
 #include "ir.h"
 #include "layout.h"
 #include "runtime/image.h"
-
-
-static int cache_root(char *out, size_t n) {
-  const char *v = getenv("STEPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-  if (v && v[0]) snprintf(out, n, "%s/artifacts", v);
-  else if (x && x[0]) snprintf(out, n, "%s/stepc/artifacts", x);
-  else if (h && h[0]) snprintf(out, n, "%s/.cache/stepc/artifacts", h);
-  else snprintf(out, n, "/tmp/stepc-%ld/artifacts", (long)getuid());
-  return artifact_mkdirs(out);
-}
 
 /* FNV-1a of a file's bytes, continued from h; h unchanged with *ok = 0 when it cannot be read. */
 static uint64_t hash_file(uint64_t h, const char *path, int *ok) {
@@ -46,15 +37,6 @@ static int rm_entry(const char *path, const struct stat *sb, int type, struct FT
   return remove(path);
 }
 static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int complete(const char *dir) {
-  char p[PATH_MAX + 32];
-  struct stat sb;
-  snprintf(p, sizeof p, "%s/libstep.so", dir);
-  if (stat(p, &sb) != 0) return 0;
-  snprintf(p, sizeof p, "%s/%s", dir, STEPC_IMAGE_FILE);
-  return stat(p, &sb) == 0;
-}
 
 /* The key: what the artifact runs, and everything the link step reads besides it: the runtime's
  * archives and headers wherever this stepc finds them (an installed stepc and a build tree's may
@@ -81,8 +63,10 @@ static int cache_key(const char *tmp, uint64_t *key, char *err, size_t nerr) {
 
 int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
                           size_t ndir, char *err, size_t nerr) {
-  char root[PATH_MAX], tmp[PATH_MAX + 32];
-  if (cache_root(root, sizeof root) != 0) return snprintf(err, nerr, "cannot create the artifact cache %s: %s", root, strerror(errno)), ARTIFACT_ERROR;
+  char root[PATH_MAX], tmp[PATH_MAX + 32], why[400];
+  if (cache_root(root, sizeof root, why, sizeof why) != 0)
+    return snprintf(err, nerr, "refusing the artifact cache: %s (set STEPC_CACHE_DIR to a directory of your own)", why),
+           ARTIFACT_ERROR;
   snprintf(tmp, sizeof tmp, "%s/building.XXXXXX", root);
   if (!mkdtemp(tmp)) return snprintf(err, nerr, "cannot create a directory in %s: %s", root, strerror(errno)), ARTIFACT_ERROR;
   ArtifactOptions bo = *o;
@@ -98,20 +82,27 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
     return ARTIFACT_ERROR;
   }
   snprintf(dir, ndir, "%s/%016llx", root, (unsigned long long)h);
-  if (complete(dir)) {
+  if (cache_entry_ok(dir, why, sizeof why)) {
     rm_rf(tmp);
     if (progress) fprintf(progress, "run: the artifact is cached in %s\n", dir);
     return ARTIFACT_OK;
   }
+  if (progress && strcmp(why, "not built yet") != 0)
+    fprintf(progress, "run: the cached artifact in %s is not used (%s): building it again\n", dir, why);
   if ((rc = artifact_link(&bo, progress, err, nerr)) != ARTIFACT_OK) {
     rm_rf(tmp);
     return rc;
   }
-  rm_rf(dir); /* an incomplete leftover */
+  if (cache_manifest_write(tmp) != 0) { /* last: an entry without it is never used */
+    rm_rf(tmp);
+    return snprintf(err, nerr, "cannot write the manifest of the artifact in %s: %s", tmp, strerror(errno)), ARTIFACT_ERROR;
+  }
+  rm_rf(dir); /* a damaged or unfinished entry */
   if (rename(tmp, dir) != 0) {
     rm_rf(tmp);
     /* another stepc finished the same artifact first */
-    if (!complete(dir)) return snprintf(err, nerr, "cannot move the artifact to %s: %s", dir, strerror(errno)), ARTIFACT_ERROR;
+    if (!cache_entry_ok(dir, why, sizeof why))
+      return snprintf(err, nerr, "cannot move the artifact to %s: %s", dir, strerror(errno)), ARTIFACT_ERROR;
   }
   if (progress) fprintf(progress, "run: built the artifact in %s\n", dir);
   return ARTIFACT_OK;

@@ -82,6 +82,7 @@ static void locate(lua_State *L, FeCtx *cx, int id, char *where, size_t n) {
     return;
   }
   for (int i = 0; i < cx->nfiles; i++) {
+    fe_charge(L, cx, (long long)(cx->files[i].len >> 6)); /* a scan is work in C: charged, clocked */
     int line = scan_line(&cx->files[i], spec_fields[id].name);
     if (line) {
       snprintf(where, n, "%s:%d", cx->files[i].name, line);
@@ -138,6 +139,9 @@ static int conv_error(Conv *c, const char *rule, const char *fmt, const char *a,
 static int conv_string_choice(Conv *c, const char *s, char *dst, size_t n) {
   const SpecField *f = &spec_fields[c->id];
   if (strlen(s) >= n) return conv_error(c, "LOAD", "%s: value too long", f->path, NULL);
+  char shown[SPEC_MAX_STR * 4 + 4];
+  if (diag_escape(shown, sizeof shown, s) != strlen(s)) /* a path or name never holds ESC or a newline */
+    return conv_error(c, "LOAD", "%s: \"%s\" holds control characters", f->path, shown);
   if (!spec_choice_ok(f, s)) {
     /* the nearest allowed value, in the message itself (a sweep row shows only the message) */
     char near[64] = "", opts[400], quoted[200];
@@ -277,7 +281,34 @@ static const char *nearest_section(const char *name) {
   return best;
 }
 
-/* Unknown or non-string keys, at the top and in each section. */
+/* One unknown field, located: where the recipe assigned it (a proxy recorded the line), else the
+ * last line of a recipe file that assigns its name. Scanning files is charged to the limits. */
+static void unknown_field(lua_State *L, FeCtx *cx, SpecSection s, const char *k) {
+  char path[160], where[200] = "";
+  snprintf(path, sizeof path, "%s.%s", spec_section_names[s], k);
+  const char *rec = fe_recorded_where(L, path);
+  if (rec) snprintf(where, sizeof where, "%s", rec);
+  for (int i = 0; i < cx->nfiles && !where[0]; i++) {
+    fe_charge(L, cx, (long long)(cx->files[i].len >> 6));
+    int line = scan_line(&cx->files[i], k);
+    if (line) snprintf(where, sizeof where, "%s:%d", cx->files[i].name, line);
+  }
+  if (!where[0]) snprintf(where, sizeof where, "%s", cx->nfiles ? cx->files[0].name : "");
+  Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", path, where, "unknown field %s", path);
+  const char *near = spec_suggest(s, k);
+  if (near) diag_hint(g, "did you mean %s.%s?", spec_section_names[s], near);
+  else diag_hint(g, "docs/recipe-reference.md lists every field");
+}
+
+/* Unknown or non-string keys, at the top and in each section: the first FE_MAX_UNKNOWN reported
+ * (located), the rest counted, so 200000 unknown keys cost one pass and twenty scans. */
+/* Counts one bad key; true while it is among the first FE_MAX_UNKNOWN, to be reported. Each key
+ * visited is charged to the limits (the instruction budget and the clock). */
+static bool report(lua_State *L, FeCtx *cx, int *bad) {
+  if ((*bad & 255) == 0) fe_charge(L, cx, 256);
+  return ++*bad <= FE_MAX_UNKNOWN;
+}
+
 static int check_keys(lua_State *L, FeCtx *cx, int root) {
   int bad = 0;
   const char *file = cx->nfiles ? cx->files[0].name : "";
@@ -285,19 +316,17 @@ static int check_keys(lua_State *L, FeCtx *cx, int root) {
   while (lua_next(L, root)) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) {
-      diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "the recipe table has a non-string key");
-      bad++;
+      if (report(L, cx, &bad)) diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "the recipe table has a non-string key");
       continue;
     }
     const char *k = lua_tostring(L, -1);
     bool known = false;
     for (int s = 0; s < SPEC_NSECTIONS; s++) known |= strcmp(k, spec_section_names[s]) == 0;
-    if (!known) {
+    if (!known && report(L, cx, &bad)) {
       Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", k, file,
                          "unknown section '%s' (sections: model, train, optimizer, ddp, data)", k);
       const char *near = nearest_section(k);
       if (near) diag_hint(g, "did you mean %s?", near);
-      bad++;
     }
   }
   for (int s = 0; s < SPEC_NSECTIONS; s++) {
@@ -320,31 +349,18 @@ static int check_keys(lua_State *L, FeCtx *cx, int root) {
     while (lua_next(L, sec)) {
       lua_pop(L, 1);
       if (lua_type(L, -1) != LUA_TSTRING) {
-        diag_add(cx->diags, DIAG_ERROR, "LOAD", spec_section_names[s], file, "%s has a non-string key",
-                 spec_section_names[s]);
-        bad++;
+        if (report(L, cx, &bad))
+          diag_add(cx->diags, DIAG_ERROR, "LOAD", spec_section_names[s], file, "%s has a non-string key",
+                   spec_section_names[s]);
         continue;
       }
       const char *k = lua_tostring(L, -1);
-      if (spec_field_find_in((SpecSection)s, k) >= 0) continue;
-      char path[160], where[200];
-      snprintf(path, sizeof path, "%s.%s", spec_section_names[s], k);
-      const char *rec = fe_recorded_where(L, path);
-      int line = 0;
-      for (int i = 0; i < cx->nfiles && !line; i++) {
-        line = scan_line(&cx->files[i], k);
-        if (line) snprintf(where, sizeof where, "%s:%d", cx->files[i].name, line);
-      }
-      if (rec) snprintf(where, sizeof where, "%s", rec);
-      else if (!line) snprintf(where, sizeof where, "%s", file);
-      Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", path, where, "unknown field %s", path);
-      const char *near = spec_suggest((SpecSection)s, k);
-      if (near) diag_hint(g, "did you mean %s.%s?", spec_section_names[s], near);
-      else diag_hint(g, "docs/recipe-reference.md lists every field");
-      bad++;
+      if (spec_field_find_in((SpecSection)s, k) < 0 && report(L, cx, &bad)) unknown_field(L, cx, (SpecSection)s, k);
     }
     lua_pop(L, 1);
   }
+  if (bad > FE_MAX_UNKNOWN)
+    diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "and %d more unknown or malformed keys", bad - FE_MAX_UNKNOWN);
   return bad;
 }
 

@@ -3,10 +3,8 @@
 
 #include <lauxlib.h>
 #include <stdio.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -97,40 +95,15 @@ int frontend_load(const char *path, const char *const *ov, int nov, const Fronte
                   DiagList *diags) {
   FeCtx cx;
   init_ctx(&cx, opt, diags);
-  FILE *f = fopen(path, "rb");
-  struct stat sb;
-  if (f && fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    f = NULL;
-    errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
-  }
-  if (!f) {
-    diag_add(diags, DIAG_ERROR, "LOAD", "", path, "cannot open the recipe file: %s",
-             errno == EINVAL ? "not a regular file" : strerror(errno));
-    return -1;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *text = malloc(cap);
-  while (text) {
-    size_t got = fread(text + len, 1, cap - len - 1, f);
-    len += got;
-    if (got == 0) break;
-    if (len + 1 == cap) {
-      if (cap >= (16u << 20)) {
-        free(text), text = NULL;
-        break;
-      }
-      char *nt = realloc(text, cap *= 2);
-      if (!nt) free(text);
-      text = nt;
-    }
-  }
-  fclose(f);
+  /* the user named this file: a symbolic link to it is followed (unlike stepc.recipe's) */
+  char why[200];
+  int err;
+  size_t len = 0;
+  char *text = fe_read_file(path, true, 16u << 20, &len, &err, why, sizeof why);
   if (!text) {
-    diag_add(diags, DIAG_ERROR, "LOAD", "", path, "cannot read the recipe file (larger than 16 MiB?)");
+    diag_add(diags, DIAG_ERROR, "LOAD", "", path, "cannot open the recipe file: %s", why);
     return -1;
   }
-  text[len] = 0;
   const char *slash = strrchr(path, '/');
   if (slash) snprintf(cx.recipe_dir, sizeof cx.recipe_dir, "%.*s", (int)(slash - path), path);
   else snprintf(cx.recipe_dir, sizeof cx.recipe_dir, ".");

@@ -10,6 +10,7 @@
 #define FE_MAX_FILES 8
 #define FE_MAX_DEPTH 6
 #define FE_TIME_LIMIT_S 20.0 /* default wall-clock limit of a recipe */
+#define FE_MAX_UNKNOWN 20    /* unknown keys reported one by one; the rest are counted */
 
 typedef struct {
   char name[256];  /* as diagnostics show it */
@@ -44,6 +45,13 @@ typedef struct {
  * string.rep, table.move/insert/remove) or escaped into a finaliser (setmetatable with __gc);
  * print becomes PRINT notes. Call once on a fresh state, after the libraries are opened. */
 void fe_limits_install(lua_State *L, FeCtx *cx);
+/* Charges n instructions' worth of work done in C and checks every limit, the clock included:
+ * raises the stop (and does not return) when one has tripped. */
+void fe_charge(lua_State *L, FeCtx *cx, long long n);
+
+/* tablib.c: table.move, concat, unpack, insert, remove as Lua's, but charging every element
+ * (fe_charge every 256); table.sort refuses a table read through __index/__newindex. */
+void fe_tablib_install(lua_State *L);
 double fe_now(void);
 
 /* sandbox.c */
@@ -56,6 +64,11 @@ int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, si
 void fe_unwrap(lua_State *L, int idx);
 /* Where a field was assigned through a proxy ("models/x.lua:12"), or NULL. */
 const char *fe_recorded_where(lua_State *L, const char *path);
+
+/* readfile.c: a recipe file's text (NUL-terminated, at most max bytes), or NULL with errno-like
+ * *err (ENOENT: not there) and the reason in why. A regular file only, opened without blocking;
+ * with follow false a symbolic link is refused (ELOOP). */
+char *fe_read_file(const char *path, bool follow, size_t max, size_t *len, int *err, char *why, size_t nwhy);
 
 /* override.c */
 /* Pushes the Lua value that override text denotes: null -> nil, true/false, numbers, [a,b], quoted

@@ -10,12 +10,22 @@
  *    calls above are wrapped so that they re-raise it instead of returning false.
  *  - A wall-clock deadline (FrontendOptions.time_limit_s, 20 s by default:
  *    well above 20 million instructions even under the sanitizers) is checked from the hook,
- *    at every new line and every 1000 instructions, and on entry to every guarded library call.
+ *    at every 256th new line, every 1000 instructions and every 256th call, and on entry to
+ *    every guarded library call.
+ *  - The hook sees calls too (LUA_MASKCALL), C functions included: a C function that C code
+ *    calls in a loop (a C metamethod such as __index = table.concat, a sort comparator, gsub's
+ *    replacement) counts as FE_CALL_COST instructions and reads the clock, though no
+ *    instruction runs.
+ *  - The table library's loops (move, concat, unpack, insert, remove) are stepc's own
+ *    (tablib.c): each element is charged and the clock read every 256, so neither a huge range
+ *    nor a 2000-table __index chain per element can outrun the limits; table.sort refuses a
+ *    table read through __index/__newindex. gsub's table replacement becomes a function (a call
+ *    per lookup). The strings' shared metatable is locked.
  *  - Library functions that can run long in C without allocating are guarded by a cost bound
  *    checked before the call: the string pattern functions (find, match, gmatch, gsub) refuse a
  *    pattern whose worst-case backtracking on the subject could exceed FE_PATTERN_BUDGET steps;
- *    string.rep, table.move, table.insert and table.remove refuse counts above what a 64 MiB
- *    recipe can hold. Every other library function is linear in memory the allocator bounds.
+ *    string.rep refuses counts above what a 64 MiB recipe can hold. Every other library function
+ *    is linear in memory the allocator bounds.
  *  - setmetatable refuses a metatable with __gc: finalisers run with hooks off (lua_close too),
  *    where no limit could stop them.
  *  - print writes nothing: each call becomes a note diagnostic (rule PRINT) with its recipe line,
@@ -33,6 +43,7 @@
 /* Elements a count-driven library loop may visit: more than a 64 MiB recipe can hold. */
 #define FE_LOOP_MAX ((lua_Integer)1 << 26)
 #define FE_MAX_PRINTS 32
+#define FE_CALL_COST 8
 
 double fe_now(void) {
   struct timespec ts;
@@ -52,7 +63,7 @@ static void check_limits_at(lua_State *L, FeCtx *cx, bool clock) {
   if (!cx->stopped) {
     if (cx->instr > cx->instr_limit) {
       cx->instr_exceeded = true;
-      snprintf(cx->stop, sizeof cx->stop, "recipe ran more than %lld Lua instructions (an endless loop?)",
+      snprintf(cx->stop, sizeof cx->stop, "recipe ran more than %lld Lua instructions and calls (an endless loop?)",
                cx->instr_limit);
     } else if (clock && fe_now() > cx->deadline) {
       cx->time_exceeded = true;
@@ -75,6 +86,11 @@ static void check_limits_at(lua_State *L, FeCtx *cx, bool clock) {
 
 static void check_limits(lua_State *L, FeCtx *cx) { check_limits_at(L, cx, true); }
 
+void fe_charge(lua_State *L, FeCtx *cx, long long n) {
+  cx->instr += n;
+  check_limits(L, cx);
+}
+
 static void fe_hook(lua_State *L, lua_Debug *ar) {
   FeCtx *cx = ctx_of(L);
   bool clock = true;
@@ -84,8 +100,11 @@ static void fe_hook(lua_State *L, lua_Debug *ar) {
       cx->last_line = ar->currentline;
     }
     clock = (++cx->lines & 255) == 0;
-  } else {
+  } else if (ar->event == LUA_HOOKCOUNT) {
     cx->instr += 1000;
+  } else { /* a call, to Lua or C: FE_CALL_COST instructions' worth (a C call does that much work) */
+    cx->instr += FE_CALL_COST;
+    clock = (cx->instr & (256 * FE_CALL_COST - 1)) < FE_CALL_COST; /* about every 256th call */
   }
   check_limits_at(L, cx, clock);
 }
@@ -218,6 +237,14 @@ static double pattern_cost(const char *p, size_t m, size_t n, bool plain, bool a
   return (anchored ? 1 : N) * f * M;
 }
 
+/* gsub's table replacement, as a function: t[first capture]. Lua looks the key up in C, through
+ * any chain of __index tables; as a call, each lookup reaches the hook. */
+static int gsub_lookup(lua_State *L) {
+  lua_settop(L, 1);
+  lua_gettable(L, lua_upvalueindex(1));
+  return 1;
+}
+
 /* string.find, match, gmatch, gsub; upvalue 2 is the function's name. */
 static int guard_pattern(lua_State *L) {
   check_limits(L, ctx_of(L));
@@ -240,6 +267,11 @@ static int guard_pattern(lua_State *L) {
       return luaL_error(L, "%s", msg);
     }
   }
+  if (strcmp(name, "gsub") == 0 && lua_type(L, 3) == LUA_TTABLE) {
+    lua_pushvalue(L, 3);
+    lua_pushcclosure(L, gsub_lookup, 1);
+    lua_replace(L, 3);
+  }
   return call_original(L);
 }
 
@@ -249,27 +281,6 @@ static int guard_rep(lua_State *L) {
   if (luaL_checkinteger(L, 2) > FE_LOOP_MAX)
     return luaL_error(L, "string.rep: %I copies; a recipe may make at most 2^26",
                       (LUAI_UACINT)lua_tointeger(L, 2));
-  return call_original(L);
-}
-
-/* table.move loops over its range in C, nil to nil allocating nothing. */
-static int guard_move(lua_State *L) {
-  check_limits(L, ctx_of(L));
-  lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
-  if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= (lua_Unsigned)FE_LOOP_MAX)
-    return luaL_error(L, "table.move: %I elements; a recipe may move at most 2^26", (LUAI_UACINT)(e - f));
-  return call_original(L);
-}
-
-/* table.insert and table.remove shift #t elements in C, and a __len metamethod decides #t. */
-static int guard_shift(lua_State *L) {
-  check_limits(L, ctx_of(L));
-  if (lua_type(L, 1) == LUA_TTABLE) { /* anything else: the library's own error */
-    lua_Integer n = luaL_len(L, 1);
-    if (n > FE_LOOP_MAX)
-      return luaL_error(L, "table.%s: #t is %I; a recipe's tables hold at most 2^26 elements",
-                        lua_tostring(L, lua_upvalueindex(2)), (LUAI_UACINT)n);
-  }
   return call_original(L);
 }
 
@@ -339,6 +350,19 @@ static void install_wrap(lua_State *L, int co) {
     lua_pop(L, 1);
 }
 
+/* Strings share one metatable; a recipe that could change it (__index = string.sub) would change
+ * every s:method() and make strings indexable by the table library. getmetatable("") gives
+ * "locked". */
+static void lock_string_metatable(lua_State *L) {
+  lua_pushliteral(L, "");
+  if (lua_getmetatable(L, -1)) {
+    lua_pushliteral(L, "locked");
+    lua_setfield(L, -2, "__metatable");
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
 void fe_limits_install(lua_State *L, FeCtx *cx) {
   cx->time_limit = cx->time_limit > 0 ? cx->time_limit : FE_TIME_LIMIT_S;
   cx->deadline = fe_now() + cx->time_limit;
@@ -358,10 +382,10 @@ void fe_limits_install(lua_State *L, FeCtx *cx) {
     wrap(L, -1, pat[i], guard_pattern);
   wrap(L, -1, "rep", guard_rep);
   lua_pop(L, 1);
-  lua_getfield(L, -1, "table");
-  wrap(L, -1, "move", guard_move);
-  wrap(L, -1, "insert", guard_shift);
-  wrap(L, -1, "remove", guard_shift);
-  lua_pop(L, 2);
-  lua_sethook(L, fe_hook, LUA_MASKLINE | LUA_MASKCOUNT, 1000);
+  lua_pop(L, 1);
+  fe_tablib_install(L);
+  lock_string_metatable(L);
+  /* the call hook too: a C function that C code calls in a loop (a metamethod, a sort comparator,
+   * gsub's replacement) is seen, counted and timed, though no instruction runs */
+  lua_sethook(L, fe_hook, LUA_MASKLINE | LUA_MASKCOUNT | LUA_MASKCALL, 1000);
 }

@@ -7,6 +7,7 @@
  * allocates, loops or runs without end (limits.c: limits that pcall cannot catch, a wall-clock
  * deadline, guarded string and table functions, no __gc; print goes to diagnostics). The `stepc` prelude offers recipe(name), which loads a shipped
  * recipe by name from a fixed folder and hands back tables that remember where fields are set. */
+#include <errno.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include <stdio.h>
@@ -152,34 +153,6 @@ const char *fe_recorded_where(lua_State *L, const char *path) {
 
 /* ---- the stepc prelude ---- */
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
-  for (;;) {
-    if (n + 4096 > cap) {
-      cap = cap ? cap * 2 : 8192;
-      if (cap > (64u << 20)) break; /* recipes are small: refuse anything above 64 MiB */
-      char *nb = realloc(buf, cap);
-      if (!nb) break;
-      buf = nb;
-    }
-    size_t got = fread(buf + n, 1, cap - n - 1, f);
-    n += got;
-    if (got == 0) break;
-  }
-  bool bad = ferror(f) || !feof(f);
-  fclose(f);
-  if (bad || !buf) {
-    free(buf);
-    return NULL;
-  }
-  buf[n] = 0;
-  *len = n;
-  return buf;
-}
-
 static int stepc_recipe(lua_State *L) {
   FeCtx *cx = ctx_of(L);
   const char *name = luaL_checkstring(L, 1);
@@ -190,15 +163,18 @@ static int stepc_recipe(lua_State *L) {
   if (cx->depth >= FE_MAX_DEPTH) return luaL_error(L, "stepc.recipe: recipes nest deeper than %d", FE_MAX_DEPTH);
   if (cx->nfiles >= FE_MAX_FILES) return luaL_error(L, "stepc.recipe: more than %d recipe files", FE_MAX_FILES);
 
-  char path[1024];
+  char path[1024], why[200];
   char *text = NULL;
   size_t len = 0;
+  int err = ENOENT;
   const char *dirs[2] = {cx->recipe_dir, cx->models_dir};
-  for (int i = 0; i < 2 && !text; i++) {
+  for (int i = 0; i < 2 && !text && err == ENOENT; i++) {
     if (!dirs[i] || !dirs[i][0]) continue;
     snprintf(path, sizeof path, "%s/%s.lua", dirs[i], name);
-    text = read_file(path, &len);
+    text = fe_read_file(path, false, 64u << 20, &len, &err, why, sizeof why);
   }
+  if (!text && err != ENOENT) /* there, but a link, a FIFO, a device: never read through */
+    return luaL_error(L, "stepc.recipe: refusing %s: %s", path, why);
   if (!text)
     return luaL_error(L, "stepc.recipe: no shipped recipe '%s' (looked in %s and %s)", name,
                       cx->recipe_dir[0] ? cx->recipe_dir : ".", cx->models_dir);

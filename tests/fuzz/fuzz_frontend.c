@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       line = nl + 1;
     }
   }
-  FrontendOptions opt = {.mem_limit = 16u << 20, .instr_limit = 2000000, .models_dir = "models"};
+  FrontendOptions opt = {.mem_limit = 16u << 20, .instr_limit = 2000000, .time_limit_s = 5, .models_dir = "models"}; /* under -timeout=10 */
   static Spec raw, norm;
   DiagList d;
   diag_init(&d);

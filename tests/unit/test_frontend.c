@@ -120,11 +120,79 @@ static void test_uncatchable_limits(void) {
   diag_free(&d);
 }
 
+/* Loops in C whose every step walks a 1900-table __index chain (no call, no instruction) still
+ * stop at the wall-clock limit: table.move, unpack, insert, and gsub's table lookups
+ * (concat: tests/cli/recipes/concat_spin.lua). */
+static void test_chains_in_c(void) {
+  static Spec s;
+  FrontendOptions opt = {.time_limit_s = 0.3, .models_dir = "models"};
+  const char *chain = "local t = {}\nfor i = 1, 1900 do t = setmetatable({}, {__index = t}) end\n";
+  const char *calls[] = {"table.move(t, 1, (1 << 26) - 1, 1, {})", "table.unpack(t, 1, 999000)",
+                         "string.rep('a', 1 << 24):gsub('.', t)",
+                         "table.insert(setmetatable({}, {__index = t, __len = function() return 1 << 40 end}), 1, 0)"};
+  for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+    char text[600];
+    snprintf(text, sizeof text, "%s%s\nreturn stepc.recipe('tiny')", chain, calls[i]);
+    DiagList d;
+    diag_init(&d);
+    double t0 = now_s();
+    CHECK(frontend_load_buffer("chain.lua", text, strlen(text), NULL, 0, &opt, &s, &d) != 0);
+    CHECK(now_s() - t0 < 5.0);
+    CHECK(d.n == 1 && (strstr(d.items[0].message, "longer than 0.3 s") || strstr(d.items[0].message, "Lua instructions")));
+    if (d.n != 1 || now_s() - t0 >= 5.0) fprintf(stderr, "  (%s, %.1f s)\n", calls[i], now_s() - t0), diag_print(&d, stderr);
+    diag_free(&d);
+  }
+}
+
+/* 1 when no diagnostic holds a byte a terminal could obey (controls but tab, DEL, C1, non-UTF-8). */
+static int all_clean(const DiagList *d) {
+  for (int i = 0; i < d->n; i++) {
+    const char *f[] = {d->items[i].message, d->items[i].where, d->items[i].field, d->items[i].hint};
+    for (int k = 0; k < 4; k++)
+      for (const unsigned char *c = (const unsigned char *)f[k]; *c; c++)
+        if ((*c < 0x20 && *c != '\t') || *c == 0x7f || (*c == 0xc2 && c[1] >= 0x80 && c[1] < 0xa0) || *c == 0x9b)
+          return 0;
+  }
+  return 1;
+}
+
+/* Recipe text and values reach diagnostics as visible \xHH, never as escape sequences. */
+static void test_escapes(void) {
+  static Spec s;
+  DiagList d;
+  FrontendOptions opt = {.models_dir = "models"};
+  const char *r = "print('\\27]0;owned\\7\\27[2J', '\\194\\155', '\\155')\n"
+                  "local cfg = stepc.recipe('tiny')\n"
+                  "cfg.data.path = 'a\\27[31mb'\n"
+                  "cfg.model['x\\27[1m'] = 1\n"
+                  "return cfg";
+  diag_init(&d);
+  CHECK(frontend_load_buffer("esc\033[5m.lua", r, strlen(r), NULL, 0, &opt, &s, &d) != 0);
+  diag_print(&d, stderr);
+  CHECK(d.n >= 3 && all_clean(&d));
+  CHECK(d.n >= 1 && strstr(d.items[0].message, "\\x1b]0;owned\\x07\\x1b[2J\t\\xc2\\x9b\t\\x9b"));
+  CHECK(d.n >= 1 && strstr(d.items[0].where, "esc\\x1b[5m.lua:1"));
+  int path = 0, key = 0;
+  for (int i = 0; i < d.n; i++) {
+    path += strstr(d.items[i].message, "data.path: \"a\\x1b[31mb\" holds control characters") != NULL;
+    key += strstr(d.items[i].message, "unknown field model.x\\x1b[1m") != NULL;
+  }
+  CHECK(path == 1 && key == 1);
+  diag_free(&d);
+  const char *err = "error('boom\\n\\27[Aok')";
+  diag_init(&d);
+  CHECK(frontend_load_buffer("err.lua", err, strlen(err), NULL, 0, &opt, &s, &d) != 0);
+  CHECK(d.n == 1 && all_clean(&d) && strstr(d.items[0].message, "boom\\x0a\\x1b[Aok"));
+  diag_free(&d);
+}
+
 int main(void) {
   test_constructor();
   test_proxy_and_base();
   test_buffer_limits();
   test_uncatchable_limits();
+  test_escapes();
+  test_chains_in_c();
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("test_frontend: ok\n");
   return failures != 0;

@@ -1,0 +1,1 @@
+../../cli/recipes/concat_spin.lua

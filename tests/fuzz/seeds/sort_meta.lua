@@ -1,0 +1,1 @@
+../../cli/recipes/sort_meta.lua

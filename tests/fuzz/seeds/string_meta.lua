@@ -1,0 +1,1 @@
+../../cli/recipes/string_meta.lua

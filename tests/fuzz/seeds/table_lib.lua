@@ -1,0 +1,1 @@
+../../cli/recipes/table_lib.lua
