@@ -80,4 +80,7 @@ done
 ls "$tmp" | grep -q '\.tmp$' && fail "a refused import left its temporary file"
 cp -r "$tmp/hf" "$tmp/hf_fifo" && rm "$tmp/hf_fifo/model.safetensors" && mkfifo "$tmp/hf_fifo/model.safetensors"
 want="is a FIFO, not a regular file" refused "$stepc" import models/tiny.lua --from "$tmp/hf_fifo" -o "$tmp/q.safetensors"
-echo "ok: import -o over a symbolic link, a FIFO or a directory is refused and leaves it; a FIFO for the HF weights is refused"
+mkdir "$tmp/hf_cfg" && mkfifo "$tmp/hf_cfg/config.json"
+want="config.json exists and is a FIFO" refused "$stepc" export models/tiny.lua --from "$ck" -o "$tmp/hf_cfg"
+[ -p "$tmp/hf_cfg/config.json" ] && [ "$(ls -A "$tmp/hf_cfg")" = config.json ] || fail "export wrote beside a FIFO config.json"
+echo "ok: import -o over a symbolic link, a FIFO or a directory is refused and leaves it; a FIFO for the HF weights, or for export's config.json, is refused"
