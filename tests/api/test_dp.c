@@ -319,8 +319,24 @@ static int mode_disagree(const char *artn, int n, const char *tmp) {
   load_each(artn, n, (const char *[]){ck2, ck2, ck2, ck2, ck2, ck2, ck2, ck2}, a);
   for (int i = 0; i < n; i++)
     CHECK(a[i].step_st == STEPC_OK, "rank %d, the same checkpoint everywhere: %s", i, a[i].err);
+  /* a save into the user's folder: rank 0 refuses, and every rank returns its refusal */
+  char mine[600], cmd[1400];
+  snprintf(mine, sizeof mine, "%s/mine", tmp);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && echo x > '%s/thesis.tex'", mine, mine);
+  CHECK(system(cmd) == 0, "%s", cmd);
+  setup(a, n, artn, 1);
+  for (int i = 0; i < n; i++)
+    a[i].save = mine;
+  run_ranks(a, n);
+  for (int i = 0; i < n; i++)
+    CHECK(a[i].step_st == STEPC_ERR_IO, "rank %d, a save into the user's folder: %s", i, a[i].err);
+  snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = thesis.tex && grep -qx x '%s/thesis.tex'", mine, mine);
+  CHECK(system(cmd) == 0, "the user's folder changed");
   if (!fails)
-    printf("ok: %d ranks that load different checkpoints, or where one load fails, all refuse\n", n);
+    printf("ok: %d ranks that load different checkpoints, or where one load fails, or that save into the "
+           "user's folder, all "
+           "refuse\n",
+           n);
   return fails != 0;
 }
 
