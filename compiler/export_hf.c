@@ -10,6 +10,7 @@
 
 #include "hf_config.h"
 #include "ir.h"
+#include "runtime/safe_file.h"
 #include "runtime/safetensors.h"
 
 /* One HF tensor: which stepc tensor it is cut from, and the rows [row0, row0 + rows); the stepc
@@ -246,9 +247,13 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const StEntry *emb = st_find(&r, "embedding.word_embeddings.weight");
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     if (no_leftover(s, &r, map, n, false, err, nerr) != 0) rc = -1;
     else if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
-    else if (copy_rows(&r, path, map, n, err, nerr) == 0) rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
+    /* checked before anything is written: a FIFO there would block the open, a link redirect it */
+    else if (rt_check_replaceable(cfg, err, nerr) == 0 && copy_rows(&r, path, map, n, err, nerr) == 0)
+      rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
     st_close(&r);
   }
   free(map);

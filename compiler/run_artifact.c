@@ -13,6 +13,7 @@
 
 #include "report.h"
 #include "runtime/image.h"
+#include "runtime/safe_file.h"
 
 #include "diag.h"
 
@@ -36,6 +37,10 @@ typedef struct {
 static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   char path[1100];
   snprintf(path, sizeof path, "%s/libstep.so", dir);
+  /* dlopen would read a FIFO or a device there forever: only a regular file is handed to it */
+  FILE *f = rt_open_regular(path, RT_FOLLOW, 0, NULL, why, nwhy);
+  if (!f) return -1;
+  fclose(f);
   api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!api->lib) {
     const char *e = dlerror();

@@ -174,9 +174,11 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
                     s->opt.graph_mode);
   char path[600], err[700];
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
-  FILE *f = fopen(path, "rb");
-  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: cannot open %s (stepc build SPEC -o DIR writes one)", dir, path);
-  fclose(f);
+  FILE *f = rt_open_regular(path, RT_FOLLOW, STEPC_IMAGE_MAX_BYTES, NULL, err, sizeof err);
+  if (!f)
+    return api_fail(s, STEPC_ERR_IO, "%s is not a stepc artifact: %s (stepc build SPEC -o DIR writes one)",
+                    dir, err);
+  fclose(f); /* image_read opens it again: a FIFO or a device put there is refused above, not read forever */
   if (image_read(path, &s->im, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
   stepc_status st = api_dp_check(s);
   if (st != STEPC_OK) return st;

@@ -95,6 +95,21 @@ static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, boo
   return st;
 }
 
+/* Every tensor of the file is one the step reads: a file with more (a checkpoint of a deeper model,
+ * another step's optimizer state) is another step's, not a subset to take silently. */
+static stepc_status no_strangers(stepc_t *s, const StReader *r, unsigned roles, bool shard) {
+  for (int k = 0; k < r->n; k++) {
+    int i = 0;
+    while (i < s->g->nt && !(wanted(s, roles, shard, i) && !strcmp(s->g->t[i].name, r->e[k].name)))
+      i++;
+    if (i == s->g->nt)
+      return api_fail(s, STEPC_ERR_MISMATCH,
+                      "%s holds tensor %s, which this step does not %s: the file belongs to another step",
+                      r->path, r->e[k].name, shard ? "hold on this rank" : "have");
+  }
+  return STEPC_OK;
+}
+
 /* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. */
 static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard) {
   const Graph *g = s->g;
@@ -149,8 +164,25 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
     if (s->be->write(s, i, src) != 0) st = STEPC_ERR_RUNTIME;
   }
   free(file), free(nom);
+  if (st == STEPC_OK) st = no_strangers(s, &r, roles, shard);
   st_close(&r);
   return st;
+}
+
+/* FNV-1a of a whole file and its size. 0, or -1 when it cannot be read. */
+static int file_sum(const char *path, int follow, uint64_t *h, uint64_t *bytes) {
+  char err[1300];
+  FILE *f = rt_open_regular(path, follow, 0, NULL, err, sizeof err);
+  if (!f) return -1;
+  unsigned char *buf = malloc(1 << 20);
+  size_t k;
+  *h = IR_FNV_OFFSET, *bytes = 0;
+  while (buf && (k = fread(buf, 1, 1 << 20, f)) > 0)
+    *h = ir_fnv1a(*h, buf, k), *bytes += k;
+  int bad = !buf || ferror(f);
+  free(buf);
+  fclose(f);
+  return bad ? -1 : 0;
 }
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
@@ -181,9 +213,15 @@ static stepc_status masters_from_params(stepc_t *s) {
 }
 
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
-  if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL") : STEPC_ERR_ARGUMENT;
-  stepc_status st = load_roles(s, path, PARAMS, false);
-  return st == STEPC_OK ? masters_from_params(s) : st;
+  if (!s || !s->be) return STEPC_ERR_ARGUMENT;
+  stepc_status st = path ? load_roles(s, path, PARAMS, false)
+                         : api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL");
+  if (st == STEPC_OK) st = masters_from_params(s);
+  /* data parallel: every rank must have loaded the same file (its checksum, read again only then) */
+  uint64_t h = 0, bytes = 0;
+  if (st == STEPC_OK && s->comm && file_sum(path, RT_FOLLOW, &h, &bytes) != 0)
+    st = api_fail(s, STEPC_ERR_IO, "cannot read back %s", path);
+  return api_dp_agree_load(s, st, "parameters", s->step, h);
 }
 
 static void join(char *out, size_t n, const char *dir, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
@@ -205,20 +243,6 @@ static stepc_status save_all(stepc_t *s, const char *dir) {
   optimizer_file(s, dir, path, sizeof path);
   if (!(s->owner && s->world > 1) && (st = save_roles(s, path, OPTIMIZER, false, "optimizer")) != STEPC_OK) return st;
   return STEPC_OK;
-}
-
-/* FNV-1a of a whole file and its size. 0, or -1 when it cannot be read. */
-static int file_sum(const char *path, uint64_t *h, uint64_t *bytes) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  unsigned char *buf = malloc(1 << 20);
-  size_t k;
-  *h = IR_FNV_OFFSET, *bytes = 0;
-  while (buf && (k = fread(buf, 1, 1 << 20, f)) > 0) *h = ir_fnv1a(*h, buf, k), *bytes += k;
-  int bad = !buf || ferror(f);
-  free(buf);
-  fclose(f);
-  return bad ? -1 : 0;
 }
 
 static int fsync_path(const char *path) {
@@ -261,7 +285,7 @@ static stepc_status save_state(stepc_t *s, const char *dir) {
     uint64_t h, bytes;
     checkpoint_file(s, i, name, sizeof name);
     join(fp, sizeof fp, dir, name);
-    if (file_sum(fp, &h, &bytes) != 0) {
+    if (file_sum(fp, RT_NOFOLLOW, &h, &bytes) != 0) {
       fclose(f), remove(tmp);
       return api_fail(s, STEPC_ERR_IO, "cannot read back %s", fp);
     }
@@ -299,6 +323,36 @@ static int staging_of(const char *dir, char *parent, size_t np, char *stage, siz
   return 0;
 }
 
+/* Rank 0 before a save: dir must be a directory a save may replace (ckpt_dir_replaceable: nothing
+ * that is not a checkpoint is ever removed), and a staging directory left by a save killed before
+ * its rename is cleared only when it holds nothing but a save's files. */
+static stepc_status prepare_save(stepc_t *s, const char *dir, const char *parent, const char *stage) {
+  char why[1600];
+  if (ckpt_dir_replaceable(dir, false, why, sizeof why) != 0 ||
+      ckpt_dir_replaceable(stage, true, why, sizeof why) != 0)
+    return api_fail(s, STEPC_ERR_IO, "stepc_save_checkpoint: %s", why);
+  rm_rf(stage);
+  if (mkdir(parent, 0777) != 0 && errno != EEXIST)
+    return api_fail(s, STEPC_ERR_IO, "cannot create %s", parent);
+  if (mkdir(stage, 0777) != 0)
+    return api_fail(s, STEPC_ERR_IO, "cannot create %s: %s", stage, strerror(errno));
+  return STEPC_OK;
+}
+
+/* Data parallel: rank 0's preparation status on every rank, so that all refuse together; it also
+ * orders the other ranks' shards after the staging directory exists. */
+static stepc_status prepared_on_all(stepc_t *s, stepc_status st, const char *dir) {
+  if (!s->comm) return st;
+  int32_t v = (int32_t)st;
+  if (rt_comm_broadcast(s->comm, &v, sizeof v, 0) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
+  if (s->rank != 0 && v != STEPC_OK)
+    return api_fail(
+        s, (stepc_status)v,
+        "stepc_save_checkpoint: rank 0 refused to write %s (its error says why); nothing was written", dir);
+  return st;
+}
+
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
   /* All or nothing: the checkpoint is written into a fresh directory beside dir, every file
@@ -309,19 +363,12 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   char parent[1024], stage[1100];
   struct stat sb;
   if (staging_of(dir, parent, sizeof parent, stage, sizeof stage) != 0)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: %s does not name a directory to write", dir);
-  if (lstat(dir, &sb) == 0 && (S_ISLNK(sb.st_mode) || !S_ISDIR(sb.st_mode)))
-    return api_fail(s, STEPC_ERR_IO, "%s exists and is not a directory (a symbolic link is not followed)", dir);
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: %s does not name a directory to write",
+                    dir);
   bool lead = !s->comm || s->rank == 0;
-  stepc_status st = STEPC_OK;
-  if (lead) {
-    rm_rf(stage); /* a save killed before its rename */
-    if (mkdir(parent, 0777) != 0 && errno != EEXIST) st = api_fail(s, STEPC_ERR_IO, "cannot create %s", parent);
-    else if (mkdir(stage, 0777) != 0) st = api_fail(s, STEPC_ERR_IO, "cannot create %s: %s", stage, strerror(errno));
-  }
-  if (s->comm && rt_comm_barrier(s->comm) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
-  if (st == STEPC_OK && lead) st = save_all(s, stage);
+  stepc_status st = prepared_on_all(s, lead ? prepare_save(s, dir, parent, stage) : STEPC_OK, dir);
+  if (st != STEPC_OK) return st;
+  if (lead) st = save_all(s, stage);
   if (st == STEPC_OK && s->owner && s->world > 1) { /* every rank its shard of masters and moments */
     char path[1200];
     optimizer_file(s, stage, path, sizeof path);
@@ -344,59 +391,88 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   return st;
 }
 
-stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
-  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  char path[1100], text[65536]; /* room for every shard's line of a ZeRO-1 checkpoint */
-  join(path, sizeof path, dir, "state.json");
-  FILE *f = fopen(path, "r");
-  if (!f) return api_fail(s, STEPC_ERR_IO, "%s is not a stepc checkpoint: cannot open %s", dir, path);
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  bool more = fgetc(f) != EOF;
-  fclose(f);
-  text[n] = 0;
-  CkptState cs;
-  char why[200];
-  if (ckpt_state_parse(text, n, more, &cs, why, sizeof why) != 0) return api_fail(s, STEPC_ERR_IO, "%s: %s", path, why);
-  long long step = cs.step, seed = cs.seed, version = cs.version, world = cs.world;
-  bool sharded = cs.sharded;
-  if ((unsigned long long)seed != (unsigned long long)s->im.f.seed)
+/* The checkpoint's state against this step: seed, layout, the step that wrote it. */
+static stepc_status state_matches(stepc_t *s, const char *dir, const CkptState *cs) {
+  if ((unsigned long long)cs->seed != (unsigned long long)s->im.f.seed)
     return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s was written with train.seed=%lld, this step has %lld: the data and dropout streams would differ "
+                    "%s/state.json was written with train.seed=%lld, this step has %lld: the data and "
+                    "dropout streams would differ "
                     "(open the recipe with train.seed=%lld)",
-                    path, seed, (long long)s->im.f.seed, seed);
+                    dir, cs->seed, (long long)s->im.f.seed, cs->seed);
   bool job_shards = s->owner && s->world > 1;
-  if (sharded != job_shards)
+  if (cs->sharded != job_shards)
     return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s holds the optimizer state %s; this job %s it (optimizer.use_distributed_optimizer over %d ranks): "
-                    "resume with the layout that wrote it", dir, sharded ? "sharded over the ranks" : "whole",
+                    "%s holds the optimizer state %s; this job %s it (optimizer.use_distributed_optimizer "
+                    "over %d ranks): "
+                    "resume with the layout that wrote it",
+                    dir, cs->sharded ? "sharded over the ranks" : "whole",
                     job_shards ? "shards" : "does not shard", s->world);
-  if (sharded && world != s->world)
+  if (cs->sharded && cs->world != s->world)
+    return api_fail(
+        s, STEPC_ERR_MISMATCH,
+        "%s holds optimizer state sharded over %lld data-parallel ranks; this job has %d: the distributed "
+        "optimizer's shards cannot be re-cut at load — resume with %lld ranks",
+        dir, cs->world, s->world, cs->world);
+  /* the step that wrote it: the same recipe (model, recompute, optimizer, schedule). A plain-DP
+   * checkpoint may resume under another world size (its micro-batch count, and so its
+   * fingerprint, differs; the state is whole): the tensors are checked one by one instead. */
+  char mine[17];
+  snprintf(mine, sizeof mine, "%016" PRIx64, s->im.f.fingerprint);
+  if (cs->fingerprint[0] && cs->world == s->world && strcmp(cs->fingerprint, mine) != 0)
     return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s holds optimizer state sharded over %lld data-parallel ranks; this job has %d: the distributed "
-                    "optimizer's shards cannot be re-cut at load — resume with %lld ranks", dir, world, s->world, world);
-  /* version 2 names every file with its size and checksum: what this rank reads must match */
-  char opt_name[64], *slash;
+                    "%s was saved by another step (recipe %s, step fingerprint %s); this artifact is recipe "
+                    "%s, step fingerprint %s: "
+                    "a checkpoint resumes only the step that wrote it (to carry the weights alone into "
+                    "another step, load "
+                    "%s/model.safetensors with stepc_load_params)",
+                    dir, cs->recipe[0] ? cs->recipe : "?", cs->fingerprint, s->im.f.recipe, mine, dir);
+  return STEPC_OK;
+}
+
+/* Each file this rank reads against its size and checksum in a version-2 state.json. */
+static stepc_status files_match(stepc_t *s, const char *dir, const char *text) {
+  char opt_name[64], path[1100], *slash;
   optimizer_file(s, "", path, sizeof path);
   slash = strrchr(path, '/');
   snprintf(opt_name, sizeof opt_name, "%s", slash ? slash + 1 : path);
   const char *mine[2] = {"model.safetensors", opt_name};
-  for (int i = 0; i < 2 && version >= 2; i++) {
+  for (int i = 0; i < 2; i++) {
     char fp[1200], want_sum[17];
     unsigned long long want_bytes = 0;
     if (ckpt_state_file(text, mine[i], &want_bytes, want_sum) != 0)
       return api_fail(s, STEPC_ERR_IO, "%s: state.json does not list %s with its size and checksum", dir, mine[i]);
     uint64_t h, bytes;
     join(fp, sizeof fp, dir, mine[i]);
-    if (file_sum(fp, &h, &bytes) != 0) return api_fail(s, STEPC_ERR_IO, "%s: cannot read %s", dir, mine[i]);
+    if (file_sum(fp, RT_NOFOLLOW, &h, &bytes) != 0)
+      return api_fail(s, STEPC_ERR_IO, "%s: cannot read %s (a regular file)", dir, mine[i]);
     char got[17];
     snprintf(got, sizeof got, "%016" PRIx64, h);
     if (bytes != want_bytes || strcmp(got, want_sum) != 0)
       return api_fail(s, STEPC_ERR_IO, "%s: %s is damaged (%llu bytes, checksum %s; state.json says %llu bytes, %s)", dir, mine[i],
                       (unsigned long long)bytes, got, want_bytes, want_sum);
   }
-  join(path, sizeof path, dir, "model.safetensors");
-  stepc_status st = load_roles(s, path, PARAMS, false);
+  return STEPC_OK;
+}
+
+/* This rank's part of a load: the state, the files, the tensors. *step and *fp: state.json's step
+ * and checksum (what the ranks compare). */
+static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint64_t *fp) {
+  char path[1100], text[STEPC_STATE_MAX_BYTES],
+      why[1300]; /* room for every shard's line of a ZeRO-1 checkpoint */
+  size_t n = 0;
+  bool more = false;
+  if (ckpt_state_read(dir, text, sizeof text, &n, &more, why, sizeof why) != 0)
+    return api_fail(s, STEPC_ERR_IO, "%s is not a stepc checkpoint: %s", dir, why);
+  *fp = ir_fnv1a(IR_FNV_OFFSET, text, n);
+  CkptState cs;
+  if (ckpt_state_parse(text, n, more, &cs, why, sizeof why) != 0)
+    return api_fail(s, STEPC_ERR_IO, "%s/state.json: %s", dir, why);
+  *step = cs.step;
+  stepc_status st = state_matches(s, dir, &cs);
+  if (st == STEPC_OK && cs.version >= 2) st = files_match(s, dir, text);
   if (st != STEPC_OK) return st;
+  join(path, sizeof path, dir, "model.safetensors");
+  if ((st = load_roles(s, path, PARAMS, false)) != STEPC_OK) return st;
   optimizer_file(s, dir, path, sizeof path);
   if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1)) != STEPC_OK) return st;
   /* the optimizer's own step counter (it drives the LR schedule and Adam's bias correction) must
@@ -406,11 +482,23 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
       continue;
     int32_t counter = 0;
     if (s->be->read(s, i, &counter) != 0) return STEPC_ERR_RUNTIME;
-    if ((long long)counter != step)
-      return api_fail(s, STEPC_ERR_MISMATCH, "%s: state.json says step %lld, the optimizer's counter %d: the files do not belong together",
-                      dir, step, counter);
+    if ((long long)counter != cs.step)
+      return api_fail(
+          s, STEPC_ERR_MISMATCH,
+          "%s: state.json says step %lld, the optimizer's counter %d: the files do not belong together", dir,
+          cs.step, counter);
   }
-  if (s->be->params_from_masters(s) != 0) return STEPC_ERR_RUNTIME;
+  return s->be->params_from_masters(s) != 0 ? STEPC_ERR_RUNTIME : STEPC_OK;
+}
+
+stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
+  if (!s || !s->be) return STEPC_ERR_ARGUMENT;
+  long long step = 0;
+  uint64_t fp = 0;
+  stepc_status st = dir ? load_here(s, dir, &step, &fp)
+                        : api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_checkpoint: dir is NULL");
+  /* data parallel: every rank resumes the same checkpoint at the same step, or none does */
+  if ((st = api_dp_agree_load(s, st, "checkpoint", step, fp)) != STEPC_OK) return st;
   /* ZeRO-1 on the cpu device: the masters here are this rank's shard, the params were set from
    * them, and the other params come from their owners. On cuda every rank loaded the saved bf16
    * params whole (the owners' values, the same on every rank): nothing to exchange. */

@@ -416,11 +416,12 @@ static const ApiBackend CUDA_BACKEND = {"cuda",        cuda_init,          cuda_
 static void *read_cubin(stepc_t *s, const char *name) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s", s->dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return api_fail(s, STEPC_ERR_IO, "cannot open the artifact's cubin %s", path), NULL;
+  char err[800];
+  uint64_t n = 0;
+  FILE *f = rt_open_regular(path, RT_FOLLOW, STEPC_CUBIN_MAX_BYTES, &n, err, sizeof err);
+  if (!f) return api_fail(s, STEPC_ERR_IO, "the artifact's cubin: %s", err), NULL;
   void *buf = NULL;
-  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+  if (n > 0 && (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
     free(buf);
     buf = NULL;
   }

@@ -140,3 +140,49 @@ int api_dp_loss(stepc_t *s, double local_sum, double *mean) {
   *mean = sum / ((double)s->g->num_microbatches * (double)s->world);
   return 0;
 }
+
+/* What each rank loaded; gathered whole (all_gather moves bytes). */
+typedef struct {
+  int64_t status, step;
+  uint64_t fp;
+} LoadedAs;
+
+/* "rank 0: step 3, checkpoint 0123...; rank 1: ..." into msg (the first ranks when many). */
+static void list_ranks(const LoadedAs *v, int world, const char *what, char *msg, size_t n) {
+  size_t at = 0;
+  msg[0] = 0;
+  for (int r = 0; r < world && at + 80 < n; r++)
+    at += (size_t)snprintf(msg + at, n - at, "%srank %d: step %lld, %s %016llx", r ? "; " : "", r,
+                           (long long)v[r].step, what, (unsigned long long)v[r].fp);
+  if (at + 80 >= n) snprintf(msg + at, n - at, "; ...");
+}
+
+stepc_status api_dp_agree_load(stepc_t *s, stepc_status st, const char *what, long long step, uint64_t fp) {
+  if (!s->comm) return st;
+  LoadedAs me = {st, step, fp}, *all = calloc((size_t)s->world, sizeof *all);
+  if (!all) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  if (rt_comm_all_gather(s->comm, &me, all, sizeof me) != 0) {
+    free(all);
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: after the %s load: %s", what,
+                    rt_comm_error(s->comm));
+  }
+  int failed = -1, differs = 0;
+  for (int r = 0; r < s->world; r++) {
+    if (all[r].status != STEPC_OK && failed < 0) failed = r;
+    differs |= all[r].step != all[0].step || all[r].fp != all[0].fp;
+  }
+  char msg[1200];
+  if (st == STEPC_OK && failed >= 0)
+    st = api_fail(s, (stepc_status)all[failed].status,
+                  "data parallel: rank %d could not load its %s (its error says why): no rank "
+                  "goes on",
+                  failed, what);
+  else if (st == STEPC_OK && differs) {
+    list_ranks(all, s->world, what, msg, sizeof msg);
+    st = api_fail(s, STEPC_ERR_MISMATCH,
+                  "data parallel: the ranks did not load the same %s (%s): every rank must load the same one",
+                  what, msg);
+  }
+  free(all);
+  return st;
+}

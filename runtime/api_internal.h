@@ -10,6 +10,7 @@
 #include "runtime/comm.h"
 #include "runtime/cpu/data.h"
 #include "runtime/image.h"
+#include "runtime/safe_file.h"
 #include "runtime/stepc.h"
 #include "runtime/stepc_gen.h"
 
@@ -112,6 +113,10 @@ int api_dp_timed(stepc_t *s, int kind, int id, int (*run)(stepc_t *s, int id));
 /* The step's loss: this rank's sum over its micro-batches in, the mean over every rank's out (the
  * sum in rank order, as DP 1 sums its micro-batches). 0, or -1 with the message. */
 int api_dp_loss(stepc_t *s, double local_sum, double *mean);
+/* After a load (what: "checkpoint" or "parameters"): every rank's (status, step, fp) gathered, so
+ * that ranks that loaded different files or steps, or where one failed, all refuse together. st
+ * when alone or when every rank agrees; else an error naming each rank's values. */
+stepc_status api_dp_agree_load(stepc_t *s, stepc_status st, const char *what, long long step, uint64_t fp);
 /* 1 when tensor t's optimizer state lives on another rank (ZeRO-1): not saved or loaded here. */
 bool api_dp_not_mine(const stepc_t *s, int t);
 /* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */

@@ -29,6 +29,19 @@ static int json_int(const char *text, const char *key, long long *v) {
   return end == at || errno == ERANGE ? -1 : 0;
 }
 
+/* The string after "key": in text into out (escapes dropped, cut at n - 1); "" when absent. */
+static void json_str(const char *text, const char *key, char *out, size_t n) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": \"", key);
+  const char *p = find_key(text, pat);
+  size_t k = 0;
+  for (p = p ? p + strlen(pat) : NULL; p && *p && *p != '"' && k + 1 < n; p++) {
+    if (*p == '\\' && p[1]) p++;
+    out[k++] = *p;
+  }
+  out[k] = 0;
+}
+
 int ckpt_state_parse(const char *text, size_t n, bool truncated, CkptState *st, char *err, size_t nerr) {
   memset(st, 0, sizeof *st);
   const char *t0 = text, *t1 = text + n;
@@ -53,6 +66,14 @@ int ckpt_state_parse(const char *text, size_t n, bool truncated, CkptState *st, 
     return -1;
   }
   st->sharded = find_key(text, "\"distributed_optimizer\": true") != NULL && st->world > 1;
+  json_str(text, "recipe", st->recipe, sizeof st->recipe);
+  char fp[40];
+  json_str(text, "step_fingerprint", fp, sizeof fp);
+  if (fp[0] && (strlen(fp) != 16 || strspn(fp, "0123456789abcdef") != 16)) {
+    snprintf(err, nerr, "step_fingerprint \"%s\" is not 16 hex digits", fp);
+    return -1;
+  }
+  snprintf(st->fingerprint, sizeof st->fingerprint, "%s", fp);
   return 0;
 }
 

@@ -1,13 +1,16 @@
 /* safetensors.c — the reader and writer of safetensors.h. */
 #include "runtime/safetensors.h"
 
-#include <errno.h>
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "runtime/safe_file.h"
 
 /* Headers above this are refused (the format's own readers cap it at 100 MB). */
 #define ST_HEADER_MAX (100u << 20)
@@ -198,11 +201,9 @@ static const char *check_layout(const StReader *r, uint64_t data_bytes) {
 int st_open(StReader *r, const char *path, char *err, size_t nerr) {
   memset(r, 0, sizeof *r);
   snprintf(r->path, sizeof r->path, "%s", path);
-  r->f = fopen(path, "rb");
-  if (!r->f) {
-    snprintf(err, nerr, "cannot open %s: %s", path, strerror(errno));
-    return -1;
-  }
+  /* followed: a Hugging Face snapshot's files are symbolic links into its blob store */
+  r->f = rt_open_regular(path, RT_FOLLOW, 0, NULL, err, nerr);
+  if (!r->f) return -1;
   unsigned char lb[8];
   if (fread(lb, 1, 8, r->f) != 8) {
     snprintf(err, nerr, "%s: too short for a safetensors file", path);
@@ -334,6 +335,27 @@ static int buf_str(Buf *b, const char *s) {
   return buf_add(b, "\"");
 }
 
+/* The temporary file, created new: an existing PATH.tmp is someone's (or a killed write's) and is
+ * left alone, and PATH itself must be absent or a regular file, since the rename replaces it. */
+static FILE *open_tmp(StWriter *w, char *err, size_t nerr) {
+  if (rt_check_replaceable(w->path, err, nerr) != 0) return NULL;
+  int fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      snprintf(err, nerr, "%s already exists (left by a write that was stopped?): remove it and write again",
+               w->tmp);
+    else
+      snprintf(err, nerr, "cannot write %s: %s", w->tmp, strerror(errno));
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    snprintf(err, nerr, "cannot write %s: %s", w->tmp, strerror(errno));
+    close(fd), remove(w->tmp);
+  }
+  return f;
+}
+
 int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char *const *meta, int n_meta, char *err,
                    size_t nerr) {
   memset(w, 0, sizeof *w);
@@ -368,10 +390,9 @@ int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char 
     snprintf(err, nerr, "out of memory");
     return -1;
   }
-  w->f = fopen(w->tmp, "wb");
+  w->f = open_tmp(w, err, nerr);
   if (!w->f) {
     free(b.s);
-    snprintf(err, nerr, "cannot write %s", w->tmp);
     return -1;
   }
   unsigned char lb[8];
@@ -413,6 +434,11 @@ int st_write_end(StWriter *w, char *err, size_t nerr) {
   int rc = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
   rc |= fclose(w->f);
   w->f = NULL;
+  /* checked again: PATH may have been replaced while the tensors were written */
+  if (rc == 0 && rt_check_replaceable(w->path, err, nerr) != 0) {
+    remove(w->tmp);
+    return -1;
+  }
   if (rc != 0 || rename(w->tmp, w->path) != 0) {
     snprintf(err, nerr, "cannot write %s", w->path);
     remove(w->tmp);

@@ -7,8 +7,11 @@
  *
  * The writer streams: it takes every entry's shape up front (so the header can be written
  * first), then each tensor's bytes in order, so a checkpoint never needs all tensors in host
- * memory at once. It writes PATH.tmp and renames it into place. The reader parses the header
- * and reads one tensor at a time. Errors come back as -1 with a message; nothing prints. */
+ * memory at once. It writes PATH.tmp (created new: an existing one is refused) and renames it
+ * into place; a PATH that exists and is not a regular file (a symbolic link, a directory, a
+ * device, a FIFO) is refused, never replaced. The reader parses the header and reads one tensor
+ * at a time; it opens only a regular file (runtime/safe_file.h). Errors come back as -1 with a message;
+ * nothing prints. */
 #ifndef STEPC_SAFETENSORS_H
 #define STEPC_SAFETENSORS_H
 

@@ -134,14 +134,25 @@ stepc_status stepc_init_params(stepc_t *s, uint64_t seed);
 /* Parameters alone (the model, no optimizer state) as safetensors: tensor names are the
  * parameter paths ("layers.0.self_attention.linear_qkv.weight"), dtypes the step's (BF16 for
  * bf16 recipes). Loading takes F32 or BF16 for any float tensor; the fp32 master weights are set
- * from the loaded values. Every parameter must be in the file, with its shape. */
+ * from the loaded values. Every parameter must be in the file, with its shape, and the file may
+ * hold no other tensor (STEPC_ERR_MISMATCH: another step's file); no step fingerprint is compared,
+ * so weights carry into another step of the same shapes (stepc import's files load here). Saving
+ * replaces only an absent path or a regular file (a symbolic link, a directory, a device, a FIFO:
+ * STEPC_ERR_IO, left as they are); a path that is not a regular file is not read (STEPC_ERR_IO).
+ * Data parallel: every rank loads, then the ranks compare their files' checksums. */
 stepc_status stepc_save_params(stepc_t *s, const char *path);
 stepc_status stepc_load_params(stepc_t *s, const char *path);
 
 /* ---- checkpoints: parameters, optimizer state, step counter, RNG and data position ----
  * dir/model.safetensors (as stepc_save_params), dir/optimizer.safetensors (fp32 master weights,
  * Adam moments, the optimizer's step/lr/norm scalars), dir/state.json (step, seed, data source).
- * A resumed run continues bitwise as the uninterrupted one would have (same device). */
+ * A resumed run continues bitwise as the uninterrupted one would have (same device).
+ * Saving replaces dir only when it is absent, an empty directory or a stepc checkpoint (its
+ * state.json and only a checkpoint's files); anything else is STEPC_ERR_IO and left untouched.
+ * Loading refuses (STEPC_ERR_MISMATCH) a checkpoint of another step: another step fingerprint
+ * (unless only the plain-DP world size differs), a tensor missing or extra, another seed or
+ * layout. Data parallel: after a load the ranks compare (status, step, state.json checksum) and
+ * all refuse when one failed or they differ, naming each rank's values. docs/c-api.md. */
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir);
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir);
 

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* posix_spawn_file_actions_addchdir_np */
 #include "codegen/artifact.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -381,6 +382,47 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   if (err[0]) return ARTIFACT_ERROR;
   if (o->no_link) return ARTIFACT_OK;
   return link_step(o, progress, err, nerr);
+}
+
+/* 1 when name is a file stepc build writes into an artifact (link_step's and artifact_build's). */
+static int own_file(const char *name) {
+  static const char *const own[] = {"recipe.lua", "plan.json",   "step.c",   "step.img",
+                                    "kernels.cu", "stepc.h",     "train.c",  "train",
+                                    "libstep.so", "libstep.map", "build.log"};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (!strcmp(name, own[i])) return 1;
+  size_t n = strlen(name);
+  return n > strlen("kernels..cubin") && !strncmp(name, "kernels.", 8) && !strcmp(name + n - 6, ".cubin");
+}
+
+int artifact_dir_replaceable(const char *dir, char *err, size_t nerr) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : (snprintf(err, nerr, "cannot read %s: %s", dir, strerror(errno)), -1);
+  int entries = 0, image = 0, so = 0, step_c = 0;
+  char bad[300] = "";
+  for (struct dirent *e; !bad[0] && (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char p[PATH_MAX + 300];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    entries++;
+    if (!own_file(e->d_name))
+      snprintf(bad, sizeof bad, "%s, which stepc build does not write", e->d_name);
+    else if (lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
+      snprintf(bad, sizeof bad, "%s, which is not a regular file", e->d_name);
+    image |= !strcmp(e->d_name, STEPC_IMAGE_FILE), so |= !strcmp(e->d_name, "libstep.so"),
+        step_c |= !strcmp(e->d_name, "step.c");
+  }
+  closedir(d);
+  if (!bad[0] && entries > 0 && !image && !(so && step_c))
+    snprintf(bad, sizeof bad, "no %s", STEPC_IMAGE_FILE);
+  if (!bad[0]) return 0;
+  snprintf(err, nerr,
+           "%s holds %s: it is not a stepc artifact, refusing to replace it (choose a new or empty "
+           "directory; move "
+           "your files out of an artifact's directory before rebuilding it)",
+           dir, bad);
+  return -1;
 }
 
 int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) { return link_step(o, progress, err, nerr); }

@@ -65,10 +65,16 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
 
 /* `stepc build -o DIR`: built into a fresh directory beside DIR and swapped in atomically, so a
  * failed build leaves DIR as it was and DIR is never half old, half new; builds into one folder
- * take turns (a lock on the folder). Refuses a DIR that is a symbolic link, or a non-empty
- * directory that is not a stepc artifact (the user's files are never written over). */
+ * take turns (a lock on the folder). Refuses a DIR that is a symbolic link, or one that
+ * artifact_dir_replaceable refuses (the user's files are never written over or removed). */
 int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
                        size_t nerr);
+
+/* Whether `stepc build -o DIR` may replace dir: 0 when it is absent, an empty directory, or a
+ * stepc artifact (step.img, or libstep.so and step.c) holding only the files stepc build writes,
+ * every one a regular file; -1 with err naming what else is there (a checkpoint saved inside the
+ * artifact, the user's notes) otherwise. Nothing is changed. */
+int artifact_dir_replaceable(const char *dir, char *err, size_t nerr);
 
 /* The text of DIR/train.c (artifact_train.c). */
 extern const char artifact_train_c[];

@@ -110,27 +110,6 @@ int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptio
 
 /* ---- stepc build -o DIR ---- */
 
-/* What stepc build writes (an older stepc's artifacts have no step.img, but libstep.so and step.c). */
-static int is_artifact(const char *dir) {
-  char p[PATH_MAX + 32];
-  struct stat sb;
-  snprintf(p, sizeof p, "%s/%s", dir, STEPC_IMAGE_FILE);
-  if (stat(p, &sb) == 0) return 1;
-  snprintf(p, sizeof p, "%s/libstep.so", dir);
-  int so = stat(p, &sb) == 0;
-  snprintf(p, sizeof p, "%s/step.c", dir);
-  return so && stat(p, &sb) == 0;
-}
-
-static int is_empty_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int empty = 1;
-  for (struct dirent *e; empty && (e = readdir(d));) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-  closedir(d);
-  return empty;
-}
-
 int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
                        size_t nerr) {
   const char *dir = o->dir;
@@ -141,9 +120,7 @@ int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions 
     return snprintf(err, nerr, "%s is a symbolic link: stepc build writes a directory of its own there, give its real path", dir),
            ARTIFACT_ERROR;
   if (exists && !S_ISDIR(sb.st_mode)) return snprintf(err, nerr, "%s exists and is not a directory", dir), ARTIFACT_ERROR;
-  if (exists && !is_empty_dir(dir) && !is_artifact(dir))
-    return snprintf(err, nerr, "%s holds files that are not a stepc artifact: refusing to write over them (choose a new or empty "
-                    "directory)", dir), ARTIFACT_ERROR;
+  if (exists && artifact_dir_replaceable(dir, err, nerr) != 0) return ARTIFACT_ERROR;
   /* the parent, where the new artifact is built beside the old one and swapped in */
   snprintf(parent, sizeof parent, "%s", dir);
   size_t n = strlen(parent);

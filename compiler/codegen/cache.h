@@ -1,4 +1,4 @@
-/* cache.h — the artifact cache's pieces (cache.c uses them; tests/unit/test_cache.c tests them):
+/* cache.h — the artifact cache's pieces (cache.c uses them; tests/unit/cache_files.c tests them):
  * a directory only its user can write, a manifest of checksums written last and checked before an
  * entry is trusted (SHA-256: runtime/sha256.h, the one the rendezvous uses). */
 #ifndef STEPC_CODEGEN_CACHE_H

@@ -36,6 +36,21 @@ echo "ok: a failed rebuild leaves the old artifact whole"
 "$tmp/art/train" --device cpu --steps 1 >/dev/null 2>&1 || fail "the rebuilt artifact does not train"
 echo "ok: a rebuild replaces the artifact whole"
 
+# a checkpoint saved inside the artifact's directory, or any file stepc build does not write, makes
+# it the user's: the rebuild is refused and every file stays (a step.img alone is not a licence)
+"$tmp/art/train" --device cpu --steps 1 --save "$tmp/art/ck" >/dev/null 2>&1 || fail "a checkpoint inside the artifact"
+before=$(cd "$tmp/art" && find . -type f | sort | xargs md5sum)
+"$stepc" build models/tiny.lua -o "$tmp/art" >"$tmp/9.out" 2>&1 && fail "a rebuild over a checkpoint inside the artifact succeeded"
+grep -q "ck, which stepc build does not write" "$tmp/9.out" || { cat "$tmp/9.out"; fail "the refusal does not name ck"; }
+[ "$(cd "$tmp/art" && find . -type f | sort | xargs md5sum)" = "$before" ] || fail "the refused rebuild changed the directory"
+mkdir "$tmp/img" && cp "$tmp/art/step.img" "$tmp/img/" && echo "thesis" >"$tmp/img/thesis.tex"
+"$stepc" build models/tiny.lua -o "$tmp/img" >"$tmp/10.out" 2>&1 && fail "a folder with a step.img and the user's file was replaced"
+[ "$(cat "$tmp/img/thesis.tex")" = thesis ] && grep -q "thesis.tex" "$tmp/10.out" || { cat "$tmp/10.out"; fail "step.img + thesis.tex"; }
+mkdir "$tmp/fifo" && mkfifo "$tmp/fifo/step.img"
+"$stepc" build models/tiny.lua -o "$tmp/fifo" >"$tmp/11.out" 2>&1 && fail "a FIFO named step.img was replaced"
+[ -p "$tmp/fifo/step.img" ] && grep -q "not a regular file" "$tmp/11.out" || { cat "$tmp/11.out"; fail "a FIFO named step.img"; }
+echo "ok: an artifact holding a checkpoint or the user's files, or a FIFO for step.img, is refused and left as it was"
+
 "$stepc" build models/tiny.lua model.num_layers=2 -o "$tmp/race" >"$tmp/6.out" 2>&1 &
 "$stepc" build models/tiny.lua model.num_layers=3 -o "$tmp/race" >"$tmp/7.out" 2>&1 &
 wait

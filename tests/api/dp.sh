@@ -30,6 +30,7 @@ TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 aga
 "$t" resume "$tmp/zero4" 4 "$STEPS" 2 "$tmp" || fail "ZeRO-1 resume"
 "$t" reshard "$tmp/zero2" 2 "$tmp/zero4" 4 "$tmp" || fail "a ZeRO-1 checkpoint under another world size"
 "$t" resume "$tmp/dp2" 2 "$STEPS" 2 "$tmp" || fail "DP 2 resume"
+"$t" disagree "$tmp/dp2" 2 "$tmp" || fail "ranks that load different checkpoints"
 "$t" exit "$tmp/dp2" 2 || fail "a rank that exits"
 "$t" hang "$tmp/dp4" 4 || fail "a rank that hangs"
 "$t" refuse "$tmp/dp2" "$tmp/dp2_other" 2 || fail "a rank with another artifact"

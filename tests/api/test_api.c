@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "codegen/artifact.h"
 #include "frontend/frontend.h"
@@ -181,7 +182,8 @@ static void test_errors(const char *dir) {
   stepc_t *t = NULL;
   const char *ov2[] = {"model.num_layers=2", "model.seq_length=16", "train.micro_batch_size=1", "train.global_batch_size=1"};
   CHECK(open_recipe("models/tiny.lua", ov2, 4, &o, &t) == STEPC_OK);
-  CHECK(stepc_load_checkpoint(t, ck) == STEPC_ERR_MISMATCH && strstr(stepc_last_error(t), "layers.1"));
+  CHECK(stepc_load_checkpoint(t, ck) == STEPC_ERR_MISMATCH &&
+        strstr(stepc_last_error(t), "saved by another step"));
   stepc_close(t);
   const char *ov3[] = {"model.num_layers=1", "model.seq_length=16", "train.micro_batch_size=1", "train.global_batch_size=1",
                        "train.seed=7"};
@@ -236,12 +238,88 @@ static void test_device_batch(void) {
   stepc_close(a), stepc_close(b);
 }
 
+static int file_is(const char *path, const char *text) {
+  char buf[64] = "";
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  return !strcmp(buf, text);
+}
+
+/* docs/promises.md, "Files", through stepc.h: what a save may replace, what a load must match,
+ * what a read opens. A read that blocks is caught by the alarm (the test dies). */
+static void test_file_promises(const char *dir) {
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  const char *one[] = {"model.num_layers=1", "model.seq_length=16", "train.micro_batch_size=1",
+                       "train.global_batch_size=1"};
+  const char *two[] = {"model.num_layers=2", "model.seq_length=16", "train.micro_batch_size=1",
+                       "train.global_batch_size=1"};
+  const char *full[] = {"model.num_layers=1",
+                        "model.seq_length=16",
+                        "train.micro_batch_size=1",
+                        "train.global_batch_size=1",
+                        "model.recompute_granularity=full",
+                        "model.recompute_method=uniform",
+                        "model.recompute_num_layers=1"};
+  stepc_t *s1 = NULL, *s2 = NULL, *sf = NULL;
+  CHECK(open_recipe("models/tiny.lua", one, 4, &o, &s1) == STEPC_OK &&
+        open_recipe("models/tiny.lua", two, 4, &o, &s2) == STEPC_OK &&
+        open_recipe("models/tiny.lua", full, 7, &o, &sf) == STEPC_OK);
+  alarm(300);
+  char p2[600], ck1[600], ck2[600], cmd[2000], user[600], note[700];
+  snprintf(p2, sizeof p2, "%s/two.safetensors", dir), snprintf(ck1, sizeof ck1, "%s/ck_one", dir);
+  snprintf(ck2, sizeof ck2, "%s/ck_two", dir);
+  /* a file with a tensor the step does not have is another step's, fingerprint or not */
+  CHECK(stepc_save_params(s2, p2) == STEPC_OK);
+  CHECK(stepc_load_params(s1, p2) == STEPC_ERR_MISMATCH &&
+        strstr(stepc_last_error(s1), "holds tensor layers.1"));
+  snprintf(cmd, sizeof cmd, "sed -i '/step_fingerprint/d' '%s/state.json'", ck2);
+  CHECK(stepc_save_checkpoint(s2, ck2) == STEPC_OK && system(cmd) == 0);
+  CHECK(stepc_load_checkpoint(s1, ck2) == STEPC_ERR_MISMATCH &&
+        strstr(stepc_last_error(s1), "holds tensor layers.1"));
+  /* the same tensors, another step (full recompute): the checkpoint is refused, its weights load */
+  snprintf(cmd, sizeof cmd, "%s/model.safetensors", ck1);
+  CHECK(stepc_save_checkpoint(s1, ck1) == STEPC_OK);
+  CHECK(stepc_load_checkpoint(sf, ck1) == STEPC_ERR_MISMATCH &&
+        strstr(stepc_last_error(sf), "saved by another step"));
+  CHECK(stepc_load_params(sf, cmd) == STEPC_OK && stepc_load_checkpoint(s1, ck1) == STEPC_OK);
+  /* a save replaces only a checkpoint: a folder with the user's file is refused and kept */
+  snprintf(user, sizeof user, "%s/mine", dir), snprintf(note, sizeof note, "%s/thesis.tex", user);
+  mkdir(user, 0777), write_bytes(note, "x", 1);
+  CHECK(stepc_save_checkpoint(s1, user) == STEPC_ERR_IO && strstr(stepc_last_error(s1), "thesis.tex") &&
+        file_is(note, "x"));
+  /* the safetensors writer replaces only a regular file: a symbolic link, a FIFO, a directory stay */
+  char lnk[600], fifo[600];
+  snprintf(lnk, sizeof lnk, "%s/link.safetensors", dir), snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  CHECK(symlink(note, lnk) == 0 && mkfifo(fifo, 0644) == 0);
+  const char *targets[] = {lnk, fifo, user};
+  struct stat sb;
+  for (int i = 0; i < 3; i++) {
+    CHECK(stepc_save_params(s1, targets[i]) == STEPC_ERR_IO &&
+          strstr(stepc_last_error(s1), "refusing to replace it"));
+    snprintf(cmd, sizeof cmd, "%s.tmp", targets[i]);
+    CHECK(lstat(cmd, &sb) != 0);
+  }
+  CHECK(lstat(lnk, &sb) == 0 && S_ISLNK(sb.st_mode) && file_is(note, "x") && stat(fifo, &sb) == 0 &&
+        S_ISFIFO(sb.st_mode));
+  /* readers open only a regular file: a FIFO and /dev/zero are refused, not read forever */
+  CHECK(stepc_load_params(s1, fifo) == STEPC_ERR_IO &&
+        strstr(stepc_last_error(s1), "is a FIFO, not a regular file"));
+  CHECK(stepc_load_params(s1, "/dev/zero") == STEPC_ERR_IO &&
+        strstr(stepc_last_error(s1), "character device"));
+  alarm(0);
+  stepc_close(s1), stepc_close(s2), stepc_close(sf);
+}
+
 int main(void) {
   char dir[] = "/tmp/stepc_test_api_XXXXXX";
   if (!mkdtemp(dir)) return 1;
   snprintf(tmpdir, sizeof tmpdir, "%s", dir);
   test_safetensors(dir);
   test_errors(dir);
+  test_file_promises(dir);
   test_device_batch();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -12,6 +12,8 @@
  *   test_dp refuse ARTN OTHER N            rank 1 opens another artifact: every rank is refused at open
  *   test_dp world  ARTN                    an artifact planned for DP N opened alone: refused
  *   test_dp reshard ARTA NA ARTB NB TMP    a ZeRO-1 checkpoint of NA ranks loaded by NB ranks: refused
+ *   test_dp disagree ARTN N TMP            the ranks load checkpoints of different steps, or one rank's load
+ *                                          fails: every rank refuses, naming the ranks' values
  *   test_dp env                            stepc_options_from_env under torchrun, mpirun and Slurm
  *   test_dp continue ARTN N STEPS CKPT REF  N ranks load CKPT (another build's, say), run to STEPS: every
  *                                          rank's parameters = REF<rank>.safetensors (the uninterrupted run)
@@ -285,6 +287,72 @@ static int mode_resume(const char *artn, int n, int steps, int k, const char *tm
   return fails != 0;
 }
 
+/* Runs n ranks of artn with rank i loading ck[i] and 0 steps beyond it: every rank's status and message. */
+static void load_each(const char *artn, int n, const char *const *ck, Rank *r) {
+  setup(r, n, artn, 0);
+  for (int i = 0; i < n; i++)
+    r[i].load = ck[i];
+  run_ranks(r, n);
+}
+
+/* The ranks resume from checkpoints of different steps, or one rank's checkpoint is missing:
+ * every rank refuses (none trains on from its own state), and the message names the ranks. */
+static int mode_disagree(const char *artn, int n, const char *tmp) {
+  static Rank a[MAXR], b[MAXR], c[MAXR];
+  char ck1[512], ck2[512], none[512];
+  snprintf(ck1, sizeof ck1, "%s/disagree1", tmp), snprintf(ck2, sizeof ck2, "%s/disagree2", tmp);
+  snprintf(none, sizeof none, "%s/no_such_checkpoint", tmp);
+  for (int k = 1; k <= 2; k++) {
+    setup(a, n, artn, k);
+    for (int i = 0; i < n; i++)
+      a[i].save = k == 1 ? ck1 : ck2;
+    run_ranks(a, n);
+    for (int i = 0; i < n; i++)
+      CHECK(a[i].step_st == STEPC_OK, "saving at step %d, rank %d: %s", k, i, a[i].err);
+  }
+  const char *mixed[MAXR] = {0}, *missing[MAXR] = {0};
+  for (int i = 0; i < n; i++)
+    mixed[i] = i == n - 1 ? ck2 : ck1, missing[i] = i == n - 1 ? none : ck1;
+  load_each(artn, n, mixed, b);
+  for (int i = 0; i < n; i++) {
+    printf("rank %d, checkpoints of steps 1 and 2 mixed: %s: %s\n", i, stepc_status_name(b[i].step_st),
+           b[i].err);
+    CHECK(b[i].step_st == STEPC_ERR_MISMATCH && strstr(b[i].err, "rank 0: step 1") &&
+              strstr(b[i].err, "step 2, checkpoint"),
+          "rank %d should refuse the mixed checkpoints, naming the ranks' steps", i);
+  }
+  load_each(artn, n, missing, c);
+  for (int i = 0; i < n; i++) {
+    printf("rank %d, rank %d's checkpoint missing: %s: %s\n", i, n - 1, stepc_status_name(c[i].step_st),
+           c[i].err);
+    CHECK(c[i].step_st == STEPC_ERR_IO && (i == n - 1 ? strstr(c[i].err, "no_such_checkpoint") != NULL
+                                                      : strstr(c[i].err, "could not load") != NULL),
+          "rank %d should fail with rank %d's load", i, n - 1);
+  }
+  load_each(artn, n, (const char *[]){ck2, ck2, ck2, ck2, ck2, ck2, ck2, ck2}, a);
+  for (int i = 0; i < n; i++)
+    CHECK(a[i].step_st == STEPC_OK, "rank %d, the same checkpoint everywhere: %s", i, a[i].err);
+  /* a save into the user's folder: rank 0 refuses, and every rank returns its refusal */
+  char mine[600], cmd[1400];
+  snprintf(mine, sizeof mine, "%s/mine", tmp);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && echo x > '%s/thesis.tex'", mine, mine);
+  CHECK(system(cmd) == 0, "%s", cmd);
+  setup(a, n, artn, 1);
+  for (int i = 0; i < n; i++)
+    a[i].save = mine;
+  run_ranks(a, n);
+  for (int i = 0; i < n; i++)
+    CHECK(a[i].step_st == STEPC_ERR_IO, "rank %d, a save into the user's folder: %s", i, a[i].err);
+  snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = thesis.tex && grep -qx x '%s/thesis.tex'", mine, mine);
+  CHECK(system(cmd) == 0, "the user's folder changed");
+  if (!fails)
+    printf("ok: %d ranks that load different checkpoints, or where one load fails, or that save into the "
+           "user's folder, all "
+           "refuse\n",
+           n);
+  return fails != 0;
+}
+
 static int mode_fault(const char *artn, int n, Action act) {
   static Rank r[MAXR];
   setup(r, n, artn, 4);
@@ -482,6 +550,7 @@ int main(int argc, char **argv) {
   /* the ranks are threads of one process: one secret in the environment for them all */
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
   if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
+  if (!strcmp(m, "disagree") && argc == 5) return mode_disagree(argv[2], atoi(argv[3]), argv[4]);
   if (!strcmp(m, "reshard") && argc == 7) return mode_reshard(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "resume") && argc == 7) return mode_resume(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6]);
   if (!strcmp(m, "exit") && argc == 4) return mode_fault(argv[2], atoi(argv[3]), ACT_EXIT_AFTER_1);

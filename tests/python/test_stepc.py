@@ -196,6 +196,21 @@ class TestStep(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "the step is closed"):
             s.step()
 
+    def test_save_checkpoint_refuses_the_users_folder(self):
+        # docs/promises.md: a save replaces only a checkpoint; the user's folder stays as it was
+        mine = os.path.join(TMP, "mine")
+        os.makedirs(mine, exist_ok=True)
+        with open(os.path.join(mine, "thesis.tex"), "w") as f:
+            f.write("x")
+        with open_cpu() as s:
+            with self.assertRaises(stepc.StepcError) as e:
+                s.save_checkpoint(mine)
+            self.assertEqual(e.exception.status, stepc.Status.ERR_IO)
+            self.assertIn("thesis.tex, which no checkpoint holds", e.exception.message)
+        self.assertEqual(os.listdir(mine), ["thesis.tex"])
+        with open(os.path.join(mine, "thesis.tex")) as f:
+            self.assertEqual(f.read(), "x")
+
     def test_open_error_carries_the_message(self):
         # the artifact with a damaged step image: a failed open, whose handle gives the message
         broken = os.path.join(TMP, "broken")

@@ -1,8 +1,11 @@
 /* The checkpoint state.json reader (runtime/ckpt_state.c): what stepc writes is read back; a key
  * quoted inside the recipe string is not taken for the real one; damaged or out-of-range states
- * are refused with what is wrong. */
+ * are refused with what is wrong. Which directories a save may replace (runtime/ckpt_files.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/ckpt_state.h"
 
@@ -17,13 +20,73 @@ static int failures;
     }                                    \
   } while (0)
 
-static const char *STATE = "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": 3,\n  \"seed\": 1234,\n"
-                           "  \"recipe\": \"r\\\"world_size\\\": 9 \\\"distributed_optimizer\\\": true.lua\",\n"
-                           "  \"world_size\": %s,\n  \"distributed_optimizer\": %s,\n  \"files\": {\n"
-                           "    \"model.safetensors\": {\"bytes\": 100, \"fnv1a\": \"0123456789abcdef\"}\n  }\n}\n";
+static const char *STATE =
+    "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": 3,\n  \"seed\": 1234,\n"
+    "  \"step_fingerprint\": \"00000000000000ab\",\n  \"recipe\": \"r\\\"world_size\\\": 9 "
+    "\\\"distributed_optimizer\\\": true.lua\",\n"
+    "  \"world_size\": %s,\n  \"distributed_optimizer\": %s,\n  \"files\": {\n"
+    "    \"model.safetensors\": {\"bytes\": 100, \"fnv1a\": \"0123456789abcdef\"}\n  }\n}\n";
 
 static int parse(const char *text, CkptState *st, char *err, size_t nerr) {
   return ckpt_state_parse(text, strlen(text), false, st, err, nerr);
+}
+
+static void put(const char *dir, const char *name, const char *text) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  if (f) fputs(text, f), fclose(f);
+}
+
+/* The directories a save may replace: absent, empty, a checkpoint; nothing else (state: a valid
+ * state.json's text). */
+static void replaceable(const char *state) {
+  const char *own[] = {"state.json", "model.safetensors", "optimizer.safetensors",
+                       "optimizer.rank12.safetensors"};
+  const char *not_own[] = {"notes.txt", "optimizer.rank.safetensors", "optimizer.rank1x.safetensors",
+                           "model.safetensors.tmp", "step.img"};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    CHECK(ckpt_is_own_file(own[i], false), "%s is a checkpoint's", own[i]);
+  for (size_t i = 0; i < sizeof not_own / sizeof not_own[0]; i++)
+    CHECK(!ckpt_is_own_file(not_own[i], false), "%s is not a checkpoint's", not_own[i]);
+  CHECK(ckpt_is_own_file("model.safetensors.tmp", true), "a staging directory holds NAME.tmp");
+  char dir[] = "/tmp/stepc_ckpt_files_XXXXXX", err[1600], p[600];
+  if (!mkdtemp(dir)) return;
+  snprintf(p, sizeof p, "%s/absent", dir);
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) == 0, "an absent directory: %s", err);
+  snprintf(p, sizeof p, "%s/d", dir);
+  mkdir(p, 0777);
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) == 0, "an empty directory: %s", err);
+  put(p, "model.safetensors", "x");
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) != 0 && strstr(err, "no state.json"),
+        "no state.json: %s", err);
+  CHECK(ckpt_dir_replaceable(p, true, err, sizeof err) == 0, "a staging directory needs no state.json: %s",
+        err);
+  put(p, "state.json", "{}");
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) != 0 && strstr(err, "not a stepc checkpoint"),
+        "a bad state: %s", err);
+  put(p, "state.json", state);
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) == 0, "a checkpoint: %s", err);
+  put(p, "thesis.tex", "x");
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) != 0 &&
+            strstr(err, "thesis.tex, which no checkpoint holds"),
+        "%s", err);
+  CHECK(ckpt_dir_replaceable(p, true, err, sizeof err) != 0, "a staging directory with the user's file");
+  snprintf(p, sizeof p, "%s/d/thesis.tex", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/d/optimizer.safetensors", dir);
+  mkdir(p, 0777);
+  snprintf(p, sizeof p, "%s/d", dir);
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) != 0 && strstr(err, "not a regular file"),
+        "a directory inside: %s", err);
+  snprintf(p, sizeof p, "%s/f", dir);
+  put(dir, "f", "x");
+  CHECK(ckpt_dir_replaceable(p, false, err, sizeof err) != 0 &&
+            strstr(err, "a regular file, not a checkpoint directory"),
+        "%s", err);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 int main(void) {
@@ -38,6 +101,8 @@ int main(void) {
   CHECK(ckpt_state_file(text, "model.safetensors", &bytes, sum) == 0 && bytes == 100 && !strcmp(sum, "0123456789abcdef"),
         "model.safetensors entry: %llu %s", bytes, sum);
   CHECK(ckpt_state_file(text, "optimizer.safetensors", &bytes, sum) != 0, "an unlisted file is not found");
+  CHECK(!strcmp(st.fingerprint, "00000000000000ab") && !strncmp(st.recipe, "r\"world_size\": 9", 15),
+        "fingerprint %s, recipe %s", st.fingerprint, st.recipe);
 
   snprintf(text, sizeof text, STATE, "4", "true");
   CHECK(parse(text, &st, err, sizeof err) == 0 && st.world == 4 && st.sharded, "ZeRO-1 over 4 ranks: world %lld sharded %d",
@@ -48,16 +113,31 @@ int main(void) {
   } bad[] = {
       {"empty", "", "not a stepc checkpoint state"},
       {"not an object", "[\"stepc-checkpoint\"]", "not a stepc checkpoint state"},
-      {"no step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"seed\": 1}", "not a stepc checkpoint state"},
-      {"step not a number", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": x, \"seed\": 1}", "not a stepc"},
-      {"step past int64", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 99999999999999999999, \"seed\": 1}",
+      {"no step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"seed\": 1}",
+       "not a stepc checkpoint state"},
+      {"step not a number", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": x, \"seed\": 1}",
        "not a stepc"},
-      {"step INT32_MAX", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 2147483647, \"seed\": 1}",
+      {"step past int64",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 99999999999999999999, \"seed\": 1}",
+       "not a stepc"},
+      {"step INT32_MAX",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 2147483647, \"seed\": 1}",
        "step 2147483647 is outside [0, 2^30]"},
-      {"negative step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": -1, \"seed\": 1}", "outside [0, 2^30]"},
-      {"version 3", "{\"format\": \"stepc-checkpoint\", \"version\": 3, \"step\": 1, \"seed\": 1}", "version 3"},
-      {"world 0", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 0}",
+      {"negative step", "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": -1, \"seed\": 1}",
+       "outside [0, 2^30]"},
+      {"version 3", "{\"format\": \"stepc-checkpoint\", \"version\": 3, \"step\": 1, \"seed\": 1}",
+       "version 3"},
+      {"world 0",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 0}",
        "world_size 0"},
+      {"fingerprint of 17 digits",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"step_fingerprint\": "
+       "\"0123456789abcdef0\"}",
+       "not 16 hex digits"},
+      {"fingerprint not hex",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"step_fingerprint\": "
+       "\"0123456789abcdeg\"}",
+       "not 16 hex digits"},
       {"another format", "{\"format\": \"other\", \"version\": 2, \"step\": 1, \"seed\": 1}", "not a stepc"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -72,6 +152,8 @@ int main(void) {
                               "\"model.safetensors\": {\"bytes\": 5, \"fnv1a\": \"12ab\"}}");
   CHECK(parse(text, &st, err, sizeof err) == 0 && ckpt_state_file(text, "model.safetensors", &bytes, sum) != 0,
         "a checksum of fewer than 16 hex digits is not taken");
+  snprintf(text, sizeof text, STATE, "1", "false");
+  replaceable(text);
   if (failures) return 1;
   printf("ckpt_state: all checks passed\n");
   return 0;
