@@ -1,38 +1,29 @@
 /* hf_config.c — a Hugging Face Llama config.json held against the recipe (hf_config.h). */
 #include "hf_config.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "json_read.h"
+#include "runtime/safe_file.h"
 
 enum { HF_CONFIG_MAX_BYTES = 1 << 20 };
 
 /* The file's text (NUL-terminated, malloc'd), or NULL with err: a regular file of at most 1 MiB,
- * opened without blocking on a FIFO or following a final symbolic link to a device. */
+ * opened as the runtime opens the files it reads (never blocking on a FIFO or a device). */
 static char *read_small(const char *path, size_t *n, char *err, size_t nerr) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat sb;
-  if (fd < 0) return snprintf(err, nerr, "cannot open %s: %s", path, strerror(errno)), NULL;
-  char *text = NULL;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    snprintf(err, nerr, "%s is not a regular file", path);
-  else if (sb.st_size > HF_CONFIG_MAX_BYTES)
-    snprintf(err, nerr, "%s is larger than 1 MiB", path);
-  else if (!(text = malloc((size_t)sb.st_size + 1)))
-    snprintf(err, nerr, "out of memory");
-  else if (read(fd, text, (size_t)sb.st_size) != (ssize_t)sb.st_size) {
+  uint64_t size = 0;
+  FILE *f = rt_open_regular(path, RT_FOLLOW, HF_CONFIG_MAX_BYTES, &size, err, nerr);
+  if (!f) return NULL;
+  char *text = malloc((size_t)size + 1);
+  if (!text) snprintf(err, nerr, "out of memory");
+  else if (fread(text, 1, (size_t)size, f) != (size_t)size) {
     snprintf(err, nerr, "cannot read %s", path);
     free(text), text = NULL;
-  } else
-    text[sb.st_size] = 0, *n = (size_t)sb.st_size;
-  close(fd);
+  } else text[size] = 0, *n = (size_t)size;
+  fclose(f);
   return text;
 }
 
