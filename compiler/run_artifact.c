@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "artifact_sum.h"
 #include "report.h"
 #include "runtime/image.h"
 
@@ -36,6 +37,7 @@ typedef struct {
 static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   char path[1100];
   snprintf(path, sizeof path, "%s/libstep.so", dir);
+  if (artifact_sum_check(dir, why, nwhy) != 0) return -1; /* a damaged library is a SIGBUS inside dlopen */
   api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!api->lib) {
     const char *e = dlerror();
