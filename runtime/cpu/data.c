@@ -12,12 +12,10 @@
 
 static uint64_t batch_key(const CpuData *d, int64_t step, int64_t micro, int64_t row) {
   if (d->fixed) step = 0;
-  return ops_mix64(ops_mix64(ops_mix64(d->seed ^ 0xda7a) ^ (uint64_t)step) ^ ((uint64_t)micro << 24) ^
-                   (uint64_t)row);
+  return ops_mix64(ops_mix64(ops_mix64(d->seed ^ 0xda7a) ^ (uint64_t)step) ^ ((uint64_t)micro << 24) ^ (uint64_t)row);
 }
 
-static int mock_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
-                     int32_t *tg) {
+static int mock_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
   for (int64_t r = 0; r < b; r++) {
     uint64_t key = batch_key(d, step, micro, (uint64_t)r);
     for (int64_t i = 0; i <= t; i++) {
@@ -39,8 +37,7 @@ static int text_read(CpuData *d, int64_t off, int64_t n) {
     if (k <= 0) {
       snprintf(d->err, sizeof d->err,
                "data.path: reading %lld bytes at offset %lld %s (the file had %lld bytes when the run opened "
-               "it: it was "
-               "truncated or replaced during the run)",
+               "it: it was truncated or replaced during the run)",
                (long long)n, (long long)off, k < 0 ? strerror(errno) : "reached the end of the file",
                (long long)d->ntext);
       return -1;
@@ -50,8 +47,7 @@ static int text_read(CpuData *d, int64_t off, int64_t n) {
   return 0;
 }
 
-static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
-                     int32_t *tg) {
+static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
   if (d->ntext < t + 2 || t + 1 > d->nwin) {
     snprintf(d->err, sizeof d->err, "data.path: a window of %lld tokens does not fit the file's %lld bytes",
              (long long)t, (long long)d->ntext);
@@ -104,10 +100,7 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
   }
   if (!S_ISREG(sb.st_mode)) {
     close(fd);
-    snprintf(err, nerr, "data.path %s is not a regular file (%s)", path,
-             S_ISDIR(sb.st_mode)    ? "a directory"
-             : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                                    : "a device or socket");
+    snprintf(err, nerr, "data.path %s is not a regular file (%s)", path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
     return -1;
   }
   int64_t n = (int64_t)sb.st_size;
@@ -129,8 +122,7 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
   return 0;
 }
 
-int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok,
-                  int32_t *tg) {
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
   const Tensor *t = &g->t[g->tokens];
   int64_t b = t->shape[0], T = t->shape[1];
   if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;
