@@ -19,12 +19,14 @@ build-fuzz/tests/fuzz/fuzz_frontend "$work" -max_total_time="$secs" -max_len=409
 }
 grep -E "stat::number_of_executed_units|Done" build-fuzz/fuzz.log >&2 || true
 echo "fuzz: no crash in ${secs}s" >&2
-# the files a runtime reads (safetensors, step images): a third of the time again
+# the files a runtime reads (safetensors, step images): a third of the time again. Step images are
+# up to ~230 KB (the seeds are whole images), and an input may run a CPU step of a mutated but
+# valid image under ASan: hence the larger -max_len and -timeout
 fsecs=$(( (secs + 2) / 3 ))
 mkdir -p build-fuzz/corpus-files
 cp -n tests/fuzz/files/* build-fuzz/corpus-files/ 2>/dev/null || true
 echo "fuzzing safetensors, state.json and step images for ${fsecs}s" >&2
-build-fuzz/tests/fuzz/fuzz_files build-fuzz/corpus-files -max_total_time="$fsecs" -max_len=262144 -timeout=10 -rss_limit_mb=2048 \
+build-fuzz/tests/fuzz/fuzz_files build-fuzz/corpus-files -max_total_time="$fsecs" -max_len=262144 -timeout=30 -rss_limit_mb=2048 \
   -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 2>build-fuzz/fuzz-files.log || {
   tail -n 40 build-fuzz/fuzz-files.log >&2
   echo "fuzz: a crash was found in the file readers; see build-fuzz/artifacts/ (save it under tests/fuzz/files/)" >&2
