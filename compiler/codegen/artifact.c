@@ -220,7 +220,7 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
   if (run_logged(a1, log, dir) != 0) return fail_logged(err, nerr, "compiling libstep.so", log);
   if (artifact_sum_write(dir, err, nerr) != 0) return ARTIFACT_ERROR; /* checked before anything loads it */
-  if (progress) fprintf(progress, "build: %s train.c libstep.so -> train\n", cc);
+  if (progress) fprintf(progress, "build: %s train.c -> train\n", cc);
   char *a2[32];
   n = 0;
   a2[n++] = (char *)cc, a2[n++] = "-O1", a2[n++] = "-std=c11";

@@ -8,7 +8,8 @@
 #   a truncated libstep.so: train and `stepc run DIR` exit 4 with "is damaged" (they died of SIGBUS
 #     inside the dynamic loader), checked against libstep.sum;
 #   a host compile that fails: stepc build's message carries the compiler's error lines (it used to
-#     point at a build.log already removed with the unfinished artifact).
+#     point at a build.log already removed with the unfinished artifact);
+#   a recipe whose path holds "*/" (stepc check accepted it, step.c did not compile) builds and trains.
 set -uo pipefail
 stepc=$1 test_image=$2
 tmp=$(mktemp -d)
@@ -48,4 +49,11 @@ printf '#!/bin/sh\necho "step.c:12:3: error: the host compile failed here" >&2\n
 chmod +x "$tmp/badcc"
 CC=$tmp/badcc expect 4 "step.c:12:3: error: the host compile failed here" "$stepc" build "${recipe[@]}" -o "$tmp/b"
 [ -e "$tmp/b" ] && fail "a failed build left $tmp/b"
+# a recipe that stepc check accepts must build: one whose path holds a star before a slash closed
+# step.c's opening comment, and the host compile failed
+mkdir "$tmp/runs*"
+cp tests/recipes/gpt3_tiny.lua "$tmp/runs*/r.lua"
+expect 0 "ok" "$stepc" check "$tmp/runs*/r.lua" model.num_layers=1
+expect 0 "libstep.sum" "$stepc" build "$tmp/runs*/r.lua" model.num_layers=1 -o "$tmp/c"
+expect 0 "step     1" "$tmp/c/train" --device cpu --steps 1
 exit $fails
