@@ -121,6 +121,11 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
                "buffer %d's %lld",
                i, t->name, (long long)t->offset, (long long)t->bytes, (long long)cuda_need, t->buffer,
                (long long)g->buffer_bytes[t->buffer]);
+  /* the storage a borrowing tensor uses on CUDA (the logits for the fused loss's dlogits, the main
+   * gradient a weight gradient is summed into) holds it */
+  if (borrowed && g->t[t->alias != i ? t->alias : t->sink].bytes < cuda_need)
+    return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it", i, t->name, t->alias,
+               t->sink);
   if (t->bytes > cuda_need + SLOT_SLACK || im->cpu_bytes[i] > cpu_need + SLOT_SLACK)
     return bad(w, "tensor %d (%s): its slot is larger than its %lld elements", i, t->name,
                (long long)tensor_numel(t));
