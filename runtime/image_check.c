@@ -112,6 +112,10 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
   if (!in_range(t->buffer, g->nbuffers) || t->buffer > 1)
     return bad(w, "tensor %d (%s): buffer %d is not the arena or the region", i, t->name, t->buffer);
   int64_t cuda_need = need(t, (int64_t)dtype_size(t->dtype)), cpu_need = need(t, cpu_esize(t));
+  /* first, so that the slot arithmetic below cannot overflow */
+  if (t->bytes > cuda_need + SLOT_SLACK || im->cpu_bytes[i] > cpu_need + SLOT_SLACK)
+    return bad(w, "tensor %d (%s): its slot is larger than its %lld elements", i, t->name,
+               (long long)tensor_numel(t));
   /* CUDA: a weight gradient sunk into its main gradient, or a tensor on another's storage, has no slot */
   int borrowed = t->sink >= 0 || t->alias != i;
   if (t->offset < 0 || t->bytes < 0 || (t->bytes < cuda_need && !(borrowed && t->bytes == 0)) ||
@@ -126,9 +130,6 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
   if (borrowed && g->t[t->alias != i ? t->alias : t->sink].bytes < cuda_need)
     return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it", i, t->name, t->alias,
                t->sink);
-  if (t->bytes > cuda_need + SLOT_SLACK || im->cpu_bytes[i] > cpu_need + SLOT_SLACK)
-    return bad(w, "tensor %d (%s): its slot is larger than its %lld elements", i, t->name,
-               (long long)tensor_numel(t));
   int64_t cap = t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena;
   if (im->cpu_offset[i] < 0 || im->cpu_bytes[i] < cpu_need || im->cpu_offset[i] > cap - im->cpu_bytes[i])
     return bad(w,
@@ -144,6 +145,18 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
                "tensor %d (%s): only a distributed optimizer's masters and moments lie in the "
                "optimizer-state region",
                i, t->name);
+  return 0;
+}
+
+/* Every arena size non-negative and at most 2^62 before any slot is checked against it. */
+static int check_arena_signs(const StepImage *im, Why *w) {
+  const int64_t max = (int64_t)1 << 62;
+  for (int b = 0; b < IR_MAX_BUFFERS; b++)
+    if (im->g->buffer_bytes[b] < 0 || im->g->buffer_bytes[b] > max)
+      return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, 2^62]", b, (long long)im->g->buffer_bytes[b]);
+  if (im->f.cpu_arena < 0 || im->f.cpu_arena > max || im->f.cpu_region < 0 || im->f.cpu_region > max)
+    return bad(w, "facts.cpu_arena %lld or facts.cpu_region %lld is outside [0, 2^62]", (long long)im->f.cpu_arena,
+               (long long)im->f.cpu_region);
   return 0;
 }
 
@@ -297,7 +310,7 @@ int image_check(StepImage *im, char *why, size_t nwhy) {
   for (int k = 0; k < im->gen.n; k++)
     im->gen.k[k].name[sizeof im->gen.k[k].name - 1] = im->gen.k[k].sig[sizeof im->gen.k[k].sig - 1] = 0;
   if (g->nt > IR_MAX_TENSORS) return bad(&w, "counts.nt %d is over %d", g->nt, IR_MAX_TENSORS);
-  if (check_facts(im, &w)) return -1;
+  if (check_facts(im, &w) || check_arena_signs(im, &w)) return -1;
   for (int i = 0; i < g->nt; i++)
     if (check_tensor(im, i, &w)) return -1;
   if (check_arenas(im, &w)) return -1;
