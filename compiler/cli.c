@@ -223,7 +223,8 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     case O_NPROC:
       if (positive(optarg, id == O_SMS || id == O_NPROC ? 4096 : id == O_THREADS ? 1024 : 1L << 30, &n))
         return fprintf(err, "stepc %s: --%s wants a whole positive number%s, not %s\n", a->verb, opt_name(id),
-                       id == O_SMS || id == O_NPROC ? " (at most 4096)" : id == O_THREADS ? " (at most 1024)" : "", optarg), -1;
+                       id == O_SMS || id == O_NPROC ? " (at most 4096)" : id == O_THREADS ? " (at most 1024)" : " (at most 1073741824)",
+                       optarg), -1;
       *(id == O_STEPS ? &a->steps : id == O_THREADS ? &a->threads : id == O_SMS ? &a->sms : &a->nproc) = (int)n;
       break;
     case O_COMM_TIMEOUT: {

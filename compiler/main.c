@@ -253,7 +253,7 @@ static int cmd_build(const Args *a) {
     fprintf(stderr, "stepc build: %s was written, but the plan breaks the graph-scope rules above\n", a->out);
     rc = EXIT_INVALID;
   } else {
-    printf("%s: step.img kernels.%s.cubin libstep.so train step.c kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
+    printf("%s: step.img kernels.%s.cubin libstep.so libstep.sum train step.c kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
   }
   diag_free(&d);
   return rc;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "artifact_sum.h"
 #include "report.h"
 #include "runtime/image.h"
 #include "runtime/safe_file.h"
@@ -37,6 +38,7 @@ typedef struct {
 static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   char path[1100];
   snprintf(path, sizeof path, "%s/libstep.so", dir);
+  if (artifact_sum_check(dir, why, nwhy) != 0) return -1; /* a damaged library is a SIGBUS inside dlopen */
   /* dlopen would read a FIFO or a device there forever: only a regular file is handed to it */
   FILE *f = rt_open_regular(path, RT_FOLLOW, 0, NULL, why, nwhy);
   if (!f) return -1;

@@ -168,7 +168,7 @@
 
 #define SPEC_DATA_FIELDS(X)                                                                        \
   X(mock, BOOL, "null", MC, "", "Mock tokens drawn from train.seed; null means true unless path is set") \
-  X(path, STR, "null", SC, "", "A text file read as bytes (vocab 256): any regular file you can read, mapped, not copied")
+  X(path, STR, "null", SC, "", "A text file read as bytes (vocab 256): any regular file you can read, read window by window (never held whole, never mapped)")
 
 typedef enum { SPEC_SEC_MODEL, SPEC_SEC_TRAIN, SPEC_SEC_OPTIMIZER, SPEC_SEC_DDP, SPEC_SEC_DATA, SPEC_NSECTIONS } SpecSection;
 typedef enum { SPEC_T_INT, SPEC_T_NUM, SPEC_T_BOOL, SPEC_T_STR, SPEC_T_LIST, SPEC_T_FREQ } SpecType;

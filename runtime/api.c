@@ -50,9 +50,13 @@ const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of mem
  * drawn at it, a bound batch holds this rank's micro-batches only (mb = micro / world). */
 static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
   ApiData *a = (ApiData *)d;
-  if (!a->bound) return a->recipe.fill(&a->recipe, step, micro, b, t, tok, tg);
+  if (!a->bound) {
+    int rc = a->recipe.fill(&a->recipe, step, micro, b, t, tok, tg);
+    if (rc) snprintf(d->err, sizeof d->err, "%s", a->recipe.err); /* the executors read base's */
+    return rc;
+  }
   size_t n = (size_t)(b * t), off = (size_t)(micro / (a->world > 1 ? a->world : 1)) * n;
-  if (off + n > a->count) return -1;
+  if (off + n > a->count) return snprintf(d->err, sizeof d->err, "the bound batch holds no micro-batch %lld", (long long)micro), -1;
   memcpy(tok, a->tok + off, n * sizeof *tok);
   memcpy(tg, a->tg + off, n * sizeof *tg);
   return 0;

@@ -232,7 +232,8 @@ static int stage(stepc_t *s, int64_t step) {
   for (int mb = 0; mb < g->num_microbatches; mb++) {
     int64_t gm = api_dp_micro(s, mb); /* this rank's share of the global batch */
     if (data->fill(data, step, gm, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
-      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld", (long long)step), -1;
+      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld%s%s", (long long)step, data->err[0] ? ": " : "",
+                      data->err), -1;
     c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
   return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;

@@ -79,16 +79,22 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
     free(b.p);
     return snprintf(err, nerr, "out of memory writing %s", path), -1;
   }
-  ImgHeader h = {.version = STEPC_IMAGE_VERSION, .payload_bytes = b.n, .payload_hash = ir_fnv1a(IR_FNV_OFFSET, b.p, b.n)};
+  int rc = image_seal(path, b.p, b.n, err, nerr);
+  free(b.p);
+  return rc;
+}
+
+int image_seal(const char *path, const void *payload, size_t n, char *err, size_t nerr) {
+  ImgHeader h = {.version = STEPC_IMAGE_VERSION, .payload_bytes = n, .payload_hash = ir_fnv1a(IR_FNV_OFFSET, payload, n)};
   memcpy(h.magic, MAGIC, sizeof MAGIC);
   sizes_of(h.sizes);
   FILE *f = fopen(path, "wb");
-  int ok = f && fwrite(&h, sizeof h, 1, f) == 1 && fwrite(b.p, 1, b.n, f) == b.n;
+  int ok = f && fwrite(&h, sizeof h, 1, f) == 1 && fwrite(payload, 1, n, f) == n;
   if (f && fclose(f) != 0) ok = 0;
-  free(b.p);
   if (!ok) return snprintf(err, nerr, "cannot write %s", path), -1;
   return 0;
 }
+
 
 /* ---- reading ---- */
 
@@ -112,78 +118,6 @@ static void *take(Rd *r, size_t n, size_t es, int *bad) {
   memcpy(dst, r->p + r->at, n * es);
   r->at += n * es;
   return dst;
-}
-
-static int in_range(int v, int n) { return v >= 0 && v < n; }
-
-/* Every index the runtime will follow, checked once here. */
-static const char *validate(StepImage *im) {
-  Graph *g = im->g;
-  int nt = g->nt, nop = g->nop;
-  if (!in_range(g->tokens, nt) || !in_range(g->targets, nt) || !in_range(g->loss, nt) || !in_range(g->grad_norm, nt) ||
-      !in_range(g->lr, nt) || g->num_microbatches < 1 || g->nbuffers < 1 || g->nbuffers > IR_MAX_BUFFERS)
-    return "the step's tensors (tokens, targets, loss, grad norm, lr, buffers) are out of range";
-  for (int i = 0; i < nt; i++) {
-    Tensor *t = &g->t[i];
-    t->name[IR_NAME_MAX - 1] = 0;
-    if (t->ndim < 0 || t->ndim > IR_MAX_DIMS || (unsigned)t->dtype >= DT_COUNT || (unsigned)t->role >= ROLE_COUNT ||
-        !in_range(t->buffer, g->nbuffers) || t->offset < 0 || t->bytes < 0 || t->offset > g->buffer_bytes[t->buffer] - t->bytes ||
-        !in_range(t->alias, nt) || t->sink < -1 || t->sink >= nt || t->of < -1 || t->of >= nt || t->producer < -1 ||
-        t->producer >= nop || im->cpu_offset[i] < 0 || im->cpu_bytes[i] < 0 ||
-        im->cpu_offset[i] > (t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena) - im->cpu_bytes[i] || im->owner[i] < -1 ||
-        im->owner[i] >= im->f.dp_size)
-      return "a tensor's shape, role, slot or owner is out of range";
-    /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */
-    if (t->buffer == 1 && (!im->f.dist_opt || g->nbuffers != 2 || !(t->role == ROLE_MASTER || (t->role == ROLE_OPTIM && t->of >= 0))))
-      return "a tensor other than a distributed optimizer's master or moment lies in the optimizer-state region";
-    if (t->buffer > 1) return "a tensor lies in a buffer the step does not have";
-    for (int d = 0; d < IR_MAX_DIMS; d++)
-      if (t->shape[d] < 1) return "a tensor has a dimension below 1";
-  }
-  for (int o = 0; o < nop; o++) {
-    Op *op = &g->op[o];
-    op->tags.module[IR_MODULE_MAX - 1] = 0;
-    if ((unsigned)op->kind >= OP_COUNT || op->nin < 0 || op->nin > IR_MAX_IN || op->nout < 0 || op->nout > IR_MAX_OUT ||
-        (unsigned)op->tags.phase >= IR_PHASE_COUNT || op->fuse >= FUSE_COUNT || op->peer < -1 || op->peer >= nop)
-      return "an op's kind, arity, phase or fusion is out of range";
-    for (int i = 0; i < op->nin; i++)
-      if (!in_range(op->in[i], nt)) return "an op reads a tensor that is not in the step";
-    for (int i = 0; i < op->nout; i++)
-      if (!in_range(op->out[i], nt)) return "an op writes a tensor that is not in the step";
-  }
-  for (int c = 0; c < g->nchain; c++) {
-    IrChain *ch = &g->chain[c];
-    if (ch->nops < 1 || ch->nops > IR_MAX_CHAIN || ch->nin < 0 || ch->nin > IR_MAX_CHAIN_IO || !in_range(ch->kernel, im->gen.n))
-      return "an elementwise chain is out of range";
-    for (int j = 0; j < ch->nops; j++) {
-      ch->scalars[j][3] = 0;
-      if (!in_range(ch->op[j], nop)) return "an elementwise chain names an op that is not in the step";
-    }
-    for (int m = 0; m < ch->nin; m++)
-      if (!in_range(ch->in[m], nt)) return "an elementwise chain reads a tensor that is not in the step";
-  }
-  if (im->micro_points < 0 || im->micro_points > im->npoints || im->poison_start[0] != 0 ||
-      im->poison_start[im->npoints] != im->npoison)
-    return "the program is out of range";
-  for (int q = 0; q < im->npoints; q++)
-    if (!in_range(im->point_op[q], nop) || im->poison_start[q + 1] < im->poison_start[q]) return "the program is out of range";
-  for (int k = 0; k < im->npoison; k++)
-    if (!in_range(im->poison[k], nt)) return "the poison list names a tensor that is not in the step";
-  for (int s = 0; s < im->nscope; s++)
-    if (!in_range(im->scope[s].first, nop) || !in_range(im->scope[s].last, nop) || im->scope[s].last < im->scope[s].first)
-      return "a graph scope is out of range";
-  if (im->f.dp_size < 1 || im->f.dp_size > 65536 || im->f.cpu_region < 0 || (im->f.cpu_region > 0) != (g->nbuffers == 2))
-    return "the data-parallel size or the optimizer-state region is out of range";
-  for (int k = 0; k < im->nbucket; k++) {
-    const ImgBucket *b = &im->bucket[k];
-    if (!in_range(b->after_op, nop) || !in_range(b->fire_op, nop) || b->first < 0 || b->ngrads < 1 || b->first > im->nbucket_grad - b->ngrads)
-      return "a gradient bucket is out of range";
-  }
-  for (int k = 0; k < im->nbucket_grad; k++)
-    if (!in_range(im->bucket_grad[k], nt) || g->t[im->bucket_grad[k]].role != ROLE_GRAD)
-      return "a gradient bucket names a tensor that is not a main gradient";
-  for (int k = 0; k < im->gen.n; k++) im->gen.k[k].name[sizeof im->gen.k[k].name - 1] = im->gen.k[k].sig[sizeof im->gen.k[k].sig - 1] = 0;
-  return NULL;
 }
 
 int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
@@ -253,8 +187,9 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;
   }
   free(p);
-  const char *why = bad ? (bad == 2 ? "out of memory" : "its sections do not add up") : validate(im);
-  if (why) {
+  char why[400];
+  snprintf(why, sizeof why, "%s", bad == 2 ? "out of memory" : "its sections do not add up");
+  if (bad || image_check(im, why, sizeof why) != 0) {
     image_free(im);
     return snprintf(err, nerr, "%s: %s: rebuild the artifact", path, why), -1;
   }

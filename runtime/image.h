@@ -15,8 +15,8 @@
  *
  * The format is binary and versioned: a header (magic, version, the sizes of the structs it
  * stores, the payload's length and FNV-1a hash) and the payload. A file from another version, a
- * truncated one or one with a flipped bit is refused with a message; every index in it is checked
- * before use. Nothing here prints or exits. */
+ * truncated one or one with a flipped bit is refused with a message; every index, bound, count and
+ * size in it is checked when it is read (image_check), with a message naming the field. Nothing here prints or exits. */
 #ifndef STEPC_IMAGE_H
 #define STEPC_IMAGE_H
 
@@ -101,7 +101,14 @@ typedef struct {
 /* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr);
 int image_read(const char *path, StepImage *im, char *err, size_t nerr);
+/* Writes a payload behind this build's header (magic, version, struct sizes, its length and hash):
+ * what image_write does with the payload it lays out; the fuzzer seals its mutated payloads with
+ * it so that they reach image_check. 0, or -1 with err. */
+int image_seal(const char *path, const void *payload, size_t n, char *err, size_t nerr);
 void image_free(StepImage *im);
+/* Every fact of a read image that the runtime uses as an index, bound, count, divisor or size,
+ * checked (image_check.c; image_read calls it). 0, or -1 with the field and what is wrong in why. */
+int image_check(StepImage *im, char *why, size_t nwhy);
 /* A graph with the CPU plan's slots applied (the arena, and the region for the tensors im->g keeps
  * in buffer 1): a copy of im->g (graph_free it). NULL on failure. */
 Graph *image_cpu_graph(const StepImage *im);

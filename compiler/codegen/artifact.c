@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "artifact_sum.h"
 #include "codegen/step_emit.h"
 #include "cpu_train.h"
 #include "ew_fuse.h"
@@ -145,6 +146,32 @@ static int run_logged(char *const *argv, const char *log, const char *cwd) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+/* A failed compile's message with what the compiler said: the lines of build.log that name an
+ * error (else its last lines), since the log goes with the unfinished artifact (stepc build and
+ * the cache remove a build that failed). */
+static int fail_logged(char *err, size_t nerr, const char *what, const char *log) {
+  char lines[64][240];
+  int n = 0, nerrs = 0, ok[64] = {0};
+  FILE *f = fopen(log, "r");
+  while (f && fgets(lines[n % 64], sizeof lines[0], f)) {
+    const char *l = lines[n % 64];
+    ok[n % 64] = strstr(l, "error") || strstr(l, "Error") || strstr(l, "undefined reference") || strstr(l, "fatal");
+    nerrs += ok[n % 64], n++;
+  }
+  if (f) fclose(f);
+  size_t k = (size_t)snprintf(err, nerr, "%s failed; the C compiler said (build.log, removed with the unfinished artifact):", what);
+  int first = n > 64 ? n - 64 : 0, shown = 0;
+  for (int i = first; i < n && k < nerr && shown < 12; i++) {
+    if (nerrs && !ok[i % 64]) continue;
+    if (!nerrs && i < n - 8) continue;
+    lines[i % 64][strcspn(lines[i % 64], "\n")] = 0;
+    k += (size_t)snprintf(err + k, nerr - k, "\n  %s", lines[i % 64]);
+    shown++;
+  }
+  if (!n && k < nerr) snprintf(err + k, nerr - k, " nothing (it could not be run)");
+  return ARTIFACT_ERROR;
+}
+
 /* Splits the compiled-in flags (space separated, no quoting needed) into argv. */
 static int add_flags(char **argv, int n, char *buf) {
   for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) argv[n++] = t;
@@ -191,15 +218,17 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "step.c", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
   a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
-  if (run_logged(a1, log, dir) != 0) return fail(err, nerr, "compiling libstep.so failed: see %s%s", log, "");
-  if (progress) fprintf(progress, "build: %s train.c libstep.so -> train\n", cc);
+  if (run_logged(a1, log, dir) != 0) return fail_logged(err, nerr, "compiling libstep.so", log);
+  if (artifact_sum_write(dir, err, nerr) != 0) return ARTIFACT_ERROR; /* checked before anything loads it */
+  if (progress) fprintf(progress, "build: %s train.c -> train\n", cc);
   char *a2[32];
   n = 0;
   a2[n++] = (char *)cc, a2[n++] = "-O1", a2[n++] = "-std=c11";
   n = add_flags(a2, n, flags2);
-  a2[n++] = "-I.", a2[n++] = "-o", a2[n++] = "train", a2[n++] = "train.c", a2[n++] = "libstep.so", a2[n++] = "-Wl,-rpath,$ORIGIN";
+  /* train loads libstep.so itself (dlopen) once it has checked it against libstep.sum */
+  a2[n++] = "-I.", a2[n++] = "-o", a2[n++] = "train", a2[n++] = "train.c", a2[n++] = "-ldl";
   a2[n] = NULL;
-  if (run_logged(a2, log, dir) != 0) return fail(err, nerr, "compiling train failed: see %s%s", log, "");
+  if (run_logged(a2, log, dir) != 0) return fail_logged(err, nerr, "compiling train", log);
   remove(vs);
   return ARTIFACT_OK;
 }

@@ -4,7 +4,9 @@
  *   DIR/kernels.<arch>.cubin    NVRTC's cubin of kernels.cu, loaded as it is
  *   DIR/libstep.so              step.c + the runtime (libstepc_rt, libstepc_ir) behind stepc.h:
  *                               SONAME libstep.so, only the stepc_* API exported, no Lua, no NVRTC
- *   DIR/train, DIR/stepc.h      a small trainer using only the API (RUNPATH $ORIGIN), and the header
+ *   DIR/libstep.sum             libstep.so's size and hash (artifact_sum.h), checked before it is loaded
+ *   DIR/train, DIR/stepc.h      a small trainer using only the API (it loads libstep.so from its own
+ *                               directory once checked), and the header
  *   DIR/step.c                  the host step, every launch as literals (codegen/step_emit.h)
  *   DIR/kernels.cu              the device code, self-contained
  *   DIR/recipe.lua, plan.json   the recipe with its overrides applied, and `stepc plan --json` of

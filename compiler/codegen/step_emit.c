@@ -188,6 +188,27 @@ static void emit_prelude(FILE *f) {
              "#define COPY(dst, src, bytes) \\\n  if (stepc_gen_copy(c, dst, src, bytes)) return -1\n\n");
 }
 
+/* s made safe inside a C block comment: a path with a star before a slash would close it (step.c then did
+ * not compile), a control character would break the line. */
+static void comment_safe(char *dst, size_t n, const char *s) {
+  size_t k = 0;
+  for (; *s && k + 2 < n; s++) {
+    dst[k++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    if (s[0] == '*' && s[1] == '/') dst[k++] = ' ';
+  }
+  dst[k] = 0;
+}
+
+/* s as the body of a C string literal (quotes, backslashes and control characters escaped). */
+static void put_c_string(FILE *f, const char *s) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c == 0x7f) fprintf(f, "\\%03o", c);
+    else fputc(c, f);
+  }
+}
+
 int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEmitStats *st, char *why, size_t nwhy,
                 char *err, size_t nerr) {
   const Graph *g = p->g;
@@ -239,6 +260,8 @@ int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEm
     st->memsets += r->kind == RT_REC_MEMSET, st->copies += r->kind == RT_REC_COPY;
     if (r->kind == RT_REC_LAUNCH) st->kernel_used[r->k] = 1;
   }
+  char safe_recipe[4200], safe_why[1100];
+  comment_safe(safe_recipe, sizeof safe_recipe, recipe);
   /* the generated kernels: their names for the cubin check; kernels.cu with their text */
   st->ngen = gk.n;
   for (int k = 0; k < st->ngen; k++) snprintf(st->gen_name[k], sizeof st->gen_name[k], "%s", gk.k[k].name);
@@ -257,9 +280,10 @@ int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEm
           " * %d ops (%d per micro-batch x %d micro-batches, %d in the tail): %d kernel launches, %d GEMMs,\n"
           " * %d memsets, %d copies per micro-batch program + tail; arena %lld bytes, peak live %lld bytes;\n"
           " * %d recompute replay ops per micro-batch. */\n\n",
-          recipe, sm_count, npt, micro_points, g->num_microbatches, npt - micro_points, st->launches, st->gemms, st->memsets,
+          safe_recipe, sm_count, npt, micro_points, g->num_microbatches, npt - micro_points, st->launches, st->gemms, st->memsets,
           st->copies, (long long)(x ? rt_exec_arena_bytes(x) : p->mp.arena), (long long)p->mp.peak, p->rr.nreplay_total);
-  if (!x) fprintf(f, "/* The CUDA backend does not run this step (%s): the functions below hold no CUDA work; the CPU\n * reference device runs it. */\n\n", why);
+  comment_safe(safe_why, sizeof safe_why, why);
+  if (!x) fprintf(f, "/* The CUDA backend does not run this step (%s): the functions below hold no CUDA work; the CPU\n * reference device runs it. */\n\n", safe_why);
   emit_prelude(f);
   fprintf(f, "/* op kinds (ir/ops/op_list.h) */\nenum {\n");
   bool used[OP_COUNT] = {false};
@@ -323,7 +347,7 @@ int step_emit_c(const Plan *p, const char *recipe, int sm_count, FILE *f, StepEm
     fprintf(f, "const stepc_generated stepc_generated_step = {%d, 0x%016llxULL, 0x%016llxULL, 0x%016llxULL, %d, %d, POINT, micro, tail, %d, \"",
             STEPC_GEN_ABI, (unsigned long long)step_fingerprint(g), (unsigned long long)rt_kernel_list_hash(d.gen),
             (unsigned long long)(x ? rt_exec_layout_hash(x) : 0), npt, micro_points, sm_count);
-    for (const char *c = recipe; *c; c++) fprintf(f, (*c == '"' || *c == '\\') ? "\\%c" : "%c", *c);
+    put_c_string(f, recipe);
     fprintf(f, "\"};\n");
     if (ferror(f)) rc = -1, snprintf(err, nerr, "write error");
   }

@@ -237,10 +237,11 @@ static int conv_value(Conv *c, int idx) {
     if (!lua_integer_value(L, idx, &v)) return conv_error(c, "LOAD", "%s expects an integer, got %s", f->path, got);
     int64_t lo = int_min(c->id);
     if (v < lo || v > ((int64_t)1 << 40)) {
-      char range[64];
-      snprintf(range, sizeof range, "%lld", (long long)v);
-      return conv_error(c, "LOAD", lo == 1 ? "%s = %s is out of range (at least 1)" : "%s = %s is out of range",
-                        f->path, range);
+      /* the range printed is the one checked, so that it never seems to hold the value */
+      char range[96];
+      if (lo == INT64_MIN) snprintf(range, sizeof range, "%lld is out of range (at most 2^40 = 1099511627776)", (long long)v);
+      else snprintf(range, sizeof range, "%lld is out of range [%lld, 2^40 = 1099511627776]", (long long)v, (long long)lo);
+      return conv_error(c, "LOAD", "%s = %s", f->path, range);
     }
     *(int64_t *)dst = v;
     return 0;
@@ -251,9 +252,12 @@ static int conv_value(Conv *c, int idx) {
     Range r = num_range(c->id);
     bool bad = !isfinite(v) || v < r.lo || v > r.hi || (r.lo_open && v == r.lo) || (r.hi_open && v == r.hi);
     if (bad) {
-      char range[96];
-      snprintf(range, sizeof range, "%s%g, %g%s", r.lo_open ? "(" : "[", r.lo, r.hi, r.hi_open ? ")" : "]");
-      return conv_error(c, "LOAD", "%s is out of range %s", f->path, range);
+      /* the value in full (%g would print 1 - 1e-9 as 1) and the range as checked: an infinite end
+       * is open (infinities are refused) */
+      char range[160];
+      snprintf(range, sizeof range, "%.17g is out of range %s%g, %g%s", v, r.lo_open ? "(" : "[", r.lo, r.hi,
+               r.hi_open || isinf(r.hi) ? ")" : "]");
+      return conv_error(c, "LOAD", "%s = %s", f->path, range);
     }
     *(double *)dst = v;
     return 0;

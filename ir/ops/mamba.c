@@ -101,8 +101,22 @@ static int gnorm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 }
 
 /* Backward infers: gradient i is shaped like forward input i (inputs 1.. of the backward op). */
+/* A backward's inputs after dout are its forward's, with the forward's attributes: they must be
+ * what the forward accepts, since the backward's kernels divide and loop by them too (a step image
+ * is checked against these rules when it is read: runtime/image_check.c). */
 static int grads_like_inputs(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
-  (void)err, (void)n;
+  OpKind fk = op->kind == OP_MAMBA_CONV_BWD    ? OP_MAMBA_CONV
+              : op->kind == OP_MAMBA_DT_BWD    ? OP_MAMBA_DT
+              : op->kind == OP_MAMBA_SCAN_BWD  ? OP_MAMBA_SCAN
+              : op->kind == OP_MAMBA_SKIP_BWD  ? OP_MAMBA_SKIP
+              : op->kind == OP_MAMBA_MIXER_BWD ? OP_MAMBA_MIXER
+              : op->kind == OP_MAMBA_GATE_BWD  ? OP_MAMBA_GATE
+                                               : OP_MAMBA_GROUP_NORM;
+  Op f = *op;
+  f.kind = fk, f.nin = op->nin - 1;
+  memmove(f.in, op->in + 1, (size_t)f.nin * sizeof f.in[0]);
+  OpOut fwd[IR_MAX_OUT];
+  if (op_info(fk)->infer(g, &f, fwd, err, n) != 0) return -1;
   int nout = op_info(op->kind)->nout;
   for (int i = 0; i < nout; i++) ops_out_like(&out[i], ops_in(g, op, 1 + i), "grad");
   return 0;

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,37 +27,70 @@ static int mock_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t
   return 0;
 }
 
+/* Bytes [off, off + n) of the file into d->text: -1 with d->err when the file no longer holds
+ * them (truncated or replaced since it was opened). */
+static int text_read(CpuData *d, int64_t off, int64_t n) {
+  int64_t got = 0;
+  while (got < n) {
+    ssize_t k = pread(d->fd, d->text + got, (size_t)(n - got), (off_t)(off + got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      snprintf(d->err, sizeof d->err,
+               "data.path: reading %lld bytes at offset %lld %s (the file had %lld bytes when the run opened "
+               "it: it was truncated or replaced during the run)",
+               (long long)n, (long long)off, k < 0 ? strerror(errno) : "reached the end of the file",
+               (long long)d->ntext);
+      return -1;
+    }
+    got += k;
+  }
+  return 0;
+}
+
 static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
-  if (d->ntext < t + 2) return -1;
+  if (d->ntext < t + 2 || t + 1 > d->nwin) {
+    snprintf(d->err, sizeof d->err, "data.path: a window of %lld tokens does not fit the file's %lld bytes",
+             (long long)t, (long long)d->ntext);
+    return -1;
+  }
   for (int64_t r = 0; r < b; r++) {
     int64_t off = (int64_t)(batch_key(d, step, micro, (uint64_t)r) % (uint64_t)(d->ntext - t - 1));
+    if (text_read(d, off, t + 1) != 0) return -1;
     for (int64_t i = 0; i < t; i++) {
-      tok[r * t + i] = d->text[off + i];
-      tg[r * t + i] = d->text[off + i + 1];
+      tok[r * t + i] = d->text[i];
+      tg[r * t + i] = d->text[i + 1];
     }
   }
   return 0;
 }
 
 static void text_free(CpuData *d) {
-  if (d->text) munmap(d->text, (size_t)d->ntext);
+  free(d->text);
+  if (d->fd >= 0) close(d->fd);
   d->text = NULL;
+  d->fd = -1;
 }
 
-int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err, size_t nerr) {
+int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err,
+                  size_t nerr) {
   memset(d, 0, sizeof *d);
   d->seed = seed;
   d->vocab = vocab;
+  d->fd = -1;
   if (!path) {
     d->fill = mock_fill;
     return 0;
   }
   if (vocab < 256) {
-    snprintf(err, nerr, "data.path is read as bytes and needs model.vocab_size >= 256 (it is %lld)", (long long)vocab);
+    snprintf(err, nerr, "data.path is read as bytes and needs model.vocab_size >= 256 (it is %lld)",
+             (long long)vocab);
     return -1;
   }
-  /* the user's file, mapped (never read whole into memory); O_NONBLOCK so that a FIFO cannot
-   * hang the open; anything but a regular file is refused */
+  if (seq_length < 1 || seq_length > ((int64_t)1 << 30)) {
+    snprintf(err, nerr, "data.path: seq_length %lld is out of range [1, 2^30]", (long long)seq_length);
+    return -1;
+  }
+  /* O_NONBLOCK so that a FIFO cannot hang the open; anything but a regular file is refused */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -77,14 +109,14 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
     snprintf(err, nerr, "data.path %s has %lld bytes, fewer than seq_length + 2", path, (long long)n);
     return -1;
   }
-  void *m = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) {
-    snprintf(err, nerr, "cannot map data.path %s: %s", path, strerror(errno));
+  if (!(d->text = malloc((size_t)seq_length + 1))) {
+    close(fd);
+    snprintf(err, nerr, "out of memory (a data.path window of %lld bytes)", (long long)seq_length + 1);
     return -1;
   }
-  d->text = m;
+  d->fd = fd;
   d->ntext = n;
+  d->nwin = seq_length + 1;
   d->fill = text_fill;
   d->free = text_free;
   return 0;

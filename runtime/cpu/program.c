@@ -55,7 +55,7 @@ static void run_point(PlanExec *x, int q) {
 
 int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr) {
   if (cpu_data_feed(x->e, x->g, d, step, micro, x->tok, x->tg) != 0) {
-    snprintf(err, nerr, "the data source failed");
+    snprintf(err, nerr, "the data source failed%s%s", d->err[0] ? ": " : "", d->err);
     return -1;
   }
   cpu_exec_set_key(x->e, seed, step, micro);

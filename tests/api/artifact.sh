@@ -2,7 +2,7 @@
 # artifact.sh STEPC STEP_LITERAL — `stepc build` on the shipped dense recipes (no GPU needed): each
 # artifact has every file, its plan.json parses, its cubin defines every kernel its step.c launches,
 # libstep.so exports the stepc.h API and nothing else, has a SONAME and needs neither Lua nor NVRTC,
-# train finds it through $ORIGIN, and step.c compiled alone launches exactly what the executor's
+# train loads it itself after checking it against libstep.sum, and step.c compiled alone launches exactly what the executor's
 # dispatch launches on the artifact's step image (STEP_LITERAL, tests/api/step_literal.c). On tiny
 # it also trains: the artifact's train (running the compiled step.c) gives bitwise the losses of
 # the same schedule through the library's loop (train --library); moved and copied elsewhere, with
@@ -27,7 +27,7 @@ build() { # name recipe [overrides]
   shift 2
   [[ $recipe == */* ]] && src=$recipe
   "$stepc" build "$src" "$@" -o "$tmp/$name" >"$tmp/$name.out" 2>&1 || { cat "$tmp/$name.out"; fail "stepc build $recipe $*"; }
-  for f in step.img recipe.lua plan.json kernels.cu kernels.sm_90.cubin step.c libstep.so train stepc.h; do
+  for f in step.img recipe.lua plan.json kernels.cu kernels.sm_90.cubin step.c libstep.so libstep.sum train stepc.h; do
     [ -s "$tmp/$name/$f" ] || fail "$name: no $f"
   done
   python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['arena']['peak_bytes'] > 0" "$tmp/$name/plan.json" ||
@@ -49,7 +49,9 @@ build() { # name recipe [overrides]
   dyn=$(readelf -d "$tmp/$name/libstep.so" "$tmp/$name/train")
   grep -q 'SONAME.*\[libstep.so\]' <<<"$dyn" || fail "$name: libstep.so has no SONAME libstep.so"
   grep 'NEEDED' <<<"$dyn" | grep -q 'lua\|nvrtc\|/' && fail "$name: a NEEDED entry names Lua, NVRTC or a path: $(grep NEEDED <<<"$dyn")"
-  grep -q 'RUNPATH.*\[\$ORIGIN\]' <<<"$dyn" || fail "$name: train does not find libstep.so through \$ORIGIN"
+  # train loads libstep.so from its own directory once checked against libstep.sum (a truncated
+  # library mapped by the dynamic loader is a SIGBUS before main): it must not NEED it
+  readelf -d "$tmp/$name/train" | grep -q 'NEEDED.*libstep' && fail "$name: train links libstep.so (it must dlopen it after the check)"
   # (an AddressSanitizer build's instrumentation records its source files' full names for its
   # reports, whatever -ffile-prefix-map says: there only the artifact's own path is checked)
   local paths="$tmp\|$PWD/"

@@ -24,7 +24,8 @@ expect 0 "check   validate" help
 expect 3 "did you mean 'plan'?" plna models/tiny.lua
 expect 3 "--steps is an option of run, not of plan" plan models/tiny.lua --steps 3
 expect 3 "did you mean --steps?" run models/tiny.lua --stesp=3
-expect 3 "--steps wants a whole positive number, not 1x" run models/tiny.lua --steps 1x
+expect 3 "--steps wants a whole positive number (at most 1073741824), not 1x" run models/tiny.lua --steps 1x
+expect 3 "--steps wants a whole positive number (at most 1073741824), not 2000000000" run models/tiny.lua --steps 2000000000
 expect 3 "--device is cpu or cuda" run models/tiny.lua --device tpu
 expect 3 "with its unit" sweep models/tiny.lua --budget 80
 expect 3 "is a directory" plan models

@@ -4,19 +4,23 @@
  *
  * Input: one selector byte, then the file. Selector 0 mod 4: the rest is a safetensors file, opened
  * and every entry read. 2 mod 4: the rest is state.json, parsed as stepc_load_checkpoint reads it
- * (at most its 64 KiB) and both files' size and checksum looked up. Odd: the rest is a step image's payload; the target writes it behind a
- * correct header (magic, version, this build's struct sizes, the payload's length and hash), so
- * that the fuzzer reaches the image's own checks instead of stopping at the checksum. Built with
+ * (at most its 64 KiB) and both files' size and checksum looked up. 1 mod 4: the rest is a step
+ * image's payload, sealed behind a correct header (image_seal: magic, version, this build's struct
+ * sizes, the payload's length and hash, as a re-signed image would be), so that the fuzzer reaches
+ * the image's own checks, and read. 3 mod 4: the same payload opened with stepc_open on the CPU
+ * device (bit 2 set: and one step run). Built with
  * -fsanitize=fuzzer it is a fuzzer; built without, replay.c drives it over the saved inputs. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/ckpt_state.h"
 #include "runtime/image.h"
 #include "runtime/safetensors.h"
+#include "runtime/stepc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,32 +39,41 @@ static void fuzz_safetensors(const char *path) {
   st_close(&r);
 }
 
-/* The image header as image.c writes it (image.c keeps the struct private: the layout is restated
- * here, and a change to it shows as every input being refused). */
-typedef struct {
-  char magic[8];
-  uint32_t version;
-  uint32_t sizes[5];
-  uint64_t payload_bytes;
-  uint64_t payload_hash;
-} Header;
-
+/* The payload behind a correct header (image_seal), so that the fuzzer reaches the image's own
+ * checks instead of stopping at the checksum; read, and its CPU graph built. */
 static void fuzz_image(const char *path, const uint8_t *payload, size_t n) {
-  Header h = {.version = STEPC_IMAGE_VERSION, .payload_bytes = n, .payload_hash = ir_fnv1a(IR_FNV_OFFSET, payload, n)};
-  memcpy(h.magic, "STEPCIMG", 8);
-  h.sizes[0] = sizeof(ImgFacts), h.sizes[1] = sizeof(Tensor), h.sizes[2] = sizeof(Op), h.sizes[3] = sizeof(IrChain);
-  h.sizes[4] = sizeof(ImgScope);
-  FILE *f = fopen(path, "wb");
-  if (!f) return;
-  fwrite(&h, sizeof h, 1, f);
-  fwrite(payload, 1, n, f);
-  fclose(f);
   StepImage im;
   char err[700];
-  if (image_read(path, &im, err, sizeof err) != 0) return;
+  if (image_seal(path, payload, n, err, sizeof err) != 0 || image_read(path, &im, err, sizeof err) != 0)
+    return;
   Graph *g = image_cpu_graph(&im);
   graph_free(g);
   image_free(&im);
+}
+
+/* The payload sealed as DIR/step.img and opened as a trainer opens it on the CPU device: every
+ * fact the open uses (data source, plan executor, parameter init); `step` also runs one step when
+ * the CPU arena is under 4 MiB (a bound of this harness: a step of a larger seed takes
+ * seconds under ASan, and libFuzzer counts it a timeout). */
+static void fuzz_open(const uint8_t *payload, size_t n, int step) {
+  char dir[64], path[96], err[700];
+  snprintf(dir, sizeof dir, "/tmp/stepc_fuzz_open.%d", (int)getpid());
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  mkdir(dir, 0700);
+  if (image_seal(path, payload, n, err, sizeof err) != 0) return;
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  o.cpu_threads = 1;
+  stepc_t *s = NULL;
+  stepc_info in;
+  if (stepc_open(dir, &o, &s) == STEPC_OK && stepc_get_info(s, &in) == STEPC_OK) {
+    stepc_measure m;
+    stepc_get_measure(s, &m);
+    if (step && m.arena_bytes < (4 << 20)) stepc_step(s, NULL);
+  }
+  stepc_close(s);
+  remove(path);
+  rmdir(dir);
 }
 
 static void fuzz_state(const uint8_t *data, size_t n) {
@@ -88,7 +101,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   char path[64];
   snprintf(path, sizeof path, "/tmp/stepc_fuzz_files.%d", (int)getpid());
-  if (data[0] & 1) fuzz_image(path, data + 1, size - 1);
+  if ((data[0] & 3) == 3)
+    fuzz_open(data + 1, size - 1, data[0] & 4);
+  else if (data[0] & 1)
+    fuzz_image(path, data + 1, size - 1);
   else {
     FILE *f = fopen(path, "wb");
     if (!f) return 0;

@@ -20,20 +20,22 @@ build-fuzz/tests/fuzz/fuzz_frontend "$work" -max_total_time="$secs" -max_len=409
 }
 grep -E "stat::number_of_executed_units|Done" build-fuzz/fuzz.log >&2 || true
 echo "fuzz: no crash in ${secs}s" >&2
-# fuzz_more TARGET SEEDS SECONDS MAX_LEN WHAT: one more fuzzer from its seeds, for a bounded time
+# fuzz_more TARGET SEEDS SECONDS MAX_LEN TIMEOUT WHAT: one more fuzzer from its seeds, for a bounded time
 fuzz_more() {
   mkdir -p "build-fuzz/corpus-$1"
   cp -n "tests/fuzz/$2"/* "build-fuzz/corpus-$1"/ 2>/dev/null || true
-  echo "fuzzing $5 for $3s" >&2
-  "build-fuzz/tests/fuzz/$1" "build-fuzz/corpus-$1" -max_total_time="$3" -max_len="$4" -timeout=10 -rss_limit_mb=2048 \
+  echo "fuzzing $6 for $3s" >&2
+  "build-fuzz/tests/fuzz/$1" "build-fuzz/corpus-$1" -max_total_time="$3" -max_len="$4" -timeout="$5" -rss_limit_mb=2048 \
     -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 2>"build-fuzz/$1.log" || {
     tail -n 40 "build-fuzz/$1.log" >&2
-    echo "fuzz: a crash was found in $5; see build-fuzz/artifacts/ (save it under tests/fuzz/$2/)" >&2
+    echo "fuzz: a crash was found in $6; see build-fuzz/artifacts/ (save it under tests/fuzz/$2/)" >&2
     exit 1
   }
-  echo "fuzz: no crash in $5 in $3s" >&2
+  echo "fuzz: no crash in $6 in $3s" >&2
 }
-# the files a runtime reads (safetensors, step images): a third of the time again
-fuzz_more fuzz_files files $(( (secs + 2) / 3 )) 65536 "safetensors, state.json and step images"
+# the files a runtime reads (safetensors, step images): a third of the time again. Step images are
+# up to ~230 KB (the seeds are whole images), and an input may run a CPU step of a mutated but
+# valid image under ASan: hence the larger max_len and timeout
+fuzz_more fuzz_files files $(( (secs + 2) / 3 )) 262144 30 "safetensors, state.json and step images"
 # the rendezvous' messages (what a stranger at MASTER_PORT can send): a sixth of the time again
-fuzz_more fuzz_hello hello $(( (secs + 5) / 6 )) 1024 "the rendezvous' hello, challenge and welcome"
+fuzz_more fuzz_hello hello $(( (secs + 5) / 6 )) 1024 10 "the rendezvous' hello, challenge and welcome"

@@ -1,0 +1,321 @@
+/* image_check.c — every fact of a step image that the runtime uses as an index, a bound, a count, a
+ * divisor or a size, checked once when the image is read (image.h). A payload that hashes right
+ * may still have been written by something else than stepc build (or re-signed after an edit): the
+ * executors trust what passes here, so what cannot be recomputed is at least bounded by what can
+ * (an arena by the bytes of the tensors in it, a tensor's slot by its shape, an op's outputs by its
+ * kind's shape rule). Each message names the field. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "runtime/image.h"
+
+/* Alignment slack per tensor that a plan may add between slots (compiler/memplan.c aligns to 256). */
+#define SLOT_SLACK 4096
+#define MAX_MICROBATCHES (1 << 20)
+#define MAX_TOKENS_PER_STEP ((int64_t)1 << 31)
+
+typedef struct {
+  char *why;
+  size_t n;
+} Why;
+
+__attribute__((format(printf, 2, 3))) static int bad(Why *w, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->why, w->n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int in_range(int64_t v, int64_t n) { return v >= 0 && v < n; }
+static int opt_index(int64_t v, int64_t n) { return v >= -1 && v < n; }
+
+/* The bytes a tensor needs at an element size (its shape checked first). */
+static int64_t need(const Tensor *t, int64_t esize) { return tensor_numel(t) * esize; }
+static int64_t cpu_esize(const Tensor *t) {
+  return dtype_is_float(t->dtype) ? 4 : (int64_t)dtype_size(t->dtype);
+}
+
+static int check_facts(const StepImage *im, Why *w) {
+  const ImgFacts *f = &im->f;
+  if (f->vocab_size < 1 || f->vocab_size > INT32_MAX)
+    return bad(w, "facts.vocab_size %lld is outside [1, 2^31)", (long long)f->vocab_size);
+  if (f->train_iters < 0 || f->train_iters > INT32_MAX)
+    return bad(w, "facts.train_iters %lld is outside [0, 2^31)", (long long)f->train_iters);
+  if (f->graph_mode < IMG_MODE_EAGER || f->graph_mode > IMG_MODE_SCOPED)
+    return bad(w, "facts.graph_mode %d is not 0, 1 or 2", f->graph_mode);
+  if (f->warmup_steps < 0 || f->warmup_steps > 1000000)
+    return bad(w, "facts.warmup_steps %d is outside [0, 10^6]", f->warmup_steps);
+  if (f->data_text != 0 && f->data_text != 1) return bad(w, "facts.data_text %d is not 0 or 1", f->data_text);
+  if (f->nreplay < 0 || f->nreplay > im->g->nop)
+    return bad(w, "facts.nreplay %d is outside [0, %d ops]", f->nreplay, im->g->nop);
+  if (f->sm_count < 1 || f->sm_count > 65536)
+    return bad(w, "facts.sm_count %d is outside [1, 65536]", f->sm_count);
+  if (f->dp_size < 1 || f->dp_size > 65536)
+    return bad(w, "facts.dp_size %d is outside [1, 65536]", f->dp_size);
+  if (f->dist_opt != 0 && f->dist_opt != 1) return bad(w, "facts.dist_opt %d is not 0 or 1", f->dist_opt);
+  if (f->cuda_peak < 0 || f->cpu_peak < 0) return bad(w, "facts.cuda_peak or facts.cpu_peak is negative");
+  return 0;
+}
+
+/* The step's own tensors: tokens and targets (B, T) int32 with T the image's seq_length; the
+ * scalars the trainer reads element 0 of. */
+static int check_step_tensors(const StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  int nt = g->nt;
+  if (!in_range(g->tokens, nt) || !in_range(g->targets, nt) || !in_range(g->loss, nt) ||
+      !in_range(g->grad_norm, nt) || !in_range(g->lr, nt))
+    return bad(w, "counts.tokens/targets/loss/grad_norm/lr name a tensor outside [0, %d)", nt);
+  const Tensor *tk = &g->t[g->tokens], *tg = &g->t[g->targets];
+  if (tk->ndim != 2 || tk->dtype != DT_I32 || tg->ndim != 2 || tg->dtype != DT_I32 ||
+      tg->shape[0] != tk->shape[0] || tg->shape[1] != tk->shape[1])
+    return bad(w, "the tokens and targets tensors are not both (B, T) int32");
+  if (im->f.seq_length != tk->shape[1])
+    return bad(w, "facts.seq_length %lld is not the tokens tensor's T %lld", (long long)im->f.seq_length,
+               (long long)tk->shape[1]);
+  if (g->num_microbatches < 1 || g->num_microbatches > MAX_MICROBATCHES ||
+      (int64_t)g->num_microbatches * tensor_numel(tk) > MAX_TOKENS_PER_STEP)
+    return bad(w, "counts.num_microbatches %d is outside [1, 2^20] or gives over 2^31 tokens a step",
+               g->num_microbatches);
+  const int scal[3] = {g->loss, g->grad_norm, g->lr};
+  for (int i = 0; i < 3; i++)
+    if (g->t[scal[i]].dtype != DT_F32)
+      return bad(w, "the %s tensor is not f32", i == 0 ? "loss" : i == 1 ? "grad_norm" : "lr");
+  return 0;
+}
+
+static int check_shape(const Tensor *t, int i, Why *w) {
+  if (t->ndim < 0 || t->ndim > IR_MAX_DIMS)
+    return bad(w, "tensor %d (%s): ndim %d is outside [0, %d]", i, t->name, t->ndim, IR_MAX_DIMS);
+  int64_t n = 1;
+  for (int d = 0; d < IR_MAX_DIMS; d++) {
+    if (t->shape[d] < 1 || (d >= t->ndim && t->shape[d] != 1))
+      return bad(w, "tensor %d (%s): shape[%d] is %lld", i, t->name, d, (long long)t->shape[d]);
+    if (t->shape[d] > IR_MAX_NUMEL / n) return bad(w, "tensor %d (%s): over 2^40 elements", i, t->name);
+    n *= t->shape[d];
+  }
+  return 0;
+}
+
+static int check_tensor(const StepImage *im, int i, Why *w) {
+  const Graph *g = im->g;
+  const Tensor *t = &g->t[i];
+  int nt = g->nt;
+  if ((unsigned)t->dtype >= DT_COUNT || (unsigned)t->role >= ROLE_COUNT ||
+      (unsigned)t->init > IR_INIT_NORMAL || !isfinite(t->init_std))
+    return bad(w, "tensor %d (%s): dtype, role or init is out of range", i, t->name);
+  if (check_shape(t, i, w)) return -1;
+  if (!in_range(t->alias, nt) || !opt_index(t->sink, nt) || !opt_index(t->of, nt) ||
+      !opt_index(t->producer, g->nop))
+    return bad(w, "tensor %d (%s): alias, sink, of or producer names nothing in the step", i, t->name);
+  if (!in_range(t->buffer, g->nbuffers) || t->buffer > 1)
+    return bad(w, "tensor %d (%s): buffer %d is not the arena or the region", i, t->name, t->buffer);
+  int64_t cuda_need = need(t, (int64_t)dtype_size(t->dtype)), cpu_need = need(t, cpu_esize(t));
+  /* first, so that the slot arithmetic below cannot overflow */
+  if (t->bytes > cuda_need + SLOT_SLACK || im->cpu_bytes[i] > cpu_need + SLOT_SLACK)
+    return bad(w, "tensor %d (%s): its slot is larger than its %lld elements", i, t->name,
+               (long long)tensor_numel(t));
+  /* CUDA: a weight gradient sunk into its main gradient, or a tensor on another's storage, has no slot */
+  int borrowed = t->sink >= 0 || t->alias != i;
+  if (t->offset < 0 || t->bytes < 0 || (t->bytes < cuda_need && !(borrowed && t->bytes == 0)) ||
+      t->offset > g->buffer_bytes[t->buffer] - t->bytes)
+    return bad(w,
+               "tensor %d (%s): CUDA slot (offset %lld, %lld bytes) does not hold its %lld bytes inside "
+               "buffer %d's %lld",
+               i, t->name, (long long)t->offset, (long long)t->bytes, (long long)cuda_need, t->buffer,
+               (long long)g->buffer_bytes[t->buffer]);
+  /* the storage a borrowing tensor uses on CUDA (the logits for the fused loss's dlogits, the main
+   * gradient a weight gradient is summed into) holds it */
+  if (borrowed && g->t[t->alias != i ? t->alias : t->sink].bytes < cuda_need)
+    return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it", i, t->name, t->alias,
+               t->sink);
+  int64_t cap = t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena;
+  if (im->cpu_offset[i] < 0 || im->cpu_bytes[i] < cpu_need || im->cpu_offset[i] > cap - im->cpu_bytes[i])
+    return bad(w,
+               "tensor %d (%s): CPU slot (offset %lld, %lld bytes) does not hold its %lld bytes inside %lld",
+               i, t->name, (long long)im->cpu_offset[i], (long long)im->cpu_bytes[i], (long long)cpu_need,
+               (long long)cap);
+  if (!opt_index(im->owner[i], im->f.dp_size))
+    return bad(w, "tensor %d (%s): owner %d is not a rank of %d", i, t->name, im->owner[i], im->f.dp_size);
+  /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */
+  if (t->buffer == 1 && (!im->f.dist_opt || g->nbuffers != 2 ||
+                         !(t->role == ROLE_MASTER || (t->role == ROLE_OPTIM && t->of >= 0))))
+    return bad(w,
+               "tensor %d (%s): only a distributed optimizer's masters and moments lie in the "
+               "optimizer-state region",
+               i, t->name);
+  return 0;
+}
+
+/* Every arena size non-negative and at most 2^62 before any slot is checked against it. */
+static int check_arena_signs(const StepImage *im, Why *w) {
+  const int64_t max = (int64_t)1 << 62;
+  for (int b = 0; b < IR_MAX_BUFFERS; b++)
+    if (im->g->buffer_bytes[b] < 0 || im->g->buffer_bytes[b] > max)
+      return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, 2^62]", b, (long long)im->g->buffer_bytes[b]);
+  if (im->f.cpu_arena < 0 || im->f.cpu_arena > max || im->f.cpu_region < 0 || im->f.cpu_region > max)
+    return bad(w, "facts.cpu_arena %lld or facts.cpu_region %lld is outside [0, 2^62]", (long long)im->f.cpu_arena,
+               (long long)im->f.cpu_region);
+  return 0;
+}
+
+/* The arenas: no larger than every slot side by side (what a plan needs at most), so that a
+ * damaged size cannot make the runtime allocate what the step never uses. */
+static int check_arenas(const StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  if (g->nbuffers < 1 || g->nbuffers > 2) return bad(w, "counts.nbuffers %d is not 1 or 2", g->nbuffers);
+  int64_t cuda[2] = {0, 0}, cpu[2] = {0, 0};
+  for (int i = 0; i < g->nt; i++) {
+    int b = g->t[i].buffer == 1;
+    cuda[b] += g->t[i].bytes + SLOT_SLACK;
+    cpu[b] += im->cpu_bytes[i] + SLOT_SLACK;
+  }
+  for (int b = 0; b < IR_MAX_BUFFERS; b++)
+    if (g->buffer_bytes[b] < 0 || g->buffer_bytes[b] > (b < 2 && b < g->nbuffers ? cuda[b] : 0))
+      return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, %lld] (the bytes of its tensors)", b,
+                 (long long)g->buffer_bytes[b], (long long)(b < 2 && b < g->nbuffers ? cuda[b] : 0));
+  if (im->f.cpu_arena < 0 || im->f.cpu_arena > cpu[0])
+    return bad(w, "facts.cpu_arena %lld is outside [0, %lld] (the bytes of its tensors)",
+               (long long)im->f.cpu_arena, (long long)cpu[0]);
+  if (im->f.cpu_region < 0 || im->f.cpu_region > cpu[1] || (im->f.cpu_region > 0) != (g->nbuffers == 2))
+    return bad(w, "facts.cpu_region %lld is outside [0, %lld] or disagrees with counts.nbuffers %d",
+               (long long)im->f.cpu_region, (long long)cpu[1], g->nbuffers);
+  return 0;
+}
+
+/* The ops that write persistent tensors in place (built with graph_op_into, no shape rule): what
+ * their CPU kernels index by (ir/ops/elementwise.c, ir/ops/optim.c). */
+static int check_inplace(const Graph *g, int o, Why *w) {
+  const Op *op = &g->op[o];
+  int64_t n0 = op->nin > 0 ? tensor_numel(&g->t[op->in[0]]) : 0;
+  int same = 1, want = op->kind == OP_ADAMW ? 3 : op->kind == OP_CLIP_COEF || op->kind == OP_LR_SCHED ? 2 : 1;
+  if (op->kind == OP_ACCUM || op->kind == OP_ADAMW)
+    for (int k = 0; k < op->nout; k++)
+      same &= tensor_numel(&g->t[op->out[k]]) == n0;
+  if (op->nout < want || (op->kind != OP_ADAMW && op->nout > want) || !same)
+    return bad(w, "op %d (%s): its in-place outputs are not the number or size its kind writes", o,
+               op_name(op->kind));
+  return 0;
+}
+
+/* An op against its kind's row: arity, and the outputs it creates shaped as the kind's infer says. */
+static int check_op_shapes(const Graph *g, int o, Why *w) {
+  const Op *op = &g->op[o];
+  const OpInfo *info = op_info(op->kind);
+  if (op->nin < info->nin_min || op->nin > info->nin_max)
+    return bad(w, "op %d (%s): %d inputs, its kind takes %d..%d", o, info->name, op->nin, info->nin_min,
+               info->nin_max);
+  if (info->nout == 0) return check_inplace(g, o, w);
+  if (op->nout != info->nout)
+    return bad(w, "op %d (%s): %d outputs, its kind writes %d", o, info->name, op->nout, info->nout);
+  if (!info->infer) return 0;
+  OpOut out[IR_MAX_OUT] = {0};
+  char err[200] = "";
+  if (info->infer(g, op, out, err, sizeof err) != 0) return bad(w, "op %d (%s): %s", o, info->name, err);
+  for (int k = 0; k < op->nout && k < info->nout; k++) {
+    const Tensor *t = &g->t[op->out[k]];
+    /* a float output may be kept at another float precision (an fp32 router weight's gradient) */
+    int same = dtype_is_float(t->dtype) == dtype_is_float(out[k].dtype) && t->ndim == out[k].ndim;
+    if (!dtype_is_float(t->dtype)) same &= t->dtype == out[k].dtype;
+    for (int d = 0; same && d < t->ndim; d++)
+      same = t->shape[d] == out[k].shape[d];
+    if (!same)
+      return bad(w, "op %d (%s): output %d (%s) is not the shape or dtype its inputs give", o, info->name, k,
+                 t->name);
+  }
+  return 0;
+}
+
+static int check_op(const Graph *g, int o, Why *w) {
+  Op *op = &g->op[o];
+  op->tags.module[IR_MODULE_MAX - 1] = 0;
+  if ((unsigned)op->kind >= OP_COUNT || op->nin < 0 || op->nin > IR_MAX_IN || op->nout < 1 ||
+      op->nout > IR_MAX_OUT || (unsigned)op->tags.phase >= IR_PHASE_COUNT || op->fuse >= FUSE_COUNT ||
+      !opt_index(op->peer, g->nop) || !opt_index(op->tags.fwd, g->nop) || op->tags.layer < -1 ||
+      op->tags.labels >= (1u << IR_NLABELS) || op->tags.scopes >= (1u << IR_NSCOPES))
+    return bad(w, "op %d: kind, arity, phase, tags or fusion is out of range", o);
+  for (int i = 0; i < op->nin; i++)
+    if (!in_range(op->in[i], g->nt))
+      return bad(w, "op %d (%s): input %d is tensor %d, not in the step", o, op_name(op->kind), i, op->in[i]);
+  for (int i = 0; i < op->nout; i++)
+    if (!in_range(op->out[i], g->nt))
+      return bad(w, "op %d (%s): output %d is tensor %d, not in the step", o, op_name(op->kind), i,
+                 op->out[i]);
+  return check_op_shapes(g, o, w);
+}
+
+static int check_chains(const StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  for (int c = 0; c < g->nchain; c++) {
+    IrChain *ch = &g->chain[c];
+    if (ch->nops < 1 || ch->nops > IR_MAX_CHAIN || ch->nin < 0 || ch->nin > IR_MAX_CHAIN_IO ||
+        !in_range(ch->kernel, im->gen.n) || !in_range(ch->first, g->nop))
+      return bad(w, "chain %d: nops, nin, first or kernel is out of range", c);
+    for (int j = 0; j < ch->nops; j++) {
+      ch->scalars[j][3] = 0;
+      if (!in_range(ch->op[j], g->nop))
+        return bad(w, "chain %d: op[%d] is %d, not an op of the step", c, j, ch->op[j]);
+    }
+    for (int m = 0; m < ch->nin; m++)
+      if (!in_range(ch->in[m], g->nt))
+        return bad(w, "chain %d: in[%d] is %d, not a tensor of the step", c, m, ch->in[m]);
+  }
+  return 0;
+}
+
+static int check_program(const StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  if (im->micro_points < 0 || im->micro_points > im->npoints)
+    return bad(w, "counts.micro_points %d is outside [0, %d]", im->micro_points, im->npoints);
+  if (im->poison_start[0] != 0 || im->poison_start[im->npoints] != im->npoison)
+    return bad(w, "poison_start does not run from 0 to counts.npoison %d", im->npoison);
+  for (int q = 0; q < im->npoints; q++) {
+    if (!in_range(im->point_op[q], g->nop))
+      return bad(w, "point_op[%d] is %d, not an op of the step", q, im->point_op[q]);
+    if (im->poison_start[q + 1] < im->poison_start[q]) return bad(w, "poison_start[%d] decreases", q + 1);
+  }
+  for (int k = 0; k < im->npoison; k++)
+    if (!in_range(im->poison[k], g->nt))
+      return bad(w, "poison[%d] is %d, not a tensor of the step", k, im->poison[k]);
+  for (int s = 0; s < im->nscope; s++) {
+    const ImgScope *sc = &im->scope[s];
+    if (!in_range(sc->first, g->nop) || !in_range(sc->last, g->nop) || sc->last < sc->first ||
+        !opt_index(sc->scope, IR_NSCOPES) ||
+        (sc->phase != IR_PHASE_FORWARD && sc->phase != IR_PHASE_BACKWARD) || sc->layer < -1)
+      return bad(w, "scope %d: first, last, scope, layer or phase is out of range", s);
+  }
+  return 0;
+}
+
+static int check_buckets(const StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  for (int k = 0; k < im->nbucket; k++) {
+    const ImgBucket *b = &im->bucket[k];
+    if (!in_range(b->after_op, g->nop) || !in_range(b->fire_op, g->nop) || b->first < 0 || b->ngrads < 1 ||
+        b->first > im->nbucket_grad - b->ngrads || b->params < 0)
+      return bad(w, "bucket %d: after_op, fire_op, first, ngrads or params is out of range", k);
+  }
+  for (int k = 0; k < im->nbucket_grad; k++)
+    if (!in_range(im->bucket_grad[k], g->nt) || g->t[im->bucket_grad[k]].role != ROLE_GRAD)
+      return bad(w, "bucket_grad[%d] is %d, not a main gradient", k, im->bucket_grad[k]);
+  return 0;
+}
+
+int image_check(StepImage *im, char *why, size_t nwhy) {
+  Why w = {why, nwhy};
+  Graph *g = im->g;
+  for (int i = 0; i < g->nt; i++)
+    g->t[i].name[IR_NAME_MAX - 1] = 0;
+  for (int k = 0; k < im->gen.n; k++)
+    im->gen.k[k].name[sizeof im->gen.k[k].name - 1] = im->gen.k[k].sig[sizeof im->gen.k[k].sig - 1] = 0;
+  if (g->nt > IR_MAX_TENSORS) return bad(&w, "counts.nt %d is over %d", g->nt, IR_MAX_TENSORS);
+  if (check_facts(im, &w) || check_arena_signs(im, &w)) return -1;
+  for (int i = 0; i < g->nt; i++)
+    if (check_tensor(im, i, &w)) return -1;
+  if (check_arenas(im, &w)) return -1;
+  if (check_step_tensors(im, &w)) return -1;
+  for (int o = 0; o < g->nop; o++)
+    if (check_op(g, o, &w)) return -1;
+  return check_chains(im, &w) || check_program(im, &w) || check_buckets(im, &w) ? -1 : 0;
+}

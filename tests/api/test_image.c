@@ -1,0 +1,87 @@
+/* test_image.c — a step image edited and re-signed (its hash made right again, as anyone can) is
+ * refused at stepc_open with a message naming the field, instead of crashing or running with
+ * nonsense (runtime/image_check.c). Usage: test_image DIR, DIR an artifact (tests/api/inputs.sh
+ * builds one). Each case reads DIR/step.img, changes one fact, writes it back with image_write
+ * (which seals it) into a scratch artifact and opens it on the CPU device; the unedited image must
+ * open and step. Before image_check, vocab_size 0 was a SIGFPE in the first step's mock tokens,
+ * a shrunk tensor slot a heap overflow, a huge num_microbatches or arena an allocation of it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/image.h"
+#include "runtime/stepc.h"
+
+static int fails;
+
+/* The first op of a kind with a created output (its shape is its inputs'). */
+static int first_op(const Graph *g, OpKind k) {
+  for (int o = 0; o < g->nop; o++)
+    if (g->op[o].kind == k) return o;
+  return 0;
+}
+
+/* One edit of the image (case id), applied in place. */
+static void edit(StepImage *im, int id) {
+  Graph *g = im->g;
+  const Tensor *tk = &g->t[g->tokens];
+  switch (id) {
+  case 1: im->f.vocab_size = 0; break;
+  case 2: g->num_microbatches = 1 << 28; break;
+  case 3: im->f.cpu_arena = (int64_t)1 << 45; break;
+  case 4: im->f.seq_length = tk->shape[1] + 1; break; /* not the tokens' length */
+  case 5: im->cpu_bytes[0] = 4; break;                /* a slot smaller than its tensor */
+  case 6: {                                           /* an output its inputs do not give, same size */
+    Tensor *t = &g->t[g->op[first_op(g, OP_LINEAR)].out[0]];
+    t->shape[0] *= 2, t->shape[1] /= 2;
+    break;
+  }
+  case 7: im->f.graph_mode = 9; break;
+  case 8: im->point_op[0] = g->nop; break;
+  case 9: im->f.train_iters = -5; break;
+  }
+}
+
+static const char *const FIELD[] = {NULL,       "vocab_size", "num_microbatches", "cpu_arena", "seq_length",
+                                    "CPU slot", "linear",     "graph_mode",       "point_op",  "train_iters"};
+enum { NCASES = 10 };
+
+/* Opens dir on the CPU and runs one step: STEPC_OK or the first failure, its message in msg. */
+static stepc_status open_step(const char *dir, char *msg, size_t n) {
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  o.cpu_threads = 1;
+  stepc_t *s = NULL;
+  stepc_step_stats st;
+  stepc_status rc = stepc_open(dir, &o, &s);
+  if (rc == STEPC_OK) rc = stepc_step(s, &st);
+  snprintf(msg, n, "%s", rc == STEPC_OK ? "" : stepc_last_error(s));
+  stepc_close(s);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) return fprintf(stderr, "usage: test_image DIR\n"), 2;
+  char src[512], dir[] = "/tmp/stepc_test_image.XXXXXX", dst[600], err[1024], msg[1024];
+  snprintf(src, sizeof src, "%s/%s", argv[1], STEPC_IMAGE_FILE);
+  if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+  snprintf(dst, sizeof dst, "%s/%s", dir, STEPC_IMAGE_FILE);
+  for (int id = 0; id < NCASES; id++) {
+    StepImage im;
+    if (image_read(src, &im, err, sizeof err) != 0) return fprintf(stderr, "FAIL: %s\n", err), 1;
+    edit(&im, id);
+    int wrote = image_write(dst, &im, err, sizeof err);
+    image_free(&im);
+    if (wrote != 0) return fprintf(stderr, "FAIL: %s\n", err), 1;
+    stepc_status rc = open_step(dir, msg, sizeof msg);
+    int ok = id == 0 ? rc == STEPC_OK : rc == STEPC_ERR_IO && strstr(msg, FIELD[id]) != NULL;
+    printf("%s case %d (%s): %s %s\n", ok ? "ok  " : "FAIL", id, id ? FIELD[id] : "unedited",
+           stepc_status_name(rc), msg);
+    fails += !ok;
+  }
+  remove(dst);
+  rmdir(dir);
+  return fails ? 1 : 0;
+}
