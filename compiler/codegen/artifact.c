@@ -417,7 +417,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
 static int own_file(const char *name) {
   static const char *const own[] = {"recipe.lua", "plan.json",   "step.c",   "step.img",
                                     "kernels.cu", "stepc.h",     "train.c",  "train",
-                                    "libstep.so", "libstep.map", "build.log"};
+                                    "libstep.so", "libstep.map", "libstep.sum", "build.log"};
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
     if (!strcmp(name, own[i])) return 1;
   size_t n = strlen(name);

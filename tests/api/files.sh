@@ -52,11 +52,11 @@ cp -r "$ck" "$tmp/ck_fifo" && rm "$tmp/ck_fifo/state.json" && mkfifo "$tmp/ck_fi
 want="is a FIFO, not a regular file" refused "${TR[@]}" --resume "$tmp/ck_fifo"
 cp -r "$ck" "$tmp/ck_fifo2" && rm "$tmp/ck_fifo2/model.safetensors" && mkfifo "$tmp/ck_fifo2/model.safetensors"
 want="cannot read model.safetensors" refused "${TR[@]}" --resume "$tmp/ck_fifo2"
-mkdir "$tmp/art_fifo" && cp "$art/train" "$art/libstep.so" "$tmp/art_fifo/" && mkfifo "$tmp/art_fifo/step.img"
+mkdir "$tmp/art_fifo" && cp "$art/train" "$art/libstep.so" "$art/libstep.sum" "$tmp/art_fifo/" && mkfifo "$tmp/art_fifo/step.img"
 want="is a FIFO, not a regular file" refused "$tmp/art_fifo/train" --device cpu --steps 1
 rm "$tmp/art_fifo/step.img" && ln -s /dev/zero "$tmp/art_fifo/step.img"
 want="is a character device, not a regular file" refused "$tmp/art_fifo/train" --device cpu --steps 1
-mkdir "$tmp/so_fifo" && cp "$art/step.img" "$tmp/so_fifo/" && mkfifo "$tmp/so_fifo/libstep.so"
+mkdir "$tmp/so_fifo" && cp "$art/step.img" "$art/libstep.sum" "$tmp/so_fifo/" && mkfifo "$tmp/so_fifo/libstep.so"
 want="libstep.so is a FIFO, not a regular file" refused "$stepc" run "$tmp/so_fifo" --device cpu --steps 1
 echo "ok: a FIFO for state.json, model.safetensors, step.img or libstep.so (stepc run), and /dev/zero for step.img, are refused at once"
 
