@@ -5,6 +5,7 @@
  * job (runtime/rdv_wire.h): other users of the host can reach the port, not join the job. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,10 +13,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "run_artifact.h"
 #include "runtime/rdv_wire.h"
+
+/* seconds the other ranks get to report a failed rank before they are stopped */
+enum { NPROC_GRACE_S = 5 };
 
 /* A TCP port nobody listens on now (the kernel's pick): the rendezvous' MASTER_PORT. */
 static int free_port(void) {
@@ -121,18 +126,40 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
     for (int r = 0; r < started; r++) kill(pid[r], SIGTERM);
     code = 4;
   }
-  int code0 = 0;
-  for (int r = 0; r < started; r++) {
+  /* ranks in the order they end. Once one fails the others get a few seconds to notice and say so
+   * (a closed connection, a rank that went away), then they are stopped: they would wait for it
+   * until the communicator's timeout. The first failure's exit code is the job's. */
+  struct timespec t0 = {0, 0};
+  bool stopped = false;
+  for (int left = started; left > 0;) {
     int ws = 0;
-    waitpid(pid[r], &ws, 0);
+    pid_t w = waitpid(-1, &ws, first_bad >= 0 ? WNOHANG : 0);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) break;
+    if (w == 0) { /* a failure is known and the others still run */
+      struct timespec t;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if (!stopped && t.tv_sec - t0.tv_sec >= NPROC_GRACE_S) {
+        fprintf(stderr, "stepc run --nproc: stopping the other ranks\n");
+        for (int k = 0; k < started; k++)
+          if (pid[k] > 0) kill(pid[k], SIGTERM);
+        stopped = true;
+      }
+      nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+      continue;
+    }
+    int r = 0;
+    while (r < started && pid[r] != w) r++;
+    if (r == started) continue; /* a relay */
+    pid[r] = -1, left--;
     int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    if (stopped && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM) continue;
     if (WIFSIGNALED(ws)) fprintf(stderr, "stepc run --nproc: rank %d was killed by signal %d\n", r, WTERMSIG(ws));
     else if (c != 0) fprintf(stderr, "stepc run --nproc: rank %d exited %d\n", r, c);
-    if (r == 0) code0 = c;
-    if (c != 0 && first_bad < 0) first_bad = r, code = code ? code : c;
-    if (relay_pid[r] > 0) waitpid(relay_pid[r], NULL, 0);
+    if (c != 0 && first_bad < 0) first_bad = r, code = code ? code : c, clock_gettime(CLOCK_MONOTONIC, &t0);
   }
-  if (code0 != 0) code = code0;
+  for (int r = 0; r < started; r++)
+    if (relay_pid[r] > 0) waitpid(relay_pid[r], NULL, 0);
   if (first_bad >= 0) fprintf(stderr, "stepc run --nproc: the job failed (exit %d)\n", code);
   free(pid), free(relay_pid), free(argv);
   return code;
