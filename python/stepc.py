@@ -191,6 +191,27 @@ _DEVICES = {"auto": 0, "cuda": 1, "cpu": 2}
 _GRAPH_MODES = {None: -1, "eager": 0, "full_iteration": 1, "scoped": 2}
 
 
+def _check_sum(path):
+    """libstep.so against its libstep.sum (size and FNV-1a 64, written by stepc build): the dynamic
+    loader maps a truncated library and the process dies of SIGBUS inside ctypes.CDLL."""
+    sum_path = os.path.join(os.path.dirname(path), "libstep.sum")
+    try:
+        with open(sum_path, encoding="ascii") as f:
+            name, size, digest = f.read(256).split()[:3]
+        want_size, want_hash = int(size), int(digest, 16)
+    except (OSError, ValueError) as e:
+        raise OSError(f"{sum_path} is missing or malformed ({e}): rebuild the artifact with stepc build") from None
+    if name != "libstep.so" or os.path.getsize(path) != want_size:
+        raise OSError(f"{path} is damaged: {os.path.getsize(path)} bytes, {sum_path} records {want_size}: "
+                      "rebuild the artifact")
+    h, prime, mask = 0xcbf29ce484222325, 0x100000001b3, 0xFFFFFFFFFFFFFFFF
+    with open(path, "rb") as f:
+        for c in f.read():
+            h = ((h ^ c) * prime) & mask
+    if h != want_hash:
+        raise OSError(f"{path} is damaged: hash {h:016x}, {sum_path} records {want_hash:016x}: rebuild the artifact")
+
+
 def _load(path):
     """libstep.so at path with every stepc.h prototype set (ctypes would otherwise pass 64-bit
     arguments and structs returned by value wrongly)."""
@@ -256,6 +277,7 @@ class Step:
         so = os.path.join(self.artifact_dir, "libstep.so")
         if not os.path.isfile(so):
             raise FileNotFoundError(f"{so}: no such file (is {artifact_dir} a directory written by `stepc build -o`?)")
+        _check_sum(so)
         self._lib = _load(so)
         opt = self._lib.stepc_options_default()
         opt.device = _DEVICES[device]

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-60}
 CC=clang cmake -S . -B build-fuzz -G Ninja -DSTEPC_FUZZ=ON -DSTEPC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C build-fuzz fuzz_frontend fuzz_files fuzz_hello
+ninja -C build-fuzz fuzz_frontend fuzz_files fuzz_hello fuzz_tool_files
 work=build-fuzz/corpus
 mkdir -p "$work" build-fuzz/artifacts
 cp -n tests/fuzz/seeds/* "$work"/ 2>/dev/null || true
@@ -39,3 +39,6 @@ fuzz_more() {
 fuzz_more fuzz_files files $(( (secs + 2) / 3 )) 262144 30 "safetensors, state.json and step images"
 # the rendezvous' messages (what a stranger at MASTER_PORT can send): a sixth of the time again
 fuzz_more fuzz_hello hello $(( (secs + 5) / 6 )) 1024 10 "the rendezvous' hello, challenge and welcome"
+# the small files of other tools and earlier runs (config.json, JSON, cache manifests, libstep.sum):
+# a sixth of the time again
+fuzz_more fuzz_tool_files tool $(( (secs + 5) / 6 )) 8192 10 "config.json, JSON objects, cache manifests and libstep.sum"

@@ -225,6 +225,26 @@ class TestStep(unittest.TestCase):
         self.assertEqual(cm.exception.status, stepc.Status.ERR_IO)
         self.assertIn("damaged", cm.exception.message)
 
+    def test_damaged_library_is_refused_before_loading(self):
+        # a truncated libstep.so is a SIGBUS inside ctypes.CDLL; a changed byte another library:
+        # both are refused against libstep.sum first, as stepc run DIR and train refuse them
+        for name, damage in (("truncated", lambda d: d[: len(d) // 2]), ("flipped", lambda d: d[:-1] + bytes([d[-1] ^ 1]))):
+            broken = os.path.join(TMP, "lib_" + name)
+            shutil.copytree(ART, broken, symlinks=True)
+            so = os.path.join(broken, "libstep.so")
+            with open(so, "rb") as f:
+                data = f.read()
+            with open(so, "wb") as f:
+                f.write(damage(data))
+            with self.assertRaises(OSError) as cm:
+                stepc.Step(broken, device="cpu").close()
+            print(f"{name} library:", cm.exception)
+            self.assertIn("is damaged", str(cm.exception))
+        os.remove(os.path.join(broken, "libstep.sum"))
+        with self.assertRaises(OSError) as cm:
+            stepc.Step(broken, device="cpu").close()
+        self.assertIn("libstep.sum is missing", str(cm.exception))
+
     def test_no_gpu_is_a_status(self):
         try:
             s = stepc.Step(ART, device="cuda")
