@@ -212,11 +212,43 @@ static stepc_status masters_from_params(stepc_t *s) {
   return st;
 }
 
+/* A parameter the file holds in fp32 (a Hugging Face model saved in float32, say) keeps every bit
+ * in its fp32 master: the bf16 param is its rounding, as after an optimizer step, and training
+ * continues from the file's values rather than from their rounding. */
+static stepc_status masters_from_fp32(stepc_t *s, const char *path) {
+  const Graph *g = s->g;
+  StReader r;
+  char err[600] = "";
+  if (st_open(&r, path, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
+  stepc_status st = STEPC_OK;
+  int exact = 0;
+  for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
+    const Tensor *m = &g->t[i];
+    if (m->role != ROLE_MASTER || m->of < 0 || m->dtype != DT_F32 || api_dp_not_mine(s, i)) continue;
+    const StEntry *e = st_find(&r, g->t[m->of].name);
+    if (!e || strcmp(e->dtype, "F32") || st_numel(e) != tensor_numel(m)) continue; /* bf16 in the file: as loaded */
+    float *mb = malloc((size_t)(e->end - e->begin) + 1);
+    if (!mb) st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+    else if (st_read(&r, e, mb, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+    else if (s->be->write(s, i, mb) != 0) st = STEPC_ERR_RUNTIME;
+    else exact++;
+    free(mb);
+  }
+  st_close(&r);
+  /* the params as the optimizer leaves them (cpu: the fp32 value itself; cuda: its bf16 rounding,
+   * as loaded). A ZeRO-1 rank holds only its shard of masters: its params stay as loaded, the same
+   * on every rank, until the first step's broadcast. */
+  bool sharded = s->owner && s->world > 1;
+  if (st == STEPC_OK && exact && !sharded && s->be->params_from_masters(s) != 0) st = STEPC_ERR_RUNTIME;
+  return st;
+}
+
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
   stepc_status st = path ? load_roles(s, path, PARAMS, false)
                          : api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL");
   if (st == STEPC_OK) st = masters_from_params(s);
+  if (st == STEPC_OK) st = masters_from_fp32(s, path);
   /* data parallel: every rank must have loaded the same file (its checksum, read again only then) */
   uint64_t h = 0, bytes = 0;
   if (st == STEPC_OK && s->comm && file_sum(path, RT_FOLLOW, &h, &bytes) != 0)

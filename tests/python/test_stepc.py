@@ -64,6 +64,28 @@ def batches(n, shape=(8, 64), vocab=256, seed=7):
     return out
 
 
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
 def open_cpu():
     return stepc.Step(ART, device="cpu")
 
@@ -289,6 +311,34 @@ class TestStep(unittest.TestCase):
             s.save_params(b)
         with open(a, "rb") as fa, open(b, "rb") as fb:
             self.assertEqual(fa.read(), fb.read())
+
+    def test_fp32_params_keep_every_bit_in_the_masters(self):
+        # a model saved in float32 (a Hugging Face checkpoint, say): the fp32 masters take the
+        # file's values, not their bf16 rounding, so training continues from the model as saved
+        a, f32, ck = (os.path.join(TMP, n) for n in ("r.safetensors", "f32.safetensors", "f32_ckpt"))
+        with open_cpu() as s:
+            s.init_params(7)
+            s.save_params(a)
+        tensors = read_safetensors(a)
+        rng = np.random.default_rng(3)
+        exact = {}
+        for name, (dtype, shape, raw) in tensors.items():
+            self.assertEqual(dtype, "BF16")
+            bf = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+            v = bf.view(np.float32) * (1 + rng.uniform(-2**-10, 2**-10, bf.shape).astype(np.float32))
+            exact[name] = ("F32", shape, v.astype(np.float32).tobytes())
+        write_safetensors(f32, exact)
+        with open_cpu() as s:
+            s.load_params(f32)
+            s.save_checkpoint(ck)
+        masters = read_safetensors(os.path.join(ck, "optimizer.safetensors"))
+        params = read_safetensors(os.path.join(ck, "model.safetensors"))
+        for name, (_, _, raw) in exact.items():
+            self.assertEqual(masters[name + ".master"][2], raw, name + ": the master is not the file's fp32 value")
+            # the bf16 param is the master's rounding (round to nearest even)
+            m = np.frombuffer(raw, dtype=np.uint32)
+            want = ((m + 0x7FFF + ((m >> 16) & 1)) >> 16).astype(np.uint16)
+            self.assertEqual(params[name][2], want.tobytes(), name + ": the param is not the master's rounding")
 
     def test_device_memory_on_the_cpu_device(self):
         (tok, tg), = batches(1)
