@@ -209,7 +209,11 @@ static int shards_open(const char *dir, Shards *sh, char *err, size_t nerr) {
   struct stat sb;
   memset(sh, 0, sizeof *sh);
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-  if (lstat(path, &sb) != 0) return shard_add(sh, dir, "model.safetensors", err, nerr) < 0 ? -1 : 0;
+  if (lstat(path, &sb) != 0) {
+    if (shard_add(sh, dir, "model.safetensors", err, nerr) >= 0) return 0;
+    shards_close(sh);
+    return -1;
+  }
   char *text, file[256], name[ST_NAME_MAX];
   JsonSpan root, wm, v;
   if (hf_json_file(path, &text, &root, err, nerr) != 0) return -1;
