@@ -1,5 +1,6 @@
 /* plan.c — the planning pipeline: lower, recompute, schedule, scopes and their check, fusions,
  * memory plan, per-rank memory, cost (plan.h). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ static double now_s(void) {
 }
 
 /* The passes from the Spec to the applied memory plan: what a build writes and a run runs. */
-static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
+static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool checks_only, char *err, size_t nerr) {
   int rc = lower_step(s, &p->g, err, nerr);
   if (rc == LOWER_UNSUPPORTED) return PLAN_UNSUPPORTED;
   if (rc != LOWER_OK) return PLAN_ERROR;
@@ -25,6 +26,7 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, char 
       scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0)
     return PLAN_ERROR;
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
+  if (checks_only) return PLAN_OK; /* stepc check: the graph checks need no fusions or memory plan */
   /* the fusions shape the memory plan (fuse.h); the buckets fire after the fused launches */
   if (fuse_build(p->g, &p->ew, err, nerr) != 0 || schedule_bucket_fire(p->g, &p->sc, err, nerr) != 0 ||
       memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
@@ -58,7 +60,7 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
   memset(p, 0, sizeof *p);
   p->spec = *s;
   err[0] = 0;
-  int rc = plan_step(s, float_bytes, p, d, err, nerr);
+  int rc = plan_step(s, float_bytes, p, d, false, err, nerr);
   if (rc == PLAN_OK) rc = plan_report(s, float_bytes, p, err, nerr);
   if (rc == PLAN_ERROR && !err[0]) snprintf(err, nerr, "out of memory");
   if (rc != PLAN_OK) {
@@ -81,10 +83,12 @@ void plan_free(Plan *p) {
 }
 
 int plan_check(const Spec *s, DiagList *d) {
-  Plan *p = malloc(sizeof *p);
-  char err[512] = "out of memory";
-  int rc = p ? plan_build(s, 0, p, d, err, sizeof err) : PLAN_ERROR;
-  if (rc == PLAN_OK) plan_free(p);
+  /* the same passes as plan_build, up to the graph checks */
+  Plan *p = calloc(1, sizeof *p);
+  char err[512] = "";
+  int rc = p ? plan_step(s, 0, p, d, true, err, sizeof err) : PLAN_ERROR;
+  if (rc == PLAN_ERROR && !err[0]) snprintf(err, sizeof err, "out of memory");
+  if (p) plan_free(p);
   free(p);
   if (rc == PLAN_OK) return PLAN_OK;
   Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path,
