@@ -110,8 +110,18 @@ static stepc_status no_strangers(stepc_t *s, const StReader *r, unsigned roles, 
   return STEPC_OK;
 }
 
-/* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. */
-static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard) {
+/* The fp32 master of param p that this rank holds, or -1. */
+static int master_of(const stepc_t *s, int p) {
+  for (int i = 0; i < s->g->nt; i++)
+    if (s->g->t[i].role == ROLE_MASTER && s->g->t[i].of == p)
+      return s->g->t[i].dtype == DT_F32 && !api_dp_not_mine(s, i) ? i : -1;
+  return -1;
+}
+
+/* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. With
+ * exact (one flag per tensor), a bf16 param the file holds in F32 also gives its fp32 master the
+ * file's values, and its flag is set. */
+static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard, uint8_t *exact) {
   const Graph *g = s->g;
   StReader r;
   char err[600] = "";
@@ -162,6 +172,11 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
       src = nom;
     }
     if (s->be->write(s, i, src) != 0) st = STEPC_ERR_RUNTIME;
+    int m = exact && src == nom && t->dtype == DT_BF16 ? master_of(s, i) : -1;
+    if (st == STEPC_OK && m >= 0) {
+      exact[i] = 1;
+      if (s->be->write(s, m, file) != 0) st = STEPC_ERR_RUNTIME;
+    }
   }
   free(file), free(nom);
   if (st == STEPC_OK) st = no_strangers(s, &r, roles, shard);
@@ -172,17 +187,7 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
 /* FNV-1a of a whole file and its size. 0, or -1 when it cannot be read. */
 static int file_sum(const char *path, int follow, uint64_t *h, uint64_t *bytes) {
   char err[1300];
-  FILE *f = rt_open_regular(path, follow, 0, NULL, err, sizeof err);
-  if (!f) return -1;
-  unsigned char *buf = malloc(1 << 20);
-  size_t k;
-  *h = IR_FNV_OFFSET, *bytes = 0;
-  while (buf && (k = fread(buf, 1, 1 << 20, f)) > 0)
-    *h = ir_fnv1a(*h, buf, k), *bytes += k;
-  int bad = !buf || ferror(f);
-  free(buf);
-  fclose(f);
-  return bad ? -1 : 0;
+  return rt_file_fnv1a(path, follow, h, bytes, err, sizeof err);
 }
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
@@ -190,13 +195,14 @@ stepc_status stepc_save_params(stepc_t *s, const char *path) {
   return save_roles(s, path, PARAMS, false, "params");
 }
 
-/* Masters take the loaded weights: the next AdamW step starts from them. */
-static stepc_status masters_from_params(stepc_t *s) {
+/* Masters take the loaded weights: the next AdamW step starts from them (but those exact[] says
+ * took the file's fp32 values already). */
+static stepc_status masters_from_params(stepc_t *s, const uint8_t *exact) {
   const Graph *g = s->g;
   stepc_status st = STEPC_OK;
   for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
     const Tensor *m = &g->t[i];
-    if (m->role != ROLE_MASTER || m->of < 0 || api_dp_not_mine(s, i)) continue; /* ZeRO-1: the owner's */
+    if (m->role != ROLE_MASTER || m->of < 0 || api_dp_not_mine(s, i) || exact[m->of]) continue; /* ZeRO-1: the owner's */
     const Tensor *p = &g->t[m->of];
     int64_t n = tensor_numel(m);
     void *pb = malloc((size_t)p->bytes + 1);
@@ -213,42 +219,20 @@ static stepc_status masters_from_params(stepc_t *s) {
 }
 
 /* A parameter the file holds in fp32 (a Hugging Face model saved in float32, say) keeps every bit
- * in its fp32 master: the bf16 param is its rounding, as after an optimizer step, and training
- * continues from the file's values rather than from their rounding. */
-static stepc_status masters_from_fp32(stepc_t *s, const char *path) {
-  const Graph *g = s->g;
-  StReader r;
-  char err[600] = "";
-  if (st_open(&r, path, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
-  stepc_status st = STEPC_OK;
-  int exact = 0;
-  for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
-    const Tensor *m = &g->t[i];
-    if (m->role != ROLE_MASTER || m->of < 0 || m->dtype != DT_F32 || api_dp_not_mine(s, i)) continue;
-    const StEntry *e = st_find(&r, g->t[m->of].name);
-    if (!e || strcmp(e->dtype, "F32") || st_numel(e) != tensor_numel(m)) continue; /* bf16 in the file: as loaded */
-    float *mb = malloc((size_t)(e->end - e->begin) + 1);
-    if (!mb) st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-    else if (st_read(&r, e, mb, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
-    else if (s->be->write(s, i, mb) != 0) st = STEPC_ERR_RUNTIME;
-    else exact++;
-    free(mb);
-  }
-  st_close(&r);
-  /* the params as the optimizer leaves them (cpu: the fp32 value itself; cuda: its bf16 rounding,
-   * as loaded). A ZeRO-1 rank holds only its shard of masters: its params stay as loaded, the same
-   * on every rank, until the first step's broadcast. */
-  bool sharded = s->owner && s->world > 1;
-  if (st == STEPC_OK && exact && !sharded && s->be->params_from_masters(s) != 0) st = STEPC_ERR_RUNTIME;
-  return st;
-}
-
+ * in its fp32 master, and the param is what the optimizer leaves from it (cpu: the fp32 value
+ * itself; cuda: its bf16 rounding, as loaded). A ZeRO-1 rank holds only its shard of masters: its
+ * params stay as loaded, the same on every rank, until the first step's broadcast. */
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
-  stepc_status st = path ? load_roles(s, path, PARAMS, false)
-                         : api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL");
-  if (st == STEPC_OK) st = masters_from_params(s);
-  if (st == STEPC_OK) st = masters_from_fp32(s, path);
+  uint8_t *exact = path ? calloc((size_t)s->g->nt + 1, 1) : NULL;
+  stepc_status st = !path    ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL")
+                    : !exact ? api_fail(s, STEPC_ERR_NOMEM, "out of memory")
+                             : load_roles(s, path, PARAMS, false, exact);
+  if (st == STEPC_OK) st = masters_from_params(s, exact);
+  bool any = false, sharded = s->owner && s->world > 1;
+  for (int i = 0; exact && i < s->g->nt; i++) any |= exact[i];
+  free(exact);
+  if (st == STEPC_OK && any && !sharded && s->be->params_from_masters(s) != 0) st = STEPC_ERR_RUNTIME;
   /* data parallel: every rank must have loaded the same file (its checksum, read again only then) */
   uint64_t h = 0, bytes = 0;
   if (st == STEPC_OK && s->comm && file_sum(path, RT_FOLLOW, &h, &bytes) != 0)
@@ -504,9 +488,9 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
   if (st == STEPC_OK && cs.version >= 2) st = files_match(s, dir, text);
   if (st != STEPC_OK) return st;
   join(path, sizeof path, dir, "model.safetensors");
-  if ((st = load_roles(s, path, PARAMS, false)) != STEPC_OK) return st;
+  if ((st = load_roles(s, path, PARAMS, false, NULL)) != STEPC_OK) return st;
   optimizer_file(s, dir, path, sizeof path);
-  if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1)) != STEPC_OK) return st;
+  if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1, NULL)) != STEPC_OK) return st;
   /* the optimizer's own step counter (it drives the LR schedule and Adam's bias correction) must
    * be state.json's */
   for (int i = 0; i < s->g->nt; i++) {

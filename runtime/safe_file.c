@@ -1,7 +1,10 @@
 /* safe_file.c — safe_file.h. */
 #include "runtime/safe_file.h"
 
+#include "ir.h"
+
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,4 +69,19 @@ int rt_check_replaceable(const char *path, char *err, size_t nerr) {
   snprintf(err, nerr, "%s exists and is %s: refusing to replace it (only a regular file is written over)",
            path, rt_file_kind(sb.st_mode));
   return -1;
+}
+
+int rt_file_fnv1a(const char *path, int follow, uint64_t *hash, uint64_t *bytes, char *err, size_t nerr) {
+  FILE *f = rt_open_regular(path, follow, 0, NULL, err, nerr);
+  if (!f) return -1;
+  unsigned char *buf = malloc(1 << 20);
+  size_t k;
+  *hash = IR_FNV_OFFSET, *bytes = 0;
+  while (buf && (k = fread(buf, 1, 1 << 20, f)) > 0)
+    *hash = ir_fnv1a(*hash, buf, k), *bytes += k;
+  int bad = !buf || ferror(f);
+  free(buf);
+  fclose(f);
+  if (bad) snprintf(err, nerr, "cannot read %s", path);
+  return bad ? -1 : 0;
 }

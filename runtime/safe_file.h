@@ -29,6 +29,11 @@ FILE *rt_open_regular(const char *path, int follow, uint64_t max_bytes, uint64_t
  * -1 with err naming what it is otherwise. */
 int rt_check_replaceable(const char *path, char *err, size_t nerr);
 
+/* The FNV-1a 64 hash and size of a regular file (opened as rt_open_regular opens it), read in
+ * pieces, never mapped: a file that shrinks while it is read is a short count, not a signal. 0, or
+ * -1 with err naming path. */
+int rt_file_fnv1a(const char *path, int follow, uint64_t *hash, uint64_t *bytes, char *err, size_t nerr);
+
 /* What the mode's file type is, in words ("a FIFO", "a directory", ...). */
 const char *rt_file_kind(unsigned mode);
 
