@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "nvrtc.h"
-#include "runtime/stepc_gen.h"
 
 static bool in_micro(Phase ph) {
   return ph == IR_PHASE_FORWARD || ph == IR_PHASE_BACKWARD || ph == IR_PHASE_REPLAY;
@@ -21,7 +20,9 @@ static uint64_t mix_tensor(uint64_t h, const Tensor *t) {
 
 uint64_t step_fingerprint(const Graph *g) {
   uint64_t h = CUBIN_FNV_OFFSET;
-  int32_t head[3] = {STEPC_GEN_ABI, g->nop, g->num_microbatches};
+  /* 2: the generated-step ABI the fingerprint was first seeded with, kept so that checkpoints keep
+   * naming their step */
+  int32_t head[3] = {2, g->nop, g->num_microbatches};
   h = mix(h, head, sizeof head);
   for (int pass = 0; pass < 2; pass++)
     for (int o = 0; o < g->nop; o++) {

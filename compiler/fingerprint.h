@@ -1,4 +1,4 @@
-/* fingerprint.h — the step's identity, carried in step.img, step.c and checkpoints. */
+/* fingerprint.h — the step's identity, carried in step.img and checkpoints. */
 #ifndef STEPC_FINGERPRINT_H
 #define STEPC_FINGERPRINT_H
 

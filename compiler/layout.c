@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 /* The layout file's keys, in StepcLayout's order. */
-static const char *const KEYS[] = {"rt_archive", "ir_archive", "api_header", "gen_header", "models"};
+static const char *const KEYS[] = {"rt_archive", "ir_archive", "api_header", "models"};
 enum { NKEYS = sizeof KEYS / sizeof KEYS[0] };
 
 static char *field(StepcLayout *l, int k) {
-  char *f[NKEYS] = {l->rt_archive, l->ir_archive, l->api_header, l->gen_header, l->models};
+  char *f[NKEYS] = {l->rt_archive, l->ir_archive, l->api_header, l->models};
   return f[k];
 }
 
@@ -61,8 +61,7 @@ static int read_layout_file(FILE *f, const char *path, const char *dir, StepcLay
 /* PREFIX/bin/stepc's installed files. */
 static int install_layout(const char *dir, StepcLayout *l) {
   static const char *const REL[NKEYS] = {"../lib/stepc/libstepc_rt.a", "../lib/stepc/libstepc_ir.a",
-                                         "../include/stepc.h", "../lib/stepc/stepc_gen.h",
-                                         "../share/stepc/models"};
+                                         "../include/stepc.h", "../share/stepc/models"};
   for (int k = 0; k < NKEYS; k++)
     if (join(field(l, k), dir, REL[k]) != 0) return -1;
   return 0;
@@ -109,7 +108,7 @@ int stepc_layout_self(StepcLayout *l, char *err, size_t nerr) {
 }
 
 int stepc_layout_check(const StepcLayout *l, char *err, size_t nerr) {
-  const char *need[] = {l->rt_archive, l->ir_archive, l->api_header, l->gen_header};
+  const char *need[] = {l->rt_archive, l->ir_archive, l->api_header};
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
     if (access(need[i], R_OK) != 0)
       return snprintf(err, nerr,

@@ -5,7 +5,7 @@
  *   1. EXE's folder holds STEPC_LAYOUT_FILE (a build tree writes one beside its stepc; it is never
  *      installed): its lines `key path` name each file; a relative path is taken from that folder.
  *   2. Otherwise the install layout around EXE = PREFIX/bin/stepc:
- *        PREFIX/lib/stepc/libstepc_rt.a, libstepc_ir.a, stepc_gen.h
+ *        PREFIX/lib/stepc/libstepc_rt.a, libstepc_ir.a
  *        PREFIX/include/stepc.h
  *        PREFIX/share/stepc/models/
  *
@@ -22,7 +22,6 @@ typedef struct {
   char rt_archive[PATH_MAX];  /* libstepc_rt.a: the runtime inside every libstep.so */
   char ir_archive[PATH_MAX];  /* libstepc_ir.a: the op table the runtime's CPU executor uses */
   char api_header[PATH_MAX];  /* stepc.h: copied into every artifact */
-  char gen_header[PATH_MAX];  /* stepc_gen.h: force-included when step.c compiles */
   char models[PATH_MAX];      /* the shipped recipes, where stepc.recipe(name) looks */
   char origin[PATH_MAX + 64]; /* how they were found, for error messages */
 } StepcLayout;

@@ -21,7 +21,6 @@
 #include "cpu_run.h"
 #include "run_artifact.h"
 #include "runtime/image.h"
-#include "runtime/stepc_gen.h"
 #include "spec.h"
 #include "validate.h"
 
@@ -253,7 +252,7 @@ static int cmd_build(const Args *a) {
     fprintf(stderr, "stepc build: %s was written, but the plan breaks the graph-scope rules above\n", a->out);
     rc = EXIT_INVALID;
   } else {
-    printf("%s: step.img kernels.%s.cubin libstep.so libstep.sum train step.c kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
+    printf("%s: step.img kernels.%s.cubin libstep.so libstep.sum train program.txt kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
   }
   diag_free(&d);
   return rc;
@@ -332,8 +331,7 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   if (!strcmp(verb, "version")) {
-    printf("stepc %s (step image format %d, stepc.h API %d, step.c ABI %d)\n", STEPC_VERSION, STEPC_IMAGE_VERSION,
-           STEPC_API_VERSION, STEPC_GEN_ABI);
+    printf("stepc %s (step image format %d, stepc.h API %d)\n", STEPC_VERSION, STEPC_IMAGE_VERSION, STEPC_API_VERSION);
     return EXIT_OK;
   }
   Args a;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/launch/program.h"
 #include "fuse.h"
 #include "lower.h"
 #include "plan.h"
@@ -55,12 +56,29 @@ static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_
   return PLAN_OK;
 }
 
+/* The launch program of the CUDA plan (nominal dtypes): every op lowered to its launches, and the
+ * scratch they need sized, so that the plan reports every byte the step allocates. */
+static int plan_launches(Plan *p, int float_bytes, char *err, size_t nerr) {
+  if (float_bytes != 0) return PLAN_OK; /* the CPU executor's plan: the reference interprets the graph */
+  int rc = launch_program_build(p->g, &p->sc, &p->ew, p->sm_count, &p->lp, p->lp_why, sizeof p->lp_why, err, nerr);
+  p->lp_ok = rc == 0;
+  return rc < 0 ? PLAN_ERROR : PLAN_OK;
+}
+
+int64_t plan_device_peak(const Plan *p) { return p->mp.peak + (p->lp_ok ? p->lp.f.scratch_bytes : 0); }
+
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
+  return plan_build_for(s, float_bytes, LAUNCH_DEFAULT_SMS, p, d, err, nerr);
+}
+
+int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err, size_t nerr) {
   double t0 = now_s();
   memset(p, 0, sizeof *p);
   p->spec = *s;
+  p->sm_count = sm_count > 0 ? sm_count : LAUNCH_DEFAULT_SMS;
   err[0] = 0;
   int rc = plan_step(s, float_bytes, p, d, false, err, nerr);
+  if (rc == PLAN_OK) rc = plan_launches(p, float_bytes, err, nerr);
   if (rc == PLAN_OK) rc = plan_report(s, float_bytes, p, err, nerr);
   if (rc == PLAN_ERROR && !err[0]) snprintf(err, nerr, "out of memory");
   if (rc != PLAN_OK) {
@@ -72,6 +90,7 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
 }
 
 void plan_free(Plan *p) {
+  lp_free(&p->lp);
   cost_free(&p->cost);
   memplan_free(&p->mp);
   ew_kernels_free(&p->ew);

@@ -16,6 +16,7 @@
 #include "diag.h"
 #include "ew_fuse.h"
 #include "ir.h"
+#include "runtime/program.h"
 #include "pipesplit.h"
 #include "runtime/cpu/program.h"
 #include "runtime/image.h"
@@ -317,6 +318,12 @@ typedef struct {
   RankReport rank;
   Cost cost;
   Device dev;
+  /* the CUDA plan's launch program (float_bytes 0; compiler/codegen/launch/program.h), lowered for
+   * sm_count SMs: its scratch is part of the step's memory. lp_ok 0: the CUDA backend does not run
+   * the step (lp_why says why). */
+  LaunchProgram lp;
+  int lp_ok, sm_count;
+  char lp_why[512];
   double build_s;            /* wall time of plan_build */
 } Plan;
 
@@ -327,6 +334,11 @@ enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
  * fp32. Returns PLAN_OK, PLAN_UNSUPPORTED (lowering not available for this architecture) or
  * PLAN_ERROR, with err; free with plan_free (also after a failure). */
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr);
+/* plan_build with the launch program lowered for sm_count SMs (stepc build --sms; plan_build uses
+ * LAUNCH_DEFAULT_SMS). */
+int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err, size_t nerr);
+/* The step's device memory at its peak: the memory plan's peak and the launch scratch. */
+int64_t plan_device_peak(const Plan *p);
 void plan_free(Plan *p);
 /* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.
  * When the model cannot be lowered, a STEPC-44 note says the graph checks did not run. */

@@ -94,6 +94,35 @@ static void region_text(const Plan *p, FILE *f) {
   fprintf(f, "%s\n", mp->nshard > 16 ? " ..." : "");
 }
 
+/* The launch scratch (compiler/codegen/launch/exec.h): allocated with the plan's buffers for the
+ * whole step, so the device peak is the plan's peak plus it. */
+static void launch_scratch_text(const Plan *p, FILE *f) {
+  if (!p->lp_ok) {
+    if (p->lp_why[0]) fprintf(f, "  launch program: none (%s)\n", p->lp_why);
+    return;
+  }
+  const LpFacts *lf = &p->lp.f;
+  fprintf(f, "  launch scratch %.6f GB (lowered for %d SMs), device peak %.3f GB:", (double)lf->scratch_bytes / GB, lf->sm_count,
+          (double)plan_device_peak(p) / GB);
+  for (int k = 0; k < LP_SCRATCH_PARTS; k++)
+    if (lf->part_bytes[k]) fprintf(f, "%s %s %lld B", k ? ";" : "", lp_scratch_part_name[k], (long long)lf->part_bytes[k]);
+  fprintf(f, "\n");
+}
+
+/* The launch scratch in plan --json. */
+static void launch_scratch_json(const Plan *p, FILE *f) {
+  if (!p->lp_ok) return;
+  const LpFacts *lf = &p->lp.f;
+  fprintf(f, ", \"launch_scratch\": {\"bytes\": %lld, \"sm_count\": %d, \"device_peak_bytes\": %lld, \"parts\": {",
+          (long long)lf->scratch_bytes, lf->sm_count, (long long)plan_device_peak(p));
+  for (int k = 0; k < LP_SCRATCH_PARTS; k++) {
+    fprintf(f, "%s", k ? ", " : "");
+    json_write_string(f, lp_scratch_part_name[k]);
+    fprintf(f, ": %lld", (long long)lf->part_bytes[k]);
+  }
+  fprintf(f, "}}");
+}
+
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   const Graph *g = p->g;
   const MemPlan *mp = &p->mp;
@@ -113,6 +142,7 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
           (double)mp->peak / GB, po, po >= 0 ? g->op[po].tags.module : "?", po >= 0 ? op_name(g->op[po].kind) : "",
           po >= 0 ? phase_name(g->op[po].tags.phase) : "", (double)mp->arena / GB, region,
           held ? 100.0 * (double)(held - mp->peak) / (double)held : 0.0, mp->ninplace);
+  launch_scratch_text(p, f);
   fprintf(f, "  live at the peak:");
   for (int r = 0; r < MEM_NROLES; r++) {
     int64_t b = mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r];
@@ -211,6 +241,7 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   for (int r = 0; r < MEM_NROLES; r++)
     fprintf(f, "%s\"%s\": %lld", r ? ", " : "", memplan_role_name(r), (long long)mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r]);
   fprintf(f, "}");
+  launch_scratch_json(p, f);
   if (mp->region) {
     fprintf(f, ", \"optimizer_region\": {");
     jnum(f, "bytes", (double)mp->region, true), jnum(f, "common_bytes", (double)mp->region_common, true);

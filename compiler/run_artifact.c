@@ -1,5 +1,5 @@
-/* run_artifact.c — `stepc run`: trains an artifact through its own libstep.so (dlopen), so what
- * executes is the artifact's compiled step.c, exactly as a trainer linking libstep.so gets it. A
+/* run_artifact.c — `stepc run`: trains an artifact through its own libstep.so (dlopen), which
+ * plays the artifact's launch program exactly as a trainer linking libstep.so gets it. A
  * libstep.so that does not load is an error: nothing else runs in its place. */
 #include "run_artifact.h"
 
@@ -169,11 +169,10 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);
-    fprintf(out, ", \"mode\": \"%s\", \"generated\": %s, \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [",
-            in.graph_mode, in.generated ? "true" : "false", in.world_size, in.rank, in.comm ? in.comm : "none");
+    fprintf(out, ", \"mode\": \"%s\", \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [", in.graph_mode,
+            in.world_size, in.rank, in.comm ? in.comm : "none");
   } else {
-    fprintf(out, "%s: %s%s%s (%s), %s", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode,
-            in.generated ? "the artifact's compiled step.c" : "stepc's library loop (no generated step)");
+    fprintf(out, "%s: %s%s%s (%s)", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode);
     if (in.world_size > 1 || (in.comm && strcmp(in.comm, "none") != 0))
       fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
     fprintf(out, "\n");

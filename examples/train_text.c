@@ -90,9 +90,9 @@ int main(int argc, char **argv) {
     free(text);
     return 2;
   }
-  fprintf(stderr, "train_text: %s on %s%s%s (%s), %lld parameters, %lld x %lld x %lld tokens per step, %s step\n", source,
+  fprintf(stderr, "train_text: %s on %s%s%s (%s), %lld parameters, %lld x %lld x %lld tokens per step\n", source,
           in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode, (long long)in.parameters, (long long)in.num_microbatches,
-          (long long)in.micro_batch_size, (long long)in.seq_length, in.generated ? "generated (step.c)" : "library");
+          (long long)in.micro_batch_size, (long long)in.seq_length);
   if (resume && (st = stepc_load_checkpoint(s, resume)) != STEPC_OK) {
     free(text);
     return fail(s, "resume", st);

@@ -18,7 +18,7 @@
  *     parameter sizes against the loaded cubin (cuFuncGetParamInfo), the step recorder
  *     (runtime/record.c) reads launch arguments and step.c prints them;
  *   - a typed launcher per kernel, rt_launch_<name>(d, grid, block, smem, <the parameters>)
- *     (runtime/cuda/launchers.h), which packs the argument array itself.
+ *     (codegen/launch/launchers.h), which packs the argument array itself.
  * Names and types matter, not only sizes: the ctest unit.kernel_sigs compares every row, parameter
  * by parameter (type and name, in order), with the kernel's declaration in kernels/, so two
  * parameters of one size swapped in either place fail CI; tests/unit/test_nvrtc.c checks each name
@@ -125,7 +125,8 @@ STEPC_KERNEL(concat_qkv, KP(bf16*, qkv) KP(const bf16*, q) KP(const bf16*, k) KP
 STEPC_KERNEL(pos_add, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, P) KL(N) KI(T) KI(C))
 STEPC_KERNEL(lr_schedule, KP(int*, step) KP(float*, lr) KD(lr0) KD(min_lr) KL(warmup) KL(decay) KI(style))
 STEPC_KERNEL(adamw_hparams, KP(float*, hp) KP(const int*, step) KP(const float*, lr) KF(b1) KF(b2) KF(eps))
-STEPC_KERNEL(init_normal, KP(float*, f32) KP(bf16*, b16) KL(n) KQ(key) KD(std))
+STEPC_KERNEL(init_normal, KP(float*, f32) KP(bf16*, b16) KL(n) KP(const unsigned long long*, seed) KQ(name_hash) KD(std))
+STEPC_KERNEL(init_ones, KP(float*, f32) KP(bf16*, b16) KL(n))
 STEPC_KERNEL(attn_plain_forward, KP(bf16*, O) KP(float*, LSE) KP(const bf16*, Q) KP(const bf16*, K)
              KP(const bf16*, V) KI(B) KI(T) KI(H) KI(G) KI(D) KF(scale))
 STEPC_KERNEL(attn_plain_backward_q, KP(bf16*, dQ) KP(float*, Dsum) KP(const bf16*, Q) KP(const bf16*, K)

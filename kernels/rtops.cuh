@@ -86,10 +86,14 @@ __device__ __forceinline__ unsigned long long rt_mix64(unsigned long long x) {
   return x ^ (x >> 31);
 }
 
-// value[i] = std * N(0,1) by Box-Muller over the counter RNG keyed by `key`, exactly the CPU
-// executor's normal_at (runtime/cpu/exec.c), in double; written as fp32 (master, or an fp32
-// param) and/or bf16 (the compute copy) — any pointer may be null. Launch: any 1-D grid.
-extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, unsigned long long key, double std) {
+// value[i] = std * N(0,1) by Box-Muller over the counter RNG keyed by the parameter's key, exactly
+// the CPU executor's normal_at (runtime/cpu/exec.c), in double; written as fp32 (master, or an fp32
+// param) and/or bf16 (the compute copy) — any pointer may be null. The key is ops_init_key(seed,
+// name) (ir/ops/ops.h), made here from the seed in device memory and the name's hash, so that the
+// launch program holds no seed. Launch: any 1-D grid.
+extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, const unsigned long long* seed,
+                                       unsigned long long name_hash, double std) {
+  const unsigned long long key = rt_mix64(rt_mix64(*seed) ^ name_hash);
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
     unsigned long long a = rt_mix64(key ^ rt_mix64(2ull * (unsigned long long)i));
     unsigned long long b = rt_mix64(key ^ rt_mix64(2ull * (unsigned long long)i + 1ull));
@@ -98,6 +102,14 @@ extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, unsigned l
     float v = (float)(std * (sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2)));
     if (f32) f32[i] = v;
     if (b16) b16[i] = f32_to_bf16(v);
+  }
+}
+
+// Ones in fp32 and/or bf16 (either pointer may be null): a norm's weight. Launch: any 1-D grid.
+extern "C" __global__ void init_ones(float* f32, bf16* b16, long n) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    if (f32) f32[i] = 1.0f;
+    if (b16) b16[i] = f32_to_bf16(1.0f);
   }
 }
 

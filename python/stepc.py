@@ -27,7 +27,7 @@ import sys
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 5  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 6  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -69,7 +69,6 @@ class _Options(ctypes.Structure):
         ("device", ctypes.c_int),
         ("cpu_threads", ctypes.c_int),
         ("graph_mode", ctypes.c_int),
-        ("use_generated_step", ctypes.c_int),
         ("rank", ctypes.c_int),
         ("world_size", ctypes.c_int),
         ("local_rank", ctypes.c_int),
@@ -85,7 +84,6 @@ class _Info(ctypes.Structure):
         ("device", ctypes.c_char_p),
         ("gpu", ctypes.c_char_p),
         ("graph_mode", ctypes.c_char_p),
-        ("generated", ctypes.c_int),
         ("micro_batch_size", ctypes.c_int64),
         ("seq_length", ctypes.c_int64),
         ("num_microbatches", ctypes.c_int64),
@@ -135,7 +133,6 @@ class Info:
     device: str  # "cuda" or "cpu"
     gpu: str  # the GPU's name on cuda, "" on cpu
     graph_mode: str  # "eager", "full_iteration", "scoped" (cuda) or "cpu"
-    generated: bool  # the artifact's compiled step.c is what runs
     micro_batch_size: int
     seq_length: int
     num_microbatches: int
@@ -339,7 +336,6 @@ class Step:
         d = _struct_dict(ci)
         for k in ("device", "gpu", "graph_mode", "comm"):
             d[k] = _decode(d[k])
-        d["generated"] = bool(d["generated"])
         d["distributed_optimizer"] = bool(d["distributed_optimizer"])
         d.pop("pad")
         return Info(**d)

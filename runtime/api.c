@@ -10,10 +10,6 @@
 #include "runtime/api_internal.h"
 #include "runtime/rt.h"
 
-/* The generated step, when step.c is linked into the same shared object (libstep.so): weak, so
- * that binaries without one (the stepc executable, the tests) link and run the library's loop. */
-extern const stepc_generated stepc_generated_step __attribute__((weak));
-
 stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -38,7 +34,7 @@ const char *stepc_status_name(stepc_status st) {
 }
 
 stepc_options stepc_options_default(void) {
-  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1, .use_generated_step = 1,
+  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1,
                          .world_size = 1, .master_port = 29500, .master_addr = "127.0.0.1"};
 }
 
@@ -114,7 +110,6 @@ stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void 
 
 static bool cuda_wanted(const stepc_options *o) { return o->device != STEPC_DEVICE_CPU; }
 
-const RtGenKernels *api_gen_kernels(const stepc_t *s) { return &s->im.gen; }
 
 static stepc_status open_backend(stepc_t *s) {
   const ImgFacts *f = &s->im.f;
@@ -138,23 +133,6 @@ static stepc_status open_backend(stepc_t *s) {
     else if (st != STEPC_OK) return st;
   }
   if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
-  const stepc_generated *gen = &stepc_generated_step;
-  if (gen && s->opt.use_generated_step) {
-    if (gen->abi != STEPC_GEN_ABI)
-      return api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c has ABI %d, this library %d: rebuild the artifact", gen->abi,
-                      STEPC_GEN_ABI);
-    if (gen->fingerprint != f->fingerprint)
-      return api_fail(s, STEPC_ERR_MISMATCH,
-                      "the linked step.c (built from %s) is not the step of %s (fingerprint %016llx, the image's %016llx): "
-                      "this libstep.so belongs to another artifact",
-                      gen->recipe, s->dir, gen->fingerprint, (unsigned long long)f->fingerprint);
-    if (gen->runtime_hash != rt_kernel_list_hash(api_gen_kernels(s)))
-      return api_fail(s, STEPC_ERR_MISMATCH,
-                      "the linked step.c (built from %s) was written against another kernel list or GEMM call than this "
-                      "library's: the artifact is out of date, rebuild it", gen->recipe);
-    if (s->be->accept_generated && s->be->accept_generated(s, gen)) return STEPC_ERR_MISMATCH;
-    s->gen = gen;
-  }
   /* last: a rank joins the job only once its own step is ready to run */
   return strcmp(s->be->name, "cuda") == 0 ? api_cuda_dp_join(s) : api_dp_join(s, NULL, NULL);
 }
@@ -216,7 +194,6 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
   *info = (stepc_info){.device = s->be->name,
                        .gpu = s->gpu,
                        .graph_mode = graph_mode_name(s),
-                       .generated = s->gen != NULL,
                        .micro_batch_size = t->shape[0],
                        .seq_length = t->shape[1],
                        .num_microbatches = g->num_microbatches,
@@ -308,20 +285,3 @@ stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
   return STEPC_OK;
 }
 
-/* ---- the generated step's entry point ---- */
-
-int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind) {
-  if (point != s->next_point || op_at_point != op || op < 0 || op >= s->g->nop || (int)s->g->op[op].kind != kind) {
-    api_fail(s, STEPC_ERR_MISMATCH,
-             "step.c calls op %d (%s) at program point %d; the step expects op %d at point %d: the artifact is out of date",
-             op, kind >= 0 && kind < OP_COUNT ? op_name((OpKind)kind) : "?", point, op_at_point, s->next_point);
-    return -1;
-  }
-  s->next_point++;
-  return 0;
-}
-
-int stepc_gen_op(stepc_gen_ctx *c, int point, int op, int kind) {
-  stepc_t *s = (stepc_t *)c;
-  return s->be->run_point(s, point, op, kind);
-}

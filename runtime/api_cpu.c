@@ -1,5 +1,5 @@
 /* api_cpu.c — stepc.h on the CPU reference executor: the artifact's CPU plan (fp32 arena offsets,
- * recompute replays, freed ranges poisoned), run by the generated step.c or by this file's loop. */
+ * recompute replays, freed ranges poisoned), run by this file's loop. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,10 +181,7 @@ static int run_timed(stepc_t *s, int lo, int hi, int micro, double *ms) {
   for (int q = lo; q < hi; q++) {
     double t0 = api_now_ms();
     int64_t before = s->nspan;
-    if (s->gen) {
-      s->next_point = q;
-      if (s->gen->point[q]((stepc_gen_ctx *)s)) return -1;
-    } else if (cpu_point(s, q)) return -1;
+    if (cpu_point(s, q)) return -1;
     double t1 = api_now_ms(), end = t1, start = t0;
     for (int64_t i = before; i < s->nspan; i++) { /* collectives run inside the point's call */
       double a = s->span[i].start_ms + s->prof_t0_ms, b = s->span[i].end_ms + s->prof_t0_ms;
@@ -197,17 +194,9 @@ static int run_timed(stepc_t *s, int lo, int hi, int micro, double *ms) {
   return 0;
 }
 
-/* The micro program or the tail: points [lo, hi), through step.c when it is linked. */
+/* The micro program or the tail: points [lo, hi). */
 static int run_part(stepc_t *s, int lo, int hi, int micro, double *ms) {
-  int tail = micro < 0;
-  if (ms) return run_timed(s, lo, hi, micro, ms);
-  s->next_point = lo;
-  if (s->gen ? (tail ? s->gen->tail : s->gen->micro)((stepc_gen_ctx *)s) : run_range(s, lo, hi)) return -1;
-  if (s->gen && s->next_point != hi) {
-    api_fail(s, STEPC_ERR_MISMATCH, "step.c's %s ran to point %d of %d", tail ? "tail" : "micro program", s->next_point, hi);
-    return -1;
-  }
-  return 0;
+  return ms ? run_timed(s, lo, hi, micro, ms) : run_range(s, lo, hi);
 }
 
 static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
@@ -234,13 +223,6 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
 }
 
 static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) { return cpu_step_with(s, step, st, NULL); }
-
-static int cpu_run_point(stepc_t *s, int point, int op, int kind) {
-  /* micro points are 0..nmicro-1 and the tail continues the count, as in step.c */
-  int at = plan_exec_op_at(cpu(s)->x, point);
-  if (api_check_point(s, point, at, op, kind) || cpu_point(s, point)) return -1;
-  return 1; /* done here: step.c skips the op's CUDA launches */
-}
 
 static uint16_t f32_to_bf16(float f) {
   uint32_t u;
@@ -317,7 +299,7 @@ static void cpu_free(stepc_t *s) {
 }
 
 static const ApiBackend CPU_BACKEND = {"cpu",     cpu_init,  cpu_step,        cpu_step_with, cpu_read, cpu_write,
-                                       cpu_params_from_masters, cpu_run_point, NULL, cpu_measure, cpu_free};
+                                       cpu_params_from_masters, cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

@@ -1,17 +1,17 @@
-/* api_cuda.c — stepc.h on the GPU. Opening sets the artifact's step up (the image's CUDA plan,
- * the shipped cubin, arena, cuBLASLt, parameters); this file drives each step so that the
- * generated step.c is what enqueues the ops: per micro-batch the staged inputs, step.c's micro program, the loss
- * copied out; then step.c's tail. step.c's functions launch their recorded work through
- * stepc_gen_launch / _gemm / _memset / _copy below, at the arena and scratch this executor holds. In full_iteration mode that whole sequence is captured once
- * (after the warm-up steps of this process) and replayed every step: the step counter, LR and
- * dropout seeds live in device memory, so a replay is the next step. Without step.c the
- * executor's own loop (rt_exec_enqueue_step) runs the same order. A data-parallel step, and every
- * profiled step, is enqueued point by point instead (enqueue_points), so that the collectives
- * (api_cuda_dp.c) and the profiling events go between the points. */
+/* api_cuda.c — stepc.h on the GPU. Opening sets the artifact's step up: its launch program
+ * (runtime/program.h) on a player (runtime/cuda/player.h) over the one allocation it names, the
+ * shipped cubin, cuBLASLt, the parameters. Each step then plays the program: per micro-batch its
+ * inputs into the step's slots, the micro program's points, the loss copied out; then the tail's
+ * points. In full_iteration mode that whole sequence is captured once (after the warm-up steps of
+ * this process) and replayed every step: the step counter, LR and dropout seeds live in device
+ * memory, so a replay is the next step. A data-parallel step, and every profiled step, is enqueued
+ * point by point (enqueue_points), so that the collectives (api_cuda_dp.c) and the profiling
+ * events go between the points. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/ops.h"
 #include "runtime/api_cuda_internal.h"
 
 #define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
@@ -24,37 +24,7 @@ int api_cuda_fail(stepc_t *s) {
   return -1;
 }
 
-static int cuda_init(stepc_t *s, uint64_t seed) { return rt_exec_init_params(cu(s)->x, seed) ? api_cuda_fail(s) : 0; }
-
-static int enqueue_generated(stepc_t *s) {
-  ApiCuda *c = cu(s);
-  for (int mb = 0; mb < c->x->nmb; mb++) {
-    s->next_point = 0;
-    if (rt_exec_micro_begin(c->x, mb)) return api_cuda_fail(s); /* inputs and dropout seed of this micro-batch */
-    if (s->gen->micro((stepc_gen_ctx *)s)) return -1;
-    if (s->next_point != c->nmicro)
-      return api_fail(s, STEPC_ERR_MISMATCH, "step.c's micro program ran %d of %d ops", s->next_point, c->nmicro), -1;
-    if (rt_exec_micro_end(c->x, mb)) return api_cuda_fail(s);
-  }
-  if (s->gen->tail((stepc_gen_ctx *)s)) return -1;
-  if (s->next_point != c->npoints)
-    return api_fail(s, STEPC_ERR_MISMATCH, "step.c's tail ran to point %d of %d", s->next_point, c->npoints), -1;
-  return 0;
-}
-
-/* The scoped graphs' op runner when step.c is linked: op ids first..last (those of `phases`) run
- * as step.c's functions, so each scope's graph captures step.c's launches. */
-static int run_points(void *ctx, int first, int last, uint32_t phases) {
-  stepc_t *s = ctx;
-  ApiCuda *c = cu(s);
-  for (int o = first; o <= last; o++) {
-    int q = c->op_point[o];
-    if (q < 0 || !(phases & IR_PHASE_BIT(s->g->op[o].tags.phase))) continue;
-    s->next_point = q;
-    if (s->gen->point[q]((stepc_gen_ctx *)s)) return RT_ERROR;
-  }
-  return RT_OK;
-}
+static int cuda_init(stepc_t *s, uint64_t seed) { return rt_player_init(cu(s)->x, seed) ? api_cuda_fail(s) : 0; }
 
 /* A mark on the step's stream (side 0) or the communication stream (1): its index, or -1. */
 int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
@@ -79,8 +49,8 @@ int api_cuda_span(stepc_t *s, CudaProf *pf, int kind, int id, int micro, int sid
   return 0;
 }
 
-/* The step point by point: per micro-batch the staged inputs, each point's launches (step.c's
- * function, or the executor's dispatch without it), the loss copied out; then the tail. Between
+/* The step point by point: per micro-batch the staged inputs, each point's launches, the loss
+ * copied out; then the tail. Between
  * the points the data-parallel hooks enqueue the collectives on the communication stream
  * (api_cuda_dp.c); with pf, CUDA events around every point and every collective. A data-parallel
  * step runs this, eager or captured, and so does every profiled step. */
@@ -103,8 +73,8 @@ static int enqueue_tail(stepc_t *s, CudaProf *pf) {
 static int enqueue_points(stepc_t *s, CudaProf *pf) {
   ApiCuda *c = cu(s);
   int a = 0, b = 0;
-  for (int mb = 0; mb < c->x->nmb; mb++) {
-    if (rt_exec_micro_begin(c->x, mb)) return api_cuda_fail(s);
+  for (int mb = 0; mb < c->nmb; mb++) {
+    if (rt_player_micro_begin(c->x, mb)) return api_cuda_fail(s);
     if (pf && (a = api_cuda_mark(s, pf, 0)) < 0) return -1;
     for (int q = 0; q < c->nmicro; q++) {
       if (api_cuda_run_point(s, q)) return -1;
@@ -112,7 +82,7 @@ static int enqueue_points(stepc_t *s, CudaProf *pf) {
       a = b;
       if (api_cuda_dp_after_point(s, mb, q, pf)) return -1;
     }
-    if (rt_exec_micro_end(c->x, mb)) return api_cuda_fail(s);
+    if (rt_player_micro_end(c->x, mb)) return api_cuda_fail(s);
   }
   return enqueue_tail(s, pf);
 }
@@ -132,88 +102,7 @@ static int enqueue_scoped_dp(stepc_t *s) {
   return enqueue_tail(s, NULL);
 }
 
-static int enqueue(stepc_t *s) {
-  if (cu(s)->nccl) return enqueue_points(s, NULL);
-  if (s->gen) return enqueue_generated(s);
-  return rt_exec_enqueue_step(cu(s)->x) ? api_cuda_fail(s) : 0;
-}
-
-static int cuda_run_point(stepc_t *s, int point, int op, int kind) {
-  ApiCuda *c = cu(s);
-  int at = point >= 0 && point < c->npoints ? c->point_op[point] : -1;
-  return api_check_point(s, point, at, op, kind) ? -1 : 0; /* step.c launches its work next */
-}
-
-static int cuda_accept_generated(stepc_t *s, const stepc_generated *gen) {
-  uint64_t want = rt_exec_layout_hash(cu(s)->x);
-  if (gen->layout == want) return 0;
-  if (!gen->layout)
-    api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c (built from %s) holds no CUDA work: stepc build found the step not "
-                                    "runnable on CUDA", gen->recipe);
-  else
-    api_fail(s, STEPC_ERR_MISMATCH, "the linked step.c (built from %s) was recorded against another arena layout (%016llx, "
-                                    "this library plans %016llx): the artifact is out of date, rebuild it",
-             gen->recipe, gen->layout, (unsigned long long)want);
-  return -1;
-}
-
-/* ---- step.c's launches (stepc_gen.h) ---- */
-
-static ApiCuda *cuda_of(stepc_gen_ctx *ctx) {
-  stepc_t *s = (stepc_t *)ctx;
-  if (s->be != &CUDA_BACKEND) {
-    api_fail(s, STEPC_ERR_RUNTIME, "step.c launched CUDA work on the %s device", s->be->name);
-    return NULL;
-  }
-  return cu(s);
-}
-
-unsigned long long stepc_gen_base(stepc_gen_ctx *ctx, int which) {
-  stepc_t *s = (stepc_t *)ctx;
-  return s->be == &CUDA_BACKEND ? (unsigned long long)rt_exec_base(cu(s)->x, which) : 0;
-}
-
-int stepc_gen_launch(stepc_gen_ctx *ctx, int kernel, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
-                     void **args) {
-  ApiCuda *c = cuda_of(ctx);
-  if (!c) return -1;
-  int nk = RT_K_COUNT + (c->d->gen ? c->d->gen->n : 0); /* kernel_list.h's, then the generated ones */
-  if (kernel < 0 || kernel >= nk)
-    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c launches kernel #%d, this step has %d", kernel, nk), -1;
-  return rt_launch(c->d, (RtKernel)kernel, gx, gy, gz, block, smem, args) ? api_cuda_fail((stepc_t *)ctx) : 0;
-}
-
-int stepc_gen_gemm(stepc_gen_ctx *ctx, const void *gemm, unsigned long size) {
-  ApiCuda *c = cuda_of(ctx);
-  if (!c) return -1;
-  if (size != sizeof(RtGemm))
-    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's GEMM call is %lu bytes, this library's %zu", size, sizeof(RtGemm)), -1;
-  RtGemm g;
-  memcpy(&g, gemm, sizeof g);
-  return rt_gemm_run(c->d, &g) ? api_cuda_fail((stepc_t *)ctx) : 0;
-}
-
-int stepc_gen_sdpa(stepc_gen_ctx *ctx, const void *sdpa, unsigned long size) {
-  ApiCuda *c = cuda_of(ctx);
-  if (!c) return -1;
-  if (size != sizeof(RtSdpa))
-    return api_fail((stepc_t *)ctx, STEPC_ERR_MISMATCH, "step.c's SDPA call is %lu bytes, this library's %zu", size, sizeof(RtSdpa)), -1;
-  RtSdpa a;
-  memcpy(&a, sdpa, sizeof a);
-  return rt_sdpa_run(c->d, &a) ? api_cuda_fail((stepc_t *)ctx) : 0;
-}
-
-int stepc_gen_memset(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long bytes) {
-  ApiCuda *c = cuda_of(ctx);
-  if (!c) return -1;
-  return rt_memset0(c->d, (CUdeviceptr)dst, (size_t)bytes) ? api_cuda_fail((stepc_t *)ctx) : 0;
-}
-
-int stepc_gen_copy(stepc_gen_ctx *ctx, unsigned long long dst, unsigned long long src, unsigned long long bytes) {
-  ApiCuda *c = cuda_of(ctx);
-  if (!c) return -1;
-  return rt_copy_d2d(c->d, (CUdeviceptr)dst, (CUdeviceptr)src, (size_t)bytes) ? api_cuda_fail((stepc_t *)ctx) : 0;
-}
+static int enqueue(stepc_t *s) { return enqueue_points(s, NULL); }
 
 /* The dropout seed of (step, micro-batch): a pure function of train.seed, so replays and reruns
  * draw the same masks. */
@@ -236,30 +125,31 @@ static int stage(stepc_t *s, int64_t step) {
                       data->err), -1;
     c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
-  return rt_exec_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;
+  return rt_player_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;
+}
+
+/* An fp32 scalar tensor (the LR, the gradient norm) as a double (synchronises). */
+static int read_f32(ApiCuda *c, int t, double *v) {
+  float f = 0;
+  if (rt_copy_d2h(c->d, &f, rt_player_tensor(c->x, t), 4)) return RT_ERROR;
+  *v = f;
+  return RT_OK;
 }
 
 /* The step's loss (mean over micro-batches), LR and gradient norm, after its work. */
 static int read_stats(stepc_t *s, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   double lr = 0, gn = 0, loss = 0;
-  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
+  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) || read_f32(c, s->g->grad_norm, &gn))
     return RT_ERROR;
-  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
+  for (int mb = 0; mb < c->nmb; mb++) loss += c->losses[mb];
   if (api_dp_loss(s, loss, &st->loss)) return RT_ERROR;
   st->lr = lr;
   st->grad_norm = gn;
   return RT_OK;
 }
 
-int api_cuda_run_point(stepc_t *s, int q) {
-  ApiCuda *c = cu(s);
-  if (s->gen) {
-    s->next_point = q;
-    return s->gen->point[q]((stepc_gen_ctx *)s) ? -1 : 0;
-  }
-  return rt_exec_run_op(c->x, c->point_op[q]) ? api_cuda_fail(s) : 0;
-}
+int api_cuda_run_point(stepc_t *s, int q) { return rt_player_point(cu(s)->x, q) ? api_cuda_fail(s) : 0; }
 
 /* Waits for the step's work (watching NCCL in a data-parallel step) and its time. */
 static int cuda_wait(stepc_t *s, double *ms) {
@@ -285,10 +175,10 @@ static int since_start(stepc_t *s, CUevent e, double *ms) {
 static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
-  int nmb = c->x->nmb, ntail = c->npoints - c->nmicro;
+  int nmb = c->nmb, ntail = c->npoints - c->nmicro;
   CudaProf pf = {0};
   if (stage(s, step)) return -1;
-  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
+  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
   int rc = 0;
   if (rt_marks_new(d, &pf.main, nmb * (c->nmicro + 1) + 2 * ntail + 2) ||
       (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))))
@@ -318,11 +208,10 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   RtDevice *d = c->d;
   if (stage(s, step)) return -1;
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
-  if (s->data.dbound && rt_exec_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
+  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
   bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
   if (replay && c->scoped && !c->captured) {
-    /* one graph per scope instance, captured from step.c's functions when it is linked */
-    rt_scoped_set_runner(c->scoped, s->gen ? run_points : NULL, s);
+    /* one graph per scope instance */
     if (rt_scoped_capture(c->scoped)) return s->err[0] ? -1 : api_cuda_fail(s);
     c->captured = true;
   } else if (replay && !c->captured) {
@@ -342,9 +231,9 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   if (rc != 0) return s->err[0] ? -1 : api_cuda_fail(s);
   if (cuda_wait(s, &st->ms)) return -1;
   double lr = 0, gn = 0, loss = 0;
-  if (rt_exec_read_losses(c->x, c->losses) || rt_exec_read(c->x, s->g->lr, &lr) || rt_exec_read(c->x, s->g->grad_norm, &gn))
+  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) || read_f32(c, s->g->grad_norm, &gn))
     return api_cuda_fail(s);
-  for (int mb = 0; mb < c->x->nmb; mb++) loss += c->losses[mb];
+  for (int mb = 0; mb < c->nmb; mb++) loss += c->losses[mb];
   char nerr[400];
   if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
     c->nccl_failed = true;
@@ -363,7 +252,7 @@ static int cuda_read(stepc_t *s, int t, void *dst) {
   if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
     return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
                     "hold it", s->g->t[t].name, s->rank), -1;
-  return rt_copy_d2h(c->d, dst, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes) ? api_cuda_fail(s) : 0;
+  return rt_copy_d2h(c->d, dst, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_write(stepc_t *s, int t, const void *src) {
@@ -372,7 +261,7 @@ static int cuda_write(stepc_t *s, int t, const void *src) {
     return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
                     "hold it", s->g->t[t].name, s->rank), -1;
   /* the copy is asynchronous: wait before the caller may reuse src */
-  return rt_copy_h2d(c->d, rt_exec_ptr(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? api_cuda_fail(s) : 0;
+  return rt_copy_h2d(c->d, rt_player_tensor(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_params_from_masters(stepc_t *s) {
@@ -384,8 +273,8 @@ static void cuda_measure(stepc_t *s, stepc_measure *m) {
   ApiCuda *c = cu(s);
   int64_t ws = (int64_t)rt_blas_workspace_bytes(c->d);
   m->max_allocated_bytes = c->d->max_allocated;
-  m->arena_bytes = rt_exec_arena_bytes(c->x);
-  m->predicted_peak_bytes = s->im.f.cuda_peak + ws + rt_exec_attn_workspace(c->x);
+  m->arena_bytes = rt_player_program(c->x)->f.alloc_bytes;
+  m->predicted_peak_bytes = s->im.f.cuda_peak + ws + rt_player_program(c->x)->f.attn_workspace;
   m->optimizer_region_bytes = s->g->nbuffers > 1 ? s->g->buffer_bytes[1] : 0;
   m->replay_ops = s->im.f.nreplay;
   RtScopedStats ss = {0};
@@ -400,7 +289,7 @@ static void cuda_free(stepc_t *s) {
     if (c->captured && !c->scoped) rt_graph_destroy(c->d, &c->graph);
     rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
-    rt_exec_free(c->x);
+    rt_player_free(c->x);
     api_cuda_dp_free(s);
     rt_close(c->d);
   }
@@ -410,8 +299,8 @@ static void cuda_free(stepc_t *s) {
 }
 
 static const ApiBackend CUDA_BACKEND = {"cuda",        cuda_init,          cuda_step,            cuda_step_profiled,
-                                        cuda_read,     cuda_write,         cuda_params_from_masters, cuda_run_point,
-                                        cuda_accept_generated, cuda_measure, cuda_free};
+                                        cuda_read,     cuda_write,         cuda_params_from_masters, cuda_measure,
+                                        cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 static void *read_cubin(stepc_t *s, const char *name) {
@@ -453,20 +342,20 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (!im->f.cubin[0] || !strstr(im->f.cubin, arch))
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "this GPU is %s, the artifact holds %s: rebuild it with stepc build --arch %s", arch,
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
+  if (!im->has_program) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */
-  int unsupported = 0;
-  if (!(c->x = rt_exec_new(c->d, im->g, &unsupported)))
-    return api_fail(s, unsupported ? STEPC_ERR_UNSUPPORTED : STEPC_ERR_RUNTIME, "%s", c->d->err);
   void *cubin = read_cubin(s, im->f.cubin);
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
-  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || rt_exec_init_params(c->x, im->f.seed)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || !(c->x = rt_player_new(c->d, &im->lp)) || rt_player_init(c->x, im->f.seed))
+    return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  c->nmb = im->lp.f.nmb;
   int mode = s->opt.graph_mode >= 0 ? s->opt.graph_mode : im->f.graph_mode;
   c->full_iteration = mode == IMG_MODE_FULL_ITERATION;
   c->warmup = im->f.warmup_steps;
   if (mode == IMG_MODE_SCOPED &&
-      !(c->scoped = rt_scoped_new(c->d, c->x, im->g, im->point_op, im->micro_points, im->scope, im->nscope, s->err, sizeof s->err)))
+      !(c->scoped = rt_scoped_new(c->d, c->x, im->g, im->micro_points, im->npoints, im->scope, im->nscope, s->err, sizeof s->err)))
     return STEPC_ERR_UNSUPPORTED;
   const Graph *g = s->g;
   int64_t n = tensor_numel(&g->t[g->tokens]) * g->num_microbatches;

@@ -54,19 +54,19 @@ typedef int (*OneColl)(stepc_t *s, int t, char *err, size_t nerr);
 
 static int coll_allreduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_allreduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
+  return rt_nccl_allreduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
                                    c->comm.s, err, nerr);
 }
 
 static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_reduce_avg_f32(c->nccl, rt_exec_ptr(c->x, t), (size_t)tensor_numel(&s->g->t[t]), s->owner[t],
+  return rt_nccl_reduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]), s->owner[t],
                                 c->comm.s, err, nerr);
 }
 
 static int coll_broadcast(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_broadcast(c->nccl, rt_exec_ptr(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t], c->comm.s,
+  return rt_nccl_broadcast(c->nccl, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t], c->comm.s,
                            err, nerr);
 }
 
@@ -95,7 +95,7 @@ static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kin
 
 int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf) {
   ApiCuda *c = cu(s);
-  if (!c->nccl || mb != c->x->nmb - 1) return 0;
+  if (!c->nccl || mb != c->nmb - 1) return 0;
   for (int k = 0; k < s->im.nbucket; k++) {
     if (c->fire_point[k] != q) continue;
     const ImgBucket *b = &s->im.bucket[k];
@@ -117,8 +117,9 @@ int api_cuda_dp_join_comm(stepc_t *s) {
  * ranks on the communication stream, which the step's stream waits for before CLIP_COEF. */
 static int exchange_norm(stepc_t *s, CudaProf *pf) {
   ApiCuda *c = cu(s);
-  int64_t count;
-  CUdeviceptr part = rt_exec_norm_buffer(c->x, &count);
+  const LpFacts *lf = &rt_player_program(c->x)->f;
+  int64_t count = lf->norm_count;
+  CUdeviceptr part = rt_player_base(c->x) + (CUdeviceptr)lf->norm_at;
   for (int i = 0; i < c->nzero_clear; i++)
     if (rt_memset0(c->d, part + (CUdeviceptr)(c->zero_clear[i][0] * 4), (size_t)c->zero_clear[i][1] * 4))
       return api_cuda_fail(s);
@@ -142,7 +143,7 @@ int api_cuda_dp_tail_point(stepc_t *s, int q, CudaProf *pf) {
   if (!c->skip_point[q]) return 0;
   /* another rank's tensor, its op run alone: only the hyper-parameters the first AdamW of a
    * setting computes for the others */
-  return rt_exec_adamw_hparams(c->x, c->point_op[q]) ? api_cuda_fail(s) : 1;
+  return rt_player_play(c->x, rt_player_program(c->x)->point[q].hparams) ? api_cuda_fail(s) : 1;
 }
 
 int api_cuda_dp_end(stepc_t *s, CudaProf *pf) {
@@ -200,19 +201,21 @@ static stepc_status zero_setup(stepc_t *s) {
    * same on each), its norm partial is counted once (rank 0's) */
   for (int t = 0; t < g->nt; t++)
     ka[t] = s->owner[t] == s->rank || s->owner[t] < 0, ks[t] = ka[t] && (s->owner[t] >= 0 || s->rank == 0);
-  stepc_status st = rt_exec_multi_keep(c->x, ks, ka) ? (api_cuda_fail(s), STEPC_ERR_RUNTIME) : STEPC_OK;
+  stepc_status st = rt_player_keep_rows(c->x, ks, ka) ? (api_cuda_fail(s), STEPC_ERR_RUNTIME) : STEPC_OK;
+  const LaunchProgram *lp = rt_player_program(c->x);
   c->norm_point = -1;
   for (int q = c->nmicro; q < c->npoints && st == STEPC_OK; q++) {
-    int o = c->point_op[q], peer;
+    int o = c->point_op[q];
     const Op *op = &g->op[o];
-    bool alone = rt_exec_op_runs(c->x, o) && !rt_exec_fusion(c->x, o, &peer);
+    const LpPoint *pt = &lp->point[q];
+    bool alone = pt->alone;
     if (op->kind == OP_CLIP_COEF && c->norm_point < 0) c->norm_point = q;
     if (op->kind == OP_GRAD_SUMSQ && !ks[op->in[0]]) {
-      int64_t first, count;
-      if (rt_exec_norm_partials(c->x, o, &first, &count))
-        st = (api_cuda_fail(s), STEPC_ERR_RUNTIME);
+      if (pt->norm_count < 0)
+        st = api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer on cuda: GRAD_SUMSQ op %d launches nothing and belongs "
+                                                "to no multi-tensor group", o);
       else
-        c->zero_clear[c->nzero_clear][0] = first, c->zero_clear[c->nzero_clear++][1] = count;
+        c->zero_clear[c->nzero_clear][0] = pt->norm_first, c->zero_clear[c->nzero_clear++][1] = pt->norm_count;
       c->skip_point[q] = alone;
     }
     if (op->kind == OP_ADAMW && !ka[op->in[0]]) c->skip_point[q] = alone;
@@ -249,8 +252,9 @@ static stepc_status warm_up(stepc_t *s) {
     int32_t p = -1;
     for (int i = 0; i < s->g->nt && p < 0; i++)
       if (s->g->t[i].role == ROLE_PARAM && s->owner[i] >= 0) p = i;
-    int64_t count;
-    CUdeviceptr part = rt_exec_norm_buffer(c->x, &count);
+    const LpFacts *lf = &rt_player_program(c->x)->f;
+    int64_t count = lf->norm_count;
+    CUdeviceptr part = rt_player_base(c->x) + (CUdeviceptr)lf->norm_at;
     char err[400];
     if ((p >= 0 && collectives(s, &p, 1, coll_broadcast, 0, 0, "warm-up", NULL)) ||
         (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err) &&

@@ -5,7 +5,7 @@
 
 #include "runtime/api_internal.h"
 #include "runtime/comm_nccl.h"
-#include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/player.h"
 #include "runtime/cuda/scoped.h"
 
 /* A profiled step's CUDA events (stepc_profile_step, stepc_profile_timeline): on the step's
@@ -26,7 +26,7 @@ typedef struct {
 
 typedef struct {
   RtDevice dev;
-  RtExec *x;
+  RtPlayer *x; /* plays the image's launch program */
   RtDevice *d; /* &dev once the driver is open */
   RtTimer timer;
   bool timer_ok, captured, full_iteration;
@@ -35,7 +35,7 @@ typedef struct {
   int *point_op;    /* program point -> op id: the micro ops, then the tail's, in graph order */
   int *op_point;    /* op id -> program point */
   RtScoped *scoped; /* cuda_graph_impl local / transformer_engine: per-scope graphs */
-  int npoints, nmicro;
+  int npoints, nmicro, nmb;
   float *losses;
   int32_t *tok, *tg; /* one step's staged batch, (num_microbatches, B*T) */
   uint64_t *seeds;
@@ -59,7 +59,7 @@ static inline ApiCuda *cu(stepc_t *s) { return s->impl; }
 
 /* The driver's message as the handle's (STEPC_ERR_RUNTIME); returns -1. */
 int api_cuda_fail(stepc_t *s);
-/* Program point q alone: step.c's function when it is linked, else the executor's dispatch. */
+/* Program point q's launches. */
 int api_cuda_run_point(stepc_t *s, int q);
 
 /* api_cuda_dp.c. Every hook is a no-op without a communicator. */

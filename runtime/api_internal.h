@@ -12,7 +12,6 @@
 #include "runtime/image.h"
 #include "runtime/safe_file.h"
 #include "runtime/stepc.h"
-#include "runtime/stepc_gen.h"
 
 /* The executors' data source (a CpuData, first member, so they can call it): the bound batch for
  * the next step when there is one, else the artifact's own source (mock tokens or data.path). */
@@ -41,12 +40,6 @@ typedef struct ApiBackend {
   /* After loading masters: make each param exactly what the optimizer would have left in it
    * (cpu: the fp32 master's value; cuda: nothing, the bf16 param was loaded as saved). */
   int (*params_from_masters)(stepc_t *s);
-  /* step.c's stepc_gen_op: checks the point; 1 when the op ran here (cpu), 0 when step.c launches
-   * it (cuda), -1 with the message */
-  int (*run_point)(stepc_t *s, int point, int op, int kind);
-  /* NULL, or a check of a linked step.c before it runs (cuda: the arena layout it was recorded
-   * against); nonzero with the message refuses it */
-  int (*accept_generated)(stepc_t *s, const stepc_generated *gen);
   void (*measure)(stepc_t *s, stepc_measure *m);
   void (*free)(stepc_t *s);
 } ApiBackend;
@@ -62,8 +55,6 @@ struct stepc {
   ApiData data;
   bool data_open;
   int64_t step;          /* optimizer steps taken */
-  const stepc_generated *gen; /* the linked step.c, when it runs; NULL: the library's loop */
-  int next_point;        /* the program point the generated step must call next */
   stepc_step_stats last;
   char gpu[256];
   /* data parallel (api_dp.c) */
@@ -125,11 +116,5 @@ int api_cpu_zero_gather(stepc_t *s);
 /* Appends one span to the profiled step's timeline. 0, or -1 (out of memory, with the message). */
 int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double start_ms, double end_ms);
 
-/* The generated step's checks shared by the backends: the call at `point` is the one expected. */
-int api_check_point(stepc_t *s, int point, int op_at_point, int op, int kind);
-
-/* The generated kernels the step.c of an artifact opened on s was written against: the image's
- * (they are in its cubin whichever device runs). */
-const RtGenKernels *api_gen_kernels(const stepc_t *s);
 
 #endif

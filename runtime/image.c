@@ -10,7 +10,8 @@ static const char MAGIC[8] = {'S', 'T', 'E', 'P', 'C', 'I', 'M', 'G'};
 typedef struct {
   char magic[8];
   uint32_t version;
-  uint32_t sizes[6];      /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket: this build's layout */
+  uint32_t sizes[9];      /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket, LpFacts, RtRec, LpPoint:
+                             this build's layout */
   uint64_t payload_bytes;
   uint64_t payload_hash;  /* FNV-1a of the payload */
 } ImgHeader;
@@ -18,7 +19,7 @@ typedef struct {
 /* The counts that size every array of the payload. */
 typedef struct {
   int32_t nt, nop, nchain, nscope, npoints, micro_points, npoison, ngen;
-  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad, pad;
+  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad, has_program;
   int64_t buffer_bytes[IR_MAX_BUFFERS];
 } ImgCounts;
 
@@ -46,9 +47,9 @@ static void put(Buf *b, const void *src, size_t n) {
   b->n += n;
 }
 
-static void sizes_of(uint32_t s[6]) {
+static void sizes_of(uint32_t s[9]) {
   s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(IrChain), s[4] = sizeof(ImgScope);
-  s[5] = sizeof(ImgBucket);
+  s[5] = sizeof(ImgBucket), s[6] = sizeof(LpFacts), s[7] = sizeof(RtRec), s[8] = sizeof(LpPoint);
 }
 
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
@@ -57,7 +58,7 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
                  .micro_points = im->micro_points, .npoison = im->npoison, .ngen = im->gen.n, .tokens = g->tokens,
                  .targets = g->targets, .loss = g->loss, .grad_norm = g->grad_norm, .lr = g->lr,
                  .num_microbatches = g->num_microbatches, .nbuffers = g->nbuffers, .nbucket = im->nbucket,
-                 .nbucket_grad = im->nbucket_grad};
+                 .nbucket_grad = im->nbucket_grad, .has_program = im->has_program};
   memcpy(c.buffer_bytes, g->buffer_bytes, sizeof c.buffer_bytes);
   Buf b = {0};
   put(&b, &im->f, sizeof im->f);
@@ -75,6 +76,16 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   put(&b, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
   put(&b, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
   put(&b, im->owner, (size_t)g->nt * sizeof *im->owner);
+  if (im->has_program) {
+    const LaunchProgram *lp = &im->lp;
+    put(&b, &lp->f, sizeof lp->f);
+    put(&b, lp->rec, (size_t)lp->f.nrec * sizeof *lp->rec);
+    put(&b, lp->point, (size_t)im->npoints * sizeof *lp->point);
+    put(&b, lp->micro, 2 * (size_t)lp->f.nmb * sizeof *lp->micro);
+    put(&b, lp->tensor_at, (size_t)g->nt * sizeof *lp->tensor_at);
+    put(&b, lp->table, (size_t)lp->f.ntable * sizeof *lp->table);
+    put(&b, lp->row, (size_t)lp->f.nrow * sizeof *lp->row);
+  }
   if (b.oom) {
     free(b.p);
     return snprintf(err, nerr, "out of memory writing %s", path), -1;
@@ -125,7 +136,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   FILE *f = fopen(path, "rb");
   if (!f) return snprintf(err, nerr, "cannot open %s", path), -1;
   ImgHeader h;
-  uint32_t want[6];
+  uint32_t want[9];
   sizes_of(want);
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, sizeof MAGIC) != 0) {
     fclose(f);
@@ -184,6 +195,22 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
     im->bucket = take(&r, (size_t)c.nbucket, sizeof *im->bucket, &bad);
     im->bucket_grad = take(&r, (size_t)c.nbucket_grad, sizeof *im->bucket_grad, &bad);
     im->owner = take(&r, (size_t)c.nt, sizeof *im->owner, &bad);
+    if (!bad && c.has_program) {
+      LaunchProgram *lp = &im->lp;
+      LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
+      if (lf) lp->f = *lf, free(lf);
+      if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 || lp->f.ntable > ((int64_t)1 << 40)))
+        bad = 1;
+      if (!bad) {
+        im->has_program = 1;
+        lp->rec = take(&r, (size_t)lp->f.nrec, sizeof *lp->rec, &bad);
+        lp->point = take(&r, (size_t)c.npoints, sizeof *lp->point, &bad);
+        lp->micro = take(&r, 2 * (size_t)lp->f.nmb, sizeof *lp->micro, &bad);
+        lp->tensor_at = take(&r, (size_t)c.nt, sizeof *lp->tensor_at, &bad);
+        lp->table = take(&r, (size_t)lp->f.ntable, sizeof *lp->table, &bad);
+        lp->row = take(&r, (size_t)lp->f.nrow, sizeof *lp->row, &bad);
+      }
+    }
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;
   }
   free(p);
@@ -200,6 +227,7 @@ void image_free(StepImage *im) {
   graph_free(im->g);
   free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison), free(im->scope);
   free(im->bucket), free(im->bucket_grad), free(im->owner);
+  lp_free(&im->lp);
   memset(im, 0, sizeof *im);
 }
 

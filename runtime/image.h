@@ -4,7 +4,8 @@
  *
  * What it carries: the planned graph (every tensor's name, dtype, shape, role, initialisation and
  * its slot in the CUDA plan's arena; every op with its attributes, tags and the compiler's fusions;
- * the generated elementwise chains), the CPU reference plan (fp32 slots and the ranges poisoned
+ * the generated elementwise chains), the launch program the CUDA runtime plays (runtime/program.h),
+ * the CPU reference plan (fp32 slots and the ranges poisoned
  * after their last use), the program order, the CUDA-graph scope instances, the names and
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
  * source, graph mode and warm-up, predicted peaks, the fingerprint step.c was generated for).
@@ -24,9 +25,10 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 4
+#define STEPC_IMAGE_VERSION 5
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
@@ -52,7 +54,7 @@ typedef enum { IMG_MODE_EAGER = 0, IMG_MODE_FULL_ITERATION = 1, IMG_MODE_SCOPED 
 
 /* The step's facts (fixed size). */
 typedef struct {
-  uint64_t fingerprint;      /* step_fingerprint of the graph (what step.c was generated for) */
+  uint64_t fingerprint;      /* step_fingerprint of the graph (checkpoints name the step by it) */
   uint64_t seed;             /* train.seed: parameter init, mock data, dropout */
   int64_t train_iters;
   int64_t vocab_size;
@@ -61,10 +63,10 @@ typedef struct {
   int32_t warmup_steps;      /* model.cuda_graph_warmup_steps */
   int32_t data_text;         /* 1: windows of data_path's bytes; 0: mock tokens from the seed */
   int32_t nreplay;           /* recompute replay ops per micro-batch */
-  int64_t cuda_peak;         /* the CUDA plan's peak live bytes */
+  int64_t cuda_peak;         /* the CUDA plan's peak live bytes, the launch scratch included */
   int64_t cpu_peak;          /* the CPU (fp32) plan's */
   int64_t cpu_arena;
-  int32_t sm_count;          /* step.c's grids were sized for this many SMs */
+  int32_t sm_count;          /* the launch program's grids were sized for this many SMs */
   int32_t dp_size;           /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
                                 graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
   int32_t dist_opt;          /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
@@ -96,6 +98,8 @@ typedef struct {
   int nbucket_grad;
   int32_t *owner;            /* per tensor: the distributed optimizer's owning rank (compiler/schedule.c)
                                 or -1 (every rank's, or no distributed optimizer) */
+  int has_program;           /* 1: lp holds the launch program (the CUDA backend runs the step) */
+  LaunchProgram lp;          /* what the CUDA runtime plays (program.h); its points are point_op's */
 } StepImage;
 
 /* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */

@@ -1,38 +1,21 @@
-/* record.h — a recording device: the runtime's launch lowering (runtime/cuda/op_*.c) run without a
- * GPU, every kernel launch, cuBLASLt GEMM, memset and copy captured with its arguments instead of
- * executed. `stepc build` records the planned step this way and writes the records into step.c as
- * literals (compiler/codegen/step_emit.c), so the generated step launches exactly what the
- * executor's dispatch would, and a test can check that it does (tests/api/step_literal.c).
+/* record.h — a recording device: the launch lowering (compiler/codegen/launch/op_*.c) run without a
+ * GPU, every kernel launch, cuBLASLt GEMM, cuDNN call, memset and copy captured with its arguments
+ * instead of executed (RtRec, runtime/program.h). `stepc build` records the planned step this way
+ * and stores the records as the launch program (compiler/codegen/launch/program.c); the player
+ * (runtime/cuda/player.c) can also play a program into a recorder, which is how CI checks that a
+ * program plays exactly what was lowered without a GPU (tests/api/program_play.c).
  *
  * Addresses: allocations on a recording device get distinct fake addresses (from 2^40 up, each
  * allocation 1 MiB apart), so a recorded pointer argument lies in exactly one allocation (the
- * emitter relocates it against the executor's arena and scratch). Nothing is recorded while `on`
+ * program builder relocates it against the step's allocation). Nothing is recorded while `on`
  * is 0 (set-up memsets, for instance). */
 #ifndef STEPC_RT_RECORD_H
 #define STEPC_RT_RECORD_H
 
+#include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define RT_REC_MAX_ARGS 24
-
-typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA } RtRecKind;
-
-typedef struct {
-  RtRecKind kind;
-  int op; /* the recorder's `op` when it was recorded (the caller's label, -1 none) */
-  /* RT_REC_LAUNCH */
-  RtKernel k;
-  unsigned grid[3], block, smem;
-  int nargs;
-  uint64_t arg[RT_REC_MAX_ARGS]; /* each argument's bits (4-byte ones in the low half), by rt_ksig */
-  /* RT_REC_GEMM */
-  RtGemm gemm;
-  /* RT_REC_SDPA */
-  RtSdpa sdpa;
-  /* RT_REC_MEMSET (dst, bytes), RT_REC_COPY (dst <- src, bytes) */
-  CUdeviceptr dst, src;
-  uint64_t bytes;
-} RtRec;
+#define RT_REC_MAX_ARGS LP_MAX_ARGS
 
 struct RtRecorder {
   RtRec *r;

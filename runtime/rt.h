@@ -135,7 +135,7 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  *   RT_GEMM_TN: C (M,N) = A (K,M)^T . B (K,N)        (wgrad: dW = dy^T x)
  * over `batch` products at fixed element strides, D = alpha op(A) op(B) + beta C (+ bias), C and D
  * bf16 (c_f32 = 0) or fp32, of one layout. D is `d`, or C itself when d = 0: the executor's
- * residual fusion (runtime/cuda/exec.c) reads the residual as C (beta = 1) and writes the sum to
+ * residual fusion (compiler/codegen/launch/exec.c) reads the residual as C (beta = 1) and writes the sum to
  * the add's output D, so the product never lands in memory on its own. Leading dimensions are
  * row-major, in elements. The algorithm is chosen once per shape (and, batched, per operand
  * alignment) with cublasLtMatmulAlgoGetHeuristic and cached, so every call of a shape runs the

@@ -23,8 +23,7 @@
  * Rules of the house: every function returns a stepc_status; on failure the handle keeps a
  * message (stepc_last_error) until the next call that fails. The library never prints, never
  * exits and never aborts on bad input. A handle is not thread-safe: use it from one thread at a
- * time. C11; link an artifact's libstep.so (or, in stepc's build tree, libstepc_rt + libstepc_ir:
- * the library loop without the artifact's step.c). */
+ * time. C11; link an artifact's libstep.so (or, in stepc's build tree, libstepc_rt + libstepc_ir). */
 #ifndef STEPC_H
 #define STEPC_H
 
@@ -35,7 +34,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 5
+#define STEPC_API_VERSION 6
 
 typedef enum {
   STEPC_OK = 0,
@@ -60,8 +59,6 @@ typedef struct {
   int cpu_threads;          /* CPU executor threads; 0 = 2 (results do not depend on it) */
   int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration,
                                2 scoped (one graph per scope instance: local / transformer_engine) */
-  int use_generated_step;   /* artifacts: 1 (default) runs the compiled step.c when it is linked in;
-                               0 runs the same schedule through the library's interpreter loop */
   /* Data parallel (docs/data-parallel.md). With world_size > 1 (or dp_join), stepc_open joins the
      job: rank 0 listens at master_addr:master_port (that address only), the others connect there,
      each proving the job secret, which every rank reads from STEPC_JOB_SECRET in its environment
@@ -80,7 +77,7 @@ typedef struct {
   char master_addr[256];    /* rank 0's host name or address */
 } stepc_options;
 
-/* The defaults: device AUTO, 2 threads, the recipe's graph mode, the generated step, one rank. */
+/* The defaults: device AUTO, 2 threads, the recipe's graph mode, one rank. */
 stepc_options stepc_options_default(void);
 /* Fills o's rank, world_size, local_rank, master_addr and master_port from the launcher's
  * environment: torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK /
@@ -108,7 +105,6 @@ typedef struct {
   const char *device;         /* "cuda" or "cpu" */
   const char *gpu;            /* the GPU's name on cuda, "" on cpu */
   const char *graph_mode;     /* "eager", "full_iteration", "scoped" (cuda) or "cpu" */
-  int generated;              /* 1 when the compiled step.c is what runs */
   int64_t micro_batch_size;   /* sequences per micro-batch */
   int64_t seq_length;         /* tokens per sequence */
   int64_t num_microbatches;   /* micro-batches per step (global_batch_size / micro_batch_size) */

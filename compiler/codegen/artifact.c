@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #include "artifact_sum.h"
-#include "codegen/step_emit.h"
+#include "codegen/launch/program.h"
+#include "codegen/program_text.h"
 #include "cpu_train.h"
 #include "ew_fuse.h"
 #include "fingerprint.h"
@@ -186,15 +187,14 @@ static const char VERSION_SCRIPT[] =
     "    stepc_get_measure;\n"
     "  local: *;\n};\n";
 
-/* libstep.so = step.c + the runtime (libstepc_rt + libstepc_ir): no compiler, no Lua, no NVRTC; the
+/* libstep.so = the runtime (libstepc_rt + libstepc_ir), which plays step.img's launch program: no compiler, no Lua, no NVRTC; the
  * driver and cuBLASLt are dlopen'ed at run time. SONAME libstep.so and train's RUNPATH $ORIGIN make
  * the directory relocatable: nothing in it names a path of this machine. */
 static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
   char log[PATH_MAX + 32], train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], vs[PATH_MAX + 32];
   StepcLayout lay;
   if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0) return ARTIFACT_ERROR;
-  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = lay.rt_archive, *irar = lay.ir_archive, *api_h = lay.api_header,
-             *gen_h = lay.gen_header;
+  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = lay.rt_archive, *irar = lay.ir_archive, *api_h = lay.api_header;
   snprintf(log, sizeof log, "%s/build.log", dir);
   snprintf(train_c, sizeof train_c, "%s/train.c", dir);
   snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
@@ -208,14 +208,12 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   char flags1[512], flags2[512];
   snprintf(flags1, sizeof flags1, "%s", STEPC_ARTIFACT_FLAGS);
   snprintf(flags2, sizeof flags2, "%s", STEPC_ARTIFACT_FLAGS);
-  if (progress) fprintf(progress, "build: %s -shared step.c + runtime -> libstep.so\n", cc);
+  if (progress) fprintf(progress, "build: %s -shared runtime -> libstep.so\n", cc);
   char *a1[48];
   int n = 0;
   a1[n++] = (char *)cc, a1[n++] = "-shared", a1[n++] = "-fPIC", a1[n++] = "-O1", a1[n++] = "-std=gnu11";
   n = add_flags(a1, n, flags1);
-  /* step.c repeats stepc_gen.h's declarations: with the header force-included a drift does not compile */
-  a1[n++] = "-include", a1[n++] = (char *)gen_h;
-  a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "step.c", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
+  a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
   a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
   a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
   if (run_logged(a1, log, dir) != 0) return fail_logged(err, nerr, "compiling libstep.so", log);
@@ -247,8 +245,7 @@ int artifact_mkdirs(const char *dir) {
 
 /* step.img (runtime/image.h): the CUDA plan sp (its graph, fusions, chains, scopes) beside the CPU
  * reference plan of the same step, the program, the generated kernels and the step's facts. */
-static int write_image(const Spec *spec, const Plan *sp, const StepEmitStats *es, const char *why, int sm_count,
-                       const char *cubin_name, const char *dir, char *err, size_t nerr) {
+static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name, const char *dir, char *err, size_t nerr) {
   static Plan cp; /* the CPU reference executor's plan: every float at 4 bytes */
   int st = plan_build(spec, 4, &cp, NULL, err, nerr);
   if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
@@ -294,11 +291,11 @@ static int write_image(const Spec *spec, const Plan *sp, const StepEmitStats *es
     snprintf(f->data_path, sizeof f->data_path, "%s", dp[0] != '/' && realpath(dp, abs) ? abs : dp);
   }
   f->nreplay = sp->rr.nreplay_total;
-  f->cuda_peak = sp->mp.peak;
+  f->cuda_peak = plan_device_peak(sp);
   f->cpu_peak = cp.mp.peak;
   f->cpu_arena = cp.mp.arena;
   f->cpu_region = cp.mp.region;
-  f->sm_count = sm_count;
+  f->sm_count = sp->sm_count;
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;
   /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
@@ -318,7 +315,9 @@ static int write_image(const Spec *spec, const Plan *sp, const StepEmitStats *es
   for (int t = 0; t < sp->g->nt; t++) im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1;
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
-  if (!es->cuda) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", why);
+  if (!sp->lp_ok) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", sp->lp_why);
+  im.has_program = sp->lp_ok;
+  if (sp->lp_ok) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
@@ -340,9 +339,11 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);
   if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
-  /* plan.json, step.c and step.img: one plan, the one `stepc plan` reports (nominal dtypes) */
+  /* plan.json and step.img (with the launch program): one plan, the one `stepc plan` reports
+   * (nominal dtypes), lowered for the target's SM count */
   static Plan sp; /* large; one build at a time */
-  int st = plan_build(spec, 0, &sp, d, err, nerr);
+  int sms = o->sm_count > 0 ? o->sm_count : LAUNCH_DEFAULT_SMS;
+  int st = plan_build_for(spec, 0, sms, &sp, d, err, nerr);
   if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
   f = open_out(dir, "plan.json", path, sizeof path);
   if (f) report_plan_json(&sp, d, f);
@@ -350,34 +351,32 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     plan_free(&sp);
     return fail(err, nerr, "cannot write %s%s", path, "");
   }
-  /* step.c, recorded from the executor's launches */
-  f = open_out(dir, "step.c", path, sizeof path);
-  StepEmitStats es;
-  char why[512];
-  int rc = f ? step_emit_c(&sp, raw->recipe_path, o->sm_count > 0 ? o->sm_count : STEP_EMIT_DEFAULT_SMS, f, &es, why, sizeof why,
-                           err, nerr)
-             : -1;
-  if (!f || fclose(f) != 0 || rc != 0) {
+  f = open_out(dir, "program.txt", path, sizeof path);
+  if (!f || program_text_write(&sp, f) != 0 || fclose(f) != 0) {
     plan_free(&sp);
-    if (!err[0]) snprintf(err, nerr, "cannot write %s", path);
-    return ARTIFACT_ERROR;
+    return fail(err, nerr, "cannot write %s%s", path, "");
   }
   char cubin_name[64];
   snprintf(cubin_name, sizeof cubin_name, "kernels.%s.cubin", arch);
-  int sms = o->sm_count > 0 ? o->sm_count : STEP_EMIT_DEFAULT_SMS;
-  if ((rc = write_image(spec, &sp, &es, why, sms, cubin_name, dir, err, nerr)) != ARTIFACT_OK) {
-    free(es.kernels_cu);
+  int rc;
+  if ((rc = write_image(spec, &sp, cubin_name, dir, err, nerr)) != ARTIFACT_OK) {
     plan_free(&sp);
     return rc;
   }
-  if (progress && es.cuda)
-    fprintf(progress, "build: step.c — %d ops, %d kernel launches, %d GEMMs, %d memsets\n", sp.sc.nops, es.launches, es.gemms,
-            es.memsets);
+  LaunchStats ls;
+  launch_program_stats(&sp.lp, &ls);
+  if (progress && sp.lp_ok)
+    fprintf(progress, "build: launch program — %d ops, %d kernel launches, %d GEMMs, %d attention calls, %d memsets, %d copies; "
+                      "launch scratch %lld B for %d SMs\n",
+            sp.sc.nops, ls.launches, ls.gemms, ls.sdpas, ls.memsets, ls.copies, (long long)sp.lp.f.scratch_bytes, sms);
   else if (progress)
-    fprintf(progress, "build: step.c — %d ops; no CUDA work (%s)\n", sp.sc.nops, why);
+    fprintf(progress, "build: %d ops; no launch program (%s)\n", sp.sc.nops, sp.lp_why);
+  char *src = ew_kernels_cu(&sp.ew, err, nerr);
+  if (!src) {
+    plan_free(&sp);
+    return ARTIFACT_ERROR;
+  }
   /* kernels.cu (hand-written + the step's generated kernels) and its cubin */
-  char *src = es.kernels_cu;
-  es.kernels_cu = NULL;
   f = open_out(dir, "kernels.cu", path, sizeof path);
   if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
     free(src);
@@ -397,11 +396,13 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
     return ARTIFACT_ERROR;
   }
   free(msg);
-  /* every kernel step.c launches must be in the cubin */
-  for (int k = 0; k < RT_K_COUNT + es.ngen && !err[0]; k++) {
-    const char *kn = k < RT_K_COUNT ? rt_kernel_name[k] : es.gen_name[k - RT_K_COUNT];
-    if (es.kernel_used[k] && !cubin_has_function(cb.data, cb.size, kn))
-      snprintf(err, nerr, "the cubin has no kernel %s, which step.c launches", kn);
+  /* every kernel the launch program launches must be in the cubin */
+  RtGenKernels gk;
+  ew_kernels_rt(&sp.ew, &gk);
+  for (int k = 0; k < RT_K_COUNT + gk.n && !err[0]; k++) {
+    const char *kn = k < RT_K_COUNT ? rt_kernel_name[k] : gk.k[k - RT_K_COUNT].name;
+    if (ls.kernel_used[k] && !cubin_has_function(cb.data, cb.size, kn))
+      snprintf(err, nerr, "the cubin has no kernel %s, which the launch program launches", kn);
   }
   plan_free(&sp);
   f = open_out(dir, cubin_name, path, sizeof path);
@@ -415,7 +416,8 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
 
 /* 1 when name is a file stepc build writes into an artifact (link_step's and artifact_build's). */
 static int own_file(const char *name) {
-  static const char *const own[] = {"recipe.lua", "plan.json",   "step.c",   "step.img",
+  /* step.c: what builds before the launch program wrote (an older artifact is still replaceable) */
+  static const char *const own[] = {"recipe.lua", "plan.json",   "step.img",   "program.txt", "step.c",
                                     "kernels.cu", "stepc.h",     "train.c",  "train",
                                     "libstep.so", "libstep.map", "libstep.sum", "build.log"};
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -427,7 +429,7 @@ static int own_file(const char *name) {
 int artifact_dir_replaceable(const char *dir, char *err, size_t nerr) {
   DIR *d = opendir(dir);
   if (!d) return errno == ENOENT ? 0 : (snprintf(err, nerr, "cannot read %s: %s", dir, strerror(errno)), -1);
-  int entries = 0, image = 0, so = 0, step_c = 0;
+  int entries = 0, image = 0;
   char bad[300] = "";
   for (struct dirent *e; !bad[0] && (e = readdir(d));) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
@@ -439,11 +441,10 @@ int artifact_dir_replaceable(const char *dir, char *err, size_t nerr) {
       snprintf(bad, sizeof bad, "%s, which stepc build does not write", e->d_name);
     else if (lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
       snprintf(bad, sizeof bad, "%s, which is not a regular file", e->d_name);
-    image |= !strcmp(e->d_name, STEPC_IMAGE_FILE), so |= !strcmp(e->d_name, "libstep.so"),
-        step_c |= !strcmp(e->d_name, "step.c");
+    image |= !strcmp(e->d_name, STEPC_IMAGE_FILE);
   }
   closedir(d);
-  if (!bad[0] && entries > 0 && !image && !(so && step_c))
+  if (!bad[0] && entries > 0 && !image)
     snprintf(bad, sizeof bad, "no %s", STEPC_IMAGE_FILE);
   if (!bad[0]) return 0;
   snprintf(err, nerr,

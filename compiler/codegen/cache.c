@@ -44,7 +44,7 @@ static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHY
 static int cache_key(const char *tmp, uint64_t *key, char *err, size_t nerr) {
   StepcLayout lay;
   if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0) return -1;
-  const char *files[] = {STEPC_IMAGE_FILE, "step.c", "kernels.cu"};
+  const char *files[] = {STEPC_IMAGE_FILE, "kernels.cu"};
   uint64_t h = IR_FNV_OFFSET;
   int ok = 1;
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -52,7 +52,7 @@ static int cache_key(const char *tmp, uint64_t *key, char *err, size_t nerr) {
     snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
     h = hash_file(h, p, &ok);
   }
-  const char *linked[] = {lay.rt_archive, lay.ir_archive, lay.api_header, lay.gen_header, "/proc/self/exe"};
+  const char *linked[] = {lay.rt_archive, lay.ir_archive, lay.api_header, "/proc/self/exe"};
   for (size_t i = 0; i < sizeof linked / sizeof linked[0]; i++) h = hash_file(h, linked[i], &ok);
   const char *cc = getenv("CC");
   if (cc && cc[0]) h = ir_fnv1a(h, cc, strlen(cc) + 1);

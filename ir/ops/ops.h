@@ -43,12 +43,14 @@ static inline uint64_t ops_rng_key(const CpuCtx *c, int64_t stream) {
 }
 /* A parameter's initialisation key: keyed by its name, not its index, so that graphs differing
  * elsewhere start from the same weights; the CPU and CUDA executors both draw from it. */
-static inline uint64_t ops_init_key(uint64_t seed, const char *name) {
+static inline uint64_t ops_init_name_hash(const char *name) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a of the name, from the basis the weights were first
                                          drawn with (not the standard one, CUBIN_FNV_OFFSET) */
   for (; *name; name++) h = (h ^ (uint8_t)*name) * 1099511628211ull;
-  return ops_mix64(ops_mix64(seed) ^ h);
+  return h;
 }
+/* (the CUDA init kernel makes the same key on the device: kernels/rtops.cuh init_normal) */
+static inline uint64_t ops_init_key(uint64_t seed, const char *name) { return ops_mix64(ops_mix64(seed) ^ ops_init_name_hash(name)); }
 /* Uniform in [0, 1) with 24 bits, for element `i` of the stream keyed by `key`. */
 static inline float ops_rng_uniform(uint64_t key, uint64_t i) {
   return (float)(ops_mix64(key ^ ops_mix64(i)) >> 40) * (1.0f / 16777216.0f);

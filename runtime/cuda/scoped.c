@@ -1,8 +1,7 @@
 /* scoped.c — per-module scoped CUDA graphs (see scoped.h).
  *
  * The micro program (program points [0, micro_points)) is a list of segments in order: an eager
- * run of op ids, or one scope instance. The executor launches ops in graph order and the micro
- * program is that order, so each segment is an op-id range run with the micro phases. */
+ * run of points, or one scope instance; each is a point range the player plays. */
 #include "runtime/cuda/scoped.h"
 
 #include <stdio.h>
@@ -10,41 +9,37 @@
 #include <string.h>
 
 typedef struct {
-  int first, last; /* op ids, inclusive */
+  int first, last; /* micro program points, inclusive */
   int inst;        /* scope instance index, or -1 for an eager run */
-  int last_point;  /* the micro program point of `last` */
 } Seg;
 
 typedef struct {
-  int first, last; /* op ids of the instance */
+  int first, last; /* program points of the instance */
   Phase phase;
-  int nlaunch;     /* ops in it that launch something; 0: no graph */
+  int nlaunch;     /* points in it that launch something; 0: no graph */
   RtGraph gr;
 } Inst;
 
 struct RtScoped {
   RtDevice *d;
-  RtExec *x;
+  RtPlayer *x;
   Seg *seg;
   int nseg;
   Inst *inst;
   int ninst;
-  int nmb, nops;
+  int nmb, micro_points, npoints;
   int eager_ops;
   int captured;
-  RtOpsRunner run; /* launches an op range (rt_scoped_set_runner) */
-  void *run_ctx;
 };
 
-static int run_dispatch(void *ctx, int first, int last, uint32_t phases) { return rt_exec_enqueue_ops(ctx, first, last, phases); }
-
-void rt_scoped_set_runner(RtScoped *s, RtOpsRunner run, void *ctx) {
-  s->run = run ? run : run_dispatch;
-  s->run_ctx = run ? ctx : s->x;
+/* Points first..last, in order. */
+static int play_points(RtScoped *s, int first, int last) {
+  for (int q = first; q <= last; q++)
+    if (rt_player_point(s->x, q)) return RT_ERROR;
+  return RT_OK;
 }
 
-static const uint32_t MICRO_PHASES =
-    IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
+static int launches(const RtScoped *s, int q) { return rt_player_program(s->x)->point[q].rec.count > 0; }
 
 void rt_scoped_free(RtScoped *s) {
   if (!s) return;
@@ -61,7 +56,7 @@ static int push_seg(RtScoped *s, Seg sg) {
   return 0;
 }
 
-RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *point_op, int micro_points,
+RtScoped *rt_scoped_new(RtDevice *d, RtPlayer *x, const Graph *g, int micro_points, int npoints,
                         const ImgScope *scope, int nscope, char *err, size_t nerr) {
   RtScoped *s = calloc(1, sizeof *s);
   int *inst_at = malloc((size_t)(micro_points + 1) * sizeof *inst_at);
@@ -70,8 +65,7 @@ RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *p
     snprintf(err, nerr, "out of memory");
     return NULL;
   }
-  s->d = d, s->x = x, s->ninst = nscope, s->nops = g->nop;
-  s->run = run_dispatch, s->run_ctx = x;
+  s->d = d, s->x = x, s->ninst = nscope, s->micro_points = micro_points, s->npoints = npoints;
   s->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   for (int i = 0; i < micro_points; i++) inst_at[i] = -1;
   for (int k = 0; k < nscope; k++) {
@@ -90,29 +84,22 @@ RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *p
         goto fail;
       }
       inst_at[i] = k;
-      int o = point_op[i];
-      if (in->first < 0) in->first = o;
-      in->last = o;
-      in->nlaunch += rt_exec_op_runs(x, o);
+      if (in->first < 0) in->first = i;
+      in->last = i;
+      in->nlaunch += launches(s, i);
     }
   }
-  /* segments in program order; op ids must rise along the micro program (the executor's order) */
+  /* segments in program order */
   Seg cur = {.first = -1, .inst = -1};
-  int prev = -1;
   for (int i = 0; i < micro_points; i++) {
-    int o = point_op[i], k = inst_at[i];
-    if (o <= prev) {
-      snprintf(err, nerr, "the micro-batch program is not in graph order at op %d (%s)", o, g->op[o].tags.module);
-      goto fail;
-    }
-    prev = o;
+    int k = inst_at[i];
     if (cur.first >= 0 && cur.inst != k) {
       if (push_seg(s, cur)) goto oom;
       cur.first = -1;
     }
-    if (cur.first < 0) cur = (Seg){.first = o, .inst = k};
-    cur.last = o, cur.last_point = i;
-    if (k < 0) s->eager_ops += rt_exec_op_runs(x, o);
+    if (cur.first < 0) cur = (Seg){.first = i, .inst = k};
+    cur.last = i;
+    if (k < 0) s->eager_ops += launches(s, i);
   }
   if (cur.first >= 0 && push_seg(s, cur)) goto oom;
   free(inst_at);
@@ -131,7 +118,7 @@ int rt_scoped_capture(RtScoped *s) {
     Inst *in = &s->inst[k];
     if (!in->nlaunch) continue; /* every op fused away: nothing to capture or launch */
     if (rt_capture_begin(s->d)) return RT_ERROR;
-    int rc = s->run(s->run_ctx, in->first, in->last, MICRO_PHASES);
+    int rc = play_points(s, in->first, in->last);
     /* end the capture even when an op failed, so that the stream leaves capture mode */
     RtGraph gr = {0};
     int rc2 = rt_capture_end(s->d, &gr);
@@ -148,24 +135,22 @@ int rt_scoped_capture(RtScoped *s) {
 int rt_scoped_enqueue_micro(RtScoped *s, RtSegmentHook after, void *ctx) {
   if (!s->captured) return rt_fail(s->d, "scoped graphs: enqueue before capture");
   for (int mb = 0; mb < s->nmb; mb++) {
-    if (rt_exec_micro_begin(s->x, mb)) return RT_ERROR;
-    int done = -1; /* the last point of the segments enqueued so far */
+    if (rt_player_micro_begin(s->x, mb)) return RT_ERROR;
     for (int i = 0; i < s->nseg; i++) {
       const Seg *sg = &s->seg[i];
-      int rc = sg->inst < 0 ? s->run(s->run_ctx, sg->first, sg->last, MICRO_PHASES)
+      int rc = sg->inst < 0                ? play_points(s, sg->first, sg->last)
                : s->inst[sg->inst].nlaunch ? rt_graph_launch(s->d, &s->inst[sg->inst].gr)
                                            : RT_OK;
-      if (rc || (after && after(ctx, mb, done + 1, sg->last_point))) return RT_ERROR;
-      done = sg->last_point;
+      if (rc || (after && after(ctx, mb, sg->first, sg->last))) return RT_ERROR;
     }
-    if (rt_exec_micro_end(s->x, mb)) return RT_ERROR;
+    if (rt_player_micro_end(s->x, mb)) return RT_ERROR;
   }
   return RT_OK;
 }
 
 int rt_scoped_enqueue_step(RtScoped *s) {
   if (rt_scoped_enqueue_micro(s, NULL, NULL)) return RT_ERROR;
-  return s->run(s->run_ctx, 0, s->nops - 1, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
+  return play_points(s, s->micro_points, s->npoints - 1);
 }
 
 void rt_scoped_stats(const RtScoped *s, RtScopedStats *st) {

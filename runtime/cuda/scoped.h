@@ -6,33 +6,28 @@
  *
  * Why one graph per instance serves every micro-batch and step: every tensor lives at its planned
  * arena offset, the micro-batch's tokens, targets and dropout seed are copied into fixed slots
- * before its ops (rt_exec_micro_begin), and nothing a captured op launches reads a host value
+ * before its ops (the program's begin section), and nothing a captured op launches reads a host value
  * that changes (the LR and step counter are device memory, and optimizer ops run eagerly). */
 #ifndef STEPC_RT_CUDA_SCOPED_H
 #define STEPC_RT_CUDA_SCOPED_H
 
 #include <stddef.h>
 
-#include "runtime/cuda/exec.h"
+#include "runtime/cuda/player.h"
 #include "runtime/image.h"
 
 typedef struct RtScoped RtScoped;
 
-/* Cuts the micro program (point -> op id, points [0, micro_points)) into eager runs and the
- * scope instances (their point ranges). Nothing is captured yet. NULL with a message in err
+/* Cuts the micro program (points [0, micro_points) of npoints) into eager runs
+ * and the scope instances (their point ranges), played by x. Nothing is captured yet. NULL with a message in err
  * (instances that overlap, an order the executor does not run). */
-RtScoped *rt_scoped_new(RtDevice *d, RtExec *x, const Graph *g, const int32_t *point_op, int micro_points,
+RtScoped *rt_scoped_new(RtDevice *d, RtPlayer *x, const Graph *g, int micro_points, int npoints,
                         const ImgScope *scope, int nscope, char *err, size_t nerr);
 void rt_scoped_free(RtScoped *s);
-/* What launches a run of ops (op ids first..last, those of `phases`): by default the executor's
- * dispatch (rt_exec_enqueue_ops); the C API sets the linked step.c's functions instead, so that
- * the graphs capture step.c's recorded launches. 0, or an error. */
-typedef int (*RtOpsRunner)(void *ctx, int first, int last, uint32_t phases);
-void rt_scoped_set_runner(RtScoped *s, RtOpsRunner run, void *ctx);
 /* Captures every instance's graph (once; a no-op after). Nothing runs: capture only records. */
 int rt_scoped_capture(RtScoped *s);
 /* Enqueues the whole step: per micro-batch its inputs, eager runs and graph launches in schedule
- * order, its loss; then the reduce and optimizer ops eagerly. Needs rt_scoped_capture first. */
+ * order, its loss; then the tail's points (reduce and optimizer) eagerly. Needs rt_scoped_capture first. */
 int rt_scoped_enqueue_step(RtScoped *s);
 /* The micro-batches alone (no tail), with after(ctx, mb, first, last) called once each segment
  * (an eager run or one graph) is enqueued: its micro program points are first..last. What the

@@ -128,7 +128,7 @@ static void test_errors(const char *dir) {
   const char *ov[] = {"model.num_layers=1", "model.seq_length=16", "train.micro_batch_size=1", "train.global_batch_size=1"};
   CHECK(open_recipe("models/tiny.lua", ov, 4, &o, &s) == STEPC_OK);
   stepc_info in;
-  CHECK(stepc_get_info(s, &in) == STEPC_OK && in.seq_length == 16 && in.num_microbatches == 1 && !in.generated);
+  CHECK(stepc_get_info(s, &in) == STEPC_OK && in.seq_length == 16 && in.num_microbatches == 1);
   int32_t tok[16] = {0}, tg[16] = {0};
   CHECK(stepc_bind_batch(s, tok, tg, 15) == STEPC_ERR_ARGUMENT && strstr(stepc_last_error(s), "16"));
   CHECK(stepc_bind_batch_device(s, tok, tg, 16) == STEPC_ERR_UNSUPPORTED && strstr(stepc_last_error(s), "host buffers"));

@@ -29,7 +29,7 @@ cmake -S "$tmp/src" -B "$tmp/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMA
 cmake --build "$tmp/build" --target stepc >"$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; fail "build"; }
 cmake --install "$tmp/build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "install"; }
 p=$tmp/prefix
-for f in bin/stepc lib/stepc/libstepc_rt.a lib/stepc/libstepc_ir.a lib/stepc/stepc_gen.h include/stepc.h share/stepc/models/tiny.lua; do
+for f in bin/stepc lib/stepc/libstepc_rt.a lib/stepc/libstepc_ir.a include/stepc.h share/stepc/models/tiny.lua; do
   [ -f "$p/$f" ] || fail "the install has no $f"
 done
 [ -e "$p/bin/stepc-layout.txt" ] && fail "the build tree's layout file was installed"

@@ -16,9 +16,9 @@ command -v cc >/dev/null || { echo "SKIP: no C compiler"; exit 77; }
 mkdir -p "$tmp/bin" "$tmp/h" "$tmp/home" "$tmp/bare/bin"
 cp "$stepc" "$tmp/bin/stepc" && cp "$stepc" "$tmp/bare/bin/stepc" || fail "copying stepc"
 key() { sed -n "s/^$1 //p" "$layout"; }
-cp "$(key api_header)" "$tmp/h/stepc.h" && cp "$(key gen_header)" "$tmp/h/stepc_gen.h" || fail "copying the headers"
-printf 'rt_archive %s\nir_archive %s\napi_header %s\ngen_header %s\nmodels %s\n' "$(key rt_archive)" "$(key ir_archive)" \
-  ../h/stepc.h ../h/stepc_gen.h "$(key models)" >"$tmp/bin/stepc-layout.txt"
+cp "$(key api_header)" "$tmp/h/stepc.h" || fail "copying the headers"
+printf 'rt_archive %s\nir_archive %s\napi_header %s\nmodels %s\n' "$(key rt_archive)" "$(key ir_archive)" \
+  ../h/stepc.h "$(key models)" >"$tmp/bin/stepc-layout.txt"
 
 # the artifact's directory, from `stepc run`'s progress line
 built() { HOME="$tmp/home" "$tmp/bin/stepc" run models/tiny.lua model.num_layers=1 --device cpu --steps 1 >"$tmp/$1.out" 2>&1 ||

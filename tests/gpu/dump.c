@@ -46,11 +46,11 @@
 typedef struct {
   const Graph *g;
   CpuExec *cpu;
-  RtExec *gpu;
+  RtTrainer *gpu;
 } Src;
 
 static int src_read(Src *s, int t, double *out) {
-  if (s->gpu) return rt_exec_read(s->gpu, t, out) ? -1 : 0;
+  if (s->gpu) return rt_trainer_read(s->gpu, t, out) ? -1 : 0;
   int64_t n = tensor_numel(&s->g->t[t]);
   for (int64_t i = 0; i < n; i++) out[i] = cpu_exec_get(s->cpu, t, i);
   return 0;
@@ -263,7 +263,7 @@ int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache) {
       code = st == RT_TRAIN_NO_DEVICE ? SKIP : 1;
       goto out;
     }
-    src.g = rt_trainer_graph(tr), src.gpu = rt_trainer_exec(tr);
+    src.g = rt_trainer_graph(tr), src.gpu = tr;
   } else {
     if (lower_step(s, &cg, err, sizeof err) != LOWER_OK) {
       printf("FAIL lower: %s\n", err);
@@ -300,11 +300,11 @@ int cmd_dump(const Spec *s, const char *outdir, int cuda, const char *cache) {
       goto out;
     }
     for (int mb = 0; mb < nmb; mb++)
-      if (rt_exec_enqueue_micro(src.gpu, mb)) {
+      if (rt_trainer_enqueue_micro(src.gpu, mb)) {
         printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err);
         goto out;
       }
-    if (rt_exec_read_losses(src.gpu, gl)) {
+    if (rt_trainer_read_losses(src.gpu, gl)) {
       printf("FAIL %s\n", rt_trainer_device(tr)->err);
       goto out;
     }

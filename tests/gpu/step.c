@@ -81,14 +81,14 @@ static int cmd_grads(const Spec *s, const char *cache) {
   int code = 0;
   RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, &code);
   if (!tr) return code;
-  RtExec *x = rt_trainer_exec(tr);
+  RtTrainer *x = tr;
   const Graph *g = rt_trainer_graph(tr);
   int nmb = g->num_microbatches;
   float gl[64] = {0};
   if (nmb > 64 || rt_trainer_stage(tr, 1, err, sizeof err)) return printf("FAIL stage: %s\n", err), 1;
   for (int mb = 0; mb < nmb; mb++)
-    if (rt_exec_enqueue_micro(x, mb)) return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
-  if (rt_exec_read_losses(x, gl)) return printf("FAIL %s\n", rt_trainer_device(tr)->err), 1;
+    if (rt_trainer_enqueue_micro(x, mb)) return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
+  if (rt_trainer_read_losses(x, gl)) return printf("FAIL %s\n", rt_trainer_device(tr)->err), 1;
   /* the CPU reference, same graph shape planned for fp32 */
   Graph *cg = NULL;
   if (lower_step(s, &cg, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
@@ -119,7 +119,7 @@ static int cmd_grads(const Spec *s, const char *cache) {
     int ci = graph_find_tensor(cg, g->t[i].name);
     int64_t m = tensor_numel(&g->t[i]);
     double *a = malloc((size_t)m * sizeof *a);
-    if (!a || ci < 0 || rt_exec_read(x, i, a)) return printf("FAIL reading %s\n", g->t[i].name), 1;
+    if (!a || ci < 0 || rt_trainer_read(x, i, a)) return printf("FAIL reading %s\n", g->t[i].name), 1;
     double dd = 0, rr = 0, ab = 0, aa = 0;
     for (int64_t j = 0; j < m; j++) {
       double r = cpu_exec_get(e, ci, j);
@@ -212,7 +212,7 @@ static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache,
     if (gnorm) gnorm[i] = st.grad_norm;
   }
   const Graph *g = rt_trainer_graph(tr);
-  RtExec *x = rt_trainer_exec(tr);
+  RtTrainer *x = tr;
   size_t total = 0;
   for (int i = 0; i < g->nt; i++)
     if (role_is_persistent(g->t[i].role)) total += (size_t)g->t[i].bytes;
@@ -221,7 +221,7 @@ static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache,
   for (int i = 0; i < g->nt && buf; i++)
     if (role_is_persistent(g->t[i].role)) {
       if (gn_at && i == g->grad_norm) *gn_at = (size_t)(p - buf);
-      if (rt_copy_d2h(d, p, rt_exec_ptr(x, i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
+      if (rt_copy_d2h(d, p, rt_player_tensor(rt_trainer_player(x), i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
       p += g->t[i].bytes;
     }
   RtMode m = rt_trainer_mode(tr);
@@ -384,12 +384,12 @@ static int count_launching(const Spec *s, const char *cache, int *nsum, int *nad
   RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, code);
   if (tr) {
     const Graph *g = rt_trainer_graph(tr);
-    RtExec *x = rt_trainer_exec(tr);
+
     *nsum = *nadam = *ngrad = 0;
     for (int t = 0; t < g->nt; t++) *ngrad += g->t[t].role == ROLE_GRAD;
     for (int o = 0; o < g->nop; o++) {
-      *nsum += g->op[o].kind == OP_GRAD_SUMSQ && rt_exec_op_runs(x, o);
-      *nadam += g->op[o].kind == OP_ADAMW && rt_exec_op_runs(x, o);
+      *nsum += g->op[o].kind == OP_GRAD_SUMSQ && rt_trainer_op_runs(tr, o);
+      *nadam += g->op[o].kind == OP_ADAMW && rt_trainer_op_runs(tr, o);
     }
     rt_trainer_free(tr);
   }

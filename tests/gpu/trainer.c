@@ -18,11 +18,11 @@
 struct RtTrainer {
   RtDevice d;
   RtGenKernels gen;   /* the plan's generated kernels (d.gen) */
-  PlanProgram prog;   /* the program the scoped graphs cut */
+  PlanProgram prog;   /* the program order: point -> op (the launch program's points) */
   ImgScope *scope;
   int nscope;
   Plan p;             /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
-  RtExec *x;
+  RtPlayer *x; /* plays the plan's launch program */
   CpuData *data;
   uint64_t seed;
   int64_t step;
@@ -42,7 +42,58 @@ uint64_t rt_step_seed(uint64_t seed, int64_t step, int64_t micro) {
 }
 
 RtDevice *rt_trainer_device(RtTrainer *tr) { return &tr->d; }
-RtExec *rt_trainer_exec(RtTrainer *tr) { return tr->x; }
+RtPlayer *rt_trainer_player(RtTrainer *tr) { return tr->x; }
+
+int rt_trainer_op_runs(const RtTrainer *tr, int o) {
+  for (int q = 0; q < tr->prog.p.npoints; q++)
+    if (tr->prog.point_op[q] == o) return tr->p.lp.point[q].rec.count > 0;
+  return 0;
+}
+
+int rt_trainer_enqueue_micro(RtTrainer *tr, int mb) {
+  if (rt_player_micro_begin(tr->x, mb)) return RT_ERROR;
+  for (int q = 0; q < tr->prog.p.micro_points; q++)
+    if (rt_player_point(tr->x, q)) return RT_ERROR;
+  return rt_player_micro_end(tr->x, mb);
+}
+
+/* The whole step: every micro-batch, then the tail's points. */
+static int enqueue_step(RtTrainer *tr) {
+  for (int mb = 0; mb < tr->p.g->num_microbatches; mb++)
+    if (rt_trainer_enqueue_micro(tr, mb)) return RT_ERROR;
+  for (int q = tr->prog.p.micro_points; q < tr->prog.p.npoints; q++)
+    if (rt_player_point(tr->x, q)) return RT_ERROR;
+  return RT_OK;
+}
+
+int rt_trainer_read_losses(RtTrainer *tr, float *losses) { return rt_player_read_losses(tr->x, losses); }
+
+int rt_trainer_read(RtTrainer *tr, int tensor, double *out) {
+  const Tensor *t = &tr->p.g->t[tensor];
+  int64_t n = tensor_numel(t);
+  void *h = malloc((size_t)t->bytes ? (size_t)t->bytes : 1);
+  if (!h) return rt_fail(&tr->d, "out of memory");
+  if (rt_copy_d2h(&tr->d, h, rt_player_tensor(tr->x, tensor), (size_t)t->bytes)) {
+    free(h);
+    return RT_ERROR;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    switch (t->dtype) {
+    case DT_F32: out[i] = ((float *)h)[i]; break;
+    case DT_BF16: {
+      uint32_t u = (uint32_t)((uint16_t *)h)[i] << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      out[i] = f;
+      break;
+    }
+    case DT_I32: out[i] = ((int32_t *)h)[i]; break;
+    default: out[i] = ((uint8_t *)h)[i]; break;
+    }
+  }
+  free(h);
+  return RT_OK;
+}
 const Graph *rt_trainer_graph(const RtTrainer *tr) { return tr->p.g; }
 RtMode rt_trainer_mode(const RtTrainer *tr) { return tr->mode; }
 int rt_trainer_graph_nodes(const RtTrainer *tr) {
@@ -68,7 +119,7 @@ int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st) {
   rt_scoped_stats(tr->scoped, st);
   return 0;
 }
-int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return tr->p.mp.peak; }
+int64_t rt_trainer_planned_peak(const RtTrainer *tr) { return plan_device_peak(&tr->p); }
 int rt_trainer_replay_ops(const RtTrainer *tr) { return tr->p.rr.nreplay_total; }
 
 void rt_trainer_free(RtTrainer *tr) {
@@ -77,7 +128,7 @@ void rt_trainer_free(RtTrainer *tr) {
     rt_graph_destroy(&tr->d, &tr->graph);
     rt_scoped_free(tr->scoped);
     rt_timer_free(&tr->d, &tr->timer);
-    rt_exec_free(tr->x);
+    rt_player_free(tr->x);
     rt_close(&tr->d);
   }
   plan_free(&tr->p);
@@ -90,7 +141,7 @@ void rt_trainer_free(RtTrainer *tr) {
 /* NVRTC -> cubin for this device's arch, then cuModuleLoadData. */
 static int load_kernels(RtDevice *d, const EwKernels *ew, const char *cache_dir) {
   char err[256];
-  /* the executor's generated kernels (d->gen, set by rt_exec_new) after the hand-written ones */
+  /* the step's generated kernels (d->gen) after the hand-written ones */
   char *src = ew_kernels_cu(ew, err, sizeof err);
   if (!src) return rt_fail(d, "assembling kernels.cu: %s", err);
   char arch[32];
@@ -165,20 +216,23 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   }
   ew_kernels_rt(&tr->p.ew, &tr->gen);
   tr->d.gen = &tr->gen;
-  int unsupported = 0;
-  /* the executor first: its analysis decides the generated kernels the module must hold */
-  if (!(tr->x = rt_exec_new(&tr->d, tr->p.g, &unsupported)) || load_kernels(&tr->d, &tr->p.ew, cache_dir) ||
-      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) || rt_timer_new(&tr->d, &tr->timer) ||
-      rt_exec_init_params(tr->x, tr->seed)) {
-    *status = unsupported ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
-    snprintf(err, nerr, "%s", tr->d.err);
+  if (!tr->p.lp_ok) { /* the plan's launch program (plan.h): what stepc build stores and the runtime plays */
+    *status = RT_TRAIN_UNSUPPORTED;
+    snprintf(err, nerr, "%s", tr->p.lp_why);
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  if (plan_program_build(tr->p.g, &tr->p.sc, NULL, &tr->prog) || load_kernels(&tr->d, &tr->p.ew, cache_dir) ||
+      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) || rt_timer_new(&tr->d, &tr->timer) || !(tr->x = rt_player_new(&tr->d, &tr->p.lp)) ||
+      rt_player_init(tr->x, tr->seed)) {
+    snprintf(err, nerr, "%s", tr->d.err[0] ? tr->d.err : "out of memory");
     rt_trainer_free(tr);
     return NULL;
   }
   if (tr->mode == RT_MODE_SCOPED &&
-      (plan_program_build(tr->p.g, &tr->p.sc, NULL, &tr->prog) || !(tr->scope = calloc((size_t)tr->p.sr.n + 1, sizeof *tr->scope)) ||
+      (!(tr->scope = calloc((size_t)tr->p.sr.n + 1, sizeof *tr->scope)) ||
        (tr->nscope = plan_scope_points(&tr->p.sc, &tr->p.sr, tr->scope)) < 0 ||
-       !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, tr->prog.point_op, tr->prog.p.micro_points, tr->scope, tr->nscope, err,
+       !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, tr->prog.p.micro_points, tr->prog.p.npoints, tr->scope, tr->nscope, err,
                                     nerr)))) {
     *status = RT_TRAIN_UNSUPPORTED;
     rt_trainer_free(tr);
@@ -209,7 +263,7 @@ int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr) {
     }
     tr->seeds[mb] = rt_step_seed(tr->seed, step, mb);
   }
-  if (rt_exec_stage(tr->x, tr->tok, tr->tg, tr->seeds)) {
+  if (rt_player_stage(tr->x, tr->tok, tr->tg, tr->seeds)) {
     snprintf(err, nerr, "%s", tr->d.err);
     return -1;
   }
@@ -234,7 +288,7 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
     /* Capture once; the step counter, LR and seeds live in device memory, so every replay is
      * the next step. */
     if (rt_capture_begin(d)) return fail(tr, err, nerr);
-    int rc = rt_exec_enqueue_step(tr->x);
+    int rc = enqueue_step(tr);
     RtGraph gr;
     int rc2 = rt_capture_end(d, &gr);
     if (rc || rc2) return fail(tr, err, nerr);
@@ -242,12 +296,12 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
     tr->captured = true;
   }
   if (rt_timer_start(d, &tr->timer)) return fail(tr, err, nerr);
-  int rc = !replay ? rt_exec_enqueue_step(tr->x) : tr->scoped ? rt_scoped_enqueue_step(tr->scoped) : rt_graph_launch(d, &tr->graph);
+  int rc = !replay ? enqueue_step(tr) : tr->scoped ? rt_scoped_enqueue_step(tr->scoped) : rt_graph_launch(d, &tr->graph);
   if (rc) return fail(tr, err, nerr);
   if (rt_timer_stop(d, &tr->timer, &st->ms)) return fail(tr, err, nerr);
-  if (rt_exec_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
+  if (rt_player_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
   double lr = 0, gn = 0, loss = 0;
-  if (rt_exec_read(tr->x, tr->p.g->lr, &lr) || rt_exec_read(tr->x, tr->p.g->grad_norm, &gn)) return fail(tr, err, nerr);
+  if (rt_trainer_read(tr, tr->p.g->lr, &lr) || rt_trainer_read(tr, tr->p.g->grad_norm, &gn)) return fail(tr, err, nerr);
   for (int mb = 0; mb < tr->p.g->num_microbatches; mb++) loss += tr->losses[mb];
   st->step = tr->step;
   st->loss = loss / (double)tr->p.g->num_microbatches;

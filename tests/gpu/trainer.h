@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "cpu_train.h"
-#include "runtime/cuda/exec.h"
+#include "runtime/cuda/player.h"
 #include "runtime/cuda/scoped.h"
 #include "spec.h"
 
@@ -42,11 +42,20 @@ void rt_trainer_free(RtTrainer *tr);
  * in full_iteration mode the step is captured once and replayed every step after, in scoped mode
  * every scope instance is captured once and launched for every micro-batch after. */
 int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr);
-/* Stages step `step`'s inputs and seeds without running anything (tests drive rt_exec_*). */
+/* Stages step `step`'s inputs and seeds without running anything (tests drive the player). */
 int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr);
 
 RtDevice *rt_trainer_device(RtTrainer *tr);
-RtExec *rt_trainer_exec(RtTrainer *tr);
+/* The player of the planned step's launch program (the plan's, as stepc build stores it). */
+RtPlayer *rt_trainer_player(RtTrainer *tr);
+/* Micro-batch mb alone: its inputs, the micro program's points, its loss out. */
+int rt_trainer_enqueue_micro(RtTrainer *tr, int mb);
+/* Whether op o launches anything (it is not fused into another op's launch). */
+int rt_trainer_op_runs(const RtTrainer *tr, int o);
+/* Tensor t as doubles (its numel; synchronises). */
+int rt_trainer_read(RtTrainer *tr, int t, double *out);
+/* The micro-batches' losses after a step (synchronises). */
+int rt_trainer_read_losses(RtTrainer *tr, float *losses);
 const Graph *rt_trainer_graph(const RtTrainer *tr);
 RtMode rt_trainer_mode(const RtTrainer *tr);
 int rt_trainer_graph_nodes(const RtTrainer *tr); /* nodes of the captured graph(s), 0 before capture */
@@ -57,7 +66,7 @@ int rt_trainer_scoped_stats(const RtTrainer *tr, RtScopedStats *st);
 /* The scoped graphs of a scoped trainer (NULL otherwise), for a caller that drives the step
  * itself (the C API). */
 RtScoped *rt_trainer_scoped(RtTrainer *tr);
-/* The memory plan's peak live bytes (the prediction beside the measurement) and replay ops. */
+/* The step's planned device peak (memory plan + launch scratch: the prediction beside the measurement) and replay ops. */
 int64_t rt_trainer_planned_peak(const RtTrainer *tr);
 int rt_trainer_replay_ops(const RtTrainer *tr);
 

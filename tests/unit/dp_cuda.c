@@ -5,7 +5,7 @@
  *    last op of the micro program whose recorded launches (kernel pointer arguments, GEMM and
  *    attention operands, memsets, copies) touch the gradient's bytes — an oracle independent of
  *    the fusion pass, read from what step.c will launch;
- *  - ZeRO-1's executor helpers (runtime/cuda/op_optim.c): the GRAD_SUMSQ partial slices tile the
+ *  - ZeRO-1's executor helpers (compiler/codegen/launch/op_optim.c): the GRAD_SUMSQ partial slices tile the
  *    partials buffer exactly; a masked multi-tensor table differs from the full one only by n = 0
  *    in the masked rows; the hyper-parameter launch kept for a skipped AdamW is the one the op
  *    itself makes first;

@@ -5,7 +5,7 @@
  *   kernel_sigs --print    a table row for every declared kernel, as it should read
  *
  * Every host launch of a hand-written kernel goes through its row (the typed launchers of
- * runtime/cuda/launchers.h, the recorder and step.c by the signature letters), so a row that
+ * codegen/launch/launchers.h, the recorder and step.c by the signature letters), so a row that
  * disagrees with the declaration launches the kernel with its arguments in the wrong places. Sizes
  * alone would not see two pointers swapped: names and types do, and the self-test below proves it
  * on a copy of a real declaration.

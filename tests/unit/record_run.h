@@ -9,7 +9,7 @@
 
 #include "diag.h"
 #include "frontend/frontend.h"
-#include "runtime/cuda/exec.h"
+#include "codegen/launch/exec.h"
 #include "runtime/record.h"
 #include "plan.h"
 #include "validate.h"

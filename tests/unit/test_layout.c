@@ -45,7 +45,7 @@ static void install_layout(void) {
   mkdir(strcat(strcpy(want, tmp), "/lib"), 0777), mkdir(strcat(want, "/stepc"), 0777);
   mkdir(strcat(strcpy(want, tmp), "/include"), 0777);
   write_file("lib/stepc/libstepc_rt.a", "rt"), write_file("lib/stepc/libstepc_ir.a", "ir");
-  write_file("lib/stepc/stepc_gen.h", "gen"), write_file("include/stepc.h", "api");
+  write_file("include/stepc.h", "api");
   CHECK(stepc_layout_check(&l, err, sizeof err) == 0);
 }
 
@@ -54,10 +54,9 @@ static void layout_file(void) {
   char err[512] = "", exe[128], want[256];
   snprintf(exe, sizeof exe, "%s/bin/stepc", tmp);
   write_file("bin/" STEPC_LAYOUT_FILE, "# a comment\n\nrt_archive /abs/librt.a\nir_archive rel/libir.a\n"
-                                       "api_header /h/stepc.h\ngen_header /h/stepc_gen.h\nmodels /m\n");
+                                       "api_header /h/stepc.h\nmodels /m\n");
   CHECK(stepc_layout_find(exe, &l, err, sizeof err) == 0);
-  CHECK(!strcmp(l.rt_archive, "/abs/librt.a") && !strcmp(l.models, "/m") &&
-        !strcmp(l.gen_header, "/h/stepc_gen.h"));
+  CHECK(!strcmp(l.rt_archive, "/abs/librt.a") && !strcmp(l.models, "/m") && !strcmp(l.api_header, "/h/stepc.h"));
   snprintf(want, sizeof want, "%s/bin/rel/libir.a", tmp);
   CHECK(!strcmp(l.ir_archive, want));
   CHECK(strstr(l.origin, STEPC_LAYOUT_FILE) != NULL);
@@ -66,7 +65,7 @@ static void layout_file(void) {
   write_file("bin/" STEPC_LAYOUT_FILE, "rt_archive /a\nir_archive /b\nheader /c\n");
   CHECK(stepc_layout_find(exe, &l, err, sizeof err) == -1);
   CHECK(strstr(err, STEPC_LAYOUT_FILE ":3: unknown key header") != NULL);
-  write_file("bin/" STEPC_LAYOUT_FILE, "rt_archive /a\nir_archive /b\napi_header /c\ngen_header /d\n");
+  write_file("bin/" STEPC_LAYOUT_FILE, "rt_archive /a\nir_archive /b\napi_header /c\n");
   CHECK(stepc_layout_find(exe, &l, err, sizeof err) == -1 && strstr(err, "no line for models"));
   write_file("bin/" STEPC_LAYOUT_FILE, "rt_archive\n");
   CHECK(stepc_layout_find(exe, &l, err, sizeof err) == -1 && strstr(err, ":1: expected `key path`"));

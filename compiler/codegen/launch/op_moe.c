@@ -10,8 +10,8 @@
  * permuted buffer empty, the buffer is zeroed first (a memset in the stream), as the CPU
  * reference's rows are. Deterministic: every sum in a fixed order (kernels/moe.cuh). */
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 #define STRIDE(work) rt_grid_stride(x->d, work), 256, 0
 #define MOE_MAX_EXPERTS 256 /* moe_dispatch's shared memory: 34 E ints under 48 KiB */

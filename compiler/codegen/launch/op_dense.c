@@ -3,8 +3,8 @@
  * (exec.h's fusion); their row sums go through the executor's partial-sum scratch in a fixed
  * order, so they are deterministic. */
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 int rt_op_linear(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);

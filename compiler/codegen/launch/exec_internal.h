@@ -3,7 +3,7 @@
 #define STEPC_RT_CUDA_EXEC_INTERNAL_H
 
 #include "ops/ops.h"
-#include "runtime/cuda/exec.h"
+#include "codegen/launch/exec.h"
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
@@ -29,7 +29,7 @@ struct RtExec {
   const Graph *g;
   CUdeviceptr arena;
   int64_t arena_bytes, buf_base[IR_MAX_BUFFERS];
-  /* the executor's scratch: one allocation, carved below */
+  /* the launch scratch: after the plan's buffers in the same allocation, carved below */
   CUdeviceptr scratch;
   int64_t scratch_bytes;
   CUdeviceptr norm_partial; /* (norm_groups, 2 C) fp32, C the widest normalised/biased row */
@@ -46,6 +46,8 @@ struct RtExec {
   CUdeviceptr seed_cur;  /* u64: the seed of the micro-batch running now; dropout reads only this
                             fixed slot, so a graph captured once serves every micro-batch */
   CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
+  CUdeviceptr init_seed; /* u64: train.seed, which the initialisation launches read */
+  int64_t scratch_part[RT_SCRATCH_PARTS], scratch_at[RT_SCRATCH_PARTS]; /* bytes, offset in the scratch */
   CUdeviceptr inputs;    /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;          /* B*T */
   int nmb;

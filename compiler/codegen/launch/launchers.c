@@ -1,5 +1,5 @@
 /* launchers.c — the typed launchers of launchers.h, one per row of kernels/kernel_list.h. */
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/launchers.h"
 
 /* Each argument is passed by address, as cuLaunchKernel takes it; the launcher's own parameters
  * are the storage, alive until rt_launch returns (the driver and the recorder copy them). */

@@ -1,8 +1,8 @@
 /* op_attn_loss.c — dispatch of attention (ir/ops/flash.c), the fused cross-entropy (loss.c) and the
  * chunked output layer with its loss (linear_loss.c). */
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 int rt_flash_supported(int64_t T, int64_t D) { return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0; }
 

@@ -1,8 +1,8 @@
 /* op_basic.c — dispatch of the elementwise, embedding, RoPE, dropout, activation and QKV-layout
  * ops (ir/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 /* grid, block and shared memory of a grid-stride kernel over `work` items */
 #define STRIDE(work) rt_grid_stride(x->d, work), 256, 0

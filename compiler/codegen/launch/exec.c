@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 /* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
 static const RtOpFn DISPATCH[OP_COUNT] = {
@@ -99,8 +99,7 @@ int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 
 void rt_exec_free(RtExec *x) {
   if (!x) return;
-  rt_free(x->d, x->arena, (size_t)x->arena_bytes);
-  rt_free(x->d, x->scratch, (size_t)x->scratch_bytes);
+  rt_free(x->d, x->arena, (size_t)(x->arena_bytes + x->scratch_bytes));
   free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
   free(x->multi_at), free(x->multi_chunks), free(x->multi_host);
   free(x);
@@ -240,9 +239,9 @@ static int analyse(RtExec *x, int *unsupported) {
   /* global-norm slices (the ops that run) and AdamW hyper-parameter slots */
   float hpk[RT_MAX_HP][3];
   int nhp = 0;
-  /* a fixed count (2 per SM of an H100/H200), not the device's: the scratch layout, and so a
-   * recorded step.c, must not depend on the GPU it runs on */
-  x->gn_groups = 264;
+  /* 2 per SM of the device the program is lowered for (stepc build --sms): the scratch is sized
+   * at build time, and a program plays the same on any GPU (its kernels are grid-stride) */
+  x->gn_groups = 2 * (d->sm_count > 0 ? d->sm_count : 132);
   int64_t npart = 0;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
@@ -269,10 +268,11 @@ static int analyse(RtExec *x, int *unsupported) {
   return rc;
 }
 
-/* Scratch sizes from the graph's shapes. */
+/* Scratch sizes from the graph's shapes: the parts of the launch scratch (exec.h's RT_SCRATCH_*),
+ * laid out after the plan's buffers in the one allocation (rt_exec_new). */
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-static int carve_scratch(RtExec *x) {
+static void carve_scratch(RtExec *x) {
   const Graph *g = x->g;
   int64_t maxc = 8, maxrows = 1, maxdsum = 1;
   for (int o = 0; o < g->nop; o++) {
@@ -293,24 +293,43 @@ static int carve_scratch(RtExec *x) {
   x->norm_groups = (int)(maxrows / 16 < 1 ? 1 : maxrows / 16 > 512 ? 512 : maxrows / 16);
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   x->ntok = tensor_numel(&g->t[g->tokens]);
-  int64_t sizes[9] = {(int64_t)x->norm_groups * 2 * maxc * 4, (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4,
-                      maxdsum * 4, RT_MAX_HP * 8 * 4, (int64_t)x->nmb * 8, (int64_t)x->nmb * 4, (int64_t)x->nmb * 2 * x->ntok * 4, 8,
-                      x->multi_words * 8};
-  int64_t off[9], total = 0;
-  for (int i = 0; i < 9; i++) off[i] = total, total += align256(sizes[i]);
+  int64_t *sz = x->scratch_part;
+  sz[RT_SCRATCH_NORM] = (int64_t)x->norm_groups * 2 * maxc * 4;
+  sz[RT_SCRATCH_GNORM] = (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4;
+  sz[RT_SCRATCH_DSUM] = maxdsum * 4;
+  sz[RT_SCRATCH_HPARAMS] = RT_MAX_HP * 8 * 4;
+  sz[RT_SCRATCH_SEEDS] = (int64_t)x->nmb * 8;
+  sz[RT_SCRATCH_LOSSES] = (int64_t)x->nmb * 4;
+  sz[RT_SCRATCH_INPUTS] = (int64_t)x->nmb * 2 * x->ntok * 4;
+  sz[RT_SCRATCH_SEED_CUR] = 8;
+  sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
+  sz[RT_SCRATCH_INIT_SEED] = 8;
+  int64_t total = 0;
+  for (int i = 0; i < RT_SCRATCH_PARTS; i++) x->scratch_at[i] = total, total += align256(sz[i]);
   x->scratch_bytes = total;
-  if (rt_alloc(x->d, &x->scratch, (size_t)total, "the executor's scratch")) return RT_ERROR;
+}
+
+/* The scratch's parts at their places, once the allocation exists. */
+static void place_scratch(RtExec *x) {
+  x->scratch = x->arena + (CUdeviceptr)x->arena_bytes;
   CUdeviceptr s = x->scratch;
-  x->norm_partial = s + (CUdeviceptr)off[0];
-  x->gn_partial = s + (CUdeviceptr)off[1];
-  x->dsum = s + (CUdeviceptr)off[2];
-  x->hp = s + (CUdeviceptr)off[3];
-  x->seeds = s + (CUdeviceptr)off[4];
-  x->losses = s + (CUdeviceptr)off[5];
-  x->inputs = s + (CUdeviceptr)off[6];
-  x->seed_cur = s + (CUdeviceptr)off[7];
-  x->multi_table = s + (CUdeviceptr)off[8];
-  return rt_memset0(x->d, x->scratch, (size_t)total);
+  const int64_t *at = x->scratch_at;
+  x->norm_partial = s + (CUdeviceptr)at[RT_SCRATCH_NORM];
+  x->gn_partial = s + (CUdeviceptr)at[RT_SCRATCH_GNORM];
+  x->dsum = s + (CUdeviceptr)at[RT_SCRATCH_DSUM];
+  x->hp = s + (CUdeviceptr)at[RT_SCRATCH_HPARAMS];
+  x->seeds = s + (CUdeviceptr)at[RT_SCRATCH_SEEDS];
+  x->losses = s + (CUdeviceptr)at[RT_SCRATCH_LOSSES];
+  x->inputs = s + (CUdeviceptr)at[RT_SCRATCH_INPUTS];
+  x->seed_cur = s + (CUdeviceptr)at[RT_SCRATCH_SEED_CUR];
+  x->multi_table = s + (CUdeviceptr)at[RT_SCRATCH_TABLES];
+  x->init_seed = s + (CUdeviceptr)at[RT_SCRATCH_INIT_SEED];
+}
+
+int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {
+  if (part < 0 || part >= RT_SCRATCH_PARTS) return -1;
+  if (at) *at = x->arena_bytes + x->scratch_at[part];
+  return x->scratch_part[part];
 }
 
 /* The multi-tensor groups' tables, from the plan's addresses, to the device (a recording device
@@ -324,6 +343,11 @@ static int write_tables(RtExec *x) {
     if (x->multi_at[o] >= 0 && rt_multi_rows(x, o, x->multi_host + x->multi_at[o], &chunks)) return RT_ERROR;
   if (x->d->rec) return RT_OK;
   return rt_copy_h2d(x->d, x->multi_table, x->multi_host, (size_t)x->multi_words * 8);
+}
+
+const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words) {
+  *words = x->multi_words;
+  return x->multi_host;
 }
 
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
@@ -390,7 +414,10 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
     rt_exec_free(x);
     return NULL;
   }
-  if (rt_alloc(d, &x->arena, (size_t)total, "the plan's arena") || carve_scratch(x) || write_tables(x) || rt_attn_resolve(x, unsupported)) {
+  carve_scratch(x);
+  /* one allocation: the plan's buffers, then the launch scratch */
+  if (rt_alloc(d, &x->arena, (size_t)(total + x->scratch_bytes), "the plan's arena and launch scratch") ||
+      (place_scratch(x), rt_memset0(d, x->scratch, (size_t)x->scratch_bytes)) || write_tables(x) || rt_attn_resolve(x, unsupported)) {
     rt_exec_free(x);
     return NULL;
   }
@@ -495,10 +522,10 @@ int rt_exec_read(RtExec *x, int tensor, double *out) {
 
 /* ---- initialisation, as cpu_exec_init_params ---- */
 
-int rt_exec_init_params(RtExec *x, uint64_t seed) {
+int rt_exec_init_program(RtExec *x) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
-  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes)) return RT_ERROR;
+  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes)) return RT_ERROR; /* the plan's buffers, not the scratch */
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) continue;
@@ -508,25 +535,19 @@ int rt_exec_init_params(RtExec *x, uint64_t seed) {
     int fp32 = t->dtype == DT_F32; /* an fp32 parameter (the MoE router's) is its own master */
     CUdeviceptr f32 = fp32 ? rt_exec_ptr(x, i) : master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);
-    if (t->init == IR_INIT_ONES) {
-      /* the kernel with std 0 would give zeros: ones are written from the host */
-      size_t bytes = (size_t)n * 4;
-      float *ones = malloc(bytes);
-      uint16_t *ob = malloc((size_t)n * 2);
-      if (!ones || !ob) {
-        free(ones), free(ob);
-        return rt_fail(d, "out of memory");
-      }
-      for (long j = 0; j < n; j++) ones[j] = 1.0f, ob[j] = 0x3f80;
-      int rc = (b16 && rt_copy_h2d(d, b16, ob, (size_t)n * 2)) || (f32 && rt_copy_h2d(d, f32, ones, bytes)) || rt_sync(d);
-      free(ones), free(ob);
-      if (rc) return RT_ERROR;
-      continue;
-    }
-    unsigned long long key = ops_init_key(seed, t->name); /* as the CPU executor's */
-    if (rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, key, t->init_std)) return RT_ERROR;
+    int rc = t->init == IR_INIT_ONES
+                 ? rt_launch_init_ones(d, rt_grid_stride(d, n), 256, 0, f32, b16, n)
+                 /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed slot */
+                 : rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed, ops_init_name_hash(t->name),
+                                         t->init_std);
+    if (rc) return RT_ERROR;
   }
-  return rt_sync(d);
+  return RT_OK;
+}
+
+int rt_exec_init_params(RtExec *x, uint64_t seed) {
+  if (rt_copy_h2d(x->d, x->init_seed, &seed, 8) || rt_sync(x->d) || rt_exec_init_program(x)) return RT_ERROR;
+  return rt_sync(x->d);
 }
 
 /* ---- one op at a time (the generated step.c drives the order through runtime/api_cuda.c) ---- */

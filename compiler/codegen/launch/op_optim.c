@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 static int64_t chunks_of(int64_t n, int64_t chunk) { return n > 0 ? (n + chunk - 1) / chunk : 0; }
 

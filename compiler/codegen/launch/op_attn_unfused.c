@@ -20,8 +20,8 @@
  * over the experts) runs as the row softmax of op_moe.c. */
 #include <stdio.h>
 
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 typedef struct {
   int64_t B, T, H, G, D;

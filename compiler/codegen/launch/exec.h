@@ -1,13 +1,19 @@
-/* exec.h — the GPU graph executor: runs a lowered Graph (forward, backward, optimizer) on one
- * device, op by op through a per-op-kind dispatch table, with the CPU reference's semantics
- * (ir/ops/ files) at the IR's dtypes: bf16 activations and weights, fp32 master weights, main
- * gradients, moments, norm statistics and loss.
+/* exec.h — the launch lowering: every op of a planned Graph (forward, backward, optimizer) to its
+ * CUDA work — kernel launches with grid, block, shared memory and arguments, cuBLASLt GEMMs, cuDNN
+ * attention calls, memsets and copies — through a per-op-kind dispatch table, with the CPU
+ * reference's semantics (ir/ops/ files) at the IR's dtypes: bf16 activations and weights, fp32
+ * master weights, main gradients, moments, norm statistics and loss.
  *
- * Storage: one arena allocation holding the plan's buffers; a tensor lives at its plan
- * (buffer, offset), which must be sized at nominal dtype sizes (memplan_apply writes them). Beside the arena the
- * executor holds a small scratch of its own (norm/bias partial sums, global-norm partials, flash
- * row sums, AdamW hyper-parameters, per-micro-batch inputs, dropout seeds and losses, and the
- * current micro-batch's seed).
+ * `stepc build` runs it on a recording device (runtime/record.h): program.c turns the records into
+ * the launch program the artifact carries (runtime/program.h), which the runtime plays. The GPU
+ * tests (tests/gpu) also run it on a real device, op by op.
+ *
+ * Storage: one allocation holding the plan's buffers, then the launch scratch (RT_SCRATCH_*: norm
+ * and bias partial sums, global-norm partials, flash row sums, AdamW hyper-parameters, dropout
+ * seeds, losses, per-micro-batch inputs, the current micro-batch's seed, the multi-tensor tables,
+ * the initialisation seed); a tensor lives at its plan (buffer, offset), which must be sized at
+ * nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the
+ * SM count of the device (a recording device's: stepc build --sms), so the plan reports it.
  *
  * Fusions the executor runs, as the compiler recorded them on the graph (compiler/fuse.c; each
  * keeps the IR's result, only skips a round trip), besides the pairs and chains:
@@ -35,19 +41,34 @@
 
 typedef struct RtExec RtExec;
 
+/* The parts of the launch scratch, in their order after the plan's buffers. */
+enum {
+  RT_SCRATCH_NORM,      /* norm and bias gradients' partial sums */
+  RT_SCRATCH_GNORM,     /* global-norm partials */
+  RT_SCRATCH_DSUM,      /* stepc's flash backward's row sums */
+  RT_SCRATCH_HPARAMS,   /* AdamW hyper-parameters */
+  RT_SCRATCH_SEEDS,     /* one dropout seed per micro-batch */
+  RT_SCRATCH_LOSSES,    /* one loss per micro-batch */
+  RT_SCRATCH_INPUTS,    /* tokens and targets of every micro-batch */
+  RT_SCRATCH_SEED_CUR,  /* the running micro-batch's seed */
+  RT_SCRATCH_TABLES,    /* the multi-tensor groups' tables */
+  RT_SCRATCH_INIT_SEED, /* train.seed for the initialisation launches */
+  RT_SCRATCH_PARTS
+};
+
 /* NULL on error with the message in d->err; *unsupported = 1 when the graph holds an op or a
  * dtype the CUDA backend does not run yet (the message says which). The graph's generated
  * kernels (its chains') must be d->gen, set before. */
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported);
 void rt_exec_free(RtExec *x);
-/* Bytes of the plan's arena, and of the executor's own scratch. */
+/* Bytes of the plan's buffers (the scratch follows them), and of the launch scratch. */
 int64_t rt_exec_arena_bytes(const RtExec *x);
 int64_t rt_exec_scratch_bytes(const RtExec *x);
 /* The cuDNN attention workspace the graph's shapes predict (ir/ops attn_cudnn_workspace) for the
  * attention ops cuDNN runs; rt_sdpa_workspace_bytes is what cuDNN asked for. */
 int64_t rt_exec_attn_workspace(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
-/* The two allocations every launch argument points into: 0 the plan's arena, 1 the scratch. */
+/* Where launch arguments point: 0 the allocation (the plan's buffers first), 1 the scratch in it. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);
 /* The device the executor runs on. */
 RtDevice *rt_exec_device(const RtExec *x);
@@ -56,6 +77,14 @@ RtDevice *rt_exec_device(const RtExec *x);
  * layout would write to the wrong bytes: the API compares this before running one. */
 uint64_t rt_exec_layout_hash(const RtExec *x);
 
+/* Part `part` of the launch scratch: its bytes, and in *at its offset from the allocation's start
+ * (NULL: not wanted); -1 for no such part. */
+int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at);
+/* The multi-tensor tables' words as written at open (the scratch's RT_SCRATCH_TABLES part). */
+const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words);
+/* The initialisation program: zeroes the plan's buffers and initialises parameters (and masters)
+ * as rt_exec_init_params, reading the seed from the scratch's RT_SCRATCH_INIT_SEED slot. */
+int rt_exec_init_program(RtExec *x);
 /* Zeroes the arena and initialises parameters (and their masters) exactly as the CPU
  * executor's cpu_exec_init_params does, on the device. */
 int rt_exec_init_params(RtExec *x, uint64_t seed);

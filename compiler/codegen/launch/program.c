@@ -1,0 +1,173 @@
+/* program.c — the launch program of a planned step (program.h): the launch lowering run on a
+ * recording device, its records relocated against the step's one allocation. */
+#include "codegen/launch/program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/launch/exec_internal.h"
+#include "kernels/launch.h"
+#include "runtime/record.h"
+
+/* p as LP_PTR | its offset in [base, base + bytes]; 0 stays 0. 1 when it is elsewhere. */
+static int reloc(uint64_t *p, CUdeviceptr base, int64_t bytes) {
+  if (!*p) return 0;
+  if (*p < base || *p > base + (CUdeviceptr)bytes) return 1;
+  *p = LP_PTR | (*p - base);
+  return 0;
+}
+
+static int reloc_rec(RtRec *r, const RtDevice *d, CUdeviceptr base, int64_t bytes) {
+  int bad = 0;
+  switch (r->kind) {
+  case RT_REC_LAUNCH: {
+    const char *sig = rt_ksig(d, (int)r->k);
+    for (int i = 0; i < r->nargs; i++)
+      if (sig[i] == 'p') bad |= reloc(&r->arg[i], base, bytes);
+    break;
+  }
+#define RL_N(f)
+#define RL_G(f) bad |= reloc((uint64_t *)&r->gemm.f, base, bytes);
+#define RL_S(f) bad |= reloc((uint64_t *)&r->sdpa.f, base, bytes);
+  case RT_REC_GEMM: RT_GEMM_FIELDS(RL_N, RL_G, RL_N) break;
+  case RT_REC_SDPA: RT_SDPA_FIELDS(RL_N, RL_S, RL_N) break;
+#undef RL_N
+#undef RL_G
+#undef RL_S
+  case RT_REC_MEMSET: bad |= reloc((uint64_t *)&r->dst, base, bytes); break;
+  case RT_REC_COPY: bad |= reloc((uint64_t *)&r->dst, base, bytes) | reloc((uint64_t *)&r->src, base, bytes); break;
+  }
+  return bad;
+}
+
+/* Records what fn(x, arg) launches as one range. */
+typedef int (*RecordFn)(RtExec *x, int arg);
+static int record(RtExec *x, RtRecorder *rec, RecordFn fn, int arg, int op, LpRange *r) {
+  rec->on = 1, rec->op = op;
+  r->first = rec->n;
+  int rc = fn(x, arg);
+  rec->on = 0;
+  r->count = rec->n - r->first;
+  return rc;
+}
+
+static int rec_init(RtExec *x, int arg) { return (void)arg, rt_exec_init_program(x); }
+
+/* The multi-tensor tables' rows: the word of each row's element count, and its gradient. */
+static int table_rows(const RtExec *x, LaunchProgram *lp) {
+  const Graph *g = x->g;
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    n = 0;
+    for (int o = 0; o < g->nop; o++) {
+      if (x->multi_at[o] < 0) continue;
+      int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
+      for (int k = x->peer[o]; k <= o; k++, n++)
+        if (pass)
+          lp->row[n] = (LpRow){.word = x->multi_at[o] + (int64_t)(k - x->peer[o]) * width + (sumsq ? 1 : 5),
+                               .tensor = g->op[k].in[0], .adamw = !sumsq};
+    }
+    if (!pass && !(lp->row = calloc((size_t)n + 1, sizeof *lp->row))) return -1;
+  }
+  lp->f.nrow = n;
+  return 0;
+}
+
+static int facts(RtExec *x, LaunchProgram *lp) {
+  LpFacts *f = &lp->f;
+  const Graph *g = x->g;
+  f->buffers_bytes = rt_exec_arena_bytes(x);
+  f->scratch_bytes = rt_exec_scratch_bytes(x);
+  f->alloc_bytes = f->buffers_bytes + f->scratch_bytes;
+  for (int i = 0; i < LP_SCRATCH_PARTS; i++) f->part_bytes[i] = rt_exec_scratch_part(x, i, &f->part_at[i]);
+  f->ntok = x->ntok, f->nmb = x->nmb, f->sm_count = x->d->sm_count;
+  f->inputs_at = f->part_at[RT_SCRATCH_INPUTS], f->seeds_at = f->part_at[RT_SCRATCH_SEEDS];
+  f->losses_at = f->part_at[RT_SCRATCH_LOSSES], f->init_seed_at = f->part_at[RT_SCRATCH_INIT_SEED];
+  f->norm_at = f->part_at[RT_SCRATCH_GNORM], f->norm_count = x->n_partial;
+  f->tables_at = f->part_at[RT_SCRATCH_TABLES];
+  f->attn_workspace = rt_exec_attn_workspace(x);
+  CUdeviceptr base = rt_exec_base(x, 0);
+  if (!(lp->tensor_at = malloc(((size_t)g->nt + 1) * sizeof *lp->tensor_at))) return -1;
+  for (int t = 0; t < g->nt; t++) lp->tensor_at[t] = (int64_t)(rt_exec_ptr(x, t) - base);
+  int64_t words;
+  const uint64_t *tw = rt_exec_tables(x, &words);
+  f->ntable = words;
+  if (!(lp->table = calloc((size_t)words + 1, 8))) return -1;
+  if (words) memcpy(lp->table, tw, (size_t)words * 8);
+  return table_rows(x, lp);
+}
+
+int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew, int sm_count, LaunchProgram *lp, char *why,
+                         size_t nwhy, char *err, size_t nerr) {
+  memset(lp, 0, sizeof *lp);
+  why[0] = 0;
+  RtDevice d;
+  RtRecorder rec;
+  rt_record_open(&d, &rec, sm_count);
+  RtGenKernels gk; /* the plan's generated kernels: their handles follow kernel_list.h's */
+  ew_kernels_rt(ew, &gk);
+  d.gen = &gk;
+  int unsupported = 0;
+  RtExec *x = rt_exec_new(&d, g, &unsupported);
+  if (!x) {
+    if (unsupported) snprintf(why, nwhy, "%s", d.err);
+    else snprintf(err, nerr, "lowering the step to launches: %s", d.err);
+    return unsupported ? 1 : -1;
+  }
+  int rc = -1, nmb = x->nmb;
+  lp->point = calloc((size_t)sc->nops + 1, sizeof *lp->point);
+  lp->micro = calloc(2 * (size_t)nmb, sizeof *lp->micro);
+  if (!lp->point || !lp->micro || facts(x, lp) != 0) {
+    snprintf(err, nerr, "out of memory");
+    goto done;
+  }
+  if (record(x, &rec, rec_init, 0, -1, &lp->f.init)) goto failed;
+  int q = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    int o = sc->it[i].id, peer;
+    const Op *op = &g->op[o];
+    LpPoint *p = &lp->point[q++];
+    if (record(x, &rec, rt_exec_run_op, o, o, &p->rec)) goto failed;
+    if (op->kind == OP_ADAMW && record(x, &rec, rt_exec_adamw_hparams, o, o, &p->hparams)) goto failed;
+    p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer);
+    p->norm_count = -1; /* no slice of its own (a fused GRAD_SUMSQ outside every group) */
+    if (op->kind == OP_GRAD_SUMSQ && rt_exec_norm_partials(x, o, &p->norm_first, &p->norm_count)) {
+      rt_clear_error(&d);
+      p->norm_first = 0, p->norm_count = -1;
+    }
+  }
+  for (int mb = 0; mb < nmb; mb++)
+    if (record(x, &rec, rt_exec_micro_begin, mb, -1, &lp->micro[2 * mb]) ||
+        record(x, &rec, rt_exec_micro_end, mb, -1, &lp->micro[2 * mb + 1]))
+      goto failed;
+  CUdeviceptr base = rt_exec_base(x, 0);
+  for (int i = 0; i < rec.n; i++)
+    if (reloc_rec(&rec.r[i], &d, base, lp->f.alloc_bytes)) {
+      snprintf(err, nerr, "op %d: a launch argument points outside the step's allocation", rec.r[i].op);
+      goto done;
+    }
+  lp->rec = rec.r, lp->f.nrec = rec.n;
+  rec.r = NULL;
+  rc = 0;
+  goto done;
+failed:
+  snprintf(err, nerr, "lowering the step to launches: %s", d.err);
+done:
+  rt_exec_free(x);
+  rt_recorder_free(&rec);
+  if (rc) lp_free(lp);
+  return rc;
+}
+
+int launch_program_stats(const LaunchProgram *lp, LaunchStats *st) {
+  memset(st, 0, sizeof *st);
+  for (int i = 0; i < lp->f.nrec; i++) {
+    const RtRec *r = &lp->rec[i];
+    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM, st->sdpas += r->kind == RT_REC_SDPA;
+    st->memsets += r->kind == RT_REC_MEMSET, st->copies += r->kind == RT_REC_COPY;
+    if (r->kind == RT_REC_LAUNCH && (int)r->k < RT_K_COUNT + RT_GEN_MAX) st->kernel_used[r->k] = 1;
+  }
+  return 0;
+}

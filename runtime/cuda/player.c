@@ -1,0 +1,153 @@
+/* player.c — the launch-program player (player.h). */
+#include "runtime/cuda/player.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct RtPlayer {
+  RtDevice *d;
+  const LaunchProgram *lp;
+  CUdeviceptr base;
+  uint64_t *table; /* the tables as last written (rt_player_keep_rows rewrites them) */
+};
+
+static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
+
+RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
+  RtPlayer *p = calloc(1, sizeof *p);
+  const LpFacts *f = &lp->f;
+  if (!p || !(p->table = malloc((size_t)f->ntable * 8 + 8))) {
+    free(p);
+    rt_fail(d, "out of memory");
+    return NULL;
+  }
+  p->d = d, p->lp = lp;
+  if (f->ntable) memcpy(p->table, lp->table, (size_t)f->ntable * 8);
+  if (rt_alloc(d, &p->base, (size_t)f->alloc_bytes, "the step's memory (plan buffers and launch scratch)")) {
+    free(p->table), free(p);
+    return NULL;
+  }
+  int rc = rt_memset0(d, p->base, (size_t)f->alloc_bytes);
+  /* (a recording device moves no data: it records what is launched) */
+  if (!rc && f->ntable && !d->rec) rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
+  /* cuDNN's plans now, so that no capture builds one */
+  for (int i = 0; i < f->nrec && !rc; i++) {
+    if (lp->rec[i].kind != RT_REC_SDPA) continue;
+    RtSdpa s = lp->rec[i].sdpa;
+#define PL_N(fl)
+#define PL_P(fl) s.fl = at(p, s.fl);
+    RT_SDPA_FIELDS(PL_N, PL_P, PL_N)
+    rc = rt_sdpa_prepare(d, &s);
+  }
+  if (!rc) rc = rt_sync(d);
+  if (rc) {
+    rt_player_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void rt_player_free(RtPlayer *p) {
+  if (!p) return;
+  rt_free(p->d, p->base, (size_t)p->lp->f.alloc_bytes);
+  free(p->table);
+  free(p);
+}
+
+const LaunchProgram *rt_player_program(const RtPlayer *p) { return p->lp; }
+RtDevice *rt_player_device(const RtPlayer *p) { return p->d; }
+CUdeviceptr rt_player_base(const RtPlayer *p) { return p->base; }
+CUdeviceptr rt_player_tensor(const RtPlayer *p, int t) { return p->base + (CUdeviceptr)p->lp->tensor_at[t]; }
+
+static int play_one(RtPlayer *p, const RtRec *r) {
+  RtDevice *d = p->d;
+  switch (r->kind) {
+  case RT_REC_LAUNCH: {
+    uint64_t v[LP_MAX_ARGS];
+    void *args[LP_MAX_ARGS];
+    const char *sig = rt_ksig(d, (int)r->k); /* only pointers are relocated: a 64-bit key may have any bits */
+    for (int i = 0; i < r->nargs; i++)
+      v[i] = sig[i] == 'p' ? at(p, r->arg[i]) : r->arg[i], args[i] = &v[i]; /* 4-byte ones in the low half */
+    return rt_launch(d, r->k, r->grid[0], r->grid[1], r->grid[2], r->block, r->smem, args);
+  }
+  case RT_REC_GEMM: {
+    RtGemm g = r->gemm;
+#define PL_G(fl) g.fl = at(p, g.fl);
+    RT_GEMM_FIELDS(PL_N, PL_G, PL_N)
+    return rt_gemm_run(d, &g);
+  }
+  case RT_REC_SDPA: {
+    RtSdpa s = r->sdpa;
+    RT_SDPA_FIELDS(PL_N, PL_P, PL_N)
+    return rt_sdpa_run(d, &s);
+  }
+  case RT_REC_MEMSET: return rt_memset0(d, at(p, r->dst), (size_t)r->bytes);
+  case RT_REC_COPY: return rt_copy_d2d(d, at(p, r->dst), at(p, r->src), (size_t)r->bytes);
+  }
+  return rt_fail(d, "a launch-program record of kind %d", (int)r->kind);
+}
+#undef PL_N
+#undef PL_P
+#undef PL_G
+
+int rt_player_play(RtPlayer *p, LpRange r) {
+  for (int i = r.first; i < r.first + r.count; i++)
+    if (play_one(p, &p->lp->rec[i])) return RT_ERROR;
+  return RT_OK;
+}
+
+int rt_player_init(RtPlayer *p, uint64_t seed) {
+  const LpFacts *f = &p->lp->f;
+  if (!p->d->rec && (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->init_seed_at, &seed, 8) || rt_sync(p->d))) return RT_ERROR;
+  return rt_player_play(p, f->init) || rt_sync(p->d) ? RT_ERROR : RT_OK;
+}
+
+int rt_player_point(RtPlayer *p, int q) { return rt_player_play(p, p->lp->point[q].rec); }
+int rt_player_micro_begin(RtPlayer *p, int mb) { return rt_player_play(p, p->lp->micro[2 * mb]); }
+int rt_player_micro_end(RtPlayer *p, int mb) { return rt_player_play(p, p->lp->micro[2 * mb + 1]); }
+
+/* Micro-batch mb's staged tokens (ntok int32), its targets right after. */
+static CUdeviceptr inputs_of(const RtPlayer *p, int mb) {
+  const LpFacts *f = &p->lp->f;
+  return p->base + (CUdeviceptr)(f->inputs_at + (int64_t)mb * 2 * f->ntok * 4);
+}
+
+int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds) {
+  const LpFacts *f = &p->lp->f;
+  size_t nb = (size_t)f->ntok * 4;
+  for (int mb = 0; mb < f->nmb; mb++) {
+    CUdeviceptr in = inputs_of(p, mb);
+    if (rt_copy_h2d(p->d, in, tokens + (int64_t)mb * f->ntok, nb) || rt_copy_h2d(p->d, in + nb, targets + (int64_t)mb * f->ntok, nb))
+      return RT_ERROR;
+  }
+  return rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->seeds_at, seeds, (size_t)f->nmb * 8);
+}
+
+int rt_player_stage_device(RtPlayer *p, CUdeviceptr tokens, CUdeviceptr targets) {
+  const LpFacts *f = &p->lp->f;
+  size_t nb = (size_t)f->ntok * 4;
+  for (int mb = 0; mb < f->nmb; mb++) {
+    CUdeviceptr in = inputs_of(p, mb), off = (CUdeviceptr)((int64_t)mb * f->ntok * 4);
+    if (rt_copy_d2d(p->d, in, tokens + off, nb) || rt_copy_d2d(p->d, in + nb, targets + off, nb)) return RT_ERROR;
+  }
+  return RT_OK;
+}
+
+int rt_player_read_losses(RtPlayer *p, float *losses) {
+  const LpFacts *f = &p->lp->f;
+  return rt_copy_d2h(p->d, losses, p->base + (CUdeviceptr)f->losses_at, (size_t)f->nmb * 4);
+}
+
+int rt_player_keep_rows(RtPlayer *p, const uint8_t *keep_sumsq, const uint8_t *keep_adamw) {
+  const LaunchProgram *lp = p->lp;
+  if (!lp->f.ntable) return RT_OK;
+  if (rt_sync(p->d)) return RT_ERROR; /* the tables' last copy has left the host buffer */
+  memcpy(p->table, lp->table, (size_t)lp->f.ntable * 8);
+  for (int i = 0; i < lp->f.nrow; i++) {
+    const LpRow *r = &lp->row[i];
+    if (!(r->adamw ? keep_adamw : keep_sumsq)[r->tensor]) p->table[r->word] = 0; /* n = 0: its chunks do nothing */
+  }
+  return rt_copy_h2d(p->d, p->base + (CUdeviceptr)lp->f.tables_at, p->table, (size_t)lp->f.ntable * 8) || rt_sync(p->d)
+             ? RT_ERROR
+             : RT_OK;
+}

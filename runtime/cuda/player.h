@@ -1,0 +1,47 @@
+/* player.h — plays a launch program (runtime/program.h) on one device: the step's one allocation
+ * (the plan's buffers and the launch scratch), the multi-tensor tables written into it, every
+ * cuDNN attention plan built at open (never inside a capture), then sections of records enqueued
+ * on the device's stream: kernel launches, cuBLASLt GEMMs, cuDNN calls, memsets and copies, each
+ * pointer relocated against the allocation. Nothing here knows an op: the compiler lowered them.
+ * On a recording device (runtime/record.h) the records are recorded again instead of run. */
+#ifndef STEPC_RT_CUDA_PLAYER_H
+#define STEPC_RT_CUDA_PLAYER_H
+
+#include <stdint.h>
+
+#include "runtime/program.h"
+#include "runtime/rt.h"
+
+typedef struct RtPlayer RtPlayer;
+
+/* NULL with the message in d->err. lp must outlive the player; d's kernels module (d->gen too)
+ * must be loaded before anything is played. */
+RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp);
+void rt_player_free(RtPlayer *p);
+const LaunchProgram *rt_player_program(const RtPlayer *p);
+RtDevice *rt_player_device(const RtPlayer *p);
+CUdeviceptr rt_player_base(const RtPlayer *p);
+/* Tensor t's device address. */
+CUdeviceptr rt_player_tensor(const RtPlayer *p, int t);
+
+/* Records [r.first, r.first + r.count) in order. */
+int rt_player_play(RtPlayer *p, LpRange r);
+/* The initialisation with train.seed = seed (synchronises). */
+int rt_player_init(RtPlayer *p, uint64_t seed);
+/* Program point q's launches. */
+int rt_player_point(RtPlayer *p, int q);
+/* Micro-batch mb's inputs into the step's slots, and its loss out to its slot. */
+int rt_player_micro_begin(RtPlayer *p, int mb);
+int rt_player_micro_end(RtPlayer *p, int mb);
+/* One step's inputs staged: tokens and targets (nmb x ntok int32 each, micro-batch major) and one
+ * dropout seed per micro-batch, from the host (asynchronous) or the tokens and targets from
+ * device buffers. */
+int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds);
+int rt_player_stage_device(RtPlayer *p, CUdeviceptr tokens, CUdeviceptr targets);
+/* The micro-batch losses after a step (synchronises). */
+int rt_player_read_losses(RtPlayer *p, float *losses);
+/* The multi-tensor tables again with the rows whose gradient has keep_sumsq / keep_adamw = 0
+ * given no elements (the distributed optimizer's shard; synchronous). */
+int rt_player_keep_rows(RtPlayer *p, const uint8_t *keep_sumsq, const uint8_t *keep_adamw);
+
+#endif

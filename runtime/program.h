@@ -1,0 +1,109 @@
+/* program.h — the launch program: a compiled step's CUDA work as data, in step.img.
+ *
+ * `stepc build` lowers every scheduled op to records (compiler/codegen/launch/: the kernel of the
+ * shipped cubin with its grid, block, shared memory and typed arguments; a cuBLASLt matmul with
+ * every field of the call; a cuDNN fused attention call; a memset or a device copy) and stores
+ * them here with the facts the runtime needs to drive them. runtime/cuda/player.c plays them:
+ * eagerly, captured whole or per scope. The runtime lowers nothing and needs no IR to play.
+ *
+ * Addresses: the step has one device allocation — the memory plan's buffers, then the launch
+ * scratch (both sized by the compiler; `stepc plan` reports them). A pointer argument or field is
+ * stored as LP_PTR | its offset in that allocation (0 stays a null pointer); the player adds the
+ * allocation's base. Every other argument is stored as its bits.
+ *
+ * Sections, each a range of records (first, count):
+ *  - point q (the image's program order: point_op[q] is its op): what that op launches (none when
+ *    the compiler fused it into another op's launch);
+ *  - the initialisation: zero the plan's buffers, initialise every parameter (and master) as the
+ *    CPU executor does, reading train.seed from the init_seed slot the player writes first;
+ *  - begin(mb) / end(mb): copy micro-batch mb's staged tokens, targets and dropout seed into the
+ *    fixed slots the step's ops read, and its loss out to its slot;
+ *  - hparams(q): for an AdamW point, the hyper-parameter launch it makes before its update (a
+ *    distributed-optimizer rank that does not own the tensor plays only this).
+ * The multi-tensor tables (kernels/launch.h) are data: written into the scratch at open; a rank of
+ * the distributed optimizer masks rows it does not own (LpRow) and writes them again. */
+#ifndef STEPC_PROGRAM_H
+#define STEPC_PROGRAM_H
+
+#include <stdint.h>
+
+#include "runtime/rt.h"
+
+#define LP_PTR (1ull << 63)
+#define LP_MAX_ARGS 24
+
+typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA } RtRecKind;
+
+/* One record: a call with its arguments (a recording device's entry, runtime/record.h, and a
+ * program's, pointers then relocated as above). */
+typedef struct {
+  RtRecKind kind;
+  int op; /* the op it was recorded for (-1: none); informative */
+  /* RT_REC_LAUNCH */
+  RtKernel k;
+  unsigned grid[3], block, smem;
+  int nargs;
+  uint64_t arg[LP_MAX_ARGS]; /* each argument's bits (4-byte ones in the low half), by rt_ksig */
+  /* RT_REC_GEMM */
+  RtGemm gemm;
+  /* RT_REC_SDPA */
+  RtSdpa sdpa;
+  /* RT_REC_MEMSET (dst, bytes), RT_REC_COPY (dst <- src, bytes) */
+  CUdeviceptr dst, src;
+  uint64_t bytes;
+} RtRec;
+
+typedef struct {
+  int32_t first, count;
+} LpRange;
+
+/* Per program point. */
+typedef struct {
+  LpRange rec;      /* its launches */
+  LpRange hparams;  /* AdamW: the hyper-parameter launch alone; else empty */
+  int32_t alone;    /* 1: its launches are its op's alone (no fused group): a rank may skip them */
+  int32_t pad;
+  int64_t norm_first, norm_count; /* GRAD_SUMSQ: its slice of the global-norm partials (floats); else 0 */
+} LpPoint;
+
+/* A row of a multi-tensor table: the word holding the row's element count (a row with count 0
+ * does nothing) and the gradient tensor it updates or sums. */
+typedef struct {
+  int64_t word;  /* index into the tables' words */
+  int32_t tensor;
+  int32_t adamw; /* 1 an AdamW row, 0 a norm row */
+} LpRow;
+
+/* The scratch's parts (compiler/codegen/launch/exec.h's RT_SCRATCH_* order), for reports. */
+#define LP_SCRATCH_PARTS 10
+extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
+
+typedef struct {
+  int64_t alloc_bytes;    /* the one device allocation: the plan's buffers, then the scratch */
+  int64_t buffers_bytes;  /* its first part: the plan's buffers (what the initialisation zeroes) */
+  int64_t scratch_bytes;  /* the launch scratch */
+  int64_t part_at[LP_SCRATCH_PARTS], part_bytes[LP_SCRATCH_PARTS]; /* each part: offset in the allocation, bytes */
+  int64_t ntok;           /* tokens per micro-batch (B*T) */
+  int32_t nmb;            /* micro-batches */
+  int32_t sm_count;       /* the SM count grids and partial sums were sized for */
+  int64_t inputs_at, seeds_at, losses_at, init_seed_at; /* offsets in the allocation */
+  int64_t norm_at, norm_count;  /* the global-norm partials: offset, floats */
+  int64_t tables_at, ntable;    /* the multi-tensor tables: offset, words */
+  int64_t attn_workspace;       /* the cuDNN attention workspace the shapes predict (bytes) */
+  LpRange init;
+  int32_t nrec, nrow;
+} LpFacts;
+
+typedef struct {
+  LpFacts f;
+  RtRec *rec;
+  LpPoint *point;     /* npoints (the image's) */
+  LpRange *micro;     /* 2 * nmb: begin(mb) at 2 mb, end(mb) at 2 mb + 1 */
+  int64_t *tensor_at; /* per tensor: its offset in the allocation (after the compiler's aliasing), -1 none */
+  uint64_t *table;    /* ntable words */
+  LpRow *row;
+} LaunchProgram;
+
+void lp_free(LaunchProgram *lp);
+
+#endif
