@@ -65,6 +65,13 @@ static int plan_launches(Plan *p, int float_bytes, char *err, size_t nerr) {
   return rc < 0 ? PLAN_ERROR : PLAN_OK;
 }
 
+const char *program_digest_hex(const LaunchProgram *lp, char hex[17]) {
+  uint64_t h = ir_fnv1a(IR_FNV_OFFSET, &lp->f, sizeof lp->f);
+  h = ir_fnv1a(h, lp->rec, (size_t)lp->f.nrec * sizeof *lp->rec);
+  snprintf(hex, 17, "%016llx", (unsigned long long)h);
+  return hex;
+}
+
 int64_t plan_device_peak(const Plan *p) { return p->mp.peak + (p->lp_ok ? p->lp.f.scratch_bytes : 0); }
 
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {

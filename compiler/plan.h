@@ -337,6 +337,8 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
 /* plan_build with the launch program lowered for sm_count SMs (stepc build --sms; plan_build uses
  * LAUNCH_DEFAULT_SMS). */
 int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err, size_t nerr);
+/* FNV-1a of a launch program's records and facts, as 16 hex digits into hex[17] (returned). */
+const char *program_digest_hex(const LaunchProgram *lp, char hex[17]);
 /* The step's device memory at its peak: the memory plan's peak and the launch scratch. */
 int64_t plan_device_peak(const Plan *p);
 void plan_free(Plan *p);

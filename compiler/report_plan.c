@@ -120,7 +120,8 @@ static void launch_scratch_json(const Plan *p, FILE *f) {
     json_write_string(f, lp_scratch_part_name[k]);
     fprintf(f, ": %lld", (long long)lf->part_bytes[k]);
   }
-  fprintf(f, "}}");
+  char hex[17];
+  fprintf(f, "}}, \"launch_program\": {\"records\": %d, \"digest\": \"%s\"}", lf->nrec, program_digest_hex(&p->lp, hex));
 }
 
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {

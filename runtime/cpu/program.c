@@ -64,7 +64,6 @@ int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, 
 
 int plan_exec_micro_points(const PlanExec *x) { return x->p.micro_points; }
 int plan_exec_points(const PlanExec *x) { return x->p.npoints; }
-int plan_exec_op_at(const PlanExec *x, int q) { return q >= 0 && q < x->p.npoints ? x->p.point_op[q] : -1; }
 void plan_exec_point(PlanExec *x, int q) { run_point(x, q); }
 
 int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,

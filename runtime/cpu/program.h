@@ -30,13 +30,12 @@ CpuExec *plan_exec_cpu(PlanExec *x);
  * *loss receives the micro-batch's loss. 0, or -1 with err. */
 int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
                     size_t nerr);
-/* The same in pieces, for a driver that runs program points itself (the generated step.c):
- * fill the inputs and set the RNG key; then run points [0, micro_points) per micro-batch and
- * [micro_points, points) once per step. plan_exec_op_at says which op a point runs. */
+/* The same in pieces, for a driver that runs program points itself (runtime/api_cpu.c): fill the
+ * inputs and set the RNG key; then run points [0, micro_points) per micro-batch and
+ * [micro_points, points) once per step. */
 int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr);
 int plan_exec_micro_points(const PlanExec *x);
 int plan_exec_points(const PlanExec *x);
-int plan_exec_op_at(const PlanExec *x, int q);
 void plan_exec_point(PlanExec *x, int q);
 /* Runs the tail (reduction, clipping, optimizer). */
 void plan_exec_tail(PlanExec *x);

@@ -55,7 +55,6 @@ void rt_player_free(RtPlayer *p) {
 }
 
 const LaunchProgram *rt_player_program(const RtPlayer *p) { return p->lp; }
-RtDevice *rt_player_device(const RtPlayer *p) { return p->d; }
 CUdeviceptr rt_player_base(const RtPlayer *p) { return p->base; }
 CUdeviceptr rt_player_tensor(const RtPlayer *p, int t) { return p->base + (CUdeviceptr)p->lp->tensor_at[t]; }
 

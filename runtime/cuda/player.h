@@ -19,7 +19,6 @@ typedef struct RtPlayer RtPlayer;
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp);
 void rt_player_free(RtPlayer *p);
 const LaunchProgram *rt_player_program(const RtPlayer *p);
-RtDevice *rt_player_device(const RtPlayer *p);
 CUdeviceptr rt_player_base(const RtPlayer *p);
 /* Tensor t's device address. */
 CUdeviceptr rt_player_tensor(const RtPlayer *p, int t);

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# artifact.sh STEPC STEP_LITERAL — `stepc build` on the shipped dense recipes (no GPU needed): each
-# artifact has every file, its plan.json parses, its cubin defines every kernel its step.c launches,
-# libstep.so exports the stepc.h API and nothing else, has a SONAME and needs neither Lua nor NVRTC,
-# train loads it itself after checking it against libstep.sum, and step.c compiled alone launches exactly what the executor's
-# dispatch launches on the artifact's step image (STEP_LITERAL, tests/api/step_literal.c). On tiny
-# it also trains: the artifact's train (running the compiled step.c) gives bitwise the losses of
-# the same schedule through the library's loop (train --library); moved and copied elsewhere, with
-# the build tree out of reach, it trains to the same bits; `stepc run DIR` and `stepc run SPEC`
-# (through the artifact cache) give them too. Each step.img holds the very plan `stepc plan --json`
-# reports for the same recipe and overrides (IMAGE_PLAN, tests/api/image_plan.c): peak, arena,
-# optimizer region and every tensor's slot (the layout digest).
+# artifact.sh STEPC PROGRAM_PLAY IMAGE_PLAN — `stepc build` on the shipped dense recipes (no GPU
+# needed): each artifact has every file, its plan.json parses, its cubin defines every kernel its
+# launch program launches (program.txt lists them), libstep.so exports the stepc.h API and nothing
+# else, has a SONAME and needs neither Lua nor NVRTC, train loads it itself after checking it
+# against libstep.sum, and the runtime's player launches exactly the program step.img holds
+# (PROGRAM_PLAY, tests/api/program_play.c). On tiny it also trains; moved and copied elsewhere,
+# with the build tree out of reach, it trains to the same bits; `stepc run DIR` and `stepc run
+# SPEC` (through the artifact cache) give them too. Each step.img holds the very plan `stepc plan
+# --json` reports for the same recipe and overrides (IMAGE_PLAN, tests/api/image_plan.c): peak,
+# launch scratch, arena, optimizer region, every tensor's slot (the layout digest) and the launch
+# program itself (its digest).
 set -uo pipefail
 stepc=$1
-literal=$2
+play=$2
 image_plan=$3
 # Building libstep.so links the build tree's archives with the system C compiler: a machine without
 # that toolchain runs artifacts but does not build them, so the test skips there.
@@ -27,15 +27,15 @@ build() { # name recipe [overrides]
   shift 2
   [[ $recipe == */* ]] && src=$recipe
   "$stepc" build "$src" "$@" -o "$tmp/$name" >"$tmp/$name.out" 2>&1 || { cat "$tmp/$name.out"; fail "stepc build $recipe $*"; }
-  for f in step.img recipe.lua plan.json kernels.cu kernels.sm_90.cubin step.c libstep.so libstep.sum train stepc.h; do
+  for f in step.img recipe.lua plan.json program.txt kernels.cu kernels.sm_90.cubin libstep.so libstep.sum train stepc.h; do
     [ -s "$tmp/$name/$f" ] || fail "$name: no $f"
   done
   python3 -c "import json,sys; p=json.load(open(sys.argv[1])); assert p['arena']['peak_bytes'] > 0" "$tmp/$name/plan.json" ||
     fail "$name: plan.json does not parse"
   local funcs kernels missing=0
   funcs=$(readelf -Ws "$tmp/$name/kernels.sm_90.cubin" | awk '$4 == "FUNC" {print $NF}' | sort -u)
-  kernels=$(grep -o '^    LAUNCH([a-z0-9_]*' "$tmp/$name/step.c" | cut -d'(' -f2 | sort -u)
-  [ -n "$kernels" ] || grep -q "The CUDA backend does not run this step" "$tmp/$name/step.c" || fail "$name: step.c launches no kernel"
+  kernels=$(grep -o '^  LAUNCH [a-z0-9_]*' "$tmp/$name/program.txt" | cut -d' ' -f4 | sort -u)
+  [ -n "$kernels" ] || grep -q "The CUDA backend does not run this step" "$tmp/$name/program.txt" || fail "$name: the program launches no kernel"
   for k in $kernels; do
     grep -qx "$k" <<<"$funcs" || { echo "$name: kernel $k is not in the cubin"; missing=1; }
   done
@@ -45,7 +45,6 @@ build() { # name recipe [overrides]
   grep -qx 'stepc_step' <<<"$syms" || fail "$name: libstep.so does not export stepc_step"
   others=$(grep -v '^stepc_' <<<"$syms" | grep -v '^_' || true)
   [ -z "$others" ] || fail "$name: libstep.so exports more than the stepc_* API: $others"
-  grep -q 'stepc_gen_\|stepc_generated_step' <<<"$syms" && fail "$name: libstep.so exports step.c's internals"
   dyn=$(readelf -d "$tmp/$name/libstep.so" "$tmp/$name/train")
   grep -q 'SONAME.*\[libstep.so\]' <<<"$dyn" || fail "$name: libstep.so has no SONAME libstep.so"
   grep 'NEEDED' <<<"$dyn" | grep -q 'lua\|nvrtc\|/' && fail "$name: a NEEDED entry names Lua, NVRTC or a path: $(grep NEEDED <<<"$dyn")"
@@ -63,15 +62,17 @@ build() { # name recipe [overrides]
   python3 - "$tmp/$name.plan.json" "$tmp/$name.image.json" <<'PY' || fail "$name: step.img holds another plan than stepc plan reports"
 import json, sys
 p, i = json.load(open(sys.argv[1]))["arena"], json.load(open(sys.argv[2]))
+ls, lp = p.get("launch_scratch", {}), p.get("launch_program", {})
 want = {"peak_bytes": p["peak_bytes"], "arena_bytes": p["arena_bytes"],
-        "region_bytes": p.get("optimizer_region", {}).get("bytes", 0), "layout_digest": p["layout_digest"]}
+        "region_bytes": p.get("optimizer_region", {}).get("bytes", 0), "layout_digest": p["layout_digest"],
+        "scratch_bytes": ls.get("bytes", 0), "device_peak_bytes": ls.get("device_peak_bytes", p["peak_bytes"]),
+        "program_records": lp.get("records", 0), "program_digest": lp.get("digest", "")}
 bad = [f"{k}: plan {want[k]} image {i[k]}" for k in want if want[k] != i[k]]
 print("\n".join(bad)) if bad else None
 sys.exit(1 if bad else 0)
 PY
-  cc -shared -fPIC -O0 -o "$tmp/$name/step_only.so" "$tmp/$name/step.c" 2>"$tmp/$name.cc" || { cat "$tmp/$name.cc"; fail "$name: step.c alone does not compile"; }
-  "$literal" "$tmp/$name" "$tmp/$name/step_only.so" || fail "$name: step.c's literals are not the dispatch's launches"
-  echo "ok: $name: $(grep -c '^  OP(' "$tmp/$name/step.c") ops in step.c, $(wc -w <<<"$kernels") kernels, all in the cubin"
+  "$play" "$tmp/$name" || fail "$name: the player does not launch the artifact's program"
+  echo "ok: $name: $(grep -c '^point ' "$tmp/$name/program.txt") points in the program, $(wc -w <<<"$kernels") kernels, all in the cubin"
 }
 build tiny tiny
 build gpt2_small_llama gpt2_small_llama
@@ -79,63 +80,52 @@ build llama3_2_1b llama3_2_1b
 # (the paper's TP 8 x PP 8 layout is planned, not executed: the single-rank step the paper's no-parallelism row describes)
 build gpt3_paper gpt3_paper model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 model.sequence_parallel=false train.world_size=1 model.attention_backend=flash model.attention_dropout=0
 # unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE (an fp32
-# recipe: as such the CUDA backend does not run it and step.c says why; with bf16=true it does)
+# recipe: as such the CUDA backend does not run it and program.txt says why; with bf16=true it does)
 build gpt3_tiny tests/recipes/gpt3_tiny.lua model.bf16=true
 # the generated elementwise kernels (compiler/ew_fuse.c): 4 backward ADD -> DROPOUT_BWD chains,
-# launched from step.c, their source in kernels.cu after the hand-written files
-n_ew=$(grep -c '^    LAUNCH(ew_add_dropout_bwd_' "$tmp/gpt3_tiny/step.c")
-[ "$n_ew" -eq 4 ] || fail "gpt3_tiny: step.c launches $n_ew generated ADD -> DROPOUT_BWD kernels, expected 4"
+# launched by the program, their source in kernels.cu after the hand-written files
+n_ew=$(grep -c '^  LAUNCH ew_add_dropout_bwd_' "$tmp/gpt3_tiny/program.txt")
+[ "$n_ew" -eq 4 ] || fail "gpt3_tiny: the program launches $n_ew generated ADD -> DROPOUT_BWD kernels, expected 4"
 grep -q '^// stepc-file: generated/ew_add_dropout_bwd_' "$tmp/gpt3_tiny/kernels.cu" || fail "gpt3_tiny: kernels.cu has no generated kernel"
 echo "ok: gpt3_tiny: $n_ew generated elementwise launches"
 build tiny_full tiny model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 build tiny_mla_moe tests/recipes/tiny_mla_moe.lua
-grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe/step.c" || fail "tiny_mla_moe (fp32): step.c does not say why it holds no CUDA work"
+grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe/program.txt" || fail "tiny_mla_moe (fp32): program.txt does not say why there is no CUDA work"
 # MLA + MoE in bf16 (issue 11): every MoE / MLA op has CUDA launches, dropless and with capacity
 for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_capacity=true" \
   "model.attention_backend=unfused model.moe_expert_capacity_factor=1.0 model.moe_shared_expert_intermediate_size=null" \
   "model.moe_router_topk=1 model.q_lora_rank=null" "model.moe_ffn_hidden_size=12"; do
   # shellcheck disable=SC2086
   build tiny_mla_moe_bf16 tests/recipes/tiny_mla_moe.lua model.bf16=true $v
-  grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe_bf16/step.c" && fail "tiny_mla_moe bf16 [$v]: refused on CUDA"
+  grep -q "The CUDA backend does not run this step" "$tmp/tiny_mla_moe_bf16/program.txt" && fail "tiny_mla_moe bf16 [$v]: refused on CUDA"
   for k in mla_head_split mla_head_concat router_linear_forward router_topk_forward softmax_rows_forward moe_aux_loss_forward \
     moe_dispatch moe_scatter_rows grouped_linear_forward moe_act_forward moe_gather_rows grouped_linear_dgrad \
     grouped_linear_wgrad moe_act_backward router_topk_backward softmax_rows_backward moe_aux_loss_backward \
     router_linear_dgrad; do
-    grep -qE "^    LAUNCH\\($k(_tc)?," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
+    grep -qE "^  LAUNCH $k(_tc)? " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
   # the grouped GEMMs: tensor cores where every width is a multiple of 8, else the CUDA-core kernels
   # (an expert ffn of 12: fc1's 24 outputs on the tensor cores, fc2's 12-wide input not)
   for k in grouped_linear_forward_tc grouped_linear_wgrad_tc; do
-    grep -qE "^    LAUNCH\\($k," "$tmp/tiny_mla_moe_bf16/step.c" || fail "tiny_mla_moe bf16 [$v]: step.c never launches $k"
+    grep -qE "^  LAUNCH $k " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
   if [ "$v" = "model.moe_ffn_hidden_size=12" ]; then
-    grep -qE "^    LAUNCH\\(grouped_linear_forward," "$tmp/tiny_mla_moe_bf16/step.c" ||
+    grep -qE "^  LAUNCH grouped_linear_forward " "$tmp/tiny_mla_moe_bf16/program.txt" ||
       fail "tiny_mla_moe bf16 [$v]: the 12-wide fc2 does not fall back to the CUDA-core kernel"
   fi
   rm -rf "$tmp/tiny_mla_moe_bf16"
 done
-echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched from step.c"
-# per-layer scoped graphs: the plan pins the scopes' static outputs; step.c's functions are what the
-# graphs capture
+echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched by the program"
+# per-layer scoped graphs: the plan pins the scopes' static outputs
 build tiny_te tiny model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
 # -o creates missing parent folders (the README builds into art/tiny)
 "$stepc" build models/tiny.lua -o "$tmp/new/parent/tiny" >"$tmp/nested.out" 2>&1 || { cat "$tmp/nested.out"; fail "stepc build -o into new folders"; }
 [ -s "$tmp/new/parent/tiny/libstep.so" ] || fail "stepc build -o into new folders: no libstep.so"
 
-# tiny trains from its artifact, and the compiled step.c is bitwise the library's schedule
+# tiny trains from its artifact
 "$tmp/tiny/train" --device cpu --steps 3 --json >"$tmp/gen.json" 2>"$tmp/gen.err" || { cat "$tmp/gen.err"; fail "train"; }
-grep -q "generated step" "$tmp/gen.err" || fail "train did not run the generated step: $(cat "$tmp/gen.err")"
-"$tmp/tiny/train" --device cpu --steps 3 --json --library >"$tmp/lib.json" 2>/dev/null || fail "train --library"
-python3 - "$tmp/gen.json" "$tmp/lib.json" <<'PY' || fail "generated and library losses differ"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-assert a["generated"] and not b["generated"]
-la, lb = [s["loss"] for s in a["steps"]], [s["loss"] for s in b["steps"]]
-print("generated", la, "library", lb)
-assert la == lb and len(la) == 3
-PY
+"$tmp/tiny/train" --device cpu --steps 3 --library >/dev/null 2>&1 && fail "train --library (removed with step.c) was accepted"
 "$stepc" run "$tmp/tiny" --device cpu --steps 2 >"$tmp/run.out" 2>&1 || { cat "$tmp/run.out"; fail "stepc run DIR"; }
-grep -q "compiled step.c" "$tmp/run.out" || fail "stepc run DIR did not run the compiled step: $(cat "$tmp/run.out")"
 cat "$tmp/run.out"
 # moved, and copied as a tarball to a directory the build tree's paths do not reach: the same bits
 mv "$tmp/tiny" "$tmp/moved"
@@ -153,6 +143,6 @@ import json, sys
 runs = [json.load(open(p)) for p in sys.argv[1:]]
 losses = [[s["loss"] for s in r["steps"]] for r in runs]
 print("built / moved / unpacked / stepc run SPEC:", losses)
-assert all(l == losses[0] for l in losses) and all(r["generated"] for r in runs)
+assert all(l == losses[0] for l in losses) and len(losses[0]) == 3
 PY
 echo "ok: the artifacts build, tiny's trains, moved and unpacked to the same bits"

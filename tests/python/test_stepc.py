@@ -129,7 +129,7 @@ class TestStep(unittest.TestCase):
     def test_info(self):
         with open_cpu() as s:
             i = s.info
-            self.assertEqual((i.device, i.gpu, i.graph_mode, i.generated), ("cpu", "", "cpu", True))
+            self.assertEqual((i.device, i.gpu, i.graph_mode), ("cpu", "", "cpu"))
             self.assertEqual((i.micro_batch_size, i.seq_length, i.num_microbatches, i.vocab_size), (4, 64, 2, 256))
             self.assertEqual((i.parameters, i.seed, i.train_iters, i.step), (TINY_PARAMS, SEED, 200, 0))
             self.assertEqual(i.batch_shape, (8, 64))

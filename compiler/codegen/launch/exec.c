@@ -75,7 +75,6 @@ CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
 }
 
 int64_t rt_exec_arena_bytes(const RtExec *x) { return x->arena_bytes; }
-RtDevice *rt_exec_device(const RtExec *x) { return x->d; }
 CUdeviceptr rt_exec_base(const RtExec *x, int which) { return which == 0 ? x->arena : which == 1 ? x->scratch : 0; }
 
 uint64_t rt_exec_layout_hash(const RtExec *x) {
@@ -426,17 +425,9 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
 
 /* ---- running ---- */
 
-static const uint32_t MICRO_PHASES =
-    IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD) | IR_PHASE_BIT(IR_PHASE_REPLAY);
 
 int rt_exec_op_runs(const RtExec *x, int op) { return !x->skip[op] && DISPATCH[x->g->op[op].kind] != NULL; }
 
-int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases) {
-  const Graph *g = x->g;
-  for (int o = first < 0 ? 0 : first; o <= last && o < g->nop; o++)
-    if ((phases & IR_PHASE_BIT(g->op[o].tags.phase)) && rt_exec_run_op(x, o) != RT_OK) return RT_ERROR;
-  return RT_OK;
-}
 
 /* Micro-batch mb's staged tokens (B*T int32), its targets right after. */
 static CUdeviceptr inputs_of(const RtExec *x, int mb) { return x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4); }
@@ -456,69 +447,8 @@ int rt_exec_micro_end(RtExec *x, int micro) {
   return rt_copy_d2d(x->d, x->losses + (CUdeviceptr)(micro * 4), rt_exec_ptr(x, x->g->loss), 4);
 }
 
-int rt_exec_enqueue_micro(RtExec *x, int micro) {
-  if (rt_exec_micro_begin(x, micro) || rt_exec_enqueue_ops(x, 0, x->g->nop - 1, MICRO_PHASES)) return RT_ERROR;
-  return rt_exec_micro_end(x, micro);
-}
 
-int rt_exec_enqueue_optimizer(RtExec *x) {
-  return rt_exec_enqueue_ops(x, 0, x->g->nop - 1, IR_PHASE_BIT(IR_PHASE_REDUCE) | IR_PHASE_BIT(IR_PHASE_OPTIMIZER));
-}
 
-int rt_exec_enqueue_step(RtExec *x) {
-  for (int mb = 0; mb < x->nmb; mb++)
-    if (rt_exec_enqueue_micro(x, mb)) return RT_ERROR;
-  return rt_exec_enqueue_optimizer(x);
-}
-
-int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds) {
-  RtDevice *d = x->d;
-  size_t nb = (size_t)x->ntok * 4;
-  for (int mb = 0; mb < x->nmb; mb++) {
-    CUdeviceptr in = inputs_of(x, mb);
-    if (rt_copy_h2d(d, in, tokens + (int64_t)mb * x->ntok, nb) || rt_copy_h2d(d, in + nb, targets + (int64_t)mb * x->ntok, nb))
-      return RT_ERROR;
-  }
-  return rt_copy_h2d(d, x->seeds, seeds, (size_t)x->nmb * 8);
-}
-
-int rt_exec_stage_device(RtExec *x, CUdeviceptr tokens, CUdeviceptr targets) {
-  size_t nb = (size_t)x->ntok * 4;
-  for (int mb = 0; mb < x->nmb; mb++) {
-    CUdeviceptr in = inputs_of(x, mb), off = (CUdeviceptr)((int64_t)mb * x->ntok * 4);
-    if (rt_copy_d2d(x->d, in, tokens + off, nb) || rt_copy_d2d(x->d, in + nb, targets + off, nb)) return RT_ERROR;
-  }
-  return RT_OK;
-}
-
-int rt_exec_read_losses(RtExec *x, float *losses) { return rt_copy_d2h(x->d, losses, x->losses, (size_t)x->nmb * 4); }
-
-int rt_exec_read(RtExec *x, int tensor, double *out) {
-  const Tensor *t = rt_t(x, tensor);
-  int64_t n = tensor_numel(t);
-  void *h = malloc((size_t)t->bytes ? (size_t)t->bytes : 1);
-  if (!h) return rt_fail(x->d, "out of memory");
-  if (rt_copy_d2h(x->d, h, rt_exec_ptr(x, tensor), (size_t)t->bytes)) {
-    free(h);
-    return RT_ERROR;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    switch (t->dtype) {
-    case DT_F32: out[i] = ((float *)h)[i]; break;
-    case DT_BF16: {
-      uint32_t u = (uint32_t)((uint16_t *)h)[i] << 16;
-      float f;
-      memcpy(&f, &u, 4);
-      out[i] = f;
-      break;
-    }
-    case DT_I32: out[i] = ((int32_t *)h)[i]; break;
-    default: out[i] = ((uint8_t *)h)[i]; break;
-    }
-  }
-  free(h);
-  return RT_OK;
-}
 
 /* ---- initialisation, as cpu_exec_init_params ---- */
 
@@ -543,11 +473,6 @@ int rt_exec_init_program(RtExec *x) {
     if (rc) return RT_ERROR;
   }
   return RT_OK;
-}
-
-int rt_exec_init_params(RtExec *x, uint64_t seed) {
-  if (rt_copy_h2d(x->d, x->init_seed, &seed, 8) || rt_sync(x->d) || rt_exec_init_program(x)) return RT_ERROR;
-  return rt_sync(x->d);
 }
 
 /* ---- one op at a time (the generated step.c drives the order through runtime/api_cuda.c) ---- */

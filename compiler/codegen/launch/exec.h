@@ -70,11 +70,8 @@ int64_t rt_exec_attn_workspace(const RtExec *x);
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
 /* Where launch arguments point: 0 the allocation (the plan's buffers first), 1 the scratch in it. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);
-/* The device the executor runs on. */
-RtDevice *rt_exec_device(const RtExec *x);
 /* FNV-1a of where everything lives: arena and scratch sizes, buffer bases, every tensor's slot
- * and the executor's fusions (aliases, sinks, skipped ops). A step.c recorded against another
- * layout would write to the wrong bytes: the API compares this before running one. */
+ * and the lowering's fusions (aliases, sinks, skipped ops). */
 uint64_t rt_exec_layout_hash(const RtExec *x);
 
 /* Part `part` of the launch scratch: its bytes, and in *at its offset from the allocation's start
@@ -82,31 +79,14 @@ uint64_t rt_exec_layout_hash(const RtExec *x);
 int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at);
 /* The multi-tensor tables' words as written at open (the scratch's RT_SCRATCH_TABLES part). */
 const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words);
-/* The initialisation program: zeroes the plan's buffers and initialises parameters (and masters)
- * as rt_exec_init_params, reading the seed from the scratch's RT_SCRATCH_INIT_SEED slot. */
+/* The initialisation: zeroes the plan's buffers and initialises parameters (and their masters)
+ * exactly as the CPU executor's cpu_exec_init_params does, reading train.seed from the scratch's
+ * RT_SCRATCH_INIT_SEED slot (the player writes it first). */
 int rt_exec_init_program(RtExec *x);
-/* Zeroes the arena and initialises parameters (and their masters) exactly as the CPU
- * executor's cpu_exec_init_params does, on the device. */
-int rt_exec_init_params(RtExec *x, uint64_t seed);
-/* Copies one step's inputs to the device scratch: tokens and targets (num_microbatches x B x T
- * int32 each, micro-batch-major) and one dropout seed per micro-batch. Asynchronous. */
-int rt_exec_stage(RtExec *x, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds);
-/* The tokens and targets of every micro-batch from device buffers (num_microbatches * B * T int32
- * each, micro-batch major), copied on the device over what rt_exec_stage staged. */
-int rt_exec_stage_device(RtExec *x, CUdeviceptr tokens, CUdeviceptr targets);
-/* Enqueues the whole step: per micro-batch the staged inputs, the forward, backward and replay
- * ops in graph order, the loss copied to its slot; then the reduce and optimizer ops. This is
- * what full_iteration captures. */
-int rt_exec_enqueue_step(RtExec *x);
-/* Enqueues one micro-batch (forward + backward) or the optimizer alone (tests). */
-int rt_exec_enqueue_micro(RtExec *x, int micro);
-/* rt_exec_enqueue_micro in pieces, for scoped graphs (scoped.h). micro_begin copies micro-batch
- * `micro`'s staged tokens, targets and dropout seed into the fixed slots every op reads (so no
- * launch depends on which micro-batch runs); enqueue_ops launches the ops with ids in
- * [first, last] whose phase is in `phases` (IR_PHASE_BIT), skipping fused ones, in graph order;
- * micro_end copies the loss to the micro-batch's slot. */
+/* A micro-batch's ends: micro_begin copies micro-batch `micro`'s staged tokens, targets and
+ * dropout seed into the fixed slots every op reads (so no launch depends on which micro-batch
+ * runs); micro_end copies the loss to the micro-batch's slot. */
 int rt_exec_micro_begin(RtExec *x, int micro);
-int rt_exec_enqueue_ops(RtExec *x, int first, int last, uint32_t phases);
 int rt_exec_micro_end(RtExec *x, int micro);
 /* Whether op `op` launches anything (it is not fused into another op). */
 int rt_exec_op_runs(const RtExec *x, int op);
@@ -117,9 +97,8 @@ int rt_exec_fusion(const RtExec *x, int op, int *peer);
  * kernels/launch.h): its rows of `width` 8-byte words, as written to the device at open, and the
  * group's chunk count (the launch's grid). 0, or -1 when op runs no such group. */
 int rt_exec_multi_table(const RtExec *x, int op, const uint64_t **words, int *rows, int *width, int64_t *chunks);
-int rt_exec_enqueue_optimizer(RtExec *x);
 /* ZeRO-1 (the distributed optimizer): what restricts the optimizer to one rank's shard without
- * changing any element's arithmetic.
+ * changing any element's arithmetic (the program carries these as facts: runtime/program.h).
  *  - rt_exec_norm_partials: GRAD_SUMSQ op `op`'s slice [first, first + count) of the global-norm
  *    partials (floats), whether it runs alone or in a multi-tensor group; rt_exec_norm_buffer:
  *    the whole partials buffer (CLIP_COEF sums it in a fixed order) and its float count.
@@ -132,12 +111,7 @@ int rt_exec_norm_partials(const RtExec *x, int op, int64_t *first, int64_t *coun
 CUdeviceptr rt_exec_norm_buffer(const RtExec *x, int64_t *count);
 int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep_adamw);
 int rt_exec_adamw_hparams(RtExec *x, int o);
-/* Enqueues op o alone (nothing when it is fused into another). The caller keeps
- * rt_exec_enqueue_micro's order around it (runtime/api_cuda.c does, for the generated step.c). */
+/* Enqueues op o alone (nothing when it is fused into another), in the order the caller keeps. */
 int rt_exec_run_op(RtExec *x, int o);
-/* After the step has run: the micro-batch losses (synchronises). */
-int rt_exec_read_losses(RtExec *x, float *losses);
-/* A tensor's contents as doubles (synchronises); n = its numel. */
-int rt_exec_read(RtExec *x, int tensor, double *out);
 
 #endif
