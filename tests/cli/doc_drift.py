@@ -6,15 +6,9 @@
 - models/tiny.lua's comment gives the parameter count `stepc plan --json` reports
   (ranks[0].params)."""
 import json, re, subprocess, sys
+from checks import check, finish
 
 stepc = sys.argv[1]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL", what)
 
 
 def stepc_json(*args):
@@ -48,5 +42,4 @@ if plan:
     params = plan["ranks"][0]["params"]
     check(counts and counts[-1] == params, f"models/tiny.lua says {counts[-1:] or 'no count'} parameters, stepc plan {params}")
     print(f"tiny: {params} parameters")
-print("doc_drift: ok" if not fails else f"doc_drift: {len(fails)} failure(s)")
-sys.exit(1 if fails else 0)
+finish("doc_drift")

@@ -7,15 +7,9 @@ trace must be JSON that a strict UTF-8 decoder accepts; the SVG marks the phases
 names its process and gives each op slice its bytes, FLOPs and tensor shapes."""
 import json, math, os, re, shutil, subprocess, sys, tempfile
 import xml.etree.ElementTree as ET
+from checks import check, finish
 
 stepc = sys.argv[1]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL", what)
 
 
 def run(*args):
@@ -87,5 +81,4 @@ try:
         check(mm and mm[0]["args"]["flops"] > 0 and "[" in mm[0]["args"]["inputs"][0], f"a linear's args: {mm[:1]}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
-print("reports: ok" if not fails else f"reports: {len(fails)} failure(s)")
-sys.exit(1 if fails else 0)
+finish("reports")

@@ -16,16 +16,10 @@ with interleaving and fp8 (llama3_70b_fp8) and EP8 MoE (moonlight_16b), parsing 
   the per-rank table does not show is refused."""
 import json, os, re, subprocess, sys, tempfile
 import xml.etree.ElementTree as ET
+from checks import check, finish
 
 stepc = sys.argv[1]
 NS = "{http://www.w3.org/2000/svg}"
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL", what)
 
 
 def run(*args, rc=0):
@@ -152,5 +146,4 @@ with tempfile.TemporaryDirectory(prefix="stepc_svg_") as tmp:
     check("0, 4, 7" in p.stderr and "not 3" in p.stderr, f"--svg-rank 3: {p.stderr.strip()!r}")
     p = run("plan", "models/tiny.lua", "--svg-rank", "single", rc=3)
     check("needs --svg" in p.stderr, f"--svg-rank without --svg: {p.stderr.strip()!r}")
-print("svg_plan: ok" if not fails else f"svg_plan: {len(fails)} failure(s)")
-sys.exit(1 if fails else 0)
+finish("svg_plan")

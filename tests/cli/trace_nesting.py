@@ -13,15 +13,9 @@ micro-batch slices tile the micro program's op slices end to end."""
 import json, os, subprocess, sys, tempfile
 from collections import defaultdict
 from decimal import Decimal
+from checks import check, finish
 
 stepc = sys.argv[1]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL", what)
 
 
 def ns(v):
@@ -78,5 +72,4 @@ for recipe in ("models/llama3_2_1b.lua", "models/moonlight_mla_7l.lua", "models/
         last = max((b for k in ((0, 1), (0, 2), (0, 3)) for a, b, _ in tracks.get(k, []) if b <= end0), default=None)
         check(last == end0, f"{recipe}: micro-batch 0 ends at {end0} ns, its last op at {last} ns")
     print(f"{recipe}: {nslices} slices, {ninstant_ops} zero-cost op instants, {bad} crossing")
-print("trace_nesting: ok" if not fails else f"trace_nesting: {len(fails)} failure(s)")
-sys.exit(1 if fails else 0)
+finish("trace_nesting")
