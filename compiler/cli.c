@@ -10,7 +10,7 @@
 
 enum {
   O_JSON = 256, O_MARKDOWN, O_GRADCHECK, O_PROFILE, O_DEVICE, O_STEPS, O_THREADS, O_SMS, O_ARCH, O_SVG, O_CANDIDATES,
-  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_OUT = 'o', O_HELP = 'h'
+  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_SVG_RANK, O_OUT = 'o', O_HELP = 'h'
 };
 
 typedef struct {
@@ -26,7 +26,7 @@ static const Opt OPTS[] = {
     {"budget", required_argument, O_BUDGET}, {"nproc", required_argument, O_NPROC},
     {"comm-timeout", required_argument, O_COMM_TIMEOUT}, {"dp-join", no_argument, O_DP_JOIN},
     {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET}, {"from", required_argument, O_FROM},
-    {"timeline", required_argument, O_TIMELINE},
+    {"timeline", required_argument, O_TIMELINE}, {"svg-rank", required_argument, O_SVG_RANK},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -41,11 +41,13 @@ static const Verb VERBS[] = {
      "usage: stepc check SPEC [KEY=VALUE ...] [--json]\n"
      "  Validate a recipe: Megatron's rules (MCORE-n), stepc's (STEPC-n) and the graph checks (checkpoint\n"
      "  regions against CUDA-graph scopes). Exit 0 valid (warnings allowed), 1 invalid, 2 cannot load.\n"},
-    {"plan", {O_JSON, O_SVG},
-     "usage: stepc plan SPEC [KEY=VALUE ...] [--json] [--svg FILE]\n"
+    {"plan", {O_JSON, O_SVG, O_SVG_RANK},
+     "usage: stepc plan SPEC [KEY=VALUE ...] [--json] [--svg FILE [--svg-rank worst|single|STAGE]]\n"
      "  The memory plan per rank, the predicted step time (the H200 cost model), what each recompute\n"
-     "  label frees and replays. --svg FILE draws live memory over the step. Exit 1 on a graph-scope\n"
-     "  violation.\n"},
+     "  label frees and replays. --svg FILE draws live memory over the step: of the worst rank that the\n"
+     "  per-rank table shows (a one-GPU layout: the single-rank plan by role); --svg-rank draws the\n"
+     "  single-rank plan (single) or the rank of a pipeline stage the table shows (STAGE). Exit 1 on a\n"
+     "  graph-scope violation.\n"},
     {"sweep", {O_JSON, O_CANDIDATES, O_BUDGET},
      "usage: stepc sweep SPEC [KEY=VALUE ...] [--candidates '[];core_attn;layernorm,moe_act;full:uniform:1']\n"
      "                   [--budget SIZE] [--json]\n"
@@ -237,6 +239,7 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     }
     case O_ARCH: a->arch = optarg; break;
     case O_SVG: a->svg = optarg; break;
+    case O_SVG_RANK: a->svg_rank = optarg; break;
     case O_OUT: a->out = optarg; break;
     case O_CANDIDATES: a->candidates = optarg; break;
     case O_FROM: a->from = optarg; break;

@@ -210,12 +210,21 @@ static int cmd_plan(const Args *a, bool trace) {
   }
   FILE *f = NULL;
   const char *path = trace ? a->out : a->svg;
-  if (path && !(f = fopen(path, "w"))) {
+  int svg_rank = REPORT_SVG_SINGLE;
+  if (!trace && a->svg_rank && !a->svg) {
+    fprintf(stderr, "stepc plan: --svg-rank needs --svg FILE\n");
+    rc = EXIT_USAGE;
+  } else if (!trace && a->svg && report_svg_rank(&p, a->svg_rank, &svg_rank, err, sizeof err) != 0) {
+    fprintf(stderr, "stepc plan: %s\n", err);
+    rc = EXIT_USAGE;
+  } else if (path && !(f = fopen(path, "w"))) {
     fprintf(stderr, "stepc: cannot write %s\n", path);
     rc = EXIT_IO;
   } else if (f) {
-    if ((trace ? report_trace(&p, f) : report_plan_svg(&p, f)) != 0 || fclose(f) != 0) rc = EXIT_IO;
-    if (rc != EXIT_OK) fprintf(stderr, "stepc: writing %s failed\n", path);
+    err[0] = 0;
+    if ((trace ? report_trace(&p, f) : report_plan_svg(&p, svg_rank, f, err, sizeof err)) != 0) rc = EXIT_IO;
+    if (fclose(f) != 0) rc = EXIT_IO;
+    if (rc != EXIT_OK) fprintf(stderr, "stepc: writing %s failed%s%s\n", path, err[0] ? ": " : "", err);
   }
   if (trace) {
     diag_print(&d, stderr);

@@ -456,8 +456,8 @@ static bool is_moment(const Tensor *x) {
   return (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) || (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0);
 }
 
-int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
-                  RankReport *rr, char *err, size_t nerr) {
+int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                   RankReport *rr, double *curve, char *err, size_t nerr) {
   const SpecModel *m = &s->model;
   memset(rr, 0, sizeof *rr);
   Lay L = {.g = g, .s = s, .tp = (int)m->tensor_model_parallel_size, .pp = (int)m->pipeline_model_parallel_size,
@@ -589,6 +589,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     for (int p = 0; p < mp->npos; p++) {
       run += diff[p];
       if (run > peak) peak = run;
+      if (curve) curve[(size_t)k * mp->npos + p] = run;
     }
     int nmicro = sc->nmicro;
     double infl;
@@ -625,6 +626,11 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   rr->usable = s->present[SPEC_F_train_usable_device_memory_gib] ? s->train.usable_device_memory_gib * 1073741824.0 : 0;
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
   return 0;
+}
+
+int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                  RankReport *rr, char *err, size_t nerr) {
+  return memrank_curves(g, s, sc, sr, mp, rr, NULL, err, nerr);
 }
 
 /* When a rank first holds its CUDA graphs. With cuda_graph_impl "transformer_engine" the trainer

@@ -246,6 +246,12 @@ typedef struct {
 
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
                   RankReport *rr, char *err, size_t nerr);
+/* memrank_build, and each reported rank's one-micro-batch transient bytes (activations, their
+ * gradients, workspace tensors, the loss's fp32 copy) at every program point into curve (3 x
+ * mp->npos doubles, rank k at k * mp->npos): the curve whose maximum is RankMem.activations less
+ * the other micro-batches in flight ((inflight - 1) x saved_per_micro). */
+int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
+                   RankReport *rr, double *curve, char *err, size_t nerr);
 /* The first iteration (1-based) that runs with the recipe's CUDA graphs and their static buffers. */
 int memrank_capture_iteration(const Spec *s);
 /* Fills rr's after_iteration from rr (the step with its graphs) and eager (the same step planned

@@ -22,8 +22,15 @@ void report_recompute_str(const Spec *s, char *buf, size_t n);
 
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f);
 void report_plan_json(const Plan *p, const DiagList *d, FILE *f);
-/* Live memory over the schedule, stacked by role, the peak marked, scopes and replays shaded. */
-int report_plan_svg(const Plan *p, FILE *f);
+/* Live memory over the schedule, stacked, the peak marked, scopes and replays shaded, phases and
+ * layers marked (report_svg.c). rank: an index into p->rank.r (that rank's memory by memrank.c's
+ * rules), or REPORT_SVG_SINGLE (the single-rank plan by role). 0, or -1 with err. */
+enum { REPORT_SVG_SINGLE = -1 };
+int report_plan_svg(const Plan *p, int rank, FILE *f, char *err, size_t nerr);
+/* `--svg-rank WHICH` (NULL: worst) as report_plan_svg's rank: "worst" the rank of p->rank with the
+ * largest max allocated (a one-GPU layout: the single-rank plan), "single", or a pipeline stage
+ * that p->rank holds. 0, or -1 with err. */
+int report_svg_rank(const Plan *p, const char *which, int *rank, char *err, size_t nerr);
 /* Chrome trace events: ops per phase on a cost-model timeline, scopes and checkpoint regions as
  * slices, a memory counter track. */
 int report_trace(const Plan *p, FILE *f);

@@ -2,7 +2,17 @@
  * model (one track per phase), CUDA-graph scopes and checkpoint regions as slices, gradient
  * buckets as instants, and a live-memory counter. Each op slice carries its bytes, FLOPs and tensor
  * shapes as args; the process is named after the recipe. With many micro-batches the first two and the
- * last are drawn op by op and the others as one slice each, to keep the file small. */
+ * last are drawn op by op and the others as one slice each, to keep the file small.
+ *
+ * Times are whole nanoseconds: each op's cost is rounded once, and every start, end and span is a
+ * sum of those integers, written as microseconds with exactly three decimals (what a viewer reads
+ * back as the same integer). So an op ends exactly where the next begins, and a scope, region or
+ * micro-batch that spans ops ends exactly where its last op does: the slices of one track nest or
+ * are disjoint by construction (a viewer moves a slice that crosses its predecessor to an overflow
+ * track). An op the cost model charges nothing (an absorbed op, a view) is an instant, not a slice
+ * of zero or a made-up duration. */
+#include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,13 +24,30 @@ static int tid_of(Phase p) {
   return p == IR_PHASE_FORWARD ? TID_FWD : p == IR_PHASE_BACKWARD ? TID_BWD : p == IR_PHASE_REPLAY ? TID_REPLAY : TID_TAIL;
 }
 
-/* One slice; for an op, args with what the cost model charged it and the tensors it reads and
- * writes ("name [d0,d1] dtype"), so that a slice in the viewer says why it takes its time. */
-static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, double ts, double dur, const Graph *g,
+/* An op's cost in whole nanoseconds; one that costs anything takes at least 1. */
+static int64_t op_ns(const Plan *p, int op) {
+  double t = p->cost.op_time[op] * 1e9;
+  if (!(t > 0)) return 0;
+  int64_t n = llround(t);
+  return n > 0 ? n : 1;
+}
+
+/* ns as the trace's microseconds: exact, three decimals. */
+static void put_us(FILE *f, const char *key, int64_t ns) {
+  fprintf(f, ", \"%s\": %" PRId64 ".%03d", key, ns / 1000, (int)(ns % 1000));
+}
+
+/* One slice (an instant when dur is 0); for an op, args with what the cost model charged it and the
+ * tensors it reads and writes ("name [d0,d1] dtype"), so that a slice in the viewer says why it
+ * takes its time. */
+static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, int64_t ts, int64_t dur, const Graph *g,
                   const Op *op) {
   fprintf(f, "%s\n{\"name\": ", *first ? "" : ",");
   json_write_string(f, name);
-  fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", cat, tid, ts, dur > 0.001 ? dur : 0.001);
+  fprintf(f, ", \"cat\": \"%s\", \"ph\": \"%s\", \"pid\": 0, \"tid\": %d", cat, dur > 0 ? "X" : "i", tid);
+  put_us(f, "ts", ts);
+  if (dur > 0) put_us(f, "dur", dur);
+  else fputs(", \"s\": \"t\"", f);
   if (op) {
     fprintf(f, ", \"args\": {\"op\": \"%s\", \"module\": ", op_name(op->kind));
     json_write_string(f, op->tags.module);
@@ -49,7 +76,7 @@ static void slice(FILE *f, bool *first, const char *name, const char *cat, int t
 int report_trace(const Plan *p, FILE *f) {
   const Graph *g = p->g;
   const Schedule *sc = &p->sc;
-  double *start = malloc((size_t)(sc->n + 1) * sizeof *start);
+  int64_t *start = malloc((size_t)(sc->n + 1) * sizeof *start);
   if (!start) return -1;
   bool first = true;
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
@@ -65,34 +92,38 @@ int report_trace(const Plan *p, FILE *f) {
   for (int t = 1; t <= TID_MICRO; t++) {
     fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}", t, TN[t]);
   }
-  double ts = 0, micro_us = 0;
+  int64_t ts = 0, micro_ns = 0;
   for (int i = 0; i < sc->micro_end; i++)
-    if (sc->it[i].kind == SCHED_OP) micro_us += p->cost.op_time[sc->it[i].id] * 1e6;
+    if (sc->it[i].kind == SCHED_OP) micro_ns += op_ns(p, sc->it[i].id);
   for (int m = 0; m < sc->nmicro; m++) {
     bool detail = m < 2 || m == sc->nmicro - 1;
     char nm[64];
     snprintf(nm, sizeof nm, "micro-batch %d", m);
-    slice(f, &first, nm, "micro", TID_MICRO, ts, micro_us, g, NULL);
+    slice(f, &first, nm, "micro", TID_MICRO, ts, micro_ns, g, NULL);
     if (!detail) {
-      ts += micro_us;
+      ts += micro_ns;
       continue;
     }
     int q = 0;
     for (int i = 0; i < sc->micro_end; i++) {
       start[i] = ts;
       if (sc->it[i].kind == SCHED_BUCKET) {
-        if (m == sc->nmicro - 1)
-          fprintf(f, ",\n{\"name\": \"bucket %d (%.1f MB)\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f}",
-                  sc->it[i].id, (double)sc->b[sc->it[i].id].bytes / 1e6, TID_BUCKET, ts);
+        if (m == sc->nmicro - 1) {
+          fprintf(f, ",\n{\"name\": \"bucket %d (%.1f MB)\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": %d", sc->it[i].id,
+                  (double)sc->b[sc->it[i].id].bytes / 1e6, TID_BUCKET);
+          put_us(f, "ts", ts);
+          fputc('}', f);
+        }
         continue;
       }
       const Op *op = &g->op[sc->it[i].id];
-      double dur = p->cost.op_time[sc->it[i].id] * 1e6;
+      int64_t dur = op_ns(p, sc->it[i].id);
       char name[200];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
       slice(f, &first, name, phase_name(op->tags.phase), tid_of(op->tags.phase), ts, dur, g, op);
-      fprintf(f, ",\n{\"name\": \"live GB\", \"ph\": \"C\", \"pid\": 0, \"ts\": %.3f, \"args\": {\"live\": %.4f}}", ts,
-              (double)p->mp.live[q] / 1e9);
+      fprintf(f, ",\n{\"name\": \"live GB\", \"ph\": \"C\", \"pid\": 0");
+      put_us(f, "ts", ts);
+      fprintf(f, ", \"args\": {\"live\": %.4f}}", (double)p->mp.live[q] / 1e9);
       ts += dur;
       q++;
     }
@@ -101,7 +132,7 @@ int report_trace(const Plan *p, FILE *f) {
       if (s->scope < 0 || s->last >= sc->micro_end) continue;
       char n2[80];
       snprintf(n2, sizeof n2, "graph %s L%d (%s)", ir_scope_name(s->scope), s->layer, s->phase == IR_PHASE_FORWARD ? "fwd" : "bwd");
-      double end = s->last + 1 < sc->micro_end ? start[s->last + 1] : ts;
+      int64_t end = s->last + 1 < sc->micro_end ? start[s->last + 1] : ts;
       slice(f, &first, n2, "scope", TID_SCOPE, start[s->first], end - start[s->first], g, NULL);
     }
     for (int i = 0; i < p->rr.n && m == 0; i++) {
@@ -121,7 +152,7 @@ int report_trace(const Plan *p, FILE *f) {
   for (int i = sc->micro_end; i < sc->n; i++)
     if (sc->it[i].kind == SCHED_OP) {
       const Op *op = &g->op[sc->it[i].id];
-      double dur = p->cost.op_time[sc->it[i].id] * 1e6;
+      int64_t dur = op_ns(p, sc->it[i].id);
       char name[200];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
       slice(f, &first, name, phase_name(op->tags.phase), TID_TAIL, ts, dur, g, op);

@@ -1,8 +1,9 @@
--- tiny: a Llama-style decoder of about a million parameters, for CPU tests and the README's
+-- tiny: a Llama-style decoder of about 0.8 million parameters, for CPU tests and the README's
 -- byte-level text demo. Its numbers are ours, chosen so that a step runs in milliseconds on a
 -- laptop core: d128, 4 layers, 4 heads / 2 kv groups (GQA), SwiGLU 352, vocab 256 (bytes), seq 64.
--- Parameters: embedding 256*128 + head 256*128 + 4 * (attn 128*(128+2*64)+128*128 + mlp 3*128*352)
---             = 65,536 + 4 * 245,760 ≈ 1.05 M.
+-- Parameters: embedding 256*128 + head 256*128 (untied)
+--             + 4 * (attn 128*(128+2*64)+128*128 + mlp 3*128*352 + two norms 2*128) + final norm 128
+--             = 65,536 + 4 * 184,576 + 128 = 803,968 (`stepc plan --json`: ranks[0].params).
 return {
   model = {
     num_layers = 4,
