@@ -72,13 +72,15 @@ static int reference(OpKind kind, const OpAttrs *at, Arr *in, int nin, Arr *out,
     return -1;
   }
   for (int i = 0; i < nin; i++)
-    for (long j = 0; j < in[i].n; j++) cpu_exec_set(e, ids[i], j, in[i].v[j]);
+    for (long j = 0; j < in[i].n; j++)
+      cpu_exec_set(e, ids[i], j, in[i].v[j]);
   cpu_exec_run(e, ~0u);
   for (int o = 0; o < nout; o++) {
     const Tensor *t = &g->t[oid[o]];
     arr_shape(&out[o], t->ndim, t->shape[0], t->shape[1], t->shape[2]);
     out[o].v = malloc(sizeof(double) * (size_t)out[o].n);
-    for (long j = 0; j < out[o].n; j++) out[o].v[j] = cpu_exec_get(e, oid[o], j);
+    for (long j = 0; j < out[o].n; j++)
+      out[o].v[j] = cpu_exec_get(e, oid[o], j);
   }
   cpu_exec_free(e);
   graph_free(g);
@@ -98,7 +100,8 @@ static double *down(Gpu *g, CUdeviceptr p, long n) {
 
 static double maxabs(const double *v, long n) {
   double m = 0;
-  for (long i = 0; i < n; i++) m = fabs(v[i]) > m ? fabs(v[i]) : m;
+  for (long i = 0; i < n; i++)
+    m = fabs(v[i]) > m ? fabs(v[i]) : m;
   return m;
 }
 
@@ -113,20 +116,23 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
   char what[160];
   OpAttrs at = {.i = {H, P, G, N}};
   Arr in[5], fo[1], bo[4];
-  arr_shape(&in[0], 3, B, T, (int64_t)H * P), arr_rand(&in[0], r, 1);   /* dout (backward only) */
-  arr_shape(&in[1], 3, B, T, C), arr_rand(&in[1], r, 1);                 /* xBC */
-  arr_shape(&in[2], 2, C, K + 1, 1), arr_rand(&in[2], r, 0.5);           /* conv */
-  arr_shape(&in[3], 3, B, T, H), arr_rand(&in[3], r, 1);                 /* dt_raw */
-  arr_shape(&in[4], 2, H, 3, 1), arr_rand(&in[4], r, 1);                 /* dt_bias | A_log | D */
+  arr_shape(&in[0], 3, B, T, (int64_t)H * P), arr_rand(&in[0], r, 1); /* dout (backward only) */
+  arr_shape(&in[1], 3, B, T, C), arr_rand(&in[1], r, 1);              /* xBC */
+  arr_shape(&in[2], 2, C, K + 1, 1), arr_rand(&in[2], r, 0.5);        /* conv */
+  arr_shape(&in[3], 3, B, T, H), arr_rand(&in[3], r, 1);              /* dt_raw */
+  arr_shape(&in[4], 2, H, 3, 1), arr_rand(&in[4], r, 1);              /* dt_bias | A_log | D */
   if (reference(OP_MAMBA_MIXER, &at, in + 1, 4, fo, 1) || reference(OP_MAMBA_MIXER_BWD, &at, in, 5, bo, 4)) {
     g->checks++, g->failed++;
     return;
   }
   CUdeviceptr d[5], y = gpu_alloc(g, 2 * (size_t)fo[0].n), o[4];
-  for (int i = 0; i < 5; i++) d[i] = up(g, &in[i]);
-  for (int i = 0; i < 4; i++) o[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
+  for (int i = 0; i < 5; i++)
+    d[i] = up(g, &in[i]);
+  for (int i = 0; i < 4; i++)
+    o[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
   void *fa[] = {&y, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  gpu_launch(g, "mamba_mixer_forward", (unsigned)H, (unsigned)B, 1, STEPC_MAMBA_THREADS, stepc_mamba_fwd_smem(P, N), fa);
+  gpu_launch(g, "mamba_mixer_forward", (unsigned)H, (unsigned)B, 1, STEPC_MAMBA_THREADS,
+             stepc_mamba_fwd_smem(P, N), fa);
   snprintf(what, sizeof what, "mamba_mixer_forward B%d T%d H%d P%d G%d N%d K%d", B, T, H, P, G, N, K);
   check(g, what, y, &fo[0]);
   unsigned blocks = (unsigned)((H + STEPC_MAMBA_CLUSTER - 1) / STEPC_MAMBA_CLUSTER * STEPC_MAMBA_CLUSTER);
@@ -151,8 +157,10 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
   }
   snprintf(what, sizeof what, "mamba_mixer_backward deterministic (twice, bitwise) H%d G%d N%d", H, G, N);
   gpu_check_true(g, what, same, "");
-  for (int i = 0; i < 5; i++) gpu_free(g, d[i]), arr_free(&in[i]);
-  for (int i = 0; i < 4; i++) gpu_free(g, o[i]), arr_free(&bo[i]);
+  for (int i = 0; i < 5; i++)
+    gpu_free(g, d[i]), arr_free(&in[i]);
+  for (int i = 0; i < 4; i++)
+    gpu_free(g, o[i]), arr_free(&bo[i]);
   gpu_free(g, y), arr_free(&fo[0]);
 }
 
@@ -184,7 +192,8 @@ static void test_gate_norm(Gpu *g, Rng *r) {
   arr_shape(&w, 1, C, 1, 1), arr_rand(&w, r, 1);
   Arr fin[2] = {in[1], w}, bin[3] = {in[0], in[1], w};
   OpAttrs na = {.f = {eps}, .i = {G}};
-  if (reference(OP_MAMBA_GROUP_NORM, &na, fin, 2, fo, 1) || reference(OP_MAMBA_GROUP_NORM_BWD, &na, bin, 3, bo, 2)) {
+  if (reference(OP_MAMBA_GROUP_NORM, &na, fin, 2, fo, 1) ||
+      reference(OP_MAMBA_GROUP_NORM_BWD, &na, bin, 3, bo, 2)) {
     g->checks++, g->failed++;
     return;
   }
@@ -201,14 +210,17 @@ static void test_gate_norm(Gpu *g, Rng *r) {
   gpu_launch(g, "mamba_group_norm_backward_weight", (unsigned)((C + 31) / 32), 1, 1, 256, 0, na3);
   check(g, "mamba_group_norm_backward_weight", odw, &bo[1]);
   arr_free(&fo[0]), arr_free(&bo[0]), arr_free(&bo[1]), arr_free(&w);
-  for (int i = 0; i < 3; i++) arr_free(&in[i]);
-  gpu_free(g, d0), gpu_free(g, d1), gpu_free(g, d2), gpu_free(g, o0), gpu_free(g, o1), gpu_free(g, dw), gpu_free(g, odw);
+  for (int i = 0; i < 3; i++)
+    arr_free(&in[i]);
+  gpu_free(g, d0), gpu_free(g, d1), gpu_free(g, d2), gpu_free(g, o0), gpu_free(g, o1), gpu_free(g, dw),
+      gpu_free(g, odw);
 }
 
 void test_mamba(Gpu *g) {
   Rng r = {0x6d616d6261ull};
   if (g->cc_major < 9) {
-    gpu_check_true(g, "mamba: thread-block clusters (compute capability 9.0+)", 0, "the mixer backward needs sm_90");
+    gpu_check_true(g, "mamba: thread-block clusters (compute capability 9.0+)", 0,
+                   "the mixer backward needs sm_90");
     return;
   }
   test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4);  /* 2 heads a group, 6 heads: a cluster with 2 idle blocks */
