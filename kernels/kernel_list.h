@@ -172,6 +172,20 @@ STEPC_KERNEL(moe_act_forward, KP(bf16*, y) KP(const bf16*, h) KP(const bf16*, p)
 STEPC_KERNEL(moe_act_backward, KP(bf16*, dh) KP(bf16*, dp) KP(const bf16*, dy) KP(const bf16*, h) KP(const bf16*, p)
              KI(N) KI(F) KI(glu) KI(act))
 
+STEPC_KERNEL(mamba_mixer_forward, KP(bf16*, y) KP(const bf16*, xbc) KP(const bf16*, conv) KP(const bf16*, dtr)
+             KP(const bf16*, ssm) KI(T) KI(H) KI(P) KI(G) KI(N) KI(K))
+STEPC_KERNEL(mamba_mixer_backward, KP(bf16*, dx) KP(bf16*, dconv) KP(bf16*, ddtr) KP(bf16*, dssm) KP(const bf16*, dout)
+             KP(const bf16*, xbc) KP(const bf16*, conv) KP(const bf16*, dtr) KP(const bf16*, ssm) KI(B) KI(T) KI(H) KI(P)
+             KI(G) KI(N) KI(K))
+STEPC_KERNEL(mamba_gate_forward, KP(bf16*, out) KP(const bf16*, y) KP(const bf16*, z) KL(n))
+STEPC_KERNEL(mamba_gate_backward, KP(bf16*, dy) KP(bf16*, dz) KP(const bf16*, dout) KP(const bf16*, y) KP(const bf16*, z)
+             KL(n))
+STEPC_KERNEL(mamba_group_norm_forward, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, w) KL(rows) KI(C) KI(G) KF(eps))
+STEPC_KERNEL(mamba_group_norm_backward_input, KP(bf16*, dx) KP(const bf16*, dout) KP(const bf16*, x) KP(const bf16*, w)
+             KL(rows) KI(C) KI(G) KF(eps))
+STEPC_KERNEL(mamba_group_norm_backward_weight, KP(bf16*, dw) KP(float*, acc) KP(const bf16*, dout) KP(const bf16*, x)
+             KL(rows) KI(C) KI(G) KF(eps))
+
 #undef KP
 #undef KI
 #undef KU

@@ -93,6 +93,27 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 /* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
 #define STEPC_COLSUM_WARPS 8
 
+/* The Mamba-2 mixer (kernels/mamba.cuh): chunks of STEPC_MAMBA_CHUNK rows, blocks of
+ * STEPC_MAMBA_THREADS. mamba_mixer_forward: grid (H, B). mamba_mixer_backward: grid
+ * ceil(H / STEPC_MAMBA_CLUSTER) * STEPC_MAMBA_CLUSTER (clusters of that many blocks, a block a
+ * head); it takes H/G dividing STEPC_MAMBA_CLUSTER and 2N, P even, conv taps <= STEPC_MAMBA_KMAX.
+ * Dynamic shared memory (fp32 words) below; both kernels are allowed STEPC_MAMBA_SMEM_MAX. */
+#define STEPC_MAMBA_CHUNK 32
+#define STEPC_MAMBA_THREADS 256
+#define STEPC_MAMBA_CLUSTER 8
+#define STEPC_MAMBA_KMAX 8
+#define STEPC_MAMBA_SMEM_MAX (227 * 1024)
+static inline unsigned stepc_mamba_fwd_smem(int P, int N) {
+  int L = STEPC_MAMBA_CHUNK;
+  return (unsigned)(4 * ((long)P * N + L * P + 2 * L * N + L * L + 3 * L));
+}
+static inline unsigned stepc_mamba_bwd_smem(int P, int N, int hpg) {
+  int L = STEPC_MAMBA_CHUNK, nch = P + 2 * N / hpg;
+  long w = 2L * P * N + 3L * L * P + 4L * L * N + 3L * L * L + 10L * L + 32 + (long)(L + STEPC_MAMBA_KMAX - 1) * nch +
+           (long)nch * (STEPC_MAMBA_KMAX + 1) + 3;
+  return (unsigned)(4 * w);
+}
+
 /* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks
  * of STEPC_MULTI_THREADS, grid = the table's total chunk count. The table is rows of 8-byte words,
  * in the group's op order; a row's first chunk is the sum of the chunk counts of the rows before

@@ -74,6 +74,7 @@ int gpu_check_true(Gpu *g, const char *name, int ok, const char *detail);
 /* Test groups (tests/gpu/basic.c, attention.c). */
 void test_basic(Gpu *g);
 void test_attention(Gpu *g);
+void test_mamba(Gpu *g); /* mamba.c: the Mamba-2 kernels against ir/ops/mamba.c in fp64 */
 void bench_attention(Gpu *g);
 void test_bandwidth(Gpu *g); /* bandwidth.c, the last of test_basic */
 void bench_attention_variants(Gpu *g); /* with STEPC_FLASH_VARIANTS set: tile-size variants */

@@ -1,7 +1,7 @@
 /* main.c — gpu_kernels: compiles every kernel with NVRTC for the device present, loads it with
  * cuModuleLoadData and runs the kernel tests (basic.c, attention.c) and the flash-attention
- * timings. Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest reports "skipped").
- *   gpu_kernels [--no-bench] [--bench-only] [--only basic|attention] [--cache DIR]
+ * timings, and the Mamba-2 kernels (mamba.c). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest reports "skipped").
+ *   gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]
  * A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,18 +10,18 @@
 #include "harness.h"
 
 int main(int argc, char **argv) {
-  int bench = 1, basic = 1, attention = 1;
+  int bench = 1, basic = 1, attention = 1, mamba = 1;
   const char *cache = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--no-bench")) bench = 0;
-    else if (!strcmp(argv[i], "--bench-only")) basic = attention = 0;
+    else if (!strcmp(argv[i], "--bench-only")) basic = attention = mamba = 0;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       const char *w = argv[++i];
-      basic = !strcmp(w, "basic"), attention = !strcmp(w, "attention"), bench = 0;
+      basic = !strcmp(w, "basic"), attention = !strcmp(w, "attention"), mamba = !strcmp(w, "mamba"), bench = 0;
     }
     else if (!strcmp(argv[i], "--cache") && i + 1 < argc) cache = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--no-bench] [--bench-only] [--only basic|attention] [--cache DIR]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]\n", argv[0]);
       return 2;
     }
   }
@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
   if (gpu_load_kernels(&g, cache) != 0) return 1;
   if (basic) test_basic(&g);
   if (attention) test_attention(&g);
+  if (mamba) test_mamba(&g);
   if (bench) bench_attention(&g);
   if (getenv("STEPC_FLASH_VARIANTS")) bench_attention_variants(&g);
   printf("%d checks, %d failed\n", g.checks, g.failed);

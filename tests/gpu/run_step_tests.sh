@@ -3,6 +3,7 @@
 # with a GPU. Run from the repository root (or a copy holding build/, models/ and tests/):
 #   tests/gpu/run_step_tests.sh
 #   ONLY=moe tests/gpu/run_step_tests.sh     (the MLA + MoE tests alone)
+#   ONLY=mamba tests/gpu/run_step_tests.sh   (the Mamba kernels and the hybrid recipe alone)
 # BUILD (default build) holds gpu_step and stepc, built elsewhere if this machine has no Lua.
 # GPL3 is the text file of the 200-step run (default /usr/share/common-licenses/GPL-3, else
 # tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). ONLY=REGEX runs only the tests whose
@@ -158,6 +159,31 @@ run moe_scoped_recompute $STEP scoped $MOE 3 "transformer_engine:[attn];transfor
 run moe_train_gpl3 $STEP train $MOE 200 tests/gpu/data/tiny_mla_moe_gpl3_200.cpu.json model.bf16=true data.mock=false data.path=$GPL3
 run moe_cli_eager $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+# The hybrid Mamba / attention / MLP / MoE stack (tests/recipes/tiny_hybrid.lua, pattern M*M-ME:
+# MAMBA_MIXER, MAMBA_GATE, MAMBA_GROUP_NORM on CUDA, kernels/mamba.cuh). ONLY=mamba runs these and
+# the Mamba kernel tests alone: the kernels against ir/ops/mamba.c in fp64; gradients against the
+# CPU (every expert selected, as the MoE tests, so no near-tie flips a token's experts); replay ==
+# eager and each recompute setting the validator takes for hybrids == none, bitwise; scoped
+# graphs (the whole layer, Megatron's mamba scope, attn) == eager; the CLI eagerly and as one
+# full-iteration graph.
+HYB=tests/recipes/tiny_hybrid.lua
+HYB_ALL=model.moe_router_topk=4
+if [[ -z "${ONLY:-}" || mamba_kernels =~ $ONLY ]]; then
+  echo "== mamba_kernels: $BUILD/tests/gpu/gpu_kernels --only mamba" | tee -a "$DEST/summary.log"
+  timeout 300 $BUILD/tests/gpu/gpu_kernels --only mamba >"$DEST/mamba_kernels.log" 2>&1
+  rc=$?
+  grep -E "^(FAIL|[0-9]+ checks)" "$DEST/mamba_kernels.log" | tee -a "$DEST/summary.log"
+  echo "-- mamba_kernels exit $rc" | tee -a "$DEST/summary.log"
+  [ $rc -eq 0 ] || fails=$((fails + 1))
+fi
+run mamba_grads $STEP grads $HYB $HYB_ALL
+run mamba_replay $STEP replay $HYB 6
+run mamba_replay_dropout $STEP replay $HYB 6 model.hidden_dropout=0.1
+run mamba_recompute $STEP recompute $HYB 3
+run mamba_recompute_moe $STEP recompute $HYB 3 --labels moe,moe_act
+run mamba_scoped $STEP scoped $HYB 4 "transformer_engine:[];transformer_engine:[mamba];transformer_engine:[attn,mamba];local:[]"
+run mamba_cli_eager $BUILD/stepc run $HYB --device cuda --steps 20
+run mamba_cli_graph $BUILD/stepc run $HYB --device cuda --steps 20 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

@@ -131,6 +131,13 @@ int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op);
 int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op);
 int rt_op_moe_act(RtExec *x, const Op *op);
 int rt_op_moe_act_bwd(RtExec *x, const Op *op);
+/* op_mamba.c: the Mamba-2 mixer (conv, dt, SSD scan and D skip in one op), its gate and group norm. */
+int rt_op_mamba_mixer(RtExec *x, const Op *op);
+int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op);
+int rt_op_mamba_gate(RtExec *x, const Op *op);
+int rt_op_mamba_gate_bwd(RtExec *x, const Op *op);
+int rt_op_mamba_group_norm(RtExec *x, const Op *op);
+int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op);
 /* What the dense rows hand to op_moe.c: a LINEAR / LINEAR_DGRAD whose weight is fp32 (the MoE
  * router's), and a SOFTMAX / SOFTMAX_BWD that is not a causal attention softmax. */
 int rt_op_router_linear(RtExec *x, const Op *op);

@@ -1,0 +1,133 @@
+/* op_mamba.c — dispatch of the Mamba-2 mixer's ops (ir/ops/mamba.c) that the lowering builds
+ * (compiler/lower_mamba.c): MAMBA_MIXER (conv1d + SiLU, dt softplus, the chunked SSD scan and the
+ * D skip in one kernel), MAMBA_GATE and MAMBA_GROUP_NORM, and their backwards. Kernels in
+ * kernels/mamba.cuh, geometry in kernels/launch.h.
+ *
+ * No memory beyond the ops' own tensors: the mixer's backward keeps its state checkpoints in its
+ * dxBC output before writing it (kernels/mamba.cuh). Capturable (static grids, no host sync) and
+ * deterministic: every sum in a fixed order, the group's B/C gradients summed over its heads in
+ * head order through a thread-block cluster. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
+ * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
+ * executor refuses them by name. */
+#include "kernels/launch.h"
+#include "runtime/cuda/exec_internal.h"
+#include "runtime/cuda/launchers.h"
+
+/* Every input and the first `nout` outputs bf16 (the mixer's parameters are bf16 weights of a
+ * bf16 recipe). */
+static int bf16_operands(RtExec *x, const Op *op, int nout) {
+  for (int i = 0; i < op->nin + nout; i++) {
+    int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
+    if (rt_t(x, t)->dtype != DT_BF16)
+      return rt_fail(x->d, "%s: %s is %s, the CUDA kernel takes bf16", op_name(op->kind), rt_t(x, t)->name,
+                     dtype_name(rt_t(x, t)->dtype));
+  }
+  return RT_OK;
+}
+
+/* A weight gradient the compiler sank into its fp32 main gradient: the Mamba kernels write their
+ * bf16 gradient tensors (ir/ops/mamba.c's ops are not sinkable), so a sink here is a plan this
+ * executor does not run. */
+static int no_sink(RtExec *x, const Op *op) {
+  for (int i = 0; i < op->nout; i++)
+    if (x->sink[op->out[i]] >= 0)
+      return rt_fail(
+          x->d, "%s: its gradient %s is accumulated into a main gradient, which the CUDA kernel does not do",
+          op_name(op->kind), rt_t(x, op->out[i])->name);
+  return RT_OK;
+}
+
+/* The mixer's sizes from its attributes and xBC / conv shapes; RT_OK or a refusal naming the
+ * limit the kernels have. */
+typedef struct {
+  int B, T, H, P, G, N, K;
+} MixDims;
+
+static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
+  const Tensor *xbc = rt_t(x, op->in[xin]), *cw = rt_t(x, op->in[xin + 1]);
+  *m = (MixDims){.B = (int)xbc->shape[0],
+                 .T = (int)xbc->shape[1],
+                 .H = (int)op->a.i[0],
+                 .P = (int)op->a.i[1],
+                 .G = (int)op->a.i[2],
+                 .N = (int)op->a.i[3],
+                 .K = (int)cw->shape[1] - 1};
+  int hpg = m->H / m->G;
+  const char *why =
+      m->P % 2                                        ? "the head dim must be even"
+      : STEPC_MAMBA_CLUSTER % hpg || (2 * m->N) % hpg ? "the heads per group must divide 8 and 2 x state dim"
+      : m->K > STEPC_MAMBA_KMAX                       ? "the conv kernel has at most 8 taps"
+      : stepc_mamba_bwd_smem(m->P, m->N, hpg) > STEPC_MAMBA_SMEM_MAX
+          ? "head dim x state dim too large for the backward's shared memory"
+      : x->d->cc_major < 9 ? "the backward needs thread-block clusters (compute capability 9.0 or newer)"
+                           : NULL;
+  if (why)
+    return rt_fail(x->d, "%s (heads %d, head dim %d, groups %d, state %d, conv %d): %s", op_name(op->kind),
+                   m->H, m->P, m->G, m->N, m->K, why);
+  return RT_OK;
+}
+
+/* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P)) */
+int rt_op_mamba_mixer(RtExec *x, const Op *op) {
+  MixDims m;
+  if (bf16_operands(x, op, op->nout) || mix_dims(x, op, 0, &m)) return RT_ERROR;
+  return rt_launch_mamba_mixer_forward(x->d, rt_dim((unsigned)m.H, (unsigned)m.B, 1), STEPC_MAMBA_THREADS,
+                                       stepc_mamba_fwd_smem(m.P, m.N), rt_out(x, op, 0), rt_in(x, op, 0),
+                                       rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T, m.H, m.P, m.G,
+                                       m.N, m.K);
+}
+
+/* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm) */
+int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
+  MixDims m;
+  if (bf16_operands(x, op, op->nout) || no_sink(x, op) || mix_dims(x, op, 1, &m)) return RT_ERROR;
+  unsigned blocks = (unsigned)((m.H + STEPC_MAMBA_CLUSTER - 1) / STEPC_MAMBA_CLUSTER * STEPC_MAMBA_CLUSTER);
+  return rt_launch_mamba_mixer_backward(
+      x->d, rt_dim1(blocks), STEPC_MAMBA_THREADS, stepc_mamba_bwd_smem(m.P, m.N, m.H / m.G), rt_out(x, op, 0),
+      rt_out(x, op, 1), rt_out(x, op, 2), rt_out(x, op, 3), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
+      rt_in(x, op, 3), rt_in(x, op, 4), m.B, m.T, m.H, m.P, m.G, m.N, m.K);
+}
+
+/* MAMBA_GATE in (y, z) out (y silu(z)); MAMBA_GATE_BWD in (dout, y, z) out (dy, dz) */
+int rt_op_mamba_gate(RtExec *x, const Op *op) {
+  if (bf16_operands(x, op, op->nout)) return RT_ERROR;
+  long n = (long)rt_numel(x, op->in[0]);
+  return rt_launch_mamba_gate_forward(x->d, rt_grid_stride(x->d, n), 256, 0, rt_out(x, op, 0),
+                                      rt_in(x, op, 0), rt_in(x, op, 1), n);
+}
+
+int rt_op_mamba_gate_bwd(RtExec *x, const Op *op) {
+  if (bf16_operands(x, op, op->nout)) return RT_ERROR;
+  long n = (long)rt_numel(x, op->in[0]);
+  return rt_launch_mamba_gate_backward(x->d, rt_grid_stride(x->d, n), 256, 0, rt_out(x, op, 0),
+                                       rt_out(x, op, 1), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
+                                       n);
+}
+
+/* MAMBA_GROUP_NORM in (x (..., C), w (C)) out (y); i[0] = G, f[0] = eps. A warp per (row, group). */
+int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
+  if (bf16_operands(x, op, op->nout)) return RT_ERROR;
+  const Tensor *t = rt_t(x, op->in[0]);
+  long rows = (long)ops_rows(t);
+  int C = (int)ops_last(t), G = (int)op->a.i[0];
+  return rt_launch_mamba_group_norm_forward(x->d, rt_dim1((unsigned)((rows * G + 7) / 8)), 256, 0,
+                                            rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), rows, C, G,
+                                            (float)op->a.f[0]);
+}
+
+/* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw): dx a warp per (row, group), dw a block per
+ * 32 columns (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
+int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
+  if (bf16_operands(x, op, x->sink[op->out[1]] >= 0 ? 1 : 2)) return RT_ERROR;
+  const Tensor *t = rt_t(x, op->in[1]);
+  long rows = (long)ops_rows(t);
+  int C = (int)ops_last(t), G = (int)op->a.i[0], sink = x->sink[op->out[1]];
+  float eps = (float)op->a.f[0];
+  if (rt_launch_mamba_group_norm_backward_input(x->d, rt_dim1((unsigned)((rows * G + 7) / 8)), 256, 0,
+                                                rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1),
+                                                rt_in(x, op, 2), rows, C, G, eps))
+    return RT_ERROR;
+  return rt_launch_mamba_group_norm_backward_weight(
+      x->d, rt_dim1((unsigned)((C + 31) / 32)), 256, 0, sink < 0 ? rt_out(x, op, 1) : 0,
+      sink >= 0 ? rt_exec_ptr(x, sink) : 0, rt_in(x, op, 0), rt_in(x, op, 1), rows, C, G, eps);
+}
