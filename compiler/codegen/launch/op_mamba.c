@@ -10,8 +10,8 @@
  * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
  * executor refuses them by name. */
 #include "kernels/launch.h"
-#include "runtime/cuda/exec_internal.h"
-#include "runtime/cuda/launchers.h"
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
 
 /* Every input and the first `nout` outputs bf16 (the mixer's parameters are bf16 weights of a
  * bf16 recipe). */
