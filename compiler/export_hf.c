@@ -10,6 +10,7 @@
 
 #include "hf_config.h"
 #include "ir.h"
+#include "ops/ops.h"
 #include "runtime/safe_file.h"
 #include "runtime/safetensors.h"
 
@@ -97,11 +98,17 @@ static int write_config(const Spec *s, const char *dir, const char *dtype, char 
           "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
           "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %lld,\n"
           "  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
-          "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+          "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
           (long long)m->hidden_size, (long long)spec_ffn_hidden_size(s), (long long)m->num_layers, (long long)m->num_attention_heads,
           (long long)spec_num_query_groups(s), (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
           m->layernorm_epsilon, m->rotary_base, m->share_embeddings_and_output_weights ? "true" : "false",
           !strcmp(dtype, "BF16") ? "bfloat16" : "float32");
+  if (m->rope_scaling) /* Llama 3's, with Megatron's fixed constants (ops.h) */
+    fprintf(f,
+            ",\n  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+            "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
+            m->rope_scaling_factor, ROPE_LLAMA3_LOW_FREQ_FACTOR, ROPE_LLAMA3_HIGH_FREQ_FACTOR, ROPE_LLAMA3_ORIGINAL_MAX_POS);
+  fprintf(f, "\n}\n");
   return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s", path);
 }
 

@@ -3,7 +3,8 @@
 were made for. Hugging Face Llama directories are written here by hand (config.json as
 transformers' LlamaConfig writes it, safetensors files with HF's names) for models/tiny.lua's shape:
 the good directory imports, sharded or not (byte-identical parameters); each config key that
-changes the model (rope_theta, hidden_act, biases, rms_norm_eps, rope_scaling, the layer count, a
+changes the model (rope_theta, hidden_act, biases, rms_norm_eps, rope_scaling other than Llama 3's
+with the recipe's factor, the layer count, a
 missing config.json) and each tensor the recipe has no place for (an extra layer, an untied head
 into a tied recipe) is refused with the key or tensor named; an export through a recipe with fewer
 layers than its source is refused instead of truncated, and an export imports back bit for bit."""
@@ -84,6 +85,8 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "vocab_size": V, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
           "rope_scaling": None, "torch_dtype": "bfloat16"}
+# Llama 3.1 / 3.2's rope_scaling block as their config.json has it (the factor per test)
+LLAMA3 = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
 def hf_dir(root, name, config=CONFIG, t=None, shards=1):
@@ -136,11 +139,26 @@ with tempfile.TemporaryDirectory() as root:
                              ("attention_bias", True, "attention_bias is true"),
                              ("mlp_bias", True, "mlp_bias is true"),
                              ("rms_norm_eps", 1e-6, "rms_norm_eps is 1e-06 where the recipe's model.layernorm_epsilon"),
-                             ("rope_scaling", {"rope_type": "llama3", "factor": 32.0}, "rope_scaling is set"),
+                             ("rope_scaling", dict(LLAMA3, factor=32.0), "rope_scaling is llama3 with factor 32 where the recipe's model.rope_scaling is false"),
                              ("num_key_value_heads", 4, "num_key_value_heads is 4"),
                              ("model_type", "mistral", "model_type is \"mistral\""),
                              ("tie_word_embeddings", True, "tie_word_embeddings is true where the recipe's model.share_embeddings_and_output_weights is false")]:
         refused(root, "cfg_" + key, hf_dir(root, "cfg_" + key, dict(CONFIG, **{key: value})), want)
+    # Llama 3 RoPE scaling: accepted with the recipe's factor and Megatron's constants, else refused
+    # naming both values
+    SC = ["model.rope_scaling=true", "model.rope_scaling_factor=32"]
+    scaled = hf_dir(root, "scaled", dict(CONFIG, rope_scaling=dict(LLAMA3, factor=32.0)))
+    rc, msg = stepc("import", "models/tiny.lua", *SC, "--from", scaled, "-o", os.path.join(root, "scaled.st"))
+    check(rc == 0 and read_st(os.path.join(root, "scaled.st")) == p, f"llama3 rope_scaling with the recipe's factor imports ({msg.strip()})")
+    for what, rs, want, ov in [
+            ("factor", dict(LLAMA3, factor=32.0), "rope_scaling.factor is 32 where the recipe's model.rope_scaling_factor is 8", ["model.rope_scaling=true"]),
+            ("low", dict(LLAMA3, factor=32.0, low_freq_factor=2.0), "rope_scaling.low_freq_factor is 2; stepc's Llama has 1", SC),
+            ("high", dict(LLAMA3, factor=32.0, high_freq_factor=8.0), "rope_scaling.high_freq_factor is 8; stepc's Llama has 4", SC),
+            ("orig", dict(LLAMA3, factor=32.0, original_max_position_embeddings=4096),
+             "rope_scaling.original_max_position_embeddings is 4096; stepc's Llama has 8192", SC),
+            ("yarn", {"rope_type": "yarn", "factor": 32.0}, "rope_scaling.rope_type is \"yarn\"", SC),
+            ("none", None, "rope_scaling is null where the recipe's model.rope_scaling is true", SC)]:
+        refused(root, "rs_" + what, hf_dir(root, "rs_" + what, dict(CONFIG, rope_scaling=rs)), want, *ov)
     cfg = dict(CONFIG)
     del cfg["num_key_value_heads"]
     refused(root, "cfg_default_kv", hf_dir(root, "cfg_default_kv", cfg), "num_key_value_heads is 4")
@@ -162,6 +180,13 @@ with tempfile.TemporaryDirectory() as root:
     back = os.path.join(root, "back.st")
     rc2, msg2 = stepc("import", "models/tiny.lua", "--from", os.path.join(root, "hf4"), "-o", back) if rc == 0 else (rc, msg)
     check(rc == 0 and rc2 == 0 and read_st(back) == p, f"an export imports back bit for bit ({msg.strip()} {msg2.strip()})")
+    # export with rope_scaling writes Llama 3's block, which the import accepts with that recipe
+    rc, msg = stepc("export", "models/tiny.lua", *SC, "--from", out, "-o", os.path.join(root, "hf_sc"))
+    cfg = json.load(open(os.path.join(root, "hf_sc", "config.json"))) if rc == 0 else {}
+    check(cfg.get("rope_scaling") == dict(LLAMA3, factor=32.0), f"export writes rope_scaling ({cfg.get('rope_scaling')}; {msg.strip()})")
+    rc, msg = stepc("import", "models/tiny.lua", *SC, "--from", os.path.join(root, "hf_sc"), "-o", os.path.join(root, "sc_back.st"))
+    check(rc == 0 and read_st(os.path.join(root, "sc_back.st")) == p, f"and imports back with the recipe ({msg.strip()})")
+    refused(root, "sc_into_plain", os.path.join(root, "hf_sc"), "model.rope_scaling is false")
 
 print(f"{failures} failed")
 sys.exit(1 if failures else 0)
