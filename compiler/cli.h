@@ -23,6 +23,7 @@ typedef struct {
   double comm_timeout; /* run --comm-timeout SECONDS */
   bool dp_join;        /* run --dp-join */
   const char *timeline; /* run --timeline FILE (with --profile) */
+  const char *print_recipe; /* import --print-recipe HF_DIR */
 } Args;
 
 /* The verb's help (NULL verb: the overview) to f. 0, or -1 for an unknown verb. */

@@ -110,8 +110,9 @@ def hf_dir(root, name, config=CONFIG, t=None, shards=1):
     return d
 
 
-def stepc(*args):
-    p = subprocess.run([STEPC, *args], capture_output=True, text=True, timeout=120)
+def stepc(*args, env=None):
+    p = subprocess.run([STEPC, *args], capture_output=True, text=True, timeout=120,
+                       env=None if env is None else dict(os.environ, **env))
     return p.returncode, p.stdout + p.stderr
 
 
@@ -180,6 +181,27 @@ with tempfile.TemporaryDirectory() as root:
     back = os.path.join(root, "back.st")
     rc2, msg2 = stepc("import", "models/tiny.lua", "--from", os.path.join(root, "hf4"), "-o", back) if rc == 0 else (rc, msg)
     check(rc == 0 and rc2 == 0 and read_st(back) == p, f"an export imports back bit for bit ({msg.strip()} {msg2.strip()})")
+    # a model over the shard limit (STEPC_HF_SHARD_BYTES, the test knob for HF's 5 GB) exports as
+    # shards + index, as save_pretrained writes them, and imports back bit for bit
+    hs = os.path.join(root, "hf_shards")
+    rc, msg = stepc("export", "models/tiny.lua", "--from", out, "-o", hs, env={"STEPC_HF_SHARD_BYTES": "150000"})
+    files = sorted(os.listdir(hs)) if rc == 0 else []
+    idx = json.load(open(os.path.join(hs, "model.safetensors.index.json"))) if "model.safetensors.index.json" in files else {}
+    shards = [f for f in files if f.startswith("model-")]
+    n = len(shards)
+    wm = idx.get("weight_map", {})
+    sizes = [os.path.getsize(os.path.join(hs, f)) for f in shards]
+    st_bytes = sum(sum(len(v) for v in read_st(os.path.join(hs, f)).values()) for f in shards)
+    check(rc == 0 and n > 1 and shards == [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+          and "model.safetensors" not in files and set(wm.values()) == set(shards) and len(wm) == 3 + 9 * L
+          and all(k in read_st(os.path.join(hs, f)) for k, f in wm.items())
+          and idx["metadata"]["total_size"] == st_bytes and max(sizes) < 150000 + 4096,
+          f"a sharded export: {n} shards {sizes}, index of {len(wm)} names ({msg.strip()})")
+    rc, msg = stepc("import", "models/tiny.lua", "--from", hs, "-o", os.path.join(root, "shards_back.st"))
+    check(rc == 0 and read_st(os.path.join(root, "shards_back.st")) == p, f"the sharded export imports back bit for bit ({msg.strip()})")
+    rc, msg = stepc("export", "models/tiny.lua", "--from", out, "-o", hs)
+    check(rc == 0 and sorted(os.listdir(hs)) == ["config.json"] + shards + ["model.safetensors"],
+          f"an unsharded export over a sharded one removes the index ({sorted(os.listdir(hs))})")
     # export with rope_scaling writes Llama 3's block, which the import accepts with that recipe
     rc, msg = stepc("export", "models/tiny.lua", *SC, "--from", out, "-o", os.path.join(root, "hf_sc"))
     cfg = json.load(open(os.path.join(root, "hf_sc", "config.json"))) if rc == 0 else {}
@@ -187,6 +209,18 @@ with tempfile.TemporaryDirectory() as root:
     rc, msg = stepc("import", "models/tiny.lua", *SC, "--from", os.path.join(root, "hf_sc"), "-o", os.path.join(root, "sc_back.st"))
     check(rc == 0 and read_st(os.path.join(root, "sc_back.st")) == p, f"and imports back with the recipe ({msg.strip()})")
     refused(root, "sc_into_plain", os.path.join(root, "hf_sc"), "model.rope_scaling is false")
+
+    # import --print-recipe: a recipe from config.json with which the import passes the check
+    for name in ("hf4", "hf_sc"):
+        rc, lua = stepc("import", "--print-recipe", os.path.join(root, name))
+        rpath = os.path.join(root, name + "_recipe.lua")
+        with open(rpath, "w") as f:
+            f.write(lua)
+        rc2, msg = stepc("import", rpath, "--from", os.path.join(root, name), "-o", os.path.join(root, name + "_pr.st")) if rc == 0 else (rc, lua)
+        check(rc == 0 and rc2 == 0 and read_st(os.path.join(root, name + "_pr.st")) == p and ("rope_scaling = true" in lua) == (name == "hf_sc"),
+              f"--print-recipe {name}: the import with the printed recipe passes ({msg.strip()})")
+    rc, msg = stepc("import", "--print-recipe", os.path.join(root, "cfg_hidden_act"))
+    check(rc == 4 and "hidden_act is \"gelu\"" in msg, f"--print-recipe refuses what stepc's Llama cannot express ({msg.strip()})")
 
 print(f"{failures} failed")
 sys.exit(1 if failures else 0)

@@ -23,9 +23,11 @@ static int run(CpuPrecision prec, int64_t sh[4], double base, double factor, dou
   CpuExec *e = cpu_exec_new(g, prec, 1, err, sizeof err);
   if (!e) return fprintf(stderr, "rope_dump: %s\n", err), graph_free(g), -1;
   int64_t n = tensor_numel(&g->t[x]);
-  for (int64_t i = 0; i < n; i++) cpu_exec_set(e, x, i, input(i));
+  for (int64_t i = 0; i < n; i++)
+    cpu_exec_set(e, x, i, input(i));
   cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
-  for (int64_t i = 0; i < n; i++) y[i] = cpu_exec_get(e, out, i);
+  for (int64_t i = 0; i < n; i++)
+    y[i] = cpu_exec_get(e, out, i);
   cpu_exec_free(e);
   graph_free(g);
   return 0;
@@ -33,7 +35,8 @@ static int run(CpuPrecision prec, int64_t sh[4], double base, double factor, dou
 
 static void row(const char *key, const double *v, int64_t n, const char *end) {
   printf("\"%s\": [", key);
-  for (int64_t i = 0; i < n; i++) printf("%s%.17g", i ? ", " : "", v[i]);
+  for (int64_t i = 0; i < n; i++)
+    printf("%s%.17g", i ? ", " : "", v[i]);
   printf("]%s", end);
 }
 
@@ -44,7 +47,8 @@ int main(int argc, char **argv) {
   int64_t n = sh[0] * sh[1] * sh[2] * sh[3];
   if (n <= 0 || n > (1 << 24)) return fprintf(stderr, "rope_dump: bad shape\n"), 3;
   double *x = malloc(sizeof *x * n), *y64 = malloc(sizeof *y64 * n), *y32 = malloc(sizeof *y32 * n);
-  for (int64_t i = 0; i < n; i++) x[i] = input(i);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = input(i);
   int rc = run(CPU_F64, sh, base, factor, y64) || run(CPU_F32, sh, base, factor, y32);
   if (!rc) {
     printf("{");
