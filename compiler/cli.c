@@ -10,7 +10,8 @@
 
 enum {
   O_JSON = 256, O_MARKDOWN, O_GRADCHECK, O_PROFILE, O_DEVICE, O_STEPS, O_THREADS, O_SMS, O_ARCH, O_SVG, O_CANDIDATES,
-  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_SVG_RANK, O_OUT = 'o', O_HELP = 'h'
+  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_SVG_RANK, O_PRINT_RECIPE, O_OUT = 'o',
+  O_HELP = 'h'
 };
 
 typedef struct {
@@ -27,6 +28,7 @@ static const Opt OPTS[] = {
     {"comm-timeout", required_argument, O_COMM_TIMEOUT}, {"dp-join", no_argument, O_DP_JOIN},
     {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET}, {"from", required_argument, O_FROM},
     {"timeline", required_argument, O_TIMELINE}, {"svg-rank", required_argument, O_SVG_RANK},
+    {"print-recipe", required_argument, O_PRINT_RECIPE},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -77,12 +79,17 @@ static const Verb VERBS[] = {
      "  host (docs/data-parallel.md). Exit 4 without a CUDA driver or device for --device cuda.\n"},
     {"export", {O_FROM, O_OUT},
      "usage: stepc export SPEC [KEY=VALUE ...] --from PARAMS|CHECKPOINT -o DIR\n"
-     "  A Hugging Face Llama directory (config.json, model.safetensors with HF's names and layout) from\n"
-     "  stepc's parameters (stepc_save_params' file, or a checkpoint directory), for Llama-style recipes.\n"},
-    {"import", {O_FROM, O_OUT},
+     "  A Hugging Face Llama directory (config.json and model.safetensors with HF's names and layout;\n"
+     "  above 5 GB, shards model-0000i-of-0000N.safetensors with model.safetensors.index.json, as HF\n"
+     "  writes them) from stepc's parameters (stepc_save_params' file, or a checkpoint directory), for\n"
+     "  Llama-style recipes.\n"},
+    {"import", {O_FROM, O_OUT, O_PRINT_RECIPE},
      "usage: stepc import SPEC [KEY=VALUE ...] --from HF_DIR -o PARAMS.safetensors\n"
+     "       stepc import --print-recipe HF_DIR\n"
      "  stepc's parameters file (stepc_load_params, Step.load_params) from a Hugging Face Llama\n"
-     "  directory whose shapes are the recipe's.\n"},
+     "  directory (model.safetensors or the shards of model.safetensors.index.json) whose config.json\n"
+     "  is the recipe's model. --print-recipe writes a recipe for HF_DIR's config.json to stdout: the\n"
+     "  import with it passes that check (save it, then import with it).\n"},
     {"fields", {O_MARKDOWN},
      "usage: stepc fields [--markdown]\n"
      "  Every recipe field with its type and default (--markdown: the reference table).\n"},
@@ -243,6 +250,7 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     case O_OUT: a->out = optarg; break;
     case O_CANDIDATES: a->candidates = optarg; break;
     case O_FROM: a->from = optarg; break;
+    case O_PRINT_RECIPE: a->print_recipe = optarg; break;
     case O_BUDGET: a->budget = optarg; break;
     }
   }

@@ -24,6 +24,7 @@ typedef struct {
   bool dp_join;        /* run --dp-join */
   const char *timeline; /* run --timeline FILE (with --profile) */
   const char *svg_rank; /* plan --svg-rank worst|single|STAGE (with --svg) */
+  const char *print_recipe; /* import --print-recipe HF_DIR */
 } Args;
 
 /* The verb's help (NULL verb: the overview) to f. 0, or -1 for an unknown verb. */

@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hf_config.h"
 #include "ir.h"
+#include "ops/ops.h"
 #include "runtime/safe_file.h"
 #include "runtime/safetensors.h"
 
@@ -97,11 +99,17 @@ static int write_config(const Spec *s, const char *dir, const char *dtype, char 
           "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
           "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %lld,\n"
           "  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
-          "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+          "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
           (long long)m->hidden_size, (long long)spec_ffn_hidden_size(s), (long long)m->num_layers, (long long)m->num_attention_heads,
           (long long)spec_num_query_groups(s), (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
           m->layernorm_epsilon, m->rotary_base, m->share_embeddings_and_output_weights ? "true" : "false",
           !strcmp(dtype, "BF16") ? "bfloat16" : "float32");
+  if (m->rope_scaling) /* Llama 3's, with Megatron's fixed constants (ops.h) */
+    fprintf(f,
+            ",\n  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+            "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
+            m->rope_scaling_factor, ROPE_LLAMA3_LOW_FREQ_FACTOR, ROPE_LLAMA3_HIGH_FREQ_FACTOR, ROPE_LLAMA3_ORIGINAL_MAX_POS);
+  fprintf(f, "\n}\n");
   return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s", path);
 }
 
@@ -239,6 +247,70 @@ static const StEntry *shards_find(Shards *sh, const char *name, StReader **r) {
   return NULL;
 }
 
+/* The largest shard export writes, in bytes: Hugging Face's save_pretrained default (max_shard_size
+ * "5GB", 5e9 bytes), or STEPC_HF_SHARD_BYTES (a test knob: cli.hf_import shards a tiny model). */
+static uint64_t shard_limit(void) {
+  const char *v = getenv("STEPC_HF_SHARD_BYTES");
+  char *end;
+  unsigned long long b = v && *v ? strtoull(v, &end, 10) : 0;
+  return b > 0 && !*end ? (uint64_t)b : 5000000000ull;
+}
+
+/* The bytes of map entry i (a row range of its stepc tensor in r); 0 when r lacks it (copy_rows
+ * then names it). */
+static uint64_t map_bytes(StReader *r, const Map *m) {
+  const StEntry *f = st_find(r, m->stepc);
+  if (!f || m->total <= 0) return 0;
+  uint64_t all = f->end - f->begin;
+  return m->rows < 0 ? all : all / (uint64_t)m->total * (uint64_t)m->rows;
+}
+
+/* The tensors of map[0..n) into DIR: model.safetensors when they fit one shard, else as Hugging
+ * Face shards them (save_pretrained: tensors in order, a new shard where the next would pass the
+ * limit) model-0000i-of-0000N.safetensors and model.safetensors.index.json (metadata.total_size,
+ * weight_map). The other form's file, left by an earlier export, is removed: import would read it. */
+static int write_tensors(StReader *r, const char *dir, const Map *map, int n, char *err, size_t nerr) {
+  uint64_t limit = shard_limit(), cur = 0, total = 0;
+  int *shard = calloc((size_t)n + 1, sizeof *shard), ns = 1;
+  if (!shard) return fail(err, nerr, "out of memory");
+  for (int i = 0; i < n; i++) {
+    uint64_t b = map_bytes(r, &map[i]);
+    if (cur > 0 && cur + b > limit) ns++, cur = 0;
+    shard[i] = ns - 1, cur += b, total += b;
+  }
+  char path[1100], index[1100];
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+  int rc = 0;
+  if (ns == 1) {
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rc = copy_rows(r, path, map, n, err, nerr);
+    if (!rc && unlink(index) != 0 && errno != ENOENT) rc = fail(err, nerr, "cannot remove %s: %s", index, strerror(errno));
+    free(shard);
+    return rc;
+  }
+  for (int k = 0, i = 0; k < ns && !rc; k++) {
+    int j = i;
+    while (j < n && shard[j] == k) j++;
+    snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, k + 1, ns);
+    rc = copy_rows(r, path, map + i, j - i, err, nerr);
+    i = j;
+  }
+  if (!rc && rt_check_replaceable(index, err, nerr) != 0) rc = -1;
+  FILE *f = rc ? NULL : fopen(index, "w");
+  if (!rc && !f) rc = fail(err, nerr, "cannot write %s", index);
+  if (f) {
+    fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
+    for (int i = 0; i < n; i++)
+      fprintf(f, "%s\n    \"%s\": \"model-%05d-of-%05d.safetensors\"", i ? "," : "", map[i].hf, shard[i] + 1, ns);
+    fprintf(f, "\n  }\n}\n");
+    if (fclose(f) != 0) rc = fail(err, nerr, "cannot write %s", index);
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (!rc && unlink(path) != 0 && errno != ENOENT) rc = fail(err, nerr, "cannot remove %s: %s", path, strerror(errno));
+  free(shard);
+  return rc;
+}
+
 int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
   if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
@@ -248,15 +320,13 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
   if (!map) snprintf(err, nerr, "out of memory");
   else if (open_params(src, &r, err, nerr) == 0) {
     int n = build_map(s, map);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const StEntry *emb = st_find(&r, "embedding.word_embeddings.weight");
     char cfg[1100];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     if (no_leftover(s, &r, map, n, false, err, nerr) != 0) rc = -1;
     else if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
     /* checked before anything is written: a FIFO there would block the open, a link redirect it */
-    else if (rt_check_replaceable(cfg, err, nerr) == 0 && copy_rows(&r, path, map, n, err, nerr) == 0)
+    else if (rt_check_replaceable(cfg, err, nerr) == 0 && write_tensors(&r, dir, map, n, err, nerr) == 0)
       rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
     st_close(&r);
   }

@@ -107,12 +107,12 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
 }
 
 /* The RoPE of ops a and b (consecutive, either order) applied to tensors x and y (x to one, y to
- * the other), both in direction dir, with one base, each output its own storage: 1 and, in *ra /
+ * the other), both in direction dir, with one base and scaling, each output its own storage: 1 and, in *ra /
  * *rb, which op rotates x / y. */
 static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *ra, int *rb) {
   const Op *p = &g->op[a], *q = &g->op[b];
   if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse || p->a.i[0] != dir ||
-      q->a.i[0] != dir || p->a.f[0] != q->a.f[0])
+      q->a.i[0] != dir || p->a.f[0] != q->a.f[0] || p->a.f[1] != q->a.f[1])
     return 0;
   if (p->in[0] == x && q->in[0] == y) *ra = a, *rb = b;
   else if (p->in[0] == y && q->in[0] == x) *ra = b, *rb = a;

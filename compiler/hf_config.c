@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json_read.h"
+#include "ops/ops.h"
 #include "runtime/safe_file.h"
 
 enum { HF_CONFIG_MAX_BYTES = 1 << 20 };
@@ -46,34 +47,85 @@ typedef struct {
   bool is_bool;
 } Expect;
 
-static int check_number(const char *path, JsonSpan root, const Expect *x, const Spec *s, char *err,
-                        size_t nerr) {
+/* Key x->key of the object `obj` (named `prefix` in messages: "" or "rope_scaling.") against x. */
+static int check_number(const char *path, JsonSpan obj, const char *prefix, const Expect *x, const Spec *s,
+                        char *err, size_t nerr) {
   JsonSpan v;
   double got = x->dflt;
   bool b;
-  int rc = json_member(root, x->key, &v);
+  int rc = json_member(obj, x->key, &v);
   if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
   if (rc == 1 && (x->is_bool ? json_bool(v, &b) : json_number(v, &got)) != 0)
-    return snprintf(err, nerr, "%s: %s is not a %s", path, x->key, x->is_bool ? "boolean" : "number"), -1;
+    return snprintf(err, nerr, "%s: %s%s is not a %s", path, prefix, x->key, x->is_bool ? "boolean" : "number"), -1;
   if (rc == 1 && x->is_bool) got = b;
-  if (rc == 0 && isnan(x->dflt)) return snprintf(err, nerr, "%s has no %s", path, x->key), -1;
+  if (rc == 0 && isnan(x->dflt)) return snprintf(err, nerr, "%s has no %s%s", path, prefix, x->key), -1;
   if (got == x->want || fabs(got - x->want) <= 1e-12 * fabs(x->want)) return 0;
-  if (x->field < 0) /* a fixed expectation: the biases stepc's Llama has not */
-    return snprintf(err, nerr, "%s: %s is %s; stepc's Llama has %s, so the import would train another model", path,
-                    x->key, got ? "true" : "false", x->want ? "true" : "false"),
-           -1;
-  const char *where = s->where[x->field][0] ? s->where[x->field] : "its default";
   char g[32], w[32];
   if (x->is_bool)
     snprintf(g, sizeof g, "%s", got ? "true" : "false"),
         snprintf(w, sizeof w, "%s", x->want ? "true" : "false");
   else
     snprintf(g, sizeof g, "%.10g", got), snprintf(w, sizeof w, "%.10g", x->want);
+  if (x->field < 0) /* a fixed expectation: the biases stepc's Llama has not, Megatron's scaling constants */
+    return snprintf(err, nerr, "%s: %s%s is %s; stepc's Llama has %s, so the import would train another model", path,
+                    prefix, x->key, g, w),
+           -1;
+  const char *where = s->where[x->field][0] ? s->where[x->field] : "its default";
   return snprintf(
              err, nerr,
-             "%s: %s is %s where the recipe's %s is %s (%s): the import would train another model; set %s=%s",
-             path, x->key, g, spec_fields[x->field].path, w, where, spec_fields[x->field].path, g),
+             "%s: %s%s is %s where the recipe's %s is %s (%s): the import would train another model; set %s=%s",
+             path, prefix, x->key, g, spec_fields[x->field].path, w, where, spec_fields[x->field].path, g),
          -1;
+}
+
+/* rope_scaling: absent or null without model.rope_scaling; with it, Llama 3's ("rope_type":
+ * "llama3", or the older "type") with the recipe's factor and Megatron's fixed low_freq_factor,
+ * high_freq_factor and original_max_position_embeddings (ops.h ROPE_LLAMA3_*). */
+static int check_rope_scaling(const char *path, JsonSpan root, const Spec *s, char *err, size_t nerr) {
+  JsonSpan rs, v;
+  const SpecModel *m = &s->model;
+  const char *where = s->where[SPEC_F_model_rope_scaling][0] ? s->where[SPEC_F_model_rope_scaling] : "its default";
+  int rc = json_member(root, "rope_scaling", &rs);
+  if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
+  if (rc == 0 || json_is_null(rs)) {
+    if (!m->rope_scaling) return 0;
+    return snprintf(err, nerr,
+                    "%s: rope_scaling is null where the recipe's model.rope_scaling is true (%s): the import would "
+                    "train with other RoPE frequencies than the model was trained with; set model.rope_scaling=false",
+                    path, where),
+           -1;
+  }
+  if (!json_is_object(rs)) return snprintf(err, nerr, "%s: rope_scaling is not an object", path), -1;
+  char type[32] = "";
+  if ((rc = json_member(rs, "rope_type", &v)) == 0) rc = json_member(rs, "type", &v);
+  if (rc < 0 || (rc == 1 && json_string(v, type, sizeof type) != 0))
+    return snprintf(err, nerr, "%s: rope_scaling.rope_type is not a short string", path), -1;
+  if (strcmp(type, "llama3"))
+    return snprintf(err, nerr,
+                    "%s: rope_scaling.rope_type is \"%s\"; stepc's RoPE scaling (model.rope_scaling) is Llama 3's "
+                    "(\"llama3\") only",
+                    path, type),
+           -1;
+  if (!m->rope_scaling) {
+    double f = NAN;
+    if (json_member(rs, "factor", &v) == 1) json_number(v, &f);
+    return snprintf(err, nerr,
+                    "%s: rope_scaling is llama3 with factor %.10g where the recipe's model.rope_scaling is false (%s): "
+                    "the import would train with other RoPE frequencies than the model was trained with; set "
+                    "model.rope_scaling=true model.rope_scaling_factor=%.10g",
+                    path, f, where, f),
+           -1;
+  }
+  const Expect ex[] = {
+      {"factor", SPEC_F_model_rope_scaling_factor, m->rope_scaling_factor, NAN, false},
+      {"low_freq_factor", -1, ROPE_LLAMA3_LOW_FREQ_FACTOR, NAN, false},
+      {"high_freq_factor", -1, ROPE_LLAMA3_HIGH_FREQ_FACTOR, NAN, false},
+      {"original_max_position_embeddings", -1, ROPE_LLAMA3_ORIGINAL_MAX_POS, NAN, false},
+  };
+  rc = 0;
+  for (size_t i = 0; i < sizeof ex / sizeof ex[0] && rc == 0; i++)
+    rc = check_number(path, rs, "rope_scaling.", &ex[i], s, err, nerr);
+  return rc;
 }
 
 static int check_strings(const char *path, JsonSpan root, char *err, size_t nerr) {
@@ -93,16 +145,7 @@ static int check_strings(const char *path, JsonSpan root, char *err, size_t nerr
                       str[i].key, str[i].want),
              -1;
   }
-  JsonSpan v;
-  int rc = json_member(root, "rope_scaling", &v);
-  if (rc == 1 && !json_is_null(v))
-    return snprintf(err, nerr,
-                    "%s: rope_scaling is set (Llama 3.1/3.2 frequency scaling); stepc's RoPE has no scaling "
-                    "yet, so "
-                    "the import would train with other frequencies than the model was trained with",
-                    path),
-           -1;
-  return rc < 0 ? (snprintf(err, nerr, "%s is malformed JSON", path), -1) : 0;
+  return 0;
 }
 
 int hf_config_check(const Spec *s, const char *dir, char *err, size_t nerr) {
@@ -131,7 +174,8 @@ int hf_config_check(const Spec *s, const char *dir, char *err, size_t nerr) {
   };
   int rc = check_strings(path, root, err, nerr);
   for (size_t i = 0; i < sizeof ex / sizeof ex[0] && rc == 0; i++)
-    rc = check_number(path, root, &ex[i], s, err, nerr);
+    rc = check_number(path, root, "", &ex[i], s, err, nerr);
+  if (rc == 0) rc = check_rope_scaling(path, root, s, err, nerr);
   free(text);
   return rc;
 }

@@ -117,7 +117,7 @@ static int lower_attention(Lower *L, int l, int x) {
   if (graph_op(g, OP_SPLIT_QKV, &qkv, 1, &sa, qkvs, NULL) < 0) return -1;
   int q = qkvs[0], k = qkvs[1], v = qkvs[2];
   if (strcmp(m->position_embedding_type, "rope") == 0) {
-    OpAttrs ra = {.f = {m->rotary_base}, .i = {1}};
+    OpAttrs ra = {.f = {m->rotary_base, m->rope_scaling ? m->rope_scaling_factor : 0}, .i = {1}};
     char qn[IR_NAME_MAX], kn[IR_NAME_MAX];
     snprintf(qn, sizeof qn, "layers.%d.self_attention.query_rope", l);
     snprintf(kn, sizeof kn, "layers.%d.self_attention.key_rope", l);

@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sys/stat.h>
 
 #include "cli.h"
 #include "codegen/artifact.h"
 #include "export_hf.h"
+#include "hf_config.h"
 #include "diag.h"
 #include "plan.h"
 #include "report.h"
@@ -297,6 +299,20 @@ static int cmd_sweep(const Args *a) {
 
 /* stepc export / import: parameters to and from a Hugging Face Llama directory (export_hf.h). */
 static int cmd_hf(const Args *a, bool to_hf) {
+  if (!to_hf && a->print_recipe) { /* import --print-recipe HF_DIR: a recipe for its config.json */
+    if (a->spec || a->from || a->out || a->noverrides) {
+      fprintf(stderr, "stepc import: --print-recipe HF_DIR takes no SPEC, overrides, --from or -o (stepc import --help)\n");
+      return EXIT_USAGE;
+    }
+    static char recipe[16384];
+    char err[1024] = "";
+    if (hf_config_recipe(a->print_recipe, recipe, sizeof recipe, err, sizeof err) != 0) {
+      fprintf(stderr, "stepc import: %s\n", err);
+      return EXIT_IO;
+    }
+    fputs(recipe, stdout);
+    return EXIT_OK;
+  }
   if (!a->spec || !a->from || !a->out) {
     fprintf(stderr, "stepc %s: missing %s (stepc %s --help)\n", to_hf ? "export" : "import", !a->spec ? "SPEC" : !a->from ? "--from" : "-o",
             to_hf ? "export" : "import");
@@ -314,7 +330,12 @@ static int cmd_hf(const Args *a, bool to_hf) {
     fprintf(stderr, "stepc %s: %s\n", to_hf ? "export" : "import", err);
     return EXIT_IO;
   }
-  printf("%s: %s\n", a->out, to_hf ? "config.json model.safetensors (Hugging Face Llama)" : "stepc parameters");
+  char index[1100];
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", a->out);
+  printf("%s: %s\n", a->out,
+         !to_hf ? "stepc parameters"
+         : access(index, F_OK) == 0 ? "config.json, model.safetensors.index.json and its shards (Hugging Face Llama)"
+                                    : "config.json model.safetensors (Hugging Face Llama)");
   return EXIT_OK;
 }
 

@@ -37,6 +37,9 @@
   X(position_embedding_type, STR, "learned_absolute", MC, "learned_absolute|rope|none",            \
     "Position embedding (GPTModel argument in Megatron)")                                          \
   X(rotary_base, NUM, "10000", MC, "", "RoPE base")                                                  \
+  X(rope_scaling, BOOL, "false", MC, "",                                                            \
+    "Llama 3 RoPE frequency scaling (low_freq_factor 1, high_freq_factor 4, original context 8192)") \
+  X(rope_scaling_factor, NUM, "8.0", MC, "", "Llama 3 RoPE scaling factor (with rope_scaling=true)")   \
   X(attention_dropout, NUM, "0.1", MC, "", "Dropout on attention probabilities")                     \
   X(hidden_dropout, NUM, "0.1", MC, "", "Dropout before each residual add")                          \
   X(attention_backend, STR, "auto", MC, "auto|flash|fused|unfused",                                \

@@ -1,5 +1,5 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50): what Megatron would reject while building the
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52): what Megatron would reject while building the
  * model, or what stepc cannot plan or run. */
 #include <string.h>
 
@@ -53,6 +53,25 @@ static void check_mla(VCtx *v) {
                 "head, but position_embedding_type=%s",
                 (long long)s->model.qk_pos_emb_head_dim, s->model.position_embedding_type),
         "set model.position_embedding_type=rope");
+}
+
+/* STEPC-52: RoPE scaling scales the frequencies of GPTModel's RoPE; elsewhere it would be a silent
+ * no-op: Megatron reads rope_scaling only where GPTModel builds its RotaryEmbedding, for
+ * position_embedding_type rope and not for multi-latent attention (whose attention builds its own,
+ * unscaled). The factor's range (> 0) is checked when the recipe loads. */
+static void check_rope_scaling(VCtx *v) {
+  const Spec *s = v->s;
+  if (!s->model.rope_scaling) return;
+  if (!v_str_is(s, SPEC_F_model_position_embedding_type, "rope"))
+    diag_hint(v_error(v, "STEPC-52", SPEC_F_model_rope_scaling,
+                      "rope_scaling=true scales RoPE's frequencies, but position_embedding_type=%s",
+                      s->model.position_embedding_type),
+              "set model.position_embedding_type=rope, or drop model.rope_scaling");
+  else if (s->model.multi_latent_attention)
+    diag_hint(v_error(v, "STEPC-52", SPEC_F_model_rope_scaling,
+                      "rope_scaling=true with multi_latent_attention: Megatron's MLA builds its own RoPE, "
+                      "which GPTModel's rope_scaling does not reach"),
+              "drop model.rope_scaling");
 }
 
 /* STEPC-16, STEPC-17: MoE routing and layer placement. */
@@ -155,6 +174,7 @@ void validate_model(VCtx *v) {
   check_limits(v);
   check_hybrid(v);
   check_mla(v);
+  check_rope_scaling(v);
   check_moe(v);
   check_data(v);
   check_precision(v);

@@ -4,6 +4,9 @@
 //   y[i + D/2] = x[i + D/2] cos a + x[i] sin a
 // Backward is the inverse rotation (a -> -a). Angles in fp32 as PyTorch computes its frequency
 // table (inv_freq = 1 / base^(2i/D), then t * inv_freq); cos/sin are not rounded to bf16.
+// `factor` > 0 scales inv_freq as Llama 3 does (ir/ops/rope.c states the rule; Megatron's
+// _apply_scaling, Hugging Face's rope_type "llama3"), in fp32 in PyTorch's operation order; 0 leaves
+// it unscaled (the same instructions as before scaling existed).
 //
 // Every kernel here computes the angle with rope_angle and the rotation with rope_rotate (explicit
 // roundings, no contraction left to the compiler), so the QKV kernels below write exactly the bits
@@ -12,8 +15,27 @@
 #pragma once
 #include "common.cuh"
 
-__device__ __forceinline__ void rope_angle(int t, int k, int D, float base, float sign, float* c, float* s) {
+// ops.h's ROPE_LLAMA3_*: low_freq_factor 1, high_freq_factor 4, original context 8192.
+#define STEPC_ROPE_LLAMA3_LOW 1.0f
+#define STEPC_ROPE_LLAMA3_HIGH 4.0f
+#define STEPC_ROPE_LLAMA3_ORIG 8192.0f
+
+// Llama 3's scaling of one frequency w, explicit roundings in PyTorch's order:
+// wavelen = 2pi / w; w / F above O / L; w below O / Hf; between, with
+// s = (O / wavelen - L) / (Hf - L): (1 - s) * w / F + s * w.
+__device__ __forceinline__ float rope_llama3(float w, float factor) {
+  float wavelen = __fdiv_rn(6.2831853071795864769f, w);
+  if (wavelen > STEPC_ROPE_LLAMA3_ORIG / STEPC_ROPE_LLAMA3_LOW) return __fdiv_rn(w, factor);
+  if (wavelen < STEPC_ROPE_LLAMA3_ORIG / STEPC_ROPE_LLAMA3_HIGH) return w;
+  float s = __fdiv_rn(__fsub_rn(__fdiv_rn(STEPC_ROPE_LLAMA3_ORIG, wavelen), STEPC_ROPE_LLAMA3_LOW),
+                      STEPC_ROPE_LLAMA3_HIGH - STEPC_ROPE_LLAMA3_LOW);
+  return __fadd_rn(__fdiv_rn(__fmul_rn(__fsub_rn(1.0f, s), w), factor), __fmul_rn(s, w));
+}
+
+__device__ __forceinline__ void rope_angle(int t, int k, int D, float base, float factor, float sign, float* c,
+                                           float* s) {
   float inv_freq = 1.0f / powf(base, (float)(2 * k) / (float)D);
+  if (factor > 0.0f) inv_freq = rope_llama3(inv_freq, factor);
   sincosf((float)t * inv_freq, s, c);
   *s *= sign;
 }
@@ -25,7 +47,7 @@ __device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s
 
 // Works in place (out == inp): each thread reads its pair before writing it.
 __device__ __forceinline__ void rope_apply(bf16* out, const bf16* inp, int B, int T, int H, int D,
-                                           float base, float sign) {
+                                           float base, float factor, float sign) {
   int half = D / 2;
   long total = (long)B * T * H * half;
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
@@ -33,7 +55,7 @@ __device__ __forceinline__ void rope_apply(bf16* out, const bf16* inp, int B, in
     long row = i / half;  // (b, t, h) flattened
     int t = (int)((row / H) % T);
     float s, c, y1, y2;
-    rope_angle(t, k, D, base, sign, &c, &s);
+    rope_angle(t, k, D, base, factor, sign, &c, &s);
     long p = row * D + k;
     rope_rotate(bf16_to_f32(inp[p]), bf16_to_f32(inp[p + half]), c, s, &y1, &y2);
     out[p] = f32_to_bf16(y1);
@@ -45,14 +67,14 @@ __device__ __forceinline__ void rope_apply(bf16* out, const bf16* inp, int B, in
 // (H = heads for Q, kv heads for K).
 extern "C" __global__ void rope_forward(bf16* out,        // (B, T, H, D)
                                         const bf16* inp,  // (B, T, H, D)
-                                        int B, int T, int H, int D, float base) {
-  rope_apply(out, inp, B, T, H, D, base, 1.0f);
+                                        int B, int T, int H, int D, float base, float factor) {
+  rope_apply(out, inp, B, T, H, D, base, factor, 1.0f);
 }
 
 extern "C" __global__ void rope_backward(bf16* dinp,        // (B, T, H, D)
                                          const bf16* dout,  // (B, T, H, D)
-                                         int B, int T, int H, int D, float base) {
-  rope_apply(dinp, dout, B, T, H, D, base, -1.0f);
+                                         int B, int T, int H, int D, float base, float factor) {
+  rope_apply(dinp, dout, B, T, H, D, base, factor, -1.0f);
 }
 
 #define STEPC_ROPE_MAX_HALF 256  // D <= 512 for the QKV kernels (as kernels/launch.h)
@@ -65,14 +87,14 @@ extern "C" __global__ void rope_backward(bf16* dinp,        // (B, T, H, D)
 // a unit is 8 rotation pairs (x[j..j+8) with x[j+D/2..j+D/2+8)) of one Q or K head, or 8 plain
 // values of V. D % 16 == 0.
 __device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf16* v, long N, int T, int H, int G,
-                                              int D, float base, float sign) {
+                                              int D, float base, float factor, float sign) {
   __shared__ float cs[STEPC_ROPE_MAX_HALF], sn[STEPC_ROPE_MAX_HALF];
   int half = D / 2, hv = half / 8, W = (H + 2 * G) * D;
   int urot = (H + G) * hv, units = urot + G * D / 8;
   for (long n = blockIdx.x; n < N; n += gridDim.x) {
     int t = (int)(n % T);
     __syncthreads();  // the previous row's angles are no longer read
-    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(t, j, D, base, sign, &cs[j], &sn[j]);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(t, j, D, base, factor, sign, &cs[j], &sn[j]);
     __syncthreads();
     bf16* row = fused + n * W;
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
@@ -105,14 +127,14 @@ __device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf1
 // block loops over rows), any block size (kernels/launch.h: 128).
 extern "C" __global__ void rope_split_qkv(bf16* q, bf16* k, bf16* v,  // (N, H, D), (N, G, D) x2
                                           const bf16* qkv,            // (N, (H+2G)*D)
-                                          long N, int T, int H, int G, int D, float base) {
-  rope_qkv_rows((bf16*)qkv, q, k, v, N, T, H, G, D, base, 1.0f);
+                                          long N, int T, int H, int G, int D, float base, float factor) {
+  rope_qkv_rows((bf16*)qkv, q, k, v, N, T, H, G, D, base, factor, 1.0f);
 }
 
 // dqkv (N, (H+2G)*D) <- dq, dk, dv: rope_backward on dq and dk then concat_qkv, in one pass.
 // Launch: as rope_split_qkv.
 extern "C" __global__ void rope_concat_qkv(bf16* dqkv,                                  // (N, (H+2G)*D)
                                            const bf16* dq, const bf16* dk, const bf16* dv,  // (N, H, D), (N, G, D) x2
-                                           long N, int T, int H, int G, int D, float base) {
-  rope_qkv_rows(dqkv, (bf16*)dq, (bf16*)dk, (bf16*)dv, N, T, H, G, D, base, -1.0f);
+                                           long N, int T, int H, int G, int D, float base, float factor) {
+  rope_qkv_rows(dqkv, (bf16*)dq, (bf16*)dk, (bf16*)dv, N, T, H, G, D, base, factor, -1.0f);
 }

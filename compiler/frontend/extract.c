@@ -46,6 +46,7 @@ static Range num_range(int id) {
   case SPEC_F_optimizer_adam_beta2: return (Range){0, 1, false, true};
   case SPEC_F_model_layernorm_epsilon:
   case SPEC_F_model_rotary_base:
+  case SPEC_F_model_rope_scaling_factor:
   case SPEC_F_model_moe_expert_capacity_factor:
   case SPEC_F_optimizer_adam_eps: return (Range){0, INFINITY, true, false};
   default: return (Range){0, INFINITY, false, false};

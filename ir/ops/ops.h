@@ -14,6 +14,13 @@
 
 #include "ir.h"
 
+/* Llama 3's RoPE frequency scaling (ir/ops/rope.c): the values Megatron-Core fixes in its
+ * RotaryEmbedding (_apply_scaling) and Llama 3.1 / 3.2 ship in config.json's rope_scaling; the
+ * factor is the recipe's (model.rope_scaling_factor). kernels/rope.cuh restates them. */
+#define ROPE_LLAMA3_LOW_FREQ_FACTOR 1.0
+#define ROPE_LLAMA3_HIGH_FREQ_FACTOR 4.0
+#define ROPE_LLAMA3_ORIGINAL_MAX_POS 8192
+
 /* A kernel's unit of parallel work: [lo, hi) of an index space the kernel chooses. Kernels must
  * compute each index's result the same way whatever the split, so results are bitwise
  * independent of the thread count (the executor's determinism rests on this). */

@@ -3,7 +3,8 @@
 were made for. Hugging Face Llama directories are written here by hand (config.json as
 transformers' LlamaConfig writes it, safetensors files with HF's names) for models/tiny.lua's shape:
 the good directory imports, sharded or not (byte-identical parameters); each config key that
-changes the model (rope_theta, hidden_act, biases, rms_norm_eps, rope_scaling, the layer count, a
+changes the model (rope_theta, hidden_act, biases, rms_norm_eps, rope_scaling other than Llama 3's
+with the recipe's factor, the layer count, a
 missing config.json) and each tensor the recipe has no place for (an extra layer, an untied head
 into a tied recipe) is refused with the key or tensor named; an export through a recipe with fewer
 layers than its source is refused instead of truncated, and an export imports back bit for bit."""
@@ -84,6 +85,8 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "vocab_size": V, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
           "rope_scaling": None, "torch_dtype": "bfloat16"}
+# Llama 3.1 / 3.2's rope_scaling block as their config.json has it (the factor per test)
+LLAMA3 = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
 def hf_dir(root, name, config=CONFIG, t=None, shards=1):
@@ -107,8 +110,9 @@ def hf_dir(root, name, config=CONFIG, t=None, shards=1):
     return d
 
 
-def stepc(*args):
-    p = subprocess.run([STEPC, *args], capture_output=True, text=True, timeout=120)
+def stepc(*args, env=None):
+    p = subprocess.run([STEPC, *args], capture_output=True, text=True, timeout=120,
+                       env=None if env is None else dict(os.environ, **env))
     return p.returncode, p.stdout + p.stderr
 
 
@@ -136,11 +140,26 @@ with tempfile.TemporaryDirectory() as root:
                              ("attention_bias", True, "attention_bias is true"),
                              ("mlp_bias", True, "mlp_bias is true"),
                              ("rms_norm_eps", 1e-6, "rms_norm_eps is 1e-06 where the recipe's model.layernorm_epsilon"),
-                             ("rope_scaling", {"rope_type": "llama3", "factor": 32.0}, "rope_scaling is set"),
+                             ("rope_scaling", dict(LLAMA3, factor=32.0), "rope_scaling is llama3 with factor 32 where the recipe's model.rope_scaling is false"),
                              ("num_key_value_heads", 4, "num_key_value_heads is 4"),
                              ("model_type", "mistral", "model_type is \"mistral\""),
                              ("tie_word_embeddings", True, "tie_word_embeddings is true where the recipe's model.share_embeddings_and_output_weights is false")]:
         refused(root, "cfg_" + key, hf_dir(root, "cfg_" + key, dict(CONFIG, **{key: value})), want)
+    # Llama 3 RoPE scaling: accepted with the recipe's factor and Megatron's constants, else refused
+    # naming both values
+    SC = ["model.rope_scaling=true", "model.rope_scaling_factor=32"]
+    scaled = hf_dir(root, "scaled", dict(CONFIG, rope_scaling=dict(LLAMA3, factor=32.0)))
+    rc, msg = stepc("import", "models/tiny.lua", *SC, "--from", scaled, "-o", os.path.join(root, "scaled.st"))
+    check(rc == 0 and read_st(os.path.join(root, "scaled.st")) == p, f"llama3 rope_scaling with the recipe's factor imports ({msg.strip()})")
+    for what, rs, want, ov in [
+            ("factor", dict(LLAMA3, factor=32.0), "rope_scaling.factor is 32 where the recipe's model.rope_scaling_factor is 8", ["model.rope_scaling=true"]),
+            ("low", dict(LLAMA3, factor=32.0, low_freq_factor=2.0), "rope_scaling.low_freq_factor is 2; stepc's Llama has 1", SC),
+            ("high", dict(LLAMA3, factor=32.0, high_freq_factor=8.0), "rope_scaling.high_freq_factor is 8; stepc's Llama has 4", SC),
+            ("orig", dict(LLAMA3, factor=32.0, original_max_position_embeddings=4096),
+             "rope_scaling.original_max_position_embeddings is 4096; stepc's Llama has 8192", SC),
+            ("yarn", {"rope_type": "yarn", "factor": 32.0}, "rope_scaling.rope_type is \"yarn\"", SC),
+            ("none", None, "rope_scaling is null where the recipe's model.rope_scaling is true", SC)]:
+        refused(root, "rs_" + what, hf_dir(root, "rs_" + what, dict(CONFIG, rope_scaling=rs)), want, *ov)
     cfg = dict(CONFIG)
     del cfg["num_key_value_heads"]
     refused(root, "cfg_default_kv", hf_dir(root, "cfg_default_kv", cfg), "num_key_value_heads is 4")
@@ -162,6 +181,46 @@ with tempfile.TemporaryDirectory() as root:
     back = os.path.join(root, "back.st")
     rc2, msg2 = stepc("import", "models/tiny.lua", "--from", os.path.join(root, "hf4"), "-o", back) if rc == 0 else (rc, msg)
     check(rc == 0 and rc2 == 0 and read_st(back) == p, f"an export imports back bit for bit ({msg.strip()} {msg2.strip()})")
+    # a model over the shard limit (STEPC_HF_SHARD_BYTES, the test knob for HF's 5 GB) exports as
+    # shards + index, as save_pretrained writes them, and imports back bit for bit
+    hs = os.path.join(root, "hf_shards")
+    rc, msg = stepc("export", "models/tiny.lua", "--from", out, "-o", hs, env={"STEPC_HF_SHARD_BYTES": "150000"})
+    files = sorted(os.listdir(hs)) if rc == 0 else []
+    idx = json.load(open(os.path.join(hs, "model.safetensors.index.json"))) if "model.safetensors.index.json" in files else {}
+    shards = [f for f in files if f.startswith("model-")]
+    n = len(shards)
+    wm = idx.get("weight_map", {})
+    sizes = [os.path.getsize(os.path.join(hs, f)) for f in shards]
+    st_bytes = sum(sum(len(v) for v in read_st(os.path.join(hs, f)).values()) for f in shards)
+    check(rc == 0 and n > 1 and shards == [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+          and "model.safetensors" not in files and set(wm.values()) == set(shards) and len(wm) == 3 + 9 * L
+          and all(k in read_st(os.path.join(hs, f)) for k, f in wm.items())
+          and idx["metadata"]["total_size"] == st_bytes and max(sizes) < 150000 + 4096,
+          f"a sharded export: {n} shards {sizes}, index of {len(wm)} names ({msg.strip()})")
+    rc, msg = stepc("import", "models/tiny.lua", "--from", hs, "-o", os.path.join(root, "shards_back.st"))
+    check(rc == 0 and read_st(os.path.join(root, "shards_back.st")) == p, f"the sharded export imports back bit for bit ({msg.strip()})")
+    rc, msg = stepc("export", "models/tiny.lua", "--from", out, "-o", hs)
+    check(rc == 0 and sorted(os.listdir(hs)) == ["config.json"] + shards + ["model.safetensors"],
+          f"an unsharded export over a sharded one removes the index ({sorted(os.listdir(hs))})")
+    # export with rope_scaling writes Llama 3's block, which the import accepts with that recipe
+    rc, msg = stepc("export", "models/tiny.lua", *SC, "--from", out, "-o", os.path.join(root, "hf_sc"))
+    cfg = json.load(open(os.path.join(root, "hf_sc", "config.json"))) if rc == 0 else {}
+    check(cfg.get("rope_scaling") == dict(LLAMA3, factor=32.0), f"export writes rope_scaling ({cfg.get('rope_scaling')}; {msg.strip()})")
+    rc, msg = stepc("import", "models/tiny.lua", *SC, "--from", os.path.join(root, "hf_sc"), "-o", os.path.join(root, "sc_back.st"))
+    check(rc == 0 and read_st(os.path.join(root, "sc_back.st")) == p, f"and imports back with the recipe ({msg.strip()})")
+    refused(root, "sc_into_plain", os.path.join(root, "hf_sc"), "model.rope_scaling is false")
+
+    # import --print-recipe: a recipe from config.json with which the import passes the check
+    for name in ("hf4", "hf_sc"):
+        rc, lua = stepc("import", "--print-recipe", os.path.join(root, name))
+        rpath = os.path.join(root, name + "_recipe.lua")
+        with open(rpath, "w") as f:
+            f.write(lua)
+        rc2, msg = stepc("import", rpath, "--from", os.path.join(root, name), "-o", os.path.join(root, name + "_pr.st")) if rc == 0 else (rc, lua)
+        check(rc == 0 and rc2 == 0 and read_st(os.path.join(root, name + "_pr.st")) == p and ("rope_scaling = true" in lua) == (name == "hf_sc"),
+              f"--print-recipe {name}: the import with the printed recipe passes ({msg.strip()})")
+    rc, msg = stepc("import", "--print-recipe", os.path.join(root, "cfg_hidden_act"))
+    check(rc == 4 and "hidden_act is \"gelu\"" in msg, f"--print-recipe refuses what stepc's Llama cannot express ({msg.strip()})")
 
 print(f"{failures} failed")
 sys.exit(1 if failures else 0)

@@ -292,28 +292,32 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
   }
 }
 
+/* Unscaled (factor 0) and with Llama 3's scaling (factor 32, Llama 3.2's; base 500000 puts
+ * frequencies in all three of its bands at D=64 and D=128), against tests/gpu/ref.c. */
 static void test_rope(Gpu *g, Rng *r) {
-  int configs[2][4] = {{2, 64, 4, 64}, {1, 4096, 2, 128}}; /* B, T, H, D */
-  for (int k = 0; k < 2; k++) {
+  int configs[4][4] = {{2, 64, 4, 64}, {1, 4096, 2, 128}, {2, 64, 4, 64}, {1, 4096, 2, 128}}; /* B, T, H, D */
+  for (int k = 0; k < 4; k++) {
     int B = configs[k][0], T = configs[k][1], H = configs[k][2], D = configs[k][3];
-    float base = 10000.0f;
+    float base = k < 2 ? 10000.0f : 500000.0f, factor = k < 2 ? 0.0f : 32.0f;
     long n = (long)B * T * H * D;
     double *x, *want = malloc(sizeof *want * n);
     CUdeviceptr dx = up_bf16(g, r, n, 1, &x), out = gpu_alloc(g, 2 * n);
-    void *a[] = {&out, &dx, &B, &T, &H, &D, &base};
+    void *a[] = {&out, &dx, &B, &T, &H, &D, &base, &factor};
     gpu_launch(g, "rope_forward", gpu_grid1d(g, n / 2), 1, 1, 256, 0, a);
-    ref_rope(want, x, B, T, H, D, base, 1);
+    ref_rope(want, x, B, T, H, D, base, factor, 1);
     double *got = down_bf16(g, out, n);
     /* fp32 angles t * inv_freq (as PyTorch builds its table) are off by up to ~t * 2^-24 rad
      * from fp64: atol grows with T. */
     double atol = 1e-4 + T * 6e-8 * 2;
-    gpu_check(g, k ? "rope_forward (T=4096, D=128)" : "rope_forward", got, want, n, atol, RT_BF16);
+    char name[96];
+    snprintf(name, sizeof name, "rope_forward (T=%d, D=%d, base %g, scaling factor %g)", T, D, base, factor);
+    gpu_check(g, name, got, want, n, atol, RT_BF16);
     free(got);
-    void *b[] = {&out, &out, &B, &T, &H, &D, &base}; /* in place: backward undoes forward */
+    void *b[] = {&out, &out, &B, &T, &H, &D, &base, &factor}; /* in place: backward undoes forward */
     gpu_launch(g, "rope_backward", gpu_grid1d(g, n / 2), 1, 1, 256, 0, b);
     got = down_bf16(g, out, n);
-    gpu_check(g, k ? "rope_backward(rope_forward(x)) = x (T=4096)" : "rope_backward(rope_forward(x)) = x", got, x, n,
-              2 * atol + 4e-3, 2 * RT_BF16);
+    snprintf(name, sizeof name, "rope_backward(rope_forward(x)) = x (T=%d, scaling factor %g)", T, factor);
+    gpu_check(g, name, got, x, n, 2 * atol + 4e-3, 2 * RT_BF16);
     free(got), free(x), free(want);
     gpu_free(g, dx), gpu_free(g, out);
   }
@@ -322,39 +326,40 @@ static void test_rope(Gpu *g, Rng *r) {
 /* The fused QKV kernels write the bits of the unfused ones: rope_split_qkv = split_qkv then
  * rope_forward on q and k; rope_concat_qkv = rope_backward on dq and dk then concat_qkv. */
 static void test_rope_qkv(Gpu *g, Rng *r) {
-  int configs[2][5] = {{2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
-  for (int c = 0; c < 2; c++) {
+  int configs[4][5] = {{2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}, {2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
+  for (int c = 0; c < 4; c++) {
     int B = configs[c][0], T = configs[c][1], H = configs[c][2], G = configs[c][3], D = configs[c][4];
     long N = (long)B * T, nq = N * H * D, nk = N * G * D, n = nq + 2 * nk;
-    float base = 500000.0f;
+    float base = 500000.0f, factor = c < 2 ? 0.0f : 32.0f; /* then Llama 3's scaling */
+    char name[96];
     double *x;
     CUdeviceptr qkv = up_bf16(g, r, n, 1, &x), q = gpu_alloc(g, 2 * nq), k = gpu_alloc(g, 2 * nk), v = gpu_alloc(g, 2 * nk);
     CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk), back = gpu_alloc(g, 2 * n),
                 fback = gpu_alloc(g, 2 * n);
     void *a[] = {&q, &k, &v, &qkv, &N, &H, &G, &D};
     gpu_launch(g, "split_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
-    void *rq[] = {&q, &q, &B, &T, &H, &D, &base}, *rk[] = {&k, &k, &B, &T, &G, &D, &base};
+    void *rq[] = {&q, &q, &B, &T, &H, &D, &base, &factor}, *rk[] = {&k, &k, &B, &T, &G, &D, &base, &factor};
     gpu_launch(g, "rope_forward", gpu_grid1d(g, nq / 2), 1, 1, 256, 0, rq);
     gpu_launch(g, "rope_forward", gpu_grid1d(g, nk / 2), 1, 1, 256, 0, rk);
-    void *f[] = {&fq, &fk, &fv, &qkv, &N, &T, &H, &G, &D, &base};
+    void *f[] = {&fq, &fk, &fv, &qkv, &N, &T, &H, &G, &D, &base, &factor};
     gpu_launch(g, "rope_split_qkv", (unsigned)N, 1, 1, 128, 0, f);
     size_t bq = 2 * (size_t)nq, bk = 2 * (size_t)nk;
     uint16_t *h1 = malloc(2 * (size_t)n), *h2 = malloc(2 * (size_t)n);
     gpu_get(g, h1, q, bq), gpu_get(g, h1 + nq, k, bk), gpu_get(g, h1 + nq + nk, v, bk);
     gpu_get(g, h2, fq, bq), gpu_get(g, h2 + nq, fk, bk), gpu_get(g, h2 + nq + nk, fv, bk);
-    gpu_check_bitwise(g, c ? "rope_split_qkv = split_qkv + rope_forward (T=4096, D=128)" : "rope_split_qkv = split_qkv + rope_forward",
-                      h1, h2, 2 * (size_t)n);
+    snprintf(name, sizeof name, "rope_split_qkv = split_qkv + rope_forward (T=%d, D=%d, scaling factor %g)", T, D, factor);
+    gpu_check_bitwise(g, name, h1, h2, 2 * (size_t)n);
     /* backward on the rotated values as gradients: the fused kernel reads fq, fk, fv */
-    void *bq_[] = {&q, &q, &B, &T, &H, &D, &base}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base};
+    void *bq_[] = {&q, &q, &B, &T, &H, &D, &base, &factor}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base, &factor};
     gpu_launch(g, "rope_backward", gpu_grid1d(g, nq / 2), 1, 1, 256, 0, bq_);
     gpu_launch(g, "rope_backward", gpu_grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
     void *cc[] = {&back, &q, &k, &v, &N, &H, &G, &D};
     gpu_launch(g, "concat_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, cc);
-    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base};
+    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base, &factor};
     gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
     gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
-    gpu_check_bitwise(g, c ? "rope_concat_qkv = rope_backward + concat_qkv (T=4096, D=128)" : "rope_concat_qkv = rope_backward + concat_qkv",
-                      h1, h2, 2 * (size_t)n);
+    snprintf(name, sizeof name, "rope_concat_qkv = rope_backward + concat_qkv (T=%d, D=%d, scaling factor %g)", T, D, factor);
+    gpu_check_bitwise(g, name, h1, h2, 2 * (size_t)n);
     free(h1), free(h2), free(x);
     CUdeviceptr bufs[] = {qkv, q, k, v, fq, fk, fv, back, fback};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);

@@ -206,6 +206,7 @@ static int write_meta(const char *path, const Spec *s, const Graph *g, const cha
   fprintf(f, "  \"vocab_size\": %lld,\n  \"seq_length\": %lld,\n  \"micro_batch_size\": %lld,\n  \"num_microbatches\": %d,\n",
           (long long)m->vocab_size, (long long)m->seq_length, (long long)s->train.micro_batch_size, nmb);
   fprintf(f, "  \"layernorm_epsilon\": %.17g,\n  \"rotary_base\": %.17g,\n", m->layernorm_epsilon, m->rotary_base);
+  fprintf(f, "  \"rope_scaling_factor\": %.17g,\n", m->rope_scaling ? m->rope_scaling_factor : 0.0); /* 0: none */
   fprintf(f, "  \"normalization\": \"%s\",\n  \"activation_func\": \"%s\",\n  \"gated_linear_unit\": %s,\n", m->normalization,
           m->activation_func, m->gated_linear_unit ? "true" : "false");
   fprintf(f, "  \"add_bias_linear\": %s,\n  \"position_embedding_type\": \"%s\",\n", m->add_bias_linear ? "true" : "false",

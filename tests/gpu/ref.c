@@ -2,6 +2,7 @@
 #include "ref.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,12 +69,22 @@ void ref_norm_backward(double *dx, double *dw, double *db, const double *dout, c
   }
 }
 
-void ref_rope(double *out, const double *in, int B, int T, int H, int D, double base, double sign) {
+static double ref_llama3_freq(double w, double factor) {
+  double low_wavelen = 8192 / 1.0, high_wavelen = 8192 / 4.0, wavelen = 2 * M_PI / w;
+  double scaled = wavelen > low_wavelen ? w / factor : w;
+  double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+  bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+  return medium ? (1 - smooth) * scaled / factor + smooth * scaled : scaled;
+}
+
+void ref_rope(double *out, const double *in, int B, int T, int H, int D, double base, double factor, double sign) {
   int half = D / 2;
   for (long row = 0; row < (long)B * T * H; row++) {
     int t = (int)((row / H) % T);
     for (int k = 0; k < half; k++) {
-      double a = t * pow(base, -2.0 * k / D), c = cos(a), s = sign * sin(a);
+      double w = pow(base, -2.0 * k / D);
+      if (factor > 0) w = ref_llama3_freq(w, factor);
+      double a = t * w, c = cos(a), s = sign * sin(a);
       double x1 = in[row * D + k], x2 = in[row * D + k + half];
       out[row * D + k] = x1 * c - x2 * s;
       out[row * D + k + half] = x2 * c + x1 * s;

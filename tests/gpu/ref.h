@@ -19,7 +19,9 @@ void ref_norm_forward(double *out, double *mean, double *rstd, const double *x, 
 void ref_norm_backward(double *dx, double *dw, double *db, const double *dout, const double *x, const double *w,
                        int N, int C, double eps, int layer);
 
-void ref_rope(double *out, const double *in, int B, int T, int H, int D, double base, double sign);
+/* factor > 0: Llama 3's frequency scaling (low 1, high 4, original context 8192), written here from
+ * Hugging Face's _compute_llama3_parameters; 0: none. */
+void ref_rope(double *out, const double *in, int B, int T, int H, int D, double base, double factor, double sign);
 
 void ref_softmax_causal_forward(double *p, const double *s, int BH, int T, double scale);
 void ref_softmax_causal_backward(double *ds, const double *dp, const double *p, int BH, int T, double scale);

@@ -59,6 +59,12 @@ run optim_one_micro $STEP optim models/tiny.lua 4 $ONE
 # rows wider than the norm kernels keep in registers (2560 > 2048: read a tile at a time) and
 # head size 128 through the fused QKV RoPE, against the CPU
 run grads_wide $STEP grads models/tiny.lua model.hidden_size=2560 model.num_attention_heads=20
+# Llama 3's RoPE scaling (model.rope_scaling, factor 32 as Llama 3.2) through the fused QKV RoPE and
+# the standalone kernels (recompute replays the RoPE), against the CPU reference; seq 1024 at base
+# 500000 and head size 64 puts positions far enough out for the scaled bands to turn by radians
+ROPE_SCALED="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=1024 train.micro_batch_size=1 model.rotary_base=500000 model.rope_scaling=true model.rope_scaling_factor=32"
+run grads_rope_scaling $STEP grads models/tiny.lua $ROPE_SCALED
+run recompute_rope_scaling $STEP recompute models/tiny.lua 3 $ROPE_SCALED
 # cuDNN fused attention (runtime/cudnn.c): gradients against the CPU; with deterministic_mode the
 # replay, recompute (core_attn replays the attention) and scoped graphs bitwise equal to eager
 FUSED="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.attention_backend=fused"

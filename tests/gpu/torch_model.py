@@ -232,6 +232,13 @@ def rotate_half(x):
 def rope_cos_sin(m, T, dev, dt):
     D = m["kv_channels"]
     inv_freq = 1.0 / (m["rotary_base"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    factor = m.get("rope_scaling_factor", 0)
+    if factor:  # Llama 3's scaling as Hugging Face's _compute_llama3_parameters (low 1, high 4, 8192)
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > 8192 / 1.0, inv_freq / factor, inv_freq)
+        smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0)
+        medium = ~(wavelen < 8192 / 4.0) & ~(wavelen > 8192 / 1.0)
+        inv_freq = torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
     return emb.cos().to(dev, dt), emb.sin().to(dev, dt)

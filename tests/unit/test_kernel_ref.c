@@ -26,7 +26,7 @@ static double urand(void) { /* in [-1, 1) */
 
 typedef struct {
   int N, C, T, H, Hkv, D, B, F, V;
-  double scale, base;
+  double scale, base, factor;
   const double *w, *b;
   const int *tokens;
 } Ctx;
@@ -91,10 +91,10 @@ static void lnw_g(const Ctx *c, const double *wb, const double *dy, double *dwb)
   ref_norm_backward(dx, dwb, dwb + c->C, dy, c->b, wb, c->N, c->C, 1e-5, 1);
   free(dx);
 }
-static void rope_f(const Ctx *c, const double *x, double *y) { ref_rope(y, x, c->B, c->T, c->H, c->D, c->base, 1); }
+static void rope_f(const Ctx *c, const double *x, double *y) { ref_rope(y, x, c->B, c->T, c->H, c->D, c->base, c->factor, 1); }
 static void rope_g(const Ctx *c, const double *x, const double *dy, double *dx) {
   (void)x;
-  ref_rope(dx, dy, c->B, c->T, c->H, c->D, c->base, -1);
+  ref_rope(dx, dy, c->B, c->T, c->H, c->D, c->base, c->factor, -1);
 }
 static void sm_f(const Ctx *c, const double *x, double *y) { ref_softmax_causal_forward(y, x, c->N, c->T, c->scale); }
 static void sm_g(const Ctx *c, const double *x, const double *dy, double *dx) {

@@ -139,8 +139,8 @@ static void test_error_in_file(const char *cache) {
   char *base = kernel_text_assemble((const char *const[]){"rope.cuh"}, 1, err, sizeof err);
   CHECK(base != NULL);
   if (!base) return;
-  const char *needle = "rope_apply(out, inp, B, T, H, D, base, 1.0f);";
-  char *src = replace(base, needle, "rope_apply(out, inp, B, T, H, D, base, 1.0f) +;");
+  const char *needle = "rope_apply(out, inp, B, T, H, D, base, factor, 1.0f);";
+  char *src = replace(base, needle, "rope_apply(out, inp, B, T, H, D, base, factor, 1.0f) +;");
   CHECK(src != NULL);
   const struct kernel_file *rope = kernel_file_find("rope.cuh");
   CHECK(rope != NULL);

@@ -78,6 +78,12 @@ int main(void) {
     OpAttrs ra = {.f = {10000}, .i = {1}};
     graph_op(g, OP_ROPE, &x4, 1, &ra, out, NULL);
     fails += check("rope", g, out, 1, NULL, 0, 0);
+    /* Llama 3's scaling (factor 32): base 500000 puts the low head-dim pairs in the scaled bands */
+    g = graph_new();
+    x4 = param(g, "x", 4, b, t, h, d);
+    OpAttrs rs = {.f = {500000, 32}, .i = {1}};
+    graph_op(g, OP_ROPE, &x4, 1, &rs, out, NULL);
+    fails += check("rope (llama3 scaling)", g, out, 1, NULL, 0, 0);
 
     g = graph_new();
     int xd = param(g, "x", 3, b, t, c, 1);

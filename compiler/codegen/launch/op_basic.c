@@ -109,14 +109,14 @@ static int rope_qkv(RtExec *x, int o) {
   const Tensor *q = rt_t(x, rq->out[0]);
   long N = (long)(q->shape[0] * q->shape[1]);
   int T = (int)q->shape[1], H = (int)qkv->a.i[0], G = (int)qkv->a.i[1], D = (int)qkv->a.i[2];
-  float base = (float)rq->a.f[0];
+  float base = (float)rq->a.f[0], factor = (float)rq->a.f[1];
   if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF) return rt_fail(x->d, "head size %d: the fused QKV RoPE takes multiples of 16", D);
   RtDim grid = rt_dim1((unsigned)N);
   if (fwd)
     return rt_launch_rope_split_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0), rt_out(x, rk, 0), rt_out(x, qkv, 2), rt_in(x, qkv, 0),
-                                    N, T, H, G, D, base);
+                                    N, T, H, G, D, base, factor);
   return rt_launch_rope_concat_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, qkv, 0), rt_in(x, rq, 0), rt_in(x, rk, 0), rt_in(x, qkv, 2), N,
-                                   T, H, G, D, base);
+                                   T, H, G, D, base, factor);
 }
 
 int rt_op_rope(RtExec *x, const Op *op) {
@@ -125,9 +125,9 @@ int rt_op_rope(RtExec *x, const Op *op) {
   const Tensor *t = rt_t(x, op->in[0]);
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int B = (int)t->shape[0], T = (int)t->shape[1], H = (int)t->shape[2], D = (int)t->shape[3];
-  float base = (float)op->a.f[0];
+  float base = (float)op->a.f[0], factor = (float)op->a.f[1];
   return (op->a.i[0] > 0 ? rt_launch_rope_forward : rt_launch_rope_backward)(x->d, STRIDE(tensor_numel(t) / 2), y, a, B, T, H,
-                                                                             D, base);
+                                                                             D, base, factor);
 }
 
 /* DROPOUT and DROPOUT_BWD share the attributes (p, stream), so the backward regenerates the
