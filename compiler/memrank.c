@@ -44,6 +44,11 @@
  *               fc1 keeps its own all-gathered input (shared_gather_add).
  *   workspace   cuBLAS's 32 MiB Hopper workspace, cuDNN attention's, and TE's four grouped-GEMM
  *               workspaces when the experts use grouped GEMM (te_workspace_bytes).
+ *   local       a Megatron job with the local layer spec (transformer_impl "local"): its unfused
+ *               DotProductAttention's tensors replace stepc's score-sized ones, its global memory
+ *               buffer, GQA expansion and unfused GLU (local_attention_add, global_buffer_bytes).
+ *   which job   the report is Megatron's job when spec_megatron_job (train.megatron_job; null: world
+ *               size > 1), else stepc's own step, which none of Megatron's terms touch.
  *   outside     what the rank holds outside PyTorch's caching allocator, beside max allocated:
  *               HybridEP's buffers (hybridep_buffer_bytes) and NCCL's ring buffers
  *               (nccl_ring_buffer_bytes); device_total adds them for the fits verdict.
@@ -292,7 +297,7 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
  * The last stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is
  * not multiplied by the micro-batches in flight. A step whose output layer runs in chunks
  * (LINEAR_CROSS_ENTROPY) holds one chunk of the bf16 logits: the other chunks' count here too.
- * Returns its bytes, 0 when the graph has no loss. Not applied to a one-GPU layout, whose report
+ * Returns its bytes, 0 when the graph has no loss. Not applied to stepc's own step (not a Megatron job, spec_megatron_job), whose report
  * is stepc's own step (plan.activations). */
 static bool megatron_loss_fp32_copy(const Spec *s) {
   const SpecModel *m = &s->model;
@@ -332,7 +337,7 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
  * stepc's plan already holds. So per MoE layer with shared experts: tokens x hidden of the input's
  * dtype (1 byte under fp8, TE's saved copy), not split over TP, from the last forward or replay
  * of the shared fc1 to its wgrad. Adds those intervals to diff (program points) and returns the
- * bytes alive at the last forward point in *saved. Not applied to a one-GPU layout (stepc's own
+ * bytes alive at the last forward point in *saved. Not applied to stepc's own step (not a Megatron job
  * step), nor without TP > 1 and sequence parallelism (then the gather is the identity). */
 static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int last_fwd, double *diff,
                               double *saved) {
@@ -711,7 +716,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
   if (local) local_skip_scan(g, local_skip);
   for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
   int loss_from = -1, loss_to = -1;
-  /* a one-GPU layout reports stepc's own step (plan.activations holds it equal to the plan) */
+  /* stepc's own step (not a Megatron job) reports stepc's own step (plan.activations holds it equal to the plan) */
   double loss_b = mj ? megatron_loss_bytes(&L, sc, tps, &loss_from, &loss_to) : 0;
   int64_t stg_loss = loss_b > 0 ? 1ll << (L.pp - 1) : 0;
   /* the last forward program point */
@@ -811,7 +816,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
                    (local ? global_buffer_bytes(&L, tps) : 0);                   /* + Megatron's mpu buffer */
     double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
     double fwd_bwd = state + r->activations;
-    /* a one-GPU layout reports stepc's own step, whose optimizer needs no copies */
+    /* stepc's own step (not a Megatron job) reports stepc's own step, whose optimizer needs no copies */
     r->optimizer_step = state + (mj ? grad_copies : 0);
     r->max_allocated = fwd_bwd > r->optimizer_step ? fwd_bwd : r->optimizer_step;
     /* TE's FusedAdam and torch's Adam create exp_avg / exp_avg_sq at the first optimizer.step()
@@ -820,7 +825,7 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
     r->first_iteration = !mj                                       ? r->max_allocated
                          : fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments
                                                                    : r->optimizer_step;
-    /* a one-GPU layout reports stepc's own step, which holds nothing outside its arena but the CUDA
+    /* stepc's own step (not a Megatron job) reports stepc's own step, which holds nothing outside its arena but the CUDA
      * context */
     r->hybridep_buffers = mj ? hybridep_buffer_bytes(&L) : 0;
     r->nccl_buffers = mj ? nccl_ring_buffer_bytes(&L) : 0;
