@@ -44,6 +44,11 @@
  *               fc1 keeps its own all-gathered input (shared_gather_add).
  *   workspace   cuBLAS's 32 MiB Hopper workspace, cuDNN attention's, and TE's four grouped-GEMM
  *               workspaces when the experts use grouped GEMM (te_workspace_bytes).
+ *   local       a Megatron job with the local layer spec (transformer_impl "local"): its unfused
+ *               DotProductAttention's tensors replace stepc's score-sized ones, its global memory
+ *               buffer, GQA expansion and unfused GLU (local_attention_add, global_buffer_bytes).
+ *   which job   the report is Megatron's job when spec_megatron_job (train.megatron_job; null: world
+ *               size > 1), else stepc's own step, which none of Megatron's terms touch.
  *   outside     what the rank holds outside PyTorch's caching allocator, beside max allocated:
  *               HybridEP's buffers (hybridep_buffer_bytes) and NCCL's ring buffers
  *               (nccl_ring_buffer_bytes); device_total adds them for the fits verdict.
@@ -292,7 +297,7 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
  * The last stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is
  * not multiplied by the micro-batches in flight. A step whose output layer runs in chunks
  * (LINEAR_CROSS_ENTROPY) holds one chunk of the bf16 logits: the other chunks' count here too.
- * Returns its bytes, 0 when the graph has no loss. Not applied to a one-GPU layout, whose report
+ * Returns its bytes, 0 when the graph has no loss. Not applied to stepc's own step (not a Megatron job, spec_megatron_job), whose report
  * is stepc's own step (plan.activations). */
 static bool megatron_loss_fp32_copy(const Spec *s) {
   const SpecModel *m = &s->model;
@@ -332,7 +337,7 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
  * stepc's plan already holds. So per MoE layer with shared experts: tokens x hidden of the input's
  * dtype (1 byte under fp8, TE's saved copy), not split over TP, from the last forward or replay
  * of the shared fc1 to its wgrad. Adds those intervals to diff (program points) and returns the
- * bytes alive at the last forward point in *saved. Not applied to a one-GPU layout (stepc's own
+ * bytes alive at the last forward point in *saved. Not applied to stepc's own step (not a Megatron job
  * step), nor without TP > 1 and sequence parallelism (then the gather is the identity). */
 static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int last_fwd, double *diff,
                               double *saved) {
@@ -451,6 +456,199 @@ static double nccl_ring_buffer_bytes(const Lay *L) {
   return rings * channels * per_channel;
 }
 
+/* Megatron-Core's local layer spec (model.transformer_impl = "local" in a Megatron job), what it
+ * allocates beyond or instead of stepc's own graph; Megatron-LM d98e8a64dd, megatron/core, PyTorch's
+ * autograd freeing each node's saved tensors right after its backward ran (retain_graph off). Checked
+ * against Megatron-Core on an H200 (tests/plan/megatron_local.c, issue 28's rows).
+ *
+ *   core attention  get_gpt_layer_local_submodules builds DotProductAttention (transformer/
+ *                   dot_product_attention.py) whatever attention_backend says. forward: K and V are
+ *                   expanded to every head (repeat_interleave) before anything saves them; the scores
+ *                   are torch.baddbmm into a new bf16 tensor (its `input` is the global buffer below,
+ *                   beta 0) and stay referenced by the local `matmul_result` until forward returns;
+ *                   FusedScaleMaskSoftmax.forward_torch_softmax (fusions/fused_softmax.py) with
+ *                   attention_softmax_in_fp32 takes input.float(), masks it in place
+ *                   (transformer/utils.py attention_mask_func: masked_fill_, which saves the causal
+ *                   mask, a new sq x sk bool from get_default_causal_mask per layer), softmaxes it in
+ *                   fp32 (saved by softmax) and casts to bf16 (saved by the PV bmm): an fp32 and a bf16
+ *                   probabilities tensor per layer. Without fp32 the mask and softmax work on the bf16
+ *                   scores and one bf16 probabilities tensor is saved by both.
+ *                   backward: the PV bmm's grad of the probabilities (bf16), cast to fp32; PyTorch's
+ *                   CUDA softmax backward (aten/src/ATen/native/cuda/SoftMax.cu,
+ *                   softmax_backward_cuda_out: tmp = grad * output) holds the saved output, the
+ *                   incoming grad, that temporary and its result: four score-sized tensors of the
+ *                   softmax's dtype where stepc plans three bf16 ones; masked_fill_'s backward makes a
+ *                   new tensor (grad.masked_fill(mask, 0)), then the cast back to bf16 feeds baddbmm's
+ *                   backward.
+ *   checkpoint      a recomputed core attention (tensor_parallel/random.py, CheckpointFunction) saves
+ *                   its inputs: V is a view of linear_qkv's output (attention.py,
+ *                   get_query_key_value_tensors splits mixed_qkv into views), which it keeps whole;
+ *                   its first forward runs under no_grad, so its tensors live only until it returns.
+ *   GLU             without bias_activation_fusion MLP.forward's glu (transformer/mlp.py) saves
+ *                   silu(x_glu) and x_linear + glu_linear_offset for the product's backward, two
+ *                   tensors of the activation output's size beside what stepc keeps.
+ * The score-sized tensors of stepc's core attention are left out of the plan's sum (local_skip) and
+ * Megatron's replace them here, per program point of stepc's schedule (forward or replay ops and
+ * their backward ops of the layer). The global memory buffer is counted as workspace. */
+typedef struct {
+  int s, m, sm, d, pv; /* program points of ATTN_SCORES, CAUSAL_MASK, SOFTMAX, DROPOUT, ATTN_PV; -1 none */
+} AttnPts;
+
+static bool local_spec(const Spec *s) {
+  return spec_megatron_job(s) && strcmp(s->model.transformer_impl, "local") == 0;
+}
+
+static bool core_attn_op(const Op *op) { return op->tags.layer >= 0 && has(op->tags.module, "core_attention"); }
+
+/* Marks the score-sized tensors of each layer's core attention (the scores' element count). */
+static void local_skip_scan(const Graph *g, uint8_t *skip) {
+  for (int t = 0; t < g->nt; t++) skip[t] = 0;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *sc = &g->op[o];
+    if (sc->kind != OP_ATTN_SCORES || !core_attn_op(sc)) continue;
+    int64_t n = tensor_numel(&g->t[sc->out[0]]);
+    for (int t = 0; t < g->nt; t++) {
+      int p = g->t[t].producer;
+      if (p >= 0 && core_attn_op(&g->op[p]) && g->op[p].tags.layer == sc->tags.layer && tensor_numel(&g->t[t]) == n)
+        skip[t] = 1;
+    }
+  }
+}
+
+/* Megatron's global memory buffer (parallel_state.get_global_memory_buffer(), core/utils.py
+ * GlobalMemoryBuffer.get_tensor): DotProductAttention asks it for the baddbmm input of the scores'
+ * shape and dtype under the name "mpu"; the buffer is allocated at the first attention forward, grown
+ * to the largest request and held for the run. */
+static double global_buffer_bytes(const Lay *L, const uint8_t *tps) {
+  const Graph *g = L->g;
+  double b = 0;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ATTN_SCORES || !core_attn_op(op)) continue;
+    int t = op->out[0];
+    double x = (double)tensor_numel(&g->t[t]) * (double)dtype_size(g->t[t].dtype) / shard(L, tps, t);
+    if (x > b) b = x;
+  }
+  return b;
+}
+
+/* Adds v bytes over program points [a, b] to diff, and to *saved when alive across the last forward
+ * point. */
+static void seg(double *diff, int a, int b, double v, int last_fwd, double *saved) {
+  if (a < 0 || b < a || v == 0) return;
+  diff[a] += v, diff[b + 1] -= v;
+  if (a <= last_fwd && b > last_fwd) *saved += v;
+}
+
+static void local_attention_add(const Lay *L, const Schedule *sc, const uint8_t *tps, int stage, int last_fwd,
+                                double *diff, double *saved) {
+  const Graph *g = L->g;
+  const SpecModel *m = &L->s->model;
+  for (int l = 0; l < L->nl; l++) {
+    if (layer_stage(L, l) != stage) continue;
+    AttnPts f[2] = {{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}, b = {-1, -1, -1, -1, -1};
+    int scores = -1, kin = -1, qin = -1, vin = -1, act_at[2] = {-1, -1}, act_bwd = -1, act_out = -1;
+    bool qkv_replayed = false;
+    for (int i = 0, q = 0; i < sc->n; i++) {
+      if (sc->it[i].kind != SCHED_OP) continue;
+      const Op *op = &g->op[sc->it[i].id];
+      int at = q++;
+      if (op->tags.layer != l) continue;
+      int ph = op->tags.phase;
+      if (ph == IR_PHASE_REPLAY && has(op->tags.module, "linear_qkv")) qkv_replayed = true;
+      if (op->kind == OP_SWIGLU && has(op->tags.module, "mlp.activation_func") && !has(op->tags.module, "experts")) {
+        if (ph == IR_PHASE_FORWARD || ph == IR_PHASE_REPLAY) act_at[ph == IR_PHASE_REPLAY] = at, act_out = op->out[0];
+      }
+      if (op->kind == OP_SWIGLU_BWD && has(op->tags.module, "mlp.activation_func") && !has(op->tags.module, "experts"))
+        act_bwd = at;
+      if (!core_attn_op(op)) continue;
+      if (ph == IR_PHASE_FORWARD || ph == IR_PHASE_REPLAY) {
+        AttnPts *p = &f[ph == IR_PHASE_REPLAY];
+        if (op->kind == OP_ATTN_SCORES) p->s = at, scores = op->out[0], qin = op->in[0], kin = op->in[1];
+        else if (op->kind == OP_CAUSAL_MASK) p->m = at;
+        else if (op->kind == OP_SOFTMAX) p->sm = at;
+        else if (op->kind == OP_DROPOUT) p->d = at;
+        else if (op->kind == OP_ATTN_PV) p->pv = at, vin = op->in[1];
+      } else if (ph == IR_PHASE_BACKWARD) {
+        if (op->kind == OP_ATTN_SCORES_BWD) b.s = at;
+        else if (op->kind == OP_CAUSAL_MASK) b.m = at;
+        else if (op->kind == OP_SOFTMAX_BWD) b.sm = at;
+        else if (op->kind == OP_DROPOUT_BWD) b.d = at;
+        else if (op->kind == OP_ATTN_PV_BWD) b.pv = at;
+      }
+    }
+    /* the GLU's two saved tensors (not with the fused bias_swiglu, which saves its input only) */
+    if (act_out >= 0 && !m->bias_activation_fusion) {
+      double x = 2.0 * (double)tensor_numel(&g->t[act_out]) * (double)dtype_size(g->t[act_out].dtype) / shard(L, tps, act_out);
+      bool re = act_at[1] >= 0;
+      seg(diff, re ? act_at[1] : act_at[0], act_bwd, x, last_fwd, saved);
+      if (re) seg(diff, act_at[0], act_at[0], x, last_fwd, saved); /* under no_grad: until the product */
+    }
+    if (scores < 0 || f[0].s < 0 || f[0].m < 0 || f[0].sm < 0 || f[0].pv < 0 || b.s < 0 || b.m < 0 || b.sm < 0 || b.pv < 0)
+      continue;
+    const Tensor *st = &g->t[scores];
+    double n = (double)tensor_numel(st), sh = shard(L, tps, scores);
+    double s2 = n * (double)dtype_size(st->dtype) / sh, s1 = n / sh;
+    bool fp = m->attention_softmax_in_fp32 && dtype_size(st->dtype) == 2;
+    double sF = fp ? 2 * s2 : s2;
+    bool drop = f[0].d >= 0;
+    double mk = (double)m->seq_length * (double)m->seq_length / ((double)L->cp * L->cp); /* the causal mask, bool */
+    double dr = drop ? s2 + s1 : 0;                                                    /* dropped probs + mask */
+    double keep = fp ? sF + (drop ? 0 : s2) : s2; /* saved probabilities: fp32 (+ bf16 for the bmm) or bf16 */
+    double kx = 0, vx = 0;                        /* GQA: K and V expanded to every head */
+    if (qin >= 0 && kin >= 0 && vin >= 0 && tensor_numel(&g->t[kin]) > 0) {
+      double ratio = (double)tensor_numel(&g->t[qin]) / (double)tensor_numel(&g->t[kin]);
+      if (ratio > 1) {
+        kx = (double)tensor_numel(&g->t[kin]) * (ratio - 1) * (double)dtype_size(g->t[kin].dtype) / shard(L, tps, kin);
+        vx = (double)tensor_numel(&g->t[vin]) * (ratio - 1) * (double)dtype_size(g->t[vin].dtype) / shard(L, tps, vin);
+      }
+    }
+    /* stepc's replay skips the PV product when linear_proj keeps the context (compiler/recompute.c):
+     * Megatron's recomputed forward ends there too, right after the softmax and its dropout */
+    bool re = f[1].s >= 0 && f[1].m >= 0 && f[1].sm >= 0;
+    if (re && f[1].pv < 0) f[1].pv = f[1].d > f[1].sm ? f[1].d : f[1].sm;
+    const AttnPts *c = re ? &f[1] : &f[0];
+    if (re) { /* the checkpointed first forward, under no_grad */
+      const AttnPts *t = &f[0];
+      seg(diff, t->s, t->m - 1, s2, last_fwd, saved);
+      seg(diff, t->m, t->sm - 1, s2 + (fp ? sF : 0), last_fwd, saved);
+      seg(diff, t->sm, t->sm, fp ? 2 * s2 + 2 * sF : 2 * s2, last_fwd, saved);
+      seg(diff, t->sm + 1, t->pv, 2 * s2 + dr, last_fwd, saved);
+      seg(diff, t->m, t->pv, mk, last_fwd, saved);
+      seg(diff, t->s, t->pv, kx + vx, last_fwd, saved);
+      /* CheckpointFunction saves V, a view of linear_qkv's whole output, when only core_attn is
+       * recomputed (full recompute saves the layer input instead) */
+      int sp = vin >= 0 ? g->t[vin].producer : -1;
+      if (!qkv_replayed && sp >= 0 && g->op[sp].kind == OP_SPLIT_QKV) {
+        int qkv = g->op[sp].in[0];
+        double x = ((double)tensor_numel(&g->t[qkv]) - (double)tensor_numel(&g->t[vin])) * (double)dtype_size(g->t[qkv].dtype) /
+                   shard(L, tps, qkv);
+        seg(diff, t->pv + 1, b.s, x, last_fwd, saved);
+      }
+    }
+    seg(diff, c->s, c->m - 1, s2, last_fwd, saved);
+    seg(diff, c->m, c->sm - 1, s2 + (fp ? sF : 0), last_fwd, saved);
+    seg(diff, c->sm, c->sm, fp ? 2 * s2 + 2 * sF : 2 * s2, last_fwd, saved);
+    seg(diff, c->sm + 1, c->pv, s2 + keep + dr, last_fwd, saved);
+    seg(diff, c->pv + 1, b.pv - 1, keep + dr, last_fwd, saved);
+    seg(diff, b.pv, b.pv, keep + dr + s2, last_fwd, saved);
+    double kp = fp ? sF : s2; /* the softmax's saved output, and its dtype for the backward */
+    if (drop && b.d > b.pv) {
+      seg(diff, b.pv + 1, b.d, kp + s1 + 2 * s2, last_fwd, saved);
+      seg(diff, b.d + 1, b.sm - 1, kp + s2, last_fwd, saved);
+    } else {
+      seg(diff, b.pv + 1, b.sm - 1, kp + s2, last_fwd, saved);
+    }
+    seg(diff, b.sm, b.sm, 4 * kp, last_fwd, saved);
+    seg(diff, b.sm + 1, b.m - 1, kp, last_fwd, saved);
+    seg(diff, b.m, b.m, 2 * kp, last_fwd, saved);
+    seg(diff, b.m + 1, b.s, s2, last_fwd, saved);
+    seg(diff, c->m, b.m, mk, last_fwd, saved);
+    seg(diff, c->s, b.s, kx, last_fwd, saved);
+    seg(diff, c->s, b.pv, vx, last_fwd, saved);
+  }
+}
+
 static bool is_moment(const Tensor *x) {
   size_t n = strlen(x->name);
   return (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) || (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0);
@@ -508,10 +706,18 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       if (mp->start[t] >= 0) nshare[mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t]++;
   }
   act_tp(&L, sc, tps);
+  bool mj = spec_megatron_job(s), local = local_spec(s);
+  uint8_t *local_skip = local ? malloc((size_t)g->nt + 1) : NULL;
+  if (local && !local_skip) {
+    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  if (local) local_skip_scan(g, local_skip);
   for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
   int loss_from = -1, loss_to = -1;
-  /* a one-GPU layout reports stepc's own step (plan.activations holds it equal to the plan) */
-  double loss_b = world > 1 ? megatron_loss_bytes(&L, sc, tps, &loss_from, &loss_to) : 0;
+  /* stepc's own step (not a Megatron job) reports stepc's own step (plan.activations holds it equal to the plan) */
+  double loss_b = mj ? megatron_loss_bytes(&L, sc, tps, &loss_from, &loss_to) : 0;
   int64_t stg_loss = loss_b > 0 ? 1ll << (L.pp - 1) : 0;
   /* the last forward program point */
   int last_fwd = 0, q = 0;
@@ -539,7 +745,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       const Tensor *x = &g->t[t];
       /* stepc's own step (one GPU): a weight gradient sunk into its main gradient takes no bytes,
        * as in the device plan (memplan.c) */
-      if (world == 1 && x->sink >= 0) continue;
+      if (!mj && x->sink >= 0) continue;
+      if (local && local_skip[t]) continue; /* Megatron's own timeline below (local_attention_add) */
       double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
       if (role == ROLE_PARAM) {
@@ -584,7 +791,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       if (slot_start[sl] <= last_fwd && slot_end[sl] > last_fwd) saved += slot_b[sl];
     }
     if (stg_loss & (1ll << st)) diff[loss_from] += loss_b, diff[loss_to + 1] -= loss_b;
-    if (world > 1) shared_gather_add(&L, sc, st, last_fwd, diff, &saved);
+    if (mj) shared_gather_add(&L, sc, st, last_fwd, diff, &saved);
+    if (local) local_attention_add(&L, sc, tps, st, last_fwd, diff, &saved);
     double run = 0, peak = 0;
     for (int p = 0; p < mp->npos; p++) {
       run += diff[p];
@@ -605,26 +813,28 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
     r->saved_per_micro = saved;
     r->activations = peak + (infl - 1) * saved;
     r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp) + /* cuBLASLt's + cuDNN attention's */
-                   (world > 1 ? te_grouped_workspace_bytes(s) : 0);                 /* + TE's grouped GEMMs' */
+                   (mj ? te_grouped_workspace_bytes(s) : 0) +                 /* + TE's grouped GEMMs' */
+                   (local ? global_buffer_bytes(&L, tps) : 0);                   /* + Megatron's mpu buffer */
     double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
     double fwd_bwd = state + r->activations;
-    /* a one-GPU layout reports stepc's own step, whose optimizer needs no copies */
-    r->optimizer_step = state + (world > 1 ? grad_copies : 0);
+    /* stepc's own step (not a Megatron job) reports stepc's own step, whose optimizer needs no copies */
+    r->optimizer_step = state + (mj ? grad_copies : 0);
     r->max_allocated = fwd_bwd > r->optimizer_step ? fwd_bwd : r->optimizer_step;
     /* TE's FusedAdam and torch's Adam create exp_avg / exp_avg_sq at the first optimizer.step()
      * (Megatron creates them early only to load a checkpoint's optimizer state); stepc's own step
      * (one GPU) holds its whole arena, moments included, from open */
-    r->first_iteration = world == 1                                 ? r->max_allocated
+    r->first_iteration = !mj                                       ? r->max_allocated
                          : fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments
                                                                    : r->optimizer_step;
-    /* a one-GPU layout reports stepc's own step, which holds nothing outside its arena but the CUDA
+    /* stepc's own step (not a Megatron job) reports stepc's own step, which holds nothing outside its arena but the CUDA
      * context */
-    r->hybridep_buffers = world > 1 ? hybridep_buffer_bytes(&L) : 0;
-    r->nccl_buffers = world > 1 ? nccl_ring_buffer_bytes(&L) : 0;
+    r->hybridep_buffers = mj ? hybridep_buffer_bytes(&L) : 0;
+    r->nccl_buffers = mj ? nccl_ring_buffer_bytes(&L) : 0;
     r->device_total = r->max_allocated + r->hybridep_buffers + r->nccl_buffers;
   }
   rr->usable = s->present[SPEC_F_train_usable_device_memory_gib] ? s->train.usable_device_memory_gib * 1073741824.0 : 0;
   free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+  free(local_skip);
   return 0;
 }
 

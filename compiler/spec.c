@@ -131,9 +131,13 @@ int64_t spec_global_batch_size(const Spec *s) {
   return s->train.micro_batch_size * spec_data_parallel_size(s);
 }
 
+bool spec_megatron_job(const Spec *s) {
+  return s->present[SPEC_F_train_megatron_job] ? s->train.megatron_job : s->train.world_size > 1;
+}
+
 int64_t spec_output_layer_chunks(const Spec *s) {
   if (s->present[SPEC_F_model_output_layer_chunks]) return s->model.output_layer_chunks;
-  if (s->train.world_size > 1) return 1; /* the per-rank report models Megatron's, which does not chunk */
+  if (spec_megatron_job(s)) return 1; /* the per-rank report models Megatron's, which does not chunk */
   int64_t tokens = s->train.micro_batch_size * s->model.seq_length, bytes = s->model.bf16 ? 2 : 4;
   if (tokens <= 0 || s->model.vocab_size <= 0 || s->model.vocab_size > SPEC_LOGITS_CHUNK_BYTES / bytes) return 1;
   int64_t rows = SPEC_LOGITS_CHUNK_BYTES / (bytes * s->model.vocab_size); /* rows a chunk may have */

@@ -121,6 +121,13 @@
     "Megatron's layer spec. transformer_engine fuses the attention input norm and the dense pre-MLP " \
     "norm into the linear after them, so layernorm recompute skips them (MCORE-60); local keeps them " \
     "separate norms that layernorm recompute discards and replays")                               \
+  X(attention_softmax_in_fp32, BOOL, "true", MC, "",                                                \
+    "Megatron's local DotProductAttention masks and softmaxes the bf16 scores in fp32 (Core's "      \
+    "TransformerConfig default; Megatron-LM's CLI default is false). Per-rank report only: it keeps " \
+    "an fp32 softmax output per layer beside the bf16 probabilities")                              \
+  X(bias_activation_fusion, BOOL, "false", MC, "",                                                  \
+    "Megatron's fused bias+activation (bias_swiglu/bias_gelu). Per-rank report of the local spec "   \
+    "only: unfused, Megatron's GLU also keeps silu(x) and x_linear + offset")                      \
   X(transformer_engine_version, STR, "2.18.0", SC, "",                                                \
     "The Transformer Engine release the Megatron job runs (MAJOR.MINOR[.PATCH]). Per-rank report only: " \
     "before 2.18 TE's cross entropy writes the bf16 gradient into the logits, from 2.18 it keeps an fp32 one") \
@@ -136,6 +143,10 @@
   X(train_iters, INT, "10", MC, "", "Training steps")                                                \
   X(seed, INT, "1234", MC, "", "Seed for weights, dropout and mock data")                            \
   X(world_size, INT, "1", SC, "", "GPUs in the job (the launcher's WORLD_SIZE in Megatron)")        \
+  X(megatron_job, BOOL, "null", SC, "",                                                             \
+    "The per-rank report predicts a Megatron-Core job of this recipe (true) or stepc's own step (false); " \
+    "null means true when world_size > 1. A Megatron job lowers as Megatron runs it (the output layer " \
+    "unchunked by default)")                                                                       \
   X(usable_device_memory_gib, NUM, "null", SC, "",                                                  \
     "Device memory a rank's process may use (GiB, as PyTorch reports the GPU's total); the per-rank report's fits verdict")
 
@@ -270,6 +281,9 @@ int64_t spec_global_batch_size(const Spec *s);
  * report models Megatron's layout, whose loss holds the whole logits: compiler/memrank.c). */
 #define SPEC_LOGITS_CHUNK_BYTES ((int64_t)512 << 20)
 int64_t spec_output_layer_chunks(const Spec *s);
+/* Whether the per-rank report predicts Megatron-Core's job (train.megatron_job; null: world_size > 1)
+ * rather than stepc's own step. */
+bool spec_megatron_job(const Spec *s);
 /* model.transformer_engine_version as numbers: false unless it reads MAJOR.MINOR or
  * MAJOR.MINOR.PATCH (STEPC-50 rejects the rest). */
 bool spec_te_version(const Spec *s, int *major, int *minor, int *patch);

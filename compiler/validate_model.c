@@ -1,5 +1,5 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52): what Megatron would reject while building the
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52..55): what Megatron would reject while building the
  * model, or what stepc cannot plan or run. */
 #include <string.h>
 
@@ -170,6 +170,39 @@ static void check_te_version(VCtx *v) {
             "write the release as pip shows it, for example model.transformer_engine_version=2.17.1");
 }
 
+/* STEPC-53..54: which job the per-rank report predicts (train.megatron_job), and the fields only
+ * its Megatron local-spec model reads. */
+static void check_megatron_job(VCtx *v) {
+  const Spec *s = v->s;
+  const SpecModel *m = &s->model;
+  bool mj = spec_megatron_job(s), local = strcmp(m->transformer_impl, "local") == 0;
+  if (s->present[SPEC_F_train_megatron_job] && !s->train.megatron_job && s->train.world_size > 1)
+    diag_hint(v_error(v, "STEPC-53", SPEC_F_train_megatron_job,
+                      "megatron_job=false with world_size=%lld: the per-rank report of a multi-GPU layout is Megatron's",
+                      (long long)s->train.world_size),
+              "leave train.megatron_job null (or true) for a multi-GPU layout");
+  /* Megatron's local spec builds DotProductAttention whatever attention_backend says
+   * (models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules: core_attention=DotProductAttention) */
+  if (mj && local && strcmp(m->attention_backend, "unfused") != 0)
+    diag_hint(v_error(v, "STEPC-54", SPEC_F_model_attention_backend,
+                      "attention_backend=%s with transformer_impl=local in a Megatron job: Megatron's local layer spec "
+                      "always runs its own unfused DotProductAttention",
+                      m->attention_backend),
+              "set model.attention_backend=unfused (what Megatron runs), or transformer_impl=transformer_engine");
+  /* a value away from the default that nothing would read */
+  const int F[] = {SPEC_F_model_attention_softmax_in_fp32, SPEC_F_model_bias_activation_fusion};
+  const bool moved[] = {!m->attention_softmax_in_fp32, m->bias_activation_fusion};
+  for (size_t i = 0; i < sizeof F / sizeof *F; i++)
+    if (moved[i] && !(mj && local))
+      diag_hint(v_error(v, "STEPC-55", F[i],
+                        "%s is read only by the per-rank report of a Megatron job with the local layer spec; "
+                        "this recipe is %s",
+                        F[i] == SPEC_F_model_bias_activation_fusion ? "bias_activation_fusion=true" : "attention_softmax_in_fp32=false",
+                        mj ? "a Megatron job with transformer_impl=transformer_engine" : "stepc's own step"),
+                "drop the field, or describe a Megatron job: model.transformer_impl=local and train.megatron_job=true "
+                "(or world_size > 1)");
+}
+
 void validate_model(VCtx *v) {
   check_limits(v);
   check_hybrid(v);
@@ -180,4 +213,5 @@ void validate_model(VCtx *v) {
   check_precision(v);
   check_output_chunks(v);
   check_te_version(v);
+  check_megatron_job(v);
 }
