@@ -170,7 +170,7 @@ static void check_te_version(VCtx *v) {
             "write the release as pip shows it, for example model.transformer_engine_version=2.17.1");
 }
 
-/* STEPC-53..54: which job the per-rank report predicts (train.megatron_job), and the fields only
+/* STEPC-53..55: which job the per-rank report predicts (train.megatron_job), and the fields only
  * its Megatron local-spec model reads. */
 static void check_megatron_job(VCtx *v) {
   const Spec *s = v->s;
