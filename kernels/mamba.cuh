@@ -173,7 +173,7 @@ __device__ __forceinline__ float* mamba_ckpt(const MambaDims& d, bf16* dx, long 
 // ddtr (B,T,H), dssm (H,3). Launch: grid ceil(H / STEPC_MAMBA_CLUSTER) STEPC_MAMBA_CLUSTER blocks
 // (block h = head h; blocks past H only keep the cluster barriers), block STEPC_MAMBA_THREADS,
 // dynamic shared memory stepc_mamba_bwd_smem(P, N, H/G). Needs H/G dividing STEPC_MAMBA_CLUSTER
-// and 2N, P even, K <= STEPC_MAMBA_KMAX (runtime/cuda/op_mamba.c checks).
+// and 2N, P even, K <= STEPC_MAMBA_KMAX (compiler/codegen/launch/op_mamba.c checks).
 extern "C" __global__ void __cluster_dims__(STEPC_MAMBA_CLUSTER, 1, 1) __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_mixer_backward(bf16* dx, bf16* dconv, bf16* ddtr, bf16* dssm, const bf16* dout, const bf16* xbc,
                          const bf16* conv, const bf16* dtr, const bf16* ssm, int B, int T, int H, int P, int G, int N,
