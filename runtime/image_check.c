@@ -376,9 +376,16 @@ static int check_launch_program(const StepImage *im, Why *w) {
   for (int t = 0; t < g->nt; t++)
     if (!lp_span_ok(lp->tensor_at[t], g->t[t].bytes, f->buffers_bytes))
       return bad(w, "program: tensor %s lies outside the plan's buffers", g->t[t].name);
-  for (int k = 0; k < f->nrow; k++)
-    if (!in_range(lp->row[k].word, f->ntable) || !in_range(lp->row[k].tensor, g->nt) || (lp->row[k].adamw & ~1))
+  for (int k = 0; k < f->nrow; k++) {
+    const LpRow *r = &lp->row[k];
+    /* a row's addresses come first: one for a norm row, five for an AdamW row (kernels/launch.h) */
+    int naddr = r->adamw ? 5 : 1;
+    if (!in_range(r->word, f->ntable) || r->word < naddr || !in_range(r->tensor, g->nt) || (r->adamw & ~1))
       return bad(w, "program: multi-tensor row %d is out of range", k);
+    for (int a = r->word - naddr; a < r->word; a++)
+      if (!(lp->table[a] & LP_PTR) || !lp_ptr_ok(lp->table[a], f->alloc_bytes))
+        return bad(w, "program: multi-tensor row %d holds an address outside the step's allocation", k);
+  }
   for (int i = 0; i < n; i++)
     if (check_record(im, i, w)) return -1;
   return 0;

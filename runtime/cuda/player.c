@@ -8,10 +8,18 @@ struct RtPlayer {
   RtDevice *d;
   const LaunchProgram *lp;
   CUdeviceptr base;
-  uint64_t *table; /* the tables as last written (rt_player_keep_rows rewrites them) */
+  uint64_t *table; /* the tables as last written, addresses relocated (rt_player_keep_rows rewrites them) */
 };
 
 static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
+
+/* The program's tables with their addresses relocated: a table's addresses are stored as LP_PTR |
+ * offset and its other words (counts, chunk indices, a float's bits, a dtype code) are small, so the
+ * tag alone says which words are addresses. */
+static void tables_from_program(RtPlayer *p) {
+  const LaunchProgram *lp = p->lp;
+  for (int64_t i = 0; i < lp->f.ntable; i++) p->table[i] = at(p, lp->table[i]);
+}
 
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   RtPlayer *p = calloc(1, sizeof *p);
@@ -22,11 +30,11 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
     return NULL;
   }
   p->d = d, p->lp = lp;
-  if (f->ntable) memcpy(p->table, lp->table, (size_t)f->ntable * 8);
   if (rt_alloc(d, &p->base, (size_t)f->alloc_bytes, "the step's memory (plan buffers and launch scratch)")) {
     free(p->table), free(p);
     return NULL;
   }
+  tables_from_program(p);
   int rc = rt_memset0(d, p->base, (size_t)f->alloc_bytes);
   /* (a recording device moves no data: it records what is launched) */
   if (!rc && f->ntable && !d->rec) rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
@@ -141,7 +149,7 @@ int rt_player_keep_rows(RtPlayer *p, const uint8_t *keep_sumsq, const uint8_t *k
   const LaunchProgram *lp = p->lp;
   if (!lp->f.ntable) return RT_OK;
   if (rt_sync(p->d)) return RT_ERROR; /* the tables' last copy has left the host buffer */
-  memcpy(p->table, lp->table, (size_t)lp->f.ntable * 8);
+  tables_from_program(p);
   for (int i = 0; i < lp->f.nrow; i++) {
     const LpRow *r = &lp->row[i];
     if (!(r->adamw ? keep_adamw : keep_sumsq)[r->tensor]) p->table[r->word] = 0; /* n = 0: its chunks do nothing */

@@ -6,8 +6,7 @@
 #  2. then stepc's build tree and NVRTC are hidden (moved away) and every artifact under ART_ROOT
 #     trains from a copy in /tmp through its own train; LD_DEBUG shows which libraries load;
 #  3. the bitwise properties through that one driver: full-iteration replay and scoped graphs ==
-#     eager (--graph-mode), each recompute setting == none, resume == uninterrupted, step.c ==
-#     the library's loop; 4. the Python module with PyTorch CUDA tensors.
+#     eager (--graph-mode), each recompute setting == none, resume == uninterrupted; 4. the Python module with PyTorch CUDA tensors.
 # Logs and a summary to $OUT. Exit 0 all held, 1 otherwise, 77 no GPU.
 set -uo pipefail
 ART=$1
@@ -70,7 +69,6 @@ run M_fi M_fi "$DEST/art_M_fi.json" --steps "$STEPS"
 for a in tiny gpt3; do
   run "${a}_eager" "$a" "$DEST/art_${a}_eager.json" --steps 6 --graph-mode eager
   run "${a}_fi_mode" "$a" "$DEST/art_${a}_fi_mode.json" --steps 6 --graph-mode full_iteration
-  run "${a}_library" "$a" "$DEST/art_${a}_library.json" --steps 6 --library
   run "${a}_first3" "$a" "$DEST/art_${a}_first3.json" --steps 3 --save "/tmp/ck3_$a"
   run "${a}_resumed" "$a" "$DEST/art_${a}_resumed.json" --steps 3 --resume "/tmp/ck3_$a"
 done
@@ -115,7 +113,6 @@ same("gpt3_tiny (dropout) full_iteration == eager", "art_gpt3_fi.json", "art_gpt
 same("gpt3_tiny (dropout) local scoped == eager", "art_gpt3_local.json", "art_gpt3.json", (ck("gpt3_local"), ck("gpt3")))
 same("gpt3_tiny (dropout) full recompute == none", "art_gpt3_full.json", "art_gpt3.json", (ck("gpt3_full"), ck("gpt3")))
 for a in ("tiny", "gpt3"):
-    same(f"{a} step.c == library loop", f"art_{a}.json", f"art_{a}_library.json")
     r = losses(load(f"art_{a}_first3.json")) + losses(load(f"art_{a}_resumed.json"))
     u = losses(load(f"art_{a}.json"))
     ok = r == u

@@ -54,8 +54,11 @@ static int record(RtExec *x, RtRecorder *rec, RecordFn fn, int arg, int op, LpRa
 
 static int rec_init(RtExec *x, int arg) { return (void)arg, rt_exec_init_program(x); }
 
-/* The multi-tensor tables' rows: the word of each row's element count, and its gradient. */
+/* The multi-tensor tables' rows: the word of each row's element count, and its gradient; and each
+ * row's addresses (kernels/launch.h: a norm row's first word, an AdamW row's first five) relocated
+ * like the records' (the tables were written with the recording device's addresses). */
 static int table_rows(const RtExec *x, LaunchProgram *lp) {
+  CUdeviceptr base = rt_exec_base(x, 0);
   const Graph *g = x->g;
   int n = 0;
   for (int pass = 0; pass < 2; pass++) {
@@ -63,10 +66,13 @@ static int table_rows(const RtExec *x, LaunchProgram *lp) {
     for (int o = 0; o < g->nop; o++) {
       if (x->multi_at[o] < 0) continue;
       int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
-      for (int k = x->peer[o]; k <= o; k++, n++)
-        if (pass)
-          lp->row[n] = (LpRow){.word = x->multi_at[o] + (int64_t)(k - x->peer[o]) * width + (sumsq ? 1 : 5),
-                               .tensor = g->op[k].in[0], .adamw = !sumsq};
+      for (int k = x->peer[o]; k <= o; k++, n++) {
+        if (!pass) continue;
+        int64_t row = x->multi_at[o] + (int64_t)(k - x->peer[o]) * width;
+        lp->row[n] = (LpRow){.word = row + (sumsq ? 1 : 5), .tensor = g->op[k].in[0], .adamw = !sumsq};
+        for (int w = 0; w < (sumsq ? 1 : 5); w++)
+          if (reloc(&lp->table[row + w], base, lp->f.alloc_bytes)) return -1;
+      }
     }
     if (!pass && !(lp->row = calloc((size_t)n + 1, sizeof *lp->row))) return -1;
   }
