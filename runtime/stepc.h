@@ -216,13 +216,15 @@ stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, 
 /* ---- measurements ---- */
 typedef struct {
   double last_step_ms;           /* as stepc_step_stats.ms */
-  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (arena + optimizer-state
-                                    region + scratch + cuBLASLt workspace); cpu: the fp32 arena +
-                                    region */
-  int64_t arena_bytes;           /* the planned memory as allocated: the arena and, with the
-                                    distributed optimizer, the optimizer-state region */
+  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (the step's allocation +
+                                    cuBLASLt and cuDNN workspaces); cpu: the fp32 arena + region */
+  int64_t arena_bytes;           /* the planned memory as allocated: cuda, the step's one
+                                    allocation (the arena, with the distributed optimizer the
+                                    optimizer-state region, then the launch scratch); cpu, the fp32
+                                    arena and region */
   int64_t predicted_peak_bytes;  /* cuda: the memory plan's peak (the region counted whole) +
-                                    cuBLASLt workspace; cpu: the fp32 plan's peak */
+                                    the launch scratch + cuBLASLt and cuDNN workspaces; cpu: the
+                                    fp32 plan's peak */
   int64_t replay_ops;            /* recompute replay ops per micro-batch */
   int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
   int64_t optimizer_state_bytes; /* master weights and Adam moments this rank holds, at their

@@ -123,11 +123,12 @@ for a in ("tiny", "gpt3"):
     except Exception as e:
         print(f"FAIL {a} ZeRO-1 memory: no result ({e})"); bad = 1; continue
     reg = plan.get("optimizer_region", {})
+    scratch = plan.get("launch_scratch", {}).get("bytes", 0)  # the launch program's scratch, after the plan's buffers
     ok = (z.get("optimizer_region_bytes") == reg.get("bytes") == z.get("optimizer_state_bytes") and reg.get("shard_bytes") == [reg.get("bytes")]
-          and z["arena_bytes"] == up(plan["arena_bytes"]) + up(reg["bytes"]) and z["arena_bytes"] <= p["arena_bytes"]
+          and z["arena_bytes"] == up(plan["arena_bytes"]) + up(reg["bytes"]) + scratch and z["arena_bytes"] <= p["arena_bytes"]
           and z["predicted_peak_bytes"] == p["predicted_peak_bytes"])
     print(f"{'PASS' if ok else 'FAIL'} {a} ZeRO-1 memory at world size 1: region {z.get('optimizer_region_bytes')} B (stepc plan {reg.get('bytes')}, "
-          f"state held {z.get('optimizer_state_bytes')}); arena + region {z['arena_bytes']} B (plan {up(plan['arena_bytes'])} + {up(reg.get('bytes', 0))}; "
+          f"state held {z.get('optimizer_state_bytes')}); arena + region {z['arena_bytes']} B (plan {up(plan['arena_bytes'])} + {up(reg.get('bytes', 0))} + launch scratch {scratch}; "
           f"plain {p['arena_bytes']}); max allocated {z['max_allocated_bytes']} (plain {p['max_allocated_bytes']}); predicted peak "
           f"{z['predicted_peak_bytes']} (plain {p['predicted_peak_bytes']})")
     bad |= not ok
