@@ -1,6 +1,6 @@
-// activation.cuh — SwiGLU (Llama MLP) and GELU (GPT-3 MLP), forward and backward.
-// GELU is the exact erf form: Megatron's default is torch.nn.functional.gelu without the tanh
-// approximation. Math fp32, storage bf16.
+// activation.cuh — SwiGLU (Llama MLP), GeGLU (gated GELU) and GELU (GPT-3 MLP), forward and
+// backward. GELU is the exact erf form, in GeGLU too: Megatron's default is
+// torch.nn.functional.gelu without the tanh approximation. Math fp32, storage bf16.
 #pragma once
 #include "common.cuh"
 
@@ -46,6 +46,45 @@ extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
       float s = 1.0f / (1.0f + expf(-g[k]));
       du[k] = d[k] * g[k] * s;
       dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+    }
+    store8(dinp + n * 2 * F + f, dg);
+    store8(dinp + n * 2 * F + F + f, du);
+  }
+}
+
+// out = gelu(gate) * up, rows [gate (F) | up (F)] as swiglu_forward's. F a multiple of 8; any 1-D
+// grid, grid-stride.
+extern "C" __global__ void geglu_forward(bf16* out,        // (N, F)
+                                         const bf16* inp,  // (N, 2F)
+                                         int N, int F) {
+  long total = (long)N * (F / 8);
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long n = i / (F / 8);
+    int f = (int)(i % (F / 8)) * 8;
+    float g[8], u[8];
+    load8(inp + n * 2 * F + f, g);
+    load8(inp + n * 2 * F + F + f, u);
+    for (int k = 0; k < 8; k++) g[k] = gelu_f(g[k]) * u[k];
+    store8(out + n * F + f, g);
+  }
+}
+
+// dgate = dout * up * gelu'(gate), dup = dout * gelu(gate).
+extern "C" __global__ void geglu_backward(bf16* dinp,        // (N, 2F)
+                                          const bf16* dout,  // (N, F)
+                                          const bf16* inp,   // (N, 2F)
+                                          int N, int F) {
+  long total = (long)N * (F / 8);
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long n = i / (F / 8);
+    int f = (int)(i % (F / 8)) * 8;
+    float g[8], u[8], d[8], dg[8], du[8];
+    load8(inp + n * 2 * F + f, g);
+    load8(inp + n * 2 * F + F + f, u);
+    load8(dout + n * F + f, d);
+    for (int k = 0; k < 8; k++) {
+      du[k] = d[k] * gelu_f(g[k]);
+      dg[k] = d[k] * u[k] * gelu_grad_f(g[k]);
     }
     store8(dinp + n * 2 * F + f, dg);
     store8(dinp + n * 2 * F + F + f, du);

@@ -468,6 +468,18 @@ static void test_activations(Gpu *g, Rng *r) {
   gpu_check(g, "swiglu_backward", got, want, 2 * n, 1e-5, RT_BF16);
   free(got);
 
+  /* GeGLU, the same layout (rows [gate | up]) */
+  gpu_launch(g, "geglu_forward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
+  ref_op(OP_GEGLU, NULL, (RefT[]){ref_f(in, N, 2 * F, 0, 0)}, 1, (RefT[]){ref_f(want, N, F, 0, 0)}, 1, 0);
+  got = down_bf16(g, out, n);
+  gpu_check(g, "geglu_forward (erf)", got, want, n, 1e-5, RT_BF16);
+  free(got);
+  gpu_launch(g, "geglu_backward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, b);
+  ref_op(OP_GEGLU_BWD, NULL, bin, 2, (RefT[]){ref_f(want, N, 2 * F, 0, 0)}, 1, 0);
+  got = down_bf16(g, dinp, 2 * n);
+  gpu_check(g, "geglu_backward (erf)", got, want, 2 * n, 1e-5, RT_BF16);
+  free(got);
+
   long m = 10007; /* not a multiple of anything: the tail */
   void *c[] = {&out, &din, &m};
   gpu_launch(g, "gelu_forward", gpu_grid1d(g, m), 1, 1, 256, 0, c);
