@@ -50,12 +50,12 @@ static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {swiglu_cpu_f32, swiglu_cpu_f64},
+const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {glu_cpu_f32, glu_cpu_f64},
     .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 /* in place: dx over x (both rows x 2f; dx[j], dx[j+f] come from x[j], x[j+f] of the same row,
  * read first) */
-const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {swiglu_bwd_cpu_f32, swiglu_bwd_cpu_f64},
+const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
     .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64},
@@ -71,11 +71,11 @@ const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_e
 const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64},
     .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_geglu_info = {"geglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {geglu_cpu_f32, geglu_cpu_f64},
+const OpInfo op_geglu_info = {"geglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {glu_cpu_f32, glu_cpu_f64},
     .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 /* in place: dx over x, as SWIGLU_BWD */
-const OpInfo op_geglu_bwd_info = {"geglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {geglu_bwd_cpu_f32, geglu_bwd_cpu_f64},
+const OpInfo op_geglu_bwd_info = {"geglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
     .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 const OpInfo op_relu_act_bwd_info = {"relu_act_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {relu_bwd_cpu_f32, relu_bwd_cpu_f64},
@@ -114,17 +114,6 @@ static void K(swiglu_bwd_range)(void *p, int64_t lo, int64_t hi) {
   }
 }
 
-static void K(swiglu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  const Tensor *y = &c->g->t[op->out[0]];
-  K(ActArgs) a = {in[0], NULL, out[0], ops_last(y)};
-  c->parallel_for(c, ops_rows(y), K(swiglu_range), &a);
-}
-
-static void K(swiglu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  const Tensor *dy = &c->g->t[op->in[0]];
-  K(ActArgs) a = {in[1], in[0], out[0], ops_last(dy)};
-  c->parallel_for(c, ops_rows(dy), K(swiglu_bwd_range), &a);
-}
 
 /* gelu(x) = x Phi(x) and gelu'(x) = Phi(x) + x phi(x), exact (erf) */
 static inline real K(gelu_of)(real x) { return (real)0.5 * x * (1 + RERF(x * (real)0.70710678118654752440)); }
@@ -166,16 +155,17 @@ static void K(geglu_bwd_range)(void *p, int64_t lo, int64_t hi) {
   }
 }
 
-static void K(geglu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+/* the gated activations (SWIGLU, GEGLU), over rows */
+static void K(glu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *y = &c->g->t[op->out[0]];
   K(ActArgs) a = {in[0], NULL, out[0], ops_last(y)};
-  c->parallel_for(c, ops_rows(y), K(geglu_range), &a);
+  c->parallel_for(c, ops_rows(y), op->kind == OP_GEGLU ? K(geglu_range) : K(swiglu_range), &a);
 }
 
-static void K(geglu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+static void K(glu_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *dy = &c->g->t[op->in[0]];
   K(ActArgs) a = {in[1], in[0], out[0], ops_last(dy)};
-  c->parallel_for(c, ops_rows(dy), K(geglu_bwd_range), &a);
+  c->parallel_for(c, ops_rows(dy), op->kind == OP_GEGLU_BWD ? K(geglu_bwd_range) : K(swiglu_bwd_range), &a);
 }
 
 static void K(gelu_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
