@@ -18,8 +18,8 @@ void host_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t o
 
 int host_dropout_keep(uint64_t seed, uint32_t op_id, uint64_t i, float p) {
   uint64_t g = i >> 2;
-  uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), op_id, 0}, key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)},
-           out[4];
+  uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), op_id, 0},
+           key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, out[4];
   host_philox4x32_10(ctr, key, out);
   return (out[i & 3] >> 8) >= (uint32_t)(p * 16777216.0f);
 }

@@ -30,7 +30,8 @@ static int parse(const char *arg, char *path, size_t n, int64_t sh[4]) {
 
 static long numel(const int64_t sh[4]) {
   long n = 1;
-  for (int d = 0; d < 4 && sh[d]; d++) n *= (long)sh[d];
+  for (int d = 0; d < 4 && sh[d]; d++)
+    n *= (long)sh[d];
   return n;
 }
 
@@ -61,7 +62,8 @@ int main(int argc, char **argv) {
     FILE *f = fopen(path, "rb");
     size_t got = f ? fread(d, sizeof *d, (size_t)numel(sh), f) : 0;
     if (f) fclose(f);
-    if (got != (size_t)numel(sh)) return fprintf(stderr, "op_run: %s does not hold %ld doubles\n", path, numel(sh)), 2;
+    if (got != (size_t)numel(sh))
+      return fprintf(stderr, "op_run: %s does not hold %ld doubles\n", path, numel(sh)), 2;
     in[nin++] = ref_f(d, sh[0], sh[1], sh[2], sh[3]);
   }
   ref_op((OpKind)kind, NULL, in, nin, out, nout, 0);
