@@ -47,14 +47,24 @@ int lb_attn_impl(const SpecModel *m) {
   return strcmp(m->attention_backend, "auto") == 0 ? ATTN_IMPL_AUTO : ATTN_IMPL_FLASH;
 }
 
+/* activation_func x gated_linear_unit -> the op (and its i[0]) */
+static const struct {
+  const char *func;
+  bool glu;
+  OpKind kind;
+  int64_t i0;
+} MLP_ACTS[] = {
+    {"silu", true, OP_SWIGLU, 0},         {"gelu", true, OP_GEGLU, 0},          {"gelu", false, OP_GELU, 0},
+    {"relu", false, OP_RELU_ACT, 0},      {"squared_relu", false, OP_RELU_ACT, 1},
+};
+
 int lb_mlp_act(Graph *g, const SpecModel *m, int u) {
   const char *f = m->activation_func;
   bool glu = m->gated_linear_unit;
-  if (glu && strcmp(f, "silu") == 0) return graph_op1(g, OP_SWIGLU, &u, 1, NULL, NULL);
-  if (!glu && strcmp(f, "gelu") == 0) return graph_op1(g, OP_GELU, &u, 1, NULL, NULL);
-  if (!glu && (strcmp(f, "relu") == 0 || strcmp(f, "squared_relu") == 0)) {
-    OpAttrs a = {.i = {strcmp(f, "squared_relu") == 0}};
-    return graph_op1(g, OP_RELU_ACT, &u, 1, &a, NULL);
-  }
+  for (size_t i = 0; i < sizeof MLP_ACTS / sizeof *MLP_ACTS; i++)
+    if (MLP_ACTS[i].glu == glu && strcmp(MLP_ACTS[i].func, f) == 0) {
+      OpAttrs a = {.i = {MLP_ACTS[i].i0}};
+      return graph_op1(g, MLP_ACTS[i].kind, &u, 1, &a, NULL);
+    }
   return graph_fail(g, "MLPs with activation_func %s%s are not lowered yet", f, glu ? " (gated)" : "");
 }

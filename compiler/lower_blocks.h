@@ -48,9 +48,9 @@ int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *s
 int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
 /* The recipe's normalization over the last dim (width), weights in the current module. */
 int lb_norm(const LowerBlock *L, int x, int64_t width);
-/* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated): SWIGLU for
- * gated silu, GELU, RELU_ACT for relu and squared_relu; -1 with g->err for the combinations not
- * lowered (gated gelu, ...). */
+/* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated), chosen by
+ * activation_func and gated_linear_unit (MLP_ACTS in lower_blocks.c); -1 with g->err for a
+ * combination it does not lower. */
 int lb_mlp_act(Graph *g, const SpecModel *m, int u);
 /* Dropout with the next RNG stream; x itself when p <= 0. */
 int lb_dropout(const LowerBlock *L, int x, double p);

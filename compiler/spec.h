@@ -30,7 +30,7 @@
   X(ffn_hidden_size, INT, "null", MC, "", "Dense MLP width; null means 4 * hidden_size")             \
   X(normalization, STR, "LayerNorm", MC, "LayerNorm|RMSNorm", "Norm kind")                         \
   X(layernorm_epsilon, NUM, "1e-5", MC, "", "Norm epsilon")                                          \
-  X(gated_linear_unit, BOOL, "false", MC, "", "GLU MLP (SwiGLU with activation_func=silu)")           \
+  X(gated_linear_unit, BOOL, "false", MC, "", "GLU MLP: SwiGLU with activation_func=silu, GeGLU with gelu") \
   X(activation_func, STR, "gelu", MC, "gelu|silu|relu|squared_relu",                               \
     "MLP activation (Megatron takes a callable; stepc its name)")                                 \
   X(add_bias_linear, BOOL, "true", MC, "", "Biases in the linear layers")                            \

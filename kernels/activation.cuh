@@ -1,6 +1,6 @@
-// activation.cuh — SwiGLU (Llama MLP) and GELU (GPT-3 MLP), forward and backward.
-// GELU is the exact erf form: Megatron's default is torch.nn.functional.gelu without the tanh
-// approximation. Math fp32, storage bf16.
+// activation.cuh — SwiGLU (Llama MLP), GeGLU (gated GELU) and GELU (GPT-3 MLP), forward and
+// backward. GELU is the exact erf form, in GeGLU too: Megatron's default is
+// torch.nn.functional.gelu without the tanh approximation. Math fp32, storage bf16.
 #pragma once
 #include "common.cuh"
 
@@ -12,11 +12,10 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
   return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
 
-// out = silu(gate) * up, where inp's row is [gate (F) | up (F)] as Megatron's fused fc1 lays it out
-// (torch.chunk(x, 2, -1)). F must be a multiple of 8. Launch: any 1-D grid, grid-stride.
-extern "C" __global__ void swiglu_forward(bf16* out,        // (N, F)
-                                          const bf16* inp,  // (N, 2F)
-                                          int N, int F) {
+// The gated activations over rows [gate (F) | up (F)], as Megatron's fused fc1 lays them out
+// (torch.chunk(x, 2, -1)): out = act(gate) * up with act silu (SwiGLU) or the erf GELU (GeGLU).
+// F must be a multiple of 8. Launch: any 1-D grid, grid-stride.
+__device__ __forceinline__ void glu_forward(bf16* out, const bf16* inp, int N, int F, bool gelu) {
   long total = (long)N * (F / 8);
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
     long n = i / (F / 8);
@@ -24,16 +23,13 @@ extern "C" __global__ void swiglu_forward(bf16* out,        // (N, F)
     float g[8], u[8];
     load8(inp + n * 2 * F + f, g);
     load8(inp + n * 2 * F + F + f, u);
-    for (int k = 0; k < 8; k++) g[k] = silu_f(g[k]) * u[k];
+    for (int k = 0; k < 8; k++) g[k] = (gelu ? gelu_f(g[k]) : silu_f(g[k])) * u[k];
     store8(out + n * F + f, g);
   }
 }
 
-// dgate = dout * up * silu'(gate), dup = dout * silu(gate); silu'(x) = s (1 + x (1 - s)).
-extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
-                                           const bf16* dout,  // (N, F)
-                                           const bf16* inp,   // (N, 2F)
-                                           int N, int F) {
+// dgate = dout * up * act'(gate), dup = dout * act(gate); silu'(x) = s (1 + x (1 - s)).
+__device__ __forceinline__ void glu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int N, int F, bool gelu) {
   long total = (long)N * (F / 8);
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
     long n = i / (F / 8);
@@ -43,13 +39,44 @@ extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
     load8(inp + n * 2 * F + F + f, u);
     load8(dout + n * F + f, d);
     for (int k = 0; k < 8; k++) {
-      float s = 1.0f / (1.0f + expf(-g[k]));
-      du[k] = d[k] * g[k] * s;
-      dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+      if (gelu) {
+        du[k] = d[k] * gelu_f(g[k]);
+        dg[k] = d[k] * u[k] * gelu_grad_f(g[k]);
+      } else {
+        float s = 1.0f / (1.0f + expf(-g[k]));
+        du[k] = d[k] * g[k] * s;
+        dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+      }
     }
     store8(dinp + n * 2 * F + f, dg);
     store8(dinp + n * 2 * F + F + f, du);
   }
+}
+
+extern "C" __global__ void swiglu_forward(bf16* out,        // (N, F)
+                                          const bf16* inp,  // (N, 2F)
+                                          int N, int F) {
+  glu_forward(out, inp, N, F, false);
+}
+
+extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
+                                           const bf16* dout,  // (N, F)
+                                           const bf16* inp,   // (N, 2F)
+                                           int N, int F) {
+  glu_backward(dinp, dout, inp, N, F, false);
+}
+
+extern "C" __global__ void geglu_forward(bf16* out,        // (N, F)
+                                         const bf16* inp,  // (N, 2F)
+                                         int N, int F) {
+  glu_forward(out, inp, N, F, true);
+}
+
+extern "C" __global__ void geglu_backward(bf16* dinp,        // (N, 2F)
+                                          const bf16* dout,  // (N, F)
+                                          const bf16* inp,   // (N, 2F)
+                                          int N, int F) {
+  glu_backward(dinp, dout, inp, N, F, true);
 }
 
 // Launch (GELU both ways): any 1-D grid, grid-stride; n any size.

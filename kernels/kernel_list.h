@@ -34,6 +34,8 @@
 
 STEPC_KERNEL(swiglu_forward, KP(bf16*, out) KP(const bf16*, inp) KI(N) KI(F))
 STEPC_KERNEL(swiglu_backward, KP(bf16*, dinp) KP(const bf16*, dout) KP(const bf16*, inp) KI(N) KI(F))
+STEPC_KERNEL(geglu_forward, KP(bf16*, out) KP(const bf16*, inp) KI(N) KI(F))
+STEPC_KERNEL(geglu_backward, KP(bf16*, dinp) KP(const bf16*, dout) KP(const bf16*, inp) KI(N) KI(F))
 STEPC_KERNEL(gelu_forward, KP(bf16*, out) KP(const bf16*, inp) KL(n))
 STEPC_KERNEL(gelu_backward, KP(bf16*, dinp) KP(const bf16*, dout) KP(const bf16*, inp) KL(n))
 STEPC_KERNEL(dropout_forward, KP(bf16*, out) KP(const bf16*, inp) KL(n) KF(p)

@@ -108,6 +108,9 @@
   X(RELU_ACT_BWD, op_relu_act_bwd)                                                                 \
   /* linear_loss.c: the output layer and its cross-entropy over chunks of the tokens */          \
   X(LINEAR_CROSS_ENTROPY, op_linear_cross_entropy) /* loss of (x W^T, targets), one chunk at a time */ \
-  X(LINEAR_CROSS_ENTROPY_BWD, op_linear_cross_entropy_bwd)
+  X(LINEAR_CROSS_ENTROPY_BWD, op_linear_cross_entropy_bwd)                                       \
+  /* activation.c: the gated GELU (Megatron's gelu with gated_linear_unit) */                      \
+  X(GEGLU, op_geglu)                 /* y = gelu(a) * b, [a | b] = x (exact erf GELU) */           \
+  X(GEGLU_BWD, op_geglu_bwd)
 
 #endif

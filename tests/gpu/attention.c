@@ -13,7 +13,8 @@
 
 #include "harness.h"
 #include "kernels/launch.h"
-#include "ref.h"
+#include "host_bits.h"
+#include "op_ref.h"
 
 typedef struct {
   int B, T, H, Hkv, D;
@@ -98,8 +99,7 @@ static void test_flash_config(Gpu *g, Rng *r, int B, int T, int H, int Hkv, int 
   gpu_sync(g);
 
   double *O = malloc(8 * nq), *L = malloc(8 * ns), *dQ = malloc(8 * nq), *dK = malloc(8 * nk), *dV = malloc(8 * nk);
-  ref_attention_forward(O, L, q, k, v, B, T, H, Hkv, D, a.scale);
-  ref_attention_backward(dQ, dK, dV, dout, q, k, v, B, T, H, Hkv, D, a.scale);
+  ref_attention(O, L, dQ, dK, dV, q, k, v, dout, B, T, H, Hkv, D, D, a.scale);
   char name[128];
   double *got = get_bf16(g, a.o, nq);
   snprintf(name, sizeof name, "flash fwd O   d%d B%d T%d H%d/%d", D, B, T, H, Hkv);
@@ -165,16 +165,16 @@ static void spot_check(Gpu *g, const Attn *a, const uint16_t *qh, const uint16_t
     for (int j = 0; j <= i; j++) {
       const uint16_t *kk = kh + (((long)b * a->T + j) * a->Hkv + hk) * D;
       double dot = 0;
-      for (int d = 0; d < D; d++) dot += (double)ref_bf16_to_f32(q[d]) * ref_bf16_to_f32(kk[d]);
+      for (int d = 0; d < D; d++) dot += (double)host_bf16_to_f32(q[d]) * host_bf16_to_f32(kk[d]);
       s[j] = dot * a->scale;
       m = fmax(m, s[j]);
     }
     for (int j = 0; j <= i; j++) s[j] = exp(s[j] - m), sum += s[j];
     for (int d = 0; d < D; d++) {
       double o = 0;
-      for (int j = 0; j <= i; j++) o += s[j] * ref_bf16_to_f32(vh[(((long)b * a->T + j) * a->Hkv + hk) * D + d]);
+      for (int j = 0; j <= i; j++) o += s[j] * host_bf16_to_f32(vh[(((long)b * a->T + j) * a->Hkv + hk) * D + d]);
       want[k * D + d] = o / sum;
-      got[k * D + d] = ref_bf16_to_f32(ho[(((long)b * a->T + i) * a->H + h) * D + d]);
+      got[k * D + d] = host_bf16_to_f32(ho[(((long)b * a->T + i) * a->H + h) * D + d]);
     }
   }
   char name[96];

@@ -16,7 +16,7 @@
 
 #include "harness.h"
 #include "kernels/launch.h"
-#include "ref.h"
+#include "op_ref.h"
 
 #define BW_TOKENS 8192
 #define BW_VOCAB 128256
@@ -99,7 +99,7 @@ static void bench_cross_entropy(Gpu *g) {
     bf16_to_double(row, gd + (size_t)i * V, V);
     gl[i] = hl[sample[i]];
   }
-  ref_cross_entropy(wl, wd, x, ts, BW_SAMPLES, V, V, c.dloss);
+  ref_cross_entropy_rows(wl, wd, x, ts, BW_SAMPLES, V, V, c.dloss);
   gpu_check(g, "cross_entropy_cluster at M: sampled rows' losses", gl, wl, BW_SAMPLES, 1e-5, 1e-5);
   gpu_check(g, "cross_entropy_cluster at M: sampled rows' dlogits", gd, wd, (long)V * BW_SAMPLES, 1e-6 * c.dloss, 1.0 / 128);
   double rss = 0, ess = 0; /* the gradient's relative L2 error over the samples (bf16 rounding alone: ~1.6e-3) */

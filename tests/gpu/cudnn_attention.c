@@ -1,6 +1,6 @@
 /* cudnn_attention.c — cuDNN fused attention (runtime/cudnn.c) on the GPU: forward (O, LSE) and
- * backward (dQ, dK, dV) against an fp64 reference, causal, MHA and GQA, head dims 64, 128 and
- * MLA's 192 (query/key) with 128 (value); the deterministic backward bitwise equal to itself run
+ * backward (dQ, dK, dV) against the attention op's fp64 reference (FLASH_ATTN; FLASH_ATTN_DV for
+ * MLA), causal, MHA and GQA, head dims 64, 128 and MLA's 192 (query/key) with 128 (value); the deterministic backward bitwise equal to itself run
  * to run; and, with --bench, the time at the bench shapes (S, M, L8) against stepc's own flash
  * kernels through the same runtime path, forward 2*b*h*s^2*d FLOPs counted causal (fwd+bwd 3.5x).
  *
@@ -13,18 +13,19 @@
 #include <string.h>
 
 #include "runtime/rt.h"
-#include "ref.h"
+#include "host_bits.h"
+#include "op_ref.h"
 
 static int checks, failed;
 
-static uint16_t to_bf16(float f) { return ref_f32_to_bf16(f); }
+static uint16_t to_bf16(float f) { return host_f32_to_bf16(f); }
 
 static void fill(uint64_t *seed, uint16_t *h, double *d, long n, double amp) {
   for (long i = 0; i < n; i++) {
     *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
     double u = (double)(*seed >> 11) / 9007199254740992.0 * 2 - 1;
     h[i] = to_bf16((float)(amp * u));
-    if (d) d[i] = ref_bf16_to_f32(h[i]);
+    if (d) d[i] = host_bf16_to_f32(h[i]);
   }
 }
 
@@ -48,51 +49,6 @@ static double max_abs(const double *x, long n) {
   return m;
 }
 
-/* fp64 causal attention, q (B,T,H,dk), k (B,T,G,dk), v (B,T,G,dv): O, LSE and the gradients. */
-static void reference(const double *q, const double *k, const double *v, const double *dout, int B, int T, int H, int G, int dk,
-                      int dv, double scale, double *O, double *L, double *dQ, double *dK, double *dV) {
-  double *p = malloc(sizeof *p * (size_t)T), *dp = malloc(sizeof *dp * (size_t)T);
-  memset(dK, 0, sizeof *dK * (size_t)B * T * G * dk), memset(dV, 0, sizeof *dV * (size_t)B * T * G * dv);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < H; h++)
-      for (int i = 0; i < T; i++) {
-        int gk = h / (H / G);
-        const double *qi = q + (((long)b * T + i) * H + h) * dk;
-        double m = -INFINITY, z = 0;
-        for (int j = 0; j <= i; j++) {
-          const double *kj = k + (((long)b * T + j) * G + gk) * dk;
-          double s = 0;
-          for (int d = 0; d < dk; d++) s += qi[d] * kj[d];
-          p[j] = s * scale, m = fmax(m, p[j]);
-        }
-        for (int j = 0; j <= i; j++) z += exp(p[j] - m);
-        L[((long)b * H + h) * T + i] = m + log(z);
-        for (int j = 0; j <= i; j++) p[j] = exp(p[j] - m) / z;
-        double *oi = O + (((long)b * T + i) * H + h) * dv;
-        const double *doi = dout + (((long)b * T + i) * H + h) * dv;
-        double dot = 0;
-        for (int d = 0; d < dv; d++) {
-          double o = 0;
-          for (int j = 0; j <= i; j++) o += p[j] * v[(((long)b * T + j) * G + gk) * dv + d];
-          oi[d] = o, dot += o * doi[d];
-        }
-        double *dqi = dQ + (((long)b * T + i) * H + h) * dk;
-        for (int d = 0; d < dk; d++) dqi[d] = 0;
-        for (int j = 0; j <= i; j++) {
-          const double *vj = v + (((long)b * T + j) * G + gk) * dv;
-          double s = 0;
-          for (int d = 0; d < dv; d++) s += doi[d] * vj[d];
-          dp[j] = s;
-          double ds = p[j] * (dp[j] - dot) * scale;
-          const double *kj = k + (((long)b * T + j) * G + gk) * dk;
-          double *dkj = dK + (((long)b * T + j) * G + gk) * dk, *dvj = dV + (((long)b * T + j) * G + gk) * dv;
-          for (int d = 0; d < dk; d++) dqi[d] += ds * kj[d], dkj[d] += ds * qi[d];
-          for (int d = 0; d < dv; d++) dvj[d] += p[j] * doi[d];
-        }
-      }
-  free(p), free(dp);
-}
-
 typedef struct {
   RtDevice *d;
   RtSdpa s;
@@ -109,7 +65,7 @@ static double *get_bf16(RtDevice *d, CUdeviceptr p, size_t n) {
   uint16_t *h = malloc(2 * n);
   double *x = malloc(8 * n);
   rt_copy_d2h(d, h, p, 2 * n);
-  for (size_t i = 0; i < n; i++) x[i] = ref_bf16_to_f32(h[i]);
+  for (size_t i = 0; i < n; i++) x[i] = host_bf16_to_f32(h[i]);
   free(h);
   return x;
 }
@@ -167,7 +123,7 @@ static void test_case(RtDevice *d, int B, int T, int H, int G, int dk, int dv, i
     return;
   }
   double *O = malloc(8 * c.no), *L = malloc(8 * c.ns), *dQ = malloc(8 * c.nq), *dK = malloc(8 * c.nk), *dV = malloc(8 * c.nvv);
-  reference(host[0], host[1], host[2], host[3], B, T, H, G, dk, dv, c.s.scale, O, L, dQ, dK, dV);
+  ref_attention(O, L, dQ, dK, dV, host[0], host[1], host[2], host[3], B, T, H, G, dk, dv, c.s.scale);
   struct {
     const char *what;
     CUdeviceptr p;

@@ -9,7 +9,7 @@
 #include "kernel_text.h"
 #include "compiler/nvrtc.h"
 #include "flash_variants.h"
-#include "ref.h"
+#include "host_bits.h"
 
 #define GPU_STR(x) #x
 #define GPU_XSTR(x) GPU_STR(x)
@@ -169,13 +169,13 @@ double rng_uniform(Rng *r) {
 
 void rand_bf16(Rng *r, uint16_t *h, double *d, long n, double amp) {
   for (long i = 0; i < n; i++) {
-    h[i] = ref_f32_to_bf16((float)(amp * rng_uniform(r)));
-    if (d) d[i] = ref_bf16_to_f32(h[i]);
+    h[i] = host_f32_to_bf16((float)(amp * rng_uniform(r)));
+    if (d) d[i] = host_bf16_to_f32(h[i]);
   }
 }
 
 void bf16_to_double(const uint16_t *h, double *d, long n) {
-  for (long i = 0; i < n; i++) d[i] = ref_bf16_to_f32(h[i]);
+  for (long i = 0; i < n; i++) d[i] = host_bf16_to_f32(h[i]);
 }
 
 void float_to_double(const float *f, double *d, long n) {

@@ -21,7 +21,6 @@
 #include "harness.h"
 #include "kernels/launch.h"
 #include "ops/ops.h"
-#include "ref.h"
 #include "runtime/cpu/exec.h"
 
 #define MB_RTOL (1.0 / 128)

@@ -96,6 +96,10 @@ int main(void) {
     graph_op(g, OP_SWIGLU, &xs, 1, NULL, out, NULL);
     fails += check("swiglu", g, out, 1, NULL, 0, 0);
     g = graph_new();
+    int xq = param(g, "x", 3, b, t, 2 * c, 1);
+    graph_op(g, OP_GEGLU, &xq, 1, NULL, out, NULL);
+    fails += check("geglu", g, out, 1, NULL, 0, 0);
+    g = graph_new();
     int xg = param(g, "x", 3, b, t, c, 1);
     graph_op(g, OP_GELU, &xg, 1, NULL, out, NULL);
     fails += check("gelu", g, out, 1, NULL, 0, 0);

@@ -157,11 +157,13 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
 }
 int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, 1); }
 
+/* The gated activations, SWIGLU and GEGLU: rows [gate | up], the same launch for either. */
 int rt_op_swiglu(RtExec *x, const Op *op) {
   const Tensor *y = rt_t(x, op->out[0]);
   CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int N = (int)ops_rows(y), F = (int)ops_last(y);
-  if (F % 8) return rt_fail(x->d, "swiglu width %d is not a multiple of 8", F);
+  if (F % 8) return rt_fail(x->d, "%s width %d is not a multiple of 8", op_name(op->kind), F);
+  if (op->kind == OP_GEGLU) return rt_launch_geglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
   return rt_launch_swiglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
 }
 
@@ -169,6 +171,7 @@ int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), F = (int)ops_last(dy);
+  if (op->kind == OP_GEGLU_BWD) return rt_launch_geglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
   return rt_launch_swiglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
 }
 
