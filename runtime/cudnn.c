@@ -25,6 +25,7 @@
  * Plans: one per distinct RtSdpa shape (pointers aside), built the first time (rt_sdpa_prepare,
  * which the executor calls at open so that capture never builds one) and cached. The workspace is
  * one allocation owned here, grown at prepare time to the largest plan's need. */
+#include <stdbool.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

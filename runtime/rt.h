@@ -16,7 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ir.h"
 
 typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 } RtStatus;
 
@@ -60,10 +59,6 @@ const char *rt_kname(const RtDevice *d, int k);
 const char *rt_ksig(const RtDevice *d, int k);
 /* Bytes of argument i of kernel k (4 or 8, by its signature letter); 0 past the end. */
 int rt_karg_bytes(const RtDevice *d, int k, int i);
-/* FNV-1a over RT_GEMM_FIELDS and every kernel row's name and signature: step.c carries it, so a
- * step generated against another kernel list or GEMM call is refused instead of launching the
- * wrong kernels. */
-uint64_t rt_kernel_list_hash(const RtGenKernels *gen); /* gen: generated kernels too (NULL none) */
 
 typedef struct RtBlas RtBlas;
 typedef struct RtDnn RtDnn;

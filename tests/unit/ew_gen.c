@@ -23,14 +23,13 @@ int main(void) {
   Run a, b;
   if (load(&a, "tests/recipes/gpt3_tiny.lua", kv, 1) || load(&b, "tests/recipes/gpt3_tiny.lua", kv, 1)) return 1;
   const EwKernels *ka = &a.p.ew, *kb = &b.p.ew;
-  RtGenKernels ra, none = {0};
+  RtGenKernels ra;
   ew_kernels_rt(ka, &ra);
   /* two kernels: the sum stored (it continues as the residual gradient) and, at the embedding, not */
   CHECK(ka->n == 2, "%d generated kernels, expected 2", ka->n);
   char *ta = ew_kernels_text(ka), *tb = ew_kernels_text(kb);
   CHECK(ta && tb && strcmp(ta, tb) == 0, "the generated text differs between two analyses of one graph");
   CHECK(rt_exec_layout_hash(a.x) == rt_exec_layout_hash(b.x), "layout hash differs");
-  CHECK(rt_kernel_list_hash(&ra) != rt_kernel_list_hash(&none), "the kernel-list hash ignores the generated kernels");
   int both = 0, one = 0;
   for (int k = 0; k < ka->n; k++) {
     const EwKernel *K = &ka->k[k];
