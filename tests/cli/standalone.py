@@ -9,7 +9,7 @@ runtime/cuda/, ...) that a file or comment names exists, and so does every funct
 doc names as `name()`, or in code comments as a backticked identifier with a stepc module prefix (`rt_exec_new`).
 Names of other projects (Megatron, PyTorch, CMake) and deliberate examples are listed below. And
 no function of compiler/, runtime/ or ir/ is defined and never called (the stepc_* API aside)."""
-import collections, os, re, sys
+import collections, os, re, subprocess, sys
 
 root = sys.argv[1]
 # Files allowed to cite what a clone lacks (none now; add one only with a reason).
@@ -36,13 +36,30 @@ rule_ref = re.compile(r"megatron-rules\.md[^§\n]{0,3}§(\d+(?:\.\d+)?)")
 
 
 def source_files():
+    # the repository's files (tracked, or new and not ignored): a developer's ignored local folders
+    # (carried build outputs, fetched trees) are not the repository
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, check=True).stdout.decode("utf-8", "replace")
+        names = [n for n in out.split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = None
+    if names is not None:
+        for n in names:
+            parts = n.split("/")
+            if any(p in SKIP_DIRS or p.startswith("build") or p.startswith(".") for p in parts[:-1]):
+                continue
+            if os.path.isfile(os.path.join(root, n)):
+                yield os.path.normpath(n)
+        return
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build") and not d.startswith(".")]
         for name in files:
             yield os.path.normpath(os.path.relpath(os.path.join(dirpath, name), root))
 
 
-present = set(source_files())
+files_here = sorted(set(source_files()))
+present = set(files_here)
 present |= {os.path.dirname(p) for p in present}
 for p in list(present):
     while "/" in p:
@@ -103,15 +120,12 @@ def stale_refs(rel, n, line):
 with open(os.path.join(root, "docs", "megatron-rules.md"), encoding="utf-8") as f:
     sections = set(re.findall(r"^#+ §(\d+(?:\.\d+)?) ", f.read(), re.M))
 fails = []
-for dirpath, dirs, files in os.walk(root):
-    rel_dir = os.path.relpath(dirpath, root)
-    dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build") and not d.startswith(".")]
-    if rel_dir.startswith("tests/cli/recipes"):
+for rel in files_here:
+    rel_dir, name = os.path.split(rel)
+    dirpath = os.path.join(root, rel_dir)
+    if rel.startswith("tests/cli/recipes/"):
         continue
-    for name in files:
-        if not name.endswith(EXT) or name == "standalone.py":
-            continue
-        rel = os.path.normpath(os.path.join(rel_dir, name))
+    if name.endswith(EXT) and name != "standalone.py":
         try:
             text = open(os.path.join(dirpath, name), encoding="utf-8").read()
         except (UnicodeDecodeError, OSError):
