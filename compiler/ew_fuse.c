@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernel_text.h"
-#include "nvrtc.h"
+#include "cubin.h"
 #include "textbuf.h"
 
 /* An op's row in a chain: its OpInfo's ew fact (ir.h), the one place its device expression lives;

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "nvrtc.h"
+#include "cubin.h"
 
 static bool in_micro(Phase ph) {
   return ph == IR_PHASE_FORWARD || ph == IR_PHASE_BACKWARD || ph == IR_PHASE_REPLAY;

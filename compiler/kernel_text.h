@@ -4,7 +4,7 @@
  * An assembled source inlines each requested file after the files it #includes (depth first,
  * each once), comments out the local #include and #pragma once lines so line numbers are kept,
  * and brackets each file with the marker lines `// stepc-file: NAME` and
- * `// stepc-end-of-file: NAME` that nvrtc diagnostics map back to (see nvrtc.h). */
+ * `// stepc-end-of-file: NAME` that nvrtc diagnostics map back to (see cubin.h). */
 #ifndef STEPC_KERNEL_TEXT_H
 #define STEPC_KERNEL_TEXT_H
 

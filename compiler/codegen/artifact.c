@@ -20,7 +20,7 @@
 #include "ew_fuse.h"
 #include "fingerprint.h"
 #include "layout.h"
-#include "nvrtc.h"
+#include "cubin.h"
 #include "plan.h"
 #include "report.h"
 #include "runtime/image.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "kernel_text.h"
-#include "compiler/nvrtc.h"
+#include "compiler/cubin.h"
 #include "flash_variants.h"
 #include "host_bits.h"
 

@@ -9,7 +9,7 @@
 
 #include "ew_fuse.h"
 #include "lower.h"
-#include "compiler/nvrtc.h"
+#include "compiler/cubin.h"
 #include "ops/ops.h"
 #include "plan.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "kernel_text.h"
-#include "compiler/nvrtc.h"
+#include "compiler/cubin.h"
 #include "record_run.h"
 
 typedef RecordRun Run;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "kernel_text.h"
-#include "compiler/nvrtc.h"
+#include "compiler/cubin.h"
 #include "tests/gpu/flash_variants.h"
 
 static int failures;

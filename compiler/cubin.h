@@ -1,4 +1,4 @@
-/* nvrtc — compiles a kernels.cu to a cubin with NVRTC, cached on disk by content hash.
+/* cubin — compiles a kernels.cu to a cubin with NVRTC, cached on disk by content hash.
  *
  * The compiler links libnvrtc only (never libcuda): a cubin can be built on a machine without a
  * GPU and loaded later by the runtime with cuModuleLoadData.

@@ -1,9 +1,10 @@
-/* nvrtc.c — kernels.cu -> cubin through NVRTC, with an on-disk cache (see nvrtc.h). */
-#include "nvrtc.h"
+/* cubin.c — kernels.cu -> cubin through NVRTC, with an on-disk cache (see cubin.h). */
+#include "cubin.h"
 #include "ir.h"
 
 #include <elf.h>
 #include <errno.h>
+#include <nvrtc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,6 @@
 
 #include "kernel_text.h"
 #include "textbuf.h"
-#include STEPC_NVRTC_HEADER /* the toolkit's nvrtc.h, which ours shadows */
 
 #define CUBIN_FORMAT_TAG "stepc-cubin-1"
 #define CUBIN_MAX_OPTIONS 64
