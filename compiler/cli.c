@@ -60,8 +60,9 @@ static const Verb VERBS[] = {
      "  A Chrome / Perfetto trace of the planned step (ops, scopes, replays, live memory).\n"},
     {"build", {O_OUT, O_ARCH, O_SMS},
      "usage: stepc build SPEC [KEY=VALUE ...] -o DIR [--arch sm_90] [--sms 132]\n"
-     "  The artifact directory, no GPU needed: step.img, the cubin, step.c (every launch as literals,\n"
-     "  grids for --sms SMs), libstep.so (runtime/stepc.h) and train. Built beside DIR and swapped in;\n"
+     "  The artifact directory, no GPU needed: step.img (the plan and its launch program, grids and\n"
+     "  scratch for --sms SMs), the cubin, program.txt (the program listed), libstep.so\n"
+     "  (runtime/stepc.h) and train. Built beside DIR and swapped in;\n"
      "  a DIR holding files that are not an artifact is refused.\n"},
     {"run", {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_TIMELINE},
      "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads N]\n"

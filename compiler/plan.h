@@ -308,7 +308,7 @@ int plan_scope_points(const Schedule *sc, const ScopeResult *sr, ImgScope *out);
 
 /* ---- plan.c ---- */
 /* The planned step, one for every verb: check's graph checks, plan, sweep and trace report it,
- * build writes it (plan.json, step.c, step.img) and run runs what build wrote. Lowered, recompute
+ * build writes it (plan.json, step.img with its launch program) and run runs what build wrote. Lowered, recompute
  * applied, scheduled, graph scopes built (their static outputs pinned) and checked, fusions
  * recorded, buckets fired, memory planned, verified and applied to the graph (Tensor.offset), then
  * the per-rank report and the cost. */

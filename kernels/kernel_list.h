@@ -11,12 +11,13 @@
  * ctype the C type as spelled in the declaration, pname its name there.
  *
  * What is generated from it:
- *   - the handles RtKernel RT_K_<name> (runtime/rt.h; the row order is the handle, by which step.c
- *     launches, its kernel-list hash covering the order) and the names the module looks up
+ *   - the handles RtKernel RT_K_<name> (runtime/rt.h; the row order is the handle, by which the
+ *     launch program's records name kernels, the image's kernel-list hash covering the order) and
+ *     the names the module looks up
  *     (runtime/module.c);
  *   - the signature string, one letter a parameter ("ppppiif"), by which the runtime checks
  *     parameter sizes against the loaded cubin (cuFuncGetParamInfo), the step recorder
- *     (runtime/record.c) reads launch arguments and step.c prints them;
+ *     (runtime/record.c) reads launch arguments and program.txt prints them;
  *   - a typed launcher per kernel, rt_launch_<name>(d, grid, block, smem, <the parameters>)
  *     (codegen/launch/launchers.h), which packs the argument array itself.
  * Names and types matter, not only sizes: the ctest unit.kernel_sigs compares every row, parameter

@@ -28,8 +28,8 @@ stepc_status stepc_options_from_env(stepc_options *o) {
  * belongs to the rank whose range holds its first element), so each rank updates about 1/N of
  * every bucket; the param, master and moments an AdamW op updates follow its gradient. This rank's
  * view of the optimizer-state region (buffer 1): the masters and moments of other ranks get no
- * bytes, so that neither executor gives them a home, reads or writes them; their offsets stay
- * the owners' (the same numbers on every rank, as step.c recorded them). */
+ * bytes, so that neither device gives them a home, reads or writes them; their offsets stay
+ * the owners' (the same numbers on every rank, as the launch program holds them). */
 static stepc_status zero_owners(stepc_t *s) {
   StepImage *im = &s->im;
   Graph *g = im->g;

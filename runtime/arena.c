@@ -1,6 +1,6 @@
-/* arena.c — every device allocation stepc makes, counted: the plan's arena (one allocation per
- * rank, sized by the memory plan), the executor's scratch, the cuBLASLt workspace. The count is
- * what `stepc run` reports as max allocated. */
+/* arena.c — every device allocation stepc makes, counted: the step's one allocation (the plan's
+ * buffers, then the launch scratch, both sized by the compiler), the cuBLASLt and cuDNN workspaces.
+ * The count is what `stepc run` reports as max allocated. */
 #include <stdio.h>
 
 #include "runtime/record.h"

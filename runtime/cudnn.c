@@ -23,7 +23,7 @@
  * in an fp32 workspace buffer (atomics, faster) and is converted at the end.
  *
  * Plans: one per distinct RtSdpa shape (pointers aside), built the first time (rt_sdpa_prepare,
- * which the executor calls at open so that capture never builds one) and cached. The workspace is
+ * which the player calls at open so that capture never builds one) and cached. The workspace is
  * one allocation owned here, grown at prepare time to the largest plan's need. */
 #include <stdbool.h>
 #include <dlfcn.h>

@@ -8,11 +8,11 @@
  * the CPU reference plan (fp32 slots and the ranges poisoned
  * after their last use), the program order, the CUDA-graph scope instances, the names and
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
- * source, graph mode and warm-up, predicted peaks, the fingerprint step.c was generated for).
+ * source, graph mode and warm-up, predicted peaks, the step fingerprint checkpoints name it by).
  * A distributed-optimizer step (format 4) also carries each tensor's owning rank and, for its
  * masters and Adam moments, their places in the optimizer-state region (buffer 1, compiler/memplan.c):
- * each tensor at the offset its owner packs it to, so that the same offsets (and step.c's recorded
- * addresses) hold on every rank; stepc_open gives the tensors of other ranks no bytes.
+ * each tensor at the offset its owner packs it to, so that the same offsets (and the launch
+ * program's addresses) hold on every rank; stepc_open gives the tensors of other ranks no bytes.
  *
  * The format is binary and versioned: a header (magic, version, the sizes of the structs it
  * stores, the payload's length and FNV-1a hash) and the payload. A file from another version, a
@@ -56,6 +56,7 @@ typedef enum { IMG_MODE_EAGER = 0, IMG_MODE_FULL_ITERATION = 1, IMG_MODE_SCOPED 
 typedef struct {
   uint64_t fingerprint;      /* step_fingerprint of the graph (checkpoints name the step by it) */
   uint64_t seed;             /* train.seed: parameter init, mock data, dropout */
+  uint64_t kernel_list;      /* rt_kernel_list_hash of the kernels the launch program names by handle */
   int64_t train_iters;
   int64_t vocab_size;
   int64_t seq_length;

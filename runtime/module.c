@@ -37,6 +37,32 @@ int rt_karg_bytes(const RtDevice *d, int k, int i) {
   return strchr("iuf", s[i]) ? 4 : 8;
 }
 
+/* FNV-1a 64 (the runtime's own copy of the basis and prime: the device layer needs nothing of ir/) */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+  return h;
+}
+
+/* FNV-1a of s with its terminator: "ab"+"c" differs from "a"+"bc" */
+static uint64_t hash_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+
+uint64_t rt_kernel_list_hash(const RtGenKernels *gen) {
+#define RT_GS_I(f) "I" #f " "
+#define RT_GS_P(f) "P" #f " "
+#define RT_GS_F(f) "F" #f " "
+  static const char GEMM_FIELDS[] = RT_GEMM_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
+  static const char SDPA_FIELDS[] = RT_SDPA_FIELDS(RT_GS_I, RT_GS_P, RT_GS_F);
+#undef RT_GS_I
+#undef RT_GS_P
+#undef RT_GS_F
+  uint64_t h = fnv(14695981039346656037ull, GEMM_FIELDS, strlen(GEMM_FIELDS));
+  h = fnv(h, SDPA_FIELDS, strlen(SDPA_FIELDS));
+  for (int k = 0; k < RT_K_COUNT; k++) h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
+  /* the generated kernels by name (which carries a hash of the chain's signature) and signature */
+  for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig);
+  return h;
+}
+
 /* The loaded kernel's parameters against the signature: each listed one's size. (Asking for the
  * parameter past the last would catch an extra one, but the driver answers that with an error that
  * compute-sanitizer reports; unit.kernel_sigs checks the count against the declarations.) */

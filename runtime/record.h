@@ -25,7 +25,7 @@ struct RtRecorder {
 };
 
 /* d becomes a recording device writing into r: no driver, sm_count SMs (grid sizes and the
- * executor's partial-sum groups follow it), compute capability 9.0. rt_close(d) is a no-op. */
+ * launch lowering's partial-sum groups follow it), compute capability 9.0. rt_close(d) is a no-op. */
 void rt_record_open(RtDevice *d, RtRecorder *r, int sm_count);
 void rt_recorder_free(RtRecorder *r);
 

@@ -59,6 +59,10 @@ const char *rt_kname(const RtDevice *d, int k);
 const char *rt_ksig(const RtDevice *d, int k);
 /* Bytes of argument i of kernel k (4 or 8, by its signature letter); 0 past the end. */
 int rt_karg_bytes(const RtDevice *d, int k, int i);
+/* FNV-1a over RT_GEMM_FIELDS, RT_SDPA_FIELDS and every kernel row's name and signature (the
+ * generated ones too; gen may be NULL): the launch program names kernels by handle, so step.img
+ * records this hash and a runtime with another kernel list refuses the artifact at open. */
+uint64_t rt_kernel_list_hash(const RtGenKernels *gen);
 
 typedef struct RtBlas RtBlas;
 typedef struct RtDnn RtDnn;
@@ -129,7 +133,7 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  *   RT_GEMM_NN: C (M,N) = A (M,K) . B (K,N)          (dgrad: dx = dy W)
  *   RT_GEMM_TN: C (M,N) = A (K,M)^T . B (K,N)        (wgrad: dW = dy^T x)
  * over `batch` products at fixed element strides, D = alpha op(A) op(B) + beta C (+ bias), C and D
- * bf16 (c_f32 = 0) or fp32, of one layout. D is `d`, or C itself when d = 0: the executor's
+ * bf16 (c_f32 = 0) or fp32, of one layout. D is `d`, or C itself when d = 0: the launch lowering's
  * residual fusion (compiler/codegen/launch/exec.c) reads the residual as C (beta = 1) and writes the sum to
  * the add's output D, so the product never lands in memory on its own. Leading dimensions are
  * row-major, in elements. The algorithm is chosen once per shape (and, batched, per operand
@@ -138,8 +142,9 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
 typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
 
 /* Every field of one GEMM call, as an X-macro: I an int64_t, P a device pointer, F a float. The
- * recorder copies the struct and step.c's emitter prints every field by this list, so a field added
- * here (an epilogue, its operand) reaches the generated step without further edits. */
+ * recorder copies the struct, and the program's relocation (compiler/codegen/launch/program.c), the
+ * player, image_check and program.txt visit every field by this list, so a field added here (an epilogue, its
+ * operand) reaches the program without further edits. */
 #define RT_GEMM_FIELDS(I, P, F)                                                                             \
   I(kind) I(m) I(n) I(k) I(lda) I(ldb) I(ldc) I(stride_a) I(stride_b) I(stride_c) I(batch) I(c_f32)        \
   P(a) P(b) P(c) P(d) P(bias) F(alpha) F(beta)
@@ -217,7 +222,8 @@ int rt_side_join(RtDevice *d, RtSide *c);
  * o, lse -> dq, dk, dvv). q, o, dq, dout (b,t,h,dqk|dv), k, v, dk, dvv (b,t,g,dqk|dv) bf16 row-major;
  * lse (b,h,t) fp32, natural log. deterministic: the backward picks an engine without atomics. The
  * fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS: the recorder
- * copies the struct and step.c's emitter prints every field. */
+ * copies the struct into the launch program, and the player, image_check and program.txt visit
+ * every field. */
 #define RT_SDPA_FIELDS(I, P, F)                                                                             \
   I(bwd) I(b) I(t) I(h) I(g) I(dqk) I(dv) I(deterministic)                                                 \
   P(q) P(k) P(v) P(o) P(lse) P(dout) P(dq) P(dk) P(dvv) F(scale)
@@ -231,7 +237,7 @@ typedef struct {
 #undef RT_SF_F
 } RtSdpa;
 /* Loads cuDNN (first call), builds and caches the plan of s's shape and grows the workspace; the
- * executor calls it at open for every fused attention so that no plan is built during capture.
+ * player calls it at open for every SDPA record so that no plan is built during capture.
  * RT_UNSUPPORTED: no cuDNN 9 here, a shape cuDNN does not take, or no engine for it. */
 int rt_sdpa_prepare(RtDevice *d, const RtSdpa *s);
 int rt_sdpa_run(RtDevice *d, const RtSdpa *s);

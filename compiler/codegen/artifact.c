@@ -275,6 +275,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   ImgFacts *f = &im.f;
   f->fingerprint = step_fingerprint(sp->g);
   f->seed = (uint64_t)spec->train.seed;
+  f->kernel_list = rt_kernel_list_hash(&im.gen);
   f->train_iters = spec->train.train_iters;
   f->vocab_size = spec->model.vocab_size;
   f->seq_length = spec->model.seq_length;

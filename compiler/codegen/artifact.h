@@ -1,13 +1,14 @@
 /* artifact.h — `stepc build`: the artifact directory a trainer loads without stepc.
  *
- *   DIR/step.img                the step image (runtime/image.h): everything the runtime runs
+ *   DIR/step.img                the step image (runtime/image.h): everything the runtime runs,
+ *                               the launch program (runtime/program.h) included
  *   DIR/kernels.<arch>.cubin    NVRTC's cubin of kernels.cu, loaded as it is
- *   DIR/libstep.so              step.c + the runtime (libstepc_rt, libstepc_ir) behind stepc.h:
+ *   DIR/libstep.so              the runtime alone (libstepc_rt, libstepc_ir) behind stepc.h:
  *                               SONAME libstep.so, only the stepc_* API exported, no Lua, no NVRTC
  *   DIR/libstep.sum             libstep.so's size and hash (artifact_sum.h), checked before it is loaded
  *   DIR/train, DIR/stepc.h      a small trainer using only the API (it loads libstep.so from its own
  *                               directory once checked), and the header
- *   DIR/step.c                  the host step, every launch as literals (codegen/step_emit.h)
+ *   DIR/program.txt             the launch program as text (codegen/program_text.h); never read
  *   DIR/kernels.cu              the device code, self-contained
  *   DIR/recipe.lua, plan.json   the recipe with its overrides applied, and `stepc plan --json` of
  *                               it: a record of what was built (the runtime reads neither)
@@ -29,7 +30,7 @@ typedef struct {
   const char *arch;      /* NULL: sm_90 */
   const char *cache_dir; /* NVRTC's cache; NULL: the default */
   bool no_link;          /* write the sources and the cubin only (no cc) */
-  int sm_count;          /* the GPU's SMs step.c's grids are sized for; 0: STEP_EMIT_DEFAULT_SMS */
+  int sm_count;          /* the GPU's SMs the launch program is lowered for; 0: LAUNCH_DEFAULT_SMS */
 } ArtifactOptions;
 
 enum { ARTIFACT_OK = 0, ARTIFACT_ERROR = -1, ARTIFACT_UNSUPPORTED = -2 };
@@ -58,7 +59,7 @@ int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t ne
 /* `stepc run SPEC`: the artifact of the recipe in the artifact cache, built when it is not there.
  * The cache is cache_root's (codegen/cache.h: a 0700 folder of this user's that no one else may
  * write, refused otherwise); an artifact sits in artifacts/<key>, the key a hash of its content
- * (step.img, step.c, kernels.cu), of the runtime archives it links and of the stepc executable
+ * (step.img, kernels.cu), of the runtime archives it links and of the stepc executable
  * itself, so a changed recipe, plan or stepc builds anew and nothing stale runs. An entry is used
  * only when its manifest's checksums hold; otherwise it is built again. dir receives its path.
  * Returns as artifact_build. */
@@ -73,9 +74,9 @@ int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions 
                        size_t nerr);
 
 /* Whether `stepc build -o DIR` may replace dir: 0 when it is absent, an empty directory, or a
- * stepc artifact (step.img, or libstep.so and step.c) holding only the files stepc build writes,
- * every one a regular file; -1 with err naming what else is there (a checkpoint saved inside the
- * artifact, the user's notes) otherwise. Nothing is changed. */
+ * stepc artifact (it has a step.img) holding only the files stepc build writes (or an older one
+ * wrote: step.c), every one a regular file; -1 with err naming what else is there (a checkpoint
+ * saved inside the artifact, the user's notes) otherwise. Nothing is changed. */
 int artifact_dir_replaceable(const char *dir, char *err, size_t nerr);
 
 /* The text of DIR/train.c (artifact_train.c). */

@@ -2,7 +2,7 @@
 # build_dir.sh STEPC — `stepc build -o DIR` loses nothing: a directory of the user's files is
 # refused and left as it was, a symbolic link is refused, a failed rebuild leaves the old artifact
 # whole, a rebuild replaces it whole, and two builds into one directory at once leave one whole
-# artifact (its step.c matches its step image: it trains). Exit 0 ok, 1 a failure.
+# artifact (it trains). Exit 0 ok, 1 a failure.
 set -uo pipefail
 stepc=$1
 tmp=$(mktemp -d)

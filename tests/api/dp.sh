@@ -2,7 +2,7 @@
 # dp.sh STEPC TEST_DP — data parallel on the CPU device (issue 12), bitwise:
 #   DP 2 and DP 4 (one micro-batch of 4 sequences per rank) against DP 1 with 2 and 4 accumulated
 #   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
-#   threads (test_dp) and as processes (stepc run --nproc, the artifact's own step.c);
+#   threads (test_dp) and as processes (stepc run --nproc, the artifact's own libstep.so);
 #   a resumed DP run against the uninterrupted one; a rank that exits, one that hangs; a rank with
 #   another artifact; an artifact of DP N opened alone; the profiled step's measured timeline;
 #   the distributed optimizer's per-rank memory (its optimizer-state region) against stepc plan.
@@ -82,12 +82,12 @@ for n in (2, 4):
     assert sum(m["state"] for m in measured(f"zero{n}")) == whole, "the shards do not add up to the whole state"
 print("ok: the distributed optimizer holds one shard of the masters and moments per rank, as stepc plan predicts")
 EOF
-# processes: stepc run --nproc through libstep.so (step.c), the losses' bits against DP 1's
+# processes: stepc run --nproc through libstep.so, the losses' bits against DP 1's
 losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(x["loss"].hex()+" "+x["grad_norm"].hex() for x in d["steps"]))' "$1"; }
 "$stepc" run "$tmp/dp1_4" --device cpu --steps 3 --json >"$tmp/r1.json" || fail "stepc run DP 1"
 "$stepc" run "$tmp/dp4" --device cpu --steps 3 --nproc 4 --json >"$tmp/r4.json" 2>"$tmp/r4.err" || { cat "$tmp/r4.err"; fail "stepc run --nproc 4"; }
 diff <(losses "$tmp/r1.json") <(losses "$tmp/r4.json") || fail "stepc run --nproc 4 differs from DP 1"
-echo "ok: stepc run --nproc 4 (processes, step.c) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
+echo "ok: stepc run --nproc 4 (processes, each an artifact libstep.so) = DP 1: $(losses "$tmp/r4.json" | tr '\n' ' ')"
 # the profiled step's measured timeline (stepc run --profile --timeline): the bucket's collective
 # on the "comm stream" track beside the step's points (the host collectives overlap nothing: 0 %);
 # ZeRO-1's norm exchange and parameter broadcast there too

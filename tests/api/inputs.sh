@@ -9,7 +9,8 @@
 #     inside the dynamic loader), checked against libstep.sum;
 #   a host compile that fails: stepc build's message carries the compiler's error lines (it used to
 #     point at a build.log already removed with the unfinished artifact);
-#   a recipe whose path holds "*/" (stepc check accepted it, step.c did not compile) builds and trains.
+#   a recipe whose path holds "*/" (stepc check accepted it, the host source stepc generated then did
+#     not compile) builds and trains.
 set -uo pipefail
 stepc=$1 test_image=$2
 tmp=$(mktemp -d)
@@ -50,7 +51,7 @@ chmod +x "$tmp/badcc"
 CC=$tmp/badcc expect 4 "step.c:12:3: error: the host compile failed here" "$stepc" build "${recipe[@]}" -o "$tmp/b"
 [ -e "$tmp/b" ] && fail "a failed build left $tmp/b"
 # a recipe that stepc check accepts must build: one whose path holds a star before a slash closed
-# step.c's opening comment, and the host compile failed
+# the opening comment of the host source stepc once generated (step.c), and the host compile failed
 mkdir "$tmp/runs*"
 cp tests/recipes/gpt3_tiny.lua "$tmp/runs*/r.lua"
 expect 0 "ok" "$stepc" check "$tmp/runs*/r.lua" model.num_layers=1

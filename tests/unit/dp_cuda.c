@@ -4,16 +4,16 @@
  *    of every recipe below, the op the compiler names as the launch that last writes it is the
  *    last op of the micro program whose recorded launches (kernel pointer arguments, GEMM and
  *    attention operands, memsets, copies) touch the gradient's bytes — an oracle independent of
- *    the fusion pass, read from what step.c will launch;
- *  - ZeRO-1's executor helpers (compiler/codegen/launch/op_optim.c): the GRAD_SUMSQ partial slices tile the
+ *    the fusion pass, read from what the launch program will launch;
+ *  - ZeRO-1's lowering helpers (compiler/codegen/launch/op_optim.c): the GRAD_SUMSQ partial slices tile the
  *    partials buffer exactly; a masked multi-tensor table differs from the full one only by n = 0
  *    in the masked rows; the hyper-parameter launch kept for a skipped AdamW is the one the op
  *    itself makes first;
  *  - the distributed optimizer's region on a rank (compiler/memplan.c, runtime/api_dp.c): with the
- *    other ranks' masters and moments at 0 bytes the executor opens, its layout hash is the full
- *    graph's (the one step.c is recorded against), and every AdamW launch of a tensor the rank
- *    owns — alone, and as a multi-tensor table row — points where the full graph's points (what
- *    step.c bakes), inside the rank's shard of the region.
+ *    other ranks' masters and moments at 0 bytes the launch lowering opens, its layout hash is the
+ *    full graph's (the one the launch program is lowered from), and every AdamW launch of a tensor
+ *    the rank owns — alone, and as a multi-tensor table row — points where the full graph's points
+ *    (what the program holds), inside the rank's shard of the region.
  *
  *   dp_cuda     the checks (exit 0 ok, 1 a failure) */
 #include <stdlib.h>

@@ -23,8 +23,9 @@ int main(void) {
   Run a, b;
   if (load(&a, "tests/recipes/gpt3_tiny.lua", kv, 1) || load(&b, "tests/recipes/gpt3_tiny.lua", kv, 1)) return 1;
   const EwKernels *ka = &a.p.ew, *kb = &b.p.ew;
-  RtGenKernels ra;
+  RtGenKernels ra, none = {0};
   ew_kernels_rt(ka, &ra);
+  CHECK(rt_kernel_list_hash(&ra) != rt_kernel_list_hash(&none), "the kernel-list hash ignores the generated kernels");
   /* two kernels: the sum stored (it continues as the residual gradient) and, at the embedding, not */
   CHECK(ka->n == 2, "%d generated kernels, expected 2", ka->n);
   char *ta = ew_kernels_text(ka), *tb = ew_kernels_text(kb);

@@ -5,7 +5,7 @@
  *   kernel_sigs --print    a table row for every declared kernel, as it should read
  *
  * Every host launch of a hand-written kernel goes through its row (the typed launchers of
- * codegen/launch/launchers.h, the recorder and step.c by the signature letters), so a row that
+ * codegen/launch/launchers.h, the recorder and the launch program by the signature letters), so a row that
  * disagrees with the declaration launches the kernel with its arguments in the wrong places. Sizes
  * alone would not see two pointers swapped: names and types do, and the self-test below proves it
  * on a copy of a real declaration.
@@ -279,7 +279,7 @@ static void test_table(const Decl *d, int nd) {
 }
 
 /* What the runtime generates from the same rows: the handles' names and the signature letters
- * (module.c), which the recorder, step.c and the module-load size check read. */
+ * (module.c), which the recorder, image_check, program.txt and the module-load size check read. */
 static void test_runtime_strings(void) {
   CHECK(NROWS == (int)RT_K_COUNT, "%d rows, %d handles", NROWS, (int)RT_K_COUNT);
   for (int k = 0; k < NROWS && k < RT_K_COUNT; k++) {

@@ -1,5 +1,5 @@
-/* exec.c — the GPU graph executor (see exec.h): storage, the compiler's fusions, the dispatch
- * table and the step's enqueue order. */
+/* exec.c — the launch lowering (see exec.h): storage, the compiler's fusions, the launch scratch,
+ * the dispatch table and the order ops are lowered in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +92,7 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
   h = ir_fnv1a(h, x->buf_base, (size_t)g->nbuffers * sizeof x->buf_base[0]);
   for (int i = 0; i < g->nt; i++) {
     /* the nominal size, not the held one: a distributed optimizer's rank holds only its own masters
-     * and moments (0 bytes for the others' at the owners' offsets), and step.c is the same for all */
+     * and moments (0 bytes for the others' at the owners' offsets), and the program is the same for all */
     int64_t v[5] = {g->t[i].buffer, g->t[i].offset, tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->alias[i],
                     x->sink[i]};
     h = ir_fnv1a(h, v, sizeof v);
@@ -340,8 +340,8 @@ int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {
 }
 
 /* The multi-tensor groups' tables, from the plan's addresses, to the device (a recording device
- * keeps the host copy only: step.c launches with the table's scratch address, and the runtime that
- * runs it opens its own executor, which writes the table). */
+ * keeps the host copy only: the launch program carries it, and the player writes it into the
+ * scratch at open). */
 static int write_tables(RtExec *x) {
   if (!x->multi_words) return RT_OK;
   if (!(x->multi_host = calloc((size_t)x->multi_words, sizeof *x->multi_host))) return rt_fail(x->d, "out of memory");
@@ -483,7 +483,7 @@ int rt_exec_init_program(RtExec *x) {
   return RT_OK;
 }
 
-/* ---- one op at a time (the generated step.c drives the order through runtime/api_cuda.c) ---- */
+/* ---- one op at a time (program.c lowers them in the program's order; tests/unit too) ---- */
 
 int rt_exec_run_op(RtExec *x, int o) {
   if (o < 0 || o >= x->g->nop) return rt_fail(x->d, "op %d is not in the step", o);

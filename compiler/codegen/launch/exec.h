@@ -5,8 +5,8 @@
  * master weights, main gradients, moments, norm statistics and loss.
  *
  * `stepc build` runs it on a recording device (runtime/record.h): program.c turns the records into
- * the launch program the artifact carries (runtime/program.h), which the runtime plays. The GPU
- * tests (tests/gpu) also run it on a real device, op by op.
+ * the launch program the artifact carries (runtime/program.h), which the runtime plays. Unit tests
+ * (tests/unit/exec_fuse.c, exec_optim.c, dp_cuda.c) run it op by op on a recording device too.
  *
  * Storage: one allocation holding the plan's buffers, then the launch scratch (RT_SCRATCH_*: norm
  * and bias partial sums, global-norm partials, flash row sums, AdamW hyper-parameters, dropout
@@ -15,7 +15,7 @@
  * nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the
  * SM count of the device (a recording device's: stepc build --sms), so the plan reports it.
  *
- * Fusions the executor runs, as the compiler recorded them on the graph (compiler/fuse.c; each
+ * Fusions the lowering emits, as the compiler recorded them on the graph (compiler/fuse.c; each
  * keeps the IR's result, only skips a round trip), besides the pairs and chains:
  *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
  *    there directly (cuBLASLt beta = 1 for LINEAR_WGRAD; the embedding, norm and bias kernels
