@@ -343,9 +343,6 @@ stepc_status api_cuda_open(stepc_t *s) {
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "this GPU is %s, the artifact holds %s: rebuild it with stepc build --arch %s", arch,
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
   if (!im->has_program) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
-  if (im->f.kernel_list != rt_kernel_list_hash(&im->gen))
-    return api_fail(s, STEPC_ERR_MISMATCH, "%s was built against another kernel list or GEMM call than this library's (its launch "
-                                           "program names kernels by their place in the list): rebuild the artifact", s->dir);
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */
   void *cubin = read_cubin(s, im->f.cubin);
   if (!cubin) return STEPC_ERR_IO;

@@ -361,6 +361,9 @@ static int check_launch_program(const StepImage *im, Why *w) {
   const LaunchProgram *lp = &im->lp;
   const LpFacts *f = &lp->f;
   if (!im->has_program) return im->f.cuda_refusal[0] ? 0 : bad(w, "no launch program, and no reason the CUDA backend refused");
+  if (im->f.kernel_list != rt_kernel_list_hash(&im->gen))
+    return bad(w, "the launch program was built against another kernel list or GEMM call than this runtime's (it names "
+                  "kernels by their place in the list)");
   if (check_launch_facts(im, w)) return -1;
   int n = f->nrec;
   if (!lp_range_ok(f->init, n)) return bad(w, "program: the initialisation's records are out of range");

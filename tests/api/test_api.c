@@ -10,6 +10,7 @@
 
 #include "codegen/artifact.h"
 #include "frontend/frontend.h"
+#include "runtime/image.h"
 #include "runtime/rt.h"
 #include "runtime/safetensors.h"
 #include "runtime/stepc.h"
@@ -25,6 +26,7 @@ static int failures;
   } while (0)
 
 static char tmpdir[64];
+static char built_dir[256]; /* the artifact open_recipe built last */
 
 /* The recipe with its overrides built into an artifact (no libstep.so: this process's own
  * runtime runs its step image through the library loop), then opened. */
@@ -33,6 +35,7 @@ static stepc_status open_recipe(const char *recipe, const char *const *ov, int n
   static Spec raw, spec;
   char dir[256], err[1024] = "";
   snprintf(dir, sizeof dir, "%s/art%d", tmpdir, n++);
+  snprintf(built_dir, sizeof built_dir, "%s", dir);
   DiagList d;
   diag_init(&d);
   ArtifactOptions ao = {.dir = dir, .no_link = true};
@@ -313,6 +316,27 @@ static void test_file_promises(const char *dir) {
   stepc_close(s1), stepc_close(s2), stepc_close(sf);
 }
 
+/* An image whose launch program was built against another kernel list (a row moved, say) is
+ * refused when read, on every device: the program names kernels by their place in the list. */
+static void test_kernel_list(void) {
+  stepc_t *s = NULL;
+  CHECK(open_recipe("models/tiny.lua", NULL, 0, NULL, &s) == STEPC_OK);
+  char dir[300], path[400], err[512] = "";
+  snprintf(dir, sizeof dir, "%s", built_dir);
+  stepc_close(s);
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  StepImage im;
+  CHECK(image_read(path, &im, err, sizeof err) == 0 && im.has_program);
+  im.f.kernel_list ^= 1;
+  CHECK(image_write(path, &im, err, sizeof err) == 0);
+  image_free(&im);
+  CHECK(image_read(path, &im, err, sizeof err) == -1 && strstr(err, "another kernel list"));
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  CHECK(stepc_open(dir, &o, &s) != STEPC_OK && strstr(stepc_last_error(s), "another kernel list"));
+  stepc_close(s);
+}
+
 int main(void) {
   char dir[] = "/tmp/stepc_test_api_XXXXXX";
   if (!mkdtemp(dir)) return 1;
@@ -321,6 +345,7 @@ int main(void) {
   test_errors(dir);
   test_file_promises(dir);
   test_device_batch();
+  test_kernel_list();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
