@@ -7,75 +7,18 @@
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
 
-/* op kind -> launches; NULL = not run on CUDA yet (rt_exec_new reports it). */
-static const RtOpFn DISPATCH[OP_COUNT] = {
-    [OP_HEAD_SPLIT] = rt_op_head_split,
-    [OP_HEAD_CONCAT] = rt_op_head_concat,
-    [OP_ROUTER_TOPK] = rt_op_router_topk,
-    [OP_ROUTER_TOPK_BWD] = rt_op_router_topk_bwd,
-    [OP_MOE_AUX_LOSS] = rt_op_moe_aux_loss,
-    [OP_MOE_AUX_LOSS_BWD] = rt_op_moe_aux_loss_bwd,
-    [OP_MOE_DISPATCH] = rt_op_moe_dispatch,
-    [OP_MOE_PERMUTE] = rt_op_moe_permute,
-    [OP_MOE_PERMUTE_BWD] = rt_op_moe_permute_bwd,
-    [OP_MOE_UNPERMUTE] = rt_op_moe_unpermute,
-    [OP_MOE_UNPERMUTE_BWD] = rt_op_moe_unpermute_bwd,
-    [OP_GROUPED_LINEAR] = rt_op_grouped_linear,
-    [OP_GROUPED_LINEAR_DGRAD] = rt_op_grouped_linear_dgrad,
-    [OP_GROUPED_LINEAR_WGRAD] = rt_op_grouped_linear_wgrad,
-    [OP_MOE_ACT] = rt_op_moe_act,
-    [OP_MOE_ACT_BWD] = rt_op_moe_act_bwd,
-    [OP_MAMBA_MIXER] = rt_op_mamba_mixer,
-    [OP_MAMBA_MIXER_BWD] = rt_op_mamba_mixer_bwd,
-    [OP_MAMBA_GATE] = rt_op_mamba_gate,
-    [OP_MAMBA_GATE_BWD] = rt_op_mamba_gate_bwd,
-    [OP_MAMBA_GROUP_NORM] = rt_op_mamba_group_norm,
-    [OP_MAMBA_GROUP_NORM_BWD] = rt_op_mamba_group_norm_bwd,
-    [OP_ADD] = rt_op_add,
-    [OP_ACCUM] = rt_op_accum,
-    [OP_ZERO] = rt_op_zero,
-    [OP_FILL] = rt_op_fill,
-    [OP_LINEAR] = rt_op_linear,
-    [OP_LINEAR_DGRAD] = rt_op_linear_dgrad,
-    [OP_LINEAR_WGRAD] = rt_op_linear_wgrad,
-    [OP_LINEAR_BGRAD] = rt_op_linear_bgrad,
-    [OP_EMBED] = rt_op_embed,
-    [OP_EMBED_BWD] = rt_op_embed_bwd,
-    [OP_POS_ADD] = rt_op_pos_add,
-    [OP_POS_ADD_BWD] = rt_op_pos_add_bwd,
-    [OP_RMSNORM] = rt_op_norm,
-    [OP_RMSNORM_BWD] = rt_op_norm_bwd,
-    [OP_LAYERNORM] = rt_op_norm,
-    [OP_LAYERNORM_BWD] = rt_op_norm_bwd,
-    [OP_ROPE] = rt_op_rope,
-    [OP_DROPOUT] = rt_op_dropout,
-    [OP_DROPOUT_BWD] = rt_op_dropout_bwd,
-    [OP_SWIGLU] = rt_op_swiglu,
-    [OP_SWIGLU_BWD] = rt_op_swiglu_bwd,
-    [OP_GEGLU] = rt_op_swiglu, /* the gated activations share their launch (op_basic.c) */
-    [OP_GEGLU_BWD] = rt_op_swiglu_bwd,
-    [OP_GELU] = rt_op_gelu,
-    [OP_GELU_BWD] = rt_op_gelu_bwd,
-    [OP_SPLIT_QKV] = rt_op_split_qkv,
-    [OP_CONCAT_QKV] = rt_op_concat_qkv,
-    [OP_FLASH_ATTN] = rt_op_flash,
-    [OP_FLASH_ATTN_BWD] = rt_op_flash_bwd,
-    [OP_FLASH_ATTN_DV] = rt_op_flash, /* value head dim != q/k's (MLA): cuDNN only (attn_dims) */
-    [OP_FLASH_ATTN_DV_BWD] = rt_op_flash_bwd,
-    [OP_ATTN_SCORES] = rt_op_attn_scores,
-    [OP_ATTN_SCORES_BWD] = rt_op_attn_scores_bwd,
-    [OP_CAUSAL_MASK] = rt_op_causal_mask,
-    [OP_SOFTMAX] = rt_op_softmax,
-    [OP_SOFTMAX_BWD] = rt_op_softmax_bwd,
-    [OP_ATTN_PV] = rt_op_attn_pv,
-    [OP_ATTN_PV_BWD] = rt_op_attn_pv_bwd,
-    [OP_CROSS_ENTROPY] = rt_op_cross_entropy,
-    [OP_LINEAR_CROSS_ENTROPY] = rt_op_linear_cross_entropy,
-    [OP_GRAD_SUMSQ] = rt_op_grad_sumsq,
-    [OP_CLIP_COEF] = rt_op_clip_coef,
-    [OP_LR_SCHED] = rt_op_lr_sched,
-    [OP_ADAMW] = rt_op_adamw,
-};
+/* op kind -> launches, gathered from the families' rows (op_*.c: an op's launch and its row live
+ * in one file); NULL = not run on CUDA yet (rt_exec_new reports it). */
+static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC, RT_OPS_DENSE, RT_OPS_MAMBA, RT_OPS_MOE, RT_OPS_OPTIM};
+static RtOpFn DISPATCH[OP_COUNT];
+
+static void dispatch_init(void) {
+  static int done;
+  if (done) return;
+  for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++)
+    for (const RtOpRow *r = FAMILIES[f]; r->kind != OP_COUNT; r++) DISPATCH[r->kind] = r->run;
+  done = 1;
+}
 
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
   const Tensor *t = &x->g->t[x->alias[tensor]];
@@ -359,6 +302,7 @@ const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words) {
 
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   *unsupported = 0;
+  dispatch_init();
   if (g->nbuffers <= 0) {
     rt_fail(d, "the graph has no memory plan");
     return NULL;

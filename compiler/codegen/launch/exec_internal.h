@@ -71,73 +71,26 @@ struct RtExec {
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
+/* One row of the per-kind launch table: each family file (op_*.c) lists its ops' rows, ended by
+ * {OP_COUNT, NULL}; exec.c gathers them. */
+typedef struct {
+  OpKind kind;
+  RtOpFn run;
+} RtOpRow;
+/* The families: op_basic.c (elementwise, embedding, RoPE, dropout, activations, QKV split), op_dense.c
+ * (norms, linears), op_attn_loss.c (flash / cuDNN attention, cross entropy), op_attn_unfused.c,
+ * op_optim.c (norm, clipping, LR, AdamW), op_moe.c (MLA heads, router, dispatcher, grouped experts),
+ * op_mamba.c (the Mamba-2 mixer, gate and group norm). Their launches are static; what one family
+ * hands another is declared below. */
+extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[], RT_OPS_MAMBA[], RT_OPS_MOE[],
+    RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
 
-/* The dispatch table rows, one family per file. */
-int rt_op_add(RtExec *x, const Op *op);
-int rt_op_accum(RtExec *x, const Op *op);
-int rt_op_zero(RtExec *x, const Op *op);
-int rt_op_fill(RtExec *x, const Op *op);
-int rt_op_embed(RtExec *x, const Op *op);
-int rt_op_embed_bwd(RtExec *x, const Op *op);
-int rt_op_pos_add(RtExec *x, const Op *op);
-int rt_op_pos_add_bwd(RtExec *x, const Op *op);
-int rt_op_rope(RtExec *x, const Op *op);
+/* DROPOUT and its backward (op_basic.c; tests/unit/exec_fuse.c drives them alone). */
 int rt_op_dropout(RtExec *x, const Op *op);
 int rt_op_dropout_bwd(RtExec *x, const Op *op);
-int rt_op_swiglu(RtExec *x, const Op *op);
-int rt_op_swiglu_bwd(RtExec *x, const Op *op);
-int rt_op_gelu(RtExec *x, const Op *op);
-int rt_op_gelu_bwd(RtExec *x, const Op *op);
-int rt_op_split_qkv(RtExec *x, const Op *op);
-int rt_op_concat_qkv(RtExec *x, const Op *op);
-int rt_op_norm(RtExec *x, const Op *op);
-int rt_op_norm_bwd(RtExec *x, const Op *op);
-int rt_op_linear(RtExec *x, const Op *op);
-int rt_op_linear_dgrad(RtExec *x, const Op *op);
-int rt_op_linear_wgrad(RtExec *x, const Op *op);
-int rt_op_linear_bgrad(RtExec *x, const Op *op);
-int rt_op_flash(RtExec *x, const Op *op);
-int rt_op_flash_bwd(RtExec *x, const Op *op);
-int rt_op_attn_scores(RtExec *x, const Op *op);
-int rt_op_attn_scores_bwd(RtExec *x, const Op *op);
-int rt_op_causal_mask(RtExec *x, const Op *op);
-int rt_op_softmax(RtExec *x, const Op *op);
-int rt_op_softmax_bwd(RtExec *x, const Op *op);
-int rt_op_attn_pv(RtExec *x, const Op *op);
-int rt_op_attn_pv_bwd(RtExec *x, const Op *op);
-int rt_op_cross_entropy(RtExec *x, const Op *op);
-int rt_op_linear_cross_entropy(RtExec *x, const Op *op);
-int rt_op_grad_sumsq(RtExec *x, const Op *op);
-int rt_op_clip_coef(RtExec *x, const Op *op);
-int rt_op_lr_sched(RtExec *x, const Op *op);
-int rt_op_adamw(RtExec *x, const Op *op);
 
-/* op_moe.c: MLA head split/concat, the MoE router, dispatcher, grouped experts and activation. */
-int rt_op_head_split(RtExec *x, const Op *op);
-int rt_op_head_concat(RtExec *x, const Op *op);
-int rt_op_router_topk(RtExec *x, const Op *op);
-int rt_op_router_topk_bwd(RtExec *x, const Op *op);
-int rt_op_moe_aux_loss(RtExec *x, const Op *op);
-int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op);
-int rt_op_moe_dispatch(RtExec *x, const Op *op);
-int rt_op_moe_permute(RtExec *x, const Op *op);
-int rt_op_moe_permute_bwd(RtExec *x, const Op *op);
-int rt_op_moe_unpermute(RtExec *x, const Op *op);
-int rt_op_moe_unpermute_bwd(RtExec *x, const Op *op);
-int rt_op_grouped_linear(RtExec *x, const Op *op);
-int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op);
-int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op);
-int rt_op_moe_act(RtExec *x, const Op *op);
-int rt_op_moe_act_bwd(RtExec *x, const Op *op);
-/* op_mamba.c: the Mamba-2 mixer (conv, dt, SSD scan and D skip in one op), its gate and group norm. */
-int rt_op_mamba_mixer(RtExec *x, const Op *op);
-int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op);
-int rt_op_mamba_gate(RtExec *x, const Op *op);
-int rt_op_mamba_gate_bwd(RtExec *x, const Op *op);
-int rt_op_mamba_group_norm(RtExec *x, const Op *op);
-int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op);
 /* What the dense rows hand to op_moe.c: a LINEAR / LINEAR_DGRAD whose weight is fp32 (the MoE
  * router's), and a SOFTMAX / SOFTMAX_BWD that is not a causal attention softmax. */
 int rt_op_router_linear(RtExec *x, const Op *op);

@@ -68,7 +68,7 @@ int rt_attn_resolve(RtExec *x, int *unsupported) {
 int64_t rt_exec_attn_workspace(const RtExec *x) { return attn_cudnn_workspace_max(x->g, x->attn_cudnn); }
 
 /* in (q, k, v) out (o (B,T,H*Dv), lse (B,H,T)) */
-int rt_op_flash(RtExec *x, const Op *op) {
+static int rt_op_flash(RtExec *x, const Op *op) {
   AttnDims a;
   if (attn_dims(x, op, 0, &a)) return RT_ERROR;
   if (x->attn_cudnn[op - x->g->op]) {
@@ -87,7 +87,7 @@ int rt_op_flash(RtExec *x, const Op *op) {
 }
 
 /* in (dO, q, k, v, o, lse) out (dq, dk, dv) */
-int rt_op_flash_bwd(RtExec *x, const Op *op) {
+static int rt_op_flash_bwd(RtExec *x, const Op *op) {
   AttnDims a;
   if (attn_dims(x, op, 1, &a)) return RT_ERROR;
   if (x->attn_cudnn[op - x->g->op]) {
@@ -130,7 +130,7 @@ static int ce_rows(RtExec *x, CUdeviceptr per, CUdeviceptr logits, CUdeviceptr t
 
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
  * logits' storage (which CROSS_ENTROPY_BWD's output aliases) and the per-token losses in lse's. */
-int rt_op_cross_entropy(RtExec *x, const Op *op) {
+static int rt_op_cross_entropy(RtExec *x, const Op *op) {
   const Tensor *lg = rt_t(x, op->in[0]);
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
@@ -145,7 +145,7 @@ int rt_op_cross_entropy(RtExec *x, const Op *op) {
  * the chunk; the cross entropy over it in place (its gradient, the rows' losses into token_loss);
  * dx_c = dlogits W; main gradient += dlogits^T x_c. Then the loss, the fixed-order mean of
  * token_loss. One stream, a fixed order of every sum: deterministic, and capturable. */
-int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
+static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), b = x->slot[o];
   if (b <= o || x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
     return rt_fail(x->d, "the chunked output layer runs on CUDA only with its backward in its launch (a constant loss "
@@ -167,3 +167,14 @@ int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
   }
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), tok, (int)N, 1.0f / (float)N);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_ATTN_LOSS[] = {
+    {OP_FLASH_ATTN, rt_op_flash},
+    {OP_FLASH_ATTN_BWD, rt_op_flash_bwd},
+    {OP_FLASH_ATTN_DV, rt_op_flash}, /* value head dim != q/k's (MLA): cuDNN only (attn_dims) */
+    {OP_FLASH_ATTN_DV_BWD, rt_op_flash_bwd},
+    {OP_CROSS_ENTROPY, rt_op_cross_entropy},
+    {OP_LINEAR_CROSS_ENTROPY, rt_op_linear_cross_entropy},
+    {OP_COUNT, NULL},
+};

@@ -93,14 +93,14 @@ static int pt_x(RtExec *x, const Dims *a, CUdeviceptr Z, CUdeviceptr P, CUdevice
 }
 
 /* in (q, k) out (s (B,H,T,T)) f[0] = scale */
-int rt_op_attn_scores(RtExec *x, const Op *op) {
+static int rt_op_attn_scores(RtExec *x, const Op *op) {
   Dims a;
   if (dims(x, op, rt_t(x, op->in[0])->shape[2], op->in[1], &a)) return RT_ERROR;
   return qk_t(x, &a, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), (float)op->a.f[0]);
 }
 
 /* in (ds, q, k) out (dq, dk): dq = scale ds k, dk = scale sum_h ds^T q */
-int rt_op_attn_scores_bwd(RtExec *x, const Op *op) {
+static int rt_op_attn_scores_bwd(RtExec *x, const Op *op) {
   Dims a;
   if (dims(x, op, rt_t(x, op->in[1])->shape[2], op->in[2], &a)) return RT_ERROR;
   float scale = (float)op->a.f[0];
@@ -109,14 +109,14 @@ int rt_op_attn_scores_bwd(RtExec *x, const Op *op) {
 }
 
 /* in (p (B,H,T,T), v) out (o (B,T,H*D)) */
-int rt_op_attn_pv(RtExec *x, const Op *op) {
+static int rt_op_attn_pv(RtExec *x, const Op *op) {
   Dims a;
   if (dims(x, op, rt_t(x, op->in[0])->shape[1], op->in[1], &a)) return RT_ERROR;
   return p_v(x, &a, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), 1.0f);
 }
 
 /* in (do, p, v) out (dp, dv): dp = do v^T, dv = sum_h p^T do */
-int rt_op_attn_pv_bwd(RtExec *x, const Op *op) {
+static int rt_op_attn_pv_bwd(RtExec *x, const Op *op) {
   Dims a;
   if (dims(x, op, rt_t(x, op->in[1])->shape[1], op->in[2], &a)) return RT_ERROR;
   CUdeviceptr dO = rt_in(x, op, 0), pr = rt_in(x, op, 1), vv = rt_in(x, op, 2);
@@ -124,7 +124,7 @@ int rt_op_attn_pv_bwd(RtExec *x, const Op *op) {
 }
 
 /* in (s) out (masked): i[0] = 0 fills -inf above the diagonal, 1 fills 0 (the backward) */
-int rt_op_causal_mask(RtExec *x, const Op *op) {
+static int rt_op_causal_mask(RtExec *x, const Op *op) {
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   long rows = (long)ops_rows(s);
@@ -143,7 +143,7 @@ static int causal_softmax(const Graph *g, const Op *op) {
 }
 
 /* in (masked) out (p): one block per row */
-int rt_op_softmax(RtExec *x, const Op *op) {
+static int rt_op_softmax(RtExec *x, const Op *op) {
   if (!causal_softmax(x->g, op)) return rt_op_softmax_rows(x, op);
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
@@ -153,7 +153,7 @@ int rt_op_softmax(RtExec *x, const Op *op) {
 }
 
 /* in (dp, p) out (ds) */
-int rt_op_softmax_bwd(RtExec *x, const Op *op) {
+static int rt_op_softmax_bwd(RtExec *x, const Op *op) {
   if (!causal_softmax(x->g, op)) return rt_op_softmax_rows(x, op);
   if (need_bf16(x, op)) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
@@ -161,3 +161,15 @@ int rt_op_softmax_bwd(RtExec *x, const Op *op) {
   return rt_launch_softmax_causal_backward(x->d, rt_dim1((unsigned)(ops_rows(s))), 256, 0, rt_out(x, op, 0), rt_in(x, op, 0),
                                            rt_in(x, op, 1), BH, T, 1.0f);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_ATTN_UNFUSED[] = {
+    {OP_ATTN_SCORES, rt_op_attn_scores},
+    {OP_ATTN_SCORES_BWD, rt_op_attn_scores_bwd},
+    {OP_CAUSAL_MASK, rt_op_causal_mask},
+    {OP_SOFTMAX, rt_op_softmax},
+    {OP_SOFTMAX_BWD, rt_op_softmax_bwd},
+    {OP_ATTN_PV, rt_op_attn_pv},
+    {OP_ATTN_PV_BWD, rt_op_attn_pv_bwd},
+    {OP_COUNT, NULL},
+};

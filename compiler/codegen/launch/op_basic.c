@@ -28,7 +28,7 @@ static int add_f32(RtExec *x, const Op *op) {
   return rt_launch_grad_accumulate_f32(x->d, STRIDE(n), y, b, n);
 }
 
-int rt_op_add(RtExec *x, const Op *op) {
+static int rt_op_add(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), f = x->fuse[o];
   if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
   if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
@@ -39,7 +39,7 @@ int rt_op_add(RtExec *x, const Op *op) {
   return rt_launch_residual_add(x->d, STRIDE(n), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), n);
 }
 
-int rt_op_accum(RtExec *x, const Op *op) {
+static int rt_op_accum(RtExec *x, const Op *op) {
   CUdeviceptr acc = rt_out(x, op, 0), gr = rt_in(x, op, 0);
   long n = (long)rt_numel(x, op->out[0]);
   if (rt_t(x, op->out[0])->dtype != DT_F32) return rt_fail(x->d, "accum into %s: not fp32", rt_t(x, op->out[0])->name);
@@ -47,13 +47,13 @@ int rt_op_accum(RtExec *x, const Op *op) {
       x->d, STRIDE(n), acc, gr, n);
 }
 
-int rt_op_zero(RtExec *x, const Op *op) {
+static int rt_op_zero(RtExec *x, const Op *op) {
   for (int i = 0; i < op->nout; i++)
     if (rt_memset0(x->d, rt_out(x, op, i), (size_t)rt_t(x, op->out[i])->bytes)) return RT_ERROR;
   return RT_OK;
 }
 
-int rt_op_fill(RtExec *x, const Op *op) {
+static int rt_op_fill(RtExec *x, const Op *op) {
   for (int i = 0; i < op->nout; i++) {
     if (rt_t(x, op->out[i])->dtype != DT_F32) return rt_fail(x->d, "fill of a non-fp32 tensor");
     long n = (long)rt_numel(x, op->out[i]);
@@ -62,21 +62,21 @@ int rt_op_fill(RtExec *x, const Op *op) {
   return RT_OK;
 }
 
-int rt_op_embed(RtExec *x, const Op *op) {
+static int rt_op_embed(RtExec *x, const Op *op) {
   const Tensor *tok = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   CUdeviceptr y = rt_out(x, op, 0), tk = rt_in(x, op, 0), wte = rt_in(x, op, 1), wpe = 0;
   int N = (int)tensor_numel(tok), T = (int)tok->shape[1], C = (int)w->shape[1], V = (int)w->shape[0];
   return rt_launch_embedding_forward(x->d, STRIDE((int64_t)N * C / 8), y, tk, wte, wpe, N, T, C, V);
 }
 
-int rt_op_embed_bwd(RtExec *x, const Op *op) {
+static int rt_op_embed_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), V = (int)op->a.i[0];
   return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk, N, C, V);
 }
 
-int rt_op_pos_add(RtExec *x, const Op *op) {
+static int rt_op_pos_add(RtExec *x, const Op *op) {
   const Tensor *t = rt_t(x, op->in[0]);
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), p = rt_in(x, op, 1);
   long N = (long)(t->shape[0] * t->shape[1]);
@@ -84,7 +84,7 @@ int rt_op_pos_add(RtExec *x, const Op *op) {
   return rt_launch_pos_add(x->d, STRIDE(N * C), y, a, p, N, T, C);
 }
 
-int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
+static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0);
   int B = (int)dy->shape[0], T = (int)dy->shape[1], C = (int)dy->shape[2];
@@ -119,7 +119,7 @@ static int rope_qkv(RtExec *x, int o) {
                                    T, H, G, D, base, factor);
 }
 
-int rt_op_rope(RtExec *x, const Op *op) {
+static int rt_op_rope(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
   if (x->fuse[o] == RT_FUSE_ROPE_QKV) return rope_qkv(x, o);
   const Tensor *t = rt_t(x, op->in[0]);
@@ -158,7 +158,7 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
 int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, 1); }
 
 /* The gated activations, SWIGLU and GEGLU: rows [gate | up], the same launch for either. */
-int rt_op_swiglu(RtExec *x, const Op *op) {
+static int rt_op_swiglu(RtExec *x, const Op *op) {
   const Tensor *y = rt_t(x, op->out[0]);
   CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int N = (int)ops_rows(y), F = (int)ops_last(y);
@@ -167,7 +167,7 @@ int rt_op_swiglu(RtExec *x, const Op *op) {
   return rt_launch_swiglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
 }
 
-int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
+static int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), F = (int)ops_last(dy);
@@ -175,13 +175,13 @@ int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   return rt_launch_swiglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
 }
 
-int rt_op_gelu(RtExec *x, const Op *op) {
+static int rt_op_gelu(RtExec *x, const Op *op) {
   CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_gelu_forward(x->d, STRIDE(n), o, a, n);
 }
 
-int rt_op_gelu_bwd(RtExec *x, const Op *op) {
+static int rt_op_gelu_bwd(RtExec *x, const Op *op) {
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_gelu_backward(x->d, STRIDE(n), dx, g, a, n);
@@ -200,8 +200,32 @@ static int qkv(RtExec *x, const Op *op, int split) {
   CUdeviceptr out = rt_out(x, op, 0), iq = rt_in(x, op, 0), ik = rt_in(x, op, 1), iv = rt_in(x, op, 2);
   return rt_launch_concat_qkv(x->d, STRIDE(work), out, iq, ik, iv, N, H, G, D);
 }
-int rt_op_split_qkv(RtExec *x, const Op *op) { return qkv(x, op, 1); }
-int rt_op_concat_qkv(RtExec *x, const Op *op) {
+static int rt_op_split_qkv(RtExec *x, const Op *op) { return qkv(x, op, 1); }
+static int rt_op_concat_qkv(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
   return x->fuse[o] == RT_FUSE_ROPE_QKV ? rope_qkv(x, o) : qkv(x, op, 0);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_BASIC[] = {
+    {OP_ADD, rt_op_add},
+    {OP_ACCUM, rt_op_accum},
+    {OP_ZERO, rt_op_zero},
+    {OP_FILL, rt_op_fill},
+    {OP_EMBED, rt_op_embed},
+    {OP_EMBED_BWD, rt_op_embed_bwd},
+    {OP_POS_ADD, rt_op_pos_add},
+    {OP_POS_ADD_BWD, rt_op_pos_add_bwd},
+    {OP_ROPE, rt_op_rope},
+    {OP_DROPOUT, rt_op_dropout},
+    {OP_DROPOUT_BWD, rt_op_dropout_bwd},
+    {OP_SWIGLU, rt_op_swiglu},
+    {OP_SWIGLU_BWD, rt_op_swiglu_bwd},
+    {OP_GEGLU, rt_op_swiglu}, /* the gated activations share their launch (op_basic.c) */
+    {OP_GEGLU_BWD, rt_op_swiglu_bwd},
+    {OP_GELU, rt_op_gelu},
+    {OP_GELU_BWD, rt_op_gelu_bwd},
+    {OP_SPLIT_QKV, rt_op_split_qkv},
+    {OP_CONCAT_QKV, rt_op_concat_qkv},
+    {OP_COUNT, NULL},
+};

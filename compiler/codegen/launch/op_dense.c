@@ -6,7 +6,7 @@
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
 
-int rt_op_linear(RtExec *x, const Op *op) {
+static int rt_op_linear(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   if (w->dtype == DT_F32) return rt_op_router_linear(x, op); /* the MoE router's fp32 weight */
   CUdeviceptr bias = op->nin == 3 ? rt_in(x, op, 2) : 0;
@@ -30,7 +30,7 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
 }
 
 /* dx (M, K) = dy (M, N) . W (N, K) */
-int rt_op_linear_dgrad(RtExec *x, const Op *op) {
+static int rt_op_linear_dgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   if (w->dtype == DT_F32) return rt_op_router_linear_dgrad(x, op);
   return rt_gemm(x->d, RT_GEMM_NN, ops_rows(dy), w->shape[1], w->shape[0], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0),
@@ -40,7 +40,7 @@ int rt_op_linear_dgrad(RtExec *x, const Op *op) {
 /* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused: added to it,
  * or stored where it is the gradient's first writer of a one-micro-batch step (RT_FUSE_WGRAD_STORE,
  * its ZERO skipped). */
-int rt_op_linear_wgrad(RtExec *x, const Op *op) {
+static int rt_op_linear_wgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
   int sink = x->sink[op->out[0]], add = sink >= 0 && x->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
@@ -55,7 +55,7 @@ static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C,
 
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
 
-int rt_op_linear_bgrad(RtExec *x, const Op *op) {
+static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), G = groups(x, N);
   CUdeviceptr p = x->norm_partial, g = rt_in(x, op, 0);
@@ -65,7 +65,7 @@ int rt_op_linear_bgrad(RtExec *x, const Op *op) {
 }
 
 /* RMSNORM: in (x, w) out (y, rstd); LAYERNORM: in (x, w, b) out (y, mean, rstd). */
-int rt_op_norm(RtExec *x, const Op *op) {
+static int rt_op_norm(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]);
   int N = (int)ops_rows(a), C = (int)ops_last(a);
   float eps = (float)op->a.f[0];
@@ -121,9 +121,22 @@ static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend)
   return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
 }
 
-int rt_op_norm_bwd(RtExec *x, const Op *op) { return norm_bwd(x, op, rt_out(x, op, 0), 0); }
+static int rt_op_norm_bwd(RtExec *x, const Op *op) { return norm_bwd(x, op, rt_out(x, op, 0), 0); }
 
 int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add) {
   int other = add->in[0] == norm->out[0] ? 1 : 0;
   return norm_bwd(x, norm, rt_out(x, add, 0), rt_in(x, add, other));
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_DENSE[] = {
+    {OP_LINEAR, rt_op_linear},
+    {OP_LINEAR_DGRAD, rt_op_linear_dgrad},
+    {OP_LINEAR_WGRAD, rt_op_linear_wgrad},
+    {OP_LINEAR_BGRAD, rt_op_linear_bgrad},
+    {OP_RMSNORM, rt_op_norm},
+    {OP_RMSNORM_BWD, rt_op_norm_bwd},
+    {OP_LAYERNORM, rt_op_norm},
+    {OP_LAYERNORM_BWD, rt_op_norm_bwd},
+    {OP_COUNT, NULL},
+};

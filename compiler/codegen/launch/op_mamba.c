@@ -68,7 +68,7 @@ static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
 }
 
 /* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P)) */
-int rt_op_mamba_mixer(RtExec *x, const Op *op) {
+static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   MixDims m;
   if (bf16_operands(x, op, op->nout) || mix_dims(x, op, 0, &m)) return RT_ERROR;
   return rt_launch_mamba_mixer_forward(x->d, rt_dim((unsigned)m.H, (unsigned)m.B, 1), STEPC_MAMBA_THREADS,
@@ -78,7 +78,7 @@ int rt_op_mamba_mixer(RtExec *x, const Op *op) {
 }
 
 /* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm) */
-int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
+static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   MixDims m;
   if (bf16_operands(x, op, op->nout) || no_sink(x, op) || mix_dims(x, op, 1, &m)) return RT_ERROR;
   unsigned blocks = (unsigned)((m.H + STEPC_MAMBA_CLUSTER - 1) / STEPC_MAMBA_CLUSTER * STEPC_MAMBA_CLUSTER);
@@ -89,14 +89,14 @@ int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
 }
 
 /* MAMBA_GATE in (y, z) out (y silu(z)); MAMBA_GATE_BWD in (dout, y, z) out (dy, dz) */
-int rt_op_mamba_gate(RtExec *x, const Op *op) {
+static int rt_op_mamba_gate(RtExec *x, const Op *op) {
   if (bf16_operands(x, op, op->nout)) return RT_ERROR;
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_mamba_gate_forward(x->d, rt_grid_stride(x->d, n), 256, 0, rt_out(x, op, 0),
                                       rt_in(x, op, 0), rt_in(x, op, 1), n);
 }
 
-int rt_op_mamba_gate_bwd(RtExec *x, const Op *op) {
+static int rt_op_mamba_gate_bwd(RtExec *x, const Op *op) {
   if (bf16_operands(x, op, op->nout)) return RT_ERROR;
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_mamba_gate_backward(x->d, rt_grid_stride(x->d, n), 256, 0, rt_out(x, op, 0),
@@ -105,7 +105,7 @@ int rt_op_mamba_gate_bwd(RtExec *x, const Op *op) {
 }
 
 /* MAMBA_GROUP_NORM in (x (..., C), w (C)) out (y); i[0] = G, f[0] = eps. A warp per (row, group). */
-int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
+static int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
   if (bf16_operands(x, op, op->nout)) return RT_ERROR;
   const Tensor *t = rt_t(x, op->in[0]);
   long rows = (long)ops_rows(t);
@@ -117,7 +117,7 @@ int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
 
 /* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw): dx a warp per (row, group), dw a block per
  * 32 columns (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
-int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
+static int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
   if (bf16_operands(x, op, x->sink[op->out[1]] >= 0 ? 1 : 2)) return RT_ERROR;
   const Tensor *t = rt_t(x, op->in[1]);
   long rows = (long)ops_rows(t);
@@ -131,3 +131,14 @@ int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
       x->d, rt_dim1((unsigned)((C + 31) / 32)), 256, 0, sink < 0 ? rt_out(x, op, 1) : 0,
       sink >= 0 ? rt_exec_ptr(x, sink) : 0, rt_in(x, op, 0), rt_in(x, op, 1), rows, C, G, eps);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_MAMBA[] = {
+    {OP_MAMBA_MIXER, rt_op_mamba_mixer},
+    {OP_MAMBA_MIXER_BWD, rt_op_mamba_mixer_bwd},
+    {OP_MAMBA_GATE, rt_op_mamba_gate},
+    {OP_MAMBA_GATE_BWD, rt_op_mamba_gate_bwd},
+    {OP_MAMBA_GROUP_NORM, rt_op_mamba_group_norm},
+    {OP_MAMBA_GROUP_NORM_BWD, rt_op_mamba_group_norm_bwd},
+    {OP_COUNT, NULL},
+};

@@ -59,8 +59,8 @@ static int head(RtExec *x, const Op *op, int split) {
   return rt_launch_mla_head_concat(x->d, STRIDE(ntok * H * (a + b)), rt_out(x, op, 0), rt_in(x, op, 0), p2, ntok, H, a, b,
                                    H2);
 }
-int rt_op_head_split(RtExec *x, const Op *op) { return head(x, op, 1); }
-int rt_op_head_concat(RtExec *x, const Op *op) { return head(x, op, 0); }
+static int rt_op_head_split(RtExec *x, const Op *op) { return head(x, op, 1); }
+static int rt_op_head_concat(RtExec *x, const Op *op) { return head(x, op, 0); }
 
 /* ---- the router ---- */
 
@@ -97,7 +97,7 @@ int rt_op_softmax_rows(RtExec *x, const Op *op) {
 }
 
 /* in (x (..., E)) out (probs (..., k), idx); i = k, mode */
-int rt_op_router_topk(RtExec *x, const Op *op) {
+static int rt_op_router_topk(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int N = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
@@ -107,7 +107,7 @@ int rt_op_router_topk(RtExec *x, const Op *op) {
 }
 
 /* in (dprobs, probs, idx) out (dx (..., E)); i = k, mode, E */
-int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
+static int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbib")) return RT_ERROR;
   int N = (int)ops_rows(rt_t(x, op->in[0])), E = (int)op->a.i[2], k = (int)op->a.i[0];
   return rt_launch_router_topk_backward(x->d, STRIDE(N), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
@@ -115,7 +115,7 @@ int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
 }
 
 /* in (scores (..., E), idx (..., k)) out (loss (1) fp32); f[0] = coeff, i[0] = k */
-int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
+static int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bif")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
@@ -124,7 +124,7 @@ int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
 }
 
 /* in (dloss (1) fp32, idx) out (dscores (..., E)); i[1] = E */
-int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
+static int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "fib")) return RT_ERROR;
   int T = (int)ops_rows(rt_t(x, op->in[1])), E = (int)op->a.i[1], k = (int)op->a.i[0];
   int64_t blocks = ((int64_t)T * E + 1023) / 1024;
@@ -135,7 +135,7 @@ int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
 /* ---- the token dispatcher ---- */
 
 /* in (idx) out (row_of, seg (E, 2), tokens per expert (E)); i = E, cap, pad, drop policy */
-int rt_op_moe_dispatch(RtExec *x, const Op *op) {
+static int rt_op_moe_dispatch(RtExec *x, const Op *op) {
   if (dtypes(x, op, "iiii")) return RT_ERROR;
   int E = (int)op->a.i[0], cap = (int)op->a.i[1], pad = op->a.i[2] != 0;
   if (op->a.i[3] != 0)
@@ -158,8 +158,8 @@ static int scatter(RtExec *x, const Op *op) {
   return rt_launch_moe_scatter_rows(x->d, STRIDE(n * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0, rt_in(x, op, 0),
                                     probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1), n, k, C);
 }
-int rt_op_moe_permute(RtExec *x, const Op *op) { return scatter(x, op); }
-int rt_op_moe_unpermute_bwd(RtExec *x, const Op *op) { return scatter(x, op); }
+static int rt_op_moe_permute(RtExec *x, const Op *op) { return scatter(x, op); }
+static int rt_op_moe_unpermute_bwd(RtExec *x, const Op *op) { return scatter(x, op); }
 
 /* MOE_UNPERMUTE in (yp (N, C), row_of) out (y (..., C)); MOE_PERMUTE_BWD in (dxp, dpp, row_of)
  * out (dx, dprobs): each token's rows summed. */
@@ -172,8 +172,8 @@ static int gather(RtExec *x, const Op *op) {
   return rt_launch_moe_gather_rows(x->d, STRIDE(T * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0, rt_in(x, op, 0),
                                    probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1), T, k, C);
 }
-int rt_op_moe_unpermute(RtExec *x, const Op *op) { return gather(x, op); }
-int rt_op_moe_permute_bwd(RtExec *x, const Op *op) { return gather(x, op); }
+static int rt_op_moe_unpermute(RtExec *x, const Op *op) { return gather(x, op); }
+static int rt_op_moe_permute_bwd(RtExec *x, const Op *op) { return gather(x, op); }
 
 /* ---- the grouped expert GEMMs: block 256, grid (output column tiles, row tiles of N, E) ---- */
 #define MOE_TILE 64 /* kernels/moe.cuh */
@@ -205,12 +205,12 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out, in, wp, seg, Nout,
                                                                                      K);
 }
-int rt_op_grouped_linear(RtExec *x, const Op *op) { return grouped(x, op, 0); }
-int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(x, op, 1); }
+static int rt_op_grouped_linear(RtExec *x, const Op *op) { return grouped(x, op, 0); }
+static int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(x, op, 1); }
 
 /* in (dy (N, Nout), x (N, K), seg) out (dW (E, Nout, K)): into the fp32 main gradient when the
  * compiler fused the accumulation (exec.h's sink), else the bf16 dW. */
-int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
+static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *dw = rt_t(x, op->out[0]);
   int sink = x->sink[op->out[0]];
@@ -227,7 +227,7 @@ int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
 /* ---- the expert activation ---- */
 
 /* in (h (N, F or 2F), pp (N)) out (y (N, F)); i = gated, activation */
-int rt_op_moe_act(RtExec *x, const Op *op) {
+static int rt_op_moe_act(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbb")) return RT_ERROR;
   const Tensor *y = rt_t(x, op->out[0]);
   int N = (int)y->shape[0], F = (int)y->shape[1];
@@ -236,7 +236,7 @@ int rt_op_moe_act(RtExec *x, const Op *op) {
 }
 
 /* in (dy, h, pp) out (dh, dpp) */
-int rt_op_moe_act_bwd(RtExec *x, const Op *op) {
+static int rt_op_moe_act_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbbbb")) return RT_ERROR;
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)dy->shape[0], F = (int)dy->shape[1];
@@ -244,3 +244,24 @@ int rt_op_moe_act_bwd(RtExec *x, const Op *op) {
                                     rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), N, F, op->a.i[0] != 0,
                                     (int)op->a.i[1]);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_MOE[] = {
+    {OP_HEAD_SPLIT, rt_op_head_split},
+    {OP_HEAD_CONCAT, rt_op_head_concat},
+    {OP_ROUTER_TOPK, rt_op_router_topk},
+    {OP_ROUTER_TOPK_BWD, rt_op_router_topk_bwd},
+    {OP_MOE_AUX_LOSS, rt_op_moe_aux_loss},
+    {OP_MOE_AUX_LOSS_BWD, rt_op_moe_aux_loss_bwd},
+    {OP_MOE_DISPATCH, rt_op_moe_dispatch},
+    {OP_MOE_PERMUTE, rt_op_moe_permute},
+    {OP_MOE_PERMUTE_BWD, rt_op_moe_permute_bwd},
+    {OP_MOE_UNPERMUTE, rt_op_moe_unpermute},
+    {OP_MOE_UNPERMUTE_BWD, rt_op_moe_unpermute_bwd},
+    {OP_GROUPED_LINEAR, rt_op_grouped_linear},
+    {OP_GROUPED_LINEAR_DGRAD, rt_op_grouped_linear_dgrad},
+    {OP_GROUPED_LINEAR_WGRAD, rt_op_grouped_linear_wgrad},
+    {OP_MOE_ACT, rt_op_moe_act},
+    {OP_MOE_ACT_BWD, rt_op_moe_act_bwd},
+    {OP_COUNT, NULL},
+};

@@ -61,7 +61,7 @@ static CUdeviceptr table_of(const RtExec *x, int o) { return x->multi_table + (C
 
 /* in [g] out [acc]: this tensor's (or group's) slice of the global-norm partials; the sum is
  * CLIP_COEF's. */
-int rt_op_grad_sumsq(RtExec *x, const Op *op) {
+static int rt_op_grad_sumsq(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
   CUdeviceptr part = x->gn_partial + (CUdeviceptr)((int64_t)x->slot[o] * 4), g = rt_in(x, op, 0);
   if (x->fuse[o] == RT_FUSE_SUMSQ_MULTI)
@@ -71,20 +71,20 @@ int rt_op_grad_sumsq(RtExec *x, const Op *op) {
 }
 
 /* in [acc] out [norm, coef] */
-int rt_op_clip_coef(RtExec *x, const Op *op) {
+static int rt_op_clip_coef(RtExec *x, const Op *op) {
   return rt_launch_global_norm_finalize(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), rt_out(x, op, 1), x->gn_partial,
                                         x->n_partial, (float)op->a.f[0]);
 }
 
 /* out [step, lr] */
-int rt_op_lr_sched(RtExec *x, const Op *op) {
+static int rt_op_lr_sched(RtExec *x, const Op *op) {
   return rt_launch_lr_schedule(x->d, rt_dim1(1), 1, 0, rt_out(x, op, 0), rt_out(x, op, 1), op->a.f[0], op->a.f[1],
                                (long)op->a.i[0], (long)op->a.i[1], (int)op->a.i[2]);
 }
 
 /* in [grad, coef, lr, step] out [param, m, v, master]; a multi-tensor group reads the same
  * coef, lr and step for every member (fuse_optimizer groups only those). */
-int rt_op_adamw(RtExec *x, const Op *op) {
+static int rt_op_adamw(RtExec *x, const Op *op) {
   /* an fp32 parameter (the MoE router's) has no master: it is updated in place, no bf16 copy */
   int f32 = op->nout == 3 && rt_t(x, op->out[0])->dtype == DT_F32;
   if (op->nout != 4 && !f32) return rt_fail(x->d, "AdamW of a %s parameter without an fp32 master", dtype_name(rt_t(x, op->out[0])->dtype));
@@ -157,3 +157,12 @@ int rt_exec_adamw_hparams(RtExec *x, int o) {
   return rt_launch_adamw_hparams(x->d, rt_dim1(1), 1, 0, x->hp + (CUdeviceptr)(32 * (s % RT_MAX_HP)), rt_in(x, op, 3),
                                  rt_in(x, op, 2), (float)op->a.f[0], (float)op->a.f[1], (float)op->a.f[2]);
 }
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_OPTIM[] = {
+    {OP_GRAD_SUMSQ, rt_op_grad_sumsq},
+    {OP_CLIP_COEF, rt_op_clip_coef},
+    {OP_LR_SCHED, rt_op_lr_sched},
+    {OP_ADAMW, rt_op_adamw},
+    {OP_COUNT, NULL},
+};
