@@ -14,7 +14,8 @@
 # shows stepc's prediction only, "not runnable with the local spec", and counts neither way. The MLA
 # rows are: MLASelfAttention builds its core attention with k_channels and v_channels
 # (transformer/multi_latent_attention.py), and the local spec's core attention is DotProductAttention
-# (models/backends.py), whose __init__ takes neither (d98e8a64dd; the H200 run of 2026-12-04 failed so).
+# (megatron/core/models/backends.py), whose __init__ takes neither (d98e8a64dd; the H200 run of
+# 2026-12-04 failed so).
 # stepc: $STEPC, else build/stepc, else gpuwork/stepc. The full set takes about 5 minutes on an H200,
 # --quick about 1.5.
 set -uo pipefail
