@@ -338,6 +338,11 @@ def main():
     opt_desc = f"{type(optimizer).__name__}({type(inner).__module__}.{type(inner).__name__}" + (
         f", foreach={inner.defaults.get('foreach')}, fused={inner.defaults.get('fused')})"
         if hasattr(inner, "defaults") else ")")
+    # elements per torch param group, per optimizer of the chain, in the order the step visits them
+    # (stepc's memrank.c adam_group: at EP 1 the experts join the dense optimizer)
+    opt_groups = [[sum(p.numel() for p in g["params"]) for g in o.optimizer.param_groups]
+                  for o in getattr(optimizer, "chained_optimizers", [optimizer])
+                  if getattr(o, "optimizer", None) is not None]
     mem_opt = mem()
     # as Megatron-LM's setup_model_and_optimizer
     cfg.grad_scale_func = optimizer.scale_loss
@@ -406,7 +411,7 @@ def main():
         hidden=args.hidden, heads=args.heads, query_groups=args.groups, ffn=args.ffn, vocab=args.vocab,
         params=nparams, recompute=rec, tied=args.tied, moe=moe, mla=mla, attention="DotProductAttention (local spec; torch softmax, "
         f"softmax_in_fp32={bool(args.softmax_fp32)}, masked_softmax_fusion=False)",
-        optimizer=opt_desc, adam=args.adam, megatron_path=os.path.relpath(MEGATRON_PATH, ROOT),
+        optimizer=opt_desc, optimizer_param_groups=opt_groups, adam=args.adam, megatron_path=os.path.relpath(MEGATRON_PATH, ROOT),
         backend=torch.distributed.get_backend(), torch=torch.__version__, device=(torch.cuda.get_device_name(0) if not CPU else "cpu"),
         max_alloc_after_model=mem_model[0], max_alloc_after_optimizer_init=mem_opt[0],
         max_alloc_after_it1=iters[0]["max_alloc"], max_alloc_after_it2=iters[1]["max_alloc"] if len(iters) > 1 else None,

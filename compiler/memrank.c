@@ -35,9 +35,11 @@
  *               forward to its backward, on the last stage, unless it is TE's before 2.18
  *               (megatron_loss_bytes).
  *   step        Megatron's optimizer step holds the persistent state plus an fp32 copy of each main
- *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes); a rank's max
- *               allocated is the larger of that and its forward/backward peak. The first iteration's
- *               forward/backward runs before the Adam moments exist (first_iteration).
+ *               grad (shard) that is not fp32 already (megatron_grad_copy_bytes), and with torch's
+ *               AdamW (a local-spec job) the square root of one param group's second moment
+ *               (torch_adamw, adam_group); a rank's max allocated is the larger of that and its
+ *               forward/backward peak. The first iteration's forward/backward runs before the Adam
+ *               moments exist, and its step creates them group by group (first_iteration).
  *   logged      what Megatron prints after iterations 1 and 2, which run before TE captures its
  *               graphs: the step planned without static graph buffers (memrank_readings).
  *   shared      with moe_shared_expert_overlap under sequence parallelism, the shared experts'
@@ -649,9 +651,35 @@ static void local_attention_add(const Lay *L, const Schedule *sc, const uint8_t 
   }
 }
 
-static bool is_moment(const Tensor *x) {
-  size_t n = strlen(x->name);
-  return (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) || (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0);
+static bool ends(const char *n, const char *tail) {
+  size_t a = strlen(n), b = strlen(tail);
+  return a > b && strcmp(n + a - b, tail) == 0;
+}
+
+static bool is_moment(const Tensor *x) { return ends(x->name, ".exp_avg") || ends(x->name, ".exp_avg_sq"); }
+
+/* Megatron-Core without Transformer Engine or apex, which is how a local-spec job is modelled (the
+ * H200 checks run it so): get_megatron_optimizer falls back to torch.optim.AdamW
+ * (optimizer/__init__.py: TE's FusedAdam, else apex's, else torch's, USING_PYTORCH_OPTIMIZER), whose
+ * default foreach implementation (torch/optim/adam.py, _multi_tensor_adam, decoupled weight decay in
+ * place) allocates exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs): one temporary of the second
+ * moment's size for the param group being stepped, freed when the group is done. Optimizer.step
+ * visits its param groups one by one, and Adam._init_group creates a group's exp_avg and exp_avg_sq
+ * (zeros_like) right before that group's update, so in the first step the moments of the groups not
+ * yet visited do not exist. TE's and apex's FusedAdam update in one fused kernel and hold nothing. */
+static bool torch_adamw(const Spec *s) { return local_spec(s); }
+
+/* The order in which Megatron's step visits a param's torch param group (0..3): the dense
+ * optimizer, then the expert one (ChainedOptimizer over get_megatron_optimizer's list; expert
+ * params form their own optimizer only when they use the expert process groups:
+ * tensor_parallel/layers.py, use_expert_pgs = is_expert and (EP > 1 or ETP != TP), else
+ * param.allreduce stays True and they join the dense one); within each, the weight-decayed group
+ * before the no-weight-decay one (_get_param_groups sorts the None override first;
+ * get_standard_config_overrides gives wd_mult 0 to 1-D params and biases). */
+static int adam_group(const Lay *L, const Tensor *param) {
+  bool own = (L->ep > 1 || L->etp != L->tp) && expert(param->name);
+  bool no_wd = param->ndim < 2 || ends(param->name, ".bias");
+  return (own ? 2 : 0) + (no_wd ? 1 : 0);
 }
 
 int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
@@ -740,6 +768,7 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
     memset(diff, 0, (size_t)(mp->npos + 2) * sizeof *diff);
     for (int t = 0; t < g->nt; t++) slot_b[t] = -1;
     double saved = 0, moments = 0, grad_copies = 0;
+    double grp_moments[4] = {0}, grp_sqrt[4] = {0}; /* per torch param group (adam_group) */
     for (int t = 0; t < g->nt; t++) {
       if (stg[t] != -1 && !(stg[t] & (1ll << st))) continue;
       const Tensor *x = &g->t[t];
@@ -756,7 +785,11 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       else if (role == ROLE_GRAD) r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) {
         r->optimizer += b;
-        if (role == ROLE_OPTIM && x->of >= 0 && is_moment(x)) moments += b;
+        if (role == ROLE_OPTIM && x->of >= 0 && is_moment(x)) {
+          int k = adam_group(&L, &g->t[x->of]);
+          moments += b, grp_moments[k] += b;
+          if (ends(x->name, ".exp_avg_sq")) grp_sqrt[k] += b;
+        }
         /* the copy of this param's grad shard has the master's elements */
         if (role == ROLE_MASTER)
           grad_copies += (double)tensor_numel(x) * megatron_grad_copy_bytes(&L, grad_bytes(&L, x->of >= 0 ? &g->t[x->of] : NULL)) /
@@ -817,15 +850,29 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
                    (local ? global_buffer_bytes(&L, tps) : 0);                   /* + Megatron's mpu buffer */
     double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
     double fwd_bwd = state + r->activations;
+    /* torch's foreach AdamW (torch_adamw): the largest group's temporary with every moment
+     * allocated (iterations >= 2); in the first step, group k's with the moments of groups 0..k.
+     * FusedAdam: no temporary, the moments of all groups. (The clip's and the main-to-model copy's
+     * per-tensor temporaries, local_multi_tensor_scale's src * scale, are never larger than a group's
+     * and come with fewer moments or none: they never set the peak.) */
+    bool tadam = mj && torch_adamw(s);
+    double adam_tmp = 0, adam_first = 0, cum = 0;
+    for (int k = 0; k < 4; k++) {
+      double tmp = tadam ? grp_sqrt[k] : 0;
+      cum += grp_moments[k];
+      if (tmp > adam_tmp) adam_tmp = tmp;
+      if (cum + tmp > adam_first) adam_first = cum + tmp;
+    }
     /* stepc's own step (not a Megatron job) reports stepc's own step, whose optimizer needs no copies */
-    r->optimizer_step = state + (mj ? grad_copies : 0);
+    r->optimizer_step = state + (mj ? grad_copies + adam_tmp : 0);
     r->max_allocated = fwd_bwd > r->optimizer_step ? fwd_bwd : r->optimizer_step;
     /* TE's FusedAdam and torch's Adam create exp_avg / exp_avg_sq at the first optimizer.step()
      * (Megatron creates them early only to load a checkpoint's optimizer state); stepc's own step
      * (one GPU) holds its whole arena, moments included, from open */
-    r->first_iteration = !mj                                       ? r->max_allocated
-                         : fwd_bwd - moments > r->optimizer_step ? fwd_bwd - moments
-                                                                   : r->optimizer_step;
+    double first_step = state - moments + grad_copies + adam_first;
+    r->first_iteration = !mj                              ? r->max_allocated
+                         : fwd_bwd - moments > first_step ? fwd_bwd - moments
+                                                          : first_step;
     /* stepc's own step (not a Megatron job) reports stepc's own step, which holds nothing outside its arena but the CUDA
      * context */
     r->hybridep_buffers = mj ? hybridep_buffer_bytes(&L) : 0;
