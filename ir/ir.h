@@ -106,7 +106,7 @@ typedef struct {
   int buffer;
   int64_t offset;
   int64_t bytes;
-  /* fusions (compiler/fuse.c, before the memory plan; the CPU executor ignores them) */
+  /* fusions (compiler/passes/fuse.c, before the memory plan; the CPU executor ignores them) */
   int alias;                /* the tensor whose storage it uses on CUDA: itself, or the logits for
                                the fused loss's dlogits */
   int sink;                 /* a weight gradient accumulated straight into this main gradient by
@@ -135,7 +135,7 @@ typedef struct {
   int fwd;                     /* backward / replay ops: the forward op they come from; else -1 */
 } IrTags;
 
-/* Fusions the compiler decides (compiler/fuse.c) and the CUDA executor runs: the op that runs a
+/* Fusions the compiler decides (compiler/passes/fuse.c) and the CUDA executor runs: the op that runs a
  * fused group carries its kind and `peer`; the ops it absorbed carry `skip`. */
 typedef enum {
   FUSE_NONE,
@@ -173,9 +173,9 @@ typedef struct {
   int peer;             /* fused groups: the first op of the group (this op is the last), else -1 */
 } Op;
 
-/* A generated elementwise chain (compiler/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
+/* A generated elementwise chain (compiler/passes/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
  * (passable ops that launch nothing may lie between them). Kernel parameters, in order: each
- * stored output, each external input, n, then each op's scalars (its EW_OPS row's, compiler/ew_fuse.c). */
+ * stored output, each external input, n, then each op's scalars (its EW_OPS row's, compiler/passes/ew_fuse.c). */
 #define IR_MAX_CHAIN 4
 #define IR_MAX_CHAIN_IO 8
 typedef struct {
@@ -201,7 +201,7 @@ typedef struct Graph {
   int loss;                              /* scalar fp32, mean over the micro-batch's tokens */
   int grad_norm, lr;                     /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
   int num_microbatches;                  /* forward+backward runs per optimizer step */
-  IrChain *chain;                        /* fused elementwise chains (compiler/fuse.c) */
+  IrChain *chain;                        /* fused elementwise chains (compiler/passes/fuse.c) */
   int nchain;
   char err[256];
 } Graph;
@@ -219,7 +219,7 @@ typedef struct OpOut {
  * row. Value 0 of each fact is "unset", which no row may leave (tests/unit/test_op_facts.c), so
  * that a new op states every fact instead of falling through a pass's default. ---- */
 
-/* Op classes of the cost model and the profile (compiler/cost.c; one calibrated scale each). A
+/* Op classes of the cost model and the profile (compiler/plan/cost.c; one calibrated scale each). A
  * fused group counts in the class of its main work: LINEAR+ADD as a GEMM, ADD+norm as a norm. */
 typedef enum {
   COST_UNSET,
@@ -242,7 +242,7 @@ typedef enum {
   COST_NCLASS
 } CostClass;
 
-/* The compute ceiling of its roofline time (compiler/cost.c): DRAM alone, or its FLOPs against
+/* The compute ceiling of its roofline time (compiler/plan/cost.c): DRAM alone, or its FLOPs against
  * the GEMM or the attention ceiling as well. */
 typedef enum { CEIL_UNSET, CEIL_DRAM, CEIL_GEMM, CEIL_ATTN } OpCeiling;
 
@@ -259,14 +259,14 @@ typedef enum {
 } OpRng;
 
 /* Whether its weight-gradient kernel may accumulate straight into the fp32 main gradient, so the
- * fusion pass drops the ACCUM after it (compiler/fuse.c). */
+ * fusion pass drops the ACCUM after it (compiler/passes/fuse.c). */
 typedef enum { SINK_UNSET, SINK_NO, SINK_YES } OpSink;
 
 /* Its part in a linear layer's weight product (y = x W^T, dx = dy W, dW = dy^T x), dense or
- * grouped: what Transformer Engine's fp8 linears quantize and save (compiler/memrank.c). */
+ * grouped: what Transformer Engine's fp8 linears quantize and save (compiler/plan/memrank.c). */
 typedef enum { MATMUL_UNSET, MATMUL_NONE, MATMUL_FWD, MATMUL_DGRAD, MATMUL_WGRAD } OpMatmul;
 
-/* Its member row in a generated elementwise chain (compiler/ew_fuse.c, templates/elementwise.cu.in):
+/* Its member row in a generated elementwise chain (compiler/passes/ew_fuse.c, templates/elementwise.cu.in):
  * its device code. `#` is replaced by the op's position in the chain, $0/$1 by its inputs' fp32
  * values. The expressions are the hand-written kernels' own, so a chain writes the bits the ops
  * write one by one.

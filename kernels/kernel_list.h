@@ -23,7 +23,7 @@
  * Names and types matter, not only sizes: the ctest unit.kernel_sigs compares every row, parameter
  * by parameter (type and name, in order), with the kernel's declaration in kernels/, so two
  * parameters of one size swapped in either place fail CI; tests/unit/test_nvrtc.c checks each name
- * is in the compiled cubin. The generated elementwise kernels (compiler/ew_fuse.h) are not here:
+ * is in the compiled cubin. The generated elementwise kernels (compiler/passes/ew_fuse.h) are not here:
  * their signatures are built per step. */
 #define KP(ctype, pname) STEPC_KARG(p, ctype, pname)
 #define KI(pname) STEPC_KARG(i, int, pname)

@@ -11,7 +11,7 @@
 // Every kernel here computes the angle with rope_angle and the rotation with rope_rotate (explicit
 // roundings, no contraction left to the compiler), so the QKV kernels below write exactly the bits
 // of split_qkv + rope_forward (and rope_backward + concat_qkv): the compiler may fuse either way
-// (compiler/fuse.c) and a recompute replay equals its forward.
+// (compiler/passes/fuse.c) and a recompute replay equals its forward.
 #pragma once
 #include "common.cuh"
 

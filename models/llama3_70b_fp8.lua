@@ -5,7 +5,7 @@
 -- baseline. Architecture from Meta's config.json for Meta-Llama-3-70B: 80 layers, d8192, 64 heads /
 -- 8 kv groups, ffn 28672, vocab 128256, rope_theta 500000, rms_norm_eps 1e-5, untied head.
 -- stepc's own step computes in bf16; the per-rank report counts what Transformer Engine keeps in
--- fp8 (compiler/memrank.c): fp8 copies of the linears' saved inputs and cached fp8 weights with
+-- fp8 (compiler/plan/memrank.c): fp8 copies of the linears' saved inputs and cached fp8 weights with
 -- their transposes. docs/recompute.md sets its rows beside the guide's.
 local cfg = stepc.recipe("llama3_2_1b")
 cfg.model.num_layers = 80

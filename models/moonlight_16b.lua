@@ -30,7 +30,7 @@ return {
     share_embeddings_and_output_weights = false,
     -- the Bridge recipe: TE's parallel cross entropy, from the TE release the guide's Bridge
     -- (600d069b) locks in uv.lock, 2.17.1: it writes the bf16 gradient into the logits in place
-    -- (no fp32 logits gradient before TE 2.18; compiler/memrank.c, megatron_loss_bytes)
+    -- (no fp32 logits gradient before TE 2.18; compiler/plan/memrank.c, megatron_loss_bytes)
     cross_entropy_loss_fusion = true,
     cross_entropy_fusion_impl = "te",
     transformer_engine_version = "2.17.1",
@@ -49,7 +49,7 @@ return {
     moe_grouped_gemm = true,
     moe_token_dispatcher_type = "alltoall",
     -- the Bridge recipe (and DeepSeekV3Bridge): shared experts on a side stream during the
-    -- dispatch; their fc1 then saves its own all-gathered input (compiler/memrank.c)
+    -- dispatch; their fc1 then saves its own all-gathered input (compiler/plan/memrank.c)
     moe_shared_expert_overlap = true,
     moe_aux_loss_coeff = 0.001,
     tensor_model_parallel_size = 2,

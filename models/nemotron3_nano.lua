@@ -31,7 +31,7 @@ return {
     -- h100/nemotronh.py) calls _benchmark_common(cfg), whose default cross_entropy_impl="te"
     -- replaces the base recipe's "native" (the "native" call in perf_recipes/nemotronh/common.py is
     -- Nemotron 3 Ultra's); TE as that Bridge's uv.lock pins it, 2.17.1, whose cross entropy
-    -- writes the bf16 gradient into the logits (compiler/memrank.c, megatron_loss_bytes)
+    -- writes the bf16 gradient into the logits (compiler/plan/memrank.c, megatron_loss_bytes)
     cross_entropy_loss_fusion = true,
     cross_entropy_fusion_impl = "te",
     transformer_engine_version = "2.17.1",
@@ -44,7 +44,7 @@ return {
     moe_grouped_gemm = true,
     moe_token_dispatcher_type = "flex",
     -- _benchmark_common's recipe sets the HybridEP backend (perf_recipes/nemotronh/h100/nemotronh.py):
-    -- its buffers live outside PyTorch's allocator (compiler/memrank.c, hybridep_buffer_bytes)
+    -- its buffers live outside PyTorch's allocator (compiler/plan/memrank.c, hybridep_buffer_bytes)
     moe_flex_dispatcher_backend = "hybridep",
     moe_aux_loss_coeff = 0.0001,
     mamba_state_dim = 128,

@@ -23,7 +23,7 @@ stepc_status stepc_options_from_env(stepc_options *o) {
   return STEPC_OK;
 }
 
-/* ZeRO-1's shards, as the compiler cut them (compiler/schedule.c, in the image): each bucket's
+/* ZeRO-1's shards, as the compiler cut them (compiler/passes/schedule.c, in the image): each bucket's
  * elements in N contiguous ranges, one per rank, at whole-tensor granularity (a main gradient
  * belongs to the rank whose range holds its first element), so each rank updates about 1/N of
  * every bucket; the param, master and moments an AdamW op updates follow its gradient. This rank's

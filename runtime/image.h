@@ -10,7 +10,7 @@
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
  * source, graph mode and warm-up, predicted peaks, the step fingerprint checkpoints name it by).
  * A distributed-optimizer step (format 4) also carries each tensor's owning rank and, for its
- * masters and Adam moments, their places in the optimizer-state region (buffer 1, compiler/memplan.c):
+ * masters and Adam moments, their places in the optimizer-state region (buffer 1, compiler/plan/memplan.c):
  * each tensor at the offset its owner packs it to, so that the same offsets (and the launch
  * program's addresses) hold on every rank; stepc_open gives the tensors of other ranks no bytes.
  *
@@ -31,7 +31,7 @@
 #define STEPC_IMAGE_VERSION 5
 #define STEPC_IMAGE_FILE "step.img"
 
-/* One CUDA-graph scope instance of the plan (compiler/scope.c): program points first..last. */
+/* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */
 typedef struct {
   int32_t scope;  /* IR_SCOPE_* bit index, or -1 for the full iteration */
   int32_t layer;
@@ -39,7 +39,7 @@ typedef struct {
   int32_t first, last;
 } ImgScope;
 
-/* One DDP gradient bucket (compiler/schedule.c): main gradients bucket_grad[first .. first+ngrads),
+/* One DDP gradient bucket (compiler/passes/schedule.c): main gradients bucket_grad[first .. first+ngrads),
  * reduced across the data-parallel ranks on the last micro-batch once they are complete: on the
  * CPU device (every op on its own) after op `after_op`; on cuda after op `fire_op`, whose launch
  * is the last to write any of them once the compiler's fusions are applied (schedule_bucket_fire). */
@@ -97,7 +97,7 @@ typedef struct {
   int nbucket;
   int32_t *bucket_grad;      /* main-gradient tensor ids, in backward's completion order */
   int nbucket_grad;
-  int32_t *owner;            /* per tensor: the distributed optimizer's owning rank (compiler/schedule.c)
+  int32_t *owner;            /* per tensor: the distributed optimizer's owning rank (compiler/passes/schedule.c)
                                 or -1 (every rank's, or no distributed optimizer) */
   int has_program;           /* 1: lp holds the launch program (the CUDA backend runs the step) */
   LaunchProgram lp;          /* what the CUDA runtime plays (program.h); its points are point_op's */

@@ -11,7 +11,7 @@
 
 #include "runtime/image.h"
 
-/* Alignment slack per tensor that a plan may add between slots (compiler/memplan.c aligns to 256). */
+/* Alignment slack per tensor that a plan may add between slots (compiler/plan/memplan.c aligns to 256). */
 #define SLOT_SLACK 4096
 #define MAX_MICROBATCHES (1 << 20)
 #define MAX_TOKENS_PER_STEP ((int64_t)1 << 31)

@@ -13,16 +13,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "artifact_sum.h"
+#include "cli/artifact_sum.h"
 #include "codegen/launch/program.h"
 #include "codegen/program_text.h"
-#include "cpu_train.h"
-#include "ew_fuse.h"
-#include "fingerprint.h"
-#include "layout.h"
-#include "cubin.h"
-#include "plan.h"
-#include "report.h"
+#include "cli/cpu_train.h"
+#include "passes/ew_fuse.h"
+#include "plan/fingerprint.h"
+#include "cli/layout.h"
+#include "codegen/cubin/cubin.h"
+#include "plan/plan.h"
+#include "report/report.h"
 #include "runtime/image.h"
 
 extern char **environ;

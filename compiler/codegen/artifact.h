@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "diag.h"
-#include "spec.h"
+#include "validate/diag.h"
+#include "frontend/spec.h"
 
 typedef struct {
   const char *dir;

@@ -18,7 +18,7 @@
 #include "codegen/artifact.h"
 #include "codegen/cache.h"
 #include "ir.h"
-#include "layout.h"
+#include "cli/layout.h"
 #include "runtime/image.h"
 
 /* FNV-1a of a file's bytes, continued from h; h unchanged with *ok = 0 when it cannot be read. */

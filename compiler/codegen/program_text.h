@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "plan.h"
+#include "plan/plan.h"
 
 /* 0, or -1 on a write error. */
 int program_text_write(const Plan *p, FILE *f);

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "../diag.h"
-#include "../spec.h"
+#include "validate/diag.h"
+#include "frontend/spec.h"
 
 typedef struct {
   size_t mem_limit;          /* bytes the recipe's Lua state may hold; 0 = 64 MiB */

@@ -66,7 +66,7 @@ const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_e
     .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
 /* cost class other, as the cost model has always had it: the activation scale
- * (compiler/cost_h200.h) was profiled on models without relu, and moving it there would change
+ * (compiler/plan/cost_h200.h) was profiled on models without relu, and moving it there would change
  * the predicted times */
 const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64},
     .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,

@@ -12,7 +12,7 @@
  * dW like W): per chunk, dlogits = dloss / (B*T) (softmax - onehot), dx rows = dlogits W,
  * dW += dlogits^T x rows, summed over the chunks in order. Run alone (the CPU reference) it
  * recomputes each chunk's logits; the CUDA executor runs it inside the forward's launch, over the
- * forward's logits chunk, where the loss gradient is a constant (compiler/fuse.c), so each chunk is
+ * forward's logits chunk, where the loss gradient is a constant (compiler/passes/fuse.c), so each chunk is
  * multiplied once and its gradient taken in place.
  *
  * The reference kernels run the op table's own LINEAR, CROSS_ENTROPY(_BWD), LINEAR_DGRAD and

@@ -175,7 +175,7 @@ static double gnorm_flops(const Graph *g, const Op *op) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-/* cost class other for the whole family: no profiled class of its own (compiler/cost_h200.h) */
+/* cost class other for the whole family: no profiled class of its own (compiler/plan/cost_h200.h) */
 const OpInfo op_mamba_conv_info = {"mamba_conv", 3, 3, 1, conv_infer, conv_flops, m_backward, {conv_cpu_f32, conv_cpu_f64},
     .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
               .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};

@@ -3,7 +3,7 @@
  * (graph_op_into).
  *
  *   GRAD_SUMSQ  in [g]                 out [acc (1)]          acc += sum g^2
- *               i[0] = 1: may run in one multi-tensor launch with its neighbours (compiler/fuse.c)
+ *               i[0] = 1: may run in one multi-tensor launch with its neighbours (compiler/passes/fuse.c)
  *   CLIP_COEF   in [acc]               out [norm, coef]       norm = sqrt(acc);
  *               f[0] = clip_grad       coef = min(1, clip / (norm + 1e-6)), 1 when clip = 0 (Megatron)
  *   LR_SCHED    in []                  out [step, lr]         step += 1; lr = schedule(step)

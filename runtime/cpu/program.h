@@ -4,7 +4,7 @@
  *
  * The program is the step's order (point -> op id, the micro-batch points first) and, per point,
  * the tensors whose slots die after it; an artifact carries both (runtime/image.h), and the
- * compiler builds them from its schedule and memory plan (compiler/plan.h: plan_program_build). */
+ * compiler builds them from its schedule and memory plan (compiler/plan/plan.h: plan_program_build). */
 #ifndef STEPC_CPU_PROGRAM_H
 #define STEPC_CPU_PROGRAM_H
 

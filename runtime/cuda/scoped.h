@@ -1,5 +1,5 @@
 /* scoped.h — per-module scoped CUDA graphs (model.cuda_graph_impl = local / transformer_engine):
- * every scope instance of the plan (compiler/scope.c: one layer's forward part, or its backward
+ * every scope instance of the plan (compiler/passes/scope.c: one layer's forward part, or its backward
  * part with the replays placed inside it) is captured once as its own CUDA graph, and the step
  * runs as eager launches for the ops outside scopes and one graph launch per scope instance, for
  * every micro-batch.

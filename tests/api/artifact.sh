@@ -82,7 +82,7 @@ build gpt3_paper gpt3_paper model.tensor_model_parallel_size=1 model.pipeline_mo
 # unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE (an fp32
 # recipe: as such the CUDA backend does not run it and program.txt says why; with bf16=true it does)
 build gpt3_tiny tests/recipes/gpt3_tiny.lua model.bf16=true
-# the generated elementwise kernels (compiler/ew_fuse.c): 4 backward ADD -> DROPOUT_BWD chains,
+# the generated elementwise kernels (compiler/passes/ew_fuse.c): 4 backward ADD -> DROPOUT_BWD chains,
 # launched by the program, their source in kernels.cu after the hand-written files
 n_ew=$(grep -c '^  LAUNCH ew_add_dropout_bwd_' "$tmp/gpt3_tiny/program.txt")
 [ "$n_ew" -eq 4 ] || fail "gpt3_tiny: the program launches $n_ew generated ADD -> DROPOUT_BWD kernels, expected 4"

@@ -6,8 +6,8 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "fingerprint.h"
-#include "plan.h"
+#include "plan/fingerprint.h"
+#include "plan/plan.h"
 #include "runtime/image.h"
 
 int main(int argc, char **argv) {

@@ -14,7 +14,7 @@
 #include "runtime/rt.h"
 #include "runtime/safetensors.h"
 #include "runtime/stepc.h"
-#include "validate.h"
+#include "validate/validate.h"
 
 static int failures;
 #define CHECK(c)                                                    \

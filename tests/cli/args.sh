@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# args.sh STEPC — the command line's grammar (compiler/cli.c): per-verb help, --version, did-you-mean
+# args.sh STEPC — the command line's grammar (compiler/cli/cli.c): per-verb help, --version, did-you-mean
 # for verbs and options, an option of another verb refused with its verb, strict numbers, --opt=value,
 # sizes with units, a directory or a missing file as SPEC. Each line: exit code, text expected.
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# layout.sh STEPC — a stepc finds the runtime it links artifacts from by compiler/layout.h's rule, and
+# layout.sh STEPC — a stepc finds the runtime it links artifacts from by compiler/cli/layout.h's rule, and
 # the artifact cache's key holds what it finds: a copy of STEPC beside a layout file of its own links
 # that layout's headers, an edit of one of them is a new artifact (not a cache hit of the old one),
 # and a copy with neither a layout file nor an install around it says which file it misses (exit 4).

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
+#include "validate/diag.h"
 #include "frontend/frontend.h"
-#include "plan.h"
-#include "validate.h"
+#include "plan/plan.h"
+#include "validate/validate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,8 +1,8 @@
 /* fuzz_tool_files.c — libFuzzer target for the small files the compiler side reads from other tools
- * and from its own earlier runs: a Hugging Face config.json (compiler/hf_config.c) and any JSON
- * object walked member by member (compiler/json_read.c, which also reads
+ * and from its own earlier runs: a Hugging Face config.json (compiler/cli/hf_config.c) and any JSON
+ * object walked member by member (compiler/cli/json_read.c, which also reads
  * model.safetensors.index.json), an artifact cache entry's stepc.manifest
- * (compiler/codegen/cache_manifest.c) and an artifact's libstep.sum (compiler/artifact_sum.c).
+ * (compiler/codegen/cache_manifest.c) and an artifact's libstep.sum (compiler/cli/artifact_sum.c).
  *
  * Input: one selector byte, then the file. Selector 0 mod 4: config.json, checked against
  * models/tiny.lua; 1: JSON text walked to depth 8 with every typed read; 2: stepc.manifest of a
@@ -16,13 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "artifact_sum.h"
+#include "cli/artifact_sum.h"
 #include "codegen/cache.h"
-#include "diag.h"
+#include "validate/diag.h"
 #include "frontend/frontend.h"
-#include "hf_config.h"
-#include "json_read.h"
-#include "validate.h"
+#include "cli/hf_config.h"
+#include "cli/json_read.h"
+#include "validate/validate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

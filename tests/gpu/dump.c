@@ -31,9 +31,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "lower.h"
+#include "lower/lower.h"
 #include "runtime/cpu/exec.h"
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 #include "trainer.h"
 #include "runtime/safetensors.h"
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_text.h"
-#include "compiler/cubin.h"
+#include "codegen/cubin/kernel_text.h"
+#include "compiler/codegen/cubin/cubin.h"
 #include "flash_variants.h"
 #include "host_bits.h"
 

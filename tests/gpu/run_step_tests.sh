@@ -47,7 +47,7 @@ run scoped_flash $STEP scoped models/tiny.lua 3 "transformer_engine:[];transform
 run recompute_tiny $STEP recompute models/tiny.lua 4 model.hidden_dropout=0.1
 run recompute_flash $STEP recompute models/tiny.lua 3 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 # one micro-batch a step (shape M's setting): every linear weight gradient is stored into its main
-# gradient and the optimizer skips that gradient's zeroing (compiler/fuse.c FUSE_WGRAD_STORE):
+# gradient and the optimizer skips that gradient's zeroing (compiler/passes/fuse.c FUSE_WGRAD_STORE):
 # gradients against the CPU, 60 steps against the CPU's curve (a gradient left unzeroed would add
 # up step after step), replay, recompute and scoped graphs bitwise, the optimizer's launches
 ONE=train.global_batch_size=4

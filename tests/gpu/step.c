@@ -37,13 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
+#include "validate/diag.h"
 #include "frontend/frontend.h"
-#include "lower.h"
+#include "lower/lower.h"
 #include "runtime/cpu/exec.h"
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 #include "trainer.h"
-#include "validate.h"
+#include "validate/validate.h"
 
 #define SKIP 77
 
@@ -397,7 +397,7 @@ static int count_launching(const Spec *s, const char *cache, int *nsum, int *nad
   return tr ? 0 : -1;
 }
 
-/* The optimizer's multi-tensor launches (optimizer.multi_tensor, compiler/fuse.c's
+/* The optimizer's multi-tensor launches (optimizer.multi_tensor, compiler/passes/fuse.c's
  * fuse_optimizer) against the per-tensor ones and the CPU reference:
  *   1. multi-tensor: one GRAD_SUMSQ and one ADAMW op launch; per-tensor: one per gradient;
  *   2. clipping off (the clip factor exactly 1), STEPS eager steps, multi vs per-tensor: losses and

@@ -1,17 +1,17 @@
 /* trainer.c — the GPU tests' in-process trainer (trainer.h). */
 #include "trainer.h"
-#include "plan.h"
+#include "plan/plan.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ew_fuse.h"
-#include "lower.h"
-#include "compiler/cubin.h"
+#include "passes/ew_fuse.h"
+#include "lower/lower.h"
+#include "compiler/codegen/cubin/cubin.h"
 #include "ops/ops.h"
-#include "plan.h"
+#include "plan/plan.h"
 
 #define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 

@@ -9,10 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 #include "runtime/cuda/player.h"
 #include "runtime/cuda/scoped.h"
-#include "spec.h"
+#include "frontend/spec.h"
 
 typedef enum {
   RT_TRAIN_OK = 0,
@@ -33,7 +33,7 @@ typedef struct {
 
 typedef struct RtTrainer RtTrainer;
 
-/* cache_dir: NVRTC's cubin cache (NULL: the default, see compiler/cubin.h). mode_override < 0
+/* cache_dir: NVRTC's cubin cache (NULL: the default, see compiler/codegen/cubin/cubin.h). mode_override < 0
  * takes model.cuda_graph_impl. NULL with *status and a message on failure. */
 RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override, RtTrainStatus *status,
                           char *err, size_t nerr);

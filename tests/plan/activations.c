@@ -13,8 +13,8 @@
 
 #include "frontend/frontend.h"
 #include "ops/ops.h"
-#include "plan.h"
-#include "validate.h"
+#include "plan/plan.h"
+#include "validate/validate.h"
 
 static int fails;
 #define CHECK(c, ...)                  \

@@ -1,6 +1,6 @@
 /* megatron.c — stepc's per-rank predictions of Megatron's own peaks against the recompute
  * guide's measured H100 tables (restated in docs/recompute.md), and the precision
- * fields' bytes per parameter (compiler/memrank.c, elem_bytes):
+ * fields' bytes per parameter (compiler/plan/memrank.c, elem_bytes):
  *   - moonlight_16b's static state per parameter follows Megatron-Bridge's precision-aware recipe
  *     exactly (bf16 params 2 + bf16 grad buffer 2 + (16-bit master remainders 2 + bf16 moments
  *     2 + 2) / DP, experts over the expert DP);
@@ -9,24 +9,24 @@
  *     here is the documented one, not the guide's 5%: see "moonlight_16b beside the recompute
  *     guide"; the overlapped shared experts' gathered fc1 input and TE's grouped-GEMM workspaces
  *     raised it, and TE 2.17.1's cross entropy, which the guide's Bridge locks and which keeps no
- *     fp32 logits gradient (compiler/memrank.c, megatron_loss_bytes), lowered it: -14.5%);
+ *     fp32 logits gradient (compiler/plan/memrank.c, megatron_loss_bytes), lowered it: -14.5%);
  *   - llama3_70b_fp8 (the guide's Llama 3 70B FP8 rows, with the recipe's TE graphs of the MLP):
  *     every row peaks in Megatron's optimizer step, which holds fp32 copies of the bf16 grad shards
- *     (compiler/memrank.c, megatron_grad_copy_bytes); each row within 1.5% and the mlp saving within
+ *     (compiler/plan/memrank.c, megatron_grad_copy_bytes); each row within 1.5% and the mlp saving within
  *     0.4 GB of the guide's;
  *   - an uneven pipeline split (16 layers over PP=3) puts on each stage, and groups under full
  *     recompute per stage, the layers Megatron's get_num_layers_to_build and
- *     get_transformer_layer_offset give it (compiler/pipesplit.c). */
+ *     get_transformer_layer_offset give it (compiler/passes/pipesplit.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
-#include "pipesplit.h"
-#include "plan.h"
-#include "sweep.h"
-#include "validate.h"
+#include "passes/pipesplit.h"
+#include "plan/plan.h"
+#include "report/sweep.h"
+#include "validate/validate.h"
 
 static int fails;
 #define CHECK(c, ...)               \
@@ -171,7 +171,7 @@ static void llama70b(void) {
   /* the guide's rows (rank 0): core_attn 58.8 GB, mlp 55.6 GB, mlp,core_attn 55.6 GB, core_attn,layernorm
    * 59.6 GB. With the recipe's TE graphs of the MLP, rank 0 peaks in Megatron's optimizer step in
    * every row: the persistent state, the static outputs of the MLP graphs (scope.c, STEPC-43) and an
-   * fp32 copy of every bf16 grad shard (compiler/memrank.c, megatron_grad_copy_bytes, 4 bytes x
+   * fp32 copy of every bf16 grad shard (compiler/plan/memrank.c, megatron_grad_copy_bytes, 4 bytes x
    * params / DP). mlp recompute inside the graphs shrinks the static outputs; core_attn (eager)
    * changes nothing at the step, so mlp and mlp,core_attn come out equal, as measured. Reached:
    * every row within 1.5%, the mlp saving within 0.4 GB of the measured 3.2. docs/recompute.md says
@@ -218,10 +218,10 @@ static void llama70b(void) {
 /* The guide's Nemotron 3 Nano table (rank 0): [] and core_attn ran out of memory on 80 GB H100s,
  * moe (64.653 GB after iteration 2) and moe,layernorm (63.639 GB) fit; [] (66.297 GB) and moe_act
  * (62.103 GB) were read after iteration 1. Each measured row is compared with what Megatron logs
- * after that iteration (compiler/memrank.c memrank_readings): eager, since TE captures its graphs
+ * after that iteration (compiler/plan/memrank.c memrank_readings): eager, since TE captures its graphs
  * only after cuda_graph_warmup_steps = 3 iterations, and before the moments after iteration 1.
  * The recipe's loss is TE's cross entropy at the TE the guide's Bridge locks (2.17.1), which writes
- * the bf16 gradient into the logits (compiler/memrank.c, megatron_loss_bytes). Checked: the four
+ * the bf16 gradient into the logits (compiler/plan/memrank.c, megatron_loss_bytes). Checked: the four
  * measured rows within 1%, moe_act's saving (4.194 GB) and layernorm's on top of moe (1.014 GB:
  * the MoE layers' pre-MLP norms only, the attention layers' norm being fused into linear_qkv), the
  * memory outside PyTorch's allocator by its formulas (HybridEP's buffers, NCCL's ring buffers), and
@@ -244,7 +244,7 @@ static void nemotron(void) {
     fails++;
     return;
   }
-  /* what the rank holds outside PyTorch's allocator, by the formulas of compiler/memrank.c:
+  /* what the rank holds outside PyTorch's allocator, by the formulas of compiler/plan/memrank.c:
    * HybridEP: M = 8192 tokens x 8 ranks; M x 2688 x 2 + M x (16 local experts x 8) x 4 + M x 21 x 4
    * + 128 experts x M bytes; NCCL: three rings (DP 16, EP 8, expert-DP 2) x 16 channels x 10 MiB */
   const double M = 8192.0 * 8, hybridep = M * 2688 * 2 + M * 128 * 4 + M * 21 * 4 + 128 * M,

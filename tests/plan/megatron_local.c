@@ -1,5 +1,5 @@
 /* Megatron-Core's local layer spec on one H200 (issue 28): stepc's per-rank "logged 1 / 2"
- * (compiler/memrank.c, local_attention_add and global_buffer_bytes; torch_adamw's first optimizer
+ * (compiler/plan/memrank.c, local_attention_add and global_buffer_bytes; torch_adamw's first optimizer
  * step, which sets the MoE row's iteration 1; memrank_readings) against
  * max_memory_allocated() that Megatron-Core itself printed after iterations 1 and 2, stored with its
  * commit and command in tests/plan/data/megatron_local_h200.txt. Each reading within 2%, and each
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
-#include "plan.h"
-#include "validate.h"
+#include "plan/plan.h"
+#include "validate/validate.h"
 
 static int fails;
 

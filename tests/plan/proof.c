@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
-#include "lower.h"
-#include "plan.h"
-#include "cpu_train.h"
+#include "lower/lower.h"
+#include "plan/plan.h"
+#include "cli/cpu_train.h"
 #include "runtime/cpu/program.h"
-#include "validate.h"
+#include "validate/validate.h"
 
 enum { STEPS = 2 };
 

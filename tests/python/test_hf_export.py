@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_hf_export.py STEPC — `stepc export` / `stepc import` (compiler/export_hf.c) against an
+"""test_hf_export.py STEPC — `stepc export` / `stepc import` (compiler/cli/export_hf.c) against an
 independent implementation: the exported Hugging Face Llama directory is loaded (with the
 `safetensors` package where it is installed, else by this file's own reader of the format) and
 run through a NumPy Llama forward written here from Hugging Face's definition (RMSNorm, rotate_half

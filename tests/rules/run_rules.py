@@ -113,7 +113,7 @@ def cmd_models(stepc, root):
 
 def emitted_rules(root):
     rules = set()
-    # the field rules, and the graph checks `stepc check` runs after them (compiler/scope.c)
+    # the field rules, and the graph checks `stepc check` runs after them (compiler/passes/scope.c)
     for path in glob.glob(os.path.join(root, "compiler", "validate*.c")) + [os.path.join(root, "compiler", "scope.c")]:
         with open(path, encoding="utf-8") as f:
             rules |= set(RULE_RE.findall(f.read()))

@@ -1,6 +1,6 @@
 /* dp_cuda.c — data parallel on cuda, what can be checked without a GPU (the recording device):
  *
- *  - the buckets' fire points (compiler/schedule.c, schedule_bucket_fire): for every main gradient
+ *  - the buckets' fire points (compiler/passes/schedule.c, schedule_bucket_fire): for every main gradient
  *    of every recipe below, the op the compiler names as the launch that last writes it is the
  *    last op of the micro program whose recorded launches (kernel pointer arguments, GEMM and
  *    attention operands, memsets, copies) touch the gradient's bytes — an oracle independent of
@@ -9,7 +9,7 @@
  *    partials buffer exactly; a masked multi-tensor table differs from the full one only by n = 0
  *    in the masked rows; the hyper-parameter launch kept for a skipped AdamW is the one the op
  *    itself makes first;
- *  - the distributed optimizer's region on a rank (compiler/memplan.c, runtime/api_dp.c): with the
+ *  - the distributed optimizer's region on a rank (compiler/plan/memplan.c, runtime/api_dp.c): with the
  *    other ranks' masters and moments at 0 bytes the launch lowering opens, its layout hash is the
  *    full graph's (the one the launch program is lowered from), and every AdamW launch of a tensor
  *    the rank owns — alone, and as a multi-tensor table row — points where the full graph's points

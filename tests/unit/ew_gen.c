@@ -1,4 +1,4 @@
-/* ew_gen.c — the generated fused elementwise kernels (compiler/ew_fuse.c, templates/), CPU only:
+/* ew_gen.c — the generated fused elementwise kernels (compiler/passes/ew_fuse.c, templates/), CPU only:
  * on gpt3_tiny (bf16) the executor fuses the 4 backward residual-gradient ADD -> DROPOUT_BWD
  * chains; their kernels' text is the same on every analysis of the graph, their parameters are
  * the ones ew_fuse.h lists (stored outputs, inputs, n, the dropout's p, seed slot and stream), the
@@ -6,8 +6,8 @@
  * compiles kernels.cu with them for sm_90 into a cubin holding every generated symbol. */
 #include <stdlib.h>
 
-#include "kernel_text.h"
-#include "compiler/cubin.h"
+#include "codegen/cubin/kernel_text.h"
+#include "compiler/codegen/cubin/cubin.h"
 #include "record_run.h"
 
 typedef RecordRun Run;

@@ -1,4 +1,4 @@
-/* exec_fuse.c — the compiler's fusions (compiler/fuse.c) as the executor runs them on the recording
+/* exec_fuse.c — the compiler's fusions (compiler/passes/fuse.c) as the executor runs them on the recording
  * device, no GPU: which ops fuse, what the fused op launches (always straight into the group's
  * output: the plan keeps it off every operand), that the bit-changing fusions (LINEAR+ADD, DROPOUT+ADD) pick the same forward pairs under every
  * recompute setting and fuse every replay of a fused pair, that a norm backward and the residual

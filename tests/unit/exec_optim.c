@@ -1,4 +1,4 @@
-/* exec_optim.c — the optimizer's multi-tensor groups (compiler/fuse.c's fuse_optimizer) and how
+/* exec_optim.c — the optimizer's multi-tensor groups (compiler/passes/fuse.c's fuse_optimizer) and how
  * the CUDA executor runs them, on the recording device (no GPU):
  *   - the pass on a hand-built graph: which ops join a group (runs of GRAD_SUMSQ into one
  *     accumulator, runs of ADAMW of one setting, only ops the recipe allows), which run alone;
@@ -13,9 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "fuse.h"
+#include "passes/fuse.h"
 #include "kernels/launch.h"
-#include "plan.h"
+#include "plan/plan.h"
 #include "record_run.h"
 
 /* ---- the pass on a hand-built graph ---- */
@@ -148,7 +148,7 @@ static uint64_t *relative_table(Run *r, int o, int64_t *nw) {
   return c;
 }
 
-/* The optimizer phase's modelled time and bytes (compiler/cost.c) on the H200. */
+/* The optimizer phase's modelled time and bytes (compiler/plan/cost.c) on the H200. */
 static void optimizer_cost(const Graph *g, double *time, double *bytes) {
   Device d;
   cost_device_h200(&d);

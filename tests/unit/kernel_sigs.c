@@ -10,7 +10,7 @@
  * alone would not see two pointers swapped: names and types do, and the self-test below proves it
  * on a copy of a real declaration.
  *
- * The declarations are read from the text embedded in the compiler (compiler/kernel_text.h), i.e.
+ * The declarations are read from the text embedded in the compiler (compiler/codegen/cubin/kernel_text.h), i.e.
  * what NVRTC compiles. The parser knows the two forms kernels/ uses: a plain
  * `extern "C" __global__ void NAME(...)` and a macro whose body declares
  * `extern "C" __global__ void [__launch_bounds__(...)] PARAM(...)`, instantiated at the start of a
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_text.h"
+#include "codegen/cubin/kernel_text.h"
 #include "runtime/rt.h"
 
 #define MAX_DECLS 256

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "autodiff.h"
+#include "passes/autodiff.h"
 #include "ops/ops.h"
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 
 #define OPCHECK_TOL 1e-5
 

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "diag.h"
+#include "validate/diag.h"
 #include "frontend/frontend.h"
 #include "codegen/launch/exec.h"
 #include "runtime/record.h"
-#include "plan.h"
-#include "validate.h"
+#include "plan/plan.h"
+#include "validate/validate.h"
 
 static int failures;
 #define CHECK(c, ...)                                      \

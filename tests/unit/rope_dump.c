@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 #include "ops/ops.h"
 
 static double input(int64_t i) { return sin(0.37 * (double)i) + 0.25 * cos(1.3 * (double)i); }

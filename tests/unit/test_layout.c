@@ -1,4 +1,4 @@
-/* test_layout.c — where a stepc finds its files (compiler/layout.h): the install layout around
+/* test_layout.c — where a stepc finds its files (compiler/cli/layout.h): the install layout around
  * PREFIX/bin/stepc, a build tree's layout file beside the executable (relative paths from its
  * folder), and a malformed layout file refused with its file:line; stepc_layout_check names a
  * missing file. */
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "layout.h"
+#include "cli/layout.h"
 
 static int failures;
 #define CHECK(c)                                                                                             \

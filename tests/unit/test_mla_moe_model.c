@@ -2,8 +2,8 @@
  * layer, MoE layers with shared experts and the aux loss) lowered whole:
  *   gradcheck: every parameter in fp64 against central differences, for the recipe and its
  *     variants (no q_lora_rank, unfused attention, capacity dropping with and without padding,
- *     top-1 without shared experts). Tolerance GRADCHECK_TOL (1e-4, compiler/cpu_train.h); routing jumps are
- *     handled by the gradcheck's smaller-step retry (compiler/cpu_train.c).
+ *     top-1 without shared experts). Tolerance GRADCHECK_TOL (1e-4, compiler/cli/cpu_train.h); routing jumps are
+ *     handled by the gradcheck's smaller-step retry (compiler/cli/cpu_train.c).
  *   tags: modules, recompute labels and graph scopes of the MLA and MoE ops (docs/megatron-rules.md
  *     §2.2, §3.2), dense vs MoE layers by moe_layer_freq, the aux loss in the training loss;
  *   the hybrid recipe (nemotron3_nano) lowers its 23 Mamba, 6 attention and 23 MoE layers;
@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
-#include "lower.h"
-#include "cpu_train.h"
-#include "validate.h"
+#include "lower/lower.h"
+#include "cli/cpu_train.h"
+#include "validate/validate.h"
 
 #define RECIPE "tests/recipes/tiny_mla_moe.lua"
 #define STEPS_FIT 40

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 
 #include "frontend/frontend.h"
-#include "lower.h"
-#include "cpu_train.h"
-#include "validate.h"
+#include "lower/lower.h"
+#include "cli/cpu_train.h"
+#include "validate/validate.h"
 
 static int run(const char *path, const char *const *ov, int nov) {
   static Spec raw, spec;

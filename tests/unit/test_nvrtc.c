@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernel_text.h"
-#include "compiler/cubin.h"
+#include "codegen/cubin/kernel_text.h"
+#include "compiler/codegen/cubin/cubin.h"
 #include "tests/gpu/flash_variants.h"
 
 static int failures;

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ew_fuse.h"
-#include "plan.h"
+#include "passes/ew_fuse.h"
+#include "plan/plan.h"
 
 static int failures;
 #define CHECK(k, c)                                                                                          \

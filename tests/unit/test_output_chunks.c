@@ -14,10 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu_train.h"
+#include "cli/cpu_train.h"
 #include "frontend/frontend.h"
-#include "plan.h"
-#include "validate.h"
+#include "plan/plan.h"
+#include "validate/validate.h"
 
 static int fails;
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
-#include "lower.h"
-#include "validate.h"
+#include "lower/lower.h"
+#include "validate/validate.h"
 
 static int failures;
 #define CHECK(c)                                                                                   \

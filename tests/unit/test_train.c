@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "frontend/frontend.h"
-#include "lower.h"
-#include "cpu_train.h"
-#include "validate.h"
+#include "lower/lower.h"
+#include "cli/cpu_train.h"
+#include "validate/validate.h"
 
 /* Overfitting one batch of 2 x 32 random tokens: ln(256) = 5.55 at the start. */
 #define STEPS_FIT 60

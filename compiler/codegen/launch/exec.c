@@ -100,7 +100,7 @@ static int accumulate_only(OpKind k) {
   return k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD || k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
 }
 
-/* Takes the compiler's fusions (compiler/fuse.c, recorded on the graph) and checks that what is
+/* Takes the compiler's fusions (compiler/passes/fuse.c, recorded on the graph) and checks that what is
  * left to launch has a dispatch row. */
 static int analyse(RtExec *x, int *unsupported) {
   const Graph *g = x->g;

@@ -15,7 +15,7 @@
  * nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the
  * SM count of the device (a recording device's: stepc build --sms), so the plan reports it.
  *
- * Fusions the lowering emits, as the compiler recorded them on the graph (compiler/fuse.c; each
+ * Fusions the lowering emits, as the compiler recorded them on the graph (compiler/passes/fuse.c; each
  * keeps the IR's result, only skips a round trip), besides the pairs and chains:
  *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
  *    there directly (cuBLASLt beta = 1 for LINEAR_WGRAD; the embedding, norm and bias kernels

@@ -7,7 +7,7 @@
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
-/* The fusions the compiler decided (compiler/fuse.c; ir.h's FuseKind): the op that runs a group
+/* The fusions the compiler decided (compiler/passes/fuse.c; ir.h's FuseKind): the op that runs a group
  * carries the kind in RtExec.fuse and the group's first op in RtExec.peer. The memory plan keeps
  * every output of a group off everything the group reads, so each writes straight to its slot. */
 enum {

@@ -12,7 +12,7 @@
  *
  * Pointers are CUdeviceptr whatever they point to (the table spells the device type, which the
  * test compares with the declaration). The block is 1-D because rt_launch's is. The generated
- * elementwise kernels (compiler/ew_fuse.h) have no launcher here: their signatures are made per
+ * elementwise kernels (compiler/passes/ew_fuse.h) have no launcher here: their signatures are made per
  * step, so exec.c's run_chain still builds their argument arrays. */
 #ifndef STEPC_RT_CUDA_LAUNCHERS_H
 #define STEPC_RT_CUDA_LAUNCHERS_H

@@ -91,7 +91,7 @@ static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C);
 }
 
-/* The fused QKV split + RoPE group ending at op o (compiler/fuse.c, FUSE_ROPE_QKV): forward, the
+/* The fused QKV split + RoPE group ending at op o (compiler/passes/fuse.c, FUSE_ROPE_QKV): forward, the
  * split (peer) and its two RoPEs; backward, the two inverse RoPEs (peer, peer + 1) and the concat
  * (o). One block per token row (rope.cuh). */
 static int rope_qkv(RtExec *x, int o) {
@@ -143,7 +143,7 @@ static int dropout(RtExec *x, const Op *op, int backward) {
 int rt_op_dropout(RtExec *x, const Op *op) { return dropout(x, op, 0); }
 
 /* DROPOUT -> ADD whose dropout output has no other reader: out = r + dropout(in) in one kernel
- * (compiler/fuse.c). Same grid, seed slot, stream id and element count as `dropout`, so the same
+ * (compiler/passes/fuse.c). Same grid, seed slot, stream id and element count as `dropout`, so the same
  * Philox mask as dropout_backward and a replay regenerate; the kept value is scaled and added in
  * fp32 and rounded once. */
 static int dropout_add(RtExec *x, const Op *dr, const Op *add) {

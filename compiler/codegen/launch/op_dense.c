@@ -16,7 +16,7 @@ static int rt_op_linear(RtExec *x, const Op *op) {
 
 /* y + r for an ADD (y, r) or (r, y) whose y is this LINEAR's only reader: D = x W^T (+ b) + r,
  * r as cuBLASLt's C (beta = 1), D the add's output, so the product is rounded to bf16 once, after
- * the residual is added (compiler/fuse.c chose the pair; the plan keeps D off every operand). */
+ * the residual is added (compiler/passes/fuse.c chose the pair; the plan keeps D off every operand). */
 int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
   const Tensor *a = rt_t(x, lin->in[0]), *w = rt_t(x, lin->in[1]);
   int y = lin->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];

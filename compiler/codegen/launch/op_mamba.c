@@ -1,5 +1,5 @@
 /* op_mamba.c — dispatch of the Mamba-2 mixer's ops (ir/ops/mamba.c) that the lowering builds
- * (compiler/lower_mamba.c): MAMBA_MIXER (conv1d + SiLU, dt softplus, the chunked SSD scan and the
+ * (compiler/lower/lower_mamba.c): MAMBA_MIXER (conv1d + SiLU, dt softplus, the chunked SSD scan and the
  * D skip in one kernel), MAMBA_GATE and MAMBA_GROUP_NORM, and their backwards. Kernels in
  * kernels/mamba.cuh, geometry in kernels/launch.h.
  *

@@ -1,5 +1,5 @@
 /* op_optim.c — dispatch of the optimizer ops (ir/ops/optim.c) and the tables of the compiler's
- * multi-tensor groups (compiler/fuse.c's fuse_optimizer): one norm_squared_multi launch for a run
+ * multi-tensor groups (compiler/passes/fuse.c's fuse_optimizer): one norm_squared_multi launch for a run
  * of GRAD_SUMSQ ops, one adamw_multi for a run of ADAMW ops. A group's table (kernels/launch.h)
  * lists its tensors in op order with the first chunk of each, so the kernels' partials and updates
  * do not depend on anything decided at run time; it is written once, when the executor opens, from

@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-#include "ew_fuse.h"
+#include "passes/ew_fuse.h"
 #include "ir.h"
-#include "plan.h"
+#include "plan/plan.h"
 #include "runtime/program.h"
 
 /* The SM count a program's grids and partial sums are sized for by default (H100 / H200 SXM). */

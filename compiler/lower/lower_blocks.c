@@ -1,0 +1,70 @@
+/* lower_blocks.c — building helpers shared by the MLA, MoE and Mamba builders and lower.c's
+ * dense MLP (see lower_blocks.h).
+ * They mirror lower.c's own helpers, which are static there; the parameter names and inits are
+ * the same so that both paths name weights alike. */
+#include "lower/lower_blocks.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const char *sub) {
+  graph_set_layer(L->g, l);
+  graph_set_labels(L->g, labels);
+  graph_set_scopes(L->g, scopes);
+  graph_module(L->g, "layers.%d.%s", l, sub);
+}
+
+int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init,
+             double std) {
+  char name[IR_NAME_MAX];
+  snprintf(name, sizeof name, "%s.%s", L->g->cur.module, suffix);
+  return graph_param(L->g, name, L->dt, ndim, shape, init, std);
+}
+
+int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std) {
+  int64_t ws[2] = {n_out, n_in};
+  int in[3] = {x, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), -1};
+  if (L->s->model.add_bias_linear) in[2] = lb_param(L, "bias", 1, &n_out, IR_INIT_ZEROS, 0);
+  return graph_op1(L->g, OP_LINEAR, in, L->s->model.add_bias_linear ? 3 : 2, NULL, NULL);
+}
+
+int lb_norm(const LowerBlock *L, int x, int64_t width) {
+  bool ln = strcmp(L->s->model.normalization, "LayerNorm") == 0;
+  int in[3] = {x, lb_param(L, "weight", 1, &width, IR_INIT_ONES, 0),
+               ln ? lb_param(L, "bias", 1, &width, IR_INIT_ZEROS, 0) : -1};
+  OpAttrs a = {.f = {L->s->model.layernorm_epsilon}};
+  return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
+}
+
+int lb_dropout(const LowerBlock *L, int x, double p) {
+  if (p <= 0) return x;
+  OpAttrs a = {.f = {p}, .i = {(*L->stream)++}};
+  return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
+}
+
+int lb_attn_impl(const SpecModel *m) {
+  if (strcmp(m->attention_backend, "fused") == 0) return ATTN_IMPL_CUDNN;
+  return strcmp(m->attention_backend, "auto") == 0 ? ATTN_IMPL_AUTO : ATTN_IMPL_FLASH;
+}
+
+/* activation_func x gated_linear_unit -> the op (and its i[0]) */
+static const struct {
+  const char *func;
+  bool glu;
+  OpKind kind;
+  int64_t i0;
+} MLP_ACTS[] = {
+    {"silu", true, OP_SWIGLU, 0},         {"gelu", true, OP_GEGLU, 0},          {"gelu", false, OP_GELU, 0},
+    {"relu", false, OP_RELU_ACT, 0},      {"squared_relu", false, OP_RELU_ACT, 1},
+};
+
+int lb_mlp_act(Graph *g, const SpecModel *m, int u) {
+  const char *f = m->activation_func;
+  bool glu = m->gated_linear_unit;
+  for (size_t i = 0; i < sizeof MLP_ACTS / sizeof *MLP_ACTS; i++)
+    if (MLP_ACTS[i].glu == glu && strcmp(MLP_ACTS[i].func, f) == 0) {
+      OpAttrs a = {.i = {MLP_ACTS[i].i0}};
+      return graph_op1(g, MLP_ACTS[i].kind, &u, 1, &a, NULL);
+    }
+  return graph_fail(g, "MLPs with activation_func %s%s are not lowered yet", f, glu ? " (gated)" : "");
+}

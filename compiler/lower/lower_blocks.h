@@ -1,0 +1,60 @@
+/* lower_blocks.h — the MLA attention and MoE MLP builders that lower.c calls for the layers that
+ * have them, and the few building helpers they share.
+ *
+ * Each builder appends one sub-layer, from its input norm to its residual add, and tags every op
+ * it emits (module path, recompute labels per docs/megatron-rules.md §3.2, graph
+ * scopes per §2.2); the tag table is at the top of lower_mla.c and lower_moe.c. */
+#ifndef STEPC_LOWER_BLOCKS_H
+#define STEPC_LOWER_BLOCKS_H
+
+#include <stdint.h>
+
+#include "ir.h"
+#include "frontend/spec.h"
+
+/* What the builders need from lower.c's state. */
+typedef struct {
+  Graph *g;
+  const Spec *s;
+  DType dt;            /* compute dtype of weights and activations */
+  int64_t b, t, c;     /* micro-batch, sequence, hidden size */
+  double std, out_std; /* init_method_std and the scaled init of output projections */
+  int *stream;         /* next dropout RNG stream, shared with lower.c */
+} LowerBlock;
+
+/* MLA self-attention of layer `l` on the residual stream x (B, T, C): input_layernorm through
+ * self_attn_bda. Returns the new residual stream, -1 on error (message in g->err). */
+int lower_mla(const LowerBlock *L, int l, int x);
+
+/* The MoE MLP of layer `l` on x (B, T, C): pre_mlp_layernorm, router, dispatch, grouped experts,
+ * combine, shared experts, mlp_bda. Returns the new residual stream or -1. When the recipe has
+ * moe_aux_loss_coeff > 0, the layer's load-balancing loss is added into *aux (a (1) fp32 tensor,
+ * -1 before the first MoE layer), which lower.c adds to the language-model loss. */
+int lower_moe(const LowerBlock *L, int l, int x, int *aux);
+
+/* A Mamba-2 layer `l` of a hybrid model on x (B, T, C): norm, mixer, residual add (lower_mamba.c).
+ * Returns the new residual stream or -1. */
+int lower_mamba(const LowerBlock *L, int l, int x);
+/* Mamba heads: mamba_num_heads, or 2 * hidden_size / mamba_head_dim when null (expand = 2). */
+int64_t lower_mamba_heads(const Spec *s);
+
+/* ---- helpers shared by lower_mla.c, lower_moe.c and lower_mamba.c (lower_blocks.c) ---- */
+/* Sets layer, labels, scopes and the module "layers.<l>.<sub>" for the ops that follow. */
+void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const char *sub);
+/* A parameter "<current module>.<suffix>" of the compute dtype (ndim 1..3). */
+int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *shape, IrInit init,
+             double std);
+/* y = x W^T (+ b when add_bias_linear) with W (n_out, n_in) in the current module. */
+int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
+/* The recipe's normalization over the last dim (width), weights in the current module. */
+int lb_norm(const LowerBlock *L, int x, int64_t width);
+/* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated), chosen by
+ * activation_func and gated_linear_unit (MLP_ACTS in lower_blocks.c); -1 with g->err for a
+ * combination it does not lower. */
+int lb_mlp_act(Graph *g, const SpecModel *m, int u);
+/* Dropout with the next RNG stream; x itself when p <= 0. */
+int lb_dropout(const LowerBlock *L, int x, double p);
+/* FLASH_ATTN's a.i[2] (ir.h's ATTN_IMPL_*) for model.attention_backend flash, fused or auto. */
+int lb_attn_impl(const SpecModel *m);
+
+#endif

@@ -1,0 +1,157 @@
+/* lower_moe.c — the MoE MLP of one layer (Megatron's MoELayer on a single rank), from the pre-MLP
+ * layernorm to the residual add.
+ *
+ * Tags (docs/megatron-rules.md §2.2 scopes, §3.2 labels); every op is in scopes `layer` and `moe`:
+ *   pre_mlp_layernorm                  layernorm          + moe_router, moe_preprocess
+ *   mlp.router (linear, top-k, aux)    moe                + moe_router, moe_preprocess
+ *   mlp.shared_experts.*               moe, shared_experts + moe_router, moe_preprocess unless
+ *                                                          moe_shared_expert_overlap
+ *   mlp.token_dispatcher (dispatch map, permute)  moe     + moe_preprocess for the alltoall
+ *                                      dispatcher, whose dispatch_preprocess permutes; allgather
+ *                                      and flex permute after the dispatch, outside that graph
+ *   mlp.experts.linear_fc1 / linear_fc2 moe
+ *   mlp.experts.act                    moe, moe_act
+ *   mlp.token_dispatcher (unpermute), mlp (shared-expert add)   moe
+ *   mlp_bda                            -
+ * A graph scope that holds moe_router also holds moe_preprocess (which needs moe_router), so
+ * router ops carry both bits.
+ *
+ * Routing follows Megatron's defaults: score function softmax, moe_router_pre_softmax=False
+ * (top-k of the logits, softmax over the k: a token's probabilities sum to 1), token drop policy
+ * by position when a capacity factor is set (the earliest tokens of each expert are kept; see
+ * ops/moe_dispatch.c for why the buffers are T*k or E*capacity rows). The routing probabilities
+ * scale each row in the expert activation, as Megatron's grouped experts do, so the combine is a
+ * plain sum. The load-balancing loss of each MoE layer is added to the training loss. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lower/lower_blocks.h"
+
+static int act_kind(const char *f) { /* MOE_ACT's i[1] (ops/moe_experts.c) */
+  if (strcmp(f, "silu") == 0) return 0;
+  if (strcmp(f, "gelu") == 0) return 1;
+  if (strcmp(f, "relu") == 0) return 2;
+  if (strcmp(f, "squared_relu") == 0) return 3;
+  return -1;
+}
+
+/* The shared-expert MLP: a dense MLP of moe_shared_expert_intermediate_size. */
+static int shared_experts(const LowerBlock *L, int l, int hn, int64_t fs, uint32_t scopes) {
+  const SpecModel *m = &L->s->model;
+  const uint32_t lab = IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS;
+  bool glu = m->gated_linear_unit;
+  lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc1");
+  int u = lb_linear(L, hn, glu ? 2 * fs : fs, L->c, L->std);
+  lb_tags(L, l, lab, scopes, "mlp.shared_experts.act");
+  if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
+  lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc2");
+  return lb_linear(L, u, L->c, fs, L->out_std);
+}
+
+int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
+  const Spec *s = L->s;
+  const SpecModel *m = &s->model;
+  Graph *g = L->g;
+  const uint32_t SM = IR_SCOPE_LAYER | IR_SCOPE_MOE, SR = SM | IR_SCOPE_MOE_ROUTER | IR_SCOPE_MOE_PREPROCESS;
+  const uint32_t SP =
+      strcmp(m->moe_token_dispatcher_type, "alltoall") == 0 ? SM | IR_SCOPE_MOE_PREPROCESS : SM;
+  const uint32_t M = IR_LABEL_MOE;
+  int64_t ne = m->num_moe_experts, k = m->moe_router_topk, f = spec_moe_ffn_hidden_size(s), c = L->c;
+  int64_t rows = L->b * L->t;
+  bool glu = m->gated_linear_unit;
+  int act = act_kind(m->activation_func);
+  bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size] &&
+                m->moe_shared_expert_intermediate_size > 0;
+  if (ne < 2 || k < 1 || k > ne || f < 1 || act < 0)
+    return graph_fail(
+        g, "MoE sizes cannot be lowered (experts %lld, top-k %lld, moe_ffn_hidden_size %lld, activation %s)",
+        (long long)ne, (long long)k, (long long)f, m->activation_func);
+  if (m->add_bias_linear)
+    return graph_fail(g, "expert biases (add_bias_linear with MoE) are not lowered yet");
+  if (s->present[SPEC_F_model_moe_input_jitter_eps] && m->moe_input_jitter_eps > 0)
+    return graph_fail(g, "moe_input_jitter_eps is not lowered yet");
+  /* Megatron's get_capacity: ceil(tokens * k / E * factor), over this micro-batch's tokens */
+  int64_t cap = 0;
+  if (s->present[SPEC_F_model_moe_expert_capacity_factor]) {
+    cap = (int64_t)ceil((double)(rows * k) / (double)ne * m->moe_expert_capacity_factor);
+    if (cap < 1) cap = 1;
+  }
+  int64_t n = cap ? ne * cap : rows * k; /* rows of the permuted buffer */
+
+  lb_tags(L, l, IR_LABEL_LAYERNORM, SR, "pre_mlp_layernorm");
+  int hn = lb_norm(L, x, c); /* (B,T,C) */
+
+  lb_tags(L, l, M, SR, "mlp.router");
+  /* Megatron keeps the router weight in fp32 whatever the compute dtype */
+  int64_t ws[2] = {ne, c};
+  char name[IR_NAME_MAX];
+  snprintf(name, sizeof name, "%s.weight", g->cur.module);
+  int lin[2] = {hn, graph_param(g, name, DT_F32, 2, ws, IR_INIT_NORMAL, L->std)};
+  int logits = graph_op1(g, OP_LINEAR, lin, 2, NULL, NULL); /* (B,T,E) */
+  OpAttrs ta = {.i = {k, 0}};
+  int topk[2]; /* probs (B,T,k), expert idx (B,T,k) */
+  if (graph_op(g, OP_ROUTER_TOPK, &logits, 1, &ta, topk, NULL) < 0) return -1;
+  int layer_aux = -1;
+  if (m->moe_aux_loss_coeff > 0) {
+    int scores = graph_op1(g, OP_SOFTMAX, &logits, 1, NULL, NULL); /* (B,T,E) over all experts */
+    OpAttrs xa = {.f = {m->moe_aux_loss_coeff}, .i = {k}};
+    int ai[2] = {scores, topk[1]};
+    layer_aux = graph_op1(g, OP_MOE_AUX_LOSS, ai, 2, &xa, NULL); /* (1) */
+  }
+
+  int sh = -1;
+  if (shared)
+    sh = shared_experts(L, l, hn, m->moe_shared_expert_intermediate_size,
+                        m->moe_shared_expert_overlap ? SM : SR);
+
+  lb_tags(L, l, M, SP, "mlp.token_dispatcher");
+  OpAttrs da = {.i = {ne, cap, cap && m->moe_pad_expert_input_to_capacity, 0}};
+  int disp[3]; /* row_of (B,T,k), expert segments (E,2), tokens per expert (E) */
+  if (graph_op(g, OP_MOE_DISPATCH, &topk[1], 1, &da, disp, NULL) < 0) return -1;
+  OpAttrs pa = {.i = {n}};
+  int pin[3] = {hn, topk[0], disp[0]}, perm[2]; /* tokens (N,C), probs (N) */
+  if (graph_op(g, OP_MOE_PERMUTE, pin, 3, &pa, perm, NULL) < 0) return -1;
+
+  lb_tags(L, l, M, SM, "mlp.experts.linear_fc1");
+  int64_t w1s[3] = {ne, glu ? 2 * f : f, c}, w2s[3] = {ne, c, f};
+  int g1[3] = {perm[0], lb_param(L, "weight", 3, w1s, IR_INIT_NORMAL, L->std), disp[1]};
+  int h1 = graph_op1(g, OP_GROUPED_LINEAR, g1, 3, NULL, NULL); /* (N, F or 2F) */
+  lb_tags(L, l, M | IR_LABEL_MOE_ACT, SM, "mlp.experts.act");
+  OpAttrs aa = {.i = {glu, act}};
+  int ain[2] = {h1, perm[1]};
+  int a = graph_op1(g, OP_MOE_ACT, ain, 2, &aa, NULL); /* (N, F) */
+  lb_tags(L, l, M, SM, "mlp.experts.linear_fc2");
+  int g2[3] = {a, lb_param(L, "weight", 3, w2s, IR_INIT_NORMAL, L->out_std), disp[1]};
+  int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N, C) */
+
+  lb_tags(L, l, M, SM, "mlp.token_dispatcher");
+  int uin[2] = {y, disp[0]};
+  int out = graph_op1(g, OP_MOE_UNPERMUTE, uin, 2, &pa, NULL); /* (B,T,C) */
+  if (sh >= 0) {
+    lb_tags(L, l, M, SM, "mlp");
+    int add[2] = {out, sh};
+    snprintf(name, sizeof name, "layers.%d.mlp.output", l);
+    out = graph_op1(g, OP_ADD, add, 2, NULL, name);
+  }
+
+  lb_tags(L, l, 0, SM, "mlp_bda");
+  out = lb_dropout(L, out, m->hidden_dropout);
+  int add[2] = {x, out};
+  int res = graph_op1(g, OP_ADD, add, 2, NULL, NULL);
+
+  if (layer_aux >= 0) { /* the running sum over layers belongs to the loss, outside any layer */
+    graph_set_layer(g, -1);
+    graph_set_labels(g, 0);
+    graph_set_scopes(g, 0);
+    graph_module(g, "loss.moe_aux_loss");
+    if (*aux < 0)
+      *aux = layer_aux;
+    else {
+      int sum[2] = {*aux, layer_aux};
+      snprintf(name, sizeof name, "loss.moe_aux_loss.through_layer%d", l);
+      *aux = graph_op1(g, OP_ADD, sum, 2, NULL, name);
+    }
+  }
+  return g->err[0] ? -1 : res;
+}

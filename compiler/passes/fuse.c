@@ -1,0 +1,385 @@
+/* fuse.c — the fusion pass (fuse.h). */
+#include "passes/fuse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/launch.h"
+#include "ops/ops.h"
+
+/* The pass reads one per-kind fact from the op table (sink: which weight-gradient kernels may
+ * accumulate into the fp32 main gradient, ir.h) and names kinds itself everywhere else: each
+ * pattern below is one hand-written fused kernel's (linear_add, residual norms, rope_split_qkv,
+ * the in-place loss, adamw_multi), a decision about that kernel's operands, not a fact of either
+ * op alone. */
+static int sinkable(OpKind k) { return op_info(k)->facts.sink == SINK_YES; }
+
+static int same_shape(const Graph *g, int a, int b) {
+  const Tensor *ta = &g->t[a], *tb = &g->t[b];
+  return ta->dtype == tb->dtype && ta->ndim == tb->ndim && !memcmp(ta->shape, tb->shape, sizeof ta->shape);
+}
+
+/* Same phase, layer and graph scopes: in every graph mode both ops sit in one scope instance (or
+ * both outside any). Recompute labels may differ (fc2 carries `mlp`, its residual add none): a
+ * pair fuses in forward and in every replay of it or nowhere, and the decision reads only forward
+ * readers, so it is the same whichever labels are recomputed. */
+static int same_tags(const IrTags *a, const IrTags *b) {
+  return a->phase == b->phase && a->layer == b->layer && a->scopes == b->scopes;
+}
+
+/* Whether op o (an ADD) and its predecessor o - 1 form a LINEAR/DROPOUT -> ADD pair:
+ * FUSE_LINEAR_ADD, FUSE_DROPOUT_ADD or 0. The first two change the bits (the product or the
+ * dropout output is added in fp32 before the one bf16 rounding), so they depend on the op
+ * structure only and a forward pair fuses only together with every replay of it. */
+static int producer_pair(const Graph *g, const int *uses, int o) {
+  const Op *add = &g->op[o];
+  if (o < 1 || add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1]) return 0;
+  if (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY) return 0;
+  const Op *p = &g->op[o - 1];
+  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || add->skip || p->skip) return 0;
+  int y = p->out[0], k = add->in[0] == y ? 0 : add->in[1] == y ? 1 : -1, out = add->out[0];
+  if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT) return 0;
+  /* the dropout's mask output (out[1]) is neither written nor read on CUDA: DROPOUT_BWD
+   * regenerates the mask from (seed, stream) */
+  int r = add->in[1 - k];
+  if (!same_shape(g, y, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16) return 0;
+  if (g->t[y].alias != y || g->t[r].alias != r || g->t[out].alias != out) return 0;
+  if (p->kind == OP_DROPOUT) return p->nin == 1 && same_shape(g, p->in[0], y) ? FUSE_DROPOUT_ADD : 0;
+  return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? FUSE_LINEAR_ADD : 0;
+}
+
+/* Whether op o (a backward ADD) sums the dx of the norm backward just before it, read by nothing
+ * else, with another bf16 gradient of its shape, and the norm backward runs as the one-pass kernel
+ * (kernels/launch.h stepc_norm_bwd_warps), which can add the other gradient as it stores dx. */
+static int norm_bwd_add(const Graph *g, const int *uses, int o) {
+  const Op *add = &g->op[o], *n = &g->op[o - 1];
+  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || add->skip || add->fuse) return 0;
+  if ((n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) || n->skip || n->fuse ||
+      add->tags.phase != IR_PHASE_BACKWARD || !same_tags(&n->tags, &add->tags))
+    return 0;
+  int dx = n->out[0], k = add->in[0] == dx ? 0 : add->in[1] == dx ? 1 : -1, out = add->out[0];
+  if (k < 0 || uses[dx] != 1 || g->t[dx].role != ROLE_ACT_GRAD || g->t[dx].sink >= 0) return 0;
+  int r = add->in[1 - k], C = (int)ops_last(&g->t[dx]);
+  if (!same_shape(g, dx, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16 || C % 8) return 0;
+  if (g->t[dx].alias != dx || g->t[r].alias != r || g->t[out].alias != out || g->t[r].sink >= 0 || g->t[out].sink >= 0)
+    return 0;
+  return stepc_norm_bwd_warps(C, n->kind == OP_LAYERNORM_BWD ? 2 : 1) > 0;
+}
+
+static void fuse_pair(Graph *g, int run, int absorbed, int kind) {
+  g->op[run].fuse = (uint8_t)kind;
+  g->op[run].peer = absorbed;
+  g->op[absorbed].skip = 1;
+}
+
+static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
+  int *cand = calloc((size_t)g->nop + 1, sizeof *cand);
+  if (!cand) return snprintf(err, nerr, "out of memory"), -1;
+  for (int o = 0; o < g->nop; o++) cand[o] = producer_pair(g, uses, o);
+  /* a forward pair and its replays fuse together or not at all */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_ADD || op->tags.phase != IR_PHASE_REPLAY) continue;
+    int f = op->tags.fwd;
+    if (f < 0 || f >= g->nop || cand[o] != cand[f] || (cand[o] && g->op[o - 1].tags.fwd != f - 1)) cand[f] = -1;
+  }
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    int f = op->tags.phase == IR_PHASE_REPLAY ? op->tags.fwd : o;
+    if (cand[o] <= 0 || f < 0 || f >= g->nop || cand[f] != cand[o]) continue;
+    fuse_pair(g, o, o - 1, cand[o]);
+  }
+  free(cand);
+  /* ADD -> norm writes the bits the two kernels write */
+  for (int o = 0; o + 1 < g->nop; o++) {
+    const Op *add = &g->op[o], *n = &g->op[o + 1];
+    if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->skip || add->fuse || n->skip) continue;
+    if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] || n->tags.phase != add->tags.phase ||
+        (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY))
+      continue;
+    int out = add->out[0], a = add->in[0], b = add->in[1];
+    if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 || ops_last(&g->t[out]) % 8) continue;
+    if (g->t[a].alias != a || g->t[b].alias != b || g->t[out].alias != out) continue;
+    fuse_pair(g, o + 1, o, FUSE_ADD_NORM);
+  }
+  return 0;
+}
+
+/* The RoPE of ops a and b (consecutive, either order) applied to tensors x and y (x to one, y to
+ * the other), both in direction dir, with one base and scaling, each output its own storage: 1 and, in *ra /
+ * *rb, which op rotates x / y. */
+static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *ra, int *rb) {
+  const Op *p = &g->op[a], *q = &g->op[b];
+  if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse || p->a.i[0] != dir ||
+      q->a.i[0] != dir || p->a.f[0] != q->a.f[0] || p->a.f[1] != q->a.f[1])
+    return 0;
+  if (p->in[0] == x && q->in[0] == y) *ra = a, *rb = b;
+  else if (p->in[0] == y && q->in[0] == x) *ra = b, *rb = a;
+  else return 0;
+  return g->t[p->out[0]].alias == p->out[0] && g->t[q->out[0]].alias == q->out[0];
+}
+
+/* SPLIT_QKV with RoPE on q and k (forward or a replay), and the gradient's two inverse RoPEs with
+ * CONCAT_QKV, each as three consecutive ops of one phase, layer and scope set: one launch at the
+ * third (rope_split_qkv / rope_concat_qkv). Both kernels write the bits of the three ops (rope.cuh),
+ * so a group need not fuse together with its replays. The split's q and k, and the inverse RoPEs'
+ * outputs, are read by the group alone: nothing writes them on the GPU. */
+static void fuse_rope_qkv(Graph *g, const int *uses) {
+  for (int o = 0; o + 2 < g->nop; o++) {
+    Op *a = &g->op[o], *c = &g->op[o + 2];
+    if (!same_tags(&a->tags, &g->op[o + 1].tags) || !same_tags(&a->tags, &c->tags)) continue;
+    int ra, rb, D;
+    if (a->kind == OP_SPLIT_QKV && !a->skip && !a->fuse && a->nout == 3 &&
+        (a->tags.phase == IR_PHASE_FORWARD || a->tags.phase == IR_PHASE_REPLAY)) {
+      int q = a->out[0], k = a->out[1];
+      if (!rope_pair(g, o + 1, o + 2, q, k, 1, &ra, &rb) || uses[q] != 1 || uses[k] != 1) continue;
+      if (g->t[a->in[0]].alias != a->in[0] || g->t[a->out[2]].alias != a->out[2]) continue;
+      D = (int)a->a.i[2];
+    } else if (c->kind == OP_CONCAT_QKV && !c->skip && !c->fuse && c->nin == 3 && a->tags.phase == IR_PHASE_BACKWARD) {
+      int dq = c->in[0], dk = c->in[1];
+      if (g->t[dq].producer < o || g->t[dk].producer < o) continue;
+      if (!rope_pair(g, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra, &rb) ||
+          g->op[ra].out[0] != dq || g->op[rb].out[0] != dk || uses[dq] != 1 || uses[dk] != 1 || g->t[c->out[0]].alias != c->out[0])
+        continue;
+      D = (int)c->a.i[2];
+    } else continue;
+    if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF || g->t[g->op[ra].out[0]].dtype != DT_BF16) continue;
+    g->op[o].skip = g->op[o + 1].skip = 1;
+    g->op[o + 2].fuse = FUSE_ROPE_QKV;
+    g->op[o + 2].peer = o;
+    o += 2;
+  }
+}
+
+/* A run of consecutive pointwise ops no pair took (ew_fuse.h): every tensor its own storage, no
+ * weight gradient sunk into another's kernel. */
+static int chain_ok(const Graph *g, const IrChain *c) {
+  for (int j = 0; j < c->nops; j++) {
+    const Op *op = &g->op[c->op[j]];
+    for (int i = 0; i < op->nin; i++)
+      if (g->t[op->in[i]].alias != op->in[i] || g->t[op->in[i]].sink >= 0) return 0;
+    int y = op->out[0];
+    if (g->t[y].alias != y || g->t[y].sink >= 0) return 0;
+  }
+  return 1;
+}
+
+static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size_t nerr) {
+  uint8_t *blocked = calloc((size_t)g->nop + 1, 1), *pass = calloc((size_t)g->nop + 1, 1);
+  if (!blocked || !pass) {
+    free(blocked), free(pass);
+    return snprintf(err, nerr, "out of memory"), -1;
+  }
+  /* passable: a weight-gradient ACCUM sunk into its producer's kernel (an earlier op) launches
+   * nothing where it stands */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    blocked[o] = op->skip || op->fuse;
+    pass[o] = op->kind == OP_ACCUM && op->skip && !op->fuse && g->t[op->in[0]].sink >= 0 && g->t[op->in[0]].producer < o;
+  }
+  int rc = 0;
+  for (int o = 0; o < g->nop && rc == 0;) {
+    IrChain c;
+    if (!ew_chain_at(g, o, uses, blocked, pass, &c) || !chain_ok(g, &c)) {
+      o++;
+      continue;
+    }
+    IrChain *n = realloc(g->chain, (size_t)(g->nchain + 1) * sizeof *n);
+    if (!n || ew_kernel_add(ks, g, &c) < 0) {
+      if (n) g->chain = n;
+      rc = -1;
+      snprintf(err, nerr, "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out of memory)",
+               o, EW_MAX_KERNELS);
+      break;
+    }
+    g->chain = n;
+    g->chain[g->nchain++] = c;
+    int last = c.op[c.nops - 1];
+    for (int j = 0; j + 1 < c.nops; j++) g->op[c.op[j]].skip = 1;
+    g->op[last].fuse = FUSE_EW;
+    g->op[last].peer = c.first;
+    o = last + 1;
+  }
+  free(blocked), free(pass);
+  return rc;
+}
+
+/* Whether tensor t is written by a FILL: the constant loss gradient. */
+static int constant_fill(const Graph *g, int t) {
+  for (int f = 0; f < g->nop; f++)
+    if (g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == t) return 1;
+  return 0;
+}
+
+/* The chunked output layer's backward into its forward's launch (FUSE_LOSS_BWD): under a constant
+ * loss gradient the forward takes each chunk's gradient right after its loss, in place over the
+ * chunk's logits, so the chunk is multiplied once; the ops between (the loss's sum with the MoE
+ * aux loss, the FILL) write scalars. Its weight gradient must be sunk into the main gradient (a
+ * chunk's product adds into it); otherwise nothing fuses and the CUDA executor refuses the op. */
+static void fuse_loss_bwd(Graph *g) {
+  for (int b = 0; b < g->nop; b++) {
+    Op *bw = &g->op[b];
+    int f = bw->tags.fwd;
+    if (bw->kind != OP_LINEAR_CROSS_ENTROPY_BWD || bw->tags.phase != IR_PHASE_BACKWARD || f < 0 || f >= b) continue;
+    const Op *fw = &g->op[f];
+    if (fw->kind != OP_LINEAR_CROSS_ENTROPY || fw->tags.phase != IR_PHASE_FORWARD || bw->in[1] != fw->in[0] ||
+        bw->in[2] != fw->in[1] || bw->in[3] != fw->in[2] || bw->a.i[0] != fw->a.i[0] || !constant_fill(g, bw->in[0]) ||
+        g->t[bw->out[1]].sink < 0)
+      continue;
+    int early = 0; /* something between reads what the launch writes early */
+    for (int o = f + 1; o < b; o++)
+      for (int i = 0; i < g->op[o].nin; i++) early |= g->op[o].in[i] == bw->out[0] || g->op[o].in[i] == bw->out[1];
+    if (early) continue;
+    bw->skip = 1;
+    bw->fuse = FUSE_LOSS_BWD;
+    bw->peer = f;
+  }
+}
+
+/* Whether op o reads or writes tensor t, itself or through a weight gradient sunk into t. */
+static int touches(const Graph *g, const Op *op, int t) {
+  for (int i = 0; i < op->nin; i++)
+    if (op->in[i] == t) return 1;
+  for (int i = 0; i < op->nout; i++)
+    if (op->out[i] == t || g->t[op->out[i]].sink == t) return 1;
+  return 0;
+}
+
+static int micro_phase(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+
+/* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
+ * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD sunk into it, and
+ * whose last is the optimizer's ZERO, needs no zero: the GEMM stores its product (beta = 0, the
+ * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
+ * With more micro-batches the later ones must add, and one captured graph serves them all, so
+ * nothing changes there. */
+static void fuse_wgrad_store(Graph *g) {
+  if (g->num_microbatches != 1) return;
+  for (int z = 0; z < g->nop; z++) {
+    const Op *zo = &g->op[z];
+    if (zo->kind != OP_ZERO || zo->skip || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
+    int mg = zo->out[0], first = -1, last = -1;
+    if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
+    for (int pass = 0; pass < 2; pass++) /* execution order: the micro-batch, then the tail */
+      for (int o = 0; o < g->nop; o++)
+        if (micro_phase(g->op[o].tags.phase) == !pass && touches(g, &g->op[o], mg)) {
+          if (first < 0) first = o;
+          last = o;
+        }
+    if (first < 0 || last != z) continue;
+    Op *w = &g->op[first];
+    if (w->kind != OP_LINEAR_WGRAD || w->skip || w->fuse || w->nout != 1 || g->t[w->out[0]].sink != mg ||
+        tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+      continue;
+    w->fuse = FUSE_WGRAD_STORE;
+    w->peer = -1;
+    g->op[z].skip = 1;
+  }
+}
+
+/* Whether optimizer op b may join the multi-tensor run that op a is in: the same kind, both
+ * allowed by the recipe (i[0], optimizer.multi_tensor), and what the launch shares: the
+ * accumulator for GRAD_SUMSQ; the fp32 master, the (beta1, beta2, eps) setting and the clip,
+ * lr and step inputs for ADAMW (weight decay is per tensor: a table column). */
+static int multi_peer(const Op *a, const Op *b) {
+  if (a->kind != b->kind || !a->a.i[0] || !b->a.i[0] || a->skip || b->skip || a->fuse || b->fuse ||
+      a->tags.phase != IR_PHASE_OPTIMIZER || !same_tags(&a->tags, &b->tags))
+    return 0;
+  if (a->kind == OP_GRAD_SUMSQ) return a->nin == 1 && b->nin == 1 && a->out[0] == b->out[0];
+  if (a->kind != OP_ADAMW || a->nout != 4 || b->nout != 4 || a->nin != 4 || b->nin != 4) return 0;
+  for (int i = 1; i < 4; i++)
+    if (a->in[i] != b->in[i]) return 0;
+  return a->a.f[0] == b->a.f[0] && a->a.f[1] == b->a.f[1] && a->a.f[2] == b->a.f[2];
+}
+
+int fuse_optimizer(Graph *g) {
+  int groups = 0;
+  for (int o = 0; o < g->nop;) {
+    const Op *first = &g->op[o];
+    int last = o;
+    if (first->kind == OP_GRAD_SUMSQ || first->kind == OP_ADAMW)
+      while (last + 1 < g->nop && multi_peer(first, &g->op[last + 1])) last++;
+    if (last > o) {
+      for (int k = o; k < last; k++) g->op[k].skip = 1;
+      g->op[last].fuse = (uint8_t)(first->kind == OP_GRAD_SUMSQ ? FUSE_SUMSQ_MULTI : FUSE_ADAMW_MULTI);
+      g->op[last].peer = o;
+      groups++;
+    }
+    o = last + 1;
+  }
+  return groups;
+}
+
+int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
+  int *uses = calloc((size_t)g->nt + 1, sizeof *uses);
+  if (!uses) return snprintf(err, nerr, "out of memory"), -1;
+  for (int o = 0; o < g->nop; o++)
+    for (int i = 0; i < g->op[o].nin; i++) uses[g->op[o].in[i]]++;
+  /* weight gradients straight into their main gradients */
+  for (int o = 0; o < g->nop; o++) {
+    Op *op = &g->op[o];
+    if (op->kind != OP_ACCUM) continue;
+    int gt = op->in[0], mg = op->out[0], p = g->t[gt].producer;
+    if (uses[gt] == 1 && p >= 0 && sinkable(g->op[p].kind) && g->t[mg].dtype == DT_F32 &&
+        tensor_numel(&g->t[gt]) == tensor_numel(&g->t[mg])) {
+      g->t[gt].sink = mg;
+      op->skip = 1;
+    }
+  }
+  /* cross-entropy forward + backward in place over the logits: the backward's loss gradient must
+   * be a constant FILL and the logits read by nothing else */
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_CROSS_ENTROPY) continue;
+    for (int b = o + 1; b < g->nop; b++) {
+      Op *bw = &g->op[b];
+      if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
+      if (!constant_fill(g, bw->in[0]) || uses[op->in[0]] != 2) continue; /* then the CUDA executor refuses the unfused backward */
+      g->t[bw->out[0]].alias = op->in[0];
+      bw->skip = 1;
+    }
+  }
+  fuse_loss_bwd(g);
+  int rc = fuse_pairs(g, uses, err, nerr);
+  if (rc == 0) fuse_rope_qkv(g, uses);
+  if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
+  /* after the chains: an ADD a generated chain took (with a dropout's backward, say) stays there */
+  for (int o = 1; o < g->nop && rc == 0; o++)
+    if (norm_bwd_add(g, uses, o)) fuse_pair(g, o, o - 1, FUSE_NORM_BWD_ADD);
+  if (rc == 0) fuse_optimizer(g);
+  if (rc == 0) fuse_wgrad_store(g);
+  free(uses);
+  return rc;
+}
+
+void fuse_group(const Graph *g, int o, int *first, int *last) {
+  *first = *last = o;
+  if (g->op[o].fuse != FUSE_NONE && g->op[o].peer >= 0 && g->op[o].peer < o) *first = g->op[o].peer;
+}
+
+static int overlap(const Graph *g, int a, int b) {
+  const Tensor *ta = &g->t[g->t[a].alias], *tb = &g->t[g->t[b].alias];
+  if (ta->buffer != tb->buffer || ta->bytes == 0 || tb->bytes == 0) return 0;
+  return ta->offset < tb->offset + tb->bytes && tb->offset < ta->offset + ta->bytes;
+}
+
+int fuse_verify(const Graph *g, char *err, size_t nerr) {
+  for (int o = 0; o < g->nop; o++) {
+    int first, last;
+    fuse_group(g, o, &first, &last);
+    if (first == last) continue;
+    for (int w = first; w <= last; w++)
+      for (int j = 0; j < g->op[w].nout; j++)
+        for (int r = first; r <= last; r++)
+          for (int i = 0; i < g->op[r].nin; i++) {
+            int out = g->op[w].out[j], in = g->op[r].in[i];
+            if (out != in && overlap(g, out, in)) {
+              snprintf(err, nerr, "the fused group of ops %d..%d (%s): %s is planned over %s", first, last, g->op[o].tags.module,
+                       g->t[out].name, g->t[in].name);
+              return -1;
+            }
+          }
+  }
+  return 0;
+}

@@ -1,0 +1,71 @@
+/* optimizer.c — the optimizer step appended to the graph as ops (see autodiff.h). Megatron's
+ * choices: no weight decay on 1-D params (biases, norm weights); clip by the global L2 norm of the
+ * main gradients with coefficient clip / (norm + 1e-6); Adam bias correction by the step count. */
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/autodiff.h"
+#include "frontend/spec.h"
+
+static int opt_tensor(Graph *g, const char *name, DType dt, int of, const Tensor *like) {
+  int64_t one = 1;
+  int id = like ? graph_tensor(g, name, dt, ROLE_OPTIM, like->ndim, like->shape) : graph_tensor(g, name, dt, ROLE_OPTIM, 1, &one);
+  if (id >= 0) g->t[id].of = of;
+  return id;
+}
+
+int optimizer_build(Graph *g, const Spec *s) {
+  const SpecOptimizer *o = &s->optimizer;
+  IrTags saved = g->cur;
+  g->cur = (IrTags){.phase = IR_PHASE_OPTIMIZER, .layer = -1, .fwd = -1};
+  snprintf(g->cur.module, sizeof g->cur.module, "optimizer");
+  int step = opt_tensor(g, "optimizer.step", DT_I32, -1, NULL);
+  int lr = opt_tensor(g, "optimizer.lr", DT_F32, -1, NULL);
+  int sumsq = opt_tensor(g, "optimizer.grad_sumsq", DT_F32, -1, NULL);
+  int norm = opt_tensor(g, "optimizer.grad_norm", DT_F32, -1, NULL);
+  int coef = opt_tensor(g, "optimizer.clip_coef", DT_F32, -1, NULL);
+  if (step < 0 || lr < 0 || sumsq < 0 || norm < 0 || coef < 0) return -1;
+
+  int style = strcmp(o->lr_decay_style, "constant") == 0 ? 0 : strcmp(o->lr_decay_style, "linear") == 0 ? 1 : 2;
+  int64_t decay = s->present[SPEC_F_optimizer_lr_decay_iters] ? o->lr_decay_iters : s->train.train_iters;
+  OpAttrs la = {.f = {o->lr, o->min_lr}, .i = {o->lr_warmup_iters, decay, style}};
+  int lr_out[2] = {step, lr};
+  if (graph_op_into(g, OP_LR_SCHED, NULL, 0, lr_out, 2, &la) < 0) return -1;
+  if (graph_op_into(g, OP_ZERO, NULL, 0, &sumsq, 1, NULL) < 0) return -1;
+  int nt = g->nt;
+  /* i[0]: the fusion pass may run the op in one multi-tensor launch with its neighbours (fuse.c) */
+  OpAttrs sa = {.i = {o->multi_tensor}};
+  for (int i = 0; i < nt; i++)
+    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, &sumsq, 1, &sa) < 0) return -1;
+  OpAttrs ca = {.f = {o->clip_grad}};
+  int clip_out[2] = {norm, coef};
+  if (graph_op_into(g, OP_CLIP_COEF, &sumsq, 1, clip_out, 2, &ca) < 0) return -1;
+
+  for (int i = 0; i < nt; i++) {
+    if (g->t[i].role != ROLE_GRAD) continue;
+    int param = g->t[i].of;
+    Tensor p = g->t[param];
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.exp_avg", p.name);
+    int m = opt_tensor(g, name, DT_F32, param, &p);
+    snprintf(name, sizeof name, "%s.exp_avg_sq", p.name);
+    int v = opt_tensor(g, name, DT_F32, param, &p);
+    int master = -1;
+    if (p.dtype != DT_F32) { /* bf16 compute weights: the update runs on an fp32 master copy */
+      snprintf(name, sizeof name, "%s.master", p.name);
+      master = graph_tensor(g, name, DT_F32, ROLE_MASTER, p.ndim, p.shape);
+      if (master >= 0) g->t[master].of = param;
+    }
+    if (m < 0 || v < 0 || (p.dtype != DT_F32 && master < 0)) return -1;
+    OpAttrs aa = {.f = {o->adam_beta1, o->adam_beta2, o->adam_eps, p.ndim >= 2 ? o->weight_decay : 0.0},
+                  .i = {o->multi_tensor}};
+    int in[4] = {i, coef, lr, step}, out[4] = {param, m, v, master};
+    if (graph_op_into(g, OP_ADAMW, in, 4, out, master >= 0 ? 4 : 3, &aa) < 0) return -1;
+  }
+  for (int i = 0; i < nt; i++)
+    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_ZERO, NULL, 0, &i, 1, NULL) < 0) return -1;
+  g->lr = lr;
+  g->grad_norm = norm;
+  g->cur = saved;
+  return 0;
+}

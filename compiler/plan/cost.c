@@ -1,0 +1,161 @@
+/* cost.c — FLOPs, bytes and a roofline time per op on the H200 (plan.h).
+ *
+ * Ceilings from docs/benchmarks.md, measured on the H200 on 2026-11-29: bf16 GEMM 773 TFLOP/s
+ * at 8192^3 and 670-773 at layer shapes (stepc takes 700); cuDNN fused attention 480-600 TFLOP/s
+ * at L8 shapes forward and forward+backward, 335-375 at the M shape (stepc takes 450, the
+ * attention kernels being stepc's own); device-to-device copy 4.16 TB/s. An op takes the larger
+ * of its compute time and its memory time (op_bytes at nominal dtypes): GEMMs and attention
+ * against their ceilings, everything else against DRAM. No launch overhead is added: the step is
+ * meant to run as CUDA graphs. Micro-program ops run once per micro-batch, the tail once.
+ *
+ * model_flops is the bench's convention, so that TFLOP/s compare with PyTorch's: 6 x (params
+ * without embeddings, with the output layer) x tokens + causal attention 6 x mbs x L x s^2 x
+ * (heads x head dim) per micro-batch. Routed experts count at top-k / experts (the parameters a
+ * token meets); MLA's head dim is the mean of its q/k and v head dims. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+void cost_device_h200_roofline(Device *d) {
+  memset(d, 0, sizeof *d);
+  d->gemm_flops_per_s = 700e12;
+  d->attn_flops_per_s = 450e12;
+  d->bytes_per_s = 4.16e12;
+  d->launch_s = 0;
+  for (int c = 0; c < COST_NCLASS; c++) d->class_scale[c] = 1;
+  d->calibration = "roofline";
+}
+
+void cost_device_h200(Device *d) {
+  cost_device_h200_roofline(d);
+#include "plan/cost_h200.h"
+}
+
+static const char *const CLASS_NAMES[COST_NCLASS] = {
+    "unset",       "gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn", "attention_bwd_cudnn",
+    "grouped_gemm", "moe_routing", "norm",        "activation",    "rope_qkv",            "embedding",
+    "loss",        "elementwise", "grad_norm",   "optimizer",     "other"};
+const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
+
+CostClass cost_op_class(const Graph *g, int op) {
+  const Op *o = &g->op[op];
+  if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
+  if (o->fuse == FUSE_ADD_NORM || o->fuse == FUSE_NORM_BWD_ADD) return COST_NORM;
+  CostClass c = op_info(o->kind)->facts.cost;
+  if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) && o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
+    return c == COST_ATTN_FWD ? COST_ATTN_FWD_CUDNN : COST_ATTN_BWD_CUDNN;
+  return c;
+}
+
+/* The roofline time of op o alone: the larger of its compute and memory times. */
+static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {
+  *f = op_flops(g, op), *b = op_bytes(g, op);
+  OpCeiling c = op_info(op->kind)->facts.ceiling;
+  double rate = c == CEIL_ATTN ? d->attn_flops_per_s : c == CEIL_GEMM ? d->gemm_flops_per_s : 0;
+  double tc = rate > 0 ? *f / rate : 0, tm = *b / d->bytes_per_s;
+  return tc > tm ? tc : tm;
+}
+
+/* The chunked output layer's launch (ir/ops/linear_loss.c): its products at the GEMM ceiling,
+ * scaled as GEMMs, and its cross entropy's in-place pass over the logits (a read and a write of
+ * every logit) at DRAM speed, scaled as the loss; with its backward in the launch (FUSE_LOSS_BWD)
+ * the backward's products too. */
+static double linear_loss_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+  const Op *o = &g->op[op];
+  const Tensor *x = &g->t[o->in[0]], *w = &g->t[o->in[1]];
+  double logits = (double)tensor_numel(x) / (double)x->shape[x->ndim - 1] * (double)w->shape[0];
+  double ce_bytes = 2 * logits * (double)dtype_size(x->dtype), ce_flops = 3 * logits;
+  *flops = op_flops(g, o), *bytes = op_bytes(g, o) + ce_bytes;
+  int passes = 1; /* the cross entropy's: its forward, and its gradient with a fused backward */
+  for (int b = op + 1; b < g->nop; b++)
+    if (g->op[b].fuse == FUSE_LOSS_BWD && g->op[b].peer == op)
+      *flops += op_flops(g, &g->op[b]), *bytes += op_bytes(g, &g->op[b]), passes = 2;
+  double gemm = *flops - passes * ce_flops;
+  return gemm / d->gemm_flops_per_s * d->class_scale[COST_GEMM] + ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] +
+         d->launch_s;
+}
+
+double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+  const Op *o = &g->op[op];
+  *flops = *bytes = 0;
+  if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
+  /* by kind on purpose: one op's own time model (its launch mixes GEMM and DRAM work), not a fact
+   * other passes read */
+  if (o->kind == OP_LINEAR_CROSS_ENTROPY) return linear_loss_time(g, op, d, flops, bytes);
+  int members[IR_MAX_CHAIN + 1], n = 0;
+  double t = 0, f, b;
+  if (o->fuse == FUSE_SUMSQ_MULTI || o->fuse == FUSE_ADAMW_MULTI) {
+    /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
+     * grad_norm scales were calibrated on per-tensor launches) */
+    for (int k = o->peer >= 0 ? o->peer : op; k < op; k++) t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
+  } else if (o->fuse == FUSE_EW) {
+    for (int c = 0; c < g->nchain && !n; c++)
+      if (g->chain[c].op[g->chain[c].nops - 1] == op)
+        for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
+  } else if (o->fuse == FUSE_NORM_BWD_ADD) {
+    /* the norm backward's pass, reading the addend too (dx is never written apart) */
+    t = roofline(g, &g->op[o->peer], d, flops, bytes);
+    const Tensor *addend = &g->t[o->out[0]]; /* nominal bytes: the cost never reads the memory plan */
+    double addend_bytes = (double)tensor_numel(addend) * (double)dtype_size(addend->dtype);
+    double extra = addend_bytes / d->bytes_per_s;
+    *bytes += addend_bytes;
+    return (t + extra) * d->class_scale[COST_NORM] + d->launch_s;
+  } else if (o->fuse == FUSE_ROPE_QKV) {
+    /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone (by
+     * kind: which member of fuse.c's group that is) */
+    members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : o->peer;
+  } else if (o->fuse != FUSE_NONE && o->peer >= 0)
+    members[n++] = o->peer;
+  if (!n || (members[n - 1] != op && o->fuse != FUSE_ROPE_QKV)) members[n++] = op;
+  for (int k = 0; k < n; k++) {
+    t += roofline(g, &g->op[members[k]], d, &f, &b);
+    *flops += f, *bytes += b;
+  }
+  return t * d->class_scale[cost_op_class(g, op)] + d->launch_s;
+}
+
+int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
+  memset(c, 0, sizeof *c);
+  c->op_time = calloc((size_t)g->nop + 1, sizeof *c->op_time);
+  if (!c->op_time) return -1;
+  double nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    double f, b, t = cost_op_time(g, o, d, &f, &b);
+    c->op_time[o] = t;
+    Phase ph = op->tags.phase;
+    c->flops[ph] += f, c->bytes[ph] += b, c->time[ph] += t;
+    double rep = ph == IR_PHASE_FORWARD || ph == IR_PHASE_BACKWARD || ph == IR_PHASE_REPLAY ? nmicro : 1;
+    c->step_flops += f * rep, c->step_bytes += b * rep, c->step_time += t * rep;
+    if (ph == IR_PHASE_REPLAY) c->replay_flops += f * rep, c->replay_time += t * rep;
+  }
+  /* the bench's model FLOPs */
+  const SpecModel *m = &s->model;
+  double params = 0;
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *x = &g->t[t];
+    if (x->role != ROLE_PARAM) continue;
+    if (strstr(x->name, "embedding") && !m->share_embeddings_and_output_weights) continue;
+    if (strstr(x->name, "position_embeddings")) continue;
+    double n = (double)tensor_numel(x);
+    /* a token passes through top-k of the routed experts, not all of them */
+    if (strstr(x->name, ".experts.") && spec_is_moe(s)) n *= (double)m->moe_router_topk / (double)m->num_moe_experts;
+    params += n;
+  }
+  double tokens = (double)s->train.micro_batch_size * (double)m->seq_length * nmicro;
+  /* QK^T runs at the q/k head dim and PV at the v head dim; they differ under MLA */
+  double head_dim = m->multi_latent_attention
+                        ? ((double)(m->qk_head_dim + m->qk_pos_emb_head_dim) + (double)m->v_head_dim) / 2
+                        : (double)spec_kv_channels(s);
+  double hd = (double)m->num_attention_heads * head_dim;
+  c->model_flops = 6 * params * tokens +
+                   6 * (double)s->train.micro_batch_size * nmicro * (double)m->num_layers * (double)m->seq_length *
+                       (double)m->seq_length * hd;
+  return 0;
+}
+
+void cost_free(Cost *c) {
+  free(c->op_time);
+  memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,392 @@
+/* memplan.c — liveness over the schedule and offsets in one arena (plan.h).
+ *
+ * Program points are the schedule's ops: the micro program (one micro-batch; every micro-batch
+ * reuses the same addresses), then the tail. A tensor is live from the first op that writes it to
+ * the last op that reads or writes it; persistent tensors (params, main grads, masters, optimizer
+ * state) and static graph outputs (scope.c) are live over the whole step; the loss lives to the
+ * end so the trainer can read it. An output of an elementwise kernel takes its input's slot when
+ * the input dies at that op (plan_op_inplace_input), unless the op is part of a fused group
+ * (fuse.h): a group's tensors are live across the whole group.
+ *
+ * Measure, then allocate: persistent tensors are laid out first from offset 0; transient slots go
+ * above them, largest first, each at the best-fitting gap among the slots whose lifetimes
+ * overlap it (greedy by size, as TFLite's and ggml's planners). The peak is the maximum over
+ * program points of the live bytes; the arena is at least the peak, the difference is
+ * fragmentation. Nothing is allocated: a plan for an 8B model is offsets only.
+ *
+ * The distributed optimizer (Schedule.owner set) keeps the fp32 masters and Adam moments out of
+ * the arena, in a region of their own (plan.h, MemPlan.region): every rank packs the state it holds
+ * from offset 0, so a rank's region is its shard, 12/DP bytes per parameter up to the whole-tensor
+ * granularity of the ownership. */
+#define _GNU_SOURCE /* qsort_r */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/fuse.h"
+#include "plan/plan.h"
+
+const char *memplan_role_name(int role) {
+  if (role == MEM_ROLE_GRAPH) return "graph_buffers";
+  switch (role) {
+  case ROLE_PARAM: return "weights";
+  case ROLE_MASTER: return "master_weights";
+  case ROLE_GRAD: return "gradients";
+  case ROLE_OPTIM: return "optimizer";
+  case ROLE_INPUT: return "inputs";
+  case ROLE_ACT: return "activations";
+  case ROLE_ACT_GRAD: return "activation_grads";
+  case ROLE_WORKSPACE: return "workspace";
+  default: return "other";
+  }
+}
+
+int memplan_role(const Graph *g, const ScopeResult *sr, int t) {
+  if (sr && sr->is_static && sr->is_static[t]) return MEM_ROLE_GRAPH;
+  return (int)g->t[t].role;
+}
+
+/* A master or Adam moment of a distributed-optimizer step: its bytes live in the region. */
+static bool in_region(const Graph *g, const Schedule *sc, int t) {
+  const Tensor *x = &g->t[t];
+  return sc->owner && (x->role == ROLE_MASTER || (x->role == ROLE_OPTIM && x->of >= 0));
+}
+
+static bool pinned(const Graph *g, const ScopeResult *sr, int t) {
+  return role_is_persistent(g->t[t].role) || (sr && sr->is_static && sr->is_static[t]);
+}
+
+typedef struct {
+  int64_t size, offset;
+  int start, end;
+  int first; /* a member tensor (for messages) */
+} Slot;
+
+static int cmp_size_desc(const void *a, const void *b, void *ctx) {
+  const Slot *s = ctx;
+  const Slot *x = &s[*(const int *)a], *y = &s[*(const int *)b];
+  if (x->size != y->size) return x->size > y->size ? -1 : 1;
+  if (x->start != y->start) return x->start < y->start ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+
+static int cmp_offset(const void *a, const void *b, void *ctx) {
+  const Slot *s = ctx;
+  const Slot *x = &s[*(const int *)a], *y = &s[*(const int *)b];
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+
+static int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+/* Best-fit offsets for the transient slots ts[0..n). */
+static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align, int64_t *top) {
+  qsort_r(ts, (size_t)n, sizeof *ts, cmp_size_desc, sl);
+  int *placed = malloc((size_t)(n + 1) * sizeof *placed), *ov = malloc((size_t)(n + 1) * sizeof *ov);
+  if (!placed || !ov) {
+    free(placed), free(ov);
+    return -1;
+  }
+  int np = 0;
+  *top = base;
+  for (int i = 0; i < n; i++) {
+    Slot *s = &sl[ts[i]];
+    int nov = 0;
+    for (int j = 0; j < np; j++) {
+      const Slot *p = &sl[placed[j]];
+      if (p->start <= s->end && s->start <= p->end) ov[nov++] = placed[j];
+    }
+    qsort_r(ov, (size_t)nov, sizeof *ov, cmp_offset, sl);
+    int64_t prev = base, best = -1, best_gap = INT64_MAX;
+    for (int j = 0; j < nov; j++) {
+      const Slot *p = &sl[ov[j]];
+      int64_t gap = p->offset - prev;
+      if (gap >= s->size && gap < best_gap) best = prev, best_gap = gap;
+      if (p->offset + p->size > prev) prev = align_up(p->offset + p->size, align);
+    }
+    s->offset = best >= 0 ? best : prev;
+    if (s->offset + s->size > *top) *top = s->offset + s->size;
+    placed[np++] = ts[i];
+  }
+  free(placed), free(ov);
+  return 0;
+}
+
+/* The region's offsets: the state every rank holds first (owner -1), then each rank's own from
+ * there, in tensor order; its size, each rank's shard and the largest. */
+static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
+  int nt = g->nt;
+  mp->owner = malloc(((size_t)nt + 1) * sizeof *mp->owner);
+  mp->shard = calloc((size_t)sc->dp + 1, sizeof *mp->shard);
+  if (!mp->owner || !mp->shard) return -1;
+  mp->nshard = sc->dp;
+  memcpy(mp->owner, sc->owner, (size_t)nt * sizeof *mp->owner);
+  int64_t at = 0;
+  for (int t = 0; t < nt; t++)
+    if (mp->buffer[t] && mp->owner[t] < 0) mp->offset[t] = at, at = align_up(at + mp->size[t], MEMPLAN_REGION_ALIGN);
+  mp->region_common = at;
+  for (int r = 0; r < sc->dp; r++) mp->shard[r] = at;
+  for (int t = 0; t < nt; t++) {
+    int r = mp->owner[t];
+    if (!mp->buffer[t] || r < 0) continue;
+    mp->offset[t] = mp->shard[r];
+    mp->shard[r] = align_up(mp->shard[r] + mp->size[t], MEMPLAN_REGION_ALIGN);
+  }
+  for (int r = 0; r < sc->dp; r++)
+    if (mp->shard[r] > mp->region) mp->region = mp->shard[r], mp->region_rank = r;
+  return 0;
+}
+
+/* The region's bytes of role r on its largest rank (each tensor with the padding after it). */
+static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
+  int64_t b = 0;
+  for (int t = 0; mp->region && t < g->nt; t++)
+    if (mp->buffer[t] && (int)g->t[t].role == r && (mp->owner[t] < 0 || mp->owner[t] == mp->region_rank))
+      b += align_up(mp->size[t], MEMPLAN_REGION_ALIGN);
+  return b;
+}
+
+int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
+                  size_t nerr) {
+  memset(mp, 0, sizeof *mp);
+  int nt = g->nt, np = sc->nops;
+  int64_t align = float_bytes > 0 ? 64 : 256;
+  mp->ntensors = nt;
+  mp->npos = np;
+  mp->start = malloc((size_t)(nt + 1) * sizeof *mp->start);
+  mp->end = malloc((size_t)(nt + 1) * sizeof *mp->end);
+  mp->slot = malloc((size_t)(nt + 1) * sizeof *mp->slot);
+  mp->size = malloc((size_t)(nt + 1) * sizeof *mp->size);
+  mp->offset = malloc((size_t)(nt + 1) * sizeof *mp->offset);
+  mp->live = calloc((size_t)np + 1, sizeof *mp->live);
+  mp->live_role = calloc((size_t)(np + 1) * MEM_NROLES, sizeof *mp->live_role);
+  mp->buffer = calloc((size_t)nt + 1, 1);
+  Slot *sl = malloc((size_t)(nt + 1) * sizeof *sl);
+  int *ts = malloc((size_t)(nt + 1) * sizeof *ts);
+  int64_t *diff = calloc((size_t)np + 2, sizeof *diff);
+  if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role || !mp->buffer || !sl ||
+      !ts || !diff) {
+    free(sl), free(ts), free(diff);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  for (int t = 0; t < nt; t++) {
+    const Tensor *x = &g->t[t];
+    size_t es = dtype_is_float(x->dtype) && float_bytes > 0 ? (size_t)float_bytes : dtype_size(x->dtype);
+    mp->size[t] = tensor_numel(x) * (int64_t)es;
+    /* the device plan (nominal dtypes): a weight gradient the fusion pass sank into its main
+     * gradient (fuse.c, Tensor.sink) is never written on the device, so it takes no bytes; the CPU
+     * reference's plans (float_bytes 4 or 8) run the unfused ACCUM and keep it */
+    if (float_bytes == 0 && x->sink >= 0) mp->size[t] = 0;
+    mp->start[t] = INT32_MAX, mp->end[t] = -1;
+    mp->slot[t] = -1;
+    mp->buffer[t] = in_region(g, sc, t);
+  }
+  /* program point of each op: its index among the schedule's ops */
+  int p = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    for (int j = 0; j < op->nout; j++) {
+      int t = op->out[j];
+      if (p < mp->start[t]) mp->start[t] = p;
+      if (p > mp->end[t]) mp->end[t] = p;
+    }
+    for (int j = 0; j < op->nin; j++) {
+      int t = op->in[j];
+      if (p > mp->end[t]) mp->end[t] = p;
+      if (g->t[t].role == ROLE_INPUT) mp->start[t] = 0; /* written by the trainer before the micro-batch */
+    }
+    p++;
+  }
+  /* a fused group (fuse.h) is one launch: everything it reads or writes is live across all of it,
+   * so no output of the group lands on anything the group reads */
+  int *point = malloc((size_t)(g->nop + 1) * sizeof *point);
+  uint8_t *grouped = calloc((size_t)g->nop + 1, 1);
+  if (!point || !grouped) {
+    free(point), free(grouped), free(sl), free(ts), free(diff);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  for (int o = 0; o < g->nop; o++) point[o] = -1;
+  p = 0;
+  for (int i = 0; i < sc->n; i++)
+    if (sc->it[i].kind == SCHED_OP) point[sc->it[i].id] = p++;
+  for (int o = 0; o < g->nop; o++) {
+    int first, last;
+    fuse_group(g, o, &first, &last);
+    if (first == last || point[first] < 0 || point[last] < 0) continue;
+    int pa = point[first], pb = point[last];
+    for (int w = first; w <= last; w++) {
+      const Op *op = &g->op[w];
+      grouped[w] = 1;
+      for (int j = 0; j < op->nin + op->nout; j++) {
+        int t = j < op->nin ? op->in[j] : op->out[j - op->nin];
+        if (j >= op->nin && pa < mp->start[t]) mp->start[t] = pa;
+        if (pb > mp->end[t]) mp->end[t] = pb;
+      }
+    }
+  }
+  for (int t = 0; t < nt; t++) {
+    if (pinned(g, sr, t)) mp->start[t] = 0, mp->end[t] = np - 1;
+    else if (t == g->loss) mp->end[t] = np - 1;
+    if (mp->end[t] < 0) mp->start[t] = mp->end[t] = 0; /* never touched: still needs a home */
+    if (mp->start[t] > mp->end[t]) mp->start[t] = mp->end[t];
+  }
+  /* slots; in-place reuse */
+  int nslots = 0;
+  p = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    const Op *op = &g->op[sc->it[i].id];
+    for (int j = 0; j < op->nout; j++) {
+      int t = op->out[j];
+      if (mp->slot[t] >= 0 || mp->start[t] != p || mp->buffer[t]) continue;
+      int k = pinned(g, sr, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
+      int u = k >= 0 && k < op->nin ? op->in[k] : -1;
+      if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT && u != g->loss &&
+          mp->end[u] == p && mp->size[u] == mp->size[t] && sl[mp->slot[u]].end == p) {
+        Slot *s = &sl[mp->slot[u]];
+        mp->slot[t] = mp->slot[u];
+        if (mp->end[t] > s->end) s->end = mp->end[t];
+        mp->ninplace++;
+        continue;
+      }
+      mp->slot[t] = nslots;
+      sl[nslots++] = (Slot){.size = mp->size[t], .start = mp->start[t], .end = mp->end[t], .first = t};
+    }
+    p++;
+  }
+  for (int t = 0; t < nt; t++)
+    if (mp->slot[t] < 0 && !mp->buffer[t]) {
+      mp->slot[t] = nslots;
+      sl[nslots++] = (Slot){.size = mp->size[t], .start = mp->start[t], .end = mp->end[t], .first = t};
+    }
+  /* persistent first, bump-allocated; transient best-fit above */
+  int64_t base = 0;
+  int ntr = 0;
+  for (int s = 0; s < nslots; s++) {
+    if (pinned(g, sr, sl[s].first)) {
+      sl[s].offset = base;
+      base = align_up(base + sl[s].size, align);
+      mp->persistent += sl[s].size;
+    } else {
+      ts[ntr++] = s;
+    }
+  }
+  int64_t top = base;
+  if (place_transient(sl, ts, ntr, base, align, &top) < 0) {
+    free(sl), free(ts), free(diff), free(point), free(grouped);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  mp->arena = align_up(top, align);
+  for (int t = 0; t < nt; t++) mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
+  if (sc->owner && place_region(g, sc, mp) < 0) {
+    free(sl), free(ts), free(diff), free(point), free(grouped);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  /* live bytes per program point, by slot (a slot's bytes once) and by role (its first tensor's) */
+  for (int s = 0; s < nslots; s++) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
+  int64_t run = 0;
+  for (int q = 0; q < np; q++) {
+    run += diff[q];
+    mp->live[q] = run + mp->region;
+    if (mp->live[q] > mp->peak) mp->peak = mp->live[q], mp->peak_pos = q;
+  }
+  for (int r = 0; r < MEM_NROLES; r++) {
+    memset(diff, 0, (size_t)(np + 2) * sizeof *diff);
+    for (int s = 0; s < nslots; s++)
+      if (memplan_role(g, sr, sl[s].first) == r) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
+    run = region_role_bytes(g, mp, r);
+    for (int q = 0; q < np; q++) run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
+  }
+  free(sl), free(ts), free(diff), free(point), free(grouped);
+  return 0;
+}
+
+void memplan_apply(Graph *g, const MemPlan *mp) {
+  for (int t = 0; t < g->nt; t++) {
+    g->t[t].buffer = mp->buffer[t];
+    g->t[t].offset = mp->offset[t];
+    g->t[t].bytes = mp->size[t];
+  }
+  g->nbuffers = mp->region ? 2 : 1;
+  g->buffer_bytes[0] = mp->arena;
+  g->buffer_bytes[1] = mp->region;
+}
+
+/* Two tensors of the region share a rank when one of them is every rank's or both are one's. */
+static bool same_rank(const MemPlan *mp, int a, int b) {
+  return mp->owner[a] < 0 || mp->owner[b] < 0 || mp->owner[a] == mp->owner[b];
+}
+
+int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
+  int nt = mp->ntensors;
+  for (int a = 0; a < nt; a++) {
+    int64_t cap = mp->buffer[a] ? mp->region : mp->arena;
+    if (mp->offset[a] < 0 || mp->offset[a] + mp->size[a] > cap) {
+      snprintf(err, nerr, "%s lies outside the %s", g->t[a].name, mp->buffer[a] ? "optimizer-state region" : "arena");
+      return -1;
+    }
+    if (mp->buffer[a] && mp->owner[a] >= 0 && mp->offset[a] < mp->region_common) {
+      snprintf(err, nerr, "%s (rank %d's) lies in the region's part every rank holds", g->t[a].name, mp->owner[a]);
+      return -1;
+    }
+    for (int b = a + 1; b < nt; b++) {
+      if (mp->buffer[a] != mp->buffer[b] || mp->size[a] == 0 || mp->size[b] == 0) continue;
+      if (mp->buffer[a] ? !same_rank(mp, a, b) : mp->slot[a] == mp->slot[b]) continue;
+      bool time = mp->start[a] <= mp->end[b] && mp->start[b] <= mp->end[a];
+      bool space = mp->offset[a] < mp->offset[b] + mp->size[b] && mp->offset[b] < mp->offset[a] + mp->size[a];
+      if (time && space) {
+        snprintf(err, nerr, "%s and %s are live together and overlap", g->t[a].name, g->t[b].name);
+        return -1;
+      }
+    }
+  }
+  /* each rank's shard: the bytes of the tensors it holds, each padded, fill it exactly */
+  for (int r = 0; mp->region && r < mp->nshard; r++) {
+    int64_t held = 0;
+    for (int t = 0; t < nt; t++)
+      if (mp->buffer[t] && (mp->owner[t] < 0 || mp->owner[t] == r)) held += (mp->size[t] + MEMPLAN_REGION_ALIGN - 1) / MEMPLAN_REGION_ALIGN * MEMPLAN_REGION_ALIGN;
+    if (held != mp->shard[r] || mp->shard[r] > mp->region) {
+      snprintf(err, nerr, "rank %d's optimizer-state shard: %lld bytes held, %lld planned (region %lld)", r, (long long)held,
+               (long long)mp->shard[r], (long long)mp->region);
+      return -1;
+    }
+  }
+  /* in-place members of a slot never overlap in time except at the handover op */
+  int64_t peak = 0;
+  char *seen = calloc((size_t)nt + 1, 1);
+  if (!seen) return -1;
+  for (int q = 0; q < mp->npos; q++) {
+    int64_t live = mp->region; /* the region: live for the whole step */
+    memset(seen, 0, (size_t)nt);
+    for (int t = 0; t < nt; t++)
+      if (!mp->buffer[t] && mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]]) seen[mp->slot[t]] = 1, live += mp->size[t];
+    if (live != mp->live[q]) {
+      free(seen);
+      snprintf(err, nerr, "live bytes at point %d: %lld recounted, %lld planned", q, (long long)live, (long long)mp->live[q]);
+      return -1;
+    }
+    if (live > peak) peak = live;
+  }
+  free(seen);
+  if (peak != mp->peak || mp->arena + mp->region < mp->peak) {
+    snprintf(err, nerr, "peak %lld recounted, %lld planned (arena %lld, region %lld)", (long long)peak, (long long)mp->peak,
+             (long long)mp->arena, (long long)mp->region);
+    return -1;
+  }
+  return 0;
+}
+
+void memplan_free(MemPlan *mp) {
+  free(mp->start), free(mp->end), free(mp->slot), free(mp->size), free(mp->offset), free(mp->live), free(mp->live_role);
+  free(mp->buffer), free(mp->owner), free(mp->shard);
+  memset(mp, 0, sizeof *mp);
+}
