@@ -114,7 +114,7 @@ def cmd_models(stepc, root):
 def emitted_rules(root):
     rules = set()
     # the field rules, and the graph checks `stepc check` runs after them (compiler/passes/scope.c)
-    for path in glob.glob(os.path.join(root, "compiler", "validate*.c")) + [os.path.join(root, "compiler", "scope.c")]:
+    for path in glob.glob(os.path.join(root, "compiler", "validate", "validate*.c")) + [os.path.join(root, "compiler", "passes", "scope.c")]:
         with open(path, encoding="utf-8") as f:
             rules |= set(RULE_RE.findall(f.read()))
     return rules
