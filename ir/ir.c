@@ -8,19 +8,24 @@
 
 static const char *const DTYPE_NAMES[DT_COUNT] = {"fp32", "bf16", "fp16", "fp64", "int32", "int64", "uint8"};
 static const size_t DTYPE_SIZES[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1};
-static const char *const ROLE_NAMES[ROLE_COUNT] = {"param", "master", "grad", "optim", "input",
-                                                   "activation", "act_grad", "workspace"};
-static const char *const PHASE_NAMES[IR_PHASE_COUNT] = {"forward", "backward", "replay", "reduce", "optimizer"};
+static const char *const ROLE_NAMES[ROLE_COUNT] = {"param", "master",     "grad",     "optim",
+                                                   "input", "activation", "act_grad", "workspace"};
+static const char *const PHASE_NAMES[IR_PHASE_COUNT] = {"forward", "backward", "replay", "reduce",
+                                                        "optimizer"};
 /* Same order as SPEC_LABELS and the IR_LABEL_* bits. */
-static const char *const LABEL_NAMES[IR_NLABELS] = {"core_attn", "moe_act", "layernorm", "mla_up_proj",
-                                                    "mlp", "moe", "shared_experts", "gdn_norm_out", "mlp_act"};
-static const char *const SCOPE_NAMES[IR_NSCOPES] = {"layer", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"};
+static const char *const LABEL_NAMES[IR_NLABELS] = {"core_attn",      "moe_act",      "layernorm",
+                                                    "mla_up_proj",    "mlp",          "moe",
+                                                    "shared_experts", "gdn_norm_out", "mlp_act"};
+static const char *const SCOPE_NAMES[IR_NSCOPES] = {"layer",      "attn",           "mlp",  "moe",
+                                                    "moe_router", "moe_preprocess", "mamba"};
 
 size_t dtype_size(DType d) { return d < DT_COUNT ? DTYPE_SIZES[d] : 0; }
 bool dtype_is_float(DType d) { return d == DT_F32 || d == DT_BF16 || d == DT_F16 || d == DT_F64; }
 const char *dtype_name(DType d) { return d < DT_COUNT ? DTYPE_NAMES[d] : "?"; }
 const char *role_name(TensorRole r) { return r < ROLE_COUNT ? ROLE_NAMES[r] : "?"; }
-bool role_is_persistent(TensorRole r) { return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM; }
+bool role_is_persistent(TensorRole r) {
+  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;
+}
 const char *phase_name(Phase p) { return p < IR_PHASE_COUNT ? PHASE_NAMES[p] : "?"; }
 const char *ir_label_name(int i) { return i >= 0 && i < IR_NLABELS ? LABEL_NAMES[i] : "?"; }
 const char *ir_scope_name(int i) { return i >= 0 && i < IR_NSCOPES ? SCOPE_NAMES[i] : "?"; }
@@ -38,7 +43,8 @@ uint32_t ir_scope_from_name(const char *s) {
 
 int64_t tensor_numel(const Tensor *t) {
   int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  for (int d = 0; d < t->ndim; d++)
+    n *= t->shape[d];
   return n;
 }
 
@@ -57,10 +63,14 @@ size_t text_utf8_len(const char *s) {
   /* RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF */
   unsigned char lo = 0x80, hi = 0xbf;
   size_t n;
-  if (p[0] >= 0xc2 && p[0] <= 0xdf) n = 2;
-  else if (p[0] >= 0xe0 && p[0] <= 0xef) n = 3, lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
-  else if (p[0] >= 0xf0 && p[0] <= 0xf4) n = 4, lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
-  else return 0;
+  if (p[0] >= 0xc2 && p[0] <= 0xdf)
+    n = 2;
+  else if (p[0] >= 0xe0 && p[0] <= 0xef)
+    n = 3, lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
+  else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+    n = 4, lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+  else
+    return 0;
   if (p[1] < lo || p[1] > hi) return 0;
   for (size_t i = 2; i < n; i++)
     if (p[i] < 0x80 || p[i] > 0xbf) return 0;
@@ -80,9 +90,12 @@ void json_write_string(FILE *out, const char *s) {
     case '\t': fputs("\\t", out); break;
     case '\r': fputs("\\r", out); break;
     default:
-      if (n == 0) fputs("\\ufffd", out);
-      else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-      else fwrite(p, 1, n, out);
+      if (n == 0)
+        fputs("\\ufffd", out);
+      else if (*p < 0x20 || *p == 0x7f)
+        fprintf(out, "\\u%04x", *p);
+      else
+        fwrite(p, 1, n, out);
     }
     p += n ? n : 1;
   }
@@ -128,7 +141,8 @@ void graph_module(Graph *g, const char *fmt, ...) {
 }
 
 static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int ndim, const int64_t *shape) {
-  if (ndim < 0 || ndim > IR_MAX_DIMS) return graph_fail(g, "tensor %s: %d dims (max %d)", name, ndim, IR_MAX_DIMS);
+  if (ndim < 0 || ndim > IR_MAX_DIMS)
+    return graph_fail(g, "tensor %s: %d dims (max %d)", name, ndim, IR_MAX_DIMS);
   if (g->nt >= IR_MAX_TENSORS) return graph_fail(g, "more than %d tensors (STEPC-32)", IR_MAX_TENSORS);
   int64_t numel = 1;
   for (int d = 0; d < ndim; d++) {
@@ -150,7 +164,8 @@ static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int
   t->dtype = dt;
   t->role = role;
   t->ndim = ndim;
-  for (int d = 0; d < IR_MAX_DIMS; d++) t->shape[d] = d < ndim ? shape[d] : 1;
+  for (int d = 0; d < IR_MAX_DIMS; d++)
+    t->shape[d] = d < ndim ? shape[d] : 1;
   t->producer = -1;
   t->of = -1;
   t->buffer = -1;
@@ -163,7 +178,8 @@ int graph_tensor(Graph *g, const char *name, DType dt, TensorRole role, int ndim
   return tensor_add(g, name, dt, role, ndim, shape);
 }
 
-int graph_param(Graph *g, const char *name, DType dt, int ndim, const int64_t *shape, IrInit init, double std) {
+int graph_param(Graph *g, const char *name, DType dt, int ndim, const int64_t *shape, IrInit init,
+                double std) {
   int id = tensor_add(g, name, dt, ROLE_PARAM, ndim, shape);
   if (id < 0) return -1;
   g->t[id].init = init;
@@ -175,8 +191,8 @@ static int op_push(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs 
   if (kind < 0 || kind >= OP_COUNT) return graph_fail(g, "op kind %d out of range", (int)kind);
   const OpInfo *info = op_info(kind);
   if (nin < info->nin_min || nin > info->nin_max || nin > IR_MAX_IN)
-    return graph_fail(g, "%s in %s: %d inputs (expects %d..%d)", info->name, g->cur.module, nin, info->nin_min,
-                      info->nin_max);
+    return graph_fail(g, "%s in %s: %d inputs (expects %d..%d)", info->name, g->cur.module, nin,
+                      info->nin_min, info->nin_max);
   for (int i = 0; i < nin; i++)
     if (in[i] < 0 || in[i] >= g->nt)
       return graph_fail(g, "%s in %s: input %d is not a tensor (%d)", info->name, g->cur.module, i, in[i]);
@@ -198,7 +214,8 @@ static int op_push(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs 
   return g->nop++;
 }
 
-int graph_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const char *const *names) {
+int graph_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out,
+             const char *const *names) {
   if (g->err[0]) return -1;
   int id = op_push(g, kind, in, nin, a);
   if (id < 0) return -1;
@@ -212,8 +229,10 @@ int graph_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, in
   }
   for (int i = 0; i < info->nout; i++) {
     char name[IR_NAME_MAX];
-    if (names && names[i]) snprintf(name, sizeof name, "%s", names[i]);
-    else snprintf(name, sizeof name, "%s.%s", g->cur.module, o[i].suffix ? o[i].suffix : "out");
+    if (names && names[i])
+      snprintf(name, sizeof name, "%s", names[i]);
+    else
+      snprintf(name, sizeof name, "%s.%s", g->cur.module, o[i].suffix ? o[i].suffix : "out");
     int t = tensor_add(g, name, o[i].dtype, o[i].role, o[i].ndim, o[i].shape);
     if (t < 0) return -1;
     g->t[t].producer = id;
@@ -235,7 +254,8 @@ int graph_op_into(Graph *g, OpKind kind, const int *in, int nin, const int *out,
   if (g->err[0]) return -1;
   if (nout > IR_MAX_OUT) return graph_fail(g, "%s: %d outputs", op_name(kind), nout);
   for (int i = 0; i < nout; i++)
-    if (out[i] < 0 || out[i] >= g->nt) return graph_fail(g, "%s: output %d is not a tensor", op_name(kind), i);
+    if (out[i] < 0 || out[i] >= g->nt)
+      return graph_fail(g, "%s: output %d is not a tensor", op_name(kind), i);
   int id = op_push(g, kind, in, nin, a);
   if (id < 0) return -1;
   g->op[id].nout = nout;
@@ -253,7 +273,8 @@ int graph_find_tensor(const Graph *g, const char *name) {
 
 int graph_find_op(const Graph *g, OpKind kind, const char *module, Phase phase) {
   for (int i = 0; i < g->nop; i++)
-    if (g->op[i].kind == kind && g->op[i].tags.phase == phase && strcmp(g->op[i].tags.module, module) == 0) return i;
+    if (g->op[i].kind == kind && g->op[i].tags.phase == phase && strcmp(g->op[i].tags.module, module) == 0)
+      return i;
   return -1;
 }
 
@@ -267,8 +288,12 @@ static void bits_str(uint32_t bits, const char *const *names, int n, char *buf, 
     }
   if (len < cap) snprintf(buf + len, cap - len, "}");
 }
-void ir_labels_str(uint32_t labels, char *buf, size_t n) { bits_str(labels, LABEL_NAMES, IR_NLABELS, buf, n); }
-void ir_scopes_str(uint32_t scopes, char *buf, size_t n) { bits_str(scopes, SCOPE_NAMES, IR_NSCOPES, buf, n); }
+void ir_labels_str(uint32_t labels, char *buf, size_t n) {
+  bits_str(labels, LABEL_NAMES, IR_NLABELS, buf, n);
+}
+void ir_scopes_str(uint32_t scopes, char *buf, size_t n) {
+  bits_str(scopes, SCOPE_NAMES, IR_NSCOPES, buf, n);
+}
 
 void graph_dump(const Graph *g, void *FILE_out) {
   FILE *f = FILE_out;
@@ -277,14 +302,16 @@ void graph_dump(const Graph *g, void *FILE_out) {
     char lab[128], sc[128];
     ir_labels_str(op->tags.labels, lab, sizeof lab);
     ir_scopes_str(op->tags.scopes, sc, sizeof sc);
-    fprintf(f, "%4d %-16s %-9s L%-3d %-44s %s %s (", i, op_name(op->kind), phase_name(op->tags.phase), op->tags.layer,
-            op->tags.module, lab, sc);
-    for (int j = 0; j < op->nin; j++) fprintf(f, "%s%s", j ? ", " : "", g->t[op->in[j]].name);
+    fprintf(f, "%4d %-16s %-9s L%-3d %-44s %s %s (", i, op_name(op->kind), phase_name(op->tags.phase),
+            op->tags.layer, op->tags.module, lab, sc);
+    for (int j = 0; j < op->nin; j++)
+      fprintf(f, "%s%s", j ? ", " : "", g->t[op->in[j]].name);
     fprintf(f, ") -> (");
     for (int j = 0; j < op->nout; j++) {
       const Tensor *t = &g->t[op->out[j]];
       fprintf(f, "%s%s [", j ? ", " : "", t->name);
-      for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+      for (int d = 0; d < t->ndim; d++)
+        fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
       fprintf(f, "]");
     }
     fprintf(f, ")\n");
@@ -293,8 +320,10 @@ void graph_dump(const Graph *g, void *FILE_out) {
 
 double op_bytes(const Graph *g, const Op *op) {
   double b = 0;
-  for (int i = 0; i < op->nin; i++) b += (double)tensor_numel(&g->t[op->in[i]]) * (double)dtype_size(g->t[op->in[i]].dtype);
-  for (int i = 0; i < op->nout; i++) b += (double)tensor_numel(&g->t[op->out[i]]) * (double)dtype_size(g->t[op->out[i]].dtype);
+  for (int i = 0; i < op->nin; i++)
+    b += (double)tensor_numel(&g->t[op->in[i]]) * (double)dtype_size(g->t[op->in[i]].dtype);
+  for (int i = 0; i < op->nout; i++)
+    b += (double)tensor_numel(&g->t[op->out[i]]) * (double)dtype_size(g->t[op->out[i]].dtype);
   return b;
 }
 

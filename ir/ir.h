@@ -59,7 +59,14 @@ typedef enum {
   ROLE_COUNT
 } TensorRole;
 
-typedef enum { IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_REPLAY, IR_PHASE_REDUCE, IR_PHASE_OPTIMIZER, IR_PHASE_COUNT } Phase;
+typedef enum {
+  IR_PHASE_FORWARD,
+  IR_PHASE_BACKWARD,
+  IR_PHASE_REPLAY,
+  IR_PHASE_REDUCE,
+  IR_PHASE_OPTIMIZER,
+  IR_PHASE_COUNT
+} Phase;
 #define IR_PHASE_BIT(p) (1u << (p))
 
 /* Recompute labels, in the order of SPEC_LABELS (spec.h); bit i = label i. */
@@ -93,24 +100,24 @@ enum {
 typedef enum { IR_INIT_NONE, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_NORMAL } IrInit;
 
 typedef struct {
-  char name[IR_NAME_MAX];   /* "layers.3.self_attention.linear_qkv.weight" */
+  char name[IR_NAME_MAX]; /* "layers.3.self_attention.linear_qkv.weight" */
   DType dtype;
   TensorRole role;
   int ndim;
   int64_t shape[IR_MAX_DIMS]; /* outermost first; unused dims are 1 */
-  int producer;             /* op that first writes it; -1 for persistent tensors and inputs */
-  int of;                   /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
-  IrInit init;              /* persistent tensors: how to initialize */
-  double init_std;          /* IR_INIT_NORMAL: standard deviation */
+  int producer;               /* op that first writes it; -1 for persistent tensors and inputs */
+  int of;                     /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
+  IrInit init;                /* persistent tensors: how to initialize */
+  double init_std;            /* IR_INIT_NORMAL: standard deviation */
   /* storage, written by a memory plan */
   int buffer;
   int64_t offset;
   int64_t bytes;
   /* fusions (compiler/passes/fuse.c, before the memory plan; the CPU executor ignores them) */
-  int alias;                /* the tensor whose storage it uses on CUDA: itself, or the logits for
-                               the fused loss's dlogits */
-  int sink;                 /* a weight gradient accumulated straight into this main gradient by
-                               its producer's kernel (its ACCUM skipped), or -1 */
+  int alias; /* the tensor whose storage it uses on CUDA: itself, or the logits for
+                the fused loss's dlogits */
+  int sink;  /* a weight gradient accumulated straight into this main gradient by
+                its producer's kernel (its ACCUM skipped), or -1 */
 } Tensor;
 
 /* Op attributes: their meaning per kind is documented in the op family's file. */
@@ -128,32 +135,32 @@ typedef struct {
 /* The tags stamped on each op as it is added (Graph.cur). */
 typedef struct {
   Phase phase;
-  int layer;                   /* -1 outside the transformer layers */
-  char module[IR_MODULE_MAX];  /* "layers.3.self_attention.core_attention", "embedding", "loss" */
-  uint32_t labels;             /* IR_LABEL_* whose recompute boundary contains the op */
-  uint32_t scopes;             /* IR_SCOPE_* that would capture the op */
-  int fwd;                     /* backward / replay ops: the forward op they come from; else -1 */
+  int layer;                  /* -1 outside the transformer layers */
+  char module[IR_MODULE_MAX]; /* "layers.3.self_attention.core_attention", "embedding", "loss" */
+  uint32_t labels;            /* IR_LABEL_* whose recompute boundary contains the op */
+  uint32_t scopes;            /* IR_SCOPE_* that would capture the op */
+  int fwd;                    /* backward / replay ops: the forward op they come from; else -1 */
 } IrTags;
 
 /* Fusions the compiler decides (compiler/passes/fuse.c) and the CUDA executor runs: the op that runs a
  * fused group carries its kind and `peer`; the ops it absorbed carry `skip`. */
 typedef enum {
   FUSE_NONE,
-  FUSE_LINEAR_ADD,  /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
-  FUSE_DROPOUT_ADD, /* at the ADD: dropout_residual_forward */
-  FUSE_ADD_NORM,    /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
-  FUSE_EW,          /* at a chain's last op: its generated elementwise kernel (IrChain) */
-  FUSE_SUMSQ_MULTI, /* at the last of a run of GRAD_SUMSQ ops (peer the first): norm_squared_multi */
-  FUSE_ADAMW_MULTI, /* at the last of a run of ADAMW ops of one setting: adamw_multi */
-  FUSE_ROPE_QKV,    /* SPLIT_QKV, ROPE q, ROPE k at the second ROPE (peer the split): rope_split_qkv;
-                       ROPE, ROPE (inverse, the gradients of k and q), CONCAT_QKV at the concat
-                       (peer the first ROPE): rope_concat_qkv */
-  FUSE_WGRAD_STORE, /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
-                       one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
-                       optimizer's ZERO of that gradient is skipped (peer -1) */
-  FUSE_LOSS_BWD,    /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
-                       runs it in its own launch, chunk by chunk over the forward's logits chunk:
-                       the ops peer..o form the group, live as one launch */
+  FUSE_LINEAR_ADD,   /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
+  FUSE_DROPOUT_ADD,  /* at the ADD: dropout_residual_forward */
+  FUSE_ADD_NORM,     /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
+  FUSE_EW,           /* at a chain's last op: its generated elementwise kernel (IrChain) */
+  FUSE_SUMSQ_MULTI,  /* at the last of a run of GRAD_SUMSQ ops (peer the first): norm_squared_multi */
+  FUSE_ADAMW_MULTI,  /* at the last of a run of ADAMW ops of one setting: adamw_multi */
+  FUSE_ROPE_QKV,     /* SPLIT_QKV, ROPE q, ROPE k at the second ROPE (peer the split): rope_split_qkv;
+                        ROPE, ROPE (inverse, the gradients of k and q), CONCAT_QKV at the concat
+                        (peer the first ROPE): rope_concat_qkv */
+  FUSE_WGRAD_STORE,  /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
+                        one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
+                        optimizer's ZERO of that gradient is skipped (peer -1) */
+  FUSE_LOSS_BWD,     /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
+                        runs it in its own launch, chunk by chunk over the forward's logits chunk:
+                        the ops peer..o form the group, live as one launch */
   FUSE_NORM_BWD_ADD, /* at the ADD (backward) that sums a norm backward's dx (peer, the op before,
                         skipped) with another gradient: {rms,layer}norm_backward writes dx rounded
                         to bf16 plus the addend, rounded again: the bits of the two kernels */
@@ -163,29 +170,30 @@ typedef enum {
 typedef struct {
   OpKind kind;
   int nin, nout;
-  int in[IR_MAX_IN];    /* tensor ids */
-  int out[IR_MAX_OUT];  /* tensor ids; an op may write a persistent tensor in place (ACCUM, ADAMW) */
+  int in[IR_MAX_IN];   /* tensor ids */
+  int out[IR_MAX_OUT]; /* tensor ids; an op may write a persistent tensor in place (ACCUM, ADAMW) */
   OpAttrs a;
   IrTags tags;
-  uint8_t fuse;         /* FuseKind of the group this op runs */
-  uint8_t skip;         /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
-                           the fused loss's backward (FUSE_LOSS_BWD's too) */
-  int peer;             /* fused groups: the first op of the group (this op is the last), else -1 */
+  uint8_t fuse; /* FuseKind of the group this op runs */
+  uint8_t skip; /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
+                   the fused loss's backward (FUSE_LOSS_BWD's too) */
+  int peer;     /* fused groups: the first op of the group (this op is the last), else -1 */
 } Op;
 
 /* A generated elementwise chain (compiler/passes/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
  * (passable ops that launch nothing may lie between them). Kernel parameters, in order: each
- * stored output, each external input, n, then each op's scalars (its EW_OPS row's, compiler/passes/ew_fuse.c). */
+ * stored output, each external input, n, then each op's scalars (its EW_OPS row's,
+ * compiler/passes/ew_fuse.c). */
 #define IR_MAX_CHAIN 4
 #define IR_MAX_CHAIN_IO 8
 typedef struct {
   int first, nops;
   int op[IR_MAX_CHAIN];
-  int nin, in[IR_MAX_CHAIN_IO]; /* external inputs (tensor ids), in order of first use */
-  int store[IR_MAX_CHAIN];      /* per op: its output is written (read after the chain, or last) */
+  int nin, in[IR_MAX_CHAIN_IO];  /* external inputs (tensor ids), in order of first use */
+  int store[IR_MAX_CHAIN];       /* per op: its output is written (read after the chain, or last) */
   char scalars[IR_MAX_CHAIN][4]; /* per op: its scalar parameters, f a.f[0] as float, S the
                                    dropout seed slot (pointer), U a.i[0] as unsigned */
-  int kernel;                   /* the generated kernel's index (after kernel_list.h's) */
+  int kernel;                    /* the generated kernel's index (after kernel_list.h's) */
 } IrChain;
 
 typedef struct Graph {
@@ -193,15 +201,15 @@ typedef struct Graph {
   int nt, capt;
   Op *op;
   int nop, capop;
-  IrTags cur;                            /* tags for the next op added */
+  IrTags cur; /* tags for the next op added */
   int nbuffers;
-  int64_t buffer_bytes[IR_MAX_BUFFERS];  /* arena sizes written by the memory plan */
+  int64_t buffer_bytes[IR_MAX_BUFFERS]; /* arena sizes written by the memory plan */
   /* step-level facts, set by lowering/autodiff/optimizer builders */
-  int tokens, targets;                   /* ROLE_INPUT (B, T) int32 */
-  int loss;                              /* scalar fp32, mean over the micro-batch's tokens */
-  int grad_norm, lr;                     /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
-  int num_microbatches;                  /* forward+backward runs per optimizer step */
-  IrChain *chain;                        /* fused elementwise chains (compiler/passes/fuse.c) */
+  int tokens, targets;  /* ROLE_INPUT (B, T) int32 */
+  int loss;             /* scalar fp32, mean over the micro-batch's tokens */
+  int grad_norm, lr;    /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
+  int num_microbatches; /* forward+backward runs per optimizer step */
+  IrChain *chain;       /* fused elementwise chains (compiler/passes/fuse.c) */
   int nchain;
   char err[256];
 } Graph;
@@ -209,10 +217,10 @@ typedef struct Graph {
 /* The op table row (defined in ir/ops/<family>.c, collected in ops/optable.c). */
 typedef struct OpOut {
   DType dtype;
-  TensorRole role;  /* ROLE_ACT unless the op says otherwise (ROLE_ACT_GRAD in backward ops) */
+  TensorRole role; /* ROLE_ACT unless the op says otherwise (ROLE_ACT_GRAD in backward ops) */
   int ndim;
   int64_t shape[IR_MAX_DIMS];
-  const char *suffix;  /* default name: "<module>.<suffix>" */
+  const char *suffix; /* default name: "<module>.<suffix>" */
 } OpOut;
 
 /* ---- op facts: what the compiler's passes read about an op kind, set in its ir/ops/<family>.c
@@ -224,7 +232,7 @@ typedef struct OpOut {
 typedef enum {
   COST_UNSET,
   COST_GEMM,
-  COST_ATTN_FWD,       /* stepc's flash kernels; cost.c moves them to the cuDNN classes below */
+  COST_ATTN_FWD, /* stepc's flash kernels; cost.c moves them to the cuDNN classes below */
   COST_ATTN_BWD,
   COST_ATTN_FWD_CUDNN, /* attention run by cuDNN (attention_backend fused or auto) */
   COST_ATTN_BWD_CUDNN,
@@ -295,7 +303,7 @@ struct CpuCtx;
 typedef void (*OpCpuFn)(const struct CpuCtx *c, const Op *op, void *const *in, void *const *out);
 
 typedef struct OpInfo {
-  const char *name;  /* "linear" */
+  const char *name; /* "linear" */
   int nin_min, nin_max, nout;
   /* Output shapes/dtypes from the inputs; 0 ok, -1 with a message in err. Not called for ops
    * built with graph_op_into (in-place). */
@@ -307,7 +315,7 @@ typedef struct OpInfo {
    * emits are exactly the forward tensors backward reads. NULL: not differentiable. */
   int (*backward)(Graph *g, int op, const int *dout, int *din);
   OpCpuFn cpu[2]; /* [0] fp32, [1] fp64 reference */
-  OpFacts facts; /* what the passes read (above), each set by name in every row */
+  OpFacts facts;  /* what the passes read (above), each set by name in every row */
 } OpInfo;
 
 /* ---- op table ---- */
@@ -324,7 +332,7 @@ const char *dtype_name(DType d);
 const char *role_name(TensorRole r);
 bool role_is_persistent(TensorRole r);
 const char *phase_name(Phase p);
-const char *ir_label_name(int bit_index);  /* 0 -> "core_attn" */
+const char *ir_label_name(int bit_index);   /* 0 -> "core_attn" */
 uint32_t ir_label_from_name(const char *s); /* 0 when unknown */
 const char *ir_scope_name(int bit_index);   /* 0 -> "layer" */
 uint32_t ir_scope_from_name(const char *s);
@@ -352,7 +360,8 @@ void graph_set_scopes(Graph *g, uint32_t scopes);
 /* A tensor with no producer (params, optimizer state, inputs, accumulators); returns its id or -1. */
 int graph_tensor(Graph *g, const char *name, DType dt, TensorRole role, int ndim, const int64_t *shape);
 /* A parameter with its init; name is the full parameter path. */
-int graph_param(Graph *g, const char *name, DType dt, int ndim, const int64_t *shape, IrInit init, double std);
+int graph_param(Graph *g, const char *name, DType dt, int ndim, const int64_t *shape, IrInit init,
+                double std);
 /* Appends an op over `in`, creates its outputs from the kind's infer() and returns the op id (-1
  * on error). out (may be NULL) receives the output tensor ids; names (may be NULL, or entries NULL)
  * overrides the "<module>.<suffix>" default output names. */
@@ -366,7 +375,7 @@ int graph_op_into(Graph *g, OpKind kind, const int *in, int nin, const int *out,
 int graph_fail(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- queries ---- */
-int graph_find_tensor(const Graph *g, const char *name);                /* -1 if absent */
+int graph_find_tensor(const Graph *g, const char *name); /* -1 if absent */
 /* The first op of `kind` whose module is `module` and phase is `phase`; -1 if none. */
 int graph_find_op(const Graph *g, OpKind kind, const char *module, Phase phase);
 /* Writes "{layer,attn}" style lists. */

@@ -34,8 +34,12 @@ const char *stepc_status_name(stepc_status st) {
 }
 
 stepc_options stepc_options_default(void) {
-  return (stepc_options){.device = STEPC_DEVICE_AUTO, .cpu_threads = 0, .graph_mode = -1,
-                         .world_size = 1, .master_port = 29500, .master_addr = "127.0.0.1"};
+  return (stepc_options){.device = STEPC_DEVICE_AUTO,
+                         .cpu_threads = 0,
+                         .graph_mode = -1,
+                         .world_size = 1,
+                         .master_port = 29500,
+                         .master_addr = "127.0.0.1"};
 }
 
 const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of memory (no handle)"; }
@@ -44,7 +48,8 @@ const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of mem
 
 /* `micro` is the global micro-batch index (api_dp_micro: mb * world + rank): the recipe's data is
  * drawn at it, a bound batch holds this rank's micro-batches only (mb = micro / world). */
-static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                    int32_t *tg) {
   ApiData *a = (ApiData *)d;
   if (!a->bound) {
     int rc = a->recipe.fill(&a->recipe, step, micro, b, t, tok, tg);
@@ -52,19 +57,23 @@ static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t 
     return rc;
   }
   size_t n = (size_t)(b * t), off = (size_t)(micro / (a->world > 1 ? a->world : 1)) * n;
-  if (off + n > a->count) return snprintf(d->err, sizeof d->err, "the bound batch holds no micro-batch %lld", (long long)micro), -1;
+  if (off + n > a->count)
+    return snprintf(d->err, sizeof d->err, "the bound batch holds no micro-batch %lld", (long long)micro), -1;
   memcpy(tok, a->tok + off, n * sizeof *tok);
   memcpy(tg, a->tg + off, n * sizeof *tg);
   return 0;
 }
 
 /* The element count a binding must give: 0, or the error. */
-static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, const void *targets, size_t count) {
-  if (!tokens || !targets) return api_fail(s, STEPC_ERR_ARGUMENT, "%s: tokens and targets must not be NULL", fn);
+static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
+                               size_t count) {
+  if (!tokens || !targets)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "%s: tokens and targets must not be NULL", fn);
   const Tensor *t = &s->g->t[s->g->tokens];
   size_t want = (size_t)s->g->num_microbatches * (size_t)tensor_numel(t);
   if (count != want)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "%s: %zu tokens given, the step takes %zu (%d micro-batches x %lld x %lld)", fn, count,
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "%s: %zu tokens given, the step takes %zu (%d micro-batches x %lld x %lld)", fn, count,
                     want, s->g->num_microbatches, (long long)t->shape[0], (long long)t->shape[1]);
   return STEPC_OK;
 }
@@ -76,10 +85,12 @@ stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *
   int64_t v = s->im.f.vocab_size;
   for (size_t i = 0; i < count; i++)
     if (tokens[i] < 0 || tokens[i] >= v)
-      return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_bind_batch: token %zu is %d, outside the vocabulary [0, %lld)", i,
-                      tokens[i], (long long)v);
+      return api_fail(s, STEPC_ERR_ARGUMENT,
+                      "stepc_bind_batch: token %zu is %d, outside the vocabulary [0, %lld)", i, tokens[i],
+                      (long long)v);
   if (s->data.count != count) {
-    int32_t *a = realloc(s->data.tok, count * sizeof *a), *b = a ? realloc(s->data.tg, count * sizeof *b) : NULL;
+    int32_t *a = realloc(s->data.tok, count * sizeof *a),
+            *b = a ? realloc(s->data.tg, count * sizeof *b) : NULL;
     if (a) s->data.tok = a;
     if (!a || !b) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
     s->data.tg = b;
@@ -95,7 +106,8 @@ stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *
 stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void *targets, size_t count) {
   if (!s) return STEPC_ERR_ARGUMENT;
   if (strcmp(s->be->name, "cuda") != 0)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_bind_batch_device: the %s device takes host buffers (stepc_bind_batch)",
+    return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                    "stepc_bind_batch_device: the %s device takes host buffers (stepc_bind_batch)",
                     s->be->name);
   stepc_status st = bind_check(s, "stepc_bind_batch_device", tokens, targets, count);
   if (st != STEPC_OK) return st;
@@ -109,7 +121,6 @@ stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void 
 /* ---- opening ---- */
 
 static bool cuda_wanted(const stepc_options *o) { return o->device != STEPC_DEVICE_CPU; }
-
 
 static stepc_status open_backend(stepc_t *s) {
   const ImgFacts *f = &s->im.f;
@@ -129,8 +140,10 @@ static stepc_status open_backend(stepc_t *s) {
   stepc_status st = STEPC_ERR_NO_DEVICE;
   if (cuda_wanted(&s->opt)) {
     st = api_cuda_open(s);
-    if (st == STEPC_ERR_NO_DEVICE && s->opt.device == STEPC_DEVICE_AUTO) s->err[0] = 0; /* fall back */
-    else if (st != STEPC_OK) return st;
+    if (st == STEPC_ERR_NO_DEVICE && s->opt.device == STEPC_DEVICE_AUTO)
+      s->err[0] = 0; /* fall back */
+    else if (st != STEPC_OK)
+      return st;
   }
   if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
   /* last: a rank joins the job only once its own step is ready to run */
@@ -150,9 +163,11 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
   stepc_t *s = *out = handle_new(opt, dir);
   if (!s) return STEPC_ERR_NOMEM;
   if (!dir) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: dir is NULL");
-  if (strlen(dir) >= sizeof s->dir - 16) return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: the path %s is too long", dir);
+  if (strlen(dir) >= sizeof s->dir - 16)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: the path %s is too long", dir);
   if (s->opt.graph_mode < -1 || s->opt.graph_mode > 2)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: graph_mode %d (-1 the recipe's, 0 eager, 1 full_iteration, 2 scoped)",
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_open: graph_mode %d (-1 the recipe's, 0 eager, 1 full_iteration, 2 scoped)",
                     s->opt.graph_mode);
   char path[600], err[700];
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
@@ -207,7 +222,9 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .rank = s->rank,
                        .world_size = s->world,
                        .distributed_optimizer = s->im.f.dist_opt,
-                       .comm = !s->comm ? "none" : strcmp(s->be->name, "cuda") == 0 ? "nccl" : "host"};
+                       .comm = !s->comm                           ? "none"
+                               : strcmp(s->be->name, "cuda") == 0 ? "nccl"
+                                                                  : "host"};
   return STEPC_OK;
 }
 
@@ -245,9 +262,11 @@ stepc_status stepc_step(stepc_t *s, stepc_step_stats *st) { return step_with(s, 
 stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, int64_t n) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
   if (!ms || n < s->im.npoints)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_profile_step: ms must hold %d points (stepc_info.points), not %lld", s->im.npoints,
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_profile_step: ms must hold %d points (stepc_info.points), not %lld", s->im.npoints,
                     (long long)n);
-  for (int64_t q = 0; q < n; q++) ms[q] = 0;
+  for (int64_t q = 0; q < n; q++)
+    ms[q] = 0;
   s->nspan = 0;
   s->profiling = true;
   stepc_status r = step_with(s, st, ms);
@@ -269,7 +288,8 @@ int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double sta
 stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, int64_t *n) {
   if (!s || !n || cap < 0 || (cap > 0 && !spans)) return STEPC_ERR_ARGUMENT;
   *n = s->nspan;
-  for (int64_t i = 0; i < s->nspan && i < cap; i++) spans[i] = s->span[i];
+  for (int64_t i = 0; i < s->nspan && i < cap; i++)
+    spans[i] = s->span[i];
   return STEPC_OK;
 }
 
@@ -280,8 +300,8 @@ stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
   m->last_step_ms = s->last.ms;
   const Graph *ng = s->im.g; /* nominal dtypes */
   for (int t = 0; t < ng->nt; t++)
-    if ((ng->t[t].role == ROLE_MASTER || (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) && !api_dp_not_mine(s, t))
+    if ((ng->t[t].role == ROLE_MASTER || (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) &&
+        !api_dp_not_mine(s, t))
       m->optimizer_state_bytes += ng->t[t].bytes;
   return STEPC_OK;
 }
-

@@ -9,10 +9,10 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/api_internal.h"
 #include "runtime/ckpt_state.h"
@@ -83,12 +83,14 @@ static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, boo
   StWriter w;
   stepc_status st = STEPC_OK;
   char err[512] = "";
-  if (st_write_begin(&w, path, e, n, meta, 4, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+  if (st_write_begin(&w, path, e, n, meta, 4, err, sizeof err) != 0)
+    st = api_fail(s, STEPC_ERR_IO, "%s", err);
   for (int j = 0; j < n && st == STEPC_OK; j++) {
     if (s->be->read(s, ids[j], buf) != 0) {
       st_write_abort(&w);
       st = STEPC_ERR_RUNTIME;
-    } else if (st_write_next(&w, buf, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+    } else if (st_write_next(&w, buf, err, sizeof err) != 0)
+      st = api_fail(s, STEPC_ERR_IO, "%s", err);
   }
   if (st == STEPC_OK && st_write_end(&w, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
   free(e), free(ids), free(buf);
@@ -134,17 +136,20 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
     if (!wanted(s, roles, shard, i)) continue;
     const StEntry *e = st_find(&r, t->name);
     if (!e) {
-      st = api_fail(s, STEPC_ERR_MISMATCH, "%s has no tensor %s (the step's %s)", path, t->name, role_name(t->role));
+      st = api_fail(s, STEPC_ERR_MISMATCH, "%s has no tensor %s (the step's %s)", path, t->name,
+                    role_name(t->role));
       break;
     }
     bool same = st_numel(e) == tensor_numel(t) && e->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
+    for (int d = 0; same && d < t->ndim; d++)
+      same = e->shape[d] == t->shape[d];
     if (!same) {
       st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s has another shape than the step's", path, t->name);
       break;
     }
     int64_t n = tensor_numel(t);
-    size_t need = (size_t)(e->end - e->begin) > (size_t)t->bytes ? (size_t)(e->end - e->begin) : (size_t)t->bytes;
+    size_t need =
+        (size_t)(e->end - e->begin) > (size_t)t->bytes ? (size_t)(e->end - e->begin) : (size_t)t->bytes;
     if (need > cap) {
       free(file), free(nom);
       file = malloc(need), nom = malloc(need);
@@ -161,9 +166,11 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
     const void *src = file;
     if (strcmp(e->dtype, st_dtype(t->dtype)) != 0) {
       if (t->dtype == DT_BF16 && !strcmp(e->dtype, "F32"))
-        for (int64_t j = 0; j < n; j++) ((uint16_t *)nom)[j] = f32_to_bf16(((const float *)file)[j]);
+        for (int64_t j = 0; j < n; j++)
+          ((uint16_t *)nom)[j] = f32_to_bf16(((const float *)file)[j]);
       else if (t->dtype == DT_F32 && !strcmp(e->dtype, "BF16"))
-        for (int64_t j = 0; j < n; j++) ((float *)nom)[j] = bf16_to_f32(((const uint16_t *)file)[j]);
+        for (int64_t j = 0; j < n; j++)
+          ((float *)nom)[j] = bf16_to_f32(((const uint16_t *)file)[j]);
       else {
         st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s is %s, the step's is %s", path, t->name, e->dtype,
                       st_dtype(t->dtype));
@@ -191,7 +198,8 @@ static int file_sum(const char *path, int follow, uint64_t *h, uint64_t *bytes) 
 }
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
-  if (!s || !s->be || !path) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
+  if (!s || !s->be || !path)
+    return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
   return save_roles(s, path, PARAMS, false, "params");
 }
 
@@ -202,15 +210,19 @@ static stepc_status masters_from_params(stepc_t *s, const uint8_t *exact) {
   stepc_status st = STEPC_OK;
   for (int i = 0; i < g->nt && st == STEPC_OK; i++) {
     const Tensor *m = &g->t[i];
-    if (m->role != ROLE_MASTER || m->of < 0 || api_dp_not_mine(s, i) || exact[m->of]) continue; /* ZeRO-1: the owner's */
+    if (m->role != ROLE_MASTER || m->of < 0 || api_dp_not_mine(s, i) || exact[m->of])
+      continue; /* ZeRO-1: the owner's */
     const Tensor *p = &g->t[m->of];
     int64_t n = tensor_numel(m);
     void *pb = malloc((size_t)p->bytes + 1);
     float *mb = malloc((size_t)n * sizeof *mb + 1);
-    if (!pb || !mb) st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-    else if (s->be->read(s, m->of, pb) != 0) st = STEPC_ERR_RUNTIME;
+    if (!pb || !mb)
+      st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+    else if (s->be->read(s, m->of, pb) != 0)
+      st = STEPC_ERR_RUNTIME;
     else {
-      for (int64_t j = 0; j < n; j++) mb[j] = p->dtype == DT_BF16 ? bf16_to_f32(((uint16_t *)pb)[j]) : ((float *)pb)[j];
+      for (int64_t j = 0; j < n; j++)
+        mb[j] = p->dtype == DT_BF16 ? bf16_to_f32(((uint16_t *)pb)[j]) : ((float *)pb)[j];
       if (s->be->write(s, i, mb) != 0) st = STEPC_ERR_RUNTIME;
     }
     free(pb), free(mb);
@@ -230,7 +242,8 @@ stepc_status stepc_load_params(stepc_t *s, const char *path) {
                              : load_roles(s, path, PARAMS, false, exact);
   if (st == STEPC_OK) st = masters_from_params(s, exact);
   bool any = false, sharded = s->owner && s->world > 1;
-  for (int i = 0; exact && i < s->g->nt; i++) any |= exact[i];
+  for (int i = 0; exact && i < s->g->nt; i++)
+    any |= exact[i];
   free(exact);
   if (st == STEPC_OK && any && !sharded && s->be->params_from_masters(s) != 0) st = STEPC_ERR_RUNTIME;
   /* data parallel: every rank must have loaded the same file (its checksum, read again only then) */
@@ -240,13 +253,17 @@ stepc_status stepc_load_params(stepc_t *s, const char *path) {
   return api_dp_agree_load(s, st, "parameters", s->step, h);
 }
 
-static void join(char *out, size_t n, const char *dir, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
+static void join(char *out, size_t n, const char *dir, const char *name) {
+  snprintf(out, n, "%s/%s", dir, name);
+}
 
 /* The optimizer file: one per rank when the state is sharded (ZeRO-1), else one. */
 static void optimizer_file(const stepc_t *s, const char *dir, char *path, size_t n) {
   char name[64];
-  if (s->owner && s->world > 1) snprintf(name, sizeof name, "optimizer.rank%d.safetensors", s->rank);
-  else snprintf(name, sizeof name, "optimizer.safetensors");
+  if (s->owner && s->world > 1)
+    snprintf(name, sizeof name, "optimizer.rank%d.safetensors", s->rank);
+  else
+    snprintf(name, sizeof name, "optimizer.safetensors");
   join(path, n, dir, name);
 }
 
@@ -257,7 +274,8 @@ static stepc_status save_all(stepc_t *s, const char *dir) {
   stepc_status st = save_roles(s, path, PARAMS, false, "params");
   if (st != STEPC_OK) return st;
   optimizer_file(s, dir, path, sizeof path);
-  if (!(s->owner && s->world > 1) && (st = save_roles(s, path, OPTIMIZER, false, "optimizer")) != STEPC_OK) return st;
+  if (!(s->owner && s->world > 1) && (st = save_roles(s, path, OPTIMIZER, false, "optimizer")) != STEPC_OK)
+    return st;
   return STEPC_OK;
 }
 
@@ -273,9 +291,12 @@ static int fsync_path(const char *path) {
  * whole or one shard per rank. Their count. */
 static int checkpoint_file(const stepc_t *s, int i, char *name, size_t n) {
   int shards = s->owner && s->world > 1 ? s->world : 1;
-  if (i == 0) snprintf(name, n, "model.safetensors");
-  else if (shards > 1) snprintf(name, n, "optimizer.rank%d.safetensors", i - 1);
-  else snprintf(name, n, "optimizer.safetensors");
+  if (i == 0)
+    snprintf(name, n, "model.safetensors");
+  else if (shards > 1)
+    snprintf(name, n, "optimizer.rank%d.safetensors", i - 1);
+  else
+    snprintf(name, n, "optimizer.safetensors");
   return 1 + shards;
 }
 
@@ -289,12 +310,17 @@ static stepc_status save_state(stepc_t *s, const char *dir) {
   const CpuData *d = &s->data.recipe;
   /* The data position and every RNG draw (dropout masks, mock tokens, text windows) are pure
    * functions of (seed, step): the step counter is the whole RNG and data state. */
-  fprintf(f, "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
+  fprintf(f,
+          "{\n  \"format\": \"stepc-checkpoint\",\n  \"version\": 2,\n  \"step\": %lld,\n  \"seed\": %llu,\n",
           (long long)s->step, (unsigned long long)s->im.f.seed);
-  fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock", (long long)s->step + 1);
-  fprintf(f, "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name, s->im.f.fingerprint);
+  fprintf(f, "  \"data\": {\"source\": \"%s\", \"next_step\": %lld},\n", d->text ? "path" : "mock",
+          (long long)s->step + 1);
+  fprintf(f,
+          "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name,
+          s->im.f.fingerprint);
   json_write_string(f, s->im.f.recipe);
-  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s,\n  \"files\": {", s->world, s->im.f.dist_opt ? "true" : "false");
+  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s,\n  \"files\": {", s->world,
+          s->im.f.dist_opt ? "true" : "false");
   int nf = checkpoint_file(s, 0, name, sizeof name);
   for (int i = 0; i < nf; i++) {
     char fp[1200];
@@ -305,7 +331,8 @@ static stepc_status save_state(stepc_t *s, const char *dir) {
       fclose(f), remove(tmp);
       return api_fail(s, STEPC_ERR_IO, "cannot read back %s", fp);
     }
-    fprintf(f, "%s\n    \"%s\": {\"bytes\": %llu, \"fnv1a\": \"%016" PRIx64 "\"}", i ? "," : "", name, (unsigned long long)bytes, h);
+    fprintf(f, "%s\n    \"%s\": {\"bytes\": %llu, \"fnv1a\": \"%016" PRIx64 "\"}", i ? "," : "", name,
+            (unsigned long long)bytes, h);
   }
   fprintf(f, "\n  }\n}\n");
   int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
@@ -328,14 +355,18 @@ static int staging_of(const char *dir, char *parent, size_t np, char *stage, siz
   char d[1024];
   if (snprintf(d, sizeof d, "%s", dir) >= (int)sizeof d) return -1;
   size_t n = strlen(d);
-  while (n > 1 && d[n - 1] == '/') d[--n] = 0;
+  while (n > 1 && d[n - 1] == '/')
+    d[--n] = 0;
   char *slash = strrchr(d, '/');
   const char *base = slash ? slash + 1 : d;
   if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) return -1;
   snprintf(stage, ns, "%.*s.%s.saving", slash ? (int)(slash - d + 1) : 0, d, base);
-  if (slash == d) snprintf(parent, np, "/");
-  else if (slash) *slash = 0, snprintf(parent, np, "%s", d);
-  else snprintf(parent, np, ".");
+  if (slash == d)
+    snprintf(parent, np, "/");
+  else if (slash)
+    *slash = 0, snprintf(parent, np, "%s", d);
+  else
+    snprintf(parent, np, ".");
   return 0;
 }
 
@@ -370,7 +401,8 @@ static stepc_status prepared_on_all(stepc_t *s, stepc_status st, const char *dir
 }
 
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
-  if (!s || !s->be || !dir) return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
+  if (!s || !s->be || !dir)
+    return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
   /* All or nothing: the checkpoint is written into a fresh directory beside dir, every file
    * fsynced, state.json (every file's size and checksum) last, then swapped in with one rename.
    * Killed at any moment, dir is the old checkpoint or the new one, never a mixture. Data
@@ -394,7 +426,8 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
     return api_fail(s, STEPC_ERR_RUNTIME, "stepc_save_checkpoint: data parallel: %s", rt_comm_error(s->comm));
   if (st == STEPC_OK && lead && (st = save_state(s, stage)) == STEPC_OK) {
     bool had = lstat(dir, &sb) == 0;
-    if (fsync_path(stage) != 0 || (had ? renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) : rename(stage, dir)) != 0)
+    if (fsync_path(stage) != 0 ||
+        (had ? renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) : rename(stage, dir)) != 0)
       st = api_fail(s, STEPC_ERR_IO, "cannot move the checkpoint into %s: %s", dir, strerror(errno));
     else {
       fsync_path(parent);
@@ -456,7 +489,8 @@ static stepc_status files_match(stepc_t *s, const char *dir, const char *text) {
     char fp[1200], want_sum[17];
     unsigned long long want_bytes = 0;
     if (ckpt_state_file(text, mine[i], &want_bytes, want_sum) != 0)
-      return api_fail(s, STEPC_ERR_IO, "%s: state.json does not list %s with its size and checksum", dir, mine[i]);
+      return api_fail(s, STEPC_ERR_IO, "%s: state.json does not list %s with its size and checksum", dir,
+                      mine[i]);
     uint64_t h, bytes;
     join(fp, sizeof fp, dir, mine[i]);
     if (file_sum(fp, RT_NOFOLLOW, &h, &bytes) != 0)
@@ -464,8 +498,9 @@ static stepc_status files_match(stepc_t *s, const char *dir, const char *text) {
     char got[17];
     snprintf(got, sizeof got, "%016" PRIx64, h);
     if (bytes != want_bytes || strcmp(got, want_sum) != 0)
-      return api_fail(s, STEPC_ERR_IO, "%s: %s is damaged (%llu bytes, checksum %s; state.json says %llu bytes, %s)", dir, mine[i],
-                      (unsigned long long)bytes, got, want_bytes, want_sum);
+      return api_fail(s, STEPC_ERR_IO,
+                      "%s: %s is damaged (%llu bytes, checksum %s; state.json says %llu bytes, %s)", dir,
+                      mine[i], (unsigned long long)bytes, got, want_bytes, want_sum);
   }
   return STEPC_OK;
 }
@@ -494,7 +529,8 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
   /* the optimizer's own step counter (it drives the LR schedule and Adam's bias correction) must
    * be state.json's */
   for (int i = 0; i < s->g->nt; i++) {
-    if (strcmp(s->g->t[i].name, "optimizer.step") || s->g->t[i].dtype != DT_I32 || !wanted(s, OPTIMIZER, s->owner && s->world > 1, i))
+    if (strcmp(s->g->t[i].name, "optimizer.step") || s->g->t[i].dtype != DT_I32 ||
+        !wanted(s, OPTIMIZER, s->owner && s->world > 1, i))
       continue;
     int32_t counter = 0;
     if (s->be->read(s, i, &counter) != 0) return STEPC_ERR_RUNTIME;
@@ -518,7 +554,8 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   /* ZeRO-1 on the cpu device: the masters here are this rank's shard, the params were set from
    * them, and the other params come from their owners. On cuda every rank loaded the saved bf16
    * params whole (the owners' values, the same on every rank): nothing to exchange. */
-  if (s->owner && s->comm && !strcmp(s->be->name, "cpu") && api_cpu_zero_gather(s) != 0) return STEPC_ERR_RUNTIME;
+  if (s->owner && s->comm && !strcmp(s->be->name, "cpu") && api_cpu_zero_gather(s) != 0)
+    return STEPC_ERR_RUNTIME;
   s->step = step;
   return STEPC_OK;
 }

@@ -8,7 +8,7 @@
 #include "runtime/cpu/program.h"
 
 typedef struct {
-  Graph *g;     /* the image's graph at the CPU plan's slots: every float tensor in fp32 */
+  Graph *g; /* the image's graph at the CPU plan's slots: every float tensor in fp32 */
   PlanExec *x;
 } ApiCpu;
 
@@ -27,7 +27,8 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
   const ImgBucket *b = &s->im.bucket[k];
   const int32_t *gr = s->im.bucket_grad + b->first;
   size_t n = 0;
-  for (int i = 0; i < b->ngrads; i++) n += (size_t)tensor_numel(&s->g->t[gr[i]]);
+  for (int i = 0; i < b->ngrads; i++)
+    n += (size_t)tensor_numel(&s->g->t[gr[i]]);
   if (n > s->ndp_buf) {
     float *p = realloc(s->dp_buf, n * sizeof *p);
     if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
@@ -40,13 +41,15 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
     at += m;
   }
   if (rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)), -1;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)),
+           -1;
   float w = (float)s->world;
   at = 0;
   for (int i = 0; i < b->ngrads; i++) {
     size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
     float *dst = cpu_exec_ptr(ex(s), gr[i]);
-    for (size_t j = 0; j < m; j++) dst[j] = s->dp_buf[at + j] / w;
+    for (size_t j = 0; j < m; j++)
+      dst[j] = s->dp_buf[at + j] / w;
     at += m;
   }
   return 0;
@@ -91,13 +94,16 @@ static int cpu_zero_bucket(stepc_t *s, int k) {
   }
   float *mine = s->dp_buf + (size_t)N * seg;
   if (rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d (reduce-scatter): %s", k, rt_comm_error(s->comm)), -1;
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d (reduce-scatter): %s", k,
+                    rt_comm_error(s->comm)),
+           -1;
   size_t at = 0;
   for (int i = 0; i < b->ngrads; i++)
     if (s->owner[gr[i]] == s->rank) {
       size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
       float *dst = cpu_exec_ptr(ex(s), gr[i]);
-      for (size_t j = 0; j < m; j++) dst[j] = mine[at + j] / (float)N;
+      for (size_t j = 0; j < m; j++)
+        dst[j] = mine[at + j] / (float)N;
       at += m;
     }
   return 0;
@@ -109,7 +115,8 @@ static double sumsq_like_op(const float *g, int64_t n) {
   double total = 0;
   for (int64_t c0 = 0; c0 < n; c0 += 4096) {
     double p = 0;
-    for (int64_t i = c0; i < n && i < c0 + 4096; i++) p += (double)g[i] * (double)g[i];
+    for (int64_t i = c0; i < n && i < c0 + 4096; i++)
+      p += (double)g[i] * (double)g[i];
     total += p;
   }
   return total;
@@ -135,13 +142,17 @@ static int cpu_zero_gather(stepc_t *s, int unused) {
   const Graph *g = s->g;
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0 &&
-        rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t), (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t]) != 0)
-      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s", rt_comm_error(s->comm)), -1;
+        rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t), (size_t)tensor_numel(&g->t[t]) * sizeof(float),
+                          s->owner[t]) != 0)
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s",
+                      rt_comm_error(s->comm)),
+             -1;
   return 0;
 }
 
 int api_cpu_zero_gather(stepc_t *s) {
-  if (strcmp(s->be->name, "cpu") != 0) return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer runs on the cpu device"), -1;
+  if (strcmp(s->be->name, "cpu") != 0)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer runs on the cpu device"), -1;
   return cpu_zero_gather(s, -1);
 }
 
@@ -185,8 +196,10 @@ static int run_timed(stepc_t *s, int lo, int hi, int micro, double *ms) {
     double t1 = api_now_ms(), end = t1, start = t0;
     for (int64_t i = before; i < s->nspan; i++) { /* collectives run inside the point's call */
       double a = s->span[i].start_ms + s->prof_t0_ms, b = s->span[i].end_ms + s->prof_t0_ms;
-      if (s->span[i].kind == STEPC_SPAN_NORM) start = b > start ? b : start; /* before the op */
-      else end = a < end ? a : end;                                         /* after it */
+      if (s->span[i].kind == STEPC_SPAN_NORM)
+        start = b > start ? b : start; /* before the op */
+      else
+        end = a < end ? a : end; /* after it */
     }
     ms[q] += end - start;
     if (api_span_add(s, STEPC_SPAN_POINT, 0, q, micro, start - s->prof_t0_ms, end - s->prof_t0_ms)) return -1;
@@ -207,7 +220,8 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
     /* the data and the dropout key are the global micro-batch's (api_dp_micro) */
-    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, api_dp_micro(s, mb), s->err, sizeof s->err) != 0)
+    if (plan_exec_begin_micro(c->x, &s->data.base, s->im.f.seed, step, api_dp_micro(s, mb), s->err,
+                              sizeof s->err) != 0)
       return -1;
     s->dp_last_micro = mb == g->num_microbatches - 1;
     if (run_part(s, 0, nmicro, (int)mb, ms)) return -1;
@@ -222,13 +236,15 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
   return 0;
 }
 
-static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) { return cpu_step_with(s, step, st, NULL); }
+static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
+  return cpu_step_with(s, step, st, NULL);
+}
 
 static uint16_t f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);                  /* round to nearest even */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);                 /* round to nearest even */
 }
 
 static float bf16_to_f32(uint16_t h) {
@@ -241,8 +257,10 @@ static float bf16_to_f32(uint16_t h) {
 /* A tensor this rank does not hold (another rank's optimizer state): -1 with the message. */
 static int held(stepc_t *s, const Tensor *T) {
   if (T->bytes > 0) return 0;
-  return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not hold it",
-                  T->name, s->rank), -1;
+  return api_fail(s, STEPC_ERR_ARGUMENT,
+                  "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not hold it",
+                  T->name, s->rank),
+         -1;
 }
 
 static int cpu_read(stepc_t *s, int t, void *dst) {
@@ -250,12 +268,17 @@ static int cpu_read(stepc_t *s, int t, void *dst) {
   int64_t n = tensor_numel(T);
   if (held(s, T)) return -1;
   const void *src = cpu_exec_ptr(ex(s), t);
-  if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
-  else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
+  if (!dtype_is_float(T->dtype))
+    memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
+  else if (T->dtype == DT_F32)
+    memcpy(dst, src, (size_t)n * 4);
   else if (T->dtype == DT_BF16)
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(((const float *)src)[i]);
-  else return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s: checkpoints hold f32, bf16 and int tensors", T->name,
-                       dtype_name(T->dtype)), -1;
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = f32_to_bf16(((const float *)src)[i]);
+  else
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s: checkpoints hold f32, bf16 and int tensors",
+                    T->name, dtype_name(T->dtype)),
+           -1;
   return 0;
 }
 
@@ -264,11 +287,15 @@ static int cpu_write(stepc_t *s, int t, const void *src) {
   int64_t n = tensor_numel(T);
   if (held(s, T)) return -1;
   void *dst = cpu_exec_ptr(ex(s), t);
-  if (!dtype_is_float(T->dtype)) memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
-  else if (T->dtype == DT_F32) memcpy(dst, src, (size_t)n * 4);
+  if (!dtype_is_float(T->dtype))
+    memcpy(dst, src, (size_t)n * dtype_size(T->dtype));
+  else if (T->dtype == DT_F32)
+    memcpy(dst, src, (size_t)n * 4);
   else if (T->dtype == DT_BF16)
-    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = bf16_to_f32(((const uint16_t *)src)[i]);
-  else return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s", T->name, dtype_name(T->dtype)), -1;
+    for (int64_t i = 0; i < n; i++)
+      ((float *)dst)[i] = bf16_to_f32(((const uint16_t *)src)[i]);
+  else
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "tensor %s is %s", T->name, dtype_name(T->dtype)), -1;
   return 0;
 }
 
@@ -298,8 +325,9 @@ static void cpu_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CPU_BACKEND = {"cpu",     cpu_init,  cpu_step,        cpu_step_with, cpu_read, cpu_write,
-                                       cpu_params_from_masters, cpu_measure, cpu_free};
+static const ApiBackend CPU_BACKEND = {
+    "cpu",       cpu_init, cpu_step, cpu_step_with, cpu_read, cpu_write, cpu_params_from_masters,
+    cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);
@@ -309,8 +337,11 @@ stepc_status api_cpu_open(stepc_t *s) {
   if (!(c->g = image_cpu_graph(&s->im))) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   s->g = c->g;
   const StepImage *im = &s->im;
-  CpuProgram prog = {.npoints = im->npoints, .micro_points = im->micro_points, .point_op = im->point_op,
-                     .poison_start = im->poison_start, .poison = im->poison};
+  CpuProgram prog = {.npoints = im->npoints,
+                     .micro_points = im->micro_points,
+                     .point_op = im->point_op,
+                     .poison_start = im->poison_start,
+                     .poison = im->poison};
   c->x = plan_exec_new(c->g, &prog, s->opt.cpu_threads, s->err, sizeof s->err);
   if (!c->x) return STEPC_ERR_RUNTIME;
   cpu_exec_init_params(ex(s), im->f.seed);

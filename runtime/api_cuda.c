@@ -24,7 +24,9 @@ int api_cuda_fail(stepc_t *s) {
   return -1;
 }
 
-static int cuda_init(stepc_t *s, uint64_t seed) { return rt_player_init(cu(s)->x, seed) ? api_cuda_fail(s) : 0; }
+static int cuda_init(stepc_t *s, uint64_t seed) {
+  return rt_player_init(cu(s)->x, seed) ? api_cuda_fail(s) : 0;
+}
 
 /* A mark on the step's stream (side 0) or the communication stream (1): its index, or -1. */
 int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
@@ -33,7 +35,8 @@ int api_cuda_mark(stepc_t *s, CudaProf *pf, int side) {
   int *k = side ? &pf->nside : &pf->nmain;
   if (*k >= m->n)
     return api_fail(s, STEPC_ERR_RUNTIME, "profiling: more than %d marks on the %s stream", m->n,
-                    side ? "communication" : "step's"), -1;
+                    side ? "communication" : "step's"),
+           -1;
   if (rt_mark_on(c->d, m, *k, side ? c->comm.s : c->d->stream)) return api_cuda_fail(s);
   return (*k)++;
 }
@@ -65,7 +68,8 @@ static int enqueue_tail(stepc_t *s, CudaProf *pf) {
     int handled = api_cuda_dp_tail_point(s, q, pf); /* ZeRO-1: the norm's exchange, a skipped op */
     if (handled < 0 || (pf && (a = api_cuda_mark(s, pf, 0)) < 0)) return -1;
     if (!handled && api_cuda_run_point(s, q)) return -1;
-    if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, -1, 0, a, b))) return -1;
+    if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, -1, 0, a, b)))
+      return -1;
   }
   return api_cuda_dp_end(s, pf);
 }
@@ -78,7 +82,8 @@ static int enqueue_points(stepc_t *s, CudaProf *pf) {
     if (pf && (a = api_cuda_mark(s, pf, 0)) < 0) return -1;
     for (int q = 0; q < c->nmicro; q++) {
       if (api_cuda_run_point(s, q)) return -1;
-      if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, mb, 0, a, b))) return -1;
+      if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, mb, 0, a, b)))
+        return -1;
       a = b;
       if (api_cuda_dp_after_point(s, mb, q, pf)) return -1;
     }
@@ -121,8 +126,9 @@ static int stage(stepc_t *s, int64_t step) {
   for (int mb = 0; mb < g->num_microbatches; mb++) {
     int64_t gm = api_dp_micro(s, mb); /* this rank's share of the global batch */
     if (data->fill(data, step, gm, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
-      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld%s%s", (long long)step, data->err[0] ? ": " : "",
-                      data->err), -1;
+      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld%s%s", (long long)step,
+                      data->err[0] ? ": " : "", data->err),
+             -1;
     c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
   }
   return rt_player_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;
@@ -140,9 +146,11 @@ static int read_f32(ApiCuda *c, int t, double *v) {
 static int read_stats(stepc_t *s, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   double lr = 0, gn = 0, loss = 0;
-  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) || read_f32(c, s->g->grad_norm, &gn))
+  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) ||
+      read_f32(c, s->g->grad_norm, &gn))
     return RT_ERROR;
-  for (int mb = 0; mb < c->nmb; mb++) loss += c->losses[mb];
+  for (int mb = 0; mb < c->nmb; mb++)
+    loss += c->losses[mb];
   if (api_dp_loss(s, loss, &st->loss)) return RT_ERROR;
   st->lr = lr;
   st->grad_norm = gn;
@@ -155,7 +163,8 @@ int api_cuda_run_point(stepc_t *s, int q) { return rt_player_point(cu(s)->x, q) 
 static int cuda_wait(stepc_t *s, double *ms) {
   ApiCuda *c = cu(s);
   c->watch_since = 0;
-  if (c->nccl ? rt_timer_stop_watched(c->d, &c->timer, ms, api_cuda_nccl_watch, s) : rt_timer_stop(c->d, &c->timer, ms))
+  if (c->nccl ? rt_timer_stop_watched(c->d, &c->timer, ms, api_cuda_nccl_watch, s)
+              : rt_timer_stop(c->d, &c->timer, ms))
     return s->err[0] ? -1 : api_cuda_fail(s);
   return 0;
 }
@@ -164,7 +173,8 @@ static int cuda_wait(stepc_t *s, double *ms) {
 static int since_start(stepc_t *s, CUevent e, double *ms) {
   ApiCuda *c = cu(s);
   float f = 0;
-  if (rt_check(c->d, c->d->cuEventElapsedTime(&f, c->timer.a, e), "cuEventElapsedTime")) return api_cuda_fail(s);
+  if (rt_check(c->d, c->d->cuEventElapsedTime(&f, c->timer.a, e), "cuEventElapsedTime"))
+    return api_cuda_fail(s);
   *ms = f;
   return 0;
 }
@@ -178,7 +188,8 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   int nmb = c->nmb, ntail = c->npoints - c->nmicro;
   CudaProf pf = {0};
   if (stage(s, step)) return -1;
-  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
+  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))
+    return api_cuda_fail(s);
   int rc = 0;
   if (rt_marks_new(d, &pf.main, nmb * (c->nmicro + 1) + 2 * ntail + 2) ||
       (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))))
@@ -208,7 +219,8 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   RtDevice *d = c->d;
   if (stage(s, step)) return -1;
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
-  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg)) return api_cuda_fail(s);
+  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))
+    return api_cuda_fail(s);
   bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
   if (replay && c->scoped && !c->captured) {
     /* one graph per scope instance */
@@ -231,9 +243,11 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   if (rc != 0) return s->err[0] ? -1 : api_cuda_fail(s);
   if (cuda_wait(s, &st->ms)) return -1;
   double lr = 0, gn = 0, loss = 0;
-  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) || read_f32(c, s->g->grad_norm, &gn))
+  if (rt_player_read_losses(c->x, c->losses) || read_f32(c, s->g->lr, &lr) ||
+      read_f32(c, s->g->grad_norm, &gn))
     return api_cuda_fail(s);
-  for (int mb = 0; mb < c->nmb; mb++) loss += c->losses[mb];
+  for (int mb = 0; mb < c->nmb; mb++)
+    loss += c->losses[mb];
   char nerr[400];
   if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
     c->nccl_failed = true;
@@ -250,18 +264,26 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
 static int cuda_read(stepc_t *s, int t, void *dst) {
   ApiCuda *c = cu(s);
   if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
-                    "hold it", s->g->t[t].name, s->rank), -1;
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
+                    "hold it",
+                    s->g->t[t].name, s->rank),
+           -1;
   return rt_copy_d2h(c->d, dst, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes) ? api_cuda_fail(s) : 0;
 }
 
 static int cuda_write(stepc_t *s, int t, const void *src) {
   ApiCuda *c = cu(s);
   if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
-                    "hold it", s->g->t[t].name, s->rank), -1;
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
+                    "hold it",
+                    s->g->t[t].name, s->rank),
+           -1;
   /* the copy is asynchronous: wait before the caller may reuse src */
-  return rt_copy_h2d(c->d, rt_player_tensor(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d) ? api_cuda_fail(s) : 0;
+  return rt_copy_h2d(c->d, rt_player_tensor(c->x, t), src, (size_t)s->g->t[t].bytes) || rt_sync(c->d)
+             ? api_cuda_fail(s)
+             : 0;
 }
 
 static int cuda_params_from_masters(stepc_t *s) {
@@ -298,9 +320,9 @@ static void cuda_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CUDA_BACKEND = {"cuda",        cuda_init,          cuda_step,            cuda_step_profiled,
-                                        cuda_read,     cuda_write,         cuda_params_from_masters, cuda_measure,
-                                        cuda_free};
+static const ApiBackend CUDA_BACKEND = {
+    "cuda",       cuda_init, cuda_step, cuda_step_profiled, cuda_read, cuda_write, cuda_params_from_masters,
+    cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 static void *read_cubin(stepc_t *s, const char *name) {
@@ -340,22 +362,25 @@ stepc_status api_cuda_open(stepc_t *s) {
   char arch[16];
   snprintf(arch, sizeof arch, "sm_%d%d", c->d->cc_major, c->d->cc_minor);
   if (!im->f.cubin[0] || !strstr(im->f.cubin, arch))
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "this GPU is %s, the artifact holds %s: rebuild it with stepc build --arch %s", arch,
+    return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                    "this GPU is %s, the artifact holds %s: rebuild it with stepc build --arch %s", arch,
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
-  if (!im->has_program) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
+  if (!im->has_program)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */
   void *cubin = read_cubin(s, im->f.cubin);
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
-  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || !(c->x = rt_player_new(c->d, &im->lp)) || rt_player_init(c->x, im->f.seed))
+  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || !(c->x = rt_player_new(c->d, &im->lp)) ||
+      rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->nmb = im->lp.f.nmb;
   int mode = s->opt.graph_mode >= 0 ? s->opt.graph_mode : im->f.graph_mode;
   c->full_iteration = mode == IMG_MODE_FULL_ITERATION;
   c->warmup = im->f.warmup_steps;
-  if (mode == IMG_MODE_SCOPED &&
-      !(c->scoped = rt_scoped_new(c->d, c->x, im->g, im->micro_points, im->npoints, im->scope, im->nscope, s->err, sizeof s->err)))
+  if (mode == IMG_MODE_SCOPED && !(c->scoped = rt_scoped_new(c->d, c->x, im->g, im->micro_points, im->npoints,
+                                                             im->scope, im->nscope, s->err, sizeof s->err)))
     return STEPC_ERR_UNSUPPORTED;
   const Graph *g = s->g;
   int64_t n = tensor_numel(&g->t[g->tokens]) * g->num_microbatches;
@@ -365,10 +390,13 @@ stepc_status api_cuda_open(stepc_t *s) {
   c->tok = malloc((size_t)n * sizeof *c->tok);
   c->tg = malloc((size_t)n * sizeof *c->tg);
   c->seeds = malloc((size_t)g->num_microbatches * sizeof *c->seeds);
-  if (!c->point_op || !c->op_point || !c->losses || !c->tok || !c->tg || !c->seeds) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  for (int o = 0; o < g->nop; o++) c->op_point[o] = -1;
+  if (!c->point_op || !c->op_point || !c->losses || !c->tok || !c->tg || !c->seeds)
+    return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
+  for (int o = 0; o < g->nop; o++)
+    c->op_point[o] = -1;
   c->npoints = im->npoints, c->nmicro = im->micro_points;
-  for (int q = 0; q < c->npoints; q++) c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
+  for (int q = 0; q < c->npoints; q++)
+    c->point_op[q] = im->point_op[q], c->op_point[im->point_op[q]] = q;
   if (rt_timer_new(c->d, &c->timer)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->timer_ok = true;
   return STEPC_OK;

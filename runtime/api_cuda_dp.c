@@ -60,14 +60,14 @@ static int coll_allreduce(stepc_t *s, int t, char *err, size_t nerr) {
 
 static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_reduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]), s->owner[t],
-                                c->comm.s, err, nerr);
+  return rt_nccl_reduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
+                                s->owner[t], c->comm.s, err, nerr);
 }
 
 static int coll_broadcast(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_broadcast(c->nccl, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t], c->comm.s,
-                           err, nerr);
+  return rt_nccl_broadcast(c->nccl, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t],
+                           c->comm.s, err, nerr);
 }
 
 /* The collectives of tensors t[0..n) on the communication stream, forked from the step's stream
@@ -212,10 +212,13 @@ static stepc_status zero_setup(stepc_t *s) {
     if (op->kind == OP_CLIP_COEF && c->norm_point < 0) c->norm_point = q;
     if (op->kind == OP_GRAD_SUMSQ && !ks[op->in[0]]) {
       if (pt->norm_count < 0)
-        st = api_fail(s, STEPC_ERR_UNSUPPORTED, "the distributed optimizer on cuda: GRAD_SUMSQ op %d launches nothing and belongs "
-                                                "to no multi-tensor group", o);
+        st = api_fail(s, STEPC_ERR_UNSUPPORTED,
+                      "the distributed optimizer on cuda: GRAD_SUMSQ op %d launches nothing and belongs "
+                      "to no multi-tensor group",
+                      o);
       else
-        c->zero_clear[c->nzero_clear][0] = pt->norm_first, c->zero_clear[c->nzero_clear++][1] = pt->norm_count;
+        c->zero_clear[c->nzero_clear][0] = pt->norm_first,
+        c->zero_clear[c->nzero_clear++][1] = pt->norm_count;
       c->skip_point[q] = alone;
     }
     if (op->kind == OP_ADAMW && !ka[op->in[0]]) c->skip_point[q] = alone;

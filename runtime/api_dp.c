@@ -43,28 +43,35 @@ static stepc_status zero_owners(stepc_t *s) {
   return STEPC_OK;
 }
 
-bool api_dp_not_mine(const stepc_t *s, int t) { return s->owner && s->owner[t] >= 0 && s->owner[t] != s->rank; }
+bool api_dp_not_mine(const stepc_t *s, int t) {
+  return s->owner && s->owner[t] >= 0 && s->owner[t] != s->rank;
+}
 
 stepc_status api_dp_check(stepc_t *s) {
   const stepc_options *o = &s->opt;
   int world = o->world_size > 1 ? o->world_size : 1;
   s->world = world, s->rank = o->rank;
   if (o->rank < 0 || o->rank >= world)
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,
                     world);
   if (world != s->im.f.dp_size)
     return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job has %d: rebuild it with "
+                    "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job "
+                    "has %d: rebuild it with "
                     "train.world_size=%d (the per-rank micro-batches and the memory plan depend on it)",
                     s->dir, s->im.f.dp_size, s->im.f.dp_size == 1 ? "" : "s", world, world);
   if ((world > 1 || o->dp_join) && (o->master_port <= 0 || o->master_port > 65535))
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: master_port %d is not a TCP port (set it, or stepc_options_from_env)",
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_open: master_port %d is not a TCP port (set it, or stepc_options_from_env)",
                     o->master_port);
   /* inf or NaN would lift the bound on every wait (a hung rank would hang the job); a negative
    * number is no timeout either */
   if (!(o->comm_timeout_s >= 0 && o->comm_timeout_s <= RT_COMM_MAX_TIMEOUT_S))
-    return api_fail(s, STEPC_ERR_ARGUMENT, "stepc_open: comm_timeout_s %g is not a number of seconds in [0, %.0f] (0: the "
-                    "default %.0f s)", o->comm_timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S);
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "stepc_open: comm_timeout_s %g is not a number of seconds in [0, %.0f] (0: the "
+                    "default %.0f s)",
+                    o->comm_timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S);
   /* each bucket fires after the micro point that runs its op */
   const StepImage *im = &s->im;
   s->bucket_point = malloc(((size_t)im->nbucket + 1) * sizeof *s->bucket_point);
@@ -74,8 +81,11 @@ stepc_status api_dp_check(stepc_t *s) {
     for (int q = 0; q < im->micro_points; q++)
       if (im->point_op[q] == im->bucket[k].after_op) s->bucket_point[k] = q;
     if (s->bucket_point[k] < 0)
-      return api_fail(s, STEPC_ERR_IO, "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
-                      "artifact", s->dir, k, im->bucket[k].after_op);
+      return api_fail(
+          s, STEPC_ERR_IO,
+          "%s: gradient bucket %d fires after op %d, which the micro program does not run: rebuild the "
+          "artifact",
+          s->dir, k, im->bucket[k].after_op);
   }
   if (im->f.dist_opt) return zero_owners(s);
   return STEPC_OK;
@@ -93,15 +103,22 @@ static uint64_t plan_hash(const StepImage *im) {
 stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, char *, size_t), void *ctx) {
   const stepc_options *o = &s->opt;
   if (s->world == 1 && !o->dp_join) return STEPC_OK;
-  RtRendezvous rv = {.rank = s->rank, .size = s->world, .port = o->master_port, .timeout_s = o->comm_timeout_s,
-                     .fingerprint = s->im.f.fingerprint, .plan_hash = plan_hash(&s->im), .make_id = make_id,
+  RtRendezvous rv = {.rank = s->rank,
+                     .size = s->world,
+                     .port = o->master_port,
+                     .timeout_s = o->comm_timeout_s,
+                     .fingerprint = s->im.f.fingerprint,
+                     .plan_hash = plan_hash(&s->im),
+                     .make_id = make_id,
                      .make_id_ctx = ctx};
   snprintf(rv.addr, sizeof rv.addr, "%s", o->master_addr[0] ? o->master_addr : "127.0.0.1");
   snprintf(rv.what, sizeof rv.what, "%s", s->dir);
   char err[600];
-  if (s->world > 1 && !(rv.secret = rdv_secret_from_env(err, sizeof err))) /* alone, nobody joins: no secret needed */
+  if (s->world > 1 &&
+      !(rv.secret = rdv_secret_from_env(err, sizeof err))) /* alone, nobody joins: no secret needed */
     return api_fail(s, STEPC_ERR_ARGUMENT, "data parallel: %s", err);
-  if (rt_comm_open(&rv, &s->comm, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_MISMATCH, "data parallel: %s", err);
+  if (rt_comm_open(&rv, &s->comm, err, sizeof err) != 0)
+    return api_fail(s, STEPC_ERR_MISMATCH, "data parallel: %s", err);
   return STEPC_OK;
 }
 
@@ -123,7 +140,8 @@ double api_now_ms(void) {
 int api_dp_timed(stepc_t *s, int kind, int id, int (*run)(stepc_t *s, int id)) {
   double t0 = api_now_ms();
   if (run(s, id)) return -1;
-  return s->profiling ? api_span_add(s, kind, 1, id, -1, t0 - s->prof_t0_ms, api_now_ms() - s->prof_t0_ms) : 0;
+  return s->profiling ? api_span_add(s, kind, 1, id, -1, t0 - s->prof_t0_ms, api_now_ms() - s->prof_t0_ms)
+                      : 0;
 }
 
 int api_dp_after_point(stepc_t *s, int q, int (*reduce)(stepc_t *s, int bucket)) {

@@ -25,7 +25,7 @@ typedef struct {
    * next step's work */
   unsigned long long dtok, dtg;
   bool dbound;
-  int world;         /* data-parallel ranks: fill's micro index is global (api_dp_micro) */
+  int world; /* data-parallel ranks: fill's micro index is global (api_dp_micro) */
 } ApiData;
 
 typedef struct ApiBackend {
@@ -47,36 +47,37 @@ typedef struct ApiBackend {
 struct stepc {
   char err[1024];
   stepc_options opt;
-  StepImage im;          /* the artifact's step (runtime/image.h) */
-  char dir[512];         /* the artifact directory */
+  StepImage im;  /* the artifact's step (runtime/image.h) */
+  char dir[512]; /* the artifact directory */
   const ApiBackend *be;
-  void *impl;            /* the backend's state */
-  const Graph *g;        /* the backend's planned step graph */
+  void *impl;     /* the backend's state */
+  const Graph *g; /* the backend's planned step graph */
   ApiData data;
   bool data_open;
-  int64_t step;          /* optimizer steps taken */
+  int64_t step; /* optimizer steps taken */
   stepc_step_stats last;
   char gpu[256];
   /* data parallel (api_dp.c) */
-  int rank, world;       /* world 1: alone */
-  RtComm *comm;          /* the job's host communicator (rendezvous; the CPU device's collectives) */
-  int *bucket_point;     /* per image bucket: the micro program point after which it fires */
-  bool dp_last_micro;    /* the micro-batch running now is the step's last: buckets fire */
-  float *dp_buf;         /* the CPU device's staging for one bucket */
+  int rank, world;    /* world 1: alone */
+  RtComm *comm;       /* the job's host communicator (rendezvous; the CPU device's collectives) */
+  int *bucket_point;  /* per image bucket: the micro program point after which it fires */
+  bool dp_last_micro; /* the micro-batch running now is the step's last: buckets fire */
+  float *dp_buf;      /* the CPU device's staging for one bucket */
   size_t ndp_buf;
   /* distributed optimizer (ZeRO-1): per tensor, the rank that owns it — a main gradient, its
    * param, master and moments — or -1 (not sharded: activations, the optimizer's scalars) */
   int *owner;
-  double *zero_sumsq;    /* per tensor: the owner's sum of squares of its reduced gradient */
+  double *zero_sumsq; /* per tensor: the owner's sum of squares of its reduced gradient */
   /* the last profiled step's timeline (stepc_profile_timeline); profiling: a profiled step runs */
   stepc_span *span;
   int64_t nspan, capspan;
   bool profiling;
-  double prof_t0_ms;     /* cpu: the profiled step's start (wall clock) */
+  double prof_t0_ms; /* cpu: the profiled step's start (wall clock) */
 };
 
 /* Records the first message of a failing call and returns st. */
-stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Backends: set s->be, s->impl, s->g; 0, or a status with the message. */
 stepc_status api_cpu_open(stepc_t *s);
@@ -115,6 +116,5 @@ int api_cpu_zero_gather(stepc_t *s);
 
 /* Appends one span to the profiled step's timeline. 0, or -1 (out of memory, with the message). */
 int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double start_ms, double end_ms);
-
 
 #endif

@@ -10,12 +10,14 @@ int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what) {
   *p = 0;
   if (bytes == 0) bytes = 256;
   CUresult r = CUDA_SUCCESS;
-  if (d->rec) rt_record_alloc(d, p, bytes);
-  else r = d->cuMemAlloc(p, bytes);
+  if (d->rec)
+    rt_record_alloc(d, p, bytes);
+  else
+    r = d->cuMemAlloc(p, bytes);
   if (r != CUDA_SUCCESS) {
     char msg[160];
-    snprintf(msg, sizeof msg, "cuMemAlloc of %.3f GB for %s (already holding %.3f GB)", (double)bytes / 1e9, what,
-             (double)d->allocated / 1e9);
+    snprintf(msg, sizeof msg, "cuMemAlloc of %.3f GB for %s (already holding %.3f GB)", (double)bytes / 1e9,
+             what, (double)d->allocated / 1e9);
     return rt_check(d, r, msg);
   }
   d->allocated += (int64_t)bytes;

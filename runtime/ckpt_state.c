@@ -11,7 +11,8 @@
  * the recipe path is a string in the file and may hold any text). */
 static const char *find_key(const char *text, const char *pat) {
   const char *p = strstr(text, pat);
-  while (p && p > text && p[-1] == '\\') p = strstr(p + 1, pat);
+  while (p && p > text && p[-1] == '\\')
+    p = strstr(p + 1, pat);
   return p;
 }
 
@@ -22,7 +23,8 @@ static int json_int(const char *text, const char *key, long long *v) {
   const char *p = find_key(text, pat);
   if (!p) return -1;
   const char *at = p + strlen(pat);
-  while (*at == ' ') at++;
+  while (*at == ' ')
+    at++;
   char *end;
   errno = 0;
   *v = strtoll(at, &end, 10);
@@ -45,10 +47,13 @@ static void json_str(const char *text, const char *key, char *out, size_t n) {
 int ckpt_state_parse(const char *text, size_t n, bool truncated, CkptState *st, char *err, size_t nerr) {
   memset(st, 0, sizeof *st);
   const char *t0 = text, *t1 = text + n;
-  while (t0 < t1 && isspace((unsigned char)*t0)) t0++;
-  while (t1 > t0 && isspace((unsigned char)t1[-1])) t1--;
-  if (truncated || t0 == t1 || *t0 != '{' || t1[-1] != '}' || strlen(text) != n || !find_key(text, "\"stepc-checkpoint\"") ||
-      json_int(text, "step", &st->step) || json_int(text, "seed", &st->seed) || json_int(text, "version", &st->version)) {
+  while (t0 < t1 && isspace((unsigned char)*t0))
+    t0++;
+  while (t1 > t0 && isspace((unsigned char)t1[-1]))
+    t1--;
+  if (truncated || t0 == t1 || *t0 != '{' || t1[-1] != '}' || strlen(text) != n ||
+      !find_key(text, "\"stepc-checkpoint\"") || json_int(text, "step", &st->step) ||
+      json_int(text, "seed", &st->seed) || json_int(text, "version", &st->version)) {
     snprintf(err, nerr, "not a stepc checkpoint state (a JSON object with format, version, step and seed)");
     return -1;
   }
@@ -82,6 +87,8 @@ int ckpt_state_file(const char *text, const char *name, unsigned long long *byte
   snprintf(key, sizeof key, "\"%s\": {\"bytes\": ", name);
   const char *at = find_key(text, key);
   sum[0] = 0;
-  if (!at || sscanf(at + strlen(key), "%llu, \"fnv1a\": \"%16[0-9a-f]\"", bytes, sum) != 2 || strlen(sum) != 16) return -1;
+  if (!at || sscanf(at + strlen(key), "%llu, \"fnv1a\": \"%16[0-9a-f]\"", bytes, sum) != 2 ||
+      strlen(sum) != 16)
+    return -1;
   return 0;
 }

@@ -11,8 +11,8 @@ typedef struct {
   long long version; /* 1 or 2 */
   long long step;    /* [0, 2^30]: the LR schedule and the data position are int32 functions of it */
   long long seed;
-  long long world;   /* data-parallel ranks that wrote it; 1 when absent (before data parallel) */
-  bool sharded;      /* the optimizer state is ZeRO-1 shards, one file per rank */
+  long long world;      /* data-parallel ranks that wrote it; 1 when absent (before data parallel) */
+  bool sharded;         /* the optimizer state is ZeRO-1 shards, one file per rank */
   char fingerprint[17]; /* step_fingerprint, 16 hex digits; "" when absent */
   char recipe[128];     /* the recipe's name as written (for messages); "" when absent */
 } CkptState;

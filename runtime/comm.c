@@ -75,13 +75,19 @@ static int xfer(RtComm *c, int fd, int peer, void *buf, size_t n, int sending) {
   int r = rt_comm_io_all(fd, buf, n, sending, rt_comm_now_s() + c->timeout_s);
   if (r == 0) return 0;
   if (r == 1 && peer == 0) /* rank 0 answers once every rank has sent: the one that hangs may be any */
-    return rt_comm_fail(c, "rank %d: rank 0 did not answer within %.0f s (the communicator's timeout): a rank hangs or is far "
-                     "behind (rank 0's error names it)", c->rank, c->timeout_s);
+    return rt_comm_fail(
+        c,
+        "rank %d: rank 0 did not answer within %.0f s (the communicator's timeout): a rank hangs or is far "
+        "behind (rank 0's error names it)",
+        c->rank, c->timeout_s);
   if (r == 1)
-    return rt_comm_fail(c, "rank 0: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind", peer,
-                     sending ? "take our data" : "send its data", c->timeout_s);
+    return rt_comm_fail(
+        c, "rank 0: rank %d did not %s within %.0f s (the communicator's timeout): it hangs or is far behind",
+        peer, sending ? "take our data" : "send its data", c->timeout_s);
   if (r == 2 && peer == 0)
-    return rt_comm_fail(c, "rank %d: rank 0 closed the connection: a rank failed or exited (its own error says why)", c->rank);
+    return rt_comm_fail(
+        c, "rank %d: rank 0 closed the connection: a rank failed or exited (its own error says why)",
+        c->rank);
   if (r == 2) return rt_comm_fail(c, "rank 0: rank %d closed its connection: it exited or failed", peer);
   return rt_comm_fail(c, "rank %d: the connection to rank %d failed: %s", c->rank, peer, strerror(errno));
 }
@@ -97,9 +103,11 @@ static int recv_msg(RtComm *c, int fd, int peer, void *buf, size_t n) {
   MsgHead h;
   if (xfer(c, fd, peer, &h, sizeof h, 0)) return -1;
   if (h.seq != c->seq || h.bytes != n)
-    return rt_comm_fail(c, "rank %d: rank %d is out of step: its collective #%llu carries %llu bytes, this rank's #%llu %zu "
-                     "(the ranks run different steps)", c->rank, peer, (unsigned long long)h.seq, (unsigned long long)h.bytes,
-                     (unsigned long long)c->seq, n);
+    return rt_comm_fail(
+        c,
+        "rank %d: rank %d is out of step: its collective #%llu carries %llu bytes, this rank's #%llu %zu "
+        "(the ranks run different steps)",
+        c->rank, peer, (unsigned long long)h.seq, (unsigned long long)h.bytes, (unsigned long long)c->seq, n);
   return xfer(c, fd, peer, buf, n, 0);
 }
 
@@ -116,21 +124,28 @@ static size_t type_size(RtCommType t) { return t == RT_COMM_F64 ? 8 : 4; }
 /* acc += x elementwise, in the type's own precision (the executor's): the fixed order's one add */
 static void add_into(void *acc, const void *x, size_t n, RtCommType t) {
   if (t == RT_COMM_F64)
-    for (size_t i = 0; i < n; i++) ((double *)acc)[i] += ((const double *)x)[i];
+    for (size_t i = 0; i < n; i++)
+      ((double *)acc)[i] += ((const double *)x)[i];
   else
-    for (size_t i = 0; i < n; i++) ((float *)acc)[i] += ((const float *)x)[i];
+    for (size_t i = 0; i < n; i++)
+      ((float *)acc)[i] += ((const float *)x)[i];
 }
 
 int rt_comm_open(const RtRendezvous *rv, RtComm **out, char *err, size_t nerr) {
   *out = NULL;
   if (rv->size < 1 || rv->rank < 0 || rv->rank >= rv->size)
-    return snprintf(err, nerr, "rank %d of a world of %d: the rank must be in [0, world size)", rv->rank, rv->size), -1;
+    return snprintf(err, nerr, "rank %d of a world of %d: the rank must be in [0, world size)", rv->rank,
+                    rv->size),
+           -1;
   if (rv->size > 1 && (rv->port <= 0 || rv->port > 65535))
     return snprintf(err, nerr, "the rendezvous port %d is not a TCP port (MASTER_PORT)", rv->port), -1;
   /* an infinite or NaN timeout would make every wait unbounded: a hung rank would hang the job */
   if (!(rv->timeout_s >= 0 && rv->timeout_s <= RT_COMM_MAX_TIMEOUT_S))
-    return snprintf(err, nerr, "the communicator's timeout %g s is not a number of seconds in [0, %.0f] (0: the default %.0f s)",
-                    rv->timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S), -1;
+    return snprintf(err, nerr,
+                    "the communicator's timeout %g s is not a number of seconds in [0, %.0f] (0: the default "
+                    "%.0f s)",
+                    rv->timeout_s, RT_COMM_MAX_TIMEOUT_S, RT_COMM_DEFAULT_TIMEOUT_S),
+           -1;
   RtComm *c = calloc(1, sizeof *c);
   int nfd = rv->rank == 0 ? rv->size : 1;
   if (!c || !(c->fd = malloc((size_t)nfd * sizeof *c->fd))) {
@@ -139,7 +154,8 @@ int rt_comm_open(const RtRendezvous *rv, RtComm **out, char *err, size_t nerr) {
   }
   c->rank = rv->rank, c->size = rv->size, c->nfd = nfd;
   c->timeout_s = rv->timeout_s > 0 ? rv->timeout_s : RT_COMM_DEFAULT_TIMEOUT_S;
-  for (int i = 0; i < nfd; i++) c->fd[i] = -1;
+  for (int i = 0; i < nfd; i++)
+    c->fd[i] = -1;
   int rc = 0;
   if (c->size == 1) /* alone: no socket; the id, if any, is made here */
     rc = rv->make_id ? rv->make_id(rv->make_id_ctx, c->id, c->err, sizeof c->err) : 0;
@@ -168,7 +184,8 @@ const char *rt_comm_error(const RtComm *c) { return c ? c->err : "no communicato
 
 /* Rank 0 receives every other rank's `bytes` into tmp, rank after rank, calling each(r) after
  * rank r's part has arrived; the others send theirs. */
-static int gather_root(RtComm *c, const void *mine, size_t bytes, void (*each)(RtComm *, int, void *), void *ctx) {
+static int gather_root(RtComm *c, const void *mine, size_t bytes, void (*each)(RtComm *, int, void *),
+                       void *ctx) {
   if (c->rank != 0) return send_msg(c, c->fd[0], 0, mine, bytes);
   if (tmp_room(c, bytes ? bytes : 1)) return -1;
   for (int r = 1; r < c->size; r++) {
@@ -231,7 +248,8 @@ int rt_comm_reduce_scatter_sum(RtComm *c, const void *send, void *recv, size_t n
   memcpy(acc, send, bytes);
   Combine k = {.acc = acc, .n = n * (size_t)c->size, .t = t};
   int rc = gather_root(c, send, bytes, combine_add, &k);
-  for (int r = 1; r < c->size && !rc; r++) rc = send_msg(c, c->fd[r], r, acc + (size_t)r * n * es, n * es);
+  for (int r = 1; r < c->size && !rc; r++)
+    rc = send_msg(c, c->fd[r], r, acc + (size_t)r * n * es, n * es);
   if (!rc) memcpy(recv, acc, n * es);
   free(acc);
   return rc;
@@ -279,8 +297,10 @@ static int env_int(const char *name, int *v, int *bad) {
   if (!s || !*s) return 0;
   char *end;
   long x = strtol(s, &end, 10);
-  if (*end || x < 0 || x > 1 << 30) *bad = 1;
-  else *v = (int)x;
+  if (*end || x < 0 || x > 1 << 30)
+    *bad = 1;
+  else
+    *v = (int)x;
   return 1;
 }
 

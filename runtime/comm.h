@@ -39,18 +39,18 @@ typedef enum { RT_COMM_F32 = 0, RT_COMM_F64 = 1 } RtCommType;
 #define RT_COMM_DEFAULT_TIMEOUT_S 300.0
 #define RT_COMM_MAX_TIMEOUT_S 86400.0 /* a day: anything longer (inf, say) is refused as unbounded */
 #define RT_COMM_HELLO_TIMEOUT_S 10.0  /* a connection's time to say who it is, once rank 0 accepted it */
-#define RT_COMM_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+#define RT_COMM_ID_BYTES 128          /* NCCL_UNIQUE_ID_BYTES */
 
 typedef struct {
   int rank, size;
-  char addr[256];          /* rank 0's host (MASTER_ADDR) */
-  int port;                /* MASTER_PORT */
-  double timeout_s;        /* every wait on another rank, in [0, RT_COMM_MAX_TIMEOUT_S]; 0: the default;
-                              negative, NaN or infinite: refused */
-  const char *secret;      /* the job secret every rank holds (rdv_wire.h): required when size > 1 */
-  uint64_t fingerprint;    /* the artifact's step: every rank must hold the same */
-  uint64_t plan_hash;      /* and the same plan facts (DP size, buckets, optimizer sharding) */
-  char what[128];          /* the artifact, for messages */
+  char addr[256];       /* rank 0's host (MASTER_ADDR) */
+  int port;             /* MASTER_PORT */
+  double timeout_s;     /* every wait on another rank, in [0, RT_COMM_MAX_TIMEOUT_S]; 0: the default;
+                           negative, NaN or infinite: refused */
+  const char *secret;   /* the job secret every rank holds (rdv_wire.h): required when size > 1 */
+  uint64_t fingerprint; /* the artifact's step: every rank must hold the same */
+  uint64_t plan_hash;   /* and the same plan facts (DP size, buckets, optimizer sharding) */
+  char what[128];       /* the artifact, for messages */
   /* rank 0 only: fills the id every rank receives (NCCL's unique id); NULL: none */
   int (*make_id)(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, size_t nerr);
   void *make_id_ctx;

@@ -8,9 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NCCL_FUNCS(X)                                                                                      \
-  X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)             \
-  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclAllReduce) X(ncclReduce) X(ncclBroadcast) X(ncclGroupStart) X(ncclGroupEnd)
+// clang-format off (an X-macro list, one entry a line)
+#define NCCL_FUNCS(X)                                                                                        \
+  X(ncclGetVersion)                                                                                          \
+  X(ncclGetUniqueId)                                                                                         \
+  X(ncclCommInitRank)                                                                                        \
+  X(ncclCommDestroy)                                                                                         \
+  X(ncclCommAbort)                                                                                           \
+  X(ncclGetErrorString)                                                                                      \
+  X(ncclCommGetAsyncError)                                                                                   \
+  X(ncclAllReduce)                                                                                           \
+  X(ncclReduce)                                                                                              \
+  X(ncclBroadcast)                                                                                           \
+  X(ncclGroupStart)                                                                                          \
+  X(ncclGroupEnd)
+// clang-format on
 
 struct RtNccl {
   void *lib;
@@ -23,7 +35,8 @@ struct RtNccl {
 
 static int nccl_check(RtNccl *n, ncclResult_t r, const char *what, char *err, size_t nerr) {
   if (r == ncclSuccess) return 0;
-  snprintf(err, nerr, "%s: %s (ncclResult %d)", what, n->ncclGetErrorString ? n->ncclGetErrorString(r) : "?", (int)r);
+  snprintf(err, nerr, "%s: %s (ncclResult %d)", what, n->ncclGetErrorString ? n->ncclGetErrorString(r) : "?",
+           (int)r);
   return -1;
 }
 
@@ -44,19 +57,20 @@ int rt_nccl_load(RtNccl **out, char *err, size_t nerr) {
     free(n);
     return -1;
   }
-#define NCCL_LOAD(f)                                                                                       \
-  if (!(*(void **)&n->f = dlsym(n->lib, #f))) {                                                            \
-    snprintf(err, nerr, "libnccl.so.2 lacks %s (NCCL older than 2.10?)", #f);                             \
-    dlclose(n->lib);                                                                                       \
-    free(n);                                                                                               \
-    return -1;                                                                                             \
+#define NCCL_LOAD(f)                                                                                         \
+  if (!(*(void **)&n->f = dlsym(n->lib, #f))) {                                                              \
+    snprintf(err, nerr, "libnccl.so.2 lacks %s (NCCL older than 2.10?)", #f);                                \
+    dlclose(n->lib);                                                                                         \
+    free(n);                                                                                                 \
+    return -1;                                                                                               \
   }
   NCCL_FUNCS(NCCL_LOAD)
 #undef NCCL_LOAD
   if (n->ncclGetVersion(&n->version) != ncclSuccess) n->version = 0;
   /* ncclAvg (2.10) and capture of collectives into CUDA graphs (2.9.6) are what stepc relies on */
   if (n->version < 21000) {
-    snprintf(err, nerr, "libnccl.so.2 is version %d; stepc needs NCCL 2.10 or later (ncclAvg, graph capture)", n->version);
+    snprintf(err, nerr, "libnccl.so.2 is version %d; stepc needs NCCL 2.10 or later (ncclAvg, graph capture)",
+             n->version);
     dlclose(n->lib);
     free(n);
     return -1;
@@ -73,33 +87,39 @@ int rt_nccl_make_id(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, si
   return 0;
 }
 
-int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err, size_t nerr) {
+int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err,
+                 size_t nerr) {
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   return nccl_check(n, n->ncclCommInitRank(&n->comm, size, u, rank), "ncclCommInitRank", err, nerr);
 }
 
-int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr) {
+int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
+                              size_t nerr) {
   void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclAvg, n->comm, (cudaStream_t)stream), "ncclAllReduce",
-                    err, nerr);
+  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclAvg, n->comm, (cudaStream_t)stream),
+                    "ncclAllReduce", err, nerr);
 }
 
-int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr) {
+int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
+                              size_t nerr) {
   void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)stream), "ncclAllReduce",
-                    err, nerr);
+  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)stream),
+                    "ncclAllReduce", err, nerr);
 }
 
-int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err, size_t nerr) {
+int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err,
+                           size_t nerr) {
   void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclReduce(p, p, count, ncclFloat32, ncclAvg, root, n->comm, (cudaStream_t)stream), "ncclReduce", err,
-                    nerr);
+  return nccl_check(n, n->ncclReduce(p, p, count, ncclFloat32, ncclAvg, root, n->comm, (cudaStream_t)stream),
+                    "ncclReduce", err, nerr);
 }
 
-int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err, size_t nerr) {
+int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err,
+                      size_t nerr) {
   void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclBroadcast(p, p, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream), "ncclBroadcast", err, nerr);
+  return nccl_check(n, n->ncclBroadcast(p, p, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream),
+                    "ncclBroadcast", err, nerr);
 }
 
 int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr) {

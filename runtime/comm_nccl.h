@@ -19,16 +19,21 @@ int rt_nccl_load(RtNccl **out, char *err, size_t nerr);
 /* RtRendezvous.make_id: ncclGetUniqueId on rank 0 (ctx is the RtNccl). */
 int rt_nccl_make_id(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, size_t nerr);
 /* ncclCommInitRank with the rendezvous' id; the device's context must be current. */
-int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err, size_t nerr);
+int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err,
+                 size_t nerr);
 /* buf := the average over ranks (ncclAvg) of buf, n floats, on stream. */
-int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
+int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
+                              size_t nerr);
 /* buf := the sum over ranks, n floats. */
-int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err, size_t nerr);
+int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
+                              size_t nerr);
 /* ZeRO-1: root's buf := the average over ranks (ncclReduce with ncclAvg), n floats; the other
  * ranks' buf is read, not written. */
-int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err, size_t nerr);
+int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err,
+                           size_t nerr);
 /* buf := root's buf (bytes), on every rank. */
-int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err, size_t nerr);
+int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err,
+                      size_t nerr);
 /* ncclGroupStart (start 1) / ncclGroupEnd (0): the collectives between run as one launch. */
 int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr);
 /* NCCL's asynchronous error, if any (a peer that died, a network failure): 0, or -1 with err. */

@@ -25,8 +25,8 @@
  * Plans: one per distinct RtSdpa shape (pointers aside), built the first time (rt_sdpa_prepare,
  * which the player calls at open so that capture never builds one) and cached. The workspace is
  * one allocation owned here, grown at prepare time to the largest plan's need. */
-#include <stdbool.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +36,20 @@
 #include "runtime/record.h"
 #include "runtime/rt.h"
 
-#define RT_DNN_FUNCS(X)                                                                                     \
-  X(cudnnGetVersion) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream) X(cudnnGetErrorString)                \
-  X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)              \
-  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
+// clang-format off (an X-macro list, one entry a line)
+#define RT_DNN_FUNCS(X)                                                                                      \
+  X(cudnnGetVersion)                                                                                         \
+  X(cudnnCreate)                                                                                             \
+  X(cudnnDestroy)                                                                                            \
+  X(cudnnSetStream)                                                                                          \
+  X(cudnnGetErrorString)                                                                                     \
+  X(cudnnBackendCreateDescriptor)                                                                            \
+  X(cudnnBackendDestroyDescriptor)                                                                           \
+  X(cudnnBackendSetAttribute)                                                                                \
+  X(cudnnBackendGetAttribute)                                                                                \
+  X(cudnnBackendFinalize)                                                                                    \
+  X(cudnnBackendExecute)
+// clang-format on
 
 #define RT_SDPA_CACHE 32
 #define MAX_DESC 96 /* descriptors one graph holds (tensors, op descriptors, ops) */
@@ -72,8 +82,8 @@ static int dnn_check(RtDevice *d, cudnnStatus_t s, const char *what) {
   if (s == CUDNN_STATUS_SUCCESS) return RT_OK;
   char last[256] = "";
   if (d->dnn && d->dnn->last_error) d->dnn->last_error(last, sizeof last);
-  return rt_fail(d, "cuDNN %s: %s (%d)%s%s", what, d->dnn ? d->dnn->cudnnGetErrorString(s) : "", (int)s, last[0] ? ": " : "",
-                 last);
+  return rt_fail(d, "cuDNN %s: %s (%d)%s%s", what, d->dnn ? d->dnn->cudnnGetErrorString(s) : "", (int)s,
+                 last[0] ? ": " : "", last);
 }
 
 static int dnn_open(RtDevice *d) {
@@ -86,23 +96,26 @@ static int dnn_open(RtDevice *d) {
   if (!n->lib) {
     const char *e = dlerror();
     free(n);
-    rt_fail(d, "model.attention_backend=fused needs cuDNN %d (dlopen %s: %s); use attention_backend=flash or install cuDNN %d",
+    rt_fail(d,
+            "model.attention_backend=fused needs cuDNN %d (dlopen %s: %s); use attention_backend=flash or "
+            "install cuDNN %d",
             CUDNN_MAJOR, soname, e ? e : "not found", CUDNN_MAJOR);
     return RT_UNSUPPORTED;
   }
-#define RT_DNLOAD(f)                                                                                        \
-  if (!(n->f = (__typeof__(&f))dlsym(n->lib, RT_XSTR(f)))) {                                                \
-    dlclose(n->lib);                                                                                        \
-    free(n);                                                                                                \
-    rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));                                                          \
-    return RT_UNSUPPORTED;                                                                                  \
+#define RT_DNLOAD(f)                                                                                         \
+  if (!(n->f = (__typeof__(&f))dlsym(n->lib, RT_XSTR(f)))) {                                                 \
+    dlclose(n->lib);                                                                                         \
+    free(n);                                                                                                 \
+    rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));                                                           \
+    return RT_UNSUPPORTED;                                                                                   \
   }
   RT_DNN_FUNCS(RT_DNLOAD)
 #undef RT_DNLOAD
   *(void **)&n->last_error = dlsym(n->lib, "cudnnGetLastErrorString");
   n->version = n->cudnnGetVersion();
   d->dnn = n;
-  if (n->version < 90000) return rt_fail(d, "cuDNN %zu is too old: fused attention needs cuDNN 9", n->version), RT_UNSUPPORTED;
+  if (n->version < 90000)
+    return rt_fail(d, "cuDNN %zu is too old: fused attention needs cuDNN 9", n->version), RT_UNSUPPORTED;
   if (dnn_check(d, n->cudnnCreate(&n->h), "create")) return RT_ERROR;
   return dnn_check(d, n->cudnnSetStream(n->h, (cudaStream_t)d->stream), "set stream");
 }
@@ -110,7 +123,8 @@ static int dnn_open(RtDevice *d) {
 void rt_dnn_close(RtDevice *d) {
   RtDnn *n = d->dnn;
   if (!n) return;
-  for (int i = 0; i < n->nplan; i++) n->cudnnBackendDestroyDescriptor(n->plan[i].plan);
+  for (int i = 0; i < n->nplan; i++)
+    n->cudnnBackendDestroyDescriptor(n->plan[i].plan);
   if (n->ws) rt_free(d, n->ws, n->ws_bytes);
   if (n->h) n->cudnnDestroy(n->h);
   dlclose(n->lib);
@@ -147,8 +161,8 @@ static cudnnBackendDescriptor_t make(Build *b, cudnnBackendDescriptorType_t type
   return b->all[b->nall++] = x;
 }
 
-static void set(Build *b, cudnnBackendDescriptor_t x, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
-                int64_t count, const void *v) {
+static void set(Build *b, cudnnBackendDescriptor_t x, cudnnBackendAttributeName_t a,
+                cudnnBackendAttributeType_t t, int64_t count, const void *v) {
   if (b->failed) return;
   cudnnStatus_t s = b->n->cudnnBackendSetAttribute(x, a, t, count, v);
   if (s != CUDNN_STATUS_SUCCESS) {
@@ -164,7 +178,8 @@ static void finalize(Build *b, cudnnBackendDescriptor_t x, const char *what) {
 }
 
 /* A tensor: 4 dims; uid < 0 makes a virtual one (its id drawn here). */
-static cudnnBackendDescriptor_t tensor(Build *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4], const int64_t stride[4]) {
+static cudnnBackendDescriptor_t tensor(Build *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
+                                       const int64_t stride[4]) {
   cudnnBackendDescriptor_t t = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   bool virt = uid < 0;
   int64_t id = virt ? b->next_uid++ : uid, align = 16;
@@ -179,7 +194,8 @@ static cudnnBackendDescriptor_t tensor(Build *b, int64_t uid, cudnnDataType_t dt
 }
 
 /* A virtual tensor of row-major dims. */
-static cudnnBackendDescriptor_t vtensor(Build *b, cudnnDataType_t dt, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+static cudnnBackendDescriptor_t vtensor(Build *b, cudnnDataType_t dt, int64_t d0, int64_t d1, int64_t d2,
+                                        int64_t d3) {
   const int64_t dim[4] = {d0, d1, d2, d3}, stride[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
   return tensor(b, -1, dt, dim, stride);
 }
@@ -212,8 +228,9 @@ static void add_op(Build *b, cudnnBackendDescriptor_t op, const char *what) {
 }
 
 /* y = mode(x, b[, t]); axis >= 0 for GEN_INDEX. */
-static void pointwise(Build *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis, cudnnBackendDescriptor_t x,
-                      cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y) {
+static void pointwise(Build *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, int64_t axis,
+                      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t t,
+                      cudnnBackendDescriptor_t y) {
   cudnnBackendDescriptor_t pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
   set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
   set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
@@ -228,7 +245,8 @@ static void pointwise(Build *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
   add_op(b, op, "pointwise operation");
 }
 
-static void matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t c) {
+static void matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
+                   cudnnBackendDescriptor_t c) {
   cudnnBackendDescriptor_t mm = make(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
   set(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
@@ -241,7 +259,8 @@ static void matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_
   add_op(b, op, "matmul operation");
 }
 
-static void reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+static void reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                      cudnnBackendDescriptor_t y) {
   cudnnBackendDescriptor_t rd = make(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
   cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
   set(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
@@ -263,7 +282,23 @@ static void reshape(Build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
 
 /* ---- the two graphs ---- */
 
-enum { U_Q = 1, U_K, U_V, U_O, U_LSE, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_NEGINF, U_ONE, U_DSUM, U_DQACC, U_VIRTUAL = 100 };
+enum {
+  U_Q = 1,
+  U_K,
+  U_V,
+  U_O,
+  U_LSE,
+  U_DO,
+  U_DQ,
+  U_DK,
+  U_DV,
+  U_SCALE,
+  U_NEGINF,
+  U_ONE,
+  U_DSUM,
+  U_DQACC,
+  U_VIRTUAL = 100
+};
 
 /* (b, heads, s, d) of a (B,T,heads,D) row-major tensor; transposed: (b, heads, d, s). */
 static void bshd(const RtSdpa *s, int64_t heads, int64_t hd, int transposed, int64_t dim[4], int64_t st[4]) {
@@ -276,16 +311,19 @@ static void bshd(const RtSdpa *s, int64_t heads, int64_t hd, int transposed, int
   }
 }
 
-static cudnnBackendDescriptor_t io(Build *b, const RtSdpa *s, int64_t uid, int64_t heads, int64_t hd, int transposed) {
+static cudnnBackendDescriptor_t io(Build *b, const RtSdpa *s, int64_t uid, int64_t heads, int64_t hd,
+                                   int transposed) {
   int64_t dim[4], st[4];
   bshd(s, heads, hd, transposed, dim, st);
   return tensor(b, uid, CUDNN_DATA_BFLOAT16, dim, st);
 }
 
 /* S' = mask(S): row >= column keeps, else -inf */
-static cudnnBackendDescriptor_t causal(Build *b, const RtSdpa *s, cudnnBackendDescriptor_t S, cudnnBackendDescriptor_t neginf) {
+static cudnnBackendDescriptor_t causal(Build *b, const RtSdpa *s, cudnnBackendDescriptor_t S,
+                                       cudnnBackendDescriptor_t neginf) {
   int64_t B = s->b, H = s->h, T = s->t;
-  cudnnBackendDescriptor_t row = vtensor(b, CUDNN_DATA_INT32, B, H, T, T), col = vtensor(b, CUDNN_DATA_INT32, B, H, T, T);
+  cudnnBackendDescriptor_t row = vtensor(b, CUDNN_DATA_INT32, B, H, T, T),
+                           col = vtensor(b, CUDNN_DATA_INT32, B, H, T, T);
   pointwise(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2, S, NULL, NULL, row);
   pointwise(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 3, S, NULL, NULL, col);
   cudnnBackendDescriptor_t keep = vtensor(b, CUDNN_DATA_BOOLEAN, B, H, T, T);
@@ -303,15 +341,18 @@ static cudnnBackendDescriptor_t lse_tensor(Build *b, const RtSdpa *s) {
 static void forward_graph(Build *b, const RtSdpa *s) {
   int64_t B = s->b, H = s->h, T = s->t;
   const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t q = io(b, s, U_Q, H, s->dqk, 0), kt = io(b, s, U_K, s->g, s->dqk, 1), v = io(b, s, U_V, s->g, s->dv, 0),
-                           o = io(b, s, U_O, H, s->dv, 0), lse = lse_tensor(b, s);
+  cudnnBackendDescriptor_t q = io(b, s, U_Q, H, s->dqk, 0), kt = io(b, s, U_K, s->g, s->dqk, 1),
+                           v = io(b, s, U_V, s->g, s->dv, 0), o = io(b, s, U_O, H, s->dv, 0),
+                           lse = lse_tensor(b, s);
   cudnnBackendDescriptor_t scale = scalar(b, U_SCALE), neginf = scalar(b, U_NEGINF);
   cudnnBackendDescriptor_t s0 = vtensor(b, F, B, H, T, T), s1 = vtensor(b, F, B, H, T, T);
   matmul(b, q, kt, s0);
   pointwise(b, CUDNN_POINTWISE_MUL, F, -1, s0, scale, NULL, s1);
   cudnnBackendDescriptor_t s2 = causal(b, s, s1, neginf);
-  cudnnBackendDescriptor_t m = vtensor(b, F, B, H, T, 1), z = vtensor(b, F, B, H, T, 1), logz = vtensor(b, F, B, H, T, 1);
-  cudnnBackendDescriptor_t sub = vtensor(b, F, B, H, T, T), e = vtensor(b, F, B, H, T, T), p = vtensor(b, CUDNN_DATA_BFLOAT16, B, H, T, T);
+  cudnnBackendDescriptor_t m = vtensor(b, F, B, H, T, 1), z = vtensor(b, F, B, H, T, 1),
+                           logz = vtensor(b, F, B, H, T, 1);
+  cudnnBackendDescriptor_t sub = vtensor(b, F, B, H, T, T), e = vtensor(b, F, B, H, T, T),
+                           p = vtensor(b, CUDNN_DATA_BFLOAT16, B, H, T, T);
   reduction(b, CUDNN_REDUCE_TENSOR_MAX, s2, m);
   pointwise(b, CUDNN_POINTWISE_SUB, F, -1, s2, m, NULL, sub);
   pointwise(b, CUDNN_POINTWISE_EXP, F, -1, sub, NULL, NULL, e);
@@ -323,8 +364,8 @@ static void forward_graph(Build *b, const RtSdpa *s) {
 }
 
 /* the GQA sum: a (b, H, s, d) product reduced to the (b, G, s, d) output */
-static void head_sum_matmul(Build *b, const RtSdpa *s, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
-                            cudnnBackendDescriptor_t out, int64_t hd) {
+static void head_sum_matmul(Build *b, const RtSdpa *s, cudnnBackendDescriptor_t a,
+                            cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t out, int64_t hd) {
   if (s->h == s->g) {
     matmul(b, a, bb, out);
     return;
@@ -346,9 +387,11 @@ static cudnnBackendDescriptor_t transposed_scores(Build *b, const RtSdpa *s, cud
 static void backward_graph(Build *b, const RtSdpa *s) {
   int64_t B = s->b, H = s->h, T = s->t;
   const cudnnDataType_t F = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t q = io(b, s, U_Q, H, s->dqk, 0), kt = io(b, s, U_K, s->g, s->dqk, 1), vt = io(b, s, U_V, s->g, s->dv, 1),
-                           o = io(b, s, U_O, H, s->dv, 0), dout = io(b, s, U_DO, H, s->dv, 0), lse = lse_tensor(b, s),
-                           dq = io(b, s, U_DQ, H, s->dqk, 0), dk = io(b, s, U_DK, s->g, s->dqk, 0), dv = io(b, s, U_DV, s->g, s->dv, 0);
+  cudnnBackendDescriptor_t q = io(b, s, U_Q, H, s->dqk, 0), kt = io(b, s, U_K, s->g, s->dqk, 1),
+                           vt = io(b, s, U_V, s->g, s->dv, 1), o = io(b, s, U_O, H, s->dv, 0),
+                           dout = io(b, s, U_DO, H, s->dv, 0), lse = lse_tensor(b, s),
+                           dq = io(b, s, U_DQ, H, s->dqk, 0), dk = io(b, s, U_DK, s->g, s->dqk, 0),
+                           dv = io(b, s, U_DV, s->g, s->dv, 0);
   cudnnBackendDescriptor_t scale = scalar(b, U_SCALE), neginf = scalar(b, U_NEGINF), one = scalar(b, U_ONE);
   /* Dsum = rowsum(dO * O), kept in the workspace */
   const int64_t rdim[4] = {B, H, T, 1}, rst[4] = {H * T, T, 1, 1};
@@ -358,7 +401,8 @@ static void backward_graph(Build *b, const RtSdpa *s) {
   reduction(b, CUDNN_REDUCE_TENSOR_ADD, doo, dsum0);
   pointwise(b, CUDNN_POINTWISE_MUL, F, -1, dsum0, one, NULL, dsum);
   /* P = exp(Q K^T * scale - LSE), masked */
-  cudnnBackendDescriptor_t s0 = vtensor(b, F, B, H, T, T), s1 = vtensor(b, F, B, H, T, T), s2 = vtensor(b, F, B, H, T, T);
+  cudnnBackendDescriptor_t s0 = vtensor(b, F, B, H, T, T), s1 = vtensor(b, F, B, H, T, T),
+                           s2 = vtensor(b, F, B, H, T, T);
   matmul(b, q, kt, s0);
   pointwise(b, CUDNN_POINTWISE_MUL, F, -1, s0, scale, NULL, s1);
   pointwise(b, CUDNN_POINTWISE_SUB, F, -1, s1, lse, NULL, s2);
@@ -367,8 +411,8 @@ static void backward_graph(Build *b, const RtSdpa *s) {
   /* dV = P^T dO */
   head_sum_matmul(b, s, transposed_scores(b, s, p), dout, dv, s->dv);
   /* dS = (dO V^T - Dsum) * P * scale */
-  cudnnBackendDescriptor_t dp = vtensor(b, F, B, H, T, T), d1 = vtensor(b, F, B, H, T, T), d2 = vtensor(b, F, B, H, T, T),
-                           ds = vtensor(b, F, B, H, T, T);
+  cudnnBackendDescriptor_t dp = vtensor(b, F, B, H, T, T), d1 = vtensor(b, F, B, H, T, T),
+                           d2 = vtensor(b, F, B, H, T, T), ds = vtensor(b, F, B, H, T, T);
   matmul(b, dout, vt, dp);
   pointwise(b, CUDNN_POINTWISE_SUB, F, -1, dp, dsum, NULL, d1);
   pointwise(b, CUDNN_POINTWISE_MUL, F, -1, d1, p, NULL, d2);
@@ -401,15 +445,17 @@ static int64_t aux_bytes(const RtSdpa *s) {
 static int nondeterministic(RtDnn *n, cudnnBackendDescriptor_t cfg) {
   cudnnBackendDescriptor_t eng = NULL;
   int bad = 0;
-  if (n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return 1;
+  if (n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS)
+    return 1;
   int64_t cnt = 0;
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  if (n->cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &eng) !=
-          CUDNN_STATUS_SUCCESS ||
+  if (n->cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt,
+                                  &eng) != CUDNN_STATUS_SUCCESS ||
       n->cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                   CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &cnt, notes) != CUDNN_STATUS_SUCCESS)
     bad = 1;
-  for (int64_t i = 0; !bad && i < cnt; i++) bad = notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+  for (int64_t i = 0; !bad && i < cnt; i++)
+    bad = notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
   n->cudnnBackendDestroyDescriptor(eng);
   return bad;
 }
@@ -427,33 +473,45 @@ static int pick_plan(Build *b, cudnnBackendDescriptor_t graph, const RtSdpa *s, 
     finalize(b, heur, "engine heuristics");
     if (b->failed) return RT_ERROR;
     int64_t cnt = 0;
-    if (dnn_check(b->d, n->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &cnt, NULL),
+    if (dnn_check(b->d,
+                  n->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &cnt, NULL),
                   "heuristic results"))
       return RT_ERROR;
     if (cnt > 16) cnt = 16;
     cudnnBackendDescriptor_t cfg[16];
-    for (int64_t i = 0; i < cnt; i++) cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    for (int64_t i = 0; i < cnt; i++)
+      cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (b->failed) return RT_ERROR;
     int64_t got = 0;
-    if (cnt && dnn_check(b->d, n->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, cnt, &got, cfg),
+    if (cnt && dnn_check(b->d,
+                         n->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, cnt, &got, cfg),
                          "heuristic results"))
       return RT_ERROR;
     for (int64_t i = 0; i < got; i++) {
       if (s->deterministic && nondeterministic(n, cfg[i])) {
-        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s#%lld nondeterministic", tried[0] ? ", " : "", (long long)i);
+        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s#%lld nondeterministic",
+                 tried[0] ? ", " : "", (long long)i);
         continue;
       }
       cudnnBackendDescriptor_t plan = NULL;
-      if (n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) continue;
-      cudnnStatus_t st = n->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &n->h);
+      if (n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+          CUDNN_STATUS_SUCCESS)
+        continue;
+      cudnnStatus_t st =
+          n->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &n->h);
       if (st == CUDNN_STATUS_SUCCESS)
-        st = n->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+        st = n->cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
       if (st == CUDNN_STATUS_SUCCESS) st = n->cudnnBackendFinalize(plan);
       int64_t ws = 0, c1 = 0;
       if (st == CUDNN_STATUS_SUCCESS)
-        st = n->cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &c1, &ws);
+        st = n->cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                         &c1, &ws);
       if (st != CUDNN_STATUS_SUCCESS) {
-        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s#%lld %d", tried[0] ? ", " : "", (long long)i, (int)st);
+        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s#%lld %d", tried[0] ? ", " : "",
+                 (long long)i, (int)st);
         n->cudnnBackendDestroyDescriptor(plan);
         continue;
       }
@@ -461,10 +519,12 @@ static int pick_plan(Build *b, cudnnBackendDescriptor_t graph, const RtSdpa *s, 
       return RT_OK;
     }
   }
-  rt_fail(b->d, "cuDNN %zu has no engine for this %s attention (B %lld, T %lld, H %lld, G %lld, head dims %lld/%lld%s)%s%s",
-                 n->version, s->bwd ? "backward" : "forward", (long long)s->b, (long long)s->t, (long long)s->h, (long long)s->g,
-                 (long long)s->dqk, (long long)s->dv, s->deterministic ? ", deterministic" : "", tried[0] ? "; engines tried: " : "",
-                 tried);
+  rt_fail(b->d,
+          "cuDNN %zu has no engine for this %s attention (B %lld, T %lld, H %lld, G %lld, head dims "
+          "%lld/%lld%s)%s%s",
+          n->version, s->bwd ? "backward" : "forward", (long long)s->b, (long long)s->t, (long long)s->h,
+          (long long)s->g, (long long)s->dqk, (long long)s->dv, s->deterministic ? ", deterministic" : "",
+          tried[0] ? "; engines tried: " : "", tried);
   return RT_UNSUPPORTED;
 }
 
@@ -489,11 +549,13 @@ static SdpaPlan *find_plan(RtDnn *n, const RtSdpa *key) {
 
 static int check_shape(RtDevice *d, const RtSdpa *s) {
   if (s->b < 1 || s->t < 1 || s->h < 1 || s->g < 1 || s->h % s->g)
-    return rt_fail(d, "fused attention: B %lld, T %lld, H %lld, G %lld (H must be a multiple of G)", (long long)s->b,
-                   (long long)s->t, (long long)s->h, (long long)s->g), RT_UNSUPPORTED;
+    return rt_fail(d, "fused attention: B %lld, T %lld, H %lld, G %lld (H must be a multiple of G)",
+                   (long long)s->b, (long long)s->t, (long long)s->h, (long long)s->g),
+           RT_UNSUPPORTED;
   if (s->dqk % 8 || s->dv % 8 || s->dqk > 256 || s->dv > 256)
-    return rt_fail(d, "fused attention: head dims %lld/%lld (cuDNN takes multiples of 8 up to 256)", (long long)s->dqk,
-                   (long long)s->dv), RT_UNSUPPORTED;
+    return rt_fail(d, "fused attention: head dims %lld/%lld (cuDNN takes multiples of 8 up to 256)",
+                   (long long)s->dqk, (long long)s->dv),
+           RT_UNSUPPORTED;
   return RT_OK;
 }
 
@@ -510,8 +572,10 @@ static int plan_for(RtDevice *d, const RtSdpa *s, const SdpaPlan **out) {
     Build *b = calloc(1, sizeof *b);
     if (!b) return rt_fail(d, "out of memory");
     b->d = d, b->n = n, b->next_uid = U_VIRTUAL;
-    if (s->bwd) backward_graph(b, s);
-    else forward_graph(b, s);
+    if (s->bwd)
+      backward_graph(b, s);
+    else
+      forward_graph(b, s);
     int rc = b->failed ? RT_ERROR : RT_OK;
     if (rc == RT_OK) {
       cudnnBackendDescriptor_t graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -522,7 +586,8 @@ static int plan_for(RtDevice *d, const RtSdpa *s, const SdpaPlan **out) {
       rc = b->failed ? RT_ERROR : pick_plan(b, graph, s, &np);
       if (rc == RT_OK) n->plan[n->nplan++] = np, p = &n->plan[n->nplan - 1];
     }
-    for (int i = b->nall - 1; i >= 0; i--) n->cudnnBackendDestroyDescriptor(b->all[i]);
+    for (int i = b->nall - 1; i >= 0; i--)
+      n->cudnnBackendDestroyDescriptor(b->all[i]);
     free(b);
     if (rc) return rc;
   }
@@ -563,10 +628,15 @@ int rt_sdpa_run(RtDevice *d, const RtSdpa *s) {
 #undef PUT
   void *ws = (void *)(uintptr_t)(n->ws + (CUdeviceptr)p->aux_bytes);
   cudnnBackendDescriptor_t vp = NULL;
-  if (dnn_check(d, n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp), "variant pack")) return RT_ERROR;
-  cudnnStatus_t st = n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, k, uid);
-  if (st == CUDNN_STATUS_SUCCESS) st = n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, k, ptr);
-  if (st == CUDNN_STATUS_SUCCESS) st = n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (dnn_check(d, n->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp),
+                "variant pack"))
+    return RT_ERROR;
+  cudnnStatus_t st =
+      n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, k, uid);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, k, ptr);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = n->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
   if (st == CUDNN_STATUS_SUCCESS) st = n->cudnnBackendFinalize(vp);
   if (st == CUDNN_STATUS_SUCCESS) st = n->cudnnBackendExecute(n->h, p->plan, vp);
   n->cudnnBackendDestroyDescriptor(vp);

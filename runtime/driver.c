@@ -37,10 +37,10 @@ int rt_open_device(RtDevice *d, int ordinal) {
     snprintf(d->err, sizeof d->err, "no CUDA driver on this machine (dlopen libcuda.so.1: %s)", dlerror());
     return RT_NO_DEVICE;
   }
-#define RT_LOAD(f)                                                                                          \
-  if (!(d->f = (__typeof__(&f))dlsym(d->lib, RT_XSTR(f)))) {                                                \
-    snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s (driver too old?)", RT_XSTR(f));                \
-    return RT_ERROR;                                                                                        \
+#define RT_LOAD(f)                                                                                           \
+  if (!(d->f = (__typeof__(&f))dlsym(d->lib, RT_XSTR(f)))) {                                                 \
+    snprintf(d->err, sizeof d->err, "libcuda.so.1 lacks %s (driver too old?)", RT_XSTR(f));                  \
+    return RT_ERROR;                                                                                         \
   }
   RT_DRIVER_FUNCS(RT_LOAD)
 #undef RT_LOAD
@@ -84,4 +84,5 @@ void rt_close(RtDevice *d) {
 
 int rt_sync(RtDevice *d) {
   if (d->rec) return RT_OK;
-  return rt_check(d, d->cuStreamSynchronize(d->stream), "synchronize (a kernel faulted?)"); }
+  return rt_check(d, d->cuStreamSynchronize(d->stream), "synchronize (a kernel faulted?)");
+}

@@ -1,5 +1,6 @@
 /* gemm.c — GEMMs through cuBLASLt (dlopen'd, see rt.h): bf16 in, fp32 accumulation, bf16 or fp32
- * out, optional bias epilogue, D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape chosen once by the heuristic and cached.
+ * out, optional bias epilogue, D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape
+ * chosen once by the heuristic and cached.
  *
  * cuBLASLt is column-major; a row-major C (M,N) is the column-major C^T (N,M), so every product
  * is computed as C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A. */
@@ -13,12 +14,22 @@
 #include "runtime/record.h"
 #include "runtime/rt.h"
 
-#define RT_BLAS_FUNCS(X)                                                                                    \
-  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)             \
-  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)            \
-  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                      \
-  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)                \
+// clang-format off (an X-macro list, one entry a line)
+#define RT_BLAS_FUNCS(X)                                                                                     \
+  X(cublasLtCreate)                                                                                          \
+  X(cublasLtDestroy)                                                                                         \
+  X(cublasLtMatmulDescCreate)                                                                                \
+  X(cublasLtMatmulDescDestroy)                                                                               \
+  X(cublasLtMatmulDescSetAttribute)                                                                          \
+  X(cublasLtMatrixLayoutCreate)                                                                              \
+  X(cublasLtMatrixLayoutDestroy)                                                                             \
+  X(cublasLtMatmulPreferenceCreate)                                                                          \
+  X(cublasLtMatmulPreferenceDestroy)                                                                         \
+  X(cublasLtMatmulPreferenceSetAttribute)                                                                    \
+  X(cublasLtMatmulAlgoGetHeuristic)                                                                          \
+  X(cublasLtMatmul)                                                                                          \
   X(cublasLtMatrixLayoutSetAttribute)
+// clang-format on
 
 #define RT_GEMM_CACHE 128
 
@@ -73,9 +84,12 @@ int rt_blas_open(RtDevice *d, size_t workspace_bytes) {
     snprintf(path, sizeof path, "/usr/local/cuda/lib64/%s", soname);
     b->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   }
-  if (!b->lib) return rt_fail(d, "cannot load cuBLASLt (%s, also tried $CUDA_HOME/lib64 and /usr/local/cuda/lib64): %s", soname, dlerror());
-#define RT_BLOAD(f)                                                                                         \
-  if (!(b->f = (__typeof__(&f))dlsym(b->lib, RT_XSTR(f)))) return rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));
+  if (!b->lib)
+    return rt_fail(d, "cannot load cuBLASLt (%s, also tried $CUDA_HOME/lib64 and /usr/local/cuda/lib64): %s",
+                   soname, dlerror());
+#define RT_BLOAD(f)                                                                                          \
+  if (!(b->f = (__typeof__(&f))dlsym(b->lib, RT_XSTR(f))))                                                   \
+    return rt_fail(d, "%s lacks %s", soname, RT_XSTR(f));
   RT_BLAS_FUNCS(RT_BLOAD)
 #undef RT_BLOAD
   if (blas_check(d, b->cublasLtCreate(&b->h), "cublasLtCreate")) return RT_ERROR;
@@ -102,13 +116,18 @@ void rt_blas_close(RtDevice *d) {
 
 size_t rt_blas_workspace_bytes(const RtDevice *d) { return d->blas ? d->blas->ws_bytes : 0; }
 
-static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
-                  int64_t batch, int64_t stride, const char *what) {
-  if (blas_check(d, b->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld), what)) return RT_ERROR;
+static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
+                  int64_t cols, int64_t ld, int64_t batch, int64_t stride, const char *what) {
+  if (blas_check(d, b->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld), what))
+    return RT_ERROR;
   if (batch <= 1) return RT_OK;
   int32_t n = (int32_t)batch;
-  return blas_check(d, b->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n), what) ||
-                 blas_check(d, b->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+  return blas_check(d,
+                    b->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n),
+                    what) ||
+                 blas_check(d,
+                            b->cublasLtMatrixLayoutSetAttribute(
+                                *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
                             what)
              ? RT_ERROR
              : RT_OK;
@@ -133,16 +152,21 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   int64_t ar = kind == RT_GEMM_NT ? K : N, ac = kind == RT_GEMM_NT ? N : K;
   int64_t br = kind == RT_GEMM_TN ? M : K, bc = kind == RT_GEMM_TN ? K : M;
   cudaDataType_t ct = key->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  if (blas_check(d, b->cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate") ||
-      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA") ||
-      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB") ||
+  if (blas_check(d, b->cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 "cublasLtMatmulDescCreate") ||
+      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+                 "TRANSA") ||
+      blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+                 "TRANSB") ||
       layout(d, b, &p->la, CUDA_R_16BF, ar, ac, key->ldb, key->batch, key->sb, "layout A") ||
       layout(d, b, &p->lb, CUDA_R_16BF, br, bc, key->lda, key->batch, key->sa, "layout B") ||
       layout(d, b, &p->lc, ct, N, M, key->ldc, key->batch, key->sc, "layout C"))
     return NULL;
   if (key->bias) {
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"))
+    if (blas_check(d,
+                   b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep),
+                   "EPILOGUE"))
       return NULL;
   }
   cublasLtMatmulPreference_t pref;
@@ -150,7 +174,8 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   size_t ws = b->ws_bytes;
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
-  cublasStatus_t s = b->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasStatus_t s =
+      b->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   /* operands at head offsets inside a row are less aligned than cuBLASLt's assumed 256 bytes:
    * say so, or the heuristic may pick an algorithm that refuses them */
   uint32_t al = (uint32_t)key->align;
@@ -165,8 +190,10 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   if (blas_check(d, s, "cublasLtMatmulAlgoGetHeuristic")) return NULL;
   if (found < 1) {
     rt_fail(d, "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld K=%lld (batch %lld)",
-            kind == RT_GEMM_NT ? "NT" : kind == RT_GEMM_NN ? "NN" : "TN", (long long)M, (long long)N, (long long)K,
-            (long long)key->batch);
+            kind == RT_GEMM_NT   ? "NT"
+            : kind == RT_GEMM_NN ? "NN"
+                                 : "TN",
+            (long long)M, (long long)N, (long long)K, (long long)key->batch);
     return NULL;
   }
   p->algo = res.algo;
@@ -174,20 +201,23 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
 }
 
 /* D = alpha A B + beta C with D of C's layout; D = C (in place) when D is 0. */
-static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr D, float alpha,
-                  float beta) {
+static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr D,
+                  float alpha, float beta) {
   RtBlas *b = d->blas;
   void *pa = (void *)(uintptr_t)B, *pb = (void *)(uintptr_t)A, *pc = (void *)(uintptr_t)C;
   void *pd = D ? (void *)(uintptr_t)D : pc;
-  return blas_check(d, b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pd, p->lc, &p->algo,
-                                         (void *)(uintptr_t)b->ws, b->ws_bytes, (cudaStream_t)d->stream),
+  return blas_check(d,
+                    b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pd,
+                                      p->lc, &p->algo, (void *)(uintptr_t)b->ws, b->ws_bytes,
+                                      (cudaStream_t)d->stream),
                     "cublasLtMatmul");
 }
 
 /* The largest power of two (<= 256) dividing v, 256 for 0. */
 static int64_t pow2_div(int64_t v) {
   int64_t a = 256;
-  while (a > 1 && v % a) a /= 2;
+  while (a > 1 && v % a)
+    a /= 2;
   return a;
 }
 
@@ -205,20 +235,34 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
   int64_t al = 0;
   if (g->batch > 1) {
     int64_t cs = g->c_f32 ? 4 : 2;
-    int64_t v[9] = {(int64_t)g->a, (int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b, cs * g->stride_c,
-                    2 * g->lda, 2 * g->ldb, cs * g->ldc};
+    int64_t v[9] = {(int64_t)g->a,    (int64_t)g->b, (int64_t)g->c, 2 * g->stride_a, 2 * g->stride_b,
+                    cs * g->stride_c, 2 * g->lda,    2 * g->ldb,    cs * g->ldc};
     al = 16;
     for (int i = 0; i < 9; i++)
       if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
   }
-  GemmKey key = {.kind = g->kind, .c_f32 = g->c_f32 != 0, .accumulate = g->beta != 0.0f, .bias = g->bias != 0, .m = g->m,
-                 .n = g->n, .k = g->k, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .sa = g->batch > 1 ? g->stride_a : 0,
-                 .sb = g->batch > 1 ? g->stride_b : 0, .sc = g->batch > 1 ? g->stride_c : 0, .batch = g->batch, .align = al};
+  GemmKey key = {.kind = g->kind,
+                 .c_f32 = g->c_f32 != 0,
+                 .accumulate = g->beta != 0.0f,
+                 .bias = g->bias != 0,
+                 .m = g->m,
+                 .n = g->n,
+                 .k = g->k,
+                 .lda = g->lda,
+                 .ldb = g->ldb,
+                 .ldc = g->ldc,
+                 .sa = g->batch > 1 ? g->stride_a : 0,
+                 .sb = g->batch > 1 ? g->stride_b : 0,
+                 .sc = g->batch > 1 ? g->stride_c : 0,
+                 .batch = g->batch,
+                 .align = al};
   GemmPlan *p = plan_get(d, &key);
   if (!p) return RT_ERROR;
   if (g->bias) {
     void *bp = (void *)(uintptr_t)g->bias;
-    if (blas_check(d, d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+    if (blas_check(d,
+                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
+                                                           sizeof bp),
                    "BIAS_POINTER"))
       return RT_ERROR;
   }
@@ -227,8 +271,20 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
 
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
             CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias) {
-  RtGemm g = {.kind = kind, .m = M, .n = N, .k = K, .lda = kind == RT_GEMM_TN ? M : K, .ldb = kind == RT_GEMM_NT ? K : N,
-              .ldc = N, .batch = 1, .c_f32 = c_f32 != 0, .a = A, .b = B, .c = C, .bias = bias, .alpha = 1.0f,
+  RtGemm g = {.kind = kind,
+              .m = M,
+              .n = N,
+              .k = K,
+              .lda = kind == RT_GEMM_TN ? M : K,
+              .ldb = kind == RT_GEMM_NT ? K : N,
+              .ldc = N,
+              .batch = 1,
+              .c_f32 = c_f32 != 0,
+              .a = A,
+              .b = B,
+              .c = C,
+              .bias = bias,
+              .alpha = 1.0f,
               .beta = accumulate ? 1.0f : 0.0f};
   return rt_gemm_run(d, &g);
 }

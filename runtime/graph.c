@@ -6,7 +6,8 @@
 #include "runtime/rt.h"
 
 int rt_capture_begin(RtDevice *d) {
-  return rt_check(d, d->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  return rt_check(d, d->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                  "cuStreamBeginCapture");
 }
 
 int rt_capture_end(RtDevice *d, RtGraph *g) {

@@ -10,16 +10,17 @@ static const char MAGIC[8] = {'S', 'T', 'E', 'P', 'C', 'I', 'M', 'G'};
 typedef struct {
   char magic[8];
   uint32_t version;
-  uint32_t sizes[9];      /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket, LpFacts, RtRec, LpPoint:
-                             this build's layout */
+  uint32_t sizes[9]; /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket, LpFacts, RtRec, LpPoint:
+                        this build's layout */
   uint64_t payload_bytes;
-  uint64_t payload_hash;  /* FNV-1a of the payload */
+  uint64_t payload_hash; /* FNV-1a of the payload */
 } ImgHeader;
 
 /* The counts that size every array of the payload. */
 typedef struct {
   int32_t nt, nop, nchain, nscope, npoints, micro_points, npoison, ngen;
-  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad, has_program;
+  int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad,
+      has_program;
   int64_t buffer_bytes[IR_MAX_BUFFERS];
 } ImgCounts;
 
@@ -35,7 +36,8 @@ static void put(Buf *b, const void *src, size_t n) {
   if (b->oom || n == 0) return;
   if (b->n + n > b->cap) {
     size_t cap = b->cap ? b->cap : 1 << 16;
-    while (cap < b->n + n) cap *= 2;
+    while (cap < b->n + n)
+      cap *= 2;
     unsigned char *p = realloc(b->p, cap);
     if (!p) {
       b->oom = 1;
@@ -48,17 +50,31 @@ static void put(Buf *b, const void *src, size_t n) {
 }
 
 static void sizes_of(uint32_t s[9]) {
-  s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(IrChain), s[4] = sizeof(ImgScope);
+  s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(IrChain),
+  s[4] = sizeof(ImgScope);
   s[5] = sizeof(ImgBucket), s[6] = sizeof(LpFacts), s[7] = sizeof(RtRec), s[8] = sizeof(LpPoint);
 }
 
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   const Graph *g = im->g;
-  ImgCounts c = {.nt = g->nt, .nop = g->nop, .nchain = g->nchain, .nscope = im->nscope, .npoints = im->npoints,
-                 .micro_points = im->micro_points, .npoison = im->npoison, .ngen = im->gen.n, .tokens = g->tokens,
-                 .targets = g->targets, .loss = g->loss, .grad_norm = g->grad_norm, .lr = g->lr,
-                 .num_microbatches = g->num_microbatches, .nbuffers = g->nbuffers, .nbucket = im->nbucket,
-                 .nbucket_grad = im->nbucket_grad, .has_program = im->has_program};
+  ImgCounts c = {.nt = g->nt,
+                 .nop = g->nop,
+                 .nchain = g->nchain,
+                 .nscope = im->nscope,
+                 .npoints = im->npoints,
+                 .micro_points = im->micro_points,
+                 .npoison = im->npoison,
+                 .ngen = im->gen.n,
+                 .tokens = g->tokens,
+                 .targets = g->targets,
+                 .loss = g->loss,
+                 .grad_norm = g->grad_norm,
+                 .lr = g->lr,
+                 .num_microbatches = g->num_microbatches,
+                 .nbuffers = g->nbuffers,
+                 .nbucket = im->nbucket,
+                 .nbucket_grad = im->nbucket_grad,
+                 .has_program = im->has_program};
   memcpy(c.buffer_bytes, g->buffer_bytes, sizeof c.buffer_bytes);
   Buf b = {0};
   put(&b, &im->f, sizeof im->f);
@@ -96,7 +112,9 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
 }
 
 int image_seal(const char *path, const void *payload, size_t n, char *err, size_t nerr) {
-  ImgHeader h = {.version = STEPC_IMAGE_VERSION, .payload_bytes = n, .payload_hash = ir_fnv1a(IR_FNV_OFFSET, payload, n)};
+  ImgHeader h = {.version = STEPC_IMAGE_VERSION,
+                 .payload_bytes = n,
+                 .payload_hash = ir_fnv1a(IR_FNV_OFFSET, payload, n)};
   memcpy(h.magic, MAGIC, sizeof MAGIC);
   sizes_of(h.sizes);
   FILE *f = fopen(path, "wb");
@@ -105,7 +123,6 @@ int image_seal(const char *path, const void *payload, size_t n, char *err, size_
   if (!ok) return snprintf(err, nerr, "cannot write %s", path), -1;
   return 0;
 }
-
 
 /* ---- reading ---- */
 
@@ -144,20 +161,27 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   }
   if (h.version != STEPC_IMAGE_VERSION || memcmp(h.sizes, want, sizeof want) != 0) {
     fclose(f);
-    return snprintf(err, nerr, "%s is a step image of format %u (this library reads %d, or another build's layout): rebuild "
-                    "the artifact with the stepc that matches this library", path, h.version, STEPC_IMAGE_VERSION), -1;
+    return snprintf(
+               err, nerr,
+               "%s is a step image of format %u (this library reads %d, or another build's layout): rebuild "
+               "the artifact with the stepc that matches this library",
+               path, h.version, STEPC_IMAGE_VERSION),
+           -1;
   }
   unsigned char *p = h.payload_bytes < ((uint64_t)1 << 40) ? malloc(h.payload_bytes + 1) : NULL;
   int ok = p && fread(p, 1, h.payload_bytes, f) == h.payload_bytes && fgetc(f) == EOF;
   fclose(f);
   if (!ok || ir_fnv1a(IR_FNV_OFFSET, p, h.payload_bytes) != h.payload_hash) {
     free(p);
-    return snprintf(err, nerr, "%s is damaged (truncated, or its checksum does not match): rebuild the artifact", path), -1;
+    return snprintf(err, nerr,
+                    "%s is damaged (truncated, or its checksum does not match): rebuild the artifact", path),
+           -1;
   }
   Rd r = {.p = p, .n = h.payload_bytes};
   int bad = 0;
   ImgCounts c;
-  if (r.n < sizeof im->f + sizeof c) bad = 1;
+  if (r.n < sizeof im->f + sizeof c)
+    bad = 1;
   else {
     memcpy(&im->f, p, sizeof im->f);
     memcpy(&c, p + sizeof im->f, sizeof c);
@@ -165,8 +189,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   }
   im->f.data_path[sizeof im->f.data_path - 1] = im->f.recipe[sizeof im->f.recipe - 1] = 0;
   im->f.cuda_refusal[sizeof im->f.cuda_refusal - 1] = im->f.cubin[sizeof im->f.cubin - 1] = 0;
-  if (!bad && (c.nt < 1 || c.nop < 1 || c.nchain < 0 || c.nscope < 0 || c.npoints < 1 || c.npoison < 0 || c.ngen < 0 ||
-               c.ngen > RT_GEN_MAX))
+  if (!bad && (c.nt < 1 || c.nop < 1 || c.nchain < 0 || c.nscope < 0 || c.npoints < 1 || c.npoison < 0 ||
+               c.ngen < 0 || c.ngen > RT_GEN_MAX))
     bad = 1;
   Graph *g = im->g = bad ? NULL : graph_new();
   if (!bad && !g) bad = 2;
@@ -180,7 +204,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
     memcpy(g->buffer_bytes, c.buffer_bytes, sizeof c.buffer_bytes);
     im->cpu_offset = take(&r, (size_t)c.nt, sizeof *im->cpu_offset, &bad);
     im->cpu_bytes = take(&r, (size_t)c.nt, sizeof *im->cpu_bytes, &bad);
-    im->npoints = c.npoints, im->micro_points = c.micro_points, im->npoison = c.npoison, im->nscope = c.nscope;
+    im->npoints = c.npoints, im->micro_points = c.micro_points, im->npoison = c.npoison,
+    im->nscope = c.nscope;
     im->point_op = take(&r, (size_t)c.npoints, sizeof *im->point_op, &bad);
     im->poison_start = take(&r, (size_t)c.npoints + 1, sizeof *im->poison_start, &bad);
     im->poison = take(&r, (size_t)c.npoison, sizeof *im->poison, &bad);
@@ -189,7 +214,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       memcpy(im->gen.k, p + r.at, (size_t)c.ngen * sizeof im->gen.k[0]);
       r.at += (size_t)c.ngen * sizeof im->gen.k[0];
       im->gen.n = c.ngen;
-    } else if (!bad) bad = 1;
+    } else if (!bad)
+      bad = 1;
     im->nbucket = c.nbucket, im->nbucket_grad = c.nbucket_grad;
     if (!bad && (c.nbucket < 0 || c.nbucket_grad < 0)) bad = 1;
     im->bucket = take(&r, (size_t)c.nbucket, sizeof *im->bucket, &bad);
@@ -199,7 +225,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       LaunchProgram *lp = &im->lp;
       LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
       if (lf) lp->f = *lf, free(lf);
-      if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 || lp->f.ntable > ((int64_t)1 << 40)))
+      if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 ||
+                   lp->f.ntable > ((int64_t)1 << 40)))
         bad = 1;
       if (!bad) {
         im->has_program = 1;
@@ -225,7 +252,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
 
 void image_free(StepImage *im) {
   graph_free(im->g);
-  free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison), free(im->scope);
+  free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison),
+      free(im->scope);
   free(im->bucket), free(im->bucket_grad), free(im->owner);
   lp_free(&im->lp);
   memset(im, 0, sizeof *im);
@@ -248,7 +276,8 @@ Graph *image_cpu_graph(const StepImage *im) {
   memcpy(g->t, s->t, (size_t)s->nt * sizeof *g->t);
   memcpy(g->op, s->op, (size_t)s->nop * sizeof *g->op);
   if (s->nchain) memcpy(g->chain, s->chain, (size_t)s->nchain * sizeof *g->chain);
-  for (int i = 0; i < g->nt; i++) g->t[i].offset = im->cpu_offset[i], g->t[i].bytes = im->cpu_bytes[i];
+  for (int i = 0; i < g->nt; i++)
+    g->t[i].offset = im->cpu_offset[i], g->t[i].bytes = im->cpu_bytes[i];
   g->nbuffers = im->f.cpu_region > 0 ? 2 : 1;
   memset(g->buffer_bytes, 0, sizeof g->buffer_bytes);
   g->buffer_bytes[0] = im->f.cpu_arena;

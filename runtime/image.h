@@ -17,7 +17,8 @@
  * The format is binary and versioned: a header (magic, version, the sizes of the structs it
  * stores, the payload's length and FNV-1a hash) and the payload. A file from another version, a
  * truncated one or one with a flipped bit is refused with a message; every index, bound, count and
- * size in it is checked when it is read (image_check), with a message naming the field. Nothing here prints or exits. */
+ * size in it is checked when it is read (image_check), with a message naming the field. Nothing here prints
+ * or exits. */
 #ifndef STEPC_IMAGE_H
 #define STEPC_IMAGE_H
 
@@ -33,9 +34,9 @@
 
 /* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */
 typedef struct {
-  int32_t scope;  /* IR_SCOPE_* bit index, or -1 for the full iteration */
+  int32_t scope; /* IR_SCOPE_* bit index, or -1 for the full iteration */
   int32_t layer;
-  int32_t phase;  /* IR_PHASE_FORWARD, or IR_PHASE_BACKWARD (backward + its replays) */
+  int32_t phase; /* IR_PHASE_FORWARD, or IR_PHASE_BACKWARD (backward + its replays) */
   int32_t first, last;
 } ImgScope;
 
@@ -47,60 +48,60 @@ typedef struct {
   int32_t after_op;
   int32_t first, ngrads;
   int32_t fire_op;
-  int64_t params;            /* elements */
+  int64_t params; /* elements */
 } ImgBucket;
 
 typedef enum { IMG_MODE_EAGER = 0, IMG_MODE_FULL_ITERATION = 1, IMG_MODE_SCOPED = 2 } ImgMode;
 
 /* The step's facts (fixed size). */
 typedef struct {
-  uint64_t fingerprint;      /* step_fingerprint of the graph (checkpoints name the step by it) */
-  uint64_t seed;             /* train.seed: parameter init, mock data, dropout */
-  uint64_t kernel_list;      /* rt_kernel_list_hash of the kernels the launch program names by handle */
+  uint64_t fingerprint; /* step_fingerprint of the graph (checkpoints name the step by it) */
+  uint64_t seed;        /* train.seed: parameter init, mock data, dropout */
+  uint64_t kernel_list; /* rt_kernel_list_hash of the kernels the launch program names by handle */
   int64_t train_iters;
   int64_t vocab_size;
   int64_t seq_length;
-  int32_t graph_mode;        /* ImgMode: the recipe's model.cuda_graph_impl */
-  int32_t warmup_steps;      /* model.cuda_graph_warmup_steps */
-  int32_t data_text;         /* 1: windows of data_path's bytes; 0: mock tokens from the seed */
-  int32_t nreplay;           /* recompute replay ops per micro-batch */
-  int64_t cuda_peak;         /* the CUDA plan's peak live bytes, the launch scratch included */
-  int64_t cpu_peak;          /* the CPU (fp32) plan's */
+  int32_t graph_mode;   /* ImgMode: the recipe's model.cuda_graph_impl */
+  int32_t warmup_steps; /* model.cuda_graph_warmup_steps */
+  int32_t data_text;    /* 1: windows of data_path's bytes; 0: mock tokens from the seed */
+  int32_t nreplay;      /* recompute replay ops per micro-batch */
+  int64_t cuda_peak;    /* the CUDA plan's peak live bytes, the launch scratch included */
+  int64_t cpu_peak;     /* the CPU (fp32) plan's */
   int64_t cpu_arena;
-  int32_t sm_count;          /* the launch program's grids were sized for this many SMs */
-  int32_t dp_size;           /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
-                                graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
-  int32_t dist_opt;          /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
+  int32_t sm_count; /* the launch program's grids were sized for this many SMs */
+  int32_t dp_size;  /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
+                       graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
+  int32_t dist_opt; /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
   int32_t pad;
-  int64_t cpu_region;        /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
-                                g->buffer_bytes[1]): the largest rank's shard, 0 without one */
-  char data_path[1024];      /* as the recipe gave it (data.path is the user's file, read at run time) */
-  char recipe[256];          /* the recipe's file name, for messages */
-  char cuda_refusal[512];    /* "" when the CUDA backend runs the step, else why not */
-  char cubin[64];            /* the cubin's file name in the artifact ("" none) */
+  int64_t cpu_region;     /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
+                             g->buffer_bytes[1]): the largest rank's shard, 0 without one */
+  char data_path[1024];   /* as the recipe gave it (data.path is the user's file, read at run time) */
+  char recipe[256];       /* the recipe's file name, for messages */
+  char cuda_refusal[512]; /* "" when the CUDA backend runs the step, else why not */
+  char cubin[64];         /* the cubin's file name in the artifact ("" none) */
 } ImgFacts;
 
 typedef struct {
   ImgFacts f;
-  Graph *g;                  /* tensors at the CUDA plan's slots (nominal dtypes) */
-  int64_t *cpu_offset;       /* per tensor: its slot in the CPU plan (fp32 for floats) */
+  Graph *g;            /* tensors at the CUDA plan's slots (nominal dtypes) */
+  int64_t *cpu_offset; /* per tensor: its slot in the CPU plan (fp32 for floats) */
   int64_t *cpu_bytes;
   int npoints, micro_points; /* the program: point -> op, micro-batch points first */
   int32_t *point_op;
-  int32_t *poison_start;     /* CPU: CSR over points (npoints + 1) into poison[] */
-  int32_t *poison;           /* tensors whose CPU slot dies after the point: poisoned there */
+  int32_t *poison_start; /* CPU: CSR over points (npoints + 1) into poison[] */
+  int32_t *poison;       /* tensors whose CPU slot dies after the point: poisoned there */
   int npoison;
   ImgScope *scope;
   int nscope;
-  RtGenKernels gen;          /* the generated kernels in the cubin, after kernel_list.h's */
-  ImgBucket *bucket;         /* DDP buckets in the order they fire */
+  RtGenKernels gen;  /* the generated kernels in the cubin, after kernel_list.h's */
+  ImgBucket *bucket; /* DDP buckets in the order they fire */
   int nbucket;
-  int32_t *bucket_grad;      /* main-gradient tensor ids, in backward's completion order */
+  int32_t *bucket_grad; /* main-gradient tensor ids, in backward's completion order */
   int nbucket_grad;
-  int32_t *owner;            /* per tensor: the distributed optimizer's owning rank (compiler/passes/schedule.c)
-                                or -1 (every rank's, or no distributed optimizer) */
-  int has_program;           /* 1: lp holds the launch program (the CUDA backend runs the step) */
-  LaunchProgram lp;          /* what the CUDA runtime plays (program.h); its points are point_op's */
+  int32_t *owner;   /* per tensor: the distributed optimizer's owning rank (compiler/passes/schedule.c)
+                       or -1 (every rank's, or no distributed optimizer) */
+  int has_program;  /* 1: lp holds the launch program (the CUDA backend runs the step) */
+  LaunchProgram lp; /* what the CUDA runtime plays (program.h); its points are point_op's */
 } StepImage;
 
 /* 0, or -1 with err. The graph, arrays and image are the caller's (image_free). */

@@ -129,8 +129,8 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
   /* the storage a borrowing tensor uses on CUDA (the logits for the fused loss's dlogits, the main
    * gradient a weight gradient is summed into) holds it */
   if (borrowed && g->t[t->alias != i ? t->alias : t->sink].bytes < cuda_need)
-    return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it", i, t->name, t->alias,
-               t->sink);
+    return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it",
+               i, t->name, t->alias, t->sink);
   int64_t cap = t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena;
   if (im->cpu_offset[i] < 0 || im->cpu_bytes[i] < cpu_need || im->cpu_offset[i] > cap - im->cpu_bytes[i])
     return bad(w,
@@ -154,10 +154,11 @@ static int check_arena_signs(const StepImage *im, Why *w) {
   const int64_t max = (int64_t)1 << 62;
   for (int b = 0; b < IR_MAX_BUFFERS; b++)
     if (im->g->buffer_bytes[b] < 0 || im->g->buffer_bytes[b] > max)
-      return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, 2^62]", b, (long long)im->g->buffer_bytes[b]);
+      return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, 2^62]", b,
+                 (long long)im->g->buffer_bytes[b]);
   if (im->f.cpu_arena < 0 || im->f.cpu_arena > max || im->f.cpu_region < 0 || im->f.cpu_region > max)
-    return bad(w, "facts.cpu_arena %lld or facts.cpu_region %lld is outside [0, 2^62]", (long long)im->f.cpu_arena,
-               (long long)im->f.cpu_region);
+    return bad(w, "facts.cpu_arena %lld or facts.cpu_region %lld is outside [0, 2^62]",
+               (long long)im->f.cpu_arena, (long long)im->f.cpu_region);
   return 0;
 }
 
@@ -293,9 +294,15 @@ static int check_program(const StepImage *im, Why *w) {
  * allocation, every kernel one of the cubin's with its argument count; what a kernel then reads
  * at those addresses is bounded only by the compiler that wrote it. */
 
-static int lp_ptr_ok(uint64_t v, int64_t alloc) { return v == 0 || ((v & LP_PTR) && (int64_t)(v & ~LP_PTR) <= alloc); }
-static int lp_range_ok(LpRange r, int nrec) { return r.first >= 0 && r.count >= 0 && r.first <= nrec - r.count; }
-static int lp_span_ok(int64_t at, int64_t bytes, int64_t alloc) { return at >= 0 && bytes >= 0 && at <= alloc - bytes; }
+static int lp_ptr_ok(uint64_t v, int64_t alloc) {
+  return v == 0 || ((v & LP_PTR) && (int64_t)(v & ~LP_PTR) <= alloc);
+}
+static int lp_range_ok(LpRange r, int nrec) {
+  return r.first >= 0 && r.count >= 0 && r.first <= nrec - r.count;
+}
+static int lp_span_ok(int64_t at, int64_t bytes, int64_t alloc) {
+  return at >= 0 && bytes >= 0 && at <= alloc - bytes;
+}
 
 static int check_record(const StepImage *im, int i, Why *w) {
   const RtRec *r = &im->lp.rec[i];
@@ -303,13 +310,16 @@ static int check_record(const StepImage *im, int i, Why *w) {
   int bad_ptr = 0;
   switch (r->kind) {
   case RT_REC_LAUNCH: {
-    if (!in_range((int64_t)r->k, (int64_t)RT_K_COUNT + im->gen.n)) return bad(w, "program record %d: kernel %d is not in the cubin", i, (int)r->k);
+    if (!in_range((int64_t)r->k, (int64_t)RT_K_COUNT + im->gen.n))
+      return bad(w, "program record %d: kernel %d is not in the cubin", i, (int)r->k);
     const char *sig = (int)r->k < RT_K_COUNT ? rt_kernel_sig[r->k] : im->gen.k[(int)r->k - RT_K_COUNT].sig;
     if (r->nargs != (int)strlen(sig) || r->nargs > LP_MAX_ARGS)
-      return bad(w, "program record %d: %d arguments, kernel %d takes %zu", i, r->nargs, (int)r->k, strlen(sig));
+      return bad(w, "program record %d: %d arguments, kernel %d takes %zu", i, r->nargs, (int)r->k,
+                 strlen(sig));
     if (r->block < 1 || r->block > 1024 || !r->grid[0] || !r->grid[1] || !r->grid[2])
       return bad(w, "program record %d: an empty grid or a block of %u threads", i, r->block);
-    for (int a = 0; a < r->nargs; a++) bad_ptr |= sig[a] == 'p' && !lp_ptr_ok(r->arg[a], alloc);
+    for (int a = 0; a < r->nargs; a++)
+      bad_ptr |= sig[a] == 'p' && !lp_ptr_ok(r->arg[a], alloc);
     break;
   }
 #define CK_N(f)
@@ -323,7 +333,8 @@ static int check_record(const StepImage *im, int i, Why *w) {
   case RT_REC_MEMSET:
   case RT_REC_COPY:
     if (!(r->dst & LP_PTR) || !lp_span_ok((int64_t)(r->dst & ~LP_PTR), (int64_t)r->bytes, alloc) ||
-        (r->kind == RT_REC_COPY && (!(r->src & LP_PTR) || !lp_span_ok((int64_t)(r->src & ~LP_PTR), (int64_t)r->bytes, alloc))))
+        (r->kind == RT_REC_COPY &&
+         (!(r->src & LP_PTR) || !lp_span_ok((int64_t)(r->src & ~LP_PTR), (int64_t)r->bytes, alloc))))
       return bad(w, "program record %d: a memset or copy outside the step's allocation", i);
     break;
   default: return bad(w, "program record %d: kind %d", i, (int)r->kind);
@@ -335,24 +346,27 @@ static int check_launch_facts(const StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LpFacts *f = &im->lp.f;
   int64_t bufs = 0;
-  for (int b = 0; b < g->nbuffers; b++) bufs += (g->buffer_bytes[b] + 255) / 256 * 256;
-  if (f->buffers_bytes != bufs || f->scratch_bytes < 0 || f->alloc_bytes != f->buffers_bytes + f->scratch_bytes ||
-      f->alloc_bytes > ((int64_t)1 << 47))
-    return bad(w, "program: allocation %lld bytes is not the plan's buffers (%lld) and the scratch (%lld)", (long long)f->alloc_bytes,
-               (long long)bufs, (long long)f->scratch_bytes);
+  for (int b = 0; b < g->nbuffers; b++)
+    bufs += (g->buffer_bytes[b] + 255) / 256 * 256;
+  if (f->buffers_bytes != bufs || f->scratch_bytes < 0 ||
+      f->alloc_bytes != f->buffers_bytes + f->scratch_bytes || f->alloc_bytes > ((int64_t)1 << 47))
+    return bad(w, "program: allocation %lld bytes is not the plan's buffers (%lld) and the scratch (%lld)",
+               (long long)f->alloc_bytes, (long long)bufs, (long long)f->scratch_bytes);
   int nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
   if (f->nmb != nmb || f->ntok != tensor_numel(&g->t[g->tokens]))
-    return bad(w, "program: %d micro-batches of %lld tokens, the step has %d of %lld", f->nmb, (long long)f->ntok, nmb,
-               (long long)tensor_numel(&g->t[g->tokens]));
+    return bad(w, "program: %d micro-batches of %lld tokens, the step has %d of %lld", f->nmb,
+               (long long)f->ntok, nmb, (long long)tensor_numel(&g->t[g->tokens]));
   for (int k = 0; k < LP_SCRATCH_PARTS; k++)
     if (f->part_at[k] < f->buffers_bytes || !lp_span_ok(f->part_at[k], f->part_bytes[k], f->alloc_bytes))
       return bad(w, "program: scratch part %d lies outside the scratch", k);
   int64_t a = f->alloc_bytes;
-  if (!lp_span_ok(f->inputs_at, (int64_t)nmb * 2 * f->ntok * 4, a) || !lp_span_ok(f->seeds_at, 8 * (int64_t)nmb, a) ||
-      !lp_span_ok(f->losses_at, 4 * (int64_t)nmb, a) || !lp_span_ok(f->init_seed_at, 8, a) || f->norm_count < 0 ||
-      f->norm_count > a / 4 || !lp_span_ok(f->norm_at, 4 * f->norm_count, a) || f->ntable > a / 8 ||
+  if (!lp_span_ok(f->inputs_at, (int64_t)nmb * 2 * f->ntok * 4, a) ||
+      !lp_span_ok(f->seeds_at, 8 * (int64_t)nmb, a) || !lp_span_ok(f->losses_at, 4 * (int64_t)nmb, a) ||
+      !lp_span_ok(f->init_seed_at, 8, a) || f->norm_count < 0 || f->norm_count > a / 4 ||
+      !lp_span_ok(f->norm_at, 4 * f->norm_count, a) || f->ntable > a / 8 ||
       !lp_span_ok(f->tables_at, 8 * f->ntable, a))
-    return bad(w, "program: inputs, seeds, losses, norm partials or tables lie outside the step's allocation");
+    return bad(w,
+               "program: inputs, seeds, losses, norm partials or tables lie outside the step's allocation");
   return 0;
 }
 
@@ -360,10 +374,13 @@ static int check_launch_program(const StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LaunchProgram *lp = &im->lp;
   const LpFacts *f = &lp->f;
-  if (!im->has_program) return im->f.cuda_refusal[0] ? 0 : bad(w, "no launch program, and no reason the CUDA backend refused");
+  if (!im->has_program)
+    return im->f.cuda_refusal[0] ? 0 : bad(w, "no launch program, and no reason the CUDA backend refused");
   if (im->f.kernel_list != rt_kernel_list_hash(&im->gen))
-    return bad(w, "the launch program was built against another kernel list or GEMM call than this runtime's (it names "
-                  "kernels by their place in the list)");
+    return bad(
+        w,
+        "the launch program was built against another kernel list or GEMM call than this runtime's (it names "
+        "kernels by their place in the list)");
   if (check_launch_facts(im, w)) return -1;
   int n = f->nrec;
   if (!lp_range_ok(f->init, n)) return bad(w, "program: the initialisation's records are out of range");
@@ -375,7 +392,8 @@ static int check_launch_program(const StepImage *im, Why *w) {
       return bad(w, "program point %d: its norm partials lie outside the partials", q);
   }
   for (int k = 0; k < 2 * f->nmb; k++)
-    if (!lp_range_ok(lp->micro[k], n)) return bad(w, "program: micro-batch %d's records are out of range", k / 2);
+    if (!lp_range_ok(lp->micro[k], n))
+      return bad(w, "program: micro-batch %d's records are out of range", k / 2);
   for (int t = 0; t < g->nt; t++)
     if (!lp_span_ok(lp->tensor_at[t], g->t[t].bytes, f->buffers_bytes))
       return bad(w, "program: tensor %s lies outside the plan's buffers", g->t[t].name);
@@ -423,5 +441,8 @@ int image_check(StepImage *im, char *why, size_t nwhy) {
   if (check_step_tensors(im, &w)) return -1;
   for (int o = 0; o < g->nop; o++)
     if (check_op(g, o, &w)) return -1;
-  return check_chains(im, &w) || check_program(im, &w) || check_buckets(im, &w) || check_launch_program(im, &w) ? -1 : 0;
+  return check_chains(im, &w) || check_program(im, &w) || check_buckets(im, &w) ||
+                 check_launch_program(im, &w)
+             ? -1
+             : 0;
 }

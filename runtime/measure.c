@@ -17,7 +17,9 @@ void rt_timer_free(RtDevice *d, RtTimer *t) {
   t->a = t->b = NULL;
 }
 
-int rt_timer_start(RtDevice *d, RtTimer *t) { return rt_check(d, d->cuEventRecord(t->a, d->stream), "cuEventRecord"); }
+int rt_timer_start(RtDevice *d, RtTimer *t) {
+  return rt_check(d, d->cuEventRecord(t->a, d->stream), "cuEventRecord");
+}
 
 int rt_timer_stop(RtDevice *d, RtTimer *t, double *ms) {
   float f = 0;
@@ -38,11 +40,11 @@ int rt_marks_new(RtDevice *d, RtMarks *m, int n) {
 }
 
 void rt_marks_free(RtDevice *d, RtMarks *m) {
-  for (int i = 0; i < m->n; i++) d->cuEventDestroy(m->e[i]);
+  for (int i = 0; i < m->n; i++)
+    d->cuEventDestroy(m->e[i]);
   free(m->e);
   m->e = NULL, m->n = 0;
 }
-
 
 int rt_mark_on(RtDevice *d, RtMarks *m, int i, CUstream s) {
   if (i < 0 || i >= m->n) return rt_fail(d, "mark %d of %d", i, m->n);
@@ -64,4 +66,3 @@ int rt_timer_stop_watched(RtDevice *d, RtTimer *t, double *ms, int (*watch)(void
   *ms = f;
   return RT_OK;
 }
-

@@ -39,7 +39,8 @@ int rt_karg_bytes(const RtDevice *d, int k, int i) {
 
 /* FNV-1a 64 (the runtime's own copy of the basis and prime: the device layer needs nothing of ir/) */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
   return h;
 }
 
@@ -57,9 +58,11 @@ uint64_t rt_kernel_list_hash(const RtGenKernels *gen) {
 #undef RT_GS_F
   uint64_t h = fnv(14695981039346656037ull, GEMM_FIELDS, strlen(GEMM_FIELDS));
   h = fnv(h, SDPA_FIELDS, strlen(SDPA_FIELDS));
-  for (int k = 0; k < RT_K_COUNT; k++) h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
+  for (int k = 0; k < RT_K_COUNT; k++)
+    h = hash_str(hash_str(h, rt_kernel_name[k]), rt_kernel_sig[k]);
   /* the generated kernels by name (which carries a hash of the chain's signature) and signature */
-  for (int k = 0; gen && k < gen->n; k++) h = hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig);
+  for (int k = 0; gen && k < gen->n; k++)
+    h = hash_str(hash_str(h, gen->k[k].name), gen->k[k].sig);
   return h;
 }
 
@@ -74,7 +77,8 @@ static int check_params(RtDevice *d, int k) {
     if (d->cuFuncGetParamInfo(d->fn[k], i, &off, &size) != CUDA_SUCCESS)
       return rt_fail(d, "kernel %s has %zu parameters, its signature says \"%s\"", rt_kname(d, k), i, s);
     if (size != (size_t)rt_karg_bytes(d, k, (int)i))
-      return rt_fail(d, "kernel %s parameter %zu is %zu bytes, its signature says '%c'", rt_kname(d, k), i, size, s[i]);
+      return rt_fail(d, "kernel %s parameter %zu is %zu bytes, its signature says '%c'", rt_kname(d, k), i,
+                     size, s[i]);
   }
   return RT_OK;
 }
@@ -86,7 +90,8 @@ int rt_module_load(RtDevice *d, const void *cubin) {
   for (int k = 0; k < nk; k++) {
     char what[160];
     snprintf(what, sizeof what, "cuModuleGetFunction(%s)", rt_kname(d, k));
-    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kname(d, k)), what) || check_params(d, k)) return RT_ERROR;
+    if (rt_check(d, d->cuModuleGetFunction(&d->fn[k], d->mod, rt_kname(d, k)), what) || check_params(d, k))
+      return RT_ERROR;
   }
   /* Dynamic shared memory above 48 KiB must be allowed per function, once. */
   int wg = stepc_flash_wg(d->cc_major);
@@ -108,7 +113,9 @@ int rt_module_load(RtDevice *d, const void *cubin) {
              {RT_K_mamba_mixer_backward, STEPC_MAMBA_SMEM_MAX}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
     if (big[i].smem > 48 * 1024 &&
-        rt_check(d, d->cuFuncSetAttribute(d->fn[big[i].k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)big[i].smem),
+        rt_check(d,
+                 d->cuFuncSetAttribute(d->fn[big[i].k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)big[i].smem),
                  "cuFuncSetAttribute(max dynamic shared memory)"))
       return RT_ERROR;
   return RT_OK;

@@ -59,9 +59,9 @@ typedef struct {
 
 /* Per program point. */
 typedef struct {
-  LpRange rec;      /* its launches */
-  LpRange hparams;  /* AdamW: the hyper-parameter launch alone; else empty */
-  int32_t alone;    /* 1: its launches are its op's alone (no fused group): a rank may skip them */
+  LpRange rec;     /* its launches */
+  LpRange hparams; /* AdamW: the hyper-parameter launch alone; else empty */
+  int32_t alone;   /* 1: its launches are its op's alone (no fused group): a rank may skip them */
   int32_t pad;
   int64_t norm_first, norm_count; /* GRAD_SUMSQ: its slice of the global-norm partials (floats); else 0 */
 } LpPoint;
@@ -69,7 +69,7 @@ typedef struct {
 /* A row of a multi-tensor table: the word holding the row's element count (a row with count 0
  * does nothing) and the gradient tensor it updates or sums. */
 typedef struct {
-  int64_t word;  /* index into the tables' words */
+  int64_t word; /* index into the tables' words */
   int32_t tensor;
   int32_t adamw; /* 1 an AdamW row, 0 a norm row */
 } LpRow;
@@ -79,17 +79,18 @@ typedef struct {
 extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
 
 typedef struct {
-  int64_t alloc_bytes;    /* the one device allocation: the plan's buffers, then the scratch */
-  int64_t buffers_bytes;  /* its first part: the plan's buffers (what the initialisation zeroes) */
-  int64_t scratch_bytes;  /* the launch scratch */
-  int64_t part_at[LP_SCRATCH_PARTS], part_bytes[LP_SCRATCH_PARTS]; /* each part: offset in the allocation, bytes */
-  int64_t ntok;           /* tokens per micro-batch (B*T) */
-  int32_t nmb;            /* micro-batches */
-  int32_t sm_count;       /* the SM count grids and partial sums were sized for */
+  int64_t alloc_bytes;   /* the one device allocation: the plan's buffers, then the scratch */
+  int64_t buffers_bytes; /* its first part: the plan's buffers (what the initialisation zeroes) */
+  int64_t scratch_bytes; /* the launch scratch */
+  int64_t part_at[LP_SCRATCH_PARTS],
+      part_bytes[LP_SCRATCH_PARTS]; /* each part: offset in the allocation, bytes */
+  int64_t ntok;                     /* tokens per micro-batch (B*T) */
+  int32_t nmb;                      /* micro-batches */
+  int32_t sm_count;                 /* the SM count grids and partial sums were sized for */
   int64_t inputs_at, seeds_at, losses_at, init_seed_at; /* offsets in the allocation */
-  int64_t norm_at, norm_count;  /* the global-norm partials: offset, floats */
-  int64_t tables_at, ntable;    /* the multi-tensor tables: offset, words */
-  int64_t attn_workspace;       /* the cuDNN attention workspace the shapes predict (bytes) */
+  int64_t norm_at, norm_count;                          /* the global-norm partials: offset, floats */
+  int64_t tables_at, ntable;                            /* the multi-tensor tables: offset, words */
+  int64_t attn_workspace; /* the cuDNN attention workspace the shapes predict (bytes) */
   LpRange init;
   int32_t nrec, nrow;
 } LpFacts;

@@ -43,11 +43,12 @@ static RtRec *push(RtDevice *d, RtRecKind kind) {
   return e;
 }
 
-int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
-                     void **args) {
+int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block,
+                     unsigned smem, void **args) {
   if (!d->rec->on) return RT_OK;
   int n = (int)strlen(rt_ksig(d, (int)k));
-  if (n > RT_REC_MAX_ARGS) return rt_fail(d, "kernel %s has more than %d parameters", rt_kname(d, (int)k), RT_REC_MAX_ARGS);
+  if (n > RT_REC_MAX_ARGS)
+    return rt_fail(d, "kernel %s has more than %d parameters", rt_kname(d, (int)k), RT_REC_MAX_ARGS);
   RtRec *e = push(d, RT_REC_LAUNCH);
   if (!e) return RT_ERROR;
   e->k = k;
@@ -58,7 +59,8 @@ int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned
       uint32_t v;
       memcpy(&v, args[i], 4);
       e->arg[i] = v;
-    } else memcpy(&e->arg[i], args[i], 8);
+    } else
+      memcpy(&e->arg[i], args[i], 8);
   }
   return RT_OK;
 }
@@ -109,15 +111,19 @@ int rt_record_equal(const RtRec *a, const RtRec *b) {
       return 0;
     return memcmp(a->arg, b->arg, (size_t)a->nargs * sizeof a->arg[0]) == 0;
   case RT_REC_GEMM:
-#define EQ_I(f) if (a->gemm.f != b->gemm.f) return 0;
-#define EQ_F(f) if (memcmp(&a->gemm.f, &b->gemm.f, sizeof(float))) return 0;
+#define EQ_I(f)                                                                                              \
+  if (a->gemm.f != b->gemm.f) return 0;
+#define EQ_F(f)                                                                                              \
+  if (memcmp(&a->gemm.f, &b->gemm.f, sizeof(float))) return 0;
     RT_GEMM_FIELDS(EQ_I, EQ_I, EQ_F)
 #undef EQ_I
 #undef EQ_F
     return 1;
   case RT_REC_SDPA:
-#define EQ_I(f) if (a->sdpa.f != b->sdpa.f) return 0;
-#define EQ_F(f) if (memcmp(&a->sdpa.f, &b->sdpa.f, sizeof(float))) return 0;
+#define EQ_I(f)                                                                                              \
+  if (a->sdpa.f != b->sdpa.f) return 0;
+#define EQ_F(f)                                                                                              \
+  if (memcmp(&a->sdpa.f, &b->sdpa.f, sizeof(float))) return 0;
     RT_SDPA_FIELDS(EQ_I, EQ_I, EQ_F)
 #undef EQ_I
 #undef EQ_F

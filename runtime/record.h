@@ -30,14 +30,13 @@ void rt_record_open(RtDevice *d, RtRecorder *r, int sm_count);
 void rt_recorder_free(RtRecorder *r);
 
 /* The hooks launch.c, gemm.c and arena.c call on a recording device. */
-int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
-                     void **args);
+int rt_record_launch(RtDevice *d, RtKernel k, unsigned gx, unsigned gy, unsigned gz, unsigned block,
+                     unsigned smem, void **args);
 int rt_record_gemm(RtDevice *d, const RtGemm *g);
 int rt_record_sdpa(RtDevice *d, const RtSdpa *s);
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
-
 
 /* Whether two records are the same call (every field; pointer arguments compared as given). */
 int rt_record_equal(const RtRec *a, const RtRec *b);

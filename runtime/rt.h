@@ -16,20 +16,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 } RtStatus;
 
 /* The driver entry points we use; the versioned symbol (cuMemAlloc -> cuMemAlloc_v2) is the one
  * cuda.h's macros name. */
-#define RT_DRIVER_FUNCS(X)                                                                                  \
-  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                   \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize)           \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)      \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                 \
-  X(cuMemsetD8Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)    \
-  X(cuGraphExecDestroy) X(cuGraphGetNodes) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
-  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString) X(cuEventQuery) X(cuStreamWaitEvent)
+// clang-format off (an X-macro list, one entry a line)
+#define RT_DRIVER_FUNCS(X)                                                                                   \
+  X(cuInit)                                                                                                  \
+  X(cuDeviceGetCount)                                                                                        \
+  X(cuDeviceGet)                                                                                             \
+  X(cuDeviceGetName)                                                                                         \
+  X(cuDeviceGetAttribute)                                                                                    \
+  X(cuDevicePrimaryCtxRetain)                                                                                \
+  X(cuDevicePrimaryCtxRelease)                                                                               \
+  X(cuCtxSetCurrent)                                                                                         \
+  X(cuCtxSynchronize)                                                                                        \
+  X(cuModuleLoadData)                                                                                        \
+  X(cuModuleUnload)                                                                                          \
+  X(cuModuleGetFunction)                                                                                     \
+  X(cuFuncSetAttribute)                                                                                      \
+  X(cuLaunchKernel)                                                                                          \
+  X(cuMemAlloc)                                                                                              \
+  X(cuMemFree)                                                                                               \
+  X(cuMemcpyHtoDAsync)                                                                                       \
+  X(cuMemcpyDtoHAsync)                                                                                       \
+  X(cuMemcpyDtoDAsync)                                                                                       \
+  X(cuMemsetD8Async)                                                                                         \
+  X(cuMemGetInfo)                                                                                            \
+  X(cuStreamCreate)                                                                                          \
+  X(cuStreamDestroy)                                                                                         \
+  X(cuStreamSynchronize)                                                                                     \
+  X(cuStreamBeginCapture)                                                                                    \
+  X(cuStreamEndCapture)                                                                                      \
+  X(cuGraphInstantiate)                                                                                      \
+  X(cuGraphLaunch)                                                                                           \
+  X(cuGraphDestroy)                                                                                          \
+  X(cuGraphExecDestroy)                                                                                      \
+  X(cuGraphGetNodes)                                                                                         \
+  X(cuEventCreate)                                                                                           \
+  X(cuEventRecord)                                                                                           \
+  X(cuEventSynchronize)                                                                                      \
+  X(cuEventElapsedTime)                                                                                      \
+  X(cuEventDestroy)                                                                                          \
+  X(cuGetErrorString)                                                                                        \
+  X(cuEventQuery)                                                                                            \
+  X(cuStreamWaitEvent)
+// clang-format on
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
 typedef enum {
@@ -145,9 +177,28 @@ typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
  * recorder copies the struct, and the program's relocation (compiler/codegen/launch/program.c), the
  * player, image_check and program.txt visit every field by this list, so a field added here (an epilogue, its
  * operand) reaches the program without further edits. */
-#define RT_GEMM_FIELDS(I, P, F)                                                                             \
-  I(kind) I(m) I(n) I(k) I(lda) I(ldb) I(ldc) I(stride_a) I(stride_b) I(stride_c) I(batch) I(c_f32)        \
-  P(a) P(b) P(c) P(d) P(bias) F(alpha) F(beta)
+// clang-format off (an X-macro list, one entry a line)
+#define RT_GEMM_FIELDS(I, P, F)                                                                              \
+  I(kind)                                                                                                    \
+  I(m)                                                                                                       \
+  I(n)                                                                                                       \
+  I(k)                                                                                                       \
+  I(lda)                                                                                                     \
+  I(ldb)                                                                                                     \
+  I(ldc)                                                                                                     \
+  I(stride_a)                                                                                                \
+  I(stride_b)                                                                                                \
+  I(stride_c)                                                                                                \
+  I(batch)                                                                                                   \
+  I(c_f32)                                                                                                   \
+  P(a)                                                                                                       \
+  P(b)                                                                                                       \
+  P(c)                                                                                                       \
+  P(d)                                                                                                       \
+  P(bias)                                                                                                    \
+  F(alpha)                                                                                                   \
+  F(beta)
+// clang-format on
 typedef struct {
 #define RT_GF_I(f) int64_t f;
 #define RT_GF_P(f) CUdeviceptr f;
@@ -224,9 +275,27 @@ int rt_side_join(RtDevice *d, RtSide *c);
  * fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS: the recorder
  * copies the struct into the launch program, and the player, image_check and program.txt visit
  * every field. */
-#define RT_SDPA_FIELDS(I, P, F)                                                                             \
-  I(bwd) I(b) I(t) I(h) I(g) I(dqk) I(dv) I(deterministic)                                                 \
-  P(q) P(k) P(v) P(o) P(lse) P(dout) P(dq) P(dk) P(dvv) F(scale)
+// clang-format off (an X-macro list, one entry a line)
+#define RT_SDPA_FIELDS(I, P, F)                                                                              \
+  I(bwd)                                                                                                     \
+  I(b)                                                                                                       \
+  I(t)                                                                                                       \
+  I(h)                                                                                                       \
+  I(g)                                                                                                       \
+  I(dqk)                                                                                                     \
+  I(dv)                                                                                                      \
+  I(deterministic)                                                                                           \
+  P(q)                                                                                                       \
+  P(k)                                                                                                       \
+  P(v)                                                                                                       \
+  P(o)                                                                                                       \
+  P(lse)                                                                                                     \
+  P(dout)                                                                                                    \
+  P(dq)                                                                                                      \
+  P(dk)                                                                                                      \
+  P(dvv)                                                                                                     \
+  F(scale)
+// clang-format on
 typedef struct {
 #define RT_SF_I(f) int64_t f;
 #define RT_SF_P(f) CUdeviceptr f;

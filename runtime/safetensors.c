@@ -25,7 +25,8 @@ size_t st_dtype_size(const char *d) {
 
 int64_t st_numel(const StEntry *e) {
   int64_t n = 1;
-  for (int i = 0; i < e->ndim; i++) n *= e->shape[i];
+  for (int i = 0; i < e->ndim; i++)
+    n *= e->shape[i];
   return n;
 }
 
@@ -43,7 +44,8 @@ static int js_fail(Js *j, const char *what) {
 }
 
 static void js_ws(Js *j) {
-  while (j->p < j->end && isspace((unsigned char)*j->p)) j->p++;
+  while (j->p < j->end && isspace((unsigned char)*j->p))
+    j->p++;
 }
 
 static int js_lit(Js *j, char c) {
@@ -77,8 +79,10 @@ static int js_str(Js *j, char *buf, size_t n) {
         long v = strtol(hex, NULL, 16);
         j->p += 4;
         c = v < 0x80 ? (char)v : '?';
-      } else if (c == 'n') c = '\n';
-      else if (c == 't') c = '\t';
+      } else if (c == 'n')
+        c = '\n';
+      else if (c == 't')
+        c = '\t';
     }
     if (k + 1 >= n) return js_fail(j, "a string is too long");
     buf[k++] = c;
@@ -119,7 +123,8 @@ static int js_skip(Js *j, int depth) {
       return js_lit(j, close);
     }
   }
-  while (j->p < j->end && (isalnum((unsigned char)*j->p) || strchr("+-.", *j->p))) j->p++;
+  while (j->p < j->end && (isalnum((unsigned char)*j->p) || strchr("+-.", *j->p)))
+    j->p++;
   return 0;
 }
 
@@ -156,7 +161,8 @@ static int js_entry(Js *j, StEntry *e) {
         e->begin = (uint64_t)v[0], e->end = (uint64_t)v[1];
         have |= 4;
       }
-    } else if (js_skip(j, 1)) return -1;
+    } else if (js_skip(j, 1))
+      return -1;
     if (!js_peek(j, ',')) break;
     j->p++;
   }
@@ -167,7 +173,8 @@ static int js_entry(Js *j, StEntry *e) {
   for (int i = 0; i < e->ndim; i++)
     if (__builtin_mul_overflow(numel, e->shape[i], &numel)) return js_fail(j, "an entry's shape overflows");
   uint64_t bytes;
-  if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)st_dtype_size(e->dtype), &bytes) || bytes != e->end - e->begin)
+  if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)st_dtype_size(e->dtype), &bytes) ||
+      bytes != e->end - e->begin)
     return js_fail(j, "an entry's data_offsets do not match its shape and dtype");
   return 0;
 }
@@ -182,15 +189,19 @@ static int by_begin(const void *a, const void *b) {
 static const char *check_layout(const StReader *r, uint64_t data_bytes) {
   const StEntry **v = malloc(((size_t)r->n + 1) * sizeof *v);
   if (!v) return "out of memory";
-  for (int i = 0; i < r->n; i++) v[i] = &r->e[i];
+  for (int i = 0; i < r->n; i++)
+    v[i] = &r->e[i];
   qsort(v, (size_t)r->n, sizeof *v, by_begin);
   const char *why = NULL;
   uint64_t at = 0;
   for (int i = 0; i < r->n && !why; i++) {
-    if (v[i]->begin != at) why = v[i]->begin < at ? "two tensors' data overlap" : "the data has a gap between tensors";
+    if (v[i]->begin != at)
+      why = v[i]->begin < at ? "two tensors' data overlap" : "the data has a gap between tensors";
     at = v[i]->end;
   }
-  if (!why && at != data_bytes) why = at < data_bytes ? "bytes follow the last tensor's data" : "a tensor's data runs past the file's end";
+  if (!why && at != data_bytes)
+    why =
+        at < data_bytes ? "bytes follow the last tensor's data" : "a tensor's data runs past the file's end";
   for (int i = 0; i < r->n && !why; i++)
     for (int k = i + 1; k < r->n && !why; k++)
       if (!strcmp(r->e[i].name, r->e[k].name)) why = "a tensor name appears twice";
@@ -211,9 +222,11 @@ int st_open(StReader *r, const char *path, char *err, size_t nerr) {
     return -1;
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | lb[i];
+  for (int i = 7; i >= 0; i--)
+    n = n << 8 | lb[i];
   if (n == 0 || n > ST_HEADER_MAX) {
-    snprintf(err, nerr, "%s: a header of %llu bytes is not a safetensors header", path, (unsigned long long)n);
+    snprintf(err, nerr, "%s: a header of %llu bytes is not a safetensors header", path,
+             (unsigned long long)n);
     st_close(r);
     return -1;
   }
@@ -262,8 +275,9 @@ int st_open(StReader *r, const char *path, char *err, size_t nerr) {
     return -1;
   }
   struct stat sb;
-  const char *why = fstat(fileno(r->f), &sb) != 0 || (uint64_t)sb.st_size < r->data_start ? "cannot size the file"
-                                                                                           : check_layout(r, (uint64_t)sb.st_size - r->data_start);
+  const char *why = fstat(fileno(r->f), &sb) != 0 || (uint64_t)sb.st_size < r->data_start
+                        ? "cannot size the file"
+                        : check_layout(r, (uint64_t)sb.st_size - r->data_start);
   if (why) {
     snprintf(err, nerr, "%s: %s", path, why);
     st_close(r);
@@ -330,7 +344,8 @@ static int buf_str(Buf *b, const char *s) {
       if (buf_add(b, "\\%c", c)) return -1;
     } else if (c < 0x20) {
       if (buf_add(b, "\\u%04x", c)) return -1;
-    } else if (buf_add(b, "%c", c)) return -1;
+    } else if (buf_add(b, "%c", c))
+      return -1;
   }
   return buf_add(b, "\"");
 }
@@ -356,8 +371,8 @@ static FILE *open_tmp(StWriter *w, char *err, size_t nerr) {
   return f;
 }
 
-int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char *const *meta, int n_meta, char *err,
-                   size_t nerr) {
+int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char *const *meta, int n_meta,
+                   char *err, size_t nerr) {
   memset(w, 0, sizeof *w);
   snprintf(w->path, sizeof w->path, "%s", path);
   snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
@@ -367,7 +382,8 @@ int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char 
   if (n_meta > 0) {
     rc |= buf_add(&b, "\"__metadata__\":{");
     for (int i = 0; i < n_meta; i++)
-      rc |= (i ? buf_add(&b, ",") : 0) | buf_str(&b, meta[2 * i]) | buf_add(&b, ":") | buf_str(&b, meta[2 * i + 1]);
+      rc |= (i ? buf_add(&b, ",") : 0) | buf_str(&b, meta[2 * i]) | buf_add(&b, ":") |
+            buf_str(&b, meta[2 * i + 1]);
     rc |= buf_add(&b, "}");
   }
   for (int i = 0; i < n && !rc; i++) {
@@ -379,12 +395,16 @@ int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char 
     }
     e[i].begin = off;
     e[i].end = off += (uint64_t)st_numel(&e[i]) * es;
-    rc |= buf_add(&b, "%s", i || n_meta > 0 ? "," : "") | buf_str(&b, e[i].name) | buf_add(&b, ":{\"dtype\":\"%s\",\"shape\":[", e[i].dtype);
-    for (int k = 0; k < e[i].ndim; k++) rc |= buf_add(&b, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
-    rc |= buf_add(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)e[i].begin, (unsigned long long)e[i].end);
+    rc |= buf_add(&b, "%s", i || n_meta > 0 ? "," : "") | buf_str(&b, e[i].name) |
+          buf_add(&b, ":{\"dtype\":\"%s\",\"shape\":[", e[i].dtype);
+    for (int k = 0; k < e[i].ndim; k++)
+      rc |= buf_add(&b, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
+    rc |= buf_add(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)e[i].begin,
+                  (unsigned long long)e[i].end);
   }
   rc |= buf_add(&b, "}");
-  while (!rc && b.n % 8) rc |= buf_add(&b, " "); /* the data starts 8-byte aligned */
+  while (!rc && b.n % 8)
+    rc |= buf_add(&b, " "); /* the data starts 8-byte aligned */
   if (rc) {
     free(b.s);
     snprintf(err, nerr, "out of memory");
@@ -396,7 +416,8 @@ int st_write_begin(StWriter *w, const char *path, StEntry *e, int n, const char 
     return -1;
   }
   unsigned char lb[8];
-  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    lb[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
   int ok = fwrite(lb, 1, 8, w->f) == 8 && fwrite(b.s, 1, b.n, w->f) == b.n;
   free(b.s);
   w->e = e, w->n = n;

@@ -24,10 +24,10 @@
 
 typedef struct {
   char name[ST_NAME_MAX];
-  char dtype[8];          /* "F32", "BF16", "I32", "F64", "I64", "U8", "F16" */
+  char dtype[8]; /* "F32", "BF16", "I32", "F64", "I64", "U8", "F16" */
   int ndim;
   int64_t shape[ST_MAX_DIMS];
-  uint64_t begin, end;    /* byte range in the data section */
+  uint64_t begin, end; /* byte range in the data section */
 } StEntry;
 
 /* Bytes per element of a safetensors dtype name, 0 when unknown. */
@@ -58,8 +58,8 @@ typedef struct {
 
 /* entries' begin/end are computed here (in order, packed); metadata: n_meta key/value string
  * pairs (may be 0). The entries array must outlive the writer. */
-int st_write_begin(StWriter *w, const char *path, StEntry *entries, int n, const char *const *meta_kv, int n_meta,
-                   char *err, size_t nerr);
+int st_write_begin(StWriter *w, const char *path, StEntry *entries, int n, const char *const *meta_kv,
+                   int n_meta, char *err, size_t nerr);
 /* The bytes of entry w->next (its end - begin bytes). */
 int st_write_next(StWriter *w, const void *data, char *err, size_t nerr);
 /* Closes and renames into place; on failure removes the temporary file. */

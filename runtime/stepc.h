@@ -56,9 +56,9 @@ typedef enum {
 
 typedef struct {
   stepc_device device;
-  int cpu_threads;          /* CPU executor threads; 0 = 2 (results do not depend on it) */
-  int graph_mode;           /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration,
-                               2 scoped (one graph per scope instance: local / transformer_engine) */
+  int cpu_threads; /* CPU executor threads; 0 = 2 (results do not depend on it) */
+  int graph_mode;  /* cuda: -1 the recipe's model.cuda_graph_impl, 0 eager, 1 full_iteration,
+                      2 scoped (one graph per scope instance: local / transformer_engine) */
   /* Data parallel (docs/data-parallel.md). With world_size > 1 (or dp_join), stepc_open joins the
      job: rank 0 listens at master_addr:master_port (that address only), the others connect there,
      each proving the job secret, which every rank reads from STEPC_JOB_SECRET in its environment
@@ -67,14 +67,14 @@ typedef struct {
      open otherwise). Each rank then draws its own micro-batches, the buckets' main gradients are
      averaged over the ranks as backward completes them on the last micro-batch, and every rank
      takes the same optimizer step. stepc_options_from_env fills these from a launcher. */
-  int rank;                 /* this process's data-parallel rank, 0 .. world_size-1 */
-  int world_size;           /* ranks in the job; 0 or 1: this process alone */
-  int local_rank;           /* cuda: the GPU ordinal on this host */
-  int dp_join;              /* 1: join a communicator even when alone (NCCL with one rank, in the graph) */
-  int master_port;          /* the rendezvous' TCP port (rank 0 listens there) */
-  double comm_timeout_s;    /* the bound on every wait for another rank; 0: 300 s; negative, NaN,
-                               infinite or above 86400: refused at open (STEPC_ERR_ARGUMENT) */
-  char master_addr[256];    /* rank 0's host name or address */
+  int rank;              /* this process's data-parallel rank, 0 .. world_size-1 */
+  int world_size;        /* ranks in the job; 0 or 1: this process alone */
+  int local_rank;        /* cuda: the GPU ordinal on this host */
+  int dp_join;           /* 1: join a communicator even when alone (NCCL with one rank, in the graph) */
+  int master_port;       /* the rendezvous' TCP port (rank 0 listens there) */
+  double comm_timeout_s; /* the bound on every wait for another rank; 0: 300 s; negative, NaN,
+                            infinite or above 86400: refused at open (STEPC_ERR_ARGUMENT) */
+  char master_addr[256]; /* rank 0's host name or address */
 } stepc_options;
 
 /* The defaults: device AUTO, 2 threads, the recipe's graph mode, one rank. */
@@ -82,9 +82,9 @@ stepc_options stepc_options_default(void);
 /* Fills o's rank, world_size, local_rank, master_addr and master_port from the launcher's
  * environment: torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK /
  * _SIZE / _LOCAL_RANK, else Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; MASTER_ADDR and
- * MASTER_PORT (default 127.0.0.1:29500). STEPC_OK: a launcher was found (o filled; dp_join set when it has more than one rank) or
- * none was (o unchanged: one rank); STEPC_ERR_ARGUMENT: its values are malformed (a rank outside
- * the world, not a number, MASTER_PORT not a port; o unchanged). */
+ * MASTER_PORT (default 127.0.0.1:29500). STEPC_OK: a launcher was found (o filled; dp_join set when it has
+ * more than one rank) or none was (o unchanged: one rank); STEPC_ERR_ARGUMENT: its values are malformed (a
+ * rank outside the world, not a number, MASTER_PORT not a port; o unchanged). */
 stepc_status stepc_options_from_env(stepc_options *o);
 
 typedef struct stepc stepc_t; /* opaque */
@@ -102,24 +102,24 @@ const char *stepc_status_name(stepc_status st);
 
 /* ---- what the step is ---- */
 typedef struct {
-  const char *device;         /* "cuda" or "cpu" */
-  const char *gpu;            /* the GPU's name on cuda, "" on cpu */
-  const char *graph_mode;     /* "eager", "full_iteration", "scoped" (cuda) or "cpu" */
-  int64_t micro_batch_size;   /* sequences per micro-batch */
-  int64_t seq_length;         /* tokens per sequence */
-  int64_t num_microbatches;   /* micro-batches per step (global_batch_size / micro_batch_size) */
+  const char *device;       /* "cuda" or "cpu" */
+  const char *gpu;          /* the GPU's name on cuda, "" on cpu */
+  const char *graph_mode;   /* "eager", "full_iteration", "scoped" (cuda) or "cpu" */
+  int64_t micro_batch_size; /* sequences per micro-batch */
+  int64_t seq_length;       /* tokens per sequence */
+  int64_t num_microbatches; /* micro-batches per step (global_batch_size / micro_batch_size) */
   int64_t vocab_size;
-  int64_t parameters;         /* parameter elements */
-  uint64_t seed;              /* train.seed */
+  int64_t parameters; /* parameter elements */
+  uint64_t seed;      /* train.seed */
   int64_t train_iters;
-  int64_t step;               /* optimizer steps taken (restored by stepc_load_checkpoint) */
-  int64_t points;             /* program points (scheduled ops): the micro-batch program's, then the tail's */
-  int64_t micro_points;       /* how many of them run once per micro-batch */
-  int rank;                   /* this process's data-parallel rank */
-  int world_size;             /* the data-parallel ranks the artifact was planned for (and runs with) */
-  int distributed_optimizer;  /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  int64_t step;              /* optimizer steps taken (restored by stepc_load_checkpoint) */
+  int64_t points;            /* program points (scheduled ops): the micro-batch program's, then the tail's */
+  int64_t micro_points;      /* how many of them run once per micro-batch */
+  int rank;                  /* this process's data-parallel rank */
+  int world_size;            /* the data-parallel ranks the artifact was planned for (and runs with) */
+  int distributed_optimizer; /* 1: optimizer state sharded over the ranks (ZeRO-1) */
   int pad;
-  const char *comm;           /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl" */
+  const char *comm; /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl" */
 } stepc_info;
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
 
@@ -171,12 +171,12 @@ stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void 
 
 /* ---- stepping ---- */
 typedef struct {
-  int64_t step;      /* 1-based, after this step */
-  double loss;       /* mean over micro-batches of the mean token loss */
-  double lr;         /* the learning rate this step used */
-  double grad_norm;  /* global L2 norm of the gradient before clipping */
-  double ms;         /* cuda: the step's GPU time (events); cpu: wall time */
-  int replayed;      /* cuda full_iteration: this step was a graph replay */
+  int64_t step;     /* 1-based, after this step */
+  double loss;      /* mean over micro-batches of the mean token loss */
+  double lr;        /* the learning rate this step used */
+  double grad_norm; /* global L2 norm of the gradient before clipping */
+  double ms;        /* cuda: the step's GPU time (events); cpu: wall time */
+  int replayed;     /* cuda full_iteration: this step was a graph replay */
 } stepc_step_stats;
 /* One optimizer step: every micro-batch's forward and backward (gradients accumulate), the
  * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. Data parallel: loss is
@@ -215,22 +215,22 @@ stepc_status stepc_profile_timeline(stepc_t *s, stepc_span *spans, int64_t cap, 
 
 /* ---- measurements ---- */
 typedef struct {
-  double last_step_ms;           /* as stepc_step_stats.ms */
-  int64_t max_allocated_bytes;   /* cuda: peak of stepc's own cuMemAlloc (the step's allocation +
-                                    cuBLASLt and cuDNN workspaces); cpu: the fp32 arena + region */
-  int64_t arena_bytes;           /* the planned memory as allocated: cuda, the step's one
-                                    allocation (the arena, with the distributed optimizer the
-                                    optimizer-state region, then the launch scratch); cpu, the fp32
-                                    arena and region */
-  int64_t predicted_peak_bytes;  /* cuda: the memory plan's peak (the region counted whole) +
-                                    the launch scratch + cuBLASLt and cuDNN workspaces; cpu: the
-                                    fp32 plan's peak */
-  int64_t replay_ops;            /* recompute replay ops per micro-batch */
-  int64_t graph_nodes;           /* nodes of the captured full-iteration graph, 0 if none */
-  int64_t optimizer_state_bytes; /* master weights and Adam moments this rank holds, at their
-                                    nominal dtypes: all of them, or with the distributed optimizer
-                                    this rank's shard (memrank.c predicts 12/DP bytes per
-                                    parameter) */
+  double last_step_ms;            /* as stepc_step_stats.ms */
+  int64_t max_allocated_bytes;    /* cuda: peak of stepc's own cuMemAlloc (the step's allocation +
+                                     cuBLASLt and cuDNN workspaces); cpu: the fp32 arena + region */
+  int64_t arena_bytes;            /* the planned memory as allocated: cuda, the step's one
+                                     allocation (the arena, with the distributed optimizer the
+                                     optimizer-state region, then the launch scratch); cpu, the fp32
+                                     arena and region */
+  int64_t predicted_peak_bytes;   /* cuda: the memory plan's peak (the region counted whole) +
+                                     the launch scratch + cuBLASLt and cuDNN workspaces; cpu: the
+                                     fp32 plan's peak */
+  int64_t replay_ops;             /* recompute replay ops per micro-batch */
+  int64_t graph_nodes;            /* nodes of the captured full-iteration graph, 0 if none */
+  int64_t optimizer_state_bytes;  /* master weights and Adam moments this rank holds, at their
+                                     nominal dtypes: all of them, or with the distributed optimizer
+                                     this rank's shard (memrank.c predicts 12/DP bytes per
+                                     parameter) */
   int64_t optimizer_region_bytes; /* API 5. The distributed optimizer's region as allocated on
                                     every rank (part of arena_bytes): the largest rank's shard,
                                     padded (stepc plan prints it and each rank's); 0 without it */

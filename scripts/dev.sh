@@ -13,6 +13,7 @@ need_pkgs() {
   command -v ninja >/dev/null || missing+=(ninja-build)
   command -v gcc >/dev/null || missing+=(gcc)
   command -v clang >/dev/null || missing+=(clang)
+  command -v clang-format >/dev/null || missing+=(clang-format)
   [ -f /usr/include/lua5.4/lua.h ] && [ -f /usr/lib/x86_64-linux-gnu/liblua5.4.a ] || missing+=(liblua5.4-dev)
   ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing+=(libclang-rt-14-dev)
   command -v python3 >/dev/null || missing+=(python3)

@@ -25,7 +25,8 @@ int artifact_sum_check(const char *dir, char *why, size_t nwhy) {
   snprintf(lib, sizeof lib, "%s/libstep.so", dir);
   snprintf(sum, sizeof sum, "%s/%s", dir, ARTIFACT_SUM_FILE);
   struct stat sb;
-  if (lstat(sum, &sb) != 0) return snprintf(why, nwhy, "%s is missing (an artifact of an older stepc, or damaged)", sum), -1;
+  if (lstat(sum, &sb) != 0)
+    return snprintf(why, nwhy, "%s is missing (an artifact of an older stepc, or damaged)", sum), -1;
   FILE *f = rt_open_regular(sum, RT_FOLLOW, 4096, NULL, why, nwhy);
   long long want_n = -1;
   unsigned long long want_h = 0;

@@ -9,8 +9,27 @@
 #include "frontend/spec.h"
 
 enum {
-  O_JSON = 256, O_MARKDOWN, O_GRADCHECK, O_PROFILE, O_DEVICE, O_STEPS, O_THREADS, O_SMS, O_ARCH, O_SVG, O_CANDIDATES,
-  O_BUDGET, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_FROM, O_TIMELINE, O_SVG_RANK, O_PRINT_RECIPE, O_OUT = 'o',
+  O_JSON = 256,
+  O_MARKDOWN,
+  O_GRADCHECK,
+  O_PROFILE,
+  O_DEVICE,
+  O_STEPS,
+  O_THREADS,
+  O_SMS,
+  O_ARCH,
+  O_SVG,
+  O_CANDIDATES,
+  O_BUDGET,
+  O_NPROC,
+  O_COMM_TIMEOUT,
+  O_DP_JOIN,
+  O_QUIET,
+  O_FROM,
+  O_TIMELINE,
+  O_SVG_RANK,
+  O_PRINT_RECIPE,
+  O_OUT = 'o',
   O_HELP = 'h'
 };
 
@@ -20,14 +39,27 @@ typedef struct {
 } Opt;
 
 static const Opt OPTS[] = {
-    {"json", no_argument, O_JSON},         {"markdown", no_argument, O_MARKDOWN},    {"gradcheck", no_argument, O_GRADCHECK},
-    {"profile", no_argument, O_PROFILE},   {"device", required_argument, O_DEVICE}, {"steps", required_argument, O_STEPS},
-    {"threads", required_argument, O_THREADS}, {"sms", required_argument, O_SMS},   {"arch", required_argument, O_ARCH},
-    {"svg", required_argument, O_SVG},     {"candidates", required_argument, O_CANDIDATES},
-    {"budget", required_argument, O_BUDGET}, {"nproc", required_argument, O_NPROC},
-    {"comm-timeout", required_argument, O_COMM_TIMEOUT}, {"dp-join", no_argument, O_DP_JOIN},
-    {"out", required_argument, O_OUT},     {"help", no_argument, O_HELP},        {"quiet", no_argument, O_QUIET}, {"from", required_argument, O_FROM},
-    {"timeline", required_argument, O_TIMELINE}, {"svg-rank", required_argument, O_SVG_RANK},
+    {"json", no_argument, O_JSON},
+    {"markdown", no_argument, O_MARKDOWN},
+    {"gradcheck", no_argument, O_GRADCHECK},
+    {"profile", no_argument, O_PROFILE},
+    {"device", required_argument, O_DEVICE},
+    {"steps", required_argument, O_STEPS},
+    {"threads", required_argument, O_THREADS},
+    {"sms", required_argument, O_SMS},
+    {"arch", required_argument, O_ARCH},
+    {"svg", required_argument, O_SVG},
+    {"candidates", required_argument, O_CANDIDATES},
+    {"budget", required_argument, O_BUDGET},
+    {"nproc", required_argument, O_NPROC},
+    {"comm-timeout", required_argument, O_COMM_TIMEOUT},
+    {"dp-join", no_argument, O_DP_JOIN},
+    {"out", required_argument, O_OUT},
+    {"help", no_argument, O_HELP},
+    {"quiet", no_argument, O_QUIET},
+    {"from", required_argument, O_FROM},
+    {"timeline", required_argument, O_TIMELINE},
+    {"svg-rank", required_argument, O_SVG_RANK},
     {"print-recipe", required_argument, O_PRINT_RECIPE},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
@@ -39,59 +71,73 @@ typedef struct {
 } Verb;
 
 static const Verb VERBS[] = {
-    {"check", {O_JSON},
+    {"check",
+     {O_JSON},
      "usage: stepc check SPEC [KEY=VALUE ...] [--json]\n"
      "  Validate a recipe: Megatron's rules (MCORE-n), stepc's (STEPC-n) and the graph checks (checkpoint\n"
      "  regions against CUDA-graph scopes). Exit 0 valid (warnings allowed), 1 invalid, 2 cannot load.\n"},
-    {"plan", {O_JSON, O_SVG, O_SVG_RANK},
+    {"plan",
+     {O_JSON, O_SVG, O_SVG_RANK},
      "usage: stepc plan SPEC [KEY=VALUE ...] [--json] [--svg FILE [--svg-rank worst|single|STAGE]]\n"
      "  The memory plan per rank, the predicted step time (the H200 cost model), what each recompute\n"
      "  label frees and replays. --svg FILE draws live memory over the step: of the worst rank that the\n"
      "  per-rank table shows (a one-GPU layout: the single-rank plan by role); --svg-rank draws the\n"
      "  single-rank plan (single) or the rank of a pipeline stage the table shows (STAGE). Exit 1 on a\n"
      "  graph-scope violation.\n"},
-    {"sweep", {O_JSON, O_CANDIDATES, O_BUDGET},
-     "usage: stepc sweep SPEC [KEY=VALUE ...] [--candidates '[];core_attn;layernorm,moe_act;full:uniform:1']\n"
+    {"sweep",
+     {O_JSON, O_CANDIDATES, O_BUDGET},
+     "usage: stepc sweep SPEC [KEY=VALUE ...] [--candidates "
+     "'[];core_attn;layernorm,moe_act;full:uniform:1']\n"
      "                   [--budget SIZE] [--json]\n"
      "  The [] control, then one candidate at a time: predicted peak, its delta, replay FLOPs and step\n"
      "  time. SIZE takes a unit: 80GiB, 141GB, 512MiB.\n"},
-    {"trace", {O_OUT},
+    {"trace",
+     {O_OUT},
      "usage: stepc trace SPEC [KEY=VALUE ...] -o FILE\n"
      "  A Chrome / Perfetto trace of the planned step (ops, scopes, replays, live memory).\n"},
-    {"build", {O_OUT, O_ARCH, O_SMS},
+    {"build",
+     {O_OUT, O_ARCH, O_SMS},
      "usage: stepc build SPEC [KEY=VALUE ...] -o DIR [--arch sm_90] [--sms 132]\n"
      "  The artifact directory, no GPU needed: step.img (the plan and its launch program, grids and\n"
      "  scratch for --sms SMs), the cubin, program.txt (the program listed), libstep.so\n"
      "  (runtime/stepc.h) and train. Built beside DIR and swapped in;\n"
      "  a DIR holding files that are not an artifact is refused.\n"},
-    {"run", {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT, O_DP_JOIN, O_QUIET, O_TIMELINE},
-     "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads N]\n"
+    {"run",
+     {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT,
+      O_DP_JOIN, O_QUIET, O_TIMELINE},
+     "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads "
+     "N]\n"
      "                 [--profile [--timeline FILE]]\n"
      "       stepc run DIR [--device cuda|cpu] [--steps N] [--json] [--profile [--timeline FILE]]\n"
      "       stepc run SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
      "       stepc run SPEC|DIR ... --nproc N [--comm-timeout S]\n"
      "  Train: SPEC is built into the artifact cache ($STEPC_CACHE_DIR, else ~/.cache/stepc), DIR is an\n"
      "  artifact; either runs through the artifact's libstep.so. Each step prints its loss, LR, grad\n"
-     "  norm, time, tokens/s and the time left (--quiet: one line at the end). --profile adds one step profiled\n"
+     "  norm, time, tokens/s and the time left (--quiet: one line at the end). --profile adds one step "
+     "profiled\n"
      "  eagerly, by op class beside the cost model, and a line on the communication stream (its bucket\n"
      "  collectives and how much of them ran beside compute); --timeline FILE writes that step's measured\n"
-     "  timeline as a Chrome / Perfetto trace (a track per stream). --gradcheck checks every gradient against finite\n"
+     "  timeline as a Chrome / Perfetto trace (a track per stream). --gradcheck checks every gradient "
+     "against finite\n"
      "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N data-parallel ranks on this\n"
      "  host (docs/data-parallel.md). Exit 4 without a CUDA driver or device for --device cuda.\n"},
-    {"export", {O_FROM, O_OUT},
+    {"export",
+     {O_FROM, O_OUT},
      "usage: stepc export SPEC [KEY=VALUE ...] --from PARAMS|CHECKPOINT -o DIR\n"
      "  A Hugging Face Llama directory (config.json and model.safetensors with HF's names and layout;\n"
      "  above 5 GB, shards model-0000i-of-0000N.safetensors with model.safetensors.index.json, as HF\n"
      "  writes them) from stepc's parameters (stepc_save_params' file, or a checkpoint directory), for\n"
      "  Llama-style recipes.\n"},
-    {"import", {O_FROM, O_OUT, O_PRINT_RECIPE},
+    {"import",
+     {O_FROM, O_OUT, O_PRINT_RECIPE},
      "usage: stepc import SPEC [KEY=VALUE ...] --from HF_DIR -o PARAMS.safetensors\n"
      "       stepc import --print-recipe HF_DIR\n"
      "  stepc's parameters file (stepc_load_params, Step.load_params) from a Hugging Face Llama\n"
      "  directory (model.safetensors or the shards of model.safetensors.index.json) whose config.json\n"
      "  is the recipe's model. --print-recipe writes a recipe for HF_DIR's config.json to stdout: the\n"
      "  import with it passes that check (save it, then import with it).\n"},
-    {"fields", {O_MARKDOWN},
+    {"fields",
+     {O_MARKDOWN},
      "usage: stepc fields [--markdown]\n"
      "  Every recipe field with its type and default (--markdown: the reference table).\n"},
     {"help", {0}, "usage: stepc help [VERB]\n"},
@@ -170,7 +216,8 @@ static void verbs_taking(int id, char *buf, size_t n) {
   buf[0] = 0;
   size_t k = 0;
   for (int v = 0; v < NVERBS; v++)
-    if (id != O_HELP && takes(&VERBS[v], id)) k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s", k ? ", " : "", VERBS[v].name);
+    if (id != O_HELP && takes(&VERBS[v], id))
+      k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s", k ? ", " : "", VERBS[v].name);
 }
 
 int cli_parse(int argc, char **argv, Args *a, FILE *err) {
@@ -178,7 +225,8 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
   a->verb = argv[1];
   const Verb *v = verb_of(argv[1]);
   struct option lo[NOPTS + 1];
-  for (int i = 0; i < NOPTS; i++) lo[i] = (struct option){OPTS[i].name, OPTS[i].has_arg, NULL, OPTS[i].id};
+  for (int i = 0; i < NOPTS; i++)
+    lo[i] = (struct option){OPTS[i].name, OPTS[i].has_arg, NULL, OPTS[i].id};
   lo[NOPTS] = (struct option){0, 0, 0, 0};
   opterr = 0;
   optind = 2;
@@ -187,8 +235,10 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     if (id == -1) break;
     if (id == '?') {
       const char *given = argv[optind - 1 < argc ? optind - 1 : argc - 1];
-      if (optopt == 'o') fprintf(err, "stepc %s: -o needs a value\n", a->verb);
-      else if (optopt >= 256) fprintf(err, "stepc %s: --%s needs a value\n", a->verb, opt_name(optopt));
+      if (optopt == 'o')
+        fprintf(err, "stepc %s: -o needs a value\n", a->verb);
+      else if (optopt >= 256)
+        fprintf(err, "stepc %s: --%s needs a value\n", a->verb, opt_name(optopt));
       else {
         /* an unknown option: the nearest one this verb takes */
         const char *near = NULL, *name = given[0] == '-' ? given + (given[1] == '-' ? 2 : 1) : given;
@@ -201,15 +251,16 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
           size_t d = spec_edit_distance(nm, OPTS[i].name);
           if (d < best && takes(v, OPTS[i].id)) best = d, near = OPTS[i].name;
         }
-        fprintf(err, "stepc %s: unknown option %s%s%s%s (stepc %s --help)\n", a->verb, given, near ? "; did you mean --" : "",
-                near ? near : "", near ? "?" : "", a->verb);
+        fprintf(err, "stepc %s: unknown option %s%s%s%s (stepc %s --help)\n", a->verb, given,
+                near ? "; did you mean --" : "", near ? near : "", near ? "?" : "", a->verb);
       }
       return -1;
     }
     if (!takes(v, id)) {
       char who[128];
       verbs_taking(id, who, sizeof who);
-      fprintf(err, "stepc %s: --%s is an option of %s, not of %s (stepc %s --help)\n", a->verb, opt_name(id), who, a->verb, a->verb);
+      fprintf(err, "stepc %s: --%s is an option of %s, not of %s (stepc %s --help)\n", a->verb, opt_name(id),
+              who, a->verb, a->verb);
       return -1;
     }
     long n = 0;
@@ -233,15 +284,24 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     case O_NPROC:
       if (positive(optarg, id == O_SMS || id == O_NPROC ? 4096 : id == O_THREADS ? 1024 : 1L << 30, &n))
         return fprintf(err, "stepc %s: --%s wants a whole positive number%s, not %s\n", a->verb, opt_name(id),
-                       id == O_SMS || id == O_NPROC ? " (at most 4096)" : id == O_THREADS ? " (at most 1024)" : " (at most 1073741824)",
-                       optarg), -1;
-      *(id == O_STEPS ? &a->steps : id == O_THREADS ? &a->threads : id == O_SMS ? &a->sms : &a->nproc) = (int)n;
+                       id == O_SMS || id == O_NPROC ? " (at most 4096)"
+                       : id == O_THREADS            ? " (at most 1024)"
+                                                    : " (at most 1073741824)",
+                       optarg),
+               -1;
+      *(id == O_STEPS     ? &a->steps
+        : id == O_THREADS ? &a->threads
+        : id == O_SMS     ? &a->sms
+                          : &a->nproc) = (int)n;
       break;
     case O_COMM_TIMEOUT: {
       char *end;
       double x = strtod(optarg, &end);
       if (end == optarg || *end || !(x > 0) || x > 86400)
-        return fprintf(err, "stepc %s: --comm-timeout wants seconds (a positive number, at most 86400), not %s\n", a->verb, optarg), -1;
+        return fprintf(err,
+                       "stepc %s: --comm-timeout wants seconds (a positive number, at most 86400), not %s\n",
+                       a->verb, optarg),
+               -1;
       a->comm_timeout = x;
       break;
     }
@@ -260,8 +320,12 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
     if (strchr(s, '=')) {
       if (a->noverrides == 256) return fprintf(err, "stepc %s: more than 256 overrides\n", a->verb), -1;
       a->overrides[a->noverrides++] = s;
-    } else if (!a->spec) a->spec = s;
-    else return fprintf(err, "stepc %s: unexpected argument %s (one SPEC; overrides are section.field=value)\n", a->verb, s), -1;
+    } else if (!a->spec)
+      a->spec = s;
+    else
+      return fprintf(err, "stepc %s: unexpected argument %s (one SPEC; overrides are section.field=value)\n",
+                     a->verb, s),
+             -1;
   }
   return 0;
 }

@@ -19,11 +19,11 @@ typedef struct {
   const char *device;
   int steps, threads, sms;
   const char *svg, *out, *candidates, *budget, *arch, *from;
-  int nproc;           /* run --nproc: data-parallel ranks on this host */
-  double comm_timeout; /* run --comm-timeout SECONDS */
-  bool dp_join;        /* run --dp-join */
-  const char *timeline; /* run --timeline FILE (with --profile) */
-  const char *svg_rank; /* plan --svg-rank worst|single|STAGE (with --svg) */
+  int nproc;                /* run --nproc: data-parallel ranks on this host */
+  double comm_timeout;      /* run --comm-timeout SECONDS */
+  bool dp_join;             /* run --dp-join */
+  const char *timeline;     /* run --timeline FILE (with --profile) */
+  const char *svg_rank;     /* plan --svg-rank worst|single|STAGE (with --svg) */
   const char *print_recipe; /* import --print-recipe HF_DIR */
 } Args;
 

@@ -11,25 +11,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/autodiff.h"
+#include "cli/cpu_train.h"
 #include "lower/lower.h"
 #include "ops/ops.h"
+#include "passes/autodiff.h"
 #include "plan/plan.h"
 #include "runtime/cpu/program.h"
-#include "cli/cpu_train.h"
 
 const char *spec_data_path(const Spec *s) {
-  bool use_path = s->present[SPEC_F_data_path] && s->data.path[0] && !(s->present[SPEC_F_data_mock] && s->data.mock);
+  bool use_path =
+      s->present[SPEC_F_data_path] && s->data.path[0] && !(s->present[SPEC_F_data_mock] && s->data.mock);
   return use_path ? s->data.path : NULL;
 }
 
 int cpu_data_open_spec(const Spec *s, CpuData *d, char *err, size_t nerr) {
-  return cpu_data_open(d, (uint64_t)s->train.seed, s->model.vocab_size, s->model.seq_length, spec_data_path(s), err, nerr);
+  return cpu_data_open(d, (uint64_t)s->train.seed, s->model.vocab_size, s->model.seq_length,
+                       spec_data_path(s), err, nerr);
 }
 
 struct CpuTrainer {
-  Plan p;           /* the planned step at 4 bytes per float (plan_build, as `stepc build` plans the CPU image) */
-  const Graph *g;   /* p.g */
+  Plan p; /* the planned step at 4 bytes per float (plan_build, as `stepc build` plans the CPU image) */
+  const Graph *g; /* p.g */
   PlanProgram prog;
   PlanExec *x;
   CpuData *data;
@@ -37,7 +39,8 @@ struct CpuTrainer {
   int64_t step;
 };
 
-CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err, size_t nerr) {
+CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *lower_rc, char *err,
+                            size_t nerr) {
   CpuTrainer *tr = calloc(1, sizeof *tr);
   if (!tr) return NULL;
   *lower_rc = plan_build(s, 4, &tr->p, NULL, err, nerr);
@@ -46,9 +49,13 @@ CpuTrainer *cpu_trainer_new(const Spec *s, CpuData *data, int nthreads, int *low
     return NULL;
   }
   tr->g = tr->p.g;
-  if (tr->p.mp.region && tr->p.sc.dp > 1) { /* the region's ranks overlap: only stepc_open's per-rank view runs them */
-    snprintf(err, nerr, "the distributed optimizer shards the optimizer state over %d data-parallel ranks: run the step's "
-             "ranks (stepc build, then stepc run DIR --nproc %d)", tr->p.sc.dp, tr->p.sc.dp);
+  if (tr->p.mp.region &&
+      tr->p.sc.dp > 1) { /* the region's ranks overlap: only stepc_open's per-rank view runs them */
+    snprintf(
+        err, nerr,
+        "the distributed optimizer shards the optimizer state over %d data-parallel ranks: run the step's "
+        "ranks (stepc build, then stepc run DIR --nproc %d)",
+        tr->p.sc.dp, tr->p.sc.dp);
     cpu_trainer_free(tr);
     return NULL;
   }
@@ -114,19 +121,23 @@ static double rel_err(double fd, double an, double floor) {
  * the round-off the difference carries: 64 ulps of the objective over the step (a derivative
  * smaller than that cannot be measured, e.g. a router weight's ~1e-18 against fd's ~1e-10 noise on
  * a loss of 20 at h = 1e-5). */
-static double central(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j, double h,
-                      double (*objective)(CpuExec *e, void *ctx), void *ctx, double *noise) {
+static double central(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j,
+                      double h, double (*objective)(CpuExec *e, void *ctx), void *ctx, double *noise) {
   double f[2];
   for (int s = 0; s < 2; s++) {
     double step = s ? -h : h;
     if (u)
-      for (int64_t i = 0; i < numel; i++) cpu_exec_set(e, p, i, p0[i] + step * u[i]);
-    else cpu_exec_set(e, p, j, p0[j] + step);
+      for (int64_t i = 0; i < numel; i++)
+        cpu_exec_set(e, p, i, p0[i] + step * u[i]);
+    else
+      cpu_exec_set(e, p, j, p0[j] + step);
     f[s] = objective(e, ctx);
   }
   if (u)
-    for (int64_t i = 0; i < numel; i++) cpu_exec_set(e, p, i, p0[i]);
-  else cpu_exec_set(e, p, j, p0[j]);
+    for (int64_t i = 0; i < numel; i++)
+      cpu_exec_set(e, p, i, p0[i]);
+  else
+    cpu_exec_set(e, p, j, p0[j]);
   double fmag = fabs(f[0]) > fabs(f[1]) ? fabs(f[0]) : fabs(f[1]);
   *noise = fmax(1e-12, 64 * DBL_EPSILON * fmag / h);
   return (f[0] - f[1]) / (2 * h);
@@ -137,8 +148,9 @@ static double central(CpuExec *e, int p, int64_t numel, const double *p0, const 
  * smooth: MoE routing (top-k, capacity dropping) jumps where two router scores tie, and a step
  * that crosses such a point measures the jump, not the derivative; a smaller step stops crossing
  * it. A wrong gradient rule disagrees at every step, so keeping the best cannot hide one. */
-static double check_fd(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j, double h,
-                       double an, double (*objective)(CpuExec *e, void *ctx), void *ctx, double *fd) {
+static double check_fd(CpuExec *e, int p, int64_t numel, const double *p0, const double *u, int64_t j,
+                       double h, double an, double (*objective)(CpuExec *e, void *ctx), void *ctx,
+                       double *fd) {
   double noise;
   *fd = central(e, p, numel, p0, u, j, h, objective, ctx, &noise);
   double re = rel_err(*fd, an, noise);
@@ -152,7 +164,8 @@ static double check_fd(CpuExec *e, int p, int64_t numel, const double *p0, const
 double cpu_gradcheck_exec(CpuExec *e, const Graph *g, double (*objective)(CpuExec *e, void *ctx), void *ctx,
                           double an_scale, const GradcheckOptions *opt, GradcheckRow **rows, int *nrows) {
   int n = 0;
-  for (int i = 0; i < g->nt; i++) n += g->t[i].role == ROLE_GRAD;
+  for (int i = 0; i < g->nt; i++)
+    n += g->t[i].role == ROLE_GRAD;
   GradcheckRow *r = calloc((size_t)(n ? n : 1), sizeof *r);
   if (!r) return -1;
   double worst = 0, h = opt->h > 0 ? opt->h : 1e-5;
@@ -164,7 +177,8 @@ double cpu_gradcheck_exec(CpuExec *e, const Graph *g, double (*objective)(CpuExe
     GradcheckRow *row = &r[k++];
     snprintf(row->name, sizeof row->name, "%s", g->t[p].name);
     row->numel = numel;
-    double *an = malloc((size_t)numel * sizeof *an), *p0 = malloc((size_t)numel * sizeof *p0), *u = malloc((size_t)numel * sizeof *u);
+    double *an = malloc((size_t)numel * sizeof *an), *p0 = malloc((size_t)numel * sizeof *p0),
+           *u = malloc((size_t)numel * sizeof *u);
     if (!an || !p0 || !u) {
       free(an), free(p0), free(u), free(r);
       return -1;
@@ -173,12 +187,15 @@ double cpu_gradcheck_exec(CpuExec *e, const Graph *g, double (*objective)(CpuExe
       an[j] = cpu_exec_get(e, gi, j) * an_scale;
       p0[j] = cpu_exec_get(e, p, j);
       /* a random direction: checks the whole tensor's gradient at once */
-      u[j] = (double)(ops_mix64((uint64_t)gi * 1000003u + (uint64_t)j) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+      u[j] =
+          (double)(ops_mix64((uint64_t)gi * 1000003u + (uint64_t)j) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
     }
     /* directional derivative */
     double dir = 0, fd;
-    for (int64_t j = 0; j < numel; j++) dir += an[j] * u[j];
-    row->worst_rel = check_fd(e, p, numel, p0, u, 0, h, dir, objective, ctx, &fd), row->fd = fd, row->an = dir;
+    for (int64_t j = 0; j < numel; j++)
+      dir += an[j] * u[j];
+    row->worst_rel = check_fd(e, p, numel, p0, u, 0, h, dir, objective, ctx, &fd), row->fd = fd,
+    row->an = dir;
     /* single elements, largest |gradient| first */
     for (int c = 0; c < opt->elements && c < numel; c++) {
       int64_t best = -1;
@@ -189,7 +206,8 @@ double cpu_gradcheck_exec(CpuExec *e, const Graph *g, double (*objective)(CpuExe
       if (re > row->worst_rel) row->worst_rel = re, row->fd = fd, row->an = an[best];
       an[best] = NAN; /* next-largest next time */
     }
-    if (row->worst_rel > worst || isnan(row->worst_rel)) worst = isnan(row->worst_rel) ? INFINITY : row->worst_rel;
+    if (row->worst_rel > worst || isnan(row->worst_rel))
+      worst = isnan(row->worst_rel) ? INFINITY : row->worst_rel;
     free(an), free(p0), free(u);
   }
   *rows = r;
@@ -203,8 +221,8 @@ static double loss_objective(CpuExec *e, void *ctx) {
   return cpu_exec_get(e, g->loss, 0);
 }
 
-double cpu_gradcheck_spec(const Spec *s, CpuData *data, const GradcheckOptions *opt, int nthreads, GradcheckRow **rows,
-                          int *nrows, int *lower_rc, char *err, size_t nerr) {
+double cpu_gradcheck_spec(const Spec *s, CpuData *data, const GradcheckOptions *opt, int nthreads,
+                          GradcheckRow **rows, int *nrows, int *lower_rc, char *err, size_t nerr) {
   Graph *g = NULL;
   *lower_rc = lower_forward(s, &g, err, nerr);
   if (*lower_rc != LOWER_OK) return -1;
@@ -225,8 +243,10 @@ double cpu_gradcheck_spec(const Spec *s, CpuData *data, const GradcheckOptions *
       cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
       worst = cpu_gradcheck_exec(e, g, loss_objective, g, (double)g->num_microbatches, opt, rows, nrows);
       if (worst < 0) snprintf(err, nerr, "out of memory");
-    } else snprintf(err, nerr, "the data source failed");
-  } else if (e) snprintf(err, nerr, "out of memory");
+    } else
+      snprintf(err, nerr, "the data source failed");
+  } else if (e)
+    snprintf(err, nerr, "out of memory");
   free(tok), free(tg);
   cpu_exec_free(e);
   graph_free(g);

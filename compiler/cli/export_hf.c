@@ -25,14 +25,18 @@ typedef struct {
 
 /* 1 when tensor e has shape [rows, cols] ([rows] when cols is 0); else err names both shapes. */
 static int shape_is(const StEntry *e, const char *file, int64_t rows, int64_t cols, char *err, size_t nerr) {
-  int ok = cols ? e->ndim == 2 && e->shape[0] == rows && e->shape[1] == cols : e->ndim == 1 && e->shape[0] == rows;
+  int ok =
+      cols ? e->ndim == 2 && e->shape[0] == rows && e->shape[1] == cols : e->ndim == 1 && e->shape[0] == rows;
   if (ok) return 1;
   char got[96] = "", want[48];
   for (int d = 0, at = 0; d < e->ndim && at < (int)sizeof got - 24; d++)
     at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld", d ? ", " : "", (long long)e->shape[d]);
-  if (cols) snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
-  else snprintf(want, sizeof want, "%lld", (long long)rows);
-  snprintf(err, nerr, "%s: tensor %s has shape [%s]; the recipe's is [%s] (check the recipe's sizes)", file, e->name, got, want);
+  if (cols)
+    snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
+  else
+    snprintf(want, sizeof want, "%lld", (long long)rows);
+  snprintf(err, nerr, "%s: tensor %s has shape [%s]; the recipe's is [%s] (check the recipe's sizes)", file,
+           e->name, got, want);
   return 0;
 }
 
@@ -51,7 +55,8 @@ static const char *llama_refusal(const Spec *s) {
   if (!m->gated_linear_unit || strcmp(m->activation_func, "silu")) return "the MLP is not SwiGLU";
   if (strcmp(m->position_embedding_type, "rope")) return "positions are not RoPE";
   if (m->add_bias_linear) return "the linear layers have biases";
-  if (spec_is_moe(s) || m->multi_latent_attention || (m->hybrid_override_pattern[0] && strcmp(m->hybrid_override_pattern, "null")))
+  if (spec_is_moe(s) || m->multi_latent_attention ||
+      (m->hybrid_override_pattern[0] && strcmp(m->hybrid_override_pattern, "null")))
     return "the layers are not dense attention + MLP (MoE, MLA or Mamba)";
   return NULL;
 }
@@ -59,23 +64,25 @@ static const char *llama_refusal(const Spec *s) {
 /* The tensor map of the recipe: n entries into map (room for 9 per layer + 3). */
 static int build_map(const Spec *s, Map *map) {
   const SpecModel *m = &s->model;
-  int64_t H = m->num_attention_heads, G = spec_num_query_groups(s), D = spec_kv_channels(s), F = spec_ffn_hidden_size(s);
+  int64_t H = m->num_attention_heads, G = spec_num_query_groups(s), D = spec_kv_channels(s),
+          F = spec_ffn_hidden_size(s);
   int64_t h = m->hidden_size, V = m->vocab_size;
   int n = 0;
   map[n++] = (Map){"model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, -1, V, h};
   for (int64_t l = 0; l < m->num_layers; l++) {
     char st[ST_NAME_MAX], hf[ST_NAME_MAX];
-#define MAP(hfname, stname, r0, nr, tot, c)                                           \
-  do {                                                                               \
-    snprintf(hf, sizeof hf, "model.layers.%lld." hfname, (long long)l);              \
-    snprintf(st, sizeof st, "layers.%lld." stname, (long long)l);                    \
-    map[n] = (Map){"", "", r0, nr, tot, c};                                          \
-    memcpy(map[n].hf, hf, sizeof hf), memcpy(map[n].stepc, st, sizeof st), n++;      \
+#define MAP(hfname, stname, r0, nr, tot, c)                                                                  \
+  do {                                                                                                       \
+    snprintf(hf, sizeof hf, "model.layers.%lld." hfname, (long long)l);                                      \
+    snprintf(st, sizeof st, "layers.%lld." stname, (long long)l);                                            \
+    map[n] = (Map){"", "", r0, nr, tot, c};                                                                  \
+    memcpy(map[n].hf, hf, sizeof hf), memcpy(map[n].stepc, st, sizeof st), n++;                              \
   } while (0)
     MAP("input_layernorm.weight", "input_layernorm.weight", 0, -1, h, 0);
     MAP("self_attn.q_proj.weight", "self_attention.linear_qkv.weight", 0, H * D, (H + 2 * G) * D, h);
     MAP("self_attn.k_proj.weight", "self_attention.linear_qkv.weight", H * D, G * D, (H + 2 * G) * D, h);
-    MAP("self_attn.v_proj.weight", "self_attention.linear_qkv.weight", H * D + G * D, G * D, (H + 2 * G) * D, h);
+    MAP("self_attn.v_proj.weight", "self_attention.linear_qkv.weight", H * D + G * D, G * D, (H + 2 * G) * D,
+        h);
     MAP("self_attn.o_proj.weight", "self_attention.linear_proj.weight", 0, -1, h, H * D);
     MAP("post_attention_layernorm.weight", "pre_mlp_layernorm.weight", 0, -1, h, 0);
     MAP("mlp.gate_proj.weight", "mlp.linear_fc1.weight", 0, F, 2 * F, h);
@@ -84,7 +91,8 @@ static int build_map(const Spec *s, Map *map) {
 #undef MAP
   }
   map[n++] = (Map){"model.norm.weight", "final_layernorm.weight", 0, -1, h, 0};
-  if (!m->share_embeddings_and_output_weights) map[n++] = (Map){"lm_head.weight", "output_layer.weight", 0, -1, V, h};
+  if (!m->share_embeddings_and_output_weights)
+    map[n++] = (Map){"lm_head.weight", "output_layer.weight", 0, -1, V, h};
   return n;
 }
 
@@ -95,20 +103,26 @@ static int write_config(const Spec *s, const char *dir, const char *dtype, char 
   FILE *f = fopen(path, "w");
   if (!f) return fail(err, nerr, "cannot write %s", path);
   fprintf(f,
-          "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"hidden_size\": %lld,\n"
+          "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"hidden_size\": "
+          "%lld,\n"
           "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n"
-          "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"vocab_size\": %lld,\n  \"max_position_embeddings\": %lld,\n"
-          "  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
+          "  \"num_key_value_heads\": %lld,\n  \"head_dim\": %lld,\n  \"vocab_size\": %lld,\n  "
+          "\"max_position_embeddings\": %lld,\n"
+          "  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n  \"hidden_act\": \"silu\",\n  "
+          "\"attention_bias\": false,\n"
           "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
-          (long long)m->hidden_size, (long long)spec_ffn_hidden_size(s), (long long)m->num_layers, (long long)m->num_attention_heads,
-          (long long)spec_num_query_groups(s), (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
+          (long long)m->hidden_size, (long long)spec_ffn_hidden_size(s), (long long)m->num_layers,
+          (long long)m->num_attention_heads, (long long)spec_num_query_groups(s),
+          (long long)spec_kv_channels(s), (long long)m->vocab_size, (long long)m->seq_length,
           m->layernorm_epsilon, m->rotary_base, m->share_embeddings_and_output_weights ? "true" : "false",
           !strcmp(dtype, "BF16") ? "bfloat16" : "float32");
   if (m->rope_scaling) /* Llama 3's, with Megatron's fixed constants (ops.h) */
-    fprintf(f,
-            ",\n  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
-            "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
-            m->rope_scaling_factor, ROPE_LLAMA3_LOW_FREQ_FACTOR, ROPE_LLAMA3_HIGH_FREQ_FACTOR, ROPE_LLAMA3_ORIGINAL_MAX_POS);
+    fprintf(
+        f,
+        ",\n  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+        "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
+        m->rope_scaling_factor, ROPE_LLAMA3_LOW_FREQ_FACTOR, ROPE_LLAMA3_HIGH_FREQ_FACTOR,
+        ROPE_LLAMA3_ORIGINAL_MAX_POS);
   fprintf(f, "\n}\n");
   return fclose(f) == 0 ? 0 : fail(err, nerr, "cannot write %s", path);
 }
@@ -126,8 +140,10 @@ static int copy_rows(StReader *r, const char *path, const Map *map, int n, char 
   uint64_t maxb = 1;
   for (int i = 0; i < n && !rc; i++) {
     const StEntry *f = from[i] = st_find(r, map[i].stepc);
-    if (!f) rc = fail(err, nerr, "%s has no tensor %s", r->path, map[i].stepc);
-    else if (!shape_is(f, r->path, map[i].total, map[i].cols, err, nerr)) rc = -1;
+    if (!f)
+      rc = fail(err, nerr, "%s has no tensor %s", r->path, map[i].stepc);
+    else if (!shape_is(f, r->path, map[i].total, map[i].cols, err, nerr))
+      rc = -1;
     else {
       e[i] = *f;
       snprintf(e[i].name, sizeof e[i].name, "%s", map[i].hf);
@@ -143,7 +159,8 @@ static int copy_rows(StReader *r, const char *path, const Map *map, int n, char 
   for (int i = 0; i < n && !rc; i++) {
     const StEntry *f = from[i];
     size_t row_bytes = (size_t)((f->end - f->begin) / (uint64_t)map[i].total);
-    if (st_read(r, f, buf, err, nerr) != 0 || st_write_next(&w, buf + (size_t)map[i].row0 * row_bytes, err, nerr) != 0) {
+    if (st_read(r, f, buf, err, nerr) != 0 ||
+        st_write_next(&w, buf + (size_t)map[i].row0 * row_bytes, err, nerr) != 0) {
       st_write_abort(&w);
       rc = -1;
     }
@@ -156,8 +173,10 @@ static int copy_rows(StReader *r, const char *path, const Map *map, int n, char 
 static int open_params(const char *src, StReader *r, char *err, size_t nerr) {
   struct stat sb;
   char path[1100];
-  if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/model.safetensors", src);
-  else snprintf(path, sizeof path, "%s", src);
+  if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode))
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+  else
+    snprintf(path, sizeof path, "%s", src);
   return st_open(r, path, err, nerr);
 }
 
@@ -171,15 +190,17 @@ static bool mapped(const Map *map, int n, const char *name, bool hf) {
 /* A tensor of r the recipe has no place for (another layer count, an untied head into a tied
  * recipe, biases): refused rather than dropped. HF's rotary inverse frequencies are buffers, not
  * weights. */
-static int no_leftover(const Spec *s, const StReader *r, const Map *map, int n, bool hf, char *err, size_t nerr) {
+static int no_leftover(const Spec *s, const StReader *r, const Map *map, int n, bool hf, char *err,
+                       size_t nerr) {
   for (int i = 0; i < r->n; i++) {
     const char *name = r->e[i].name;
     if (mapped(map, n, name, hf) || (hf && strstr(name, "rotary_emb.inv_freq"))) continue;
-    return fail(err, nerr,
-                "%s holds %s, which the recipe has no place for (it has %lld layers and %s output layer): it would "
-                "be dropped; use the recipe the weights were made with",
-                r->path, name, (long long)s->model.num_layers,
-                s->model.share_embeddings_and_output_weights ? "a tied" : "an untied");
+    return fail(
+        err, nerr,
+        "%s holds %s, which the recipe has no place for (it has %lld layers and %s output layer): it would "
+        "be dropped; use the recipe the weights were made with",
+        r->path, name, (long long)s->model.num_layers,
+        s->model.share_embeddings_and_output_weights ? "a tied" : "an untied");
   }
   return 0;
 }
@@ -191,7 +212,8 @@ typedef struct {
 } Shards;
 
 static void shards_close(Shards *sh) {
-  for (int i = 0; i < sh->n; i++) st_close(&sh->r[i]);
+  for (int i = 0; i < sh->n; i++)
+    st_close(&sh->r[i]);
   free(sh->r);
   sh->r = NULL, sh->n = 0;
 }
@@ -202,7 +224,9 @@ static int shard_add(Shards *sh, const char *dir, const char *file, char *err, s
     if (!strcmp(base ? base + 1 : sh->r[i].path, file)) return i;
   }
   if (!file[0] || strchr(file, '/') || !strcmp(file, "..") || sh->n >= 4096)
-    return fail(err, nerr, "%s/model.safetensors.index.json names the shard \"%s\": not a file of the directory", dir, file);
+    return fail(err, nerr,
+                "%s/model.safetensors.index.json names the shard \"%s\": not a file of the directory", dir,
+                file);
   StReader *r = realloc(sh->r, (size_t)(sh->n + 1) * sizeof *r);
   if (!r) return fail(err, nerr, "out of memory");
   sh->r = r;
@@ -225,14 +249,19 @@ static int shards_open(const char *dir, Shards *sh, char *err, size_t nerr) {
   char *text, file[256], name[ST_NAME_MAX];
   JsonSpan root, wm, v;
   if (hf_json_file(path, &text, &root, err, nerr) != 0) return -1;
-  int rc = json_member(root, "weight_map", &wm) == 1 && json_is_object(wm) ? 0 : fail(err, nerr, "%s has no weight_map object", path);
+  int rc = json_member(root, "weight_map", &wm) == 1 && json_is_object(wm)
+               ? 0
+               : fail(err, nerr, "%s has no weight_map object", path);
   size_t at = 0;
   int more;
   while (!rc && (more = json_member_next(wm, &at, name, sizeof name, &v)) != 0) {
-    int k = more < 0 || json_string(v, file, sizeof file) != 0 ? fail(err, nerr, "%s: a weight_map entry is malformed", path)
-                                                                : shard_add(sh, dir, file, err, nerr);
-    if (k < 0) rc = -1;
-    else if (!st_find(&sh->r[k], name)) rc = fail(err, nerr, "%s maps %s to %s, which does not hold it", path, name, file);
+    int k = more < 0 || json_string(v, file, sizeof file) != 0
+                ? fail(err, nerr, "%s: a weight_map entry is malformed", path)
+                : shard_add(sh, dir, file, err, nerr);
+    if (k < 0)
+      rc = -1;
+    else if (!st_find(&sh->r[k], name))
+      rc = fail(err, nerr, "%s maps %s to %s, which does not hold it", path, name, file);
   }
   free(text);
   if (rc) shards_close(sh);
@@ -284,13 +313,15 @@ static int write_tensors(StReader *r, const char *dir, const Map *map, int n, ch
   if (ns == 1) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     rc = copy_rows(r, path, map, n, err, nerr);
-    if (!rc && unlink(index) != 0 && errno != ENOENT) rc = fail(err, nerr, "cannot remove %s: %s", index, strerror(errno));
+    if (!rc && unlink(index) != 0 && errno != ENOENT)
+      rc = fail(err, nerr, "cannot remove %s: %s", index, strerror(errno));
     free(shard);
     return rc;
   }
   for (int k = 0, i = 0; k < ns && !rc; k++) {
     int j = i;
-    while (j < n && shard[j] == k) j++;
+    while (j < n && shard[j] == k)
+      j++;
     snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, k + 1, ns);
     rc = copy_rows(r, path, map + i, j - i, err, nerr);
     i = j;
@@ -301,30 +332,38 @@ static int write_tensors(StReader *r, const char *dir, const Map *map, int n, ch
   if (f) {
     fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
     for (int i = 0; i < n; i++)
-      fprintf(f, "%s\n    \"%s\": \"model-%05d-of-%05d.safetensors\"", i ? "," : "", map[i].hf, shard[i] + 1, ns);
+      fprintf(f, "%s\n    \"%s\": \"model-%05d-of-%05d.safetensors\"", i ? "," : "", map[i].hf, shard[i] + 1,
+              ns);
     fprintf(f, "\n  }\n}\n");
     if (fclose(f) != 0) rc = fail(err, nerr, "cannot write %s", index);
   }
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  if (!rc && unlink(path) != 0 && errno != ENOENT) rc = fail(err, nerr, "cannot remove %s: %s", path, strerror(errno));
+  if (!rc && unlink(path) != 0 && errno != ENOENT)
+    rc = fail(err, nerr, "cannot remove %s: %s", path, strerror(errno));
   free(shard);
   return rc;
 }
 
 int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
-  if (why) return fail(err, nerr, "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
+  if (why)
+    return fail(err, nerr,
+                "stepc export writes Hugging Face Llama directories; this recipe is not Llama-style: %s",
+                why);
   Map *map = calloc((size_t)(9 * s->model.num_layers + 3), sizeof *map);
   StReader r;
   int rc = -1;
-  if (!map) snprintf(err, nerr, "out of memory");
+  if (!map)
+    snprintf(err, nerr, "out of memory");
   else if (open_params(src, &r, err, nerr) == 0) {
     int n = build_map(s, map);
     const StEntry *emb = st_find(&r, "embedding.word_embeddings.weight");
     char cfg[1100];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    if (no_leftover(s, &r, map, n, false, err, nerr) != 0) rc = -1;
-    else if (mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
+    if (no_leftover(s, &r, map, n, false, err, nerr) != 0)
+      rc = -1;
+    else if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+      snprintf(err, nerr, "cannot create %s: %s", dir, strerror(errno));
     /* checked before anything is written: a FIFO there would block the open, a link redirect it */
     else if (rt_check_replaceable(cfg, err, nerr) == 0 && write_tensors(&r, dir, map, n, err, nerr) == 0)
       rc = write_config(s, dir, emb ? emb->dtype : "BF16", err, nerr);
@@ -336,7 +375,9 @@ int export_hf(const Spec *s, const char *src, const char *dir, char *err, size_t
 
 int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t nerr) {
   const char *why = llama_refusal(s);
-  if (why) return fail(err, nerr, "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
+  if (why)
+    return fail(err, nerr,
+                "stepc import reads Hugging Face Llama directories; this recipe is not Llama-style: %s", why);
   if (hf_config_check(s, dir, err, nerr) != 0) return -1;
   int cap = 9 * (int)s->model.num_layers + 3;
   Map *map = calloc((size_t)cap, sizeof *map);
@@ -366,7 +407,8 @@ int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t
       snprintf(err, nerr, "%s has no tensor %s", dir, map[i].hf);
       goto done;
     }
-    if (!shape_is(p, r->path, map[i].rows < 0 ? map[i].total : map[i].rows, map[i].cols, err, nerr)) goto done;
+    if (!shape_is(p, r->path, map[i].rows < 0 ? map[i].total : map[i].rows, map[i].cols, err, nerr))
+      goto done;
     if (m > 0 && !strcmp(e[m - 1].name, map[i].stepc)) {
       if (strcmp(e[m - 1].dtype, p->dtype)) {
         snprintf(err, nerr, "%s: %s's dtype differs from its neighbours'", r->path, map[i].hf);
@@ -398,8 +440,10 @@ int import_hf(const Spec *s, const char *dir, const char *out, char *err, size_t
     if (!rc && st_write_next(&w, buf, err, nerr) != 0) rc = -1;
     free(buf);
   }
-  if (rc) st_write_abort(&w);
-  else if (st_write_end(&w, err, nerr) != 0) rc = -1;
+  if (rc)
+    st_write_abort(&w);
+  else if (st_write_end(&w, err, nerr) != 0)
+    rc = -1;
 done:
   free(e), free(first), free(count), free(map);
   shards_close(&sh);

@@ -19,11 +19,13 @@ static char *read_small(const char *path, size_t *n, char *err, size_t nerr) {
   FILE *f = rt_open_regular(path, RT_FOLLOW, HF_CONFIG_MAX_BYTES, &size, err, nerr);
   if (!f) return NULL;
   char *text = malloc((size_t)size + 1);
-  if (!text) snprintf(err, nerr, "out of memory");
+  if (!text)
+    snprintf(err, nerr, "out of memory");
   else if (fread(text, 1, (size_t)size, f) != (size_t)size) {
     snprintf(err, nerr, "cannot read %s", path);
     free(text), text = NULL;
-  } else text[size] = 0, *n = (size_t)size;
+  } else
+    text[size] = 0, *n = (size_t)size;
   fclose(f);
   return text;
 }
@@ -56,7 +58,9 @@ static int check_number(const char *path, JsonSpan obj, const char *prefix, cons
   int rc = json_member(obj, x->key, &v);
   if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
   if (rc == 1 && (x->is_bool ? json_bool(v, &b) : json_number(v, &got)) != 0)
-    return snprintf(err, nerr, "%s: %s%s is not a %s", path, prefix, x->key, x->is_bool ? "boolean" : "number"), -1;
+    return snprintf(err, nerr, "%s: %s%s is not a %s", path, prefix, x->key,
+                    x->is_bool ? "boolean" : "number"),
+           -1;
   if (rc == 1 && x->is_bool) got = b;
   if (rc == 0 && isnan(x->dflt)) return snprintf(err, nerr, "%s has no %s%s", path, prefix, x->key), -1;
   if (got == x->want || fabs(got - x->want) <= 1e-12 * fabs(x->want)) return 0;
@@ -67,14 +71,16 @@ static int check_number(const char *path, JsonSpan obj, const char *prefix, cons
   else
     snprintf(g, sizeof g, "%.10g", got), snprintf(w, sizeof w, "%.10g", x->want);
   if (x->field < 0) /* a fixed expectation: the biases stepc's Llama has not, Megatron's scaling constants */
-    return snprintf(err, nerr, "%s: %s%s is %s; stepc's Llama has %s, so the import would train another model", path,
+    return snprintf(err, nerr,
+                    "%s: %s%s is %s; stepc's Llama has %s, so the import would train another model", path,
                     prefix, x->key, g, w),
            -1;
   const char *where = s->where[x->field][0] ? s->where[x->field] : "its default";
-  return snprintf(
-             err, nerr,
-             "%s: %s%s is %s where the recipe's %s is %s (%s): the import would train another model; set %s=%s",
-             path, prefix, x->key, g, spec_fields[x->field].path, w, where, spec_fields[x->field].path, g),
+  return snprintf(err, nerr,
+                  "%s: %s%s is %s where the recipe's %s is %s (%s): the import would train another model; "
+                  "set %s=%s",
+                  path, prefix, x->key, g, spec_fields[x->field].path, w, where, spec_fields[x->field].path,
+                  g),
          -1;
 }
 
@@ -84,14 +90,17 @@ static int check_number(const char *path, JsonSpan obj, const char *prefix, cons
 static int check_rope_scaling(const char *path, JsonSpan root, const Spec *s, char *err, size_t nerr) {
   JsonSpan rs, v;
   const SpecModel *m = &s->model;
-  const char *where = s->where[SPEC_F_model_rope_scaling][0] ? s->where[SPEC_F_model_rope_scaling] : "its default";
+  const char *where =
+      s->where[SPEC_F_model_rope_scaling][0] ? s->where[SPEC_F_model_rope_scaling] : "its default";
   int rc = json_member(root, "rope_scaling", &rs);
   if (rc < 0) return snprintf(err, nerr, "%s is malformed JSON", path), -1;
   if (rc == 0 || json_is_null(rs)) {
     if (!m->rope_scaling) return 0;
     return snprintf(err, nerr,
-                    "%s: rope_scaling is null where the recipe's model.rope_scaling is true (%s): the import would "
-                    "train with other RoPE frequencies than the model was trained with; set model.rope_scaling=false",
+                    "%s: rope_scaling is null where the recipe's model.rope_scaling is true (%s): the import "
+                    "would "
+                    "train with other RoPE frequencies than the model was trained with; set "
+                    "model.rope_scaling=false",
                     path, where),
            -1;
   }
@@ -101,16 +110,18 @@ static int check_rope_scaling(const char *path, JsonSpan root, const Spec *s, ch
   if (rc < 0 || (rc == 1 && json_string(v, type, sizeof type) != 0))
     return snprintf(err, nerr, "%s: rope_scaling.rope_type is not a short string", path), -1;
   if (strcmp(type, "llama3"))
-    return snprintf(err, nerr,
-                    "%s: rope_scaling.rope_type is \"%s\"; stepc's RoPE scaling (model.rope_scaling) is Llama 3's "
-                    "(\"llama3\") only",
-                    path, type),
+    return snprintf(
+               err, nerr,
+               "%s: rope_scaling.rope_type is \"%s\"; stepc's RoPE scaling (model.rope_scaling) is Llama 3's "
+               "(\"llama3\") only",
+               path, type),
            -1;
   if (!m->rope_scaling) {
     double f = NAN;
     if (json_member(rs, "factor", &v) == 1) json_number(v, &f);
     return snprintf(err, nerr,
-                    "%s: rope_scaling is llama3 with factor %.10g where the recipe's model.rope_scaling is false (%s): "
+                    "%s: rope_scaling is llama3 with factor %.10g where the recipe's model.rope_scaling is "
+                    "false (%s): "
                     "the import would train with other RoPE frequencies than the model was trained with; set "
                     "model.rope_scaling=true model.rope_scaling_factor=%.10g",
                     path, f, where, f),

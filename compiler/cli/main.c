@@ -1,4 +1,5 @@
-/* main.c — the stepc command line (the grammar in cli.c; README "Command line"); the only place that decides exit codes.
+/* main.c — the stepc command line (the grammar in cli.c; README "Command line"); the only place that decides
+ * exit codes.
  *
  * Exit codes: 0 valid / success, 1 the recipe is invalid (a rule failed), 2 the recipe cannot be
  * loaded, 3 bad command line, 4 an I/O or internal failure. */
@@ -11,19 +12,19 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
-#include "codegen/artifact.h"
+#include "cli/cpu_run.h"
 #include "cli/export_hf.h"
 #include "cli/hf_config.h"
-#include "validate/diag.h"
+#include "cli/layout.h"
+#include "cli/run_artifact.h"
+#include "codegen/artifact.h"
+#include "frontend/frontend.h"
+#include "frontend/spec.h"
 #include "plan/plan.h"
 #include "report/report.h"
 #include "report/sweep.h"
-#include "frontend/frontend.h"
-#include "cli/layout.h"
-#include "cli/cpu_run.h"
-#include "cli/run_artifact.h"
 #include "runtime/image.h"
-#include "frontend/spec.h"
+#include "validate/diag.h"
 #include "validate/validate.h"
 
 enum { EXIT_OK = 0, EXIT_INVALID = 1, EXIT_LOAD = 2, EXIT_USAGE = 3, EXIT_IO = 4, EXIT_CHECK = 5 };
@@ -68,7 +69,8 @@ static int cmd_check(const Args *a) {
   diag_init(&d);
   int rc = load_and_check(a, &spec, &d);
   /* the graph checks run on an invalid recipe too, so that every problem shows at once */
-  if (rc != EXIT_LOAD && plan_check(&spec, &d) == PLAN_OK && diag_count(&d, DIAG_ERROR) > 0) rc = EXIT_INVALID;
+  if (rc != EXIT_LOAD && plan_check(&spec, &d) == PLAN_OK && diag_count(&d, DIAG_ERROR) > 0)
+    rc = EXIT_INVALID;
   if (a->json) {
     print_check_json(&d, rc == EXIT_OK);
   } else {
@@ -110,26 +112,38 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
     int n = 0;
     args[n++] = "--device", args[n++] = cuda ? "cuda" : "cpu";
     if (a->steps) snprintf(steps, sizeof steps, "%d", a->steps), args[n++] = "--steps", args[n++] = steps;
-    if (a->threads) snprintf(threads, sizeof threads, "%d", a->threads), args[n++] = "--threads", args[n++] = threads;
-    if (a->comm_timeout > 0) snprintf(timeout, sizeof timeout, "%.17g", a->comm_timeout), args[n++] = "--comm-timeout", args[n++] = timeout;
+    if (a->threads)
+      snprintf(threads, sizeof threads, "%d", a->threads), args[n++] = "--threads", args[n++] = threads;
+    if (a->comm_timeout > 0)
+      snprintf(timeout, sizeof timeout, "%.17g", a->comm_timeout), args[n++] = "--comm-timeout",
+                                                                   args[n++] = timeout;
     if (a->json) args[n++] = "--json";
     if (a->profile) args[n++] = "--profile";
     if (a->timeline) args[n++] = "--timeline", args[n++] = (char *)a->timeline; /* rank 0 writes it */
     return run_nproc(dir, a->nproc, args, n, stderr);
   }
-  ApiRunOptions o = {.steps = a->steps, .json = a->json, .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
-                     .threads = a->threads, .graph_mode = -1, .profile = a->profile, .quiet = a->quiet, .dp_join = a->dp_join,
-                     .comm_timeout_s = a->comm_timeout, .timeline = a->timeline};
+  ApiRunOptions o = {.steps = a->steps,
+                     .json = a->json,
+                     .device = cuda ? STEPC_DEVICE_CUDA : STEPC_DEVICE_CPU,
+                     .threads = a->threads,
+                     .graph_mode = -1,
+                     .profile = a->profile,
+                     .quiet = a->quiet,
+                     .dp_join = a->dp_join,
+                     .comm_timeout_s = a->comm_timeout,
+                     .timeline = a->timeline};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;
-  fprintf(stderr, "stepc run: %s%s\n", err, st == STEPC_ERR_NO_DEVICE ? " (use --device cpu for the reference executor)" : "");
+  fprintf(stderr, "stepc run: %s%s\n", err,
+          st == STEPC_ERR_NO_DEVICE ? " (use --device cpu for the reference executor)" : "");
   return st == STEPC_ERR_RECIPE ? EXIT_LOAD : EXIT_IO;
 }
 
 static int cmd_run(const Args *a) {
   if (!a->spec) {
-    fprintf(stderr, "stepc run: missing SPEC (a recipe file such as models/tiny.lua, or an artifact directory)\n");
+    fprintf(stderr,
+            "stepc run: missing SPEC (a recipe file such as models/tiny.lua, or an artifact directory)\n");
     return EXIT_USAGE;
   }
   if (a->timeline && !a->profile) {
@@ -147,7 +161,8 @@ static int cmd_run(const Args *a) {
   }
   if (is_dir(a->spec)) {
     if (a->gradcheck || a->noverrides) {
-      fprintf(stderr, "stepc run: an artifact runs as built (no overrides, no --gradcheck); rebuild it to change the recipe\n");
+      fprintf(stderr, "stepc run: an artifact runs as built (no overrides, no --gradcheck); rebuild it to "
+                      "change the recipe\n");
       return EXIT_USAGE;
     }
     return run_dir(a, a->spec, cuda);
@@ -263,7 +278,9 @@ static int cmd_build(const Args *a) {
     fprintf(stderr, "stepc build: %s was written, but the plan breaks the graph-scope rules above\n", a->out);
     rc = EXIT_INVALID;
   } else {
-    printf("%s: step.img kernels.%s.cubin libstep.so libstep.sum train program.txt kernels.cu recipe.lua plan.json\n", a->out, a->arch ? a->arch : "sm_90");
+    printf("%s: step.img kernels.%s.cubin libstep.so libstep.sum train program.txt kernels.cu recipe.lua "
+           "plan.json\n",
+           a->out, a->arch ? a->arch : "sm_90");
   }
   diag_free(&d);
   return rc;
@@ -276,8 +293,11 @@ static int cmd_sweep(const Args *a) {
   }
   double budget = 0;
   size_t bl = a->budget ? strlen(a->budget) : 0;
-  if (a->budget && (bl == 0 || (a->budget[bl - 1] >= '0' && a->budget[bl - 1] <= '9') || (budget = (double)plan_parse_bytes(a->budget)) <= 0)) {
-    fprintf(stderr, "stepc sweep: --budget wants a size with its unit, such as 80GiB, 141GB or 512MiB, not %s\n", a->budget);
+  if (a->budget && (bl == 0 || (a->budget[bl - 1] >= '0' && a->budget[bl - 1] <= '9') ||
+                    (budget = (double)plan_parse_bytes(a->budget)) <= 0)) {
+    fprintf(stderr,
+            "stepc sweep: --budget wants a size with its unit, such as 80GiB, 141GB or 512MiB, not %s\n",
+            a->budget);
     return EXIT_USAGE;
   }
   DiagList d;
@@ -291,8 +311,10 @@ static int cmd_sweep(const Args *a) {
     free(rows);
     return st == SWEEP_LOAD ? EXIT_LOAD : st == SWEEP_INVALID ? EXIT_INVALID : EXIT_IO;
   }
-  if (a->json) report_sweep_json(a->spec, rows, n, budget, cheapest, stdout);
-  else report_sweep_text(a->spec, rows, n, budget, cheapest, stdout);
+  if (a->json)
+    report_sweep_json(a->spec, rows, n, budget, cheapest, stdout);
+  else
+    report_sweep_text(a->spec, rows, n, budget, cheapest, stdout);
   free(rows);
   return EXIT_OK;
 }
@@ -301,7 +323,8 @@ static int cmd_sweep(const Args *a) {
 static int cmd_hf(const Args *a, bool to_hf) {
   if (!to_hf && a->print_recipe) { /* import --print-recipe HF_DIR: a recipe for its config.json */
     if (a->spec || a->from || a->out || a->noverrides) {
-      fprintf(stderr, "stepc import: --print-recipe HF_DIR takes no SPEC, overrides, --from or -o (stepc import --help)\n");
+      fprintf(stderr, "stepc import: --print-recipe HF_DIR takes no SPEC, overrides, --from or -o (stepc "
+                      "import --help)\n");
       return EXIT_USAGE;
     }
     static char recipe[16384];
@@ -314,7 +337,10 @@ static int cmd_hf(const Args *a, bool to_hf) {
     return EXIT_OK;
   }
   if (!a->spec || !a->from || !a->out) {
-    fprintf(stderr, "stepc %s: missing %s (stepc %s --help)\n", to_hf ? "export" : "import", !a->spec ? "SPEC" : !a->from ? "--from" : "-o",
+    fprintf(stderr, "stepc %s: missing %s (stepc %s --help)\n", to_hf ? "export" : "import",
+            !a->spec   ? "SPEC"
+            : !a->from ? "--from"
+                       : "-o",
             to_hf ? "export" : "import");
     return EXIT_USAGE;
   }
@@ -326,7 +352,8 @@ static int cmd_hf(const Args *a, bool to_hf) {
   diag_free(&d);
   if (rc != EXIT_OK) return rc;
   char err[1024] = "";
-  if ((to_hf ? export_hf(&spec, a->from, a->out, err, sizeof err) : import_hf(&spec, a->from, a->out, err, sizeof err)) != 0) {
+  if ((to_hf ? export_hf(&spec, a->from, a->out, err, sizeof err)
+             : import_hf(&spec, a->from, a->out, err, sizeof err)) != 0) {
     fprintf(stderr, "stepc %s: %s\n", to_hf ? "export" : "import", err);
     return EXIT_IO;
   }
@@ -334,8 +361,9 @@ static int cmd_hf(const Args *a, bool to_hf) {
   snprintf(index, sizeof index, "%s/model.safetensors.index.json", a->out);
   printf("%s: %s\n", a->out,
          !to_hf ? "stepc parameters"
-         : access(index, F_OK) == 0 ? "config.json, model.safetensors.index.json and its shards (Hugging Face Llama)"
-                                    : "config.json model.safetensors (Hugging Face Llama)");
+         : access(index, F_OK) == 0
+             ? "config.json, model.safetensors.index.json and its shards (Hugging Face Llama)"
+             : "config.json model.safetensors (Hugging Face Llama)");
   return EXIT_OK;
 }
 
@@ -348,8 +376,8 @@ int main(int argc, char **argv) {
   if (!strcmp(verb, "--help") || !strcmp(verb, "-h")) verb = "help";
   if (!strcmp(verb, "--version")) verb = "version";
   if (!cli_verb(verb, &near)) {
-    fprintf(stderr, "stepc: unknown verb '%s'%s%s%s (stepc help lists them)\n", verb, near ? "; did you mean '" : "",
-            near ? near : "", near ? "'?" : "");
+    fprintf(stderr, "stepc: unknown verb '%s'%s%s%s (stepc help lists them)\n", verb,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return EXIT_USAGE;
   }
   if (!strcmp(verb, "help")) {
@@ -361,7 +389,8 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   if (!strcmp(verb, "version")) {
-    printf("stepc %s (step image format %d, stepc.h API %d)\n", STEPC_VERSION, STEPC_IMAGE_VERSION, STEPC_API_VERSION);
+    printf("stepc %s (step image format %d, stepc.h API %d)\n", STEPC_VERSION, STEPC_IMAGE_VERSION,
+           STEPC_API_VERSION);
     return EXIT_OK;
   }
   Args a;

@@ -49,9 +49,11 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
     snprintf(why, nwhy, "%s", e ? e : path);
     return -1;
   }
-  if (!SYM(options_default, "stepc_options_default") || !SYM(open, "stepc_open") || !SYM(close, "stepc_close") ||
-      !SYM(last_error, "stepc_last_error") || !SYM(status_name, "stepc_status_name") || !SYM(get_info, "stepc_get_info") ||
-      !SYM(step, "stepc_step") || !SYM(get_measure, "stepc_get_measure") || !SYM(profile_step, "stepc_profile_step")) {
+  if (!SYM(options_default, "stepc_options_default") || !SYM(open, "stepc_open") ||
+      !SYM(close, "stepc_close") || !SYM(last_error, "stepc_last_error") ||
+      !SYM(status_name, "stepc_status_name") || !SYM(get_info, "stepc_get_info") ||
+      !SYM(step, "stepc_step") || !SYM(get_measure, "stepc_get_measure") ||
+      !SYM(profile_step, "stepc_profile_step")) {
     snprintf(why, nwhy, "%s does not export the stepc.h API", path);
     dlclose(api->lib);
     api->lib = NULL;
@@ -71,43 +73,54 @@ static double wall_s(void) {
 /* "3m05s" / "41s" */
 static const char *eta(double s) {
   static char buf[32];
-  if (s >= 3600) snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-  else if (s >= 60) snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)s % 60);
-  else snprintf(buf, sizeof buf, "%ds", (int)(s + 0.5));
+  if (s >= 3600)
+    snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+  else if (s >= 60)
+    snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else
+    snprintf(buf, sizeof buf, "%ds", (int)(s + 0.5));
   return buf;
 }
 
 /* The profiled step's timeline: the communication stream's summary (text, or a JSON field), and
  * the trace file (rank 0). */
-static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const StepImage *im, const stepc_info *in, const ApiRunOptions *o,
-                             FILE *out, char *err, size_t nerr) {
+static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const StepImage *im,
+                             const stepc_info *in, const ApiRunOptions *o, FILE *out, char *err,
+                             size_t nerr) {
   int64_t n = 0;
   if (!api->profile_timeline) return STEPC_OK; /* a libstep.so before API 4 */
-  if (api->profile_timeline(s, NULL, 0, &n) != STEPC_OK) return snprintf(err, nerr, "%s", api->last_error(s)), STEPC_ERR_RUNTIME;
+  if (api->profile_timeline(s, NULL, 0, &n) != STEPC_OK)
+    return snprintf(err, nerr, "%s", api->last_error(s)), STEPC_ERR_RUNTIME;
   stepc_span *sp = calloc((size_t)n + 1, sizeof *sp);
   if (!sp) return snprintf(err, nerr, "out of memory"), STEPC_ERR_NOMEM;
   stepc_status st = api->profile_timeline(s, sp, n, &n);
   TimelineSummary t;
   timeline_summary(sp, n, &t);
   if (o->json)
-    fprintf(out, ", \"timeline\": {\"spans\": %lld, \"bucket_collectives\": %d, \"bucket_ms\": %.4f, \"overlap_ms\": %.4f, "
-                 "\"zero_other_ms\": %.4f, \"step_ms\": %.4f}", (long long)n, t.buckets, t.bucket_ms, t.overlap_ms, t.other_ms, t.step_ms);
-  else timeline_summary_line(&t, out);
+    fprintf(out,
+            ", \"timeline\": {\"spans\": %lld, \"bucket_collectives\": %d, \"bucket_ms\": %.4f, "
+            "\"overlap_ms\": %.4f, "
+            "\"zero_other_ms\": %.4f, \"step_ms\": %.4f}",
+            (long long)n, t.buckets, t.bucket_ms, t.overlap_ms, t.other_ms, t.step_ms);
+  else
+    timeline_summary_line(&t, out);
   if (st == STEPC_OK && o->timeline && in->rank == 0) {
     FILE *f = fopen(o->timeline, "w");
     char title[700];
     snprintf(title, sizeof title, "stepc run --profile: %s (%s, rank 0 of %d)", dir, in->device,
              in->world_size > 0 ? in->world_size : 1);
-    if (!f || report_timeline_trace(im, sp, n, title, f) != 0) st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
-    if (f && fclose(f) != 0 && st == STEPC_OK) st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
+    if (!f || report_timeline_trace(im, sp, n, title, f) != 0)
+      st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
+    if (f && fclose(f) != 0 && st == STEPC_OK)
+      st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
   }
   free(sp);
   return st;
 }
 
 /* One more step, profiled, its table (report_profile) and its timeline. */
-static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const stepc_info *in, const ApiRunOptions *o, FILE *out,
-                            char *err, size_t nerr) {
+static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const stepc_info *in,
+                            const ApiRunOptions *o, FILE *out, char *err, size_t nerr) {
   int json = o->json;
   StepImage im;
   char path[1200], ierr[1400] = "";
@@ -116,7 +129,8 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
   double *ms = calloc((size_t)in->points + 1, sizeof *ms);
   stepc_step_stats ss;
   stepc_status st = ms ? api->profile_step(s, &ss, ms, in->points) : STEPC_ERR_NOMEM;
-  if (st != STEPC_OK) snprintf(err, nerr, "%s", ms ? api->last_error(s) : "out of memory");
+  if (st != STEPC_OK)
+    snprintf(err, nerr, "%s", ms ? api->last_error(s) : "out of memory");
   else {
     if (json) fprintf(out, ", \"profile\": ");
     report_profile(&im, ms, ss.ms, json, out);
@@ -127,7 +141,8 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
   return st;
 }
 
-stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out, FILE *progress, char *err, size_t nerr) {
+stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out, FILE *progress, char *err,
+                              size_t nerr) {
   Api api;
   char why[600];
   (void)progress;
@@ -141,8 +156,10 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   opt.graph_mode = o->graph_mode;
   /* under torchrun, mpirun, srun or --nproc this process is one rank of a data-parallel job */
   if (api.options_from_env && api.options_from_env(&opt) != STEPC_OK) {
-    snprintf(err, nerr, "the launcher's environment is malformed: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / "
-                        "SLURM_NTASKS) must be numbers with the rank below the world size, MASTER_PORT a TCP port");
+    snprintf(
+        err, nerr,
+        "the launcher's environment is malformed: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / "
+        "SLURM_NTASKS) must be numbers with the rank below the world size, MASTER_PORT a TCP port");
     dlclose(api.lib);
     return STEPC_ERR_ARGUMENT;
   }
@@ -169,16 +186,18 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     json_write_string(out, dir);
     fprintf(out, ", \"device\": \"%s\", \"gpu\": ", in.device);
     json_write_string(out, in.gpu);
-    fprintf(out, ", \"mode\": \"%s\", \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [", in.graph_mode,
-            in.world_size, in.rank, in.comm ? in.comm : "none");
+    fprintf(out, ", \"mode\": \"%s\", \"world_size\": %d, \"rank\": %d, \"comm\": \"%s\", \"steps\": [",
+            in.graph_mode, in.world_size, in.rank, in.comm ? in.comm : "none");
   } else {
     fprintf(out, "%s: %s%s%s (%s)", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode);
     if (in.world_size > 1 || (in.comm && strcmp(in.comm, "none") != 0))
-      fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
+      fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size,
+              in.comm ? in.comm : "none");
     fprintf(out, "\n");
   }
   /* tokens per step over every rank, for tokens/s; the time left from the wall time so far */
-  double tokens = (double)in.num_microbatches * (double)in.micro_batch_size * (double)in.seq_length * (in.world_size > 0 ? in.world_size : 1);
+  double tokens = (double)in.num_microbatches * (double)in.micro_batch_size * (double)in.seq_length *
+                  (in.world_size > 0 ? in.world_size : 1);
   double t0 = wall_s();
   stepc_step_stats ss = {0};
   for (int i = 0; i < steps; i++) {
@@ -188,16 +207,20 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     }
     double left = (wall_s() - t0) / (i + 1) * (steps - i - 1);
     if (o->json)
-      fprintf(out, "%s{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, \"graph\": %s}", i ? ", " : "",
-              (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms, ss.replayed ? "true" : "false");
+      fprintf(out,
+              "%s{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, "
+              "\"graph\": %s}",
+              i ? ", " : "", (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms,
+              ss.replayed ? "true" : "false");
     else if (!o->quiet)
-      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms  %9.0f tok/s  %s left%s\n", (long long)ss.step, ss.loss,
-              ss.lr, ss.grad_norm, ss.ms, ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0, eta(left), ss.replayed ? "  (graph)" : "");
+      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms  %9.0f tok/s  %s left%s\n",
+              (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms,
+              ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0, eta(left), ss.replayed ? "  (graph)" : "");
     fflush(out);
   }
   if (!o->json && o->quiet && st == STEPC_OK && steps > 0)
-    fprintf(out, "%d steps: last loss %.6f, grad_norm %.4f, %.3f ms/step (%.0f tok/s)\n", steps, ss.loss, ss.grad_norm, ss.ms,
-            ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0);
+    fprintf(out, "%d steps: last loss %.6f, grad_norm %.4f, %.3f ms/step (%.0f tok/s)\n", steps, ss.loss,
+            ss.grad_norm, ss.ms, ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0);
   if (o->json) fprintf(out, "]");
   if (st == STEPC_OK && o->profile) st = profile(&api, s, dir, &in, o, out, err, nerr);
   stepc_measure m = {0};
@@ -207,15 +230,18 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     snprintf(region, sizeof region, " (of it the optimizer-state region %.3f MB, this rank's shard %.3f MB)",
              (double)m.optimizer_region_bytes / 1e6, (double)m.optimizer_state_bytes / 1e6);
   if (o->json)
-    fprintf(out, ", \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                 "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld, "
-                 "\"optimizer_region_bytes\": %lld}}\n",
-            (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes, (long long)m.replay_ops,
-            (long long)m.graph_nodes, (long long)m.optimizer_state_bytes, (long long)m.optimizer_region_bytes);
+    fprintf(out,
+            ", \"measure\": {\"max_allocated_bytes\": %lld, \"arena_bytes\": %lld, \"predicted_peak_bytes\": "
+            "%lld, "
+            "\"replay_ops\": %lld, \"graph_nodes\": %lld, \"optimizer_state_bytes\": %lld, "
+            "\"optimizer_region_bytes\": %lld}}\n",
+            (long long)m.max_allocated_bytes, (long long)m.arena_bytes, (long long)m.predicted_peak_bytes,
+            (long long)m.replay_ops, (long long)m.graph_nodes, (long long)m.optimizer_state_bytes,
+            (long long)m.optimizer_region_bytes);
   else if (st == STEPC_OK)
-    fprintf(out, "max allocated %.3f MB, arena %.3f MB%s, predicted peak %.3f MB%s\n", (double)m.max_allocated_bytes / 1e6,
-            (double)m.arena_bytes / 1e6, region, (double)m.predicted_peak_bytes / 1e6,
-            strcmp(in.device, "cuda") ? " (fp32 plan on the CPU)" : "");
+    fprintf(out, "max allocated %.3f MB, arena %.3f MB%s, predicted peak %.3f MB%s\n",
+            (double)m.max_allocated_bytes / 1e6, (double)m.arena_bytes / 1e6, region,
+            (double)m.predicted_peak_bytes / 1e6, strcmp(in.device, "cuda") ? " (fp32 plan on the CPU)" : "");
   api.close(s);
   dlclose(api.lib);
   return st;

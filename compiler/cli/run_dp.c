@@ -5,9 +5,9 @@
  * job (runtime/rdv_wire.h): other users of the host can reach the port, not join the job. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdbool.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,8 @@ static int free_port(void) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t n = sizeof a;
   int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0) port = ntohs(a.sin_port);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+    port = ntohs(a.sin_port);
   close(fd);
   return port;
 }
@@ -39,7 +40,8 @@ static int free_port(void) {
 static int make_secret(char out[65]) {
   unsigned char b[32];
   if (rdv_random(b, sizeof b) != 0) return -1;
-  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  for (int i = 0; i < 32; i++)
+    snprintf(out + 2 * i, 3, "%02x", b[i]);
   return 0;
 }
 
@@ -48,7 +50,8 @@ static void relay(int fd, int rank) {
   FILE *in = fdopen(fd, "r");
   if (!in) return;
   char line[4096];
-  while (fgets(line, sizeof line, in)) fprintf(stderr, "[rank %d] %s", rank, line);
+  while (fgets(line, sizeof line, in))
+    fprintf(stderr, "[rank %d] %s", rank, line);
   fclose(in);
 }
 
@@ -70,7 +73,8 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
     fprintf(stderr, "stepc run --nproc: no random numbers for the job secret (getrandom, /dev/urandom)\n");
     return 4;
   }
-  if (progress) fprintf(progress, "run: %d data-parallel ranks on this host, rendezvous at 127.0.0.1:%d\n", nproc, port);
+  if (progress)
+    fprintf(progress, "run: %d data-parallel ranks on this host, rendezvous at 127.0.0.1:%d\n", nproc, port);
   pid_t *pid = calloc((size_t)nproc, sizeof *pid), *relay_pid = calloc((size_t)nproc, sizeof *relay_pid);
   char **argv = calloc((size_t)nchild_args + 4, sizeof *argv);
   if (!pid || !relay_pid || !argv) {
@@ -79,7 +83,8 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
     return 4;
   }
   argv[0] = self, argv[1] = "run", argv[2] = (char *)dir;
-  for (int i = 0; i < nchild_args; i++) argv[3 + i] = child_args[i];
+  for (int i = 0; i < nchild_args; i++)
+    argv[3 + i] = child_args[i];
   fflush(stdout), fflush(stderr);
   int started = 0;
   for (int r = 0; r < nproc; r++) {
@@ -123,7 +128,8 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
   int code = 0, first_bad = -1;
   if (started < nproc) {
     fprintf(stderr, "stepc run --nproc: could not start rank %d: %s\n", started, strerror(errno));
-    for (int r = 0; r < started; r++) kill(pid[r], SIGTERM);
+    for (int r = 0; r < started; r++)
+      kill(pid[r], SIGTERM);
     code = 4;
   }
   /* ranks in the order they end. Once one fails the others get a few seconds to notice and say so
@@ -149,13 +155,16 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
       continue;
     }
     int r = 0;
-    while (r < started && pid[r] != w) r++;
+    while (r < started && pid[r] != w)
+      r++;
     if (r == started) continue; /* a relay */
     pid[r] = -1, left--;
     int c = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
     if (stopped && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM) continue;
-    if (WIFSIGNALED(ws)) fprintf(stderr, "stepc run --nproc: rank %d was killed by signal %d\n", r, WTERMSIG(ws));
-    else if (c != 0) fprintf(stderr, "stepc run --nproc: rank %d exited %d\n", r, c);
+    if (WIFSIGNALED(ws))
+      fprintf(stderr, "stepc run --nproc: rank %d was killed by signal %d\n", r, WTERMSIG(ws));
+    else if (c != 0)
+      fprintf(stderr, "stepc run --nproc: rank %d exited %d\n", r, c);
     if (c != 0 && first_bad < 0) first_bad = r, code = code ? code : c, clock_gettime(CLOCK_MONOTONIC, &t0);
   }
   for (int r = 0; r < started; r++)

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 #include "cli/artifact_sum.h"
-#include "codegen/launch/program.h"
-#include "codegen/program_text.h"
 #include "cli/cpu_train.h"
-#include "passes/ew_fuse.h"
-#include "plan/fingerprint.h"
 #include "cli/layout.h"
 #include "codegen/cubin/cubin.h"
+#include "codegen/launch/program.h"
+#include "codegen/program_text.h"
+#include "passes/ew_fuse.h"
+#include "plan/fingerprint.h"
 #include "plan/plan.h"
 #include "report/report.h"
 #include "runtime/image.h"
@@ -43,18 +43,24 @@ static void lua_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20 || c == 0x7f) fprintf(f, "\\%03d", c);
-    else fputc(c, f);
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c == 0x7f)
+      fprintf(f, "\\%03d", c);
+    else
+      fputc(c, f);
   }
   fputc('"', f);
 }
 
 int artifact_write_recipe(const Spec *raw, FILE *f) {
-  fprintf(f, "-- recipe.lua: written by `stepc build` from %s with its overrides applied; every field that has a\n"
-             "-- value is spelled out, so this file alone reproduces the step (stepc check/plan/build/run load it).\n"
-             "return {\n",
-          raw->recipe_path[0] ? raw->recipe_path : "a recipe");
+  fprintf(
+      f,
+      "-- recipe.lua: written by `stepc build` from %s with its overrides applied; every field that has a\n"
+      "-- value is spelled out, so this file alone reproduces the step (stepc check/plan/build/run load "
+      "it).\n"
+      "return {\n",
+      raw->recipe_path[0] ? raw->recipe_path : "a recipe");
   for (int sec = 0; sec < SPEC_NSECTIONS; sec++) {
     fprintf(f, "  %s = {\n", spec_section_names[sec]);
     for (int id = 0; id < SPEC_NFIELDS; id++) {
@@ -77,16 +83,19 @@ int artifact_write_recipe(const Spec *raw, FILE *f) {
       case SPEC_T_LIST: {
         const SpecList *l = p;
         fprintf(f, "{");
-        for (int i = 0; i < l->n; i++) fprintf(f, "%s", i ? ", " : " "), lua_string(f, l->items[i]);
+        for (int i = 0; i < l->n; i++)
+          fprintf(f, "%s", i ? ", " : " "), lua_string(f, l->items[i]);
         fprintf(f, "%s}", l->n ? " " : "");
         break;
       }
       case SPEC_T_FREQ: {
         const SpecFreq *q = p;
-        if (q->every > 0) fprintf(f, "%lld", (long long)q->every);
+        if (q->every > 0)
+          fprintf(f, "%lld", (long long)q->every);
         else {
           fprintf(f, "{");
-          for (int i = 0; i < q->n; i++) fprintf(f, "%s%d", i ? ", " : "", q->pattern[i]);
+          for (int i = 0; i < q->n; i++)
+            fprintf(f, "%s%d", i ? ", " : "", q->pattern[i]);
           fprintf(f, "}");
         }
         break;
@@ -134,7 +143,8 @@ static int run_logged(char *const *argv, const char *log, const char *cwd) {
   FILE *lf = fopen(log, "a");
   if (lf) {
     fprintf(lf, "$");
-    for (int i = 0; argv[i]; i++) fprintf(lf, " %s", argv[i]);
+    for (int i = 0; argv[i]; i++)
+      fprintf(lf, " %s", argv[i]);
     fprintf(lf, "\n");
     fclose(lf);
   }
@@ -156,11 +166,13 @@ static int fail_logged(char *err, size_t nerr, const char *what, const char *log
   FILE *f = fopen(log, "r");
   while (f && fgets(lines[n % 64], sizeof lines[0], f)) {
     const char *l = lines[n % 64];
-    ok[n % 64] = strstr(l, "error") || strstr(l, "Error") || strstr(l, "undefined reference") || strstr(l, "fatal");
+    ok[n % 64] =
+        strstr(l, "error") || strstr(l, "Error") || strstr(l, "undefined reference") || strstr(l, "fatal");
     nerrs += ok[n % 64], n++;
   }
   if (f) fclose(f);
-  size_t k = (size_t)snprintf(err, nerr, "%s failed; the C compiler said (build.log, removed with the unfinished artifact):", what);
+  size_t k = (size_t)snprintf(
+      err, nerr, "%s failed; the C compiler said (build.log, removed with the unfinished artifact):", what);
   int first = n > 64 ? n - 64 : 0, shown = 0;
   for (int i = first; i < n && k < nerr && shown < 12; i++) {
     if (nerrs && !ok[i % 64]) continue;
@@ -175,35 +187,42 @@ static int fail_logged(char *err, size_t nerr, const char *what, const char *log
 
 /* Splits the compiled-in flags (space separated, no quoting needed) into argv. */
 static int add_flags(char **argv, int n, char *buf) {
-  for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) argv[n++] = t;
+  for (char *t = strtok(buf, " "); t; t = strtok(NULL, " "))
+    argv[n++] = t;
   return n;
 }
 
 /* The public API libstep.so exports (runtime/stepc.h); everything else stays inside it. */
 static const char VERSION_SCRIPT[] =
-    "{\n  global:\n    stepc_options_default; stepc_options_from_env; stepc_open; stepc_close; stepc_last_error; stepc_status_name;\n"
+    "{\n  global:\n    stepc_options_default; stepc_options_from_env; stepc_open; stepc_close; "
+    "stepc_last_error; stepc_status_name;\n"
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
-    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step; stepc_profile_timeline;\n"
+    "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step; "
+    "stepc_profile_timeline;\n"
     "    stepc_get_measure;\n"
     "  local: *;\n};\n";
 
-/* libstep.so = the runtime (libstepc_rt + libstepc_ir), which plays step.img's launch program: no compiler, no Lua, no NVRTC; the
- * driver and cuBLASLt are dlopen'ed at run time. SONAME libstep.so and train's RUNPATH $ORIGIN make
- * the directory relocatable: nothing in it names a path of this machine. */
+/* libstep.so = the runtime (libstepc_rt + libstepc_ir), which plays step.img's launch program: no compiler,
+ * no Lua, no NVRTC; the driver and cuBLASLt are dlopen'ed at run time. SONAME libstep.so and train's RUNPATH
+ * $ORIGIN make the directory relocatable: nothing in it names a path of this machine. */
 static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
   char log[PATH_MAX + 32], train_c[PATH_MAX + 32], hdr[PATH_MAX + 32], vs[PATH_MAX + 32];
   StepcLayout lay;
-  if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0) return ARTIFACT_ERROR;
-  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = lay.rt_archive, *irar = lay.ir_archive, *api_h = lay.api_header;
+  if (stepc_layout_self(&lay, err, nerr) != 0 || stepc_layout_check(&lay, err, nerr) != 0)
+    return ARTIFACT_ERROR;
+  const char *dir = o->dir, *cc = env_or("CC", STEPC_CC), *rt = lay.rt_archive, *irar = lay.ir_archive,
+             *api_h = lay.api_header;
   snprintf(log, sizeof log, "%s/build.log", dir);
   snprintf(train_c, sizeof train_c, "%s/train.c", dir);
   snprintf(hdr, sizeof hdr, "%s/stepc.h", dir);
   snprintf(vs, sizeof vs, "%s/libstep.map", dir);
   if (copy_file(api_h, hdr, 0644) != 0) return fail(err, nerr, "cannot copy %s to %s", api_h, hdr);
   FILE *f = fopen(train_c, "w");
-  if (!f || fputs(artifact_train_c, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", train_c, "");
+  if (!f || fputs(artifact_train_c, f) < 0 || fclose(f) != 0)
+    return fail(err, nerr, "cannot write %s%s", train_c, "");
   f = fopen(vs, "w");
-  if (!f || fputs(VERSION_SCRIPT, f) < 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", vs, "");
+  if (!f || fputs(VERSION_SCRIPT, f) < 0 || fclose(f) != 0)
+    return fail(err, nerr, "cannot write %s%s", vs, "");
   remove(log);
   char flags1[512], flags2[512];
   snprintf(flags1, sizeof flags1, "%s", STEPC_ARTIFACT_FLAGS);
@@ -214,8 +233,10 @@ static int link_step(const ArtifactOptions *o, FILE *progress, char *err, size_t
   a1[n++] = (char *)cc, a1[n++] = "-shared", a1[n++] = "-fPIC", a1[n++] = "-O1", a1[n++] = "-std=gnu11";
   n = add_flags(a1, n, flags1);
   a1[n++] = "-o", a1[n++] = "libstep.so", a1[n++] = "-Wl,--whole-archive", a1[n++] = (char *)rt;
-  a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl", a1[n++] = "-lpthread";
-  a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map", a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
+  a1[n++] = "-Wl,--no-whole-archive", a1[n++] = (char *)irar, a1[n++] = "-lm", a1[n++] = "-ldl",
+  a1[n++] = "-lpthread";
+  a1[n++] = "-Wl,-soname,libstep.so", a1[n++] = "-Wl,--version-script=libstep.map",
+  a1[n++] = "-Wl,-Bsymbolic", a1[n] = NULL;
   if (run_logged(a1, log, dir) != 0) return fail_logged(err, nerr, "compiling libstep.so", log);
   if (artifact_sum_write(dir, err, nerr) != 0) return ARTIFACT_ERROR; /* checked before anything loads it */
   if (progress) fprintf(progress, "build: %s train.c -> train\n", cc);
@@ -245,7 +266,8 @@ int artifact_mkdirs(const char *dir) {
 
 /* step.img (runtime/image.h): the CUDA plan sp (its graph, fusions, chains, scopes) beside the CPU
  * reference plan of the same step, the program, the generated kernels and the step's facts. */
-static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name, const char *dir, char *err, size_t nerr) {
+static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name, const char *dir, char *err,
+                       size_t nerr) {
   static Plan cp; /* the CPU reference executor's plan: every float at 4 bytes */
   int st = plan_build(spec, 4, &cp, NULL, err, nerr);
   if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
@@ -262,15 +284,18 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   }
   im.g = sp->g;
   im.npoints = prog.p.npoints, im.micro_points = prog.p.micro_points;
-  im.point_op = prog.point_op, im.poison_start = prog.poison_start, im.poison = prog.poison, im.npoison = prog.npoison;
+  im.point_op = prog.point_op, im.poison_start = prog.poison_start, im.poison = prog.poison,
+  im.npoison = prog.npoison;
   im.cpu_offset = malloc((size_t)cp.g->nt * sizeof *im.cpu_offset);
   im.cpu_bytes = malloc((size_t)cp.g->nt * sizeof *im.cpu_bytes);
   im.scope = calloc((size_t)sp->sr.n + 1, sizeof *im.scope);
-  if (!im.cpu_offset || !im.cpu_bytes || !im.scope || (im.nscope = plan_scope_points(&sp->sc, &sp->sr, im.scope)) < 0) {
+  if (!im.cpu_offset || !im.cpu_bytes || !im.scope ||
+      (im.nscope = plan_scope_points(&sp->sc, &sp->sr, im.scope)) < 0) {
     snprintf(err, nerr, "out of memory");
     goto free_prog;
   }
-  for (int t = 0; t < cp.g->nt; t++) im.cpu_offset[t] = cp.g->t[t].offset, im.cpu_bytes[t] = cp.g->t[t].bytes;
+  for (int t = 0; t < cp.g->nt; t++)
+    im.cpu_offset[t] = cp.g->t[t].offset, im.cpu_bytes[t] = cp.g->t[t].bytes;
   ew_kernels_rt(&sp->ew, &im.gen);
   ImgFacts *f = &im.f;
   f->fingerprint = step_fingerprint(sp->g);
@@ -309,14 +334,22 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   }
   for (int k = 0; k < sp->sc.nb; k++) {
     const Bucket *b = &sp->sc.b[k];
-    im.bucket[k] = (ImgBucket){.after_op = b->after_op, .fire_op = b->fire_op, .first = b->first, .ngrads = b->ngrads, .params = b->params};
+    im.bucket[k] = (ImgBucket){.after_op = b->after_op,
+                               .fire_op = b->fire_op,
+                               .first = b->first,
+                               .ngrads = b->ngrads,
+                               .params = b->params};
   }
-  for (int k = 0; k < sp->sc.ngrad; k++) im.bucket_grad[k] = sp->sc.grad[k];
+  for (int k = 0; k < sp->sc.ngrad; k++)
+    im.bucket_grad[k] = sp->sc.grad[k];
   im.nbucket = sp->sc.nb, im.nbucket_grad = sp->sc.ngrad;
-  for (int t = 0; t < sp->g->nt; t++) im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1;
+  for (int t = 0; t < sp->g->nt; t++)
+    im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1;
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
-  if (!sp->lp_ok) snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s", sp->lp_why);
+  if (!sp->lp_ok)
+    snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
+             sp->lp_why);
   im.has_program = sp->lp_ok;
   if (sp->lp_ok) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
@@ -324,22 +357,24 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
   rc = image_write(path, &im, err, nerr) == 0 ? ARTIFACT_OK : ARTIFACT_ERROR;
 free_prog:
-  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad), free(im.owner);
+  free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad),
+      free(im.owner);
   plan_program_free(&prog);
 done:
   plan_free(&cp);
   return rc;
 }
 
-int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
-                   size_t nerr) {
+int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress,
+                   char *err, size_t nerr) {
   const char *dir = o->dir, *arch = o->arch ? o->arch : "sm_90";
   char path[PATH_MAX + 64];
   if (artifact_refuse_unexecuted(spec, err, nerr) != ARTIFACT_OK) return ARTIFACT_UNSUPPORTED;
   if (artifact_mkdirs(dir) != 0) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);
-  if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0) return fail(err, nerr, "cannot write %s%s", path, "");
+  if (!f || artifact_write_recipe(raw, f) != 0 || fclose(f) != 0)
+    return fail(err, nerr, "cannot write %s%s", path, "");
   /* plan.json and step.img (with the launch program): one plan, the one `stepc plan` reports
    * (nominal dtypes), lowered for the target's SM count */
   static Plan sp; /* large; one build at a time */
@@ -367,9 +402,12 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   LaunchStats ls;
   launch_program_stats(&sp.lp, &ls);
   if (progress && sp.lp_ok)
-    fprintf(progress, "build: launch program — %d ops, %d kernel launches, %d GEMMs, %d attention calls, %d memsets, %d copies; "
-                      "launch scratch %lld B for %d SMs\n",
-            sp.sc.nops, ls.launches, ls.gemms, ls.sdpas, ls.memsets, ls.copies, (long long)sp.lp.f.scratch_bytes, sms);
+    fprintf(progress,
+            "build: launch program — %d ops, %d kernel launches, %d GEMMs, %d attention calls, %d memsets, "
+            "%d copies; "
+            "launch scratch %lld B for %d SMs\n",
+            sp.sc.nops, ls.launches, ls.gemms, ls.sdpas, ls.memsets, ls.copies,
+            (long long)sp.lp.f.scratch_bytes, sms);
   else if (progress)
     fprintf(progress, "build: %d ops; no launch program (%s)\n", sp.sc.nops, sp.lp_why);
   char *src = ew_kernels_cu(&sp.ew, err, nerr);
@@ -418,9 +456,9 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
 /* 1 when name is a file stepc build writes into an artifact (link_step's and artifact_build's). */
 static int own_file(const char *name) {
   /* step.c: what builds before the launch program wrote (an older artifact is still replaceable) */
-  static const char *const own[] = {"recipe.lua", "plan.json",   "step.img",   "program.txt", "step.c",
-                                    "kernels.cu", "stepc.h",     "train.c",  "train",
-                                    "libstep.so", "libstep.map", "libstep.sum", "build.log"};
+  static const char *const own[] = {"recipe.lua",  "plan.json",   "step.img", "program.txt", "step.c",
+                                    "kernels.cu",  "stepc.h",     "train.c",  "train",       "libstep.so",
+                                    "libstep.map", "libstep.sum", "build.log"};
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
     if (!strcmp(name, own[i])) return 1;
   size_t n = strlen(name);
@@ -445,8 +483,7 @@ int artifact_dir_replaceable(const char *dir, char *err, size_t nerr) {
     image |= !strcmp(e->d_name, STEPC_IMAGE_FILE);
   }
   closedir(d);
-  if (!bad[0] && entries > 0 && !image)
-    snprintf(bad, sizeof bad, "no %s", STEPC_IMAGE_FILE);
+  if (!bad[0] && entries > 0 && !image) snprintf(bad, sizeof bad, "no %s", STEPC_IMAGE_FILE);
   if (!bad[0]) return 0;
   snprintf(err, nerr,
            "%s holds %s: it is not a stepc artifact, refusing to replace it (choose a new or empty "
@@ -456,4 +493,6 @@ int artifact_dir_replaceable(const char *dir, char *err, size_t nerr) {
   return -1;
 }
 
-int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) { return link_step(o, progress, err, nerr); }
+int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t nerr) {
+  return link_step(o, progress, err, nerr);
+}

@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "validate/diag.h"
 #include "frontend/spec.h"
+#include "validate/diag.h"
 
 typedef struct {
   const char *dir;
@@ -47,8 +47,8 @@ int artifact_write_recipe(const Spec *raw, FILE *f);
 
 /* Writes the whole directory. Scope diagnostics of the plan go to d (the caller decides whether
  * they fail the build). progress: one line per stage (may be NULL). */
-int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
-                   size_t nerr);
+int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress,
+                   char *err, size_t nerr);
 
 /* mkdir -p (`-o art/tiny` where art/ does not exist yet). 0, or -1 with errno. */
 int artifact_mkdirs(const char *dir);
@@ -63,15 +63,15 @@ int artifact_link(const ArtifactOptions *o, FILE *progress, char *err, size_t ne
  * itself, so a changed recipe, plan or stepc builds anew and nothing stale runs. An entry is used
  * only when its manifest's checksums hold; otherwise it is built again. dir receives its path.
  * Returns as artifact_build. */
-int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *dir,
-                          size_t ndir, char *err, size_t nerr);
+int artifact_build_cached(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d,
+                          FILE *progress, char *dir, size_t ndir, char *err, size_t nerr);
 
 /* `stepc build -o DIR`: built into a fresh directory beside DIR and swapped in atomically, so a
  * failed build leaves DIR as it was and DIR is never half old, half new; builds into one folder
  * take turns (a lock on the folder). Refuses a DIR that is a symbolic link, or one that
  * artifact_dir_replaceable refuses (the user's files are never written over or removed). */
-int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d, FILE *progress, char *err,
-                       size_t nerr);
+int artifact_build_dir(const Spec *raw, const Spec *spec, const ArtifactOptions *o, DiagList *d,
+                       FILE *progress, char *err, size_t nerr);
 
 /* Whether `stepc build -o DIR` may replace dir: 0 when it is absent, an empty directory, or a
  * stepc artifact (it has a step.img) holding only the files stepc build writes (or an older one

@@ -21,7 +21,8 @@
 void sha256_hex(Sha256 *s, char out[65]) {
   unsigned char d[SHA256_BYTES];
   sha256_final(s, d);
-  for (int i = 0; i < SHA256_BYTES; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+  for (int i = 0; i < SHA256_BYTES; i++)
+    snprintf(out + 2 * i, 3, "%02x", d[i]);
   out[64] = 0;
 }
 

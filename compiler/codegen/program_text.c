@@ -6,8 +6,10 @@
 
 /* A stored argument or field: A+offset for an address in the step's allocation, else the value. */
 static void addr(FILE *f, uint64_t v) {
-  if (v & LP_PTR) fprintf(f, "A+0x%llx", (unsigned long long)(v & ~LP_PTR));
-  else fprintf(f, "0x%llx", (unsigned long long)v);
+  if (v & LP_PTR)
+    fprintf(f, "A+0x%llx", (unsigned long long)(v & ~LP_PTR));
+  else
+    fprintf(f, "0x%llx", (unsigned long long)v);
 }
 
 static void arg(FILE *f, char letter, uint64_t a) {
@@ -40,8 +42,10 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
     int k = (int)r->k;
     const char *name = k < RT_K_COUNT ? rt_kernel_name[k] : gen->k[k - RT_K_COUNT].name;
     const char *sig = k < RT_K_COUNT ? rt_kernel_sig[k] : gen->k[k - RT_K_COUNT].sig;
-    fprintf(f, "  LAUNCH %s grid (%u,%u,%u) block %u smem %u (", name, r->grid[0], r->grid[1], r->grid[2], r->block, r->smem);
-    for (int i = 0; i < r->nargs; i++) fprintf(f, "%s", i ? ", " : ""), arg(f, sig[i], r->arg[i]);
+    fprintf(f, "  LAUNCH %s grid (%u,%u,%u) block %u smem %u (", name, r->grid[0], r->grid[1], r->grid[2],
+            r->block, r->smem);
+    for (int i = 0; i < r->nargs; i++)
+      fprintf(f, "%s", i ? ", " : ""), arg(f, sig[i], r->arg[i]);
     fprintf(f, ")\n");
     break;
   }
@@ -65,7 +69,9 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
 #undef TX_I
 #undef TX_P
 #undef TX_F
-  case RT_REC_MEMSET: fprintf(f, "  MEMSET "), addr(f, r->dst), fprintf(f, " %llu B\n", (unsigned long long)r->bytes); break;
+  case RT_REC_MEMSET:
+    fprintf(f, "  MEMSET "), addr(f, r->dst), fprintf(f, " %llu B\n", (unsigned long long)r->bytes);
+    break;
   case RT_REC_COPY:
     fprintf(f, "  COPY "), addr(f, r->dst), fprintf(f, " <- "), addr(f, r->src);
     fprintf(f, " %llu B\n", (unsigned long long)r->bytes);
@@ -74,7 +80,8 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
 }
 
 static void section(FILE *f, const LaunchProgram *lp, LpRange r, const RtGenKernels *gen) {
-  for (int i = r.first; i < r.first + r.count; i++) record(f, &lp->rec[i], gen);
+  for (int i = r.first; i < r.first + r.count; i++)
+    record(f, &lp->rec[i], gen);
 }
 
 int program_text_write(const Plan *p, FILE *f) {
@@ -82,21 +89,24 @@ int program_text_write(const Plan *p, FILE *f) {
   const LaunchProgram *lp = &p->lp;
   RtGenKernels gen;
   ew_kernels_rt(&p->ew, &gen);
-  fprintf(f, "# program.txt — the launch program of %s, as stepc build stored it in step.img (a listing:\n"
-             "# the runtime plays step.img). LAUNCH kernel grid block dynamic-shared-bytes (arguments), GEMM (one\n"
-             "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY; A+0x.. is an offset in the\n"
-             "# step's one allocation: the plan's buffers, then the launch scratch.\n",
-          p->spec.recipe_path);
+  fprintf(
+      f,
+      "# program.txt — the launch program of %s, as stepc build stored it in step.img (a listing:\n"
+      "# the runtime plays step.img). LAUNCH kernel grid block dynamic-shared-bytes (arguments), GEMM (one\n"
+      "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY; A+0x.. is an offset in the\n"
+      "# step's one allocation: the plan's buffers, then the launch scratch.\n",
+      p->spec.recipe_path);
   if (!p->lp_ok) {
     fprintf(f, "# The CUDA backend does not run this step: %s\n", p->lp_why);
     return ferror(f) ? -1 : 0;
   }
   const LpFacts *lf = &lp->f;
-  fprintf(f, "# allocation %lld B: plan buffers %lld B, launch scratch %lld B (lowered for %d SMs)\n", (long long)lf->alloc_bytes,
-          (long long)lf->buffers_bytes, (long long)lf->scratch_bytes, lf->sm_count);
+  fprintf(f, "# allocation %lld B: plan buffers %lld B, launch scratch %lld B (lowered for %d SMs)\n",
+          (long long)lf->alloc_bytes, (long long)lf->buffers_bytes, (long long)lf->scratch_bytes,
+          lf->sm_count);
   for (int k = 0; k < LP_SCRATCH_PARTS; k++)
-    fprintf(f, "#   scratch: %-28s A+0x%llx %lld B\n", lp_scratch_part_name[k], (unsigned long long)lf->part_at[k],
-            (long long)lf->part_bytes[k]);
+    fprintf(f, "#   scratch: %-28s A+0x%llx %lld B\n", lp_scratch_part_name[k],
+            (unsigned long long)lf->part_at[k], (long long)lf->part_bytes[k]);
   fprintf(f, "\ninit (train.seed read from A+0x%llx)\n", (unsigned long long)lf->init_seed_at);
   section(f, lp, lf->init, &gen);
   for (int mb = 0; mb < lf->nmb; mb++) {
@@ -110,8 +120,9 @@ int program_text_write(const Plan *p, FILE *f) {
     if (i == p->sc.micro_end) fprintf(f, "\n# the tail (once per step)\n");
     if (p->sc.it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[p->sc.it[i].id];
-    fprintf(f, "\npoint %d: op %d %s %s [%s, layer %d]%s\n", q, p->sc.it[i].id, op_name(op->kind), op->tags.module,
-            phase_name(op->tags.phase), op->tags.layer, lp->point[q].rec.count ? "" : " (fused into a neighbour's launch)");
+    fprintf(f, "\npoint %d: op %d %s %s [%s, layer %d]%s\n", q, p->sc.it[i].id, op_name(op->kind),
+            op->tags.module, phase_name(op->tags.phase), op->tags.layer,
+            lp->point[q].rec.count ? "" : " (fused into a neighbour's launch)");
     section(f, lp, lp->point[q].rec, &gen);
     q++;
   }

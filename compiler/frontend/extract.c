@@ -70,7 +70,8 @@ static int scan_line(const FeFile *f, const char *name) {
     if (i > 0 && is_ident(f->text[i - 1])) continue;
     size_t j = i + n;
     if (j < f->len && is_ident(f->text[j])) continue;
-    while (j < f->len && (f->text[j] == ' ' || f->text[j] == '\t')) j++;
+    while (j < f->len && (f->text[j] == ' ' || f->text[j] == '\t'))
+      j++;
     if (j < f->len && f->text[j] == '=' && (j + 1 >= f->len || f->text[j + 1] != '=')) found = line;
   }
   return found;
@@ -152,7 +153,8 @@ static int conv_string_choice(Conv *c, const char *s, char *dst, size_t n) {
       size_t d = spec_edit_distance(s, t);
       if (d < best) best = d, snprintf(near, sizeof near, "%s", t);
     }
-    snprintf(quoted, sizeof quoted, "\"%s\" is not an allowed value%s%s%s", s, near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
+    snprintf(quoted, sizeof quoted, "\"%s\" is not an allowed value%s%s%s", s,
+             near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
     return conv_error(c, choice_rule(c->id), "%s: %s", f->path, quoted);
   }
   snprintf(dst, n, "%s", s);
@@ -209,11 +211,13 @@ static int conv_freq(Conv *c, int idx) {
     return 0;
   }
   if (!lua_istable(L, idx))
-    return conv_error(c, "LOAD", "%s expects an integer N (every N-th layer is MoE) or a 0/1 list per "
-                                 "layer (Megatron's string expressions are not supported)",
+    return conv_error(c, "LOAD",
+                      "%s expects an integer N (every N-th layer is MoE) or a 0/1 list per "
+                      "layer (Megatron's string expressions are not supported)",
                       f->path, NULL);
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
-  if (len < 1 || len > SPEC_MAX_LAYERS) return conv_error(c, "LOAD", "%s: list length out of range", f->path, NULL);
+  if (len < 1 || len > SPEC_MAX_LAYERS)
+    return conv_error(c, "LOAD", "%s: list length out of range", f->path, NULL);
   fr->every = 0;
   fr->n = (int)len;
   for (int i = 1; i <= len; i++) {
@@ -235,20 +239,25 @@ static int conv_value(Conv *c, int idx) {
   switch (f->type) {
   case SPEC_T_INT: {
     int64_t v;
-    if (!lua_integer_value(L, idx, &v)) return conv_error(c, "LOAD", "%s expects an integer, got %s", f->path, got);
+    if (!lua_integer_value(L, idx, &v))
+      return conv_error(c, "LOAD", "%s expects an integer, got %s", f->path, got);
     int64_t lo = int_min(c->id);
     if (v < lo || v > ((int64_t)1 << 40)) {
       /* the range printed is the one checked, so that it never seems to hold the value */
       char range[96];
-      if (lo == INT64_MIN) snprintf(range, sizeof range, "%lld is out of range (at most 2^40 = 1099511627776)", (long long)v);
-      else snprintf(range, sizeof range, "%lld is out of range [%lld, 2^40 = 1099511627776]", (long long)v, (long long)lo);
+      if (lo == INT64_MIN)
+        snprintf(range, sizeof range, "%lld is out of range (at most 2^40 = 1099511627776)", (long long)v);
+      else
+        snprintf(range, sizeof range, "%lld is out of range [%lld, 2^40 = 1099511627776]", (long long)v,
+                 (long long)lo);
       return conv_error(c, "LOAD", "%s = %s", f->path, range);
     }
     *(int64_t *)dst = v;
     return 0;
   }
   case SPEC_T_NUM: {
-    if (lua_type(L, idx) != LUA_TNUMBER) return conv_error(c, "LOAD", "%s expects a number, got %s", f->path, got);
+    if (lua_type(L, idx) != LUA_TNUMBER)
+      return conv_error(c, "LOAD", "%s expects a number, got %s", f->path, got);
     double v = lua_tonumber(L, idx);
     Range r = num_range(c->id);
     bool bad = !isfinite(v) || v < r.lo || v > r.hi || (r.lo_open && v == r.lo) || (r.hi_open && v == r.hi);
@@ -264,11 +273,13 @@ static int conv_value(Conv *c, int idx) {
     return 0;
   }
   case SPEC_T_BOOL:
-    if (lua_type(L, idx) != LUA_TBOOLEAN) return conv_error(c, "LOAD", "%s expects true or false, got %s", f->path, got);
+    if (lua_type(L, idx) != LUA_TBOOLEAN)
+      return conv_error(c, "LOAD", "%s expects true or false, got %s", f->path, got);
     *(bool *)dst = lua_toboolean(L, idx);
     return 0;
   case SPEC_T_STR:
-    if (lua_type(L, idx) != LUA_TSTRING) return conv_error(c, "LOAD", "%s expects a string, got %s", f->path, got);
+    if (lua_type(L, idx) != LUA_TSTRING)
+      return conv_error(c, "LOAD", "%s expects a string, got %s", f->path, got);
     return conv_string_choice(c, lua_tostring(L, idx), dst, SPEC_MAX_STR);
   case SPEC_T_LIST: return conv_list(c, idx);
   case SPEC_T_FREQ: return conv_freq(c, idx);
@@ -301,8 +312,10 @@ static void unknown_field(lua_State *L, FeCtx *cx, SpecSection s, const char *k)
   if (!where[0]) snprintf(where, sizeof where, "%s", cx->nfiles ? cx->files[0].name : "");
   Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", path, where, "unknown field %s", path);
   const char *near = spec_suggest(s, k);
-  if (near) diag_hint(g, "did you mean %s.%s?", spec_section_names[s], near);
-  else diag_hint(g, "docs/recipe-reference.md lists every field");
+  if (near)
+    diag_hint(g, "did you mean %s.%s?", spec_section_names[s], near);
+  else
+    diag_hint(g, "docs/recipe-reference.md lists every field");
 }
 
 /* Unknown or non-string keys, at the top and in each section: the first FE_MAX_UNKNOWN reported
@@ -321,12 +334,14 @@ static int check_keys(lua_State *L, FeCtx *cx, int root) {
   while (lua_next(L, root)) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) {
-      if (report(L, cx, &bad)) diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "the recipe table has a non-string key");
+      if (report(L, cx, &bad))
+        diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "the recipe table has a non-string key");
       continue;
     }
     const char *k = lua_tostring(L, -1);
     bool known = false;
-    for (int s = 0; s < SPEC_NSECTIONS; s++) known |= strcmp(k, spec_section_names[s]) == 0;
+    for (int s = 0; s < SPEC_NSECTIONS; s++)
+      known |= strcmp(k, spec_section_names[s]) == 0;
     if (!known && report(L, cx, &bad)) {
       Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", k, file,
                          "unknown section '%s' (sections: model, train, optimizer, ddp, data)", k);
@@ -360,12 +375,14 @@ static int check_keys(lua_State *L, FeCtx *cx, int root) {
         continue;
       }
       const char *k = lua_tostring(L, -1);
-      if (spec_field_find_in((SpecSection)s, k) < 0 && report(L, cx, &bad)) unknown_field(L, cx, (SpecSection)s, k);
+      if (spec_field_find_in((SpecSection)s, k) < 0 && report(L, cx, &bad))
+        unknown_field(L, cx, (SpecSection)s, k);
     }
     lua_pop(L, 1);
   }
   if (bad > FE_MAX_UNKNOWN)
-    diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "and %d more unknown or malformed keys", bad - FE_MAX_UNKNOWN);
+    diag_add(cx->diags, DIAG_ERROR, "LOAD", "", file, "and %d more unknown or malformed keys",
+             bad - FE_MAX_UNKNOWN);
   return bad;
 }
 
@@ -407,8 +424,10 @@ int fe_extract(lua_State *L, FeCtx *cx, Spec *out) {
       out->present[id] = false;
     } else {
       Conv c = {L, cx, out, id, where};
-      if (conv_value(&c, lua_gettop(L)) != 0) bad++;
-      else out->present[id] = true;
+      if (conv_value(&c, lua_gettop(L)) != 0)
+        bad++;
+      else
+        out->present[id] = true;
     }
     lua_pop(L, 1);
   }

@@ -58,7 +58,8 @@ static int load_text(FeCtx *cx, const char *name, char *text, size_t len, const 
   if (rc == 0 && !lua_istable(L, -1)) {
     Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", "", name, "the recipe returned %s, not a table",
                        luaL_typename(L, -1));
-    diag_hint(g, "end the recipe with: return cfg   (a table { model = ..., train = ..., optimizer = ..., data = ... })");
+    diag_hint(g, "end the recipe with: return cfg   (a table { model = ..., train = ..., optimizer = ..., "
+                 "data = ... })");
     rc = -1;
   }
   if (rc == 0) {
@@ -105,7 +106,9 @@ int frontend_load(const char *path, const char *const *ov, int nov, const Fronte
     return -1;
   }
   const char *slash = strrchr(path, '/');
-  if (slash) snprintf(cx.recipe_dir, sizeof cx.recipe_dir, "%.*s", (int)(slash - path), path);
-  else snprintf(cx.recipe_dir, sizeof cx.recipe_dir, ".");
+  if (slash)
+    snprintf(cx.recipe_dir, sizeof cx.recipe_dir, "%.*s", (int)(slash - path), path);
+  else
+    snprintf(cx.recipe_dir, sizeof cx.recipe_dir, ".");
   return load_text(&cx, path, text, len, ov, nov, out);
 }

@@ -13,7 +13,7 @@
 #define FE_MAX_UNKNOWN 20    /* unknown keys reported one by one; the rest are counted */
 
 typedef struct {
-  char name[256];  /* as diagnostics show it */
+  char name[256]; /* as diagnostics show it */
   char *text;
   size_t len;
 } FeFile;
@@ -25,11 +25,11 @@ typedef struct {
   bool instr_exceeded;
   double time_limit, deadline; /* seconds; fe_now() clock */
   bool time_exceeded;
-  bool stopped;                /* a limit tripped: every hook and protected call raises `stop` again */
-  bool mem_stopped;            /* a memory error reached a protected call: a stop too */
+  bool stopped;     /* a limit tripped: every hook and protected call raises `stop` again */
+  bool mem_stopped; /* a memory error reached a protected call: a stop too */
   char stop[160];
-  int nprint;                  /* print calls so far (each one a PRINT note) */
-  unsigned lines;              /* line events so far (the clock is read every 256th) */
+  int nprint;     /* print calls so far (each one a PRINT note) */
+  unsigned lines; /* line events so far (the clock is read every 256th) */
   char last_src[160];
   int last_line;
   const char *models_dir;

@@ -63,8 +63,8 @@ static void check_limits_at(lua_State *L, FeCtx *cx, bool clock) {
   if (!cx->stopped) {
     if (cx->instr > cx->instr_limit) {
       cx->instr_exceeded = true;
-      snprintf(cx->stop, sizeof cx->stop, "recipe ran more than %lld Lua instructions and calls (an endless loop?)",
-               cx->instr_limit);
+      snprintf(cx->stop, sizeof cx->stop,
+               "recipe ran more than %lld Lua instructions and calls (an endless loop?)", cx->instr_limit);
     } else if (clock && fe_now() > cx->deadline) {
       cx->time_exceeded = true;
       snprintf(cx->stop, sizeof cx->stop, "recipe ran longer than %g s and was stopped", cx->time_limit);

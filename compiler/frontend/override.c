@@ -6,8 +6,10 @@
 #include "internal.h"
 
 static void trim(const char **b, const char **e) {
-  while (*b < *e && (**b == ' ' || **b == '\t')) (*b)++;
-  while (*e > *b && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
+  while (*b < *e && (**b == ' ' || **b == '\t'))
+    (*b)++;
+  while (*e > *b && ((*e)[-1] == ' ' || (*e)[-1] == '\t'))
+    (*e)--;
 }
 
 /* Pushes one scalar: null, true, false, a number, a quoted or a bare string. */
@@ -29,10 +31,14 @@ static int push_scalar(lua_State *L, const char *b, const char *e, char *err, si
   }
   memcpy(buf, b, n);
   buf[n] = 0;
-  if (strcmp(buf, "null") == 0 || strcmp(buf, "None") == 0 || strcmp(buf, "nil") == 0) lua_pushnil(L);
-  else if (strcmp(buf, "true") == 0 || strcmp(buf, "True") == 0) lua_pushboolean(L, 1);
-  else if (strcmp(buf, "false") == 0 || strcmp(buf, "False") == 0) lua_pushboolean(L, 0);
-  else if (lua_stringtonumber(L, buf) == 0) lua_pushstring(L, buf);
+  if (strcmp(buf, "null") == 0 || strcmp(buf, "None") == 0 || strcmp(buf, "nil") == 0)
+    lua_pushnil(L);
+  else if (strcmp(buf, "true") == 0 || strcmp(buf, "True") == 0)
+    lua_pushboolean(L, 1);
+  else if (strcmp(buf, "false") == 0 || strcmp(buf, "False") == 0)
+    lua_pushboolean(L, 0);
+  else if (lua_stringtonumber(L, buf) == 0)
+    lua_pushstring(L, buf);
   return 0;
 }
 

@@ -5,8 +5,9 @@
  * system or the process (io, os, debug, package, require, dofile, loadfile, load, string.dump)
  * with a function that raises a clear error, loads text chunks only, and stops a recipe that
  * allocates, loops or runs without end (limits.c: limits that pcall cannot catch, a wall-clock
- * deadline, guarded string and table functions, no __gc; print goes to diagnostics). The `stepc` prelude offers recipe(name), which loads a shipped
- * recipe by name from a fixed folder and hands back tables that remember where fields are set. */
+ * deadline, guarded string and table functions, no __gc; print goes to diagnostics). The `stepc` prelude
+ * offers recipe(name), which loads a shipped recipe by name from a fixed folder and hands back tables that
+ * remember where fields are set. */
 #include <errno.h>
 #include <lauxlib.h>
 #include <lualib.h>
@@ -44,16 +45,18 @@ static FeCtx *ctx_of(lua_State *L) {
 }
 
 static int fe_blocked(lua_State *L) {
-  return luaL_error(L, "%s is not available in a recipe: recipes cannot read files, load code or run "
-                       "commands (use stepc.recipe(\"name\") to start from a shipped recipe)",
+  return luaL_error(L,
+                    "%s is not available in a recipe: recipes cannot read files, load code or run "
+                    "commands (use stepc.recipe(\"name\") to start from a shipped recipe)",
                     lua_tostring(L, lua_upvalueindex(1)));
 }
 
 static int fe_blocked_index(lua_State *L) {
   const char *lib = lua_tostring(L, lua_upvalueindex(1));
   const char *key = lua_tostring(L, 2);
-  return luaL_error(L, "%s.%s is not available in a recipe: recipes cannot read files, load code or "
-                       "run commands",
+  return luaL_error(L,
+                    "%s.%s is not available in a recipe: recipes cannot read files, load code or "
+                    "run commands",
                     lib, key ? key : "?");
 }
 
@@ -116,8 +119,8 @@ static int proxy_pairs(lua_State *L) {
 /* Replaces the table on top of the stack with a proxy over it. */
 static void make_proxy(lua_State *L, const char *prefix) {
   int real = lua_gettop(L);
-  lua_newtable(L);                 /* proxy */
-  lua_newtable(L);                 /* metatable */
+  lua_newtable(L); /* proxy */
+  lua_newtable(L); /* metatable */
   lua_pushvalue(L, real);
   lua_setfield(L, -2, "__index");
   lua_pushvalue(L, real);
@@ -139,8 +142,10 @@ void fe_unwrap(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx) || !lua_getmetatable(L, idx)) return;
   lua_pushliteral(L, "__stepc_real");
-  if (lua_rawget(L, -2) == LUA_TTABLE) lua_replace(L, idx), lua_pop(L, 1);
-  else lua_pop(L, 2);
+  if (lua_rawget(L, -2) == LUA_TTABLE)
+    lua_replace(L, idx), lua_pop(L, 1);
+  else
+    lua_pop(L, 2);
 }
 
 const char *fe_recorded_where(lua_State *L, const char *path) {
@@ -160,8 +165,10 @@ static int stepc_recipe(lua_State *L) {
     if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
       return luaL_error(L, "stepc.recipe: '%s' is not a recipe name (letters, digits and _ only)", name);
   if (!*name) return luaL_error(L, "stepc.recipe: empty recipe name");
-  if (cx->depth >= FE_MAX_DEPTH) return luaL_error(L, "stepc.recipe: recipes nest deeper than %d", FE_MAX_DEPTH);
-  if (cx->nfiles >= FE_MAX_FILES) return luaL_error(L, "stepc.recipe: more than %d recipe files", FE_MAX_FILES);
+  if (cx->depth >= FE_MAX_DEPTH)
+    return luaL_error(L, "stepc.recipe: recipes nest deeper than %d", FE_MAX_DEPTH);
+  if (cx->nfiles >= FE_MAX_FILES)
+    return luaL_error(L, "stepc.recipe: more than %d recipe files", FE_MAX_FILES);
 
   char path[1024], why[200];
   char *text = NULL;
@@ -248,7 +255,8 @@ lua_State *fe_state_new(FeCtx *cx) {
 
 void fe_state_close(lua_State *L, FeCtx *cx) {
   if (L) lua_close(L);
-  for (int i = 0; i < cx->nfiles; i++) free(cx->files[i].text);
+  for (int i = 0; i < cx->nfiles; i++)
+    free(cx->files[i].text);
   cx->nfiles = 0;
 }
 
@@ -259,12 +267,14 @@ static void add_lua_error(FeCtx *cx, const char *msg, const char *fallback_where
   const char *c1 = strchr(msg, ':');
   if (c1) {
     const char *c2 = c1 + 1;
-    while (*c2 >= '0' && *c2 <= '9') c2++;
+    while (*c2 >= '0' && *c2 <= '9')
+      c2++;
     if (c2 > c1 + 1 && *c2 == ':' && (size_t)(c2 - msg) < sizeof where) {
       memcpy(where, msg, (size_t)(c2 - msg));
       where[c2 - msg] = 0;
       rest = c2 + 1;
-      while (*rest == ' ') rest++;
+      while (*rest == ' ')
+        rest++;
     }
   }
   if (!where[0]) snprintf(where, sizeof where, "%s", fallback_where);
@@ -279,15 +289,17 @@ int fe_run_chunk(lua_State *L, FeCtx *cx, const char *name, const char *text, si
   if (rc == LUA_OK) return 0;
 
   char fallback[200];
-  if (cx->last_line > 0) snprintf(fallback, sizeof fallback, "%s:%d", cx->last_src, cx->last_line);
-  else snprintf(fallback, sizeof fallback, "%s", name);
+  if (cx->last_line > 0)
+    snprintf(fallback, sizeof fallback, "%s:%d", cx->last_src, cx->last_line);
+  else
+    snprintf(fallback, sizeof fallback, "%s", name);
   /* A refused allocation that Lua recovered from (it collects and retries) leaves mem_exceeded
    * set; the memory message is for a memory error that actually ended the recipe. */
   const char *top = lua_tostring(L, -1);
-  if (cx->mem_exceeded && (cx->mem_stopped || rc == LUA_ERRMEM || (top && strcmp(top, "not enough memory") == 0))) {
+  if (cx->mem_exceeded &&
+      (cx->mem_stopped || rc == LUA_ERRMEM || (top && strcmp(top, "not enough memory") == 0))) {
     Diag *g = diag_add(cx->diags, DIAG_ERROR, "LOAD", "", fallback,
-                       "recipe needed more than %zu MiB of memory and was stopped",
-                       cx->mem_limit >> 20);
+                       "recipe needed more than %zu MiB of memory and was stopped", cx->mem_limit >> 20);
     diag_hint(g, "a recipe only builds a configuration table; look for a runaway string.rep or table");
   } else {
     const char *msg = lua_tostring(L, -1);

@@ -6,10 +6,10 @@
 
 const char *const spec_section_names[SPEC_NSECTIONS] = {"model", "train", "optimizer", "ddp", "data"};
 
-#define SPEC_ROW(sec, secname, structname, name, type, def, flags, choices, doc)                   \
-  {sec,          #name,  secname "." #name, SPEC_T_##type,                                         \
-   def,          SPEC_FLAG_##flags, choices, doc,                                                  \
-   offsetof(Spec, structname) + offsetof(Spec##structname##_t, name)},
+#define SPEC_ROW(sec, secname, structname, name, type, def, flags, choices, doc)                             \
+  {sec,           #name, secname "." #name,                                                                  \
+   SPEC_T_##type, def,   SPEC_FLAG_##flags,                                                                  \
+   choices,       doc,   offsetof(Spec, structname) + offsetof(Spec##structname##_t, name)},
 #define SPEC_FLAG_MC true
 #define SPEC_FLAG_SC false
 
@@ -26,9 +26,8 @@ typedef SpecData Specdata_t;
 #define ROW_DDP(name, ...) SPEC_ROW(SPEC_SEC_DDP, "ddp", ddp, name, __VA_ARGS__)
 #define ROW_DATA(name, ...) SPEC_ROW(SPEC_SEC_DATA, "data", data, name, __VA_ARGS__)
 
-const SpecField spec_fields[SPEC_NFIELDS] = {SPEC_MODEL_FIELDS(ROW_MODEL) SPEC_TRAIN_FIELDS(ROW_TRAIN)
-                                                 SPEC_OPTIMIZER_FIELDS(ROW_OPTIMIZER) SPEC_DDP_FIELDS(ROW_DDP)
-                                                     SPEC_DATA_FIELDS(ROW_DATA)};
+const SpecField spec_fields[SPEC_NFIELDS] = {SPEC_MODEL_FIELDS(ROW_MODEL) SPEC_TRAIN_FIELDS(
+    ROW_TRAIN) SPEC_OPTIMIZER_FIELDS(ROW_OPTIMIZER) SPEC_DDP_FIELDS(ROW_DDP) SPEC_DATA_FIELDS(ROW_DATA)};
 
 int spec_field_find_in(SpecSection sec, const char *name) {
   for (int i = 0; i < SPEC_NFIELDS; i++)
@@ -40,7 +39,8 @@ size_t spec_edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 63 || lb > 63) return 64;
   size_t prev[64], cur[64];
-  for (size_t j = 0; j <= lb; j++) prev[j] = j;
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = j;
   for (size_t i = 1; i <= la; i++) {
     cur[0] = i;
     for (size_t j = 1; j <= lb; j++) {
@@ -102,7 +102,8 @@ int64_t spec_ffn_hidden_size(const Spec *s) {
 }
 
 int64_t spec_moe_ffn_hidden_size(const Spec *s) {
-  return s->present[SPEC_F_model_moe_ffn_hidden_size] ? s->model.moe_ffn_hidden_size : spec_ffn_hidden_size(s);
+  return s->present[SPEC_F_model_moe_ffn_hidden_size] ? s->model.moe_ffn_hidden_size
+                                                      : spec_ffn_hidden_size(s);
 }
 
 bool spec_is_moe(const Spec *s) {
@@ -139,7 +140,8 @@ int64_t spec_output_layer_chunks(const Spec *s) {
   if (s->present[SPEC_F_model_output_layer_chunks]) return s->model.output_layer_chunks;
   if (spec_megatron_job(s)) return 1; /* the per-rank report models Megatron's, which does not chunk */
   int64_t tokens = s->train.micro_batch_size * s->model.seq_length, bytes = s->model.bf16 ? 2 : 4;
-  if (tokens <= 0 || s->model.vocab_size <= 0 || s->model.vocab_size > SPEC_LOGITS_CHUNK_BYTES / bytes) return 1;
+  if (tokens <= 0 || s->model.vocab_size <= 0 || s->model.vocab_size > SPEC_LOGITS_CHUNK_BYTES / bytes)
+    return 1;
   int64_t rows = SPEC_LOGITS_CHUNK_BYTES / (bytes * s->model.vocab_size); /* rows a chunk may have */
   int64_t c0 = (tokens + rows - 1) / rows; /* below it a chunk has too many rows */
   for (int64_t c = c0; c <= tokens && c - c0 < ((int64_t)1 << 20); c++)
@@ -203,8 +205,8 @@ void spec_value_str(const Spec *s, int id, char *buf, size_t n) {
 }
 
 static const char *type_name(SpecType t) {
-  static const char *const names[] = {"int", "number", "bool", "string", "list of strings",
-                                      "int or list of 0/1"};
+  static const char *const names[] = {"int",    "number",          "bool",
+                                      "string", "list of strings", "int or list of 0/1"};
   return names[t];
 }
 
@@ -228,7 +230,8 @@ void spec_write_reference(void *out_) {
       fprintf(out, "| `%s` | %s", f->name, type_name(f->type));
       if (f->choices[0]) {
         fprintf(out, ": ");
-        for (const char *c = f->choices; *c; c++) fputs(*c == '|' ? ", " : (char[]){*c, 0}, out);
+        for (const char *c = f->choices; *c; c++)
+          fputs(*c == '|' ? ", " : (char[]){*c, 0}, out);
       }
       fprintf(out, " | `%s` | %s | %s |\n", f->def, f->megatron ? "yes" : "stepc", f->doc);
     }

@@ -21,170 +21,185 @@
 #define SPEC_LABELS "core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts|gdn_norm_out|mlp_act"
 #define SPEC_GRAPH_MODULES "attn|mlp|moe|moe_router|moe_preprocess|mamba|full|full_iteration"
 
-#define SPEC_MODEL_FIELDS(X)                                                                       \
-  X(num_layers, INT, "required", MC, "", "Transformer layers (for hybrid models: the pattern length)") \
-  X(hidden_size, INT, "required", MC, "", "Model width h")                                           \
-  X(num_attention_heads, INT, "required", MC, "", "Attention heads a")                               \
-  X(num_query_groups, INT, "null", MC, "", "Key/value heads g for GQA; null means num_attention_heads") \
-  X(kv_channels, INT, "null", MC, "", "Head dim d; null means hidden_size / num_attention_heads")   \
-  X(ffn_hidden_size, INT, "null", MC, "", "Dense MLP width; null means 4 * hidden_size")             \
-  X(normalization, STR, "LayerNorm", MC, "LayerNorm|RMSNorm", "Norm kind")                         \
-  X(layernorm_epsilon, NUM, "1e-5", MC, "", "Norm epsilon")                                          \
-  X(gated_linear_unit, BOOL, "false", MC, "", "GLU MLP: SwiGLU with activation_func=silu, GeGLU with gelu") \
-  X(activation_func, STR, "gelu", MC, "gelu|silu|relu|squared_relu",                               \
-    "MLP activation (Megatron takes a callable; stepc its name)")                                 \
-  X(add_bias_linear, BOOL, "true", MC, "", "Biases in the linear layers")                            \
-  X(position_embedding_type, STR, "learned_absolute", MC, "learned_absolute|rope|none",            \
-    "Position embedding (GPTModel argument in Megatron)")                                          \
-  X(rotary_base, NUM, "10000", MC, "", "RoPE base")                                                  \
-  X(rope_scaling, BOOL, "false", MC, "",                                                            \
-    "Llama 3 RoPE frequency scaling (low_freq_factor 1, high_freq_factor 4, original context 8192)") \
-  X(rope_scaling_factor, NUM, "8.0", MC, "", "Llama 3 RoPE scaling factor (with rope_scaling=true)")   \
-  X(attention_dropout, NUM, "0.1", MC, "", "Dropout on attention probabilities")                     \
-  X(hidden_dropout, NUM, "0.1", MC, "", "Dropout before each residual add")                          \
-  X(attention_backend, STR, "auto", MC, "auto|flash|fused|unfused",                                \
-    "unfused materialises scores; flash keeps Q,K,V,O,LSE; fused is cuDNN; auto picks")           \
-  X(deterministic_mode, BOOL, "false", MC, "",                                                      \
-    "Deterministic kernels only: cuDNN attention's backward without atomics (slower, a (B,H,T,T) bf16 workspace)") \
-  X(share_embeddings_and_output_weights, BOOL, "false", MC, "", "Tie the output head to the embedding") \
-  X(vocab_size, INT, "required", MC, "", "Vocabulary size")                                          \
-  X(seq_length, INT, "required", MC, "", "Sequence length s")                                        \
-  X(bf16, BOOL, "true", MC, "", "bf16 compute with fp32 master weights (stepc's default is true)")  \
-  X(multi_latent_attention, BOOL, "false", MC, "", "Multi-latent attention (MLA)")                   \
-  X(q_lora_rank, INT, "null", MC, "", "MLA query low-rank dim; null means a full q projection")      \
-  X(kv_lora_rank, INT, "512", MC, "", "MLA compressed kv dim")                                       \
-  X(qk_head_dim, INT, "128", MC, "", "MLA q/k head dim without the rope part")                       \
-  X(qk_pos_emb_head_dim, INT, "64", MC, "", "MLA q/k rope head dim")                                 \
-  X(v_head_dim, INT, "128", MC, "", "MLA value head dim")                                            \
-  X(num_moe_experts, INT, "null", MC, "", "Routed experts; null means a dense model")                 \
-  X(moe_router_topk, INT, "2", MC, "", "Experts per token")                                          \
-  X(moe_ffn_hidden_size, INT, "null", MC, "", "Expert MLP width; null means ffn_hidden_size")        \
-  X(moe_layer_freq, FREQ, "1", MC, "", "Every N-th layer is MoE (int), or a 0/1 list per layer")      \
-  X(moe_grouped_gemm, BOOL, "false", MC, "", "Grouped GEMM for the experts")                         \
-  X(moe_shared_expert_intermediate_size, INT, "null", MC, "", "Shared-expert width; null means none") \
-  X(moe_shared_expert_overlap, BOOL, "false", MC, "", "Overlap shared experts with dispatch")         \
-  X(moe_token_dispatcher_type, STR, "allgather", MC, "allgather|alltoall|flex", "Token dispatcher") \
-  X(moe_flex_dispatcher_backend, STR, "deepep", MC, "deepep|hybridep",                             \
-    "Backend of the flex dispatcher; per-rank report: HybridEP's own buffers count outside PyTorch's allocator") \
-  X(moe_expert_capacity_factor, NUM, "null", MC, "", "Capacity factor; null means no token dropping") \
-  X(moe_pad_expert_input_to_capacity, BOOL, "false", MC, "", "Pad each expert to capacity (drop-and-pad)") \
-  X(moe_input_jitter_eps, NUM, "null", MC, "", "Router input jitter")                                \
-  X(moe_router_padding_for_fp8, BOOL, "false", MC, "", "Pad routing map for fp8")                    \
-  X(moe_aux_loss_coeff, NUM, "0", MC, "", "Load-balancing loss coefficient")                         \
-  X(overlap_moe_expert_parallel_comm, BOOL, "false", MC, "", "EP all-to-all overlap")                \
-  X(experimental_attention_variant, STR, "null", MC, "gdn|gdn2", "Gated DeltaNet attention variant") \
-  X(hybrid_override_pattern, STR, "null", MC, "",                                                    \
-    "Hybrid layer pattern: M mamba, * attention, - MLP, E MoE (MambaModel argument)")             \
-  X(mamba_state_dim, INT, "128", MC, "", "Mamba SSM state dim")                                      \
-  X(mamba_head_dim, INT, "64", MC, "", "Mamba head dim")                                             \
-  X(mamba_num_groups, INT, "8", MC, "", "Mamba groups")                                              \
-  X(mamba_num_heads, INT, "null", MC, "", "Mamba heads; null means 2 * hidden_size / mamba_head_dim") \
-  X(tensor_model_parallel_size, INT, "1", MC, "", "TP")                                              \
-  X(pipeline_model_parallel_size, INT, "1", MC, "", "PP")                                            \
-  X(virtual_pipeline_model_parallel_size, INT, "null", MC, "", "VPP chunks per pipeline rank")       \
-  X(num_layers_in_first_pipeline_stage, INT, "null", MC, "",                                         \
-    "Layers of the first pipeline stage (uneven PP; Megatron-LM's --decoder-first-pipeline-num-layers)") \
-  X(num_layers_in_last_pipeline_stage, INT, "null", MC, "",                                          \
-    "Layers of the last pipeline stage (uneven PP; Megatron-LM's --decoder-last-pipeline-num-layers)") \
-  X(account_for_embedding_in_pipeline_split, BOOL, "false", MC, "",                                  \
-    "The embedding counts as one layer in the pipeline split (the first stage builds one layer less)") \
-  X(account_for_loss_in_pipeline_split, BOOL, "false", MC, "",                                       \
-    "The loss counts as one layer in the pipeline split (the last stage builds one layer less)")    \
-  X(context_parallel_size, INT, "1", MC, "", "CP")                                                   \
-  X(expert_model_parallel_size, INT, "1", MC, "", "EP")                                              \
-  X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size") \
-  X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                        \
-  X(fp8, STR, "null", MC, "e4m3|hybrid", "fp8 format; null means no fp8")                            \
-  X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom", "fp8 scaling recipe") \
-  X(fp8_param, BOOL, "false", MC, "",                                                               \
-    "fp8 primary weights (Bridge's fp8_param_gather): the layer linears' params are TE fp8 tensors") \
-  X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")    \
-  X(recompute_method, STR, "null", MC, "uniform|block", "Full recompute method")                     \
-  X(recompute_num_layers, INT, "null", MC, "", "Layers per group (uniform) or recomputed layers (block)") \
-  X(recompute_modules, LIST, "null", MC, SPEC_LABELS,                                                \
-    "Selective labels; null means [core_attn] as in Megatron")                                     \
-  X(distribute_saved_activations, BOOL, "false", MC, "", "Split saved layer inputs across TP ranks")  \
-  X(cpu_offloading, BOOL, "false", MC, "", "Offload activations to the host")                        \
-  X(cpu_offloading_num_layers, INT, "0", MC, "", "Layers whose activations are offloaded")           \
-  X(cuda_graph_impl, STR, "none", MC, "none|local|transformer_engine|full_iteration",              \
-    "CUDA-graph implementation")                                                                   \
-  X(cuda_graph_modules, LIST, "[]", MC, SPEC_GRAPH_MODULES,                                          \
-    "Per-layer graph scopes; [] means the whole layer")                                            \
-  X(cuda_graph_warmup_steps, INT, "3", MC, "", "Eager steps before capture")                         \
-  X(check_for_nan_in_loss_and_grad, BOOL, "true", MC, "", "NaN check on loss and gradients")          \
-  X(cross_entropy_loss_fusion, BOOL, "true", MC, "",                                                \
-    "Fused vocab-parallel cross entropy (Bridge's GPTModelProvider default; Megatron's dataclass "  \
-    "default is false). Per-rank report only: the native and unfused paths keep an fp32 logits-sized tensor") \
-  X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                     \
-    "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)") \
-  X(transformer_impl, STR, "transformer_engine", MC, "transformer_engine|local",                    \
-    "Megatron's layer spec. transformer_engine fuses the attention input norm and the dense pre-MLP " \
-    "norm into the linear after them, so layernorm recompute skips them (MCORE-60); local keeps them " \
-    "separate norms that layernorm recompute discards and replays")                               \
-  X(attention_softmax_in_fp32, BOOL, "true", MC, "",                                                \
-    "Megatron's local DotProductAttention masks and softmaxes the bf16 scores in fp32 (Core's "      \
-    "TransformerConfig default; Megatron-LM's CLI default is false). Per-rank report only: it keeps " \
-    "an fp32 softmax output per layer beside the bf16 probabilities")                              \
-  X(bias_activation_fusion, BOOL, "false", MC, "",                                                  \
-    "Megatron's fused bias+activation (bias_swiglu/bias_gelu). Per-rank report of the local spec "   \
-    "only: unfused, Megatron's GLU also keeps silu(x) and x_linear + offset")                      \
-  X(transformer_engine_version, STR, "2.18.0", SC, "",                                                \
-    "The Transformer Engine release the Megatron job runs (MAJOR.MINOR[.PATCH]). Per-rank report only: " \
-    "before 2.18 TE's cross entropy writes the bf16 gradient into the logits, from 2.18 it keeps an fp32 one") \
-  X(output_layer_chunks, INT, "null", SC, "",                                                        \
-    "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "   \
-    "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "    \
-    "null means the fewest chunks that divide the tokens and keep a chunk's logits within 512 MiB, "  \
+#define SPEC_MODEL_FIELDS(X)                                                                                 \
+  X(num_layers, INT, "required", MC, "", "Transformer layers (for hybrid models: the pattern length)")       \
+  X(hidden_size, INT, "required", MC, "", "Model width h")                                                   \
+  X(num_attention_heads, INT, "required", MC, "", "Attention heads a")                                       \
+  X(num_query_groups, INT, "null", MC, "", "Key/value heads g for GQA; null means num_attention_heads")      \
+  X(kv_channels, INT, "null", MC, "", "Head dim d; null means hidden_size / num_attention_heads")            \
+  X(ffn_hidden_size, INT, "null", MC, "", "Dense MLP width; null means 4 * hidden_size")                     \
+  X(normalization, STR, "LayerNorm", MC, "LayerNorm|RMSNorm", "Norm kind")                                   \
+  X(layernorm_epsilon, NUM, "1e-5", MC, "", "Norm epsilon")                                                  \
+  X(gated_linear_unit, BOOL, "false", MC, "", "GLU MLP: SwiGLU with activation_func=silu, GeGLU with gelu")  \
+  X(activation_func, STR, "gelu", MC, "gelu|silu|relu|squared_relu",                                         \
+    "MLP activation (Megatron takes a callable; stepc its name)")                                            \
+  X(add_bias_linear, BOOL, "true", MC, "", "Biases in the linear layers")                                    \
+  X(position_embedding_type, STR, "learned_absolute", MC, "learned_absolute|rope|none",                      \
+    "Position embedding (GPTModel argument in Megatron)")                                                    \
+  X(rotary_base, NUM, "10000", MC, "", "RoPE base")                                                          \
+  X(rope_scaling, BOOL, "false", MC, "",                                                                     \
+    "Llama 3 RoPE frequency scaling (low_freq_factor 1, high_freq_factor 4, original context 8192)")         \
+  X(rope_scaling_factor, NUM, "8.0", MC, "", "Llama 3 RoPE scaling factor (with rope_scaling=true)")         \
+  X(attention_dropout, NUM, "0.1", MC, "", "Dropout on attention probabilities")                             \
+  X(hidden_dropout, NUM, "0.1", MC, "", "Dropout before each residual add")                                  \
+  X(attention_backend, STR, "auto", MC, "auto|flash|fused|unfused",                                          \
+    "unfused materialises scores; flash keeps Q,K,V,O,LSE; fused is cuDNN; auto picks")                      \
+  X(deterministic_mode, BOOL, "false", MC, "",                                                               \
+    "Deterministic kernels only: cuDNN attention's backward without atomics (slower, a (B,H,T,T) bf16 "      \
+    "workspace)")                                                                                            \
+  X(share_embeddings_and_output_weights, BOOL, "false", MC, "", "Tie the output head to the embedding")      \
+  X(vocab_size, INT, "required", MC, "", "Vocabulary size")                                                  \
+  X(seq_length, INT, "required", MC, "", "Sequence length s")                                                \
+  X(bf16, BOOL, "true", MC, "", "bf16 compute with fp32 master weights (stepc's default is true)")           \
+  X(multi_latent_attention, BOOL, "false", MC, "", "Multi-latent attention (MLA)")                           \
+  X(q_lora_rank, INT, "null", MC, "", "MLA query low-rank dim; null means a full q projection")              \
+  X(kv_lora_rank, INT, "512", MC, "", "MLA compressed kv dim")                                               \
+  X(qk_head_dim, INT, "128", MC, "", "MLA q/k head dim without the rope part")                               \
+  X(qk_pos_emb_head_dim, INT, "64", MC, "", "MLA q/k rope head dim")                                         \
+  X(v_head_dim, INT, "128", MC, "", "MLA value head dim")                                                    \
+  X(num_moe_experts, INT, "null", MC, "", "Routed experts; null means a dense model")                        \
+  X(moe_router_topk, INT, "2", MC, "", "Experts per token")                                                  \
+  X(moe_ffn_hidden_size, INT, "null", MC, "", "Expert MLP width; null means ffn_hidden_size")                \
+  X(moe_layer_freq, FREQ, "1", MC, "", "Every N-th layer is MoE (int), or a 0/1 list per layer")             \
+  X(moe_grouped_gemm, BOOL, "false", MC, "", "Grouped GEMM for the experts")                                 \
+  X(moe_shared_expert_intermediate_size, INT, "null", MC, "", "Shared-expert width; null means none")        \
+  X(moe_shared_expert_overlap, BOOL, "false", MC, "", "Overlap shared experts with dispatch")                \
+  X(moe_token_dispatcher_type, STR, "allgather", MC, "allgather|alltoall|flex", "Token dispatcher")          \
+  X(moe_flex_dispatcher_backend, STR, "deepep", MC, "deepep|hybridep",                                       \
+    "Backend of the flex dispatcher; per-rank report: HybridEP's own buffers count outside PyTorch's "       \
+    "allocator")                                                                                             \
+  X(moe_expert_capacity_factor, NUM, "null", MC, "", "Capacity factor; null means no token dropping")        \
+  X(moe_pad_expert_input_to_capacity, BOOL, "false", MC, "", "Pad each expert to capacity (drop-and-pad)")   \
+  X(moe_input_jitter_eps, NUM, "null", MC, "", "Router input jitter")                                        \
+  X(moe_router_padding_for_fp8, BOOL, "false", MC, "", "Pad routing map for fp8")                            \
+  X(moe_aux_loss_coeff, NUM, "0", MC, "", "Load-balancing loss coefficient")                                 \
+  X(overlap_moe_expert_parallel_comm, BOOL, "false", MC, "", "EP all-to-all overlap")                        \
+  X(experimental_attention_variant, STR, "null", MC, "gdn|gdn2", "Gated DeltaNet attention variant")         \
+  X(hybrid_override_pattern, STR, "null", MC, "",                                                            \
+    "Hybrid layer pattern: M mamba, * attention, - MLP, E MoE (MambaModel argument)")                        \
+  X(mamba_state_dim, INT, "128", MC, "", "Mamba SSM state dim")                                              \
+  X(mamba_head_dim, INT, "64", MC, "", "Mamba head dim")                                                     \
+  X(mamba_num_groups, INT, "8", MC, "", "Mamba groups")                                                      \
+  X(mamba_num_heads, INT, "null", MC, "", "Mamba heads; null means 2 * hidden_size / mamba_head_dim")        \
+  X(tensor_model_parallel_size, INT, "1", MC, "", "TP")                                                      \
+  X(pipeline_model_parallel_size, INT, "1", MC, "", "PP")                                                    \
+  X(virtual_pipeline_model_parallel_size, INT, "null", MC, "", "VPP chunks per pipeline rank")               \
+  X(num_layers_in_first_pipeline_stage, INT, "null", MC, "",                                                 \
+    "Layers of the first pipeline stage (uneven PP; Megatron-LM's --decoder-first-pipeline-num-layers)")     \
+  X(num_layers_in_last_pipeline_stage, INT, "null", MC, "",                                                  \
+    "Layers of the last pipeline stage (uneven PP; Megatron-LM's --decoder-last-pipeline-num-layers)")       \
+  X(account_for_embedding_in_pipeline_split, BOOL, "false", MC, "",                                          \
+    "The embedding counts as one layer in the pipeline split (the first stage builds one layer less)")       \
+  X(account_for_loss_in_pipeline_split, BOOL, "false", MC, "",                                               \
+    "The loss counts as one layer in the pipeline split (the last stage builds one layer less)")             \
+  X(context_parallel_size, INT, "1", MC, "", "CP")                                                           \
+  X(expert_model_parallel_size, INT, "1", MC, "", "EP")                                                      \
+  X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size")          \
+  X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                                \
+  X(fp8, STR, "null", MC, "e4m3|hybrid", "fp8 format; null means no fp8")                                    \
+  X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom", "fp8 scaling recipe")       \
+  X(fp8_param, BOOL, "false", MC, "",                                                                        \
+    "fp8 primary weights (Bridge's fp8_param_gather): the layer linears' params are TE fp8 tensors")         \
+  X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")            \
+  X(recompute_method, STR, "null", MC, "uniform|block", "Full recompute method")                             \
+  X(recompute_num_layers, INT, "null", MC, "", "Layers per group (uniform) or recomputed layers (block)")    \
+  X(recompute_modules, LIST, "null", MC, SPEC_LABELS,                                                        \
+    "Selective labels; null means [core_attn] as in Megatron")                                               \
+  X(distribute_saved_activations, BOOL, "false", MC, "", "Split saved layer inputs across TP ranks")         \
+  X(cpu_offloading, BOOL, "false", MC, "", "Offload activations to the host")                                \
+  X(cpu_offloading_num_layers, INT, "0", MC, "", "Layers whose activations are offloaded")                   \
+  X(cuda_graph_impl, STR, "none", MC, "none|local|transformer_engine|full_iteration",                        \
+    "CUDA-graph implementation")                                                                             \
+  X(cuda_graph_modules, LIST, "[]", MC, SPEC_GRAPH_MODULES,                                                  \
+    "Per-layer graph scopes; [] means the whole layer")                                                      \
+  X(cuda_graph_warmup_steps, INT, "3", MC, "", "Eager steps before capture")                                 \
+  X(check_for_nan_in_loss_and_grad, BOOL, "true", MC, "", "NaN check on loss and gradients")                 \
+  X(cross_entropy_loss_fusion, BOOL, "true", MC, "",                                                         \
+    "Fused vocab-parallel cross entropy (Bridge's GPTModelProvider default; Megatron's dataclass "           \
+    "default is false). Per-rank report only: the native and unfused paths keep an fp32 logits-sized "       \
+    "tensor")                                                                                                \
+  X(cross_entropy_fusion_impl, STR, "native", MC, "native|te",                                               \
+    "Fused cross entropy: Megatron's own (native) or Transformer Engine's parallel_cross_entropy (te)")      \
+  X(transformer_impl, STR, "transformer_engine", MC, "transformer_engine|local",                             \
+    "Megatron's layer spec. transformer_engine fuses the attention input norm and the dense pre-MLP "        \
+    "norm into the linear after them, so layernorm recompute skips them (MCORE-60); local keeps them "       \
+    "separate norms that layernorm recompute discards and replays")                                          \
+  X(attention_softmax_in_fp32, BOOL, "true", MC, "",                                                         \
+    "Megatron's local DotProductAttention masks and softmaxes the bf16 scores in fp32 (Core's "              \
+    "TransformerConfig default; Megatron-LM's CLI default is false). Per-rank report only: it keeps "        \
+    "an fp32 softmax output per layer beside the bf16 probabilities")                                        \
+  X(bias_activation_fusion, BOOL, "false", MC, "",                                                           \
+    "Megatron's fused bias+activation (bias_swiglu/bias_gelu). Per-rank report of the local spec "           \
+    "only: unfused, Megatron's GLU also keeps silu(x) and x_linear + offset")                                \
+  X(transformer_engine_version, STR, "2.18.0", SC, "",                                                       \
+    "The Transformer Engine release the Megatron job runs (MAJOR.MINOR[.PATCH]). Per-rank report only: "     \
+    "before 2.18 TE's cross entropy writes the bf16 gradient into the logits, from 2.18 it keeps an fp32 "   \
+    "one")                                                                                                   \
+  X(output_layer_chunks, INT, "null", SC, "",                                                                \
+    "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "            \
+    "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "            \
+    "null means the fewest chunks that divide the tokens and keep a chunk's logits within 512 MiB, "         \
     "on one GPU (world_size 1; more GPUs: 1, the per-rank report being Megatron's)")
 
-#define SPEC_TRAIN_FIELDS(X)                                                                       \
-  X(micro_batch_size, INT, "1", MC, "", "Sequences per micro-batch per data-parallel rank")          \
-  X(global_batch_size, INT, "null", MC, "", "Sequences per step; null means micro_batch_size * DP")  \
-  X(train_iters, INT, "10", MC, "", "Training steps")                                                \
-  X(seed, INT, "1234", MC, "", "Seed for weights, dropout and mock data")                            \
-  X(world_size, INT, "1", SC, "", "GPUs in the job (the launcher's WORLD_SIZE in Megatron)")        \
-  X(megatron_job, BOOL, "null", SC, "",                                                             \
-    "The per-rank report predicts a Megatron-Core job of this recipe (true) or stepc's own step (false); " \
-    "null means true when world_size > 1. A Megatron job lowers as Megatron runs it (the output layer " \
-    "unchunked by default)")                                                                       \
-  X(usable_device_memory_gib, NUM, "null", SC, "",                                                  \
-    "Device memory a rank's process may use (GiB, as PyTorch reports the GPU's total); the per-rank report's fits verdict")
+#define SPEC_TRAIN_FIELDS(X)                                                                                 \
+  X(micro_batch_size, INT, "1", MC, "", "Sequences per micro-batch per data-parallel rank")                  \
+  X(global_batch_size, INT, "null", MC, "", "Sequences per step; null means micro_batch_size * DP")          \
+  X(train_iters, INT, "10", MC, "", "Training steps")                                                        \
+  X(seed, INT, "1234", MC, "", "Seed for weights, dropout and mock data")                                    \
+  X(world_size, INT, "1", SC, "", "GPUs in the job (the launcher's WORLD_SIZE in Megatron)")                 \
+  X(megatron_job, BOOL, "null", SC, "",                                                                      \
+    "The per-rank report predicts a Megatron-Core job of this recipe (true) or stepc's own step (false); "   \
+    "null means true when world_size > 1. A Megatron job lowers as Megatron runs it (the output layer "      \
+    "unchunked by default)")                                                                                 \
+  X(usable_device_memory_gib, NUM, "null", SC, "",                                                           \
+    "Device memory a rank's process may use (GiB, as PyTorch reports the GPU's total); the per-rank "        \
+    "report's fits verdict")
 
-#define SPEC_OPTIMIZER_FIELDS(X)                                                                   \
-  X(optimizer, STR, "adam", MC, "adam", "Optimizer (AdamW, decoupled weight decay)")               \
-  X(lr, NUM, "3e-4", MC, "", "Peak learning rate")                                                   \
-  X(min_lr, NUM, "0", MC, "", "Learning rate at the end of the decay")                               \
-  X(lr_warmup_iters, INT, "0", MC, "", "Linear warm-up steps")                                       \
-  X(lr_decay_iters, INT, "null", MC, "", "Decay length; null means train_iters")                     \
-  X(lr_decay_style, STR, "cosine", MC, "constant|linear|cosine", "Decay after warm-up")            \
-  X(weight_decay, NUM, "0.01", MC, "", "Decoupled weight decay")                                     \
-  X(adam_beta1, NUM, "0.9", MC, "", "Adam beta1")                                                    \
-  X(adam_beta2, NUM, "0.999", MC, "", "Adam beta2")                                                  \
-  X(adam_eps, NUM, "1e-8", MC, "", "Adam epsilon")                                                   \
-  X(clip_grad, NUM, "1.0", MC, "", "Clip by global gradient norm; 0 disables")                       \
-  X(multi_tensor, BOOL, "true", SC, "",                                                             \
-    "One launch for the global gradient norm and one per AdamW setting (false: one per tensor, as a reference)") \
-  X(use_distributed_optimizer, BOOL, "false", MC, "", "Shard master weights and moments over DP") \
-  X(use_precision_aware_optimizer, BOOL, "false", MC, "",                                           \
-    "TE FusedAdam keeps master weights and moments at the dtypes below (needs the distributed optimizer)") \
-  X(main_grads_dtype, STR, "fp32", MC, "fp32|bf16", "Gradients the optimizer reads (precision-aware only)") \
-  X(main_params_dtype, STR, "fp32", MC, "fp32|fp16", "Master weights (precision-aware only)")         \
-  X(exp_avg_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam first moment (precision-aware only)") \
-  X(exp_avg_sq_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam second moment (precision-aware only)") \
-  X(store_param_remainders, BOOL, "true", MC, "",                                                    \
+#define SPEC_OPTIMIZER_FIELDS(X)                                                                             \
+  X(optimizer, STR, "adam", MC, "adam", "Optimizer (AdamW, decoupled weight decay)")                         \
+  X(lr, NUM, "3e-4", MC, "", "Peak learning rate")                                                           \
+  X(min_lr, NUM, "0", MC, "", "Learning rate at the end of the decay")                                       \
+  X(lr_warmup_iters, INT, "0", MC, "", "Linear warm-up steps")                                               \
+  X(lr_decay_iters, INT, "null", MC, "", "Decay length; null means train_iters")                             \
+  X(lr_decay_style, STR, "cosine", MC, "constant|linear|cosine", "Decay after warm-up")                      \
+  X(weight_decay, NUM, "0.01", MC, "", "Decoupled weight decay")                                             \
+  X(adam_beta1, NUM, "0.9", MC, "", "Adam beta1")                                                            \
+  X(adam_beta2, NUM, "0.999", MC, "", "Adam beta2")                                                          \
+  X(adam_eps, NUM, "1e-8", MC, "", "Adam epsilon")                                                           \
+  X(clip_grad, NUM, "1.0", MC, "", "Clip by global gradient norm; 0 disables")                               \
+  X(multi_tensor, BOOL, "true", SC, "",                                                                      \
+    "One launch for the global gradient norm and one per AdamW setting (false: one per tensor, as a "        \
+    "reference)")                                                                                            \
+  X(use_distributed_optimizer, BOOL, "false", MC, "", "Shard master weights and moments over DP")            \
+  X(use_precision_aware_optimizer, BOOL, "false", MC, "",                                                    \
+    "TE FusedAdam keeps master weights and moments at the dtypes below (needs the distributed optimizer)")   \
+  X(main_grads_dtype, STR, "fp32", MC, "fp32|bf16", "Gradients the optimizer reads (precision-aware only)")  \
+  X(main_params_dtype, STR, "fp32", MC, "fp32|fp16", "Master weights (precision-aware only)")                \
+  X(exp_avg_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam first moment (precision-aware only)")        \
+  X(exp_avg_sq_dtype, STR, "fp32", MC, "fp32|fp16|bf16|fp8", "Adam second moment (precision-aware only)")    \
+  X(store_param_remainders, BOOL, "true", MC, "",                                                            \
     "Precision-aware: keep only the 16 low bits of fp32 masters of bf16 params")
 
 /* DistributedDataParallelConfig (Megatron-Bridge's cfg.ddp). */
-#define SPEC_DDP_FIELDS(X)                                                                         \
-  X(grad_reduce_in_fp32, BOOL, "true", MC, "",                                                     \
-    "fp32 gradient buffer (main grads); false keeps it in the param dtype. The dataclass default is " \
+#define SPEC_DDP_FIELDS(X)                                                                                   \
+  X(grad_reduce_in_fp32, BOOL, "true", MC, "",                                                               \
+    "fp32 gradient buffer (main grads); false keeps it in the param dtype. The dataclass default is "        \
     "false, but Megatron-LM forces true under bf16 and Bridge's bf16 mixed precision sets it")
 
-#define SPEC_DATA_FIELDS(X)                                                                        \
-  X(mock, BOOL, "null", MC, "", "Mock tokens drawn from train.seed; null means true unless path is set") \
-  X(path, STR, "null", SC, "", "A text file read as bytes (vocab 256): any regular file you can read, read window by window (never held whole, never mapped)")
+#define SPEC_DATA_FIELDS(X)                                                                                  \
+  X(mock, BOOL, "null", MC, "", "Mock tokens drawn from train.seed; null means true unless path is set")     \
+  X(path, STR, "null", SC, "",                                                                               \
+    "A text file read as bytes (vocab 256): any regular file you can read, read window by window (never "    \
+    "held whole, never mapped)")
 
-typedef enum { SPEC_SEC_MODEL, SPEC_SEC_TRAIN, SPEC_SEC_OPTIMIZER, SPEC_SEC_DDP, SPEC_SEC_DATA, SPEC_NSECTIONS } SpecSection;
+typedef enum {
+  SPEC_SEC_MODEL,
+  SPEC_SEC_TRAIN,
+  SPEC_SEC_OPTIMIZER,
+  SPEC_SEC_DDP,
+  SPEC_SEC_DATA,
+  SPEC_NSECTIONS
+} SpecSection;
 typedef enum { SPEC_T_INT, SPEC_T_NUM, SPEC_T_BOOL, SPEC_T_STR, SPEC_T_LIST, SPEC_T_FREQ } SpecType;
 
 #define SPEC_MAX_LIST 16
@@ -197,12 +212,12 @@ typedef struct {
 } SpecList;
 
 typedef struct {
-  int64_t every;                     /* > 0: every N-th layer is MoE, from layer 0; 0: use pattern */
-  int n;                             /* pattern length when every == 0 */
-  uint8_t pattern[SPEC_MAX_LAYERS];  /* 1 = MoE layer */
+  int64_t every;                    /* > 0: every N-th layer is MoE, from layer 0; 0: use pattern */
+  int n;                            /* pattern length when every == 0 */
+  uint8_t pattern[SPEC_MAX_LAYERS]; /* 1 = MoE layer */
 } SpecFreq;
 
-typedef char SpecStr[SPEC_MAX_STR];  /* "" when null */
+typedef char SpecStr[SPEC_MAX_STR]; /* "" when null */
 
 #define SPEC_CT_INT int64_t
 #define SPEC_CT_NUM double
@@ -212,11 +227,21 @@ typedef char SpecStr[SPEC_MAX_STR];  /* "" when null */
 #define SPEC_CT_FREQ SpecFreq
 #define SPEC_MEMBER(name, type, def, flags, choices, doc) SPEC_CT_##type name;
 
-typedef struct { SPEC_MODEL_FIELDS(SPEC_MEMBER) } SpecModel;
-typedef struct { SPEC_TRAIN_FIELDS(SPEC_MEMBER) } SpecTrain;
-typedef struct { SPEC_OPTIMIZER_FIELDS(SPEC_MEMBER) } SpecOptimizer;
-typedef struct { SPEC_DDP_FIELDS(SPEC_MEMBER) } SpecDdp;
-typedef struct { SPEC_DATA_FIELDS(SPEC_MEMBER) } SpecData;
+typedef struct {
+  SPEC_MODEL_FIELDS(SPEC_MEMBER)
+} SpecModel;
+typedef struct {
+  SPEC_TRAIN_FIELDS(SPEC_MEMBER)
+} SpecTrain;
+typedef struct {
+  SPEC_OPTIMIZER_FIELDS(SPEC_MEMBER)
+} SpecOptimizer;
+typedef struct {
+  SPEC_DDP_FIELDS(SPEC_MEMBER)
+} SpecDdp;
+typedef struct {
+  SPEC_DATA_FIELDS(SPEC_MEMBER)
+} SpecData;
 
 #define SPEC_ENUM_MODEL(name, ...) SPEC_F_model_##name,
 #define SPEC_ENUM_TRAIN(name, ...) SPEC_F_train_##name,
@@ -225,19 +250,20 @@ typedef struct { SPEC_DATA_FIELDS(SPEC_MEMBER) } SpecData;
 #define SPEC_ENUM_DATA(name, ...) SPEC_F_data_##name,
 typedef enum {
   SPEC_MODEL_FIELDS(SPEC_ENUM_MODEL) SPEC_TRAIN_FIELDS(SPEC_ENUM_TRAIN)
-      SPEC_OPTIMIZER_FIELDS(SPEC_ENUM_OPTIMIZER) SPEC_DDP_FIELDS(SPEC_ENUM_DDP) SPEC_DATA_FIELDS(SPEC_ENUM_DATA) SPEC_NFIELDS
+      SPEC_OPTIMIZER_FIELDS(SPEC_ENUM_OPTIMIZER) SPEC_DDP_FIELDS(SPEC_ENUM_DDP)
+          SPEC_DATA_FIELDS(SPEC_ENUM_DATA) SPEC_NFIELDS
 } SpecFieldId;
 
 typedef struct {
   SpecSection section;
-  const char *name;     /* "hidden_size" */
-  const char *path;     /* "model.hidden_size" */
+  const char *name; /* "hidden_size" */
+  const char *path; /* "model.hidden_size" */
   SpecType type;
-  const char *def;      /* default in override syntax; "required" or "null" */
-  bool megatron;        /* the name is Megatron Core's */
-  const char *choices;  /* "a|b|c" or "" */
+  const char *def;     /* default in override syntax; "required" or "null" */
+  bool megatron;       /* the name is Megatron Core's */
+  const char *choices; /* "a|b|c" or "" */
   const char *doc;
-  size_t offset;        /* into Spec */
+  size_t offset; /* into Spec */
 } SpecField;
 
 typedef struct Spec {
@@ -246,8 +272,8 @@ typedef struct Spec {
   SpecOptimizer optimizer;
   SpecDdp ddp;
   SpecData data;
-  bool present[SPEC_NFIELDS];        /* false: null (Megatron's None) */
-  char where[SPEC_NFIELDS][96];      /* "models/x.lua:12", "override model.fp8=null", "" = default */
+  bool present[SPEC_NFIELDS];   /* false: null (Megatron's None) */
+  char where[SPEC_NFIELDS][96]; /* "models/x.lua:12", "override model.fp8=null", "" = default */
   char recipe_path[SPEC_MAX_STR];
 } Spec;
 

@@ -7,47 +7,48 @@
  *   self_attention.* (qkv, RoPE)    scopes {layer, attn}
  *   self_attention.core_attention   label core_attn (after RoPE, before linear_proj), {layer, attn}
  *   self_attn_bda (dropout + add)   scopes {layer, attn}
- *   pre_mlp_layernorm               scopes {layer, mlp} (dense layers); no label (see below; local: layernorm)
- *   mlp.* (fc1, act, fc2)           label mlp, scopes {layer, mlp}
- *   mlp_bda                         scopes {layer, mlp}
- * MLA, MoE and Mamba get their own builders (lower_mla, lower_moe, lower_mamba); a hybrid model's
- * layers follow hybrid_override_pattern (lower_layer).
- * These two norms carry no layernorm label: Megatron's TE layer specs fuse them into the linear
- * that follows (TELayerNormColumnParallelLinear for linear_qkv and for the dense linear_fc1, the
- * layer's own norm an IdentityOp: gpt_layer_specs.py, and hybrid_layer_specs.py's attention_layer
- * and mlp_layer at Megatron-LM 24bad8e677), and TransformerLayer sets recompute_input_layernorm /
- * recompute_pre_mlp_layernorm only for a norm that is not an IdentityOp (transformer_layer.py,
+ *   pre_mlp_layernorm               scopes {layer, mlp} (dense layers); no label (see below; local:
+ * layernorm) mlp.* (fc1, act, fc2)           label mlp, scopes {layer, mlp} mlp_bda scopes {layer, mlp} MLA,
+ * MoE and Mamba get their own builders (lower_mla, lower_moe, lower_mamba); a hybrid model's layers follow
+ * hybrid_override_pattern (lower_layer). These two norms carry no layernorm label: Megatron's TE layer specs
+ * fuse them into the linear that follows (TELayerNormColumnParallelLinear for linear_qkv and for the dense
+ * linear_fc1, the layer's own norm an IdentityOp: gpt_layer_specs.py, and hybrid_layer_specs.py's
+ * attention_layer and mlp_layer at Megatron-LM 24bad8e677), and TransformerLayer sets
+ * recompute_input_layernorm / recompute_pre_mlp_layernorm only for a norm that is not an IdentityOp
+ * (transformer_layer.py,
  * __init__), so `layernorm` discards nothing there: TE keeps the fused norm's output for the
  * linear's wgrad. (MCORE-60 says so to the user.) With model.transformer_impl = "local" (Megatron's
- * local spec: separate norm modules) both carry `layernorm` again. The MLA input norm and the MoE pre-MLP norm,
- * TENorm modules, keep the label (lower_mla.c, lower_moe.c).
- * Parallelism fields do not change this graph: it is the single-rank math. */
+ * local spec: separate norm modules) both carry `layernorm` again. The MLA input norm and the MoE pre-MLP
+ * norm, TENorm modules, keep the label (lower_mla.c, lower_moe.c). Parallelism fields do not change this
+ * graph: it is the single-rank math. */
 #include "lower/lower.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "passes/autodiff.h"
 #include "lower/lower_blocks.h"
+#include "passes/autodiff.h"
 #include "validate/validate.h"
 
 typedef struct {
   Graph *g;
   const Spec *s;
-  DType dt;               /* compute dtype of weights and activations */
+  DType dt; /* compute dtype of weights and activations */
   int64_t b, t, c, h, gq, d, f, v;
-  double std, out_std;    /* Megatron's init_method_std and the scaled init of output projections */
-  int stream;             /* next dropout RNG stream */
-  int wte;                /* word embeddings, kept for a tied output layer */
+  double std, out_std; /* Megatron's init_method_std and the scaled init of output projections */
+  int stream;          /* next dropout RNG stream */
+  int wte;             /* word embeddings, kept for a tied output layer */
 } Lower;
 
 static void tags(Lower *L, int layer, uint32_t labels, uint32_t scopes, const char *fmt, const char *sub) {
   graph_set_layer(L->g, layer);
   graph_set_labels(L->g, labels);
   graph_set_scopes(L->g, scopes);
-  if (layer >= 0) graph_module(L->g, fmt, layer, sub);
-  else graph_module(L->g, "%s", sub);
+  if (layer >= 0)
+    graph_module(L->g, fmt, layer, sub);
+  else
+    graph_module(L->g, "%s", sub);
 }
 
 static int param(Lower *L, const char *suffix, int ndim, int64_t d0, int64_t d1, IrInit init, double std) {
@@ -66,7 +67,8 @@ static int linear(Lower *L, int x, int64_t n_out, int64_t n_in, double std) {
 
 static int norm(Lower *L, int x) {
   bool ln = strcmp(L->s->model.normalization, "LayerNorm") == 0;
-  int in[3] = {x, param(L, "weight", 1, L->c, 1, IR_INIT_ONES, 0), ln ? param(L, "bias", 1, L->c, 1, IR_INIT_ZEROS, 0) : -1};
+  int in[3] = {x, param(L, "weight", 1, L->c, 1, IR_INIT_ONES, 0),
+               ln ? param(L, "bias", 1, L->c, 1, IR_INIT_ZEROS, 0) : -1};
   OpAttrs a = {.f = {L->s->model.layernorm_epsilon}};
   return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
 }
@@ -138,7 +140,8 @@ static int lower_attention(Lower *L, int l, int x) {
     int pv[2] = {p, v};
     ctx = graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   } else { /* flash, fused, auto: one op keeping q, k, v, o and the log-sum-exp */
-    OpAttrs a = {.f = {scale, m->attention_dropout}, .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode}};
+    OpAttrs a = {.f = {scale, m->attention_dropout},
+                 .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode}};
     int in[3] = {q, k, v};
     ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   }
@@ -174,7 +177,9 @@ static int lower_head(Lower *L, int x) {
   tags(L, -1, 0, 0, NULL, "final_layernorm");
   x = norm(L, x);
   tags(L, -1, 0, 0, NULL, "output_layer");
-  int w = L->s->model.share_embeddings_and_output_weights ? L->wte : param(L, "weight", 2, L->v, L->c, IR_INIT_NORMAL, L->std);
+  int w = L->s->model.share_embeddings_and_output_weights
+              ? L->wte
+              : param(L, "weight", 2, L->v, L->c, IR_INIT_NORMAL, L->std);
   int64_t chunks = spec_output_layer_chunks(L->s);
   if (chunks > 1) { /* one op over the chunks: only one chunk's logits at a time (ir/ops/linear_loss.c) */
     OpAttrs a = {.i = {chunks}};
@@ -194,7 +199,8 @@ static int lower_head(Lower *L, int x) {
 
 /* The layer kind not lowered yet ("GDN"), with the field that asks for it in *field. */
 static const char *unsupported(const Spec *s, const char **field) {
-  if (s->present[SPEC_F_model_experimental_attention_variant]) return *field = "experimental_attention_variant", "GDN";
+  if (s->present[SPEC_F_model_experimental_attention_variant])
+    return *field = "experimental_attention_variant", "GDN";
   return NULL;
 }
 
@@ -221,16 +227,27 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
   }
   if (validate_sizes_ok(s, err, nerr) != 0) return LOWER_ERROR;
   const SpecModel *m = &s->model;
-  Lower L = {.s = s, .dt = m->bf16 ? DT_BF16 : DT_F32, .b = s->train.micro_batch_size, .t = m->seq_length,
-             .c = m->hidden_size, .h = m->num_attention_heads, .gq = spec_num_query_groups(s), .d = spec_kv_channels(s),
-             .f = spec_ffn_hidden_size(s), .v = m->vocab_size, .std = 0.02};
+  Lower L = {.s = s,
+             .dt = m->bf16 ? DT_BF16 : DT_F32,
+             .b = s->train.micro_batch_size,
+             .t = m->seq_length,
+             .c = m->hidden_size,
+             .h = m->num_attention_heads,
+             .gq = spec_num_query_groups(s),
+             .d = spec_kv_channels(s),
+             .f = spec_ffn_hidden_size(s),
+             .v = m->vocab_size,
+             .std = 0.02};
   L.out_std = L.std / sqrt(2.0 * (double)m->num_layers);
-  if (L.b <= 0 || L.t <= 0 || L.c <= 0 || L.h <= 0 || L.gq <= 0 || L.d <= 0 || L.f <= 0 || L.v <= 0 || L.h % L.gq) {
-    snprintf(err, nerr, "the recipe's sizes cannot be lowered (check hidden_size, heads, query groups, kv_channels)");
+  if (L.b <= 0 || L.t <= 0 || L.c <= 0 || L.h <= 0 || L.gq <= 0 || L.d <= 0 || L.f <= 0 || L.v <= 0 ||
+      L.h % L.gq) {
+    snprintf(err, nerr,
+             "the recipe's sizes cannot be lowered (check hidden_size, heads, query groups, kv_channels)");
     return LOWER_ERROR;
   }
   int64_t gbs = spec_global_batch_size(s);
-  if (m->num_layers > 1024 || gbs / L.b > 65536) { /* STEPC-30, STEPC-31: beyond what the planner answers in seconds */
+  if (m->num_layers > 1024 ||
+      gbs / L.b > 65536) { /* STEPC-30, STEPC-31: beyond what the planner answers in seconds */
     snprintf(err, nerr, "more than 1024 layers or 65536 micro-batches per step (STEPC-30, STEPC-31)");
     return LOWER_ERROR;
   }
@@ -243,16 +260,25 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
    * loss gradients are 1 / that count; the runtime averages the ranks' gradients (Megatron's DDP) */
   int64_t dpn = spec_data_parallel_size(s) > 0 ? spec_data_parallel_size(s) : 1;
   L.g->num_microbatches = (int)(gbs / (L.b * dpn) > 0 ? gbs / (L.b * dpn) : 1);
-  LowerBlock B = {.g = L.g, .s = s, .dt = L.dt, .b = L.b, .t = L.t, .c = L.c, .std = L.std, .out_std = L.out_std,
+  LowerBlock B = {.g = L.g,
+                  .s = s,
+                  .dt = L.dt,
+                  .b = L.b,
+                  .t = L.t,
+                  .c = L.c,
+                  .std = L.std,
+                  .out_std = L.out_std,
                   .stream = &L.stream};
   int aux = -1; /* the MoE layers' summed load-balancing loss */
   int x = lower_embedding(&L);
-  if (s->present[SPEC_F_model_hybrid_override_pattern] && (int64_t)strlen(m->hybrid_override_pattern) != m->num_layers) {
+  if (s->present[SPEC_F_model_hybrid_override_pattern] &&
+      (int64_t)strlen(m->hybrid_override_pattern) != m->num_layers) {
     snprintf(err, nerr, "hybrid_override_pattern does not list num_layers layers (STEPC-13)");
     graph_free(L.g);
     return LOWER_ERROR;
   }
-  for (int l = 0; l < m->num_layers && x >= 0; l++) x = lower_layer(&L, &B, l, x, &aux);
+  for (int l = 0; l < m->num_layers && x >= 0; l++)
+    x = lower_layer(&L, &B, l, x, &aux);
   if (x >= 0 && lower_head(&L, x) == 0 && aux >= 0) { /* the training loss includes the aux loss */
     tags(&L, -1, 0, 0, NULL, "loss");
     int sum[2] = {L.g->loss, aux};

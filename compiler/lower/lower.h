@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "ir.h"
 #include "frontend/spec.h"
+#include "ir.h"
 
 enum { LOWER_OK = 0, LOWER_ERROR = -1, LOWER_UNSUPPORTED = -2 };
 

@@ -54,8 +54,11 @@ static const struct {
   OpKind kind;
   int64_t i0;
 } MLP_ACTS[] = {
-    {"silu", true, OP_SWIGLU, 0},         {"gelu", true, OP_GEGLU, 0},          {"gelu", false, OP_GELU, 0},
-    {"relu", false, OP_RELU_ACT, 0},      {"squared_relu", false, OP_RELU_ACT, 1},
+    {"silu", true, OP_SWIGLU, 0},
+    {"gelu", true, OP_GEGLU, 0},
+    {"gelu", false, OP_GELU, 0},
+    {"relu", false, OP_RELU_ACT, 0},
+    {"squared_relu", false, OP_RELU_ACT, 1},
 };
 
 int lb_mlp_act(Graph *g, const SpecModel *m, int u) {

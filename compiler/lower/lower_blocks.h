@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-#include "ir.h"
 #include "frontend/spec.h"
+#include "ir.h"
 
 /* What the builders need from lower.c's state. */
 typedef struct {

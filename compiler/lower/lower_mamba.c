@@ -24,7 +24,8 @@
 enum { MAMBA_D_CONV = 4 };
 
 /* HEAD_SPLIT of the last dim into [a | b] (ops/mla.c with one head, flat parts) */
-static int split2(const LowerBlock *L, int x, int64_t a, int64_t b, const char *n1, const char *n2, int *p1, int *p2) {
+static int split2(const LowerBlock *L, int x, int64_t a, int64_t b, const char *n1, const char *n2, int *p1,
+                  int *p2) {
   char b1[IR_NAME_MAX], b2[IR_NAME_MAX];
   snprintf(b1, sizeof b1, "%s.%s", L->g->cur.module, n1);
   snprintf(b2, sizeof b2, "%s.%s", L->g->cur.module, n2);
@@ -46,9 +47,12 @@ int lower_mamba(const LowerBlock *L, int l, int x) {
   const uint32_t S = IR_SCOPE_LAYER | IR_SCOPE_MAMBA;
   const SpecModel *m = &L->s->model;
   Graph *g = L->g;
-  int64_t h = lower_mamba_heads(L->s), p = m->mamba_head_dim, gg = m->mamba_num_groups, n = m->mamba_state_dim;
+  int64_t h = lower_mamba_heads(L->s), p = m->mamba_head_dim, gg = m->mamba_num_groups,
+          n = m->mamba_state_dim;
   if (h < 1 || p < 1 || gg < 1 || n < 1 || h % gg)
-    return graph_fail(g, "Mamba sizes cannot be lowered (heads %lld, head dim %lld, groups %lld dividing the heads, state %lld)",
+    return graph_fail(g,
+                      "Mamba sizes cannot be lowered (heads %lld, head dim %lld, groups %lld dividing the "
+                      "heads, state %lld)",
                       (long long)h, (long long)p, (long long)gg, (long long)n);
   int64_t di = h * p, cx = di + 2 * gg * n;
 
@@ -58,7 +62,8 @@ int lower_mamba(const LowerBlock *L, int l, int x) {
   int zx = lb_linear(L, hn, di + cx + h, L->c, L->std);
   lb_tags(L, l, 0, S, "mixer");
   int z, rest, xbc, dt;
-  if (split2(L, zx, di, cx + h, "z", "xBC_dt", &z, &rest) < 0 || split2(L, rest, cx, h, "xBC", "dt", &xbc, &dt) < 0)
+  if (split2(L, zx, di, cx + h, "z", "xBC_dt", &z, &rest) < 0 ||
+      split2(L, rest, cx, h, "xBC", "dt", &xbc, &dt) < 0)
     return -1;
   int64_t cs[2] = {cx, MAMBA_D_CONV + 1}, ss[2] = {h, 3};
   int in[4] = {xbc, lb_param(L, "conv1d.weight", 2, cs, IR_INIT_NORMAL, L->std), dt,

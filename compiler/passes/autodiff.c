@@ -51,17 +51,20 @@ int autodiff_build(Graph *g, const int *outs, const int *seeds, int n) {
     free(grad), free(main_grad), free(needs);
     return graph_fail(g, "out of memory");
   }
-  for (int i = 0; i < nt0; i++) grad[i] = main_grad[i] = -1, needs[i] = g->t[i].role == ROLE_PARAM;
+  for (int i = 0; i < nt0; i++)
+    grad[i] = main_grad[i] = -1, needs[i] = g->t[i].role == ROLE_PARAM;
   /* Which tensors depend on a parameter: only their gradients are worth computing. */
   for (int o = 0; o < nfwd; o++) {
     const Op *op = &g->op[o];
     if (op->tags.phase != IR_PHASE_FORWARD) continue;
     bool any = false;
-    for (int i = 0; i < op->nin; i++) any |= needs[op->in[i]] != 0;
+    for (int i = 0; i < op->nin; i++)
+      any |= needs[op->in[i]] != 0;
     for (int i = 0; i < op->nout; i++)
       if (any && dtype_is_float(g->t[op->out[i]].dtype)) needs[op->out[i]] = 1;
   }
-  for (int i = 0; i < n; i++) grad[outs[i]] = seeds[i];
+  for (int i = 0; i < n; i++)
+    grad[outs[i]] = seeds[i];
   IrTags saved = g->cur;
   int rc = 0;
   for (int o = nfwd - 1; o >= 0 && rc == 0; o--) {
@@ -69,16 +72,19 @@ int autodiff_build(Graph *g, const int *outs, const int *seeds, int n) {
     if (op.tags.phase != IR_PHASE_FORWARD) continue;
     int dout[IR_MAX_OUT], din[IR_MAX_IN];
     bool any = false;
-    for (int i = 0; i < op.nout; i++) any |= (dout[i] = grad[op.out[i]]) >= 0;
+    for (int i = 0; i < op.nout; i++)
+      any |= (dout[i] = grad[op.out[i]]) >= 0;
     bool wanted = false;
-    for (int i = 0; i < op.nin; i++) wanted |= needs[op.in[i]] != 0;
+    for (int i = 0; i < op.nin; i++)
+      wanted |= needs[op.in[i]] != 0;
     if (!any || !wanted) continue;
     const OpInfo *info = op_info(op.kind);
     if (!info->backward) {
       rc = graph_fail(g, "%s in %s has no gradient rule", info->name, op.tags.module);
       break;
     }
-    for (int i = 0; i < IR_MAX_IN; i++) din[i] = -1;
+    for (int i = 0; i < IR_MAX_IN; i++)
+      din[i] = -1;
     g->cur = op.tags;
     g->cur.phase = IR_PHASE_BACKWARD;
     g->cur.fwd = o;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cubin/kernel_text.h"
 #include "codegen/cubin/cubin.h"
+#include "codegen/cubin/kernel_text.h"
 #include "codegen/cubin/textbuf.h"
 
 /* An op's row in a chain: its OpInfo's ew fact (ir.h), the one place its device expression lives;
@@ -37,7 +37,8 @@ static int member(const Graph *g, int o, const uint8_t *blocked, const Tensor *l
   return 1;
 }
 
-int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable, EwChain *c) {
+int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable,
+                EwChain *c) {
   memset(c, 0, sizeof *c);
   c->kernel = -1;
   if (first < 0 || first >= g->nop || !member(g, first, blocked, NULL)) return 0;
@@ -59,7 +60,8 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
         for (int a = 0; a < op->nin + op->nout; a++) {
           int t = a < op->nin ? op->in[a] : op->out[a - op->nin];
           touch |= t == m->out[0];
-          for (int i = 0; i < m->nin; i++) touch |= t == m->in[i];
+          for (int i = 0; i < m->nin; i++)
+            touch |= t == m->in[i];
         }
       }
       if (touch) break;
@@ -69,31 +71,38 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
       if (!member(g, o, blocked, like)) break;
       int linked = 0;
       for (int i = 0; i < row(op->kind)->nval; i++)
-        for (int j = 0; j < n; j++) linked |= op->in[i] == g->op[c->op[j]].out[0];
+        for (int j = 0; j < n; j++)
+          linked |= op->in[i] == g->op[c->op[j]].out[0];
       if (!linked) break;
     }
     /* its external inputs (neither a chain op's value nor an input already) must fit */
     int fresh[EW_MAX_IO], nf = 0;
     for (int i = 0; i < row(op->kind)->nval && nf >= 0; i++) {
       int t = op->in[i], known = 0;
-      for (int j = 0; j < n; j++) known |= t == g->op[c->op[j]].out[0];
-      for (int k = 0; k < c->nin; k++) known |= c->in[k] == t;
-      for (int k = 0; k < nf; k++) known |= fresh[k] == t;
+      for (int j = 0; j < n; j++)
+        known |= t == g->op[c->op[j]].out[0];
+      for (int k = 0; k < c->nin; k++)
+        known |= c->in[k] == t;
+      for (int k = 0; k < nf; k++)
+        known |= fresh[k] == t;
       if (!known) nf = c->nin + nf < EW_MAX_IO ? (fresh[nf] = t, nf + 1) : -1;
     }
     if (nf < 0) break;
-    for (int k = 0; k < nf; k++) c->in[c->nin++] = fresh[k];
+    for (int k = 0; k < nf; k++)
+      c->in[c->nin++] = fresh[k];
     c->op[n++] = o;
   }
   if (n < 2) return 0;
   c->nops = n;
-  for (int j = 0; j < n; j++) snprintf(c->scalars[j], sizeof c->scalars[j], "%s", row(g->op[c->op[j]].kind)->scalars);
+  for (int j = 0; j < n; j++)
+    snprintf(c->scalars[j], sizeof c->scalars[j], "%s", row(g->op[c->op[j]].kind)->scalars);
   /* an intermediate output is dropped only when the chain's ops are its sole readers */
   for (int j = 0; j < n; j++) {
     int t = g->op[c->op[j]].out[0], inside = 0;
     for (int k = j + 1; k < n; k++) {
       const Op *op = &g->op[c->op[k]];
-      for (int i = 0; i < op->nin; i++) inside += op->in[i] == t;
+      for (int i = 0; i < op->nin; i++)
+        inside += op->in[i] == t;
     }
     const Tensor *tt = &g->t[t];
     c->store[j] = j == n - 1 || uses[t] != inside || t == g->loss || t == g->grad_norm || t == g->lr ||
@@ -107,9 +116,12 @@ int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *block
 /* s with '#' -> j and $i -> the operand names in ops[i] */
 static void subst(TextBuf *b, const char *s, int j, char ops[][8]) {
   for (; *s; s++) {
-    if (*s == '#') textbuf_printf(b, "%d", j);
-    else if (*s == '$' && s[1] >= '0' && s[1] <= '9') textbuf_puts(b, ops[*++s - '0']);
-    else textbuf_put(b, s, 1);
+    if (*s == '#')
+      textbuf_printf(b, "%d", j);
+    else if (*s == '$' && s[1] >= '0' && s[1] <= '9')
+      textbuf_puts(b, ops[*++s - '0']);
+    else
+      textbuf_put(b, s, 1);
   }
 }
 
@@ -167,8 +179,10 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
   memset(K, 0, sizeof *K);
   snprintf(K->key, sizeof K->key, "%s", key);
   size_t nl = (size_t)snprintf(K->name, sizeof K->name, "ew");
-  for (int j = 0; j < c->nops; j++) nl += (size_t)snprintf(K->name + nl, sizeof K->name - nl, "_%s", op_name(g->op[c->op[j]].kind));
-  snprintf(K->name + nl, sizeof K->name - nl, "_%08x", (unsigned)(cubin_fnv1a(CUBIN_FNV_OFFSET, key, strlen(key)) & 0xffffffffu));
+  for (int j = 0; j < c->nops; j++)
+    nl += (size_t)snprintf(K->name + nl, sizeof K->name - nl, "_%s", op_name(g->op[c->op[j]].kind));
+  snprintf(K->name + nl, sizeof K->name - nl, "_%08x",
+           (unsigned)(cubin_fnv1a(CUBIN_FNV_OFFSET, key, strlen(key)) & 0xffffffffu));
   TextBuf params = {0}, setup = {0}, group = {0}, loads = {0}, body = {0}, stores = {0};
   int sl = 0;
   const char *sep = "";
@@ -183,26 +197,38 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
     const Op *op = &g->op[c->op[j]];
     const EwOp *r = row(op->kind);
     for (const char *s = r->scalars; *s; s++) {
-      if (*s == 'f') textbuf_printf(&params, ", float f%d", j), K->sig[sl++] = 'f';
-      else if (*s == 'S') textbuf_printf(&params, ", const unsigned long long* S%d", j), K->sig[sl++] = 'p';
-      else textbuf_printf(&params, ", unsigned U%d", j), K->sig[sl++] = 'u';
+      if (*s == 'f')
+        textbuf_printf(&params, ", float f%d", j), K->sig[sl++] = 'f';
+      else if (*s == 'S')
+        textbuf_printf(&params, ", const unsigned long long* S%d", j), K->sig[sl++] = 'p';
+      else
+        textbuf_printf(&params, ", unsigned U%d", j), K->sig[sl++] = 'u';
     }
     subst(&setup, r->setup, j, opnd);
     subst(&group, r->group, j, opnd);
-    for (int i = 0; i < r->nval; i++) operand(g, c, j, i, opnd[i]);
+    for (int i = 0; i < r->nval; i++)
+      operand(g, c, j, i, opnd[i]);
     textbuf_printf(&body, "      const bf16 h%d = f32_to_bf16(", j);
     subst(&body, r->expr, j, opnd);
     textbuf_puts(&body, ");\n");
     int used = 0;
     for (int k = j + 1; k < c->nops; k++)
-      for (int i = 0; i < row(g->op[c->op[k]].kind)->nval; i++) used |= g->op[c->op[k]].in[i] == op->out[0];
+      for (int i = 0; i < row(g->op[c->op[k]].kind)->nval; i++)
+        used |= g->op[c->op[k]].in[i] == op->out[0];
     if (used) textbuf_printf(&body, "      const float v%d = bf16_to_f32(h%d);\n", j, j);
     if (c->store[j]) textbuf_printf(&stores, "      out%d[i] = h%d;\n", j, j);
   }
   K->sig[sl] = 0;
-  const char *keys[] = {"@NAME@", "@CHAIN@", "@PARAMS@", "@SETUP@\n", "@GROUP@\n", "@LOADS@\n", "@BODY@\n", "@STORES@\n"};
-  char *vals[] = {K->name, key, params.p ? params.p : "", setup.p ? setup.p : "", group.p ? group.p : "",
-                  loads.p ? loads.p : "", body.p ? body.p : "", stores.p ? stores.p : ""};
+  const char *keys[] = {"@NAME@",    "@CHAIN@",   "@PARAMS@", "@SETUP@\n",
+                        "@GROUP@\n", "@LOADS@\n", "@BODY@\n", "@STORES@\n"};
+  char *vals[] = {K->name,
+                  key,
+                  params.p ? params.p : "",
+                  setup.p ? setup.p : "",
+                  group.p ? group.p : "",
+                  loads.p ? loads.p : "",
+                  body.p ? body.p : "",
+                  stores.p ? stores.p : ""};
   int oom = params.oom || setup.oom || group.oom || loads.oom || body.oom || stores.oom;
   K->src = oom ? NULL : fill(tpl->text, keys, vals, 8);
   free(params.p), free(setup.p), free(group.p), free(loads.p), free(body.p), free(stores.p);
@@ -211,7 +237,8 @@ int ew_kernel_add(EwKernels *ks, const Graph *g, EwChain *c) {
 }
 
 void ew_kernels_free(EwKernels *ks) {
-  for (int k = 0; k < ks->n; k++) free(ks->k[k].src), ks->k[k].src = NULL;
+  for (int k = 0; k < ks->n; k++)
+    free(ks->k[k].src), ks->k[k].src = NULL;
   ks->n = 0;
 }
 
@@ -242,8 +269,10 @@ char *ew_kernels_cu(const EwKernels *ks, char *err, size_t nerr) {
   char *gen = ew_kernels_text(ks);
   TextBuf b = {0};
   textbuf_puts(&b, hand);
-  if (gen) textbuf_puts(&b, gen);
-  else b.oom = 1;
+  if (gen)
+    textbuf_puts(&b, gen);
+  else
+    b.oom = 1;
   free(hand), free(gen);
   char *src = textbuf_take(&b);
   if (!src) snprintf(err, nerr, "out of memory");

@@ -28,9 +28,9 @@ typedef IrChain EwChain; /* ir.h: the chain as the artifact carries it */
 
 typedef struct {
   char name[64];
-  char sig[32];   /* kernel_list.h letters */
-  char key[256];  /* the chain signature: kinds, wiring, stores */
-  char *src;      /* the filled template (malloc'd) */
+  char sig[32];  /* kernel_list.h letters */
+  char key[256]; /* the chain signature: kinds, wiring, stores */
+  char *src;     /* the filled template (malloc'd) */
 } EwKernel;
 
 typedef struct {
@@ -44,7 +44,8 @@ int ew_pointwise(OpKind k);
 /* The longest chain starting at op `first` (nops >= 2), from the structure: uses[t] = how many op
  * inputs read tensor t; blocked[o] nonzero for ops already skipped or fused; passable[o] nonzero
  * for ops that launch nothing (may be NULL). 1 found, else 0. */
-int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable, EwChain *c);
+int ew_chain_at(const Graph *g, int first, const int *uses, const uint8_t *blocked, const uint8_t *passable,
+                EwChain *c);
 
 /* The chain's kernel in ks (added, template filled, when its signature is new): sets c->kernel;
  * -1 when ks is full or out of memory. */

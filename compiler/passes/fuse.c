@@ -37,9 +37,12 @@ static int producer_pair(const Graph *g, const int *uses, int o) {
   if (o < 1 || add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1]) return 0;
   if (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY) return 0;
   const Op *p = &g->op[o - 1];
-  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || add->skip || p->skip) return 0;
+  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || add->skip ||
+      p->skip)
+    return 0;
   int y = p->out[0], k = add->in[0] == y ? 0 : add->in[1] == y ? 1 : -1, out = add->out[0];
-  if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT) return 0;
+  if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT)
+    return 0;
   /* the dropout's mask output (out[1]) is neither written nor read on CUDA: DROPOUT_BWD
    * regenerates the mask from (seed, stream) */
   int r = add->in[1 - k];
@@ -54,7 +57,9 @@ static int producer_pair(const Graph *g, const int *uses, int o) {
  * (kernels/launch.h stepc_norm_bwd_warps), which can add the other gradient as it stores dx. */
 static int norm_bwd_add(const Graph *g, const int *uses, int o) {
   const Op *add = &g->op[o], *n = &g->op[o - 1];
-  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || add->skip || add->fuse) return 0;
+  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || add->skip ||
+      add->fuse)
+    return 0;
   if ((n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) || n->skip || n->fuse ||
       add->tags.phase != IR_PHASE_BACKWARD || !same_tags(&n->tags, &add->tags))
     return 0;
@@ -62,7 +67,8 @@ static int norm_bwd_add(const Graph *g, const int *uses, int o) {
   if (k < 0 || uses[dx] != 1 || g->t[dx].role != ROLE_ACT_GRAD || g->t[dx].sink >= 0) return 0;
   int r = add->in[1 - k], C = (int)ops_last(&g->t[dx]);
   if (!same_shape(g, dx, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16 || C % 8) return 0;
-  if (g->t[dx].alias != dx || g->t[r].alias != r || g->t[out].alias != out || g->t[r].sink >= 0 || g->t[out].sink >= 0)
+  if (g->t[dx].alias != dx || g->t[r].alias != r || g->t[out].alias != out || g->t[r].sink >= 0 ||
+      g->t[out].sink >= 0)
     return 0;
   return stepc_norm_bwd_warps(C, n->kind == OP_LAYERNORM_BWD ? 2 : 1) > 0;
 }
@@ -76,13 +82,15 @@ static void fuse_pair(Graph *g, int run, int absorbed, int kind) {
 static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
   int *cand = calloc((size_t)g->nop + 1, sizeof *cand);
   if (!cand) return snprintf(err, nerr, "out of memory"), -1;
-  for (int o = 0; o < g->nop; o++) cand[o] = producer_pair(g, uses, o);
+  for (int o = 0; o < g->nop; o++)
+    cand[o] = producer_pair(g, uses, o);
   /* a forward pair and its replays fuse together or not at all */
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     if (op->kind != OP_ADD || op->tags.phase != IR_PHASE_REPLAY) continue;
     int f = op->tags.fwd;
-    if (f < 0 || f >= g->nop || cand[o] != cand[f] || (cand[o] && g->op[o - 1].tags.fwd != f - 1)) cand[f] = -1;
+    if (f < 0 || f >= g->nop || cand[o] != cand[f] || (cand[o] && g->op[o - 1].tags.fwd != f - 1))
+      cand[f] = -1;
   }
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
@@ -95,11 +103,14 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
   for (int o = 0; o + 1 < g->nop; o++) {
     const Op *add = &g->op[o], *n = &g->op[o + 1];
     if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->skip || add->fuse || n->skip) continue;
-    if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] || n->tags.phase != add->tags.phase ||
+    if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] ||
+        n->tags.phase != add->tags.phase ||
         (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY))
       continue;
     int out = add->out[0], a = add->in[0], b = add->in[1];
-    if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 || ops_last(&g->t[out]) % 8) continue;
+    if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 ||
+        ops_last(&g->t[out]) % 8)
+      continue;
     if (g->t[a].alias != a || g->t[b].alias != b || g->t[out].alias != out) continue;
     fuse_pair(g, o + 1, o, FUSE_ADD_NORM);
   }
@@ -111,12 +122,15 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
  * *rb, which op rotates x / y. */
 static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *ra, int *rb) {
   const Op *p = &g->op[a], *q = &g->op[b];
-  if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse || p->a.i[0] != dir ||
-      q->a.i[0] != dir || p->a.f[0] != q->a.f[0] || p->a.f[1] != q->a.f[1])
+  if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse ||
+      p->a.i[0] != dir || q->a.i[0] != dir || p->a.f[0] != q->a.f[0] || p->a.f[1] != q->a.f[1])
     return 0;
-  if (p->in[0] == x && q->in[0] == y) *ra = a, *rb = b;
-  else if (p->in[0] == y && q->in[0] == x) *ra = b, *rb = a;
-  else return 0;
+  if (p->in[0] == x && q->in[0] == y)
+    *ra = a, *rb = b;
+  else if (p->in[0] == y && q->in[0] == x)
+    *ra = b, *rb = a;
+  else
+    return 0;
   return g->t[p->out[0]].alias == p->out[0] && g->t[q->out[0]].alias == q->out[0];
 }
 
@@ -136,14 +150,18 @@ static void fuse_rope_qkv(Graph *g, const int *uses) {
       if (!rope_pair(g, o + 1, o + 2, q, k, 1, &ra, &rb) || uses[q] != 1 || uses[k] != 1) continue;
       if (g->t[a->in[0]].alias != a->in[0] || g->t[a->out[2]].alias != a->out[2]) continue;
       D = (int)a->a.i[2];
-    } else if (c->kind == OP_CONCAT_QKV && !c->skip && !c->fuse && c->nin == 3 && a->tags.phase == IR_PHASE_BACKWARD) {
+    } else if (c->kind == OP_CONCAT_QKV && !c->skip && !c->fuse && c->nin == 3 &&
+               a->tags.phase == IR_PHASE_BACKWARD) {
       int dq = c->in[0], dk = c->in[1];
       if (g->t[dq].producer < o || g->t[dk].producer < o) continue;
-      if (!rope_pair(g, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra, &rb) ||
-          g->op[ra].out[0] != dq || g->op[rb].out[0] != dk || uses[dq] != 1 || uses[dk] != 1 || g->t[c->out[0]].alias != c->out[0])
+      if (!rope_pair(g, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra,
+                     &rb) ||
+          g->op[ra].out[0] != dq || g->op[rb].out[0] != dk || uses[dq] != 1 || uses[dk] != 1 ||
+          g->t[c->out[0]].alias != c->out[0])
         continue;
       D = (int)c->a.i[2];
-    } else continue;
+    } else
+      continue;
     if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF || g->t[g->op[ra].out[0]].dtype != DT_BF16) continue;
     g->op[o].skip = g->op[o + 1].skip = 1;
     g->op[o + 2].fuse = FUSE_ROPE_QKV;
@@ -176,7 +194,8 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     blocked[o] = op->skip || op->fuse;
-    pass[o] = op->kind == OP_ACCUM && op->skip && !op->fuse && g->t[op->in[0]].sink >= 0 && g->t[op->in[0]].producer < o;
+    pass[o] = op->kind == OP_ACCUM && op->skip && !op->fuse && g->t[op->in[0]].sink >= 0 &&
+              g->t[op->in[0]].producer < o;
   }
   int rc = 0;
   for (int o = 0; o < g->nop && rc == 0;) {
@@ -189,14 +208,17 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
     if (!n || ew_kernel_add(ks, g, &c) < 0) {
       if (n) g->chain = n;
       rc = -1;
-      snprintf(err, nerr, "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out of memory)",
+      snprintf(err, nerr,
+               "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out "
+               "of memory)",
                o, EW_MAX_KERNELS);
       break;
     }
     g->chain = n;
     g->chain[g->nchain++] = c;
     int last = c.op[c.nops - 1];
-    for (int j = 0; j + 1 < c.nops; j++) g->op[c.op[j]].skip = 1;
+    for (int j = 0; j + 1 < c.nops; j++)
+      g->op[c.op[j]].skip = 1;
     g->op[last].fuse = FUSE_EW;
     g->op[last].peer = c.first;
     o = last + 1;
@@ -221,15 +243,17 @@ static void fuse_loss_bwd(Graph *g) {
   for (int b = 0; b < g->nop; b++) {
     Op *bw = &g->op[b];
     int f = bw->tags.fwd;
-    if (bw->kind != OP_LINEAR_CROSS_ENTROPY_BWD || bw->tags.phase != IR_PHASE_BACKWARD || f < 0 || f >= b) continue;
+    if (bw->kind != OP_LINEAR_CROSS_ENTROPY_BWD || bw->tags.phase != IR_PHASE_BACKWARD || f < 0 || f >= b)
+      continue;
     const Op *fw = &g->op[f];
     if (fw->kind != OP_LINEAR_CROSS_ENTROPY || fw->tags.phase != IR_PHASE_FORWARD || bw->in[1] != fw->in[0] ||
-        bw->in[2] != fw->in[1] || bw->in[3] != fw->in[2] || bw->a.i[0] != fw->a.i[0] || !constant_fill(g, bw->in[0]) ||
-        g->t[bw->out[1]].sink < 0)
+        bw->in[2] != fw->in[1] || bw->in[3] != fw->in[2] || bw->a.i[0] != fw->a.i[0] ||
+        !constant_fill(g, bw->in[0]) || g->t[bw->out[1]].sink < 0)
       continue;
     int early = 0; /* something between reads what the launch writes early */
     for (int o = f + 1; o < b; o++)
-      for (int i = 0; i < g->op[o].nin; i++) early |= g->op[o].in[i] == bw->out[0] || g->op[o].in[i] == bw->out[1];
+      for (int i = 0; i < g->op[o].nin; i++)
+        early |= g->op[o].in[i] == bw->out[0] || g->op[o].in[i] == bw->out[1];
     if (early) continue;
     bw->skip = 1;
     bw->fuse = FUSE_LOSS_BWD;
@@ -246,7 +270,9 @@ static int touches(const Graph *g, const Op *op, int t) {
   return 0;
 }
 
-static int micro_phase(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+static int micro_phase(Phase p) {
+  return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY;
+}
 
 /* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
  * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD sunk into it, and
@@ -299,9 +325,11 @@ int fuse_optimizer(Graph *g) {
     const Op *first = &g->op[o];
     int last = o;
     if (first->kind == OP_GRAD_SUMSQ || first->kind == OP_ADAMW)
-      while (last + 1 < g->nop && multi_peer(first, &g->op[last + 1])) last++;
+      while (last + 1 < g->nop && multi_peer(first, &g->op[last + 1]))
+        last++;
     if (last > o) {
-      for (int k = o; k < last; k++) g->op[k].skip = 1;
+      for (int k = o; k < last; k++)
+        g->op[k].skip = 1;
       g->op[last].fuse = (uint8_t)(first->kind == OP_GRAD_SUMSQ ? FUSE_SUMSQ_MULTI : FUSE_ADAMW_MULTI);
       g->op[last].peer = o;
       groups++;
@@ -315,7 +343,8 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
   int *uses = calloc((size_t)g->nt + 1, sizeof *uses);
   if (!uses) return snprintf(err, nerr, "out of memory"), -1;
   for (int o = 0; o < g->nop; o++)
-    for (int i = 0; i < g->op[o].nin; i++) uses[g->op[o].in[i]]++;
+    for (int i = 0; i < g->op[o].nin; i++)
+      uses[g->op[o].in[i]]++;
   /* weight gradients straight into their main gradients */
   for (int o = 0; o < g->nop; o++) {
     Op *op = &g->op[o];
@@ -335,7 +364,8 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
     for (int b = o + 1; b < g->nop; b++) {
       Op *bw = &g->op[b];
       if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
-      if (!constant_fill(g, bw->in[0]) || uses[op->in[0]] != 2) continue; /* then the CUDA executor refuses the unfused backward */
+      if (!constant_fill(g, bw->in[0]) || uses[op->in[0]] != 2)
+        continue; /* then the CUDA executor refuses the unfused backward */
       g->t[bw->out[0]].alias = op->in[0];
       bw->skip = 1;
     }
@@ -375,8 +405,8 @@ int fuse_verify(const Graph *g, char *err, size_t nerr) {
           for (int i = 0; i < g->op[r].nin; i++) {
             int out = g->op[w].out[j], in = g->op[r].in[i];
             if (out != in && overlap(g, out, in)) {
-              snprintf(err, nerr, "the fused group of ops %d..%d (%s): %s is planned over %s", first, last, g->op[o].tags.module,
-                       g->t[out].name, g->t[in].name);
+              snprintf(err, nerr, "the fused group of ops %d..%d (%s): %s is planned over %s", first, last,
+                       g->op[o].tags.module, g->t[out].name, g->t[in].name);
               return -1;
             }
           }

@@ -18,8 +18,8 @@
 
 #include <stddef.h>
 
-#include "passes/ew_fuse.h"
 #include "ir.h"
+#include "passes/ew_fuse.h"
 
 /* Decides and records the fusions; the chains' generated kernels go to ks (their index in
  * IrChain.kernel). 0, or -1 with err. */

@@ -4,12 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "passes/autodiff.h"
 #include "frontend/spec.h"
+#include "passes/autodiff.h"
 
 static int opt_tensor(Graph *g, const char *name, DType dt, int of, const Tensor *like) {
   int64_t one = 1;
-  int id = like ? graph_tensor(g, name, dt, ROLE_OPTIM, like->ndim, like->shape) : graph_tensor(g, name, dt, ROLE_OPTIM, 1, &one);
+  int id = like ? graph_tensor(g, name, dt, ROLE_OPTIM, like->ndim, like->shape)
+                : graph_tensor(g, name, dt, ROLE_OPTIM, 1, &one);
   if (id >= 0) g->t[id].of = of;
   return id;
 }
@@ -26,7 +27,9 @@ int optimizer_build(Graph *g, const Spec *s) {
   int coef = opt_tensor(g, "optimizer.clip_coef", DT_F32, -1, NULL);
   if (step < 0 || lr < 0 || sumsq < 0 || norm < 0 || coef < 0) return -1;
 
-  int style = strcmp(o->lr_decay_style, "constant") == 0 ? 0 : strcmp(o->lr_decay_style, "linear") == 0 ? 1 : 2;
+  int style = strcmp(o->lr_decay_style, "constant") == 0 ? 0
+              : strcmp(o->lr_decay_style, "linear") == 0 ? 1
+                                                         : 2;
   int64_t decay = s->present[SPEC_F_optimizer_lr_decay_iters] ? o->lr_decay_iters : s->train.train_iters;
   OpAttrs la = {.f = {o->lr, o->min_lr}, .i = {o->lr_warmup_iters, decay, style}};
   int lr_out[2] = {step, lr};

@@ -29,8 +29,8 @@
 
 static bool label_output_discard(int bit) {
   uint32_t m = 1u << bit;
-  return m == IR_LABEL_MOE_ACT || m == IR_LABEL_LAYERNORM || m == IR_LABEL_MLA_UP_PROJ || m == IR_LABEL_GDN_NORM_OUT ||
-         m == IR_LABEL_MLP_ACT;
+  return m == IR_LABEL_MOE_ACT || m == IR_LABEL_LAYERNORM || m == IR_LABEL_MLA_UP_PROJ ||
+         m == IR_LABEL_GDN_NORM_OUT || m == IR_LABEL_MLP_ACT;
 }
 
 void recompute_config_from_spec(const Spec *s, RecomputeConfig *c) {
@@ -43,14 +43,17 @@ void recompute_config_from_spec(const Spec *s, RecomputeConfig *c) {
     c->block = strcmp(m->recompute_method, "block") == 0;
     c->num_layers = s->present[SPEC_F_model_recompute_num_layers] ? (int)m->recompute_num_layers : 1;
   } else if (strcmp(m->recompute_granularity, "selective") == 0) {
-    for (int i = 0; i < m->recompute_modules.n; i++) c->labels |= ir_label_from_name(m->recompute_modules.items[i]);
+    for (int i = 0; i < m->recompute_modules.n; i++)
+      c->labels |= ir_label_from_name(m->recompute_modules.items[i]);
   }
 }
 
 const char *recompute_region_name(const Region *r, char *buf, size_t n) {
   const char *lab = r->label < 0 ? "full" : ir_label_name(r->label);
-  if (r->layer_last != r->layer) snprintf(buf, n, "%s@%d-%d", lab, r->layer, r->layer_last);
-  else snprintf(buf, n, "%s@%d", lab, r->layer);
+  if (r->layer_last != r->layer)
+    snprintf(buf, n, "%s@%d-%d", lab, r->layer, r->layer_last);
+  else
+    snprintf(buf, n, "%s@%d", lab, r->layer);
   return buf;
 }
 
@@ -58,15 +61,15 @@ typedef struct {
   Graph *g;
   RecomputeResult *res;
   int nop0, nt0;
-  int *unit;          /* per forward op: outermost region (-1: none) */
-  uint8_t *disc;      /* per tensor: discarded */
-  uint8_t *saved;     /* per tensor: read by some backward op */
-  int *copy;          /* per tensor: replay copy, -1 */
-  uint8_t *done;      /* per region: replayed */
-  int *attach_head;   /* per original op: first replay op (linked via attach_next) placed before it */
+  int *unit;        /* per forward op: outermost region (-1: none) */
+  uint8_t *disc;    /* per tensor: discarded */
+  uint8_t *saved;   /* per tensor: read by some backward op */
+  int *copy;        /* per tensor: replay copy, -1 */
+  uint8_t *done;    /* per region: replayed */
+  int *attach_head; /* per original op: first replay op (linked via attach_next) placed before it */
   int *attach_next, *attach_tail;
   int cap_attach;
-  int cur_b;          /* the backward op replays are being placed before */
+  int cur_b; /* the backward op replays are being placed before */
   char *err;
   size_t nerr;
 } Rc;
@@ -75,9 +78,16 @@ static int add_region(RecomputeResult *res, int label, int layer, int layer_last
   Region *nr = realloc(res->r, (size_t)(res->n + 1) * sizeof *nr);
   if (!nr) return -1;
   res->r = nr;
-  nr[res->n] = (Region){.label = label, .output_discard = label >= 0 && label_output_discard(label), .layer = layer,
-                        .layer_last = layer_last, .first = first, .last = last, .outer = res->n,
-                        .replay_first = -1, .replay_last = -1, .trigger = -1};
+  nr[res->n] = (Region){.label = label,
+                        .output_discard = label >= 0 && label_output_discard(label),
+                        .layer = layer,
+                        .layer_last = layer_last,
+                        .first = first,
+                        .last = last,
+                        .outer = res->n,
+                        .replay_first = -1,
+                        .replay_last = -1,
+                        .trigger = -1};
   res->n++;
   return 0;
 }
@@ -116,7 +126,8 @@ static int find_regions(const Graph *g, const RecomputeConfig *c, RecomputeResul
         continue;
       }
       int e = o;
-      while (e + 1 < nfwd && (g->op[e + 1].tags.labels & (1u << bit)) && g->op[e + 1].tags.layer == t->layer) e++;
+      while (e + 1 < nfwd && (g->op[e + 1].tags.labels & (1u << bit)) && g->op[e + 1].tags.layer == t->layer)
+        e++;
       if (add_region(res, bit, t->layer, t->layer, o, e) < 0) return -1;
       o = e + 1;
     }
@@ -143,13 +154,16 @@ static int attach(Rc *rc, int op) {
     int cap = rc->cap_attach * 2 > op + 1 ? rc->cap_attach * 2 : op + 1;
     int *nx = realloc(rc->attach_next, (size_t)cap * sizeof *nx);
     if (!nx) return -1;
-    for (int i = rc->cap_attach; i < cap; i++) nx[i] = -1;
+    for (int i = rc->cap_attach; i < cap; i++)
+      nx[i] = -1;
     rc->attach_next = nx;
     rc->cap_attach = cap;
   }
   int b = rc->cur_b;
-  if (rc->attach_head[b] < 0) rc->attach_head[b] = op;
-  else rc->attach_next[rc->attach_tail[b]] = op;
+  if (rc->attach_head[b] < 0)
+    rc->attach_head[b] = op;
+  else
+    rc->attach_next[rc->attach_tail[b]] = op;
   rc->attach_tail[b] = op;
   return 0;
 }
@@ -158,7 +172,8 @@ static int clone_op(Rc *rc, int o) {
   Graph *g = rc->g;
   Op src = g->op[o];
   int in[IR_MAX_IN];
-  for (int i = 0; i < src.nin; i++) in[i] = rc->copy[src.in[i]] >= 0 ? rc->copy[src.in[i]] : src.in[i];
+  for (int i = 0; i < src.nin; i++)
+    in[i] = rc->copy[src.in[i]] >= 0 ? rc->copy[src.in[i]] : src.in[i];
   char names[IR_MAX_OUT][IR_NAME_MAX];
   const char *np[IR_MAX_OUT];
   for (int i = 0; i < src.nout; i++) {
@@ -186,7 +201,8 @@ static int replay_unit(Rc *rc, int u, int depth) {
   Region *R = &rc->res->r[u];
   if (rc->done[u]) return 0;
   if (depth > 64) {
-    snprintf(rc->err, rc->nerr, "replay dependencies of %s do not terminate", R->label < 0 ? "full" : ir_label_name(R->label));
+    snprintf(rc->err, rc->nerr, "replay dependencies of %s do not terminate",
+             R->label < 0 ? "full" : ir_label_name(R->label));
     return -1;
   }
   rc->done[u] = 1;
@@ -255,11 +271,13 @@ static int rc_run(Rc *rc, const RecomputeConfig *c) {
   Graph *g = rc->g;
   RecomputeResult *res = rc->res;
   int nfwd = 0;
-  while (nfwd < rc->nop0 && g->op[nfwd].tags.phase == IR_PHASE_FORWARD) nfwd++;
+  while (nfwd < rc->nop0 && g->op[nfwd].tags.phase == IR_PHASE_FORWARD)
+    nfwd++;
   if (find_regions(g, c, res, nfwd) < 0) return -1;
   if (res->n == 0) return 0;
   /* outermost region of each forward op: the largest containing one */
-  for (int o = 0; o < rc->nop0; o++) rc->unit[o] = -1;
+  for (int o = 0; o < rc->nop0; o++)
+    rc->unit[o] = -1;
   for (int i = 0; i < res->n; i++) {
     Region *r = &res->r[i];
     for (int o = r->first; o <= r->last; o++) {
@@ -267,21 +285,26 @@ static int rc_run(Rc *rc, const RecomputeConfig *c) {
       if (cur < 0 || (res->r[cur].last - res->r[cur].first) < (r->last - r->first)) rc->unit[o] = i;
     }
   }
-  for (int i = 0; i < res->n; i++) res->r[i].outer = rc->unit[res->r[i].first];
+  for (int i = 0; i < res->n; i++)
+    res->r[i].outer = rc->unit[res->r[i].first];
   /* which forward tensors backward reads */
   for (int o = 0; o < rc->nop0; o++) {
     const Op *op = &g->op[o];
     if (op->tags.phase != IR_PHASE_BACKWARD) continue;
-    for (int i = 0; i < op->nin; i++) rc->saved[op->in[i]] = 1;
+    for (int i = 0; i < op->nin; i++)
+      rc->saved[op->in[i]] = 1;
   }
   /* discarded tensors; rd_*: per tensor, the forward ops whose backward reads it (CSR) */
   int *rd_start = calloc((size_t)rc->nt0 + 1, sizeof *rd_start), nrd = 0;
   if (!rd_start) return -1;
   for (int b = nfwd; b < rc->nop0; b++)
     if (g->op[b].tags.phase == IR_PHASE_BACKWARD)
-      for (int k = 0; k < g->op[b].nin; k++) rd_start[g->op[b].in[k] + 1]++, nrd++;
-  for (int t = 0; t < rc->nt0; t++) rd_start[t + 1] += rd_start[t];
-  int *rd_fwd = malloc((size_t)(nrd + 1) * sizeof *rd_fwd), *fill = malloc((size_t)(rc->nt0 + 1) * sizeof *fill);
+      for (int k = 0; k < g->op[b].nin; k++)
+        rd_start[g->op[b].in[k] + 1]++, nrd++;
+  for (int t = 0; t < rc->nt0; t++)
+    rd_start[t + 1] += rd_start[t];
+  int *rd_fwd = malloc((size_t)(nrd + 1) * sizeof *rd_fwd),
+      *fill = malloc((size_t)(rc->nt0 + 1) * sizeof *fill);
   if (!rd_fwd || !fill) {
     free(rd_start), free(rd_fwd), free(fill);
     return -1;
@@ -289,7 +312,8 @@ static int rc_run(Rc *rc, const RecomputeConfig *c) {
   memcpy(fill, rd_start, (size_t)rc->nt0 * sizeof *fill);
   for (int b = nfwd; b < rc->nop0; b++)
     if (g->op[b].tags.phase == IR_PHASE_BACKWARD)
-      for (int k = 0; k < g->op[b].nin; k++) rd_fwd[fill[g->op[b].in[k]]++] = g->op[b].tags.fwd;
+      for (int k = 0; k < g->op[b].nin; k++)
+        rd_fwd[fill[g->op[b].in[k]]++] = g->op[b].tags.fwd;
   for (int i = 0; i < res->n; i++) {
     Region *r = &res->r[i];
     for (int o = r->first; o <= r->last; o++) {
@@ -324,7 +348,8 @@ static int rc_run(Rc *rc, const RecomputeConfig *c) {
       int t = bo->in[i];
       if (t >= rc->nt0 || rc->copy[t] < 0) continue;
       int u = unit_of_tensor(rc, t);
-      if (rc->disc[t] || (u >= 0 && bo->tags.fwd >= 0 && in_region(&res->r[u], bo->tags.fwd))) bo->in[i] = rc->copy[t];
+      if (rc->disc[t] || (u >= 0 && bo->tags.fwd >= 0 && in_region(&res->r[u], bo->tags.fwd)))
+        bo->in[i] = rc->copy[t];
     }
   }
   /* stats per unit */
@@ -336,7 +361,8 @@ static int rc_run(Rc *rc, const RecomputeConfig *c) {
     r->nfreed++, r->freed_bytes += bytes;
     res->nfreed_total++, res->freed_bytes_total += bytes;
   }
-  for (int i = 0; i < res->n; i++) res->nreplay_total += res->r[i].nreplay, res->replay_flops_total += res->r[i].replay_flops;
+  for (int i = 0; i < res->n; i++)
+    res->nreplay_total += res->r[i].nreplay, res->replay_flops_total += res->r[i].replay_flops;
   return 0;
 }
 
@@ -350,7 +376,8 @@ static int place_replays(Rc *rc) {
     return -1;
   }
   for (int o = 0; o < rc->nop0; o++) {
-    for (int r = rc->attach_head[o]; r >= 0; r = rc->attach_next[r]) order[k++] = r;
+    for (int r = rc->attach_head[o]; r >= 0; r = rc->attach_next[r])
+      order[k++] = r;
     order[k++] = o;
   }
   if (k != n) {
@@ -358,12 +385,14 @@ static int place_replays(Rc *rc) {
     snprintf(rc->err, rc->nerr, "internal: %d of %d ops placed", k, n);
     return -1;
   }
-  for (int i = 0; i < n; i++) newid[order[i]] = i;
+  for (int i = 0; i < n; i++)
+    newid[order[i]] = i;
   int rcode = graph_reorder(g, order);
   for (int i = 0; i < rc->res->n && rcode == 0; i++) {
     Region *r = &rc->res->r[i];
     if (r->trigger >= 0) r->trigger = newid[r->trigger];
-    if (r->replay_first >= 0) r->replay_first = newid[r->replay_first], r->replay_last = newid[r->replay_last];
+    if (r->replay_first >= 0)
+      r->replay_first = newid[r->replay_first], r->replay_last = newid[r->replay_last];
   }
   free(order), free(newid);
   if (rcode != 0) snprintf(rc->err, rc->nerr, "%s", g->err);
@@ -381,8 +410,10 @@ int recompute_apply(Graph *g, const RecomputeConfig *c, RecomputeResult *res, ch
   rc.attach_tail = malloc((size_t)(g->nop + 1) * sizeof *rc.attach_tail);
   int rcode = -1;
   if (rc.unit && rc.disc && rc.saved && rc.copy && rc.attach_head && rc.attach_tail) {
-    for (int i = 0; i < g->nt; i++) rc.copy[i] = -1;
-    for (int i = 0; i < g->nop; i++) rc.attach_head[i] = rc.attach_tail[i] = -1;
+    for (int i = 0; i < g->nt; i++)
+      rc.copy[i] = -1;
+    for (int i = 0; i < g->nop; i++)
+      rc.attach_head[i] = rc.attach_tail[i] = -1;
     err[0] = 0;
     rcode = rc_run(&rc, c);
     if (rcode == 0 && res->n > 0) rcode = place_replays(&rc);

@@ -29,7 +29,9 @@ static int push(Schedule *sc, int *cap, SchedKind k, int id) {
   return 0;
 }
 
-static bool in_micro(Phase p) { return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY; }
+static bool in_micro(Phase p) {
+  return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY;
+}
 
 /* Buckets over the main gradients, by the op that last writes each in the micro program. */
 static int make_buckets(const Graph *g, Schedule *sc) {
@@ -39,7 +41,8 @@ static int make_buckets(const Graph *g, Schedule *sc) {
     free(last), free(ord);
     return -1;
   }
-  for (int t = 0; t < g->nt; t++) last[t] = -1;
+  for (int t = 0; t < g->nt; t++)
+    last[t] = -1;
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     if (!in_micro(op->tags.phase)) continue;
@@ -83,7 +86,8 @@ static int make_buckets(const Graph *g, Schedule *sc) {
  * bucket; the param, master and moments an AdamW op updates follow its gradient. */
 static int make_owners(const Graph *g, Schedule *sc) {
   if (!(sc->owner = malloc(((size_t)g->nt + 1) * sizeof *sc->owner))) return -1;
-  for (int t = 0; t < g->nt; t++) sc->owner[t] = -1;
+  for (int t = 0; t < g->nt; t++)
+    sc->owner[t] = -1;
   for (int k = 0; k < sc->nb; k++) {
     const Bucket *b = &sc->b[k];
     int64_t at = 0;
@@ -96,7 +100,8 @@ static int make_owners(const Graph *g, Schedule *sc) {
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     if (op->kind != OP_ADAMW) continue;
-    for (int j = 0; j < op->nout; j++) sc->owner[op->out[j]] = sc->owner[op->in[0]];
+    for (int j = 0; j < op->nout; j++)
+      sc->owner[op->out[j]] = sc->owner[op->in[0]];
   }
   return 0;
 }
@@ -108,12 +113,14 @@ int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_
   sc->bucket_params = 40000000 > 1000000 * dp ? 40000000 : 1000000 * dp;
   sc->nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   sc->pos = malloc((size_t)(g->nop + 1) * sizeof *sc->pos);
-  if (!sc->pos || make_buckets(g, sc) < 0 || (s->optimizer.use_distributed_optimizer && make_owners(g, sc) < 0)) {
+  if (!sc->pos || make_buckets(g, sc) < 0 ||
+      (s->optimizer.use_distributed_optimizer && make_owners(g, sc) < 0)) {
     snprintf(err, nerr, "out of memory");
     schedule_free(sc);
     return -1;
   }
-  for (int o = 0; o < g->nop; o++) sc->pos[o] = -1;
+  for (int o = 0; o < g->nop; o++)
+    sc->pos[o] = -1;
   int cap = 0, nb = 0;
   /* the graph order is valid: forward, then backward with replays */
   for (int pass = 0; pass < 2; pass++) {
@@ -134,7 +141,8 @@ int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_
       for (int j = 0; j < op->nin; j++) {
         int p = g->t[op->in[j]].producer;
         if (p >= 0 && sc->pos[p] > i) {
-          snprintf(err, nerr, "schedule: %s reads %s before it is written", op->tags.module, g->t[op->in[j]].name);
+          snprintf(err, nerr, "schedule: %s reads %s before it is written", op->tags.module,
+                   g->t[op->in[j]].name);
           schedule_free(sc);
           return -1;
         }
@@ -150,11 +158,13 @@ oom:
 /* The op whose CUDA launch carries op o's writes once the fusions are decided (fuse.h): o when it
  * launches; for a weight-gradient ACCUM sunk into its producer's kernel, the producer's launch;
  * for an op absorbed by a fused group, the op that runs the group (a chain's last op, a pair's
- * second, a multi-tensor run's last); for the chunked loss's backward, its forward. -1 when no launch carries them. */
+ * second, a multi-tensor run's last); for the chunked loss's backward, its forward. -1 when no launch carries
+ * them. */
 static int launch_of(const Graph *g, int o, int depth) {
   const Op *op = &g->op[o];
   if (!op->skip) return o;
-  if (op->fuse == FUSE_LOSS_BWD) return op->peer >= 0 && op->peer < o && depth < 8 ? launch_of(g, op->peer, depth + 1) : -1;
+  if (op->fuse == FUSE_LOSS_BWD)
+    return op->peer >= 0 && op->peer < o && depth < 8 ? launch_of(g, op->peer, depth + 1) : -1;
   if (op->kind == OP_ACCUM && op->nin > 0 && g->t[op->in[0]].sink >= 0) {
     int p = g->t[op->in[0]].producer;
     return p >= 0 && p != o && depth < 8 ? launch_of(g, p, depth + 1) : -1;
@@ -162,7 +172,8 @@ static int launch_of(const Graph *g, int o, int depth) {
   for (int r = o + 1; r < g->nop; r++) {
     int first, last;
     fuse_group(g, r, &first, &last);
-    if (first == last || first > o || g->op[r].fuse == FUSE_LOSS_BWD) continue; /* that group runs at its first op */
+    if (first == last || first > o || g->op[r].fuse == FUSE_LOSS_BWD)
+      continue;                             /* that group runs at its first op */
     if (g->op[r].fuse != FUSE_EW) return r; /* pairs and multi-tensor runs are contiguous */
     for (int c = 0; c < g->nchain; c++)
       if (g->chain[c].first == first)
@@ -175,7 +186,8 @@ static int launch_of(const Graph *g, int o, int depth) {
 int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
   int *last = malloc((size_t)(g->nt + 1) * sizeof *last); /* per main gradient: its last writing launch */
   if (!last) return snprintf(err, nerr, "out of memory"), -1;
-  for (int t = 0; t < g->nt; t++) last[t] = -1;
+  for (int t = 0; t < g->nt; t++)
+    last[t] = -1;
   int rc = 0;
   for (int o = 0; o < g->nop && rc == 0; o++) {
     const Op *op = &g->op[o];
@@ -185,9 +197,13 @@ int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
       if (g->t[t].role != ROLE_GRAD) continue;
       int l = launch_of(g, o, 0);
       if (l < 0 || !in_micro(g->op[l].tags.phase))
-        rc = -1, snprintf(err, nerr, "gradient buckets: %s (op %d, %s) writes the main gradient %s, but no launch of the micro "
-                          "program carries it after the fusions", op_name(op->kind), o, op->tags.module, g->t[t].name);
-      else if (l > last[t]) last[t] = l;
+        rc = -1,
+        snprintf(err, nerr,
+                 "gradient buckets: %s (op %d, %s) writes the main gradient %s, but no launch of the micro "
+                 "program carries it after the fusions",
+                 op_name(op->kind), o, op->tags.module, g->t[t].name);
+      else if (l > last[t])
+        last[t] = l;
     }
   }
   for (int k = 0; k < sc->nb && rc == 0; k++) {

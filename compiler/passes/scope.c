@@ -77,7 +77,9 @@ int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *
   if (!sr->is_static) goto oom;
   if (sr->impl == SCOPE_NONE) return 0;
   if (sr->impl == SCOPE_FULL_ITERATION) {
-    if (push_inst(sr, (ScopeInst){.scope = -1, .layer = -1, .phase = IR_PHASE_FORWARD, .first = 0, .last = sc->n - 1}) < 0)
+    if (push_inst(
+            sr, (ScopeInst){
+                    .scope = -1, .layer = -1, .phase = IR_PHASE_FORWARD, .first = 0, .last = sc->n - 1}) < 0)
       goto oom;
     return 0;
   }
@@ -86,7 +88,8 @@ int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *
   uint32_t *present = calloc((size_t)nl + 1, sizeof *present);
   if (!present) goto oom;
   for (int o = 0; o < g->nop; o++)
-    if (g->op[o].tags.layer >= 0 && g->op[o].tags.layer < nl) present[g->op[o].tags.layer] |= g->op[o].tags.scopes;
+    if (g->op[o].tags.layer >= 0 && g->op[o].tags.layer < nl)
+      present[g->op[o].tags.layer] |= g->op[o].tags.scopes;
   for (int bit = 0; bit < IR_NSCOPES; bit++) {
     ScopeInst cur = {.first = -1};
     for (int i = 0; i <= sc->micro_end; i++) {
@@ -107,7 +110,8 @@ int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *
         }
         cur.first = -1;
       }
-      if (match && cur.first < 0) cur = (ScopeInst){.scope = bit, .layer = op->tags.layer, .phase = ph, .first = i};
+      if (match && cur.first < 0)
+        cur = (ScopeInst){.scope = bit, .layer = op->tags.layer, .phase = ph, .first = i};
       if (match) cur.last = i;
     }
   }
@@ -115,9 +119,11 @@ int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *
   /* static graph outputs: produced inside an instance, read at a position outside it */
   int *inst_at = malloc((size_t)(sc->n + 1) * sizeof *inst_at);
   if (!inst_at) goto oom;
-  for (int i = 0; i < sc->n; i++) inst_at[i] = -1;
+  for (int i = 0; i < sc->n; i++)
+    inst_at[i] = -1;
   for (int k = 0; k < sr->n; k++)
-    for (int i = sr->s[k].first; i <= sr->s[k].last; i++) inst_at[i] = k;
+    for (int i = sr->s[k].first; i <= sr->s[k].last; i++)
+      inst_at[i] = k;
   for (int i = 0; i < sc->n; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[sc->it[i].id];
@@ -146,7 +152,9 @@ void scope_free(ScopeResult *sr) {
   memset(sr, 0, sizeof *sr);
 }
 
-static const char *scope_label(const ScopeInst *si) { return si->scope < 0 ? "full_iteration" : ir_scope_name(si->scope); }
+static const char *scope_label(const ScopeInst *si) {
+  return si->scope < 0 ? "full_iteration" : ir_scope_name(si->scope);
+}
 
 /* A violation per (rule, label, scope), the first layer in full and a count of the others. */
 typedef struct {
@@ -157,18 +165,20 @@ typedef struct {
   Diag *d;
 } Seen;
 
-static const char *field_where(const Spec *s, int id) { return s->where[id][0] ? s->where[id] : s->recipe_path; }
+static const char *field_where(const Spec *s, int id) {
+  return s->where[id][0] ? s->where[id] : s->recipe_path;
+}
 
-static void report(DiagList *d, Seen *seen, int *nseen, const char *rule, const Region *r, const ScopeInst *si,
-                   const char *msg, const char *hint, const Spec *s) {
+static void report(DiagList *d, Seen *seen, int *nseen, const char *rule, const Region *r,
+                   const ScopeInst *si, const char *msg, const char *hint, const Spec *s) {
   for (int i = 0; i < *nseen; i++)
     if (strcmp(seen[i].rule, rule) == 0 && seen[i].label == r->label && seen[i].scope == si->scope) {
       seen[i].count++;
       return;
     }
   if (*nseen >= 64) return;
-  Diag *g = diag_add(d, DIAG_ERROR, rule, "model.cuda_graph_modules", field_where(s, SPEC_F_model_recompute_granularity),
-                     "%s", msg);
+  Diag *g = diag_add(d, DIAG_ERROR, rule, "model.cuda_graph_modules",
+                     field_where(s, SPEC_F_model_recompute_granularity), "%s", msg);
   if (g) diag_hint(g, "%s", hint);
   Seen *n = &seen[(*nseen)++];
   snprintf(n->rule, sizeof n->rule, "%s", rule);
@@ -177,9 +187,11 @@ static void report(DiagList *d, Seen *seen, int *nseen, const char *rule, const 
 
 static const char *fix_for(const Region *r) {
   if (r->label < 0)
-    return "full recompute needs cuda_graph_impl=full_iteration (or a recompute group that a per-layer graph wholly "
+    return "full recompute needs cuda_graph_impl=full_iteration (or a recompute group that a per-layer graph "
+           "wholly "
            "contains); or use selective labels inside the captured module";
-  return "drop the label from model.recompute_modules, or choose model.cuda_graph_modules so the captured module "
+  return "drop the label from model.recompute_modules, or choose model.cuda_graph_modules so the captured "
+         "module "
          "contains the whole region or none of it";
 }
 
@@ -190,27 +202,30 @@ static int first_outside(const Schedule *sc, int a0, int a1, int b0, int b1) {
   return -1;
 }
 
-static void check_span(const Graph *g, const Spec *s, const Schedule *sc, const Region *r, const ScopeInst *si, int a0,
-                       int a1, bool replay, DiagList *d, Seen *seen, int *nseen) {
-  if (a1 < si->first || a0 > si->last) return;          /* disjoint */
-  if (a0 >= si->first && a1 <= si->last) return;        /* nested */
+static void check_span(const Graph *g, const Spec *s, const Schedule *sc, const Region *r,
+                       const ScopeInst *si, int a0, int a1, bool replay, DiagList *d, Seen *seen,
+                       int *nseen) {
+  if (a1 < si->first || a0 > si->last) return;   /* disjoint */
+  if (a0 >= si->first && a1 <= si->last) return; /* nested */
   int op = first_outside(sc, a0, a1, si->first, si->last);
   char rn[64], msg[640], hint[320];
   recompute_region_name(r, rn, sizeof rn);
   bool covers = a0 <= si->first && a1 >= si->last;
   snprintf(msg, sizeof msg,
-           "layer %d: the %s of checkpoint region %s (label %s) %s the %s CUDA-graph scope '%s' of layer %d: op %s "
+           "layer %d: the %s of checkpoint region %s (label %s) %s the %s CUDA-graph scope '%s' of layer %d: "
+           "op %s "
            "(%s) is in the region but outside the graph, which starts at %s",
-           r->layer, replay ? "replay" : "forward", rn, r->label < 0 ? "full recompute" : ir_label_name(r->label),
-           covers ? "covers" : "crosses", replay ? "backward" : "forward", scope_label(si), si->layer,
-           op >= 0 ? g->op[op].tags.module : "?", op >= 0 ? op_name(g->op[op].kind) : "?",
+           r->layer, replay ? "replay" : "forward", rn,
+           r->label < 0 ? "full recompute" : ir_label_name(r->label), covers ? "covers" : "crosses",
+           replay ? "backward" : "forward", scope_label(si), si->layer, op >= 0 ? g->op[op].tags.module : "?",
+           op >= 0 ? op_name(g->op[op].kind) : "?",
            g->op[sc->it[si->first].kind == SCHED_OP ? sc->it[si->first].id : 0].tags.module);
   snprintf(hint, sizeof hint, "%s", fix_for(r));
   report(d, seen, nseen, replay ? "STEPC-41" : "STEPC-40", r, si, msg, hint, s);
 }
 
-int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr, const ScopeResult *sr,
-                DiagList *d) {
+int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr,
+                const ScopeResult *sr, DiagList *d) {
   Seen seen[64];
   int nseen = 0, before = diag_count(d, DIAG_ERROR);
   for (int k = 0; k < rr->n; k++) {
@@ -220,9 +235,11 @@ int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const Recompu
     int r0 = has_replay ? sc->pos[r->replay_first] : -1, r1 = has_replay ? sc->pos[r->replay_last] : -1;
     for (int i = 0; i < sr->n; i++) {
       const ScopeInst *si = &sr->s[i];
-      if (si->scope >= 0 && si->phase == IR_PHASE_FORWARD) check_span(g, s, sc, r, si, f0, f1, false, d, seen, &nseen);
+      if (si->scope >= 0 && si->phase == IR_PHASE_FORWARD)
+        check_span(g, s, sc, r, si, f0, f1, false, d, seen, &nseen);
       if (!has_replay) continue;
-      if (si->scope >= 0 && si->phase == IR_PHASE_BACKWARD) check_span(g, s, sc, r, si, r0, r1, true, d, seen, &nseen);
+      if (si->scope >= 0 && si->phase == IR_PHASE_BACKWARD)
+        check_span(g, s, sc, r, si, r0, r1, true, d, seen, &nseen);
       if (r->rng && r1 >= si->first && r0 <= si->last) {
         int rop = -1;
         for (int o = r->replay_first; o <= r->replay_last && rop < 0; o++)
@@ -230,13 +247,15 @@ int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const Recompu
         char rn[64], msg[640];
         recompute_region_name(r, rn, sizeof rn);
         snprintf(msg, sizeof msg,
-                 "layer %d: checkpoint region %s (label %s) replays %s (%s), which draws random numbers, inside the "
+                 "layer %d: checkpoint region %s (label %s) replays %s (%s), which draws random numbers, "
+                 "inside the "
                  "captured CUDA graph '%s'%s",
                  r->layer, rn, r->label < 0 ? "full recompute" : ir_label_name(r->label),
-                 rop >= 0 ? g->op[rop].tags.module : "?", rop >= 0 ? op_name(g->op[rop].kind) : "?", scope_label(si),
-                 si->scope >= 0 ? "" : " (the whole step)");
+                 rop >= 0 ? g->op[rop].tags.module : "?", rop >= 0 ? op_name(g->op[rop].kind) : "?",
+                 scope_label(si), si->scope >= 0 ? "" : " (the whole step)");
         report(d, seen, &nseen, "STEPC-42", r, si, msg,
-               "set the dropout that the region replays to 0 (model.attention_dropout / model.hidden_dropout), or keep "
+               "set the dropout that the region replays to 0 (model.attention_dropout / "
+               "model.hidden_dropout), or keep "
                "the region's replay out of graphs (another label, or cuda_graph_modules without this module)",
                s);
       }
@@ -245,17 +264,21 @@ int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const Recompu
   for (int i = 0; i < nseen; i++)
     if (seen[i].count > 1 && seen[i].d) {
       size_t n = strlen(seen[i].d->message);
-      snprintf(seen[i].d->message + n, sizeof seen[i].d->message - n, " (and %d more like it in other layers)",
-               seen[i].count - 1);
+      snprintf(seen[i].d->message + n, sizeof seen[i].d->message - n,
+               " (and %d more like it in other layers)", seen[i].count - 1);
     }
   if (sr->static_bytes > 0) {
     int ns = 0;
-    for (int i = 0; i < sr->n; i++) ns += sr->s[i].nstatic;
-    Diag *n = diag_add(d, DIAG_NOTE, "STEPC-43", "model.cuda_graph_impl", field_where(s, SPEC_F_model_cuda_graph_impl),
-             "%d tensors leave their CUDA-graph scope (%d scope instances); as static graph outputs they stay "
-             "allocated for the whole step: %.3f GB on one rank before sharding (counted under graph_buffers)",
-             ns, sr->n, (double)sr->static_bytes / 1e9);
-    if (n) diag_hint(n, "`stepc plan` shows them per rank; fewer, larger scopes (or full_iteration) hold fewer static outputs");
+    for (int i = 0; i < sr->n; i++)
+      ns += sr->s[i].nstatic;
+    Diag *n = diag_add(
+        d, DIAG_NOTE, "STEPC-43", "model.cuda_graph_impl", field_where(s, SPEC_F_model_cuda_graph_impl),
+        "%d tensors leave their CUDA-graph scope (%d scope instances); as static graph outputs they stay "
+        "allocated for the whole step: %.3f GB on one rank before sharding (counted under graph_buffers)",
+        ns, sr->n, (double)sr->static_bytes / 1e9);
+    if (n)
+      diag_hint(n, "`stepc plan` shows them per rank; fewer, larger scopes (or full_iteration) hold fewer "
+                   "static outputs");
   }
   return diag_count(d, DIAG_ERROR) - before;
 }

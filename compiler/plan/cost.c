@@ -23,7 +23,8 @@ void cost_device_h200_roofline(Device *d) {
   d->attn_flops_per_s = 450e12;
   d->bytes_per_s = 4.16e12;
   d->launch_s = 0;
-  for (int c = 0; c < COST_NCLASS; c++) d->class_scale[c] = 1;
+  for (int c = 0; c < COST_NCLASS; c++)
+    d->class_scale[c] = 1;
   d->calibration = "roofline";
 }
 
@@ -32,10 +33,23 @@ void cost_device_h200(Device *d) {
 #include "plan/cost_h200.h"
 }
 
-static const char *const CLASS_NAMES[COST_NCLASS] = {
-    "unset",       "gemm",      "attention_fwd", "attention_bwd", "attention_fwd_cudnn", "attention_bwd_cudnn",
-    "grouped_gemm", "moe_routing", "norm",        "activation",    "rope_qkv",            "embedding",
-    "loss",        "elementwise", "grad_norm",   "optimizer",     "other"};
+static const char *const CLASS_NAMES[COST_NCLASS] = {"unset",
+                                                     "gemm",
+                                                     "attention_fwd",
+                                                     "attention_bwd",
+                                                     "attention_fwd_cudnn",
+                                                     "attention_bwd_cudnn",
+                                                     "grouped_gemm",
+                                                     "moe_routing",
+                                                     "norm",
+                                                     "activation",
+                                                     "rope_qkv",
+                                                     "embedding",
+                                                     "loss",
+                                                     "elementwise",
+                                                     "grad_norm",
+                                                     "optimizer",
+                                                     "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
 
 CostClass cost_op_class(const Graph *g, int op) {
@@ -43,7 +57,8 @@ CostClass cost_op_class(const Graph *g, int op) {
   if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
   if (o->fuse == FUSE_ADD_NORM || o->fuse == FUSE_NORM_BWD_ADD) return COST_NORM;
   CostClass c = op_info(o->kind)->facts.cost;
-  if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) && o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
+  if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) &&
+      o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
     return c == COST_ATTN_FWD ? COST_ATTN_FWD_CUDNN : COST_ATTN_BWD_CUDNN;
   return c;
 }
@@ -72,8 +87,8 @@ static double linear_loss_time(const Graph *g, int op, const Device *d, double *
     if (g->op[b].fuse == FUSE_LOSS_BWD && g->op[b].peer == op)
       *flops += op_flops(g, &g->op[b]), *bytes += op_bytes(g, &g->op[b]), passes = 2;
   double gemm = *flops - passes * ce_flops;
-  return gemm / d->gemm_flops_per_s * d->class_scale[COST_GEMM] + ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] +
-         d->launch_s;
+  return gemm / d->gemm_flops_per_s * d->class_scale[COST_GEMM] +
+         ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] + d->launch_s;
 }
 
 double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
@@ -88,11 +103,13 @@ double cost_op_time(const Graph *g, int op, const Device *d, double *flops, doub
   if (o->fuse == FUSE_SUMSQ_MULTI || o->fuse == FUSE_ADAMW_MULTI) {
     /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
      * grad_norm scales were calibrated on per-tensor launches) */
-    for (int k = o->peer >= 0 ? o->peer : op; k < op; k++) t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
+    for (int k = o->peer >= 0 ? o->peer : op; k < op; k++)
+      t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
   } else if (o->fuse == FUSE_EW) {
     for (int c = 0; c < g->nchain && !n; c++)
       if (g->chain[c].op[g->chain[c].nops - 1] == op)
-        for (int j = 0; j < g->chain[c].nops; j++) members[n++] = g->chain[c].op[j];
+        for (int j = 0; j < g->chain[c].nops; j++)
+          members[n++] = g->chain[c].op[j];
   } else if (o->fuse == FUSE_NORM_BWD_ADD) {
     /* the norm backward's pass, reading the addend too (dx is never written apart) */
     t = roofline(g, &g->op[o->peer], d, flops, bytes);
@@ -140,7 +157,8 @@ int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
     if (strstr(x->name, "position_embeddings")) continue;
     double n = (double)tensor_numel(x);
     /* a token passes through top-k of the routed experts, not all of them */
-    if (strstr(x->name, ".experts.") && spec_is_moe(s)) n *= (double)m->moe_router_topk / (double)m->num_moe_experts;
+    if (strstr(x->name, ".experts.") && spec_is_moe(s))
+      n *= (double)m->moe_router_topk / (double)m->num_moe_experts;
     params += n;
   }
   double tokens = (double)s->train.micro_batch_size * (double)m->seq_length * nmicro;
@@ -149,9 +167,9 @@ int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
                         ? ((double)(m->qk_head_dim + m->qk_pos_emb_head_dim) + (double)m->v_head_dim) / 2
                         : (double)spec_kv_channels(s);
   double hd = (double)m->num_attention_heads * head_dim;
-  c->model_flops = 6 * params * tokens +
-                   6 * (double)s->train.micro_batch_size * nmicro * (double)m->num_layers * (double)m->seq_length *
-                       (double)m->seq_length * hd;
+  c->model_flops = 6 * params * tokens + 6 * (double)s->train.micro_batch_size * nmicro *
+                                             (double)m->num_layers * (double)m->seq_length *
+                                             (double)m->seq_length * hd;
   return 0;
 }
 

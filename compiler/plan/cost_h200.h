@@ -29,4 +29,5 @@ d->class_scale[COST_LOSS] = 4.455;
 d->class_scale[COST_ELEMENTWISE] = 2.096;
 d->class_scale[COST_GRAD_NORM] = 0.988;
 d->class_scale[COST_OPTIMIZER] = 1.728;
-d->calibration = "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5)";
+d->calibration =
+    "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5)";

@@ -123,9 +123,11 @@ static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
   memcpy(mp->owner, sc->owner, (size_t)nt * sizeof *mp->owner);
   int64_t at = 0;
   for (int t = 0; t < nt; t++)
-    if (mp->buffer[t] && mp->owner[t] < 0) mp->offset[t] = at, at = align_up(at + mp->size[t], MEMPLAN_REGION_ALIGN);
+    if (mp->buffer[t] && mp->owner[t] < 0)
+      mp->offset[t] = at, at = align_up(at + mp->size[t], MEMPLAN_REGION_ALIGN);
   mp->region_common = at;
-  for (int r = 0; r < sc->dp; r++) mp->shard[r] = at;
+  for (int r = 0; r < sc->dp; r++)
+    mp->shard[r] = at;
   for (int t = 0; t < nt; t++) {
     int r = mp->owner[t];
     if (!mp->buffer[t] || r < 0) continue;
@@ -146,8 +148,8 @@ static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
   return b;
 }
 
-int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
-                  size_t nerr) {
+int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp,
+                  char *err, size_t nerr) {
   memset(mp, 0, sizeof *mp);
   int nt = g->nt, np = sc->nops;
   int64_t align = float_bytes > 0 ? 64 : 256;
@@ -164,8 +166,8 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
   Slot *sl = malloc((size_t)(nt + 1) * sizeof *sl);
   int *ts = malloc((size_t)(nt + 1) * sizeof *ts);
   int64_t *diff = calloc((size_t)np + 2, sizeof *diff);
-  if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role || !mp->buffer || !sl ||
-      !ts || !diff) {
+  if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role ||
+      !mp->buffer || !sl || !ts || !diff) {
     free(sl), free(ts), free(diff);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
@@ -210,7 +212,8 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     snprintf(err, nerr, "out of memory");
     return -1;
   }
-  for (int o = 0; o < g->nop; o++) point[o] = -1;
+  for (int o = 0; o < g->nop; o++)
+    point[o] = -1;
   p = 0;
   for (int i = 0; i < sc->n; i++)
     if (sc->it[i].kind == SCHED_OP) point[sc->it[i].id] = p++;
@@ -230,8 +233,10 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     }
   }
   for (int t = 0; t < nt; t++) {
-    if (pinned(g, sr, t)) mp->start[t] = 0, mp->end[t] = np - 1;
-    else if (t == g->loss) mp->end[t] = np - 1;
+    if (pinned(g, sr, t))
+      mp->start[t] = 0, mp->end[t] = np - 1;
+    else if (t == g->loss)
+      mp->end[t] = np - 1;
     if (mp->end[t] < 0) mp->start[t] = mp->end[t] = 0; /* never touched: still needs a home */
     if (mp->start[t] > mp->end[t]) mp->start[t] = mp->end[t];
   }
@@ -246,8 +251,8 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
       if (mp->slot[t] >= 0 || mp->start[t] != p || mp->buffer[t]) continue;
       int k = pinned(g, sr, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
       int u = k >= 0 && k < op->nin ? op->in[k] : -1;
-      if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT && u != g->loss &&
-          mp->end[u] == p && mp->size[u] == mp->size[t] && sl[mp->slot[u]].end == p) {
+      if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT &&
+          u != g->loss && mp->end[u] == p && mp->size[u] == mp->size[t] && sl[mp->slot[u]].end == p) {
         Slot *s = &sl[mp->slot[u]];
         mp->slot[t] = mp->slot[u];
         if (mp->end[t] > s->end) s->end = mp->end[t];
@@ -284,7 +289,8 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     return -1;
   }
   mp->arena = align_up(top, align);
-  for (int t = 0; t < nt; t++) mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
+  for (int t = 0; t < nt; t++)
+    mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
   if (sc->owner && place_region(g, sc, mp) < 0) {
     free(sl), free(ts), free(diff), free(point), free(grouped);
     memplan_free(mp);
@@ -292,7 +298,8 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     return -1;
   }
   /* live bytes per program point, by slot (a slot's bytes once) and by role (its first tensor's) */
-  for (int s = 0; s < nslots; s++) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
+  for (int s = 0; s < nslots; s++)
+    diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
   int64_t run = 0;
   for (int q = 0; q < np; q++) {
     run += diff[q];
@@ -302,9 +309,11 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
   for (int r = 0; r < MEM_NROLES; r++) {
     memset(diff, 0, (size_t)(np + 2) * sizeof *diff);
     for (int s = 0; s < nslots; s++)
-      if (memplan_role(g, sr, sl[s].first) == r) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
+      if (memplan_role(g, sr, sl[s].first) == r)
+        diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
     run = region_role_bytes(g, mp, r);
-    for (int q = 0; q < np; q++) run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
+    for (int q = 0; q < np; q++)
+      run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
   }
   free(sl), free(ts), free(diff), free(point), free(grouped);
   return 0;
@@ -331,11 +340,13 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
   for (int a = 0; a < nt; a++) {
     int64_t cap = mp->buffer[a] ? mp->region : mp->arena;
     if (mp->offset[a] < 0 || mp->offset[a] + mp->size[a] > cap) {
-      snprintf(err, nerr, "%s lies outside the %s", g->t[a].name, mp->buffer[a] ? "optimizer-state region" : "arena");
+      snprintf(err, nerr, "%s lies outside the %s", g->t[a].name,
+               mp->buffer[a] ? "optimizer-state region" : "arena");
       return -1;
     }
     if (mp->buffer[a] && mp->owner[a] >= 0 && mp->offset[a] < mp->region_common) {
-      snprintf(err, nerr, "%s (rank %d's) lies in the region's part every rank holds", g->t[a].name, mp->owner[a]);
+      snprintf(err, nerr, "%s (rank %d's) lies in the region's part every rank holds", g->t[a].name,
+               mp->owner[a]);
       return -1;
     }
     for (int b = a + 1; b < nt; b++) {
@@ -353,10 +364,11 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
   for (int r = 0; mp->region && r < mp->nshard; r++) {
     int64_t held = 0;
     for (int t = 0; t < nt; t++)
-      if (mp->buffer[t] && (mp->owner[t] < 0 || mp->owner[t] == r)) held += (mp->size[t] + MEMPLAN_REGION_ALIGN - 1) / MEMPLAN_REGION_ALIGN * MEMPLAN_REGION_ALIGN;
+      if (mp->buffer[t] && (mp->owner[t] < 0 || mp->owner[t] == r))
+        held += (mp->size[t] + MEMPLAN_REGION_ALIGN - 1) / MEMPLAN_REGION_ALIGN * MEMPLAN_REGION_ALIGN;
     if (held != mp->shard[r] || mp->shard[r] > mp->region) {
-      snprintf(err, nerr, "rank %d's optimizer-state shard: %lld bytes held, %lld planned (region %lld)", r, (long long)held,
-               (long long)mp->shard[r], (long long)mp->region);
+      snprintf(err, nerr, "rank %d's optimizer-state shard: %lld bytes held, %lld planned (region %lld)", r,
+               (long long)held, (long long)mp->shard[r], (long long)mp->region);
       return -1;
     }
   }
@@ -368,25 +380,28 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
     int64_t live = mp->region; /* the region: live for the whole step */
     memset(seen, 0, (size_t)nt);
     for (int t = 0; t < nt; t++)
-      if (!mp->buffer[t] && mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]]) seen[mp->slot[t]] = 1, live += mp->size[t];
+      if (!mp->buffer[t] && mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]])
+        seen[mp->slot[t]] = 1, live += mp->size[t];
     if (live != mp->live[q]) {
       free(seen);
-      snprintf(err, nerr, "live bytes at point %d: %lld recounted, %lld planned", q, (long long)live, (long long)mp->live[q]);
+      snprintf(err, nerr, "live bytes at point %d: %lld recounted, %lld planned", q, (long long)live,
+               (long long)mp->live[q]);
       return -1;
     }
     if (live > peak) peak = live;
   }
   free(seen);
   if (peak != mp->peak || mp->arena + mp->region < mp->peak) {
-    snprintf(err, nerr, "peak %lld recounted, %lld planned (arena %lld, region %lld)", (long long)peak, (long long)mp->peak,
-             (long long)mp->arena, (long long)mp->region);
+    snprintf(err, nerr, "peak %lld recounted, %lld planned (arena %lld, region %lld)", (long long)peak,
+             (long long)mp->peak, (long long)mp->arena, (long long)mp->region);
     return -1;
   }
   return 0;
 }
 
 void memplan_free(MemPlan *mp) {
-  free(mp->start), free(mp->end), free(mp->slot), free(mp->size), free(mp->offset), free(mp->live), free(mp->live_role);
+  free(mp->start), free(mp->end), free(mp->slot), free(mp->size), free(mp->offset), free(mp->live),
+      free(mp->live_role);
   free(mp->buffer), free(mp->owner), free(mp->shard);
   memset(mp, 0, sizeof *mp);
 }

@@ -75,9 +75,12 @@ static bool has(const char *name, const char *part) { return strstr(name, part) 
 
 static bool col_parallel(const char *n) {
   return has(n, "linear_qkv") || has(n, "linear_fc1") || has(n, "output_layer") || has(n, "linear_q_proj") ||
-         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings") || has(n, "mixer.in_proj");
+         has(n, "linear_q_up_proj") || has(n, "linear_kv_up_proj") || has(n, "word_embeddings") ||
+         has(n, "mixer.in_proj");
 }
-static bool row_parallel(const char *n) { return has(n, "linear_proj") || has(n, "linear_fc2") || has(n, "mixer.out_proj"); }
+static bool row_parallel(const char *n) {
+  return has(n, "linear_proj") || has(n, "linear_fc2") || has(n, "mixer.out_proj");
+}
 /* Megatron's MambaMixer splits its heads (and groups) over TP: the conv, dt_bias, A_log, D and
  * the gated norm's weight are per channel or per head of the rank (mamba_mixer.py,
  * nheads_local_tp, d_inner_local_tp). */
@@ -119,13 +122,16 @@ static double elem_bytes(const Lay *L, const Tensor *x) {
   case ROLE_GRAD: return grad_bytes(L, p);
   case ROLE_MASTER:
     if (!aware) return 4;
-    if (strcmp(o->main_params_dtype, "fp32") == 0) return o->store_param_remainders && pb == 2 && p && p->dtype == DT_BF16 ? 2 : 4;
+    if (strcmp(o->main_params_dtype, "fp32") == 0)
+      return o->store_param_remainders && pb == 2 && p && p->dtype == DT_BF16 ? 2 : 4;
     return dtype_name_bytes(o->main_params_dtype);
   case ROLE_OPTIM: {
     if (!p) break; /* step, lr, norm scalars */
     size_t n = strlen(x->name);
-    if (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0) return aware ? dtype_name_bytes(o->exp_avg_sq_dtype) : 4;
-    if (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0) return aware ? dtype_name_bytes(o->exp_avg_dtype) : 4;
+    if (n > 11 && strcmp(x->name + n - 11, ".exp_avg_sq") == 0)
+      return aware ? dtype_name_bytes(o->exp_avg_sq_dtype) : 4;
+    if (n > 8 && strcmp(x->name + n - 8, ".exp_avg") == 0)
+      return aware ? dtype_name_bytes(o->exp_avg_dtype) : 4;
     break;
   }
   default: break;
@@ -147,9 +153,9 @@ static double elem_bytes(const Lay *L, const Tensor *x) {
  * router are not TE fp8 modules (output_layer is Megatron's ColumnParallelLinear; the router
  * computes in moe_router_dtype). Scaling state (one amax and scale per tensor) is not counted. */
 typedef struct {
-  int cast;      /* program point of the first fp8 linear reading it (-1: not an fp8 linear input) */
-  int last_fwd;  /* its last forward / replay reader */
-  bool keep16;   /* a backward op other than a wgrad reads it too */
+  int cast;     /* program point of the first fp8 linear reading it (-1: not an fp8 linear input) */
+  int last_fwd; /* its last forward / replay reader */
+  bool keep16;  /* a backward op other than a wgrad reads it too */
 } Fp8Use;
 
 static bool fp8_module(const Op *op) {
@@ -161,7 +167,8 @@ static bool fp8_module(const Op *op) {
 /* Fills u (per tensor) and w (per tensor: 1 for the weight of an fp8 linear); pp[i] is the
  * program point of schedule item i. */
 static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *u, uint8_t *w) {
-  for (int t = 0; t < g->nt; t++) u[t] = (Fp8Use){-1, -1, false}, w[t] = 0;
+  for (int t = 0; t < g->nt; t++)
+    u[t] = (Fp8Use){-1, -1, false}, w[t] = 0;
   for (int i = 0; i < sc->n; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[sc->it[i].id];
@@ -177,7 +184,8 @@ static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *
     if (sc->it[i].kind != SCHED_OP) continue;
     const Op *op = &g->op[sc->it[i].id];
     if (op->tags.phase != IR_PHASE_BACKWARD || op_info(op->kind)->facts.matmul == MATMUL_WGRAD) continue;
-    for (int j = 0; j < op->nin; j++) u[op->in[j]].keep16 = true;
+    for (int j = 0; j < op->nin; j++)
+      u[op->in[j]].keep16 = true;
   }
 }
 
@@ -211,7 +219,8 @@ static int name_layer(const char *n) {
 static int64_t tensor_stages(const Lay *L, int t) {
   const Graph *g = L->g;
   const Tensor *x = &g->t[t];
-  if (x->of >= 0 && (x->role == ROLE_GRAD || x->role == ROLE_MASTER || x->role == ROLE_OPTIM)) return tensor_stages(L, x->of);
+  if (x->of >= 0 && (x->role == ROLE_GRAD || x->role == ROLE_MASTER || x->role == ROLE_OPTIM))
+    return tensor_stages(L, x->of);
   int p = x->producer;
   const char *n = x->name;
   int l = p >= 0 ? g->op[p].tags.layer : name_layer(n);
@@ -239,13 +248,18 @@ static void act_tp(const Lay *L, const Schedule *sc, uint8_t *tp_split) {
       const Tensor *x = &g->t[t];
       if (role_is_persistent(x->role)) continue;
       bool v;
-      if (x->role == ROLE_ACT_GRAD && x->of >= 0 && !role_is_persistent(g->t[x->of].role)) v = tp_split[x->of];
+      if (x->role == ROLE_ACT_GRAD && x->of >= 0 && !role_is_persistent(g->t[x->of].role))
+        v = tp_split[x->of];
       /* by kind on purpose: which ops stand for Megatron's column-parallel linears, its vocab-parallel
        * loss and embedding is memrank's reading of Megatron's layout, not a fact of the op */
-      else if (op->kind == OP_LINEAR) v = col_parallel(op->tags.module);
-      else if (op->kind == OP_LINEAR_CROSS_ENTROPY) v = j == 2 && col_parallel(op->tags.module); /* the logits chunk */
-      else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED || tensor_numel(x) == 1) v = false;
-      else v = in_split && !row_parallel(op->tags.module);
+      else if (op->kind == OP_LINEAR)
+        v = col_parallel(op->tags.module);
+      else if (op->kind == OP_LINEAR_CROSS_ENTROPY)
+        v = j == 2 && col_parallel(op->tags.module); /* the logits chunk */
+      else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED || tensor_numel(x) == 1)
+        v = false;
+      else
+        v = in_split && !row_parallel(op->tags.module);
       tp_split[t] = v;
     }
   }
@@ -255,12 +269,13 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
   const Tensor *x = &L->g->t[t];
   int q = x->of >= 0 && role_is_persistent(x->role) ? x->of : t;
   const char *n = L->g->t[q].name;
-  if (role_is_persistent(x->role) || (x->role == ROLE_ACT_GRAD && x->of >= 0 && L->g->t[x->of].role == ROLE_PARAM)) {
+  if (role_is_persistent(x->role) ||
+      (x->role == ROLE_ACT_GRAD && x->of >= 0 && L->g->t[x->of].role == ROLE_PARAM)) {
     if (x->role == ROLE_ACT_GRAD) n = L->g->t[x->of].name;
     if (x->role == ROLE_OPTIM && x->of < 0) return 1; /* step, lr, norm scalars */
-    double f = expert(n)                                                 ? (double)L->ep * L->etp
+    double f = expert(n) ? (double)L->ep * L->etp
                : ((col_parallel(n) || row_parallel(n)) && has(n, "weight")) || mamba_tp(n) ? L->tp
-                                                                                            : 1;
+                                                                                           : 1;
     if (has(n, "word_embeddings") || (has(n, "output_layer") && has(n, "weight"))) f = L->tp;
     if (L->s->optimizer.use_distributed_optimizer && (x->role == ROLE_MASTER || x->role == ROLE_OPTIM))
       f *= expert(n) ? L->edp : L->dp;
@@ -299,15 +314,16 @@ static double shard(const Lay *L, const uint8_t *tp_split, int t) {
  * The last stage runs a micro-batch's backward right after its forward (1F1B), so this tensor is
  * not multiplied by the micro-batches in flight. A step whose output layer runs in chunks
  * (LINEAR_CROSS_ENTROPY) holds one chunk of the bf16 logits: the other chunks' count here too.
- * Returns its bytes, 0 when the graph has no loss. Not applied to stepc's own step (not a Megatron job, spec_megatron_job), whose report
- * is stepc's own step (plan.activations). */
+ * Returns its bytes, 0 when the graph has no loss. Not applied to stepc's own step (not a Megatron job,
+ * spec_megatron_job), whose report is stepc's own step (plan.activations). */
 static bool megatron_loss_fp32_copy(const Spec *s) {
   const SpecModel *m = &s->model;
   bool te = m->cross_entropy_loss_fusion && strcmp(m->cross_entropy_fusion_impl, "te") == 0;
   return !te || spec_te_at_least(s, 2, 18);
 }
 
-static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_t *tp_split, int *from, int *to) {
+static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_t *tp_split, int *from,
+                                  int *to) {
   const Graph *g = L->g;
   int logits = -1;
   double numel = 0, chunks = 1;
@@ -317,9 +333,12 @@ static double megatron_loss_bytes(const Lay *L, const Schedule *sc, const uint8_
     const Op *op = &g->op[sc->it[i].id];
     if (op->kind == OP_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD)
       logits = op->in[0], numel = (double)tensor_numel(&g->t[logits]), *from = q;
-    else if (op->kind == OP_LINEAR_CROSS_ENTROPY && op->tags.phase == IR_PHASE_FORWARD) /* chunked: its chunk stands for them */
-      logits = op->out[2], chunks = (double)op->a.i[0], numel = (double)tensor_numel(&g->t[logits]) * chunks, *from = q;
-    else if (*from >= 0 && *to < 0 && op->tags.phase == IR_PHASE_BACKWARD) *to = q;
+    else if (op->kind == OP_LINEAR_CROSS_ENTROPY &&
+             op->tags.phase == IR_PHASE_FORWARD) /* chunked: its chunk stands for them */
+      logits = op->out[2], chunks = (double)op->a.i[0], numel = (double)tensor_numel(&g->t[logits]) * chunks,
+      *from = q;
+    else if (*from >= 0 && *to < 0 && op->tags.phase == IR_PHASE_BACKWARD)
+      *to = q;
     q++;
   }
   if (logits < 0 || *to < 0) return 0;
@@ -398,8 +417,8 @@ static double te_grouped_workspace_bytes(const Spec *s) {
 static double megatron_grad_copy_bytes(const Lay *L, double grad_elem_bytes) {
   const SpecOptimizer *o = &L->s->optimizer;
   const SpecModel *m = &L->s->model;
-  bool decoupled = o->use_precision_aware_optimizer &&
-                   (strcmp(o->main_params_dtype, "fp32") != 0 || !m->fp8[0] || strcmp(m->fp8_recipe, "delayed") == 0);
+  bool decoupled = o->use_precision_aware_optimizer && (strcmp(o->main_params_dtype, "fp32") != 0 ||
+                                                        !m->fp8[0] || strcmp(m->fp8_recipe, "delayed") == 0);
   return decoupled || grad_elem_bytes >= 4 ? 0 : 4;
 }
 
@@ -427,7 +446,8 @@ static double hybridep_buffer_bytes(const Lay *L) {
       strcmp(m->moe_flex_dispatcher_backend, "hybridep") != 0)
     return 0;
   const int nvlink_domain = 8;
-  int group = L->ep * L->etp, r = group < nvlink_domain ? group : nvlink_domain, nodes = group / r > 0 ? group / r : 1;
+  int group = L->ep * L->etp, r = group < nvlink_domain ? group : nvlink_domain,
+      nodes = group / r > 0 ? group / r : 1;
   double tokens = (double)m->seq_length * (double)L->s->train.micro_batch_size / L->cp / (L->sp ? L->tp : 1);
   if (tokens < 512) tokens = 512;
   double worst = tokens * r * nodes, hidden = (double)m->hidden_size;
@@ -454,7 +474,8 @@ static double nccl_ring_buffer_bytes(const Lay *L) {
   int groups[] = {L->tp, L->cp, L->dp, L->s->model.num_moe_experts > 0 ? L->ep * L->etp : 1,
                   L->s->model.num_moe_experts > 0 ? L->edp : 1};
   int rings = 0;
-  for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) rings += groups[i] > 1;
+  for (size_t i = 0; i < sizeof groups / sizeof *groups; i++)
+    rings += groups[i] > 1;
   return rings * channels * per_channel;
 }
 
@@ -500,18 +521,22 @@ static bool local_spec(const Spec *s) {
   return spec_megatron_job(s) && strcmp(s->model.transformer_impl, "local") == 0;
 }
 
-static bool core_attn_op(const Op *op) { return op->tags.layer >= 0 && has(op->tags.module, "core_attention"); }
+static bool core_attn_op(const Op *op) {
+  return op->tags.layer >= 0 && has(op->tags.module, "core_attention");
+}
 
 /* Marks the score-sized tensors of each layer's core attention (the scores' element count). */
 static void local_skip_scan(const Graph *g, uint8_t *skip) {
-  for (int t = 0; t < g->nt; t++) skip[t] = 0;
+  for (int t = 0; t < g->nt; t++)
+    skip[t] = 0;
   for (int o = 0; o < g->nop; o++) {
     const Op *sc = &g->op[o];
     if (sc->kind != OP_ATTN_SCORES || !core_attn_op(sc)) continue;
     int64_t n = tensor_numel(&g->t[sc->out[0]]);
     for (int t = 0; t < g->nt; t++) {
       int p = g->t[t].producer;
-      if (p >= 0 && core_attn_op(&g->op[p]) && g->op[p].tags.layer == sc->tags.layer && tensor_numel(&g->t[t]) == n)
+      if (p >= 0 && core_attn_op(&g->op[p]) && g->op[p].tags.layer == sc->tags.layer &&
+          tensor_numel(&g->t[t]) == n)
         skip[t] = 1;
     }
   }
@@ -558,35 +583,50 @@ static void local_attention_add(const Lay *L, const Schedule *sc, const uint8_t 
       if (op->tags.layer != l) continue;
       int ph = op->tags.phase;
       if (ph == IR_PHASE_REPLAY && has(op->tags.module, "linear_qkv")) qkv_replayed = true;
-      if (op->kind == OP_SWIGLU && has(op->tags.module, "mlp.activation_func") && !has(op->tags.module, "experts")) {
-        if (ph == IR_PHASE_FORWARD || ph == IR_PHASE_REPLAY) act_at[ph == IR_PHASE_REPLAY] = at, act_out = op->out[0];
+      if (op->kind == OP_SWIGLU && has(op->tags.module, "mlp.activation_func") &&
+          !has(op->tags.module, "experts")) {
+        if (ph == IR_PHASE_FORWARD || ph == IR_PHASE_REPLAY)
+          act_at[ph == IR_PHASE_REPLAY] = at, act_out = op->out[0];
       }
-      if (op->kind == OP_SWIGLU_BWD && has(op->tags.module, "mlp.activation_func") && !has(op->tags.module, "experts"))
+      if (op->kind == OP_SWIGLU_BWD && has(op->tags.module, "mlp.activation_func") &&
+          !has(op->tags.module, "experts"))
         act_bwd = at;
       if (!core_attn_op(op)) continue;
       if (ph == IR_PHASE_FORWARD || ph == IR_PHASE_REPLAY) {
         AttnPts *p = &f[ph == IR_PHASE_REPLAY];
-        if (op->kind == OP_ATTN_SCORES) p->s = at, scores = op->out[0], qin = op->in[0], kin = op->in[1];
-        else if (op->kind == OP_CAUSAL_MASK) p->m = at;
-        else if (op->kind == OP_SOFTMAX) p->sm = at;
-        else if (op->kind == OP_DROPOUT) p->d = at;
-        else if (op->kind == OP_ATTN_PV) p->pv = at, vin = op->in[1];
+        if (op->kind == OP_ATTN_SCORES)
+          p->s = at, scores = op->out[0], qin = op->in[0], kin = op->in[1];
+        else if (op->kind == OP_CAUSAL_MASK)
+          p->m = at;
+        else if (op->kind == OP_SOFTMAX)
+          p->sm = at;
+        else if (op->kind == OP_DROPOUT)
+          p->d = at;
+        else if (op->kind == OP_ATTN_PV)
+          p->pv = at, vin = op->in[1];
       } else if (ph == IR_PHASE_BACKWARD) {
-        if (op->kind == OP_ATTN_SCORES_BWD) b.s = at;
-        else if (op->kind == OP_CAUSAL_MASK) b.m = at;
-        else if (op->kind == OP_SOFTMAX_BWD) b.sm = at;
-        else if (op->kind == OP_DROPOUT_BWD) b.d = at;
-        else if (op->kind == OP_ATTN_PV_BWD) b.pv = at;
+        if (op->kind == OP_ATTN_SCORES_BWD)
+          b.s = at;
+        else if (op->kind == OP_CAUSAL_MASK)
+          b.m = at;
+        else if (op->kind == OP_SOFTMAX_BWD)
+          b.sm = at;
+        else if (op->kind == OP_DROPOUT_BWD)
+          b.d = at;
+        else if (op->kind == OP_ATTN_PV_BWD)
+          b.pv = at;
       }
     }
     /* the GLU's two saved tensors (not with the fused bias_swiglu, which saves its input only) */
     if (act_out >= 0 && !m->bias_activation_fusion) {
-      double x = 2.0 * (double)tensor_numel(&g->t[act_out]) * (double)dtype_size(g->t[act_out].dtype) / shard(L, tps, act_out);
+      double x = 2.0 * (double)tensor_numel(&g->t[act_out]) * (double)dtype_size(g->t[act_out].dtype) /
+                 shard(L, tps, act_out);
       bool re = act_at[1] >= 0;
       seg(diff, re ? act_at[1] : act_at[0], act_bwd, x, last_fwd, saved);
       if (re) seg(diff, act_at[0], act_at[0], x, last_fwd, saved); /* under no_grad: until the product */
     }
-    if (scores < 0 || f[0].s < 0 || f[0].m < 0 || f[0].sm < 0 || f[0].pv < 0 || b.s < 0 || b.m < 0 || b.sm < 0 || b.pv < 0)
+    if (scores < 0 || f[0].s < 0 || f[0].m < 0 || f[0].sm < 0 || f[0].pv < 0 || b.s < 0 || b.m < 0 ||
+        b.sm < 0 || b.pv < 0)
       continue;
     const Tensor *st = &g->t[scores];
     double n = (double)tensor_numel(st), sh = shard(L, tps, scores);
@@ -594,15 +634,18 @@ static void local_attention_add(const Lay *L, const Schedule *sc, const uint8_t 
     bool fp = m->attention_softmax_in_fp32 && dtype_size(st->dtype) == 2;
     double sF = fp ? 2 * s2 : s2;
     bool drop = f[0].d >= 0;
-    double mk = (double)m->seq_length * (double)m->seq_length / ((double)L->cp * L->cp); /* the causal mask, bool */
-    double dr = drop ? s2 + s1 : 0;                                                    /* dropped probs + mask */
+    double mk =
+        (double)m->seq_length * (double)m->seq_length / ((double)L->cp * L->cp); /* the causal mask, bool */
+    double dr = drop ? s2 + s1 : 0;                                              /* dropped probs + mask */
     double keep = fp ? sF + (drop ? 0 : s2) : s2; /* saved probabilities: fp32 (+ bf16 for the bmm) or bf16 */
     double kx = 0, vx = 0;                        /* GQA: K and V expanded to every head */
     if (qin >= 0 && kin >= 0 && vin >= 0 && tensor_numel(&g->t[kin]) > 0) {
       double ratio = (double)tensor_numel(&g->t[qin]) / (double)tensor_numel(&g->t[kin]);
       if (ratio > 1) {
-        kx = (double)tensor_numel(&g->t[kin]) * (ratio - 1) * (double)dtype_size(g->t[kin].dtype) / shard(L, tps, kin);
-        vx = (double)tensor_numel(&g->t[vin]) * (ratio - 1) * (double)dtype_size(g->t[vin].dtype) / shard(L, tps, vin);
+        kx = (double)tensor_numel(&g->t[kin]) * (ratio - 1) * (double)dtype_size(g->t[kin].dtype) /
+             shard(L, tps, kin);
+        vx = (double)tensor_numel(&g->t[vin]) * (ratio - 1) * (double)dtype_size(g->t[vin].dtype) /
+             shard(L, tps, vin);
       }
     }
     /* stepc's replay skips the PV product when linear_proj keeps the context (compiler/passes/recompute.c):
@@ -623,8 +666,8 @@ static void local_attention_add(const Lay *L, const Schedule *sc, const uint8_t 
       int sp = vin >= 0 ? g->t[vin].producer : -1;
       if (!qkv_replayed && sp >= 0 && g->op[sp].kind == OP_SPLIT_QKV) {
         int qkv = g->op[sp].in[0];
-        double x = ((double)tensor_numel(&g->t[qkv]) - (double)tensor_numel(&g->t[vin])) * (double)dtype_size(g->t[qkv].dtype) /
-                   shard(L, tps, qkv);
+        double x = ((double)tensor_numel(&g->t[qkv]) - (double)tensor_numel(&g->t[vin])) *
+                   (double)dtype_size(g->t[qkv].dtype) / shard(L, tps, qkv);
         seg(diff, t->pv + 1, b.s, x, last_fwd, saved);
       }
     }
@@ -682,15 +725,24 @@ static int adam_group(const Lay *L, const Tensor *param) {
   return (own ? 2 : 0) + (no_wd ? 1 : 0);
 }
 
-int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
-                   RankReport *rr, double *curve, char *err, size_t nerr) {
+int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr,
+                   const MemPlan *mp, RankReport *rr, double *curve, char *err, size_t nerr) {
   const SpecModel *m = &s->model;
   memset(rr, 0, sizeof *rr);
-  Lay L = {.g = g, .s = s, .tp = (int)m->tensor_model_parallel_size, .pp = (int)m->pipeline_model_parallel_size,
-           .vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size] ? (int)m->virtual_pipeline_model_parallel_size : 1,
-           .cp = (int)m->context_parallel_size, .ep = (int)m->expert_model_parallel_size,
-           .etp = s->present[SPEC_F_model_expert_tensor_parallel_size] ? (int)m->expert_tensor_parallel_size : (int)m->tensor_model_parallel_size,
-           .dp = (int)spec_data_parallel_size(s), .nl = (int)m->num_layers, .sp = m->sequence_parallel};
+  Lay L = {.g = g,
+           .s = s,
+           .tp = (int)m->tensor_model_parallel_size,
+           .pp = (int)m->pipeline_model_parallel_size,
+           .vpp = s->present[SPEC_F_model_virtual_pipeline_model_parallel_size]
+                      ? (int)m->virtual_pipeline_model_parallel_size
+                      : 1,
+           .cp = (int)m->context_parallel_size,
+           .ep = (int)m->expert_model_parallel_size,
+           .etp = s->present[SPEC_F_model_expert_tensor_parallel_size] ? (int)m->expert_tensor_parallel_size
+                                                                       : (int)m->tensor_model_parallel_size,
+           .dp = (int)spec_data_parallel_size(s),
+           .nl = (int)m->num_layers,
+           .sp = m->sequence_parallel};
   if (L.tp < 1) L.tp = 1;
   if (L.pp < 1) L.pp = 1;
   if (L.vpp < 1) L.vpp = 1;
@@ -712,7 +764,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
   int64_t *stg = malloc((size_t)(g->nt + 1) * sizeof *stg);
   double *diff = calloc((size_t)mp->npos + 2, sizeof *diff);
   double *slot_b = malloc((size_t)(g->nt + 1) * sizeof *slot_b);
-  int *slot_start = malloc((size_t)(g->nt + 1) * sizeof *slot_start), *slot_end = malloc((size_t)(g->nt + 1) * sizeof *slot_end);
+  int *slot_start = malloc((size_t)(g->nt + 1) * sizeof *slot_start),
+      *slot_end = malloc((size_t)(g->nt + 1) * sizeof *slot_end);
   if (!tps || !stg || !diff || !slot_b || !slot_start || !slot_end) {
     free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end);
     snprintf(err, nerr, "out of memory");
@@ -721,14 +774,17 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
   bool fp8 = m->fp8[0] != 0;
   Fp8Use *f8 = fp8 ? malloc((size_t)(g->nt + 1) * sizeof *f8) : NULL;
   uint8_t *f8w = fp8 ? malloc((size_t)g->nt + 1) : NULL;
-  int *pp = fp8 ? malloc((size_t)(sc->n + 1) * sizeof *pp) : NULL, *nshare = fp8 ? calloc((size_t)g->nt + 1, sizeof *nshare) : NULL;
+  int *pp = fp8 ? malloc((size_t)(sc->n + 1) * sizeof *pp) : NULL,
+      *nshare = fp8 ? calloc((size_t)g->nt + 1, sizeof *nshare) : NULL;
   if (fp8 && (!f8 || !f8w || !pp || !nshare)) {
-    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w),
+        free(pp), free(nshare);
     snprintf(err, nerr, "out of memory");
     return -1;
   }
   if (fp8) {
-    for (int i = 0, q = 0; i < sc->n; i++) pp[i] = sc->it[i].kind == SCHED_OP ? q++ : q;
+    for (int i = 0, q = 0; i < sc->n; i++)
+      pp[i] = sc->it[i].kind == SCHED_OP ? q++ : q;
     fp8_scan(g, sc, pp, f8, f8w);
     for (int t = 0; t < g->nt; t++)
       if (mp->start[t] >= 0) nshare[mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t]++;
@@ -737,14 +793,17 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
   bool mj = spec_megatron_job(s), local = local_spec(s);
   uint8_t *local_skip = local ? malloc((size_t)g->nt + 1) : NULL;
   if (local && !local_skip) {
-    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+    free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w),
+        free(pp), free(nshare);
     snprintf(err, nerr, "out of memory");
     return -1;
   }
   if (local) local_skip_scan(g, local_skip);
-  for (int t = 0; t < g->nt; t++) stg[t] = tensor_stages(&L, t);
+  for (int t = 0; t < g->nt; t++)
+    stg[t] = tensor_stages(&L, t);
   int loss_from = -1, loss_to = -1;
-  /* stepc's own step (not a Megatron job) reports stepc's own step (plan.activations holds it equal to the plan) */
+  /* stepc's own step (not a Megatron job) reports stepc's own step (plan.activations holds it equal to the
+   * plan) */
   double loss_b = mj ? megatron_loss_bytes(&L, sc, tps, &loss_from, &loss_to) : 0;
   int64_t stg_loss = loss_b > 0 ? 1ll << (L.pp - 1) : 0;
   /* the last forward program point */
@@ -758,7 +817,11 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
     RankMem *r = &rr->r[rr->n++];
     int st = stages[k];
     r->stage = st;
-    snprintf(r->name, sizeof r->name, "pp%d%s", st, L.pp == 1 ? "" : st == 0 ? " (first stage)" : st == L.pp - 1 ? " (last stage)" : " (middle)");
+    snprintf(r->name, sizeof r->name, "pp%d%s", st,
+             L.pp == 1        ? ""
+             : st == 0        ? " (first stage)"
+             : st == L.pp - 1 ? " (last stage)"
+                              : " (middle)");
     r->layer_first = -1;
     for (int l = 0; l < L.nl; l++)
       if (layer_stage(&L, l) == st) {
@@ -766,7 +829,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
         r->layer_last = l;
       }
     memset(diff, 0, (size_t)(mp->npos + 2) * sizeof *diff);
-    for (int t = 0; t < g->nt; t++) slot_b[t] = -1;
+    for (int t = 0; t < g->nt; t++)
+      slot_b[t] = -1;
     double saved = 0, moments = 0, grad_copies = 0;
     double grp_moments[4] = {0}, grp_sqrt[4] = {0}; /* per torch param group (adam_group) */
     for (int t = 0; t < g->nt; t++) {
@@ -781,8 +845,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       if (role == ROLE_PARAM) {
         r->weights += fp8 && f8w[t] ? fp8_weight_bytes(&L, b) : b;
         r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
-      }
-      else if (role == ROLE_GRAD) r->grads += b;
+      } else if (role == ROLE_GRAD)
+        r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) {
         r->optimizer += b;
         if (role == ROLE_OPTIM && x->of >= 0 && is_moment(x)) {
@@ -792,17 +856,19 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
         }
         /* the copy of this param's grad shard has the master's elements */
         if (role == ROLE_MASTER)
-          grad_copies += (double)tensor_numel(x) * megatron_grad_copy_bytes(&L, grad_bytes(&L, x->of >= 0 ? &g->t[x->of] : NULL)) /
+          grad_copies += (double)tensor_numel(x) *
+                         megatron_grad_copy_bytes(&L, grad_bytes(&L, x->of >= 0 ? &g->t[x->of] : NULL)) /
                          shard(&L, tps, t);
-      }
-      else if (role == MEM_ROLE_GRAPH) r->graph_buffers += b;
+      } else if (role == MEM_ROLE_GRAPH)
+        r->graph_buffers += b;
       else if (mp->start[t] >= 0) {
         /* tensors that share a slot (in-place reuse) take its bytes once, over their joint life */
         int sl = mp->slot[t] >= 0 && mp->slot[t] < g->nt ? mp->slot[t] : t;
         if (fp8 && f8[t].cast >= 0 && nshare[sl] == 1 && x->dtype == DT_BF16) {
           /* the bf16 tensor until its last forward reader (or its end when a backward op other
            * than the wgrad reads it), its fp8 copy from the cast to its end */
-          int s0 = mp->start[t], e16 = f8[t].keep16 || f8[t].last_fwd > mp->end[t] ? mp->end[t] : f8[t].last_fwd;
+          int s0 = mp->start[t],
+              e16 = f8[t].keep16 || f8[t].last_fwd > mp->end[t] ? mp->end[t] : f8[t].last_fwd;
           int c0 = f8[t].cast, e8 = mp->end[t];
           diff[s0] += b, diff[e16 + 1] -= b;
           if (e8 > e16 || f8[t].keep16) diff[c0] += b / 2, diff[e8 + 1] -= b / 2;
@@ -810,7 +876,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
           if ((e8 > e16 || f8[t].keep16) && c0 <= last_fwd && e8 > last_fwd) saved += b / 2;
           continue;
         }
-        if (slot_b[sl] < 0) slot_b[sl] = b, slot_start[sl] = mp->start[t], slot_end[sl] = mp->end[t];
+        if (slot_b[sl] < 0)
+          slot_b[sl] = b, slot_start[sl] = mp->start[t], slot_end[sl] = mp->end[t];
         else {
           if (b > slot_b[sl]) slot_b[sl] = b;
           if (mp->start[t] < slot_start[sl]) slot_start[sl] = mp->start[t];
@@ -846,8 +913,8 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
     r->saved_per_micro = saved;
     r->activations = peak + (infl - 1) * saved;
     r->workspace = 32.0 * 1024 * 1024 + attn_ws / ((double)L.tp * L.cp) + /* cuBLASLt's + cuDNN attention's */
-                   (mj ? te_grouped_workspace_bytes(s) : 0) +                 /* + TE's grouped GEMMs' */
-                   (local ? global_buffer_bytes(&L, tps) : 0);                   /* + Megatron's mpu buffer */
+                   (mj ? te_grouped_workspace_bytes(s) : 0) +             /* + TE's grouped GEMMs' */
+                   (local ? global_buffer_bytes(&L, tps) : 0);            /* + Megatron's mpu buffer */
     double state = r->weights + r->grads + r->optimizer + r->graph_buffers + r->workspace;
     double fwd_bwd = state + r->activations;
     /* torch's foreach AdamW (torch_adamw): the largest group's temporary with every moment
@@ -873,14 +940,17 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
     r->first_iteration = !mj                              ? r->max_allocated
                          : fwd_bwd - moments > first_step ? fwd_bwd - moments
                                                           : first_step;
-    /* stepc's own step (not a Megatron job) reports stepc's own step, which holds nothing outside its arena but the CUDA
-     * context */
+    /* stepc's own step (not a Megatron job) reports stepc's own step, which holds nothing outside its arena
+     * but the CUDA context */
     r->hybridep_buffers = mj ? hybridep_buffer_bytes(&L) : 0;
     r->nccl_buffers = mj ? nccl_ring_buffer_bytes(&L) : 0;
     r->device_total = r->max_allocated + r->hybridep_buffers + r->nccl_buffers;
   }
-  rr->usable = s->present[SPEC_F_train_usable_device_memory_gib] ? s->train.usable_device_memory_gib * 1073741824.0 : 0;
-  free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w), free(pp), free(nshare);
+  rr->usable = s->present[SPEC_F_train_usable_device_memory_gib]
+                   ? s->train.usable_device_memory_gib * 1073741824.0
+                   : 0;
+  free(tps), free(stg), free(diff), free(slot_b), free(slot_start), free(slot_end), free(f8), free(f8w),
+      free(pp), free(nshare);
   free(local_skip);
   return 0;
 }

@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "codegen/launch/program.h"
-#include "passes/fuse.h"
 #include "lower/lower.h"
+#include "passes/fuse.h"
 #include "plan/plan.h"
 
 static double now_s(void) {
@@ -18,13 +18,14 @@ static double now_s(void) {
 }
 
 /* The passes from the Spec to the applied memory plan: what a build writes and a run runs. */
-static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool checks_only, char *err, size_t nerr) {
+static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool checks_only, char *err,
+                     size_t nerr) {
   int rc = lower_step(s, &p->g, err, nerr);
   if (rc == LOWER_UNSUPPORTED) return PLAN_UNSUPPORTED;
   if (rc != LOWER_OK) return PLAN_ERROR;
   recompute_config_from_spec(s, &p->rc);
-  if (recompute_apply(p->g, &p->rc, &p->rr, err, nerr) != 0 || schedule_build(p->g, s, &p->sc, err, nerr) != 0 ||
-      scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0)
+  if (recompute_apply(p->g, &p->rc, &p->rr, err, nerr) != 0 ||
+      schedule_build(p->g, s, &p->sc, err, nerr) != 0 || scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0)
     return PLAN_ERROR;
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
   if (checks_only) return PLAN_OK; /* stepc check: the graph checks need no fusions or memory plan */
@@ -41,7 +42,8 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
  * run the same step without static buffers, so they get a reading of their own. */
 static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_t nerr) {
   cost_device_h200(&p->dev);
-  if (memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 || cost_build(p->g, s, &p->dev, &p->cost) != 0)
+  if (memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 ||
+      cost_build(p->g, s, &p->dev, &p->cost) != 0)
     return PLAN_ERROR;
   if (p->sr.static_bytes == 0 || memrank_capture_iteration(s) <= 1) {
     memrank_readings(s, &p->rank, NULL);
@@ -60,7 +62,8 @@ static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_
  * scratch they need sized, so that the plan reports every byte the step allocates. */
 static int plan_launches(Plan *p, int float_bytes, char *err, size_t nerr) {
   if (float_bytes != 0) return PLAN_OK; /* the CPU executor's plan: the reference interprets the graph */
-  int rc = launch_program_build(p->g, &p->sc, &p->ew, p->sm_count, &p->lp, p->lp_why, sizeof p->lp_why, err, nerr);
+  int rc =
+      launch_program_build(p->g, &p->sc, &p->ew, p->sm_count, &p->lp, p->lp_why, sizeof p->lp_why, err, nerr);
   p->lp_ok = rc == 0;
   return rc < 0 ? PLAN_ERROR : PLAN_OK;
 }
@@ -78,7 +81,8 @@ int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, 
   return plan_build_for(s, float_bytes, LAUNCH_DEFAULT_SMS, p, d, err, nerr);
 }
 
-int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err, size_t nerr) {
+int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err,
+                   size_t nerr) {
   double t0 = now_s();
   memset(p, 0, sizeof *p);
   p->spec = *s;
@@ -117,10 +121,13 @@ int plan_check(const Spec *s, DiagList *d) {
   if (p) plan_free(p);
   free(p);
   if (rc == PLAN_OK) return PLAN_OK;
-  Diag *n = diag_add(d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path,
-                     "the graph checks (checkpoint regions against CUDA-graph scopes, STEPC-40..43) did not run: %s", err);
+  Diag *n = diag_add(
+      d, DIAG_NOTE, "STEPC-44", "model", s->recipe_path,
+      "the graph checks (checkpoint regions against CUDA-graph scopes, STEPC-40..43) did not run: %s", err);
   if (n)
-    diag_hint(n, rc == PLAN_UNSUPPORTED ? "the field rules above still apply; the graph checks run once this architecture is lowered"
-                                        : "report this: planning failed on a recipe the field rules accept");
+    diag_hint(
+        n, rc == PLAN_UNSUPPORTED
+               ? "the field rules above still apply; the graph checks run once this architecture is lowered"
+               : "report this: planning failed on a recipe the field rules accept");
   return rc;
 }

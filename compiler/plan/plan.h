@@ -13,14 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "validate/diag.h"
-#include "passes/ew_fuse.h"
+#include "frontend/spec.h"
 #include "ir.h"
-#include "runtime/program.h"
+#include "passes/ew_fuse.h"
 #include "passes/pipesplit.h"
 #include "runtime/cpu/program.h"
 #include "runtime/image.h"
-#include "frontend/spec.h"
+#include "runtime/program.h"
+#include "validate/diag.h"
 
 /* ---- plan_util.c ---- */
 /* Permutes g's ops into order[0..g->nop) (a permutation of op ids) and fixes every op id held in
@@ -36,29 +36,29 @@ int64_t plan_parse_bytes(const char *s);
 
 /* ---- recompute.c ---- */
 typedef struct {
-  uint32_t labels;   /* IR_LABEL_* of selective recompute (0 = none) */
-  bool full;         /* recompute_granularity = full */
-  bool block;        /* full: method block (else uniform) */
-  int num_layers;    /* full: recompute_num_layers */
-  PipeSplit split;   /* full recompute groups layers per pipeline stage and virtual chunk */
+  uint32_t labels; /* IR_LABEL_* of selective recompute (0 = none) */
+  bool full;       /* recompute_granularity = full */
+  bool block;      /* full: method block (else uniform) */
+  int num_layers;  /* full: recompute_num_layers */
+  PipeSplit split; /* full recompute groups layers per pipeline stage and virtual chunk */
 } RecomputeConfig;
 
 void recompute_config_from_spec(const Spec *s, RecomputeConfig *c);
 
 /* A checkpoint region: forward ops [first, last] (contiguous), one label (or full recompute). */
 typedef struct {
-  int label;            /* label bit index (0 = core_attn), or -1 for full-layer recompute */
-  bool output_discard;  /* moe_act, layernorm, mla_up_proj: the output is freed too */
+  int label;           /* label bit index (0 = core_attn), or -1 for full-layer recompute */
+  bool output_discard; /* moe_act, layernorm, mla_up_proj: the output is freed too */
   int layer, layer_last;
-  int first, last;      /* forward op ids */
-  int outer;            /* the outermost active region containing this one (itself if none) */
-  int nfreed;           /* tensors this region's replay unit rebuilds (for the outermost only) */
-  int64_t freed_bytes;  /* their nominal bytes */
-  int nreplay;          /* replay ops (outermost only) */
+  int first, last;     /* forward op ids */
+  int outer;           /* the outermost active region containing this one (itself if none) */
+  int nfreed;          /* tensors this region's replay unit rebuilds (for the outermost only) */
+  int64_t freed_bytes; /* their nominal bytes */
+  int nreplay;         /* replay ops (outermost only) */
   double replay_flops;
   int replay_first, replay_last; /* op ids of the replay (after placement), -1 if none */
-  int trigger;          /* the backward op the replay is placed before, -1 if none */
-  bool rng;             /* the replay draws random numbers */
+  int trigger;                   /* the backward op the replay is placed before, -1 if none */
+  bool rng;                      /* the replay draws random numbers */
 } Region;
 
 typedef struct {
@@ -82,19 +82,19 @@ const char *recompute_region_name(const Region *r, char *buf, size_t n); /* "cor
 typedef enum { SCHED_OP, SCHED_BUCKET } SchedKind;
 
 typedef struct {
-  int64_t bytes;       /* gradient bytes reduced (fp32 main grads) */
-  int64_t params;      /* elements */
+  int64_t bytes;  /* gradient bytes reduced (fp32 main grads) */
+  int64_t params; /* elements */
   int ngrads;
-  int first;           /* its gradients are grad[first .. first + ngrads) of the Schedule */
-  int after_op;        /* placed after this backward op (last micro-batch only) */
-  int fire_op;         /* the op whose CUDA launch last writes its gradients once the fusions are
-                          decided (schedule_bucket_fire): where the CUDA runtime enqueues its
-                          reduction; -1 until then */
+  int first;    /* its gradients are grad[first .. first + ngrads) of the Schedule */
+  int after_op; /* placed after this backward op (last micro-batch only) */
+  int fire_op;  /* the op whose CUDA launch last writes its gradients once the fusions are
+                   decided (schedule_bucket_fire): where the CUDA runtime enqueues its
+                   reduction; -1 until then */
 } Bucket;
 
 typedef struct {
   SchedKind kind;
-  int id;              /* op id or bucket id */
+  int id; /* op id or bucket id */
 } SchedItem;
 
 /* One rank's order. The micro program [0, micro_end) runs once per micro-batch (forward, then
@@ -104,15 +104,15 @@ typedef struct {
 typedef struct {
   SchedItem *it;
   int n, micro_end;
-  int *pos;            /* op id -> position in it[], -1 if not scheduled */
-  int nops;            /* SCHED_OP items */
+  int *pos; /* op id -> position in it[], -1 if not scheduled */
+  int nops; /* SCHED_OP items */
   Bucket *b;
   int nb;
-  int *grad;           /* main-gradient tensor ids in the order backward completes them */
+  int *grad; /* main-gradient tensor ids in the order backward completes them */
   int ngrad;
   int nmicro;
   int64_t bucket_params; /* Megatron's DDP bucket size in elements */
-  int dp;              /* data-parallel ranks (spec_data_parallel_size) */
+  int dp;                /* data-parallel ranks (spec_data_parallel_size) */
   /* the distributed optimizer (optimizer.use_distributed_optimizer, Megatron's ZeRO-1), else NULL:
    * per tensor, the rank that owns it — a main gradient, its param, master and moments — or -1
    * (not sharded: activations, the optimizer's scalars, a gradient outside every bucket). Each
@@ -137,28 +137,28 @@ typedef enum { SCOPE_NONE, SCOPE_LOCAL, SCOPE_TE, SCOPE_FULL_ITERATION } ScopeIm
 
 /* A captured run of the schedule: positions [first, last] of Schedule.it. */
 typedef struct {
-  int scope;           /* IR_SCOPE_* bit index, or -1 for the full iteration */
+  int scope; /* IR_SCOPE_* bit index, or -1 for the full iteration */
   int layer;
-  Phase phase;         /* forward, or backward (backward + its replays) */
+  Phase phase; /* forward, or backward (backward + its replays) */
   int first, last;
-  int nstatic;         /* tensors produced inside and read outside: static graph outputs */
+  int nstatic; /* tensors produced inside and read outside: static graph outputs */
   int64_t static_bytes;
 } ScopeInst;
 
 typedef struct {
   ScopeImpl impl;
-  uint32_t modules;    /* IR_SCOPE_* selected (per-layer impls) */
+  uint32_t modules; /* IR_SCOPE_* selected (per-layer impls) */
   ScopeInst *s;
   int n;
-  uint8_t *is_static;  /* per tensor: a static graph output (pinned for the step) */
+  uint8_t *is_static; /* per tensor: a static graph output (pinned for the step) */
   int64_t static_bytes;
 } ScopeResult;
 
 /* Maps cuda_graph_impl / cuda_graph_modules onto the schedule (docs/megatron-rules.md §2.2). */
 int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *out, char *err, size_t nerr);
 /* The containment and RNG checks (STEPC-40..43); returns the number of errors added. */
-int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr, const ScopeResult *sr,
-                DiagList *d);
+int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr,
+                const ScopeResult *sr, DiagList *d);
 void scope_free(ScopeResult *sr);
 
 /* ---- memplan.c ---- */
@@ -166,18 +166,18 @@ enum { MEM_ROLE_GRAPH = ROLE_COUNT, MEM_NROLES }; /* roles + static graph buffer
 
 typedef struct {
   int ntensors;
-  int npos;            /* program points: micro program ops, then tail ops */
-  int *start, *end;    /* per tensor: first and last program point it is live (-1: never) */
-  int *slot;           /* per tensor: storage slot (in-place reuse shares one) */
-  int64_t *size;       /* per tensor: bytes */
-  int64_t *offset;     /* per tensor: arena offset */
-  int64_t arena;       /* arena bytes */
-  int64_t peak;        /* max over program points of live bytes */
+  int npos;         /* program points: micro program ops, then tail ops */
+  int *start, *end; /* per tensor: first and last program point it is live (-1: never) */
+  int *slot;        /* per tensor: storage slot (in-place reuse shares one) */
+  int64_t *size;    /* per tensor: bytes */
+  int64_t *offset;  /* per tensor: arena offset */
+  int64_t arena;    /* arena bytes */
+  int64_t peak;     /* max over program points of live bytes */
   int peak_pos;
-  int64_t *live;       /* per program point: live bytes */
-  int64_t *live_role;  /* npos x MEM_NROLES: live bytes by role */
+  int64_t *live;      /* per program point: live bytes */
+  int64_t *live_role; /* npos x MEM_NROLES: live bytes by role */
   int ninplace;
-  int64_t persistent;  /* params, grads, masters, optimizer state, static graph buffers (in the arena) */
+  int64_t persistent; /* params, grads, masters, optimizer state, static graph buffers (in the arena) */
   /* The distributed optimizer's region (buffer 1; Schedule.owner set): the fp32 masters and Adam
    * moments (the optimizer's scalars stay in the arena), each rank's packed from offset 0 — first
    * the state every rank holds (owner -1), then the rank's own tensors in id order, each at
@@ -185,21 +185,22 @@ typedef struct {
    * rank; a rank holds only its own (the runtime gives the others 0 bytes), so the region's size
    * is the largest rank's shard. The region is live for the whole step: live[] and peak count it
    * whole, live_role its largest rank's masters and moments. */
-  uint8_t *buffer;     /* per tensor: 0 the arena, 1 the region */
-  int *owner;          /* per tensor: Schedule.owner's copy (NULL without a region) */
-  int64_t region;      /* bytes per rank (0: no region) */
+  uint8_t *buffer;       /* per tensor: 0 the arena, 1 the region */
+  int *owner;            /* per tensor: Schedule.owner's copy (NULL without a region) */
+  int64_t region;        /* bytes per rank (0: no region) */
   int64_t region_common; /* bytes every rank holds (the state of gradients outside every bucket) */
-  int64_t *shard;      /* per rank (dp of them): the bytes of the region it holds */
+  int64_t *shard;        /* per rank (dp of them): the bytes of the region it holds */
   int nshard;
-  int region_rank;     /* the rank whose shard is the region (the lowest of the largest) */
+  int region_rank; /* the rank whose shard is the region (the lowest of the largest) */
 } MemPlan;
 
-#define MEMPLAN_REGION_ALIGN 16 /* the CUDA executor's slot alignment; no padding between fp32 tensors of 4k elements */
+#define MEMPLAN_REGION_ALIGN                                                                                 \
+  16 /* the CUDA executor's slot alignment; no padding between fp32 tensors of 4k elements */
 
 /* Liveness over the schedule and best-fit offsets in one arena. float_bytes: 0 nominal, 4/8 CPU.
  * sr may be NULL. 0, or -1 with err. */
-int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp, char *err,
-                  size_t nerr);
+int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp,
+                  char *err, size_t nerr);
 /* Writes (buffer, offset, bytes) into every tensor and the buffers' sizes into g (the arena; the
  * region, when there is one). */
 void memplan_apply(Graph *g, const MemPlan *mp);
@@ -213,16 +214,16 @@ const char *memplan_role_name(int role);
 
 /* ---- memrank.c: per-rank memory by sharding rules ---- */
 typedef struct {
-  char name[48];       /* "pp0 (first stage)" */
+  char name[48]; /* "pp0 (first stage)" */
   int stage;
   double weights, grads, optimizer; /* bytes: params, main grads, master + moments at Megatron's dtypes */
-  double activations;  /* peak activation bytes incl. micro-batches in flight */
-  double saved_per_micro; /* activations held from forward to backward, one micro-batch */
-  double inflight;     /* micro-batches (in units of the stage's layers) in flight */
+  double activations;               /* peak activation bytes incl. micro-batches in flight */
+  double saved_per_micro;           /* activations held from forward to backward, one micro-batch */
+  double inflight;                  /* micro-batches (in units of the stage's layers) in flight */
   double workspace;
   double graph_buffers;
-  double max_allocated; /* predicted: max(forward/backward peak, optimizer_step) */
-  double optimizer_step; /* Megatron's optimizer step: persistent state + its fp32 grad copies + workspace */
+  double max_allocated;   /* predicted: max(forward/backward peak, optimizer_step) */
+  double optimizer_step;  /* Megatron's optimizer step: persistent state + its fp32 grad copies + workspace */
   double first_iteration; /* max allocated over the first iteration, whose forward/backward runs before the
                            * Adam moments exist (created inside its optimizer step) */
   double after_iteration[2]; /* the peak max allocated Megatron prints after iterations 1 and 2, when TE's
@@ -232,16 +233,16 @@ typedef struct {
   double hybridep_buffers; /* HybridEP's dispatch/combine buffers (DeepEP's own cudaMalloc) */
   double nccl_buffers;     /* NCCL's ring connection buffers of the communicators the step uses */
   double device_total;     /* max_allocated + the items above: what the fits verdict compares */
-  int64_t params;      /* elements on this rank */
+  int64_t params;          /* elements on this rank */
   int layer_first, layer_last;
 } RankMem;
 
 typedef struct {
   int tp, pp, vpp, cp, ep, etp, dp;
   bool sp, dist_opt;
-  RankMem r[3];        /* first stage, last stage (when PP > 1), middle (when PP > 2) */
+  RankMem r[3]; /* first stage, last stage (when PP > 1), middle (when PP > 2) */
   int n;
-  double usable;       /* train.usable_device_memory_gib in bytes; 0 when the recipe gives none */
+  double usable; /* train.usable_device_memory_gib in bytes; 0 when the recipe gives none */
 } RankReport;
 
 int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
@@ -250,8 +251,8 @@ int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const Scope
  * gradients, workspace tensors, the loss's fp32 copy) at every program point into curve (3 x
  * mp->npos doubles, rank k at k * mp->npos): the curve whose maximum is RankMem.activations less
  * the other micro-batches in flight ((inflight - 1) x saved_per_micro). */
-int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
-                   RankReport *rr, double *curve, char *err, size_t nerr);
+int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr,
+                   const MemPlan *mp, RankReport *rr, double *curve, char *err, size_t nerr);
 /* The first iteration (1-based) that runs with the recipe's CUDA graphs and their static buffers. */
 int memrank_capture_iteration(const Spec *s);
 /* Fills rr's after_iteration from rr (the step with its graphs) and eager (the same step planned
@@ -264,14 +265,14 @@ const char *cost_class_name(CostClass c);
 CostClass cost_op_class(const Graph *g, int op);
 
 typedef struct {
-  double gemm_flops_per_s;   /* H200 bf16 GEMM at layer shapes */
-  double attn_flops_per_s;   /* fused / flash attention */
-  double bytes_per_s;        /* DRAM */
-  double launch_s;           /* per-op overhead */
+  double gemm_flops_per_s; /* H200 bf16 GEMM at layer shapes */
+  double attn_flops_per_s; /* fused / flash attention */
+  double bytes_per_s;      /* DRAM */
+  double launch_s;         /* per-op overhead */
   /* measured time / roofline time per class on this device (1: the roofline), from a profile
    * (`stepc run --profile`); the calibration data is kept in the repository (cost.c says where) */
   double class_scale[COST_NCLASS];
-  const char *calibration;   /* where the scales come from */
+  const char *calibration; /* where the scales come from */
 } Device;
 void cost_device_h200(Device *d);
 /* The roofline alone (every class_scale 1): what a profile compares against. */
@@ -281,10 +282,11 @@ void cost_device_h200_roofline(Device *d);
 double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes);
 
 typedef struct {
-  double *op_time;           /* per op: seconds */
-  double flops[IR_PHASE_COUNT], bytes[IR_PHASE_COUNT], time[IR_PHASE_COUNT]; /* one micro-batch (fwd/bwd/replay) or step (others) */
+  double *op_time; /* per op: seconds */
+  double flops[IR_PHASE_COUNT], bytes[IR_PHASE_COUNT],
+      time[IR_PHASE_COUNT]; /* one micro-batch (fwd/bwd/replay) or step (others) */
   double step_flops, step_time, step_bytes;
-  double model_flops;        /* the bench's convention: 6 (params + head) tokens + causal attention */
+  double model_flops;               /* the bench's convention: 6 (params + head) tokens + causal attention */
   double replay_flops, replay_time; /* per step */
 } Cost;
 
@@ -308,8 +310,8 @@ int plan_scope_points(const Schedule *sc, const ScopeResult *sr, ImgScope *out);
 
 /* ---- plan.c ---- */
 /* The planned step, one for every verb: check's graph checks, plan, sweep and trace report it,
- * build writes it (plan.json, step.img with its launch program) and run runs what build wrote. Lowered, recompute
- * applied, scheduled, graph scopes built (their static outputs pinned) and checked, fusions
+ * build writes it (plan.json, step.img with its launch program) and run runs what build wrote. Lowered,
+ * recompute applied, scheduled, graph scopes built (their static outputs pinned) and checked, fusions
  * recorded, buckets fired, memory planned, verified and applied to the graph (Tensor.offset), then
  * the per-rank report and the cost. */
 typedef struct {
@@ -319,7 +321,7 @@ typedef struct {
   RecomputeResult rr;
   Schedule sc;
   ScopeResult sr;
-  EwKernels ew;              /* the generated kernels of the fused chains (fuse.h) */
+  EwKernels ew; /* the generated kernels of the fused chains (fuse.h) */
   MemPlan mp;
   RankReport rank;
   Cost cost;
@@ -330,7 +332,7 @@ typedef struct {
   LaunchProgram lp;
   int lp_ok, sm_count;
   char lp_why[512];
-  double build_s;            /* wall time of plan_build */
+  double build_s; /* wall time of plan_build */
 } Plan;
 
 enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
@@ -342,7 +344,8 @@ enum { PLAN_OK = 0, PLAN_ERROR = -1, PLAN_UNSUPPORTED = -2 };
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr);
 /* plan_build with the launch program lowered for sm_count SMs (stepc build --sms; plan_build uses
  * LAUNCH_DEFAULT_SMS). */
-int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err, size_t nerr);
+int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagList *d, char *err,
+                   size_t nerr);
 /* FNV-1a of a launch program's records and facts, as 16 hex digits into hex[17] (returned). */
 const char *program_digest_hex(const LaunchProgram *lp, char hex[17]);
 /* The step's device memory at its peak: the memory plan's peak and the launch scratch. */

@@ -17,7 +17,8 @@ int graph_reorder(Graph *g, const int *order) {
     free(ops), free(newid);
     return graph_fail(g, "out of memory");
   }
-  for (int i = 0; i < n; i++) newid[i] = -1;
+  for (int i = 0; i < n; i++)
+    newid[i] = -1;
   for (int i = 0; i < n; i++) {
     if (order[i] < 0 || order[i] >= n || newid[order[i]] >= 0) {
       free(ops), free(newid);
@@ -54,15 +55,24 @@ int64_t plan_parse_bytes(const char *s) {
   char *end;
   double v = strtod(s, &end);
   if (end == s || !(v >= 0) || !isfinite(v)) return -1;
-  while (isspace((unsigned char)*end)) end++;
+  while (isspace((unsigned char)*end))
+    end++;
   double mul = 1;
-  if (!*end || strcasecmp(end, "b") == 0) mul = 1;
-  else if (strcasecmp(end, "KiB") == 0) mul = 1024.0;
-  else if (strcasecmp(end, "MiB") == 0) mul = 1024.0 * 1024;
-  else if (strcasecmp(end, "GiB") == 0) mul = 1024.0 * 1024 * 1024;
-  else if (strcasecmp(end, "KB") == 0) mul = 1e3;
-  else if (strcasecmp(end, "MB") == 0) mul = 1e6;
-  else if (strcasecmp(end, "GB") == 0) mul = 1e9;
-  else return -1;
+  if (!*end || strcasecmp(end, "b") == 0)
+    mul = 1;
+  else if (strcasecmp(end, "KiB") == 0)
+    mul = 1024.0;
+  else if (strcasecmp(end, "MiB") == 0)
+    mul = 1024.0 * 1024;
+  else if (strcasecmp(end, "GiB") == 0)
+    mul = 1024.0 * 1024 * 1024;
+  else if (strcasecmp(end, "KB") == 0)
+    mul = 1e3;
+  else if (strcasecmp(end, "MB") == 0)
+    mul = 1e6;
+  else if (strcasecmp(end, "GB") == 0)
+    mul = 1e9;
+  else
+    return -1;
   return (int64_t)(v * mul);
 }

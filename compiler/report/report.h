@@ -41,12 +41,12 @@ int report_profile(const StepImage *im, const double *ms, double step_ms, bool j
 
 /* The measured timeline of a profiled step (stepc_profile_timeline, report_timeline.c). */
 typedef struct {
-  int buckets;          /* gradient-bucket collectives */
-  double bucket_ms;     /* their time on the communication stream */
-  double overlap_ms;    /* of it, the time the step's stream was running micro-program points
-                           (forward, backward, replays) beside it */
-  double other_ms;      /* ZeRO-1's norm exchange and parameter broadcast */
-  double step_ms;       /* the last span's end */
+  int buckets;       /* gradient-bucket collectives */
+  double bucket_ms;  /* their time on the communication stream */
+  double overlap_ms; /* of it, the time the step's stream was running micro-program points
+                        (forward, backward, replays) beside it */
+  double other_ms;   /* ZeRO-1's norm exchange and parameter broadcast */
+  double step_ms;    /* the last span's end */
 } TimelineSummary;
 void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *out);
 /* One line: "comm stream: 1 bucket collective 0.412 ms, 0.301 ms (73 %) beside backward compute". */
@@ -58,15 +58,15 @@ int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, 
 /* One sweep row: a candidate recompute setting against the control. */
 typedef struct {
   char name[128];
-  int status;             /* PLAN_OK, or why it has no numbers */
+  int status; /* PLAN_OK, or why it has no numbers */
   char why[200];
-  double peak;            /* predicted max allocated on the worst rank, bytes */
-  double logged[2];       /* worst rank's max allocated as Megatron logs it after iterations 1 and 2 */
-  double device_total;    /* worst rank's max allocated plus what it holds outside PyTorch's allocator */
-  double usable;          /* the recipe's usable device memory (bytes, 0: none) */
+  double peak;         /* predicted max allocated on the worst rank, bytes */
+  double logged[2];    /* worst rank's max allocated as Megatron logs it after iterations 1 and 2 */
+  double device_total; /* worst rank's max allocated plus what it holds outside PyTorch's allocator */
+  double usable;       /* the recipe's usable device memory (bytes, 0: none) */
   double delta, delta_pct;
   double replay_flops, step_time, time_delta_pct;
-  int errors;             /* scope violations */
+  int errors; /* scope violations */
   bool fits;
 } SweepRow;
 

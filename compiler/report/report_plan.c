@@ -48,12 +48,16 @@ static int peak_op(const Plan *p) {
 
 static int count_phase(const Graph *g, Phase ph) {
   int n = 0;
-  for (int o = 0; o < g->nop; o++) n += g->op[o].tags.phase == ph;
+  for (int o = 0; o < g->nop; o++)
+    n += g->op[o].tags.phase == ph;
   return n;
 }
 
 static const char *impl_name(ScopeImpl i) {
-  return i == SCOPE_LOCAL ? "local" : i == SCOPE_TE ? "transformer_engine" : i == SCOPE_FULL_ITERATION ? "full_iteration" : "none";
+  return i == SCOPE_LOCAL            ? "local"
+         : i == SCOPE_TE             ? "transformer_engine"
+         : i == SCOPE_FULL_ITERATION ? "full_iteration"
+                                     : "none";
 }
 
 /* The masters and moments of the whole step (every rank's), unpadded. */
@@ -70,11 +74,12 @@ static void outside_allocator_text(const RankReport *rr, FILE *f) {
   fprintf(f, "  outside PyTorch's allocator (not in max allocated), GB:\n");
   for (int i = 0; i < rr->n; i++) {
     const RankMem *r = &rr->r[i];
-    fprintf(f, "  %-18s HybridEP buffers %.3f + NCCL ring buffers %.3f -> device total %.3f", r->name, r->hybridep_buffers / GB,
-            r->nccl_buffers / GB, r->device_total / GB);
+    fprintf(f, "  %-18s HybridEP buffers %.3f + NCCL ring buffers %.3f -> device total %.3f", r->name,
+            r->hybridep_buffers / GB, r->nccl_buffers / GB, r->device_total / GB);
     if (rr->usable > 0)
-      fprintf(f, " %s %.3f usable (%.2f GiB): %s", r->device_total <= rr->usable ? "<=" : ">", rr->usable / GB,
-              rr->usable / 1073741824.0, r->device_total <= rr->usable ? "fits" : "out of memory");
+      fprintf(f, " %s %.3f usable (%.2f GiB): %s", r->device_total <= rr->usable ? "<=" : ">",
+              rr->usable / GB, rr->usable / 1073741824.0,
+              r->device_total <= rr->usable ? "fits" : "out of memory");
     fprintf(f, "\n");
   }
 }
@@ -85,12 +90,17 @@ static void region_text(const Plan *p, FILE *f) {
   if (!mp->region) return;
   int64_t all = region_state_bytes(p);
   double ideal = (double)all / mp->nshard;
-  fprintf(f, "\noptimizer-state region (distributed optimizer; stepc's own step, as allocated on every rank): %lld B = the "
-             "largest shard (rank %d), %+.1f%% over an even 1/%d of the %lld B of masters and moments (whole tensors per "
-             "rank); arena %lld B + region = %lld B per rank\n  shards (B):",
-          (long long)mp->region, mp->region_rank, ideal > 0 ? 100.0 * ((double)mp->region - ideal) / ideal : 0.0, mp->nshard,
-          (long long)all, (long long)mp->arena, (long long)(mp->arena + mp->region));
-  for (int r = 0; r < mp->nshard && r < 16; r++) fprintf(f, " rank%d %lld", r, (long long)mp->shard[r]);
+  fprintf(f,
+          "\noptimizer-state region (distributed optimizer; stepc's own step, as allocated on every rank): "
+          "%lld B = the "
+          "largest shard (rank %d), %+.1f%% over an even 1/%d of the %lld B of masters and moments (whole "
+          "tensors per "
+          "rank); arena %lld B + region = %lld B per rank\n  shards (B):",
+          (long long)mp->region, mp->region_rank,
+          ideal > 0 ? 100.0 * ((double)mp->region - ideal) / ideal : 0.0, mp->nshard, (long long)all,
+          (long long)mp->arena, (long long)(mp->arena + mp->region));
+  for (int r = 0; r < mp->nshard && r < 16; r++)
+    fprintf(f, " rank%d %lld", r, (long long)mp->shard[r]);
   fprintf(f, "%s\n", mp->nshard > 16 ? " ..." : "");
 }
 
@@ -102,10 +112,11 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
     return;
   }
   const LpFacts *lf = &p->lp.f;
-  fprintf(f, "  launch scratch %.6f GB (lowered for %d SMs), device peak %.3f GB:", (double)lf->scratch_bytes / GB, lf->sm_count,
-          (double)plan_device_peak(p) / GB);
+  fprintf(f, "  launch scratch %.6f GB (lowered for %d SMs), device peak %.3f GB:",
+          (double)lf->scratch_bytes / GB, lf->sm_count, (double)plan_device_peak(p) / GB);
   for (int k = 0; k < LP_SCRATCH_PARTS; k++)
-    if (lf->part_bytes[k]) fprintf(f, "%s %s %lld B", k ? ";" : "", lp_scratch_part_name[k], (long long)lf->part_bytes[k]);
+    if (lf->part_bytes[k])
+      fprintf(f, "%s %s %lld B", k ? ";" : "", lp_scratch_part_name[k], (long long)lf->part_bytes[k]);
   fprintf(f, "\n");
 }
 
@@ -113,15 +124,18 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
 static void launch_scratch_json(const Plan *p, FILE *f) {
   if (!p->lp_ok) return;
   const LpFacts *lf = &p->lp.f;
-  fprintf(f, ", \"launch_scratch\": {\"bytes\": %lld, \"sm_count\": %d, \"device_peak_bytes\": %lld, \"parts\": {",
-          (long long)lf->scratch_bytes, lf->sm_count, (long long)plan_device_peak(p));
+  fprintf(
+      f,
+      ", \"launch_scratch\": {\"bytes\": %lld, \"sm_count\": %d, \"device_peak_bytes\": %lld, \"parts\": {",
+      (long long)lf->scratch_bytes, lf->sm_count, (long long)plan_device_peak(p));
   for (int k = 0; k < LP_SCRATCH_PARTS; k++) {
     fprintf(f, "%s", k ? ", " : "");
     json_write_string(f, lp_scratch_part_name[k]);
     fprintf(f, ": %lld", (long long)lf->part_bytes[k]);
   }
   char hex[17];
-  fprintf(f, "}}, \"launch_program\": {\"records\": %d, \"digest\": \"%s\"}", lf->nrec, program_digest_hex(&p->lp, hex));
+  fprintf(f, "}}, \"launch_program\": {\"records\": %d, \"digest\": \"%s\"}", lf->nrec,
+          program_digest_hex(&p->lp, hex));
 }
 
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
@@ -130,19 +144,25 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
   char rec[256];
   report_recompute_str(&p->spec, rec, sizeof rec);
   fprintf(f, "%s: planned in %.2f s\n", p->spec.recipe_path, p->build_s);
-  fprintf(f, "graph: %d ops (%d forward, %d backward, %d replay, %d optimizer), %d tensors; %d micro-batch%s per step\n",
-          g->nop, count_phase(g, IR_PHASE_FORWARD), count_phase(g, IR_PHASE_BACKWARD), count_phase(g, IR_PHASE_REPLAY),
-          count_phase(g, IR_PHASE_OPTIMIZER), g->nt, p->sc.nmicro, p->sc.nmicro == 1 ? "" : "es");
+  fprintf(f,
+          "graph: %d ops (%d forward, %d backward, %d replay, %d optimizer), %d tensors; %d micro-batch%s "
+          "per step\n",
+          g->nop, count_phase(g, IR_PHASE_FORWARD), count_phase(g, IR_PHASE_BACKWARD),
+          count_phase(g, IR_PHASE_REPLAY), count_phase(g, IR_PHASE_OPTIMIZER), g->nt, p->sc.nmicro,
+          p->sc.nmicro == 1 ? "" : "es");
   fprintf(f, "recompute: %s; CUDA graphs: %s (%d scope instances)\n\n", rec, impl_name(p->sr.impl), p->sr.n);
   int po = peak_op(p);
   fprintf(f, "single-rank plan (exact offsets, nominal dtypes):\n");
   int64_t held = mp->arena + mp->region; /* the region counts in the peak whole */
   char region[64] = "";
-  if (mp->region) snprintf(region, sizeof region, " + optimizer-state region %.3f GB", (double)mp->region / GB);
-  fprintf(f, "  peak %.3f GB at op %d (%s %s, %s); arena %.3f GB%s (fragmentation %.2f%%); %d in-place reuses\n",
-          (double)mp->peak / GB, po, po >= 0 ? g->op[po].tags.module : "?", po >= 0 ? op_name(g->op[po].kind) : "",
-          po >= 0 ? phase_name(g->op[po].tags.phase) : "", (double)mp->arena / GB, region,
-          held ? 100.0 * (double)(held - mp->peak) / (double)held : 0.0, mp->ninplace);
+  if (mp->region)
+    snprintf(region, sizeof region, " + optimizer-state region %.3f GB", (double)mp->region / GB);
+  fprintf(f,
+          "  peak %.3f GB at op %d (%s %s, %s); arena %.3f GB%s (fragmentation %.2f%%); %d in-place reuses\n",
+          (double)mp->peak / GB, po, po >= 0 ? g->op[po].tags.module : "?",
+          po >= 0 ? op_name(g->op[po].kind) : "", po >= 0 ? phase_name(g->op[po].tags.phase) : "",
+          (double)mp->arena / GB, region, held ? 100.0 * (double)(held - mp->peak) / (double)held : 0.0,
+          mp->ninplace);
   launch_scratch_text(p, f);
   fprintf(f, "  live at the peak:");
   for (int r = 0; r < MEM_NROLES; r++) {
@@ -150,52 +170,64 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
     if (b) fprintf(f, " %s %.3f GB;", memplan_role_name(r), (double)b / GB);
   }
   const RankReport *rr = &p->rank;
-  fprintf(f, "\n\nper rank (TP%d PP%d VPP%d CP%d EP%d ETP%d DP%d, sequence parallel %s, distributed optimizer %s), GB:\n",
-          rr->tp, rr->pp, rr->vpp, rr->cp, rr->ep, rr->etp, rr->dp, rr->sp ? "on" : "off", rr->dist_opt ? "on" : "off");
-  fprintf(f, "  %-18s %-8s %8s %8s %9s %11s %9s %8s %9s %8s %10s %13s %15s\n", "rank", "layers", "weights", "grads", "optimizer",
-          "activations", "in flight", "graph", "workspace", "opt step", "iteration 1", "max allocated", "logged 1 / 2");
+  fprintf(f,
+          "\n\nper rank (TP%d PP%d VPP%d CP%d EP%d ETP%d DP%d, sequence parallel %s, distributed optimizer "
+          "%s), GB:\n",
+          rr->tp, rr->pp, rr->vpp, rr->cp, rr->ep, rr->etp, rr->dp, rr->sp ? "on" : "off",
+          rr->dist_opt ? "on" : "off");
+  fprintf(f, "  %-18s %-8s %8s %8s %9s %11s %9s %8s %9s %8s %10s %13s %15s\n", "rank", "layers", "weights",
+          "grads", "optimizer", "activations", "in flight", "graph", "workspace", "opt step", "iteration 1",
+          "max allocated", "logged 1 / 2");
   for (int i = 0; i < rr->n; i++) {
     const RankMem *r = &rr->r[i];
     char lay[24];
     snprintf(lay, sizeof lay, "%d-%d", r->layer_first, r->layer_last);
-    fprintf(f, "  %-18s %-8s %8.3f %8.3f %9.3f %11.3f %9.2f %8.3f %9.3f %8.3f %11.3f %13.3f %7.3f/%7.3f\n", r->name, lay,
-            r->weights / GB, r->grads / GB, r->optimizer / GB, r->activations / GB, r->inflight, r->graph_buffers / GB,
-            r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB, r->max_allocated / GB,
-            r->after_iteration[0] / GB, r->after_iteration[1] / GB);
+    fprintf(f, "  %-18s %-8s %8.3f %8.3f %9.3f %11.3f %9.2f %8.3f %9.3f %8.3f %11.3f %13.3f %7.3f/%7.3f\n",
+            r->name, lay, r->weights / GB, r->grads / GB, r->optimizer / GB, r->activations / GB, r->inflight,
+            r->graph_buffers / GB, r->workspace / GB, r->optimizer_step / GB, r->first_iteration / GB,
+            r->max_allocated / GB, r->after_iteration[0] / GB, r->after_iteration[1] / GB);
   }
   outside_allocator_text(rr, f);
   region_text(p, f);
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;
-  fprintf(f, "\ncost (roofline GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, DRAM %.2f TB/s, scaled per op class: %s), one rank's graph:\n",
-          p->dev.gemm_flops_per_s / 1e12, p->dev.attn_flops_per_s / 1e12, p->dev.bytes_per_s / 1e12, p->dev.calibration);
-  fprintf(f, "  step %.2f ms: forward %.2f, backward %.2f, replay %.2f, optimizer %.2f ms; %.1f TFLOP executed\n",
-          c->step_time * 1e3, c->time[IR_PHASE_FORWARD] * nm * 1e3, c->time[IR_PHASE_BACKWARD] * nm * 1e3,
-          c->time[IR_PHASE_REPLAY] * nm * 1e3, c->time[IR_PHASE_OPTIMIZER] * 1e3, c->step_flops / 1e12);
-  fprintf(f, "  model FLOPs (bench convention) %.1f TFLOP: %.0f TFLOP/s at the predicted time\n", c->model_flops / 1e12,
-          c->step_time > 0 ? c->model_flops / c->step_time / 1e12 : 0.0);
+  fprintf(f,
+          "\ncost (roofline GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, DRAM %.2f TB/s, scaled per op class: "
+          "%s), one rank's graph:\n",
+          p->dev.gemm_flops_per_s / 1e12, p->dev.attn_flops_per_s / 1e12, p->dev.bytes_per_s / 1e12,
+          p->dev.calibration);
+  fprintf(
+      f, "  step %.2f ms: forward %.2f, backward %.2f, replay %.2f, optimizer %.2f ms; %.1f TFLOP executed\n",
+      c->step_time * 1e3, c->time[IR_PHASE_FORWARD] * nm * 1e3, c->time[IR_PHASE_BACKWARD] * nm * 1e3,
+      c->time[IR_PHASE_REPLAY] * nm * 1e3, c->time[IR_PHASE_OPTIMIZER] * 1e3, c->step_flops / 1e12);
+  fprintf(f, "  model FLOPs (bench convention) %.1f TFLOP: %.0f TFLOP/s at the predicted time\n",
+          c->model_flops / 1e12, c->step_time > 0 ? c->model_flops / c->step_time / 1e12 : 0.0);
   LabelSummary ls[IR_NLABELS + 1];
   report_label_summary(p, ls);
   if (p->rr.n) {
-    fprintf(f, "\nrecompute regions (freed = discarded by the region's replay unit, one micro-batch, before sharding):\n");
-    fprintf(f, "  %-16s %7s %13s %12s %10s %12s %12s\n", "label", "regions", "freed tensors", "freed GB", "replay ops",
-            "replay TFLOP", "replay ms");
+    fprintf(f, "\nrecompute regions (freed = discarded by the region's replay unit, one micro-batch, before "
+               "sharding):\n");
+    fprintf(f, "  %-16s %7s %13s %12s %10s %12s %12s\n", "label", "regions", "freed tensors", "freed GB",
+            "replay ops", "replay TFLOP", "replay ms");
     for (int i = 0; i <= IR_NLABELS; i++) {
       if (!ls[i].regions) continue;
-      fprintf(f, "  %-16s %7d %13d %12.4f %10d %12.3f %12.3f\n", i == IR_NLABELS ? "full" : ir_label_name(i), ls[i].regions,
-              ls[i].freed_tensors, ls[i].freed_bytes / GB, ls[i].replay_ops, ls[i].replay_flops / 1e12,
-              ls[i].replay_time_s * 1e3);
+      fprintf(f, "  %-16s %7d %13d %12.4f %10d %12.3f %12.3f\n", i == IR_NLABELS ? "full" : ir_label_name(i),
+              ls[i].regions, ls[i].freed_tensors, ls[i].freed_bytes / GB, ls[i].replay_ops,
+              ls[i].replay_flops / 1e12, ls[i].replay_time_s * 1e3);
     }
   }
   if (p->sr.static_bytes)
-    fprintf(f, "\nstatic graph outputs: %.3f GB single-rank, pinned for the step (graph_buffers)\n", (double)p->sr.static_bytes / GB);
+    fprintf(f, "\nstatic graph outputs: %.3f GB single-rank, pinned for the step (graph_buffers)\n",
+            (double)p->sr.static_bytes / GB);
   if (d && d->n) {
     fprintf(f, "\n");
     diag_print(d, f);
   }
 }
 
-static void jnum(FILE *f, const char *k, double v, bool comma) { fprintf(f, "\"%s\": %.17g%s", k, v, comma ? ", " : ""); }
+static void jnum(FILE *f, const char *k, double v, bool comma) {
+  fprintf(f, "\"%s\": %.17g%s", k, v, comma ? ", " : "");
+}
 
 void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   const Graph *g = p->g;
@@ -204,19 +236,25 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   fprintf(f, "{\"schema\": \"stepc.plan/1\", \"recipe\": ");
   json_write_string(f, p->spec.recipe_path);
   fprintf(f, ", \"plan_seconds\": %.6f,\n", p->build_s);
-  fprintf(f, " \"graph\": {\"ops\": %d, \"tensors\": %d, \"forward_ops\": %d, \"backward_ops\": %d, \"replay_ops\": %d, "
-             "\"optimizer_ops\": %d, \"microbatches\": %d},\n",
-          g->nop, g->nt, count_phase(g, IR_PHASE_FORWARD), count_phase(g, IR_PHASE_BACKWARD), count_phase(g, IR_PHASE_REPLAY),
-          count_phase(g, IR_PHASE_OPTIMIZER), p->sc.nmicro);
+  fprintf(f,
+          " \"graph\": {\"ops\": %d, \"tensors\": %d, \"forward_ops\": %d, \"backward_ops\": %d, "
+          "\"replay_ops\": %d, "
+          "\"optimizer_ops\": %d, \"microbatches\": %d},\n",
+          g->nop, g->nt, count_phase(g, IR_PHASE_FORWARD), count_phase(g, IR_PHASE_BACKWARD),
+          count_phase(g, IR_PHASE_REPLAY), count_phase(g, IR_PHASE_OPTIMIZER), p->sc.nmicro);
   fprintf(f, " \"recompute\": {\"granularity\": ");
-  json_write_string(f, p->spec.present[SPEC_F_model_recompute_granularity] ? m->recompute_granularity : "none");
+  json_write_string(f,
+                    p->spec.present[SPEC_F_model_recompute_granularity] ? m->recompute_granularity : "none");
   fprintf(f, ", \"labels\": [");
   for (int i = 0; i < IR_NLABELS; i++)
-    if (p->rc.labels & (1u << i)) fprintf(f, "%s\"%s\"", (p->rc.labels & ((1u << i) - 1)) ? ", " : "", ir_label_name(i));
+    if (p->rc.labels & (1u << i))
+      fprintf(f, "%s\"%s\"", (p->rc.labels & ((1u << i) - 1)) ? ", " : "", ir_label_name(i));
   fprintf(f, "], \"method\": ");
   json_write_string(f, p->rc.full ? (p->rc.block ? "block" : "uniform") : "");
-  fprintf(f, ", \"num_layers\": %d, \"regions\": %d, \"freed_tensors\": %d, \"freed_bytes\": %lld, \"per_label\": [", p->rc.num_layers,
-          p->rr.n, p->rr.nfreed_total, (long long)p->rr.freed_bytes_total);
+  fprintf(
+      f,
+      ", \"num_layers\": %d, \"regions\": %d, \"freed_tensors\": %d, \"freed_bytes\": %lld, \"per_label\": [",
+      p->rc.num_layers, p->rr.n, p->rr.nfreed_total, (long long)p->rr.freed_bytes_total);
   LabelSummary ls[IR_NLABELS + 1];
   report_label_summary(p, ls);
   bool first = true;
@@ -240,37 +278,46 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   json_write_string(f, po >= 0 ? g->op[po].tags.module : "");
   fprintf(f, ", \"peak_phase\": \"%s\", \"at_peak\": {", po >= 0 ? phase_name(g->op[po].tags.phase) : "");
   for (int r = 0; r < MEM_NROLES; r++)
-    fprintf(f, "%s\"%s\": %lld", r ? ", " : "", memplan_role_name(r), (long long)mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r]);
+    fprintf(f, "%s\"%s\": %lld", r ? ", " : "", memplan_role_name(r),
+            (long long)mp->live_role[(size_t)mp->peak_pos * MEM_NROLES + r]);
   fprintf(f, "}");
   launch_scratch_json(p, f);
   if (mp->region) {
     fprintf(f, ", \"optimizer_region\": {");
     jnum(f, "bytes", (double)mp->region, true), jnum(f, "common_bytes", (double)mp->region_common, true);
-    jnum(f, "state_bytes", (double)region_state_bytes(p), true), jnum(f, "largest_rank", mp->region_rank, true);
+    jnum(f, "state_bytes", (double)region_state_bytes(p), true),
+        jnum(f, "largest_rank", mp->region_rank, true);
     fprintf(f, "\"shard_bytes\": [");
-    for (int r = 0; r < mp->nshard; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)mp->shard[r]);
+    for (int r = 0; r < mp->nshard; r++)
+      fprintf(f, "%s%lld", r ? ", " : "", (long long)mp->shard[r]);
     fprintf(f, "]}");
   }
   fprintf(f, "},\n");
   const RankReport *rr = &p->rank;
-  fprintf(f, " \"layout\": {\"tp\": %d, \"pp\": %d, \"vpp\": %d, \"cp\": %d, \"ep\": %d, \"etp\": %d, \"dp\": %d, "
-             "\"sequence_parallel\": %s, \"distributed_optimizer\": %s},\n \"ranks\": [",
-          rr->tp, rr->pp, rr->vpp, rr->cp, rr->ep, rr->etp, rr->dp, rr->sp ? "true" : "false", rr->dist_opt ? "true" : "false");
+  fprintf(
+      f,
+      " \"layout\": {\"tp\": %d, \"pp\": %d, \"vpp\": %d, \"cp\": %d, \"ep\": %d, \"etp\": %d, \"dp\": %d, "
+      "\"sequence_parallel\": %s, \"distributed_optimizer\": %s},\n \"ranks\": [",
+      rr->tp, rr->pp, rr->vpp, rr->cp, rr->ep, rr->etp, rr->dp, rr->sp ? "true" : "false",
+      rr->dist_opt ? "true" : "false");
   for (int i = 0; i < rr->n; i++) {
     const RankMem *r = &rr->r[i];
-    fprintf(f, "%s\n   {\"name\": \"%s\", \"stage\": %d, \"layers\": [%d, %d], ", i ? "," : "", r->name, r->stage, r->layer_first,
-            r->layer_last);
+    fprintf(f, "%s\n   {\"name\": \"%s\", \"stage\": %d, \"layers\": [%d, %d], ", i ? "," : "", r->name,
+            r->stage, r->layer_first, r->layer_last);
     jnum(f, "params", (double)r->params, true), jnum(f, "weights_bytes", r->weights, true);
     jnum(f, "grads_bytes", r->grads, true), jnum(f, "optimizer_bytes", r->optimizer, true);
-    jnum(f, "activations_bytes", r->activations, true), jnum(f, "saved_activations_per_microbatch_bytes", r->saved_per_micro, true);
-    jnum(f, "microbatches_in_flight", r->inflight, true), jnum(f, "graph_buffers_bytes", r->graph_buffers, true);
+    jnum(f, "activations_bytes", r->activations, true),
+        jnum(f, "saved_activations_per_microbatch_bytes", r->saved_per_micro, true);
+    jnum(f, "microbatches_in_flight", r->inflight, true),
+        jnum(f, "graph_buffers_bytes", r->graph_buffers, true);
     jnum(f, "workspace_bytes", r->workspace, true), jnum(f, "optimizer_step_bytes", r->optimizer_step, true);
     jnum(f, "first_iteration_max_allocated_bytes", r->first_iteration, true);
     jnum(f, "logged_after_iteration_1_bytes", r->after_iteration[0], true);
     jnum(f, "logged_after_iteration_2_bytes", r->after_iteration[1], true);
     jnum(f, "max_allocated_bytes", r->max_allocated, true);
     fprintf(f, "\"outside_allocator\": {");
-    jnum(f, "hybridep_buffers_bytes", r->hybridep_buffers, true), jnum(f, "nccl_buffers_bytes", r->nccl_buffers, false);
+    jnum(f, "hybridep_buffers_bytes", r->hybridep_buffers, true),
+        jnum(f, "nccl_buffers_bytes", r->nccl_buffers, false);
     fprintf(f, "}, ");
     jnum(f, "device_total_bytes", r->device_total, true);
     fprintf(f, "\"fits\": %s}", rr->usable > 0 ? (r->device_total <= rr->usable ? "true" : "false") : "null");
@@ -279,15 +326,20 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
   double nm = p->sc.nmicro;
   fprintf(f, "],\n \"cost\": {");
   jnum(f, "step_time_s", c->step_time, true), jnum(f, "forward_time_s", c->time[IR_PHASE_FORWARD] * nm, true);
-  jnum(f, "backward_time_s", c->time[IR_PHASE_BACKWARD] * nm, true), jnum(f, "replay_time_s", c->replay_time, true);
+  jnum(f, "backward_time_s", c->time[IR_PHASE_BACKWARD] * nm, true),
+      jnum(f, "replay_time_s", c->replay_time, true);
   jnum(f, "optimizer_time_s", c->time[IR_PHASE_OPTIMIZER], true), jnum(f, "step_flops", c->step_flops, true);
   jnum(f, "step_bytes", c->step_bytes, true), jnum(f, "replay_flops", c->replay_flops, true);
   jnum(f, "model_flops", c->model_flops, true);
   jnum(f, "model_tflops_per_s", c->step_time > 0 ? c->model_flops / c->step_time / 1e12 : 0, false);
-  fprintf(f, "},\n \"scopes\": {\"impl\": \"%s\", \"instances\": %d, \"static_bytes\": %lld, \"gradient_buckets\": %d},\n",
+  fprintf(f,
+          "},\n \"scopes\": {\"impl\": \"%s\", \"instances\": %d, \"static_bytes\": %lld, "
+          "\"gradient_buckets\": %d},\n",
           impl_name(p->sr.impl), p->sr.n, (long long)p->sr.static_bytes, p->sc.nb);
   fprintf(f, " \"diagnostics\": ");
-  if (d) diag_print_json(d, f);
-  else fprintf(f, "[]");
+  if (d)
+    diag_print_json(d, f);
+  else
+    fprintf(f, "[]");
   fprintf(f, "}\n");
 }

@@ -18,10 +18,22 @@
 
 #include "report/report.h"
 
-enum { TID_FWD = 1, TID_BWD = 2, TID_REPLAY = 3, TID_TAIL = 4, TID_BUCKET = 5, TID_SCOPE = 6, TID_REGION = 7, TID_MICRO = 8 };
+enum {
+  TID_FWD = 1,
+  TID_BWD = 2,
+  TID_REPLAY = 3,
+  TID_TAIL = 4,
+  TID_BUCKET = 5,
+  TID_SCOPE = 6,
+  TID_REGION = 7,
+  TID_MICRO = 8
+};
 
 static int tid_of(Phase p) {
-  return p == IR_PHASE_FORWARD ? TID_FWD : p == IR_PHASE_BACKWARD ? TID_BWD : p == IR_PHASE_REPLAY ? TID_REPLAY : TID_TAIL;
+  return p == IR_PHASE_FORWARD    ? TID_FWD
+         : p == IR_PHASE_BACKWARD ? TID_BWD
+         : p == IR_PHASE_REPLAY   ? TID_REPLAY
+                                  : TID_TAIL;
 }
 
 /* An op's cost in whole nanoseconds; one that costs anything takes at least 1. */
@@ -40,18 +52,21 @@ static void put_us(FILE *f, const char *key, int64_t ns) {
 /* One slice (an instant when dur is 0); for an op, args with what the cost model charged it and the
  * tensors it reads and writes ("name [d0,d1] dtype"), so that a slice in the viewer says why it
  * takes its time. */
-static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, int64_t ts, int64_t dur, const Graph *g,
-                  const Op *op) {
+static void slice(FILE *f, bool *first, const char *name, const char *cat, int tid, int64_t ts, int64_t dur,
+                  const Graph *g, const Op *op) {
   fprintf(f, "%s\n{\"name\": ", *first ? "" : ",");
   json_write_string(f, name);
   fprintf(f, ", \"cat\": \"%s\", \"ph\": \"%s\", \"pid\": 0, \"tid\": %d", cat, dur > 0 ? "X" : "i", tid);
   put_us(f, "ts", ts);
-  if (dur > 0) put_us(f, "dur", dur);
-  else fputs(", \"s\": \"t\"", f);
+  if (dur > 0)
+    put_us(f, "dur", dur);
+  else
+    fputs(", \"s\": \"t\"", f);
   if (op) {
     fprintf(f, ", \"args\": {\"op\": \"%s\", \"module\": ", op_name(op->kind));
     json_write_string(f, op->tags.module);
-    fprintf(f, ", \"layer\": %d, \"bytes\": %.0f, \"flops\": %.0f", op->tags.layer, op_bytes(g, op), op_flops(g, op));
+    fprintf(f, ", \"layer\": %d, \"bytes\": %.0f, \"flops\": %.0f", op->tags.layer, op_bytes(g, op),
+            op_flops(g, op));
     for (int io = 0; io < 2; io++) {
       fprintf(f, ", \"%s\": [", io ? "outputs" : "inputs");
       int n = io ? op->nout : op->nin;
@@ -87,10 +102,20 @@ int report_trace(const Plan *p, FILE *f) {
   json_write_string(f, pname);
   fprintf(f, "}}");
   first = false;
-  static const char *const TN[] = {"", "forward", "backward", "replay", "reduce + optimizer", "gradient buckets",
-                                   "CUDA-graph scopes", "checkpoint regions", "micro-batches"};
+  static const char *const TN[] = {"",
+                                   "forward",
+                                   "backward",
+                                   "replay",
+                                   "reduce + optimizer",
+                                   "gradient buckets",
+                                   "CUDA-graph scopes",
+                                   "checkpoint regions",
+                                   "micro-batches"};
   for (int t = 1; t <= TID_MICRO; t++) {
-    fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}", t, TN[t]);
+    fprintf(f,
+            ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+            "\"%s\"}}",
+            t, TN[t]);
   }
   int64_t ts = 0, micro_ns = 0;
   for (int i = 0; i < sc->micro_end; i++)
@@ -109,8 +134,10 @@ int report_trace(const Plan *p, FILE *f) {
       start[i] = ts;
       if (sc->it[i].kind == SCHED_BUCKET) {
         if (m == sc->nmicro - 1) {
-          fprintf(f, ",\n{\"name\": \"bucket %d (%.1f MB)\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": %d", sc->it[i].id,
-                  (double)sc->b[sc->it[i].id].bytes / 1e6, TID_BUCKET);
+          fprintf(
+              f,
+              ",\n{\"name\": \"bucket %d (%.1f MB)\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": %d",
+              sc->it[i].id, (double)sc->b[sc->it[i].id].bytes / 1e6, TID_BUCKET);
           put_us(f, "ts", ts);
           fputc('}', f);
         }
@@ -131,7 +158,8 @@ int report_trace(const Plan *p, FILE *f) {
       const ScopeInst *s = &p->sr.s[i];
       if (s->scope < 0 || s->last >= sc->micro_end) continue;
       char n2[80];
-      snprintf(n2, sizeof n2, "graph %s L%d (%s)", ir_scope_name(s->scope), s->layer, s->phase == IR_PHASE_FORWARD ? "fwd" : "bwd");
+      snprintf(n2, sizeof n2, "graph %s L%d (%s)", ir_scope_name(s->scope), s->layer,
+               s->phase == IR_PHASE_FORWARD ? "fwd" : "bwd");
       int64_t end = s->last + 1 < sc->micro_end ? start[s->last + 1] : ts;
       slice(f, &first, n2, "scope", TID_SCOPE, start[s->first], end - start[s->first], g, NULL);
     }
@@ -141,11 +169,13 @@ int report_trace(const Plan *p, FILE *f) {
       recompute_region_name(r, rn, sizeof rn);
       int a = sc->pos[r->first], b = sc->pos[r->last];
       snprintf(n2, sizeof n2, "region %s", rn);
-      slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
+      slice(f, &first, n2, "region", TID_REGION, start[a],
+            (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
       if (r->replay_first >= 0 && r->outer == i) {
         a = sc->pos[r->replay_first], b = sc->pos[r->replay_last];
         snprintf(n2, sizeof n2, "replay %s", rn);
-        slice(f, &first, n2, "region", TID_REGION, start[a], (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
+        slice(f, &first, n2, "region", TID_REGION, start[a],
+              (b + 1 < sc->micro_end ? start[b + 1] : ts) - start[a], g, NULL);
       }
     }
   }
@@ -158,7 +188,8 @@ int report_trace(const Plan *p, FILE *f) {
       slice(f, &first, name, phase_name(op->tags.phase), TID_TAIL, ts, dur, g, op);
       ts += dur;
     }
-  if (p->sr.impl == SCOPE_FULL_ITERATION) slice(f, &first, "graph full_iteration (whole step)", "scope", TID_SCOPE, 0, ts, g, NULL);
+  if (p->sr.impl == SCOPE_FULL_ITERATION)
+    slice(f, &first, "graph full_iteration (whole step)", "scope", TID_SCOPE, 0, ts, g, NULL);
   fprintf(f, "\n]}\n");
   free(start);
   return 0;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/frontend.h"
 #include "cli/layout.h"
+#include "frontend/frontend.h"
 #include "lower/lower.h"
 #include "report/report.h"
 #include "report/sweep.h"
@@ -36,8 +36,10 @@ static int candidate_overrides(const char *c, char ov[3][200]) {
     return 3;
   }
   snprintf(ov[0], 200, "model.recompute_granularity=selective");
-  if (strcmp(c, "[]") == 0 || !c[0]) snprintf(ov[1], 200, "model.recompute_modules=[]");
-  else snprintf(ov[1], 200, "model.recompute_modules=[%s]", c);
+  if (strcmp(c, "[]") == 0 || !c[0])
+    snprintf(ov[1], 200, "model.recompute_modules=[]");
+  else
+    snprintf(ov[1], 200, "model.recompute_modules=[%s]", c);
   return 2;
 }
 
@@ -58,8 +60,8 @@ static int default_candidates(const Spec *s, char out[][128], int max) {
   return n;
 }
 
-int sweep_run(const char *recipe, const char *const *overrides, int noverrides, const char *candidates, double budget,
-              SweepRow **rows_out, int *nrows, int *cheapest, DiagList *d) {
+int sweep_run(const char *recipe, const char *const *overrides, int noverrides, const char *candidates,
+              double budget, SweepRow **rows_out, int *nrows, int *cheapest, DiagList *d) {
   *rows_out = NULL, *nrows = 0, *cheapest = -1;
   Spec raw, base;
   FrontendOptions fo = {.models_dir = stepc_models_dir()}; /* the shipped recipes beside this stepc */
@@ -97,15 +99,19 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
     int ne = candidate_overrides(cand[i], extra);
     if (ne < 0) {
       r->status = PLAN_ERROR;
-      snprintf(r->why, sizeof r->why, "not a candidate: use [], labels joined by commas, or full[:uniform|block:N]");
+      snprintf(r->why, sizeof r->why,
+               "not a candidate: use [], labels joined by commas, or full[:uniform|block:N]");
       continue;
     }
-    for (int k = 0; k < noverrides; k++) ov[k] = overrides[k];
-    for (int k = 0; k < ne; k++) ov[noverrides + k] = extra[k];
+    for (int k = 0; k < noverrides; k++)
+      ov[k] = overrides[k];
+    for (int k = 0; k < ne; k++)
+      ov[noverrides + k] = extra[k];
     DiagList cd;
     diag_init(&cd);
     Spec s;
-    if (frontend_load(recipe, ov, noverrides + ne, &fo, &raw, &cd) != 0 || validate_spec(&raw, &s, &cd) != 0) {
+    if (frontend_load(recipe, ov, noverrides + ne, &fo, &raw, &cd) != 0 ||
+        validate_spec(&raw, &s, &cd) != 0) {
       r->status = PLAN_ERROR;
       for (int k = 0; k < cd.n; k++)
         if (cd.items[k].severity == DIAG_ERROR) {
@@ -140,7 +146,8 @@ int sweep_run(const char *recipe, const char *const *overrides, int noverrides, 
     if (rows[0].status == PLAN_OK && rows[0].peak > 0) {
       r->delta = r->peak - rows[0].peak;
       r->delta_pct = 100.0 * r->delta / rows[0].peak;
-      r->time_delta_pct = rows[0].step_time > 0 ? 100.0 * (r->step_time - rows[0].step_time) / rows[0].step_time : 0;
+      r->time_delta_pct =
+          rows[0].step_time > 0 ? 100.0 * (r->step_time - rows[0].step_time) / rows[0].step_time : 0;
     }
     /* the verdict compares the device total (max allocated plus the memory outside PyTorch's
      * allocator) with --budget, or without one with the recipe's usable device memory */

@@ -15,7 +15,11 @@ void diag_free(DiagList *d) {
 
 /* Bytes of the valid UTF-8 sequence at s (1..4), or 0 when it is not one. */
 static int utf8_len(const unsigned char *s) {
-  int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  int n = s[0] < 0x80             ? 1
+          : (s[0] & 0xe0) == 0xc0 ? 2
+          : (s[0] & 0xf0) == 0xe0 ? 3
+          : (s[0] & 0xf8) == 0xf0 ? 4
+                                  : 0;
   if (n == 2 && s[0] < 0xc2) return 0; /* overlong */
   for (int i = 1; i < n; i++)
     if ((s[i] & 0xc0) != 0x80) return 0;
@@ -31,13 +35,15 @@ size_t diag_escape(char *dst, size_t n, const char *src) {
      * U+0080..U+009F, or a lone byte 0x80..0x9F. Other bytes that are not UTF-8 stay (the JSON
      * writer shows them as U+FFFD). */
     if (k == 0) k = -1;
-    bool bad = (k == 1 && ((*s < 0x20 && *s != '\t') || *s == 0x7f)) || (k == 2 && s[0] == 0xc2 && s[1] < 0xa0) ||
-               (k < 0 && *s >= 0x80 && *s < 0xa0);
+    bool bad = (k == 1 && ((*s < 0x20 && *s != '\t') || *s == 0x7f)) ||
+               (k == 2 && s[0] == 0xc2 && s[1] < 0xa0) || (k < 0 && *s >= 0x80 && *s < 0xa0);
     int len = k < 0 ? 1 : k, w = bad ? 4 * len : len;
     if (o + (size_t)w >= n) break;
     for (int i = 0; i < len; i++, s++)
-      if (bad) o += (size_t)snprintf(dst + o, n - o, "\\x%02x", *s);
-      else dst[o++] = (char)*s;
+      if (bad)
+        o += (size_t)snprintf(dst + o, n - o, "\\x%02x", *s);
+      else
+        dst[o++] = (char)*s;
   }
   if (n) dst[o < n ? o : n - 1] = 0;
   return o;
@@ -78,7 +84,8 @@ void diag_hint(Diag *g, const char *fmt, ...) {
 
 int diag_count(const DiagList *d, DiagSeverity sev) {
   int n = 0;
-  for (int i = 0; i < d->n; i++) n += d->items[i].severity == sev;
+  for (int i = 0; i < d->n; i++)
+    n += d->items[i].severity == sev;
   return n;
 }
 
@@ -96,7 +103,6 @@ void diag_print(const DiagList *d, FILE *out) {
     if (g->hint[0]) fprintf(out, "  hint: %s\n", g->hint);
   }
 }
-
 
 void diag_print_json(const DiagList *d, FILE *out) {
   fputc('[', out);

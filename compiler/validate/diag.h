@@ -9,12 +9,12 @@
 typedef enum { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE } DiagSeverity;
 
 typedef struct {
-  char rule[24];      /* "MCORE-24", "STEPC-3", "LOAD" */
+  char rule[24]; /* "MCORE-24", "STEPC-3", "LOAD" */
   DiagSeverity severity;
-  char field[96];     /* "model.recompute_modules" or "" */
+  char field[96]; /* "model.recompute_modules" or "" */
   char message[640];
-  char where[160];    /* "models/x.lua:12", "override model.fp8=null" or "" */
-  char hint[320];     /* what to change, or "" */
+  char where[160]; /* "models/x.lua:12", "override model.fp8=null" or "" */
+  char hint[320];  /* what to change, or "" */
 } Diag;
 
 typedef struct {

@@ -3,8 +3,8 @@
 #ifndef STEPC_VALIDATE_H
 #define STEPC_VALIDATE_H
 
-#include "validate/diag.h"
 #include "frontend/spec.h"
+#include "validate/diag.h"
 
 /* Checks `in` and writes the normalized Spec to `out`: Megatron's normalizations applied
  * (recompute_modules null -> [core_attn]; cuda_graph_modules "full" -> []; a deprecated

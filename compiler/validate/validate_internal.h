@@ -6,17 +6,17 @@
  *                        STEPC-1, 19, 21, 22, 23, 25)
  *   validate_graphs.c    CUDA-graph modules and recompute under graphs (MCORE-44..61, 70, STEPC-28, 29)
  *   validate_parallel.c  parallel sizes that must divide, MoE/EP rules (MCORE-62, 63, 68, STEPC-2..12, 26,
- * 27) validate_model.c     architecture, data and precision (STEPC-13..18, 20, 51) Rule ids are written as string
- * literals ("MCORE-24") so that tests/rules can grep them.
- *   validate_sizes.c     every size product fits in int64 within stepc's bounds (STEPC-32); runs first */
+ * 27) validate_model.c     architecture, data and precision (STEPC-13..18, 20, 51) Rule ids are written as
+ * string literals ("MCORE-24") so that tests/rules can grep them. validate_sizes.c     every size product
+ * fits in int64 within stepc's bounds (STEPC-32); runs first */
 #ifndef STEPC_VALIDATE_INTERNAL_H
 #define STEPC_VALIDATE_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "validate/diag.h"
 #include "frontend/spec.h"
+#include "validate/diag.h"
 
 typedef struct {
   const Spec *in; /* as loaded: tells what the recipe set itself (before normalization) */

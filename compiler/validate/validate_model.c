@@ -1,6 +1,6 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52..55): what Megatron would reject while building the
- * model, or what stepc cannot plan or run. */
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52..55): what Megatron would reject
+ * while building the model, or what stepc cannot plan or run. */
 #include <string.h>
 
 #include "validate/validate_internal.h"
@@ -106,9 +106,9 @@ static void check_data(VCtx *v) {
         "set data.path to a text file, or data.mock=true");
 }
 
-/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: the single-rank plan is bf16
- * and a build refuses (compiler/codegen/executes.c).
- * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
+/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: the single-rank plan is
+ * bf16 and a build refuses (compiler/codegen/executes.c). STEPC-51: fp8 weights need fp8
+ * (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
   if (s->model.fp8_param && !s->present[SPEC_F_model_fp8])
@@ -133,7 +133,8 @@ static void check_limits(VCtx *v) {
   const Spec *s = v->s;
   if (s->model.num_layers > 1024)
     diag_hint(v_error(v, "STEPC-30", SPEC_F_model_num_layers,
-                      "num_layers=%lld: stepc plans models of up to 1024 layers", (long long)s->model.num_layers),
+                      "num_layers=%lld: stepc plans models of up to 1024 layers",
+                      (long long)s->model.num_layers),
               "plan a shorter model of the same layer shape and scale the per-layer numbers");
   int64_t per = s->train.micro_batch_size * spec_data_parallel_size(s);
   if (per > 0 && spec_global_batch_size(s) / per > 65536)
@@ -150,14 +151,18 @@ static void check_output_chunks(VCtx *v) {
   if (!s->present[F]) return;
   int64_t c = s->model.output_layer_chunks, tokens = s->train.micro_batch_size * s->model.seq_length;
   if (c < 1)
-    diag_hint(v_error(v, "STEPC-49", F, "output_layer_chunks=%lld: the output layer runs in at least 1 chunk", (long long)c),
+    diag_hint(v_error(v, "STEPC-49", F, "output_layer_chunks=%lld: the output layer runs in at least 1 chunk",
+                      (long long)c),
               "write 1 for the whole logits at once, or leave the field null for stepc's choice");
   else if (tokens > 0 && tokens % c)
-    diag_hint(v_error(v, "STEPC-49", F,
-                      "output_layer_chunks=%lld does not divide a micro-batch's %lld tokens (micro_batch_size %lld x "
-                      "seq_length %lld)",
-                      (long long)c, (long long)tokens, (long long)s->train.micro_batch_size, (long long)s->model.seq_length),
-              "choose a divisor of %lld, or leave the field null for stepc's choice", (long long)tokens);
+    diag_hint(
+        v_error(
+            v, "STEPC-49", F,
+            "output_layer_chunks=%lld does not divide a micro-batch's %lld tokens (micro_batch_size %lld x "
+            "seq_length %lld)",
+            (long long)c, (long long)tokens, (long long)s->train.micro_batch_size,
+            (long long)s->model.seq_length),
+        "choose a divisor of %lld, or leave the field null for stepc's choice", (long long)tokens);
 }
 
 /* STEPC-50: the Transformer Engine release reads as a version (the per-rank report compares it). */
@@ -178,17 +183,20 @@ static void check_megatron_job(VCtx *v) {
   bool mj = spec_megatron_job(s), local = strcmp(m->transformer_impl, "local") == 0;
   if (s->present[SPEC_F_train_megatron_job] && !s->train.megatron_job && s->train.world_size > 1)
     diag_hint(v_error(v, "STEPC-53", SPEC_F_train_megatron_job,
-                      "megatron_job=false with world_size=%lld: the per-rank report of a multi-GPU layout is Megatron's",
+                      "megatron_job=false with world_size=%lld: the per-rank report of a multi-GPU layout is "
+                      "Megatron's",
                       (long long)s->train.world_size),
               "leave train.megatron_job null (or true) for a multi-GPU layout");
   /* Megatron's local spec builds DotProductAttention whatever attention_backend says
    * (models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules: core_attention=DotProductAttention) */
   if (mj && local && strcmp(m->attention_backend, "unfused") != 0)
-    diag_hint(v_error(v, "STEPC-54", SPEC_F_model_attention_backend,
-                      "attention_backend=%s with transformer_impl=local in a Megatron job: Megatron's local layer spec "
-                      "always runs its own unfused DotProductAttention",
-                      m->attention_backend),
-              "set model.attention_backend=unfused (what Megatron runs), or transformer_impl=transformer_engine");
+    diag_hint(
+        v_error(
+            v, "STEPC-54", SPEC_F_model_attention_backend,
+            "attention_backend=%s with transformer_impl=local in a Megatron job: Megatron's local layer spec "
+            "always runs its own unfused DotProductAttention",
+            m->attention_backend),
+        "set model.attention_backend=unfused (what Megatron runs), or transformer_impl=transformer_engine");
   /* a value away from the default that nothing would read */
   const int F[] = {SPEC_F_model_attention_softmax_in_fp32, SPEC_F_model_bias_activation_fusion};
   const bool moved[] = {!m->attention_softmax_in_fp32, m->bias_activation_fusion};
@@ -197,9 +205,11 @@ static void check_megatron_job(VCtx *v) {
       diag_hint(v_error(v, "STEPC-55", F[i],
                         "%s is read only by the per-rank report of a Megatron job with the local layer spec; "
                         "this recipe is %s",
-                        F[i] == SPEC_F_model_bias_activation_fusion ? "bias_activation_fusion=true" : "attention_softmax_in_fp32=false",
+                        F[i] == SPEC_F_model_bias_activation_fusion ? "bias_activation_fusion=true"
+                                                                    : "attention_softmax_in_fp32=false",
                         mj ? "a Megatron job with transformer_impl=transformer_engine" : "stepc's own step"),
-                "drop the field, or describe a Megatron job: model.transformer_impl=local and train.megatron_job=true "
+                "drop the field, or describe a Megatron job: model.transformer_impl=local and "
+                "train.megatron_job=true "
                 "(or world_size > 1)");
 }
 

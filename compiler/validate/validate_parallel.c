@@ -224,8 +224,7 @@ static void ep_overlap_needs(VCtx *v, bool ok, const char *what, const char *hin
 static void check_moe_padding(VCtx *v) {
   const Spec *s = v->s;
   const SpecModel *m = M(s);
-  if (!spec_is_moe(s))
-    return;
+  if (!spec_is_moe(s)) return;
   if (m->moe_pad_expert_input_to_capacity && !s->present[SPEC_F_model_moe_expert_capacity_factor])
     diag_hint(v_error(v, "STEPC-46", SPEC_F_model_moe_pad_expert_input_to_capacity,
                       "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor: there is no "
@@ -327,8 +326,8 @@ static void check_optimizer_precision(VCtx *v) {
   for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
     const char *val = (const char *)spec_field_cptr(v->s, dt[i].field);
     if (strcmp(val, "fp32") != 0)
-      diag_hint(v_error(v, "STEPC-45", dt[i].field, "%s=%s needs use_precision_aware_optimizer (without it, only fp32)",
-                        dt[i].name, val),
+      diag_hint(v_error(v, "STEPC-45", dt[i].field,
+                        "%s=%s needs use_precision_aware_optimizer (without it, only fp32)", dt[i].name, val),
                 "set optimizer.use_precision_aware_optimizer=true, or optimizer.%s=fp32", dt[i].name);
   }
 }

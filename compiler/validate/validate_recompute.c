@@ -160,7 +160,8 @@ static void check_labels(VCtx *v) {
               "set model.fp8_recipe=tensorwise (or mxfp8, blockwise), or drop moe_act/layernorm");
   /* In the TE layer spec the input LN of standard attention and the pre-MLP LN of dense MLPs are
    * fused into the next linear (IdentityOp), which layernorm recompute skips (not in the local spec). */
-  if (v_label(s, "layernorm") && !m->multi_latent_attention && !v_has_moe_layer(s) && strcmp(m->transformer_impl, "local") != 0)
+  if (v_label(s, "layernorm") && !m->multi_latent_attention && !v_has_moe_layer(s) &&
+      strcmp(m->transformer_impl, "local") != 0)
     diag_hint(v_warn(v, "MCORE-60", F_MODULES,
                      "layernorm recompute does nothing here: the attention input norm and the dense pre-MLP "
                      "norm are fused into the following linear; only the MLA input norm and the MoE pre-MLP "
@@ -191,8 +192,7 @@ static void check_offloading(VCtx *v) {
   const SpecModel *m = &s->model;
   const int F = SPEC_F_model_cpu_offloading;
   if (!m->cpu_offloading) {
-    if (m->cpu_offloading_num_layers <= 0)
-      return;
+    if (m->cpu_offloading_num_layers <= 0) return;
     /* Megatron-LM's validate_args turns offloading on from the layer count, then
      * TransformerConfig applies the offloading rules below; stepc normalizes the same way. */
     diag_hint(v_warn(v, "STEPC-25", SPEC_F_model_cpu_offloading_num_layers,

@@ -50,37 +50,133 @@ static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_swiglu_info = {"swiglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {glu_cpu_f32, glu_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_swiglu_info = {"swiglu",
+                               1,
+                               1,
+                               1,
+                               swiglu_infer,
+                               ops_flops_elementwise,
+                               act_backward,
+                               {glu_cpu_f32, glu_cpu_f64},
+                               .facts = {.cost = COST_ACTIVATION,
+                                         .ceiling = CEIL_DRAM,
+                                         .inplace = INPLACE_NONE,
+                                         .rng = RNG_NONE,
+                                         .sink = SINK_NO,
+                                         .matmul = MATMUL_NONE,
+                                         .ew = &OP_EW_NONE}};
 /* in place: dx over x (both rows x 2f; dx[j], dx[j+f] come from x[j], x[j+f] of the same row,
  * read first) */
-const OpInfo op_swiglu_bwd_info = {"swiglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_gelu_info = {"gelu", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {gelu_cpu_f32, gelu_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_swiglu_bwd_info = {"swiglu_bwd",
+                                   2,
+                                   2,
+                                   1,
+                                   act_bwd_infer,
+                                   ops_flops_elementwise,
+                                   NULL,
+                                   {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
+                                   .facts = {.cost = COST_ACTIVATION,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_IN1,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_gelu_info = {"gelu",
+                             1,
+                             1,
+                             1,
+                             gelu_infer,
+                             ops_flops_elementwise,
+                             act_backward,
+                             {gelu_cpu_f32, gelu_cpu_f64},
+                             .facts = {.cost = COST_ACTIVATION,
+                                       .ceiling = CEIL_DRAM,
+                                       .inplace = INPLACE_IN0,
+                                       .rng = RNG_NONE,
+                                       .sink = SINK_NO,
+                                       .matmul = MATMUL_NONE,
+                                       .ew = &OP_EW_NONE}};
 /* in place: dx over dy */
-const OpInfo op_gelu_bwd_info = {"gelu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_gelu_bwd_info = {"gelu_bwd",
+                                 2,
+                                 2,
+                                 1,
+                                 act_bwd_infer,
+                                 ops_flops_elementwise,
+                                 NULL,
+                                 {gelu_bwd_cpu_f32, gelu_bwd_cpu_f64},
+                                 .facts = {.cost = COST_ACTIVATION,
+                                           .ceiling = CEIL_DRAM,
+                                           .inplace = INPLACE_IN0,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_NO,
+                                           .matmul = MATMUL_NONE,
+                                           .ew = &OP_EW_NONE}};
 /* cost class other, as the cost model has always had it: the activation scale
  * (compiler/plan/cost_h200.h) was profiled on models without relu, and moving it there would change
  * the predicted times */
-const OpInfo op_relu_act_info = {"relu_act", 1, 1, 1, gelu_infer, ops_flops_elementwise, act_backward, {relu_cpu_f32, relu_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_geglu_info = {"geglu", 1, 1, 1, swiglu_infer, ops_flops_elementwise, act_backward, {glu_cpu_f32, glu_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_relu_act_info = {"relu_act",
+                                 1,
+                                 1,
+                                 1,
+                                 gelu_infer,
+                                 ops_flops_elementwise,
+                                 act_backward,
+                                 {relu_cpu_f32, relu_cpu_f64},
+                                 .facts = {.cost = COST_OTHER,
+                                           .ceiling = CEIL_DRAM,
+                                           .inplace = INPLACE_NONE,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_NO,
+                                           .matmul = MATMUL_NONE,
+                                           .ew = &OP_EW_NONE}};
+const OpInfo op_geglu_info = {"geglu",
+                              1,
+                              1,
+                              1,
+                              swiglu_infer,
+                              ops_flops_elementwise,
+                              act_backward,
+                              {glu_cpu_f32, glu_cpu_f64},
+                              .facts = {.cost = COST_ACTIVATION,
+                                        .ceiling = CEIL_DRAM,
+                                        .inplace = INPLACE_NONE,
+                                        .rng = RNG_NONE,
+                                        .sink = SINK_NO,
+                                        .matmul = MATMUL_NONE,
+                                        .ew = &OP_EW_NONE}};
 /* in place: dx over x, as SWIGLU_BWD */
-const OpInfo op_geglu_bwd_info = {"geglu_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_relu_act_bwd_info = {"relu_act_bwd", 2, 2, 1, act_bwd_infer, ops_flops_elementwise, NULL, {relu_bwd_cpu_f32, relu_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_geglu_bwd_info = {"geglu_bwd",
+                                  2,
+                                  2,
+                                  1,
+                                  act_bwd_infer,
+                                  ops_flops_elementwise,
+                                  NULL,
+                                  {glu_bwd_cpu_f32, glu_bwd_cpu_f64},
+                                  .facts = {.cost = COST_ACTIVATION,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_IN1,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_NO,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE}};
+const OpInfo op_relu_act_bwd_info = {"relu_act_bwd",
+                                     2,
+                                     2,
+                                     1,
+                                     act_bwd_infer,
+                                     ops_flops_elementwise,
+                                     NULL,
+                                     {relu_bwd_cpu_f32, relu_bwd_cpu_f64},
+                                     .facts = {.cost = COST_OTHER,
+                                               .ceiling = CEIL_DRAM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_NO,
+                                               .matmul = MATMUL_NONE,
+                                               .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -114,7 +210,6 @@ static void K(swiglu_bwd_range)(void *p, int64_t lo, int64_t hi) {
   }
 }
 
-
 /* gelu(x) = x Phi(x) and gelu'(x) = Phi(x) + x phi(x), exact (erf) */
 static inline real K(gelu_of)(real x) { return (real)0.5 * x * (1 + RERF(x * (real)0.70710678118654752440)); }
 static inline real K(gelu_grad_of)(real x) {
@@ -125,12 +220,14 @@ static inline real K(gelu_grad_of)(real x) {
 
 static void K(gelu_range)(void *p, int64_t lo, int64_t hi) {
   const K(ActArgs) *a = p;
-  for (int64_t i = lo; i < hi; i++) a->y[i] = K(gelu_of)(a->x[i]);
+  for (int64_t i = lo; i < hi; i++)
+    a->y[i] = K(gelu_of)(a->x[i]);
 }
 
 static void K(gelu_bwd_range)(void *p, int64_t lo, int64_t hi) {
   const K(ActArgs) *a = p;
-  for (int64_t i = lo; i < hi; i++) a->y[i] = a->dy[i] * K(gelu_grad_of)(a->x[i]);
+  for (int64_t i = lo; i < hi; i++)
+    a->y[i] = a->dy[i] * K(gelu_grad_of)(a->x[i]);
 }
 
 /* GeGLU: rows of x (2f) = [a | b], y = gelu(a) * b; da = dy * b * gelu'(a), db = dy * gelu(a) */
@@ -138,7 +235,8 @@ static void K(geglu_range)(void *p, int64_t lo, int64_t hi) {
   const K(ActArgs) *a = p;
   for (int64_t r = lo; r < hi; r++) {
     const real *x = a->x + r * 2 * a->f;
-    for (int64_t j = 0; j < a->f; j++) a->y[r * a->f + j] = K(gelu_of)(x[j]) * x[j + a->f];
+    for (int64_t j = 0; j < a->f; j++)
+      a->y[r * a->f + j] = K(gelu_of)(x[j]) * x[j + a->f];
   }
 }
 

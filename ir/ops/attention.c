@@ -16,8 +16,8 @@ static int split_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
   const Tensor *x = ops_in(g, op, 0);
   int64_t h = op->a.i[0], gq = op->a.i[1], d = op->a.i[2];
   if (h <= 0 || gq <= 0 || d <= 0 || h % gq || x->ndim != 3 || ops_last(x) != (h + 2 * gq) * d)
-    return ops_err(err, n, "qkv (B,T,%lld) does not match H=%lld G=%lld D=%lld", (long long)ops_last(x), (long long)h,
-                   (long long)gq, (long long)d);
+    return ops_err(err, n, "qkv (B,T,%lld) does not match H=%lld G=%lld D=%lld", (long long)ops_last(x),
+                   (long long)h, (long long)gq, (long long)d);
   ops_out_shape(&out[0], x->dtype, "query", 4, x->shape[0], x->shape[1], h, d);
   ops_out_shape(&out[1], x->dtype, "key", 4, x->shape[0], x->shape[1], gq, d);
   ops_out_shape(&out[2], x->dtype, "value", 4, x->shape[0], x->shape[1], gq, d);
@@ -26,7 +26,8 @@ static int split_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 
 static int split_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
-  if (dout[0] < 0 || dout[1] < 0 || dout[2] < 0) return graph_fail(g, "split_qkv: every output needs a gradient");
+  if (dout[0] < 0 || dout[1] < 0 || dout[2] < 0)
+    return graph_fail(g, "split_qkv: every output needs a gradient");
   int of[1] = {o.in[0]};
   return ops_grad_op(g, OP_CONCAT_QKV, dout, 3, &o.a, &din[0], of) < 0 ? -1 : 0;
 }
@@ -34,7 +35,8 @@ static int split_backward(Graph *g, int op, const int *dout, int *din) {
 static int concat_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   (void)err, (void)n;
   const Tensor *q = ops_in(g, op, 0);
-  ops_out_shape(&out[0], q->dtype, "qkv", 3, q->shape[0], q->shape[1], (op->a.i[0] + 2 * op->a.i[1]) * op->a.i[2], 1);
+  ops_out_shape(&out[0], q->dtype, "qkv", 3, q->shape[0], q->shape[1],
+                (op->a.i[0] + 2 * op->a.i[1]) * op->a.i[2], 1);
   return 0;
 }
 
@@ -68,7 +70,10 @@ static int scores_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err,
 
 static int same_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   (void)err, (void)n;
-  ops_out_like(&out[0], ops_in(g, op, 0), op->kind == OP_SOFTMAX ? "probs" : op->kind == OP_CAUSAL_MASK ? "masked_scores" : "dx");
+  ops_out_like(&out[0], ops_in(g, op, 0),
+               op->kind == OP_SOFTMAX       ? "probs"
+               : op->kind == OP_CAUSAL_MASK ? "masked_scores"
+                                            : "dx");
   return 0;
 }
 
@@ -125,33 +130,141 @@ static int pv_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_split_qkv_info = {"split_qkv", 1, 1, 3, split_infer, NULL, split_backward, {split_cpu_f32, split_cpu_f64},
-    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_concat_qkv_info = {"concat_qkv", 3, 3, 1, concat_infer, NULL, NULL, {concat_cpu_f32, concat_cpu_f64},
-    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_attn_scores_info = {"attn_scores", 2, 2, 1, scores_infer, scores_flops, scores_backward, {scores_cpu_f32, scores_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_attn_scores_bwd_info = {"attn_scores_bwd", 3, 3, 2, scores_bwd_infer, NULL, NULL, {scores_bwd_cpu_f32, scores_bwd_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_causal_mask_info = {"causal_mask", 1, 1, 1, same_infer, ops_flops_elementwise, mask_backward, {mask_cpu_f32, mask_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_softmax_info = {"softmax", 1, 1, 1, same_infer, ops_flops_elementwise, softmax_backward, {softmax_cpu_f32, softmax_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_softmax_bwd_info = {"softmax_bwd", 2, 2, 1, same_infer, ops_flops_elementwise, NULL, {softmax_bwd_cpu_f32, softmax_bwd_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_attn_pv_info = {"attn_pv", 2, 2, 1, pv_infer, pv_flops, pv_backward, {pv_cpu_f32, pv_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_attn_pv_bwd_info = {"attn_pv_bwd", 3, 3, 2, pv_bwd_infer, NULL, NULL, {pv_bwd_cpu_f32, pv_bwd_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_split_qkv_info = {"split_qkv",
+                                  1,
+                                  1,
+                                  3,
+                                  split_infer,
+                                  NULL,
+                                  split_backward,
+                                  {split_cpu_f32, split_cpu_f64},
+                                  .facts = {.cost = COST_ROPE_QKV,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_NONE,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_NO,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE}};
+const OpInfo op_concat_qkv_info = {"concat_qkv",
+                                   3,
+                                   3,
+                                   1,
+                                   concat_infer,
+                                   NULL,
+                                   NULL,
+                                   {concat_cpu_f32, concat_cpu_f64},
+                                   .facts = {.cost = COST_ROPE_QKV,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_attn_scores_info = {"attn_scores",
+                                    2,
+                                    2,
+                                    1,
+                                    scores_infer,
+                                    scores_flops,
+                                    scores_backward,
+                                    {scores_cpu_f32, scores_cpu_f64},
+                                    .facts = {.cost = COST_GEMM,
+                                              .ceiling = CEIL_GEMM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_attn_scores_bwd_info = {"attn_scores_bwd",
+                                        3,
+                                        3,
+                                        2,
+                                        scores_bwd_infer,
+                                        NULL,
+                                        NULL,
+                                        {scores_bwd_cpu_f32, scores_bwd_cpu_f64},
+                                        .facts = {.cost = COST_GEMM,
+                                                  .ceiling = CEIL_GEMM,
+                                                  .inplace = INPLACE_NONE,
+                                                  .rng = RNG_NONE,
+                                                  .sink = SINK_NO,
+                                                  .matmul = MATMUL_NONE,
+                                                  .ew = &OP_EW_NONE}};
+const OpInfo op_causal_mask_info = {"causal_mask",
+                                    1,
+                                    1,
+                                    1,
+                                    same_infer,
+                                    ops_flops_elementwise,
+                                    mask_backward,
+                                    {mask_cpu_f32, mask_cpu_f64},
+                                    .facts = {.cost = COST_ELEMENTWISE,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_softmax_info = {"softmax",
+                                1,
+                                1,
+                                1,
+                                same_infer,
+                                ops_flops_elementwise,
+                                softmax_backward,
+                                {softmax_cpu_f32, softmax_cpu_f64},
+                                .facts = {.cost = COST_ELEMENTWISE,
+                                          .ceiling = CEIL_DRAM,
+                                          .inplace = INPLACE_NONE,
+                                          .rng = RNG_NONE,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
+const OpInfo op_softmax_bwd_info = {"softmax_bwd",
+                                    2,
+                                    2,
+                                    1,
+                                    same_infer,
+                                    ops_flops_elementwise,
+                                    NULL,
+                                    {softmax_bwd_cpu_f32, softmax_bwd_cpu_f64},
+                                    .facts = {.cost = COST_ELEMENTWISE,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_attn_pv_info = {"attn_pv",
+                                2,
+                                2,
+                                1,
+                                pv_infer,
+                                pv_flops,
+                                pv_backward,
+                                {pv_cpu_f32, pv_cpu_f64},
+                                .facts = {.cost = COST_GEMM,
+                                          .ceiling = CEIL_GEMM,
+                                          .inplace = INPLACE_NONE,
+                                          .rng = RNG_NONE,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
+const OpInfo op_attn_pv_bwd_info = {"attn_pv_bwd",
+                                    3,
+                                    3,
+                                    2,
+                                    pv_bwd_infer,
+                                    NULL,
+                                    NULL,
+                                    {pv_bwd_cpu_f32, pv_bwd_cpu_f64},
+                                    .facts = {.cost = COST_GEMM,
+                                              .ceiling = CEIL_GEMM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -184,13 +297,16 @@ static void K(split_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(split_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(AttnArgs) a = {out[0], out[1], out[2], in[0], NULL, x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[2], 0, 0};
+  K(AttnArgs)
+  a = {out[0],      out[1],     out[2],     in[0],      NULL, x->shape[0],
+       x->shape[1], op->a.i[0], op->a.i[1], op->a.i[2], 0,    0};
   c->parallel_for(c, x->shape[0] * x->shape[1], K(split_range), &a);
 }
 
 static void K(concat_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *q = &c->g->t[op->in[0]];
-  K(AttnArgs) a = {in[0], in[1], in[2], out[0], NULL, q->shape[0], q->shape[1], op->a.i[0], op->a.i[1], op->a.i[2], 0, 1};
+  K(AttnArgs)
+  a = {in[0], in[1], in[2], out[0], NULL, q->shape[0], q->shape[1], op->a.i[0], op->a.i[1], op->a.i[2], 0, 1};
   c->parallel_for(c, q->shape[0] * q->shape[1], K(split_range), &a);
 }
 
@@ -208,7 +324,8 @@ static void K(scores_range)(void *p, int64_t lo, int64_t hi) {
     for (int64_t j = 0; j < a->t; j++) {
       const real *k = a->b + KIDX(a, b, j, gq);
       real s = 0;
-      for (int64_t d = 0; d < a->d; d++) s += q[d] * k[d];
+      for (int64_t d = 0; d < a->d; d++)
+        s += q[d] * k[d];
       a->x[r * a->t + j] = s * a->scale;
     }
   }
@@ -216,7 +333,9 @@ static void K(scores_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(scores_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *q = &c->g->t[op->in[0]], *k = &c->g->t[op->in[1]];
-  K(AttnArgs) a = {in[0], in[1], NULL, out[0], NULL, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], (real)op->a.f[0], 0};
+  K(AttnArgs)
+  a = {in[0],       in[1],       NULL,        out[0],           NULL, q->shape[0], q->shape[1],
+       q->shape[2], k->shape[2], q->shape[3], (real)op->a.f[0], 0};
   c->parallel_for(c, a.bsz * a.h * a.t, K(scores_range), &a);
 }
 
@@ -227,12 +346,15 @@ static void K(scores_bwd_q)(void *p, int64_t lo, int64_t hi) {
     int64_t i = r % a->t, h = (r / a->t) % a->h, b = r / (a->t * a->h), gq = h / (a->h / a->g);
     real *dq = a->x + QIDX(a, b, i, h);
     const real *ds = a->c + r * a->t;
-    for (int64_t d = 0; d < a->d; d++) dq[d] = 0;
+    for (int64_t d = 0; d < a->d; d++)
+      dq[d] = 0;
     for (int64_t j = 0; j < a->t; j++) {
       const real *k = a->b + KIDX(a, b, j, gq);
-      for (int64_t d = 0; d < a->d; d++) dq[d] += ds[j] * k[d];
+      for (int64_t d = 0; d < a->d; d++)
+        dq[d] += ds[j] * k[d];
     }
-    for (int64_t d = 0; d < a->d; d++) dq[d] *= a->scale;
+    for (int64_t d = 0; d < a->d; d++)
+      dq[d] *= a->scale;
   }
 }
 
@@ -243,20 +365,25 @@ static void K(scores_bwd_k)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     int64_t gq = r % a->g, j = (r / a->g) % a->t, b = r / (a->g * a->t);
     real *dk = a->y + r * a->d;
-    for (int64_t d = 0; d < a->d; d++) dk[d] = 0;
+    for (int64_t d = 0; d < a->d; d++)
+      dk[d] = 0;
     for (int64_t h = gq * rep; h < (gq + 1) * rep; h++)
       for (int64_t i = 0; i < a->t; i++) {
         real ds = a->c[SIDX(a, b, h, i) + j];
         const real *q = a->a + QIDX(a, b, i, h);
-        for (int64_t d = 0; d < a->d; d++) dk[d] += ds * q[d];
+        for (int64_t d = 0; d < a->d; d++)
+          dk[d] += ds * q[d];
       }
-    for (int64_t d = 0; d < a->d; d++) dk[d] *= a->scale;
+    for (int64_t d = 0; d < a->d; d++)
+      dk[d] *= a->scale;
   }
 }
 
 static void K(scores_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *q = &c->g->t[op->in[1]], *k = &c->g->t[op->in[2]];
-  K(AttnArgs) a = {in[1], in[2], in[0], out[0], out[1], q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], (real)op->a.f[0], 0};
+  K(AttnArgs)
+  a = {in[1],       in[2],       in[0],       out[0],      out[1],           q->shape[0],
+       q->shape[1], q->shape[2], k->shape[2], q->shape[3], (real)op->a.f[0], 0};
   c->parallel_for(c, a.bsz * a.h * a.t, K(scores_bwd_q), &a);
   c->parallel_for(c, a.bsz * a.t * a.g, K(scores_bwd_k), &a);
 }
@@ -272,7 +399,8 @@ static void K(mask_range)(void *p, int64_t lo, int64_t hi) {
   const K(RowArgs) *a = p;
   for (int64_t r = lo; r < hi; r++) {
     int64_t i = r % a->t;
-    for (int64_t j = 0; j < a->t; j++) a->out[r * a->t + j] = j > i ? (a->fill_zero ? 0 : -INFINITY) : a->x[r * a->t + j];
+    for (int64_t j = 0; j < a->t; j++)
+      a->out[r * a->t + j] = j > i ? (a->fill_zero ? 0 : -INFINITY) : a->x[r * a->t + j];
   }
 }
 
@@ -287,9 +415,12 @@ static void K(softmax_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     const real *x = a->x + r * a->t;
     real *y = a->out + r * a->t, m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < a->t; j++) m = x[j] > m ? x[j] : m;
-    for (int64_t j = 0; j < a->t; j++) s += (y[j] = REXP(x[j] - m));
-    for (int64_t j = 0; j < a->t; j++) y[j] /= s;
+    for (int64_t j = 0; j < a->t; j++)
+      m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < a->t; j++)
+      s += (y[j] = REXP(x[j] - m));
+    for (int64_t j = 0; j < a->t; j++)
+      y[j] /= s;
   }
 }
 
@@ -305,8 +436,10 @@ static void K(softmax_bwd_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     const real *dp = a->x + r * a->t, *pr = a->y + r * a->t;
     real s = 0;
-    for (int64_t j = 0; j < a->t; j++) s += dp[j] * pr[j];
-    for (int64_t j = 0; j < a->t; j++) a->out[r * a->t + j] = pr[j] * (dp[j] - s);
+    for (int64_t j = 0; j < a->t; j++)
+      s += dp[j] * pr[j];
+    for (int64_t j = 0; j < a->t; j++)
+      a->out[r * a->t + j] = pr[j] * (dp[j] - s);
   }
 }
 
@@ -323,17 +456,21 @@ static void K(pv_range)(void *p, int64_t lo, int64_t hi) {
     int64_t h = r % a->h, i = (r / a->h) % a->t, b = r / (a->h * a->t), gq = h / (a->h / a->g);
     real *o = a->x + r * a->d;
     const real *pr = a->a + SIDX(a, b, h, i);
-    for (int64_t d = 0; d < a->d; d++) o[d] = 0;
+    for (int64_t d = 0; d < a->d; d++)
+      o[d] = 0;
     for (int64_t j = 0; j < a->t; j++) {
       const real *v = a->b + KIDX(a, b, j, gq);
-      for (int64_t d = 0; d < a->d; d++) o[d] += pr[j] * v[d];
+      for (int64_t d = 0; d < a->d; d++)
+        o[d] += pr[j] * v[d];
     }
   }
 }
 
 static void K(pv_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *pt = &c->g->t[op->in[0]], *v = &c->g->t[op->in[1]];
-  K(AttnArgs) a = {in[0], in[1], NULL, out[0], NULL, v->shape[0], v->shape[1], pt->shape[1], v->shape[2], v->shape[3], 1, 0};
+  K(AttnArgs)
+  a = {in[0],       in[1],        NULL,        out[0],      NULL, v->shape[0],
+       v->shape[1], pt->shape[1], v->shape[2], v->shape[3], 1,    0};
   c->parallel_for(c, a.bsz * a.t * a.h, K(pv_range), &a);
 }
 
@@ -346,7 +483,8 @@ static void K(pv_bwd_p)(void *p, int64_t lo, int64_t hi) {
     for (int64_t j = 0; j < a->t; j++) {
       const real *v = a->b + KIDX(a, b, j, gq);
       real s = 0;
-      for (int64_t d = 0; d < a->d; d++) s += dout[d] * v[d];
+      for (int64_t d = 0; d < a->d; d++)
+        s += dout[d] * v[d];
       a->x[r * a->t + j] = s;
     }
   }
@@ -359,19 +497,23 @@ static void K(pv_bwd_v)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     int64_t gq = r % a->g, j = (r / a->g) % a->t, b = r / (a->g * a->t);
     real *dv = a->y + r * a->d;
-    for (int64_t d = 0; d < a->d; d++) dv[d] = 0;
+    for (int64_t d = 0; d < a->d; d++)
+      dv[d] = 0;
     for (int64_t h = gq * rep; h < (gq + 1) * rep; h++)
       for (int64_t i = 0; i < a->t; i++) {
         real pij = a->a[SIDX(a, b, h, i) + j];
         const real *dout = a->c + QIDX(a, b, i, h);
-        for (int64_t d = 0; d < a->d; d++) dv[d] += pij * dout[d];
+        for (int64_t d = 0; d < a->d; d++)
+          dv[d] += pij * dout[d];
       }
   }
 }
 
 static void K(pv_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *pt = &c->g->t[op->in[1]], *v = &c->g->t[op->in[2]];
-  K(AttnArgs) a = {in[1], in[2], in[0], out[0], out[1], v->shape[0], v->shape[1], pt->shape[1], v->shape[2], v->shape[3], 1, 0};
+  K(AttnArgs)
+  a = {in[1],       in[2],        in[0],       out[0],      out[1], v->shape[0],
+       v->shape[1], pt->shape[1], v->shape[2], v->shape[3], 1,      0};
   c->parallel_for(c, a.bsz * a.h * a.t, K(pv_bwd_p), &a);
   c->parallel_for(c, a.bsz * a.t * a.g, K(pv_bwd_v), &a);
 }

@@ -48,12 +48,36 @@ static const OpEw dropout_bwd_ew = {
     "    const unsigned w#[4] = {r#.x, r#.y, r#.z, r#.w};\n",
     "dropout_keep(w#[k], thr#, scale#, $0)"};
 
-const OpInfo op_dropout_info = {"dropout", 1, 1, 2, dropout_infer, ops_flops_elementwise, dropout_backward, {dropout_cpu_f32, dropout_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_ALWAYS,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_dropout_bwd_info = {"dropout_bwd", 2, 2, 1, dropout_bwd_infer, ops_flops_elementwise, NULL, {dropout_bwd_cpu_f32, dropout_bwd_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &dropout_bwd_ew}};
+const OpInfo op_dropout_info = {"dropout",
+                                1,
+                                1,
+                                2,
+                                dropout_infer,
+                                ops_flops_elementwise,
+                                dropout_backward,
+                                {dropout_cpu_f32, dropout_cpu_f64},
+                                .facts = {.cost = COST_ELEMENTWISE,
+                                          .ceiling = CEIL_DRAM,
+                                          .inplace = INPLACE_IN0,
+                                          .rng = RNG_ALWAYS,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
+const OpInfo op_dropout_bwd_info = {"dropout_bwd",
+                                    2,
+                                    2,
+                                    1,
+                                    dropout_bwd_infer,
+                                    ops_flops_elementwise,
+                                    NULL,
+                                    {dropout_bwd_cpu_f32, dropout_bwd_cpu_f64},
+                                    .facts = {.cost = COST_ELEMENTWISE,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_IN0,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &dropout_bwd_ew}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -76,13 +100,16 @@ static void K(dropout_range)(void *p, int64_t lo, int64_t hi) {
 }
 
 static void K(dropout_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  K(DropArgs) a = {in[0], out[1], out[0], ops_rng_key(c, op->a.i[0]), (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
+  K(DropArgs)
+  a = {
+      in[0], out[1], out[0], ops_rng_key(c, op->a.i[0]), (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
   c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(dropout_range), &a);
 }
 
 static void K(dropout_bwd_range)(void *p, int64_t lo, int64_t hi) {
   const K(DropArgs) *a = p;
-  for (int64_t i = lo; i < hi; i++) a->y[i] = a->mask[i] ? a->x[i] * a->scale : 0;
+  for (int64_t i = lo; i < hi; i++)
+    a->y[i] = a->mask[i] ? a->x[i] * a->scale : 0;
 }
 
 static void K(dropout_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {

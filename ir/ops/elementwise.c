@@ -38,18 +38,66 @@ static int inplace_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 /* a residual add in a generated chain: residual_add's own sum */
 static const OpEw add_ew = {2, "", "", "", "$0 + $1"};
 
-const OpInfo op_add_info = {"add", 2, 2, 1, add_infer, ops_flops_elementwise, add_backward, {add_cpu_f32, add_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN0, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &add_ew}};
-const OpInfo op_accum_info = {"accum", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {accum_cpu_f32, accum_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_fill_info = {"fill", 0, 0, 0, inplace_infer, NULL, NULL, {fill_cpu_f32, fill_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_zero_info = {"zero", 0, 0, 0, inplace_infer, NULL, NULL, {zero_cpu_f32, zero_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_add_info = {"add",
+                            2,
+                            2,
+                            1,
+                            add_infer,
+                            ops_flops_elementwise,
+                            add_backward,
+                            {add_cpu_f32, add_cpu_f64},
+                            .facts = {.cost = COST_ELEMENTWISE,
+                                      .ceiling = CEIL_DRAM,
+                                      .inplace = INPLACE_IN0,
+                                      .rng = RNG_NONE,
+                                      .sink = SINK_NO,
+                                      .matmul = MATMUL_NONE,
+                                      .ew = &add_ew}};
+const OpInfo op_accum_info = {"accum",
+                              1,
+                              1,
+                              0,
+                              inplace_infer,
+                              ops_flops_elementwise,
+                              NULL,
+                              {accum_cpu_f32, accum_cpu_f64},
+                              .facts = {.cost = COST_ELEMENTWISE,
+                                        .ceiling = CEIL_DRAM,
+                                        .inplace = INPLACE_NONE,
+                                        .rng = RNG_NONE,
+                                        .sink = SINK_NO,
+                                        .matmul = MATMUL_NONE,
+                                        .ew = &OP_EW_NONE}};
+const OpInfo op_fill_info = {"fill",
+                             0,
+                             0,
+                             0,
+                             inplace_infer,
+                             NULL,
+                             NULL,
+                             {fill_cpu_f32, fill_cpu_f64},
+                             .facts = {.cost = COST_ELEMENTWISE,
+                                       .ceiling = CEIL_DRAM,
+                                       .inplace = INPLACE_NONE,
+                                       .rng = RNG_NONE,
+                                       .sink = SINK_NO,
+                                       .matmul = MATMUL_NONE,
+                                       .ew = &OP_EW_NONE}};
+const OpInfo op_zero_info = {"zero",
+                             0,
+                             0,
+                             0,
+                             inplace_infer,
+                             NULL,
+                             NULL,
+                             {zero_cpu_f32, zero_cpu_f64},
+                             .facts = {.cost = COST_ELEMENTWISE,
+                                       .ceiling = CEIL_DRAM,
+                                       .inplace = INPLACE_NONE,
+                                       .rng = RNG_NONE,
+                                       .sink = SINK_NO,
+                                       .matmul = MATMUL_NONE,
+                                       .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS: reference kernels over `real` */
 
@@ -61,9 +109,11 @@ typedef struct {
 static void K(add_range)(void *p, int64_t lo, int64_t hi) {
   K(AddArgs) *a = p;
   if (a->b)
-    for (int64_t i = lo; i < hi; i++) a->y[i] = a->a[i] + a->b[i];
+    for (int64_t i = lo; i < hi; i++)
+      a->y[i] = a->a[i] + a->b[i];
   else /* accumulate: y += a */
-    for (int64_t i = lo; i < hi; i++) a->y[i] += a->a[i];
+    for (int64_t i = lo; i < hi; i++)
+      a->y[i] += a->a[i];
 }
 
 static void K(add_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -81,13 +131,15 @@ static void K(fill_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *co
   real v = (real)op->a.f[0];
   for (int i = 0; i < op->nout; i++) {
     real *t = out[i];
-    for (int64_t j = 0, n = tensor_numel(&c->g->t[op->out[i]]); j < n; j++) t[j] = v;
+    for (int64_t j = 0, n = tensor_numel(&c->g->t[op->out[i]]); j < n; j++)
+      t[j] = v;
   }
 }
 
 static void K(zero_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   (void)in;
-  for (int i = 0; i < op->nout; i++) memset(out[i], 0, (size_t)c->g->t[op->out[i]].bytes);
+  for (int i = 0; i < op->nout; i++)
+    memset(out[i], 0, (size_t)c->g->t[op->out[i]].bytes);
 }
 
 #endif

@@ -63,18 +63,66 @@ static int pos_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_embed_info = {"embed", 2, 2, 1, embed_infer, NULL, embed_backward, {embed_cpu_f32, embed_cpu_f64},
-    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_embed_bwd_info = {"embed_bwd", 2, 2, 1, embed_bwd_infer, NULL, NULL, {embed_bwd_cpu_f32, embed_bwd_cpu_f64},
-    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_pos_add_info = {"pos_add", 2, 2, 1, pos_infer, ops_flops_elementwise, pos_backward, {pos_cpu_f32, pos_cpu_f64},
-    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_pos_add_bwd_info = {"pos_add_bwd", 1, 1, 1, pos_bwd_infer, NULL, NULL, {pos_bwd_cpu_f32, pos_bwd_cpu_f64},
-    .facts = {.cost = COST_EMBEDDING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_embed_info = {"embed",
+                              2,
+                              2,
+                              1,
+                              embed_infer,
+                              NULL,
+                              embed_backward,
+                              {embed_cpu_f32, embed_cpu_f64},
+                              .facts = {.cost = COST_EMBEDDING,
+                                        .ceiling = CEIL_DRAM,
+                                        .inplace = INPLACE_NONE,
+                                        .rng = RNG_NONE,
+                                        .sink = SINK_NO,
+                                        .matmul = MATMUL_NONE,
+                                        .ew = &OP_EW_NONE}};
+const OpInfo op_embed_bwd_info = {"embed_bwd",
+                                  2,
+                                  2,
+                                  1,
+                                  embed_bwd_infer,
+                                  NULL,
+                                  NULL,
+                                  {embed_bwd_cpu_f32, embed_bwd_cpu_f64},
+                                  .facts = {.cost = COST_EMBEDDING,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_NONE,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_YES,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE}};
+const OpInfo op_pos_add_info = {"pos_add",
+                                2,
+                                2,
+                                1,
+                                pos_infer,
+                                ops_flops_elementwise,
+                                pos_backward,
+                                {pos_cpu_f32, pos_cpu_f64},
+                                .facts = {.cost = COST_EMBEDDING,
+                                          .ceiling = CEIL_DRAM,
+                                          .inplace = INPLACE_NONE,
+                                          .rng = RNG_NONE,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
+const OpInfo op_pos_add_bwd_info = {"pos_add_bwd",
+                                    1,
+                                    1,
+                                    1,
+                                    pos_bwd_infer,
+                                    NULL,
+                                    NULL,
+                                    {pos_bwd_cpu_f32, pos_bwd_cpu_f64},
+                                    .facts = {.cost = COST_EMBEDDING,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_YES,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -104,11 +152,13 @@ static void K(embed_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *c
 static void K(embed_bwd_range)(void *p, int64_t lo, int64_t hi) {
   const K(EmbArgs) *a = p;
   for (int64_t v = 0; v < a->v; v++)
-    for (int64_t j = lo; j < hi; j++) a->dst[v * a->c + j] = 0;
+    for (int64_t j = lo; j < hi; j++)
+      a->dst[v * a->c + j] = 0;
   for (int64_t r = 0; r < a->rows; r++) {
     int64_t v = a->tok[r];
     if (v < 0 || v >= a->v) v = 0;
-    for (int64_t j = lo; j < hi; j++) a->dst[v * a->c + j] += a->src[r * a->c + j];
+    for (int64_t j = lo; j < hi; j++)
+      a->dst[v * a->c + j] += a->src[r * a->c + j];
   }
 }
 
@@ -128,7 +178,8 @@ static void K(pos_range)(void *p, int64_t lo, int64_t hi) {
   const K(PosArgs) *a = p;
   for (int64_t r = lo; r < hi; r++) { /* r = b * T + t */
     const real *pr = a->p + (r % a->t) * a->c;
-    for (int64_t j = 0; j < a->c; j++) a->y[r * a->c + j] = a->x[r * a->c + j] + pr[j];
+    for (int64_t j = 0; j < a->c; j++)
+      a->y[r * a->c + j] = a->x[r * a->c + j] + pr[j];
   }
 }
 
@@ -144,7 +195,8 @@ static void K(pos_bwd_range)(void *p, int64_t lo, int64_t hi) {
     for (int64_t j = 0; j < a->c; j++) {
       real s = 0;
       if (r < a->t)
-        for (int64_t b = 0; b < a->b; b++) s += a->x[(b * a->t + r) * a->c + j];
+        for (int64_t b = 0; b < a->b; b++)
+          s += a->x[(b * a->t + r) * a->c + j];
       a->y[r * a->c + j] = s;
     }
 }

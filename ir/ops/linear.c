@@ -10,8 +10,8 @@
 static int linear_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1);
   if (w->ndim != 2 || ops_last(x) != w->shape[1])
-    return ops_err(err, n, "%s (..., %lld) does not match weight %s (N, K=%lld)", x->name, (long long)ops_last(x),
-                   w->name, (long long)w->shape[1]);
+    return ops_err(err, n, "%s (..., %lld) does not match weight %s (N, K=%lld)", x->name,
+                   (long long)ops_last(x), w->name, (long long)w->shape[1]);
   if (op->nin == 3 && (ops_in(g, op, 2)->ndim != 1 || ops_in(g, op, 2)->shape[0] != w->shape[0]))
     return ops_err(err, n, "bias %s is not (%lld)", ops_in(g, op, 2)->name, (long long)w->shape[0]);
   ops_out_like(&out[0], x, "out");
@@ -57,7 +57,8 @@ static int wgrad_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 }
 
 static double wgrad_flops(const Graph *g, const Op *op) {
-  return 2.0 * (double)ops_rows(ops_in(g, op, 0)) * (double)ops_last(ops_in(g, op, 0)) * (double)ops_last(ops_in(g, op, 1));
+  return 2.0 * (double)ops_rows(ops_in(g, op, 0)) * (double)ops_last(ops_in(g, op, 0)) *
+         (double)ops_last(ops_in(g, op, 1));
 }
 
 static double dgrad_flops(const Graph *g, const Op *op) {
@@ -82,19 +83,67 @@ static int bgrad_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_linear_info = {"linear", 2, 3, 1, linear_infer, linear_flops, linear_backward, {linear_cpu_f32, linear_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_FWD, .ew = &OP_EW_NONE}};
-const OpInfo op_linear_dgrad_info = {"linear_dgrad", 2, 2, 1, dgrad_infer, dgrad_flops, NULL, {dgrad_cpu_f32, dgrad_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_DGRAD, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_info = {"linear",
+                               2,
+                               3,
+                               1,
+                               linear_infer,
+                               linear_flops,
+                               linear_backward,
+                               {linear_cpu_f32, linear_cpu_f64},
+                               .facts = {.cost = COST_GEMM,
+                                         .ceiling = CEIL_GEMM,
+                                         .inplace = INPLACE_NONE,
+                                         .rng = RNG_NONE,
+                                         .sink = SINK_NO,
+                                         .matmul = MATMUL_FWD,
+                                         .ew = &OP_EW_NONE}};
+const OpInfo op_linear_dgrad_info = {"linear_dgrad",
+                                     2,
+                                     2,
+                                     1,
+                                     dgrad_infer,
+                                     dgrad_flops,
+                                     NULL,
+                                     {dgrad_cpu_f32, dgrad_cpu_f64},
+                                     .facts = {.cost = COST_GEMM,
+                                               .ceiling = CEIL_GEMM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_NO,
+                                               .matmul = MATMUL_DGRAD,
+                                               .ew = &OP_EW_NONE}};
 /* sink: cuBLASLt may accumulate (beta = 1) */
-const OpInfo op_linear_wgrad_info = {"linear_wgrad", 2, 2, 1, wgrad_infer, wgrad_flops, NULL, {wgrad_cpu_f32, wgrad_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_WGRAD, .ew = &OP_EW_NONE}};
-const OpInfo op_linear_bgrad_info = {"linear_bgrad", 1, 1, 1, bgrad_infer, ops_flops_elementwise, NULL, {bgrad_cpu_f32, bgrad_cpu_f64},
-    .facts = {.cost = COST_ELEMENTWISE, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_wgrad_info = {"linear_wgrad",
+                                     2,
+                                     2,
+                                     1,
+                                     wgrad_infer,
+                                     wgrad_flops,
+                                     NULL,
+                                     {wgrad_cpu_f32, wgrad_cpu_f64},
+                                     .facts = {.cost = COST_GEMM,
+                                               .ceiling = CEIL_GEMM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_YES,
+                                               .matmul = MATMUL_WGRAD,
+                                               .ew = &OP_EW_NONE}};
+const OpInfo op_linear_bgrad_info = {"linear_bgrad",
+                                     1,
+                                     1,
+                                     1,
+                                     bgrad_infer,
+                                     ops_flops_elementwise,
+                                     NULL,
+                                     {bgrad_cpu_f32, bgrad_cpu_f64},
+                                     .facts = {.cost = COST_ELEMENTWISE,
+                                               .ceiling = CEIL_DRAM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_YES,
+                                               .matmul = MATMUL_NONE,
+                                               .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -125,13 +174,15 @@ static void K(gemm_nt_range)(void *p, int64_t lo, int64_t hi) {
         s[3][0] += x3 * y0, s[3][1] += x3 * y1, s[3][2] += x3 * y2, s[3][3] += x3 * y3;
       }
       for (int r = 0; r < 4; r++)
-        for (int cc = 0; cc < 4; cc++) g->c[(i + r) * n + j + cc] = s[r][cc] + (g->bias ? g->bias[j + cc] : 0);
+        for (int cc = 0; cc < 4; cc++)
+          g->c[(i + r) * n + j + cc] = s[r][cc] + (g->bias ? g->bias[j + cc] : 0);
     }
     for (; j < n; j++)
       for (int r = 0; r < 4; r++) {
         const real *ar = g->a + (i + r) * k, *bj = g->b + j * k;
         real s = 0;
-        for (int64_t q = 0; q < k; q++) s += ar[q] * bj[q];
+        for (int64_t q = 0; q < k; q++)
+          s += ar[q] * bj[q];
         g->c[(i + r) * n + j] = s + (g->bias ? g->bias[j] : 0);
       }
   }
@@ -139,24 +190,28 @@ static void K(gemm_nt_range)(void *p, int64_t lo, int64_t hi) {
     for (int64_t j = 0; j < n; j++) {
       const real *ar = g->a + i * k, *bj = g->b + j * k;
       real s = 0;
-      for (int64_t q = 0; q < k; q++) s += ar[q] * bj[q];
+      for (int64_t q = 0; q < k; q++)
+        s += ar[q] * bj[q];
       g->c[i * n + j] = s + (g->bias ? g->bias[j] : 0);
     }
 }
 
 /* Row blocks of 4 so that the tile path is taken whatever the split. */
-static void K(gemm_nt)(const CpuCtx *c, K(GemmArgs) *g);
+static void K(gemm_nt)(const CpuCtx *c, K(GemmArgs) * g);
 static void K(gemm_nt_blocks)(void *p, int64_t lo, int64_t hi) {
   const K(GemmArgs) *g = p;
   int64_t end = hi * 4 > g->m ? g->m : hi * 4;
   K(gemm_nt_range)(p, lo * 4, end);
 }
-static void K(gemm_nt)(const CpuCtx *c, K(GemmArgs) *g) { c->parallel_for(c, (g->m + 3) / 4, K(gemm_nt_blocks), g); }
+static void K(gemm_nt)(const CpuCtx *c, K(GemmArgs) * g) {
+  c->parallel_for(c, (g->m + 3) / 4, K(gemm_nt_blocks), g);
+}
 
 /* Transposes src (R, C) into dst (C, R). */
 static void K(transpose)(const real *src, real *dst, int64_t r, int64_t cdim) {
   for (int64_t i = 0; i < r; i++)
-    for (int64_t j = 0; j < cdim; j++) dst[j * r + i] = src[i * cdim + j];
+    for (int64_t j = 0; j < cdim; j++)
+      dst[j * r + i] = src[i * cdim + j];
 }
 
 static void K(linear_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -202,7 +257,8 @@ static void K(bgrad_range)(void *p, int64_t lo, int64_t hi) {
   const K(BgradArgs) *a = p;
   for (int64_t j = lo; j < hi; j++) {
     real s = 0;
-    for (int64_t i = 0; i < a->m; i++) s += a->dy[i * a->n + j];
+    for (int64_t i = 0; i < a->m; i++)
+      s += a->dy[i * a->n + j];
     a->db[j] = s;
   }
 }

@@ -118,15 +118,37 @@ static void lc_run(const LcChunk *k, OpKind kind, int nin, const int *in, void *
 /* cost class gemm: its products dominate (cost.c times its launch with a model of its own);
  * ceiling DRAM, as the roofline has always had it (only an unfused backward takes the plain
  * roofline, and the CUDA executor refuses that one) */
-const OpInfo op_linear_cross_entropy_info = {
-    "linear_cross_entropy", 3, 3, 3, lce_infer, lce_flops, lce_backward, {lce_cpu_f32, lce_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_cross_entropy_info = {"linear_cross_entropy",
+                                             3,
+                                             3,
+                                             3,
+                                             lce_infer,
+                                             lce_flops,
+                                             lce_backward,
+                                             {lce_cpu_f32, lce_cpu_f64},
+                                             .facts = {.cost = COST_GEMM,
+                                                       .ceiling = CEIL_DRAM,
+                                                       .inplace = INPLACE_NONE,
+                                                       .rng = RNG_NONE,
+                                                       .sink = SINK_NO,
+                                                       .matmul = MATMUL_NONE,
+                                                       .ew = &OP_EW_NONE}};
 /* sink: its dW (output 1) adds each chunk's product into the main gradient */
-const OpInfo op_linear_cross_entropy_bwd_info = {
-    "linear_cross_entropy_bwd", 4, 4, 2, lce_bwd_infer, lce_flops, NULL, {lce_bwd_cpu_f32, lce_bwd_cpu_f64},
-    .facts = {.cost = COST_GEMM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_linear_cross_entropy_bwd_info = {"linear_cross_entropy_bwd",
+                                                 4,
+                                                 4,
+                                                 2,
+                                                 lce_bwd_infer,
+                                                 lce_flops,
+                                                 NULL,
+                                                 {lce_bwd_cpu_f32, lce_bwd_cpu_f64},
+                                                 .facts = {.cost = COST_GEMM,
+                                                           .ceiling = CEIL_DRAM,
+                                                           .inplace = INPLACE_NONE,
+                                                           .rng = RNG_NONE,
+                                                           .sink = SINK_YES,
+                                                           .matmul = MATMUL_NONE,
+                                                           .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -9,7 +9,8 @@
 
 static int ce_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *tg = ops_in(g, op, 1);
-  if (x->ndim != 3 || tg->ndim != 2 || tg->dtype != DT_I32 || x->shape[0] != tg->shape[0] || x->shape[1] != tg->shape[1])
+  if (x->ndim != 3 || tg->ndim != 2 || tg->dtype != DT_I32 || x->shape[0] != tg->shape[0] ||
+      x->shape[1] != tg->shape[1])
     return ops_err(err, n, "expects logits (B,T,V) and targets (B,T) int32");
   ops_out_shape(&out[0], DT_F32, "loss", 1, 1, 1, 1, 1);
   ops_out_shape(&out[1], DT_F32, "lse", 2, x->shape[0], x->shape[1], 1, 1);
@@ -29,7 +30,9 @@ static int ce_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
   return 0;
 }
 
-static double ce_flops(const Graph *g, const Op *op) { return 3.0 * (double)tensor_numel(ops_in(g, op, op->kind == OP_CROSS_ENTROPY ? 0 : 1)); }
+static double ce_flops(const Graph *g, const Op *op) {
+  return 3.0 * (double)tensor_numel(ops_in(g, op, op->kind == OP_CROSS_ENTROPY ? 0 : 1));
+}
 
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
@@ -41,13 +44,37 @@ static double ce_flops(const Graph *g, const Op *op) { return 3.0 * (double)tens
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_cross_entropy_info = {"cross_entropy", 2, 2, 2, ce_infer, ce_flops, ce_backward, {ce_cpu_f32, ce_cpu_f64},
-    .facts = {.cost = COST_LOSS, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_cross_entropy_info = {"cross_entropy",
+                                      2,
+                                      2,
+                                      2,
+                                      ce_infer,
+                                      ce_flops,
+                                      ce_backward,
+                                      {ce_cpu_f32, ce_cpu_f64},
+                                      .facts = {.cost = COST_LOSS,
+                                                .ceiling = CEIL_DRAM,
+                                                .inplace = INPLACE_NONE,
+                                                .rng = RNG_NONE,
+                                                .sink = SINK_NO,
+                                                .matmul = MATMUL_NONE,
+                                                .ew = &OP_EW_NONE}};
 /* in place: dlogits over logits (the CUDA loss kernel writes them in place) */
-const OpInfo op_cross_entropy_bwd_info = {"cross_entropy_bwd", 4, 4, 1, ce_bwd_infer, ce_flops, NULL, {ce_bwd_cpu_f32, ce_bwd_cpu_f64},
-    .facts = {.cost = COST_LOSS, .ceiling = CEIL_DRAM, .inplace = INPLACE_IN1, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_cross_entropy_bwd_info = {"cross_entropy_bwd",
+                                          4,
+                                          4,
+                                          1,
+                                          ce_bwd_infer,
+                                          ce_flops,
+                                          NULL,
+                                          {ce_bwd_cpu_f32, ce_bwd_cpu_f64},
+                                          .facts = {.cost = COST_LOSS,
+                                                    .ceiling = CEIL_DRAM,
+                                                    .inplace = INPLACE_IN1,
+                                                    .rng = RNG_NONE,
+                                                    .sink = SINK_NO,
+                                                    .matmul = MATMUL_NONE,
+                                                    .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -63,8 +90,10 @@ static void K(ce_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) {
     const real *x = a->x + r * a->v;
     real m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < a->v; j++) m = x[j] > m ? x[j] : m;
-    for (int64_t j = 0; j < a->v; j++) s += REXP(x[j] - m);
+    for (int64_t j = 0; j < a->v; j++)
+      m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < a->v; j++)
+      s += REXP(x[j] - m);
     a->olse[r] = m + RLOG(s);
   }
 }
@@ -87,13 +116,21 @@ static void K(ce_bwd_range)(void *p, int64_t lo, int64_t hi) {
     real *dx = a->y + r * a->v;
     int64_t t = a->tg[r];
     real s = t >= 0 && t < a->v ? scale : 0; /* an ignored token: gradient 0 */
-    for (int64_t j = 0; j < a->v; j++) dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * s;
+    for (int64_t j = 0; j < a->v; j++)
+      dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * s;
   }
 }
 
 static void K(ce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[1]];
-  K(CeArgs) a = {.dloss = in[0], .x = in[1], .tg = in[2], .lse = in[3], .y = out[0], .rows = ops_rows(x), .v = ops_last(x)};
+  K(CeArgs)
+  a = {.dloss = in[0],
+       .x = in[1],
+       .tg = in[2],
+       .lse = in[3],
+       .y = out[0],
+       .rows = ops_rows(x),
+       .v = ops_last(x)};
   c->parallel_for(c, a.rows, K(ce_bwd_range), &a);
 }
 

@@ -35,11 +35,14 @@
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
-static int m_err_shape(char *err, size_t n, const Op *op) { return ops_err(err, n, "%s: inconsistent shapes", op_name(op->kind)); }
+static int m_err_shape(char *err, size_t n, const Op *op) {
+  return ops_err(err, n, "%s: inconsistent shapes", op_name(op->kind));
+}
 
 static int conv_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1), *b = ops_in(g, op, 2);
-  if (x->ndim != 3 || w->ndim != 2 || w->shape[0] != x->shape[2] || b->ndim != 1 || b->shape[0] != x->shape[2])
+  if (x->ndim != 3 || w->ndim != 2 || w->shape[0] != x->shape[2] || b->ndim != 1 ||
+      b->shape[0] != x->shape[2])
     return m_err_shape(err, n, op);
   ops_out_like(&out[0], x, "out");
   return 0;
@@ -61,8 +64,9 @@ static int hp_ok(const Tensor *x, const Op *op) {
 static int scan_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *dt = ops_in(g, op, 1), *al = ops_in(g, op, 2), *bc = ops_in(g, op, 3);
   int64_t h = op->a.i[0];
-  if (!hp_ok(x, op) || dt->ndim != 3 || dt->shape[2] != h || al->ndim != 1 || al->shape[0] != h || bc->ndim != 3 ||
-      bc->shape[2] != 2 * op->a.i[2] * op->a.i[3] || dt->shape[1] != x->shape[1] || bc->shape[1] != x->shape[1])
+  if (!hp_ok(x, op) || dt->ndim != 3 || dt->shape[2] != h || al->ndim != 1 || al->shape[0] != h ||
+      bc->ndim != 3 || bc->shape[2] != 2 * op->a.i[2] * op->a.i[3] || dt->shape[1] != x->shape[1] ||
+      bc->shape[1] != x->shape[1])
     return m_err_shape(err, n, op);
   ops_out_like(&out[0], x, "y");
   return 0;
@@ -72,8 +76,8 @@ static int mixer_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
   const Tensor *x = ops_in(g, op, 0), *cw = ops_in(g, op, 1), *dt = ops_in(g, op, 2), *sp = ops_in(g, op, 3);
   int64_t h = op->a.i[0], p = op->a.i[1], gg = op->a.i[2], nn = op->a.i[3], c = h * p + 2 * gg * nn;
   if (h < 1 || p < 1 || gg < 1 || nn < 1 || h % gg || x->ndim != 3 || x->shape[2] != c || cw->ndim != 2 ||
-      cw->shape[0] != c || cw->shape[1] < 2 || dt->ndim != 3 || dt->shape[1] != x->shape[1] || dt->shape[2] != h ||
-      sp->ndim != 2 || sp->shape[0] != h || sp->shape[1] != 3)
+      cw->shape[0] != c || cw->shape[1] < 2 || dt->ndim != 3 || dt->shape[1] != x->shape[1] ||
+      dt->shape[2] != h || sp->ndim != 2 || sp->shape[0] != h || sp->shape[1] != 3)
     return m_err_shape(err, n, op);
   ops_out_shape(&out[0], x->dtype, "y", 3, x->shape[0], x->shape[1], h * p, 1);
   return 0;
@@ -81,7 +85,8 @@ static int mixer_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 
 static int skip_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *y = ops_in(g, op, 0), *x = ops_in(g, op, 1), *d = ops_in(g, op, 2);
-  if (!hp_ok(x, op) || !ops_same_shape(x, y) || d->ndim != 1 || d->shape[0] != op->a.i[0]) return m_err_shape(err, n, op);
+  if (!hp_ok(x, op) || !ops_same_shape(x, y) || d->ndim != 1 || d->shape[0] != op->a.i[0])
+    return m_err_shape(err, n, op);
   ops_out_like(&out[0], y, "out");
   return 0;
 }
@@ -95,7 +100,8 @@ static int gate_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_
 
 static int gnorm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *w = ops_in(g, op, 1);
-  if (w->ndim != 1 || w->shape[0] != ops_last(x) || op->a.i[0] < 1 || ops_last(x) % op->a.i[0]) return m_err_shape(err, n, op);
+  if (w->ndim != 1 || w->shape[0] != ops_last(x) || op->a.i[0] < 1 || ops_last(x) % op->a.i[0])
+    return m_err_shape(err, n, op);
   ops_out_like(&out[0], x, "out");
   return 0;
 }
@@ -118,7 +124,8 @@ static int grads_like_inputs(const Graph *g, const Op *op, OpOut *out, char *err
   OpOut fwd[IR_MAX_OUT];
   if (op_info(fk)->infer(g, &f, fwd, err, n) != 0) return -1;
   int nout = op_info(op->kind)->nout;
-  for (int i = 0; i < nout; i++) ops_out_like(&out[i], ops_in(g, op, 1 + i), "grad");
+  for (int i = 0; i < nout; i++)
+    ops_out_like(&out[i], ops_in(g, op, 1 + i), "grad");
   return 0;
 }
 
@@ -135,12 +142,14 @@ static int m_backward(Graph *g, int op, const int *dout, int *din) {
                                          : OP_MAMBA_GROUP_NORM_BWD;
   int in[IR_MAX_IN], of[IR_MAX_OUT];
   in[0] = dout[0];
-  for (int i = 0; i < o.nin; i++) in[1 + i] = o.in[i], of[i] = o.in[i];
+  for (int i = 0; i < o.nin; i++)
+    in[1 + i] = o.in[i], of[i] = o.in[i];
   return ops_grad_op(g, bk, in, 1 + o.nin, &o.a, din, of) < 0 ? -1 : 0;
 }
 
 static double conv_flops(const Graph *g, const Op *op) {
-  const Tensor *x = ops_in(g, op, op->kind == OP_MAMBA_CONV ? 0 : 1), *w = ops_in(g, op, op->kind == OP_MAMBA_CONV ? 1 : 2);
+  const Tensor *x = ops_in(g, op, op->kind == OP_MAMBA_CONV ? 0 : 1),
+               *w = ops_in(g, op, op->kind == OP_MAMBA_CONV ? 1 : 2);
   return (double)tensor_numel(x) * (2.0 * (double)w->shape[1] + 4) * (op->kind == OP_MAMBA_CONV ? 1 : 3);
 }
 
@@ -176,48 +185,216 @@ static double gnorm_flops(const Graph *g, const Op *op) {
 #undef OPS_KERNEL_PASS
 
 /* cost class other for the whole family: no profiled class of its own (compiler/plan/cost_h200.h) */
-const OpInfo op_mamba_conv_info = {"mamba_conv", 3, 3, 1, conv_infer, conv_flops, m_backward, {conv_cpu_f32, conv_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_conv_bwd_info = {"mamba_conv_bwd", 4, 4, 3, grads_like_inputs, conv_flops, NULL, {conv_bwd_cpu_f32, conv_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_dt_info = {"mamba_dt", 2, 2, 1, dt_infer, ops_flops_elementwise, m_backward, {dt_cpu_f32, dt_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_dt_bwd_info = {"mamba_dt_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {dt_bwd_cpu_f32, dt_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_scan_info = {"mamba_scan", 4, 4, 1, scan_infer, scan_flops, m_backward, {scan_cpu_f32, scan_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_scan_bwd_info = {"mamba_scan_bwd", 5, 5, 4, grads_like_inputs, scan_flops, NULL, {scan_bwd_cpu_f32, scan_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_skip_info = {"mamba_skip", 3, 3, 1, skip_infer, ops_flops_elementwise, m_backward, {skip_cpu_f32, skip_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd", 4, 4, 3, grads_like_inputs, ops_flops_elementwise, NULL, {skip_bwd_cpu_f32, skip_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_mixer_info = {"mamba_mixer", 4, 4, 1, mixer_infer, mixer_flops, m_backward, {mixer_cpu_f32, mixer_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd", 5, 5, 4, grads_like_inputs, mixer_flops, NULL, {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_gate_info = {"mamba_gate", 2, 2, 1, gate_infer, ops_flops_elementwise, m_backward, {gate_cpu_f32, gate_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_gate_bwd_info = {"mamba_gate_bwd", 3, 3, 2, grads_like_inputs, ops_flops_elementwise, NULL, {gate_bwd_cpu_f32, gate_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_group_norm_info = {"mamba_group_norm", 2, 2, 1, gnorm_infer, gnorm_flops, m_backward, {gn_cpu_f32, gn_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd", 3, 3, 2, grads_like_inputs, gnorm_flops, NULL, {gn_bwd_cpu_f32, gn_bwd_cpu_f64},
-    .facts = {.cost = COST_OTHER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_conv_info = {"mamba_conv",
+                                   3,
+                                   3,
+                                   1,
+                                   conv_infer,
+                                   conv_flops,
+                                   m_backward,
+                                   {conv_cpu_f32, conv_cpu_f64},
+                                   .facts = {.cost = COST_OTHER,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_conv_bwd_info = {"mamba_conv_bwd",
+                                       4,
+                                       4,
+                                       3,
+                                       grads_like_inputs,
+                                       conv_flops,
+                                       NULL,
+                                       {conv_bwd_cpu_f32, conv_bwd_cpu_f64},
+                                       .facts = {.cost = COST_OTHER,
+                                                 .ceiling = CEIL_DRAM,
+                                                 .inplace = INPLACE_NONE,
+                                                 .rng = RNG_NONE,
+                                                 .sink = SINK_NO,
+                                                 .matmul = MATMUL_NONE,
+                                                 .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_dt_info = {"mamba_dt",
+                                 2,
+                                 2,
+                                 1,
+                                 dt_infer,
+                                 ops_flops_elementwise,
+                                 m_backward,
+                                 {dt_cpu_f32, dt_cpu_f64},
+                                 .facts = {.cost = COST_OTHER,
+                                           .ceiling = CEIL_DRAM,
+                                           .inplace = INPLACE_NONE,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_NO,
+                                           .matmul = MATMUL_NONE,
+                                           .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_dt_bwd_info = {"mamba_dt_bwd",
+                                     3,
+                                     3,
+                                     2,
+                                     grads_like_inputs,
+                                     ops_flops_elementwise,
+                                     NULL,
+                                     {dt_bwd_cpu_f32, dt_bwd_cpu_f64},
+                                     .facts = {.cost = COST_OTHER,
+                                               .ceiling = CEIL_DRAM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_NO,
+                                               .matmul = MATMUL_NONE,
+                                               .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_scan_info = {"mamba_scan",
+                                   4,
+                                   4,
+                                   1,
+                                   scan_infer,
+                                   scan_flops,
+                                   m_backward,
+                                   {scan_cpu_f32, scan_cpu_f64},
+                                   .facts = {.cost = COST_OTHER,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_scan_bwd_info = {"mamba_scan_bwd",
+                                       5,
+                                       5,
+                                       4,
+                                       grads_like_inputs,
+                                       scan_flops,
+                                       NULL,
+                                       {scan_bwd_cpu_f32, scan_bwd_cpu_f64},
+                                       .facts = {.cost = COST_OTHER,
+                                                 .ceiling = CEIL_DRAM,
+                                                 .inplace = INPLACE_NONE,
+                                                 .rng = RNG_NONE,
+                                                 .sink = SINK_NO,
+                                                 .matmul = MATMUL_NONE,
+                                                 .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_skip_info = {"mamba_skip",
+                                   3,
+                                   3,
+                                   1,
+                                   skip_infer,
+                                   ops_flops_elementwise,
+                                   m_backward,
+                                   {skip_cpu_f32, skip_cpu_f64},
+                                   .facts = {.cost = COST_OTHER,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd",
+                                       4,
+                                       4,
+                                       3,
+                                       grads_like_inputs,
+                                       ops_flops_elementwise,
+                                       NULL,
+                                       {skip_bwd_cpu_f32, skip_bwd_cpu_f64},
+                                       .facts = {.cost = COST_OTHER,
+                                                 .ceiling = CEIL_DRAM,
+                                                 .inplace = INPLACE_NONE,
+                                                 .rng = RNG_NONE,
+                                                 .sink = SINK_NO,
+                                                 .matmul = MATMUL_NONE,
+                                                 .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_mixer_info = {"mamba_mixer",
+                                    4,
+                                    4,
+                                    1,
+                                    mixer_infer,
+                                    mixer_flops,
+                                    m_backward,
+                                    {mixer_cpu_f32, mixer_cpu_f64},
+                                    .facts = {.cost = COST_OTHER,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd",
+                                        5,
+                                        5,
+                                        4,
+                                        grads_like_inputs,
+                                        mixer_flops,
+                                        NULL,
+                                        {mixer_bwd_cpu_f32, mixer_bwd_cpu_f64},
+                                        .facts = {.cost = COST_OTHER,
+                                                  .ceiling = CEIL_DRAM,
+                                                  .inplace = INPLACE_NONE,
+                                                  .rng = RNG_NONE,
+                                                  .sink = SINK_NO,
+                                                  .matmul = MATMUL_NONE,
+                                                  .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_gate_info = {"mamba_gate",
+                                   2,
+                                   2,
+                                   1,
+                                   gate_infer,
+                                   ops_flops_elementwise,
+                                   m_backward,
+                                   {gate_cpu_f32, gate_cpu_f64},
+                                   .facts = {.cost = COST_OTHER,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_gate_bwd_info = {"mamba_gate_bwd",
+                                       3,
+                                       3,
+                                       2,
+                                       grads_like_inputs,
+                                       ops_flops_elementwise,
+                                       NULL,
+                                       {gate_bwd_cpu_f32, gate_bwd_cpu_f64},
+                                       .facts = {.cost = COST_OTHER,
+                                                 .ceiling = CEIL_DRAM,
+                                                 .inplace = INPLACE_NONE,
+                                                 .rng = RNG_NONE,
+                                                 .sink = SINK_NO,
+                                                 .matmul = MATMUL_NONE,
+                                                 .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_group_norm_info = {"mamba_group_norm",
+                                         2,
+                                         2,
+                                         1,
+                                         gnorm_infer,
+                                         gnorm_flops,
+                                         m_backward,
+                                         {gn_cpu_f32, gn_cpu_f64},
+                                         .facts = {.cost = COST_OTHER,
+                                                   .ceiling = CEIL_DRAM,
+                                                   .inplace = INPLACE_NONE,
+                                                   .rng = RNG_NONE,
+                                                   .sink = SINK_NO,
+                                                   .matmul = MATMUL_NONE,
+                                                   .ew = &OP_EW_NONE}};
+const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd",
+                                             3,
+                                             3,
+                                             2,
+                                             grads_like_inputs,
+                                             gnorm_flops,
+                                             NULL,
+                                             {gn_bwd_cpu_f32, gn_bwd_cpu_f64},
+                                             .facts = {.cost = COST_OTHER,
+                                                       .ceiling = CEIL_DRAM,
+                                                       .inplace = INPLACE_NONE,
+                                                       .rng = RNG_NONE,
+                                                       .sink = SINK_NO,
+                                                       .matmul = MATMUL_NONE,
+                                                       .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -230,7 +407,7 @@ typedef struct {
   int64_t bt, t, c, k; /* bt = B*T rows */
 } K(ConvArgs);
 
-static real K(conv_pre)(const K(ConvArgs) *a, int64_t row, int64_t ch) {
+static real K(conv_pre)(const K(ConvArgs) * a, int64_t row, int64_t ch) {
   int64_t t = row % a->t;
   real s = a->b[ch];
   for (int64_t j = 0; j < a->k; j++) {
@@ -252,8 +429,15 @@ static void K(conv_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(conv_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]], *w = &c->g->t[op->in[1]];
-  K(ConvArgs) a = {.x = in[0], .w = in[1], .b = in[2], .y = out[0], .bt = x->shape[0] * x->shape[1], .t = x->shape[1],
-                   .c = x->shape[2], .k = w->shape[1]};
+  K(ConvArgs)
+  a = {.x = in[0],
+       .w = in[1],
+       .b = in[2],
+       .y = out[0],
+       .bt = x->shape[0] * x->shape[1],
+       .t = x->shape[1],
+       .c = x->shape[2],
+       .k = w->shape[1]};
   c->parallel_for(c, a.c, K(conv_range), &a);
 }
 
@@ -261,8 +445,10 @@ static void K(conv_bwd_range)(void *p, int64_t lo, int64_t hi) {
   const K(ConvArgs) *a = p;
   for (int64_t ch = lo; ch < hi; ch++) {
     real db = 0;
-    for (int64_t j = 0; j < a->k; j++) a->dw[ch * a->k + j] = 0;
-    for (int64_t r = 0; r < a->bt; r++) a->dx[r * a->c + ch] = 0;
+    for (int64_t j = 0; j < a->k; j++)
+      a->dw[ch * a->k + j] = 0;
+    for (int64_t r = 0; r < a->bt; r++)
+      a->dx[r * a->c + ch] = 0;
     for (int64_t r = 0; r < a->bt; r++) {
       int64_t t = r % a->t;
       real v = K(conv_pre)(a, r, ch), s = K(m_sigmoid)(v);
@@ -282,8 +468,18 @@ static void K(conv_bwd_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(conv_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[1]], *w = &c->g->t[op->in[2]];
-  K(ConvArgs) a = {.dy = in[0], .x = in[1], .w = in[2], .b = in[3], .dx = out[0], .dw = out[1], .db = out[2],
-                   .bt = x->shape[0] * x->shape[1], .t = x->shape[1], .c = x->shape[2], .k = w->shape[1]};
+  K(ConvArgs)
+  a = {.dy = in[0],
+       .x = in[1],
+       .w = in[2],
+       .b = in[3],
+       .dx = out[0],
+       .dw = out[1],
+       .db = out[2],
+       .bt = x->shape[0] * x->shape[1],
+       .t = x->shape[1],
+       .c = x->shape[2],
+       .k = w->shape[1]};
   c->parallel_for(c, a.c, K(conv_bwd_range), &a);
 }
 
@@ -298,7 +494,8 @@ static real K(softplus)(real v) { return v > 20 ? v : RLOG(1 + REXP(v)); }
 
 static void K(dt_range)(void *p, int64_t lo, int64_t hi) {
   const K(DtArgs) *a = p;
-  for (int64_t i = lo; i < hi; i++) a->y[i] = K(softplus)(a->x[i] + a->bias[i % a->h]);
+  for (int64_t i = lo; i < hi; i++)
+    a->y[i] = K(softplus)(a->x[i] + a->bias[i % a->h]);
 }
 
 static void K(dt_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -324,7 +521,14 @@ static void K(dt_bwd_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(dt_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[1]];
-  K(DtArgs) a = {.dy = in[0], .x = in[1], .bias = in[2], .dx = out[0], .db = out[1], .rows = ops_rows(x), .h = ops_last(x)};
+  K(DtArgs)
+  a = {.dy = in[0],
+       .x = in[1],
+       .bias = in[2],
+       .dx = out[0],
+       .db = out[1],
+       .rows = ops_rows(x),
+       .h = ops_last(x)};
   c->parallel_for(c, a.h, K(dt_bwd_range), &a);
 }
 
@@ -332,7 +536,7 @@ static void K(dt_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *
 typedef struct {
   const real *x, *dt, *alog, *bc, *dy;
   real *y, *dx, *ddt, *dalog, *dbc;
-  real *da;   /* backward: per (b, h) partial of d a_h, reduced in order after the parallel part */
+  real *da; /* backward: per (b, h) partial of d a_h, reduced in order after the parallel part */
   int64_t b, t, h, p, g, n;
 } K(ScanArgs);
 
@@ -349,7 +553,8 @@ static void K(scan_range)(void *pv, int64_t lo, int64_t hi) {
   for (int64_t bh = lo; bh < hi; bh++) {
     int64_t b = bh / a->h, h = bh % a->h, g = h / (a->h / a->g);
     real av = -REXP(a->alog[h]);
-    for (int64_t i = 0; i < a->p * a->n; i++) s[i] = 0;
+    for (int64_t i = 0; i < a->p * a->n; i++)
+      s[i] = 0;
     for (int64_t t = 0; t < a->t; t++) {
       real dt = a->dt[SDT(a, b, t, h)], da = REXP(dt * av);
       const real *x = a->x + SX(a, b, t, h), *bb = a->bc + SB(a, b, t, g), *cc = a->bc + SC(a, b, t, g);
@@ -368,9 +573,10 @@ static void K(scan_range)(void *pv, int64_t lo, int64_t hi) {
   free(s);
 }
 
-static void K(scan_dims)(const CpuCtx *c, const Op *op, int xin, K(ScanArgs) *a) {
+static void K(scan_dims)(const CpuCtx *c, const Op *op, int xin, K(ScanArgs) * a) {
   const Tensor *x = &c->g->t[op->in[xin]];
-  a->b = x->shape[0], a->t = x->shape[1], a->h = op->a.i[0], a->p = op->a.i[1], a->g = op->a.i[2], a->n = op->a.i[3];
+  a->b = x->shape[0], a->t = x->shape[1], a->h = op->a.i[0], a->p = op->a.i[1], a->g = op->a.i[2],
+  a->n = op->a.i[3];
 }
 
 static void K(scan_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -395,10 +601,12 @@ static void K(scan_bwd_range)(void *pv, int64_t lo, int64_t hi) {
   for (int64_t bg = lo; bg < hi; bg++) {
     int64_t b = bg / a->g, g = bg % a->g;
     for (int64_t t = 0; t < a->t; t++)
-      for (int64_t i = 0; i < 2 * a->n; i++) a->dbc[SB(a, b, t, g) + (i < a->n ? i : a->g * a->n + i - a->n)] = 0;
+      for (int64_t i = 0; i < 2 * a->n; i++)
+        a->dbc[SB(a, b, t, g) + (i < a->n ? i : a->g * a->n + i - a->n)] = 0;
     for (int64_t h = g * hpg; h < (g + 1) * hpg; h++) {
       real av = -REXP(a->alog[h]), dav = 0;
-      for (int64_t i = 0; i < pn; i++) st[i] = 0, ds[i] = 0;
+      for (int64_t i = 0; i < pn; i++)
+        st[i] = 0, ds[i] = 0;
       for (int64_t t = 0; t < a->t; t++) { /* st[(t+1) pn ...] = S_t */
         real dt = a->dt[SDT(a, b, t, h)], e = REXP(dt * av);
         const real *x = a->x + SX(a, b, t, h), *bb = a->bc + SB(a, b, t, g);
@@ -435,15 +643,24 @@ static void K(scan_bwd_range)(void *pv, int64_t lo, int64_t hi) {
 }
 
 static void K(scan_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  K(ScanArgs) a = {.dy = in[0], .x = in[1], .dt = in[2], .alog = in[3], .bc = in[4], .dx = out[0], .ddt = out[1],
-                   .dalog = out[2], .dbc = out[3]};
+  K(ScanArgs)
+  a = {.dy = in[0],
+       .x = in[1],
+       .dt = in[2],
+       .alog = in[3],
+       .bc = in[4],
+       .dx = out[0],
+       .ddt = out[1],
+       .dalog = out[2],
+       .dbc = out[3]};
   K(scan_dims)(c, op, 1, &a);
   a.da = malloc((size_t)(a.b * a.h) * sizeof *a.da);
   if (!a.da) return;
   c->parallel_for(c, a.b * a.g, K(scan_bwd_range), &a);
   for (int64_t h = 0; h < a.h; h++) { /* d A_log = d a * a, a = -exp(A_log) */
     real s = 0;
-    for (int64_t b = 0; b < a.b; b++) s += a.da[b * a.h + h];
+    for (int64_t b = 0; b < a.b; b++)
+      s += a.da[b * a.h + h];
     a.dalog[h] = s * -REXP(a.alog[h]);
   }
   free(a.da);
@@ -463,12 +680,20 @@ typedef struct {
 
 static void K(skip_range)(void *pv, int64_t lo, int64_t hi) {
   const K(SkipArgs) *a = pv;
-  for (int64_t i = lo; i < hi; i++) a->out[i] = a->y[i] + a->d[(i / a->p) % a->h] * a->x[i];
+  for (int64_t i = lo; i < hi; i++)
+    a->out[i] = a->y[i] + a->d[(i / a->p) % a->h] * a->x[i];
 }
 
 static void K(skip_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *y = &c->g->t[op->in[0]];
-  K(SkipArgs) a = {.y = in[0], .x = in[1], .d = in[2], .out = out[0], .rows = ops_rows(y), .h = op->a.i[0], .p = op->a.i[1]};
+  K(SkipArgs)
+  a = {.y = in[0],
+       .x = in[1],
+       .d = in[2],
+       .out = out[0],
+       .rows = ops_rows(y),
+       .h = op->a.i[0],
+       .p = op->a.i[1]};
   c->parallel_for(c, tensor_numel(y), K(skip_range), &a);
 }
 
@@ -490,8 +715,17 @@ static void K(skip_bwd_range)(void *pv, int64_t lo, int64_t hi) {
 
 static void K(skip_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *y = &c->g->t[op->in[1]];
-  K(SkipArgs) a = {.dout = in[0], .y = in[1], .x = in[2], .d = in[3], .dy = out[0], .dx = out[1], .dd = out[2],
-                   .rows = ops_rows(y), .h = op->a.i[0], .p = op->a.i[1]};
+  K(SkipArgs)
+  a = {.dout = in[0],
+       .y = in[1],
+       .x = in[2],
+       .d = in[3],
+       .dy = out[0],
+       .dx = out[1],
+       .dd = out[2],
+       .rows = ops_rows(y),
+       .h = op->a.i[0],
+       .p = op->a.i[1]};
   c->parallel_for(c, a.h, K(skip_bwd_range), &a);
 }
 
@@ -502,25 +736,38 @@ typedef struct {
   real *xc, *dt;                        /* conv output (B,T,C), dt (B,T,H) */
 } K(MixBuf);
 
-static void K(mix_free)(K(MixBuf) *m) { free(m->w), free(m->bias), free(m->dtb), free(m->alog), free(m->d), free(m->xc), free(m->dt); }
+static void K(mix_free)(K(MixBuf) * m) {
+  free(m->w), free(m->bias), free(m->dtb), free(m->alog), free(m->d), free(m->xc), free(m->dt);
+}
 
 /* Unpacks the parameters and runs the conv and dt; 0 or -1 when out of memory. */
-static int K(mix_front)(const CpuCtx *c, const Op *op, void *const *in, int base, K(MixBuf) *m) {
+static int K(mix_front)(const CpuCtx *c, const Op *op, void *const *in, int base, K(MixBuf) * m) {
   const Tensor *x = &c->g->t[op->in[base]], *cw = &c->g->t[op->in[base + 1]];
-  *m = (K(MixBuf)){.b = x->shape[0], .t = x->shape[1], .h = op->a.i[0], .p = op->a.i[1], .g = op->a.i[2],
-                   .n = op->a.i[3], .c = x->shape[2], .k = cw->shape[1] - 1, .rows = x->shape[0] * x->shape[1]};
+  *m = (K(MixBuf)){.b = x->shape[0],
+                   .t = x->shape[1],
+                   .h = op->a.i[0],
+                   .p = op->a.i[1],
+                   .g = op->a.i[2],
+                   .n = op->a.i[3],
+                   .c = x->shape[2],
+                   .k = cw->shape[1] - 1,
+                   .rows = x->shape[0] * x->shape[1]};
   m->w = malloc((size_t)(m->c * m->k) * sizeof(real)), m->bias = malloc((size_t)m->c * sizeof(real));
   m->dtb = malloc((size_t)m->h * sizeof(real)), m->alog = malloc((size_t)m->h * sizeof(real));
   m->d = malloc((size_t)m->h * sizeof(real));
-  m->xc = malloc((size_t)(m->rows * m->c) * sizeof(real)), m->dt = malloc((size_t)(m->rows * m->h) * sizeof(real));
+  m->xc = malloc((size_t)(m->rows * m->c) * sizeof(real)),
+  m->dt = malloc((size_t)(m->rows * m->h) * sizeof(real));
   if (!m->w || !m->bias || !m->dtb || !m->alog || !m->d || !m->xc || !m->dt) return K(mix_free)(m), -1;
   const real *cwp = in[base + 1], *sp = in[base + 3];
   for (int64_t ch = 0; ch < m->c; ch++) {
-    for (int64_t j = 0; j < m->k; j++) m->w[ch * m->k + j] = cwp[ch * (m->k + 1) + j];
+    for (int64_t j = 0; j < m->k; j++)
+      m->w[ch * m->k + j] = cwp[ch * (m->k + 1) + j];
     m->bias[ch] = cwp[ch * (m->k + 1) + m->k];
   }
-  for (int64_t h = 0; h < m->h; h++) m->dtb[h] = sp[h * 3], m->alog[h] = sp[h * 3 + 1], m->d[h] = sp[h * 3 + 2];
-  K(ConvArgs) ca = {.x = in[base], .w = m->w, .b = m->bias, .y = m->xc, .bt = m->rows, .t = m->t, .c = m->c, .k = m->k};
+  for (int64_t h = 0; h < m->h; h++)
+    m->dtb[h] = sp[h * 3], m->alog[h] = sp[h * 3 + 1], m->d[h] = sp[h * 3 + 2];
+  K(ConvArgs)
+  ca = {.x = in[base], .w = m->w, .b = m->bias, .y = m->xc, .bt = m->rows, .t = m->t, .c = m->c, .k = m->k};
   c->parallel_for(c, m->c, K(conv_range), &ca);
   K(DtArgs) da = {.x = in[base + 2], .bias = m->dtb, .y = m->dt, .rows = m->rows, .h = m->h};
   c->parallel_for(c, m->rows * m->h, K(dt_range), &da);
@@ -529,7 +776,7 @@ static int K(mix_front)(const CpuCtx *c, const Op *op, void *const *in, int base
 
 /* x' of (B,T,C) rows into (B,T,H*P), and BC' as the scan reads it: the scan and skip kernels index
  * x with stride H*P and BC with stride 2GN, so the conv output is split once into two buffers. */
-static int K(mix_split)(const K(MixBuf) *m, real **x, real **bc) {
+static int K(mix_split)(const K(MixBuf) * m, real **x, real **bc) {
   int64_t hp = m->h * m->p, w2 = 2 * m->g * m->n;
   *x = malloc((size_t)(m->rows * hp) * sizeof(real)), *bc = malloc((size_t)(m->rows * w2) * sizeof(real));
   if (!*x || !*bc) return free(*x), free(*bc), -1;
@@ -546,8 +793,18 @@ static void K(mixer_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *c
   if (K(mix_front)(c, op, in, 0, &m)) return;
   int64_t hp = m.h * m.p;
   if (K(mix_split)(&m, &x, &bc) == 0 && (ys = malloc((size_t)(m.rows * hp) * sizeof(real)))) {
-    K(ScanArgs) sa = {.x = x, .dt = m.dt, .alog = m.alog, .bc = bc, .y = ys, .b = m.b, .t = m.t, .h = m.h, .p = m.p,
-                      .g = m.g, .n = m.n};
+    K(ScanArgs)
+    sa = {.x = x,
+          .dt = m.dt,
+          .alog = m.alog,
+          .bc = bc,
+          .y = ys,
+          .b = m.b,
+          .t = m.t,
+          .h = m.h,
+          .p = m.p,
+          .g = m.g,
+          .n = m.n};
     c->parallel_for(c, m.b * m.h, K(scan_range), &sa);
     K(SkipArgs) ka = {.y = ys, .x = x, .d = m.d, .out = out[0], .rows = m.rows, .h = m.h, .p = m.p};
     c->parallel_for(c, m.rows * hp, K(skip_range), &ka);
@@ -563,44 +820,78 @@ static void K(mixer_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, voi
   if (K(mix_front)(c, op, in, 1, &m)) return;
   int64_t hp = m.h * m.p, w2 = 2 * m.g * m.n;
   real *x = NULL, *bc = NULL;
-  real *dxs = malloc((size_t)(m.rows * hp) * sizeof(real)), *dxk = malloc((size_t)(m.rows * hp) * sizeof(real));
-  real *dbc = malloc((size_t)(m.rows * w2) * sizeof(real)), *ddt = malloc((size_t)(m.rows * m.h) * sizeof(real));
-  real *dd = malloc((size_t)m.h * sizeof(real)), *dal = malloc((size_t)m.h * sizeof(real)), *ddtb = malloc((size_t)m.h * sizeof(real));
+  real *dxs = malloc((size_t)(m.rows * hp) * sizeof(real)),
+       *dxk = malloc((size_t)(m.rows * hp) * sizeof(real));
+  real *dbc = malloc((size_t)(m.rows * w2) * sizeof(real)),
+       *ddt = malloc((size_t)(m.rows * m.h) * sizeof(real));
+  real *dd = malloc((size_t)m.h * sizeof(real)), *dal = malloc((size_t)m.h * sizeof(real)),
+       *ddtb = malloc((size_t)m.h * sizeof(real));
   real *dxc = malloc((size_t)(m.rows * m.c) * sizeof(real)), *dw = malloc((size_t)(m.c * m.k) * sizeof(real));
   real *db = malloc((size_t)m.c * sizeof(real)), *dys = malloc((size_t)(m.rows * hp) * sizeof(real));
-  if (dxs && dxk && dbc && ddt && dd && dal && ddtb && dxc && dw && db && dys && K(mix_split)(&m, &x, &bc) == 0) {
+  if (dxs && dxk && dbc && ddt && dd && dal && ddtb && dxc && dw && db && dys &&
+      K(mix_split)(&m, &x, &bc) == 0) {
     const real *dout = in[0];
-    K(SkipArgs) ka = {.dout = dout, .x = x, .d = m.d, .dy = dys, .dx = dxs, .dd = dd, .rows = m.rows, .h = m.h, .p = m.p};
+    K(SkipArgs)
+    ka = {.dout = dout, .x = x, .d = m.d, .dy = dys, .dx = dxs, .dd = dd, .rows = m.rows, .h = m.h, .p = m.p};
     c->parallel_for(c, m.h, K(skip_bwd_range), &ka);
-    K(ScanArgs) sa = {.dy = dout, .x = x, .dt = m.dt, .alog = m.alog, .bc = bc, .dx = dxk, .ddt = ddt, .dbc = dbc,
-                      .b = m.b, .t = m.t, .h = m.h, .p = m.p, .g = m.g, .n = m.n};
+    K(ScanArgs)
+    sa = {.dy = dout,
+          .x = x,
+          .dt = m.dt,
+          .alog = m.alog,
+          .bc = bc,
+          .dx = dxk,
+          .ddt = ddt,
+          .dbc = dbc,
+          .b = m.b,
+          .t = m.t,
+          .h = m.h,
+          .p = m.p,
+          .g = m.g,
+          .n = m.n};
     sa.da = malloc((size_t)(m.b * m.h) * sizeof(real));
     if (sa.da) {
       c->parallel_for(c, m.b * m.g, K(scan_bwd_range), &sa);
       for (int64_t h = 0; h < m.h; h++) {
         real s = 0;
-        for (int64_t b = 0; b < m.b; b++) s += sa.da[b * m.h + h];
+        for (int64_t b = 0; b < m.b; b++)
+          s += sa.da[b * m.h + h];
         dal[h] = s * -REXP(m.alog[h]);
       }
       free(sa.da);
       for (int64_t r = 0; r < m.rows; r++) {
-        for (int64_t i = 0; i < hp; i++) dxc[r * m.c + i] = dxs[r * hp + i] + dxk[r * hp + i];
+        for (int64_t i = 0; i < hp; i++)
+          dxc[r * m.c + i] = dxs[r * hp + i] + dxk[r * hp + i];
         memcpy(dxc + r * m.c + hp, dbc + r * w2, (size_t)w2 * sizeof(real));
       }
-      K(DtArgs) da = {.dy = ddt, .x = in[3], .bias = m.dtb, .dx = out[2], .db = ddtb, .rows = m.rows, .h = m.h};
+      K(DtArgs)
+      da = {.dy = ddt, .x = in[3], .bias = m.dtb, .dx = out[2], .db = ddtb, .rows = m.rows, .h = m.h};
       c->parallel_for(c, m.h, K(dt_bwd_range), &da);
-      K(ConvArgs) ca = {.dy = dxc, .x = in[1], .w = m.w, .b = m.bias, .dx = out[0], .dw = dw, .db = db, .bt = m.rows,
-                        .t = m.t, .c = m.c, .k = m.k};
+      K(ConvArgs)
+      ca = {.dy = dxc,
+            .x = in[1],
+            .w = m.w,
+            .b = m.bias,
+            .dx = out[0],
+            .dw = dw,
+            .db = db,
+            .bt = m.rows,
+            .t = m.t,
+            .c = m.c,
+            .k = m.k};
       c->parallel_for(c, m.c, K(conv_bwd_range), &ca);
       real *dcw = out[1], *dsp = out[3];
       for (int64_t ch = 0; ch < m.c; ch++) {
-        for (int64_t j = 0; j < m.k; j++) dcw[ch * (m.k + 1) + j] = dw[ch * m.k + j];
+        for (int64_t j = 0; j < m.k; j++)
+          dcw[ch * (m.k + 1) + j] = dw[ch * m.k + j];
         dcw[ch * (m.k + 1) + m.k] = db[ch];
       }
-      for (int64_t h = 0; h < m.h; h++) dsp[h * 3] = ddtb[h], dsp[h * 3 + 1] = dal[h], dsp[h * 3 + 2] = dd[h];
+      for (int64_t h = 0; h < m.h; h++)
+        dsp[h * 3] = ddtb[h], dsp[h * 3 + 1] = dal[h], dsp[h * 3 + 2] = dd[h];
     }
   }
-  free(x), free(bc), free(dxs), free(dxk), free(dbc), free(ddt), free(dd), free(dal), free(ddtb), free(dxc), free(dw), free(db), free(dys);
+  free(x), free(bc), free(dxs), free(dxk), free(dbc), free(ddt), free(dd), free(dal), free(ddtb), free(dxc),
+      free(dw), free(db), free(dys);
   K(mix_free)(&m);
 }
 
@@ -612,7 +903,8 @@ typedef struct {
 
 static void K(gate_range)(void *pv, int64_t lo, int64_t hi) {
   const K(GateArgs) *a = pv;
-  for (int64_t i = lo; i < hi; i++) a->out[i] = a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]);
+  for (int64_t i = lo; i < hi; i++)
+    a->out[i] = a->y[i] * a->z[i] * K(m_sigmoid)(a->z[i]);
 }
 
 static void K(gate_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -643,9 +935,10 @@ typedef struct {
 } K(GnArgs);
 
 /* 1/rms of group [j0, j0 + gs) of row r */
-static real K(gn_rstd)(const K(GnArgs) *a, int64_t r, int64_t j0) {
+static real K(gn_rstd)(const K(GnArgs) * a, int64_t r, int64_t j0) {
   real ss = 0;
-  for (int64_t j = j0; j < j0 + a->gs; j++) ss += a->x[r * a->c + j] * a->x[r * a->c + j];
+  for (int64_t j = j0; j < j0 + a->gs; j++)
+    ss += a->x[r * a->c + j] * a->x[r * a->c + j];
   return 1 / RSQRT(ss / (real)a->gs + a->eps);
 }
 
@@ -654,13 +947,15 @@ static void K(gn_range)(void *pv, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++)
     for (int64_t j0 = 0; j0 < a->c; j0 += a->gs) {
       real rs = K(gn_rstd)(a, r, j0);
-      for (int64_t j = j0; j < j0 + a->gs; j++) a->out[r * a->c + j] = a->x[r * a->c + j] * rs * a->w[j];
+      for (int64_t j = j0; j < j0 + a->gs; j++)
+        a->out[r * a->c + j] = a->x[r * a->c + j] * rs * a->w[j];
     }
 }
 
 static void K(gn_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(GnArgs) a = {.x = in[0], .w = in[1], .out = out[0], .rows = ops_rows(x), .c = ops_last(x), .eps = (real)op->a.f[0]};
+  K(GnArgs)
+  a = {.x = in[0], .w = in[1], .out = out[0], .rows = ops_rows(x), .c = ops_last(x), .eps = (real)op->a.f[0]};
   a.gs = a.c / op->a.i[0];
   c->parallel_for(c, a.rows, K(gn_range), &a);
 }
@@ -671,7 +966,8 @@ static void K(gn_bwd_rows)(void *pv, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++)
     for (int64_t j0 = 0; j0 < a->c; j0 += a->gs) {
       real rs = K(gn_rstd)(a, r, j0), sgx = 0;
-      for (int64_t j = j0; j < j0 + a->gs; j++) sgx += a->dout[r * a->c + j] * a->w[j] * a->x[r * a->c + j];
+      for (int64_t j = j0; j < j0 + a->gs; j++)
+        sgx += a->dout[r * a->c + j] * a->w[j] * a->x[r * a->c + j];
       sgx /= (real)a->gs;
       for (int64_t j = j0; j < j0 + a->gs; j++) {
         int64_t i = r * a->c + j;
@@ -693,8 +989,15 @@ static void K(gn_bwd_cols)(void *pv, int64_t lo, int64_t hi) {
 
 static void K(gn_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[1]];
-  K(GnArgs) a = {.dout = in[0], .x = in[1], .w = in[2], .dx = out[0], .dw = out[1], .rows = ops_rows(x), .c = ops_last(x),
-                 .eps = (real)op->a.f[0]};
+  K(GnArgs)
+  a = {.dout = in[0],
+       .x = in[1],
+       .w = in[2],
+       .dx = out[0],
+       .dw = out[1],
+       .rows = ops_rows(x),
+       .c = ops_last(x),
+       .eps = (real)op->a.f[0]};
   a.gs = a.c / op->a.i[0];
   c->parallel_for(c, a.rows, K(gn_bwd_rows), &a);
   c->parallel_for(c, a.c, K(gn_bwd_cols), &a);

@@ -95,14 +95,36 @@ static int concat_backward(Graph *g, int op, const int *dout, int *din) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_head_split_info = {
-    "head_split", 1, 1, 2, split_infer, NULL, split_backward, {head_split_cpu_f32, head_split_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_head_concat_info = {
-    "head_concat", 1, 2, 1, concat_infer, NULL, concat_backward, {head_concat_cpu_f32, head_concat_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_head_split_info = {"head_split",
+                                   1,
+                                   1,
+                                   2,
+                                   split_infer,
+                                   NULL,
+                                   split_backward,
+                                   {head_split_cpu_f32, head_split_cpu_f64},
+                                   .facts = {.cost = COST_MOE_ROUTING,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_head_concat_info = {"head_concat",
+                                    1,
+                                    2,
+                                    1,
+                                    concat_infer,
+                                    NULL,
+                                    concat_backward,
+                                    {head_concat_cpu_f32, head_concat_cpu_f64},
+                                    .facts = {.cost = COST_MOE_ROUTING,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

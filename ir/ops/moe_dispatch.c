@@ -109,18 +109,51 @@ static int unpermute_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *e
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_moe_dispatch_info = {"moe_dispatch", 1,    2,    3,
-                                     dispatch_infer, NULL, NULL, {dispatch_cpu_f32, dispatch_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_moe_permute_info = {
-    "moe_permute", 3, 3, 2, permute_infer, NULL, permute_backward, {permute_cpu_f32, permute_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_moe_permute_bwd_info = {
-    "moe_permute_bwd", 3, 3, 2, permute_bwd_infer, NULL, NULL, {permute_bwd_cpu_f32, permute_bwd_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_moe_dispatch_info = {"moe_dispatch",
+                                     1,
+                                     2,
+                                     3,
+                                     dispatch_infer,
+                                     NULL,
+                                     NULL,
+                                     {dispatch_cpu_f32, dispatch_cpu_f64},
+                                     .facts = {.cost = COST_MOE_ROUTING,
+                                               .ceiling = CEIL_DRAM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_NO,
+                                               .matmul = MATMUL_NONE,
+                                               .ew = &OP_EW_NONE}};
+const OpInfo op_moe_permute_info = {"moe_permute",
+                                    3,
+                                    3,
+                                    2,
+                                    permute_infer,
+                                    NULL,
+                                    permute_backward,
+                                    {permute_cpu_f32, permute_cpu_f64},
+                                    .facts = {.cost = COST_MOE_ROUTING,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_moe_permute_bwd_info = {"moe_permute_bwd",
+                                        3,
+                                        3,
+                                        2,
+                                        permute_bwd_infer,
+                                        NULL,
+                                        NULL,
+                                        {permute_bwd_cpu_f32, permute_bwd_cpu_f64},
+                                        .facts = {.cost = COST_MOE_ROUTING,
+                                                  .ceiling = CEIL_DRAM,
+                                                  .inplace = INPLACE_NONE,
+                                                  .rng = RNG_NONE,
+                                                  .sink = SINK_NO,
+                                                  .matmul = MATMUL_NONE,
+                                                  .ew = &OP_EW_NONE}};
 const OpInfo op_moe_unpermute_info = {"moe_unpermute",
                                       2,
                                       2,
@@ -129,13 +162,28 @@ const OpInfo op_moe_unpermute_info = {"moe_unpermute",
                                       ops_flops_elementwise,
                                       unpermute_backward,
                                       {unpermute_cpu_f32, unpermute_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_moe_unpermute_bwd_info = {
-    "moe_unpermute_bwd", 2,    2,    1,
-    unpermute_bwd_infer, NULL, NULL, {unpermute_bwd_cpu_f32, unpermute_bwd_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+                                      .facts = {.cost = COST_MOE_ROUTING,
+                                                .ceiling = CEIL_DRAM,
+                                                .inplace = INPLACE_NONE,
+                                                .rng = RNG_NONE,
+                                                .sink = SINK_NO,
+                                                .matmul = MATMUL_NONE,
+                                                .ew = &OP_EW_NONE}};
+const OpInfo op_moe_unpermute_bwd_info = {"moe_unpermute_bwd",
+                                          2,
+                                          2,
+                                          1,
+                                          unpermute_bwd_infer,
+                                          NULL,
+                                          NULL,
+                                          {unpermute_bwd_cpu_f32, unpermute_bwd_cpu_f64},
+                                          .facts = {.cost = COST_MOE_ROUTING,
+                                                    .ceiling = CEIL_DRAM,
+                                                    .inplace = INPLACE_NONE,
+                                                    .rng = RNG_NONE,
+                                                    .sink = SINK_NO,
+                                                    .matmul = MATMUL_NONE,
+                                                    .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

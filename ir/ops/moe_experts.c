@@ -105,23 +105,67 @@ static int act_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_grouped_linear_info = {"grouped_linear", 3,        3,           1,
-                                       gl_infer,         gl_flops, gl_backward, {gl_cpu_f32, gl_cpu_f64},
-    .facts = {.cost = COST_GROUPED_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_FWD, .ew = &OP_EW_NONE}};
-const OpInfo op_grouped_linear_dgrad_info = {
-    "grouped_linear_dgrad", 3, 3, 1, gl_dgrad_infer, gl_flops, NULL, {gl_dgrad_cpu_f32, gl_dgrad_cpu_f64},
-    .facts = {.cost = COST_GROUPED_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_DGRAD, .ew = &OP_EW_NONE}};
+const OpInfo op_grouped_linear_info = {"grouped_linear",
+                                       3,
+                                       3,
+                                       1,
+                                       gl_infer,
+                                       gl_flops,
+                                       gl_backward,
+                                       {gl_cpu_f32, gl_cpu_f64},
+                                       .facts = {.cost = COST_GROUPED_GEMM,
+                                                 .ceiling = CEIL_GEMM,
+                                                 .inplace = INPLACE_NONE,
+                                                 .rng = RNG_NONE,
+                                                 .sink = SINK_NO,
+                                                 .matmul = MATMUL_FWD,
+                                                 .ew = &OP_EW_NONE}};
+const OpInfo op_grouped_linear_dgrad_info = {"grouped_linear_dgrad",
+                                             3,
+                                             3,
+                                             1,
+                                             gl_dgrad_infer,
+                                             gl_flops,
+                                             NULL,
+                                             {gl_dgrad_cpu_f32, gl_dgrad_cpu_f64},
+                                             .facts = {.cost = COST_GROUPED_GEMM,
+                                                       .ceiling = CEIL_GEMM,
+                                                       .inplace = INPLACE_NONE,
+                                                       .rng = RNG_NONE,
+                                                       .sink = SINK_NO,
+                                                       .matmul = MATMUL_DGRAD,
+                                                       .ew = &OP_EW_NONE}};
 /* sink: its tensor-core epilogue adds into the fp32 main gradient */
-const OpInfo op_grouped_linear_wgrad_info = {
-    "grouped_linear_wgrad", 3, 3, 1, gl_wgrad_infer, gl_flops, NULL, {gl_wgrad_cpu_f32, gl_wgrad_cpu_f64},
-    .facts = {.cost = COST_GROUPED_GEMM, .ceiling = CEIL_GEMM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_WGRAD, .ew = &OP_EW_NONE}};
-const OpInfo op_moe_act_info = {
-    "moe_act", 2, 2, 1, act_infer, ops_flops_elementwise, act_backward, {moe_act_cpu_f32, moe_act_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_grouped_linear_wgrad_info = {"grouped_linear_wgrad",
+                                             3,
+                                             3,
+                                             1,
+                                             gl_wgrad_infer,
+                                             gl_flops,
+                                             NULL,
+                                             {gl_wgrad_cpu_f32, gl_wgrad_cpu_f64},
+                                             .facts = {.cost = COST_GROUPED_GEMM,
+                                                       .ceiling = CEIL_GEMM,
+                                                       .inplace = INPLACE_NONE,
+                                                       .rng = RNG_NONE,
+                                                       .sink = SINK_YES,
+                                                       .matmul = MATMUL_WGRAD,
+                                                       .ew = &OP_EW_NONE}};
+const OpInfo op_moe_act_info = {"moe_act",
+                                2,
+                                2,
+                                1,
+                                act_infer,
+                                ops_flops_elementwise,
+                                act_backward,
+                                {moe_act_cpu_f32, moe_act_cpu_f64},
+                                .facts = {.cost = COST_ACTIVATION,
+                                          .ceiling = CEIL_DRAM,
+                                          .inplace = INPLACE_NONE,
+                                          .rng = RNG_NONE,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
 const OpInfo op_moe_act_bwd_info = {"moe_act_bwd",
                                     3,
                                     3,
@@ -130,8 +174,13 @@ const OpInfo op_moe_act_bwd_info = {"moe_act_bwd",
                                     ops_flops_elementwise,
                                     NULL,
                                     {moe_act_bwd_cpu_f32, moe_act_bwd_cpu_f64},
-    .facts = {.cost = COST_ACTIVATION, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+                                    .facts = {.cost = COST_ACTIVATION,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -98,10 +98,21 @@ static int aux_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_router_topk_info = {
-    "router_topk", 1, 1, 2, topk_infer, topk_flops, topk_backward, {topk_cpu_f32, topk_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_router_topk_info = {"router_topk",
+                                    1,
+                                    1,
+                                    2,
+                                    topk_infer,
+                                    topk_flops,
+                                    topk_backward,
+                                    {topk_cpu_f32, topk_cpu_f64},
+                                    .facts = {.cost = COST_MOE_ROUTING,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_NO,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
 const OpInfo op_router_topk_bwd_info = {"router_topk_bwd",
                                         3,
                                         3,
@@ -110,12 +121,28 @@ const OpInfo op_router_topk_bwd_info = {"router_topk_bwd",
                                         ops_flops_elementwise,
                                         NULL,
                                         {topk_bwd_cpu_f32, topk_bwd_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_moe_aux_loss_info = {
-    "moe_aux_loss", 2, 2, 1, aux_infer, NULL, aux_backward, {aux_cpu_f32, aux_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+                                        .facts = {.cost = COST_MOE_ROUTING,
+                                                  .ceiling = CEIL_DRAM,
+                                                  .inplace = INPLACE_NONE,
+                                                  .rng = RNG_NONE,
+                                                  .sink = SINK_NO,
+                                                  .matmul = MATMUL_NONE,
+                                                  .ew = &OP_EW_NONE}};
+const OpInfo op_moe_aux_loss_info = {"moe_aux_loss",
+                                     2,
+                                     2,
+                                     1,
+                                     aux_infer,
+                                     NULL,
+                                     aux_backward,
+                                     {aux_cpu_f32, aux_cpu_f64},
+                                     .facts = {.cost = COST_MOE_ROUTING,
+                                               .ceiling = CEIL_DRAM,
+                                               .inplace = INPLACE_NONE,
+                                               .rng = RNG_NONE,
+                                               .sink = SINK_NO,
+                                               .matmul = MATMUL_NONE,
+                                               .ew = &OP_EW_NONE}};
 const OpInfo op_moe_aux_loss_bwd_info = {"moe_aux_loss_bwd",
                                          2,
                                          2,
@@ -124,8 +151,13 @@ const OpInfo op_moe_aux_loss_bwd_info = {"moe_aux_loss_bwd",
                                          ops_flops_elementwise,
                                          NULL,
                                          {aux_bwd_cpu_f32, aux_bwd_cpu_f64},
-    .facts = {.cost = COST_MOE_ROUTING, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+                                         .facts = {.cost = COST_MOE_ROUTING,
+                                                   .ceiling = CEIL_DRAM,
+                                                   .inplace = INPLACE_NONE,
+                                                   .rng = RNG_NONE,
+                                                   .sink = SINK_NO,
+                                                   .matmul = MATMUL_NONE,
+                                                   .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 

@@ -42,7 +42,9 @@ static int norm_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, s
   return 0;
 }
 
-static double norm_flops(const Graph *g, const Op *op) { return 8.0 * (double)tensor_numel(ops_in(g, op, 0)); }
+static double norm_flops(const Graph *g, const Op *op) {
+  return 8.0 * (double)tensor_numel(ops_in(g, op, 0));
+}
 
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
@@ -54,18 +56,66 @@ static double norm_flops(const Graph *g, const Op *op) { return 8.0 * (double)te
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_rmsnorm_info = {"rmsnorm", 2, 2, 2, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64},
-    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_rmsnorm_bwd_info = {"rmsnorm_bwd", 4, 4, 2, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
-    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_layernorm_info = {"layernorm", 3, 3, 3, norm_infer, norm_flops, norm_backward, {norm_cpu_f32, norm_cpu_f64},
-    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_layernorm_bwd_info = {"layernorm_bwd", 5, 5, 3, norm_bwd_infer, norm_flops, NULL, {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
-    .facts = {.cost = COST_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_YES, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_rmsnorm_info = {"rmsnorm",
+                                2,
+                                2,
+                                2,
+                                norm_infer,
+                                norm_flops,
+                                norm_backward,
+                                {norm_cpu_f32, norm_cpu_f64},
+                                .facts = {.cost = COST_NORM,
+                                          .ceiling = CEIL_DRAM,
+                                          .inplace = INPLACE_NONE,
+                                          .rng = RNG_NONE,
+                                          .sink = SINK_NO,
+                                          .matmul = MATMUL_NONE,
+                                          .ew = &OP_EW_NONE}};
+const OpInfo op_rmsnorm_bwd_info = {"rmsnorm_bwd",
+                                    4,
+                                    4,
+                                    2,
+                                    norm_bwd_infer,
+                                    norm_flops,
+                                    NULL,
+                                    {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
+                                    .facts = {.cost = COST_NORM,
+                                              .ceiling = CEIL_DRAM,
+                                              .inplace = INPLACE_NONE,
+                                              .rng = RNG_NONE,
+                                              .sink = SINK_YES,
+                                              .matmul = MATMUL_NONE,
+                                              .ew = &OP_EW_NONE}};
+const OpInfo op_layernorm_info = {"layernorm",
+                                  3,
+                                  3,
+                                  3,
+                                  norm_infer,
+                                  norm_flops,
+                                  norm_backward,
+                                  {norm_cpu_f32, norm_cpu_f64},
+                                  .facts = {.cost = COST_NORM,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_NONE,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_NO,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE}};
+const OpInfo op_layernorm_bwd_info = {"layernorm_bwd",
+                                      5,
+                                      5,
+                                      3,
+                                      norm_bwd_infer,
+                                      norm_flops,
+                                      NULL,
+                                      {norm_bwd_cpu_f32, norm_bwd_cpu_f64},
+                                      .facts = {.cost = COST_NORM,
+                                                .ceiling = CEIL_DRAM,
+                                                .inplace = INPLACE_NONE,
+                                                .rng = RNG_NONE,
+                                                .sink = SINK_YES,
+                                                .matmul = MATMUL_NONE,
+                                                .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -84,12 +134,15 @@ static void K(norm_range)(void *p, int64_t lo, int64_t hi) {
     real *y = a->y + r * a->c;
     real mean = 0, var = 0;
     if (a->ln) {
-      for (int64_t j = 0; j < a->c; j++) mean += x[j];
+      for (int64_t j = 0; j < a->c; j++)
+        mean += x[j];
       mean /= (real)a->c;
     }
-    for (int64_t j = 0; j < a->c; j++) var += (x[j] - mean) * (x[j] - mean);
+    for (int64_t j = 0; j < a->c; j++)
+      var += (x[j] - mean) * (x[j] - mean);
     real rstd = 1 / RSQRT(var / (real)a->c + a->eps);
-    for (int64_t j = 0; j < a->c; j++) y[j] = (x[j] - mean) * rstd * a->w[j] + (a->ln ? a->b[j] : 0);
+    for (int64_t j = 0; j < a->c; j++)
+      y[j] = (x[j] - mean) * rstd * a->w[j] + (a->ln ? a->b[j] : 0);
     if (a->ln) a->omean[r] = mean;
     a->orstd[r] = rstd;
   }
@@ -98,8 +151,17 @@ static void K(norm_range)(void *p, int64_t lo, int64_t hi) {
 static void K(norm_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
   int ln = op->kind == OP_LAYERNORM;
-  K(NormArgs) a = {.x = in[0], .w = in[1], .b = ln ? in[2] : NULL, .y = out[0], .omean = ln ? out[1] : NULL,
-                   .orstd = ln ? out[2] : out[1], .rows = ops_rows(x), .c = ops_last(x), .eps = (real)op->a.f[0], .ln = ln};
+  K(NormArgs)
+  a = {.x = in[0],
+       .w = in[1],
+       .b = ln ? in[2] : NULL,
+       .y = out[0],
+       .omean = ln ? out[1] : NULL,
+       .orstd = ln ? out[2] : out[1],
+       .rows = ops_rows(x),
+       .c = ops_last(x),
+       .eps = (real)op->a.f[0],
+       .ln = ln};
   c->parallel_for(c, a.rows, K(norm_range), &a);
 }
 
@@ -144,8 +206,18 @@ static void K(norm_bwd_cols)(void *p, int64_t lo, int64_t hi) {
 static void K(norm_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[1]];
   int ln = op->kind == OP_LAYERNORM_BWD;
-  K(NormArgs) a = {.dy = in[0], .x = in[1], .w = in[2], .mean = ln ? in[3] : NULL, .rstd = ln ? in[4] : in[3],
-                   .dx = out[0], .dw = out[1], .db = ln ? out[2] : NULL, .rows = ops_rows(x), .c = ops_last(x), .ln = ln};
+  K(NormArgs)
+  a = {.dy = in[0],
+       .x = in[1],
+       .w = in[2],
+       .mean = ln ? in[3] : NULL,
+       .rstd = ln ? in[4] : in[3],
+       .dx = out[0],
+       .dw = out[1],
+       .db = ln ? out[2] : NULL,
+       .rows = ops_rows(x),
+       .c = ops_last(x),
+       .ln = ln};
   c->parallel_for(c, a.rows, K(norm_bwd_rows), &a);
   c->parallel_for(c, a.c, K(norm_bwd_cols), &a);
 }

@@ -53,11 +53,14 @@ static inline uint64_t ops_rng_key(const CpuCtx *c, int64_t stream) {
 static inline uint64_t ops_init_name_hash(const char *name) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a of the name, from the basis the weights were first
                                          drawn with (not the standard one, CUBIN_FNV_OFFSET) */
-  for (; *name; name++) h = (h ^ (uint8_t)*name) * 1099511628211ull;
+  for (; *name; name++)
+    h = (h ^ (uint8_t)*name) * 1099511628211ull;
   return h;
 }
 /* (the CUDA init kernel makes the same key on the device: kernels/rtops.cuh init_normal) */
-static inline uint64_t ops_init_key(uint64_t seed, const char *name) { return ops_mix64(ops_mix64(seed) ^ ops_init_name_hash(name)); }
+static inline uint64_t ops_init_key(uint64_t seed, const char *name) {
+  return ops_mix64(ops_mix64(seed) ^ ops_init_name_hash(name));
+}
 /* Uniform in [0, 1) with 24 bits, for element `i` of the stream keyed by `key`. */
 static inline float ops_rng_uniform(uint64_t key, uint64_t i) {
   return (float)(ops_mix64(key ^ ops_mix64(i)) >> 40) * (1.0f / 16777216.0f);
@@ -67,7 +70,8 @@ static inline float ops_rng_uniform(uint64_t key, uint64_t i) {
 static inline const Tensor *ops_in(const Graph *g, const Op *op, int i) { return &g->t[op->in[i]]; }
 static inline int64_t ops_rows(const Tensor *t) { /* product of all dims but the last */
   int64_t r = 1;
-  for (int d = 0; d < t->ndim - 1; d++) r *= t->shape[d];
+  for (int d = 0; d < t->ndim - 1; d++)
+    r *= t->shape[d];
   return r;
 }
 static inline int64_t ops_last(const Tensor *t) { return t->shape[t->ndim - 1]; }
@@ -75,7 +79,8 @@ static inline void ops_out_like(OpOut *o, const Tensor *t, const char *suffix) {
   o->dtype = t->dtype;
   o->role = ROLE_ACT;
   o->ndim = t->ndim;
-  for (int d = 0; d < IR_MAX_DIMS; d++) o->shape[d] = d < t->ndim ? t->shape[d] : 1;
+  for (int d = 0; d < IR_MAX_DIMS; d++)
+    o->shape[d] = d < t->ndim ? t->shape[d] : 1;
   o->suffix = suffix;
 }
 static inline void ops_out_shape(OpOut *o, DType dt, const char *suffix, int ndim, int64_t d0, int64_t d1,

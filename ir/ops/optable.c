@@ -58,6 +58,7 @@ int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a,
 
 double ops_flops_elementwise(const Graph *g, const Op *op) {
   double n = 0;
-  for (int i = 0; i < op->nout; i++) n += (double)tensor_numel(&g->t[op->out[i]]);
+  for (int i = 0; i < op->nout; i++)
+    n += (double)tensor_numel(&g->t[op->out[i]]);
   return n;
 }

@@ -22,7 +22,9 @@ static int inplace_infer(const Graph *g, const Op *op, OpOut *out, char *err, si
   return ops_err(err, n, "an optimizer op is built with graph_op_into");
 }
 
-static double adamw_flops(const Graph *g, const Op *op) { return 12.0 * (double)tensor_numel(ops_in(g, op, 0)); }
+static double adamw_flops(const Graph *g, const Op *op) {
+  return 12.0 * (double)tensor_numel(ops_in(g, op, 0));
+}
 
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
@@ -43,18 +45,66 @@ double optim_lr_at(double lr, double min_lr, int64_t warmup, int64_t decay, int 
   return min_lr + coeff * (lr - min_lr);
 }
 
-const OpInfo op_grad_sumsq_info = {"grad_sumsq", 1, 1, 0, inplace_infer, ops_flops_elementwise, NULL, {sumsq_cpu_f32, sumsq_cpu_f64},
-    .facts = {.cost = COST_GRAD_NORM, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_clip_coef_info = {"clip_coef", 1, 1, 0, inplace_infer, NULL, NULL, {clip_cpu_f32, clip_cpu_f64},
-    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_lr_sched_info = {"lr_sched", 0, 0, 0, inplace_infer, NULL, NULL, {lr_cpu_f32, lr_cpu_f64},
-    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
-const OpInfo op_adamw_info = {"adamw", 4, 4, 0, inplace_infer, adamw_flops, NULL, {adamw_cpu_f32, adamw_cpu_f64},
-    .facts = {.cost = COST_OPTIMIZER, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_grad_sumsq_info = {"grad_sumsq",
+                                   1,
+                                   1,
+                                   0,
+                                   inplace_infer,
+                                   ops_flops_elementwise,
+                                   NULL,
+                                   {sumsq_cpu_f32, sumsq_cpu_f64},
+                                   .facts = {.cost = COST_GRAD_NORM,
+                                             .ceiling = CEIL_DRAM,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_NONE,
+                                             .ew = &OP_EW_NONE}};
+const OpInfo op_clip_coef_info = {"clip_coef",
+                                  1,
+                                  1,
+                                  0,
+                                  inplace_infer,
+                                  NULL,
+                                  NULL,
+                                  {clip_cpu_f32, clip_cpu_f64},
+                                  .facts = {.cost = COST_OPTIMIZER,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_NONE,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_NO,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE}};
+const OpInfo op_lr_sched_info = {"lr_sched",
+                                 0,
+                                 0,
+                                 0,
+                                 inplace_infer,
+                                 NULL,
+                                 NULL,
+                                 {lr_cpu_f32, lr_cpu_f64},
+                                 .facts = {.cost = COST_OPTIMIZER,
+                                           .ceiling = CEIL_DRAM,
+                                           .inplace = INPLACE_NONE,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_NO,
+                                           .matmul = MATMUL_NONE,
+                                           .ew = &OP_EW_NONE}};
+const OpInfo op_adamw_info = {"adamw",
+                              4,
+                              4,
+                              0,
+                              inplace_infer,
+                              adamw_flops,
+                              NULL,
+                              {adamw_cpu_f32, adamw_cpu_f64},
+                              .facts = {.cost = COST_OPTIMIZER,
+                                        .ceiling = CEIL_DRAM,
+                                        .inplace = INPLACE_NONE,
+                                        .rng = RNG_NONE,
+                                        .sink = SINK_NO,
+                                        .matmul = MATMUL_NONE,
+                                        .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -74,7 +124,8 @@ static void K(sumsq_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t ch = lo; ch < hi; ch++) {
     double s = 0;
     int64_t end = (ch + 1) * SUMSQ_CHUNK < a->n ? (ch + 1) * SUMSQ_CHUNK : a->n;
-    for (int64_t i = ch * SUMSQ_CHUNK; i < end; i++) s += (double)a->g[i] * (double)a->g[i];
+    for (int64_t i = ch * SUMSQ_CHUNK; i < end; i++)
+      s += (double)a->g[i] * (double)a->g[i];
     a->part[ch] = s;
   }
 }
@@ -86,7 +137,8 @@ static void K(sumsq_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *c
   K(SumsqArgs) a = {in[0], part, n};
   c->parallel_for(c, nch, K(sumsq_range), &a);
   double s = 0;
-  for (int64_t i = 0; i < nch; i++) s += part[i];
+  for (int64_t i = 0; i < nch; i++)
+    s += part[i];
   free(part);
   ((real *)out[0])[0] += (real)s;
 }
@@ -103,7 +155,8 @@ static void K(lr_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *cons
   (void)c, (void)in;
   int32_t *step = out[0];
   *step += 1;
-  ((real *)out[1])[0] = (real)optim_lr_at(op->a.f[0], op->a.f[1], op->a.i[0], op->a.i[1], (int)op->a.i[2], *step);
+  ((real *)out[1])[0] =
+      (real)optim_lr_at(op->a.f[0], op->a.f[1], op->a.i[0], op->a.i[1], (int)op->a.i[2], *step);
 }
 
 typedef struct {
@@ -128,9 +181,20 @@ static void K(adamw_range)(void *p, int64_t lo, int64_t hi) {
 static void K(adamw_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   int32_t step = *(const int32_t *)in[3];
   double b1 = op->a.f[0], b2 = op->a.f[1];
-  K(AdamArgs) a = {in[0], out[0], out[1], out[2], op->nout == 4 ? out[3] : NULL, ((const real *)in[1])[0],
-                   ((const real *)in[2])[0], (real)b1, (real)b2, (real)op->a.f[2], (real)op->a.f[3],
-                   (real)(1 - pow(b1, step)), (real)(1 - pow(b2, step))};
+  K(AdamArgs)
+  a = {in[0],
+       out[0],
+       out[1],
+       out[2],
+       op->nout == 4 ? out[3] : NULL,
+       ((const real *)in[1])[0],
+       ((const real *)in[2])[0],
+       (real)b1,
+       (real)b2,
+       (real)op->a.f[2],
+       (real)op->a.f[3],
+       (real)(1 - pow(b1, step)),
+       (real)(1 - pow(b2, step))};
   c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(adamw_range), &a);
 }
 

@@ -23,7 +23,8 @@
 static double rope_freq(double base, int64_t j, int64_t d, double factor) {
   double w = pow(base, -2.0 * (double)j / (double)d);
   if (factor <= 0) return w;
-  const double L = ROPE_LLAMA3_LOW_FREQ_FACTOR, Hf = ROPE_LLAMA3_HIGH_FREQ_FACTOR, O = ROPE_LLAMA3_ORIGINAL_MAX_POS;
+  const double L = ROPE_LLAMA3_LOW_FREQ_FACTOR, Hf = ROPE_LLAMA3_HIGH_FREQ_FACTOR,
+               O = ROPE_LLAMA3_ORIGINAL_MAX_POS;
   double l = 2 * M_PI / w;
   if (l < O / Hf) return w;
   if (l > O / L) return w / factor;
@@ -60,9 +61,21 @@ static int rope_backward(Graph *g, int op, const int *dout, int *din) {
 #include __FILE__
 #undef OPS_KERNEL_PASS
 
-const OpInfo op_rope_info = {"rope", 1, 1, 1, rope_infer, ops_flops_elementwise, rope_backward, {rope_cpu_f32, rope_cpu_f64},
-    .facts = {.cost = COST_ROPE_QKV, .ceiling = CEIL_DRAM, .inplace = INPLACE_NONE, .rng = RNG_NONE,
-              .sink = SINK_NO, .matmul = MATMUL_NONE, .ew = &OP_EW_NONE}};
+const OpInfo op_rope_info = {"rope",
+                             1,
+                             1,
+                             1,
+                             rope_infer,
+                             ops_flops_elementwise,
+                             rope_backward,
+                             {rope_cpu_f32, rope_cpu_f64},
+                             .facts = {.cost = COST_ROPE_QKV,
+                                       .ceiling = CEIL_DRAM,
+                                       .inplace = INPLACE_NONE,
+                                       .rng = RNG_NONE,
+                                       .sink = SINK_NO,
+                                       .matmul = MATMUL_NONE,
+                                       .ew = &OP_EW_NONE}};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -93,8 +106,8 @@ static void K(rope_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(rope_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(RopeArgs) a = {in[0], out[0], x->shape[1], x->shape[2], x->shape[3], op->a.f[0], op->a.f[1],
-                     (double)op->a.i[0]};
+  K(RopeArgs)
+  a = {in[0], out[0], x->shape[1], x->shape[2], x->shape[3], op->a.f[0], op->a.f[1], (double)op->a.i[0]};
   c->parallel_for(c, x->shape[0] * x->shape[1] * x->shape[2], K(rope_range), &a);
 }
 

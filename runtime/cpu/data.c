@@ -12,10 +12,12 @@
 
 static uint64_t batch_key(const CpuData *d, int64_t step, int64_t micro, int64_t row) {
   if (d->fixed) step = 0;
-  return ops_mix64(ops_mix64(ops_mix64(d->seed ^ 0xda7a) ^ (uint64_t)step) ^ ((uint64_t)micro << 24) ^ (uint64_t)row);
+  return ops_mix64(ops_mix64(ops_mix64(d->seed ^ 0xda7a) ^ (uint64_t)step) ^ ((uint64_t)micro << 24) ^
+                   (uint64_t)row);
 }
 
-static int mock_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+static int mock_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                     int32_t *tg) {
   for (int64_t r = 0; r < b; r++) {
     uint64_t key = batch_key(d, step, micro, (uint64_t)r);
     for (int64_t i = 0; i <= t; i++) {
@@ -47,7 +49,8 @@ static int text_read(CpuData *d, int64_t off, int64_t n) {
   return 0;
 }
 
-static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+static int text_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                     int32_t *tg) {
   if (d->ntext < t + 2 || t + 1 > d->nwin) {
     snprintf(d->err, sizeof d->err, "data.path: a window of %lld tokens does not fit the file's %lld bytes",
              (long long)t, (long long)d->ntext);
@@ -100,7 +103,10 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
   }
   if (!S_ISREG(sb.st_mode)) {
     close(fd);
-    snprintf(err, nerr, "data.path %s is not a regular file (%s)", path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
+    snprintf(err, nerr, "data.path %s is not a regular file (%s)", path,
+             S_ISDIR(sb.st_mode)    ? "a directory"
+             : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                    : "a device or socket");
     return -1;
   }
   int64_t n = (int64_t)sb.st_size;
@@ -122,7 +128,8 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
   return 0;
 }
 
-int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg) {
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok,
+                  int32_t *tg) {
   const Tensor *t = &g->t[g->tokens];
   int64_t b = t->shape[0], T = t->shape[1];
   if (d->fill(d, step, micro, b, T, tok, tg) != 0) return -1;

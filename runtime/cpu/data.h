@@ -12,17 +12,18 @@
 
 /* Fills tokens and targets (B*T each) for (step, micro). */
 typedef struct CpuData {
-  int (*fill)(struct CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tokens, int32_t *targets);
+  int (*fill)(struct CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tokens,
+              int32_t *targets);
   void (*free)(struct CpuData *d);
   uint64_t seed;
   int64_t vocab;
-  bool fixed;           /* the same batch every step (overfitting tests) */
-  uint8_t *text;        /* text: one window of the file (seq_length + 1 bytes), read with pread; NULL for mock */
-  int64_t ntext;        /* text: the file's size at open (windows are drawn below it) */
-  int64_t nwin;         /* text: the window's capacity */
-  int fd;               /* text: the open file (never mapped: a file truncated during the run is an error,
-                           not a SIGBUS) */
-  char err[512];        /* why fill last returned -1 ("" when it gave no reason) */
+  bool fixed;    /* the same batch every step (overfitting tests) */
+  uint8_t *text; /* text: one window of the file (seq_length + 1 bytes), read with pread; NULL for mock */
+  int64_t ntext; /* text: the file's size at open (windows are drawn below it) */
+  int64_t nwin;  /* text: the window's capacity */
+  int fd;        /* text: the open file (never mapped: a file truncated during the run is an error,
+                    not a SIGBUS) */
+  char err[512]; /* why fill last returned -1 ("" when it gave no reason) */
 } CpuData;
 
 /* path NULL: mock tokens uniform in [0, vocab) from seed; else windows of seq_length + 1 bytes of
@@ -30,10 +31,12 @@ typedef struct CpuData {
  * regular file the user can read (a FIFO, a directory or a device is refused, never waited on); it
  * stays open and each window is read when drawn, so the file is never held in memory.
  * 0, or -1 with a message. */
-int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err, size_t nerr);
+int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, const char *path, char *err,
+                  size_t nerr);
 /* Draws micro-batch (step, micro) from d into the staging buffers tok/tg (B*T each) and copies it
  * into the graph's token and target tensors. 0, or -1 when the data source fails (d->err says why:
  * a data.path file that shrank since it was opened is such a failure). */
-int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok, int32_t *tg);
+int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok,
+                  int32_t *tg);
 
 #endif

@@ -31,8 +31,9 @@ CpuExec *cpu_exec_new(const Graph *g, CpuPrecision prec, int nthreads, char *err
     bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
     if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != tensor_numel(t) * (int64_t)es && !away) ||
         t->offset < 0 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
-      snprintf(err, nerr, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) does not fit a %s executor",
-               t->name, t->buffer, (long long)t->offset, (long long)t->bytes, prec == CPU_F64 ? "fp64" : "fp32");
+      snprintf(
+          err, nerr, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) does not fit a %s executor",
+          t->name, t->buffer, (long long)t->offset, (long long)t->bytes, prec == CPU_F64 ? "fp64" : "fp32");
       return NULL;
     }
   }
@@ -63,7 +64,8 @@ CpuExec *cpu_exec_new(const Graph *g, CpuPrecision prec, int nthreads, char *err
 
 void cpu_exec_free(CpuExec *e) {
   if (!e) return;
-  for (int b = 0; b < IR_MAX_BUFFERS; b++) free(e->arena[b]);
+  for (int b = 0; b < IR_MAX_BUFFERS; b++)
+    free(e->arena[b]);
   cpu_pool_free(e->pool);
   free(e);
 }
@@ -88,8 +90,10 @@ void cpu_exec_set(CpuExec *e, int tensor, int64_t i, double v) {
   const Tensor *t = &e->g->t[tensor];
   void *p = cpu_exec_ptr(e, tensor);
   if (dtype_is_float(t->dtype)) {
-    if (e->prec == CPU_F64) ((double *)p)[i] = v;
-    else ((float *)p)[i] = (float)v;
+    if (e->prec == CPU_F64)
+      ((double *)p)[i] = v;
+    else
+      ((float *)p)[i] = (float)v;
     return;
   }
   switch (t->dtype) {
@@ -108,8 +112,10 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro) {
 void cpu_exec_run_op(CpuExec *e, int id) {
   const Op *op = &e->g->op[id];
   void *in[IR_MAX_IN], *out[IR_MAX_OUT];
-  for (int i = 0; i < op->nin; i++) in[i] = cpu_exec_ptr(e, op->in[i]);
-  for (int i = 0; i < op->nout; i++) out[i] = cpu_exec_ptr(e, op->out[i]);
+  for (int i = 0; i < op->nin; i++)
+    in[i] = cpu_exec_ptr(e, op->in[i]);
+  for (int i = 0; i < op->nout; i++)
+    out[i] = cpu_exec_ptr(e, op->out[i]);
   op_info(op->kind)->cpu[e->prec](&e->ctx, op, in, out);
 }
 
@@ -127,16 +133,19 @@ static double normal_at(uint64_t key, uint64_t i) {
 
 void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
   const Graph *g = e->g;
-  for (int b = 0; b < g->nbuffers; b++) memset(e->arena[b], 0, (size_t)g->buffer_bytes[b]);
+  for (int b = 0; b < g->nbuffers; b++)
+    memset(e->arena[b], 0, (size_t)g->buffer_bytes[b]);
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     int64_t n = tensor_numel(t);
     if (t->bytes == 0) continue; /* not held here (another rank's optimizer state) */
     uint64_t key = ops_init_key(seed, t->name);
     if (t->init == IR_INIT_ONES)
-      for (int64_t j = 0; j < n; j++) cpu_exec_set(e, i, j, 1.0);
+      for (int64_t j = 0; j < n; j++)
+        cpu_exec_set(e, i, j, 1.0);
     else if (t->init == IR_INIT_NORMAL)
-      for (int64_t j = 0; j < n; j++) cpu_exec_set(e, i, j, t->init_std * normal_at(key, (uint64_t)j));
+      for (int64_t j = 0; j < n; j++)
+        cpu_exec_set(e, i, j, t->init_std * normal_at(key, (uint64_t)j));
   }
   for (int i = 0; i < g->nt; i++)
     if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0 && g->t[i].bytes > 0)

@@ -40,7 +40,8 @@ static void *worker_main(void *arg) {
   uint64_t seen = 0;
   for (;;) {
     pthread_mutex_lock(&p->mu);
-    while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+    while (p->gen == seen && !p->quit)
+      pthread_cond_wait(&p->go, &p->mu);
     if (p->quit) {
       pthread_mutex_unlock(&p->mu);
       return NULL;
@@ -86,7 +87,8 @@ void cpu_pool_free(CpuPool *p) {
   p->quit = true;
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mu);
-  for (int k = 1; k < p->n; k++) pthread_join(p->th[k], NULL);
+  for (int k = 1; k < p->n; k++)
+    pthread_join(p->th[k], NULL);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->go);
   pthread_cond_destroy(&p->done);
@@ -113,6 +115,7 @@ void cpu_pool_for(const CpuCtx *c, int64_t count, CpuRangeFn fn, void *arg) {
   slice(count, p->n, 0, &lo, &hi);
   if (hi > lo) fn(arg, lo, hi);
   pthread_mutex_lock(&p->mu);
-  while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+  while (p->pending > 0)
+    pthread_cond_wait(&p->done, &p->mu);
   pthread_mutex_unlock(&p->mu);
 }

@@ -53,7 +53,8 @@ static void run_point(PlanExec *x, int q) {
   }
 }
 
-int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr) {
+int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err,
+                          size_t nerr) {
   if (cpu_data_feed(x->e, x->g, d, step, micro, x->tok, x->tg) != 0) {
     snprintf(err, nerr, "the data source failed%s%s", d->err[0] ? ": " : "", d->err);
     return -1;
@@ -66,15 +67,17 @@ int plan_exec_micro_points(const PlanExec *x) { return x->p.micro_points; }
 int plan_exec_points(const PlanExec *x) { return x->p.npoints; }
 void plan_exec_point(PlanExec *x, int q) { run_point(x, q); }
 
-int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
-                    size_t nerr) {
+int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss,
+                    char *err, size_t nerr) {
   if (plan_exec_begin_micro(x, d, seed, step, micro, err, nerr) != 0) return -1;
   int nmicro_ops = plan_exec_micro_points(x);
-  for (int q = 0; q < nmicro_ops; q++) run_point(x, q);
+  for (int q = 0; q < nmicro_ops; q++)
+    run_point(x, q);
   *loss = cpu_exec_get(x->e, x->g->loss, 0);
   return 0;
 }
 
 void plan_exec_tail(PlanExec *x) {
-  for (int q = plan_exec_micro_points(x); q < x->p.npoints; q++) run_point(x, q);
+  for (int q = plan_exec_micro_points(x); q < x->p.npoints; q++)
+    run_point(x, q);
 }

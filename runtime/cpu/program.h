@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "runtime/cpu/exec.h"
 #include "runtime/cpu/data.h"
+#include "runtime/cpu/exec.h"
 
 typedef struct {
   int npoints, micro_points;
@@ -28,12 +28,13 @@ void plan_exec_free(PlanExec *x);
 CpuExec *plan_exec_cpu(PlanExec *x);
 /* Fills the inputs from d, sets the RNG key (seed, step, micro) and runs the micro program;
  * *loss receives the micro-batch's loss. 0, or -1 with err. */
-int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss, char *err,
-                    size_t nerr);
+int plan_exec_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, double *loss,
+                    char *err, size_t nerr);
 /* The same in pieces, for a driver that runs program points itself (runtime/api_cpu.c): fill the
  * inputs and set the RNG key; then run points [0, micro_points) per micro-batch and
  * [micro_points, points) once per step. */
-int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err, size_t nerr);
+int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err,
+                          size_t nerr);
 int plan_exec_micro_points(const PlanExec *x);
 int plan_exec_points(const PlanExec *x);
 void plan_exec_point(PlanExec *x, int q);

@@ -18,7 +18,8 @@ static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base 
  * tag alone says which words are addresses. */
 static void tables_from_program(RtPlayer *p) {
   const LaunchProgram *lp = p->lp;
-  for (int64_t i = 0; i < lp->f.ntable; i++) p->table[i] = at(p, lp->table[i]);
+  for (int64_t i = 0; i < lp->f.ntable; i++)
+    p->table[i] = at(p, lp->table[i]);
 }
 
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
@@ -37,7 +38,8 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   tables_from_program(p);
   int rc = rt_memset0(d, p->base, (size_t)f->alloc_bytes);
   /* (a recording device moves no data: it records what is launched) */
-  if (!rc && f->ntable && !d->rec) rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
+  if (!rc && f->ntable && !d->rec)
+    rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
   /* cuDNN's plans now, so that no capture builds one */
   for (int i = 0; i < f->nrec && !rc; i++) {
     if (lp->rec[i].kind != RT_REC_SDPA) continue;
@@ -105,7 +107,8 @@ int rt_player_play(RtPlayer *p, LpRange r) {
 
 int rt_player_init(RtPlayer *p, uint64_t seed) {
   const LpFacts *f = &p->lp->f;
-  if (!p->d->rec && (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->init_seed_at, &seed, 8) || rt_sync(p->d))) return RT_ERROR;
+  if (!p->d->rec && (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->init_seed_at, &seed, 8) || rt_sync(p->d)))
+    return RT_ERROR;
   return rt_player_play(p, f->init) || rt_sync(p->d) ? RT_ERROR : RT_OK;
 }
 
@@ -124,7 +127,8 @@ int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, 
   size_t nb = (size_t)f->ntok * 4;
   for (int mb = 0; mb < f->nmb; mb++) {
     CUdeviceptr in = inputs_of(p, mb);
-    if (rt_copy_h2d(p->d, in, tokens + (int64_t)mb * f->ntok, nb) || rt_copy_h2d(p->d, in + nb, targets + (int64_t)mb * f->ntok, nb))
+    if (rt_copy_h2d(p->d, in, tokens + (int64_t)mb * f->ntok, nb) ||
+        rt_copy_h2d(p->d, in + nb, targets + (int64_t)mb * f->ntok, nb))
       return RT_ERROR;
   }
   return rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->seeds_at, seeds, (size_t)f->nmb * 8);
@@ -135,7 +139,8 @@ int rt_player_stage_device(RtPlayer *p, CUdeviceptr tokens, CUdeviceptr targets)
   size_t nb = (size_t)f->ntok * 4;
   for (int mb = 0; mb < f->nmb; mb++) {
     CUdeviceptr in = inputs_of(p, mb), off = (CUdeviceptr)((int64_t)mb * f->ntok * 4);
-    if (rt_copy_d2d(p->d, in, tokens + off, nb) || rt_copy_d2d(p->d, in + nb, targets + off, nb)) return RT_ERROR;
+    if (rt_copy_d2d(p->d, in, tokens + off, nb) || rt_copy_d2d(p->d, in + nb, targets + off, nb))
+      return RT_ERROR;
   }
   return RT_OK;
 }
@@ -152,9 +157,11 @@ int rt_player_keep_rows(RtPlayer *p, const uint8_t *keep_sumsq, const uint8_t *k
   tables_from_program(p);
   for (int i = 0; i < lp->f.nrow; i++) {
     const LpRow *r = &lp->row[i];
-    if (!(r->adamw ? keep_adamw : keep_sumsq)[r->tensor]) p->table[r->word] = 0; /* n = 0: its chunks do nothing */
+    if (!(r->adamw ? keep_adamw : keep_sumsq)[r->tensor])
+      p->table[r->word] = 0; /* n = 0: its chunks do nothing */
   }
-  return rt_copy_h2d(p->d, p->base + (CUdeviceptr)lp->f.tables_at, p->table, (size_t)lp->f.ntable * 8) || rt_sync(p->d)
+  return rt_copy_h2d(p->d, p->base + (CUdeviceptr)lp->f.tables_at, p->table, (size_t)lp->f.ntable * 8) ||
+                 rt_sync(p->d)
              ? RT_ERROR
              : RT_OK;
 }

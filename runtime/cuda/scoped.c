@@ -16,7 +16,7 @@ typedef struct {
 typedef struct {
   int first, last; /* program points of the instance */
   Phase phase;
-  int nlaunch;     /* points in it that launch something; 0: no graph */
+  int nlaunch; /* points in it that launch something; 0: no graph */
   RtGraph gr;
 } Inst;
 
@@ -43,7 +43,8 @@ static int launches(const RtScoped *s, int q) { return rt_player_program(s->x)->
 
 void rt_scoped_free(RtScoped *s) {
   if (!s) return;
-  for (int i = 0; i < s->ninst; i++) rt_graph_destroy(s->d, &s->inst[i].gr);
+  for (int i = 0; i < s->ninst; i++)
+    rt_graph_destroy(s->d, &s->inst[i].gr);
   free(s->seg), free(s->inst);
   free(s);
 }
@@ -67,7 +68,8 @@ RtScoped *rt_scoped_new(RtDevice *d, RtPlayer *x, const Graph *g, int micro_poin
   }
   s->d = d, s->x = x, s->ninst = nscope, s->micro_points = micro_points, s->npoints = npoints;
   s->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
-  for (int i = 0; i < micro_points; i++) inst_at[i] = -1;
+  for (int i = 0; i < micro_points; i++)
+    inst_at[i] = -1;
   for (int k = 0; k < nscope; k++) {
     const ImgScope *si = &scope[k];
     if (si->scope < 0 || si->first < 0 || si->last >= micro_points || si->last < si->first) {
@@ -79,8 +81,11 @@ RtScoped *rt_scoped_new(RtDevice *d, RtPlayer *x, const Graph *g, int micro_poin
     for (int i = si->first; i <= si->last; i++) {
       if (inst_at[i] >= 0) {
         /* e.g. transformer_engine with moe and moe_router: one op in two graphs cannot be run */
-        snprintf(err, nerr, "CUDA-graph scopes %s and %s of layer %d overlap; choose model.cuda_graph_modules whose scopes are "
-                 "disjoint", ir_scope_name(scope[inst_at[i]].scope), ir_scope_name(si->scope), si->layer);
+        snprintf(err, nerr,
+                 "CUDA-graph scopes %s and %s of layer %d overlap; choose model.cuda_graph_modules whose "
+                 "scopes are "
+                 "disjoint",
+                 ir_scope_name(scope[inst_at[i]].scope), ir_scope_name(si->scope), si->layer);
         goto fail;
       }
       inst_at[i] = k;
@@ -161,8 +166,10 @@ void rt_scoped_stats(const RtScoped *s, RtScopedStats *st) {
     st->graphed_ops += in->nlaunch;
     if (!in->nlaunch || !in->gr.exec) continue;
     st->graphs++;
-    if (in->phase == IR_PHASE_FORWARD) st->forward++;
-    else st->backward++;
+    if (in->phase == IR_PHASE_FORWARD)
+      st->forward++;
+    else
+      st->backward++;
     st->nodes += (long)in->gr.nodes;
   }
 }

@@ -19,8 +19,8 @@
 typedef struct RtScoped RtScoped;
 
 /* Cuts the micro program (points [0, micro_points) of npoints) into eager runs
- * and the scope instances (their point ranges), played by x. Nothing is captured yet. NULL with a message in err
- * (instances that overlap, an order the executor does not run). */
+ * and the scope instances (their point ranges), played by x. Nothing is captured yet. NULL with a message in
+ * err (instances that overlap, an order the executor does not run). */
 RtScoped *rt_scoped_new(RtDevice *d, RtPlayer *x, const Graph *g, int micro_points, int npoints,
                         const ImgScope *scope, int nscope, char *err, size_t nerr);
 void rt_scoped_free(RtScoped *s);

@@ -19,9 +19,7 @@
 #define CUBIN_MAX_OPTIONS 64
 #define CUBIN_MAX_REPORTED_ERRORS 20
 
-uint64_t cubin_fnv1a(uint64_t h, const void *data, size_t n) {
-  return ir_fnv1a(h, data, n);
-}
+uint64_t cubin_fnv1a(uint64_t h, const void *data, size_t n) { return ir_fnv1a(h, data, n); }
 
 static char *msg_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *msg_dup(const char *fmt, ...) {
@@ -47,7 +45,8 @@ static int build_options(const CubinOptions *opt, const char **argv, char *arch_
   snprintf(arch_opt, arch_sz, "--gpu-architecture=%s%s", arch, strcmp(arch, "sm_90") == 0 ? "a" : "");
   argv[n++] = arch_opt;
   argv[n++] = "-std=c++17";
-  for (int i = 0; opt && i < opt->n_extra && n < CUBIN_MAX_OPTIONS; i++) argv[n++] = opt->extra[i];
+  for (int i = 0; opt && i < opt->n_extra && n < CUBIN_MAX_OPTIONS; i++)
+    argv[n++] = opt->extra[i];
   return n;
 }
 
@@ -57,7 +56,8 @@ static uint64_t key_of(const char *source, const char *const *argv, int argc) {
   uint64_t h = cubin_fnv1a(CUBIN_FNV_OFFSET, CUBIN_FORMAT_TAG, sizeof CUBIN_FORMAT_TAG);
   int ver[2] = {major, minor};
   h = cubin_fnv1a(h, ver, sizeof ver);
-  for (int i = 0; i < argc; i++) h = cubin_fnv1a(h, argv[i], strlen(argv[i]) + 1);
+  for (int i = 0; i < argc; i++)
+    h = cubin_fnv1a(h, argv[i], strlen(argv[i]) + 1);
   return cubin_fnv1a(h, source, strlen(source));
 }
 
@@ -78,9 +78,12 @@ static int cache_dir(const CubinOptions *opt, char *buf, size_t sz) {
     return 1;
   }
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (xdg && xdg[0]) snprintf(buf, sz, "%s/stepc", xdg);
-  else if (home && home[0]) snprintf(buf, sz, "%s/.cache/stepc", home);
-  else return 0;
+  if (xdg && xdg[0])
+    snprintf(buf, sz, "%s/stepc", xdg);
+  else if (home && home[0])
+    snprintf(buf, sz, "%s/.cache/stepc", home);
+  else
+    return 0;
   return 1;
 }
 
@@ -113,7 +116,8 @@ typedef struct {
  * header tables, and every section's and segment's contents; 0 when the headers are inconsistent
  * or point past n (a truncated or damaged image). */
 static size_t elf_extent(const unsigned char *d, size_t n) {
-  if (n < sizeof(Elf64_Ehdr) || !is_elf(d, n) || d[EI_CLASS] != ELFCLASS64 || d[EI_DATA] != ELFDATA2LSB) return 0;
+  if (n < sizeof(Elf64_Ehdr) || !is_elf(d, n) || d[EI_CLASS] != ELFCLASS64 || d[EI_DATA] != ELFDATA2LSB)
+    return 0;
   Elf64_Ehdr eh;
   memcpy(&eh, d, sizeof eh);
   if (eh.e_machine != EM_CUDA || eh.e_ehsize != sizeof eh || (eh.e_shnum == 0 && eh.e_shoff != 0) ||
@@ -121,11 +125,11 @@ static size_t elf_extent(const unsigned char *d, size_t n) {
       (eh.e_phnum && eh.e_phentsize != sizeof(Elf64_Phdr)))
     return 0;
   size_t end = sizeof eh;
-#define SPAN(off, len)                                                                             \
-  do {                                                                                             \
-    uint64_t o_ = (off), l_ = (len);                                                               \
-    if (o_ > n || l_ > n - o_) return 0;                                                           \
-    if (o_ + l_ > end) end = (size_t)(o_ + l_);                                                    \
+#define SPAN(off, len)                                                                                       \
+  do {                                                                                                       \
+    uint64_t o_ = (off), l_ = (len);                                                                         \
+    if (o_ > n || l_ > n - o_) return 0;                                                                     \
+    if (o_ + l_ > end) end = (size_t)(o_ + l_);                                                              \
   } while (0)
   SPAN(eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr));
   SPAN(eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr));
@@ -152,8 +156,8 @@ static size_t cache_entry_cubin(const unsigned char *d, size_t n, uint64_t key) 
   if (n > sizeof tr) {
     memcpy(&tr, d + n - sizeof tr, sizeof tr);
     if (memcmp(tr.magic, CUBIN_TRAILER_MAGIC, sizeof tr.magic) == 0)
-      return tr.size == n - sizeof tr && tr.key == key && tr.fnv == cubin_fnv1a(CUBIN_FNV_OFFSET, d, tr.size) &&
-                     elf_extent(d, tr.size) == tr.size
+      return tr.size == n - sizeof tr && tr.key == key &&
+                     tr.fnv == cubin_fnv1a(CUBIN_FNV_OFFSET, d, tr.size) && elf_extent(d, tr.size) == tr.size
                  ? tr.size
                  : 0;
   }
@@ -210,7 +214,8 @@ typedef struct {
 
 static int lines_index(const char *src, Lines *L) {
   int n = 1;
-  for (const char *p = src; *p; p++) n += *p == '\n';
+  for (const char *p = src; *p; p++)
+    n += *p == '\n';
   L->start = malloc(sizeof *L->start * (size_t)n);
   if (!L->start) return -1;
   L->n = 0;
@@ -235,7 +240,8 @@ static int find_marker(const Lines *L, int line, const char *marker, const char 
       if (memcmp(s + k, marker, mlen) != 0) continue;
       *after = s + k + mlen;
       *after_len = n - k - (int)mlen;
-      while (*after_len > 0 && ((*after)[*after_len - 1] == ' ' || (*after)[*after_len - 1] == '\r')) (*after_len)--;
+      while (*after_len > 0 && ((*after)[*after_len - 1] == ' ' || (*after)[*after_len - 1] == '\r'))
+        (*after_len)--;
       return i;
     }
   }
@@ -364,7 +370,8 @@ int cubin_has_function(const unsigned char *d, size_t n, const char *name) {
     memcpy(&sh, d + eh.e_shoff + i * sizeof sh, sizeof sh);
     if (sh.sh_type != SHT_SYMTAB || sh.sh_link >= eh.e_shnum || sh.sh_entsize != sizeof(Elf64_Sym)) continue;
     memcpy(&strh, d + eh.e_shoff + sh.sh_link * sizeof strh, sizeof strh);
-    if (sh.sh_offset > n || sh.sh_size > n - sh.sh_offset || strh.sh_offset > n || strh.sh_size > n - strh.sh_offset)
+    if (sh.sh_offset > n || sh.sh_size > n - sh.sh_offset || strh.sh_offset > n ||
+        strh.sh_size > n - strh.sh_offset)
       return 0;
     for (size_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym); k++) {
       Elf64_Sym sym;

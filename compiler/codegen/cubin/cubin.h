@@ -32,18 +32,18 @@ typedef enum {
 } CubinStatus;
 
 typedef struct {
-  const char *arch;                /* "sm_90" when NULL; "sm_90a", "sm_100", ... */
-  const char *cache_dir;           /* NULL: the default above; "": no cache */
-  const char *source_name;         /* the name in diagnostics; "kernels.cu" when NULL */
-  const char *const *extra;        /* further NVRTC options, e.g. "-lineinfo" */
+  const char *arch;         /* "sm_90" when NULL; "sm_90a", "sm_100", ... */
+  const char *cache_dir;    /* NULL: the default above; "": no cache */
+  const char *source_name;  /* the name in diagnostics; "kernels.cu" when NULL */
+  const char *const *extra; /* further NVRTC options, e.g. "-lineinfo" */
   int n_extra;
 } CubinOptions;
 
 typedef struct {
   unsigned char *data; /* malloc'd ELF image */
   size_t size;
-  int from_cache;      /* 1 when read from the cache, 0 when compiled now */
-  uint64_t key;        /* the cache key */
+  int from_cache; /* 1 when read from the cache, 0 when compiled now */
+  uint64_t key;   /* the cache key */
 } Cubin;
 
 /* Compiles `source` (NUL-terminated). On CUBIN_OK or CUBIN_ERR_IO `out` holds the cubin (free it

@@ -16,13 +16,16 @@ const struct kernel_file *kernel_file_find(const char *name) {
 /* If `line` (length n) is `#include "NAME"`, copy NAME into out and return 1. */
 static int local_include(const char *line, size_t n, char *out, size_t outsz) {
   size_t i = 0;
-  while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+  while (i < n && (line[i] == ' ' || line[i] == '\t'))
+    i++;
   if (n - i < 8 || strncmp(line + i, "#include", 8) != 0) return 0;
   i += 8;
-  while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+  while (i < n && (line[i] == ' ' || line[i] == '\t'))
+    i++;
   if (i >= n || line[i] != '"') return 0;
   size_t start = ++i;
-  while (i < n && line[i] != '"') i++;
+  while (i < n && line[i] != '"')
+    i++;
   if (i >= n || i - start + 1 > outsz) return 0;
   memcpy(out, line + start, i - start);
   out[i - start] = '\0';
@@ -31,7 +34,8 @@ static int local_include(const char *line, size_t n, char *out, size_t outsz) {
 
 static int is_pragma_once(const char *line, size_t n) {
   size_t i = 0;
-  while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+  while (i < n && (line[i] == ' ' || line[i] == '\t'))
+    i++;
   return n - i >= 12 && strncmp(line + i, "#pragma once", 12) == 0;
 }
 
@@ -53,7 +57,8 @@ static int emit(TextBuf *b, const struct kernel_file *f, unsigned char *state, c
     if (local_include(line, n, inc, sizeof inc)) {
       const struct kernel_file *dep = kernel_file_find(inc);
       if (!dep) {
-        snprintf(err, errsz, "kernels/%s: #include \"%s\" is not an embedded kernels/ (the .cuh files) file", f->name, inc);
+        snprintf(err, errsz, "kernels/%s: #include \"%s\" is not an embedded kernels/ (the .cuh files) file",
+                 f->name, inc);
         return -1;
       }
       if (emit(b, dep, state, err, errsz) != 0) return -1;

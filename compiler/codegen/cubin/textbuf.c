@@ -10,7 +10,8 @@ static int grow(TextBuf *b, size_t n) {
   if (b->oom) return -1;
   if (b->len + n + 1 <= b->cap) return 0;
   size_t cap = b->cap ? b->cap : 1024;
-  while (cap < b->len + n + 1) cap *= 2;
+  while (cap < b->len + n + 1)
+    cap *= 2;
   char *p = realloc(b->p, cap);
   if (!p) return b->oom = 1, -1;
   b->p = p, b->cap = cap;

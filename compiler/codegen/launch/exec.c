@@ -9,14 +9,16 @@
 
 /* op kind -> launches, gathered from the families' rows (op_*.c: an op's launch and its row live
  * in one file); NULL = not run on CUDA yet (rt_exec_new reports it). */
-static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC, RT_OPS_DENSE, RT_OPS_MAMBA, RT_OPS_MOE, RT_OPS_OPTIM};
+static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC, RT_OPS_DENSE,
+                                          RT_OPS_MAMBA,     RT_OPS_MOE,          RT_OPS_OPTIM};
 static RtOpFn DISPATCH[OP_COUNT];
 
 static void dispatch_init(void) {
   static int done;
   if (done) return;
   for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++)
-    for (const RtOpRow *r = FAMILIES[f]; r->kind != OP_COUNT; r++) DISPATCH[r->kind] = r->run;
+    for (const RtOpRow *r = FAMILIES[f]; r->kind != OP_COUNT; r++)
+      DISPATCH[r->kind] = r->run;
   done = 1;
 }
 
@@ -26,7 +28,9 @@ CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
 }
 
 int64_t rt_exec_arena_bytes(const RtExec *x) { return x->arena_bytes; }
-CUdeviceptr rt_exec_base(const RtExec *x, int which) { return which == 0 ? x->arena : which == 1 ? x->scratch : 0; }
+CUdeviceptr rt_exec_base(const RtExec *x, int which) {
+  return which == 0 ? x->arena : which == 1 ? x->scratch : 0;
+}
 
 uint64_t rt_exec_layout_hash(const RtExec *x) {
   const Graph *g = x->g;
@@ -36,13 +40,14 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
   for (int i = 0; i < g->nt; i++) {
     /* the nominal size, not the held one: a distributed optimizer's rank holds only its own masters
      * and moments (0 bytes for the others' at the owners' offsets), and the program is the same for all */
-    int64_t v[5] = {g->t[i].buffer, g->t[i].offset, tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->alias[i],
-                    x->sink[i]};
+    int64_t v[5] = {g->t[i].buffer, g->t[i].offset,
+                    tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->alias[i], x->sink[i]};
     h = ir_fnv1a(h, v, sizeof v);
   }
   h = ir_fnv1a(h, x->skip, (size_t)g->nop);
   h = ir_fnv1a(h, x->fuse, (size_t)g->nop);
-  for (int c = 0; c < x->nchain; c++) h = ir_fnv1a(h, &x->chain[c], sizeof x->chain[c]);
+  for (int c = 0; c < x->nchain; c++)
+    h = ir_fnv1a(h, &x->chain[c], sizeof x->chain[c]);
   return ir_fnv1a(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
 }
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
@@ -50,7 +55,8 @@ int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 void rt_exec_free(RtExec *x) {
   if (!x) return;
   rt_free(x->d, x->arena, (size_t)(x->arena_bytes + x->scratch_bytes));
-  free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss), free(x->fuse), free(x->peer);
+  free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss),
+      free(x->fuse), free(x->peer);
   free(x->multi_at), free(x->multi_chunks), free(x->multi_host);
   free(x);
 }
@@ -71,18 +77,23 @@ static int run_chain(RtExec *x, int o) {
   int na = 0, np = 0;
   for (int j = 0; j < c->nops; j++)
     if (c->store[j]) ptr[np] = rt_exec_ptr(x, g->op[c->op[j]].out[0]), args[na++] = &ptr[np++];
-  for (int m = 0; m < c->nin; m++) ptr[np] = rt_exec_ptr(x, c->in[m]), args[na++] = &ptr[np++];
+  for (int m = 0; m < c->nin; m++)
+    ptr[np] = rt_exec_ptr(x, c->in[m]), args[na++] = &ptr[np++];
   long n = (long)tensor_numel(&g->t[g->op[c->first].out[0]]);
   args[na++] = &n;
   for (int j = 0; j < c->nops; j++) {
     const Op *op = &g->op[c->op[j]];
     for (const char *s = c->scalars[j]; *s; s++) {
-      if (*s == 'f') fv[j] = (float)op->a.f[0], args[na++] = &fv[j];
-      else if (*s == 'S') ptr[np] = x->seed_cur, args[na++] = &ptr[np++];
-      else uv[j] = (unsigned)op->a.i[0], args[na++] = &uv[j];
+      if (*s == 'f')
+        fv[j] = (float)op->a.f[0], args[na++] = &fv[j];
+      else if (*s == 'S')
+        ptr[np] = x->seed_cur, args[na++] = &ptr[np++];
+      else
+        uv[j] = (unsigned)op->a.i[0], args[na++] = &uv[j];
     }
   }
-  return rt_launch(x->d, (RtKernel)(RT_K_COUNT + c->kernel), rt_grid1d(x->d, (n + 3) / 4), 1, 1, 256, 0, args);
+  return rt_launch(x->d, (RtKernel)(RT_K_COUNT + c->kernel), rt_grid1d(x->d, (n + 3) / 4), 1, 1, 256, 0,
+                   args);
 }
 
 static int run_op(RtExec *x, const Op *op) {
@@ -97,7 +108,8 @@ int rt_exec_fusion(const RtExec *x, int op, int *peer) {
 
 /* Producers whose weight-gradient kernels only accumulate into an fp32 main gradient. */
 static int accumulate_only(OpKind k) {
-  return k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD || k == OP_RMSNORM_BWD || k == OP_LAYERNORM_BWD;
+  return k == OP_LINEAR_BGRAD || k == OP_EMBED_BWD || k == OP_POS_ADD_BWD || k == OP_RMSNORM_BWD ||
+         k == OP_LAYERNORM_BWD;
 }
 
 /* Takes the compiler's fusions (compiler/passes/fuse.c, recorded on the graph) and checks that what is
@@ -107,7 +119,8 @@ static int analyse(RtExec *x, int *unsupported) {
   RtDevice *d = x->d;
   for (int t = 0; t < g->nt; t++) {
     int a = g->t[t].alias, k = g->t[t].sink;
-    if (a < 0 || a >= g->nt || k < -1 || k >= g->nt) return rt_fail(d, "tensor %s: a fusion names no tensor of the step", g->t[t].name);
+    if (a < 0 || a >= g->nt || k < -1 || k >= g->nt)
+      return rt_fail(d, "tensor %s: a fusion names no tensor of the step", g->t[t].name);
     x->alias[t] = a, x->sink[t] = k;
   }
   for (int o = 0; o < g->nop; o++) {
@@ -121,17 +134,18 @@ static int analyse(RtExec *x, int *unsupported) {
   x->nchain = g->nchain;
   for (int c = 0; c < g->nchain; c++)
     if (g->chain[c].kernel < 0 || !d->gen || g->chain[c].kernel >= d->gen->n)
-      return rt_fail(d, "elementwise chain %d: its kernel %d is not among the step's %d generated kernels", c, g->chain[c].kernel,
-                     d->gen ? d->gen->n : 0);
+      return rt_fail(d, "elementwise chain %d: its kernel %d is not among the step's %d generated kernels", c,
+                     g->chain[c].kernel, d->gen ? d->gen->n : 0);
   int rc = RT_OK;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
     /* kernels that only accumulate: every weight-gradient output needs its main gradient */
     if (accumulate_only(op->kind))
-      for (int i = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD ? 1 : 0; i < op->nout && rc == RT_OK; i++)
+      for (int i = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD ? 1 : 0;
+           i < op->nout && rc == RT_OK; i++)
         if (x->sink[op->out[i]] < 0)
-          rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient", op_name(op->kind),
-                       op->tags.module, g->t[op->out[i]].name);
+          rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient",
+                       op_name(op->kind), op->tags.module, g->t[op->out[i]].name);
   }
   /* the fused loss: the per-token weight of its backward, from the constant loss gradient; the
    * chunked output layer's forward also learns which backward it runs */
@@ -140,8 +154,9 @@ static int analyse(RtExec *x, int *unsupported) {
     if (op->kind != OP_CROSS_ENTROPY && op->kind != OP_LINEAR_CROSS_ENTROPY) continue;
     for (int b = o + 1; b < g->nop; b++) {
       const Op *bw = &g->op[b];
-      if (op->kind == OP_CROSS_ENTROPY ? bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !bw->skip
-                                       : x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
+      if (op->kind == OP_CROSS_ENTROPY
+              ? bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !bw->skip
+              : x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
         continue;
       if (op->kind == OP_LINEAR_CROSS_ENTROPY) x->slot[o] = b;
       for (int f = 0; f < g->nop; f++)
@@ -158,20 +173,27 @@ static int analyse(RtExec *x, int *unsupported) {
       /* the flash kernels draw no dropout mask yet; the unfused backend runs attention dropout as
        * a DROPOUT op on the probabilities */
       *unsupported = 1;
-      rc = rt_fail(d, "op %s (%s): attention dropout inside flash attention (p = %g) is not built on CUDA yet: use "
-                      "model.attention_backend=unfused or model.attention_dropout=0",
-                   op_name(op->kind), op->tags.module, op->a.f[1]);
+      rc = rt_fail(
+          d,
+          "op %s (%s): attention dropout inside flash attention (p = %g) is not built on CUDA yet: use "
+          "model.attention_backend=unfused or model.attention_dropout=0",
+          op_name(op->kind), op->tags.module, op->a.f[1]);
     }
   }
-  for (int o = 0; o < g->nop && rc == RT_OK; o++) /* a stored weight gradient: a GEMM into its main gradient */
-    if (x->fuse[o] == RT_FUSE_WGRAD_STORE && (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
-      rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
+  for (int o = 0; o < g->nop && rc == RT_OK;
+       o++) /* a stored weight gradient: a GEMM into its main gradient */
+    if (x->fuse[o] == RT_FUSE_WGRAD_STORE &&
+        (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
+      rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module,
+                   op_name(g->op[o].kind));
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* a norm backward summed into the ADD after it */
     if (x->fuse[o] != RT_FUSE_NORM_BWD_ADD) continue;
     const Op *add = &g->op[o], *n = x->peer[o] >= 0 ? &g->op[x->peer[o]] : NULL;
-    if (add->kind != OP_ADD || add->nin != 2 || !n || (n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) ||
+    if (add->kind != OP_ADD || add->nin != 2 || !n ||
+        (n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) ||
         (add->in[0] != n->out[0] && add->in[1] != n->out[0]))
-      rc = rt_fail(d, "op %d (%s): a norm-backward fusion on a %s op", o, add->tags.module, op_name(add->kind));
+      rc = rt_fail(d, "op %d (%s): a norm-backward fusion on a %s op", o, add->tags.module,
+                   op_name(add->kind));
   }
   /* multi-tensor groups: their tables' places (written once the arena exists) */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
@@ -179,7 +201,8 @@ static int analyse(RtExec *x, int *unsupported) {
     if (x->fuse[o] != RT_FUSE_SUMSQ_MULTI && x->fuse[o] != RT_FUSE_ADAMW_MULTI) continue;
     if ((x->fuse[o] == RT_FUSE_SUMSQ_MULTI) != (g->op[o].kind == OP_GRAD_SUMSQ) ||
         (x->fuse[o] == RT_FUSE_ADAMW_MULTI) != (g->op[o].kind == OP_ADAMW) || x->peer[o] < 0)
-      rc = rt_fail(d, "op %d (%s): a multi-tensor fusion on a %s op", o, g->op[o].tags.module, op_name(g->op[o].kind));
+      rc = rt_fail(d, "op %d (%s): a multi-tensor fusion on a %s op", o, g->op[o].tags.module,
+                   op_name(g->op[o].kind));
     else if ((rc = rt_multi_rows(x, o, NULL, &chunks)) == RT_OK) {
       x->multi_at[o] = x->multi_words;
       x->multi_chunks[o] = chunks;
@@ -199,13 +222,15 @@ static int analyse(RtExec *x, int *unsupported) {
     if (op->kind == OP_GRAD_SUMSQ) {
       x->slot[o] = (int)npart;
       npart += x->multi_at[o] >= 0 ? x->multi_chunks[o] : x->gn_groups;
-      if (npart > 0x7fffffff) rc = rt_fail(d, "%lld global-norm partials: more than an int counts", (long long)npart);
+      if (npart > 0x7fffffff)
+        rc = rt_fail(d, "%lld global-norm partials: more than an int counts", (long long)npart);
       x->n_partial = (int)npart;
     }
     if (op->kind != OP_ADAMW) continue;
     float k[3] = {(float)op->a.f[0], (float)op->a.f[1], (float)op->a.f[2]};
     int s = 0;
-    while (s < nhp && memcmp(hpk[s], k, sizeof k) != 0) s++;
+    while (s < nhp && memcmp(hpk[s], k, sizeof k) != 0)
+      s++;
     if (s == nhp) {
       if (nhp == RT_MAX_HP) {
         rc = rt_fail(d, "more than %d AdamW settings", RT_MAX_HP);
@@ -213,7 +238,8 @@ static int analyse(RtExec *x, int *unsupported) {
       }
       memcpy(hpk[nhp++], k, sizeof k);
       x->slot[o] = s + RT_MAX_HP; /* first of its slot: computes the values each step */
-    } else x->slot[o] = s;
+    } else
+      x->slot[o] = s;
   }
   return rc;
 }
@@ -255,7 +281,8 @@ static void carve_scratch(RtExec *x) {
   sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
   sz[RT_SCRATCH_INIT_SEED] = 8;
   int64_t total = 0;
-  for (int i = 0; i < RT_SCRATCH_PARTS; i++) x->scratch_at[i] = total, total += align256(sz[i]);
+  for (int i = 0; i < RT_SCRATCH_PARTS; i++)
+    x->scratch_at[i] = total, total += align256(sz[i]);
   x->scratch_bytes = total;
 }
 
@@ -287,7 +314,8 @@ int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {
  * scratch at open). */
 static int write_tables(RtExec *x) {
   if (!x->multi_words) return RT_OK;
-  if (!(x->multi_host = calloc((size_t)x->multi_words, sizeof *x->multi_host))) return rt_fail(x->d, "out of memory");
+  if (!(x->multi_host = calloc((size_t)x->multi_words, sizeof *x->multi_host)))
+    return rt_fail(x->d, "out of memory");
   int64_t chunks;
   for (int o = 0; o < x->g->nop; o++)
     if (x->multi_at[o] >= 0 && rt_multi_rows(x, o, x->multi_host + x->multi_at[o], &chunks)) return RT_ERROR;
@@ -310,27 +338,33 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   /* a bf16 recipe may keep single weights in fp32 (the MoE router's, as Megatron does); an fp32
    * recipe does not run on CUDA */
   int bf16_params = 0;
-  for (int i = 0; i < g->nt; i++) bf16_params += g->t[i].role == ROLE_PARAM && g->t[i].dtype == DT_BF16;
+  for (int i = 0; i < g->nt; i++)
+    bf16_params += g->t[i].role == ROLE_PARAM && g->t[i].dtype == DT_BF16;
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     /* a weight gradient sunk into its main gradient has no bytes (memplan.c): nothing writes it */
     int64_t want = t->sink >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
     /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
     bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
-    if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != want && !away) ||
-        t->offset < 0 || t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
-      rt_fail(d, "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) is not a 16-byte-aligned slot at its nominal "
-                 "dtype size", t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
+    if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != want && !away) || t->offset < 0 ||
+        t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
+      rt_fail(d,
+              "tensor %s: the plan's (buffer %d, offset %lld, %lld bytes) is not a 16-byte-aligned slot at "
+              "its nominal "
+              "dtype size",
+              t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
       return NULL;
     }
     if (dtype_is_float(t->dtype) && t->dtype != DT_F32 && t->dtype != DT_BF16) {
       *unsupported = 1;
-      rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16 and fp32 tensors", t->name, dtype_name(t->dtype));
+      rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16 and fp32 tensors", t->name,
+              dtype_name(t->dtype));
       return NULL;
     }
     if (t->role == ROLE_PARAM && t->dtype != DT_BF16 && !(t->dtype == DT_F32 && bf16_params)) {
       *unsupported = 1;
-      rt_fail(d, "parameter %s is %s: the CUDA backend runs bf16 recipes (model.bf16=true)", t->name, dtype_name(t->dtype));
+      rt_fail(d, "parameter %s is %s: the CUDA backend runs bf16 recipes (model.bf16=true)", t->name,
+              dtype_name(t->dtype));
       return NULL;
     }
   }
@@ -351,15 +385,19 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   x->peer = malloc(((size_t)g->nop + 1) * sizeof *x->peer);
   x->multi_at = malloc(((size_t)g->nop + 1) * sizeof *x->multi_at);
   x->multi_chunks = calloc((size_t)g->nop + 1, sizeof *x->multi_chunks);
-  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer || !x->multi_at || !x->multi_chunks) {
+  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer ||
+      !x->multi_at || !x->multi_chunks) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
   }
-  for (int i = 0; i < g->nt; i++) x->sink[i] = -1, x->alias[i] = i;
-  for (int o = 0; o <= g->nop; o++) x->peer[o] = -1, x->multi_at[o] = -1;
+  for (int i = 0; i < g->nt; i++)
+    x->sink[i] = -1, x->alias[i] = i;
+  for (int o = 0; o <= g->nop; o++)
+    x->peer[o] = -1, x->multi_at[o] = -1;
   int64_t total = 0;
-  for (int b = 0; b < g->nbuffers; b++) x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
+  for (int b = 0; b < g->nbuffers; b++)
+    x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
   x->arena_bytes = total;
   if (analyse(x, unsupported)) {
     rt_exec_free(x);
@@ -368,7 +406,8 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   carve_scratch(x);
   /* one allocation: the plan's buffers, then the launch scratch */
   if (rt_alloc(d, &x->arena, (size_t)(total + x->scratch_bytes), "the plan's arena and launch scratch") ||
-      (place_scratch(x), rt_memset0(d, x->scratch, (size_t)x->scratch_bytes)) || write_tables(x) || rt_attn_resolve(x, unsupported)) {
+      (place_scratch(x), rt_memset0(d, x->scratch, (size_t)x->scratch_bytes)) || write_tables(x) ||
+      rt_attn_resolve(x, unsupported)) {
     rt_exec_free(x);
     return NULL;
   }
@@ -377,19 +416,20 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
 
 /* ---- running ---- */
 
-
 int rt_exec_op_runs(const RtExec *x, int op) { return !x->skip[op] && DISPATCH[x->g->op[op].kind] != NULL; }
 
-
 /* Micro-batch mb's staged tokens (B*T int32), its targets right after. */
-static CUdeviceptr inputs_of(const RtExec *x, int mb) { return x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4); }
+static CUdeviceptr inputs_of(const RtExec *x, int mb) {
+  return x->inputs + (CUdeviceptr)((int64_t)mb * 2 * x->ntok * 4);
+}
 
 int rt_exec_micro_begin(RtExec *x, int micro) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
   CUdeviceptr in = inputs_of(x, micro);
   return rt_copy_d2d(d, rt_exec_ptr(x, g->tokens), in, (size_t)x->ntok * 4) ||
-                 rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4), (size_t)x->ntok * 4) ||
+                 rt_copy_d2d(d, rt_exec_ptr(x, g->targets), in + (CUdeviceptr)(x->ntok * 4),
+                             (size_t)x->ntok * 4) ||
                  rt_copy_d2d(d, x->seed_cur, x->seeds + (CUdeviceptr)(8 * micro), 8)
              ? RT_ERROR
              : RT_OK;
@@ -399,29 +439,32 @@ int rt_exec_micro_end(RtExec *x, int micro) {
   return rt_copy_d2d(x->d, x->losses + (CUdeviceptr)(micro * 4), rt_exec_ptr(x, x->g->loss), 4);
 }
 
-
-
-
 /* ---- initialisation, as cpu_exec_init_params ---- */
 
 int rt_exec_init_program(RtExec *x) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
-  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes)) return RT_ERROR; /* the plan's buffers, not the scratch */
+  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes))
+    return RT_ERROR; /* the plan's buffers, not the scratch */
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) continue;
     int master = -1;
-    for (int j = 0; j < g->nt; j++) /* a master another rank holds (the distributed optimizer) is not written here */
+    for (int j = 0; j < g->nt;
+         j++) /* a master another rank holds (the distributed optimizer) is not written here */
       if (g->t[j].role == ROLE_MASTER && g->t[j].of == i && g->t[j].bytes > 0) master = j;
     int fp32 = t->dtype == DT_F32; /* an fp32 parameter (the MoE router's) is its own master */
-    CUdeviceptr f32 = fp32 ? rt_exec_ptr(x, i) : master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = fp32 ? 0 : rt_exec_ptr(x, i);
+    CUdeviceptr f32 = fp32          ? rt_exec_ptr(x, i)
+                      : master >= 0 ? rt_exec_ptr(x, master)
+                                    : 0,
+                b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);
     int rc = t->init == IR_INIT_ONES
                  ? rt_launch_init_ones(d, rt_grid_stride(d, n), 256, 0, f32, b16, n)
-                 /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed slot */
-                 : rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed, ops_init_name_hash(t->name),
-                                         t->init_std);
+                 /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed
+                    slot */
+                 : rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
+                                         ops_init_name_hash(t->name), t->init_std);
     if (rc) return RT_ERROR;
   }
   return RT_OK;

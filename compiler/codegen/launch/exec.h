@@ -91,12 +91,14 @@ int rt_exec_micro_end(RtExec *x, int micro);
 /* Whether op `op` launches anything (it is not fused into another op). */
 int rt_exec_op_runs(const RtExec *x, int op);
 /* The fusion op `op` runs (ir.h's FuseKind: 1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm, 4 a
- * generated chain, 5 a multi-tensor GRAD_SUMSQ run, 6 a multi-tensor ADAMW run; 0 none) and, through *peer, its group's first op (-1 none). */
+ * generated chain, 5 a multi-tensor GRAD_SUMSQ run, 6 a multi-tensor ADAMW run; 0 none) and, through *peer,
+ * its group's first op (-1 none). */
 int rt_exec_fusion(const RtExec *x, int op, int *peer);
 /* The table of the multi-tensor group op `op` runs (fusion 5 GRAD_SUMSQ, 6 ADAMW; layout in
  * kernels/launch.h): its rows of `width` 8-byte words, as written to the device at open, and the
  * group's chunk count (the launch's grid). 0, or -1 when op runs no such group. */
-int rt_exec_multi_table(const RtExec *x, int op, const uint64_t **words, int *rows, int *width, int64_t *chunks);
+int rt_exec_multi_table(const RtExec *x, int op, const uint64_t **words, int *rows, int *width,
+                        int64_t *chunks);
 /* ZeRO-1 (the distributed optimizer): what restricts the optimizer to one rank's shard without
  * changing any element's arithmetic (the program carries these as facts: runtime/program.h).
  *  - rt_exec_norm_partials: GRAD_SUMSQ op `op`'s slice [first, first + count) of the global-norm

@@ -2,8 +2,8 @@
 #ifndef STEPC_RT_CUDA_EXEC_INTERNAL_H
 #define STEPC_RT_CUDA_EXEC_INTERNAL_H
 
-#include "ops/ops.h"
 #include "codegen/launch/exec.h"
+#include "ops/ops.h"
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
@@ -19,8 +19,9 @@ enum {
   RT_FUSE_SUMSQ_MULTI = FUSE_SUMSQ_MULTI, /* ops peer..o: one norm_squared_multi over their table */
   RT_FUSE_ADAMW_MULTI = FUSE_ADAMW_MULTI, /* ops peer..o: one adamw_multi over their table */
   RT_FUSE_ROPE_QKV = FUSE_ROPE_QKV,       /* ops o-2..o: QKV split + RoPE (or its gradient), one kernel */
-  RT_FUSE_WGRAD_STORE = FUSE_WGRAD_STORE, /* op o alone: its weight gradient stored, not added, into the main one */
-  RT_FUSE_LOSS_BWD = FUSE_LOSS_BWD,       /* op o skipped: its forward (peer) runs it chunk by chunk */
+  RT_FUSE_WGRAD_STORE =
+      FUSE_WGRAD_STORE,             /* op o alone: its weight gradient stored, not added, into the main one */
+  RT_FUSE_LOSS_BWD = FUSE_LOSS_BWD, /* op o skipped: its forward (peer) runs it chunk by chunk */
   RT_FUSE_NORM_BWD_ADD = FUSE_NORM_BWD_ADD, /* the ADD o: its peer's norm backward adds the addend */
 };
 
@@ -48,25 +49,25 @@ struct RtExec {
   CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
   CUdeviceptr init_seed; /* u64: train.seed, which the initialisation launches read */
   int64_t scratch_part[RT_SCRATCH_PARTS], scratch_at[RT_SCRATCH_PARTS]; /* bytes, offset in the scratch */
-  CUdeviceptr inputs;    /* (num_microbatches, 2, B*T) int32: tokens, targets */
-  int64_t ntok;          /* B*T */
+  CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
+  int64_t ntok;       /* B*T */
   int nmb;
   /* per tensor */
-  int *sink;             /* main gradient this weight gradient accumulates into, or -1 */
-  int *alias;            /* tensor whose storage it uses (itself unless fused) */
+  int *sink;  /* main gradient this weight gradient accumulates into, or -1 */
+  int *alias; /* tensor whose storage it uses (itself unless fused) */
   /* per op */
-  uint8_t *skip;         /* fused into another op */
-  uint8_t *attn_cudnn;   /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
-  int *slot;             /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
-                            (+RT_MAX_HP when it computes the slot's values first);
-                            LINEAR_CROSS_ENTROPY: the backward op its launch runs (RT_FUSE_LOSS_BWD) */
-  int64_t *multi_at;     /* the op that runs a multi-tensor group: its table's first word, else -1 */
-  int64_t *multi_chunks; /* ... and the group's chunk count (its grid) */
-  float *dloss;          /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
-  uint8_t *fuse;         /* RT_FUSE_* of the group this op runs, 0 none */
-  int *peer;             /* the group's first op, or -1 */
+  uint8_t *skip;          /* fused into another op */
+  uint8_t *attn_cudnn;    /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
+  int *slot;              /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
+                             (+RT_MAX_HP when it computes the slot's values first);
+                             LINEAR_CROSS_ENTROPY: the backward op its launch runs (RT_FUSE_LOSS_BWD) */
+  int64_t *multi_at;      /* the op that runs a multi-tensor group: its table's first word, else -1 */
+  int64_t *multi_chunks;  /* ... and the group's chunk count (its grid) */
+  float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
+  uint8_t *fuse;          /* RT_FUSE_* of the group this op runs, 0 none */
+  int *peer;              /* the group's first op, or -1 */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
-  const IrChain *chain;  /* the graph's fused chains */
+  const IrChain *chain;   /* the graph's fused chains */
   int nchain;
 };
 
@@ -82,8 +83,8 @@ typedef struct {
  * op_optim.c (norm, clipping, LR, AdamW), op_moe.c (MLA heads, router, dispatcher, grouped experts),
  * op_mamba.c (the Mamba-2 mixer, gate and group norm). Their launches are static; what one family
  * hands another is declared below. */
-extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[], RT_OPS_MAMBA[], RT_OPS_MOE[],
-    RT_OPS_OPTIM[];
+extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[],
+    RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
 

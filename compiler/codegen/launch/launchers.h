@@ -56,7 +56,7 @@ static inline RtDim rt_grid_stride(const RtDevice *d, int64_t work) { return rt_
 #define RT_KCAT2_(suffix, ...) __VA_ARGS__##suffix
 
 #define STEPC_KARG(letter, ctype, pname) (letter, ctype, pname)
-#define STEPC_KERNEL(name, params)                                                                          \
+#define STEPC_KERNEL(name, params)                                                                           \
   int rt_launch_##name(RtDevice *d, RtDim grid, unsigned block, unsigned smem RT_KPARAMS(params));
 #include "kernels/kernel_list.h"
 #undef STEPC_KERNEL

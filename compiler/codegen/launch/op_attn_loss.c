@@ -1,10 +1,12 @@
 /* op_attn_loss.c — dispatch of attention (ir/ops/flash.c), the fused cross-entropy (loss.c) and the
  * chunked output layer with its loss (linear_loss.c). */
-#include "kernels/launch.h"
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "kernels/launch.h"
 
-int rt_flash_supported(int64_t T, int64_t D) { return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0; }
+int rt_flash_supported(int64_t T, int64_t D) {
+  return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0;
+}
 
 typedef struct {
   int B, T, H, G, D, Dv;
@@ -13,12 +15,15 @@ typedef struct {
 
 static int attn_dims(RtExec *x, const Op *op, int qin, AttnDims *a) {
   const Tensor *q = rt_t(x, op->in[qin]), *k = rt_t(x, op->in[qin + 1]), *v = rt_t(x, op->in[qin + 2]);
-  *a = (AttnDims){(int)q->shape[0], (int)q->shape[1], (int)q->shape[2], (int)k->shape[2], (int)q->shape[3], (int)v->shape[3],
-                  (float)op->a.f[0]};
+  *a = (AttnDims){(int)q->shape[0], (int)q->shape[1], (int)q->shape[2], (int)k->shape[2],
+                  (int)q->shape[3], (int)v->shape[3], (float)op->a.f[0]};
   if (op->a.f[1] > 0) return rt_fail(x->d, "attention dropout (p = %g) does not run on CUDA yet", op->a.f[1]);
   if (!op->a.i[1]) return rt_fail(x->d, "non-causal attention does not run on CUDA yet");
   if (x->attn_cudnn[op - x->g->op]) return RT_OK;
-  if (a->Dv != a->D) return rt_fail(x->d, "value head dim %d != query/key head dim %d: only cuDNN (attention_backend=fused) runs it", a->Dv, a->D);
+  if (a->Dv != a->D)
+    return rt_fail(x->d,
+                   "value head dim %d != query/key head dim %d: only cuDNN (attention_backend=fused) runs it",
+                   a->Dv, a->D);
   if (!rt_flash_supported(a->T, a->D) && (a->D < 1 || a->D > 128))
     return rt_fail(x->d, "head size %d: the attention kernels take head sizes up to 128", a->D);
   return RT_OK;
@@ -26,12 +31,21 @@ static int attn_dims(RtExec *x, const Op *op, int qin, AttnDims *a) {
 
 /* The cuDNN call of a forward (bwd 0: in q, k, v out o, lse) or backward (bwd 1) attention op. */
 static RtSdpa sdpa_call(RtExec *x, const Op *op, int bwd, const AttnDims *a) {
-  RtSdpa s = {.bwd = bwd, .b = a->B, .t = a->T, .h = a->H, .g = a->G, .dqk = a->D, .dv = a->Dv,
-              .deterministic = op->a.i[3] != 0, .scale = a->scale};
+  RtSdpa s = {.bwd = bwd,
+              .b = a->B,
+              .t = a->T,
+              .h = a->H,
+              .g = a->G,
+              .dqk = a->D,
+              .dv = a->Dv,
+              .deterministic = op->a.i[3] != 0,
+              .scale = a->scale};
   if (!bwd) {
-    s.q = rt_in(x, op, 0), s.k = rt_in(x, op, 1), s.v = rt_in(x, op, 2), s.o = rt_out(x, op, 0), s.lse = rt_out(x, op, 1);
+    s.q = rt_in(x, op, 0), s.k = rt_in(x, op, 1), s.v = rt_in(x, op, 2), s.o = rt_out(x, op, 0),
+    s.lse = rt_out(x, op, 1);
   } else {
-    s.dout = rt_in(x, op, 0), s.q = rt_in(x, op, 1), s.k = rt_in(x, op, 2), s.v = rt_in(x, op, 3), s.o = rt_in(x, op, 4);
+    s.dout = rt_in(x, op, 0), s.q = rt_in(x, op, 1), s.k = rt_in(x, op, 2), s.v = rt_in(x, op, 3),
+    s.o = rt_in(x, op, 4);
     s.lse = rt_in(x, op, 5), s.dq = rt_out(x, op, 0), s.dk = rt_out(x, op, 1), s.dvv = rt_out(x, op, 2);
   }
   return s;
@@ -75,15 +89,16 @@ static int rt_op_flash(RtExec *x, const Op *op) {
     RtSdpa s = sdpa_call(x, op, 0, &a);
     return rt_sdpa_run(x->d, &s);
   }
-  CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1), v = rt_in(x, op, 2);
+  CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1),
+              v = rt_in(x, op, 2);
   int wg = stepc_flash_wg(x->d->cc_major);
   if (rt_flash_supported(a.T, a.D))
     return (a.D == 64 ? rt_launch_flash_attention_forward_d64 : rt_launch_flash_attention_forward_d128)(
-        x->d, rt_dim((unsigned)(a.T / stepc_flash_fwd_rows(wg)), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_THREADS,
-        stepc_flash_fwd_smem(a.D, wg), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
+        x->d, rt_dim((unsigned)(a.T / stepc_flash_fwd_rows(wg)), (unsigned)a.H, (unsigned)a.B),
+        STEPC_FLASH_THREADS, stepc_flash_fwd_smem(a.D, wg), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
   int64_t rows = (int64_t)a.B * a.H * a.T;
-  return rt_launch_attn_plain_forward(x->d, rt_dim1((unsigned)((rows + 3) / 4)), 128, 0, o, lse, q, k, v, a.B, a.T, a.H, a.G,
-                                      a.D, a.scale);
+  return rt_launch_attn_plain_forward(x->d, rt_dim1((unsigned)((rows + 3) / 4)), 128, 0, o, lse, q, k, v, a.B,
+                                      a.T, a.H, a.G, a.D, a.scale);
 }
 
 /* in (dO, q, k, v, o, lse) out (dq, dk, dv) */
@@ -94,29 +109,34 @@ static int rt_op_flash_bwd(RtExec *x, const Op *op) {
     RtSdpa s = sdpa_call(x, op, 1, &a);
     return rt_sdpa_run(x->d, &s);
   }
-  CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3), o = rt_in(x, op, 4),
-              lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1), dv = rt_out(x, op, 2), ds = x->dsum;
+  CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3),
+              o = rt_in(x, op, 4), lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1),
+              dv = rt_out(x, op, 2), ds = x->dsum;
   if (rt_flash_supported(a.T, a.D)) {
     int wg = stepc_flash_wg(x->d->cc_major);
     int64_t rows = (int64_t)a.B * a.T * a.H;
     unsigned pre_blocks = (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS);
-    if (rt_launch_flash_attention_backward_preprocess(x->d, rt_dim1(pre_blocks), STEPC_FLASH_PRE_THREADS, 0, ds, dO, o, a.B,
-                                                      a.T, a.H, a.D))
+    if (rt_launch_flash_attention_backward_preprocess(x->d, rt_dim1(pre_blocks), STEPC_FLASH_PRE_THREADS, 0,
+                                                      ds, dO, o, a.B, a.T, a.H, a.D))
       return RT_ERROR;
-    if ((a.D == 64 ? rt_launch_flash_attention_backward_dkdv_d64 : rt_launch_flash_attention_backward_dkdv_d128)(
-            x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_DKDV_KEYS), (unsigned)a.G, (unsigned)a.B), STEPC_FLASH_THREADS,
-            stepc_flash_dkdv_smem(a.D, wg), dk, dv, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale))
+    if ((a.D == 64 ? rt_launch_flash_attention_backward_dkdv_d64
+                   : rt_launch_flash_attention_backward_dkdv_d128)(
+            x->d, rt_dim((unsigned)(a.T / STEPC_FLASH_DKDV_KEYS), (unsigned)a.G, (unsigned)a.B),
+            STEPC_FLASH_THREADS, stepc_flash_dkdv_smem(a.D, wg), dk, dv, q, k, v, dO, lse, ds, a.B, a.T, a.H,
+            a.G, a.scale))
       return RT_ERROR;
-    return (a.D == 64 ? rt_launch_flash_attention_backward_dq_d64 : rt_launch_flash_attention_backward_dq_d128)(
-        x->d, rt_dim((unsigned)(a.T / stepc_flash_dq_rows(wg)), (unsigned)a.H, (unsigned)a.B), STEPC_FLASH_THREADS,
-        stepc_flash_dq_smem(a.D, wg), dq, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G, a.scale);
+    return (a.D == 64 ? rt_launch_flash_attention_backward_dq_d64
+                      : rt_launch_flash_attention_backward_dq_d128)(
+        x->d, rt_dim((unsigned)(a.T / stepc_flash_dq_rows(wg)), (unsigned)a.H, (unsigned)a.B),
+        STEPC_FLASH_THREADS, stepc_flash_dq_smem(a.D, wg), dq, q, k, v, dO, lse, ds, a.B, a.T, a.H, a.G,
+        a.scale);
   }
   int64_t qrows = (int64_t)a.B * a.H * a.T, krows = (int64_t)a.B * a.T * a.G;
-  if (rt_launch_attn_plain_backward_q(x->d, rt_dim1((unsigned)((qrows + 3) / 4)), 128, 0, dq, ds, q, k, v, o, dO, lse, a.B,
-                                      a.T, a.H, a.G, a.D, a.scale))
+  if (rt_launch_attn_plain_backward_q(x->d, rt_dim1((unsigned)((qrows + 3) / 4)), 128, 0, dq, ds, q, k, v, o,
+                                      dO, lse, a.B, a.T, a.H, a.G, a.D, a.scale))
     return RT_ERROR;
-  return rt_launch_attn_plain_backward_kv(x->d, rt_dim1((unsigned)((krows + 3) / 4)), 128, 0, dk, dv, q, k, v, dO, lse, ds,
-                                          a.B, a.T, a.H, a.G, a.D, a.scale);
+  return rt_launch_attn_plain_backward_kv(x->d, rt_dim1((unsigned)((krows + 3) / 4)), 128, 0, dk, dv, q, k, v,
+                                          dO, lse, ds, a.B, a.T, a.H, a.G, a.D, a.scale);
 }
 
 /* The fused cross entropy over N rows of V logits (V % 8 == 0): each row's gradient, weighted
@@ -124,8 +144,10 @@ static int rt_op_flash_bwd(RtExec *x, const Op *op) {
  * else two passes. V twice: the logits carry no padding columns here (V = Vp). */
 static int ce_rows(RtExec *x, CUdeviceptr per, CUdeviceptr logits, CUdeviceptr tg, int N, int V, float dl) {
   unsigned th = stepc_ce_threads(V);
-  return th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per, logits, tg, N, V, V, dl)
-            : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N, V, V, dl);
+  return th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per,
+                                              logits, tg, N, V, V, dl)
+            : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N,
+                                                       V, V, dl);
 }
 
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
@@ -148,21 +170,27 @@ static int rt_op_cross_entropy(RtExec *x, const Op *op) {
 static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), b = x->slot[o];
   if (b <= o || x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
-    return rt_fail(x->d, "the chunked output layer runs on CUDA only with its backward in its launch (a constant loss "
-                         "gradient, the weight gradient into an fp32 main gradient: compiler/passes/fuse.c)");
+    return rt_fail(
+        x->d, "the chunked output layer runs on CUDA only with its backward in its launch (a constant loss "
+              "gradient, the weight gradient into an fp32 main gradient: compiler/passes/fuse.c)");
   const Op *bw = &x->g->op[b];
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], n = N / op->a.i[0], mg = x->sink[bw->out[1]];
   if (V % 8 || K % 8 || a->dtype != DT_BF16 || w->dtype != DT_BF16 || mg < 0 || N > INT32_MAX)
-    return rt_fail(x->d, "the chunked output layer takes bf16 x and W, a vocabulary and width that are multiples of 8 (%lld, "
-                         "%lld) and its weight gradient sunk into the main gradient", (long long)V, (long long)K);
+    return rt_fail(
+        x->d,
+        "the chunked output layer takes bf16 x and W, a vocabulary and width that are multiples of 8 (%lld, "
+        "%lld) and its weight gradient sunk into the main gradient",
+        (long long)V, (long long)K);
   CUdeviceptr xin = rt_in(x, op, 0), W = rt_in(x, op, 1), tg = rt_in(x, op, 2), tok = rt_out(x, op, 1);
   CUdeviceptr lg = rt_out(x, op, 2), dx = rt_out(x, bw, 0), main = rt_exec_ptr(x, (int)mg);
   for (int64_t r0 = 0; r0 < N; r0 += n) {
     CUdeviceptr xc = xin + (CUdeviceptr)(r0 * K * 2), dxc = dx + (CUdeviceptr)(r0 * K * 2);
     if (rt_gemm(x->d, RT_GEMM_NT, n, V, K, xc, W, lg, 0, 0, 0) ||
-        ce_rows(x, tok + (CUdeviceptr)(r0 * 4), lg, tg + (CUdeviceptr)(r0 * 4), (int)n, (int)V, x->dloss[o]) ||
-        rt_gemm(x->d, RT_GEMM_NN, n, K, V, lg, W, dxc, 0, 0, 0) || rt_gemm(x->d, RT_GEMM_TN, V, K, n, lg, xc, main, 1, 1, 0))
+        ce_rows(x, tok + (CUdeviceptr)(r0 * 4), lg, tg + (CUdeviceptr)(r0 * 4), (int)n, (int)V,
+                x->dloss[o]) ||
+        rt_gemm(x->d, RT_GEMM_NN, n, K, V, lg, W, dxc, 0, 0, 0) ||
+        rt_gemm(x->d, RT_GEMM_TN, V, K, n, lg, xc, main, 1, 1, 0))
       return RT_ERROR;
   }
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), tok, (int)N, 1.0f / (float)N);

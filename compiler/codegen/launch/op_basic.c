@@ -1,8 +1,8 @@
 /* op_basic.c — dispatch of the elementwise, embedding, RoPE, dropout, activation and QKV-layout
  * ops (ir/ops/elementwise.c, embedding.c, rope.c, dropout.c, activation.c, attention.c). */
-#include "kernels/launch.h"
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "kernels/launch.h"
 
 /* grid, block and shared memory of a grid-stride kernel over `work` items */
 #define STRIDE(work) rt_grid_stride(x->d, work), 256, 0
@@ -19,12 +19,15 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add);
  * whichever of a and b the plan put in out's slot going first. */
 static int add_f32(RtExec *x, const Op *op) {
   for (int i = 0; i < 2; i++)
-    if (rt_t(x, op->in[i])->dtype != DT_F32) return rt_fail(x->d, "add into fp32 %s of %s %s", rt_t(x, op->out[0])->name,
-                                                            dtype_name(rt_t(x, op->in[i])->dtype), rt_t(x, op->in[i])->name);
+    if (rt_t(x, op->in[i])->dtype != DT_F32)
+      return rt_fail(x->d, "add into fp32 %s of %s %s", rt_t(x, op->out[0])->name,
+                     dtype_name(rt_t(x, op->in[i])->dtype), rt_t(x, op->in[i])->name);
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), b = rt_in(x, op, 1);
   long n = (long)rt_numel(x, op->out[0]);
-  if (y == b) b = a; /* y already holds b: add a */
-  else if (y != a && rt_copy_d2d(x->d, y, a, (size_t)n * 4)) return RT_ERROR;
+  if (y == b)
+    b = a; /* y already holds b: add a */
+  else if (y != a && rt_copy_d2d(x->d, y, a, (size_t)n * 4))
+    return RT_ERROR;
   return rt_launch_grad_accumulate_f32(x->d, STRIDE(n), y, b, n);
 }
 
@@ -42,9 +45,10 @@ static int rt_op_add(RtExec *x, const Op *op) {
 static int rt_op_accum(RtExec *x, const Op *op) {
   CUdeviceptr acc = rt_out(x, op, 0), gr = rt_in(x, op, 0);
   long n = (long)rt_numel(x, op->out[0]);
-  if (rt_t(x, op->out[0])->dtype != DT_F32) return rt_fail(x->d, "accum into %s: not fp32", rt_t(x, op->out[0])->name);
-  return (rt_t(x, op->in[0])->dtype == DT_F32 ? rt_launch_grad_accumulate_f32 : rt_launch_grad_accumulate_bf16)(
-      x->d, STRIDE(n), acc, gr, n);
+  if (rt_t(x, op->out[0])->dtype != DT_F32)
+    return rt_fail(x->d, "accum into %s: not fp32", rt_t(x, op->out[0])->name);
+  return (rt_t(x, op->in[0])->dtype == DT_F32 ? rt_launch_grad_accumulate_f32
+                                              : rt_launch_grad_accumulate_bf16)(x->d, STRIDE(n), acc, gr, n);
 }
 
 static int rt_op_zero(RtExec *x, const Op *op) {
@@ -73,7 +77,8 @@ static int rt_op_embed_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), V = (int)op->a.i[0];
-  return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk, N, C, V);
+  return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk,
+                                            N, C, V);
 }
 
 static int rt_op_pos_add(RtExec *x, const Op *op) {
@@ -110,13 +115,14 @@ static int rope_qkv(RtExec *x, int o) {
   long N = (long)(q->shape[0] * q->shape[1]);
   int T = (int)q->shape[1], H = (int)qkv->a.i[0], G = (int)qkv->a.i[1], D = (int)qkv->a.i[2];
   float base = (float)rq->a.f[0], factor = (float)rq->a.f[1];
-  if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF) return rt_fail(x->d, "head size %d: the fused QKV RoPE takes multiples of 16", D);
+  if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF)
+    return rt_fail(x->d, "head size %d: the fused QKV RoPE takes multiples of 16", D);
   RtDim grid = rt_dim1((unsigned)N);
   if (fwd)
-    return rt_launch_rope_split_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0), rt_out(x, rk, 0), rt_out(x, qkv, 2), rt_in(x, qkv, 0),
-                                    N, T, H, G, D, base, factor);
-  return rt_launch_rope_concat_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, qkv, 0), rt_in(x, rq, 0), rt_in(x, rk, 0), rt_in(x, qkv, 2), N,
-                                   T, H, G, D, base, factor);
+    return rt_launch_rope_split_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0), rt_out(x, rk, 0),
+                                    rt_out(x, qkv, 2), rt_in(x, qkv, 0), N, T, H, G, D, base, factor);
+  return rt_launch_rope_concat_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, qkv, 0), rt_in(x, rq, 0),
+                                   rt_in(x, rk, 0), rt_in(x, qkv, 2), N, T, H, G, D, base, factor);
 }
 
 static int rt_op_rope(RtExec *x, const Op *op) {
@@ -126,8 +132,8 @@ static int rt_op_rope(RtExec *x, const Op *op) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int B = (int)t->shape[0], T = (int)t->shape[1], H = (int)t->shape[2], D = (int)t->shape[3];
   float base = (float)op->a.f[0], factor = (float)op->a.f[1];
-  return (op->a.i[0] > 0 ? rt_launch_rope_forward : rt_launch_rope_backward)(x->d, STRIDE(tensor_numel(t) / 2), y, a, B, T, H,
-                                                                             D, base, factor);
+  return (op->a.i[0] > 0 ? rt_launch_rope_forward : rt_launch_rope_backward)(
+      x->d, STRIDE(tensor_numel(t) / 2), y, a, B, T, H, D, base, factor);
 }
 
 /* DROPOUT and DROPOUT_BWD share the attributes (p, stream), so the backward regenerates the
@@ -138,7 +144,8 @@ static int dropout(RtExec *x, const Op *op, int backward) {
   long n = (long)rt_numel(x, op->in[0]);
   float p = (float)op->a.f[0];
   unsigned id = (unsigned)op->a.i[0];
-  return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a, n, p, seed, id);
+  return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a,
+                                                                             n, p, seed, id);
 }
 int rt_op_dropout(RtExec *x, const Op *op) { return dropout(x, op, 0); }
 
@@ -171,7 +178,8 @@ static int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), F = (int)ops_last(dy);
-  if (op->kind == OP_GEGLU_BWD) return rt_launch_geglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
+  if (op->kind == OP_GEGLU_BWD)
+    return rt_launch_geglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
   return rt_launch_swiglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
 }
 

@@ -2,16 +2,16 @@
  * norm.c). Weight, bias and norm-parameter gradients accumulate into their fp32 main gradients
  * (exec.h's fusion); their row sums go through the executor's partial-sum scratch in a fixed
  * order, so they are deterministic. */
-#include "kernels/launch.h"
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "kernels/launch.h"
 
 static int rt_op_linear(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   if (w->dtype == DT_F32) return rt_op_router_linear(x, op); /* the MoE router's fp32 weight */
   CUdeviceptr bias = op->nin == 3 ? rt_in(x, op, 2) : 0;
-  return rt_gemm(x->d, RT_GEMM_NT, ops_rows(a), w->shape[0], w->shape[1], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0), 0,
-                 0, bias);
+  return rt_gemm(x->d, RT_GEMM_NT, ops_rows(a), w->shape[0], w->shape[1], rt_in(x, op, 0), rt_in(x, op, 1),
+                 rt_out(x, op, 0), 0, 0, bias);
 }
 
 /* y + r for an ADD (y, r) or (r, y) whose y is this LINEAR's only reader: D = x W^T (+ b) + r,
@@ -22,8 +22,20 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
   int y = lin->out[0], r = add->in[0] == y ? add->in[1] : add->in[0];
   CUdeviceptr d = rt_out(x, add, 0), c = rt_exec_ptr(x, r);
   int64_t M = ops_rows(a), N = w->shape[0], K = w->shape[1];
-  RtGemm g = {.kind = RT_GEMM_NT, .m = M, .n = N, .k = K, .lda = K, .ldb = K, .ldc = N, .batch = 1, .a = rt_in(x, lin, 0),
-              .b = rt_in(x, lin, 1), .c = c, .d = d == c ? 0 : d, .bias = lin->nin == 3 ? rt_in(x, lin, 2) : 0, .alpha = 1.0f,
+  RtGemm g = {.kind = RT_GEMM_NT,
+              .m = M,
+              .n = N,
+              .k = K,
+              .lda = K,
+              .ldb = K,
+              .ldc = N,
+              .batch = 1,
+              .a = rt_in(x, lin, 0),
+              .b = rt_in(x, lin, 1),
+              .c = c,
+              .d = d == c ? 0 : d,
+              .bias = lin->nin == 3 ? rt_in(x, lin, 2) : 0,
+              .alpha = 1.0f,
               .beta = 1.0f};
   if (rt_gemm_run(x->d, &g)) return RT_ERROR;
   return RT_OK;
@@ -33,8 +45,8 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add) {
 static int rt_op_linear_dgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   if (w->dtype == DT_F32) return rt_op_router_linear_dgrad(x, op);
-  return rt_gemm(x->d, RT_GEMM_NN, ops_rows(dy), w->shape[1], w->shape[0], rt_in(x, op, 0), rt_in(x, op, 1), rt_out(x, op, 0),
-                 0, 0, 0);
+  return rt_gemm(x->d, RT_GEMM_NN, ops_rows(dy), w->shape[1], w->shape[0], rt_in(x, op, 0), rt_in(x, op, 1),
+                 rt_out(x, op, 0), 0, 0, 0);
 }
 
 /* dW (N, K) = dy (M, N)^T . x (M, K); straight into the fp32 main gradient when fused: added to it,
@@ -44,13 +56,14 @@ static int rt_op_linear_wgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
   int sink = x->sink[op->out[0]], add = sink >= 0 && x->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
-  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1), c, sink >= 0, add,
-                 0);
+  return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1),
+                 c, sink >= 0, add, 0);
 }
 
 /* out (C) += column sums of `partial` (G, ld), in group order. */
 static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C, int ld) {
-  return rt_launch_colsum_accumulate(x->d, rt_dim1((unsigned)((C + 31) / 32)), 32 * STEPC_COLSUM_WARPS, 0, out, partial, G, C, ld);
+  return rt_launch_colsum_accumulate(x->d, rt_dim1((unsigned)((C + 31) / 32)), 32 * STEPC_COLSUM_WARPS, 0,
+                                     out, partial, G, C, ld);
 }
 
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
@@ -59,7 +72,8 @@ static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), G = groups(x, N);
   CUdeviceptr p = x->norm_partial, g = rt_in(x, op, 0);
-  if (rt_launch_bias_backward_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, g, N, C))
+  if (rt_launch_bias_backward_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, g,
+                                      N, C))
     return RT_ERROR;
   return colsum(x, rt_exec_ptr(x, x->sink[op->out[0]]), p, G, C, C);
 }
@@ -81,13 +95,15 @@ static int rt_op_norm(RtExec *x, const Op *op) {
     const Op *add = &x->g->op[x->peer[o]];
     CUdeviceptr ra = rt_in(x, add, 0), rb = rt_in(x, add, 1);
     if (op->kind == OP_RMSNORM)
-      return rt_launch_residual_rmsnorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), ra, rb, w, N, C, eps);
-    return rt_launch_residual_layernorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), rt_out(x, op, 2), ra, rb, w,
-                                                rt_in(x, op, 2), N, C, eps);
+      return rt_launch_residual_rmsnorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), ra, rb, w, N,
+                                                C, eps);
+    return rt_launch_residual_layernorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1),
+                                                rt_out(x, op, 2), ra, rb, w, rt_in(x, op, 2), N, C, eps);
   }
-  if (op->kind == OP_RMSNORM) return rt_launch_rmsnorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), in, w, N, C, eps);
-  return rt_launch_layernorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), rt_out(x, op, 2), in, w, rt_in(x, op, 2), N,
-                                     C, eps);
+  if (op->kind == OP_RMSNORM)
+    return rt_launch_rmsnorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), in, w, N, C, eps);
+  return rt_launch_layernorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), rt_out(x, op, 2), in, w,
+                                     rt_in(x, op, 2), N, C, eps);
 }
 
 /* RMSNORM_BWD: in (dy, x, w, rstd) out (dx, dw); LAYERNORM_BWD: in (dy, x, w, mean, rstd) out
@@ -105,17 +121,20 @@ static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend)
   if (W > 0) { /* one pass: dx and the partials */
     unsigned smem = stepc_norm_bwd_smem(C, ln ? 2 : 1, W);
     RtDim gg = rt_dim1((unsigned)G);
-    if (ln ? rt_launch_layernorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, mean, rstd, N, C)
-           : rt_launch_rmsnorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, rstd, N, C))
+    if (ln ? rt_launch_layernorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, mean,
+                                          rstd, N, C)
+           : rt_launch_rmsnorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, rstd, N,
+                                        C))
       return RT_ERROR;
   } else if (addend)
-    return rt_fail(x->d, "%s in %s: a fused residual add needs the one-pass norm backward (rows of %d)", op_name(op->kind),
-                   op->tags.module, C);
+    return rt_fail(x->d, "%s in %s: a fused residual add needs the one-pass norm backward (rows of %d)",
+                   op_name(op->kind), op->tags.module, C);
   else if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
-                : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C, 0)) /* accumulate = 0 */
+              : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C,
+                                                 0)) /* accumulate = 0 */
     return RT_ERROR;
-  else if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, dy, in,
-                                                  mean, rstd, N, C))
+  else if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1),
+                                                  256, 0, p, dy, in, mean, rstd, N, C))
     return RT_ERROR;
   if (colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C)) return RT_ERROR;
   return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;

@@ -9,9 +9,9 @@
  * head order through a thread-block cluster. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
  * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
  * executor refuses them by name. */
-#include "kernels/launch.h"
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "kernels/launch.h"
 
 /* Every input and the first `nout` outputs bf16 (the mixer's parameters are bf16 weights of a
  * bf16 recipe). */

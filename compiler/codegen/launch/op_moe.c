@@ -9,9 +9,9 @@
  * expert), blocks past an expert's count return at once. Where capacity can leave rows of the
  * permuted buffer empty, the buffer is zeroed first (a memset in the stream), as the CPU
  * reference's rows are. Deterministic: every sum in a fixed order (kernels/moe.cuh). */
-#include "kernels/launch.h"
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "kernels/launch.h"
 
 #define STRIDE(work) rt_grid_stride(x->d, work), 256, 0
 #define MOE_MAX_EXPERTS 256 /* moe_dispatch's shared memory: 34 E ints under 48 KiB */
@@ -52,12 +52,12 @@ static int head(RtExec *x, const Op *op, int split) {
   int H = (int)op->a.i[0], a = (int)op->a.i[1], b = (int)op->a.i[2], H2 = (int)op->a.i[3];
   if (split) {
     int64_t work = ntok * ((int64_t)H * a + (int64_t)H2 * b);
-    return rt_launch_mla_head_split(x->d, STRIDE(work), rt_out(x, op, 0), rt_out(x, op, 1), rt_in(x, op, 0), ntok, H, a, b,
-                                    H2);
+    return rt_launch_mla_head_split(x->d, STRIDE(work), rt_out(x, op, 0), rt_out(x, op, 1), rt_in(x, op, 0),
+                                    ntok, H, a, b, H2);
   }
   CUdeviceptr p2 = op->nin == 2 ? rt_in(x, op, 1) : 0;
-  return rt_launch_mla_head_concat(x->d, STRIDE(ntok * H * (a + b)), rt_out(x, op, 0), rt_in(x, op, 0), p2, ntok, H, a, b,
-                                   H2);
+  return rt_launch_mla_head_concat(x->d, STRIDE(ntok * H * (a + b)), rt_out(x, op, 0), rt_in(x, op, 0), p2,
+                                   ntok, H, a, b, H2);
 }
 static int rt_op_head_split(RtExec *x, const Op *op) { return head(x, op, 1); }
 static int rt_op_head_concat(RtExec *x, const Op *op) { return head(x, op, 0); }
@@ -70,8 +70,9 @@ int rt_op_router_linear(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bfb")) return RT_ERROR;
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int N = (int)ops_rows(a), E = (int)w->shape[0], C = (int)w->shape[1];
-  return rt_launch_router_linear_forward(x->d, rt_dim((unsigned)((N + 31) / 32), (unsigned)((E + 63) / 64), 1), 256, 0,
-                                         rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
+  return rt_launch_router_linear_forward(x->d,
+                                         rt_dim((unsigned)((N + 31) / 32), (unsigned)((E + 63) / 64), 1), 256,
+                                         0, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
 }
 
 /* LINEAR_DGRAD in (dy bf16, W fp32) out (dx bf16) */
@@ -79,8 +80,9 @@ int rt_op_router_linear_dgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bfb")) return RT_ERROR;
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int N = (int)ops_rows(dy), E = (int)w->shape[0], C = (int)w->shape[1];
-  return rt_launch_router_linear_dgrad(x->d, rt_dim((unsigned)((C + 127) / 128), (unsigned)((N + 31) / 32), 1), 256, 0,
-                                       rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
+  return rt_launch_router_linear_dgrad(x->d,
+                                       rt_dim((unsigned)((C + 127) / 128), (unsigned)((N + 31) / 32), 1), 256,
+                                       0, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
 }
 
 /* SOFTMAX / SOFTMAX_BWD over the last dim of any tensor (the router's scores). */
@@ -92,7 +94,8 @@ int rt_op_softmax_rows(RtExec *x, const Op *op) {
   int E = (int)ops_last(s);
   RtDim grid = rt_dim1((unsigned)((rows + 7) / 8));
   if (bwd)
-    return rt_launch_softmax_rows_backward(x->d, grid, 256, 0, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), rows, E);
+    return rt_launch_softmax_rows_backward(x->d, grid, 256, 0, rt_out(x, op, 0), rt_in(x, op, 0),
+                                           rt_in(x, op, 1), rows, E);
   return rt_launch_softmax_rows_forward(x->d, grid, 256, 0, rt_out(x, op, 0), rt_in(x, op, 0), rows, E);
 }
 
@@ -101,17 +104,18 @@ static int rt_op_router_topk(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int N = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
-  if (k > MOE_MAX_TOPK) return rt_fail(x->d, "router top-k %d: the CUDA kernel takes k <= %d", k, MOE_MAX_TOPK);
-  return rt_launch_router_topk_forward(x->d, STRIDE(N), rt_out(x, op, 0), rt_out(x, op, 1), rt_in(x, op, 0), N, E, k,
-                                       (int)op->a.i[1]);
+  if (k > MOE_MAX_TOPK)
+    return rt_fail(x->d, "router top-k %d: the CUDA kernel takes k <= %d", k, MOE_MAX_TOPK);
+  return rt_launch_router_topk_forward(x->d, STRIDE(N), rt_out(x, op, 0), rt_out(x, op, 1), rt_in(x, op, 0),
+                                       N, E, k, (int)op->a.i[1]);
 }
 
 /* in (dprobs, probs, idx) out (dx (..., E)); i = k, mode, E */
 static int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbib")) return RT_ERROR;
   int N = (int)ops_rows(rt_t(x, op->in[0])), E = (int)op->a.i[2], k = (int)op->a.i[0];
-  return rt_launch_router_topk_backward(x->d, STRIDE(N), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
-                                        N, E, k, (int)op->a.i[1]);
+  return rt_launch_router_topk_backward(x->d, STRIDE(N), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1),
+                                        rt_in(x, op, 2), N, E, k, (int)op->a.i[1]);
 }
 
 /* in (scores (..., E), idx (..., k)) out (loss (1) fp32); f[0] = coeff, i[0] = k */
@@ -119,8 +123,8 @@ static int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bif")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
-  return rt_launch_moe_aux_loss_forward(x->d, rt_dim1(1), 1024, (unsigned)(4 * E + 128), rt_out(x, op, 0), rt_in(x, op, 0),
-                                        rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
+  return rt_launch_moe_aux_loss_forward(x->d, rt_dim1(1), 1024, (unsigned)(4 * E + 128), rt_out(x, op, 0),
+                                        rt_in(x, op, 0), rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
 }
 
 /* in (dloss (1) fp32, idx) out (dscores (..., E)); i[1] = E */
@@ -128,8 +132,9 @@ static int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "fib")) return RT_ERROR;
   int T = (int)ops_rows(rt_t(x, op->in[1])), E = (int)op->a.i[1], k = (int)op->a.i[0];
   int64_t blocks = ((int64_t)T * E + 1023) / 1024;
-  return rt_launch_moe_aux_loss_backward(x->d, rt_dim1((unsigned)(blocks < 64 ? blocks : 64)), 1024, (unsigned)(4 * E),
-                                         rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
+  return rt_launch_moe_aux_loss_backward(x->d, rt_dim1((unsigned)(blocks < 64 ? blocks : 64)), 1024,
+                                         (unsigned)(4 * E), rt_out(x, op, 0), rt_in(x, op, 0),
+                                         rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
 }
 
 /* ---- the token dispatcher ---- */
@@ -139,11 +144,13 @@ static int rt_op_moe_dispatch(RtExec *x, const Op *op) {
   if (dtypes(x, op, "iiii")) return RT_ERROR;
   int E = (int)op->a.i[0], cap = (int)op->a.i[1], pad = op->a.i[2] != 0;
   if (op->a.i[3] != 0)
-    return rt_fail(x->d, "moe_dispatch: the drop policy by probabilities does not run on CUDA yet (position does)");
-  if (E > MOE_MAX_EXPERTS) return rt_fail(x->d, "moe_dispatch: %d experts, the CUDA kernel takes at most %d", E, MOE_MAX_EXPERTS);
+    return rt_fail(x->d,
+                   "moe_dispatch: the drop policy by probabilities does not run on CUDA yet (position does)");
+  if (E > MOE_MAX_EXPERTS)
+    return rt_fail(x->d, "moe_dispatch: %d experts, the CUDA kernel takes at most %d", E, MOE_MAX_EXPERTS);
   long n = (long)rt_numel(x, op->in[0]);
-  return rt_launch_moe_dispatch(x->d, rt_dim1(1), 1024, (unsigned)(34 * 4 * E), rt_out(x, op, 0), rt_out(x, op, 1),
-                                rt_out(x, op, 2), rt_in(x, op, 0), n, E, cap, pad);
+  return rt_launch_moe_dispatch(x->d, rt_dim1(1), 1024, (unsigned)(34 * 4 * E), rt_out(x, op, 0),
+                                rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), n, E, cap, pad);
 }
 
 /* MOE_PERMUTE in (x (..., C), probs (..., k), row_of) out (xp (N, C), pp (N)); MOE_UNPERMUTE_BWD
@@ -154,9 +161,11 @@ static int scatter(RtExec *x, const Op *op) {
   const Tensor *ro = rt_t(x, op->in[op->nin - 1]);
   long n = (long)tensor_numel(ro);
   int k = (int)ops_last(ro), C = (int)ops_last(rt_t(x, op->in[0]));
-  if (may_leave_rows(x, op->in[op->nin - 1]) && (zero(x, op, 0) || (probs && zero(x, op, 1)))) return RT_ERROR;
-  return rt_launch_moe_scatter_rows(x->d, STRIDE(n * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0, rt_in(x, op, 0),
-                                    probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1), n, k, C);
+  if (may_leave_rows(x, op->in[op->nin - 1]) && (zero(x, op, 0) || (probs && zero(x, op, 1))))
+    return RT_ERROR;
+  return rt_launch_moe_scatter_rows(x->d, STRIDE(n * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0,
+                                    rt_in(x, op, 0), probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1),
+                                    n, k, C);
 }
 static int rt_op_moe_permute(RtExec *x, const Op *op) { return scatter(x, op); }
 static int rt_op_moe_unpermute_bwd(RtExec *x, const Op *op) { return scatter(x, op); }
@@ -169,8 +178,9 @@ static int gather(RtExec *x, const Op *op) {
   const Tensor *ro = rt_t(x, op->in[op->nin - 1]);
   long T = (long)ops_rows(ro);
   int k = (int)ops_last(ro), C = (int)ops_last(rt_t(x, op->in[0]));
-  return rt_launch_moe_gather_rows(x->d, STRIDE(T * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0, rt_in(x, op, 0),
-                                   probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1), T, k, C);
+  return rt_launch_moe_gather_rows(x->d, STRIDE(T * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0,
+                                   rt_in(x, op, 0), probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1), T,
+                                   k, C);
 }
 static int rt_op_moe_unpermute(RtExec *x, const Op *op) { return gather(x, op); }
 static int rt_op_moe_permute_bwd(RtExec *x, const Op *op) { return gather(x, op); }
@@ -179,7 +189,8 @@ static int rt_op_moe_permute_bwd(RtExec *x, const Op *op) { return gather(x, op)
 #define MOE_TILE 64 /* kernels/moe.cuh */
 
 static RtDim group_grid(int64_t cols, int64_t rows, int64_t E) {
-  return rt_dim((unsigned)((cols + MOE_TILE - 1) / MOE_TILE), (unsigned)((rows + MOE_TILE - 1) / MOE_TILE), (unsigned)E);
+  return rt_dim((unsigned)((cols + MOE_TILE - 1) / MOE_TILE), (unsigned)((rows + MOE_TILE - 1) / MOE_TILE),
+                (unsigned)E);
 }
 
 /* The tensor-core kernels (kernels/launch.h: 128 x 256 tiles) take widths that are multiples of 8
@@ -197,13 +208,14 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   CUdeviceptr out = rt_out(x, op, 0), in = rt_in(x, op, 0), wp = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K)) { /* row tiles: the static bound ceil(N/128) + E of the experts' tiles */
     int64_t E = w->shape[0];
-    RtDim g = rt_dim(tiles(dgrad ? K : Nout, STEPC_MOE_TC_BN), tiles(a->shape[0], STEPC_MOE_TC_BM) + (unsigned)E, 1);
+    RtDim g = rt_dim(tiles(dgrad ? K : Nout, STEPC_MOE_TC_BN),
+                     tiles(a->shape[0], STEPC_MOE_TC_BM) + (unsigned)E, 1);
     return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(
         x->d, g, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, in, wp, seg, Nout, K, (int)E);
   }
   RtDim grid = group_grid(dgrad ? K : Nout, a->shape[0], w->shape[0]);
-  return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out, in, wp, seg, Nout,
-                                                                                     K);
+  return (dgrad ? rt_launch_grouped_linear_dgrad : rt_launch_grouped_linear_forward)(x->d, grid, 256, 0, out,
+                                                                                     in, wp, seg, Nout, K);
 }
 static int rt_op_grouped_linear(RtExec *x, const Op *op) { return grouped(x, op, 0); }
 static int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(x, op, 1); }
@@ -214,14 +226,17 @@ static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *dw = rt_t(x, op->out[0]);
   int sink = x->sink[op->out[0]];
-  if (sink < 0 && dw->dtype != DT_BF16) return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
+  if (sink < 0 && dw->dtype != DT_BF16)
+    return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
   CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K))
-    return rt_launch_grouped_linear_wgrad_tc(x->d, rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)dw->shape[0]),
-                                             STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K);
-  return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in, seg, Nout, K);
+    return rt_launch_grouped_linear_wgrad_tc(
+        x->d, rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)dw->shape[0]),
+        STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K);
+  return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in,
+                                        seg, Nout, K);
 }
 
 /* ---- the expert activation ---- */
@@ -231,8 +246,8 @@ static int rt_op_moe_act(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbb")) return RT_ERROR;
   const Tensor *y = rt_t(x, op->out[0]);
   int N = (int)y->shape[0], F = (int)y->shape[1];
-  return rt_launch_moe_act_forward(x->d, STRIDE((int64_t)N * F), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, F,
-                                   op->a.i[0] != 0, (int)op->a.i[1]);
+  return rt_launch_moe_act_forward(x->d, STRIDE((int64_t)N * F), rt_out(x, op, 0), rt_in(x, op, 0),
+                                   rt_in(x, op, 1), N, F, op->a.i[0] != 0, (int)op->a.i[1]);
 }
 
 /* in (dy, h, pp) out (dh, dpp) */
@@ -240,9 +255,9 @@ static int rt_op_moe_act_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbbbb")) return RT_ERROR;
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)dy->shape[0], F = (int)dy->shape[1];
-  return rt_launch_moe_act_backward(x->d, rt_dim1((unsigned)((N + 7) / 8)), 256, 0, rt_out(x, op, 0), rt_out(x, op, 1),
-                                    rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), N, F, op->a.i[0] != 0,
-                                    (int)op->a.i[1]);
+  return rt_launch_moe_act_backward(x->d, rt_dim1((unsigned)((N + 7) / 8)), 256, 0, rt_out(x, op, 0),
+                                    rt_out(x, op, 1), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), N, F,
+                                    op->a.i[0] != 0, (int)op->a.i[1]);
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */

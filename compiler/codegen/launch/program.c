@@ -36,7 +36,9 @@ static int reloc_rec(RtRec *r, const RtDevice *d, CUdeviceptr base, int64_t byte
 #undef RL_G
 #undef RL_S
   case RT_REC_MEMSET: bad |= reloc((uint64_t *)&r->dst, base, bytes); break;
-  case RT_REC_COPY: bad |= reloc((uint64_t *)&r->dst, base, bytes) | reloc((uint64_t *)&r->src, base, bytes); break;
+  case RT_REC_COPY:
+    bad |= reloc((uint64_t *)&r->dst, base, bytes) | reloc((uint64_t *)&r->src, base, bytes);
+    break;
   }
   return bad;
 }
@@ -86,7 +88,8 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   f->buffers_bytes = rt_exec_arena_bytes(x);
   f->scratch_bytes = rt_exec_scratch_bytes(x);
   f->alloc_bytes = f->buffers_bytes + f->scratch_bytes;
-  for (int i = 0; i < LP_SCRATCH_PARTS; i++) f->part_bytes[i] = rt_exec_scratch_part(x, i, &f->part_at[i]);
+  for (int i = 0; i < LP_SCRATCH_PARTS; i++)
+    f->part_bytes[i] = rt_exec_scratch_part(x, i, &f->part_at[i]);
   f->ntok = x->ntok, f->nmb = x->nmb, f->sm_count = x->d->sm_count;
   f->inputs_at = f->part_at[RT_SCRATCH_INPUTS], f->seeds_at = f->part_at[RT_SCRATCH_SEEDS];
   f->losses_at = f->part_at[RT_SCRATCH_LOSSES], f->init_seed_at = f->part_at[RT_SCRATCH_INIT_SEED];
@@ -95,7 +98,8 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   f->attn_workspace = rt_exec_attn_workspace(x);
   CUdeviceptr base = rt_exec_base(x, 0);
   if (!(lp->tensor_at = malloc(((size_t)g->nt + 1) * sizeof *lp->tensor_at))) return -1;
-  for (int t = 0; t < g->nt; t++) lp->tensor_at[t] = (int64_t)(rt_exec_ptr(x, t) - base);
+  for (int t = 0; t < g->nt; t++)
+    lp->tensor_at[t] = (int64_t)(rt_exec_ptr(x, t) - base);
   int64_t words;
   const uint64_t *tw = rt_exec_tables(x, &words);
   f->ntable = words;
@@ -104,8 +108,8 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   return table_rows(x, lp);
 }
 
-int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew, int sm_count, LaunchProgram *lp, char *why,
-                         size_t nwhy, char *err, size_t nerr) {
+int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew, int sm_count,
+                         LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr) {
   memset(lp, 0, sizeof *lp);
   why[0] = 0;
   RtDevice d;
@@ -117,8 +121,10 @@ int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew
   int unsupported = 0;
   RtExec *x = rt_exec_new(&d, g, &unsupported);
   if (!x) {
-    if (unsupported) snprintf(why, nwhy, "%s", d.err);
-    else snprintf(err, nerr, "lowering the step to launches: %s", d.err);
+    if (unsupported)
+      snprintf(why, nwhy, "%s", d.err);
+    else
+      snprintf(err, nerr, "lowering the step to launches: %s", d.err);
     return unsupported ? 1 : -1;
   }
   int rc = -1, nmb = x->nmb;
@@ -171,7 +177,8 @@ int launch_program_stats(const LaunchProgram *lp, LaunchStats *st) {
   memset(st, 0, sizeof *st);
   for (int i = 0; i < lp->f.nrec; i++) {
     const RtRec *r = &lp->rec[i];
-    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM, st->sdpas += r->kind == RT_REC_SDPA;
+    st->launches += r->kind == RT_REC_LAUNCH, st->gemms += r->kind == RT_REC_GEMM,
+        st->sdpas += r->kind == RT_REC_SDPA;
     st->memsets += r->kind == RT_REC_MEMSET, st->copies += r->kind == RT_REC_COPY;
     if (r->kind == RT_REC_LAUNCH && (int)r->k < RT_K_COUNT + RT_GEN_MAX) st->kernel_used[r->k] = 1;
   }
