@@ -94,3 +94,24 @@ extern "C" __global__ void gelu_backward(bf16* dinp,        // (n)
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
     dinp[i] = f32_to_bf16(bf16_to_f32(dout[i]) * gelu_grad_f(bf16_to_f32(inp[i])));
 }
+
+// RELU_ACT (ir/ops/activation.c): relu(x), or with squared = 1 Megatron's squared_relu, relu(x)^2;
+// the gradient reads the activation's input. Math fp32, storage bf16. Launch: any 1-D grid.
+extern "C" __global__ void relu_forward(bf16* out,        // (n)
+                                        const bf16* inp,  // (n)
+                                        long n, int squared) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    float r = fmaxf(bf16_to_f32(inp[i]), 0.0f);
+    out[i] = f32_to_bf16(squared ? __fmul_rn(r, r) : r);
+  }
+}
+
+extern "C" __global__ void relu_backward(bf16* dinp,        // (n)
+                                         const bf16* dout,  // (n)
+                                         const bf16* inp,   // (n)
+                                         long n, int squared) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    float x = bf16_to_f32(inp[i]), dy = bf16_to_f32(dout[i]);
+    dinp[i] = f32_to_bf16(x > 0.0f ? (squared ? __fmul_rn(dy, __fmul_rn(2.0f, x)) : dy) : 0.0f);
+  }
+}

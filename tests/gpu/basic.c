@@ -498,7 +498,27 @@ static void test_activations(Gpu *g, Rng *r) {
   ref_op(OP_GELU_BWD, NULL, gin, 2, (RefT[]){ref_f(want, m, 0, 0, 0)}, 1, 0);
   got = down_bf16(g, dinp, m);
   gpu_check(g, "gelu_backward (erf)", got, want, m, 1e-5, RT_BF16);
-  free(got), free(in), free(dout), free(want);
+  free(got);
+  /* RELU_ACT: relu and Megatron's squared relu, against ir/ops' reference */
+  for (int sq = 0; sq < 2; sq++) {
+    OpAttrs ra = {.i = {sq}};
+    char name[64];
+    void *e[] = {&out, &din, &m, &sq};
+    gpu_launch(g, "relu_forward", gpu_grid1d(g, m), 1, 1, 256, 0, e);
+    ref_op(OP_RELU_ACT, &ra, (RefT[]){ref_f(in, m, 0, 0, 0)}, 1, (RefT[]){ref_f(want, m, 0, 0, 0)}, 1, 0);
+    got = down_bf16(g, out, m);
+    snprintf(name, sizeof name, "relu_forward (%s)", sq ? "squared" : "plain");
+    gpu_check(g, name, got, want, m, 1e-5, RT_BF16);
+    free(got);
+    void *f[] = {&dinp, &ddo, &din, &m, &sq};
+    gpu_launch(g, "relu_backward", gpu_grid1d(g, m), 1, 1, 256, 0, f);
+    ref_op(OP_RELU_ACT_BWD, &ra, gin, 2, (RefT[]){ref_f(want, m, 0, 0, 0)}, 1, 0);
+    got = down_bf16(g, dinp, m);
+    snprintf(name, sizeof name, "relu_backward (%s)", sq ? "squared" : "plain");
+    gpu_check(g, name, got, want, m, 1e-5, RT_BF16);
+    free(got);
+  }
+  free(in), free(dout), free(want);
   gpu_free(g, din), gpu_free(g, ddo), gpu_free(g, out), gpu_free(g, dinp);
 }
 

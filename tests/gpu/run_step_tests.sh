@@ -34,6 +34,8 @@ run grads_tiny $STEP grads models/tiny.lua
 run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
 run grads_geglu $STEP grads tests/recipes/tiny_geglu.lua
+# Nemotron's squared-relu MLP (RELU_ACT on CUDA), not gated
+run grads_sqrelu $STEP grads models/tiny.lua model.activation_func=squared_relu model.gated_linear_unit=false
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
 run replay_flash $STEP replay models/tiny.lua 8 model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 # scoped graphs (local / transformer_engine) vs eager on the same plan: whole layer, attn, mlp, both;

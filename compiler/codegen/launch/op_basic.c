@@ -195,6 +195,19 @@ static int rt_op_gelu_bwd(RtExec *x, const Op *op) {
   return rt_launch_gelu_backward(x->d, STRIDE(n), dx, g, a, n);
 }
 
+/* RELU_ACT in [x] out [y]: relu, or squared relu (i[0] = 1, Nemotron's MLPs); its backward in
+ * [dy, x] out [dx]. */
+static int rt_op_relu(RtExec *x, const Op *op) {
+  long n = (long)rt_numel(x, op->in[0]);
+  return rt_launch_relu_forward(x->d, STRIDE(n), rt_out(x, op, 0), rt_in(x, op, 0), n, (int)op->a.i[0]);
+}
+
+static int rt_op_relu_bwd(RtExec *x, const Op *op) {
+  long n = (long)rt_numel(x, op->in[0]);
+  return rt_launch_relu_backward(x->d, STRIDE(n), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), n,
+                                 (int)op->a.i[0]);
+}
+
 static int qkv(RtExec *x, const Op *op, int split) {
   const Tensor *q = rt_t(x, split ? op->out[0] : op->in[0]);
   long N = (long)(q->shape[0] * q->shape[1]);
@@ -233,6 +246,8 @@ const RtOpRow RT_OPS_BASIC[] = {
     {OP_GEGLU_BWD, rt_op_swiglu_bwd},
     {OP_GELU, rt_op_gelu},
     {OP_GELU_BWD, rt_op_gelu_bwd},
+    {OP_RELU_ACT, rt_op_relu},
+    {OP_RELU_ACT_BWD, rt_op_relu_bwd},
     {OP_SPLIT_QKV, rt_op_split_qkv},
     {OP_CONCAT_QKV, rt_op_concat_qkv},
     {OP_COUNT, NULL},
