@@ -14,7 +14,6 @@
 #include "ops/ops.h"
 #include "runtime/api_cuda_internal.h"
 
-#define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 
 static const ApiBackend CUDA_BACKEND;
 
@@ -293,10 +292,9 @@ static int cuda_params_from_masters(stepc_t *s) {
 
 static void cuda_measure(stepc_t *s, stepc_measure *m) {
   ApiCuda *c = cu(s);
-  int64_t ws = (int64_t)rt_blas_workspace_bytes(c->d);
   m->max_allocated_bytes = c->d->max_allocated;
   m->arena_bytes = rt_player_program(c->x)->f.alloc_bytes;
-  m->predicted_peak_bytes = s->im.f.cuda_peak + ws + rt_player_program(c->x)->f.attn_workspace;
+  m->predicted_peak_bytes = s->im.f.cuda_peak; /* the plan's device peak, its workspaces included */
   m->optimizer_region_bytes = s->g->nbuffers > 1 ? s->g->buffer_bytes[1] : 0;
   m->replay_ops = s->im.f.nreplay;
   RtScopedStats ss = {0};
@@ -372,7 +370,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
-  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE) || !(c->x = rt_player_new(c->d, &im->lp)) ||
+  if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
       rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->nmb = im->lp.f.nmb;

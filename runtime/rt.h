@@ -209,6 +209,9 @@ typedef struct {
 #undef RT_GF_F
 } RtGemm;
 
+/* The cuBLASLt workspace the runtime opens with (cuBLASLt's recommendation for Hopper); the plan
+ * names it in the step's device peak (compiler/plan/plan.c, plan_device_peak). */
+#define RT_BLAS_WORKSPACE_BYTES (32u << 20)
 int rt_blas_open(RtDevice *d, size_t workspace_bytes);
 void rt_blas_close(RtDevice *d);
 size_t rt_blas_workspace_bytes(const RtDevice *d);

@@ -75,7 +75,10 @@ const char *program_digest_hex(const LaunchProgram *lp, char hex[17]) {
   return hex;
 }
 
-int64_t plan_device_peak(const Plan *p) { return p->mp.peak + (p->lp_ok ? p->lp.f.scratch_bytes : 0); }
+int64_t plan_device_peak(const Plan *p) {
+  if (!p->lp_ok) return p->mp.peak;
+  return p->mp.peak + p->lp.f.scratch_bytes + RT_BLAS_WORKSPACE_BYTES + p->lp.f.attn_workspace;
+}
 
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {
   return plan_build_for(s, float_bytes, LAUNCH_DEFAULT_SMS, p, d, err, nerr);

@@ -348,7 +348,9 @@ int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagLi
                    size_t nerr);
 /* FNV-1a of a launch program's records and facts, as 16 hex digits into hex[17] (returned). */
 const char *program_digest_hex(const LaunchProgram *lp, char hex[17]);
-/* The step's device memory at its peak: the memory plan's peak and the launch scratch. */
+/* The step's device memory at its peak: the memory plan's peak, the launch scratch and, where the
+ * CUDA backend runs the step, the libraries' workspaces the runtime opens (cuBLASLt's
+ * RT_BLAS_WORKSPACE_BYTES, cuDNN attention's as the shapes predict). */
 int64_t plan_device_peak(const Plan *p);
 void plan_free(Plan *p);
 /* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.

@@ -19,11 +19,12 @@ int main(int argc, char **argv) {
   if (image_read(path, &im, err, sizeof err) != 0) return fprintf(stderr, "image_plan: %s\n", err), 1;
   const Graph *g = im.g;
   const LpFacts *lf = &im.lp.f;
-  int64_t scratch = im.has_program ? lf->scratch_bytes : 0;
+  /* the plan's peak: the device peak less what it adds (the scratch and the libraries' workspaces) */
+  int64_t scratch = im.has_program ? lf->scratch_bytes : 0, libs = im.has_program ? RT_BLAS_WORKSPACE_BYTES + lf->attn_workspace : 0;
   printf("{\"peak_bytes\": %" PRId64 ", \"arena_bytes\": %" PRId64 ", \"region_bytes\": %" PRId64
          ", \"layout_digest\": \"%016" PRIx64 "\", \"scratch_bytes\": %" PRId64 ", \"device_peak_bytes\": %" PRId64
          ", \"program_records\": %d, \"program_digest\": \"%s\"}\n",
-         im.f.cuda_peak - scratch, g->buffer_bytes[0], g->nbuffers > 1 ? g->buffer_bytes[1] : 0, plan_layout_digest(g), scratch,
+         im.f.cuda_peak - scratch - libs, g->buffer_bytes[0], g->nbuffers > 1 ? g->buffer_bytes[1] : 0, plan_layout_digest(g), scratch,
          im.f.cuda_peak, im.has_program ? lf->nrec : 0, im.has_program ? program_digest_hex(&im.lp, digest) : "");
   image_free(&im);
   return 0;

@@ -13,7 +13,6 @@
 #include "ops/ops.h"
 #include "plan/plan.h"
 
-#define RT_BLAS_WORKSPACE (32u << 20) /* cuBLASLt's recommendation for Hopper */
 
 struct RtTrainer {
   RtDevice d;
@@ -223,7 +222,7 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     return NULL;
   }
   if (plan_program_build(tr->p.g, &tr->p.sc, NULL, &tr->prog) || load_kernels(&tr->d, &tr->p.ew, cache_dir) ||
-      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE) || rt_timer_new(&tr->d, &tr->timer) || !(tr->x = rt_player_new(&tr->d, &tr->p.lp)) ||
+      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE_BYTES) || rt_timer_new(&tr->d, &tr->timer) || !(tr->x = rt_player_new(&tr->d, &tr->p.lp)) ||
       rt_player_init(tr->x, tr->seed)) {
     snprintf(err, nerr, "%s", tr->d.err[0] ? tr->d.err : "out of memory");
     rt_trainer_free(tr);
