@@ -73,5 +73,7 @@ int main(int argc, char **argv) {
       return fprintf(stderr, "op_run: cannot write %s\n", opath[i]), 2;
     fclose(f);
   }
+  for (int i = 0; i < nin; i++) free(in[i].d);
+  for (int i = 0; i < nout; i++) free(out[i].d);
   return 0;
 }
