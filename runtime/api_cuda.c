@@ -14,7 +14,6 @@
 #include "ops/ops.h"
 #include "runtime/api_cuda_internal.h"
 
-
 static const ApiBackend CUDA_BACKEND;
 
 int api_cuda_fail(stepc_t *s) {

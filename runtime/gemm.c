@@ -114,8 +114,6 @@ void rt_blas_close(RtDevice *d) {
   d->blas = NULL;
 }
 
-size_t rt_blas_workspace_bytes(const RtDevice *d) { return d->blas ? d->blas->ws_bytes : 0; }
-
 static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
                   int64_t cols, int64_t ld, int64_t batch, int64_t stride, const char *what) {
   if (blas_check(d, b->cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld), what))

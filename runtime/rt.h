@@ -214,7 +214,6 @@ typedef struct {
 #define RT_BLAS_WORKSPACE_BYTES (32u << 20)
 int rt_blas_open(RtDevice *d, size_t workspace_bytes);
 void rt_blas_close(RtDevice *d);
-size_t rt_blas_workspace_bytes(const RtDevice *d);
 int rt_gemm_run(RtDevice *d, const RtGemm *g);
 /* One unbatched product with dense leading dimensions; accumulate = 1 adds into C (beta = 1). */
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,

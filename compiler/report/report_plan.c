@@ -113,7 +113,8 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
   }
   const LpFacts *lf = &p->lp.f;
   fprintf(f,
-          "  device peak %.3f GB = the peak + launch scratch %.6f GB (lowered for %d SMs) + cuBLASLt workspace %.6f GB + "
+          "  device peak %.3f GB = the peak + launch scratch %.6f GB (lowered for %d SMs) + cuBLASLt "
+          "workspace %.6f GB + "
           "cuDNN attention workspace %.6f GB; the scratch:",
           (double)plan_device_peak(p) / GB, (double)lf->scratch_bytes / GB, lf->sm_count,
           (double)RT_BLAS_WORKSPACE_BYTES / GB, (double)lf->attn_workspace / GB);
@@ -127,12 +128,11 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
 static void launch_scratch_json(const Plan *p, FILE *f) {
   if (!p->lp_ok) return;
   const LpFacts *lf = &p->lp.f;
-  fprintf(
-      f,
-      ", \"launch_scratch\": {\"bytes\": %lld, \"sm_count\": %d, \"cublas_workspace_bytes\": %lld, "
-      "\"cudnn_workspace_bytes\": %lld, \"device_peak_bytes\": %lld, \"parts\": {",
-      (long long)lf->scratch_bytes, lf->sm_count, (long long)RT_BLAS_WORKSPACE_BYTES, (long long)lf->attn_workspace,
-      (long long)plan_device_peak(p));
+  fprintf(f,
+          ", \"launch_scratch\": {\"bytes\": %lld, \"sm_count\": %d, \"cublas_workspace_bytes\": %lld, "
+          "\"cudnn_workspace_bytes\": %lld, \"device_peak_bytes\": %lld, \"parts\": {",
+          (long long)lf->scratch_bytes, lf->sm_count, (long long)RT_BLAS_WORKSPACE_BYTES,
+          (long long)lf->attn_workspace, (long long)plan_device_peak(p));
   for (int k = 0; k < LP_SCRATCH_PARTS; k++) {
     fprintf(f, "%s", k ? ", " : "");
     json_write_string(f, lp_scratch_part_name[k]);
