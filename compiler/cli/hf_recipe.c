@@ -42,7 +42,8 @@ int hf_config_recipe(const char *dir, char *out, size_t nout, char *err, size_t 
   JsonSpan root, rs;
   if (hf_json_file(path, &text, &root, err, nerr) != 0) return -1;
   /* LlamaConfig's defaults where a key is absent, as hf_config_check reads them */
-  double L, h, a, g, d, f, V, eps, theta, tie, maxpos, factor = 0, adrop;
+  double L = 0, h = 0, a = 0, g = 0, d = 0, f = 0, V = 0, eps = 0, theta = 0, tie = 0, maxpos = 0, factor = 0,
+         adrop = 0;
   int rc = num(path, root, "num_hidden_layers", NAN, &L, err, nerr) ||
                    num(path, root, "hidden_size", NAN, &h, err, nerr) ||
                    num(path, root, "num_attention_heads", NAN, &a, err, nerr) ||
