@@ -304,32 +304,23 @@ static int lp_span_ok(int64_t at, int64_t bytes, int64_t alloc) {
   return at >= 0 && bytes >= 0 && at <= alloc - bytes;
 }
 
-static int check_record(const StepImage *im, int i, Why *w) {
-  const RtRec *r = &im->lp.rec[i];
+static int check_record(StepImage *im, int i, Why *w) {
+  RtRec *r = &im->lp.rec[i];
   int64_t alloc = im->lp.f.alloc_bytes;
-  int bad_ptr = 0;
+  const char *sig = NULL;
   switch (r->kind) {
-  case RT_REC_LAUNCH: {
+  case RT_REC_LAUNCH:
     if (!in_range((int64_t)r->k, (int64_t)RT_K_COUNT + im->gen.n))
       return bad(w, "program record %d: kernel %d is not in the cubin", i, (int)r->k);
-    const char *sig = (int)r->k < RT_K_COUNT ? rt_kernel_sig[r->k] : im->gen.k[(int)r->k - RT_K_COUNT].sig;
+    sig = (int)r->k < RT_K_COUNT ? rt_kernel_sig[r->k] : im->gen.k[(int)r->k - RT_K_COUNT].sig;
     if (r->nargs != (int)strlen(sig) || r->nargs > LP_MAX_ARGS)
       return bad(w, "program record %d: %d arguments, kernel %d takes %zu", i, r->nargs, (int)r->k,
                  strlen(sig));
     if (r->block < 1 || r->block > 1024 || !r->grid[0] || !r->grid[1] || !r->grid[2])
       return bad(w, "program record %d: an empty grid or a block of %u threads", i, r->block);
-    for (int a = 0; a < r->nargs; a++)
-      bad_ptr |= sig[a] == 'p' && !lp_ptr_ok(r->arg[a], alloc);
     break;
-  }
-#define CK_N(f)
-#define CK_G(f) bad_ptr |= !lp_ptr_ok(r->gemm.f, alloc);
-#define CK_S(f) bad_ptr |= !lp_ptr_ok(r->sdpa.f, alloc);
-  case RT_REC_GEMM: RT_GEMM_FIELDS(CK_N, CK_G, CK_N) break;
-  case RT_REC_SDPA: RT_SDPA_FIELDS(CK_N, CK_S, CK_N) break;
-#undef CK_N
-#undef CK_G
-#undef CK_S
+  case RT_REC_GEMM:
+  case RT_REC_SDPA: break;
   case RT_REC_MEMSET:
   case RT_REC_COPY:
     if (!(r->dst & LP_PTR) || !lp_span_ok((int64_t)(r->dst & ~LP_PTR), (int64_t)r->bytes, alloc) ||
@@ -339,7 +330,12 @@ static int check_record(const StepImage *im, int i, Why *w) {
     break;
   default: return bad(w, "program record %d: kind %d", i, (int)r->kind);
   }
-  return bad_ptr ? bad(w, "program record %d: an address outside the step's allocation", i) : 0;
+  uint64_t *slot[LP_MAX_ARGS];
+  int n = lp_rec_addrs(r, sig, slot);
+  for (int k = 0; k < n; k++)
+    if (!lp_ptr_ok(*slot[k], alloc))
+      return bad(w, "program record %d: an address outside the step's allocation", i);
+  return 0;
 }
 
 static int check_launch_facts(const StepImage *im, Why *w) {
@@ -370,7 +366,7 @@ static int check_launch_facts(const StepImage *im, Why *w) {
   return 0;
 }
 
-static int check_launch_program(const StepImage *im, Why *w) {
+static int check_launch_program(StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LaunchProgram *lp = &im->lp;
   const LpFacts *f = &lp->f;

@@ -106,5 +106,10 @@ typedef struct {
 } LaunchProgram;
 
 void lp_free(LaunchProgram *lp);
+/* The address slots of record r — a launch's arguments whose signature letter (sig, the kernel's
+ * row) is 'p', a GEMM's or an attention call's pointer fields, a memset's or copy's ends — as
+ * pointers into r, in slot (room for LP_MAX_ARGS); their count. What relocates, plays and checks a
+ * record walks these. */
+int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot);
 
 #endif

@@ -13,6 +13,16 @@ struct RtPlayer {
 
 static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
 
+/* Record r with its addresses relocated, in *c (only addresses: a launch's 64-bit key may have any
+ * bits). */
+static void relocated(const RtPlayer *p, const RtRec *r, RtRec *c) {
+  uint64_t *slot[LP_MAX_ARGS];
+  *c = *r;
+  int n = lp_rec_addrs(c, c->kind == RT_REC_LAUNCH ? rt_ksig(p->d, (int)c->k) : NULL, slot);
+  for (int i = 0; i < n; i++)
+    *slot[i] = at(p, *slot[i]);
+}
+
 /* The program's tables with their addresses relocated: a table's addresses are stored as LP_PTR |
  * offset and its other words (counts, chunk indices, a float's bits, a dtype code) are small, so the
  * tag alone says which words are addresses. */
@@ -43,11 +53,9 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   /* cuDNN's plans now, so that no capture builds one */
   for (int i = 0; i < f->nrec && !rc; i++) {
     if (lp->rec[i].kind != RT_REC_SDPA) continue;
-    RtSdpa s = lp->rec[i].sdpa;
-#define PL_N(fl)
-#define PL_P(fl) s.fl = at(p, s.fl);
-    RT_SDPA_FIELDS(PL_N, PL_P, PL_N)
-    rc = rt_sdpa_prepare(d, &s);
+    RtRec c;
+    relocated(p, &lp->rec[i], &c);
+    rc = rt_sdpa_prepare(d, &c.sdpa);
   }
   if (!rc) rc = rt_sync(d);
   if (rc) {
@@ -70,34 +78,22 @@ CUdeviceptr rt_player_tensor(const RtPlayer *p, int t) { return p->base + (CUdev
 
 static int play_one(RtPlayer *p, const RtRec *r) {
   RtDevice *d = p->d;
-  switch (r->kind) {
+  RtRec c;
+  relocated(p, r, &c);
+  switch (c.kind) {
   case RT_REC_LAUNCH: {
-    uint64_t v[LP_MAX_ARGS];
     void *args[LP_MAX_ARGS];
-    const char *sig = rt_ksig(d, (int)r->k); /* only pointers are relocated: a 64-bit key may have any bits */
-    for (int i = 0; i < r->nargs; i++)
-      v[i] = sig[i] == 'p' ? at(p, r->arg[i]) : r->arg[i], args[i] = &v[i]; /* 4-byte ones in the low half */
-    return rt_launch(d, r->k, r->grid[0], r->grid[1], r->grid[2], r->block, r->smem, args);
+    for (int i = 0; i < c.nargs; i++)
+      args[i] = &c.arg[i]; /* 4-byte ones in the low half */
+    return rt_launch(d, c.k, c.grid[0], c.grid[1], c.grid[2], c.block, c.smem, args);
   }
-  case RT_REC_GEMM: {
-    RtGemm g = r->gemm;
-#define PL_G(fl) g.fl = at(p, g.fl);
-    RT_GEMM_FIELDS(PL_N, PL_G, PL_N)
-    return rt_gemm_run(d, &g);
+  case RT_REC_GEMM: return rt_gemm_run(d, &c.gemm);
+  case RT_REC_SDPA: return rt_sdpa_run(d, &c.sdpa);
+  case RT_REC_MEMSET: return rt_memset0(d, c.dst, (size_t)c.bytes);
+  case RT_REC_COPY: return rt_copy_d2d(d, c.dst, c.src, (size_t)c.bytes);
   }
-  case RT_REC_SDPA: {
-    RtSdpa s = r->sdpa;
-    RT_SDPA_FIELDS(PL_N, PL_P, PL_N)
-    return rt_sdpa_run(d, &s);
-  }
-  case RT_REC_MEMSET: return rt_memset0(d, at(p, r->dst), (size_t)r->bytes);
-  case RT_REC_COPY: return rt_copy_d2d(d, at(p, r->dst), at(p, r->src), (size_t)r->bytes);
-  }
-  return rt_fail(d, "a launch-program record of kind %d", (int)r->kind);
+  return rt_fail(d, "a launch-program record of kind %d", (int)c.kind);
 }
-#undef PL_N
-#undef PL_P
-#undef PL_G
 
 int rt_player_play(RtPlayer *p, LpRange r) {
   for (int i = r.first; i < r.first + r.count; i++)

@@ -19,27 +19,10 @@ static int reloc(uint64_t *p, CUdeviceptr base, int64_t bytes) {
 }
 
 static int reloc_rec(RtRec *r, const RtDevice *d, CUdeviceptr base, int64_t bytes) {
-  int bad = 0;
-  switch (r->kind) {
-  case RT_REC_LAUNCH: {
-    const char *sig = rt_ksig(d, (int)r->k);
-    for (int i = 0; i < r->nargs; i++)
-      if (sig[i] == 'p') bad |= reloc(&r->arg[i], base, bytes);
-    break;
-  }
-#define RL_N(f)
-#define RL_G(f) bad |= reloc((uint64_t *)&r->gemm.f, base, bytes);
-#define RL_S(f) bad |= reloc((uint64_t *)&r->sdpa.f, base, bytes);
-  case RT_REC_GEMM: RT_GEMM_FIELDS(RL_N, RL_G, RL_N) break;
-  case RT_REC_SDPA: RT_SDPA_FIELDS(RL_N, RL_S, RL_N) break;
-#undef RL_N
-#undef RL_G
-#undef RL_S
-  case RT_REC_MEMSET: bad |= reloc((uint64_t *)&r->dst, base, bytes); break;
-  case RT_REC_COPY:
-    bad |= reloc((uint64_t *)&r->dst, base, bytes) | reloc((uint64_t *)&r->src, base, bytes);
-    break;
-  }
+  uint64_t *slot[LP_MAX_ARGS];
+  int n = lp_rec_addrs(r, r->kind == RT_REC_LAUNCH ? rt_ksig(d, (int)r->k) : NULL, slot), bad = 0;
+  for (int i = 0; i < n; i++)
+    bad |= reloc(slot[i], base, bytes);
   return bad;
 }
 
