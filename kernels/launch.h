@@ -34,7 +34,8 @@ static inline unsigned stepc_flash_fwd_smem(int D, int wg) {
 #define STEPC_FLASH_DKDV_KEYS 64
 static inline unsigned stepc_flash_dkdv_smem(int D, int wg) {
   int bq = wg && D == 64 ? 128 : 64;
-  return wg ? stepc_flash_wg_tiles_smem(D, 2 * 64, bq) + 4 * bq * 4 : (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
+  return wg ? stepc_flash_wg_tiles_smem(D, 2 * 64, bq) + 4 * bq * 4
+            : (unsigned)((2 * 64 + 4 * bq) * (D + 8) * 2 + 4 * bq * 4);
 }
 
 /* flash_attention_backward_dq_d{64,128}: grid (T / rows, H, B); K/V tiles of bk keys (wgmma 64,
@@ -53,7 +54,8 @@ static inline unsigned stepc_flash_dq_smem(int D, int wg) {
 #define STEPC_MOE_TC_BN 256
 #define STEPC_MOE_TC_THREADS 256
 static inline unsigned stepc_moe_tc_smem(void) {
-  unsigned wg = 4 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 64 * 2 + 1024, tc = 3 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 72 * 2;
+  unsigned wg = 4 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 64 * 2 + 1024,
+           tc = 3 * (STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 72 * 2;
   return wg > tc ? wg : tc;
 }
 
@@ -85,7 +87,9 @@ static inline unsigned stepc_ce_threads(int Vp) {
  * STEPC_NORM_BWD_SMEM, 0 where one warp's sums do not fit (rows over 12288 wide for RMSNorm: the
  * three-kernel path, *norm_backward_input + norm_backward_weight_partial + colsum, runs). */
 #define STEPC_NORM_BWD_SMEM (96 * 1024)
-static inline unsigned stepc_norm_bwd_smem(int C, int P, int W) { return (unsigned)((C + 255) / 256 * 256 * 4 * P * W); }
+static inline unsigned stepc_norm_bwd_smem(int C, int P, int W) {
+  return (unsigned)((C + 255) / 256 * 256 * 4 * P * W);
+}
 static inline int stepc_norm_bwd_warps(int C, int P) {
   unsigned one = stepc_norm_bwd_smem(C, P, 1), w = STEPC_NORM_BWD_SMEM / one;
   return w > 4 ? 4 : (int)w;
@@ -93,25 +97,52 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 /* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
 #define STEPC_COLSUM_WARPS 8
 
-/* The Mamba-2 mixer (kernels/mamba.cuh): chunks of STEPC_MAMBA_CHUNK rows, blocks of
- * STEPC_MAMBA_THREADS. mamba_mixer_forward: grid (H, B). mamba_mixer_backward: grid
- * ceil(H / STEPC_MAMBA_CLUSTER) * STEPC_MAMBA_CLUSTER (clusters of that many blocks, a block a
- * head); it takes H/G dividing STEPC_MAMBA_CLUSTER and 2N, P even, conv taps <= STEPC_MAMBA_KMAX.
- * Dynamic shared memory (fp32 words) below; both kernels are allowed STEPC_MAMBA_SMEM_MAX. */
+/* The Mamba-2 mixer (kernels/mamba.cuh), chunk-parallel: chunks of STEPC_MAMBA_CHUNK rows, blocks of
+ * STEPC_MAMBA_THREADS, a block a (chunk, group, batch row): grid (nc, G, B) with
+ * nc = ceil(T / STEPC_MAMBA_CHUNK) for mamba_chunk_states, mamba_chunk_output and
+ * mamba_chunk_backward; mamba_state_pass grid (ceil(P N / 256), H, B, or 2 B in the backward);
+ * mamba_conv_backward grid (ceil(C / 256), segs, B) with segs = stepc_mamba_segs(T); mamba_param_grads
+ * grid ceil((C (K+1) + 3 H) / 256). Conv taps <= STEPC_MAMBA_KMAX. Dynamic shared memory (fp32
+ * words, rows padded by one) below, each at most STEPC_MAMBA_SMEM_MAX. */
 #define STEPC_MAMBA_CHUNK 32
 #define STEPC_MAMBA_THREADS 256
-#define STEPC_MAMBA_CLUSTER 8
 #define STEPC_MAMBA_KMAX 8
+#define STEPC_MAMBA_SEGS 64
 #define STEPC_MAMBA_SMEM_MAX (227 * 1024)
-static inline unsigned stepc_mamba_fwd_smem(int P, int N) {
-  int L = STEPC_MAMBA_CHUNK;
-  return (unsigned)(4 * ((long)P * N + L * P + 2 * L * N + L * L + 3 * L));
+static inline unsigned stepc_mamba_states_smem(int P, int N) {
+  long L = STEPC_MAMBA_CHUNK;
+  return (unsigned)(4 * (2 * L * (N + 1) + 2 * L * (P + 1) + 4 * L));
 }
-static inline unsigned stepc_mamba_bwd_smem(int P, int N, int hpg) {
-  int L = STEPC_MAMBA_CHUNK, nch = P + 2 * N / hpg;
-  long w = 2L * P * N + 3L * L * P + 4L * L * N + 3L * L * L + 10L * L + 32 + (long)(L + STEPC_MAMBA_KMAX - 1) * nch +
-           (long)nch * (STEPC_MAMBA_KMAX + 1) + 3;
-  return (unsigned)(4 * w);
+static inline unsigned stepc_mamba_output_smem(int P, int N) {
+  long L = STEPC_MAMBA_CHUNK;
+  return (unsigned)(4 * (2 * L * (N + 1) + 2 * L * L + L * (P + 1) + (long)N * (P + 1) + 2 * L));
+}
+static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
+  long L = STEPC_MAMBA_CHUNK;
+  return (unsigned)(4 * (4 * L * (N + 1) + 3 * L * L + 4 * L * (P + 1) + (long)N * (P + 1) + 10 * L + 32));
+}
+static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
+/* The mixer's fp32 workspace (the launch scratch's op workspace), offsets in floats, each part
+ * 64-float aligned: the chunk states and their gradients (B, H, nc, P, N), the chunk decays
+ * (B, H, nc), the conv-output gradient (B, T, C), the per-chunk parameter partials (B, nc, H, 3) and
+ * the per-segment conv partials (B, segs, K+1, C). The forward uses st and dec only. */
+typedef struct {
+  long st, dst, dec, gpre, hpart, cpart, floats;
+} StepcMambaWs;
+static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
+static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N, long C, long K,
+                                          int backward) {
+  long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, nst = stepc_mamba_align(B * H * nc * P * N);
+  StepcMambaWs w;
+  w.st = 0, w.dec = nst, w.dst = w.dec + stepc_mamba_align(B * H * nc);
+  if (!backward) {
+    w.gpre = w.hpart = w.cpart = w.floats = w.dst;
+    return w;
+  }
+  w.gpre = w.dst + nst, w.hpart = w.gpre + stepc_mamba_align(B * T * C);
+  w.cpart = w.hpart + stepc_mamba_align(B * nc * H * 3);
+  w.floats = w.cpart + stepc_mamba_align(B * stepc_mamba_segs((int)T) * (K + 1) * C);
+  return w;
 }
 
 /* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks

@@ -1,50 +1,53 @@
 // mamba.cuh — the Mamba-2 mixer's device kernels (the semantics are ir/ops/mamba.c's):
-//   mamba_mixer_forward     MAMBA_MIXER: causal depthwise conv1d + SiLU over xBC, dt = softplus(dt_raw
-//                           + dt_bias), the SSD scan in its chunked form, + D x
-//   mamba_mixer_backward    MAMBA_MIXER_BWD: the gradients of all four inputs
+//   MAMBA_MIXER      mamba_chunk_states, mamba_state_pass, mamba_chunk_output
+//   MAMBA_MIXER_BWD  mamba_chunk_states (with dout), mamba_state_pass (both ways),
+//                    mamba_chunk_backward, mamba_conv_backward, mamba_param_grads
 //   mamba_gate_forward/_backward             MAMBA_GATE(_BWD): y silu(z)
 //   mamba_group_norm_forward                 MAMBA_GROUP_NORM: RMSNorm of each of G groups, times w
 //   mamba_group_norm_backward_input/_weight  MAMBA_GROUP_NORM_BWD
 // bf16 in and out, fp32 arithmetic; every sum in a fixed order (no atomics), so a replay or a
 // recompute gives the same bits.
 //
-// The chunked SSD (Mamba-2, Dao & Gu 2024, §6). Per head h (a = -exp(A_log[h])) the recurrence
-// S_t = exp(dt_t a) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t is taken in chunks of L steps. With
-// S0 the state entering a chunk and l_t = sum_{r<=t} dt_r a inside it:
+// The chunked SSD (Mamba-2, Dao & Gu 2024, §6), chunk-parallel as mamba_ssm's kernels run it. Per
+// head h (a = -exp(A_log[h])) the recurrence S_t = exp(dt_t a) S_{t-1} + dt_t x_t B_t^T (S: P x N),
+// y_t = S_t C_t is taken in chunks of L steps. With S0 the state entering a chunk and
+// l_t = sum_{r<=t} dt_r a inside it:
 //   y_t   = exp(l_t) S0 C_t + sum_{s<=t} (C_t.B_s) exp(l_t - l_s) dt_s x_s       (intra-chunk block)
 //   S_end = exp(l_L) S0 + sum_s exp(l_L - l_s) dt_s x_s B_s^T                    (state passing)
 // Rows past T inside the last chunk have dt = 0, x = B = C = 0, so they add nothing.
 //
-// The backward (one block per head, all micro-batch rows b in order) walks the chunks backwards
-// carrying dS = dL/dS_end; per chunk it needs S0, which it recomputes from a checkpoint: a first
-// forward pass stores the state entering every kk-th chunk (kk L >= 2N) in the head's own columns
-// of the dxBC output, in the rows of the kk chunks before it (P bf16 of a row hold P/2 floats),
-// which are written with their gradient only after the walk has passed that checkpoint's last use.
-// So the op needs no memory beyond its inputs and outputs. The group's B and C gradients are sums
-// over its heads: the heads of a group are blocks of one thread-block cluster (sm_90) and the sum
-// is read through distributed shared memory in head order. Each block owns 2N / (H/G) of the
-// group's B/C channels and P x channels for the conv backward and its weight/bias gradients.
+// Forward: every chunk's own state (the sum above, S0 = 0) and its decay exp(l_L) in parallel
+// (mamba_chunk_states), then a short scan over chunks per state element turns them into the state
+// entering each chunk (mamba_state_pass), then every chunk's output in parallel
+// (mamba_chunk_output). The backward is the mirror: dS, the gradient of the state leaving a chunk,
+// is passed from the last chunk back (dS_{c-1} = exp(l_L) dS_c + sum_t exp(l_t) dy_t C_t^T), so the
+// chunk kernel has S0 and dS of its chunk and computes every local gradient in parallel; the
+// gradient of the conv output goes to a fp32 workspace, from which mamba_conv_backward takes the
+// conv's input, weight and bias gradients (partial sums per row segment), and mamba_param_grads
+// sums the per-chunk and per-segment partials in a fixed order.
 //
-// What a tensor-core version would need: the chunk products (C B^T, the L x L block times x, the
-// state update x^T B and S0 C) are GEMMs of L x N x P; with L = 64..256 they map onto wgmma (m64,
-// bf16 operands in shared memory, fp32 accumulators), with the decay factors applied to the
-// operands as mamba_ssm's Triton kernels do, and the states passed between chunks by a separate
-// short scan over chunk states (which needs a (B, H, T/L, P, N) workspace in the graph).
+// Work per block: a chunk of one group (its H/G heads in order, so B and C, which the group's heads
+// share, are loaded once and their gradients summed over the heads in head order). Workspace (fp32,
+// the launch scratch's op workspace; offsets in kernels/launch.h stepc_mamba_ws): the chunk states
+// (B, H, nc, P, N), their gradients, the chunk decays (B, H, nc), the conv-output gradient
+// (B, T, C), per-chunk partials (B, nc, H, 3) and per-segment conv partials (B, segs, K+1, C).
+// Shared-memory rows are padded by one float (P+1, N+1) so that a warp reading a column of a
+// row-major tile hits 32 banks.
 #pragma once
 
-#define STEPC_MAMBA_CHUNK 32   // L, rows per chunk (as kernels/launch.h); the backward's row sums take L = 32 lanes
+#define STEPC_MAMBA_CHUNK 32   // L, rows per chunk (as kernels/launch.h)
 #define STEPC_MAMBA_THREADS 256
-#define STEPC_MAMBA_CLUSTER 8  // blocks per cluster of the backward
 #define STEPC_MAMBA_KMAX 8     // conv taps at most
 
 struct MambaDims {
-  int T, H, P, G, N, K, C, HP, GN, hpg;
+  int T, H, P, G, N, K, C, HP, GN, hpg, nc, PP, NP;
 };
 
 __device__ __forceinline__ MambaDims mamba_dims(int T, int H, int P, int G, int N, int K) {
   MambaDims d;
   d.T = T, d.H = H, d.P = P, d.G = G, d.N = N, d.K = K;
   d.HP = H * P, d.GN = G * N, d.C = H * P + 2 * G * N, d.hpg = H / G;
+  d.nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, d.PP = P + 1, d.NP = N + 1;
   return d;
 }
 
@@ -63,37 +66,38 @@ __device__ __forceinline__ float mamba_conv_pre(const bf16* xbc, const bf16* con
   return s;
 }
 
-// Column j of a head's chunk view [x (P) | B (N) | C (N)] -> its channel of xBC.
-__device__ __forceinline__ int mamba_channel(const MambaDims& d, int h, int g, int j) {
-  return j < d.P ? h * d.P + j : j < d.P + d.N ? d.HP + g * d.N + (j - d.P) : d.HP + d.GN + g * d.N + (j - d.P - d.N);
-}
-
-// One chunk of head h, batch row b, from t0: the conv outputs X (L x P), Bm, Cm (L x N), dt and
-// the within-chunk cumulative log decay lc; dY (L x P) from dout when given.
-__device__ void mamba_load_chunk(const MambaDims& d, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* dout,
-                                 long b, int h, int t0, float a, float dtb, float* X, float* Bm, float* Cm, float* dY,
-                                 float* dtc, float* lc) {
-  const int L = STEPC_MAMBA_CHUNK, W = d.P + 2 * d.N, g = h / d.hpg;
-  long base = b * d.T;
-  for (int i = threadIdx.x; i < L * W; i += blockDim.x) {
-    int r = i / W, j = i % W, t = t0 + r;
+// The conv outputs silu(pre) of channels ch0 .. ch0 + n - 1, rows t0 .. t0 + L - 1 of batch row b,
+// into out[r * stride + j] (zero past T).
+__device__ void mamba_load_cols(const MambaDims& d, const bf16* xbc, const bf16* conv, long b, int t0, int ch0, int n,
+                                float* out, int stride) {
+  const int L = STEPC_MAMBA_CHUNK;
+  for (int i = threadIdx.x; i < L * n; i += blockDim.x) {
+    int r = i / n, j = i % n, t = t0 + r;
     float v = 0.0f;
     if (t < d.T) {
-      float p = mamba_conv_pre(xbc, conv, d, base, t, mamba_channel(d, h, g, j));
+      float p = mamba_conv_pre(xbc, conv, d, b * d.T, t, ch0 + j);
       v = p * mamba_sigmoid(p);
     }
-    if (j < d.P) X[r * d.P + j] = v;
-    else if (j < d.P + d.N) Bm[r * d.N + j - d.P] = v;
-    else Cm[r * d.N + j - d.P - d.N] = v;
+    out[r * stride + j] = v;
   }
-  if (dY)
-    for (int i = threadIdx.x; i < L * d.P; i += blockDim.x) {
-      int r = i / d.P, t = t0 + r;
-      dY[i] = t < d.T ? bf16_to_f32(dout[((base + t) * d.H + h) * d.P + i % d.P]) : 0.0f;
-    }
+}
+
+// dY of head h (rows t0 .., zero past T) into out[r * stride + p].
+__device__ void mamba_load_dy(const MambaDims& d, const bf16* dout, long b, int h, int t0, float* out, int stride) {
+  const int L = STEPC_MAMBA_CHUNK;
+  for (int i = threadIdx.x; i < L * d.P; i += blockDim.x) {
+    int r = i / d.P, p = i % d.P, t = t0 + r;
+    out[r * stride + p] = t < d.T ? bf16_to_f32(dout[((b * d.T + t) * d.H + h) * d.P + p]) : 0.0f;
+  }
+}
+
+// dt of head h over the chunk and the within-chunk cumulative log decay lc (l_t above); syncs.
+__device__ void mamba_load_dt(const MambaDims& d, const bf16* dtr, long b, int h, int t0, float a, float dtb,
+                              float* dtc, float* lc) {
+  const int L = STEPC_MAMBA_CHUNK;
   for (int r = threadIdx.x; r < L; r += blockDim.x) {
     int t = t0 + r;
-    dtc[r] = t < d.T ? mamba_softplus(bf16_to_f32(dtr[(base + t) * d.H + h]) + dtb) : 0.0f;
+    dtc[r] = t < d.T ? mamba_softplus(bf16_to_f32(dtr[(b * d.T + t) * d.H + h]) + dtb) : 0.0f;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -103,262 +107,349 @@ __device__ void mamba_load_chunk(const MambaDims& d, const bf16* xbc, const bf16
   __syncthreads();
 }
 
-// S (P x N) <- exp(l_L) S + sum_s exp(l_L - l_s) dt_s X_s B_s^T, s in order. ws: L floats.
-__device__ void mamba_state_update(const MambaDims& d, float* S, const float* X, const float* Bm, const float* dtc,
-                                   const float* lc, float* ws) {
-  const int L = STEPC_MAMBA_CHUNK;
-  for (int s = threadIdx.x; s < L; s += blockDim.x) ws[s] = expf(lc[L - 1] - lc[s]) * dtc[s];
-  __syncthreads();
-  float eL = expf(lc[L - 1]);
-  for (int i = threadIdx.x; i < d.P * d.N; i += blockDim.x) {
-    int p = i / d.N, n = i % d.N;
-    float acc = 0.0f;
-    for (int s = 0; s < L; s++) acc += ws[s] * X[s * d.P + p] * Bm[s * d.N + n];
-    S[i] = eL * S[i] + acc;
-  }
-  __syncthreads();
+__device__ __forceinline__ void mamba_head_params(const bf16* ssm, int h, float* dtb, float* a, float* D) {
+  *dtb = bf16_to_f32(ssm[h * 3]), *a = -expf(bf16_to_f32(ssm[h * 3 + 1])), *D = bf16_to_f32(ssm[h * 3 + 2]);
 }
 
-// MAMBA_MIXER. y (B,T,H*P); xbc (B,T,C) with C = H P + 2 G N; conv (C, K+1) = [w | bias]; dtr
-// (B,T,H); ssm (H,3) = [dt_bias | A_log | D]. Launch: grid (H, B), block STEPC_MAMBA_THREADS,
-// dynamic shared memory stepc_mamba_fwd_smem(P, N) (kernels/launch.h).
+// Every chunk's own state st[b, h, c] = sum_s exp(l_L - l_s) dt_s x_s B_s^T (P x N) and its decay
+// dec[b, h, c] = exp(l_L); with dout, also dst[b, h, c] = sum_t exp(l_t) dy_t C_t^T, the chunk's part
+// of the gradient passed to the state entering it. Grid (nc, G, B), block STEPC_MAMBA_THREADS,
+// dynamic shared memory stepc_mamba_states_smem(P, N) (kernels/launch.h).
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
-    mamba_mixer_forward(bf16* y, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H,
-                        int P, int G, int N, int K) {
+    mamba_chunk_states(float* st, float* dst, float* dec, const bf16* dout, const bf16* xbc, const bf16* conv,
+                       const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N, int K) {
   extern __shared__ float mamba_smem[];
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int h = blockIdx.x;
-  long b = blockIdx.y;
-  float dtb = bf16_to_f32(ssm[h * 3]), a = -expf(bf16_to_f32(ssm[h * 3 + 1])), D = bf16_to_f32(ssm[h * 3 + 2]);
-  float *S = mamba_smem, *X = S + P * N, *Bm = X + L * P, *Cm = Bm + L * N, *M = Cm + L * N, *dtc = M + L * L,
-        *lc = dtc + L, *ws = lc + L;
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) S[i] = 0.0f;
-  for (int t0 = 0; t0 < T; t0 += L) {
-    mamba_load_chunk(d, xbc, conv, dtr, nullptr, b, h, t0, a, dtb, X, Bm, Cm, nullptr, dtc, lc);
+  int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
+  long b = blockIdx.z;
+  float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *X = Cm + L * d.NP, *dY = X + L * d.PP, *dtc = dY + L * d.PP,
+        *lc = dtc + L, *w = lc + L, *e = w + L;
+  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, d.NP);
+  if (dout) mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, d.NP);
+  for (int q = 0; q < d.hpg; q++) {
+    int h = g * d.hpg + q;
+    float dtb, a, D;
+    mamba_head_params(ssm, h, &dtb, &a, &D);
+    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
+    if (dout) mamba_load_dy(d, dout, b, h, t0, dY, d.PP);
+    mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
+    long at = ((b * H + h) * d.nc + c) * (long)P * N;
+    for (int s = threadIdx.x; s < L; s += blockDim.x) w[s] = expf(lc[L - 1] - lc[s]) * dtc[s], e[s] = expf(lc[s]);
+    if (threadIdx.x == 0) dec[(b * H + h) * d.nc + c] = expf(lc[L - 1]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+      int p = i / N, n = i % N;
+      float acc = 0.0f;
+      for (int s = 0; s < L; s++) acc += w[s] * X[s * d.PP + p] * Bm[s * d.NP + n];
+      st[at + i] = acc;
+    }
+    if (dout)
+      for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+        int p = i / N, n = i % N;
+        float acc = 0.0f;
+        for (int t = 0; t < L; t++) acc += e[t] * dY[t * d.PP + p] * Cm[t * d.NP + n];
+        dst[at + i] = acc;
+      }
+    __syncthreads();
+  }
+}
+
+// The scan over chunks, per state element, in place: forward (blockIdx.z < B) st[c] becomes the
+// state entering chunk c (S = 0 before the first, S <- dec[c] S + st[c]); backward (blockIdx.z >= B,
+// when dst is given) dst[c] becomes the gradient of the state leaving chunk c (R = 0 after the last,
+// R <- dec[c] R + dst[c], walking back). Grid (ceil(P N / 256), H, B or 2 B), block 256.
+extern "C" __global__ void __launch_bounds__(256)
+    mamba_state_pass(float* st, float* dst, const float* dec, int B, int H, int nc, int PN) {
+  const int U = 8;  // loads in flight
+  int i = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, back = (int)blockIdx.z >= B;
+  long b = blockIdx.z % B, base = (b * H + h) * nc;
+  if (i >= PN) return;
+  float* v = back ? dst : st;
+  float S = 0.0f, buf[U];
+  for (int k0 = 0; k0 < nc; k0 += U) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int k = k0 + u, c = back ? nc - 1 - k : k;
+      buf[u] = k < nc ? v[(base + c) * PN + i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int k = k0 + u, c = back ? nc - 1 - k : k;
+      if (k < nc) {
+        v[(base + c) * PN + i] = S;
+        S = dec[base + c] * S + buf[u];
+      }
+    }
+  }
+}
+
+// MAMBA_MIXER's output from the states entering the chunks: y (B,T,H*P); xbc (B,T,C) with
+// C = H P + 2 G N; conv (C, K+1) = [w | bias]; dtr (B,T,H); ssm (H,3) = [dt_bias | A_log | D].
+// Grid (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_output_smem(P, N).
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
+    mamba_chunk_output(bf16* y, const float* st, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm,
+                       int T, int H, int P, int G, int N, int K) {
+  extern __shared__ float mamba_smem[];
+  const int L = STEPC_MAMBA_CHUNK;
+  MambaDims d = mamba_dims(T, H, P, G, N, K);
+  int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
+  long b = blockIdx.z;
+  float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *CB = Cm + L * d.NP, *M = CB + L * L, *X = M + L * L,
+        *S = X + L * d.PP, *dtc = S + N * d.PP, *lc = dtc + L;
+  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, d.NP);
+  mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, d.NP);
+  __syncthreads();
+  for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
+    int t = i / L, s = i % L;
+    float v = 0.0f;
+    if (s <= t)
+      for (int n = 0; n < N; n++) v += Cm[t * d.NP + n] * Bm[s * d.NP + n];
+    CB[i] = v;
+  }
+  for (int q = 0; q < d.hpg; q++) {
+    int h = g * d.hpg + q;
+    float dtb, a, D;
+    mamba_head_params(ssm, h, &dtb, &a, &D);
+    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
+    const float* S0 = st + ((b * H + h) * d.nc + c) * (long)P * N;
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) S[(i % N) * d.PP + i / N] = S0[i];  // transposed
+    mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
     for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
       int t = i / L, s = i % L;
-      float v = 0.0f;
-      if (s <= t) {
-        for (int n = 0; n < N; n++) v += Cm[t * N + n] * Bm[s * N + n];
-        v *= expf(lc[t] - lc[s]) * dtc[s];
-      }
-      M[i] = v;
+      M[i] = s <= t ? CB[i] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
       int t = i / P, p = i % P;
       if (t0 + t >= T) continue;
       float acc = 0.0f;
-      for (int n = 0; n < N; n++) acc += Cm[t * N + n] * S[p * N + n];
+      for (int n = 0; n < N; n++) acc += Cm[t * d.NP + n] * S[n * d.PP + p];
       acc *= expf(lc[t]);
-      for (int s = 0; s <= t; s++) acc += M[t * L + s] * X[s * P + p];
-      acc += D * X[t * P + p];
+      for (int s = 0; s <= t; s++) acc += M[t * L + s] * X[s * d.PP + p];
+      acc += D * X[t * d.PP + p];
       y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(acc);
     }
     __syncthreads();
-    mamba_state_update(d, S, X, Bm, dtc, lc, ws);
   }
 }
 
-// The checkpoint of the state entering chunk jj * kk (jj >= 1): P N floats in rows
-// [(jj-1) kk L, jj kk L) of head h's x columns of dx (P/2 floats a row).
-__device__ __forceinline__ float* mamba_ckpt(const MambaDims& d, bf16* dx, long b, int h, int kk, int jj, int i) {
-  const int L = STEPC_MAMBA_CHUNK, half = d.P / 2;
-  long t = (long)(jj - 1) * kk * L + i / half;
-  return (float*)(dx + (b * d.T + t) * d.C + (long)h * d.P) + i % half;
+__device__ __forceinline__ float mamba_silu_grad(float p) {
+  float sg = mamba_sigmoid(p);
+  return sg * (1.0f + p * (1.0f - sg));
 }
 
-// MAMBA_MIXER_BWD. in: dout (B,T,H*P) and the forward's inputs; out: dx (B,T,C), dconv (C,K+1),
-// ddtr (B,T,H), dssm (H,3). Launch: grid ceil(H / STEPC_MAMBA_CLUSTER) STEPC_MAMBA_CLUSTER blocks
-// (block h = head h; blocks past H only keep the cluster barriers), block STEPC_MAMBA_THREADS,
-// dynamic shared memory stepc_mamba_bwd_smem(P, N, H/G). Needs H/G dividing STEPC_MAMBA_CLUSTER
-// and 2N, P even, K <= STEPC_MAMBA_KMAX (compiler/codegen/launch/op_mamba.c checks).
-extern "C" __global__ void __cluster_dims__(STEPC_MAMBA_CLUSTER, 1, 1) __launch_bounds__(STEPC_MAMBA_THREADS)
-    mamba_mixer_backward(bf16* dx, bf16* dconv, bf16* ddtr, bf16* dssm, const bf16* dout, const bf16* xbc,
-                         const bf16* conv, const bf16* dtr, const bf16* ssm, int B, int T, int H, int P, int G, int N,
-                         int K) {
+// MAMBA_MIXER_BWD's chunk step, after mamba_chunk_states (with dout) and mamba_state_pass (both
+// ways): with S0 = st[b, h, c] and dS = dst[b, h, c], every local gradient of chunk c: the
+// conv-output gradient of the heads' x channels and of the group's B and C channels (summed over
+// the heads in order) times silu' into gpre (B,T,C); dt_raw's gradient (ddtr); the chunk's parts
+// of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid (nc, G, B), block
+// STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N).
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
+    mamba_chunk_backward(float* gpre, bf16* ddtr, float* hpart, const float* st, const float* dst, const bf16* dout,
+                         const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H, int P,
+                         int G, int N, int K) {
   extern __shared__ float mamba_smem[];
-  const int L = STEPC_MAMBA_CHUNK, KC = STEPC_MAMBA_KMAX;
+  const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int h = blockIdx.x, live = h < H, hc = live ? h : 0, g = hc / d.hpg;
-  unsigned rank = cluster_rank(), gbase = rank / d.hpg * d.hpg;
-  int nown = 2 * N / d.hpg, own0 = (int)(rank % d.hpg) * nown, nch = P + nown;
-  float dtb = bf16_to_f32(ssm[hc * 3]), a = -expf(bf16_to_f32(ssm[hc * 3 + 1])), D = bf16_to_f32(ssm[hc * 3 + 2]);
-  float *S0 = mamba_smem, *dS = S0 + P * N, *X = dS + P * N, *dY = X + L * P, *dXa = dY + L * P, *Bm = dXa + L * P,
-        *Cm = Bm + L * N, *dBh = Cm + L * N, *dCh = dBh + L * N, *CB = dCh + L * N, *YX = CB + L * L, *E = YX + L * L,
-        *dtc = E + L * L, *lc = dtc + L, *ws = lc + L, *eS = ws + L, *ET = eS + L, *Q = ET + L, *Ry = Q + L, *rowF = Ry + L,
-        *colF = rowF + L, *DD = colF + L, *red = DD + L, *GG = red + 32, *acc = GG + (L + KC - 1) * nch;
-  // acc: per owned channel (K taps, bias), then dt_bias, dA, dD
-  float* hacc = acc + nch * (K + 1);
-  for (int i = threadIdx.x; i < nch * (K + 1) + 3; i += blockDim.x) acc[i] = 0.0f;
-  int nc = (T + L - 1) / L, kk = (2 * N + L - 1) / L;
-  // the channel of owned column c: the head's x channels, then its share of the group's B | C
-  auto chan = [&](int c) { return c < P ? hc * P + c : d.HP + (own0 + c - P < N ? g * N + own0 + c - P : d.GN + g * N + own0 + c - P - N); };
-  for (long b = 0; b < B; b++) {
-    if (live) {  // forward: the checkpoints
-      for (int i = threadIdx.x; i < P * N; i += blockDim.x) S0[i] = 0.0f;
-      for (int c = 0; c + 1 < nc; c++) {
-        mamba_load_chunk(d, xbc, conv, dtr, nullptr, b, h, c * L, a, dtb, X, Bm, Cm, nullptr, dtc, lc);
-        mamba_state_update(d, S0, X, Bm, dtc, lc, ws);
-        if ((c + 1) % kk == 0)
-          for (int i = threadIdx.x; i < P * N; i += blockDim.x) *mamba_ckpt(d, dx, b, h, kk, (c + 1) / kk, i) = S0[i];
-      }
-      __syncthreads();
-      for (int i = threadIdx.x; i < P * N; i += blockDim.x) dS[i] = 0.0f;
-      for (int i = threadIdx.x; i < (L + KC - 1) * nch; i += blockDim.x) GG[i] = 0.0f;
-      __syncthreads();
-    }
-    for (int c = nc - 1; c >= 0; c--) {
-      int t0 = c * L;
-      if (live) {
-        // 1. S0 of chunk c: its checkpoint, then the chunks since
-        int jj = c / kk;
-        for (int i = threadIdx.x; i < P * N; i += blockDim.x) S0[i] = jj ? *mamba_ckpt(d, dx, b, h, kk, jj, i) : 0.0f;
-        __syncthreads();
-        for (int cc = jj * kk; cc < c; cc++) {
-          mamba_load_chunk(d, xbc, conv, dtr, nullptr, b, h, cc * L, a, dtb, X, Bm, Cm, nullptr, dtc, lc);
-          mamba_state_update(d, S0, X, Bm, dtc, lc, ws);
-        }
-        // 2. the chunk
-        mamba_load_chunk(d, xbc, conv, dtr, dout, b, h, t0, a, dtb, X, Bm, Cm, dY, dtc, lc);
-        // 3. the L x L factors (zero above the diagonal)
-        for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
-          int t = i / L, s = i % L;
-          float cb = 0.0f, yx = 0.0f, e = 0.0f;
-          if (s <= t) {
-            for (int n = 0; n < N; n++) cb += Cm[t * N + n] * Bm[s * N + n];
-            for (int p = 0; p < P; p++) yx += dY[t * P + p] * X[s * P + p];
-            e = expf(lc[t] - lc[s]);
-          }
-          CB[i] = cb, YX[i] = yx, E[i] = e;
-        }
-        for (int s = threadIdx.x; s < L; s += blockDim.x) {
-          eS[s] = expf(lc[L - 1] - lc[s]);
-          ws[s] = eS[s] * dtc[s];
-          ET[s] = expf(lc[s]);
-        }
-        __syncthreads();
-        // 4. dx' (with the D skip), dC, dB of this head
-        for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
-          int s = i / P, p = i % P;
-          float v = 0.0f, u = 0.0f;
-          for (int t = s; t < L; t++) v += CB[t * L + s] * E[t * L + s] * dY[t * P + p];
-          v *= dtc[s];
-          for (int n = 0; n < N; n++) u += dS[p * N + n] * Bm[s * N + n];
-          dXa[i] = v + ws[s] * u + D * dY[i];
-        }
-        for (int i = threadIdx.x; i < L * N; i += blockDim.x) {
-          int t = i / N, n = i % N;
-          float v = 0.0f, w = 0.0f, u = 0.0f, z = 0.0f;
-          for (int p = 0; p < P; p++) v += dY[t * P + p] * S0[p * N + n];
-          for (int s = 0; s <= t; s++) w += YX[t * L + s] * E[t * L + s] * dtc[s] * Bm[s * N + n];
-          dCh[i] = ET[t] * v + w;
-          int s = t;  // row s of dB
-          for (int tt = s; tt < L; tt++) z += YX[tt * L + s] * E[tt * L + s] * Cm[tt * N + n];
-          for (int p = 0; p < P; p++) u += X[s * P + p] * dS[p * N + n];
-          dBh[i] = dtc[s] * z + ws[s] * u;
-        }
-        // 5. per-row scalars, a warp a row
-        int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-        for (int r = warp; r < L; r += nw) {
-          float q = 0.0f, ry = 0.0f, dd = 0.0f;
-          for (int p = lane; p < P; p += 32) {
-            float u = 0.0f, v = 0.0f;
-            for (int n = 0; n < N; n++) u += dS[p * N + n] * Bm[r * N + n], v += S0[p * N + n] * Cm[r * N + n];
-            q += X[r * P + p] * u, ry += dY[r * P + p] * v, dd += dY[r * P + p] * X[r * P + p];
-          }
-          float rf = lane <= r ? CB[r * L + lane] * YX[r * L + lane] * E[r * L + lane] * dtc[lane] : 0.0f;
-          float cf = lane >= r ? CB[lane * L + r] * YX[lane * L + r] * E[lane * L + r] : 0.0f;
-          q = warp_sum(q), ry = warp_sum(ry), dd = warp_sum(dd), rf = warp_sum(rf), cf = warp_sum(cf);
-          if (lane == 0) Q[r] = q, Ry[r] = ET[r] * ry, DD[r] = dd, rowF[r] = rf, colF[r] = cf;
-        }
-        float sd = 0.0f;
-        for (int i = threadIdx.x; i < P * N; i += blockDim.x) sd += dS[i] * S0[i];
-        sd = block_sum(sd, red);  // syncs: the rows above are written
-        // 6. d dt (direct and through the decays l), dA, dD, d dt_bias; dt_raw's gradient
-        if (threadIdx.x == 0) {
-          float tail = expf(lc[L - 1]) * sd, suf = 0.0f, da = 0.0f, db = 0.0f, ddd = 0.0f;
-          for (int s = 0; s < L; s++) tail += ws[s] * Q[s];
-          for (int r = L - 1; r >= 0; r--) {
-            suf += Ry[r] + rowF[r] - dtc[r] * colF[r] - ws[r] * Q[r] + (r == L - 1 ? tail : 0.0f);
-            float ddt = colF[r] + eS[r] * Q[r] + a * suf;
-            da += dtc[r] * suf;
-            int t = t0 + r;
-            if (t < T) {
-              long at = (b * T + t) * H + h;
-              float gr = ddt * mamba_sigmoid(bf16_to_f32(dtr[at]) + dtb);
-              ddtr[at] = f32_to_bf16(gr);
-              db += gr;
-            }
-            ddd += DD[r];
-          }
-          hacc[0] += db, hacc[1] += da, hacc[2] += ddd;
-        }
-        // 7. dS for the chunk before: exp(l_L) dS + sum_t exp(l_t) dy_t C_t^T
-        float eL = expf(lc[L - 1]);
-        for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-          int p = i / N, n = i % N;
-          float v = 0.0f;
-          for (int t = 0; t < L; t++) v += ET[t] * dY[t * P + p] * Cm[t * N + n];
-          dS[i] = eL * dS[i] + v;
-        }
-        // 8a. the conv's carry: the first K-1 rows of the later chunk's gradients
-        for (int i = threadIdx.x; i < (K - 1) * nch; i += blockDim.x) GG[L * nch + i] = GG[i];
-        __syncthreads();
-        for (int i = threadIdx.x; i < L * P; i += blockDim.x) GG[(i / P) * nch + i % P] = dXa[i];
-      }
-      // 8b. the group's B and C gradients: the heads' sums in head order
-      cluster_arrive();
-      cluster_wait();
-      if (live)
-        for (int i = threadIdx.x; i < L * nown; i += blockDim.x) {
-          int r = i / nown, col = own0 + i % nown;
-          const float* src = col < N ? &dBh[r * N + col] : &dCh[r * N + col - N];
-          float v = 0.0f;
-          for (int q = 0; q < d.hpg; q++) v += cluster_load(src, gbase + q);
-          GG[r * nch + P + i % nown] = v;
-        }
-      cluster_arrive();
-      cluster_wait();
-      if (!live) continue;
-      __syncthreads();
-      // 9. the conv backward, a thread per owned channel: silu', then dx, dw, dbias
-      for (int cidx = threadIdx.x; cidx < nch; cidx += blockDim.x) {
-        int ch = chan(cidx);
-        const bf16* w = conv + (long)ch * (K + 1);
-        float* ac = acc + cidx * (K + 1);
-        for (int r = 0; r < L; r++) {
-          int t = t0 + r;
-          float gr = 0.0f;
-          if (t < T) {
-            float p = mamba_conv_pre(xbc, conv, d, b * T, t, ch), sg = mamba_sigmoid(p);
-            gr = GG[r * nch + cidx] * sg * (1.0f + p * (1.0f - sg));
-          }
-          GG[r * nch + cidx] = gr;
-        }
-        for (int r = 0; r < L && t0 + r < T; r++) {
-          int t = t0 + r;
-          float v = 0.0f, gr = GG[r * nch + cidx];
-          for (int j = 0; j < K; j++) {
-            v += bf16_to_f32(w[j]) * GG[(r + K - 1 - j) * nch + cidx];
-            int src = t - (K - 1) + j;
-            if (src >= 0) ac[j] += gr * bf16_to_f32(xbc[(b * T + src) * d.C + ch]);
-          }
-          ac[K] += gr;
-          dx[(b * T + t) * d.C + ch] = f32_to_bf16(v);
-        }
-      }
-      __syncthreads();
-    }
+  int c = blockIdx.x, g = blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP;
+  long b = blockIdx.z;
+  float *Bm = mamba_smem, *Cm = Bm + L * NP, *dBg = Cm + L * NP, *dCg = dBg + L * NP, *CB = dCg + L * NP,
+        *CBE = CB + L * L, *YXE = CBE + L * L, *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP,
+        *dXa = TM + L * PP, *SP = dXa + L * PP, *dtc = SP + N * PP, *lc = dtc + L, *ET = lc + L, *eS = ET + L,
+        *ws = eS + L, *Q = ws + L, *Ry = Q + L, *rowF = Ry + L, *colF = rowF + L, *DD = colF + L, *red = DD + L;
+  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, NP);
+  mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, NP);
+  for (int i = threadIdx.x; i < L * NP; i += blockDim.x) dBg[i] = 0.0f, dCg[i] = 0.0f;
+  __syncthreads();
+  for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
+    int t = i / L, s = i % L;
+    float v = 0.0f;
+    if (s <= t)
+      for (int n = 0; n < N; n++) v += Cm[t * NP + n] * Bm[s * NP + n];
+    CB[i] = v;
   }
-  if (!live) return;
-  for (int cidx = threadIdx.x; cidx < nch; cidx += blockDim.x)
-    for (int j = 0; j <= K; j++) dconv[(long)chan(cidx) * (K + 1) + j] = f32_to_bf16(acc[cidx * (K + 1) + j]);
-  if (threadIdx.x == 0) {
-    dssm[h * 3] = f32_to_bf16(hacc[0]);
-    dssm[h * 3 + 1] = f32_to_bf16(hacc[1] * a);
-    dssm[h * 3 + 2] = f32_to_bf16(hacc[2]);
+  for (int q = 0; q < d.hpg; q++) {
+    int h = g * d.hpg + q;
+    float dtb, a, D;
+    mamba_head_params(ssm, h, &dtb, &a, &D);
+    const long at = ((b * H + h) * d.nc + c) * (long)P * N;
+    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, PP);
+    mamba_load_dy(d, dout, b, h, t0, dY, PP);
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = st[at + i];  // S0^T
+    mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
+    for (int s = threadIdx.x; s < L; s += blockDim.x) {
+      eS[s] = expf(lc[L - 1] - lc[s]);
+      ws[s] = eS[s] * dtc[s];
+      ET[s] = expf(lc[s]);
+    }
+    // the L x L factors with their decays (zero above the diagonal); CS = C S0^T (L x P) into TM
+    for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
+      int t = i / L, s = i % L;
+      float yx = 0.0f, e = 0.0f;
+      if (s <= t) {
+        for (int p = 0; p < P; p++) yx += dY[t * PP + p] * X[s * PP + p];
+        e = expf(lc[t] - lc[s]);
+      }
+      YXE[i] = yx * e, CBE[i] = CB[i] * e;
+    }
+    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
+      int t = i / P, p = i % P;
+      float v = 0.0f;
+      for (int n = 0; n < N; n++) v += Cm[t * NP + n] * SP[n * PP + p];
+      TM[t * PP + p] = v;
+    }
+    __syncthreads();
+    // dC of this head, into the group's sum: exp(l_t) dy_t S0 + sum_{s<=t} YXE[t,s] dt_s B_s
+    for (int i = threadIdx.x; i < L * N; i += blockDim.x) {
+      int t = i / N, n = i % N;
+      float v = 0.0f, w = 0.0f;
+      for (int p = 0; p < P; p++) v += dY[t * PP + p] * SP[n * PP + p];
+      for (int s = 0; s <= t; s++) w += YXE[t * L + s] * dtc[s] * Bm[s * NP + n];
+      dCg[t * NP + n] += ET[t] * v + w;
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int r = warp; r < L; r += nw) {
+      float ry = 0.0f;
+      for (int p = lane; p < P; p += 32) ry += dY[r * PP + p] * TM[r * PP + p];
+      ry = warp_sum(ry);
+      if (lane == 0) Ry[r] = ET[r] * ry;
+    }
+    __syncthreads();
+    // dS (transposed) replaces S0, and sd = sum dS . S0 from memory
+    float sd = 0.0f;
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+      float v = dst[at + i];
+      sd += v * st[at + i];
+      SP[(i % N) * PP + i / N] = v;
+    }
+    sd = block_sum(sd, red);  // syncs: dS is written
+    // BD = B dS^T (L x P) into TM
+    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
+      int s = i / P, p = i % P;
+      float v = 0.0f;
+      for (int n = 0; n < N; n++) v += Bm[s * NP + n] * SP[n * PP + p];
+      TM[s * PP + p] = v;
+    }
+    __syncthreads();
+    // dx' (with the D skip) and dB of this head
+    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
+      int s = i / P, p = i % P;
+      float v = 0.0f;
+      for (int t = s; t < L; t++) v += CBE[t * L + s] * dY[t * PP + p];
+      dXa[s * PP + p] = dtc[s] * v + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
+    }
+    for (int i = threadIdx.x; i < L * N; i += blockDim.x) {
+      int s = i / N, n = i % N;
+      float z = 0.0f, u = 0.0f;
+      for (int t = s; t < L; t++) z += YXE[t * L + s] * Cm[t * NP + n];
+      for (int p = 0; p < P; p++) u += X[s * PP + p] * SP[n * PP + p];
+      dBg[s * NP + n] += dtc[s] * z + ws[s] * u;
+    }
+    // per-row scalars, a warp a row
+    for (int r = warp; r < L; r += nw) {
+      float qq = 0.0f, dd = 0.0f;
+      for (int p = lane; p < P; p += 32) qq += X[r * PP + p] * TM[r * PP + p], dd += dY[r * PP + p] * X[r * PP + p];
+      float rf = lane <= r ? CB[r * L + lane] * YXE[r * L + lane] * dtc[lane] : 0.0f;
+      float cf = lane >= r ? CB[lane * L + r] * YXE[lane * L + r] : 0.0f;
+      qq = warp_sum(qq), dd = warp_sum(dd), rf = warp_sum(rf), cf = warp_sum(cf);
+      if (lane == 0) Q[r] = qq, DD[r] = dd, rowF[r] = rf, colF[r] = cf;
+    }
+    __syncthreads();
+    // d dt (direct and through the decays l), the chunk's dA, dD, d dt_bias; dt_raw's gradient
+    if (threadIdx.x == 0) {
+      float tail = expf(lc[L - 1]) * sd, suf = 0.0f, da = 0.0f, db = 0.0f, ddd = 0.0f;
+      for (int s = 0; s < L; s++) tail += ws[s] * Q[s];
+      for (int r = L - 1; r >= 0; r--) {
+        suf += Ry[r] + rowF[r] - dtc[r] * colF[r] - ws[r] * Q[r] + (r == L - 1 ? tail : 0.0f);
+        float ddt = colF[r] + eS[r] * Q[r] + a * suf;
+        da += dtc[r] * suf;
+        int t = t0 + r;
+        if (t < T) {
+          long ai = (b * T + t) * H + h;
+          float gr = ddt * mamba_sigmoid(bf16_to_f32(dtr[ai]) + dtb);
+          ddtr[ai] = f32_to_bf16(gr);
+          db += gr;
+        }
+        ddd += DD[r];
+      }
+      float* hp = hpart + ((b * d.nc + c) * H + h) * 3;
+      hp[0] = db, hp[1] = da, hp[2] = ddd;
+    }
+    // the x channels' conv-output gradient, times silu'
+    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
+      int r = i / P, p = i % P, t = t0 + r;
+      if (t < T)
+        gpre[(b * T + t) * d.C + h * P + p] =
+            dXa[r * PP + p] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, h * P + p));
+    }
+    __syncthreads();
+  }
+  // the group's B and C channels
+  for (int i = threadIdx.x; i < L * 2 * N; i += blockDim.x) {
+    int r = i / (2 * N), j = i % (2 * N), t = t0 + r;
+    if (t >= T) continue;
+    int ch = j < N ? d.HP + g * N + j : d.HP + d.GN + g * N + (j - N);
+    float gv = j < N ? dBg[r * NP + j] : dCg[r * NP + j - N];
+    gpre[(b * T + t) * d.C + ch] = gv * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, ch));
+  }
+}
+
+// The conv's backward from the conv-output gradient gpre (B,T,C): dx[t] = sum_j w[j] gpre[t + K-1-j]
+// (bf16), and per row segment the weight and bias partials cpart[b, seg, j, ch] =
+// sum_t gpre[t] x[t - K+1+j] (j < K), sum_t gpre[t] (j = K). Grid (ceil(C / 256), segs, B), block 256.
+extern "C" __global__ void __launch_bounds__(256)
+    mamba_conv_backward(bf16* dx, float* cpart, const float* gpre, const bf16* xbc, const bf16* conv, int T, int C,
+                        int K, int segs) {
+  const int KM = STEPC_MAMBA_KMAX;
+  int ch = blockIdx.x * blockDim.x + threadIdx.x, seg = blockIdx.y;
+  long b = blockIdx.z;
+  if (ch >= C) return;
+  int len = (T + segs - 1) / segs, ta = seg * len, tb = ta + len < T ? ta + len : T;
+  float w[KM], acc[KM + 1];
+#pragma unroll
+  for (int j = 0; j < KM; j++) w[j] = j < K ? bf16_to_f32(conv[(long)ch * (K + 1) + j]) : 0.0f, acc[j] = 0.0f;
+  acc[KM] = 0.0f;
+  const float* gp = gpre + b * T * (long)C + ch;
+  const bf16* xp = xbc + b * T * (long)C + ch;
+  for (int t = ta; t < tb; t++) {
+    float gr = gp[(long)t * C], v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < KM; j++) {
+      if (j >= K) break;
+      int ahead = t + K - 1 - j, src = t - (K - 1) + j;
+      if (ahead < T) v += w[j] * gp[(long)ahead * C];
+      if (src >= 0) acc[j] += gr * bf16_to_f32(xp[(long)src * C]);
+    }
+    acc[KM] += gr;
+    dx[(b * T + t) * (long)C + ch] = f32_to_bf16(v);
+  }
+  float* cp = cpart + (b * segs + seg) * (long)(K + 1) * C + ch;
+#pragma unroll
+  for (int j = 0; j < KM; j++)
+    if (j < K) cp[(long)j * C] = acc[j];
+  cp[(long)K * C] = acc[KM];
+}
+
+// The parameter gradients from the partials, each a sum in a fixed order: dconv (C, K+1) over the
+// B segs conv partials, dssm (H, 3) = [dt_bias | A_log | D] over the B nc chunk partials (dA_log =
+// a dA). Grid ceil((C (K+1) + 3 H) / 256), block 256.
+extern "C" __global__ void __launch_bounds__(256)
+    mamba_param_grads(bf16* dconv, bf16* dssm, const float* cpart, const float* hpart, const bf16* ssm, int B, int T,
+                      int H, int C, int K, int segs) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x, nconv = C * (K + 1);
+  int nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK;
+  if (i < nconv) {
+    int ch = i / (K + 1), j = i % (K + 1);
+    float v = 0.0f;
+    for (int p = 0; p < B * segs; p++) v += cpart[((long)p * (K + 1) + j) * C + ch];
+    dconv[i] = f32_to_bf16(v);
+  } else if (i < nconv + 3 * H) {
+    int k = (i - nconv) % 3, h = (i - nconv) / 3;
+    float v = 0.0f;
+    for (long p = 0; p < (long)B * nc; p++) v += hpart[(p * H + h) * 3 + k];
+    if (k == 1) v *= -expf(bf16_to_f32(ssm[h * 3 + 1]));
+    dssm[i - nconv] = f32_to_bf16(v);
   }
 }
 

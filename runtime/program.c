@@ -6,7 +6,7 @@
 
 const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias partial sums",
                                                             "global-norm partials",
-                                                            "attention row sums",
+                                                            "op workspace (attention row sums, Mamba states)",
                                                             "AdamW hyper-parameters",
                                                             "dropout seeds",
                                                             "micro-batch losses",

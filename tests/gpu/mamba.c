@@ -3,9 +3,9 @@
  * backward (every gradient: dxBC, the packed conv weight/bias, dt_raw, the packed dt_bias/A_log/D),
  * MAMBA_GATE and MAMBA_GROUP_NORM with their backwards; the backward twice, bitwise.
  *
- * Shapes: T not a multiple of the 32-row chunk (a partial last chunk); heads per group 2 with 6
- * heads (a cluster with two idle blocks), and 8 with state 64 (the backward's checkpoints every 4
- * chunks, so S0 is recomputed from a checkpoint through up to 3 chunks).
+ * Shapes: T not a multiple of the 32-row chunk (a partial last chunk); heads per group 2 and 8;
+ * 10 chunks (the states passed between chunks both ways); Nemotron's head dim 64 and state 128
+ * (the chunk kernels' largest shared-memory tiles).
  *
  * Tolerances. The kernels keep every intermediate in fp32 (the conv output, dt, the states and
  * chunk products) and round once, to the bf16 output: that rounding is 2^-9 relative, fp32 sums
@@ -129,24 +129,52 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     d[i] = up(g, &in[i]);
   for (int i = 0; i < 4; i++)
     o[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
-  void *fa[] = {&y, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  gpu_launch(g, "mamba_mixer_forward", (unsigned)H, (unsigned)B, 1, STEPC_MAMBA_THREADS,
-             stepc_mamba_fwd_smem(P, N), fa);
-  snprintf(what, sizeof what, "mamba_mixer_forward B%d T%d H%d P%d G%d N%d K%d", B, T, H, P, G, N, K);
+  StepcMambaWs fw = stepc_mamba_ws(B, T, H, P, N, C, K, 0), bw = stepc_mamba_ws(B, T, H, P, N, C, K, 1);
+  CUdeviceptr ws = gpu_alloc(g, 4 * (size_t)bw.floats), none = 0;
+  CUdeviceptr st = ws + 4 * (CUdeviceptr)fw.st, dec = ws + 4 * (CUdeviceptr)fw.dec;
+  int nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = P * N, B2 = B;
+  void *sa[] = {&st, &none, &dec, &none, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
+  gpu_launch(g, "mamba_chunk_states", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,
+             stepc_mamba_states_smem(P, N), sa);
+  void *pa[] = {&st, &none, &dec, &B2, &H, &nc, &PN};
+  gpu_launch(g, "mamba_state_pass", (unsigned)((PN + 255) / 256), (unsigned)H, (unsigned)B, 256, 0, pa);
+  void *fa[] = {&y, &st, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
+  gpu_launch(g, "mamba_chunk_output", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,
+             stepc_mamba_output_smem(P, N), fa);
+  snprintf(what, sizeof what, "mamba_mixer forward B%d T%d H%d P%d G%d N%d K%d", B, T, H, P, G, N, K);
   check(g, what, y, &fo[0]);
-  unsigned blocks = (unsigned)((H + STEPC_MAMBA_CLUSTER - 1) / STEPC_MAMBA_CLUSTER * STEPC_MAMBA_CLUSTER);
-  void *ba[] = {&o[0], &o[1], &o[2], &o[3], &d[0], &d[1], &d[2], &d[3], &d[4], &B, &T, &H, &P, &G, &N, &K};
-  unsigned smem = stepc_mamba_bwd_smem(P, N, H / G);
-  gpu_launch(g, "mamba_mixer_backward", blocks, 1, 1, STEPC_MAMBA_THREADS, smem, ba);
+  /* the backward, as compiler/codegen/launch/op_mamba.c launches it */
+  CUdeviceptr dst = ws + 4 * (CUdeviceptr)bw.dst, gpre = ws + 4 * (CUdeviceptr)bw.gpre,
+              hpart = ws + 4 * (CUdeviceptr)bw.hpart, cpart = ws + 4 * (CUdeviceptr)bw.cpart;
+  int segs = stepc_mamba_segs(T), nparam = C * (K + 1) + 3 * H;
+  void *bsa[] = {&st, &dst, &dec, &d[0], &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
+  void *bpa[] = {&st, &dst, &dec, &B2, &H, &nc, &PN};
+  void *bca[] = {&gpre, &o[2], &hpart, &st, &dst, &d[0], &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
+  void *bva[] = {&o[0], &cpart, &gpre, &d[1], &d[2], &T, &C, &K, &segs};
+  void *bga[] = {&o[1], &o[3], &cpart, &hpart, &d[4], &B2, &T, &H, &C, &K, &segs};
+#define MIXER_BACKWARD()                                                                                     \
+  do {                                                                                                       \
+    gpu_launch(g, "mamba_chunk_states", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,         \
+               stepc_mamba_states_smem(P, N), bsa);                                                          \
+    gpu_launch(g, "mamba_state_pass", (unsigned)((PN + 255) / 256), (unsigned)H, (unsigned)(2 * B), 256, 0,  \
+               bpa);                                                                                         \
+    gpu_launch(g, "mamba_chunk_backward", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,       \
+               stepc_mamba_chunk_bwd_smem(P, N), bca);                                                       \
+    gpu_launch(g, "mamba_conv_backward", (unsigned)((C + 255) / 256), (unsigned)segs, (unsigned)B, 256, 0,   \
+               bva);                                                                                         \
+    gpu_launch(g, "mamba_param_grads", (unsigned)((nparam + 255) / 256), 1, 1, 256, 0, bga);                 \
+  } while (0)
+  MIXER_BACKWARD();
   static const char *names[4] = {"dxBC", "dconv (w | bias)", "ddt_raw", "dssm (dt_bias | A_log | D)"};
   void *first[4];
   for (int i = 0; i < 4; i++) {
-    snprintf(what, sizeof what, "mamba_mixer_backward %s B%d T%d H%d G%d N%d", names[i], B, T, H, G, N);
+    snprintf(what, sizeof what, "mamba_mixer backward %s B%d T%d H%d G%d N%d", names[i], B, T, H, G, N);
     check(g, what, o[i], &bo[i]);
     first[i] = malloc(2 * (size_t)bo[i].n);
     gpu_get(g, first[i], o[i], 2 * (size_t)bo[i].n);
   }
-  gpu_launch(g, "mamba_mixer_backward", blocks, 1, 1, STEPC_MAMBA_THREADS, smem, ba);
+  MIXER_BACKWARD();
+#undef MIXER_BACKWARD
   int same = 1;
   for (int i = 0; i < 4; i++) {
     void *again = malloc(2 * (size_t)bo[i].n);
@@ -154,13 +182,13 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     same &= memcmp(first[i], again, 2 * (size_t)bo[i].n) == 0;
     free(again), free(first[i]);
   }
-  snprintf(what, sizeof what, "mamba_mixer_backward deterministic (twice, bitwise) H%d G%d N%d", H, G, N);
+  snprintf(what, sizeof what, "mamba_mixer backward deterministic (twice, bitwise) H%d G%d N%d", H, G, N);
   gpu_check_true(g, what, same, "");
   for (int i = 0; i < 5; i++)
     gpu_free(g, d[i]), arr_free(&in[i]);
   for (int i = 0; i < 4; i++)
     gpu_free(g, o[i]), arr_free(&bo[i]);
-  gpu_free(g, y), arr_free(&fo[0]);
+  gpu_free(g, y), gpu_free(g, ws), arr_free(&fo[0]);
 }
 
 static void test_gate_norm(Gpu *g, Rng *r) {
@@ -217,13 +245,10 @@ static void test_gate_norm(Gpu *g, Rng *r) {
 
 void test_mamba(Gpu *g) {
   Rng r = {0x6d616d6261ull};
-  if (g->cc_major < 9) {
-    gpu_check_true(g, "mamba: thread-block clusters (compute capability 9.0+)", 0,
-                   "the mixer backward needs sm_90");
-    return;
-  }
-  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4);  /* 2 heads a group, 6 heads: a cluster with 2 idle blocks */
-  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4); /* 8 heads a group, checkpoints every 4 chunks */
-  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4);   /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
+  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4);  /* 2 heads a group, a partial last chunk */
+  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4); /* 8 heads a group, 10 chunks: the state passing */
+  test_mixer(g, &r, 1, 200, 4, 64, 2, 128,
+             4);                            /* Nemotron's head dim and state (64, 128): the largest tiles */
+  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4); /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
   test_gate_norm(g, &r);
 }

@@ -250,7 +250,7 @@ static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
 static void carve_scratch(RtExec *x) {
   const Graph *g = x->g;
-  int64_t maxc = 8, maxrows = 1, maxdsum = 1;
+  int64_t maxc = 8, maxrows = 1, maxwork = 4;
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
     const Tensor *a = &g->t[op->in[0]];
@@ -261,7 +261,11 @@ static void carve_scratch(RtExec *x) {
     if (op->kind == OP_FLASH_ATTN_BWD) {
       const Tensor *q = &g->t[op->in[1]];
       int64_t n = q->shape[0] * q->shape[1] * q->shape[2];
-      if (n > maxdsum) maxdsum = n;
+      if (4 * n > maxwork) maxwork = 4 * n;
+    }
+    if (op->kind == OP_MAMBA_MIXER || op->kind == OP_MAMBA_MIXER_BWD) {
+      int64_t n = rt_mamba_workspace_bytes(g, op);
+      if (n > maxwork) maxwork = n;
     }
   }
   /* row groups of the norm and bias gradients' partial sums: 16 rows or more each, at most 512
@@ -272,7 +276,7 @@ static void carve_scratch(RtExec *x) {
   int64_t *sz = x->scratch_part;
   sz[RT_SCRATCH_NORM] = (int64_t)x->norm_groups * 2 * maxc * 4;
   sz[RT_SCRATCH_GNORM] = (int64_t)(x->n_partial > 0 ? x->n_partial : 1) * 4;
-  sz[RT_SCRATCH_DSUM] = maxdsum * 4;
+  sz[RT_SCRATCH_WORK] = maxwork;
   sz[RT_SCRATCH_HPARAMS] = RT_MAX_HP * 8 * 4;
   sz[RT_SCRATCH_SEEDS] = (int64_t)x->nmb * 8;
   sz[RT_SCRATCH_LOSSES] = (int64_t)x->nmb * 4;
@@ -293,7 +297,7 @@ static void place_scratch(RtExec *x) {
   const int64_t *at = x->scratch_at;
   x->norm_partial = s + (CUdeviceptr)at[RT_SCRATCH_NORM];
   x->gn_partial = s + (CUdeviceptr)at[RT_SCRATCH_GNORM];
-  x->dsum = s + (CUdeviceptr)at[RT_SCRATCH_DSUM];
+  x->work = s + (CUdeviceptr)at[RT_SCRATCH_WORK];
   x->hp = s + (CUdeviceptr)at[RT_SCRATCH_HPARAMS];
   x->seeds = s + (CUdeviceptr)at[RT_SCRATCH_SEEDS];
   x->losses = s + (CUdeviceptr)at[RT_SCRATCH_LOSSES];

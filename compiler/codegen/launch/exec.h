@@ -9,11 +9,11 @@
  * (tests/unit/exec_fuse.c, exec_optim.c, dp_cuda.c) run it op by op on a recording device too.
  *
  * Storage: one allocation holding the plan's buffers, then the launch scratch (RT_SCRATCH_*: norm
- * and bias partial sums, global-norm partials, flash row sums, AdamW hyper-parameters, dropout
- * seeds, losses, per-micro-batch inputs, the current micro-batch's seed, the multi-tensor tables,
- * the initialisation seed); a tensor lives at its plan (buffer, offset), which must be sized at
- * nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the
- * SM count of the device (a recording device's: stepc build --sms), so the plan reports it.
+ * and bias partial sums, global-norm partials, one op's workspace (flash row sums, Mamba chunk states), AdamW
+ * hyper-parameters, dropout seeds, losses, per-micro-batch inputs, the current micro-batch's seed, the
+ * multi-tensor tables, the initialisation seed); a tensor lives at its plan (buffer, offset), which must be
+ * sized at nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the SM
+ * count of the device (a recording device's: stepc build --sms), so the plan reports it.
  *
  * Fusions the lowering emits, as the compiler recorded them on the graph (compiler/passes/fuse.c; each
  * keeps the IR's result, only skips a round trip), besides the pairs and chains:
@@ -45,7 +45,7 @@ typedef struct RtExec RtExec;
 enum {
   RT_SCRATCH_NORM,      /* norm and bias gradients' partial sums */
   RT_SCRATCH_GNORM,     /* global-norm partials */
-  RT_SCRATCH_DSUM,      /* stepc's flash backward's row sums */
+  RT_SCRATCH_WORK,      /* one op's workspace: flash backward's row sums, the Mamba mixer's states */
   RT_SCRATCH_HPARAMS,   /* AdamW hyper-parameters */
   RT_SCRATCH_SEEDS,     /* one dropout seed per micro-batch */
   RT_SCRATCH_LOSSES,    /* one loss per micro-batch */

@@ -111,7 +111,7 @@ static int rt_op_flash_bwd(RtExec *x, const Op *op) {
   }
   CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3),
               o = rt_in(x, op, 4), lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1),
-              dv = rt_out(x, op, 2), ds = x->dsum;
+              dv = rt_out(x, op, 2), ds = x->work;
   if (rt_flash_supported(a.T, a.D)) {
     int wg = stepc_flash_wg(x->d->cc_major);
     int64_t rows = (int64_t)a.B * a.T * a.H;

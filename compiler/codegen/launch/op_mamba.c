@@ -1,12 +1,13 @@
 /* op_mamba.c — dispatch of the Mamba-2 mixer's ops (ir/ops/mamba.c) that the lowering builds
  * (compiler/lower/lower_mamba.c): MAMBA_MIXER (conv1d + SiLU, dt softplus, the chunked SSD scan and the
- * D skip in one kernel), MAMBA_GATE and MAMBA_GROUP_NORM, and their backwards. Kernels in
+ * D skip), MAMBA_GATE and MAMBA_GROUP_NORM, and their backwards. Kernels in
  * kernels/mamba.cuh, geometry in kernels/launch.h.
  *
- * No memory beyond the ops' own tensors: the mixer's backward keeps its state checkpoints in its
- * dxBC output before writing it (kernels/mamba.cuh). Capturable (static grids, no host sync) and
+ * The mixer runs chunk-parallel (kernels/mamba.cuh): its fp32 chunk states, their gradients and
+ * partial sums live in the launch scratch's op workspace (RT_SCRATCH_WORK, sized by
+ * rt_mamba_workspace_bytes, so the plan reports it). Capturable (static grids, no host sync) and
  * deterministic: every sum in a fixed order, the group's B/C gradients summed over its heads in
- * head order through a thread-block cluster. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
+ * head order inside one block. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
  * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
  * executor refuses them by name. */
 #include "codegen/launch/exec_internal.h"
@@ -40,52 +41,94 @@ static int no_sink(RtExec *x, const Op *op) {
 /* The mixer's sizes from its attributes and xBC / conv shapes; RT_OK or a refusal naming the
  * limit the kernels have. */
 typedef struct {
-  int B, T, H, P, G, N, K;
+  int B, T, H, P, G, N, K, C;
 } MixDims;
 
+static MixDims mix_sizes(const Graph *g, const Op *op, int xin) {
+  const Tensor *xbc = &g->t[op->in[xin]], *cw = &g->t[op->in[xin + 1]];
+  return (MixDims){.B = (int)xbc->shape[0],
+                   .T = (int)xbc->shape[1],
+                   .H = (int)op->a.i[0],
+                   .P = (int)op->a.i[1],
+                   .G = (int)op->a.i[2],
+                   .N = (int)op->a.i[3],
+                   .K = (int)cw->shape[1] - 1,
+                   .C = (int)xbc->shape[2]};
+}
+
+static StepcMambaWs mix_ws(const MixDims *m, int backward) {
+  return stepc_mamba_ws(m->B, m->T, m->H, m->P, m->N, m->C, m->K, backward);
+}
+
+int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op) {
+  int bwd = op->kind == OP_MAMBA_MIXER_BWD;
+  MixDims m = mix_sizes(g, op, bwd);
+  return 4 * (int64_t)mix_ws(&m, bwd).floats;
+}
+
 static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
-  const Tensor *xbc = rt_t(x, op->in[xin]), *cw = rt_t(x, op->in[xin + 1]);
-  *m = (MixDims){.B = (int)xbc->shape[0],
-                 .T = (int)xbc->shape[1],
-                 .H = (int)op->a.i[0],
-                 .P = (int)op->a.i[1],
-                 .G = (int)op->a.i[2],
-                 .N = (int)op->a.i[3],
-                 .K = (int)cw->shape[1] - 1};
-  int hpg = m->H / m->G;
-  const char *why =
-      m->P % 2                                        ? "the head dim must be even"
-      : STEPC_MAMBA_CLUSTER % hpg || (2 * m->N) % hpg ? "the heads per group must divide 8 and 2 x state dim"
-      : m->K > STEPC_MAMBA_KMAX                       ? "the conv kernel has at most 8 taps"
-      : stepc_mamba_bwd_smem(m->P, m->N, hpg) > STEPC_MAMBA_SMEM_MAX
-          ? "head dim x state dim too large for the backward's shared memory"
-      : x->d->cc_major < 9 ? "the backward needs thread-block clusters (compute capability 9.0 or newer)"
-                           : NULL;
+  *m = mix_sizes(x->g, op, xin);
+  const char *why = m->K > STEPC_MAMBA_KMAX ? "the conv kernel has at most 8 taps"
+                    : stepc_mamba_chunk_bwd_smem(m->P, m->N) > STEPC_MAMBA_SMEM_MAX
+                        ? "head dim x state dim too large for the chunk kernels' shared memory"
+                        : NULL;
   if (why)
     return rt_fail(x->d, "%s (heads %d, head dim %d, groups %d, state %d, conv %d): %s", op_name(op->kind),
                    m->H, m->P, m->G, m->N, m->K, why);
   return RT_OK;
 }
 
+static CUdeviceptr ws_at(const RtExec *x, long floats) { return x->work + (CUdeviceptr)(4 * floats); }
+
+/* The chunk states (with dout: and their gradients' chunk parts) and the scan over chunks. */
+static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, int xin,
+                      CUdeviceptr dout) {
+  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N;
+  if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)m->G, (unsigned)m->B),
+                                   STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(x, w->st),
+                                   bwd ? ws_at(x, w->dst) : 0, ws_at(x, w->dec), dout, rt_in(x, op, xin),
+                                   rt_in(x, op, xin + 1), rt_in(x, op, xin + 2), rt_in(x, op, xin + 3), m->T,
+                                   m->H, m->P, m->G, m->N, m->K))
+    return RT_ERROR;
+  return rt_launch_mamba_state_pass(
+      x->d, rt_dim((unsigned)((PN + 255) / 256), (unsigned)m->H, (unsigned)(m->B * (bwd ? 2 : 1))), 256, 0,
+      ws_at(x, w->st), bwd ? ws_at(x, w->dst) : 0, ws_at(x, w->dec), m->B, m->H, nc, PN);
+}
+
 /* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P)) */
 static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   MixDims m;
   if (bf16_operands(x, op, op->nout) || mix_dims(x, op, 0, &m)) return RT_ERROR;
-  return rt_launch_mamba_mixer_forward(x->d, rt_dim((unsigned)m.H, (unsigned)m.B, 1), STEPC_MAMBA_THREADS,
-                                       stepc_mamba_fwd_smem(m.P, m.N), rt_out(x, op, 0), rt_in(x, op, 0),
-                                       rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T, m.H, m.P, m.G,
-                                       m.N, m.K);
+  StepcMambaWs w = mix_ws(&m, 0);
+  unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
+  if (mix_states(x, op, &m, &w, 0, 0)) return RT_ERROR;
+  return rt_launch_mamba_chunk_output(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
+                                      stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(x, w.st),
+                                      rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
+                                      m.H, m.P, m.G, m.N, m.K);
 }
 
 /* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm) */
 static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   MixDims m;
   if (bf16_operands(x, op, op->nout) || no_sink(x, op) || mix_dims(x, op, 1, &m)) return RT_ERROR;
-  unsigned blocks = (unsigned)((m.H + STEPC_MAMBA_CLUSTER - 1) / STEPC_MAMBA_CLUSTER * STEPC_MAMBA_CLUSTER);
-  return rt_launch_mamba_mixer_backward(
-      x->d, rt_dim1(blocks), STEPC_MAMBA_THREADS, stepc_mamba_bwd_smem(m.P, m.N, m.H / m.G), rt_out(x, op, 0),
-      rt_out(x, op, 1), rt_out(x, op, 2), rt_out(x, op, 3), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
-      rt_in(x, op, 3), rt_in(x, op, 4), m.B, m.T, m.H, m.P, m.G, m.N, m.K);
+  StepcMambaWs w = mix_ws(&m, 1);
+  unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
+  int segs = stepc_mamba_segs(m.T), nparam = m.C * (m.K + 1) + 3 * m.H;
+  if (mix_states(x, op, &m, &w, 1, rt_in(x, op, 0)) ||
+      rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
+                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(x, w.gpre), rt_out(x, op, 2),
+                                     ws_at(x, w.hpart), ws_at(x, w.st), ws_at(x, w.dst), rt_in(x, op, 0),
+                                     rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), rt_in(x, op, 4), m.T,
+                                     m.H, m.P, m.G, m.N, m.K) ||
+      rt_launch_mamba_conv_backward(x->d,
+                                    rt_dim((unsigned)((m.C + 255) / 256), (unsigned)segs, (unsigned)m.B), 256,
+                                    0, rt_out(x, op, 0), ws_at(x, w.cpart), ws_at(x, w.gpre), rt_in(x, op, 1),
+                                    rt_in(x, op, 2), m.T, m.C, m.K, segs))
+    return RT_ERROR;
+  return rt_launch_mamba_param_grads(x->d, rt_dim1((unsigned)((nparam + 255) / 256)), 256, 0,
+                                     rt_out(x, op, 1), rt_out(x, op, 3), ws_at(x, w.cpart), ws_at(x, w.hpart),
+                                     rt_in(x, op, 4), m.B, m.T, m.H, m.C, m.K, segs);
 }
 
 /* MAMBA_GATE in (y, z) out (y silu(z)); MAMBA_GATE_BWD in (dout, y, z) out (dy, dz) */
