@@ -15,7 +15,10 @@
 # rows are: MLASelfAttention builds its core attention with k_channels and v_channels
 # (transformer/multi_latent_attention.py), and the local spec's core attention is DotProductAttention
 # (megatron/core/models/backends.py), whose __init__ takes neither (d98e8a64dd; the H200 run of
-# 2026-12-04 failed so).
+# 2026-12-04 failed so). The `layernorm` row needs Transformer Engine: the output-discard recompute
+# (tensor_parallel/random.py, CheckpointWithoutOutput) sets `self.fp8 = fp8 is not None`, true for
+# its default fp8=False, and so always calls TE's FP8GlobalStateManager (a NameError without TE:
+# the H200 run of 2026-12-04, session 8, bench/logs/2026-12-04-s8-gpu/call4/mega.tgz).
 # stepc: $STEPC, else build/stepc, else gpuwork/stepc. The full set takes about 5 minutes on an H200,
 # --quick about 1.5.
 set -uo pipefail
@@ -47,7 +50,7 @@ CONFIGS=$(cat <<'T'
 dense_none|1|--variant none|
 dense_core_attn|1|--variant core_attn|model.recompute_granularity=selective model.recompute_modules=[core_attn]
 dense_mlp|0|--variant mlp|model.recompute_granularity=selective model.recompute_modules=[mlp]
-dense_layernorm|0|--variant layernorm|model.recompute_granularity=selective model.recompute_modules=[layernorm]
+dense_layernorm|-|--variant layernorm|model.recompute_granularity=selective model.recompute_modules=[layernorm]
 dense_core_attn_mlp|0|--variant core_attn+mlp|model.recompute_granularity=selective model.recompute_modules=[core_attn,mlp]
 dense_full_uniform1|0|--variant full|model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1
 dense_full_block2|0|--variant full:block:2|model.recompute_granularity=full model.recompute_method=block model.recompute_num_layers=2

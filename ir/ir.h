@@ -246,6 +246,9 @@ typedef enum {
   COST_ELEMENTWISE,
   COST_GRAD_NORM,
   COST_OPTIMIZER,
+  COST_MAMBA_FWD,       /* the Mamba-2 mixer forward (conv1d, dt, the chunked SSD, the D skip) */
+  COST_MAMBA_BWD,       /* its backward */
+  COST_MAMBA_GATE_NORM, /* the mixer's gate and gated group norm, forward and backward */
   COST_OTHER,
   COST_NCLASS
 } CostClass;

@@ -27,6 +27,7 @@ static int finish(lua_State *L) {
   fe_unwrap(L, 2);
   int rc = fe_apply_overrides(L, fin->cx, fin->ov, fin->nov);
   if (rc == 0) rc = fe_extract(L, fin->cx, fin->out);
+  if (rc == 0) spec_imply(fin->out);
   fin->rc = rc;
   return 0;
 }

@@ -136,6 +136,19 @@ bool spec_megatron_job(const Spec *s) {
   return s->present[SPEC_F_train_megatron_job] ? s->train.megatron_job : s->train.world_size > 1;
 }
 
+void spec_imply(Spec *s) {
+  /* Megatron's local layer spec builds its own DotProductAttention whatever the backend says
+   * (models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules): a Megatron job with
+   * transformer_impl=local runs unfused attention: "auto" (the default: the best the job has) means
+   * that there; flash or fused is refused (STEPC-54) */
+  int ab = SPEC_F_model_attention_backend;
+  if (spec_megatron_job(s) && strcmp(s->model.transformer_impl, "local") == 0 &&
+      strcmp(s->model.attention_backend, "auto") == 0) {
+    snprintf(s->model.attention_backend, sizeof s->model.attention_backend, "unfused");
+    snprintf(s->where[ab], sizeof s->where[ab], "implied by model.transformer_impl=local in a Megatron job");
+  }
+}
+
 int64_t spec_output_layer_chunks(const Spec *s) {
   if (s->present[SPEC_F_model_output_layer_chunks]) return s->model.output_layer_chunks;
   if (spec_megatron_job(s)) return 1; /* the per-rank report models Megatron's, which does not chunk */

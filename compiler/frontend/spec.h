@@ -310,6 +310,10 @@ int64_t spec_output_layer_chunks(const Spec *s);
 /* Whether the per-rank report predicts Megatron-Core's job (train.megatron_job; null: world_size > 1)
  * rather than stepc's own step. */
 bool spec_megatron_job(const Spec *s);
+/* Fields another field implies, applied once the recipe and its overrides are read (the frontend
+ * calls it): in a Megatron job, transformer_impl=local with attention_backend "auto" (the default)
+ * means "unfused" (what Megatron's local spec runs); `where` then says so. */
+void spec_imply(Spec *s);
 /* model.transformer_engine_version as numbers: false unless it reads MAJOR.MINOR or
  * MAJOR.MINOR.PATCH (STEPC-50 rejects the rest). */
 bool spec_te_version(const Spec *s, int *major, int *minor, int *patch);

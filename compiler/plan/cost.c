@@ -11,7 +11,8 @@
  * model_flops is the bench's convention, so that TFLOP/s compare with PyTorch's: 6 x (params
  * without embeddings, with the output layer) x tokens + causal attention 6 x mbs x L x s^2 x
  * (heads x head dim) per micro-batch. Routed experts count at top-k / experts (the parameters a
- * token meets); MLA's head dim is the mean of its q/k and v head dims. */
+ * token meets); MLA's head dim is the mean of its q/k and v head dims. A hybrid counts attention in
+ * its attention layers only and adds the Mamba mixers in their recurrent form (see below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,9 @@ static const char *const CLASS_NAMES[COST_NCLASS] = {"unset",
                                                      "elementwise",
                                                      "grad_norm",
                                                      "optimizer",
+                                                     "mamba_mixer_fwd",
+                                                     "mamba_mixer_bwd",
+                                                     "mamba_gate_norm",
                                                      "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
 
@@ -167,9 +171,29 @@ int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
                         ? ((double)(m->qk_head_dim + m->qk_pos_emb_head_dim) + (double)m->v_head_dim) / 2
                         : (double)spec_kv_channels(s);
   double hd = (double)m->num_attention_heads * head_dim;
-  c->model_flops = 6 * params * tokens + 6 * (double)s->train.micro_batch_size * nmicro *
-                                             (double)m->num_layers * (double)m->seq_length *
-                                             (double)m->seq_length * hd;
+  /* attention in the attention layers only: a hybrid's '*' layers */
+  double attn_layers = (double)m->num_layers;
+  if (s->present[SPEC_F_model_hybrid_override_pattern]) {
+    attn_layers = 0;
+    for (const char *p = m->hybrid_override_pattern; *p && p - m->hybrid_override_pattern < m->num_layers;
+         p++)
+      attn_layers += *p == '*';
+  }
+  /* the Mamba mixer in its recurrent form, per token and head 5 P N (3 P N for the state update, 2 P N
+   * for the output) and 2 K per conv tap and channel, x3 for forward and backward (torch_hybrid.py's
+   * convention); its in/out projections are parameters above */
+  double mamba = 0;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_MAMBA_MIXER || op->tags.phase != IR_PHASE_FORWARD) continue;
+    const Tensor *xbc = &g->t[op->in[0]], *cw = &g->t[op->in[1]];
+    double tok = (double)(xbc->shape[0] * xbc->shape[1]), hp = (double)(op->a.i[0] * op->a.i[1]);
+    mamba += 3 * tok * (5 * hp * (double)op->a.i[3] + 2 * (double)(cw->shape[1] - 1) * (double)xbc->shape[2]);
+  }
+  c->model_flops = 6 * params * tokens +
+                   6 * (double)s->train.micro_batch_size * nmicro * attn_layers * (double)m->seq_length *
+                       (double)m->seq_length * hd +
+                   mamba * nmicro;
   return 0;
 }
 

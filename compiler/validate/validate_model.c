@@ -188,7 +188,9 @@ static void check_megatron_job(VCtx *v) {
                       (long long)s->train.world_size),
               "leave train.megatron_job null (or true) for a multi-GPU layout");
   /* Megatron's local spec builds DotProductAttention whatever attention_backend says
-   * (models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules: core_attention=DotProductAttention) */
+   * (models/gpt/gpt_layer_specs.py, get_gpt_layer_local_submodules: core_attention=DotProductAttention);
+   * left at its default the backend is implied unfused (spec_imply), so only an explicit other one
+   * reaches here */
   if (mj && local && strcmp(m->attention_backend, "unfused") != 0)
     diag_hint(
         v_error(

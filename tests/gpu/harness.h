@@ -11,13 +11,14 @@
 #define GPU_SKIP 77 /* ctest SKIP_RETURN_CODE */
 
 /* The driver entry points we use, by the versioned symbol names cuda.h maps them to. */
-#define GPU_DRIVER_FUNCS(X)                                                                        \
-  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)          \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize)  \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)               \
-  X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)     \
-  X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)      \
-  X(cuEventDestroy) X(cuGetErrorString)
+#define GPU_DRIVER_FUNCS(X)                                                                                  \
+  X(cuInit)                                                                                                  \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)  \
+      X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)                \
+          X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc)     \
+              X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate)    \
+                  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)             \
+                      X(cuGetErrorString)
 
 typedef struct {
 #define GPU_DECL(f) __typeof__(&f) f;
@@ -47,8 +48,8 @@ void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t bytes);
 CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes); /* alloc + put */
 void gpu_sync(Gpu *g);
 /* Launches `name` with the kernel's parameters as an argv of pointers to each argument. */
-void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
-                void **args);
+void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
+                unsigned smem, void **args);
 /* The grid of a grid-stride kernel over n items in blocks of 256 (the runtime's rt_grid1d). */
 unsigned gpu_grid1d(Gpu *g, long n);
 /* Milliseconds per call of fn(ctx), the median of `reps` timed calls after `warmup` calls. */
@@ -65,7 +66,8 @@ void bf16_to_double(const uint16_t *h, double *d, long n);
 void float_to_double(const float *f, double *d, long n);
 
 /* |got - ref| <= atol + rtol |ref| elementwise; one line "PASS/FAIL name max_err ..." either way. */
-int gpu_check(Gpu *g, const char *name, const double *got, const double *ref, long n, double atol, double rtol);
+int gpu_check(Gpu *g, const char *name, const double *got, const double *ref, long n, double atol,
+              double rtol);
 /* Bitwise equality of two buffers (determinism, replay). */
 int gpu_check_bitwise(Gpu *g, const char *name, const void *a, const void *b, size_t bytes);
 /* A plain condition. */
@@ -76,7 +78,8 @@ void test_basic(Gpu *g);
 void test_attention(Gpu *g);
 void test_mamba(Gpu *g); /* mamba.c: the Mamba-2 kernels against ir/ops/mamba.c in fp64 */
 void bench_attention(Gpu *g);
-void test_bandwidth(Gpu *g); /* bandwidth.c, the last of test_basic */
+void bench_mamba(Gpu *g);              /* tests/gpu/mamba.c: each mixer kernel at Nemotron's shape */
+void test_bandwidth(Gpu *g);           /* bandwidth.c, the last of test_basic */
 void bench_attention_variants(Gpu *g); /* with STEPC_FLASH_VARIANTS set: tile-size variants */
 
 #endif

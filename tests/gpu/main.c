@@ -1,8 +1,9 @@
 /* main.c — gpu_kernels: compiles every kernel with NVRTC for the device present, loads it with
  * cuModuleLoadData and runs the kernel tests (basic.c, attention.c) and the flash-attention
- * timings, and the Mamba-2 kernels (mamba.c). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest reports "skipped").
- *   gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]
- * A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
+ * timings, and the Mamba-2 kernels (mamba.c) with their timings (also alone under --only mamba with
+ * STEPC_MAMBA_BENCH=1). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest
+ * reports "skipped"). gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR] A
+ * kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,15 +14,19 @@ int main(int argc, char **argv) {
   int bench = 1, basic = 1, attention = 1, mamba = 1;
   const char *cache = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--no-bench")) bench = 0;
-    else if (!strcmp(argv[i], "--bench-only")) basic = attention = mamba = 0;
+    if (!strcmp(argv[i], "--no-bench"))
+      bench = 0;
+    else if (!strcmp(argv[i], "--bench-only"))
+      basic = attention = mamba = 0;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       const char *w = argv[++i];
-      basic = !strcmp(w, "basic"), attention = !strcmp(w, "attention"), mamba = !strcmp(w, "mamba"), bench = 0;
-    }
-    else if (!strcmp(argv[i], "--cache") && i + 1 < argc) cache = argv[++i];
+      basic = !strcmp(w, "basic"), attention = !strcmp(w, "attention"), mamba = !strcmp(w, "mamba"),
+      bench = 0;
+    } else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
+      cache = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -42,6 +47,7 @@ int main(int argc, char **argv) {
   if (attention) test_attention(&g);
   if (mamba) test_mamba(&g);
   if (bench) bench_attention(&g);
+  if (bench || getenv("STEPC_MAMBA_BENCH")) bench_mamba(&g);
   if (getenv("STEPC_FLASH_VARIANTS")) bench_attention_variants(&g);
   printf("%d checks, %d failed\n", g.checks, g.failed);
   gpu_close(&g);

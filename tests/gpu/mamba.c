@@ -110,6 +110,94 @@ static void check(Gpu *g, const char *what, CUdeviceptr p, const Arr *ref) {
   free(got);
 }
 
+/* The mixer's launches, as compiler/codegen/launch/op_mamba.c makes them, over device buffers:
+ * in[0] dout, in[1] xBC, in[2] conv, in[3] dt_raw, in[4] ssm; y; out[0..3] dxBC, dconv, ddt_raw,
+ * dssm; one workspace laid out as kernels/launch.h stepc_mamba_ws says (the backward's, which
+ * holds the forward's). Each launch is a function of (Gpu *, Mixer *) so the bench times it alone. */
+typedef struct {
+  int B, T, H, P, G, N, K, C, nc, PN, segs, nparam;
+  CUdeviceptr in[5], y, out[4], ws, st, dst, dec, gpre, hpart, cpart, none;
+} Mixer;
+
+static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int N, int K) {
+  memset(m, 0, sizeof *m);
+  m->B = B, m->T = T, m->H = H, m->P = P, m->G = G, m->N = N, m->K = K, m->C = H * P + 2 * G * N;
+  m->nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, m->PN = P * N, m->segs = stepc_mamba_segs(T);
+  m->nparam = m->C * (K + 1) + 3 * H;
+  StepcMambaWs w = stepc_mamba_ws(B, T, H, P, N, m->C, K, 1);
+  m->ws = gpu_alloc(g, 4 * (size_t)w.floats);
+  m->st = m->ws + 4 * (CUdeviceptr)w.st, m->dst = m->ws + 4 * (CUdeviceptr)w.dst;
+  m->dec = m->ws + 4 * (CUdeviceptr)w.dec, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;
+  m->hpart = m->ws + 4 * (CUdeviceptr)w.hpart, m->cpart = m->ws + 4 * (CUdeviceptr)w.cpart;
+}
+
+static void mx_states(Gpu *g, void *c, int bwd) {
+  Mixer *m = c;
+  void *a[] = {&m->st,    bwd ? &m->dst : &m->none,
+               &m->dec,   bwd ? &m->in[0] : &m->none,
+               &m->in[1], &m->in[2],
+               &m->in[3], &m->in[4],
+               &m->T,     &m->H,
+               &m->P,     &m->G,
+               &m->N,     &m->K};
+  gpu_launch(g, "mamba_chunk_states", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+             stepc_mamba_states_smem(m->P, m->N), a);
+}
+
+static void mx_pass(Gpu *g, void *c, int bwd) {
+  Mixer *m = c;
+  void *a[] = {&m->st, bwd ? &m->dst : &m->none, &m->dec, &m->B, &m->H, &m->nc, &m->PN};
+  gpu_launch(g, "mamba_state_pass", (unsigned)((m->PN + 255) / 256), (unsigned)m->H,
+             (unsigned)(m->B * (bwd ? 2 : 1)), 256, 0, a);
+}
+
+static void mx_fwd_states(Gpu *g, void *c) { mx_states(g, c, 0); }
+static void mx_fwd_pass(Gpu *g, void *c) { mx_pass(g, c, 0); }
+static void mx_fwd_output(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->y, &m->st, &m->in[1], &m->in[2], &m->in[3], &m->in[4],
+               &m->T, &m->H,  &m->P,     &m->G,     &m->N,     &m->K};
+  gpu_launch(g, "mamba_chunk_output", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+             stepc_mamba_output_smem(m->P, m->N), a);
+}
+static void mx_bwd_states(Gpu *g, void *c) { mx_states(g, c, 1); }
+static void mx_bwd_pass(Gpu *g, void *c) { mx_pass(g, c, 1); }
+static void mx_bwd_chunk(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->gpre,  &m->out[2], &m->hpart, &m->st, &m->dst, &m->in[0], &m->in[1], &m->in[2],
+               &m->in[3], &m->in[4],  &m->T,     &m->H,  &m->P,   &m->G,     &m->N,     &m->K};
+  gpu_launch(g, "mamba_chunk_backward", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+             stepc_mamba_chunk_bwd_smem(m->P, m->N), a);
+}
+static void mx_bwd_conv(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->out[0], &m->cpart, &m->gpre, &m->in[1], &m->in[2], &m->T, &m->C, &m->K, &m->segs};
+  gpu_launch(g, "mamba_conv_backward", (unsigned)((m->C + 255) / 256), (unsigned)m->segs, (unsigned)m->B, 256,
+             0, a);
+}
+static void mx_bwd_params(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->out[1], &m->out[3], &m->cpart, &m->hpart, &m->in[4], &m->B,
+               &m->T,      &m->H,      &m->C,     &m->K,     &m->segs};
+  gpu_launch(g, "mamba_param_grads", (unsigned)((m->nparam + 255) / 256), 1, 1, 256, 0, a);
+}
+
+static void (*const mx_forward[])(Gpu *, void *) = {mx_fwd_states, mx_fwd_pass, mx_fwd_output};
+static void (*const mx_backward[])(Gpu *, void *) = {mx_bwd_states, mx_bwd_pass, mx_bwd_chunk, mx_bwd_conv,
+                                                     mx_bwd_params};
+static const char *const mx_forward_name[] = {"mamba_chunk_states", "mamba_state_pass", "mamba_chunk_output"};
+static const char *const mx_backward_name[] = {"mamba_chunk_states (with dS)", "mamba_state_pass (both)",
+                                               "mamba_chunk_backward", "mamba_conv_backward",
+                                               "mamba_param_grads"};
+static void mx_run_forward(Gpu *g, void *c) {
+  for (int i = 0; i < 3; i++)
+    mx_forward[i](g, c);
+}
+static void mx_run_backward(Gpu *g, void *c) {
+  for (int i = 0; i < 5; i++)
+    mx_backward[i](g, c);
+}
+
 static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N, int K) {
   int C = H * P + 2 * G * N;
   char what[160];
@@ -124,71 +212,82 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     g->checks++, g->failed++;
     return;
   }
-  CUdeviceptr d[5], y = gpu_alloc(g, 2 * (size_t)fo[0].n), o[4];
+  Mixer m;
+  mixer_init(g, &m, B, T, H, P, G, N, K);
   for (int i = 0; i < 5; i++)
-    d[i] = up(g, &in[i]);
+    m.in[i] = up(g, &in[i]);
   for (int i = 0; i < 4; i++)
-    o[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
-  StepcMambaWs fw = stepc_mamba_ws(B, T, H, P, N, C, K, 0), bw = stepc_mamba_ws(B, T, H, P, N, C, K, 1);
-  CUdeviceptr ws = gpu_alloc(g, 4 * (size_t)bw.floats), none = 0;
-  CUdeviceptr st = ws + 4 * (CUdeviceptr)fw.st, dec = ws + 4 * (CUdeviceptr)fw.dec;
-  int nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = P * N, B2 = B;
-  void *sa[] = {&st, &none, &dec, &none, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  gpu_launch(g, "mamba_chunk_states", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,
-             stepc_mamba_states_smem(P, N), sa);
-  void *pa[] = {&st, &none, &dec, &B2, &H, &nc, &PN};
-  gpu_launch(g, "mamba_state_pass", (unsigned)((PN + 255) / 256), (unsigned)H, (unsigned)B, 256, 0, pa);
-  void *fa[] = {&y, &st, &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  gpu_launch(g, "mamba_chunk_output", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,
-             stepc_mamba_output_smem(P, N), fa);
+    m.out[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
+  m.y = gpu_alloc(g, 2 * (size_t)fo[0].n);
+  mx_run_forward(g, &m);
   snprintf(what, sizeof what, "mamba_mixer forward B%d T%d H%d P%d G%d N%d K%d", B, T, H, P, G, N, K);
-  check(g, what, y, &fo[0]);
-  /* the backward, as compiler/codegen/launch/op_mamba.c launches it */
-  CUdeviceptr dst = ws + 4 * (CUdeviceptr)bw.dst, gpre = ws + 4 * (CUdeviceptr)bw.gpre,
-              hpart = ws + 4 * (CUdeviceptr)bw.hpart, cpart = ws + 4 * (CUdeviceptr)bw.cpart;
-  int segs = stepc_mamba_segs(T), nparam = C * (K + 1) + 3 * H;
-  void *bsa[] = {&st, &dst, &dec, &d[0], &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  void *bpa[] = {&st, &dst, &dec, &B2, &H, &nc, &PN};
-  void *bca[] = {&gpre, &o[2], &hpart, &st, &dst, &d[0], &d[1], &d[2], &d[3], &d[4], &T, &H, &P, &G, &N, &K};
-  void *bva[] = {&o[0], &cpart, &gpre, &d[1], &d[2], &T, &C, &K, &segs};
-  void *bga[] = {&o[1], &o[3], &cpart, &hpart, &d[4], &B2, &T, &H, &C, &K, &segs};
-#define MIXER_BACKWARD()                                                                                     \
-  do {                                                                                                       \
-    gpu_launch(g, "mamba_chunk_states", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,         \
-               stepc_mamba_states_smem(P, N), bsa);                                                          \
-    gpu_launch(g, "mamba_state_pass", (unsigned)((PN + 255) / 256), (unsigned)H, (unsigned)(2 * B), 256, 0,  \
-               bpa);                                                                                         \
-    gpu_launch(g, "mamba_chunk_backward", (unsigned)nc, (unsigned)G, (unsigned)B, STEPC_MAMBA_THREADS,       \
-               stepc_mamba_chunk_bwd_smem(P, N), bca);                                                       \
-    gpu_launch(g, "mamba_conv_backward", (unsigned)((C + 255) / 256), (unsigned)segs, (unsigned)B, 256, 0,   \
-               bva);                                                                                         \
-    gpu_launch(g, "mamba_param_grads", (unsigned)((nparam + 255) / 256), 1, 1, 256, 0, bga);                 \
-  } while (0)
-  MIXER_BACKWARD();
+  check(g, what, m.y, &fo[0]);
+  mx_run_backward(g, &m);
   static const char *names[4] = {"dxBC", "dconv (w | bias)", "ddt_raw", "dssm (dt_bias | A_log | D)"};
   void *first[4];
   for (int i = 0; i < 4; i++) {
     snprintf(what, sizeof what, "mamba_mixer backward %s B%d T%d H%d G%d N%d", names[i], B, T, H, G, N);
-    check(g, what, o[i], &bo[i]);
+    check(g, what, m.out[i], &bo[i]);
     first[i] = malloc(2 * (size_t)bo[i].n);
-    gpu_get(g, first[i], o[i], 2 * (size_t)bo[i].n);
+    gpu_get(g, first[i], m.out[i], 2 * (size_t)bo[i].n);
   }
-  MIXER_BACKWARD();
-#undef MIXER_BACKWARD
+  mx_run_backward(g, &m);
   int same = 1;
   for (int i = 0; i < 4; i++) {
     void *again = malloc(2 * (size_t)bo[i].n);
-    gpu_get(g, again, o[i], 2 * (size_t)bo[i].n);
+    gpu_get(g, again, m.out[i], 2 * (size_t)bo[i].n);
     same &= memcmp(first[i], again, 2 * (size_t)bo[i].n) == 0;
     free(again), free(first[i]);
   }
   snprintf(what, sizeof what, "mamba_mixer backward deterministic (twice, bitwise) H%d G%d N%d", H, G, N);
   gpu_check_true(g, what, same, "");
   for (int i = 0; i < 5; i++)
-    gpu_free(g, d[i]), arr_free(&in[i]);
+    gpu_free(g, m.in[i]), arr_free(&in[i]);
   for (int i = 0; i < 4; i++)
-    gpu_free(g, o[i]), arr_free(&bo[i]);
-  gpu_free(g, y), gpu_free(g, ws), arr_free(&fo[0]);
+    gpu_free(g, m.out[i]), arr_free(&bo[i]);
+  gpu_free(g, m.y), gpu_free(g, m.ws), arr_free(&fo[0]);
+}
+
+/* Each mixer kernel timed alone at Nemotron 3 Nano's mixer (seq 8192, 64 heads of 64, 8 groups,
+ * state 128, conv 4), on random inputs: the median of 10 launches after 2. */
+void bench_mamba(Gpu *g) {
+  Rng r = {0x62656e63ull};
+  int B = 1, T = 8192, H = 64, P = 64, G = 8, N = 128, K = 4, C = H * P + 2 * G * N;
+  Mixer m;
+  mixer_init(g, &m, B, T, H, P, G, N, K);
+  long n[5] = {(long)B * T * H * P, (long)B * T * C, (long)C * (K + 1), (long)B * T * H, 3L * H};
+  double amp[5] = {1, 1, 0.5, 1, 1};
+  for (int i = 0; i < 5; i++) {
+    uint16_t *h = malloc(2 * (size_t)n[i]);
+    double *d = malloc(sizeof *d * (size_t)n[i]);
+    rand_bf16(&r, h, d, n[i], amp[i]);
+    m.in[i] = gpu_dup(g, h, 2 * (size_t)n[i]);
+    free(h), free(d);
+  }
+  long on[4] = {(long)B * T * C, (long)C * (K + 1), (long)B * T * H, 3L * H};
+  for (int i = 0; i < 4; i++)
+    m.out[i] = gpu_alloc(g, 2 * (size_t)on[i]);
+  m.y = gpu_alloc(g, 2 * (size_t)n[0]);
+  printf("mamba mixer kernels, B%d T%d H%d P%d G%d N%d K%d (ms, median of 10):\n", B, T, H, P, G, N, K);
+  double tf = 0, tb = 0;
+  for (int i = 0; i < 3; i++) {
+    double ms = gpu_time_ms(g, mx_forward[i], &m, 2, 10);
+    tf += ms;
+    printf("  forward  %-30s %8.3f\n", mx_forward_name[i], ms);
+  }
+  mx_run_forward(g, &m);
+  for (int i = 0; i < 5; i++) {
+    double ms = gpu_time_ms(g, mx_backward[i], &m, 2, 10);
+    tb += ms;
+    printf("  backward %-30s %8.3f\n", mx_backward_name[i], ms);
+  }
+  printf("  forward %.3f ms, backward %.3f ms (sums of the kernels); whole: forward %.3f, backward %.3f\n",
+         tf, tb, gpu_time_ms(g, mx_run_forward, &m, 1, 5), gpu_time_ms(g, mx_run_backward, &m, 1, 5));
+  for (int i = 0; i < 5; i++)
+    gpu_free(g, m.in[i]);
+  for (int i = 0; i < 4; i++)
+    gpu_free(g, m.out[i]);
+  gpu_free(g, m.y), gpu_free(g, m.ws);
 }
 
 static void test_gate_norm(Gpu *g, Rng *r) {
