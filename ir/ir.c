@@ -116,7 +116,6 @@ void graph_free(Graph *g) {
   if (!g) return;
   free(g->t);
   free(g->op);
-  free(g->chain);
   free(g);
 }
 
@@ -169,8 +168,6 @@ static int tensor_add(Graph *g, const char *name, DType dt, TensorRole role, int
   t->producer = -1;
   t->of = -1;
   t->buffer = -1;
-  t->alias = g->nt;
-  t->sink = -1;
   return g->nt++;
 }
 
@@ -210,7 +207,6 @@ static int op_push(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs 
   if (nin > 0) memcpy(op->in, in, (size_t)nin * sizeof *in);
   if (a) op->a = *a;
   op->tags = g->cur;
-  op->peer = -1;
   return g->nop++;
 }
 

@@ -8,7 +8,8 @@
  *
  * A tensor's storage is (buffer, offset, bytes), written by a memory plan (graph_plan_trivial for
  * now). Executors reach bytes only through that triple, so a planner that reuses memory can run
- * on them unchanged.
+ * on them unchanged. What the compiler decides later about running the graph (its fusions:
+ * compiler/passes/fusions.h) is the compiler's and lives beside the graph, not in it.
  *
  * Errors: building functions return -1 and leave a message in g->err (the first error sticks);
  * nothing here prints or exits. */
@@ -113,11 +114,6 @@ typedef struct {
   int buffer;
   int64_t offset;
   int64_t bytes;
-  /* fusions (compiler/passes/fuse.c, before the memory plan; the CPU executor ignores them) */
-  int alias; /* the tensor whose storage it uses on CUDA: itself, or the logits for
-                the fused loss's dlogits */
-  int sink;  /* a weight gradient accumulated straight into this main gradient by
-                its producer's kernel (its ACCUM skipped), or -1 */
 } Tensor;
 
 /* Op attributes: their meaning per kind is documented in the op family's file. */
@@ -142,31 +138,6 @@ typedef struct {
   int fwd;                    /* backward / replay ops: the forward op they come from; else -1 */
 } IrTags;
 
-/* Fusions the compiler decides (compiler/passes/fuse.c) and the CUDA executor runs: the op that runs a
- * fused group carries its kind and `peer`; the ops it absorbed carry `skip`. */
-typedef enum {
-  FUSE_NONE,
-  FUSE_LINEAR_ADD,   /* at the ADD: one GEMM D = x W^T (+ b) + residual into the add's output */
-  FUSE_DROPOUT_ADD,  /* at the ADD: dropout_residual_forward */
-  FUSE_ADD_NORM,     /* at the norm: residual_{rms,layer}norm_forward writes the sum and the norm */
-  FUSE_EW,           /* at a chain's last op: its generated elementwise kernel (IrChain) */
-  FUSE_SUMSQ_MULTI,  /* at the last of a run of GRAD_SUMSQ ops (peer the first): norm_squared_multi */
-  FUSE_ADAMW_MULTI,  /* at the last of a run of ADAMW ops of one setting: adamw_multi */
-  FUSE_ROPE_QKV,     /* SPLIT_QKV, ROPE q, ROPE k at the second ROPE (peer the split): rope_split_qkv;
-                        ROPE, ROPE (inverse, the gradients of k and q), CONCAT_QKV at the concat
-                        (peer the first ROPE): rope_concat_qkv */
-  FUSE_WGRAD_STORE,  /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
-                        one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
-                        optimizer's ZERO of that gradient is skipped (peer -1) */
-  FUSE_LOSS_BWD,     /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
-                        runs it in its own launch, chunk by chunk over the forward's logits chunk:
-                        the ops peer..o form the group, live as one launch */
-  FUSE_NORM_BWD_ADD, /* at the ADD (backward) that sums a norm backward's dx (peer, the op before,
-                        skipped) with another gradient: {rms,layer}norm_backward writes dx rounded
-                        to bf16 plus the addend, rounded again: the bits of the two kernels */
-  FUSE_COUNT
-} FuseKind;
-
 typedef struct {
   OpKind kind;
   int nin, nout;
@@ -174,27 +145,7 @@ typedef struct {
   int out[IR_MAX_OUT]; /* tensor ids; an op may write a persistent tensor in place (ACCUM, ADAMW) */
   OpAttrs a;
   IrTags tags;
-  uint8_t fuse; /* FuseKind of the group this op runs */
-  uint8_t skip; /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
-                   the fused loss's backward (FUSE_LOSS_BWD's too) */
-  int peer;     /* fused groups: the first op of the group (this op is the last), else -1 */
 } Op;
-
-/* A generated elementwise chain (compiler/passes/ew_fuse.h): ops op[0] .. op[nops - 1], increasing ids
- * (passable ops that launch nothing may lie between them). Kernel parameters, in order: each
- * stored output, each external input, n, then each op's scalars (its EW_OPS row's,
- * compiler/passes/ew_fuse.c). */
-#define IR_MAX_CHAIN 4
-#define IR_MAX_CHAIN_IO 8
-typedef struct {
-  int first, nops;
-  int op[IR_MAX_CHAIN];
-  int nin, in[IR_MAX_CHAIN_IO];  /* external inputs (tensor ids), in order of first use */
-  int store[IR_MAX_CHAIN];       /* per op: its output is written (read after the chain, or last) */
-  char scalars[IR_MAX_CHAIN][4]; /* per op: its scalar parameters, f a.f[0] as float, S the
-                                   dropout seed slot (pointer), U a.i[0] as unsigned */
-  int kernel;                    /* the generated kernel's index (after kernel_list.h's) */
-} IrChain;
 
 typedef struct Graph {
   Tensor *t;
@@ -209,8 +160,6 @@ typedef struct Graph {
   int loss;             /* scalar fp32, mean over the micro-batch's tokens */
   int grad_norm, lr;    /* ROLE_OPTIM scalars the trainer reports; -1 if absent */
   int num_microbatches; /* forward+backward runs per optimizer step */
-  IrChain *chain;       /* fused elementwise chains (compiler/passes/fuse.c) */
-  int nchain;
   char err[256];
 } Graph;
 

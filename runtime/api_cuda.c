@@ -261,7 +261,7 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
 
 static int cuda_read(stepc_t *s, int t, void *dst) {
   ApiCuda *c = cu(s);
-  if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
+  if (s->g->t[t].bytes == 0 && s->im.storage[t] == t)
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
                     "hold it",
@@ -272,7 +272,7 @@ static int cuda_read(stepc_t *s, int t, void *dst) {
 
 static int cuda_write(stepc_t *s, int t, const void *src) {
   ApiCuda *c = cu(s);
-  if (s->g->t[t].bytes == 0 && s->g->t[t].sink < 0)
+  if (s->g->t[t].bytes == 0 && s->im.storage[t] == t)
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "tensor %s is another rank's (the distributed optimizer's shard): rank %d does not "
                     "hold it",

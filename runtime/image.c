@@ -10,15 +10,15 @@ static const char MAGIC[8] = {'S', 'T', 'E', 'P', 'C', 'I', 'M', 'G'};
 typedef struct {
   char magic[8];
   uint32_t version;
-  uint32_t sizes[9]; /* sizeof ImgFacts, Tensor, Op, IrChain, ImgScope, ImgBucket, LpFacts, RtRec, LpPoint:
-                        this build's layout */
+  uint32_t sizes[8]; /* sizeof ImgFacts, Tensor, Op, ImgScope, ImgBucket, LpFacts, RtRec, LpPoint: this
+                        build's layout */
   uint64_t payload_bytes;
   uint64_t payload_hash; /* FNV-1a of the payload */
 } ImgHeader;
 
 /* The counts that size every array of the payload. */
 typedef struct {
-  int32_t nt, nop, nchain, nscope, npoints, micro_points, npoison, ngen;
+  int32_t nt, nop, nscope, npoints, micro_points, npoison, ngen;
   int32_t tokens, targets, loss, grad_norm, lr, num_microbatches, nbuffers, nbucket, nbucket_grad,
       has_program;
   int64_t buffer_bytes[IR_MAX_BUFFERS];
@@ -49,17 +49,15 @@ static void put(Buf *b, const void *src, size_t n) {
   b->n += n;
 }
 
-static void sizes_of(uint32_t s[9]) {
-  s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(IrChain),
-  s[4] = sizeof(ImgScope);
-  s[5] = sizeof(ImgBucket), s[6] = sizeof(LpFacts), s[7] = sizeof(RtRec), s[8] = sizeof(LpPoint);
+static void sizes_of(uint32_t s[8]) {
+  s[0] = sizeof(ImgFacts), s[1] = sizeof(Tensor), s[2] = sizeof(Op), s[3] = sizeof(ImgScope);
+  s[4] = sizeof(ImgBucket), s[5] = sizeof(LpFacts), s[6] = sizeof(RtRec), s[7] = sizeof(LpPoint);
 }
 
 int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   const Graph *g = im->g;
   ImgCounts c = {.nt = g->nt,
                  .nop = g->nop,
-                 .nchain = g->nchain,
                  .nscope = im->nscope,
                  .npoints = im->npoints,
                  .micro_points = im->micro_points,
@@ -81,7 +79,6 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   put(&b, &c, sizeof c);
   put(&b, g->t, (size_t)g->nt * sizeof *g->t);
   put(&b, g->op, (size_t)g->nop * sizeof *g->op);
-  put(&b, g->chain, (size_t)g->nchain * sizeof *g->chain);
   put(&b, im->cpu_offset, (size_t)g->nt * sizeof *im->cpu_offset);
   put(&b, im->cpu_bytes, (size_t)g->nt * sizeof *im->cpu_bytes);
   put(&b, im->point_op, (size_t)im->npoints * sizeof *im->point_op);
@@ -92,6 +89,7 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
   put(&b, im->bucket, (size_t)im->nbucket * sizeof *im->bucket);
   put(&b, im->bucket_grad, (size_t)im->nbucket_grad * sizeof *im->bucket_grad);
   put(&b, im->owner, (size_t)g->nt * sizeof *im->owner);
+  put(&b, im->storage, (size_t)g->nt * sizeof *im->storage);
   if (im->has_program) {
     const LaunchProgram *lp = &im->lp;
     put(&b, &lp->f, sizeof lp->f);
@@ -153,7 +151,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   FILE *f = fopen(path, "rb");
   if (!f) return snprintf(err, nerr, "cannot open %s", path), -1;
   ImgHeader h;
-  uint32_t want[9];
+  uint32_t want[8];
   sizes_of(want);
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, MAGIC, sizeof MAGIC) != 0) {
     fclose(f);
@@ -189,16 +187,15 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
   }
   im->f.data_path[sizeof im->f.data_path - 1] = im->f.recipe[sizeof im->f.recipe - 1] = 0;
   im->f.cuda_refusal[sizeof im->f.cuda_refusal - 1] = im->f.cubin[sizeof im->f.cubin - 1] = 0;
-  if (!bad && (c.nt < 1 || c.nop < 1 || c.nchain < 0 || c.nscope < 0 || c.npoints < 1 || c.npoison < 0 ||
-               c.ngen < 0 || c.ngen > RT_GEN_MAX))
+  if (!bad && (c.nt < 1 || c.nop < 1 || c.nscope < 0 || c.npoints < 1 || c.npoison < 0 || c.ngen < 0 ||
+               c.ngen > RT_GEN_MAX))
     bad = 1;
   Graph *g = im->g = bad ? NULL : graph_new();
   if (!bad && !g) bad = 2;
   if (!bad) {
     g->t = take(&r, (size_t)c.nt, sizeof *g->t, &bad);
     g->op = take(&r, (size_t)c.nop, sizeof *g->op, &bad);
-    g->chain = take(&r, (size_t)c.nchain, sizeof *g->chain, &bad);
-    g->nt = g->capt = c.nt, g->nop = g->capop = c.nop, g->nchain = c.nchain;
+    g->nt = g->capt = c.nt, g->nop = g->capop = c.nop;
     g->tokens = c.tokens, g->targets = c.targets, g->loss = c.loss, g->grad_norm = c.grad_norm, g->lr = c.lr;
     g->num_microbatches = c.num_microbatches, g->nbuffers = c.nbuffers;
     memcpy(g->buffer_bytes, c.buffer_bytes, sizeof c.buffer_bytes);
@@ -221,6 +218,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
     im->bucket = take(&r, (size_t)c.nbucket, sizeof *im->bucket, &bad);
     im->bucket_grad = take(&r, (size_t)c.nbucket_grad, sizeof *im->bucket_grad, &bad);
     im->owner = take(&r, (size_t)c.nt, sizeof *im->owner, &bad);
+    im->storage = take(&r, (size_t)c.nt, sizeof *im->storage, &bad);
     if (!bad && c.has_program) {
       LaunchProgram *lp = &im->lp;
       LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
@@ -254,7 +252,7 @@ void image_free(StepImage *im) {
   graph_free(im->g);
   free(im->cpu_offset), free(im->cpu_bytes), free(im->point_op), free(im->poison_start), free(im->poison),
       free(im->scope);
-  free(im->bucket), free(im->bucket_grad), free(im->owner);
+  free(im->bucket), free(im->bucket_grad), free(im->owner), free(im->storage);
   lp_free(&im->lp);
   memset(im, 0, sizeof *im);
 }
@@ -267,15 +265,13 @@ Graph *image_cpu_graph(const StepImage *im) {
   *g = *s;
   g->t = malloc((size_t)s->nt * sizeof *g->t);
   g->op = malloc((size_t)s->nop * sizeof *g->op);
-  g->chain = s->nchain ? malloc((size_t)s->nchain * sizeof *g->chain) : NULL;
   g->cur = keep.cur;
-  if (!g->t || !g->op || (s->nchain && !g->chain)) {
+  if (!g->t || !g->op) {
     graph_free(g);
     return NULL;
   }
   memcpy(g->t, s->t, (size_t)s->nt * sizeof *g->t);
   memcpy(g->op, s->op, (size_t)s->nop * sizeof *g->op);
-  if (s->nchain) memcpy(g->chain, s->chain, (size_t)s->nchain * sizeof *g->chain);
   for (int i = 0; i < g->nt; i++)
     g->t[i].offset = im->cpu_offset[i], g->t[i].bytes = im->cpu_bytes[i];
   g->nbuffers = im->f.cpu_region > 0 ? 2 : 1;

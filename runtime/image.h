@@ -3,8 +3,9 @@
  * holds no recipe: opening an artifact needs no Lua, no NVRTC and no compiler.
  *
  * What it carries: the planned graph (every tensor's name, dtype, shape, role, initialisation and
- * its slot in the CUDA plan's arena; every op with its attributes, tags and the compiler's fusions;
- * the generated elementwise chains), the launch program the CUDA runtime plays (runtime/program.h),
+ * its slot in the CUDA plan's arena, and the tensor whose slot holds it on CUDA where the compiler's
+ * fusions put it on another's; every op with its attributes and tags), the launch program the CUDA
+ * runtime plays (runtime/program.h, which carries every fusion the compiler decided),
  * the CPU reference plan (fp32 slots and the ranges poisoned
  * after their last use), the program order, the CUDA-graph scope instances, the names and
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
@@ -29,7 +30,7 @@
 #include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 5
+#define STEPC_IMAGE_VERSION 6
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */
@@ -101,6 +102,10 @@ typedef struct {
   int nbucket_grad;
   int32_t *owner;   /* per tensor: the distributed optimizer's owning rank (compiler/passes/schedule.c)
                        or -1 (every rank's, or no distributed optimizer) */
+  int32_t *storage; /* per tensor: the tensor whose CUDA slot holds it: itself, or the one the compiler's
+                       fusions put it on (compiler/passes/fusions.h: the logits for the fused loss's
+                       dlogits, the main gradient a weight gradient is accumulated into by its
+                       producer's kernel), which then needs no slot of its own (bytes 0) */
   int has_program;  /* 1: lp holds the launch program (the CUDA backend runs the step) */
   LaunchProgram lp; /* what the CUDA runtime plays (program.h); its points are point_op's */
 } StepImage;

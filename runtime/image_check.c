@@ -107,9 +107,11 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
       (unsigned)t->init > IR_INIT_NORMAL || !isfinite(t->init_std))
     return bad(w, "tensor %d (%s): dtype, role or init is out of range", i, t->name);
   if (check_shape(t, i, w)) return -1;
-  if (!in_range(t->alias, nt) || !opt_index(t->sink, nt) || !opt_index(t->of, nt) ||
-      !opt_index(t->producer, g->nop))
-    return bad(w, "tensor %d (%s): alias, sink, of or producer names nothing in the step", i, t->name);
+  int home = im->storage[i];
+  if (!in_range(home, nt) || !opt_index(t->of, nt) || !opt_index(t->producer, g->nop))
+    return bad(w, "tensor %d (%s): storage, of or producer names nothing in the step", i, t->name);
+  if (im->storage[home] != home)
+    return bad(w, "tensor %d (%s): storage %d is on another tensor's storage itself", i, t->name, home);
   if (!in_range(t->buffer, g->nbuffers) || t->buffer > 1)
     return bad(w, "tensor %d (%s): buffer %d is not the arena or the region", i, t->name, t->buffer);
   int64_t cuda_need = need(t, (int64_t)dtype_size(t->dtype)), cpu_need = need(t, cpu_esize(t));
@@ -118,7 +120,7 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
     return bad(w, "tensor %d (%s): its slot is larger than its %lld elements", i, t->name,
                (long long)tensor_numel(t));
   /* CUDA: a weight gradient sunk into its main gradient, or a tensor on another's storage, has no slot */
-  int borrowed = t->sink >= 0 || t->alias != i;
+  int borrowed = home != i;
   if (t->offset < 0 || t->bytes < 0 || (t->bytes < cuda_need && !(borrowed && t->bytes == 0)) ||
       t->offset > g->buffer_bytes[t->buffer] - t->bytes)
     return bad(w,
@@ -128,9 +130,9 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
                (long long)g->buffer_bytes[t->buffer]);
   /* the storage a borrowing tensor uses on CUDA (the logits for the fused loss's dlogits, the main
    * gradient a weight gradient is summed into) holds it */
-  if (borrowed && g->t[t->alias != i ? t->alias : t->sink].bytes < cuda_need)
-    return bad(w, "tensor %d (%s): the tensor whose storage it uses (alias %d, sink %d) is smaller than it",
-               i, t->name, t->alias, t->sink);
+  if (borrowed && g->t[home].bytes < cuda_need)
+    return bad(w, "tensor %d (%s): the tensor whose storage it uses (storage %d) is smaller than it", i,
+               t->name, home);
   int64_t cap = t->buffer == 1 ? im->f.cpu_region : im->f.cpu_arena;
   if (im->cpu_offset[i] < 0 || im->cpu_bytes[i] < cpu_need || im->cpu_offset[i] > cap - im->cpu_bytes[i])
     return bad(w,
@@ -233,10 +235,10 @@ static int check_op(const Graph *g, int o, Why *w) {
   Op *op = &g->op[o];
   op->tags.module[IR_MODULE_MAX - 1] = 0;
   if ((unsigned)op->kind >= OP_COUNT || op->nin < 0 || op->nin > IR_MAX_IN || op->nout < 1 ||
-      op->nout > IR_MAX_OUT || (unsigned)op->tags.phase >= IR_PHASE_COUNT || op->fuse >= FUSE_COUNT ||
-      !opt_index(op->peer, g->nop) || !opt_index(op->tags.fwd, g->nop) || op->tags.layer < -1 ||
-      op->tags.labels >= (1u << IR_NLABELS) || op->tags.scopes >= (1u << IR_NSCOPES))
-    return bad(w, "op %d: kind, arity, phase, tags or fusion is out of range", o);
+      op->nout > IR_MAX_OUT || (unsigned)op->tags.phase >= IR_PHASE_COUNT ||
+      !opt_index(op->tags.fwd, g->nop) || op->tags.layer < -1 || op->tags.labels >= (1u << IR_NLABELS) ||
+      op->tags.scopes >= (1u << IR_NSCOPES))
+    return bad(w, "op %d: kind, arity, phase or tags is out of range", o);
   for (int i = 0; i < op->nin; i++)
     if (!in_range(op->in[i], g->nt))
       return bad(w, "op %d (%s): input %d is tensor %d, not in the step", o, op_name(op->kind), i, op->in[i]);
@@ -245,25 +247,6 @@ static int check_op(const Graph *g, int o, Why *w) {
       return bad(w, "op %d (%s): output %d is tensor %d, not in the step", o, op_name(op->kind), i,
                  op->out[i]);
   return check_op_shapes(g, o, w);
-}
-
-static int check_chains(const StepImage *im, Why *w) {
-  const Graph *g = im->g;
-  for (int c = 0; c < g->nchain; c++) {
-    IrChain *ch = &g->chain[c];
-    if (ch->nops < 1 || ch->nops > IR_MAX_CHAIN || ch->nin < 0 || ch->nin > IR_MAX_CHAIN_IO ||
-        !in_range(ch->kernel, im->gen.n) || !in_range(ch->first, g->nop))
-      return bad(w, "chain %d: nops, nin, first or kernel is out of range", c);
-    for (int j = 0; j < ch->nops; j++) {
-      ch->scalars[j][3] = 0;
-      if (!in_range(ch->op[j], g->nop))
-        return bad(w, "chain %d: op[%d] is %d, not an op of the step", c, j, ch->op[j]);
-    }
-    for (int m = 0; m < ch->nin; m++)
-      if (!in_range(ch->in[m], g->nt))
-        return bad(w, "chain %d: in[%d] is %d, not a tensor of the step", c, m, ch->in[m]);
-  }
-  return 0;
 }
 
 static int check_program(const StepImage *im, Why *w) {
@@ -437,8 +420,5 @@ int image_check(StepImage *im, char *why, size_t nwhy) {
   if (check_step_tensors(im, &w)) return -1;
   for (int o = 0; o < g->nop; o++)
     if (check_op(g, o, &w)) return -1;
-  return check_chains(im, &w) || check_program(im, &w) || check_buckets(im, &w) ||
-                 check_launch_program(im, &w)
-             ? -1
-             : 0;
+  return check_program(im, &w) || check_buckets(im, &w) || check_launch_program(im, &w) ? -1 : 0;
 }

@@ -76,7 +76,7 @@ extern const char *const rt_kernel_name[RT_K_COUNT];
 extern const char *const rt_kernel_sig[RT_K_COUNT];
 /* Generated kernels (the compiler's fused elementwise chains, compiler/passes/ew_fuse.h) follow the
  * static ones: handle RT_K_COUNT + i is the step's generated kernel i (RtDevice.gen), the one
- * IrChain.kernel = i names. rt_kname / rt_ksig cover both ranges. */
+ * EwChain.kernel = i names (compiler/passes/fusions.h). rt_kname / rt_ksig cover both ranges. */
 #define RT_GEN_MAX 32
 typedef struct {
   char name[64];

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli/artifact_sum.h"
+#include "passes/fuse.h"
 #include "report/report.h"
 #include "runtime/image.h"
 #include "runtime/safe_file.h"
@@ -126,6 +127,16 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
   char path[1200], ierr[1400] = "";
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
   if (image_read(path, &im, ierr, sizeof ierr) != 0) return snprintf(err, nerr, "%s", ierr), STEPC_ERR_IO;
+  /* the cost model prices the fused groups: the compiler's fusions of the image's graph, decided
+   * again (they read the op structure alone, so they are the ones the build lowered) */
+  Fusions *fz = fusions_new(im.g);
+  EwKernels ks = {0};
+  if (!fz || fuse_build(im.g, fz, &ks, ierr, sizeof ierr) != 0) {
+    snprintf(err, nerr, "%s: the step's fusions: %s", path, fz ? ierr : "out of memory");
+    ew_kernels_free(&ks), fusions_free(fz), image_free(&im);
+    return STEPC_ERR_IO;
+  }
+  ew_kernels_free(&ks);
   double *ms = calloc((size_t)in->points + 1, sizeof *ms);
   stepc_step_stats ss;
   stepc_status st = ms ? api->profile_step(s, &ss, ms, in->points) : STEPC_ERR_NOMEM;
@@ -133,10 +144,11 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
     snprintf(err, nerr, "%s", ms ? api->last_error(s) : "out of memory");
   else {
     if (json) fprintf(out, ", \"profile\": ");
-    report_profile(&im, ms, ss.ms, json, out);
+    report_profile(&im, fz, ms, ss.ms, json, out);
     st = timeline(api, s, dir, &im, in, o, out, err, nerr);
   }
   free(ms);
+  fusions_free(fz);
   image_free(&im);
   return st;
 }

@@ -328,7 +328,8 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
   im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
   im.owner = malloc(((size_t)sp->g->nt + 1) * sizeof *im.owner);
-  if (!im.bucket || !im.bucket_grad || !im.owner) {
+  im.storage = malloc(((size_t)sp->g->nt + 1) * sizeof *im.storage);
+  if (!im.bucket || !im.bucket_grad || !im.owner || !im.storage) {
     snprintf(err, nerr, "out of memory");
     goto free_prog;
   }
@@ -343,8 +344,9 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   for (int k = 0; k < sp->sc.ngrad; k++)
     im.bucket_grad[k] = sp->sc.grad[k];
   im.nbucket = sp->sc.nb, im.nbucket_grad = sp->sc.ngrad;
+  /* what the runtime needs of the fusions besides the launch program: where a tensor's bytes are */
   for (int t = 0; t < sp->g->nt; t++)
-    im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1;
+    im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1, im.storage[t] = fusions_storage(sp->fz, t);
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
   if (!sp->lp_ok)
@@ -358,7 +360,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   rc = image_write(path, &im, err, nerr) == 0 ? ARTIFACT_OK : ARTIFACT_ERROR;
 free_prog:
   free(im.cpu_offset), free(im.cpu_bytes), free(im.scope), free(im.bucket), free(im.bucket_grad),
-      free(im.owner);
+      free(im.owner), free(im.storage);
   plan_program_free(&prog);
 done:
   plan_free(&cp);

@@ -6,8 +6,8 @@
  * the op's device expression lives), in one phase, all over
  * bf16 tensors of one shape, each op after the first reading a value an earlier op of the chain
  * produced. ew_chain_at finds one from the op structure; the caller (compiler/passes/fuse.c, before the
- * memory plan) records it on the graph. ew_kernel_add turns a chain into its kernel — the template
- * filled for the chain's signature — shared by every chain of that signature.
+ * memory plan) records it with its decisions (fusions.h). ew_kernel_add turns a chain into its kernel — the
+ * template filled for the chain's signature — shared by every chain of that signature.
  *
  * Kernel parameters, in order: each stored output (p), each external input (p), n (l), then each
  * op's scalars (OpEw.scalars: f a.f[0] as float, S the dropout seed slot (p), U a.i[0] as
@@ -18,13 +18,10 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "passes/fusions.h"
 #include "runtime/rt.h"
 
-#define EW_MAX_CHAIN IR_MAX_CHAIN
-#define EW_MAX_IO IR_MAX_CHAIN_IO
 #define EW_MAX_KERNELS 32
-
-typedef IrChain EwChain; /* ir.h: the chain as the artifact carries it */
 
 typedef struct {
   char name[64];

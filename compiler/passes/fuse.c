@@ -32,13 +32,13 @@ static int same_tags(const IrTags *a, const IrTags *b) {
  * FUSE_LINEAR_ADD, FUSE_DROPOUT_ADD or 0. The first two change the bits (the product or the
  * dropout output is added in fp32 before the one bf16 rounding), so they depend on the op
  * structure only and a forward pair fuses only together with every replay of it. */
-static int producer_pair(const Graph *g, const int *uses, int o) {
+static int producer_pair(const Graph *g, const Fusions *fz, const int *uses, int o) {
   const Op *add = &g->op[o];
   if (o < 1 || add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1]) return 0;
   if (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY) return 0;
   const Op *p = &g->op[o - 1];
-  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || add->skip ||
-      p->skip)
+  if ((p->kind != OP_LINEAR && p->kind != OP_DROPOUT) || !same_tags(&p->tags, &add->tags) || fz->skip[o] ||
+      fz->skip[o - 1])
     return 0;
   int y = p->out[0], k = add->in[0] == y ? 0 : add->in[1] == y ? 1 : -1, out = add->out[0];
   if (k < 0 || uses[y] != 1 || y == g->loss || y == g->grad_norm || y == g->lr || g->t[y].role != ROLE_ACT)
@@ -47,7 +47,7 @@ static int producer_pair(const Graph *g, const int *uses, int o) {
    * regenerates the mask from (seed, stream) */
   int r = add->in[1 - k];
   if (!same_shape(g, y, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16) return 0;
-  if (g->t[y].alias != y || g->t[r].alias != r || g->t[out].alias != out) return 0;
+  if (fz->alias[y] != y || fz->alias[r] != r || fz->alias[out] != out) return 0;
   if (p->kind == OP_DROPOUT) return p->nin == 1 && same_shape(g, p->in[0], y) ? FUSE_DROPOUT_ADD : 0;
   return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? FUSE_LINEAR_ADD : 0;
 }
@@ -55,35 +55,35 @@ static int producer_pair(const Graph *g, const int *uses, int o) {
 /* Whether op o (a backward ADD) sums the dx of the norm backward just before it, read by nothing
  * else, with another bf16 gradient of its shape, and the norm backward runs as the one-pass kernel
  * (kernels/launch.h stepc_norm_bwd_warps), which can add the other gradient as it stores dx. */
-static int norm_bwd_add(const Graph *g, const int *uses, int o) {
+static int norm_bwd_add(const Graph *g, const Fusions *fz, const int *uses, int o) {
   const Op *add = &g->op[o], *n = &g->op[o - 1];
-  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || add->skip ||
-      add->fuse)
+  if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->in[0] == add->in[1] || fz->skip[o] ||
+      fz->fuse[o])
     return 0;
-  if ((n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) || n->skip || n->fuse ||
+  if ((n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) || fz->skip[o - 1] || fz->fuse[o - 1] ||
       add->tags.phase != IR_PHASE_BACKWARD || !same_tags(&n->tags, &add->tags))
     return 0;
   int dx = n->out[0], k = add->in[0] == dx ? 0 : add->in[1] == dx ? 1 : -1, out = add->out[0];
-  if (k < 0 || uses[dx] != 1 || g->t[dx].role != ROLE_ACT_GRAD || g->t[dx].sink >= 0) return 0;
+  if (k < 0 || uses[dx] != 1 || g->t[dx].role != ROLE_ACT_GRAD || fz->sink[dx] >= 0) return 0;
   int r = add->in[1 - k], C = (int)ops_last(&g->t[dx]);
   if (!same_shape(g, dx, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16 || C % 8) return 0;
-  if (g->t[dx].alias != dx || g->t[r].alias != r || g->t[out].alias != out || g->t[r].sink >= 0 ||
-      g->t[out].sink >= 0)
+  if (fz->alias[dx] != dx || fz->alias[r] != r || fz->alias[out] != out || fz->sink[r] >= 0 ||
+      fz->sink[out] >= 0)
     return 0;
   return stepc_norm_bwd_warps(C, n->kind == OP_LAYERNORM_BWD ? 2 : 1) > 0;
 }
 
-static void fuse_pair(Graph *g, int run, int absorbed, int kind) {
-  g->op[run].fuse = (uint8_t)kind;
-  g->op[run].peer = absorbed;
-  g->op[absorbed].skip = 1;
+static void fuse_pair(Fusions *fz, int run, int absorbed, int kind) {
+  fz->fuse[run] = (uint8_t)kind;
+  fz->peer[run] = absorbed;
+  fz->skip[absorbed] = 1;
 }
 
-static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
+static int fuse_pairs(const Graph *g, Fusions *fz, const int *uses, char *err, size_t nerr) {
   int *cand = calloc((size_t)g->nop + 1, sizeof *cand);
   if (!cand) return snprintf(err, nerr, "out of memory"), -1;
   for (int o = 0; o < g->nop; o++)
-    cand[o] = producer_pair(g, uses, o);
+    cand[o] = producer_pair(g, fz, uses, o);
   /* a forward pair and its replays fuse together or not at all */
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
@@ -96,13 +96,15 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
     const Op *op = &g->op[o];
     int f = op->tags.phase == IR_PHASE_REPLAY ? op->tags.fwd : o;
     if (cand[o] <= 0 || f < 0 || f >= g->nop || cand[f] != cand[o]) continue;
-    fuse_pair(g, o, o - 1, cand[o]);
+    fuse_pair(fz, o, o - 1, cand[o]);
   }
   free(cand);
   /* ADD -> norm writes the bits the two kernels write */
   for (int o = 0; o + 1 < g->nop; o++) {
     const Op *add = &g->op[o], *n = &g->op[o + 1];
-    if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || add->skip || add->fuse || n->skip) continue;
+    if (add->kind != OP_ADD || add->nin != 2 || add->nout != 1 || fz->skip[o] || fz->fuse[o] ||
+        fz->skip[o + 1])
+      continue;
     if ((n->kind != OP_RMSNORM && n->kind != OP_LAYERNORM) || n->in[0] != add->out[0] ||
         n->tags.phase != add->tags.phase ||
         (add->tags.phase != IR_PHASE_FORWARD && add->tags.phase != IR_PHASE_REPLAY))
@@ -111,8 +113,8 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
     if (!same_shape(g, a, out) || !same_shape(g, b, out) || g->t[out].dtype != DT_BF16 ||
         ops_last(&g->t[out]) % 8)
       continue;
-    if (g->t[a].alias != a || g->t[b].alias != b || g->t[out].alias != out) continue;
-    fuse_pair(g, o + 1, o, FUSE_ADD_NORM);
+    if (fz->alias[a] != a || fz->alias[b] != b || fz->alias[out] != out) continue;
+    fuse_pair(fz, o + 1, o, FUSE_ADD_NORM);
   }
   return 0;
 }
@@ -120,9 +122,10 @@ static int fuse_pairs(Graph *g, const int *uses, char *err, size_t nerr) {
 /* The RoPE of ops a and b (consecutive, either order) applied to tensors x and y (x to one, y to
  * the other), both in direction dir, with one base and scaling, each output its own storage: 1 and, in *ra /
  * *rb, which op rotates x / y. */
-static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *ra, int *rb) {
+static int rope_pair(const Graph *g, const Fusions *fz, int a, int b, int x, int y, int dir, int *ra,
+                     int *rb) {
   const Op *p = &g->op[a], *q = &g->op[b];
-  if (p->kind != OP_ROPE || q->kind != OP_ROPE || p->skip || q->skip || p->fuse || q->fuse ||
+  if (p->kind != OP_ROPE || q->kind != OP_ROPE || fz->skip[a] || fz->skip[b] || fz->fuse[a] || fz->fuse[b] ||
       p->a.i[0] != dir || q->a.i[0] != dir || p->a.f[0] != q->a.f[0] || p->a.f[1] != q->a.f[1])
     return 0;
   if (p->in[0] == x && q->in[0] == y)
@@ -131,7 +134,7 @@ static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *r
     *ra = b, *rb = a;
   else
     return 0;
-  return g->t[p->out[0]].alias == p->out[0] && g->t[q->out[0]].alias == q->out[0];
+  return fz->alias[p->out[0]] == p->out[0] && fz->alias[q->out[0]] == q->out[0];
 }
 
 /* SPLIT_QKV with RoPE on q and k (forward or a replay), and the gradient's two inverse RoPEs with
@@ -139,51 +142,51 @@ static int rope_pair(const Graph *g, int a, int b, int x, int y, int dir, int *r
  * third (rope_split_qkv / rope_concat_qkv). Both kernels write the bits of the three ops (rope.cuh),
  * so a group need not fuse together with its replays. The split's q and k, and the inverse RoPEs'
  * outputs, are read by the group alone: nothing writes them on the GPU. */
-static void fuse_rope_qkv(Graph *g, const int *uses) {
+static void fuse_rope_qkv(const Graph *g, Fusions *fz, const int *uses) {
   for (int o = 0; o + 2 < g->nop; o++) {
-    Op *a = &g->op[o], *c = &g->op[o + 2];
+    const Op *a = &g->op[o], *c = &g->op[o + 2];
     if (!same_tags(&a->tags, &g->op[o + 1].tags) || !same_tags(&a->tags, &c->tags)) continue;
     int ra, rb, D;
-    if (a->kind == OP_SPLIT_QKV && !a->skip && !a->fuse && a->nout == 3 &&
+    if (a->kind == OP_SPLIT_QKV && !fz->skip[o] && !fz->fuse[o] && a->nout == 3 &&
         (a->tags.phase == IR_PHASE_FORWARD || a->tags.phase == IR_PHASE_REPLAY)) {
       int q = a->out[0], k = a->out[1];
-      if (!rope_pair(g, o + 1, o + 2, q, k, 1, &ra, &rb) || uses[q] != 1 || uses[k] != 1) continue;
-      if (g->t[a->in[0]].alias != a->in[0] || g->t[a->out[2]].alias != a->out[2]) continue;
+      if (!rope_pair(g, fz, o + 1, o + 2, q, k, 1, &ra, &rb) || uses[q] != 1 || uses[k] != 1) continue;
+      if (fz->alias[a->in[0]] != a->in[0] || fz->alias[a->out[2]] != a->out[2]) continue;
       D = (int)a->a.i[2];
-    } else if (c->kind == OP_CONCAT_QKV && !c->skip && !c->fuse && c->nin == 3 &&
+    } else if (c->kind == OP_CONCAT_QKV && !fz->skip[o + 2] && !fz->fuse[o + 2] && c->nin == 3 &&
                a->tags.phase == IR_PHASE_BACKWARD) {
       int dq = c->in[0], dk = c->in[1];
       if (g->t[dq].producer < o || g->t[dk].producer < o) continue;
-      if (!rope_pair(g, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra,
+      if (!rope_pair(g, fz, o, o + 1, g->op[g->t[dq].producer].in[0], g->op[g->t[dk].producer].in[0], -1, &ra,
                      &rb) ||
           g->op[ra].out[0] != dq || g->op[rb].out[0] != dk || uses[dq] != 1 || uses[dk] != 1 ||
-          g->t[c->out[0]].alias != c->out[0])
+          fz->alias[c->out[0]] != c->out[0])
         continue;
       D = (int)c->a.i[2];
     } else
       continue;
     if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF || g->t[g->op[ra].out[0]].dtype != DT_BF16) continue;
-    g->op[o].skip = g->op[o + 1].skip = 1;
-    g->op[o + 2].fuse = FUSE_ROPE_QKV;
-    g->op[o + 2].peer = o;
+    fz->skip[o] = fz->skip[o + 1] = 1;
+    fz->fuse[o + 2] = FUSE_ROPE_QKV;
+    fz->peer[o + 2] = o;
     o += 2;
   }
 }
 
 /* A run of consecutive pointwise ops no pair took (ew_fuse.h): every tensor its own storage, no
  * weight gradient sunk into another's kernel. */
-static int chain_ok(const Graph *g, const IrChain *c) {
+static int chain_ok(const Graph *g, const Fusions *fz, const EwChain *c) {
   for (int j = 0; j < c->nops; j++) {
     const Op *op = &g->op[c->op[j]];
     for (int i = 0; i < op->nin; i++)
-      if (g->t[op->in[i]].alias != op->in[i] || g->t[op->in[i]].sink >= 0) return 0;
+      if (fz->alias[op->in[i]] != op->in[i] || fz->sink[op->in[i]] >= 0) return 0;
     int y = op->out[0];
-    if (g->t[y].alias != y || g->t[y].sink >= 0) return 0;
+    if (fz->alias[y] != y || fz->sink[y] >= 0) return 0;
   }
   return 1;
 }
 
-static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size_t nerr) {
+static int fuse_chains(const Graph *g, Fusions *fz, const int *uses, EwKernels *ks, char *err, size_t nerr) {
   uint8_t *blocked = calloc((size_t)g->nop + 1, 1), *pass = calloc((size_t)g->nop + 1, 1);
   if (!blocked || !pass) {
     free(blocked), free(pass);
@@ -193,20 +196,20 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
    * nothing where it stands */
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
-    blocked[o] = op->skip || op->fuse;
-    pass[o] = op->kind == OP_ACCUM && op->skip && !op->fuse && g->t[op->in[0]].sink >= 0 &&
+    blocked[o] = fz->skip[o] || fz->fuse[o];
+    pass[o] = op->kind == OP_ACCUM && fz->skip[o] && !fz->fuse[o] && fz->sink[op->in[0]] >= 0 &&
               g->t[op->in[0]].producer < o;
   }
   int rc = 0;
   for (int o = 0; o < g->nop && rc == 0;) {
-    IrChain c;
-    if (!ew_chain_at(g, o, uses, blocked, pass, &c) || !chain_ok(g, &c)) {
+    EwChain c;
+    if (!ew_chain_at(g, o, uses, blocked, pass, &c) || !chain_ok(g, fz, &c)) {
       o++;
       continue;
     }
-    IrChain *n = realloc(g->chain, (size_t)(g->nchain + 1) * sizeof *n);
+    EwChain *n = realloc(fz->chain, (size_t)(fz->nchain + 1) * sizeof *n);
     if (!n || ew_kernel_add(ks, g, &c) < 0) {
-      if (n) g->chain = n;
+      if (n) fz->chain = n;
       rc = -1;
       snprintf(err, nerr,
                "op %d: generating the elementwise kernel of its chain failed (more than %d kernels, or out "
@@ -214,13 +217,13 @@ static int fuse_chains(Graph *g, const int *uses, EwKernels *ks, char *err, size
                o, EW_MAX_KERNELS);
       break;
     }
-    g->chain = n;
-    g->chain[g->nchain++] = c;
+    fz->chain = n;
+    fz->chain[fz->nchain++] = c;
     int last = c.op[c.nops - 1];
     for (int j = 0; j + 1 < c.nops; j++)
-      g->op[c.op[j]].skip = 1;
-    g->op[last].fuse = FUSE_EW;
-    g->op[last].peer = c.first;
+      fz->skip[c.op[j]] = 1;
+    fz->fuse[last] = FUSE_EW;
+    fz->peer[last] = c.first;
     o = last + 1;
   }
   free(blocked), free(pass);
@@ -239,34 +242,34 @@ static int constant_fill(const Graph *g, int t) {
  * chunk's logits, so the chunk is multiplied once; the ops between (the loss's sum with the MoE
  * aux loss, the FILL) write scalars. Its weight gradient must be sunk into the main gradient (a
  * chunk's product adds into it); otherwise nothing fuses and the CUDA executor refuses the op. */
-static void fuse_loss_bwd(Graph *g) {
+static void fuse_loss_bwd(const Graph *g, Fusions *fz) {
   for (int b = 0; b < g->nop; b++) {
-    Op *bw = &g->op[b];
+    const Op *bw = &g->op[b];
     int f = bw->tags.fwd;
     if (bw->kind != OP_LINEAR_CROSS_ENTROPY_BWD || bw->tags.phase != IR_PHASE_BACKWARD || f < 0 || f >= b)
       continue;
     const Op *fw = &g->op[f];
     if (fw->kind != OP_LINEAR_CROSS_ENTROPY || fw->tags.phase != IR_PHASE_FORWARD || bw->in[1] != fw->in[0] ||
         bw->in[2] != fw->in[1] || bw->in[3] != fw->in[2] || bw->a.i[0] != fw->a.i[0] ||
-        !constant_fill(g, bw->in[0]) || g->t[bw->out[1]].sink < 0)
+        !constant_fill(g, bw->in[0]) || fz->sink[bw->out[1]] < 0)
       continue;
     int early = 0; /* something between reads what the launch writes early */
     for (int o = f + 1; o < b; o++)
       for (int i = 0; i < g->op[o].nin; i++)
         early |= g->op[o].in[i] == bw->out[0] || g->op[o].in[i] == bw->out[1];
     if (early) continue;
-    bw->skip = 1;
-    bw->fuse = FUSE_LOSS_BWD;
-    bw->peer = f;
+    fz->skip[b] = 1;
+    fz->fuse[b] = FUSE_LOSS_BWD;
+    fz->peer[b] = f;
   }
 }
 
 /* Whether op o reads or writes tensor t, itself or through a weight gradient sunk into t. */
-static int touches(const Graph *g, const Op *op, int t) {
+static int touches(const Fusions *fz, const Op *op, int t) {
   for (int i = 0; i < op->nin; i++)
     if (op->in[i] == t) return 1;
   for (int i = 0; i < op->nout; i++)
-    if (op->out[i] == t || g->t[op->out[i]].sink == t) return 1;
+    if (op->out[i] == t || fz->sink[op->out[i]] == t) return 1;
   return 0;
 }
 
@@ -280,27 +283,27 @@ static int micro_phase(Phase p) {
  * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
  * With more micro-batches the later ones must add, and one captured graph serves them all, so
  * nothing changes there. */
-static void fuse_wgrad_store(Graph *g) {
+static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
   if (g->num_microbatches != 1) return;
   for (int z = 0; z < g->nop; z++) {
     const Op *zo = &g->op[z];
-    if (zo->kind != OP_ZERO || zo->skip || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
+    if (zo->kind != OP_ZERO || fz->skip[z] || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
     int mg = zo->out[0], first = -1, last = -1;
     if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
     for (int pass = 0; pass < 2; pass++) /* execution order: the micro-batch, then the tail */
       for (int o = 0; o < g->nop; o++)
-        if (micro_phase(g->op[o].tags.phase) == !pass && touches(g, &g->op[o], mg)) {
+        if (micro_phase(g->op[o].tags.phase) == !pass && touches(fz, &g->op[o], mg)) {
           if (first < 0) first = o;
           last = o;
         }
     if (first < 0 || last != z) continue;
-    Op *w = &g->op[first];
-    if (w->kind != OP_LINEAR_WGRAD || w->skip || w->fuse || w->nout != 1 || g->t[w->out[0]].sink != mg ||
-        tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+    const Op *w = &g->op[first];
+    if (w->kind != OP_LINEAR_WGRAD || fz->skip[first] || fz->fuse[first] || w->nout != 1 ||
+        fz->sink[w->out[0]] != mg || tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;
-    w->fuse = FUSE_WGRAD_STORE;
-    w->peer = -1;
-    g->op[z].skip = 1;
+    fz->fuse[first] = FUSE_WGRAD_STORE;
+    fz->peer[first] = -1;
+    fz->skip[z] = 1;
   }
 }
 
@@ -308,9 +311,10 @@ static void fuse_wgrad_store(Graph *g) {
  * allowed by the recipe (i[0], optimizer.multi_tensor), and what the launch shares: the
  * accumulator for GRAD_SUMSQ; the fp32 master, the (beta1, beta2, eps) setting and the clip,
  * lr and step inputs for ADAMW (weight decay is per tensor: a table column). */
-static int multi_peer(const Op *a, const Op *b) {
-  if (a->kind != b->kind || !a->a.i[0] || !b->a.i[0] || a->skip || b->skip || a->fuse || b->fuse ||
-      a->tags.phase != IR_PHASE_OPTIMIZER || !same_tags(&a->tags, &b->tags))
+static int multi_peer(const Graph *g, const Fusions *fz, int ia, int ib) {
+  const Op *a = &g->op[ia], *b = &g->op[ib];
+  if (a->kind != b->kind || !a->a.i[0] || !b->a.i[0] || fz->skip[ia] || fz->skip[ib] || fz->fuse[ia] ||
+      fz->fuse[ib] || a->tags.phase != IR_PHASE_OPTIMIZER || !same_tags(&a->tags, &b->tags))
     return 0;
   if (a->kind == OP_GRAD_SUMSQ) return a->nin == 1 && b->nin == 1 && a->out[0] == b->out[0];
   if (a->kind != OP_ADAMW || a->nout != 4 || b->nout != 4 || a->nin != 4 || b->nin != 4) return 0;
@@ -319,19 +323,19 @@ static int multi_peer(const Op *a, const Op *b) {
   return a->a.f[0] == b->a.f[0] && a->a.f[1] == b->a.f[1] && a->a.f[2] == b->a.f[2];
 }
 
-int fuse_optimizer(Graph *g) {
+int fuse_optimizer(const Graph *g, Fusions *fz) {
   int groups = 0;
   for (int o = 0; o < g->nop;) {
     const Op *first = &g->op[o];
     int last = o;
     if (first->kind == OP_GRAD_SUMSQ || first->kind == OP_ADAMW)
-      while (last + 1 < g->nop && multi_peer(first, &g->op[last + 1]))
+      while (last + 1 < g->nop && multi_peer(g, fz, o, last + 1))
         last++;
     if (last > o) {
       for (int k = o; k < last; k++)
-        g->op[k].skip = 1;
-      g->op[last].fuse = (uint8_t)(first->kind == OP_GRAD_SUMSQ ? FUSE_SUMSQ_MULTI : FUSE_ADAMW_MULTI);
-      g->op[last].peer = o;
+        fz->skip[k] = 1;
+      fz->fuse[last] = (uint8_t)(first->kind == OP_GRAD_SUMSQ ? FUSE_SUMSQ_MULTI : FUSE_ADAMW_MULTI);
+      fz->peer[last] = o;
       groups++;
     }
     o = last + 1;
@@ -339,7 +343,11 @@ int fuse_optimizer(Graph *g) {
   return groups;
 }
 
-int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
+int fuse_build(const Graph *g, Fusions *fz, EwKernels *ks, char *err, size_t nerr) {
+  if (fz->nop != g->nop || fz->nt != g->nt)
+    return snprintf(err, nerr, "the fusions are sized for another graph (%d ops, %d tensors; it has %d, %d)",
+                    fz->nop, fz->nt, g->nop, g->nt),
+           -1;
   int *uses = calloc((size_t)g->nt + 1, sizeof *uses);
   if (!uses) return snprintf(err, nerr, "out of memory"), -1;
   for (int o = 0; o < g->nop; o++)
@@ -347,13 +355,13 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
       uses[g->op[o].in[i]]++;
   /* weight gradients straight into their main gradients */
   for (int o = 0; o < g->nop; o++) {
-    Op *op = &g->op[o];
+    const Op *op = &g->op[o];
     if (op->kind != OP_ACCUM) continue;
     int gt = op->in[0], mg = op->out[0], p = g->t[gt].producer;
     if (uses[gt] == 1 && p >= 0 && sinkable(g->op[p].kind) && g->t[mg].dtype == DT_F32 &&
         tensor_numel(&g->t[gt]) == tensor_numel(&g->t[mg])) {
-      g->t[gt].sink = mg;
-      op->skip = 1;
+      fz->sink[gt] = mg;
+      fz->skip[o] = 1;
     }
   }
   /* cross-entropy forward + backward in place over the logits: the backward's loss gradient must
@@ -362,49 +370,49 @@ int fuse_build(Graph *g, EwKernels *ks, char *err, size_t nerr) {
     const Op *op = &g->op[o];
     if (op->kind != OP_CROSS_ENTROPY) continue;
     for (int b = o + 1; b < g->nop; b++) {
-      Op *bw = &g->op[b];
+      const Op *bw = &g->op[b];
       if (bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0]) continue;
       if (!constant_fill(g, bw->in[0]) || uses[op->in[0]] != 2)
         continue; /* then the CUDA executor refuses the unfused backward */
-      g->t[bw->out[0]].alias = op->in[0];
-      bw->skip = 1;
+      fz->alias[bw->out[0]] = op->in[0];
+      fz->skip[b] = 1;
     }
   }
-  fuse_loss_bwd(g);
-  int rc = fuse_pairs(g, uses, err, nerr);
-  if (rc == 0) fuse_rope_qkv(g, uses);
-  if (rc == 0) rc = fuse_chains(g, uses, ks, err, nerr);
+  fuse_loss_bwd(g, fz);
+  int rc = fuse_pairs(g, fz, uses, err, nerr);
+  if (rc == 0) fuse_rope_qkv(g, fz, uses);
+  if (rc == 0) rc = fuse_chains(g, fz, uses, ks, err, nerr);
   /* after the chains: an ADD a generated chain took (with a dropout's backward, say) stays there */
   for (int o = 1; o < g->nop && rc == 0; o++)
-    if (norm_bwd_add(g, uses, o)) fuse_pair(g, o, o - 1, FUSE_NORM_BWD_ADD);
-  if (rc == 0) fuse_optimizer(g);
-  if (rc == 0) fuse_wgrad_store(g);
+    if (norm_bwd_add(g, fz, uses, o)) fuse_pair(fz, o, o - 1, FUSE_NORM_BWD_ADD);
+  if (rc == 0) fuse_optimizer(g, fz);
+  if (rc == 0) fuse_wgrad_store(g, fz);
   free(uses);
   return rc;
 }
 
-void fuse_group(const Graph *g, int o, int *first, int *last) {
+void fuse_group(const Fusions *fz, int o, int *first, int *last) {
   *first = *last = o;
-  if (g->op[o].fuse != FUSE_NONE && g->op[o].peer >= 0 && g->op[o].peer < o) *first = g->op[o].peer;
+  if (fz->fuse[o] != FUSE_NONE && fz->peer[o] >= 0 && fz->peer[o] < o) *first = fz->peer[o];
 }
 
-static int overlap(const Graph *g, int a, int b) {
-  const Tensor *ta = &g->t[g->t[a].alias], *tb = &g->t[g->t[b].alias];
+static int overlap(const Graph *g, const Fusions *fz, int a, int b) {
+  const Tensor *ta = &g->t[fz->alias[a]], *tb = &g->t[fz->alias[b]];
   if (ta->buffer != tb->buffer || ta->bytes == 0 || tb->bytes == 0) return 0;
   return ta->offset < tb->offset + tb->bytes && tb->offset < ta->offset + ta->bytes;
 }
 
-int fuse_verify(const Graph *g, char *err, size_t nerr) {
+int fuse_verify(const Graph *g, const Fusions *fz, char *err, size_t nerr) {
   for (int o = 0; o < g->nop; o++) {
     int first, last;
-    fuse_group(g, o, &first, &last);
+    fuse_group(fz, o, &first, &last);
     if (first == last) continue;
     for (int w = first; w <= last; w++)
       for (int j = 0; j < g->op[w].nout; j++)
         for (int r = first; r <= last; r++)
           for (int i = 0; i < g->op[r].nin; i++) {
             int out = g->op[w].out[j], in = g->op[r].in[i];
-            if (out != in && overlap(g, out, in)) {
+            if (out != in && overlap(g, fz, out, in)) {
               snprintf(err, nerr, "the fused group of ops %d..%d (%s): %s is planned over %s", first, last,
                        g->op[o].tags.module, g->t[out].name, g->t[in].name);
               return -1;

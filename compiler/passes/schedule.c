@@ -160,30 +160,30 @@ oom:
  * for an op absorbed by a fused group, the op that runs the group (a chain's last op, a pair's
  * second, a multi-tensor run's last); for the chunked loss's backward, its forward. -1 when no launch carries
  * them. */
-static int launch_of(const Graph *g, int o, int depth) {
+static int launch_of(const Graph *g, const Fusions *fz, int o, int depth) {
   const Op *op = &g->op[o];
-  if (!op->skip) return o;
-  if (op->fuse == FUSE_LOSS_BWD)
-    return op->peer >= 0 && op->peer < o && depth < 8 ? launch_of(g, op->peer, depth + 1) : -1;
-  if (op->kind == OP_ACCUM && op->nin > 0 && g->t[op->in[0]].sink >= 0) {
+  if (!fz->skip[o]) return o;
+  if (fz->fuse[o] == FUSE_LOSS_BWD)
+    return fz->peer[o] >= 0 && fz->peer[o] < o && depth < 8 ? launch_of(g, fz, fz->peer[o], depth + 1) : -1;
+  if (op->kind == OP_ACCUM && op->nin > 0 && fz->sink[op->in[0]] >= 0) {
     int p = g->t[op->in[0]].producer;
-    return p >= 0 && p != o && depth < 8 ? launch_of(g, p, depth + 1) : -1;
+    return p >= 0 && p != o && depth < 8 ? launch_of(g, fz, p, depth + 1) : -1;
   }
   for (int r = o + 1; r < g->nop; r++) {
     int first, last;
-    fuse_group(g, r, &first, &last);
-    if (first == last || first > o || g->op[r].fuse == FUSE_LOSS_BWD)
-      continue;                             /* that group runs at its first op */
-    if (g->op[r].fuse != FUSE_EW) return r; /* pairs and multi-tensor runs are contiguous */
-    for (int c = 0; c < g->nchain; c++)
-      if (g->chain[c].first == first)
-        for (int j = 0; j < g->chain[c].nops; j++)
-          if (g->chain[c].op[j] == o) return r;
+    fuse_group(fz, r, &first, &last);
+    if (first == last || first > o || fz->fuse[r] == FUSE_LOSS_BWD)
+      continue;                           /* that group runs at its first op */
+    if (fz->fuse[r] != FUSE_EW) return r; /* pairs and multi-tensor runs are contiguous */
+    for (int c = 0; c < fz->nchain; c++)
+      if (fz->chain[c].first == first)
+        for (int j = 0; j < fz->chain[c].nops; j++)
+          if (fz->chain[c].op[j] == o) return r;
   }
   return -1;
 }
 
-int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
+int schedule_bucket_fire(const Graph *g, const Fusions *fz, Schedule *sc, char *err, size_t nerr) {
   int *last = malloc((size_t)(g->nt + 1) * sizeof *last); /* per main gradient: its last writing launch */
   if (!last) return snprintf(err, nerr, "out of memory"), -1;
   for (int t = 0; t < g->nt; t++)
@@ -195,7 +195,7 @@ int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr) {
     for (int j = 0; j < op->nout && rc == 0; j++) {
       int t = op->out[j];
       if (g->t[t].role != ROLE_GRAD) continue;
-      int l = launch_of(g, o, 0);
+      int l = launch_of(g, fz, o, 0);
       if (l < 0 || !in_micro(g->op[l].tags.phase))
         rc = -1,
         snprintf(err, nerr,

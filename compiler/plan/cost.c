@@ -56,10 +56,10 @@ static const char *const CLASS_NAMES[COST_NCLASS] = {"unset",
                                                      "other"};
 const char *cost_class_name(CostClass c) { return c >= 0 && c < COST_NCLASS ? CLASS_NAMES[c] : "?"; }
 
-CostClass cost_op_class(const Graph *g, int op) {
+CostClass cost_op_class(const Graph *g, const Fusions *fz, int op) {
   const Op *o = &g->op[op];
-  if (o->fuse == FUSE_LINEAR_ADD) return COST_GEMM;
-  if (o->fuse == FUSE_ADD_NORM || o->fuse == FUSE_NORM_BWD_ADD) return COST_NORM;
+  if (fz->fuse[op] == FUSE_LINEAR_ADD) return COST_GEMM;
+  if (fz->fuse[op] == FUSE_ADD_NORM || fz->fuse[op] == FUSE_NORM_BWD_ADD) return COST_NORM;
   CostClass c = op_info(o->kind)->facts.cost;
   if ((c == COST_ATTN_FWD || c == COST_ATTN_BWD) &&
       o->a.i[2] != ATTN_IMPL_FLASH) /* auto: cuDNN where the machine has it */
@@ -80,7 +80,8 @@ static double roofline(const Graph *g, const Op *op, const Device *d, double *f,
  * scaled as GEMMs, and its cross entropy's in-place pass over the logits (a read and a write of
  * every logit) at DRAM speed, scaled as the loss; with its backward in the launch (FUSE_LOSS_BWD)
  * the backward's products too. */
-static double linear_loss_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+static double linear_loss_time(const Graph *g, const Fusions *fz, int op, const Device *d, double *flops,
+                               double *bytes) {
   const Op *o = &g->op[op];
   const Tensor *x = &g->t[o->in[0]], *w = &g->t[o->in[1]];
   double logits = (double)tensor_numel(x) / (double)x->shape[x->ndim - 1] * (double)w->shape[0];
@@ -88,62 +89,64 @@ static double linear_loss_time(const Graph *g, int op, const Device *d, double *
   *flops = op_flops(g, o), *bytes = op_bytes(g, o) + ce_bytes;
   int passes = 1; /* the cross entropy's: its forward, and its gradient with a fused backward */
   for (int b = op + 1; b < g->nop; b++)
-    if (g->op[b].fuse == FUSE_LOSS_BWD && g->op[b].peer == op)
+    if (fz->fuse[b] == FUSE_LOSS_BWD && fz->peer[b] == op)
       *flops += op_flops(g, &g->op[b]), *bytes += op_bytes(g, &g->op[b]), passes = 2;
   double gemm = *flops - passes * ce_flops;
   return gemm / d->gemm_flops_per_s * d->class_scale[COST_GEMM] +
          ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] + d->launch_s;
 }
 
-double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes) {
+double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, double *flops,
+                    double *bytes) {
   const Op *o = &g->op[op];
+  int fuse = fz->fuse[op], peer = fz->peer[op];
   *flops = *bytes = 0;
-  if (o->skip) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
+  if (fz->skip[op]) return 0; /* absorbed, or launching nothing: its work counts where its group runs */
   /* by kind on purpose: one op's own time model (its launch mixes GEMM and DRAM work), not a fact
    * other passes read */
-  if (o->kind == OP_LINEAR_CROSS_ENTROPY) return linear_loss_time(g, op, d, flops, bytes);
-  int members[IR_MAX_CHAIN + 1], n = 0;
+  if (o->kind == OP_LINEAR_CROSS_ENTROPY) return linear_loss_time(g, fz, op, d, flops, bytes);
+  int members[EW_MAX_CHAIN + 1], n = 0;
   double t = 0, f, b;
-  if (o->fuse == FUSE_SUMSQ_MULTI || o->fuse == FUSE_ADAMW_MULTI) {
+  if (fuse == FUSE_SUMSQ_MULTI || fuse == FUSE_ADAMW_MULTI) {
     /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
      * grad_norm scales were calibrated on per-tensor launches) */
-    for (int k = o->peer >= 0 ? o->peer : op; k < op; k++)
+    for (int k = peer >= 0 ? peer : op; k < op; k++)
       t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
-  } else if (o->fuse == FUSE_EW) {
-    for (int c = 0; c < g->nchain && !n; c++)
-      if (g->chain[c].op[g->chain[c].nops - 1] == op)
-        for (int j = 0; j < g->chain[c].nops; j++)
-          members[n++] = g->chain[c].op[j];
-  } else if (o->fuse == FUSE_NORM_BWD_ADD) {
+  } else if (fuse == FUSE_EW) {
+    for (int c = 0; c < fz->nchain && !n; c++)
+      if (fz->chain[c].op[fz->chain[c].nops - 1] == op)
+        for (int j = 0; j < fz->chain[c].nops; j++)
+          members[n++] = fz->chain[c].op[j];
+  } else if (fuse == FUSE_NORM_BWD_ADD) {
     /* the norm backward's pass, reading the addend too (dx is never written apart) */
-    t = roofline(g, &g->op[o->peer], d, flops, bytes);
+    t = roofline(g, &g->op[peer], d, flops, bytes);
     const Tensor *addend = &g->t[o->out[0]]; /* nominal bytes: the cost never reads the memory plan */
     double addend_bytes = (double)tensor_numel(addend) * (double)dtype_size(addend->dtype);
     double extra = addend_bytes / d->bytes_per_s;
     *bytes += addend_bytes;
     return (t + extra) * d->class_scale[COST_NORM] + d->launch_s;
-  } else if (o->fuse == FUSE_ROPE_QKV) {
+  } else if (fuse == FUSE_ROPE_QKV) {
     /* one pass over the QKV projection and q, k, v: the bytes of the split (or concat) alone (by
      * kind: which member of fuse.c's group that is) */
-    members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : o->peer;
-  } else if (o->fuse != FUSE_NONE && o->peer >= 0)
-    members[n++] = o->peer;
-  if (!n || (members[n - 1] != op && o->fuse != FUSE_ROPE_QKV)) members[n++] = op;
+    members[n++] = g->op[op].kind == OP_CONCAT_QKV ? op : peer;
+  } else if (fuse != FUSE_NONE && peer >= 0)
+    members[n++] = peer;
+  if (!n || (members[n - 1] != op && fuse != FUSE_ROPE_QKV)) members[n++] = op;
   for (int k = 0; k < n; k++) {
     t += roofline(g, &g->op[members[k]], d, &f, &b);
     *flops += f, *bytes += b;
   }
-  return t * d->class_scale[cost_op_class(g, op)] + d->launch_s;
+  return t * d->class_scale[cost_op_class(g, fz, op)] + d->launch_s;
 }
 
-int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c) {
+int cost_build(const Graph *g, const Fusions *fz, const Spec *s, const Device *d, Cost *c) {
   memset(c, 0, sizeof *c);
   c->op_time = calloc((size_t)g->nop + 1, sizeof *c->op_time);
   if (!c->op_time) return -1;
   double nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
-    double f, b, t = cost_op_time(g, o, d, &f, &b);
+    double f, b, t = cost_op_time(g, fz, o, d, &f, &b);
     c->op_time[o] = t;
     Phase ph = op->tags.phase;
     c->flops[ph] += f, c->bytes[ph] += b, c->time[ph] += t;

@@ -148,8 +148,8 @@ static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
   return b;
 }
 
-int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp,
-                  char *err, size_t nerr) {
+int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const ScopeResult *sr,
+                  int float_bytes, MemPlan *mp, char *err, size_t nerr) {
   memset(mp, 0, sizeof *mp);
   int nt = g->nt, np = sc->nops;
   int64_t align = float_bytes > 0 ? 64 : 256;
@@ -178,9 +178,9 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     size_t es = dtype_is_float(x->dtype) && float_bytes > 0 ? (size_t)float_bytes : dtype_size(x->dtype);
     mp->size[t] = tensor_numel(x) * (int64_t)es;
     /* the device plan (nominal dtypes): a weight gradient the fusion pass sank into its main
-     * gradient (fuse.c, Tensor.sink) is never written on the device, so it takes no bytes; the CPU
+     * gradient (fuse.c, Fusions.sink) is never written on the device, so it takes no bytes; the CPU
      * reference's plans (float_bytes 4 or 8) run the unfused ACCUM and keep it */
-    if (float_bytes == 0 && x->sink >= 0) mp->size[t] = 0;
+    if (float_bytes == 0 && fz->sink[t] >= 0) mp->size[t] = 0;
     mp->start[t] = INT32_MAX, mp->end[t] = -1;
     mp->slot[t] = -1;
     mp->buffer[t] = in_region(g, sc, t);
@@ -219,7 +219,7 @@ int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int
     if (sc->it[i].kind == SCHED_OP) point[sc->it[i].id] = p++;
   for (int o = 0; o < g->nop; o++) {
     int first, last;
-    fuse_group(g, o, &first, &last);
+    fuse_group(fz, o, &first, &last);
     if (first == last || point[first] < 0 || point[last] < 0) continue;
     int pa = point[first], pb = point[last];
     for (int w = first; w <= last; w++) {

@@ -725,8 +725,9 @@ static int adam_group(const Lay *L, const Tensor *param) {
   return (own ? 2 : 0) + (no_wd ? 1 : 0);
 }
 
-int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr,
-                   const MemPlan *mp, RankReport *rr, double *curve, char *err, size_t nerr) {
+int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Schedule *sc,
+                   const ScopeResult *sr, const MemPlan *mp, RankReport *rr, double *curve, char *err,
+                   size_t nerr) {
   const SpecModel *m = &s->model;
   memset(rr, 0, sizeof *rr);
   Lay L = {.g = g,
@@ -838,7 +839,7 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
       const Tensor *x = &g->t[t];
       /* stepc's own step (one GPU): a weight gradient sunk into its main gradient takes no bytes,
        * as in the device plan (memplan.c) */
-      if (!mj && x->sink >= 0) continue;
+      if (!mj && fz->sink[t] >= 0) continue;
       if (local && local_skip[t]) continue; /* Megatron's own timeline below (local_attention_add) */
       double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
@@ -955,9 +956,9 @@ int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const Scop
   return 0;
 }
 
-int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
-                  RankReport *rr, char *err, size_t nerr) {
-  return memrank_curves(g, s, sc, sr, mp, rr, NULL, err, nerr);
+int memrank_build(const Graph *g, const Fusions *fz, const Spec *s, const Schedule *sc, const ScopeResult *sr,
+                  const MemPlan *mp, RankReport *rr, char *err, size_t nerr) {
+  return memrank_curves(g, fz, s, sc, sr, mp, rr, NULL, err, nerr);
 }
 
 /* When a rank first holds its CUDA graphs. With cuda_graph_impl "transformer_engine" the trainer

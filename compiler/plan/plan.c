@@ -30,20 +30,22 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
   if (checks_only) return PLAN_OK; /* stepc check: the graph checks need no fusions or memory plan */
   /* the fusions shape the memory plan (fuse.h); the buckets fire after the fused launches */
-  if (fuse_build(p->g, &p->ew, err, nerr) != 0 || schedule_bucket_fire(p->g, &p->sc, err, nerr) != 0 ||
-      memplan_build(p->g, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
+  if (!(p->fz = fusions_new(p->g))) return PLAN_ERROR;
+  if (fuse_build(p->g, p->fz, &p->ew, err, nerr) != 0 ||
+      schedule_bucket_fire(p->g, p->fz, &p->sc, err, nerr) != 0 ||
+      memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
       memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return PLAN_ERROR;
   memplan_apply(p->g, &p->mp);
-  return fuse_verify(p->g, err, nerr) == 0 ? PLAN_OK : PLAN_ERROR;
+  return fuse_verify(p->g, p->fz, err, nerr) == 0 ? PLAN_OK : PLAN_ERROR;
 }
 
 /* Per-rank memory and cost of the planned step; the iterations before the TE graphs are captured
  * run the same step without static buffers, so they get a reading of their own. */
 static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_t nerr) {
   cost_device_h200(&p->dev);
-  if (memrank_build(p->g, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 ||
-      cost_build(p->g, s, &p->dev, &p->cost) != 0)
+  if (memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 ||
+      cost_build(p->g, p->fz, s, &p->dev, &p->cost) != 0)
     return PLAN_ERROR;
   if (p->sr.static_bytes == 0 || memrank_capture_iteration(s) <= 1) {
     memrank_readings(s, &p->rank, NULL);
@@ -51,8 +53,8 @@ static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_
   }
   MemPlan em;
   RankReport er;
-  int erc = memplan_build(p->g, &p->sc, NULL, float_bytes, &em, err, nerr);
-  if (erc == 0) erc = memrank_build(p->g, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
+  int erc = memplan_build(p->g, p->fz, &p->sc, NULL, float_bytes, &em, err, nerr);
+  if (erc == 0) erc = memrank_build(p->g, p->fz, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
   if (erc != 0) return PLAN_ERROR;
   memrank_readings(s, &p->rank, &er);
   return PLAN_OK;
@@ -62,8 +64,8 @@ static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_
  * scratch they need sized, so that the plan reports every byte the step allocates. */
 static int plan_launches(Plan *p, int float_bytes, char *err, size_t nerr) {
   if (float_bytes != 0) return PLAN_OK; /* the CPU executor's plan: the reference interprets the graph */
-  int rc =
-      launch_program_build(p->g, &p->sc, &p->ew, p->sm_count, &p->lp, p->lp_why, sizeof p->lp_why, err, nerr);
+  int rc = launch_program_build(p->g, p->fz, &p->sc, &p->ew, p->sm_count, &p->lp, p->lp_why, sizeof p->lp_why,
+                                err, nerr);
   p->lp_ok = rc == 0;
   return rc < 0 ? PLAN_ERROR : PLAN_OK;
 }
@@ -108,6 +110,8 @@ void plan_free(Plan *p) {
   cost_free(&p->cost);
   memplan_free(&p->mp);
   ew_kernels_free(&p->ew);
+  fusions_free(p->fz);
+  p->fz = NULL;
   scope_free(&p->sr);
   schedule_free(&p->sc);
   recompute_result_free(&p->rr);

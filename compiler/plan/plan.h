@@ -16,6 +16,7 @@
 #include "frontend/spec.h"
 #include "ir.h"
 #include "passes/ew_fuse.h"
+#include "passes/fusions.h"
 #include "passes/pipesplit.h"
 #include "runtime/cpu/program.h"
 #include "runtime/image.h"
@@ -129,7 +130,7 @@ int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_
  * sunk into its main gradient (earlier), into the op that runs the fused group absorbing the
  * writer (later). fire_op is the last, in the micro program's order, of the launches that write
  * any of the bucket's gradients. 0, or -1 with err naming a gradient no launch writes. */
-int schedule_bucket_fire(const Graph *g, Schedule *sc, char *err, size_t nerr);
+int schedule_bucket_fire(const Graph *g, const Fusions *fz, Schedule *sc, char *err, size_t nerr);
 void schedule_free(Schedule *sc);
 
 /* ---- scope.c ---- */
@@ -198,9 +199,10 @@ typedef struct {
   16 /* the CUDA executor's slot alignment; no padding between fp32 tensors of 4k elements */
 
 /* Liveness over the schedule and best-fit offsets in one arena. float_bytes: 0 nominal, 4/8 CPU.
- * sr may be NULL. 0, or -1 with err. */
-int memplan_build(const Graph *g, const Schedule *sc, const ScopeResult *sr, int float_bytes, MemPlan *mp,
-                  char *err, size_t nerr);
+ * The fusions fz (fusions.h) keep a fused group's tensors live across the group and, in the device
+ * plan (float_bytes 0), give a sunk weight gradient no bytes. sr may be NULL. 0, or -1 with err. */
+int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const ScopeResult *sr,
+                  int float_bytes, MemPlan *mp, char *err, size_t nerr);
 /* Writes (buffer, offset, bytes) into every tensor and the buffers' sizes into g (the arena; the
  * region, when there is one). */
 void memplan_apply(Graph *g, const MemPlan *mp);
@@ -245,14 +247,15 @@ typedef struct {
   double usable; /* train.usable_device_memory_gib in bytes; 0 when the recipe gives none */
 } RankReport;
 
-int memrank_build(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr, const MemPlan *mp,
-                  RankReport *rr, char *err, size_t nerr);
+int memrank_build(const Graph *g, const Fusions *fz, const Spec *s, const Schedule *sc, const ScopeResult *sr,
+                  const MemPlan *mp, RankReport *rr, char *err, size_t nerr);
 /* memrank_build, and each reported rank's one-micro-batch transient bytes (activations, their
  * gradients, workspace tensors, the loss's fp32 copy) at every program point into curve (3 x
  * mp->npos doubles, rank k at k * mp->npos): the curve whose maximum is RankMem.activations less
  * the other micro-batches in flight ((inflight - 1) x saved_per_micro). */
-int memrank_curves(const Graph *g, const Spec *s, const Schedule *sc, const ScopeResult *sr,
-                   const MemPlan *mp, RankReport *rr, double *curve, char *err, size_t nerr);
+int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Schedule *sc,
+                   const ScopeResult *sr, const MemPlan *mp, RankReport *rr, double *curve, char *err,
+                   size_t nerr);
 /* The first iteration (1-based) that runs with the recipe's CUDA graphs and their static buffers. */
 int memrank_capture_iteration(const Spec *s);
 /* Fills rr's after_iteration from rr (the step with its graphs) and eager (the same step planned
@@ -262,7 +265,8 @@ void memrank_readings(const Spec *s, RankReport *rr, const RankReport *eager);
 /* ---- cost.c ---- */
 /* CostClass: ir.h (an op's class is a fact of its op table row). */
 const char *cost_class_name(CostClass c);
-CostClass cost_op_class(const Graph *g, int op);
+/* Its class as fused: a LINEAR+ADD pair a GEMM, ADD+norm and norm backward+ADD a norm. */
+CostClass cost_op_class(const Graph *g, const Fusions *fz, int op);
 
 typedef struct {
   double gemm_flops_per_s; /* H200 bf16 GEMM at layer shapes */
@@ -279,7 +283,7 @@ void cost_device_h200(Device *d);
 void cost_device_h200_roofline(Device *d);
 /* One op's predicted seconds (a fused group's: at its last op, the group's sum; an absorbed op: 0),
  * its FLOPs and bytes. */
-double cost_op_time(const Graph *g, int op, const Device *d, double *flops, double *bytes);
+double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, double *flops, double *bytes);
 
 typedef struct {
   double *op_time; /* per op: seconds */
@@ -290,7 +294,7 @@ typedef struct {
   double replay_flops, replay_time; /* per step */
 } Cost;
 
-int cost_build(const Graph *g, const Spec *s, const Device *d, Cost *c);
+int cost_build(const Graph *g, const Fusions *fz, const Spec *s, const Device *d, Cost *c);
 void cost_free(Cost *c);
 
 /* ---- program.c ---- */
@@ -312,8 +316,8 @@ int plan_scope_points(const Schedule *sc, const ScopeResult *sr, ImgScope *out);
 /* The planned step, one for every verb: check's graph checks, plan, sweep and trace report it,
  * build writes it (plan.json, step.img with its launch program) and run runs what build wrote. Lowered,
  * recompute applied, scheduled, graph scopes built (their static outputs pinned) and checked, fusions
- * recorded, buckets fired, memory planned, verified and applied to the graph (Tensor.offset), then
- * the per-rank report and the cost. */
+ * decided (Plan.fz, beside the graph), buckets fired, memory planned, verified and applied to the graph
+ * (Tensor.offset), then the per-rank report and the cost. */
 typedef struct {
   Spec spec;
   Graph *g;
@@ -321,6 +325,7 @@ typedef struct {
   RecomputeResult rr;
   Schedule sc;
   ScopeResult sr;
+  Fusions *fz;  /* the fusion decisions about g (fuse.h; NULL before fuse_build), the plan's own */
   EwKernels ew; /* the generated kernels of the fused chains (fuse.h) */
   MemPlan mp;
   RankReport rank;

@@ -35,9 +35,11 @@ int report_svg_rank(const Plan *p, const char *which, int *rank, char *err, size
  * slices, a memory counter track. */
 int report_trace(const Plan *p, FILE *f);
 /* `stepc run --profile`: ms[point] of one eager step of the artifact whose image is im (step_ms:
- * the step's own time), by op class beside the roofline and the calibrated cost model, and the
- * slowest points; text, or JSON (schema stepc.profile/1). */
-int report_profile(const StepImage *im, const double *ms, double step_ms, bool json, FILE *out);
+ * the step's own time), by op class beside the roofline and the calibrated cost model (which
+ * prices the fused groups of fz, the compiler's fusions of im->g), and the slowest points; text,
+ * or JSON (schema stepc.profile/1). */
+int report_profile(const StepImage *im, const Fusions *fz, const double *ms, double step_ms, bool json,
+                   FILE *out);
 
 /* The measured timeline of a profiled step (stepc_profile_timeline, report_timeline.c). */
 typedef struct {

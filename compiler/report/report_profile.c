@@ -21,7 +21,8 @@ static int cmp_top(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int report_profile(const StepImage *im, const double *ms, double step_ms, bool json, FILE *out) {
+int report_profile(const StepImage *im, const Fusions *fz, const double *ms, double step_ms, bool json,
+                   FILE *out) {
   const Graph *g = im->g;
   Device roof, cal;
   cost_device_h200_roofline(&roof);
@@ -34,10 +35,10 @@ int report_profile(const StepImage *im, const double *ms, double step_ms, bool j
   for (int q = 0; q < im->npoints; q++) {
     int o = im->point_op[q];
     double rep = q < im->micro_points ? nmb : 1, f, b, fc, bc;
-    double tr = cost_op_time(g, o, &roof, &f, &b) * 1e3 * rep,
-           tc = cost_op_time(g, o, &cal, &fc, &bc) * 1e3 * rep;
-    ClassRow *r = &row[cost_op_class(g, o)];
-    r->ops += !g->op[o].skip;
+    double tr = cost_op_time(g, fz, o, &roof, &f, &b) * 1e3 * rep,
+           tc = cost_op_time(g, fz, o, &cal, &fc, &bc) * 1e3 * rep;
+    ClassRow *r = &row[cost_op_class(g, fz, o)];
+    r->ops += !fz->skip[o];
     r->ms += ms[q], r->roof_ms += tr, r->cal_ms += tc, r->flops += f * rep, r->bytes += b * rep;
     total += ms[q], total_roof += tr, total_cal += tc;
     top[q] = (Top){q, ms[q], tr, tc, f * rep};
@@ -47,7 +48,7 @@ int report_profile(const StepImage *im, const double *ms, double step_ms, bool j
     for (int q = 0; q < im->npoints; q++) {
       const Op *op = &g->op[im->point_op[q]];
       fprintf(out, "%s{\"point\": %d, \"op\": \"%s\", \"class\": \"%s\", \"module\": ", q ? ", " : "", q,
-              op_name(op->kind), cost_class_name(cost_op_class(g, im->point_op[q])));
+              op_name(op->kind), cost_class_name(cost_op_class(g, fz, im->point_op[q])));
       json_write_string(out, op->tags.module);
       fprintf(out, ", \"ms\": %.4f, \"roofline_ms\": %.4f, \"predicted_ms\": %.4f, \"flops\": %.6g}",
               top[q].ms, top[q].roof_ms, top[q].cal_ms, top[q].flops);

@@ -308,7 +308,7 @@ static int series_rank(const Plan *p, int k, Series *s, char *err, size_t nerr) 
   const Schedule *sc = &p->sc;
   RankReport rr;
   double *curve = malloc((size_t)3 * (mp->npos + 1) * sizeof *curve);
-  if (!curve || memrank_curves(p->g, &p->spec, sc, &p->sr, mp, &rr, curve, err, nerr) != 0) {
+  if (!curve || memrank_curves(p->g, p->fz, &p->spec, sc, &p->sr, mp, &rr, curve, err, nerr) != 0) {
     if (!curve) snprintf(err, nerr, "out of memory");
     free(curve);
     return -1;

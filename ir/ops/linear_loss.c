@@ -99,7 +99,7 @@ static void lc_init(LcChunk *k, const CpuCtx *c, int prec, int64_t n, int64_t v,
 /* Runs the op table's kernel of `kind` on chunk tensors in[0..nin) -> out[0..nout) at pin / pout. */
 static void lc_run(const LcChunk *k, OpKind kind, int nin, const int *in, void *const *pin, int nout,
                    const int *out, void *const *pout) {
-  Op op = {.kind = kind, .nin = nin, .nout = nout, .peer = -1};
+  Op op = {.kind = kind, .nin = nin, .nout = nout};
   memcpy(op.in, in, (size_t)nin * sizeof *in);
   memcpy(op.out, out, (size_t)nout * sizeof *out);
   op_info(kind)->cpu[k->prec](&k->c, &op, pin, pout);

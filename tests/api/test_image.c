@@ -41,12 +41,15 @@ static void edit(StepImage *im, int id) {
   case 7: im->f.graph_mode = 9; break;
   case 8: im->point_op[0] = g->nop; break;
   case 9: im->f.train_iters = -5; break;
+  case 10: im->storage[g->tokens] = g->nt; break;  /* the storage of no tensor */
+  case 11: im->storage[0] = 1, im->storage[1] = 2; break; /* on a tensor that is on another's */
   }
 }
 
 static const char *const FIELD[] = {NULL,       "vocab_size", "num_microbatches", "cpu_arena", "seq_length",
-                                    "CPU slot", "linear",     "graph_mode",       "point_op",  "train_iters"};
-enum { NCASES = 10 };
+                                    "CPU slot", "linear",     "graph_mode",       "point_op",  "train_iters",
+                                    "storage",  "storage"};
+enum { NCASES = 12 };
 
 /* Opens dir on the CPU and runs one step: STEPC_OK or the first failure, its message in msg. */
 static stepc_status open_step(const char *dir, char *msg, size_t n) {

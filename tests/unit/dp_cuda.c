@@ -86,7 +86,7 @@ static int check_fire(const char *title, const char *recipe, const char **kv, in
   for (int i = 0; i < sc->ngrad; i++)
     one.b[i] = (Bucket){.first = i, .ngrads = 1, .after_op = -1, .fire_op = -1};
   char err[512] = "";
-  CHECK(schedule_bucket_fire(g, &one, err, sizeof err) == 0, "%s: %s", title, err);
+  CHECK(schedule_bucket_fire(g, run.p.fz, &one, err, sizeof err) == 0, "%s: %s", title, err);
   int moved = 0, earlier = 0, later = 0;
   for (int i = 0; i < sc->ngrad; i++) {
     int t = sc->grad[i], truth = -1, accum = -1;
@@ -231,7 +231,7 @@ static void check_region(const char *title, const char *recipe, const char **kv,
     for (int t = 0; t < g->nt; t++)
       if (view.t[t].buffer == 1 && mp->owner[t] >= 0 && mp->owner[t] != r) view.t[t].bytes = 0;
     int unsupported = 0;
-    RtExec *x = rt_exec_new(&run.dev, &view, &unsupported);
+    RtExec *x = rt_exec_new(&run.dev, &view, run.p.fz, &unsupported);
     CHECK(x != NULL, "%s rank %d: the executor refuses the rank's view: %s", title, r, run.dev.err);
     if (!x) {
       free(view.t);

@@ -70,7 +70,7 @@ static void check_loss_bwd(Run *r, const char *name, int b, int f) {
   r->rec.op = f;
   CHECK(rt_exec_run_op(x, f) == 0, "%s op %d: %s", name, f, r->dev.err);
   const Tensor *a = &g->t[fw->in[0]], *w = &g->t[fw->in[1]];
-  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], C = fw->a.i[0], n = N / C, mg = g->t[bw->out[1]].sink;
+  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], C = fw->a.i[0], n = N / C, mg = r->p.fz->sink[bw->out[1]];
   CHECK(C > 1 && mg >= 0 && r->rec.n == 4 * C + 1, "%s op %d: %d records for %lld chunks", name, f, r->rec.n, (long long)C);
   if (r->rec.n != 4 * C + 1 || mg < 0) return;
   CUdeviceptr lg = rt_exec_ptr(x, fw->out[2]), tok = rt_exec_ptr(x, fw->out[1]), dx = rt_exec_ptr(x, bw->out[0]);
@@ -116,7 +116,7 @@ static void check_launches(Run *r, const char *name) {
     if (!k || k == FUSE_SUMSQ_MULTI || k == FUSE_ADAMW_MULTI) continue;
     if (k == FUSE_WGRAD_STORE) { /* one GEMM storing into the main gradient, whose ZERO is skipped */
       const Op *w = &g->op[o];
-      int mg = w->nout == 1 ? g->t[w->out[0]].sink : -1, zeros = 0;
+      int mg = w->nout == 1 ? r->p.fz->sink[w->out[0]] : -1, zeros = 0;
       for (int z = 0; z < g->nop; z++)
         zeros += g->op[z].kind == OP_ZERO && g->op[z].out[0] == mg && !rt_exec_op_runs(x, z);
       CHECK(w->kind == OP_LINEAR_WGRAD && peer == -1 && mg >= 0 && zeros == 1 && g->num_microbatches == 1,

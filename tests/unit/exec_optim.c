@@ -60,7 +60,13 @@ static void check_pass(void) {
     graph_op_into(g, OP_ADAMW, in, 4, out, 4, &a);
   }
   CHECK(g->nop == 13 && !g->err[0], "hand-built graph: %d ops (%s)", g->nop, g->err);
-  int groups = fuse_optimizer(g);
+  Fusions *fz = fusions_new(g);
+  CHECK(fz != NULL, "out of memory");
+  if (!fz) {
+    graph_free(g);
+    return;
+  }
+  int groups = fuse_optimizer(g, fz);
   CHECK(groups == 4, "hand-built graph: %d groups, expected 4", groups);
   static const struct {
     int op, fuse, peer, skip;
@@ -68,12 +74,13 @@ static void check_pass(void) {
               {5, FUSE_SUMSQ_MULTI, 3, 0}, {6, 0, -1, 0}, {7, 0, -1, 0}, {8, 0, -1, 1}, {9, FUSE_ADAMW_MULTI, 8, 0},
               {10, 0, -1, 0}, {11, 0, -1, 1}, {12, FUSE_ADAMW_MULTI, 11, 0}};
   for (size_t k = 0; k < sizeof want / sizeof *want && g->nop == 13; k++) {
-    const Op *op = &g->op[want[k].op];
-    CHECK(op->fuse == want[k].fuse && op->peer == want[k].peer && op->skip == want[k].skip,
-          "hand-built graph op %d: fuse %d peer %d skip %d, expected %d %d %d", want[k].op, op->fuse, op->peer, op->skip,
+    int o = want[k].op;
+    CHECK(fz->fuse[o] == want[k].fuse && fz->peer[o] == want[k].peer && fz->skip[o] == want[k].skip,
+          "hand-built graph op %d: fuse %d peer %d skip %d, expected %d %d %d", o, fz->fuse[o], fz->peer[o], fz->skip[o],
           want[k].fuse, want[k].peer, want[k].skip);
   }
-  CHECK(fuse_optimizer(g) == 0, "a second pass groups again");
+  CHECK(fuse_optimizer(g, fz) == 0, "a second pass groups again");
+  fusions_free(fz);
   graph_free(g);
 }
 
@@ -149,14 +156,14 @@ static uint64_t *relative_table(Run *r, int o, int64_t *nw) {
 }
 
 /* The optimizer phase's modelled time and bytes (compiler/plan/cost.c) on the H200. */
-static void optimizer_cost(const Graph *g, double *time, double *bytes) {
+static void optimizer_cost(const Graph *g, const Fusions *fz, double *time, double *bytes) {
   Device d;
   cost_device_h200(&d);
   *time = *bytes = 0;
   for (int o = 0; o < g->nop; o++) {
     double f, b;
     if (g->op[o].tags.phase != IR_PHASE_OPTIMIZER) continue;
-    *time += cost_op_time(g, o, &d, &f, &b);
+    *time += cost_op_time(g, fz, o, &d, &f, &b);
     *bytes += b;
   }
 }
@@ -224,7 +231,7 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
   } else
     CHECK(0, "%s: second load", title);
   double t_multi, b_multi, t_single, b_single;
-  optimizer_cost(g, &t_multi, &b_multi);
+  optimizer_cost(g, r.p.fz, &t_multi, &b_multi);
   printf("%-28s %d gradients: 1 norm launch (%lld chunks), 1 AdamW launch (%lld chunks)\n", title, ngrad, (long long)cs,
          (long long)ca);
   record_run_close(&r.p, &r.rec, r.x);
@@ -252,7 +259,7 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
             "%s per-tensor: CLIP_COEF reduces %d partials, not %d x 264", title, (int)r.rec.r[0].arg[3], ngrad);
   }
   CHECK(launches == ngrad, "%s per-tensor: %d norm launches for %d gradients", title, launches, ngrad);
-  optimizer_cost(g, &t_single, &b_single);
+  optimizer_cost(g, r.p.fz, &t_single, &b_single);
   CHECK(fabs(b_multi - b_single) <= 1e-12 * b_single && fabs(t_multi - t_single) <= 1e-9 * t_single && t_multi > 0,
         "%s: the optimizer's cost with groups %.6g s, %.6g bytes; per tensor %.6g s, %.6g bytes", title, t_multi, b_multi, t_single,
         b_single);

@@ -57,7 +57,7 @@ static int record_run_open(const char *recipe, const char **kv, int nkv, Plan *p
   ew_kernels_rt(&p->ew, &record_run_gen);
   dev->gen = &record_run_gen;
   int unsupported = 0;
-  *x = rt_exec_new(dev, p->g, &unsupported);
+  *x = rt_exec_new(dev, p->g, p->fz, &unsupported);
   return *x ? 0 : (fprintf(stderr, "%s: %s\n", recipe, dev->err), -1);
 }
 

@@ -23,7 +23,7 @@ static void dispatch_init(void) {
 }
 
 CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor) {
-  const Tensor *t = &x->g->t[x->alias[tensor]];
+  const Tensor *t = &x->g->t[x->fz->alias[tensor]];
   return x->arena + (CUdeviceptr)(x->buf_base[t->buffer] + t->offset);
 }
 
@@ -41,22 +41,22 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
     /* the nominal size, not the held one: a distributed optimizer's rank holds only its own masters
      * and moments (0 bytes for the others' at the owners' offsets), and the program is the same for all */
     int64_t v[5] = {g->t[i].buffer, g->t[i].offset,
-                    tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->alias[i], x->sink[i]};
+                    tensor_numel(&g->t[i]) * (int64_t)dtype_size(g->t[i].dtype), x->fz->alias[i],
+                    x->fz->sink[i]};
     h = ir_fnv1a(h, v, sizeof v);
   }
-  h = ir_fnv1a(h, x->skip, (size_t)g->nop);
-  h = ir_fnv1a(h, x->fuse, (size_t)g->nop);
-  for (int c = 0; c < x->nchain; c++)
-    h = ir_fnv1a(h, &x->chain[c], sizeof x->chain[c]);
-  return ir_fnv1a(h, x->peer, (size_t)g->nop * sizeof x->peer[0]);
+  h = ir_fnv1a(h, x->fz->skip, (size_t)g->nop);
+  h = ir_fnv1a(h, x->fz->fuse, (size_t)g->nop);
+  for (int c = 0; c < x->fz->nchain; c++)
+    h = ir_fnv1a(h, &x->fz->chain[c], sizeof x->fz->chain[c]);
+  return ir_fnv1a(h, x->fz->peer, (size_t)g->nop * sizeof x->fz->peer[0]);
 }
 int64_t rt_exec_scratch_bytes(const RtExec *x) { return x->scratch_bytes; }
 
 void rt_exec_free(RtExec *x) {
   if (!x) return;
   rt_free(x->d, x->arena, (size_t)(x->arena_bytes + x->scratch_bytes));
-  free(x->sink), free(x->alias), free(x->skip), free(x->attn_cudnn), free(x->slot), free(x->dloss),
-      free(x->fuse), free(x->peer);
+  free(x->attn_cudnn), free(x->slot), free(x->dloss);
   free(x->multi_at), free(x->multi_chunks), free(x->multi_host);
   free(x);
 }
@@ -66,14 +66,14 @@ void rt_exec_free(RtExec *x) {
  * step, so there is no table row to generate a launcher from. */
 static int run_chain(RtExec *x, int o) {
   const Graph *g = x->g;
-  const IrChain *c = NULL;
-  for (int i = 0; i < x->nchain && !c; i++)
-    if (x->chain[i].first == x->peer[o]) c = &x->chain[i];
+  const EwChain *c = NULL;
+  for (int i = 0; i < x->fz->nchain && !c; i++)
+    if (x->fz->chain[i].first == x->fz->peer[o]) c = &x->fz->chain[i];
   if (!c) return rt_fail(x->d, "op %d: no elementwise chain ends here", o);
-  CUdeviceptr ptr[IR_MAX_CHAIN + IR_MAX_CHAIN_IO + IR_MAX_CHAIN];
-  float fv[IR_MAX_CHAIN];
-  unsigned uv[IR_MAX_CHAIN];
-  void *args[2 * IR_MAX_CHAIN + IR_MAX_CHAIN_IO + 1 + 3 * IR_MAX_CHAIN];
+  CUdeviceptr ptr[EW_MAX_CHAIN + EW_MAX_IO + EW_MAX_CHAIN];
+  float fv[EW_MAX_CHAIN];
+  unsigned uv[EW_MAX_CHAIN];
+  void *args[2 * EW_MAX_CHAIN + EW_MAX_IO + 1 + 3 * EW_MAX_CHAIN];
   int na = 0, np = 0;
   for (int j = 0; j < c->nops; j++)
     if (c->store[j]) ptr[np] = rt_exec_ptr(x, g->op[c->op[j]].out[0]), args[na++] = &ptr[np++];
@@ -98,12 +98,12 @@ static int run_chain(RtExec *x, int o) {
 
 static int run_op(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
-  return x->fuse[o] == RT_FUSE_EW ? run_chain(x, o) : DISPATCH[op->kind](x, op);
+  return x->fz->fuse[o] == RT_FUSE_EW ? run_chain(x, o) : DISPATCH[op->kind](x, op);
 }
 
 int rt_exec_fusion(const RtExec *x, int op, int *peer) {
-  *peer = x->peer[op];
-  return x->fuse[op];
+  *peer = x->fz->peer[op];
+  return x->fz->fuse[op];
 }
 
 /* Producers whose weight-gradient kernels only accumulate into an fp32 main gradient. */
@@ -112,30 +112,26 @@ static int accumulate_only(OpKind k) {
          k == OP_LAYERNORM_BWD;
 }
 
-/* Takes the compiler's fusions (compiler/passes/fuse.c, recorded on the graph) and checks that what is
+/* Checks the compiler's fusions (compiler/passes/fuse.c, RtExec.fz) against the graph and that what is
  * left to launch has a dispatch row. */
 static int analyse(RtExec *x, int *unsupported) {
   const Graph *g = x->g;
+  const Fusions *fz = x->fz;
   RtDevice *d = x->d;
   for (int t = 0; t < g->nt; t++) {
-    int a = g->t[t].alias, k = g->t[t].sink;
+    int a = fz->alias[t], k = fz->sink[t];
     if (a < 0 || a >= g->nt || k < -1 || k >= g->nt)
       return rt_fail(d, "tensor %s: a fusion names no tensor of the step", g->t[t].name);
-    x->alias[t] = a, x->sink[t] = k;
   }
   for (int o = 0; o < g->nop; o++) {
-    const Op *op = &g->op[o];
-    if (op->fuse >= FUSE_COUNT || op->peer < -1 || op->peer >= o + (op->fuse == FUSE_NONE))
-      return rt_fail(d, "op %d (%s): a fusion the executor does not know", o, op->tags.module);
-    x->skip[o] = op->skip, x->fuse[o] = op->fuse, x->peer[o] = op->peer;
-    x->nfused[op->fuse]++;
+    if (fz->fuse[o] >= FUSE_COUNT || fz->peer[o] < -1 || fz->peer[o] >= o + (fz->fuse[o] == FUSE_NONE))
+      return rt_fail(d, "op %d (%s): a fusion the executor does not know", o, g->op[o].tags.module);
+    x->nfused[fz->fuse[o]]++;
   }
-  x->chain = g->chain;
-  x->nchain = g->nchain;
-  for (int c = 0; c < g->nchain; c++)
-    if (g->chain[c].kernel < 0 || !d->gen || g->chain[c].kernel >= d->gen->n)
+  for (int c = 0; c < fz->nchain; c++)
+    if (fz->chain[c].kernel < 0 || !d->gen || fz->chain[c].kernel >= d->gen->n)
       return rt_fail(d, "elementwise chain %d: its kernel %d is not among the step's %d generated kernels", c,
-                     g->chain[c].kernel, d->gen ? d->gen->n : 0);
+                     fz->chain[c].kernel, d->gen ? d->gen->n : 0);
   int rc = RT_OK;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
@@ -143,7 +139,7 @@ static int analyse(RtExec *x, int *unsupported) {
     if (accumulate_only(op->kind))
       for (int i = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD ? 1 : 0;
            i < op->nout && rc == RT_OK; i++)
-        if (x->sink[op->out[i]] < 0)
+        if (x->fz->sink[op->out[i]] < 0)
           rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient",
                        op_name(op->kind), op->tags.module, g->t[op->out[i]].name);
   }
@@ -155,8 +151,8 @@ static int analyse(RtExec *x, int *unsupported) {
     for (int b = o + 1; b < g->nop; b++) {
       const Op *bw = &g->op[b];
       if (op->kind == OP_CROSS_ENTROPY
-              ? bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !bw->skip
-              : x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
+              ? bw->kind != OP_CROSS_ENTROPY_BWD || bw->in[1] != op->in[0] || !fz->skip[b]
+              : x->fz->fuse[b] != RT_FUSE_LOSS_BWD || x->fz->peer[b] != o)
         continue;
       if (op->kind == OP_LINEAR_CROSS_ENTROPY) x->slot[o] = b;
       for (int f = 0; f < g->nop; f++)
@@ -166,7 +162,7 @@ static int analyse(RtExec *x, int *unsupported) {
   }
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
-    if (!x->skip[o] && !DISPATCH[op->kind]) {
+    if (!x->fz->skip[o] && !DISPATCH[op->kind]) {
       *unsupported = 1;
       rc = rt_fail(d, "op %s (%s) does not run on CUDA yet", op_name(op->kind), op->tags.module);
     } else if ((op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_BWD) && op->a.f[1] > 0) {
@@ -182,13 +178,13 @@ static int analyse(RtExec *x, int *unsupported) {
   }
   for (int o = 0; o < g->nop && rc == RT_OK;
        o++) /* a stored weight gradient: a GEMM into its main gradient */
-    if (x->fuse[o] == RT_FUSE_WGRAD_STORE &&
-        (g->op[o].kind != OP_LINEAR_WGRAD || x->sink[g->op[o].out[0]] < 0))
+    if (x->fz->fuse[o] == RT_FUSE_WGRAD_STORE &&
+        (g->op[o].kind != OP_LINEAR_WGRAD || x->fz->sink[g->op[o].out[0]] < 0))
       rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module,
                    op_name(g->op[o].kind));
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* a norm backward summed into the ADD after it */
-    if (x->fuse[o] != RT_FUSE_NORM_BWD_ADD) continue;
-    const Op *add = &g->op[o], *n = x->peer[o] >= 0 ? &g->op[x->peer[o]] : NULL;
+    if (x->fz->fuse[o] != RT_FUSE_NORM_BWD_ADD) continue;
+    const Op *add = &g->op[o], *n = x->fz->peer[o] >= 0 ? &g->op[x->fz->peer[o]] : NULL;
     if (add->kind != OP_ADD || add->nin != 2 || !n ||
         (n->kind != OP_RMSNORM_BWD && n->kind != OP_LAYERNORM_BWD) ||
         (add->in[0] != n->out[0] && add->in[1] != n->out[0]))
@@ -198,15 +194,15 @@ static int analyse(RtExec *x, int *unsupported) {
   /* multi-tensor groups: their tables' places (written once the arena exists) */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     int64_t chunks = 0;
-    if (x->fuse[o] != RT_FUSE_SUMSQ_MULTI && x->fuse[o] != RT_FUSE_ADAMW_MULTI) continue;
-    if ((x->fuse[o] == RT_FUSE_SUMSQ_MULTI) != (g->op[o].kind == OP_GRAD_SUMSQ) ||
-        (x->fuse[o] == RT_FUSE_ADAMW_MULTI) != (g->op[o].kind == OP_ADAMW) || x->peer[o] < 0)
+    if (x->fz->fuse[o] != RT_FUSE_SUMSQ_MULTI && x->fz->fuse[o] != RT_FUSE_ADAMW_MULTI) continue;
+    if ((x->fz->fuse[o] == RT_FUSE_SUMSQ_MULTI) != (g->op[o].kind == OP_GRAD_SUMSQ) ||
+        (x->fz->fuse[o] == RT_FUSE_ADAMW_MULTI) != (g->op[o].kind == OP_ADAMW) || x->fz->peer[o] < 0)
       rc = rt_fail(d, "op %d (%s): a multi-tensor fusion on a %s op", o, g->op[o].tags.module,
                    op_name(g->op[o].kind));
     else if ((rc = rt_multi_rows(x, o, NULL, &chunks)) == RT_OK) {
       x->multi_at[o] = x->multi_words;
       x->multi_chunks[o] = chunks;
-      x->multi_words += (int64_t)(o - x->peer[o] + 1) * (g->op[o].kind == OP_GRAD_SUMSQ ? 4 : 8);
+      x->multi_words += (int64_t)(o - x->fz->peer[o] + 1) * (g->op[o].kind == OP_GRAD_SUMSQ ? 4 : 8);
     }
   }
   /* global-norm slices (the ops that run) and AdamW hyper-parameter slots */
@@ -218,7 +214,7 @@ static int analyse(RtExec *x, int *unsupported) {
   int64_t npart = 0;
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
-    if (x->skip[o]) continue;
+    if (x->fz->skip[o]) continue;
     if (op->kind == OP_GRAD_SUMSQ) {
       x->slot[o] = (int)npart;
       npart += x->multi_at[o] >= 0 ? x->multi_chunks[o] : x->gn_groups;
@@ -332,11 +328,16 @@ const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words) {
   return x->multi_host;
 }
 
-RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
+RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsupported) {
   *unsupported = 0;
   dispatch_init();
   if (g->nbuffers <= 0) {
     rt_fail(d, "the graph has no memory plan");
+    return NULL;
+  }
+  if (fz->nop != g->nop || fz->nt != g->nt) {
+    rt_fail(d, "the fusions are another graph's (%d ops, %d tensors; the graph has %d, %d)", fz->nop, fz->nt,
+            g->nop, g->nt);
     return NULL;
   }
   /* a bf16 recipe may keep single weights in fp32 (the MoE router's, as Megatron does); an fp32
@@ -347,7 +348,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     /* a weight gradient sunk into its main gradient has no bytes (memplan.c): nothing writes it */
-    int64_t want = t->sink >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
+    int64_t want = fz->sink[i] >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
     /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
     bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
     if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != want && !away) || t->offset < 0 ||
@@ -379,26 +380,19 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
   }
   x->d = d;
   x->g = g;
-  x->sink = malloc((size_t)g->nt * sizeof *x->sink);
-  x->alias = malloc((size_t)g->nt * sizeof *x->alias);
-  x->skip = calloc((size_t)g->nop + 1, 1);
+  x->fz = fz;
   x->attn_cudnn = calloc((size_t)g->nop + 1, 1);
   x->slot = calloc((size_t)g->nop + 1, sizeof *x->slot);
   x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
-  x->fuse = calloc((size_t)g->nop + 1, 1);
-  x->peer = malloc(((size_t)g->nop + 1) * sizeof *x->peer);
   x->multi_at = malloc(((size_t)g->nop + 1) * sizeof *x->multi_at);
   x->multi_chunks = calloc((size_t)g->nop + 1, sizeof *x->multi_chunks);
-  if (!x->sink || !x->alias || !x->skip || !x->attn_cudnn || !x->slot || !x->dloss || !x->fuse || !x->peer ||
-      !x->multi_at || !x->multi_chunks) {
+  if (!x->attn_cudnn || !x->slot || !x->dloss || !x->multi_at || !x->multi_chunks) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
   }
-  for (int i = 0; i < g->nt; i++)
-    x->sink[i] = -1, x->alias[i] = i;
   for (int o = 0; o <= g->nop; o++)
-    x->peer[o] = -1, x->multi_at[o] = -1;
+    x->multi_at[o] = -1;
   int64_t total = 0;
   for (int b = 0; b < g->nbuffers; b++)
     x->buf_base[b] = total, total += align256(g->buffer_bytes[b]);
@@ -420,7 +414,9 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported) {
 
 /* ---- running ---- */
 
-int rt_exec_op_runs(const RtExec *x, int op) { return !x->skip[op] && DISPATCH[x->g->op[op].kind] != NULL; }
+int rt_exec_op_runs(const RtExec *x, int op) {
+  return !x->fz->skip[op] && DISPATCH[x->g->op[op].kind] != NULL;
+}
 
 /* Micro-batch mb's staged tokens (B*T int32), its targets right after. */
 static CUdeviceptr inputs_of(const RtExec *x, int mb) {
@@ -479,7 +475,7 @@ int rt_exec_init_program(RtExec *x) {
 int rt_exec_run_op(RtExec *x, int o) {
   if (o < 0 || o >= x->g->nop) return rt_fail(x->d, "op %d is not in the step", o);
   const Op *op = &x->g->op[o];
-  if (x->skip[o]) return RT_OK; /* fused into a neighbour (see analyse) */
+  if (x->fz->skip[o]) return RT_OK; /* fused into a neighbour (see analyse) */
   if (run_op(x, op) != RT_OK) {
     char msg[sizeof x->d->err];
     snprintf(msg, sizeof msg, "%s", x->d->err);

@@ -15,7 +15,7 @@
  * sized at nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the SM
  * count of the device (a recording device's: stepc build --sms), so the plan reports it.
  *
- * Fusions the lowering emits, as the compiler recorded them on the graph (compiler/passes/fuse.c; each
+ * Fusions the lowering emits, as the compiler decided them (compiler/passes/fuse.c, fusions.h; each
  * keeps the IR's result, only skips a round trip), besides the pairs and chains:
  *  - a weight gradient whose only consumer is the ACCUM into its fp32 main gradient is accumulated
  *    there directly (cuBLASLt beta = 1 for LINEAR_WGRAD; the embedding, norm and bias kernels
@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "passes/fusions.h"
 #include "runtime/rt.h"
 
 typedef struct RtExec RtExec;
@@ -57,9 +58,10 @@ enum {
 };
 
 /* NULL on error with the message in d->err; *unsupported = 1 when the graph holds an op or a
- * dtype the CUDA backend does not run yet (the message says which). The graph's generated
- * kernels (its chains') must be d->gen, set before. */
-RtExec *rt_exec_new(RtDevice *d, const Graph *g, int *unsupported);
+ * dtype the CUDA backend does not run yet (the message says which). fz is the compiler's fusions
+ * of g (fusions.h; fusions_new(g) for none), read while the executor lives. The generated kernels
+ * (fz's chains') must be d->gen, set before. */
+RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsupported);
 void rt_exec_free(RtExec *x);
 /* Bytes of the plan's buffers (the scratch follows them), and of the launch scratch. */
 int64_t rt_exec_arena_bytes(const RtExec *x);
@@ -71,7 +73,7 @@ CUdeviceptr rt_exec_ptr(const RtExec *x, int tensor);
 /* Where launch arguments point: 0 the allocation (the plan's buffers first), 1 the scratch in it. */
 CUdeviceptr rt_exec_base(const RtExec *x, int which);
 /* FNV-1a of where everything lives: arena and scratch sizes, buffer bases, every tensor's slot
- * and the lowering's fusions (aliases, sinks, skipped ops). */
+ * and the compiler's fusions (aliases, sinks, skipped ops, chains). */
 uint64_t rt_exec_layout_hash(const RtExec *x);
 
 /* Part `part` of the launch scratch: its bytes, and in *at its offset from the allocation's start
@@ -90,7 +92,7 @@ int rt_exec_micro_begin(RtExec *x, int micro);
 int rt_exec_micro_end(RtExec *x, int micro);
 /* Whether op `op` launches anything (it is not fused into another op). */
 int rt_exec_op_runs(const RtExec *x, int op);
-/* The fusion op `op` runs (ir.h's FuseKind: 1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm, 4 a
+/* The fusion op `op` runs (fusions.h's FuseKind: 1 LINEAR+ADD, 2 DROPOUT+ADD, 3 ADD+norm, 4 a
  * generated chain, 5 a multi-tensor GRAD_SUMSQ run, 6 a multi-tensor ADAMW run; 0 none) and, through *peer,
  * its group's first op (-1 none). */
 int rt_exec_fusion(const RtExec *x, int op, int *peer);

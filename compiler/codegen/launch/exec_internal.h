@@ -7,9 +7,10 @@
 
 #define RT_MAX_HP 8 /* distinct (beta1, beta2, eps) AdamW settings */
 
-/* The fusions the compiler decided (compiler/passes/fuse.c; ir.h's FuseKind): the op that runs a group
- * carries the kind in RtExec.fuse and the group's first op in RtExec.peer. The memory plan keeps
- * every output of a group off everything the group reads, so each writes straight to its slot. */
+/* The fusions the compiler decided (compiler/passes/fuse.c; fusions.h's FuseKind): the op that runs a
+ * group carries the kind in RtExec.fz->fuse and the group's first op in RtExec.fz->peer. The memory
+ * plan keeps every output of a group off everything the group reads, so each writes straight to its
+ * slot. */
 enum {
   RT_FUSE_NONE = FUSE_NONE,
   RT_FUSE_LINEAR_ADD = FUSE_LINEAR_ADD,
@@ -28,6 +29,9 @@ enum {
 struct RtExec {
   RtDevice *d;
   const Graph *g;
+  const Fusions *fz; /* the compiler's fusions (fusions.h): per tensor alias and sink; per op skip (fused
+                        into another op), fuse (RT_FUSE_* of the group it runs) and peer (the group's
+                        first op, or -1); the generated chains */
   CUdeviceptr arena;
   int64_t arena_bytes, buf_base[IR_MAX_BUFFERS];
   /* the launch scratch: after the plan's buffers in the same allocation, carved below */
@@ -53,11 +57,7 @@ struct RtExec {
   CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;       /* B*T */
   int nmb;
-  /* per tensor */
-  int *sink;  /* main gradient this weight gradient accumulates into, or -1 */
-  int *alias; /* tensor whose storage it uses (itself unless fused) */
   /* per op */
-  uint8_t *skip;          /* fused into another op */
   uint8_t *attn_cudnn;    /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
   int *slot;              /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
                              (+RT_MAX_HP when it computes the slot's values first);
@@ -65,11 +65,7 @@ struct RtExec {
   int64_t *multi_at;      /* the op that runs a multi-tensor group: its table's first word, else -1 */
   int64_t *multi_chunks;  /* ... and the group's chunk count (its grid) */
   float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
-  uint8_t *fuse;          /* RT_FUSE_* of the group this op runs, 0 none */
-  int *peer;              /* the group's first op, or -1 */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
-  const IrChain *chain;   /* the graph's fused chains */
-  int nchain;
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);

@@ -169,13 +169,13 @@ static int rt_op_cross_entropy(RtExec *x, const Op *op) {
  * token_loss. One stream, a fixed order of every sum: deterministic, and capturable. */
 static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), b = x->slot[o];
-  if (b <= o || x->fuse[b] != RT_FUSE_LOSS_BWD || x->peer[b] != o)
+  if (b <= o || x->fz->fuse[b] != RT_FUSE_LOSS_BWD || x->fz->peer[b] != o)
     return rt_fail(
         x->d, "the chunked output layer runs on CUDA only with its backward in its launch (a constant loss "
               "gradient, the weight gradient into an fp32 main gradient: compiler/passes/fuse.c)");
   const Op *bw = &x->g->op[b];
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
-  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], n = N / op->a.i[0], mg = x->sink[bw->out[1]];
+  int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], n = N / op->a.i[0], mg = x->fz->sink[bw->out[1]];
   if (V % 8 || K % 8 || a->dtype != DT_BF16 || w->dtype != DT_BF16 || mg < 0 || N > INT32_MAX)
     return rt_fail(
         x->d,

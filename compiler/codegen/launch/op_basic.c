@@ -32,10 +32,10 @@ static int add_f32(RtExec *x, const Op *op) {
 }
 
 static int rt_op_add(RtExec *x, const Op *op) {
-  int o = rt_op_index(x, op), f = x->fuse[o];
-  if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->peer[o]], op);
-  if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->peer[o]], op);
-  if (f == RT_FUSE_NORM_BWD_ADD) return rt_op_norm_bwd_add(x, &x->g->op[x->peer[o]], op);
+  int o = rt_op_index(x, op), f = x->fz->fuse[o];
+  if (f == RT_FUSE_LINEAR_ADD) return rt_op_linear_add(x, &x->g->op[x->fz->peer[o]], op);
+  if (f == RT_FUSE_DROPOUT_ADD) return dropout_add(x, &x->g->op[x->fz->peer[o]], op);
+  if (f == RT_FUSE_NORM_BWD_ADD) return rt_op_norm_bwd_add(x, &x->g->op[x->fz->peer[o]], op);
   if (rt_t(x, op->out[0])->dtype == DT_F32) return add_f32(x, op);
   if (need_bf16(x, op, op->out[0])) return RT_ERROR;
   long n = (long)rt_numel(x, op->out[0]);
@@ -75,7 +75,7 @@ static int rt_op_embed(RtExec *x, const Op *op) {
 
 static int rt_op_embed_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
-  CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
+  CUdeviceptr dw = rt_exec_ptr(x, x->fz->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), V = (int)op->a.i[0];
   return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk,
                                             N, C, V);
@@ -91,7 +91,7 @@ static int rt_op_pos_add(RtExec *x, const Op *op) {
 
 static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
-  CUdeviceptr dw = rt_exec_ptr(x, x->sink[op->out[0]]), g = rt_in(x, op, 0);
+  CUdeviceptr dw = rt_exec_ptr(x, x->fz->sink[op->out[0]]), g = rt_in(x, op, 0);
   int B = (int)dy->shape[0], T = (int)dy->shape[1], C = (int)dy->shape[2];
   return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C);
 }
@@ -101,10 +101,10 @@ static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
  * (o). One block per token row (rope.cuh). */
 static int rope_qkv(RtExec *x, int o) {
   const Graph *g = x->g;
-  const Op *first = &g->op[x->peer[o]], *last = &g->op[o];
+  const Op *first = &g->op[x->fz->peer[o]], *last = &g->op[o];
   int fwd = first->kind == OP_SPLIT_QKV;
   const Op *qkv = fwd ? first : last, *rq = NULL, *rk = NULL;
-  for (int r = x->peer[o] + !!fwd; r <= o - !fwd; r++) {
+  for (int r = x->fz->peer[o] + !!fwd; r <= o - !fwd; r++) {
     const Op *rope = &g->op[r];
     if (rope->kind != OP_ROPE) return rt_fail(x->d, "op %d: a fused QKV RoPE group without its RoPE", o);
     if (fwd ? rope->in[0] == qkv->out[0] : rope->out[0] == qkv->in[0]) rq = rope;
@@ -127,7 +127,7 @@ static int rope_qkv(RtExec *x, int o) {
 
 static int rt_op_rope(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
-  if (x->fuse[o] == RT_FUSE_ROPE_QKV) return rope_qkv(x, o);
+  if (x->fz->fuse[o] == RT_FUSE_ROPE_QKV) return rope_qkv(x, o);
   const Tensor *t = rt_t(x, op->in[0]);
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0);
   int B = (int)t->shape[0], T = (int)t->shape[1], H = (int)t->shape[2], D = (int)t->shape[3];
@@ -224,7 +224,7 @@ static int qkv(RtExec *x, const Op *op, int split) {
 static int rt_op_split_qkv(RtExec *x, const Op *op) { return qkv(x, op, 1); }
 static int rt_op_concat_qkv(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
-  return x->fuse[o] == RT_FUSE_ROPE_QKV ? rope_qkv(x, o) : qkv(x, op, 0);
+  return x->fz->fuse[o] == RT_FUSE_ROPE_QKV ? rope_qkv(x, o) : qkv(x, op, 0);
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */

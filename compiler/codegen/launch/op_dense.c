@@ -54,7 +54,8 @@ static int rt_op_linear_dgrad(RtExec *x, const Op *op) {
  * its ZERO skipped). */
 static int rt_op_linear_wgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]);
-  int sink = x->sink[op->out[0]], add = sink >= 0 && x->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
+  int sink = x->fz->sink[op->out[0]],
+      add = sink >= 0 && x->fz->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   CUdeviceptr c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_out(x, op, 0);
   return rt_gemm(x->d, RT_GEMM_TN, ops_last(dy), ops_last(a), ops_rows(dy), rt_in(x, op, 0), rt_in(x, op, 1),
                  c, sink >= 0, add, 0);
@@ -75,7 +76,7 @@ static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   if (rt_launch_bias_backward_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1), 256, 0, p, g,
                                       N, C))
     return RT_ERROR;
-  return colsum(x, rt_exec_ptr(x, x->sink[op->out[0]]), p, G, C, C);
+  return colsum(x, rt_exec_ptr(x, x->fz->sink[op->out[0]]), p, G, C, C);
 }
 
 /* RMSNORM: in (x, w) out (y, rstd); LAYERNORM: in (x, w, b) out (y, mean, rstd). */
@@ -88,11 +89,11 @@ static int rt_op_norm(RtExec *x, const Op *op) {
   unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
   int o = rt_op_index(x, op);
-  if (x->fuse[o] == RT_FUSE_ADD_NORM) {
+  if (x->fz->fuse[o] == RT_FUSE_ADD_NORM) {
     /* the ADD in front (its output is this norm's input): residual_*norm_forward writes the sum,
      * rounded as residual_add rounds it, then normalises exactly those values: the bits of the
      * two kernels, in one pass */
-    const Op *add = &x->g->op[x->peer[o]];
+    const Op *add = &x->g->op[x->fz->peer[o]];
     CUdeviceptr ra = rt_in(x, add, 0), rb = rt_in(x, add, 1);
     if (op->kind == OP_RMSNORM)
       return rt_launch_residual_rmsnorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), ra, rb, w, N,
@@ -136,8 +137,9 @@ static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend)
   else if (rt_launch_norm_backward_weight_partial(x->d, rt_dim((unsigned)((C + 511) / 512), (unsigned)G, 1),
                                                   256, 0, p, dy, in, mean, rstd, N, C))
     return RT_ERROR;
-  if (colsum(x, rt_exec_ptr(x, x->sink[op->out[1]]), p, G, C, 2 * C)) return RT_ERROR;
-  return ln ? colsum(x, rt_exec_ptr(x, x->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C) : RT_OK;
+  if (colsum(x, rt_exec_ptr(x, x->fz->sink[op->out[1]]), p, G, C, 2 * C)) return RT_ERROR;
+  return ln ? colsum(x, rt_exec_ptr(x, x->fz->sink[op->out[2]]), p + (CUdeviceptr)(4 * C), G, C, 2 * C)
+            : RT_OK;
 }
 
 static int rt_op_norm_bwd(RtExec *x, const Op *op) { return norm_bwd(x, op, rt_out(x, op, 0), 0); }

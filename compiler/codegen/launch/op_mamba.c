@@ -31,7 +31,7 @@ static int bf16_operands(RtExec *x, const Op *op, int nout) {
  * executor does not run. */
 static int no_sink(RtExec *x, const Op *op) {
   for (int i = 0; i < op->nout; i++)
-    if (x->sink[op->out[i]] >= 0)
+    if (x->fz->sink[op->out[i]] >= 0)
       return rt_fail(
           x->d, "%s: its gradient %s is accumulated into a main gradient, which the CUDA kernel does not do",
           op_name(op->kind), rt_t(x, op->out[i])->name);
@@ -161,10 +161,10 @@ static int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
 /* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw): dx a warp per (row, group), dw a block per
  * 32 columns (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
 static int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
-  if (bf16_operands(x, op, x->sink[op->out[1]] >= 0 ? 1 : 2)) return RT_ERROR;
+  if (bf16_operands(x, op, x->fz->sink[op->out[1]] >= 0 ? 1 : 2)) return RT_ERROR;
   const Tensor *t = rt_t(x, op->in[1]);
   long rows = (long)ops_rows(t);
-  int C = (int)ops_last(t), G = (int)op->a.i[0], sink = x->sink[op->out[1]];
+  int C = (int)ops_last(t), G = (int)op->a.i[0], sink = x->fz->sink[op->out[1]];
   float eps = (float)op->a.f[0];
   if (rt_launch_mamba_group_norm_backward_input(x->d, rt_dim1((unsigned)((rows * G + 7) / 8)), 256, 0,
                                                 rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1),

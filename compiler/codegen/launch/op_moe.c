@@ -225,7 +225,7 @@ static int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(
 static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *dw = rt_t(x, op->out[0]);
-  int sink = x->sink[op->out[0]];
+  int sink = x->fz->sink[op->out[0]];
   if (sink < 0 && dw->dtype != DT_BF16)
     return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
   CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;

@@ -17,19 +17,19 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks) {
   const Op *run = &g->op[o];
   int sumsq = run->kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
   int64_t chunk = sumsq ? STEPC_SUMSQ_CHUNK : STEPC_ADAMW_CHUNK, at = 0;
-  for (int k = x->peer[o]; k <= o; k++) {
+  for (int k = x->fz->peer[o]; k <= o; k++) {
     const Op *op = &g->op[k];
     const Tensor *gr = &g->t[op->in[0]];
     int64_t n = tensor_numel(gr);
-    if (op->kind != run->kind || (k < o && !x->skip[k]) || (!sumsq && op->nout != 4))
+    if (op->kind != run->kind || (k < o && !x->fz->skip[k]) || (!sumsq && op->nout != 4))
       return rt_fail(x->d,
                      "op %d (%s): the multi-tensor group of ops %d..%d mixes kinds or runs a member alone", k,
-                     op->tags.module, x->peer[o], o);
+                     op->tags.module, x->fz->peer[o], o);
     if (gr->dtype != DT_F32 && (!sumsq || gr->dtype != DT_BF16))
       return rt_fail(x->d, "gradient %s is %s: the multi-tensor %s takes fp32%s gradients", gr->name,
                      dtype_name(gr->dtype), sumsq ? "norm" : "AdamW", sumsq ? " or bf16" : "");
     if (w) {
-      uint64_t *r = w + (int64_t)(k - x->peer[o]) * width;
+      uint64_t *r = w + (int64_t)(k - x->fz->peer[o]) * width;
       if (sumsq) {
         r[0] = rt_exec_ptr(x, op->in[0]), r[1] = (uint64_t)n, r[2] = (uint64_t)at;
         r[3] = gr->dtype == DT_BF16 ? STEPC_MULTI_BF16 : STEPC_MULTI_F32;
@@ -57,7 +57,7 @@ int rt_exec_multi_table(const RtExec *x, int op, const uint64_t **words, int *ro
                         int64_t *chunks) {
   if (op < 0 || op >= x->g->nop || x->multi_at[op] < 0) return -1;
   *words = x->multi_host + x->multi_at[op];
-  *rows = op - x->peer[op] + 1;
+  *rows = op - x->fz->peer[op] + 1;
   *width = x->g->op[op].kind == OP_GRAD_SUMSQ ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
   *chunks = x->multi_chunks[op];
   return 0;
@@ -72,9 +72,9 @@ static CUdeviceptr table_of(const RtExec *x, int o) {
 static int rt_op_grad_sumsq(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op);
   CUdeviceptr part = x->gn_partial + (CUdeviceptr)((int64_t)x->slot[o] * 4), g = rt_in(x, op, 0);
-  if (x->fuse[o] == RT_FUSE_SUMSQ_MULTI)
+  if (x->fz->fuse[o] == RT_FUSE_SUMSQ_MULTI)
     return rt_launch_norm_squared_multi(x->d, rt_dim1((unsigned)x->multi_chunks[o]), STEPC_MULTI_THREADS, 0,
-                                        part, table_of(x, o), o - x->peer[o] + 1, STEPC_SUMSQ_CHUNK);
+                                        part, table_of(x, o), o - x->fz->peer[o] + 1, STEPC_SUMSQ_CHUNK);
   return rt_launch_norm_squared_partial(x->d, rt_dim1((unsigned)x->gn_groups), 256, 0, part, g,
                                         (long)rt_numel(x, op->in[0]));
 }
@@ -104,9 +104,9 @@ static int rt_op_adamw(RtExec *x, const Op *op) {
   if (rt_exec_adamw_hparams(x, o))
     return RT_ERROR; /* the first AdamW of its setting: this step's hyper-parameters */
   CUdeviceptr coef = rt_in(x, op, 1);
-  if (x->fuse[o] == RT_FUSE_ADAMW_MULTI)
+  if (x->fz->fuse[o] == RT_FUSE_ADAMW_MULTI)
     return rt_launch_adamw_multi(x->d, rt_dim1((unsigned)x->multi_chunks[o]), STEPC_MULTI_THREADS, 0,
-                                 table_of(x, o), o - x->peer[o] + 1, STEPC_ADAMW_CHUNK, hp, coef);
+                                 table_of(x, o), o - x->fz->peer[o] + 1, STEPC_ADAMW_CHUNK, hp, coef);
   CUdeviceptr master = rt_out(x, op, f32 ? 0 : 3), param = f32 ? 0 : rt_out(x, op, 0), grad = rt_in(x, op, 0),
               m = rt_out(x, op, 1), v = rt_out(x, op, 2);
   long n = (long)rt_numel(x, op->in[0]);
@@ -119,9 +119,9 @@ static int rt_op_adamw(RtExec *x, const Op *op) {
 /* The multi-tensor group op k belongs to: the op that runs it, or -1 (k runs alone). */
 static int group_of(const RtExec *x, int k) {
   for (int r = k; r < x->g->nop; r++)
-    if (x->multi_at[r] >= 0 && x->peer[r] <= k)
+    if (x->multi_at[r] >= 0 && x->fz->peer[r] <= k)
       return r;
-    else if (!x->skip[r] && r > k)
+    else if (!x->fz->skip[r] && r > k)
       break;
   return -1;
 }
@@ -132,13 +132,13 @@ int rt_exec_norm_partials(const RtExec *x, int op, int64_t *first, int64_t *coun
     return rt_fail(x->d, "op %d is not a GRAD_SUMSQ", op);
   int r = group_of(x, op);
   if (r < 0) {
-    if (x->skip[op])
+    if (x->fz->skip[op])
       return rt_fail(x->d, "GRAD_SUMSQ op %d launches nothing and belongs to no multi-tensor group", op);
     *first = x->slot[op], *count = x->gn_groups;
     return RT_OK;
   }
   int64_t at = 0;
-  for (int k = x->peer[r]; k < op; k++)
+  for (int k = x->fz->peer[r]; k < op; k++)
     at += chunks_of(tensor_numel(&g->t[g->op[k].in[0]]), STEPC_SUMSQ_CHUNK);
   *first = x->slot[r] + at, *count = chunks_of(tensor_numel(&g->t[g->op[op].in[0]]), STEPC_SUMSQ_CHUNK);
   return RT_OK;
@@ -160,9 +160,9 @@ int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep
     if (rt_multi_rows(x, o, w, &chunks)) return RT_ERROR; /* the rows as at open, then the shard's */
     int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
     const uint8_t *keep = sumsq ? keep_sumsq : keep_adamw;
-    for (int k = x->peer[o]; k <= o; k++)
+    for (int k = x->fz->peer[o]; k <= o; k++)
       if (!keep[g->op[k].in[0]])
-        w[(int64_t)(k - x->peer[o]) * width + (sumsq ? 1 : 5)] = 0; /* n = 0: its chunks do nothing */
+        w[(int64_t)(k - x->fz->peer[o]) * width + (sumsq ? 1 : 5)] = 0; /* n = 0: its chunks do nothing */
   }
   if (x->d->rec) return RT_OK;
   return rt_copy_h2d(x->d, x->multi_table, x->multi_host, (size_t)x->multi_words * 8) || rt_sync(x->d)

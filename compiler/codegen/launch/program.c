@@ -51,9 +51,9 @@ static int table_rows(const RtExec *x, LaunchProgram *lp) {
     for (int o = 0; o < g->nop; o++) {
       if (x->multi_at[o] < 0) continue;
       int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
-      for (int k = x->peer[o]; k <= o; k++, n++) {
+      for (int k = x->fz->peer[o]; k <= o; k++, n++) {
         if (!pass) continue;
-        int64_t row = x->multi_at[o] + (int64_t)(k - x->peer[o]) * width;
+        int64_t row = x->multi_at[o] + (int64_t)(k - x->fz->peer[o]) * width;
         lp->row[n] = (LpRow){.word = row + (sumsq ? 1 : 5), .tensor = g->op[k].in[0], .adamw = !sumsq};
         for (int w = 0; w < (sumsq ? 1 : 5); w++)
           if (reloc(&lp->table[row + w], base, lp->f.alloc_bytes)) return -1;
@@ -91,8 +91,8 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   return table_rows(x, lp);
 }
 
-int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew, int sm_count,
-                         LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr) {
+int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, const EwKernels *ew,
+                         int sm_count, LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr) {
   memset(lp, 0, sizeof *lp);
   why[0] = 0;
   RtDevice d;
@@ -102,7 +102,7 @@ int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew
   ew_kernels_rt(ew, &gk);
   d.gen = &gk;
   int unsupported = 0;
-  RtExec *x = rt_exec_new(&d, g, &unsupported);
+  RtExec *x = rt_exec_new(&d, g, fz, &unsupported);
   if (!x) {
     if (unsupported)
       snprintf(why, nwhy, "%s", d.err);

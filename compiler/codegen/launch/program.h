@@ -16,10 +16,10 @@
 #define LAUNCH_DEFAULT_SMS 132
 
 /* 0 with lp filled (lp_free it); 1 when the CUDA backend does not run the step (why says why; lp
- * empty); -1 on an error (err). g must carry the applied memory plan; sc is its schedule (the
- * program's points are its ops, in order). */
-int launch_program_build(const Graph *g, const Schedule *sc, const EwKernels *ew, int sm_count,
-                         LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr);
+ * empty); -1 on an error (err). g must carry the applied memory plan; fz is the compiler's fusions
+ * of g, ew their chains' kernels; sc is its schedule (the program's points are its ops, in order). */
+int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, const EwKernels *ew,
+                         int sm_count, LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr);
 
 typedef struct {
   int launches, gemms, sdpas, memsets, copies;
