@@ -111,6 +111,81 @@ __device__ __forceinline__ void mamba_head_params(const bf16* ssm, int h, float*
   *dtb = bf16_to_f32(ssm[h * 3]), *a = -expf(bf16_to_f32(ssm[h * 3 + 1])), *D = bf16_to_f32(ssm[h * 3 + 2]);
 }
 
+// The chunk products are small GEMMs out of shared memory (M, N in {L, P, N}, K in {L, P, N}),
+// each thread holding a TM x TN tile of the output in registers: a thread task (ty, tx) of
+// ceil(M / TM) x ceil(N / TN) owns rows ty + i NY and columns tx + j NX, so the lanes of a warp read
+// neighbouring columns of B (or, for a transposed view, rows an odd padded stride apart: distinct
+// banks) and share A's rows (broadcast). acc[i][j] += sum_k A(m, k) ks[k] B(k, n) over k in order,
+// A(m, k) = A[m ars + k acs], B(k, n) = B[k brs + n bcs]; ks may be null (1). Rows and columns past M
+// and N read 0.
+struct MambaTile {
+  int ty, tx, NY, NX;
+};
+
+template <int TM, int TN>
+__device__ __forceinline__ void mamba_mm(float (&acc)[TM][TN], const MambaTile& t, int M, int N, int K, const float* A,
+                                         int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
+  for (int k = 0; k < K; k++) {
+    float a[TM], b[TN], sc = ks ? ks[k] : 1.0f;
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+      int m = t.ty + i * t.NY;
+      a[i] = m < M ? A[m * ars + k * acs] * sc : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < TN; j++) {
+      int n = t.tx + j * t.NX;
+      b[j] = n < N ? B[k * brs + n * bcs] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+      for (int j = 0; j < TN; j++) acc[i][j] += a[i] * b[j];
+  }
+}
+
+template <int TM, int TN>
+__device__ __forceinline__ void mamba_zero(float (&acc)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+}
+
+// Thread task `task` of an M x N output in TM x TN tiles; the tasks are task = threadIdx.x,
+// threadIdx.x + blockDim.x, ... < mamba_tasks(M, N, TM, TN).
+__device__ __forceinline__ MambaTile mamba_tile(int task, int M, int N, int TM, int TN) {
+  MambaTile t;
+  t.NY = (M + TM - 1) / TM, t.NX = (N + TN - 1) / TN, t.ty = task / t.NX, t.tx = task % t.NX;
+  return t;
+}
+__device__ __forceinline__ int mamba_tasks(int M, int N, int TM, int TN) {
+  return ((M + TM - 1) / TM) * ((N + TN - 1) / TN);
+}
+
+// A P x N tile into a row-major (P, N) state in global memory.
+__device__ __forceinline__ void mamba_store_pn(float* out, const float (&acc)[4][8], const MambaTile& t, int P, int N) {
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      int p = t.ty + i * t.NY, n = t.tx + j * t.NX;
+      if (p < P && n < N) out[(long)p * N + n] = acc[i][j];
+    }
+}
+
+// An L x P tile into a shared-memory array with row stride ld.
+__device__ __forceinline__ void mamba_store_lp(float* out, int ld, const float (&acc)[2][4], const MambaTile& t, int L,
+                                               int P) {
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int r = t.ty + i * t.NY, p = t.tx + j * t.NX;
+      if (r < L && p < P) out[r * ld + p] = acc[i][j];
+    }
+}
+
 // Every chunk's own state st[b, h, c] = sum_s exp(l_L - l_s) dt_s x_s B_s^T (P x N) and its decay
 // dec[b, h, c] = exp(l_L); with dout, also dst[b, h, c] = sum_t exp(l_t) dy_t C_t^T, the chunk's part
 // of the gradient passed to the state entering it. Grid (nc, G, B), block STEPC_MAMBA_THREADS,
@@ -138,19 +213,19 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     for (int s = threadIdx.x; s < L; s += blockDim.x) w[s] = expf(lc[L - 1] - lc[s]) * dtc[s], e[s] = expf(lc[s]);
     if (threadIdx.x == 0) dec[(b * H + h) * d.nc + c] = expf(lc[L - 1]);
     __syncthreads();
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-      int p = i / N, n = i % N;
-      float acc = 0.0f;
-      for (int s = 0; s < L; s++) acc += w[s] * X[s * d.PP + p] * Bm[s * d.NP + n];
-      st[at + i] = acc;
-    }
-    if (dout)
-      for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-        int p = i / N, n = i % N;
-        float acc = 0.0f;
-        for (int t = 0; t < L; t++) acc += e[t] * dY[t * d.PP + p] * Cm[t * d.NP + n];
-        dst[at + i] = acc;
+    // st = (w X)^T Bm and dst = (e dY)^T Cm: P x N, K = L
+    for (int task = threadIdx.x; task < mamba_tasks(P, N, 4, 8); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, P, N, 4, 8);
+      float acc[4][8];
+      mamba_zero(acc);
+      mamba_mm(acc, tl, P, N, L, X, 1, d.PP, Bm, d.NP, 1, w);
+      mamba_store_pn(st + at, acc, tl, P, N);
+      if (dout) {
+        mamba_zero(acc);
+        mamba_mm(acc, tl, P, N, L, dY, 1, d.PP, Cm, d.NP, 1, e);
+        mamba_store_pn(dst + at, acc, tl, P, N);
       }
+    }
     __syncthreads();
   }
 }
@@ -220,15 +295,21 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
       M[i] = s <= t ? CB[i] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
-      int t = i / P, p = i % P;
-      if (t0 + t >= T) continue;
-      float acc = 0.0f;
-      for (int n = 0; n < N; n++) acc += Cm[t * d.NP + n] * S[n * d.PP + p];
-      acc *= expf(lc[t]);
-      for (int s = 0; s <= t; s++) acc += M[t * L + s] * X[s * d.PP + p];
-      acc += D * X[t * d.PP + p];
-      y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(acc);
+    // y = exp(l) (Cm S0^T) + M X + D X: L x P, K = N then L (M is zero above the diagonal)
+    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+      float cs[2][4], mx[2][4];
+      mamba_zero(cs), mamba_zero(mx);
+      mamba_mm(cs, tl, L, P, N, Cm, d.NP, 1, S, d.PP, 1, nullptr);
+      mamba_mm(mx, tl, L, P, L, M, L, 1, X, d.PP, 1, nullptr);
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          int t = tl.ty + i * tl.NY, p = tl.tx + j * tl.NX;
+          if (t < L && p < P && t0 + t < T)
+            y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(cs[i][j] * expf(lc[t]) + mx[i][j] + D * X[t * d.PP + p]);
+        }
     }
     __syncthreads();
   }
@@ -283,30 +364,45 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
       ws[s] = eS[s] * dtc[s];
       ET[s] = expf(lc[s]);
     }
-    // the L x L factors with their decays (zero above the diagonal); CS = C S0^T (L x P) into TM
-    for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
-      int t = i / L, s = i % L;
-      float yx = 0.0f, e = 0.0f;
-      if (s <= t) {
-        for (int p = 0; p < P; p++) yx += dY[t * PP + p] * X[s * PP + p];
-        e = expf(lc[t] - lc[s]);
-      }
-      YXE[i] = yx * e, CBE[i] = CB[i] * e;
+    // the L x L factors with their decays (zero above the diagonal): YXE = (dY X^T) E, CBE = CB E
+    for (int task = threadIdx.x; task < mamba_tasks(L, L, 2, 2); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, L, 2, 2);
+      float yx[2][2];
+      mamba_zero(yx);
+      mamba_mm(yx, tl, L, L, P, dY, PP, 1, X, 1, PP, nullptr);
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          int t = tl.ty + i * tl.NY, s = tl.tx + j * tl.NX;
+          if (t >= L || s >= L) continue;
+          float e = s <= t ? expf(lc[t] - lc[s]) : 0.0f;
+          YXE[t * L + s] = yx[i][j] * e, CBE[t * L + s] = CB[t * L + s] * e;
+        }
     }
-    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
-      int t = i / P, p = i % P;
-      float v = 0.0f;
-      for (int n = 0; n < N; n++) v += Cm[t * NP + n] * SP[n * PP + p];
-      TM[t * PP + p] = v;
+    // CS = Cm S0^T (L x P) into TM
+    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+      float acc[2][4];
+      mamba_zero(acc);
+      mamba_mm(acc, tl, L, P, N, Cm, NP, 1, SP, PP, 1, nullptr);
+      mamba_store_lp(TM, PP, acc, tl, L, P);
     }
     __syncthreads();
     // dC of this head, into the group's sum: exp(l_t) dy_t S0 + sum_{s<=t} YXE[t,s] dt_s B_s
-    for (int i = threadIdx.x; i < L * N; i += blockDim.x) {
-      int t = i / N, n = i % N;
-      float v = 0.0f, w = 0.0f;
-      for (int p = 0; p < P; p++) v += dY[t * PP + p] * SP[n * PP + p];
-      for (int s = 0; s <= t; s++) w += YXE[t * L + s] * dtc[s] * Bm[s * NP + n];
-      dCg[t * NP + n] += ET[t] * v + w;
+    for (int task = threadIdx.x; task < mamba_tasks(L, N, 4, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, N, 4, 4);
+      float v[4][4], w[4][4];
+      mamba_zero(v), mamba_zero(w);
+      mamba_mm(v, tl, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
+      mamba_mm(w, tl, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          int t = tl.ty + i * tl.NY, n = tl.tx + j * tl.NX;
+          if (t < L && n < N) dCg[t * NP + n] += ET[t] * v[i][j] + w[i][j];
+        }
     }
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int r = warp; r < L; r += nw) {
@@ -324,27 +420,42 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
       SP[(i % N) * PP + i / N] = v;
     }
     sd = block_sum(sd, red);  // syncs: dS is written
-    // BD = B dS^T (L x P) into TM
-    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
-      int s = i / P, p = i % P;
-      float v = 0.0f;
-      for (int n = 0; n < N; n++) v += Bm[s * NP + n] * SP[n * PP + p];
-      TM[s * PP + p] = v;
+    // BD = Bm dS^T (L x P) into TM
+    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+      float acc[2][4];
+      mamba_zero(acc);
+      mamba_mm(acc, tl, L, P, N, Bm, NP, 1, SP, PP, 1, nullptr);
+      mamba_store_lp(TM, PP, acc, tl, L, P);
     }
     __syncthreads();
-    // dx' (with the D skip) and dB of this head
-    for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
-      int s = i / P, p = i % P;
-      float v = 0.0f;
-      for (int t = s; t < L; t++) v += CBE[t * L + s] * dY[t * PP + p];
-      dXa[s * PP + p] = dtc[s] * v + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
+    // dx' = dt CBE^T dY + ws BD + D dY (the D skip), and dB of this head = dt YXE^T Cm + ws X dS
+    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+      float v[2][4];
+      mamba_zero(v);
+      mamba_mm(v, tl, L, P, L, CBE, 1, L, dY, PP, 1, nullptr);
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          int s = tl.ty + i * tl.NY, p = tl.tx + j * tl.NX;
+          if (s < L && p < P) dXa[s * PP + p] = dtc[s] * v[i][j] + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
+        }
     }
-    for (int i = threadIdx.x; i < L * N; i += blockDim.x) {
-      int s = i / N, n = i % N;
-      float z = 0.0f, u = 0.0f;
-      for (int t = s; t < L; t++) z += YXE[t * L + s] * Cm[t * NP + n];
-      for (int p = 0; p < P; p++) u += X[s * PP + p] * SP[n * PP + p];
-      dBg[s * NP + n] += dtc[s] * z + ws[s] * u;
+    for (int task = threadIdx.x; task < mamba_tasks(L, N, 4, 4); task += blockDim.x) {
+      MambaTile tl = mamba_tile(task, L, N, 4, 4);
+      float z[4][4], u[4][4];
+      mamba_zero(z), mamba_zero(u);
+      mamba_mm(z, tl, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
+      mamba_mm(u, tl, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          int s = tl.ty + i * tl.NY, n = tl.tx + j * tl.NX;
+          if (s < L && n < N) dBg[s * NP + n] += dtc[s] * z[i][j] + ws[s] * u[i][j];
+        }
     }
     // per-row scalars, a warp a row
     for (int r = warp; r < L; r += nw) {
