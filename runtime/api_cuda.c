@@ -126,7 +126,8 @@ static int stage(stepc_t *s, int64_t step) {
   for (int mb = 0; mb < g->num_microbatches; mb++)
     c->seeds[mb] = step_seed(s->im.f.seed, step, api_dp_micro(s, mb));
   if (s->data.dbound) {
-    if (rt_copy_d2h(c->d, c->tg, (CUdeviceptr)s->data.dtg, (size_t)n * sizeof *c->tg)) return api_cuda_fail(s);
+    if (rt_copy_d2h(c->d, c->tg, (CUdeviceptr)s->data.dtg, (size_t)n * sizeof *c->tg))
+      return api_cuda_fail(s);
     kept = cpu_data_count_kept(c->tg, n, s->im.f.vocab_size);
   }
   if (api_loss_den(s, kept, &den)) return -1;

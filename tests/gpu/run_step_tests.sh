@@ -34,6 +34,13 @@ run grads_tiny $STEP grads models/tiny.lua
 run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
 run grads_geglu $STEP grads tests/recipes/tiny_geglu.lua
+# loss masks (-100 targets): two micro-batches keeping different counts, the fused cross entropy and
+# the chunked output layer dividing by the step's kept count (a device value staged with the
+# inputs), against the CPU; then through stepc.h (python): against NumPy's ignore_index mean, an
+# all-masked batch refused, a full-iteration graph over steps with different masks = eager bitwise
+run masked_tiny $STEP masked models/tiny.lua
+run masked_chunks $STEP masked models/tiny.lua model.output_layer_chunks=4
+run masked_api python3 tests/python/test_loss_mask.py $BUILD/stepc --device cuda
 # Nemotron's squared-relu MLP (RELU_ACT on CUDA), not gated
 run grads_sqrelu $STEP grads models/tiny.lua model.activation_func=squared_relu model.gated_linear_unit=false
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
