@@ -1,4 +1,4 @@
-/* bandwidth.c — the bandwidth-bound kernels at shape M (models/llama3_2_1b.lua: 2 x 4096 = 8192
+/* bandwidth.c — the bandwidth-bound kernels at shape M (models/bench_m.lua: 2 x 4096 = 8192
  * tokens, vocabulary 128256, 1.50 B parameters with the untied output layer): each checked at that
  * shape, then timed, with the bytes it must move per second (the H200's HBM3e: 4.8 TB/s peak). The
  * last group of test_basic (gpu_kernels --only basic). Buffers are filled on the device
