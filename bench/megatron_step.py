@@ -2,7 +2,7 @@
 
 Builds Megatron-Core's GPTModel with the *local* layer spec (get_gpt_layer_local_spec: torch
 RMSNorm, ColumnParallelLinear/RowParallelLinear, DotProductAttention = Megatron's own unfused
-attention; no Transformer Engine, no apex) at the shape of stepc's models/llama3_2_1b.lua, wraps it
+attention; no Transformer Engine, no apex) at the shape of stepc's models/bench_m.lua, wraps it
 as Megatron-LM's get_model does (model.cuda(), Float16Module for bf16, DistributedDataParallel),
 builds the optimizer with get_megatron_optimizer, and trains with get_forward_backward_func() on
 random tokens, one micro-batch per step. After every iteration it prints
@@ -16,7 +16,7 @@ after iterations 1 and 2) and at the end one JSON line.
              shared_experts, mla_up_proj): recompute_granularity="selective" with
              recompute_modules=[those]; full: recompute_granularity="full", recompute_method="uniform",
              recompute_num_layers=1; full:METHOD:N (uniform|block) sets the method and the layers.
---tied       share_embeddings_and_output_weights (default untied, as llama3_2_1b.lua).
+--tied       share_embeddings_and_output_weights (default untied, as bench_m.lua).
 --experts N  MoE with the local spec (SequentialMLP experts, moe_grouped_gemm off), the alltoall
              dispatcher at EP 1; --topk, --moe-ffn, --shared-ffn (shared experts), --capacity
              (moe_expert_capacity_factor), --aux-loss (moe_aux_loss_coeff).
@@ -79,7 +79,7 @@ args = p.parse_args()
 CPU = args.cpu
 if CPU:  # tiny shapes for the CPU debug run
     dflt = dict(seq=64, hidden=64, heads=8, groups=2, ffn=256, vocab=512)
-else:  # models/llama3_2_1b.lua
+else:  # models/bench_m.lua
     dflt = dict(seq=4096, hidden=2048, heads=32, groups=8, ffn=8192, vocab=128256)
 for k, v in dflt.items():
     if getattr(args, k) is None:

@@ -5,7 +5,7 @@
 #
 # For each configuration below: bench/megatron_step.py (Megatron-Core's GPTModel with the local layer
 # spec, one process each) prints max_memory_allocated() after iterations 1 and 2, and
-# `stepc plan models/llama3_2_1b.lua ... train.megatron_job=true --json` gives the per-rank report's
+# `stepc plan models/bench_m.lua ... train.megatron_job=true --json` gives the per-rank report's
 # logged_after_iteration_1/2_bytes for the same job. Writes $OUT/megatron_vs_plan.csv and .md (config,
 # Megatron 1 / 2, stepc 1 / 2, ratio stepc / Megatron), $OUT/logs/NAME.{megatron,plan}.* and
 # $OUT/summary.txt. PASS when every configuration that ran has both readings within 2%; a Megatron
@@ -42,7 +42,7 @@ mkdir -p "$OUT/logs"
 [ -x "$STEPC" ] || { echo "no stepc binary ($STEPC)" | tee "$OUT/summary.txt"; exit 2; }
 GIB=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory / 2**30)' 2>/dev/null || echo 139)
 
-# name | quick (1: in --quick; -: not runnable with the local spec) | megatron_step.py flags | stepc overrides. Every row: llama3_2_1b's
+# name | quick (1: in --quick; -: not runnable with the local spec) | megatron_step.py flags | stepc overrides. Every row: bench_m's
 # width (d2048, 32 heads, ffn 8192, vocab 128256), bf16, 4 layers, seq 4096, micro-batch 2 unless the
 # flags say otherwise; the two columns must describe the same job. moe_act needs grouped GEMM in Megatron
 # (MCORE-24), which the local spec's SequentialMLP is not, so the MoE rows use moe and shared_experts.
@@ -77,7 +77,7 @@ while IFS='|' read -r name quick mflags sov; do
   echo "$name" | grep -Eq -- "$ONLY" || continue
   L=$OUT/logs/$name
   # shellcheck disable=SC2086
-  "$STEPC" plan models/llama3_2_1b.lua $BASE $sov --json > "$L.plan.json" 2> "$L.plan.err"
+  "$STEPC" plan models/bench_m.lua $BASE $sov --json > "$L.plan.json" 2> "$L.plan.err"
   read -r s1 s2 fits < <(python3 - "$L.plan.json" <<'P'
 import json, sys
 try:

@@ -2,7 +2,7 @@
 """overlap_probe.py — can a memory-bound optimizer step hide under compute-bound GEMMs on one GPU?
 
 A measurement for issue 10's remaining lever (docs/benchmarks.md, "Hiding the optimizer"): stepc's
-optimizer step at shape M (llama3_2_1b, 1.50 B parameters) streams ~45 GB in ~11 ms, at DRAM
+optimizer step at shape M (bench_m, 1.50 B parameters) streams ~45 GB in ~11 ms, at DRAM
 speed, after the backward; the forward GEMMs of the next step run at ~95% of the bf16 ceiling and
 move little DRAM. If the optimizer of step k ran beside the forward of step k+1 (each layer's
 update before that layer's forward reads it), how much of it would be hidden? This script runs

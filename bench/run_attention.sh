@@ -46,8 +46,8 @@ PY
 }
 for be in flash fused; do
   run "S_$be" models/gpt2_small_llama.lua model.attention_backend=$be
-  run "M_$be" models/llama3_2_1b.lua model.attention_backend=$be
+  run "M_$be" models/bench_m.lua model.attention_backend=$be
   run "L8_$be" models/llama3_8b.lua model.num_layers=8 model.attention_backend=$be
 done
-run M_fused_nondet models/llama3_2_1b.lua model.attention_backend=fused model.deterministic_mode=false
+run M_fused_nondet models/bench_m.lua model.attention_backend=fused model.deterministic_mode=false
 cat "$S"

@@ -23,7 +23,7 @@ export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stepc-xdg}
 recipe_of() {
   case $1 in
   S) echo "models/gpt2_small_llama.lua" ;;
-  M) echo "models/llama3_2_1b.lua" ;;
+  M) echo "models/bench_m.lua" ;;
   L8) echo "models/llama3_8b.lua model.num_layers=8" ;;
   esac
 }

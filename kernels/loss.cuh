@@ -5,14 +5,17 @@
 
 // For row n with target y: loss[n] = logsumexp(logits[n][:V]) - logits[n][y], and the logits row
 // is overwritten with its gradient dloss * (softmax - onehot(y)) (0 in the padding columns
-// [V, Vp)). A target outside [0, V) marks an ignored token: loss 0, gradient 0. dloss is the
-// weight of each token's loss in the objective (1 / tokens for the mean, further divided by the
-// number of micro-batches under gradient accumulation). Vp % 8 == 0.
+// [V, Vp)). A target outside [0, V) (-100) masks its token: loss 0, gradient 0. dloss / *den is
+// the weight of each kept token's loss in the objective: dloss the loss gradient (1 / micro-batches
+// under gradient accumulation), *den the step's loss denominator (kept tokens of the global batch /
+// (micro-batches * ranks): ir/ops/loss.c), a device value so that a captured graph serves every
+// step's masks. Vp % 8 == 0.
 // Launch: gridDim.x = N (one block per row), blockDim.x = 512.
 extern "C" __global__ void cross_entropy_forward_backward(float* losses,      // (N)
                                                           bf16* logits,       // (N, Vp) in: logits, out: dlogits
                                                           const int* targets, // (N)
-                                                          int N, int V, int Vp, float dloss) {
+                                                          int N, int V, int Vp, float dloss,
+                                                          const float* den) {  // (1)
   __shared__ float red[32];
   long n = blockIdx.x;
   if (n >= N) return;
@@ -33,7 +36,7 @@ extern "C" __global__ void cross_entropy_forward_backward(float* losses,      //
   }
   float M = block_max(m, red);
   float S = block_sum(m == STEPC_NEG_INF ? 0.0f : s * expf(m - M), red);
-  float inv = 1.0f / S, coef = valid ? dloss : 0.0f;
+  float inv = 1.0f / S, coef = valid ? dloss / *den : 0.0f;
   for (int j = threadIdx.x * 8; j < Vp; j += blockDim.x * 8) {
     float v[8];
     load8(row + j, v);
@@ -139,7 +142,8 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
     cross_entropy_cluster(float* losses,       // (N)
                           bf16* logits,        // (N, Vp) in: logits, out: dlogits
                           const int* targets,  // (N)
-                          int N, int V, int Vp, float dloss) {
+                          int N, int V, int Vp, float dloss,
+                          const float* den) {  // (1)
   __shared__ float red[32];
   __shared__ float part[2];  // this block's max, then its sum, read by the whole cluster
   unsigned rank = cluster_rank();
@@ -184,7 +188,7 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
   float S = 0.0f;  // the row's sum of exp(x - M), times 2^15
   for (unsigned q = 0; q < STEPC_CE_CLUSTER; q++) S += cluster_load(&part[1], q);
   cluster_arrive();  // done reading the others' shared memory; the wait below keeps ours alive
-  float coef = valid ? dloss : 0.0f, scale = coef / S;
+  float coef = valid ? dloss / *den : 0.0f, scale = coef / S;
   int ky = valid && y / 8 >= first && (y / 8 - first) % blockDim.x == 0 ? (y / 8 - first) / blockDim.x : -1;  // y's vector
 #pragma unroll
   for (int k = 0; k < STEPC_CE_VEC; k++) {
@@ -201,14 +205,14 @@ extern "C" __global__ void __cluster_dims__(STEPC_CE_CLUSTER, 1, 1) __launch_bou
   cluster_wait();
 }
 
-// out = scale * sum(losses), summed in a fixed order (scale = 1 / tokens for the mean).
+// out = sum(losses) / *den, summed in a fixed order (*den the step's loss denominator, as above).
 // Launch: one block, blockDim.x = 1024.
 extern "C" __global__ void loss_reduce(float* out,           // (1)
                                        const float* losses,  // (N)
-                                       int N, float scale) {
+                                       int N, const float* den) {  // (1)
   __shared__ float red[32];
   float s = 0.0f;
   for (int i = threadIdx.x; i < N; i += blockDim.x) s += losses[i];
   s = block_sum(s, red);
-  if (threadIdx.x == 0) *out = s * scale;
+  if (threadIdx.x == 0) *out = s / *den;
 }

@@ -1,7 +1,7 @@
 -- gpt2_small_llama: the benchmark's shape S (docs/benchmarks.md): GPT-2-small size with the
 -- Llama layer (RMSNorm, RoPE, SwiGLU, untied head): d768, 12 layers, 12 heads, ffn 2048,
 -- vocab 50304 (GPT-2's 50257 padded to a multiple of 128), seq 1024, micro-batch 16, 162 M params.
-local cfg = stepc.recipe("llama3_2_1b")
+local cfg = stepc.recipe("bench_m")
 cfg.model.num_layers = 12
 cfg.model.hidden_size = 768
 cfg.model.num_attention_heads = 12

@@ -1,9 +1,12 @@
--- llama3_2_1b: Llama 3.2 1B, the benchmark's shape M (docs/benchmarks.md: d2048, 16 layers,
--- 32 heads / 8 kv groups, ffn 8192, vocab 128256, seq 4096, micro-batch 2, 1.50 B parameters).
--- Architecture numbers from Meta's config.json for Llama-3.2-1B (rope_theta 500000, rms_norm_eps
--- 1e-5, head_dim 64). Meta ties the output head to the embedding (1.24 B); the benchmark's PyTorch
--- anchor unties it (1.50 B), and so does this recipe, so that both run the same model.
--- This is the default recipe of the README's quick start.
+-- llama3_2_1b: Llama 3.2 1B as Meta ships it (config.json of meta-llama/Llama-3.2-1B): d2048,
+-- 16 layers, 32 heads / 8 kv groups (head_dim 64), ffn 8192, vocab 128256, rms_norm_eps 1e-5,
+-- rope_theta 500000 with Llama 3's RoPE scaling (factor 32, low / high frequency factors 1 and 4,
+-- original context 8192: ir/ops/ops.h), the output head tied to the embedding: 1.24 B parameters
+-- (1,235,814,400: `stepc plan --json` ranks[0].params). It agrees with what
+-- `stepc import --print-recipe` derives from that config.json (tests/cli/hf_recipe_llama.py).
+-- seq_length and the train / optimizer sections are training choices, not the checkpoint's (its
+-- max_position_embeddings is 131072). The benchmark's shape M (untied head, no scaling) is
+-- models/bench_m.lua. This is the default recipe of the README's quick start.
 return {
   model = {
     num_layers = 16,
@@ -19,10 +22,12 @@ return {
     add_bias_linear = false,
     position_embedding_type = "rope",
     rotary_base = 500000,
+    rope_scaling = true,
+    rope_scaling_factor = 32,
     attention_dropout = 0.0,
     hidden_dropout = 0.0,
     attention_backend = "auto",
-    share_embeddings_and_output_weights = false,
+    share_embeddings_and_output_weights = true,
     vocab_size = 128256,
     seq_length = 4096,
     bf16 = true,

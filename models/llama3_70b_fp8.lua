@@ -7,7 +7,7 @@
 -- stepc's own step computes in bf16; the per-rank report counts what Transformer Engine keeps in
 -- fp8 (compiler/plan/memrank.c): fp8 copies of the linears' saved inputs and cached fp8 weights with
 -- their transposes. docs/recompute.md sets its rows beside the guide's.
-local cfg = stepc.recipe("llama3_2_1b")
+local cfg = stepc.recipe("bench_m")
 cfg.model.num_layers = 80
 cfg.model.hidden_size = 8192
 cfg.model.num_attention_heads = 64

@@ -2,7 +2,7 @@
 -- 32 heads / 8 kv groups, ffn 14336, vocab 128256, rope_theta 500000, rms_norm_eps 1e-5, untied
 -- head; seq 8192 and micro-batch 1 as the benchmark's L8 shape (docs/benchmarks.md), whose
 -- layers are this model's.
-local cfg = stepc.recipe("llama3_2_1b")
+local cfg = stepc.recipe("bench_m")
 cfg.model.num_layers = 32
 cfg.model.hidden_size = 4096
 cfg.model.num_attention_heads = 32

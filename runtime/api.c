@@ -64,6 +64,38 @@ static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t 
   return 0;
 }
 
+int api_kept(stepc_t *s, int64_t step, int32_t *tok, int32_t *tg, int64_t *kept) {
+  const Tensor *t = &s->g->t[s->g->tokens];
+  int64_t b = t->shape[0], T = t->shape[1], n = b * T;
+  CpuData *d = &s->data.base;
+  *kept = 0;
+  for (int mb = 0; mb < s->g->num_microbatches; mb++) {
+    int64_t gm = api_dp_micro(s, mb), k = 0; /* this rank's share of the global batch */
+    if (cpu_data_kept(d, step, &gm, 1, b, T, tok + mb * n, tg + mb * n, &k) != 0)
+      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld%s%s", (long long)step,
+                      d->err[0] ? ": " : "", d->err),
+             -1;
+    *kept += k;
+  }
+  return 0;
+}
+
+int api_loss_den(stepc_t *s, int64_t kept, double *den) {
+  double all = (double)kept; /* exact: a step holds under 2^31 tokens a rank (image_check.c) */
+  if (s->comm && rt_comm_allreduce_sum(s->comm, &all, 1, RT_COMM_F64) != 0)
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", rt_comm_error(s->comm)), -1;
+  if (all <= 0) {
+    s->refused = STEPC_ERR_ARGUMENT;
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "step %lld: every target of the global batch is masked (outside [0, %lld), e.g. -100): "
+                    "its loss, the mean over no token, is undefined; the step is refused and nothing changed",
+                    (long long)s->step + 1, (long long)s->im.f.vocab_size),
+           -1;
+  }
+  *den = all / ((double)s->g->num_microbatches * (double)(s->world > 1 ? s->world : 1));
+  return 0;
+}
+
 /* The element count a binding must give: 0, or the error. */
 static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
                                size_t count) {
@@ -243,11 +275,12 @@ static stepc_status step_with(stepc_t *s, stepc_step_stats *st, double *ms) {
   if (!st) st = &tmp;
   memset(st, 0, sizeof *st);
   s->err[0] = 0;
+  s->refused = STEPC_OK;
   int rc = ms ? s->be->step_profiled(s, s->step + 1, st, ms) : s->be->step(s, s->step + 1, st);
   s->data.bound = s->data.dbound = false; /* a binding holds for one step, whatever happened */
   if (rc != 0) {
     if (!s->err[0]) snprintf(s->err, sizeof s->err, "step %lld failed", (long long)s->step + 1);
-    return STEPC_ERR_RUNTIME;
+    return s->refused != STEPC_OK ? s->refused : STEPC_ERR_RUNTIME;
   }
   s->step++;
   st->step = s->step;

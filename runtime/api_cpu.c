@@ -10,6 +10,7 @@
 typedef struct {
   Graph *g; /* the image's graph at the CPU plan's slots: every float tensor in fp32 */
   PlanExec *x;
+  int32_t *tok, *tg; /* (num_microbatches, B*T) each: the step's batch, drawn to count its kept targets */
 } ApiCpu;
 
 static ApiCpu *cpu(stepc_t *s) { return s->impl; }
@@ -215,8 +216,12 @@ static int run_part(stepc_t *s, int lo, int hi, int micro, double *ms) {
 static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms) {
   ApiCpu *c = cpu(s);
   const Graph *g = s->g;
-  double t0 = api_now_ms(), loss = 0;
+  double t0 = api_now_ms(), loss = 0, den = 0;
   s->prof_t0_ms = t0;
+  int64_t kept = 0;
+  /* the loss's denominator first: the kept targets of every micro-batch of every rank */
+  if (api_kept(s, step, c->tok, c->tg, &kept) || api_loss_den(s, kept, &den)) return -1;
+  cpu_exec_set_loss_den(ex(s), den);
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
     /* the data and the dropout key are the global micro-batch's (api_dp_micro) */
@@ -321,6 +326,7 @@ static void cpu_free(stepc_t *s) {
   if (!c) return;
   plan_exec_free(c->x);
   graph_free(c->g);
+  free(c->tok), free(c->tg);
   free(c);
   s->impl = NULL;
 }
@@ -336,6 +342,10 @@ stepc_status api_cpu_open(stepc_t *s) {
   s->be = &CPU_BACKEND;
   if (!(c->g = image_cpu_graph(&s->im))) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   s->g = c->g;
+  size_t n = (size_t)c->g->num_microbatches * (size_t)tensor_numel(&c->g->t[c->g->tokens]);
+  c->tok = malloc(n * sizeof *c->tok);
+  c->tg = malloc(n * sizeof *c->tg);
+  if (!c->tok || !c->tg) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   const StepImage *im = &s->im;
   CpuProgram prog = {.npoints = im->npoints,
                      .micro_points = im->micro_points,

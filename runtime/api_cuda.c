@@ -113,23 +113,29 @@ static uint64_t step_seed(uint64_t seed, int64_t step, int64_t micro) {
   return ops_mix64(ops_mix64(ops_mix64(seed) ^ (uint64_t)step) ^ ((uint64_t)micro << 20));
 }
 
-/* Step `step`'s tokens, targets and dropout seeds to the device (the recipe's data, or the batch
- * bound on the host). */
+/* Step `step`'s tokens, targets, dropout seeds and loss denominator to the device (the recipe's
+ * data, the batch bound on the host, or the one bound on the device, whose targets are read back
+ * to count the kept ones: op_attn_loss.c says why the host counts). An all-masked global batch is
+ * refused here, before anything runs (api_loss_den). */
 static int stage(stepc_t *s, int64_t step) {
   ApiCuda *c = cu(s);
   const Graph *g = s->g;
-  const Tensor *t = &g->t[g->tokens];
-  int64_t b = t->shape[0], T = t->shape[1];
-  CpuData *data = &s->data.base;
-  for (int mb = 0; mb < g->num_microbatches; mb++) {
-    int64_t gm = api_dp_micro(s, mb); /* this rank's share of the global batch */
-    if (data->fill(data, step, gm, b, T, c->tok + mb * b * T, c->tg + mb * b * T) != 0)
-      return api_fail(s, STEPC_ERR_RUNTIME, "the data source failed at step %lld%s%s", (long long)step,
-                      data->err[0] ? ": " : "", data->err),
-             -1;
-    c->seeds[mb] = step_seed(s->im.f.seed, step, gm);
+  int64_t kept = 0, n = (int64_t)g->num_microbatches * tensor_numel(&g->t[g->tokens]);
+  double den = 0;
+  if (api_kept(s, step, c->tok, c->tg, &kept)) return -1;
+  for (int mb = 0; mb < g->num_microbatches; mb++)
+    c->seeds[mb] = step_seed(s->im.f.seed, step, api_dp_micro(s, mb));
+  if (s->data.dbound) {
+    if (rt_copy_d2h(c->d, c->tg, (CUdeviceptr)s->data.dtg, (size_t)n * sizeof *c->tg))
+      return api_cuda_fail(s);
+    kept = cpu_data_count_kept(c->tg, n, s->im.f.vocab_size);
   }
-  return rt_player_stage(c->x, c->tok, c->tg, c->seeds) ? api_cuda_fail(s) : 0;
+  if (api_loss_den(s, kept, &den)) return -1;
+  if (rt_player_stage(c->x, c->tok, c->tg, c->seeds, den)) return api_cuda_fail(s);
+  /* a device binding overwrites the staged tokens and targets (the seeds stay) */
+  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))
+    return api_cuda_fail(s);
+  return 0;
 }
 
 /* An fp32 scalar tensor (the LR, the gradient norm) as a double (synchronises). */
@@ -186,8 +192,6 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   int nmb = c->nmb, ntail = c->npoints - c->nmicro;
   CudaProf pf = {0};
   if (stage(s, step)) return -1;
-  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))
-    return api_cuda_fail(s);
   int rc = 0;
   if (rt_marks_new(d, &pf.main, nmb * (c->nmicro + 1) + 2 * ntail + 2) ||
       (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))))
@@ -216,9 +220,6 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   ApiCuda *c = cu(s);
   RtDevice *d = c->d;
   if (stage(s, step)) return -1;
-  /* a device binding overwrites the staged tokens and targets (the seeds stay) */
-  if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))
-    return api_cuda_fail(s);
   bool replay = (c->full_iteration || c->scoped) && c->steps_here >= c->warmup;
   if (replay && c->scoped && !c->captured) {
     /* one graph per scope instance */

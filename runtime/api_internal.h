@@ -56,6 +56,9 @@ struct stepc {
   bool data_open;
   int64_t step; /* optimizer steps taken */
   stepc_step_stats last;
+  /* the running step's status when its backend refuses it before running anything (an
+   * all-masked global batch: api_loss_den), else STEPC_OK (a failure is STEPC_ERR_RUNTIME) */
+  stepc_status refused;
   char gpu[256];
   /* data parallel (api_dp.c) */
   int rank, world;    /* world 1: alone */
@@ -113,6 +116,16 @@ stepc_status api_dp_agree_load(stepc_t *s, stepc_status st, const char *what, lo
 bool api_dp_not_mine(const stepc_t *s, int t);
 /* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */
 int api_cpu_zero_gather(stepc_t *s);
+
+/* The running step's loss denominator (ir/ops/loss.c) from this rank's kept targets: their sum
+ * over the ranks / (num_microbatches * ranks). Every rank calls it before its step runs anything.
+ * An all-masked global batch (no kept target on any rank) is refused: -1 with the message and
+ * s->refused = STEPC_ERR_ARGUMENT, so stepc_step returns that and leaves the state as it was.
+ * 0, or -1 with the message. */
+int api_loss_den(stepc_t *s, int64_t kept, double *den);
+/* This rank's kept targets of step `step` (cpu_data_kept over its micro-batches, drawn into tok and
+ * tg: num_microbatches * B * T each, micro-batch mb at mb * B * T). 0, or -1 with the message. */
+int api_kept(stepc_t *s, int64_t step, int32_t *tok, int32_t *tg, int64_t *kept);
 
 /* Appends one span to the profiled step's timeline. 0, or -1 (out of memory, with the message). */
 int api_span_add(stepc_t *s, int kind, int stream, int id, int micro, double start_ms, double end_ms);

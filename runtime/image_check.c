@@ -341,11 +341,12 @@ static int check_launch_facts(const StepImage *im, Why *w) {
   int64_t a = f->alloc_bytes;
   if (!lp_span_ok(f->inputs_at, (int64_t)nmb * 2 * f->ntok * 4, a) ||
       !lp_span_ok(f->seeds_at, 8 * (int64_t)nmb, a) || !lp_span_ok(f->losses_at, 4 * (int64_t)nmb, a) ||
-      !lp_span_ok(f->init_seed_at, 8, a) || f->norm_count < 0 || f->norm_count > a / 4 ||
-      !lp_span_ok(f->norm_at, 4 * f->norm_count, a) || f->ntable > a / 8 ||
+      !lp_span_ok(f->init_seed_at, 8, a) || !lp_span_ok(f->loss_den_at, 4, a) || f->norm_count < 0 ||
+      f->norm_count > a / 4 || !lp_span_ok(f->norm_at, 4 * f->norm_count, a) || f->ntable > a / 8 ||
       !lp_span_ok(f->tables_at, 8 * f->ntable, a))
-    return bad(w,
-               "program: inputs, seeds, losses, norm partials or tables lie outside the step's allocation");
+    return bad(
+        w, "program: inputs, seeds, losses, the loss denominator, norm partials or tables lie outside the "
+           "step's allocation");
   return 0;
 }
 

@@ -13,7 +13,8 @@ const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias parti
                                                             "staged inputs",
                                                             "current dropout seed",
                                                             "multi-tensor tables",
-                                                            "initialisation seed"};
+                                                            "initialisation seed",
+                                                            "loss denominator"};
 
 int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
   int n = 0;

@@ -75,7 +75,7 @@ typedef struct {
 } LpRow;
 
 /* The scratch's parts (compiler/codegen/launch/exec.h's RT_SCRATCH_* order), for reports. */
-#define LP_SCRATCH_PARTS 10
+#define LP_SCRATCH_PARTS 11
 extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
 
 typedef struct {
@@ -88,9 +88,11 @@ typedef struct {
   int32_t nmb;                      /* micro-batches */
   int32_t sm_count;                 /* the SM count grids and partial sums were sized for */
   int64_t inputs_at, seeds_at, losses_at, init_seed_at; /* offsets in the allocation */
-  int64_t norm_at, norm_count;                          /* the global-norm partials: offset, floats */
-  int64_t tables_at, ntable;                            /* the multi-tensor tables: offset, words */
-  int64_t attn_workspace; /* the cuDNN attention workspace the shapes predict (bytes) */
+  int64_t
+      loss_den_at; /* the step's loss denominator (fp32, 4 bytes; ir/ops/loss.c), staged with the inputs */
+  int64_t norm_at, norm_count; /* the global-norm partials: offset, floats */
+  int64_t tables_at, ntable;   /* the multi-tensor tables: offset, words */
+  int64_t attn_workspace;      /* the cuDNN attention workspace the shapes predict (bytes) */
   LpRange init;
   int32_t nrec, nrow;
 } LpFacts;

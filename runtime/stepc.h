@@ -154,10 +154,10 @@ stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir);
 
 /* ---- data ---- */
 /* Binds the next step's batch: num_microbatches * micro_batch_size * seq_length int32 tokens
- * and as many targets (the next token; a target outside [0, vocab) is ignored), micro-batch
- * major. `count` is that element count (checked). The buffers are copied; the binding holds for
- * one stepc_step. Without a binding a step draws from the recipe's data (mock tokens from
- * train.seed, or data.path windows), a pure function of (seed, step). */
+ * and as many targets (the next token; a target outside [0, vocab), -100 for one, masks its token:
+ * see stepc_step for the loss), micro-batch major. `count` is that element count (checked). The buffers are
+ * copied; the binding holds for one stepc_step. Without a binding a step draws from the recipe's data (mock
+ * tokens from train.seed, or data.path windows), a pure function of (seed, step). */
 stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count);
 /* The same from device memory (cuda only; ERR_UNSUPPORTED on the cpu device): tokens and targets
  * are CUDA device addresses of int32 buffers in the device's primary context (cudaMalloc'd by a
@@ -165,22 +165,25 @@ stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *
  * the next stepc_step copies them on the device, on stepc's stream, before its work — the caller's
  * writes to them must be complete (synchronise the producing stream) and the buffers must stay
  * valid until that stepc_step returns. Token values are not checked (that would need a copy to the
- * host); one outside [0, vocab) embeds as a zero row and a target outside is ignored, as on the
- * host path's targets. */
+ * host); one outside [0, vocab) embeds as a zero row. A target outside masks its token, as on the
+ * host path; the step copies the targets to the host to count the kept ones (stepc_step). */
 stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void *targets, size_t count);
 
 /* ---- stepping ---- */
 typedef struct {
   int64_t step;     /* 1-based, after this step */
-  double loss;      /* mean over micro-batches of the mean token loss */
+  double loss;      /* sum of the kept tokens' losses over the global batch / their count */
   double lr;        /* the learning rate this step used */
   double grad_norm; /* global L2 norm of the gradient before clipping */
   double ms;        /* cuda: the step's GPU time (events); cpu: wall time */
   int replayed;     /* cuda full_iteration: this step was a graph replay */
 } stepc_step_stats;
 /* One optimizer step: every micro-batch's forward and backward (gradients accumulate), the
- * global norm, clipping and AdamW. A non-finite loss is STEPC_ERR_RUNTIME. Data parallel: loss is
- * the mean over every rank's micro-batches; grad_norm that of the averaged gradients (the same on
+ * global norm, clipping and AdamW. The loss is Megatron's: the kept tokens' cross entropies summed
+ * over the global batch (every micro-batch, every rank) / the number of kept tokens in it, and the
+ * gradients are that loss's. A global batch that masks every target is STEPC_ERR_ARGUMENT before
+ * anything runs: parameters, optimizer state and step count unchanged. A non-finite loss is
+ * STEPC_ERR_RUNTIME. Data parallel: grad_norm is that of the averaged gradients (the same on
  * every rank); a rank that failed, exited or hangs makes this STEPC_ERR_RUNTIME within the
  * communicator's timeout, naming the rank. */
 stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);

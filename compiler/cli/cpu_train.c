@@ -79,6 +79,23 @@ int cpu_trainer_step(CpuTrainer *tr, CpuStepStats *st, char *err, size_t nerr) {
   const Graph *g = tr->g;
   tr->step++;
   double loss = 0;
+  /* the loss's denominator (ir/ops/loss.c): the step's kept targets over its micro-batches */
+  const Tensor *t = &g->t[g->tokens];
+  int64_t n = tensor_numel(t), kept = 0, k = 0;
+  int32_t *tok = malloc((size_t)n * sizeof *tok), *tg = malloc((size_t)n * sizeof *tg);
+  int rc = tok && tg ? 0 : -1;
+  if (rc) snprintf(err, nerr, "out of memory");
+  for (int64_t mb = 0; mb < g->num_microbatches && !rc; mb++, kept += k)
+    if ((rc = cpu_data_kept(tr->data, tr->step, &mb, 1, t->shape[0], t->shape[1], tok, tg, &k)))
+      snprintf(err, nerr, "the data source failed%s%s", tr->data->err[0] ? ": " : "", tr->data->err);
+  free(tok), free(tg);
+  if (rc) return -1;
+  if (kept == 0) {
+    snprintf(err, nerr, "step %lld: every target is masked: the loss, a mean over no token, is undefined",
+             (long long)tr->step);
+    return -1;
+  }
+  cpu_exec_set_loss_den(plan_exec_cpu(tr->x), (double)kept / (double)g->num_microbatches);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
     double l = 0;
     if (plan_exec_micro(tr->x, tr->data, tr->seed, tr->step, mb, &l, err, nerr) != 0) return -1;

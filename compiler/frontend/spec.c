@@ -249,4 +249,18 @@ void spec_write_reference(void *out_) {
       fprintf(out, " | `%s` | %s | %s |\n", f->def, f->megatron ? "yes" : "stepc", f->doc);
     }
   }
+  /* no field sets it: what every recipe's loss is (ir/ops/loss.c) */
+  fprintf(out, "\n## The loss and its masks\n\n"
+               "The training loss is the cross entropy of the next token, normalised as Megatron does: the "
+               "sum of the kept tokens' losses over the whole global batch (every micro-batch of the step, "
+               "every data-parallel rank) divided by the number of kept tokens in it. A target outside "
+               "`[0, vocab_size)` (`-100`, PyTorch's `ignore_index`) masks its token: it adds nothing to the "
+               "loss or the gradients and is not counted. With no masked target that is the plain mean "
+               "over every token; with half the targets masked it is the mean over the kept half, what "
+               "`torch.nn.functional.cross_entropy(..., ignore_index=-100)` gives over the global batch, and "
+               "the gradients (and so the global norm that `clip_grad` clips) are those of that mean. The "
+               "mock and `data.path` sources mask nothing; masks come with the batches a trainer binds "
+               "(docs/c-api.md, docs/python.md). A step whose global batch masks every target is refused "
+               "(`STEPC_ERR_ARGUMENT`; nothing changes). The MoE load-balancing loss (`moe_aux_loss_coeff`) "
+               "is added to each micro-batch's loss as before. ir/ops/loss.c has the definition.\n");
 }

@@ -5,11 +5,12 @@
  * B*T); out (loss (1) fp32, token_loss (B,T) fp32, logits_chunk (B*T/chunks, V) workspace). The
  * rows of x, in order, split into `chunks` runs of n = B*T/chunks; chunk c's logits
  * x[c n : (c+1) n] W^T go through the cross entropy (a target outside [0, V) is ignored: loss 0,
- * gradient 0); token_loss[r] = lse(logits[r]) - logits[r][target]; loss = the sum of token_loss
- * in token order / B*T, the mean that CROSS_ENTROPY over the whole logits gives.
+ * gradient 0, not counted); token_loss[r] = lse(logits[r]) - logits[r][target]; loss = the sum of
+ * token_loss in token order / D, the loss denominator CROSS_ENTROPY over the whole logits divides
+ * by (ir/ops/loss.c: the step's, else the op's kept tokens).
  *
  * LINEAR_CROSS_ENTROPY_BWD: in (dloss (1), x, W, targets), a.i[0] = chunks; out (dx like x,
- * dW like W): per chunk, dlogits = dloss / (B*T) (softmax - onehot), dx rows = dlogits W,
+ * dW like W): per chunk, dlogits = dloss / D (softmax - onehot), dx rows = dlogits W,
  * dW += dlogits^T x rows, summed over the chunks in order. Run alone (the CPU reference) it
  * recomputes each chunk's logits; the CUDA executor runs it inside the forward's launch, over the
  * forward's logits chunk, where the loss gradient is a constant (compiler/passes/fuse.c), so each chunk is
@@ -173,7 +174,7 @@ static void K(lce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
   double sum = 0; /* in token order, in double, as CROSS_ENTROPY's */
   for (int64_t r = 0; r < rows; r++)
     sum += (double)tok[r];
-  ((real *)out[0])[0] = (real)(sum / (double)rows);
+  ((real *)out[0])[0] = (real)(sum / ops_loss_den(c, tg, rows, v));
 }
 
 static void K(lce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -182,12 +183,12 @@ static void K(lce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
   const real *xp = in[1];
   const int32_t *tg = in[3];
   real *dx = out[0], *dw = out[1], chunk_loss;
-  /* CROSS_ENTROPY_BWD divides by its own rows: scaled so that each token weighs dloss / rows */
-  real dl = ((const real *)in[0])[0] * (real)n / (real)rows;
+  real dl = ((const real *)in[0])[0];
   real *logits = malloc((size_t)(n * v) * sizeof *logits), *lse = malloc((size_t)n * sizeof *lse);
   real *dwc = malloc((size_t)(v * d) * sizeof *dwc);
   LcChunk k;
   lc_init(&k, c, OPS_REAL == 64, n, v, d);
+  k.c.loss_den = ops_loss_den(c, tg, rows, v); /* the whole op's, not a chunk's: each token weighs dl / D */
   for (int64_t r0 = 0; r0 < rows && logits && lse && dwc; r0 += n) {
     void *xc = (void *)(xp + r0 * d), *tc = (void *)(tg + r0);
     lc_run(&k, OP_LINEAR, 2, (int[]){LC_X, LC_W}, (void *[]){xc, in[2]}, 1, (int[]){LC_LOGITS},

@@ -1,9 +1,16 @@
-/* loss.c — CROSS_ENTROPY: loss (1) = mean over the B*T tokens of lse(logits) - logits[target]
- * (a target outside [0, V) marks an ignored token: loss 0, gradient 0, still counted in B*T, as
- * kernels/loss.cuh),
- * with the row log-sum-exp (B,T) kept for the backward (which therefore reads logits, targets and
- * lse). CROSS_ENTROPY_BWD's first input is the loss gradient (1), the micro-batch's share of the
- * step's mean (1 / num_microbatches). */
+/* loss.c — CROSS_ENTROPY: loss (1) = the sum over the kept tokens of lse(logits) - logits[target],
+ * divided by the step's loss denominator D (CpuCtx.loss_den), with the row log-sum-exp (B,T) kept
+ * for the backward (which therefore reads logits, targets and lse). A target outside [0, V) (-100,
+ * PyTorch's ignore_index) masks its token: loss 0, gradient 0, and it is not counted.
+ *
+ * Megatron's normalisation: the step's objective is the sum of the kept tokens' losses over the
+ * whole global batch (every micro-batch, every data-parallel rank) divided by the number of kept
+ * tokens in it. The step averages its micro-batches' losses (the backward seeds each with
+ * 1 / num_microbatches, compiler/passes/autodiff.c) and data parallelism averages over ranks, so
+ * D = kept tokens of the global batch / (num_microbatches * ranks) gives exactly that objective; with
+ * no masked token D = B*T, the plain mean. Run alone (D unset) D is this op's kept tokens, the mean
+ * over them (PyTorch's cross_entropy with ignore_index). CROSS_ENTROPY_BWD's first input is the loss
+ * gradient (1); each kept token's gradient weighs it / D. */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -83,6 +90,7 @@ typedef struct {
   const int32_t *tg;
   real *y, *olse;
   int64_t rows, v;
+  double den; /* the backward's loss denominator */
 } K(CeArgs);
 
 static void K(ce_range)(void *p, int64_t lo, int64_t hi) {
@@ -104,18 +112,18 @@ static void K(ce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *cons
   c->parallel_for(c, a.rows, K(ce_range), &a);
   double sum = 0; /* in token order, in double: the loss is what runs are compared on */
   for (int64_t r = 0; r < a.rows; r++)
-    if (a.tg[r] >= 0 && a.tg[r] < a.v) sum += (double)a.olse[r] - (double)a.x[r * a.v + a.tg[r]];
-  ((real *)out[0])[0] = (real)(sum / (double)a.rows);
+    if (ops_target_kept(a.tg[r], a.v)) sum += (double)a.olse[r] - (double)a.x[r * a.v + a.tg[r]];
+  ((real *)out[0])[0] = (real)(sum / ops_loss_den(c, a.tg, a.rows, a.v));
 }
 
 static void K(ce_bwd_range)(void *p, int64_t lo, int64_t hi) {
   const K(CeArgs) *a = p;
-  real scale = a->dloss[0] / (real)a->rows;
+  real scale = a->dloss[0] / (real)a->den;
   for (int64_t r = lo; r < hi; r++) {
     const real *x = a->x + r * a->v;
     real *dx = a->y + r * a->v;
     int64_t t = a->tg[r];
-    real s = t >= 0 && t < a->v ? scale : 0; /* an ignored token: gradient 0 */
+    real s = ops_target_kept(t, a->v) ? scale : 0; /* a masked token: gradient 0 */
     for (int64_t j = 0; j < a->v; j++)
       dx[j] = (REXP(x[j] - a->lse[r]) - (j == t)) * s;
   }
@@ -131,6 +139,7 @@ static void K(ce_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *
        .y = out[0],
        .rows = ops_rows(x),
        .v = ops_last(x)};
+  a.den = ops_loss_den(c, a.tg, a.rows, a.v);
   c->parallel_for(c, a.rows, K(ce_bwd_range), &a);
 }
 

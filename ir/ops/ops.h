@@ -35,7 +35,22 @@ typedef struct CpuCtx {
   uint64_t seed;
   int64_t step;
   int64_t micro;
+  /* The loss's denominator (ir/ops/loss.c): the kept tokens of the step's global batch over
+   * num_microbatches * data-parallel ranks, which the step's driver counts before it runs
+   * (runtime/api.c api_loss_den); <= 0: this op's own kept tokens (an op or micro-batch run alone). */
+  double loss_den;
 } CpuCtx;
+
+/* A target in [0, v) is kept by the loss; any other (-100, PyTorch's ignore_index) masks its token. */
+static inline int ops_target_kept(int64_t t, int64_t v) { return t >= 0 && t < v; }
+/* The denominator the loss of targets tg (rows of them, vocabulary v) divides by (CpuCtx.loss_den). */
+static inline double ops_loss_den(const CpuCtx *c, const int32_t *tg, int64_t rows, int64_t v) {
+  if (c->loss_den > 0) return c->loss_den;
+  int64_t kept = 0;
+  for (int64_t r = 0; r < rows; r++)
+    kept += ops_target_kept(tg[r], v);
+  return (double)kept;
+}
 
 /* Counter-based RNG: splitmix64 finalizer chained over the key parts. */
 static inline uint64_t ops_mix64(uint64_t x) {

@@ -137,3 +137,20 @@ int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t 
   memcpy(cpu_exec_ptr(e, g->targets), tg, (size_t)(b * T) * sizeof *tg);
   return 0;
 }
+
+int64_t cpu_data_count_kept(const int32_t *tg, int64_t n, int64_t vocab) {
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; i++)
+    kept += ops_target_kept(tg[i], vocab);
+  return kept;
+}
+
+int cpu_data_kept(CpuData *d, int64_t step, const int64_t *micro, int nmb, int64_t b, int64_t t, int32_t *tok,
+                  int32_t *tg, int64_t *kept) {
+  *kept = 0;
+  for (int mb = 0; mb < nmb; mb++) {
+    if (d->fill(d, step, micro[mb], b, t, tok, tg) != 0) return -1;
+    *kept += cpu_data_count_kept(tg, b * t, d->vocab);
+  }
+  return 0;
+}

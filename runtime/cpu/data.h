@@ -38,5 +38,12 @@ int cpu_data_open(CpuData *d, uint64_t seed, int64_t vocab, int64_t seq_length, 
  * a data.path file that shrank since it was opened is such a failure). */
 int cpu_data_feed(CpuExec *e, const Graph *g, CpuData *d, int64_t step, int64_t micro, int32_t *tok,
                   int32_t *tg);
+/* The targets among tg's n that the loss keeps: those in [0, vocab) (ir/ops/loss.c; any other,
+ * PyTorch's ignore_index -100 for one, masks its token). */
+int64_t cpu_data_count_kept(const int32_t *tg, int64_t n, int64_t vocab);
+/* The kept targets of a step's micro-batches micro[0..nmb) (global indices), each drawn from d into
+ * tok/tg (B*T each): what the step's loss denominator counts before the step runs. 0, or -1 (d->err). */
+int cpu_data_kept(CpuData *d, int64_t step, const int64_t *micro, int nmb, int64_t b, int64_t t, int32_t *tok,
+                  int32_t *tg, int64_t *kept);
 
 #endif

@@ -109,6 +109,8 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro) {
   e->ctx.micro = micro;
 }
 
+void cpu_exec_set_loss_den(CpuExec *e, double den) { e->ctx.loss_den = den; }
+
 void cpu_exec_run_op(CpuExec *e, int id) {
   const Op *op = &e->g->op[id];
   void *in[IR_MAX_IN], *out[IR_MAX_OUT];

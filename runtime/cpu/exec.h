@@ -28,6 +28,10 @@ double cpu_exec_get(CpuExec *e, int tensor, int64_t i);
 void cpu_exec_set(CpuExec *e, int tensor, int64_t i, double v);
 /* The RNG key for the ops that follow (dropout masks are a function of it). */
 void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro);
+/* The loss denominator for the ops that follow (CpuCtx.loss_den, ir/ops/loss.c): the kept tokens
+ * of the step's global batch / (num_microbatches * data-parallel ranks); <= 0 (the default): each
+ * loss op divides by its own kept tokens. */
+void cpu_exec_set_loss_den(CpuExec *e, double den);
 /* Runs, in graph order, the ops whose phase bit (IR_PHASE_BIT) is in phase_mask. */
 void cpu_exec_run(CpuExec *e, uint32_t phase_mask);
 void cpu_exec_run_op(CpuExec *e, int op);

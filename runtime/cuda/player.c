@@ -9,6 +9,7 @@ struct RtPlayer {
   const LaunchProgram *lp;
   CUdeviceptr base;
   uint64_t *table; /* the tables as last written, addresses relocated (rt_player_keep_rows rewrites them) */
+  float loss_den;  /* the last staged step's loss denominator, the source of its copy */
 };
 
 static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
@@ -118,9 +119,12 @@ static CUdeviceptr inputs_of(const RtPlayer *p, int mb) {
   return p->base + (CUdeviceptr)(f->inputs_at + (int64_t)mb * 2 * f->ntok * 4);
 }
 
-int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds) {
+int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds,
+                    double loss_den) {
   const LpFacts *f = &p->lp->f;
   size_t nb = (size_t)f->ntok * 4;
+  p->loss_den = (float)loss_den; /* the copy may be asynchronous: from storage that outlives it */
+  if (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->loss_den_at, &p->loss_den, 4)) return RT_ERROR;
   for (int mb = 0; mb < f->nmb; mb++) {
     CUdeviceptr in = inputs_of(p, mb);
     if (rt_copy_h2d(p->d, in, tokens + (int64_t)mb * f->ntok, nb) ||

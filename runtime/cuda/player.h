@@ -32,10 +32,12 @@ int rt_player_point(RtPlayer *p, int q);
 /* Micro-batch mb's inputs into the step's slots, and its loss out to its slot. */
 int rt_player_micro_begin(RtPlayer *p, int mb);
 int rt_player_micro_end(RtPlayer *p, int mb);
-/* One step's inputs staged: tokens and targets (nmb x ntok int32 each, micro-batch major) and one
- * dropout seed per micro-batch, from the host (asynchronous) or the tokens and targets from
+/* One step's inputs staged: tokens and targets (nmb x ntok int32 each, micro-batch major), one
+ * dropout seed per micro-batch and the step's loss denominator (kept tokens of the global batch /
+ * (nmb * ranks): ir/ops/loss.c), from the host (asynchronous), or the tokens and targets from
  * device buffers. */
-int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds);
+int rt_player_stage(RtPlayer *p, const int32_t *tokens, const int32_t *targets, const uint64_t *seeds,
+                    double loss_den);
 int rt_player_stage_device(RtPlayer *p, CUdeviceptr tokens, CUdeviceptr targets);
 /* The micro-batch losses after a step (synchronises). */
 int rt_player_read_losses(RtPlayer *p, float *losses);

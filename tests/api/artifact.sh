@@ -76,7 +76,7 @@ PY
 }
 build tiny tiny
 build gpt2_small_llama gpt2_small_llama
-build llama3_2_1b llama3_2_1b
+build bench_m bench_m
 # (the paper's TP 8 x PP 8 layout is planned, not executed: the single-rank step the paper's no-parallelism row describes)
 build gpt3_paper gpt3_paper model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 model.sequence_parallel=false train.world_size=1 model.attention_backend=flash model.attention_dropout=0
 # unfused attention with attention and hidden dropout; full recompute (replays); MLA + MoE (an fp32

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dp.sh STEPC TEST_DP — data parallel on the CPU device (issue 12), bitwise:
+# dp.sh STEPC TEST_DP — data parallel on the CPU device (issue 12), bitwise (masked targets too):
 #   DP 2 and DP 4 (one micro-batch of 4 sequences per rank) against DP 1 with 2 and 4 accumulated
 #   micro-batches — losses, grad norms and every parameter byte after several steps, ranks as
 #   threads (test_dp) and as processes (stepc run --nproc, the artifact's own libstep.so);
@@ -24,6 +24,9 @@ STEPS=${DP_STEPS:-4}
 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 "$STEPS" "$tmp" || fail "DP 2 against DP 1"
 "$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 "$STEPS" "$tmp" || fail "DP 4 against DP 1"
 TEST_DP_BIND=1 "$t" equal "$tmp/dp1_2" 1 "$tmp/dp2" 2 2 "$tmp" || fail "DP 2 against DP 1, bound batches"
+# loss masks: the ranks keep different numbers of targets; the loss and gradients divide by the
+# global batch's kept count (summed over the ranks), so DP 4 is still DP 1 with 4 micro-batches
+TEST_DP_BIND=1 TEST_DP_MASK=1 "$t" equal "$tmp/dp1_4" 1 "$tmp/dp4" 4 2 "$tmp" || fail "DP 4 against DP 1, masked targets"
 # the distributed optimizer (ZeRO-1): bitwise plain DP; its sharded checkpoint resumes bitwise
 "$t" equal "$tmp/dp2" 2 "$tmp/zero2" 2 "$STEPS" "$tmp" || fail "ZeRO-1 on 2 ranks against DP 2"
 "$t" equal "$tmp/dp4" 4 "$tmp/zero4" 4 "$STEPS" "$tmp" || fail "ZeRO-1 on 4 ranks against DP 4"

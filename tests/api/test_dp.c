@@ -5,7 +5,11 @@
  *   test_dp equal  ARTA NA ARTB NB STEPS TMP   ARTB on NB ranks = ARTA on NA ranks: every loss and grad
  *                                          norm, every parameter byte on every rank (DP N with one
  *                                          micro-batch per rank against DP 1 with N; ZeRO-1 against DP);
- *                                          TEST_DP_BIND=1: each rank binds its own micro-batches
+ *                                          TEST_DP_BIND=1: each rank binds its own micro-batches;
+ *                                          TEST_DP_MASK=1 as well: with loss masks (-100), global
+ *                                          micro-batch g keeping about 1 target in g + 2, so that the
+ *                                          ranks keep different counts and only the global count
+ *                                          (Megatron's normalisation) gives DP 1's loss
  *   test_dp resume ARTN N STEPS K TMP      K steps, checkpoint, fresh handles resumed = STEPS straight
  *   test_dp exit   ARTN N                  the last rank leaves after step 1: the others fail, naming it
  *   test_dp hang   ARTN N                  the last rank stops calling: the others fail within the timeout
@@ -85,7 +89,8 @@ typedef struct {
   const char *load, *save; /* checkpoint to resume from / to write after the steps */
   const char *params;      /* where to save the parameters at the end */
   const char *addr;        /* master_addr; NULL: the default */
-  int bind;                /* bind each step's batch (this rank's micro-batches of a global batch) */
+  int bind;                /* bind each step's batch (this rank's micro-batches of a global batch);
+                              2: with masked targets */
   int fault;               /* a fault mode's job: the short communicator timeout */
   /* out */
   stepc_status open_st, step_st;
@@ -99,7 +104,7 @@ typedef struct {
 
 /* Binds this rank's micro-batches of step `step`'s global batch: global micro-batch g's tokens are
  * a function of (step, g, i), and rank r's micro-batch mb is g = mb * world + r. */
-static stepc_status bind_global(stepc_t *s, const stepc_info *in, int rank, int world, int step) {
+static stepc_status bind_global(stepc_t *s, const stepc_info *in, int rank, int world, int step, int masked) {
   size_t per = (size_t)(in->micro_batch_size * in->seq_length), n = per * (size_t)in->num_microbatches;
   int32_t *tok = malloc(n * sizeof *tok), *tg = malloc(n * sizeof *tg);
   if (!tok || !tg) return free(tok), free(tg), STEPC_ERR_NOMEM;
@@ -109,6 +114,7 @@ static stepc_status bind_global(stepc_t *s, const stepc_info *in, int rank, int 
       uint64_t h = ((uint64_t)step * 1000003u + g) * 2654435761u + i * 40503u;
       tok[(size_t)mb * per + i] = (int32_t)((h >> 7) % (uint64_t)in->vocab_size);
       tg[(size_t)mb * per + i] = (int32_t)((h >> 17) % (uint64_t)in->vocab_size);
+      if (masked && (h >> 33) % (g + 2) != 0) tg[(size_t)mb * per + i] = -100;
     }
   }
   stepc_status st = stepc_bind_batch(s, tok, tg, n);
@@ -149,7 +155,7 @@ static void *rank_main(void *p) {
       nanosleep(&ts, NULL);
       break;
     }
-    if (r->bind && bind_global(s, &in, r->rank, r->world, i + 1) != STEPC_OK) {
+    if (r->bind && bind_global(s, &in, r->rank, r->world, i + 1, r->bind == 2) != STEPC_OK) {
       r->step_st = STEPC_ERR_ARGUMENT;
       snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
       break;
@@ -214,6 +220,7 @@ static int mode_equal(const char *arta, int na, const char *artb, int nb, int st
   static Rank a[MAXR], r[MAXR];
   char pa[MAXR][512], pr[MAXR][512];
   int bind = getenv("TEST_DP_BIND") != NULL; /* bound batches instead of the recipe's data */
+  if (bind && getenv("TEST_DP_MASK")) bind = 2;
   setup(a, na, arta, steps);
   for (int i = 0; i < na; i++) snprintf(pa[i], sizeof pa[i], "%s/a%d_rank%d.safetensors", tmp, na, i), a[i].params = pa[i], a[i].bind = bind;
   run_ranks(a, na);
@@ -235,7 +242,7 @@ static int mode_equal(const char *arta, int na, const char *artb, int nb, int st
   for (int i = 0; i < nb; i++) CHECK(same_params(pa[0], pr[i]), "rank %d's parameters after %d steps differ from the reference's", i, steps);
   if (!fails)
     printf("ok: %s on %d ranks = %s on %d%s: %d steps' losses, grad norms and every parameter byte on every rank\n", artb, nb, arta,
-           na, bind ? " (bound batches, each rank its own micro-batches)" : "", steps);
+           na, bind == 2 ? " (bound batches with masked targets, each rank its own micro-batches)" : bind ? " (bound batches, each rank its own micro-batches)" : "", steps);
   return fails != 0;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`stepc plan --svg` draws what a reader can read: `svg_plan.py STEPC`.
 
-For a one-GPU recipe of a few MB (tiny), a one-GPU 1B (llama3_2_1b), TP8/PP8 (gpt3_paper), TP4/PP4
+For a one-GPU recipe of a few MB (tiny), a one-GPU 1B (bench_m), TP8/PP8 (gpt3_paper), TP4/PP4
 with interleaving and fp8 (llama3_70b_fp8) and EP8 MoE (moonlight_16b), parsing the SVG's text:
 
 - no two text labels overlap (each label's box from its x, y, anchor and font size, at 0.6 em per
@@ -86,7 +86,7 @@ def layers_of(recipe):
     return {e["args"]["layer"] for e in ev if "args" in e and isinstance(e["args"].get("layer"), int) and e["args"]["layer"] >= 0}
 
 
-for recipe in ("models/tiny.lua", "models/llama3_2_1b.lua", "models/gpt3_paper.lua", "models/llama3_70b_fp8.lua", "models/moonlight_16b.lua"):
+for recipe in ("models/tiny.lua", "models/bench_m.lua", "models/gpt3_paper.lua", "models/llama3_70b_fp8.lua", "models/moonlight_16b.lua"):
     root = svg(recipe)
     if root is None:
         continue

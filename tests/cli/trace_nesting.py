@@ -5,7 +5,7 @@ Perfetto (and chrome://tracing) draw the complete events ("ph": "X") of one (pid
 stack: an event must lie inside the one it starts in, or after it. An event that starts inside its
 predecessor and ends after it goes to an overflow track, and a timeline of thousands of ops that
 each overlap the last by a rounding error renders as a stack a hundred deep. For a dense model
-(llama3_2_1b) and MoE ones (moonlight_mla_7l, moonlight_16b): every complete event on a track is
+(bench_m) and MoE ones (moonlight_mla_7l, moonlight_16b): every complete event on a track is
 disjoint from or properly inside every other (by the integers Perfetto reads: timestamps in
 nanoseconds), no complete event has zero or negative duration (a zero-cost op is an instant,
 "ph": "i"), every op of the step is on the timeline exactly once per drawn micro-batch, and the
@@ -26,7 +26,7 @@ def ns(v):
 
 
 OPS = ("forward", "backward", "replay", "reduce", "optimizer")
-for recipe in ("models/llama3_2_1b.lua", "models/moonlight_mla_7l.lua", "models/moonlight_16b.lua"):
+for recipe in ("models/bench_m.lua", "models/moonlight_mla_7l.lua", "models/moonlight_16b.lua"):
     with tempfile.TemporaryDirectory(prefix="stepc_trace_") as tmp:
         out = os.path.join(tmp, "t.json")
         p = subprocess.run([stepc, "trace", recipe, "-o", out], capture_output=True, timeout=120)

@@ -1,4 +1,4 @@
-/* bandwidth.c — the bandwidth-bound kernels at shape M (models/llama3_2_1b.lua: 2 x 4096 = 8192
+/* bandwidth.c — the bandwidth-bound kernels at shape M (models/bench_m.lua: 2 x 4096 = 8192
  * tokens, vocabulary 128256, 1.50 B parameters with the untied output layer): each checked at that
  * shape, then timed, with the bytes it must move per second (the H200's HBM3e: 4.8 TB/s peak). The
  * last group of test_basic (gpu_kernels --only basic). Buffers are filled on the device
@@ -49,8 +49,8 @@ static void report(const char *what, double ms, double bytes) {
 /* ---- cross entropy ---- */
 
 typedef struct {
-  CUdeviceptr losses, logits, targets;
-  int N, V, rows, plain; /* rows a launch; plain: the two-pass kernel */
+  CUdeviceptr losses, logits, targets, den; /* den: the loss denominator, 1 */
+  int N, V, rows, plain;                    /* rows a launch; plain: the two-pass kernel */
   float dloss;
 } CeRun;
 
@@ -59,7 +59,7 @@ static void ce_launch(Gpu *g, void *ctx) {
   for (int r0 = 0; r0 < c->N; r0 += c->rows) {
     int n = c->N - r0 < c->rows ? c->N - r0 : c->rows;
     CUdeviceptr l = c->losses + 4 * (size_t)r0, x = c->logits + 2 * (size_t)r0 * c->V, t = c->targets + 4 * (size_t)r0;
-    void *a[] = {&l, &x, &t, &n, &c->V, &c->V, &c->dloss};
+    void *a[] = {&l, &x, &t, &n, &c->V, &c->V, &c->dloss, &c->den};
     if (c->plain) gpu_launch(g, "cross_entropy_forward_backward", (unsigned)n, 1, 1, 512, 0, a);
     else gpu_launch(g, "cross_entropy_cluster", (unsigned)n * STEPC_CE_CLUSTER, 1, 1, stepc_ce_threads(c->V), 0, a);
   }
@@ -78,6 +78,8 @@ static void bench_cross_entropy(Gpu *g) {
   for (int i = 0; i < BW_SAMPLES; i++) sample[i] = i * (N / BW_SAMPLES) + (i * 37) % (N / BW_SAMPLES);
   t[sample[1]] = -100, t[sample[2]] = V - 1, t[sample[3]] = 0; /* ignored, the last column, the first */
   c.targets = gpu_dup(g, t, sizeof *t * N);
+  float one = 1.0f;
+  c.den = gpu_dup(g, &one, sizeof one);
   gpu_ok(g, g->cuMemcpyDtoD(c.logits, orig, 2 * n), "copy");
 
   /* the sampled rows before and after one launch over all rows, against fp64 */
@@ -129,7 +131,7 @@ static void bench_cross_entropy(Gpu *g) {
   report("cross_entropy_forward_backward at M (two passes, the fallback over 524288 columns)",
          gpu_time_ms(g, ce_launch, &c, 2, 10), bytes);
   free(t), free(row), free(x), free(gd), free(wl), free(wd), free(gl), free(hl);
-  gpu_free(g, orig), gpu_free(g, losses2), gpu_free(g, first), gpu_free(g, c.logits), gpu_free(g, c.targets);
+  gpu_free(g, orig), gpu_free(g, losses2), gpu_free(g, first), gpu_free(g, c.logits), gpu_free(g, c.targets), gpu_free(g, c.den);
 }
 
 /* ---- the optimizer ---- */

@@ -636,24 +636,26 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   int *t = malloc(sizeof *t * N);
   for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
   t[3] = -100, t[10] = V; /* ignored */
-  CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), mean = gpu_alloc(g, 4);
-  void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss};
+  /* the loss denominator the kernels divide by: the kept targets (the mean over them) */
+  float den = (float)(N - 2);
+  CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), mean = gpu_alloc(g, 4),
+              dden = gpu_dup(g, &den, sizeof den);
+  void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss, &dden};
   gpu_launch(g, "cross_entropy_forward_backward", (unsigned)N, 1, 1, 512, 0, a);
   double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
-  ref_cross_entropy_rows(wl, wd, x, t, N, V, Vp, dloss);
+  ref_cross_entropy_rows(wl, wd, x, t, N, V, Vp, dloss / den);
   double *gl = down_f32(g, losses, N), *gd = down_bf16(g, dl, n);
   gpu_check(g, "cross_entropy loss", gl, wl, N, 1e-5, 1e-5);
-  gpu_check(g, "cross_entropy dlogits (in place)", gd, wd, n, 1e-6 * dloss, RT_BF16);
-  float scale = 1.0f / (N - 2);
-  void *b[] = {&mean, &losses, &N, &scale};
+  gpu_check(g, "cross_entropy dlogits (in place)", gd, wd, n, 1e-6 * dloss / den, RT_BF16);
+  void *b[] = {&mean, &losses, &N, &dden};
   gpu_launch(g, "loss_reduce", 1, 1, 1, 1024, 0, b);
   double wm = 0, *gm;
   for (int i = 0; i < N; i++) wm += wl[i];
-  wm *= scale;
+  wm /= den;
   gm = down_f32(g, mean, 1);
   gpu_check(g, "loss_reduce (mean)", gm, &wm, 1, 0, 1e-5);
   free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(gm);
-  gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean);
+  gpu_free(g, dl), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, mean), gpu_free(g, dden);
 }
 
 /* cross_entropy_cluster (a cluster of blocks per row, the row read once) against the fp64
@@ -676,7 +678,9 @@ static void test_cross_entropy_cluster(Gpu *g, Rng *r) {
     CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), losses2 = gpu_alloc(g, 4 * N);
     gpu_put(g, dl2, orig, 2 * (size_t)n);
     unsigned th = stepc_ce_threads(Vp);
-    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss}, *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss};
+    float one = 1.0f;
+    CUdeviceptr den = gpu_dup(g, &one, sizeof one);
+    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss, &den}, *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss, &den};
     gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, a);
     gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, b);
     double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
@@ -690,7 +694,7 @@ static void test_cross_entropy_cluster(Gpu *g, Rng *r) {
     gpu_check_bitwise(g, "cross_entropy_cluster rerun: losses", l1, l2, 4 * (size_t)N);
     gpu_check_bitwise(g, "cross_entropy_cluster rerun: dlogits", d1, d2, 2 * (size_t)n);
     free(l1), free(l2), free(d1), free(d2), free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(orig);
-    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2);
+    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2), gpu_free(g, den);
   }
 }
 

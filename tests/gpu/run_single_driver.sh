@@ -24,7 +24,7 @@ export STEPC_CACHE_DIR=/tmp/stepc-cache
 # ---- 1. stepc run SPEC beside the carried artifacts (built with stepc's deterministic flash attention,
 # so that the losses can be compared bit for bit; the models' default is auto = cuDNN)
 NF="model.check_for_nan_in_loss_and_grad=false model.attention_backend=flash"
-for s in "S gpt2_small_llama" "M llama3_2_1b"; do
+for s in "S gpt2_small_llama" "M bench_m"; do
   set -- $s
   ( time build/stepc run "models/$2.lua" --device cuda --steps "$STEPS" --json model.cuda_graph_impl=full_iteration $NF ) \
     >"$DEST/run_spec_$1.json" 2>"$DEST/run_spec_$1.err" || { say "FAIL stepc run $2: $(tail -2 "$DEST/run_spec_$1.err")"; fails=1; }

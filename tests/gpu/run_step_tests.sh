@@ -34,6 +34,13 @@ run grads_tiny $STEP grads models/tiny.lua
 run grads_flash $STEP grads models/tiny.lua model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128
 run grads_gpt $STEP grads models/tiny.lua $GPT_LIKE
 run grads_geglu $STEP grads tests/recipes/tiny_geglu.lua
+# loss masks (-100 targets): two micro-batches keeping different counts, the fused cross entropy and
+# the chunked output layer dividing by the step's kept count (a device value staged with the
+# inputs), against the CPU; then through stepc.h (python): against NumPy's ignore_index mean, an
+# all-masked batch refused, a full-iteration graph over steps with different masks = eager bitwise
+run masked_tiny $STEP masked models/tiny.lua
+run masked_chunks $STEP masked models/tiny.lua model.output_layer_chunks=4
+run masked_api python3 tests/python/test_loss_mask.py $BUILD/stepc --device cuda
 # Nemotron's squared-relu MLP (RELU_ACT on CUDA), not gated
 run grads_sqrelu $STEP grads models/tiny.lua model.activation_func=squared_relu model.gated_linear_unit=false
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
@@ -105,7 +112,7 @@ run chunks_optim_tiny $STEP optim models/tiny.lua 3 $CH4
 run chunks_moe_grads $STEP grads tests/recipes/tiny_mla_moe.lua model.bf16=true model.moe_router_topk=8 $CH4
 run chunks_train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3 $CH4
 run chunks_cli_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 $CH4 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
-RUN_TIMEOUT=900 run chunks_cli_llama3_2_1b $BUILD/stepc run models/llama3_2_1b.lua --device cuda --steps 5
+RUN_TIMEOUT=900 run chunks_cli_bench_m $BUILD/stepc run models/bench_m.lua --device cuda --steps 5
 RUN_TIMEOUT=900 run chunks_cli_moonlight_mha_7l $BUILD/stepc run models/moonlight_mha_7l.lua --device cuda --steps 5
 RUN_TIMEOUT=900 run chunks_cli_moonlight_whole $BUILD/stepc run models/moonlight_mha_7l.lua --device cuda --steps 5 model.output_layer_chunks=1
 # the optimizer's multi-tensor launches (optimizer.multi_tensor, the default) against the per-tensor
@@ -203,6 +210,6 @@ RUN_TIMEOUT=1200 run torch_ref env -u ONLY BUILD=$BUILD OUT=$DEST tests/gpu/run_
 [ -r "$DEST/cli_tiny_graph.log" ] && tail -12 "$DEST/cli_tiny_graph.log"
 [ -r "$DEST/cli_tiny_scoped.log" ] && tail -12 "$DEST/cli_tiny_scoped.log"
 [ -r "$DEST/cli_gpt3_eager.log" ] && tail -12 "$DEST/cli_gpt3_eager.log"
-for f in chunks_cli_llama3_2_1b chunks_cli_moonlight_mha_7l chunks_cli_moonlight_whole; do [ -r "$DEST/$f.log" ] && tail -12 "$DEST/$f.log"; done
+for f in chunks_cli_bench_m chunks_cli_moonlight_mha_7l chunks_cli_moonlight_whole; do [ -r "$DEST/$f.log" ] && tail -12 "$DEST/$f.log"; done
 echo "== $fails failed" | tee -a "$DEST/summary.log"
 exit $((fails > 0))

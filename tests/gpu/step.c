@@ -2,6 +2,10 @@
  *
  *   gpu_step grads  SPEC [KEY=VALUE ...]  first-step loss and every parameter's main gradient,
  *                                         GPU (bf16 compute) vs CPU (fp32), one line per tensor
+ *   gpu_step masked SPEC [KEY=VALUE ...]  the same with loss masks: the recipe's targets with
+ *                                         about 1 in m + 2 kept in micro-batch m (the others
+ *                                         -100), so the micro-batches keep different counts and
+ *                                         the loss divides by the step's total (ir/ops/loss.c)
  *   gpu_step train  SPEC STEPS CPU.json [KEY=VALUE ...]
  *                                         STEPS steps on the GPU beside the CPU's loss curve (a
  *                                         `stepc run --device cpu --json` output)
@@ -40,6 +44,7 @@
 #include "validate/diag.h"
 #include "frontend/frontend.h"
 #include "lower/lower.h"
+#include "ops/ops.h"
 #include "runtime/cpu/exec.h"
 #include "cli/cpu_train.h"
 #include "trainer.h"
@@ -74,12 +79,33 @@ static RtTrainer *gpu_trainer(const Spec *s, CpuData *data, const char *cache, i
   return tr;
 }
 
-static int cmd_grads(const Spec *s, const char *cache) {
-  CpuData data;
+/* The recipe's data with masked targets (gpu_step masked): micro-batch m keeps the targets whose
+ * hash is 0 mod m + 2, every other one becomes -100 (PyTorch's ignore_index). */
+typedef struct {
+  CpuData base; /* first: the trainer calls base.fill */
+  CpuData *inner;
+} MaskedData;
+
+static int masked_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+  MaskedData *m = (MaskedData *)d;
+  if (m->inner->fill(m->inner, step, micro, b, t, tok, tg)) return -1;
+  for (int64_t i = 0; i < b * t; i++)
+    if (ops_mix64(((uint64_t)step << 40) ^ ((uint64_t)micro << 24) ^ (uint64_t)i) % (uint64_t)(micro + 2)) tg[i] = -100;
+  return 0;
+}
+
+static int cmd_grads(const Spec *s, const char *cache, int masked) {
+  CpuData inner, *src = &inner;
+  MaskedData md;
   char err[1024];
-  if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  if (cpu_data_open_spec(s, &inner, err, sizeof err)) return printf("FAIL %s\n", err), 1;
+  if (masked) {
+    md.base = inner, md.base.fill = masked_fill, md.base.free = NULL, md.inner = &inner;
+    src = &md.base;
+  }
+  CpuData data = inner; /* for its free */
   int code = 0;
-  RtTrainer *tr = gpu_trainer(s, &data, cache, RT_MODE_EAGER, &code);
+  RtTrainer *tr = gpu_trainer(s, src, cache, RT_MODE_EAGER, &code);
   if (!tr) return code;
   RtTrainer *x = tr;
   const Graph *g = rt_trainer_graph(tr);
@@ -97,16 +123,22 @@ static int cmd_grads(const Spec *s, const char *cache) {
   if (!e) return printf("FAIL %s\n", err), 1;
   cpu_exec_init_params(e, (uint64_t)s->train.seed);
   const Tensor *tt = &cg->t[cg->tokens];
-  int64_t n = tensor_numel(tt);
+  int64_t n = tensor_numel(tt), kept = 0, k = 0;
   double cl = 0, gsum = 0;
+  /* the loss denominator: the step's kept targets over its micro-batches (ir/ops/loss.c) */
+  for (int mb = 0; mb < nmb; mb++, kept += k)
+    if (cpu_data_kept(src, 1, &(int64_t){mb}, 1, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens),
+                      cpu_exec_ptr(e, cg->targets), &k))
+      return printf("FAIL the data source\n"), 1;
+  printf("INFO %lld of %lld targets kept over %d micro-batches\n", (long long)kept, (long long)(n * nmb), nmb);
+  cpu_exec_set_loss_den(e, (double)kept / nmb);
   for (int mb = 0; mb < nmb; mb++) {
-    data.fill(&data, 1, mb, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens), cpu_exec_ptr(e, cg->targets));
+    src->fill(src, 1, mb, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens), cpu_exec_ptr(e, cg->targets));
     cpu_exec_set_key(e, (uint64_t)s->train.seed, 1, mb);
     cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
     cl += cpu_exec_get(e, cg->loss, 0);
     gsum += gl[mb];
   }
-  (void)n;
   cl /= nmb, gsum /= nmb;
   int fails = 0;
   double lrel = fabs(gsum - cl) / fabs(cl);
@@ -485,7 +517,7 @@ int main(int argc, char **argv) {
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | optim SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | masked SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | optim SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
@@ -520,7 +552,7 @@ int main(int argc, char **argv) {
   if (argc - a - 2 < extra) return fprintf(stderr, "gpu_step %s: missing arguments\n", cmd), 2;
   static Spec spec;
   if (load_spec(path, (const char *const *)argv + a + 2 + extra, argc - a - 2 - extra, &spec)) return 1;
-  if (strcmp(cmd, "grads") == 0) return cmd_grads(&spec, cache);
+  if (strcmp(cmd, "grads") == 0 || strcmp(cmd, "masked") == 0) return cmd_grads(&spec, cache, cmd[0] == 'm');
   if (strcmp(cmd, "train") == 0) return cmd_train(&spec, atoi(argv[a + 2]), argv[a + 3], cache);
   if (strcmp(cmd, "replay") == 0) return cmd_replay(&spec, atoi(argv[a + 2]), cache);
   fprintf(stderr, "gpu_step: unknown command %s\n", cmd);

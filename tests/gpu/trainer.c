@@ -254,15 +254,21 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
 int rt_trainer_stage(RtTrainer *tr, int64_t step, char *err, size_t nerr) {
   const Graph *g = tr->p.g;
   const Tensor *t = &g->t[g->tokens];
-  int64_t b = t->shape[0], T = t->shape[1];
+  int64_t b = t->shape[0], T = t->shape[1], kept = 0;
   for (int mb = 0; mb < g->num_microbatches; mb++) {
     if (tr->data->fill(tr->data, step, mb, b, T, tr->tok + mb * b * T, tr->tg + mb * b * T) != 0) {
       snprintf(err, nerr, "the data source failed at step %lld", (long long)step);
       return -1;
     }
+    kept += cpu_data_count_kept(tr->tg + mb * b * T, b * T, tr->data->vocab);
     tr->seeds[mb] = rt_step_seed(tr->seed, step, mb);
   }
-  if (rt_player_stage(tr->x, tr->tok, tr->tg, tr->seeds)) {
+  if (!kept) {
+    snprintf(err, nerr, "step %lld: every target is masked", (long long)step);
+    return -1;
+  }
+  /* one rank: the loss denominator is the mean kept tokens per micro-batch (ir/ops/loss.c) */
+  if (rt_player_stage(tr->x, tr->tok, tr->tg, tr->seeds, (double)kept / (double)g->num_microbatches)) {
     snprintf(err, nerr, "%s", tr->d.err);
     return -1;
   }

@@ -2,7 +2,7 @@
  * recompute guide:
  *   gpt3_paper: saved activations per layer vs Korthikanti et al.'s sbh(34 + 5as/h), and 34 sbh
  *     with core_attn (docs/megatron-rules.md §5), tensor by tensor;
- *   llama3_2_1b flash: core_attn frees under 1% of activation memory; unfused: it frees the s^2
+ *   bench_m flash: core_attn frees under 1% of activation memory; unfused: it frees the s^2
  *     tensors;
  *   every lowerable shipped recipe under several settings: plan invariants (no two live buffers
  *   overlap, peak = max live sum) and determinism. */
@@ -109,13 +109,13 @@ static void llama_core_attn(const char *backend, bool flash) {
   snprintf(be, sizeof be, "model.attention_backend=%s", backend);
   const char *ov0[] = {be, "model.recompute_granularity=selective", "model.recompute_modules=[]"};
   const char *ov1[] = {be, "model.recompute_granularity=selective", "model.recompute_modules=[core_attn]"};
-  if (plan("models/llama3_2_1b.lua", ov0, 3, &p0) != PLAN_OK || plan("models/llama3_2_1b.lua", ov1, 3, &p1) != PLAN_OK) {
+  if (plan("models/bench_m.lua", ov0, 3, &p0) != PLAN_OK || plan("models/bench_m.lua", ov1, 3, &p1) != PLAN_OK) {
     fails++;
     return;
   }
   double a0 = saved_total(&p0), a1 = saved_total(&p1);
   double peak0 = p0.rank.r[0].activations, peak1 = p1.rank.r[0].activations;
-  printf("llama3_2_1b %s: saved activations %.3f -> %.3f GB with core_attn (%.3f%%); activation peak %.3f -> %.3f GB; "
+  printf("bench_m %s: saved activations %.3f -> %.3f GB with core_attn (%.3f%%); activation peak %.3f -> %.3f GB; "
          "max allocated %.3f -> %.3f GB\n",
          backend, a0 / 1e9, a1 / 1e9, 100 * (a0 - a1) / a0, peak0 / 1e9, peak1 / 1e9, p0.rank.r[0].max_allocated / 1e9,
          p1.rank.r[0].max_allocated / 1e9);
@@ -139,7 +139,7 @@ static void llama_core_attn(const char *backend, bool flash) {
 }
 
 static void invariants(void) {
-  const char *recipes[] = {"models/tiny.lua", "models/gpt2_small_llama.lua", "models/llama3_2_1b.lua", "models/llama3_8b.lua",
+  const char *recipes[] = {"models/tiny.lua", "models/gpt2_small_llama.lua", "models/bench_m.lua", "models/llama3_8b.lua",
                            "models/gpt3_paper.lua", "models/moonlight_16b.lua", "models/llama3_70b_fp8.lua", "tests/recipes/gpt3_tiny.lua",
                            "tests/recipes/tiny_mla_moe.lua", "tests/recipes/tiny_hybrid.lua"};
   /* full recompute turns per-layer graphs off (MCORE-54: Megatron allows it only with full_iteration

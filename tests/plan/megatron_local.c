@@ -22,7 +22,7 @@ static int plan(const char **ov, int n, Plan *p) {
   static Spec raw, s;
   DiagList d;
   diag_init(&d);
-  int rc = frontend_load("models/llama3_2_1b.lua", ov, n, NULL, &raw, &d) || validate_spec(&raw, &s, &d);
+  int rc = frontend_load("models/bench_m.lua", ov, n, NULL, &raw, &d) || validate_spec(&raw, &s, &d);
   if (rc) diag_print(&d, stdout);
   diag_free(&d);
   if (rc) return -1;

@@ -59,6 +59,14 @@ def read_safetensors(path):
 
 
 def llama_loss(hf_dir, tokens, targets):
+    z, how = llama_logits(hf_dir, tokens)
+    z = z - z.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    return float((lse - np.take_along_axis(z, targets[..., None], -1)[..., 0]).mean()), how
+
+
+def llama_logits(hf_dir, tokens):
+    """The NumPy Llama's logits (B, T, V) in fp64 for tokens (B, T), and which reader loaded it."""
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     w, how = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
     H, G, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
@@ -95,10 +103,7 @@ def llama_loss(hf_dir, tokens, targets):
         x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     x = rms(x, w["model.norm.weight"])
     head = w["lm_head.weight"] if not cfg["tie_word_embeddings"] else w["model.embed_tokens.weight"]
-    z = (x @ head.T).astype(np.float64)
-    z = z - z.max(-1, keepdims=True)
-    lse = np.log(np.exp(z).sum(-1))
-    return float((lse - np.take_along_axis(z, targets[..., None], -1)[..., 0]).mean()), how
+    return (x @ head.T).astype(np.float64), how
 
 
 def main():

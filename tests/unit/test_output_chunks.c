@@ -8,7 +8,7 @@
  *     threads;
  *   the default: chunks only where one micro-batch's logits exceed 512 MiB, the fewest that divide
  *     the tokens; the plan's peak drops by (chunks - 1) / chunks of the logits on
- *     moonlight_mha_7l and llama3_2_1b (within 1% of the logits), and the plan still verifies. */
+ *     moonlight_mha_7l and bench_m (within 1% of the logits), and the plan still verifies. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -179,7 +179,7 @@ int main(void) {
     CHECK(spec_output_layer_chunks(&s) == 1, "tiny: chunks by default");
   /* 4096 x 163840 bf16 = 1.25 GiB: 3 chunks would do, 4 divide 4096; 2 x 4096 x 128256 = 1.96 GiB: 4 */
   peak_drop("models/moonlight_mha_7l.lua", NULL, 0, 4);
-  peak_drop("models/llama3_2_1b.lua", NULL, 0, 4);
+  peak_drop("models/bench_m.lua", NULL, 0, 4);
   const char *l8[] = {"model.num_layers=8"};
   peak_drop("models/llama3_8b.lua", l8, 1, 4);
   if (fails) return printf("test_output_chunks: %d FAILED\n", fails), 1;

@@ -143,8 +143,9 @@ static int analyse(RtExec *x, int *unsupported) {
           rc = rt_fail(d, "%s in %s: its weight gradient %s is not accumulated into an fp32 main gradient",
                        op_name(op->kind), op->tags.module, g->t[op->out[i]].name);
   }
-  /* the fused loss: the per-token weight of its backward, from the constant loss gradient; the
-   * chunked output layer's forward also learns which backward it runs */
+  /* the fused loss: the constant loss gradient of its backward (the kernels divide it by the
+   * step's loss denominator, read on the device); the chunked output layer's forward also learns
+   * which backward it runs */
   for (int o = 0; o < g->nop && rc == RT_OK; o++) {
     const Op *op = &g->op[o];
     if (op->kind != OP_CROSS_ENTROPY && op->kind != OP_LINEAR_CROSS_ENTROPY) continue;
@@ -157,7 +158,7 @@ static int analyse(RtExec *x, int *unsupported) {
       if (op->kind == OP_LINEAR_CROSS_ENTROPY) x->slot[o] = b;
       for (int f = 0; f < g->nop; f++)
         if (g->op[f].kind == OP_FILL && g->op[f].nout == 1 && g->op[f].out[0] == bw->in[0])
-          x->dloss[o] = (float)(g->op[f].a.f[0] / (double)ops_rows(&g->t[op->in[0]]));
+          x->dloss[o] = (float)g->op[f].a.f[0];
     }
   }
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
@@ -280,6 +281,7 @@ static void carve_scratch(RtExec *x) {
   sz[RT_SCRATCH_SEED_CUR] = 8;
   sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
   sz[RT_SCRATCH_INIT_SEED] = 8;
+  sz[RT_SCRATCH_LOSS_DEN] = 4;
   int64_t total = 0;
   for (int i = 0; i < RT_SCRATCH_PARTS; i++)
     x->scratch_at[i] = total, total += align256(sz[i]);
@@ -301,6 +303,7 @@ static void place_scratch(RtExec *x) {
   x->seed_cur = s + (CUdeviceptr)at[RT_SCRATCH_SEED_CUR];
   x->multi_table = s + (CUdeviceptr)at[RT_SCRATCH_TABLES];
   x->init_seed = s + (CUdeviceptr)at[RT_SCRATCH_INIT_SEED];
+  x->loss_den = s + (CUdeviceptr)at[RT_SCRATCH_LOSS_DEN];
 }
 
 int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {

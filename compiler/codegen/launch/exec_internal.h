@@ -53,6 +53,8 @@ struct RtExec {
                             fixed slot, so a graph captured once serves every micro-batch */
   CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
   CUdeviceptr init_seed; /* u64: train.seed, which the initialisation launches read */
+  CUdeviceptr loss_den;  /* fp32: the step's loss denominator D (ir/ops/loss.c), which the host counts
+                            from the step's targets and stages with them (runtime/api.c api_loss_den) */
   int64_t scratch_part[RT_SCRATCH_PARTS], scratch_at[RT_SCRATCH_PARTS]; /* bytes, offset in the scratch */
   CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;       /* B*T */
@@ -64,7 +66,8 @@ struct RtExec {
                              LINEAR_CROSS_ENTROPY: the backward op its launch runs (RT_FUSE_LOSS_BWD) */
   int64_t *multi_at;      /* the op that runs a multi-tensor group: its table's first word, else -1 */
   int64_t *multi_chunks;  /* ... and the group's chunk count (its grid) */
-  float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
+  float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the constant loss gradient of its fused backward
+                             (each kept token's gradient weighs it / D, D read at loss_den) */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
 };
 

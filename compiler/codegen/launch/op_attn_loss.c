@@ -139,15 +139,24 @@ static int rt_op_flash_bwd(RtExec *x, const Op *op) {
                                           dO, lse, ds, a.B, a.T, a.H, a.G, a.D, a.scale);
 }
 
+/* The loss masks (ir/ops/loss.c): each kept token's loss and gradient are divided by the step's
+ * loss denominator D = kept tokens of the global batch / (num_microbatches * ranks), Megatron's
+ * normalisation. The launch program is fixed at compile time, so D is a device value the kernels
+ * read at x->loss_den. The host computes it before each step and copies it there with the staged
+ * inputs (runtime/api_cuda.c stage), outside any captured graph: it must look at the targets
+ * anyway, to refuse a step whose global batch masks every target before anything runs (a count on
+ * the device could only turn that into NaN), and the ranks' counts are summed by the host
+ * communicator that already sums their losses. A graph replays with whatever D was staged last. */
+
 /* The fused cross entropy over N rows of V logits (V % 8 == 0): each row's gradient, weighted
- * dl, in place; its loss into per (N). One read of the row where a cluster's registers hold it,
- * else two passes. V twice: the logits carry no padding columns here (V = Vp). */
+ * dl / D, in place; its loss into per (N). One read of the row where a cluster's registers hold
+ * it, else two passes. V twice: the logits carry no padding columns here (V = Vp). */
 static int ce_rows(RtExec *x, CUdeviceptr per, CUdeviceptr logits, CUdeviceptr tg, int N, int V, float dl) {
   unsigned th = stepc_ce_threads(V);
   return th ? rt_launch_cross_entropy_cluster(x->d, rt_dim1((unsigned)N * STEPC_CE_CLUSTER), th, 0, per,
-                                              logits, tg, N, V, V, dl)
+                                              logits, tg, N, V, V, dl, x->loss_den)
             : rt_launch_cross_entropy_forward_backward(x->d, rt_dim1((unsigned)N), 512, 0, per, logits, tg, N,
-                                                       V, V, dl);
+                                                       V, V, dl, x->loss_den);
 }
 
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
@@ -158,15 +167,15 @@ static int rt_op_cross_entropy(RtExec *x, const Op *op) {
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
   CUdeviceptr per = rt_out(x, op, 1), loss = rt_out(x, op, 0);
   if (ce_rows(x, per, rt_in(x, op, 0), rt_in(x, op, 1), N, V, x->dloss[rt_op_index(x, op)])) return RT_ERROR;
-  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, 1.0f / (float)N);
+  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, x->loss_den);
 }
 
 /* LINEAR_CROSS_ENTROPY with its backward (RT_FUSE_LOSS_BWD, x->slot): in (x (N, K), W (V, K),
  * targets (N)) out (loss, token_loss (N), logits chunk (n, V)), and the backward's dx (N, K) and
  * dW, added into W's fp32 main gradient. For each chunk of n rows, in order: logits = x_c W^T into
  * the chunk; the cross entropy over it in place (its gradient, the rows' losses into token_loss);
- * dx_c = dlogits W; main gradient += dlogits^T x_c. Then the loss, the fixed-order mean of
- * token_loss. One stream, a fixed order of every sum: deterministic, and capturable. */
+ * dx_c = dlogits W; main gradient += dlogits^T x_c. Then the loss, the fixed-order sum of
+ * token_loss / D. One stream, a fixed order of every sum: deterministic, and capturable. */
 static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
   int o = rt_op_index(x, op), b = x->slot[o];
   if (b <= o || x->fz->fuse[b] != RT_FUSE_LOSS_BWD || x->fz->peer[b] != o)
@@ -193,7 +202,7 @@ static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
         rt_gemm(x->d, RT_GEMM_TN, V, K, n, lg, xc, main, 1, 1, 0))
       return RT_ERROR;
   }
-  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), tok, (int)N, 1.0f / (float)N);
+  return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, rt_out(x, op, 0), tok, (int)N, x->loss_den);
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */

@@ -76,6 +76,7 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   f->ntok = x->ntok, f->nmb = x->nmb, f->sm_count = x->d->sm_count;
   f->inputs_at = f->part_at[RT_SCRATCH_INPUTS], f->seeds_at = f->part_at[RT_SCRATCH_SEEDS];
   f->losses_at = f->part_at[RT_SCRATCH_LOSSES], f->init_seed_at = f->part_at[RT_SCRATCH_INIT_SEED];
+  f->loss_den_at = f->part_at[RT_SCRATCH_LOSS_DEN];
   f->norm_at = f->part_at[RT_SCRATCH_GNORM], f->norm_count = x->n_partial;
   f->tables_at = f->part_at[RT_SCRATCH_TABLES];
   f->attn_workspace = rt_exec_attn_workspace(x);
