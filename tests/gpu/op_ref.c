@@ -91,7 +91,13 @@ void ref_cross_entropy_rows(double *losses, double *dlogits, const double *logit
                             int V, int Vp, double dloss) {
   double *x = malloc(sizeof *x * (size_t)N * V), *dx = malloc(sizeof *dx * (size_t)N * V),
          *lse = malloc(sizeof *lse * N);
-  double mean, dmean = dloss * N; /* the op's gradient input is that of the mean over the N tokens */
+  /* the op alone takes the mean over its kept tokens (ir/ops/loss.c without a step's loss
+   * denominator), so its gradient input is dloss times their count: each kept token's gradient
+   * then weighs dloss, as the kernels' dloss / *den with *den = 1 */
+  long kept = 0;
+  for (long n = 0; n < N; n++)
+    kept += targets[n] >= 0 && targets[n] < V;
+  double mean, dmean = dloss * (double)kept;
   for (long n = 0; n < N; n++)
     memcpy(x + n * V, logits + n * Vp, sizeof *x * V);
   RefT in[4] = {ref_f(&dmean, 1, 0, 0, 0), ref_f(x, 1, N, V, 0), ref_i(targets, 1, N, 0, 0),
