@@ -102,11 +102,13 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
  * nc = ceil(T / STEPC_MAMBA_CHUNK) for mamba_chunk_states, mamba_chunk_output and
  * mamba_chunk_backward; mamba_state_pass grid (ceil(P N / 256), H, B, or 2 B in the backward);
  * mamba_conv_backward grid (ceil(C / 256), segs, B) with segs = stepc_mamba_segs(T); mamba_param_grads
- * grid ceil((C (K+1) + 3 H) / 256). Conv taps <= STEPC_MAMBA_KMAX. Dynamic shared memory (fp32
+ * grid ceil((C (K+1) + 3 H) / 256). Conv taps <= STEPC_MAMBA_KMAX, state dim <= STEPC_MAMBA_NMAX
+ * (mamba_chunk_backward keeps the group's dB, dC tiles in registers). Dynamic shared memory (fp32
  * words, rows padded by one) below, each at most STEPC_MAMBA_SMEM_MAX. */
 #define STEPC_MAMBA_CHUNK 32
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8
+#define STEPC_MAMBA_NMAX 128
 #define STEPC_MAMBA_SEGS 64
 #define STEPC_MAMBA_SMEM_MAX (227 * 1024)
 static inline unsigned stepc_mamba_states_smem(int P, int N) {
@@ -119,7 +121,7 @@ static inline unsigned stepc_mamba_output_smem(int P, int N) {
 }
 static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
   long L = STEPC_MAMBA_CHUNK;
-  return (unsigned)(4 * (4 * L * (N + 1) + 3 * L * L + 4 * L * (P + 1) + (long)N * (P + 1) + 10 * L + 32));
+  return (unsigned)(4 * (2 * L * (N + 1) + 3 * L * L + 3 * L * (P + 1) + (long)N * (P + 1) + 10 * L + 32));
 }
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
 /* The mixer's fp32 workspace (the launch scratch's op workspace), offsets in floats, each part

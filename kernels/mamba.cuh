@@ -38,6 +38,10 @@
 #define STEPC_MAMBA_CHUNK 32   // L, rows per chunk (as kernels/launch.h)
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8     // conv taps at most
+#define STEPC_MAMBA_NMAX 128   // state dim at most (mamba_chunk_backward's register tiles)
+#if STEPC_MAMBA_CHUNK != 32
+#error "mamba_chunk_backward scans a chunk's rows across one warp"
+#endif
 
 struct MambaDims {
   int T, H, P, G, N, K, C, HP, GN, hpg, nc, PP, NP;
@@ -325,8 +329,11 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 // conv-output gradient of the heads' x channels and of the group's B and C channels (summed over
 // the heads in order) times silu' into gpre (B,T,C); dt_raw's gradient (ddtr); the chunk's parts
 // of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid (nc, G, B), block
-// STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N).
-extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
+// STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
+// N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a thread a
+// 4 x 4 tile of the L x N, so N <= 128: 8 ceil(N / 4) tiles for 256 threads); L = 32, a warp's
+// width, for the per-row scan.
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     mamba_chunk_backward(float* gpre, bf16* ddtr, float* hpart, const float* st, const float* dst, const bf16* dout,
                          const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H, int P,
                          int G, int N, int K) {
@@ -335,13 +342,17 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
   MambaDims d = mamba_dims(T, H, P, G, N, K);
   int c = blockIdx.x, g = blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP;
   long b = blockIdx.z;
-  float *Bm = mamba_smem, *Cm = Bm + L * NP, *dBg = Cm + L * NP, *dCg = dBg + L * NP, *CB = dCg + L * NP,
-        *CBE = CB + L * L, *YXE = CBE + L * L, *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP,
-        *dXa = TM + L * PP, *SP = dXa + L * PP, *dtc = SP + N * PP, *lc = dtc + L, *ET = lc + L, *eS = ET + L,
-        *ws = eS + L, *Q = ws + L, *Ry = Q + L, *rowF = Ry + L, *colF = rowF + L, *DD = colF + L, *red = DD + L;
+  float *Bm = mamba_smem, *Cm = Bm + L * NP, *CB = Cm + L * NP, *CBE = CB + L * L, *YXE = CBE + L * L,
+        *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP, *SP = TM + L * PP, *dtc = SP + N * PP, *lc = dtc + L,
+        *ET = lc + L, *eS = ET + L, *ws = eS + L, *Q = ws + L, *Ry = Q + L, *rowF = Ry + L, *colF = rowF + L,
+        *DD = colF + L, *red = DD + L;
   mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, NP);
   mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, NP);
-  for (int i = threadIdx.x; i < L * NP; i += blockDim.x) dBg[i] = 0.0f, dCg[i] = 0.0f;
+  // this thread's tile of the group's dB and dC (L x N), summed over the heads in order
+  const MambaTile own = mamba_tile(threadIdx.x, L, N, 4, 4);
+  const bool owner = (int)threadIdx.x < mamba_tasks(L, N, 4, 4);
+  float dBr[4][4], dCr[4][4];
+  mamba_zero(dBr), mamba_zero(dCr);
   __syncthreads();
   for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
     int t = i / L, s = i % L;
@@ -390,19 +401,18 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     }
     __syncthreads();
     // dC of this head, into the group's sum: exp(l_t) dy_t S0 + sum_{s<=t} YXE[t,s] dt_s B_s
-    for (int task = threadIdx.x; task < mamba_tasks(L, N, 4, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, N, 4, 4);
+    if (owner) {
       float v[4][4], w[4][4];
       mamba_zero(v), mamba_zero(w);
-      mamba_mm(v, tl, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
-      mamba_mm(w, tl, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
+      mamba_mm(v, own, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
+      mamba_mm(w, own, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
 #pragma unroll
-      for (int i = 0; i < 4; i++)
+      for (int i = 0; i < 4; i++) {
+        int t = own.ty + i * own.NY;
+        float et = t < L ? ET[t] : 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          int t = tl.ty + i * tl.NY, n = tl.tx + j * tl.NX;
-          if (t < L && n < N) dCg[t * NP + n] += ET[t] * v[i][j] + w[i][j];
-        }
+        for (int j = 0; j < 4; j++) dCr[i][j] += et * v[i][j] + w[i][j];
+      }
     }
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int r = warp; r < L; r += nw) {
@@ -429,7 +439,18 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
       mamba_store_lp(TM, PP, acc, tl, L, P);
     }
     __syncthreads();
-    // dx' = dt CBE^T dY + ws BD + D dY (the D skip), and dB of this head = dt YXE^T Cm + ws X dS
+    // per-row scalars, a warp a row (Q reads BD before dx' replaces it)
+    for (int r = warp; r < L; r += nw) {
+      float qq = 0.0f, dd = 0.0f;
+      for (int p = lane; p < P; p += 32) qq += X[r * PP + p] * TM[r * PP + p], dd += dY[r * PP + p] * X[r * PP + p];
+      float rf = lane <= r ? CB[r * L + lane] * YXE[r * L + lane] * dtc[lane] : 0.0f;
+      float cf = lane >= r ? CB[lane * L + r] * YXE[lane * L + r] : 0.0f;
+      qq = warp_sum(qq), dd = warp_sum(dd), rf = warp_sum(rf), cf = warp_sum(cf);
+      if (lane == 0) Q[r] = qq, DD[r] = dd, rowF[r] = rf, colF[r] = cf;
+    }
+    __syncthreads();
+    // dx' = dt CBE^T dY + ws BD + D dY (the D skip) in place of BD, and dB of this head =
+    // dt YXE^T Cm + ws X dS
     for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
       MambaTile tl = mamba_tile(task, L, P, 2, 4);
       float v[2][4];
@@ -440,70 +461,66 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           int s = tl.ty + i * tl.NY, p = tl.tx + j * tl.NX;
-          if (s < L && p < P) dXa[s * PP + p] = dtc[s] * v[i][j] + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
+          if (s < L && p < P) TM[s * PP + p] = dtc[s] * v[i][j] + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
         }
     }
-    for (int task = threadIdx.x; task < mamba_tasks(L, N, 4, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, N, 4, 4);
+    if (owner) {
       float z[4][4], u[4][4];
       mamba_zero(z), mamba_zero(u);
-      mamba_mm(z, tl, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
-      mamba_mm(u, tl, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
+      mamba_mm(z, own, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
+      mamba_mm(u, own, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
 #pragma unroll
-      for (int i = 0; i < 4; i++)
+      for (int i = 0; i < 4; i++) {
+        int s = own.ty + i * own.NY;
+        float dts = s < L ? dtc[s] : 0.0f, wss = s < L ? ws[s] : 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          int s = tl.ty + i * tl.NY, n = tl.tx + j * tl.NX;
-          if (s < L && n < N) dBg[s * NP + n] += dtc[s] * z[i][j] + ws[s] * u[i][j];
-        }
+        for (int j = 0; j < 4; j++) dBr[i][j] += dts * z[i][j] + wss * u[i][j];
+      }
     }
-    // per-row scalars, a warp a row
-    for (int r = warp; r < L; r += nw) {
-      float qq = 0.0f, dd = 0.0f;
-      for (int p = lane; p < P; p += 32) qq += X[r * PP + p] * TM[r * PP + p], dd += dY[r * PP + p] * X[r * PP + p];
-      float rf = lane <= r ? CB[r * L + lane] * YXE[r * L + lane] * dtc[lane] : 0.0f;
-      float cf = lane >= r ? CB[lane * L + r] * YXE[lane * L + r] : 0.0f;
-      qq = warp_sum(qq), dd = warp_sum(dd), rf = warp_sum(rf), cf = warp_sum(cf);
-      if (lane == 0) Q[r] = qq, DD[r] = dd, rowF[r] = rf, colF[r] = cf;
+    // d dt (direct and through the decays l), the chunk's dA, dD, d dt_bias; dt_raw's gradient:
+    // warp 0, lane r a row; suf[r] = sum over rows >= r (a suffix scan of fixed shape)
+    if (warp == 0) {
+      int r = lane, t = t0 + r;
+      float tail = warp_sum(ws[r] * Q[r]) + expf(lc[L - 1]) * sd;
+      float suf = Ry[r] + rowF[r] - dtc[r] * colF[r] - ws[r] * Q[r] + (r == L - 1 ? tail : 0.0f);
+      for (int o = 1; o < 32; o <<= 1) {
+        float v = __shfl_down_sync(STEPC_FULL_MASK, suf, o);
+        if (lane + o < 32) suf += v;
+      }
+      float ddt = colF[r] + eS[r] * Q[r] + a * suf, gr = 0.0f;
+      long ai = (b * T + t) * H + h;
+      if (t < T) {
+        gr = ddt * mamba_sigmoid(bf16_to_f32(dtr[ai]) + dtb);
+        ddtr[ai] = f32_to_bf16(gr);
+      }
+      float da = warp_sum(dtc[r] * suf), db = warp_sum(gr), ddd = warp_sum(DD[r]);
+      if (lane == 0) {
+        float* hp = hpart + ((b * d.nc + c) * H + h) * 3;
+        hp[0] = db, hp[1] = da, hp[2] = ddd;
+      }
     }
     __syncthreads();
-    // d dt (direct and through the decays l), the chunk's dA, dD, d dt_bias; dt_raw's gradient
-    if (threadIdx.x == 0) {
-      float tail = expf(lc[L - 1]) * sd, suf = 0.0f, da = 0.0f, db = 0.0f, ddd = 0.0f;
-      for (int s = 0; s < L; s++) tail += ws[s] * Q[s];
-      for (int r = L - 1; r >= 0; r--) {
-        suf += Ry[r] + rowF[r] - dtc[r] * colF[r] - ws[r] * Q[r] + (r == L - 1 ? tail : 0.0f);
-        float ddt = colF[r] + eS[r] * Q[r] + a * suf;
-        da += dtc[r] * suf;
-        int t = t0 + r;
-        if (t < T) {
-          long ai = (b * T + t) * H + h;
-          float gr = ddt * mamba_sigmoid(bf16_to_f32(dtr[ai]) + dtb);
-          ddtr[ai] = f32_to_bf16(gr);
-          db += gr;
-        }
-        ddd += DD[r];
-      }
-      float* hp = hpart + ((b * d.nc + c) * H + h) * 3;
-      hp[0] = db, hp[1] = da, hp[2] = ddd;
-    }
-    // the x channels' conv-output gradient, times silu'
+    // the x channels' conv-output gradient (dx', in TM), times silu'
     for (int i = threadIdx.x; i < L * P; i += blockDim.x) {
       int r = i / P, p = i % P, t = t0 + r;
       if (t < T)
         gpre[(b * T + t) * d.C + h * P + p] =
-            dXa[r * PP + p] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, h * P + p));
+            TM[r * PP + p] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, h * P + p));
     }
     __syncthreads();
   }
-  // the group's B and C channels
-  for (int i = threadIdx.x; i < L * 2 * N; i += blockDim.x) {
-    int r = i / (2 * N), j = i % (2 * N), t = t0 + r;
-    if (t >= T) continue;
-    int ch = j < N ? d.HP + g * N + j : d.HP + d.GN + g * N + (j - N);
-    float gv = j < N ? dBg[r * NP + j] : dCg[r * NP + j - N];
-    gpre[(b * T + t) * d.C + ch] = gv * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, ch));
-  }
+  // the group's B and C channels, from this thread's tiles
+  if (owner)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        int r = own.ty + i * own.NY, n = own.tx + j * own.NX, t = t0 + r;
+        if (r >= L || n >= N || t >= T) continue;
+        int cb = d.HP + g * N + n, cc = d.HP + d.GN + g * N + n;
+        gpre[(b * T + t) * d.C + cb] = dBr[i][j] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cb));
+        gpre[(b * T + t) * d.C + cc] = dCr[i][j] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cc));
+      }
 }
 
 // The conv's backward from the conv-output gradient gpre (B,T,C): dx[t] = sum_j w[j] gpre[t + K-1-j]

@@ -68,7 +68,8 @@ int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op) {
 
 static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
   *m = mix_sizes(x->g, op, xin);
-  const char *why = m->K > STEPC_MAMBA_KMAX ? "the conv kernel has at most 8 taps"
+  const char *why = m->K > STEPC_MAMBA_KMAX   ? "the conv kernel has at most 8 taps"
+                    : m->N > STEPC_MAMBA_NMAX ? "the state dim is at most 128"
                     : stepc_mamba_chunk_bwd_smem(m->P, m->N) > STEPC_MAMBA_SMEM_MAX
                         ? "head dim x state dim too large for the chunk kernels' shared memory"
                         : NULL;
