@@ -30,13 +30,13 @@ d->class_scale[COST_ELEMENTWISE] = 2.096;
 d->class_scale[COST_GRAD_NORM] = 0.988;
 d->class_scale[COST_OPTIMIZER] = 1.728;
 /* The Mamba-2 mixer (kernels/mamba.cuh, chunk-parallel on CUDA cores) against its roofline (the
- * recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at DRAM speed): forward 128x,
- * backward 222x; the gate and group norm 11.2x DRAM. From the Nemotron-9 profile of 2026-12-04
- * (bench/logs/2026-12-04-s8-gpu/call4/nem_profile.txt; models/nemotron3_nano.lua, the first 9 layers
- * of its pattern at one rank). */
-d->class_scale[COST_MAMBA_FWD] = 128.0;
-d->class_scale[COST_MAMBA_BWD] = 221.9;
-d->class_scale[COST_MAMBA_GATE_NORM] = 11.2;
+ * recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at DRAM speed): forward 129x,
+ * backward 127x; the gate and group norm 11.3x DRAM. From the Nemotron-9 profile of 2026-12-04
+ * after the chunk backward went to two blocks an SM (bench/logs/2026-12-04-s8-gpu/call8/
+ * nem_profile.txt; models/nemotron3_nano.lua, the first 9 layers of its pattern at one rank). */
+d->class_scale[COST_MAMBA_FWD] = 128.6;
+d->class_scale[COST_MAMBA_BWD] = 126.8;
+d->class_scale[COST_MAMBA_GATE_NORM] = 11.29;
 d->calibration =
     "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5; Mamba "
     "session_8)";

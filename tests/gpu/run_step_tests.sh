@@ -41,6 +41,11 @@ run grads_geglu $STEP grads tests/recipes/tiny_geglu.lua
 run masked_tiny $STEP masked models/tiny.lua
 run masked_chunks $STEP masked models/tiny.lua model.output_layer_chunks=4
 run masked_api python3 tests/python/test_loss_mask.py $BUILD/stepc --device cuda
+# Hugging Face transformers' LlamaForCausalLM on stepc's export, stepc on CUDA and on the CPU (exit 77
+# where transformers is not installed: TRANSFORMERS_WHEELS=DIR installs it from wheels first)
+if [ -n "${TRANSFORMERS_WHEELS:-}" ]; then python3 -m pip install -q --no-index --find-links "$TRANSFORMERS_WHEELS" transformers >"$DEST/pip.log" 2>&1; fi
+run transformers_cuda python3 tests/python/test_transformers.py $BUILD/stepc --device cuda
+run transformers_cpu python3 tests/python/test_transformers.py $BUILD/stepc --device cpu
 # Nemotron's squared-relu MLP (RELU_ACT on CUDA), not gated
 run grads_sqrelu $STEP grads models/tiny.lua model.activation_func=squared_relu model.gated_linear_unit=false
 run replay_dropout $STEP replay models/tiny.lua 12 model.hidden_dropout=0.1
