@@ -195,10 +195,11 @@ STEPC_KERNEL(mamba_gate_forward, KP(bf16*, out) KP(const bf16*, y) KP(const bf16
 STEPC_KERNEL(mamba_gate_backward, KP(bf16*, dy) KP(bf16*, dz) KP(const bf16*, dout) KP(const bf16*, y) KP(const bf16*, z)
              KL(n))
 STEPC_KERNEL(mamba_group_norm_forward, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, w) KL(rows) KI(C) KI(G) KF(eps))
-STEPC_KERNEL(mamba_group_norm_backward_input, KP(bf16*, dx) KP(const bf16*, dout) KP(const bf16*, x) KP(const bf16*, w)
-             KL(rows) KI(C) KI(G) KF(eps))
-STEPC_KERNEL(mamba_group_norm_backward_weight, KP(bf16*, dw) KP(float*, acc) KP(const bf16*, dout) KP(const bf16*, x)
-             KL(rows) KI(C) KI(G) KF(eps))
+STEPC_KERNEL(mamba_group_norm_backward_input, KP(bf16*, dx) KP(float*, rstd) KP(const bf16*, dout) KP(const bf16*, x)
+             KP(const bf16*, w) KL(rows) KI(C) KI(G) KF(eps))
+STEPC_KERNEL(mamba_group_norm_backward_weight, KP(float*, part) KP(const bf16*, dout) KP(const bf16*, x)
+             KP(const float*, rstd) KL(rows) KI(C) KI(G) KI(segs))
+STEPC_KERNEL(mamba_group_norm_weight_reduce, KP(bf16*, dw) KP(float*, acc) KP(const float*, part) KI(C) KI(segs))
 
 #undef KP
 #undef KI

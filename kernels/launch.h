@@ -132,6 +132,11 @@ typedef struct {
   long st, dst, dec, gpre, hpart, cpart, floats;
 } StepcMambaWs;
 static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
+/* The gated group norm's backward (mamba_group_norm_backward_input / _weight / weight_reduce):
+ * fp32 workspace of rows G rstd values, then segs C weight partials, segs = stepc_mamba_segs(rows). */
+static inline long stepc_mamba_gnorm_ws(long rows, int C, int G) {
+  return stepc_mamba_align(rows * G) + (long)stepc_mamba_segs((int)(rows < 1 << 30 ? rows : 1 << 30)) * C;
+}
 static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N, long C, long K,
                                           int backward) {
   long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, nst = stepc_mamba_align(B * H * nc * P * N);

@@ -622,45 +622,43 @@ extern "C" __global__ void mamba_group_norm_forward(bf16* out, const bf16* x, co
 }
 
 // MAMBA_GROUP_NORM_BWD, the input's gradient: dx = rstd (dout w - x rstd^2 mean(dout w x)) per
-// group. Launch as the forward.
-extern "C" __global__ void mamba_group_norm_backward_input(bf16* dx, const bf16* dout, const bf16* x, const bf16* w,
-                                                          long rows, int C, int G, float eps) {
+// group; each (row, group)'s rstd into rstd[row G + group] for the weight's gradient. Launch as the
+// forward.
+extern "C" __global__ void mamba_group_norm_backward_input(bf16* dx, float* rstd, const bf16* dout, const bf16* x,
+                                                          const bf16* w, long rows, int C, int G, float eps) {
   long k = blockIdx.x * 8L + threadIdx.x / 32;
   if (k >= rows * G) return;
   int gs = C / G, j0 = (int)(k % G) * gs;
   long r0 = (k / G) * C;
   float rs = mamba_gn_rstd(x + r0, j0, gs, eps), s = 0.0f;
+  if (threadIdx.x % 32 == 0) rstd[k] = rs;
   for (int j = j0 + threadIdx.x % 32; j < j0 + gs; j += 32) s += bf16_to_f32(dout[r0 + j]) * bf16_to_f32(w[j]) * bf16_to_f32(x[r0 + j]);
   s = warp_sum(s) / (float)gs;
   for (int j = j0 + threadIdx.x % 32; j < j0 + gs; j += 32)
     dx[r0 + j] = f32_to_bf16(rs * (bf16_to_f32(dout[r0 + j]) * bf16_to_f32(w[j]) - bf16_to_f32(x[r0 + j]) * rs * rs * s));
 }
 
-// MAMBA_GROUP_NORM_BWD, the weight's gradient dw_j = sum over rows of dout x rstd: a block per 32
-// columns, warp w summing rows w, w + 8, ... (each recomputing the rstd of the groups its columns
-// touch), the 8 warps' sums added in warp order. Into acc (fp32, added) when given, else dw (bf16).
-// Launch: grid ceil(C / 32), block 256.
-extern "C" __global__ void mamba_group_norm_backward_weight(bf16* dw, float* acc, const bf16* dout, const bf16* x,
-                                                           long rows, int C, int G, float eps) {
-  __shared__ float part[8][32];
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gs = C / G, c0 = blockIdx.x * 32, j = c0 + lane;
-  int g0 = c0 / gs, g1 = (c0 + 31 < C ? c0 + 31 : C - 1) / gs;
+// MAMBA_GROUP_NORM_BWD, the weight's gradient dw_j = sum over rows of dout x rstd, in two passes of
+// fixed order: per segment of rows (a thread a column, the rows of its segment in order) into
+// part[seg, j], after mamba_group_norm_backward_input has written rstd; then
+// mamba_group_norm_weight_reduce sums the segments in order. Grid (ceil(C / 256), segs), block 256.
+extern "C" __global__ void mamba_group_norm_backward_weight(float* part, const bf16* dout, const bf16* x,
+                                                           const float* rstd, long rows, int C, int G, int segs) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x, seg = blockIdx.y, gs = C / G;
+  if (j >= C) return;
+  long len = (rows + segs - 1) / segs, ra = seg * len, rb = ra + len < rows ? ra + len : rows;
   float s = 0.0f;
-  for (long r = warp; r < rows; r += 8) {
-    const bf16* row = x + r * C;
-    float mine = 0.0f;
-    for (int gg = g0; gg <= g1; gg++) {
-      float rs = mamba_gn_rstd(row, gg * gs, gs, eps);
-      if (j < C && j / gs == gg) mine = rs;
-    }
-    if (j < C) s += bf16_to_f32(dout[r * C + j]) * bf16_to_f32(row[j]) * mine;
-  }
-  part[warp][lane] = s;
-  __syncthreads();
-  if (warp == 0 && j < C) {
-    float v = 0.0f;
-    for (int q = 0; q < 8; q++) v += part[q][lane];
-    if (acc) acc[j] += v;
-    else dw[j] = f32_to_bf16(v);
-  }
+  for (long r = ra; r < rb; r++) s += bf16_to_f32(dout[r * C + j]) * bf16_to_f32(x[r * C + j]) * rstd[r * G + j / gs];
+  part[(long)seg * C + j] = s;
+}
+
+// dw_j = the segments' sums in order: into acc (fp32, added) when given, else dw (bf16). Grid
+// ceil(C / 256), block 256.
+extern "C" __global__ void mamba_group_norm_weight_reduce(bf16* dw, float* acc, const float* part, int C, int segs) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= C) return;
+  float v = 0.0f;
+  for (int q = 0; q < segs; q++) v += part[(long)q * C + j];
+  if (acc) acc[j] += v;
+  else dw[j] = f32_to_bf16(v);
 }

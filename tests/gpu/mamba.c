@@ -328,13 +328,21 @@ static void test_gate_norm(Gpu *g, Rng *r) {
   void *na1[] = {&o0, &d1, &dw, &rows, &C, &G, &eps};
   gpu_launch(g, "mamba_group_norm_forward", grid, 1, 1, 256, 0, na1);
   check(g, "mamba_group_norm_forward", o0, &fo[0]);
-  void *na2[] = {&o0, &d0, &d1, &dw, &rows, &C, &G, &eps};
+  /* the backward as compiler/codegen/launch/op_mamba.c launches it, through its workspace */
+  int segs = stepc_mamba_segs((int)rows);
+  CUdeviceptr gws = gpu_alloc(g, 4 * (size_t)stepc_mamba_gnorm_ws(rows, C, G)), rstd = gws,
+              part = gws + 4 * (CUdeviceptr)stepc_mamba_align(rows * G);
+  void *na2[] = {&o0, &rstd, &d0, &d1, &dw, &rows, &C, &G, &eps};
   gpu_launch(g, "mamba_group_norm_backward_input", grid, 1, 1, 256, 0, na2);
   check(g, "mamba_group_norm_backward_input", o0, &bo[0]);
   CUdeviceptr nacc = 0;
-  void *na3[] = {&odw, &nacc, &d0, &d1, &rows, &C, &G, &eps};
-  gpu_launch(g, "mamba_group_norm_backward_weight", (unsigned)((C + 31) / 32), 1, 1, 256, 0, na3);
+  void *na3[] = {&part, &d0, &d1, &rstd, &rows, &C, &G, &segs};
+  gpu_launch(g, "mamba_group_norm_backward_weight", (unsigned)((C + 255) / 256), (unsigned)segs, 1, 256, 0,
+             na3);
+  void *na4[] = {&odw, &nacc, &part, &C, &segs};
+  gpu_launch(g, "mamba_group_norm_weight_reduce", (unsigned)((C + 255) / 256), 1, 1, 256, 0, na4);
   check(g, "mamba_group_norm_backward_weight", odw, &bo[1]);
+  gpu_free(g, gws);
   arr_free(&fo[0]), arr_free(&bo[0]), arr_free(&bo[1]), arr_free(&w);
   for (int i = 0; i < 3; i++)
     arr_free(&in[i]);

@@ -87,7 +87,7 @@ extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], 
     RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
-/* The op workspace bytes MAMBA_MIXER or MAMBA_MIXER_BWD op `op` needs (op_mamba.c; exec.c sizes the
+/* The op workspace bytes MAMBA_MIXER, MAMBA_MIXER_BWD or MAMBA_GROUP_NORM_BWD op `op` needs (op_mamba.c; exec.c sizes the
  * scratch's RT_SCRATCH_WORK by the largest). */
 int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op);
 

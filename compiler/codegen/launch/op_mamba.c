@@ -61,6 +61,10 @@ static StepcMambaWs mix_ws(const MixDims *m, int backward) {
 }
 
 int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op) {
+  if (op->kind == OP_MAMBA_GROUP_NORM_BWD) {
+    const Tensor *t = &g->t[op->in[1]];
+    return 4 * (int64_t)stepc_mamba_gnorm_ws((long)ops_rows(t), (int)ops_last(t), (int)op->a.i[0]);
+  }
   int bwd = op->kind == OP_MAMBA_MIXER_BWD;
   MixDims m = mix_sizes(g, op, bwd);
   return 4 * (int64_t)mix_ws(&m, bwd).floats;
@@ -162,18 +166,24 @@ static int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
 /* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw): dx a warp per (row, group), dw a block per
  * 32 columns (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
 static int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
-  if (bf16_operands(x, op, x->fz->sink[op->out[1]] >= 0 ? 1 : 2)) return RT_ERROR;
+  int sink = x->fz->sink[op->out[1]];
+  if (bf16_operands(x, op, sink >= 0 ? 1 : 2)) return RT_ERROR;
   const Tensor *t = rt_t(x, op->in[1]);
   long rows = (long)ops_rows(t);
-  int C = (int)ops_last(t), G = (int)op->a.i[0], sink = x->fz->sink[op->out[1]];
+  int C = (int)ops_last(t), G = (int)op->a.i[0],
+      segs = stepc_mamba_segs((int)(rows < 1 << 30 ? rows : 1 << 30));
   float eps = (float)op->a.f[0];
+  CUdeviceptr rstd = x->work, part = ws_at(x, stepc_mamba_align(rows * G));
   if (rt_launch_mamba_group_norm_backward_input(x->d, rt_dim1((unsigned)((rows * G + 7) / 8)), 256, 0,
-                                                rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1),
-                                                rt_in(x, op, 2), rows, C, G, eps))
+                                                rt_out(x, op, 0), rstd, rt_in(x, op, 0), rt_in(x, op, 1),
+                                                rt_in(x, op, 2), rows, C, G, eps) ||
+      rt_launch_mamba_group_norm_backward_weight(x->d, rt_dim((unsigned)((C + 255) / 256), (unsigned)segs, 1),
+                                                 256, 0, part, rt_in(x, op, 0), rt_in(x, op, 1), rstd, rows,
+                                                 C, G, segs))
     return RT_ERROR;
-  return rt_launch_mamba_group_norm_backward_weight(
-      x->d, rt_dim1((unsigned)((C + 31) / 32)), 256, 0, sink < 0 ? rt_out(x, op, 1) : 0,
-      sink >= 0 ? rt_exec_ptr(x, sink) : 0, rt_in(x, op, 0), rt_in(x, op, 1), rows, C, G, eps);
+  return rt_launch_mamba_group_norm_weight_reduce(x->d, rt_dim1((unsigned)((C + 255) / 256)), 256, 0,
+                                                  sink < 0 ? rt_out(x, op, 1) : 0,
+                                                  sink >= 0 ? rt_exec_ptr(x, sink) : 0, part, C, segs);
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */
