@@ -66,6 +66,7 @@ struct RtExec {
   int64_t *multi_chunks;  /* ... and the group's chunk count (its grid) */
   float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the per-token loss weight of its fused backward */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
+  int eval;               /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
@@ -106,6 +107,9 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);
 /* FUSE_NORM_BWD_ADD at the ADD: the norm backward (skipped op `norm`) writes dx + the add's other input. */
 int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add);
 static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
+
+/* A dropout op's p as the lowering being recorded uses it: 0 in an evaluation (op_for_eval). */
+static inline float rt_dropout_p(const RtExec *x, const Op *op) { return x->eval ? 0.0f : (float)op->a.f[0]; }
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
 int rt_flash_supported(int64_t T, int64_t D);
