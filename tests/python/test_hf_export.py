@@ -59,6 +59,12 @@ def read_safetensors(path):
 
 
 def llama_loss(hf_dir, tokens, targets):
+    lp, how = llama_logprobs(hf_dir, tokens, targets)
+    return float(-lp.mean()), how
+
+
+def llama_logprobs(hf_dir, tokens, targets):
+    """Each token's log-probability of its target (float64, (B, T)) under the NumPy Llama."""
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     w, how = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
     H, G, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
@@ -98,7 +104,7 @@ def llama_loss(hf_dir, tokens, targets):
     z = (x @ head.T).astype(np.float64)
     z = z - z.max(-1, keepdims=True)
     lse = np.log(np.exp(z).sum(-1))
-    return float((lse - np.take_along_axis(z, targets[..., None], -1)[..., 0]).mean()), how
+    return np.take_along_axis(z, targets[..., None], -1)[..., 0] - lse, how
 
 
 def main():
