@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "open_recipe.h"
+#include "runtime/image.h"
 
 static int failures;
 #define CHECK(c)                                                                                          \
@@ -66,6 +67,47 @@ static void checkpoint_same(stepc_t *a, stepc_t *b, const char *tag) {
   CHECK(ok);
 }
 
+/* The artifact's evaluation section (step.img): present, and no GEMM, memset or copy of it writes a
+ * parameter, master, main gradient or optimizer state (what the training's fused output-layer loss
+ * does: its weight gradient GEMM adds into the main gradient); its GEMM count. */
+static void eval_section(const char *dir) {
+  char path[400], err[600];
+  snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
+  StepImage im;
+  CHECK(image_read(path, &im, err, sizeof err) == 0);
+  if (!im.has_program) {
+    printf("  (no launch program: %s)\n", im.f.cuda_refusal);
+    image_free(&im);
+    return;
+  }
+  const LaunchProgram *lp = &im.lp;
+  CHECK(lp->f.has_eval == 1);
+  int gemms = 0, bad = 0, train_gemms = 0;
+  for (int q = 0; q < im.npoints; q++) {
+    LpRange r = lp->point[q].eval;
+    for (int i = r.first; i < r.first + r.count; i++) {
+      const RtRec *c = &lp->rec[i];
+      uint64_t w = c->kind == RT_REC_GEMM ? (c->gemm.d ? c->gemm.d : c->gemm.c) : c->kind != RT_REC_LAUNCH ? c->dst : 0;
+      gemms += c->kind == RT_REC_GEMM;
+      if (!(w & LP_PTR)) continue;
+      int64_t at = (int64_t)(w & ~LP_PTR);
+      for (int t = 0; t < im.g->nt; t++) {
+        TensorRole ro = im.g->t[t].role;
+        if ((ro == ROLE_PARAM || ro == ROLE_MASTER || ro == ROLE_GRAD || ro == ROLE_OPTIM) && im.g->t[t].bytes > 0 &&
+            at >= lp->tensor_at[t] && at < lp->tensor_at[t] + im.g->t[t].bytes)
+          bad++, fprintf(stderr, "  eval point %d writes %s\n", q, im.g->t[t].name);
+      }
+    }
+    if (r.count)
+      for (int i = lp->point[q].rec.first; i < lp->point[q].rec.first + lp->point[q].rec.count; i++)
+        train_gemms += lp->rec[i].kind == RT_REC_GEMM;
+  }
+  printf("  evaluation section: %d GEMMs (the same points train with %d), %d writes of persistent state\n", gemms,
+         train_gemms, bad);
+  CHECK(bad == 0 && gemms > 0);
+  image_free(&im);
+}
+
 static void run_case(const char *recipe, const char *const *ov, int nov, int dropout) {
   stepc_options o = stepc_options_default();
   o.device = dev;
@@ -79,6 +121,8 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   }
   stepc_info in;
   CHECK(stepc_get_info(a, &in) == STEPC_OK);
+  printf("%s%s%s (%s):\n", recipe, nov ? " " : "", nov ? ov[nov - 1] : "", in.device);
+  eval_section(built_dir);
   size_t ntok = (size_t)(in.micro_batch_size * in.seq_length), n = (size_t)in.num_microbatches * ntok;
   int32_t *x1 = malloc(n * 4), *t1 = malloc(n * 4), *x2 = malloc(n * 4), *t2 = malloc(n * 4), *xe = malloc(n * 4),
           *te = malloc(n * 4), *tu = malloc(n * 4);
@@ -86,7 +130,6 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   float *lp = malloc(n * 4), *lpu = malloc(n * 4), *lp2 = malloc(n * 4);
   batch(x1, t1, n, 1, 7), batch(x2, t2, n, 2, 0), batch(xe, te, n, 3, 5), batch(xe, tu, n, 3, 0);
   CHECK(stepc_init_params(a, 7) == STEPC_OK && stepc_init_params(b, 7) == STEPC_OK);
-  printf("%s%s%s (%s):\n", recipe, nov ? " " : "", nov ? ov[nov - 1] : "", in.device);
 
   /* 1. the loss of the next step's forward */
   double le = 0, le2 = 0;
