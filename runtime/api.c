@@ -65,7 +65,7 @@ static int api_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t 
 }
 
 stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
-                              size_t count) {
+                             size_t count) {
   if (!tokens || !targets)
     return api_fail(s, STEPC_ERR_ARGUMENT, "%s: tokens and targets must not be NULL", fn);
   const Tensor *t = &s->g->t[s->g->tokens];

@@ -244,7 +244,8 @@ typedef struct {
   const int32_t *tok, *tg;
 } EvalData;
 
-static int eval_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+static int eval_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                     int32_t *tg) {
   (void)step;
   const EvalData *e = (const EvalData *)d;
   size_t n = (size_t)(b * t);
@@ -288,7 +289,8 @@ static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, 
       return STEPC_ERR_RUNTIME;
     for (int q = 0; q < nmicro; q++)
       if (g->op[s->im.point_op[q]].tags.phase == IR_PHASE_FORWARD && plan_exec_point_eval(c->x, q) != 0)
-        return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: point %d's random numbers cannot be turned off", q);
+        return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                        "stepc_eval: point %d's random numbers cannot be turned off", q);
     *sum += cpu_exec_get(ex(s), g->loss, 0);
     if (lp) {
       float *out = lp + mb * ntok;
@@ -388,9 +390,9 @@ static void cpu_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CPU_BACKEND = {
-    "cpu",    cpu_init,    cpu_step, cpu_step_with, cpu_eval, cpu_read, cpu_write, cpu_params_from_masters,
-    cpu_measure, cpu_free};
+static const ApiBackend CPU_BACKEND = {"cpu",       cpu_init, cpu_step,  cpu_step_with,
+                                       cpu_eval,    cpu_read, cpu_write, cpu_params_from_masters,
+                                       cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

@@ -346,9 +346,9 @@ static void cuda_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CUDA_BACKEND = {
-    "cuda",    cuda_init,    cuda_step, cuda_step_profiled, cuda_eval, cuda_read, cuda_write,
-    cuda_params_from_masters, cuda_measure, cuda_free};
+static const ApiBackend CUDA_BACKEND = {"cuda",       cuda_init, cuda_step,  cuda_step_profiled,
+                                        cuda_eval,    cuda_read, cuda_write, cuda_params_from_masters,
+                                        cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 static void *read_cubin(stepc_t *s, const char *name) {

@@ -13,19 +13,21 @@ static int persistent(TensorRole r) {
 int api_eval_refusal(stepc_t *s) {
   const Graph *g = s->g;
   if (graph_lm_loss_op(g) < 0)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: the step has no single language-model loss op"), -1;
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: the step has no single language-model loss op"),
+           -1;
   for (int q = 0; q < s->im.micro_points; q++) {
     const Op *op = &g->op[s->im.point_op[q]];
     if (op->tags.phase != IR_PHASE_FORWARD) continue;
     Op e = *op;
     if (op_for_eval(&e) != 0)
-      return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: %s (%s) draws random numbers an evaluation cannot turn off",
+      return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                      "stepc_eval: %s (%s) draws random numbers an evaluation cannot turn off",
                       op_name(op->kind), op->tags.module),
              -1;
     for (int i = 0; i < op->nout; i++)
       if (persistent(g->t[op->out[i]].role))
-        return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: the forward op %s (%s) writes %s", op_name(op->kind),
-                        op->tags.module, g->t[op->out[i]].name),
+        return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: the forward op %s (%s) writes %s",
+                        op_name(op->kind), op->tags.module, g->t[op->out[i]].name),
                -1;
   }
   return 0;

@@ -80,7 +80,8 @@ struct stepc {
 
 /* A batch's buffers (not NULL) and element count (num_microbatches * B * T), for the call fn; and its
  * host tokens inside the vocabulary. STEPC_OK, or the error with the message. */
-stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets, size_t count);
+stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
+                             size_t count);
 stepc_status api_tokens_check(stepc_t *s, const char *fn, const int32_t *tokens, size_t count);
 /* stepc_eval's helpers (api_eval.c): 0 when the step's forward may run alone as an evaluation, else
  * -1 with the reason (STEPC_ERR_UNSUPPORTED); the language-model loss op's per-token losses (n fp32,

@@ -360,8 +360,9 @@ static int check_eval(StepImage *im, Why *w) {
   if (f->has_eval != 0 && f->has_eval != 1) return bad(w, "program: has_eval is %d", f->has_eval);
   if (f->has_eval ? nr != 0 || !lp_span_ok(f->eval_token_at, 4 * f->ntok, f->buffers_bytes)
                   : nr == 0 || f->eval_token_at != -1)
-    return bad(w, "program: the evaluation's facts disagree (has_eval %d, per-token losses at %lld, refusal \"%s\")",
-               f->has_eval, (long long)f->eval_token_at, f->eval_refusal);
+    return bad(
+        w, "program: the evaluation's facts disagree (has_eval %d, per-token losses at %lld, refusal \"%s\")",
+        f->has_eval, (long long)f->eval_token_at, f->eval_refusal);
   int lo = graph_lm_loss_op(g);
   if (f->has_eval && (lo < 0 || f->eval_token_at != im->lp.tensor_at[g->op[lo].out[1]] ||
                       tensor_numel(&g->t[g->op[lo].out[1]]) != f->ntok))
@@ -370,8 +371,10 @@ static int check_eval(StepImage *im, Why *w) {
     LpRange r = im->lp.point[q].eval;
     int fwd = f->has_eval && q < im->micro_points && g->op[im->point_op[q]].tags.phase == IR_PHASE_FORWARD;
     if (!lp_range_ok(r, f->nrec) || (!fwd && (r.first != 0 || r.count != 0)))
-      return bad(w, "program point %d: its evaluation records are out of range, or it is no forward point of an "
-                 "evaluation", q);
+      return bad(w,
+                 "program point %d: its evaluation records are out of range, or it is no forward point of an "
+                 "evaluation",
+                 q);
   }
   return 0;
 }

@@ -128,8 +128,9 @@ static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const 
 static stepc_status eval_batch(const Api *api, const char *path, const stepc_info *in, int32_t **tok,
                                int32_t **tg, size_t *count, char *err, size_t nerr) {
   if (!api->eval)
-    return snprintf(err, nerr, "--eval-data: this libstep.so predates stepc_eval (stepc.h API 7): rebuild the "
-                               "artifact"),
+    return snprintf(err, nerr,
+                    "--eval-data: this libstep.so predates stepc_eval (stepc.h API 7): rebuild the "
+                    "artifact"),
            STEPC_ERR_MISMATCH;
   CpuData d;
   char derr[600];

@@ -131,7 +131,9 @@ int program_text_write(const Plan *p, FILE *f) {
     fprintf(f, "\n# no evaluation section (stepc_eval refuses): %s\n", lf->eval_refusal);
     return ferror(f) ? -1 : 0;
   }
-  fprintf(f, "\n# the evaluation (stepc_eval: begin, these points, end per micro-batch; per-token losses at A+0x%llx)\n",
+  fprintf(f,
+          "\n# the evaluation (stepc_eval: begin, these points, end per micro-batch; per-token losses at "
+          "A+0x%llx)\n",
           (unsigned long long)lf->eval_token_at);
   q = 0;
   for (int i = 0; i < p->sc.n; i++) {

@@ -18,12 +18,12 @@
 #include "runtime/image.h"
 
 static int failures;
-#define CHECK(c)                                                                                          \
-  do {                                                                                                    \
-    if (!(c)) {                                                                                           \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                               \
-      failures++;                                                                                         \
-    }                                                                                                     \
+#define CHECK(c)                                                                                             \
+  do {                                                                                                       \
+    if (!(c)) {                                                                                              \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                                  \
+      failures++;                                                                                            \
+    }                                                                                                        \
   } while (0)
 
 static stepc_device dev;
@@ -87,14 +87,16 @@ static void eval_section(const char *dir) {
     LpRange r = lp->point[q].eval;
     for (int i = r.first; i < r.first + r.count; i++) {
       const RtRec *c = &lp->rec[i];
-      uint64_t w = c->kind == RT_REC_GEMM ? (c->gemm.d ? c->gemm.d : c->gemm.c) : c->kind != RT_REC_LAUNCH ? c->dst : 0;
+      uint64_t w = c->kind == RT_REC_GEMM     ? (c->gemm.d ? c->gemm.d : c->gemm.c)
+                   : c->kind != RT_REC_LAUNCH ? c->dst
+                                              : 0;
       gemms += c->kind == RT_REC_GEMM;
       if (!(w & LP_PTR)) continue;
       int64_t at = (int64_t)(w & ~LP_PTR);
       for (int t = 0; t < im.g->nt; t++) {
         TensorRole ro = im.g->t[t].role;
-        if ((ro == ROLE_PARAM || ro == ROLE_MASTER || ro == ROLE_GRAD || ro == ROLE_OPTIM) && im.g->t[t].bytes > 0 &&
-            at >= lp->tensor_at[t] && at < lp->tensor_at[t] + im.g->t[t].bytes)
+        if ((ro == ROLE_PARAM || ro == ROLE_MASTER || ro == ROLE_GRAD || ro == ROLE_OPTIM) &&
+            im.g->t[t].bytes > 0 && at >= lp->tensor_at[t] && at < lp->tensor_at[t] + im.g->t[t].bytes)
           bad++, fprintf(stderr, "  eval point %d writes %s\n", q, im.g->t[t].name);
       }
     }
@@ -102,8 +104,8 @@ static void eval_section(const char *dir) {
       for (int i = lp->point[q].rec.first; i < lp->point[q].rec.first + lp->point[q].rec.count; i++)
         train_gemms += lp->rec[i].kind == RT_REC_GEMM;
   }
-  printf("  evaluation section: %d GEMMs (the same points train with %d), %d writes of persistent state\n", gemms,
-         train_gemms, bad);
+  printf("  evaluation section: %d GEMMs (the same points train with %d), %d writes of persistent state\n",
+         gemms, train_gemms, bad);
   CHECK(bad == 0 && gemms > 0);
   image_free(&im);
 }
@@ -124,8 +126,8 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   printf("%s%s%s (%s):\n", recipe, nov ? " " : "", nov ? ov[nov - 1] : "", in.device);
   eval_section(built_dir);
   size_t ntok = (size_t)(in.micro_batch_size * in.seq_length), n = (size_t)in.num_microbatches * ntok;
-  int32_t *x1 = malloc(n * 4), *t1 = malloc(n * 4), *x2 = malloc(n * 4), *t2 = malloc(n * 4), *xe = malloc(n * 4),
-          *te = malloc(n * 4), *tu = malloc(n * 4);
+  int32_t *x1 = malloc(n * 4), *t1 = malloc(n * 4), *x2 = malloc(n * 4), *t2 = malloc(n * 4),
+          *xe = malloc(n * 4), *te = malloc(n * 4), *tu = malloc(n * 4);
   vocab = (unsigned)in.vocab_size;
   float *lp = malloc(n * 4), *lpu = malloc(n * 4), *lp2 = malloc(n * 4);
   batch(x1, t1, n, 1, 7), batch(x2, t2, n, 2, 0), batch(xe, te, n, 3, 5), batch(xe, tu, n, 3, 0);
@@ -141,13 +143,16 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   CHECK(stepc_bind_batch(b, x1, t1, n) == STEPC_OK && stepc_step(b, &sb) == STEPC_OK);
   CHECK(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm);
   printf("  eval loss %.9g, the next step's %.9g (%s)\n", le, sa.loss,
-         le == sa.loss ? "bitwise" : dropout ? "differ: the step drops out" : "DIFFER");
+         le == sa.loss ? "bitwise"
+         : dropout     ? "differ: the step drops out"
+                       : "DIFFER");
   if (!dropout) CHECK(le == sa.loss);
   if (dropout) { /* dropout off: the loss of the recipe without dropout, on the same parameters */
     const char *nodrop[] = {"model.bf16=true", "model.hidden_dropout=0", "model.attention_dropout=0"};
     stepc_t *c = NULL;
     stepc_step_stats sc;
-    CHECK(open_recipe(recipe, nodrop + !dev_cuda, 2 + dev_cuda, &o, &c) == STEPC_OK && stepc_init_params(c, 7) == STEPC_OK);
+    CHECK(open_recipe(recipe, nodrop + !dev_cuda, 2 + dev_cuda, &o, &c) == STEPC_OK &&
+          stepc_init_params(c, 7) == STEPC_OK);
     CHECK(stepc_bind_batch(c, x1, t1, n) == STEPC_OK && stepc_step(c, &sc) == STEPC_OK);
     double d = fabs(sc.loss - le);
     printf("  the recipe without dropout: step loss %.9g, |difference| %.2e\n", sc.loss, d);
@@ -162,8 +167,10 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
     double s = 0;
     size_t kept = 0;
     for (size_t i = mb * ntok; i < (mb + 1) * ntok; i++) {
-      if (t1[i] < 0) zero_ok &= lp[i] == 0;
-      else zero_ok &= lp[i] <= 0 && isfinite(lp[i]), kept++;
+      if (t1[i] < 0)
+        zero_ok &= lp[i] == 0;
+      else
+        zero_ok &= lp[i] <= 0 && isfinite(lp[i]), kept++;
       s += lp[i];
     }
     mean += -s / (double)ntok / (double)in.num_microbatches;
@@ -181,12 +188,15 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   CHECK(stepc_step(a, &sa) == STEPC_OK);
   CHECK(stepc_bind_batch(b, x2, t2, n) == STEPC_OK && stepc_step(b, &sb) == STEPC_OK);
   stepc_info ia, ib;
-  CHECK(stepc_get_info(a, &ia) == STEPC_OK && stepc_get_info(b, &ib) == STEPC_OK && ia.step == ib.step && ia.step == 2);
-  printf("  step 2 after an evaluation: loss %.9g grad norm %.9g; without: %.9g %.9g (%s)\n", sa.loss, sa.grad_norm,
-         sb.loss, sb.grad_norm, sa.loss == sb.loss && sa.grad_norm == sb.grad_norm ? "bitwise" : "DIFFER");
+  CHECK(stepc_get_info(a, &ia) == STEPC_OK && stepc_get_info(b, &ib) == STEPC_OK && ia.step == ib.step &&
+        ia.step == 2);
+  printf("  step 2 after an evaluation: loss %.9g grad norm %.9g; without: %.9g %.9g (%s)\n", sa.loss,
+         sa.grad_norm, sb.loss, sb.grad_norm,
+         sa.loss == sb.loss && sa.grad_norm == sb.grad_norm ? "bitwise" : "DIFFER");
   CHECK(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm);
   /* and an unbound step after an evaluation draws the recipe's batch as the other run does */
-  CHECK(stepc_eval(a, xe, te, n, NULL, NULL) == STEPC_OK && stepc_step(a, &sa) == STEPC_OK && stepc_step(b, &sb) == STEPC_OK);
+  CHECK(stepc_eval(a, xe, te, n, NULL, NULL) == STEPC_OK && stepc_step(a, &sa) == STEPC_OK &&
+        stepc_step(b, &sb) == STEPC_OK);
   CHECK(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm);
   static int ncase;
   char tag[16];
@@ -200,7 +210,8 @@ static void run_case(const char *recipe, const char *const *ov, int nov, int dro
   int kept_same = 1;
   for (size_t i = 0; i < n; i++)
     kept_same &= te[i] < 0 ? lp[i] == 0 : lp[i] == lpu[i];
-  printf("  masked batch: kept tokens' log-probs bitwise the unmasked batch's: %s; twice the same: %s (loss %.9g, "
+  printf("  masked batch: kept tokens' log-probs bitwise the unmasked batch's: %s; twice the same: %s (loss "
+         "%.9g, "
          "unmasked %.9g)\n",
          kept_same ? "yes" : "NO", le3 == le ? "yes" : "NO", le, le2);
   CHECK(kept_same);
@@ -240,7 +251,9 @@ int main(int argc, char **argv) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("ok\n");
+  if (failures)
+    fprintf(stderr, "%d check(s) failed\n", failures);
+  else
+    printf("ok\n");
   return failures ? 1 : 0;
 }

@@ -515,15 +515,16 @@ int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy) {
       if (!fz->skip[k] || fz->peer[k] > o) continue;
       int kf = g->op[k].tags.phase == IR_PHASE_FORWARD;
       if (kf != fwd)
-        return snprintf(why, nwhy, "%s op %d %s (%s) runs in the launch of %s op %d %s", kf ? "forward" : "backward",
-                        k, op_name(g->op[k].kind), g->op[k].tags.module, fwd ? "forward" : "backward", o,
-                        op_name(op->kind));
+        return snprintf(why, nwhy, "%s op %d %s (%s) runs in the launch of %s op %d %s",
+                        kf ? "forward" : "backward", k, op_name(g->op[k].kind), g->op[k].tags.module,
+                        fwd ? "forward" : "backward", o, op_name(op->kind));
     }
   }
   for (int b = 0; b < g->nop; b++) /* FUSE_LOSS_BWD: the backward is skipped, its forward runs it */
     if (fz->fuse[b] == RT_FUSE_LOSS_BWD &&
         (fz->peer[b] < 0 || g->op[fz->peer[b]].kind != OP_LINEAR_CROSS_ENTROPY))
-      return snprintf(why, nwhy, "op %d %s: its backward fused into a forward launch an evaluation does not lower", b,
+      return snprintf(why, nwhy,
+                      "op %d %s: its backward fused into a forward launch an evaluation does not lower", b,
                       op_name(g->op[b].kind));
   return 0;
 }
