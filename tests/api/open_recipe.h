@@ -1,4 +1,4 @@
-/* open_recipe.h — a recipe (with overrides) built into an artifact in a test's temporary directory
+/* open_recipe.h — the tests' CHECK (counting failures), and a recipe (with overrides) built into an artifact in a test's temporary directory
  * and opened through stepc.h, for test_api.c and test_eval.c. No libstep.so is linked: the test's
  * own runtime runs the step image. */
 #ifndef STEPC_TEST_OPEN_RECIPE_H
@@ -10,6 +10,15 @@
 #include "frontend/frontend.h"
 #include "runtime/stepc.h"
 #include "validate/validate.h"
+
+static int failures;
+#define CHECK(c)                                                    \
+  do {                                                              \
+    if (!(c)) {                                                     \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+      failures++;                                                   \
+    }                                                               \
+  } while (0)
 
 static char tmpdir[64];
 static char built_dir[256]; /* the artifact open_recipe built last */

@@ -18,14 +18,6 @@
 
 #include "open_recipe.h"
 
-static int failures;
-#define CHECK(c)                                                    \
-  do {                                                              \
-    if (!(c)) {                                                     \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                   \
-    }                                                               \
-  } while (0)
 
 static void write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");

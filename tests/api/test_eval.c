@@ -17,14 +17,6 @@
 #include "open_recipe.h"
 #include "runtime/image.h"
 
-static int failures;
-#define CHECK(c)                                                                                             \
-  do {                                                                                                       \
-    if (!(c)) {                                                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                                  \
-      failures++;                                                                                            \
-    }                                                                                                        \
-  } while (0)
 
 static stepc_device dev;
 static int dev_cuda;
