@@ -274,6 +274,19 @@ int graph_find_op(const Graph *g, OpKind kind, const char *module, Phase phase) 
   return -1;
 }
 
+int graph_lm_loss_op(const Graph *g) {
+  int found = -1;
+  for (int i = 0; i < g->nop; i++) {
+    const Op *op = &g->op[i];
+    if ((op->kind != OP_CROSS_ENTROPY && op->kind != OP_LINEAR_CROSS_ENTROPY) ||
+        op->tags.phase != IR_PHASE_FORWARD)
+      continue;
+    if (found >= 0) return -1;
+    found = i;
+  }
+  return found;
+}
+
 static void bits_str(uint32_t bits, const char *const *names, int n, char *buf, size_t cap) {
   size_t len = (size_t)snprintf(buf, cap, "{");
   bool first = true;

@@ -276,6 +276,10 @@ const char *op_name(OpKind k);
 /* Bytes read + written by one execution, at nominal dtypes. */
 double op_bytes(const Graph *g, const Op *op);
 double op_flops(const Graph *g, const Op *op);
+/* The op as an evaluation (a forward with no update: stepc_eval) runs it: every dropout off (DROPOUT's
+ * p a.f[0] and attention's a.f[1] set to 0, which keeps every element with scale 1), else unchanged.
+ * 0, or -1 for an op that draws random numbers in a way this does not know how to turn off. */
+int op_for_eval(Op *op);
 
 /* ---- dtypes, roles, tags ---- */
 size_t dtype_size(DType d);
@@ -330,6 +334,10 @@ int graph_fail(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 
 int graph_find_tensor(const Graph *g, const char *name); /* -1 if absent */
 /* The first op of `kind` whose module is `module` and phase is `phase`; -1 if none. */
 int graph_find_op(const Graph *g, OpKind kind, const char *module, Phase phase);
+/* The forward op of the language-model loss: the one CROSS_ENTROPY or LINEAR_CROSS_ENTROPY whose
+ * out[1] has a value per token (the log-sum-exp, or on CUDA the token's loss; the token's loss),
+ * or -1 when there is none or more than one. */
+int graph_lm_loss_op(const Graph *g);
 /* Writes "{layer,attn}" style lists. */
 void ir_labels_str(uint32_t labels, char *buf, size_t n);
 void ir_scopes_str(uint32_t scopes, char *buf, size_t n);

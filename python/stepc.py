@@ -12,6 +12,8 @@ put this file's folder on PYTHONPATH and open the directory.
         s.bind_batch(tokens, targets)                # NumPy / torch (CPU or CUDA) int arrays
         st = s.step()
         print(st.step, st.loss, st.lr, st.grad_norm)
+        val = s.eval(val_tokens, val_targets)        # a validation loss: no update
+        val, lp = s.eval(val_tokens, val_targets, logprobs=True)  # and per-token log-probs
         s.save_checkpoint("ckpt")
 
 numpy is imported when a host batch is bound, torch only when a torch tensor or a DLPack object
@@ -27,7 +29,7 @@ import sys
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 6  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 7  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -232,6 +234,7 @@ def _load(path):
         "stepc_bind_batch_device": (st, [h, h, h, ctypes.c_size_t]),
         "stepc_step": (st, [h, ctypes.POINTER(_StepStats)]),
         "stepc_get_measure": (st, [h, ctypes.POINTER(_Measure)]),
+        "stepc_eval": (st, [h, h, h, ctypes.c_size_t, ctypes.POINTER(ctypes.c_double), h]),
     }
     for name, (res, args) in protos.items():
         try:
@@ -432,6 +435,26 @@ class Step:
         d = _struct_dict(cs)
         d["replayed"] = bool(d["replayed"])
         return StepStats(**d)
+
+    def eval(self, tokens, targets, logprobs=False):
+        """The loss of a batch with no update (stepc_eval): what the next step() would report on it
+        before its update, with dropout off; no parameter, optimizer state, step counter or binding
+        changes. tokens and targets as bind_batch takes host data (a target outside [0, vocab),
+        -100 say, is ignored). Returns the loss (a float), or with logprobs=True (loss, lp): lp a
+        float32 NumPy array of the tokens' shape, each token's log-probability of its target
+        (-its loss; 0 where the target is ignored)."""
+        h = self._handle()
+        (kt, a), (kg, b) = _classify(tokens, "tokens"), _classify(targets, "targets")
+        if kt != "host" or kg != "host":
+            raise ValueError("stepc.Step.eval: tokens and targets must be host data (NumPy arrays, CPU torch "
+                             "tensors, lists); copy device tensors to the host first")
+        shapes = self._batch_shapes()
+        a, b = _host_int32(a, "tokens", "eval", shapes), _host_int32(b, "targets", "eval", shapes)
+        loss = ctypes.c_double(0)
+        lp = _numpy("logprobs").zeros(a.shape, dtype="float32") if logprobs else None
+        self._check(self._lib.stepc_eval(h, a.ctypes.data, b.ctypes.data, a.size, ctypes.byref(loss),
+                                         lp.ctypes.data if logprobs else None))
+        return (loss.value, lp) if logprobs else loss.value
 
 
 # ---- turning user arrays into what stepc.h takes ----

@@ -96,9 +96,8 @@ int api_loss_den(stepc_t *s, int64_t kept, double *den) {
   return 0;
 }
 
-/* The element count a binding must give: 0, or the error. */
-static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
-                               size_t count) {
+stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
+                             size_t count) {
   if (!tokens || !targets)
     return api_fail(s, STEPC_ERR_ARGUMENT, "%s: tokens and targets must not be NULL", fn);
   const Tensor *t = &s->g->t[s->g->tokens];
@@ -110,16 +109,20 @@ static stepc_status bind_check(stepc_t *s, const char *fn, const void *tokens, c
   return STEPC_OK;
 }
 
-stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count) {
-  if (!s) return STEPC_ERR_ARGUMENT;
-  stepc_status st = bind_check(s, "stepc_bind_batch", tokens, targets, count);
-  if (st != STEPC_OK) return st;
+stepc_status api_tokens_check(stepc_t *s, const char *fn, const int32_t *tokens, size_t count) {
   int64_t v = s->im.f.vocab_size;
   for (size_t i = 0; i < count; i++)
     if (tokens[i] < 0 || tokens[i] >= v)
-      return api_fail(s, STEPC_ERR_ARGUMENT,
-                      "stepc_bind_batch: token %zu is %d, outside the vocabulary [0, %lld)", i, tokens[i],
-                      (long long)v);
+      return api_fail(s, STEPC_ERR_ARGUMENT, "%s: token %zu is %d, outside the vocabulary [0, %lld)", fn, i,
+                      tokens[i], (long long)v);
+  return STEPC_OK;
+}
+
+stepc_status stepc_bind_batch(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count) {
+  if (!s) return STEPC_ERR_ARGUMENT;
+  stepc_status st = api_batch_check(s, "stepc_bind_batch", tokens, targets, count);
+  if (st == STEPC_OK) st = api_tokens_check(s, "stepc_bind_batch", tokens, count);
+  if (st != STEPC_OK) return st;
   if (s->data.count != count) {
     int32_t *a = realloc(s->data.tok, count * sizeof *a),
             *b = a ? realloc(s->data.tg, count * sizeof *b) : NULL;
@@ -141,7 +144,7 @@ stepc_status stepc_bind_batch_device(stepc_t *s, const void *tokens, const void 
     return api_fail(s, STEPC_ERR_UNSUPPORTED,
                     "stepc_bind_batch_device: the %s device takes host buffers (stepc_bind_batch)",
                     s->be->name);
-  stepc_status st = bind_check(s, "stepc_bind_batch_device", tokens, targets, count);
+  stepc_status st = api_batch_check(s, "stepc_bind_batch_device", tokens, targets, count);
   if (st != STEPC_OK) return st;
   s->data.dtok = (unsigned long long)(uintptr_t)tokens;
   s->data.dtg = (unsigned long long)(uintptr_t)targets;

@@ -241,6 +241,73 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
   return 0;
 }
 
+/* ---- stepc_eval ---- */
+
+/* The evaluation's batch as a data source: micro-batch mb of the caller's buffers. */
+typedef struct {
+  CpuData base;
+  const int32_t *tok, *tg;
+} EvalData;
+
+static int eval_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                     int32_t *tg) {
+  (void)step;
+  const EvalData *e = (const EvalData *)d;
+  size_t n = (size_t)(b * t);
+  memcpy(tok, e->tok + (size_t)micro * n, n * sizeof *tok);
+  memcpy(tg, e->tg + (size_t)micro * n, n * sizeof *tg);
+  return 0;
+}
+
+/* The loss op's per-token losses of the micro-batch that ran, into tl (B*T): LINEAR_CROSS_ENTROPY
+ * keeps them (token_loss); CROSS_ENTROPY keeps the row log-sum-exp beside the logits, and the
+ * token's loss is its lse minus its target's logit, as ir/ops/linear_loss.c computes it (0 for an
+ * ignored target). */
+static void token_losses(stepc_t *s, int lo, float *tl) {
+  const Graph *g = s->g;
+  const Op *op = &g->op[lo];
+  const Tensor *tgt = &g->t[op->in[op->kind == OP_CROSS_ENTROPY ? 1 : 2]];
+  int64_t n = tensor_numel(tgt);
+  const float *o1 = cpu_exec_ptr(ex(s), op->out[1]);
+  if (op->kind == OP_LINEAR_CROSS_ENTROPY) {
+    memcpy(tl, o1, (size_t)n * sizeof *tl);
+    return;
+  }
+  const float *x = cpu_exec_ptr(ex(s), op->in[0]);
+  const int32_t *tg = cpu_exec_ptr(ex(s), op->in[1]);
+  int64_t v = g->t[op->in[0]].shape[2];
+  for (int64_t r = 0; r < n; r++)
+    tl[r] = tg[r] >= 0 && tg[r] < v ? o1[r] - x[r * v + tg[r]] : 0.0f;
+}
+
+/* Per micro-batch: its inputs, then the micro program's forward points as an evaluation runs them
+ * (plan_exec_point_eval: dropout off), in program order; no backward, reduction or optimizer point,
+ * no data-parallel hook. The RNG key is set (dropout does not read it). */
+static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, double den, double *sum,
+                             float *lp) {
+  ApiCpu *c = cpu(s);
+  cpu_exec_set_loss_den(ex(s), den); /* the next step sets its own */
+  const Graph *g = s->g;
+  EvalData d = {.base = {.fill = eval_fill}, .tok = tok, .tg = tg};
+  int lo = graph_lm_loss_op(g), nmicro = plan_exec_micro_points(c->x);
+  int64_t ntok = tensor_numel(&g->t[g->tokens]);
+  for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
+    if (plan_exec_begin_micro(c->x, &d.base, s->im.f.seed, s->step + 1, mb, s->err, sizeof s->err) != 0)
+      return STEPC_ERR_RUNTIME;
+    for (int q = 0; q < nmicro; q++)
+      if (g->op[s->im.point_op[q]].tags.phase == IR_PHASE_FORWARD && plan_exec_point_eval(c->x, q) != 0)
+        return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                        "stepc_eval: point %d's random numbers cannot be turned off", q);
+    *sum += cpu_exec_get(ex(s), g->loss, 0);
+    if (lp) {
+      float *out = lp + mb * ntok;
+      token_losses(s, lo, out);
+      api_eval_logprobs(out, ntok, out);
+    }
+  }
+  return STEPC_OK;
+}
+
 static int cpu_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   return cpu_step_with(s, step, st, NULL);
 }
@@ -331,9 +398,9 @@ static void cpu_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CPU_BACKEND = {
-    "cpu",       cpu_init, cpu_step, cpu_step_with, cpu_read, cpu_write, cpu_params_from_masters,
-    cpu_measure, cpu_free};
+static const ApiBackend CPU_BACKEND = {"cpu",       cpu_init, cpu_step,  cpu_step_with,
+                                       cpu_eval,    cpu_read, cpu_write, cpu_params_from_masters,
+                                       cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

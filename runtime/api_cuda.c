@@ -260,6 +260,36 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   return 0;
 }
 
+/* stepc_eval: the batch and zero seeds staged (dropout is off), then per micro-batch its begin
+ * section, every forward point's evaluation launches and its end section, eagerly in every graph
+ * mode (a captured step's graph reads the slots the next step stages again); the losses and, on
+ * request, each micro-batch's per-token losses read back. */
+static stepc_status cuda_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, double den, double *sum,
+                              float *lp) {
+  ApiCuda *c = cu(s);
+  const LpFacts *f = &s->im.lp.f;
+  if (!f->has_eval)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: %s holds no evaluation program: %s", s->dir,
+                    f->eval_refusal);
+  memset(c->seeds, 0, (size_t)c->nmb * sizeof *c->seeds);
+  if (rt_player_stage(c->x, tok, tg, c->seeds, den)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  for (int mb = 0; mb < c->nmb; mb++) {
+    if (rt_player_micro_begin(c->x, mb)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+    for (int q = 0; q < c->nmicro; q++)
+      if (rt_player_eval_point(c->x, q)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+    if (rt_player_micro_end(c->x, mb)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+    if (lp) {
+      float *out = lp + (int64_t)mb * f->ntok;
+      if (rt_player_read_token_losses(c->x, out)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+      api_eval_logprobs(out, f->ntok, out);
+    }
+  }
+  if (rt_player_read_losses(c->x, c->losses) || rt_sync(c->d)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  for (int mb = 0; mb < c->nmb; mb++)
+    *sum += c->losses[mb];
+  return STEPC_OK;
+}
+
 static int cuda_read(stepc_t *s, int t, void *dst) {
   ApiCuda *c = cu(s);
   if (s->g->t[t].bytes == 0 && s->im.storage[t] == t)
@@ -318,9 +348,9 @@ static void cuda_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CUDA_BACKEND = {
-    "cuda",       cuda_init, cuda_step, cuda_step_profiled, cuda_read, cuda_write, cuda_params_from_masters,
-    cuda_measure, cuda_free};
+static const ApiBackend CUDA_BACKEND = {"cuda",       cuda_init, cuda_step,  cuda_step_profiled,
+                                        cuda_eval,    cuda_read, cuda_write, cuda_params_from_masters,
+                                        cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 static void *read_cubin(stepc_t *s, const char *name) {

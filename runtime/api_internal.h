@@ -34,6 +34,10 @@ typedef struct ApiBackend {
   int (*step)(stepc_t *s, int64_t step, stepc_step_stats *st);
   /* The same step run eagerly, adding each program point's time (ms) to ms[point]. */
   int (*step_profiled)(stepc_t *s, int64_t step, stepc_step_stats *st, double *ms);
+  /* stepc_eval: the batch's forward alone (api_eval.c checked the arguments); *sum receives this
+   * rank's sum of the micro-batch losses, lp (or NULL) the per-token log-probabilities. */
+  /* den: the loss denominator of the evaluated batch (api_loss_den's, over its kept targets) */
+  stepc_status (*eval)(stepc_t *s, const int32_t *tok, const int32_t *tg, double den, double *sum, float *lp);
   /* A tensor's numel elements at its nominal dtype (bf16 as raw u16, f32, i32). */
   int (*read)(stepc_t *s, int tensor, void *dst);
   int (*write)(stepc_t *s, int tensor, const void *src);
@@ -77,6 +81,17 @@ struct stepc {
   bool profiling;
   double prof_t0_ms; /* cpu: the profiled step's start (wall clock) */
 };
+
+/* A batch's buffers (not NULL) and element count (num_microbatches * B * T), for the call fn; and its
+ * host tokens inside the vocabulary. STEPC_OK, or the error with the message. */
+stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,
+                             size_t count);
+stepc_status api_tokens_check(stepc_t *s, const char *fn, const int32_t *tokens, size_t count);
+/* stepc_eval's helpers (api_eval.c): 0 when the step's forward may run alone as an evaluation, else
+ * -1 with the reason (STEPC_ERR_UNSUPPORTED); the language-model loss op's per-token losses (n fp32,
+ * an ignored target's 0) as log-probabilities, written into lp. */
+int api_eval_refusal(stepc_t *s);
+void api_eval_logprobs(const float *token_loss, int64_t n, float *lp);
 
 /* Records the first message of a failing call and returns st. */
 stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...)

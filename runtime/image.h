@@ -10,6 +10,8 @@
  * after their last use), the program order, the CUDA-graph scope instances, the names and
  * signatures of the generated kernels in the shipped cubin, and the step's facts (seed, data
  * source, graph mode and warm-up, predicted peaks, the step fingerprint checkpoints name it by).
+ * Format 7 added the launch program's evaluation section (program.h: each forward point's eval
+ * range, where the per-token losses are, or why there is none).
  * A distributed-optimizer step (format 4) also carries each tensor's owning rank and, for its
  * masters and Adam moments, their places in the optimizer-state region (buffer 1, compiler/plan/memplan.c):
  * each tensor at the offset its owner packs it to, so that the same offsets (and the launch
@@ -30,7 +32,7 @@
 #include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 6
+#define STEPC_IMAGE_VERSION 7
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */

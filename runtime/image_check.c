@@ -350,6 +350,36 @@ static int check_launch_facts(const StepImage *im, Why *w) {
   return 0;
 }
 
+/* The evaluation section: with has_eval, eval ranges inside the records on the micro program's forward
+ * points only, no refusal, and the per-token losses (ntok fp32) inside the plan's buffers; without,
+ * no eval range and the reason, a terminated string. */
+static int check_eval(StepImage *im, Why *w) {
+  const Graph *g = im->g;
+  LpFacts *f = &im->lp.f;
+  size_t nr = strnlen(f->eval_refusal, sizeof f->eval_refusal);
+  if (nr == sizeof f->eval_refusal) return bad(w, "program: eval_refusal is not a terminated string");
+  if (f->has_eval != 0 && f->has_eval != 1) return bad(w, "program: has_eval is %d", f->has_eval);
+  if (f->has_eval ? nr != 0 || !lp_span_ok(f->eval_token_at, 4 * f->ntok, f->buffers_bytes)
+                  : nr == 0 || f->eval_token_at != -1)
+    return bad(
+        w, "program: the evaluation's facts disagree (has_eval %d, per-token losses at %lld, refusal \"%s\")",
+        f->has_eval, (long long)f->eval_token_at, f->eval_refusal);
+  int lo = graph_lm_loss_op(g);
+  if (f->has_eval && (lo < 0 || f->eval_token_at != im->lp.tensor_at[g->op[lo].out[1]] ||
+                      tensor_numel(&g->t[g->op[lo].out[1]]) != f->ntok))
+    return bad(w, "program: the evaluation's per-token losses are not the loss op's");
+  for (int q = 0; q < im->npoints; q++) {
+    LpRange r = im->lp.point[q].eval;
+    int fwd = f->has_eval && q < im->micro_points && g->op[im->point_op[q]].tags.phase == IR_PHASE_FORWARD;
+    if (!lp_range_ok(r, f->nrec) || (!fwd && (r.first != 0 || r.count != 0)))
+      return bad(w,
+                 "program point %d: its evaluation records are out of range, or it is no forward point of an "
+                 "evaluation",
+                 q);
+  }
+  return 0;
+}
+
 static int check_launch_program(StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LaunchProgram *lp = &im->lp;
@@ -364,6 +394,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   if (check_launch_facts(im, w)) return -1;
   int n = f->nrec;
   if (!lp_range_ok(f->init, n)) return bad(w, "program: the initialisation's records are out of range");
+  if (check_eval(im, w)) return -1;
   for (int q = 0; q < im->npoints; q++) {
     const LpPoint *p = &lp->point[q];
     if (!lp_range_ok(p->rec, n) || !lp_range_ok(p->hparams, n) || (p->alone != 0 && p->alone != 1))

@@ -19,7 +19,12 @@
  *  - begin(mb) / end(mb): copy micro-batch mb's staged tokens, targets and dropout seed into the
  *    fixed slots the step's ops read, and its loss out to its slot;
  *  - hparams(q): for an AdamW point, the hyper-parameter launch it makes before its update (a
- *    distributed-optimizer rank that does not own the tensor plays only this).
+ *    distributed-optimizer rank that does not own the tensor plays only this);
+ *  - eval(q): for a forward point of the micro program, what it launches in an evaluation
+ *    (stepc_eval: begin(mb), every micro point's eval(q), end(mb)): its op lowered with dropout
+ *    off and the chunked output layer's loss without its fused backward, so that nothing writes a
+ *    gradient, optimizer state or a parameter; empty for every other point. A step whose forward
+ *    cannot be played so has no eval section (has_eval 0, eval_refusal says why).
  * The multi-tensor tables (kernels/launch.h) are data: written into the scratch at open; a rank of
  * the distributed optimizer masks rows it does not own (LpRow) and writes them again. */
 #ifndef STEPC_PROGRAM_H
@@ -61,6 +66,7 @@ typedef struct {
 typedef struct {
   LpRange rec;     /* its launches */
   LpRange hparams; /* AdamW: the hyper-parameter launch alone; else empty */
+  LpRange eval;    /* a forward point of the micro program: its evaluation's launches; else empty */
   int32_t alone;   /* 1: its launches are its op's alone (no fused group): a rank may skip them */
   int32_t pad;
   int64_t norm_first, norm_count; /* GRAD_SUMSQ: its slice of the global-norm partials (floats); else 0 */
@@ -93,6 +99,10 @@ typedef struct {
   int64_t norm_at, norm_count; /* the global-norm partials: offset, floats */
   int64_t tables_at, ntable;   /* the multi-tensor tables: offset, words */
   int64_t attn_workspace;      /* the cuDNN attention workspace the shapes predict (bytes) */
+  int64_t eval_token_at;       /* the loss op's per-token losses (ntok fp32) after its eval launch; -1 none */
+  int32_t has_eval;            /* 1: the points' eval ranges hold the evaluation */
+  int32_t eval_pad;
+  char eval_refusal[256]; /* has_eval 0: why the forward cannot be played as an evaluation */
   LpRange init;
   int32_t nrec, nrow;
 } LpFacts;

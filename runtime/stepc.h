@@ -17,6 +17,7 @@
  *                                                 // stepc_bind_batch_device for device buffers
  *     stepc_step(s, &st);                        // all micro-batches, then clip + AdamW
  *   }
+ *   stepc_eval(s, val_tokens, val_targets, n, &val_loss, NULL); // a validation loss, no update
  *   stepc_save_checkpoint(s, "ckpt");
  *   stepc_close(s);
  *
@@ -34,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 6
+#define STEPC_API_VERSION 7
 
 typedef enum {
   STEPC_OK = 0,
@@ -187,6 +188,26 @@ typedef struct {
  * every rank); a rank that failed, exited or hangs makes this STEPC_ERR_RUNTIME within the
  * communicator's timeout, naming the rank. */
 stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
+
+/* The evaluation of a batch (API 7): the loss the next stepc_step would report on it before its update
+ * (the same micro-batches, each its forward alone), with no update: no gradient is written, no
+ * optimizer state, parameter, step counter, data position or RNG stream changes, so the next
+ * stepc_step is bitwise what it would have been without the call, and a binding made for it still
+ * holds. Dropout is off (p = 0: every element kept, as a framework's eval mode), so on a recipe with
+ * dropout the loss is the deterministic one, not a training step's. tokens and targets are laid out
+ * as for stepc_bind_batch (count elements, checked; a target outside [0, vocab), -100 say, is
+ * ignored); they are read during the call only. *loss (may be NULL) receives the mean over the
+ * micro-batches of each one's loss, exactly as stepc_step_stats.loss (with MoE layers it includes
+ * their load-balancing loss). logprobs (NULL: not wanted) receives count floats: each token's
+ * log-probability of its target, log softmax(logits)[target] = -(the token's loss), as the
+ * step's loss kernel computes it (fp32; on cuda from the bf16 logits), and 0 for an ignored target.
+ * The device runs the artifact's evaluation section eagerly (cuda, in every graph mode: the launch
+ * program's forward points lowered with dropout off and the fused output-layer loss without its
+ * backward; an artifact whose forward cannot be played alone refuses with STEPC_ERR_UNSUPPORTED
+ * and the reason); cpu, the micro program's forward ops. Data parallel: every rank calls it with
+ * its own micro-batches, and *loss is the mean over every rank's. */
+stepc_status stepc_eval(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count, double *loss,
+                        float *logprobs);
 
 /* One optimizer step as stepc_step, run eagerly (a graph mode is not used for it; the step
  * counts like any other) with the time of every program point measured: ms[q] receives point q's

@@ -29,6 +29,8 @@ enum {
   O_TIMELINE,
   O_SVG_RANK,
   O_PRINT_RECIPE,
+  O_EVAL_EVERY,
+  O_EVAL_DATA,
   O_OUT = 'o',
   O_HELP = 'h'
 };
@@ -61,6 +63,8 @@ static const Opt OPTS[] = {
     {"timeline", required_argument, O_TIMELINE},
     {"svg-rank", required_argument, O_SVG_RANK},
     {"print-recipe", required_argument, O_PRINT_RECIPE},
+    {"eval-every", required_argument, O_EVAL_EVERY},
+    {"eval-data", required_argument, O_EVAL_DATA},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -104,10 +108,10 @@ static const Verb VERBS[] = {
      "  a DIR holding files that are not an artifact is refused.\n"},
     {"run",
      {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT,
-      O_DP_JOIN, O_QUIET, O_TIMELINE},
+      O_DP_JOIN, O_QUIET, O_TIMELINE, O_EVAL_EVERY, O_EVAL_DATA},
      "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads "
      "N]\n"
-     "                 [--profile [--timeline FILE]]\n"
+     "                 [--profile [--timeline FILE]] [--eval-data PATH [--eval-every N]]\n"
      "       stepc run DIR [--device cuda|cpu] [--steps N] [--json] [--profile [--timeline FILE]]\n"
      "       stepc run SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
      "       stepc run SPEC|DIR ... --nproc N [--comm-timeout S]\n"
@@ -120,7 +124,10 @@ static const Verb VERBS[] = {
      "  timeline as a Chrome / Perfetto trace (a track per stream). --gradcheck checks every gradient "
      "against finite\n"
      "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N data-parallel ranks on this\n"
-     "  host (docs/data-parallel.md). Exit 4 without a CUDA driver or device for --device cuda.\n"},
+     "  host (docs/data-parallel.md). --eval-data PATH evaluates a validation batch of PATH's bytes\n"
+     "  (stepc_eval: no update, dropout off) every N steps (--eval-every N; default: after the last step)\n"
+     "  and prints its loss beside the training loss (--json: \"eval_loss\" in those steps).\n"
+     "  Exit 4 without a CUDA driver or device for --device cuda.\n"},
     {"export",
      {O_FROM, O_OUT},
      "usage: stepc export SPEC [KEY=VALUE ...] --from PARAMS|CHECKPOINT -o DIR\n"
@@ -278,10 +285,12 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
         return fprintf(err, "stepc %s: --device is cpu or cuda, not %s\n", a->verb, optarg), -1;
       a->device = optarg;
       break;
+    case O_EVAL_DATA: a->eval_data = optarg; break;
     case O_STEPS:
     case O_THREADS:
     case O_SMS:
     case O_NPROC:
+    case O_EVAL_EVERY:
       if (positive(optarg, id == O_SMS || id == O_NPROC ? 4096 : id == O_THREADS ? 1024 : 1L << 30, &n))
         return fprintf(err, "stepc %s: --%s wants a whole positive number%s, not %s\n", a->verb, opt_name(id),
                        id == O_SMS || id == O_NPROC ? " (at most 4096)"
@@ -289,10 +298,11 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
                                                     : " (at most 1073741824)",
                        optarg),
                -1;
-      *(id == O_STEPS     ? &a->steps
-        : id == O_THREADS ? &a->threads
-        : id == O_SMS     ? &a->sms
-                          : &a->nproc) = (int)n;
+      *(id == O_STEPS        ? &a->steps
+        : id == O_THREADS    ? &a->threads
+        : id == O_SMS        ? &a->sms
+        : id == O_EVAL_EVERY ? &a->eval_every
+                             : &a->nproc) = (int)n;
       break;
     case O_COMM_TIMEOUT: {
       char *end;

@@ -23,6 +23,8 @@ typedef struct {
   double comm_timeout;      /* run --comm-timeout SECONDS */
   bool dp_join;             /* run --dp-join */
   const char *timeline;     /* run --timeline FILE (with --profile) */
+  const char *eval_data;    /* run --eval-data PATH: the validation text */
+  int eval_every;           /* run --eval-every N (with --eval-data) */
   const char *svg_rank;     /* plan --svg-rank worst|single|STAGE (with --svg) */
   const char *print_recipe; /* import --print-recipe HF_DIR */
 } Args;

@@ -107,8 +107,8 @@ static bool is_dir(const char *p) {
  * (run_artifact.c), the path a trainer embeds. */
 static int run_dir(const Args *a, const char *dir, bool cuda) {
   if (a->nproc > 1) { /* one process per rank, each this same verb on DIR */
-    char steps[32], threads[32], timeout[64];
-    char *args[16];
+    char steps[32], threads[32], timeout[64], every[32];
+    char *args[20];
     int n = 0;
     args[n++] = "--device", args[n++] = cuda ? "cuda" : "cpu";
     if (a->steps) snprintf(steps, sizeof steps, "%d", a->steps), args[n++] = "--steps", args[n++] = steps;
@@ -120,6 +120,9 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
     if (a->json) args[n++] = "--json";
     if (a->profile) args[n++] = "--profile";
     if (a->timeline) args[n++] = "--timeline", args[n++] = (char *)a->timeline; /* rank 0 writes it */
+    if (a->eval_data) args[n++] = "--eval-data", args[n++] = (char *)a->eval_data;
+    if (a->eval_every)
+      snprintf(every, sizeof every, "%d", a->eval_every), args[n++] = "--eval-every", args[n++] = every;
     return run_nproc(dir, a->nproc, args, n, stderr);
   }
   ApiRunOptions o = {.steps = a->steps,
@@ -131,7 +134,9 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
                      .quiet = a->quiet,
                      .dp_join = a->dp_join,
                      .comm_timeout_s = a->comm_timeout,
-                     .timeline = a->timeline};
+                     .timeline = a->timeline,
+                     .eval_data = a->eval_data,
+                     .eval_every = a->eval_every};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;
@@ -148,6 +153,14 @@ static int cmd_run(const Args *a) {
   }
   if (a->timeline && !a->profile) {
     fprintf(stderr, "stepc run: --timeline FILE writes the profiled step's timeline: add --profile\n");
+    return EXIT_USAGE;
+  }
+  if (a->eval_every && !a->eval_data) {
+    fprintf(stderr, "stepc run: --eval-every N evaluates a validation batch: add --eval-data PATH\n");
+    return EXIT_USAGE;
+  }
+  if (a->eval_data && a->gradcheck) {
+    fprintf(stderr, "stepc run: --eval-data trains and evaluates; --gradcheck checks gradients\n");
     return EXIT_USAGE;
   }
   bool cuda = !a->device || strcmp(a->device, "cuda") == 0;

@@ -14,6 +14,7 @@
 #include "cli/artifact_sum.h"
 #include "passes/fuse.h"
 #include "report/report.h"
+#include "runtime/cpu/data.h"
 #include "runtime/image.h"
 #include "runtime/safe_file.h"
 
@@ -32,6 +33,7 @@ typedef struct {
   stepc_status (*profile_step)(stepc_t *, stepc_step_stats *, double *, int64_t);
   stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
   stepc_status (*profile_timeline)(stepc_t *, stepc_span *, int64_t, int64_t *); /* NULL before API 4 */
+  stepc_status (*eval)(stepc_t *, const int32_t *, const int32_t *, size_t, double *, float *); /* API 7 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -62,6 +64,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   }
   SYM(options_from_env, "stepc_options_from_env");
   SYM(profile_timeline, "stepc_profile_timeline");
+  SYM(eval, "stepc_eval");
   return 0;
 }
 
@@ -116,6 +119,34 @@ static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const 
       st = STEPC_ERR_IO, snprintf(err, nerr, "cannot write %s", o->timeline);
   }
   free(sp);
+  return st;
+}
+
+/* --eval-data: the validation batch, this rank's micro-batches of windows of the file's bytes drawn
+ * as data.path draws a step's (runtime/cpu/data.h) at step 0 with train.seed — a step no training
+ * step draws, the same batch at every evaluation. *tok and *tg (count each) are the caller's to free. */
+static stepc_status eval_batch(const Api *api, const char *path, const stepc_info *in, int32_t **tok,
+                               int32_t **tg, size_t *count, char *err, size_t nerr) {
+  if (!api->eval)
+    return snprintf(err, nerr,
+                    "--eval-data: this libstep.so predates stepc_eval (stepc.h API 7): rebuild the "
+                    "artifact"),
+           STEPC_ERR_MISMATCH;
+  CpuData d;
+  char derr[600];
+  if (cpu_data_open(&d, in->seed, in->vocab_size, in->seq_length, path, derr, sizeof derr) != 0)
+    return snprintf(err, nerr, "--eval-data %s: %s", path, derr), STEPC_ERR_IO;
+  size_t per = (size_t)(in->micro_batch_size * in->seq_length);
+  *count = per * (size_t)in->num_microbatches;
+  *tok = malloc(*count * sizeof **tok), *tg = malloc(*count * sizeof **tg);
+  stepc_status st = *tok && *tg ? STEPC_OK : STEPC_ERR_NOMEM;
+  int world = in->world_size > 0 ? in->world_size : 1;
+  for (int64_t mb = 0; mb < in->num_microbatches && st == STEPC_OK; mb++)
+    if (d.fill(&d, 0, mb * world + in->rank, in->micro_batch_size, in->seq_length, *tok + mb * per,
+               *tg + mb * per) != 0)
+      st = STEPC_ERR_IO, snprintf(err, nerr, "--eval-data %s: %s", path, d.err);
+  if (st == STEPC_ERR_NOMEM) snprintf(err, nerr, "out of memory");
+  if (d.free) d.free(&d);
   return st;
 }
 
@@ -210,6 +241,10 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   /* tokens per step over every rank, for tokens/s; the time left from the wall time so far */
   double tokens = (double)in.num_microbatches * (double)in.micro_batch_size * (double)in.seq_length *
                   (in.world_size > 0 ? in.world_size : 1);
+  int32_t *etok = NULL, *etg = NULL;
+  size_t ecount = 0;
+  if (o->eval_data && (st = eval_batch(&api, o->eval_data, &in, &etok, &etg, &ecount, err, nerr)) != STEPC_OK)
+    steps = 0;
   double t0 = wall_s();
   stepc_step_stats ss = {0};
   for (int i = 0; i < steps; i++) {
@@ -217,19 +252,30 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
       snprintf(err, nerr, "%s", api.last_error(s));
       break;
     }
-    double left = (wall_s() - t0) / (i + 1) * (steps - i - 1);
+    double left = (wall_s() - t0) / (i + 1) * (steps - i - 1), vl = 0;
+    /* the validation loss every eval_every steps (else after the last), outside the step's time */
+    int ev = o->eval_data && (o->eval_every > 0 ? (i + 1) % o->eval_every == 0 : i == steps - 1);
+    char val[48] = "";
+    if (ev && (st = api.eval(s, etok, etg, ecount, &vl, NULL)) != STEPC_OK) {
+      snprintf(err, nerr, "%s", api.last_error(s));
+      break;
+    }
+    if (ev) snprintf(val, sizeof val, o->json ? ", \"eval_loss\": %.17g" : "  val %.6f", vl);
     if (o->json)
       fprintf(out,
-              "%s{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, "
+              "%s{\"step\": %lld, \"loss\": %.17g%s, \"lr\": %.17g, \"grad_norm\": %.17g, \"ms\": %.3f, "
               "\"graph\": %s}",
-              i ? ", " : "", (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms,
+              i ? ", " : "", (long long)ss.step, ss.loss, val, ss.lr, ss.grad_norm, ss.ms,
               ss.replayed ? "true" : "false");
     else if (!o->quiet)
-      fprintf(out, "step %5lld  loss %.6f  lr %.3e  grad_norm %.4f  %8.3f ms  %9.0f tok/s  %s left%s\n",
-              (long long)ss.step, ss.loss, ss.lr, ss.grad_norm, ss.ms,
+      fprintf(out, "step %5lld  loss %.6f%s  lr %.3e  grad_norm %.4f  %8.3f ms  %9.0f tok/s  %s left%s\n",
+              (long long)ss.step, ss.loss, val, ss.lr, ss.grad_norm, ss.ms,
               ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0, eta(left), ss.replayed ? "  (graph)" : "");
+    else if (ev)
+      fprintf(out, "step %lld: loss %.6f, validation loss %.6f\n", (long long)ss.step, ss.loss, vl);
     fflush(out);
   }
+  free(etok), free(etg);
   if (!o->json && o->quiet && st == STEPC_OK && steps > 0)
     fprintf(out, "%d steps: last loss %.6f, grad_norm %.4f, %.3f ms/step (%.0f tok/s)\n", steps, ss.loss,
             ss.grad_norm, ss.ms, ss.ms > 0 ? tokens / (ss.ms / 1e3) : 0.0);

@@ -19,6 +19,8 @@ typedef struct {
   double comm_timeout_s; /* 0: the runtime's default */
   const char *timeline;  /* with profile: the profiled step's measured timeline as a Chrome trace
                             here (rank 0 writes it), NULL none */
+  const char *eval_data; /* a text file: its validation batch evaluated (stepc_eval), NULL none */
+  int eval_every;        /* with eval_data: every this many steps; <= 0: after the last step only */
 } ApiRunOptions;
 
 /* `stepc run DIR --nproc N`: N processes of this executable on this host, each `stepc run DIR`

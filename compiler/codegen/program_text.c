@@ -126,5 +126,23 @@ int program_text_write(const Plan *p, FILE *f) {
     section(f, lp, lp->point[q].rec, &gen);
     q++;
   }
+  /* stepc_eval's section: the micro program's forward points as an evaluation lowers them */
+  if (!lf->has_eval) {
+    fprintf(f, "\n# no evaluation section (stepc_eval refuses): %s\n", lf->eval_refusal);
+    return ferror(f) ? -1 : 0;
+  }
+  fprintf(f,
+          "\n# the evaluation (stepc_eval: begin, these points, end per micro-batch; per-token losses at "
+          "A+0x%llx)\n",
+          (unsigned long long)lf->eval_token_at);
+  q = 0;
+  for (int i = 0; i < p->sc.n; i++) {
+    if (p->sc.it[i].kind != SCHED_OP) continue;
+    LpRange r = lp->point[q++].eval;
+    if (!r.count) continue;
+    const Op *op = &g->op[p->sc.it[i].id];
+    fprintf(f, "\neval point %d: op %d %s %s\n", q - 1, p->sc.it[i].id, op_name(op->kind), op->tags.module);
+    section(f, lp, r, &gen);
+  }
   return ferror(f) ? -1 : 0;
 }

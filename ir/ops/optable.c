@@ -19,6 +19,18 @@ const OpEw OP_EW_NONE = {0, NULL, NULL, NULL, NULL};
 const OpInfo *op_info(OpKind k) { return OP_TABLE[k]; }
 const char *op_name(OpKind k) { return k >= 0 && k < OP_COUNT ? OP_TABLE[k]->name : "?"; }
 
+int op_for_eval(Op *op) {
+  switch (op_info(op->kind)->facts.rng) {
+  case RNG_NONE: return 0;
+  case RNG_ATTN_DROPOUT: op->a.f[1] = 0; return 0; /* ir/ops/flash.c: f[1] = attention-dropout p */
+  case RNG_ALWAYS:
+    if (op->kind != OP_DROPOUT) return -1;
+    op->a.f[0] = 0; /* ir/ops/dropout.c: keep = u >= p, all kept at p = 0, scale 1 / (1 - p) = 1 */
+    return 0;
+  default: return -1;
+  }
+}
+
 int ops_err(char *err, size_t n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

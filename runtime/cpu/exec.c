@@ -111,8 +111,16 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro) {
 
 void cpu_exec_set_loss_den(CpuExec *e, double den) { e->ctx.loss_den = den; }
 
-void cpu_exec_run_op(CpuExec *e, int id) {
-  const Op *op = &e->g->op[id];
+void cpu_exec_run_op(CpuExec *e, int id) { cpu_exec_run_as(e, &e->g->op[id]); }
+
+int cpu_exec_run_op_eval(CpuExec *e, int id) {
+  Op op = e->g->op[id];
+  if (op_for_eval(&op) != 0) return -1;
+  cpu_exec_run_as(e, &op);
+  return 0;
+}
+
+void cpu_exec_run_as(CpuExec *e, const Op *op) {
   void *in[IR_MAX_IN], *out[IR_MAX_OUT];
   for (int i = 0; i < op->nin; i++)
     in[i] = cpu_exec_ptr(e, op->in[i]);

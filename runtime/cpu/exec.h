@@ -35,6 +35,11 @@ void cpu_exec_set_loss_den(CpuExec *e, double den);
 /* Runs, in graph order, the ops whose phase bit (IR_PHASE_BIT) is in phase_mask. */
 void cpu_exec_run(CpuExec *e, uint32_t phase_mask);
 void cpu_exec_run_op(CpuExec *e, int op);
+/* Op `op` as an evaluation runs it (op_for_eval: dropout off). 0, or -1 for an op whose random
+ * numbers op_for_eval cannot turn off (nothing run). */
+int cpu_exec_run_op_eval(CpuExec *e, int op);
+/* An op of the graph (its tensors) with the attributes *op carries. */
+void cpu_exec_run_as(CpuExec *e, const Op *op);
 /* Zeroes the arena, then initializes params per their IrInit from a normal RNG keyed by seed and
  * the param's index; a master copy takes its param's values. */
 void cpu_exec_init_params(CpuExec *e, uint64_t seed);

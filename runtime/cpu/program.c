@@ -43,14 +43,24 @@ void plan_exec_free(PlanExec *x) {
 CpuExec *plan_exec_cpu(PlanExec *x) { return x->e; }
 int64_t plan_exec_poisoned(const PlanExec *x) { return x->poisoned; }
 
-static void run_point(PlanExec *x, int q) {
-  cpu_exec_run_op(x->e, x->p.point_op[q]);
+static void poison_after(PlanExec *x, int q) {
   if (!x->p.poison_start) return;
   for (int k = x->p.poison_start[q]; k < x->p.poison_start[q + 1]; k++) {
     int t = x->p.poison[k];
     memset(cpu_exec_ptr(x->e, t), 0xFF, (size_t)x->g->t[t].bytes); /* all-ones: a NaN in fp32 */
     x->poisoned += x->g->t[t].bytes;
   }
+}
+
+static void run_point(PlanExec *x, int q) {
+  cpu_exec_run_op(x->e, x->p.point_op[q]);
+  poison_after(x, q);
+}
+
+int plan_exec_point_eval(PlanExec *x, int q) {
+  if (cpu_exec_run_op_eval(x->e, x->p.point_op[q]) != 0) return -1;
+  poison_after(x, q);
+  return 0;
 }
 
 int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, int64_t micro, char *err,

@@ -38,6 +38,9 @@ int plan_exec_begin_micro(PlanExec *x, CpuData *d, uint64_t seed, int64_t step, 
 int plan_exec_micro_points(const PlanExec *x);
 int plan_exec_points(const PlanExec *x);
 void plan_exec_point(PlanExec *x, int q);
+/* Point q's op as an evaluation runs it (dropout off: cpu_exec_run_op_eval), then the ranges that die
+ * after it poisoned as plan_exec_point does. 0, or -1 (its random numbers cannot be turned off). */
+int plan_exec_point_eval(PlanExec *x, int q);
 /* Runs the tail (reduction, clipping, optimizer). */
 void plan_exec_tail(PlanExec *x);
 /* Freed bytes poisoned so far. */

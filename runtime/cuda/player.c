@@ -110,6 +110,12 @@ int rt_player_init(RtPlayer *p, uint64_t seed) {
 }
 
 int rt_player_point(RtPlayer *p, int q) { return rt_player_play(p, p->lp->point[q].rec); }
+int rt_player_eval_point(RtPlayer *p, int q) { return rt_player_play(p, p->lp->point[q].eval); }
+int rt_player_read_token_losses(RtPlayer *p, float *dst) {
+  const LpFacts *f = &p->lp->f;
+  if (!f->has_eval) return rt_fail(p->d, "the launch program has no evaluation section: %s", f->eval_refusal);
+  return rt_copy_d2h(p->d, dst, p->base + (CUdeviceptr)f->eval_token_at, (size_t)f->ntok * 4);
+}
 int rt_player_micro_begin(RtPlayer *p, int mb) { return rt_player_play(p, p->lp->micro[2 * mb]); }
 int rt_player_micro_end(RtPlayer *p, int mb) { return rt_player_play(p, p->lp->micro[2 * mb + 1]); }
 

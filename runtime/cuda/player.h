@@ -29,6 +29,10 @@ int rt_player_play(RtPlayer *p, LpRange r);
 int rt_player_init(RtPlayer *p, uint64_t seed);
 /* Program point q's launches. */
 int rt_player_point(RtPlayer *p, int q);
+/* Program point q's evaluation launches (program.h's eval section; none for a point outside it). */
+int rt_player_eval_point(RtPlayer *p, int q);
+/* The loss op's per-token losses after an evaluated micro-batch (ntok fp32; synchronises). */
+int rt_player_read_token_losses(RtPlayer *p, float *dst);
 /* Micro-batch mb's inputs into the step's slots, and its loss out to its slot. */
 int rt_player_micro_begin(RtPlayer *p, int mb);
 int rt_player_micro_end(RtPlayer *p, int mb);

@@ -16,39 +16,8 @@
 #include "runtime/stepc.h"
 #include "validate/validate.h"
 
-static int failures;
-#define CHECK(c)                                                    \
-  do {                                                              \
-    if (!(c)) {                                                     \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                   \
-    }                                                               \
-  } while (0)
+#include "open_recipe.h"
 
-static char tmpdir[64];
-static char built_dir[256]; /* the artifact open_recipe built last */
-
-/* The recipe with its overrides built into an artifact (no libstep.so: this process's own
- * runtime runs its step image through the library loop), then opened. */
-static stepc_status open_recipe(const char *recipe, const char *const *ov, int nov, const stepc_options *o, stepc_t **s) {
-  static int n;
-  static Spec raw, spec;
-  char dir[256], err[1024] = "";
-  snprintf(dir, sizeof dir, "%s/art%d", tmpdir, n++);
-  snprintf(built_dir, sizeof built_dir, "%s", dir);
-  DiagList d;
-  diag_init(&d);
-  ArtifactOptions ao = {.dir = dir, .no_link = true};
-  int rc = frontend_load(recipe, ov, nov, NULL, &raw, &d) || validate_spec(&raw, &spec, &d) ||
-           artifact_build(&raw, &spec, &ao, &d, NULL, err, sizeof err);
-  diag_free(&d);
-  if (rc) {
-    fprintf(stderr, "building %s: %s\n", recipe, err);
-    *s = NULL;
-    return STEPC_ERR_RECIPE;
-  }
-  return stepc_open(dir, o, s);
-}
 
 static void write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");

@@ -65,6 +65,14 @@ def llama_loss(hf_dir, tokens, targets):
     return float((lse - np.take_along_axis(z, targets[..., None], -1)[..., 0]).mean()), how
 
 
+def llama_logprobs(hf_dir, tokens, targets):
+    """Each token's log-probability of its target (float64, (B, T)) under the NumPy Llama."""
+    z, how = llama_logits(hf_dir, tokens)
+    z = z - z.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    return np.take_along_axis(z, targets[..., None], -1)[..., 0] - lse, how
+
+
 def llama_logits(hf_dir, tokens):
     """The NumPy Llama's logits (B, T, V) in fp64 for tokens (B, T), and which reader loaded it."""
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))

@@ -4,7 +4,9 @@ LlamaForCausalLM, a client nobody here wrote, on the same parameters and batch: 
 Llama recipe, saves the parameters, `stepc export`s them as a Hugging Face directory
 (config.json + model.safetensors), and transformers loads that directory and computes the loss of
 the batch with `labels` (its cross entropy with ignore_index -100, the mean over the kept tokens);
-stepc's first step reports the loss of the forward before its update. Cases:
+stepc's first step reports the loss of the forward before its update. The evaluation step
+(Step.eval, stepc_eval) on the same parameters gives each token's log-probability of its target,
+compared token by token with transformers' log_softmax. Cases:
 
 - models/tiny.lua at seq 64 (untied head, SwiGLU, GQA, RoPE);
 - the same with Llama 3's RoPE scaling (model.rope_scaling, factor 32: the export writes
@@ -15,8 +17,10 @@ stepc's first step reports the loss of the forward before its update. Cases:
 - a tied head (model.share_embeddings_and_output_weights, tie_word_embeddings in config.json).
 
 Tolerances: on the CPU stepc's reference runs fp32 like transformers here (different operation
-order): 1e-4 relative. On CUDA stepc computes in bf16 (fp32 accumulation), transformers in fp32 on
-the same device: 2e-3 relative (the H200 on 2026-12-04: at most 4e-5).
+order): 1e-4 relative for the loss, 1e-4 absolute for each log-probability. On CUDA stepc computes in bf16 (fp32 accumulation), transformers in fp32 on
+the same device: 2e-3 relative for the loss (the H200 on 2026-12-04: at most 4e-5); each token's
+log-probability within 0.1 and their mean absolute difference within 0.01 (bf16 logits near
+log(vocab) are a few ulps of 2^-5 off).
 
 Exit 0 all within tolerance, 1 a difference, 77 (skip, with a notice) where torch or transformers
 is not importable, or --device cuda has no GPU."""
@@ -49,6 +53,8 @@ CASES = [
 
 
 def hf_loss(hf_dir, tokens, targets, device):
+    """transformers' loss over the kept targets and each token's log-probability of its target (0
+    where it is ignored)."""
     model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).to(device)
     model.eval()
     with torch.no_grad():
@@ -58,7 +64,10 @@ def hf_loss(hf_dir, tokens, targets, device):
         # labels are the next-token targets already: transformers' shift is for labels = input_ids
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                  ignore_index=-100)
-    return float(loss)
+        keep = y != -100
+        lp = torch.log_softmax(logits, -1).gather(-1, torch.where(keep, y, 0)[..., None])[..., 0]
+        lp = torch.where(keep, lp, torch.zeros_like(lp))
+    return float(loss), lp.cpu().numpy().astype(np.float64)
 
 
 def main():
@@ -97,15 +106,21 @@ def main():
             targets[~keep] = -100
         with stepc.Step(art, device=device) as s:
             s.load_params(params)
+            ev, lp = s.eval(tokens, targets, logprobs=True)
             s.bind_batch(tokens, targets)
             got = s.step().loss
-        ref = hf_loss(hf, tokens, targets, device if device == "cuda" else "cpu")
+        ref, ref_lp = hf_loss(hf, tokens, targets, device if device == "cuda" else "cpu")
         rel = abs(got - ref) / abs(ref)
-        ok = rel <= tol
+        diff = np.abs(lp.reshape(ref_lp.shape).astype(np.float64) - ref_lp)
+        lp_ok = diff.max() <= (1e-4 if device == "cpu" else 0.1) and (device == "cpu" or diff.mean() <= 0.01)
+        ev_ok = abs(ev - got) <= 1e-6 * abs(got)  # the evaluation is the step's forward
+        ok = rel <= tol and lp_ok and ev_ok
         bad += not ok
         kept = int((targets != -100).sum())
         print(f"{'PASS' if ok else 'FAIL'} {name}: stepc {got:.7f}, transformers {ref:.7f} "
-              f"({kept} of {targets.size} targets kept), relative difference {rel:.2e} (tolerance {tol:g})")
+              f"({kept} of {targets.size} targets kept), relative difference {rel:.2e} (tolerance {tol:g}); "
+              f"eval loss {ev:.7f} ({'the step' + chr(39) + 's' if ev_ok else 'NOT the step' + chr(39) + 's'}); "
+              f"log-probabilities: max |diff| {diff.max():.2e}, mean {diff.mean():.2e}")
     print(f"{len(CASES) - bad} passed, {bad} failed")
     return 1 if bad else 0
 

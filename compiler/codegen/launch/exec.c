@@ -84,8 +84,8 @@ static int run_chain(RtExec *x, int o) {
   for (int j = 0; j < c->nops; j++) {
     const Op *op = &g->op[c->op[j]];
     for (const char *s = c->scalars[j]; *s; s++) {
-      if (*s == 'f')
-        fv[j] = (float)op->a.f[0], args[na++] = &fv[j];
+      if (*s == 'f') /* a dropout's p: 0 in an evaluation */
+        fv[j] = op->kind == OP_DROPOUT ? rt_dropout_p(x, op) : (float)op->a.f[0], args[na++] = &fv[j];
       else if (*s == 'S')
         ptr[np] = x->seed_cur, args[na++] = &ptr[np++];
       else
@@ -486,4 +486,48 @@ int rt_exec_run_op(RtExec *x, int o) {
     return rt_fail(x->d, "op %d %s in %s: %s", o, op_name(op->kind), op->tags.module, msg);
   }
   return RT_OK;
+}
+
+/* ---- the evaluation's lowering (exec.h) ---- */
+
+void rt_exec_set_eval(RtExec *x, int on) { x->eval = on != 0; }
+
+static int persistent(TensorRole r) {
+  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;
+}
+
+int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy) {
+  const Graph *g = x->g;
+  const Fusions *fz = x->fz;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    int fwd = op->tags.phase == IR_PHASE_FORWARD, p = fz->peer[o];
+    if (fwd) {
+      Op e = *op;
+      if (op_for_eval(&e) != 0)
+        return snprintf(why, nwhy, "op %d %s (%s) draws random numbers an evaluation cannot turn off", o,
+                        op_name(op->kind), op->tags.module);
+      for (int i = 0; i < op->nout; i++)
+        if (persistent(g->t[op->out[i]].role))
+          return snprintf(why, nwhy, "forward op %d %s (%s) writes %s", o, op_name(op->kind), op->tags.module,
+                          g->t[op->out[i]].name);
+    }
+    /* a group run by op o: every op of it must be of o's phase, but the loss's fused backward */
+    if (p < 0 || fz->fuse[o] == RT_FUSE_NONE || fz->skip[o]) continue;
+    for (int k = p; k < o; k++) {
+      if (!fz->skip[k] || fz->peer[k] > o) continue;
+      int kf = g->op[k].tags.phase == IR_PHASE_FORWARD;
+      if (kf != fwd)
+        return snprintf(why, nwhy, "%s op %d %s (%s) runs in the launch of %s op %d %s",
+                        kf ? "forward" : "backward", k, op_name(g->op[k].kind), g->op[k].tags.module,
+                        fwd ? "forward" : "backward", o, op_name(op->kind));
+    }
+  }
+  for (int b = 0; b < g->nop; b++) /* FUSE_LOSS_BWD: the backward is skipped, its forward runs it */
+    if (fz->fuse[b] == RT_FUSE_LOSS_BWD &&
+        (fz->peer[b] < 0 || g->op[fz->peer[b]].kind != OP_LINEAR_CROSS_ENTROPY))
+      return snprintf(why, nwhy,
+                      "op %d %s: its backward fused into a forward launch an evaluation does not lower", b,
+                      op_name(g->op[b].kind));
+  return 0;
 }

@@ -118,5 +118,14 @@ int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep
 int rt_exec_adamw_hparams(RtExec *x, int o);
 /* Enqueues op o alone (nothing when it is fused into another), in the order the caller keeps. */
 int rt_exec_run_op(RtExec *x, int o);
+/* Evaluation lowering (stepc_eval, runtime/program.h's eval section): while on, a forward op is
+ * lowered as an evaluation runs it — dropout off (op_for_eval), the chunked output layer's loss
+ * without its fused backward (no dx, nothing added to the main gradient). */
+void rt_exec_set_eval(RtExec *x, int on);
+/* Why the forward ops cannot be played alone as an evaluation (into why), or 0 when they can: a
+ * forward op fused into a backward op's launch, a backward op other than the loss's fused into a
+ * forward launch, a forward op that writes a parameter, a gradient or optimizer state, a random
+ * op op_for_eval cannot turn off. */
+int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy);
 
 #endif

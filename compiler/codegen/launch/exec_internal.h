@@ -69,6 +69,7 @@ struct RtExec {
   float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the constant loss gradient of its fused backward
                              (each kept token's gradient weighs it / D, D read at loss_den) */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
+  int eval;               /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
@@ -87,8 +88,8 @@ extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], 
     RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
-/* The op workspace bytes MAMBA_MIXER, MAMBA_MIXER_BWD or MAMBA_GROUP_NORM_BWD op `op` needs (op_mamba.c; exec.c sizes the
- * scratch's RT_SCRATCH_WORK by the largest). */
+/* The op workspace bytes MAMBA_MIXER, MAMBA_MIXER_BWD or MAMBA_GROUP_NORM_BWD op `op` needs (op_mamba.c;
+ * exec.c sizes the scratch's RT_SCRATCH_WORK by the largest). */
 int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op);
 
 /* DROPOUT and its backward (op_basic.c; tests/unit/exec_fuse.c drives them alone). */
@@ -109,6 +110,9 @@ int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);
 /* FUSE_NORM_BWD_ADD at the ADD: the norm backward (skipped op `norm`) writes dx + the add's other input. */
 int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add);
 static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op - x->g->op); }
+
+/* A dropout op's p as the lowering being recorded uses it: 0 in an evaluation (op_for_eval). */
+static inline float rt_dropout_p(const RtExec *x, const Op *op) { return x->eval ? 0.0f : (float)op->a.f[0]; }
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
 int rt_flash_supported(int64_t T, int64_t D);

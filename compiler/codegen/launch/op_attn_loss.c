@@ -193,7 +193,13 @@ static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
         (long long)V, (long long)K);
   CUdeviceptr xin = rt_in(x, op, 0), W = rt_in(x, op, 1), tg = rt_in(x, op, 2), tok = rt_out(x, op, 1);
   CUdeviceptr lg = rt_out(x, op, 2), dx = rt_out(x, bw, 0), main = rt_exec_ptr(x, (int)mg);
-  for (int64_t r0 = 0; r0 < N; r0 += n) {
+  /* an evaluation (rt_exec_set_eval): the logits and the rows' losses alone; the cross entropy's
+   * in-place gradient lands in the chunk, which nothing reads, and no dx, no main gradient */
+  for (int64_t r0 = 0; r0 < N && x->eval; r0 += n)
+    if (rt_gemm(x->d, RT_GEMM_NT, n, V, K, xin + (CUdeviceptr)(r0 * K * 2), W, lg, 0, 0, 0) ||
+        ce_rows(x, tok + (CUdeviceptr)(r0 * 4), lg, tg + (CUdeviceptr)(r0 * 4), (int)n, (int)V, x->dloss[o]))
+      return RT_ERROR;
+  for (int64_t r0 = 0; r0 < N && !x->eval; r0 += n) {
     CUdeviceptr xc = xin + (CUdeviceptr)(r0 * K * 2), dxc = dx + (CUdeviceptr)(r0 * K * 2);
     if (rt_gemm(x->d, RT_GEMM_NT, n, V, K, xc, W, lg, 0, 0, 0) ||
         ce_rows(x, tok + (CUdeviceptr)(r0 * 4), lg, tg + (CUdeviceptr)(r0 * 4), (int)n, (int)V,

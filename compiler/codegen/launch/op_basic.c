@@ -142,7 +142,7 @@ static int rt_op_rope(RtExec *x, const Op *op) {
 static int dropout(RtExec *x, const Op *op, int backward) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), seed = x->seed_cur;
   long n = (long)rt_numel(x, op->in[0]);
-  float p = (float)op->a.f[0];
+  float p = rt_dropout_p(x, op);
   unsigned id = (unsigned)op->a.i[0];
   return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a,
                                                                              n, p, seed, id);
@@ -157,7 +157,7 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
   int yt = dr->out[0], rt = add->in[0] == yt ? add->in[1] : add->in[0];
   CUdeviceptr y = rt_out(x, add, 0), r = rt_exec_ptr(x, rt), a = rt_in(x, dr, 0), seed = x->seed_cur;
   long n = (long)rt_numel(x, dr->in[0]);
-  float p = (float)dr->a.f[0];
+  float p = rt_dropout_p(x, dr);
   unsigned id = (unsigned)dr->a.i[0];
   if (rt_launch_dropout_residual_forward(x->d, STRIDE((n + 3) / 4), y, r, a, n, p, seed, id)) return RT_ERROR;
   return RT_OK;

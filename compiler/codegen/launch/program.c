@@ -92,6 +92,32 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   return table_rows(x, lp);
 }
 
+/* The evaluation section (program.h): every forward point of the micro program lowered again as an
+ * evaluation, and where the loss op leaves its per-token losses; or, when the forward cannot be
+ * played alone, no section and why. */
+static int record_eval(RtExec *x, RtRecorder *rec, const Graph *g, const Schedule *sc, LaunchProgram *lp) {
+  LpFacts *f = &lp->f;
+  int lo = graph_lm_loss_op(g);
+  f->eval_token_at = -1;
+  if (lo < 0)
+    snprintf(f->eval_refusal, sizeof f->eval_refusal, "the step has no single language-model loss op");
+  else
+    rt_exec_eval_refusal(x, f->eval_refusal, sizeof f->eval_refusal);
+  if (f->eval_refusal[0]) return 0;
+  rt_exec_set_eval(x, 1);
+  int q = 0, rc = 0;
+  for (int i = 0; i < sc->n && !rc; i++) {
+    if (sc->it[i].kind != SCHED_OP) continue;
+    int o = sc->it[i].id, p = q++;
+    if (i < sc->micro_end && g->op[o].tags.phase == IR_PHASE_FORWARD)
+      rc = record(x, rec, rt_exec_run_op, o, o, &lp->point[p].eval);
+  }
+  rt_exec_set_eval(x, 0);
+  f->eval_token_at = lp->tensor_at[g->op[lo].out[1]];
+  f->has_eval = 1;
+  return rc;
+}
+
 int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, const EwKernels *ew,
                          int sm_count, LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr) {
   memset(lp, 0, sizeof *lp);
@@ -134,6 +160,7 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
       p->norm_first = 0, p->norm_count = -1;
     }
   }
+  if (record_eval(x, &rec, g, sc, lp)) goto failed;
   for (int mb = 0; mb < nmb; mb++)
     if (record(x, &rec, rt_exec_micro_begin, mb, -1, &lp->micro[2 * mb]) ||
         record(x, &rec, rt_exec_micro_end, mb, -1, &lp->micro[2 * mb + 1]))
