@@ -118,5 +118,12 @@ int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep
 int rt_exec_adamw_hparams(RtExec *x, int o);
 /* Enqueues op o alone (nothing when it is fused into another), in the order the caller keeps. */
 int rt_exec_run_op(RtExec *x, int o);
+/* Attention op o's lowering: 0 not an attention op that launches; 1 stepc's flash kernels; 2 a
+ * cuDNN call alone (attention_backend=fused, or a shape stepc's kernels do not take); 3 a cuDNN call
+ * with a flash alternative (attention_backend=auto). rt_exec_run_attn_flash enqueues a kind-3 op on
+ * stepc's flash kernels, as attention_backend=flash lowers it (the alternative the runtime plays
+ * when cuDNN cannot run it: runtime/program.h); RT_ERROR for any other op. */
+int rt_exec_attn_kind(const RtExec *x, int o);
+int rt_exec_run_attn_flash(RtExec *x, int o);
 
 #endif

@@ -92,6 +92,15 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   return table_rows(x, lp);
 }
 
+/* LpFacts.attn: the attention lowerings the program holds; flash alternatives (auto) only where
+ * every cuDNN call has one, else the program is cuDNN's alone. */
+static int attn_lowerings(const RtExec *x) {
+  int seen[4] = {0};
+  for (int o = 0; o < x->g->nop; o++)
+    seen[rt_exec_attn_kind(x, o)] = 1;
+  return seen[2] ? LP_ATTN_CUDNN : seen[3] ? LP_ATTN_AUTO : seen[1] ? LP_ATTN_FLASH : LP_ATTN_NONE;
+}
+
 int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, const EwKernels *ew,
                          int sm_count, LaunchProgram *lp, char *why, size_t nwhy, char *err, size_t nerr) {
   memset(lp, 0, sizeof *lp);
@@ -118,6 +127,7 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     snprintf(err, nerr, "out of memory");
     goto done;
   }
+  lp->f.attn = attn_lowerings(x);
   if (record(x, &rec, rec_init, 0, -1, &lp->f.init)) goto failed;
   int q = 0;
   for (int i = 0; i < sc->n; i++) {
@@ -126,6 +136,9 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     const Op *op = &g->op[o];
     LpPoint *p = &lp->point[q++];
     if (record(x, &rec, rt_exec_run_op, o, o, &p->rec)) goto failed;
+    if (lp->f.attn == LP_ATTN_AUTO && rt_exec_attn_kind(x, o) == 3 &&
+        record(x, &rec, rt_exec_run_attn_flash, o, o, &p->alt))
+      goto failed;
     if (op->kind == OP_ADAMW && record(x, &rec, rt_exec_adamw_hparams, o, o, &p->hparams)) goto failed;
     p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer);
     p->norm_count = -1; /* no slice of its own (a fused GRAD_SUMSQ outside every group) */
