@@ -374,8 +374,9 @@ static int check_attention(const StepImage *im, Why *w) {
     if (!p->alt.count) {
       if (p->alt.first || (auto_ && has))
         return bad(w, "program point %d: %s", q,
-                   p->alt.first ? "an empty alternative that starts at a record"
-                                : "a cuDNN attention call without its flash alternative (attention_backend=auto)");
+                   p->alt.first
+                       ? "an empty alternative that starts at a record"
+                       : "a cuDNN attention call without its flash alternative (attention_backend=auto)");
       continue;
     }
     if (!auto_ || !has || sdpa_calls(lp, p->alt))

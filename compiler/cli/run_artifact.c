@@ -32,7 +32,7 @@ typedef struct {
   stepc_status (*profile_step)(stepc_t *, stepc_step_stats *, double *, int64_t);
   stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
   stepc_status (*profile_timeline)(stepc_t *, stepc_span *, int64_t, int64_t *); /* NULL before API 4 */
-  const char *(*notice)(const stepc_t *);                                         /* NULL before API 7 */
+  const char *(*notice)(const stepc_t *);                                        /* NULL before API 7 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))

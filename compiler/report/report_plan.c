@@ -133,10 +133,11 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
       fprintf(f, "%s %s %lld B", k ? ";" : "", lp_scratch_part_name[k], (long long)lf->part_bytes[k]);
   fprintf(f, "\n");
   if (lf->attn == LP_ATTN_AUTO)
-    fprintf(f,
-            "  attention: cuDNN, with stepc's flash kernels at %d points if cuDNN has no engine at open (they "
-            "need no cuDNN workspace: their row sums are the scratch's op workspace, counted above)\n",
-            flash_alternatives(p));
+    fprintf(
+        f,
+        "  attention: cuDNN, with stepc's flash kernels at %d points if cuDNN has no engine at open (they "
+        "need no cuDNN workspace: their row sums are the scratch's op workspace, counted above)\n",
+        flash_alternatives(p));
   char libs[768];
   lp_runtime_libs(&p->lp, p->sc.dp, libs, sizeof libs);
   fprintf(f, "  run-time libraries (cuda): %s\n", libs);
