@@ -26,6 +26,7 @@ import dataclasses
 import enum
 import os
 import sys
+import warnings
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
@@ -299,6 +300,13 @@ class Step:
             where = "" if self.artifact_dir in msg else f"{self.artifact_dir}: "
             raise StepcError(status, _decode(self._lib.stepc_status_name(status)), where + msg)
         self._h = h
+        # API 7: what the open chose that the user should hear (the attention fallback), once, as a warning
+        notice = getattr(self._lib, "stepc_notice", None)
+        if notice is not None:
+            notice.restype, notice.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+        self.notice = _decode(notice(h)) if notice is not None else ""
+        if self.notice:
+            warnings.warn(f"stepc: {self.notice}", RuntimeWarning, stacklevel=2)
 
     # ---- lifetime ----
 

@@ -43,6 +43,7 @@ stepc_options stepc_options_default(void) {
 }
 
 const char *stepc_last_error(const stepc_t *s) { return s ? s->err : "out of memory (no handle)"; }
+const char *stepc_notice(const stepc_t *s) { return s ? s->notice : ""; }
 
 /* ---- data ---- */
 

@@ -403,6 +403,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
       rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  snprintf(s->notice, sizeof s->notice, "%s", rt_player_notice(c->x));
   c->nmb = im->lp.f.nmb;
   int mode = s->opt.graph_mode >= 0 ? s->opt.graph_mode : im->f.graph_mode;
   c->full_iteration = mode == IMG_MODE_FULL_ITERATION;

@@ -50,6 +50,7 @@ typedef struct ApiBackend {
 
 struct stepc {
   char err[1024];
+  char notice[1024]; /* stepc_notice: what the open chose that the caller should hear ("" none) */
   stepc_options opt;
   StepImage im;  /* the artifact's step (runtime/image.h) */
   char dir[512]; /* the artifact directory */

@@ -97,8 +97,8 @@ static int dnn_open(RtDevice *d) {
     const char *e = dlerror();
     free(n);
     rt_fail(d,
-            "model.attention_backend=fused needs cuDNN %d (dlopen %s: %s); use attention_backend=flash or "
-            "install cuDNN %d",
+            "cuDNN %d cannot be loaded (dlopen %s: %s): attention_backend=fused needs it (install cuDNN %d, "
+            "or use attention_backend=auto or flash)",
             CUDNN_MAJOR, soname, e ? e : "not found", CUDNN_MAJOR);
     return RT_UNSUPPORTED;
   }

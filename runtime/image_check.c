@@ -359,6 +359,7 @@ static int check_eval(StepImage *im, Why *w) {
   size_t nr = strnlen(f->eval_refusal, sizeof f->eval_refusal);
   if (nr == sizeof f->eval_refusal) return bad(w, "program: eval_refusal is not a terminated string");
   if (f->has_eval != 0 && f->has_eval != 1) return bad(w, "program: has_eval is %d", f->has_eval);
+  if (f->eval_alt_ok != 0 && f->eval_alt_ok != 1) return bad(w, "program: eval_alt_ok is %d", f->eval_alt_ok);
   if (f->has_eval ? nr != 0 || !lp_span_ok(f->eval_token_at, 4 * f->ntok, f->buffers_bytes)
                   : nr == 0 || f->eval_token_at != -1)
     return bad(
@@ -380,6 +381,48 @@ static int check_eval(StepImage *im, Why *w) {
   return 0;
 }
 
+static int sdpa_calls(const LaunchProgram *lp, LpRange r) {
+  int k = 0;
+  for (int i = r.first; i < r.first + r.count; i++)
+    k += lp->rec[i].kind == RT_REC_SDPA;
+  return k;
+}
+
+/* The attention lowerings (program.h LP_ATTN_*): cuDNN calls exactly where the facts say so, and
+ * with auto a flash alternative at every point that makes one, of that point's op, with no cuDNN
+ * call in it; no alternative anywhere else. (Its records are checked with all the others.) */
+static int check_attention(const StepImage *im, Why *w) {
+  const LaunchProgram *lp = &im->lp;
+  int attn = lp->f.attn, auto_ = attn == LP_ATTN_AUTO;
+  if (attn < LP_ATTN_NONE || attn > LP_ATTN_AUTO || lp->f.attn_pad)
+    return bad(w, "program: attention lowering %d is not one of none, flash, cuDNN, auto", attn);
+  int all = sdpa_calls(lp, (LpRange){0, lp->f.nrec});
+  if ((all > 0) != (attn == LP_ATTN_CUDNN || auto_))
+    return bad(w, "program: %d cuDNN attention calls in a program whose attention lowering is %d", all, attn);
+  for (int q = 0; q < im->npoints; q++) {
+    const LpPoint *p = &lp->point[q];
+    int has = sdpa_calls(lp, p->rec) > 0;
+    if (!p->alt.count) {
+      if (p->alt.first || (auto_ && has))
+        return bad(w, "program point %d: %s", q,
+                   p->alt.first
+                       ? "an empty alternative that starts at a record"
+                       : "a cuDNN attention call without its flash alternative (attention_backend=auto)");
+      continue;
+    }
+    if (!auto_ || !has || sdpa_calls(lp, p->alt))
+      return bad(w, "program point %d: a flash alternative %s", q,
+                 !auto_ ? "in a program that is not attention_backend=auto"
+                 : !has ? "for launches that hold no cuDNN attention call"
+                        : "that holds a cuDNN call");
+    for (int i = p->alt.first; i < p->alt.first + p->alt.count; i++)
+      if (lp->rec[i].op != im->point_op[q])
+        return bad(w, "program point %d: its flash alternative's record %d is op %d's, not op %d's", q, i,
+                   lp->rec[i].op, im->point_op[q]);
+  }
+  return 0;
+}
+
 static int check_launch_program(StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LaunchProgram *lp = &im->lp;
@@ -397,7 +440,8 @@ static int check_launch_program(StepImage *im, Why *w) {
   if (check_eval(im, w)) return -1;
   for (int q = 0; q < im->npoints; q++) {
     const LpPoint *p = &lp->point[q];
-    if (!lp_range_ok(p->rec, n) || !lp_range_ok(p->hparams, n) || (p->alone != 0 && p->alone != 1))
+    if (!lp_range_ok(p->rec, n) || !lp_range_ok(p->hparams, n) || !lp_range_ok(p->alt, n) ||
+        (p->alone != 0 && p->alone != 1))
       return bad(w, "program point %d: its records are out of range", q);
     if (p->norm_count >= 0 && (p->norm_first < 0 || p->norm_first > f->norm_count - p->norm_count))
       return bad(w, "program point %d: its norm partials lie outside the partials", q);
@@ -420,7 +464,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   }
   for (int i = 0; i < n; i++)
     if (check_record(im, i, w)) return -1;
-  return 0;
+  return check_attention(im, w);
 }
 
 static int check_buckets(const StepImage *im, Why *w) {

@@ -1,8 +1,12 @@
 /* program.c — the launch program's shared pieces (program.h). */
 #include "runtime/program.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cublas_api.h>
+#include <cudnn_version.h>
 
 const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias partial sums",
                                                             "global-norm partials",
@@ -40,4 +44,23 @@ int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
 void lp_free(LaunchProgram *lp) {
   free(lp->rec), free(lp->point), free(lp->micro), free(lp->tensor_at), free(lp->table), free(lp->row);
   memset(lp, 0, sizeof *lp);
+}
+
+int lp_runtime_libs(const LaunchProgram *lp, int dp_size, char *buf, size_t n) {
+  int cudnn = lp->f.attn == LP_ATTN_CUDNN || lp->f.attn == LP_ATTN_AUTO;
+  char dnn[320] = "", nccl[96];
+  if (cudnn)
+    snprintf(dnn, sizeof dnn,
+             ", cuDNN %d (libcudnn.so.%d, attention: %s; cuDNN's runtime-compiled engines load NVRTC)",
+             CUDNN_MAJOR, CUDNN_MAJOR,
+             lp->f.attn == LP_ATTN_AUTO
+                 ? "attention_backend=auto, so where cuDNN cannot be loaded or has no engine for a shape, "
+                   "stepc's own attention kernels run every attention op instead"
+                 : "required, the step refuses to open without it or an engine for every shape");
+  if (dp_size > 1)
+    snprintf(nccl, sizeof nccl, ", NCCL 2 (libnccl.so.2, data parallel over %d ranks)", dp_size);
+  else
+    snprintf(nccl, sizeof nccl, ", NCCL 2 (libnccl.so.2) only when joined to a communicator (dp_join)");
+  return snprintf(buf, n, "libcuda, cuBLASLt (libcublasLt.so.%d)%s%s; stepc's own code loads no NVRTC",
+                  CUBLAS_VER_MAJOR, dnn, nccl);
 }

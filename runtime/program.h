@@ -25,6 +25,10 @@
  *    off and the chunked output layer's loss without its fused backward, so that nothing writes a
  *    gradient, optimizer state or a parameter; empty for every other point. A step whose forward
  *    cannot be played so has no eval section (has_eval 0, eval_refusal says why).
+ *  - alt(q): attention_backend=auto (LP_ATTN_AUTO): an attention point's op lowered to stepc's own
+ *    flash kernels, where rec(q) is its cuDNN call. The player picks one lowering for the whole
+ *    program at open: cuDNN when it loads and has an engine for every attention shape, else every
+ *    alt(q) (runtime/cuda/player.c). Empty at every other point and in every other program.
  * The multi-tensor tables (kernels/launch.h) are data: written into the scratch at open; a rank of
  * the distributed optimizer masks rows it does not own (LpRow) and writes them again. */
 #ifndef STEPC_PROGRAM_H
@@ -62,6 +66,12 @@ typedef struct {
   int32_t first, count;
 } LpRange;
 
+/* Which attention lowerings a program holds (LpFacts.attn): none (no attention op, or unfused
+ * attention), stepc's flash kernels only (attention_backend=flash), cuDNN calls only (fused, or auto
+ * with a shape only cuDNN runs: a value head dim unlike the query's), or cuDNN with the flash
+ * alternative at every attention point (auto). */
+enum { LP_ATTN_NONE = 0, LP_ATTN_FLASH = 1, LP_ATTN_CUDNN = 2, LP_ATTN_AUTO = 3 };
+
 /* Per program point. */
 typedef struct {
   LpRange rec;     /* its launches */
@@ -70,6 +80,7 @@ typedef struct {
   int32_t alone;   /* 1: its launches are its op's alone (no fused group): a rank may skip them */
   int32_t pad;
   int64_t norm_first, norm_count; /* GRAD_SUMSQ: its slice of the global-norm partials (floats); else 0 */
+  LpRange alt; /* LP_ATTN_AUTO: rec's op on stepc's flash kernels (played instead when cuDNN has no engine) */
 } LpPoint;
 
 /* A row of a multi-tensor table: the word holding the row's element count (a row with count 0
@@ -101,10 +112,14 @@ typedef struct {
   int64_t attn_workspace;      /* the cuDNN attention workspace the shapes predict (bytes) */
   int64_t eval_token_at;       /* the loss op's per-token losses (ntok fp32) after its eval launch; -1 none */
   int32_t has_eval;            /* 1: the points' eval ranges hold the evaluation */
-  int32_t eval_pad;
+  int32_t eval_alt_ok; /* 1: every flash alternative (attention_backend=auto) of a forward point is also its
+                          evaluation (no attention dropout to turn off), so an evaluation after a cuDNN
+                          fallback plays it; 0: such an evaluation is refused */
   char eval_refusal[256]; /* has_eval 0: why the forward cannot be played as an evaluation */
   LpRange init;
   int32_t nrec, nrow;
+  int32_t attn;     /* LP_ATTN_*: the attention lowerings the records hold */
+  int32_t attn_pad; /* 0 */
 } LpFacts;
 
 typedef struct {
@@ -118,6 +133,11 @@ typedef struct {
 } LaunchProgram;
 
 void lp_free(LaunchProgram *lp);
+/* The libraries a machine must have to run the program on CUDA, derived from its records: libcuda
+ * and cuBLASLt always (the runtime opens both), cuDNN 9 where it holds cuDNN attention calls (with
+ * what happens without an engine: auto falls back, fused refuses), NCCL where the step is planned for
+ * dp_size > 1 data-parallel ranks. One line into buf (no newline); its length. */
+int lp_runtime_libs(const LaunchProgram *lp, int dp_size, char *buf, size_t n);
 /* The address slots of record r — a launch's arguments whose signature letter (sig, the kernel's
  * row) is 'p', a GEMM's or an attention call's pointer fields, a memset's or copy's ends — as
  * pointers into r, in slot (room for LP_MAX_ARGS); their count. What relocates, plays and checks a

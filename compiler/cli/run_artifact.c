@@ -34,6 +34,7 @@ typedef struct {
   stepc_status (*options_from_env)(stepc_options *); /* NULL in a libstep.so older than API 3 */
   stepc_status (*profile_timeline)(stepc_t *, stepc_span *, int64_t, int64_t *); /* NULL before API 4 */
   stepc_status (*eval)(stepc_t *, const int32_t *, const int32_t *, size_t, double *, float *); /* API 7 */
+  const char *(*notice)(const stepc_t *); /* NULL before API 7 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -65,6 +66,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   SYM(options_from_env, "stepc_options_from_env");
   SYM(profile_timeline, "stepc_profile_timeline");
   SYM(eval, "stepc_eval");
+  SYM(notice, "stepc_notice");
   return 0;
 }
 
@@ -221,6 +223,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
     dlclose(api.lib);
     return st;
   }
+  if (api.notice && api.notice(s)[0]) fprintf(stderr, "stepc run: %s\n", api.notice(s));
   stepc_info in = {0};
   api.get_info(s, &in);
   int steps = o->steps > 0 ? o->steps : (int)in.train_iters;

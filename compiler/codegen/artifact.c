@@ -195,7 +195,7 @@ static int add_flags(char **argv, int n, char *buf) {
 /* The public API libstep.so exports (runtime/stepc.h); everything else stays inside it. */
 static const char VERSION_SCRIPT[] =
     "{\n  global:\n    stepc_options_default; stepc_options_from_env; stepc_open; stepc_close; "
-    "stepc_last_error; stepc_status_name;\n"
+    "stepc_last_error; stepc_notice; stepc_status_name;\n"
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
     "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step; "
     "stepc_profile_timeline;\n"
@@ -412,6 +412,20 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
             (long long)sp.lp.f.scratch_bytes, sms);
   else if (progress)
     fprintf(progress, "build: %d ops; no launch program (%s)\n", sp.sc.nops, sp.lp_why);
+  if (progress && sp.lp_ok && sp.lp.f.attn == LP_ATTN_AUTO) {
+    int pts = 0, recs = 0;
+    for (int q = 0; q < sp.sc.nops; q++)
+      pts += sp.lp.point[q].alt.count > 0, recs += sp.lp.point[q].alt.count;
+    fprintf(progress,
+            "build: attention_backend=auto: the counts above include the flash alternatives of %d attention "
+            "points (%d records), played instead of their cuDNN calls when cuDNN has no engine at open\n",
+            pts, recs);
+  }
+  if (progress && sp.lp_ok) {
+    char libs[768];
+    lp_runtime_libs(&sp.lp, sp.sc.dp, libs, sizeof libs);
+    fprintf(progress, "build: run-time libraries (cuda): %s\n", libs);
+  }
   char *src = ew_kernels_cu(&sp.ew, err, nerr);
   if (!src) {
     plan_free(&sp);

@@ -124,6 +124,10 @@ int program_text_write(const Plan *p, FILE *f) {
             op->tags.module, phase_name(op->tags.phase), op->tags.layer,
             lp->point[q].rec.count ? "" : " (fused into a neighbour's launch)");
     section(f, lp, lp->point[q].rec, &gen);
+    if (lp->point[q].alt.count) {
+      fprintf(f, "  alternative (stepc's flash kernels, played when cuDNN has no engine at open):\n");
+      section(f, lp, lp->point[q].alt, &gen);
+    }
     q++;
   }
   /* stepc_eval's section: the micro program's forward points as an evaluation lowers them */

@@ -104,6 +104,16 @@ static void region_text(const Plan *p, FILE *f) {
   fprintf(f, "%s\n", mp->nshard > 16 ? " ..." : "");
 }
 
+static const char *const ATTN_NAME[] = {"none", "flash", "cudnn", "auto"};
+
+/* The attention points with a flash alternative (attention_backend=auto: runtime/program.h). */
+static int flash_alternatives(const Plan *p) {
+  int n = 0;
+  for (int q = 0; q < p->sc.nops; q++)
+    n += p->lp.point[q].alt.count > 0;
+  return n;
+}
+
 /* The launch scratch (compiler/codegen/launch/exec.h): allocated with the plan's buffers for the
  * whole step, so the device peak is the plan's peak plus it. */
 static void launch_scratch_text(const Plan *p, FILE *f) {
@@ -122,6 +132,15 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
     if (lf->part_bytes[k])
       fprintf(f, "%s %s %lld B", k ? ";" : "", lp_scratch_part_name[k], (long long)lf->part_bytes[k]);
   fprintf(f, "\n");
+  if (lf->attn == LP_ATTN_AUTO)
+    fprintf(
+        f,
+        "  attention: cuDNN, with stepc's flash kernels at %d points if cuDNN has no engine at open (they "
+        "need no cuDNN workspace: their row sums are the scratch's op workspace, counted above)\n",
+        flash_alternatives(p));
+  char libs[768];
+  lp_runtime_libs(&p->lp, p->sc.dp, libs, sizeof libs);
+  fprintf(f, "  run-time libraries (cuda): %s\n", libs);
 }
 
 /* The launch scratch in plan --json. */
@@ -139,8 +158,14 @@ static void launch_scratch_json(const Plan *p, FILE *f) {
     fprintf(f, ": %lld", (long long)lf->part_bytes[k]);
   }
   char hex[17];
-  fprintf(f, "}}, \"launch_program\": {\"records\": %d, \"digest\": \"%s\"}", lf->nrec,
-          program_digest_hex(&p->lp, hex));
+  char libs[768];
+  lp_runtime_libs(&p->lp, p->sc.dp, libs, sizeof libs);
+  fprintf(f,
+          "}}, \"launch_program\": {\"records\": %d, \"digest\": \"%s\", \"attention\": \"%s\", "
+          "\"flash_alternatives\": %d, \"runtime_libraries\": ",
+          lf->nrec, program_digest_hex(&p->lp, hex), ATTN_NAME[lf->attn], flash_alternatives(p));
+  json_write_string(f, libs);
+  fprintf(f, "}");
 }
 
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {

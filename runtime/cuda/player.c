@@ -1,6 +1,7 @@
 /* player.c — the launch-program player (player.h). */
 #include "runtime/cuda/player.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,8 @@ struct RtPlayer {
   CUdeviceptr base;
   uint64_t *table; /* the tables as last written, addresses relocated (rt_player_keep_rows rewrites them) */
   float loss_den;  /* the last staged step's loss denominator, the source of its copy */
+  int flash;       /* LP_ATTN_AUTO with cuDNN unable: every point plays its flash alternative */
+  char notice[1024];
 };
 
 static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
@@ -33,6 +36,42 @@ static void tables_from_program(RtPlayer *p) {
     p->table[i] = at(p, lp->table[i]);
 }
 
+/* cuDNN's attention plans now, so that no capture builds one (the alternatives hold no cuDNN call).
+ * attention_backend=auto: the first shape cuDNN cannot run (it does not load, or it has no engine)
+ * makes every point play its flash alternative, said once in the notice; fused: an error naming it. */
+static int choose_attention(RtPlayer *p) {
+  RtDevice *d = p->d;
+  const LaunchProgram *lp = p->lp;
+  const char *knob = getenv(RT_TEST_NO_CUDNN_ENV);
+  int rc = RT_OK;
+  for (int i = 0; i < lp->f.nrec && !rc; i++) {
+    if (lp->rec[i].kind != RT_REC_SDPA) continue;
+    RtRec c;
+    relocated(p, &lp->rec[i], &c);
+    if (knob && knob[0] && strcmp(knob, "0") != 0)
+      rc = rt_fail(d, "cuDNN has no engine for this %s attention (simulated: %s is set)",
+                   c.sdpa.bwd ? "backward" : "forward", RT_TEST_NO_CUDNN_ENV);
+    else
+      rc = rt_sdpa_prepare(d, &c.sdpa);
+  }
+  if (!rc) return RT_OK;
+  char why[sizeof d->err];
+  snprintf(why, sizeof why, "%s", d->err);
+  rt_clear_error(d);
+  if (lp->f.attn != LP_ATTN_AUTO)
+    return rt_fail(d,
+                   "%s: this artifact's attention runs on cuDNN alone (attention_backend=fused, or a shape "
+                   "only cuDNN takes); build it with attention_backend=auto or flash to run here",
+                   why);
+  rt_dnn_close(d); /* its plans and workspace: nothing plays a cuDNN call now */
+  p->flash = 1;
+  snprintf(p->notice, sizeof p->notice,
+           "attention: %s; stepc's own attention kernels run every attention op instead "
+           "(attention_backend=auto)",
+           why);
+  return RT_OK;
+}
+
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   RtPlayer *p = calloc(1, sizeof *p);
   const LpFacts *f = &lp->f;
@@ -51,13 +90,7 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   /* (a recording device moves no data: it records what is launched) */
   if (!rc && f->ntable && !d->rec)
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
-  /* cuDNN's plans now, so that no capture builds one */
-  for (int i = 0; i < f->nrec && !rc; i++) {
-    if (lp->rec[i].kind != RT_REC_SDPA) continue;
-    RtRec c;
-    relocated(p, &lp->rec[i], &c);
-    rc = rt_sdpa_prepare(d, &c.sdpa);
-  }
+  if (!rc) rc = choose_attention(p);
   if (!rc) rc = rt_sync(d);
   if (rc) {
     rt_player_free(p);
@@ -109,8 +142,23 @@ int rt_player_init(RtPlayer *p, uint64_t seed) {
   return rt_player_play(p, f->init) || rt_sync(p->d) ? RT_ERROR : RT_OK;
 }
 
-int rt_player_point(RtPlayer *p, int q) { return rt_player_play(p, p->lp->point[q].rec); }
-int rt_player_eval_point(RtPlayer *p, int q) { return rt_player_play(p, p->lp->point[q].eval); }
+int rt_player_point(RtPlayer *p, int q) {
+  const LpPoint *pt = &p->lp->point[q];
+  return rt_player_play(p, p->flash && pt->alt.count ? pt->alt : pt->rec);
+}
+int rt_player_flash_fallback(const RtPlayer *p) { return p->flash; }
+const char *rt_player_notice(const RtPlayer *p) { return p->notice; }
+int rt_player_eval_point(RtPlayer *p, int q) {
+  const LpPoint *pt = &p->lp->point[q];
+  if (!(p->flash && pt->alt.count && pt->eval.count)) return rt_player_play(p, pt->eval);
+  /* cuDNN fell back at open: the evaluation's attention is the flash alternative, which is also its
+   * evaluation lowering when the compiler said so (no attention dropout) */
+  if (!p->lp->f.eval_alt_ok)
+    return rt_fail(p->d, "stepc_eval: cuDNN has no engine here (stepc's flash kernels run the attention) and "
+                         "the artifact's attention dropout makes the flash alternatives training-only: build "
+                         "with attention_backend=flash to evaluate on this machine");
+  return rt_player_play(p, pt->alt);
+}
 int rt_player_read_token_losses(RtPlayer *p, float *dst) {
   const LpFacts *f = &p->lp->f;
   if (!f->has_eval) return rt_fail(p->d, "the launch program has no evaluation section: %s", f->eval_refusal);

@@ -15,8 +15,18 @@
 typedef struct RtPlayer RtPlayer;
 
 /* NULL with the message in d->err. lp must outlive the player; d's kernels module (d->gen too)
- * must be loaded before anything is played. */
+ * must be loaded before anything is played. The attention lowering is chosen here, for the whole
+ * program: cuDNN's calls when every shape gets a plan; with attention_backend=auto (LP_ATTN_AUTO)
+ * and cuDNN unable to load or without an engine, every point's flash alternative, said in
+ * rt_player_notice; otherwise (fused) the open fails naming cuDNN's reason.
+ * Test knob: RT_TEST_NO_CUDNN_ENV set (not "0") in the environment makes cuDNN count as having no
+ * engine for any attention, on a GPU or a recording device, so that CI and a GPU check reach the
+ * fallback; nothing else reads it. */
+#define RT_TEST_NO_CUDNN_ENV "STEPC_TEST_CUDNN_NO_ENGINE"
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp);
+/* 1 when the points play their flash alternatives (the auto fallback); the notice saying why ("" none). */
+int rt_player_flash_fallback(const RtPlayer *p);
+const char *rt_player_notice(const RtPlayer *p);
 void rt_player_free(RtPlayer *p);
 const LaunchProgram *rt_player_program(const RtPlayer *p);
 CUdeviceptr rt_player_base(const RtPlayer *p);
@@ -27,7 +37,7 @@ CUdeviceptr rt_player_tensor(const RtPlayer *p, int t);
 int rt_player_play(RtPlayer *p, LpRange r);
 /* The initialisation with train.seed = seed (synchronises). */
 int rt_player_init(RtPlayer *p, uint64_t seed);
-/* Program point q's launches. */
+/* Program point q's launches (its flash alternative after the auto fallback). */
 int rt_player_point(RtPlayer *p, int q);
 /* Program point q's evaluation launches (program.h's eval section; none for a point outside it). */
 int rt_player_eval_point(RtPlayer *p, int q);

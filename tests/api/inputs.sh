@@ -2,7 +2,8 @@
 # tests/api/inputs.sh STEPC TEST_IMAGE — inputs an artifact's users give it, refused with a message
 # and a documented exit code instead of a signal or a silent default (one one-layer artifact built
 # here):
-#   a re-signed step.img with one fact edited is refused at open, naming the field (test_image.c);
+#   a re-signed step.img with one fact edited is refused at open, naming the field (test_image.c),
+#     the flash alternatives of an attention_backend=auto program among them;
 #   train's arguments: --steps that is not a whole number in range, --device not cpu|cuda|auto, an
 #     option without its value: exit 3 (they used to fall back to train_iters steps and auto);
 #   a truncated libstep.so: train and `stepc run DIR` exit 4 with "is damaged" (they died of SIGBUS
@@ -19,7 +20,8 @@ fails=0
 fail() { echo "FAIL: $*"; fails=1; }
 recipe=(tests/recipes/gpt3_tiny.lua model.num_layers=1)
 "$stepc" build "${recipe[@]}" -o "$tmp/a" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
-"$test_image" "$tmp/a" || fail "an edited step.img was not refused with its field named"
+"$stepc" build models/tiny.lua model.attention_backend=auto -o "$tmp/auto" >"$tmp/build_auto.log" 2>&1 || { cat "$tmp/build_auto.log"; exit 1; }
+"$test_image" "$tmp/a" "$tmp/auto" || fail "an edited step.img was not refused with its field named"
 # expect CODE TEXT CMD...: exit CODE (never a signal) and TEXT on stderr
 expect() {
   local code=$1 text=$2

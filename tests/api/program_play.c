@@ -1,8 +1,13 @@
 /* program_play DIR — the launch program of DIR's step.img, played by the runtime's player
  * (runtime/cuda/player.h) on a recording device: what it launches must be the program, record for
  * record, each pointer relocated against the step's allocation — the initialisation, every
- * micro-batch's begin, micro program and end, then the tail. Prints the counts; exit 0 when equal,
- * 1 on a difference or an unreadable image. An image without a program must say why. */
+ * micro-batch's begin, micro program and end, then the tail. Each point is played as the runtime
+ * plays it (rt_player_point): its records, or after the attention_backend=auto fallback (which
+ * STEPC_TEST_CUDNN_NO_ENGINE=1 forces here) its flash alternative. Prints the counts, the attention
+ * the player chose ("attention: cudnn" / "attention: flash" / "attention: none", then the notice if
+ * any on its own line) and a digest of everything played; exit 0 when equal, 1 on a difference, an
+ * unreadable image or a player that does not open (its message on stderr). An image without a
+ * program must say why. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +41,12 @@ static RtRec expected(const RtRec *r, const RtDevice *d, CUdeviceptr base) {
   return e;
 }
 
-/* Plays section r with the recorder on and compares what it recorded with the program's records. */
-static void check(RtPlayer *pl, RtDevice *d, RtRecorder *rec, const LaunchProgram *lp, LpRange r, const char *what, int id) {
+/* Plays section r (point q through rt_player_point when q >= 0) with the recorder on and compares
+ * what it recorded with the program's records r. */
+static void check(RtPlayer *pl, RtDevice *d, RtRecorder *rec, const LaunchProgram *lp, LpRange r, const char *what, int id, int q) {
   int before = rec->n;
   rec->on = 1;
-  if (rt_player_play(pl, r) != RT_OK) printf("FAIL %s %d: %s\n", what, id, d->err), fails++;
+  if ((q >= 0 ? rt_player_point(pl, q) : rt_player_play(pl, r)) != RT_OK) printf("FAIL %s %d: %s\n", what, id, d->err), fails++;
   rec->on = 0;
   if (rec->n - before != r.count) {
     printf("FAIL %s %d: %d records played, the program has %d\n", what, id, rec->n - before, r.count), fails++;
@@ -58,6 +64,33 @@ static void check(RtPlayer *pl, RtDevice *d, RtRecorder *rec, const LaunchProgra
       return;
     }
   }
+}
+
+/* FNV-1a of a record's call, field by field (a struct's padding is not part of it). */
+static uint64_t rec_hash(uint64_t h, const RtRec *r) {
+#define H(v) (h = ir_fnv1a(h, &(v), sizeof(v)))
+  H(r->kind);
+  switch (r->kind) {
+  case RT_REC_LAUNCH:
+    H(r->k), H(r->grid), H(r->block), H(r->smem), H(r->nargs);
+    h = ir_fnv1a(h, r->arg, (size_t)r->nargs * sizeof r->arg[0]);
+    break;
+#define HG(f) H(r->gemm.f);
+#define HS(f) H(r->sdpa.f);
+  case RT_REC_GEMM: RT_GEMM_FIELDS(HG, HG, HG) break;
+  case RT_REC_SDPA: RT_SDPA_FIELDS(HS, HS, HS) break;
+#undef HG
+#undef HS
+  case RT_REC_MEMSET:
+  case RT_REC_COPY: H(r->dst), H(r->src), H(r->bytes); break;
+  }
+#undef H
+  return h;
+}
+
+/* The records point q plays: its flash alternative after the auto fallback, else its own. */
+static LpRange point_range(const LaunchProgram *lp, int q, int flash) {
+  return flash && lp->point[q].alt.count ? lp->point[q].alt : lp->point[q].rec;
 }
 
 int main(int argc, char **argv) {
@@ -79,15 +112,26 @@ int main(int argc, char **argv) {
   const LaunchProgram *lp = &im.lp;
   RtPlayer *pl = rt_player_new(&d, lp);
   if (!pl) return fprintf(stderr, "program_play: %s\n", d.err), 1;
-  check(pl, &d, &rec, lp, lp->f.init, "init", 0);
+  int flash = rt_player_flash_fallback(pl);
+  check(pl, &d, &rec, lp, lp->f.init, "init", 0, -1);
   for (int mb = 0; mb < lp->f.nmb; mb++) {
-    check(pl, &d, &rec, lp, lp->micro[2 * mb], "begin", mb);
-    for (int q = 0; q < im.micro_points; q++) check(pl, &d, &rec, lp, lp->point[q].rec, "point", q);
-    check(pl, &d, &rec, lp, lp->micro[2 * mb + 1], "end", mb);
+    check(pl, &d, &rec, lp, lp->micro[2 * mb], "begin", mb, -1);
+    for (int q = 0; q < im.micro_points; q++) check(pl, &d, &rec, lp, point_range(lp, q, flash), "point", q, q);
+    check(pl, &d, &rec, lp, lp->micro[2 * mb + 1], "end", mb, -1);
   }
-  for (int q = im.micro_points; q < im.npoints; q++) check(pl, &d, &rec, lp, lp->point[q].rec, "point", q);
+  for (int q = im.micro_points; q < im.npoints; q++) check(pl, &d, &rec, lp, point_range(lp, q, flash), "point", q, q);
+  int sdpa = 0, alts = 0;
+  for (int i = 0; i < rec.n; i++) sdpa += rec.r[i].kind == RT_REC_SDPA;
+  for (int q = 0; q < im.npoints; q++) alts += lp->point[q].alt.count > 0;
+  if (flash && sdpa) printf("FAIL: the flash fallback played %d cuDNN calls\n", sdpa), fails++;
+  /* what was played, pointers as launched: equal digests, equal launches */
+  uint64_t h = IR_FNV_OFFSET;
+  for (int i = 0; i < rec.n; i++) h = rec_hash(h, &rec.r[i]);
   printf("%s: %d records played as the program holds them (%d points, %d micro-batches, %lld B allocation, %lld B scratch)\n",
          argv[1], rec.n, im.npoints, lp->f.nmb, (long long)lp->f.alloc_bytes, (long long)lp->f.scratch_bytes);
+  printf("attention: %s (%d cuDNN calls played, %d points with a flash alternative)\n", sdpa ? "cudnn" : flash || lp->f.attn == LP_ATTN_FLASH ? "flash" : "none", sdpa, alts);
+  if (rt_player_notice(pl)[0]) printf("notice: %s\n", rt_player_notice(pl));
+  printf("played digest %016llx\n", (unsigned long long)h);
   rt_player_free(pl);
   rt_recorder_free(&rec);
   image_free(&im);

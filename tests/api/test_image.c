@@ -1,7 +1,8 @@
 /* test_image.c — a step image edited and re-signed (its hash made right again, as anyone can) is
  * refused at stepc_open with a message naming the field, instead of crashing or running with
- * nonsense (runtime/image_check.c). Usage: test_image DIR, DIR an artifact (tests/api/inputs.sh
- * builds one). Each case reads DIR/step.img, changes one fact, writes it back with image_write
+ * nonsense (runtime/image_check.c). Usage: test_image DIR [AUTO_DIR], DIR an artifact
+ * (tests/api/inputs.sh builds one), AUTO_DIR one built with attention_backend=auto, on which the
+ * attention cases (12 on) edit the launch program's flash alternatives (runtime/program.h). Each case reads DIR/step.img, changes one fact, writes it back with image_write
  * (which seals it) into a scratch artifact and opens it on the CPU device; the unedited image must
  * open and step. Before image_check, vocab_size 0 was a SIGFPE in the first step's mock tokens,
  * a shrunk tensor slot a heap overflow, a huge num_microbatches or arena an allocation of it. */
@@ -20,6 +21,13 @@ static int fails;
 static int first_op(const Graph *g, OpKind k) {
   for (int o = 0; o < g->nop; o++)
     if (g->op[o].kind == k) return o;
+  return 0;
+}
+
+/* The first program point with a flash alternative (attention_backend=auto), else 0. */
+static int alt_point(const StepImage *im) {
+  for (int q = 0; q < im->npoints; q++)
+    if (im->lp.point[q].alt.count) return q;
   return 0;
 }
 
@@ -43,13 +51,29 @@ static void edit(StepImage *im, int id) {
   case 9: im->f.train_iters = -5; break;
   case 10: im->storage[g->tokens] = g->nt; break;  /* the storage of no tensor */
   case 11: im->storage[0] = 1, im->storage[1] = 2; break; /* on a tensor that is on another's */
+  /* attention_backend=auto's alternatives */
+  case 13: im->lp.point[alt_point(im)].alt = (LpRange){0, 0}; break;       /* a cuDNN call without one */
+  case 14: im->lp.point[0].alt = im->lp.point[alt_point(im)].alt; break;   /* one where no cuDNN call is */
+  case 15: im->lp.point[alt_point(im)].alt = im->lp.point[alt_point(im)].rec; break; /* a cuDNN call as one */
+  case 16: im->lp.point[alt_point(im)].alt.first = im->lp.f.nrec; break;  /* past the records */
+  case 17: im->lp.f.attn = LP_ATTN_FLASH; break; /* cuDNN calls in a flash program */
+  case 18: im->lp.f.attn = 7; break;
+  case 19: { /* another op's records as the alternative */
+    int q = alt_point(im), r = im->lp.point[q + 1].rec.count ? q + 1 : q + 2;
+    im->lp.point[q].alt = im->lp.point[r].rec;
+    break;
+  }
   }
 }
 
 static const char *const FIELD[] = {NULL,       "vocab_size", "num_microbatches", "cpu_arena", "seq_length",
                                     "CPU slot", "linear",     "graph_mode",       "point_op",  "train_iters",
-                                    "storage",  "storage"};
-enum { NCASES = 12 };
+                                    "storage",  "storage",
+                                    /* the attention cases, on AUTO_DIR: unedited, then edited */
+                                    NULL, "without its flash alternative", "hold no cuDNN attention call",
+                                    "holds a cuDNN call", "out of range", "cuDNN attention calls in a program",
+                                    "attention lowering 7", "not op"};
+enum { NCASES = 20, FIRST_ATTN_CASE = 12 };
 
 /* Opens dir on the CPU and runs one step: STEPC_OK or the first failure, its message in msg. */
 static stepc_status open_step(const char *dir, char *msg, size_t n) {
@@ -66,12 +90,15 @@ static stepc_status open_step(const char *dir, char *msg, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) return fprintf(stderr, "usage: test_image DIR\n"), 2;
+  if (argc != 2 && argc != 3) return fprintf(stderr, "usage: test_image DIR [AUTO_DIR]\n"), 2;
   char src[512], dir[] = "/tmp/stepc_test_image.XXXXXX", dst[600], err[1024], msg[1024];
-  snprintf(src, sizeof src, "%s/%s", argv[1], STEPC_IMAGE_FILE);
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(dst, sizeof dst, "%s/%s", dir, STEPC_IMAGE_FILE);
   for (int id = 0; id < NCASES; id++) {
+    if (id == FIRST_ATTN_CASE && argc < 3) break;
+    /* the auto artifact, unedited (it opens and steps), then edited */
+    int on_auto = id >= FIRST_ATTN_CASE, unedited = id == 0 || id == FIRST_ATTN_CASE;
+    snprintf(src, sizeof src, "%s/%s", argv[on_auto ? 2 : 1], STEPC_IMAGE_FILE);
     StepImage im;
     if (image_read(src, &im, err, sizeof err) != 0) return fprintf(stderr, "FAIL: %s\n", err), 1;
     edit(&im, id);
@@ -79,8 +106,8 @@ int main(int argc, char **argv) {
     image_free(&im);
     if (wrote != 0) return fprintf(stderr, "FAIL: %s\n", err), 1;
     stepc_status rc = open_step(dir, msg, sizeof msg);
-    int ok = id == 0 ? rc == STEPC_OK : rc == STEPC_ERR_IO && strstr(msg, FIELD[id]) != NULL;
-    printf("%s case %d (%s): %s %s\n", ok ? "ok  " : "FAIL", id, id ? FIELD[id] : "unedited",
+    int ok = unedited ? rc == STEPC_OK : rc == STEPC_ERR_IO && strstr(msg, FIELD[id]) != NULL;
+    printf("%s case %d (%s): %s %s\n", ok ? "ok  " : "FAIL", id, unedited ? "unedited" : FIELD[id],
            stepc_status_name(rc), msg);
     fails += !ok;
   }

@@ -127,5 +127,12 @@ void rt_exec_set_eval(RtExec *x, int on);
  * forward launch, a forward op that writes a parameter, a gradient or optimizer state, a random
  * op op_for_eval cannot turn off. */
 int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy);
+/* Attention op o's lowering: 0 not an attention op that launches; 1 stepc's flash kernels; 2 a
+ * cuDNN call alone (attention_backend=fused, or a shape stepc's kernels do not take); 3 a cuDNN call
+ * with a flash alternative (attention_backend=auto). rt_exec_run_attn_flash enqueues a kind-3 op on
+ * stepc's flash kernels, as attention_backend=flash lowers it (the alternative the runtime plays
+ * when cuDNN cannot run it: runtime/program.h); RT_ERROR for any other op. */
+int rt_exec_attn_kind(const RtExec *x, int o);
+int rt_exec_run_attn_flash(RtExec *x, int o);
 
 #endif

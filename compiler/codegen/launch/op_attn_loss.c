@@ -79,6 +79,26 @@ int rt_attn_resolve(RtExec *x, int *unsupported) {
   return RT_OK;
 }
 
+int rt_exec_attn_kind(const RtExec *x, int o) {
+  const Op *op = &x->g->op[o];
+  if (!is_attention(op->kind) || !rt_exec_op_runs(x, o)) return 0;
+  if (!x->attn_cudnn[o]) return 1;
+  const Tensor *q = rt_t(x, op->in[op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_DV ? 0 : 1]);
+  const Tensor *v = rt_t(x, op->in[op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_DV ? 2 : 3]);
+  int64_t D = q->shape[3];
+  /* stepc's kernels take it (attn_dims): the same head dim for values, up to 128 */
+  int flash_takes = v->shape[3] == D && (rt_flash_supported(q->shape[1], D) || (D >= 1 && D <= 128));
+  return op->a.i[2] == ATTN_IMPL_AUTO && flash_takes ? 3 : 2;
+}
+
+int rt_exec_run_attn_flash(RtExec *x, int o) {
+  if (rt_exec_attn_kind(x, o) != 3) return rt_fail(x->d, "op %d has no flash alternative", o);
+  x->attn_cudnn[o] = 0; /* lowered as attention_backend=flash would, then cuDNN's again */
+  int rc = rt_exec_run_op(x, o);
+  x->attn_cudnn[o] = 1;
+  return rc;
+}
+
 int64_t rt_exec_attn_workspace(const RtExec *x) { return attn_cudnn_workspace_max(x->g, x->attn_cudnn); }
 
 /* in (q, k, v) out (o (B,T,H*Dv), lse (B,H,T)) */

@@ -105,17 +105,32 @@ static int record_eval(RtExec *x, RtRecorder *rec, const Graph *g, const Schedul
     rt_exec_eval_refusal(x, f->eval_refusal, sizeof f->eval_refusal);
   if (f->eval_refusal[0]) return 0;
   rt_exec_set_eval(x, 1);
+  f->eval_alt_ok = 1;
   int q = 0, rc = 0;
   for (int i = 0; i < sc->n && !rc; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
     int o = sc->it[i].id, p = q++;
     if (i < sc->micro_end && g->op[o].tags.phase == IR_PHASE_FORWARD)
       rc = record(x, rec, rt_exec_run_op, o, o, &lp->point[p].eval);
+    /* a flash alternative serves an evaluation too when the evaluation lowers the op as training
+     * does (nothing for op_for_eval to turn off: no attention dropout) */
+    Op e = g->op[o];
+    if (rt_exec_attn_kind(x, o) == 3 && (op_for_eval(&e) != 0 || memcmp(&e.a, &g->op[o].a, sizeof e.a) != 0))
+      f->eval_alt_ok = 0;
   }
   rt_exec_set_eval(x, 0);
   f->eval_token_at = lp->tensor_at[g->op[lo].out[1]];
   f->has_eval = 1;
   return rc;
+}
+
+/* LpFacts.attn: the attention lowerings the program holds; flash alternatives (auto) only where
+ * every cuDNN call has one, else the program is cuDNN's alone. */
+static int attn_lowerings(const RtExec *x) {
+  int seen[4] = {0};
+  for (int o = 0; o < x->g->nop; o++)
+    seen[rt_exec_attn_kind(x, o)] = 1;
+  return seen[2] ? LP_ATTN_CUDNN : seen[3] ? LP_ATTN_AUTO : seen[1] ? LP_ATTN_FLASH : LP_ATTN_NONE;
 }
 
 int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, const EwKernels *ew,
@@ -144,6 +159,7 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     snprintf(err, nerr, "out of memory");
     goto done;
   }
+  lp->f.attn = attn_lowerings(x);
   if (record(x, &rec, rec_init, 0, -1, &lp->f.init)) goto failed;
   int q = 0;
   for (int i = 0; i < sc->n; i++) {
@@ -152,6 +168,9 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     const Op *op = &g->op[o];
     LpPoint *p = &lp->point[q++];
     if (record(x, &rec, rt_exec_run_op, o, o, &p->rec)) goto failed;
+    if (lp->f.attn == LP_ATTN_AUTO && rt_exec_attn_kind(x, o) == 3 &&
+        record(x, &rec, rt_exec_run_attn_flash, o, o, &p->alt))
+      goto failed;
     if (op->kind == OP_ADAMW && record(x, &rec, rt_exec_adamw_hparams, o, o, &p->hparams)) goto failed;
     p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer);
     p->norm_count = -1; /* no slice of its own (a fused GRAD_SUMSQ outside every group) */
