@@ -16,7 +16,7 @@ static int same_fusions(const Fusions *a, const Fusions *b) {
          !memcmp(a->peer, b->peer, (size_t)a->nop * sizeof *a->peer) &&
          !memcmp(a->alias, b->alias, (size_t)a->nt * sizeof *a->alias) &&
          !memcmp(a->sink, b->sink, (size_t)a->nt * sizeof *a->sink) &&
-         !memcmp(a->chain, b->chain, (size_t)a->nchain * sizeof *a->chain);
+         (a->nchain == 0 || !memcmp(a->chain, b->chain, (size_t)a->nchain * sizeof *a->chain));
 }
 
 static void check(const char *title, const char *recipe, const char **kv, int nkv) {
