@@ -201,6 +201,10 @@ STEPC_KERNEL(mamba_group_norm_backward_weight, KP(float*, part) KP(const bf16*, 
              KP(const float*, rstd) KL(rows) KI(C) KI(G) KI(segs))
 STEPC_KERNEL(mamba_group_norm_weight_reduce, KP(bf16*, dw) KP(float*, acc) KP(const float*, part) KI(C) KI(segs))
 
+STEPC_KERNEL(fp8_amax_partial, KP(float*, partial) KP(const bf16*, x) KL(n))
+STEPC_KERNEL(fp8_cast_transpose, KP(unsigned char*, q) KP(unsigned char*, qT) KP(float*, scale_inv) KP(const bf16*, x)
+             KP(const float*, partial) KI(nparts) KI(M) KI(K) KI(fmt))
+
 #undef KP
 #undef KI
 #undef KU

@@ -1,5 +1,5 @@
 /* gemm.c — GEMMs through cuBLASLt (dlopen'd, see rt.h): bf16 in, fp32 accumulation, bf16 or fp32
- * out, optional bias epilogue, D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape
+ * out, optional bias epilogue, fp8 operands with their scales (rt.h RT_GEMM_E4M3), D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape
  * chosen once by the heuristic and cached.
  *
  * cuBLASLt is column-major; a row-major C (M,N) is the column-major C^T (N,M), so every product
@@ -36,6 +36,7 @@
 /* Everything a plan depends on; all int64_t, so there is no padding and memcmp compares keys. */
 typedef struct {
   int64_t kind, c_f32, accumulate, bias, m, n, k;
+  int64_t a_type, b_type, fast_accum; /* RT_GEMM_BF16 / E4M3 / E5M2 per operand (rt.h) */
   int64_t lda, ldb, ldc, sa, sb, sc, batch; /* row-major leading dims and batch strides (elements) */
   int64_t align;                            /* min pointer alignment in bytes; 0 = cuBLASLt's default */
 } GemmKey;
@@ -150,16 +151,23 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   int64_t ar = kind == RT_GEMM_NT ? K : N, ac = kind == RT_GEMM_NT ? N : K;
   int64_t br = kind == RT_GEMM_TN ? M : K, bc = kind == RT_GEMM_TN ? K : M;
   cudaDataType_t ct = key->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  static const cudaDataType_t ELT[3] = {CUDA_R_16BF, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
   if (blas_check(d, b->cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                  "cublasLtMatmulDescCreate") ||
       blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
                  "TRANSA") ||
       blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
                  "TRANSB") ||
-      layout(d, b, &p->la, CUDA_R_16BF, ar, ac, key->ldb, key->batch, key->sb, "layout A") ||
-      layout(d, b, &p->lb, CUDA_R_16BF, br, bc, key->lda, key->batch, key->sa, "layout B") ||
+      layout(d, b, &p->la, ELT[key->b_type], ar, ac, key->ldb, key->batch, key->sb, "layout A") ||
+      layout(d, b, &p->lb, ELT[key->a_type], br, bc, key->lda, key->batch, key->sa, "layout B") ||
       layout(d, b, &p->lc, ct, N, M, key->ldc, key->batch, key->sc, "layout C"))
     return NULL;
+  if (key->fast_accum) {
+    int8_t on = 1;
+    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on),
+                   "FAST_ACCUM"))
+      return NULL;
+  }
   if (key->bias) {
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     if (blas_check(d,
@@ -219,7 +227,28 @@ static int64_t pow2_div(int64_t v) {
   return a;
 }
 
+/* What an fp8 product needs (rt.h, RT_GEMM_E4M3): RT_OK or the refusal. */
+static int fp8_check(RtDevice *d, const RtGemm *g) {
+  int fp8 = g->a_type != RT_GEMM_BF16 || g->b_type != RT_GEMM_BF16;
+  if (g->a_type < RT_GEMM_BF16 || g->a_type > RT_GEMM_E5M2 || g->b_type < RT_GEMM_BF16 ||
+      g->b_type > RT_GEMM_E5M2)
+    return rt_fail(d, "GEMM operand types %lld, %lld are not bf16, E4M3 or E5M2", (long long)g->a_type,
+                   (long long)g->b_type);
+  if (!fp8) return g->a_scale || g->b_scale ? rt_fail(d, "a bf16 GEMM has fp8 scales") : RT_OK;
+  if (g->a_type == RT_GEMM_BF16 || g->b_type == RT_GEMM_BF16 ||
+      (g->a_type == RT_GEMM_E5M2 && g->b_type == RT_GEMM_E5M2))
+    return rt_fail(d, "an fp8 GEMM takes two fp8 operands, at most one of them E5M2");
+  if (g->kind != RT_GEMM_NT || g->batch != 1 || g->m % 16 || g->n % 16 || g->k % 16)
+    return rt_fail(d,
+                   "an fp8 GEMM is an unbatched NT product with M, N, K multiples of 16 (got kind %lld, batch "
+                   "%lld, M=%lld N=%lld K=%lld)",
+                   (long long)g->kind, (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
+  if (!g->a_scale || !g->b_scale) return rt_fail(d, "an fp8 GEMM needs both operands' scale_inv");
+  return RT_OK;
+}
+
 int rt_gemm_run(RtDevice *d, const RtGemm *g) {
+  if (fp8_check(d, g)) return RT_ERROR;
   if (d->rec) return rt_record_gemm(d, g);
   if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
   if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
@@ -253,7 +282,10 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
                  .sb = g->batch > 1 ? g->stride_b : 0,
                  .sc = g->batch > 1 ? g->stride_c : 0,
                  .batch = g->batch,
-                 .align = al};
+                 .align = al,
+                 .a_type = g->a_type,
+                 .b_type = g->b_type,
+                 .fast_accum = g->fast_accum != 0};
   GemmPlan *p = plan_get(d, &key);
   if (!p) return RT_ERROR;
   if (g->bias) {
@@ -262,6 +294,19 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
                    d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
                                                            sizeof bp),
                    "BIAS_POINTER"))
+      return RT_ERROR;
+  }
+  if (g->a_type != RT_GEMM_BF16) {
+    /* cuBLASLt's A is our B (the file comment), so its A scale is our b_scale */
+    void *sa = (void *)(uintptr_t)g->b_scale, *sb = (void *)(uintptr_t)g->a_scale;
+    if (blas_check(d,
+                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
+                                                           sizeof sa),
+                   "A_SCALE_POINTER") ||
+        blas_check(d,
+                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
+                                                           sizeof sb),
+                   "B_SCALE_POINTER"))
       return RT_ERROR;
   }
   return matmul(d, p, g->a, g->b, g->c, g->d, g->alpha, g->beta);

@@ -172,6 +172,12 @@ void rt_free(RtDevice *d, CUdeviceptr p, size_t bytes);
  * alignment) with cublasLtMatmulAlgoGetHeuristic and cached, so every call of a shape runs the
  * same kernel (determinism, capture). */
 typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
+/* An operand's element type (RtGemm.a_type, b_type): bf16, or fp8 (E4M3 / E5M2) with its fp32
+ * dequantization factor at a_scale / b_scale (the cast's scale_inv). fp8 products are RT_GEMM_NT
+ * only (both operands K-contiguous, what Hopper's fp8 tensor cores take), unbatched, with M, N, K
+ * multiples of 16 and at most one E5M2 operand; fast_accum = 1 lets cuBLASLt accumulate in the
+ * tensor cores' reduced-precision fp32 (Transformer Engine's forward GEMMs), 0 promotes. */
+enum { RT_GEMM_BF16 = 0, RT_GEMM_E4M3 = 1, RT_GEMM_E5M2 = 2 };
 
 /* Every field of one GEMM call, as an X-macro: I an int64_t, P a device pointer, F a float. The
  * recorder copies the struct, and the program's relocation (compiler/codegen/launch/program.c), the
@@ -191,11 +197,16 @@ typedef enum { RT_GEMM_NT, RT_GEMM_NN, RT_GEMM_TN } RtGemmKind;
   I(stride_c)                                                                                                \
   I(batch)                                                                                                   \
   I(c_f32)                                                                                                   \
+  I(a_type)                                                                                                  \
+  I(b_type)                                                                                                  \
+  I(fast_accum)                                                                                              \
   P(a)                                                                                                       \
   P(b)                                                                                                       \
   P(c)                                                                                                       \
   P(d)                                                                                                       \
   P(bias)                                                                                                    \
+  P(a_scale)                                                                                                 \
+  P(b_scale)                                                                                                 \
   F(alpha)                                                                                                   \
   F(beta)
 // clang-format on

@@ -1,9 +1,9 @@
 /* main.c — gpu_kernels: compiles every kernel with NVRTC for the device present, loads it with
- * cuModuleLoadData and runs the kernel tests (basic.c, attention.c) and the flash-attention
+ * cuModuleLoadData and runs the kernel tests (basic.c, attention.c), the fp8 casts (fp8.c) and the flash-attention
  * timings, and the Mamba-2 kernels (mamba.c) with their timings (also alone under --only mamba with
  * STEPC_MAMBA_BENCH=1). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest
- * reports "skipped"). gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR] A
- * kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
+ * reports "skipped"). gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba|fp8] [--cache
+ * DIR] A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,21 +11,22 @@
 #include "harness.h"
 
 int main(int argc, char **argv) {
-  int bench = 1, basic = 1, attention = 1, mamba = 1;
+  int bench = 1, basic = 1, attention = 1, mamba = 1, fp8 = 1;
   const char *cache = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--no-bench"))
       bench = 0;
     else if (!strcmp(argv[i], "--bench-only"))
-      basic = attention = mamba = 0;
+      basic = attention = mamba = fp8 = 0;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       const char *w = argv[++i];
       basic = !strcmp(w, "basic"), attention = !strcmp(w, "attention"), mamba = !strcmp(w, "mamba"),
-      bench = 0;
+      fp8 = !strcmp(w, "fp8"), bench = 0;
     } else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
       cache = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--no-bench] [--bench-only] [--only basic|attention|mamba] [--cache DIR]\n",
+      fprintf(stderr,
+              "usage: %s [--no-bench] [--bench-only] [--only basic|attention|mamba|fp8] [--cache DIR]\n",
               argv[0]);
       return 2;
     }
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
   if (basic) test_basic(&g);
   if (attention) test_attention(&g);
   if (mamba) test_mamba(&g);
+  if (fp8) test_fp8(&g);
   if (bench) bench_attention(&g);
   if (bench || getenv("STEPC_MAMBA_BENCH")) bench_mamba(&g);
   if (getenv("STEPC_FLASH_VARIANTS")) bench_attention_variants(&g);

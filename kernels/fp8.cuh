@@ -1,0 +1,99 @@
+// fp8.cuh — current (per-tensor) scaling casts to fp8, as Transformer Engine's Float8CurrentScaling:
+// amax = max |x| over the tensor, scale = fp8_max / amax, q = fp8(x * scale) rounded to nearest
+// even and saturated to +-fp8_max, scale_inv = 1 / scale (what the fp8 GEMMs multiply back).
+//
+// Two launches per cast: fp8_amax_partial writes one block maximum per block (max is exact and
+// order-free, so the result does not depend on the grid), then fp8_cast_transpose reduces those
+// partials again in every block, derives the scale, and writes the row-wise copy q (M, K), the
+// column-wise copy qT (K, M) that Hopper's fp8 tensor cores need for the other two GEMMs of a
+// linear (they take only K-contiguous operands), or both, from one read of x. M and K are
+// multiples of 16 (the fp8 GEMMs' own requirement); x is 16-byte aligned.
+#pragma once
+
+#include "common.cuh"
+
+#define STEPC_FP8_E4M3_MAX 448.0f
+#define STEPC_FP8_E5M2_MAX 57344.0f
+
+// Two fp32 to two fp8 in one 16-bit word (lo in bits 0..7): cvt.rn.satfinite (sm_89+) rounds to
+// nearest even and clamps finite values to +-max; NaN stays NaN.
+__device__ __forceinline__ unsigned short fp8x2_from_f32(float lo, float hi, int e5m2) {
+  unsigned short r;
+  if (e5m2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Transformer Engine's compute_scale_from_amax (epsilon 0, no power-of-two rounding): 1 for a zero,
+// infinite or NaN amax; the fp32 maximum where the quotient overflows.
+__device__ __forceinline__ float fp8_scale_from_amax(float amax, float fmax) {
+  if (amax == 0.0f || isinf(amax) || isnan(amax)) return 1.0f;
+  float s = __fdiv_rn(fmax, amax);
+  if (isinf(s)) s = 3.402823466e38f;
+  return s;
+}
+
+// partial[blockIdx.x] = max |x[i]| over the block's grid-stride share of n elements.
+extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long n) {
+  __shared__ float red[32];
+  float m = 0.0f;
+  long tid = (long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long)gridDim.x * blockDim.x;
+  long n8 = n / 8;
+  for (long i = tid; i < n8; i += stride) {
+    float v[8];
+    load8(x + 8 * i, v);
+#pragma unroll
+    for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(v[k]));
+  }
+  for (long i = 8 * n8 + tid; i < n; i += stride) m = fmaxf(m, fabsf(bf16_to_f32(x[i])));
+  m = block_max(m, red);
+  if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+#define STEPC_FP8_TILE 64
+
+// One 64 x 64 tile of x (M, K) per block (grid (ceil(K/64), ceil(M/64)), 256 threads): q (M, K)
+// and/or qT (K, M) (either may be null), and scale_inv[0] (from block (0, 0)). fmt 0 = E4M3,
+// 1 = E5M2. nparts partial maxima from fp8_amax_partial.
+extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
+                                              const bf16* x, const float* partial, int nparts, int M, int K,
+                                              int fmt) {
+  __shared__ float red[32];
+  __shared__ unsigned char tile[STEPC_FP8_TILE][STEPC_FP8_TILE + 8];
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < nparts; i += blockDim.x) m = fmaxf(m, partial[i]);
+  float amax = block_max(m, red);
+  float scale = fp8_scale_from_amax(amax, fmt ? STEPC_FP8_E5M2_MAX : STEPC_FP8_E4M3_MAX);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale_inv[0] = __frcp_rn(scale);
+  int m0 = blockIdx.y * STEPC_FP8_TILE, k0 = blockIdx.x * STEPC_FP8_TILE;
+  // 64 rows x 8 vectors of 8 elements: 512 vectors, two per thread
+  for (int v = threadIdx.x; v < STEPC_FP8_TILE * 8; v += blockDim.x) {
+    int r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;
+    if (gm >= M || gk >= K) continue;
+    float f[8];
+    load8(x + (long)gm * K + gk, f);
+    unsigned w[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      w[h] = (unsigned)fp8x2_from_f32(f[4 * h] * scale, f[4 * h + 1] * scale, fmt) |
+             ((unsigned)fp8x2_from_f32(f[4 * h + 2] * scale, f[4 * h + 3] * scale, fmt) << 16);
+    if (q) *(uint2*)(q + (long)gm * K + gk) = make_uint2(w[0], w[1]);
+    *(uint2*)&tile[r][c] = make_uint2(w[0], w[1]);
+  }
+  if (!qT) return;
+  __syncthreads();
+  // the transpose: 64 columns x 8 runs of 8 rows
+  for (int v = threadIdx.x; v < STEPC_FP8_TILE * 8; v += blockDim.x) {
+    int c = v / 8, r = (v % 8) * 8, gk = k0 + c, gm = m0 + r;
+    if (gm >= M || gk >= K) continue;
+    unsigned w0 = 0, w1 = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      w0 |= (unsigned)tile[r + j][c] << (8 * j);
+      w1 |= (unsigned)tile[r + 4 + j][c] << (8 * j);
+    }
+    *(uint2*)(qT + (long)gk * M + gm) = make_uint2(w0, w1);
+  }
+}

@@ -1,0 +1,123 @@
+/* fp8.c — GPU tests of the current-scaling fp8 casts (kernels/fp8.cuh), exact, by enumeration:
+ *
+ *  - the scale: amax over the tensor (bf16 inputs: the largest |x| exactly), scale = fp8_max / amax
+ *    in fp32 round-to-nearest, scale_inv = 1 / scale in fp32 round-to-nearest — bitwise;
+ *  - every quantized byte: the element scaled in fp32 (v = x * scale, one rounding, as the kernel
+ *    computes it) against the nearest of all 256 codes of the format decoded from their bit fields
+ *    (ties to the even code, |v| above the largest finite value saturating to it: cvt.rn.satfinite)
+ *    — bitwise; the enumeration shares nothing with the device's conversion instruction;
+ *  - the column-wise copy is the transpose of the row-wise one, bitwise; casting twice gives the
+ *    same bytes (the grid's split of the amax does not reach the result).
+ * Shapes: rows and columns not multiples of the 64 x 64 tile; an all-zero tensor (scale 1); values
+ * spread over 2^-24 .. 2^8 so that subnormal codes and saturation both occur in E4M3 and E5M2. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "host_bits.h"
+
+/* The value of fp8 code c (E4M3: bias 7, no infinities, S.1111.111 NaN; E5M2: bias 15, IEEE-like). */
+static double fp8_decode(unsigned c, int e5m2) {
+  int s = c >> 7, e = e5m2 ? (c >> 2) & 31 : (c >> 3) & 15, m = e5m2 ? c & 3 : c & 7;
+  int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  double v;
+  if (e5m2 && e == 31) return NAN;
+  if (!e5m2 && e == 15 && m == 7) return NAN;
+  if (e == 0)
+    v = ldexp((double)m, 1 - bias - mb);
+  else
+    v = ldexp((double)((1 << mb) + m), e - bias - mb);
+  return s ? -v : v;
+}
+
+/* The code cvt.rn.satfinite gives v: the nearest finite code, ties to the even one (mantissa bit 0). */
+static unsigned fp8_nearest(float v, int e5m2) {
+  double fmax = e5m2 ? 57344.0 : 448.0;
+  if (v > fmax) v = (float)fmax;
+  if (v < -fmax) v = (float)-fmax;
+  unsigned best = 0;
+  double bd = INFINITY;
+  for (unsigned c = 0; c < 256; c++) {
+    double d = fp8_decode(c, e5m2);
+    if (isnan(d) || (d == 0 && (c >> 7) != (signbit(v) ? 1u : 0u))) continue; /* keep -0 / +0 apart */
+    double err = fabs(d - (double)v);
+    if (err < bd || (err == bd && (c & 1) == 0 && (best & 1))) best = c, bd = err;
+  }
+  return best;
+}
+
+typedef struct {
+  long M, K;
+  int fmt, zero;
+} CastCase;
+
+static void run_cast(Gpu *g, const CastCase *cc, Rng *r) {
+  long M = cc->M, K = cc->K, n = M * K;
+  uint16_t *h = malloc(2 * (size_t)n);
+  for (long i = 0; i < n; i++) {
+    double u = rng_uniform(r), mag = ldexp(1.0, (int)floor((rng_uniform(r) + 1) * 16) - 24);
+    h[i] = cc->zero ? 0 : host_f32_to_bf16((float)(u * mag));
+  }
+  float amax = 0;
+  for (long i = 0; i < n; i++)
+    amax = fmaxf(amax, fabsf(host_bf16_to_f32(h[i])));
+  float fmax = cc->fmt ? 57344.0f : 448.0f, scale = amax == 0 ? 1.0f : fmax / amax, sinv = 1.0f / scale;
+  CUdeviceptr x = gpu_dup(g, h, 2 * (size_t)n), q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n);
+  CUdeviceptr s = gpu_alloc(g, 4), part = gpu_alloc(g, 4 * 264);
+  unsigned char *hq = malloc((size_t)n), *hqT = malloc((size_t)n), *again = malloc((size_t)n);
+  int np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264);
+  int Mi = (int)M, Ki = (int)K, fmt = cc->fmt;
+  for (int pass = 0; pass < 2; pass++) {
+    int npp = pass ? 7 : np; /* another split of the amax: the same bytes */
+    void *a1[] = {&part, &x, &n};
+    gpu_launch(g, "fp8_amax_partial", (unsigned)npp, 1, 1, 256, 0, a1);
+    void *a2[] = {&q, &qT, &s, &x, &part, &npp, &Mi, &Ki, &fmt};
+    gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
+    gpu_sync(g);
+    gpu_get(g, pass ? again : hq, q, (size_t)n);
+  }
+  gpu_get(g, hqT, qT, (size_t)n);
+  float got_sinv;
+  gpu_get(g, &got_sinv, s, 4);
+  char name[96];
+  snprintf(name, sizeof name, "fp8 %s cast %ldx%ld%s scale_inv", cc->fmt ? "E5M2" : "E4M3", M, K,
+           cc->zero ? " (zeros)" : "");
+  gpu_check_bitwise(g, name, &got_sinv, &sinv, 4);
+  long bad = 0, first = -1, sat = 0, sub = 0;
+  for (long i = 0; i < n; i++) {
+    float v = host_bf16_to_f32(h[i]) * scale;
+    unsigned want = fp8_nearest(v, cc->fmt);
+    if (hq[i] != want && bad++ == 0) first = i;
+    double d = fabs(fp8_decode(want, cc->fmt));
+    sat += d == fmax;
+    sub += d > 0 && d < (cc->fmt ? ldexp(1, -14) : ldexp(1, -6));
+  }
+  char detail[160];
+  snprintf(detail, sizeof detail,
+           "%ld of %ld codes differ (first at %ld: got 0x%02x); %ld at max, %ld subnormal", bad, n, first,
+           first >= 0 ? hq[first] : 0, sat, sub);
+  snprintf(name, sizeof name, "fp8 %s cast %ldx%ld%s codes", cc->fmt ? "E5M2" : "E4M3", M, K,
+           cc->zero ? " (zeros)" : "");
+  gpu_check_true(g, name, bad == 0, detail);
+  long tbad = 0;
+  for (long m = 0; m < M; m++)
+    for (long k = 0; k < K; k++)
+      tbad += hqT[k * M + m] != hq[m * K + k];
+  snprintf(detail, sizeof detail, "%ld of %ld bytes differ", tbad, n);
+  snprintf(name, sizeof name, "fp8 %s cast %ldx%ld transpose", cc->fmt ? "E5M2" : "E4M3", M, K);
+  gpu_check_true(g, name, tbad == 0, detail);
+  snprintf(name, sizeof name, "fp8 %s cast %ldx%ld another amax split", cc->fmt ? "E5M2" : "E4M3", M, K);
+  gpu_check_bitwise(g, name, hq, again, (size_t)n);
+  gpu_free(g, x), gpu_free(g, q), gpu_free(g, qT), gpu_free(g, s), gpu_free(g, part);
+  free(h), free(hq), free(hqT), free(again);
+}
+
+void test_fp8(Gpu *g) {
+  Rng r = {0x5eedf8};
+  static const CastCase cases[] = {
+      {208, 336, 0, 0}, {208, 336, 1, 0}, {1024, 2048, 0, 0}, {1024, 2048, 1, 0}, {48, 80, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    run_cast(g, &cases[i], &r);
+}
