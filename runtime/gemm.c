@@ -1,6 +1,7 @@
 /* gemm.c — GEMMs through cuBLASLt (dlopen'd, see rt.h): bf16 in, fp32 accumulation, bf16 or fp32
- * out, optional bias epilogue, fp8 operands with their scales (rt.h RT_GEMM_E4M3), D apart from C (RtGemm.d) for the fused residual add, one algorithm per shape
- * chosen once by the heuristic and cached.
+ * out, optional bias epilogue, fp8 operands with their scales (rt.h RT_GEMM_E4M3), D apart from C
+ * (RtGemm.d) for the fused residual add, one algorithm per shape chosen once by the heuristic and
+ * cached.
  *
  * cuBLASLt is column-major; a row-major C (M,N) is the column-major C^T (N,M), so every product
  * is computed as C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A. */
@@ -36,7 +37,7 @@
 /* Everything a plan depends on; all int64_t, so there is no padding and memcmp compares keys. */
 typedef struct {
   int64_t kind, c_f32, accumulate, bias, m, n, k;
-  int64_t a_type, b_type, fast_accum; /* RT_GEMM_BF16 / E4M3 / E5M2 per operand (rt.h) */
+  int64_t a_type, b_type, fast_accum;       /* RT_GEMM_BF16 / E4M3 / E5M2 per operand (rt.h) */
   int64_t lda, ldb, ldc, sa, sb, sc, batch; /* row-major leading dims and batch strides (elements) */
   int64_t align;                            /* min pointer alignment in bytes; 0 = cuBLASLt's default */
 } GemmKey;
@@ -164,8 +165,9 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
     return NULL;
   if (key->fast_accum) {
     int8_t on = 1;
-    if (blas_check(d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on),
-                   "FAST_ACCUM"))
+    if (blas_check(
+            d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on),
+            "FAST_ACCUM"))
       return NULL;
   }
   if (key->bias) {
@@ -239,10 +241,11 @@ static int fp8_check(RtDevice *d, const RtGemm *g) {
       (g->a_type == RT_GEMM_E5M2 && g->b_type == RT_GEMM_E5M2))
     return rt_fail(d, "an fp8 GEMM takes two fp8 operands, at most one of them E5M2");
   if (g->kind != RT_GEMM_NT || g->batch != 1 || g->m % 16 || g->n % 16 || g->k % 16)
-    return rt_fail(d,
-                   "an fp8 GEMM is an unbatched NT product with M, N, K multiples of 16 (got kind %lld, batch "
-                   "%lld, M=%lld N=%lld K=%lld)",
-                   (long long)g->kind, (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
+    return rt_fail(
+        d,
+        "an fp8 GEMM is an unbatched NT product with M, N, K multiples of 16 (got kind %lld, batch "
+        "%lld, M=%lld N=%lld K=%lld)",
+        (long long)g->kind, (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
   if (!g->a_scale || !g->b_scale) return rt_fail(d, "an fp8 GEMM needs both operands' scale_inv");
   return RT_OK;
 }
