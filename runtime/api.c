@@ -81,20 +81,24 @@ int api_kept(stepc_t *s, int64_t step, int32_t *tok, int32_t *tg, int64_t *kept)
   return 0;
 }
 
-int api_loss_den(stepc_t *s, int64_t kept, double *den) {
+stepc_status api_loss_den(stepc_t *s, int64_t kept, const char *eval, double *den) {
   double all = (double)kept; /* exact: a step holds under 2^31 tokens a rank (image_check.c) */
+  char what[48];
+  if (eval)
+    snprintf(what, sizeof what, "%s", eval);
+  else
+    snprintf(what, sizeof what, "step %lld", (long long)s->step + 1);
   if (s->comm && rt_comm_allreduce_sum(s->comm, &all, 1, RT_COMM_F64) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", rt_comm_error(s->comm)), -1;
+    return api_fail(s, STEPC_ERR_RUNTIME, "%s: data parallel: %s", what, rt_comm_error(s->comm));
   if (all <= 0) {
-    s->refused = STEPC_ERR_ARGUMENT;
+    if (!eval) s->refused = STEPC_ERR_ARGUMENT;
     return api_fail(s, STEPC_ERR_ARGUMENT,
-                    "step %lld: every target of the global batch is masked (outside [0, %lld), e.g. -100): "
-                    "its loss, the mean over no token, is undefined; the step is refused and nothing changed",
-                    (long long)s->step + 1, (long long)s->im.f.vocab_size),
-           -1;
+                    "%s: every target of the global batch is masked (outside [0, %lld), e.g. -100): "
+                    "its loss, the mean over no token, is undefined; %s is refused and nothing changed",
+                    what, (long long)s->im.f.vocab_size, eval ? "the evaluation" : "the step");
   }
   *den = all / ((double)s->g->num_microbatches * (double)(s->world > 1 ? s->world : 1));
-  return 0;
+  return STEPC_OK;
 }
 
 stepc_status api_batch_check(stepc_t *s, const char *fn, const void *tokens, const void *targets,

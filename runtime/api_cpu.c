@@ -220,7 +220,7 @@ static int cpu_step_with(stepc_t *s, int64_t step, stepc_step_stats *st, double 
   s->prof_t0_ms = t0;
   int64_t kept = 0;
   /* the loss's denominator first: the kept targets of every micro-batch of every rank */
-  if (api_kept(s, step, c->tok, c->tg, &kept) || api_loss_den(s, kept, &den)) return -1;
+  if (api_kept(s, step, c->tok, c->tg, &kept) || api_loss_den(s, kept, NULL, &den)) return -1;
   cpu_exec_set_loss_den(ex(s), den);
   int nmicro = plan_exec_micro_points(c->x), npts = plan_exec_points(c->x);
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {

@@ -130,7 +130,7 @@ static int stage(stepc_t *s, int64_t step) {
       return api_cuda_fail(s);
     kept = cpu_data_count_kept(c->tg, n, s->im.f.vocab_size);
   }
-  if (api_loss_den(s, kept, &den)) return -1;
+  if (api_loss_den(s, kept, NULL, &den)) return -1;
   if (rt_player_stage(c->x, c->tok, c->tg, c->seeds, den)) return api_cuda_fail(s);
   /* a device binding overwrites the staged tokens and targets (the seeds stay) */
   if (s->data.dbound && rt_player_stage_device(c->x, (CUdeviceptr)s->data.dtok, (CUdeviceptr)s->data.dtg))

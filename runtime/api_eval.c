@@ -49,16 +49,9 @@ stepc_status stepc_eval(stepc_t *s, const int32_t *tokens, const int32_t *target
   /* the loss is Megatron's mean over the kept targets of the evaluated global batch, as a step's:
    * every rank's kept count summed; a batch with none is refused (nothing runs) */
   int64_t kept = cpu_data_count_kept(targets, (int64_t)count, s->im.f.vocab_size);
-  double all = (double)kept, sum = 0, mean = 0;
-  if (s->comm && rt_comm_allreduce_sum(s->comm, &all, 1, RT_COMM_F64) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "stepc_eval: data parallel: %s", rt_comm_error(s->comm));
-  if (all <= 0)
-    return api_fail(
-        s, STEPC_ERR_ARGUMENT,
-        "stepc_eval: every target of the batch is masked (outside [0, %lld), e.g. -100): its loss, "
-        "the mean over no token, is undefined",
-        (long long)s->im.f.vocab_size);
-  double den = all / ((double)s->g->num_microbatches * (double)(s->world > 1 ? s->world : 1));
+  double den = 0, sum = 0, mean = 0;
+  st = api_loss_den(s, kept, "stepc_eval", &den);
+  if (st != STEPC_OK) return st;
   st = s->be->eval(s, tokens, targets, den, &sum, logprobs);
   if (st != STEPC_OK) {
     if (!s->err[0]) api_fail(s, st, "stepc_eval failed");

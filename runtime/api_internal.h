@@ -135,10 +135,11 @@ int api_cpu_zero_gather(stepc_t *s);
 
 /* The running step's loss denominator (ir/ops/loss.c) from this rank's kept targets: their sum
  * over the ranks / (num_microbatches * ranks). Every rank calls it before its step runs anything.
- * An all-masked global batch (no kept target on any rank) is refused: -1 with the message and
- * s->refused = STEPC_ERR_ARGUMENT, so stepc_step returns that and leaves the state as it was.
- * 0, or -1 with the message. */
-int api_loss_den(stepc_t *s, int64_t kept, double *den);
+ * An all-masked global batch (no kept target on any rank) is refused: STEPC_ERR_ARGUMENT with
+ * the message and, for a step (eval NULL), s->refused = STEPC_ERR_ARGUMENT, so stepc_step returns
+ * that and leaves the state as it was; an evaluation names itself by `eval` ("stepc_eval").
+ * STEPC_OK, or the failure's status with the message. */
+stepc_status api_loss_den(stepc_t *s, int64_t kept, const char *eval, double *den);
 /* This rank's kept targets of step `step` (cpu_data_kept over its micro-batches, drawn into tok and
  * tg: num_microbatches * B * T each, micro-batch mb at mb * B * T). 0, or -1 with the message. */
 int api_kept(stepc_t *s, int64_t step, int32_t *tok, int32_t *tg, int64_t *kept);
