@@ -523,8 +523,8 @@ __device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, i
 // ---- Hopper (sm_90a): the same three products with wgmma ----
 // Two warpgroups, each a 64 x 256 half of the 128 x 256 tile (one m64n256k16 per 16-wide k slice,
 // both operands read by the tensor cores from shared memory), over k steps of 64 in a 4-stage
-// cp.async pipeline (4 x 48 KiB + 1 KiB for alignment: kernels/launch.h). Operand tiles in the
-// 128-byte swizzled layouts of the wgmma descriptors: a (rows x 64 k) tile whose k is contiguous
+// cp.async pipeline (two steps' copies and two steps' products in flight; 4 x 48 KiB + 1 KiB for
+// alignment: kernels/launch.h). Operand tiles in the 128-byte swizzled layouts of the wgmma descriptors: a (rows x 64 k) tile whose k is contiguous
 // ("K-major": x, dy, W_e as B^T in forward) is rows of 128 bytes; a tile whose rows or columns
 // are contiguous ("MN-major": W_e as B in dgrad, dy as A^T and x as B in wgrad) is blocks of 64
 // columns, each 64 k rows of 128 bytes. Within every 1024-byte group of 8 rows, 16-byte chunk c of
@@ -584,19 +584,23 @@ __device__ __forceinline__ void moe_wg_tile(float* d, const bf16* A, long lda, i
 #pragma unroll
   for (int i = 0; i < 128; i++) d[i] = 0.0f;
   int nk = (klim + MOE_WG_BK - 1) / MOE_WG_BK;
-  for (int s = 0; s < MOE_WG_STAGES - 1; s++) {
+  /* Steps in flight: the products of step kt - 1 and kt (one group kept running while the next is
+   * issued), the copies of kt + 1 and kt + 2; so a stage is refilled two steps after its products
+   * were issued, once every warpgroup has waited for them. */
+  for (int s = 0; s < MOE_WG_STAGES - 2; s++) {
     if (s < nk) wg_stage<MODE>(base, s, s, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
     cp_async_commit();
   }
   for (int kt = 0; kt < nk; kt++) {
-    cp_async_wait<MOE_WG_STAGES - 2>();
+    cp_async_wait<MOE_WG_STAGES - 3>();
     fence_proxy_async(); /* the copies are visible to the tensor cores' (async proxy) reads */
-    __syncthreads();     /* every thread's copies of step kt; step kt - 1's products are done */
-    int next = kt + MOE_WG_STAGES - 1;
+    __syncthreads();     /* every thread's copies of step kt; every warpgroup's products of kt - 2 are done */
+    int next = kt + MOE_WG_STAGES - 2;
     if (next < nk) wg_stage<MODE>(base, next % MOE_WG_STAGES, next, A, lda, mlim, B, ldb, nlim, klim, m0, n0);
     cp_async_commit();
     unsigned sa = base + (kt % MOE_WG_STAGES) * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
     sa += wg * 64 * 128; /* this warpgroup's 64 rows (K-major) or 64-column block (MN-major) */
+    wg_pin(d);
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
@@ -605,9 +609,11 @@ __device__ __forceinline__ void moe_wg_tile(float* d, const bf16* A, long lda, i
       wgmma_m64n256k16<MODE == 2, MODE != 0>(d, da, db);
     }
     wg_commit();
-    wg_wait_all();
+    wg_wait<1>(); /* step kt - 1's products are done, kt's run on */
     wg_pin(d);
   }
+  wg_wait_all();
+  wg_pin(d);
 }
 
 // STORE2(row, col, v, v') for each pair of columns of this thread's accumulators inside (mlim, nlim).
