@@ -140,7 +140,6 @@ extern "C" __global__ void norm_squared_multi(float* partial,           // (tota
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-#define ADAMW_MULTI_UNROLL 2
 // AdamW over chunk b of one tensor of the table, every element as adamw_update's (the same
 // adamw_value, only the loads and stores are wider). Launch: grid = total chunks, blockDim.x = 256.
 extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
@@ -156,34 +155,19 @@ extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
   // 4 elements a thread where every array allows 16-byte (param 8-byte) accesses; the rest one by one
   bool aligned = r[1] != 0 && ((r[0] | r[2] | r[3] | r[4]) & 15) == 0 && (r[1] & 7) == 0 && (lo & 3) == 0;
   long nv = aligned ? (hi - lo) / 4 : 0;
-  // ADAMW_MULTI_UNROLL vectors a thread per pass, every load issued before any store (the arrays
-  // may alias as far as the compiler knows, so it would not move a load above a store itself):
-  // more bytes in flight per thread for the one pass over memory the update is bound by
-  const int U = ADAMW_MULTI_UNROLL;
-  for (long j0 = threadIdx.x; j0 < nv; j0 += (long)U * blockDim.x) {
-    float4 g[U], m4[U], v4[U], w[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      long j = j0 + (long)u * blockDim.x, i = lo + 4 * j;
-      if (j < nv)
-        g[u] = *(const float4*)(grad + i), m4[u] = *(float4*)(m + i), v4[u] = *(float4*)(v + i),
-        w[u] = *(float4*)(master + i);
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      long j = j0 + (long)u * blockDim.x, i = lo + 4 * j;
-      if (j >= nv) break;
-      adamw_value(a, g[u].x, m4[u].x, v4[u].x, w[u].x);
-      adamw_value(a, g[u].y, m4[u].y, v4[u].y, w[u].y);
-      adamw_value(a, g[u].z, m4[u].z, v4[u].z, w[u].z);
-      adamw_value(a, g[u].w, m4[u].w, v4[u].w, w[u].w);
-      *(float4*)(m + i) = m4[u];
-      *(float4*)(v + i) = v4[u];
-      *(float4*)(master + i) = w[u];
-      ushort4 p;
-      p.x = f32_to_bf16(w[u].x), p.y = f32_to_bf16(w[u].y), p.z = f32_to_bf16(w[u].z), p.w = f32_to_bf16(w[u].w);
-      *(ushort4*)(param + i) = p;
-    }
+  for (long j = threadIdx.x; j < nv; j += blockDim.x) {
+    long i = lo + 4 * j;
+    float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
+    adamw_value(a, g.x, m4.x, v4.x, w.x);
+    adamw_value(a, g.y, m4.y, v4.y, w.y);
+    adamw_value(a, g.z, m4.z, v4.z, w.z);
+    adamw_value(a, g.w, m4.w, v4.w, w.w);
+    *(float4*)(m + i) = m4;
+    *(float4*)(v + i) = v4;
+    *(float4*)(master + i) = w;
+    ushort4 p;
+    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
+    *(ushort4*)(param + i) = p;
   }
   for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
 }
