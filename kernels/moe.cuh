@@ -364,9 +364,10 @@ extern "C" __global__ void grouped_linear_dgrad(bf16* dx, const bf16* dy, const 
 
 // GROUPED_LINEAR_WGRAD: dW_e (Nout, K) = sum over the expert's rows r of dy[r]^T x[r], rows in
 // order. grid (ceil(K/64), ceil(Nout/64), E), block 256. Writes bf16 dW, or adds into the fp32
-// main gradient acc when dw is null.
+// main gradient acc when dw is null — or, with store = 1, writes it there as 0 + dW would be (a
+// step's first and only writer of that gradient: the compiler's wgrad-store fusion).
 extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x,
-                                                const int* seg, int Nout, int K) {
+                                                const int* seg, int Nout, int K, int store) {
   __shared__ float Ds[MOE_KT][MOE_TILE + 1], Xs[MOE_KT][MOE_TILE + 1];
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
   int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -389,7 +390,7 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
       if (o >= Nout || q >= K) continue;
       long at = ((long)e * Nout + o) * K + q;
       if (dw) dw[at] = f32_to_bf16(acc[i][j]);
-      else acc_f32[at] += acc[i][j];
+      else acc_f32[at] = (store ? 0.0f : acc_f32[at]) + acc[i][j];
     }
 }
 
@@ -640,7 +641,8 @@ __device__ __forceinline__ void moe_wg_rows(bf16* out, const bf16* in, const bf1
 #undef ST
 }
 
-__device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+__device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K,
+                                             int store) {
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float d[128];
   moe_wg_tile<2>(d, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
@@ -668,7 +670,8 @@ __device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf1
 #pragma unroll
       for (int j = 0; j < 2; j++) {
         int row = m0 + warp * 16 + half * 8 + i, col = n0 + j * 128 + lane * 4;
-        old[i][j] = row < Nout && col < K ? *(const float4*)(acc_f32 + base + (long)row * K + col) : make_float4(0, 0, 0, 0);
+        old[i][j] = !store && row < Nout && col < K ? *(const float4*)(acc_f32 + base + (long)row * K + col)
+                                                    : make_float4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -721,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 
 // The wgrad tile with mma.sync (as moe_wg_wgrad with wgmma).
 __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout,
-                                             int K) {
+                                             int K, int store) {
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
@@ -743,7 +746,8 @@ __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf1
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         int row = m0 + (w % 2) * 64 + mt * 16 + lane / 4 + h * 8, col = n0 + (w / 2) * 64 + nt * 8 + (lane % 4) * 2;
-        old[nt][h] = row < Nout && col < K ? *(const float2*)(acc_f32 + base + (long)row * K + col) : make_float2(0.0f, 0.0f);
+        old[nt][h] = !store && row < Nout && col < K ? *(const float2*)(acc_f32 + base + (long)row * K + col)
+                                                     : make_float2(0.0f, 0.0f);
       }
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
@@ -757,14 +761,15 @@ __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf1
   }
 }
 
-// GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw or added into the fp32 main gradient.
-// grid (ceil(K/256), ceil(Nout/128), E).
+// GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw, or added into the fp32 main gradient (or
+// stored there as 0 + dW_e with store = 1, as grouped_linear_wgrad). grid (ceil(K/256), ceil(Nout/128), E).
 extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
-    grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K) {
+    grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K,
+                            int store) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
+  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store);
 #else
-  moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K);
+  moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store);
 #endif
 }
 

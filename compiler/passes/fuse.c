@@ -278,7 +278,8 @@ static int micro_phase(Phase p) {
 }
 
 /* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
- * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD sunk into it, and
+ * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD or a
+ * GROUPED_LINEAR_WGRAD (every expert's tile is written, an expert without rows as 0) sunk into it, and
  * whose last is the optimizer's ZERO, needs no zero: the GEMM stores its product (beta = 0, the
  * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
  * With more micro-batches the later ones must add, and one captured graph serves them all, so
@@ -298,8 +299,9 @@ static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
         }
     if (first < 0 || last != z) continue;
     const Op *w = &g->op[first];
-    if (w->kind != OP_LINEAR_WGRAD || fz->skip[first] || fz->fuse[first] || w->nout != 1 ||
-        fz->sink[w->out[0]] != mg || tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+    if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD) || fz->skip[first] ||
+        fz->fuse[first] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
+        tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;
     fz->fuse[first] = FUSE_WGRAD_STORE;
     fz->peer[first] = -1;

@@ -29,9 +29,10 @@ typedef enum {
   FUSE_ROPE_QKV,     /* SPLIT_QKV, ROPE q, ROPE k at the second ROPE (peer the split): rope_split_qkv;
                         ROPE, ROPE (inverse, the gradients of k and q), CONCAT_QKV at the concat
                         (peer the first ROPE): rope_concat_qkv */
-  FUSE_WGRAD_STORE,  /* a LINEAR_WGRAD sunk into its main gradient, the gradient's first writer of a
-                        one-micro-batch step: stores the product (cuBLASLt beta = 0), and the
-                        optimizer's ZERO of that gradient is skipped (peer -1) */
+  FUSE_WGRAD_STORE,  /* a LINEAR_WGRAD or GROUPED_LINEAR_WGRAD sunk into its main gradient, the
+                        gradient's first writer of a one-micro-batch step: stores the product
+                        (cuBLASLt beta = 0; the grouped kernels' store = 1), and the optimizer's
+                        ZERO of that gradient is skipped (peer -1) */
   FUSE_LOSS_BWD,     /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
                         runs it in its own launch, chunk by chunk over the forward's logits chunk:
                         the ops peer..o form the group, live as one launch */

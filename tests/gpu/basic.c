@@ -899,7 +899,8 @@ static void grouped_ref(int mode, double *out, const double *a, const double *b,
 
 typedef struct {
   CUdeviceptr y, x, w, dy, dx, dw, seg;
-  int N, Nout, K, E, mode;
+  CUdeviceptr acc; /* mode 3: the fp32 main gradient the wgrad adds into (store 0) or stores into (1) */
+  int N, Nout, K, E, mode, store;
 } GroupedRun;
 
 static void grouped_launch(Gpu *g, void *ctx) {
@@ -915,7 +916,8 @@ static void grouped_launch(Gpu *g, void *ctx) {
     gpu_launch(g, "grouped_linear_dgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
                STEPC_MOE_TC_THREADS, smem, a);
   } else {
-    void *a[] = {&q->dw, &none, &q->dy, &q->x, &q->seg, &q->Nout, &q->K};
+    CUdeviceptr *dw = q->mode == 3 ? &none : &q->dw, *acc = q->mode == 3 ? &q->acc : &none;
+    void *a[] = {dw, acc, &q->dy, &q->x, &q->seg, &q->Nout, &q->K, &q->store};
     gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
                (unsigned)((q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)q->E, STEPC_MOE_TC_THREADS, smem, a);
   }
@@ -950,7 +952,8 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   free(h);
   CUdeviceptr acc = up_f32(g, acc0, nw);
   CUdeviceptr none = 0;
-  void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K};
+  int add = 0;
+  void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K, &add};
   int eE = E;
   gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
              (unsigned)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)eE, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), a);
@@ -958,6 +961,19 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   for (long i = 0; i < nw; i++) want[i] += acc0[i];
   double *got = down_f32(g, acc, nw);
   gpu_check(g, "grouped_linear_wgrad_tc (added into fp32)", got, want, nw, 1e-3, 1e-5);
+  /* stored (the wgrad-store fusion): over whatever the gradient held, the bits of adding into zeros */
+  float *z = calloc((size_t)nw, sizeof *z);
+  gpu_put(g, acc, z, 4 * (size_t)nw);
+  q.mode = 3, q.acc = acc, q.store = 0;
+  grouped_launch(g, &q);
+  void *added = down_raw(g, acc, 4 * (size_t)nw);
+  for (long i = 0; i < nw; i++) z[i] = (float)(i % 7) - 3.0f; /* stale values, -0 among them */
+  gpu_put(g, acc, z, 4 * (size_t)nw);
+  q.store = 1;
+  grouped_launch(g, &q);
+  void *stored = down_raw(g, acc, 4 * (size_t)nw);
+  gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored = added into zeros", stored, added, 4 * (size_t)nw);
+  free(z), free(added), free(stored);
   free(got), free(acc0), free(x), free(w), free(dy), free(want);
   gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg), gpu_free(g, q.y), gpu_free(g, q.dx),
       gpu_free(g, q.dw);
@@ -975,12 +991,16 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     m.y = gpu_alloc(g, 2 * (size_t)NM * m.Nout), m.dx = gpu_alloc(g, 2 * (size_t)NM * m.K);
     m.dw = gpu_alloc(g, 2 * (size_t)EM * m.Nout * m.K);
     double flop = 2.0 * NM * m.Nout * m.K;
-    for (int mode = 0; mode < 3; mode++) {
-      m.mode = mode;
+    m.acc = gpu_alloc(g, 4 * (size_t)EM * m.Nout * m.K);
+    static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32"};
+    for (int mode = 0; mode < 5; mode++) {
+      m.mode = mode < 4 ? mode : 3, m.store = mode == 4;
       double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
-      printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1",
-             mode == 0 ? "forward" : mode == 1 ? "dgrad" : "wgrad", NM, m.Nout, m.K, ms, flop / ms / 1e9);
+      printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode], NM,
+             m.Nout, m.K, ms, flop / ms / 1e9);
     }
+    m.store = 0;
+    gpu_free(g, m.acc);
     size_t bytes = 2 * (size_t)EM * m.Nout * m.K;
     void *first = down_raw(g, m.dw, bytes);
     m.mode = 2;

@@ -180,7 +180,8 @@ static int analyse(RtExec *x, int *unsupported) {
   for (int o = 0; o < g->nop && rc == RT_OK;
        o++) /* a stored weight gradient: a GEMM into its main gradient */
     if (x->fz->fuse[o] == RT_FUSE_WGRAD_STORE &&
-        (g->op[o].kind != OP_LINEAR_WGRAD || x->fz->sink[g->op[o].out[0]] < 0))
+        ((g->op[o].kind != OP_LINEAR_WGRAD && g->op[o].kind != OP_GROUPED_LINEAR_WGRAD) ||
+         x->fz->sink[g->op[o].out[0]] < 0))
       rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module,
                    op_name(g->op[o].kind));
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* a norm backward summed into the ADD after it */

@@ -221,7 +221,8 @@ static int rt_op_grouped_linear(RtExec *x, const Op *op) { return grouped(x, op,
 static int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(x, op, 1); }
 
 /* in (dy (N, Nout), x (N, K), seg) out (dW (E, Nout, K)): into the fp32 main gradient when the
- * compiler fused the accumulation (exec.h's sink), else the bf16 dW. */
+ * compiler fused the accumulation (exec.h's sink) — stored there, not added, under the wgrad-store
+ * fusion (its ZERO skipped) — else the bf16 dW. */
 static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *dw = rt_t(x, op->out[0]);
@@ -229,14 +230,15 @@ static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (sink < 0 && dw->dtype != DT_BF16)
     return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
   CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;
+  int store = sink >= 0 && x->fz->fuse[rt_op_index(x, op)] == RT_FUSE_WGRAD_STORE;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K))
     return rt_launch_grouped_linear_wgrad_tc(
         x->d, rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)dw->shape[0]),
-        STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K);
+        STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K, store);
   return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in,
-                                        seg, Nout, K);
+                                        seg, Nout, K, store);
 }
 
 /* ---- the expert activation ---- */
