@@ -123,7 +123,7 @@ static const Verb VERBS[] = {
      "  collectives and how much of them ran beside compute); --timeline FILE writes that step's measured\n"
      "  timeline as a Chrome / Perfetto trace (a track per stream). --gradcheck checks every gradient "
      "against finite\n"
-     "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N data-parallel ranks on this\n"
+     "  differences in fp64 (exit 5 above the tolerance). --nproc N runs N ranks (data- and tensor-parallel) on this\n"
      "  host (docs/data-parallel.md). --eval-data PATH evaluates a validation batch of PATH's bytes\n"
      "  (stepc_eval: no update, dropout off) every N steps (--eval-every N; default: after the last step)\n"
      "  and prints its loss beside the training loss (--json: \"eval_loss\" in those steps).\n"
