@@ -247,26 +247,29 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
     const unsigned char *src = mine;
     if (t->tp_nseg > 0) {
       if (rt_comm_group_all_gather(s->comm, &s->tp_group, mine, all, (size_t)m * es) != 0) {
-        st = api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel, gathering %s: %s", t->name, rt_comm_error(s->comm));
+        st = api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel, gathering %s: %s", t->name,
+                      rt_comm_error(s->comm));
         break;
       }
       for (int r = 0; r < s->tp; r++)
         for (int64_t x = 0; x < m; x++)
-          memcpy(full + (size_t)tensor_tp_full_index(t, r, x) * es, all + ((size_t)r * (size_t)m + (size_t)x) * es,
-                 es);
+          memcpy(full + (size_t)tensor_tp_full_index(t, r, x) * es,
+                 all + ((size_t)r * (size_t)m + (size_t)x) * es, es);
       src = full;
     }
     if (open && st == STEPC_OK && st_write_next(&w, src, err, sizeof err) != 0)
       st = api_fail(s, STEPC_ERR_IO, "%s", err), open = false;
   }
-  if (open && st == STEPC_OK && st_write_end(&w, err, sizeof err) != 0) st = api_fail(s, STEPC_ERR_IO, "%s", err);
+  if (open && st == STEPC_OK && st_write_end(&w, err, sizeof err) != 0)
+    st = api_fail(s, STEPC_ERR_IO, "%s", err);
   else if (open && st != STEPC_OK)
     st_write_abort(&w);
   int64_t v = st;
   if (rt_comm_broadcast(s->comm, &v, sizeof v, 0) != 0)
     st = api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel: %s", rt_comm_error(s->comm));
   else if (!lead && v != STEPC_OK && st == STEPC_OK)
-    st = api_fail(s, (stepc_status)v, "stepc_save_params: rank 0 could not write %s (its error says why)", path);
+    st = api_fail(s, (stepc_status)v, "stepc_save_params: rank 0 could not write %s (its error says why)",
+                  path);
   free(e), free(ids), free(mine), free(all), free(full);
   return st;
 }
@@ -274,10 +277,11 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
 /* Tensor parallelism keeps no checkpoint yet: refused rather than a file of one rank's shards
  * under the one-rank names. */
 static stepc_status tp_refuse(stepc_t *s, const char *fn) {
-  return api_fail(s, STEPC_ERR_UNSUPPORTED,
-                  "%s: tensor parallelism (TP %d) saves no checkpoint and loads none yet (each rank holds its "
-                  "shard); stepc_save_params writes the gathered parameters",
-                  fn, s->tp);
+  return api_fail(
+      s, STEPC_ERR_UNSUPPORTED,
+      "%s: tensor parallelism (TP %d) saves no checkpoint and loads none yet (each rank holds its "
+      "shard); stepc_save_params writes the gathered parameters",
+      fn, s->tp);
 }
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {

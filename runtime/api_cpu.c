@@ -34,7 +34,8 @@ static int tp_all_gather(CpuTp *tp, const void *send, void *recv, int64_t bytes)
 
 static int tp_reduce_scatter(CpuTp *tp, const void *send, void *recv, int64_t n, int f64) {
   stepc_t *s = tp->user;
-  return rt_comm_group_reduce_scatter(s->comm, &s->tp_group, s->tp_rank, send, recv, (size_t)n, comm_type(f64));
+  return rt_comm_group_reduce_scatter(s->comm, &s->tp_group, s->tp_rank, send, recv, (size_t)n,
+                                      comm_type(f64));
 }
 
 /* After a point: a TP op's collective that failed fails the step with the communicator's reason. */

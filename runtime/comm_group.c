@@ -53,7 +53,8 @@ int rt_comm_group_all_gather(RtComm *c, const RtCommGroup *g, const void *send, 
   unsigned char *all;
   if (gather_all(c, send, bytes, &all)) return -1;
   for (int k = 0; k < g->count; k++)
-    memcpy((unsigned char *)recv + (size_t)k * bytes, all + (size_t)(g->first + k * g->stride) * bytes, bytes);
+    memcpy((unsigned char *)recv + (size_t)k * bytes, all + (size_t)(g->first + k * g->stride) * bytes,
+           bytes);
   free(all);
   return 0;
 }

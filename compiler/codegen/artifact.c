@@ -351,11 +351,12 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
   if (f->tp_size > 1) /* the collectives as ops have CPU references only (docs/parallelism.md) */
-    snprintf(f->cuda_refusal, sizeof f->cuda_refusal,
-             "the CUDA backend does not run this step: tensor parallelism (model.tensor_model_parallel_size=%d) "
-             "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
-             "no CUDA launches yet",
-             (int)f->tp_size);
+    snprintf(
+        f->cuda_refusal, sizeof f->cuda_refusal,
+        "the CUDA backend does not run this step: tensor parallelism (model.tensor_model_parallel_size=%d) "
+        "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
+        "no CUDA launches yet",
+        (int)f->tp_size);
   else if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);

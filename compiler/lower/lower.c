@@ -79,7 +79,8 @@ static int linear_tp(Lower *L, int x, int64_t n_out, int64_t n_in, double std, b
   int64_t o = col ? n_out / L->tp : n_out, i = col ? n_in : n_in / L->tp;
   int w = shard(L, param(L, "weight", 2, o, i, IR_INIT_NORMAL, std), col ? 0 : 1, nseg, seg);
   int in[3] = {x, w, -1};
-  if (L->s->model.add_bias_linear) in[2] = shard(L, param(L, "bias", 1, o, 1, IR_INIT_ZEROS, 0), 0, nseg, seg);
+  if (L->s->model.add_bias_linear)
+    in[2] = shard(L, param(L, "bias", 1, o, 1, IR_INIT_ZEROS, 0), 0, nseg, seg);
   return graph_op1(L->g, OP_LINEAR, in, L->s->model.add_bias_linear ? 3 : 2, NULL, NULL);
 }
 

@@ -30,7 +30,8 @@ static int tp_seq_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
   const Tensor *x = ops_in(g, op, 0);
   int64_t tp = op->a.i[0];
   if (tp < 1 || x->ndim < 2 || (op->kind == OP_TP_SCATTER && x->shape[1] % tp))
-    return ops_err(err, n, "expects x (B, T, ...) with T divisible by i[0] = %lld (the TP size)", (long long)tp);
+    return ops_err(err, n, "expects x (B, T, ...) with T divisible by i[0] = %lld (the TP size)",
+                   (long long)tp);
   ops_out_like(&out[0], x, op->kind == OP_TP_GATHER ? "sp_gather" : "sp_scatter");
   out[0].shape[1] = op->kind == OP_TP_GATHER ? x->shape[1] * tp : x->shape[1] / tp;
   return 0;
@@ -75,10 +76,17 @@ static int tp_seq_backward(Graph *g, int op, const int *dout, int *din) {
             .rng = RNG_NONE,                                                                                 \
             .sink = SINK_NO,                                                                                 \
             .matmul = MATMUL_NONE,                                                                           \
-            .ew = &OP_EW_NONE }
+            .ew = &OP_EW_NONE}
 
-const OpInfo op_tp_copy_info = {"tp_copy",        1, 1, 1, tp_like_infer, NULL, tp_copy_backward,
-                                {tp_copy_cpu_f32, tp_copy_cpu_f64}, TP_FACTS(INPLACE_IN0)};
+const OpInfo op_tp_copy_info = {"tp_copy",
+                                1,
+                                1,
+                                1,
+                                tp_like_infer,
+                                NULL,
+                                tp_copy_backward,
+                                {tp_copy_cpu_f32, tp_copy_cpu_f64},
+                                TP_FACTS(INPLACE_IN0)};
 const OpInfo op_tp_allreduce_info = {"tp_allreduce",
                                      1,
                                      1,
@@ -88,10 +96,24 @@ const OpInfo op_tp_allreduce_info = {"tp_allreduce",
                                      tp_allreduce_backward,
                                      {tp_allreduce_cpu_f32, tp_allreduce_cpu_f64},
                                      TP_FACTS(INPLACE_IN0)};
-const OpInfo op_tp_gather_info = {"tp_gather",        1, 1, 1, tp_seq_infer, NULL, tp_seq_backward,
-                                  {tp_gather_cpu_f32, tp_gather_cpu_f64}, TP_FACTS(INPLACE_NONE)};
-const OpInfo op_tp_scatter_info = {"tp_scatter",        1, 1, 1, tp_seq_infer, NULL, tp_seq_backward,
-                                   {tp_scatter_cpu_f32, tp_scatter_cpu_f64}, TP_FACTS(INPLACE_NONE)};
+const OpInfo op_tp_gather_info = {"tp_gather",
+                                  1,
+                                  1,
+                                  1,
+                                  tp_seq_infer,
+                                  NULL,
+                                  tp_seq_backward,
+                                  {tp_gather_cpu_f32, tp_gather_cpu_f64},
+                                  TP_FACTS(INPLACE_NONE)};
+const OpInfo op_tp_scatter_info = {"tp_scatter",
+                                   1,
+                                   1,
+                                   1,
+                                   tp_seq_infer,
+                                   NULL,
+                                   tp_seq_backward,
+                                   {tp_scatter_cpu_f32, tp_scatter_cpu_f64},
+                                   TP_FACTS(INPLACE_NONE)};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -144,7 +166,8 @@ static void K(tp_gather_cpu)(const CpuCtx *c, const Op *op, void *const *in, voi
 static void K(tp_scatter_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
   int size = (int)op->a.i[0];
-  int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1] / (size > 0 ? size : 1), row = n / x->shape[1] / b;
+  int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1] / (size > 0 ? size : 1),
+          row = n / x->shape[1] / b;
   CpuTp *tp = c->tp;
   if (size <= 1) {
     memcpy(out[0], in[0], (size_t)n * sizeof(real));

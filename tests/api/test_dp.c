@@ -507,15 +507,18 @@ static int mode_continue(const char *artn, int n, int steps, const char *ck, con
 static int mode_run(const char *art, int n, int steps, const char *params) {
   static Rank r[MAXR];
   setup(r, n, art, steps);
-  for (int i = 0; i < n; i++) r[i].params = params;
+  for (int i = 0; i < n; i++)
+    r[i].params = params;
   run_ranks(r, n);
-  for (int i = 0; i < n; i++) CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", art, i, r[i].err);
+  for (int i = 0; i < n; i++)
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", art, i, r[i].err);
   if (fails) return 1;
   for (int k = 0; k < steps; k++) {
     printf("step %d loss %.17g grad_norm %.17g\n", k + 1, r[0].loss[k], r[0].gnorm[k]);
     for (int i = 1; i < n; i++)
-      CHECK(r[i].loss[k] == r[0].loss[k] && r[i].gnorm[k] == r[0].gnorm[k], "step %d: rank %d's loss %a grad_norm %a, rank 0's %a %a",
-            k + 1, i, r[i].loss[k], r[i].gnorm[k], r[0].loss[k], r[0].gnorm[k]);
+      CHECK(r[i].loss[k] == r[0].loss[k] && r[i].gnorm[k] == r[0].gnorm[k],
+            "step %d: rank %d's loss %a grad_norm %a, rank 0's %a %a", k + 1, i, r[i].loss[k], r[i].gnorm[k],
+            r[0].loss[k], r[0].gnorm[k]);
   }
   return fails != 0;
 }
@@ -536,10 +539,12 @@ static int mode_cuda(const char *art) {
 static int mode_tpckpt(const char *art, int n, const char *dir) {
   static Rank r[MAXR];
   setup(r, n, art, 1);
-  for (int i = 0; i < n; i++) r[i].save = dir;
+  for (int i = 0; i < n; i++)
+    r[i].save = dir;
   run_ranks(r, n);
   for (int i = 0; i < n; i++)
-    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_ERR_UNSUPPORTED && strstr(r[i].err, "tensor parallelism"),
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_ERR_UNSUPPORTED &&
+              strstr(r[i].err, "tensor parallelism"),
           "rank %d: open %d, save %d: %s", i, (int)r[i].open_st, (int)r[i].step_st, r[i].err);
   if (!fails) printf("ok: a TP checkpoint refused on every rank: %s\n", r[0].err);
   return fails != 0;
