@@ -48,6 +48,33 @@ int64_t tensor_numel(const Tensor *t) {
   return n;
 }
 
+void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]) {
+  for (int d = 0; d < IR_MAX_DIMS; d++)
+    full[d] = t->shape[d];
+  if (t->tp_nseg > 0) full[t->tp_dim] = t->shape[t->tp_dim] * t->tp_size;
+}
+
+int64_t tensor_tp_full_index(const Tensor *t, int rank, int64_t j) {
+  if (t->tp_nseg <= 0) return j;
+  int64_t full[IR_MAX_DIMS], idx[IR_MAX_DIMS] = {0};
+  tensor_tp_full_shape(t, full);
+  for (int d = t->ndim - 1; d >= 0; d--) /* j's coordinates in the shard */
+    idx[d] = j % t->shape[d], j /= t->shape[d];
+  int64_t x = idx[t->tp_dim], base = 0; /* the segment x falls in, and its place in the full dim */
+  for (int k = 0; k < t->tp_nseg; k++) {
+    int64_t part = t->tp_seg[k] / t->tp_size;
+    if (x < part || k == t->tp_nseg - 1) {
+      idx[t->tp_dim] = base + (int64_t)rank * part + x;
+      break;
+    }
+    x -= part, base += t->tp_seg[k];
+  }
+  int64_t f = 0;
+  for (int d = 0; d < t->ndim; d++)
+    f = f * full[d] + idx[d];
+  return f;
+}
+
 uint64_t ir_fnv1a(uint64_t h, const void *data, size_t n) {
   const unsigned char *p = data;
   for (size_t i = 0; i < n; i++) {

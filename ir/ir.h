@@ -110,6 +110,15 @@ typedef struct {
   int of;                     /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
   IrInit init;                /* persistent tensors: how to initialize */
   double init_std;            /* IR_INIT_NORMAL: standard deviation */
+  /* tensor parallelism (a per-rank lowering, compiler/lower/lower_tp.c): a parameter that is one
+   * rank's shard of the one-rank tensor. tp_nseg 0: whole (replicated on every rank). Else, along
+   * dim tp_dim the one-rank tensor is cut into tp_nseg segments of tp_seg[k] rows (or columns),
+   * each split evenly over tp_size ranks, and the shard is the concatenation of its rank's part of
+   * every segment: Megatron's column-parallel linear_qkv ([Q | K | V]: three segments) and gated
+   * linear_fc1 ([gate | up]: two), row-parallel linear_proj / linear_fc2 (dim 1, one segment),
+   * vocab-parallel embedding and output layer (dim 0, one). tensor_tp_full_index maps it. */
+  int32_t tp_dim, tp_nseg, tp_size, tp_pad;
+  int64_t tp_seg[3];
   /* storage, written by a memory plan */
   int buffer;
   int64_t offset;
@@ -293,6 +302,11 @@ uint32_t ir_label_from_name(const char *s); /* 0 when unknown */
 const char *ir_scope_name(int bit_index);   /* 0 -> "layer" */
 uint32_t ir_scope_from_name(const char *s);
 int64_t tensor_numel(const Tensor *t);
+/* A tensor-parallel shard (Tensor.tp_nseg > 0) held by TP rank `rank`: the one-rank tensor's shape
+ * into full[], and the flat index in it of the shard's flat element j. Whole tensors: their own
+ * shape, j itself. */
+void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]);
+int64_t tensor_tp_full_index(const Tensor *t, int rank, int64_t j);
 /* FNV-1a 64, continued from `h` (start with IR_FNV_OFFSET): the content hashes of plans,
  * artifacts and kernel lists. */
 /* s as a JSON string literal, quotes included (the compiler's reports, checkpoint state files);

@@ -219,7 +219,7 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
   if (image_read(path, &s->im, err, sizeof err) != 0) return api_fail(s, STEPC_ERR_IO, "%s", err);
   stepc_status st = api_dp_check(s);
   if (st != STEPC_OK) return st;
-  s->data.world = s->world;
+  s->data.world = s->dp;
   return open_backend(s);
 }
 

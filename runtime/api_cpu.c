@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/ops.h"
 #include "runtime/api_internal.h"
 #include "runtime/cpu/program.h"
 
@@ -11,10 +12,42 @@ typedef struct {
   Graph *g; /* the image's graph at the CPU plan's slots: every float tensor in fp32 */
   PlanExec *x;
   int32_t *tok, *tg; /* (num_microbatches, B*T) each: the step's batch, drawn to count its kept targets */
+  CpuTp tp;          /* tensor parallelism: the TP ops' group (user: the handle) */
 } ApiCpu;
 
 static ApiCpu *cpu(stepc_t *s) { return s->impl; }
 static CpuExec *ex(stepc_t *s) { return plan_exec_cpu(cpu(s)->x); }
+
+/* ---- tensor parallelism: the TP ops' collectives (ir/ops/tp.c, loss.c) over this rank's TP group ---- */
+
+static RtCommType comm_type(int f64) { return f64 ? RT_COMM_F64 : RT_COMM_F32; }
+
+static int tp_allreduce(CpuTp *tp, void *buf, int64_t n, int f64, int max) {
+  stepc_t *s = tp->user;
+  return rt_comm_group_allreduce(s->comm, &s->tp_group, buf, (size_t)n, comm_type(f64), max);
+}
+
+static int tp_all_gather(CpuTp *tp, const void *send, void *recv, int64_t bytes) {
+  stepc_t *s = tp->user;
+  return rt_comm_group_all_gather(s->comm, &s->tp_group, send, recv, (size_t)bytes);
+}
+
+static int tp_reduce_scatter(CpuTp *tp, const void *send, void *recv, int64_t n, int f64) {
+  stepc_t *s = tp->user;
+  return rt_comm_group_reduce_scatter(s->comm, &s->tp_group, s->tp_rank, send, recv, (size_t)n,
+                                      comm_type(f64));
+}
+
+/* After a point: a TP op's collective that failed fails the step with the communicator's reason. */
+static int tp_check(stepc_t *s, int q) {
+  ApiCpu *c = cpu(s);
+  if (!c->tp.failed) return 0;
+  c->tp.failed = 0;
+  return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel, rank %d, %s (point %d): %s", s->rank,
+                  op_name(s->g->op[s->im.point_op[q]].kind), q,
+                  s->comm ? rt_comm_error(s->comm) : "no communicator"),
+         -1;
+}
 
 static int cpu_init(stepc_t *s, uint64_t seed) {
   cpu_exec_init_params(ex(s), seed);
@@ -41,10 +74,12 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
     memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
     at += m;
   }
-  if (rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32) != 0)
+  /* under TP the bucket is summed over this rank's data-parallel group (its TP rank's shards) */
+  if ((s->tp > 1 ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->dp_buf, n, RT_COMM_F32, 0)
+                 : rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)),
            -1;
-  float w = (float)s->world;
+  float w = (float)s->dp;
   at = 0;
   for (int i = 0; i < b->ngrads; i++) {
     size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
@@ -177,6 +212,7 @@ static int cpu_point(stepc_t *s, int q) {
   int done = zero ? cpu_zero_point(s, q) : 0;
   if (done < 0) return -1;
   if (!done) plan_exec_point(cpu(s)->x, q);
+  if (tp_check(s, q)) return -1;
   if (zero && q == s->im.npoints - 1 && api_dp_timed(s, STEPC_SPAN_PARAMS, -1, cpu_zero_gather)) return -1;
   return api_dp_after_point(s, q, s->owner ? cpu_zero_bucket : cpu_reduce_bucket);
 }
@@ -286,6 +322,10 @@ static void token_losses(stepc_t *s, int lo, float *tl) {
 static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, double den, double *sum,
                              float *lp) {
   ApiCpu *c = cpu(s);
+  if (lp && s->tp > 1) /* the token's log-prob needs its target's logit, which one TP rank holds */
+    return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                    "stepc_eval: per-token log-probabilities under tensor parallelism are not computed yet "
+                    "(the evaluation's loss is)");
   cpu_exec_set_loss_den(ex(s), den); /* the next step sets its own */
   const Graph *g = s->g;
   EvalData d = {.base = {.fill = eval_fill}, .tok = tok, .tg = tg};
@@ -294,10 +334,13 @@ static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, 
   for (int64_t mb = 0; mb < g->num_microbatches; mb++) {
     if (plan_exec_begin_micro(c->x, &d.base, s->im.f.seed, s->step + 1, mb, s->err, sizeof s->err) != 0)
       return STEPC_ERR_RUNTIME;
-    for (int q = 0; q < nmicro; q++)
-      if (g->op[s->im.point_op[q]].tags.phase == IR_PHASE_FORWARD && plan_exec_point_eval(c->x, q) != 0)
+    for (int q = 0; q < nmicro; q++) {
+      if (g->op[s->im.point_op[q]].tags.phase != IR_PHASE_FORWARD) continue;
+      if (plan_exec_point_eval(c->x, q) != 0)
         return api_fail(s, STEPC_ERR_UNSUPPORTED,
                         "stepc_eval: point %d's random numbers cannot be turned off", q);
+      if (tp_check(s, q)) return STEPC_ERR_RUNTIME;
+    }
     *sum += cpu_exec_get(ex(s), g->loss, 0);
     if (lp) {
       float *out = lp + mb * ntok;
@@ -421,6 +464,15 @@ stepc_status api_cpu_open(stepc_t *s) {
                      .poison = im->poison};
   c->x = plan_exec_new(c->g, &prog, s->opt.cpu_threads, s->err, sizeof s->err);
   if (!c->x) return STEPC_ERR_RUNTIME;
+  if (s->tp > 1) { /* the collectives reach s->comm when they run: the rendezvous comes after this */
+    c->tp = (CpuTp){.rank = s->tp_rank,
+                    .size = s->tp,
+                    .allreduce = tp_allreduce,
+                    .all_gather = tp_all_gather,
+                    .reduce_scatter = tp_reduce_scatter,
+                    .user = s};
+    cpu_exec_set_tp(ex(s), &c->tp);
+  }
   cpu_exec_init_params(ex(s), im->f.seed);
   return STEPC_OK;
 }

@@ -51,11 +51,22 @@ stepc_status api_dp_check(stepc_t *s) {
   const stepc_options *o = &s->opt;
   int world = o->world_size > 1 ? o->world_size : 1;
   s->world = world, s->rank = o->rank;
+  s->tp = s->im.f.tp_size > 1 ? s->im.f.tp_size : 1;
+  s->tp_rank = o->rank % s->tp, s->dp_rank = o->rank / s->tp, s->dp = world / s->tp;
+  s->tp_group = (RtCommGroup){.first = s->dp_rank * s->tp, .stride = 1, .count = s->tp};
+  s->dp_group = (RtCommGroup){.first = s->tp_rank, .stride = s->tp, .count = s->dp > 0 ? s->dp : 1};
   if (o->rank < 0 || o->rank >= world)
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,
                     world);
-  if (world != s->im.f.dp_size)
+  int tp = s->im.f.tp_size > 1 ? s->im.f.tp_size : 1;
+  if (world != s->im.f.dp_size * tp && tp > 1)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s was planned for %d ranks (%d data-parallel x %d tensor-parallel); this job has %d: "
+                    "rebuild it with train.world_size=%d (the per-rank micro-batches and the memory plan "
+                    "depend on it)",
+                    s->dir, s->im.f.dp_size * tp, s->im.f.dp_size, tp, world, world);
+  if (tp == 1 && world != s->im.f.dp_size)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job "
                     "has %d: rebuild it with "
@@ -129,7 +140,8 @@ void api_dp_free(stepc_t *s) {
   s->bucket_point = NULL, s->dp_buf = NULL, s->owner = NULL, s->zero_sumsq = NULL;
 }
 
-int64_t api_dp_micro(const stepc_t *s, int64_t mb) { return mb * s->world + s->rank; }
+/* the TP ranks of a data-parallel rank run the same micro-batches */
+int64_t api_dp_micro(const stepc_t *s, int64_t mb) { return mb * s->dp + s->dp_rank; }
 
 double api_now_ms(void) {
   struct timespec ts;

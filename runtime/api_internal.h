@@ -25,7 +25,7 @@ typedef struct {
    * next step's work */
   unsigned long long dtok, dtg;
   bool dbound;
-  int world; /* data-parallel ranks: fill's micro index is global (api_dp_micro) */
+  int world; /* data-parallel ranks (stepc_t.dp): fill's micro index is global (api_dp_micro) */
 } ApiData;
 
 typedef struct ApiBackend {
@@ -67,6 +67,10 @@ struct stepc {
   char gpu[256];
   /* data parallel (api_dp.c) */
   int rank, world;    /* world 1: alone */
+  /* tensor parallelism (image tp_size > 1): world = dp * tp, rank = dp_rank * tp + tp_rank (TP
+   * fastest, Megatron's order); without it tp 1, dp = world, dp_rank = rank */
+  int tp, tp_rank, dp, dp_rank;
+  RtCommGroup tp_group, dp_group;
   RtComm *comm;       /* the job's host communicator (rendezvous; the CPU device's collectives) */
   int *bucket_point;  /* per image bucket: the micro program point after which it fires */
   bool dp_last_micro; /* the micro-batch running now is the step's last: buckets fire */

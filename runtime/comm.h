@@ -81,6 +81,22 @@ int rt_comm_broadcast(RtComm *c, void *buf, size_t bytes, int root);
 /* Returns when every rank has called it (or fails with the message). */
 int rt_comm_barrier(RtComm *c);
 
+/* Group collectives (comm_group.c): over the ranks first, first + stride, ... (count of them) —
+ * tensor parallelism's TP group (stride 1) and its data-parallel group (stride TP). Every rank of
+ * the job calls each of them, in the same order with the same count (each passes its own group):
+ * they ride on an all-gather over the whole job. Results combine the members in group order
+ * (member 0 + member 1 + ...), bitwise reproducible. */
+typedef struct {
+  int first, stride, count;
+} RtCommGroup;
+/* buf := the members' elementwise sum (max: maximum) */
+int rt_comm_group_allreduce(RtComm *c, const RtCommGroup *g, void *buf, size_t n, RtCommType t, int max);
+/* recv (count * bytes) := every member's send, member after member */
+int rt_comm_group_all_gather(RtComm *c, const RtCommGroup *g, const void *send, void *recv, size_t bytes);
+/* recv (n) := the members' sum of send[member * n .. (member + 1) * n), for this rank's `member` */
+int rt_comm_group_reduce_scatter(RtComm *c, const RtCommGroup *g, int member, const void *send, void *recv,
+                                 size_t n, RtCommType t);
+
 /* ---- launcher environments ---- */
 typedef struct {
   int rank, size, local_rank;

@@ -56,6 +56,8 @@ static int check_facts(const StepImage *im, Why *w) {
   if (f->dp_size < 1 || f->dp_size > 65536)
     return bad(w, "facts.dp_size %d is outside [1, 65536]", f->dp_size);
   if (f->dist_opt != 0 && f->dist_opt != 1) return bad(w, "facts.dist_opt %d is not 0 or 1", f->dist_opt);
+  if (f->tp_size < 0 || f->tp_size > 1024 || (int64_t)f->dp_size * (f->tp_size > 1 ? f->tp_size : 1) > 65536)
+    return bad(w, "facts.tp_size %d is outside [0, 1024] or the job above 65536 ranks", f->tp_size);
   if (f->cuda_peak < 0 || f->cpu_peak < 0) return bad(w, "facts.cuda_peak or facts.cpu_peak is negative");
   return 0;
 }
@@ -139,6 +141,17 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
                "tensor %d (%s): CPU slot (offset %lld, %lld bytes) does not hold its %lld bytes inside %lld",
                i, t->name, (long long)im->cpu_offset[i], (long long)im->cpu_bytes[i], (long long)cpu_need,
                (long long)cap);
+  if (t->tp_nseg != 0) { /* a tensor-parallel shard: its segments tile the one-rank dim (ir.h) */
+    int64_t sum = 0;
+    bool ok = t->tp_nseg > 0 && t->tp_nseg <= 3 && t->tp_dim >= 0 && t->tp_dim < t->ndim && t->tp_size > 1 &&
+              t->tp_size == im->f.tp_size;
+    for (int k = 0; ok && k < t->tp_nseg; k++)
+      ok = t->tp_seg[k] > 0 && t->tp_seg[k] % t->tp_size == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
+      sum += ok ? t->tp_seg[k] : 0;
+    if (!ok || sum != t->shape[t->tp_dim] * t->tp_size)
+      return bad(w, "tensor %d (%s): its tensor-parallel shard (dim %d, %d segments, TP %d) does not tile it",
+                 i, t->name, t->tp_dim, t->tp_nseg, t->tp_size);
+  }
   if (!opt_index(im->owner[i], im->f.dp_size))
     return bad(w, "tensor %d (%s): owner %d is not a rank of %d", i, t->name, im->owner[i], im->f.dp_size);
   /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */

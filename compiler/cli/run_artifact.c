@@ -237,8 +237,7 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   } else {
     fprintf(out, "%s: %s%s%s (%s)", dir, in.device, in.gpu[0] ? " " : "", in.gpu, in.graph_mode);
     if (in.world_size > 1 || (in.comm && strcmp(in.comm, "none") != 0))
-      fprintf(out, ", rank %d of %d data-parallel ranks (%s)", in.rank, in.world_size,
-              in.comm ? in.comm : "none");
+      fprintf(out, ", rank %d of %d ranks (%s)", in.rank, in.world_size, in.comm ? in.comm : "none");
     fprintf(out, "\n");
   }
   /* tokens per step over every rank, for tokens/s; the time left from the wall time so far */

@@ -73,8 +73,7 @@ int run_nproc(const char *dir, int nproc, char *const *child_args, int nchild_ar
     fprintf(stderr, "stepc run --nproc: no random numbers for the job secret (getrandom, /dev/urandom)\n");
     return 4;
   }
-  if (progress)
-    fprintf(progress, "run: %d data-parallel ranks on this host, rendezvous at 127.0.0.1:%d\n", nproc, port);
+  if (progress) fprintf(progress, "run: %d ranks on this host, rendezvous at 127.0.0.1:%d\n", nproc, port);
   pid_t *pid = calloc((size_t)nproc, sizeof *pid), *relay_pid = calloc((size_t)nproc, sizeof *relay_pid);
   char **argv = calloc((size_t)nchild_args + 4, sizeof *argv);
   if (!pid || !relay_pid || !argv) {

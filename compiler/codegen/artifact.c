@@ -324,6 +324,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   f->sm_count = sp->sm_count;
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;
+  f->tp_size = (int32_t)(spec->per_rank ? spec->model.tensor_model_parallel_size : 1);
   /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
   im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
   im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
@@ -349,11 +350,18 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
     im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1, im.storage[t] = fusions_storage(sp->fz, t);
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
-  if (!sp->lp_ok)
+  if (f->tp_size > 1) /* the collectives as ops have CPU references only (docs/parallelism.md) */
+    snprintf(
+        f->cuda_refusal, sizeof f->cuda_refusal,
+        "the CUDA backend does not run this step: tensor parallelism (model.tensor_model_parallel_size=%d) "
+        "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
+        "no CUDA launches yet",
+        (int)f->tp_size);
+  else if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);
-  im.has_program = sp->lp_ok;
-  if (sp->lp_ok) im.lp = sp->lp; /* borrowed: written, never freed here */
+  im.has_program = sp->lp_ok && f->tp_size <= 1;
+  if (im.has_program) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
@@ -372,6 +380,11 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   const char *dir = o->dir, *arch = o->arch ? o->arch : "sm_90";
   char path[PATH_MAX + 64];
   if (artifact_refuse_unexecuted(spec, err, nerr) != ARTIFACT_OK) return ARTIFACT_UNSUPPORTED;
+  /* the artifact runs one rank's step: under tensor parallelism its shard (Spec.per_rank) */
+  static Spec rank_spec;
+  rank_spec = *spec;
+  rank_spec.per_rank = true;
+  spec = &rank_spec;
   if (artifact_mkdirs(dir) != 0) return fail(err, nerr, "cannot create %s: %s", dir, strerror(errno));
   /* recipe.lua */
   FILE *f = open_out(dir, "recipe.lua", path, sizeof path);

@@ -1,14 +1,55 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet. A build of such a
  * recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an artifact
  * that trained a different step than the recipe asks for (bf16 under fp8, one full replica under
- * tensor or expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
- * `trace` still take these fields: the per-rank report models them. */
+ * expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
+ * `trace` still take these fields: the per-rank report models them.
+ *
+ * Tensor parallelism (with or without sequence parallelism) is executed on the CPU device for the
+ * dense GPT layers (docs/parallelism.md); what it does not cover yet is refused here with the field
+ * that asks for it. */
 #include "codegen/artifact.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static bool above_one(const Spec *s, int f, int64_t v) { return s->present[f] && v > 1; }
+
+/* Under TP > 1: the first field whose value the tensor-parallel lowering (compiler/lower/lower.c)
+ * does not cover, or NULL. */
+static const char *tp_unexecuted(const Spec *s, int *field) {
+  const SpecModel *m = &s->model;
+  int64_t tp = m->tensor_model_parallel_size;
+  const struct {
+    bool asks;
+    int field;
+    const char *what;
+  } rows[] = {
+      {spec_is_moe(s), SPEC_F_model_num_moe_experts, "MoE layers under tensor parallelism"},
+      {m->multi_latent_attention, SPEC_F_model_multi_latent_attention,
+       "multi-latent attention under tensor parallelism"},
+      {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0],
+       SPEC_F_model_hybrid_override_pattern, "Mamba / hybrid layers under tensor parallelism"},
+      {m->add_bias_linear, SPEC_F_model_add_bias_linear,
+       "linear biases under tensor parallelism (a row-parallel bias is added after the all-reduce)"},
+      {spec_num_query_groups(s) % tp != 0, SPEC_F_model_num_query_groups,
+       "fewer key/value groups than tensor-parallel ranks (Megatron replicates them)"},
+      {m->vocab_size % tp != 0, SPEC_F_model_vocab_size,
+       "a vocabulary that the tensor-parallel ranks cannot split evenly (pad it to a multiple of TP)"},
+      {m->attention_dropout > 0, SPEC_F_model_attention_dropout,
+       "attention dropout under tensor parallelism (each rank would draw its heads' slice of the mask)"},
+      {m->sequence_parallel && m->hidden_dropout > 0, SPEC_F_model_hidden_dropout,
+       "hidden dropout under sequence parallelism (each rank would draw its rows' slice of the mask)"},
+      {m->sequence_parallel && strcmp(m->position_embedding_type, "learned_absolute") == 0,
+       SPEC_F_model_position_embedding_type, "learned absolute positions under sequence parallelism"},
+      {spec_output_layer_chunks(s) > 1, SPEC_F_model_output_layer_chunks,
+       "the chunked output layer and loss (LINEAR_CROSS_ENTROPY) under tensor parallelism"},
+      {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,
+       "the distributed optimizer under tensor parallelism"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (rows[i].asks) return *field = rows[i].field, rows[i].what;
+  return NULL;
+}
 
 /* The first field whose value asks for something the step does not execute (its id in *field and
  * what it asks for), or NULL. */
@@ -23,8 +64,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
     int field;
     const char *what;
   } rows[] = {
-      {above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
-       SPEC_F_model_tensor_model_parallel_size, "tensor parallelism"},
       {above_one(s, SPEC_F_model_pipeline_model_parallel_size, m->pipeline_model_parallel_size),
        SPEC_F_model_pipeline_model_parallel_size, "pipeline parallelism"},
       {above_one(s, SPEC_F_model_virtual_pipeline_model_parallel_size,
@@ -44,6 +83,8 @@ static const char *first_unexecuted(const Spec *s, int *field) {
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;
+  if (above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size))
+    return tp_unexecuted(s, field);
   return NULL;
 }
 

@@ -275,6 +275,9 @@ typedef struct Spec {
   bool present[SPEC_NFIELDS];   /* false: null (Megatron's None) */
   char where[SPEC_NFIELDS][96]; /* "models/x.lua:12", "override model.fp8=null", "" = default */
   char recipe_path[SPEC_MAX_STR];
+  /* Not a recipe field: the build of an artifact sets it to lower one rank's step (its TP shard,
+   * compiler/lower/lower.c) instead of the single-rank math that `stepc plan` and `check` model. */
+  bool per_rank;
 } Spec;
 
 extern const SpecField spec_fields[SPEC_NFIELDS];

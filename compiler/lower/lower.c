@@ -39,6 +39,8 @@ typedef struct {
   double std, out_std; /* Megatron's init_method_std and the scaled init of output projections */
   int stream;          /* next dropout RNG stream */
   int wte;             /* word embeddings, kept for a tied output layer */
+  int64_t tp;          /* tensor parallelism executed (Spec.per_rank): this rank's shard; 1 none */
+  bool sp;             /* sequence parallelism: the residual stream is this rank's T/TP rows */
 } Lower;
 
 static void tags(Lower *L, int layer, uint32_t labels, uint32_t scopes, const char *fmt, const char *sub) {
@@ -58,11 +60,42 @@ static int param(Lower *L, const char *suffix, int ndim, int64_t d0, int64_t d1,
   return graph_param(L->g, name, L->dt, ndim, sh, init, std);
 }
 
-static int linear(Lower *L, int x, int64_t n_out, int64_t n_in, double std) {
-  int w = param(L, "weight", 2, n_out, n_in, IR_INIT_NORMAL, std);
+/* Tensor parallelism: param `id` (its one-rank shape already cut to this rank's) is the shard of
+ * Tensor.tp_* (ir.h): along `dim`, segments seg[0..nseg) of the one-rank tensor, each split over TP. */
+static int shard(Lower *L, int id, int dim, int nseg, const int64_t *seg) {
+  if (id < 0 || L->tp <= 1) return id;
+  Tensor *t = &L->g->t[id];
+  t->tp_dim = dim, t->tp_nseg = nseg, t->tp_size = (int32_t)L->tp;
+  for (int k = 0; k < nseg; k++)
+    t->tp_seg[k] = seg[k];
+  return id;
+}
+
+/* y = x W^T with W (n_out, n_in) of the one-rank layer. Under TP: column-parallel (`col`: W's rows
+ * split, in segments seg[0..nseg) — [Q | K | V], [gate | up]) or row-parallel (W's columns split);
+ * the caller brings x into the TP region and reduces a row-parallel output. */
+static int linear_tp(Lower *L, int x, int64_t n_out, int64_t n_in, double std, bool col, int nseg,
+                     const int64_t *seg) {
+  int64_t o = col ? n_out / L->tp : n_out, i = col ? n_in : n_in / L->tp;
+  int w = shard(L, param(L, "weight", 2, o, i, IR_INIT_NORMAL, std), col ? 0 : 1, nseg, seg);
   int in[3] = {x, w, -1};
-  if (L->s->model.add_bias_linear) in[2] = param(L, "bias", 1, n_out, 1, IR_INIT_ZEROS, 0);
+  if (L->s->model.add_bias_linear)
+    in[2] = shard(L, param(L, "bias", 1, o, 1, IR_INIT_ZEROS, 0), 0, nseg, seg);
   return graph_op1(L->g, OP_LINEAR, in, L->s->model.add_bias_linear ? 3 : 2, NULL, NULL);
+}
+
+/* Into the TP region (Megatron's copy_to_tensor_model_parallel_region, or under SP
+ * gather_from_sequence_parallel_region) and out of it (reduce_from_..., or reduce_scatter_to_...). */
+static int tp_enter(Lower *L, int x) {
+  if (L->tp <= 1) return x;
+  OpAttrs a = {.i = {L->tp}};
+  return graph_op1(L->g, L->sp ? OP_TP_GATHER : OP_TP_COPY, &x, 1, &a, NULL);
+}
+
+static int tp_leave(Lower *L, int x) {
+  if (L->tp <= 1) return x;
+  OpAttrs a = {.i = {L->tp}};
+  return graph_op1(L->g, L->sp ? OP_TP_SCATTER : OP_TP_ALLREDUCE, &x, 1, &a, NULL);
 }
 
 static int norm(Lower *L, int x) {
@@ -86,9 +119,10 @@ static int lower_embedding(Lower *L) {
   g->tokens = graph_tensor(g, "input.tokens", DT_I32, ROLE_INPUT, 2, sh);
   g->targets = graph_tensor(g, "input.targets", DT_I32, ROLE_INPUT, 2, sh);
   graph_module(g, "embedding.word_embeddings");
-  L->wte = param(L, "weight", 2, L->v, L->c, IR_INIT_NORMAL, L->std);
+  L->wte = shard(L, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
   int in[2] = {g->tokens, L->wte};
-  int x = graph_op1(g, OP_EMBED, in, 2, NULL, NULL);
+  OpAttrs ea = {.i = {L->tp > 1}}; /* vocab-parallel: this rank's rows, then the sum over TP */
+  int x = tp_leave(L, graph_op1(g, OP_EMBED, in, 2, &ea, NULL));
   if (strcmp(L->s->model.position_embedding_type, "learned_absolute") == 0) {
     graph_module(g, "embedding.position_embeddings");
     int pos[2] = {x, param(L, "weight", 2, L->s->model.seq_length, L->c, IR_INIT_NORMAL, L->std)};
@@ -110,11 +144,12 @@ static int lower_attention(Lower *L, int l, int x) {
   const SpecModel *m = &L->s->model;
   Graph *g = L->g;
   tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "input_layernorm"); /* fused into linear_qkv (above) */
-  int h = norm(L, x);
+  int h = tp_enter(L, norm(L, x));
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_qkv");
-  int qkv = linear(L, h, (L->h + 2 * L->gq) * L->d, L->c, L->std);
+  int64_t qkv_seg[3] = {L->h * L->d, L->gq * L->d, L->gq * L->d}; /* [all Q | all K | all V] */
+  int qkv = linear_tp(L, h, (L->h + 2 * L->gq) * L->d, L->c, L->std, true, 3, qkv_seg);
   tags(L, l, 0, S, "layers.%d.%s", "self_attention");
-  OpAttrs sa = {.i = {L->h, L->gq, L->d}};
+  OpAttrs sa = {.i = {L->h / L->tp, L->gq / L->tp, L->d}}; /* this rank's heads and groups */
   int qkvs[3];
   if (graph_op(g, OP_SPLIT_QKV, &qkv, 1, &sa, qkvs, NULL) < 0) return -1;
   int q = qkvs[0], k = qkvs[1], v = qkvs[2];
@@ -146,7 +181,8 @@ static int lower_attention(Lower *L, int l, int x) {
     ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   }
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_proj");
-  int o = linear(L, ctx, L->c, L->h * L->d, L->out_std);
+  int64_t hd = L->h * L->d;
+  int o = tp_leave(L, linear_tp(L, ctx, L->c, hd, L->out_std, false, 1, &hd));
   tags(L, l, 0, S, "layers.%d.%s", "self_attn_bda");
   o = dropout(L, o, m->hidden_dropout);
   int add[2] = {x, o};
@@ -159,13 +195,14 @@ static int lower_mlp(Lower *L, int l, int x) {
   const SpecModel *m = &L->s->model;
   bool glu = m->gated_linear_unit;
   tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "pre_mlp_layernorm"); /* fused into linear_fc1 (above) */
-  int h = norm(L, x);
+  int h = tp_enter(L, norm(L, x));
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc1");
-  int u = linear(L, h, glu ? 2 * L->f : L->f, L->c, L->std);
+  int64_t fc1_seg[2] = {L->f, L->f}; /* gated: [gate | up], each rank its slice of both halves */
+  int u = linear_tp(L, h, glu ? 2 * L->f : L->f, L->c, L->std, true, glu ? 2 : 1, fc1_seg);
   tags(L, l, IR_LABEL_MLP | IR_LABEL_MLP_ACT, S, "layers.%d.%s", "mlp.activation_func");
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
-  int o = linear(L, u, L->c, L->f, L->out_std);
+  int o = tp_leave(L, linear_tp(L, u, L->c, L->f, L->out_std, false, 1, &L->f));
   tags(L, l, 0, S, "layers.%d.%s", "mlp_bda");
   o = dropout(L, o, m->hidden_dropout);
   int add[2] = {x, o};
@@ -175,11 +212,11 @@ static int lower_mlp(Lower *L, int l, int x) {
 static int lower_head(Lower *L, int x) {
   Graph *g = L->g;
   tags(L, -1, 0, 0, NULL, "final_layernorm");
-  x = norm(L, x);
+  x = tp_enter(L, norm(L, x));
   tags(L, -1, 0, 0, NULL, "output_layer");
   int w = L->s->model.share_embeddings_and_output_weights
               ? L->wte
-              : param(L, "weight", 2, L->v, L->c, IR_INIT_NORMAL, L->std);
+              : shard(L, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
   int64_t chunks = spec_output_layer_chunks(L->s);
   if (chunks > 1) { /* one op over the chunks: only one chunk's logits at a time (ir/ops/linear_loss.c) */
     OpAttrs a = {.i = {chunks}};
@@ -192,7 +229,8 @@ static int lower_head(Lower *L, int x) {
   int logits = graph_op1(g, OP_LINEAR, in, 2, NULL, "output_layer.logits");
   tags(L, -1, 0, 0, NULL, "loss");
   int ce[2] = {logits, g->targets}, out[2];
-  if (graph_op(g, OP_CROSS_ENTROPY, ce, 2, NULL, out, NULL) < 0) return -1;
+  OpAttrs ca = {.i = {L->tp > 1}}; /* vocab-parallel: no rank holds a row's whole logits */
+  if (graph_op(g, OP_CROSS_ENTROPY, ce, 2, &ca, out, NULL) < 0) return -1;
   g->loss = out[0];
   return 0;
 }
@@ -237,7 +275,9 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
              .d = spec_kv_channels(s),
              .f = spec_ffn_hidden_size(s),
              .v = m->vocab_size,
-             .std = 0.02};
+             .std = 0.02,
+             .tp = s->per_rank && m->tensor_model_parallel_size > 1 ? m->tensor_model_parallel_size : 1};
+  L.sp = L.tp > 1 && m->sequence_parallel;
   L.out_std = L.std / sqrt(2.0 * (double)m->num_layers);
   if (L.b <= 0 || L.t <= 0 || L.c <= 0 || L.h <= 0 || L.gq <= 0 || L.d <= 0 || L.f <= 0 || L.v <= 0 ||
       L.h % L.gq) {

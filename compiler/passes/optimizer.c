@@ -36,10 +36,27 @@ int optimizer_build(Graph *g, const Spec *s) {
   if (graph_op_into(g, OP_LR_SCHED, NULL, 0, lr_out, 2, &la) < 0) return -1;
   if (graph_op_into(g, OP_ZERO, NULL, 0, &sumsq, 1, NULL) < 0) return -1;
   int nt = g->nt;
+  /* Tensor parallelism (a per-rank step, ir.h Tensor.tp_*): under sequence parallelism the
+   * replicated params (the norms) saw only this rank's rows, so their main gradients are summed
+   * over the TP group first (Megatron's allreduce of sequence-parallel grads); the global norm
+   * adds the sharded gradients' sums of squares over the group, the replicated ones' once. */
+  int64_t tp = s->per_rank ? s->model.tensor_model_parallel_size : 1;
+  OpAttrs ta = {.i = {tp}};
+  int sumsq_tp = tp > 1 ? opt_tensor(g, "optimizer.grad_sumsq_tp", DT_F32, -1, NULL) : -1;
+  if (tp > 1 && (sumsq_tp < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_tp, 1, NULL) < 0)) return -1;
+  for (int i = 0; i < nt && tp > 1 && s->model.sequence_parallel; i++)
+    if (g->t[i].role == ROLE_GRAD && g->t[g->t[i].of].tp_nseg == 0 &&
+        graph_op_into(g, OP_TP_ALLREDUCE, &i, 1, &i, 1, &ta) < 0)
+      return -1;
   /* i[0]: the fusion pass may run the op in one multi-tensor launch with its neighbours (fuse.c) */
   OpAttrs sa = {.i = {o->multi_tensor}};
   for (int i = 0; i < nt; i++)
-    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, &sumsq, 1, &sa) < 0) return -1;
+    if (g->t[i].role == ROLE_GRAD &&
+        graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, g->t[g->t[i].of].tp_nseg > 0 ? &sumsq_tp : &sumsq, 1, &sa) < 0)
+      return -1;
+  if (tp > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
+                 graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
+    return -1;
   OpAttrs ca = {.f = {o->clip_grad}};
   int clip_out[2] = {norm, coef};
   if (graph_op_into(g, OP_CLIP_COEF, &sumsq, 1, clip_out, 2, &ca) < 0) return -1;

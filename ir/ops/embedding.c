@@ -2,7 +2,12 @@
  * positions: y[b,t] = x[b,t] + P[t]) and their gradients.
  *
  * EMBED_BWD takes the vocabulary size as i[0] rather than W itself, so that the backward does not
- * appear to read the table. POS_ADD_BWD likewise takes the table's row count as i[0]. */
+ * appear to read the table. POS_ADD_BWD likewise takes the table's row count as i[0].
+ *
+ * Vocab-parallel (tensor parallelism, Megatron's VocabParallelEmbedding): EMBED's i[0] = 1 (and
+ * EMBED_BWD's i[1] = 1) when W is this TP rank's rows [rank * V_l, (rank + 1) * V_l) of the table:
+ * a token outside them gives a zero row (the TP_ALLREDUCE or TP_SCATTER that follows sums the one
+ * rank's row in) and no gradient. An out-of-range token reads global row 0, as one rank does. */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -17,7 +22,7 @@ static int embed_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
 static int embed_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
-  OpAttrs a = {.i = {g->t[o.in[1]].shape[0]}};
+  OpAttrs a = {.i = {g->t[o.in[1]].shape[0], o.a.i[0]}};
   int in[2] = {dout[0], o.in[0]}, of[1] = {o.in[1]};
   return ops_grad_op(g, OP_EMBED_BWD, in, 2, &a, &din[1], of) < 0 ? -1 : 0;
 }
@@ -131,20 +136,32 @@ typedef struct {
   const real *src;
   real *dst;
   int64_t rows, c, v, t;
+  int64_t off, all; /* vocab-parallel: this rank's first row and the whole vocabulary (else 0, v) */
 } K(EmbArgs);
+
+/* The local row of token r, or -1 when another TP rank holds it. */
+static int64_t K(embed_row)(const K(EmbArgs) * a, int64_t r) {
+  int64_t v = a->tok[r];
+  if (v < 0 || v >= a->all) v = 0; /* out-of-range tokens are a data bug; read row 0, never out of bounds */
+  v -= a->off;
+  return v >= 0 && v < a->v ? v : -1;
+}
 
 static void K(embed_range)(void *p, int64_t lo, int64_t hi) {
   const K(EmbArgs) *a = p;
   for (int64_t r = lo; r < hi; r++) {
-    int64_t v = a->tok[r];
-    if (v < 0 || v >= a->v) v = 0; /* out-of-range tokens are a data bug; read row 0, never out of bounds */
-    memcpy(a->dst + r * a->c, a->src + v * a->c, (size_t)a->c * sizeof(real));
+    int64_t v = K(embed_row)(a, r);
+    if (v >= 0)
+      memcpy(a->dst + r * a->c, a->src + v * a->c, (size_t)a->c * sizeof(real));
+    else
+      memset(a->dst + r * a->c, 0, (size_t)a->c * sizeof(real));
   }
 }
 
 static void K(embed_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *tok = &c->g->t[op->in[0]], *w = &c->g->t[op->in[1]];
-  K(EmbArgs) a = {in[0], in[1], out[0], tensor_numel(tok), w->shape[1], w->shape[0], 0};
+  K(EmbArgs) a = {in[0], in[1], out[0], tensor_numel(tok), w->shape[1], w->shape[0], 0, 0, w->shape[0]};
+  if (op->a.i[0]) a.off = (int64_t)ops_tp_rank(c) * a.v, a.all = a.v * ops_tp_size(c);
   c->parallel_for(c, a.rows, K(embed_range), &a);
 }
 
@@ -155,8 +172,8 @@ static void K(embed_bwd_range)(void *p, int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; j++)
       a->dst[v * a->c + j] = 0;
   for (int64_t r = 0; r < a->rows; r++) {
-    int64_t v = a->tok[r];
-    if (v < 0 || v >= a->v) v = 0;
+    int64_t v = K(embed_row)(a, r);
+    if (v < 0) continue;
     for (int64_t j = lo; j < hi; j++)
       a->dst[v * a->c + j] += a->src[r * a->c + j];
   }
@@ -164,7 +181,8 @@ static void K(embed_bwd_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(embed_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *dy = &c->g->t[op->in[0]];
-  K(EmbArgs) a = {in[1], in[0], out[0], ops_rows(dy), ops_last(dy), op->a.i[0], 0};
+  K(EmbArgs) a = {in[1], in[0], out[0], ops_rows(dy), ops_last(dy), op->a.i[0], 0, 0, op->a.i[0]};
+  if (op->a.i[1]) a.off = (int64_t)ops_tp_rank(c) * a.v, a.all = a.v * ops_tp_size(c);
   c->parallel_for(c, a.c, K(embed_bwd_range), &a);
 }
 

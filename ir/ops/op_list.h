@@ -32,6 +32,13 @@
   X(MOE_ACT, op_moe_act) /* act(h) * routing prob (the moe_act label's op) */                                \
   X(MOE_ACT_BWD, op_moe_act_bwd)
 
+/* tp.c: tensor parallelism's collectives (Megatron's mappings), a block of their own, listed last */
+#define OP_LIST_TP(X)                                                                                        \
+  X(TP_COPY, op_tp_copy)           /* y = x; backward all-reduce (copy to the TP region) */                  \
+  X(TP_ALLREDUCE, op_tp_allreduce) /* y = sum over the TP group; backward identity */                        \
+  X(TP_GATHER, op_tp_gather)       /* all-gather along the sequence; backward TP_SCATTER */                  \
+  X(TP_SCATTER, op_tp_scatter)     /* reduce-scatter along the sequence; backward TP_GATHER */
+
 #define OP_LIST(X)                                                                                           \
   OP_LIST_MLA_MOE(X)                                                                                         \
   /* elementwise.c */                                                                                        \
@@ -111,6 +118,7 @@
   X(LINEAR_CROSS_ENTROPY_BWD, op_linear_cross_entropy_bwd)                                                   \
   /* activation.c: the gated GELU (Megatron's gelu with gated_linear_unit) */                                \
   X(GEGLU, op_geglu) /* y = gelu(a) * b, [a | b] = x (exact erf GELU) */                                     \
-  X(GEGLU_BWD, op_geglu_bwd)
+  X(GEGLU_BWD, op_geglu_bwd)                                                                                 \
+  OP_LIST_TP(X)
 
 #endif

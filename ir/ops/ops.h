@@ -26,6 +26,22 @@
  * independent of the thread count (the executor's determinism rests on this). */
 typedef void (*CpuRangeFn)(void *arg, int64_t lo, int64_t hi);
 
+/* The tensor-parallel group an op's collectives run over (ir/ops/tp.c; the executor's driver
+ * provides them: runtime/api_cpu.c over runtime/comm.h). Each call is made by every rank of the
+ * group, in the same order, with the same count; 0, or -1 (the driver keeps the message and
+ * fails the step after the op). Elements are the pass's `real` (f64 1: double, else float). */
+typedef struct CpuTp {
+  int rank, size;
+  /* buf := the elementwise sum (max 1: maximum) of every group rank's buf, in group-rank order */
+  int (*allreduce)(struct CpuTp *tp, void *buf, int64_t n, int f64, int max);
+  /* recv (size * bytes) := every group rank's send, rank after rank */
+  int (*all_gather)(struct CpuTp *tp, const void *send, void *recv, int64_t bytes);
+  /* recv (n) := the sum over the group of send[rank * n .. (rank + 1) * n) */
+  int (*reduce_scatter)(struct CpuTp *tp, const void *send, void *recv, int64_t n, int f64);
+  void *user;
+  int failed; /* set by a call that returned -1 */
+} CpuTp;
+
 typedef struct CpuCtx {
   const Graph *g;
   void (*parallel_for)(const struct CpuCtx *c, int64_t n, CpuRangeFn fn, void *arg);
@@ -39,7 +55,11 @@ typedef struct CpuCtx {
    * num_microbatches * data-parallel ranks, which the step's driver counts before it runs
    * (runtime/api.c api_loss_den); <= 0: this op's own kept tokens (an op or micro-batch run alone). */
   double loss_den;
+  /* Tensor parallelism: this rank's group (NULL: one rank, every TP op an identity) */
+  CpuTp *tp;
 } CpuCtx;
+static inline int ops_tp_rank(const CpuCtx *c) { return c->tp ? c->tp->rank : 0; }
+static inline int ops_tp_size(const CpuCtx *c) { return c->tp ? c->tp->size : 1; }
 
 /* A target in [0, v) is kept by the loss; any other (-100, PyTorch's ignore_index) masks its token. */
 static inline int ops_target_kept(int64_t t, int64_t v) { return t >= 0 && t < v; }

@@ -111,6 +111,8 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro) {
 
 void cpu_exec_set_loss_den(CpuExec *e, double den) { e->ctx.loss_den = den; }
 
+void cpu_exec_set_tp(CpuExec *e, CpuTp *tp) { e->ctx.tp = tp; }
+
 void cpu_exec_run_op(CpuExec *e, int id) { cpu_exec_run_as(e, &e->g->op[id]); }
 
 int cpu_exec_run_op_eval(CpuExec *e, int id) {
@@ -150,12 +152,13 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
     int64_t n = tensor_numel(t);
     if (t->bytes == 0) continue; /* not held here (another rank's optimizer state) */
     uint64_t key = ops_init_key(seed, t->name);
+    int tp_rank = ops_tp_rank(&e->ctx); /* a TP shard takes its slice of the one-rank tensor's values */
     if (t->init == IR_INIT_ONES)
       for (int64_t j = 0; j < n; j++)
         cpu_exec_set(e, i, j, 1.0);
     else if (t->init == IR_INIT_NORMAL)
       for (int64_t j = 0; j < n; j++)
-        cpu_exec_set(e, i, j, t->init_std * normal_at(key, (uint64_t)j));
+        cpu_exec_set(e, i, j, t->init_std * normal_at(key, (uint64_t)tensor_tp_full_index(t, tp_rank, j)));
   }
   for (int i = 0; i < g->nt; i++)
     if (g->t[i].role == ROLE_MASTER && g->t[i].of >= 0 && g->t[i].bytes > 0)

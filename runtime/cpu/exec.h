@@ -32,6 +32,10 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro);
  * of the step's global batch / (num_microbatches * data-parallel ranks); <= 0 (the default): each
  * loss op divides by its own kept tokens. */
 void cpu_exec_set_loss_den(CpuExec *e, double den);
+/* Tensor parallelism: the group the TP ops' collectives run over (ir/ops/ops.h; NULL: one rank),
+ * and whose rank's slice of each sharded param cpu_exec_init_params draws. Set before the init. */
+struct CpuTp;
+void cpu_exec_set_tp(CpuExec *e, struct CpuTp *tp);
 /* Runs, in graph order, the ops whose phase bit (IR_PHASE_BIT) is in phase_mask. */
 void cpu_exec_run(CpuExec *e, uint32_t phase_mask);
 void cpu_exec_run_op(CpuExec *e, int op);

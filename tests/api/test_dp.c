@@ -25,6 +25,12 @@
  *                                          ranks gather: dropped; the job runs, unheld (issue 23)
  *   test_dp guard ARTN                     a comm_timeout_s of inf, NaN or -1 and a missing job secret
  *                                          refused at open; rank 0 listens on master_addr (127.0.0.2) only
+ *   test_dp run    ARTN N STEPS PARAMS      STEPS steps on N ranks (tensor parallelism, tests/api/tp.sh):
+ *                                          every rank's loss and grad norm the same bits, printed as
+ *                                          "step K loss L grad_norm G"; the parameters (gathered over
+ *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
+ *   test_dp cuda   ARTN                     a TP artifact opened on the cuda device: refused, naming TP
+ *   test_dp tpckpt ARTN N DIR               a TP run's checkpoint: refused on every rank
  *   test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line
  *                                          "measure RANK arena REGION STATE MAX_ALLOCATED PREDICTED";
  *                                          rank 0's parameters saved to PARAMS (their shapes)
@@ -498,6 +504,52 @@ static int mode_continue(const char *artn, int n, int steps, const char *ck, con
 }
 
 /* Each rank's measured memory after one step (tests/api/dp.sh compares it with the plan). */
+static int mode_run(const char *art, int n, int steps, const char *params) {
+  static Rank r[MAXR];
+  setup(r, n, art, steps);
+  for (int i = 0; i < n; i++)
+    r[i].params = params;
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++)
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", art, i, r[i].err);
+  if (fails) return 1;
+  for (int k = 0; k < steps; k++) {
+    printf("step %d loss %.17g grad_norm %.17g\n", k + 1, r[0].loss[k], r[0].gnorm[k]);
+    for (int i = 1; i < n; i++)
+      CHECK(r[i].loss[k] == r[0].loss[k] && r[i].gnorm[k] == r[0].gnorm[k],
+            "step %d: rank %d's loss %a grad_norm %a, rank 0's %a %a", k + 1, i, r[i].loss[k], r[i].gnorm[k],
+            r[0].loss[k], r[0].gnorm[k]);
+  }
+  return fails != 0;
+}
+
+static int mode_cuda(const char *art) {
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CUDA;
+  o.rank = 0, o.world_size = 2, o.master_port = free_port();
+  stepc_t *s = NULL;
+  stepc_status st = stepc_open(art, &o, &s);
+  CHECK(st == STEPC_ERR_UNSUPPORTED && strstr(stepc_last_error(s), "tensor parallelism"),
+        "opened on cuda: status %d, %s", (int)st, stepc_last_error(s));
+  if (!fails) printf("ok: refused on cuda: %s\n", stepc_last_error(s));
+  stepc_close(s);
+  return fails != 0;
+}
+
+static int mode_tpckpt(const char *art, int n, const char *dir) {
+  static Rank r[MAXR];
+  setup(r, n, art, 1);
+  for (int i = 0; i < n; i++)
+    r[i].save = dir;
+  run_ranks(r, n);
+  for (int i = 0; i < n; i++)
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_ERR_UNSUPPORTED &&
+              strstr(r[i].err, "tensor parallelism"),
+          "rank %d: open %d, save %d: %s", i, (int)r[i].open_st, (int)r[i].step_st, r[i].err);
+  if (!fails) printf("ok: a TP checkpoint refused on every rank: %s\n", r[0].err);
+  return fails != 0;
+}
+
 static int mode_measure(const char *artn, int n, const char *params) {
   static Rank r[MAXR];
   setup(r, n, artn, 1);
@@ -556,6 +608,9 @@ int main(int argc, char **argv) {
   const char *m = argv[1];
   /* the ranks are threads of one process: one secret in the environment for them all */
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
+  if (!strcmp(m, "cuda") && argc == 3) return mode_cuda(argv[2]);
+  if (!strcmp(m, "tpckpt") && argc == 5) return mode_tpckpt(argv[2], atoi(argv[3]), argv[4]);
+  if (!strcmp(m, "run") && argc == 6) return mode_run(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
   if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
   if (!strcmp(m, "disagree") && argc == 5) return mode_disagree(argv[2], atoi(argv[3]), argv[4]);
   if (!strcmp(m, "reshard") && argc == 7) return mode_reshard(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);

@@ -1,0 +1,187 @@
+/* tp.c — tensor parallelism's collectives as ops (Megatron's megatron/core/tensor_parallel/mappings.py),
+ * each a conjugate pair with its gradient, over the rank's TP group (CpuCtx.tp; NULL: one rank,
+ * every op an identity):
+ *
+ *   TP_COPY       y = x                     copy to the TP region: forward identity,
+ *                                           backward dx = TP_ALLREDUCE(dy)
+ *   TP_ALLREDUCE  y = sum over the group of x   reduce from the TP region: backward identity (dx = dy,
+ *                                           no op). Also run in place (graph_op_into, out == in) on
+ *                                           main gradients and the norm's sum of squares
+ *   TP_GATHER     x (B, T/TP, ...) -> y (B, T, ...)   all-gather along the sequence (dim 1): rank r's
+ *                                           rows are y[:, r*T/TP .. (r+1)*T/TP); backward TP_SCATTER
+ *   TP_SCATTER    x (B, T, ...) -> y (B, T/TP, ...)   reduce-scatter along the sequence: rank r gets
+ *                                           the group's sum of its rows; backward TP_GATHER
+ *
+ * i[0] = the TP size (the group's ranks; shapes of GATHER / SCATTER follow from it). Sums are in
+ * group-rank order (rank 0 + rank 1 + ...), in the executor's precision, so a run is reproducible;
+ * they differ from one rank's single GEMM in rounding only (a row-parallel linear sums TP partial
+ * products). Megatron's sequence-parallel layout is [s, b, h] (sequence first); stepc's activations
+ * are (B, T, C), so a sequence shard is every sequence's T/TP rows, not one contiguous block. */
+#ifndef OPS_KERNEL_PASS
+#include "ops/ops.h"
+
+static int tp_like_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)err, (void)n;
+  ops_out_like(&out[0], ops_in(g, op, 0), op->kind == OP_TP_COPY ? "tp_copy" : "tp_sum");
+  return 0;
+}
+
+static int tp_seq_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0);
+  int64_t tp = op->a.i[0];
+  if (tp < 1 || x->ndim < 2 || (op->kind == OP_TP_SCATTER && x->shape[1] % tp))
+    return ops_err(err, n, "expects x (B, T, ...) with T divisible by i[0] = %lld (the TP size)",
+                   (long long)tp);
+  ops_out_like(&out[0], x, op->kind == OP_TP_GATHER ? "sp_gather" : "sp_scatter");
+  out[0].shape[1] = op->kind == OP_TP_GATHER ? x->shape[1] * tp : x->shape[1] / tp;
+  return 0;
+}
+
+/* copy: the gradient is the group's sum (every rank's branch used the same x) */
+static int tp_copy_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  int of[1] = {o.in[0]};
+  return ops_grad_op(g, OP_TP_ALLREDUCE, dout, 1, &o.a, &din[0], of) < 0 ? -1 : 0;
+}
+
+static int tp_allreduce_backward(Graph *g, int op, const int *dout, int *din) {
+  (void)g, (void)op;
+  din[0] = dout[0];
+  return 0;
+}
+
+static int tp_seq_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  int of[1] = {o.in[0]};
+  OpKind k = o.kind == OP_TP_GATHER ? OP_TP_SCATTER : OP_TP_GATHER;
+  return ops_grad_op(g, k, dout, 1, &o.a, &din[0], of) < 0 ? -1 : 0;
+}
+
+#define OPS_KERNEL_PASS
+#define OPS_REAL 32
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_REAL
+#define OPS_REAL 64
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_KERNEL_PASS
+
+#define TP_FACTS(inp)                                                                                        \
+  .facts = {.cost = COST_OTHER,                                                                              \
+            .ceiling = CEIL_DRAM,                                                                            \
+            .inplace = inp,                                                                                  \
+            .rng = RNG_NONE,                                                                                 \
+            .sink = SINK_NO,                                                                                 \
+            .matmul = MATMUL_NONE,                                                                           \
+            .ew = &OP_EW_NONE}
+
+const OpInfo op_tp_copy_info = {"tp_copy",
+                                1,
+                                1,
+                                1,
+                                tp_like_infer,
+                                NULL,
+                                tp_copy_backward,
+                                {tp_copy_cpu_f32, tp_copy_cpu_f64},
+                                TP_FACTS(INPLACE_IN0)};
+const OpInfo op_tp_allreduce_info = {"tp_allreduce",
+                                     1,
+                                     1,
+                                     1,
+                                     tp_like_infer,
+                                     NULL,
+                                     tp_allreduce_backward,
+                                     {tp_allreduce_cpu_f32, tp_allreduce_cpu_f64},
+                                     TP_FACTS(INPLACE_IN0)};
+const OpInfo op_tp_gather_info = {"tp_gather",
+                                  1,
+                                  1,
+                                  1,
+                                  tp_seq_infer,
+                                  NULL,
+                                  tp_seq_backward,
+                                  {tp_gather_cpu_f32, tp_gather_cpu_f64},
+                                  TP_FACTS(INPLACE_NONE)};
+const OpInfo op_tp_scatter_info = {"tp_scatter",
+                                   1,
+                                   1,
+                                   1,
+                                   tp_seq_infer,
+                                   NULL,
+                                   tp_seq_backward,
+                                   {tp_scatter_cpu_f32, tp_scatter_cpu_f64},
+                                   TP_FACTS(INPLACE_NONE)};
+
+#else /* OPS_KERNEL_PASS */
+
+static void K(tp_copy_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  int64_t n = tensor_numel(&c->g->t[op->in[0]]);
+  if (out[0] != in[0]) memcpy(out[0], in[0], (size_t)n * sizeof(real));
+}
+
+static void K(tp_allreduce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  int64_t n = tensor_numel(&c->g->t[op->in[0]]);
+  if (out[0] != in[0]) memcpy(out[0], in[0], (size_t)n * sizeof(real));
+  CpuTp *tp = c->tp;
+  if (tp && tp->size > 1 && tp->allreduce(tp, out[0], n, sizeof(real) == 8, 0)) tp->failed = 1;
+}
+
+/* The sequence shards: rank r's block of sequence b is rows [r*tl, (r+1)*tl) of it; `row` elements
+ * a row (the dims after T). pack: full (B, T, row) -> per rank (B, tl, row), rank after rank;
+ * unpack the reverse. */
+static void K(tp_shards)(real *full, real *ranks, int64_t b, int64_t tl, int64_t row, int tp, int pack) {
+  size_t blk = (size_t)(tl * row) * sizeof(real);
+  for (int r = 0; r < tp; r++)
+    for (int64_t i = 0; i < b; i++) {
+      real *f = full + (i * tp + r) * tl * row, *s = ranks + ((int64_t)r * b + i) * tl * row;
+      if (pack)
+        memcpy(s, f, blk);
+      else
+        memcpy(f, s, blk);
+    }
+}
+
+static void K(tp_gather_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1], row = n / (b * tl);
+  CpuTp *tp = c->tp;
+  int size = (int)op->a.i[0];
+  real *all = size > 1 ? malloc((size_t)(n * size) * sizeof *all) : NULL;
+  if (size <= 1) {
+    memcpy(out[0], in[0], (size_t)n * sizeof(real));
+    return;
+  }
+  if (!all || !tp || tp->size != size || tp->all_gather(tp, in[0], all, n * (int64_t)sizeof(real))) {
+    if (tp) tp->failed = 1;
+    free(all);
+    return;
+  }
+  K(tp_shards)(out[0], all, b, tl, row, size, 0);
+  free(all);
+}
+
+static void K(tp_scatter_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  int size = (int)op->a.i[0];
+  int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1] / (size > 0 ? size : 1),
+          row = n / x->shape[1] / b;
+  CpuTp *tp = c->tp;
+  if (size <= 1) {
+    memcpy(out[0], in[0], (size_t)n * sizeof(real));
+    return;
+  }
+  real *all = malloc((size_t)n * sizeof *all);
+  if (!all || !tp || tp->size != size) {
+    if (tp) tp->failed = 1;
+    free(all);
+    return;
+  }
+  K(tp_shards)(in[0], all, b, tl, row, size, 1);
+  if (tp->reduce_scatter(tp, all, out[0], n / size, sizeof(real) == 8)) tp->failed = 1;
+  free(all);
+}
+
+#endif

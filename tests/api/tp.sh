@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# tp.sh STEPC TEST_DP — tensor parallelism on the CPU device (issue 25): models/tiny.lua (GQA 4 heads /
+# 2 groups, SwiGLU, RMSNorm, RoPE, untied vocab-parallel embedding and output layer) in fp32 weights,
+#   TP 2, TP 2 with sequence parallelism, and TP 2 x DP 2 (4 ranks, TP fastest), 4 steps each, against
+# the one-rank step: every step's loss and grad norm, and every parameter after the steps (the TP
+# run's gathered into the one-rank layout by stepc_save_params), within fp32 tolerances (below); the
+# ranks of a run agree bitwise. Then what stays refused: TP with MoE, MLA, biases, attention dropout,
+# TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
+# TP on the cuda device (refused at open); a TP run's checkpoint (refused, nothing written).
+#
+# Why not bitwise: a row-parallel linear (linear_proj, linear_fc2) and the vocab-parallel embedding
+# sum TP partial results (each rank's half of the contraction) where one rank runs one GEMM over
+# the whole contraction; the vocab-parallel loss takes its log-sum-exp in two halves; the grad norm
+# adds the shards' sums of squares in another order. Each changes fp32 rounding (about 1e-7
+# relative). Adam then divides each gradient element by its own RMS, so an element whose gradient
+# is near zero (an embedding row of a token seen once) moves by up to lr a step whatever rounding
+# did to it: the parameters differ by up to ~1e-5 where the 4 steps move them by up to 3e-3 (the
+# summed lr, warm-up 3e-4 .. 1.2e-3); a wrongly cut or placed shard differs by the weights' own
+# scale (init std 0.02). Tolerances: loss and grad norm 1e-5 relative; every parameter within
+# 5e-5 absolute (measured largest: about 1.2e-5, in linear_fc2).
+set -uo pipefail
+stepc=$1 t=$2
+tmp=${TP_KEEP:-$(mktemp -d)}
+trap '[ -n "${TP_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+STEPS=4
+build() { "$stepc" build models/tiny.lua model.bf16=false "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
+build one
+build tp2 model.tensor_model_parallel_size=2 train.world_size=2
+build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
+build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
+"$t" run "$tmp/one" 1 $STEPS "$tmp/one.safetensors" >"$tmp/one.txt" || { cat "$tmp/one.txt"; fail "one rank"; }
+for a in tp2:2 sp2:2 tp2dp2:4; do
+  n=${a#*:} a=${a%:*}
+  "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
+  python3 - "$tmp/one" "$tmp/$a" "$a" <<'PY' || fail "$a against one rank"
+import array, json, struct, sys
+ref, run, name = sys.argv[1:4]
+def steps(p):
+    return [tuple(float(x) for x in l.split()[3::2]) for l in open(p + ".txt") if l.startswith("step ")]
+def tensors(p):  # name -> (shape, fp32 values) of a safetensors file
+    b = open(p + ".safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    out = {}
+    for k, v in json.loads(b[8:8 + n]).items():
+        if k == "__metadata__": continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        s, e = v["data_offsets"]
+        x = array.array("f"); x.frombytes(b[8 + n + s:8 + n + e])
+        out[k] = (v["shape"], x)
+    return out
+a, b = steps(ref), steps(run)
+assert len(a) == len(b) == 4, (a, b)
+worst = 0.0
+for k, ((la, ga), (lb, gb)) in enumerate(zip(a, b)):
+    for x, y, what in ((la, lb, "loss"), (ga, gb, "grad_norm")):
+        rel = abs(x - y) / abs(x)
+        worst = max(worst, rel)
+        if rel > 1e-5: sys.exit(f"step {k + 1}: {name} {what} {y!r}, one rank's {x!r} (relative {rel:.2e} > 1e-5)")
+pa, pb = tensors(ref), tensors(run)
+if sorted(pa) != sorted(pb): sys.exit(f"{name}: the parameter names differ: {sorted(set(pa) ^ set(pb))}")
+pw, n = 0.0, 0
+for k in pa:
+    (sa, x), (sb, y) = pa[k], pb[k]
+    if sa != sb: sys.exit(f"{name}: {k} has shape {sb}, one rank's {sa}")
+    for i, (u, v) in enumerate(zip(x, y)):
+        d = abs(u - v)
+        if d > 5e-5: sys.exit(f"{name}: {k} element {i} = {v!r}, one rank's {u!r}")
+        pw = max(pw, d)
+    n += len(x)
+print(f"ok: {name}: {len(a)} steps' losses and grad norms within {worst:.1e} relative of one rank's; "
+      f"all {n} parameters within 5e-5 (largest difference {pw:.1e})")
+PY
+done
+# what stays refused at build: exit 4, the field and where the recipe sets it
+refuse() {
+  local what=$1 pat=$2; shift 2
+  "$stepc" build models/tiny.lua "$@" -o "$tmp/refused" >"$tmp/r.log" 2>&1
+  local rc=$?
+  [ $rc -eq 4 ] || { cat "$tmp/r.log"; fail "$what: exit $rc, not 4"; }
+  grep -q -- "$pat" "$tmp/r.log" || { cat "$tmp/r.log"; fail "$what: the message does not name $pat"; }
+  echo "ok: refused: $what ($(grep -o -- "$pat[^,]*" "$tmp/r.log" | head -1))"
+}
+TP="model.tensor_model_parallel_size=2 train.world_size=2"
+refuse "TP with biases" "model.add_bias_linear=true" $TP model.add_bias_linear=true
+refuse "TP with attention dropout" "model.attention_dropout=0.1" $TP model.attention_dropout=0.1
+refuse "SP with hidden dropout" "model.hidden_dropout=0.1" $TP model.sequence_parallel=true model.hidden_dropout=0.1
+refuse "TP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $TP optimizer.use_distributed_optimizer=true
+refuse "TP 4 over 2 KV groups" "model.num_query_groups" model.tensor_model_parallel_size=4 train.world_size=4
+refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output_layer_chunks=4
+refuse "pipeline parallelism" "model.pipeline_model_parallel_size=2" model.pipeline_model_parallel_size=2 train.world_size=2
+refuse "context parallelism" "model.context_parallel_size=2" model.context_parallel_size=2 train.world_size=2
+refuse "TP with MoE" "model.num_moe_experts=4" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
+refuse "TP with MLA" "model.multi_latent_attention=true" $TP model.multi_latent_attention=true model.q_lora_rank=null model.kv_lora_rank=32 model.qk_head_dim=32 model.qk_pos_emb_head_dim=16 model.v_head_dim=32
+grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
+# TP on the cuda device: refused at open (the collectives have no CUDA launches), whatever the machine
+"$t" cuda "$tmp/tp2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "TP on cuda"; }
+cat "$tmp/cuda.txt"
+# a TP run's checkpoint: refused on every rank, nothing written
+"$t" tpckpt "$tmp/tp2" 2 "$tmp/ckpt" >"$tmp/ckpt.txt" 2>&1 || { cat "$tmp/ckpt.txt"; fail "TP checkpoint"; }
+[ ! -e "$tmp/ckpt" ] || fail "a TP checkpoint directory was written"
+cat "$tmp/ckpt.txt"
+echo "ok: tensor parallelism"
