@@ -355,6 +355,11 @@ void graph_dump(const Graph *g, void *FILE_out) {
 }
 
 double op_bytes(const Graph *g, const Op *op) {
+  const OpInfo *info = op_info(op->kind);
+  return info->bytes ? info->bytes(g, op) : op_tensor_bytes(g, op);
+}
+
+double op_tensor_bytes(const Graph *g, const Op *op) {
   double b = 0;
   for (int i = 0; i < op->nin; i++)
     b += (double)tensor_numel(&g->t[op->in[i]]) * (double)dtype_size(g->t[op->in[i]].dtype);

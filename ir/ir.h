@@ -25,7 +25,7 @@
 
 #define IR_MAX_DIMS 4
 #define IR_MAX_IN 8
-#define IR_MAX_OUT 4
+#define IR_MAX_OUT 5
 #define IR_MAX_IATTR 8
 #define IR_MAX_FATTR 4
 #define IR_NAME_MAX 112
@@ -269,7 +269,7 @@ typedef struct OpInfo {
   /* Output shapes/dtypes from the inputs; 0 ok, -1 with a message in err. Not called for ops
    * built with graph_op_into (in-place). */
   int (*infer)(const Graph *g, const Op *op, OpOut *out, char *err, size_t nerr);
-  /* FLOPs of one execution (bytes moved are derived from the tensors: op_bytes). */
+  /* FLOPs of one execution (bytes moved: op_bytes, from `bytes` below or the tensors). */
   double (*flops)(const Graph *g, const Op *op);
   /* Emits the backward ops of graph op `op` given the gradients of its outputs (dout[i], -1 =
    * none) and returns the gradients of its inputs in din[j] (-1 = none). The inputs of the ops it
@@ -277,13 +277,18 @@ typedef struct OpInfo {
   int (*backward)(Graph *g, int op, const int *dout, int *din);
   OpCpuFn cpu[2]; /* [0] fp32, [1] fp64 reference */
   OpFacts facts;  /* what the passes read (above), each set by name in every row */
+  /* Bytes one execution's kernels read and write at nominal dtypes, where that is not every input
+   * and output once (op_bytes); NULL: it is. */
+  double (*bytes)(const Graph *g, const Op *op);
 } OpInfo;
 
 /* ---- op table ---- */
 const OpInfo *op_info(OpKind k);
 const char *op_name(OpKind k);
-/* Bytes read + written by one execution, at nominal dtypes. */
+/* Bytes read + written by one execution, at nominal dtypes: the kind's bytes function, else
+ * every input and output once (op_tensor_bytes). */
 double op_bytes(const Graph *g, const Op *op);
+double op_tensor_bytes(const Graph *g, const Op *op);
 double op_flops(const Graph *g, const Op *op);
 /* The op as an evaluation (a forward with no update: stepc_eval) runs it: every dropout off (DROPOUT's
  * p a.f[0] and attention's a.f[1] set to 0, which keeps every element with scale 1), else unchanged.

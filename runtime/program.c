@@ -10,7 +10,7 @@
 
 const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias partial sums",
                                                             "global-norm partials",
-                                                            "op workspace (attention row sums, Mamba states)",
+                                                            "op workspace (attention row sums)",
                                                             "AdamW hyper-parameters",
                                                             "dropout seeds",
                                                             "micro-batch losses",

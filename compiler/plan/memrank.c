@@ -390,6 +390,17 @@ static void shared_gather_add(const Lay *L, const Schedule *sc, int stage, int l
   }
 }
 
+/* The workspace of stepc's own Mamba kernels (ir/ops/mamba.c: chunk states at stepc's chunk of 32
+ * rows, their gradients and partials). A Megatron job runs mamba_ssm's kernels, whose
+ * intermediates differ and are not modelled here: its rank's bytes leave them out (stepc's own
+ * step counts them, as its device plan does). */
+static bool stepc_mamba_workspace(const Graph *g, int t) {
+  int p = g->t[t].producer;
+  if (g->t[t].role != ROLE_WORKSPACE || p < 0) return false;
+  OpKind k = g->op[p].kind;
+  return k == OP_MAMBA_MIXER || k == OP_MAMBA_MIXER_BWD || k == OP_MAMBA_GROUP_NORM_BWD;
+}
+
 /* Transformer Engine's workspaces for the experts' grouped GEMMs: get_cublas_workspace(...,
  * grouped_gemm=True) allocates one cuBLAS workspace per compute stream, tex.get_num_cublas_streams()
  * = 4, each get_cublas_workspace_size_bytes() = 32 MiB + 1 KiB on Hopper, through PyTorch's
@@ -841,6 +852,7 @@ int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Sched
        * as in the device plan (memplan.c) */
       if (!mj && fz->sink[t] >= 0) continue;
       if (local && local_skip[t]) continue; /* Megatron's own timeline below (local_attention_add) */
+      if (mj && stepc_mamba_workspace(g, t)) continue;
       double b = (double)tensor_numel(x) * elem_bytes(&L, x) / shard(&L, tps, t);
       int role = memplan_role(g, sr, t);
       if (role == ROLE_PARAM) {

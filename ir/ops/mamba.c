@@ -25,14 +25,22 @@
  *                     what Megatron's path keeps: its inputs (the in_proj output's xBC and dt parts),
  *                     not the conv output, dt or the scan output, which the backward recomputes.
  *                     The per-channel and per-head parameters travel packed so that the backward
- *                     has one gradient per input (an op has at most four outputs). The lowering
- *                     uses MIXER; CONV, DT, SCAN and SKIP are its parts, gradient-checked alone.
+ *                     has one gradient per input (an op has at most five outputs, and the
+ *                     backward's last is its workspace). The lowering uses MIXER; CONV, DT,
+ *                     SCAN and SKIP are its parts, gradient-checked alone.
  * Attributes of SCAN, SKIP and MIXER: i[0] = H, i[1] = P, i[2] = G, i[3] = N; GROUP_NORM: i[0] = G.
+ *
+ * MIXER, MIXER_BWD and GROUP_NORM_BWD have one more output, last: the fp32 workspace their CUDA
+ * kernels take (ROLE_WORKSPACE, 1-D, as many floats as kernels/launch.h stepc_mamba_ws /
+ * stepc_mamba_gnorm_ws lay out for the op's shapes: the chunk states, their gradients and partial
+ * sums; the group norm's rstd and weight partials). The memory plan places it for the op alone, so
+ * it shares memory with the other transients; the CPU references leave it untouched.
  *
  * The scan keeps nothing for its backward, which replays the recurrence from x, dt, BC (as the
  * chunked SSD kernel recomputes its states). Each backward writes one gradient per forward
  * input, in input order. Reductions run in a fixed order, whatever the threads. */
 #ifndef OPS_KERNEL_PASS
+#include "kernels/launch.h"
 #include "ops/ops.h"
 
 static int m_err_shape(char *err, size_t n, const Op *op) {
@@ -72,6 +80,19 @@ static int scan_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_
   return 0;
 }
 
+/* The op's workspace output: `floats` fp32 words that live within the op (see the top). */
+static void ws_out(OpOut *o, long floats) {
+  ops_out_shape(o, DT_F32, "workspace", 1, floats, 1, 1, 1);
+  o->role = ROLE_WORKSPACE;
+}
+
+/* The mixer's workspace floats (kernels/launch.h) for xBC x (B,T,C), conv cw (C,K+1). */
+static long mixer_ws(const Op *op, const Tensor *x, const Tensor *cw, int backward) {
+  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], x->shape[2],
+                        cw->shape[1] - 1, backward)
+      .floats;
+}
+
 static int mixer_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *cw = ops_in(g, op, 1), *dt = ops_in(g, op, 2), *sp = ops_in(g, op, 3);
   int64_t h = op->a.i[0], p = op->a.i[1], gg = op->a.i[2], nn = op->a.i[3], c = h * p + 2 * gg * nn;
@@ -80,6 +101,7 @@ static int mixer_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
       dt->shape[2] != h || sp->ndim != 2 || sp->shape[0] != h || sp->shape[1] != 3)
     return m_err_shape(err, n, op);
   ops_out_shape(&out[0], x->dtype, "y", 3, x->shape[0], x->shape[1], h * p, 1);
+  ws_out(&out[1], mixer_ws(op, x, cw, 0));
   return 0;
 }
 
@@ -106,7 +128,8 @@ static int gnorm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size
   return 0;
 }
 
-/* Backward infers: gradient i is shaped like forward input i (inputs 1.. of the backward op). */
+/* Backward infers: gradient i is shaped like forward input i (inputs 1.. of the backward op); the
+ * mixer's and the group norm's backward then their workspace. */
 /* A backward's inputs after dout are its forward's, with the forward's attributes: they must be
  * what the forward accepts, since the backward's kernels divide and loop by them too (a step image
  * is checked against these rules when it is read: runtime/image_check.c). */
@@ -123,9 +146,13 @@ static int grads_like_inputs(const Graph *g, const Op *op, OpOut *out, char *err
   memmove(f.in, op->in + 1, (size_t)f.nin * sizeof f.in[0]);
   OpOut fwd[IR_MAX_OUT];
   if (op_info(fk)->infer(g, &f, fwd, err, n) != 0) return -1;
-  int nout = op_info(op->kind)->nout;
-  for (int i = 0; i < nout; i++)
+  for (int i = 0; i < f.nin; i++)
     ops_out_like(&out[i], ops_in(g, op, 1 + i), "grad");
+  if (op->kind == OP_MAMBA_MIXER_BWD) ws_out(&out[f.nin], mixer_ws(op, ops_in(g, op, 1), ops_in(g, op, 2), 1));
+  if (op->kind == OP_MAMBA_GROUP_NORM_BWD) {
+    const Tensor *x = ops_in(g, op, 1);
+    ws_out(&out[f.nin], stepc_mamba_gnorm_ws((long)ops_rows(x), (int)ops_last(x), (int)op->a.i[0]));
+  }
   return 0;
 }
 
@@ -140,11 +167,16 @@ static int m_backward(Graph *g, int op, const int *dout, int *din) {
               : o.kind == OP_MAMBA_MIXER ? OP_MAMBA_MIXER_BWD
               : o.kind == OP_MAMBA_GATE  ? OP_MAMBA_GATE_BWD
                                          : OP_MAMBA_GROUP_NORM_BWD;
-  int in[IR_MAX_IN], of[IR_MAX_OUT];
+  int in[IR_MAX_IN], of[IR_MAX_OUT], out[IR_MAX_OUT];
   in[0] = dout[0];
+  for (int i = 0; i < IR_MAX_OUT; i++)
+    of[i] = -1;
   for (int i = 0; i < o.nin; i++)
     in[1 + i] = o.in[i], of[i] = o.in[i];
-  return ops_grad_op(g, bk, in, 1 + o.nin, &o.a, din, of) < 0 ? -1 : 0;
+  if (ops_grad_op(g, bk, in, 1 + o.nin, &o.a, out, of) < 0) return -1;
+  for (int i = 0; i < o.nin; i++) /* the gradients; a workspace after them is the backward's own */
+    din[i] = out[i];
+  return 0;
 }
 
 static double conv_flops(const Graph *g, const Op *op) {
@@ -168,6 +200,15 @@ static double mixer_flops(const Graph *g, const Op *op) {
   double xs = (double)(x->shape[0] * x->shape[1]) * (double)(op->a.i[0] * op->a.i[1]);
   double f = (double)tensor_numel(x) * (2.0 * (double)(cw->shape[1] - 1) + 4) + xs * 5.0 * (double)op->a.i[3];
   return fwd ? f : 3 * f;
+}
+
+/* Bytes of an op with a workspace: its inputs and its other outputs once. The workspace's own
+ * traffic (the chunk states written and read back, the partials) is left out: cost_h200.h's Mamba
+ * scales were measured against these bytes, and the mixer's classes are timed against the
+ * tensor-core ceiling, which its compute sets. */
+static double ws_op_bytes(const Graph *g, const Op *op) {
+  const Tensor *w = &g->t[op->out[op->nout - 1]];
+  return op_tensor_bytes(g, op) - (double)tensor_numel(w) * (double)dtype_size(w->dtype);
 }
 
 static double gnorm_flops(const Graph *g, const Op *op) {
@@ -310,7 +351,7 @@ const OpInfo op_mamba_skip_bwd_info = {"mamba_skip_bwd",
 const OpInfo op_mamba_mixer_info = {"mamba_mixer",
                                     4,
                                     4,
-                                    1,
+                                    2,
                                     mixer_infer,
                                     mixer_flops,
                                     m_backward,
@@ -321,11 +362,12 @@ const OpInfo op_mamba_mixer_info = {"mamba_mixer",
                                               .rng = RNG_NONE,
                                               .sink = SINK_NO,
                                               .matmul = MATMUL_NONE,
-                                              .ew = &OP_EW_NONE}};
+                                              .ew = &OP_EW_NONE},
+ .bytes = ws_op_bytes};
 const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd",
                                         5,
                                         5,
-                                        4,
+                                        5,
                                         grads_like_inputs,
                                         mixer_flops,
                                         NULL,
@@ -336,7 +378,8 @@ const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd",
                                                   .rng = RNG_NONE,
                                                   .sink = SINK_NO,
                                                   .matmul = MATMUL_NONE,
-                                                  .ew = &OP_EW_NONE}};
+                                                  .ew = &OP_EW_NONE},
+ .bytes = ws_op_bytes};
 const OpInfo op_mamba_gate_info = {"mamba_gate",
                                    2,
                                    2,
@@ -385,7 +428,7 @@ const OpInfo op_mamba_group_norm_info = {"mamba_group_norm",
 const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd",
                                              3,
                                              3,
-                                             2,
+                                             3,
                                              grads_like_inputs,
                                              gnorm_flops,
                                              NULL,
@@ -396,7 +439,8 @@ const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd",
                                                        .rng = RNG_NONE,
                                                        .sink = SINK_NO,
                                                        .matmul = MATMUL_NONE,
-                                                       .ew = &OP_EW_NONE}};
+                                                       .ew = &OP_EW_NONE},
+ .bytes = ws_op_bytes};
 
 #else /* OPS_KERNEL_PASS */
 

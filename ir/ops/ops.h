@@ -131,7 +131,7 @@ bool ops_same_shape(const Tensor *a, const Tensor *b);
 
 /* Gradient-rule helpers: the name of the gradient of tensor `t` ("<name>.grad"), and a graph_op
  * whose outputs are ROLE_ACT_GRAD tensors named after the tensors they are gradients of (`of[i]`,
- * -1 = keep the default name). */
+ * -1 = keep the default name); an output its kind's infer makes ROLE_WORKSPACE stays one. */
 int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const int *of);
 
 /* Default FLOPs: one per output element. */

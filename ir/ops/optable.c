@@ -59,6 +59,7 @@ int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a,
   if (id < 0) return -1;
   for (int i = 0; i < nout; i++) {
     Tensor *t = &g->t[out[i]];
+    if (t->role == ROLE_WORKSPACE) continue; /* the backward's own workspace (its infer says so) */
     t->role = ROLE_ACT_GRAD;
     if (of && of[i] >= 0) {
       t->of = of[i];

@@ -26,6 +26,20 @@ static double adamw_flops(const Graph *g, const Op *op) {
   return 12.0 * (double)tensor_numel(ops_in(g, op, 0));
 }
 
+/* What the CUDA kernels move (kernels/optimizer.cuh adamw_update / adamw_multi, one element
+ * adamw_element): read the gradient, m, v and the fp32 weight (the master, else the fp32 parameter
+ * itself), write m, v, the weight and, with a master, the bf16 parameter: every tensor once
+ * (op_tensor_bytes: the scalars coef, lr and step too) and the reads of m, v and the weight, which
+ * are updated in place. With an fp32 main gradient and a bf16 parameter: 16 B read + 14 B written =
+ * 30 B per parameter (tests/unit/test_op_facts.c). The kernel zeroes no gradient. */
+static double adamw_bytes(const Graph *g, const Op *op) {
+  double b = op_tensor_bytes(g, op);
+  int rmw[3] = {op->out[1], op->out[2], op->out[op->nout == 4 ? 3 : 0]};
+  for (int k = 0; k < 3; k++)
+    b += (double)tensor_numel(&g->t[rmw[k]]) * (double)dtype_size(g->t[rmw[k]].dtype);
+  return b;
+}
+
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
 #include "ops/real.h"
@@ -104,7 +118,8 @@ const OpInfo op_adamw_info = {"adamw",
                                         .rng = RNG_NONE,
                                         .sink = SINK_NO,
                                         .matmul = MATMUL_NONE,
-                                        .ew = &OP_EW_NONE}};
+                                        .ew = &OP_EW_NONE},
+                              .bytes = adamw_bytes};
 
 #else /* OPS_KERNEL_PASS */
 

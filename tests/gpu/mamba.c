@@ -51,7 +51,7 @@ static void arr_free(Arr *a) { free(a->v), free(a->h); }
 /* The reference: one op of ir/ops/mamba.c in fp64 over inputs `in`, outputs into out[i].v. */
 static int reference(OpKind kind, const OpAttrs *at, Arr *in, int nin, Arr *out, int nout) {
   Graph *g = graph_new();
-  int ids[8], oid[4];
+  int ids[IR_MAX_IN], oid[IR_MAX_OUT];
   for (int i = 0; i < nin; i++) {
     char name[16];
     snprintf(name, sizeof name, "in%d", i);

@@ -5,13 +5,18 @@
  *   bench_m flash: core_attn frees under 1% of activation memory; unfused: it frees the s^2
  *     tensors;
  *   every lowerable shipped recipe under several settings: plan invariants (no two live buffers
- *   overlap, peak = max live sum) and determinism. */
+ *   overlap, peak = max live sum) and determinism;
+ *   the Mamba ops' workspaces (tiny_hybrid, and Nemotron-9's shape): each op's last output, fp32,
+ *   the floats kernels/launch.h lays out for its shapes, live at that op alone; the launch
+ *   scratch's op workspace holds the flash backward's row sums only. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/launch/exec.h"
 #include "frontend/frontend.h"
+#include "kernels/launch.h"
 #include "ops/ops.h"
 #include "plan/plan.h"
 #include "validate/validate.h"
@@ -184,7 +189,64 @@ static void invariants(void) {
     }
 }
 
+/* The floats the CUDA kernels of Mamba op `op` take (kernels/launch.h), from its tensors' shapes. */
+static long mamba_ws_floats(const Graph *g, const Op *op) {
+  if (op->kind == OP_MAMBA_GROUP_NORM_BWD) {
+    const Tensor *x = &g->t[op->in[1]];
+    long c = (long)x->shape[x->ndim - 1];
+    return stepc_mamba_gnorm_ws((long)tensor_numel(x) / c, (int)c, (int)op->a.i[0]);
+  }
+  int bwd = op->kind == OP_MAMBA_MIXER_BWD;
+  const Tensor *x = &g->t[op->in[bwd]], *cw = &g->t[op->in[bwd + 1]];
+  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], x->shape[2], cw->shape[1] - 1, bwd)
+      .floats;
+}
+
+static void mamba_workspace(const char *path, const char **ov, int n) {
+  static Plan p;
+  if (plan(path, ov, n, &p) != PLAN_OK) {
+    fails++;
+    return;
+  }
+  const Graph *g = p.g;
+  int nops = 0, q = 0, *point = malloc((size_t)g->nop * sizeof *point);
+  for (int o = 0; o < g->nop; o++) point[o] = -1;
+  for (int i = 0; i < p.sc.n; i++)
+    if (p.sc.it[i].kind == SCHED_OP) point[p.sc.it[i].id] = q++;
+  int64_t rowsums = 4, largest = 0;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind == OP_FLASH_ATTN_BWD) {
+      const Tensor *qt = &g->t[op->in[1]];
+      int64_t b = 4 * qt->shape[0] * qt->shape[1] * qt->shape[2];
+      rowsums = b > rowsums ? b : rowsums;
+    }
+    if (op->kind != OP_MAMBA_MIXER && op->kind != OP_MAMBA_MIXER_BWD && op->kind != OP_MAMBA_GROUP_NORM_BWD) continue;
+    nops++;
+    int t = op->out[op->nout - 1];
+    const Tensor *w = &g->t[t];
+    long want = mamba_ws_floats(g, op);
+    largest = 4 * want > largest ? 4 * want : largest;
+    CHECK(w->role == ROLE_WORKSPACE && w->dtype == DT_F32 && tensor_numel(w) == want,
+          "%s %s: workspace %s is %s, %lld floats; the kernels take %ld", path, op_name(op->kind), w->name,
+          dtype_name(w->dtype), (long long)tensor_numel(w), want);
+    CHECK(point[o] >= 0 && p.mp.start[t] == point[o] && p.mp.end[t] == point[o],
+          "%s %s: workspace %s live over points [%d, %d], its op at %d", path, op_name(op->kind), w->name,
+          p.mp.start[t], p.mp.end[t], point[o]);
+  }
+  int64_t part = p.lp_ok ? p.lp.f.part_bytes[RT_SCRATCH_WORK] : -1;
+  printf("%s: %d Mamba ops, the largest workspace %.3f GB (planned); the scratch's op workspace %lld B\n", path,
+         nops, (double)largest / 1e9, (long long)part);
+  CHECK(nops > 0 && part == rowsums, "%s: the scratch's op workspace %lld B, the flash row sums %lld B", path,
+        (long long)part, (long long)rowsums);
+  free(point);
+}
+
 int main(void) {
+  mamba_workspace("tests/recipes/tiny_hybrid.lua", NULL, 0);
+  const char *nem[] = {"model.hybrid_override_pattern=MEMEM*EME", "model.num_layers=9",
+                       "model.expert_model_parallel_size=1", "train.world_size=1", "train.global_batch_size=1"};
+  mamba_workspace("models/nemotron3_nano.lua", nem, 5);
   gpt3();
   llama_core_attn("flash", true);
   llama_core_attn("unfused", false);

@@ -2,7 +2,8 @@
  * read (ir.h: cost class, roofline ceiling, in-place input, randomness, weight-gradient sink,
  * part in a linear's weight product, elementwise-chain row): no kind is left at a fact's "unset"
  * value, each value is one the readers know, and the facts agree with the row's own arity. The
- * readers (plan_util.c, ew_fuse.c, cost.c's class names) answer from the table. */
+ * readers (plan_util.c, ew_fuse.c, cost.c's class names) answer from the table. ADAMW's bytes
+ * (the roofline's and the profile's) are what its kernel reads and writes per parameter. */
 #include <stdio.h>
 #include <string.h>
 
@@ -110,7 +111,34 @@ static void check_known(void) {
   }
 }
 
+/* ADAMW's bytes are its kernel's traffic (kernels/optimizer.cuh adamw_element): per element it
+ * loads grad[i], m[i], v[i] and master[i] (4 x 4 B) and stores m, v, master (3 x 4 B) and the bf16
+ * param (2 B): 30 B; with an fp32 parameter (no master) it loads 4 and stores 3 fp32 words: 28 B.
+ * Plus the three scalars (coef, lr, step) read once. */
+static void check_adamw_bytes(void) {
+  for (int fp32 = 0; fp32 < 2; fp32++) {
+    Graph *g = graph_new();
+    int64_t n = 1000, one = 1;
+    int p = graph_tensor(g, "w", fp32 ? DT_F32 : DT_BF16, ROLE_PARAM, 1, &n);
+    int gr = graph_tensor(g, "w.grad", DT_F32, ROLE_GRAD, 1, &n);
+    int m = graph_tensor(g, "w.exp_avg", DT_F32, ROLE_OPTIM, 1, &n);
+    int v = graph_tensor(g, "w.exp_avg_sq", DT_F32, ROLE_OPTIM, 1, &n);
+    int ms = graph_tensor(g, "w.master", DT_F32, ROLE_MASTER, 1, &n);
+    int coef = graph_tensor(g, "coef", DT_F32, ROLE_OPTIM, 1, &one), lr = graph_tensor(g, "lr", DT_F32, ROLE_OPTIM, 1, &one),
+        step = graph_tensor(g, "step", DT_F32, ROLE_OPTIM, 1, &one);
+    int in[4] = {gr, coef, lr, step}, out[4] = {p, m, v, ms};
+    int o = graph_op_into(g, OP_ADAMW, in, 4, out, fp32 ? 3 : 4, NULL);
+    double want = (double)n * (fp32 ? 28 : 30) + 3 * 4;
+    CHECK(OP_ADAMW, o >= 0 && op_bytes(g, &g->op[o]) == want);
+    if (o >= 0 && op_bytes(g, &g->op[o]) != want)
+      fprintf(stderr, "adamw (%s param): %.0f bytes, the kernel moves %.0f\n", fp32 ? "fp32" : "bf16",
+              op_bytes(g, &g->op[o]), want);
+    graph_free(g);
+  }
+}
+
 int main(void) {
+  check_adamw_bytes();
   for (int k = 0; k < OP_COUNT; k++) {
     const OpInfo *f = op_info((OpKind)k);
     if (!f || !f->name) {

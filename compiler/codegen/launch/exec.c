@@ -261,10 +261,6 @@ static void carve_scratch(RtExec *x) {
       int64_t n = q->shape[0] * q->shape[1] * q->shape[2];
       if (4 * n > maxwork) maxwork = 4 * n;
     }
-    if (op->kind == OP_MAMBA_MIXER || op->kind == OP_MAMBA_MIXER_BWD || op->kind == OP_MAMBA_GROUP_NORM_BWD) {
-      int64_t n = rt_mamba_workspace_bytes(g, op);
-      if (n > maxwork) maxwork = n;
-    }
   }
   /* row groups of the norm and bias gradients' partial sums: 16 rows or more each, at most 512
    * (M's 8192 rows: 512 blocks of the one-pass norm backward, about 4 per SM) */

@@ -9,7 +9,7 @@
  * (tests/unit/exec_fuse.c, exec_optim.c, dp_cuda.c) run it op by op on a recording device too.
  *
  * Storage: one allocation holding the plan's buffers, then the launch scratch (RT_SCRATCH_*: norm
- * and bias partial sums, global-norm partials, one op's workspace (flash row sums, Mamba chunk states), AdamW
+ * and bias partial sums, global-norm partials, the flash backward's row sums, AdamW
  * hyper-parameters, dropout seeds, losses, per-micro-batch inputs, the current micro-batch's seed, the
  * multi-tensor tables, the initialisation seed); a tensor lives at its plan (buffer, offset), which must be
  * sized at nominal dtype sizes (memplan_apply writes them). The scratch is sized from the graph and the SM
@@ -46,7 +46,7 @@ typedef struct RtExec RtExec;
 enum {
   RT_SCRATCH_NORM,      /* norm and bias gradients' partial sums */
   RT_SCRATCH_GNORM,     /* global-norm partials */
-  RT_SCRATCH_WORK,      /* one op's workspace: flash backward's row sums, the Mamba mixer's states */
+  RT_SCRATCH_WORK,      /* the flash backward's row sums (the Mamba ops' workspaces are planned) */
   RT_SCRATCH_HPARAMS,   /* AdamW hyper-parameters */
   RT_SCRATCH_SEEDS,     /* one dropout seed per micro-batch */
   RT_SCRATCH_LOSSES,    /* one loss per micro-batch */

@@ -45,8 +45,8 @@ struct RtExec {
   CUdeviceptr multi_table; /* (multi_words) u64: the multi-tensor groups' tables (op_optim.c) */
   uint64_t *multi_host;    /* the same words on the host, written when the executor opens */
   int64_t multi_words;
-  CUdeviceptr work;      /* one op's workspace: the attention backward's (B, H, T) fp32 row sums, the Mamba
-                            mixer's chunk states and partials (kernels/launch.h stepc_mamba_ws) */
+  CUdeviceptr work;      /* the attention backward's (B, H, T) fp32 row sums (the Mamba ops' workspaces
+                            are planned tensors: ir/ops/mamba.c) */
   CUdeviceptr hp;        /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
   CUdeviceptr seeds;     /* (num_microbatches) u64 dropout seeds */
   CUdeviceptr seed_cur;  /* u64: the seed of the micro-batch running now; dropout reads only this
@@ -88,9 +88,6 @@ extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], 
     RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
-/* The op workspace bytes MAMBA_MIXER, MAMBA_MIXER_BWD or MAMBA_GROUP_NORM_BWD op `op` needs (op_mamba.c;
- * exec.c sizes the scratch's RT_SCRATCH_WORK by the largest). */
-int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op);
 
 /* DROPOUT and its backward (op_basic.c; tests/unit/exec_fuse.c drives them alone). */
 int rt_op_dropout(RtExec *x, const Op *op);

@@ -4,8 +4,9 @@
  * kernels/mamba.cuh, geometry in kernels/launch.h.
  *
  * The mixer runs chunk-parallel (kernels/mamba.cuh): its fp32 chunk states, their gradients and
- * partial sums live in the launch scratch's op workspace (RT_SCRATCH_WORK, sized by
- * rt_mamba_workspace_bytes, so the plan reports it). Capturable (static grids, no host sync) and
+ * partial sums live in the op's workspace output (its last, ir/ops/mamba.c, laid out by
+ * kernels/launch.h stepc_mamba_ws), a transient the memory plan places for the op alone; so do
+ * the group norm backward's rstd and weight partials. Capturable (static grids, no host sync) and
  * deterministic: every sum in a fixed order, the group's B/C gradients summed over its heads in
  * head order inside one block. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
  * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
@@ -60,14 +61,17 @@ static StepcMambaWs mix_ws(const MixDims *m, int backward) {
   return stepc_mamba_ws(m->B, m->T, m->H, m->P, m->N, m->C, m->K, backward);
 }
 
-int64_t rt_mamba_workspace_bytes(const Graph *g, const Op *op) {
-  if (op->kind == OP_MAMBA_GROUP_NORM_BWD) {
-    const Tensor *t = &g->t[op->in[1]];
-    return 4 * (int64_t)stepc_mamba_gnorm_ws((long)ops_rows(t), (int)ops_last(t), (int)op->a.i[0]);
-  }
-  int bwd = op->kind == OP_MAMBA_MIXER_BWD;
-  MixDims m = mix_sizes(g, op, bwd);
-  return 4 * (int64_t)mix_ws(&m, bwd).floats;
+/* The op's workspace (its last output): fp32 and at least the `floats` words its kernels lay out.
+ * The step image's check holds the output to ir/ops/mamba.c's shape rule, which reads the same
+ * layout; this guards a graph built some other way. */
+static int op_ws(RtExec *x, const Op *op, long floats, CUdeviceptr *ws) {
+  const Tensor *t = rt_t(x, op->out[op->nout - 1]);
+  if (op->nout != op_info(op->kind)->nout || t->role != ROLE_WORKSPACE || t->dtype != DT_F32 ||
+      tensor_numel(t) < floats)
+    return rt_fail(x->d, "%s: its last output %s is not the %ld-word fp32 workspace its kernels take",
+                   op_name(op->kind), t->name, floats);
+  *ws = rt_out(x, op, op->nout - 1);
+  return RT_OK;
 }
 
 static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
@@ -83,56 +87,58 @@ static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
   return RT_OK;
 }
 
-static CUdeviceptr ws_at(const RtExec *x, long floats) { return x->work + (CUdeviceptr)(4 * floats); }
+static CUdeviceptr ws_at(CUdeviceptr ws, long floats) { return ws + (CUdeviceptr)(4 * floats); }
 
 /* The chunk states (with dout: and their gradients' chunk parts) and the scan over chunks. */
-static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, int xin,
-                      CUdeviceptr dout) {
+static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, CUdeviceptr ws,
+                      int xin, CUdeviceptr dout) {
   int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N;
   if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)m->G, (unsigned)m->B),
-                                   STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(x, w->st),
-                                   bwd ? ws_at(x, w->dst) : 0, ws_at(x, w->dec), dout, rt_in(x, op, xin),
+                                   STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(ws, w->st),
+                                   bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), dout, rt_in(x, op, xin),
                                    rt_in(x, op, xin + 1), rt_in(x, op, xin + 2), rt_in(x, op, xin + 3), m->T,
                                    m->H, m->P, m->G, m->N, m->K))
     return RT_ERROR;
   return rt_launch_mamba_state_pass(
       x->d, rt_dim((unsigned)((PN + 255) / 256), (unsigned)m->H, (unsigned)(m->B * (bwd ? 2 : 1))), 256, 0,
-      ws_at(x, w->st), bwd ? ws_at(x, w->dst) : 0, ws_at(x, w->dec), m->B, m->H, nc, PN);
+      ws_at(ws, w->st), bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), m->B, m->H, nc, PN);
 }
 
-/* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P)) */
+/* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P), workspace) */
 static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   MixDims m;
-  if (bf16_operands(x, op, op->nout) || mix_dims(x, op, 0, &m)) return RT_ERROR;
+  CUdeviceptr ws;
+  if (bf16_operands(x, op, 1) || mix_dims(x, op, 0, &m)) return RT_ERROR;
   StepcMambaWs w = mix_ws(&m, 0);
   unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
-  if (mix_states(x, op, &m, &w, 0, 0)) return RT_ERROR;
+  if (op_ws(x, op, w.floats, &ws) || mix_states(x, op, &m, &w, ws, 0, 0)) return RT_ERROR;
   return rt_launch_mamba_chunk_output(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                      stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(x, w.st),
+                                      stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(ws, w.st),
                                       rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
                                       m.H, m.P, m.G, m.N, m.K);
 }
 
-/* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm) */
+/* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm, workspace) */
 static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   MixDims m;
-  if (bf16_operands(x, op, op->nout) || no_sink(x, op) || mix_dims(x, op, 1, &m)) return RT_ERROR;
+  CUdeviceptr ws;
+  if (bf16_operands(x, op, 4) || no_sink(x, op) || mix_dims(x, op, 1, &m)) return RT_ERROR;
   StepcMambaWs w = mix_ws(&m, 1);
   unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
   int segs = stepc_mamba_segs(m.T), nparam = m.C * (m.K + 1) + 3 * m.H;
-  if (mix_states(x, op, &m, &w, 1, rt_in(x, op, 0)) ||
+  if (op_ws(x, op, w.floats, &ws) || mix_states(x, op, &m, &w, ws, 1, rt_in(x, op, 0)) ||
       rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(x, w.gpre), rt_out(x, op, 2),
-                                     ws_at(x, w.hpart), ws_at(x, w.st), ws_at(x, w.dst), rt_in(x, op, 0),
+                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre), rt_out(x, op, 2),
+                                     ws_at(ws, w.hpart), ws_at(ws, w.st), ws_at(ws, w.dst), rt_in(x, op, 0),
                                      rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), rt_in(x, op, 4), m.T,
                                      m.H, m.P, m.G, m.N, m.K) ||
       rt_launch_mamba_conv_backward(x->d,
                                     rt_dim((unsigned)((m.C + 255) / 256), (unsigned)segs, (unsigned)m.B), 256,
-                                    0, rt_out(x, op, 0), ws_at(x, w.cpart), ws_at(x, w.gpre), rt_in(x, op, 1),
+                                    0, rt_out(x, op, 0), ws_at(ws, w.cpart), ws_at(ws, w.gpre), rt_in(x, op, 1),
                                     rt_in(x, op, 2), m.T, m.C, m.K, segs))
     return RT_ERROR;
   return rt_launch_mamba_param_grads(x->d, rt_dim1((unsigned)((nparam + 255) / 256)), 256, 0,
-                                     rt_out(x, op, 1), rt_out(x, op, 3), ws_at(x, w.cpart), ws_at(x, w.hpart),
+                                     rt_out(x, op, 1), rt_out(x, op, 3), ws_at(ws, w.cpart), ws_at(ws, w.hpart),
                                      rt_in(x, op, 4), m.B, m.T, m.H, m.C, m.K, segs);
 }
 
@@ -163,8 +169,8 @@ static int rt_op_mamba_group_norm(RtExec *x, const Op *op) {
                                             (float)op->a.f[0]);
 }
 
-/* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw): dx a warp per (row, group), dw a block per
- * 32 columns (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
+/* MAMBA_GROUP_NORM_BWD in (dout, x, w) out (dx, dw, workspace): dx a warp per (row, group), dw in
+ * row segments (into the fp32 main gradient where the compiler sank it, else the bf16 dw). */
 static int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
   int sink = x->fz->sink[op->out[1]];
   if (bf16_operands(x, op, sink >= 0 ? 1 : 2)) return RT_ERROR;
@@ -173,7 +179,9 @@ static int rt_op_mamba_group_norm_bwd(RtExec *x, const Op *op) {
   int C = (int)ops_last(t), G = (int)op->a.i[0],
       segs = stepc_mamba_segs((int)(rows < 1 << 30 ? rows : 1 << 30));
   float eps = (float)op->a.f[0];
-  CUdeviceptr rstd = x->work, part = ws_at(x, stepc_mamba_align(rows * G));
+  CUdeviceptr ws;
+  if (op_ws(x, op, stepc_mamba_gnorm_ws(rows, C, G), &ws)) return RT_ERROR;
+  CUdeviceptr rstd = ws, part = ws_at(ws, stepc_mamba_align(rows * G));
   if (rt_launch_mamba_group_norm_backward_input(x->d, rt_dim1((unsigned)((rows * G + 7) / 8)), 256, 0,
                                                 rt_out(x, op, 0), rstd, rt_in(x, op, 0), rt_in(x, op, 1),
                                                 rt_in(x, op, 2), rows, C, G, eps) ||
