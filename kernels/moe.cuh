@@ -117,25 +117,39 @@ extern "C" __global__ void router_linear_dgrad(bf16* dinp, const bf16* dout, con
 }
 
 // ROUTER_TOPK: k passes of argmax (ties to the lower expert), then mode 0 softmax over the k
-// selected logits, mode 1 the scores as they are. One thread per token. Launch: grid-stride.
+// selected logits, mode 1 the scores as they are. A warp per token: lane l holds experts l, l + 32,
+// ... (E <= 32 MOE_TOPK_PER_LANE), each pass a warp argmax; the softmax in lane 0 in j order.
+// Launch: block 256, grid-stride over tokens (a warp each).
+#define MOE_TOPK_PER_LANE 16
 extern "C" __global__ void router_topk_forward(bf16* probs, int* idx, const bf16* x, int N, int E, int k,
                                                int mode) {
-  for (long r = blockIdx.x * (long)blockDim.x + threadIdx.x; r < N; r += (long)gridDim.x * blockDim.x) {
+  int lane = threadIdx.x % 32;
+  long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32, nw = (long)gridDim.x * blockDim.x / 32;
+  for (long r = w; r < N; r += nw) {
     const bf16* xr = x + r * E;
-    int* id = idx + r * k;
+    float v[MOE_TOPK_PER_LANE];
+    unsigned taken = 0; /* bit i: expert lane + 32 i is selected */
+#pragma unroll
+    for (int i = 0; i < MOE_TOPK_PER_LANE; i++) v[i] = lane + 32 * i < E ? bf16_to_f32(xr[lane + 32 * i]) : 0.0f;
     float p[32];  // k <= 32 (the dispatch checks)
     for (int j = 0; j < k; j++) {
       int best = -1;
       float bv = 0.0f;
-      for (int e = 0; e < E; e++) {
-        bool taken = false;
-        for (int q = 0; q < j; q++) taken |= id[q] == e;
-        float v = bf16_to_f32(xr[e]);
-        if (!taken && (best < 0 || v > bv)) best = e, bv = v;
+#pragma unroll
+      for (int i = 0; i < MOE_TOPK_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        if (e < E && !(taken >> i & 1) && (best < 0 || v[i] > bv)) best = e, bv = v[i];
       }
-      id[j] = best;
+      for (int o = 16; o > 0; o >>= 1) { /* the larger value, the lower expert on a tie */
+        int ob = __shfl_xor_sync(STEPC_FULL_MASK, best, o);
+        float ov = __shfl_xor_sync(STEPC_FULL_MASK, bv, o);
+        if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
+      }
+      if (best % 32 == lane) taken |= 1u << (best / 32);
       p[j] = bv;
+      if (lane == 0) idx[r * k + j] = best;
     }
+    if (lane != 0) continue;
     if (mode == 0) {
       float s = 0.0f, m = p[0];
       for (int j = 0; j < k; j++) s += (p[j] = expf(p[j] - m));
@@ -145,17 +159,25 @@ extern "C" __global__ void router_topk_forward(bf16* probs, int* idx, const bf16
   }
 }
 
-// dx (N, E): zero outside the selected experts; mode 0 the softmax backward over the k.
+// dx (N, E): zero outside the selected experts; mode 0 the softmax backward over the k. A warp per
+// token (each element written once, coalesced); the dot in lane 0 in j order. Launch as the forward.
 extern "C" __global__ void router_topk_backward(bf16* dx, const bf16* dprobs, const bf16* probs, const int* idx,
                                                 int N, int E, int k, int mode) {
-  for (long r = blockIdx.x * (long)blockDim.x + threadIdx.x; r < N; r += (long)gridDim.x * blockDim.x) {
+  int lane = threadIdx.x % 32;
+  long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32, nw = (long)gridDim.x * blockDim.x / 32;
+  for (long r = w; r < N; r += nw) {
     float dot = 0.0f;
-    for (int e = 0; e < E; e++) dx[r * E + e] = 0;
-    if (mode == 0)
+    if (mode == 0 && lane == 0)
       for (int j = 0; j < k; j++) dot += bf16_to_f32(probs[r * k + j]) * bf16_to_f32(dprobs[r * k + j]);
-    for (int j = 0; j < k; j++) {
-      float p = bf16_to_f32(probs[r * k + j]), d = bf16_to_f32(dprobs[r * k + j]);
-      dx[r * E + idx[r * k + j]] = f32_to_bf16(mode == 0 ? p * (d - dot) : d);
+    dot = __shfl_sync(STEPC_FULL_MASK, dot, 0);
+    for (int e = lane; e < E; e += 32) {
+      bf16 out = 0;
+      for (int j = 0; j < k; j++)
+        if (idx[r * k + j] == e) {
+          float p = bf16_to_f32(probs[r * k + j]), d = bf16_to_f32(dprobs[r * k + j]);
+          out = f32_to_bf16(mode == 0 ? p * (d - dot) : d);
+        }
+      dx[r * E + e] = out;
     }
   }
 }
@@ -199,21 +221,35 @@ __device__ __forceinline__ void moe_count(int* tpe, const int* idx, long n, int 
   __syncthreads();
 }
 
-// MOE_AUX_LOSS: loss = coeff E / (k T^2) sum_e tpe_e sum_t scores[t, e]. One block (1024 threads,
-// smem 4 E + 128 bytes); each expert's column summed by a fixed block tree.
+// MOE_AUX_LOSS: loss = coeff E / (k T^2) sum_e tpe_e sum_t scores[t, e]. One block of 1024 threads
+// (smem 8 E + 4096 + 128 bytes): the first P = 1024 - 1024 % E threads read the scores in order,
+// thread i summing column i % E over rows i / E, i / E + P / E, ... (coalesced); each column's
+// P / E partials are then added in order, and the E products in order: a fixed order, deterministic.
+// Needs E <= 1024.
 extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores, const int* idx, int T, int E,
                                                 int k, float coeff) {
   extern __shared__ int moe_smem[];
   int* tpe = moe_smem;
-  float* red = (float*)(moe_smem + E);
+  float *part = (float*)(moe_smem + E), *col = part + 1024;
   moe_count(tpe, idx, (long)T * k, E);
-  float total = 0.0f;
-  for (int e = 0; e < E; e++) {
-    float col = 0.0f;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) col += bf16_to_f32(scores[(long)t * E + e]);
-    total += block_sum(col, red) * (float)tpe[e];
+  int P = (int)blockDim.x / E * E, g = threadIdx.x / E, ng = P / E, e = threadIdx.x % E;
+  if ((int)threadIdx.x < P) {
+    float c = 0.0f;
+    for (long t = g; t < T; t += ng) c += bf16_to_f32(scores[t * E + e]);
+    part[threadIdx.x] = c;
   }
-  if (threadIdx.x == 0) *loss = coeff * (float)E / ((float)k * (float)T * (float)T) * total;
+  __syncthreads();
+  if ((int)threadIdx.x < E) {
+    float c = 0.0f;
+    for (int q = 0; q < ng; q++) c += part[q * E + threadIdx.x];
+    col[threadIdx.x] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int x = 0; x < E; x++) total += col[x] * (float)tpe[x];
+    *loss = coeff * (float)E / ((float)k * (float)T * (float)T) * total;
+  }
 }
 
 // dscores[t, e] = coeff E / (k T^2) dloss tpe_e. Every block counts for itself (smem 4 E bytes).
@@ -273,9 +309,22 @@ extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const i
 
 // MOE_PERMUTE and MOE_UNPERMUTE_BWD: row row_of[t, j] of xp gets token t's row of x and, with
 // probs (the permute), pp that row's probability; rows no assignment lands on are left as they
-// are (the caller zeroes them where capacity leaves any). One thread per (assignment, column).
+// are (the caller zeroes them where capacity leaves any). A block per assignment row with 16-byte
+// copies when C % 8 == 0, else one thread per (assignment, column). Launch: grid-stride, any grid.
 extern "C" __global__ void moe_scatter_rows(bf16* xp, bf16* pp, const bf16* x, const bf16* probs, const int* row_of,
                                             long n, int k, int C) {
+  if (C % 8 == 0) { /* a block per assignment at a time, 16-byte copies (no per-element division) */
+    int C8 = C / 8;
+    for (long a = blockIdx.x; a < n; a += gridDim.x) {
+      int r = row_of[a];
+      if (r < 0) continue;
+      const uint4* src = (const uint4*)(x + a / k * C);
+      uint4* dst = (uint4*)(xp + (long)r * C);
+      for (int c = threadIdx.x; c < C8; c += blockDim.x) dst[c] = src[c];
+      if (probs && threadIdx.x == 0) pp[r] = probs[a];
+    }
+    return;
+  }
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n * C; i += (long)gridDim.x * blockDim.x) {
     long a = i / C;
     int c = (int)(i % C), r = row_of[a];
@@ -286,9 +335,31 @@ extern "C" __global__ void moe_scatter_rows(bf16* xp, bf16* pp, const bf16* x, c
 }
 
 // MOE_UNPERMUTE and MOE_PERMUTE_BWD: dx[t] = sum over j of dxp[row_of[t, j]] (in j order, dropped
-// assignments add nothing) and, with dpp (the permute's backward), dprobs[t, j] = dpp[row].
+// assignments add nothing) and, with dpp (the permute's backward), dprobs[t, j] = dpp[row]. A block
+// per token when C % 8 == 0 (8 columns a thread), else one thread per (token, column).
 extern "C" __global__ void moe_gather_rows(bf16* dx, bf16* dprobs, const bf16* dxp, const bf16* dpp,
                                            const int* row_of, long T, int k, int C) {
+  if (C % 8 == 0) { /* a block per token at a time, 8 columns a thread: the same sums, in j order */
+    int C8 = C / 8;
+    for (long t = blockIdx.x; t < T; t += gridDim.x) {
+      const int* ro = row_of + t * k;
+      for (int c = threadIdx.x; c < C8; c += blockDim.x) {
+        float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int j = 0; j < k; j++) {
+          int r = ro[j];
+          if (r < 0) continue;
+          float v[8];
+          load8(dxp + (long)r * C + 8 * c, v);
+#pragma unroll
+          for (int q = 0; q < 8; q++) s[q] += v[q];
+        }
+        store8(dx + t * C + 8 * c, s);
+      }
+      if (dpp && threadIdx.x == 0)
+        for (int j = 0; j < k; j++) dprobs[t * k + j] = ro[j] >= 0 ? dpp[ro[j]] : (bf16)0;
+    }
+    return;
+  }
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < T * C; i += (long)gridDim.x * blockDim.x) {
     long t = i / C;
     int c = (int)(i % C);

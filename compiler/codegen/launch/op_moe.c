@@ -14,8 +14,9 @@
 #include "kernels/launch.h"
 
 #define STRIDE(work) rt_grid_stride(x->d, work), 256, 0
-#define MOE_MAX_EXPERTS 256 /* moe_dispatch's shared memory: 34 E ints under 48 KiB */
-#define MOE_MAX_TOPK 32     /* router_topk_forward's per-thread array */
+#define MOE_MAX_EXPERTS 256      /* moe_dispatch's shared memory: 34 E ints under 48 KiB */
+#define MOE_MAX_TOPK 32          /* router_topk_forward's per-thread array */
+#define MOE_TOPK_MAX_EXPERTS 512 /* router_topk_forward: 16 experts a lane (MOE_TOPK_PER_LANE) */
 
 /* Checks each operand's dtype against sig, one letter per input then output: b bf16, f fp32,
  * i int32, - any. */
@@ -106,16 +107,19 @@ static int rt_op_router_topk(RtExec *x, const Op *op) {
   int N = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
   if (k > MOE_MAX_TOPK)
     return rt_fail(x->d, "router top-k %d: the CUDA kernel takes k <= %d", k, MOE_MAX_TOPK);
-  return rt_launch_router_topk_forward(x->d, STRIDE(N), rt_out(x, op, 0), rt_out(x, op, 1), rt_in(x, op, 0),
-                                       N, E, k, (int)op->a.i[1]);
+  if (E > MOE_TOPK_MAX_EXPERTS)
+    return rt_fail(x->d, "router top-k over %d experts: the CUDA kernel takes at most %d", E,
+                   MOE_TOPK_MAX_EXPERTS);
+  return rt_launch_router_topk_forward(x->d, STRIDE(32 * (int64_t)N), rt_out(x, op, 0), rt_out(x, op, 1),
+                                       rt_in(x, op, 0), N, E, k, (int)op->a.i[1]);
 }
 
 /* in (dprobs, probs, idx) out (dx (..., E)); i = k, mode, E */
 static int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbib")) return RT_ERROR;
   int N = (int)ops_rows(rt_t(x, op->in[0])), E = (int)op->a.i[2], k = (int)op->a.i[0];
-  return rt_launch_router_topk_backward(x->d, STRIDE(N), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1),
-                                        rt_in(x, op, 2), N, E, k, (int)op->a.i[1]);
+  return rt_launch_router_topk_backward(x->d, STRIDE(32 * (int64_t)N), rt_out(x, op, 0), rt_in(x, op, 0),
+                                        rt_in(x, op, 1), rt_in(x, op, 2), N, E, k, (int)op->a.i[1]);
 }
 
 /* in (scores (..., E), idx (..., k)) out (loss (1) fp32); f[0] = coeff, i[0] = k */
@@ -123,8 +127,10 @@ static int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bif")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
-  return rt_launch_moe_aux_loss_forward(x->d, rt_dim1(1), 1024, (unsigned)(4 * E + 128), rt_out(x, op, 0),
-                                        rt_in(x, op, 0), rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
+  if (E > 1024) return rt_fail(x->d, "moe_aux_loss: %d experts, the CUDA kernel takes at most 1024", E);
+  return rt_launch_moe_aux_loss_forward(x->d, rt_dim1(1), 1024, (unsigned)(8 * E + 4096 + 128),
+                                        rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), T, E, k,
+                                        (float)op->a.f[0]);
 }
 
 /* in (dloss (1) fp32, idx) out (dscores (..., E)); i[1] = E */
