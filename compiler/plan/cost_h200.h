@@ -17,10 +17,12 @@ d->class_scale[COST_ATTN_FWD] = 1.464;
 d->class_scale[COST_ATTN_BWD] = 1.966;
 d->class_scale[COST_ATTN_FWD_CUDNN] = 1.063;
 d->class_scale[COST_ATTN_BWD_CUDNN] = 1.319;
-/* MoE (MoE7's profile only): the routing ops (top-k, dispatch, permute, MLA head split/concat) at
- * 7.1x their DRAM roofline. */
-d->class_scale[COST_GROUPED_GEMM] = 2.455;
-d->class_scale[COST_MOE_ROUTING] = 7.146;
+/* MoE: the grouped expert GEMMs (one wgmma group in flight, expert gradients stored in a one-micro-
+ * batch step) at 2.15x the GEMM roofline, the routing ops (top-k a warp a token, dispatch, permute,
+ * MLA head split/concat) at 3.1x their DRAM roofline: the medians of MoE7's and Nemotron-9's profiles
+ * of 2026-12-04 (h200.json "session_9", bench/logs/2026-12-04-s9-gpu/call4/). */
+d->class_scale[COST_GROUPED_GEMM] = 2.15;
+d->class_scale[COST_MOE_ROUTING] = 3.08;
 d->class_scale[COST_NORM] = 2.107;
 d->class_scale[COST_ACTIVATION] = 1.275;
 d->class_scale[COST_ROPE_QKV] = 1.341;
@@ -33,13 +35,14 @@ d->class_scale[COST_GRAD_NORM] = 0.988;
  * times stay as calibrated (an fp32 parameter's, 16 -> 28 B, rise by 5%: the router's few). */
 d->class_scale[COST_OPTIMIZER] = 1.0368;
 /* The Mamba-2 mixer (kernels/mamba.cuh, chunk-parallel on CUDA cores) against its roofline (the
- * recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at DRAM speed): forward 129x,
- * backward 127x; the gate and group norm 11.3x DRAM. From the Nemotron-9 profile of 2026-12-04
- * after the chunk backward went to two blocks an SM (bench/logs/2026-12-04-s8-gpu/call8/
- * nem_profile.txt; models/nemotron3_nano.lua, the first 9 layers of its pattern at one rank). */
-d->class_scale[COST_MAMBA_FWD] = 128.6;
-d->class_scale[COST_MAMBA_BWD] = 126.8;
-d->class_scale[COST_MAMBA_GATE_NORM] = 11.29;
+ * recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at DRAM speed): forward 126x,
+ * backward 130x; the gate and group norm 2.2x DRAM (its weight gradient by segments since session
+ * 8's call 9). From the Nemotron-9 profile of 2026-12-04 (h200.json "session_9",
+ * bench/logs/2026-12-04-s9-gpu/call4/nemo9_profile.txt; models/nemotron3_nano.lua, the first 9 layers
+ * of its pattern at one rank). */
+d->class_scale[COST_MAMBA_FWD] = 126.2;
+d->class_scale[COST_MAMBA_BWD] = 130.32;
+d->class_scale[COST_MAMBA_GATE_NORM] = 2.23;
 d->calibration =
-    "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5; Mamba "
-    "session_8)";
+    "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5; MoE and "
+    "Mamba session_9)";
