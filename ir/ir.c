@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const DTYPE_NAMES[DT_COUNT] = {"fp32", "bf16", "fp16", "fp64", "int32", "int64", "uint8"};
-static const size_t DTYPE_SIZES[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1};
+static const char *const DTYPE_NAMES[DT_COUNT] = {"fp32",  "bf16",  "fp16",   "fp64",  "int32",
+                                                  "int64", "uint8", "f8e4m3", "f8e5m2"};
+static const size_t DTYPE_SIZES[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1, 1, 1};
 static const char *const ROLE_NAMES[ROLE_COUNT] = {"param", "master",     "grad",     "optim",
                                                    "input", "activation", "act_grad", "workspace"};
 static const char *const PHASE_NAMES[IR_PHASE_COUNT] = {"forward", "backward", "replay", "reduce",
@@ -20,7 +21,9 @@ static const char *const SCOPE_NAMES[IR_NSCOPES] = {"layer",      "attn",       
                                                     "moe_router", "moe_preprocess", "mamba"};
 
 size_t dtype_size(DType d) { return d < DT_COUNT ? DTYPE_SIZES[d] : 0; }
-bool dtype_is_float(DType d) { return d == DT_F32 || d == DT_BF16 || d == DT_F16 || d == DT_F64; }
+bool dtype_is_float(DType d) {
+  return d == DT_F32 || d == DT_BF16 || d == DT_F16 || d == DT_F64 || d == DT_F8E4M3 || d == DT_F8E5M2;
+}
 const char *dtype_name(DType d) { return d < DT_COUNT ? DTYPE_NAMES[d] : "?"; }
 const char *role_name(TensorRole r) { return r < ROLE_COUNT ? ROLE_NAMES[r] : "?"; }
 bool role_is_persistent(TensorRole r) {

@@ -46,7 +46,9 @@ typedef enum {
 
 /* Nominal dtypes (what the device will store). The CPU executor stores every floating tensor in
  * its own precision (fp32, or fp64 for gradient checks); see graph_plan_trivial. */
-typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64, DT_U8, DT_COUNT } DType;
+/* DT_F8E4M3 / DT_F8E5M2: fp8 (OCP E4M3 with no infinities, and E5M2), one byte; the CPU executor
+ * keeps their values as floats (ir/ops/fp8.c). */
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_I64, DT_U8, DT_F8E4M3, DT_F8E5M2, DT_COUNT } DType;
 
 typedef enum {
   ROLE_PARAM,     /* compute weights (bf16 under model.bf16), persistent */
@@ -110,7 +112,7 @@ typedef struct {
   int of;                     /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
   IrInit init;                /* persistent tensors: how to initialize */
   double init_std;            /* IR_INIT_NORMAL: standard deviation */
-  /* tensor parallelism (a per-rank lowering, compiler/lower/lower_tp.c): a parameter that is one
+  /* tensor parallelism (a per-rank lowering, compiler/lower/lower.c): a parameter that is one
    * rank's shard of the one-rank tensor. tp_nseg 0: whole (replicated on every rank). Else, along
    * dim tp_dim the one-rank tensor is cut into tp_nseg segments of tp_seg[k] rows (or columns),
    * each split evenly over tp_size ranks, and the shard is the concatenation of its rank's part of
@@ -207,13 +209,15 @@ typedef enum {
   COST_MAMBA_FWD,       /* the Mamba-2 mixer forward (conv1d, dt, the chunked SSD, the D skip) */
   COST_MAMBA_BWD,       /* its backward */
   COST_MAMBA_GATE_NORM, /* the mixer's gate and gated group norm, forward and backward */
+  COST_GEMM_FP8,        /* fp8 products (ir/ops/fp8.c: LINEAR_FP8 with its input's cast, FP8_GEMM) */
+  COST_FP8_CAST,        /* current-scaling casts to fp8 (FP8_QUANT: amax, then the cast) */
   COST_OTHER,
   COST_NCLASS
 } CostClass;
 
 /* The compute ceiling of its roofline time (compiler/plan/cost.c): DRAM alone, or its FLOPs against
- * the GEMM or the attention ceiling as well. */
-typedef enum { CEIL_UNSET, CEIL_DRAM, CEIL_GEMM, CEIL_ATTN } OpCeiling;
+ * the GEMM, the attention or the fp8 GEMM ceiling as well. */
+typedef enum { CEIL_UNSET, CEIL_DRAM, CEIL_GEMM, CEIL_ATTN, CEIL_GEMM_FP8 } OpCeiling;
 
 /* Which input output 0 may overwrite in place when that input dies at the op (the memory plan):
  * its CPU and CUDA kernels compute element i from input element i only, read first. */

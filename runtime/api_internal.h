@@ -66,7 +66,7 @@ struct stepc {
   stepc_status refused;
   char gpu[256];
   /* data parallel (api_dp.c) */
-  int rank, world;    /* world 1: alone */
+  int rank, world; /* world 1: alone */
   /* tensor parallelism (image tp_size > 1): world = dp * tp, rank = dp_rank * tp + tp_rank (TP
    * fastest, Megatron's order); without it tp 1, dp = world, dp_rank = rank */
   int tp, tp_rank, dp, dp_rank;

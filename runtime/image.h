@@ -72,12 +72,12 @@ typedef struct {
                            the launch scratch, cuBLASLt's and cuDNN's workspaces */
   int64_t cpu_peak;     /* the CPU (fp32) plan's */
   int64_t cpu_arena;
-  int32_t sm_count; /* the launch program's grids were sized for this many SMs */
-  int32_t dp_size;  /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
-                       graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
-  int32_t dist_opt; /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
-  int32_t tp_size;  /* tensor-parallel ranks (0 or 1: none): the graph is one TP rank's shard,
-                       world_size = dp_size * tp_size, TP ranks fastest (docs/parallelism.md) */
+  int32_t sm_count;       /* the launch program's grids were sized for this many SMs */
+  int32_t dp_size;        /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
+                             graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
+  int32_t dist_opt;       /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
+  int32_t tp_size;        /* tensor-parallel ranks (0 or 1: none): the graph is one TP rank's shard,
+                             world_size = dp_size * tp_size, TP ranks fastest (docs/parallelism.md) */
   int64_t cpu_region;     /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
                              g->buffer_bytes[1]): the largest rank's shard, 0 without one */
   char data_path[1024];   /* as the recipe gave it (data.path is the user's file, read at run time) */

@@ -18,7 +18,8 @@ const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias parti
                                                             "current dropout seed",
                                                             "multi-tensor tables",
                                                             "initialisation seed",
-                                                            "loss denominator"};
+                                                            "loss denominator",
+                                                            "fp8 amax partials"};
 
 int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
   int n = 0;

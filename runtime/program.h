@@ -92,7 +92,7 @@ typedef struct {
 } LpRow;
 
 /* The scratch's parts (compiler/codegen/launch/exec.h's RT_SCRATCH_* order), for reports. */
-#define LP_SCRATCH_PARTS 11
+#define LP_SCRATCH_PARTS 12
 extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
 
 typedef struct {

@@ -1,4 +1,5 @@
-/* executes.c — the recipe fields stepc checks and plans but does not execute yet. A build of such a
+/* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
+ * with current scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c). A build of such a
  * recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an artifact
  * that trained a different step than the recipe asks for (bf16 under fp8, one full replica under
  * expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
@@ -56,6 +57,7 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
 static const char *first_unexecuted(const Spec *s, int *field) {
   const SpecModel *m = &s->model;
   const SpecOptimizer *o = &s->optimizer;
+  bool fp8 = s->present[SPEC_F_model_fp8];
   bool low_precision_state = o->use_precision_aware_optimizer &&
                              (strcmp(o->main_grads_dtype, "fp32") || strcmp(o->main_params_dtype, "fp32") ||
                               strcmp(o->exp_avg_dtype, "fp32") || strcmp(o->exp_avg_sq_dtype, "fp32"));
@@ -75,7 +77,13 @@ static const char *first_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_expert_model_parallel_size, "expert parallelism"},
       {above_one(s, SPEC_F_model_expert_tensor_parallel_size, m->expert_tensor_parallel_size),
        SPEC_F_model_expert_tensor_parallel_size, "expert tensor parallelism"},
-      {s->present[SPEC_F_model_fp8], SPEC_F_model_fp8, "fp8 training (the step would run bf16)"},
+      {fp8 && strcmp(m->fp8_recipe, "tensorwise") != 0, SPEC_F_model_fp8_recipe,
+       "an fp8 scaling recipe other than current scaling (\"tensorwise\", which runs)"},
+      {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
+       "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
+       "in bf16)"},
+      {fp8 && above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
+       SPEC_F_model_fp8, "fp8 under tensor parallelism (the ranks' amax is not reduced over the group yet)"},
       {m->fp8_param, SPEC_F_model_fp8_param, "fp8 primary weights"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,

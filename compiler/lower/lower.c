@@ -81,7 +81,7 @@ static int linear_tp(Lower *L, int x, int64_t n_out, int64_t n_in, double std, b
   int in[3] = {x, w, -1};
   if (L->s->model.add_bias_linear)
     in[2] = shard(L, param(L, "bias", 1, o, 1, IR_INIT_ZEROS, 0), 0, nseg, seg);
-  return graph_op1(L->g, OP_LINEAR, in, L->s->model.add_bias_linear ? 3 : 2, NULL, NULL);
+  return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
 }
 
 /* Into the TP region (Megatron's copy_to_tensor_model_parallel_region, or under SP

@@ -25,7 +25,21 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
   int64_t ws[2] = {n_out, n_in};
   int in[3] = {x, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), -1};
   if (L->s->model.add_bias_linear) in[2] = lb_param(L, "bias", 1, &n_out, IR_INIT_ZEROS, 0);
-  return graph_op1(L->g, OP_LINEAR, in, L->s->model.add_bias_linear ? 3 : 2, NULL, NULL);
+  return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
+}
+
+int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
+  const SpecModel *m = &s->model;
+  if (!s->per_rank || !s->present[SPEC_F_model_fp8] || g->cur.layer < 0)
+    return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
+  /* Transformer Engine's fp8 linear: the weight cast once a micro-batch (E4M3), the input cast in
+   * the product's launch; the backward's format E5M2 under "hybrid", E4M3 under "e4m3" */
+  OpAttrs qa = {.i = {0}}, la = {.i = {0, strcmp(m->fp8, "hybrid") == 0}};
+  int q[3], out[4];
+  if (graph_op(g, OP_FP8_QUANT, &in[1], 1, &qa, q, NULL) < 0) return -1;
+  int lin[5] = {in[0], q[0], q[1], q[2], nin == 3 ? in[2] : -1};
+  if (graph_op(g, OP_LINEAR_FP8, lin, nin == 3 ? 5 : 4, &la, out, NULL) < 0) return -1;
+  return out[0];
 }
 
 int lb_norm(const LowerBlock *L, int x, int64_t width) {

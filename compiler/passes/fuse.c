@@ -299,8 +299,8 @@ static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
         }
     if (first < 0 || last != z) continue;
     const Op *w = &g->op[first];
-    if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD) || fz->skip[first] ||
-        fz->fuse[first] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
+    if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD && w->kind != OP_FP8_GEMM) ||
+        fz->skip[first] || fz->fuse[first] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
         tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;
     fz->fuse[first] = FUSE_WGRAD_STORE;

@@ -269,10 +269,11 @@ const char *cost_class_name(CostClass c);
 CostClass cost_op_class(const Graph *g, const Fusions *fz, int op);
 
 typedef struct {
-  double gemm_flops_per_s; /* H200 bf16 GEMM at layer shapes */
-  double attn_flops_per_s; /* fused / flash attention */
-  double bytes_per_s;      /* DRAM */
-  double launch_s;         /* per-op overhead */
+  double gemm_flops_per_s;     /* H200 bf16 GEMM at layer shapes */
+  double gemm_fp8_flops_per_s; /* H200 fp8 GEMM (twice the bf16 tensor-core rate) */
+  double attn_flops_per_s;     /* fused / flash attention */
+  double bytes_per_s;          /* DRAM */
+  double launch_s;             /* per-op overhead */
   /* measured time / roofline time per class on this device (1: the roofline), from a profile
    * (`stepc run --profile`); the calibration data is kept in the repository (cost.c says where) */
   double class_scale[COST_NCLASS];

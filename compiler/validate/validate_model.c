@@ -106,9 +106,10 @@ static void check_data(VCtx *v) {
         "set data.path to a text file, or data.mock=true");
 }
 
-/* STEPC-20: fp8 is part of the Spec and the rules, but its execution is later work: the single-rank plan is
- * bf16 and a build refuses (compiler/codegen/executes.c). STEPC-51: fp8 weights need fp8
- * (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
+/* STEPC-20: fp8 executes with current scaling (fp8_recipe "tensorwise": ir/ops/fp8.c) in what a build
+ * runs; `stepc plan` and `check` model the single-rank step in bf16 beside the per-rank report of
+ * what Transformer Engine keeps in fp8; a build refuses the other recipes (compiler/codegen/executes.c).
+ * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
   if (s->model.fp8_param && !s->present[SPEC_F_model_fp8])
@@ -119,11 +120,12 @@ static void check_precision(VCtx *v) {
   if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,
-               "fp8=%s is checked against Megatron's rules, but stepc does not execute fp8 yet: the "
-               "single-rank plan is bf16, the per-rank report counts what Transformer Engine keeps in fp8, "
-               "and a build or run refuses",
-               s->model.fp8),
-        "write model.fp8=null to plan what stepc will run");
+               "fp8=%s (recipe %s): a build runs the transformer layers' linears in fp8 with current "
+               "scaling (fp8_recipe=tensorwise; other recipes refuse at build), but this single-rank plan "
+               "is the bf16 step; the per-rank report counts what Transformer Engine keeps in fp8, and a "
+               "build's plan.json the fp8 step stepc runs",
+               s->model.fp8, s->model.fp8_recipe),
+        "stepc build RECIPE -o DIR writes DIR/plan.json, the plan of the fp8 step");
 }
 
 /* STEPC-30, STEPC-31: sizes the planner answers in seconds. Its best-fit placement is quadratic in

@@ -153,7 +153,7 @@ static void K(ce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *cons
   const Tensor *x = &c->g->t[op->in[0]];
   K(CeArgs) a = {.x = in[0], .tg = in[1], .olse = out[1], .rows = ops_rows(x), .v = ops_last(x)};
   a.all = a.v;
-  double sum = 0; /* in token order, in double: the loss is what runs are compared on */
+  double sum = 0;   /* in token order, in double: the loss is what runs are compared on */
   if (op->a.i[0]) { /* vocab-parallel */
     a.off = (int64_t)ops_tp_rank(c) * a.v, a.all = a.v * ops_tp_size(c);
     real *tl = malloc((size_t)a.rows * sizeof *tl + 1);

@@ -148,7 +148,8 @@ static int grads_like_inputs(const Graph *g, const Op *op, OpOut *out, char *err
   if (op_info(fk)->infer(g, &f, fwd, err, n) != 0) return -1;
   for (int i = 0; i < f.nin; i++)
     ops_out_like(&out[i], ops_in(g, op, 1 + i), "grad");
-  if (op->kind == OP_MAMBA_MIXER_BWD) ws_out(&out[f.nin], mixer_ws(op, ops_in(g, op, 1), ops_in(g, op, 2), 1));
+  if (op->kind == OP_MAMBA_MIXER_BWD)
+    ws_out(&out[f.nin], mixer_ws(op, ops_in(g, op, 1), ops_in(g, op, 2), 1));
   if (op->kind == OP_MAMBA_GROUP_NORM_BWD) {
     const Tensor *x = ops_in(g, op, 1);
     ws_out(&out[f.nin], stepc_mamba_gnorm_ws((long)ops_rows(x), (int)ops_last(x), (int)op->a.i[0]));
@@ -363,7 +364,7 @@ const OpInfo op_mamba_mixer_info = {"mamba_mixer",
                                               .sink = SINK_NO,
                                               .matmul = MATMUL_NONE,
                                               .ew = &OP_EW_NONE},
- .bytes = ws_op_bytes};
+                                    .bytes = ws_op_bytes};
 const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd",
                                         5,
                                         5,
@@ -379,7 +380,7 @@ const OpInfo op_mamba_mixer_bwd_info = {"mamba_mixer_bwd",
                                                   .sink = SINK_NO,
                                                   .matmul = MATMUL_NONE,
                                                   .ew = &OP_EW_NONE},
- .bytes = ws_op_bytes};
+                                        .bytes = ws_op_bytes};
 const OpInfo op_mamba_gate_info = {"mamba_gate",
                                    2,
                                    2,
@@ -440,7 +441,7 @@ const OpInfo op_mamba_group_norm_bwd_info = {"mamba_group_norm_bwd",
                                                        .sink = SINK_NO,
                                                        .matmul = MATMUL_NONE,
                                                        .ew = &OP_EW_NONE},
- .bytes = ws_op_bytes};
+                                             .bytes = ws_op_bytes};
 
 #else /* OPS_KERNEL_PASS */
 

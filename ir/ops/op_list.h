@@ -39,6 +39,12 @@
   X(TP_GATHER, op_tp_gather)       /* all-gather along the sequence; backward TP_SCATTER */                  \
   X(TP_SCATTER, op_tp_scatter)     /* reduce-scatter along the sequence; backward TP_GATHER */
 
+/* fp8.c: fp8 linears with current scaling (Transformer Engine's Float8CurrentScaling), listed last */
+#define OP_LIST_FP8(X)                                                                                       \
+  X(FP8_QUANT, op_fp8_quant)   /* x -> q, qT, scale_inv (per-tensor current scaling) */                      \
+  X(LINEAR_FP8, op_linear_fp8) /* y = cast(x) wq^T sx sw; saves x's fp8 transpose */                         \
+  X(FP8_GEMM, op_fp8_gemm)     /* c = a b^T sa sb, both fp8 and K-contiguous (dgrad, wgrad) */
+
 #define OP_LIST(X)                                                                                           \
   OP_LIST_MLA_MOE(X)                                                                                         \
   /* elementwise.c */                                                                                        \
@@ -119,6 +125,7 @@
   /* activation.c: the gated GELU (Megatron's gelu with gated_linear_unit) */                                \
   X(GEGLU, op_geglu) /* y = gelu(a) * b, [a | b] = x (exact erf GELU) */                                     \
   X(GEGLU_BWD, op_geglu_bwd)                                                                                 \
-  OP_LIST_TP(X)
+  OP_LIST_TP(X)                                                                                              \
+  OP_LIST_FP8(X)
 
 #endif

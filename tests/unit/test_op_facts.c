@@ -24,7 +24,7 @@ static void check_set(OpKind k, const OpFacts *f) {
   CHECK(k, f->cost > COST_UNSET && f->cost < COST_NCLASS);
   /* the cuDNN classes are cost.c's reading of an attention op's attributes, never a row's */
   CHECK(k, f->cost != COST_ATTN_FWD_CUDNN && f->cost != COST_ATTN_BWD_CUDNN);
-  CHECK(k, f->ceiling > CEIL_UNSET && f->ceiling <= CEIL_ATTN);
+  CHECK(k, f->ceiling > CEIL_UNSET && f->ceiling <= CEIL_GEMM_FP8);
   CHECK(k, f->inplace > INPLACE_UNSET && f->inplace <= INPLACE_IN1);
   CHECK(k, f->rng > RNG_UNSET && f->rng <= RNG_ATTN_DROPOUT);
   CHECK(k, f->sink > SINK_UNSET && f->sink <= SINK_YES);
@@ -48,7 +48,8 @@ static void check_consistent(OpKind k, const OpInfo *row) {
   }
   if (f->rng == RNG_ATTN_DROPOUT) CHECK(k, f->ceiling == CEIL_ATTN);
   if (f->ceiling == CEIL_ATTN) CHECK(k, f->cost == COST_ATTN_FWD || f->cost == COST_ATTN_BWD);
-  if (f->matmul != MATMUL_NONE) CHECK(k, f->ceiling == CEIL_GEMM);
+  if (f->matmul != MATMUL_NONE) CHECK(k, f->ceiling == CEIL_GEMM || f->ceiling == CEIL_GEMM_FP8);
+  if (f->ceiling == CEIL_GEMM_FP8) CHECK(k, f->cost == COST_GEMM_FP8);
 }
 
 /* The readers answer from the table. */

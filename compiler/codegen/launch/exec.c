@@ -10,7 +10,7 @@
 /* op kind -> launches, gathered from the families' rows (op_*.c: an op's launch and its row live
  * in one file); NULL = not run on CUDA yet (rt_exec_new reports it). */
 static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC, RT_OPS_DENSE,
-                                          RT_OPS_MAMBA,     RT_OPS_MOE,          RT_OPS_OPTIM};
+                                          RT_OPS_FP8,       RT_OPS_MAMBA,        RT_OPS_MOE,   RT_OPS_OPTIM};
 static RtOpFn DISPATCH[OP_COUNT];
 
 static void dispatch_init(void) {
@@ -180,7 +180,8 @@ static int analyse(RtExec *x, int *unsupported) {
   for (int o = 0; o < g->nop && rc == RT_OK;
        o++) /* a stored weight gradient: a GEMM into its main gradient */
     if (x->fz->fuse[o] == RT_FUSE_WGRAD_STORE &&
-        ((g->op[o].kind != OP_LINEAR_WGRAD && g->op[o].kind != OP_GROUPED_LINEAR_WGRAD) ||
+        ((g->op[o].kind != OP_LINEAR_WGRAD && g->op[o].kind != OP_GROUPED_LINEAR_WGRAD &&
+          g->op[o].kind != OP_FP8_GEMM) ||
          x->fz->sink[g->op[o].out[0]] < 0))
       rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module,
                    op_name(g->op[o].kind));
@@ -279,6 +280,7 @@ static void carve_scratch(RtExec *x) {
   sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
   sz[RT_SCRATCH_INIT_SEED] = 8;
   sz[RT_SCRATCH_LOSS_DEN] = 4;
+  sz[RT_SCRATCH_AMAX] = (int64_t)x->gn_groups * 4;
   int64_t total = 0;
   for (int i = 0; i < RT_SCRATCH_PARTS; i++)
     x->scratch_at[i] = total, total += align256(sz[i]);
@@ -301,6 +303,7 @@ static void place_scratch(RtExec *x) {
   x->multi_table = s + (CUdeviceptr)at[RT_SCRATCH_TABLES];
   x->init_seed = s + (CUdeviceptr)at[RT_SCRATCH_INIT_SEED];
   x->loss_den = s + (CUdeviceptr)at[RT_SCRATCH_LOSS_DEN];
+  x->amax_partial = s + (CUdeviceptr)at[RT_SCRATCH_AMAX];
 }
 
 int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {
@@ -360,9 +363,10 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsuppo
               t->name, t->buffer, (long long)t->offset, (long long)t->bytes);
       return NULL;
     }
-    if (dtype_is_float(t->dtype) && t->dtype != DT_F32 && t->dtype != DT_BF16) {
+    if (dtype_is_float(t->dtype) && t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F8E4M3 &&
+        t->dtype != DT_F8E5M2) {
       *unsupported = 1;
-      rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16 and fp32 tensors", t->name,
+      rt_fail(d, "tensor %s is %s: the CUDA backend runs bf16, fp32 and fp8 tensors", t->name,
               dtype_name(t->dtype));
       return NULL;
     }

@@ -55,6 +55,7 @@ enum {
   RT_SCRATCH_TABLES,    /* the multi-tensor groups' tables */
   RT_SCRATCH_INIT_SEED, /* train.seed for the initialisation launches */
   RT_SCRATCH_LOSS_DEN,  /* the step's loss denominator (fp32), staged with the inputs */
+  RT_SCRATCH_AMAX,      /* the fp8 casts' amax partials (2 per SM, kernels/fp8.cuh) */
   RT_SCRATCH_PARTS
 };
 

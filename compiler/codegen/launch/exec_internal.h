@@ -45,16 +45,17 @@ struct RtExec {
   CUdeviceptr multi_table; /* (multi_words) u64: the multi-tensor groups' tables (op_optim.c) */
   uint64_t *multi_host;    /* the same words on the host, written when the executor opens */
   int64_t multi_words;
-  CUdeviceptr work;      /* the attention backward's (B, H, T) fp32 row sums (the Mamba ops' workspaces
-                            are planned tensors: ir/ops/mamba.c) */
-  CUdeviceptr hp;        /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
-  CUdeviceptr seeds;     /* (num_microbatches) u64 dropout seeds */
-  CUdeviceptr seed_cur;  /* u64: the seed of the micro-batch running now; dropout reads only this
-                            fixed slot, so a graph captured once serves every micro-batch */
-  CUdeviceptr losses;    /* (num_microbatches) fp32, each micro-batch's mean loss */
-  CUdeviceptr init_seed; /* u64: train.seed, which the initialisation launches read */
-  CUdeviceptr loss_den;  /* fp32: the step's loss denominator D (ir/ops/loss.c), which the host counts
-                            from the step's targets and stages with them (runtime/api.c api_loss_den) */
+  CUdeviceptr work;         /* the attention backward's (B, H, T) fp32 row sums (the Mamba ops' workspaces
+                               are planned tensors: ir/ops/mamba.c) */
+  CUdeviceptr hp;           /* (RT_MAX_HP, 8) fp32 AdamW hyper-parameters */
+  CUdeviceptr seeds;        /* (num_microbatches) u64 dropout seeds */
+  CUdeviceptr seed_cur;     /* u64: the seed of the micro-batch running now; dropout reads only this
+                               fixed slot, so a graph captured once serves every micro-batch */
+  CUdeviceptr losses;       /* (num_microbatches) fp32, each micro-batch's mean loss */
+  CUdeviceptr init_seed;    /* u64: train.seed, which the initialisation launches read */
+  CUdeviceptr loss_den;     /* fp32: the step's loss denominator D (ir/ops/loss.c), which the host counts
+                               from the step's targets and stages with them (runtime/api.c api_loss_den) */
+  CUdeviceptr amax_partial; /* (gn_groups) fp32: an fp8 cast's per-block maxima (op_fp8.c) */
   int64_t scratch_part[RT_SCRATCH_PARTS], scratch_at[RT_SCRATCH_PARTS]; /* bytes, offset in the scratch */
   CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;       /* B*T */
@@ -82,9 +83,10 @@ typedef struct {
 /* The families: op_basic.c (elementwise, embedding, RoPE, dropout, activations, QKV split), op_dense.c
  * (norms, linears), op_attn_loss.c (flash / cuDNN attention, cross entropy), op_attn_unfused.c,
  * op_optim.c (norm, clipping, LR, AdamW), op_moe.c (MLA heads, router, dispatcher, grouped experts),
- * op_mamba.c (the Mamba-2 mixer, gate and group norm). Their launches are static; what one family
+ * op_mamba.c (the Mamba-2 mixer, gate and group norm), op_fp8.c (fp8 casts and products). Their
+ * launches are static; what one family
  * hands another is declared below. */
-extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[],
+extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[], RT_OPS_FP8[],
     RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
 
 int rt_attn_resolve(RtExec *x, int *unsupported);

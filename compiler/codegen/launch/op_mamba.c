@@ -128,18 +128,18 @@ static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   int segs = stepc_mamba_segs(m.T), nparam = m.C * (m.K + 1) + 3 * m.H;
   if (op_ws(x, op, w.floats, &ws) || mix_states(x, op, &m, &w, ws, 1, rt_in(x, op, 0)) ||
       rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre), rt_out(x, op, 2),
-                                     ws_at(ws, w.hpart), ws_at(ws, w.st), ws_at(ws, w.dst), rt_in(x, op, 0),
-                                     rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), rt_in(x, op, 4), m.T,
-                                     m.H, m.P, m.G, m.N, m.K) ||
+                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre),
+                                     rt_out(x, op, 2), ws_at(ws, w.hpart), ws_at(ws, w.st), ws_at(ws, w.dst),
+                                     rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3),
+                                     rt_in(x, op, 4), m.T, m.H, m.P, m.G, m.N, m.K) ||
       rt_launch_mamba_conv_backward(x->d,
                                     rt_dim((unsigned)((m.C + 255) / 256), (unsigned)segs, (unsigned)m.B), 256,
-                                    0, rt_out(x, op, 0), ws_at(ws, w.cpart), ws_at(ws, w.gpre), rt_in(x, op, 1),
-                                    rt_in(x, op, 2), m.T, m.C, m.K, segs))
+                                    0, rt_out(x, op, 0), ws_at(ws, w.cpart), ws_at(ws, w.gpre),
+                                    rt_in(x, op, 1), rt_in(x, op, 2), m.T, m.C, m.K, segs))
     return RT_ERROR;
   return rt_launch_mamba_param_grads(x->d, rt_dim1((unsigned)((nparam + 255) / 256)), 256, 0,
-                                     rt_out(x, op, 1), rt_out(x, op, 3), ws_at(ws, w.cpart), ws_at(ws, w.hpart),
-                                     rt_in(x, op, 4), m.B, m.T, m.H, m.C, m.K, segs);
+                                     rt_out(x, op, 1), rt_out(x, op, 3), ws_at(ws, w.cpart),
+                                     ws_at(ws, w.hpart), rt_in(x, op, 4), m.B, m.T, m.H, m.C, m.K, segs);
 }
 
 /* MAMBA_GATE in (y, z) out (y silu(z)); MAMBA_GATE_BWD in (dout, y, z) out (dy, dz) */

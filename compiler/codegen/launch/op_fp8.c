@@ -1,0 +1,86 @@
+/* op_fp8.c — dispatch of the fp8 ops (ir/ops/fp8.c): current-scaling casts (kernels/fp8.cuh) and fp8
+ * GEMMs through cuBLASLt (runtime/gemm.c; rt.h RT_GEMM_E4M3). Every product is the K-contiguous "NT"
+ * form Hopper's fp8 tensor cores take: the forward reads x's row-wise copy and the weight's, the
+ * dgrad dy's row-wise copy and the weight's transpose, the wgrad dy's and x's transposes. */
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
+
+static int64_t elt_type(DType t) { return t == DT_F8E5M2 ? RT_GEMM_E5M2 : RT_GEMM_E4M3; }
+
+/* q (M, K) and/or qT (K, M) (0: not wanted) and scale_inv of x (M, K), format fmt (0 E4M3, 1 E5M2):
+ * the amax partials (one per block of 2048 elements, at most gn_groups of them) into the scratch's
+ * RT_SCRATCH_AMAX, then the cast, which reduces them again in every block. */
+static int cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in, int64_t M,
+                int64_t K, int fmt) {
+  if (M % 16 || K % 16)
+    return rt_fail(x->d, "an fp8 cast of (%lld, %lld): both dimensions must be multiples of 16", (long long)M,
+                   (long long)K);
+  int64_t n = M * K, want = (n + 2047) / 2048;
+  int np = (int)(want < x->gn_groups ? want : x->gn_groups);
+  if (np < 1) np = 1;
+  if (rt_launch_fp8_amax_partial(x->d, rt_dim1((unsigned)np), 256, 0, x->amax_partial, in, (long)n))
+    return RT_ERROR;
+  return rt_launch_fp8_cast_transpose(x->d, rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1),
+                                      256, 0, q, qT, sinv, in, x->amax_partial, np, (int)M, (int)K, fmt);
+}
+
+/* FP8_QUANT: x -> q, qT, scale_inv (i[0] the format). */
+static int rt_op_fp8_quant(RtExec *x, const Op *op) {
+  const Tensor *a = rt_t(x, op->in[0]);
+  return cast(x, rt_out(x, op, 0), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), ops_rows(a),
+              ops_last(a), (int)op->a.i[0]);
+}
+
+/* One fp8 product c (M, N) = a (M, K) b (N, K)^T sa sb; c is the fp32 main gradient (accumulated,
+ * or stored by the wgrad-store fusion) where the compiler sank it there. */
+static int fp8_gemm(RtExec *x, const Op *op, CUdeviceptr a, CUdeviceptr b, DType ta, DType tb, CUdeviceptr sa,
+                    CUdeviceptr sb, int64_t M, int64_t N, int64_t K, int out, CUdeviceptr bias, int fast) {
+  int sink = x->fz->sink[out], add = sink >= 0 && x->fz->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
+  RtGemm g = {.kind = RT_GEMM_NT,
+              .m = M,
+              .n = N,
+              .k = K,
+              .lda = K,
+              .ldb = K,
+              .ldc = N,
+              .batch = 1,
+              .c_f32 = sink >= 0,
+              .a_type = elt_type(ta),
+              .b_type = elt_type(tb),
+              .fast_accum = fast,
+              .a = a,
+              .b = b,
+              .c = sink >= 0 ? rt_exec_ptr(x, sink) : rt_exec_ptr(x, out),
+              .bias = bias,
+              .a_scale = sa,
+              .b_scale = sb,
+              .alpha = 1.0f,
+              .beta = add ? 1.0f : 0.0f};
+  return rt_gemm_run(x->d, &g);
+}
+
+/* LINEAR_FP8: in (x, wq, wqT, sw [, b]) out (y, xqT, sx, xq): x cast once to both copies, then the
+ * forward product with fast accumulation (Transformer Engine's fprop setting). */
+static int rt_op_linear_fp8(RtExec *x, const Op *op) {
+  const Tensor *a = rt_t(x, op->in[0]), *wq = rt_t(x, op->in[1]);
+  int64_t M = ops_rows(a), N = wq->shape[0], K = wq->shape[1];
+  if (cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), M, K, (int)op->a.i[0]))
+    return RT_ERROR;
+  return fp8_gemm(x, op, rt_out(x, op, 3), rt_in(x, op, 1), rt_t(x, op->out[3])->dtype, wq->dtype,
+                  rt_out(x, op, 2), rt_in(x, op, 3), M, N, K, op->out[0], op->nin == 5 ? rt_in(x, op, 4) : 0,
+                  1);
+}
+
+/* FP8_GEMM: in (a (M, K), b (N, K), sa, sb) out c (M, N), split accumulation (dgrad, wgrad). */
+static int rt_op_fp8_gemm(RtExec *x, const Op *op) {
+  const Tensor *a = rt_t(x, op->in[0]), *b = rt_t(x, op->in[1]);
+  return fp8_gemm(x, op, rt_in(x, op, 0), rt_in(x, op, 1), a->dtype, b->dtype, rt_in(x, op, 2),
+                  rt_in(x, op, 3), ops_rows(a), b->shape[0], ops_last(a), op->out[0], 0, 0);
+}
+
+const RtOpRow RT_OPS_FP8[] = {
+    {OP_FP8_QUANT, rt_op_fp8_quant},
+    {OP_LINEAR_FP8, rt_op_linear_fp8},
+    {OP_FP8_GEMM, rt_op_fp8_gemm},
+    {OP_COUNT, NULL},
+};

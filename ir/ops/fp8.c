@@ -1,0 +1,274 @@
+/* fp8.c — fp8 linears with current (per-tensor) scaling, as Transformer Engine's Float8CurrentScaling
+ * (Megatron's fp8_recipe = "tensorwise"):
+ *
+ *   amax  = max |x| over the whole tensor
+ *   scale = fp8_max / amax in fp32 (1 for an amax of 0, inf or NaN; the fp32 maximum where the
+ *           quotient overflows), fp8_max 448 (E4M3) or 57344 (E5M2)
+ *   q     = fp8(x * scale): x * scale rounded once to fp32, then to the nearest value of the format,
+ *           ties to the even one, saturated to +-fp8_max (cvt.rn.satfinite); scale_inv = 1 / scale
+ *   a product of two fp8 operands = (sum_k qa qb) * scale_inv_a * scale_inv_b, fp32 accumulation
+ *
+ *   FP8_QUANT   x (M, K) -> q (M, K), qT (K, M), s (1): q in format i[0] (0 E4M3, 1 E5M2), its
+ *               transpose, scale_inv. The weights' cast (once a micro-batch); its gradient is
+ *               straight-through: the gradient of q is x's.
+ *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] -> y (..., N), xqT (K, M),
+ *               sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT the only copy
+ *               of x the backward keeps (1 byte an element), xq the row-wise copy the forward product
+ *               reads (a workspace, live in the op only). Its gradient casts dy in the backward format
+ *               i[1] (FP8_QUANT) and runs two FP8_GEMMs: dx = dy wq, dwq = dy^T x, the latter
+ *               passed to the weight through FP8_QUANT's straight-through rule; a bias's gradient is
+ *               LINEAR_BGRAD over dy itself.
+ *   FP8_GEMM    a (M, K), b (N, K) fp8, sa, sb (1) -> c (M, N) = a b^T sa sb in dtype i[0]: the "TN"
+ *               product Hopper's fp8 tensor cores take (both operands contiguous in K), which is why
+ *               the casts keep transposed copies.
+ *
+ * The CPU executor keeps the fp8 tensors as their values (unscaled codes' values, exact in fp32);
+ * fp8_round is the rounding, checked against CUDA's own host conversion (tests/unit/fp8_round.cc).
+ * Every sum is in a fixed order, so a step is reproducible. */
+#ifndef OPS_KERNEL_PASS
+#include <math.h>
+
+#include "ops/ops.h"
+
+double fp8_round(double v, int e5m2) {
+  if (v != v) return v;
+  double a = fabs(v), fmax = e5m2 ? 57344.0 : 448.0;
+  int emin = e5m2 ? -14 : -6, mbits = e5m2 ? 2 : 3, e;
+  if (a >= fmax) return v < 0 ? -fmax : fmax;
+  if (a == 0) return v;
+  frexp(a, &e); /* a = f 2^e, f in [0.5, 1): the leading bit is 2^(e-1) */
+  int lead = e - 1 < emin ? emin : e - 1;
+  double quantum = ldexp(1.0, lead - mbits), r = nearbyint(a / quantum) * quantum; /* ties to even */
+  if (r > fmax) r = fmax;
+  return v < 0 ? -r : r;
+}
+
+float fp8_scale(float amax, int e5m2) {
+  if (amax == 0.0f || isinf(amax) || isnan(amax)) return 1.0f;
+  float s = (e5m2 ? 57344.0f : 448.0f) / amax;
+  return isinf(s) ? 3.402823466e38f : s;
+}
+
+static int quant_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0);
+  if (op->a.i[0] != 0 && op->a.i[0] != 1) return ops_err(err, n, "format i[0] must be 0 (E4M3) or 1 (E5M2)");
+  DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
+  ops_out_like(&out[0], x, "fp8");
+  out[0].dtype = f;
+  ops_out_shape(&out[1], f, "fp8_t", 2, ops_last(x), ops_rows(x), 1, 1);
+  ops_out_shape(&out[2], DT_F32, "fp8_scale_inv", 1, 1, 1, 1, 1);
+  return 0;
+}
+
+/* straight-through: the cast's gradient is the identity (Transformer Engine's) */
+static int quant_backward(Graph *g, int op, const int *dout, int *din) {
+  (void)g, (void)op;
+  din[0] = dout[0];
+  return 0;
+}
+
+static int linear_fp8_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0), *wq = ops_in(g, op, 1), *wqt = ops_in(g, op, 2), *sw = ops_in(g, op, 3);
+  if (wq->ndim != 2 || ops_last(x) != wq->shape[1] || wqt->ndim != 2 || wqt->shape[0] != wq->shape[1] ||
+      wqt->shape[1] != wq->shape[0] || tensor_numel(sw) != 1)
+    return ops_err(err, n, "%s (..., %lld) does not match the fp8 weight %s (N, K) and its transpose",
+                   x->name, (long long)ops_last(x), wq->name);
+  if (op->nin == 5 && (ops_in(g, op, 4)->ndim != 1 || ops_in(g, op, 4)->shape[0] != wq->shape[0]))
+    return ops_err(err, n, "bias %s is not (%lld)", ops_in(g, op, 4)->name, (long long)wq->shape[0]);
+  if ((op->a.i[0] != 0 && op->a.i[0] != 1) || (op->a.i[1] != 0 && op->a.i[1] != 1))
+    return ops_err(err, n, "formats i[0], i[1] must be 0 (E4M3) or 1 (E5M2)");
+  DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
+  ops_out_like(&out[0], x, "out");
+  out[0].shape[x->ndim - 1] = wq->shape[0];
+  ops_out_shape(&out[1], f, "fp8_t", 2, ops_last(x), ops_rows(x), 1, 1);
+  ops_out_shape(&out[2], DT_F32, "fp8_scale_inv", 1, 1, 1, 1, 1);
+  ops_out_shape(&out[3], f, "fp8_rows", 2, ops_rows(x), ops_last(x), 1, 1);
+  out[3].role = ROLE_WORKSPACE;
+  return 0;
+}
+
+static double linear_fp8_flops(const Graph *g, const Op *op) {
+  const Tensor *x = ops_in(g, op, 0), *wq = ops_in(g, op, 1);
+  return 2.0 * (double)ops_rows(x) * (double)wq->shape[0] * (double)wq->shape[1];
+}
+
+/* The backward in the layout Hopper's fp8 products need: dy cast once to both copies. */
+static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  int dy = dout[0], x = o.in[0], wq = o.in[1], wqt = o.in[2], sw = o.in[3], xqt = o.out[1], sx = o.out[2];
+  if (dy < 0) return 0;
+  OpAttrs qa = {.i = {o.a.i[1]}};
+  int q[3];
+  if (ops_grad_op(g, OP_FP8_QUANT, &dy, 1, &qa, q, NULL) < 0) return -1;
+  /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on) */
+  int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT ? g->op[wp].in[0] : wq;
+  OpAttrs ga = {.i = {g->t[dy].dtype}};
+  if (g->t[x].role != ROLE_INPUT) {
+    int in[4] = {q[0], wqt, q[2], sw}, of[1] = {x};
+    if (ops_grad_op(g, OP_FP8_GEMM, in, 4, &ga, &din[0], of) < 0) return -1;
+  }
+  int in[4] = {q[1], xqt, q[2], sx}, of[1] = {w};
+  if (ops_grad_op(g, OP_FP8_GEMM, in, 4, &ga, &din[1], of) < 0) return -1;
+  if (o.nin == 5) {
+    int bof[1] = {o.in[4]};
+    if (ops_grad_op(g, OP_LINEAR_BGRAD, &dy, 1, NULL, &din[4], bof) < 0) return -1;
+  }
+  return 0;
+}
+
+static int fp8_gemm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1);
+  bool f8a = a->dtype == DT_F8E4M3 || a->dtype == DT_F8E5M2,
+       f8b = b->dtype == DT_F8E4M3 || b->dtype == DT_F8E5M2;
+  if (!f8a || !f8b || b->ndim != 2 || ops_last(a) != b->shape[1] || tensor_numel(ops_in(g, op, 2)) != 1 ||
+      tensor_numel(ops_in(g, op, 3)) != 1)
+    return ops_err(err, n, "expects fp8 a (M, K), b (N, K) and their two scales; got %s, %s", a->name,
+                   b->name);
+  if (op->a.i[0] != DT_BF16 && op->a.i[0] != DT_F32 && op->a.i[0] != DT_F64)
+    return ops_err(err, n, "output dtype i[0] must be bf16 or fp32");
+  ops_out_shape(&out[0], (DType)op->a.i[0], "fp8_product", 2, ops_rows(a), b->shape[0], 1, 1);
+  return 0;
+}
+
+static double fp8_gemm_flops(const Graph *g, const Op *op) {
+  const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1);
+  return 2.0 * (double)ops_rows(a) * (double)b->shape[0] * (double)b->shape[1];
+}
+
+/* The cast reads x twice (its amax, then the cast) and writes both copies. */
+static double quant_bytes(const Graph *g, const Op *op) {
+  const Tensor *x = ops_in(g, op, 0);
+  double n = (double)tensor_numel(x);
+  return n * (2.0 * (double)dtype_size(x->dtype) + 2.0);
+}
+
+/* LINEAR_FP8: the cast (as FP8_QUANT's) and the product's operands and output, not its workspace
+ * twice. */
+static double linear_fp8_bytes(const Graph *g, const Op *op) {
+  const Tensor *x = ops_in(g, op, 0), *y = &g->t[op->out[0]];
+  double n = (double)tensor_numel(x);
+  return n * (2.0 * (double)dtype_size(x->dtype) + 2.0) + n + (double)tensor_numel(ops_in(g, op, 1)) +
+         (double)tensor_numel(y) * (double)dtype_size(y->dtype);
+}
+
+#define OPS_KERNEL_PASS
+#define OPS_REAL 32
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_REAL
+#define OPS_REAL 64
+#include "ops/real.h"
+#include __FILE__
+#undef OPS_KERNEL_PASS
+
+const OpInfo op_fp8_quant_info = {"fp8_quant",
+                                  1,
+                                  1,
+                                  3,
+                                  quant_infer,
+                                  ops_flops_elementwise,
+                                  quant_backward,
+                                  {quant_cpu_f32, quant_cpu_f64},
+                                  .facts = {.cost = COST_FP8_CAST,
+                                            .ceiling = CEIL_DRAM,
+                                            .inplace = INPLACE_NONE,
+                                            .rng = RNG_NONE,
+                                            .sink = SINK_NO,
+                                            .matmul = MATMUL_NONE,
+                                            .ew = &OP_EW_NONE},
+                                  .bytes = quant_bytes};
+const OpInfo op_linear_fp8_info = {"linear_fp8",
+                                   4,
+                                   5,
+                                   4,
+                                   linear_fp8_infer,
+                                   linear_fp8_flops,
+                                   linear_fp8_backward,
+                                   {linear_fp8_cpu_f32, linear_fp8_cpu_f64},
+                                   .facts = {.cost = COST_GEMM_FP8,
+                                             .ceiling = CEIL_GEMM_FP8,
+                                             .inplace = INPLACE_NONE,
+                                             .rng = RNG_NONE,
+                                             .sink = SINK_NO,
+                                             .matmul = MATMUL_FWD,
+                                             .ew = &OP_EW_NONE},
+                                   .bytes = linear_fp8_bytes};
+/* sink: the weight's product may be accumulated (or stored) into the fp32 main gradient */
+const OpInfo op_fp8_gemm_info = {"fp8_gemm",
+                                 4,
+                                 4,
+                                 1,
+                                 fp8_gemm_infer,
+                                 fp8_gemm_flops,
+                                 NULL,
+                                 {fp8_gemm_cpu_f32, fp8_gemm_cpu_f64},
+                                 .facts = {.cost = COST_GEMM_FP8,
+                                           .ceiling = CEIL_GEMM_FP8,
+                                           .inplace = INPLACE_NONE,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_YES,
+                                           .matmul = MATMUL_DGRAD,
+                                           .ew = &OP_EW_NONE}};
+
+#else /* OPS_KERNEL_PASS */
+
+/* q (M, K) and qT (K, M) (either may be NULL) of x (M, K) in format e5m2; returns scale_inv. */
+static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real *qt) {
+  real amax = 0;
+  for (int64_t i = 0; i < m * k; i++) {
+    real a = x[i] < 0 ? -x[i] : x[i];
+    if (a > amax) amax = a;
+  }
+  float scale = fp8_scale((float)amax, e5m2);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < k; j++) {
+      real v = (real)fp8_round((double)(float)(x[i * k + j] * (real)scale), e5m2);
+      if (q) q[i * k + j] = v;
+      if (qt) qt[j * m + i] = v;
+    }
+  return (real)(1.0f / scale);
+}
+
+static void K(quant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  real *s = out[2];
+  s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1]);
+}
+
+typedef struct {
+  const real *a, *b, *bias;
+  real *c, scale;
+  int64_t n, k;
+} K(Fp8Args);
+
+/* rows [lo, hi) of c = (a b^T) scale (+ bias): each element's sum over k in order */
+static void K(fp8_rows)(void *p, int64_t lo, int64_t hi) {
+  const K(Fp8Args) *g = p;
+  for (int64_t i = lo; i < hi; i++)
+    for (int64_t j = 0; j < g->n; j++) {
+      const real *ar = g->a + i * g->k, *bj = g->b + j * g->k;
+      real s = 0;
+      for (int64_t q = 0; q < g->k; q++)
+        s += ar[q] * bj[q];
+      g->c[i * g->n + j] = s * g->scale + (g->bias ? g->bias[j] : 0);
+    }
+}
+
+static void K(linear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]], *wq = &c->g->t[op->in[1]];
+  int64_t m = ops_rows(x), k = ops_last(x);
+  const real *sw = in[3];
+  real *sx = out[2];
+  sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1]);
+  K(Fp8Args) g = {out[3], in[1], op->nin == 5 ? in[4] : NULL, out[0], sx[0] * sw[0], wq->shape[0], k};
+  c->parallel_for(c, m, K(fp8_rows), &g);
+}
+
+static void K(fp8_gemm_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]];
+  const real *sa = in[2], *sb = in[3];
+  K(Fp8Args) g = {in[0], in[1], NULL, out[0], sa[0] * sb[0], b->shape[0], ops_last(a)};
+  c->parallel_for(c, ops_rows(a), K(fp8_rows), &g);
+}
+
+#endif /* OPS_KERNEL_PASS */
