@@ -325,6 +325,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;
   f->tp_size = (int32_t)(spec->per_rank ? spec->model.tensor_model_parallel_size : 1);
+  f->ep_size = (int32_t)(spec->per_rank ? spec->model.expert_model_parallel_size : 1);
   /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
   im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
   im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
@@ -357,10 +358,16 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
         "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
         "no CUDA launches yet",
         (int)f->tp_size);
+  else if (f->ep_size > 1)
+    snprintf(f->cuda_refusal, sizeof f->cuda_refusal,
+             "the CUDA backend does not run this step: expert parallelism "
+             "(model.expert_model_parallel_size=%d) runs on the cpu device only; its collective ops "
+             "(ep_counts, ep_dispatch, ep_combine, tp_allreduce over the EP group) have no CUDA launches yet",
+             (int)f->ep_size);
   else if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);
-  im.has_program = sp->lp_ok && f->tp_size <= 1;
+  im.has_program = sp->lp_ok && f->tp_size <= 1 && f->ep_size <= 1;
   if (im.has_program) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];

@@ -39,6 +39,12 @@
   X(TP_GATHER, op_tp_gather)       /* all-gather along the sequence; backward TP_SCATTER */                  \
   X(TP_SCATTER, op_tp_scatter)     /* reduce-scatter along the sequence; backward TP_GATHER */
 
+/* ep.c: expert parallelism's token exchange (Megatron's alltoall dispatcher), after the TP block */
+#define OP_LIST_EP(X)                                                                                        \
+  X(EP_COUNTS, op_ep_counts)     /* seg -> every EP rank's seg, this rank's receive segments */              \
+  X(EP_DISPATCH, op_ep_dispatch) /* all-to-all of expert rows to their owners; backward EP_COMBINE */        \
+  X(EP_COMBINE, op_ep_combine)   /* all-to-all back to the sources; backward EP_DISPATCH */
+
 #define OP_LIST(X)                                                                                           \
   OP_LIST_MLA_MOE(X)                                                                                         \
   /* elementwise.c */                                                                                        \
@@ -119,6 +125,7 @@
   /* activation.c: the gated GELU (Megatron's gelu with gated_linear_unit) */                                \
   X(GEGLU, op_geglu) /* y = gelu(a) * b, [a | b] = x (exact erf GELU) */                                     \
   X(GEGLU_BWD, op_geglu_bwd)                                                                                 \
-  OP_LIST_TP(X)
+  OP_LIST_TP(X)                                                                                              \
+  OP_LIST_EP(X)
 
 #endif
