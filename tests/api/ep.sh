@@ -43,6 +43,9 @@ build ep2cap $EP2 $CAP
 build ep2pad $EP2 $PAD
 build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
 build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
+# the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
+"$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
+python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
 for r in one one_cap one_pad one8; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done

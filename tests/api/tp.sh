@@ -29,6 +29,10 @@ build one
 build tp2 model.tensor_model_parallel_size=2 train.world_size=2
 build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
+# the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
+"$stepc" plan models/tiny.lua model.bf16=false model.tensor_model_parallel_size=2 train.world_size=2 --json \
+  >"$tmp/tp2.plan.json" 2>/dev/null || fail "stepc plan tp2"
+python3 "$(dirname "$0")/plan_agrees.py" "$tmp/tp2.plan.json" "$tmp/tp2/plan.json" tp2 || fail "tp2's plan.json"
 "$t" run "$tmp/one" 1 $STEPS "$tmp/one.safetensors" >"$tmp/one.txt" || { cat "$tmp/one.txt"; fail "one rank"; }
 for a in tp2:2 sp2:2 tp2dp2:4; do
   n=${a#*:} a=${a%:*}
