@@ -21,7 +21,12 @@
  * by position when a capacity factor is set (the earliest tokens of each expert are kept; see
  * ops/moe_dispatch.c for why the buffers are T*k or E*capacity rows). The routing probabilities
  * scale each row in the expert activation, as Megatron's grouped experts do, so the combine is a
- * plain sum. The load-balancing loss of each MoE layer is added to the training loss. */
+ * plain sum. The load-balancing loss of each MoE layer is added to the training loss.
+ *
+ * Expert parallelism (a per-rank step, Spec.per_rank with EP > 1; docs/parallelism.md): the rank
+ * holds experts [r E/EP, (r+1) E/EP); after the permute, EP_COUNTS / EP_DISPATCH (ops/ep.c, tagged
+ * mlp.token_dispatcher) send each expert's rows to its owner, the grouped GEMMs run over the rows
+ * received, and EP_COMBINE returns them before the unpermute. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
