@@ -248,8 +248,8 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
     const unsigned char *src = mine;
     if (t->tp_nseg > 0) {
       int size = t->tp_ep ? s->ep : s->tp;
-      if (rt_comm_group_all_gather(s->comm, t->tp_ep ? &s->ep_group : &s->tp_group, mine, all, (size_t)m * es) !=
-          0) {
+      if (rt_comm_group_all_gather(s->comm, t->tp_ep ? &s->ep_group : &s->tp_group, mine, all,
+                                   (size_t)m * es) != 0) {
         st = api_fail(s, STEPC_ERR_RUNTIME, "%s parallel, gathering %s: %s", t->tp_ep ? "expert" : "tensor",
                       t->name, rt_comm_error(s->comm));
         break;

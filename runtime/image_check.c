@@ -152,8 +152,8 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
       ok = t->tp_seg[k] > 0 && t->tp_seg[k] % t->tp_size == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
       sum += ok ? t->tp_seg[k] : 0;
     if (!ok || sum != t->shape[t->tp_dim] * t->tp_size)
-      return bad(w, "tensor %d (%s): its %s-parallel shard (dim %d, %d segments, %d ranks) does not tile it", i,
-                 t->name, t->tp_ep ? "expert" : "tensor", t->tp_dim, t->tp_nseg, t->tp_size);
+      return bad(w, "tensor %d (%s): its %s-parallel shard (dim %d, %d segments, %d ranks) does not tile it",
+                 i, t->name, t->tp_ep ? "expert" : "tensor", t->tp_dim, t->tp_nseg, t->tp_size);
   }
   if (!opt_index(im->owner[i], im->f.dp_size))
     return bad(w, "tensor %d (%s): owner %d is not a rank of %d", i, t->name, im->owner[i], im->f.dp_size);

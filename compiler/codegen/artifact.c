@@ -460,14 +460,15 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
         const Tensor *t = &sp.g->t[sp.g->op[i].out[0]];
         rows = t->shape[0] > rows ? t->shape[0] : rows, bytes += t->bytes, nbuf++;
       }
-    fprintf(progress,
-            "build: expert parallelism EP %lld: %lld all-to-all receive buffers (tokens and probabilities of each "
-            "MoE layer's forward and backward) of %lld rows (the static bound: %s), %.3f MB in all; the rank's "
-            "step peaks at %.3f MB (nominal dtypes)\n",
-            (long long)mm->expert_model_parallel_size, (long long)nbuf, (long long)rows,
-            model_spec->present[SPEC_F_model_moe_expert_capacity_factor] ? "E x capacity"
-                                                                          : "EP x tokens x min(topk, E/EP)",
-            (double)bytes / 1e6, (double)plan_device_peak(&sp) / 1e6);
+    fprintf(
+        progress,
+        "build: expert parallelism EP %lld: %lld all-to-all receive buffers (tokens and probabilities of "
+        "each MoE layer's forward and backward) of %lld rows (the static bound: %s), %.3f MB in all; the rank's "
+        "step peaks at %.3f MB (nominal dtypes)\n",
+        (long long)mm->expert_model_parallel_size, (long long)nbuf, (long long)rows,
+        model_spec->present[SPEC_F_model_moe_expert_capacity_factor] ? "E x capacity"
+                                                                     : "EP x tokens x min(topk, E/EP)",
+        (double)bytes / 1e6, (double)plan_device_peak(&sp) / 1e6);
   }
   if (progress && sp.lp_ok) {
     char libs[768];

@@ -62,8 +62,8 @@ static const char *ep_unexecuted(const Spec *s, int *field) {
   } rows[] = {
       {above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
        SPEC_F_model_tensor_model_parallel_size,
-       "expert parallelism with tensor parallelism (the experts' ranks inside the TP x DP grid, expert-tensor "
-       "parallelism)"},
+       "expert parallelism with tensor parallelism (the experts' ranks inside the TP x DP grid, "
+       "expert-tensor parallelism)"},
       {strcmp(m->moe_token_dispatcher_type, "alltoall") != 0, SPEC_F_model_moe_token_dispatcher_type,
        "expert parallelism through the allgather or flex token dispatcher (the alltoall one runs)"},
       {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,

@@ -82,12 +82,14 @@ static int move_backward(Graph *g, int op, const int *dout, int *din) {
             .matmul = MATMUL_NONE,                                                                           \
             .ew = &OP_EW_NONE}
 
-const OpInfo op_ep_counts_info = {"ep_counts", 1, 1, 2, counts_infer, NULL, NULL, {ep_counts_cpu_f32, ep_counts_cpu_f64},
-                                  EP_FACTS};
-const OpInfo op_ep_dispatch_info = {"ep_dispatch", 2, 2, 1, move_infer, NULL, move_backward,
-                                    {ep_dispatch_cpu_f32, ep_dispatch_cpu_f64}, EP_FACTS};
-const OpInfo op_ep_combine_info = {"ep_combine", 2, 2, 1, move_infer, NULL, move_backward,
-                                   {ep_combine_cpu_f32, ep_combine_cpu_f64}, EP_FACTS};
+const OpInfo op_ep_counts_info = {
+    "ep_counts", 1, 1, 2, counts_infer, NULL, NULL, {ep_counts_cpu_f32, ep_counts_cpu_f64}, EP_FACTS};
+const OpInfo op_ep_dispatch_info = {
+    "ep_dispatch", 2, 2, 1, move_infer, NULL, move_backward, {ep_dispatch_cpu_f32, ep_dispatch_cpu_f64},
+    EP_FACTS};
+const OpInfo op_ep_combine_info = {
+    "ep_combine", 2, 2, 1, move_infer, NULL, move_backward, {ep_combine_cpu_f32, ep_combine_cpu_f64},
+    EP_FACTS};
 
 #else /* OPS_KERNEL_PASS */
 
@@ -148,7 +150,8 @@ static void K(ep_dispatch_cpu)(const CpuCtx *c, const Op *op, void *const *in, v
     for (int s = 0; s < ep; s++) {
       const int32_t *sg = seg + ((int64_t)s * e + (int64_t)me * el + l) * 2;
       if (sg[1] <= 0) continue;
-      if (at + sg[1] > r || sg[0] < 0 || sg[0] + sg[1] > n) { /* past the static bound: impossible by construction */
+      if (at + sg[1] > r || sg[0] < 0 ||
+          sg[0] + sg[1] > n) { /* past the static bound: impossible by construction */
         if (c->ep) c->ep->failed = 1;
         free(all);
         return;
@@ -179,7 +182,8 @@ static void K(ep_combine_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
           return;
         }
         if (s == me)
-          memcpy(yp + (int64_t)sg[0] * w, all + ((int64_t)o * r + at) * w, (size_t)(sg[1] * w) * sizeof(real));
+          memcpy(yp + (int64_t)sg[0] * w, all + ((int64_t)o * r + at) * w,
+                 (size_t)(sg[1] * w) * sizeof(real));
         at += sg[1];
       }
   }

@@ -29,11 +29,10 @@
  *                                          every rank's loss and grad norm the same bits, printed as
  *                                          "step K loss L grad_norm G"; the parameters (gathered over
  *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
- *   test_dp cuda   ARTN                     a TP (or EP) artifact opened on the cuda device: refused, naming it
- *   test_dp tpckpt ARTN N DIR               a TP (or EP) run's checkpoint: refused on every rank
- *   test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line
- *                                          "measure RANK arena REGION STATE MAX_ALLOCATED PREDICTED";
- *                                          rank 0's parameters saved to PARAMS (their shapes)
+ *   test_dp cuda   ARTN                     a TP (or EP) artifact opened on the cuda device: refused, naming
+ * it test_dp tpckpt ARTN N DIR               a TP (or EP) run's checkpoint: refused on every rank test_dp
+ * measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line "measure RANK
+ * arena REGION STATE MAX_ALLOCATED PREDICTED"; rank 0's parameters saved to PARAMS (their shapes)
  *
  * Prints what it compares; exit 0 on success. */
 #include <math.h>
