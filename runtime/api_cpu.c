@@ -44,6 +44,17 @@ static int tp_reduce_scatter(CpuTp *tp, const void *send, void *recv, int64_t n,
   return rt_comm_group_reduce_scatter(s->comm, group_of(tp), tp->rank, send, recv, (size_t)n, comm_type(f64));
 }
 
+/* A group's CpuTp (ApiCpu.tp or .ep: group_of tells them apart) on this file's callbacks. */
+static CpuTp *group_init(CpuTp *g, stepc_t *s, int rank, int size) {
+  *g = (CpuTp){.rank = rank,
+               .size = size,
+               .allreduce = tp_allreduce,
+               .all_gather = tp_all_gather,
+               .reduce_scatter = tp_reduce_scatter,
+               .user = s};
+  return g;
+}
+
 /* After a point: a TP op's collective that failed fails the step with the communicator's reason. */
 static int tp_check(stepc_t *s, int q) {
   ApiCpu *c = cpu(s);
@@ -486,24 +497,9 @@ stepc_status api_cpu_open(stepc_t *s) {
                      .poison = im->poison};
   c->x = plan_exec_new(c->g, &prog, s->opt.cpu_threads, s->err, sizeof s->err);
   if (!c->x) return STEPC_ERR_RUNTIME;
-  if (s->tp > 1) { /* the collectives reach s->comm when they run: the rendezvous comes after this */
-    c->tp = (CpuTp){.rank = s->tp_rank,
-                    .size = s->tp,
-                    .allreduce = tp_allreduce,
-                    .all_gather = tp_all_gather,
-                    .reduce_scatter = tp_reduce_scatter,
-                    .user = s};
-    cpu_exec_set_tp(ex(s), &c->tp);
-  }
-  if (s->ep > 1) { /* the EP ops' group (ir/ops/ep.c), on the same callbacks */
-    c->ep = (CpuTp){.rank = s->ep_rank,
-                    .size = s->ep,
-                    .allreduce = tp_allreduce,
-                    .all_gather = tp_all_gather,
-                    .reduce_scatter = tp_reduce_scatter,
-                    .user = s};
-    cpu_exec_set_ep(ex(s), &c->ep);
-  }
+  /* the collectives reach s->comm when they run: the rendezvous comes after this */
+  if (s->tp > 1) cpu_exec_set_tp(ex(s), group_init(&c->tp, s, s->tp_rank, s->tp));
+  if (s->ep > 1) cpu_exec_set_ep(ex(s), group_init(&c->ep, s, s->ep_rank, s->ep)); /* ir/ops/ep.c */
   cpu_exec_init_params(ex(s), im->f.seed);
   return STEPC_OK;
 }
