@@ -200,17 +200,18 @@ static int file_sum(const char *path, int follow, uint64_t *h, uint64_t *bytes) 
 /* Tensor parallelism: each param whole, as one rank holds it — a shard's TP group gathers it
  * (every rank of the job takes part, tensor by tensor) and rank 0 puts each rank's elements at
  * their places in the one-rank tensor (tensor_tp_full_index) and writes the file, which a one-rank
- * artifact of the recipe loads. Rank 0's status reaches every rank. */
+ * artifact of the recipe loads. Rank 0's status reaches every rank. Expert parallelism likewise:
+ * an expert weight's shard (Tensor.tp_ep) is gathered over the EP group. */
 static stepc_status save_params_tp(stepc_t *s, const char *path) {
   const Graph *g = s->g;
-  int n = 0;
+  int n = 0, most = s->tp > s->ep ? s->tp : s->ep;
   int64_t maxn = 1;
   for (int i = 0; i < g->nt; i++)
     if (g->t[i].role == ROLE_PARAM) n++, maxn = tensor_numel(&g->t[i]) > maxn ? tensor_numel(&g->t[i]) : maxn;
   StEntry *e = calloc((size_t)n + 1, sizeof *e);
   int *ids = calloc((size_t)n + 1, sizeof *ids);
-  unsigned char *mine = malloc((size_t)maxn * 8), *all = malloc((size_t)maxn * 8 * (size_t)s->tp),
-                *full = malloc((size_t)maxn * 8 * (size_t)s->tp);
+  unsigned char *mine = malloc((size_t)maxn * 8), *all = malloc((size_t)maxn * 8 * (size_t)most),
+                *full = malloc((size_t)maxn * 8 * (size_t)most);
   stepc_status st = STEPC_OK;
   bool have = e && ids && mine && all && full;
   if (!have) st = api_fail(s, STEPC_ERR_NOMEM, "out of memory");
@@ -246,12 +247,14 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
     if (s->be->read(s, ids[j], mine) != 0) memset(mine, 0, (size_t)m * es), st = STEPC_ERR_RUNTIME;
     const unsigned char *src = mine;
     if (t->tp_nseg > 0) {
-      if (rt_comm_group_all_gather(s->comm, &s->tp_group, mine, all, (size_t)m * es) != 0) {
-        st = api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel, gathering %s: %s", t->name,
-                      rt_comm_error(s->comm));
+      int size = t->tp_ep ? s->ep : s->tp;
+      if (rt_comm_group_all_gather(s->comm, t->tp_ep ? &s->ep_group : &s->tp_group, mine, all,
+                                   (size_t)m * es) != 0) {
+        st = api_fail(s, STEPC_ERR_RUNTIME, "%s parallel, gathering %s: %s", t->tp_ep ? "expert" : "tensor",
+                      t->name, rt_comm_error(s->comm));
         break;
       }
-      for (int r = 0; r < s->tp; r++)
+      for (int r = 0; r < size; r++)
         for (int64_t x = 0; x < m; x++)
           memcpy(full + (size_t)tensor_tp_full_index(t, r, x) * es,
                  all + ((size_t)r * (size_t)m + (size_t)x) * es, es);
@@ -277,17 +280,16 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
 /* Tensor parallelism keeps no checkpoint yet: refused rather than a file of one rank's shards
  * under the one-rank names. */
 static stepc_status tp_refuse(stepc_t *s, const char *fn) {
-  return api_fail(
-      s, STEPC_ERR_UNSUPPORTED,
-      "%s: tensor parallelism (TP %d) saves no checkpoint and loads none yet (each rank holds its "
-      "shard); stepc_save_params writes the gathered parameters",
-      fn, s->tp);
+  return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                  "%s: %s parallelism (%s %d) saves no checkpoint and loads none yet (each rank holds its "
+                  "shard); stepc_save_params writes the gathered parameters",
+                  fn, s->tp > 1 ? "tensor" : "expert", s->tp > 1 ? "TP" : "EP", s->tp > 1 ? s->tp : s->ep);
 }
 
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
   if (!s || !s->be || !path)
     return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
-  if (s->tp > 1) return save_params_tp(s, path);
+  if (s->tp > 1 || s->ep > 1) return save_params_tp(s, path);
   return save_roles(s, path, PARAMS, false, "params");
 }
 
@@ -324,7 +326,7 @@ static stepc_status masters_from_params(stepc_t *s, const uint8_t *exact) {
  * params stay as loaded, the same on every rank, until the first step's broadcast. */
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
-  if (s->tp > 1) return tp_refuse(s, "stepc_load_params");
+  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_load_params");
   uint8_t *exact = path ? calloc((size_t)s->g->nt + 1, 1) : NULL;
   stepc_status st = !path    ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL")
                     : !exact ? api_fail(s, STEPC_ERR_NOMEM, "out of memory")
@@ -492,7 +494,7 @@ static stepc_status prepared_on_all(stepc_t *s, stepc_status st, const char *dir
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir)
     return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  if (s->tp > 1) return tp_refuse(s, "stepc_save_checkpoint");
+  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_save_checkpoint");
   /* All or nothing: the checkpoint is written into a fresh directory beside dir, every file
    * fsynced, state.json (every file's size and checksum) last, then swapped in with one rename.
    * Killed at any moment, dir is the old checkpoint or the new one, never a mixture. Data
@@ -635,7 +637,7 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
 
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
-  if (s->tp > 1) return tp_refuse(s, "stepc_load_checkpoint");
+  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_load_checkpoint");
   long long step = 0;
   uint64_t fp = 0;
   stepc_status st = dir ? load_here(s, dir, &step, &fp)

@@ -13,37 +13,55 @@ typedef struct {
   PlanExec *x;
   int32_t *tok, *tg; /* (num_microbatches, B*T) each: the step's batch, drawn to count its kept targets */
   CpuTp tp;          /* tensor parallelism: the TP ops' group (user: the handle) */
+  CpuTp ep;          /* expert parallelism: the EP ops' group (ir/ops/ep.c; user: the handle) */
 } ApiCpu;
 
 static ApiCpu *cpu(stepc_t *s) { return s->impl; }
 static CpuExec *ex(stepc_t *s) { return plan_exec_cpu(cpu(s)->x); }
 
-/* ---- tensor parallelism: the TP ops' collectives (ir/ops/tp.c, loss.c) over this rank's TP group ---- */
+/* ---- tensor and expert parallelism: the TP ops' collectives (ir/ops/tp.c, loss.c) over this rank's TP
+ * group, the EP ops' (ir/ops/ep.c) over its EP group: which one is the CpuTp's place in ApiCpu ---- */
 
 static RtCommType comm_type(int f64) { return f64 ? RT_COMM_F64 : RT_COMM_F32; }
 
+static const RtCommGroup *group_of(CpuTp *tp) {
+  stepc_t *s = tp->user;
+  return tp == &cpu(s)->ep ? &s->ep_group : &s->tp_group;
+}
+
 static int tp_allreduce(CpuTp *tp, void *buf, int64_t n, int f64, int max) {
   stepc_t *s = tp->user;
-  return rt_comm_group_allreduce(s->comm, &s->tp_group, buf, (size_t)n, comm_type(f64), max);
+  return rt_comm_group_allreduce(s->comm, group_of(tp), buf, (size_t)n, comm_type(f64), max);
 }
 
 static int tp_all_gather(CpuTp *tp, const void *send, void *recv, int64_t bytes) {
   stepc_t *s = tp->user;
-  return rt_comm_group_all_gather(s->comm, &s->tp_group, send, recv, (size_t)bytes);
+  return rt_comm_group_all_gather(s->comm, group_of(tp), send, recv, (size_t)bytes);
 }
 
 static int tp_reduce_scatter(CpuTp *tp, const void *send, void *recv, int64_t n, int f64) {
   stepc_t *s = tp->user;
-  return rt_comm_group_reduce_scatter(s->comm, &s->tp_group, s->tp_rank, send, recv, (size_t)n,
-                                      comm_type(f64));
+  return rt_comm_group_reduce_scatter(s->comm, group_of(tp), tp->rank, send, recv, (size_t)n, comm_type(f64));
+}
+
+/* A group's CpuTp (ApiCpu.tp or .ep: group_of tells them apart) on this file's callbacks. */
+static CpuTp *group_init(CpuTp *g, stepc_t *s, int rank, int size) {
+  *g = (CpuTp){.rank = rank,
+               .size = size,
+               .allreduce = tp_allreduce,
+               .all_gather = tp_all_gather,
+               .reduce_scatter = tp_reduce_scatter,
+               .user = s};
+  return g;
 }
 
 /* After a point: a TP op's collective that failed fails the step with the communicator's reason. */
 static int tp_check(stepc_t *s, int q) {
   ApiCpu *c = cpu(s);
-  if (!c->tp.failed) return 0;
-  c->tp.failed = 0;
-  return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallel, rank %d, %s (point %d): %s", s->rank,
+  if (!c->tp.failed && !c->ep.failed) return 0;
+  const char *what = c->tp.failed ? "tensor" : "expert";
+  c->tp.failed = c->ep.failed = 0;
+  return api_fail(s, STEPC_ERR_RUNTIME, "%s parallel, rank %d, %s (point %d): %s", what, s->rank,
                   op_name(s->g->op[s->im.point_op[q]].kind), q,
                   s->comm ? rt_comm_error(s->comm) : "no communicator"),
          -1;
@@ -54,15 +72,23 @@ static int cpu_init(stepc_t *s, uint64_t seed) {
   return 0;
 }
 
-/* Bucket k's main gradients := their average over the ranks: packed into one buffer, summed in
- * rank order by the host communicator (rank 0 + rank 1 + ...: on one rank with N micro-batches
- * the same additions happen in the same order, so DP N is bitwise DP 1), divided by N. */
-static int cpu_reduce_bucket(stepc_t *s, int k) {
+/* Whether main gradient `gr` is an expert-parallel shard's (its experts are this rank's alone). */
+static bool expert_grad(const stepc_t *s, int gr) { return s->g->t[s->g->t[gr].of].tp_ep != 0; }
+
+/* Bucket k's main gradients of one kind (`expert`: the expert-parallel shards', else the rest) :=
+ * their average over the ranks: packed into one buffer, summed in rank order by the host
+ * communicator (rank 0 + rank 1 + ...: on one rank with N micro-batches the same additions happen
+ * in the same order, so DP N is bitwise DP 1), divided by N. Under expert parallelism an expert's
+ * gradient already holds the contributions of its EP group's tokens: it is summed over the ranks
+ * holding the same experts only (the expert-data-parallel group) and divided by the same N, the
+ * data-parallel size (Megatron's expert_gradient_scaling_factor 1 / dp). */
+static int cpu_reduce_part(stepc_t *s, int k, bool expert) {
   const ImgBucket *b = &s->im.bucket[k];
   const int32_t *gr = s->im.bucket_grad + b->first;
   size_t n = 0;
   for (int i = 0; i < b->ngrads; i++)
-    n += (size_t)tensor_numel(&s->g->t[gr[i]]);
+    if (expert_grad(s, gr[i]) == expert) n += (size_t)tensor_numel(&s->g->t[gr[i]]);
+  if (n == 0) return 0; /* the same on every rank: one graph */
   if (n > s->ndp_buf) {
     float *p = realloc(s->dp_buf, n * sizeof *p);
     if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
@@ -70,18 +96,21 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
   }
   size_t at = 0;
   for (int i = 0; i < b->ngrads; i++) {
+    if (expert_grad(s, gr[i]) != expert) continue;
     size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
     memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
     at += m;
   }
   /* under TP the bucket is summed over this rank's data-parallel group (its TP rank's shards) */
-  if ((s->tp > 1 ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->dp_buf, n, RT_COMM_F32, 0)
-                 : rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32)) != 0)
+  const RtCommGroup *grp = expert ? &s->edp_group : s->tp > 1 ? &s->dp_group : NULL;
+  if ((grp ? rt_comm_group_allreduce(s->comm, grp, s->dp_buf, n, RT_COMM_F32, 0)
+           : rt_comm_allreduce_sum(s->comm, s->dp_buf, n, RT_COMM_F32)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d: %s", k, rt_comm_error(s->comm)),
            -1;
   float w = (float)s->dp;
   at = 0;
   for (int i = 0; i < b->ngrads; i++) {
+    if (expert_grad(s, gr[i]) != expert) continue;
     size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
     float *dst = cpu_exec_ptr(ex(s), gr[i]);
     for (size_t j = 0; j < m; j++)
@@ -89,6 +118,10 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
     at += m;
   }
   return 0;
+}
+
+static int cpu_reduce_bucket(stepc_t *s, int k) {
+  return cpu_reduce_part(s, k, false) || (s->ep > 1 && cpu_reduce_part(s, k, true)) ? -1 : 0;
 }
 
 /* ---- the distributed optimizer (ZeRO-1) ----
@@ -464,15 +497,9 @@ stepc_status api_cpu_open(stepc_t *s) {
                      .poison = im->poison};
   c->x = plan_exec_new(c->g, &prog, s->opt.cpu_threads, s->err, sizeof s->err);
   if (!c->x) return STEPC_ERR_RUNTIME;
-  if (s->tp > 1) { /* the collectives reach s->comm when they run: the rendezvous comes after this */
-    c->tp = (CpuTp){.rank = s->tp_rank,
-                    .size = s->tp,
-                    .allreduce = tp_allreduce,
-                    .all_gather = tp_all_gather,
-                    .reduce_scatter = tp_reduce_scatter,
-                    .user = s};
-    cpu_exec_set_tp(ex(s), &c->tp);
-  }
+  /* the collectives reach s->comm when they run: the rendezvous comes after this */
+  if (s->tp > 1) cpu_exec_set_tp(ex(s), group_init(&c->tp, s, s->tp_rank, s->tp));
+  if (s->ep > 1) cpu_exec_set_ep(ex(s), group_init(&c->ep, s, s->ep_rank, s->ep)); /* ir/ops/ep.c */
   cpu_exec_init_params(ex(s), im->f.seed);
   return STEPC_OK;
 }

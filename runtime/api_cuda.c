@@ -372,8 +372,9 @@ static void *read_cubin(stepc_t *s, const char *name) {
 
 stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
-  /* tensor parallelism has no CUDA launches: refused before any driver is needed to say so */
-  if (im->f.tp_size > 1) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
+  /* tensor and expert parallelism have no CUDA launches: refused before any driver is needed to say so */
+  if (im->f.tp_size > 1 || im->f.ep_size > 1)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   int rc = rt_open_device(&c->dev, s->opt.local_rank);

@@ -55,6 +55,11 @@ stepc_status api_dp_check(stepc_t *s) {
   s->tp_rank = o->rank % s->tp, s->dp_rank = o->rank / s->tp, s->dp = world / s->tp;
   s->tp_group = (RtCommGroup){.first = s->dp_rank * s->tp, .stride = 1, .count = s->tp};
   s->dp_group = (RtCommGroup){.first = s->tp_rank, .stride = s->tp, .count = s->dp > 0 ? s->dp : 1};
+  s->ep = s->im.f.ep_size > 1 ? s->im.f.ep_size : 1;
+  s->ep_rank = o->rank % s->ep;
+  s->ep_group = (RtCommGroup){.first = o->rank - s->ep_rank, .stride = 1, .count = s->ep};
+  s->edp_group =
+      (RtCommGroup){.first = s->ep_rank, .stride = s->ep, .count = world / s->ep > 0 ? world / s->ep : 1};
   if (o->rank < 0 || o->rank >= world)
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,
@@ -66,6 +71,11 @@ stepc_status api_dp_check(stepc_t *s) {
                     "rebuild it with train.world_size=%d (the per-rank micro-batches and the memory plan "
                     "depend on it)",
                     s->dir, s->im.f.dp_size * tp, s->im.f.dp_size, tp, world, world);
+  if (s->ep > 1 && world != s->im.f.dp_size)
+    return api_fail(s, STEPC_ERR_MISMATCH,
+                    "%s was planned for %d ranks (%d data-parallel, in expert-parallel groups of %d); this "
+                    "job has %d: rebuild it with train.world_size=%d",
+                    s->dir, s->im.f.dp_size, s->im.f.dp_size, s->ep, world, world);
   if (tp == 1 && world != s->im.f.dp_size)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job "

@@ -71,6 +71,11 @@ struct stepc {
    * fastest, Megatron's order); without it tp 1, dp = world, dp_rank = rank */
   int tp, tp_rank, dp, dp_rank;
   RtCommGroup tp_group, dp_group;
+  /* expert parallelism (image ep_size > 1, TP 1): the EP group is ep consecutive data-parallel
+   * ranks (rank = edp_rank * ep + ep_rank, Megatron's expert grid with ETP 1), each holding its
+   * experts; the expert-data-parallel group the ranks holding the same ones (stride ep). ep 1: none */
+  int ep, ep_rank;
+  RtCommGroup ep_group, edp_group;
   RtComm *comm;       /* the job's host communicator (rendezvous; the CPU device's collectives) */
   int *bucket_point;  /* per image bucket: the micro program point after which it fires */
   bool dp_last_micro; /* the micro-batch running now is the step's last: buckets fire */

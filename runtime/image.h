@@ -78,6 +78,9 @@ typedef struct {
   int32_t dist_opt;       /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
   int32_t tp_size;        /* tensor-parallel ranks (0 or 1: none): the graph is one TP rank's shard,
                              world_size = dp_size * tp_size, TP ranks fastest (docs/parallelism.md) */
+  int32_t ep_size;        /* expert-parallel ranks (0 or 1: none): the graph holds E/ep_size experts; the EP
+                             groups are ep_size consecutive ranks inside the data-parallel ranks */
+  int32_t ep_pad;         /* 0 */
   int64_t cpu_region;     /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
                              g->buffer_bytes[1]): the largest rank's shard, 0 without one */
   char data_path[1024];   /* as the recipe gave it (data.path is the user's file, read at run time) */

@@ -58,6 +58,9 @@ static int check_facts(const StepImage *im, Why *w) {
   if (f->dist_opt != 0 && f->dist_opt != 1) return bad(w, "facts.dist_opt %d is not 0 or 1", f->dist_opt);
   if (f->tp_size < 0 || f->tp_size > 1024 || (int64_t)f->dp_size * (f->tp_size > 1 ? f->tp_size : 1) > 65536)
     return bad(w, "facts.tp_size %d is outside [0, 1024] or the job above 65536 ranks", f->tp_size);
+  if (f->ep_size < 0 || f->ep_size > 1024 || (f->ep_size > 1 && (f->dp_size % f->ep_size || f->tp_size > 1)))
+    return bad(w, "facts.ep_size %d is outside [0, 1024], does not divide dp_size %d, or comes with TP",
+               f->ep_size, f->dp_size);
   if (f->cuda_peak < 0 || f->cpu_peak < 0) return bad(w, "facts.cuda_peak or facts.cpu_peak is negative");
   return 0;
 }
@@ -144,13 +147,13 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
   if (t->tp_nseg != 0) { /* a tensor-parallel shard: its segments tile the one-rank dim (ir.h) */
     int64_t sum = 0;
     bool ok = t->tp_nseg > 0 && t->tp_nseg <= 3 && t->tp_dim >= 0 && t->tp_dim < t->ndim && t->tp_size > 1 &&
-              t->tp_size == im->f.tp_size;
+              t->tp_size == (t->tp_ep ? im->f.ep_size : im->f.tp_size) && (t->tp_ep == 0 || t->tp_ep == 1);
     for (int k = 0; ok && k < t->tp_nseg; k++)
       ok = t->tp_seg[k] > 0 && t->tp_seg[k] % t->tp_size == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
       sum += ok ? t->tp_seg[k] : 0;
     if (!ok || sum != t->shape[t->tp_dim] * t->tp_size)
-      return bad(w, "tensor %d (%s): its tensor-parallel shard (dim %d, %d segments, TP %d) does not tile it",
-                 i, t->name, t->tp_dim, t->tp_nseg, t->tp_size);
+      return bad(w, "tensor %d (%s): its %s-parallel shard (dim %d, %d segments, %d ranks) does not tile it",
+                 i, t->name, t->tp_ep ? "expert" : "tensor", t->tp_dim, t->tp_nseg, t->tp_size);
   }
   if (!opt_index(im->owner[i], im->f.dp_size))
     return bad(w, "tensor %d (%s): owner %d is not a rank of %d", i, t->name, im->owner[i], im->f.dp_size);

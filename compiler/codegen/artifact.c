@@ -325,6 +325,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;
   f->tp_size = (int32_t)(spec->per_rank ? spec->model.tensor_model_parallel_size : 1);
+  f->ep_size = (int32_t)(spec->per_rank ? spec->model.expert_model_parallel_size : 1);
   /* the DDP buckets as the schedule placed them (the CUDA plan's: the same graph as the CPU one) */
   im.bucket = calloc((size_t)sp->sc.nb + 1, sizeof *im.bucket);
   im.bucket_grad = calloc((size_t)sp->sc.ngrad + 1, sizeof *im.bucket_grad);
@@ -357,10 +358,16 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
         "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
         "no CUDA launches yet",
         (int)f->tp_size);
+  else if (f->ep_size > 1)
+    snprintf(f->cuda_refusal, sizeof f->cuda_refusal,
+             "the CUDA backend does not run this step: expert parallelism "
+             "(model.expert_model_parallel_size=%d) runs on the cpu device only; its collective ops "
+             "(ep_counts, ep_dispatch, ep_combine, tp_allreduce over the EP group) have no CUDA launches yet",
+             (int)f->ep_size);
   else if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);
-  im.has_program = sp->lp_ok && f->tp_size <= 1;
+  im.has_program = sp->lp_ok && f->tp_size <= 1 && f->ep_size <= 1;
   if (im.has_program) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];
@@ -382,6 +389,7 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   if (artifact_refuse_unexecuted(spec, err, nerr) != ARTIFACT_OK) return ARTIFACT_UNSUPPORTED;
   /* the artifact runs one rank's step: under tensor parallelism its shard (Spec.per_rank) */
   static Spec rank_spec;
+  const Spec *model_spec = spec; /* the recipe's: every rank modelled, as `stepc plan` lowers it */
   rank_spec = *spec;
   rank_spec.per_rank = true;
   spec = &rank_spec;
@@ -396,8 +404,19 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
   int sms = o->sm_count > 0 ? o->sm_count : LAUNCH_DEFAULT_SMS;
   int st = plan_build_for(spec, 0, sms, &sp, d, err, nerr);
   if (st != PLAN_OK) return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  /* plan.json is `stepc plan --json` of the recipe. Under TP or EP the step's graph is one rank's
+   * shard (Spec.per_rank), which the per-rank model (compiler/plan/memrank.c) would divide by TP
+   * or EP a second time: the report is planned on the recipe's one-rank graph, as `stepc plan` does. */
+  const SpecModel *mm = &model_spec->model;
+  bool sharded = mm->tensor_model_parallel_size > 1 || mm->expert_model_parallel_size > 1;
+  static Plan rp; /* large; one build at a time */
+  if (sharded && (st = plan_build_for(model_spec, 0, sms, &rp, NULL, err, nerr)) != PLAN_OK) {
+    plan_free(&rp), plan_free(&sp);
+    return st == PLAN_UNSUPPORTED ? ARTIFACT_UNSUPPORTED : ARTIFACT_ERROR;
+  }
   f = open_out(dir, "plan.json", path, sizeof path);
-  if (f) report_plan_json(&sp, d, f);
+  if (f) report_plan_json(sharded ? &rp : &sp, d, f);
+  if (sharded) plan_free(&rp);
   if (!f || fclose(f) != 0) {
     plan_free(&sp);
     return fail(err, nerr, "cannot write %s%s", path, "");
@@ -433,6 +452,23 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
             "build: attention_backend=auto: the counts above include the flash alternatives of %d attention "
             "points (%d records), played instead of their cuDNN calls when cuDNN has no engine at open\n",
             pts, recs);
+  }
+  if (progress && mm->expert_model_parallel_size > 1) { /* the static all-to-all receive buffers (ops/ep.c) */
+    int64_t rows = 0, bytes = 0, nbuf = 0;
+    for (int i = 0; i < sp.g->nop; i++)
+      if (sp.g->op[i].kind == OP_EP_DISPATCH) {
+        const Tensor *t = &sp.g->t[sp.g->op[i].out[0]];
+        rows = t->shape[0] > rows ? t->shape[0] : rows, bytes += t->bytes, nbuf++;
+      }
+    fprintf(progress,
+            "build: expert parallelism EP %lld: %lld all-to-all receive buffers (tokens and probabilities of "
+            "each MoE layer's forward and backward) of %lld rows (the static bound: %s), %.3f MB in all; the "
+            "rank's "
+            "step peaks at %.3f MB (nominal dtypes)\n",
+            (long long)mm->expert_model_parallel_size, (long long)nbuf, (long long)rows,
+            model_spec->present[SPEC_F_model_moe_expert_capacity_factor] ? "E x capacity"
+                                                                         : "EP x tokens x min(topk, E/EP)",
+            (double)bytes / 1e6, (double)plan_device_peak(&sp) / 1e6);
   }
   if (progress && sp.lp_ok) {
     char libs[768];

@@ -6,8 +6,8 @@
  * `trace` still take these fields: the per-rank report models them.
  *
  * Tensor parallelism (with or without sequence parallelism) is executed on the CPU device for the
- * dense GPT layers (docs/parallelism.md); what it does not cover yet is refused here with the field
- * that asks for it. */
+ * dense GPT layers (docs/parallelism.md), expert parallelism for MoE layers with TP 1 (the alltoall
+ * dispatcher, ir/ops/ep.c); what they do not cover yet is refused here with the field that asks. */
 #include "codegen/artifact.h"
 
 #include <stdio.h>
@@ -52,6 +52,29 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
   return NULL;
 }
 
+/* Under EP > 1: the first field whose value the expert-parallel lowering (compiler/lower/lower_moe.c,
+ * ir/ops/ep.c) does not cover, or NULL. */
+static const char *ep_unexecuted(const Spec *s, int *field) {
+  const SpecModel *m = &s->model;
+  const struct {
+    bool asks;
+    int field;
+    const char *what;
+  } rows[] = {
+      {above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
+       SPEC_F_model_tensor_model_parallel_size,
+       "expert parallelism with tensor parallelism (the experts' ranks inside the TP x DP grid, "
+       "expert-tensor parallelism)"},
+      {strcmp(m->moe_token_dispatcher_type, "alltoall") != 0, SPEC_F_model_moe_token_dispatcher_type,
+       "expert parallelism through the allgather or flex token dispatcher (the alltoall one runs)"},
+      {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,
+       "the distributed optimizer under expert parallelism"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (rows[i].asks) return *field = rows[i].field, rows[i].what;
+  return NULL;
+}
+
 /* The first field whose value asks for something the step does not execute (its id in *field and
  * what it asks for), or NULL. */
 static const char *first_unexecuted(const Spec *s, int *field) {
@@ -73,8 +96,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_virtual_pipeline_model_parallel_size, "virtual pipeline stages"},
       {above_one(s, SPEC_F_model_context_parallel_size, m->context_parallel_size),
        SPEC_F_model_context_parallel_size, "context parallelism"},
-      {above_one(s, SPEC_F_model_expert_model_parallel_size, m->expert_model_parallel_size),
-       SPEC_F_model_expert_model_parallel_size, "expert parallelism"},
       {above_one(s, SPEC_F_model_expert_tensor_parallel_size, m->expert_tensor_parallel_size),
        SPEC_F_model_expert_tensor_parallel_size, "expert tensor parallelism"},
       {fp8 && strcmp(m->fp8_recipe, "tensorwise") != 0, SPEC_F_model_fp8_recipe,
@@ -91,6 +112,10 @@ static const char *first_unexecuted(const Spec *s, int *field) {
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;
+  if (above_one(s, SPEC_F_model_expert_model_parallel_size, m->expert_model_parallel_size)) {
+    const char *what = ep_unexecuted(s, field);
+    if (what) return what;
+  }
   if (above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size))
     return tp_unexecuted(s, field);
   return NULL;

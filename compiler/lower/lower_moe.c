@@ -21,7 +21,12 @@
  * by position when a capacity factor is set (the earliest tokens of each expert are kept; see
  * ops/moe_dispatch.c for why the buffers are T*k or E*capacity rows). The routing probabilities
  * scale each row in the expert activation, as Megatron's grouped experts do, so the combine is a
- * plain sum. The load-balancing loss of each MoE layer is added to the training loss. */
+ * plain sum. The load-balancing loss of each MoE layer is added to the training loss.
+ *
+ * Expert parallelism (a per-rank step, Spec.per_rank with EP > 1; docs/parallelism.md): the rank
+ * holds experts [r E/EP, (r+1) E/EP); after the permute, EP_COUNTS / EP_DISPATCH (ops/ep.c, tagged
+ * mlp.token_dispatcher) send each expert's rows to its owner, the grouped GEMMs run over the rows
+ * received, and EP_COMBINE returns them before the unpermute. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +52,15 @@ static int shared_experts(const LowerBlock *L, int l, int hn, int64_t fs, uint32
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc2");
   return lb_linear(L, u, L->c, fs, L->out_std);
+}
+
+/* Expert parallelism: expert weight `id` (E/EP, ...) is this rank's slice of the one-rank (E, ...)
+ * along the experts (ir.h Tensor.tp_ep). */
+static int ep_shard(int id, Graph *g, int64_t ne, int64_t ep) {
+  if (id < 0 || ep <= 1) return id;
+  Tensor *t = &g->t[id];
+  t->tp_dim = 0, t->tp_nseg = 1, t->tp_seg[0] = ne, t->tp_size = (int32_t)ep, t->tp_ep = 1;
+  return id;
 }
 
 int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
@@ -78,6 +92,12 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
     if (cap < 1) cap = 1;
   }
   int64_t n = cap ? ne * cap : rows * k; /* rows of the permuted buffer */
+  /* Expert parallelism executed (a per-rank step, ops/ep.c): this rank runs experts
+   * [r El, (r+1) El) over the rows every EP rank routed to them, received into a buffer of the
+   * static worst case: dropless every routed row of every rank (min(k, El) a token), with a
+   * capacity E*cap (each source at most cap rows an expert). */
+  int64_t ep = s->per_rank && m->expert_model_parallel_size > 1 ? m->expert_model_parallel_size : 1;
+  int64_t nl = ne / ep, recv = cap ? ne * cap : ep * rows * (k < nl ? k : nl);
 
   lb_tags(L, l, IR_LABEL_LAYERNORM, SR, "pre_mlp_layernorm");
   int hn = lb_norm(L, x, c); /* (B,T,C) */
@@ -113,19 +133,34 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   int pin[3] = {hn, topk[0], disp[0]}, perm[2]; /* tokens (N,C), probs (N) */
   if (graph_op(g, OP_MOE_PERMUTE, pin, 3, &pa, perm, NULL) < 0) return -1;
 
+  int xs = perm[0], ps = perm[1], seg = disp[1], ex[2] = {-1, -1}; /* ex: all_seg, local seg */
+  OpAttrs ea = {.i = {ep, recv}};
+  if (ep > 1) { /* counts first, then the tokens and their probabilities to the experts' owners */
+    if (graph_op(g, OP_EP_COUNTS, &disp[1], 1, &ea, ex, NULL) < 0) return -1;
+    int xi[2] = {perm[0], ex[0]}, pi[2] = {perm[1], ex[0]};
+    xs = graph_op1(g, OP_EP_DISPATCH, xi, 2, &ea, NULL); /* (R, C) */
+    ps = graph_op1(g, OP_EP_DISPATCH, pi, 2, &ea, NULL); /* (R) */
+    seg = ex[1];
+  }
+
   lb_tags(L, l, M, SM, "mlp.experts.linear_fc1");
-  int64_t w1s[3] = {ne, glu ? 2 * f : f, c}, w2s[3] = {ne, c, f};
-  int g1[3] = {perm[0], lb_param(L, "weight", 3, w1s, IR_INIT_NORMAL, L->std), disp[1]};
-  int h1 = graph_op1(g, OP_GROUPED_LINEAR, g1, 3, NULL, NULL); /* (N, F or 2F) */
+  int64_t w1s[3] = {nl, glu ? 2 * f : f, c}, w2s[3] = {nl, c, f};
+  int g1[3] = {xs, ep_shard(lb_param(L, "weight", 3, w1s, IR_INIT_NORMAL, L->std), g, ne, ep), seg};
+  int h1 = graph_op1(g, OP_GROUPED_LINEAR, g1, 3, NULL, NULL); /* (N or R, F or 2F) */
   lb_tags(L, l, M | IR_LABEL_MOE_ACT, SM, "mlp.experts.act");
   OpAttrs aa = {.i = {glu, act}};
-  int ain[2] = {h1, perm[1]};
-  int a = graph_op1(g, OP_MOE_ACT, ain, 2, &aa, NULL); /* (N, F) */
+  int ain[2] = {h1, ps};
+  int a = graph_op1(g, OP_MOE_ACT, ain, 2, &aa, NULL); /* (N or R, F) */
   lb_tags(L, l, M, SM, "mlp.experts.linear_fc2");
-  int g2[3] = {a, lb_param(L, "weight", 3, w2s, IR_INIT_NORMAL, L->out_std), disp[1]};
-  int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N, C) */
+  int g2[3] = {a, ep_shard(lb_param(L, "weight", 3, w2s, IR_INIT_NORMAL, L->out_std), g, ne, ep), seg};
+  int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N or R, C) */
 
   lb_tags(L, l, M, SM, "mlp.token_dispatcher");
+  if (ep > 1) { /* the expert outputs back to the ranks their tokens came from */
+    OpAttrs ca = {.i = {ep, n}};
+    int ci[2] = {y, ex[0]};
+    y = graph_op1(g, OP_EP_COMBINE, ci, 2, &ca, NULL); /* (N, C) */
+  }
   int uin[2] = {y, disp[0]};
   int out = graph_op1(g, OP_MOE_UNPERMUTE, uin, 2, &pa, NULL); /* (B,T,C) */
   if (sh >= 0) {

@@ -50,12 +50,24 @@ int optimizer_build(Graph *g, const Spec *s) {
       return -1;
   /* i[0]: the fusion pass may run the op in one multi-tensor launch with its neighbours (fuse.c) */
   OpAttrs sa = {.i = {o->multi_tensor}};
-  for (int i = 0; i < nt; i++)
-    if (g->t[i].role == ROLE_GRAD &&
-        graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, g->t[g->t[i].of].tp_nseg > 0 ? &sumsq_tp : &sumsq, 1, &sa) < 0)
-      return -1;
+  /* Expert parallelism: each rank holds E/EP experts (Tensor.tp_ep); their gradients' squares are
+   * summed over the EP group, so the norm counts every expert once (TP_ALLREDUCE i[1] = 1: the EP
+   * group). The expert-data-parallel copies of an expert are equal after the buckets' reduce. */
+  int64_t ep = s->per_rank ? s->model.expert_model_parallel_size : 1;
+  OpAttrs ea = {.i = {ep, 1}};
+  int sumsq_ep = ep > 1 ? opt_tensor(g, "optimizer.grad_sumsq_ep", DT_F32, -1, NULL) : -1;
+  if (ep > 1 && (sumsq_ep < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_ep, 1, NULL) < 0)) return -1;
+  for (int i = 0; i < nt; i++) {
+    if (g->t[i].role != ROLE_GRAD) continue;
+    const Tensor *p = &g->t[g->t[i].of];
+    int *acc = p->tp_nseg > 0 ? (p->tp_ep ? &sumsq_ep : &sumsq_tp) : &sumsq;
+    if (graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
+  }
   if (tp > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
                  graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
+    return -1;
+  if (ep > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_ep, 1, &sumsq_ep, 1, &ea) < 0 ||
+                 graph_op_into(g, OP_ACCUM, &sumsq_ep, 1, &sumsq, 1, NULL) < 0))
     return -1;
   OpAttrs ca = {.f = {o->clip_grad}};
   int clip_out[2] = {norm, coef};

@@ -39,7 +39,13 @@
   X(TP_GATHER, op_tp_gather)       /* all-gather along the sequence; backward TP_SCATTER */                  \
   X(TP_SCATTER, op_tp_scatter)     /* reduce-scatter along the sequence; backward TP_GATHER */
 
-/* fp8.c: fp8 linears with current scaling (Transformer Engine's Float8CurrentScaling), listed last */
+/* ep.c: expert parallelism's token exchange (Megatron's alltoall dispatcher), after the TP block */
+#define OP_LIST_EP(X)                                                                                        \
+  X(EP_COUNTS, op_ep_counts)     /* seg -> every EP rank's seg, this rank's receive segments */              \
+  X(EP_DISPATCH, op_ep_dispatch) /* all-to-all of expert rows to their owners; backward EP_COMBINE */        \
+  X(EP_COMBINE, op_ep_combine)   /* all-to-all back to the sources; backward EP_DISPATCH */
+
+/* fp8.c: fp8 linears with current scaling (Transformer Engine's Float8CurrentScaling), after the EP block */
 #define OP_LIST_FP8(X)                                                                                       \
   X(FP8_QUANT, op_fp8_quant)   /* x -> q, qT, scale_inv (per-tensor current scaling) */                      \
   X(LINEAR_FP8, op_linear_fp8) /* y = cast(x) wq^T sx sw; saves x's fp8 transpose */                         \
@@ -126,6 +132,7 @@
   X(GEGLU, op_geglu) /* y = gelu(a) * b, [a | b] = x (exact erf GELU) */                                     \
   X(GEGLU_BWD, op_geglu_bwd)                                                                                 \
   OP_LIST_TP(X)                                                                                              \
+  OP_LIST_EP(X)                                                                                              \
   OP_LIST_FP8(X)
 
 #endif

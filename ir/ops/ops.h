@@ -57,9 +57,12 @@ typedef struct CpuCtx {
   double loss_den;
   /* Tensor parallelism: this rank's group (NULL: one rank, every TP op an identity) */
   CpuTp *tp;
+  /* Expert parallelism: this rank's EP group (ir/ops/ep.c; NULL: one rank) */
+  CpuTp *ep;
 } CpuCtx;
 static inline int ops_tp_rank(const CpuCtx *c) { return c->tp ? c->tp->rank : 0; }
 static inline int ops_tp_size(const CpuCtx *c) { return c->tp ? c->tp->size : 1; }
+static inline int ops_ep_rank(const CpuCtx *c) { return c->ep ? c->ep->rank : 0; }
 
 /* A target in [0, v) is kept by the loss; any other (-100, PyTorch's ignore_index) masks its token. */
 static inline int ops_target_kept(int64_t t, int64_t v) { return t >= 0 && t < v; }

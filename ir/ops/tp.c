@@ -12,7 +12,9 @@
  *   TP_SCATTER    x (B, T, ...) -> y (B, T/TP, ...)   reduce-scatter along the sequence: rank r gets
  *                                           the group's sum of its rows; backward TP_GATHER
  *
- * i[0] = the TP size (the group's ranks; shapes of GATHER / SCATTER follow from it). Sums are in
+ * i[0] = the TP size (the group's ranks; shapes of GATHER / SCATTER follow from it). TP_ALLREDUCE's
+ * i[1] = 1 runs it over the expert-parallel group instead (CpuCtx.ep; i[0] its size): the
+ * optimizer's sum of the expert gradients' squares (ir/ops/ep.c). Sums are in
  * group-rank order (rank 0 + rank 1 + ...), in the executor's precision, so a run is reproducible;
  * they differ from one rank's single GEMM in rounding only (a row-parallel linear sums TP partial
  * products). Megatron's sequence-parallel layout is [s, b, h] (sequence first); stepc's activations
@@ -125,7 +127,7 @@ static void K(tp_copy_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
 static void K(tp_allreduce_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   int64_t n = tensor_numel(&c->g->t[op->in[0]]);
   if (out[0] != in[0]) memcpy(out[0], in[0], (size_t)n * sizeof(real));
-  CpuTp *tp = c->tp;
+  CpuTp *tp = op->a.i[1] ? c->ep : c->tp;
   if (tp && tp->size > 1 && tp->allreduce(tp, out[0], n, sizeof(real) == 8, 0)) tp->failed = 1;
 }
 

@@ -112,6 +112,7 @@ void cpu_exec_set_key(CpuExec *e, uint64_t seed, int64_t step, int64_t micro) {
 void cpu_exec_set_loss_den(CpuExec *e, double den) { e->ctx.loss_den = den; }
 
 void cpu_exec_set_tp(CpuExec *e, CpuTp *tp) { e->ctx.tp = tp; }
+void cpu_exec_set_ep(CpuExec *e, CpuTp *ep) { e->ctx.ep = ep; }
 
 void cpu_exec_run_op(CpuExec *e, int id) { cpu_exec_run_as(e, &e->g->op[id]); }
 
@@ -152,7 +153,8 @@ void cpu_exec_init_params(CpuExec *e, uint64_t seed) {
     int64_t n = tensor_numel(t);
     if (t->bytes == 0) continue; /* not held here (another rank's optimizer state) */
     uint64_t key = ops_init_key(seed, t->name);
-    int tp_rank = ops_tp_rank(&e->ctx); /* a TP shard takes its slice of the one-rank tensor's values */
+    /* a TP (or EP) shard takes its slice of the one-rank tensor's values */
+    int tp_rank = t->tp_ep ? ops_ep_rank(&e->ctx) : ops_tp_rank(&e->ctx);
     if (t->init == IR_INIT_ONES)
       for (int64_t j = 0; j < n; j++)
         cpu_exec_set(e, i, j, 1.0);

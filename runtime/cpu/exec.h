@@ -36,6 +36,8 @@ void cpu_exec_set_loss_den(CpuExec *e, double den);
  * and whose rank's slice of each sharded param cpu_exec_init_params draws. Set before the init. */
 struct CpuTp;
 void cpu_exec_set_tp(CpuExec *e, struct CpuTp *tp);
+/* Expert parallelism: the group the EP ops run over (ir/ops/ep.c), NULL for none. */
+void cpu_exec_set_ep(CpuExec *e, struct CpuTp *ep);
 /* Runs, in graph order, the ops whose phase bit (IR_PHASE_BIT) is in phase_mask. */
 void cpu_exec_run(CpuExec *e, uint32_t phase_mask);
 void cpu_exec_run_op(CpuExec *e, int op);

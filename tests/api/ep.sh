@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# ep.sh STEPC TEST_DP — expert parallelism on the CPU device (issue 25): tests/recipes/tiny_mla_moe.lua
+# (MLA, a dense first layer, then MoE layers of 8 experts top-2 with a shared expert and the
+# load-balancing loss, fp32), 4 steps each of
+#   EP 2 (2 ranks, 4 experts each), dropless and with capacity factor 1.0 (tokens dropped by
+#   position), and with padding to capacity; EP 4 (4 ranks, 2 experts each); EP 2 x 2 expert-data-
+#   parallel ranks (4 ranks: experts 0-3 on ranks 0 and 2, 4-7 on ranks 1 and 3)
+# against the one-rank step over the same global batch (each EP rank is a data-parallel rank with
+# its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
+# experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
+# bitwise on loss and grad norm. Then what stays refused: EP with TP, with the allgather
+# dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); EP on the cuda device
+# (refused at open); an EP run's checkpoint (refused, nothing written).
+#
+# Why not bitwise: the token exchange only copies rows (exact), and each routed row's expert GEMMs
+# are the same dot products as on one rank; but an expert's weight gradient sums, in one GEMM, the
+# rows that every EP rank routed to it, where one rank sums each micro-batch's rows in its own GEMM
+# and adds the micro-batches (other fp32 rounding, ~1e-7 relative); the expert gradients are then
+# averaged over their expert-data-parallel group, and the grad norm adds the experts' squares in
+# another order. Adam divides each element by its own RMS, so a near-zero gradient element moves by
+# up to lr a step whatever the rounding (see docs/parallelism.md): parameters within 5e-6 absolute
+# (measured largest 5.9e-7, in an expert's linear_fc1) where 4 steps move them by up to ~6e-3 and a
+# misplaced expert differs by the init scale (0.02). Tolerances: loss and grad norm 1e-6 relative
+# (measured 1.0e-7), parameters 5e-6 absolute.
+set -uo pipefail
+stepc=$1 t=$2
+tmp=${EP_KEEP:-$(mktemp -d)}
+trap '[ -n "${EP_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+STEPS=4
+R=tests/recipes/tiny_mla_moe.lua
+build() { "$stepc" build $R "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
+CAP="model.moe_expert_capacity_factor=1.0"
+PAD="$CAP model.moe_pad_expert_input_to_capacity=true"
+G8="train.global_batch_size=8"
+EP2="model.expert_model_parallel_size=2 train.world_size=2"
+build one
+build one_cap $CAP
+build one_pad $PAD
+build one8 $G8
+build ep2 $EP2
+build ep2cap $EP2 $CAP
+build ep2pad $EP2 $PAD
+build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
+build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
+# the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
+"$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
+python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
+for r in one one_cap one_pad one8; do
+  "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
+done
+for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep2dp2:4:one8; do
+  ref=${a##*:} a=${a%:*}
+  n=${a#*:} a=${a%:*}
+  "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-6 5e-6 || fail "$a against one rank"
+done
+# the capacity runs dropped tokens (else they test nothing beyond dropless)
+cmp -s "$tmp/one.txt" "$tmp/one_cap.txt" && fail "capacity factor 1.0 changed nothing: no token was dropped"
+# what stays refused at build: exit 4, the field and where the recipe sets it
+refuse() {
+  local what=$1 pat=$2; shift 2
+  "$stepc" build $R "$@" -o "$tmp/refused" >"$tmp/r.log" 2>&1
+  local rc=$?
+  [ $rc -eq 4 ] || { cat "$tmp/r.log"; fail "$what: exit $rc, not 4"; }
+  grep -q -- "$pat" "$tmp/r.log" || { cat "$tmp/r.log"; fail "$what: the message does not name $pat"; }
+  echo "ok: refused: $what ($(grep -o -- "$pat[^,]*" "$tmp/r.log" | head -1))"
+}
+refuse "EP with TP" "model.tensor_model_parallel_size=2" model.expert_model_parallel_size=2 model.tensor_model_parallel_size=2 model.sequence_parallel=true train.world_size=4 $G8
+refuse "EP with the allgather dispatcher" "model.moe_token_dispatcher_type=allgather" $EP2 model.moe_token_dispatcher_type=allgather
+refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
+refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
+grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
+# EP on the cuda device: refused at open (the exchange has no CUDA launches), whatever the machine
+"$t" cuda "$tmp/ep2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "EP on cuda"; }
+grep -q "expert parallelism" "$tmp/cuda.txt" || { cat "$tmp/cuda.txt"; fail "the cuda refusal does not name EP"; }
+cat "$tmp/cuda.txt"
+# an EP run's checkpoint: refused on every rank, nothing written
+"$t" tpckpt "$tmp/ep2" 2 "$tmp/ckpt" >"$tmp/ckpt.txt" 2>&1 || { cat "$tmp/ckpt.txt"; fail "EP checkpoint"; }
+[ ! -e "$tmp/ckpt" ] || fail "an EP checkpoint directory was written"
+cat "$tmp/ckpt.txt"
+echo "ok: expert parallelism"
