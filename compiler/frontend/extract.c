@@ -27,6 +27,8 @@ static int64_t int_min(int id) {
   case SPEC_F_model_cpu_offloading_num_layers:
   case SPEC_F_model_cuda_graph_warmup_steps:
   case SPEC_F_model_qk_pos_emb_head_dim:
+  case SPEC_F_model_num_layers_at_start_in_bf16:
+  case SPEC_F_model_num_layers_at_end_in_bf16:
   case SPEC_F_train_seed:
   case SPEC_F_optimizer_lr_warmup_iters: return 0;
   default: return 1;

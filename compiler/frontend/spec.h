@@ -96,8 +96,15 @@
   X(expert_model_parallel_size, INT, "1", MC, "", "EP")                                                      \
   X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size")          \
   X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                                \
-  X(fp8, STR, "null", MC, "e4m3|hybrid", "fp8 format; null means no fp8")                                    \
-  X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom", "fp8 scaling recipe")       \
+  X(fp8, STR, "null", MC, "e4m3|hybrid",                                                                     \
+    "fp8 format; null means no fp8. Runs with fp8_recipe tensorwise; not with MoE experts or fp8_param")     \
+  X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom",                             \
+    "fp8 scaling recipe; stepc executes tensorwise (current scaling)")                                       \
+  X(first_last_layers_bf16, BOOL, "false", MC, "",                                                           \
+    "Keep the first and last layers' linears in bf16 under fp8")                                             \
+  X(num_layers_at_start_in_bf16, INT, "1", MC, "",                                                           \
+    "Layers at the start kept in bf16 (first_last_layers_bf16)")                                             \
+  X(num_layers_at_end_in_bf16, INT, "1", MC, "", "Layers at the end kept in bf16 (first_last_layers_bf16)")  \
   X(fp8_param, BOOL, "false", MC, "",                                                                        \
     "fp8 primary weights (Bridge's fp8_param_gather): the layer linears' params are TE fp8 tensors")         \
   X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")            \
@@ -302,6 +309,11 @@ int64_t spec_ffn_hidden_size(const Spec *s);
 int64_t spec_moe_ffn_hidden_size(const Spec *s);
 bool spec_is_moe(const Spec *s);
 bool spec_layer_is_moe(const Spec *s, int layer); /* layer in 0..num_layers-1 */
+/* Whether layer l's linears run in fp8 (ir/ops/fp8.c): model.fp8 set with fp8_recipe "tensorwise",
+ * and not a layer first_last_layers_bf16 keeps in bf16 (Megatron's is_first_last_bf16_layer:
+ * l < num_layers_at_start_in_bf16, or l >= num_layers - num_layers_at_end_in_bf16); never outside
+ * the layers (l < 0: embedding, output layer). */
+bool spec_layer_fp8(const Spec *s, int layer);
 int64_t spec_data_parallel_size(const Spec *s);
 int64_t spec_global_batch_size(const Spec *s);
 /* Chunks of the output layer and loss: model.output_layer_chunks, or when null the fewest that

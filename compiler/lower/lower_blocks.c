@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/fp8.h"
+
 void lb_tags(const LowerBlock *L, int l, uint32_t labels, uint32_t scopes, const char *sub) {
   graph_set_layer(L->g, l);
   graph_set_labels(L->g, labels);
@@ -29,14 +31,18 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
 }
 
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
-  const SpecModel *m = &s->model;
-  if (!s->per_rank || !s->present[SPEC_F_model_fp8] || g->cur.layer < 0)
-    return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
-  /* Transformer Engine's fp8 linear: the weight cast once a micro-batch (E4M3), the input cast in
-   * the product's launch; the backward's format E5M2 under "hybrid", E4M3 under "e4m3" */
-  OpAttrs qa = {.i = {0}}, la = {.i = {0, strcmp(m->fp8, "hybrid") == 0}};
+  if (!s->per_rank || !spec_layer_fp8(s, g->cur.layer)) return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
+  /* Transformer Engine's fp8 linear: the weight cast once a micro-batch (E4M3; its copy, transpose and
+   * scale_inv named after it), the input cast in the product's launch; the backward's format E5M2
+   * under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3) */
+  OpAttrs qa = {.i = {FP8_E4M3}},
+          la = {.i = {FP8_E4M3, strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3}};
+  char names[3][IR_NAME_MAX];
+  const char *np[3] = {names[0], names[1], names[2]}, *sfx[3] = {"fp8", "fp8_t", "scale_inv"};
+  for (int i = 0; i < 3; i++)
+    snprintf(names[i], sizeof names[i], "%s.%s", g->t[in[1]].name, sfx[i]);
   int q[3], out[4];
-  if (graph_op(g, OP_FP8_QUANT, &in[1], 1, &qa, q, NULL) < 0) return -1;
+  if (graph_op(g, OP_FP8_QUANT, &in[1], 1, &qa, q, np) < 0) return -1;
   int lin[5] = {in[0], q[0], q[1], q[2], nin == 3 ? in[2] : -1};
   if (graph_op(g, OP_LINEAR_FP8, lin, nin == 3 ? 5 : 4, &la, out, NULL) < 0) return -1;
   return out[0];

@@ -47,8 +47,9 @@ int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *s
 /* y = x W^T (+ b when add_bias_linear) with W (n_out, n_in) in the current module. */
 int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
 /* The op of a linear layer's product over in[0..nin) (x, W [, b]): LINEAR, or, for a transformer
- * layer's linear in a build that executes the recipe (Spec.per_rank) under model.fp8 (the tensorwise
- * recipe: compiler/codegen/executes.c refuses the others), W's cast and LINEAR_FP8 (ir/ops/fp8.c).
+ * layer's linear in a build that executes the recipe (Spec.per_rank) where spec_layer_fp8 holds
+ * (model.fp8 with the tensorwise recipe — compiler/codegen/executes.c refuses the others — outside
+ * the layers first_last_layers_bf16 keeps), W's cast and LINEAR_FP8 (ir/ops/fp8.c).
  * The output layer and the MoE router stay LINEAR, as in Megatron (not Transformer Engine modules).
  * Its output tensor, or -1 with g->err. */
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);

@@ -23,30 +23,73 @@
  *               the casts keep transposed copies.
  *
  * The CPU executor keeps the fp8 tensors as their values (unscaled codes' values, exact in fp32);
- * fp8_round is the rounding, checked against CUDA's own host conversion (tests/unit/fp8_round.cc).
+ * fp8_round is the rounding (ir/ops/fp8.h), checked bit for bit against CUDA's own host conversions
+ * (tests/unit/fp8_rounding.c).
  * Every sum is in a fixed order, so a step is reproducible. */
 #ifndef OPS_KERNEL_PASS
+#include "ops/fp8.h"
+
+#include <float.h>
 #include <math.h>
 
 #include "ops/ops.h"
 
-double fp8_round(double v, int e5m2) {
-  if (v != v) return v;
-  double a = fabs(v), fmax = e5m2 ? 57344.0 : 448.0;
-  int emin = e5m2 ? -14 : -6, mbits = e5m2 ? 2 : 3, e;
-  if (a >= fmax) return v < 0 ? -fmax : fmax;
-  if (a == 0) return v;
-  frexp(a, &e); /* a = f 2^e, f in [0.5, 1): the leading bit is 2^(e-1) */
-  int lead = e - 1 < emin ? emin : e - 1;
-  double quantum = ldexp(1.0, lead - mbits), r = nearbyint(a / quantum) * quantum; /* ties to even */
-  if (r > fmax) r = fmax;
-  return v < 0 ? -r : r;
+static int fp8_mbits(int fmt) { return fmt == FP8_E5M2 ? 2 : 3; }
+static int fp8_emin(int fmt) { return fmt == FP8_E5M2 ? -14 : -6; } /* exponent of the least normal */
+static int fp8_bias(int fmt) { return fmt == FP8_E5M2 ? 15 : 7; }
+
+float fp8_max(int fmt) { return fmt == FP8_E5M2 ? 57344.0f : 448.0f; }
+
+/* The grid's spacing at |x| is 2^(max(e, emin) - mbits), e the exponent of x's leading bit; x over
+ * that spacing is exact in double, and nearbyint rounds it to nearest even (the default mode). */
+double fp8_round(double x, int fmt) {
+  if (isnan(x) || x == 0) return x;
+  double a = fabs(x), top = fp8_max(fmt);
+  if (a > top)
+    return copysign(top, x); /* beyond the largest finite value: a tie above it rounds
+                                up, so saturates too (satfinite) */
+  int e;
+  frexp(a, &e);
+  int lead = e - 1 < fp8_emin(fmt) ? fp8_emin(fmt) : e - 1;
+  double quantum = ldexp(1.0, lead - fp8_mbits(fmt));
+  double r = nearbyint(a / quantum) * quantum;
+  return copysign(r > top ? top : r, x);
 }
 
-float fp8_scale(float amax, int e5m2) {
-  if (amax == 0.0f || isinf(amax) || isnan(amax)) return 1.0f;
-  float s = (e5m2 ? 57344.0f : 448.0f) / amax;
-  return isinf(s) ? 3.402823466e38f : s;
+uint8_t fp8_encode(double x, int fmt) {
+  double r = fp8_round(x, fmt);
+  if (isnan(r)) return 0x7f; /* both formats' NaN with the sign clear, as CUDA's conversion */
+  uint8_t sign = signbit(r) ? 0x80 : 0;
+  double a = fabs(r);
+  if (a == 0) return sign;
+  int e, m = fp8_mbits(fmt);
+  frexp(a, &e);
+  int lead = e - 1;
+  if (lead < fp8_emin(fmt)) /* subnormal: exponent field 0, a = mant 2^(emin - m) */
+    return (uint8_t)(sign | (uint8_t)ldexp(a, m - fp8_emin(fmt)));
+  int mant = (int)(ldexp(a, m - lead)) - (1 << m);
+  return (uint8_t)(sign | (uint8_t)((lead + fp8_bias(fmt)) << m) | (uint8_t)mant);
+}
+
+double fp8_decode(uint8_t b, int fmt) {
+  int m = fp8_mbits(fmt), ebits = 7 - m;
+  int ef = (b >> m) & ((1 << ebits) - 1), mant = b & ((1 << m) - 1);
+  double v;
+  if (fmt == FP8_E4M3 && ef == 15 && mant == 7)
+    v = NAN; /* E4M3 has no infinities: S.1111.111 is its NaN */
+  else if (fmt == FP8_E5M2 && ef == 31)
+    v = mant ? NAN : INFINITY;
+  else if (ef == 0)
+    v = ldexp((double)mant, fp8_emin(fmt) - m);
+  else
+    v = ldexp((double)((1 << m) + mant), ef - fp8_bias(fmt) - m);
+  return b & 0x80 ? -v : v;
+}
+
+float fp8_scale(float amax, int fmt) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  float s = fp8_max(fmt) / amax;
+  return isinf(s) ? FLT_MAX : s;
 }
 
 static int quant_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {

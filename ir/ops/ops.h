@@ -137,12 +137,6 @@ bool ops_same_shape(const Tensor *a, const Tensor *b);
  * -1 = keep the default name); an output its kind's infer makes ROLE_WORKSPACE stays one. */
 int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const int *of);
 
-/* fp8.c: a value rounded to fp8 (E4M3, or E5M2 with e5m2 = 1) as cvt.rn.satfinite does (nearest,
- * ties to even, saturated to +-max, NaN kept), and Transformer Engine's current-scaling scale
- * fp8_max / amax (1 for an amax of 0, inf or NaN; the fp32 maximum where it overflows). */
-double fp8_round(double v, int e5m2);
-float fp8_scale(float amax, int e5m2);
-
 /* Default FLOPs: one per output element. */
 double ops_flops_elementwise(const Graph *g, const Op *op);
 /* flash.c: the device workspace of an attention op run by cuDNN (a.i[2] fused or auto): 0 for the
