@@ -43,10 +43,11 @@ d->class_scale[COST_OPTIMIZER] = 1.0368;
 d->class_scale[COST_MAMBA_FWD] = 126.2;
 d->class_scale[COST_MAMBA_BWD] = 130.32;
 d->class_scale[COST_MAMBA_GATE_NORM] = 2.23;
-/* fp8 (ir/ops/fp8.c): not calibrated yet — the products at the bf16 GEMMs' ratio to their ceiling,
- * the casts at the elementwise class's. */
-d->class_scale[COST_GEMM_FP8] = 0.971;
-d->class_scale[COST_FP8_CAST] = 2.096;
+/* fp8 (ir/ops/fp8.c): the products at 1.14x the 1400 TFLOP/s fp8 roofline (LINEAR_FP8 with its
+ * input's cast), the casts at 1.33x their DRAM roofline (amax, then the cast: two reads): M's fp8
+ * profile of 2026-12-04 (h200.json "session_9", bench/logs/2026-12-04-s9-gpu/call6/). */
+d->class_scale[COST_GEMM_FP8] = 1.14;
+d->class_scale[COST_FP8_CAST] = 1.33;
 d->calibration =
     "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5; MoE and "
     "Mamba session_9)";
