@@ -240,6 +240,7 @@ static void mamba_workspace(const char *path, const char **ov, int n) {
   CHECK(nops > 0 && part == rowsums, "%s: the scratch's op workspace %lld B, the flash row sums %lld B", path,
         (long long)part, (long long)rowsums);
   free(point);
+  plan_free(&p);
 }
 
 int main(void) {
