@@ -278,23 +278,14 @@ static void K(quant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *c
   s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1]);
 }
 
-typedef struct {
-  const real *a, *b, *bias;
-  real *c, scale;
-  int64_t n, k;
-} K(Fp8Args);
-
-/* rows [lo, hi) of c = (a b^T) scale (+ bias): each element's sum over k in order */
-static void K(fp8_rows)(void *p, int64_t lo, int64_t hi) {
-  const K(Fp8Args) *g = p;
-  for (int64_t i = lo; i < hi; i++)
-    for (int64_t j = 0; j < g->n; j++) {
-      const real *ar = g->a + i * g->k, *bj = g->b + j * g->k;
-      real s = 0;
-      for (int64_t q = 0; q < g->k; q++)
-        s += ar[q] * bj[q];
-      g->c[i * g->n + j] = s * g->scale + (g->bias ? g->bias[j] : 0);
-    }
+/* c (M, N) = (a b^T) scale (+ bias): LINEAR's product of the quantized values (each element summed
+ * over k in order), then the two operands' dequantizing factors */
+static void K(fp8_product)(const CpuCtx *c, const real *a, const real *b, real scale, const real *bias,
+                           real *out, int64_t m, int64_t n, int64_t k) {
+  K(ops_gemm_nt)(c, a, b, NULL, out, m, n, k);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      out[i * n + j] = out[i * n + j] * scale + (bias ? bias[j] : 0);
 }
 
 static void K(linear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -303,15 +294,13 @@ static void K(linear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
   const real *sw = in[3];
   real *sx = out[2];
   sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1]);
-  K(Fp8Args) g = {out[3], in[1], op->nin == 5 ? in[4] : NULL, out[0], sx[0] * sw[0], wq->shape[0], k};
-  c->parallel_for(c, m, K(fp8_rows), &g);
+  K(fp8_product)(c, out[3], in[1], sx[0] * sw[0], op->nin == 5 ? in[4] : NULL, out[0], m, wq->shape[0], k);
 }
 
 static void K(fp8_gemm_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]];
   const real *sa = in[2], *sb = in[3];
-  K(Fp8Args) g = {in[0], in[1], NULL, out[0], sa[0] * sb[0], b->shape[0], ops_last(a)};
-  c->parallel_for(c, ops_rows(a), K(fp8_rows), &g);
+  K(fp8_product)(c, in[0], in[1], sa[0] * sb[0], NULL, out[0], ops_rows(a), b->shape[0], ops_last(a));
 }
 
 #endif /* OPS_KERNEL_PASS */

@@ -207,6 +207,13 @@ static void K(gemm_nt)(const CpuCtx *c, K(GemmArgs) * g) {
   c->parallel_for(c, (g->m + 3) / 4, K(gemm_nt_blocks), g);
 }
 
+/* ops.h: the same product for another op's reference (fp8.c's products of quantized operands). */
+void K(ops_gemm_nt)(const CpuCtx *c, const real *a, const real *b, const real *bias, real *out, int64_t m,
+                    int64_t n, int64_t k) {
+  K(GemmArgs) g = {a, b, bias, out, m, n, k};
+  K(gemm_nt)(c, &g);
+}
+
 /* Transposes src (R, C) into dst (C, R). */
 static void K(transpose)(const real *src, real *dst, int64_t r, int64_t cdim) {
   for (int64_t i = 0; i < r; i++)

@@ -137,6 +137,13 @@ bool ops_same_shape(const Tensor *a, const Tensor *b);
  * -1 = keep the default name); an output its kind's infer makes ROLE_WORKSPACE stays one. */
 int ops_grad_op(Graph *g, OpKind kind, const int *in, int nin, const OpAttrs *a, int *out, const int *of);
 
+/* linear.c: out (M, N) = a (M, K) b (N, K)^T (+ bias), each element summed over k in order, rows
+ * split over the executor's threads (the LINEAR reference's own product). */
+void ops_gemm_nt_f32(const CpuCtx *c, const float *a, const float *b, const float *bias, float *out,
+                     int64_t m, int64_t n, int64_t k);
+void ops_gemm_nt_f64(const CpuCtx *c, const double *a, const double *b, const double *bias, double *out,
+                     int64_t m, int64_t n, int64_t k);
+
 /* Default FLOPs: one per output element. */
 double ops_flops_elementwise(const Graph *g, const Op *op);
 /* flash.c: the device workspace of an attention op run by cuDNN (a.i[2] fused or auto): 0 for the
