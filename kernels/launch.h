@@ -157,7 +157,9 @@ static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N
  * in the group's op order; a row's first chunk is the sum of the chunk counts of the rows before
  * it, so block b finds its row by binary search and the partials come out in a fixed order.
  *   norm_squared_multi: chunks of STEPC_SUMSQ_CHUNK elements; a row is
- *     {x, n, first chunk, dtype (STEPC_MULTI_F32 or STEPC_MULTI_BF16)}
+ *     {x, n, first chunk, dtype (STEPC_MULTI_F32 or STEPC_MULTI_BF16)}, or {x, n, first chunk,
+ *     STEPC_MULTI_DONE} for a gradient whose producer wrote its partials (one per output tile of
+ *     the grouped wgrad kernels: the row's chunks are those tiles, and write nothing)
  *   adamw_multi: chunks of STEPC_ADAMW_CHUNK elements; a row is
  *     {master, param, grad, m, v, n, first chunk, weight-decay multiplier (float bits, low half)} */
 #define STEPC_MULTI_THREADS 256
@@ -167,5 +169,6 @@ static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N
 #define STEPC_ADAMW_ROW 8
 #define STEPC_MULTI_F32 0
 #define STEPC_MULTI_BF16 1
+#define STEPC_MULTI_DONE 2
 
 #endif

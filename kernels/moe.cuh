@@ -433,12 +433,23 @@ extern "C" __global__ void grouped_linear_dgrad(bf16* dx, const bf16* dy, const 
   moe_group_tile(dx, dy, W, seg, Nout, K, 0);
 }
 
+// With norm (the compiler's fuse_wgrad_norm: the kernel is the main gradient's last writer before
+// the optimizer), the sum of squares of the values a block wrote to the fp32 main gradient goes to
+// norm[b], b the block's linear index in the grid: the gradient's global-norm partials, each summed
+// in the block's fixed order, so that the optimizer's norm reads nothing of the gradient.
+__device__ __forceinline__ void moe_tile_norm(float* norm, float s) {
+  __shared__ float red[32];
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) norm[blockIdx.x + gridDim.x * (blockIdx.y + (long)gridDim.y * blockIdx.z)] = s;
+}
+
 // GROUPED_LINEAR_WGRAD: dW_e (Nout, K) = sum over the expert's rows r of dy[r]^T x[r], rows in
 // order. grid (ceil(K/64), ceil(Nout/64), E), block 256. Writes bf16 dW, or adds into the fp32
 // main gradient acc when dw is null — or, with store = 1, writes it there as 0 + dW would be (a
-// step's first and only writer of that gradient: the compiler's wgrad-store fusion).
+// step's first and only writer of that gradient: the compiler's wgrad-store fusion); norm as
+// moe_tile_norm.
 extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x,
-                                                const int* seg, int Nout, int K, int store) {
+                                                const int* seg, int Nout, int K, int store, float* norm) {
   __shared__ float Ds[MOE_KT][MOE_TILE + 1], Xs[MOE_KT][MOE_TILE + 1];
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1];
   int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -455,14 +466,19 @@ extern "C" __global__ void grouped_linear_wgrad(bf16* dw, float* acc_f32, const 
     moe_tile_fma(acc, Ds, Xs);
     __syncthreads();
   }
+  float sq = 0.0f;
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) {
       int o = o0 + ty * 4 + i, q = q0 + tx * 4 + j;
       if (o >= Nout || q >= K) continue;
       long at = ((long)e * Nout + o) * K + q;
       if (dw) dw[at] = f32_to_bf16(acc[i][j]);
-      else acc_f32[at] = (store ? 0.0f : acc_f32[at]) + acc[i][j];
+      else {
+        float v = (store ? 0.0f : acc_f32[at]) + acc[i][j];
+        acc_f32[at] = v, sq += v * v;
+      }
     }
+  if (norm) moe_tile_norm(norm, sq);
 }
 
 // ---- the same three products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation) ----
@@ -713,7 +729,7 @@ __device__ __forceinline__ void moe_wg_rows(bf16* out, const bf16* in, const bf1
 }
 
 __device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K,
-                                             int store) {
+                                             int store, float* norm) {
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float d[128];
   moe_wg_tile<2>(d, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
@@ -733,6 +749,7 @@ __device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf1
 #undef ST
   __syncthreads();
   int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
+  float sq = 0.0f;
 #pragma unroll
   for (int half = 0; half < 2; half++) { /* 8 rows at a time: 16 reads in flight per thread */
     float4 old[8][2];
@@ -751,10 +768,12 @@ __device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf1
         int r = warp * 16 + half * 8 + i, c = j * 128 + lane * 4, row = m0 + r, col = n0 + c;
         if (row >= Nout || col >= K) continue;
         float4 v = *(const float4*)(t + r * MOE_WG_LDS + c);
-        *(float4*)(acc_f32 + base + (long)row * K + col) =
-            make_float4(old[i][j].x + v.x, old[i][j].y + v.y, old[i][j].z + v.z, old[i][j].w + v.w);
+        float4 u = make_float4(old[i][j].x + v.x, old[i][j].y + v.y, old[i][j].z + v.z, old[i][j].w + v.w);
+        *(float4*)(acc_f32 + base + (long)row * K + col) = u;
+        sq += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
       }
   }
+  if (norm) moe_tile_norm(norm, sq);
 }
 #endif
 
@@ -795,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 
 // The wgrad tile with mma.sync (as moe_wg_wgrad with wgmma).
 __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout,
-                                             int K, int store) {
+                                             int K, int store, float* norm) {
   int e = blockIdx.z, rows0 = seg[2 * e], nrows = seg[2 * e + 1], m0 = blockIdx.y * MOE_TC_BM, n0 = blockIdx.x * MOE_TC_BN;
   float c[4][8][4];
   moe_tc_tile<2>(c, dy + (long)rows0 * Nout, Nout, Nout, x + (long)rows0 * K, K, K, nrows, m0, n0);
@@ -809,6 +828,7 @@ __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf1
   }
   /* added into the fp32 main gradient: each m tile's 16 old pairs are read before any is written,
    * so the reads are in flight together (one round trip per m tile, not per pair) */
+  float sq = 0.0f;
 #pragma unroll
   for (int mt = 0; mt < 4; mt++) {
     float2 old[8][2];
@@ -825,22 +845,26 @@ __device__ __forceinline__ void moe_tc_wgrad(bf16* dw, float* acc_f32, const bf1
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         int row = m0 + (w % 2) * 64 + mt * 16 + lane / 4 + h * 8, col = n0 + (w / 2) * 64 + nt * 8 + (lane % 4) * 2;
-        if (row < Nout && col < K)
-          *(float2*)(acc_f32 + base + (long)row * K + col) =
-              make_float2(old[nt][h].x + c[mt][nt][2 * h], old[nt][h].y + c[mt][nt][2 * h + 1]);
+        if (row < Nout && col < K) {
+          float2 u = make_float2(old[nt][h].x + c[mt][nt][2 * h], old[nt][h].y + c[mt][nt][2 * h + 1]);
+          *(float2*)(acc_f32 + base + (long)row * K + col) = u;
+          sq += u.x * u.x + u.y * u.y;
+        }
       }
   }
+  if (norm) moe_tile_norm(norm, sq);
 }
 
 // GROUPED_LINEAR_WGRAD: dW_e = dy_e^T x_e, into bf16 dw, or added into the fp32 main gradient (or
-// stored there as 0 + dW_e with store = 1, as grouped_linear_wgrad). grid (ceil(K/256), ceil(Nout/128), E).
+// stored there as 0 + dW_e with store = 1; the tiles' norm partials with norm, as
+// grouped_linear_wgrad). grid (ceil(K/256), ceil(Nout/128), E).
 extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
     grouped_linear_wgrad_tc(bf16* dw, float* acc_f32, const bf16* dy, const bf16* x, const int* seg, int Nout, int K,
-                            int store) {
+                            int store, float* norm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store);
+  moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store, norm);
 #else
-  moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store);
+  moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store, norm);
 #endif
 }
 

@@ -119,6 +119,7 @@ extern "C" __global__ void norm_squared_multi(float* partial,           // (tota
                                               int rows, long chunk) {
   __shared__ float red[32];
   const long long* r = table + (long)multi_row(table, rows, 4, 2) * 4;
+  if (r[3] == 2) return;  // STEPC_MULTI_DONE (kernels/launch.h): the producer wrote this partial
   long lo = (blockIdx.x - (long)r[2]) * chunk, hi = lo + chunk < (long)r[1] ? lo + chunk : (long)r[1];
   float s = 0.0f;
   if (r[3] == 1) {

@@ -163,6 +163,7 @@ static stepc_status profile(const Api *api, stepc_t *s, const char *dir, const s
   /* the cost model prices the fused groups: the compiler's fusions of the image's graph, decided
    * again (they read the op structure alone, so they are the ones the build lowered) */
   Fusions *fz = fusions_new(im.g);
+  if (fz) fz->dp = im.f.dp_size;
   EwKernels ks = {0};
   if (!fz || fuse_build(im.g, fz, &ks, ierr, sizeof ierr) != 0) {
     snprintf(err, nerr, "%s: the step's fusions: %s", path, fz ? ierr : "out of memory");

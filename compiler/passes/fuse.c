@@ -309,6 +309,42 @@ static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
   }
 }
 
+/* A main gradient's global-norm partials taken in its producer: at one data-parallel rank (nothing
+ * reduces the gradient after the backward), a GRAD_SUMSQ inside a multi-tensor group whose gradient
+ * is last written, in the micro-batch, by a GROUPED_LINEAR_WGRAD sunk into it, and touched by no
+ * op of the tail before the GRAD_SUMSQ: the wgrad kernel writes the sum of squares of each output
+ * tile as it leaves (the gradient's final values: with more micro-batches the last one's launch
+ * overwrites the earlier ones' partials), and the group's launch reads nothing of that gradient.
+ * Each tile's sum is reduced in a fixed order, so replays give the same bits. */
+static void fuse_wgrad_norm(const Graph *g, Fusions *fz) {
+  if (fz->dp != 1) return;
+  for (int s = 0; s < g->nop; s++) {
+    const Op *so = &g->op[s];
+    if (so->kind != OP_GRAD_SUMSQ || so->nin != 1 || so->tags.phase != IR_PHASE_OPTIMIZER ||
+        !(fz->skip[s] || fz->fuse[s] == FUSE_SUMSQ_MULTI))
+      continue;
+    int mg = so->in[0], last = -1, tail = 0;
+    if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
+    for (int o = 0; o < g->nop; o++) {
+      const Op *op = &g->op[o];
+      if (fz->skip[o] && op->kind == OP_ACCUM && fz->sink[op->in[0]] == mg) continue; /* in its producer */
+      if (touches(fz, op, mg)) {
+        if (micro_phase(op->tags.phase))
+          last = o;
+        else if (o < s)
+          tail = 1;
+      }
+    }
+    if (last < 0 || tail) continue;
+    const Op *w = &g->op[last];
+    if (w->kind != OP_GROUPED_LINEAR_WGRAD || fz->skip[last] ||
+        (fz->fuse[last] != FUSE_NONE && fz->fuse[last] != FUSE_WGRAD_STORE) || w->nout != 1 ||
+        fz->sink[w->out[0]] != mg || tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
+      continue;
+    fz->norm_by[mg] = last;
+  }
+}
+
 /* Whether optimizer op b may join the multi-tensor run that op a is in: the same kind, both
  * allowed by the recipe (i[0], optimizer.multi_tensor), and what the launch shares: the
  * accumulator for GRAD_SUMSQ; the fp32 master, the (beta1, beta2, eps) setting and the clip,
@@ -389,6 +425,7 @@ int fuse_build(const Graph *g, Fusions *fz, EwKernels *ks, char *err, size_t ner
     if (norm_bwd_add(g, fz, uses, o)) fuse_pair(fz, o, o - 1, FUSE_NORM_BWD_ADD);
   if (rc == 0) fuse_optimizer(g, fz);
   if (rc == 0) fuse_wgrad_store(g, fz);
+  if (rc == 0) fuse_wgrad_norm(g, fz);
   free(uses);
   return rc;
 }

@@ -60,6 +60,8 @@ typedef struct {
 
 typedef struct Fusions {
   int nop, nt; /* the graph's, when made */
+  int dp;      /* the data-parallel ranks the step is planned for (1 unless the caller sets it before
+                  fuse_build): a gradient's norm taken in its producer needs it unreduced, so only at 1 */
   /* per op */
   uint8_t *fuse; /* FuseKind of the group this op runs */
   uint8_t *skip; /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
@@ -70,12 +72,15 @@ typedef struct Fusions {
                      loss's dlogits */
   int *sink;      /* a weight gradient accumulated straight into this main gradient by its
                      producer's kernel (its ACCUM skipped), or -1 */
+  int *norm_by;   /* a main gradient: the GROUPED_LINEAR_WGRAD (sunk into it, its last writer) whose
+                     kernel also writes its global-norm partials, one per output tile, so that the
+                     optimizer's GRAD_SUMSQ of it reads nothing (fuse.c fuse_wgrad_norm); else -1 */
   EwChain *chain; /* the fused elementwise chains */
   int nchain;
 } Fusions;
 
 /* "No fusion" for every op and tensor of g: fuse FUSE_NONE, skip 0, peer -1, alias itself, sink
- * -1, no chains. NULL out of memory; fusions_free after. */
+ * and norm_by -1, no chains, dp 1. NULL out of memory; fusions_free after. */
 Fusions *fusions_new(const Graph *g);
 void fusions_free(Fusions *fz);
 /* The tensor whose CUDA storage tensor t uses: its alias, or the main gradient it is sunk into,

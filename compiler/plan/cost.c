@@ -103,6 +103,12 @@ static double linear_loss_time(const Graph *g, const Fusions *fz, int op, const 
          ce_bytes / d->bytes_per_s * d->class_scale[COST_LOSS] + d->launch_s;
 }
 
+/* A GRAD_SUMSQ whose gradient's partials its producer writes (fusions.h norm_by): its row of the
+ * group's launch reads nothing. */
+static int norm_in_producer(const Graph *g, const Fusions *fz, int op) {
+  return g->op[op].kind == OP_GRAD_SUMSQ && fz->norm_by[g->op[op].in[0]] >= 0;
+}
+
 double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, double *flops,
                     double *bytes) {
   const Op *o = &g->op[op];
@@ -118,7 +124,7 @@ double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, 
     /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
      * grad_norm scales were calibrated on per-tensor launches) */
     for (int k = peer >= 0 ? peer : op; k < op; k++)
-      t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
+      if (!norm_in_producer(g, fz, k)) t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
   } else if (fuse == FUSE_EW) {
     for (int c = 0; c < fz->nchain && !n; c++)
       if (fz->chain[c].op[fz->chain[c].nops - 1] == op)
@@ -140,6 +146,7 @@ double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, 
     members[n++] = peer;
   if (!n || (members[n - 1] != op && fuse != FUSE_ROPE_QKV)) members[n++] = op;
   for (int k = 0; k < n; k++) {
+    if (norm_in_producer(g, fz, members[k])) continue;
     t += roofline(g, &g->op[members[k]], d, &f, &b);
     *flops += f, *bytes += b;
   }

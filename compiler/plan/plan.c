@@ -31,6 +31,7 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
   if (checks_only) return PLAN_OK; /* stepc check: the graph checks need no fusions or memory plan */
   /* the fusions shape the memory plan (fuse.h); the buckets fire after the fused launches */
   if (!(p->fz = fusions_new(p->g))) return PLAN_ERROR;
+  p->fz->dp = p->sc.dp;
   if (fuse_build(p->g, p->fz, &p->ew, err, nerr) != 0 ||
       schedule_bucket_fire(p->g, p->fz, &p->sc, err, nerr) != 0 ||
       memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||

@@ -899,7 +899,8 @@ static void grouped_ref(int mode, double *out, const double *a, const double *b,
 
 typedef struct {
   CUdeviceptr y, x, w, dy, dx, dw, seg;
-  CUdeviceptr acc; /* mode 3: the fp32 main gradient the wgrad adds into (store 0) or stores into (1) */
+  CUdeviceptr acc;  /* mode 3: the fp32 main gradient the wgrad adds into (store 0) or stores into (1) */
+  CUdeviceptr norm; /* mode 3: the tiles' sums of squares (the wgrad-norm fusion), or 0 */
   int N, Nout, K, E, mode, store;
 } GroupedRun;
 
@@ -917,7 +918,8 @@ static void grouped_launch(Gpu *g, void *ctx) {
                STEPC_MOE_TC_THREADS, smem, a);
   } else {
     CUdeviceptr *dw = q->mode == 3 ? &none : &q->dw, *acc = q->mode == 3 ? &q->acc : &none;
-    void *a[] = {dw, acc, &q->dy, &q->x, &q->seg, &q->Nout, &q->K, &q->store};
+    CUdeviceptr *norm = q->mode == 3 ? &q->norm : &none;
+    void *a[] = {dw, acc, &q->dy, &q->x, &q->seg, &q->Nout, &q->K, &q->store, norm};
     gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
                (unsigned)((q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)q->E, STEPC_MOE_TC_THREADS, smem, a);
   }
@@ -953,7 +955,7 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   CUdeviceptr acc = up_f32(g, acc0, nw);
   CUdeviceptr none = 0;
   int add = 0;
-  void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K, &add};
+  void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K, &add, &none};
   int eE = E;
   gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
              (unsigned)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)eE, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), a);
@@ -973,6 +975,22 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   grouped_launch(g, &q);
   void *stored = down_raw(g, acc, 4 * (size_t)nw);
   gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored = added into zeros", stored, added, 4 * (size_t)nw);
+  /* the norm partials (the wgrad-norm fusion): the same gradient's bits, and one sum of squares per
+   * output tile whose total is the gradient's, bitwise the same on a second run */
+  long ntile = (long)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN) * ((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) * E;
+  q.norm = gpu_alloc(g, 4 * (size_t)ntile);
+  grouped_launch(g, &q);
+  void *normed = down_raw(g, acc, 4 * (size_t)nw), *part1 = down_raw(g, q.norm, 4 * (size_t)ntile);
+  gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored with its norm partials = stored", normed, stored, 4 * (size_t)nw);
+  grouped_launch(g, &q);
+  void *part2 = down_raw(g, q.norm, 4 * (size_t)ntile);
+  gpu_check_bitwise(g, "grouped_linear_wgrad_tc norm partials run to run", part1, part2, 4 * (size_t)ntile);
+  double sq = 0.0, psum = 0.0;
+  for (long i = 0; i < nw; i++) sq += (double)((float *)stored)[i] * ((float *)stored)[i];
+  for (long i = 0; i < ntile; i++) psum += ((float *)part1)[i];
+  gpu_check(g, "grouped_linear_wgrad_tc norm partials sum to the gradient's sum of squares", &psum, &sq, 1, 0, 1e-5);
+  gpu_free(g, q.norm), q.norm = 0;
+  free(normed), free(part1), free(part2);
   free(z), free(added), free(stored);
   free(got), free(acc0), free(x), free(w), free(dy), free(want);
   gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg), gpu_free(g, q.y), gpu_free(g, q.dx),
@@ -992,15 +1010,19 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     m.dw = gpu_alloc(g, 2 * (size_t)EM * m.Nout * m.K);
     double flop = 2.0 * NM * m.Nout * m.K;
     m.acc = gpu_alloc(g, 4 * (size_t)EM * m.Nout * m.K);
-    static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32"};
-    for (int mode = 0; mode < 5; mode++) {
-      m.mode = mode < 4 ? mode : 3, m.store = mode == 4;
+    m.norm = gpu_alloc(g, 4 * (size_t)EM * ((m.Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) *
+                              ((m.K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN));
+    CUdeviceptr norm = m.norm;
+    static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32",
+                                 "wgrad stored into fp32 + norm partials"};
+    for (int mode = 0; mode < 6; mode++) {
+      m.mode = mode < 4 ? mode : 3, m.store = mode >= 4, m.norm = mode == 5 ? norm : 0;
       double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
       printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode], NM,
              m.Nout, m.K, ms, flop / ms / 1e9);
     }
-    m.store = 0;
-    gpu_free(g, m.acc);
+    m.store = 0, m.norm = 0;
+    gpu_free(g, m.acc), gpu_free(g, norm);
     size_t bytes = 2 * (size_t)EM * m.Nout * m.K;
     void *first = down_raw(g, m.dw, bytes);
     m.mode = 2;

@@ -7,7 +7,9 @@
  *     weight decay; CLIP_COEF reduces exactly the group's partials; a second open writes the same
  *     table (relative to the arena); optimizer.multi_tensor=false runs one launch per tensor;
  *   - the cost model counts a group's work: the optimizer phase's predicted time and bytes are
- *     those of the per-tensor launches.
+ *     those of the per-tensor launches, less the gradients whose norm partials their grouped
+ *     wgrad kernel writes (MoE, one data-parallel rank: fuse.c fuse_wgrad_norm), each launch
+ *     writing them at its GRAD_SUMSQ's slice, one per block.
  *
  *   exec_optim   the checks below (exit 0 ok, 1 a failure) */
 #include <math.h>
@@ -100,7 +102,16 @@ static int run_op(Run *r, int o) {
   return rc;
 }
 
-/* The group's table against the graph: row k is op peer + k's tensors, in op order. */
+/* The blocks of the launch op o records (its last record's grid). */
+static int64_t launch_blocks(Run *r, int o) {
+  if (run_op(r, o) || r->rec.n < 1) return -1;
+  const RtRec *l = &r->rec.r[r->rec.n - 1];
+  return (int64_t)l->grid[0] * l->grid[1] * l->grid[2];
+}
+
+/* The group's table against the graph: row k is op peer + k's tensors, in op order; a gradient whose
+ * norm partials its grouped wgrad kernel writes (fusions.h norm_by) has a row marked done, with
+ * that launch's blocks as its partial slots. */
 static void check_table(Run *r, const char *name, int o, int64_t *chunks_out) {
   const Graph *g = r->p.g;
   const uint64_t *w;
@@ -117,8 +128,10 @@ static void check_table(Run *r, const char *name, int o, int64_t *chunks_out) {
     const Op *op = &g->op[peer + i];
     const uint64_t *row = w + (int64_t)i * width;
     int64_t n = tensor_numel(&g->t[op->in[0]]);
+    int by = sumsq ? r->p.fz->norm_by[op->in[0]] : -1;
     if (sumsq) {
-      CHECK(row[0] == rt_exec_ptr(r->x, op->in[0]) && row[1] == (uint64_t)n && row[2] == (uint64_t)at && row[3] == STEPC_MULTI_F32,
+      uint64_t kind = by >= 0 ? STEPC_MULTI_DONE : STEPC_MULTI_F32;
+      CHECK(row[0] == rt_exec_ptr(r->x, op->in[0]) && row[1] == (uint64_t)n && row[2] == (uint64_t)at && row[3] == kind,
             "%s sumsq row %d (%s): {%llx, %llu, %llu, %llu}", name, i, g->t[op->in[0]].name, (unsigned long long)row[0],
             (unsigned long long)row[1], (unsigned long long)row[2], (unsigned long long)row[3]);
     } else {
@@ -134,7 +147,7 @@ static void check_table(Run *r, const char *name, int o, int64_t *chunks_out) {
       CHECK((param->ndim >= 2) == (wd != 0.0f), "%s adamw row %d (%s, %d-D): weight decay %g", name, i, param->name, param->ndim,
             (double)wd);
     }
-    at += nchunks(n, chunk);
+    at += by >= 0 ? launch_blocks(r, by) : nchunks(n, chunk);
   }
   CHECK(chunks == at, "%s op %d: %lld chunks, the rows say %lld", name, o, (long long)chunks, (long long)at);
   *chunks_out = chunks;
@@ -168,11 +181,47 @@ static void optimizer_cost(const Graph *g, const Fusions *fz, double *time, doub
   }
 }
 
-static void check_recipe(const char *title, const char *path, const char **kv, int nkv) {
+/* The norm partials taken in the grouped wgrad kernels (fuse.c fuse_wgrad_norm): every gradient the
+ * fusions mark is a GROUPED_LINEAR_WGRAD's main gradient, and that op's launch writes its partials
+ * at the slice of the GRAD_SUMSQ that reads it, one per block. The count of such gradients; *bytes
+ * their fp32 bytes (what the norm no longer reads). */
+static int check_wgrad_norm(Run *r, const char *name, double *bytes) {
+  const Graph *g = r->p.g;
+  const Fusions *fz = r->p.fz;
+  int n = 0;
+  int64_t total;
+  CUdeviceptr base = rt_exec_norm_buffer(r->x, &total);
+  *bytes = 0;
+  for (int t = 0; t < g->nt; t++) {
+    int w = fz->norm_by[t], s = -1;
+    if (w < 0) continue;
+    n++;
+    *bytes += 4.0 * (double)tensor_numel(&g->t[t]);
+    const Op *op = &g->op[w];
+    CHECK(op->kind == OP_GROUPED_LINEAR_WGRAD && fz->sink[op->out[0]] == t, "%s: %s's norm partials are op %d's (%s)", name,
+          g->t[t].name, w, op_name(op->kind));
+    for (int o = 0; o < g->nop; o++)
+      if (g->op[o].kind == OP_GRAD_SUMSQ && g->op[o].in[0] == t) s = o;
+    int64_t first = -1, count = -1;
+    CHECK(s >= 0 && rt_exec_norm_partials(r->x, s, &first, &count) == 0, "%s: %s has no norm slice", name, g->t[t].name);
+    int64_t blocks = launch_blocks(r, w);
+    const RtRec *l = &r->rec.r[r->rec.n - 1];
+    CHECK(blocks == count && l->kind == RT_REC_LAUNCH && (l->k == RT_K_grouped_linear_wgrad_tc || l->k == RT_K_grouped_linear_wgrad) &&
+              l->arg[1] == rt_exec_ptr(r->x, t) && l->arg[8] == base + (CUdeviceptr)(4 * first) && first + count <= total,
+          "%s: op %d's launch (%lld blocks) does not write %s's %lld partials at %lld", name, w, (long long)blocks, g->t[t].name,
+          (long long)count, (long long)first);
+  }
+  return n;
+}
+
+/* adam_launches: how many ADAMW launches the step makes (1: one group; an MoE router's fp32
+ * parameters are updated in place, apart from the bf16 ones' groups, so their AdamW checks are
+ * skipped — the norm's are the same). The count of norms taken in their wgrad, or -1. */
+static int check_recipe(const char *title, const char *path, const char **kv, int nkv, int adam_launches) {
   Run r, r2;
   if (record_run_open(path, kv, nkv, &r.p, &r.dev, &r.rec, &r.x)) {
     CHECK(0, "%s: load", title);
-    return;
+    return -1;
   }
   const Graph *g = r.p.g;
   int ngrad = 0, nsumsq = 0, nadam = 0, runs_sumsq = 0, runs_adam = 0, gsum = -1, gadam = -1, clip = -1;
@@ -188,18 +237,18 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
     if (kind == OP_CLIP_COEF) clip = o;
   }
   CHECK(nsumsq == ngrad && nadam == ngrad, "%s: %d gradients, %d GRAD_SUMSQ, %d ADAMW", title, ngrad, nsumsq, nadam);
-  CHECK(runs_sumsq == 1 && runs_adam == 1, "%s: %d GRAD_SUMSQ and %d ADAMW ops launch (one group each expected)", title, runs_sumsq,
-        runs_adam);
+  CHECK(runs_sumsq == 1 && runs_adam == adam_launches, "%s: %d GRAD_SUMSQ and %d ADAMW ops launch (1 and %d expected)", title,
+        runs_sumsq, runs_adam, adam_launches);
   CHECK(gsum >= 0 && gadam >= 0 && clip >= 0, "%s: no sumsq group, AdamW group or CLIP_COEF", title);
   if (gsum < 0 || gadam < 0 || clip < 0) {
     record_run_close(&r.p, &r.rec, r.x);
-    return;
+    return -1;
   }
   int peer;
   rt_exec_fusion(r.x, gsum, &peer);
   CHECK(gsum - peer + 1 == nsumsq, "%s: the sumsq group holds %d of %d ops", title, gsum - peer + 1, nsumsq);
   rt_exec_fusion(r.x, gadam, &peer);
-  CHECK(gadam - peer + 1 == nadam, "%s: the AdamW group holds %d of %d ops", title, gadam - peer + 1, nadam);
+  CHECK(adam_launches > 1 || gadam - peer + 1 == nadam, "%s: the AdamW group holds %d of %d ops", title, gadam - peer + 1, nadam);
   int64_t cs = 0, ca = 0;
   check_table(&r, title, gsum, &cs);
   check_table(&r, title, gadam, &ca);
@@ -210,9 +259,9 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
             (int64_t)r.rec.r[0].arg[3] == STEPC_SUMSQ_CHUNK,
         "%s: the sumsq group is not one norm_squared_multi launch over %lld chunks", title, (long long)cs);
   CUdeviceptr partial = r.rec.n == 1 ? (CUdeviceptr)r.rec.r[0].arg[0] : 0;
-  CHECK(run_op(&r, gadam) == 0 && r.rec.n == 2 && r.rec.r[0].k == RT_K_adamw_hparams && r.rec.r[1].k == RT_K_adamw_multi &&
+  CHECK(adam_launches > 1 || (run_op(&r, gadam) == 0 && r.rec.n == 2 && r.rec.r[0].k == RT_K_adamw_hparams && r.rec.r[1].k == RT_K_adamw_multi &&
             r.rec.r[1].grid[0] == (unsigned)ca && (int)r.rec.r[1].arg[1] == nadam && (int64_t)r.rec.r[1].arg[2] == STEPC_ADAMW_CHUNK &&
-            r.rec.r[1].arg[3] == r.rec.r[0].arg[0] && r.rec.r[1].arg[4] == rt_exec_ptr(r.x, g->op[gadam].in[1]),
+            r.rec.r[1].arg[3] == r.rec.r[0].arg[0] && r.rec.r[1].arg[4] == rt_exec_ptr(r.x, g->op[gadam].in[1])),
         "%s: the AdamW group is not adamw_hparams + one adamw_multi over %lld chunks reading its hp and clip factor", title,
         (long long)ca);
   CHECK(run_op(&r, clip) == 0 && r.rec.n == 1 && r.rec.r[0].k == RT_K_global_norm_finalize && r.rec.r[0].arg[2] == partial &&
@@ -230,10 +279,12 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
     record_run_close(&r2.p, &r2.rec, r2.x);
   } else
     CHECK(0, "%s: second load", title);
-  double t_multi, b_multi, t_single, b_single;
+  double t_multi, b_multi, t_single, b_single, b_fused;
+  int nfused = check_wgrad_norm(&r, title, &b_fused);
+  CHECK(nfused == 0 || r.p.sc.dp == 1, "%s: %d norms in their producers at %d data-parallel ranks", title, nfused, r.p.sc.dp);
   optimizer_cost(g, r.p.fz, &t_multi, &b_multi);
-  printf("%-28s %d gradients: 1 norm launch (%lld chunks), 1 AdamW launch (%lld chunks)\n", title, ngrad, (long long)cs,
-         (long long)ca);
+  printf("%-28s %d gradients: 1 norm launch (%lld chunks), 1 AdamW launch (%lld chunks), %d norms in their wgrad\n", title, ngrad,
+         (long long)cs, (long long)ca, nfused);
   record_run_close(&r.p, &r.rec, r.x);
 
   /* the per-tensor reference: the recipe says so, no op groups, one launch per tensor */
@@ -243,7 +294,7 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
   kv2[n2++] = "optimizer.multi_tensor=false";
   if (record_run_open(path, kv2, n2, &r.p, &r.dev, &r.rec, &r.x)) {
     CHECK(0, "%s: load per-tensor", title);
-    return;
+    return -1;
   }
   g = r.p.g;
   int launches = 0;
@@ -260,18 +311,29 @@ static void check_recipe(const char *title, const char *path, const char **kv, i
   }
   CHECK(launches == ngrad, "%s per-tensor: %d norm launches for %d gradients", title, launches, ngrad);
   optimizer_cost(g, r.p.fz, &t_single, &b_single);
-  CHECK(fabs(b_multi - b_single) <= 1e-12 * b_single && fabs(t_multi - t_single) <= 1e-9 * t_single && t_multi > 0,
-        "%s: the optimizer's cost with groups %.6g s, %.6g bytes; per tensor %.6g s, %.6g bytes", title, t_multi, b_multi, t_single,
-        b_single);
+  /* per tensor, every norm reads its gradient (a norm in its producer needs the group's slice) */
+  for (int t = 0; t < g->nt; t++) CHECK(r.p.fz->norm_by[t] < 0, "%s per-tensor: %s's norm in its producer", title, g->t[t].name);
+  CHECK(fabs(b_multi + b_fused - b_single) <= 1e-12 * b_single + 8.0 * nfused &&
+            (nfused > 0 || fabs(t_multi - t_single) <= 1e-9 * t_single) && t_multi > 0,
+        "%s: the optimizer's cost with groups %.6g s, %.6g bytes (+%.6g read by the wgrad kernels); per tensor %.6g s, %.6g bytes",
+        title, t_multi, b_multi, b_fused, t_single, b_single);
   record_run_close(&r.p, &r.rec, r.x);
+  return nfused;
 }
 
 int main(void) {
   check_pass();
-  check_recipe("tiny", "models/tiny.lua", NULL, 0);
+  check_recipe("tiny", "models/tiny.lua", NULL, 0, 1);
   const char *bf16[] = {"model.bf16=true"};
-  check_recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1);
-  check_recipe("bench_m", "models/bench_m.lua", NULL, 0);
+  check_recipe("gpt3_tiny bf16", "tests/recipes/gpt3_tiny.lua", bf16, 1, 1);
+  check_recipe("bench_m", "models/bench_m.lua", NULL, 0, 1);
+  /* MoE: the grouped wgrads write their gradients' norm partials at one data-parallel rank (with
+   * two micro-batches too: the last one's launch leaves them), not at two */
+  int n1 = check_recipe("tiny_mla_moe bf16", "tests/recipes/tiny_mla_moe.lua", bf16, 1, 5);
+  const char *dp2[] = {"model.bf16=true", "train.world_size=2"};
+  int n2 = check_recipe("tiny_mla_moe bf16 dp 2", "tests/recipes/tiny_mla_moe.lua", dp2, 2, 5);
+  CHECK(n1 == 4 && n2 == 0, "tiny_mla_moe: %d and %d (dp 2) norms in their wgrad, expected 4 (fc1, fc2 of 2 MoE layers) and 0", n1,
+        n2);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;
 }

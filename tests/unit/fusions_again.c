@@ -16,6 +16,7 @@ static int same_fusions(const Fusions *a, const Fusions *b) {
          !memcmp(a->peer, b->peer, (size_t)a->nop * sizeof *a->peer) &&
          !memcmp(a->alias, b->alias, (size_t)a->nt * sizeof *a->alias) &&
          !memcmp(a->sink, b->sink, (size_t)a->nt * sizeof *a->sink) &&
+         !memcmp(a->norm_by, b->norm_by, (size_t)a->nt * sizeof *a->norm_by) &&
          (a->nchain == 0 || !memcmp(a->chain, b->chain, (size_t)a->nchain * sizeof *a->chain));
 }
 
@@ -30,6 +31,7 @@ static void check(const char *title, const char *recipe, const char **kv, int nk
   for (int o = 0; o < plan->nop; o++)
     fused += plan->fuse[o] != FUSE_NONE || plan->skip[o];
   Fusions *again = fusions_new(r.p.g);
+  if (again) again->dp = plan->dp;
   EwKernels ks = {0};
   char err[512] = "";
   CHECK(again && fuse_build(r.p.g, again, &ks, err, sizeof err) == 0, "%s: fuse_build again: %s", title, err);

@@ -103,6 +103,12 @@ int rt_op_softmax_rows(RtExec *x, const Op *op);
 /* The table rows of the multi-tensor group op o runs (op_optim.c, layout in kernels/launch.h),
  * into w (NULL: only counted), and the group's chunk count. RT_OK, or RT_ERROR with the reason. */
 int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks);
+/* The output tiles (= blocks) of GROUPED_LINEAR_WGRAD op's launch (op_moe.c): the norm partials it
+ * writes for its main gradient (fusions.h norm_by). */
+int64_t rt_grouped_wgrad_tiles(const RtExec *x, const Op *op);
+/* Where the norm partials of main gradient `grad` start (the slice of the GRAD_SUMSQ that reads it,
+ * op_optim.c), or 0 with the reason. */
+CUdeviceptr rt_exec_norm_slice(const RtExec *x, int grad);
 
 /* The LINEAR -> ADD pair as one GEMM (op_dense.c; exec.c's analyse chose it). */
 int rt_op_linear_add(RtExec *x, const Op *lin, const Op *add);

@@ -226,25 +226,39 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
 static int rt_op_grouped_linear(RtExec *x, const Op *op) { return grouped(x, op, 0); }
 static int rt_op_grouped_linear_dgrad(RtExec *x, const Op *op) { return grouped(x, op, 1); }
 
+/* The weight gradient's grid: tiles of its (Nout, K) per expert. */
+static RtDim wgrad_grid(const Tensor *dw) {
+  int64_t Nout = dw->shape[1], K = dw->shape[2], E = dw->shape[0];
+  return use_tc((int)Nout, (int)K)
+             ? rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)E)
+             : group_grid(K, Nout, E);
+}
+
+int64_t rt_grouped_wgrad_tiles(const RtExec *x, const Op *op) {
+  RtDim d = wgrad_grid(rt_t(x, op->out[0]));
+  return (int64_t)d.x * d.y * d.z;
+}
+
 /* in (dy (N, Nout), x (N, K), seg) out (dW (E, Nout, K)): into the fp32 main gradient when the
  * compiler fused the accumulation (exec.h's sink) — stored there, not added, under the wgrad-store
- * fusion (its ZERO skipped) — else the bf16 dW. */
+ * fusion (its ZERO skipped), with the gradient's norm partials where the compiler moved them here
+ * (fusions.h norm_by) — else the bf16 dW. */
 static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bbi")) return RT_ERROR;
   const Tensor *dw = rt_t(x, op->out[0]);
-  int sink = x->fz->sink[op->out[0]];
+  int o = rt_op_index(x, op), sink = x->fz->sink[op->out[0]];
   if (sink < 0 && dw->dtype != DT_BF16)
     return rt_fail(x->d, "grouped_linear_wgrad: %s is not bf16", dw->name);
-  CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0;
-  int store = sink >= 0 && x->fz->fuse[rt_op_index(x, op)] == RT_FUSE_WGRAD_STORE;
+  CUdeviceptr out = sink < 0 ? rt_out(x, op, 0) : 0, acc = sink >= 0 ? rt_exec_ptr(x, sink) : 0, norm = 0;
+  if (sink >= 0 && x->fz->norm_by[sink] == o && !(norm = rt_exec_norm_slice(x, sink))) return RT_ERROR;
+  int store = sink >= 0 && x->fz->fuse[o] == RT_FUSE_WGRAD_STORE;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K))
-    return rt_launch_grouped_linear_wgrad_tc(
-        x->d, rt_dim(tiles(K, STEPC_MOE_TC_BN), tiles(Nout, STEPC_MOE_TC_BM), (unsigned)dw->shape[0]),
-        STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, acc, dy, in, seg, Nout, K, store);
-  return rt_launch_grouped_linear_wgrad(x->d, group_grid(K, Nout, dw->shape[0]), 256, 0, out, acc, dy, in,
-                                        seg, Nout, K, store);
+    return rt_launch_grouped_linear_wgrad_tc(x->d, wgrad_grid(dw), STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(),
+                                             out, acc, dy, in, seg, Nout, K, store, norm);
+  return rt_launch_grouped_linear_wgrad(x->d, wgrad_grid(dw), 256, 0, out, acc, dy, in, seg, Nout, K, store,
+                                        norm);
 }
 
 /* ---- the expert activation ---- */

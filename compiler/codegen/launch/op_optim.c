@@ -12,6 +12,14 @@
 
 static int64_t chunks_of(int64_t n, int64_t chunk) { return n > 0 ? (n + chunk - 1) / chunk : 0; }
 
+/* The partial slots of GRAD_SUMSQ op's gradient in its group's slice: its producer's output tiles
+ * when that kernel writes the partials (fusions.h norm_by), else its chunks. */
+static int64_t sumsq_slots(const RtExec *x, const Op *op) {
+  int by = x->fz->norm_by[op->in[0]];
+  return by >= 0 ? rt_grouped_wgrad_tiles(x, &x->g->op[by])
+                 : chunks_of(tensor_numel(&x->g->t[op->in[0]]), STEPC_SUMSQ_CHUNK);
+}
+
 int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks) {
   const Graph *g = x->g;
   const Op *run = &g->op[o];
@@ -32,7 +40,9 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks) {
       uint64_t *r = w + (int64_t)(k - x->fz->peer[o]) * width;
       if (sumsq) {
         r[0] = rt_exec_ptr(x, op->in[0]), r[1] = (uint64_t)n, r[2] = (uint64_t)at;
-        r[3] = gr->dtype == DT_BF16 ? STEPC_MULTI_BF16 : STEPC_MULTI_F32;
+        r[3] = x->fz->norm_by[op->in[0]] >= 0 ? STEPC_MULTI_DONE
+               : gr->dtype == DT_BF16         ? STEPC_MULTI_BF16
+                                              : STEPC_MULTI_F32;
       } else {
         float wd = (float)op->a.f[3]; /* as rt_op_adamw passes wd_mult */
         uint32_t bits;
@@ -44,7 +54,7 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks) {
         r[7] = bits;
       }
     }
-    at += chunks_of(n, chunk);
+    at += sumsq ? sumsq_slots(x, op) : chunks_of(n, chunk);
   }
   if (at < 1 || at > 0x7fffffff)
     return rt_fail(x->d, "op %d: a multi-tensor group of %lld chunks (1 to 2^31 - 1 fit a grid)", o,
@@ -139,9 +149,19 @@ int rt_exec_norm_partials(const RtExec *x, int op, int64_t *first, int64_t *coun
   }
   int64_t at = 0;
   for (int k = x->fz->peer[r]; k < op; k++)
-    at += chunks_of(tensor_numel(&g->t[g->op[k].in[0]]), STEPC_SUMSQ_CHUNK);
-  *first = x->slot[r] + at, *count = chunks_of(tensor_numel(&g->t[g->op[op].in[0]]), STEPC_SUMSQ_CHUNK);
+    at += sumsq_slots(x, &g->op[k]);
+  *first = x->slot[r] + at, *count = sumsq_slots(x, &g->op[op]);
   return RT_OK;
+}
+
+CUdeviceptr rt_exec_norm_slice(const RtExec *x, int grad) {
+  for (int o = 0; o < x->g->nop; o++) {
+    int64_t first, count;
+    if (x->g->op[o].kind == OP_GRAD_SUMSQ && x->g->op[o].in[0] == grad)
+      return rt_exec_norm_partials(x, o, &first, &count) ? 0 : x->gn_partial + (CUdeviceptr)(first * 4);
+  }
+  rt_fail(x->d, "no GRAD_SUMSQ reads %s", x->g->t[grad].name);
+  return 0;
 }
 
 CUdeviceptr rt_exec_norm_buffer(const RtExec *x, int64_t *count) {
@@ -161,8 +181,11 @@ int rt_exec_multi_keep(RtExec *x, const uint8_t *keep_sumsq, const uint8_t *keep
     int sumsq = g->op[o].kind == OP_GRAD_SUMSQ, width = sumsq ? STEPC_SUMSQ_ROW : STEPC_ADAMW_ROW;
     const uint8_t *keep = sumsq ? keep_sumsq : keep_adamw;
     for (int k = x->fz->peer[o]; k <= o; k++)
-      if (!keep[g->op[k].in[0]])
-        w[(int64_t)(k - x->fz->peer[o]) * width + (sumsq ? 1 : 5)] = 0; /* n = 0: its chunks do nothing */
+      if (!keep[g->op[k].in[0]]) {
+        uint64_t *r = w + (int64_t)(k - x->fz->peer[o]) * width;
+        r[sumsq ? 1 : 5] = 0; /* n = 0: its chunks do nothing (a norm row's write 0) */
+        if (sumsq) r[3] = STEPC_MULTI_F32;
+      }
   }
   if (x->d->rec) return RT_OK;
   return rt_copy_h2d(x->d, x->multi_table, x->multi_host, (size_t)x->multi_words * 8) || rt_sync(x->d)
