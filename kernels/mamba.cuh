@@ -38,7 +38,7 @@
 #define STEPC_MAMBA_CHUNK 32   // L, rows per chunk (as kernels/launch.h)
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8     // conv taps at most
-#define STEPC_MAMBA_NMAX 128   // state dim at most (mamba_chunk_backward's register tiles)
+#define STEPC_MAMBA_NMAX 128   // state dim at most (mamba_chunk_backward's register tiles: a warp 16 x 32 of L x N)
 #if STEPC_MAMBA_CHUNK != 32
 #error "mamba_chunk_backward scans a chunk's rows across one warp"
 #endif
@@ -115,79 +115,90 @@ __device__ __forceinline__ void mamba_head_params(const bf16* ssm, int h, float*
   *dtb = bf16_to_f32(ssm[h * 3]), *a = -expf(bf16_to_f32(ssm[h * 3 + 1])), *D = bf16_to_f32(ssm[h * 3 + 2]);
 }
 
-// The chunk products are small GEMMs out of shared memory (M, N in {L, P, N}, K in {L, P, N}),
-// each thread holding a TM x TN tile of the output in registers: a thread task (ty, tx) of
-// ceil(M / TM) x ceil(N / TN) owns rows ty + i NY and columns tx + j NX, so the lanes of a warp read
-// neighbouring columns of B (or, for a transposed view, rows an odd padded stride apart: distinct
-// banks) and share A's rows (broadcast). acc[i][j] += sum_k A(m, k) ks[k] B(k, n) over k in order,
-// A(m, k) = A[m ars + k acs], B(k, n) = B[k brs + n bcs]; ks may be null (1). Rows and columns past M
-// and N read 0.
-struct MambaTile {
-  int ty, tx, NY, NX;
-};
+// The chunk products are small GEMMs out of shared memory (M, N in {L, P, N}, K in {L, P, N}), on
+// the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation), each factor
+// split into a tf32 high part and the tf32 rounding of the rest, the three significant products
+// summed (a_hi b_lo + a_lo b_hi + a_hi b_hi, as CUTLASS's 3xTF32): fp32-level accuracy at a small
+// share of the CUDA-core instructions. A warp owns a 16 x 8 NT output tile at (m0, n0); element e of
+// its column block j is row mamba_frag_row(m0, e), column mamba_frag_col(n0, j, e). c[j][e] +=
+// sum_k A(m, k) ks[k] B(k, n) over k in steps of 8 (a fixed order: replays give the same bits),
+// A(m, k) = A[m ars + k acs], B(k, n) = B[k brs + n bcs]; rows, columns and k past M, N, K read 0.
+__device__ __forceinline__ int mamba_frag_row(int m0, int e) { return m0 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int mamba_frag_col(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x % 4) + e % 2; }
 
-template <int TM, int TN>
-__device__ __forceinline__ void mamba_mm(float (&acc)[TM][TN], const MambaTile& t, int M, int N, int K, const float* A,
-                                         int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
-  for (int k = 0; k < K; k++) {
-    float a[TM], b[TN], sc = ks ? ks[k] : 1.0f;
+__device__ __forceinline__ void mamba_tf32_split(float x, unsigned& hi, unsigned& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  float rest = x - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+}
+
+__device__ __forceinline__ void mamba_mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int NT>
+__device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, int M, int N, int K, const float* A,
+                                            int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
+  int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r0 = m0 + g, r1 = r0 + 8;
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    int ka = k0 + t, kb = ka + 4;
+    bool ina = ka < K, inb = kb < K;
+    float sa = ina ? (ks ? ks[ka] : 1.0f) : 0.0f, sb = inb ? (ks ? ks[kb] : 1.0f) : 0.0f;
+    ka = ina ? ka : 0, kb = inb ? kb : 0;
+    float av[4] = {r0 < M ? A[r0 * ars + ka * acs] * sa : 0.0f, r1 < M ? A[r1 * ars + ka * acs] * sa : 0.0f,
+                   r0 < M ? A[r0 * ars + kb * acs] * sb : 0.0f, r1 < M ? A[r1 * ars + kb * acs] * sb : 0.0f};
+    unsigned ah[4], al[4];
 #pragma unroll
-    for (int i = 0; i < TM; i++) {
-      int m = t.ty + i * t.NY;
-      a[i] = m < M ? A[m * ars + k * acs] * sc : 0.0f;
+    for (int i = 0; i < 4; i++) mamba_tf32_split(av[i], ah[i], al[i]);
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+      int n = n0 + 8 * j + g;
+      bool in = n < N;
+      float b0 = in && ina ? B[ka * brs + n * bcs] : 0.0f, b1 = in && inb ? B[kb * brs + n * bcs] : 0.0f;
+      unsigned bh0, bl0, bh1, bl1;
+      mamba_tf32_split(b0, bh0, bl0), mamba_tf32_split(b1, bh1, bl1);
+      mamba_mma_tf32(c[j], al, bh0, bh1);
+      mamba_mma_tf32(c[j], ah, bl0, bl1);
+      mamba_mma_tf32(c[j], ah, bh0, bh1);
     }
-#pragma unroll
-    for (int j = 0; j < TN; j++) {
-      int n = t.tx + j * t.NX;
-      b[j] = n < N ? B[k * brs + n * bcs] : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < TM; i++)
-#pragma unroll
-      for (int j = 0; j < TN; j++) acc[i][j] += a[i] * b[j];
   }
 }
 
-template <int TM, int TN>
-__device__ __forceinline__ void mamba_zero(float (&acc)[TM][TN]) {
+template <int NT>
+__device__ __forceinline__ void mamba_frag_zero(float (&c)[NT][4]) {
 #pragma unroll
-  for (int i = 0; i < TM; i++)
-#pragma unroll
-    for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+  for (int j = 0; j < NT; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
 }
 
-// Thread task `task` of an M x N output in TM x TN tiles; the tasks are task = threadIdx.x,
-// threadIdx.x + blockDim.x, ... < mamba_tasks(M, N, TM, TN).
-__device__ __forceinline__ MambaTile mamba_tile(int task, int M, int N, int TM, int TN) {
-  MambaTile t;
-  t.NY = (M + TM - 1) / TM, t.NX = (N + TN - 1) / TN, t.ty = task / t.NX, t.tx = task % t.NX;
-  return t;
-}
-__device__ __forceinline__ int mamba_tasks(int M, int N, int TM, int TN) {
-  return ((M + TM - 1) / TM) * ((N + TN - 1) / TN);
+// The warps' output tiles of an M x N product in 16 x 8 NT tiles: tile i at (*m0, *n0).
+__device__ __forceinline__ int mamba_frag_tiles(int M, int N, int NT) { return ((M + 15) / 16) * ((N + 8 * NT - 1) / (8 * NT)); }
+__device__ __forceinline__ void mamba_frag_at(int i, int N, int NT, int* m0, int* n0) {
+  int nn = (N + 8 * NT - 1) / (8 * NT);
+  *m0 = i / nn * 16, *n0 = i % nn * 8 * NT;
 }
 
-// A P x N tile into a row-major (P, N) state in global memory.
-__device__ __forceinline__ void mamba_store_pn(float* out, const float (&acc)[4][8], const MambaTile& t, int P, int N) {
+// out[t ld + p] = sum_n A[t lda + n] S[n ld + p] (an L x P product over K = N, S a transposed state
+// in shared memory with row stride ld), a warp a 16 x 16 tile.
+__device__ __forceinline__ void mamba_tc_store_lp(float* out, int ld, int L, int P, int N, const float* A, int lda,
+                                                  const float* S) {
+  for (int i = threadIdx.x / 32; i < mamba_frag_tiles(L, P, 2); i += blockDim.x / 32) {
+    int m0, n0;
+    mamba_frag_at(i, P, 2, &m0, &n0);
+    float c[2][4];
+    mamba_frag_zero(c);
+    mamba_tc_mm(c, m0, n0, L, P, N, A, lda, 1, S, ld, 1, nullptr);
 #pragma unroll
-  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 2; j++)
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-      int p = t.ty + i * t.NY, n = t.tx + j * t.NX;
-      if (p < P && n < N) out[(long)p * N + n] = acc[i][j];
-    }
-}
-
-// An L x P tile into a shared-memory array with row stride ld.
-__device__ __forceinline__ void mamba_store_lp(float* out, int ld, const float (&acc)[2][4], const MambaTile& t, int L,
-                                               int P) {
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      int r = t.ty + i * t.NY, p = t.tx + j * t.NX;
-      if (r < L && p < P) out[r * ld + p] = acc[i][j];
-    }
+      for (int q = 0; q < 4; q++) {
+        int t = mamba_frag_row(m0, q), p = mamba_frag_col(n0, j, q);
+        if (t < L && p < P) out[t * ld + p] = c[j][q];
+      }
+  }
 }
 
 // Every chunk's own state st[b, h, c] = sum_s exp(l_L - l_s) dt_s x_s B_s^T (P x N) and its decay
@@ -217,17 +228,22 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     for (int s = threadIdx.x; s < L; s += blockDim.x) w[s] = expf(lc[L - 1] - lc[s]) * dtc[s], e[s] = expf(lc[s]);
     if (threadIdx.x == 0) dec[(b * H + h) * d.nc + c] = expf(lc[L - 1]);
     __syncthreads();
-    // st = (w X)^T Bm and dst = (e dY)^T Cm: P x N, K = L
-    for (int task = threadIdx.x; task < mamba_tasks(P, N, 4, 8); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, P, N, 4, 8);
-      float acc[4][8];
-      mamba_zero(acc);
-      mamba_mm(acc, tl, P, N, L, X, 1, d.PP, Bm, d.NP, 1, w);
-      mamba_store_pn(st + at, acc, tl, P, N);
-      if (dout) {
-        mamba_zero(acc);
-        mamba_mm(acc, tl, P, N, L, dY, 1, d.PP, Cm, d.NP, 1, e);
-        mamba_store_pn(dst + at, acc, tl, P, N);
+    // st = (w X)^T Bm and dst = (e dY)^T Cm: P x N, K = L, a warp a 16 x 32 tile
+    for (int i = threadIdx.x / 32; i < mamba_frag_tiles(P, N, 4); i += blockDim.x / 32) {
+      int m0, n0;
+      mamba_frag_at(i, N, 4, &m0, &n0);
+      for (int pass = 0; pass < (dout ? 2 : 1); pass++) {
+        float acc[4][4];
+        mamba_frag_zero(acc);
+        mamba_tc_mm(acc, m0, n0, P, N, L, pass ? dY : X, 1, d.PP, pass ? Cm : Bm, d.NP, 1, pass ? e : w);
+        float* out = (pass ? dst : st) + at;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            int p = mamba_frag_row(m0, q), n = mamba_frag_col(n0, j, q);
+            if (p < P && n < N) out[(long)p * N + n] = acc[j][q];
+          }
       }
     }
     __syncthreads();
@@ -299,20 +315,22 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
       M[i] = s <= t ? CB[i] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
     }
     __syncthreads();
-    // y = exp(l) (Cm S0^T) + M X + D X: L x P, K = N then L (M is zero above the diagonal)
-    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+    // y = exp(l) (Cm S0^T) + M X + D X: L x P, K = N then L (M is zero above the diagonal), a warp
+    // a 16 x 16 tile
+    for (int i = threadIdx.x / 32; i < mamba_frag_tiles(L, P, 2); i += blockDim.x / 32) {
+      int m0, n0;
+      mamba_frag_at(i, P, 2, &m0, &n0);
       float cs[2][4], mx[2][4];
-      mamba_zero(cs), mamba_zero(mx);
-      mamba_mm(cs, tl, L, P, N, Cm, d.NP, 1, S, d.PP, 1, nullptr);
-      mamba_mm(mx, tl, L, P, L, M, L, 1, X, d.PP, 1, nullptr);
+      mamba_frag_zero(cs), mamba_frag_zero(mx);
+      mamba_tc_mm(cs, m0, n0, L, P, N, Cm, d.NP, 1, S, d.PP, 1, nullptr);
+      mamba_tc_mm(mx, m0, n0, L, P, L, M, L, 1, X, d.PP, 1, nullptr);
 #pragma unroll
-      for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          int t = tl.ty + i * tl.NY, p = tl.tx + j * tl.NX;
+        for (int q = 0; q < 4; q++) {
+          int t = mamba_frag_row(m0, q), p = mamba_frag_col(n0, j, q);
           if (t < L && p < P && t0 + t < T)
-            y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(cs[i][j] * expf(lc[t]) + mx[i][j] + D * X[t * d.PP + p]);
+            y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(cs[j][q] * expf(lc[t]) + mx[j][q] + D * X[t * d.PP + p]);
         }
     }
     __syncthreads();
@@ -330,9 +348,9 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 // the heads in order) times silu' into gpre (B,T,C); dt_raw's gradient (ddtr); the chunk's parts
 // of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid (nc, G, B), block
 // STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
-// N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a thread a
-// 4 x 4 tile of the L x N, so N <= 128: 8 ceil(N / 4) tiles for 256 threads); L = 32, a warp's
-// width, for the per-row scan.
+// N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a warp a
+// 16 x 32 tensor-core tile of the L x N, so N <= 128: 2 ceil(N / 32) tiles for 8 warps); L = 32, a
+// warp's width, for the per-row scan.
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     mamba_chunk_backward(float* gpre, bf16* ddtr, float* hpart, const float* st, const float* dst, const bf16* dout,
                          const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H, int P,
@@ -348,18 +366,28 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
         *DD = colF + L, *red = DD + L;
   mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, NP);
   mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, NP);
-  // this thread's tile of the group's dB and dC (L x N), summed over the heads in order
-  const MambaTile own = mamba_tile(threadIdx.x, L, N, 4, 4);
-  const bool owner = (int)threadIdx.x < mamba_tasks(L, N, 4, 4);
+  // this warp's 16 x 32 tile of the group's dB and dC (L x N), summed over the heads in order
+  const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  int om0 = 0, on0 = 0;
+  const bool owner = warp < mamba_frag_tiles(L, N, 4);
+  mamba_frag_at(warp, N, 4, &om0, &on0);
   float dBr[4][4], dCr[4][4];
-  mamba_zero(dBr), mamba_zero(dCr);
+  mamba_frag_zero(dBr), mamba_frag_zero(dCr);
   __syncthreads();
-  for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
-    int t = i / L, s = i % L;
-    float v = 0.0f;
-    if (s <= t)
-      for (int n = 0; n < N; n++) v += Cm[t * NP + n] * Bm[s * NP + n];
-    CB[i] = v;
+  // CB = Cm Bm^T (zero above the diagonal)
+  for (int i = warp; i < mamba_frag_tiles(L, L, 2); i += nw) {
+    int m0, n0;
+    mamba_frag_at(i, L, 2, &m0, &n0);
+    float v[2][4];
+    mamba_frag_zero(v);
+    mamba_tc_mm(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        int t = mamba_frag_row(m0, q), u = mamba_frag_col(n0, j, q);
+        if (t < L && u < L) CB[t * L + u] = u <= t ? v[j][q] : 0.0f;
+      }
   }
   for (int q = 0; q < d.hpg; q++) {
     int h = g * d.hpg + q;
@@ -376,45 +404,40 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       ET[s] = expf(lc[s]);
     }
     // the L x L factors with their decays (zero above the diagonal): YXE = (dY X^T) E, CBE = CB E
-    for (int task = threadIdx.x; task < mamba_tasks(L, L, 2, 2); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, L, 2, 2);
-      float yx[2][2];
-      mamba_zero(yx);
-      mamba_mm(yx, tl, L, L, P, dY, PP, 1, X, 1, PP, nullptr);
+    for (int i = warp; i < mamba_frag_tiles(L, L, 2); i += nw) {
+      int m0, n0;
+      mamba_frag_at(i, L, 2, &m0, &n0);
+      float yx[2][4];
+      mamba_frag_zero(yx);
+      mamba_tc_mm(yx, m0, n0, L, L, P, dY, PP, 1, X, 1, PP, nullptr);
 #pragma unroll
-      for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-          int t = tl.ty + i * tl.NY, s = tl.tx + j * tl.NX;
+        for (int q = 0; q < 4; q++) {
+          int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, j, q);
           if (t >= L || s >= L) continue;
           float e = s <= t ? expf(lc[t] - lc[s]) : 0.0f;
-          YXE[t * L + s] = yx[i][j] * e, CBE[t * L + s] = CB[t * L + s] * e;
+          YXE[t * L + s] = yx[j][q] * e, CBE[t * L + s] = CB[t * L + s] * e;
         }
     }
     // CS = Cm S0^T (L x P) into TM
-    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, P, 2, 4);
-      float acc[2][4];
-      mamba_zero(acc);
-      mamba_mm(acc, tl, L, P, N, Cm, NP, 1, SP, PP, 1, nullptr);
-      mamba_store_lp(TM, PP, acc, tl, L, P);
-    }
+    mamba_tc_store_lp(TM, PP, L, P, N, Cm, NP, SP);
     __syncthreads();
     // dC of this head, into the group's sum: exp(l_t) dy_t S0 + sum_{s<=t} YXE[t,s] dt_s B_s
     if (owner) {
       float v[4][4], w[4][4];
-      mamba_zero(v), mamba_zero(w);
-      mamba_mm(v, own, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
-      mamba_mm(w, own, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
+      mamba_frag_zero(v), mamba_frag_zero(w);
+      mamba_tc_mm(v, om0, on0, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
+      mamba_tc_mm(w, om0, on0, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        int t = own.ty + i * own.NY;
-        float et = t < L ? ET[t] : 0.0f;
+      for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) dCr[i][j] += et * v[i][j] + w[i][j];
-      }
+        for (int q = 0; q < 4; q++) {
+          int t = mamba_frag_row(om0, q);
+          dCr[j][q] += (t < L ? ET[t] : 0.0f) * v[j][q] + w[j][q];
+        }
     }
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    int lane = threadIdx.x % 32;
     for (int r = warp; r < L; r += nw) {
       float ry = 0.0f;
       for (int p = lane; p < P; p += 32) ry += dY[r * PP + p] * TM[r * PP + p];
@@ -431,13 +454,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     }
     sd = block_sum(sd, red);  // syncs: dS is written
     // BD = Bm dS^T (L x P) into TM
-    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, P, 2, 4);
-      float acc[2][4];
-      mamba_zero(acc);
-      mamba_mm(acc, tl, L, P, N, Bm, NP, 1, SP, PP, 1, nullptr);
-      mamba_store_lp(TM, PP, acc, tl, L, P);
-    }
+    mamba_tc_store_lp(TM, PP, L, P, N, Bm, NP, SP);
     __syncthreads();
     // per-row scalars, a warp a row (Q reads BD before dx' replaces it)
     for (int r = warp; r < L; r += nw) {
@@ -451,31 +468,33 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     __syncthreads();
     // dx' = dt CBE^T dY + ws BD + D dY (the D skip) in place of BD, and dB of this head =
     // dt YXE^T Cm + ws X dS
-    for (int task = threadIdx.x; task < mamba_tasks(L, P, 2, 4); task += blockDim.x) {
-      MambaTile tl = mamba_tile(task, L, P, 2, 4);
+    for (int i = warp; i < mamba_frag_tiles(L, P, 2); i += nw) {
+      int m0, n0;
+      mamba_frag_at(i, P, 2, &m0, &n0);
       float v[2][4];
-      mamba_zero(v);
-      mamba_mm(v, tl, L, P, L, CBE, 1, L, dY, PP, 1, nullptr);
+      mamba_frag_zero(v);
+      mamba_tc_mm(v, m0, n0, L, P, L, CBE, 1, L, dY, PP, 1, nullptr);
 #pragma unroll
-      for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          int s = tl.ty + i * tl.NY, p = tl.tx + j * tl.NX;
-          if (s < L && p < P) TM[s * PP + p] = dtc[s] * v[i][j] + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
+        for (int q = 0; q < 4; q++) {
+          int s = mamba_frag_row(m0, q), p = mamba_frag_col(n0, j, q);
+          if (s < L && p < P) TM[s * PP + p] = dtc[s] * v[j][q] + ws[s] * TM[s * PP + p] + D * dY[s * PP + p];
         }
     }
     if (owner) {
       float z[4][4], u[4][4];
-      mamba_zero(z), mamba_zero(u);
-      mamba_mm(z, own, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
-      mamba_mm(u, own, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
+      mamba_frag_zero(z), mamba_frag_zero(u);
+      mamba_tc_mm(z, om0, on0, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
+      mamba_tc_mm(u, om0, on0, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        int s = own.ty + i * own.NY;
-        float dts = s < L ? dtc[s] : 0.0f, wss = s < L ? ws[s] : 0.0f;
+      for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) dBr[i][j] += dts * z[i][j] + wss * u[i][j];
-      }
+        for (int q = 0; q < 4; q++) {
+          int s = mamba_frag_row(om0, q);
+          float dts = s < L ? dtc[s] : 0.0f, wss = s < L ? ws[s] : 0.0f;
+          dBr[j][q] += dts * z[j][q] + wss * u[j][q];
+        }
     }
     // d dt (direct and through the decays l), the chunk's dA, dD, d dt_bias; dt_raw's gradient:
     // warp 0, lane r a row; suf[r] = sum over rows >= r (a suffix scan of fixed shape)
@@ -509,17 +528,17 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     }
     __syncthreads();
   }
-  // the group's B and C channels, from this thread's tiles
+  // the group's B and C channels, from this warp's tiles
   if (owner)
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        int r = own.ty + i * own.NY, n = own.tx + j * own.NX, t = t0 + r;
+      for (int q = 0; q < 4; q++) {
+        int r = mamba_frag_row(om0, q), n = mamba_frag_col(on0, j, q), t = t0 + r;
         if (r >= L || n >= N || t >= T) continue;
         int cb = d.HP + g * N + n, cc = d.HP + d.GN + g * N + n;
-        gpre[(b * T + t) * d.C + cb] = dBr[i][j] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cb));
-        gpre[(b * T + t) * d.C + cc] = dCr[i][j] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cc));
+        gpre[(b * T + t) * d.C + cb] = dBr[j][q] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cb));
+        gpre[(b * T + t) * d.C + cc] = dCr[j][q] * mamba_silu_grad(mamba_conv_pre(xbc, conv, d, b * T, t, cc));
       }
 }
 
