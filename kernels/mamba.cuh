@@ -72,7 +72,7 @@ __device__ __forceinline__ float mamba_conv_pre(const bf16* xbc, const bf16* con
 
 // The conv outputs silu(pre) of channels ch0 .. ch0 + n - 1, rows t0 .. t0 + L - 1 of batch row b,
 // into out[r * stride + j] (zero past T).
-__device__ void mamba_load_cols(const MambaDims& d, const bf16* xbc, const bf16* conv, long b, int t0, int ch0, int n,
+__device__ __forceinline__ void mamba_load_cols(const MambaDims& d, const bf16* xbc, const bf16* conv, long b, int t0, int ch0, int n,
                                 float* out, int stride) {
   const int L = STEPC_MAMBA_CHUNK;
   for (int i = threadIdx.x; i < L * n; i += blockDim.x) {
@@ -87,7 +87,7 @@ __device__ void mamba_load_cols(const MambaDims& d, const bf16* xbc, const bf16*
 }
 
 // dY of head h (rows t0 .., zero past T) into out[r * stride + p].
-__device__ void mamba_load_dy(const MambaDims& d, const bf16* dout, long b, int h, int t0, float* out, int stride) {
+__device__ __forceinline__ void mamba_load_dy(const MambaDims& d, const bf16* dout, long b, int h, int t0, float* out, int stride) {
   const int L = STEPC_MAMBA_CHUNK;
   for (int i = threadIdx.x; i < L * d.P; i += blockDim.x) {
     int r = i / d.P, p = i % d.P, t = t0 + r;
@@ -96,7 +96,7 @@ __device__ void mamba_load_dy(const MambaDims& d, const bf16* dout, long b, int 
 }
 
 // dt of head h over the chunk and the within-chunk cumulative log decay lc (l_t above); syncs.
-__device__ void mamba_load_dt(const MambaDims& d, const bf16* dtr, long b, int h, int t0, float a, float dtb,
+__device__ __forceinline__ void mamba_load_dt(const MambaDims& d, const bf16* dtr, long b, int h, int t0, float a, float dtb,
                               float* dtc, float* lc) {
   const int L = STEPC_MAMBA_CHUNK;
   for (int r = threadIdx.x; r < L; r += blockDim.x) {
@@ -256,24 +256,25 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
 // R <- dec[c] R + dst[c], walking back). Grid (ceil(P N / 256), H, B or 2 B), block 256.
 extern "C" __global__ void __launch_bounds__(256)
     mamba_state_pass(float* st, float* dst, const float* dec, int B, int H, int nc, int PN) {
-  const int U = 8;  // loads in flight
+  const int U = 16;  // chunks in flight: their states and decays are all loaded before any store
   int i = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, back = (int)blockIdx.z >= B;
   long b = blockIdx.z % B, base = (b * H + h) * nc;
   if (i >= PN) return;
   float* v = back ? dst : st;
-  float S = 0.0f, buf[U];
+  float S = 0.0f, buf[U], dk[U];
   for (int k0 = 0; k0 < nc; k0 += U) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int k = k0 + u, c = back ? nc - 1 - k : k;
       buf[u] = k < nc ? v[(base + c) * PN + i] : 0.0f;
+      dk[u] = k < nc ? __ldg(dec + base + c) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int k = k0 + u, c = back ? nc - 1 - k : k;
       if (k < nc) {
         v[(base + c) * PN + i] = S;
-        S = dec[base + c] * S + buf[u];
+        S = dk[u] * S + buf[u];
       }
     }
   }
