@@ -53,6 +53,12 @@ static bool wanted(const stepc_t *s, unsigned roles, bool shard, int i) {
   return (roles & ROLE_BIT(s->g->t[i].role)) && !(shard && api_dp_not_mine(s, i));
 }
 
+/* Tensor or expert parallelism: each rank holds its own shard of the state (Tensor.tp_nseg), so a
+ * checkpoint keeps one file per rank (shard.rank<N>.safetensors: its params, masters and moments
+ * as it holds them, the graph's names and the shard's shapes) beside model.safetensors (the params
+ * gathered into the one-rank layout, stepc_save_params's file). */
+static bool layout_shards(const stepc_t *s) { return s->tp > 1 || s->ep > 1; }
+
 static stepc_status save_roles(stepc_t *s, const char *path, unsigned roles, bool shard, const char *kind) {
   const Graph *g = s->g;
   int n = 0;
@@ -120,10 +126,15 @@ static int master_of(const stepc_t *s, int p) {
   return -1;
 }
 
+/* This rank's place in the group a sharded tensor is cut over. */
+static int shard_rank(const stepc_t *s, const Tensor *t) { return t->tp_ep ? s->ep_rank : s->tp_rank; }
+
 /* Reads every tensor of `roles` from path into the step, converting F32 <-> BF16 as needed. With
  * exact (one flag per tensor), a bf16 param the file holds in F32 also gives its fp32 master the
- * file's values, and its flag is set. */
-static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard, uint8_t *exact) {
+ * file's values, and its flag is set. whole: the file holds the one-rank tensors (a tensor- or
+ * expert-parallel rank takes its shard's elements from each, tensor_tp_full_index). */
+static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, bool shard, bool whole,
+                               uint8_t *exact) {
   const Graph *g = s->g;
   StReader r;
   char err[600] = "";
@@ -140,16 +151,22 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
                     role_name(t->role));
       break;
     }
-    bool same = st_numel(e) == tensor_numel(t) && e->ndim == t->ndim;
+    bool cut = whole && t->tp_nseg > 0;
+    int64_t shape[IR_MAX_DIMS];
+    tensor_tp_full_shape(t, shape); /* a whole tensor's own shape */
+    bool same = e->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++)
-      same = e->shape[d] == t->shape[d];
+      same = e->shape[d] == (whole ? shape[d] : t->shape[d]);
     if (!same) {
-      st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s has another shape than the step's", path, t->name);
+      st = api_fail(s, STEPC_ERR_MISMATCH, "%s: tensor %s has another shape than the step's%s", path, t->name,
+                    cut ? " (the one-rank shape)" : "");
       break;
     }
-    int64_t n = tensor_numel(t);
+    int64_t n = tensor_numel(t), nfile = st_numel(e);
+    size_t fes = nfile > 0 ? (size_t)(e->end - e->begin) / (size_t)nfile : dtype_size(t->dtype);
     size_t need =
         (size_t)(e->end - e->begin) > (size_t)t->bytes ? (size_t)(e->end - e->begin) : (size_t)t->bytes;
+    if (need < (size_t)n * 8) need = (size_t)n * 8;
     if (need > cap) {
       free(file), free(nom);
       file = malloc(need), nom = malloc(need);
@@ -162,6 +179,13 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
     if (st_read(&r, e, file, err, sizeof err) != 0) {
       st = api_fail(s, STEPC_ERR_IO, "%s", err);
       break;
+    }
+    if (cut) { /* this rank's elements of the one-rank tensor, in place at the buffer's start */
+      int rank = shard_rank(s, t);
+      for (int64_t j = 0; j < n; j++)
+        memmove((unsigned char *)nom + (size_t)j * fes,
+                (unsigned char *)file + (size_t)tensor_tp_full_index(t, rank, j) * fes, fes);
+      memcpy(file, nom, (size_t)n * fes);
     }
     const void *src = file;
     if (strcmp(e->dtype, st_dtype(t->dtype)) != 0) {
@@ -277,15 +301,6 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
   return st;
 }
 
-/* Tensor parallelism keeps no checkpoint yet: refused rather than a file of one rank's shards
- * under the one-rank names. */
-static stepc_status tp_refuse(stepc_t *s, const char *fn) {
-  return api_fail(s, STEPC_ERR_UNSUPPORTED,
-                  "%s: %s parallelism (%s %d) saves no checkpoint and loads none yet (each rank holds its "
-                  "shard); stepc_save_params writes the gathered parameters",
-                  fn, s->tp > 1 ? "tensor" : "expert", s->tp > 1 ? "TP" : "EP", s->tp > 1 ? s->tp : s->ep);
-}
-
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
   if (!s || !s->be || !path)
     return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
@@ -326,11 +341,10 @@ static stepc_status masters_from_params(stepc_t *s, const uint8_t *exact) {
  * params stay as loaded, the same on every rank, until the first step's broadcast. */
 stepc_status stepc_load_params(stepc_t *s, const char *path) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
-  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_load_params");
   uint8_t *exact = path ? calloc((size_t)s->g->nt + 1, 1) : NULL;
   stepc_status st = !path    ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_load_params: path is NULL")
                     : !exact ? api_fail(s, STEPC_ERR_NOMEM, "out of memory")
-                             : load_roles(s, path, PARAMS, false, exact);
+                             : load_roles(s, path, PARAMS, false, true, exact);
   if (st == STEPC_OK) st = masters_from_params(s, exact);
   bool any = false, sharded = s->owner && s->world > 1;
   for (int i = 0; exact && i < s->g->nt; i++)
@@ -351,7 +365,9 @@ static void join(char *out, size_t n, const char *dir, const char *name) {
 /* The optimizer file: one per rank when the state is sharded (ZeRO-1), else one. */
 static void optimizer_file(const stepc_t *s, const char *dir, char *path, size_t n) {
   char name[64];
-  if (s->owner && s->world > 1)
+  if (layout_shards(s))
+    snprintf(name, sizeof name, "shard.rank%d.safetensors", s->rank);
+  else if (s->owner && s->world > 1)
     snprintf(name, sizeof name, "optimizer.rank%d.safetensors", s->rank);
   else
     snprintf(name, sizeof name, "optimizer.safetensors");
@@ -381,9 +397,11 @@ static int fsync_path(const char *path) {
 /* The checkpoint's files (as state.json lists them): the parameters, then the optimizer state,
  * whole or one shard per rank. Their count. */
 static int checkpoint_file(const stepc_t *s, int i, char *name, size_t n) {
-  int shards = s->owner && s->world > 1 ? s->world : 1;
+  int shards = (s->owner && s->world > 1) || layout_shards(s) ? s->world : 1;
   if (i == 0)
     snprintf(name, n, "model.safetensors");
+  else if (layout_shards(s))
+    snprintf(name, n, "shard.rank%d.safetensors", i - 1);
   else if (shards > 1)
     snprintf(name, n, "optimizer.rank%d.safetensors", i - 1);
   else
@@ -410,8 +428,10 @@ static stepc_status save_state(stepc_t *s, const char *dir) {
           "  \"device\": \"%s\",\n  \"step_fingerprint\": \"%016" PRIx64 "\",\n  \"recipe\": ", s->be->name,
           s->im.f.fingerprint);
   json_write_string(f, s->im.f.recipe);
-  fprintf(f, ",\n  \"world_size\": %d,\n  \"distributed_optimizer\": %s,\n  \"files\": {", s->world,
-          s->im.f.dist_opt ? "true" : "false");
+  fprintf(f,
+          ",\n  \"world_size\": %d,\n  \"tensor_parallel\": %d,\n  \"expert_parallel\": %d,\n  "
+          "\"distributed_optimizer\": %s,\n  \"files\": {",
+          s->world, s->tp, s->ep, s->im.f.dist_opt ? "true" : "false");
   int nf = checkpoint_file(s, 0, name, sizeof name);
   for (int i = 0; i < nf; i++) {
     char fp[1200];
@@ -494,12 +514,13 @@ static stepc_status prepared_on_all(stepc_t *s, stepc_status st, const char *dir
 stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be || !dir)
     return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_checkpoint: dir is NULL") : STEPC_ERR_ARGUMENT;
-  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_save_checkpoint");
   /* All or nothing: the checkpoint is written into a fresh directory beside dir, every file
    * fsynced, state.json (every file's size and checksum) last, then swapped in with one rename.
    * Killed at any moment, dir is the old checkpoint or the new one, never a mixture. Data
    * parallel: every rank holds the same state, so rank 0 writes the one copy (ZeRO-1: every rank
-   * its optimizer shard); barriers order the ranks around rank 0's steps. */
+   * its optimizer shard); tensor or expert parallel: every rank takes part in gathering
+   * model.safetensors, which rank 0 writes, and writes its own shard file (layout_shards); barriers
+   * order the ranks around rank 0's steps. */
   char parent[1024], stage[1100];
   struct stat sb;
   if (staging_of(dir, parent, sizeof parent, stage, sizeof stage) != 0)
@@ -508,7 +529,14 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   bool lead = !s->comm || s->rank == 0;
   stepc_status st = prepared_on_all(s, lead ? prepare_save(s, dir, parent, stage) : STEPC_OK, dir);
   if (st != STEPC_OK) return st;
-  if (lead) st = save_all(s, stage);
+  if (layout_shards(s)) { /* every rank gathers (a collective), rank 0 writes; then each its shard */
+    char path[1200];
+    join(path, sizeof path, stage, "model.safetensors");
+    st = save_params_tp(s, path);
+    optimizer_file(s, stage, path, sizeof path);
+    if (st == STEPC_OK) st = save_roles(s, path, PARAMS | OPTIMIZER, false, "shard");
+  } else if (lead)
+    st = save_all(s, stage);
   if (st == STEPC_OK && s->owner && s->world > 1) { /* every rank its shard of masters and moments */
     char path[1200];
     optimizer_file(s, stage, path, sizeof path);
@@ -540,6 +568,14 @@ static stepc_status state_matches(stepc_t *s, const char *dir, const CkptState *
                     "dropout streams would differ "
                     "(open the recipe with train.seed=%lld)",
                     dir, cs->seed, (long long)s->im.f.seed, cs->seed);
+  if (cs->tp != s->tp || cs->ep != s->ep || ((cs->tp > 1 || cs->ep > 1) && cs->world != s->world))
+    return api_fail(
+        s, STEPC_ERR_MISMATCH,
+        "%s was written by %lld ranks at TP %lld, EP %lld (each rank its shard of the state); this job "
+        "has %d ranks at TP %d, EP %d: the shards cannot be re-cut at load — resume with the layout "
+        "that wrote it (to carry the weights into another layout, load %s/model.safetensors with "
+        "stepc_load_params)",
+        dir, cs->world, cs->tp, cs->ep, s->world, s->tp, s->ep, dir);
   bool job_shards = s->owner && s->world > 1;
   if (cs->sharded != job_shards)
     return api_fail(s, STEPC_ERR_MISMATCH,
@@ -614,10 +650,15 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
   stepc_status st = state_matches(s, dir, &cs);
   if (st == STEPC_OK && cs.version >= 2) st = files_match(s, dir, text);
   if (st != STEPC_OK) return st;
-  join(path, sizeof path, dir, "model.safetensors");
-  if ((st = load_roles(s, path, PARAMS, false, NULL)) != STEPC_OK) return st;
-  optimizer_file(s, dir, path, sizeof path);
-  if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1, NULL)) != STEPC_OK) return st;
+  if (layout_shards(s)) { /* this rank's shard file holds all it needs */
+    optimizer_file(s, dir, path, sizeof path);
+    if ((st = load_roles(s, path, PARAMS | OPTIMIZER, false, false, NULL)) != STEPC_OK) return st;
+  } else {
+    join(path, sizeof path, dir, "model.safetensors");
+    if ((st = load_roles(s, path, PARAMS, false, false, NULL)) != STEPC_OK) return st;
+    optimizer_file(s, dir, path, sizeof path);
+    if ((st = load_roles(s, path, OPTIMIZER, s->owner && s->world > 1, false, NULL)) != STEPC_OK) return st;
+  }
   /* the optimizer's own step counter (it drives the LR schedule and Adam's bias correction) must
    * be state.json's */
   for (int i = 0; i < s->g->nt; i++) {
@@ -637,7 +678,6 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
 
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
-  if (s->tp > 1 || s->ep > 1) return tp_refuse(s, "stepc_load_checkpoint");
   long long step = 0;
   uint64_t fp = 0;
   stepc_status st = dir ? load_here(s, dir, &step, &fp)

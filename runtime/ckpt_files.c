@@ -36,10 +36,15 @@ bool ckpt_is_own_file(const char *name, bool partial) {
   if (!strcmp(base, "state.json") || !strcmp(base, "model.safetensors") ||
       !strcmp(base, "optimizer.safetensors"))
     return true;
-  const char *r = base + strlen("optimizer.rank");
-  if (strncmp(base, "optimizer.rank", strlen("optimizer.rank")) || !*r) return false;
-  size_t digits = strspn(r, "0123456789");
-  return digits > 0 && digits < 8 && !strcmp(r + digits, ".safetensors");
+  static const char *const ranked[] = {"optimizer.rank", "shard.rank"};
+  for (int k = 0; k < 2; k++) {
+    size_t len = strlen(ranked[k]);
+    const char *r = base + len;
+    if (strncmp(base, ranked[k], len) || !*r) continue;
+    size_t digits = strspn(r, "0123456789");
+    return digits > 0 && digits < 8 && !strcmp(r + digits, ".safetensors");
+  }
+  return false;
 }
 
 /* The first entry of dir that is not a checkpoint's regular file, into bad (""); whether it holds

@@ -70,6 +70,13 @@ int ckpt_state_parse(const char *text, size_t n, bool truncated, CkptState *st, 
     snprintf(err, nerr, "world_size %lld is outside [1, 2^20]", st->world);
     return -1;
   }
+  if (json_int(text, "tensor_parallel", &st->tp) != 0) st->tp = 1;
+  if (json_int(text, "expert_parallel", &st->ep) != 0) st->ep = 1;
+  if (st->tp < 1 || st->tp > st->world || st->ep < 1 || st->ep > st->world) {
+    snprintf(err, nerr, "tensor_parallel %lld or expert_parallel %lld is outside [1, world_size %lld]",
+             st->tp, st->ep, st->world);
+    return -1;
+  }
   st->sharded = find_key(text, "\"distributed_optimizer\": true") != NULL && st->world > 1;
   json_str(text, "recipe", st->recipe, sizeof st->recipe);
   char fp[40];

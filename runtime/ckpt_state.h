@@ -12,6 +12,8 @@ typedef struct {
   long long step;    /* [0, 2^30]: the LR schedule and the data position are int32 functions of it */
   long long seed;
   long long world;      /* data-parallel ranks that wrote it; 1 when absent (before data parallel) */
+  long long tp, ep;     /* tensor / expert-parallel ranks that wrote it (1 when absent): above 1, every
+                           rank's state is in its shard.rank<N>.safetensors */
   bool sharded;         /* the optimizer state is ZeRO-1 shards, one file per rank */
   char fingerprint[17]; /* step_fingerprint, 16 hex digits; "" when absent */
   char recipe[128];     /* the recipe's name as written (for messages); "" when absent */
@@ -34,8 +36,8 @@ int ckpt_state_read(const char *dir, char *text, size_t cap, size_t *n, bool *tr
                     size_t nerr);
 
 /* 1 when name is one of a checkpoint's files (state.json, model.safetensors,
- * optimizer.safetensors, optimizer.rank<N>.safetensors); partial: also their NAME.tmp, as a save
- * stopped before its rename leaves them. */
+ * optimizer.safetensors, optimizer.rank<N>.safetensors, shard.rank<N>.safetensors); partial: also
+ * their NAME.tmp, as a save stopped before its rename leaves them. */
 bool ckpt_is_own_file(const char *name, bool partial);
 
 /* Whether a save may replace dir: 0 when it is absent, an empty directory, or a stepc checkpoint

@@ -10,7 +10,8 @@
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
 # bitwise on loss and grad norm. Then what stays refused: EP with TP, with the allgather
 # dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); EP on the cuda device
-# (refused at open); an EP run's checkpoint (refused, nothing written).
+# (refused at open). Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
+# run bitwise; one-rank parameters loaded into EP 2.
 #
 # Why not bitwise: the token exchange only copies rows (exact), and each routed row's expert GEMMs
 # are the same dot products as on one rank; but an expert's weight gradient sums, in one GEMM, the
@@ -75,8 +76,16 @@ grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no 
 "$t" cuda "$tmp/ep2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "EP on cuda"; }
 grep -q "expert parallelism" "$tmp/cuda.txt" || { cat "$tmp/cuda.txt"; fail "the cuda refusal does not name EP"; }
 cat "$tmp/cuda.txt"
-# an EP run's checkpoint: refused on every rank, nothing written
-"$t" tpckpt "$tmp/ep2" 2 "$tmp/ckpt" >"$tmp/ckpt.txt" 2>&1 || { cat "$tmp/ckpt.txt"; fail "EP checkpoint"; }
-[ ! -e "$tmp/ckpt" ] || fail "an EP checkpoint directory was written"
-cat "$tmp/ckpt.txt"
+# checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
+# step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
+# load into EP 2 (each rank its experts) and gather back bitwise
+for a in ep2:2 ep2dp2:4; do
+  n=${a#*:} a=${a%:*}
+  mkdir -p "$tmp/res_$a"
+  "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }
+  tail -1 "$tmp/res_$a.txt"
+done
+mkdir -p "$tmp/tpload"
+"$t" tpload "$tmp/ep2" 2 "$tmp/one.safetensors" "$tmp/tpload" >"$tmp/tpload.txt" 2>&1 || { cat "$tmp/tpload.txt"; fail "one-rank parameters into EP 2"; }
+tail -1 "$tmp/tpload.txt"
 echo "ok: expert parallelism"

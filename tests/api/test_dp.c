@@ -30,8 +30,9 @@
  *                                          "step K loss L grad_norm G"; the parameters (gathered over
  *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
  *   test_dp cuda   ARTN                     a TP (or EP) artifact opened on the cuda device: refused, naming
- * it test_dp tpckpt ARTN N DIR               a TP (or EP) run's checkpoint: refused on every rank test_dp
- * measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line "measure RANK
+ * it test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
+ *                                          its shards) and save them again, gathered: the same tensors, bitwise
+ * test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line "measure RANK
  * arena REGION STATE MAX_ALLOCATED PREDICTED"; rank 0's parameters saved to PARAMS (their shapes)
  *
  * Prints what it compares; exit 0 on success. */
@@ -92,6 +93,7 @@ typedef struct {
   int rank, world, port, steps;
   Action act;
   const char *load, *save; /* checkpoint to resume from / to write after the steps */
+  const char *load_params; /* parameters to load after the open (stepc_load_params), or NULL */
   const char *params;      /* where to save the parameters at the end */
   const char *addr;        /* master_addr; NULL: the default */
   int bind;                /* bind each step's batch (this rank's micro-batches of a global batch);
@@ -144,7 +146,8 @@ static void *rank_main(void *p) {
     stepc_close(s);
     return NULL;
   }
-  if (r->load && (r->step_st = stepc_load_checkpoint(s, r->load)) != STEPC_OK) {
+  if ((r->load && (r->step_st = stepc_load_checkpoint(s, r->load)) != STEPC_OK) ||
+      (r->load_params && (r->step_st = stepc_load_params(s, r->load_params)) != STEPC_OK)) {
     snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
     stepc_close(s);
     return NULL;
@@ -294,8 +297,10 @@ static int mode_resume(const char *artn, int n, int steps, int k, const char *tm
     for (int i = 0; i < n; i++)
       CHECK((s < k ? b[i].loss[s] : c[i].loss[s]) == a[i].loss[s], "step %d rank %d: the resumed run's loss differs", s + 1, i);
   }
-  for (int i = 0; i < n; i++) CHECK(same_params(pa[i], pc[i]), "rank %d: parameters after the resumed run differ", i);
-  if (!fails) printf("ok: DP %d resumed at step %d = the uninterrupted run (losses, every parameter byte)\n", n, k);
+  for (int i = 0; i < n; i++) /* TP / EP: rank 0 writes the gathered parameters, the others none */
+    if (i == 0 || access(pa[i], F_OK) == 0 || access(pc[i], F_OK) == 0)
+      CHECK(same_params(pa[i], pc[i]), "rank %d: parameters after the resumed run differ", i);
+  if (!fails) printf("ok: %d ranks resumed at step %d = the uninterrupted run (losses, every parameter byte)\n", n, k);
   return fails != 0;
 }
 
@@ -536,17 +541,20 @@ static int mode_cuda(const char *art) {
   return fails != 0;
 }
 
-static int mode_tpckpt(const char *art, int n, const char *dir) {
+/* n ranks of a TP (or EP) artifact load a one-rank parameter file, each taking its shards, and save
+ * the parameters again (gathered, rank 0 writes): every tensor's bytes as loaded. */
+static int mode_tpload(const char *art, int n, const char *params, const char *tmp) {
   static Rank r[MAXR];
-  setup(r, n, art, 1);
-  for (int i = 0; i < n; i++)
-    r[i].save = dir;
+  char out[512];
+  snprintf(out, sizeof out, "%s/tpload.safetensors", tmp);
+  setup(r, n, art, 0);
+  for (int i = 0; i < n; i++) r[i].load_params = params, r[i].params = out;
   run_ranks(r, n);
   for (int i = 0; i < n; i++)
-    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_ERR_UNSUPPORTED &&
-              (strstr(r[i].err, "tensor parallelism") || strstr(r[i].err, "expert parallelism")),
-          "rank %d: open %d, save %d: %s", i, (int)r[i].open_st, (int)r[i].step_st, r[i].err);
-  if (!fails) printf("ok: a TP / EP checkpoint refused on every rank: %s\n", r[0].err);
+    CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "rank %d: open %d, load/save %d: %s", i, (int)r[i].open_st,
+          (int)r[i].step_st, r[i].err);
+  CHECK(!fails && same_params(params, out), "the parameters loaded over %d ranks and gathered again differ from %s", n, params);
+  if (!fails) printf("ok: %d ranks loaded the one-rank parameters (each its shards) and gathered them back bitwise\n", n);
   return fails != 0;
 }
 
@@ -609,7 +617,7 @@ int main(int argc, char **argv) {
   /* the ranks are threads of one process: one secret in the environment for them all */
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
   if (!strcmp(m, "cuda") && argc == 3) return mode_cuda(argv[2]);
-  if (!strcmp(m, "tpckpt") && argc == 5) return mode_tpckpt(argv[2], atoi(argv[3]), argv[4]);
+  if (!strcmp(m, "tpload") && argc == 6) return mode_tpload(argv[2], atoi(argv[3]), argv[4], argv[5]);
   if (!strcmp(m, "run") && argc == 6) return mode_run(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
   if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
   if (!strcmp(m, "disagree") && argc == 5) return mode_disagree(argv[2], atoi(argv[3]), argv[4]);

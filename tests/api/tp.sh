@@ -6,7 +6,8 @@
 # run's gathered into the one-rank layout by stepc_save_params), within fp32 tolerances (below); the
 # ranks of a run agree bitwise. Then what stays refused: TP with MoE, MLA, biases, attention dropout,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
-# TP on the cuda device (refused at open); a TP run's checkpoint (refused, nothing written).
+# TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
+# uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
 #
 # Why not bitwise: a row-parallel linear (linear_proj, linear_fc2) and the vocab-parallel embedding
 # sum TP partial results (each rank's half of the contraction) where one rank runs one GEMM over
@@ -63,8 +64,22 @@ grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no p
 # TP on the cuda device: refused at open (the collectives have no CUDA launches), whatever the machine
 "$t" cuda "$tmp/tp2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "TP on cuda"; }
 cat "$tmp/cuda.txt"
-# a TP run's checkpoint: refused on every rank, nothing written
-"$t" tpckpt "$tmp/tp2" 2 "$tmp/ckpt" >"$tmp/ckpt.txt" 2>&1 || { cat "$tmp/ckpt.txt"; fail "TP checkpoint"; }
-[ ! -e "$tmp/ckpt" ] || fail "a TP checkpoint directory was written"
-cat "$tmp/ckpt.txt"
+# checkpoints: every rank writes its shard (shard.rank<N>.safetensors) beside the gathered
+# model.safetensors; a run resumed at step 2 is the uninterrupted run bitwise (losses and every
+# parameter byte), for TP 2 and TP 2 x DP 2; another layout is refused at load, naming both; the
+# one-rank parameters load into TP 2 (each rank its shards) and gather back bitwise
+for a in tp2:2 tp2dp2:4; do
+  n=${a#*:} a=${a%:*}
+  mkdir -p "$tmp/res_$a"
+  "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }
+  tail -1 "$tmp/res_$a.txt"
+done
+ls "$tmp/res_tp2/ckpt" | tr '\n' ' ' | grep -q "model.safetensors shard.rank0.safetensors shard.rank1.safetensors state.json" ||
+  { ls "$tmp/res_tp2/ckpt"; fail "the TP 2 checkpoint's files"; }
+mkdir -p "$tmp/reshard"
+"$t" reshard "$tmp/tp2" 2 "$tmp/tp2dp2" 4 "$tmp/reshard" >"$tmp/reshard.txt" 2>&1 || { cat "$tmp/reshard.txt"; fail "TP 2 checkpoint at TP 2 x DP 2"; }
+tail -1 "$tmp/reshard.txt"
+mkdir -p "$tmp/tpload"
+"$t" tpload "$tmp/tp2" 2 "$tmp/one.safetensors" "$tmp/tpload" >"$tmp/tpload.txt" 2>&1 || { cat "$tmp/tpload.txt"; fail "one-rank parameters into TP 2"; }
+tail -1 "$tmp/tpload.txt"
 echo "ok: tensor parallelism"

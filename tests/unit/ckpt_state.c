@@ -42,9 +42,10 @@ static void put(const char *dir, const char *name, const char *text) {
  * state.json's text). */
 static void replaceable(const char *state) {
   const char *own[] = {"state.json", "model.safetensors", "optimizer.safetensors",
-                       "optimizer.rank12.safetensors"};
+                       "optimizer.rank12.safetensors", "shard.rank3.safetensors"};
   const char *not_own[] = {"notes.txt", "optimizer.rank.safetensors", "optimizer.rank1x.safetensors",
-                           "model.safetensors.tmp", "step.img"};
+                           "model.safetensors.tmp", "step.img", "shard.rank.safetensors", "shard.rank1.json",
+                           "shard.safetensors"};
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
     CHECK(ckpt_is_own_file(own[i], false), "%s is a checkpoint's", own[i]);
   for (size_t i = 0; i < sizeof not_own / sizeof not_own[0]; i++)
@@ -107,6 +108,12 @@ int main(void) {
   snprintf(text, sizeof text, STATE, "4", "true");
   CHECK(parse(text, &st, err, sizeof err) == 0 && st.world == 4 && st.sharded, "ZeRO-1 over 4 ranks: world %lld sharded %d",
         st.world, st.sharded);
+  CHECK(st.tp == 1 && st.ep == 1, "no tensor_parallel / expert_parallel keys: TP %lld EP %lld, not 1", st.tp, st.ep);
+  CHECK(parse("{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 4, "
+              "\"tensor_parallel\": 2, \"expert_parallel\": 4}",
+              &st, err, sizeof err) == 0 &&
+            st.tp == 2 && st.ep == 4,
+        "TP 2 x EP 4 over 4 ranks: TP %lld EP %lld (%s)", st.tp, st.ep, err);
 
   struct {
     const char *what, *text, *says;
@@ -130,6 +137,13 @@ int main(void) {
       {"world 0",
        "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 0}",
        "world_size 0"},
+      {"TP above the world",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"world_size\": 2, "
+       "\"tensor_parallel\": 4}",
+       "tensor_parallel 4"},
+      {"EP 0",
+       "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"expert_parallel\": 0}",
+       "expert_parallel 0"},
       {"fingerprint of 17 digits",
        "{\"format\": \"stepc-checkpoint\", \"version\": 2, \"step\": 1, \"seed\": 1, \"step_fingerprint\": "
        "\"0123456789abcdef0\"}",
