@@ -106,10 +106,17 @@ static int norm(Lower *L, int x) {
   return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
 }
 
-static int dropout(Lower *L, int x, double p) {
+/* split: the dimension along which x is this rank's tensor-parallel slice (ir/ops/dropout.c's
+ * i[1]), 0 when it is whole */
+static int dropout(Lower *L, int x, double p, int split) {
   if (p <= 0) return x;
-  OpAttrs a = {.f = {p}, .i = {L->stream++}};
+  OpAttrs a = {.f = {p}, .i = {L->stream++, L->tp > 1 ? split : 0}};
   return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
+}
+
+/* The residual stream's (B, T, C) dropout: under sequence parallelism a rank holds T/TP rows. */
+static int hidden_dropout(Lower *L, int x) {
+  return dropout(L, x, L->s->model.hidden_dropout, L->sp ? 1 : 0);
 }
 
 static int lower_embedding(Lower *L) {
@@ -129,7 +136,7 @@ static int lower_embedding(Lower *L) {
     x = graph_op1(g, OP_POS_ADD, pos, 2, NULL, NULL);
   }
   graph_module(g, "embedding");
-  return dropout(L, x, L->s->model.hidden_dropout);
+  return hidden_dropout(L, x);
 }
 
 /* The label of the two norms Megatron's TE spec fuses into the next linear: none there (above);
@@ -171,12 +178,12 @@ static int lower_attention(Lower *L, int l, int x) {
     OpAttrs ma = {.i = {0}};
     s = graph_op1(g, OP_CAUSAL_MASK, &s, 1, &ma, NULL);
     int p = graph_op1(g, OP_SOFTMAX, &s, 1, NULL, NULL);
-    p = dropout(L, p, m->attention_dropout);
+    p = dropout(L, p, m->attention_dropout, 1); /* (B, H, T, T): this rank's heads */
     int pv[2] = {p, v};
     ctx = graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   } else { /* flash, fused, auto: one op keeping q, k, v, o and the log-sum-exp */
     OpAttrs a = {.f = {scale, m->attention_dropout},
-                 .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode}};
+                 .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp > 1}};
     int in[3] = {q, k, v};
     ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   }
@@ -184,7 +191,7 @@ static int lower_attention(Lower *L, int l, int x) {
   int64_t hd = L->h * L->d;
   int o = tp_leave(L, linear_tp(L, ctx, L->c, hd, L->out_std, false, 1, &hd));
   tags(L, l, 0, S, "layers.%d.%s", "self_attn_bda");
-  o = dropout(L, o, m->hidden_dropout);
+  o = hidden_dropout(L, o);
   int add[2] = {x, o};
   return graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 }
@@ -204,7 +211,7 @@ static int lower_mlp(Lower *L, int l, int x) {
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
   int o = tp_leave(L, linear_tp(L, u, L->c, L->f, L->out_std, false, 1, &L->f));
   tags(L, l, 0, S, "layers.%d.%s", "mlp_bda");
-  o = dropout(L, o, m->hidden_dropout);
+  o = hidden_dropout(L, o);
   int add[2] = {x, o};
   return graph_op1(L->g, OP_ADD, add, 2, NULL, NULL);
 }

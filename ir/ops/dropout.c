@@ -2,13 +2,19 @@
  * keyed by (seed, step, micro-batch, stream, element). The mask is an output (uint8, one byte per
  * element as in Megatron's activation accounting) that the backward reads; a replay regenerates
  * the identical mask from the same key.
- * Attributes: f[0] = p, i[0] = stream (unique per dropout site, chosen by lowering). */
+ * Attributes: f[0] = p, i[0] = stream (unique per dropout site, chosen by lowering), i[1] = d > 0
+ * when x is this tensor-parallel rank's slice of the one-rank tensor along dimension d (its heads
+ * under TP, its sequence rows under SP: rank r holds the r-th of TP equal blocks of that dimension,
+ * CpuCtx.tp): each element draws at its index in the one-rank tensor, so the ranks' masks together
+ * are the one-rank mask; 0: x is whole. */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
 static int dropout_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0);
   if (!(op->a.f[0] > 0 && op->a.f[0] < 1)) return ops_err(err, n, "p = %g must be in (0, 1)", op->a.f[0]);
+  if (op->a.i[1] < 0 || op->a.i[1] >= x->ndim)
+    return ops_err(err, n, "i[1] = %lld names no dimension of a %d-D x", (long long)op->a.i[1], x->ndim);
   ops_out_like(&out[0], x, "dropout");
   ops_out_like(&out[1], x, "dropout_mask");
   out[1].dtype = DT_U8;
@@ -88,12 +94,21 @@ typedef struct {
   uint64_t key;
   float p;
   real scale;
+  /* a slice (i[1]): element (o, l, r) of x (outer, rows, inner) is (o, off + l, r) of the one-rank
+   * tensor (outer, full, inner); rows 0: whole */
+  int64_t rows, full, off, inner;
 } K(DropArgs);
+
+static uint64_t K(dropout_index)(const K(DropArgs) * a, int64_t i) {
+  if (!a->rows) return (uint64_t)i;
+  int64_t r = i % a->inner, l = (i / a->inner) % a->rows, o = i / (a->inner * a->rows);
+  return (uint64_t)((o * a->full + a->off + l) * a->inner + r);
+}
 
 static void K(dropout_range)(void *p, int64_t lo, int64_t hi) {
   const K(DropArgs) *a = p;
   for (int64_t i = lo; i < hi; i++) {
-    uint8_t keep = ops_rng_uniform(a->key, (uint64_t)i) >= a->p;
+    uint8_t keep = ops_rng_uniform(a->key, K(dropout_index)(a, i)) >= a->p;
     a->mask[i] = keep;
     a->y[i] = keep ? a->x[i] * a->scale : 0;
   }
@@ -101,9 +116,21 @@ static void K(dropout_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(dropout_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   K(DropArgs)
-  a = {
-      in[0], out[1], out[0], ops_rng_key(c, op->a.i[0]), (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
-  c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(dropout_range), &a);
+  a = {.x = in[0],
+       .mask = out[1],
+       .y = out[0],
+       .key = ops_rng_key(c, op->a.i[0]),
+       .p = (float)op->a.f[0],
+       .scale = (real)(1.0 / (1.0 - op->a.f[0]))};
+  const Tensor *x = &c->g->t[op->in[0]];
+  int d = (int)op->a.i[1];
+  if (d > 0 && c->tp) {
+    a.rows = x->shape[d], a.full = x->shape[d] * c->tp->size, a.off = (int64_t)c->tp->rank * x->shape[d];
+    a.inner = 1;
+    for (int k = d + 1; k < x->ndim; k++)
+      a.inner *= x->shape[k];
+  }
+  c->parallel_for(c, tensor_numel(x), K(dropout_range), &a);
 }
 
 static void K(dropout_bwd_range)(void *p, int64_t lo, int64_t hi) {
@@ -113,7 +140,12 @@ static void K(dropout_bwd_range)(void *p, int64_t lo, int64_t hi) {
 }
 
 static void K(dropout_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
-  K(DropArgs) a = {in[0], in[1], out[0], 0, (float)op->a.f[0], (real)(1.0 / (1.0 - op->a.f[0]))};
+  K(DropArgs)
+  a = {.x = in[0],
+       .mask = in[1],
+       .y = out[0],
+       .p = (float)op->a.f[0],
+       .scale = (real)(1.0 / (1.0 - op->a.f[0]))};
   c->parallel_for(c, tensor_numel(&c->g->t[op->in[0]]), K(dropout_bwd_range), &a);
 }
 

@@ -3,9 +3,11 @@
  * Backends flash, fused and auto all lower to it on the CPU.
  *
  * Attributes: f[0] = softmax scale, f[1] = attention-dropout p (0 = none), i[0] = RNG stream,
- * i[1] = causal. Dropout on the probabilities is drawn from the counter-based RNG at element
- * ((b*H + h)*T + i)*T + j, so forward and backward (and any replay) see the same mask without
- * storing it. GQA: head h reads group h / (H/G).
+ * i[1] = causal, i[4] = 1 when the heads are this tensor-parallel rank's block of the one-rank
+ * heads (CpuCtx.tp). Dropout on the probabilities is drawn from the counter-based RNG at element
+ * ((b*H + h)*T + i)*T + j of the one-rank heads (H, h offset by the rank's block under i[4]), so
+ * forward and backward (and any replay) see the same mask without storing it, and TP ranks draw
+ * the one-rank mask's slices. GQA: head h reads group h / (H/G).
  *
  * FLASH_ATTN_DV is the same attention with a value head dim of its own: q, k (B,T,H|G,D), v
  * (B,T,G,Dv) -> context (B,T,H*Dv). It is what Transformer Engine's fused (cuDNN) attention
@@ -159,6 +161,7 @@ typedef struct {
   const real *q, *k, *v, *o, *lse, *dout;
   real *out, *olse, *dq, *dk, *dvo, *delta;
   int64_t b, t, h, g, d, dv; /* d: q/k head dim, dv: value head dim */
+  int64_t hfull, hoff;       /* the one-rank heads and this rank's first (i[4]: a TP block) */
   real scale;
   float p;
   uint64_t key;
@@ -181,7 +184,7 @@ static real K(flash_score)(const K(FlashArgs) * a, int64_t b, int64_t h, int64_t
 /* The dropout keep factor of probability (b,h,i,j): 0 or 1/(1-p). */
 static real K(flash_keep)(const K(FlashArgs) * a, int64_t b, int64_t h, int64_t i, int64_t j) {
   if (a->p <= 0) return 1;
-  uint64_t idx = (uint64_t)(((b * a->h + h) * a->t + i) * a->t + j);
+  uint64_t idx = (uint64_t)(((b * a->hfull + a->hoff + h) * a->t + i) * a->t + j);
   return ops_rng_uniform(a->key, idx) >= a->p ? (real)(1.0 / (1.0 - a->p)) : 0;
 }
 
@@ -220,6 +223,8 @@ static void K(flash_dims)(const CpuCtx *c, const Op *op, int qin, K(FlashArgs) *
   a->p = (float)op->a.f[1];
   a->key = ops_rng_key(c, op->a.i[0]);
   a->causal = (int)op->a.i[1];
+  a->hfull = a->h, a->hoff = 0;
+  if (op->a.i[4] && c->tp) a->hfull = a->h * c->tp->size, a->hoff = (int64_t)c->tp->rank * a->h;
 }
 
 static void K(flash_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {

@@ -4,7 +4,9 @@
 #   TP 2, TP 2 with sequence parallelism, and TP 2 x DP 2 (4 ranks, TP fastest), 4 steps each, against
 # the one-rank step: every step's loss and grad norm, and every parameter after the steps (the TP
 # run's gathered into the one-rank layout by stepc_save_params), within fp32 tolerances (below); the
-# ranks of a run agree bitwise. Then what stays refused: TP with MoE, MLA, biases, attention dropout,
+# ranks of a run agree bitwise; with attention and hidden dropout (0.1), TP 2 (flash attention) and
+# TP 2 + SP (unfused attention) against the one-rank run with the same dropout: every rank draws its
+# slice of the one-rank mask. Then what stays refused: TP with MoE, MLA, biases,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -27,7 +29,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 STEPS=4
 build() { "$stepc" build models/tiny.lua model.bf16=false "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
 build one
+DROP="model.attention_dropout=0.1 model.hidden_dropout=0.1"
+build one_drop $DROP
+build one_drop_unfused $DROP model.attention_backend=unfused
 build tp2 model.tensor_model_parallel_size=2 train.world_size=2
+build tp2drop model.tensor_model_parallel_size=2 train.world_size=2 $DROP
+build sp2drop_unfused model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true $DROP model.attention_backend=unfused
 build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
@@ -35,11 +42,18 @@ build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
   >"$tmp/tp2.plan.json" 2>/dev/null || fail "stepc plan tp2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/tp2.plan.json" "$tmp/tp2/plan.json" tp2 || fail "tp2's plan.json"
 "$t" run "$tmp/one" 1 $STEPS "$tmp/one.safetensors" >"$tmp/one.txt" || { cat "$tmp/one.txt"; fail "one rank"; }
-for a in tp2:2 sp2:2 tp2dp2:4; do
+for r in one_drop one_drop_unfused; do
+  "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
+done
+# dropout: each rank draws its slice of the one-rank mask (its heads' probabilities under TP, its
+# sequence rows of the residual stream under SP), so the runs match the one-rank run with dropout
+for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused; do
+  ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
-  python3 "$(dirname "$0")/against_one.py" "$tmp/one" "$tmp/$a" "$a" $STEPS 1e-5 5e-5 || fail "$a against one rank"
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-5 5e-5 || fail "$a against one rank"
 done
+cmp -s "$tmp/one.txt" "$tmp/one_drop.txt" && fail "dropout 0.1 changed nothing in the one-rank run"
 # what stays refused at build: exit 4, the field and where the recipe sets it
 refuse() {
   local what=$1 pat=$2; shift 2
@@ -51,8 +65,6 @@ refuse() {
 }
 TP="model.tensor_model_parallel_size=2 train.world_size=2"
 refuse "TP with biases" "model.add_bias_linear=true" $TP model.add_bias_linear=true
-refuse "TP with attention dropout" "model.attention_dropout=0.1" $TP model.attention_dropout=0.1
-refuse "SP with hidden dropout" "model.hidden_dropout=0.1" $TP model.sequence_parallel=true model.hidden_dropout=0.1
 refuse "TP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $TP optimizer.use_distributed_optimizer=true
 refuse "TP 4 over 2 KV groups" "model.num_query_groups" model.tensor_model_parallel_size=4 train.world_size=4
 refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output_layer_chunks=4
