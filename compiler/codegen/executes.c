@@ -30,8 +30,6 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
        "multi-latent attention under tensor parallelism"},
       {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0],
        SPEC_F_model_hybrid_override_pattern, "Mamba / hybrid layers under tensor parallelism"},
-      {m->add_bias_linear, SPEC_F_model_add_bias_linear,
-       "linear biases under tensor parallelism (a row-parallel bias is added after the all-reduce)"},
       {spec_num_query_groups(s) % tp != 0, SPEC_F_model_num_query_groups,
        "fewer key/value groups than tensor-parallel ranks (Megatron replicates them)"},
       {m->vocab_size % tp != 0, SPEC_F_model_vocab_size,

@@ -72,8 +72,8 @@ static int shard(Lower *L, int id, int dim, int nseg, const int64_t *seg) {
 }
 
 /* y = x W^T with W (n_out, n_in) of the one-rank layer. Under TP: column-parallel (`col`: W's rows
- * split, in segments seg[0..nseg) — [Q | K | V], [gate | up]) or row-parallel (W's columns split);
- * the caller brings x into the TP region and reduces a row-parallel output. */
+ * and the bias split, in segments seg[0..nseg) — [Q | K | V], [gate | up]; the caller brings x into
+ * the TP region); a row-parallel one is row_linear's. */
 static int linear_tp(Lower *L, int x, int64_t n_out, int64_t n_in, double std, bool col, int nseg,
                      const int64_t *seg) {
   int64_t o = col ? n_out / L->tp : n_out, i = col ? n_in : n_in / L->tp;
@@ -96,6 +96,19 @@ static int tp_leave(Lower *L, int x) {
   if (L->tp <= 1) return x;
   OpAttrs a = {.i = {L->tp}};
   return graph_op1(L->g, L->sp ? OP_TP_SCATTER : OP_TP_ALLREDUCE, &x, 1, &a, NULL);
+}
+
+/* A row-parallel linear out of the TP region (linear_proj, linear_fc2): under TP, Megatron's
+ * RowParallelLinear — each rank's partial product reduced (tp_leave), then the bias, a whole
+ * parameter every rank holds, added once (BIAS_ADD); one rank: the plain linear. */
+static int row_linear(Lower *L, int x, int64_t n_out, int64_t n_in, double std) {
+  if (L->tp <= 1) return linear_tp(L, x, n_out, n_in, std, false, 1, &n_in);
+  int w = shard(L, param(L, "weight", 2, n_out, n_in / L->tp, IR_INIT_NORMAL, std), 1, 1, &n_in);
+  int in[2] = {x, w};
+  int y = tp_leave(L, lb_linear_op(L->g, L->s, in, 2));
+  if (!L->s->model.add_bias_linear) return y;
+  int bias[2] = {y, param(L, "bias", 1, n_out, 1, IR_INIT_ZEROS, 0)};
+  return graph_op1(L->g, OP_BIAS_ADD, bias, 2, NULL, NULL);
 }
 
 static int norm(Lower *L, int x) {
@@ -189,7 +202,7 @@ static int lower_attention(Lower *L, int l, int x) {
   }
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_proj");
   int64_t hd = L->h * L->d;
-  int o = tp_leave(L, linear_tp(L, ctx, L->c, hd, L->out_std, false, 1, &hd));
+  int o = row_linear(L, ctx, L->c, hd, L->out_std);
   tags(L, l, 0, S, "layers.%d.%s", "self_attn_bda");
   o = hidden_dropout(L, o);
   int add[2] = {x, o};
@@ -209,7 +222,7 @@ static int lower_mlp(Lower *L, int l, int x) {
   tags(L, l, IR_LABEL_MLP | IR_LABEL_MLP_ACT, S, "layers.%d.%s", "mlp.activation_func");
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
-  int o = tp_leave(L, linear_tp(L, u, L->c, L->f, L->out_std, false, 1, &L->f));
+  int o = row_linear(L, u, L->c, L->f, L->out_std);
   tags(L, l, 0, S, "layers.%d.%s", "mlp_bda");
   o = hidden_dropout(L, o);
   int add[2] = {x, o};

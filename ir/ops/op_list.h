@@ -133,6 +133,8 @@
   X(GEGLU_BWD, op_geglu_bwd)                                                                                 \
   OP_LIST_TP(X)                                                                                              \
   OP_LIST_EP(X)                                                                                              \
-  OP_LIST_FP8(X)
+  OP_LIST_FP8(X)                                                                                             \
+  /* tp.c: a row-parallel linear's bias, added after its reduction */                                        \
+  X(BIAS_ADD, op_bias_add) /* y = x + b over the rows; backward dx = dy, db = LINEAR_BGRAD(dy) */
 
 #endif

@@ -18,7 +18,13 @@
  * group-rank order (rank 0 + rank 1 + ...), in the executor's precision, so a run is reproducible;
  * they differ from one rank's single GEMM in rounding only (a row-parallel linear sums TP partial
  * products). Megatron's sequence-parallel layout is [s, b, h] (sequence first); stepc's activations
- * are (B, T, C), so a sequence shard is every sequence's T/TP rows, not one contiguous block. */
+ * are (B, T, C), so a sequence shard is every sequence's T/TP rows, not one contiguous block.
+ *
+ *   BIAS_ADD      x (..., C), b (C) -> y = x + b on every row: a row-parallel linear's bias, which
+ *                 Megatron's RowParallelLinear adds once, after the reduction (TP_ALLREDUCE, or on
+ *                 the rank's rows after TP_SCATTER). Backward dx = dy, db = LINEAR_BGRAD(dy) (under SP
+ *                 a replicated parameter's gradient of the rank's rows, summed over the group by the
+ *                 optimizer: compiler/passes/optimizer.c). */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -59,6 +65,22 @@ static int tp_seq_backward(Graph *g, int op, const int *dout, int *din) {
   int of[1] = {o.in[0]};
   OpKind k = o.kind == OP_TP_GATHER ? OP_TP_SCATTER : OP_TP_GATHER;
   return ops_grad_op(g, k, dout, 1, &o.a, &din[0], of) < 0 ? -1 : 0;
+}
+
+static int bias_add_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0), *b = ops_in(g, op, 1);
+  if (b->ndim != 1 || b->shape[0] != ops_last(x))
+    return ops_err(err, n, "expects b (C) with C = x's last dimension (%lld)", (long long)ops_last(x));
+  ops_out_like(&out[0], x, "bias_add");
+  return 0;
+}
+
+static int bias_add_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  if (dout[0] < 0) return 0;
+  din[0] = dout[0];
+  int of[1] = {o.in[1]};
+  return ops_grad_op(g, OP_LINEAR_BGRAD, dout, 1, NULL, &din[1], of) < 0 ? -1 : 0;
 }
 
 #define OPS_KERNEL_PASS
@@ -117,7 +139,32 @@ const OpInfo op_tp_scatter_info = {"tp_scatter",
                                    {tp_scatter_cpu_f32, tp_scatter_cpu_f64},
                                    TP_FACTS(INPLACE_NONE)};
 
+const OpInfo op_bias_add_info = {"bias_add",
+                                 2,
+                                 2,
+                                 1,
+                                 bias_add_infer,
+                                 ops_flops_elementwise,
+                                 bias_add_backward,
+                                 {bias_add_cpu_f32, bias_add_cpu_f64},
+                                 .facts = {.cost = COST_ELEMENTWISE,
+                                           .ceiling = CEIL_DRAM,
+                                           .inplace = INPLACE_IN0,
+                                           .rng = RNG_NONE,
+                                           .sink = SINK_NO,
+                                           .matmul = MATMUL_NONE,
+                                           .ew = &OP_EW_NONE}};
+
 #else /* OPS_KERNEL_PASS */
+
+static void K(bias_add_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  int64_t n = tensor_numel(x), C = ops_last(x);
+  const real *xs = in[0], *b = in[1];
+  real *y = out[0];
+  for (int64_t i = 0; i < n; i++)
+    y[i] = xs[i] + b[i % C];
+}
 
 static void K(tp_copy_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   int64_t n = tensor_numel(&c->g->t[op->in[0]]);

@@ -6,7 +6,9 @@
 # run's gathered into the one-rank layout by stepc_save_params), within fp32 tolerances (below); the
 # ranks of a run agree bitwise; with attention and hidden dropout (0.1), TP 2 (flash attention) and
 # TP 2 + SP (unfused attention) against the one-rank run with the same dropout: every rank draws its
-# slice of the one-rank mask. Then what stays refused: TP with MoE, MLA, biases,
+# slice of the one-rank mask; with linear biases (column-parallel biases split, row-parallel ones added
+# once after the reduction: BIAS_ADD), TP 2 and TP 2 + SP; GPT-3's layout (gpt3_tiny: all of it, with
+# LayerNorm, GELU, learned positions, tied embeddings) at TP 2. Then what stays refused: TP with MoE, MLA,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -27,14 +29,21 @@ tmp=${TP_KEEP:-$(mktemp -d)}
 trap '[ -n "${TP_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 STEPS=4
-build() { "$stepc" build models/tiny.lua model.bf16=false "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
+build() { "$stepc" build ${RECIPE:-models/tiny.lua} model.bf16=false "${@:2}" -o "$tmp/$1" >"$tmp/$1.log" 2>&1 || { cat "$tmp/$1.log"; fail "stepc build $1"; }; }
 build one
 DROP="model.attention_dropout=0.1 model.hidden_dropout=0.1"
 build one_drop $DROP
 build one_drop_unfused $DROP model.attention_backend=unfused
+build one_bias model.add_bias_linear=true
 build tp2 model.tensor_model_parallel_size=2 train.world_size=2
 build tp2drop model.tensor_model_parallel_size=2 train.world_size=2 $DROP
 build sp2drop_unfused model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true $DROP model.attention_backend=unfused
+build tp2bias model.tensor_model_parallel_size=2 train.world_size=2 model.add_bias_linear=true
+build sp2bias model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true model.add_bias_linear=true
+# GPT-3's layout (tests/recipes/gpt3_tiny.lua: LayerNorm, GELU, biases, learned positions, unfused
+# attention, dropout 0.1, tied embeddings) at TP 2
+RECIPE=tests/recipes/gpt3_tiny.lua build g3one
+RECIPE=tests/recipes/gpt3_tiny.lua build g3tp2 model.tensor_model_parallel_size=2 train.world_size=2
 build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
@@ -42,12 +51,12 @@ build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
   >"$tmp/tp2.plan.json" 2>/dev/null || fail "stepc plan tp2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/tp2.plan.json" "$tmp/tp2/plan.json" tp2 || fail "tp2's plan.json"
 "$t" run "$tmp/one" 1 $STEPS "$tmp/one.safetensors" >"$tmp/one.txt" || { cat "$tmp/one.txt"; fail "one rank"; }
-for r in one_drop one_drop_unfused; do
+for r in one_drop one_drop_unfused one_bias g3one; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done
 # dropout: each rank draws its slice of the one-rank mask (its heads' probabilities under TP, its
 # sequence rows of the residual stream under SP), so the runs match the one-rank run with dropout
-for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused; do
+for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
@@ -64,7 +73,6 @@ refuse() {
   echo "ok: refused: $what ($(grep -o -- "$pat[^,]*" "$tmp/r.log" | head -1))"
 }
 TP="model.tensor_model_parallel_size=2 train.world_size=2"
-refuse "TP with biases" "model.add_bias_linear=true" $TP model.add_bias_linear=true
 refuse "TP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $TP optimizer.use_distributed_optimizer=true
 refuse "TP 4 over 2 KV groups" "model.num_query_groups" model.tensor_model_parallel_size=4 train.world_size=4
 refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output_layer_chunks=4
