@@ -34,8 +34,6 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
        "fewer key/value groups than tensor-parallel ranks (Megatron replicates them)"},
       {m->vocab_size % tp != 0, SPEC_F_model_vocab_size,
        "a vocabulary that the tensor-parallel ranks cannot split evenly (pad it to a multiple of TP)"},
-      {m->sequence_parallel && strcmp(m->position_embedding_type, "learned_absolute") == 0,
-       SPEC_F_model_position_embedding_type, "learned absolute positions under sequence parallelism"},
       {spec_output_layer_chunks(s) > 1, SPEC_F_model_output_layer_chunks,
        "the chunked output layer and loss (LINEAR_CROSS_ENTROPY) under tensor parallelism"},
       {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,

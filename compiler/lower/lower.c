@@ -146,7 +146,8 @@ static int lower_embedding(Lower *L) {
   if (strcmp(L->s->model.position_embedding_type, "learned_absolute") == 0) {
     graph_module(g, "embedding.position_embeddings");
     int pos[2] = {x, param(L, "weight", 2, L->s->model.seq_length, L->c, IR_INIT_NORMAL, L->std)};
-    x = graph_op1(g, OP_POS_ADD, pos, 2, NULL, NULL);
+    OpAttrs pa = {.i = {L->sp}}; /* under SP the rank's block of each sequence */
+    x = graph_op1(g, OP_POS_ADD, pos, 2, &pa, NULL);
   }
   graph_module(g, "embedding");
   return hidden_dropout(L, x);

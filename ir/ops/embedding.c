@@ -4,6 +4,11 @@
  * EMBED_BWD takes the vocabulary size as i[0] rather than W itself, so that the backward does not
  * appear to read the table. POS_ADD_BWD likewise takes the table's row count as i[0].
  *
+ * Sequence parallelism: POS_ADD's i[0] = 1 (POS_ADD_BWD's i[1] = 1) when x holds this TP rank's
+ * block of each sequence, rows [rank * T_l, (rank + 1) * T_l) (ir/ops/tp.c's TP_SCATTER): row t
+ * adds P[rank * T_l + t], and the gradient is the rank's rows of dP, zero elsewhere (the optimizer
+ * sums a replicated parameter's gradient over the group under SP).
+ *
  * Vocab-parallel (tensor parallelism, Megatron's VocabParallelEmbedding): EMBED's i[0] = 1 (and
  * EMBED_BWD's i[1] = 1) when W is this TP rank's rows [rank * V_l, (rank + 1) * V_l) of the table:
  * a token outside them gives a zero row (the TP_ALLREDUCE or TP_SCATTER that follows sums the one
@@ -36,7 +41,8 @@ static int embed_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, 
 
 static int pos_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *p = ops_in(g, op, 1);
-  if (x->ndim != 3 || p->ndim != 2 || p->shape[1] != x->shape[2] || p->shape[0] < x->shape[1])
+  if (x->ndim != 3 || p->ndim != 2 || p->shape[1] != x->shape[2] ||
+      (!op->a.i[0] && p->shape[0] < x->shape[1]))
     return ops_err(err, n, "expects x (B, T, C) and a table (S >= T, C)");
   ops_out_like(&out[0], x, "out");
   return 0;
@@ -46,7 +52,7 @@ static int pos_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
   din[0] = dout[0];
-  OpAttrs a = {.i = {g->t[o.in[1]].shape[0]}};
+  OpAttrs a = {.i = {g->t[o.in[1]].shape[0], o.a.i[0]}};
   int of[1] = {o.in[1]};
   return ops_grad_op(g, OP_POS_ADD_BWD, &dout[0], 1, &a, &din[1], of) < 0 ? -1 : 0;
 }
@@ -190,12 +196,13 @@ typedef struct {
   const real *x, *p;
   real *y;
   int64_t b, t, c, s;
+  int64_t off; /* sequence parallel: the table row of this rank's first row (else 0) */
 } K(PosArgs);
 
 static void K(pos_range)(void *p, int64_t lo, int64_t hi) {
   const K(PosArgs) *a = p;
   for (int64_t r = lo; r < hi; r++) { /* r = b * T + t */
-    const real *pr = a->p + (r % a->t) * a->c;
+    const real *pr = a->p + (a->off + r % a->t) * a->c;
     for (int64_t j = 0; j < a->c; j++)
       a->y[r * a->c + j] = a->x[r * a->c + j] + pr[j];
   }
@@ -203,7 +210,14 @@ static void K(pos_range)(void *p, int64_t lo, int64_t hi) {
 
 static void K(pos_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  K(PosArgs) a = {in[0], in[1], out[0], x->shape[0], x->shape[1], x->shape[2], 0};
+  K(PosArgs) a = {in[0], in[1], out[0], x->shape[0], x->shape[1], x->shape[2], 0, 0};
+  if (op->a.i[0]) a.off = (int64_t)ops_tp_rank(c) * a.t;
+  /* a table shorter than the group's sequence (never lowered): NaN, not a read past the table */
+  if (a.off + a.t > c->g->t[op->in[1]].shape[0]) {
+    for (int64_t i = 0; i < a.b * a.t * a.c; i++)
+      a.y[i] = (real)NAN;
+    return;
+  }
   c->parallel_for(c, a.b * a.t, K(pos_range), &a);
 }
 
@@ -212,16 +226,18 @@ static void K(pos_bwd_range)(void *p, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; r++) /* r = table row */
     for (int64_t j = 0; j < a->c; j++) {
       real s = 0;
-      if (r < a->t)
+      int64_t t = r - a->off;
+      if (t >= 0 && t < a->t)
         for (int64_t b = 0; b < a->b; b++)
-          s += a->x[(b * a->t + r) * a->c + j];
+          s += a->x[(b * a->t + t) * a->c + j];
       a->y[r * a->c + j] = s;
     }
 }
 
 static void K(pos_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *dy = &c->g->t[op->in[0]];
-  K(PosArgs) a = {in[0], NULL, out[0], dy->shape[0], dy->shape[1], dy->shape[2], op->a.i[0]};
+  K(PosArgs) a = {in[0], NULL, out[0], dy->shape[0], dy->shape[1], dy->shape[2], op->a.i[0], 0};
+  if (op->a.i[1]) a.off = (int64_t)ops_tp_rank(c) * a.t;
   c->parallel_for(c, a.s, K(pos_bwd_range), &a);
 }
 

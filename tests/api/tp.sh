@@ -8,7 +8,8 @@
 # TP 2 + SP (unfused attention) against the one-rank run with the same dropout: every rank draws its
 # slice of the one-rank mask; with linear biases (column-parallel biases split, row-parallel ones added
 # once after the reduction: BIAS_ADD), TP 2 and TP 2 + SP; GPT-3's layout (gpt3_tiny: all of it, with
-# LayerNorm, GELU, learned positions, tied embeddings) at TP 2. Then what stays refused: TP with MoE, MLA,
+# LayerNorm, GELU, learned positions, tied embeddings) at TP 2 and TP 2 + SP (each rank adds its
+# sequence rows' positions). Then what stays refused: TP with MoE, MLA,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -44,6 +45,7 @@ build sp2bias model.tensor_model_parallel_size=2 train.world_size=2 model.sequen
 # attention, dropout 0.1, tied embeddings) at TP 2
 RECIPE=tests/recipes/gpt3_tiny.lua build g3one
 RECIPE=tests/recipes/gpt3_tiny.lua build g3tp2 model.tensor_model_parallel_size=2 train.world_size=2
+RECIPE=tests/recipes/gpt3_tiny.lua build g3sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
@@ -56,7 +58,7 @@ for r in one_drop one_drop_unfused one_bias g3one; do
 done
 # dropout: each rank draws its slice of the one-rank mask (its heads' probabilities under TP, its
 # sequence rows of the residual stream under SP), so the runs match the one-rank run with dropout
-for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one; do
+for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one g3sp2:2:g3one; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
