@@ -331,8 +331,10 @@ static int eval_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t
 /* The loss op's per-token losses of the micro-batch that ran, into tl (B*T): LINEAR_CROSS_ENTROPY
  * keeps them (token_loss); CROSS_ENTROPY keeps the row log-sum-exp beside the logits, and the
  * token's loss is its lse minus its target's logit, as ir/ops/linear_loss.c computes it (0 for an
- * ignored target). */
-static void token_losses(stepc_t *s, int lo, float *tl) {
+ * ignored target). Vocab-parallel (TP, CROSS_ENTROPY i[0] = 1): the lse is the group's already, and
+ * the target's logit, which one rank holds, is summed over the group (every rank gets the losses).
+ * 0, or -1 when the group's sum failed. */
+static int token_losses(stepc_t *s, int lo, float *tl) {
   const Graph *g = s->g;
   const Op *op = &g->op[lo];
   const Tensor *tgt = &g->t[op->in[op->kind == OP_CROSS_ENTROPY ? 1 : 2]];
@@ -340,13 +342,24 @@ static void token_losses(stepc_t *s, int lo, float *tl) {
   const float *o1 = cpu_exec_ptr(ex(s), op->out[1]);
   if (op->kind == OP_LINEAR_CROSS_ENTROPY) {
     memcpy(tl, o1, (size_t)n * sizeof *tl);
-    return;
+    return 0;
   }
   const float *x = cpu_exec_ptr(ex(s), op->in[0]);
   const int32_t *tg = cpu_exec_ptr(ex(s), op->in[1]);
   int64_t v = g->t[op->in[0]].shape[2];
+  if (op->a.i[0] && s->tp > 1) {
+    CpuTp *tp = &cpu(s)->tp;
+    int64_t off = (int64_t)tp->rank * v, all = v * tp->size;
+    for (int64_t r = 0; r < n; r++)
+      tl[r] = tg[r] >= off && tg[r] < off + v ? x[r * v + tg[r] - off] : 0.0f;
+    if (tp->allreduce(tp, tl, n, 0, 0)) return -1;
+    for (int64_t r = 0; r < n; r++)
+      tl[r] = tg[r] >= 0 && tg[r] < all ? o1[r] - tl[r] : 0.0f;
+    return 0;
+  }
   for (int64_t r = 0; r < n; r++)
     tl[r] = tg[r] >= 0 && tg[r] < v ? o1[r] - x[r * v + tg[r]] : 0.0f;
+  return 0;
 }
 
 /* Per micro-batch: its inputs, then the micro program's forward points as an evaluation runs them
@@ -355,10 +368,6 @@ static void token_losses(stepc_t *s, int lo, float *tl) {
 static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, double den, double *sum,
                              float *lp) {
   ApiCpu *c = cpu(s);
-  if (lp && s->tp > 1) /* the token's log-prob needs its target's logit, which one TP rank holds */
-    return api_fail(s, STEPC_ERR_UNSUPPORTED,
-                    "stepc_eval: per-token log-probabilities under tensor parallelism are not computed yet "
-                    "(the evaluation's loss is)");
   cpu_exec_set_loss_den(ex(s), den); /* the next step sets its own */
   const Graph *g = s->g;
   EvalData d = {.base = {.fill = eval_fill}, .tok = tok, .tg = tg};
@@ -377,7 +386,8 @@ static stepc_status cpu_eval(stepc_t *s, const int32_t *tok, const int32_t *tg, 
     *sum += cpu_exec_get(ex(s), g->loss, 0);
     if (lp) {
       float *out = lp + mb * ntok;
-      token_losses(s, lo, out);
+      if (token_losses(s, lo, out) != 0)
+        return api_fail(s, STEPC_ERR_RUNTIME, "stepc_eval: tensor parallel: the target logits' sum failed");
       api_eval_logprobs(out, ntok, out);
     }
   }

@@ -32,6 +32,8 @@
  *   test_dp cuda   ARTN                     a TP (or EP) artifact opened on the cuda device: refused, naming
  * it test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
  *                                          its shards) and save them again, gathered: the same tensors, bitwise
+ * test_dp evaleq ARTA NA ARTB NB PARAMS    stepc_eval of one batch from PARAMS on NA ranks of ARTA and NB of
+ *                                          ARTB: loss and per-token log-probs within fp32 tolerances
  * test_dp measure ARTN N PARAMS          one step on N ranks, then each rank's stepc_measure as a line "measure RANK
  * arena REGION STATE MAX_ALLOCATED PREDICTED"; rank 0's parameters saved to PARAMS (their shapes)
  *
@@ -94,6 +96,9 @@ typedef struct {
   Action act;
   const char *load, *save; /* checkpoint to resume from / to write after the steps */
   const char *load_params; /* parameters to load after the open (stepc_load_params), or NULL */
+  int eval;                /* after the load: stepc_eval of a fixed batch (eval_batch) into eval_loss, lp */
+  double eval_loss;
+  float *lp;               /* the batch's per-token log-probabilities (the caller's, count floats) */
   const char *params;      /* where to save the parameters at the end */
   const char *addr;        /* master_addr; NULL: the default */
   int bind;                /* bind each step's batch (this rank's micro-batches of a global batch);
@@ -154,6 +159,18 @@ static void *rank_main(void *p) {
   }
   stepc_info in;
   stepc_get_info(s, &in);
+  if (r->eval) { /* a fixed batch, the same on every rank (a job of one data-parallel rank) */
+    size_t n = (size_t)(in.num_microbatches * in.micro_batch_size * in.seq_length);
+    int32_t *tok = malloc(n * sizeof *tok), *tg = malloc(n * sizeof *tg);
+    for (size_t i = 0; tok && tg && i < n; i++) {
+      uint64_t h = (i + 17) * 2654435761u;
+      tok[i] = (int32_t)((h >> 7) % (uint64_t)in.vocab_size), tg[i] = (int32_t)((h >> 17) % (uint64_t)in.vocab_size);
+      if (i % 5 == 3) tg[i] = -100; /* some targets ignored */
+    }
+    r->step_st = tok && tg ? stepc_eval(s, tok, tg, n, &r->eval_loss, r->lp) : STEPC_ERR_NOMEM;
+    free(tok), free(tg);
+    if (r->step_st != STEPC_OK) snprintf(r->err, sizeof r->err, "%s", stepc_last_error(s));
+  }
   double t = now_s();
   for (int i = (int)in.step; i < r->steps; i++) {
     if (r->act == ACT_EXIT_AFTER_1 && r->done == 1) break;
@@ -541,6 +558,52 @@ static int mode_cuda(const char *art) {
   return fails != 0;
 }
 
+/* stepc_eval of one fixed batch on na ranks of arta and nb of artb, each from the one-rank
+ * parameters: the loss and every per-token log-probability of b's ranks within (loss_rel, lp_abs) of
+ * a's rank 0, and b's ranks bitwise the same. */
+static int mode_evaleq(const char *arta, int na, const char *artb, int nb, const char *params) {
+  static Rank a[MAXR], b[MAXR];
+  enum { NLP = 1 << 16 };
+  static float lpa[MAXR][NLP], lpb[MAXR][NLP];
+  setup(a, na, arta, 0);
+  for (int i = 0; i < na; i++) a[i].load_params = params, a[i].eval = 1, a[i].lp = lpa[i];
+  run_ranks(a, na);
+  setup(b, nb, artb, 0);
+  for (int i = 0; i < nb; i++) b[i].load_params = params, b[i].eval = 1, b[i].lp = lpb[i];
+  run_ranks(b, nb);
+  for (int i = 0; i < na; i++) CHECK(a[i].step_st == STEPC_OK, "%s rank %d: %s", arta, i, a[i].err);
+  for (int i = 0; i < nb; i++) CHECK(b[i].step_st == STEPC_OK, "%s rank %d: %s", artb, i, b[i].err);
+  if (fails) return 1;
+  stepc_t *s = NULL; /* the batch's size, from the artifact */
+  stepc_options o = stepc_options_default();
+  o.device = STEPC_DEVICE_CPU;
+  int64_t n = 0;
+  if (stepc_open(arta, &o, &s) == STEPC_OK) {
+    stepc_info in;
+    stepc_get_info(s, &in);
+    n = in.num_microbatches * in.micro_batch_size * in.seq_length;
+  }
+  stepc_close(s);
+  CHECK(n > 0 && n <= NLP, "the batch of %lld tokens (at most %d)", (long long)n, NLP);
+  if (fails) return 1;
+  double worst = 0, rel = fabs(b[0].eval_loss - a[0].eval_loss) / fabs(a[0].eval_loss);
+  int ignored = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = fabs((double)lpb[0][k] - (double)lpa[0][k]);
+    worst = d > worst ? d : worst, ignored += lpa[0][k] == 0.0f;
+  }
+  for (int i = 1; i < nb; i++)
+    CHECK(b[i].eval_loss == b[0].eval_loss && !memcmp(lpb[i], lpb[0], (size_t)n * sizeof(float)),
+          "%s rank %d's evaluation differs from rank 0's", artb, i);
+  CHECK(rel <= 1e-5 && worst <= 1e-4 && ignored > 0,
+        "%s against %s: loss %.9g vs %.9g (%.2g relative), log-probs within %.2g, %d ignored", artb, arta, b[0].eval_loss,
+        a[0].eval_loss, rel, worst, ignored);
+  if (!fails)
+    printf("ok: stepc_eval on %d ranks = on %d: loss %.9g (%.2g relative), %lld log-probs within %.2g (%d ignored targets 0)\n",
+           nb, na, b[0].eval_loss, rel, (long long)n, worst, ignored);
+  return fails != 0;
+}
+
 /* n ranks of a TP (or EP) artifact load a one-rank parameter file, each taking its shards, and save
  * the parameters again (gathered, rank 0 writes): every tensor's bytes as loaded. */
 static int mode_tpload(const char *art, int n, const char *params, const char *tmp) {
@@ -618,6 +681,7 @@ int main(int argc, char **argv) {
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
   if (!strcmp(m, "cuda") && argc == 3) return mode_cuda(argv[2]);
   if (!strcmp(m, "tpload") && argc == 6) return mode_tpload(argv[2], atoi(argv[3]), argv[4], argv[5]);
+  if (!strcmp(m, "evaleq") && argc == 7) return mode_evaleq(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "run") && argc == 6) return mode_run(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
   if (!strcmp(m, "equal") && argc == 8) return mode_equal(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atoi(argv[6]), argv[7]);
   if (!strcmp(m, "disagree") && argc == 5) return mode_disagree(argv[2], atoi(argv[3]), argv[4]);

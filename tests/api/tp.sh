@@ -9,7 +9,8 @@
 # slice of the one-rank mask; with linear biases (column-parallel biases split, row-parallel ones added
 # once after the reduction: BIAS_ADD), TP 2 and TP 2 + SP; GPT-3's layout (gpt3_tiny: all of it, with
 # LayerNorm, GELU, learned positions, tied embeddings) at TP 2 and TP 2 + SP (each rank adds its
-# sequence rows' positions). Then what stays refused: TP with MoE, MLA,
+# sequence rows' positions); stepc_eval's loss and log-probs at TP 2 and TP 2 + SP. Then what stays
+# refused: TP with MoE, MLA,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -65,6 +66,11 @@ for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:o
   python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-5 5e-5 || fail "$a against one rank"
 done
 cmp -s "$tmp/one.txt" "$tmp/one_drop.txt" && fail "dropout 0.1 changed nothing in the one-rank run"
+# stepc_eval under TP (vocab-parallel loss: each token's target logit summed over the group): loss and
+# per-token log-probabilities of the one-rank parameters against one rank's
+for a in tp2:one g3sp2:g3one; do
+  "$t" evaleq "$tmp/${a#*:}" 1 "$tmp/${a%:*}" 2 "$tmp/${a#*:}.safetensors" || fail "${a%:*}'s evaluation"
+done
 # what stays refused at build: exit 4, the field and where the recipe sets it
 refuse() {
   local what=$1 pat=$2; shift 2
