@@ -362,15 +362,21 @@ static void join(char *out, size_t n, const char *dir, const char *name) {
   snprintf(out, n, "%s/%s", dir, name);
 }
 
-/* The optimizer file: one per rank when the state is sharded (ZeRO-1), else one. */
+/* The file of rank `rank`'s state beside model.safetensors: its shard of everything under TP / EP
+ * (layout_shards), its optimizer shard under ZeRO-1, else the one optimizer file. */
+static void state_file_name(const stepc_t *s, int rank, char *name, size_t n) {
+  if (layout_shards(s))
+    snprintf(name, n, "shard.rank%d.safetensors", rank);
+  else if (s->owner && s->world > 1)
+    snprintf(name, n, "optimizer.rank%d.safetensors", rank);
+  else
+    snprintf(name, n, "optimizer.safetensors");
+}
+
+/* This rank's state file in dir. */
 static void optimizer_file(const stepc_t *s, const char *dir, char *path, size_t n) {
   char name[64];
-  if (layout_shards(s))
-    snprintf(name, sizeof name, "shard.rank%d.safetensors", s->rank);
-  else if (s->owner && s->world > 1)
-    snprintf(name, sizeof name, "optimizer.rank%d.safetensors", s->rank);
-  else
-    snprintf(name, sizeof name, "optimizer.safetensors");
+  state_file_name(s, s->rank, name, sizeof name);
   join(path, n, dir, name);
 }
 
@@ -394,19 +400,15 @@ static int fsync_path(const char *path) {
   return rc;
 }
 
-/* The checkpoint's files (as state.json lists them): the parameters, then the optimizer state,
- * whole or one shard per rank. Their count. */
+/* The checkpoint's files (as state.json lists them): the parameters, then the state files, one or
+ * one per rank (state_file_name). Their count. */
 static int checkpoint_file(const stepc_t *s, int i, char *name, size_t n) {
-  int shards = (s->owner && s->world > 1) || layout_shards(s) ? s->world : 1;
+  int files = (s->owner && s->world > 1) || layout_shards(s) ? s->world : 1;
   if (i == 0)
     snprintf(name, n, "model.safetensors");
-  else if (layout_shards(s))
-    snprintf(name, n, "shard.rank%d.safetensors", i - 1);
-  else if (shards > 1)
-    snprintf(name, n, "optimizer.rank%d.safetensors", i - 1);
   else
-    snprintf(name, n, "optimizer.safetensors");
-  return 1 + shards;
+    state_file_name(s, i - 1, name, n);
+  return 1 + files;
 }
 
 /* state.json, last, with every file's size and FNV-1a: a checkpoint is what state.json names. */
