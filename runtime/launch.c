@@ -41,3 +41,18 @@ int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes) {
   if (rt_check(d, d->cuMemcpyDtoHAsync(dst, src, bytes, d->stream), "cuMemcpyDtoHAsync")) return RT_ERROR;
   return rt_sync(d);
 }
+
+void rt_coll_bytes(const RtColl *c, int size, int64_t *src_bytes, int64_t *dst_bytes) {
+  int64_t es = c->dtype == RT_COLL_BF16 ? 2 : 4, n = c->count * es;
+  *src_bytes = c->op == RT_COLL_REDUCE_SCATTER ? n * size : n;
+  *dst_bytes = c->op == RT_COLL_ALL_GATHER ? n * size : n;
+}
+
+int rt_coll(RtDevice *d, const RtColl *c) {
+  if (d->rec) return rt_record_coll(d, c);
+  if (c->count <= 0) return RT_OK;
+  if (!d->coll)
+    return rt_fail(d, "a collective (tensor parallelism) with no communicator: the step was opened without "
+                      "the job's ranks");
+  return d->coll->run(d->coll->ctx, d, c);
+}

@@ -31,11 +31,14 @@ int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
 #define LP_N(f)
 #define LP_G(f) slot[n++] = (uint64_t *)&r->gemm.f;
 #define LP_S(f) slot[n++] = (uint64_t *)&r->sdpa.f;
+#define LP_C(f) slot[n++] = (uint64_t *)&r->coll.f;
   case RT_REC_GEMM: RT_GEMM_FIELDS(LP_N, LP_G, LP_N) break;
   case RT_REC_SDPA: RT_SDPA_FIELDS(LP_N, LP_S, LP_N) break;
+  case RT_REC_COLL: RT_COLL_FIELDS(LP_N, LP_C, LP_N) break;
 #undef LP_N
 #undef LP_G
 #undef LP_S
+#undef LP_C
   case RT_REC_COPY: slot[n++] = (uint64_t *)&r->src; /* fall through */
   case RT_REC_MEMSET: slot[n++] = (uint64_t *)&r->dst; break;
   }

@@ -41,7 +41,7 @@
 #define LP_PTR (1ull << 63)
 #define LP_MAX_ARGS 24
 
-typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA } RtRecKind;
+typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA, RT_REC_COLL } RtRecKind;
 
 /* One record: a call with its arguments (a recording device's entry, runtime/record.h, and a
  * program's, pointers then relocated as above). */
@@ -57,6 +57,9 @@ typedef struct {
   RtGemm gemm;
   /* RT_REC_SDPA */
   RtSdpa sdpa;
+  /* RT_REC_COLL: a collective over the rank's TP (or EP) group, through the communicator the API
+   * layer gives the device (rt.h RtCollOps) */
+  RtColl coll;
   /* RT_REC_MEMSET (dst, bytes), RT_REC_COPY (dst <- src, bytes) */
   CUdeviceptr dst, src;
   uint64_t bytes;

@@ -97,6 +97,14 @@ int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes) 
   return RT_OK;
 }
 
+int rt_record_coll(RtDevice *d, const RtColl *c) {
+  if (!d->rec->on || c->count <= 0) return RT_OK;
+  RtRec *e = push(d, RT_REC_COLL);
+  if (!e) return RT_ERROR;
+  e->coll = *c;
+  return RT_OK;
+}
+
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes) {
   *p = d->fake_next;
   d->fake_next += (bytes + FAKE_GAP - 1) / FAKE_GAP * FAKE_GAP + FAKE_GAP;
@@ -127,6 +135,12 @@ int rt_record_equal(const RtRec *a, const RtRec *b) {
     RT_SDPA_FIELDS(EQ_I, EQ_I, EQ_F)
 #undef EQ_I
 #undef EQ_F
+    return 1;
+  case RT_REC_COLL:
+#define EQ_I(f)                                                                                              \
+  if (a->coll.f != b->coll.f) return 0;
+    RT_COLL_FIELDS(EQ_I, EQ_I, EQ_I)
+#undef EQ_I
     return 1;
   case RT_REC_MEMSET: return a->dst == b->dst && a->bytes == b->bytes;
   case RT_REC_COPY: return a->dst == b->dst && a->src == b->src && a->bytes == b->bytes;

@@ -1,5 +1,5 @@
 /* record.h — a recording device: the launch lowering (compiler/codegen/launch/op_*.c) run without a
- * GPU, every kernel launch, cuBLASLt GEMM, cuDNN call, memset and copy captured with its arguments
+ * GPU, every kernel launch, cuBLASLt GEMM, cuDNN call, memset, copy and collective captured with its arguments
  * instead of executed (RtRec, runtime/program.h). `stepc build` records the planned step this way
  * and stores the records as the launch program (compiler/codegen/launch/program.c); the player
  * (runtime/cuda/player.c) can also play a program into a recorder, which is how CI checks that a
@@ -36,6 +36,7 @@ int rt_record_gemm(RtDevice *d, const RtGemm *g);
 int rt_record_sdpa(RtDevice *d, const RtSdpa *s);
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
+int rt_record_coll(RtDevice *d, const RtColl *c);
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
 
 /* Whether two records are the same call (every field; pointer arguments compared as given). */

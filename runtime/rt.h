@@ -100,6 +100,51 @@ typedef struct RtBlas RtBlas;
 typedef struct RtDnn RtDnn;
 typedef struct RtRecorder RtRecorder;
 
+/* ---- a collective over a group of the job's ranks (coll.c), as the launch program holds it ----
+ * Tensor parallelism's ops (ir/ops/tp.c) lowered for CUDA: an all-reduce (sum or max), an all-gather
+ * or a reduce-scatter of a contiguous device buffer over the rank's TP group (or EP group),
+ * enqueued on the step's stream in program order. count is in elements of dtype: all-reduce, of src
+ * and dst (src == dst allowed); all-gather, of src (dst holds count x the group's size, member after
+ * member); reduce-scatter, of dst (src holds count x the group's size; member r receives the sum of
+ * every member's r-th block). Sums combine the members in group order (member 0 + member 1 + ...)
+ * where the backend can fix the order (the host-staged one: runtime/coll_host.h); NCCL's order is
+ * its own. The fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
+typedef enum {
+  RT_COLL_ALLREDUCE_SUM = 0,
+  RT_COLL_ALLREDUCE_MAX = 1,
+  RT_COLL_ALL_GATHER = 2,
+  RT_COLL_REDUCE_SCATTER = 3,
+  RT_COLL_OPS
+} RtCollOp;
+enum { RT_COLL_F32 = 0, RT_COLL_BF16 = 1, RT_COLL_TYPES };
+enum { RT_COLL_GROUP_TP = 0, RT_COLL_GROUP_EP = 1, RT_COLL_GROUPS };
+// clang-format off (an X-macro list, one entry a line)
+#define RT_COLL_FIELDS(I, P, F)                                                                              \
+  I(op)                                                                                                      \
+  I(dtype)                                                                                                   \
+  I(group)                                                                                                   \
+  I(count)                                                                                                   \
+  P(src)                                                                                                     \
+  P(dst)
+// clang-format on
+typedef struct {
+#define RT_CF_I(f) int64_t f;
+#define RT_CF_P(f) CUdeviceptr f;
+  RT_COLL_FIELDS(RT_CF_I, RT_CF_P, RT_CF_P)
+#undef RT_CF_I
+#undef RT_CF_P
+} RtColl;
+/* Bytes of src and of dst of a collective on a group of `size` ranks. */
+void rt_coll_bytes(const RtColl *c, int size, int64_t *src_bytes, int64_t *dst_bytes);
+/* A communicator's entry points (RtDevice.coll): prepare is called once per collective of a
+ * program before anything plays (outside any capture: buffers sized there), run enqueues one on
+ * the device's stream (capturable). Each 0, or nonzero with the message in d->err. */
+typedef struct {
+  int (*prepare)(void *ctx, RtDevice *d, const RtColl *c);
+  int (*run)(void *ctx, RtDevice *d, const RtColl *c);
+  void *ctx;
+} RtCollOps;
+
 struct RtDevice {
 #define RT_DECL(f) __typeof__(&f) f;
   RT_DRIVER_FUNCS(RT_DECL)
@@ -115,6 +160,9 @@ struct RtDevice {
   char name[256];
   RtBlas *blas;
   RtDnn *dnn; /* cuDNN, loaded on the first fused attention (cudnn.c) */
+  /* the job's collectives (tensor parallelism): set by the API layer before a program with
+   * collectives plays; NULL: a collective fails naming it */
+  const RtCollOps *coll;
   /* set: a recording device (record.h) — no driver; allocations get distinct fake addresses and
    * launches, GEMMs, memsets and copies are appended to the recorder instead of running */
   RtRecorder *rec;
@@ -154,6 +202,8 @@ int rt_memset0(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_copy_d2d(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 int rt_copy_h2d(RtDevice *d, CUdeviceptr dst, const void *src, size_t bytes);
 int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes); /* synchronous */
+/* A collective (above): recorded on a recording device, else run through d->coll. */
+int rt_coll(RtDevice *d, const RtColl *c);
 
 /* ---- arena.c: tracked allocations ---- */
 int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what);

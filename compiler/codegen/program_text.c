@@ -66,6 +66,15 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
     fprintf(f, "\n");
     break;
   }
+  case RT_REC_COLL: {
+    static const char *const opn[RT_COLL_OPS] = {"allreduce_sum", "allreduce_max", "all_gather", "reduce_scatter"};
+    const RtColl *c = &r->coll;
+    fprintf(f, "  COLL %s %s %s", c->op >= 0 && c->op < RT_COLL_OPS ? opn[c->op] : "?",
+            c->dtype == RT_COLL_BF16 ? "bf16" : "f32", c->group == RT_COLL_GROUP_EP ? "ep" : "tp");
+    RT_COLL_FIELDS(TX_I, TX_P, TX_F)
+    fprintf(f, "\n");
+    break;
+  }
 #undef TX_I
 #undef TX_P
 #undef TX_F

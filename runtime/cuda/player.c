@@ -72,6 +72,22 @@ static int choose_attention(RtPlayer *p) {
   return RT_OK;
 }
 
+/* Every collective's buffers sized by its communicator now, outside any capture; a program with
+ * collectives and no communicator is refused here rather than halfway through a step. */
+static int prepare_collectives(RtPlayer *p) {
+  RtDevice *d = p->d;
+  for (int i = 0; i < p->lp->f.nrec; i++) {
+    if (p->lp->rec[i].kind != RT_REC_COLL || d->rec) continue;
+    if (!d->coll)
+      return rt_fail(d, "the launch program holds collectives (tensor parallelism) and the step was opened "
+                        "without the job's ranks");
+    RtRec c;
+    relocated(p, &p->lp->rec[i], &c);
+    if (d->coll->prepare(d->coll->ctx, d, &c.coll)) return RT_ERROR;
+  }
+  return RT_OK;
+}
+
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   RtPlayer *p = calloc(1, sizeof *p);
   const LpFacts *f = &lp->f;
@@ -91,6 +107,7 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   if (!rc && f->ntable && !d->rec)
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
   if (!rc) rc = choose_attention(p);
+  if (!rc) rc = prepare_collectives(p);
   if (!rc) rc = rt_sync(d);
   if (rc) {
     rt_player_free(p);
@@ -125,6 +142,7 @@ static int play_one(RtPlayer *p, const RtRec *r) {
   case RT_REC_SDPA: return rt_sdpa_run(d, &c.sdpa);
   case RT_REC_MEMSET: return rt_memset0(d, c.dst, (size_t)c.bytes);
   case RT_REC_COPY: return rt_copy_d2d(d, c.dst, c.src, (size_t)c.bytes);
+  case RT_REC_COLL: return rt_coll(d, &c.coll);
   }
   return rt_fail(d, "a launch-program record of kind %d", (int)c.kind);
 }

@@ -34,8 +34,10 @@ static RtRec expected(const RtRec *r, const RtDevice *d, CUdeviceptr base) {
 #define X_N(f)
 #define X_G(f) if (e.gemm.f & LP_PTR) e.gemm.f = base + (e.gemm.f & ~LP_PTR);
 #define X_S(f) if (e.sdpa.f & LP_PTR) e.sdpa.f = base + (e.sdpa.f & ~LP_PTR);
+#define X_C(f) if (e.coll.f & LP_PTR) e.coll.f = base + (e.coll.f & ~LP_PTR);
   if (e.kind == RT_REC_GEMM) RT_GEMM_FIELDS(X_N, X_G, X_N)
   if (e.kind == RT_REC_SDPA) RT_SDPA_FIELDS(X_N, X_S, X_N)
+  if (e.kind == RT_REC_COLL) RT_COLL_FIELDS(X_N, X_C, X_N)
   for (int i = 0; i < n; i++)
     if (*p[i] & LP_PTR) *p[i] = base + (*p[i] & ~LP_PTR);
   return e;
@@ -77,8 +79,11 @@ static uint64_t rec_hash(uint64_t h, const RtRec *r) {
     break;
 #define HG(f) H(r->gemm.f);
 #define HS(f) H(r->sdpa.f);
+#define HC(f) H(r->coll.f);
   case RT_REC_GEMM: RT_GEMM_FIELDS(HG, HG, HG) break;
   case RT_REC_SDPA: RT_SDPA_FIELDS(HS, HS, HS) break;
+  case RT_REC_COLL: RT_COLL_FIELDS(HC, HC, HC) break;
+#undef HC
 #undef HG
 #undef HS
   case RT_REC_MEMSET:
