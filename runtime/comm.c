@@ -221,6 +221,7 @@ static int begin(RtComm *c) {
 }
 
 int rt_comm_allreduce_sum(RtComm *c, void *buf, size_t n, RtCommType t) {
+  if (t == RT_COMM_BF16) return rt_comm_group_allreduce(c, &(RtCommGroup){0, 1, c->size}, buf, n, t, 0);
   if (begin(c)) return -1;
   if (c->size == 1) return 0;
   size_t bytes = n * type_size(t);
@@ -233,6 +234,8 @@ int rt_comm_allreduce_sum(RtComm *c, void *buf, size_t n, RtCommType t) {
 }
 
 int rt_comm_reduce_scatter_sum(RtComm *c, const void *send, void *recv, size_t n, RtCommType t) {
+  if (t == RT_COMM_BF16)
+    return rt_comm_group_reduce_scatter(c, &(RtCommGroup){0, 1, c->size}, c->rank, send, recv, n, t);
   if (begin(c)) return -1;
   size_t es = type_size(t), bytes = n * es * (size_t)c->size;
   if (c->size == 1) {

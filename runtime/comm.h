@@ -34,7 +34,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { RT_COMM_F32 = 0, RT_COMM_F64 = 1 } RtCommType;
+/* Element types. RT_COMM_BF16: bf16 bit patterns (uint16); sums are accumulated in fp32 in the
+ * fixed order and rounded to bf16 once (round to nearest even, a NaN stays a NaN), max compares the
+ * values as floats. */
+typedef enum { RT_COMM_F32 = 0, RT_COMM_F64 = 1, RT_COMM_BF16 = 2 } RtCommType;
 
 #define RT_COMM_DEFAULT_TIMEOUT_S 300.0
 #define RT_COMM_MAX_TIMEOUT_S 86400.0 /* a day: anything longer (inf, say) is refused as unbounded */
@@ -70,9 +73,11 @@ const char *rt_comm_error(const RtComm *c);
 /* Host collectives over host memory; each 0, or -1 with the message (rt_comm_error). Every rank
  * must call the same collectives in the same order with the same counts: a rank that does not is
  * reported, not silently mixed in. */
-/* buf := buf(rank 0) + buf(rank 1) + ... + buf(rank N-1), in that order, on every rank. */
+/* buf := buf(rank 0) + buf(rank 1) + ... + buf(rank N-1), in that order, on every rank (bf16: the
+ * group all-reduce below over the whole job). */
 int rt_comm_allreduce_sum(RtComm *c, void *buf, size_t n, RtCommType t);
-/* recv (n elements) := the sum, as above, of every rank's send[rank * n .. (rank + 1) * n). */
+/* recv (n elements) := the sum, as above, of every rank's send[rank * n .. (rank + 1) * n) (bf16:
+ * the group reduce-scatter below over the whole job). */
 int rt_comm_reduce_scatter_sum(RtComm *c, const void *send, void *recv, size_t n, RtCommType t);
 /* recv (size * bytes) := every rank's send (bytes each), rank after rank. */
 int rt_comm_all_gather(RtComm *c, const void *send, void *recv, size_t bytes);
@@ -89,11 +94,12 @@ int rt_comm_barrier(RtComm *c);
 typedef struct {
   int first, stride, count;
 } RtCommGroup;
-/* buf := the members' elementwise sum (max: maximum) */
+/* buf := the members' elementwise sum (max: maximum); f32, f64 or bf16 */
 int rt_comm_group_allreduce(RtComm *c, const RtCommGroup *g, void *buf, size_t n, RtCommType t, int max);
 /* recv (count * bytes) := every member's send, member after member */
 int rt_comm_group_all_gather(RtComm *c, const RtCommGroup *g, const void *send, void *recv, size_t bytes);
-/* recv (n) := the members' sum of send[member * n .. (member + 1) * n), for this rank's `member` */
+/* recv (n) := the members' sum of send[member * n .. (member + 1) * n), for this rank's `member`;
+ * f32, f64 or bf16 */
 int rt_comm_group_reduce_scatter(RtComm *c, const RtCommGroup *g, int member, const void *send, void *recv,
                                  size_t n, RtCommType t);
 
