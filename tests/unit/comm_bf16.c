@@ -195,10 +195,9 @@ int main(void) {
   for (int r = 0; r < N; r++)
     pthread_join(th[r], NULL);
   if (fails) return 1;
-  printf("ok: bf16 group all-reduce (sum, max) and reduce-scatter over {0,1}{2,3}, {0,2}{1,3}, {0,1,2}{3} "
-         "and the "
-         "whole job of %d ranks, bitwise the sequential reference; ties to even, one rounding; f32, f64 as "
-         "before\n",
+  printf("ok: bf16 group all-reduce (sum, max) and reduce-scatter over {0,1}{2,3}, {0,2}{1,3}, {0,1,2} "
+         "({1,2,3}), {3} alone and the whole job of %d ranks, bitwise the sequential reference; ties to "
+         "even, one rounding; f32, f64 as before\n",
          N);
   return 0;
 }
