@@ -18,6 +18,8 @@
   X(ncclGetErrorString)                                                                                      \
   X(ncclCommGetAsyncError)                                                                                   \
   X(ncclAllReduce)                                                                                           \
+  X(ncclAllGather)                                                                                           \
+  X(ncclReduceScatter)                                                                                       \
   X(ncclReduce)                                                                                              \
   X(ncclBroadcast)                                                                                           \
   X(ncclGroupStart)                                                                                          \
@@ -25,9 +27,10 @@
 // clang-format on
 
 struct RtNccl {
-  void *lib;
+  void *lib; /* each RtNccl holds its own dlopen reference (a split's child too): dlclose'd by its free */
   ncclComm_t comm;
   int version;
+  int rank, size; /* in comm (rt_nccl_init's, or the split's) */
 #define NCCL_PTR(f) __typeof__(&f) f;
   NCCL_FUNCS(NCCL_PTR)
 #undef NCCL_PTR
@@ -91,7 +94,101 @@ int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, 
                  size_t nerr) {
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
+  n->rank = rank, n->size = size;
   return nccl_check(n, n->ncclCommInitRank(&n->comm, size, u, rank), "ncclCommInitRank", err, nerr);
+}
+
+int rt_nccl_split(RtNccl *parent, int color, int key, RtNccl **out, char *err, size_t nerr) {
+  *out = NULL;
+  if (!parent->comm)
+    return snprintf(err, nerr, "ncclCommSplit: the parent communicator is not initialised"), -1;
+  if (color < 0) return snprintf(err, nerr, "ncclCommSplit: color %d (a group's color is >= 0)", color), -1;
+  __typeof__(&ncclCommSplit) split;
+  __typeof__(&ncclCommUserRank) user_rank;
+  __typeof__(&ncclCommCount) count;
+  *(void **)&split = dlsym(parent->lib, "ncclCommSplit");
+  *(void **)&user_rank = dlsym(parent->lib, "ncclCommUserRank");
+  *(void **)&count = dlsym(parent->lib, "ncclCommCount");
+  if (!split || !user_rank || !count)
+    return snprintf(
+               err, nerr,
+               "libnccl.so.2 (version %d) lacks ncclCommSplit: a TP group's communicator inside a larger "
+               "job needs NCCL 2.18 or later",
+               parent->version),
+           -1;
+  RtNccl *n = malloc(sizeof *n);
+  if (!n) return snprintf(err, nerr, "out of memory"), -1;
+  *n = *parent;
+  n->comm = NULL;
+  /* the child's own reference to the library (the loader counts them): freeing either first is safe */
+  n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!n->lib) {
+    const char *e = dlerror();
+    snprintf(err, nerr, "ncclCommSplit: dlopen libnccl.so.2 again: %s", e ? e : "failed");
+    free(n);
+    return -1;
+  }
+  /* NULL config: the child inherits the parent's (blocking, as rt_nccl_init's) */
+  if (nccl_check(n, split(parent->comm, color, key, &n->comm, NULL), "ncclCommSplit", err, nerr) ||
+      nccl_check(n, user_rank(n->comm, &n->rank), "ncclCommUserRank", err, nerr) ||
+      nccl_check(n, count(n->comm, &n->size), "ncclCommCount", err, nerr)) {
+    rt_nccl_free(n, 1);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
+int rt_nccl_rank(const RtNccl *n) { return n->rank; }
+int rt_nccl_size(const RtNccl *n) { return n->size; }
+
+int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr) {
+  if (c->dtype != RT_COLL_F32 && c->dtype != RT_COLL_BF16)
+    return snprintf(err, nerr, "NCCL collective: element type %lld", (long long)c->dtype), -1;
+  if (c->count < 0) return snprintf(err, nerr, "NCCL collective: %lld elements", (long long)c->count), -1;
+  ncclDataType_t t = c->dtype == RT_COLL_BF16 ? ncclBfloat16 : ncclFloat32;
+  const void *src = (const void *)(uintptr_t)c->src;
+  void *dst = (void *)(uintptr_t)c->dst;
+  size_t count = (size_t)c->count;
+  cudaStream_t st = (cudaStream_t)s;
+  switch (c->op) {
+  case RT_COLL_ALLREDUCE_SUM:
+  case RT_COLL_ALLREDUCE_MAX:
+    return nccl_check(
+        n,
+        n->ncclAllReduce(src, dst, count, t, c->op == RT_COLL_ALLREDUCE_MAX ? ncclMax : ncclSum, n->comm, st),
+        "ncclAllReduce", err, nerr);
+  case RT_COLL_ALL_GATHER: /* count: each member's part */
+    return nccl_check(n, n->ncclAllGather(src, dst, count, t, n->comm, st), "ncclAllGather", err, nerr);
+  case RT_COLL_REDUCE_SCATTER: /* count: each member's result */
+    return nccl_check(n, n->ncclReduceScatter(src, dst, count, t, ncclSum, n->comm, st), "ncclReduceScatter",
+                      err, nerr);
+  }
+  return snprintf(err, nerr, "NCCL collective: op %lld", (long long)c->op), -1;
+}
+
+/* ---- RtCollOps over NCCL ---- */
+
+static int nccl_coll_prepare(void *ctx, RtDevice *d, const RtColl *c) {
+  RtCollNccl *x = ctx;
+  if (c->group < 0 || c->group >= RT_COLL_GROUPS || !x->group[c->group])
+    return rt_fail(d,
+                   "NCCL collectives: a collective over group %lld, which has no communicator (TP 0, EP 1)",
+                   (long long)c->group);
+  return RT_OK;
+}
+
+static int nccl_coll_run(void *ctx, RtDevice *d, const RtColl *c) {
+  RtCollNccl *x = ctx;
+  if (nccl_coll_prepare(ctx, d, c)) return RT_ERROR;
+  char err[400];
+  if (rt_nccl_coll(x->group[c->group], c, d->stream, err, sizeof err) == 0) return RT_OK;
+  return rt_fail(d, "NCCL collectives (%s group): %s", c->group == RT_COLL_GROUP_EP ? "EP" : "TP", err);
+}
+
+void rt_coll_nccl_init(RtCollNccl *c) {
+  memset(c, 0, sizeof *c);
+  c->ops = (RtCollOps){.prepare = nccl_coll_prepare, .run = nccl_coll_run, .ctx = c};
 }
 
 int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "runtime/comm.h"
+#include "runtime/rt.h"
 
 typedef struct RtNccl RtNccl;
 
@@ -21,6 +22,21 @@ int rt_nccl_make_id(void *ctx, unsigned char id[RT_COMM_ID_BYTES], char *err, si
 /* ncclCommInitRank with the rendezvous' id; the device's context must be current. */
 int rt_nccl_init(RtNccl *n, const unsigned char id[RT_COMM_ID_BYTES], int size, int rank, char *err,
                  size_t nerr);
+/* A communicator over the ranks of `parent` that pass the same color (>= 0), ordered by key then
+ * by their parent rank (ncclCommSplit, NCCL 2.18 and later: otherwise -1 naming the version
+ * needed): a TP group's communicator inside a larger job. Every rank of the parent calls it. The
+ * child holds its own reference to the library, so the parent and the child may be freed in either
+ * order (each with rt_nccl_free). 0, or -1 with err (*out NULL). */
+int rt_nccl_split(RtNccl *parent, int color, int key, RtNccl **out, char *err, size_t nerr);
+/* This rank's index in the communicator, and its ranks (rt_nccl_init's, or the split's). */
+int rt_nccl_rank(const RtNccl *n);
+int rt_nccl_size(const RtNccl *n);
+/* One launch-program collective (rt.h: RtColl; its src and dst device pointers, count as there)
+ * over the communicator's ranks, enqueued on s: ncclAllReduce (ncclSum / ncclMax), ncclAllGather,
+ * ncclReduceScatter (ncclSum), f32 or bf16. NCCL's summation order is its own: not bitwise the
+ * host-staged backend's (coll_host.h). */
+int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr);
+
 /* buf := the average over ranks (ncclAvg) of buf, n floats, on stream. */
 int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
                               size_t nerr);
@@ -45,5 +61,15 @@ int rt_nccl_version(const RtNccl *n);
 /* Aborts the communicator when `failed` (ncclCommAbort does not wait on peers that are gone),
  * destroys it otherwise, and unloads the library. NULL is a no-op. */
 void rt_nccl_free(RtNccl *n, int failed);
+
+/* The launch program's collectives over NCCL (RtDevice.coll = &c->ops): group[RT_COLL_GROUP_TP]
+ * (and _EP) is the communicator of this rank's group (rt_nccl_init over the group, or
+ * rt_nccl_split); the caller owns them. prepare checks that the collective's group has one; run
+ * enqueues it on d->stream (capturable). ops.ctx points at the struct: do not move it after init. */
+typedef struct {
+  RtNccl *group[RT_COLL_GROUPS];
+  RtCollOps ops;
+} RtCollNccl;
+void rt_coll_nccl_init(RtCollNccl *c);
 
 #endif
