@@ -205,6 +205,15 @@ STEPC_KERNEL(fp8_amax_partial, KP(float*, partial) KP(const bf16*, x) KL(n))
 STEPC_KERNEL(fp8_cast_transpose, KP(unsigned char*, q) KP(unsigned char*, qT) KP(float*, scale_inv) KP(const bf16*, x)
              KP(const float*, partial) KI(nparts) KI(M) KI(K) KI(fmt))
 
+STEPC_KERNEL(init_normal_tp, KP(float*, f32) KP(bf16*, b16) KL(n) KP(const unsigned long long*, seed) KQ(name_hash)
+             KD(std) KL(inner) KL(dim) KI(tp) KI(nseg) KL(seg0) KL(seg1) KL(seg2) KP(const int*, rank))
+STEPC_KERNEL(tp_vocab_local, KP(int*, local) KP(const int*, tokens) KI(N) KI(Vl) KI(Vall) KP(const int*, rank))
+STEPC_KERNEL(ce_vp_stats, KP(float*, stats) KP(const bf16*, logits) KP(const int*, targets) KI(N) KI(V) KI(Vall)
+             KP(const int*, rank))
+STEPC_KERNEL(ce_vp_sumexp, KP(float*, stats) KP(const bf16*, logits) KI(N) KI(V))
+STEPC_KERNEL(ce_vp_finish, KP(float*, losses) KP(bf16*, logits) KP(const int*, targets) KP(const float*, stats)
+             KI(N) KI(V) KI(Vall) KP(const int*, rank) KF(dloss) KP(const float*, den))
+STEPC_KERNEL(bias_add_rows, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, b) KL(N) KI(C))
 #undef KP
 #undef KI
 #undef KU

@@ -91,15 +91,47 @@ __device__ __forceinline__ unsigned long long rt_mix64(unsigned long long x) {
 // param) and/or bf16 (the compute copy) — any pointer may be null. The key is ops_init_key(seed,
 // name) (ir/ops/ops.h), made here from the seed in device memory and the name's hash, so that the
 // launch program holds no seed. Launch: any 1-D grid.
+__device__ __forceinline__ float init_normal_at(unsigned long long key, unsigned long long i, double std) {
+  unsigned long long a = rt_mix64(key ^ rt_mix64(2ull * i));
+  unsigned long long b = rt_mix64(key ^ rt_mix64(2ull * i + 1ull));
+  double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(std * (sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2)));
+}
+
 extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, const unsigned long long* seed,
                                        unsigned long long name_hash, double std) {
   const unsigned long long key = rt_mix64(rt_mix64(*seed) ^ name_hash);
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    unsigned long long a = rt_mix64(key ^ rt_mix64(2ull * (unsigned long long)i));
-    unsigned long long b = rt_mix64(key ^ rt_mix64(2ull * (unsigned long long)i + 1ull));
-    double u1 = ((double)(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
-    float v = (float)(std * (sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2)));
+    float v = init_normal_at(key, (unsigned long long)i, std);
+    if (f32) f32[i] = v;
+    if (b16) b16[i] = f32_to_bf16(v);
+  }
+}
+
+// init_normal of a tensor-parallel shard (ir.h Tensor.tp_*, ir/ir.c tensor_tp_full_index): element i
+// of the shard draws the value of its place in the one-rank tensor, so a TP run starts from exactly
+// the one-rank weights. The shard is (outer, dim, inner) around its split dimension; that dimension
+// is nseg (1 to 3) segments of the one-rank tensor (seg0..seg2 elements each), each split
+// evenly over tp ranks; *rank is this rank's index in the group (the launch scratch's rank slot).
+// Launch: any 1-D grid.
+extern "C" __global__ void init_normal_tp(float* f32, bf16* b16, long n, const unsigned long long* seed,
+                                          unsigned long long name_hash, double std, long inner, long dim, int tp,
+                                          int nseg, long seg0, long seg1, long seg2, const int* rank) {
+  const unsigned long long key = rt_mix64(rt_mix64(*seed) ^ name_hash);
+  const long r = *rank, segs[3] = {seg0, seg1, seg2};
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    long in = i % inner, x = (i / inner) % dim, o = i / (inner * dim), base = 0, fx = x;
+    for (int k = 0; k < nseg && k < 3; k++) {
+      long part = segs[k] / tp;
+      if (x < part || k == nseg - 1) {
+        fx = base + r * part + x;
+        break;
+      }
+      x -= part, base += segs[k];
+    }
+    long full = (o * dim * tp + fx) * inner + in;
+    float v = init_normal_at(key, (unsigned long long)full, std);
     if (f32) f32[i] = v;
     if (b16) b16[i] = f32_to_bf16(v);
   }

@@ -263,7 +263,7 @@ stepc_status stepc_get_info(const stepc_t *s, stepc_info *info) {
                        .world_size = s->world,
                        .distributed_optimizer = s->im.f.dist_opt,
                        .comm = !s->comm                           ? "none"
-                               : strcmp(s->be->name, "cuda") == 0 ? "nccl"
+                               : strcmp(s->be->name, "cuda") == 0 ? api_cuda_comm_name(s)
                                                                   : "host"};
   return STEPC_OK;
 }

@@ -170,7 +170,7 @@ static int cuda_wait(stepc_t *s, double *ms) {
   if (c->nccl ? rt_timer_stop_watched(c->d, &c->timer, ms, api_cuda_nccl_watch, s)
               : rt_timer_stop(c->d, &c->timer, ms))
     return s->err[0] ? -1 : api_cuda_fail(s);
-  return 0;
+  return api_cuda_tp_check(s);
 }
 
 /* ms from the step's start event to mark k of m. */
@@ -285,6 +285,7 @@ static stepc_status cuda_eval(stepc_t *s, const int32_t *tok, const int32_t *tg,
     }
   }
   if (rt_player_read_losses(c->x, c->losses) || rt_sync(c->d)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  if (api_cuda_tp_check(s)) return STEPC_ERR_RUNTIME;
   for (int mb = 0; mb < c->nmb; mb++)
     *sum += c->losses[mb];
   return STEPC_OK;
@@ -340,6 +341,7 @@ static void cuda_free(stepc_t *s) {
     rt_scoped_free(c->scoped);
     if (c->timer_ok) rt_timer_free(c->d, &c->timer);
     rt_player_free(c->x);
+    api_cuda_tp_free(s);
     api_cuda_dp_free(s);
     rt_close(c->d);
   }
@@ -372,12 +374,19 @@ static void *read_cubin(stepc_t *s, const char *name) {
 
 stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
-  /* tensor and expert parallelism have no CUDA launches: refused before any driver is needed to say so */
-  if (im->f.tp_size > 1 || im->f.ep_size > 1)
-    return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
+  /* expert parallelism has no CUDA launches: refused before any driver is needed to say so */
+  if (im->f.ep_size > 1) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
+  if (s->tp > 1 && s->dp > 1)
+    return api_fail(
+        s, STEPC_ERR_UNSUPPORTED,
+        "tensor parallelism x data parallelism (%d x %d ranks) runs on the cpu device only; on cuda "
+        "tensor parallelism runs alone (train.world_size = model.tensor_model_parallel_size)",
+        s->tp, s->dp);
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
-  int rc = rt_open_device(&c->dev, s->opt.local_rank);
+  /* tensor parallelism: ranks may share the GPUs (host-staged collectives, api_cuda_tp.c) */
+  int rc = s->tp > 1 ? rt_open_device_shared(&c->dev, s->opt.local_rank)
+                     : rt_open_device(&c->dev, s->opt.local_rank);
   if (rc != RT_OK) {
     api_fail(s, rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME, "%s", c->dev.err);
     if (c->dev.lib) rt_close(&c->dev);
@@ -398,13 +407,26 @@ stepc_status api_cuda_open(stepc_t *s) {
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
   if (!im->has_program)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
+  if (s->tp > 1) {
+    int shared = api_cuda_tp_shared(s, c->d->device_count);
+    if (shared < 0) return STEPC_ERR_ARGUMENT;
+    if (!shared && s->opt.local_rank >= c->d->device_count)
+      return api_fail(
+          s, STEPC_ERR_NO_DEVICE,
+          "no CUDA device %d (LOCAL_RANK) for NCCL's one rank a GPU: this host has %d (%s=host lets "
+          "ranks share them)",
+          s->opt.local_rank, c->d->device_count, STEPC_COLLECTIVES_ENV);
+    c->coll_shared = shared;
+    stepc_status st = api_cuda_tp_open(s);
+    if (st != STEPC_OK) return st;
+  }
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */
   void *cubin = read_cubin(s, im->f.cubin);
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
   if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
-      rt_player_init(c->x, im->f.seed))
+      rt_player_set_ranks(c->x, s->tp_rank, 0) || rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   snprintf(s->notice, sizeof s->notice, "%s", rt_player_notice(c->x));
   c->nmb = im->lp.f.nmb;

@@ -270,7 +270,8 @@ static stepc_status warm_up(stepc_t *s) {
 
 stepc_status api_cuda_dp_join(stepc_t *s) {
   ApiCuda *c = cu(s);
-  if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
+  if ((s->world == 1 && !s->opt.dp_join) || s->tp > 1)
+    return STEPC_OK; /* TP: joined at open (api_cuda_tp.c) */
   for (int k = 0; k < s->im.nbucket_grad; k++)
     if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
       return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32",

@@ -4,6 +4,7 @@
 #define STEPC_API_CUDA_INTERNAL_H
 
 #include "runtime/api_internal.h"
+#include "runtime/coll_host.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda/player.h"
 #include "runtime/cuda/scoped.h"
@@ -53,6 +54,10 @@ typedef struct {
   uint8_t *skip_point; /* per point: 1 this rank skips its launches (an optimizer op of another
                           rank's tensor, run alone) */
   int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
+  /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
+  bool coll_shared;      /* the ranks share GPUs: host-staged collectives (else NCCL) */
+  RtCollHost *coll_host; /* host-staged */
+  RtCollNccl coll_nccl;  /* NCCL: the group communicators (nccl above is the TP group's) */
 } ApiCuda;
 
 static inline ApiCuda *cu(stepc_t *s) { return s->impl; }
@@ -61,6 +66,17 @@ static inline ApiCuda *cu(stepc_t *s) { return s->impl; }
 int api_cuda_fail(stepc_t *s);
 /* Program point q's launches. */
 int api_cuda_run_point(stepc_t *s, int q);
+
+/* api_cuda_tp.c: STEPC_COLLECTIVES chooses the TP collectives' backend (host / nccl / auto). */
+#define STEPC_COLLECTIVES_ENV "STEPC_COLLECTIVES"
+/* 1: host-staged (the ranks share this host's device_count GPUs, or the variable says host), 0: NCCL,
+ * -1: a bad value (the message in s). */
+int api_cuda_tp_shared(stepc_t *s, int device_count);
+/* Joins the job and sets the device's communicator, before the launch program opens. */
+stepc_status api_cuda_tp_open(stepc_t *s);
+/* After the step's stream synchronised: a host-staged collective's failure, as the handle's error (-1). */
+int api_cuda_tp_check(stepc_t *s);
+void api_cuda_tp_free(stepc_t *s);
 
 /* api_cuda_dp.c. Every hook is a no-op without a communicator. */
 /* After point q's launches on micro-batch mb: the buckets that fire there, on the last micro-batch. */

@@ -112,6 +112,8 @@ stepc_status api_cpu_open(stepc_t *s);
 stepc_status api_cuda_open(stepc_t *s);
 /* The cuda backend's api_dp_join: NCCL loaded, its id through the rendezvous, the communicator. */
 stepc_status api_cuda_dp_join(stepc_t *s);
+/* The CUDA step's collectives, for stepc_info.comm: "nccl", or "host-staged (ranks share a GPU)". */
+const char *api_cuda_comm_name(const stepc_t *s);
 
 /* ---- data parallel (api_dp.c) ---- */
 /* At open, before the backend: the options against the artifact's plan (world size, rank). */

@@ -28,9 +28,13 @@ int rt_check(RtDevice *d, CUresult r, const char *what) {
   return rt_fail(d, "%s: %s (CUresult %d)", what, s ? s : "unknown error", (int)r);
 }
 
-int rt_open(RtDevice *d) { return rt_open_device(d, 0); }
+static int open_device(RtDevice *d, int ordinal, int wrap);
 
-int rt_open_device(RtDevice *d, int ordinal) {
+int rt_open(RtDevice *d) { return open_device(d, 0, 0); }
+int rt_open_device(RtDevice *d, int ordinal) { return open_device(d, ordinal, 0); }
+int rt_open_device_shared(RtDevice *d, int ordinal) { return open_device(d, ordinal, 1); }
+
+static int open_device(RtDevice *d, int ordinal, int wrap) {
   memset(d, 0, sizeof *d);
   d->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!d->lib) {
@@ -51,6 +55,8 @@ int rt_open_device(RtDevice *d, int ordinal) {
     snprintf(d->err, sizeof d->err, "no CUDA device (cuInit: %d, devices: %d)", (int)r, count);
     return RT_NO_DEVICE;
   }
+  d->device_count = count;
+  if (wrap && ordinal >= 0) ordinal %= count;
   if (ordinal < 0 || ordinal >= count) {
     snprintf(d->err, sizeof d->err, "no CUDA device %d (LOCAL_RANK): this host has %d", ordinal, count);
     return RT_NO_DEVICE;

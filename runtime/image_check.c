@@ -324,11 +324,12 @@ static int check_record(StepImage *im, int i, Why *w) {
     const RtColl *c = &r->coll;
     int size = c->group == RT_COLL_GROUP_EP ? im->f.ep_size : im->f.tp_size;
     int64_t sb = 0, db = 0;
-    if (!in_range(c->op, RT_COLL_OPS) || !in_range(c->dtype, RT_COLL_TYPES) || !in_range(c->group, RT_COLL_GROUPS) ||
-        c->count < 1 || c->count > IR_MAX_NUMEL || size < 2)
-      return bad(w, "program record %d: a collective (op %lld, type %lld, group %lld, %lld elements) of a step "
-                    "planned for %d such ranks", i, (long long)c->op, (long long)c->dtype, (long long)c->group,
-                 (long long)c->count, size);
+    if (!in_range(c->op, RT_COLL_OPS) || !in_range(c->dtype, RT_COLL_TYPES) ||
+        !in_range(c->group, RT_COLL_GROUPS) || c->count < 1 || c->count > IR_MAX_NUMEL || size < 2)
+      return bad(w,
+                 "program record %d: a collective (op %lld, type %lld, group %lld, %lld elements) of a step "
+                 "planned for %d such ranks",
+                 i, (long long)c->op, (long long)c->dtype, (long long)c->group, (long long)c->count, size);
     rt_coll_bytes(c, size, &sb, &db);
     if (!(c->src & LP_PTR) || !(c->dst & LP_PTR) || !lp_span_ok((int64_t)(c->src & ~LP_PTR), sb, alloc) ||
         !lp_span_ok((int64_t)(c->dst & ~LP_PTR), db, alloc))

@@ -17,7 +17,7 @@ const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias parti
                                                             "staged inputs",
                                                             "current dropout seed",
                                                             "multi-tensor tables",
-                                                            "initialisation seed",
+                                                            "initialisation seed and ranks",
                                                             "loss denominator",
                                                             "fp8 amax partials"};
 

@@ -1,6 +1,6 @@
 /* record.h — a recording device: the launch lowering (compiler/codegen/launch/op_*.c) run without a
- * GPU, every kernel launch, cuBLASLt GEMM, cuDNN call, memset, copy and collective captured with its arguments
- * instead of executed (RtRec, runtime/program.h). `stepc build` records the planned step this way
+ * GPU, every kernel launch, cuBLASLt GEMM, cuDNN call, memset, copy and collective captured with its
+ * arguments instead of executed (RtRec, runtime/program.h). `stepc build` records the planned step this way
  * and stores the records as the launch program (compiler/codegen/launch/program.c); the player
  * (runtime/cuda/player.c) can also play a program into a recorder, which is how CI checks that a
  * program plays exactly what was lowered without a GPU (tests/api/program_play.c).

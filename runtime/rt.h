@@ -157,6 +157,7 @@ struct RtDevice {
   CUfunction fn[RT_K_COUNT + RT_GEN_MAX];
   const RtGenKernels *gen; /* the step's generated kernels (the artifact's), or NULL */
   int sm_count, cc_major, cc_minor;
+  int device_count; /* the devices this process sees (cuDeviceGetCount at open) */
   char name[256];
   RtBlas *blas;
   RtDnn *dnn; /* cuDNN, loaded on the first fused attention (cudnn.c) */
@@ -181,6 +182,9 @@ struct RtDevice {
 int rt_open(RtDevice *d);
 /* The same on device `ordinal` (a data-parallel rank's LOCAL_RANK): one process per GPU. */
 int rt_open_device(RtDevice *d, int ordinal);
+/* The same on device ordinal % the device count: ranks sharing the GPUs (tensor parallelism with
+ * host-staged collectives, runtime/coll_host.h). */
+int rt_open_device_shared(RtDevice *d, int ordinal);
 void rt_close(RtDevice *d);
 /* Records a driver failure ("what: CUDA_ERROR_..."); returns RT_ERROR, or RT_OK for success. */
 int rt_check(RtDevice *d, CUresult r, const char *what);

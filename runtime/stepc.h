@@ -125,7 +125,8 @@ typedef struct {
   int world_size;            /* the data-parallel ranks the artifact was planned for (and runs with) */
   int distributed_optimizer; /* 1: optimizer state sharded over the ranks (ZeRO-1) */
   int pad;
-  const char *comm; /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl" */
+  const char *comm; /* the collectives: "none" (alone), "host" (cpu: TCP, sums in rank order), "nccl",
+                       "host-staged (ranks share a GPU)" (cuda tensor parallelism: runtime/coll_host.h) */
 } stepc_info;
 stepc_status stepc_get_info(const stepc_t *s, stepc_info *info);
 

@@ -351,14 +351,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
     im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1, im.storage[t] = fusions_storage(sp->fz, t);
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
-  if (f->tp_size > 1) /* the collectives as ops have CPU references only (docs/parallelism.md) */
-    snprintf(
-        f->cuda_refusal, sizeof f->cuda_refusal,
-        "the CUDA backend does not run this step: tensor parallelism (model.tensor_model_parallel_size=%d) "
-        "runs on the cpu device only; its collective ops (tp_copy, tp_allreduce, tp_gather, tp_scatter) have "
-        "no CUDA launches yet",
-        (int)f->tp_size);
-  else if (f->ep_size > 1)
+  if (f->ep_size > 1)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal,
              "the CUDA backend does not run this step: expert parallelism "
              "(model.expert_model_parallel_size=%d) runs on the cpu device only; its collective ops "
@@ -367,7 +360,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   else if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);
-  im.has_program = sp->lp_ok && f->tp_size <= 1 && f->ep_size <= 1;
+  im.has_program = sp->lp_ok && f->ep_size <= 1;
   if (im.has_program) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];

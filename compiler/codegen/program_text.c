@@ -67,7 +67,8 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
     break;
   }
   case RT_REC_COLL: {
-    static const char *const opn[RT_COLL_OPS] = {"allreduce_sum", "allreduce_max", "all_gather", "reduce_scatter"};
+    static const char *const opn[RT_COLL_OPS] = {"allreduce_sum", "allreduce_max", "all_gather",
+                                                 "reduce_scatter"};
     const RtColl *c = &r->coll;
     fprintf(f, "  COLL %s %s %s", c->op >= 0 && c->op < RT_COLL_OPS ? opn[c->op] : "?",
             c->dtype == RT_COLL_BF16 ? "bf16" : "f32", c->group == RT_COLL_GROUP_EP ? "ep" : "tp");
@@ -102,8 +103,9 @@ int program_text_write(const Plan *p, FILE *f) {
       f,
       "# program.txt — the launch program of %s, as stepc build stored it in step.img (a listing:\n"
       "# the runtime plays step.img). LAUNCH kernel grid block dynamic-shared-bytes (arguments), GEMM (one\n"
-      "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY; A+0x.. is an offset in the\n"
-      "# step's one allocation: the plan's buffers, then the launch scratch.\n",
+      "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY, COLL (a collective over the\n"
+      "# rank's TP group); A+0x.. is an offset in the step's one allocation: the plan's buffers, then the\n"
+      "# launch scratch.\n",
       p->spec.recipe_path);
   if (!p->lp_ok) {
     fprintf(f, "# The CUDA backend does not run this step: %s\n", p->lp_why);

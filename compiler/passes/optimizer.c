@@ -57,12 +57,17 @@ int optimizer_build(Graph *g, const Spec *s) {
   OpAttrs ea = {.i = {ep, 1}};
   int sumsq_ep = ep > 1 ? opt_tensor(g, "optimizer.grad_sumsq_ep", DT_F32, -1, NULL) : -1;
   if (ep > 1 && (sumsq_ep < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_ep, 1, NULL) < 0)) return -1;
-  for (int i = 0; i < nt; i++) {
-    if (g->t[i].role != ROLE_GRAD) continue;
-    const Tensor *p = &g->t[g->t[i].of];
-    int *acc = p->tp_nseg > 0 ? (p->tp_ep ? &sumsq_ep : &sumsq_tp) : &sumsq;
-    if (graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
-  }
+  /* one accumulator after another (the replicated gradients', the TP shards', the EP shards'), so that
+   * each accumulator's GRAD_SUMSQ ops are adjacent: the CUDA lowering runs them as one multi-tensor
+   * group whose slice of the norm partials one collective sums over the group (op_tp.c) */
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < nt; i++) {
+      if (g->t[i].role != ROLE_GRAD) continue;
+      const Tensor *p = &g->t[g->t[i].of];
+      int cls = p->tp_nseg > 0 ? (p->tp_ep ? 2 : 1) : 0;
+      int *acc = cls == 2 ? &sumsq_ep : cls == 1 ? &sumsq_tp : &sumsq;
+      if (cls == pass && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
+    }
   if (tp > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
                  graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
     return -1;

@@ -153,6 +153,14 @@ int rt_player_play(RtPlayer *p, LpRange r) {
   return RT_OK;
 }
 
+int rt_player_set_ranks(RtPlayer *p, int tp_rank, int ep_rank) {
+  int32_t r[2] = {tp_rank, ep_rank};
+  if (p->d->rec) return RT_OK;
+  return rt_copy_h2d(p->d, p->base + (CUdeviceptr)p->lp->f.init_seed_at + 8, r, sizeof r) || rt_sync(p->d)
+             ? RT_ERROR
+             : RT_OK;
+}
+
 int rt_player_init(RtPlayer *p, uint64_t seed) {
   const LpFacts *f = &p->lp->f;
   if (!p->d->rec && (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->init_seed_at, &seed, 8) || rt_sync(p->d)))

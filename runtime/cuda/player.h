@@ -35,6 +35,10 @@ CUdeviceptr rt_player_tensor(const RtPlayer *p, int t);
 
 /* Records [r.first, r.first + r.count) in order. */
 int rt_player_play(RtPlayer *p, LpRange r);
+/* This rank's index in its tensor-parallel group and in its expert-parallel group (0 without), which
+ * the shards' initialisation and the vocab-parallel launches read: before rt_player_init
+ * (synchronises). */
+int rt_player_set_ranks(RtPlayer *p, int tp_rank, int ep_rank);
 /* The initialisation with train.seed = seed (synchronises). */
 int rt_player_init(RtPlayer *p, uint64_t seed);
 /* Program point q's launches (its flash alternative after the auto fallback). */

@@ -29,7 +29,8 @@
  *                                          every rank's loss and grad norm the same bits, printed as
  *                                          "step K loss L grad_norm G"; the parameters (gathered over
  *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
- *   test_dp cuda   ARTN                     a TP (or EP) artifact opened on the cuda device: refused, naming
+ *   test_dp cuda   ARTN [WORLD]             a TP x DP (or EP) artifact opened on the cuda device (WORLD ranks,
+ *                                           default 2): refused, naming
  * it test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
  *                                          its shards) and save them again, gathered: the same tensors, bitwise
  * test_dp evaleq ARTA NA ARTB NB PARAMS    stepc_eval of one batch from PARAMS on NA ranks of ARTA and NB of
@@ -544,10 +545,10 @@ static int mode_run(const char *art, int n, int steps, const char *params) {
   return fails != 0;
 }
 
-static int mode_cuda(const char *art) {
+static int mode_cuda(const char *art, int world) {
   stepc_options o = stepc_options_default();
   o.device = STEPC_DEVICE_CUDA;
-  o.rank = 0, o.world_size = 2, o.master_port = free_port();
+  o.rank = 0, o.world_size = world, o.master_port = free_port();
   stepc_t *s = NULL;
   stepc_status st = stepc_open(art, &o, &s);
   CHECK(st == STEPC_ERR_UNSUPPORTED && (strstr(stepc_last_error(s), "tensor parallelism") ||
@@ -679,7 +680,7 @@ int main(int argc, char **argv) {
   const char *m = argv[1];
   /* the ranks are threads of one process: one secret in the environment for them all */
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
-  if (!strcmp(m, "cuda") && argc == 3) return mode_cuda(argv[2]);
+  if (!strcmp(m, "cuda") && (argc == 3 || argc == 4)) return mode_cuda(argv[2], argc == 4 ? atoi(argv[3]) : 2);
   if (!strcmp(m, "tpload") && argc == 6) return mode_tpload(argv[2], atoi(argv[3]), argv[4], argv[5]);
   if (!strcmp(m, "evaleq") && argc == 7) return mode_evaleq(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "run") && argc == 6) return mode_run(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tp.sh STEPC TEST_DP — tensor parallelism on the CPU device (issue 25): models/tiny.lua (GQA 4 heads /
+# tp.sh STEPC TEST_DP PROGRAM_PLAY — tensor parallelism on the CPU device (issue 25): models/tiny.lua (GQA 4 heads /
 # 2 groups, SwiGLU, RMSNorm, RoPE, untied vocab-parallel embedding and output layer) in fp32 weights,
 #   TP 2, TP 2 with sequence parallelism, and TP 2 x DP 2 (4 ranks, TP fastest), 4 steps each, against
 # the one-rank step: every step's loss and grad norm, and every parameter after the steps (the TP
@@ -12,7 +12,7 @@
 # sequence rows' positions); stepc_eval's loss and log-probs at TP 2 and TP 2 + SP. Then what stays
 # refused: TP with MoE, MLA,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
-# TP on the cuda device (refused at open). Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
+# TP on the cuda device: the launch programs played on a recording device, TP x DP refused. Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
 #
 # Why not bitwise: a row-parallel linear (linear_proj, linear_fc2) and the vocab-parallel embedding
@@ -26,7 +26,7 @@
 # scale (init std 0.02). Tolerances: loss and grad norm 1e-5 relative; every parameter within
 # 5e-5 absolute (measured largest: about 1.2e-5, in linear_fc2).
 set -uo pipefail
-stepc=$1 t=$2
+stepc=$1 t=$2 play=$3
 tmp=${TP_KEEP:-$(mktemp -d)}
 trap '[ -n "${TP_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -89,8 +89,25 @@ refuse "context parallelism" "model.context_parallel_size=2" model.context_paral
 refuse "TP with MoE" "model.num_moe_experts=4" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
 refuse "TP with MLA" "model.multi_latent_attention=true" $TP model.multi_latent_attention=true model.q_lora_rank=null model.kv_lora_rank=32 model.qk_head_dim=32 model.qk_pos_emb_head_dim=16 model.v_head_dim=32
 grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
-# TP on the cuda device: refused at open (the collectives have no CUDA launches), whatever the machine
-"$t" cuda "$tmp/tp2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "TP on cuda"; }
+# TP on the cuda device: TP 2, with SP, with biases, each has a launch program (its collectives as
+# records: an all-reduce, gather or scatter a record) that the player plays record for record on a
+# recording device; the attention dropout and position slices are not built (their artifact says so);
+# TP x DP is refused at open before any driver is needed
+# (bf16 weights: what the CUDA backend runs)
+CU="model.bf16=true model.tensor_model_parallel_size=2 train.world_size=2"
+build cu_tp2 $CU
+build cu_sp2 $CU model.sequence_parallel=true
+build cu_sp2bias $CU model.sequence_parallel=true model.add_bias_linear=true
+build cu_tp2drop $CU $DROP model.attention_backend=unfused
+for a in cu_tp2 cu_sp2 cu_sp2bias; do
+  "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
+  grep -c "COLL" "$tmp/$a/program.txt" | grep -qv '^0$' || fail "$a's program holds no collective"
+  head -1 "$tmp/play_$a.txt"
+done
+grep -q "COLL all_gather bf16 tp" "$tmp/cu_sp2/program.txt" && grep -q "COLL reduce_scatter bf16 tp" "$tmp/cu_sp2/program.txt" ||
+  fail "SP's program has no all-gather / reduce-scatter"
+grep -q "slice's op has no CUDA launch" "$tmp/cu_tp2drop/program.txt" || { head -8 "$tmp/cu_tp2drop/program.txt"; fail "tp2drop's refusal"; }
+"$t" cuda "$tmp/tp2dp2" 4 >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "TP x DP on cuda"; }
 cat "$tmp/cuda.txt"
 # checkpoints: every rank writes its shard (shard.rank<N>.safetensors) beside the gathered
 # model.safetensors; a run resumed at step 2 is the uninterrupted run bitwise (losses and every

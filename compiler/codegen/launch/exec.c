@@ -9,8 +9,9 @@
 
 /* op kind -> launches, gathered from the families' rows (op_*.c: an op's launch and its row live
  * in one file); NULL = not run on CUDA yet (rt_exec_new reports it). */
-static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC, RT_OPS_DENSE,
-                                          RT_OPS_FP8,       RT_OPS_MAMBA,        RT_OPS_MOE,   RT_OPS_OPTIM};
+static const RtOpRow *const FAMILIES[] = {RT_OPS_ATTN_LOSS, RT_OPS_ATTN_UNFUSED, RT_OPS_BASIC,
+                                          RT_OPS_DENSE,     RT_OPS_FP8,          RT_OPS_MAMBA,
+                                          RT_OPS_MOE,       RT_OPS_OPTIM,        RT_OPS_TP};
 static RtOpFn DISPATCH[OP_COUNT];
 
 static void dispatch_init(void) {
@@ -269,11 +270,15 @@ static void carve_scratch(RtExec *x) {
       int64_t n = q->shape[0] * q->shape[1] * q->shape[2];
       if (4 * n > maxwork) maxwork = 4 * n;
     }
+    if (rt_tp_workspace(g, op) > maxwork) maxwork = rt_tp_workspace(g, op);
   }
   /* row groups of the norm and bias gradients' partial sums: 16 rows or more each, at most 512
    * (M's 8192 rows: 512 blocks of the one-pass norm backward, about 4 per SM) */
   x->norm_groups = (int)(maxrows / 16 < 1 ? 1 : maxrows / 16 > 512 ? 512 : maxrows / 16);
   x->nmb = g->num_microbatches > 0 ? g->num_microbatches : 1;
+  x->tp = 1;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].tp_nseg > 0 && !g->t[t].tp_ep && g->t[t].tp_size > x->tp) x->tp = g->t[t].tp_size;
   x->ntok = tensor_numel(&g->t[g->tokens]);
   int64_t *sz = x->scratch_part;
   sz[RT_SCRATCH_NORM] = (int64_t)x->norm_groups * 2 * maxc * 4;
@@ -285,7 +290,7 @@ static void carve_scratch(RtExec *x) {
   sz[RT_SCRATCH_INPUTS] = (int64_t)x->nmb * 2 * x->ntok * 4;
   sz[RT_SCRATCH_SEED_CUR] = 8;
   sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
-  sz[RT_SCRATCH_INIT_SEED] = 8;
+  sz[RT_SCRATCH_INIT_SEED] = 16; /* the seed, then the rank slots: TP rank, EP rank (int32) */
   sz[RT_SCRATCH_LOSS_DEN] = 4;
   sz[RT_SCRATCH_AMAX] = (int64_t)x->gn_groups * 4;
   int64_t total = 0;
@@ -309,6 +314,7 @@ static void place_scratch(RtExec *x) {
   x->seed_cur = s + (CUdeviceptr)at[RT_SCRATCH_SEED_CUR];
   x->multi_table = s + (CUdeviceptr)at[RT_SCRATCH_TABLES];
   x->init_seed = s + (CUdeviceptr)at[RT_SCRATCH_INIT_SEED];
+  x->rank = x->init_seed + 8;
   x->loss_den = s + (CUdeviceptr)at[RT_SCRATCH_LOSS_DEN];
   x->amax_partial = s + (CUdeviceptr)at[RT_SCRATCH_AMAX];
 }
@@ -470,6 +476,18 @@ int rt_exec_init_program(RtExec *x) {
                                     : 0,
                 b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);
+    if (t->init != IR_INIT_ONES && t->tp_nseg > 0) { /* a shard: each element at its one-rank place */
+      long inner = 1;
+      for (int k = t->tp_dim + 1; k < t->ndim; k++)
+        inner *= (long)t->shape[k];
+      if (rt_launch_init_normal_tp(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
+                                   ops_init_name_hash(t->name), t->init_std, inner, (long)t->shape[t->tp_dim],
+                                   t->tp_size, t->tp_nseg, (long)t->tp_seg[0],
+                                   t->tp_nseg > 1 ? (long)t->tp_seg[1] : 0,
+                                   t->tp_nseg > 2 ? (long)t->tp_seg[2] : 0, x->rank + (t->tp_ep ? 4 : 0)))
+        return RT_ERROR;
+      continue;
+    }
     int rc = t->init == IR_INIT_ONES
                  ? rt_launch_init_ones(d, rt_grid_stride(d, n), 256, 0, f32, b16, n)
                  /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed

@@ -53,6 +53,8 @@ struct RtExec {
                                fixed slot, so a graph captured once serves every micro-batch */
   CUdeviceptr losses;       /* (num_microbatches) fp32, each micro-batch's mean loss */
   CUdeviceptr init_seed;    /* u64: train.seed, which the initialisation launches read */
+  CUdeviceptr rank;         /* int32 [2]: this rank's index in its TP group, in its EP group (written at
+                               open after init_seed: runtime/cuda/player.h rt_player_set_ranks) */
   CUdeviceptr loss_den;     /* fp32: the step's loss denominator D (ir/ops/loss.c), which the host counts
                                from the step's targets and stages with them (runtime/api.c api_loss_den) */
   CUdeviceptr amax_partial; /* (gn_groups) fp32: an fp8 cast's per-block maxima (op_fp8.c) */
@@ -60,6 +62,7 @@ struct RtExec {
   CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;       /* B*T */
   int nmb;
+  int tp; /* the tensor-parallel group's size (1: none): the shards' tp_size (ir.h Tensor.tp_*) */
   /* per op */
   uint8_t *attn_cudnn;    /* attention ops cuDNN runs (rt_attn_resolve), the others stepc's kernels */
   int *slot;              /* GRAD_SUMSQ: its partial slice's first float; ADAMW: its hp slot
@@ -87,7 +90,11 @@ typedef struct {
  * launches are static; what one family
  * hands another is declared below. */
 extern const RtOpRow RT_OPS_ATTN_LOSS[], RT_OPS_ATTN_UNFUSED[], RT_OPS_BASIC[], RT_OPS_DENSE[], RT_OPS_FP8[],
-    RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[];
+    RT_OPS_MAMBA[], RT_OPS_MOE[], RT_OPS_OPTIM[], RT_OPS_TP[];
+/* The op workspace (RT_SCRATCH_WORK) bytes a tensor-parallel op needs (op_tp.c): a sequence gather /
+ * scatter's member-major staging, the vocab-parallel embedding's local token ids, the vocab-parallel
+ * cross entropy's row statistics; 0 for any other op. */
+int64_t rt_tp_workspace(const Graph *g, const Op *op);
 
 int rt_attn_resolve(RtExec *x, int *unsupported);
 

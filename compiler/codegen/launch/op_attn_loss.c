@@ -181,11 +181,45 @@ static int ce_rows(RtExec *x, CUdeviceptr per, CUdeviceptr logits, CUdeviceptr t
 
 /* in (logits (B,T,V), targets) out (loss (1), lse (B,T)): the fused kernel leaves dlogits in the
  * logits' storage (which CROSS_ENTROPY_BWD's output aliases) and the per-token losses in lse's. */
+/* The vocab-parallel form (i[0] = 1: this rank's V of the group's tp V columns, ir/ops/loss.c): the
+ * row maxima all-reduced (max), then the sums of exp and the target logits (sum), then the loss and
+ * the gradient in place from the group's lse — tp_vp's three passes (kernels/tp.cuh) around two
+ * collectives over row statistics in the op workspace. */
+static int ce_vocab_parallel(RtExec *x, const Op *op, CUdeviceptr per, int N, int V, int tp) {
+  CUdeviceptr st = x->work, lg = rt_in(x, op, 0), tg = rt_in(x, op, 1);
+  RtColl mx = {.op = RT_COLL_ALLREDUCE_MAX,
+               .dtype = RT_COLL_F32,
+               .group = RT_COLL_GROUP_TP,
+               .count = N,
+               .src = st,
+               .dst = st};
+  RtColl sum = {.op = RT_COLL_ALLREDUCE_SUM,
+                .dtype = RT_COLL_F32,
+                .group = RT_COLL_GROUP_TP,
+                .count = 2 * (int64_t)N,
+                .src = st + (CUdeviceptr)N * 4,
+                .dst = st + (CUdeviceptr)N * 4};
+  return rt_launch_ce_vp_stats(x->d, rt_dim1((unsigned)N), 512, 0, st, lg, tg, N, V, V * tp, x->rank) ||
+                 rt_coll(x->d, &mx) ||
+                 rt_launch_ce_vp_sumexp(x->d, rt_dim1((unsigned)N), 512, 0, st, lg, N, V) ||
+                 rt_coll(x->d, &sum) ||
+                 rt_launch_ce_vp_finish(x->d, rt_dim1((unsigned)N), 512, 0, per, lg, tg, st, N, V, V * tp,
+                                        x->rank, x->dloss[rt_op_index(x, op)], x->loss_den)
+             ? RT_ERROR
+             : RT_OK;
+}
+
 static int rt_op_cross_entropy(RtExec *x, const Op *op) {
   const Tensor *lg = rt_t(x, op->in[0]);
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
   CUdeviceptr per = rt_out(x, op, 1), loss = rt_out(x, op, 0);
+  if (op->a.i[0]) { /* vocab-parallel */
+    if (x->tp < 2)
+      return rt_fail(x->d, "a vocab-parallel cross entropy in a step without tensor parallelism");
+    if (ce_vocab_parallel(x, op, per, N, V, x->tp)) return RT_ERROR;
+    return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, x->loss_den);
+  }
   if (ce_rows(x, per, rt_in(x, op, 0), rt_in(x, op, 1), N, V, x->dloss[rt_op_index(x, op)])) return RT_ERROR;
   return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, x->loss_den);
 }

@@ -66,10 +66,19 @@ static int rt_op_fill(RtExec *x, const Op *op) {
   return RT_OK;
 }
 
+/* Vocab-parallel (tensor parallelism: EMBED's i[0], EMBED_BWD's i[1]): the token ids as rows of this
+ * rank's shard of V rows (-1 where another rank holds the row: a zero row, no gradient) into the op
+ * workspace, which the launches then read instead of the tokens (ir/ops/embedding.c). */
+static CUdeviceptr vocab_local(RtExec *x, CUdeviceptr tk, int N, int V, int tp) {
+  if (tp <= 1) return tk;
+  return rt_launch_tp_vocab_local(x->d, STRIDE(N), x->work, tk, N, V, V * tp, x->rank) ? 0 : x->work;
+}
+
 static int rt_op_embed(RtExec *x, const Op *op) {
   const Tensor *tok = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   CUdeviceptr y = rt_out(x, op, 0), tk = rt_in(x, op, 0), wte = rt_in(x, op, 1), wpe = 0;
   int N = (int)tensor_numel(tok), T = (int)tok->shape[1], C = (int)w->shape[1], V = (int)w->shape[0];
+  if (op->a.i[0] && !(tk = vocab_local(x, tk, N, V, x->tp))) return RT_ERROR;
   return rt_launch_embedding_forward(x->d, STRIDE((int64_t)N * C / 8), y, tk, wte, wpe, N, T, C, V);
 }
 
@@ -77,6 +86,7 @@ static int rt_op_embed_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->fz->sink[op->out[0]]), g = rt_in(x, op, 0), tk = rt_in(x, op, 1);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), V = (int)op->a.i[0];
+  if (op->a.i[1] && !(tk = vocab_local(x, tk, N, V, x->tp))) return RT_ERROR;
   return rt_launch_embedding_backward_token(x->d, rt_dim1((unsigned)(4 * x->d->sm_count)), 256, 0, dw, g, tk,
                                             N, C, V);
 }

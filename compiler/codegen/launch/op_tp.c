@@ -1,0 +1,138 @@
+/* op_tp.c — tensor parallelism's ops on CUDA (ir/ops/tp.c): each collective a launch-program
+ * collective record (rt.h RtColl, played through the job's communicator: NCCL, or host-staged when
+ * ranks share a GPU: runtime/coll_host.h) over the rank's TP group, and BIAS_ADD.
+ *
+ *   TP_COPY       forward identity: a copy only where the memory plan gave the output its own slot
+ *   TP_ALLREDUCE  all-reduce (sum) of a bf16 activation or an fp32 main gradient, in place or not;
+ *                 on the global norm's TP accumulator (the sharded gradients' GRAD_SUMSQ ops' output)
+ *                 the all-reduce of those ops' slices of the norm partials, which CLIP_COEF then sums
+ *                 with the replicated gradients' (counted once: each rank holds the same)
+ *   TP_GATHER     all-gather along the sequence: rank r's rows of every sequence; with one sequence
+ *                 (B = 1) straight into the output, else member-major into the op workspace and each
+ *                 member's block copied to its rows
+ *   TP_SCATTER    reduce-scatter along the sequence: the reverse (B > 1: the input's blocks copied
+ *                 member-major into the workspace first)
+ *   BIAS_ADD      out = x + b on every row (one kernel)
+ *
+ * The sums' order is the backend's: the host-staged one adds the members in group order, NCCL in its
+ * own (docs/parallelism.md says what that means for bitwise comparisons). */
+#include "codegen/launch/exec_internal.h"
+#include "codegen/launch/launchers.h"
+
+static int coll_dtype(RtExec *x, const Tensor *t, int64_t *dt) {
+  if (t->dtype == DT_BF16) return *dt = RT_COLL_BF16, RT_OK;
+  if (t->dtype == DT_F32) return *dt = RT_COLL_F32, RT_OK;
+  return rt_fail(x->d, "a collective of %s (%s): only bf16 and fp32 tensors are exchanged", t->name,
+                 dtype_name(t->dtype));
+}
+
+static int coll(RtExec *x, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src, CUdeviceptr dst) {
+  RtColl c = {.op = kind, .dtype = dt, .group = RT_COLL_GROUP_TP, .count = count, .src = src, .dst = dst};
+  return rt_coll(x->d, &c);
+}
+
+static int rt_op_tp_copy(RtExec *x, const Op *op) {
+  CUdeviceptr in = rt_in(x, op, 0), out = rt_out(x, op, 0);
+  return in == out ? RT_OK : rt_copy_d2d(x->d, out, in, (size_t)rt_t(x, op->in[0])->bytes);
+}
+
+/* The global norm's TP accumulator (the output of the sharded gradients' GRAD_SUMSQ ops): on CUDA
+ * those ops write their slices of the norm partials, not the accumulator, so the partial slices are
+ * what is summed over the group — contiguous slices merged, one all-reduce each. 0 when acc is not
+ * such an accumulator (*found 0). */
+static int sumsq_allreduce(RtExec *x, int acc, int *found) {
+  const Graph *g = x->g;
+  int64_t lo = -1, hi = -1; /* the run of slices being merged */
+  *found = 0;
+  for (int k = 0; k < g->nop; k++) {
+    if (g->op[k].kind != OP_GRAD_SUMSQ || g->op[k].out[0] != acc) continue;
+    int64_t first, count;
+    if (rt_exec_norm_partials(x, k, &first, &count)) return RT_ERROR;
+    *found = 1;
+    if (first == hi) {
+      hi += count;
+      continue;
+    }
+    if (hi > lo && coll(x, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo, x->gn_partial + (CUdeviceptr)(lo * 4),
+                        x->gn_partial + (CUdeviceptr)(lo * 4)))
+      return RT_ERROR;
+    lo = first, hi = first + count;
+  }
+  if (hi > lo && coll(x, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo, x->gn_partial + (CUdeviceptr)(lo * 4),
+                      x->gn_partial + (CUdeviceptr)(lo * 4)))
+    return RT_ERROR;
+  return RT_OK;
+}
+
+static int rt_op_tp_allreduce(RtExec *x, const Op *op) {
+  if (op->a.i[1])
+    return rt_fail(x->d, "an all-reduce over the expert-parallel group: expert parallelism runs on the cpu "
+                         "device only");
+  int found = 0;
+  if (op->in[0] == op->out[0] && sumsq_allreduce(x, op->in[0], &found)) return RT_ERROR;
+  if (found) return RT_OK;
+  int64_t dt = 0;
+  if (coll_dtype(x, rt_t(x, op->in[0]), &dt)) return RT_ERROR;
+  return coll(x, RT_COLL_ALLREDUCE_SUM, dt, rt_numel(x, op->in[0]), rt_in(x, op, 0), rt_out(x, op, 0));
+}
+
+/* The sequence shards (ir/ops/tp.c tp_shards): rank r's block of sequence b is rows [r tl, (r + 1)
+ * tl) of it. pack: full (B, T, row) -> member-major (tp, B, tl, row); unpack the reverse. */
+static int shards(RtExec *x, CUdeviceptr full, CUdeviceptr ranks, int64_t b, int64_t blk, int tp, int pack) {
+  for (int r = 0; r < tp; r++)
+    for (int64_t i = 0; i < b; i++) {
+      CUdeviceptr f = full + (CUdeviceptr)((i * tp + r) * blk),
+                  s = ranks + (CUdeviceptr)(((int64_t)r * b + i) * blk);
+      if (rt_copy_d2d(x->d, pack ? s : f, pack ? f : s, (size_t)blk)) return RT_ERROR;
+    }
+  return RT_OK;
+}
+
+static int rt_op_tp_gather(RtExec *x, const Op *op) {
+  const Tensor *t = rt_t(x, op->in[0]);
+  int tp = (int)op->a.i[0];
+  int64_t dt = 0, n = tensor_numel(t), b = t->shape[0];
+  if (coll_dtype(x, t, &dt)) return RT_ERROR;
+  if (b == 1) return coll(x, RT_COLL_ALL_GATHER, dt, n, rt_in(x, op, 0), rt_out(x, op, 0));
+  return coll(x, RT_COLL_ALL_GATHER, dt, n, rt_in(x, op, 0), x->work) ||
+                 shards(x, rt_out(x, op, 0), x->work, b, t->bytes / b, tp, 0)
+             ? RT_ERROR
+             : RT_OK;
+}
+
+static int rt_op_tp_scatter(RtExec *x, const Op *op) {
+  const Tensor *t = rt_t(x, op->out[0]);
+  int tp = (int)op->a.i[0];
+  int64_t dt = 0, n = tensor_numel(t), b = t->shape[0];
+  if (coll_dtype(x, t, &dt)) return RT_ERROR;
+  if (b == 1) return coll(x, RT_COLL_REDUCE_SCATTER, dt, n, rt_in(x, op, 0), rt_out(x, op, 0));
+  return shards(x, rt_in(x, op, 0), x->work, b, t->bytes / b, tp, 1) ||
+                 coll(x, RT_COLL_REDUCE_SCATTER, dt, n, x->work, rt_out(x, op, 0))
+             ? RT_ERROR
+             : RT_OK;
+}
+
+int64_t rt_tp_workspace(const Graph *g, const Op *op) {
+  if ((op->kind == OP_TP_GATHER || op->kind == OP_TP_SCATTER) && g->t[op->in[0]].shape[0] > 1)
+    return op->kind == OP_TP_GATHER ? g->t[op->out[0]].bytes : g->t[op->in[0]].bytes;
+  if ((op->kind == OP_EMBED && op->a.i[0]) || (op->kind == OP_EMBED_BWD && op->a.i[1]))
+    return 4 * tensor_numel(&g->t[op->in[op->kind == OP_EMBED ? 0 : 1]]);
+  if (op->kind == OP_CROSS_ENTROPY && op->a.i[0]) return 12 * ops_rows(&g->t[op->in[0]]);
+  return 0;
+}
+
+static int rt_op_bias_add(RtExec *x, const Op *op) {
+  const Tensor *t = rt_t(x, op->in[0]);
+  if (t->dtype != DT_BF16 || rt_t(x, op->in[1])->dtype != DT_BF16)
+    return rt_fail(x->d, "bias_add of %s: bf16 activations and bias only", t->name);
+  long n = (long)ops_rows(t);
+  int c = (int)ops_last(t);
+  return rt_launch_bias_add_rows(x->d, rt_grid_stride(x->d, (int64_t)n * c), 256, 0, rt_out(x, op, 0),
+                                 rt_in(x, op, 0), rt_in(x, op, 1), n, c);
+}
+
+/* This family's rows of the per-kind launch table (exec.c gathers every family's). */
+const RtOpRow RT_OPS_TP[] = {
+    {OP_TP_COPY, rt_op_tp_copy},       {OP_TP_ALLREDUCE, rt_op_tp_allreduce}, {OP_TP_GATHER, rt_op_tp_gather},
+    {OP_TP_SCATTER, rt_op_tp_scatter}, {OP_BIAS_ADD, rt_op_bias_add},         {OP_COUNT, NULL},
+};

@@ -1,0 +1,71 @@
+/* api_cuda_tp.c — tensor parallelism on the GPU (api_cuda_internal.h): the launch program's
+ * collective records (rt.h RtColl: the TP ops of ir/ops/tp.c, lowered by compiler/codegen/launch/
+ * op_tp.c) played through one of two communicators, joined before the program opens (the
+ * player sizes every collective's buffers at open):
+ *  - host-staged (runtime/coll_host.h) when the job's ranks share GPUs — more ranks than this
+ *    host's devices (stepc run --nproc 2 on one GPU), or STEPC_COLLECTIVES=host: NCCL refuses two
+ *    ranks on one device; each collective is a copy to pinned memory, a host function over the host
+ *    communicator, a copy back, all on the step's stream and so captured into its CUDA graphs.
+ *    Slow but exact: sums in group order, every rank the same bits;
+ *  - NCCL (one rank per GPU, or STEPC_COLLECTIVES=nccl): the same records as ncclAllReduce /
+ *    ncclAllGather / ncclReduceScatter on the step's stream.
+ * Tensor parallelism alone (world size = TP) runs; TP times data parallelism is refused at open
+ * (api_cuda.c, before the driver). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/api_cuda_internal.h"
+
+/* STEPC_COLLECTIVES: "host", "nccl", or unset / "auto" (host when the job has more ranks than this
+ * host has devices). 1 host, 0 NCCL, -1 a bad value (the message in s). */
+int api_cuda_tp_shared(stepc_t *s, int device_count) {
+  const char *e = getenv(STEPC_COLLECTIVES_ENV);
+  if (e && strcmp(e, "host") == 0) return 1;
+  if (e && strcmp(e, "nccl") == 0) return 0;
+  if (e && e[0] && strcmp(e, "auto") != 0)
+    return api_fail(s, STEPC_ERR_ARGUMENT, "%s=%s: expected host, nccl or auto", STEPC_COLLECTIVES_ENV, e),
+           -1;
+  return s->world > device_count;
+}
+
+stepc_status api_cuda_tp_open(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  char err[600];
+  stepc_status st;
+  if (c->coll_shared) {
+    if ((st = api_dp_join(s, NULL, NULL)) != STEPC_OK) return st;
+    if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, NULL, 0, &c->coll_host, err, sizeof err))
+      return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
+    c->d->coll = rt_coll_host_ops(c->coll_host);
+    return STEPC_OK;
+  }
+  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
+  if ((st = api_dp_join(s, rt_nccl_make_id, c->nccl)) != STEPC_OK) return st;
+  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
+  }
+  rt_coll_nccl_init(&c->coll_nccl);
+  c->coll_nccl.group[RT_COLL_GROUP_TP] = c->nccl; /* world = TP: the job's communicator is the group's */
+  c->d->coll = &c->coll_nccl.ops;
+  return STEPC_OK;
+}
+
+int api_cuda_tp_check(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  char err[600];
+  if (c->coll_host && rt_coll_host_check(c->coll_host, err, sizeof err))
+    return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err), -1;
+  return 0;
+}
+
+void api_cuda_tp_free(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  rt_coll_host_free(c->coll_host);
+  c->coll_host = NULL;
+}
+
+const char *api_cuda_comm_name(const stepc_t *s) {
+  return ((const ApiCuda *)s->impl)->coll_host ? "host-staged (ranks share a GPU)" : "nccl";
+}
