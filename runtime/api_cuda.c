@@ -376,17 +376,11 @@ stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
   /* expert parallelism has no CUDA launches: refused before any driver is needed to say so */
   if (im->f.ep_size > 1) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
-  if (s->tp > 1 && s->dp > 1)
-    return api_fail(
-        s, STEPC_ERR_UNSUPPORTED,
-        "tensor parallelism x data parallelism (%d x %d ranks) runs on the cpu device only; on cuda "
-        "tensor parallelism runs alone (train.world_size = model.tensor_model_parallel_size)",
-        s->tp, s->dp);
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   /* tensor parallelism: ranks may share the GPUs (host-staged collectives, api_cuda_tp.c) */
-  int rc = s->tp > 1 ? rt_open_device_shared(&c->dev, s->opt.local_rank)
-                     : rt_open_device(&c->dev, s->opt.local_rank);
+  int rc = s->world > 1 ? rt_open_device_shared(&c->dev, s->opt.local_rank)
+                        : rt_open_device(&c->dev, s->opt.local_rank);
   if (rc != RT_OK) {
     api_fail(s, rc == RT_NO_DEVICE ? STEPC_ERR_NO_DEVICE : STEPC_ERR_RUNTIME, "%s", c->dev.err);
     if (c->dev.lib) rt_close(&c->dev);
@@ -407,7 +401,7 @@ stepc_status api_cuda_open(stepc_t *s) {
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
   if (!im->has_program)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
-  if (s->tp > 1) {
+  if (s->world > 1) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
     int shared = api_cuda_tp_shared(s, c->d->device_count);
     if (shared < 0) return STEPC_ERR_ARGUMENT;
     if (!shared && s->opt.local_rank >= c->d->device_count)
@@ -417,7 +411,13 @@ stepc_status api_cuda_open(stepc_t *s) {
           "ranks share them)",
           s->opt.local_rank, c->d->device_count, STEPC_COLLECTIVES_ENV);
     c->coll_shared = shared;
-    stepc_status st = api_cuda_tp_open(s);
+    if (!shared && s->tp > 1 && s->dp > 1)
+      return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                      "tensor parallelism x data parallelism (%d x %d ranks) over NCCL is not built (its "
+                      "groups' communicators): it runs on the cpu device, and on cuda with the ranks sharing "
+                      "GPUs (%s=host); TP alone runs over NCCL",
+                      s->tp, s->dp, STEPC_COLLECTIVES_ENV);
+    stepc_status st = shared || s->tp > 1 ? api_cuda_tp_open(s) : STEPC_OK;
     if (st != STEPC_OK) return st;
   }
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */

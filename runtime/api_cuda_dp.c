@@ -93,8 +93,61 @@ static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kin
   return b < 0 || api_cuda_span(s, pf, kind, id, -1, 1, a, b) ? -1 : 0;
 }
 
+/* ---- ranks sharing a GPU (api_cuda_tp.c: the host-staged communicator) ----
+ * Each bucket gradient's all-reduce is a collective of the device's communicator on the step's own
+ * stream (host-staged collectives are serialised on one stream, in program order on every rank):
+ * the sum over its group (the data-parallel group; an expert's gradient over the expert-data-
+ * parallel group) in rank order, divided by the data-parallel size — the CPU device's arithmetic. */
+static RtColl bucket_coll(stepc_t *s, int t) {
+  ApiCuda *c = cu(s);
+  int expert = s->g->t[s->g->t[t].of].tp_ep != 0;
+  return (RtColl){.op = RT_COLL_ALLREDUCE_SUM,
+                  .dtype = RT_COLL_F32,
+                  .group = expert ? RT_COLL_GROUP_EDP : RT_COLL_GROUP_DP,
+                  .count = tensor_numel(&s->g->t[t]),
+                  .div = s->dp,
+                  .src = rt_player_tensor(c->x, t),
+                  .dst = rt_player_tensor(c->x, t)};
+}
+
+static stepc_status host_join(stepc_t *s) {
+  ApiCuda *c = cu(s);
+  char err[400];
+  if (c->zero || s->im.f.dist_opt)
+    return api_fail(
+        s, STEPC_ERR_UNSUPPORTED,
+        "the distributed optimizer (optimizer.use_distributed_optimizer) with ranks sharing a GPU "
+        "(host-staged collectives) is not built: run it with one rank a GPU (NCCL)");
+  RtCommGroup all = {.first = 0, .stride = 1, .count = s->world};
+  const RtCommGroup *dp = s->tp > 1 ? &s->dp_group : &all;
+  if (rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_DP, dp, s->tp > 1 ? s->dp_rank : s->rank, err,
+                             sizeof err) ||
+      (s->ep > 1 && rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep,
+                                           err, sizeof err)))
+    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+  for (int k = 0; k < s->im.nbucket_grad; k++) {
+    RtColl b = bucket_coll(s, s->im.bucket_grad[k]);
+    if (c->d->coll->prepare(c->d->coll->ctx, c->d, &b)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
+  }
+  return STEPC_OK;
+}
+
+static int host_buckets(stepc_t *s, int q) {
+  ApiCuda *c = cu(s);
+  for (int k = 0; k < s->im.nbucket; k++) {
+    if (c->fire_point[k] != q) continue;
+    const ImgBucket *b = &s->im.bucket[k];
+    for (int i = 0; i < b->ngrads; i++) {
+      RtColl x = bucket_coll(s, s->im.bucket_grad[b->first + i]);
+      if (rt_coll(c->d, &x)) return api_cuda_fail(s);
+    }
+  }
+  return 0;
+}
+
 int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf) {
   ApiCuda *c = cu(s);
+  if (c->coll_host && c->fire_point && mb == c->nmb - 1) return host_buckets(s, q);
   if (!c->nccl || mb != c->nmb - 1) return 0;
   for (int k = 0; k < s->im.nbucket; k++) {
     if (c->fire_point[k] != q) continue;
@@ -270,8 +323,8 @@ static stepc_status warm_up(stepc_t *s) {
 
 stepc_status api_cuda_dp_join(stepc_t *s) {
   ApiCuda *c = cu(s);
-  if ((s->world == 1 && !s->opt.dp_join) || s->tp > 1)
-    return STEPC_OK; /* TP: joined at open (api_cuda_tp.c) */
+  if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
+  if (s->tp > 1 && !c->coll_host) return STEPC_OK; /* TP alone over NCCL: joined at open (api_cuda_tp.c) */
   for (int k = 0; k < s->im.nbucket_grad; k++)
     if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
       return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32",
@@ -289,6 +342,7 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
           s->dir, k, s->im.bucket[k].fire_op);
     c->fire_point[k] = q;
   }
+  if (c->coll_host) return host_join(s); /* joined at open: the ranks share a GPU */
   if (rt_side_new(c->d, &c->comm)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->comm_ok = true;
   char err[600];

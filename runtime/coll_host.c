@@ -71,7 +71,11 @@ static const char *type_name(int64_t t) {
   return t == RT_COLL_BF16 ? "bf16" : t == RT_COLL_F32 ? "f32" : "?";
 }
 static const char *group_name(int64_t g) {
-  return g == RT_COLL_GROUP_EP ? "EP" : g == RT_COLL_GROUP_TP ? "TP" : "?";
+  return g == RT_COLL_GROUP_EP    ? "EP"
+         : g == RT_COLL_GROUP_TP  ? "TP"
+         : g == RT_COLL_GROUP_DP  ? "DP"
+         : g == RT_COLL_GROUP_EDP ? "expert-DP"
+                                  : "?";
 }
 
 /* "all-reduce (sum) of 4099 bf16 over the TP group (2 ranks from rank 0, stride 1; member 1)" */
@@ -168,6 +172,9 @@ static void CUDA_CB host_fn(void *user) {
   case RT_COLL_ALLREDUCE_SUM:
   case RT_COLL_ALLREDUCE_MAX:
     rc = rt_comm_group_allreduce(h->comm, g, j->in, n, t, c->op == RT_COLL_ALLREDUCE_MAX);
+    if (rc == 0 && c->div > 1 && c->dtype == RT_COLL_F32) /* the data-parallel mean, as the CPU's */
+      for (size_t i = 0; i < n; i++)
+        ((float *)j->in)[i] /= (float)c->div;
     break;
   case RT_COLL_ALL_GATHER: rc = rt_comm_group_all_gather(h->comm, g, j->in, j->out, n * es); break;
   case RT_COLL_REDUCE_SCATTER:
@@ -192,8 +199,9 @@ static void staged(const RtCollHost *h, const RtColl *c, size_t *in, size_t *out
   int size = h->group[c->group].count;
   int64_t sb = 0, db = 0;
   rt_coll_bytes(c, size, &sb, &db);
-  *in = size > 1 ? (size_t)sb : 0;
-  *out = size > 1 && uses_out(c) ? (size_t)db : 0;
+  int alone = size == 1 && c->div <= 1; /* a group of one: a device copy, unless it divides */
+  *in = !alone ? (size_t)sb : 0;
+  *out = !alone && uses_out(c) ? (size_t)db : 0;
 }
 
 static int checked(RtCollHost *h, RtDevice *d, const RtColl *c, const char *when) {
@@ -202,6 +210,9 @@ static int checked(RtCollHost *h, RtDevice *d, const RtColl *c, const char *when
   if (c->op < 0 || c->op >= RT_COLL_OPS || (c->dtype != RT_COLL_F32 && c->dtype != RT_COLL_BF16) ||
       c->group < 0 || c->group >= RT_COLL_GROUPS)
     return rt_fail(d, "host collectives, %s: %s is not a collective they run", when, what);
+  if (c->div < 0 || (c->div > 1 && (c->op != RT_COLL_ALLREDUCE_SUM || c->dtype != RT_COLL_F32)))
+    return rt_fail(d, "host collectives, %s: %s divides by %lld (only an fp32 all-reduce sum divides)", when,
+                   what, (long long)c->div);
   if (!h->has[c->group])
     return rt_fail(d, "host collectives, %s: %s, but this job has no %s group", when, what,
                    group_name(c->group));
@@ -364,4 +375,15 @@ static int run(void *ctx, RtDevice *d, const RtColl *c) {
                "host collectives: cuMemcpyHtoDAsync"))
     return RT_ERROR;
   return RT_OK;
+}
+
+int rt_coll_host_add_group(RtCollHost *h, int which, const RtCommGroup *g, int member, char *err,
+                           size_t nerr) {
+  if (which < 0 || which >= RT_COLL_GROUPS)
+    return snprintf(err, nerr, "host collectives: group %d is not one of the %d kinds", which,
+                    RT_COLL_GROUPS),
+           -1;
+  if (group_ok(h->comm, g, member, group_name(which), err, nerr)) return -1;
+  h->group[which] = *g, h->member[which] = member, h->has[which] = 1;
+  return 0;
 }

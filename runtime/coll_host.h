@@ -57,6 +57,10 @@ int rt_coll_host_new(RtComm *comm, const RtCommGroup *tp, int tp_member, const R
  * with the message in d->err. A group of one rank copies src to dst on the device (nothing when
  * src == dst). */
 const RtCollOps *rt_coll_host_ops(RtCollHost *h);
+/* Another of this rank's groups (rt.h RT_COLL_GROUP_*: the data-parallel and expert-data-parallel
+ * groups of the gradient buckets), checked as at new: 0, or -1 with err. */
+int rt_coll_host_add_group(RtCollHost *h, int which, const RtCommGroup *g, int member, char *err,
+                           size_t nerr);
 /* After the stream synchronised: 0, or -1 with the first failed collective's message (which names
  * the op, dtype, group, count and the communicator's error). Once failed, later collectives do
  * nothing (their host functions return at once) so the step finishes and the caller reports the

@@ -146,6 +146,8 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
   if (c->dtype != RT_COLL_F32 && c->dtype != RT_COLL_BF16)
     return snprintf(err, nerr, "NCCL collective: element type %lld", (long long)c->dtype), -1;
   if (c->count < 0) return snprintf(err, nerr, "NCCL collective: %lld elements", (long long)c->count), -1;
+  if (c->div > 1) /* the data-parallel mean over NCCL is api_cuda_dp.c's ncclAvg */
+    return snprintf(err, nerr, "NCCL collective: a sum divided by %lld", (long long)c->div), -1;
   ncclDataType_t t = c->dtype == RT_COLL_BF16 ? ncclBfloat16 : ncclFloat32;
   const void *src = (const void *)(uintptr_t)c->src;
   void *dst = (void *)(uintptr_t)c->dst;

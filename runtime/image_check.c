@@ -322,7 +322,9 @@ static int check_record(StepImage *im, int i, Why *w) {
   case RT_REC_SDPA: break;
   case RT_REC_COLL: {
     const RtColl *c = &r->coll;
-    int size = c->group == RT_COLL_GROUP_EP ? im->f.ep_size : im->f.tp_size;
+    int size = c->group == RT_COLL_GROUP_EP   ? im->f.ep_size
+               : c->group == RT_COLL_GROUP_TP ? im->f.tp_size
+                                              : 0;
     int64_t sb = 0, db = 0;
     if (!in_range(c->op, RT_COLL_OPS) || !in_range(c->dtype, RT_COLL_TYPES) ||
         !in_range(c->group, RT_COLL_GROUPS) || c->count < 1 || c->count > IR_MAX_NUMEL || size < 2)

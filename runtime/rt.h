@@ -108,7 +108,9 @@ typedef struct RtRecorder RtRecorder;
  * member); reduce-scatter, of dst (src holds count x the group's size; member r receives the sum of
  * every member's r-th block). Sums combine the members in group order (member 0 + member 1 + ...)
  * where the backend can fix the order (the host-staged one: runtime/coll_host.h); NCCL's order is
- * its own. The fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
+ * its own. div > 1 (an fp32 all-reduce sum only): the sum then divided by div in fp32 — the CPU
+ * device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. The fields as an
+ * X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
 typedef enum {
   RT_COLL_ALLREDUCE_SUM = 0,
   RT_COLL_ALLREDUCE_MAX = 1,
@@ -117,13 +119,22 @@ typedef enum {
   RT_COLL_OPS
 } RtCollOp;
 enum { RT_COLL_F32 = 0, RT_COLL_BF16 = 1, RT_COLL_TYPES };
-enum { RT_COLL_GROUP_TP = 0, RT_COLL_GROUP_EP = 1, RT_COLL_GROUPS };
+/* the rank's groups: tensor-parallel, expert-parallel, data-parallel (under TP: the ranks of its TP
+ * rank; the API layer's gradient buckets), expert-data-parallel (the ranks holding the same experts) */
+enum {
+  RT_COLL_GROUP_TP = 0,
+  RT_COLL_GROUP_EP = 1,
+  RT_COLL_GROUP_DP = 2,
+  RT_COLL_GROUP_EDP = 3,
+  RT_COLL_GROUPS
+};
 // clang-format off (an X-macro list, one entry a line)
 #define RT_COLL_FIELDS(I, P, F)                                                                              \
   I(op)                                                                                                      \
   I(dtype)                                                                                                   \
   I(group)                                                                                                   \
   I(count)                                                                                                   \
+  I(div)                                                                                                     \
   P(src)                                                                                                     \
   P(dst)
 // clang-format on

@@ -29,7 +29,7 @@
  *                                          every rank's loss and grad norm the same bits, printed as
  *                                          "step K loss L grad_norm G"; the parameters (gathered over
  *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
- *   test_dp cuda   ARTN [WORLD]             a TP x DP (or EP) artifact opened on the cuda device (WORLD ranks,
+ *   test_dp cuda   ARTN [WORLD]             an EP artifact opened on the cuda device (WORLD ranks,
  *                                           default 2): refused, naming
  * it test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
  *                                          its shards) and save them again, gathered: the same tensors, bitwise
