@@ -214,6 +214,11 @@ STEPC_KERNEL(ce_vp_sumexp, KP(float*, stats) KP(const bf16*, logits) KI(N) KI(V)
 STEPC_KERNEL(ce_vp_finish, KP(float*, losses) KP(bf16*, logits) KP(const int*, targets) KP(const float*, stats)
              KI(N) KI(V) KI(Vall) KP(const int*, rank) KF(dloss) KP(const float*, den))
 STEPC_KERNEL(bias_add_rows, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, b) KL(N) KI(C))
+STEPC_KERNEL(ep_local_segments, KP(int*, lseg) KP(const int*, all_seg) KI(ep) KI(E) KP(const int*, rank))
+STEPC_KERNEL(ep_dispatch_rows, KP(unsigned short*, xr) KP(const unsigned short*, all) KP(const int*, all_seg) KL(R)
+             KL(N) KI(w) KI(ep) KI(E) KP(const int*, rank))
+STEPC_KERNEL(ep_combine_rows, KP(unsigned short*, yp) KP(const unsigned short*, all) KP(const int*, all_seg) KL(N)
+             KL(R) KI(w) KI(ep) KI(E) KP(const int*, rank))
 #undef KP
 #undef KI
 #undef KU

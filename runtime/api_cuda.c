@@ -374,8 +374,6 @@ static void *read_cubin(stepc_t *s, const char *name) {
 
 stepc_status api_cuda_open(stepc_t *s) {
   const StepImage *im = &s->im;
-  /* expert parallelism has no CUDA launches: refused before any driver is needed to say so */
-  if (im->f.ep_size > 1) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", im->f.cuda_refusal);
   ApiCuda *c = calloc(1, sizeof *c);
   if (!c) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   /* tensor parallelism: ranks may share the GPUs (host-staged collectives, api_cuda_tp.c) */
@@ -411,6 +409,12 @@ stepc_status api_cuda_open(stepc_t *s) {
           "ranks share them)",
           s->opt.local_rank, c->d->device_count, STEPC_COLLECTIVES_ENV);
     c->coll_shared = shared;
+    if (!shared && s->ep > 1)
+      return api_fail(s, STEPC_ERR_UNSUPPORTED,
+                      "expert parallelism (model.expert_model_parallel_size=%d) over NCCL is not built (its "
+                      "groups' communicators): it runs on the cpu device, and on cuda with the ranks sharing "
+                      "GPUs (%s=host)",
+                      s->ep, STEPC_COLLECTIVES_ENV);
     if (!shared && s->tp > 1 && s->dp > 1)
       return api_fail(s, STEPC_ERR_UNSUPPORTED,
                       "tensor parallelism x data parallelism (%d x %d ranks) over NCCL is not built (its "
@@ -426,7 +430,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   rc = rt_module_load(c->d, cubin);
   free(cubin);
   if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
-      rt_player_set_ranks(c->x, s->tp_rank, 0) || rt_player_init(c->x, im->f.seed))
+      rt_player_set_ranks(c->x, s->tp_rank, s->ep_rank) || rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   snprintf(s->notice, sizeof s->notice, "%s", rt_player_notice(c->x));
   c->nmb = im->lp.f.nmb;

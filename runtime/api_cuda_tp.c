@@ -35,7 +35,8 @@ stepc_status api_cuda_tp_open(stepc_t *s) {
   stepc_status st;
   if (c->coll_shared) {
     if ((st = api_dp_join(s, NULL, NULL)) != STEPC_OK) return st;
-    if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, NULL, 0, &c->coll_host, err, sizeof err))
+    if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, s->ep > 1 ? &s->ep_group : NULL, s->ep_rank,
+                         &c->coll_host, err, sizeof err))
       return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
     c->d->coll = rt_coll_host_ops(c->coll_host);
     return STEPC_OK;

@@ -351,16 +351,10 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
     im.owner[t] = sp->sc.owner ? sp->sc.owner[t] : -1, im.storage[t] = fusions_storage(sp->fz, t);
   const char *base = strrchr(spec->recipe_path, '/');
   snprintf(f->recipe, sizeof f->recipe, "%s", base ? base + 1 : spec->recipe_path);
-  if (f->ep_size > 1)
-    snprintf(f->cuda_refusal, sizeof f->cuda_refusal,
-             "the CUDA backend does not run this step: expert parallelism "
-             "(model.expert_model_parallel_size=%d) runs on the cpu device only; its collective ops "
-             "(ep_counts, ep_dispatch, ep_combine, tp_allreduce over the EP group) have no CUDA launches yet",
-             (int)f->ep_size);
-  else if (!sp->lp_ok)
+  if (!sp->lp_ok)
     snprintf(f->cuda_refusal, sizeof f->cuda_refusal, "the CUDA backend does not run this step: %s",
              sp->lp_why);
-  im.has_program = sp->lp_ok && f->ep_size <= 1;
+  im.has_program = sp->lp_ok;
   if (im.has_program) im.lp = sp->lp; /* borrowed: written, never freed here */
   snprintf(f->cubin, sizeof f->cubin, "%s", cubin_name);
   char path[PATH_MAX + 32];

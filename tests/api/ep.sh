@@ -9,8 +9,9 @@
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
 # bitwise on loss and grad norm. Then what stays refused: EP with TP, with the allgather
-# dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); EP on the cuda device
-# (refused at open). Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
+# dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); on the cuda device
+# (bf16) EP 2 and EP 2 with capacity have launch programs (the exchange as all-gathers and row
+# picks) that the player plays record for record on a recording device. Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
 # run bitwise; one-rank parameters loaded into EP 2.
 #
 # Why not bitwise: the token exchange only copies rows (exact), and each routed row's expert GEMMs
@@ -24,7 +25,7 @@
 # misplaced expert differs by the init scale (0.02). Tolerances: loss and grad norm 1e-6 relative
 # (measured 1.0e-7), parameters 5e-6 absolute.
 set -uo pipefail
-stepc=$1 t=$2
+stepc=$1 t=$2 play=$3
 tmp=${EP_KEEP:-$(mktemp -d)}
 trap '[ -n "${EP_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -72,10 +73,14 @@ refuse "EP with the allgather dispatcher" "model.moe_token_dispatcher_type=allga
 refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
 grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
-# EP on the cuda device: refused at open (the exchange has no CUDA launches), whatever the machine
-"$t" cuda "$tmp/ep2" >"$tmp/cuda.txt" 2>&1 || { cat "$tmp/cuda.txt"; fail "EP on cuda"; }
-grep -q "expert parallelism" "$tmp/cuda.txt" || { cat "$tmp/cuda.txt"; fail "the cuda refusal does not name EP"; }
-cat "$tmp/cuda.txt"
+# EP on the cuda device (bf16): the launch programs, played on a recording device
+build cu_ep2 model.bf16=true model.expert_model_parallel_size=2 train.world_size=2
+build cu_ep2cap model.bf16=true model.expert_model_parallel_size=2 train.world_size=2 $CAP
+for a in cu_ep2 cu_ep2cap; do
+  "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
+  grep -q "COLL all_gather bf16 ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-gather"
+  head -1 "$tmp/play_$a.txt"
+done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
 # step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
 # load into EP 2 (each rank its experts) and gather back bitwise

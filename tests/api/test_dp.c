@@ -29,9 +29,7 @@
  *                                          every rank's loss and grad norm the same bits, printed as
  *                                          "step K loss L grad_norm G"; the parameters (gathered over
  *                                          TP: every rank calls the save, rank 0 writes) into PARAMS
- *   test_dp cuda   ARTN [WORLD]             an EP artifact opened on the cuda device (WORLD ranks,
- *                                           default 2): refused, naming
- * it test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
+ *   test_dp tpload ARTN N PARAMS TMP        N ranks of a TP (or EP) artifact load the one-rank PARAMS (each
  *                                          its shards) and save them again, gathered: the same tensors, bitwise
  * test_dp evaleq ARTA NA ARTB NB PARAMS    stepc_eval of one batch from PARAMS on NA ranks of ARTA and NB of
  *                                          ARTB: loss and per-token log-probs within fp32 tolerances
@@ -545,20 +543,6 @@ static int mode_run(const char *art, int n, int steps, const char *params) {
   return fails != 0;
 }
 
-static int mode_cuda(const char *art, int world) {
-  stepc_options o = stepc_options_default();
-  o.device = STEPC_DEVICE_CUDA;
-  o.rank = 0, o.world_size = world, o.master_port = free_port();
-  stepc_t *s = NULL;
-  stepc_status st = stepc_open(art, &o, &s);
-  CHECK(st == STEPC_ERR_UNSUPPORTED && (strstr(stepc_last_error(s), "tensor parallelism") ||
-                                        strstr(stepc_last_error(s), "expert parallelism")),
-        "opened on cuda: status %d, %s", (int)st, stepc_last_error(s));
-  if (!fails) printf("ok: refused on cuda: %s\n", stepc_last_error(s));
-  stepc_close(s);
-  return fails != 0;
-}
-
 /* stepc_eval of one fixed batch on na ranks of arta and nb of artb, each from the one-rank
  * parameters: the loss and every per-token log-probability of b's ranks within (loss_rel, lp_abs) of
  * a's rank 0, and b's ranks bitwise the same. */
@@ -680,7 +664,6 @@ int main(int argc, char **argv) {
   const char *m = argv[1];
   /* the ranks are threads of one process: one secret in the environment for them all */
   setenv(RDV_SECRET_ENV, "test_dp's job secret, 0123456789", 0);
-  if (!strcmp(m, "cuda") && (argc == 3 || argc == 4)) return mode_cuda(argv[2], argc == 4 ? atoi(argv[3]) : 2);
   if (!strcmp(m, "tpload") && argc == 6) return mode_tpload(argv[2], atoi(argv[3]), argv[4], argv[5]);
   if (!strcmp(m, "evaleq") && argc == 7) return mode_evaleq(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), argv[6]);
   if (!strcmp(m, "run") && argc == 6) return mode_run(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);

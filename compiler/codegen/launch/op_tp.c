@@ -14,6 +14,12 @@
  *                 member-major into the workspace first)
  *   BIAS_ADD      out = x + b on every row (one kernel)
  *
+ * and expert parallelism's exchange (ir/ops/ep.c), over the rank's EP group, as the CPU executor
+ * does it: EP_COUNTS all-gathers every rank's expert segments and derives this rank's receive
+ * layout (kernels/ep.cuh); EP_DISPATCH / EP_COMBINE all-gather the rows into the op workspace (EP x
+ * the input) and each rank picks the rows it keeps — Megatron's all-to-all's result, moving EP times
+ * its bytes (an all-to-all collective would move only the rows that travel).
+ *
  * The sums' order is the backend's: the host-staged one adds the members in group order, NCCL in its
  * own (docs/parallelism.md says what that means for bitwise comparisons). */
 #include "codegen/launch/exec_internal.h"
@@ -26,9 +32,14 @@ static int coll_dtype(RtExec *x, const Tensor *t, int64_t *dt) {
                  dtype_name(t->dtype));
 }
 
-static int coll(RtExec *x, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src, CUdeviceptr dst) {
-  RtColl c = {.op = kind, .dtype = dt, .group = RT_COLL_GROUP_TP, .count = count, .src = src, .dst = dst};
+static int coll_in(RtExec *x, int64_t group, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src,
+                   CUdeviceptr dst) {
+  RtColl c = {.op = kind, .dtype = dt, .group = group, .count = count, .src = src, .dst = dst};
   return rt_coll(x->d, &c);
+}
+
+static int coll(RtExec *x, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src, CUdeviceptr dst) {
+  return coll_in(x, RT_COLL_GROUP_TP, kind, dt, count, src, dst);
 }
 
 static int rt_op_tp_copy(RtExec *x, const Op *op) {
@@ -40,7 +51,7 @@ static int rt_op_tp_copy(RtExec *x, const Op *op) {
  * those ops write their slices of the norm partials, not the accumulator, so the partial slices are
  * what is summed over the group — contiguous slices merged, one all-reduce each. 0 when acc is not
  * such an accumulator (*found 0). */
-static int sumsq_allreduce(RtExec *x, int acc, int *found) {
+static int sumsq_allreduce(RtExec *x, int64_t group, int acc, int *found) {
   const Graph *g = x->g;
   int64_t lo = -1, hi = -1; /* the run of slices being merged */
   *found = 0;
@@ -53,27 +64,26 @@ static int sumsq_allreduce(RtExec *x, int acc, int *found) {
       hi += count;
       continue;
     }
-    if (hi > lo && coll(x, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo, x->gn_partial + (CUdeviceptr)(lo * 4),
-                        x->gn_partial + (CUdeviceptr)(lo * 4)))
+    if (hi > lo && coll_in(x, group, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo,
+                           x->gn_partial + (CUdeviceptr)(lo * 4), x->gn_partial + (CUdeviceptr)(lo * 4)))
       return RT_ERROR;
     lo = first, hi = first + count;
   }
-  if (hi > lo && coll(x, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo, x->gn_partial + (CUdeviceptr)(lo * 4),
-                      x->gn_partial + (CUdeviceptr)(lo * 4)))
+  if (hi > lo && coll_in(x, group, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo,
+                         x->gn_partial + (CUdeviceptr)(lo * 4), x->gn_partial + (CUdeviceptr)(lo * 4)))
     return RT_ERROR;
   return RT_OK;
 }
 
 static int rt_op_tp_allreduce(RtExec *x, const Op *op) {
-  if (op->a.i[1])
-    return rt_fail(x->d, "an all-reduce over the expert-parallel group: expert parallelism runs on the cpu "
-                         "device only");
+  int64_t group = op->a.i[1] ? RT_COLL_GROUP_EP : RT_COLL_GROUP_TP; /* i[1]: the expert-parallel group */
   int found = 0;
-  if (op->in[0] == op->out[0] && sumsq_allreduce(x, op->in[0], &found)) return RT_ERROR;
+  if (op->in[0] == op->out[0] && sumsq_allreduce(x, group, op->in[0], &found)) return RT_ERROR;
   if (found) return RT_OK;
   int64_t dt = 0;
   if (coll_dtype(x, rt_t(x, op->in[0]), &dt)) return RT_ERROR;
-  return coll(x, RT_COLL_ALLREDUCE_SUM, dt, rt_numel(x, op->in[0]), rt_in(x, op, 0), rt_out(x, op, 0));
+  return coll_in(x, group, RT_COLL_ALLREDUCE_SUM, dt, rt_numel(x, op->in[0]), rt_in(x, op, 0),
+                 rt_out(x, op, 0));
 }
 
 /* The sequence shards (ir/ops/tp.c tp_shards): rank r's block of sequence b is rows [r tl, (r + 1)
@@ -118,6 +128,7 @@ int64_t rt_tp_workspace(const Graph *g, const Op *op) {
   if ((op->kind == OP_EMBED && op->a.i[0]) || (op->kind == OP_EMBED_BWD && op->a.i[1]))
     return 4 * tensor_numel(&g->t[op->in[op->kind == OP_EMBED ? 0 : 1]]);
   if (op->kind == OP_CROSS_ENTROPY && op->a.i[0]) return 12 * ops_rows(&g->t[op->in[0]]);
+  if (op->kind == OP_EP_DISPATCH || op->kind == OP_EP_COMBINE) return op->a.i[0] * g->t[op->in[0]].bytes;
   return 0;
 }
 
@@ -131,8 +142,49 @@ static int rt_op_bias_add(RtExec *x, const Op *op) {
                                  rt_in(x, op, 0), rt_in(x, op, 1), n, c);
 }
 
+/* All-gathers of whole rows: the element type only sizes them (int32 segments travel as 4-byte units). */
+static int64_t unit_type(const Tensor *t) { return dtype_size(t->dtype) == 2 ? RT_COLL_BF16 : RT_COLL_F32; }
+
+/* in [seg (E, 2)] out [all_seg (EP, E, 2), lseg (El, 2)] */
+static int rt_op_ep_counts(RtExec *x, const Op *op) {
+  int ep = (int)op->a.i[0], E = (int)rt_t(x, op->in[0])->shape[0];
+  return coll_in(x, RT_COLL_GROUP_EP, RT_COLL_ALL_GATHER, RT_COLL_F32, 2 * (int64_t)E, rt_in(x, op, 0),
+                 rt_out(x, op, 0)) ||
+                 rt_launch_ep_local_segments(x->d, rt_dim1(1), 1, 0, rt_out(x, op, 1), rt_out(x, op, 0), ep,
+                                             E, x->rank + 4)
+             ? RT_ERROR
+             : RT_OK;
+}
+
+/* in [x (N, ...), all_seg] out [xr (R, ...)] / in [y (R, ...), all_seg] out [yp (N, ...)] */
+static int ep_move(RtExec *x, const Op *op) {
+  const Tensor *t = rt_t(x, op->in[0]), *as = rt_t(x, op->in[1]);
+  int ep = (int)op->a.i[0], E = (int)as->shape[1];
+  int64_t rows = t->shape[0], out_rows = op->a.i[1], rb = t->bytes / (rows > 0 ? rows : 1);
+  if (rb % 2)
+    return rt_fail(x->d, "%s: rows of %lld bytes (an even number moves)", op_name(op->kind), (long long)rb);
+  int w = (int)(rb / 2);
+  if (coll_in(x, RT_COLL_GROUP_EP, RT_COLL_ALL_GATHER, unit_type(t), tensor_numel(t), rt_in(x, op, 0),
+              x->work))
+    return RT_ERROR;
+  unsigned block = w >= 256 ? 256 : 64;
+  CUdeviceptr out = rt_out(x, op, 0), seg = rt_in(x, op, 1);
+  return op->kind == OP_EP_DISPATCH
+             ? rt_launch_ep_dispatch_rows(x->d, rt_dim1((unsigned)out_rows), block, 0, out, x->work, seg,
+                                          (long)out_rows, (long)rows, w, ep, E, x->rank + 4)
+             : rt_launch_ep_combine_rows(x->d, rt_dim1((unsigned)out_rows), block, 0, out, x->work, seg,
+                                         (long)out_rows, (long)rows, w, ep, E, x->rank + 4);
+}
+
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */
 const RtOpRow RT_OPS_TP[] = {
-    {OP_TP_COPY, rt_op_tp_copy},       {OP_TP_ALLREDUCE, rt_op_tp_allreduce}, {OP_TP_GATHER, rt_op_tp_gather},
-    {OP_TP_SCATTER, rt_op_tp_scatter}, {OP_BIAS_ADD, rt_op_bias_add},         {OP_COUNT, NULL},
+    {OP_TP_COPY, rt_op_tp_copy},
+    {OP_TP_ALLREDUCE, rt_op_tp_allreduce},
+    {OP_TP_GATHER, rt_op_tp_gather},
+    {OP_TP_SCATTER, rt_op_tp_scatter},
+    {OP_BIAS_ADD, rt_op_bias_add},
+    {OP_EP_COUNTS, rt_op_ep_counts},
+    {OP_EP_DISPATCH, ep_move},
+    {OP_EP_COMBINE, ep_move},
+    {OP_COUNT, NULL},
 };
