@@ -41,6 +41,7 @@ typedef struct {
   int wte;             /* word embeddings, kept for a tied output layer */
   int64_t tp;          /* tensor parallelism executed (Spec.per_rank): this rank's shard; 1 none */
   bool sp;             /* sequence parallelism: the residual stream is this rank's T/TP rows */
+  const LowerBlock *B; /* the same state for the shared builders (lower_blocks.h), TP helpers included */
 } Lower;
 
 static void tags(Lower *L, int layer, uint32_t labels, uint32_t scopes, const char *fmt, const char *sub) {
@@ -60,57 +61,6 @@ static int param(Lower *L, const char *suffix, int ndim, int64_t d0, int64_t d1,
   return graph_param(L->g, name, L->dt, ndim, sh, init, std);
 }
 
-/* Tensor parallelism: param `id` (its one-rank shape already cut to this rank's) is the shard of
- * Tensor.tp_* (ir.h): along `dim`, segments seg[0..nseg) of the one-rank tensor, each split over TP. */
-static int shard(Lower *L, int id, int dim, int nseg, const int64_t *seg) {
-  if (id < 0 || L->tp <= 1) return id;
-  Tensor *t = &L->g->t[id];
-  t->tp_dim = dim, t->tp_nseg = nseg, t->tp_size = (int32_t)L->tp;
-  for (int k = 0; k < nseg; k++)
-    t->tp_seg[k] = seg[k];
-  return id;
-}
-
-/* y = x W^T with W (n_out, n_in) of the one-rank layer. Under TP: column-parallel (`col`: W's rows
- * and the bias split, in segments seg[0..nseg) — [Q | K | V], [gate | up]; the caller brings x into
- * the TP region); a row-parallel one is row_linear's. */
-static int linear_tp(Lower *L, int x, int64_t n_out, int64_t n_in, double std, bool col, int nseg,
-                     const int64_t *seg) {
-  int64_t o = col ? n_out / L->tp : n_out, i = col ? n_in : n_in / L->tp;
-  int w = shard(L, param(L, "weight", 2, o, i, IR_INIT_NORMAL, std), col ? 0 : 1, nseg, seg);
-  int in[3] = {x, w, -1};
-  if (L->s->model.add_bias_linear)
-    in[2] = shard(L, param(L, "bias", 1, o, 1, IR_INIT_ZEROS, 0), 0, nseg, seg);
-  return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
-}
-
-/* Into the TP region (Megatron's copy_to_tensor_model_parallel_region, or under SP
- * gather_from_sequence_parallel_region) and out of it (reduce_from_..., or reduce_scatter_to_...). */
-static int tp_enter(Lower *L, int x) {
-  if (L->tp <= 1) return x;
-  OpAttrs a = {.i = {L->tp}};
-  return graph_op1(L->g, L->sp ? OP_TP_GATHER : OP_TP_COPY, &x, 1, &a, NULL);
-}
-
-static int tp_leave(Lower *L, int x) {
-  if (L->tp <= 1) return x;
-  OpAttrs a = {.i = {L->tp}};
-  return graph_op1(L->g, L->sp ? OP_TP_SCATTER : OP_TP_ALLREDUCE, &x, 1, &a, NULL);
-}
-
-/* A row-parallel linear out of the TP region (linear_proj, linear_fc2): under TP, Megatron's
- * RowParallelLinear — each rank's partial product reduced (tp_leave), then the bias, a whole
- * parameter every rank holds, added once (BIAS_ADD); one rank: the plain linear. */
-static int row_linear(Lower *L, int x, int64_t n_out, int64_t n_in, double std) {
-  if (L->tp <= 1) return linear_tp(L, x, n_out, n_in, std, false, 1, &n_in);
-  int w = shard(L, param(L, "weight", 2, n_out, n_in / L->tp, IR_INIT_NORMAL, std), 1, 1, &n_in);
-  int in[2] = {x, w};
-  int y = tp_leave(L, lb_linear_op(L->g, L->s, in, 2));
-  if (!L->s->model.add_bias_linear) return y;
-  int bias[2] = {y, param(L, "bias", 1, n_out, 1, IR_INIT_ZEROS, 0)};
-  return graph_op1(L->g, OP_BIAS_ADD, bias, 2, NULL, NULL);
-}
-
 static int norm(Lower *L, int x) {
   bool ln = strcmp(L->s->model.normalization, "LayerNorm") == 0;
   int in[3] = {x, param(L, "weight", 1, L->c, 1, IR_INIT_ONES, 0),
@@ -119,17 +69,9 @@ static int norm(Lower *L, int x) {
   return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
 }
 
-/* split: the dimension along which x is this rank's tensor-parallel slice (ir/ops/dropout.c's
- * i[1]), 0 when it is whole */
-static int dropout(Lower *L, int x, double p, int split) {
-  if (p <= 0) return x;
-  OpAttrs a = {.f = {p}, .i = {L->stream++, L->tp > 1 ? split : 0}};
-  return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
-}
-
 /* The residual stream's (B, T, C) dropout: under sequence parallelism a rank holds T/TP rows. */
 static int hidden_dropout(Lower *L, int x) {
-  return dropout(L, x, L->s->model.hidden_dropout, L->sp ? 1 : 0);
+  return lb_dropout(L->B, x, L->s->model.hidden_dropout, L->sp ? 1 : 0);
 }
 
 static int lower_embedding(Lower *L) {
@@ -139,10 +81,10 @@ static int lower_embedding(Lower *L) {
   g->tokens = graph_tensor(g, "input.tokens", DT_I32, ROLE_INPUT, 2, sh);
   g->targets = graph_tensor(g, "input.targets", DT_I32, ROLE_INPUT, 2, sh);
   graph_module(g, "embedding.word_embeddings");
-  L->wte = shard(L, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
+  L->wte = lb_shard(L->B, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
   int in[2] = {g->tokens, L->wte};
   OpAttrs ea = {.i = {L->tp > 1}}; /* vocab-parallel: this rank's rows, then the sum over TP */
-  int x = tp_leave(L, graph_op1(g, OP_EMBED, in, 2, &ea, NULL));
+  int x = lb_tp_leave(L->B, graph_op1(g, OP_EMBED, in, 2, &ea, NULL));
   if (strcmp(L->s->model.position_embedding_type, "learned_absolute") == 0) {
     graph_module(g, "embedding.position_embeddings");
     int pos[2] = {x, param(L, "weight", 2, L->s->model.seq_length, L->c, IR_INIT_NORMAL, L->std)};
@@ -165,10 +107,10 @@ static int lower_attention(Lower *L, int l, int x) {
   const SpecModel *m = &L->s->model;
   Graph *g = L->g;
   tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "input_layernorm"); /* fused into linear_qkv (above) */
-  int h = tp_enter(L, norm(L, x));
+  int h = lb_tp_enter(L->B, norm(L, x));
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_qkv");
   int64_t qkv_seg[3] = {L->h * L->d, L->gq * L->d, L->gq * L->d}; /* [all Q | all K | all V] */
-  int qkv = linear_tp(L, h, (L->h + 2 * L->gq) * L->d, L->c, L->std, true, 3, qkv_seg);
+  int qkv = lb_linear_col(L->B, h, (L->h + 2 * L->gq) * L->d, L->c, L->std, 3, qkv_seg);
   tags(L, l, 0, S, "layers.%d.%s", "self_attention");
   OpAttrs sa = {.i = {L->h / L->tp, L->gq / L->tp, L->d}}; /* this rank's heads and groups */
   int qkvs[3];
@@ -192,7 +134,7 @@ static int lower_attention(Lower *L, int l, int x) {
     OpAttrs ma = {.i = {0}};
     s = graph_op1(g, OP_CAUSAL_MASK, &s, 1, &ma, NULL);
     int p = graph_op1(g, OP_SOFTMAX, &s, 1, NULL, NULL);
-    p = dropout(L, p, m->attention_dropout, 1); /* (B, H, T, T): this rank's heads */
+    p = lb_dropout(L->B, p, m->attention_dropout, 1); /* (B, H, T, T): this rank's heads */
     int pv[2] = {p, v};
     ctx = graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   } else { /* flash, fused, auto: one op keeping q, k, v, o and the log-sum-exp */
@@ -203,7 +145,7 @@ static int lower_attention(Lower *L, int l, int x) {
   }
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_proj");
   int64_t hd = L->h * L->d;
-  int o = row_linear(L, ctx, L->c, hd, L->out_std);
+  int o = lb_linear_row(L->B, ctx, L->c, hd, L->out_std);
   tags(L, l, 0, S, "layers.%d.%s", "self_attn_bda");
   o = hidden_dropout(L, o);
   int add[2] = {x, o};
@@ -216,14 +158,14 @@ static int lower_mlp(Lower *L, int l, int x) {
   const SpecModel *m = &L->s->model;
   bool glu = m->gated_linear_unit;
   tags(L, l, fused_norm_label(L), S, "layers.%d.%s", "pre_mlp_layernorm"); /* fused into linear_fc1 (above) */
-  int h = tp_enter(L, norm(L, x));
+  int h = lb_tp_enter(L->B, norm(L, x));
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc1");
   int64_t fc1_seg[2] = {L->f, L->f}; /* gated: [gate | up], each rank its slice of both halves */
-  int u = linear_tp(L, h, glu ? 2 * L->f : L->f, L->c, L->std, true, glu ? 2 : 1, fc1_seg);
+  int u = lb_linear_col(L->B, h, glu ? 2 * L->f : L->f, L->c, L->std, glu ? 2 : 1, fc1_seg);
   tags(L, l, IR_LABEL_MLP | IR_LABEL_MLP_ACT, S, "layers.%d.%s", "mlp.activation_func");
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   tags(L, l, IR_LABEL_MLP, S, "layers.%d.%s", "mlp.linear_fc2");
-  int o = row_linear(L, u, L->c, L->f, L->out_std);
+  int o = lb_linear_row(L->B, u, L->c, L->f, L->out_std);
   tags(L, l, 0, S, "layers.%d.%s", "mlp_bda");
   o = hidden_dropout(L, o);
   int add[2] = {x, o};
@@ -233,11 +175,12 @@ static int lower_mlp(Lower *L, int l, int x) {
 static int lower_head(Lower *L, int x) {
   Graph *g = L->g;
   tags(L, -1, 0, 0, NULL, "final_layernorm");
-  x = tp_enter(L, norm(L, x));
+  x = lb_tp_enter(L->B, norm(L, x));
   tags(L, -1, 0, 0, NULL, "output_layer");
-  int w = L->s->model.share_embeddings_and_output_weights
-              ? L->wte
-              : shard(L, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
+  int w =
+      L->s->model.share_embeddings_and_output_weights
+          ? L->wte
+          : lb_shard(L->B, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
   int64_t chunks = spec_output_layer_chunks(L->s);
   if (chunks > 1) { /* one op over the chunks: only one chunk's logits at a time (ir/ops/linear_loss.c) */
     OpAttrs a = {.i = {chunks}};
@@ -329,7 +272,10 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
                   .c = L.c,
                   .std = L.std,
                   .out_std = L.out_std,
-                  .stream = &L.stream};
+                  .stream = &L.stream,
+                  .tp = L.tp,
+                  .sp = L.sp};
+  L.B = &B;
   int aux = -1; /* the MoE layers' summed load-balancing loss */
   int x = lower_embedding(&L);
   if (s->present[SPEC_F_model_hybrid_override_pattern] &&

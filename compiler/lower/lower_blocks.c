@@ -56,10 +56,53 @@ int lb_norm(const LowerBlock *L, int x, int64_t width) {
   return graph_op1(L->g, ln ? OP_LAYERNORM : OP_RMSNORM, in, ln ? 3 : 2, &a, NULL);
 }
 
-int lb_dropout(const LowerBlock *L, int x, double p) {
+int lb_dropout(const LowerBlock *L, int x, double p, int split) {
   if (p <= 0) return x;
-  OpAttrs a = {.f = {p}, .i = {(*L->stream)++}};
+  OpAttrs a = {.f = {p}, .i = {(*L->stream)++, L->tp > 1 ? split : 0}};
   return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
+}
+
+int lb_shard(const LowerBlock *L, int id, int dim, int nseg, const int64_t *seg) {
+  if (id < 0 || L->tp <= 1) return id;
+  Tensor *t = &L->g->t[id];
+  t->tp_dim = dim, t->tp_nseg = nseg, t->tp_size = (int32_t)L->tp;
+  for (int k = 0; k < nseg; k++)
+    t->tp_seg[k] = seg[k];
+  return id;
+}
+
+int lb_linear_col(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
+                  const int64_t *seg) {
+  int64_t ws[2] = {n_out / L->tp, n_in}, bs = n_out / L->tp;
+  int in[3] = {x, lb_shard(L, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), 0, nseg, seg), -1};
+  if (L->s->model.add_bias_linear)
+    in[2] = lb_shard(L, lb_param(L, "bias", 1, &bs, IR_INIT_ZEROS, 0), 0, nseg, seg);
+  return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
+}
+
+int lb_linear_row(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std) {
+  int64_t ws[2] = {n_out, n_in / L->tp};
+  int in[2] = {x, lb_shard(L, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), 1, 1, &n_in)};
+  if (L->tp <= 1 && L->s->model.add_bias_linear) { /* one rank: the plain linear with its bias */
+    int in3[3] = {x, in[1], lb_param(L, "bias", 1, &n_out, IR_INIT_ZEROS, 0)};
+    return lb_linear_op(L->g, L->s, in3, 3);
+  }
+  int y = lb_tp_leave(L, lb_linear_op(L->g, L->s, in, 2));
+  if (!L->s->model.add_bias_linear) return y;
+  int bias[2] = {y, lb_param(L, "bias", 1, &n_out, IR_INIT_ZEROS, 0)};
+  return graph_op1(L->g, OP_BIAS_ADD, bias, 2, NULL, NULL);
+}
+
+int lb_tp_enter(const LowerBlock *L, int x) {
+  if (L->tp <= 1) return x;
+  OpAttrs a = {.i = {L->tp}};
+  return graph_op1(L->g, L->sp ? OP_TP_GATHER : OP_TP_COPY, &x, 1, &a, NULL);
+}
+
+int lb_tp_leave(const LowerBlock *L, int x) {
+  if (L->tp <= 1) return x;
+  OpAttrs a = {.i = {L->tp}};
+  return graph_op1(L->g, L->sp ? OP_TP_SCATTER : OP_TP_ALLREDUCE, &x, 1, &a, NULL);
 }
 
 int lb_attn_impl(const SpecModel *m) {

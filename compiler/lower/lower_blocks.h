@@ -20,6 +20,8 @@ typedef struct {
   int64_t b, t, c;     /* micro-batch, sequence, hidden size */
   double std, out_std; /* init_method_std and the scaled init of output projections */
   int *stream;         /* next dropout RNG stream, shared with lower.c */
+  int64_t tp;          /* tensor parallelism executed (Spec.per_rank): this rank's shard; 1 none */
+  bool sp;             /* sequence parallelism: the residual stream is this rank's T/TP rows */
 } LowerBlock;
 
 /* MLA self-attention of layer `l` on the residual stream x (B, T, C): input_layernorm through
@@ -59,8 +61,25 @@ int lb_norm(const LowerBlock *L, int x, int64_t width);
  * activation_func and gated_linear_unit (MLP_ACTS in lower_blocks.c); -1 with g->err for a
  * combination it does not lower. */
 int lb_mlp_act(Graph *g, const SpecModel *m, int u);
-/* Dropout with the next RNG stream; x itself when p <= 0. */
-int lb_dropout(const LowerBlock *L, int x, double p);
+/* Dropout with the next RNG stream; x itself when p <= 0. split: the dimension along which x is this
+ * rank's tensor-parallel slice (ir/ops/dropout.c's i[1]; 0 when whole or without TP). */
+int lb_dropout(const LowerBlock *L, int x, double p, int split);
+
+/* ---- tensor parallelism (Megatron's megatron/core/tensor_parallel; docs/parallelism.md) ---- */
+/* Param `id` (its one-rank shape already cut to this rank's) is the shard of Tensor.tp_* (ir.h):
+ * along `dim`, segments seg[0..nseg) of the one-rank tensor, each split over TP. id without TP. */
+int lb_shard(const LowerBlock *L, int id, int dim, int nseg, const int64_t *seg);
+/* y = x W^T with W (n_out, n_in) of the one-rank layer; under TP column-parallel: W's rows and the
+ * bias split in segments seg[0..nseg) (the caller brings x into the TP region: lb_tp_enter). */
+int lb_linear_col(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
+                  const int64_t *seg);
+/* A row-parallel linear out of the TP region: each rank's partial product reduced (lb_tp_leave),
+ * then the bias, a whole parameter, added once (BIAS_ADD); one rank: the plain linear. */
+int lb_linear_row(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
+/* Into the TP region (copy_to_tensor_model_parallel_region; under SP gather_from_sequence_parallel_
+ * region) and out of it (reduce_from_..., under SP reduce_scatter_to_...); x itself without TP. */
+int lb_tp_enter(const LowerBlock *L, int x);
+int lb_tp_leave(const LowerBlock *L, int x);
 /* FLASH_ATTN's a.i[2] (ir.h's ATTN_IMPL_*) for model.attention_backend flash, fused or auto. */
 int lb_attn_impl(const SpecModel *m);
 

@@ -79,7 +79,7 @@ int lower_mamba(const LowerBlock *L, int l, int x) {
   lb_tags(L, l, 0, S, "mixer.out_proj");
   int o = lb_linear(L, y, L->c, di, L->out_std);
   lb_tags(L, l, 0, S, "mamba_bda");
-  o = lb_dropout(L, o, m->hidden_dropout);
+  o = lb_dropout(L, o, m->hidden_dropout, 0);
   int add[2] = {x, o};
   return graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 }

@@ -20,7 +20,15 @@
  * multi_latent_attention.py, _prepare_mla_core_attention_value). stepc's own flash kernel (flash,
  * auto) wants one head dim: the narrower side is zero padded (zero columns change neither q.k nor
  * the output) and the context sliced back; those copies are core_attn internals that Megatron's
- * run does not have. */
+ * run does not have.
+ *
+ * Tensor parallelism (Megatron's MLASelfAttention with its TE spec; sequence parallelism is not
+ * lowered here): the down projections and their norms are duplicated on every rank (whole weights,
+ * the same computation), the up projections column-parallel by heads (each head's rows
+ * [dn + dr] / [dn + dv] are contiguous, so a rank's heads are one block of rows), linear_proj
+ * row-parallel. The compressed latents enter the TP region (TP_COPY: their gradient is the group's
+ * sum of each rank's heads'), and so does the shared k_pos_emb before its RoPE. Each rank runs its
+ * H/TP heads. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,12 +80,12 @@ static int core_attention(const LowerBlock *L, int q, int k, int v, int64_t h, i
     OpAttrs ma = {.i = {0}};
     s = graph_op1(g, OP_CAUSAL_MASK, &s, 1, &ma, NULL);
     int p = graph_op1(g, OP_SOFTMAX, &s, 1, NULL, NULL);
-    p = lb_dropout(L, p, m->attention_dropout);
+    p = lb_dropout(L, p, m->attention_dropout, 1); /* (B, H, T, T): under TP this rank's heads */
     int pv[2] = {p, v};
     return graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   }
   OpAttrs a = {.f = {scale, m->attention_dropout},
-               .i = {(*L->stream)++, 1, lb_attn_impl(m), m->deterministic_mode}};
+               .i = {(*L->stream)++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp > 1}};
   if (strcmp(m->attention_backend, "fused") == 0) {
     int in[3] = {q, k, v};
     return graph_op1(g, dv == dqk ? OP_FLASH_ATTN : OP_FLASH_ATTN_DV, in, 3, &a, NULL);
@@ -104,11 +112,12 @@ int lower_mla(const LowerBlock *L, int l, int x) {
   const uint32_t S = IR_SCOPE_LAYER | IR_SCOPE_ATTN, UP = IR_LABEL_MLA_UP_PROJ;
   const SpecModel *m = &L->s->model;
   Graph *g = L->g;
-  int64_t h = m->num_attention_heads, dn = m->qk_head_dim, dr = m->qk_pos_emb_head_dim, dv = m->v_head_dim;
+  int64_t H = m->num_attention_heads, dn = m->qk_head_dim, dr = m->qk_pos_emb_head_dim, dv = m->v_head_dim;
+  int64_t h = H / L->tp; /* this rank's heads */
   int64_t kvl = m->kv_lora_rank, c = L->c;
   bool q_lora = L->s->present[SPEC_F_model_q_lora_rank];
   int64_t ql = q_lora ? m->q_lora_rank : 0;
-  if (h < 1 || dn < 1 || dr < 2 || dr % 2 || dv < 1 || kvl < 1 || (q_lora && ql < 1))
+  if (h < 1 || H % L->tp || dn < 1 || dr < 2 || dr % 2 || dv < 1 || kvl < 1 || (q_lora && ql < 1))
     return graph_fail(
         g,
         "MLA sizes cannot be lowered (heads %lld, qk_head_dim %lld, qk_pos_emb_head_dim %lld (even), "
@@ -123,12 +132,14 @@ int lower_mla(const LowerBlock *L, int l, int x) {
     lb_tags(L, l, 0, S, "self_attention.linear_q_down_proj");
     int qc = lb_linear(L, hn, ql, c, L->std); /* (B,T,ql) */
     lb_tags(L, l, 0, S, "self_attention.q_layernorm");
-    qc = lb_norm(L, qc, ql);
+    qc = lb_tp_enter(L, lb_norm(L, qc, ql));
     lb_tags(L, l, UP, S, "self_attention.linear_q_up_proj");
-    q = lb_linear(L, qc, h * (dn + dr), ql, L->std);
+    int64_t seg = H * (dn + dr);
+    q = lb_linear_col(L, qc, seg, ql, L->std, 1, &seg);
   } else {
     lb_tags(L, l, UP, S, "self_attention.linear_q_proj");
-    q = lb_linear(L, hn, h * (dn + dr), c, L->std);
+    int64_t seg = H * (dn + dr);
+    q = lb_linear_col(L, lb_tp_enter(L, hn), seg, c, L->std, 1, &seg);
   }
 
   lb_tags(L, l, 0, S, "self_attention.linear_kv_down_proj");
@@ -137,17 +148,18 @@ int lower_mla(const LowerBlock *L, int l, int x) {
   if (split(L, kv, 1, kvl, dr, JOINED_FLAT | PART1_FLAT, "kv_compressed", "k_pos_emb", &kvc, &kpe) < 0)
     return -1;
   lb_tags(L, l, 0, S, "self_attention.kv_layernorm");
-  kvc = lb_norm(L, kvc, kvl);
+  kvc = lb_tp_enter(L, lb_norm(L, kvc, kvl));
 
   lb_tags(L, l, UP, S, "self_attention.linear_kv_up_proj");
-  int kvu = lb_linear(L, kvc, h * (dn + dv), kvl, L->std); /* (B,T,H*(dn+dv)) */
+  int64_t kv_seg = H * (dn + dv);
+  int kvu = lb_linear_col(L, kvc, kv_seg, kvl, L->std, 1, &kv_seg); /* (B,T,h*(dn+dv)) */
   lb_tags(L, l, UP, S, "self_attention");
   int qn, qp, kn, v;
   if (split(L, q, h, dn, dr, JOINED_FLAT, "q_no_pe", "q_pos_emb", &qn, &qp) < 0 ||
       split(L, kvu, h, dn, dv, JOINED_FLAT, "k_no_pe", "value", &kn, &v) < 0)
     return -1;
   qp = rope(L, qp, "q_pos_emb_rope");
-  kpe = rope(L, kpe, "k_pos_emb_rope");
+  kpe = rope(L, lb_tp_enter(L, kpe), "k_pos_emb_rope");
   q = concat(L, qn, qp, h, dn, dr, h, "query"); /* (B,T,H,dn+dr) */
   int k = concat(L, kn, kpe, h, dn, dr, 1, "key");
 
@@ -156,9 +168,9 @@ int lower_mla(const LowerBlock *L, int l, int x) {
   if (ctx < 0) return -1;
 
   lb_tags(L, l, 0, S, "self_attention.linear_proj");
-  int o = lb_linear(L, ctx, c, h * dv, L->out_std);
+  int o = lb_linear_row(L, ctx, c, H * dv, L->out_std);
   lb_tags(L, l, 0, S, "self_attn_bda");
-  o = lb_dropout(L, o, m->hidden_dropout);
+  o = lb_dropout(L, o, m->hidden_dropout, 0);
   int add[2] = {x, o};
   return graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 }

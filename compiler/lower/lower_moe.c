@@ -171,7 +171,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   }
 
   lb_tags(L, l, 0, SM, "mlp_bda");
-  out = lb_dropout(L, out, m->hidden_dropout);
+  out = lb_dropout(L, out, m->hidden_dropout, 0);
   int add[2] = {x, out};
   int res = graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 
