@@ -26,8 +26,6 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
     const char *what;
   } rows[] = {
       {spec_is_moe(s), SPEC_F_model_num_moe_experts, "MoE layers under tensor parallelism"},
-      {m->multi_latent_attention && m->sequence_parallel, SPEC_F_model_sequence_parallel,
-       "multi-latent attention under sequence parallelism"},
       {m->multi_latent_attention && m->num_attention_heads % tp != 0, SPEC_F_model_num_attention_heads,
        "multi-latent attention with heads that the tensor-parallel ranks cannot split evenly"},
       {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0],

@@ -22,13 +22,16 @@
  * the output) and the context sliced back; those copies are core_attn internals that Megatron's
  * run does not have.
  *
- * Tensor parallelism (Megatron's MLASelfAttention with its TE spec; sequence parallelism is not
- * lowered here): the down projections and their norms are duplicated on every rank (whole weights,
- * the same computation), the up projections column-parallel by heads (each head's rows
- * [dn + dr] / [dn + dv] are contiguous, so a rank's heads are one block of rows), linear_proj
- * row-parallel. The compressed latents enter the TP region (TP_COPY: their gradient is the group's
- * sum of each rank's heads'), and so does the shared k_pos_emb before its RoPE. Each rank runs its
- * H/TP heads. */
+ * Tensor parallelism (Megatron's MLASelfAttention with its TE spec, multi_latent_attention.py):
+ * the down projections and their norms are duplicated (whole weights on every rank), the up
+ * projections column-parallel by heads (each head's rows [dn + dr] / [dn + dv] are contiguous, so a
+ * rank's heads are one block of rows), linear_proj row-parallel. The compressed latents enter the TP
+ * region (lb_tp_enter: TP_COPY, whose gradient is the group's sum over every rank's heads), and so
+ * does the shared k_pos_emb before its RoPE. Each rank runs its H/TP heads. Under sequence
+ * parallelism the down projections and the norms run on the rank's sequence rows (their weight
+ * gradients summed over the group by the optimizer, as every replicated parameter's under SP), and
+ * entering the region gathers the rows (TP_GATHER): Megatron's column-parallel up projections gather
+ * their input, and it gathers k_pos_emb. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -170,7 +173,7 @@ int lower_mla(const LowerBlock *L, int l, int x) {
   lb_tags(L, l, 0, S, "self_attention.linear_proj");
   int o = lb_linear_row(L, ctx, c, H * dv, L->out_std);
   lb_tags(L, l, 0, S, "self_attn_bda");
-  o = lb_dropout(L, o, m->hidden_dropout, 0);
+  o = lb_dropout(L, o, m->hidden_dropout, L->sp ? 1 : 0); /* under SP: this rank's sequence rows */
   int add[2] = {x, o};
   return graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 }

@@ -10,7 +10,7 @@
 # once after the reduction: BIAS_ADD), TP 2 and TP 2 + SP; GPT-3's layout (gpt3_tiny: all of it, with
 # LayerNorm, GELU, learned positions, tied embeddings) at TP 2 and TP 2 + SP (each rank adds its
 # sequence rows' positions); stepc_eval's loss and log-probs at TP 2 and TP 2 + SP. Then what stays
-# refused: TP with MoE, MLA under SP,
+# refused: TP with MoE,
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device: the launch programs played on a recording device. Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -50,13 +50,16 @@ RECIPE=tests/recipes/gpt3_tiny.lua build g3sp2 model.tensor_model_parallel_size=
 build sp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
 # multi-latent attention (tests/recipes/tiny_mla.lua): the down projections duplicated, the up
 # projections column-parallel by heads, linear_proj row-parallel; with and without q_lora_rank,
-# attention dropout 0.1 (unfused: each rank its heads' slice of the one-rank mask)
+# with SP (the down projections on the rank's rows, the latents and k_pos_emb gathered), attention
+# and hidden dropout 0.1 (unfused: each rank its heads' slice of the one-rank mask)
 RECIPE=tests/recipes/tiny_mla.lua build mlaone
 RECIPE=tests/recipes/tiny_mla.lua build mlatp2 model.tensor_model_parallel_size=2 train.world_size=2
 RECIPE=tests/recipes/tiny_mla.lua build mlaone_nq model.q_lora_rank=null
 RECIPE=tests/recipes/tiny_mla.lua build mlatp2_nq model.tensor_model_parallel_size=2 train.world_size=2 model.q_lora_rank=null
-RECIPE=tests/recipes/tiny_mla.lua build mlaone_drop model.attention_dropout=0.1 model.attention_backend=unfused
-RECIPE=tests/recipes/tiny_mla.lua build mlatp2_drop model.tensor_model_parallel_size=2 train.world_size=2 model.attention_dropout=0.1 model.attention_backend=unfused
+RECIPE=tests/recipes/tiny_mla.lua build mlasp2 model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true
+RECIPE=tests/recipes/tiny_mla.lua build mlaone_drop $DROP model.attention_backend=unfused
+RECIPE=tests/recipes/tiny_mla.lua build mlatp2_drop model.tensor_model_parallel_size=2 train.world_size=2 $DROP model.attention_backend=unfused
+RECIPE=tests/recipes/tiny_mla.lua build mlasp2_drop model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true $DROP model.attention_backend=unfused
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
 "$stepc" plan models/tiny.lua model.bf16=false model.tensor_model_parallel_size=2 train.world_size=2 --json \
@@ -68,7 +71,7 @@ for r in one_drop one_drop_unfused one_bias g3one mlaone mlaone_nq mlaone_drop; 
 done
 # dropout: each rank draws its slice of the one-rank mask (its heads' probabilities under TP, its
 # sequence rows of the residual stream under SP), so the runs match the one-rank run with dropout
-for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one g3sp2:2:g3one mlatp2:2:mlaone mlatp2_nq:2:mlaone_nq mlatp2_drop:2:mlaone_drop; do
+for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one g3sp2:2:g3one mlatp2:2:mlaone mlatp2_nq:2:mlaone_nq mlasp2:2:mlaone mlatp2_drop:2:mlaone_drop mlasp2_drop:2:mlaone_drop; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
@@ -96,7 +99,6 @@ refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output
 refuse "pipeline parallelism" "model.pipeline_model_parallel_size=2" model.pipeline_model_parallel_size=2 train.world_size=2
 refuse "context parallelism" "model.context_parallel_size=2" model.context_parallel_size=2 train.world_size=2
 refuse "TP with MoE" "model.num_moe_experts=4" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
-refuse "MLA under SP" "model.sequence_parallel=true" $TP model.sequence_parallel=true model.multi_latent_attention=true model.q_lora_rank=null model.kv_lora_rank=32 model.qk_head_dim=32 model.qk_pos_emb_head_dim=16 model.v_head_dim=32
 grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
 # TP on the cuda device: TP 2, with SP, with biases, each has a launch program (its collectives as
 # records: an all-reduce, gather or scatter a record) that the player plays record for record on a
