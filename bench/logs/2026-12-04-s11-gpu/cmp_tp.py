@@ -37,6 +37,9 @@ for r, (d, l) in enumerate(ds):
     m = d['measure']
     print('rank %d max allocated %d predicted %d (%+.4f%%) mode %s' % (r, m['max_allocated_bytes'], m['predicted_peak_bytes'],
           100.0 * (m['max_allocated_bytes'] - m['predicted_peak_bytes']) / m['predicted_peak_bytes'], d.get('mode')))
+import os
+if not os.path.exists(one_ck + '/model.safetensors'):
+    sys.exit(0)
 a, b = st(one_ck + '/model.safetensors'), st(tp_ck + '/model.safetensors')
 assert set(a) == set(b), (sorted(set(a) ^ set(b)))[:5]
 big, where, n = 0, '', 0
