@@ -225,13 +225,19 @@ __device__ __forceinline__ void moe_count(int* tpe, const int* idx, long n, int 
 // (smem 8 E + 4096 + 128 bytes): the first P = 1024 - 1024 % E threads read the scores in order,
 // thread i summing column i % E over rows i / E, i / E + P / E, ... (coalesced); each column's
 // P / E partials are then added in order, and the E products in order: a fixed order, deterministic.
-// Needs E <= 1024.
+// Needs E <= 1024. Under sequence parallelism (ir/ops/moe_router.c i[2]) the counts are the TP
+// group's (counts, fp32, all-reduced by the launch before: moe_expert_counts) and the normalisation
+// Tn the group's tokens; otherwise counts is null (counted here) and Tn = T.
 extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores, const int* idx, int T, int E,
-                                                int k, float coeff) {
+                                                int k, float coeff, const float* counts, int Tn) {
   extern __shared__ int moe_smem[];
   int* tpe = moe_smem;
   float *part = (float*)(moe_smem + E), *col = part + 1024;
   moe_count(tpe, idx, (long)T * k, E);
+  if (counts) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) tpe[e] = (int)counts[e];
+    __syncthreads();
+  }
   int P = (int)blockDim.x / E * E, g = threadIdx.x / E, ng = P / E, e = threadIdx.x % E;
   if ((int)threadIdx.x < P) {
     float c = 0.0f;
@@ -248,19 +254,31 @@ extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores,
   if (threadIdx.x == 0) {
     float total = 0.0f;
     for (int x = 0; x < E; x++) total += col[x] * (float)tpe[x];
-    *loss = coeff * (float)E / ((float)k * (float)T * (float)T) * total;
+    *loss = coeff * (float)E / ((float)k * (float)Tn * (float)Tn) * total;
   }
 }
 
 // dscores[t, e] = coeff E / (k T^2) dloss tpe_e. Every block counts for itself (smem 4 E bytes).
 // Launch: block 1024, any grid.
 extern "C" __global__ void moe_aux_loss_backward(bf16* dscores, const float* dloss, const int* idx, int T, int E,
-                                                 int k, float coeff) {
+                                                 int k, float coeff, const float* counts, int Tn) {
   extern __shared__ int moe_smem[];
   moe_count(moe_smem, idx, (long)T * k, E);
-  float scale = coeff * (float)E / ((float)k * (float)T * (float)T) * *dloss;
+  if (counts) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) moe_smem[e] = (int)counts[e];
+    __syncthreads();
+  }
+  float scale = coeff * (float)E / ((float)k * (float)Tn * (float)Tn) * *dloss;
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < (long)T * E; i += (long)gridDim.x * blockDim.x)
     dscores[i] = f32_to_bf16(scale * (float)moe_smem[i % E]);
+}
+
+// counts (E) fp32 := the tokens routed to each expert (idx (n)), the aux loss's counts before their
+// all-reduce over the TP group. Launch: <<<1, 1024>>>, smem 4 E bytes.
+extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long n, int E) {
+  extern __shared__ int moe_smem[];
+  moe_count(moe_smem, idx, n, E);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = (float)moe_smem[e];
 }
 
 // ---- the token dispatcher ----

@@ -71,11 +71,12 @@ stepc_status api_dp_check(stepc_t *s) {
                     "rebuild it with train.world_size=%d (the per-rank micro-batches and the memory plan "
                     "depend on it)",
                     s->dir, s->im.f.dp_size * tp, s->im.f.dp_size, tp, world, world);
-  if (s->ep > 1 && world != s->im.f.dp_size)
-    return api_fail(s, STEPC_ERR_MISMATCH,
-                    "%s was planned for %d ranks (%d data-parallel, in expert-parallel groups of %d); this "
-                    "job has %d: rebuild it with train.world_size=%d",
-                    s->dir, s->im.f.dp_size, s->im.f.dp_size, s->ep, world, world);
+  if (s->ep > 1 && world != s->im.f.dp_size * tp)
+    return api_fail(
+        s, STEPC_ERR_MISMATCH,
+        "%s was planned for %d ranks (%d data-parallel x %d tensor-parallel, in expert-parallel groups "
+        "of %d); this job has %d: rebuild it with train.world_size=%d",
+        s->dir, s->im.f.dp_size * tp, s->im.f.dp_size, tp, s->ep, world, world);
   if (tp == 1 && world != s->im.f.dp_size)
     return api_fail(s, STEPC_ERR_MISMATCH,
                     "%s was planned for %d data-parallel rank%s (train.world_size / (TP*PP*CP)); this job "

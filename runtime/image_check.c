@@ -58,9 +58,10 @@ static int check_facts(const StepImage *im, Why *w) {
   if (f->dist_opt != 0 && f->dist_opt != 1) return bad(w, "facts.dist_opt %d is not 0 or 1", f->dist_opt);
   if (f->tp_size < 0 || f->tp_size > 1024 || (int64_t)f->dp_size * (f->tp_size > 1 ? f->tp_size : 1) > 65536)
     return bad(w, "facts.tp_size %d is outside [0, 1024] or the job above 65536 ranks", f->tp_size);
-  if (f->ep_size < 0 || f->ep_size > 1024 || (f->ep_size > 1 && (f->dp_size % f->ep_size || f->tp_size > 1)))
-    return bad(w, "facts.ep_size %d is outside [0, 1024], does not divide dp_size %d, or comes with TP",
-               f->ep_size, f->dp_size);
+  if (f->ep_size < 0 || f->ep_size > 1024 ||
+      (f->ep_size > 1 && ((int64_t)f->dp_size * (f->tp_size > 1 ? f->tp_size : 1)) % f->ep_size))
+    return bad(w, "facts.ep_size %d is outside [0, 1024] or does not divide the job's %d x %d ranks",
+               f->ep_size, f->dp_size, f->tp_size > 1 ? f->tp_size : 1);
   if (f->cuda_peak < 0 || f->cpu_peak < 0) return bad(w, "facts.cuda_peak or facts.cpu_peak is negative");
   return 0;
 }

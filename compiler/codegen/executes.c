@@ -25,7 +25,15 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
     int field;
     const char *what;
   } rows[] = {
-      {spec_is_moe(s), SPEC_F_model_num_moe_experts, "MoE layers under tensor parallelism"},
+      {spec_is_moe(s) &&
+           !(s->present[SPEC_F_model_expert_tensor_parallel_size] && m->expert_tensor_parallel_size == 1),
+       SPEC_F_model_tensor_model_parallel_size,
+       "MoE layers under tensor parallelism with the experts tensor-parallel too "
+       "(expert_tensor_parallel_size "
+       "null means TP, Megatron's default; model.expert_tensor_parallel_size=1 runs)"},
+      {spec_is_moe(s) && s->present[SPEC_F_model_moe_expert_capacity_factor],
+       SPEC_F_model_moe_expert_capacity_factor,
+       "an expert capacity under tensor parallelism (each rank would drop among its own rows)"},
       {m->multi_latent_attention && m->num_attention_heads % tp != 0, SPEC_F_model_num_attention_heads,
        "multi-latent attention with heads that the tensor-parallel ranks cannot split evenly"},
       {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0],
@@ -53,10 +61,6 @@ static const char *ep_unexecuted(const Spec *s, int *field) {
     int field;
     const char *what;
   } rows[] = {
-      {above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
-       SPEC_F_model_tensor_model_parallel_size,
-       "expert parallelism with tensor parallelism (the experts' ranks inside the TP x DP grid, "
-       "expert-tensor parallelism)"},
       {strcmp(m->moe_token_dispatcher_type, "alltoall") != 0, SPEC_F_model_moe_token_dispatcher_type,
        "expert parallelism through the allgather or flex token dispatcher (the alltoall one runs)"},
       {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,

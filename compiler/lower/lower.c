@@ -288,6 +288,11 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
     x = lower_layer(&L, &B, l, x, &aux);
   if (x >= 0 && lower_head(&L, x) == 0 && aux >= 0) { /* the training loss includes the aux loss */
     tags(&L, -1, 0, 0, NULL, "loss");
+    if (L.sp) { /* each rank's aux loss is its rows' part: the loss reports the group's sum (backward
+                   identity) */
+      OpAttrs ra = {.i = {L.tp}};
+      aux = graph_op1(L.g, OP_TP_ALLREDUCE, &aux, 1, &ra, "loss.moe_aux_loss.tp_sum");
+    }
     int sum[2] = {L.g->loss, aux};
     L.g->loss = graph_op1(L.g, OP_ADD, sum, 2, NULL, "loss.total");
   }

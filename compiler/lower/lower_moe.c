@@ -26,7 +26,13 @@
  * Expert parallelism (a per-rank step, Spec.per_rank with EP > 1; docs/parallelism.md): the rank
  * holds experts [r E/EP, (r+1) E/EP); after the permute, EP_COUNTS / EP_DISPATCH (ops/ep.c, tagged
  * mlp.token_dispatcher) send each expert's rows to its owner, the grouped GEMMs run over the rows
- * received, and EP_COMBINE returns them before the unpermute. */
+ * received, and EP_COMBINE returns them before the unpermute.
+ *
+ * Tensor parallelism (with sequence parallelism; expert-tensor parallelism 1): each rank routes its
+ * sequence rows over every expert; the router and, without EP, the experts are replicated (their
+ * gradients summed over the group as every replicated parameter's under SP); the EP group is the
+ * expert grid's (EP consecutive ranks of the TP x DP job); the shared experts are tensor-parallel;
+ * the load-balancing loss counts the group's tokens (MOE_AUX_LOSS i[2]). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,17 +47,19 @@ static int act_kind(const char *f) { /* MOE_ACT's i[1] (ops/moe_experts.c) */
   return -1;
 }
 
-/* The shared-expert MLP: a dense MLP of moe_shared_expert_intermediate_size. */
+/* The shared-expert MLP: a dense MLP of moe_shared_expert_intermediate_size; under TP Megatron's
+ * SharedExpertMLP, tensor-parallel as a dense MLP (fc1 column-parallel, fc2 row-parallel). */
 static int shared_experts(const LowerBlock *L, int l, int hn, int64_t fs, uint32_t scopes) {
   const SpecModel *m = &L->s->model;
   const uint32_t lab = IR_LABEL_MOE | IR_LABEL_SHARED_EXPERTS;
   bool glu = m->gated_linear_unit;
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc1");
-  int u = lb_linear(L, hn, glu ? 2 * fs : fs, L->c, L->std);
+  int64_t seg[2] = {fs, fs}; /* gated: [gate | up], each rank its slice of both halves */
+  int u = lb_linear_col(L, lb_tp_enter(L, hn), glu ? 2 * fs : fs, L->c, L->std, glu ? 2 : 1, seg);
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.act");
   if ((u = lb_mlp_act(L->g, m, u)) < 0) return -1;
   lb_tags(L, l, lab, scopes, "mlp.shared_experts.linear_fc2");
-  return lb_linear(L, u, L->c, fs, L->out_std);
+  return lb_linear_row(L, u, L->c, fs, L->out_std);
 }
 
 /* Expert parallelism: expert weight `id` (E/EP, ...) is this rank's slice of the one-rank (E, ...)
@@ -72,7 +80,9 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
       strcmp(m->moe_token_dispatcher_type, "alltoall") == 0 ? SM | IR_SCOPE_MOE_PREPROCESS : SM;
   const uint32_t M = IR_LABEL_MOE;
   int64_t ne = m->num_moe_experts, k = m->moe_router_topk, f = spec_moe_ffn_hidden_size(s), c = L->c;
-  int64_t rows = L->b * L->t;
+  /* under TP the residual stream is the rank's sequence rows (sequence parallelism, which MoE under TP
+   * asks for: compiler/codegen/executes.c): each rank routes its own rows */
+  int64_t rows = L->b * (L->sp ? L->t / L->tp : L->t);
   bool glu = m->gated_linear_unit;
   int act = act_kind(m->activation_func);
   bool shared = s->present[SPEC_F_model_moe_shared_expert_intermediate_size] &&
@@ -115,7 +125,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   int layer_aux = -1;
   if (m->moe_aux_loss_coeff > 0) {
     int scores = graph_op1(g, OP_SOFTMAX, &logits, 1, NULL, NULL); /* (B,T,E) over all experts */
-    OpAttrs xa = {.f = {m->moe_aux_loss_coeff}, .i = {k}};
+    OpAttrs xa = {.f = {m->moe_aux_loss_coeff}, .i = {k, 0, L->sp ? L->tp : 0}}; /* SP: the group's counts */
     int ai[2] = {scores, topk[1]};
     layer_aux = graph_op1(g, OP_MOE_AUX_LOSS, ai, 2, &xa, NULL); /* (1) */
   }
@@ -171,7 +181,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   }
 
   lb_tags(L, l, 0, SM, "mlp_bda");
-  out = lb_dropout(L, out, m->hidden_dropout, 0);
+  out = lb_dropout(L, out, m->hidden_dropout, L->sp ? 1 : 0);
   int add[2] = {x, out};
   int res = graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 

@@ -18,7 +18,8 @@
  *                    probability, Megatron's switch_load_balancing_loss_func. f[0] = coeff,
  *                    i[0] = k. The counts come from idx here, as in Megatron's router, so the
  *                    loss needs nothing from the token dispatcher. They are integers: the
- *                    gradient flows through P only.
+ *                    gradient flows through P only. i[2] > 1 (sequence parallelism, the TP size):
+ *                    the counts are the TP group's and T its tokens (K(aux_group)).
  *   MOE_AUX_LOSS_BWD dloss (1), idx -> dscores (..., E); i[1] = E (the backward reads no forward
  *                    activation). */
 #ifndef OPS_KERNEL_PASS
@@ -247,6 +248,19 @@ static void K(aux_counts)(const int32_t *idx, int64_t n, int64_t e, double *tpe)
     tpe[idx[a]] += 1;
 }
 
+/* Sequence parallelism (i[2] = the TP size): each rank routes its sequence rows, and the loss is
+ * Megatron's over the TP group's tokens — the counts summed over the group and the normalisation its
+ * T * TP tokens; each rank's value is its rows' part of the one-rank loss (the scores' sums are the
+ * rank's), whose sum over the group lower.c reports (TP_ALLREDUCE, backward identity). Returns the
+ * group's size (1 without). */
+static int64_t K(aux_group)(const CpuCtx *c, const Op *op, double *tpe, int64_t e) {
+  if (op->a.i[2] <= 1) return 1;
+  if (!c->tp || c->tp->allreduce(c->tp, tpe, e, 1, 0)) {
+    if (c->tp) c->tp->failed = 1;
+  }
+  return op->a.i[2];
+}
+
 /* Serial: one scalar, summed in a fixed order (per expert over tokens, then over experts). */
 static void K(aux_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *s = &c->g->t[op->in[0]];
@@ -254,6 +268,7 @@ static void K(aux_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
   int64_t t = ops_rows(s), e = ops_last(s), k = op->a.i[0];
   double tpe[e];
   K(aux_counts)(in[1], t * k, e, tpe);
+  double tn = (double)t * (double)K(aux_group)(c, op, tpe, e); /* the normalisation's tokens */
   double total = 0;
   for (int64_t x = 0; x < e; x++) {
     double col = 0;
@@ -261,7 +276,7 @@ static void K(aux_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *con
       col += (double)sc[r * e + x];
     total += col * tpe[x];
   }
-  ((real *)out[0])[0] = (real)(op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * total);
+  ((real *)out[0])[0] = (real)(op->a.f[0] * (double)e / ((double)k * tn * tn) * total);
 }
 
 static void K(aux_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
@@ -270,7 +285,8 @@ static void K(aux_bwd_cpu)(const CpuCtx *c, const Op *op, void *const *in, void 
   int64_t t = ops_rows(ds), e = ops_last(ds), k = op->a.i[0];
   double tpe[e];
   K(aux_counts)(in[1], t * k, e, tpe);
-  double scale = op->a.f[0] * (double)e / ((double)k * (double)t * (double)t) * (double)dl[0];
+  double tn = (double)t * (double)K(aux_group)(c, op, tpe, e);
+  double scale = op->a.f[0] * (double)e / ((double)k * tn * tn) * (double)dl[0];
   real *d = out[0];
   for (int64_t r = 0; r < t; r++)
     for (int64_t x = 0; x < e; x++)

@@ -8,7 +8,10 @@
 # against the one-rank step over the same global batch (each EP rank is a data-parallel rank with
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
-# bitwise on loss and grad norm. Then what stays refused: EP with TP, with the allgather
+# bitwise on loss and grad norm. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
+# EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
+# MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
+# the allgather
 # dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); on the cuda device
 # (bf16) EP 2 and EP 2 with capacity have launch programs (the exchange as all-gathers and row
 # picks) that the player plays record for record on a recording device. Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
@@ -45,6 +48,15 @@ build ep2cap $EP2 $CAP
 build ep2pad $EP2 $PAD
 build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
 build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
+# MoE under tensor parallelism (with SP, expert-tensor parallelism 1: Moonlight's layout at test size):
+# TP 2, TP 2 x EP 2, TP 2 x EP 2 x DP 2, TP 2 x EP 4 — each rank routes its sequence rows, the EP
+# group is EP consecutive ranks of the TP x DP job, the shared experts tensor-parallel, the aux loss
+# over the TP group's tokens
+TPE="model.tensor_model_parallel_size=2 model.sequence_parallel=true model.expert_tensor_parallel_size=1"
+build tp2moe $TPE train.world_size=2
+build tp2ep2 $TPE model.expert_model_parallel_size=2 train.world_size=2
+build tp2ep2dp2 $TPE model.expert_model_parallel_size=2 train.world_size=4
+build tp2ep4 $TPE model.expert_model_parallel_size=4 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
 "$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
@@ -57,6 +69,14 @@ for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep2dp2:4:one8; d
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
   python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-6 5e-6 || fail "$a against one rank"
 done
+# under TP a row-parallel linear's and the vocab-parallel loss's partial sums round differently from
+# one rank's single products: the TP tolerances (tests/api/tp.sh)
+for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one; do
+  ref=${a##*:} a=${a%:*}
+  n=${a#*:} a=${a%:*}
+  "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-5 5e-5 || fail "$a against one rank"
+done
 # the capacity runs dropped tokens (else they test nothing beyond dropless)
 cmp -s "$tmp/one.txt" "$tmp/one_cap.txt" && fail "capacity factor 1.0 changed nothing: no token was dropped"
 # what stays refused at build: exit 4, the field and where the recipe sets it
@@ -68,7 +88,8 @@ refuse() {
   grep -q -- "$pat" "$tmp/r.log" || { cat "$tmp/r.log"; fail "$what: the message does not name $pat"; }
   echo "ok: refused: $what ($(grep -o -- "$pat[^,]*" "$tmp/r.log" | head -1))"
 }
-refuse "EP with TP" "model.tensor_model_parallel_size=2" model.expert_model_parallel_size=2 model.tensor_model_parallel_size=2 model.sequence_parallel=true train.world_size=4 $G8
+refuse "MoE under TP with tensor-parallel experts (ETP null = TP)" "model.tensor_model_parallel_size=2" model.tensor_model_parallel_size=2 model.sequence_parallel=true train.world_size=2
+refuse "MoE under TP with a capacity" "model.moe_expert_capacity_factor=1.0" $TPE train.world_size=2 $CAP
 refuse "EP with the allgather dispatcher" "model.moe_token_dispatcher_type=allgather" $EP2 model.moe_token_dispatcher_type=allgather
 refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
@@ -84,7 +105,7 @@ done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
 # step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
 # load into EP 2 (each rank its experts) and gather back bitwise
-for a in ep2:2 ep2dp2:4; do
+for a in ep2:2 ep2dp2:4 tp2ep2:2; do
   n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }

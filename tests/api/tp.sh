@@ -10,7 +10,7 @@
 # once after the reduction: BIAS_ADD), TP 2 and TP 2 + SP; GPT-3's layout (gpt3_tiny: all of it, with
 # LayerNorm, GELU, learned positions, tied embeddings) at TP 2 and TP 2 + SP (each rank adds its
 # sequence rows' positions); stepc_eval's loss and log-probs at TP 2 and TP 2 + SP. Then what stays
-# refused: TP with MoE,
+# refused: MoE with tensor-parallel experts (ETP = TP),
 # TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device: the launch programs played on a recording device. Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
@@ -98,7 +98,7 @@ refuse "TP 4 over 2 KV groups" "model.num_query_groups" model.tensor_model_paral
 refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output_layer_chunks=4
 refuse "pipeline parallelism" "model.pipeline_model_parallel_size=2" model.pipeline_model_parallel_size=2 train.world_size=2
 refuse "context parallelism" "model.context_parallel_size=2" model.context_parallel_size=2 train.world_size=2
-refuse "TP with MoE" "model.num_moe_experts=4" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
+refuse "TP with tensor-parallel experts (ETP null = TP)" "expert_tensor_parallel_size" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
 grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
 # TP on the cuda device: TP 2, with SP, with biases, each has a launch program (its collectives as
 # records: an all-reduce, gather or scatter a record) that the player plays record for record on a

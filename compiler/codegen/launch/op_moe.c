@@ -123,14 +123,35 @@ static int rt_op_router_topk_bwd(RtExec *x, const Op *op) {
 }
 
 /* in (scores (..., E), idx (..., k)) out (loss (1) fp32); f[0] = coeff, i[0] = k */
+/* Under sequence parallelism (i[2] = the TP size): the experts' token counts of the whole TP group,
+ * the rank's counted into the op workspace and all-reduced there (ir/ops/moe_router.c); 0 otherwise. */
+static int aux_tp(const Op *op) { return op->a.i[2] > 1 ? (int)op->a.i[2] : 1; }
+static CUdeviceptr aux_counts(RtExec *x, const Op *op, int T, int E, int k) {
+  if (aux_tp(op) <= 1) return 0;
+  CUdeviceptr idx = rt_in(x, op, 1);
+  RtColl c = {.op = RT_COLL_ALLREDUCE_SUM,
+              .dtype = RT_COLL_F32,
+              .group = RT_COLL_GROUP_TP,
+              .count = E,
+              .src = x->work,
+              .dst = x->work};
+  return rt_launch_moe_expert_counts(x->d, rt_dim1(1), 1024, (unsigned)(4 * E), x->work, idx, (long)T * k,
+                                     E) ||
+                 rt_coll(x->d, &c)
+             ? 0
+             : x->work;
+}
+
 static int rt_op_moe_aux_loss(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bif")) return RT_ERROR;
   const Tensor *s = rt_t(x, op->in[0]);
   int T = (int)ops_rows(s), E = (int)ops_last(s), k = (int)op->a.i[0];
   if (E > 1024) return rt_fail(x->d, "moe_aux_loss: %d experts, the CUDA kernel takes at most 1024", E);
+  CUdeviceptr counts = aux_counts(x, op, T, E, k);
+  if (op->a.i[2] > 1 && !counts) return RT_ERROR;
   return rt_launch_moe_aux_loss_forward(x->d, rt_dim1(1), 1024, (unsigned)(8 * E + 4096 + 128),
                                         rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), T, E, k,
-                                        (float)op->a.f[0]);
+                                        (float)op->a.f[0], counts, T * aux_tp(op));
 }
 
 /* in (dloss (1) fp32, idx) out (dscores (..., E)); i[1] = E */
@@ -138,9 +159,11 @@ static int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
   if (dtypes(x, op, "fib")) return RT_ERROR;
   int T = (int)ops_rows(rt_t(x, op->in[1])), E = (int)op->a.i[1], k = (int)op->a.i[0];
   int64_t blocks = ((int64_t)T * E + 1023) / 1024;
+  CUdeviceptr counts = aux_counts(x, op, T, E, k);
+  if (op->a.i[2] > 1 && !counts) return RT_ERROR;
   return rt_launch_moe_aux_loss_backward(x->d, rt_dim1((unsigned)(blocks < 64 ? blocks : 64)), 1024,
                                          (unsigned)(4 * E), rt_out(x, op, 0), rt_in(x, op, 0),
-                                         rt_in(x, op, 1), T, E, k, (float)op->a.f[0]);
+                                         rt_in(x, op, 1), T, E, k, (float)op->a.f[0], counts, T * aux_tp(op));
 }
 
 /* ---- the token dispatcher ---- */

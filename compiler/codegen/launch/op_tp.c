@@ -129,6 +129,8 @@ int64_t rt_tp_workspace(const Graph *g, const Op *op) {
     return 4 * tensor_numel(&g->t[op->in[op->kind == OP_EMBED ? 0 : 1]]);
   if (op->kind == OP_CROSS_ENTROPY && op->a.i[0]) return 12 * ops_rows(&g->t[op->in[0]]);
   if (op->kind == OP_EP_DISPATCH || op->kind == OP_EP_COMBINE) return op->a.i[0] * g->t[op->in[0]].bytes;
+  if (op->kind == OP_MOE_AUX_LOSS && op->a.i[2] > 1) return 4 * ops_last(&g->t[op->in[0]]);
+  if (op->kind == OP_MOE_AUX_LOSS_BWD && op->a.i[2] > 1) return 4 * op->a.i[1];
   return 0;
 }
 
