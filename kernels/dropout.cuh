@@ -63,3 +63,23 @@ extern "C" __global__ void dropout_residual_forward(bf16* out,                  
                                                     unsigned op_id) {
   dropout_apply(out, residual, inp, n, p, *seed, op_id);
 }
+
+// A tensor-parallel slice (ir/ops/dropout.c i[1]: this rank's heads under TP, its sequence rows under
+// SP): element i of x (outer, rows, inner) draws the Philox bits of its place (o, rank rows + l, r) in
+// the one-rank tensor (outer, rows tp, inner), so the ranks' masks together are the one-rank step's
+// mask on the GPU. Forward and backward alike (out = inp * mask / (1 - p)). One thread an element.
+// Launch: any 1-D grid.
+extern "C" __global__ void dropout_slice(bf16* out, const bf16* inp, long n, float p, const unsigned long long* seed,
+                                         unsigned op_id, long rows, long inner, int tp, const int* rank) {
+  const unsigned thr = dropout_threshold(p);
+  const float scale = dropout_scale(p);
+  const unsigned long long s = *seed;
+  const long off = (long)*rank * rows;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    long r = i % inner, l = (i / inner) % rows, o = i / (inner * rows);
+    unsigned long long f = (unsigned long long)((o * rows * tp + off + l) * inner + r);
+    philox4 b = dropout_bits(s, op_id, f >> 2);
+    unsigned w = (f & 3) == 0 ? b.x : (f & 3) == 1 ? b.y : (f & 3) == 2 ? b.z : b.w;
+    out[i] = f32_to_bf16(dropout_keep(w, thr, scale, bf16_to_f32(inp[i])));
+  }
+}

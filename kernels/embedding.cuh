@@ -79,9 +79,13 @@ extern "C" __global__ void embedding_backward_token(float* dwte,        // (V, C
 
 // dwpe[t] += sum over b (ascending) of dout[b*T + t]. One thread per (t, 8 channels).
 // Launch: any 1-D grid, grid-stride.
+// rank non-null (sequence parallelism, POS_ADD_BWD i[1]): dout holds the rank's rows [rank T,
+// (rank + 1) T) of each sequence, whose gradients go to those rows of dwpe (the optimizer sums the
+// table's gradient over the group).
 extern "C" __global__ void embedding_backward_position(float* dwpe,       // (T, C) accumulated
                                                        const bf16* dout,  // (B*T, C)
-                                                       int B, int T, int C) {
+                                                       int B, int T, int C, const int* rank) {
+  if (rank) dwpe += (long)*rank * T * C;
   long total = (long)T * (C / 8);
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
     long t = i / (C / 8);

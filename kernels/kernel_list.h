@@ -58,7 +58,8 @@ STEPC_KERNEL(embedding_forward, KP(bf16*, out) KP(const int*, tokens) KP(const b
              KP(const bf16*, wpe) KI(N) KI(T) KI(C) KI(V))
 STEPC_KERNEL(embedding_backward_token, KP(float*, dwte) KP(const bf16*, dout) KP(const int*, tokens) KI(N)
              KI(C) KI(V))
-STEPC_KERNEL(embedding_backward_position, KP(float*, dwpe) KP(const bf16*, dout) KI(B) KI(T) KI(C))
+STEPC_KERNEL(embedding_backward_position, KP(float*, dwpe) KP(const bf16*, dout) KI(B) KI(T) KI(C)
+             KP(const int*, rank))
 STEPC_KERNEL(flash_attention_backward_preprocess, KP(float*, Dsum) KP(const bf16*, dO) KP(const bf16*, O)
              KI(B) KI(T) KI(H) KI(D))
 STEPC_KERNEL(cross_entropy_forward_backward, KP(float*, losses) KP(bf16*, logits) KP(const int*, targets)
@@ -128,7 +129,7 @@ STEPC_KERNEL(flash_attention_backward_dq_d128, KP(bf16*, dQ) KP(const bf16*, Q) 
 STEPC_KERNEL(split_qkv, KP(bf16*, q) KP(bf16*, k) KP(bf16*, v) KP(const bf16*, qkv) KL(N) KI(H) KI(G) KI(D))
 STEPC_KERNEL(concat_qkv, KP(bf16*, qkv) KP(const bf16*, q) KP(const bf16*, k) KP(const bf16*, v) KL(N) KI(H)
              KI(G) KI(D))
-STEPC_KERNEL(pos_add, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, P) KL(N) KI(T) KI(C))
+STEPC_KERNEL(pos_add, KP(bf16*, out) KP(const bf16*, x) KP(const bf16*, P) KL(N) KI(T) KI(C) KP(const int*, rank))
 STEPC_KERNEL(lr_schedule, KP(int*, step) KP(float*, lr) KD(lr0) KD(min_lr) KL(warmup) KL(decay) KI(style))
 STEPC_KERNEL(adamw_hparams, KP(float*, hp) KP(const int*, step) KP(const float*, lr) KF(b1) KF(b2) KF(eps))
 STEPC_KERNEL(init_normal, KP(float*, f32) KP(bf16*, b16) KL(n) KP(const unsigned long long*, seed) KQ(name_hash) KD(std))
@@ -220,6 +221,8 @@ STEPC_KERNEL(ep_dispatch_rows, KP(unsigned short*, xr) KP(const unsigned short*,
              KL(N) KI(w) KI(ep) KI(E) KP(const int*, rank))
 STEPC_KERNEL(ep_combine_rows, KP(unsigned short*, yp) KP(const unsigned short*, all) KP(const int*, all_seg) KL(N)
              KL(R) KI(w) KI(ep) KI(E) KP(const int*, rank))
+STEPC_KERNEL(dropout_slice, KP(bf16*, out) KP(const bf16*, inp) KL(n) KF(p) KP(const unsigned long long*, seed)
+             KU(op_id) KL(rows) KL(inner) KI(tp) KP(const int*, rank))
 #undef KP
 #undef KI
 #undef KU

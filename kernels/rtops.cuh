@@ -36,14 +36,17 @@ extern "C" __global__ void concat_qkv(bf16* qkv,                              //
 }
 
 // out[n] = x[n] + P[n % T] (learned absolute positions). Launch: any 1-D grid.
+// rank non-null (sequence parallelism, POS_ADD i[0]): x holds rows [rank T, (rank + 1) T) of each
+// sequence, which add those rows of P.
 extern "C" __global__ void pos_add(bf16* out,        // (N, C)
                                    const bf16* x,    // (N, C)
                                    const bf16* P,    // (>= T, C)
-                                   long N, int T, int C) {
+                                   long N, int T, int C, const int* rank) {
+  const long off = rank ? (long)*rank * T : 0;
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < N * C; i += (long)gridDim.x * blockDim.x) {
     long n = i / C;
     int c = (int)(i % C);
-    out[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(P[(n % T) * C + c]));
+    out[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(P[(off + n % T) * C + c]));
   }
 }
 

@@ -28,6 +28,7 @@ static int member(const Graph *g, int o, const uint8_t *blocked, const Tensor *l
   const Op *op = &g->op[o];
   const EwOp *r = row(op->kind);
   if (!r || blocked[o] || op->nout != 1 || op->nin < r->nval) return 0;
+  if (op->kind == OP_DROPOUT_BWD && op->a.i[1]) return 0; /* a TP slice's mask: its own launch (op_basic.c) */
   const Tensor *y = &g->t[op->out[0]];
   if (y->dtype != DT_BF16 || (like && !same_shape(y, like))) return 0;
   for (int i = 0; i < op->nin; i++) {

@@ -48,7 +48,9 @@ static int producer_pair(const Graph *g, const Fusions *fz, const int *uses, int
   int r = add->in[1 - k];
   if (!same_shape(g, y, out) || !same_shape(g, r, out) || g->t[out].dtype != DT_BF16) return 0;
   if (fz->alias[y] != y || fz->alias[r] != r || fz->alias[out] != out) return 0;
-  if (p->kind == OP_DROPOUT) return p->nin == 1 && same_shape(g, p->in[0], y) ? FUSE_DROPOUT_ADD : 0;
+  /* (a tensor-parallel slice's dropout, i[1], draws at the one-rank indices: its own launch) */
+  if (p->kind == OP_DROPOUT)
+    return p->nin == 1 && !p->a.i[1] && same_shape(g, p->in[0], y) ? FUSE_DROPOUT_ADD : 0;
   return p->nin >= 2 && g->t[p->in[0]].dtype == DT_BF16 ? FUSE_LINEAR_ADD : 0;
 }
 

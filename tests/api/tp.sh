@@ -102,21 +102,24 @@ refuse "TP with tensor-parallel experts (ETP null = TP)" "expert_tensor_parallel
 grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
 # TP on the cuda device: TP 2, with SP, with biases, each has a launch program (its collectives as
 # records: an all-reduce, gather or scatter a record) that the player plays record for record on a
-# recording device; the attention dropout and position slices are not built (their artifact says so)
+# recording device; the dropout slices (attention under TP, hidden under SP) as dropout_slice launches,
+# GPT-3's learned positions under SP
 # (bf16 weights: what the CUDA backend runs)
 CU="model.bf16=true model.tensor_model_parallel_size=2 train.world_size=2"
 build cu_tp2 $CU
 build cu_sp2 $CU model.sequence_parallel=true
 build cu_sp2bias $CU model.sequence_parallel=true model.add_bias_linear=true
 build cu_tp2drop $CU $DROP model.attention_backend=unfused
-for a in cu_tp2 cu_sp2 cu_sp2bias; do
+build cu_sp2drop $CU $DROP model.attention_backend=unfused model.sequence_parallel=true
+RECIPE=tests/recipes/gpt3_tiny.lua build cu_g3sp2 $CU model.sequence_parallel=true
+for a in cu_tp2 cu_sp2 cu_sp2bias cu_tp2drop cu_sp2drop cu_g3sp2; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   grep -c "COLL" "$tmp/$a/program.txt" | grep -qv '^0$' || fail "$a's program holds no collective"
   head -1 "$tmp/play_$a.txt"
 done
 grep -q "COLL all_gather bf16 tp" "$tmp/cu_sp2/program.txt" && grep -q "COLL reduce_scatter bf16 tp" "$tmp/cu_sp2/program.txt" ||
   fail "SP's program has no all-gather / reduce-scatter"
-grep -q "slice's op has no CUDA launch" "$tmp/cu_tp2drop/program.txt" || { head -8 "$tmp/cu_tp2drop/program.txt"; fail "tp2drop's refusal"; }
+grep -q "LAUNCH dropout_slice" "$tmp/cu_sp2drop/program.txt" || fail "SP's dropout is not a sliced dropout launch"
 
 # checkpoints: every rank writes its shard (shard.rank<N>.safetensors) beside the gathered
 # model.safetensors; a run resumed at step 2 is the uninterrupted run bitwise (losses and every

@@ -176,13 +176,6 @@ static int analyse(RtExec *x, int *unsupported) {
           "op %s (%s): attention dropout inside flash attention (p = %g) is not built on CUDA yet: use "
           "model.attention_backend=unfused or model.attention_dropout=0",
           op_name(op->kind), op->tags.module, op->a.f[1]);
-    } else if (((op->kind == OP_DROPOUT || op->kind == OP_DROPOUT_BWD) && op->a.i[1] != 0) ||
-               (op->kind == OP_POS_ADD && op->a.i[0] != 0) ||
-               (op->kind == OP_POS_ADD_BWD && op->a.i[1] != 0)) {
-      /* a tensor-parallel slice's mask: drawn at the one-rank tensor's indices (ir/ops/dropout.c) */
-      *unsupported = 1;
-      rc = rt_fail(d, "op %s (%s): a sequence- or tensor-parallel slice's op has no CUDA launch yet",
-                   op_name(op->kind), op->tags.module);
     }
   }
   for (int o = 0; o < g->nop && rc == RT_OK;

@@ -96,14 +96,15 @@ static int rt_op_pos_add(RtExec *x, const Op *op) {
   CUdeviceptr y = rt_out(x, op, 0), a = rt_in(x, op, 0), p = rt_in(x, op, 1);
   long N = (long)(t->shape[0] * t->shape[1]);
   int T = (int)t->shape[1], C = (int)t->shape[2];
-  return rt_launch_pos_add(x->d, STRIDE(N * C), y, a, p, N, T, C);
+  return rt_launch_pos_add(x->d, STRIDE(N * C), y, a, p, N, T, C, op->a.i[0] ? x->rank : 0);
 }
 
 static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dw = rt_exec_ptr(x, x->fz->sink[op->out[0]]), g = rt_in(x, op, 0);
   int B = (int)dy->shape[0], T = (int)dy->shape[1], C = (int)dy->shape[2];
-  return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C);
+  return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C,
+                                              op->a.i[1] ? x->rank : 0);
 }
 
 /* The fused QKV split + RoPE group ending at op o (compiler/passes/fuse.c, FUSE_ROPE_QKV): forward, the
@@ -154,6 +155,14 @@ static int dropout(RtExec *x, const Op *op, int backward) {
   long n = (long)rt_numel(x, op->in[0]);
   float p = rt_dropout_p(x, op);
   unsigned id = (unsigned)op->a.i[0];
+  int d = (int)op->a.i[1];
+  if (d > 0) { /* a tensor-parallel slice: each element's bits at its one-rank index */
+    const Tensor *t = rt_t(x, op->in[0]);
+    long inner = 1;
+    for (int k = d + 1; k < t->ndim; k++)
+      inner *= (long)t->shape[k];
+    return rt_launch_dropout_slice(x->d, STRIDE(n), y, a, n, p, seed, id, (long)t->shape[d], inner, x->tp, x->rank);
+  }
   return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a,
                                                                              n, p, seed, id);
 }
