@@ -8,7 +8,8 @@
 # against the one-rank step over the same global batch (each EP rank is a data-parallel rank with
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
-# bitwise on loss and grad norm. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
+# bitwise on loss and grad norm; tests/recipes/tiny_hybrid.lua (Mamba-2, attention, MLP, MoE) at
+# EP 2 likewise. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
 # EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
 # MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
 # the allgather
@@ -57,13 +58,17 @@ build tp2moe $TPE train.world_size=2
 build tp2ep2 $TPE model.expert_model_parallel_size=2 train.world_size=2
 build tp2ep2dp2 $TPE model.expert_model_parallel_size=2 train.world_size=4
 build tp2ep4 $TPE model.expert_model_parallel_size=4 train.world_size=4
+# a hybrid Mamba / attention / MoE stack (Nemotron 3 Nano's layout: EP inside the data-parallel ranks)
+HY="model.bf16=false model.moe_token_dispatcher_type=alltoall"
+R=tests/recipes/tiny_hybrid.lua build hyone $HY
+R=tests/recipes/tiny_hybrid.lua build hyep2 $HY $EP2
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
 "$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
-for r in one one_cap one_pad one8; do
+for r in one one_cap one_pad one8 hyone; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done
-for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep2dp2:4:one8; do
+for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep2dp2:4:one8 hyep2:2:hyone; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
