@@ -3,7 +3,8 @@
 # (MLA, a dense first layer, then MoE layers of 8 experts top-2 with a shared expert and the
 # load-balancing loss, fp32), 4 steps each of
 #   EP 2 (2 ranks, 4 experts each), dropless and with capacity factor 1.0 (tokens dropped by
-#   position), and with padding to capacity; EP 4 (4 ranks, 2 experts each); EP 2 x 2 expert-data-
+#   position), and with padding to capacity; EP 4 (4 ranks, 2 experts each), dropless and with
+#   capacity 1.0; EP 2 x 2 expert-data-
 #   parallel ranks (4 ranks: experts 0-3 on ranks 0 and 2, 4-7 on ranks 1 and 3)
 # against the one-rank step over the same global batch (each EP rank is a data-parallel rank with
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
@@ -48,6 +49,8 @@ build ep2 $EP2
 build ep2cap $EP2 $CAP
 build ep2pad $EP2 $PAD
 build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
+build one8_cap $G8 $CAP
+build ep4cap model.expert_model_parallel_size=4 train.world_size=4 $G8 $CAP
 build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
 # MoE under tensor parallelism (with SP, expert-tensor parallelism 1: Moonlight's layout at test size):
 # TP 2, TP 2 x EP 2, TP 2 x EP 2 x DP 2, TP 2 x EP 4 — each rank routes its sequence rows, the EP
@@ -65,10 +68,10 @@ R=tests/recipes/tiny_hybrid.lua build hyep2 $HY $EP2
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
 "$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
-for r in one one_cap one_pad one8 hyone; do
+for r in one one_cap one_pad one8 one8_cap hyone; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done
-for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep2dp2:4:one8 hyep2:2:hyone; do
+for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep4cap:4:one8_cap ep2dp2:4:one8 hyep2:2:hyone; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
