@@ -104,7 +104,7 @@ static int rt_op_pos_add_bwd(RtExec *x, const Op *op) {
   CUdeviceptr dw = rt_exec_ptr(x, x->fz->sink[op->out[0]]), g = rt_in(x, op, 0);
   int B = (int)dy->shape[0], T = (int)dy->shape[1], C = (int)dy->shape[2];
   return rt_launch_embedding_backward_position(x->d, STRIDE((int64_t)T * C / 8), dw, g, B, T, C,
-                                              op->a.i[1] ? x->rank : 0);
+                                               op->a.i[1] ? x->rank : 0);
 }
 
 /* The fused QKV split + RoPE group ending at op o (compiler/passes/fuse.c, FUSE_ROPE_QKV): forward, the
@@ -161,7 +161,8 @@ static int dropout(RtExec *x, const Op *op, int backward) {
     long inner = 1;
     for (int k = d + 1; k < t->ndim; k++)
       inner *= (long)t->shape[k];
-    return rt_launch_dropout_slice(x->d, STRIDE(n), y, a, n, p, seed, id, (long)t->shape[d], inner, x->tp, x->rank);
+    return rt_launch_dropout_slice(x->d, STRIDE(n), y, a, n, p, seed, id, (long)t->shape[d], inner, x->tp,
+                                   x->rank);
   }
   return (backward ? rt_launch_dropout_backward : rt_launch_dropout_forward)(x->d, STRIDE((n + 3) / 4), y, a,
                                                                              n, p, seed, id);
