@@ -117,12 +117,14 @@ typedef struct {
    * dim tp_dim the one-rank tensor is cut into tp_nseg segments of tp_seg[k] rows (or columns),
    * each split evenly over tp_size ranks, and the shard is the concatenation of its rank's part of
    * every segment: Megatron's column-parallel linear_qkv ([Q | K | V]: three segments) and gated
-   * linear_fc1 ([gate | up]: two), row-parallel linear_proj / linear_fc2 (dim 1, one segment),
+   * linear_fc1 ([gate | up]: two), a Mamba mixer's in_proj ([z | x | B | C | dt]: five) and conv1d
+   * ([x | B | C]), row-parallel linear_proj / linear_fc2 / out_proj (dim 1, one segment),
    * vocab-parallel embedding and output layer (dim 0, one). tensor_tp_full_index maps it.
    * tp_ep 1: the shard is over the expert-parallel group instead (tp_size = EP; the routed
    * experts' weights, dim 0: rank r holds experts [r E/EP, (r+1) E/EP), ir/ops/ep.c). */
   int32_t tp_dim, tp_nseg, tp_size, tp_ep;
-  int64_t tp_seg[3];
+#define IR_TP_MAX_SEGS 5
+  int64_t tp_seg[IR_TP_MAX_SEGS];
   /* storage, written by a memory plan */
   int buffer;
   int64_t offset;

@@ -208,7 +208,8 @@ STEPC_KERNEL(fp8_cast_transpose, KP(unsigned char*, q) KP(unsigned char*, qT) KP
              KP(const float*, partial) KI(nparts) KI(M) KI(K) KI(fmt))
 
 STEPC_KERNEL(init_normal_tp, KP(float*, f32) KP(bf16*, b16) KL(n) KP(const unsigned long long*, seed) KQ(name_hash)
-             KD(std) KL(inner) KL(dim) KI(tp) KI(nseg) KL(seg0) KL(seg1) KL(seg2) KP(const int*, rank))
+             KD(std) KL(inner) KL(dim) KI(tp) KI(nseg) KL(seg0) KL(seg1) KL(seg2) KL(seg3) KL(seg4)
+             KP(const int*, rank))
 STEPC_KERNEL(tp_vocab_local, KP(int*, local) KP(const int*, tokens) KI(N) KI(Vl) KI(Vall) KP(const int*, rank))
 STEPC_KERNEL(ce_vp_stats, KP(float*, stats) KP(const bf16*, logits) KP(const int*, targets) KI(N) KI(V) KI(Vall)
              KP(const int*, rank))

@@ -115,17 +115,18 @@ extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, const unsi
 // init_normal of a tensor-parallel shard (ir.h Tensor.tp_*, ir/ir.c tensor_tp_full_index): element i
 // of the shard draws the value of its place in the one-rank tensor, so a TP run starts from exactly
 // the one-rank weights. The shard is (outer, dim, inner) around its split dimension; that dimension
-// is nseg (1 to 3) segments of the one-rank tensor (seg0..seg2 elements each), each split
+// is nseg (1 to 5) segments of the one-rank tensor (seg0..seg4 elements each), each split
 // evenly over tp ranks; *rank is this rank's index in the group (the launch scratch's rank slot).
 // Launch: any 1-D grid.
 extern "C" __global__ void init_normal_tp(float* f32, bf16* b16, long n, const unsigned long long* seed,
                                           unsigned long long name_hash, double std, long inner, long dim, int tp,
-                                          int nseg, long seg0, long seg1, long seg2, const int* rank) {
+                                          int nseg, long seg0, long seg1, long seg2, long seg3, long seg4,
+                                          const int* rank) {
   const unsigned long long key = rt_mix64(rt_mix64(*seed) ^ name_hash);
-  const long r = *rank, segs[3] = {seg0, seg1, seg2};
+  const long r = *rank, segs[5] = {seg0, seg1, seg2, seg3, seg4};
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
     long in = i % inner, x = (i / inner) % dim, o = i / (inner * dim), base = 0, fx = x;
-    for (int k = 0; k < nseg && k < 3; k++) {
+    for (int k = 0; k < nseg && k < 5; k++) {
       long part = segs[k] / tp;
       if (x < part || k == nseg - 1) {
         fx = base + r * part + x;

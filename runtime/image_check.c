@@ -147,8 +147,9 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
                (long long)cap);
   if (t->tp_nseg != 0) { /* a tensor-parallel shard: its segments tile the one-rank dim (ir.h) */
     int64_t sum = 0;
-    bool ok = t->tp_nseg > 0 && t->tp_nseg <= 3 && t->tp_dim >= 0 && t->tp_dim < t->ndim && t->tp_size > 1 &&
-              t->tp_size == (t->tp_ep ? im->f.ep_size : im->f.tp_size) && (t->tp_ep == 0 || t->tp_ep == 1);
+    bool ok = t->tp_nseg > 0 && t->tp_nseg <= IR_TP_MAX_SEGS && t->tp_dim >= 0 && t->tp_dim < t->ndim &&
+              t->tp_size > 1 && t->tp_size == (t->tp_ep ? im->f.ep_size : im->f.tp_size) &&
+              (t->tp_ep == 0 || t->tp_ep == 1);
     for (int k = 0; ok && k < t->tp_nseg; k++)
       ok = t->tp_seg[k] > 0 && t->tp_seg[k] % t->tp_size == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
       sum += ok ? t->tp_seg[k] : 0;

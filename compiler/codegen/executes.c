@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lower/lower_blocks.h"
+
 static bool above_one(const Spec *s, int f, int64_t v) { return s->present[f] && v > 1; }
 
 /* Under TP > 1: the first field whose value the tensor-parallel lowering (compiler/lower/lower.c)
@@ -36,8 +38,10 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
        "an expert capacity under tensor parallelism (each rank would drop among its own rows)"},
       {m->multi_latent_attention && m->num_attention_heads % tp != 0, SPEC_F_model_num_attention_heads,
        "multi-latent attention with heads that the tensor-parallel ranks cannot split evenly"},
-      {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0],
-       SPEC_F_model_hybrid_override_pattern, "Mamba / hybrid layers under tensor parallelism"},
+      {s->present[SPEC_F_model_hybrid_override_pattern] && m->hybrid_override_pattern[0] &&
+           (m->mamba_num_groups % tp != 0 || lower_mamba_heads(s) % tp != 0),
+       SPEC_F_model_mamba_num_groups,
+       "Mamba layers whose heads or groups the tensor-parallel ranks cannot split evenly"},
       {spec_num_query_groups(s) % tp != 0, SPEC_F_model_num_query_groups,
        "fewer key/value groups than tensor-parallel ranks (Megatron replicates them)"},
       {m->vocab_size % tp != 0, SPEC_F_model_vocab_size,

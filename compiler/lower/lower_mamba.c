@@ -16,7 +16,13 @@
  * The mixer's per-channel and per-head parameters are packed (ops/mamba.c): mixer.conv1d.weight
  * holds conv1d.weight and conv1d.bias, mixer.ssm holds dt_bias, A_log and D. Initialisation is
  * stepc's (normal / ones), not Megatron's A ~ U(1, 16) and log-uniform dt: the plan and the
- * gradients do not depend on it. */
+ * gradients do not depend on it.
+ *
+ * Tensor parallelism (Megatron's MambaMixer: in_proj column-parallel, out_proj row-parallel): each
+ * rank holds H/TP heads and G/TP groups — in_proj's rows in five segments [z | x | B | C | dt], the
+ * conv's channels in three [x | B | C], the per-head dt_bias, A_log, D and the norm's channels in
+ * one — so the rank's xBC is [its x | its B | its C] and its mixer runs its heads over its groups;
+ * under SP the norm runs on the rank's rows and in_proj's input is gathered. */
 #include <stdio.h>
 
 #include "lower/lower_blocks.h"
@@ -54,32 +60,38 @@ int lower_mamba(const LowerBlock *L, int l, int x) {
                       "Mamba sizes cannot be lowered (heads %lld, head dim %lld, groups %lld dividing the "
                       "heads, state %lld)",
                       (long long)h, (long long)p, (long long)gg, (long long)n);
+  if (h % L->tp || gg % L->tp)
+    return graph_fail(g, "Mamba heads %lld and groups %lld are not both divisible by TP %lld", (long long)h,
+                      (long long)gg, (long long)L->tp);
+  int64_t H = h, DI = h * p, GN = gg * n; /* the one-rank sizes */
+  h /= L->tp, gg /= L->tp;                /* this rank's heads and groups */
   int64_t di = h * p, cx = di + 2 * gg * n;
 
   lb_tags(L, l, 0, S, "norm");
   int hn = lb_norm(L, x, L->c);
   lb_tags(L, l, 0, S, "mixer.in_proj");
-  int zx = lb_linear(L, hn, di + cx + h, L->c, L->std);
+  int64_t in_seg[5] = {DI, DI, GN, GN, H}; /* [z | x | B | C | dt] */
+  int zx = lb_linear_col(L, lb_tp_enter(L, hn), 2 * DI + 2 * GN + H, L->c, L->std, 5, in_seg);
   lb_tags(L, l, 0, S, "mixer");
   int z, rest, xbc, dt;
   if (split2(L, zx, di, cx + h, "z", "xBC_dt", &z, &rest) < 0 ||
       split2(L, rest, cx, h, "xBC", "dt", &xbc, &dt) < 0)
     return -1;
-  int64_t cs[2] = {cx, MAMBA_D_CONV + 1}, ss[2] = {h, 3};
-  int in[4] = {xbc, lb_param(L, "conv1d.weight", 2, cs, IR_INIT_NORMAL, L->std), dt,
-               lb_param(L, "ssm", 2, ss, IR_INIT_NORMAL, L->std)};
+  int64_t cs[2] = {cx, MAMBA_D_CONV + 1}, ss[2] = {h, 3}, conv_seg[3] = {DI, GN, GN};
+  int in[4] = {xbc, lb_shard(L, lb_param(L, "conv1d.weight", 2, cs, IR_INIT_NORMAL, L->std), 0, 3, conv_seg),
+               dt, lb_shard(L, lb_param(L, "ssm", 2, ss, IR_INIT_NORMAL, L->std), 0, 1, &H)};
   OpAttrs ma = {.i = {h, p, gg, n}};
   int y = graph_op1(g, OP_MAMBA_MIXER, in, 4, &ma, NULL);
   int gt[2] = {y, z};
   y = graph_op1(g, OP_MAMBA_GATE, gt, 2, NULL, NULL);
   lb_tags(L, l, 0, S, "mixer.norm");
-  int gn[2] = {y, lb_param(L, "weight", 1, &di, IR_INIT_ONES, 0)};
+  int gn[2] = {y, lb_shard(L, lb_param(L, "weight", 1, &di, IR_INIT_ONES, 0), 0, 1, &DI)};
   OpAttrs na = {.f = {m->layernorm_epsilon}, .i = {gg}};
   y = graph_op1(g, OP_MAMBA_GROUP_NORM, gn, 2, &na, NULL);
   lb_tags(L, l, 0, S, "mixer.out_proj");
-  int o = lb_linear(L, y, L->c, di, L->out_std);
+  int o = lb_linear_row(L, y, L->c, DI, L->out_std);
   lb_tags(L, l, 0, S, "mamba_bda");
-  o = lb_dropout(L, o, m->hidden_dropout, 0);
+  o = lb_dropout(L, o, m->hidden_dropout, L->sp ? 1 : 0);
   int add[2] = {x, o};
   return graph_op1(g, OP_ADD, add, 2, NULL, NULL);
 }

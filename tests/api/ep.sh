@@ -10,7 +10,7 @@
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
 # bitwise on loss and grad norm; tests/recipes/tiny_hybrid.lua (Mamba-2, attention, MLP, MoE) at
-# EP 2 likewise. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
+# EP 2 likewise, and at TP 2 + SP alone and times EP 2 (Mamba under TP). MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
 # EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
 # MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
 # the allgather
@@ -65,6 +65,10 @@ build tp2ep4 $TPE model.expert_model_parallel_size=4 train.world_size=4
 HY="model.bf16=false model.moe_token_dispatcher_type=alltoall"
 R=tests/recipes/tiny_hybrid.lua build hyone $HY
 R=tests/recipes/tiny_hybrid.lua build hyep2 $HY $EP2
+# ... and under TP 2 + SP (the Mamba mixer's heads and groups split: in_proj column-parallel in five
+# segments, out_proj row-parallel), alone and times EP 2
+R=tests/recipes/tiny_hybrid.lua build hytp2 $HY $TPE train.world_size=2
+R=tests/recipes/tiny_hybrid.lua build hytp2ep2 $HY $TPE model.expert_model_parallel_size=2 train.world_size=2
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by EP again)
 "$stepc" plan $R $EP2 --json >"$tmp/ep2.plan.json" 2>/dev/null || fail "stepc plan ep2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.json" ep2 || fail "ep2's plan.json"
@@ -79,7 +83,7 @@ for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep4cap:4:one8_ca
 done
 # under TP a row-parallel linear's and the vocab-parallel loss's partial sums round differently from
 # one rank's single products: the TP tolerances (tests/api/tp.sh)
-for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one; do
+for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one hytp2:2:hyone hytp2ep2:2:hyone; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
@@ -105,7 +109,8 @@ grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no 
 # EP on the cuda device (bf16): the launch programs, played on a recording device
 build cu_ep2 model.bf16=true model.expert_model_parallel_size=2 train.world_size=2
 build cu_ep2cap model.bf16=true model.expert_model_parallel_size=2 train.world_size=2 $CAP
-for a in cu_ep2 cu_ep2cap; do
+R=tests/recipes/tiny_hybrid.lua build cu_hytp2ep2 model.bf16=true model.moe_token_dispatcher_type=alltoall $TPE model.expert_model_parallel_size=2 train.world_size=2
+for a in cu_ep2 cu_ep2cap cu_hytp2ep2; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   grep -q "COLL all_gather bf16 ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-gather"
   head -1 "$tmp/play_$a.txt"

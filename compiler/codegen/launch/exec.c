@@ -473,11 +473,12 @@ int rt_exec_init_program(RtExec *x) {
       long inner = 1;
       for (int k = t->tp_dim + 1; k < t->ndim; k++)
         inner *= (long)t->shape[k];
-      if (rt_launch_init_normal_tp(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
-                                   ops_init_name_hash(t->name), t->init_std, inner, (long)t->shape[t->tp_dim],
-                                   t->tp_size, t->tp_nseg, (long)t->tp_seg[0],
-                                   t->tp_nseg > 1 ? (long)t->tp_seg[1] : 0,
-                                   t->tp_nseg > 2 ? (long)t->tp_seg[2] : 0, x->rank + (t->tp_ep ? 4 : 0)))
+      if (rt_launch_init_normal_tp(
+              d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed, ops_init_name_hash(t->name),
+              t->init_std, inner, (long)t->shape[t->tp_dim], t->tp_size, t->tp_nseg, (long)t->tp_seg[0],
+              t->tp_nseg > 1 ? (long)t->tp_seg[1] : 0, t->tp_nseg > 2 ? (long)t->tp_seg[2] : 0,
+              t->tp_nseg > 3 ? (long)t->tp_seg[3] : 0, t->tp_nseg > 4 ? (long)t->tp_seg[4] : 0,
+              x->rank + (t->tp_ep ? 4 : 0)))
         return RT_ERROR;
       continue;
     }
