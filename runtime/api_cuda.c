@@ -408,7 +408,6 @@ stepc_status api_cuda_open(stepc_t *s) {
           "no CUDA device %d (LOCAL_RANK) for NCCL's one rank a GPU: this host has %d (%s=host lets "
           "ranks share them)",
           s->opt.local_rank, c->d->device_count, STEPC_COLLECTIVES_ENV);
-    c->coll_shared = shared;
     if (!shared && s->ep > 1)
       return api_fail(s, STEPC_ERR_UNSUPPORTED,
                       "expert parallelism (model.expert_model_parallel_size=%d) over NCCL is not built (its "
@@ -421,7 +420,7 @@ stepc_status api_cuda_open(stepc_t *s) {
                       "groups' communicators): it runs on the cpu device, and on cuda with the ranks sharing "
                       "GPUs (%s=host); TP alone runs over NCCL",
                       s->tp, s->dp, STEPC_COLLECTIVES_ENV);
-    stepc_status st = shared || s->tp > 1 ? api_cuda_tp_open(s) : STEPC_OK;
+    stepc_status st = shared || s->tp > 1 ? api_cuda_tp_open(s, shared) : STEPC_OK;
     if (st != STEPC_OK) return st;
   }
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */

@@ -113,7 +113,7 @@ static RtColl bucket_coll(stepc_t *s, int t) {
 static stepc_status host_join(stepc_t *s) {
   ApiCuda *c = cu(s);
   char err[400];
-  if (c->zero || s->im.f.dist_opt)
+  if (s->im.f.dist_opt)
     return api_fail(
         s, STEPC_ERR_UNSUPPORTED,
         "the distributed optimizer (optimizer.use_distributed_optimizer) with ranks sharing a GPU "

@@ -55,7 +55,6 @@ typedef struct {
                           rank's tensor, run alone) */
   int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
   /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
-  bool coll_shared;      /* the ranks share GPUs: host-staged collectives (else NCCL) */
   RtCollHost *coll_host; /* host-staged */
   RtCollNccl coll_nccl;  /* NCCL: the group communicators (nccl above is the TP group's) */
 } ApiCuda;
@@ -73,7 +72,7 @@ int api_cuda_run_point(stepc_t *s, int q);
  * -1: a bad value (the message in s). */
 int api_cuda_tp_shared(stepc_t *s, int device_count);
 /* Joins the job and sets the device's communicator, before the launch program opens. */
-stepc_status api_cuda_tp_open(stepc_t *s);
+stepc_status api_cuda_tp_open(stepc_t *s, int shared);
 /* After the step's stream synchronised: a host-staged collective's failure, as the handle's error (-1). */
 int api_cuda_tp_check(stepc_t *s);
 void api_cuda_tp_free(stepc_t *s);

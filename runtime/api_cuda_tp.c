@@ -1,7 +1,7 @@
-/* api_cuda_tp.c — tensor parallelism on the GPU (api_cuda_internal.h): the launch program's
- * collective records (rt.h RtColl: the TP ops of ir/ops/tp.c, lowered by compiler/codegen/launch/
- * op_tp.c) played through one of two communicators, joined before the program opens (the
- * player sizes every collective's buffers at open):
+/* api_cuda_tp.c — tensor and expert parallelism on the GPU (api_cuda_internal.h): the launch
+ * program's collective records (rt.h RtColl: the TP / EP ops of ir/ops/tp.c and ep.c, lowered by
+ * compiler/codegen/launch/op_tp.c) played through one of two communicators, joined before the
+ * program opens (the player sizes every collective's buffers at open):
  *  - host-staged (runtime/coll_host.h) when the job's ranks share GPUs — more ranks than this
  *    host's devices (stepc run --nproc 2 on one GPU), or STEPC_COLLECTIVES=host: NCCL refuses two
  *    ranks on one device; each collective is a copy to pinned memory, a host function over the host
@@ -9,8 +9,9 @@
  *    Slow but exact: sums in group order, every rank the same bits;
  *  - NCCL (one rank per GPU, or STEPC_COLLECTIVES=nccl): the same records as ncclAllReduce /
  *    ncclAllGather / ncclReduceScatter on the step's stream.
- * Tensor parallelism alone (world size = TP) runs; TP times data parallelism is refused at open
- * (api_cuda.c, before the driver). */
+ * Host-staged, the data-parallel buckets take the same communicator (api_cuda_dp.c host_join), so
+ * TP x DP, EP and EP x expert-DP run; over NCCL only TP alone does (api_cuda.c refuses the others at
+ * open: their groups' communicators are not wired). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,11 @@ int api_cuda_tp_shared(stepc_t *s, int device_count) {
   return s->world > device_count;
 }
 
-stepc_status api_cuda_tp_open(stepc_t *s) {
+stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   ApiCuda *c = cu(s);
   char err[600];
   stepc_status st;
-  if (c->coll_shared) {
+  if (shared) {
     if ((st = api_dp_join(s, NULL, NULL)) != STEPC_OK) return st;
     if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, s->ep > 1 ? &s->ep_group : NULL, s->ep_rank,
                          &c->coll_host, err, sizeof err))

@@ -14,15 +14,11 @@
  * loads the flag with acquire order. */
 #include "runtime/coll_host.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm_internal.h"
-
-#define CH_STR(x) #x
-#define CH_XSTR(x) CH_STR(x)
 
 typedef struct {
   RtCollHost *h;
@@ -35,11 +31,7 @@ struct RtCollHost {
   RtCommGroup group[RT_COLL_GROUPS];
   int member[RT_COLL_GROUPS], has[RT_COLL_GROUPS];
   RtCollOps ops;
-  /* the device prepare ran on and the driver entry points this backend adds to rt.h's */
-  RtDevice *d;
-  __typeof__(&cuMemHostAlloc) host_alloc;
-  __typeof__(&cuMemFreeHost) host_free;
-  __typeof__(&cuLaunchHostFunc) launch_host_func;
+  RtDevice *d; /* the device prepare ran on: the staging's pinned memory is its context's */
   /* registered collectives (prepare), and the jobs (one per collective and staging pair) */
   RtColl *keys;
   int nkeys, capkeys, last_key;
@@ -145,11 +137,11 @@ int rt_coll_host_check(RtCollHost *h, char *err, size_t nerr) {
 
 void rt_coll_host_free(RtCollHost *h) {
   if (!h) return;
-  if (h->host_free) {
-    if (h->in) h->host_free(h->in);
-    if (h->out) h->host_free(h->out);
+  if (h->d) {
+    if (h->in) h->d->cuMemFreeHost(h->in);
+    if (h->out) h->d->cuMemFreeHost(h->out);
     for (int i = 0; i < h->nretired; i++)
-      h->host_free(h->retired[i]);
+      h->d->cuMemFreeHost(h->retired[i]);
   }
   for (int i = 0; i < h->njobs; i++)
     free(h->jobs[i]);
@@ -226,18 +218,6 @@ static int checked(RtCollHost *h, RtDevice *d, const RtColl *c, const char *when
   return RT_OK;
 }
 
-static int load_driver(RtCollHost *h, RtDevice *d) {
-  if (h->host_alloc) return RT_OK;
-#define CH_LOAD(f, field)                                                                                    \
-  if (!(*(void **)&h->field = dlsym(d->lib, CH_XSTR(f))))                                                    \
-    return rt_fail(d, "host collectives: libcuda.so.1 lacks %s (driver too old?)", CH_XSTR(f));
-  CH_LOAD(cuMemHostAlloc, host_alloc)
-  CH_LOAD(cuMemFreeHost, host_free)
-  CH_LOAD(cuLaunchHostFunc, launch_host_func)
-#undef CH_LOAD
-  return RT_OK;
-}
-
 /* A buffer of the staging pair that prepare replaces: freed (with the jobs made for it) when
  * nothing was enqueued through it, else kept until rt_coll_host_free. */
 static int retire(RtCollHost *h, RtDevice *d, void *p, int used) {
@@ -250,7 +230,7 @@ static int retire(RtCollHost *h, RtDevice *d, void *p, int used) {
       else
         h->jobs[n++] = h->jobs[i];
     h->njobs = n, h->last_job = 0;
-    h->host_free(p);
+    d->cuMemFreeHost(p);
     return RT_OK;
   }
   if (h->nretired == h->capretired) {
@@ -268,14 +248,14 @@ static int grow(RtCollHost *h, RtDevice *d, unsigned char **buf, size_t *have, i
                 const char *what) {
   if (need <= *have) return RT_OK;
   void *p = NULL;
-  CUresult r = h->host_alloc(&p, need, 0);
+  CUresult r = d->cuMemHostAlloc(&p, need, 0);
   if (r != CUDA_SUCCESS) {
     char m[96];
     snprintf(m, sizeof m, "host collectives: cuMemHostAlloc of %zu bytes of %s staging", need, what);
     return rt_check(d, r, m);
   }
   if (retire(h, d, *buf, *used)) {
-    h->host_free(p);
+    d->cuMemFreeHost(p);
     return RT_ERROR;
   }
   *buf = p, *have = need, *used = 0;
@@ -324,7 +304,7 @@ static int find_key(RtCollHost *h, const RtColl *c) {
 static int prepare(void *ctx, RtDevice *d, const RtColl *c) {
   RtCollHost *h = ctx;
   if (c->count <= 0) return RT_OK; /* rt_coll runs nothing for it */
-  if (checked(h, d, c, "prepare") || load_driver(h, d)) return RT_ERROR;
+  if (checked(h, d, c, "prepare")) return RT_ERROR;
   h->d = d;
   size_t in, out;
   staged(h, c, &in, &out);
@@ -370,7 +350,7 @@ static int run(void *ctx, RtDevice *d, const RtColl *c) {
   h->used_in = 1, h->used_out |= j->out != NULL;
   if (rt_check(d, d->cuMemcpyDtoHAsync(j->in, c->src, (size_t)sb, d->stream),
                "host collectives: cuMemcpyDtoHAsync") ||
-      rt_check(d, h->launch_host_func(d->stream, host_fn, j), "host collectives: cuLaunchHostFunc") ||
+      rt_check(d, d->cuLaunchHostFunc(d->stream, host_fn, j), "host collectives: cuLaunchHostFunc") ||
       rt_check(d, d->cuMemcpyHtoDAsync(c->dst, j->out ? j->out : j->in, (size_t)db, d->stream),
                "host collectives: cuMemcpyHtoDAsync"))
     return RT_ERROR;

@@ -60,7 +60,10 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
   X(cuEventDestroy)                                                                                          \
   X(cuGetErrorString)                                                                                        \
   X(cuEventQuery)                                                                                            \
-  X(cuStreamWaitEvent)
+  X(cuStreamWaitEvent)                                                                                       \
+  X(cuMemHostAlloc)                                                                                          \
+  X(cuMemFreeHost)                                                                                           \
+  X(cuLaunchHostFunc)
 // clang-format on
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */

@@ -51,6 +51,12 @@ static int rt_op_tp_copy(RtExec *x, const Op *op) {
  * those ops write their slices of the norm partials, not the accumulator, so the partial slices are
  * what is summed over the group — contiguous slices merged, one all-reduce each. 0 when acc is not
  * such an accumulator (*found 0). */
+/* The norm partials [lo, hi) summed over the group in place (nothing when empty). */
+static int partials_allreduce(RtExec *x, int64_t group, int64_t lo, int64_t hi) {
+  CUdeviceptr p = x->gn_partial + (CUdeviceptr)(lo * 4);
+  return hi > lo ? coll_in(x, group, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo, p, p) : RT_OK;
+}
+
 static int sumsq_allreduce(RtExec *x, int64_t group, int acc, int *found) {
   const Graph *g = x->g;
   int64_t lo = -1, hi = -1; /* the run of slices being merged */
@@ -64,15 +70,10 @@ static int sumsq_allreduce(RtExec *x, int64_t group, int acc, int *found) {
       hi += count;
       continue;
     }
-    if (hi > lo && coll_in(x, group, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo,
-                           x->gn_partial + (CUdeviceptr)(lo * 4), x->gn_partial + (CUdeviceptr)(lo * 4)))
-      return RT_ERROR;
+    if (partials_allreduce(x, group, lo, hi)) return RT_ERROR;
     lo = first, hi = first + count;
   }
-  if (hi > lo && coll_in(x, group, RT_COLL_ALLREDUCE_SUM, RT_COLL_F32, hi - lo,
-                         x->gn_partial + (CUdeviceptr)(lo * 4), x->gn_partial + (CUdeviceptr)(lo * 4)))
-    return RT_ERROR;
-  return RT_OK;
+  return partials_allreduce(x, group, lo, hi);
 }
 
 static int rt_op_tp_allreduce(RtExec *x, const Op *op) {
