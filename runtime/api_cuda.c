@@ -248,9 +248,9 @@ static int cuda_step(stepc_t *s, int64_t step, stepc_step_stats *st) {
   for (int mb = 0; mb < c->nmb; mb++)
     loss += c->losses[mb];
   char nerr[400];
-  if (c->nccl && rt_nccl_check(c->nccl, nerr, sizeof nerr)) {
+  if (api_cuda_nccl_each(s, rt_nccl_check, nerr, sizeof nerr)) {
     c->nccl_failed = true;
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", nerr), -1;
+    return api_fail(s, STEPC_ERR_RUNTIME, "collectives: %s", nerr), -1;
   }
   if (api_dp_loss(s, loss, &st->loss)) return -1;
   st->lr = lr;
@@ -355,6 +355,13 @@ static const ApiBackend CUDA_BACKEND = {"cuda",       cuda_init, cuda_step,  cud
                                         cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
+/* Whether the launch program holds collective records (TP / EP ops: a communicator joins at open). */
+static bool program_collectives(const LaunchProgram *lp) {
+  for (int i = 0; i < lp->f.nrec; i++)
+    if (lp->rec[i].kind == RT_REC_COLL) return true;
+  return false;
+}
+
 static void *read_cubin(stepc_t *s, const char *name) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s", s->dir, name);
@@ -399,7 +406,8 @@ stepc_status api_cuda_open(stepc_t *s) {
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
   if (!im->has_program)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
-  if (s->world > 1) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
+  bool colls = program_collectives(&im->lp);
+  if (s->world > 1 || colls) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
     int shared = api_cuda_tp_shared(s, c->d->device_count);
     if (shared < 0) return STEPC_ERR_ARGUMENT;
     if (!shared && s->opt.local_rank >= c->d->device_count)
@@ -408,19 +416,9 @@ stepc_status api_cuda_open(stepc_t *s) {
           "no CUDA device %d (LOCAL_RANK) for NCCL's one rank a GPU: this host has %d (%s=host lets "
           "ranks share them)",
           s->opt.local_rank, c->d->device_count, STEPC_COLLECTIVES_ENV);
-    if (!shared && s->ep > 1)
-      return api_fail(s, STEPC_ERR_UNSUPPORTED,
-                      "expert parallelism (model.expert_model_parallel_size=%d) over NCCL is not built (its "
-                      "groups' communicators): it runs on the cpu device, and on cuda with the ranks sharing "
-                      "GPUs (%s=host)",
-                      s->ep, STEPC_COLLECTIVES_ENV);
-    if (!shared && s->tp > 1 && s->dp > 1)
-      return api_fail(s, STEPC_ERR_UNSUPPORTED,
-                      "tensor parallelism x data parallelism (%d x %d ranks) over NCCL is not built (its "
-                      "groups' communicators): it runs on the cpu device, and on cuda with the ranks sharing "
-                      "GPUs (%s=host); TP alone runs over NCCL",
-                      s->tp, s->dp, STEPC_COLLECTIVES_ENV);
-    stepc_status st = shared || s->tp > 1 ? api_cuda_tp_open(s, shared) : STEPC_OK;
+    /* the launch program's collectives (TP, EP, or any at world 1) join at open; plain data
+     * parallelism over NCCL joins after (api_cuda_dp_join) */
+    stepc_status st = shared || colls ? api_cuda_tp_open(s, shared) : STEPC_OK;
     if (st != STEPC_OK) return st;
   }
   c->d->gen = &im->gen; /* the generated kernels' handles follow the static ones (rt.h) */

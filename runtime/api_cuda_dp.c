@@ -52,10 +52,14 @@ static int join_comm(stepc_t *s) {
 /* One collective of tensor t (ZeRO-1's reduce or broadcast, plain DP's all-reduce). */
 typedef int (*OneColl)(stepc_t *s, int t, char *err, size_t nerr);
 
+static RtColl bucket_coll(stepc_t *s, int t);
+
+/* a bucket gradient's mean over its group's communicator (api_cuda_tp.c): the data-parallel one
+ * (ncclAvg), an expert's the expert-data-parallel one (its sum / DP) */
 static int coll_allreduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_allreduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
-                                   c->comm.s, err, nerr);
+  RtColl b = bucket_coll(s, t);
+  return rt_nccl_coll(c->coll_nccl.group[b.group], &b, c->comm.s, err, nerr);
 }
 
 static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
@@ -93,11 +97,12 @@ static int collectives(stepc_t *s, const int32_t *t, int n, OneColl one, int kin
   return b < 0 || api_cuda_span(s, pf, kind, id, -1, 1, a, b) ? -1 : 0;
 }
 
-/* ---- ranks sharing a GPU (api_cuda_tp.c: the host-staged communicator) ----
- * Each bucket gradient's all-reduce is a collective of the device's communicator on the step's own
- * stream (host-staged collectives are serialised on one stream, in program order on every rank):
- * the sum over its group (the data-parallel group; an expert's gradient over the expert-data-
- * parallel group) in rank order, divided by the data-parallel size — the CPU device's arithmetic. */
+/* ---- a bucket gradient's all-reduce ----
+ * The sum over its group (the data-parallel group; an expert's gradient over the expert-data-
+ * parallel group), divided by the data-parallel size — the CPU device's arithmetic. With ranks
+ * sharing a GPU (api_cuda_tp.c: the host-staged communicator) it is a collective of the device's
+ * communicator on the step's own stream (host-staged collectives are serialised on one stream, in
+ * program order on every rank), summed in rank order; over NCCL, on the communication stream. */
 static RtColl bucket_coll(stepc_t *s, int t) {
   ApiCuda *c = cu(s);
   int expert = s->g->t[s->g->t[t].of].tp_ep != 0;
@@ -214,21 +219,28 @@ int api_cuda_dp_end(stepc_t *s, CudaProf *pf) {
   return rc ? -1 : 0;
 }
 
+static int nccl_abort(RtNccl *n, char *err, size_t nerr) {
+  (void)err, (void)nerr;
+  rt_nccl_abort(n);
+  return 0;
+}
+
 int api_cuda_nccl_watch(void *ctx) {
   stepc_t *s = ctx;
   ApiCuda *c = cu(s);
   char err[400];
   double now = now_s(), limit = s->opt.comm_timeout_s > 0 ? s->opt.comm_timeout_s : RT_COMM_DEFAULT_TIMEOUT_S;
   if (c->watch_since == 0) c->watch_since = now;
-  if (rt_nccl_check(c->nccl, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
+  if (api_cuda_nccl_each(s, rt_nccl_check, err, sizeof err) == 0 && now - c->watch_since < limit) return 0;
   if (now - c->watch_since >= limit)
     snprintf(err, sizeof err,
              "the step's NCCL collectives did not finish within %.0f s (the communicator's timeout): a rank "
              "died or hangs",
              limit);
   c->nccl_failed = true;
-  rt_nccl_abort(c->nccl);
-  api_fail(s, STEPC_ERR_RUNTIME, "data parallel, rank %d: %s; NCCL aborted", s->rank, err);
+  char ignored[8];
+  api_cuda_nccl_each(s, nccl_abort, ignored, sizeof ignored);
+  api_fail(s, STEPC_ERR_RUNTIME, "collectives, rank %d: %s; NCCL aborted", s->rank, err);
   return -1;
 }
 
@@ -301,8 +313,17 @@ static stepc_status zero_setup(stepc_t *s) {
 static stepc_status warm_up(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (s->im.nbucket_grad == 0) return STEPC_OK;
-  int32_t t = s->im.bucket_grad[0];
-  if (collectives(s, &t, 1, c->zero ? coll_reduce : coll_allreduce, 0, 0, "warm-up", NULL))
+  /* one gradient of each group's communicator (the data-parallel one, the expert-data-parallel one) */
+  int32_t t[RT_COLL_GROUPS];
+  int n = 0;
+  for (int k = 0; k < s->im.nbucket_grad; k++) {
+    RtColl b = bucket_coll(s, s->im.bucket_grad[k]);
+    bool seen = false;
+    for (int i = 0; i < n; i++)
+      seen |= bucket_coll(s, t[i]).group == b.group;
+    if (!seen && n < RT_COLL_GROUPS) t[n++] = s->im.bucket_grad[k];
+  }
+  if (collectives(s, t, n, c->zero ? coll_reduce : coll_allreduce, 0, 0, "warm-up", NULL))
     return STEPC_ERR_RUNTIME;
   if (c->zero) {
     int32_t p = -1;
@@ -324,7 +345,6 @@ static stepc_status warm_up(stepc_t *s) {
 stepc_status api_cuda_dp_join(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (s->world == 1 && !s->opt.dp_join) return STEPC_OK;
-  if (s->tp > 1 && !c->coll_host) return STEPC_OK; /* TP alone over NCCL: joined at open (api_cuda_tp.c) */
   for (int k = 0; k < s->im.nbucket_grad; k++)
     if (s->g->t[s->im.bucket_grad[k]].dtype != DT_F32)
       return api_fail(s, STEPC_ERR_UNSUPPORTED, "data parallel: main gradient %s is not fp32",
@@ -345,14 +365,19 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
   if (c->coll_host) return host_join(s); /* joined at open: the ranks share a GPU */
   if (rt_side_new(c->d, &c->comm)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->comm_ok = true;
-  char err[600];
-  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
-  stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
-  if (st != STEPC_OK) return st;
-  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
-    c->nccl_failed = true;
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+  if (!c->nccl) { /* plain data parallelism (TP / EP joined at open: api_cuda_tp.c) */
+    char err[600];
+    if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
+    stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
+    if (st != STEPC_OK) return st;
+    if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
+      c->nccl_failed = true;
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
+    }
+    rt_coll_nccl_init(&c->coll_nccl);
+    c->coll_nccl.group[RT_COLL_GROUP_DP] = c->nccl;
   }
+  stepc_status st = STEPC_OK;
   c->zero = s->im.f.dist_opt && s->owner;
   if (c->zero && (st = zero_setup(s)) != STEPC_OK) return st;
   return warm_up(s);

@@ -56,7 +56,10 @@ typedef struct {
   int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
   /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
   RtCollHost *coll_host; /* host-staged */
-  RtCollNccl coll_nccl;  /* NCCL: the group communicators (nccl above is the TP group's) */
+  /* NCCL: each group's communicator (TP, EP, DP, expert-DP): nccl above where the group is the
+   * whole job, else the split this handle owns (nccl_split) */
+  RtCollNccl coll_nccl;
+  RtNccl *nccl_split[RT_COLL_GROUPS];
 } ApiCuda;
 
 static inline ApiCuda *cu(stepc_t *s) { return s->impl; }
@@ -76,6 +79,9 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared);
 /* After the step's stream synchronised: a host-staged collective's failure, as the handle's error (-1). */
 int api_cuda_tp_check(stepc_t *s);
 void api_cuda_tp_free(stepc_t *s);
+/* fn on every NCCL communicator of the handle (the job's, then the groups' splits): 0, or the
+ * first -1 (err filled by fn). */
+int api_cuda_nccl_each(stepc_t *s, int (*fn)(RtNccl *n, char *err, size_t nerr), char *err, size_t nerr);
 
 /* api_cuda_dp.c. Every hook is a no-op without a communicator. */
 /* After point q's launches on micro-batch mb: the buckets that fire there, on the last micro-batch. */

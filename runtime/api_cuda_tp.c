@@ -8,10 +8,12 @@
  *    communicator, a copy back, all on the step's stream and so captured into its CUDA graphs.
  *    Slow but exact: sums in group order, every rank the same bits;
  *  - NCCL (one rank per GPU, or STEPC_COLLECTIVES=nccl): the same records as ncclAllReduce /
- *    ncclAllGather / ncclReduceScatter on the step's stream.
- * Host-staged, the data-parallel buckets take the same communicator (api_cuda_dp.c host_join), so
- * TP x DP, EP and EP x expert-DP run; over NCCL only TP alone does (api_cuda.c refuses the others at
- * open: their groups' communicators are not wired). */
+ *    ncclAllGather / ncclReduceScatter on the step's stream, each over its group's communicator —
+ *    the job's own where the group is the whole job, else a split of it (ncclCommSplit, color the
+ *    group's first rank): the TP, EP, data-parallel and expert-data-parallel groups.
+ * Either way the data-parallel buckets take the same groups (api_cuda_dp.c), so TP, TP x DP, EP,
+ * EP x expert-DP and TP x EP run. A program lowered with train.force_parallel_lowering holds
+ * collectives at world size 1 too: a rank alone joins a job of one (its groups one rank each). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +32,29 @@ int api_cuda_tp_shared(stepc_t *s, int device_count) {
   return s->world > device_count;
 }
 
+/* The communicator of group g, whose member this rank is: the job's own when g is the whole job,
+ * else a split of it (every rank calls this for the same groups in the same order). */
+static stepc_status nccl_group(stepc_t *s, int which, const RtCommGroup *g, int member) {
+  ApiCuda *c = cu(s);
+  char err[600];
+  if (g->count == s->world) return c->coll_nccl.group[which] = c->nccl, STEPC_OK;
+  if (rt_nccl_split(c->nccl, g->first, member, &c->nccl_split[which], err, sizeof err)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "collectives: %s", err);
+  }
+  c->coll_nccl.group[which] = c->nccl_split[which];
+  return STEPC_OK;
+}
+
 stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   ApiCuda *c = cu(s);
   char err[600];
   stepc_status st;
+  s->join_alone = true;
   if (shared) {
     if ((st = api_dp_join(s, NULL, NULL)) != STEPC_OK) return st;
-    if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, s->ep > 1 ? &s->ep_group : NULL, s->ep_rank,
-                         &c->coll_host, err, sizeof err))
+    if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, &s->ep_group, s->ep_rank, &c->coll_host, err,
+                         sizeof err))
       return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
     c->d->coll = rt_coll_host_ops(c->coll_host);
     return STEPC_OK;
@@ -49,7 +66,13 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
     return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
   }
   rt_coll_nccl_init(&c->coll_nccl);
-  c->coll_nccl.group[RT_COLL_GROUP_TP] = c->nccl; /* world = TP: the job's communicator is the group's */
+  RtCommGroup all = {.first = 0, .stride = 1, .count = s->world};
+  if ((st = nccl_group(s, RT_COLL_GROUP_TP, &s->tp_group, s->tp_rank)) != STEPC_OK ||
+      (st = nccl_group(s, RT_COLL_GROUP_EP, &s->ep_group, s->ep_rank)) != STEPC_OK ||
+      (st = nccl_group(s, RT_COLL_GROUP_DP, s->tp > 1 ? &s->dp_group : &all, s->tp > 1 ? s->dp_rank : s->rank)) !=
+          STEPC_OK ||
+      (st = nccl_group(s, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep)) != STEPC_OK)
+    return st;
   c->d->coll = &c->coll_nccl.ops;
   return STEPC_OK;
 }
@@ -66,6 +89,16 @@ void api_cuda_tp_free(stepc_t *s) {
   ApiCuda *c = cu(s);
   rt_coll_host_free(c->coll_host);
   c->coll_host = NULL;
+  for (int k = 0; k < RT_COLL_GROUPS; k++)
+    rt_nccl_free(c->nccl_split[k], c->nccl_failed), c->nccl_split[k] = NULL;
+}
+
+int api_cuda_nccl_each(stepc_t *s, int (*fn)(RtNccl *n, char *err, size_t nerr), char *err, size_t nerr) {
+  ApiCuda *c = cu(s);
+  if (c->nccl && fn(c->nccl, err, nerr)) return -1;
+  for (int k = 0; k < RT_COLL_GROUPS; k++)
+    if (c->nccl_split[k] && fn(c->nccl_split[k], err, nerr)) return -1;
+  return 0;
 }
 
 const char *api_cuda_comm_name(const stepc_t *s) {

@@ -124,7 +124,7 @@ static uint64_t plan_hash(const StepImage *im) {
 
 stepc_status api_dp_join(stepc_t *s, int (*make_id)(void *, unsigned char *, char *, size_t), void *ctx) {
   const stepc_options *o = &s->opt;
-  if (s->world == 1 && !o->dp_join) return STEPC_OK;
+  if (s->world == 1 && !o->dp_join && !s->join_alone) return STEPC_OK;
   RtRendezvous rv = {.rank = s->rank,
                      .size = s->world,
                      .port = o->master_port,

@@ -31,6 +31,10 @@ struct RtNccl {
   ncclComm_t comm;
   int version;
   int rank, size; /* in comm (rt_nccl_init's, or the split's) */
+  /* the sum divided by div_by (rt_nccl_coll's div other than the group's size): ncclRedOpCreatePreMulSum
+   * of 1/div_by, made once (its scalar a host immediate) and destroyed with the communicator */
+  ncclRedOp_t div_op;
+  int div_by;
 #define NCCL_PTR(f) __typeof__(&f) f;
   NCCL_FUNCS(NCCL_PTR)
 #undef NCCL_PTR
@@ -119,7 +123,7 @@ int rt_nccl_split(RtNccl *parent, int color, int key, RtNccl **out, char *err, s
   RtNccl *n = malloc(sizeof *n);
   if (!n) return snprintf(err, nerr, "out of memory"), -1;
   *n = *parent;
-  n->comm = NULL;
+  n->comm = NULL, n->div_by = 0;
   /* the child's own reference to the library (the loader counts them): freeing either first is safe */
   n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!n->lib) {
@@ -142,13 +146,45 @@ int rt_nccl_split(RtNccl *parent, int color, int key, RtNccl **out, char *err, s
 int rt_nccl_rank(const RtNccl *n) { return n->rank; }
 int rt_nccl_size(const RtNccl *n) { return n->size; }
 
+/* The reduction of a sum divided by div (> 1): ncclAvg when div is the group's size, else a
+ * pre-multiplied sum by 1/div (NCCL 2.11), made on first use and kept (one div per job). */
+static int div_op(RtNccl *n, int64_t div, ncclDataType_t t, ncclRedOp_t *op, char *err, size_t nerr) {
+  if (div == n->size) return *op = ncclAvg, 0;
+  if (t != ncclFloat32 || div > (1 << 30))
+    return snprintf(err, nerr, "NCCL collective: a %s sum divided by %lld over %d ranks",
+                    t == ncclFloat32 ? "fp32" : "bf16", (long long)div, n->size),
+           -1;
+  if (n->div_by == div) return *op = n->div_op, 0;
+  if (n->div_by)
+    return snprintf(err, nerr, "NCCL collective: sums divided by %d and by %lld in one job", n->div_by,
+                    (long long)div),
+           -1;
+  __typeof__(&ncclRedOpCreatePreMulSum) create;
+  *(void **)&create = dlsym(n->lib, "ncclRedOpCreatePreMulSum");
+  if (!create)
+    return snprintf(err, nerr,
+                    "libnccl.so.2 (version %d) lacks ncclRedOpCreatePreMulSum: an expert gradient's mean "
+                    "over the data-parallel ranks needs NCCL 2.11 or later",
+                    n->version),
+           -1;
+  float scale = 1.0f / (float)div;
+  if (nccl_check(n, create(&n->div_op, &scale, ncclFloat32, ncclScalarHostImmediate, n->comm),
+                 "ncclRedOpCreatePreMulSum", err, nerr))
+    return -1;
+  n->div_by = (int)div;
+  return *op = n->div_op, 0;
+}
+
 int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr) {
   if (c->dtype != RT_COLL_F32 && c->dtype != RT_COLL_BF16)
     return snprintf(err, nerr, "NCCL collective: element type %lld", (long long)c->dtype), -1;
   if (c->count < 0) return snprintf(err, nerr, "NCCL collective: %lld elements", (long long)c->count), -1;
-  if (c->div > 1) /* the data-parallel mean over NCCL is api_cuda_dp.c's ncclAvg */
-    return snprintf(err, nerr, "NCCL collective: a sum divided by %lld", (long long)c->div), -1;
   ncclDataType_t t = c->dtype == RT_COLL_BF16 ? ncclBfloat16 : ncclFloat32;
+  if (c->div > 1 && c->op != RT_COLL_ALLREDUCE_SUM)
+    return snprintf(err, nerr, "NCCL collective: op %lld divided by %lld", (long long)c->op, (long long)c->div),
+           -1;
+  ncclRedOp_t sum = ncclSum;
+  if (c->div > 1 && div_op(n, c->div, t, &sum, err, nerr)) return -1;
   const void *src = (const void *)(uintptr_t)c->src;
   void *dst = (void *)(uintptr_t)c->dst;
   size_t count = (size_t)c->count;
@@ -157,8 +193,7 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
   case RT_COLL_ALLREDUCE_SUM:
   case RT_COLL_ALLREDUCE_MAX:
     return nccl_check(
-        n,
-        n->ncclAllReduce(src, dst, count, t, c->op == RT_COLL_ALLREDUCE_MAX ? ncclMax : ncclSum, n->comm, st),
+        n, n->ncclAllReduce(src, dst, count, t, c->op == RT_COLL_ALLREDUCE_MAX ? ncclMax : sum, n->comm, st),
         "ncclAllReduce", err, nerr);
   case RT_COLL_ALL_GATHER: /* count: each member's part */
     return nccl_check(n, n->ncclAllGather(src, dst, count, t, n->comm, st), "ncclAllGather", err, nerr);
@@ -241,6 +276,11 @@ void rt_nccl_abort(RtNccl *n) {
 
 void rt_nccl_free(RtNccl *n, int failed) {
   if (!n) return;
+  if (n->comm && n->div_by && !failed) {
+    __typeof__(&ncclRedOpDestroy) destroy;
+    *(void **)&destroy = dlsym(n->lib, "ncclRedOpDestroy");
+    if (destroy) destroy(n->div_op, n->comm);
+  }
   if (n->comm) failed ? n->ncclCommAbort(n->comm) : n->ncclCommDestroy(n->comm);
   dlclose(n->lib);
   free(n);

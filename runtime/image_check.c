@@ -324,12 +324,13 @@ static int check_record(StepImage *im, int i, Why *w) {
   case RT_REC_SDPA: break;
   case RT_REC_COLL: {
     const RtColl *c = &r->coll;
-    int size = c->group == RT_COLL_GROUP_EP   ? im->f.ep_size
-               : c->group == RT_COLL_GROUP_TP ? im->f.tp_size
+    /* a group of one where the program was lowered with train.force_parallel_lowering at size 1 */
+    int size = c->group == RT_COLL_GROUP_EP   ? (im->f.ep_size > 1 ? im->f.ep_size : 1)
+               : c->group == RT_COLL_GROUP_TP ? (im->f.tp_size > 1 ? im->f.tp_size : 1)
                                               : 0;
     int64_t sb = 0, db = 0;
     if (!in_range(c->op, RT_COLL_OPS) || !in_range(c->dtype, RT_COLL_TYPES) ||
-        !in_range(c->group, RT_COLL_GROUPS) || c->count < 1 || c->count > IR_MAX_NUMEL || size < 2)
+        !in_range(c->group, RT_COLL_GROUPS) || c->count < 1 || c->count > IR_MAX_NUMEL || size < 1)
       return bad(w,
                  "program record %d: a collective (op %lld, type %lld, group %lld, %lld elements) of a step "
                  "planned for %d such ranks",

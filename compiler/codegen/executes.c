@@ -105,6 +105,8 @@ static const char *first_unexecuted(const Spec *s, int *field) {
        "in bf16)"},
       {fp8 && above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
        SPEC_F_model_fp8, "fp8 under tensor parallelism (the ranks' amax is not reduced over the group yet)"},
+      {fp8 && s->train.force_parallel_lowering, SPEC_F_train_force_parallel_lowering,
+       "fp8 with the tensor-parallel lowering (force_parallel_lowering)"},
       {m->fp8_param, SPEC_F_model_fp8_param, "fp8 primary weights"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,
@@ -112,11 +114,14 @@ static const char *first_unexecuted(const Spec *s, int *field) {
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;
-  if (above_one(s, SPEC_F_model_expert_model_parallel_size, m->expert_model_parallel_size)) {
+  /* train.force_parallel_lowering lowers both at size 1: what they do not cover refuses there too */
+  bool forced = s->train.force_parallel_lowering;
+  if (above_one(s, SPEC_F_model_expert_model_parallel_size, m->expert_model_parallel_size) ||
+      (forced && spec_is_moe(s))) {
     const char *what = ep_unexecuted(s, field);
     if (what) return what;
   }
-  if (above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size))
+  if (above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size) || forced)
     return tp_unexecuted(s, field);
   return NULL;
 }

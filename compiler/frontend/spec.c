@@ -141,6 +141,15 @@ int64_t spec_global_batch_size(const Spec *s) {
   return s->train.micro_batch_size * spec_data_parallel_size(s);
 }
 
+bool spec_lowers_tp(const Spec *s) {
+  return s->per_rank && (s->model.tensor_model_parallel_size > 1 || s->train.force_parallel_lowering);
+}
+
+bool spec_lowers_ep(const Spec *s) {
+  return s->per_rank && spec_is_moe(s) &&
+         (s->model.expert_model_parallel_size > 1 || s->train.force_parallel_lowering);
+}
+
 bool spec_megatron_job(const Spec *s) {
   return s->present[SPEC_F_train_megatron_job] ? s->train.megatron_job : s->train.world_size > 1;
 }

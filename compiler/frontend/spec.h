@@ -160,7 +160,11 @@
     "unchunked by default)")                                                                                 \
   X(usable_device_memory_gib, NUM, "null", SC, "",                                                           \
     "Device memory a rank's process may use (GiB, as PyTorch reports the GPU's total); the per-rank "        \
-    "report's fits verdict")
+    "report's fits verdict")                                                                                 \
+  X(force_parallel_lowering, BOOL, "false", SC, "",                                                          \
+    "A build lowers tensor/sequence and expert parallelism even where their sizes are 1: the TP, SP and "    \
+    "EP ops and their collectives over groups of one rank, so that one GPU runs a collective backend "       \
+    "(NCCL included) through the code a multi-rank job plays. A check, not a speed-up")
 
 #define SPEC_OPTIMIZER_FIELDS(X)                                                                             \
   X(optimizer, STR, "adam", MC, "adam", "Optimizer (AdamW, decoupled weight decay)")                         \
@@ -308,6 +312,11 @@ int64_t spec_kv_channels(const Spec *s);
 int64_t spec_ffn_hidden_size(const Spec *s);
 int64_t spec_moe_ffn_hidden_size(const Spec *s);
 bool spec_is_moe(const Spec *s);
+/* Whether a build (Spec.per_rank) lowers tensor parallelism's ops (TP > 1, or
+ * train.force_parallel_lowering: at TP 1 too), and expert parallelism's (an MoE recipe at EP > 1, or
+ * forced). */
+bool spec_lowers_tp(const Spec *s);
+bool spec_lowers_ep(const Spec *s);
 bool spec_layer_is_moe(const Spec *s, int layer); /* layer in 0..num_layers-1 */
 /* Whether layer l's linears run in fp8 (ir/ops/fp8.c): model.fp8 set with fp8_recipe "tensorwise",
  * and not a layer first_last_layers_bf16 keeps in bf16 (Megatron's is_first_last_bf16_layer:

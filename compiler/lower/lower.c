@@ -40,6 +40,7 @@ typedef struct {
   int stream;          /* next dropout RNG stream */
   int wte;             /* word embeddings, kept for a tied output layer */
   int64_t tp;          /* tensor parallelism executed (Spec.per_rank): this rank's shard; 1 none */
+  bool tp_on;          /* its ops lowered (spec_lowers_tp: TP > 1, or forced at TP 1) */
   bool sp;             /* sequence parallelism: the residual stream is this rank's T/TP rows */
   const LowerBlock *B; /* the same state for the shared builders (lower_blocks.h), TP helpers included */
 } Lower;
@@ -83,7 +84,7 @@ static int lower_embedding(Lower *L) {
   graph_module(g, "embedding.word_embeddings");
   L->wte = lb_shard(L->B, param(L, "weight", 2, L->v / L->tp, L->c, IR_INIT_NORMAL, L->std), 0, 1, &L->v);
   int in[2] = {g->tokens, L->wte};
-  OpAttrs ea = {.i = {L->tp > 1}}; /* vocab-parallel: this rank's rows, then the sum over TP */
+  OpAttrs ea = {.i = {L->tp_on}}; /* vocab-parallel: this rank's rows, then the sum over TP */
   int x = lb_tp_leave(L->B, graph_op1(g, OP_EMBED, in, 2, &ea, NULL));
   if (strcmp(L->s->model.position_embedding_type, "learned_absolute") == 0) {
     graph_module(g, "embedding.position_embeddings");
@@ -139,7 +140,7 @@ static int lower_attention(Lower *L, int l, int x) {
     ctx = graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   } else { /* flash, fused, auto: one op keeping q, k, v, o and the log-sum-exp */
     OpAttrs a = {.f = {scale, m->attention_dropout},
-                 .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp > 1}};
+                 .i = {L->stream++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp_on}};
     int in[3] = {q, k, v};
     ctx = graph_op1(g, OP_FLASH_ATTN, in, 3, &a, NULL);
   }
@@ -193,7 +194,7 @@ static int lower_head(Lower *L, int x) {
   int logits = graph_op1(g, OP_LINEAR, in, 2, NULL, "output_layer.logits");
   tags(L, -1, 0, 0, NULL, "loss");
   int ce[2] = {logits, g->targets}, out[2];
-  OpAttrs ca = {.i = {L->tp > 1}}; /* vocab-parallel: no rank holds a row's whole logits */
+  OpAttrs ca = {.i = {L->tp_on}}; /* vocab-parallel: no rank holds a row's whole logits */
   if (graph_op(g, OP_CROSS_ENTROPY, ce, 2, &ca, out, NULL) < 0) return -1;
   g->loss = out[0];
   return 0;
@@ -241,7 +242,8 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
              .v = m->vocab_size,
              .std = 0.02,
              .tp = s->per_rank && m->tensor_model_parallel_size > 1 ? m->tensor_model_parallel_size : 1};
-  L.sp = L.tp > 1 && m->sequence_parallel;
+  L.tp_on = spec_lowers_tp(s); /* also at TP 1 under train.force_parallel_lowering */
+  L.sp = L.tp_on && m->sequence_parallel;
   L.out_std = L.std / sqrt(2.0 * (double)m->num_layers);
   if (L.b <= 0 || L.t <= 0 || L.c <= 0 || L.h <= 0 || L.gq <= 0 || L.d <= 0 || L.f <= 0 || L.v <= 0 ||
       L.h % L.gq) {
@@ -274,6 +276,7 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
                   .out_std = L.out_std,
                   .stream = &L.stream,
                   .tp = L.tp,
+                  .tp_on = L.tp_on,
                   .sp = L.sp};
   L.B = &B;
   int aux = -1; /* the MoE layers' summed load-balancing loss */

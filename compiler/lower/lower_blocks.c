@@ -58,7 +58,7 @@ int lb_norm(const LowerBlock *L, int x, int64_t width) {
 
 int lb_dropout(const LowerBlock *L, int x, double p, int split) {
   if (p <= 0) return x;
-  OpAttrs a = {.f = {p}, .i = {(*L->stream)++, L->tp > 1 ? split : 0}};
+  OpAttrs a = {.f = {p}, .i = {(*L->stream)++, L->tp_on ? split : 0}};
   return graph_op1(L->g, OP_DROPOUT, &x, 1, &a, NULL);
 }
 
@@ -83,7 +83,7 @@ int lb_linear_col(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, doubl
 int lb_linear_row(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std) {
   int64_t ws[2] = {n_out, n_in / L->tp};
   int in[2] = {x, lb_shard(L, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), 1, 1, &n_in)};
-  if (L->tp <= 1 && L->s->model.add_bias_linear) { /* one rank: the plain linear with its bias */
+  if (!L->tp_on && L->s->model.add_bias_linear) { /* one rank: the plain linear with its bias */
     int in3[3] = {x, in[1], lb_param(L, "bias", 1, &n_out, IR_INIT_ZEROS, 0)};
     return lb_linear_op(L->g, L->s, in3, 3);
   }
@@ -94,13 +94,13 @@ int lb_linear_row(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, doubl
 }
 
 int lb_tp_enter(const LowerBlock *L, int x) {
-  if (L->tp <= 1) return x;
+  if (!L->tp_on) return x;
   OpAttrs a = {.i = {L->tp}};
   return graph_op1(L->g, L->sp ? OP_TP_GATHER : OP_TP_COPY, &x, 1, &a, NULL);
 }
 
 int lb_tp_leave(const LowerBlock *L, int x) {
-  if (L->tp <= 1) return x;
+  if (!L->tp_on) return x;
   OpAttrs a = {.i = {L->tp}};
   return graph_op1(L->g, L->sp ? OP_TP_SCATTER : OP_TP_ALLREDUCE, &x, 1, &a, NULL);
 }

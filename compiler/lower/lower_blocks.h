@@ -21,6 +21,7 @@ typedef struct {
   double std, out_std; /* init_method_std and the scaled init of output projections */
   int *stream;         /* next dropout RNG stream, shared with lower.c */
   int64_t tp;          /* tensor parallelism executed (Spec.per_rank): this rank's shard; 1 none */
+  bool tp_on;          /* its ops lowered (spec_lowers_tp: TP > 1, or forced at TP 1) */
   bool sp;             /* sequence parallelism: the residual stream is this rank's T/TP rows */
 } LowerBlock;
 

@@ -88,7 +88,7 @@ static int core_attention(const LowerBlock *L, int q, int k, int v, int64_t h, i
     return graph_op1(g, OP_ATTN_PV, pv, 2, NULL, NULL);
   }
   OpAttrs a = {.f = {scale, m->attention_dropout},
-               .i = {(*L->stream)++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp > 1}};
+               .i = {(*L->stream)++, 1, lb_attn_impl(m), m->deterministic_mode, L->tp_on}};
   if (strcmp(m->attention_backend, "fused") == 0) {
     int in[3] = {q, k, v};
     return graph_op1(g, dv == dqk ? OP_FLASH_ATTN : OP_FLASH_ATTN_DV, in, 3, &a, NULL);

@@ -107,6 +107,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
    * static worst case: dropless every routed row of every rank (min(k, El) a token), with a
    * capacity E*cap (each source at most cap rows an expert). */
   int64_t ep = s->per_rank && m->expert_model_parallel_size > 1 ? m->expert_model_parallel_size : 1;
+  bool ep_on = spec_lowers_ep(s); /* also at EP 1 under train.force_parallel_lowering */
   int64_t nl = ne / ep, recv = cap ? ne * cap : ep * rows * (k < nl ? k : nl);
 
   lb_tags(L, l, IR_LABEL_LAYERNORM, SR, "pre_mlp_layernorm");
@@ -145,7 +146,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
 
   int xs = perm[0], ps = perm[1], seg = disp[1], ex[2] = {-1, -1}; /* ex: all_seg, local seg */
   OpAttrs ea = {.i = {ep, recv}};
-  if (ep > 1) { /* counts first, then the tokens and their probabilities to the experts' owners */
+  if (ep_on) { /* counts first, then the tokens and their probabilities to the experts' owners */
     if (graph_op(g, OP_EP_COUNTS, &disp[1], 1, &ea, ex, NULL) < 0) return -1;
     int xi[2] = {perm[0], ex[0]}, pi[2] = {perm[1], ex[0]};
     xs = graph_op1(g, OP_EP_DISPATCH, xi, 2, &ea, NULL); /* (R, C) */
@@ -166,7 +167,7 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N or R, C) */
 
   lb_tags(L, l, M, SM, "mlp.token_dispatcher");
-  if (ep > 1) { /* the expert outputs back to the ranks their tokens came from */
+  if (ep_on) { /* the expert outputs back to the ranks their tokens came from */
     OpAttrs ca = {.i = {ep, n}};
     int ci[2] = {y, ex[0]};
     y = graph_op1(g, OP_EP_COMBINE, ci, 2, &ca, NULL); /* (N, C) */

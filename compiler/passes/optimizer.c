@@ -41,10 +41,11 @@ int optimizer_build(Graph *g, const Spec *s) {
    * over the TP group first (Megatron's allreduce of sequence-parallel grads); the global norm
    * adds the sharded gradients' sums of squares over the group, the replicated ones' once. */
   int64_t tp = s->per_rank ? s->model.tensor_model_parallel_size : 1;
+  bool tp_on = spec_lowers_tp(s); /* also at TP 1 under train.force_parallel_lowering */
   OpAttrs ta = {.i = {tp}};
-  int sumsq_tp = tp > 1 ? opt_tensor(g, "optimizer.grad_sumsq_tp", DT_F32, -1, NULL) : -1;
-  if (tp > 1 && (sumsq_tp < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_tp, 1, NULL) < 0)) return -1;
-  for (int i = 0; i < nt && tp > 1 && s->model.sequence_parallel; i++)
+  int sumsq_tp = tp_on ? opt_tensor(g, "optimizer.grad_sumsq_tp", DT_F32, -1, NULL) : -1;
+  if (tp_on && (sumsq_tp < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_tp, 1, NULL) < 0)) return -1;
+  for (int i = 0; i < nt && tp_on && s->model.sequence_parallel; i++)
     if (g->t[i].role == ROLE_GRAD && g->t[g->t[i].of].tp_nseg == 0 &&
         graph_op_into(g, OP_TP_ALLREDUCE, &i, 1, &i, 1, &ta) < 0)
       return -1;
@@ -54,9 +55,10 @@ int optimizer_build(Graph *g, const Spec *s) {
    * summed over the EP group, so the norm counts every expert once (TP_ALLREDUCE i[1] = 1: the EP
    * group). The expert-data-parallel copies of an expert are equal after the buckets' reduce. */
   int64_t ep = s->per_rank ? s->model.expert_model_parallel_size : 1;
+  bool ep_on = spec_lowers_ep(s);
   OpAttrs ea = {.i = {ep, 1}};
-  int sumsq_ep = ep > 1 ? opt_tensor(g, "optimizer.grad_sumsq_ep", DT_F32, -1, NULL) : -1;
-  if (ep > 1 && (sumsq_ep < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_ep, 1, NULL) < 0)) return -1;
+  int sumsq_ep = ep_on ? opt_tensor(g, "optimizer.grad_sumsq_ep", DT_F32, -1, NULL) : -1;
+  if (ep_on && (sumsq_ep < 0 || graph_op_into(g, OP_ZERO, NULL, 0, &sumsq_ep, 1, NULL) < 0)) return -1;
   /* one accumulator after another (the replicated gradients', the TP shards', the EP shards'), so that
    * each accumulator's GRAD_SUMSQ ops are adjacent: the CUDA lowering runs them as one multi-tensor
    * group whose slice of the norm partials one collective sums over the group (op_tp.c) */
@@ -68,10 +70,10 @@ int optimizer_build(Graph *g, const Spec *s) {
       int *acc = cls == 2 ? &sumsq_ep : cls == 1 ? &sumsq_tp : &sumsq;
       if (cls == pass && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
     }
-  if (tp > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
+  if (tp_on && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
                  graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
     return -1;
-  if (ep > 1 && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_ep, 1, &sumsq_ep, 1, &ea) < 0 ||
+  if (ep_on && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_ep, 1, &sumsq_ep, 1, &ea) < 0 ||
                  graph_op_into(g, OP_ACCUM, &sumsq_ep, 1, &sumsq, 1, NULL) < 0))
     return -1;
   OpAttrs ca = {.f = {o->clip_grad}};

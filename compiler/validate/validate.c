@@ -184,7 +184,9 @@ static void normalize_graph_modules(VCtx *v) {
 /* MCORE-22 (Megatron-LM's arguments.py): sequence parallelism needs TP > 1; TP = 1 turns it off. */
 static void normalize_sequence_parallel(VCtx *v) {
   Spec *s = v->s;
-  if (!s->model.sequence_parallel || s->model.tensor_model_parallel_size != 1) return;
+  /* train.force_parallel_lowering keeps it: the sequence-parallel ops run over a group of one */
+  if (!s->model.sequence_parallel || s->model.tensor_model_parallel_size != 1 || s->train.force_parallel_lowering)
+    return;
   diag_hint(v_warn(v, "MCORE-22", SPEC_F_model_sequence_parallel,
                    "sequence_parallel=true with tensor_model_parallel_size=1 has nothing to split; Megatron "
                    "turns it off"),

@@ -214,9 +214,7 @@ static int rt_op_cross_entropy(RtExec *x, const Op *op) {
   int N = (int)ops_rows(lg), V = (int)ops_last(lg);
   if (V % 8) return rt_fail(x->d, "vocabulary %d is not a multiple of 8", V);
   CUdeviceptr per = rt_out(x, op, 1), loss = rt_out(x, op, 0);
-  if (op->a.i[0]) { /* vocab-parallel */
-    if (x->tp < 2)
-      return rt_fail(x->d, "a vocab-parallel cross entropy in a step without tensor parallelism");
+  if (op->a.i[0]) { /* vocab-parallel (x->tp 1: lowered at TP 1 by train.force_parallel_lowering) */
     if (ce_vocab_parallel(x, op, per, N, V, x->tp)) return RT_ERROR;
     return rt_launch_loss_reduce(x->d, rt_dim1(1), 1024, 0, loss, per, N, x->loss_den);
   }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# forced.sh STEPC TEST_DP PROGRAM_PLAY — train.force_parallel_lowering (issue 25): the TP / SP / EP
+# lowering at sizes 1, whose collectives run over groups of one rank, so one GPU runs a collective
+# backend (NCCL included) through the code a multi-rank job plays. On the CPU device, one rank:
+#   models/tiny.lua forced (TP ops, vocab-parallel embedding and loss), forced with SP, and
+#   tests/recipes/tiny_mla_moe.lua forced with SP and expert-tensor parallelism 1 (EP_COUNTS /
+#   EP_DISPATCH / EP_COMBINE over an EP group of one, the load-balancing loss over the TP group)
+# against the plain one-rank step, 4 steps: every loss and grad norm and every parameter, bitwise
+# (tolerance 0): over groups of one every collective is a copy, no sum is split, and the CPU
+# executor's vocab-parallel embedding and loss over one rank's whole vocabulary do the plain ops'
+# arithmetic. (On CUDA the vocab-parallel loss is its own kernels: not bitwise the fused one there.)
+# The bf16 builds' launch programs hold the collectives (all-gather / reduce-scatter / all-reduce
+# records over TP and EP groups of one) and play record for record on a recording device.
+# What the forced lowering does not cover refuses (exit 4): fp8.
+set -uo pipefail
+stepc=$1 t=$2 play=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+STEPS=4
+F="train.force_parallel_lowering=true"
+MOE="model.expert_tensor_parallel_size=1"
+build() {
+  local name=$1 recipe=$2
+  shift 2
+  "$stepc" build "$recipe" "$@" -o "$tmp/$name" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "stepc build $name"; }
+}
+build one models/tiny.lua model.bf16=false
+build forced models/tiny.lua model.bf16=false $F
+build forced_sp models/tiny.lua model.bf16=false $F model.sequence_parallel=true
+build moe_one tests/recipes/tiny_mla_moe.lua model.bf16=false
+build moe_forced tests/recipes/tiny_mla_moe.lua model.bf16=false $F model.sequence_parallel=true $MOE
+for r in one moe_one; do
+  "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "$r"; }
+done
+for a in forced:one forced_sp:one moe_forced:moe_one; do
+  ref=${a#*:} a=${a%:*}
+  "$t" run "$tmp/$a" 1 $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a"; }
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 0 0 || fail "$a against the plain step"
+done
+# the bf16 programs: collectives over groups of one, played on a recording device
+build cu_forced_sp models/tiny.lua model.bf16=true $F model.sequence_parallel=true
+build cu_moe_forced tests/recipes/tiny_mla_moe.lua model.bf16=true $F model.sequence_parallel=true $MOE
+for a in cu_forced_sp cu_moe_forced; do
+  "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
+  head -1 "$tmp/play_$a.txt"
+done
+for c in "all_gather bf16 tp" "reduce_scatter bf16 tp" "allreduce_max f32 tp" "allreduce_sum f32 tp"; do
+  grep -q "COLL $c" "$tmp/cu_forced_sp/program.txt" || fail "the forced TP + SP program holds no $c"
+done
+for c in "all_gather bf16 ep" "all_gather f32 ep" "allreduce_sum f32 ep"; do
+  grep -q "COLL $c" "$tmp/cu_moe_forced/program.txt" || fail "the forced MoE program holds no $c"
+done
+# without the field: no collective
+build cu_plain models/tiny.lua model.bf16=true
+grep -q "^  COLL" "$tmp/cu_plain/program.txt" && fail "a plain one-rank program holds collectives"
+# refused: fp8 with the forced lowering
+"$stepc" build models/tiny.lua model.bf16=true model.fp8=hybrid model.fp8_recipe=tensorwise $F -o "$tmp/refused" >"$tmp/r.log" 2>&1
+rc=$?
+[ $rc -eq 4 ] || { cat "$tmp/r.log"; fail "fp8 with the forced lowering: exit $rc, not 4"; }
+grep -q "train.force_parallel_lowering" "$tmp/r.log" || { cat "$tmp/r.log"; fail "the refusal does not name the field"; }
+echo "ok: forced lowering at sizes 1"
