@@ -153,7 +153,8 @@ static int host_buckets(stepc_t *s, int q) {
 int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf) {
   ApiCuda *c = cu(s);
   if (c->coll_host && c->fire_point && mb == c->nmb - 1) return host_buckets(s, q);
-  if (!c->nccl || mb != c->nmb - 1) return 0;
+  /* fire_point: the buckets joined (a rank alone with NCCL for the program's collectives has none) */
+  if (!c->nccl || !c->fire_point || mb != c->nmb - 1) return 0;
   for (int k = 0; k < s->im.nbucket; k++) {
     if (c->fire_point[k] != q) continue;
     const ImgBucket *b = &s->im.bucket[k];
@@ -168,7 +169,7 @@ int api_cuda_dp_after_point(stepc_t *s, int mb, int q, CudaProf *pf) {
 
 int api_cuda_dp_join_comm(stepc_t *s) {
   ApiCuda *c = cu(s);
-  return c->nccl && s->im.nbucket > 0 ? join_comm(s) : 0;
+  return c->comm_ok && c->fire_point && s->im.nbucket > 0 ? join_comm(s) : 0;
 }
 
 /* ZeRO-1's norm: the partials of the tensors this rank does not own zeroed, then summed over the
