@@ -407,7 +407,8 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (!im->has_program)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
   bool colls = program_collectives(&im->lp);
-  if (s->world > 1 || colls) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
+  if (s->world > 1 ||
+      colls) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
     int shared = api_cuda_tp_shared(s, c->d->device_count);
     if (shared < 0) return STEPC_ERR_ARGUMENT;
     if (!shared && s->opt.local_rank >= c->d->device_count)

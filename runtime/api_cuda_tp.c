@@ -69,8 +69,8 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   RtCommGroup all = {.first = 0, .stride = 1, .count = s->world};
   if ((st = nccl_group(s, RT_COLL_GROUP_TP, &s->tp_group, s->tp_rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_EP, &s->ep_group, s->ep_rank)) != STEPC_OK ||
-      (st = nccl_group(s, RT_COLL_GROUP_DP, s->tp > 1 ? &s->dp_group : &all, s->tp > 1 ? s->dp_rank : s->rank)) !=
-          STEPC_OK ||
+      (st = nccl_group(s, RT_COLL_GROUP_DP, s->tp > 1 ? &s->dp_group : &all,
+                       s->tp > 1 ? s->dp_rank : s->rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep)) != STEPC_OK)
     return st;
   c->d->coll = &c->coll_nccl.ops;

@@ -76,7 +76,7 @@ struct stepc {
    * experts; the expert-data-parallel group the ranks holding the same ones (stride ep). ep 1: none */
   int ep, ep_rank;
   RtCommGroup ep_group, edp_group;
-  bool join_alone; /* a rank alone joins a job of one anyway (the launch program holds collectives) */
+  bool join_alone;    /* a rank alone joins a job of one anyway (the launch program holds collectives) */
   RtComm *comm;       /* the job's host communicator (rendezvous; the CPU device's collectives) */
   int *bucket_point;  /* per image bucket: the micro program point after which it fires */
   bool dp_last_micro; /* the micro-batch running now is the step's last: buckets fire */

@@ -181,7 +181,8 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
   if (c->count < 0) return snprintf(err, nerr, "NCCL collective: %lld elements", (long long)c->count), -1;
   ncclDataType_t t = c->dtype == RT_COLL_BF16 ? ncclBfloat16 : ncclFloat32;
   if (c->div > 1 && c->op != RT_COLL_ALLREDUCE_SUM)
-    return snprintf(err, nerr, "NCCL collective: op %lld divided by %lld", (long long)c->op, (long long)c->div),
+    return snprintf(err, nerr, "NCCL collective: op %lld divided by %lld", (long long)c->op,
+                    (long long)c->div),
            -1;
   ncclRedOp_t sum = ncclSum;
   if (c->div > 1 && div_op(n, c->div, t, &sum, err, nerr)) return -1;

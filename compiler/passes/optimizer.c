@@ -71,10 +71,10 @@ int optimizer_build(Graph *g, const Spec *s) {
       if (cls == pass && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
     }
   if (tp_on && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
-                 graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
+                graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
     return -1;
   if (ep_on && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_ep, 1, &sumsq_ep, 1, &ea) < 0 ||
-                 graph_op_into(g, OP_ACCUM, &sumsq_ep, 1, &sumsq, 1, NULL) < 0))
+                graph_op_into(g, OP_ACCUM, &sumsq_ep, 1, &sumsq, 1, NULL) < 0))
     return -1;
   OpAttrs ca = {.f = {o->clip_grad}};
   int clip_out[2] = {norm, coef};

@@ -185,7 +185,8 @@ static void normalize_graph_modules(VCtx *v) {
 static void normalize_sequence_parallel(VCtx *v) {
   Spec *s = v->s;
   /* train.force_parallel_lowering keeps it: the sequence-parallel ops run over a group of one */
-  if (!s->model.sequence_parallel || s->model.tensor_model_parallel_size != 1 || s->train.force_parallel_lowering)
+  if (!s->model.sequence_parallel || s->model.tensor_model_parallel_size != 1 ||
+      s->train.force_parallel_lowering)
     return;
   diag_hint(v_warn(v, "MCORE-22", SPEC_F_model_sequence_parallel,
                    "sequence_parallel=true with tensor_model_parallel_size=1 has nothing to split; Megatron "
