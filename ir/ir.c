@@ -51,10 +51,22 @@ int64_t tensor_numel(const Tensor *t) {
   return n;
 }
 
+int tensor_tp_rep(const Tensor *t, int k) {
+  return k >= 0 && k < IR_TP_MAX_SEGS && t->tp_rep[k] > 1 ? t->tp_rep[k] : 1;
+}
+
+int64_t tensor_tp_part(const Tensor *t, int k) {
+  return t->tp_size > 0 ? t->tp_seg[k] * tensor_tp_rep(t, k) / t->tp_size : t->tp_seg[k];
+}
+
 void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]) {
   for (int d = 0; d < IR_MAX_DIMS; d++)
     full[d] = t->shape[d];
-  if (t->tp_nseg > 0) full[t->tp_dim] = t->shape[t->tp_dim] * t->tp_size;
+  if (t->tp_nseg <= 0) return;
+  int64_t rows = 0; /* the segments tile the one-rank dim (runtime/image_check.c checks it) */
+  for (int k = 0; k < t->tp_nseg && k < IR_TP_MAX_SEGS; k++)
+    rows += t->tp_seg[k];
+  full[t->tp_dim] = rows;
 }
 
 int64_t tensor_tp_full_index(const Tensor *t, int rank, int64_t j) {
@@ -65,9 +77,9 @@ int64_t tensor_tp_full_index(const Tensor *t, int rank, int64_t j) {
     idx[d] = j % t->shape[d], j /= t->shape[d];
   int64_t x = idx[t->tp_dim], base = 0; /* the segment x falls in, and its place in the full dim */
   for (int k = 0; k < t->tp_nseg; k++) {
-    int64_t part = t->tp_seg[k] / t->tp_size;
+    int64_t part = tensor_tp_part(t, k);
     if (x < part || k == t->tp_nseg - 1) {
-      idx[t->tp_dim] = base + (int64_t)rank * part + x;
+      idx[t->tp_dim] = base + (int64_t)(rank / tensor_tp_rep(t, k)) * part + x;
       break;
     }
     x -= part, base += t->tp_seg[k];

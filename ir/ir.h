@@ -121,10 +121,16 @@ typedef struct {
    * ([x | B | C]), row-parallel linear_proj / linear_fc2 / out_proj (dim 1, one segment),
    * vocab-parallel embedding and output layer (dim 0, one). tensor_tp_full_index maps it.
    * tp_ep 1: the shard is over the expert-parallel group instead (tp_size = EP; the routed
-   * experts' weights, dim 0: rank r holds experts [r E/EP, (r+1) E/EP), ir/ops/ep.c). */
+   * experts' weights, dim 0: rank r holds experts [r E/EP, (r+1) E/EP), ir/ops/ep.c).
+   * tp_rep[k] > 1: segment k is split over tp_size / tp_rep[k] ranks only, each part replicated on
+   * tp_rep[k] consecutive ranks (rank r holds part r / tp_rep[k]): linear_qkv's K and V segments
+   * when there are fewer key/value groups G than TP ranks (tp_rep = TP / G, one group a rank, as
+   * Megatron replicates them). 0 or 1: split over every rank. The replicated rows' gradients are
+   * summed over the ranks sharing them by the optimizer (TP_REP_PACK / TP_REP_UNPACK, ir/ops/tp.c). */
   int32_t tp_dim, tp_nseg, tp_size, tp_ep;
 #define IR_TP_MAX_SEGS 5
   int64_t tp_seg[IR_TP_MAX_SEGS];
+  int32_t tp_rep[IR_TP_MAX_SEGS];
   /* storage, written by a memory plan */
   int buffer;
   int64_t offset;
@@ -320,6 +326,10 @@ int64_t tensor_numel(const Tensor *t);
  * shape, j itself. */
 void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]);
 int64_t tensor_tp_full_index(const Tensor *t, int rank, int64_t j);
+/* Segment k's replication (Tensor.tp_rep: the ranks holding each of its parts, 1 when split over
+ * every rank) and the rows (along tp_dim) of its part in the shard: tp_seg[k] * rep / tp_size. */
+int tensor_tp_rep(const Tensor *t, int k);
+int64_t tensor_tp_part(const Tensor *t, int k);
 /* FNV-1a 64, continued from `h` (start with IR_FNV_OFFSET): the content hashes of plans,
  * artifacts and kernel lists. */
 /* s as a JSON string literal, quotes included (the compiler's reports, checkpoint state files);

@@ -116,26 +116,29 @@ extern "C" __global__ void init_normal(float* f32, bf16* b16, long n, const unsi
 // of the shard draws the value of its place in the one-rank tensor, so a TP run starts from exactly
 // the one-rank weights. The shard is (outer, dim, inner) around its split dimension; that dimension
 // is nseg (1 to 5) segments of the one-rank tensor (seg0..seg4 elements each), each split
-// evenly over tp ranks; *rank is this rank's index in the group (the launch scratch's rank slot).
-// Launch: any 1-D grid.
+// evenly over tp / rep_k ranks (rep0..rep4: the ranks holding each part, Tensor.tp_rep; 1 split over
+// every rank; full: the one-rank dim, the segments' sum); *rank is this rank's index in the group
+// (the launch scratch's rank slot). Launch: any 1-D grid.
 extern "C" __global__ void init_normal_tp(float* f32, bf16* b16, long n, const unsigned long long* seed,
-                                          unsigned long long name_hash, double std, long inner, long dim, int tp,
-                                          int nseg, long seg0, long seg1, long seg2, long seg3, long seg4,
-                                          const int* rank) {
+                                          unsigned long long name_hash, double std, long inner, long dim, long full,
+                                          int tp, int nseg, long seg0, long seg1, long seg2, long seg3, long seg4,
+                                          int rep0, int rep1, int rep2, int rep3, int rep4, const int* rank) {
   const unsigned long long key = rt_mix64(rt_mix64(*seed) ^ name_hash);
   const long r = *rank, segs[5] = {seg0, seg1, seg2, seg3, seg4};
+  const int reps[5] = {rep0, rep1, rep2, rep3, rep4};
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
     long in = i % inner, x = (i / inner) % dim, o = i / (inner * dim), base = 0, fx = x;
     for (int k = 0; k < nseg && k < 5; k++) {
-      long part = segs[k] / tp;
+      const int rep = reps[k] > 1 ? reps[k] : 1;
+      long part = segs[k] * rep / tp;
       if (x < part || k == nseg - 1) {
-        fx = base + r * part + x;
+        fx = base + (r / rep) * part + x;
         break;
       }
       x -= part, base += segs[k];
     }
-    long full = (o * dim * tp + fx) * inner + in;
-    float v = init_normal_at(key, (unsigned long long)full, std);
+    long full_i = (o * full + fx) * inner + in;
+    float v = init_normal_at(key, (unsigned long long)full_i, std);
     if (f32) f32[i] = v;
     if (b16) b16[i] = f32_to_bf16(v);
   }

@@ -93,3 +93,30 @@ extern "C" __global__ void bias_add_rows(bf16* out, const bf16* x, const bf16* b
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < N * C; i += (long)gridDim.x * blockDim.x)
     out[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(b[i % C]));
 }
+
+// Replicated shard rows' fp32 gradient (ir/ops/tp.c TP_REP_PACK / TP_REP_UNPACK): g's rows
+// [row0 + k part, + part) for k < nrep are this rank's part of nrep one-rank segments of S rows,
+// at rows [k S + (*rank / rep) part, + part) of buf (nrep S rows); a row is `inner` elements.
+// pack 1: buf := zeros but for those rows, copied from g, whose rows are then zeroed (each element
+// of g read and zeroed by the one thread that copies it); pack 0: g's rows := buf's. Launch: any
+// 1-D grid.
+extern "C" __global__ void tp_rep_rows(float* g, float* buf, long part, long inner, long row0, int nrep, long S,
+                                       int rep, int pack, const int* rank) {
+  const long at = (long)(*rank / rep) * part, n = (long)nrep * (pack ? S : part) * inner;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    const long c = i % inner, r = (i / inner) % (pack ? S : part), k = i / (inner * (pack ? S : part));
+    const long rb = pack ? r - at : r;  // the row within the rank's part
+    if (rb < 0 || rb >= part) {
+      buf[i] = 0.0f;  // pack only: another rank's rows
+      continue;
+    }
+    float* gi = g + (row0 + k * part + rb) * inner + c;
+    float* bi = buf + (k * S + at + rb) * inner + c;
+    if (pack) {
+      *bi = *gi;
+      *gi = 0.0f;
+    } else {
+      *gi = *bi;
+    }
+  }
+}

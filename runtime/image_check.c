@@ -150,10 +150,15 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
     bool ok = t->tp_nseg > 0 && t->tp_nseg <= IR_TP_MAX_SEGS && t->tp_dim >= 0 && t->tp_dim < t->ndim &&
               t->tp_size > 1 && t->tp_size == (t->tp_ep ? im->f.ep_size : im->f.tp_size) &&
               (t->tp_ep == 0 || t->tp_ep == 1);
-    for (int k = 0; ok && k < t->tp_nseg; k++)
-      ok = t->tp_seg[k] > 0 && t->tp_seg[k] % t->tp_size == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
-      sum += ok ? t->tp_seg[k] : 0;
-    if (!ok || sum != t->shape[t->tp_dim] * t->tp_size)
+    for (int k = 0; ok && k < IR_TP_MAX_SEGS; k++) { /* a replicated segment: tp_rep ranks a part */
+      int rep = t->tp_rep[k] > 1 ? t->tp_rep[k] : 1;
+      ok = t->tp_rep[k] >= 0 && t->tp_size % rep == 0 && (k < t->tp_nseg || t->tp_rep[k] == 0) &&
+           !(rep > 1 && t->tp_ep);
+      if (!ok || k >= t->tp_nseg) continue;
+      ok = t->tp_seg[k] > 0 && t->tp_seg[k] % (t->tp_size / rep) == 0 && t->tp_seg[k] <= IR_MAX_NUMEL,
+      sum += ok ? tensor_tp_part(t, k) : 0;
+    }
+    if (!ok || sum != t->shape[t->tp_dim])
       return bad(w, "tensor %d (%s): its %s-parallel shard (dim %d, %d segments, %d ranks) does not tile it",
                  i, t->name, t->tp_ep ? "expert" : "tensor", t->tp_dim, t->tp_nseg, t->tp_size);
   }
@@ -531,7 +536,12 @@ int image_check(StepImage *im, char *why, size_t nwhy) {
     if (check_tensor(im, i, &w)) return -1;
   if (check_arenas(im, &w)) return -1;
   if (check_step_tensors(im, &w)) return -1;
-  for (int o = 0; o < g->nop; o++)
+  for (int o = 0; o < g->nop; o++) {
     if (check_op(g, o, &w)) return -1;
+    const Op *op = &g->op[o]; /* the replicated rows' ops index by the rank: over the job's TP group */
+    if ((op->kind == OP_TP_REP_PACK || op->kind == OP_TP_REP_UNPACK) && op->a.i[0] != im->f.tp_size)
+      return bad(&w, "op %d (%s): i[0] %lld is not facts.tp_size %d", o, op_name(op->kind),
+                 (long long)op->a.i[0], im->f.tp_size);
+  }
   return check_program(im, &w) || check_buckets(im, &w) || check_launch_program(im, &w) ? -1 : 0;
 }

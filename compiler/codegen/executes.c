@@ -42,8 +42,10 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
            (m->mamba_num_groups % tp != 0 || lower_mamba_heads(s) % tp != 0),
        SPEC_F_model_mamba_num_groups,
        "Mamba layers whose heads or groups the tensor-parallel ranks cannot split evenly"},
-      {spec_num_query_groups(s) % tp != 0, SPEC_F_model_num_query_groups,
-       "fewer key/value groups than tensor-parallel ranks (Megatron replicates them)"},
+      {!m->multi_latent_attention && spec_num_query_groups(s) % tp != 0 && tp % spec_num_query_groups(s) != 0,
+       SPEC_F_model_num_query_groups,
+       "key/value groups that the tensor-parallel ranks can neither split nor replicate evenly (STEPC-3: TP "
+       "divides num_query_groups, or is a multiple of it)"},
       {m->vocab_size % tp != 0, SPEC_F_model_vocab_size,
        "a vocabulary that the tensor-parallel ranks cannot split evenly (pad it to a multiple of TP)"},
       {spec_output_layer_chunks(s) > 1, SPEC_F_model_output_layer_chunks,

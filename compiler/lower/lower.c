@@ -111,9 +111,17 @@ static int lower_attention(Lower *L, int l, int x) {
   int h = lb_tp_enter(L->B, norm(L, x));
   tags(L, l, 0, S, "layers.%d.%s", "self_attention.linear_qkv");
   int64_t qkv_seg[3] = {L->h * L->d, L->gq * L->d, L->gq * L->d}; /* [all Q | all K | all V] */
-  int qkv = lb_linear_col(L->B, h, (L->h + 2 * L->gq) * L->d, L->c, L->std, 3, qkv_seg);
+  /* fewer key/value groups than TP ranks (TP % G == 0): each rank one group, the one its H/TP query
+   * heads use (rank r: group r / (TP/G)), its K and V rows replicated on the TP/G ranks sharing it
+   * (Megatron's Attention with num_query_groups < world size); the optimizer sums their gradients */
+  int64_t kv_rep = L->gq < L->tp ? L->tp / L->gq : 1;
+  if (L->h % L->tp || (L->gq * kv_rep) % L->tp)
+    return graph_fail(g, "%lld heads and %lld key/value groups do not split over TP %lld (STEPC-3)",
+                      (long long)L->h, (long long)L->gq, (long long)L->tp);
+  int qkv_rep[3] = {1, (int)kv_rep, (int)kv_rep};
+  int qkv = lb_linear_col_rep(L->B, h, (L->h + 2 * L->gq) * L->d, L->c, L->std, 3, qkv_seg, qkv_rep);
   tags(L, l, 0, S, "layers.%d.%s", "self_attention");
-  OpAttrs sa = {.i = {L->h / L->tp, L->gq / L->tp, L->d}}; /* this rank's heads and groups */
+  OpAttrs sa = {.i = {L->h / L->tp, L->gq * kv_rep / L->tp, L->d}}; /* this rank's heads and groups */
   int qkvs[3];
   if (graph_op(g, OP_SPLIT_QKV, &qkv, 1, &sa, qkvs, NULL) < 0) return -1;
   int q = qkvs[0], k = qkvs[1], v = qkvs[2];

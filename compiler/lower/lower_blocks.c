@@ -71,12 +71,28 @@ int lb_shard(const LowerBlock *L, int id, int dim, int nseg, const int64_t *seg)
   return id;
 }
 
+/* lb_shard, then segment k's parts replicated on rep[k] ranks (Tensor.tp_rep; rep NULL: none). */
+static int shard_rep(const LowerBlock *L, int id, int nseg, const int64_t *seg, const int *rep) {
+  if ((id = lb_shard(L, id, 0, nseg, seg)) < 0 || !rep || L->g->t[id].tp_nseg == 0) return id;
+  for (int k = 0; k < nseg; k++)
+    L->g->t[id].tp_rep[k] = rep[k];
+  return id;
+}
+
 int lb_linear_col(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
                   const int64_t *seg) {
-  int64_t ws[2] = {n_out / L->tp, n_in}, bs = n_out / L->tp;
-  int in[3] = {x, lb_shard(L, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), 0, nseg, seg), -1};
+  return lb_linear_col_rep(L, x, n_out, n_in, std, nseg, seg, NULL);
+}
+
+int lb_linear_col_rep(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
+                      const int64_t *seg, const int *rep) {
+  int64_t rows = rep && L->tp > 1 ? 0 : n_out / L->tp; /* the shard's rows: each segment's part */
+  for (int k = 0; k < nseg && rep && L->tp > 1; k++)
+    rows += seg[k] * (rep[k] > 1 ? rep[k] : 1) / L->tp;
+  int64_t ws[2] = {rows, n_in};
+  int in[3] = {x, shard_rep(L, lb_param(L, "weight", 2, ws, IR_INIT_NORMAL, std), nseg, seg, rep), -1};
   if (L->s->model.add_bias_linear)
-    in[2] = lb_shard(L, lb_param(L, "bias", 1, &bs, IR_INIT_ZEROS, 0), 0, nseg, seg);
+    in[2] = shard_rep(L, lb_param(L, "bias", 1, &rows, IR_INIT_ZEROS, 0), nseg, seg, rep);
   return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
 }
 

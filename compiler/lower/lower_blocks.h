@@ -74,6 +74,11 @@ int lb_shard(const LowerBlock *L, int id, int dim, int nseg, const int64_t *seg)
  * bias split in segments seg[0..nseg) (the caller brings x into the TP region: lb_tp_enter). */
 int lb_linear_col(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
                   const int64_t *seg);
+/* lb_linear_col with segment k's parts replicated on rep[k] ranks (Tensor.tp_rep; 1 or 0: split over
+ * every rank): segment k is split over TP / rep[k] ranks, rank r holding part r / rep[k] —
+ * linear_qkv's K and V rows with fewer key/value groups than TP ranks. */
+int lb_linear_col_rep(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std, int nseg,
+                      const int64_t *seg, const int *rep);
 /* A row-parallel linear out of the TP region: each rank's partial product reduced (lb_tp_leave),
  * then the bias, a whole parameter, added once (BIAS_ADD); one rank: the plain linear. */
 int lb_linear_row(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);

@@ -2,6 +2,7 @@
  * choices: no weight decay on 1-D params (biases, norm weights); clip by the global L2 norm of the
  * main gradients with coefficient clip / (norm + 1e-6); Adam bias correction by the step count. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/spec.h"
@@ -13,6 +14,30 @@ static int opt_tensor(Graph *g, const char *name, DType dt, int of, const Tensor
                 : graph_tensor(g, name, dt, ROLE_OPTIM, 1, &one);
   if (id >= 0) g->t[id].of = of;
   return id;
+}
+
+/* The TP_REP_PACK / _UNPACK attributes (ir/ops/tp.c) of a shard p with replicated segments
+ * (Tensor.tp_rep: linear_qkv's K and V under fewer key/value groups than TP ranks): 1 and *a, 0
+ * when p has none, -1 (g->err) for a layout those ops do not cover (not consecutive segments of one
+ * size and replication along dim 0). */
+static int rep_attrs(Graph *g, const Tensor *p, OpAttrs *a) {
+  int first = -1, last = -1;
+  int64_t row0 = 0; /* the shard's rows before the first replicated part */
+  for (int k = 0; k < p->tp_nseg; k++)
+    if (tensor_tp_rep(p, k) > 1)
+      last = k, first = first < 0 ? k : first;
+    else if (first < 0)
+      row0 += tensor_tp_part(p, k);
+  if (first < 0) return 0;
+  bool alike = p->tp_dim == 0 && !p->tp_ep;
+  for (int k = first; alike && k <= last; k++)
+    alike = p->tp_seg[k] == p->tp_seg[first] && tensor_tp_rep(p, k) == tensor_tp_rep(p, first);
+  if (!alike)
+    return graph_fail(
+        g, "%s: replicated tensor-parallel segments that are not consecutive, alike and along dim 0",
+        p->name);
+  *a = (OpAttrs){.i = {p->tp_size, tensor_tp_rep(p, first), row0, last - first + 1, p->tp_seg[first]}};
+  return 1;
 }
 
 int optimizer_build(Graph *g, const Spec *s) {
@@ -49,6 +74,43 @@ int optimizer_build(Graph *g, const Spec *s) {
     if (g->t[i].role == ROLE_GRAD && g->t[g->t[i].of].tp_nseg == 0 &&
         graph_op_into(g, OP_TP_ALLREDUCE, &i, 1, &i, 1, &ta) < 0)
       return -1;
+  /* Replicated shard rows (fewer key/value groups than TP ranks: linear_qkv's K and V rows on the
+   * TP/G ranks sharing a group): each such rank's gradient of them is its own query heads' part. They
+   * are moved into a zero-padded buffer of every group's rows (TP_REP_PACK), which one all-reduce over
+   * the TP group sums — each group's rows over the ranks holding it — and moved back after the norm
+   * (TP_REP_UNPACK); the buffer, alike on every rank, is counted once in the norm, the shard's other
+   * rows with the sharded gradients'. */
+  int *rep_buf = tp > 1 ? malloc((size_t)nt * sizeof *rep_buf) : NULL;
+  OpAttrs *rep_a = tp > 1 ? malloc((size_t)nt * sizeof *rep_a) : NULL;
+  if (tp > 1 && (!rep_buf || !rep_a)) {
+    free(rep_buf), free(rep_a);
+    return graph_fail(g, "out of memory");
+  }
+  int rc = 0;
+  for (int i = 0; i < nt && tp > 1 && rc == 0; i++) {
+    rep_buf[i] = -1;
+    if (g->t[i].role != ROLE_GRAD) continue;
+    const Tensor *p = &g->t[g->t[i].of];
+    int r = rep_attrs(g, p, &rep_a[i]);
+    if (r <= 0) {
+      rc = r;
+      continue;
+    }
+    char name[IR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.grad_rep_rows", p->name);
+    int64_t sh[IR_MAX_DIMS];
+    memcpy(sh, g->t[i].shape, sizeof sh);
+    sh[0] = rep_a[i].i[3] * rep_a[i].i[4];
+    int buf = graph_tensor(g, name, DT_F32, ROLE_ACT_GRAD, g->t[i].ndim, sh), pack_out[2] = {buf, i};
+    if (buf < 0 || graph_op_into(g, OP_TP_REP_PACK, &i, 1, pack_out, 2, &rep_a[i]) < 0 ||
+        graph_op_into(g, OP_TP_ALLREDUCE, &buf, 1, &buf, 1, &ta) < 0)
+      rc = -1;
+    rep_buf[i] = buf;
+  }
+  if (rc < 0) {
+    free(rep_buf), free(rep_a);
+    return -1;
+  }
   /* i[0]: the fusion pass may run the op in one multi-tensor launch with its neighbours (fuse.c) */
   OpAttrs sa = {.i = {o->multi_tensor}};
   /* Expert parallelism: each rank holds E/EP experts (Tensor.tp_ep); their gradients' squares are
@@ -62,14 +124,23 @@ int optimizer_build(Graph *g, const Spec *s) {
   /* one accumulator after another (the replicated gradients', the TP shards', the EP shards'), so that
    * each accumulator's GRAD_SUMSQ ops are adjacent: the CUDA lowering runs them as one multi-tensor
    * group whose slice of the norm partials one collective sums over the group (op_tp.c) */
-  for (int pass = 0; pass < 3; pass++)
-    for (int i = 0; i < nt; i++) {
+  for (int pass = 0; pass < 3 && rc == 0; pass++) {
+    for (int i = 0; i < nt && rc == 0; i++) {
       if (g->t[i].role != ROLE_GRAD) continue;
       const Tensor *p = &g->t[g->t[i].of];
       int cls = p->tp_nseg > 0 ? (p->tp_ep ? 2 : 1) : 0;
       int *acc = cls == 2 ? &sumsq_ep : cls == 1 ? &sumsq_tp : &sumsq;
-      if (cls == pass && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) return -1;
+      if (cls == pass && graph_op_into(g, OP_GRAD_SUMSQ, &i, 1, acc, 1, &sa) < 0) rc = -1;
     }
+    for (int i = 0; i < nt && pass == 0 && rep_buf && rc == 0; i++) /* the replicated rows, once */
+      if (rep_buf[i] >= 0 && graph_op_into(g, OP_GRAD_SUMSQ, &rep_buf[i], 1, &sumsq, 1, &sa) < 0) rc = -1;
+  }
+  for (int i = 0; i < nt && rep_buf && rc == 0; i++) {
+    int in[2] = {rep_buf[i], i};
+    if (rep_buf[i] >= 0 && graph_op_into(g, OP_TP_REP_UNPACK, in, 2, &i, 1, &rep_a[i]) < 0) rc = -1;
+  }
+  free(rep_buf), free(rep_a);
+  if (rc < 0) return -1;
   if (tp_on && (graph_op_into(g, OP_TP_ALLREDUCE, &sumsq_tp, 1, &sumsq_tp, 1, &ta) < 0 ||
                 graph_op_into(g, OP_ACCUM, &sumsq_tp, 1, &sumsq, 1, NULL) < 0))
     return -1;

@@ -135,6 +135,9 @@
   OP_LIST_EP(X)                                                                                              \
   OP_LIST_FP8(X)                                                                                             \
   /* tp.c: a row-parallel linear's bias, added after its reduction */                                        \
-  X(BIAS_ADD, op_bias_add) /* y = x + b over the rows; backward dx = dy, db = LINEAR_BGRAD(dy) */
+  X(BIAS_ADD, op_bias_add) /* y = x + b over the rows; backward dx = dy, db = LINEAR_BGRAD(dy) */            \
+  /* tp.c: replicated shard rows' gradients through a zero-padded buffer (all-reduced between) */            \
+  X(TP_REP_PACK, op_tp_rep_pack)     /* g's replicated rows -> buf at their one-rank rows; g's zeroed */     \
+  X(TP_REP_UNPACK, op_tp_rep_unpack) /* buf's rows of this rank -> g's replicated rows */
 
 #endif

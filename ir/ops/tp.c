@@ -24,7 +24,25 @@
  *                 Megatron's RowParallelLinear adds once, after the reduction (TP_ALLREDUCE, or on
  *                 the rank's rows after TP_SCATTER). Backward dx = dy, db = LINEAR_BGRAD(dy) (under SP
  *                 a replicated parameter's gradient of the rank's rows, summed over the group by the
- *                 optimizer: compiler/passes/optimizer.c). */
+ *                 optimizer: compiler/passes/optimizer.c).
+ *
+ * Replicated shard rows (Tensor.tp_rep: linear_qkv's K and V rows when there are fewer key/value
+ * groups than TP ranks, each group's rows held by the TP/G ranks whose query heads use it). Each of
+ * those ranks' gradient of the rows is its heads' part; the optimizer sums them over the ranks
+ * sharing them with one all-reduce over the whole TP group of a zero-padded buffer, built and read
+ * by two optimizer-phase ops (graph_op_into; no gradient rule):
+ *
+ *   TP_REP_PACK    in [g (R, ...)] out [buf (nrep S, ...), g]: buf := zeros but for this rank's part
+ *                  of each replicated segment k, at its one-rank rows [k S + (rank / rep) part, + part),
+ *                  copied from g's rows [row0 + k part, + part); those rows of g := 0 (so that the
+ *                  sharded gradients' sum of squares, all-reduced over TP, counts g's other rows only;
+ *                  the all-reduced buf, alike on every rank, counts each replicated row once)
+ *   TP_REP_UNPACK  in [buf, g] out [g]: g's rows [row0 + k part, + part) := buf's rows of this rank
+ *
+ * i[0] = TP, i[1] = rep (the ranks holding each part), i[2] = row0 (the shard's first replicated
+ * row), i[3] = nrep (consecutive replicated segments), i[4] = S (a segment's rows in the one-rank
+ * tensor); part = S rep / TP rows. Rows are along dim 0 (the rest of g's dims a row). Between the two
+ * the optimizer all-reduces buf (TP_ALLREDUCE in place). */
 #ifndef OPS_KERNEL_PASS
 #include "ops/ops.h"
 
@@ -81,6 +99,67 @@ static int bias_add_backward(Graph *g, int op, const int *dout, int *din) {
   din[0] = dout[0];
   int of[1] = {o.in[1]};
   return ops_grad_op(g, OP_LINEAR_BGRAD, dout, 1, NULL, &din[1], of) < 0 ? -1 : 0;
+}
+
+/* The replicated rows' layout of a TP_REP_PACK / _UNPACK op on g (R, ...), checked: part rows of g
+ * per segment, and inner elements a row. -1 with err when the attributes do not fit g. */
+static int rep_layout(const Op *op, const Tensor *g, int64_t *part, int64_t *inner, char *err, size_t n) {
+  int64_t tp = op->a.i[0], rep = op->a.i[1], row0 = op->a.i[2], nrep = op->a.i[3], S = op->a.i[4];
+  if (tp < 2 || tp > 1024 || rep < 1 || tp % rep || nrep < 1 || nrep > IR_TP_MAX_SEGS || S < 1 ||
+      S > IR_MAX_NUMEL || (S * rep) % tp || row0 < 0 || !dtype_is_float(g->dtype))
+    return ops_err(err, n,
+                   "expects i[0] = TP (2..1024), i[1] = rep dividing it, i[3] = 1..%d segments of i[4] "
+                   "rows whose parts (i[4] rep / TP) are whole, over a float g",
+                   IR_TP_MAX_SEGS);
+  *part = S * rep / tp;
+  *inner = tensor_numel(g) / g->shape[0];
+  if (row0 > g->shape[0] || nrep * *part > g->shape[0] - row0)
+    return ops_err(err, n, "%lld segments of %lld rows from row %lld do not fit g's %lld rows",
+                   (long long)nrep, (long long)*part, (long long)row0, (long long)g->shape[0]);
+  return 0;
+}
+
+/* buf: g's shape with nrep S rows */
+static void rep_buf_shape(const Op *op, const Tensor *g, OpOut *o) {
+  ops_out_like(o, g, "tp_rep_rows");
+  o->role = ROLE_ACT_GRAD;
+  o->shape[0] = op->a.i[3] * op->a.i[4];
+}
+
+/* in [g] out [buf, g] */
+static int tp_rep_pack_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *gr = ops_in(g, op, 0);
+  int64_t part, inner;
+  if (rep_layout(op, gr, &part, &inner, err, n)) return -1;
+  rep_buf_shape(op, gr, &out[0]);
+  ops_out_like(&out[1], gr, "grad");
+  out[1].role = gr->role;
+  return 0;
+}
+
+/* in [buf, g] out [g] */
+static int tp_rep_unpack_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *buf = ops_in(g, op, 0), *gr = ops_in(g, op, 1);
+  int64_t part, inner;
+  if (rep_layout(op, gr, &part, &inner, err, n)) return -1;
+  OpOut want;
+  rep_buf_shape(op, gr, &want);
+  bool same = buf->ndim == want.ndim && buf->dtype == gr->dtype;
+  for (int d = 0; same && d < buf->ndim; d++)
+    same = buf->shape[d] == want.shape[d];
+  if (!same) return ops_err(err, n, "expects buf shaped as g with i[3] i[4] rows, of g's dtype");
+  ops_out_like(&out[0], gr, "grad");
+  out[0].role = gr->role;
+  return 0;
+}
+
+/* bytes: PACK writes buf and moves the rank's rows (read, then zeroed); UNPACK copies the rows back */
+static double tp_rep_bytes(const Graph *g, const Op *op) {
+  const Tensor *gr = &g->t[op->kind == OP_TP_REP_PACK ? op->in[0] : op->in[1]];
+  double es = (double)dtype_size(gr->dtype), row = (double)(tensor_numel(gr) / gr->shape[0]),
+         rows = (double)(op->a.i[3] * op->a.i[4] * op->a.i[1] / op->a.i[0]);
+  return op->kind == OP_TP_REP_PACK ? es * row * ((double)(op->a.i[3] * op->a.i[4]) + 2 * rows)
+                                    : es * row * 2 * rows;
 }
 
 #define OPS_KERNEL_PASS
@@ -155,7 +234,61 @@ const OpInfo op_bias_add_info = {"bias_add",
                                            .matmul = MATMUL_NONE,
                                            .ew = &OP_EW_NONE}};
 
+const OpInfo op_tp_rep_pack_info = {"tp_rep_pack",
+                                    1,
+                                    1,
+                                    2,
+                                    tp_rep_pack_infer,
+                                    NULL,
+                                    NULL,
+                                    {tp_rep_pack_cpu_f32, tp_rep_pack_cpu_f64},
+                                    TP_FACTS(INPLACE_NONE),
+                                    .bytes = tp_rep_bytes};
+const OpInfo op_tp_rep_unpack_info = {"tp_rep_unpack",
+                                      2,
+                                      2,
+                                      1,
+                                      tp_rep_unpack_infer,
+                                      NULL,
+                                      NULL,
+                                      {tp_rep_unpack_cpu_f32, tp_rep_unpack_cpu_f64},
+                                      TP_FACTS(INPLACE_NONE),
+                                      .bytes = tp_rep_bytes};
+
 #else /* OPS_KERNEL_PASS */
+
+/* TP_REP_PACK (pack 1) / TP_REP_UNPACK (pack 0): the layout above; the attributes were checked by
+ * the op's infer (at build, and by image_check at load). */
+static void K(tp_rep_rows)(const CpuCtx *c, const Op *op, real *g, real *buf, int pack) {
+  const Tensor *gt = &c->g->t[op->in[pack ? 0 : 1]];
+  int64_t tp = op->a.i[0], rep = op->a.i[1], row0 = op->a.i[2], nrep = op->a.i[3], S = op->a.i[4],
+          part = S * rep / tp, inner = tensor_numel(gt) / gt->shape[0];
+  if (c->tp && c->tp->size != tp) { /* another group than the op's: its rows would not fit */
+    c->tp->failed = 1;
+    return;
+  }
+  int64_t at = (int64_t)(ops_tp_rank(c) / rep) * part; /* this rank's part in a one-rank segment */
+  if (pack) memset(buf, 0, (size_t)(nrep * S * inner) * sizeof(real));
+  for (int64_t k = 0; k < nrep; k++) {
+    real *rows = g + (row0 + k * part) * inner, *b = buf + (k * S + at) * inner;
+    size_t bytes = (size_t)(part * inner) * sizeof(real);
+    if (pack)
+      memcpy(b, rows, bytes), memset(rows, 0, bytes);
+    else
+      memcpy(rows, b, bytes);
+  }
+}
+
+static void K(tp_rep_pack_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  if (out[1] != in[0]) /* in place: g is both */
+    memcpy(out[1], in[0], (size_t)tensor_numel(&c->g->t[op->in[0]]) * sizeof(real));
+  K(tp_rep_rows)(c, op, out[1], out[0], 1);
+}
+
+static void K(tp_rep_unpack_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  if (out[0] != in[1]) memcpy(out[0], in[1], (size_t)tensor_numel(&c->g->t[op->in[1]]) * sizeof(real));
+  K(tp_rep_rows)(c, op, out[0], in[0], 0);
+}
 
 static void K(bias_add_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];

@@ -11,9 +11,20 @@
 # LayerNorm, GELU, learned positions, tied embeddings) at TP 2 and TP 2 + SP (each rank adds its
 # sequence rows' positions); stepc_eval's loss and log-probs at TP 2 and TP 2 + SP. Then what stays
 # refused: MoE with tensor-parallel experts (ETP = TP),
-# TP x ZeRO-1, fewer KV groups than TP, PP, CP, EP (exit 4 naming the field and the recipe's line);
+# TP x ZeRO-1, PP, CP, EP (exit 4 naming the field and the recipe's line);
 # TP on the cuda device: the launch programs played on a recording device. Checkpoints: a TP 2 and a TP 2 x DP 2 run resumed = the
 # uninterrupted run bitwise; another layout refused at load; one-rank parameters loaded into TP 2.
+#
+# Fewer key/value groups than TP ranks ("replicated KV", docs/parallelism.md): each rank its H/TP query
+# heads and the K and V rows of the one group they use, replicated on the TP/G ranks sharing it, their
+# gradients summed over those ranks by the optimizer (one all-reduce over TP of a zero-padded buffer
+# of every group's rows), counted once in the grad norm. Against one rank with the same groups: G 1 at
+# TP 2, at TP 2 + SP with biases (the qkv bias replicated as its rows), at TP 4 + SP, at TP 4 + SP with
+# attention and hidden dropout (unfused), at TP 2 x DP 2, and G 2 at TP 4; G 1 at TP 2 and G 2 at TP 4
+# resumed bitwise, the shard file holding the rank's rows and model.safetensors the one-rank tensor;
+# the one-rank parameters loaded into G 1 at TP 4 + SP; the bf16 programs of G 1 at TP 2 and at TP 4 +
+# SP + biases played, each layer's pack / fp32 all-reduce / unpack in them. Groups that TP neither
+# divides nor is a multiple of stay refused (the validator's STEPC-3, naming the field).
 #
 # Why not bitwise: a row-parallel linear (linear_proj, linear_fc2) and the vocab-parallel embedding
 # sum TP partial results (each rank's half of the contraction) where one rank runs one GEMM over
@@ -61,17 +72,30 @@ RECIPE=tests/recipes/tiny_mla.lua build mlaone_drop $DROP model.attention_backen
 RECIPE=tests/recipes/tiny_mla.lua build mlatp2_drop model.tensor_model_parallel_size=2 train.world_size=2 $DROP model.attention_backend=unfused
 RECIPE=tests/recipes/tiny_mla.lua build mlasp2_drop model.tensor_model_parallel_size=2 train.world_size=2 model.sequence_parallel=true $DROP model.attention_backend=unfused
 build tp2dp2 model.tensor_model_parallel_size=2 train.world_size=4
+# fewer key/value groups than TP ranks (tiny's 4 heads over 1 or 2 groups)
+G1=model.num_query_groups=1 TP2="model.tensor_model_parallel_size=2 train.world_size=2"
+TP4="model.tensor_model_parallel_size=4 train.world_size=4 model.sequence_parallel=true"
+build one1 $G1
+build one1bias $G1 model.add_bias_linear=true
+build one1drop $G1 $DROP model.attention_backend=unfused
+build g1tp2 $G1 $TP2
+build g1sp2bias $G1 $TP2 model.sequence_parallel=true model.add_bias_linear=true
+build g2tp4 model.tensor_model_parallel_size=4 train.world_size=4
+build g1sp4 $G1 $TP4
+build g1sp4drop $G1 $TP4 $DROP model.attention_backend=unfused
+build g1tp2dp2 $G1 model.tensor_model_parallel_size=2 train.world_size=4
 # the artifact's plan.json is `stepc plan` of the recipe, per rank (not the shard divided by TP again)
 "$stepc" plan models/tiny.lua model.bf16=false model.tensor_model_parallel_size=2 train.world_size=2 --json \
   >"$tmp/tp2.plan.json" 2>/dev/null || fail "stepc plan tp2"
 python3 "$(dirname "$0")/plan_agrees.py" "$tmp/tp2.plan.json" "$tmp/tp2/plan.json" tp2 || fail "tp2's plan.json"
 "$t" run "$tmp/one" 1 $STEPS "$tmp/one.safetensors" >"$tmp/one.txt" || { cat "$tmp/one.txt"; fail "one rank"; }
-for r in one_drop one_drop_unfused one_bias g3one mlaone mlaone_nq mlaone_drop; do
+for r in one_drop one_drop_unfused one_bias g3one mlaone mlaone_nq mlaone_drop one1 one1bias one1drop; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done
 # dropout: each rank draws its slice of the one-rank mask (its heads' probabilities under TP, its
 # sequence rows of the residual stream under SP), so the runs match the one-rank run with dropout
-for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one g3sp2:2:g3one mlatp2:2:mlaone mlatp2_nq:2:mlaone_nq mlasp2:2:mlaone mlatp2_drop:2:mlaone_drop mlasp2_drop:2:mlaone_drop; do
+for a in tp2:2:one sp2:2:one tp2dp2:4:one tp2drop:2:one_drop sp2drop_unfused:2:one_drop_unfused tp2bias:2:one_bias sp2bias:2:one_bias g3tp2:2:g3one g3sp2:2:g3one mlatp2:2:mlaone mlatp2_nq:2:mlaone_nq mlasp2:2:mlaone mlatp2_drop:2:mlaone_drop mlasp2_drop:2:mlaone_drop \
+  g1tp2:2:one1 g1sp2bias:2:one1bias g2tp4:4:one g1sp4:4:one1 g1sp4drop:4:one1drop g1tp2dp2:4:one1; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
@@ -94,12 +118,16 @@ refuse() {
 }
 TP="model.tensor_model_parallel_size=2 train.world_size=2"
 refuse "TP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $TP optimizer.use_distributed_optimizer=true
-refuse "TP 4 over 2 KV groups" "model.num_query_groups" model.tensor_model_parallel_size=4 train.world_size=4
 refuse "TP with the chunked loss" "model.output_layer_chunks=4" $TP model.output_layer_chunks=4
 refuse "pipeline parallelism" "model.pipeline_model_parallel_size=2" model.pipeline_model_parallel_size=2 train.world_size=2
 refuse "context parallelism" "model.context_parallel_size=2" model.context_parallel_size=2 train.world_size=2
 refuse "TP with tensor-parallel experts (ETP null = TP)" "expert_tensor_parallel_size" $TP model.sequence_parallel=true model.num_moe_experts=4 model.moe_router_topk=2
 grep -q "models/tiny.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
+# key/value groups that TP neither divides nor is a multiple of: the validator's STEPC-3
+"$stepc" build models/tiny.lua model.num_attention_heads=12 model.kv_channels=32 model.num_query_groups=3 $TP \
+  -o "$tmp/refused" >"$tmp/r.log" 2>&1 && fail "3 key/value groups at TP 2 built"
+grep -q "STEPC-3.*model.num_query_groups" "$tmp/r.log" || { cat "$tmp/r.log"; fail "the STEPC-3 refusal names no field"; }
+echo "ok: refused: 3 key/value groups at TP 2 ($(grep -o "STEPC-3[^:]*" "$tmp/r.log" | head -1))"
 # TP on the cuda device: TP 2, with SP, with biases, each has a launch program (its collectives as
 # records: an all-reduce, gather or scatter a record) that the player plays record for record on a
 # recording device; the dropout slices (attention under TP, hidden under SP) as dropout_slice launches,
@@ -112,7 +140,9 @@ build cu_sp2bias $CU model.sequence_parallel=true model.add_bias_linear=true
 build cu_tp2drop $CU $DROP model.attention_backend=unfused
 build cu_sp2drop $CU $DROP model.attention_backend=unfused model.sequence_parallel=true
 RECIPE=tests/recipes/gpt3_tiny.lua build cu_g3sp2 $CU model.sequence_parallel=true
-for a in cu_tp2 cu_sp2 cu_sp2bias cu_tp2drop cu_sp2drop cu_g3sp2; do
+build cu_g1tp2 model.bf16=true $G1 $TP2
+build cu_g1sp4bias model.bf16=true $G1 $TP4 model.add_bias_linear=true
+for a in cu_tp2 cu_sp2 cu_sp2bias cu_tp2drop cu_sp2drop cu_g3sp2 cu_g1tp2 cu_g1sp4bias; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   grep -c "COLL" "$tmp/$a/program.txt" | grep -qv '^0$' || fail "$a's program holds no collective"
   head -1 "$tmp/play_$a.txt"
@@ -120,12 +150,19 @@ done
 grep -q "COLL all_gather bf16 tp" "$tmp/cu_sp2/program.txt" && grep -q "COLL reduce_scatter bf16 tp" "$tmp/cu_sp2/program.txt" ||
   fail "SP's program has no all-gather / reduce-scatter"
 grep -q "LAUNCH dropout_slice" "$tmp/cu_sp2drop/program.txt" || fail "SP's dropout is not a sliced dropout launch"
+# replicated K / V rows: a layer's weight (2 G D x C = 8192 values) and bias (2 G D = 64) gradients
+# packed, all-reduced in fp32 over TP and unpacked
+for a in cu_g1tp2:8192 cu_g1sp4bias:8192 cu_g1sp4bias:64; do
+  n=$(grep -c "COLL allreduce_sum f32 tp .* count=${a#*:} " "$tmp/${a%:*}/program.txt")
+  [ "$n" = 4 ] || fail "${a%:*}: $n all-reduces of ${a#*:} replicated-row gradients, not one a layer"
+  [ "$(grep -c "LAUNCH tp_rep_rows" "$tmp/${a%:*}/program.txt")" -ge 8 ] || fail "${a%:*}: no pack / unpack launches"
+done
 
 # checkpoints: every rank writes its shard (shard.rank<N>.safetensors) beside the gathered
 # model.safetensors; a run resumed at step 2 is the uninterrupted run bitwise (losses and every
 # parameter byte), for TP 2 and TP 2 x DP 2; another layout is refused at load, naming both; the
 # one-rank parameters load into TP 2 (each rank its shards) and gather back bitwise
-for a in tp2:2 tp2dp2:4; do
+for a in tp2:2 tp2dp2:4 g1tp2:2 g2tp4:4; do
   n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }
@@ -139,4 +176,20 @@ tail -1 "$tmp/reshard.txt"
 mkdir -p "$tmp/tpload"
 "$t" tpload "$tmp/tp2" 2 "$tmp/one.safetensors" "$tmp/tpload" >"$tmp/tpload.txt" 2>&1 || { cat "$tmp/tpload.txt"; fail "one-rank parameters into TP 2"; }
 tail -1 "$tmp/tpload.txt"
+# replicated K / V: the rank's shard file holds its rows, model.safetensors the one-rank tensor
+python3 - "$tmp/res_g1tp2/ckpt" <<'EOF' || fail "the G 1 at TP 2 checkpoint's shapes"
+import json, struct, sys
+def shapes(p):
+    b = open(p, "rb").read()
+    return {k: v["shape"] for k, v in json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]]).items() if k != "__metadata__"}
+k = "layers.0.self_attention.linear_qkv.weight"
+# tiny: 4 heads of 32, hidden 128; one group: Q 128 rows + K 32 + V 32 = 192, a TP 2 rank's 64 + 32 + 32
+full, shard = shapes(sys.argv[1] + "/model.safetensors")[k], shapes(sys.argv[1] + "/shard.rank1.safetensors")[k]
+assert full == [192, 128] and shard == [128, 128], (full, shard)
+print(f"ok: {k}: gathered {full}, rank 1's shard {shard}")
+EOF
+mkdir -p "$tmp/tpload_g1"
+"$t" tpload "$tmp/g1sp4" 4 "$tmp/one1.safetensors" "$tmp/tpload_g1" >"$tmp/tpload_g1.txt" 2>&1 ||
+  { cat "$tmp/tpload_g1.txt"; fail "one-rank parameters into G 1 at TP 4"; }
+tail -1 "$tmp/tpload_g1.txt"
 echo "ok: tensor parallelism"

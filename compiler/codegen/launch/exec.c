@@ -470,15 +470,19 @@ int rt_exec_init_program(RtExec *x) {
                 b16 = fp32 ? 0 : rt_exec_ptr(x, i);
     long n = (long)tensor_numel(t);
     if (t->init != IR_INIT_ONES && t->tp_nseg > 0) { /* a shard: each element at its one-rank place */
-      long inner = 1;
+      long inner = 1, seg[IR_TP_MAX_SEGS] = {0};
+      int rep[IR_TP_MAX_SEGS] = {0};
+      int64_t full[IR_MAX_DIMS];
+      tensor_tp_full_shape(t, full);
       for (int k = t->tp_dim + 1; k < t->ndim; k++)
         inner *= (long)t->shape[k];
-      if (rt_launch_init_normal_tp(
-              d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed, ops_init_name_hash(t->name),
-              t->init_std, inner, (long)t->shape[t->tp_dim], t->tp_size, t->tp_nseg, (long)t->tp_seg[0],
-              t->tp_nseg > 1 ? (long)t->tp_seg[1] : 0, t->tp_nseg > 2 ? (long)t->tp_seg[2] : 0,
-              t->tp_nseg > 3 ? (long)t->tp_seg[3] : 0, t->tp_nseg > 4 ? (long)t->tp_seg[4] : 0,
-              x->rank + (t->tp_ep ? 4 : 0)))
+      for (int k = 0; k < t->tp_nseg && k < IR_TP_MAX_SEGS; k++)
+        seg[k] = (long)t->tp_seg[k], rep[k] = tensor_tp_rep(t, k);
+      if (rt_launch_init_normal_tp(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
+                                   ops_init_name_hash(t->name), t->init_std, inner, (long)t->shape[t->tp_dim],
+                                   (long)full[t->tp_dim], t->tp_size, t->tp_nseg, seg[0], seg[1], seg[2],
+                                   seg[3], seg[4], rep[0], rep[1], rep[2], rep[3], rep[4],
+                                   x->rank + (t->tp_ep ? 4 : 0)))
         return RT_ERROR;
       continue;
     }

@@ -13,6 +13,8 @@
  *   TP_SCATTER    reduce-scatter along the sequence: the reverse (B > 1: the input's blocks copied
  *                 member-major into the workspace first)
  *   BIAS_ADD      out = x + b on every row (one kernel)
+ *   TP_REP_PACK / TP_REP_UNPACK   the replicated shard rows' gradient into / out of the zero-padded
+ *                 buffer the optimizer all-reduces between them (tp_rep_rows, one kernel each)
  *
  * and expert parallelism's exchange (ir/ops/ep.c), over the rank's EP group, as the CPU executor
  * does it: EP_COUNTS all-gathers every rank's expert segments and derives this rank's receive
@@ -145,6 +147,20 @@ static int rt_op_bias_add(RtExec *x, const Op *op) {
                                  rt_in(x, op, 0), rt_in(x, op, 1), n, c);
 }
 
+/* TP_REP_PACK in [g] out [buf, g] / TP_REP_UNPACK in [buf, g] out [g] (fp32 main gradients, g in place) */
+static int rt_op_tp_rep_rows(RtExec *x, const Op *op) {
+  int pack = op->kind == OP_TP_REP_PACK;
+  const Tensor *g = rt_t(x, op->in[pack ? 0 : 1]);
+  CUdeviceptr gp = rt_in(x, op, pack ? 0 : 1), buf = pack ? rt_out(x, op, 0) : rt_in(x, op, 0);
+  if (g->dtype != DT_F32 || gp != rt_out(x, op, pack ? 1 : 0))
+    return rt_fail(x->d, "%s of %s: an fp32 main gradient, in place", op_name(op->kind), g->name);
+  int64_t tp = op->a.i[0], rep = op->a.i[1], nrep = op->a.i[3], S = op->a.i[4], part = S * rep / tp,
+          inner = tensor_numel(g) / g->shape[0];
+  return rt_launch_tp_rep_rows(x->d, rt_grid_stride(x->d, nrep * (pack ? S : part) * inner), 256, 0, gp, buf,
+                               (long)part, (long)inner, (long)op->a.i[2], (int)nrep, (long)S, (int)rep, pack,
+                               x->rank);
+}
+
 /* All-gathers of whole rows: the element type only sizes them (int32 segments travel as 4-byte units). */
 static int64_t unit_type(const Tensor *t) { return dtype_size(t->dtype) == 2 ? RT_COLL_BF16 : RT_COLL_F32; }
 
@@ -186,6 +202,8 @@ const RtOpRow RT_OPS_TP[] = {
     {OP_TP_GATHER, rt_op_tp_gather},
     {OP_TP_SCATTER, rt_op_tp_scatter},
     {OP_BIAS_ADD, rt_op_bias_add},
+    {OP_TP_REP_PACK, rt_op_tp_rep_rows},
+    {OP_TP_REP_UNPACK, rt_op_tp_rep_rows},
     {OP_EP_COUNTS, rt_op_ep_counts},
     {OP_EP_DISPATCH, ep_move},
     {OP_EP_COMBINE, ep_move},
