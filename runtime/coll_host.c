@@ -55,6 +55,7 @@ static const char *op_name(int64_t op) {
   case RT_COLL_ALLREDUCE_MAX: return "all-reduce (max)";
   case RT_COLL_ALL_GATHER: return "all-gather";
   case RT_COLL_REDUCE_SCATTER: return "reduce-scatter";
+  case RT_COLL_ALL_TO_ALL: return "all-to-all";
   }
   return "an unknown collective";
 }
@@ -150,6 +151,21 @@ void rt_coll_host_free(RtCollHost *h) {
 
 /* ---- the host function (CUDA's callback thread: no CUDA calls here) ---- */
 
+/* out's block s (bytes each) := member s's block `member` of in: every member's whole in gathered,
+ * then this member's blocks picked (simple, like every host collective; the bytes cross TCP once
+ * more than an exchange would). */
+static int all_to_all(RtCollHost *h, const RtCommGroup *g, int member, const unsigned char *in,
+                      unsigned char *out, size_t bytes) {
+  size_t size = (size_t)g->count;
+  unsigned char *all = malloc(size * size * bytes + 1);
+  if (!all) return rt_comm_fail(h->comm, "host all-to-all: out of memory");
+  int rc = rt_comm_group_all_gather(h->comm, g, in, all, size * bytes);
+  for (size_t s = 0; s < size && rc == 0; s++)
+    memcpy(out + s * bytes, all + (s * size + (size_t)member) * bytes, bytes);
+  free(all);
+  return rc;
+}
+
 static void CUDA_CB host_fn(void *user) {
   Job *j = user;
   RtCollHost *h = j->h;
@@ -172,6 +188,7 @@ static void CUDA_CB host_fn(void *user) {
   case RT_COLL_REDUCE_SCATTER:
     rc = rt_comm_group_reduce_scatter(h->comm, g, h->member[c->group], j->in, j->out, n, t);
     break;
+  case RT_COLL_ALL_TO_ALL: rc = all_to_all(h, g, h->member[c->group], j->in, j->out, n * es); break;
   }
   if (rc == 0) return;
   char what[256];
@@ -183,7 +200,7 @@ static void CUDA_CB host_fn(void *user) {
 /* ---- prepare and run (the caller's thread) ---- */
 
 static int uses_out(const RtColl *c) {
-  return c->op == RT_COLL_ALL_GATHER || c->op == RT_COLL_REDUCE_SCATTER;
+  return c->op == RT_COLL_ALL_GATHER || c->op == RT_COLL_REDUCE_SCATTER || c->op == RT_COLL_ALL_TO_ALL;
 }
 
 /* Bytes staged in and out (0, 0 for a group of one: a device copy, no staging). */

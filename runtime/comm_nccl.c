@@ -22,6 +22,8 @@
   X(ncclReduceScatter)                                                                                       \
   X(ncclReduce)                                                                                              \
   X(ncclBroadcast)                                                                                           \
+  X(ncclSend)                                                                                                \
+  X(ncclRecv)                                                                                                \
   X(ncclGroupStart)                                                                                          \
   X(ncclGroupEnd)
 // clang-format on
@@ -201,6 +203,20 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
   case RT_COLL_REDUCE_SCATTER: /* count: each member's result */
     return nccl_check(n, n->ncclReduceScatter(src, dst, count, t, ncclSum, n->comm, st), "ncclReduceScatter",
                       err, nerr);
+  case RT_COLL_ALL_TO_ALL: { /* count: each block; a send and a receive a peer, one NCCL group */
+    size_t block = count * (c->dtype == RT_COLL_BF16 ? 2 : 4);
+    if (nccl_check(n, n->ncclGroupStart(), "ncclGroupStart", err, nerr)) return -1;
+    int rc = 0;
+    for (int p = 0; p < n->size && !rc; p++)
+      rc = nccl_check(n, n->ncclSend((const char *)src + p * block, count, t, p, n->comm, st), "ncclSend",
+                      err, nerr) ||
+           nccl_check(n, n->ncclRecv((char *)dst + p * block, count, t, p, n->comm, st), "ncclRecv", err,
+                      nerr);
+    char err2[200];
+    if (nccl_check(n, n->ncclGroupEnd(), "ncclGroupEnd", err2, sizeof err2) && !rc)
+      return snprintf(err, nerr, "%s", err2), -1;
+    return rc ? -1 : 0;
+  }
   }
   return snprintf(err, nerr, "NCCL collective: op %lld", (long long)c->op), -1;
 }

@@ -33,10 +33,10 @@ int rt_nccl_rank(const RtNccl *n);
 int rt_nccl_size(const RtNccl *n);
 /* One launch-program collective (rt.h: RtColl; its src and dst device pointers, count as there)
  * over the communicator's ranks, enqueued on s: ncclAllReduce (ncclSum / ncclMax), ncclAllGather,
- * ncclReduceScatter (ncclSum), f32 or bf16. An all-reduce's div > 1: the sum divided by it — ncclAvg
- * when div is the communicator's size, else (fp32 only) a sum pre-multiplied by 1/div (NCCL 2.11's
- * ncclRedOpCreatePreMulSum, one div per communicator). NCCL's summation order is its own: not
- * bitwise the host-staged backend's (coll_host.h). */
+ * ncclReduceScatter (ncclSum), an all-to-all (ncclSend / ncclRecv a peer in one group), f32 or bf16. An
+ * all-reduce's div > 1: the sum divided by it — ncclAvg when div is the communicator's size, else (fp32 only)
+ * a sum pre-multiplied by 1/div (NCCL 2.11's ncclRedOpCreatePreMulSum, one div per communicator). NCCL's
+ * summation order is its own: not bitwise the host-staged backend's (coll_host.h). */
 int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr);
 
 /* buf := the average over ranks (ncclAvg) of buf, n floats, on stream. */

@@ -44,8 +44,8 @@ int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes) {
 
 void rt_coll_bytes(const RtColl *c, int size, int64_t *src_bytes, int64_t *dst_bytes) {
   int64_t es = c->dtype == RT_COLL_BF16 ? 2 : 4, n = c->count * es;
-  *src_bytes = c->op == RT_COLL_REDUCE_SCATTER ? n * size : n;
-  *dst_bytes = c->op == RT_COLL_ALL_GATHER ? n * size : n;
+  *src_bytes = c->op == RT_COLL_REDUCE_SCATTER || c->op == RT_COLL_ALL_TO_ALL ? n * size : n;
+  *dst_bytes = c->op == RT_COLL_ALL_GATHER || c->op == RT_COLL_ALL_TO_ALL ? n * size : n;
 }
 
 int rt_coll(RtDevice *d, const RtColl *c) {

@@ -109,16 +109,18 @@ typedef struct RtRecorder RtRecorder;
  * enqueued on the step's stream in program order. count is in elements of dtype: all-reduce, of src
  * and dst (src == dst allowed); all-gather, of src (dst holds count x the group's size, member after
  * member); reduce-scatter, of dst (src holds count x the group's size; member r receives the sum of
- * every member's r-th block). Sums combine the members in group order (member 0 + member 1 + ...)
- * where the backend can fix the order (the host-staged one: runtime/coll_host.h); NCCL's order is
- * its own. div > 1 (an fp32 all-reduce sum only): the sum then divided by div in fp32 — the CPU
- * device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. The fields as an
- * X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
+ * every member's r-th block); all-to-all, of each block (src and dst hold count x the group's size:
+ * src's block r goes to member r, dst's block s came from member s — MPI_Alltoall). Sums combine the members
+ * in group order (member 0 + member 1 + ...) where the backend can fix the order (the host-staged one:
+ * runtime/coll_host.h); NCCL's order is its own. div > 1 (an fp32 all-reduce sum only): the sum then divided
+ * by div in fp32 — the CPU device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. The
+ * fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
 typedef enum {
   RT_COLL_ALLREDUCE_SUM = 0,
   RT_COLL_ALLREDUCE_MAX = 1,
   RT_COLL_ALL_GATHER = 2,
   RT_COLL_REDUCE_SCATTER = 3,
+  RT_COLL_ALL_TO_ALL = 4,
   RT_COLL_OPS
 } RtCollOp;
 enum { RT_COLL_F32 = 0, RT_COLL_BF16 = 1, RT_COLL_TYPES };

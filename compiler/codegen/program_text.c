@@ -68,7 +68,7 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
   }
   case RT_REC_COLL: {
     static const char *const opn[RT_COLL_OPS] = {"allreduce_sum", "allreduce_max", "all_gather",
-                                                 "reduce_scatter"};
+                                                 "reduce_scatter", "all_to_all"};
     const RtColl *c = &r->coll;
     fprintf(f, "  COLL %s %s %s", c->op >= 0 && c->op < RT_COLL_OPS ? opn[c->op] : "?",
             c->dtype == RT_COLL_BF16 ? "bf16" : "f32", c->group == RT_COLL_GROUP_EP ? "ep" : "tp");

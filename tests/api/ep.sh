@@ -106,13 +106,16 @@ refuse "EP with the allgather dispatcher" "model.moe_token_dispatcher_type=allga
 refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
 grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
-# EP on the cuda device (bf16): the launch programs, played on a recording device
+# EP on the cuda device (bf16): the launch programs (the counts all-gathered, the rows exchanged by
+# all-to-all records), played on a recording device
 build cu_ep2 model.bf16=true model.expert_model_parallel_size=2 train.world_size=2
 build cu_ep2cap model.bf16=true model.expert_model_parallel_size=2 train.world_size=2 $CAP
 R=tests/recipes/tiny_hybrid.lua build cu_hytp2ep2 model.bf16=true model.moe_token_dispatcher_type=alltoall $TPE model.expert_model_parallel_size=2 train.world_size=2
 for a in cu_ep2 cu_ep2cap cu_hytp2ep2; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
-  grep -q "COLL all_gather bf16 ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-gather"
+  grep -q "COLL all_gather f32 ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-gather of the counts"
+  grep -q "COLL all_to_all [a-z0-9]* ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-to-all"
+  grep -q "COLL all_gather bf16 ep" "$tmp/$a/program.txt" && fail "$a's program gathers rows (the all-to-all moves them)"
   head -1 "$tmp/play_$a.txt"
 done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at

@@ -48,7 +48,7 @@ done
 for c in "all_gather bf16 tp" "reduce_scatter bf16 tp" "allreduce_max f32 tp" "allreduce_sum f32 tp"; do
   grep -q "COLL $c" "$tmp/cu_forced_sp/program.txt" || fail "the forced TP + SP program holds no $c"
 done
-for c in "all_gather bf16 ep" "all_gather f32 ep" "allreduce_sum f32 ep"; do
+for c in "all_to_all f32 ep" "all_gather f32 ep" "allreduce_sum f32 ep"; do
   grep -q "COLL $c" "$tmp/cu_moe_forced/program.txt" || fail "the forced MoE program holds no $c"
 done
 # without the field: no collective

@@ -2,7 +2,7 @@
  *
  *   coll_host_check [N]       host-staged (runtime/coll_host.h): N processes (default 2) that all
  *                             open GPU 0, join a host communicator on 127.0.0.1 and run every op
- *                             (all-reduce sum, max, all-gather, reduce-scatter) x (f32, bf16) x a
+ *                             (all-reduce sum, max, all-gather, reduce-scatter, all-to-all) x (f32, bf16) x a
  *                             few sizes (one not a multiple of 8) plus in-place all-reduces over a
  *                             TP group of all N ranks: eagerly, then captured into one CUDA graph
  *                             replayed twice with new inputs; each result bitwise against the
@@ -97,7 +97,7 @@ typedef struct {
 } Case;
 
 static const char *op_name(int64_t op) {
-  static const char *n[] = {"allreduce_sum", "allreduce_max", "all_gather", "reduce_scatter"};
+  static const char *n[] = {"allreduce_sum", "allreduce_max", "all_gather", "reduce_scatter", "all_to_all"};
   return n[op];
 }
 
@@ -136,6 +136,7 @@ static uint32_t want_bits(const RtColl *c, uint64_t seed, int64_t i, double *mag
   int64_t n = c->count;
   *mag = 0;
   if (c->op == RT_COLL_ALL_GATHER) return src_bits(c, seed, (int)(i / n), i % n);
+  if (c->op == RT_COLL_ALL_TO_ALL) return src_bits(c, seed, (int)(i / n), (int64_t)me * n + i % n);
   int64_t at = c->op == RT_COLL_REDUCE_SCATTER ? (int64_t)me * n + i : i;
   uint32_t best = src_bits(c, seed, 0, at);
   float acc = as_float(c, best);
@@ -157,7 +158,8 @@ static uint32_t want_bits(const RtColl *c, uint64_t seed, int64_t i, double *mag
 static int compare(const Case *k, uint64_t seed, const void *dst, const char *phase) {
   const RtColl *c = &k->c;
   size_t n = k->db / esize(c);
-  int exact = !nccl_mode || nranks <= 2 || c->op == RT_COLL_ALL_GATHER || c->op == RT_COLL_ALLREDUCE_MAX;
+  int exact = !nccl_mode || nranks <= 2 || c->op == RT_COLL_ALL_GATHER || c->op == RT_COLL_ALLREDUCE_MAX ||
+              c->op == RT_COLL_ALL_TO_ALL;
   for (size_t i = 0; i < n; i++) {
     double mag;
     uint32_t w = want_bits(c, seed, (int64_t)i, &mag);
@@ -174,7 +176,7 @@ static int compare(const Case *k, uint64_t seed, const void *dst, const char *ph
 
 /* ---- the cases ---- */
 
-#define MAX_CASES 40
+#define MAX_CASES 48
 static Case cases[MAX_CASES];
 static int ncases;
 static char names[MAX_CASES][64];

@@ -16,11 +16,12 @@
  *   TP_REP_PACK / TP_REP_UNPACK   the replicated shard rows' gradient into / out of the zero-padded
  *                 buffer the optimizer all-reduces between them (tp_rep_rows, one kernel each)
  *
- * and expert parallelism's exchange (ir/ops/ep.c), over the rank's EP group, as the CPU executor
- * does it: EP_COUNTS all-gathers every rank's expert segments and derives this rank's receive
- * layout (kernels/ep.cuh); EP_DISPATCH / EP_COMBINE all-gather the rows into the op workspace (EP x
- * the input) and each rank picks the rows it keeps — Megatron's all-to-all's result, moving EP times
- * its bytes (an all-to-all collective would move only the rows that travel).
+ * and expert parallelism's exchange (ir/ops/ep.c), over the rank's EP group, in the CPU executor's
+ * layout: EP_COUNTS all-gathers every rank's expert segments and derives this rank's receive
+ * layout (kernels/ep.cuh); EP_DISPATCH / EP_COMBINE pack the rows for each peer into a block of the
+ * static per-pair bound (R / EP rows), exchange the blocks by one all-to-all (Megatron's alltoall
+ * dispatcher's collective, padded to the bound so that a dropless step is still one captured
+ * graph) and place the received rows.
  *
  * The sums' order is the backend's: the host-staged one adds the members in group order, NCCL in its
  * own (docs/parallelism.md says what that means for bitwise comparisons). */
@@ -131,7 +132,8 @@ int64_t rt_tp_workspace(const Graph *g, const Op *op) {
   if ((op->kind == OP_EMBED && op->a.i[0]) || (op->kind == OP_EMBED_BWD && op->a.i[1]))
     return 4 * tensor_numel(&g->t[op->in[op->kind == OP_EMBED ? 0 : 1]]);
   if (op->kind == OP_CROSS_ENTROPY && op->a.i[0]) return 12 * ops_rows(&g->t[op->in[0]]);
-  if (op->kind == OP_EP_DISPATCH || op->kind == OP_EP_COMBINE) return op->a.i[0] * g->t[op->in[0]].bytes;
+  if (op->kind == OP_EP_DISPATCH || op->kind == OP_EP_COMBINE) /* the send and receive blocks: 2 R rows */
+    return 2 * g->t[op->kind == OP_EP_DISPATCH ? op->out[0] : op->in[0]].bytes;
   if (op->kind == OP_MOE_AUX_LOSS && op->a.i[2] > 1) return 4 * ops_last(&g->t[op->in[0]]);
   if (op->kind == OP_MOE_AUX_LOSS_BWD && op->a.i[2] > 1) return 4 * op->a.i[1];
   return 0;
@@ -161,9 +163,6 @@ static int rt_op_tp_rep_rows(RtExec *x, const Op *op) {
                                x->rank);
 }
 
-/* All-gathers of whole rows: the element type only sizes them (int32 segments travel as 4-byte units). */
-static int64_t unit_type(const Tensor *t) { return dtype_size(t->dtype) == 2 ? RT_COLL_BF16 : RT_COLL_F32; }
-
 /* in [seg (E, 2)] out [all_seg (EP, E, 2), lseg (El, 2)] */
 static int rt_op_ep_counts(RtExec *x, const Op *op) {
   int ep = (int)op->a.i[0], E = (int)rt_t(x, op->in[0])->shape[0];
@@ -175,24 +174,33 @@ static int rt_op_ep_counts(RtExec *x, const Op *op) {
              : RT_OK;
 }
 
-/* in [x (N, ...), all_seg] out [xr (R, ...)] / in [y (R, ...), all_seg] out [yp (N, ...)] */
+/* in [x (N, ...), all_seg] out [xr (R, ...)] / in [y (R, ...), all_seg] out [yp (N, ...)]: the rows
+ * packed into EP blocks of P = R / EP rows (the static bound on what one source sends one owner),
+ * exchanged by one all-to-all over the EP group, placed (kernels/ep.cuh ep_a2a_rows); the op
+ * workspace holds the send blocks, then the received ones. */
 static int ep_move(RtExec *x, const Op *op) {
   const Tensor *t = rt_t(x, op->in[0]), *as = rt_t(x, op->in[1]);
-  int ep = (int)op->a.i[0], E = (int)as->shape[1];
+  int ep = (int)op->a.i[0], E = (int)as->shape[1], dispatch = op->kind == OP_EP_DISPATCH;
   int64_t rows = t->shape[0], out_rows = op->a.i[1], rb = t->bytes / (rows > 0 ? rows : 1);
+  int64_t R = dispatch ? out_rows : rows, P = R / (ep > 0 ? ep : 1);
   if (rb % 2)
     return rt_fail(x->d, "%s: rows of %lld bytes (an even number moves)", op_name(op->kind), (long long)rb);
+  if (ep < 1 || R % ep)
+    return rt_fail(x->d, "%s: %lld received rows do not split into %d equal blocks", op_name(op->kind),
+                   (long long)R, ep);
   int w = (int)(rb / 2);
-  if (coll_in(x, RT_COLL_GROUP_EP, RT_COLL_ALL_GATHER, unit_type(t), tensor_numel(t), rt_in(x, op, 0),
-              x->work))
-    return RT_ERROR;
   unsigned block = w >= 256 ? 256 : 64;
-  CUdeviceptr out = rt_out(x, op, 0), seg = rt_in(x, op, 1);
-  return op->kind == OP_EP_DISPATCH
-             ? rt_launch_ep_dispatch_rows(x->d, rt_dim1((unsigned)out_rows), block, 0, out, x->work, seg,
-                                          (long)out_rows, (long)rows, w, ep, E, x->rank + 4)
-             : rt_launch_ep_combine_rows(x->d, rt_dim1((unsigned)out_rows), block, 0, out, x->work, seg,
-                                         (long)out_rows, (long)rows, w, ep, E, x->rank + 4);
+  CUdeviceptr out = rt_out(x, op, 0), seg = rt_in(x, op, 1), in = rt_in(x, op, 0), send = x->work,
+              recv = x->work + (CUdeviceptr)(R * rb);
+  int64_t unit = rb % 4 == 0 ? RT_COLL_F32 : RT_COLL_BF16, count = P * rb / (unit == RT_COLL_F32 ? 4 : 2);
+  return rt_launch_ep_a2a_rows(x->d, rt_dim1((unsigned)R), block, 0, send, in, seg, (long)R, (long)rows,
+                               (long)P, w, ep, E, dispatch ? 0 : 2, x->rank + 4) ||
+                 coll_in(x, RT_COLL_GROUP_EP, RT_COLL_ALL_TO_ALL, unit, count, send, recv) ||
+                 rt_launch_ep_a2a_rows(x->d, rt_dim1((unsigned)out_rows), block, 0, out, recv, seg,
+                                       (long)out_rows, (long)R, (long)P, w, ep, E, dispatch ? 1 : 3,
+                                       x->rank + 4)
+             ? RT_ERROR
+             : RT_OK;
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */
