@@ -75,7 +75,8 @@ extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long 
 // One 64 x 64 tile of x (M, K) per block (grid (ceil(K/64), ceil(M/64)), exactly 256 threads): q (M, K)
 // and/or qT (K, M) (either may be null), and scale_inv[0] (from block (0, 0)). fmt 0 = E4M3,
 // 1 = E5M2. nparts partial maxima from fp8_amax_partial. dscale non-null: delayed scaling, the
-// scale *dscale, and block (0, 0) folds the amax into *damax (no block reads it).
+// scale *dscale, and block (0, 0) folds the amax into *damax (no block reads it; null in an
+// evaluation, which records nothing).
 extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
                                               const bf16* x, const float* partial, int nparts, int M, int K,
                                               int fmt, const float* dscale, float* damax) {

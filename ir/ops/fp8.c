@@ -14,13 +14,15 @@
  *
  *   FP8_QUANT   x (M, K) [, st] -> q (M, K), qT (K, M), s (1): q in format i[0] (0 E4M3, 1 E5M2), its
  *               transpose, scale_inv. i[1] = 1: delayed, with the state st (1 + len, n) and column
- *               i[2]. The weights' cast (once a micro-batch) and the output gradients'; its gradient
- *               is straight-through: the gradient of q is x's.
+ *               i[2] (i[3] = 1: records no amax, an evaluation's op_for_eval). The weights' cast (once
+ *               a micro-batch) and the output gradients'; its gradient is straight-through: the
+ *               gradient of q is x's.
  *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] [, stx, stdy] -> y (..., N),
  *               xqT (K, M), sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT
  *               the only copy of x the backward keeps (1 byte an element), xq the row-wise copy the
  *               forward product reads (a workspace, live in the op only). i[2] = 1: delayed, x's
- *               state stx column i[3], and its gradient's cast dy's state stdy column i[4]. Its
+ *               state stx column i[3], and its gradient's cast dy's state stdy column i[4] (i[5] = 1:
+ *               x's cast records no amax, an evaluation's op_for_eval). Its
  *               gradient casts dy in the backward format i[1] (FP8_QUANT) and runs two FP8_GEMMs:
  *               dx = dy wq, dwq = dy^T x, the latter passed to the weight through FP8_QUANT's
  *               straight-through rule; a bias's gradient is LINEAR_BGRAD over dy itself.
@@ -44,7 +46,9 @@
  * comes after the backward. Megatron casts each weight once a step (is_first_microbatch: the later
  * micro-batches reuse the cached copy, whose amax entry stays 0, so their updates leave its state
  * alone): here every micro-batch recasts it with the same scale (the same bytes) and its state
- * updates once.
+ * updates once. An evaluation (stepc_eval) casts with the current scales and records no amax, so that
+ * the next step is bitwise the one without it (TE's no-grad forward records amaxes that its next
+ * update folds in: the one difference, after an evaluation only).
  *
  * The CPU executor keeps the fp8 tensors as their values (unscaled codes' values, exact in fp32);
  * fp8_round is the rounding (ir/ops/fp8.h), checked bit for bit against CUDA's own host conversions
@@ -333,8 +337,9 @@ const OpInfo op_fp8_scale_update_info = {"fp8_scale_update",
 
 /* q (M, K) and qT (K, M) (either may be NULL) of x (M, K) in format e5m2; returns scale_inv. Current
  * scaling when st is NULL; else delayed: the scale from st[0], max |x| folded into st[n] (a column
- * of a state, n its width: ops/fp8.h). */
-static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real *qt, real *st, int64_t n) {
+ * of a state, n its width: ops/fp8.h) unless the op runs as an evaluation (record 0). */
+static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real *qt, real *st, int64_t n,
+                    int record) {
   real amax = 0;
   for (int64_t i = 0; i < m * k; i++) {
     real a = x[i] < 0 ? -x[i] : x[i];
@@ -343,7 +348,7 @@ static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real
   float scale;
   if (st) {
     scale = fp8_delayed_scale((float)st[0]);
-    st[n] = (real)fmaxf((float)st[n], (float)amax);
+    if (record) st[n] = (real)fmaxf((float)st[n], (float)amax);
   } else {
     scale = fp8_scale((float)amax, e5m2);
   }
@@ -356,7 +361,7 @@ static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real
   return (real)(1.0f / scale);
 }
 
-/* The column `col` of state tensor t's storage p, and t's width through *n (NULL p: none). */
+/* Column `col` of the state tensor t, whose storage is p, and through *n its width. */
 static real *K(state_col)(const CpuCtx *c, int t, void *p, int64_t col, int64_t *n) {
   *n = c->g->t[t].shape[1];
   return (real *)p + col;
@@ -367,7 +372,7 @@ static void K(quant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *c
   real *s = out[2], *st = NULL;
   int64_t n = 0;
   if (op->a.i[1] == 1) st = K(state_col)(c, op->in[1], in[1], op->a.i[2], &n);
-  s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1], st, n);
+  s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1], st, n, op->a.i[3] != 1);
 }
 
 /* c (M, N) = (a b^T) scale (+ bias): LINEAR's product of the quantized values (each element summed
@@ -388,7 +393,7 @@ static void K(linear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
   int nb = linear_fp8_nbase(op);
   int64_t n = 0;
   if (op->a.i[2] == 1) st = K(state_col)(c, op->in[nb], in[nb], op->a.i[3], &n);
-  sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1], st, n);
+  sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1], st, n, op->a.i[5] != 1);
   K(fp8_product)(c, out[3], in[1], sx[0] * sw[0], nb == 5 ? in[4] : NULL, out[0], m, wq->shape[0], k);
 }
 

@@ -10,10 +10,10 @@
 static int64_t elt_type(DType t) { return t == DT_F8E5M2 ? RT_GEMM_E5M2 : RT_GEMM_E4M3; }
 
 /* Column col of the delayed state tensor t (ir/ops/fp8.h): its scale, and through *amax its current
- * amax entry. */
+ * amax entry (0 in the evaluation's lowering, which records no amax: ir/ops/fp8.c). */
 static CUdeviceptr state_col(RtExec *x, int t, int64_t col, CUdeviceptr *amax) {
   CUdeviceptr p = rt_exec_ptr(x, t) + (CUdeviceptr)(4 * col);
-  *amax = p + (CUdeviceptr)(4 * rt_t(x, t)->shape[1]);
+  *amax = x->eval ? 0 : p + (CUdeviceptr)(4 * rt_t(x, t)->shape[1]);
   return p;
 }
 
