@@ -305,7 +305,8 @@ double op_bytes(const Graph *g, const Op *op);
 double op_tensor_bytes(const Graph *g, const Op *op);
 double op_flops(const Graph *g, const Op *op);
 /* The op as an evaluation (a forward with no update: stepc_eval) runs it: every dropout off (DROPOUT's
- * p a.f[0] and attention's a.f[1] set to 0, which keeps every element with scale 1), else unchanged.
+ * p a.f[0] and attention's a.f[1] set to 0, which keeps every element with scale 1), a delayed-scaling
+ * fp8 cast recording no amax (ir/ops/fp8.c), else unchanged.
  * 0, or -1 for an op that draws random numbers in a way this does not know how to turn off. */
 int op_for_eval(Op *op);
 

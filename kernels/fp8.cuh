@@ -2,6 +2,11 @@
 // amax = max |x| over the tensor, scale = fp8_max / amax, q = fp8(x * scale) rounded to nearest
 // even and saturated to +-fp8_max, scale_inv = 1 / scale (what the fp8 GEMMs multiply back).
 //
+// Delayed scaling (Transformer Engine's DelayedScaling, ir/ops/fp8.h) casts with the scale its
+// state holds (dscale: 0 there stands for the initial 1) instead, and folds the tensor's amax into
+// the state's current amax entry (damax, fmaxf); fp8_scale_update then rolls the histories and
+// recomputes the scales (TE's amax_and_scale_update).
+//
 // Two launches per cast: fp8_amax_partial writes one block maximum per block (max is exact and
 // order-free, so the result does not depend on the grid), then fp8_cast_transpose reduces those
 // partials again in every block, derives the scale, and writes the row-wise copy q (M, K), the
@@ -35,6 +40,9 @@ __device__ __forceinline__ float fp8_scale_from_amax(float amax, float fmax) {
   return s;
 }
 
+// A delayed state's stored scale: 0 is the initial scale 1 (ir/ops/fp8.h fp8_delayed_scale).
+__device__ __forceinline__ float fp8_delayed_scale(float stored) { return stored == 0.0f ? 1.0f : stored; }
+
 // partial[blockIdx.x] = max |x[i]| over the block's grid-stride share of n elements. Four 16-byte
 // loads a thread in flight before any is used (2 blocks an SM would otherwise keep ~1 MB in flight,
 // a third of what HBM needs); max is exact and order-free, so the split does not reach the result.
@@ -66,10 +74,12 @@ extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long 
 
 // One 64 x 64 tile of x (M, K) per block (grid (ceil(K/64), ceil(M/64)), exactly 256 threads): q (M, K)
 // and/or qT (K, M) (either may be null), and scale_inv[0] (from block (0, 0)). fmt 0 = E4M3,
-// 1 = E5M2. nparts partial maxima from fp8_amax_partial.
+// 1 = E5M2. nparts partial maxima from fp8_amax_partial. dscale non-null: delayed scaling, the
+// scale *dscale, and block (0, 0) folds the amax into *damax (no block reads it; null in an
+// evaluation, which records nothing).
 extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
                                               const bf16* x, const float* partial, int nparts, int M, int K,
-                                              int fmt) {
+                                              int fmt, const float* dscale, float* damax) {
   __shared__ float red[32];
   __shared__ unsigned char tile[STEPC_FP8_TILE][STEPC_FP8_TILE + 8];
   int m0 = blockIdx.y * STEPC_FP8_TILE, k0 = blockIdx.x * STEPC_FP8_TILE;
@@ -85,8 +95,12 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
   float m = 0.0f;
   for (int i = threadIdx.x; i < nparts; i += blockDim.x) m = fmaxf(m, partial[i]);
   float amax = block_max(m, red);
-  float scale = fp8_scale_from_amax(amax, fmt ? STEPC_FP8_E5M2_MAX : STEPC_FP8_E4M3_MAX);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale_inv[0] = __frcp_rn(scale);
+  float scale = dscale ? fp8_delayed_scale(*dscale)
+                       : fp8_scale_from_amax(amax, fmt ? STEPC_FP8_E5M2_MAX : STEPC_FP8_E4M3_MAX);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    scale_inv[0] = __frcp_rn(scale);
+    if (damax) *damax = fmaxf(*damax, amax);
+  }
 #pragma unroll
   for (int h2 = 0; h2 < 2; h2++) {
     int v = threadIdx.x + h2 * 256, r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;
@@ -115,4 +129,27 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
     }
     *(uint2*)(qT + (long)gk * M + gm) = make_uint2(w0, w1);
   }
+}
+
+// Transformer Engine's amax_and_scale_update (delayed_scaling.cu) on the state st (1 + len, n), one
+// thread per column (ir/ops/fp8.c FP8_SCALE_UPDATE): where the current amax (row 1) is not 0 the
+// history rolls in place, entry i taking entry i + 1 and the last the current amax, the current
+// entry becoming 0; amax is the current one (algo 0, most_recent) or the max over the rolled
+// window (algo 1, 0 when it did not roll); scale = top / amax (top = fp8_max / 2^margin) when amax
+// is finite and > 0, else the previous scale; the fp32 maximum where that overflows. fmaxf is
+// exact and order-free, so the column's loop gives TE's block reduction's value.
+extern "C" __global__ void fp8_scale_update(float* st, int n, int len, int algo, float top) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float* h = st + n + j;
+  float last = h[0], amax = 0.0f;
+  if (last != 0.0f)
+    for (int i = 0; i < len; i++) {
+      float a = i < len - 1 ? h[(long)(i + 1) * n] : last;
+      amax = fmaxf(amax, a);
+      h[(long)i * n] = i > 0 ? a : 0.0f;
+    }
+  if (algo == 0) amax = last;
+  float scale = isfinite(amax) && amax > 0.0f ? __fdiv_rn(top, amax) : fp8_delayed_scale(st[j]);
+  st[j] = isinf(scale) ? 3.402823466e38f : scale;
 }

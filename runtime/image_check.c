@@ -223,6 +223,10 @@ static int check_inplace(const Graph *g, int o, Why *w) {
   if (op->nout < want || (op->kind != OP_ADAMW && op->nout > want) || !same)
     return bad(w, "op %d (%s): its in-place outputs are not the number or size its kind writes", o,
                op_name(op->kind));
+  const Tensor *st = &g->t[op->out[0]]; /* a delayed-scaling state: fp32 (1 + history, n), ir/ops/fp8.h */
+  if (op->kind == OP_FP8_SCALE_UPDATE && (st->dtype != DT_F32 || st->ndim != 2 || st->shape[0] < 2))
+    return bad(w, "op %d (%s): %s is not an fp32 (1 + history, n) scaling state", o, op_name(op->kind),
+               st->name);
   return 0;
 }
 

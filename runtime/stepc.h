@@ -211,7 +211,10 @@ stepc_status stepc_step(stepc_t *s, stepc_step_stats *st);
  * program's forward points lowered with dropout off and the fused output-layer loss without its
  * backward; an artifact whose forward cannot be played alone refuses with STEPC_ERR_UNSUPPORTED
  * and the reason); cpu, the micro program's forward ops. Data parallel: every rank calls it with
- * its own micro-batches, and *loss is the mean over every rank's. */
+ * its own micro-batches, and *loss is the mean over every rank's. Under fp8 delayed scaling the
+ * casts use the step's current scales and record no amax; a step of several micro-batches rescales
+ * its inputs' casts between them and an evaluation does not (nor does Transformer Engine's no-grad
+ * forward), so there the loss is not the step's (docs/fp8.md). */
 stepc_status stepc_eval(stepc_t *s, const int32_t *tokens, const int32_t *targets, size_t count, double *loss,
                         float *logprobs);
 

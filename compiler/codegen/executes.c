@@ -1,5 +1,6 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
- * with current scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c). A build of such a
+ * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c). A
+ * build of such a
  * recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an artifact
  * that trained a different step than the recipe asks for (bf16 under fp8, one full replica under
  * expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
@@ -100,8 +101,12 @@ static const char *first_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_context_parallel_size, "context parallelism"},
       {above_one(s, SPEC_F_model_expert_tensor_parallel_size, m->expert_tensor_parallel_size),
        SPEC_F_model_expert_tensor_parallel_size, "expert tensor parallelism"},
-      {fp8 && strcmp(m->fp8_recipe, "tensorwise") != 0, SPEC_F_model_fp8_recipe,
-       "an fp8 scaling recipe other than current scaling (\"tensorwise\", which runs)"},
+      {fp8 && !spec_fp8_executes(s), SPEC_F_model_fp8_recipe,
+       "an fp8 scaling recipe other than delayed or current scaling (\"delayed\" and \"tensorwise\" run; "
+       "mxfp8, blockwise and custom do not)"},
+      {spec_fp8_delayed(s) && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_recipe,
+       "fp8 delayed scaling under data parallelism (the ranks' amax histories are not all-reduced over "
+       "the group yet; fp8_recipe=tensorwise runs)"},
       {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
        "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
        "in bf16)"},

@@ -23,7 +23,9 @@ static const char *choice_rule(int id) {
  * the validator's rules. */
 static int64_t int_min(int id) {
   switch (id) {
-  case SPEC_F_model_recompute_num_layers: return INT64_MIN;
+  case SPEC_F_model_recompute_num_layers:
+  case SPEC_F_model_fp8_margin:
+  case SPEC_F_model_fp8_amax_history_len: return INT64_MIN;
   case SPEC_F_model_cpu_offloading_num_layers:
   case SPEC_F_model_cuda_graph_warmup_steps:
   case SPEC_F_model_qk_pos_emb_head_dim:

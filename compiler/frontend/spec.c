@@ -121,10 +121,17 @@ bool spec_layer_is_moe(const Spec *s, int layer) {
   return layer >= 0 && layer < f->n && f->pattern[layer];
 }
 
+bool spec_fp8_delayed(const Spec *s) {
+  return s->present[SPEC_F_model_fp8] && strcmp(s->model.fp8_recipe, "delayed") == 0;
+}
+
+bool spec_fp8_executes(const Spec *s) {
+  return strcmp(s->model.fp8_recipe, "tensorwise") == 0 || strcmp(s->model.fp8_recipe, "delayed") == 0;
+}
+
 bool spec_layer_fp8(const Spec *s, int layer) {
   const SpecModel *m = &s->model;
-  if (!s->present[SPEC_F_model_fp8] || strcmp(m->fp8_recipe, "tensorwise") != 0 || layer < 0 ||
-      layer >= m->num_layers)
+  if (!s->present[SPEC_F_model_fp8] || !spec_fp8_executes(s) || layer < 0 || layer >= m->num_layers)
     return false;
   if (!m->first_last_layers_bf16) return true;
   return layer >= m->num_layers_at_start_in_bf16 && layer < m->num_layers - m->num_layers_at_end_in_bf16;

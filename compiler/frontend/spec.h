@@ -97,9 +97,14 @@
   X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size")          \
   X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                                \
   X(fp8, STR, "null", MC, "e4m3|hybrid",                                                                     \
-    "fp8 format; null means no fp8. Runs with fp8_recipe tensorwise; not with MoE experts or fp8_param")     \
+    "fp8 format; null means no fp8. Runs with fp8_recipe delayed or tensorwise; not with MoE experts or "    \
+    "fp8_param")                                                                                             \
   X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom",                             \
-    "fp8 scaling recipe; stepc executes tensorwise (current scaling)")                                       \
+    "fp8 scaling recipe; stepc executes delayed (TE's DelayedScaling) and tensorwise (current scaling)")     \
+  X(fp8_margin, INT, "0", MC, "", "Delayed scaling: scale = fp8_max / amax / 2^fp8_margin")                  \
+  X(fp8_amax_history_len, INT, "1", MC, "", "Delayed scaling: amax history length per fp8 tensor")           \
+  X(fp8_amax_compute_algo, STR, "most_recent", MC, "most_recent|max",                                        \
+    "Delayed scaling: the amax the scale uses, the newest entry of the history or its max")                  \
   X(first_last_layers_bf16, BOOL, "false", MC, "",                                                           \
     "Keep the first and last layers' linears in bf16 under fp8")                                             \
   X(num_layers_at_start_in_bf16, INT, "1", MC, "",                                                           \
@@ -318,11 +323,15 @@ bool spec_is_moe(const Spec *s);
 bool spec_lowers_tp(const Spec *s);
 bool spec_lowers_ep(const Spec *s);
 bool spec_layer_is_moe(const Spec *s, int layer); /* layer in 0..num_layers-1 */
-/* Whether layer l's linears run in fp8 (ir/ops/fp8.c): model.fp8 set with fp8_recipe "tensorwise",
- * and not a layer first_last_layers_bf16 keeps in bf16 (Megatron's is_first_last_bf16_layer:
- * l < num_layers_at_start_in_bf16, or l >= num_layers - num_layers_at_end_in_bf16); never outside
- * the layers (l < 0: embedding, output layer). */
+/* Whether layer l's linears run in fp8 (ir/ops/fp8.c): model.fp8 set with fp8_recipe "tensorwise" or
+ * "delayed", and not a layer first_last_layers_bf16 keeps in bf16 (Megatron's is_first_last_bf16_layer: l <
+ * num_layers_at_start_in_bf16, or l >= num_layers - num_layers_at_end_in_bf16); never outside the layers (l <
+ * 0: embedding, output layer). */
 bool spec_layer_fp8(const Spec *s, int layer);
+/* Whether fp8_recipe is one stepc executes: "tensorwise" (current scaling) or "delayed" (Transformer
+ * Engine's DelayedScaling, ir/ops/fp8.c); and whether fp8 is set with the delayed recipe. */
+bool spec_fp8_executes(const Spec *s);
+bool spec_fp8_delayed(const Spec *s);
 int64_t spec_data_parallel_size(const Spec *s);
 int64_t spec_global_batch_size(const Spec *s);
 /* Chunks of the output layer and loss: model.output_layer_chunks, or when null the fewest that

@@ -30,22 +30,66 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
   return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
 }
 
+/* Delayed scaling's state of one kind of fp8 tensor (ir/ops/fp8.h), created on first use with one
+ * column and widened by one for every further tensor: its id, and the new column in *col. */
+static int delayed_state(Graph *g, const Spec *s, const char *name, int64_t *col) {
+  int id = graph_find_tensor(g, name);
+  if (id >= 0) {
+    *col = g->t[id].shape[1]++;
+    return id;
+  }
+  int64_t shape[2] = {1 + s->model.fp8_amax_history_len, 1};
+  *col = 0;
+  return graph_tensor(g, name, DT_F32, ROLE_OPTIM, 2, shape);
+}
+
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
   if (!s->per_rank || !spec_layer_fp8(s, g->cur.layer)) return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
   /* Transformer Engine's fp8 linear: the weight cast once a micro-batch (E4M3; its copy, transpose and
    * scale_inv named after it), the input cast in the product's launch; the backward's format E5M2
-   * under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3) */
-  OpAttrs qa = {.i = {FP8_E4M3}},
-          la = {.i = {FP8_E4M3, strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3}};
+   * under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3). Under delayed scaling each of the
+   * three casts has its column in its kind's state. */
+  bool delayed = spec_fp8_delayed(s);
+  int64_t cw = 0, cx = 0, cdy = 0;
+  int sw = -1, sx = -1, sdy = -1;
+  if (delayed && ((sw = delayed_state(g, s, LB_FP8_STATE_WEIGHTS, &cw)) < 0 ||
+                  (sx = delayed_state(g, s, LB_FP8_STATE_INPUTS, &cx)) < 0 ||
+                  (sdy = delayed_state(g, s, LB_FP8_STATE_GRADS, &cdy)) < 0))
+    return -1;
+  OpAttrs qa = {.i = {FP8_E4M3, delayed, cw}},
+          la = {.i = {FP8_E4M3, strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3, delayed, cx, cdy}};
   char names[3][IR_NAME_MAX];
   const char *np[3] = {names[0], names[1], names[2]}, *sfx[3] = {"fp8", "fp8_t", "scale_inv"};
   for (int i = 0; i < 3; i++)
     snprintf(names[i], sizeof names[i], "%s.%s", g->t[in[1]].name, sfx[i]);
-  int q[3], out[4];
-  if (graph_op(g, OP_FP8_QUANT, &in[1], 1, &qa, q, np) < 0) return -1;
-  int lin[5] = {in[0], q[0], q[1], q[2], nin == 3 ? in[2] : -1};
-  if (graph_op(g, OP_LINEAR_FP8, lin, nin == 3 ? 5 : 4, &la, out, NULL) < 0) return -1;
+  int q[3], out[4], qin[2] = {in[1], sw};
+  if (graph_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, np) < 0) return -1;
+  int lin[7] = {in[0], q[0], q[1], q[2]}, n = 4;
+  if (nin == 3) lin[n++] = in[2];
+  if (delayed) lin[n++] = sx, lin[n++] = sdy;
+  if (graph_op(g, OP_LINEAR_FP8, lin, n, &la, out, NULL) < 0) return -1;
   return out[0];
+}
+
+int lb_fp8_delayed_updates(Graph *g, const Spec *s) {
+  int st[3] = {graph_find_tensor(g, LB_FP8_STATE_INPUTS), graph_find_tensor(g, LB_FP8_STATE_GRADS),
+               graph_find_tensor(g, LB_FP8_STATE_WEIGHTS)};
+  if (st[0] < 0) return 0;
+  if (st[1] < 0 || st[2] < 0) return graph_fail(g, "fp8 delayed scaling: a state tensor is missing");
+  int bwd = strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3,
+      algo = strcmp(s->model.fp8_amax_compute_algo, "max") == 0 ? FP8_AMAX_MAX : FP8_AMAX_MOST_RECENT;
+  int fmt[3] = {FP8_E4M3, bwd, FP8_E4M3};
+  Phase ph[3] = {IR_PHASE_BACKWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER};
+  IrTags saved = g->cur;
+  int rc = 0;
+  for (int k = 0; k < 3 && rc == 0; k++) {
+    g->cur = (IrTags){.phase = ph[k], .layer = -1, .fwd = -1};
+    snprintf(g->cur.module, sizeof g->cur.module, "fp8_delayed");
+    OpAttrs a = {.i = {fmt[k], algo, s->model.fp8_margin}};
+    rc = graph_op_into(g, OP_FP8_SCALE_UPDATE, NULL, 0, &st[k], 1, &a) < 0 ? -1 : 0;
+  }
+  g->cur = saved;
+  return rc;
 }
 
 int lb_norm(const LowerBlock *L, int x, int64_t width) {

@@ -51,11 +51,21 @@ int lb_param(const LowerBlock *L, const char *suffix, int ndim, const int64_t *s
 int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double std);
 /* The op of a linear layer's product over in[0..nin) (x, W [, b]): LINEAR, or, for a transformer
  * layer's linear in a build that executes the recipe (Spec.per_rank) where spec_layer_fp8 holds
- * (model.fp8 with the tensorwise recipe — compiler/codegen/executes.c refuses the others — outside
+ * (model.fp8 with the tensorwise or delayed recipe — compiler/codegen/executes.c refuses the others — outside
  * the layers first_last_layers_bf16 keeps), W's cast and LINEAR_FP8 (ir/ops/fp8.c).
  * The output layer and the MoE router stay LINEAR, as in Megatron (not Transformer Engine modules).
  * Its output tensor, or -1 with g->err. */
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);
+/* Under fp8_recipe "delayed" the linears' casts read and record their tensors' persistent state
+ * (ir/ops/fp8.h), one ROLE_OPTIM tensor per kind, a column per fp8 linear: */
+#define LB_FP8_STATE_INPUTS "fp8_delayed.inputs"
+#define LB_FP8_STATE_WEIGHTS "fp8_delayed.weights"
+#define LB_FP8_STATE_GRADS "fp8_delayed.grad_outputs"
+/* Appends the states' updates (FP8_SCALE_UPDATE), once the backward is built and before the
+ * optimizer: the inputs' and output gradients' as the last ops of the micro-batch's backward (after
+ * every replay, so that a recomputed cast reuses the forward's scale), the weights' once a step in
+ * the optimizer phase. Nothing without delayed fp8 linears. 0, or -1 with g->err. */
+int lb_fp8_delayed_updates(Graph *g, const Spec *s);
 /* The recipe's normalization over the last dim (width), weights in the current module. */
 int lb_norm(const LowerBlock *L, int x, int64_t width);
 /* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated), chosen by

@@ -1,5 +1,5 @@
 /* validate_model.c — stepc's own consistency rules on the architecture and the data
- * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52..55): what Megatron would reject
+ * (STEPC-13..18, STEPC-20, STEPC-30, STEPC-31, STEPC-49, STEPC-50, STEPC-52..56): what Megatron would reject
  * while building the model, or what stepc cannot plan or run. */
 #include <string.h>
 
@@ -106,25 +106,41 @@ static void check_data(VCtx *v) {
         "set data.path to a text file, or data.mock=true");
 }
 
-/* STEPC-20: fp8 executes with current scaling (fp8_recipe "tensorwise": ir/ops/fp8.c) in what a build
- * runs; `stepc plan` and `check` model the single-rank step in bf16 beside the per-rank report of
- * what Transformer Engine keeps in fp8; a build refuses the other recipes (compiler/codegen/executes.c).
- * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566). */
+/* STEPC-20: fp8 executes with delayed scaling (fp8_recipe "delayed", Transformer Engine's DelayedScaling)
+ * or current scaling ("tensorwise"), ir/ops/fp8.c, in what a build runs; `stepc plan` and `check`
+ * model the single-rank step in bf16 beside the per-rank report of what Transformer Engine keeps in
+ * fp8; a build refuses the other recipes (compiler/codegen/executes.c).
+ * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566).
+ * STEPC-56: the delayed recipe's amax history holds at least one entry (Transformer Engine's
+ * DelayedScaling keeps amax_history_len rows, the newest first) and at most 2^20 (a history of 1024,
+ * TE's own default, is the longest in use); its margin keeps fp8_max / 2^margin a normal fp32 number. */
 static void check_precision(VCtx *v) {
   const Spec *s = v->s;
-  if (s->model.fp8_param && !s->present[SPEC_F_model_fp8])
+  const SpecModel *m = &s->model;
+  if (m->fp8_param && !s->present[SPEC_F_model_fp8])
     diag_hint(v_error(v, "STEPC-51", SPEC_F_model_fp8_param,
                       "fp8_param keeps the weights in fp8, but fp8 is null (Megatron's TransformerConfig "
                       "raises: fp8_param must be used together with fp8 mode)"),
               "set model.fp8 (e4m3 or hybrid), or drop model.fp8_param");
+  if (m->fp8_amax_history_len < 1 || m->fp8_amax_history_len > (1 << 20))
+    diag_hint(v_error(v, "STEPC-56", SPEC_F_model_fp8_amax_history_len,
+                      "fp8_amax_history_len=%lld: the delayed recipe's amax history holds 1 to 2^20 entries",
+                      (long long)m->fp8_amax_history_len),
+              "set model.fp8_amax_history_len to 1 (Megatron's default) or 1024 (Transformer Engine's)");
+  if (m->fp8_margin < -100 || m->fp8_margin > 100)
+    diag_hint(v_error(v, "STEPC-56", SPEC_F_model_fp8_margin,
+                      "fp8_margin=%lld: the delayed recipe's scale fp8_max / amax / 2^margin needs a margin "
+                      "within [-100, 100]",
+                      (long long)m->fp8_margin),
+              "set model.fp8_margin to 0 (Megatron's default)");
   if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,
-               "fp8=%s (recipe %s): a build runs the transformer layers' linears in fp8 with current "
-               "scaling (fp8_recipe=tensorwise; other recipes refuse at build), but this single-rank plan "
-               "is the bf16 step; the per-rank report counts what Transformer Engine keeps in fp8, and a "
-               "build's plan.json the fp8 step stepc runs",
-               s->model.fp8, s->model.fp8_recipe),
+               "fp8=%s (recipe %s): a build runs the transformer layers' linears in fp8 with delayed or "
+               "current scaling (fp8_recipe=delayed or tensorwise; other recipes refuse at build), but this "
+               "single-rank plan is the bf16 step; the per-rank report counts what Transformer Engine keeps "
+               "in fp8, and a build's plan.json the fp8 step stepc runs",
+               m->fp8, m->fp8_recipe),
         "stepc build RECIPE -o DIR writes DIR/plan.json, the plan of the fp8 step");
 }
 

@@ -1,26 +1,54 @@
-/* fp8.c — fp8 linears with current (per-tensor) scaling, as Transformer Engine's Float8CurrentScaling
- * (Megatron's fp8_recipe = "tensorwise"):
+/* fp8.c — fp8 linears with per-tensor scaling, as Transformer Engine's two recipes Megatron names:
+ * current scaling (Float8CurrentScaling, fp8_recipe = "tensorwise") and delayed scaling
+ * (DelayedScaling, fp8_recipe = "delayed"):
  *
- *   amax  = max |x| over the whole tensor
- *   scale = fp8_max / amax in fp32 (1 for an amax of 0, inf or NaN; the fp32 maximum where the
- *           quotient overflows), fp8_max 448 (E4M3) or 57344 (E5M2)
+ *   current  amax  = max |x| over the whole tensor
+ *            scale = fp8_max / amax in fp32 (1 for an amax of 0, inf or NaN; the fp32 maximum where the
+ *                    quotient overflows), fp8_max 448 (E4M3) or 57344 (E5M2)
+ *   delayed  scale = the tensor's scale in its persistent state (ops/fp8.h: fp8_delayed_scale, from
+ *                    the amaxes of earlier steps); the cast folds max |x| into the state's current
+ *                    amax entry, and FP8_SCALE_UPDATE later turns the history into the next scale
  *   q     = fp8(x * scale): x * scale rounded once to fp32, then to the nearest value of the format,
  *           ties to the even one, saturated to +-fp8_max (cvt.rn.satfinite); scale_inv = 1 / scale
  *   a product of two fp8 operands = (sum_k qa qb) * scale_inv_a * scale_inv_b, fp32 accumulation
  *
- *   FP8_QUANT   x (M, K) -> q (M, K), qT (K, M), s (1): q in format i[0] (0 E4M3, 1 E5M2), its
- *               transpose, scale_inv. The weights' cast (once a micro-batch); its gradient is
- *               straight-through: the gradient of q is x's.
- *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] -> y (..., N), xqT (K, M),
- *               sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT the only copy
- *               of x the backward keeps (1 byte an element), xq the row-wise copy the forward product
- *               reads (a workspace, live in the op only). Its gradient casts dy in the backward format
- *               i[1] (FP8_QUANT) and runs two FP8_GEMMs: dx = dy wq, dwq = dy^T x, the latter
- *               passed to the weight through FP8_QUANT's straight-through rule; a bias's gradient is
- *               LINEAR_BGRAD over dy itself.
+ *   FP8_QUANT   x (M, K) [, st] -> q (M, K), qT (K, M), s (1): q in format i[0] (0 E4M3, 1 E5M2), its
+ *               transpose, scale_inv. i[1] = 1: delayed, with the state st (1 + len, n) and column
+ *               i[2] (i[3] = 1: records no amax, an evaluation's op_for_eval). The weights' cast (once
+ *               a micro-batch) and the output gradients'; its gradient is straight-through: the
+ *               gradient of q is x's.
+ *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] [, stx, stdy] -> y (..., N),
+ *               xqT (K, M), sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT
+ *               the only copy of x the backward keeps (1 byte an element), xq the row-wise copy the
+ *               forward product reads (a workspace, live in the op only). i[2] = 1: delayed, x's
+ *               state stx column i[3], and its gradient's cast dy's state stdy column i[4] (i[5] = 1:
+ *               x's cast records no amax, an evaluation's op_for_eval). Its
+ *               gradient casts dy in the backward format i[1] (FP8_QUANT) and runs two FP8_GEMMs:
+ *               dx = dy wq, dwq = dy^T x, the latter passed to the weight through FP8_QUANT's
+ *               straight-through rule; a bias's gradient is LINEAR_BGRAD over dy itself.
  *   FP8_GEMM    a (M, K), b (N, K) fp8, sa, sb (1) -> c (M, N) = a b^T sa sb in dtype i[0]: the "TN"
  *               product Hopper's fp8 tensor cores take (both operands contiguous in K), which is why
  *               the casts keep transposed copies.
+ *   FP8_SCALE_UPDATE  st (1 + len, n), in place: TE's amax_and_scale_update for every column, format
+ *               i[0], amax_compute_algo i[1] (ops/fp8.h: most_recent or max), margin i[2]. Where the
+ *               current amax is not 0: the history rolls (entry i takes entry i + 1, the last the
+ *               current amax, the current one becomes 0); amax = the current one (most_recent) or the
+ *               max over the rolled window (max, 0 when it did not roll); scale = fp8_max / 2^margin /
+ *               amax when amax is finite and > 0, else the previous scale; the fp32 maximum where that
+ *               overflows.
+ *
+ * When the delayed state updates (compiler/lower/lower_blocks.c lb_fp8_delayed_updates): the inputs'
+ * and output gradients' states at the end of each micro-batch's backward, the weights' once a step
+ * (optimizer phase). Transformer Engine updates the forward casts' state when the forward's
+ * fp8_autocast exits and the backward's when the first fp8 module's backward ends; no cast reads a
+ * forward state in between but a recompute, which TE makes use the forward's scales
+ * (get_old_fp8_meta_tensors_for_recompute) and which here sees them unchanged because the update
+ * comes after the backward. Megatron casts each weight once a step (is_first_microbatch: the later
+ * micro-batches reuse the cached copy, whose amax entry stays 0, so their updates leave its state
+ * alone): here every micro-batch recasts it with the same scale (the same bytes) and its state
+ * updates once. An evaluation (stepc_eval) casts with the current scales and records no amax, so that
+ * the next step is bitwise the one without it (TE's no-grad forward records amaxes that its next
+ * update folds in: the one difference, after an evaluation only).
  *
  * The CPU executor keeps the fp8 tensors as their values (unscaled codes' values, exact in fp32);
  * fp8_round is the rounding (ir/ops/fp8.h), checked bit for bit against CUDA's own host conversions
@@ -92,9 +120,22 @@ float fp8_scale(float amax, int fmt) {
   return isinf(s) ? FLT_MAX : s;
 }
 
+float fp8_scaled_max(int fmt, int margin) { return fp8_max(fmt) * (float)ldexp(1.0, -margin); }
+
+/* A delayed state (ops/fp8.h): fp32 (1 + len, n) with len >= 1 and column col in it. */
+static int state_check(const Tensor *st, int64_t col, char *err, size_t n) {
+  if (st->dtype != DT_F32 || st->ndim != 2 || st->shape[0] < 2 || col < 0 || col >= st->shape[1])
+    return ops_err(err, n, "the delayed-scaling state %s is not fp32 (1 + history, n) with a column %lld",
+                   st->name, (long long)col);
+  return 0;
+}
+
 static int quant_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0);
   if (op->a.i[0] != 0 && op->a.i[0] != 1) return ops_err(err, n, "format i[0] must be 0 (E4M3) or 1 (E5M2)");
+  if ((op->a.i[1] != 0 && op->a.i[1] != 1) || (op->nin == 2) != (op->a.i[1] == 1))
+    return ops_err(err, n, "i[1] 1 (delayed scaling) takes the state as its second input, 0 none");
+  if (op->nin == 2 && state_check(ops_in(g, op, 1), op->a.i[2], err, n)) return -1;
   DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
   ops_out_like(&out[0], x, "fp8");
   out[0].dtype = f;
@@ -110,16 +151,25 @@ static int quant_backward(Graph *g, int op, const int *dout, int *din) {
   return 0;
 }
 
+/* LINEAR_FP8's inputs before the delayed states (4, or 5 with a bias). */
+static int linear_fp8_nbase(const Op *op) { return op->nin - (op->a.i[2] == 1 ? 2 : 0); }
+
 static int linear_fp8_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *x = ops_in(g, op, 0), *wq = ops_in(g, op, 1), *wqt = ops_in(g, op, 2), *sw = ops_in(g, op, 3);
+  int nb = linear_fp8_nbase(op);
+  if ((op->a.i[2] != 0 && op->a.i[2] != 1) || nb < 4 || nb > 5)
+    return ops_err(err, n, "i[2] 1 (delayed scaling) takes two states after x, wq, wqT, sw [, b]; 0 none");
   if (wq->ndim != 2 || ops_last(x) != wq->shape[1] || wqt->ndim != 2 || wqt->shape[0] != wq->shape[1] ||
       wqt->shape[1] != wq->shape[0] || tensor_numel(sw) != 1)
     return ops_err(err, n, "%s (..., %lld) does not match the fp8 weight %s (N, K) and its transpose",
                    x->name, (long long)ops_last(x), wq->name);
-  if (op->nin == 5 && (ops_in(g, op, 4)->ndim != 1 || ops_in(g, op, 4)->shape[0] != wq->shape[0]))
+  if (nb == 5 && (ops_in(g, op, 4)->ndim != 1 || ops_in(g, op, 4)->shape[0] != wq->shape[0]))
     return ops_err(err, n, "bias %s is not (%lld)", ops_in(g, op, 4)->name, (long long)wq->shape[0]);
   if ((op->a.i[0] != 0 && op->a.i[0] != 1) || (op->a.i[1] != 0 && op->a.i[1] != 1))
     return ops_err(err, n, "formats i[0], i[1] must be 0 (E4M3) or 1 (E5M2)");
+  if (op->a.i[2] == 1 && (state_check(ops_in(g, op, nb), op->a.i[3], err, n) ||
+                          state_check(ops_in(g, op, nb + 1), op->a.i[4], err, n)))
+    return -1;
   DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
   ops_out_like(&out[0], x, "out");
   out[0].shape[x->ndim - 1] = wq->shape[0];
@@ -140,9 +190,11 @@ static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   int dy = dout[0], x = o.in[0], wq = o.in[1], wqt = o.in[2], sw = o.in[3], xqt = o.out[1], sx = o.out[2];
   if (dy < 0) return 0;
-  OpAttrs qa = {.i = {o.a.i[1]}};
-  int q[3];
-  if (ops_grad_op(g, OP_FP8_QUANT, &dy, 1, &qa, q, NULL) < 0) return -1;
+  int nb = linear_fp8_nbase(&o), delayed = o.a.i[2] == 1;
+  /* dy's cast: delayed, with the output gradients' state (the linear's last input) at column i[4] */
+  OpAttrs qa = {.i = {o.a.i[1], delayed, delayed ? o.a.i[4] : 0}};
+  int q[3], qin[2] = {dy, delayed ? o.in[nb + 1] : -1};
+  if (ops_grad_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, NULL) < 0) return -1;
   /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on) */
   int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT ? g->op[wp].in[0] : wq;
   OpAttrs ga = {.i = {g->t[dy].dtype}};
@@ -152,7 +204,7 @@ static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   }
   int in[4] = {q[1], xqt, q[2], sx}, of[1] = {w};
   if (ops_grad_op(g, OP_FP8_GEMM, in, 4, &ga, &din[1], of) < 0) return -1;
-  if (o.nin == 5) {
+  if (nb == 5) {
     int bof[1] = {o.in[4]};
     if (ops_grad_op(g, OP_LINEAR_BGRAD, &dy, 1, NULL, &din[4], bof) < 0) return -1;
   }
@@ -194,6 +246,16 @@ static double linear_fp8_bytes(const Graph *g, const Op *op) {
          (double)tensor_numel(y) * (double)dtype_size(y->dtype);
 }
 
+static int scale_update_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  (void)g, (void)op, (void)out;
+  return ops_err(err, n, "FP8_SCALE_UPDATE updates its state in place (graph_op_into)");
+}
+
+/* The state read and written once. */
+static double scale_update_bytes(const Graph *g, const Op *op) {
+  return 8.0 * (double)tensor_numel(&g->t[op->out[0]]);
+}
+
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
 #include "ops/real.h"
@@ -206,7 +268,7 @@ static double linear_fp8_bytes(const Graph *g, const Op *op) {
 
 const OpInfo op_fp8_quant_info = {"fp8_quant",
                                   1,
-                                  1,
+                                  2,
                                   3,
                                   quant_infer,
                                   ops_flops_elementwise,
@@ -222,7 +284,7 @@ const OpInfo op_fp8_quant_info = {"fp8_quant",
                                   .bytes = quant_bytes};
 const OpInfo op_linear_fp8_info = {"linear_fp8",
                                    4,
-                                   5,
+                                   7,
                                    4,
                                    linear_fp8_infer,
                                    linear_fp8_flops,
@@ -253,16 +315,43 @@ const OpInfo op_fp8_gemm_info = {"fp8_gemm",
                                            .matmul = MATMUL_DGRAD,
                                            .ew = &OP_EW_NONE}};
 
+/* in place: the state out[0] (1 + len, n); attributes in ir/ops/fp8.c's header */
+const OpInfo op_fp8_scale_update_info = {"fp8_scale_update",
+                                         0,
+                                         0,
+                                         0,
+                                         scale_update_infer,
+                                         NULL,
+                                         NULL,
+                                         {scale_update_cpu_f32, scale_update_cpu_f64},
+                                         .facts = {.cost = COST_ELEMENTWISE,
+                                                   .ceiling = CEIL_DRAM,
+                                                   .inplace = INPLACE_NONE,
+                                                   .rng = RNG_NONE,
+                                                   .sink = SINK_NO,
+                                                   .matmul = MATMUL_NONE,
+                                                   .ew = &OP_EW_NONE},
+                                         .bytes = scale_update_bytes};
+
 #else /* OPS_KERNEL_PASS */
 
-/* q (M, K) and qT (K, M) (either may be NULL) of x (M, K) in format e5m2; returns scale_inv. */
-static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real *qt) {
+/* q (M, K) and qT (K, M) (either may be NULL) of x (M, K) in format e5m2; returns scale_inv. Current
+ * scaling when st is NULL; else delayed: the scale from st[0], max |x| folded into st[n] (a column
+ * of a state, n its width: ops/fp8.h) unless the op runs as an evaluation (record 0). */
+static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real *qt, real *st, int64_t n,
+                    int record) {
   real amax = 0;
   for (int64_t i = 0; i < m * k; i++) {
     real a = x[i] < 0 ? -x[i] : x[i];
     if (a > amax) amax = a;
   }
-  float scale = fp8_scale((float)amax, e5m2);
+  float scale;
+  if (st) {
+    scale = fp8_delayed_scale((float)st[0]);
+    if (record) st[n] = (real)fmaxf((float)st[n], (float)amax);
+  } else {
+    scale = fp8_scale((float)amax, e5m2);
+  }
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < k; j++) {
       real v = (real)fp8_round((double)(float)(x[i * k + j] * (real)scale), e5m2);
@@ -272,10 +361,18 @@ static real K(cast)(const real *x, int64_t m, int64_t k, int e5m2, real *q, real
   return (real)(1.0f / scale);
 }
 
+/* Column `col` of the state tensor t, whose storage is p, and through *n its width. */
+static real *K(state_col)(const CpuCtx *c, int t, void *p, int64_t col, int64_t *n) {
+  *n = c->g->t[t].shape[1];
+  return (real *)p + col;
+}
+
 static void K(quant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
-  real *s = out[2];
-  s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1]);
+  real *s = out[2], *st = NULL;
+  int64_t n = 0;
+  if (op->a.i[1] == 1) st = K(state_col)(c, op->in[1], in[1], op->a.i[2], &n);
+  s[0] = K(cast)(in[0], ops_rows(x), ops_last(x), (int)op->a.i[0], out[0], out[1], st, n, op->a.i[3] != 1);
 }
 
 /* c (M, N) = (a b^T) scale (+ bias): LINEAR's product of the quantized values (each element summed
@@ -292,15 +389,42 @@ static void K(linear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
   const Tensor *x = &c->g->t[op->in[0]], *wq = &c->g->t[op->in[1]];
   int64_t m = ops_rows(x), k = ops_last(x);
   const real *sw = in[3];
-  real *sx = out[2];
-  sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1]);
-  K(fp8_product)(c, out[3], in[1], sx[0] * sw[0], op->nin == 5 ? in[4] : NULL, out[0], m, wq->shape[0], k);
+  real *sx = out[2], *st = NULL;
+  int nb = linear_fp8_nbase(op);
+  int64_t n = 0;
+  if (op->a.i[2] == 1) st = K(state_col)(c, op->in[nb], in[nb], op->a.i[3], &n);
+  sx[0] = K(cast)(in[0], m, k, (int)op->a.i[0], out[3], out[1], st, n, op->a.i[5] != 1);
+  K(fp8_product)(c, out[3], in[1], sx[0] * sw[0], nb == 5 ? in[4] : NULL, out[0], m, wq->shape[0], k);
 }
 
 static void K(fp8_gemm_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]];
   const real *sa = in[2], *sb = in[3];
   K(fp8_product)(c, in[0], in[1], sa[0] * sb[0], NULL, out[0], ops_rows(a), b->shape[0], ops_last(a));
+}
+
+/* Transformer Engine's amax_and_scale_update (delayed_scaling.cu, kernel_bulk) on every column of
+ * the state, in fp32: the roll in place, in order (entry i takes entry i + 1 before that one is
+ * written), and max as fmaxf (which drops a NaN, as TE's does). */
+static void K(scale_update_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  (void)in;
+  const Tensor *t = &c->g->t[op->out[0]];
+  int64_t n = t->shape[1], len = t->shape[0] - 1;
+  float top = fp8_scaled_max((int)op->a.i[0], (int)op->a.i[2]);
+  real *st = out[0];
+  for (int64_t j = 0; j < n; j++) {
+    real *h = st + n + j;
+    float last = (float)h[0], amax = 0.0f;
+    if (last != 0.0f)
+      for (int64_t i = 0; i < len; i++) {
+        float a = i < len - 1 ? (float)h[(i + 1) * n] : last;
+        amax = fmaxf(amax, a);
+        h[i * n] = i > 0 ? (real)a : 0;
+      }
+    if (op->a.i[1] == FP8_AMAX_MOST_RECENT) amax = last;
+    float scale = isfinite(amax) && amax > 0.0f ? top / amax : fp8_delayed_scale((float)st[j]);
+    st[j] = (real)(isinf(scale) ? FLT_MAX : scale);
+  }
 }
 
 #endif /* OPS_KERNEL_PASS */

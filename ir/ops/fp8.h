@@ -1,6 +1,6 @@
 /* fp8.h — the two fp8 formats of Hopper's tensor cores (OCP 8-bit floating point: E4M3, max 448,
  * no infinities; E5M2, max 57344) and Transformer Engine's current (per-tensor) scaling, as the
- * fp8 ops of ir/ops/fp8.c compute them.
+ * fp8 ops of ir/ops/fp8.c compute them, and its delayed scaling's state.
  *
  * Rounding is the hardware's cvt.rn.satfinite: round to nearest, ties to even, subnormals kept
  * (E4M3's smallest 2^-9, E5M2's 2^-16), a finite value or an infinity beyond the largest finite
@@ -27,5 +27,19 @@ double fp8_decode(uint8_t b, int fmt);
  * overflows. The quantized tensor is fp8_round(x * scale); the dequantizing factor its op saves is
  * 1 / scale. */
 float fp8_scale(float amax, int fmt);
+
+/* Transformer Engine's delayed scaling (DelayedScaling; Megatron's fp8_recipe = "delayed"). The
+ * state of the n fp8 tensors of one kind (the linears' inputs, their weights, their output
+ * gradients) is one fp32 tensor (1 + len, n), len = fp8_amax_history_len; column j is tensor j:
+ *   row 0         its scale; 0 stands for TE's initial scale 1 (persistent tensors start zeroed)
+ *   rows 1..len   its amax history, TE's amax_history[0..len): row 1 the current entry, into
+ *                 which every cast of the tensor since the last update folds max |x| (TE's casts
+ *                 atomicMax into amax_history[0]), rows 2.. the older ones
+ * A cast multiplies by fp8_delayed_scale(row 0) and records its amax; it never reads row 1. The
+ * update (FP8_SCALE_UPDATE, TE's amax_and_scale_update) then rolls and rescales every column. */
+enum { FP8_AMAX_MOST_RECENT = 0, FP8_AMAX_MAX = 1 };
+static inline float fp8_delayed_scale(float stored) { return stored == 0.0f ? 1.0f : stored; }
+/* fp8_max(fmt) / 2^margin in fp32, as TE's fp8_dtype_max(dtype) * std::pow(2.f, -margin). */
+float fp8_scaled_max(int fmt, int margin);
 
 #endif

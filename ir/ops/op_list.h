@@ -45,9 +45,9 @@
   X(EP_DISPATCH, op_ep_dispatch) /* all-to-all of expert rows to their owners; backward EP_COMBINE */        \
   X(EP_COMBINE, op_ep_combine)   /* all-to-all back to the sources; backward EP_DISPATCH */
 
-/* fp8.c: fp8 linears with current scaling (Transformer Engine's Float8CurrentScaling), after the EP block */
+/* fp8.c: fp8 linears with current or delayed scaling (Transformer Engine's recipes), after the EP block */
 #define OP_LIST_FP8(X)                                                                                       \
-  X(FP8_QUANT, op_fp8_quant)   /* x -> q, qT, scale_inv (per-tensor current scaling) */                      \
+  X(FP8_QUANT, op_fp8_quant)   /* x -> q, qT, scale_inv (current or delayed scaling) */                      \
   X(LINEAR_FP8, op_linear_fp8) /* y = cast(x) wq^T sx sw; saves x's fp8 transpose */                         \
   X(FP8_GEMM, op_fp8_gemm)     /* c = a b^T sa sb, both fp8 and K-contiguous (dgrad, wgrad) */
 
@@ -138,6 +138,8 @@
   X(BIAS_ADD, op_bias_add) /* y = x + b over the rows; backward dx = dy, db = LINEAR_BGRAD(dy) */            \
   /* tp.c: replicated shard rows' gradients through a zero-padded buffer (all-reduced between) */            \
   X(TP_REP_PACK, op_tp_rep_pack)     /* g's replicated rows -> buf at their one-rank rows; g's zeroed */     \
-  X(TP_REP_UNPACK, op_tp_rep_unpack) /* buf's rows of this rank -> g's replicated rows */
+  X(TP_REP_UNPACK, op_tp_rep_unpack) /* buf's rows of this rank -> g's replicated rows */                    \
+  /* fp8.c: delayed scaling's update of the amax histories and scales (in place) */                          \
+  X(FP8_SCALE_UPDATE, op_fp8_scale_update)
 
 #endif

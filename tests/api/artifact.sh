@@ -57,8 +57,11 @@ build() { # name recipe [overrides]
   grep -q 'NEEDED.*libasan' <<<"$dyn" && paths="$tmp"
   grep -q "$paths" "$tmp/$name/libstep.so" "$tmp/$name/train" "$tmp/$name/step.img" &&
     fail "$name: the artifact names a path of this machine (its own or stepc's source tree)"
+  # (under fp8 `stepc plan` reports the single-rank bf16 step beside TE's per-rank layout, docs/fp8.md:
+  # the artifact's plan.json is the fp8 step's own, so there is nothing of stepc plan's to compare)
   "$stepc" plan "$src" "$@" --json >"$tmp/$name.plan.json" 2>/dev/null || fail "$name: stepc plan --json"
   "$image_plan" "$tmp/$name" >"$tmp/$name.image.json" || fail "$name: image_plan"
+  [[ " $* " == *" model.fp8="[eh]* || $(grep -c '^cfg.model.fp8 = ' "$src") -gt 0 ]] ||
   python3 - "$tmp/$name.plan.json" "$tmp/$name.image.json" <<'PY' || fail "$name: step.img holds another plan than stepc plan reports"
 import json, sys
 p, i = json.load(open(sys.argv[1]))["arena"], json.load(open(sys.argv[2]))
@@ -118,6 +121,24 @@ done
 echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched by the program"
 # per-layer scoped graphs: the plan pins the scopes' static outputs
 build tiny_te tiny model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"
+# fp8 under both recipes (ir/ops/fp8.c): the casts and fp8 GEMMs; under delayed scaling the casts read
+# their scales from the step's state and the program updates it (fp8_scale_update: twice a micro-batch,
+# once in the tail) — played on the recording device with the rest; with recompute, whose replayed casts
+# reuse the forward's scales
+for f8 in "tests/recipes/tiny_fp8.lua" "tests/recipes/tiny_fp8_delayed.lua" \
+  "tests/recipes/tiny_fp8_delayed.lua model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1"; do
+  # shellcheck disable=SC2086
+  build tiny_f8 $f8
+  for k in fp8_amax_partial fp8_cast_transpose; do
+    grep -qE "^  LAUNCH $k " "$tmp/tiny_f8/program.txt" || fail "$f8: the program never launches $k"
+  done
+  n_upd=$(grep -c '^  LAUNCH fp8_scale_update ' "$tmp/tiny_f8/program.txt")
+  want=0
+  [[ $f8 == *delayed* ]] && want=3
+  [ "$n_upd" -eq "$want" ] || fail "$f8: the program launches fp8_scale_update $n_upd times, expected $want"
+  rm -rf "$tmp/tiny_f8"
+done
+echo "ok: tiny in fp8, current and delayed scaling, played as its programs hold them"
 # -o creates missing parent folders (the README builds into art/tiny)
 "$stepc" build models/tiny.lua -o "$tmp/new/parent/tiny" >"$tmp/nested.out" 2>&1 || { cat "$tmp/nested.out"; fail "stepc build -o into new folders"; }
 [ -s "$tmp/new/parent/tiny/libstep.so" ] || fail "stepc build -o into new folders: no libstep.so"

@@ -1,4 +1,4 @@
-/* fp8.c — GPU tests of the current-scaling fp8 casts (kernels/fp8.cuh), exact, by enumeration:
+/* fp8.c — GPU tests of the fp8 casts (kernels/fp8.cuh), exact, by enumeration:
  *
  *  - the scale: amax over the tensor (bf16 inputs: the largest |x| exactly), scale = fp8_max / amax
  *    in fp32 round-to-nearest, scale_inv = 1 / scale in fp32 round-to-nearest — bitwise;
@@ -9,7 +9,16 @@
  *  - the column-wise copy is the transpose of the row-wise one, bitwise; casting twice gives the
  *    same bytes (the grid's split of the amax does not reach the result).
  * Shapes: rows and columns not multiples of the 64 x 64 tile; an all-zero tensor (scale 1); values
- * spread over 2^-24 .. 2^8 so that subnormal codes and saturation both occur in E4M3 and E5M2. */
+ * spread over 2^-24 .. 2^8 so that subnormal codes and saturation both occur in E4M3 and E5M2.
+ *
+ * Delayed scaling (ir/ops/fp8.h; Transformer Engine's DelayedScaling): the same cast with the scale
+ * read from a state (a stored 0 is the initial 1; a scale below fp8_max / amax, so that codes
+ * saturate) and the tensor's amax folded into the state's current entry with fmaxf, above and below
+ * what the entry held — bitwise; and fp8_scale_update against a host reference written here from
+ * TE's amax_and_scale_update (delayed_scaling.cu): histories of 1, 4 and 1024 (TE's own default),
+ * both amax algorithms, margins 0 and 2, both formats, columns whose current amax is 0, infinite,
+ * tiny (the scale overflows to the fp32 maximum) or ordinary — every entry and scale bitwise. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +73,7 @@ static void run_cast(Gpu *g, const CastCase *cc, Rng *r) {
     amax = fmaxf(amax, fabsf(host_bf16_to_f32(h[i])));
   float fmax = cc->fmt ? 57344.0f : 448.0f, scale = amax == 0 ? 1.0f : fmax / amax, sinv = 1.0f / scale;
   CUdeviceptr x = gpu_dup(g, h, 2 * (size_t)n), q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n);
-  CUdeviceptr s = gpu_alloc(g, 4), part = gpu_alloc(g, 4 * 264);
+  CUdeviceptr s = gpu_alloc(g, 4), part = gpu_alloc(g, 4 * 264), none = 0;
   unsigned char *hq = malloc((size_t)n), *hqT = malloc((size_t)n), *again = malloc((size_t)n);
   int np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264);
   int Mi = (int)M, Ki = (int)K, fmt = cc->fmt;
@@ -72,7 +81,7 @@ static void run_cast(Gpu *g, const CastCase *cc, Rng *r) {
     int npp = pass ? 7 : np; /* another split of the amax: the same bytes */
     void *a1[] = {&part, &x, &n};
     gpu_launch(g, "fp8_amax_partial", (unsigned)npp, 1, 1, 256, 0, a1);
-    void *a2[] = {&q, &qT, &s, &x, &part, &npp, &Mi, &Ki, &fmt};
+    void *a2[] = {&q, &qT, &s, &x, &part, &npp, &Mi, &Ki, &fmt, &none, &none};
     gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
     gpu_sync(g);
     gpu_get(g, pass ? again : hq, q, (size_t)n);
@@ -113,6 +122,101 @@ static void run_cast(Gpu *g, const CastCase *cc, Rng *r) {
   free(h), free(hq), free(hqT), free(again);
 }
 
+/* The delayed cast of a (M, K) bf16 tensor: the scale from the state's slot (stored: 0 = 1), the
+ * amax folded into the current entry, which held `held` before. */
+static void run_cast_delayed(Gpu *g, long M, long K, int fmt, float stored, float held, Rng *r) {
+  long n = M * K;
+  uint16_t *h = malloc(2 * (size_t)n);
+  for (long i = 0; i < n; i++)
+    h[i] = host_f32_to_bf16((float)(rng_uniform(r) * ldexp(1.0, (int)floor((rng_uniform(r) + 1) * 6) - 6)));
+  float amax = 0;
+  for (long i = 0; i < n; i++)
+    amax = fmaxf(amax, fabsf(host_bf16_to_f32(h[i])));
+  float scale = stored == 0.0f ? 1.0f : stored, sinv = 1.0f / scale, want_amax = fmaxf(held, amax);
+  float st[2] = {stored, held};
+  CUdeviceptr x = gpu_dup(g, h, 2 * (size_t)n), q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n);
+  CUdeviceptr s = gpu_alloc(g, 4), part = gpu_alloc(g, 4 * 264), sd = gpu_dup(g, st, sizeof st), sa = sd + 4;
+  int np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264), Mi = (int)M, Ki = (int)K;
+  void *a1[] = {&part, &x, &n};
+  gpu_launch(g, "fp8_amax_partial", (unsigned)np, 1, 1, 256, 0, a1);
+  void *a2[] = {&q, &qT, &s, &x, &part, &np, &Mi, &Ki, &fmt, &sd, &sa};
+  gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
+  gpu_sync(g);
+  unsigned char *hq = malloc((size_t)n), *hqT = malloc((size_t)n);
+  float got[2], got_sinv;
+  gpu_get(g, hq, q, (size_t)n);
+  gpu_get(g, hqT, qT, (size_t)n);
+  gpu_get(g, got, sd, sizeof got);
+  gpu_get(g, &got_sinv, s, 4);
+  char name[128], detail[160];
+  snprintf(name, sizeof name, "fp8 delayed %s cast %ldx%ld scale %g, held amax %g: scale_inv",
+           fmt ? "E5M2" : "E4M3", M, K, (double)scale, (double)held);
+  gpu_check_bitwise(g, name, &got_sinv, &sinv, 4);
+  snprintf(name, sizeof name, "fp8 delayed %s cast %ldx%ld: state (scale untouched, amax folded)",
+           fmt ? "E5M2" : "E4M3", M, K);
+  float want[2] = {stored, want_amax};
+  gpu_check_bitwise(g, name, got, want, sizeof want);
+  long bad = 0, sat = 0, tbad = 0;
+  for (long i = 0; i < n; i++) {
+    unsigned c = fp8_nearest(host_bf16_to_f32(h[i]) * scale, fmt);
+    bad += hq[i] != c;
+    sat += fabs(fp8_decode(c, fmt)) == (fmt ? 57344.0 : 448.0);
+    tbad += hqT[(i % K) * M + i / K] != hq[i];
+  }
+  snprintf(detail, sizeof detail, "%ld of %ld codes differ, %ld transposed bytes differ; %ld at max", bad, n,
+           tbad, sat);
+  snprintf(name, sizeof name, "fp8 delayed %s cast %ldx%ld scale %g: codes", fmt ? "E5M2" : "E4M3", M, K,
+           (double)scale);
+  gpu_check_true(g, name, bad == 0 && tbad == 0, detail);
+  gpu_free(g, x), gpu_free(g, q), gpu_free(g, qT), gpu_free(g, s), gpu_free(g, part), gpu_free(g, sd);
+  free(h), free(hq), free(hqT);
+}
+
+/* The host reference of one column's update: TE's amax_and_scale_update (kernel_bulk) on a state
+ * (1 + len, n), written from its definition: roll where the current amax is not 0, the amax used
+ * the current one or the window's max, the scale top / amax or the previous one, FLT_MAX on
+ * overflow. */
+static void ref_scale_update(float *st, int n, int len, int algo, float top, int j) {
+  float *h = st + n + j, last = h[0], hist[1024], amax = 0;
+  if (last != 0.0f) {
+    for (int i = 0; i < len; i++)
+      hist[i] = i < len - 1 ? h[(long)(i + 1) * n] : last;
+    for (int i = 0; i < len; i++)
+      amax = fmaxf(amax, hist[i]), h[(long)i * n] = i > 0 ? hist[i] : 0.0f;
+  }
+  if (algo == 0) amax = last;
+  float prev = st[j] == 0.0f ? 1.0f : st[j], scale = isfinite(amax) && amax > 0 ? top / amax : prev;
+  st[j] = isinf(scale) ? FLT_MAX : scale;
+}
+
+static void run_scale_update(Gpu *g, int n, int len, int algo, int fmt, int margin, Rng *r) {
+  size_t bytes = sizeof(float) * (size_t)(1 + len) * (size_t)n;
+  float *st = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+  for (int j = 0; j < n; j++) {
+    st[j] = j % 5 == 0 ? 0.0f : (float)ldexp(1.0 + rng_uniform(r) / 2, j % 9); /* 0: never updated */
+    for (int i = 1; i <= len; i++)
+      st[(long)i * n + j] = i > 1 && j % 3 == 0 ? 0.0f : (float)ldexp(1.5 + rng_uniform(r), (j + i) % 7 - 3);
+    /* the current amax: 0 (no roll), infinite, tiny (scale overflow), or ordinary */
+    float cur = j % 7 == 1 ? 0.0f : j % 7 == 2 ? INFINITY : j % 7 == 3 ? 1e-38f : st[(long)n + j];
+    st[(long)n + j] = cur;
+  }
+  memcpy(want, st, bytes);
+  float top = (fmt ? 57344.0f : 448.0f) * (float)ldexp(1.0, -margin);
+  for (int j = 0; j < n; j++)
+    ref_scale_update(want, n, len, algo, top, j);
+  CUdeviceptr d = gpu_dup(g, st, bytes);
+  void *args[] = {&d, &n, &len, &algo, &top};
+  gpu_launch(g, "fp8_scale_update", (unsigned)((n + 127) / 128), 1, 1, 128, 0, args);
+  gpu_sync(g);
+  gpu_get(g, got, d, bytes);
+  char name[128];
+  snprintf(name, sizeof name, "fp8_scale_update %s history %d %s margin %d, %d columns",
+           fmt ? "E5M2" : "E4M3", len, algo ? "max" : "most_recent", margin, n);
+  gpu_check_bitwise(g, name, got, want, bytes);
+  gpu_free(g, d);
+  free(st), free(want), free(got);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -120,4 +224,12 @@ void test_fp8(Gpu *g) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     run_cast(g, &cases[i], &r);
+  /* delayed: the initial scale, one that saturates the largest values, amaxes folded up and not */
+  run_cast_delayed(g, 208, 336, 0, 0.0f, 0.0f, &r);
+  run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
+  run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
+  for (int len = 1; len <= 1024; len *= len == 1 ? 4 : 256)
+    for (int algo = 0; algo < 2; algo++)
+      for (int fmt = 0; fmt < 2; fmt++)
+        run_scale_update(g, len == 1024 ? 37 : 300, len, algo, fmt, fmt ? 2 : 0, &r);
 }

@@ -77,7 +77,7 @@ int gpu_check_true(Gpu *g, const char *name, int ok, const char *detail);
 void test_basic(Gpu *g);
 void test_attention(Gpu *g);
 void test_mamba(Gpu *g); /* mamba.c: the Mamba-2 kernels against ir/ops/mamba.c in fp64 */
-void test_fp8(Gpu *g);   /* fp8.c: the current-scaling casts, exact by enumeration */
+void test_fp8(Gpu *g);   /* fp8.c: the current- and delayed-scaling casts and update, exact */
 void bench_attention(Gpu *g);
 void bench_mamba(Gpu *g);              /* tests/gpu/mamba.c: each mixer kernel at Nemotron's shape */
 void test_bandwidth(Gpu *g);           /* bandwidth.c, the last of test_basic */

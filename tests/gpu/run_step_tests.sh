@@ -4,6 +4,7 @@
 #   tests/gpu/run_step_tests.sh
 #   ONLY=moe tests/gpu/run_step_tests.sh     (the MLA + MoE tests alone)
 #   ONLY=mamba tests/gpu/run_step_tests.sh   (the Mamba kernels and the hybrid recipe alone)
+#   ONLY=fp8 tests/gpu/run_step_tests.sh     (the fp8 kernels and steps, both recipes, alone)
 # BUILD (default build) holds gpu_step and stepc, built elsewhere if this machine has no Lua.
 # GPL3 is the text file of the 200-step run (default /usr/share/common-licenses/GPL-3, else
 # tests/gpu/data/GPL-3). Logs go to $OUT (or ./gpu-step-logs). ONLY=REGEX runs only the tests whose
@@ -26,6 +27,16 @@ run() { # NAME CMD...
   timeout "${RUN_TIMEOUT:-300}" "$@" >"$DEST/$name.log" 2>&1
   local rc=$?
   grep -E "^(PASS|FAIL|SKIP)" "$DEST/$name.log" | grep -vE "^PASS (layers|embedding|output|final)" | tail -6 | tee -a "$DEST/summary.log"
+  echo "-- $name exit $rc" | tee -a "$DEST/summary.log"
+  [ $rc -eq 0 ] || fails=$((fails + 1))
+}
+run_kernels() { # GROUP: gpu_kernels --only GROUP, as the test NAME GROUP_kernels (its checks' summary)
+  local name=$1_kernels
+  [[ -z "${ONLY:-}" || $name =~ $ONLY ]] || return 0
+  echo "== $name: $BUILD/tests/gpu/gpu_kernels --only $1" | tee -a "$DEST/summary.log"
+  timeout 300 "$BUILD/tests/gpu/gpu_kernels" --only "$1" >"$DEST/$name.log" 2>&1
+  local rc=$?
+  grep -E "^(FAIL|[0-9]+ checks)" "$DEST/$name.log" | tee -a "$DEST/summary.log"
   echo "-- $name exit $rc" | tee -a "$DEST/summary.log"
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
@@ -189,14 +200,7 @@ run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 # full-iteration graph.
 HYB=tests/recipes/tiny_hybrid.lua
 HYB_ALL=model.moe_router_topk=4
-if [[ -z "${ONLY:-}" || mamba_kernels =~ $ONLY ]]; then
-  echo "== mamba_kernels: $BUILD/tests/gpu/gpu_kernels --only mamba" | tee -a "$DEST/summary.log"
-  timeout 300 $BUILD/tests/gpu/gpu_kernels --only mamba >"$DEST/mamba_kernels.log" 2>&1
-  rc=$?
-  grep -E "^(FAIL|[0-9]+ checks)" "$DEST/mamba_kernels.log" | tee -a "$DEST/summary.log"
-  echo "-- mamba_kernels exit $rc" | tee -a "$DEST/summary.log"
-  [ $rc -eq 0 ] || fails=$((fails + 1))
-fi
+run_kernels mamba
 run mamba_grads $STEP grads $HYB $HYB_ALL
 run mamba_replay $STEP replay $HYB 6
 run mamba_replay_dropout $STEP replay $HYB 6 model.hidden_dropout=0.1
@@ -205,6 +209,29 @@ run mamba_recompute_moe $STEP recompute $HYB 3 --labels moe,moe_act
 run mamba_scoped $STEP scoped $HYB 4 "transformer_engine:[];transformer_engine:[mamba];transformer_engine:[attn,mamba];local:[]"
 run mamba_cli_eager $BUILD/stepc run $HYB --device cuda --steps 20
 run mamba_cli_graph $BUILD/stepc run $HYB --device cuda --steps 20 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+# fp8 (ir/ops/fp8.c): current scaling and delayed scaling (Transformer Engine's DelayedScaling, Megatron's
+# default recipe; its amax histories and scales are device state the launch program updates). ONLY=fp8
+# runs these alone: the casts and the delayed update kernel exactly (gpu_kernels --only fp8); the first
+# step against the CPU's emulation of the same casts (scale 1 under delayed); eager twice and eager vs
+# the full-iteration graph, each recompute label vs none, scoped graphs vs eager, bitwise (losses and every
+# persistent tensor, the scaling states included), over enough steps that every scale has moved; a
+# checkpoint resumed bitwise; the CLI eagerly and as one graph
+run_kernels fp8
+F8T="model.fp8=hybrid model.fp8_recipe=tensorwise"
+F8D="model.fp8=hybrid model.fp8_recipe=delayed"
+F8D4="$F8D model.fp8_amax_history_len=4 model.fp8_amax_compute_algo=max model.fp8_margin=1"
+run fp8_grads_tensorwise $STEP grads models/tiny.lua $F8T
+run fp8_grads_delayed $STEP grads models/tiny.lua $F8D
+run fp8_grads_delayed_one_micro $STEP grads models/tiny.lua $F8D4 $ONE
+run fp8_replay_tensorwise $STEP replay models/tiny.lua 6 $F8T
+run fp8_replay_delayed $STEP replay models/tiny.lua 8 $F8D
+run fp8_replay_delayed_h4 $STEP replay models/tiny.lua 8 $F8D4
+run fp8_recompute_tensorwise $STEP recompute models/tiny.lua 3 $F8T
+run fp8_recompute_delayed $STEP recompute models/tiny.lua 4 --labels core_attn,mlp,mlp_act,full $F8D4
+run fp8_scoped_delayed $STEP scoped models/tiny.lua 4 "transformer_engine:[];transformer_engine:[attn];transformer_engine:[mlp];local:[]" $F8D4
+run fp8_resume_delayed tests/api/resume.sh $BUILD/stepc $BUILD/examples/train_text cuda tests/recipes/tiny_fp8_delayed.lua
+run fp8_cli_delayed_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 $F8D
+run fp8_cli_delayed_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 $F8D model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

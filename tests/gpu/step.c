@@ -115,9 +115,15 @@ static int cmd_grads(const Spec *s, const char *cache, int masked) {
   for (int mb = 0; mb < nmb; mb++)
     if (rt_trainer_enqueue_micro(x, mb)) return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
   if (rt_trainer_read_losses(x, gl)) return printf("FAIL %s\n", rt_trainer_device(tr)->err), 1;
-  /* the CPU reference, same graph shape planned for fp32 */
+  /* the CPU reference, same graph shape planned for fp32; under fp8 the step a build runs (its fp8
+   * linears emulated on the CPU with the same casts and scales: ir/ops/fp8.c), so that the comparison
+   * is of the GPU's kernels, not of fp8 against fp32 (and under delayed scaling the first step's
+   * casts are at scale 1 on both) */
+  static Spec cs;
+  cs = *s;
+  cs.per_rank = s->present[SPEC_F_model_fp8];
   Graph *cg = NULL;
-  if (lower_step(s, &cg, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
+  if (lower_step(&cs, &cg, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
   graph_plan_trivial(cg, 4);
   CpuExec *e = cpu_exec_new(cg, CPU_F32, 0, err, sizeof err);
   if (!e) return printf("FAIL %s\n", err), 1;
@@ -351,7 +357,8 @@ static int cmd_scoped(const char *path, const char *settings, const char *const 
 
 /* Every recompute setting against no recompute, on the planned arena: the same kernels on the same
  * inputs in the same order, so losses and the whole persistent state must be bitwise equal.
- * labels (comma-separated, or NULL for the table below): one selective setting per label. */
+ * labels (comma-separated, or NULL for the table below): one selective setting per label, "full"
+ * full recompute one layer at a time (fp8 delayed scaling refuses layernorm recompute: MCORE-29). */
 static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache, const char *labels) {
   static const char *const settings[][3] = {
       {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn]", NULL},
@@ -372,6 +379,11 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
     snprintf(buf, sizeof buf, "%s", labels);
     ns = 0;
     for (char *save = NULL, *l = strtok_r(buf, ",", &save); l && ns < 16; l = strtok_r(NULL, ",", &save), ns++) {
+      if (strcmp(l, "full") == 0) { /* full recompute, one layer at a time (the table's first) */
+        for (int j = 0; j < 3; j++)
+          asked[ns][j] = settings[7][j];
+        continue;
+      }
       snprintf(modules[ns], sizeof modules[ns], "model.recompute_modules=[%s]", l);
       asked[ns][0] = "model.recompute_granularity=selective", asked[ns][1] = modules[ns], asked[ns][2] = NULL;
     }

@@ -1,8 +1,11 @@
 /* proof.c — recompute never changes the math: for every label alone, every pair of labels, full
  * uniform and block with 1..L layers, on each tiny architecture, two training steps on the
  * planned arena (freed bytes poisoned with NaN between last use and reuse) give the loss, every
- * main gradient and every updated parameter bitwise equal to the no-recompute run on the trivial
- * plan (every tensor its own memory). Usage: proof RECIPE [RECIPE ...] */
+ * main gradient, every updated parameter and every optimizer state bitwise equal to the no-recompute run on the trivial
+ * plan (every tensor its own memory). An fp8 recipe runs its fp8 linears (a build's lowering):
+ * under delayed scaling the replayed casts must reuse the forward's scales and record no other
+ * amax, so that the states, and with them the second step, stay bitwise. Usage: proof RECIPE
+ * [RECIPE ...] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +23,8 @@ typedef struct {
   double loss[STEPS][64];
   float **grads; /* per step: all main grads concatenated */
   float **params;
-  int64_t ngrad, nparam;
+  float **optim; /* per step after the tail: moments, counters and fp8 delayed-scaling states */
+  int64_t ngrad, nparam, noptim;
 } Result;
 
 static int collect(const Graph *g, CpuExec *e, int role, float **out, int64_t *n) {
@@ -85,12 +89,14 @@ static int run(const Spec *s, const RecomputeConfig *cfg, Result *r, int64_t *pe
   cpu_exec_init_params(plan_exec_cpu(x), (uint64_t)s->train.seed);
   r->grads = calloc(STEPS, sizeof *r->grads);
   r->params = calloc(STEPS, sizeof *r->params);
+  r->optim = calloc(STEPS, sizeof *r->optim);
   for (int st = 0; st < STEPS; st++) {
     for (int m = 0; m < sc.nmicro && m < 64; m++)
       if (plan_exec_micro(x, &d, (uint64_t)s->train.seed, st + 1, m, &r->loss[st][m], err, sizeof err) != 0) return -1;
     collect(g, plan_exec_cpu(x), ROLE_GRAD, &r->grads[st], &r->ngrad);
     plan_exec_tail(x);
     collect(g, plan_exec_cpu(x), ROLE_PARAM, &r->params[st], &r->nparam);
+    collect(g, plan_exec_cpu(x), ROLE_OPTIM, &r->optim[st], &r->noptim);
   }
   *poisoned = plan_exec_poisoned(x);
   if (d.free) d.free(&d);
@@ -104,12 +110,14 @@ static int run(const Spec *s, const RecomputeConfig *cfg, Result *r, int64_t *pe
 }
 
 static void result_free(Result *r) {
-  for (int i = 0; i < STEPS; i++) free(r->grads ? r->grads[i] : NULL), free(r->params ? r->params[i] : NULL);
-  free(r->grads), free(r->params);
+  for (int i = 0; i < STEPS; i++)
+    free(r->grads ? r->grads[i] : NULL), free(r->params ? r->params[i] : NULL), free(r->optim ? r->optim[i] : NULL);
+  free(r->grads), free(r->params), free(r->optim);
 }
 
 static int same(const Result *a, const Result *b, int nmicro, char *why, size_t n) {
-  if (a->ngrad != b->ngrad || a->nparam != b->nparam) return snprintf(why, n, "sizes differ"), 0;
+  if (a->ngrad != b->ngrad || a->nparam != b->nparam || a->noptim != b->noptim)
+    return snprintf(why, n, "sizes differ"), 0;
   for (int st = 0; st < STEPS; st++) {
     for (int m = 0; m < nmicro; m++)
       if (memcmp(&a->loss[st][m], &b->loss[st][m], sizeof(double)))
@@ -118,6 +126,8 @@ static int same(const Result *a, const Result *b, int nmicro, char *why, size_t 
       return snprintf(why, n, "main gradients differ at step %d", st), 0;
     if (memcmp(a->params[st], b->params[st], (size_t)a->nparam * sizeof(float)))
       return snprintf(why, n, "parameters differ after step %d", st), 0;
+    if (memcmp(a->optim[st], b->optim[st], (size_t)a->noptim * sizeof(float)))
+      return snprintf(why, n, "optimizer state (or fp8 scaling state) differs after step %d", st), 0;
   }
   return 1;
 }
@@ -146,6 +156,9 @@ int main(int argc, char **argv) {
       return 1;
     }
     diag_free(&d);
+    /* an fp8 recipe lowers its fp8 linears only as a build runs it (lb_linear_op): their delayed
+     * scaling's casts, recasts in the replays and state updates included */
+    s.per_rank = s.present[SPEC_F_model_fp8];
     printf("== %s\n", argv[a]);
     Result ref = {0};
     int64_t ref_peak = 0, pz = 0;

@@ -1,17 +1,28 @@
-/* op_fp8.c — dispatch of the fp8 ops (ir/ops/fp8.c): current-scaling casts (kernels/fp8.cuh) and fp8
- * GEMMs through cuBLASLt (runtime/gemm.c; rt.h RT_GEMM_E4M3). Every product is the K-contiguous "NT"
+/* op_fp8.c — dispatch of the fp8 ops (ir/ops/fp8.c): current- and delayed-scaling casts and the
+ * delayed states' update (kernels/fp8.cuh), fp8 GEMMs through cuBLASLt (runtime/gemm.c; rt.h
+ * RT_GEMM_E4M3). Every product is the K-contiguous "NT"
  * form Hopper's fp8 tensor cores take: the forward reads x's row-wise copy and the weight's, the
  * dgrad dy's row-wise copy and the weight's transpose, the wgrad dy's and x's transposes. */
 #include "codegen/launch/exec_internal.h"
 #include "codegen/launch/launchers.h"
+#include "ops/fp8.h"
 
 static int64_t elt_type(DType t) { return t == DT_F8E5M2 ? RT_GEMM_E5M2 : RT_GEMM_E4M3; }
 
+/* Column col of the delayed state tensor t (ir/ops/fp8.h): its scale, and through *amax its current
+ * amax entry (0 in the evaluation's lowering, which records no amax: ir/ops/fp8.c). */
+static CUdeviceptr state_col(RtExec *x, int t, int64_t col, CUdeviceptr *amax) {
+  CUdeviceptr p = rt_exec_ptr(x, t) + (CUdeviceptr)(4 * col);
+  *amax = x->eval ? 0 : p + (CUdeviceptr)(4 * rt_t(x, t)->shape[1]);
+  return p;
+}
+
 /* q (M, K) and/or qT (K, M) (0: not wanted) and scale_inv of x (M, K), format fmt (0 E4M3, 1 E5M2):
  * the amax partials (one per block of 2048 elements, at most gn_groups of them) into the scratch's
- * RT_SCRATCH_AMAX, then the cast, which reduces them again in every block. */
+ * RT_SCRATCH_AMAX, then the cast, which reduces them again in every block. dscale non-zero: delayed
+ * scaling, the scale there and the amax folded into damax. */
 static int cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in, int64_t M,
-                int64_t K, int fmt) {
+                int64_t K, int fmt, CUdeviceptr dscale, CUdeviceptr damax) {
   if (M % 16 || K % 16)
     return rt_fail(x->d, "an fp8 cast of (%lld, %lld): both dimensions must be multiples of 16", (long long)M,
                    (long long)K);
@@ -21,14 +32,17 @@ static int cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUde
   if (rt_launch_fp8_amax_partial(x->d, rt_dim1((unsigned)np), 256, 0, x->amax_partial, in, (long)n))
     return RT_ERROR;
   return rt_launch_fp8_cast_transpose(x->d, rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1),
-                                      256, 0, q, qT, sinv, in, x->amax_partial, np, (int)M, (int)K, fmt);
+                                      256, 0, q, qT, sinv, in, x->amax_partial, np, (int)M, (int)K, fmt,
+                                      dscale, damax);
 }
 
-/* FP8_QUANT: x -> q, qT, scale_inv (i[0] the format). */
+/* FP8_QUANT: x [, state] -> q, qT, scale_inv (i[0] the format; i[1] 1: delayed, state column i[2]). */
 static int rt_op_fp8_quant(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]);
+  CUdeviceptr ds = 0, da = 0;
+  if (op->a.i[1] == 1) ds = state_col(x, op->in[1], op->a.i[2], &da);
   return cast(x, rt_out(x, op, 0), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), ops_rows(a),
-              ops_last(a), (int)op->a.i[0]);
+              ops_last(a), (int)op->a.i[0], ds, da);
 }
 
 /* One fp8 product c (M, N) = a (M, K) b (N, K)^T sa sb; c is the fp32 main gradient (accumulated,
@@ -59,16 +73,20 @@ static int fp8_gemm(RtExec *x, const Op *op, CUdeviceptr a, CUdeviceptr b, DType
   return rt_gemm_run(x->d, &g);
 }
 
-/* LINEAR_FP8: in (x, wq, wqT, sw [, b]) out (y, xqT, sx, xq): x cast once to both copies, then the
- * forward product with fast accumulation (Transformer Engine's fprop setting). */
+/* LINEAR_FP8: in (x, wq, wqT, sw [, b] [, x's state, dy's state]) out (y, xqT, sx, xq): x cast once to
+ * both copies (delayed with i[2] = 1: x's state column i[3]), then the forward product with fast
+ * accumulation (Transformer Engine's fprop setting). */
 static int rt_op_linear_fp8(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]), *wq = rt_t(x, op->in[1]);
   int64_t M = ops_rows(a), N = wq->shape[0], K = wq->shape[1];
-  if (cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), M, K, (int)op->a.i[0]))
+  int delayed = op->a.i[2] == 1, nb = op->nin - (delayed ? 2 : 0);
+  CUdeviceptr ds = 0, da = 0;
+  if (delayed) ds = state_col(x, op->in[nb], op->a.i[3], &da);
+  if (cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), M, K, (int)op->a.i[0],
+           ds, da))
     return RT_ERROR;
   return fp8_gemm(x, op, rt_out(x, op, 3), rt_in(x, op, 1), rt_t(x, op->out[3])->dtype, wq->dtype,
-                  rt_out(x, op, 2), rt_in(x, op, 3), M, N, K, op->out[0], op->nin == 5 ? rt_in(x, op, 4) : 0,
-                  1);
+                  rt_out(x, op, 2), rt_in(x, op, 3), M, N, K, op->out[0], nb == 5 ? rt_in(x, op, 4) : 0, 1);
 }
 
 /* FP8_GEMM: in (a (M, K), b (N, K), sa, sb) out c (M, N), split accumulation (dgrad, wgrad). */
@@ -78,9 +96,20 @@ static int rt_op_fp8_gemm(RtExec *x, const Op *op) {
                   rt_in(x, op, 3), ops_rows(a), b->shape[0], ops_last(a), op->out[0], 0, 0);
 }
 
+/* FP8_SCALE_UPDATE: the state out[0] (1 + len, n) in place, one thread per column (i[0] format,
+ * i[1] amax algorithm, i[2] margin: ir/ops/fp8.c). */
+static int rt_op_fp8_scale_update(RtExec *x, const Op *op) {
+  const Tensor *st = rt_t(x, op->out[0]);
+  int n = (int)st->shape[1];
+  return rt_launch_fp8_scale_update(x->d, rt_dim1((unsigned)((n + 127) / 128)), 128, 0, rt_out(x, op, 0), n,
+                                    (int)st->shape[0] - 1, (int)op->a.i[1],
+                                    fp8_scaled_max((int)op->a.i[0], (int)op->a.i[2]));
+}
+
 const RtOpRow RT_OPS_FP8[] = {
     {OP_FP8_QUANT, rt_op_fp8_quant},
     {OP_LINEAR_FP8, rt_op_linear_fp8},
     {OP_FP8_GEMM, rt_op_fp8_gemm},
+    {OP_FP8_SCALE_UPDATE, rt_op_fp8_scale_update},
     {OP_COUNT, NULL},
 };
