@@ -245,13 +245,6 @@ void rt_coll_nccl_init(RtCollNccl *c) {
   c->ops = (RtCollOps){.prepare = nccl_coll_prepare, .run = nccl_coll_run, .ctx = c};
 }
 
-int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
-                              size_t nerr) {
-  void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclAvg, n->comm, (cudaStream_t)stream),
-                    "ncclAllReduce", err, nerr);
-}
-
 int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
                               size_t nerr) {
   void *p = (void *)(uintptr_t)buf;

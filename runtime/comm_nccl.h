@@ -39,9 +39,6 @@ int rt_nccl_size(const RtNccl *n);
  * summation order is its own: not bitwise the host-staged backend's (coll_host.h). */
 int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr);
 
-/* buf := the average over ranks (ncclAvg) of buf, n floats, on stream. */
-int rt_nccl_allreduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
-                              size_t nerr);
 /* buf := the sum over ranks, n floats. */
 int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
                               size_t nerr);
