@@ -41,13 +41,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "validate/diag.h"
+#include "cli/cpu_train.h"
 #include "frontend/frontend.h"
 #include "lower/lower.h"
 #include "ops/ops.h"
 #include "runtime/cpu/exec.h"
-#include "cli/cpu_train.h"
 #include "trainer.h"
+#include "validate/diag.h"
 #include "validate/validate.h"
 
 #define SKIP 77
@@ -86,12 +86,59 @@ typedef struct {
   CpuData *inner;
 } MaskedData;
 
-static int masked_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok, int32_t *tg) {
+static int masked_fill(CpuData *d, int64_t step, int64_t micro, int64_t b, int64_t t, int32_t *tok,
+                       int32_t *tg) {
   MaskedData *m = (MaskedData *)d;
   if (m->inner->fill(m->inner, step, micro, b, t, tok, tg)) return -1;
   for (int64_t i = 0; i < b * t; i++)
-    if (ops_mix64(((uint64_t)step << 40) ^ ((uint64_t)micro << 24) ^ (uint64_t)i) % (uint64_t)(micro + 2)) tg[i] = -100;
+    if (ops_mix64(((uint64_t)step << 40) ^ ((uint64_t)micro << 24) ^ (uint64_t)i) % (uint64_t)(micro + 2))
+      tg[i] = -100;
   return 0;
+}
+
+/* One CPU reference step (forward and backward of every micro-batch, the first step's data) of the
+ * recipe lowered with Spec.per_rank = per_rank, in fp32: its graph, executor and mean loss. */
+typedef struct {
+  Graph *g;
+  CpuExec *e;
+  double loss;
+} CpuRef;
+
+static int cpu_ref(const Spec *s, bool per_rank, CpuData *src, int nmb, CpuRef *r) {
+  static Spec cs;
+  char err[1024];
+  cs = *s;
+  cs.per_rank = per_rank;
+  r->g = NULL, r->e = NULL, r->loss = 0;
+  if (lower_step(&cs, &r->g, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
+  graph_plan_trivial(r->g, 4);
+  if (!(r->e = cpu_exec_new(r->g, CPU_F32, 0, err, sizeof err))) return printf("FAIL %s\n", err), 1;
+  cpu_exec_init_params(r->e, (uint64_t)s->train.seed);
+  const Tensor *tt = &r->g->t[r->g->tokens];
+  int64_t n = tensor_numel(tt), kept = 0, k = 0;
+  /* the loss denominator: the step's kept targets over its micro-batches (ir/ops/loss.c) */
+  for (int mb = 0; mb < nmb; mb++, kept += k)
+    if (cpu_data_kept(src, 1, &(int64_t){mb}, 1, tt->shape[0], tt->shape[1], cpu_exec_ptr(r->e, r->g->tokens),
+                      cpu_exec_ptr(r->e, r->g->targets), &k))
+      return printf("FAIL the data source\n"), 1;
+  if (per_rank)
+    printf("INFO %lld of %lld targets kept over %d micro-batches\n", (long long)kept, (long long)(n * nmb),
+           nmb);
+  cpu_exec_set_loss_den(r->e, (double)kept / nmb);
+  for (int mb = 0; mb < nmb; mb++) {
+    src->fill(src, 1, mb, tt->shape[0], tt->shape[1], cpu_exec_ptr(r->e, r->g->tokens),
+              cpu_exec_ptr(r->e, r->g->targets));
+    cpu_exec_set_key(r->e, (uint64_t)s->train.seed, 1, mb);
+    cpu_exec_run(r->e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
+    r->loss += cpu_exec_get(r->e, r->g->loss, 0);
+  }
+  r->loss /= nmb;
+  return 0;
+}
+
+static void cpu_ref_free(CpuRef *r) {
+  cpu_exec_free(r->e);
+  graph_free(r->g);
 }
 
 static int cmd_grads(const Spec *s, const char *cache, int masked) {
@@ -113,69 +160,80 @@ static int cmd_grads(const Spec *s, const char *cache, int masked) {
   float gl[64] = {0};
   if (nmb > 64 || rt_trainer_stage(tr, 1, err, sizeof err)) return printf("FAIL stage: %s\n", err), 1;
   for (int mb = 0; mb < nmb; mb++)
-    if (rt_trainer_enqueue_micro(x, mb)) return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
+    if (rt_trainer_enqueue_micro(x, mb))
+      return printf("FAIL micro %d: %s\n", mb, rt_trainer_device(tr)->err), 1;
   if (rt_trainer_read_losses(x, gl)) return printf("FAIL %s\n", rt_trainer_device(tr)->err), 1;
-  /* the CPU reference, same graph shape planned for fp32; under fp8 the step a build runs (its fp8
-   * linears emulated on the CPU with the same casts and scales: ir/ops/fp8.c), so that the comparison
-   * is of the GPU's kernels, not of fp8 against fp32 (and under delayed scaling the first step's
-   * casts are at scale 1 on both) */
-  static Spec cs;
-  cs = *s;
-  cs.per_rank = s->present[SPEC_F_model_fp8];
-  Graph *cg = NULL;
-  if (lower_step(&cs, &cg, err, sizeof err) != LOWER_OK) return printf("FAIL lower: %s\n", err), 1;
-  graph_plan_trivial(cg, 4);
-  CpuExec *e = cpu_exec_new(cg, CPU_F32, 0, err, sizeof err);
-  if (!e) return printf("FAIL %s\n", err), 1;
-  cpu_exec_init_params(e, (uint64_t)s->train.seed);
-  const Tensor *tt = &cg->t[cg->tokens];
-  int64_t n = tensor_numel(tt), kept = 0, k = 0;
-  double cl = 0, gsum = 0;
-  /* the loss denominator: the step's kept targets over its micro-batches (ir/ops/loss.c) */
-  for (int mb = 0; mb < nmb; mb++, kept += k)
-    if (cpu_data_kept(src, 1, &(int64_t){mb}, 1, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens),
-                      cpu_exec_ptr(e, cg->targets), &k))
-      return printf("FAIL the data source\n"), 1;
-  printf("INFO %lld of %lld targets kept over %d micro-batches\n", (long long)kept, (long long)(n * nmb), nmb);
-  cpu_exec_set_loss_den(e, (double)kept / nmb);
-  for (int mb = 0; mb < nmb; mb++) {
-    src->fill(src, 1, mb, tt->shape[0], tt->shape[1], cpu_exec_ptr(e, cg->tokens), cpu_exec_ptr(e, cg->targets));
-    cpu_exec_set_key(e, (uint64_t)s->train.seed, 1, mb);
-    cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD) | IR_PHASE_BIT(IR_PHASE_BACKWARD));
-    cl += cpu_exec_get(e, cg->loss, 0);
+  /* the CPU reference: the step the GPU trainer runs (Spec.per_rank: tests/gpu/trainer.c), planned
+   * for fp32 — under fp8 its linears emulated on the CPU with the same casts and scales
+   * (ir/ops/fp8.c) — and, under fp8, the fp32 step without fp8 as well */
+  bool fp8 = s->present[SPEC_F_model_fp8];
+  CpuRef emu, f32;
+  if (cpu_ref(s, true, src, nmb, &emu)) return 1;
+  if (fp8 && cpu_ref(s, false, src, nmb, &f32)) return 1;
+  double gsum = 0;
+  for (int mb = 0; mb < nmb; mb++)
     gsum += gl[mb];
-  }
-  cl /= nmb, gsum /= nmb;
+  gsum /= nmb;
   int fails = 0;
-  double lrel = fabs(gsum - cl) / fabs(cl);
-  printf("%s loss gpu %.6f cpu %.6f rel %.2e (limit %.0e)\n", lrel <= LOSS_REL ? "PASS" : "FAIL", gsum, cl, lrel, LOSS_REL);
+  double lrel = fabs(gsum - emu.loss) / fabs(emu.loss);
+  printf("%s loss gpu %.6f cpu %.6f rel %.2e (limit %.0e)\n", lrel <= LOSS_REL ? "PASS" : "FAIL", gsum,
+         emu.loss, lrel, LOSS_REL);
+  if (fp8) printf("INFO loss of the fp32 step without fp8 %.6f\n", f32.loss);
   fails += lrel > LOSS_REL;
-  double worst = 0, worst_cos = 1;
+  /* Under fp8 the GPU and the CPU emulation cast slightly different values (bf16 activations against
+   * fp32 ones, so other amaxes and other elements on a rounding boundary): their gradients are two fp8
+   * roundings of one step, not one. Checked instead: each gradient points the emulation's way (cosine
+   * >= FP8_COS) and lies no farther from the fp32 step's than the emulation does (its relative L2
+   * error against fp32 at most FP8_NOISIER times the emulation's, + 0.01): the GPU's fp8 is no
+   * noisier than the reference's. */
+  const double FP8_COS = 0.95, FP8_NOISIER = 1.5;
+  double worst = 0, worst_cos = 1, worst_ratio = 0;
   int ngrad = 0;
   for (int i = 0; i < g->nt; i++) {
     if (g->t[i].role != ROLE_GRAD) continue;
-    int ci = graph_find_tensor(cg, g->t[i].name);
+    int ci = graph_find_tensor(emu.g, g->t[i].name), fi = fp8 ? graph_find_tensor(f32.g, g->t[i].name) : -1;
     int64_t m = tensor_numel(&g->t[i]);
     double *a = malloc((size_t)m * sizeof *a);
-    if (!a || ci < 0 || rt_trainer_read(x, i, a)) return printf("FAIL reading %s\n", g->t[i].name), 1;
-    double dd = 0, rr = 0, ab = 0, aa = 0;
+    if (!a || ci < 0 || (fp8 && fi < 0) || rt_trainer_read(x, i, a))
+      return printf("FAIL reading %s\n", g->t[i].name), 1;
+    double dd = 0, rr = 0, ab = 0, aa = 0, gf = 0, ef = 0, ff = 0;
     for (int64_t j = 0; j < m; j++) {
-      double r = cpu_exec_get(e, ci, j);
+      double r = cpu_exec_get(emu.e, ci, j);
       dd += (a[j] - r) * (a[j] - r), rr += r * r, ab += a[j] * r, aa += a[j] * a[j];
+      if (fp8) {
+        double f = cpu_exec_get(f32.e, fi, j);
+        gf += (a[j] - f) * (a[j] - f), ef += (r - f) * (r - f), ff += f * f;
+      }
     }
     double rel = sqrt(dd / (rr > 0 ? rr : 1)), cs = rr > 0 && aa > 0 ? ab / sqrt(aa * rr) : 1;
-    int ok = rel <= GRAD_REL_L2 && cs >= GRAD_COS && isfinite(rel);
+    int ok;
+    if (fp8) {
+      double g32 = sqrt(gf / (ff > 0 ? ff : 1)), e32 = sqrt(ef / (ff > 0 ? ff : 1));
+      ok = cs >= FP8_COS && g32 <= FP8_NOISIER * e32 + 0.01 && isfinite(rel);
+      if (g32 / (e32 + 0.01) > worst_ratio) worst_ratio = g32 / (e32 + 0.01);
+      printf("%s %-56s n=%-8lld vs emulation rel_l2 %.3e cos %.6f | vs fp32: gpu %.3e emulation %.3e\n",
+             ok ? "PASS" : "FAIL", g->t[i].name, (long long)m, rel, cs, g32, e32);
+    } else {
+      ok = rel <= GRAD_REL_L2 && cs >= GRAD_COS && isfinite(rel);
+      printf("%s %-56s n=%-8lld rel_l2 %.3e cos %.6f |cpu| %.3e\n", ok ? "PASS" : "FAIL", g->t[i].name,
+             (long long)m, rel, cs, sqrt(rr));
+    }
     fails += !ok;
     if (rel > worst || !isfinite(rel)) worst = rel;
     if (cs < worst_cos) worst_cos = cs;
     ngrad++;
-    printf("%s %-56s n=%-8lld rel_l2 %.3e cos %.6f |cpu| %.3e\n", ok ? "PASS" : "FAIL", g->t[i].name, (long long)m, rel, cs, sqrt(rr));
     free(a);
   }
-  printf("%s %d gradients: worst rel_l2 %.3e (limit %.0e), worst cos %.6f (limit %.3f)\n", fails ? "FAIL" : "PASS", ngrad, worst,
-         GRAD_REL_L2, worst_cos, GRAD_COS);
-  cpu_exec_free(e);
-  graph_free(cg);
+  if (fp8)
+    printf(
+        "%s %d gradients (fp8): worst cos vs the emulation %.6f (limit %.2f), worst rel_l2 vs it %.3e; worst "
+        "(gpu vs fp32) / (emulation vs fp32 + 0.01) %.3f (limit %.1f)\n",
+        fails ? "FAIL" : "PASS", ngrad, worst_cos, FP8_COS, worst, worst_ratio, FP8_NOISIER);
+  else
+    printf("%s %d gradients: worst rel_l2 %.3e (limit %.0e), worst cos %.6f (limit %.3f)\n",
+           fails ? "FAIL" : "PASS", ngrad, worst, GRAD_REL_L2, worst_cos, GRAD_COS);
+  cpu_ref_free(&emu);
+  if (fp8) cpu_ref_free(&f32);
   rt_trainer_free(tr);
   if (data.free) data.free(&data);
   return fails ? 1 : 0;
@@ -190,13 +248,15 @@ static int read_cpu_losses(const char *path, double *out, int max) {
   fclose(f);
   buf[n] = 0;
   int k = 0;
-  for (char *p = strstr(buf, "\"loss\": "); p && k < max; p = strstr(p + 1, "\"loss\": ")) out[k++] = atof(p + 8);
+  for (char *p = strstr(buf, "\"loss\": "); p && k < max; p = strstr(p + 1, "\"loss\": "))
+    out[k++] = atof(p + 8);
   return k;
 }
 
 static double mean(const double *v, int lo, int hi) {
   double s = 0;
-  for (int i = lo; i < hi; i++) s += v[i];
+  for (int i = lo; i < hi; i++)
+    s += v[i];
   return s / (hi - lo);
 }
 
@@ -223,7 +283,8 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
    * or diverging. */
   double drop_g = g0 - ge, drop_c = cpu[0] - ce;
   int ok = drop_c > 0 && fabs(drop_g - drop_c) <= 0.1 * drop_c && fabs(g0 - cpu[0]) <= LOSS_REL * cpu[0];
-  printf("%s loss first %.4f (cpu %.4f), mean of the last %d steps %.4f (cpu %.4f): drop %.4f vs cpu %.4f (limit 10%%)\n",
+  printf("%s loss first %.4f (cpu %.4f), mean of the last %d steps %.4f (cpu %.4f): drop %.4f vs cpu %.4f "
+         "(limit 10%%)\n",
          ok ? "PASS" : "FAIL", g0, cpu[0], w, ge, ce, drop_g, drop_c);
   rt_trainer_free(tr);
   if (data.free) data.free(&data);
@@ -233,8 +294,9 @@ static int cmd_train(const Spec *s, int steps, const char *cpu_json, const char 
 
 /* Runs `steps` steps and keeps the losses (as float bits) and the final persistent state; with
  * gnorm, each step's gradient norm and, in *gn_at, where the norm's 4 bytes lie in the state. */
-static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state,
-                          size_t *nstate, int *code, int *ngraphs, double *gnorm, size_t *gn_at) {
+static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache, double *loss,
+                          unsigned char **state, size_t *nstate, int *code, int *ngraphs, double *gnorm,
+                          size_t *gn_at) {
   CpuData data;
   char err[1024];
   if (cpu_data_open_spec(s, &data, err, sizeof err)) return printf("FAIL %s\n", err), *code = 1, -1;
@@ -259,18 +321,22 @@ static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache,
   for (int i = 0; i < g->nt && buf; i++)
     if (role_is_persistent(g->t[i].role)) {
       if (gn_at && i == g->grad_norm) *gn_at = (size_t)(p - buf);
-      if (rt_copy_d2h(d, p, rt_player_tensor(rt_trainer_player(x), i), (size_t)g->t[i].bytes)) return printf("FAIL %s\n", d->err), *code = 1, -1;
+      if (rt_copy_d2h(d, p, rt_player_tensor(rt_trainer_player(x), i), (size_t)g->t[i].bytes))
+        return printf("FAIL %s\n", d->err), *code = 1, -1;
       p += g->t[i].bytes;
     }
   RtMode m = rt_trainer_mode(tr);
   printf("ran %d steps (%s, %d graphs, %d graph nodes)\n", steps,
-         m == RT_MODE_EAGER ? "eager" : m == RT_MODE_FULL_ITERATION ? "full_iteration" : "scoped", rt_trainer_graph_count(tr),
-         rt_trainer_graph_nodes(tr));
+         m == RT_MODE_EAGER            ? "eager"
+         : m == RT_MODE_FULL_ITERATION ? "full_iteration"
+                                       : "scoped",
+         rt_trainer_graph_count(tr), rt_trainer_graph_nodes(tr));
   if (ngraphs) *ngraphs = rt_trainer_graph_count(tr);
   RtScopedStats sst;
   if (rt_trainer_scoped_stats(tr, &sst) == 0)
-    printf("scoped: %d graphs (%d forward, %d backward), %ld nodes, %d ops graphed and %d eager per micro-batch\n", sst.graphs,
-           sst.forward, sst.backward, sst.nodes, sst.graphed_ops, sst.eager_ops);
+    printf("scoped: %d graphs (%d forward, %d backward), %ld nodes, %d ops graphed and %d eager per "
+           "micro-batch\n",
+           sst.graphs, sst.forward, sst.backward, sst.nodes, sst.graphed_ops, sst.eager_ops);
   *state = buf;
   *nstate = total;
   rt_trainer_free(tr);
@@ -278,33 +344,38 @@ static int run_capture_gn(const Spec *s, int steps, int mode, const char *cache,
   return 0;
 }
 
-static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss, unsigned char **state, size_t *nstate,
-                       int *code, int *ngraphs) {
+static int run_capture(const Spec *s, int steps, int mode, const char *cache, double *loss,
+                       unsigned char **state, size_t *nstate, int *code, int *ngraphs) {
   return run_capture_gn(s, steps, mode, cache, loss, state, nstate, code, ngraphs, NULL, NULL);
 }
 
-static int same(const char *what, const double *la, const double *lb, int steps, const unsigned char *sa, const unsigned char *sb,
-                size_t n) {
+static int same(const char *what, const double *la, const double *lb, int steps, const unsigned char *sa,
+                const unsigned char *sb, size_t n) {
   int losses = memcmp(la, lb, (size_t)steps * sizeof *la) == 0;
   size_t diff = 0;
-  for (size_t i = 0; i < n; i++) diff += sa[i] != sb[i];
-  printf("%s %-40s losses %s, persistent state %zu bytes, %zu differ (last loss %.9g vs %.9g)\n", losses && !diff ? "PASS" : "FAIL",
-         what, losses ? "bitwise equal" : "DIFFER", n, diff, la[steps - 1], lb[steps - 1]);
+  for (size_t i = 0; i < n; i++)
+    diff += sa[i] != sb[i];
+  printf("%s %-40s losses %s, persistent state %zu bytes, %zu differ (last loss %.9g vs %.9g)\n",
+         losses && !diff ? "PASS" : "FAIL", what, losses ? "bitwise equal" : "DIFFER", n, diff, la[steps - 1],
+         lb[steps - 1]);
   return losses && !diff;
 }
 
 static int cmd_replay(const Spec *s, int steps, const char *cache) {
-  double *l1 = calloc((size_t)steps, sizeof *l1), *l2 = calloc((size_t)steps, sizeof *l2), *l3 = calloc((size_t)steps, sizeof *l3);
+  double *l1 = calloc((size_t)steps, sizeof *l1), *l2 = calloc((size_t)steps, sizeof *l2),
+         *l3 = calloc((size_t)steps, sizeof *l3);
   unsigned char *s1 = NULL, *s2 = NULL, *s3 = NULL;
   size_t n1 = 0, n2 = 0, n3 = 0;
   int code = 0;
   int ok = 0;
-  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL) || run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code, NULL) ||
+  if (run_capture(s, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL) ||
+      run_capture(s, steps, RT_MODE_EAGER, cache, l2, &s2, &n2, &code, NULL) ||
       run_capture(s, steps, RT_MODE_FULL_ITERATION, cache, l3, &s3, &n3, &code, NULL)) {
     free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
     return code; /* 77 without a GPU: nothing may leak on the way out (the sanitizer build runs this) */
   }
-  ok = same("two eager runs", l1, l2, steps, s1, s2, n1) & same("full_iteration replay vs eager", l1, l3, steps, s1, s3, n1);
+  ok = same("two eager runs", l1, l2, steps, s1, s2, n1) &
+       same("full_iteration replay vs eager", l1, l3, steps, s1, s3, n1);
   free(l1), free(l2), free(l3), free(s1), free(s2), free(s3);
   return ok ? 0 : 1;
 }
@@ -313,12 +384,15 @@ static int cmd_replay(const Spec *s, int steps, const char *cache) {
  * pinned in both) run eagerly and with one graph per scope instance after the warm-up; two
  * micro-batches per step in tiny, so a graph replayed for the second micro-batch must read that
  * micro-batch's inputs and dropout seed. */
-static int cmd_scoped(const char *path, const char *settings, const char *const *ov, int nov, int steps, const char *cache) {
+static int cmd_scoped(const char *path, const char *settings, const char *const *ov, int nov, int steps,
+                      const char *cache) {
   static Spec spec;
   const char *all[64];
   int n = 0;
-  all[n++] = "model.cuda_graph_warmup_steps=1"; /* every step after the first graphed; K=V below may change it */
-  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  all[n++] =
+      "model.cuda_graph_warmup_steps=1"; /* every step after the first graphed; K=V below may change it */
+  for (int i = 0; i < nov && n < 60; i++)
+    all[n++] = ov[i];
   double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
   if (!l0 || !l1) return 1;
   int ok = 1, code = 0;
@@ -359,7 +433,8 @@ static int cmd_scoped(const char *path, const char *settings, const char *const 
  * inputs in the same order, so losses and the whole persistent state must be bitwise equal.
  * labels (comma-separated, or NULL for the table below): one selective setting per label, "full"
  * full recompute one layer at a time (fp8 delayed scaling refuses layernorm recompute: MCORE-29). */
-static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache, const char *labels) {
+static int cmd_recompute(const char *path, const char *const *ov, int nov, int steps, const char *cache,
+                         const char *labels) {
   static const char *const settings[][3] = {
       {"model.recompute_granularity=selective", "model.recompute_modules=[core_attn]", NULL},
       {"model.recompute_granularity=selective", "model.recompute_modules=[mlp]", NULL},
@@ -378,7 +453,8 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
     char buf[512];
     snprintf(buf, sizeof buf, "%s", labels);
     ns = 0;
-    for (char *save = NULL, *l = strtok_r(buf, ",", &save); l && ns < 16; l = strtok_r(NULL, ",", &save), ns++) {
+    for (char *save = NULL, *l = strtok_r(buf, ",", &save); l && ns < 16;
+         l = strtok_r(NULL, ",", &save), ns++) {
       if (strcmp(l, "full") == 0) { /* full recompute, one layer at a time (the table's first) */
         for (int j = 0; j < 3; j++)
           asked[ns][j] = settings[7][j];
@@ -391,7 +467,8 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   static Spec spec;
   const char *all[64];
   int n = 0;
-  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  for (int i = 0; i < nov && n < 60; i++)
+    all[n++] = ov[i];
   if (load_spec(path, all, n, &spec)) return 1;
   double *l0 = calloc((size_t)steps, sizeof *l0), *l1 = calloc((size_t)steps, sizeof *l1);
   unsigned char *s0 = NULL;
@@ -404,10 +481,12 @@ static int cmd_recompute(const char *path, const char *const *ov, int nov, int s
   for (int k = 0; k < ns; k++) {
     int m = n;
     const char *const *set = labels ? asked[k] : settings[k];
-    for (int j = 0; j < 3 && set[j]; j++) all[m++] = set[j];
+    for (int j = 0; j < 3 && set[j]; j++)
+      all[m++] = set[j];
     unsigned char *s1 = NULL;
     size_t n1 = 0;
-    if (load_spec(path, all, m, &spec) || run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL)) {
+    if (load_spec(path, all, m, &spec) ||
+        run_capture(&spec, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL)) {
       free(l0), free(l1), free(s0), free(s1);
       return code ? code : 1;
     }
@@ -430,7 +509,8 @@ static int count_launching(const Spec *s, const char *cache, int *nsum, int *nad
     const Graph *g = rt_trainer_graph(tr);
 
     *nsum = *nadam = *ngrad = 0;
-    for (int t = 0; t < g->nt; t++) *ngrad += g->t[t].role == ROLE_GRAD;
+    for (int t = 0; t < g->nt; t++)
+      *ngrad += g->t[t].role == ROLE_GRAD;
     for (int o = 0; o < g->nop; o++) {
       *nsum += g->op[o].kind == OP_GRAD_SUMSQ && rt_trainer_op_runs(tr, o);
       *nadam += g->op[o].kind == OP_ADAMW && rt_trainer_op_runs(tr, o);
@@ -455,15 +535,21 @@ static int cmd_optim(const char *path, const char *const *ov, int nov, int steps
   static Spec multi, single, noclip;
   const char *all[64];
   int n = 0, code = 0, ok = 1;
-  for (int i = 0; i < nov && n < 60; i++) all[n++] = ov[i];
+  for (int i = 0; i < nov && n < 60; i++)
+    all[n++] = ov[i];
   all[n] = "optimizer.clip_grad=0";
   all[n + 1] = "optimizer.multi_tensor=false";
-  if (load_spec(path, all, n, &multi) || load_spec(path, all, n + 1, &noclip) || load_spec(path, all, n + 2, &single)) return 1;
+  if (load_spec(path, all, n, &multi) || load_spec(path, all, n + 1, &noclip) ||
+      load_spec(path, all, n + 2, &single))
+    return 1;
   /* 1 */
   int ms, ma, ss, sa, ng;
-  if (count_launching(&multi, cache, &ms, &ma, &ng, &code) || count_launching(&single, cache, &ss, &sa, &ng, &code)) return code;
+  if (count_launching(&multi, cache, &ms, &ma, &ng, &code) ||
+      count_launching(&single, cache, &ss, &sa, &ng, &code))
+    return code;
   int launches_ok = ms == 1 && ma == 1 && ss == ng && sa == ng;
-  printf("%s launching ops for %d gradients: multi-tensor %d GRAD_SUMSQ + %d ADAMW (want 1 + 1), per-tensor %d + %d (want %d + %d)\n",
+  printf("%s launching ops for %d gradients: multi-tensor %d GRAD_SUMSQ + %d ADAMW (want 1 + 1), per-tensor "
+         "%d + %d (want %d + %d)\n",
          launches_ok ? "PASS" : "FAIL", ng, ms, ma, ss, sa, ng, ng);
   ok &= launches_ok;
   /* 2 */
@@ -471,22 +557,27 @@ static int cmd_optim(const char *path, const char *const *ov, int nov, int steps
   double *g0 = calloc((size_t)steps, sizeof *g0), *g1 = calloc((size_t)steps, sizeof *g1);
   unsigned char *s0 = NULL, *s1 = NULL;
   size_t n0 = 0, n1 = 0, at0 = 0, at1 = 0;
-  if (!l0 || !l1 || !g0 || !g1 || run_capture_gn(&noclip, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL, g0, &at0) ||
+  if (!l0 || !l1 || !g0 || !g1 ||
+      run_capture_gn(&noclip, steps, RT_MODE_EAGER, cache, l0, &s0, &n0, &code, NULL, g0, &at0) ||
       run_capture_gn(&single, steps, RT_MODE_EAGER, cache, l1, &s1, &n1, &code, NULL, g1, &at1)) {
     free(l0), free(l1), free(g0), free(g1), free(s0), free(s1);
     return code ? code : 1;
   }
   size_t diff = 0;
-  for (size_t i = 0; i < n0 && n0 == n1; i++) diff += s0[i] != s1[i] && !(i >= at0 && i < at0 + 4);
+  for (size_t i = 0; i < n0 && n0 == n1; i++)
+    diff += s0[i] != s1[i] && !(i >= at0 && i < at0 + 4);
   double worst = 0;
   for (int i = 0; i < steps; i++) {
     double r = fabs(g0[i] - g1[i]) / (g1[i] > 0 ? g1[i] : 1);
     if (r > worst || !isfinite(r)) worst = r;
   }
-  int same_ok = n0 == n1 && at0 == at1 && !diff && !memcmp(l0, l1, (size_t)steps * sizeof *l0) && worst <= 1e-5;
-  printf("%s clip off, multi-tensor vs per-tensor, %d steps: losses %s, persistent state %zu bytes, %zu differ outside the grad "
+  int same_ok =
+      n0 == n1 && at0 == at1 && !diff && !memcmp(l0, l1, (size_t)steps * sizeof *l0) && worst <= 1e-5;
+  printf("%s clip off, multi-tensor vs per-tensor, %d steps: losses %s, persistent state %zu bytes, %zu "
+         "differ outside the grad "
          "norm; grad norm worst rel %.2e (limit 1e-05; last %.9g vs %.9g)\n",
-         same_ok ? "PASS" : "FAIL", steps, memcmp(l0, l1, (size_t)steps * sizeof *l0) ? "DIFFER" : "bitwise equal", n0, diff, worst,
+         same_ok ? "PASS" : "FAIL", steps,
+         memcmp(l0, l1, (size_t)steps * sizeof *l0) ? "DIFFER" : "bitwise equal", n0, diff, worst,
          g0[steps - 1], g1[steps - 1]);
   ok &= same_ok;
   free(s0), free(s1);
@@ -504,14 +595,17 @@ static int cmd_optim(const char *path, const char *const *ov, int nov, int steps
   int lrc = 0;
   CpuTrainer *ct = NULL;
   CpuStepStats cst;
-  if (cpu_data_open_spec(&multi, &data, err, sizeof err) || !(ct = cpu_trainer_new(&multi, &data, 0, &lrc, err, sizeof err)) ||
+  if (cpu_data_open_spec(&multi, &data, err, sizeof err) ||
+      !(ct = cpu_trainer_new(&multi, &data, 0, &lrc, err, sizeof err)) ||
       cpu_trainer_step(ct, &cst, err, sizeof err)) {
     printf("FAIL the CPU reference: %s\n", err);
     ok = 0;
   } else {
-    double lr = fabs(l0[0] - cst.loss) / fabs(cst.loss), gr = fabs(g0[0] - cst.grad_norm) / (cst.grad_norm > 0 ? cst.grad_norm : 1);
+    double lr = fabs(l0[0] - cst.loss) / fabs(cst.loss),
+           gr = fabs(g0[0] - cst.grad_norm) / (cst.grad_norm > 0 ? cst.grad_norm : 1);
     int cpu_ok = lr <= LOSS_REL && gr <= GRAD_REL_L2 && isfinite(g0[0]);
-    printf("%s first step vs CPU: loss %.6f cpu %.6f rel %.2e (limit %.0e), grad norm %.6f cpu %.6f rel %.2e (limit %.0e)\n",
+    printf("%s first step vs CPU: loss %.6f cpu %.6f rel %.2e (limit %.0e), grad norm %.6f cpu %.6f rel %.2e "
+           "(limit %.0e)\n",
            cpu_ok ? "PASS" : "FAIL", l0[0], cst.loss, lr, LOSS_REL, g0[0], cst.grad_norm, gr, GRAD_REL_L2);
     ok &= cpu_ok;
   }
@@ -529,13 +623,17 @@ int main(int argc, char **argv) {
   int a = 1;
   if (argc > 2 && strcmp(argv[1], "--cache") == 0) cache = argv[2], a = 3;
   if (argc - a < 2) {
-    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | masked SPEC [K=V ...] | train SPEC STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | optim SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
+    fprintf(stderr, "usage: gpu_step [--cache DIR] grads SPEC [K=V ...] | masked SPEC [K=V ...] | train SPEC "
+                    "STEPS CPU.json [K=V ...] | replay SPEC STEPS [K=V ...] | scoped SPEC STEPS "
+                    "IMPL:MODULES[;...] [K=V ...] | recompute SPEC STEPS [--labels L1,L2,...] [K=V ...] | "
+                    "optim SPEC STEPS [K=V ...] | dump SPEC OUTDIR [--device cuda|cpu] [K=V ...]\n");
     return 2;
   }
   const char *cmd = argv[a], *path = argv[a + 1];
   if (strcmp(cmd, "scoped") == 0) {
     if (argc - a < 4) return fprintf(stderr, "gpu_step scoped: missing STEPS or IMPL:MODULES\n"), 2;
-    return cmd_scoped(path, argv[a + 3], (const char *const *)argv + a + 4, argc - a - 4, atoi(argv[a + 2]), cache);
+    return cmd_scoped(path, argv[a + 3], (const char *const *)argv + a + 4, argc - a - 4, atoi(argv[a + 2]),
+                      cache);
   }
   if (strcmp(cmd, "dump") == 0) {
     if (argc - a < 3) return fprintf(stderr, "gpu_step dump: missing OUTDIR\n"), 2;

@@ -7,20 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/ew_fuse.h"
-#include "lower/lower.h"
 #include "compiler/codegen/cubin/cubin.h"
+#include "lower/lower.h"
 #include "ops/ops.h"
+#include "passes/ew_fuse.h"
 #include "plan/plan.h"
-
 
 struct RtTrainer {
   RtDevice d;
-  RtGenKernels gen;   /* the plan's generated kernels (d.gen) */
-  PlanProgram prog;   /* the program order: point -> op (the launch program's points) */
+  RtGenKernels gen; /* the plan's generated kernels (d.gen) */
+  PlanProgram prog; /* the program order: point -> op (the launch program's points) */
   ImgScope *scope;
   int nscope;
-  Plan p;             /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
+  Plan p;      /* the planned step: graph (offsets applied), replays, schedule, scopes, memory plan */
   RtPlayer *x; /* plays the plan's launch program */
   CpuData *data;
   uint64_t seed;
@@ -28,7 +27,7 @@ struct RtTrainer {
   RtMode mode;
   int warmup;
   RtGraph graph;
-  RtScoped *scoped;    /* scoped mode */
+  RtScoped *scoped; /* scoped mode */
   bool captured;
   RtTimer timer;
   int32_t *tok, *tg; /* (num_microbatches, B*T) */
@@ -178,8 +177,8 @@ static int check_scopes(RtTrainer *tr, const Spec *s, char *err, size_t nerr) {
   return n > 0 ? -1 : 0;
 }
 
-RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override, RtTrainStatus *status,
-                          char *err, size_t nerr) {
+RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, int mode_override,
+                          RtTrainStatus *status, char *err, size_t nerr) {
   *status = RT_TRAIN_ERROR;
   RtTrainer *tr = calloc(1, sizeof *tr);
   if (!tr) {
@@ -187,16 +186,31 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     return NULL;
   }
   const char *impl = s->model.cuda_graph_impl;
-  if (mode_override >= 0) tr->mode = (RtMode)mode_override;
-  else if (strcmp(impl, "full_iteration") == 0) tr->mode = RT_MODE_FULL_ITERATION;
-  else if (strcmp(impl, "local") == 0 || strcmp(impl, "transformer_engine") == 0) tr->mode = RT_MODE_SCOPED;
-  else tr->mode = RT_MODE_EAGER;
+  if (mode_override >= 0)
+    tr->mode = (RtMode)mode_override;
+  else if (strcmp(impl, "full_iteration") == 0)
+    tr->mode = RT_MODE_FULL_ITERATION;
+  else if (strcmp(impl, "local") == 0 || strcmp(impl, "transformer_engine") == 0)
+    tr->mode = RT_MODE_SCOPED;
+  else
+    tr->mode = RT_MODE_EAGER;
   tr->warmup = (int)s->model.cuda_graph_warmup_steps;
   tr->data = data;
   tr->seed = (uint64_t)s->train.seed;
-  /* The planned step, as `stepc plan` reports it and `stepc build` writes it (plan.h); the
-   * executor runs the graph's order, which is the schedule's. */
-  int lrc = plan_build(s, 0, &tr->p, NULL, err, nerr);
+  /* The planned step, as `stepc build` writes it (plan.h): one rank's step (Spec.per_rank, as
+   * artifact_build plans it), so that an fp8 recipe runs its fp8 linears here too (without it the
+   * lowering keeps the bf16 linears `stepc plan` models); the executor runs the graph's order, which
+   * is the schedule's. */
+  Spec *rs = malloc(sizeof *rs);
+  if (!rs) {
+    snprintf(err, nerr, "out of memory");
+    rt_trainer_free(tr);
+    return NULL;
+  }
+  *rs = *s;
+  rs->per_rank = true;
+  int lrc = plan_build(rs, 0, &tr->p, NULL, err, nerr);
+  free(rs);
   if (lrc != 0) {
     *status = lrc == LOWER_UNSUPPORTED ? RT_TRAIN_UNSUPPORTED : RT_TRAIN_ERROR;
     rt_trainer_free(tr);
@@ -222,8 +236,8 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
     return NULL;
   }
   if (plan_program_build(tr->p.g, &tr->p.sc, NULL, &tr->prog) || load_kernels(&tr->d, &tr->p.ew, cache_dir) ||
-      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE_BYTES) || rt_timer_new(&tr->d, &tr->timer) || !(tr->x = rt_player_new(&tr->d, &tr->p.lp)) ||
-      rt_player_init(tr->x, tr->seed)) {
+      rt_blas_open(&tr->d, RT_BLAS_WORKSPACE_BYTES) || rt_timer_new(&tr->d, &tr->timer) ||
+      !(tr->x = rt_player_new(&tr->d, &tr->p.lp)) || rt_player_init(tr->x, tr->seed)) {
     snprintf(err, nerr, "%s", tr->d.err[0] ? tr->d.err : "out of memory");
     rt_trainer_free(tr);
     return NULL;
@@ -231,8 +245,8 @@ RtTrainer *rt_trainer_new(const Spec *s, CpuData *data, const char *cache_dir, i
   if (tr->mode == RT_MODE_SCOPED &&
       (!(tr->scope = calloc((size_t)tr->p.sr.n + 1, sizeof *tr->scope)) ||
        (tr->nscope = plan_scope_points(&tr->p.sc, &tr->p.sr, tr->scope)) < 0 ||
-       !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, tr->prog.p.micro_points, tr->prog.p.npoints, tr->scope, tr->nscope, err,
-                                    nerr)))) {
+       !(tr->scoped = rt_scoped_new(&tr->d, tr->x, tr->p.g, tr->prog.p.micro_points, tr->prog.p.npoints,
+                                    tr->scope, tr->nscope, err, nerr)))) {
     *status = RT_TRAIN_UNSUPPORTED;
     rt_trainer_free(tr);
     return NULL;
@@ -301,13 +315,17 @@ int rt_trainer_step(RtTrainer *tr, RtStepStats *st, char *err, size_t nerr) {
     tr->captured = true;
   }
   if (rt_timer_start(d, &tr->timer)) return fail(tr, err, nerr);
-  int rc = !replay ? enqueue_step(tr) : tr->scoped ? rt_scoped_enqueue_step(tr->scoped) : rt_graph_launch(d, &tr->graph);
+  int rc = !replay      ? enqueue_step(tr)
+           : tr->scoped ? rt_scoped_enqueue_step(tr->scoped)
+                        : rt_graph_launch(d, &tr->graph);
   if (rc) return fail(tr, err, nerr);
   if (rt_timer_stop(d, &tr->timer, &st->ms)) return fail(tr, err, nerr);
   if (rt_player_read_losses(tr->x, tr->losses)) return fail(tr, err, nerr);
   double lr = 0, gn = 0, loss = 0;
-  if (rt_trainer_read(tr, tr->p.g->lr, &lr) || rt_trainer_read(tr, tr->p.g->grad_norm, &gn)) return fail(tr, err, nerr);
-  for (int mb = 0; mb < tr->p.g->num_microbatches; mb++) loss += tr->losses[mb];
+  if (rt_trainer_read(tr, tr->p.g->lr, &lr) || rt_trainer_read(tr, tr->p.g->grad_norm, &gn))
+    return fail(tr, err, nerr);
+  for (int mb = 0; mb < tr->p.g->num_microbatches; mb++)
+    loss += tr->losses[mb];
   st->step = tr->step;
   st->loss = loss / (double)tr->p.g->num_microbatches;
   st->lr = lr;
