@@ -35,7 +35,7 @@ __device__ __forceinline__ int ep_cnt(const int* as, int E, int s, int e) {
 //     source s's j-th row (src: y, R rows)
 //  3  EP_COMBINE's result (N): row n in this rank's segment of expert e (owner o = e / El, l = e % El)
 //     := row (local experts before l of o) + (n - start) of the block received from o (src: received)
-// Rows are copied, never summed: exact, and the same rows the gather-based exchange picked.
+// Rows are copied, never summed: exact, and in the CPU executor's layout (ir/ops/ep.c).
 extern "C" __global__ void ep_a2a_rows(unsigned short* dst, const unsigned short* src, const int* as, long rows,
                                        long nsrc, long P, int w, int ep, int E, int mode, const int* rank) {
   __shared__ long from;
