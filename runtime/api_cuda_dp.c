@@ -123,10 +123,8 @@ static stepc_status host_join(stepc_t *s) {
         s, STEPC_ERR_UNSUPPORTED,
         "the distributed optimizer (optimizer.use_distributed_optimizer) with ranks sharing a GPU "
         "(host-staged collectives) is not built: run it with one rank a GPU (NCCL)");
-  RtCommGroup all = {.first = 0, .stride = 1, .count = s->world};
-  const RtCommGroup *dp = s->tp > 1 ? &s->dp_group : &all;
-  if (rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_DP, dp, s->tp > 1 ? s->dp_rank : s->rank, err,
-                             sizeof err) ||
+  /* without TP the data-parallel group is the whole job (api_dp_check) */
+  if (rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_DP, &s->dp_group, s->dp_rank, err, sizeof err) ||
       (s->ep > 1 && rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep,
                                            err, sizeof err)))
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
@@ -316,13 +314,11 @@ static stepc_status warm_up(stepc_t *s) {
   if (s->im.nbucket_grad == 0) return STEPC_OK;
   /* one gradient of each group's communicator (the data-parallel one, the expert-data-parallel one) */
   int32_t t[RT_COLL_GROUPS];
+  bool seen[RT_COLL_GROUPS] = {false};
   int n = 0;
   for (int k = 0; k < s->im.nbucket_grad; k++) {
-    RtColl b = bucket_coll(s, s->im.bucket_grad[k]);
-    bool seen = false;
-    for (int i = 0; i < n; i++)
-      seen |= bucket_coll(s, t[i]).group == b.group;
-    if (!seen && n < RT_COLL_GROUPS) t[n++] = s->im.bucket_grad[k];
+    int64_t grp = bucket_coll(s, s->im.bucket_grad[k]).group;
+    if (!seen[grp]) seen[grp] = true, t[n++] = s->im.bucket_grad[k];
   }
   if (collectives(s, t, n, c->zero ? coll_reduce : coll_allreduce, 0, 0, "warm-up", NULL))
     return STEPC_ERR_RUNTIME;
@@ -366,19 +362,11 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
   if (c->coll_host) return host_join(s); /* joined at open: the ranks share a GPU */
   if (rt_side_new(c->d, &c->comm)) return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   c->comm_ok = true;
+  stepc_status st = STEPC_OK;
   if (!c->nccl) { /* plain data parallelism (TP / EP joined at open: api_cuda_tp.c) */
-    char err[600];
-    if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
-    stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
-    if (st != STEPC_OK) return st;
-    if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
-      c->nccl_failed = true;
-      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel: %s", err);
-    }
-    rt_coll_nccl_init(&c->coll_nccl);
+    if ((st = api_cuda_nccl_join(s, "data parallel")) != STEPC_OK) return st;
     c->coll_nccl.group[RT_COLL_GROUP_DP] = c->nccl;
   }
-  stepc_status st = STEPC_OK;
   c->zero = s->im.f.dist_opt && s->owner;
   if (c->zero && (st = zero_setup(s)) != STEPC_OK) return st;
   return warm_up(s);

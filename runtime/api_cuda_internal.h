@@ -74,6 +74,9 @@ int api_cuda_run_point(stepc_t *s, int q);
 /* 1: host-staged (the ranks share this host's device_count GPUs, or the variable says host), 0: NCCL,
  * -1: a bad value (the message in s). */
 int api_cuda_tp_shared(stepc_t *s, int device_count);
+/* Loads NCCL, joins the job (its unique id through the rendezvous) and makes the job's
+ * communicator c->nccl (its group table cleared); `what` prefixes a failure. */
+stepc_status api_cuda_nccl_join(stepc_t *s, const char *what);
 /* Joins the job and sets the device's communicator, before the launch program opens. */
 stepc_status api_cuda_tp_open(stepc_t *s, int shared);
 /* After the step's stream synchronised: a host-staged collective's failure, as the handle's error (-1). */

@@ -46,6 +46,20 @@ static stepc_status nccl_group(stepc_t *s, int which, const RtCommGroup *g, int 
   return STEPC_OK;
 }
 
+stepc_status api_cuda_nccl_join(stepc_t *s, const char *what) {
+  ApiCuda *c = cu(s);
+  char err[600];
+  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
+  stepc_status st = api_dp_join(s, rt_nccl_make_id, c->nccl);
+  if (st != STEPC_OK) return st;
+  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
+    c->nccl_failed = true;
+    return api_fail(s, STEPC_ERR_RUNTIME, "%s: %s", what, err);
+  }
+  rt_coll_nccl_init(&c->coll_nccl);
+  return STEPC_OK;
+}
+
 stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   ApiCuda *c = cu(s);
   char err[600];
@@ -59,18 +73,10 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
     c->d->coll = rt_coll_host_ops(c->coll_host);
     return STEPC_OK;
   }
-  if (rt_nccl_load(&c->nccl, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
-  if ((st = api_dp_join(s, rt_nccl_make_id, c->nccl)) != STEPC_OK) return st;
-  if (rt_nccl_init(c->nccl, rt_comm_id(s->comm), s->world, s->rank, err, sizeof err)) {
-    c->nccl_failed = true;
-    return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
-  }
-  rt_coll_nccl_init(&c->coll_nccl);
-  RtCommGroup all = {.first = 0, .stride = 1, .count = s->world};
+  if ((st = api_cuda_nccl_join(s, "tensor parallelism")) != STEPC_OK) return st;
   if ((st = nccl_group(s, RT_COLL_GROUP_TP, &s->tp_group, s->tp_rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_EP, &s->ep_group, s->ep_rank)) != STEPC_OK ||
-      (st = nccl_group(s, RT_COLL_GROUP_DP, s->tp > 1 ? &s->dp_group : &all,
-                       s->tp > 1 ? s->dp_rank : s->rank)) != STEPC_OK ||
+      (st = nccl_group(s, RT_COLL_GROUP_DP, &s->dp_group, s->dp_rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep)) != STEPC_OK)
     return st;
   c->d->coll = &c->coll_nccl.ops;

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../free_port.h"
 #include "probe.h"
 #include "runtime/comm.h"
 #include "runtime/rdv_wire.h"
@@ -74,17 +75,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t n = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &n) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
 }
 
 typedef enum { ACT_RUN, ACT_EXIT_AFTER_1, ACT_HANG_AFTER_1 } Action;

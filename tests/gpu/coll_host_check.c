@@ -34,6 +34,7 @@
 
 #include "host_bits.h"
 #include "runtime/coll_host.h"
+#include "../free_port.h"
 #include "runtime/comm.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/rt.h"
@@ -512,18 +513,6 @@ out:
 }
 
 /* ---- the parent: no CUDA here (a forked child cannot use a parent's context) ---- */
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t n = sizeof a;
-  int p = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &n) == 0)
-    p = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return p;
-}
 
 /* The number of GPUs, in a child: 0 none (or no driver). */
 static int gpu_count(void) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../gpu/host_bits.h"
+#include "../free_port.h"
 #include "runtime/comm.h"
 
 #define N 4
@@ -173,18 +174,6 @@ static void *rank_main(void *p) {
   CHECK(rt_comm_barrier(c) == 0, "barrier: %s", rt_comm_error(c));
   rt_comm_free(c);
   return NULL;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t n = sizeof a;
-  int p = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &n) == 0)
-    p = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return p;
 }
 
 int main(void) {
