@@ -78,9 +78,13 @@ static int enqueue_points(stepc_t *s, CudaProf *pf) {
   for (int mb = 0; mb < c->nmb; mb++) {
     if (rt_player_micro_begin(c->x, mb)) return api_cuda_fail(s);
     if (pf && (a = api_cuda_mark(s, pf, 0)) < 0) return -1;
-    for (int q = 0; q < c->nmicro; q++) {
+    for (int q = 0, fork_q = -1, ta, tb; q < c->nmicro; q++) {
       if (api_cuda_run_point(s, q)) return -1;
       if (pf && ((b = api_cuda_mark(s, pf, 0)) < 0 || api_cuda_span(s, pf, STEPC_SPAN_POINT, q, mb, 0, a, b)))
+        return -1;
+      if (pf && rt_player_point_forks(c->x, q)) fork_q = q; /* a tensor-parallel collective left the stream */
+      if (pf && rt_player_comm_span(c->x, &ta, &tb) &&
+          api_cuda_span(s, pf, STEPC_SPAN_TP_COLL, fork_q, mb, 2, ta, tb))
         return -1;
       a = b;
       if (api_cuda_dp_after_point(s, mb, q, pf)) return -1;
@@ -193,23 +197,30 @@ static int cuda_step_profiled(stepc_t *s, int64_t step, stepc_step_stats *st, do
   CudaProf pf = {0};
   if (stage(s, step)) return -1;
   int rc = 0;
+  int windows = 0;
+  for (int q = 0; q < c->nmicro; q++)
+    windows += rt_player_point_forks(c->x, q);
   if (rt_marks_new(d, &pf.main, nmb * (c->nmicro + 1) + 2 * ntail + 2) ||
-      (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))))
+      (c->nccl && rt_marks_new(d, &pf.side, 2 * (s->im.nbucket + 2))) ||
+      (windows && rt_marks_new(d, &pf.tp, 2 * windows * nmb)))
     rc = api_cuda_fail(s);
+  if (windows) rt_player_comm_marks(c->x, &pf.tp);
   if (!rc && rt_timer_start(d, &c->timer)) rc = api_cuda_fail(s);
   if (!rc) rc = enqueue_points(s, &pf);
   if (!rc) rc = cuda_wait(s, &st->ms);
   if (!rc && read_stats(s, st)) rc = api_cuda_fail(s);
   for (int i = 0; i < pf.nspan && !rc; i++) {
     const CudaSpan *p = &pf.span[i];
-    const RtMarks *m = p->side ? &pf.side : &pf.main;
+    const RtMarks *m = p->side == 2 ? &pf.tp : p->side ? &pf.side : &pf.main;
     double t0 = 0, t1 = 0;
     rc = since_start(s, m->e[p->a], &t0) || since_start(s, m->e[p->b], &t1) ||
          api_span_add(s, p->kind, p->side, p->id, p->micro, t0, t1);
     if (!rc && p->kind == STEPC_SPAN_POINT) ms[p->id] += t1 - t0;
   }
+  rt_player_comm_marks(c->x, NULL);
   rt_marks_free(d, &pf.main);
   rt_marks_free(d, &pf.side);
+  rt_marks_free(d, &pf.tp);
   free(pf.span);
   if (rc) return -1;
   c->steps_here++;

@@ -14,12 +14,13 @@
  * communication stream a mark before and after every collective. Each span names its two marks. */
 typedef struct {
   int kind, id, micro; /* stepc_span's */
-  int side;            /* 0 the step's stream, 1 the communication stream */
+  int side;            /* 0 the step's stream, 1 the communication stream, 2 the launch program's (TP) */
   int a, b;            /* its marks */
 } CudaSpan;
 
 typedef struct {
   RtMarks main, side;
+  RtMarks tp;       /* the launch program's communication stream (rt_player_comm_marks) */
   int nmain, nside; /* marks recorded so far */
   CudaSpan *span;
   int nspan, cap;

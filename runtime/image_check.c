@@ -350,6 +350,8 @@ static int check_record(StepImage *im, int i, Why *w) {
       return bad(w, "program record %d: a collective's buffers outside the step's allocation", i);
     break;
   }
+  case RT_REC_FORK:
+  case RT_REC_JOIN: break; /* where they may stand: check_comm_stream */
   case RT_REC_MEMSET:
   case RT_REC_COPY:
     if (!(r->dst & LP_PTR) || !lp_span_ok((int64_t)(r->dst & ~LP_PTR), (int64_t)r->bytes, alloc) ||
@@ -469,6 +471,49 @@ static int check_attention(const StepImage *im, Why *w) {
   return 0;
 }
 
+/* The communication stream (program.h RT_REC_FORK / RT_REC_JOIN): forks and joins alternate along the
+ * micro program's points, a fork first; a collective on that stream (RtColl.side) stands only between
+ * them; every fork is joined before the micro program ends and within the scope it began in (a capture
+ * must join what it forked); no other section holds any of them. */
+static int comm_walk(const LaunchProgram *lp, LpRange r, int *open, int q, Why *w) {
+  for (int i = r.first; i < r.first + r.count; i++) {
+    const RtRec *e = &lp->rec[i];
+    int fork = e->kind == RT_REC_FORK, join = e->kind == RT_REC_JOIN,
+        side = e->kind == RT_REC_COLL && e->coll.side;
+    if (!fork && !join && !side) continue;
+    if (!open || (fork && *open) || (join && !*open) || (side && (!*open || e->coll.side != 1)))
+      return bad(w, "program record %d (point %d): a communication-stream %s out of place", i, q,
+                 fork   ? "fork"
+                 : join ? "join"
+                        : "collective");
+    if (!side) *open = fork;
+  }
+  return 0;
+}
+
+static int check_comm_stream(const StepImage *im, Why *w) {
+  const LaunchProgram *lp = &im->lp;
+  int open = 0;
+  for (int q = 0; q < im->npoints; q++) {
+    int edge = 0;
+    for (int k = 0; k < im->nscope; k++)
+      edge |= im->scope[k].first == q;
+    if (open && (edge || q == im->micro_points))
+      return bad(w, "program point %d: the communication stream forked before it is not joined", q);
+    if (comm_walk(lp, lp->point[q].rec, q < im->micro_points ? &open : NULL, q, w)) return -1;
+    for (int k = 0; k < im->nscope && open; k++)
+      if (im->scope[k].last == q) return bad(w, "program point %d: a scope ends with its fork not joined", q);
+    const LpRange other[3] = {lp->point[q].hparams, lp->point[q].eval, lp->point[q].alt};
+    for (int j = 0; j < 3; j++)
+      if (comm_walk(lp, other[j], NULL, q, w)) return -1;
+  }
+  if (open) return bad(w, "program: the communication stream is not joined at the micro program's end");
+  if (comm_walk(lp, lp->f.init, NULL, -1, w)) return -1;
+  for (int k = 0; k < 2 * lp->f.nmb; k++)
+    if (comm_walk(lp, lp->micro[k], NULL, -1, w)) return -1;
+  return 0;
+}
+
 static int check_launch_program(StepImage *im, Why *w) {
   const Graph *g = im->g;
   const LaunchProgram *lp = &im->lp;
@@ -510,7 +555,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   }
   for (int i = 0; i < n; i++)
     if (check_record(im, i, w)) return -1;
-  return check_attention(im, w);
+  return check_attention(im, w) || check_comm_stream(im, w) ? -1 : 0;
 }
 
 static int check_buckets(const StepImage *im, Why *w) {

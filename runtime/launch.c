@@ -56,3 +56,13 @@ int rt_coll(RtDevice *d, const RtColl *c) {
                       "the job's ranks");
   return d->coll->run(d->coll->ctx, d, c);
 }
+
+int rt_comm_fork(RtDevice *d) {
+  return d->rec ? rt_record_mark(d, RT_REC_FORK)
+                : rt_fail(d, "a communication-stream fork outside a launch program");
+}
+
+int rt_comm_join(RtDevice *d) {
+  return d->rec ? rt_record_mark(d, RT_REC_JOIN)
+                : rt_fail(d, "a communication-stream join outside a launch program");
+}

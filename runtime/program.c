@@ -41,6 +41,8 @@ int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
 #undef LP_C
   case RT_REC_COPY: slot[n++] = (uint64_t *)&r->src; /* fall through */
   case RT_REC_MEMSET: slot[n++] = (uint64_t *)&r->dst; break;
+  case RT_REC_FORK:
+  case RT_REC_JOIN: break;
   }
   return n;
 }

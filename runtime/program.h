@@ -41,7 +41,20 @@
 #define LP_PTR (1ull << 63)
 #define LP_MAX_ARGS 24
 
-typedef enum { RT_REC_LAUNCH, RT_REC_GEMM, RT_REC_MEMSET, RT_REC_COPY, RT_REC_SDPA, RT_REC_COLL } RtRecKind;
+/* RT_REC_FORK / RT_REC_JOIN (no fields): the tensor-parallel communication stream waits for everything
+ * enqueued on the step's stream so far / the step's stream waits for everything enqueued on the
+ * communication stream so far. Between them a collective with RtColl.side = 1 runs on that stream,
+ * concurrently with the step's own launches (compiler/passes/schedule.c: schedule_comm_windows). */
+typedef enum {
+  RT_REC_LAUNCH,
+  RT_REC_GEMM,
+  RT_REC_MEMSET,
+  RT_REC_COPY,
+  RT_REC_SDPA,
+  RT_REC_COLL,
+  RT_REC_FORK,
+  RT_REC_JOIN
+} RtRecKind;
 
 /* One record: a call with its arguments (a recording device's entry, runtime/record.h, and a
  * program's, pointers then relocated as above). */

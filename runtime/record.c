@@ -105,6 +105,11 @@ int rt_record_coll(RtDevice *d, const RtColl *c) {
   return RT_OK;
 }
 
+int rt_record_mark(RtDevice *d, RtRecKind kind) {
+  if (!d->rec->on) return RT_OK;
+  return push(d, kind) ? RT_OK : RT_ERROR;
+}
+
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes) {
   *p = d->fake_next;
   d->fake_next += (bytes + FAKE_GAP - 1) / FAKE_GAP * FAKE_GAP + FAKE_GAP;
@@ -144,6 +149,8 @@ int rt_record_equal(const RtRec *a, const RtRec *b) {
     return 1;
   case RT_REC_MEMSET: return a->dst == b->dst && a->bytes == b->bytes;
   case RT_REC_COPY: return a->dst == b->dst && a->src == b->src && a->bytes == b->bytes;
+  case RT_REC_FORK:
+  case RT_REC_JOIN: return 1;
   }
   return 0;
 }

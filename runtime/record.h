@@ -37,6 +37,8 @@ int rt_record_sdpa(RtDevice *d, const RtSdpa *s);
 int rt_record_memset(RtDevice *d, CUdeviceptr p, size_t bytes);
 int rt_record_copy(RtDevice *d, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 int rt_record_coll(RtDevice *d, const RtColl *c);
+/* RT_REC_FORK or RT_REC_JOIN (program.h): a record without fields. */
+int rt_record_mark(RtDevice *d, RtRecKind kind);
 void rt_record_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes);
 
 /* Whether two records are the same call (every field; pointer arguments compared as given). */

@@ -113,8 +113,10 @@ typedef struct RtRecorder RtRecorder;
  * src's block r goes to member r, dst's block s came from member s — MPI_Alltoall). Sums combine the members
  * in group order (member 0 + member 1 + ...) where the backend can fix the order (the host-staged one:
  * runtime/coll_host.h); NCCL's order is its own. div > 1 (an fp32 all-reduce sum only): the sum then divided
- * by div in fp32 — the CPU device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. The
- * fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
+ * by div in fp32 — the CPU device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. side
+ * 1: a launch program's collective enqueued on the program's communication stream between an RT_REC_FORK and
+ * an RT_REC_JOIN (program.h), 0: on the step's stream. The fields as an X-macro (I int64_t, P device pointer,
+ * F float), as RT_GEMM_FIELDS. */
 typedef enum {
   RT_COLL_ALLREDUCE_SUM = 0,
   RT_COLL_ALLREDUCE_MAX = 1,
@@ -140,6 +142,7 @@ enum {
   I(group)                                                                                                   \
   I(count)                                                                                                   \
   I(div)                                                                                                     \
+  I(side)                                                                                                    \
   P(src)                                                                                                     \
   P(dst)
 // clang-format on
@@ -224,6 +227,12 @@ int rt_copy_h2d(RtDevice *d, CUdeviceptr dst, const void *src, size_t bytes);
 int rt_copy_d2h(RtDevice *d, void *dst, CUdeviceptr src, size_t bytes); /* synchronous */
 /* A collective (above): recorded on a recording device, else run through d->coll. */
 int rt_coll(RtDevice *d, const RtColl *c);
+/* The launch program's communication stream (program.h RT_REC_FORK / RT_REC_JOIN): recorded on a
+ * recording device — the launch lowering marks where a collective leaves the step's stream and where
+ * the step's stream waits for it; the player (runtime/cuda/player.c) plays them on its own stream.
+ * Refused on a device that is not recording. */
+int rt_comm_fork(RtDevice *d);
+int rt_comm_join(RtDevice *d);
 
 /* ---- arena.c: tracked allocations ---- */
 int rt_alloc(RtDevice *d, CUdeviceptr *p, size_t bytes, const char *what);

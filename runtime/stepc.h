@@ -233,14 +233,18 @@ stepc_status stepc_profile_step(stepc_t *s, stepc_step_stats *st, double *ms, in
  * wall time, the host collectives run between the points (nothing overlaps). *n receives the
  * number of spans; the first min(cap, *n) are written (spans may be NULL with cap 0). */
 typedef enum {
-  STEPC_SPAN_POINT = 0,  /* id: the program point; micro: its micro-batch, -1 in the tail */
-  STEPC_SPAN_BUCKET = 1, /* id: the gradient bucket (its all-reduce, or ZeRO-1's reduce to the owners) */
-  STEPC_SPAN_NORM = 2,   /* ZeRO-1: the gradient norm's per-tensor sums exchanged */
-  STEPC_SPAN_PARAMS = 3, /* ZeRO-1: the updated parameters sent from their owners */
+  STEPC_SPAN_POINT = 0,   /* id: the program point; micro: its micro-batch, -1 in the tail */
+  STEPC_SPAN_BUCKET = 1,  /* id: the gradient bucket (its all-reduce, or ZeRO-1's reduce to the owners) */
+  STEPC_SPAN_NORM = 2,    /* ZeRO-1: the gradient norm's per-tensor sums exchanged */
+  STEPC_SPAN_PARAMS = 3,  /* ZeRO-1: the updated parameters sent from their owners */
+  STEPC_SPAN_TP_COLL = 4, /* id: the program point of a tensor-parallel backward collective run on the
+                             launch program's communication stream (stream 2) beside the weight-gradient
+                             GEMM; micro: its micro-batch */
 } stepc_span_kind;
 typedef struct {
   int32_t kind;            /* stepc_span_kind */
-  int32_t stream;          /* 0 the step's stream, 1 the communication stream (collectives) */
+  int32_t stream;          /* 0 the step's stream, 1 the communication stream (the data-parallel
+                              collectives), 2 the launch program's (STEPC_SPAN_TP_COLL) */
   int32_t id, micro;       /* as the kind says; -1 when none */
   double start_ms, end_ms; /* from the step's start */
 } stepc_span;

@@ -79,6 +79,8 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
 #undef TX_I
 #undef TX_P
 #undef TX_F
+  case RT_REC_FORK: fprintf(f, "  FORK (the communication stream waits for the step's stream)\n"); break;
+  case RT_REC_JOIN: fprintf(f, "  JOIN (the step's stream waits for the communication stream)\n"); break;
   case RT_REC_MEMSET:
     fprintf(f, "  MEMSET "), addr(f, r->dst), fprintf(f, " %llu B\n", (unsigned long long)r->bytes);
     break;

@@ -220,6 +220,6 @@ int schedule_bucket_fire(const Graph *g, const Fusions *fz, Schedule *sc, char *
 }
 
 void schedule_free(Schedule *sc) {
-  free(sc->it), free(sc->pos), free(sc->b), free(sc->grad), free(sc->owner);
+  free(sc->it), free(sc->pos), free(sc->b), free(sc->grad), free(sc->owner), free(sc->comm_end);
   memset(sc, 0, sizeof *sc);
 }

@@ -232,6 +232,15 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
       }
     }
   }
+  /* a collective on the communication stream (comm_overlap.c) reads and writes its tensors until the
+   * step's stream joins it: they stay live to that point */
+  for (int o = 0; sc->comm_end && o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    for (int j = 0; sc->comm_end[o] >= 0 && j < op->nin + op->nout; j++) {
+      int t = j < op->nin ? op->in[j] : op->out[j - op->nin];
+      if (sc->comm_end[o] > mp->end[t]) mp->end[t] = sc->comm_end[o];
+    }
+  }
   for (int t = 0; t < nt; t++) {
     if (pinned(g, sr, t))
       mp->start[t] = 0, mp->end[t] = np - 1;

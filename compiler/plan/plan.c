@@ -24,7 +24,7 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
   if (rc == LOWER_UNSUPPORTED) return PLAN_UNSUPPORTED;
   if (rc != LOWER_OK) return PLAN_ERROR;
   recompute_config_from_spec(s, &p->rc);
-  if (recompute_apply(p->g, &p->rc, &p->rr, err, nerr) != 0 ||
+  if (comm_overlap_order(p->g, err, nerr) != 0 || recompute_apply(p->g, &p->rc, &p->rr, err, nerr) != 0 ||
       schedule_build(p->g, s, &p->sc, err, nerr) != 0 || scope_build(p->g, s, &p->sc, &p->sr, err, nerr) != 0)
     return PLAN_ERROR;
   if (d) scope_check(p->g, s, &p->sc, &p->rr, &p->sr, d);
@@ -34,6 +34,7 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
   p->fz->dp = p->sc.dp;
   if (fuse_build(p->g, p->fz, &p->ew, err, nerr) != 0 ||
       schedule_bucket_fire(p->g, p->fz, &p->sc, err, nerr) != 0 ||
+      comm_overlap_windows(p->g, p->fz, &p->sr, &p->sc, err, nerr) != 0 ||
       memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
       memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return PLAN_ERROR;

@@ -121,6 +121,11 @@ typedef struct {
    * belongs to the rank whose range holds its first element; an AdamW op's outputs follow its
    * gradient. */
   int *owner;
+  /* the communication stream (comm_overlap.c), after comm_overlap_windows: per op id, for a tensor-parallel
+   * backward collective that runs on the communication stream, the program point after whose launches the
+   * step's stream waits for it; -1 for every other op (NULL before the windows are placed) */
+  int *comm_end;
+  int ncomm; /* such collectives */
 } Schedule;
 
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr);
@@ -161,6 +166,16 @@ int scope_build(const Graph *g, const Spec *s, const Schedule *sc, ScopeResult *
 int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const RecomputeResult *rr,
                 const ScopeResult *sr, DiagList *d);
 void scope_free(ScopeResult *sr);
+
+/* ---- comm_overlap.c: tensor parallelism's backward collectives beside the weight-gradient GEMMs ---- */
+/* Moves each backward collective of an activation gradient (TP_SCATTER; TP_ALLREDUCE of an activation
+ * gradient) to right after the op producing its input, ahead of the independent ops between them (the
+ * weight gradient). On the lowered graph, before recompute_apply. 0, or -1 with err. */
+int comm_overlap_order(Graph *g, char *err, size_t nerr);
+/* After the fusions and the buckets' fire points: which of those collectives run on the communication
+ * stream and where the step's stream joins each (Schedule.comm_end). 0, or -1 with err. */
+int comm_overlap_windows(const Graph *g, const Fusions *fz, const ScopeResult *sr, Schedule *sc, char *err,
+                         size_t nerr);
 
 /* ---- memplan.c ---- */
 enum { MEM_ROLE_GRAPH = ROLE_COUNT, MEM_NROLES }; /* roles + static graph buffers */

@@ -43,12 +43,16 @@ int report_profile(const StepImage *im, const Fusions *fz, const double *ms, dou
 
 /* The measured timeline of a profiled step (stepc_profile_timeline, report_timeline.c). */
 typedef struct {
-  int buckets;       /* gradient-bucket collectives */
-  double bucket_ms;  /* their time on the communication stream */
-  double overlap_ms; /* of it, the time the step's stream was running micro-program points
-                        (forward, backward, replays) beside it */
-  double other_ms;   /* ZeRO-1's norm exchange and parameter broadcast */
-  double step_ms;    /* the last span's end */
+  int buckets;         /* gradient-bucket collectives */
+  double bucket_ms;    /* their time on the communication stream */
+  double overlap_ms;   /* of it, the time the step's stream was running micro-program points
+                          (forward, backward, replays) beside it */
+  double other_ms;     /* ZeRO-1's norm exchange and parameter broadcast */
+  int tp;              /* tensor-parallel collectives on the launch program's communication stream */
+  double tp_ms;        /* their time there */
+  double tp_beside_ms; /* of it, beside the spans of later points of its micro-batch on the step's stream
+                          (at most: the point that joins it includes any wait for it) */
+  double step_ms;      /* the last span's end */
 } TimelineSummary;
 void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *out);
 /* One line: "comm stream: 1 bucket collective 0.412 ms, 0.301 ms (73 %) beside backward compute". */

@@ -17,6 +17,13 @@ void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *t) {
     if (sp[i].end_ms > t->step_ms) t->step_ms = sp[i].end_ms;
     if (sp[i].kind == STEPC_SPAN_NORM || sp[i].kind == STEPC_SPAN_PARAMS)
       t->other_ms += sp[i].end_ms - sp[i].start_ms;
+    if (sp[i].kind == STEPC_SPAN_TP_COLL) {
+      t->tp++;
+      t->tp_ms += sp[i].end_ms - sp[i].start_ms;
+      for (int64_t j = 0; j < n; j++)
+        if (sp[j].kind == STEPC_SPAN_POINT && sp[j].micro == sp[i].micro && sp[j].id > sp[i].id)
+          t->tp_beside_ms += overlap(sp[i].start_ms, sp[i].end_ms, sp[j].start_ms, sp[j].end_ms);
+    }
     if (sp[i].kind != STEPC_SPAN_BUCKET) continue;
     t->buckets++;
     t->bucket_ms += sp[i].end_ms - sp[i].start_ms;
@@ -28,8 +35,14 @@ void timeline_summary(const stepc_span *sp, int64_t n, TimelineSummary *t) {
 }
 
 void timeline_summary_line(const TimelineSummary *t, FILE *out) {
+  if (t->tp)
+    fprintf(
+        out,
+        "tp comm stream: %d backward collective%s %.3f ms, at most %.3f ms of it beside the step's stream's "
+        "later points (the weight-gradient GEMMs)\n",
+        t->tp, t->tp == 1 ? "" : "s", t->tp_ms, t->tp_beside_ms);
   if (!t->buckets && t->other_ms == 0) {
-    fprintf(out, "comm stream: no collectives (one rank without a communicator)\n");
+    if (!t->tp) fprintf(out, "comm stream: no collectives (one rank without a communicator)\n");
     return;
   }
   fprintf(out,
@@ -42,8 +55,8 @@ void timeline_summary_line(const TimelineSummary *t, FILE *out) {
   fprintf(out, "; step %.3f ms\n", t->step_ms);
 }
 
-static const char *KIND[] = {"point", "gradient bucket", "ZeRO-1 norm exchange",
-                             "ZeRO-1 parameter broadcast"};
+static const char *KIND[] = {"point", "gradient bucket", "ZeRO-1 norm exchange", "ZeRO-1 parameter broadcast",
+                             "tensor-parallel collective"};
 
 int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, const char *title, FILE *f) {
   const Graph *g = im->g;
@@ -51,21 +64,24 @@ int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, 
              "\"pid\": 0, \"args\": "
              "{\"name\": ");
   json_write_string(f, title);
-  fprintf(f, "}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": "
-             "\"step stream\"}},\n"
-             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 2, \"args\": {\"name\": \"comm "
-             "stream\"}}");
+  fprintf(
+      f,
+      "}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": "
+      "\"step stream\"}},\n"
+      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 2, \"args\": {\"name\": \"comm "
+      "stream\"}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 3, \"args\": {\"name\": "
+      "\"tp comm stream\"}}");
   for (int64_t i = 0; i < n; i++) {
     const stepc_span *s = &sp[i];
     char name[IR_NAME_MAX + 96];
     const Op *op = NULL;
-    if (s->kind == STEPC_SPAN_POINT && s->id >= 0 && s->id < im->npoints) {
+    if ((s->kind == STEPC_SPAN_POINT || s->kind == STEPC_SPAN_TP_COLL) && s->id >= 0 && s->id < im->npoints) {
       op = &g->op[im->point_op[s->id]];
       snprintf(name, sizeof name, "%s %s", op_name(op->kind), op->tags.module);
     } else if (s->kind == STEPC_SPAN_BUCKET)
       snprintf(name, sizeof name, "bucket %d", s->id);
     else
-      snprintf(name, sizeof name, "%s", s->kind >= 0 && s->kind <= STEPC_SPAN_PARAMS ? KIND[s->kind] : "?");
+      snprintf(name, sizeof name, "%s", s->kind >= 0 && s->kind <= STEPC_SPAN_TP_COLL ? KIND[s->kind] : "?");
     fprintf(f, ",\n{\"name\": ");
     json_write_string(f, name);
     double dur = s->end_ms - s->start_ms;
@@ -74,7 +90,7 @@ int report_timeline_trace(const StepImage *im, const stepc_span *sp, int64_t n, 
             "\"args\": {\"point\": %d, "
             "\"micro_batch\": %d",
             s->kind == STEPC_SPAN_POINT ? (op ? phase_name(op->tags.phase) : "point") : "collective",
-            s->stream ? 2 : 1, s->start_ms * 1e3, (dur > 0 ? dur : 0) * 1e3,
+            s->stream + 1, s->start_ms * 1e3, (dur > 0 ? dur : 0) * 1e3,
             s->kind == STEPC_SPAN_POINT ? s->id : -1, s->micro);
     if (s->kind == STEPC_SPAN_BUCKET && s->id >= 0 && s->id < im->nbucket)
       fprintf(f, ", \"gradients\": %d, \"elements\": %lld", im->bucket[s->id].ngrads,

@@ -12,6 +12,11 @@ struct RtPlayer {
   uint64_t *table; /* the tables as last written, addresses relocated (rt_player_keep_rows rewrites them) */
   float loss_den;  /* the last staged step's loss denominator, the source of its copy */
   int flash;       /* LP_ATTN_AUTO with cuDNN unable: every point plays its flash alternative */
+  RtSide comm;     /* the program's communication stream (RT_REC_FORK / RT_REC_JOIN), when it has one */
+  int has_comm;
+  int serial;                        /* STEPC_COMM_OVERLAP=0: every collective on the step's stream */
+  RtMarks *marks;                    /* rt_player_comm_marks */
+  int nmark, span_a, span_b, closed; /* marks used; the last window's two; a window closed since asked */
   char notice[1024];
 };
 
@@ -108,6 +113,10 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
   if (!rc) rc = choose_attention(p);
   if (!rc) rc = prepare_collectives(p);
+  const char *ov = getenv(RT_COMM_OVERLAP_ENV);
+  p->serial = ov && strcmp(ov, "0") == 0;
+  for (int i = 0; i < f->nrec && !rc && !d->rec && !p->serial && !p->has_comm; i++)
+    if (lp->rec[i].kind == RT_REC_FORK) rc = rt_side_new(d, &p->comm), p->has_comm = 1;
   if (!rc) rc = rt_sync(d);
   if (rc) {
     rt_player_free(p);
@@ -119,6 +128,7 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
 void rt_player_free(RtPlayer *p) {
   if (!p) return;
   rt_free(p->d, p->base, (size_t)p->lp->f.alloc_bytes);
+  if (p->has_comm) rt_side_free(p->d, &p->comm);
   free(p->table);
   free(p);
 }
@@ -126,6 +136,25 @@ void rt_player_free(RtPlayer *p) {
 const LaunchProgram *rt_player_program(const RtPlayer *p) { return p->lp; }
 CUdeviceptr rt_player_base(const RtPlayer *p) { return p->base; }
 CUdeviceptr rt_player_tensor(const RtPlayer *p, int t) { return p->base + (CUdeviceptr)p->lp->tensor_at[t]; }
+
+/* A mark of the profiling row on the communication stream, its index in *at. */
+static int comm_mark(RtPlayer *p, int *at) {
+  if (!p->marks) return RT_OK;
+  if (p->nmark >= p->marks->n)
+    return rt_fail(p->d, "profiling: more than %d marks on the communication stream", p->marks->n);
+  *at = p->nmark;
+  return rt_mark_on(p->d, p->marks, p->nmark++, p->comm.s);
+}
+
+static int comm_fork(RtPlayer *p) {
+  return rt_side_fork(p->d, &p->comm) || comm_mark(p, &p->span_a) ? RT_ERROR : RT_OK;
+}
+
+static int comm_join(RtPlayer *p) {
+  if (comm_mark(p, &p->span_b)) return RT_ERROR;
+  p->closed = p->marks != NULL;
+  return rt_side_join(p->d, &p->comm);
+}
 
 static int play_one(RtPlayer *p, const RtRec *r) {
   RtDevice *d = p->d;
@@ -142,7 +171,16 @@ static int play_one(RtPlayer *p, const RtRec *r) {
   case RT_REC_SDPA: return rt_sdpa_run(d, &c.sdpa);
   case RT_REC_MEMSET: return rt_memset0(d, c.dst, (size_t)c.bytes);
   case RT_REC_COPY: return rt_copy_d2d(d, c.dst, c.src, (size_t)c.bytes);
-  case RT_REC_COLL: return rt_coll(d, &c.coll);
+  case RT_REC_COLL: {
+    if (!c.coll.side || d->rec || p->serial) return rt_coll(d, &c.coll);
+    CUstream step = d->stream; /* the collective on the communication stream, between its fork and join */
+    d->stream = p->comm.s;
+    int rc = rt_coll(d, &c.coll);
+    d->stream = step;
+    return rc;
+  }
+  case RT_REC_FORK: return d->rec ? rt_comm_fork(d) : p->serial ? RT_OK : comm_fork(p);
+  case RT_REC_JOIN: return d->rec ? rt_comm_join(d) : p->serial ? RT_OK : comm_join(p);
   }
   return rt_fail(d, "a launch-program record of kind %d", (int)c.kind);
 }
@@ -173,6 +211,20 @@ int rt_player_point(RtPlayer *p, int q) {
   return rt_player_play(p, p->flash && pt->alt.count ? pt->alt : pt->rec);
 }
 int rt_player_flash_fallback(const RtPlayer *p) { return p->flash; }
+
+void rt_player_comm_marks(RtPlayer *p, RtMarks *m) { p->marks = m, p->nmark = 0, p->closed = 0; }
+int rt_player_comm_span(RtPlayer *p, int *a, int *b) {
+  if (!p->closed) return 0;
+  p->closed = 0, *a = p->span_a, *b = p->span_b;
+  return 1;
+}
+int rt_player_point_forks(const RtPlayer *p, int q) {
+  LpRange r = p->lp->point[q].rec;
+  int n = 0;
+  for (int i = r.first; i < r.first + r.count; i++)
+    n += p->lp->rec[i].kind == RT_REC_FORK;
+  return n;
+}
 const char *rt_player_notice(const RtPlayer *p) { return p->notice; }
 int rt_player_eval_point(RtPlayer *p, int q) {
   const LpPoint *pt = &p->lp->point[q];

@@ -23,6 +23,10 @@ typedef struct RtPlayer RtPlayer;
  * engine for any attention, on a GPU or a recording device, so that CI and a GPU check reach the
  * fallback; nothing else reads it. */
 #define RT_TEST_NO_CUDNN_ENV "STEPC_TEST_CUDNN_NO_ENGINE"
+/* Measurement knob: RT_COMM_OVERLAP_ENV=0 plays every collective of the launch program on the step's
+ * stream, forks and joins as nothing — the same work in the serial order (the same bits), so that a
+ * run can measure what the communication stream's overlap saves. */
+#define RT_COMM_OVERLAP_ENV "STEPC_COMM_OVERLAP"
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp);
 /* 1 when the points play their flash alternatives (the auto fallback); the notice saying why ("" none). */
 int rt_player_flash_fallback(const RtPlayer *p);
@@ -43,6 +47,15 @@ int rt_player_set_ranks(RtPlayer *p, int tp_rank, int ep_rank);
 int rt_player_init(RtPlayer *p, uint64_t seed);
 /* Program point q's launches (its flash alternative after the auto fallback). */
 int rt_player_point(RtPlayer *p, int q);
+/* The program's communication stream (RT_REC_FORK / RT_REC_JOIN: tensor parallelism's backward
+ * collectives beside the weight-gradient GEMMs) under profiling. With m set, each fork is followed by
+ * a mark of m on that stream and each join preceded by one (marks 0, 1, 2, ... in play order), so a
+ * window's two marks are when its collectives ran there; NULL stops marking. After a join, *a and *b
+ * are the window's two marks and the call returns 1 (once per window), else 0. */
+void rt_player_comm_marks(RtPlayer *p, RtMarks *m);
+int rt_player_comm_span(RtPlayer *p, int *a, int *b);
+/* Forks (windows) in point q's launches (0 or 1). */
+int rt_player_point_forks(const RtPlayer *p, int q);
 /* Program point q's evaluation launches (program.h's eval section; none for a point outside it). */
 int rt_player_eval_point(RtPlayer *p, int q);
 /* The loss op's per-token losses after an evaluated micro-batch (ntok fp32; synchronises). */

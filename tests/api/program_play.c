@@ -88,6 +88,8 @@ static uint64_t rec_hash(uint64_t h, const RtRec *r) {
 #undef HS
   case RT_REC_MEMSET:
   case RT_REC_COPY: H(r->dst), H(r->src), H(r->bytes); break;
+  case RT_REC_FORK:
+  case RT_REC_JOIN: break;
   }
 #undef H
   return h;

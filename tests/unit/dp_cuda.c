@@ -38,6 +38,8 @@ static int touches(const RtRec *r, const RtDevice *d, CUdeviceptr lo, CUdevicept
   case RT_REC_MEMSET: p[n++] = r->dst; break;
   case RT_REC_COPY: p[n++] = r->dst; break;
   case RT_REC_COLL: p[n++] = r->coll.dst; break;
+  case RT_REC_FORK:
+  case RT_REC_JOIN: break;
   }
   for (int i = 0; i < n; i++)
     if (p[i] >= lo && p[i] < hi) return 1;

@@ -33,24 +33,31 @@ typedef struct {
   RtExec *x;
 } RecordRun;
 
-/* Plans recipe (with the overrides) as `stepc build` does and builds the executor on a recording
- * device of 132 SMs, the plan's generated kernels after kernel_list.h's. 0, or -1 with the message
- * printed. */
 static RtGenKernels record_run_gen;
 
-static int record_run_open(const char *recipe, const char **kv, int nkv, Plan *p, RtDevice *dev, RtRecorder *rec,
-                           RtExec **x) {
-  memset(p, 0, sizeof *p);
-  *x = NULL;
-  Spec raw, spec;
+/* The recipe with its overrides, loaded and validated into *spec. 0, or -1 with the diagnostics printed. */
+static inline int record_run_spec(const char *recipe, const char **kv, int nkv, Spec *spec) {
+  Spec raw;
   DiagList d;
   diag_init(&d);
-  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, &spec, &d) != 0) {
+  if (frontend_load(recipe, kv, nkv, NULL, &raw, &d) != 0 || validate_spec(&raw, spec, &d) != 0) {
     diag_print(&d, stderr);
     diag_free(&d);
     return -1;
   }
   diag_free(&d);
+  return 0;
+}
+
+/* Plans recipe (with the overrides) as `stepc build` does and builds the executor on a recording
+ * device of 132 SMs, the plan's generated kernels after kernel_list.h's. 0, or -1 with the message
+ * printed. */
+static inline int record_run_open(const char *recipe, const char **kv, int nkv, Plan *p, RtDevice *dev,
+                                  RtRecorder *rec, RtExec **x) {
+  memset(p, 0, sizeof *p);
+  *x = NULL;
+  Spec spec;
+  if (record_run_spec(recipe, kv, nkv, &spec)) return -1;
   char err[512] = "";
   if (plan_build(&spec, 0, p, NULL, err, sizeof err) != 0) return fprintf(stderr, "%s: %s\n", recipe, err), -1;
   rt_record_open(dev, rec, 132);
@@ -61,7 +68,7 @@ static int record_run_open(const char *recipe, const char **kv, int nkv, Plan *p
   return *x ? 0 : (fprintf(stderr, "%s: %s\n", recipe, dev->err), -1);
 }
 
-static void record_run_close(Plan *p, RtRecorder *rec, RtExec *x) {
+static inline void record_run_close(Plan *p, RtRecorder *rec, RtExec *x) {
   rt_exec_free(x);
   rt_recorder_free(rec);
   plan_free(p);

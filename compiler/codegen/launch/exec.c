@@ -515,6 +515,7 @@ int rt_exec_run_op(RtExec *x, int o) {
 /* ---- the evaluation's lowering (exec.h) ---- */
 
 void rt_exec_set_eval(RtExec *x, int on) { x->eval = on != 0; }
+void rt_exec_set_comm_side(RtExec *x, int on) { x->comm_side = on != 0; }
 
 static int persistent(TensorRole r) {
   return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;

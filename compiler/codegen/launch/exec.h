@@ -123,6 +123,9 @@ int rt_exec_run_op(RtExec *x, int o);
  * lowered as an evaluation runs it — dropout off (op_for_eval), the chunked output layer's loss
  * without its fused backward (no dx, nothing added to the main gradient). */
 void rt_exec_set_eval(RtExec *x, int on);
+/* 1: the collectives lowered until it is reset run on the launch program's communication stream
+ * (RtColl.side: compiler/passes/comm_overlap.c). */
+void rt_exec_set_comm_side(RtExec *x, int on);
 /* Why the forward ops cannot be played alone as an evaluation (into why), or 0 when they can: a
  * forward op fused into a backward op's launch, a backward op other than the loss's fused into a
  * forward launch, a forward op that writes a parameter, a gradient or optimizer state, a random

@@ -74,6 +74,7 @@ struct RtExec {
                              (each kept token's gradient weighs it / D, D read at loss_den) */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
   int eval;               /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
+  int comm_side;          /* 1: lowering a collective for the communication stream (rt_exec_set_comm_side) */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);

@@ -7,11 +7,9 @@
  *                 on the global norm's TP accumulator (the sharded gradients' GRAD_SUMSQ ops' output)
  *                 the all-reduce of those ops' slices of the norm partials, which CLIP_COEF then sums
  *                 with the replicated gradients' (counted once: each rank holds the same)
- *   TP_GATHER     all-gather along the sequence: rank r's rows of every sequence; with one sequence
- *                 (B = 1) straight into the output, else member-major into the op workspace and each
- *                 member's block copied to its rows
- *   TP_SCATTER    reduce-scatter along the sequence: the reverse (B > 1: the input's blocks copied
- *                 member-major into the workspace first)
+ *   TP_GATHER     all-gather along the sequence: rank r's rows of every sequence, one all-gather a
+ *                 sequence (its T rows are the members' blocks in member order), straight into the output
+ *   TP_SCATTER    reduce-scatter along the sequence: the reverse, one a sequence
  *   BIAS_ADD      out = x + b on every row (one kernel)
  *   TP_REP_PACK / TP_REP_UNPACK   the replicated shard rows' gradient into / out of the zero-padded
  *                 buffer the optimizer all-reduces between them (tp_rep_rows, one kernel each)
@@ -35,9 +33,12 @@ static int coll_dtype(RtExec *x, const Tensor *t, int64_t *dt) {
                  dtype_name(t->dtype));
 }
 
+/* on the communication stream while the op is lowered for it (RtExec.comm_side:
+ * compiler/passes/comm_overlap.c) */
 static int coll_in(RtExec *x, int64_t group, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src,
                    CUdeviceptr dst) {
-  RtColl c = {.op = kind, .dtype = dt, .group = group, .count = count, .src = src, .dst = dst};
+  RtColl c = {
+      .op = kind, .dtype = dt, .group = group, .count = count, .side = x->comm_side, .src = src, .dst = dst};
   return rt_coll(x->d, &c);
 }
 
@@ -90,45 +91,31 @@ static int rt_op_tp_allreduce(RtExec *x, const Op *op) {
                  rt_out(x, op, 0));
 }
 
-/* The sequence shards (ir/ops/tp.c tp_shards): rank r's block of sequence b is rows [r tl, (r + 1)
- * tl) of it. pack: full (B, T, row) -> member-major (tp, B, tl, row); unpack the reverse. */
-static int shards(RtExec *x, CUdeviceptr full, CUdeviceptr ranks, int64_t b, int64_t blk, int tp, int pack) {
-  for (int r = 0; r < tp; r++)
-    for (int64_t i = 0; i < b; i++) {
-      CUdeviceptr f = full + (CUdeviceptr)((i * tp + r) * blk),
-                  s = ranks + (CUdeviceptr)(((int64_t)r * b + i) * blk);
-      if (rt_copy_d2d(x->d, pack ? s : f, pack ? f : s, (size_t)blk)) return RT_ERROR;
-    }
+/* The sequence shards (ir/ops/tp.c tp_shards): rank r's block of sequence b is rows [r tl, (r + 1) tl)
+ * of it, so a sequence's T rows are the members' blocks in member order and each sequence is one
+ * collective between them and the rank's tl rows — no staging, no copies. */
+static int per_sequence(RtExec *x, const Op *op, RtCollOp kind, const Tensor *shard) {
+  int64_t dt = 0, b = shard->shape[0], n = tensor_numel(shard) / b, tp = op->a.i[0];
+  if (coll_dtype(x, shard, &dt)) return RT_ERROR;
+  int64_t es = dt == RT_COLL_BF16 ? 2 : 4, full = n * tp * es, part = n * es;
+  int gather = kind == RT_COLL_ALL_GATHER;
+  for (int64_t i = 0; i < b; i++) {
+    CUdeviceptr in = rt_in(x, op, 0) + (CUdeviceptr)(i * (gather ? part : full)),
+                out = rt_out(x, op, 0) + (CUdeviceptr)(i * (gather ? full : part));
+    if (coll(x, kind, dt, n, in, out)) return RT_ERROR;
+  }
   return RT_OK;
 }
 
 static int rt_op_tp_gather(RtExec *x, const Op *op) {
-  const Tensor *t = rt_t(x, op->in[0]);
-  int tp = (int)op->a.i[0];
-  int64_t dt = 0, n = tensor_numel(t), b = t->shape[0];
-  if (coll_dtype(x, t, &dt)) return RT_ERROR;
-  if (b == 1) return coll(x, RT_COLL_ALL_GATHER, dt, n, rt_in(x, op, 0), rt_out(x, op, 0));
-  return coll(x, RT_COLL_ALL_GATHER, dt, n, rt_in(x, op, 0), x->work) ||
-                 shards(x, rt_out(x, op, 0), x->work, b, t->bytes / b, tp, 0)
-             ? RT_ERROR
-             : RT_OK;
+  return per_sequence(x, op, RT_COLL_ALL_GATHER, rt_t(x, op->in[0]));
 }
 
 static int rt_op_tp_scatter(RtExec *x, const Op *op) {
-  const Tensor *t = rt_t(x, op->out[0]);
-  int tp = (int)op->a.i[0];
-  int64_t dt = 0, n = tensor_numel(t), b = t->shape[0];
-  if (coll_dtype(x, t, &dt)) return RT_ERROR;
-  if (b == 1) return coll(x, RT_COLL_REDUCE_SCATTER, dt, n, rt_in(x, op, 0), rt_out(x, op, 0));
-  return shards(x, rt_in(x, op, 0), x->work, b, t->bytes / b, tp, 1) ||
-                 coll(x, RT_COLL_REDUCE_SCATTER, dt, n, x->work, rt_out(x, op, 0))
-             ? RT_ERROR
-             : RT_OK;
+  return per_sequence(x, op, RT_COLL_REDUCE_SCATTER, rt_t(x, op->out[0]));
 }
 
 int64_t rt_tp_workspace(const Graph *g, const Op *op) {
-  if ((op->kind == OP_TP_GATHER || op->kind == OP_TP_SCATTER) && g->t[op->in[0]].shape[0] > 1)
-    return op->kind == OP_TP_GATHER ? g->t[op->out[0]].bytes : g->t[op->in[0]].bytes;
   if ((op->kind == OP_EMBED && op->a.i[0]) || (op->kind == OP_EMBED_BWD && op->a.i[1]))
     return 4 * tensor_numel(&g->t[op->in[op->kind == OP_EMBED ? 0 : 1]]);
   if (op->kind == OP_CROSS_ENTROPY && op->a.i[0]) return 12 * ops_rows(&g->t[op->in[0]]);

@@ -39,6 +39,16 @@ static int record(RtExec *x, RtRecorder *rec, RecordFn fn, int arg, int op, LpRa
 
 static int rec_init(RtExec *x, int arg) { return (void)arg, rt_exec_init_program(x); }
 
+/* A collective that runs on the communication stream (Schedule.comm_end): the fork, then the op
+ * lowered with its collectives on that stream. */
+static int rec_comm_op(RtExec *x, int o) {
+  if (rt_comm_fork(x->d)) return RT_ERROR;
+  rt_exec_set_comm_side(x, 1);
+  int rc = rt_exec_run_op(x, o);
+  rt_exec_set_comm_side(x, 0);
+  return rc;
+}
+
 /* The multi-tensor tables' rows: the word of each row's element count, and its gradient; and each
  * row's addresses (kernels/launch.h: a norm row's first word, an AdamW row's first five) relocated
  * like the records' (the tables were written with the recording device's addresses). */
@@ -161,18 +171,31 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
   }
   lp->f.attn = attn_lowerings(x);
   if (record(x, &rec, rec_init, 0, -1, &lp->f.init)) goto failed;
-  int q = 0;
+  int q = 0,
+      join_at = -1; /* the point after whose launches the step's stream joins the communication stream */
   for (int i = 0; i < sc->n; i++) {
     if (sc->it[i].kind != SCHED_OP) continue;
-    int o = sc->it[i].id, peer;
+    int o = sc->it[i].id, peer, comm = sc->comm_end ? sc->comm_end[o] : -1;
     const Op *op = &g->op[o];
-    LpPoint *p = &lp->point[q++];
-    if (record(x, &rec, rt_exec_run_op, o, o, &p->rec)) goto failed;
+    LpPoint *p = &lp->point[q];
+    if (comm >= 0) join_at = comm;
+    if (record(x, &rec, comm >= 0 ? rec_comm_op : rt_exec_run_op, o, o, &p->rec)) goto failed;
+    int joins = join_at == q;
+    if (joins) {
+      RtRecorder *r = &rec; /* appended to this point's range */
+      r->on = 1, r->op = o;
+      int rc_join = rt_comm_join(&d);
+      r->on = 0;
+      if (rc_join) goto failed;
+      p->rec.count = rec.n - p->rec.first;
+      join_at = -1;
+    }
+    q++;
     if (lp->f.attn == LP_ATTN_AUTO && rt_exec_attn_kind(x, o) == 3 &&
         record(x, &rec, rt_exec_run_attn_flash, o, o, &p->alt))
       goto failed;
     if (op->kind == OP_ADAMW && record(x, &rec, rt_exec_adamw_hparams, o, o, &p->hparams)) goto failed;
-    p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer);
+    p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer) && comm < 0 && !joins;
     p->norm_count = -1; /* no slice of its own (a fused GRAD_SUMSQ outside every group) */
     if (op->kind == OP_GRAD_SUMSQ && rt_exec_norm_partials(x, o, &p->norm_first, &p->norm_count)) {
       rt_clear_error(&d);
