@@ -14,9 +14,11 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
 
 // The gated activations over rows [gate (F) | up (F)], as Megatron's fused fc1 lays them out
 // (torch.chunk(x, 2, -1)): out = act(gate) * up with act silu (SwiGLU) or the erf GELU (GeGLU).
-// F must be a multiple of 8. Launch: any 1-D grid, grid-stride.
-__device__ __forceinline__ void glu_forward(bf16* out, const bf16* inp, int N, int F, bool gelu) {
+// F must be a multiple of 8. Launch: any 1-D grid, grid-stride. Both directions return max |out| over
+// the thread's stored values when `fold` (the fused fp8 amax, common.cuh amax_fold), else 0.
+__device__ __forceinline__ float glu_forward(bf16* out, const bf16* inp, int N, int F, bool gelu, bool fold) {
   long total = (long)N * (F / 8);
+  float m = 0.0f;
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
     long n = i / (F / 8);
     int f = (int)(i % (F / 8)) * 8;
@@ -24,13 +26,18 @@ __device__ __forceinline__ void glu_forward(bf16* out, const bf16* inp, int N, i
     load8(inp + n * 2 * F + f, g);
     load8(inp + n * 2 * F + F + f, u);
     for (int k = 0; k < 8; k++) g[k] = (gelu ? gelu_f(g[k]) : silu_f(g[k])) * u[k];
-    store8(out + n * F + f, g);
+    uint4 y = pack8(g);
+    *(uint4*)(out + n * F + f) = y;
+    if (fold) m = amax8(m, y);
   }
+  return m;
 }
 
 // dgate = dout * up * act'(gate), dup = dout * act(gate); silu'(x) = s (1 + x (1 - s)).
-__device__ __forceinline__ void glu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int N, int F, bool gelu) {
+__device__ __forceinline__ float glu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int N, int F, bool gelu,
+                                              bool fold) {
   long total = (long)N * (F / 8);
+  float m = 0.0f;
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
     long n = i / (F / 8);
     int f = (int)(i % (F / 8)) * 8;
@@ -48,35 +55,52 @@ __device__ __forceinline__ void glu_backward(bf16* dinp, const bf16* dout, const
         dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
       }
     }
-    store8(dinp + n * 2 * F + f, dg);
-    store8(dinp + n * 2 * F + F + f, du);
+    uint4 yg = pack8(dg), yu = pack8(du);
+    *(uint4*)(dinp + n * 2 * F + f) = yg;
+    *(uint4*)(dinp + n * 2 * F + F + f) = yu;
+    if (fold) m = amax8(amax8(m, yg), yu);
   }
+  return m;
+}
+
+// The gated kernels' fused fp8 amax of their output (amax null: none; part, amax as amax_fold's).
+__device__ __forceinline__ void glu_amax(float m, float* part, unsigned* amax) {
+  __shared__ float red[32];
+  if (amax) amax_fold(m, red, part, amax);
 }
 
 extern "C" __global__ void swiglu_forward(bf16* out,        // (N, F)
                                           const bf16* inp,  // (N, 2F)
-                                          int N, int F) {
-  glu_forward(out, inp, N, F, false);
+                                          int N, int F,
+                                          float* amax_part,  // (gridDim.x) or null
+                                          unsigned* amax) {  // [2] or null: common.cuh amax_fold
+  glu_amax(glu_forward(out, inp, N, F, false, amax), amax_part, amax);
 }
 
 extern "C" __global__ void swiglu_backward(bf16* dinp,        // (N, 2F)
                                            const bf16* dout,  // (N, F)
                                            const bf16* inp,   // (N, 2F)
-                                           int N, int F) {
-  glu_backward(dinp, dout, inp, N, F, false);
+                                           int N, int F,
+                                           float* amax_part,  // (gridDim.x) or null
+                                           unsigned* amax) {  // [2] or null: of dinp
+  glu_amax(glu_backward(dinp, dout, inp, N, F, false, amax), amax_part, amax);
 }
 
 extern "C" __global__ void geglu_forward(bf16* out,        // (N, F)
                                          const bf16* inp,  // (N, 2F)
-                                         int N, int F) {
-  glu_forward(out, inp, N, F, true);
+                                         int N, int F,
+                                         float* amax_part,  // (gridDim.x) or null
+                                         unsigned* amax) {  // [2] or null: common.cuh amax_fold
+  glu_amax(glu_forward(out, inp, N, F, true, amax), amax_part, amax);
 }
 
 extern "C" __global__ void geglu_backward(bf16* dinp,        // (N, 2F)
                                           const bf16* dout,  // (N, F)
                                           const bf16* inp,   // (N, 2F)
-                                          int N, int F) {
-  glu_backward(dinp, dout, inp, N, F, true);
+                                          int N, int F,
+                                          float* amax_part,  // (gridDim.x) or null
+                                          unsigned* amax) {  // [2] or null: of dinp
+  glu_amax(glu_backward(dinp, dout, inp, N, F, true, amax), amax_part, amax);
 }
 
 // Launch (GELU both ways): any 1-D grid, grid-stride; n any size.

@@ -90,6 +90,42 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(v);
 }
 
+// The fused fp8 amax (compiler/passes/fuse.c fuse_amax): a kernel that produces a tensor an fp8
+// cast reads folds max|y| of the bf16 values it stores (m, this thread's; +0 or more, NaN left out
+// by fmaxf as fp8_amax_partial leaves it out) into amax[0] as the float's bits, for the cast to read
+// instead of running its amax pass. Each block writes its maximum to part[blockIdx.x] (a 1-D grid);
+// the last block to take a ticket (amax[1]) reduces the parts, stores the result and resets the
+// ticket to 0, so nothing needs zeroing between launches (the allocation starts zeroed). Max is
+// exact and order-free: the bits equal the two-pass amax's. Called by every thread of the block.
+__device__ __forceinline__ void amax_fold(float m, float* red, float* part, unsigned* amax) {
+  __shared__ unsigned ticket;
+  m = block_max(m, red);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = m;
+    __threadfence();
+    ticket = atomicAdd(amax + 1, 1u);
+  }
+  __syncthreads();
+  if (ticket != gridDim.x - 1) return;
+  __threadfence();
+  float r = 0.0f;
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) r = fmaxf(r, __ldcg(part + i));
+  r = block_max(r, red);
+  if (threadIdx.x == 0) {
+    amax[0] = __float_as_uint(r);
+    amax[1] = 0u;
+  }
+}
+
+// max(m, |v|) over eight values packed as bf16 (the rounded values a kernel stores).
+__device__ __forceinline__ float amax8(float m, uint4 u) {
+  float v[8];
+  unpack8(u, v);
+#pragma unroll
+  for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(v[k]));
+  return m;
+}
+
 // ---- Philox4x32-10 (Salmon et al., SC'11; the generator of Random123 and cuRAND) ----
 // Counter-based: the output is a pure function of (counter, key), so a mask can be regenerated
 // anywhere (backward, recompute, graph replay) without storing it or threading RNG state.

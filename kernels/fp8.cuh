@@ -7,12 +7,16 @@
 // the state's current amax entry (damax, fmaxf); fp8_scale_update then rolls the histories and
 // recomputes the scales (TE's amax_and_scale_update).
 //
-// Two launches per cast: fp8_amax_partial writes one block maximum per block (max is exact and
-// order-free, so the result does not depend on the grid), then fp8_cast_transpose reduces those
-// partials again in every block, derives the scale, and writes the row-wise copy q (M, K), the
-// column-wise copy qT (K, M) that Hopper's fp8 tensor cores need for the other two GEMMs of a
-// linear (they take only K-contiguous operands), or both, from one read of x. M and K are
-// multiples of 16 (the fp8 GEMMs' own requirement); x is 16-byte aligned.
+// A current-scaling cast is two launches: fp8_amax_partial writes one block maximum per block (max
+// is exact and order-free, so the result does not depend on the grid), then fp8_cast_transpose
+// reduces those partials again in every block, derives the scale, and writes the row-wise copy
+// q (M, K), the column-wise copy qT (K, M) that Hopper's fp8 tensor cores need for the other two
+// GEMMs of a linear (they take only K-contiguous operands), or both, from one read of x. Where the
+// kernel that produced x folded max|x| into an amax slot itself (common.cuh amax_fold: the norms and
+// the gated activations, both directions), the cast is the second launch alone, reading that slot as
+// its one partial. A delayed cast is always one launch: its scale is known before it starts, and
+// each block folds its tile's maximum into the state's amax entry. M and K are multiples of 16 (the
+// fp8 GEMMs' own requirement); x is 16-byte aligned.
 #pragma once
 
 #include "common.cuh"
@@ -74,9 +78,11 @@ extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long 
 
 // One 64 x 64 tile of x (M, K) per block (grid (ceil(K/64), ceil(M/64)), exactly 256 threads): q (M, K)
 // and/or qT (K, M) (either may be null), and scale_inv[0] (from block (0, 0)). fmt 0 = E4M3,
-// 1 = E5M2. nparts partial maxima from fp8_amax_partial. dscale non-null: delayed scaling, the
-// scale *dscale, and block (0, 0) folds the amax into *damax (no block reads it; null in an
-// evaluation, which records nothing).
+// 1 = E5M2. nparts partial maxima from fp8_amax_partial (or 1: the producer's amax slot). dscale
+// non-null: delayed scaling, the scale *dscale, partial unread, and every block folds its tile's
+// max |x| into *damax with atomicMax on the float's bits (amaxes are +0 or more, and order like their
+// bits; NaN left out by fmaxf as above): the fmaxf of the entry and the tensor's amax, whatever the
+// blocks' order. damax null in an evaluation, which records nothing.
 extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
                                               const bf16* x, const float* partial, int nparts, int M, int K,
                                               int fmt, const float* dscale, float* damax) {
@@ -92,15 +98,23 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
     int v = threadIdx.x + h * 256, r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;
     if (gm < M && gk < K) in[h] = *(const uint4*)(x + (long)gm * K + gk);
   }
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < nparts; i += blockDim.x) m = fmaxf(m, partial[i]);
-  float amax = block_max(m, red);
-  float scale = dscale ? fp8_delayed_scale(*dscale)
-                       : fp8_scale_from_amax(amax, fmt ? STEPC_FP8_E5M2_MAX : STEPC_FP8_E4M3_MAX);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    scale_inv[0] = __frcp_rn(scale);
-    if (damax) *damax = fmaxf(*damax, amax);
+  float m = 0.0f, scale;
+  if (dscale) {
+    if (damax) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        int v = threadIdx.x + h * 256, gm = m0 + v / 8, gk = k0 + (v % 8) * 8;
+        if (gm < M && gk < K) m = amax8(m, in[h]);
+      }
+      m = block_max(m, red);
+      if (threadIdx.x == 0) atomicMax((unsigned*)damax, __float_as_uint(m));
+    }
+    scale = fp8_delayed_scale(*dscale);
+  } else {
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) m = fmaxf(m, partial[i]);
+    scale = fp8_scale_from_amax(block_max(m, red), fmt ? STEPC_FP8_E5M2_MAX : STEPC_FP8_E4M3_MAX);
   }
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scale_inv[0] = __frcp_rn(scale);
 #pragma unroll
   for (int h2 = 0; h2 < 2; h2++) {
     int v = threadIdx.x + h2 * 256, r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;

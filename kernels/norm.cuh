@@ -25,13 +25,15 @@ __device__ __forceinline__ void norm_tile_load(uint4* u, const bf16* p, int t0, 
 // then reads exactly the rounded values that the residual stream keeps, so backward agrees.
 // A row of up to STEPC_NORM_TILE columns is read once (every load of the lane in flight together)
 // and kept in registers; a longer one is read a tile at a time, again for each pass. The sums run
-// in the same order either way.
-__device__ __forceinline__ void norm_forward_row(bf16* out, float* mean_out, float* rstd_out, bf16* res_out,
-                                                 const bf16* inp, const bf16* res_b, const bf16* weight,
-                                                 const bf16* bias, int N, int C, float eps) {
+// in the same order either way. Returns max |out| over the lane's stored values when `fold` (the
+// fused fp8 amax, common.cuh amax_fold), else 0.
+__device__ __forceinline__ float norm_forward_row(bf16* out, float* mean_out, float* rstd_out, bf16* res_out,
+                                                  const bf16* inp, const bf16* res_b, const bf16* weight,
+                                                  const bf16* bias, int N, int C, float eps, bool fold) {
   int lane = threadIdx.x % STEPC_WARP;
   long row = (long)blockIdx.x * (blockDim.x / STEPC_WARP) + threadIdx.x / STEPC_WARP;
-  if (row >= N) return;
+  float m = 0.0f;
+  if (row >= N) return m;
   const bf16* x = inp + row * C;
   bool kept = C <= STEPC_NORM_TILE;
   uint4 u[STEPC_NORM_VEC], b[STEPC_NORM_VEC];
@@ -88,13 +90,22 @@ __device__ __forceinline__ void norm_forward_row(bf16* out, float* mean_out, flo
       load8(weight + c, w);
       if (bias) load8(bias + c, bb);
       for (int k = 0; k < 8; k++) v[k] = (v[k] - mean) * rstd * w[k] + bb[k];
-      store8(out + row * C + c, v);
+      uint4 y = pack8(v);
+      *(uint4*)(out + row * C + c) = y;
+      if (fold) m = amax8(m, y);
     }
   }
   if (lane == 0) {
     rstd_out[row] = rstd;
     if (mean_out) mean_out[row] = mean;
   }
+  return m;
+}
+
+// The forward kernels' fused fp8 amax of `out` (amax null: none; part, amax as amax_fold's).
+__device__ __forceinline__ void norm_forward_amax(float m, float* part, unsigned* amax) {
+  __shared__ float red[32];
+  if (amax) amax_fold(m, red, part, amax);
 }
 
 // Launch for all forward kernels: blockDim.x = 32 * rows_per_block, gridDim.x = ceil(N / rows_per_block).
@@ -102,8 +113,10 @@ extern "C" __global__ void rmsnorm_forward(bf16* out,           // (N, C)
                                            float* rstd,         // (N)
                                            const bf16* inp,     // (N, C)
                                            const bf16* weight,  // (C)
-                                           int N, int C, float eps) {
-  norm_forward_row(out, 0, rstd, 0, inp, 0, weight, 0, N, C, eps);
+                                           int N, int C, float eps,
+                                           float* amax_part,    // (gridDim.x) or null
+                                           unsigned* amax) {    // [2] or null: common.cuh amax_fold
+  norm_forward_amax(norm_forward_row(out, 0, rstd, 0, inp, 0, weight, 0, N, C, eps, amax), amax_part, amax);
 }
 
 extern "C" __global__ void layernorm_forward(bf16* out,           // (N, C)
@@ -112,8 +125,11 @@ extern "C" __global__ void layernorm_forward(bf16* out,           // (N, C)
                                              const bf16* inp,     // (N, C)
                                              const bf16* weight,  // (C)
                                              const bf16* bias,    // (C) or null
-                                             int N, int C, float eps) {
-  norm_forward_row(out, mean, rstd, 0, inp, 0, weight, bias, N, C, eps);
+                                             int N, int C, float eps,
+                                             float* amax_part,    // (gridDim.x) or null
+                                             unsigned* amax) {    // [2] or null
+  norm_forward_amax(norm_forward_row(out, mean, rstd, 0, inp, 0, weight, bias, N, C, eps, amax), amax_part,
+                    amax);
 }
 
 // residual = a + b; out = rmsnorm(residual). The backward of the add is the identity.
@@ -123,8 +139,11 @@ extern "C" __global__ void residual_rmsnorm_forward(bf16* residual,     // (N, C
                                                     const bf16* a,      // (N, C)
                                                     const bf16* b,      // (N, C)
                                                     const bf16* weight, // (C)
-                                                    int N, int C, float eps) {
-  norm_forward_row(out, 0, rstd, residual, a, b, weight, 0, N, C, eps);
+                                                    int N, int C, float eps,
+                                                    float* amax_part,   // (gridDim.x) or null
+                                                    unsigned* amax) {   // [2] or null: of out
+  norm_forward_amax(norm_forward_row(out, 0, rstd, residual, a, b, weight, 0, N, C, eps, amax), amax_part,
+                    amax);
 }
 
 extern "C" __global__ void residual_layernorm_forward(bf16* residual,     // (N, C)
@@ -135,8 +154,11 @@ extern "C" __global__ void residual_layernorm_forward(bf16* residual,     // (N,
                                                       const bf16* b,      // (N, C)
                                                       const bf16* weight, // (C)
                                                       const bf16* bias,   // (C) or null
-                                                      int N, int C, float eps) {
-  norm_forward_row(out, mean, rstd, residual, a, b, weight, bias, N, C, eps);
+                                                      int N, int C, float eps,
+                                                      float* amax_part,   // (gridDim.x) or null
+                                                      unsigned* amax) {   // [2] or null: of out
+  norm_forward_amax(norm_forward_row(out, mean, rstd, residual, a, b, weight, bias, N, C, eps, amax),
+                    amax_part, amax);
 }
 
 // The backward's row sums over eight columns: sg += g, sgx += g * xhat (g = dout * weight).
@@ -214,7 +236,8 @@ extern "C" __global__ void layernorm_backward_input(bf16* dinp,          // (N, 
 // for a fixed launch, so the result is deterministic.
 __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, const bf16* dout, const bf16* addend,
                                                     const bf16* inp, const bf16* weight, const float* mean_in,
-                                                    const float* rstd_in, int N, int C) {
+                                                    const float* rstd_in, int N, int C, float* amax_part,
+                                                    unsigned* amax) {
   extern __shared__ __align__(16) float norm_acc[];  // (W, P, Cp)
   int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, W = blockDim.x / STEPC_WARP;
   int P = mean_in ? 2 : 1, Cp = (C + 255) / 256 * 256;
@@ -224,6 +247,7 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
   long R = (N + gridDim.x - 1) / gridDim.x, r0 = (long)blockIdx.x * R, r1 = r0 + R < N ? r0 + R : N;
   bool kept = C <= STEPC_NORM_TILE;
   uint4 ux[STEPC_NORM_VEC], ud[STEPC_NORM_VEC];
+  float m = 0.0f; /* max |dinp| over the stored values (the fused fp8 amax) */
   for (long row = r0 + warp; row < r1; row += W) {
     float mean = mean_in ? mean_in[row] : 0.0f, rstd = rstd_in[row];
     const bf16 *x = inp + row * C, *dy = dout + row * C;
@@ -263,7 +287,9 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
             load8(addend + row * C + c, e);
             for (int k = 0; k < 8; k++) o[k] = bf16_to_f32(f32_to_bf16(o[k])) + e[k];
           }
-          store8(dinp + row * C + c, o);
+          uint4 y = pack8(o);
+          *(uint4*)(dinp + row * C + c) = y;
+          if (amax) m = amax8(m, y);
         }
       }
     }
@@ -275,13 +301,16 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
     for (int w = 0; w < W; w++) s += norm_acc[(long)w * P * Cp + at];
     partial[(long)blockIdx.x * 2 * C + i] = s;
   }
+  __shared__ float red[32];
+  if (amax) amax_fold(m, red, amax_part, amax);
 }
 
 // Launch (both): gridDim.x = G row groups, blockDim.x = 32 W, dynamic shared memory W P Cp 4 bytes
 // (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps). Then colsum_accumulate
 // adds partial's columns [0, C) into the weight gradient (and [C, 2C) into the bias gradient).
 // addend (or null): dinp = bf16(bf16(dx) + addend), the residual gradient summed as residual_add
-// sums it (the compiler's FUSE_NORM_BWD_ADD); dinp may not overlap addend.
+// sums it (the compiler's FUSE_NORM_BWD_ADD); dinp may not overlap addend. amax (or null): the fused
+// fp8 amax of dinp (common.cuh amax_fold, amax_part (gridDim.x)).
 extern "C" __global__ void rmsnorm_backward(bf16* dinp,          // (N, C)
                                             float* partial,      // (G, 2C), the first C columns written
                                             const bf16* dout,    // (N, C)
@@ -289,8 +318,8 @@ extern "C" __global__ void rmsnorm_backward(bf16* dinp,          // (N, C)
                                             const bf16* inp,     // (N, C)
                                             const bf16* weight,  // (C)
                                             const float* rstd,   // (N)
-                                            int N, int C) {
-  norm_backward_fused(dinp, partial, dout, addend, inp, weight, 0, rstd, N, C);
+                                            int N, int C, float* amax_part, unsigned* amax) {
+  norm_backward_fused(dinp, partial, dout, addend, inp, weight, 0, rstd, N, C, amax_part, amax);
 }
 
 extern "C" __global__ void layernorm_backward(bf16* dinp,          // (N, C)
@@ -301,8 +330,8 @@ extern "C" __global__ void layernorm_backward(bf16* dinp,          // (N, C)
                                               const bf16* weight,  // (C)
                                               const float* mean,   // (N)
                                               const float* rstd,   // (N)
-                                              int N, int C) {
-  norm_backward_fused(dinp, partial, dout, addend, inp, weight, mean, rstd, N, C);
+                                              int N, int C, float* amax_part, unsigned* amax) {
+  norm_backward_fused(dinp, partial, dout, addend, inp, weight, mean, rstd, N, C, amax_part, amax);
 }
 
 // partial[g][c] = sum over the rows of group g of dout * xhat (the weight gradient) and

@@ -383,6 +383,63 @@ int fuse_optimizer(const Graph *g, Fusions *fz) {
   return groups;
 }
 
+/* The tensor whose fp8 amax op o's launch can fold as it stores it (kernels/common.cuh amax_fold):
+ * a norm's output (alone or behind the residual add it runs), a gated activation's output or input
+ * gradient, a one-pass norm backward's dx (alone, or with the residual add it runs at the ADD);
+ * else -1. */
+static int amax_producer(const Graph *g, const Fusions *fz, int o) {
+  const Op *op = &g->op[o];
+  int f = fz->fuse[o];
+  if (fz->skip[o] || op->nout < 1) return -1;
+  switch (op->kind) {
+  case OP_RMSNORM:
+  case OP_LAYERNORM: return f == FUSE_NONE || f == FUSE_ADD_NORM ? op->out[0] : -1;
+  case OP_SWIGLU:
+  case OP_GEGLU:
+  case OP_SWIGLU_BWD:
+  case OP_GEGLU_BWD: return f == FUSE_NONE ? op->out[0] : -1;
+  case OP_RMSNORM_BWD:
+  case OP_LAYERNORM_BWD:
+    return f == FUSE_NONE && stepc_norm_bwd_warps((int)ops_last(&g->t[op->in[1]]),
+                                                  op->kind == OP_LAYERNORM_BWD ? 2 : 1) > 0
+               ? op->out[0]
+               : -1;
+  case OP_ADD: return f == FUSE_NORM_BWD_ADD ? op->out[0] : -1;
+  default: return -1;
+  }
+}
+
+/* The bf16 tensor a current-scaling fp8 cast at op o reads (an activation's FP8_QUANT or a
+ * LINEAR_FP8's input), else -1: delayed casts know their scale and run one pass anyway. */
+static int amax_cast(const Graph *g, const Fusions *fz, int o) {
+  const Op *op = &g->op[o];
+  if (fz->skip[o] || op->nin < 1 || g->t[op->in[0]].dtype != DT_BF16) return -1;
+  if (op->kind == OP_FP8_QUANT) return op->a.i[1] == 1 ? -1 : op->in[0];
+  if (op->kind == OP_LINEAR_FP8) return op->a.i[2] == 1 ? -1 : op->in[0];
+  return -1;
+}
+
+/* The fused fp8 amax: a current-scaling cast of a tensor that one of our kernels produces, in the
+ * same phase, reads the amax that kernel folded into a slot of its own (fusions.h amax) and skips
+ * its amax pass. Each producer serves one cast, the first that reads its output (another runs both
+ * passes); nothing between them writes the tensor's storage. The producer writes the slot on every
+ * run and the cast only reads it, so every graph mode, the evaluation's forward and every replay
+ * (a replayed producer is another op, with its own slot) see the amax of the bytes they cast. */
+static void fuse_amax(const Graph *g, Fusions *fz) {
+  for (int c = 0; c < g->nop; c++) {
+    int x = amax_cast(g, fz, c), p = x >= 0 ? g->t[x].producer : -1;
+    if (p < 0 || p >= c || fz->amax[p] >= 0 || amax_producer(g, fz, p) != x ||
+        g->op[p].tags.phase != g->op[c].tags.phase || fz->alias[x] != x || fz->sink[x] >= 0)
+      continue;
+    int written = 0;
+    for (int q = p + 1; q < c && !written; q++)
+      for (int i = 0; i < g->op[q].nout; i++)
+        written |= fusions_storage(fz, g->op[q].out[i]) == x;
+    if (written) continue;
+    fz->amax[p] = fz->amax[c] = fz->namax++;
+  }
+}
+
 int fuse_build(const Graph *g, Fusions *fz, EwKernels *ks, char *err, size_t nerr) {
   if (fz->nop != g->nop || fz->nt != g->nt)
     return snprintf(err, nerr, "the fusions are sized for another graph (%d ops, %d tensors; it has %d, %d)",
@@ -428,6 +485,7 @@ int fuse_build(const Graph *g, Fusions *fz, EwKernels *ks, char *err, size_t ner
   if (rc == 0) fuse_optimizer(g, fz);
   if (rc == 0) fuse_wgrad_store(g, fz);
   if (rc == 0) fuse_wgrad_norm(g, fz);
+  if (rc == 0) fuse_amax(g, fz);
   free(uses);
   return rc;
 }

@@ -8,7 +8,8 @@
  * skipped, peer its forward, the span between one group); LINEAR/DROPOUT -> ADD, ADD -> norm and
  * norm backward -> ADD pairs and generated elementwise chains (fuse / peer / skip, chain); runs of
  * optimizer ops (every GRAD_SUMSQ into one accumulator, every ADAMW of one setting) as one
- * multi-tensor launch each, where the recipe allows it (optimizer.multi_tensor). The memory plan
+ * multi-tensor launch each, where the recipe allows it (optimizer.multi_tensor); current-scaling fp8
+ * casts reading the amax their input's producer folded into a slot (amax). The memory plan
  * then keeps every tensor a fused group reads or writes live across the whole group and never
  * writes a group's output over its input (memplan.c), so every fused launch reads what its ops
  * would have read, whatever the plan; fuse_verify checks that on the planned graph. The CPU

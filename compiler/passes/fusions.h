@@ -67,6 +67,10 @@ typedef struct Fusions {
   uint8_t *skip; /* launches nothing on CUDA: absorbed by a fused group, a sunk ACCUM, or
                     the fused loss's backward (FUSE_LOSS_BWD's too) */
   int *peer;     /* fused groups: the first op of the group (this op is the last), else -1 */
+  int *amax;     /* the fp8 amax slot (0 .. namax - 1) this op's launch writes, a kernel that produces a
+                    tensor an fp8 cast reads folding max|y| of its output into it, or that this op's
+                    current-scaling cast reads instead of its amax pass (fuse.c fuse_amax); else -1 */
+  int namax;     /* the slots: one per (producer, cast) pair */
   /* per tensor */
   int *alias;     /* the tensor whose storage it uses on CUDA: itself, or the logits for the fused
                      loss's dlogits */
@@ -79,8 +83,8 @@ typedef struct Fusions {
   int nchain;
 } Fusions;
 
-/* "No fusion" for every op and tensor of g: fuse FUSE_NONE, skip 0, peer -1, alias itself, sink
- * and norm_by -1, no chains, dp 1. NULL out of memory; fusions_free after. */
+/* "No fusion" for every op and tensor of g: fuse FUSE_NONE, skip 0, peer and amax -1, alias itself,
+ * sink and norm_by -1, no chains, dp 1. NULL out of memory; fusions_free after. */
 Fusions *fusions_new(const Graph *g);
 void fusions_free(Fusions *fz);
 /* The tensor whose CUDA storage tensor t uses: its alias, or the main gradient it is sunk into,

@@ -60,6 +60,36 @@ static void checkpoint_same(stepc_t *a, stepc_t *b, const char *tag, const char 
   CHECK(ok);
 }
 
+/* The fused fp8 amaxes (compiler/passes/fuse.c fuse_amax) in one section of the program (the
+ * training's points, or the evaluation's): a current-scaling cast with no fp8_amax_partial before it
+ * in its point reads one partial, the amax slot that an earlier launch of the section (its producer)
+ * passes as its last argument. The casts that do so, and into *bad those with no producer. */
+static int fused_casts(const LaunchProgram *lp, int npoints, int eval, int *bad) {
+  int fused = 0;
+  for (int q = 0; q < npoints; q++) {
+    LpRange r = eval ? lp->point[q].eval : lp->point[q].rec;
+    int pass = 0;
+    for (int i = r.first; i < r.first + r.count; i++) {
+      const RtRec *c = &lp->rec[i];
+      if (c->kind != RT_REC_LAUNCH) continue;
+      pass |= c->k == RT_K_fp8_amax_partial;
+      if (c->k != RT_K_fp8_cast_transpose || c->arg[9] != 0 || pass) continue;
+      int found = 0;
+      fused++;
+      for (int p = 0; p <= q && !found; p++) {
+        LpRange pr = eval ? lp->point[p].eval : lp->point[p].rec;
+        for (int j = pr.first; j < pr.first + pr.count && j < i && !found; j++)
+          found = lp->rec[j].kind == RT_REC_LAUNCH && lp->rec[j].k != RT_K_fp8_cast_transpose &&
+                  lp->rec[j].nargs > 0 && lp->rec[j].arg[lp->rec[j].nargs - 1] == c->arg[4];
+      }
+      if (!found || (uint32_t)c->arg[5] != 1)
+        ++*bad, fprintf(stderr, "  %spoint %d: an fp8 cast without its amax pass has no producer\n",
+                        eval ? "eval " : "", q);
+    }
+  }
+  return fused;
+}
+
 /* The artifact's evaluation section (step.img): present, and no GEMM, memset or copy of it writes a
  * parameter, master, main gradient or optimizer state (what the training's fused output-layer loss
  * does: its weight gradient GEMM adds into the main gradient); its GEMM count. */
@@ -100,8 +130,10 @@ static void eval_section(const char *dir) {
       for (int i = lp->point[q].rec.first; i < lp->point[q].rec.first + lp->point[q].rec.count; i++)
         train_gemms += lp->rec[i].kind == RT_REC_GEMM;
   }
-  printf("  evaluation section: %d GEMMs (the same points train with %d), %d writes of persistent state\n",
-         gemms, train_gemms, bad);
+  int fused = fused_casts(lp, im.npoints, 0, &bad), eval_fused = fused_casts(lp, im.npoints, 1, &bad);
+  printf("  evaluation section: %d GEMMs (the same points train with %d), %d writes of persistent state; "
+         "fp8 casts with their amax from the producer: %d training, %d evaluation\n",
+         gemms, train_gemms, bad, fused, eval_fused);
   CHECK(bad == 0 && gemms > 0);
   image_free(&im);
 }
@@ -254,6 +286,9 @@ int main(int argc, char **argv) {
    * a step, since a step rescales its inputs' casts between micro-batches and an evaluation does not */
   const char *f8[] = {"model.bf16=true", "train.global_batch_size=4"};
   run_case("tests/recipes/tiny_fp8_delayed.lua", f8 + !cuda, 1 + cuda, 0);
+  /* fp8 current scaling: the casts of the norms' and the MLP activation's outputs read the amax their
+   * producers folded (eval_section checks each has one) */
+  run_case("tests/recipes/tiny_fp8.lua", f8 + !cuda, 1 + cuda, 0);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

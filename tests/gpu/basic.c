@@ -155,6 +155,7 @@ static void test_embedding(Gpu *g, Rng *r) {
 
 static void test_norms(Gpu *g, Rng *r) {
   int N = 300, C = 1024, rows = 4, G = 7, accumulate = 1, zero = 0;
+  CUdeviceptr nul = 0; /* no fused fp8 amax (fp8.c tests it) */
   float eps = 1e-5f;
   long n = (long)N * C;
   double *x, *x2, *w, *bias, *dy, *d0;
@@ -165,7 +166,7 @@ static void test_norms(Gpu *g, Rng *r) {
   unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
   double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
 
-  void *a1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps};
+  void *a1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, a1);
   norm_ref(want, NULL, wr, x, w, NULL, N, C, eps);
   double *got = down_bf16(g, out, n), *gr = down_f32(g, rstd, N);
@@ -173,7 +174,7 @@ static void test_norms(Gpu *g, Rng *r) {
   gpu_check(g, "rmsnorm_forward rstd", gr, wr, N, 0, 1e-5);
   free(got), free(gr);
 
-  void *a2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps};
+  void *a2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "layernorm_forward", grid, 1, 1, block, 0, a2);
   norm_ref(want, wm, wr, x, w, bias, N, C, eps);
   got = down_bf16(g, out, n);
@@ -187,7 +188,7 @@ static void test_norms(Gpu *g, Rng *r) {
   /* Fused residual: residual = bf16(a + b) exactly, the norm of that. */
   double *sum = malloc(sizeof *sum * n);
   for (long i = 0; i < n; i++) sum[i] = host_bf16_to_f32(host_f32_to_bf16((float)x[i] + (float)x2[i]));
-  void *a3[] = {&res, &out, &rstd, &dx, &dx2, &dw, &N, &C, &eps};
+  void *a3[] = {&res, &out, &rstd, &dx, &dx2, &dw, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_rmsnorm_forward", grid, 1, 1, block, 0, a3);
   got = down_bf16(g, res, n);
   gpu_check(g, "residual_rmsnorm_forward residual (exact)", got, sum, n, 0, 0);
@@ -196,7 +197,7 @@ static void test_norms(Gpu *g, Rng *r) {
   got = down_bf16(g, out, n);
   gpu_check(g, "residual_rmsnorm_forward out", got, want, n, 1e-3, RT_BF16);
   free(got);
-  void *a4[] = {&res, &out, &mean, &rstd, &dx, &dx2, &dw, &db, &N, &C, &eps};
+  void *a4[] = {&res, &out, &mean, &rstd, &dx, &dx2, &dw, &db, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_layernorm_forward", grid, 1, 1, block, 0, a4);
   norm_ref(want, wm, wr, sum, w, bias, N, C, eps);
   got = down_bf16(g, out, n);
@@ -236,7 +237,7 @@ static void test_norms(Gpu *g, Rng *r) {
   gpu_check(g, "layernorm dbias (partial + colsum)", gbd, wdw + C, C, 1e-4, 1e-5);
   free(gwd), free(gbd);
 
-  void *b5[] = {&out, &rstd, &dx, &dw, &N, &C, &eps}; /* fresh RMSNorm stats of x */
+  void *b5[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &nul, &nul}; /* fresh RMSNorm stats of x */
   gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, b5);
   void *b6[] = {&dinp, &ddy, &dx, &dw, &rstd, &N, &C, &zero};
   gpu_launch(g, "rmsnorm_backward_input", grid, 1, 1, block, 0, b6);
@@ -280,7 +281,9 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
                   rstd = gpu_alloc(g, 4 * N), dinp = gpu_alloc(g, 2 * n), dinp2 = gpu_alloc(g, 2 * n),
                   partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), gw = gpu_alloc(g, 4 * (size_t)2 * C);
       unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows, smem = stepc_norm_bwd_smem(C, P, W);
-      void *f1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps}, *f2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps};
+      CUdeviceptr none = 0;
+      void *f1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &none, &none},
+           *f2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps, &none, &none};
       gpu_launch(g, ln ? "layernorm_forward" : "rmsnorm_forward", grid, 1, 1, block, 0, ln ? f2 : f1);
       double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
       norm_ref(want, ln ? wm : NULL, wr, x, w, ln ? bias : NULL, N, C, eps);
@@ -289,9 +292,8 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       snprintf(name, sizeof name, "%s_forward (C=%d)", ln ? "layernorm" : "rmsnorm", C);
       gpu_check(g, name, fo, want, n, 1e-3, RT_BF16);
       free(fo), free(want), free(wm), free(wr);
-      CUdeviceptr none = 0;
-      void *b1[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C};
-      void *b2[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C};
+      void *b1[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C, &none, &none};
+      void *b2[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b2 : b1);
       gpu_ok(g, g->cuMemsetD8(gw, 0, 4 * (size_t)2 * C), "memset");
       int ld = 2 * C;
@@ -306,8 +308,8 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       gpu_check(g, name, got, wdx, n, 4e-3, RT_BF16);
       snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm", ln ? "weight, dbias" : "weight", C);
       gpu_check(g, name, gwd, wdw, P * C, 1e-4, 1e-5);
-      void *b3[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C};
-      void *b4[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C};
+      void *b3[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C, &none, &none};
+      void *b4[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
       void *p1 = down_raw(g, partial, 4 * (size_t)G * 2 * C);
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b4 : b3);
       void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n), *d2 = down_raw(g, dinp2, 2 * n);
@@ -317,8 +319,8 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       long nl = n;
       void *ra[] = {&dinp, &dinp, &out, &nl};
       gpu_launch(g, "residual_add", gpu_grid1d(g, n), 1, 1, 256, 0, ra);
-      void *b5[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &rstd, &N, &C};
-      void *b6[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &mean, &rstd, &N, &C};
+      void *b5[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &rstd, &N, &C, &none, &none};
+      void *b6[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
       gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b6 : b5);
       void *d3 = down_raw(g, dinp, 2 * n), *d4 = down_raw(g, dinp2, 2 * n);
       snprintf(name, sizeof name, "%s_backward + addend == then residual_add (C=%d)", ln ? "layernorm" : "rmsnorm", C);
@@ -458,14 +460,14 @@ static void test_activations(Gpu *g, Rng *r) {
   long n = (long)N * F;
   double *in, *dout, *want = malloc(sizeof *want * 2 * n);
   CUdeviceptr din = up_bf16(g, r, 2 * n, 4, &in), ddo = up_bf16(g, r, n, 1, &dout);
-  CUdeviceptr out = gpu_alloc(g, 2 * n), dinp = gpu_alloc(g, 4 * n);
-  void *a[] = {&out, &din, &N, &F};
+  CUdeviceptr out = gpu_alloc(g, 2 * n), dinp = gpu_alloc(g, 4 * n), nul = 0;
+  void *a[] = {&out, &din, &N, &F, &nul, &nul};
   gpu_launch(g, "swiglu_forward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
   ref_op(OP_SWIGLU, NULL, (RefT[]){ref_f(in, N, 2 * F, 0, 0)}, 1, (RefT[]){ref_f(want, N, F, 0, 0)}, 1, 0);
   double *got = down_bf16(g, out, n);
   gpu_check(g, "swiglu_forward", got, want, n, 1e-5, RT_BF16);
   free(got);
-  void *b[] = {&dinp, &ddo, &din, &N, &F};
+  void *b[] = {&dinp, &ddo, &din, &N, &F, &nul, &nul};
   gpu_launch(g, "swiglu_backward", gpu_grid1d(g, n / 8), 1, 1, 256, 0, b);
   RefT bin[2] = {ref_f(dout, N, F, 0, 0), ref_f(in, N, 2 * F, 0, 0)};
   ref_op(OP_SWIGLU_BWD, NULL, bin, 2, (RefT[]){ref_f(want, N, 2 * F, 0, 0)}, 1, 0);

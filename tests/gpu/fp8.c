@@ -17,7 +17,15 @@
  * what the entry held — bitwise; and fp8_scale_update against a host reference written here from
  * TE's amax_and_scale_update (delayed_scaling.cu): histories of 1, 4 and 1024 (TE's own default),
  * both amax algorithms, margins 0 and 2, both formats, columns whose current amax is 0, infinite,
- * tiny (the scale overflows to the fp32 maximum) or ordinary — every entry and scale bitwise. */
+ * tiny (the scale overflows to the fp32 maximum) or ordinary — every entry and scale bitwise. A
+ * delayed cast is one launch: its blocks fold their tiles' maxima into the entry (atomicMax).
+ *
+ * The fused amax (compiler/passes/fuse.c fuse_amax, kernels/common.cuh amax_fold): every producer
+ * kernel that folds its output's max|y| into an amax slot — the four norm forwards, the one-pass
+ * norm backwards (with and without the residual addend), the gated activations both ways — leaves
+ * exactly the host's max|y| of the bytes it stored (bitwise) and its ticket back at 0, on a first run
+ * and on a second one over the first's slot (nothing re-zeroes it); and the cast that reads that slot
+ * as its one partial writes the bytes, transpose and scale_inv of the two-pass cast, bitwise. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +33,7 @@
 
 #include "harness.h"
 #include "host_bits.h"
+#include "kernels/launch.h"
 
 /* The value of fp8 code c (E4M3: bias 7, no infinities, S.1111.111 NaN; E5M2: bias 15, IEEE-like). */
 static double fp8_decode(unsigned c, int e5m2) {
@@ -136,10 +145,9 @@ static void run_cast_delayed(Gpu *g, long M, long K, int fmt, float stored, floa
   float st[2] = {stored, held};
   CUdeviceptr x = gpu_dup(g, h, 2 * (size_t)n), q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n);
   CUdeviceptr s = gpu_alloc(g, 4), part = gpu_alloc(g, 4 * 264), sd = gpu_dup(g, st, sizeof st), sa = sd + 4;
-  int np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264), Mi = (int)M, Ki = (int)K;
-  void *a1[] = {&part, &x, &n};
-  gpu_launch(g, "fp8_amax_partial", (unsigned)np, 1, 1, 256, 0, a1);
-  void *a2[] = {&q, &qT, &s, &x, &part, &np, &Mi, &Ki, &fmt, &sd, &sa};
+  int np = 0, Mi = (int)M, Ki = (int)K; /* one launch: no amax pass, no partials */
+  CUdeviceptr none = 0;
+  void *a2[] = {&q, &qT, &s, &x, &none, &np, &Mi, &Ki, &fmt, &sd, &sa};
   gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
   gpu_sync(g);
   unsigned char *hq = malloc((size_t)n), *hqT = malloc((size_t)n);
@@ -217,6 +225,114 @@ static void run_scale_update(Gpu *g, int n, int len, int algo, int fmt, int marg
   free(st), free(want), free(got);
 }
 
+/* n random bf16 of magnitude up to 2^e (a few at 2^(e + 2): the maximum sits anywhere), on the device. */
+static CUdeviceptr up_rand(Gpu *g, Rng *r, long n, int e) {
+  uint16_t *h = malloc(2 * (size_t)n);
+  for (long i = 0; i < n; i++)
+    h[i] = host_f32_to_bf16((float)(rng_uniform(r) * ldexp(1.0, i % 997 == 13 ? e + 2 : e)));
+  CUdeviceptr d = gpu_dup(g, h, 2 * (size_t)n);
+  free(h);
+  return d;
+}
+
+/* Producer `kernel` (args ending in &part, &slot: the fused amax) writes out (M, K) bf16: run twice
+ * over one slot zeroed once, each time its value against the host's max|out| of the stored bytes
+ * and its ticket against 0; then the cast of out reading the slot against the two-pass cast. */
+static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned grid, unsigned block, unsigned smem,
+                       void **args, CUdeviceptr out, long M, long K, CUdeviceptr slot) {
+  long n = M * K;
+  uint16_t *h = malloc(2 * (size_t)n);
+  char name[160];
+  gpu_ok(g, g->cuMemsetD8(slot, 0, 8), "memset");
+  for (int run = 0; run < 2; run++) {
+    gpu_launch(g, kernel, grid, 1, 1, block, smem, args);
+    gpu_sync(g);
+    gpu_get(g, h, out, 2 * (size_t)n);
+    float amax = 0;
+    for (long i = 0; i < n; i++)
+      amax = fmaxf(amax, fabsf(host_bf16_to_f32(h[i])));
+    uint32_t got[2], want[2];
+    memcpy(&want[0], &amax, 4);
+    want[1] = 0;
+    gpu_get(g, got, slot, 8);
+    snprintf(name, sizeof name, "fused amax %s %s, run %d: max|y| and ticket", kernel, what, run + 1);
+    gpu_check_bitwise(g, name, got, want, 8);
+  }
+  /* the cast, in both formats: two passes, then the slot as its one partial */
+  CUdeviceptr q[2], qT[2], s[2], part = gpu_alloc(g, 4 * 264), none = 0;
+  int Mi = (int)M, Ki = (int)K, one = 1, np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264);
+  for (int fmt = 0; fmt < 2; fmt++) {
+    for (int f = 0; f < 2; f++) {
+      q[f] = gpu_alloc(g, (size_t)n), qT[f] = gpu_alloc(g, (size_t)n), s[f] = gpu_alloc(g, 4);
+      void *a1[] = {&part, &out, &n};
+      if (!f) gpu_launch(g, "fp8_amax_partial", (unsigned)np, 1, 1, 256, 0, a1);
+      void *a2[] = {&q[f], &qT[f], &s[f], &out, f ? &slot : &part, f ? &one : &np, &Mi, &Ki, &fmt, &none, &none};
+      gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
+    }
+    gpu_sync(g);
+    unsigned char *b[2][2];
+    float sv[2];
+    for (int f = 0; f < 2; f++) {
+      b[f][0] = malloc((size_t)n), b[f][1] = malloc((size_t)n);
+      gpu_get(g, b[f][0], q[f], (size_t)n), gpu_get(g, b[f][1], qT[f], (size_t)n), gpu_get(g, &sv[f], s[f], 4);
+    }
+    snprintf(name, sizeof name, "fused amax %s %s: %s cast == two-pass cast (q, qT, scale_inv)", kernel, what,
+             fmt ? "E5M2" : "E4M3");
+    int same = !memcmp(b[0][0], b[1][0], (size_t)n) && !memcmp(b[0][1], b[1][1], (size_t)n) && !memcmp(sv, sv + 1, 4);
+    gpu_check_true(g, name, same, same ? NULL : "the bytes differ");
+    for (int f = 0; f < 2; f++) {
+      gpu_free(g, q[f]), gpu_free(g, qT[f]), gpu_free(g, s[f]);
+      free(b[f][0]), free(b[f][1]);
+    }
+  }
+  gpu_free(g, part);
+  free(h);
+}
+
+static void run_fused_amax(Gpu *g, Rng *r) {
+  int N = 304, C = 1024, rows = 4, G = 37;
+  float eps = 1e-5f;
+  long n = (long)N * C;
+  CUdeviceptr x = up_rand(g, r, n, 3), x2 = up_rand(g, r, n, 3), w = up_rand(g, r, C, 0), bias = up_rand(g, r, C, 0);
+  CUdeviceptr dy = up_rand(g, r, n, -2), add = up_rand(g, r, n, -4), out = gpu_alloc(g, 2 * n),
+              res = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N), rstd = gpu_alloc(g, 4 * N),
+              partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), part = gpu_alloc(g, 4 * 4096), slot = gpu_alloc(g, 8),
+              none = 0;
+  unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
+  void *f1[] = {&out, &rstd, &x, &w, &N, &C, &eps, &part, &slot};
+  check_fold(g, "rmsnorm_forward", "", grid, block, 0, f1, out, N, C, slot);
+  void *f2[] = {&out, &mean, &rstd, &x, &w, &bias, &N, &C, &eps, &part, &slot};
+  check_fold(g, "layernorm_forward", "", grid, block, 0, f2, out, N, C, slot);
+  void *f3[] = {&res, &out, &rstd, &x, &x2, &w, &N, &C, &eps, &part, &slot};
+  check_fold(g, "residual_rmsnorm_forward", "", grid, block, 0, f3, out, N, C, slot);
+  void *f4[] = {&res, &out, &mean, &rstd, &x, &x2, &w, &bias, &N, &C, &eps, &part, &slot};
+  check_fold(g, "residual_layernorm_forward", "", grid, block, 0, f4, out, N, C, slot);
+  /* the one-pass backwards on those statistics (of res), without and with the residual addend */
+  for (int ln = 0; ln < 2; ln++)
+    for (int a = 0; a < 2; a++) {
+      int W = stepc_norm_bwd_warps(C, ln ? 2 : 1);
+      unsigned smem = stepc_norm_bwd_smem(C, ln ? 2 : 1, W);
+      CUdeviceptr *e = a ? &add : &none;
+      void *b1[] = {&out, &partial, &dy, e, &res, &w, &rstd, &N, &C, &part, &slot};
+      void *b2[] = {&out, &partial, &dy, e, &res, &w, &mean, &rstd, &N, &C, &part, &slot};
+      check_fold(g, ln ? "layernorm_backward" : "rmsnorm_backward", a ? "with addend" : "", (unsigned)G,
+                 32 * (unsigned)W, smem, ln ? b2 : b1, out, N, C, slot);
+    }
+  /* the gated activations: rows [gate | up] of x (N, 2F), F = C / 2 */
+  int F = C / 2;
+  CUdeviceptr dg = up_rand(g, r, (long)N * F, 0);
+  unsigned gg = gpu_grid1d(g, (long)N * F / 8);
+  for (int ge = 0; ge < 2; ge++) {
+    void *a1[] = {&out, &x, &N, &F, &part, &slot};
+    check_fold(g, ge ? "geglu_forward" : "swiglu_forward", "", gg, 256, 0, a1, out, N, F, slot);
+    void *a2[] = {&res, &dg, &x, &N, &F, &part, &slot};
+    check_fold(g, ge ? "geglu_backward" : "swiglu_backward", "", gg, 256, 0, a2, res, N, 2 * F, slot);
+  }
+  CUdeviceptr bufs[] = {x, x2, w, bias, dy, add, out, res, mean, rstd, partial, part, slot, dg};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    gpu_free(g, bufs[i]);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -228,6 +344,7 @@ void test_fp8(Gpu *g) {
   run_cast_delayed(g, 208, 336, 0, 0.0f, 0.0f, &r);
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
   run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
+  run_fused_amax(g, &r);
   for (int len = 1; len <= 1024; len *= len == 1 ? 4 : 256)
     for (int algo = 0; algo < 2; algo++)
       for (int fmt = 0; fmt < 2; fmt++)

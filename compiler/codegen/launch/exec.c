@@ -48,6 +48,7 @@ uint64_t rt_exec_layout_hash(const RtExec *x) {
   }
   h = ir_fnv1a(h, x->fz->skip, (size_t)g->nop);
   h = ir_fnv1a(h, x->fz->fuse, (size_t)g->nop);
+  h = ir_fnv1a(h, x->fz->amax, (size_t)g->nop * sizeof x->fz->amax[0]);
   for (int c = 0; c < x->fz->nchain; c++)
     h = ir_fnv1a(h, &x->fz->chain[c], sizeof x->fz->chain[c]);
   return ir_fnv1a(h, x->fz->peer, (size_t)g->nop * sizeof x->fz->peer[0]);
@@ -285,7 +286,20 @@ static void carve_scratch(RtExec *x) {
   sz[RT_SCRATCH_TABLES] = x->multi_words * 8;
   sz[RT_SCRATCH_INIT_SEED] = 16; /* the seed, then the rank slots: TP rank, EP rank (int32) */
   sz[RT_SCRATCH_LOSS_DEN] = 4;
-  sz[RT_SCRATCH_AMAX] = (int64_t)x->gn_groups * 4;
+  /* the fp8 casts' partials, which a producer folding its output's amax (fusions.h amax) uses too,
+   * then one (value, ticket) pair per fused amax */
+  x->amax_parts = x->gn_groups;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (x->fz->amax[o] < 0 || op->kind == OP_FP8_QUANT || op->kind == OP_LINEAR_FP8) continue;
+    int glu = op->kind == OP_SWIGLU || op->kind == OP_GEGLU || op->kind == OP_SWIGLU_BWD ||
+              op->kind == OP_GEGLU_BWD;
+    /* a norm backward with its residual add runs at the ADD, its peer the norm */
+    const Op *n = op->kind == OP_ADD ? &g->op[x->fz->peer[o]] : op;
+    unsigned b = glu ? rt_glu_blocks(x, op) : rt_norm_blocks(x, n);
+    if ((int)b > x->amax_parts) x->amax_parts = (int)b;
+  }
+  sz[RT_SCRATCH_AMAX] = ((int64_t)x->amax_parts + 1) / 2 * 8 + (int64_t)x->fz->namax * 8;
   int64_t total = 0;
   for (int i = 0; i < RT_SCRATCH_PARTS; i++)
     x->scratch_at[i] = total, total += align256(sz[i]);
@@ -310,6 +324,12 @@ static void place_scratch(RtExec *x) {
   x->rank = x->init_seed + 8;
   x->loss_den = s + (CUdeviceptr)at[RT_SCRATCH_LOSS_DEN];
   x->amax_partial = s + (CUdeviceptr)at[RT_SCRATCH_AMAX];
+  x->amax_slot = x->amax_partial + (CUdeviceptr)(((int64_t)x->amax_parts + 1) / 2 * 8);
+}
+
+CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op) {
+  int s = x->fz->amax[rt_op_index(x, op)];
+  return s >= 0 ? x->amax_slot + (CUdeviceptr)(8 * s) : 0;
 }
 
 int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at) {

@@ -29,6 +29,8 @@
  *    it writes and whose dW it adds into the fp32 main gradient);
  *  - DROPOUT writes no mask: DROPOUT_BWD regenerates it from (seed, stream) (Philox, see
  *    docs/kernels.md), so the mask tensor is never written.
+ *  - a current-scaling fp8 cast whose input's producer folds its amax (fusions.h amax) reads that
+ *    amax slot instead of running fp8_amax_partial; a delayed cast never runs it (op_fp8.c).
  * The dropout RNG differs from the CPU executor's (Philox vs splitmix): masks agree in law, not
  * bit for bit; accuracy checks against the CPU run without dropout. */
 #ifndef STEPC_RT_CUDA_EXEC_H

@@ -57,7 +57,10 @@ struct RtExec {
                                open after init_seed: runtime/cuda/player.h rt_player_set_ranks) */
   CUdeviceptr loss_den;     /* fp32: the step's loss denominator D (ir/ops/loss.c), which the host counts
                                from the step's targets and stages with them (runtime/api.c api_loss_den) */
-  CUdeviceptr amax_partial; /* (gn_groups) fp32: an fp8 cast's per-block maxima (op_fp8.c) */
+  CUdeviceptr amax_partial; /* (amax_parts) fp32: an fp8 cast's per-block maxima (op_fp8.c), or those of a
+                               producer folding its output's amax (common.cuh amax_fold) */
+  int amax_parts;           /* gn_groups, or the widest such producer's grid */
+  CUdeviceptr amax_slot;    /* (fz->namax, 2) u32: each fused amax's value and ticket (fusions.h amax) */
   int64_t scratch_part[RT_SCRATCH_PARTS], scratch_at[RT_SCRATCH_PARTS]; /* bytes, offset in the scratch */
   CUdeviceptr inputs; /* (num_microbatches, 2, B*T) int32: tokens, targets */
   int64_t ntok;       /* B*T */
@@ -126,6 +129,15 @@ static inline int rt_op_index(const RtExec *x, const Op *op) { return (int)(op -
 
 /* A dropout op's p as the lowering being recorded uses it: 0 in an evaluation (op_for_eval). */
 static inline float rt_dropout_p(const RtExec *x, const Op *op) { return x->eval ? 0.0f : (float)op->a.f[0]; }
+
+/* The fused fp8 amax (fusions.h amax, kernels/common.cuh amax_fold): the slot op's launch writes (a
+ * producer, which leaves its blocks' maxima in amax_partial on the way) or its cast reads instead of
+ * running its amax pass; 0 for none. The producers' 1-D grids (one partial a block): rt_norm_blocks
+ * for a norm forward or its one-pass backward (op_dense.c), rt_glu_blocks for a gated activation
+ * either way (op_basic.c). */
+CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op);
+unsigned rt_norm_blocks(const RtExec *x, const Op *op);
+unsigned rt_glu_blocks(const RtExec *x, const Op *op);
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
 int rt_flash_supported(int64_t T, int64_t D);

@@ -184,23 +184,33 @@ static int dropout_add(RtExec *x, const Op *dr, const Op *add) {
 }
 int rt_op_dropout_bwd(RtExec *x, const Op *op) { return dropout(x, op, 1); }
 
-/* The gated activations, SWIGLU and GEGLU: rows [gate | up], the same launch for either. */
+/* The gated activations, SWIGLU and GEGLU: rows [gate | up], the same launch for either; the
+ * output's fp8 amax (the gradient's, backward) folded into its slot where the compiler fused it
+ * (rt_amax_slot). The forward's output and the backward's incoming gradient are (N, F). */
+unsigned rt_glu_blocks(const RtExec *x, const Op *op) {
+  const Tensor *t = rt_t(x, op->kind == OP_SWIGLU || op->kind == OP_GEGLU ? op->out[0] : op->in[0]);
+  return rt_grid1d(x->d, ops_rows(t) * ops_last(t) / 8);
+}
+
 static int rt_op_swiglu(RtExec *x, const Op *op) {
   const Tensor *y = rt_t(x, op->out[0]);
-  CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0);
+  CUdeviceptr o = rt_out(x, op, 0), a = rt_in(x, op, 0), am = rt_amax_slot(x, op),
+              ap = am ? x->amax_partial : 0;
   int N = (int)ops_rows(y), F = (int)ops_last(y);
+  RtDim grid = rt_dim1(rt_glu_blocks(x, op));
   if (F % 8) return rt_fail(x->d, "%s width %d is not a multiple of 8", op_name(op->kind), F);
-  if (op->kind == OP_GEGLU) return rt_launch_geglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
-  return rt_launch_swiglu_forward(x->d, STRIDE((int64_t)N * F / 8), o, a, N, F);
+  if (op->kind == OP_GEGLU) return rt_launch_geglu_forward(x->d, grid, 256, 0, o, a, N, F, ap, am);
+  return rt_launch_swiglu_forward(x->d, grid, 256, 0, o, a, N, F, ap, am);
 }
 
 static int rt_op_swiglu_bwd(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   CUdeviceptr dx = rt_out(x, op, 0), g = rt_in(x, op, 0), a = rt_in(x, op, 1);
+  CUdeviceptr am = rt_amax_slot(x, op), ap = am ? x->amax_partial : 0;
   int N = (int)ops_rows(dy), F = (int)ops_last(dy);
-  if (op->kind == OP_GEGLU_BWD)
-    return rt_launch_geglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
-  return rt_launch_swiglu_backward(x->d, STRIDE((int64_t)N * F / 8), dx, g, a, N, F);
+  RtDim grid = rt_dim1(rt_glu_blocks(x, op));
+  if (op->kind == OP_GEGLU_BWD) return rt_launch_geglu_backward(x->d, grid, 256, 0, dx, g, a, N, F, ap, am);
+  return rt_launch_swiglu_backward(x->d, grid, 256, 0, dx, g, a, N, F, ap, am);
 }
 
 static int rt_op_gelu(RtExec *x, const Op *op) {

@@ -69,6 +69,13 @@ static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C,
 
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
 
+unsigned rt_norm_blocks(const RtExec *x, const Op *op) {
+  int bwd = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD,
+      N = (int)ops_rows(rt_t(x, op->in[bwd]));
+  return bwd ? (unsigned)groups(x, N)
+             : (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK);
+}
+
 static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   const Tensor *dy = rt_t(x, op->in[0]);
   int N = (int)ops_rows(dy), C = (int)ops_last(dy), G = groups(x, N);
@@ -79,15 +86,17 @@ static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
   return colsum(x, rt_exec_ptr(x, x->fz->sink[op->out[0]]), p, G, C, C);
 }
 
-/* RMSNORM: in (x, w) out (y, rstd); LAYERNORM: in (x, w, b) out (y, mean, rstd). */
+/* RMSNORM: in (x, w) out (y, rstd); LAYERNORM: in (x, w, b) out (y, mean, rstd); y's fp8 amax folded
+ * into its slot where the compiler fused it (rt_amax_slot). */
 static int rt_op_norm(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]);
   int N = (int)ops_rows(a), C = (int)ops_last(a);
   float eps = (float)op->a.f[0];
   if (C % 8) return rt_fail(x->d, "norm width %d is not a multiple of 8", C);
-  RtDim grid = rt_dim1((unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK));
+  RtDim grid = rt_dim1(rt_norm_blocks(x, op));
   unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
   CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
+  CUdeviceptr am = rt_amax_slot(x, op), ap = am ? x->amax_partial : 0;
   int o = rt_op_index(x, op);
   if (x->fz->fuse[o] == RT_FUSE_ADD_NORM) {
     /* the ADD in front (its output is this norm's input): residual_*norm_forward writes the sum,
@@ -97,20 +106,21 @@ static int rt_op_norm(RtExec *x, const Op *op) {
     CUdeviceptr ra = rt_in(x, add, 0), rb = rt_in(x, add, 1);
     if (op->kind == OP_RMSNORM)
       return rt_launch_residual_rmsnorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1), ra, rb, w, N,
-                                                C, eps);
+                                                C, eps, ap, am);
     return rt_launch_residual_layernorm_forward(x->d, grid, block, 0, in, y, rt_out(x, op, 1),
-                                                rt_out(x, op, 2), ra, rb, w, rt_in(x, op, 2), N, C, eps);
+                                                rt_out(x, op, 2), ra, rb, w, rt_in(x, op, 2), N, C, eps, ap,
+                                                am);
   }
   if (op->kind == OP_RMSNORM)
-    return rt_launch_rmsnorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), in, w, N, C, eps);
+    return rt_launch_rmsnorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), in, w, N, C, eps, ap, am);
   return rt_launch_layernorm_forward(x->d, grid, block, 0, y, rt_out(x, op, 1), rt_out(x, op, 2), in, w,
-                                     rt_in(x, op, 2), N, C, eps);
+                                     rt_in(x, op, 2), N, C, eps, ap, am);
 }
 
 /* RMSNORM_BWD: in (dy, x, w, rstd) out (dx, dw); LAYERNORM_BWD: in (dy, x, w, mean, rstd) out
  * (dx, dw, db). dx goes to `dx`; with an addend (one pass only) dx + addend does, as residual_add
- * would sum them. */
-static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend) {
+ * would sum them; am (one pass only, or 0): the fp8 amax slot of what goes to `dx`. */
+static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend, CUdeviceptr am) {
   int ln = op->kind == OP_LAYERNORM_BWD;
   const Tensor *a = rt_t(x, op->in[1]);
   int N = (int)ops_rows(a), C = (int)ops_last(a), G = groups(x, N);
@@ -119,16 +129,18 @@ static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend)
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), w = rt_in(x, op, 2);
   CUdeviceptr mean = ln ? rt_in(x, op, 3) : 0, rstd = rt_in(x, op, ln ? 4 : 3), p = x->norm_partial;
   int W = stepc_norm_bwd_warps(C, ln ? 2 : 1);
+  CUdeviceptr ap = am ? x->amax_partial : 0;
   if (W > 0) { /* one pass: dx and the partials */
     unsigned smem = stepc_norm_bwd_smem(C, ln ? 2 : 1, W);
-    RtDim gg = rt_dim1((unsigned)G);
+    RtDim gg = rt_dim1(rt_norm_blocks(x, op));
     if (ln ? rt_launch_layernorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, mean,
-                                          rstd, N, C)
+                                          rstd, N, C, ap, am)
            : rt_launch_rmsnorm_backward(x->d, gg, 32 * (unsigned)W, smem, dx, p, dy, addend, in, w, rstd, N,
-                                        C))
+                                        C, ap, am))
       return RT_ERROR;
-  } else if (addend)
-    return rt_fail(x->d, "%s in %s: a fused residual add needs the one-pass norm backward (rows of %d)",
+  } else if (addend || am)
+    return rt_fail(x->d,
+                   "%s in %s: a fused residual add or fp8 amax needs the one-pass norm backward (rows of %d)",
                    op_name(op->kind), op->tags.module, C);
   else if (ln ? rt_launch_layernorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, mean, rstd, N, C, 0)
               : rt_launch_rmsnorm_backward_input(x->d, grid, block, 0, dx, dy, in, w, rstd, N, C,
@@ -142,11 +154,13 @@ static int norm_bwd(RtExec *x, const Op *op, CUdeviceptr dx, CUdeviceptr addend)
             : RT_OK;
 }
 
-static int rt_op_norm_bwd(RtExec *x, const Op *op) { return norm_bwd(x, op, rt_out(x, op, 0), 0); }
+static int rt_op_norm_bwd(RtExec *x, const Op *op) {
+  return norm_bwd(x, op, rt_out(x, op, 0), 0, rt_amax_slot(x, op));
+}
 
 int rt_op_norm_bwd_add(RtExec *x, const Op *norm, const Op *add) {
   int other = add->in[0] == norm->out[0] ? 1 : 0;
-  return norm_bwd(x, norm, rt_out(x, add, 0), rt_in(x, add, other));
+  return norm_bwd(x, norm, rt_out(x, add, 0), rt_in(x, add, other), rt_amax_slot(x, add));
 }
 
 /* This family's rows of the per-kind launch table (exec.c gathers every family's). */

@@ -17,23 +17,29 @@ static CUdeviceptr state_col(RtExec *x, int t, int64_t col, CUdeviceptr *amax) {
   return p;
 }
 
-/* q (M, K) and/or qT (K, M) (0: not wanted) and scale_inv of x (M, K), format fmt (0 E4M3, 1 E5M2):
- * the amax partials (one per block of 2048 elements, at most gn_groups of them) into the scratch's
- * RT_SCRATCH_AMAX, then the cast, which reduces them again in every block. dscale non-zero: delayed
- * scaling, the scale there and the amax folded into damax. */
-static int cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in, int64_t M,
-                int64_t K, int fmt, CUdeviceptr dscale, CUdeviceptr damax) {
+/* q (M, K) and/or qT (K, M) (0: not wanted) and scale_inv of x (M, K), format fmt (0 E4M3, 1 E5M2),
+ * cast by op. Current scaling: the amax partials (one per block of 2048 elements, at most gn_groups
+ * of them) into the scratch's RT_SCRATCH_AMAX, then the cast, which reduces them again in every
+ * block; or, where x's producer folded its amax into a slot (rt_amax_slot), the cast alone reading
+ * that slot as its one partial. dscale non-zero: delayed scaling, one launch, the scale there and
+ * the amax folded into damax by the cast's blocks. */
+static int cast(RtExec *x, const Op *op, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in,
+                int64_t M, int64_t K, int fmt, CUdeviceptr dscale, CUdeviceptr damax) {
   if (M % 16 || K % 16)
     return rt_fail(x->d, "an fp8 cast of (%lld, %lld): both dimensions must be multiples of 16", (long long)M,
                    (long long)K);
   int64_t n = M * K, want = (n + 2047) / 2048;
   int np = (int)(want < x->gn_groups ? want : x->gn_groups);
+  CUdeviceptr part = x->amax_partial, slot = rt_amax_slot(x, op);
   if (np < 1) np = 1;
-  if (rt_launch_fp8_amax_partial(x->d, rt_dim1((unsigned)np), 256, 0, x->amax_partial, in, (long)n))
+  if (dscale)
+    part = 0, np = 0;
+  else if (slot)
+    part = slot, np = 1;
+  else if (rt_launch_fp8_amax_partial(x->d, rt_dim1((unsigned)np), 256, 0, part, in, (long)n))
     return RT_ERROR;
   return rt_launch_fp8_cast_transpose(x->d, rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1),
-                                      256, 0, q, qT, sinv, in, x->amax_partial, np, (int)M, (int)K, fmt,
-                                      dscale, damax);
+                                      256, 0, q, qT, sinv, in, part, np, (int)M, (int)K, fmt, dscale, damax);
 }
 
 /* FP8_QUANT: x [, state] -> q, qT, scale_inv (i[0] the format; i[1] 1: delayed, state column i[2]). */
@@ -41,7 +47,7 @@ static int rt_op_fp8_quant(RtExec *x, const Op *op) {
   const Tensor *a = rt_t(x, op->in[0]);
   CUdeviceptr ds = 0, da = 0;
   if (op->a.i[1] == 1) ds = state_col(x, op->in[1], op->a.i[2], &da);
-  return cast(x, rt_out(x, op, 0), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), ops_rows(a),
+  return cast(x, op, rt_out(x, op, 0), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), ops_rows(a),
               ops_last(a), (int)op->a.i[0], ds, da);
 }
 
@@ -82,8 +88,8 @@ static int rt_op_linear_fp8(RtExec *x, const Op *op) {
   int delayed = op->a.i[2] == 1, nb = op->nin - (delayed ? 2 : 0);
   CUdeviceptr ds = 0, da = 0;
   if (delayed) ds = state_col(x, op->in[nb], op->a.i[3], &da);
-  if (cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), M, K, (int)op->a.i[0],
-           ds, da))
+  if (cast(x, op, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), M, K,
+           (int)op->a.i[0], ds, da))
     return RT_ERROR;
   return fp8_gemm(x, op, rt_out(x, op, 3), rt_in(x, op, 1), rt_t(x, op->out[3])->dtype, wq->dtype,
                   rt_out(x, op, 2), rt_in(x, op, 3), M, N, K, op->out[0], nb == 5 ? rt_in(x, op, 4) : 0, 1);
