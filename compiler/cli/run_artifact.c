@@ -106,8 +106,10 @@ static stepc_status timeline(const Api *api, stepc_t *s, const char *dir, const 
     fprintf(out,
             ", \"timeline\": {\"spans\": %lld, \"bucket_collectives\": %d, \"bucket_ms\": %.4f, "
             "\"overlap_ms\": %.4f, "
-            "\"zero_other_ms\": %.4f, \"step_ms\": %.4f}",
-            (long long)n, t.buckets, t.bucket_ms, t.overlap_ms, t.other_ms, t.step_ms);
+            "\"zero_other_ms\": %.4f, \"tp_collectives\": %d, \"tp_ms\": %.4f, \"tp_beside_ms\": %.4f, "
+            "\"step_ms\": %.4f}",
+            (long long)n, t.buckets, t.bucket_ms, t.overlap_ms, t.other_ms, t.tp, t.tp_ms, t.tp_beside_ms,
+            t.step_ms);
   else
     timeline_summary_line(&t, out);
   if (st == STEPC_OK && o->timeline && in->rank == 0) {
