@@ -21,7 +21,8 @@ fail() { echo "FAIL: $*"; fails=1; }
 recipe=(tests/recipes/gpt3_tiny.lua model.num_layers=1)
 "$stepc" build "${recipe[@]}" -o "$tmp/a" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 "$stepc" build models/tiny.lua model.attention_backend=auto -o "$tmp/auto" >"$tmp/build_auto.log" 2>&1 || { cat "$tmp/build_auto.log"; exit 1; }
-"$test_image" "$tmp/a" "$tmp/auto" || fail "an edited step.img was not refused with its field named"
+"$stepc" build models/tiny.lua train.force_parallel_lowering=true model.sequence_parallel=true -o "$tmp/comm" >"$tmp/build_comm.log" 2>&1 || { cat "$tmp/build_comm.log"; exit 1; }
+"$test_image" "$tmp/a" "$tmp/auto" "$tmp/comm" || fail "an edited step.img was not refused with its field named"
 # expect CODE TEXT CMD...: exit CODE (never a signal) and TEXT on stderr
 expect() {
   local code=$1 text=$2

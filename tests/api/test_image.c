@@ -1,8 +1,10 @@
 /* test_image.c — a step image edited and re-signed (its hash made right again, as anyone can) is
  * refused at stepc_open with a message naming the field, instead of crashing or running with
- * nonsense (runtime/image_check.c). Usage: test_image DIR [AUTO_DIR], DIR an artifact
+ * nonsense (runtime/image_check.c). Usage: test_image DIR [AUTO_DIR [COMM_DIR]], DIR an artifact
  * (tests/api/inputs.sh builds one), AUTO_DIR one built with attention_backend=auto, on which the
- * attention cases (12 on) edit the launch program's flash alternatives (runtime/program.h). Each case reads DIR/step.img, changes one fact, writes it back with image_write
+ * attention cases (12 on) edit the launch program's flash alternatives (runtime/program.h), COMM_DIR
+ * one whose program has communication-stream windows (train.force_parallel_lowering with SP), on
+ * which cases 20 on move its forks, joins and side collectives out of place. Each case reads DIR/step.img, changes one fact, writes it back with image_write
  * (which seals it) into a scratch artifact and opens it on the CPU device; the unedited image must
  * open and step. Before image_check, vocab_size 0 was a SIGFPE in the first step's mock tokens,
  * a shrunk tensor slot a heap overflow, a huge num_microbatches or arena an allocation of it. */
@@ -29,6 +31,14 @@ static int alt_point(const StepImage *im) {
   for (int q = 0; q < im->npoints; q++)
     if (im->lp.point[q].alt.count) return q;
   return 0;
+}
+
+/* The first record of a kind (and, for a collective, on the communication stream or not) at or after
+ * record i, else -1. */
+static int rec_at(const StepImage *im, int i, RtRecKind k, int side) {
+  for (; i < im->lp.f.nrec; i++)
+    if (im->lp.rec[i].kind == k && (k != RT_REC_COLL || !!im->lp.rec[i].coll.side == side)) return i;
+  return -1;
 }
 
 /* One edit of the image (case id), applied in place. */
@@ -63,6 +73,23 @@ static void edit(StepImage *im, int id) {
     im->lp.point[q].alt = im->lp.point[r].rec;
     break;
   }
+  /* the communication stream's windows (COMM_DIR) */
+  case 21: im->lp.rec[rec_at(im, 0, RT_REC_JOIN, 0)].kind = RT_REC_FORK; break; /* two forks */
+  case 22: im->lp.rec[rec_at(im, 0, RT_REC_FORK, 0)].kind = RT_REC_JOIN; break; /* a join first */
+  case 23: im->lp.rec[rec_at(im, 0, RT_REC_COLL, 0)].coll.side = 1; break;      /* a side collective alone */
+  case 24: { /* the last window's join taken out: a fork open at the micro program's end */
+    int j = -1;
+    for (int i = rec_at(im, 0, RT_REC_JOIN, 0); i >= 0; i = rec_at(im, i + 1, RT_REC_JOIN, 0))
+      j = i;
+    im->lp.rec[j].kind = RT_REC_MEMSET, im->lp.rec[j].dst = LP_PTR, im->lp.rec[j].bytes = 0;
+    break;
+  }
+  case 25: { /* a fork in an evaluation's records */
+    int f = rec_at(im, 0, RT_REC_FORK, 0);
+    im->lp.point[0].eval = (LpRange){f, 1};
+    break;
+  }
+  case 26: im->lp.rec[rec_at(im, 0, RT_REC_COLL, 1)].coll.side = 2; break; /* a stream that is none */
   }
 }
 
@@ -72,8 +99,14 @@ static const char *const FIELD[] = {NULL,       "vocab_size", "num_microbatches"
                                     /* the attention cases, on AUTO_DIR: unedited, then edited */
                                     NULL, "without its flash alternative", "hold no cuDNN attention call",
                                     "holds a cuDNN call", "out of range", "cuDNN attention calls in a program",
-                                    "attention lowering 7", "not op"};
-enum { NCASES = 20, FIRST_ATTN_CASE = 12 };
+                                    "attention lowering 7", "not op",
+                                    /* the communication-stream cases, on COMM_DIR: unedited, then edited */
+                                    NULL, "communication-stream fork out of place",
+                                    "communication-stream join out of place",
+                                    "communication-stream collective out of place", "not joined",
+                                    "communication-stream fork out of place",
+                                    "communication-stream collective out of place"};
+enum { NCASES = 27, FIRST_ATTN_CASE = 12, FIRST_COMM_CASE = 20 };
 
 /* Opens dir on the CPU and runs one step: STEPC_OK or the first failure, its message in msg. */
 static stepc_status open_step(const char *dir, char *msg, size_t n) {
@@ -90,15 +123,16 @@ static stepc_status open_step(const char *dir, char *msg, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2 && argc != 3) return fprintf(stderr, "usage: test_image DIR [AUTO_DIR]\n"), 2;
+  if (argc < 2 || argc > 4) return fprintf(stderr, "usage: test_image DIR [AUTO_DIR [COMM_DIR]]\n"), 2;
   char src[512], dir[] = "/tmp/stepc_test_image.XXXXXX", dst[600], err[1024], msg[1024];
   if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
   snprintf(dst, sizeof dst, "%s/%s", dir, STEPC_IMAGE_FILE);
   for (int id = 0; id < NCASES; id++) {
-    if (id == FIRST_ATTN_CASE && argc < 3) break;
-    /* the auto artifact, unedited (it opens and steps), then edited */
-    int on_auto = id >= FIRST_ATTN_CASE, unedited = id == 0 || id == FIRST_ATTN_CASE;
-    snprintf(src, sizeof src, "%s/%s", argv[on_auto ? 2 : 1], STEPC_IMAGE_FILE);
+    if ((id == FIRST_ATTN_CASE && argc < 3) || (id == FIRST_COMM_CASE && argc < 4)) break;
+    /* the auto (comm) artifact, unedited (it opens and steps), then edited */
+    int which = id >= FIRST_COMM_CASE ? 3 : id >= FIRST_ATTN_CASE ? 2 : 1,
+        unedited = id == 0 || id == FIRST_ATTN_CASE || id == FIRST_COMM_CASE;
+    snprintf(src, sizeof src, "%s/%s", argv[which], STEPC_IMAGE_FILE);
     StepImage im;
     if (image_read(src, &im, err, sizeof err) != 0) return fprintf(stderr, "FAIL: %s\n", err), 1;
     edit(&im, id);
