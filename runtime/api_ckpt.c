@@ -48,9 +48,10 @@ static float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-/* shard: this rank's part of the optimizer state only (ZeRO-1: api_dp_not_mine) */
+/* shard: of the optimizer state, this rank's part only (ZeRO-1: api_dp_not_mine); every param */
 static bool wanted(const stepc_t *s, unsigned roles, bool shard, int i) {
-  return (roles & ROLE_BIT(s->g->t[i].role)) && !(shard && api_dp_not_mine(s, i));
+  unsigned bit = ROLE_BIT(s->g->t[i].role);
+  return (roles & bit) && !(shard && (bit & OPTIMIZER) && api_dp_not_mine(s, i));
 }
 
 /* Tensor or expert parallelism: each rank holds its own shard of the state (Tensor.tp_nseg), so a
@@ -536,10 +537,11 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
     join(path, sizeof path, stage, "model.safetensors");
     st = save_params_tp(s, path);
     optimizer_file(s, stage, path, sizeof path);
-    if (st == STEPC_OK) st = save_roles(s, path, PARAMS | OPTIMIZER, false, "shard");
+    /* with ZeRO-1 under TP / EP: the rank's params and its data-parallel shard of the optimizer state */
+    if (st == STEPC_OK) st = save_roles(s, path, PARAMS | OPTIMIZER, s->owner && s->world > 1, "shard");
   } else if (lead)
     st = save_all(s, stage);
-  if (st == STEPC_OK && s->owner && s->world > 1) { /* every rank its shard of masters and moments */
+  if (st == STEPC_OK && s->owner && s->world > 1 && !layout_shards(s)) { /* every rank its shard of masters and moments */
     char path[1200];
     optimizer_file(s, stage, path, sizeof path);
     st = save_roles(s, path, OPTIMIZER, true, "optimizer");
@@ -654,7 +656,8 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
   if (st != STEPC_OK) return st;
   if (layout_shards(s)) { /* this rank's shard file holds all it needs */
     optimizer_file(s, dir, path, sizeof path);
-    if ((st = load_roles(s, path, PARAMS | OPTIMIZER, false, false, NULL)) != STEPC_OK) return st;
+    if ((st = load_roles(s, path, PARAMS | OPTIMIZER, s->owner && s->world > 1, false, NULL)) != STEPC_OK)
+      return st;
   } else {
     join(path, sizeof path, dir, "model.safetensors");
     if ((st = load_roles(s, path, PARAMS, false, false, NULL)) != STEPC_OK) return st;

@@ -137,7 +137,7 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
 static int cpu_zero_bucket(stepc_t *s, int k) {
   const ImgBucket *b = &s->im.bucket[k];
   const int32_t *gr = s->im.bucket_grad + b->first;
-  int N = s->world;
+  int N = s->dp; /* the data-parallel group: the whole job, or under TP the ranks of this TP rank */
   size_t seg = 0;
   for (int r = 0; r < N; r++) {
     size_t m = 0;
@@ -162,13 +162,15 @@ static int cpu_zero_bucket(stepc_t *s, int k) {
       }
   }
   float *mine = s->dp_buf + (size_t)N * seg;
-  if (rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32) != 0)
+  if ((s->tp > 1 ? rt_comm_group_reduce_scatter(s->comm, &s->dp_group, s->dp_rank, s->dp_buf, mine, seg,
+                                                RT_COMM_F32)
+                 : rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d (reduce-scatter): %s", k,
                     rt_comm_error(s->comm)),
            -1;
   size_t at = 0;
   for (int i = 0; i < b->ngrads; i++)
-    if (s->owner[gr[i]] == s->rank) {
+    if (s->owner[gr[i]] == s->dp_rank) {
       size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
       float *dst = cpu_exec_ptr(ex(s), gr[i]);
       for (size_t j = 0; j < m; j++)
@@ -197,11 +199,28 @@ static int cpu_zero_share_sumsq(stepc_t *s, int unused) {
   (void)unused;
   const Graph *g = s->g;
   for (int t = 0; t < g->nt; t++)
-    s->zero_sumsq[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == s->rank
+    s->zero_sumsq[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == s->dp_rank
                            ? sumsq_like_op(cpu_exec_ptr(ex(s), t), tensor_numel(&g->t[t]))
                            : 0.0;
-  if (rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64) != 0)
+  /* under TP over this rank's data-parallel group: its TP rank's shards, owned alike */
+  if ((s->tp > 1 ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64, 0)
+                 : rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient norm: %s", rt_comm_error(s->comm)), -1;
+  return 0;
+}
+
+/* Param t from its owner within this rank's data-parallel group (under TP: the ranks of its TP rank),
+ * through a group all-gather whose owner's block is kept. */
+static int group_broadcast(stepc_t *s, int t) {
+  size_t n = (size_t)tensor_numel(&s->g->t[t]), need = n * (size_t)s->dp + 1;
+  if (need > s->ndp_buf) {
+    float *p = realloc(s->dp_buf, need * sizeof *p);
+    if (!p) return -1;
+    s->dp_buf = p, s->ndp_buf = need;
+  }
+  float *w = cpu_exec_ptr(ex(s), t);
+  if (rt_comm_group_all_gather(s->comm, &s->dp_group, w, s->dp_buf, n * sizeof(float)) != 0) return -1;
+  memcpy(w, s->dp_buf + (size_t)s->owner[t] * n, n * sizeof(float));
   return 0;
 }
 
@@ -211,10 +230,11 @@ static int cpu_zero_gather(stepc_t *s, int unused) {
   const Graph *g = s->g;
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0 &&
-        rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t), (size_t)tensor_numel(&g->t[t]) * sizeof(float),
-                          s->owner[t]) != 0)
+        (s->tp > 1 ? group_broadcast(s, t)
+                   : rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t),
+                                       (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t])) != 0)
       return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s",
-                      rt_comm_error(s->comm)),
+                      s->comm ? rt_comm_error(s->comm) : "out of memory"),
              -1;
   return 0;
 }
@@ -225,10 +245,20 @@ int api_cpu_zero_gather(stepc_t *s) {
   return cpu_zero_gather(s, -1);
 }
 
+/* The first tail point that sums a gradient's squares (the owners' sums are shared right before it:
+ * after the tail's reductions — under SP a replicated parameter's gradient summed over TP —, so
+ * each sum is of the final gradient), or -1. */
+static int first_sumsq_point(const stepc_t *s) {
+  const StepImage *im = &s->im;
+  for (int q = im->micro_points; q < im->npoints; q++)
+    if (s->g->op[im->point_op[q]].kind == OP_GRAD_SUMSQ) return q;
+  return -1;
+}
+
 /* A tail point under ZeRO-1: 1 when handled here (instead of the op), 0 to run the op, -1. */
 static int cpu_zero_point(stepc_t *s, int q) {
   const StepImage *im = &s->im;
-  if (q == im->micro_points && api_dp_timed(s, STEPC_SPAN_NORM, -1, cpu_zero_share_sumsq)) return -1;
+  if (q == first_sumsq_point(s) && api_dp_timed(s, STEPC_SPAN_NORM, -1, cpu_zero_share_sumsq)) return -1;
   const Op *op = &s->g->op[im->point_op[q]];
   if (op->kind == OP_GRAD_SUMSQ && api_dp_not_mine(s, op->in[0])) {
     /* acc += (real)s, as the op would with the owner's gradient */

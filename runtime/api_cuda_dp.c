@@ -62,15 +62,20 @@ static int coll_allreduce(stepc_t *s, int t, char *err, size_t nerr) {
   return rt_nccl_coll(c->coll_nccl.group[b.group], &b, c->comm.s, err, nerr);
 }
 
+/* ZeRO-1's collectives run over the data-parallel group's communicator (the job's own without TP; under
+ * TP the ranks of this TP rank, member order = data-parallel rank: api_cuda_tp.c), owners being
+ * data-parallel ranks */
+static RtNccl *dp_comm(stepc_t *s) { return cu(s)->coll_nccl.group[RT_COLL_GROUP_DP]; }
+
 static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_reduce_avg_f32(c->nccl, rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
+  return rt_nccl_reduce_avg_f32(dp_comm(s), rt_player_tensor(c->x, t), (size_t)tensor_numel(&s->g->t[t]),
                                 s->owner[t], c->comm.s, err, nerr);
 }
 
 static int coll_broadcast(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_broadcast(c->nccl, rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t],
+  return rt_nccl_broadcast(dp_comm(s), rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t],
                            c->comm.s, err, nerr);
 }
 
@@ -184,7 +189,7 @@ static int exchange_norm(stepc_t *s, CudaProf *pf) {
   int a = pf ? api_cuda_mark(s, pf, 1) : 0;
   char err[400];
   if (a < 0) return -1;
-  if (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err))
+  if (rt_nccl_allreduce_sum_f32(dp_comm(s), part, (size_t)count, c->comm.s, err, sizeof err))
     return nccl_fail(s, "gradient norm", err);
   if (pf) {
     int b = api_cuda_mark(s, pf, 1);
@@ -262,9 +267,10 @@ static stepc_status zero_setup(stepc_t *s) {
     return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   }
   /* a gradient outside every bucket (owner -1) is every rank's: its update runs everywhere (the
-   * same on each), its norm partial is counted once (rank 0's) */
+   * same on each), its norm partial is counted once (data-parallel rank 0's) */
   for (int t = 0; t < g->nt; t++)
-    ka[t] = s->owner[t] == s->rank || s->owner[t] < 0, ks[t] = ka[t] && (s->owner[t] >= 0 || s->rank == 0);
+    ka[t] = s->owner[t] == s->dp_rank || s->owner[t] < 0,
+    ks[t] = ka[t] && (s->owner[t] >= 0 || s->dp_rank == 0);
   stepc_status st = rt_player_keep_rows(c->x, ks, ka) ? (api_cuda_fail(s), STEPC_ERR_RUNTIME) : STEPC_OK;
   const LaunchProgram *lp = rt_player_program(c->x);
   c->norm_point = -1;
@@ -331,7 +337,7 @@ static stepc_status warm_up(stepc_t *s) {
     CUdeviceptr part = rt_player_base(c->x) + (CUdeviceptr)lf->norm_at;
     char err[400];
     if ((p >= 0 && collectives(s, &p, 1, coll_broadcast, 0, 0, "warm-up", NULL)) ||
-        (rt_nccl_allreduce_sum_f32(c->nccl, part, (size_t)count, c->comm.s, err, sizeof err) &&
+        (rt_nccl_allreduce_sum_f32(dp_comm(s), part, (size_t)count, c->comm.s, err, sizeof err) &&
          nccl_fail(s, "warm-up", err)))
       return STEPC_ERR_RUNTIME;
   }

@@ -43,8 +43,9 @@ static stepc_status zero_owners(stepc_t *s) {
   return STEPC_OK;
 }
 
+/* owners are data-parallel ranks: under TP each TP rank's data-parallel group shards its own tensors */
 bool api_dp_not_mine(const stepc_t *s, int t) {
-  return s->owner && s->owner[t] >= 0 && s->owner[t] != s->rank;
+  return s->owner && s->owner[t] >= 0 && s->owner[t] != s->dp_rank;
 }
 
 stepc_status api_dp_check(stepc_t *s) {

@@ -51,8 +51,6 @@ static const char *tp_unexecuted(const Spec *s, int *field) {
        "a vocabulary that the tensor-parallel ranks cannot split evenly (pad it to a multiple of TP)"},
       {spec_output_layer_chunks(s) > 1, SPEC_F_model_output_layer_chunks,
        "the chunked output layer and loss (LINEAR_CROSS_ENTROPY) under tensor parallelism"},
-      {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,
-       "the distributed optimizer under tensor parallelism"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;
