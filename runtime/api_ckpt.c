@@ -541,7 +541,8 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
     if (st == STEPC_OK) st = save_roles(s, path, PARAMS | OPTIMIZER, s->owner && s->world > 1, "shard");
   } else if (lead)
     st = save_all(s, stage);
-  if (st == STEPC_OK && s->owner && s->world > 1 && !layout_shards(s)) { /* every rank its shard of masters and moments */
+  if (st == STEPC_OK && s->owner && s->world > 1 &&
+      !layout_shards(s)) { /* every rank its shard of masters and moments */
     char path[1200];
     optimizer_file(s, stage, path, sizeof path);
     st = save_roles(s, path, OPTIMIZER, true, "optimizer");

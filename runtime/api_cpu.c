@@ -203,8 +203,9 @@ static int cpu_zero_share_sumsq(stepc_t *s, int unused) {
                            ? sumsq_like_op(cpu_exec_ptr(ex(s), t), tensor_numel(&g->t[t]))
                            : 0.0;
   /* under TP over this rank's data-parallel group: its TP rank's shards, owned alike */
-  if ((s->tp > 1 ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64, 0)
-                 : rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64)) != 0)
+  if ((s->tp > 1
+           ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64, 0)
+           : rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient norm: %s", rt_comm_error(s->comm)), -1;
   return 0;
 }
