@@ -165,7 +165,7 @@ STEPC_KERNEL(moe_aux_loss_backward, KP(bf16*, dscores) KP(const float*, dloss) K
              KF(coeff) KP(const float*, counts) KI(Tn))
 STEPC_KERNEL(moe_expert_counts, KP(float*, counts) KP(const int*, idx) KL(n) KI(E))
 STEPC_KERNEL(moe_dispatch, KP(int*, row_of) KP(int*, seg) KP(int*, tpe) KP(const int*, idx) KL(n) KI(E) KI(cap)
-             KI(pad))
+             KI(pad) KP(const int*, rank))
 STEPC_KERNEL(moe_scatter_rows, KP(bf16*, xp) KP(bf16*, pp) KP(const bf16*, x) KP(const bf16*, probs)
              KP(const int*, row_of) KL(n) KI(k) KI(C))
 STEPC_KERNEL(moe_gather_rows, KP(bf16*, dx) KP(bf16*, dprobs) KP(const bf16*, dxp) KP(const bf16*, dpp)

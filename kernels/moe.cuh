@@ -287,12 +287,22 @@ extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long
 // walks the assignments in chunks of 1024: a thread's rank among the chunk's assignments of its
 // expert comes from __match_any_sync within its warp and per-warp counts before it, plus the
 // expert's running count. Integer-only, so deterministic. Block 1024, smem 34 E ints.
+// A local expert range (the allgather dispatcher under expert parallelism): rank non-null, the E
+// experts from expert *rank E (local x = idx - *rank E, rank the device's EP-rank slot);
+// assignments to other experts get row -1. rank null: all experts (the one-rank dispatch).
 extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const int* idx, long n, int E, int cap,
-                                        int pad) {
+                                        int pad, const int* rank) {
   extern __shared__ int moe_smem[];
+  const int first = rank ? *rank * E : 0;
   int *cnt = moe_smem, *off = cnt + E, *wcnt = off + E;  // wcnt (32 warps, E)
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  moe_count(cnt, idx, n, E);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (long a = threadIdx.x; a < n; a += blockDim.x) {
+    int x = idx[a] - first;
+    if (x >= 0 && x < E) atomicAdd(&cnt[x], 1);
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     int o = 0;
     for (int e = 0; e < E; e++) off[e] = cap ? e * cap : o, o += cnt[e];
@@ -304,7 +314,10 @@ extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const i
     for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) wcnt[i] = 0;
     __syncthreads();
     long a = base + threadIdx.x;
-    int x = a < n ? idx[a] : -1;
+    int x = a < n ? idx[a] - first : -1;
+    if (x >= E) x = -1;
+    if (a < n && x < 0) row_of[a] = -1;  // another rank's expert
+    if (x < 0) x = -1;
     unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
     int before = __popc(same & ((1u << lane) - 1u));
     if (x >= 0 && before == 0) wcnt[warp * E + x] = __popc(same);

@@ -440,7 +440,29 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
             "points (%d records), played instead of their cuDNN calls when cuDNN has no engine at open\n",
             pts, recs);
   }
-  if (progress && mm->expert_model_parallel_size > 1) { /* the static all-to-all receive buffers (ops/ep.c) */
+  if (progress && mm->expert_model_parallel_size > 1 &&
+      strcmp(mm->moe_token_dispatcher_type, "allgather") == 0) {
+    /* the allgather dispatcher's EP-gathered tensors and its permuted buffers of the static bound */
+    int64_t grows = 0, gbytes = 0, ngat = 0, rows = 0, bytes = 0, nbuf = 0;
+    for (int i = 0; i < sp.g->nop; i++) {
+      const Op *op = &sp.g->op[i];
+      const Tensor *t = &sp.g->t[op->out[0]];
+      if (op->kind == OP_TP_GATHER && op->a.i[1])
+        grows = t->shape[0] * t->shape[1], gbytes += t->bytes, ngat++;
+      if (op->kind == OP_MOE_PERMUTE && op->tags.phase == IR_PHASE_FORWARD &&
+          sp.g->op[sp.g->t[op->in[2]].producer].a.i[4])
+        rows = t->shape[0], bytes += t->bytes + sp.g->t[op->out[1]].bytes, nbuf++;
+    }
+    fprintf(progress,
+            "build: expert parallelism EP %lld (allgather dispatcher): %lld all-gathers over the EP group "
+            "(tokens, probabilities, expert indices; forward and backward) of %lld tokens, %.3f MB; %lld "
+            "permuted token buffers of %lld rows (the static bound: EP x tokens x min(topk, E/EP)), %.3f MB; "
+            "the rank's step peaks at %.3f MB (nominal dtypes)\n",
+            (long long)mm->expert_model_parallel_size, (long long)ngat, (long long)grows,
+            (double)gbytes / 1e6, (long long)nbuf, (long long)rows, (double)bytes / 1e6,
+            (double)plan_device_peak(&sp) / 1e6);
+  } else if (progress &&
+             mm->expert_model_parallel_size > 1) { /* the static all-to-all receive buffers (ops/ep.c) */
     int64_t rows = 0, bytes = 0, nbuf = 0;
     for (int i = 0; i < sp.g->nop; i++)
       if (sp.g->op[i].kind == OP_EP_DISPATCH) {

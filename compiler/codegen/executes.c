@@ -66,8 +66,19 @@ static const char *ep_unexecuted(const Spec *s, int *field) {
     int field;
     const char *what;
   } rows[] = {
-      {strcmp(m->moe_token_dispatcher_type, "alltoall") != 0, SPEC_F_model_moe_token_dispatcher_type,
-       "expert parallelism through the allgather or flex token dispatcher (the alltoall one runs)"},
+      {strcmp(m->moe_token_dispatcher_type, "alltoall") != 0 &&
+           strcmp(m->moe_token_dispatcher_type, "allgather") != 0,
+       SPEC_F_model_moe_token_dispatcher_type,
+       "expert parallelism through the flex token dispatcher (the alltoall and allgather ones run)"},
+      {strcmp(m->moe_token_dispatcher_type, "allgather") == 0 &&
+           s->present[SPEC_F_model_moe_expert_capacity_factor],
+       SPEC_F_model_moe_expert_capacity_factor,
+       "an expert capacity with the allgather token dispatcher under expert parallelism (it runs "
+       "dropless; model.moe_token_dispatcher_type=alltoall runs with a capacity)"},
+      {strcmp(m->moe_token_dispatcher_type, "allgather") == 0 && m->tensor_model_parallel_size > 1,
+       SPEC_F_model_tensor_model_parallel_size,
+       "the allgather token dispatcher under tensor and expert parallelism together (it runs at TP 1; "
+       "model.moe_token_dispatcher_type=alltoall runs under TP)"},
       {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,
        "the distributed optimizer under expert parallelism"},
   };

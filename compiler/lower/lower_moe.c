@@ -28,6 +28,15 @@
  * mlp.token_dispatcher) send each expert's rows to its owner, the grouped GEMMs run over the rows
  * received, and EP_COMBINE returns them before the unpermute.
  *
+ * With the allgather dispatcher (Megatron's MoEAllGatherTokenDispatcher, its default; dropless, TP 1,
+ * ETP 1) the rank instead all-gathers the hidden states, the top-k probabilities and the expert
+ * indices over the EP group (TP_GATHER with i[1] = 1, along the sequence), dispatches and permutes
+ * the gathered tokens for its own experts only (MOE_DISPATCH's local range i[4] = E/EP; a static
+ * bound of EP B*T min(k, E/EP) rows, as the alltoall receive bound), runs its experts, unpermutes
+ * (each gathered token's sum over its local-expert slots; zero for none) and reduce-scatters the
+ * result over the EP group back to its own tokens (TP_SCATTER, i[1] = 1). The backward is the
+ * adjoints' (the gather's is a reduce-scatter and back; the indices have no gradient).
+ *
  * Tensor parallelism (with sequence parallelism; expert-tensor parallelism 1): each rank routes its
  * sequence rows over every expert; the router and, without EP, the experts are replicated (their
  * gradients summed over the group as every replicated parameter's under SP); the EP group is the
@@ -109,6 +118,11 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   int64_t ep = s->per_rank && m->expert_model_parallel_size > 1 ? m->expert_model_parallel_size : 1;
   bool ep_on = spec_lowers_ep(s); /* also at EP 1 under train.force_parallel_lowering */
   int64_t nl = ne / ep, recv = cap ? ne * cap : ep * rows * (k < nl ? k : nl);
+  /* the allgather dispatcher (dropless, TP 1: compiler/codegen/executes.c refuses the rest) */
+  bool ag = ep_on && strcmp(m->moe_token_dispatcher_type, "allgather") == 0;
+  if (ag && cap)
+    return graph_fail(g, "the allgather token dispatcher with an expert capacity is not lowered yet");
+  if (ag) n = recv;
 
   lb_tags(L, l, IR_LABEL_LAYERNORM, SR, "pre_mlp_layernorm");
   int hn = lb_norm(L, x, c); /* (B,T,C) */
@@ -137,16 +151,23 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
                         m->moe_shared_expert_overlap ? SM : SR);
 
   lb_tags(L, l, M, SP, "mlp.token_dispatcher");
-  OpAttrs da = {.i = {ne, cap, cap && m->moe_pad_expert_input_to_capacity, 0}};
-  int disp[3]; /* row_of (B,T,k), expert segments (E,2), tokens per expert (E) */
-  if (graph_op(g, OP_MOE_DISPATCH, &topk[1], 1, &da, disp, NULL) < 0) return -1;
+  int dx = hn, dp = topk[0], di = topk[1]; /* the tokens the rank dispatches: its own, or the group's */
+  OpAttrs ga = {.i = {ep, 1}};             /* over the EP group */
+  if (ag) {                                /* (B, EP T, ...): every EP rank's tokens, rank after rank */
+    dx = graph_op1(g, OP_TP_GATHER, &hn, 1, &ga, NULL);
+    dp = graph_op1(g, OP_TP_GATHER, &topk[0], 1, &ga, NULL);
+    di = graph_op1(g, OP_TP_GATHER, &topk[1], 1, &ga, NULL);
+  }
+  OpAttrs da = {.i = {ne, cap, cap && m->moe_pad_expert_input_to_capacity, 0, ag ? nl : 0}};
+  int disp[3]; /* row_of (B,T,k), expert segments (E or El, 2), tokens per expert (E or El) */
+  if (graph_op(g, OP_MOE_DISPATCH, &di, 1, &da, disp, NULL) < 0) return -1;
   OpAttrs pa = {.i = {n}};
-  int pin[3] = {hn, topk[0], disp[0]}, perm[2]; /* tokens (N,C), probs (N) */
+  int pin[3] = {dx, dp, disp[0]}, perm[2]; /* tokens (N,C), probs (N) */
   if (graph_op(g, OP_MOE_PERMUTE, pin, 3, &pa, perm, NULL) < 0) return -1;
 
   int xs = perm[0], ps = perm[1], seg = disp[1], ex[2] = {-1, -1}; /* ex: all_seg, local seg */
   OpAttrs ea = {.i = {ep, recv}};
-  if (ep_on) { /* counts first, then the tokens and their probabilities to the experts' owners */
+  if (ep_on && !ag) { /* counts first, then the tokens and their probabilities to the experts' owners */
     if (graph_op(g, OP_EP_COUNTS, &disp[1], 1, &ea, ex, NULL) < 0) return -1;
     int xi[2] = {perm[0], ex[0]}, pi[2] = {perm[1], ex[0]};
     xs = graph_op1(g, OP_EP_DISPATCH, xi, 2, &ea, NULL); /* (R, C) */
@@ -167,13 +188,15 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
   int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N or R, C) */
 
   lb_tags(L, l, M, SM, "mlp.token_dispatcher");
-  if (ep_on) { /* the expert outputs back to the ranks their tokens came from */
+  if (ep_on && !ag) { /* the expert outputs back to the ranks their tokens came from */
     OpAttrs ca = {.i = {ep, n}};
     int ci[2] = {y, ex[0]};
     y = graph_op1(g, OP_EP_COMBINE, ci, 2, &ca, NULL); /* (N, C) */
   }
   int uin[2] = {y, disp[0]};
-  int out = graph_op1(g, OP_MOE_UNPERMUTE, uin, 2, &pa, NULL); /* (B,T,C) */
+  int out = graph_op1(g, OP_MOE_UNPERMUTE, uin, 2, &pa, NULL); /* (B,T,C); allgather: (B,EP T,C) */
+  if (ag) /* each token's sum over the group's experts, back on the rank that routed it */
+    out = graph_op1(g, OP_TP_SCATTER, &out, 1, &ga, NULL);
   if (sh >= 0) {
     lb_tags(L, l, M, SM, "mlp");
     int add[2] = {out, sh};

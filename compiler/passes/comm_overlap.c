@@ -29,10 +29,11 @@
 #include "passes/fuse.h"
 #include "plan/plan.h"
 
-/* A backward collective of an activation gradient whose result the next op need not wait for. */
+/* A backward collective of an activation gradient whose result the next op need not wait for, over
+ * the TP group (i[1] = 0; the allgather token dispatcher's EP-group reduce-scatters stay in order). */
 static bool overlappable(const Graph *g, const Op *op) {
   if (op->tags.phase != IR_PHASE_BACKWARD || op->nin < 1 || op->nout < 1) return false;
-  if (op->kind == OP_TP_SCATTER) return true;
+  if (op->kind == OP_TP_SCATTER) return op->a.i[1] == 0;
   return op->kind == OP_TP_ALLREDUCE && op->a.i[1] == 0 && op->in[0] != op->out[0] &&
          g->t[op->in[0]].role == ROLE_ACT_GRAD;
 }

@@ -24,7 +24,14 @@
  *                    i[0] = E, i[1] = cap (0 = no capacity, no dropping), i[2] = pad to capacity,
  *                    i[3] = drop policy: 0 position (the earliest tokens are kept), 1 probs (the
  *                    highest routing probabilities are kept; ties to the earlier token; Megatron's
- *                    default moe_token_drop_policy). Integer outputs: not differentiable.
+ *                    default moe_token_drop_policy). i[4] = El, a local expert range (0 = all E
+ *                    experts): the allgather token dispatcher under expert parallelism permutes
+ *                    the gathered tokens for the rank's experts [r El, (r + 1) El) only, r its EP
+ *                    rank (known at run time: CpuCtx.ep, the device's rank slot; the artifact is
+ *                    every rank's). seg and tokens_per_expert then cover those El experts (local
+ *                    expert l = expert r El + l), laid out as above among themselves; assignments
+ *                    to other experts get row -1 (their tokens come back as zero from this rank's
+ *                    unpermute). Integer outputs: not differentiable.
  *   MOE_PERMUTE      x (..., C), probs (..., k), row_of -> xp (N, C), pp (N): row row_of[t,j] gets
  *                    token t and its probability for that expert; unused rows are zero. i[0] = N.
  *   MOE_PERMUTE_BWD  dxp, dpp, row_of -> dx (..., C), dprobs (..., k)
@@ -38,12 +45,16 @@
 static int dispatch_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *idx = ops_in(g, op, 0);
   int64_t e = op->a.i[0], cap = op->a.i[1];
+  int64_t cnt = op->a.i[4];
   if (idx->dtype != DT_I32 || e < 1 || cap < 0) return ops_err(err, n, "expects int32 idx, E >= 1, cap >= 0");
   if (op->a.i[3] == 1 && (op->nin != 2 || !ops_same_shape(ops_in(g, op, 1), idx)))
     return ops_err(err, n, "drop policy probs needs the routing probabilities");
+  if (cnt < 0 || (cnt && e % cnt))
+    return ops_err(err, n, "expects i[4] = local experts dividing E = %lld (0: all)", (long long)e);
+  int64_t el = cnt ? cnt : e;
   ops_out_like(&out[0], idx, "row_of");
-  ops_out_shape(&out[1], DT_I32, "expert_segments", 2, e, 2, 1, 1);
-  ops_out_shape(&out[2], DT_I32, "tokens_per_expert", 1, e, 1, 1, 1);
+  ops_out_shape(&out[1], DT_I32, "expert_segments", 2, el, 2, 1, 1);
+  ops_out_shape(&out[2], DT_I32, "tokens_per_expert", 1, el, 1, 1, 1);
   return 0;
 }
 
@@ -203,12 +214,13 @@ static void K(dispatch_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
   const int32_t *idx = in[0];
   const real *p = op->nin > 1 ? in[1] : NULL;
   int32_t *row_of = out[0], *seg = out[1], *tpe = out[2];
-  int64_t n = tensor_numel(it), e = op->a.i[0], cap = op->a.i[1];
+  int64_t n = tensor_numel(it), cap = op->a.i[1], e = op->a.i[4] ? op->a.i[4] : op->a.i[0],
+          first = op->a.i[4] ? ops_ep_rank(c) * e : 0; /* the experts laid out: local x = expert first + x */
   bool pad = op->a.i[2] != 0, by_probs = op->a.i[3] == 1;
   for (int64_t x = 0; x < e; x++)
     tpe[x] = 0;
   for (int64_t a = 0; a < n; a++)
-    tpe[idx[a]]++;
+    if (idx[a] >= first && idx[a] < first + e) tpe[idx[a] - first]++;
   int64_t off = 0;
   for (int64_t x = 0; x < e; x++) {
     seg[2 * x] = (int32_t)(cap ? x * cap : off);
@@ -216,7 +228,11 @@ static void K(dispatch_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
     off += tpe[x];
   }
   for (int64_t a = 0; a < n; a++) {
-    int32_t x = idx[a];
+    int32_t x = idx[a] - (int32_t)first;
+    if (x < 0 || x >= e) { /* another rank's expert */
+      row_of[a] = -1;
+      continue;
+    }
     bool keep = !cap || (by_probs ? K(keep_by_probs)(idx, p, n, a, cap) : seg[2 * x + 1] < cap);
     row_of[a] = keep ? seg[2 * x] + seg[2 * x + 1]++ : -1;
   }

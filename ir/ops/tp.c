@@ -12,9 +12,12 @@
  *   TP_SCATTER    x (B, T, ...) -> y (B, T/TP, ...)   reduce-scatter along the sequence: rank r gets
  *                                           the group's sum of its rows; backward TP_GATHER
  *
- * i[0] = the TP size (the group's ranks; shapes of GATHER / SCATTER follow from it). TP_ALLREDUCE's
- * i[1] = 1 runs it over the expert-parallel group instead (CpuCtx.ep; i[0] its size): the
- * optimizer's sum of the expert gradients' squares (ir/ops/ep.c). Sums are in
+ * i[0] = the TP size (the group's ranks; shapes of GATHER / SCATTER follow from it). i[1] = 1 runs
+ * TP_ALLREDUCE, TP_GATHER and TP_SCATTER over the expert-parallel group instead (CpuCtx.ep; i[0] its
+ * size): the optimizer's sum of the expert gradients' squares (ir/ops/ep.c), and the allgather
+ * token dispatcher's all-gather of the tokens, probabilities and expert indices and the
+ * reduce-scatter of the experts' outputs (compiler/lower/lower_moe.c). TP_GATHER also takes int32
+ * tensors (the expert indices: bytes copied, no gradient); the other collectives are float. Sums are in
  * group-rank order (rank 0 + rank 1 + ...), in the executor's precision, so a run is reproducible;
  * they differ from one rank's single GEMM in rounding only (a row-parallel linear sums TP partial
  * products). Megatron's sequence-parallel layout is [s, b, h] (sequence first); stepc's activations
@@ -58,6 +61,8 @@ static int tp_seq_infer(const Graph *g, const Op *op, OpOut *out, char *err, siz
   if (tp < 1 || x->ndim < 2 || (op->kind == OP_TP_SCATTER && x->shape[1] % tp))
     return ops_err(err, n, "expects x (B, T, ...) with T divisible by i[0] = %lld (the TP size)",
                    (long long)tp);
+  if (!dtype_is_float(x->dtype) && (op->kind == OP_TP_SCATTER || x->dtype != DT_I32))
+    return ops_err(err, n, "expects a float x (int32 only through the gather: nothing is summed)");
   ops_out_like(&out[0], x, op->kind == OP_TP_GATHER ? "sp_gather" : "sp_scatter");
   out[0].shape[1] = op->kind == OP_TP_GATHER ? x->shape[1] * tp : x->shape[1] / tp;
   return 0;
@@ -326,10 +331,18 @@ static void K(tp_shards)(real *full, real *ranks, int64_t b, int64_t tl, int64_t
     }
 }
 
+/* An int32 x (the expert indices) is gathered as bytes: each int32 a 4-byte element, so the f32
+ * pass's shards (sizeof(real) = 4) place it; the f64 pass hands it to the f32 pass's kernel. */
 static void K(tp_gather_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
   const Tensor *x = &c->g->t[op->in[0]];
+#if OPS_REAL == 64
+  if (x->dtype == DT_I32) {
+    tp_gather_cpu_f32(c, op, in, out);
+    return;
+  }
+#endif
   int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1], row = n / (b * tl);
-  CpuTp *tp = c->tp;
+  CpuTp *tp = op->a.i[1] ? c->ep : c->tp;
   int size = (int)op->a.i[0];
   real *all = size > 1 ? malloc((size_t)(n * size) * sizeof *all) : NULL;
   if (size <= 1) {
@@ -350,7 +363,7 @@ static void K(tp_scatter_cpu)(const CpuCtx *c, const Op *op, void *const *in, vo
   int size = (int)op->a.i[0];
   int64_t n = tensor_numel(x), b = x->shape[0], tl = x->shape[1] / (size > 0 ? size : 1),
           row = n / x->shape[1] / b;
-  CpuTp *tp = c->tp;
+  CpuTp *tp = op->a.i[1] ? c->ep : c->tp;
   if (size <= 1) {
     memcpy(out[0], in[0], (size_t)n * sizeof(real));
     return;

@@ -10,13 +10,17 @@
 # its own micro-batches): every step's loss and grad norm, and every parameter after the steps (the
 # experts gathered into the one-rank layout by stepc_save_params); the ranks of a run agree
 # bitwise on loss and grad norm; tests/recipes/tiny_hybrid.lua (Mamba-2, attention, MLP, MoE) at
-# EP 2 likewise, and at TP 2 + SP alone and times EP 2 (Mamba under TP). MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
+# EP 2 likewise, and at TP 2 + SP alone and times EP 2 (Mamba under TP). Megatron's allgather
+# dispatcher (its default; dropless, TP 1): tiny_mla_moe at EP 2, EP 4 and EP 2 x expert-DP 2, and
+# tiny_hybrid at EP 2, against the same one-rank steps within the same tolerances; an allgather
+# EP 2 run resumed bitwise. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
 # EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
 # MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
-# the allgather
-# dispatcher, with ZeRO-1 (exit 4 naming the field and the recipe's place); on the cuda device
-# (bf16) EP 2 and EP 2 with capacity have launch programs (the exchange as all-gathers and row
-# picks) that the player plays record for record on a recording device. Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
+# the flex dispatcher, with the allgather dispatcher and a capacity or under TP, with ZeRO-1 (exit 4
+# naming the field and the recipe's place); on the cuda device (bf16) EP 2 and EP 2 with capacity
+# (alltoall: the counts all-gathered, the rows exchanged by all-to-all) and EP 2 allgather (the
+# tokens, probabilities and indices all-gathered, the outputs reduce-scattered over the EP group)
+# have launch programs that the player plays record for record on a recording device. Checkpoints: an EP 2 and an EP 2 x expert-DP 2 run resumed = the uninterrupted
 # run bitwise; one-rank parameters loaded into EP 2.
 #
 # Why not bitwise: the token exchange only copies rows (exact), and each routed row's expert GEMMs
@@ -28,7 +32,10 @@
 # up to lr a step whatever the rounding (see docs/parallelism.md): parameters within 5e-6 absolute
 # (measured largest 5.9e-7, in an expert's linear_fc1) where 4 steps move them by up to ~6e-3 and a
 # misplaced expert differs by the init scale (0.02). Tolerances: loss and grad norm 1e-6 relative
-# (measured 1.0e-7), parameters 5e-6 absolute.
+# (measured 1.0e-7), parameters 5e-6 absolute. The allgather dispatcher adds one more order: a
+# token's output is the sum over its k experts; one rank adds them in the unpermute, the EP ranks
+# each add their local experts' and the reduce-scatter adds the ranks' parts in rank order (measured
+# losses within 1.0e-7 at EP 2, 2.1e-8 at EP 4; parameters 6.3e-7 at EP 2, 2.0e-6 at EP 4).
 set -uo pipefail
 stepc=$1 t=$2 play=$3
 tmp=${EP_KEEP:-$(mktemp -d)}
@@ -52,6 +59,12 @@ build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
 build one8_cap $G8 $CAP
 build ep4cap model.expert_model_parallel_size=4 train.world_size=4 $G8 $CAP
 build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
+# Megatron's allgather dispatcher (its default): every rank's tokens gathered over the EP group,
+# each rank running its experts over the gathered tokens, the outputs reduce-scattered back
+AG="model.moe_token_dispatcher_type=allgather"
+build ag2 $EP2 $AG
+build ag4 model.expert_model_parallel_size=4 train.world_size=4 $G8 $AG
+build ag2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8 $AG
 # MoE under tensor parallelism (with SP, expert-tensor parallelism 1: Moonlight's layout at test size):
 # TP 2, TP 2 x EP 2, TP 2 x EP 2 x DP 2, TP 2 x EP 4 — each rank routes its sequence rows, the EP
 # group is EP consecutive ranks of the TP x DP job, the shared experts tensor-parallel, the aux loss
@@ -65,6 +78,7 @@ build tp2ep4 $TPE model.expert_model_parallel_size=4 train.world_size=4
 HY="model.bf16=false model.moe_token_dispatcher_type=alltoall"
 R=tests/recipes/tiny_hybrid.lua build hyone $HY
 R=tests/recipes/tiny_hybrid.lua build hyep2 $HY $EP2
+R=tests/recipes/tiny_hybrid.lua build hyag2 model.bf16=false $AG $EP2
 # ... and under TP 2 + SP (the Mamba mixer's heads and groups split: in_proj column-parallel in five
 # segments, out_proj row-parallel), alone and times EP 2
 R=tests/recipes/tiny_hybrid.lua build hytp2 $HY $TPE train.world_size=2
@@ -75,7 +89,8 @@ python3 "$(dirname "$0")/plan_agrees.py" "$tmp/ep2.plan.json" "$tmp/ep2/plan.jso
 for r in one one_cap one_pad one8 one8_cap hyone; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "one rank ($r)"; }
 done
-for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep4cap:4:one8_cap ep2dp2:4:one8 hyep2:2:hyone; do
+for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep4cap:4:one8_cap ep2dp2:4:one8 hyep2:2:hyone \
+  ag2:2:one ag4:4:one8 ag2dp2:4:one8 hyag2:2:hyone; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
@@ -102,7 +117,9 @@ refuse() {
 }
 refuse "MoE under TP with tensor-parallel experts (ETP null = TP)" "model.tensor_model_parallel_size=2" model.tensor_model_parallel_size=2 model.sequence_parallel=true train.world_size=2
 refuse "MoE under TP with a capacity" "model.moe_expert_capacity_factor=1.0" $TPE train.world_size=2 $CAP
-refuse "EP with the allgather dispatcher" "model.moe_token_dispatcher_type=allgather" $EP2 model.moe_token_dispatcher_type=allgather
+refuse "EP with the flex dispatcher" "model.moe_token_dispatcher_type=flex" $EP2 model.moe_token_dispatcher_type=flex
+refuse "EP allgather with a capacity" "model.moe_expert_capacity_factor=1" $EP2 $AG $CAP
+refuse "EP allgather under TP" "model.tensor_model_parallel_size=2" $TPE $AG model.expert_model_parallel_size=2 train.world_size=2
 refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
 grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
@@ -111,6 +128,14 @@ grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no 
 build cu_ep2 model.bf16=true model.expert_model_parallel_size=2 train.world_size=2
 build cu_ep2cap model.bf16=true model.expert_model_parallel_size=2 train.world_size=2 $CAP
 R=tests/recipes/tiny_hybrid.lua build cu_hytp2ep2 model.bf16=true model.moe_token_dispatcher_type=alltoall $TPE model.expert_model_parallel_size=2 train.world_size=2
+build cu_ag2 model.bf16=true $EP2 $AG
+"$play" "$tmp/cu_ag2" >"$tmp/play_cu_ag2.txt" 2>&1 || { cat "$tmp/play_cu_ag2.txt"; fail "cu_ag2's launch program played"; }
+for c in "all_gather bf16 ep" "all_gather f32 ep" "reduce_scatter bf16 ep"; do # tokens and probs, indices, outputs
+  grep -q "COLL $c" "$tmp/cu_ag2/program.txt" || fail "cu_ag2's program holds no $c"
+done
+grep -q "COLL all_to_all" "$tmp/cu_ag2/program.txt" && fail "cu_ag2's program holds an all-to-all (the allgather dispatcher gathers)"
+grep -q "allgather dispatcher" "$tmp/cu_ag2.log" || fail "cu_ag2's build names no allgather buffers"
+head -1 "$tmp/play_cu_ag2.txt"
 for a in cu_ep2 cu_ep2cap cu_hytp2ep2; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   grep -q "COLL all_gather f32 ep" "$tmp/$a/program.txt" || fail "$a's program holds no EP all-gather of the counts"
@@ -121,7 +146,7 @@ done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
 # step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
 # load into EP 2 (each rank its experts) and gather back bitwise
-for a in ep2:2 ep2dp2:4 tp2ep2:2; do
+for a in ep2:2 ep2dp2:4 tp2ep2:2 ag2:2; do
   n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }

@@ -4,7 +4,9 @@
 # backend (NCCL included) through the code a multi-rank job plays. On the CPU device, one rank:
 #   models/tiny.lua forced (TP ops, vocab-parallel embedding and loss), forced with SP, and
 #   tests/recipes/tiny_mla_moe.lua forced with SP and expert-tensor parallelism 1 (EP_COUNTS /
-#   EP_DISPATCH / EP_COMBINE over an EP group of one, the load-balancing loss over the TP group)
+#   EP_DISPATCH / EP_COMBINE over an EP group of one, the load-balancing loss over the TP group),
+#   and so with the allgather dispatcher (the tokens, probabilities and indices gathered and the
+#   outputs reduce-scattered over an EP group of one, the dispatch's local range all 8 experts)
 # against the plain one-rank step, 4 steps: every loss and grad norm and every parameter, bitwise
 # (tolerance 0): over groups of one every collective is a copy, no sum is split, and the CPU
 # executor's vocab-parallel embedding and loss over one rank's whole vocabulary do the plain ops'
@@ -30,10 +32,12 @@ build forced models/tiny.lua model.bf16=false $F
 build forced_sp models/tiny.lua model.bf16=false $F model.sequence_parallel=true
 build moe_one tests/recipes/tiny_mla_moe.lua model.bf16=false
 build moe_forced tests/recipes/tiny_mla_moe.lua model.bf16=false $F model.sequence_parallel=true $MOE
+AG="model.moe_token_dispatcher_type=allgather"
+build moe_forced_ag tests/recipes/tiny_mla_moe.lua model.bf16=false $F model.sequence_parallel=true $MOE $AG
 for r in one moe_one; do
   "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "$r"; }
 done
-for a in forced:one forced_sp:one moe_forced:moe_one; do
+for a in forced:one forced_sp:one moe_forced:moe_one moe_forced_ag:moe_one; do
   ref=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" 1 $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a"; }
   python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 0 0 || fail "$a against the plain step"
@@ -41,7 +45,8 @@ done
 # the bf16 programs: collectives over groups of one, played on a recording device
 build cu_forced_sp models/tiny.lua model.bf16=true $F model.sequence_parallel=true
 build cu_moe_forced tests/recipes/tiny_mla_moe.lua model.bf16=true $F model.sequence_parallel=true $MOE
-for a in cu_forced_sp cu_moe_forced; do
+build cu_moe_forced_ag tests/recipes/tiny_mla_moe.lua model.bf16=true $F model.sequence_parallel=true $MOE $AG
+for a in cu_forced_sp cu_moe_forced cu_moe_forced_ag; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   head -1 "$tmp/play_$a.txt"
 done
@@ -50,6 +55,9 @@ for c in "all_gather bf16 tp" "reduce_scatter bf16 tp" "allreduce_max f32 tp" "a
 done
 for c in "all_to_all f32 ep" "all_gather f32 ep" "allreduce_sum f32 ep"; do
   grep -q "COLL $c" "$tmp/cu_moe_forced/program.txt" || fail "the forced MoE program holds no $c"
+done
+for c in "all_gather f32 ep" "all_gather bf16 ep" "reduce_scatter bf16 ep" "allreduce_sum f32 ep"; do
+  grep -q "COLL $c" "$tmp/cu_moe_forced_ag/program.txt" || fail "the forced allgather MoE program holds no $c"
 done
 # without the field: no collective
 build cu_plain models/tiny.lua model.bf16=true

@@ -205,13 +205,63 @@ static int check_layout(void) {
   return bad != 0;
 }
 
+/* A group of two whose other rank sends what this one does plus 100 (int32 elements). */
+static int twin_gather(CpuTp *tp, const void *send, void *recv, int64_t bytes) {
+  (void)tp;
+  int32_t *r = recv;
+  memcpy(r, send, (size_t)bytes);
+  for (int64_t i = 0; i < bytes / 4; i++)
+    r[bytes / 4 + i] = r[i] + 100;
+  return 0;
+}
+
+/* The allgather dispatcher's pieces (compiler/lower/lower_moe.c) on the fixture of check_layout:
+ * MOE_DISPATCH's local expert range (i[4] = El = 1 of E = 2) on EP rank 0 (no group: experts [0, 1))
+ * and rank 1 (experts [1, 2)), and TP_GATHER of int32 indices over the EP group (i[1] = 1), in both
+ * executor precisions (the f64 pass copies the int32 bytes too). */
+static int check_local_range(void) {
+  int bad = 0;
+  for (int prec = 0; prec < 2; prec++)
+    for (int rank = 0; rank < 2; rank++) {
+      Graph *g = graph_new();
+      int64_t sh[3] = {1, 5, 1};
+      int idx = graph_tensor(g, "idx", DT_I32, ROLE_INPUT, 3, sh), d[3];
+      OpAttrs ga = {.i = {2, 1}}, da = {.i = {2, 0, 0, 0, 1}};
+      int all = graph_op1(g, OP_TP_GATHER, &idx, 1, &ga, NULL); /* (1, 10, 1) */
+      graph_op(g, OP_MOE_DISPATCH, &idx, 1, &da, d, NULL);
+      if (g->err[0]) return printf("local range: %s\n", g->err), 1;
+      graph_plan_trivial(g, 4);
+      char err[256];
+      CpuExec *e = cpu_exec_new(g, prec ? CPU_F64 : CPU_F32, 2, err, sizeof err);
+      if (!e) return printf("local range: %s\n", err), 1;
+      CpuTp tp = {.rank = rank, .size = 2, .all_gather = twin_gather};
+      cpu_exec_set_ep(e, &tp);
+      static const double ex[5] = {0, 0, 0, 1, 0};
+      static const int32_t row_of[2][5] = {{0, 1, 2, -1, 3}, {-1, -1, -1, 0, -1}}, seg[2][2] = {{0, 4}, {0, 1}};
+      for (int i = 0; i < 5; i++)
+        cpu_exec_set(e, idx, i, ex[i]);
+      cpu_exec_run(e, IR_PHASE_BIT(IR_PHASE_FORWARD));
+      for (int i = 0; i < 5; i++)
+        bad += cpu_exec_get(e, d[0], i) != row_of[rank][i];
+      bad += cpu_exec_get(e, d[1], 0) != seg[rank][0] || cpu_exec_get(e, d[1], 1) != seg[rank][1];
+      bad += cpu_exec_get(e, d[2], 0) != seg[rank][1] || g->t[d[1]].shape[0] != 1;
+      for (int i = 0; i < 10; i++)
+        bad += cpu_exec_get(e, all, i) != ex[i % 5] + (i < 5 ? 0 : 100);
+      bad += tp.failed;
+      cpu_exec_free(e);
+      graph_free(g);
+    }
+  printf("%-52s %s\n", "moe_dispatch local range, int32 gather over EP", bad ? "FAILED" : "ok");
+  return bad != 0;
+}
+
 int main(void) {
   const char *env = getenv("STEPC_TEST_SEED");
   uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
   printf("test_moe_grad: seed %llu (rerun with STEPC_TEST_SEED=%llu)\n", (unsigned long long)seed,
          (unsigned long long)seed);
   rng_state = seed;
-  int fails = check_layout();
+  int fails = check_layout() + check_local_range();
   char what[160];
   for (int round = 0; round < 2; round++) {
     int64_t b = rnd(1, 2), t = rnd(2, 7), c = rnd(2, 9), ne = rnd(2, 6), f = rnd(1, 5);

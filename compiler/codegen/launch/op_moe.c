@@ -32,11 +32,12 @@ static int dtypes(RtExec *x, const Op *op, const char *sig) {
 }
 
 /* Whether the permuted buffer laid out by the dispatch that wrote `t` (row_of or the segments)
- * can hold rows no assignment lands on: capacity without padding (or no dispatch known). */
+ * can hold rows no assignment lands on: capacity without padding, a local expert range (the
+ * allgather dispatcher's static bound), or no dispatch known. */
 static int may_leave_rows(const RtExec *x, int t) {
   int p = rt_t(x, t)->producer;
   const Op *d = p >= 0 ? &x->g->op[p] : NULL;
-  return !d || d->kind != OP_MOE_DISPATCH || (d->a.i[1] > 0 && !d->a.i[2]);
+  return !d || d->kind != OP_MOE_DISPATCH || (d->a.i[1] > 0 && !d->a.i[2]) || d->a.i[4] > 0;
 }
 
 static int zero(RtExec *x, const Op *op, int out) {
@@ -168,10 +169,11 @@ static int rt_op_moe_aux_loss_bwd(RtExec *x, const Op *op) {
 
 /* ---- the token dispatcher ---- */
 
-/* in (idx) out (row_of, seg (E, 2), tokens per expert (E)); i = E, cap, pad, drop policy */
+/* in (idx) out (row_of, seg (E, 2), tokens per expert (E)); i = E, cap, pad, drop policy, and El
+ * (0 = all): the rank's El experts [r El, (r + 1) El) only, r read from the device's EP-rank slot */
 static int rt_op_moe_dispatch(RtExec *x, const Op *op) {
   if (dtypes(x, op, "iiii")) return RT_ERROR;
-  int E = (int)op->a.i[0], cap = (int)op->a.i[1], pad = op->a.i[2] != 0;
+  int E = (int)(op->a.i[4] ? op->a.i[4] : op->a.i[0]), cap = (int)op->a.i[1], pad = op->a.i[2] != 0;
   if (op->a.i[3] != 0)
     return rt_fail(x->d,
                    "moe_dispatch: the drop policy by probabilities does not run on CUDA yet (position does)");
@@ -179,7 +181,8 @@ static int rt_op_moe_dispatch(RtExec *x, const Op *op) {
     return rt_fail(x->d, "moe_dispatch: %d experts, the CUDA kernel takes at most %d", E, MOE_MAX_EXPERTS);
   long n = (long)rt_numel(x, op->in[0]);
   return rt_launch_moe_dispatch(x->d, rt_dim1(1), 1024, (unsigned)(34 * 4 * E), rt_out(x, op, 0),
-                                rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), n, E, cap, pad);
+                                rt_out(x, op, 1), rt_out(x, op, 2), rt_in(x, op, 0), n, E, cap, pad,
+                                op->a.i[4] ? x->rank + 4 : 0);
 }
 
 /* MOE_PERMUTE in (x (..., C), probs (..., k), row_of) out (xp (N, C), pp (N)); MOE_UNPERMUTE_BWD

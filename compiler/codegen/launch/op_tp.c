@@ -10,6 +10,7 @@
  *   TP_GATHER     all-gather along the sequence: rank r's rows of every sequence, one all-gather a
  *                 sequence (its T rows are the members' blocks in member order), straight into the output
  *   TP_SCATTER    reduce-scatter along the sequence: the reverse, one a sequence
+ *                 (both over the EP group with i[1] = 1: the allgather token dispatcher's)
  *   BIAS_ADD      out = x + b on every row (one kernel)
  *   TP_REP_PACK / TP_REP_UNPACK   the replicated shard rows' gradient into / out of the zero-padded
  *                 buffer the optimizer all-reduces between them (tp_rep_rows, one kernel each)
@@ -40,10 +41,6 @@ static int coll_in(RtExec *x, int64_t group, RtCollOp kind, int64_t dt, int64_t 
   RtColl c = {
       .op = kind, .dtype = dt, .group = group, .count = count, .side = x->comm_side, .src = src, .dst = dst};
   return rt_coll(x->d, &c);
-}
-
-static int coll(RtExec *x, RtCollOp kind, int64_t dt, int64_t count, CUdeviceptr src, CUdeviceptr dst) {
-  return coll_in(x, RT_COLL_GROUP_TP, kind, dt, count, src, dst);
 }
 
 static int rt_op_tp_copy(RtExec *x, const Op *op) {
@@ -93,16 +90,22 @@ static int rt_op_tp_allreduce(RtExec *x, const Op *op) {
 
 /* The sequence shards (ir/ops/tp.c tp_shards): rank r's block of sequence b is rows [r tl, (r + 1) tl)
  * of it, so a sequence's T rows are the members' blocks in member order and each sequence is one
- * collective between them and the rank's tl rows — no staging, no copies. */
+ * collective between them and the rank's tl rows — no staging, no copies. i[1] = 1: over the EP
+ * group (the allgather token dispatcher); an int32 tensor (its expert indices) is gathered as an
+ * fp32 collective of the same bits (an all-gather copies, it never adds). */
 static int per_sequence(RtExec *x, const Op *op, RtCollOp kind, const Tensor *shard) {
   int64_t dt = 0, b = shard->shape[0], n = tensor_numel(shard) / b, tp = op->a.i[0];
-  if (coll_dtype(x, shard, &dt)) return RT_ERROR;
+  int64_t group = op->a.i[1] ? RT_COLL_GROUP_EP : RT_COLL_GROUP_TP;
+  if (kind == RT_COLL_ALL_GATHER && shard->dtype == DT_I32)
+    dt = RT_COLL_F32;
+  else if (coll_dtype(x, shard, &dt))
+    return RT_ERROR;
   int64_t es = dt == RT_COLL_BF16 ? 2 : 4, full = n * tp * es, part = n * es;
   int gather = kind == RT_COLL_ALL_GATHER;
   for (int64_t i = 0; i < b; i++) {
     CUdeviceptr in = rt_in(x, op, 0) + (CUdeviceptr)(i * (gather ? part : full)),
                 out = rt_out(x, op, 0) + (CUdeviceptr)(i * (gather ? full : part));
-    if (coll(x, kind, dt, n, in, out)) return RT_ERROR;
+    if (coll_in(x, group, kind, dt, n, in, out)) return RT_ERROR;
   }
   return RT_OK;
 }
