@@ -59,6 +59,14 @@ int64_t tensor_tp_part(const Tensor *t, int k) {
   return t->tp_size > 0 ? t->tp_seg[k] * tensor_tp_rep(t, k) / t->tp_size : t->tp_seg[k];
 }
 
+bool graph_expert_state(const Graph *g, int t) {
+  for (int hop = 0; hop < 4 && t >= 0 && t < g->nt; hop++) {
+    if (g->t[t].tp_ep) return true;
+    t = g->t[t].of;
+  }
+  return false;
+}
+
 void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]) {
   for (int d = 0; d < IR_MAX_DIMS; d++)
     full[d] = t->shape[d];

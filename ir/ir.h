@@ -322,6 +322,9 @@ uint32_t ir_label_from_name(const char *s); /* 0 when unknown */
 const char *ir_scope_name(int bit_index);   /* 0 -> "layer" */
 uint32_t ir_scope_from_name(const char *s);
 int64_t tensor_numel(const Tensor *t);
+/* Whether tensor t is, or belongs to (Tensor.of: a gradient, master, moment), an expert-parallel shard
+ * (Tensor.tp_ep): expert parallelism's state, owned within the expert-data-parallel group. */
+bool graph_expert_state(const Graph *g, int t);
 /* A tensor-parallel shard (Tensor.tp_nseg > 0) held by TP rank `rank`: the one-rank tensor's shape
  * into full[], and the flat index in it of the shard's flat element j. Whole tensors: their own
  * shape, j itself. */

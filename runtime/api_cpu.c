@@ -130,21 +130,35 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
  * the tensor's owner exactly as GRAD_SUMSQ computes them and shared, so every rank accumulates the
  * same fp32 norm in the same tensor order; the updated params travel from their owners. */
 
-/* Bucket k: reduce-scatter. The bucket's gradients are packed owner by owner into N equal
- * segments (zero padded); each rank receives its segment summed in rank order and averages it
- * into the gradients it owns. The others' gradients stay local partial sums, which nothing reads
- * (their GRAD_SUMSQ and ADAMW are the owners'). */
-static int cpu_zero_bucket(stepc_t *s, int k) {
+/* ZeRO-1's groups: a tensor's state is owned within the data-parallel group (the whole job, or
+ * under TP the ranks of this TP rank), an expert's under EP within the expert-data-parallel group
+ * (the ranks holding the same experts; TP 1). The group (NULL: the whole job), its size and this
+ * rank's member index there. */
+static const RtCommGroup *zero_group(stepc_t *s, bool expert, int *size, int *member) {
+  if (expert) return *size = s->edp_group.count, *member = s->rank / s->ep, &s->edp_group;
+  *size = s->dp, *member = s->dp_rank;
+  return s->tp > 1 ? &s->dp_group : NULL;
+}
+
+/* Bucket k's gradients of one kind (`expert` or not): reduce-scatter over their group. They are
+ * packed owner by owner into N equal segments (zero padded); each rank receives its segment summed
+ * in group order and averages it (over the data-parallel size, as the plain step does for both
+ * kinds) into the gradients it owns. The others' gradients stay local partial sums, which nothing
+ * reads (their GRAD_SUMSQ and ADAMW are the owners'). */
+static int cpu_zero_part(stepc_t *s, int k, bool expert) {
   const ImgBucket *b = &s->im.bucket[k];
   const int32_t *gr = s->im.bucket_grad + b->first;
-  int N = s->dp; /* the data-parallel group: the whole job, or under TP the ranks of this TP rank */
-  size_t seg = 0;
+  int N, me;
+  const RtCommGroup *grp = zero_group(s, expert, &N, &me);
+  size_t seg = 0, any = 0;
   for (int r = 0; r < N; r++) {
     size_t m = 0;
     for (int i = 0; i < b->ngrads; i++)
-      if (s->owner[gr[i]] == r) m += (size_t)tensor_numel(&s->g->t[gr[i]]);
-    seg = m > seg ? m : seg;
+      if (s->owner[gr[i]] == r && graph_expert_state(s->g, gr[i]) == expert)
+        m += (size_t)tensor_numel(&s->g->t[gr[i]]);
+    seg = m > seg ? m : seg, any += m;
   }
+  if (any == 0) return 0; /* the same on every rank: one graph */
   size_t need = seg * (size_t)(N + 1) + 1;
   if (need > s->ndp_buf) {
     float *p = realloc(s->dp_buf, need * sizeof *p);
@@ -155,29 +169,32 @@ static int cpu_zero_bucket(stepc_t *s, int k) {
   for (int r = 0; r < N; r++) {
     size_t at = (size_t)r * seg;
     for (int i = 0; i < b->ngrads; i++)
-      if (s->owner[gr[i]] == r) {
+      if (s->owner[gr[i]] == r && graph_expert_state(s->g, gr[i]) == expert) {
         size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
         memcpy(s->dp_buf + at, cpu_exec_ptr(ex(s), gr[i]), m * sizeof(float));
         at += m;
       }
   }
   float *mine = s->dp_buf + (size_t)N * seg;
-  if ((s->tp > 1 ? rt_comm_group_reduce_scatter(s->comm, &s->dp_group, s->dp_rank, s->dp_buf, mine, seg,
-                                                RT_COMM_F32)
-                 : rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32)) != 0)
+  if ((grp ? rt_comm_group_reduce_scatter(s->comm, grp, me, s->dp_buf, mine, seg, RT_COMM_F32)
+           : rt_comm_reduce_scatter_sum(s->comm, s->dp_buf, mine, seg, RT_COMM_F32)) != 0)
     return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient bucket %d (reduce-scatter): %s", k,
                     rt_comm_error(s->comm)),
            -1;
   size_t at = 0;
   for (int i = 0; i < b->ngrads; i++)
-    if (s->owner[gr[i]] == s->dp_rank) {
+    if (s->owner[gr[i]] == me && graph_expert_state(s->g, gr[i]) == expert) {
       size_t m = (size_t)tensor_numel(&s->g->t[gr[i]]);
       float *dst = cpu_exec_ptr(ex(s), gr[i]);
       for (size_t j = 0; j < m; j++)
-        dst[j] = mine[at + j] / (float)N;
+        dst[j] = mine[at + j] / (float)s->dp;
       at += m;
     }
   return 0;
+}
+
+static int cpu_zero_bucket(stepc_t *s, int k) {
+  return cpu_zero_part(s, k, false) || (s->ep > 1 && cpu_zero_part(s, k, true)) ? -1 : 0;
 }
 
 /* GRAD_SUMSQ's sum for one tensor, as ir/ops/optim.c computes it: chunks of 4096 summed in double,
@@ -193,34 +210,41 @@ static double sumsq_like_op(const float *g, int64_t n) {
   return total;
 }
 
-/* Before the tail: every owned gradient's sum of squares, shared (each slot has one nonzero
- * contributor, so the all-reduce's additions are exact). */
+/* Before the tail's first GRAD_SUMSQ: every owned gradient's sum of squares, shared over its group
+ * (each slot has one nonzero contributor, so the all-reduce's additions are exact): the data-parallel
+ * one's, then under EP the experts' over the expert-data-parallel group, into their disjoint slots. */
 static int cpu_zero_share_sumsq(stepc_t *s, int unused) {
   (void)unused;
   const Graph *g = s->g;
-  for (int t = 0; t < g->nt; t++)
-    s->zero_sumsq[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == s->dp_rank
-                           ? sumsq_like_op(cpu_exec_ptr(ex(s), t), tensor_numel(&g->t[t]))
-                           : 0.0;
-  /* under TP over this rank's data-parallel group: its TP rank's shards, owned alike */
-  if ((s->tp > 1
-           ? rt_comm_group_allreduce(s->comm, &s->dp_group, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64, 0)
-           : rt_comm_allreduce_sum(s->comm, s->zero_sumsq, (size_t)g->nt, RT_COMM_F64)) != 0)
-    return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient norm: %s", rt_comm_error(s->comm)), -1;
+  double *part = s->zero_sumsq + g->nt; /* the experts' (zero_owners sized the array for both) */
+  for (int expert = 0; expert < (s->ep > 1 ? 2 : 1); expert++) {
+    double *v = expert ? part : s->zero_sumsq;
+    int N, me;
+    const RtCommGroup *grp = zero_group(s, expert, &N, &me);
+    for (int t = 0; t < g->nt; t++)
+      v[t] = g->t[t].role == ROLE_GRAD && s->owner[t] == me && graph_expert_state(g, t) == (bool)expert
+                 ? sumsq_like_op(cpu_exec_ptr(ex(s), t), tensor_numel(&g->t[t]))
+                 : 0.0;
+    if ((grp ? rt_comm_group_allreduce(s->comm, grp, v, (size_t)g->nt, RT_COMM_F64, 0)
+             : rt_comm_allreduce_sum(s->comm, v, (size_t)g->nt, RT_COMM_F64)) != 0)
+      return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gradient norm: %s", rt_comm_error(s->comm)), -1;
+  }
+  for (int t = 0; s->ep > 1 && t < g->nt; t++)
+    if (graph_expert_state(g, t)) s->zero_sumsq[t] = part[t];
   return 0;
 }
 
-/* Param t from its owner within this rank's data-parallel group (under TP: the ranks of its TP rank),
- * through a group all-gather whose owner's block is kept. */
-static int group_broadcast(stepc_t *s, int t) {
-  size_t n = (size_t)tensor_numel(&s->g->t[t]), need = n * (size_t)s->dp + 1;
+/* Param t from its owner within group grp (size N), through a group all-gather whose owner's block is
+ * kept. */
+static int group_broadcast(stepc_t *s, int t, const RtCommGroup *grp, int N) {
+  size_t n = (size_t)tensor_numel(&s->g->t[t]), need = n * (size_t)N + 1;
   if (need > s->ndp_buf) {
     float *p = realloc(s->dp_buf, need * sizeof *p);
     if (!p) return -1;
     s->dp_buf = p, s->ndp_buf = need;
   }
   float *w = cpu_exec_ptr(ex(s), t);
-  if (rt_comm_group_all_gather(s->comm, &s->dp_group, w, s->dp_buf, n * sizeof(float)) != 0) return -1;
+  if (rt_comm_group_all_gather(s->comm, grp, w, s->dp_buf, n * sizeof(float)) != 0) return -1;
   memcpy(w, s->dp_buf + (size_t)s->owner[t] * n, n * sizeof(float));
   return 0;
 }
@@ -229,14 +253,17 @@ static int group_broadcast(stepc_t *s, int t) {
 static int cpu_zero_gather(stepc_t *s, int unused) {
   (void)unused;
   const Graph *g = s->g;
-  for (int t = 0; t < g->nt; t++)
-    if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0 &&
-        (s->tp > 1 ? group_broadcast(s, t)
-                   : rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t),
-                                       (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t])) != 0)
+  for (int t = 0; t < g->nt; t++) {
+    if (g->t[t].role != ROLE_PARAM || s->owner[t] < 0) continue;
+    int N, me;
+    const RtCommGroup *grp = zero_group(s, graph_expert_state(g, t), &N, &me);
+    if ((grp ? group_broadcast(s, t, grp, N)
+             : rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t),
+                                 (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t])) != 0)
       return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s",
                       s->comm ? rt_comm_error(s->comm) : "out of memory"),
              -1;
+  }
   return 0;
 }
 

@@ -374,6 +374,12 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
     c->coll_nccl.group[RT_COLL_GROUP_DP] = c->nccl;
   }
   c->zero = s->im.f.dist_opt && s->owner;
+  if (c->zero && s->ep > 1)
+    return api_fail(
+        s, STEPC_ERR_UNSUPPORTED,
+        "the distributed optimizer (optimizer.use_distributed_optimizer) under expert parallelism "
+        "runs on the cpu device; on cuda (the experts' state sharded over the expert-data-parallel "
+        "group's communicator) it is not built yet");
   if (c->zero && (st = zero_setup(s)) != STEPC_OK) return st;
   return warm_up(s);
 }

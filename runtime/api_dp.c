@@ -34,7 +34,7 @@ static stepc_status zero_owners(stepc_t *s) {
   StepImage *im = &s->im;
   Graph *g = im->g;
   s->owner = malloc(((size_t)g->nt + 1) * sizeof *s->owner);
-  s->zero_sumsq = calloc((size_t)g->nt + 1, sizeof *s->zero_sumsq);
+  s->zero_sumsq = calloc(2 * (size_t)g->nt + 1, sizeof *s->zero_sumsq); /* the experts' after the rest */
   if (!s->owner || !s->zero_sumsq) return api_fail(s, STEPC_ERR_NOMEM, "out of memory");
   for (int t = 0; t < g->nt; t++) {
     s->owner[t] = im->owner[t];
@@ -43,9 +43,12 @@ static stepc_status zero_owners(stepc_t *s) {
   return STEPC_OK;
 }
 
-/* owners are data-parallel ranks: under TP each TP rank's data-parallel group shards its own tensors */
+/* owners are data-parallel ranks: under TP each TP rank's data-parallel group shards its own tensors;
+ * under EP (TP 1) an expert's state is owned by an expert-data-parallel rank (rank / EP: the member
+ * index in the group of the ranks holding the same experts) */
 bool api_dp_not_mine(const stepc_t *s, int t) {
-  return s->owner && s->owner[t] >= 0 && s->owner[t] != s->dp_rank;
+  if (!s->owner || s->owner[t] < 0) return false;
+  return s->owner[t] != (graph_expert_state(s->im.g, t) ? s->rank / s->ep : s->dp_rank);
 }
 
 stepc_status api_dp_check(stepc_t *s) {

@@ -79,8 +79,9 @@ static const char *ep_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_tensor_model_parallel_size,
        "the allgather token dispatcher under tensor and expert parallelism together (it runs at TP 1; "
        "model.moe_token_dispatcher_type=alltoall runs under TP)"},
-      {s->optimizer.use_distributed_optimizer, SPEC_F_optimizer_use_distributed_optimizer,
-       "the distributed optimizer under expert parallelism"},
+      {s->optimizer.use_distributed_optimizer && m->tensor_model_parallel_size > 1,
+       SPEC_F_optimizer_use_distributed_optimizer,
+       "the distributed optimizer under tensor and expert parallelism together (it runs under either alone)"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;

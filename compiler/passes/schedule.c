@@ -88,13 +88,22 @@ static int make_owners(const Graph *g, Schedule *sc) {
   if (!(sc->owner = malloc(((size_t)g->nt + 1) * sizeof *sc->owner))) return -1;
   for (int t = 0; t < g->nt; t++)
     sc->owner[t] = -1;
+  /* under expert parallelism a bucket's expert gradients (graph_expert_state) are cut over the
+   * expert-data-parallel ranks instead (Megatron's expert buffers: their own data-parallel group),
+   * the rest over the data-parallel ranks */
   for (int k = 0; k < sc->nb; k++) {
     const Bucket *b = &sc->b[k];
-    int64_t at = 0;
-    for (int i = 0; i < b->ngrads; i++) {
-      int t = sc->grad[b->first + i];
-      sc->owner[t] = (int)(at * sc->dp / (b->params > 0 ? b->params : 1));
-      at += tensor_numel(&g->t[t]);
+    for (int expert = 0; expert < 2; expert++) {
+      int64_t total = 0, at = 0, n = expert ? sc->edp : sc->dp;
+      for (int i = 0; i < b->ngrads; i++)
+        if (graph_expert_state(g, sc->grad[b->first + i]) == (bool)expert)
+          total += tensor_numel(&g->t[sc->grad[b->first + i]]);
+      for (int i = 0; i < b->ngrads; i++) {
+        int t = sc->grad[b->first + i];
+        if (graph_expert_state(g, t) != (bool)expert) continue;
+        sc->owner[t] = (int)(at * n / (total > 0 ? total : 1));
+        at += tensor_numel(&g->t[t]);
+      }
     }
   }
   for (int o = 0; o < g->nop; o++) {
@@ -108,8 +117,11 @@ static int make_owners(const Graph *g, Schedule *sc) {
 
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr) {
   memset(sc, 0, sizeof *sc);
-  int64_t dp = spec_data_parallel_size(s);
+  int64_t dp = spec_data_parallel_size(s), ep = s->per_rank && s->model.expert_model_parallel_size > 1
+                                                    ? s->model.expert_model_parallel_size
+                                                    : 1;
   sc->dp = dp > 1 ? (int)dp : 1;
+  sc->edp = sc->dp / ep > 1 ? (int)(sc->dp / ep) : 1;
   sc->bucket_params = 40000000 > 1000000 * dp ? 40000000 : 1000000 * dp;
   sc->nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   sc->pos = malloc((size_t)(g->nop + 1) * sizeof *sc->pos);

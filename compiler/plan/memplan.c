@@ -112,30 +112,60 @@ static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align
   return 0;
 }
 
-/* The region's offsets: the state every rank holds first (owner -1), then each rank's own from
- * there, in tensor order; its size, each rank's shard and the largest. */
+/* Whether data-parallel rank r holds region tensor t: every rank's (owner -1), the rank's own, or — an
+ * expert's state under expert parallelism, owned by an expert-data-parallel rank — its group's
+ * (data-parallel rank r is expert-data-parallel rank r / (dp / edp): TP 1). */
+static bool rank_holds(const Graph *g, const MemPlan *mp, int t, int r) {
+  int o = mp->owner[t];
+  if (o < 0) return true;
+  return graph_expert_state(g, t) ? o == r / mp->ep_div : o == r;
+}
+
+/* The region's offsets: the state every rank holds first (owner -1), then each data-parallel rank's
+ * own from there, in tensor order; under expert parallelism the experts' state after every rank's
+ * own, each expert-data-parallel rank's from the same base (a rank holds one of each, never two
+ * that collide); its size, each rank's shard and the largest. */
 static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
   int nt = g->nt;
   mp->owner = malloc(((size_t)nt + 1) * sizeof *mp->owner);
   mp->shard = calloc((size_t)sc->dp + 1, sizeof *mp->shard);
-  if (!mp->owner || !mp->shard) return -1;
+  int64_t *end = calloc((size_t)sc->dp + (size_t)sc->edp + 1, sizeof *end); /* dense, then expert ends */
+  if (!mp->owner || !mp->shard || !end) return free(end), -1;
   mp->nshard = sc->dp;
+  mp->ep_div = sc->edp > 0 && sc->dp / sc->edp > 1 ? sc->dp / sc->edp : 1;
   memcpy(mp->owner, sc->owner, (size_t)nt * sizeof *mp->owner);
   int64_t at = 0;
   for (int t = 0; t < nt; t++)
     if (mp->buffer[t] && mp->owner[t] < 0)
       mp->offset[t] = at, at = align_up(at + mp->size[t], MEMPLAN_REGION_ALIGN);
   mp->region_common = at;
-  for (int r = 0; r < sc->dp; r++)
-    mp->shard[r] = at;
-  for (int t = 0; t < nt; t++) {
-    int r = mp->owner[t];
-    if (!mp->buffer[t] || r < 0) continue;
-    mp->offset[t] = mp->shard[r];
-    mp->shard[r] = align_up(mp->shard[r] + mp->size[t], MEMPLAN_REGION_ALIGN);
+  int64_t ebase = at;
+  for (int pass = 0; pass < 2; pass++) { /* 0: the data-parallel ranks' own, 1: the experts' */
+    int n = pass ? sc->edp : sc->dp;
+    for (int r = 0; r < n; r++)
+      end[(pass ? sc->dp : 0) + r] = pass ? ebase : at;
+    for (int t = 0; t < nt; t++) {
+      int r = mp->owner[t];
+      if (!mp->buffer[t] || r < 0 || graph_expert_state(g, t) != (bool)pass) continue;
+      int64_t *e = &end[(pass ? sc->dp : 0) + r];
+      mp->offset[t] = *e;
+      *e = align_up(*e + mp->size[t], MEMPLAN_REGION_ALIGN);
+    }
+    for (int r = 0; !pass && r < n; r++)
+      if (end[r] > ebase) ebase = end[r];
   }
-  for (int r = 0; r < sc->dp; r++)
-    if (mp->shard[r] > mp->region) mp->region = mp->shard[r], mp->region_rank = r;
+  for (int r = 0; r < sc->dp; r++) {
+    int64_t need = end[r], own = end[r] - at;
+    if (sc->edp > 0) {
+      int64_t e = end[sc->dp + r / mp->ep_div];
+      own += e - ebase;
+      if (e > ebase && e > need) need = e;
+    }
+    mp->shard[r] = at + own;
+    if (need > mp->region) mp->region = need;
+    if (mp->shard[r] > mp->shard[mp->region_rank]) mp->region_rank = r;
+  }
+  free(end);
   return 0;
 }
 
@@ -143,7 +173,7 @@ static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
 static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
   int64_t b = 0;
   for (int t = 0; mp->region && t < g->nt; t++)
-    if (mp->buffer[t] && (int)g->t[t].role == r && (mp->owner[t] < 0 || mp->owner[t] == mp->region_rank))
+    if (mp->buffer[t] && (int)g->t[t].role == r && rank_holds(g, mp, t, mp->region_rank))
       b += align_up(mp->size[t], MEMPLAN_REGION_ALIGN);
   return b;
 }
@@ -339,9 +369,11 @@ void memplan_apply(Graph *g, const MemPlan *mp) {
   g->buffer_bytes[1] = mp->region;
 }
 
-/* Two tensors of the region share a rank when one of them is every rank's or both are one's. */
-static bool same_rank(const MemPlan *mp, int a, int b) {
-  return mp->owner[a] < 0 || mp->owner[b] < 0 || mp->owner[a] == mp->owner[b];
+/* Two tensors of the region may share a rank when one of them is every rank's, both are one's, or
+ * one is a data-parallel rank's and the other an expert-data-parallel rank's. */
+static bool same_rank(const Graph *g, const MemPlan *mp, int a, int b) {
+  return mp->owner[a] < 0 || mp->owner[b] < 0 || graph_expert_state(g, a) != graph_expert_state(g, b) ||
+         mp->owner[a] == mp->owner[b];
 }
 
 int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
@@ -360,7 +392,7 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
     }
     for (int b = a + 1; b < nt; b++) {
       if (mp->buffer[a] != mp->buffer[b] || mp->size[a] == 0 || mp->size[b] == 0) continue;
-      if (mp->buffer[a] ? !same_rank(mp, a, b) : mp->slot[a] == mp->slot[b]) continue;
+      if (mp->buffer[a] ? !same_rank(g, mp, a, b) : mp->slot[a] == mp->slot[b]) continue;
       bool time = mp->start[a] <= mp->end[b] && mp->start[b] <= mp->end[a];
       bool space = mp->offset[a] < mp->offset[b] + mp->size[b] && mp->offset[b] < mp->offset[a] + mp->size[a];
       if (time && space) {
@@ -373,7 +405,7 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
   for (int r = 0; mp->region && r < mp->nshard; r++) {
     int64_t held = 0;
     for (int t = 0; t < nt; t++)
-      if (mp->buffer[t] && (mp->owner[t] < 0 || mp->owner[t] == r))
+      if (mp->buffer[t] && rank_holds(g, mp, t, r))
         held += (mp->size[t] + MEMPLAN_REGION_ALIGN - 1) / MEMPLAN_REGION_ALIGN * MEMPLAN_REGION_ALIGN;
     if (held != mp->shard[r] || mp->shard[r] > mp->region) {
       snprintf(err, nerr, "rank %d's optimizer-state shard: %lld bytes held, %lld planned (region %lld)", r,

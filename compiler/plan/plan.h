@@ -114,12 +114,14 @@ typedef struct {
   int nmicro;
   int64_t bucket_params; /* Megatron's DDP bucket size in elements */
   int dp;                /* data-parallel ranks (spec_data_parallel_size) */
+  int edp;               /* expert-data-parallel ranks (dp / EP: the ranks holding the same experts) */
   /* the distributed optimizer (optimizer.use_distributed_optimizer, Megatron's ZeRO-1), else NULL:
    * per tensor, the rank that owns it — a main gradient, its param, master and moments — or -1
    * (not sharded: activations, the optimizer's scalars, a gradient outside every bucket). Each
    * bucket is cut into dp equal ranges of its elements, at whole-tensor granularity: a gradient
    * belongs to the rank whose range holds its first element; an AdamW op's outputs follow its
-   * gradient. */
+   * gradient. Under expert parallelism (TP 1) an expert's state (graph_expert_state) is cut the same
+   * way over the edp expert-data-parallel ranks: its owner is an expert-data-parallel rank. */
   int *owner;
   /* the communication stream (comm_overlap.c), after comm_overlap_windows: per op id, for a tensor-parallel
    * backward collective that runs on the communication stream, the program point after whose launches the
@@ -207,6 +209,7 @@ typedef struct {
   int64_t region_common; /* bytes every rank holds (the state of gradients outside every bucket) */
   int64_t *shard;        /* per rank (dp of them): the bytes of the region it holds */
   int nshard;
+  int ep_div;      /* dp / edp: data-parallel rank r is expert-data-parallel rank r / ep_div */
   int region_rank; /* the rank whose shard is the region (the lowest of the largest) */
 } MemPlan;
 

@@ -16,7 +16,7 @@
 # EP 2 run resumed bitwise. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
 # EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
 # MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
-# the flex dispatcher, with the allgather dispatcher and a capacity or under TP, with ZeRO-1 (exit 4
+# the flex dispatcher, with the allgather dispatcher and a capacity or under TP, with ZeRO-1 under TP too (exit 4
 # naming the field and the recipe's place); on the cuda device (bf16) EP 2 and EP 2 with capacity
 # (alltoall: the counts all-gathered, the rows exchanged by all-to-all) and EP 2 allgather (the
 # tokens, probabilities and indices all-gathered, the outputs reduce-scattered over the EP group)
@@ -59,6 +59,12 @@ build ep4 model.expert_model_parallel_size=4 train.world_size=4 $G8
 build one8_cap $G8 $CAP
 build ep4cap model.expert_model_parallel_size=4 train.world_size=4 $G8 $CAP
 build ep2dp2 model.expert_model_parallel_size=2 train.world_size=4 $G8
+# ZeRO-1 under EP: the dense state sharded over the data-parallel ranks, the experts' over the
+# expert-data-parallel ones (the ranks holding the same experts)
+Z=optimizer.use_distributed_optimizer=true
+build ep2z $EP2 $Z
+build ep2dp2z model.expert_model_parallel_size=2 train.world_size=4 $G8 $Z
+build ep4z model.expert_model_parallel_size=4 train.world_size=4 $G8 $Z
 # Megatron's allgather dispatcher (its default): every rank's tokens gathered over the EP group,
 # each rank running its experts over the gathered tokens, the outputs reduce-scattered back
 AG="model.moe_token_dispatcher_type=allgather"
@@ -96,6 +102,15 @@ for a in ep2:2:one ep2cap:2:one_cap ep2pad:2:one_pad ep4:4:one8 ep4cap:4:one8_ca
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
   python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-6 5e-6 || fail "$a against one rank"
 done
+# ZeRO-1 under EP is the EP step bitwise: every element reduced by the same additions in the same
+# order (the experts' over their expert-data-parallel group, divided by the data-parallel size), the
+# norm's per-tensor sums shared exactly; losses, grad norms and every gathered parameter byte
+for a in ep2z:ep2:2 ep2dp2z:ep2dp2:4 ep4z:ep4:4; do
+  z=${a%%:*} rest=${a#*:} ref=${rest%:*} n=${rest#*:}
+  "$t" run "$tmp/$z" "$n" $STEPS "$tmp/$z.safetensors" >"$tmp/$z.txt" || { cat "$tmp/$z.txt"; fail "$z on $n ranks"; }
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$z" "$z" $STEPS 0 0 || fail "$z against $ref (bitwise)"
+  cmp -s "$tmp/$ref.safetensors" "$tmp/$z.safetensors" || fail "$z's gathered parameters differ from $ref's"
+done
 # under TP a row-parallel linear's and the vocab-parallel loss's partial sums round differently from
 # one rank's single products: the TP tolerances (tests/api/tp.sh)
 for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one hytp2:2:hyone hytp2ep2:2:hyone; do
@@ -120,7 +135,7 @@ refuse "MoE under TP with a capacity" "model.moe_expert_capacity_factor=1.0" $TP
 refuse "EP with the flex dispatcher" "model.moe_token_dispatcher_type=flex" $EP2 model.moe_token_dispatcher_type=flex
 refuse "EP allgather with a capacity" "model.moe_expert_capacity_factor=1" $EP2 $AG $CAP
 refuse "EP allgather under TP" "model.tensor_model_parallel_size=2" $TPE $AG model.expert_model_parallel_size=2 train.world_size=2
-refuse "EP with ZeRO-1" "optimizer.use_distributed_optimizer=true" $EP2 optimizer.use_distributed_optimizer=true
+refuse "ZeRO-1 under TP and EP together" "optimizer.use_distributed_optimizer=true" $TPE model.expert_model_parallel_size=2 train.world_size=2 $Z
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
 grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
 # EP on the cuda device (bf16): the launch programs (the counts all-gathered, the rows exchanged by
@@ -146,7 +161,7 @@ done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
 # step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
 # load into EP 2 (each rank its experts) and gather back bitwise
-for a in ep2:2 ep2dp2:4 tp2ep2:2 ag2:2; do
+for a in ep2:2 ep2dp2:4 tp2ep2:2 ag2:2 ep2dp2z:4; do
   n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }
