@@ -202,8 +202,8 @@ typedef struct {
    * MEMPLAN_REGION_ALIGN. A tensor's offset is the one its owner gives it, the same number on every
    * rank; a rank holds only its own (the runtime gives the others 0 bytes), so the region's size
    * is the largest rank's shard (under EP: the data-parallel ranks' shards, then the experts' after the
-   * largest of them, each expert-data-parallel rank's from there). The region is live for the whole step: live[] and peak count it
-   * whole, live_role its largest rank's masters and moments. */
+   * largest of them, each expert-data-parallel rank's from there). The region is live for the whole step:
+   * live[] and peak count it whole, live_role its largest rank's masters and moments. */
   uint8_t *buffer;       /* per tensor: 0 the arena, 1 the region */
   int *owner;            /* per tensor: Schedule.owner's copy (NULL without a region) */
   int64_t region;        /* bytes per rank (0: no region) */
