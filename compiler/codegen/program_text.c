@@ -105,9 +105,10 @@ int program_text_write(const Plan *p, FILE *f) {
       f,
       "# program.txt — the launch program of %s, as stepc build stored it in step.img (a listing:\n"
       "# the runtime plays step.img). LAUNCH kernel grid block dynamic-shared-bytes (arguments), GEMM (one\n"
-      "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY, COLL (a collective over the\n"
-      "# rank's TP group); A+0x.. is an offset in the step's one allocation: the plan's buffers, then the\n"
-      "# launch scratch.\n",
+      "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY, COLL (a collective over\n"
+      "# the rank's TP or EP group; side=1: on the communication stream), FORK / JOIN (that stream\n"
+      "# waits for the step's / the step's waits for it); A+0x.. is an offset in the step's one\n"
+      "# allocation: the plan's buffers, then the launch scratch.\n",
       p->spec.recipe_path);
   if (!p->lp_ok) {
     fprintf(f, "# The CUDA backend does not run this step: %s\n", p->lp_why);
