@@ -163,6 +163,20 @@ int main(void) {
   check("tiny TP 2 + SP, TE graphs of attn and mlp", "models/tiny.lua", te, 5, 1, false);
   check("tiny forced TP 1 + SP", "models/tiny.lua", forced, 2, 8, true);
   check("tiny_mla_moe TP 2 + SP x EP 2", "tests/recipes/tiny_mla_moe.lua", moe, 6, 4, false);
+  /* the allgather token dispatcher's EP-group reduce-scatters stay on the step's stream (only TP-group
+   * collectives move): at EP 2 without TP nothing runs on the communication stream */
+  const char *ag[] = {"model.bf16=true", "model.moe_token_dispatcher_type=allgather",
+                      "model.expert_model_parallel_size=2", "train.world_size=2"};
+  Plan q;
+  if (plan_for("tests/recipes/tiny_mla_moe.lua", ag, 4, &q) == 0) {
+    int ep_coll = 0;
+    for (int o = 0; o < q.g->nop; o++)
+      ep_coll += (q.g->op[o].kind == OP_TP_SCATTER || q.g->op[o].kind == OP_TP_GATHER) && q.g->op[o].a.i[1] == 1;
+    CHECK(ep_coll > 0, "allgather EP 2: no EP-group gather or scatter in the graph");
+    CHECK(q.sc.ncomm == 0, "allgather EP 2: %d windows (EP-group collectives must stay on the step's stream)",
+          q.sc.ncomm);
+    plan_free(&q);
+  }
   /* one rank, no TP: nothing moves to the communication stream */
   Plan p;
   if (plan_for("models/tiny.lua", NULL, 0, &p) == 0) {
