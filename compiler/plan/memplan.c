@@ -155,12 +155,8 @@ static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
       if (end[r] > ebase) ebase = end[r];
   }
   for (int r = 0; r < sc->dp; r++) {
-    int64_t need = end[r], own = end[r] - at;
-    if (sc->edp > 0) {
-      int64_t e = end[sc->dp + r / mp->ep_div];
-      own += e - ebase;
-      if (e > ebase && e > need) need = e;
-    }
+    int64_t e = end[sc->dp + r / mp->ep_div]; /* its expert shard's end (ebase without experts) */
+    int64_t need = e > ebase && e > end[r] ? e : end[r], own = end[r] - at + e - ebase;
     mp->shard[r] = at + own;
     if (need > mp->region) mp->region = need;
     if (mp->shard[r] > mp->shard[mp->region_rank]) mp->region_rank = r;

@@ -49,6 +49,9 @@ static int rec_comm_op(RtExec *x, int o) {
   return rc;
 }
 
+/* The step's stream waits for the communication stream (the end of a window). */
+static int rec_join(RtExec *x, int arg) { return (void)arg, rt_comm_join(x->d); }
+
 /* The multi-tensor tables' rows: the word of each row's element count, and its gradient; and each
  * row's addresses (kernels/launch.h: a norm row's first word, an AdamW row's first five) relocated
  * like the records' (the tables were written with the recording device's addresses). */
@@ -181,13 +184,10 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     if (comm >= 0) join_at = comm;
     if (record(x, &rec, comm >= 0 ? rec_comm_op : rt_exec_run_op, o, o, &p->rec)) goto failed;
     int joins = join_at == q;
-    if (joins) {
-      RtRecorder *r = &rec; /* appended to this point's range */
-      r->on = 1, r->op = o;
-      int rc_join = rt_comm_join(&d);
-      r->on = 0;
-      if (rc_join) goto failed;
-      p->rec.count = rec.n - p->rec.first;
+    if (joins) { /* appended to this point's range */
+      LpRange j;
+      if (record(x, &rec, rec_join, 0, o, &j)) goto failed;
+      p->rec.count += j.count;
       join_at = -1;
     }
     q++;
