@@ -1,9 +1,8 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
- * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c). A
- * build of such a
- * recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an artifact
- * that trained a different step than the recipe asks for (bf16 under fp8, one full replica under
- * expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
+ * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears, under tensor
+ * parallelism too: ir/ops/fp8.c). A build of such a recipe (and so `stepc run SPEC`) refuses, naming the
+ * field and where it was set: an artifact that trained a different step than the recipe asks for (bf16 under
+ * fp8, one full replica under expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
  * `trace` still take these fields: the per-rank report models them.
  *
  * Tensor parallelism (with or without sequence parallelism) is executed on the CPU device for the
@@ -120,10 +119,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
        "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
        "in bf16)"},
-      {fp8 && above_one(s, SPEC_F_model_tensor_model_parallel_size, m->tensor_model_parallel_size),
-       SPEC_F_model_fp8, "fp8 under tensor parallelism (the ranks' amax is not reduced over the group yet)"},
-      {fp8 && s->train.force_parallel_lowering, SPEC_F_train_force_parallel_lowering,
-       "fp8 with the tensor-parallel lowering (force_parallel_lowering)"},
       {m->fp8_param, SPEC_F_model_fp8_param, "fp8 primary weights"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,

@@ -38,8 +38,11 @@ static bool overlappable(const Graph *g, const Op *op) {
          g->t[op->in[0]].role == ROLE_ACT_GRAD;
 }
 
-static bool collective(OpKind k) {
-  switch (k) {
+/* An op whose launch runs a collective: the TP / EP ops, and a delayed-scaling update that reduces its
+ * amaxes over the TP group first (ir/ops/fp8.c, i[3]). */
+static bool collective(const Op *op) {
+  switch (op->kind) {
+  case OP_FP8_SCALE_UPDATE: return op->a.i[3] == 1;
   case OP_TP_COPY:
   case OP_TP_ALLREDUCE:
   case OP_TP_GATHER:
@@ -144,9 +147,8 @@ int comm_overlap_windows(const Graph *g, const Fusions *fz, const ScopeResult *s
     int scope = scope_at(sr, pos[q]), end = q;
     for (int r = q + 1; r < micro; r++) {
       int w = sc->it[pos[r]].id;
-      OpKind k = g->op[w].kind;
-      if (collective(k) || attention(k) || fires_bucket(sc, w) || scope_at(sr, pos[r]) != scope ||
-          group_touches(g, fz, w, s->in[0], s->out[0]))
+      if (collective(&g->op[w]) || attention(g->op[w].kind) || fires_bucket(sc, w) ||
+          scope_at(sr, pos[r]) != scope || group_touches(g, fz, w, s->in[0], s->out[0]))
         break;
       end = r;
     }

@@ -26,7 +26,7 @@
  *               gradient casts dy in the backward format i[1] (FP8_QUANT) and runs two FP8_GEMMs:
  *               dx = dy wq, dwq = dy^T x, the latter passed to the weight through FP8_QUANT's
  *               straight-through rule; a bias's gradient is LINEAR_BGRAD over dy itself.
- *   FP8_GEMM    a (M, K), b (N, K) fp8, sa, sb (1) -> c (M, N) = a b^T sa sb in dtype i[0]: the "TN"
+ *   FP8_GEMM    a (..., K), b (N, K) fp8, sa, sb (1) -> c (..., N) = a b^T sa sb in dtype i[0]: the "TN"
  *               product Hopper's fp8 tensor cores take (both operands contiguous in K), which is why
  *               the casts keep transposed copies.
  *   FP8_SCALE_UPDATE  st (1 + len, n), in place: TE's amax_and_scale_update for every column, format
@@ -35,7 +35,9 @@
  *               current amax, the current one becomes 0); amax = the current one (most_recent) or the
  *               max over the rolled window (max, 0 when it did not roll); scale = fp8_max / 2^margin /
  *               amax when amax is finite and > 0, else the previous scale; the fp32 maximum where that
- *               overflows.
+ *               overflows. i[3] = 1: first the current amaxes (row 1) := their maximum over the TP
+ *               group (TE's amax reduction over Megatron's amax group), so that every rank's
+ *               scales are alike and a shard's are the whole tensor's.
  *
  * When the delayed state updates (compiler/lower/lower_blocks.c lb_fp8_delayed_updates): the inputs'
  * and output gradients' states at the end of each micro-batch's backward, the weights' once a step
@@ -221,7 +223,11 @@ static int fp8_gemm_infer(const Graph *g, const Op *op, OpOut *out, char *err, s
                    b->name);
   if (op->a.i[0] != DT_BF16 && op->a.i[0] != DT_F32 && op->a.i[0] != DT_F64)
     return ops_err(err, n, "output dtype i[0] must be bf16 or fp32");
-  ops_out_shape(&out[0], (DType)op->a.i[0], "fp8_product", 2, ops_rows(a), b->shape[0], 1, 1);
+  /* a's leading dims kept: an input gradient has its input's shape (B, T, K), whose dim 1 a
+   * sequence-parallel reduce-scatter splits */
+  ops_out_like(&out[0], a, "fp8_product");
+  out[0].dtype = (DType)op->a.i[0];
+  out[0].shape[out[0].ndim - 1] = b->shape[0];
   return 0;
 }
 
@@ -412,6 +418,9 @@ static void K(scale_update_cpu)(const CpuCtx *c, const Op *op, void *const *in, 
   int64_t n = t->shape[1], len = t->shape[0] - 1;
   float top = fp8_scaled_max((int)op->a.i[0], (int)op->a.i[2]);
   real *st = out[0];
+  CpuTp *tp = c->tp;
+  if (op->a.i[3] == 1 && tp && tp->size > 1 && tp->allreduce(tp, st + n, n, sizeof(real) == 8, 1))
+    tp->failed = 1;
   for (int64_t j = 0; j < n; j++) {
     real *h = st + n + j;
     float last = (float)h[0], amax = 0.0f;

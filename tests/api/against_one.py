@@ -5,15 +5,11 @@ one-rank layout by stepc_save_params). Every step's loss and grad norm within LO
 every parameter element within PARAM_ABS absolute; prints the largest differences."""
 import array, json, struct, sys
 
-ref, run, name = sys.argv[1:4]
-steps_n, loss_rel, param_abs = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-
-
 def steps(p):
     return [tuple(float(x) for x in l.split()[3::2]) for l in open(p + ".txt") if l.startswith("step ")]
 
 
-def tensors(p):  # name -> (shape, fp32 values) of a safetensors file
+def tensors(p):  # name -> (shape, fp32 values) of P.safetensors
     b = open(p + ".safetensors", "rb").read()
     n = struct.unpack("<Q", b[:8])[0]
     out = {}
@@ -28,29 +24,37 @@ def tensors(p):  # name -> (shape, fp32 values) of a safetensors file
     return out
 
 
-a, b = steps(ref), steps(run)
-assert len(a) == len(b) == steps_n, (a, b)
-worst = 0.0
-for k, ((la, ga), (lb, gb)) in enumerate(zip(a, b)):
-    for x, y, what in ((la, lb, "loss"), (ga, gb, "grad_norm")):
-        rel = abs(x - y) / abs(x)
-        worst = max(worst, rel)
-        if rel > loss_rel:
-            sys.exit(f"step {k + 1}: {name} {what} {y!r}, one rank's {x!r} (relative {rel:.2e} > {loss_rel:g})")
-pa, pb = tensors(ref), tensors(run)
-if sorted(pa) != sorted(pb):
-    sys.exit(f"{name}: the parameter names differ: {sorted(set(pa) ^ set(pb))}")
-pw, pk, n = 0.0, "", 0
-for k in pa:
-    (sa, x), (sb, y) = pa[k], pb[k]
-    if sa != sb:
-        sys.exit(f"{name}: {k} has shape {sb}, one rank's {sa}")
-    for i, (u, v) in enumerate(zip(x, y)):
-        d = abs(u - v)
-        if d > param_abs:
-            sys.exit(f"{name}: {k} element {i} = {v!r}, one rank's {u!r}")
-        if d > pw:
-            pw, pk = d, k
-    n += len(x)
-print(f"ok: {name}: {len(a)} steps' losses and grad norms within {worst:.1e} relative of one rank's; "
-      f"all {n} parameters within {param_abs:g} (largest difference {pw:.1e}{', in ' + pk if pk else ''})")
+
+def main():
+    ref, run, name = sys.argv[1:4]
+    steps_n, loss_rel, param_abs = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+    a, b = steps(ref), steps(run)
+    assert len(a) == len(b) == steps_n, (a, b)
+    worst = 0.0
+    for k, ((la, ga), (lb, gb)) in enumerate(zip(a, b)):
+        for x, y, what in ((la, lb, "loss"), (ga, gb, "grad_norm")):
+            rel = abs(x - y) / abs(x)
+            worst = max(worst, rel)
+            if rel > loss_rel:
+                sys.exit(f"step {k + 1}: {name} {what} {y!r}, one rank's {x!r} (relative {rel:.2e} > {loss_rel:g})")
+    pa, pb = tensors(ref), tensors(run)
+    if sorted(pa) != sorted(pb):
+        sys.exit(f"{name}: the parameter names differ: {sorted(set(pa) ^ set(pb))}")
+    pw, pk, n = 0.0, "", 0
+    for k in pa:
+        (sa, x), (sb, y) = pa[k], pb[k]
+        if sa != sb:
+            sys.exit(f"{name}: {k} has shape {sb}, one rank's {sa}")
+        for i, (u, v) in enumerate(zip(x, y)):
+            d = abs(u - v)
+            if d > param_abs:
+                sys.exit(f"{name}: {k} element {i} = {v!r}, one rank's {u!r}")
+            if d > pw:
+                pw, pk = d, k
+        n += len(x)
+    print(f"ok: {name}: {len(a)} steps' losses and grad norms within {worst:.1e} relative of one rank's; "
+          f"all {n} parameters within {param_abs:g} (largest difference {pw:.1e}{', in ' + pk if pk else ''})")
+
+
+if __name__ == "__main__":
+    main()

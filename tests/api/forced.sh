@@ -13,7 +13,7 @@
 # arithmetic. (On CUDA the vocab-parallel loss is its own kernels: not bitwise the fused one there.)
 # The bf16 builds' launch programs hold the collectives (all-gather / reduce-scatter / all-reduce
 # records over TP and EP groups of one) and play record for record on a recording device.
-# What the forced lowering does not cover refuses (exit 4): fp8.
+# fp8 (current and delayed scaling) forced = the plain fp8 step, bitwise.
 set -uo pipefail
 stepc=$1 t=$2 play=$3
 tmp=$(mktemp -d)
@@ -21,6 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 STEPS=4
 F="train.force_parallel_lowering=true"
+F8="model.fp8=hybrid model.fp8_recipe=tensorwise"
 MOE="model.expert_tensor_parallel_size=1"
 build() {
   local name=$1 recipe=$2
@@ -62,9 +63,21 @@ done
 # without the field: no collective
 build cu_plain models/tiny.lua model.bf16=true
 grep -q "^  COLL" "$tmp/cu_plain/program.txt" && fail "a plain one-rank program holds collectives"
-# refused: fp8 with the forced lowering
-"$stepc" build models/tiny.lua model.bf16=true model.fp8=hybrid model.fp8_recipe=tensorwise $F -o "$tmp/refused" >"$tmp/r.log" 2>&1
-rc=$?
-[ $rc -eq 4 ] || { cat "$tmp/r.log"; fail "fp8 with the forced lowering: exit $rc, not 4"; }
-grep -q "train.force_parallel_lowering" "$tmp/r.log" || { cat "$tmp/r.log"; fail "the refusal does not name the field"; }
+# fp8 (current and delayed scaling) forced: bitwise the plain fp8 step (the delayed update's amax
+# all-reduce over a TP group of one is a copy), and its bf16 program played
+build f8one models/tiny.lua model.bf16=false $F8
+build f8forced models/tiny.lua model.bf16=false $F8 $F model.sequence_parallel=true
+build dlone tests/recipes/tiny_fp8_delayed.lua model.bf16=false
+build dlforced tests/recipes/tiny_fp8_delayed.lua model.bf16=false $F model.sequence_parallel=true
+for a in f8forced:f8one dlforced:dlone; do
+  ref=${a#*:} a=${a%:*}
+  for r in $ref $a; do
+    "$t" run "$tmp/$r" 1 $STEPS "$tmp/$r.safetensors" >"$tmp/$r.txt" || { cat "$tmp/$r.txt"; fail "$r"; }
+  done
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 0 0 || fail "$a against the plain step"
+done
+build cu_dlforced tests/recipes/tiny_fp8_delayed.lua $F model.sequence_parallel=true
+"$play" "$tmp/cu_dlforced" >"$tmp/play_dl.txt" 2>&1 || { cat "$tmp/play_dl.txt"; fail "the forced delayed fp8 program played"; }
+grep -A1 "^point .* fp8_scale_update" "$tmp/cu_dlforced/program.txt" | grep -q "COLL allreduce_max f32 tp" ||
+  fail "the forced delayed fp8 program reduces no amax over TP"
 echo "ok: forced lowering at sizes 1"
