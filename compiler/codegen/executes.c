@@ -124,7 +124,10 @@ static const char *first_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_fp8, "fp8 under tensor parallelism (the ranks' amax is not reduced over the group yet)"},
       {fp8 && s->train.force_parallel_lowering, SPEC_F_train_force_parallel_lowering,
        "fp8 with the tensor-parallel lowering (force_parallel_lowering)"},
-      {m->fp8_param, SPEC_F_model_fp8_param, "fp8 primary weights"},
+      {m->fp8_param && o->use_distributed_optimizer && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_param,
+       "fp8 primary weights with the distributed optimizer under data parallelism (each rank would have to "
+       "cast its shard of the masters and all-gather the fp8 weights; without "
+       "optimizer.use_distributed_optimizer it runs)"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,
        "low-precision main gradients, master weights or moments (the step keeps them in fp32)"},

@@ -195,8 +195,10 @@ static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   OpAttrs qa = {.i = {o.a.i[1], delayed, delayed ? o.a.i[4] : 0}};
   int q[3], qin[2] = {dy, delayed ? o.in[nb + 1] : -1};
   if (ops_grad_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, NULL) < 0) return -1;
-  /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on) */
+  /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on),
+   * or, for an fp8 primary weight (ROLE_PARAM_FP8), after its fp32 param */
   int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT ? g->op[wp].in[0] : wq;
+  if (g->t[wq].role == ROLE_PARAM_FP8) w = g->t[wq].of;
   OpAttrs ga = {.i = {g->t[dy].dtype}};
   if (g->t[x].role != ROLE_INPUT) {
     int in[4] = {q[0], wqt, q[2], sw}, of[1] = {x};
