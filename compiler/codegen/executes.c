@@ -1,10 +1,10 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
- * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c). A
- * build of such a
- * recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an artifact
- * that trained a different step than the recipe asks for (bf16 under fp8, one full replica under
- * expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and
- * `trace` still take these fields: the per-rank report models them.
+ * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears: ir/ops/fp8.c, and
+ * with fp8 primary weights, model.fp8_param, but not with the distributed optimizer under data
+ * parallelism: compiler/lower/lower_blocks.h lb_fp8_param_casts). A build of such a recipe (and so `stepc run
+ * SPEC`) refuses, naming the field and where it was set: an artifact that trained a different step than the
+ * recipe asks for (bf16 under fp8, one full replica under expert parallelism) would be a silent no-op. `stepc
+ * check`, `plan`, `sweep` and `trace` still take these fields: the per-rank report models them.
  *
  * Tensor parallelism (with or without sequence parallelism) is executed on the CPU device for the
  * dense GPT layers (docs/parallelism.md), expert parallelism for MoE layers with TP 1 (the alltoall

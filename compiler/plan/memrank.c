@@ -199,9 +199,10 @@ static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *
  *               TE's quantized_model_init) the param itself is a Float8Tensor: 1 byte of data in
  *               the DDP buffer, whose transpose TE builds on the param for the dgrad (linear.py,
  *               backward: weight_fp8.update_usage(columnwise_usage=True)) and keeps: 2 bytes in
- *               all, in place of the bf16 param. The gradient buffer keeps the param's nominal
- *               dtype (bf16) and the distributed optimizer an fp32 master (distrib_optimizer.py,
- *               _build_model_and_main_param_groups), so elem_bytes is unchanged for them. */
+ *               all, in place of the bf16 param, and its fp32 scale_inv (4 bytes a tensor, stepc's step
+ *               keeps one too: the report and the built plan agree, tests/api/fp8_param.sh). The gradient
+ * buffer keeps the param's nominal dtype (bf16) and the distributed optimizer an fp32 master
+ * (distrib_optimizer.py, _build_model_and_main_param_groups), so elem_bytes is unchanged for them. */
 static double fp8_weight_bytes(const Lay *L, double bf16_bytes) {
   double fp8_and_transpose = bf16_bytes;               /* numel x (1 byte of data + 1 of transpose) */
   return L->s->model.fp8_param ? fp8_and_transpose + 4 /* its fp32 scale_inv */

@@ -16,7 +16,10 @@
  *               transpose, scale_inv. i[1] = 1: delayed, with the state st (1 + len, n) and column
  *               i[2] (i[3] = 1: records no amax, an evaluation's op_for_eval). The weights' cast (once
  *               a micro-batch) and the output gradients'; its gradient is straight-through: the
- *               gradient of q is x's.
+ *               gradient of q is x's. Under model.fp8_param the weights' casts read the fp32 masters
+ *               and write persistent fp8 weights (ROLE_PARAM_FP8) once a step, after the optimizer
+ *               (compiler/lower/lower_blocks.h lb_fp8_param_casts); LINEAR_FP8's gradient of such a
+ *               weight goes to its fp32 param.
  *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] [, stx, stdy] -> y (..., N),
  *               xqT (K, M), sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT
  *               the only copy of x the backward keeps (1 byte an element), xq the row-wise copy the
