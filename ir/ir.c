@@ -9,8 +9,8 @@
 static const char *const DTYPE_NAMES[DT_COUNT] = {"fp32",  "bf16",  "fp16",   "fp64",  "int32",
                                                   "int64", "uint8", "f8e4m3", "f8e5m2"};
 static const size_t DTYPE_SIZES[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1, 1, 1};
-static const char *const ROLE_NAMES[ROLE_COUNT] = {"param", "master",     "grad",     "optim",
-                                                   "input", "activation", "act_grad", "workspace"};
+static const char *const ROLE_NAMES[ROLE_COUNT] = {"param",      "master",   "grad",      "optim",    "input",
+                                                   "activation", "act_grad", "workspace", "param_fp8"};
 static const char *const PHASE_NAMES[IR_PHASE_COUNT] = {"forward", "backward", "replay", "reduce",
                                                         "optimizer"};
 /* Same order as SPEC_LABELS and the IR_LABEL_* bits. */
@@ -27,7 +27,7 @@ bool dtype_is_float(DType d) {
 const char *dtype_name(DType d) { return d < DT_COUNT ? DTYPE_NAMES[d] : "?"; }
 const char *role_name(TensorRole r) { return r < ROLE_COUNT ? ROLE_NAMES[r] : "?"; }
 bool role_is_persistent(TensorRole r) {
-  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;
+  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM || r == ROLE_PARAM_FP8;
 }
 const char *phase_name(Phase p) { return p < IR_PHASE_COUNT ? PHASE_NAMES[p] : "?"; }
 const char *ir_label_name(int i) { return i >= 0 && i < IR_NLABELS ? LABEL_NAMES[i] : "?"; }

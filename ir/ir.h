@@ -59,6 +59,9 @@ typedef enum {
   ROLE_ACT,       /* forward activations */
   ROLE_ACT_GRAD,  /* gradients flowing backward: of activations, and one micro-batch's weight grads */
   ROLE_WORKSPACE, /* scratch that lives within one op */
+  ROLE_PARAM_FP8, /* model.fp8_param: an fp8 primary weight's data, transpose or scale_inv (of: its fp32
+                     param, the master), persistent; written by the param's cast at the end of the
+                     optimizer phase (and after an init or load), read by LINEAR_FP8 */
   ROLE_COUNT
 } TensorRole;
 
@@ -109,7 +112,7 @@ typedef struct {
   int ndim;
   int64_t shape[IR_MAX_DIMS]; /* outermost first; unused dims are 1 */
   int producer;               /* op that first writes it; -1 for persistent tensors and inputs */
-  int of;                     /* GRAD/MASTER/OPTIM/ACT_GRAD: the tensor it belongs to; else -1 */
+  int of;                     /* GRAD/MASTER/OPTIM/ACT_GRAD/PARAM_FP8: the tensor it belongs to; else -1 */
   IrInit init;                /* persistent tensors: how to initialize */
   double init_std;            /* IR_INIT_NORMAL: standard deviation */
   /* tensor parallelism (a per-rank lowering, compiler/lower/lower.c): a parameter that is one

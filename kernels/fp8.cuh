@@ -16,7 +16,7 @@
 // the gated activations, both directions), the cast is the second launch alone, reading that slot as
 // its one partial. A delayed cast is always one launch: its scale is known before it starts, and
 // each block folds its tile's maximum into the state's amax entry. M and K are multiples of 16 (the
-// fp8 GEMMs' own requirement); x is 16-byte aligned.
+// fp8 GEMMs' own requirement); x is 16-byte aligned, bf16 or (the _f32 kernels) fp32.
 #pragma once
 
 #include "common.cuh"
@@ -47,31 +47,67 @@ __device__ __forceinline__ float fp8_scale_from_amax(float amax, float fmax) {
 // A delayed state's stored scale: 0 is the initial scale 1 (ir/ops/fp8.h fp8_delayed_scale).
 __device__ __forceinline__ float fp8_delayed_scale(float stored) { return stored == 0.0f ? 1.0f : stored; }
 
+// Eight consecutive elements of a cast's input, loaded at once: bf16 (one 16-byte word) or fp32
+// (two; model.fp8_param casts the fp32 master weights, ir/ops/fp8.c) — the cast's one difference
+// between the two sources: every element becomes an fp32 value first, exactly.
+template <typename T>
+struct Fp8In;
+template <>
+struct Fp8In<bf16> {
+  uint4 u;
+  __device__ __forceinline__ void load(const bf16* p) { u = *(const uint4*)p; }
+  __device__ __forceinline__ void get(float* v) const { unpack8(u, v); }
+  __device__ __forceinline__ static float one(bf16 x) { return bf16_to_f32(x); }
+};
+template <>
+struct Fp8In<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* p) { a = ((const float4*)p)[0], b = ((const float4*)p)[1]; }
+  __device__ __forceinline__ void get(float* v) const {
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+  __device__ __forceinline__ static float one(float x) { return x; }
+};
+
+template <typename T>
+__device__ __forceinline__ float fp8_amax8(float m, const Fp8In<T>& in) {
+  float v[8];
+  in.get(v);
+#pragma unroll
+  for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(v[k]));
+  return m;
+}
+
 // partial[blockIdx.x] = max |x[i]| over the block's grid-stride share of n elements. Four 16-byte
 // loads a thread in flight before any is used (2 blocks an SM would otherwise keep ~1 MB in flight,
 // a third of what HBM needs); max is exact and order-free, so the split does not reach the result.
-extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long n) {
+template <typename T>
+__device__ __forceinline__ void fp8_amax_partial_body(float* partial, const T* x, long n) {
   __shared__ float red[32];
   float m = 0.0f;
   long tid = (long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long)gridDim.x * blockDim.x;
   long n8 = n / 8;
   for (long i0 = tid; i0 < n8; i0 += 4 * stride) {
-    uint4 u[4];
+    Fp8In<T> u[4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      if (i0 + j * stride < n8) u[j] = *(const uint4*)(x + 8 * (i0 + j * stride));
+      if (i0 + j * stride < n8) u[j].load(x + 8 * (i0 + j * stride));
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       if (i0 + j * stride >= n8) break;
-      float v[8];
-      unpack8(u[j], v);
-#pragma unroll
-      for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(v[k]));
+      m = fp8_amax8(m, u[j]);
     }
   }
-  for (long i = 8 * n8 + tid; i < n; i += stride) m = fmaxf(m, fabsf(bf16_to_f32(x[i])));
+  for (long i = 8 * n8 + tid; i < n; i += stride) m = fmaxf(m, fabsf(Fp8In<T>::one(x[i])));
   m = block_max(m, red);
   if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long n) {
+  fp8_amax_partial_body(partial, x, n);
+}
+extern "C" __global__ void fp8_amax_partial_f32(float* partial, const float* x, long n) {
+  fp8_amax_partial_body(partial, x, n);
 }
 
 #define STEPC_FP8_TILE 64
@@ -82,21 +118,23 @@ extern "C" __global__ void fp8_amax_partial(float* partial, const bf16* x, long 
 // non-null: delayed scaling, the scale *dscale, partial unread, and every block folds its tile's
 // max |x| into *damax with atomicMax on the float's bits (amaxes are +0 or more, and order like their
 // bits; NaN left out by fmaxf as above): the fmaxf of the entry and the tensor's amax, whatever the
-// blocks' order. damax null in an evaluation, which records nothing.
-extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
-                                              const bf16* x, const float* partial, int nparts, int M, int K,
-                                              int fmt, const float* dscale, float* damax) {
+// blocks' order. damax null in an evaluation, which records nothing. x bf16 (fp8_cast_transpose) or
+// fp32 (fp8_cast_transpose_f32, the fp8 primary weights' cast of their masters).
+template <typename T>
+__device__ __forceinline__ void fp8_cast_transpose_body(unsigned char* q, unsigned char* qT, float* scale_inv,
+                                                        const T* x, const float* partial, int nparts, int M,
+                                                        int K, int fmt, const float* dscale, float* damax) {
   __shared__ float red[32];
   __shared__ unsigned char tile[STEPC_FP8_TILE][STEPC_FP8_TILE + 8];
   int m0 = blockIdx.y * STEPC_FP8_TILE, k0 = blockIdx.x * STEPC_FP8_TILE;
   // 64 rows x 8 vectors of 8 elements: 512 vectors, two per thread (blockDim 256), both loaded first:
   // in flight while the amax partials are reduced, and before any store (the stores go through byte
   // pointers, which the compiler must assume alias x)
-  uint4 in[2];
+  Fp8In<T> in[2];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     int v = threadIdx.x + h * 256, r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;
-    if (gm < M && gk < K) in[h] = *(const uint4*)(x + (long)gm * K + gk);
+    if (gm < M && gk < K) in[h].load(x + (long)gm * K + gk);
   }
   float m = 0.0f, scale;
   if (dscale) {
@@ -104,7 +142,7 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         int v = threadIdx.x + h * 256, gm = m0 + v / 8, gk = k0 + (v % 8) * 8;
-        if (gm < M && gk < K) m = amax8(m, in[h]);
+        if (gm < M && gk < K) m = fp8_amax8(m, in[h]);
       }
       m = block_max(m, red);
       if (threadIdx.x == 0) atomicMax((unsigned*)damax, __float_as_uint(m));
@@ -120,7 +158,7 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
     int v = threadIdx.x + h2 * 256, r = v / 8, c = (v % 8) * 8, gm = m0 + r, gk = k0 + c;
     if (gm >= M || gk >= K) continue;
     float f[8];
-    unpack8(in[h2], f);
+    in[h2].get(f);
     unsigned w[2];
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -143,6 +181,17 @@ extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* q
     }
     *(uint2*)(qT + (long)gk * M + gm) = make_uint2(w0, w1);
   }
+}
+
+extern "C" __global__ void fp8_cast_transpose(unsigned char* q, unsigned char* qT, float* scale_inv,
+                                              const bf16* x, const float* partial, int nparts, int M, int K,
+                                              int fmt, const float* dscale, float* damax) {
+  fp8_cast_transpose_body(q, qT, scale_inv, x, partial, nparts, M, K, fmt, dscale, damax);
+}
+extern "C" __global__ void fp8_cast_transpose_f32(unsigned char* q, unsigned char* qT, float* scale_inv,
+                                                  const float* x, const float* partial, int nparts, int M,
+                                                  int K, int fmt, const float* dscale, float* damax) {
+  fp8_cast_transpose_body(q, qT, scale_inv, x, partial, nparts, M, K, fmt, dscale, damax);
 }
 
 // Transformer Engine's amax_and_scale_update (delayed_scaling.cu) on the state st (1 + len, n), one

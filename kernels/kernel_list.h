@@ -212,6 +212,10 @@ STEPC_KERNEL(mamba_group_norm_weight_reduce, KP(bf16*, dw) KP(float*, acc) KP(co
 STEPC_KERNEL(fp8_amax_partial, KP(float*, partial) KP(const bf16*, x) KL(n))
 STEPC_KERNEL(fp8_cast_transpose, KP(unsigned char*, q) KP(unsigned char*, qT) KP(float*, scale_inv) KP(const bf16*, x)
              KP(const float*, partial) KI(nparts) KI(M) KI(K) KI(fmt) KP(const float*, dscale) KP(float*, damax))
+STEPC_KERNEL(fp8_amax_partial_f32, KP(float*, partial) KP(const float*, x) KL(n))
+STEPC_KERNEL(fp8_cast_transpose_f32, KP(unsigned char*, q) KP(unsigned char*, qT) KP(float*, scale_inv)
+             KP(const float*, x) KP(const float*, partial) KI(nparts) KI(M) KI(K) KI(fmt) KP(const float*, dscale)
+             KP(float*, damax))
 STEPC_KERNEL(fp8_scale_update, KP(float*, st) KI(n) KI(len) KI(algo) KF(top))
 
 STEPC_KERNEL(init_normal_tp, KP(float*, f32) KP(bf16*, b16) KL(n) KP(const unsigned long long*, seed) KQ(name_hash)

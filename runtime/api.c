@@ -187,7 +187,17 @@ static stepc_status open_backend(stepc_t *s) {
   }
   if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
   /* last: a rank joins the job only once its own step is ready to run */
-  return strcmp(s->be->name, "cuda") == 0 ? api_cuda_dp_join(s) : api_dp_join(s, NULL, NULL);
+  st = strcmp(s->be->name, "cuda") == 0 ? api_cuda_dp_join(s) : api_dp_join(s, NULL, NULL);
+  return st == STEPC_OK ? api_fp8_param_casts(s) : st;
+}
+
+stepc_status api_fp8_param_casts(stepc_t *s) {
+  for (int q = s->im.micro_points; q < s->im.npoints; q++) {
+    const Op *op = &s->g->op[s->im.point_op[q]];
+    if (op->kind == OP_FP8_QUANT && s->g->t[op->out[0]].role == ROLE_PARAM_FP8 && s->be->point(s, q) != 0)
+      return STEPC_ERR_RUNTIME;
+  }
+  return STEPC_OK;
 }
 
 static stepc_t *handle_new(const stepc_options *opt, const char *dir) {
@@ -274,7 +284,7 @@ stepc_status stepc_init_params(stepc_t *s, uint64_t seed) {
   if (!s || !s->be) return STEPC_ERR_ARGUMENT;
   if (s->be->init_params(s, seed) != 0) return STEPC_ERR_RUNTIME;
   s->step = 0;
-  return STEPC_OK;
+  return api_fp8_param_casts(s);
 }
 
 static stepc_status step_with(stepc_t *s, stepc_step_stats *st, double *ms) {

@@ -352,6 +352,7 @@ stepc_status stepc_load_params(stepc_t *s, const char *path) {
     any |= exact[i];
   free(exact);
   if (st == STEPC_OK && any && !sharded && s->be->params_from_masters(s) != 0) st = STEPC_ERR_RUNTIME;
+  if (st == STEPC_OK) st = api_fp8_param_casts(s);
   /* data parallel: every rank must have loaded the same file (its checksum, read again only then) */
   uint64_t h = 0, bytes = 0;
   if (st == STEPC_OK && s->comm && file_sum(path, RT_FOLLOW, &h, &bytes) != 0)
@@ -679,7 +680,7 @@ static stepc_status load_here(stepc_t *s, const char *dir, long long *step, uint
           "%s: state.json says step %lld, the optimizer's counter %d: the files do not belong together", dir,
           cs.step, counter);
   }
-  return s->be->params_from_masters(s) != 0 ? STEPC_ERR_RUNTIME : STEPC_OK;
+  return s->be->params_from_masters(s) != 0 ? STEPC_ERR_RUNTIME : api_fp8_param_casts(s);
 }
 
 stepc_status stepc_load_checkpoint(stepc_t *s, const char *dir) {

@@ -524,6 +524,11 @@ static int cpu_params_from_masters(stepc_t *s) {
   return 0;
 }
 
+static int cpu_point_alone(stepc_t *s, int q) {
+  plan_exec_point(cpu(s)->x, q);
+  return 0;
+}
+
 static void cpu_measure(stepc_t *s, stepc_measure *m) {
   ApiCpu *c = cpu(s);
   m->arena_bytes = m->max_allocated_bytes = c->g->buffer_bytes[0] + c->g->buffer_bytes[1];
@@ -542,9 +547,9 @@ static void cpu_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CPU_BACKEND = {"cpu",       cpu_init, cpu_step,  cpu_step_with,
-                                       cpu_eval,    cpu_read, cpu_write, cpu_params_from_masters,
-                                       cpu_measure, cpu_free};
+static const ApiBackend CPU_BACKEND = {"cpu",           cpu_init,    cpu_step,  cpu_step_with,
+                                       cpu_eval,        cpu_read,    cpu_write, cpu_params_from_masters,
+                                       cpu_point_alone, cpu_measure, cpu_free};
 
 stepc_status api_cpu_open(stepc_t *s) {
   ApiCpu *c = calloc(1, sizeof *c);

@@ -332,6 +332,10 @@ static int cuda_params_from_masters(stepc_t *s) {
   return 0;
 }
 
+static int cuda_point_alone(stepc_t *s, int q) {
+  return api_cuda_run_point(s, q) || (rt_sync(cu(s)->d) ? api_cuda_fail(s) : 0);
+}
+
 static void cuda_measure(stepc_t *s, stepc_measure *m) {
   ApiCuda *c = cu(s);
   m->max_allocated_bytes = c->d->max_allocated;
@@ -361,9 +365,9 @@ static void cuda_free(stepc_t *s) {
   s->impl = NULL;
 }
 
-static const ApiBackend CUDA_BACKEND = {"cuda",       cuda_init, cuda_step,  cuda_step_profiled,
-                                        cuda_eval,    cuda_read, cuda_write, cuda_params_from_masters,
-                                        cuda_measure, cuda_free};
+static const ApiBackend CUDA_BACKEND = {"cuda",           cuda_init,    cuda_step,  cuda_step_profiled,
+                                        cuda_eval,        cuda_read,    cuda_write, cuda_params_from_masters,
+                                        cuda_point_alone, cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
 /* Whether the launch program holds collective records (TP / EP ops: a communicator joins at open). */

@@ -6,10 +6,6 @@
 
 #include "runtime/api_internal.h"
 
-static int persistent(TensorRole r) {
-  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;
-}
-
 int api_eval_refusal(stepc_t *s) {
   const Graph *g = s->g;
   if (graph_lm_loss_op(g) < 0)
@@ -25,7 +21,7 @@ int api_eval_refusal(stepc_t *s) {
                       op_name(op->kind), op->tags.module),
              -1;
     for (int i = 0; i < op->nout; i++)
-      if (persistent(g->t[op->out[i]].role))
+      if (role_is_persistent(g->t[op->out[i]].role))
         return api_fail(s, STEPC_ERR_UNSUPPORTED, "stepc_eval: the forward op %s (%s) writes %s",
                         op_name(op->kind), op->tags.module, g->t[op->out[i]].name),
                -1;

@@ -44,6 +44,8 @@ typedef struct ApiBackend {
   /* After loading masters: make each param exactly what the optimizer would have left in it
    * (cpu: the fp32 master's value; cuda: nothing, the bf16 param was loaded as saved). */
   int (*params_from_masters)(stepc_t *s);
+  /* Program point q alone (a tail point: api_fp8_param_casts), finished when it returns. */
+  int (*point)(stepc_t *s, int q);
   void (*measure)(stepc_t *s, stepc_measure *m);
   void (*free)(stepc_t *s);
 } ApiBackend;
@@ -152,6 +154,11 @@ int api_cpu_zero_gather(stepc_t *s);
  * that and leaves the state as it was; an evaluation names itself by `eval` ("stepc_eval").
  * STEPC_OK, or the failure's status with the message. */
 stepc_status api_loss_den(stepc_t *s, int64_t kept, const char *eval, double *den);
+/* model.fp8_param: the fp8 primary weights' casts of their fp32 masters (the step's FP8_QUANT
+ * points that write ROLE_PARAM_FP8 tensors, compiler/lower/lower_blocks.h lb_fp8_param_casts), run
+ * alone after whatever sets the masters outside a step (open, init, a load), so that the next step
+ * and evaluation read the fp8 copies of the masters they hold. Nothing without fp8_param. */
+stepc_status api_fp8_param_casts(stepc_t *s);
 /* This rank's kept targets of step `step` (cpu_data_kept over its micro-batches, drawn into tok and
  * tg: num_microbatches * B * T each, micro-batch mb at mb * B * T). 0, or -1 with the message. */
 int api_kept(stepc_t *s, int64_t step, int32_t *tok, int32_t *tg, int64_t *kept);

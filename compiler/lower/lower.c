@@ -322,7 +322,8 @@ int lower_forward(const Spec *s, Graph **out, char *err, size_t nerr) {
 int lower_step(const Spec *s, Graph **out, char *err, size_t nerr) {
   int rc = lower_forward(s, out, err, nerr);
   if (rc != LOWER_OK) return rc;
-  if (autodiff_build_loss(*out) < 0 || lb_fp8_delayed_updates(*out, s) < 0 || optimizer_build(*out, s) < 0) {
+  if (autodiff_build_loss(*out) < 0 || lb_fp8_delayed_updates(*out, s) < 0 || optimizer_build(*out, s) < 0 ||
+      lb_fp8_param_casts(*out, s) < 0) {
     snprintf(err, nerr, "building the step failed: %s", (*out)->err);
     graph_free(*out);
     *out = NULL;

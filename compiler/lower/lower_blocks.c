@@ -63,7 +63,25 @@ int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
   for (int i = 0; i < 3; i++)
     snprintf(names[i], sizeof names[i], "%s.%s", g->t[in[1]].name, sfx[i]);
   int q[3], out[4], qin[2] = {in[1], sw};
-  if (graph_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, np) < 0) return -1;
+  if (s->model.fp8_param) {
+    /* fp8 primary weights: the param is the fp32 master (the optimizer updates it, no bf16 copy),
+     * its fp8 data, transpose and scale_inv persistent tensors that lb_fp8_param_casts writes at
+     * the end of the optimizer phase; the linear reads those in every micro-batch. One column per
+     * fp8 linear in each delayed state, so the weight's column is the input's (cw == cx). */
+    Tensor *w = &g->t[in[1]];
+    w->dtype = DT_F32;
+    int64_t one = 1;
+    q[0] = graph_tensor(g, names[0], DT_F8E4M3, ROLE_PARAM_FP8, 2, w->shape);
+    q[1] = graph_tensor(g, names[1], DT_F8E4M3, ROLE_PARAM_FP8, 2, (int64_t[]){w->shape[1], w->shape[0]});
+    q[2] = graph_tensor(g, names[2], DT_F32, ROLE_PARAM_FP8, 1, &one);
+    for (int i = 0; i < 3; i++)
+      if (q[i] < 0)
+        return -1;
+      else
+        g->t[q[i]].of = in[1];
+    if (cw != cx) return graph_fail(g, "fp8 delayed scaling: the weight's state column is not the input's");
+  } else if (graph_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, np) < 0)
+    return -1;
   int lin[7] = {in[0], q[0], q[1], q[2]}, n = 4;
   if (nin == 3) lin[n++] = in[2];
   if (delayed) lin[n++] = sx, lin[n++] = sdy;
@@ -91,6 +109,29 @@ int lb_fp8_delayed_updates(Graph *g, const Spec *s) {
     snprintf(g->cur.module, sizeof g->cur.module, "fp8_delayed");
     OpAttrs a = {.i = {fmt[k], algo, s->model.fp8_margin, tp_group}};
     rc = graph_op_into(g, OP_FP8_SCALE_UPDATE, NULL, 0, &st[k], 1, &a) < 0 ? -1 : 0;
+  }
+  g->cur = saved;
+  return rc;
+}
+
+int lb_fp8_param_casts(Graph *g, const Spec *s) {
+  if (!s->model.fp8_param) return 0;
+  bool delayed = spec_fp8_delayed(s);
+  int sw = delayed ? graph_find_tensor(g, LB_FP8_STATE_WEIGHTS) : -1;
+  IrTags saved = g->cur;
+  int rc = 0;
+  for (int o = 0, nop = g->nop; o < nop && rc == 0; o++) {
+    const Op *op = &g->op[o];
+    if (op->kind != OP_LINEAR_FP8 || g->t[op->in[1]].role != ROLE_PARAM_FP8) continue;
+    int w = g->t[op->in[1]].of, in[2] = {w, sw}, out[3] = {op->in[1], op->in[2], op->in[3]};
+    bool done = false; /* a weight read by two linears is cast once */
+    for (int k = nop; k < g->nop && !done; k++)
+      done = g->op[k].out[0] == out[0];
+    if (done) continue;
+    g->cur = (IrTags){.phase = IR_PHASE_OPTIMIZER, .layer = op->tags.layer, .fwd = -1};
+    snprintf(g->cur.module, sizeof g->cur.module, "%s", op->tags.module);
+    OpAttrs qa = {.i = {FP8_E4M3, delayed, delayed ? op->a.i[3] : 0}};
+    rc = graph_op_into(g, OP_FP8_QUANT, in, delayed ? 2 : 1, out, 3, &qa) < 0 ? -1 : 0;
   }
   g->cur = saved;
   return rc;

@@ -66,6 +66,13 @@ int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);
  * every replay, so that a recomputed cast reuses the forward's scale), the weights' once a step in
  * the optimizer phase. Nothing without delayed fp8 linears. 0, or -1 with g->err. */
 int lb_fp8_delayed_updates(Graph *g, const Spec *s);
+/* model.fp8_param (fp8 primary weights): each fp8 linear's weight param is its fp32 master, and its
+ * fp8 data, transpose and scale_inv (ROLE_PARAM_FP8, named "<weight>.fp8", ".fp8_t", ".scale_inv")
+ * are written by an FP8_QUANT of the master appended here, after the optimizer's update, as the last
+ * ops of the step (delayed scaling: with the weights' state). The runtime runs the same ops after an
+ * init or a load (runtime/api.c api_fp8_param_casts), so that the first step has them. Nothing
+ * without fp8_param. 0, or -1 with g->err. */
+int lb_fp8_param_casts(Graph *g, const Spec *s);
 /* The recipe's normalization over the last dim (width), weights in the current module. */
 int lb_norm(const LowerBlock *L, int x, int64_t width);
 /* The activation of a dense MLP or shared expert (fc1 output u, 2F wide when gated), chosen by

@@ -22,6 +22,7 @@ static int main_grad_of(Graph *g, int *main_grad, int param) {
 
 /* Adds gradient contribution `d` to tensor `x`. */
 static int contribute(Graph *g, int *grad, int *main_grad, int x, int d) {
+  if (g->t[x].role == ROLE_PARAM_FP8) x = g->t[x].of; /* an fp8 primary weight: its fp32 param's */
   if (g->t[x].role == ROLE_PARAM) {
     int mg = main_grad_of(g, main_grad, x);
     if (mg < 0) return -1;
@@ -52,7 +53,7 @@ int autodiff_build(Graph *g, const int *outs, const int *seeds, int n) {
     return graph_fail(g, "out of memory");
   }
   for (int i = 0; i < nt0; i++)
-    grad[i] = main_grad[i] = -1, needs[i] = g->t[i].role == ROLE_PARAM;
+    grad[i] = main_grad[i] = -1, needs[i] = g->t[i].role == ROLE_PARAM || g->t[i].role == ROLE_PARAM_FP8;
   /* Which tensors depend on a parameter: only their gradients are worth computing. */
   for (int o = 0; o < nfwd; o++) {
     const Op *op = &g->op[o];

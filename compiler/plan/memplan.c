@@ -43,7 +43,13 @@ const char *memplan_role_name(int role) {
 
 int memplan_role(const Graph *g, const ScopeResult *sr, int t) {
   if (sr && sr->is_static && sr->is_static[t]) return MEM_ROLE_GRAPH;
-  return (int)g->t[t].role;
+  const Tensor *x = &g->t[t];
+  /* model.fp8_param: the fp8 primary weights (data, transpose, scale_inv) are the step's weights, and
+   * the fp32 param they are cast from is its master weight, as in Megatron's job */
+  if (x->role == ROLE_PARAM_FP8) return ROLE_PARAM;
+  for (int u = 0; x->role == ROLE_PARAM && x->dtype == DT_F32 && u < g->nt; u++)
+    if (g->t[u].role == ROLE_PARAM_FP8 && g->t[u].of == t) return ROLE_MASTER;
+  return (int)x->role;
 }
 
 /* A master or Adam moment of a distributed-optimizer step: its bytes live in the region. */

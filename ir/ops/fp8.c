@@ -16,7 +16,10 @@
  *               transpose, scale_inv. i[1] = 1: delayed, with the state st (1 + len, n) and column
  *               i[2] (i[3] = 1: records no amax, an evaluation's op_for_eval). The weights' cast (once
  *               a micro-batch) and the output gradients'; its gradient is straight-through: the
- *               gradient of q is x's.
+ *               gradient of q is x's. Under model.fp8_param the weights' casts read the fp32 masters
+ *               and write persistent fp8 weights (ROLE_PARAM_FP8) once a step, after the optimizer
+ *               (compiler/lower/lower_blocks.h lb_fp8_param_casts); LINEAR_FP8's gradient of such a
+ *               weight goes to its fp32 param.
  *   LINEAR_FP8  x (..., K), wq (N, K), wqT (K, N), sw (1) [, b (N)] [, stx, stdy] -> y (..., N),
  *               xqT (K, M), sx (1), xq (M, K): y = x's cast times wq (+ b), forward format i[0]; xqT
  *               the only copy of x the backward keeps (1 byte an element), xq the row-wise copy the
@@ -197,8 +200,10 @@ static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   OpAttrs qa = {.i = {o.a.i[1], delayed, delayed ? o.a.i[4] : 0}};
   int q[3], qin[2] = {dy, delayed ? o.in[nb + 1] : -1};
   if (ops_grad_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, NULL) < 0) return -1;
-  /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on) */
+  /* the weight's gradient is named and typed after the weight the cast read (FP8_QUANT passes it on),
+   * or, for an fp8 primary weight (ROLE_PARAM_FP8), after its fp32 param */
   int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT ? g->op[wp].in[0] : wq;
+  if (g->t[wq].role == ROLE_PARAM_FP8) w = g->t[wq].of;
   OpAttrs ga = {.i = {g->t[dy].dtype}};
   if (g->t[x].role != ROLE_INPUT) {
     int in[4] = {q[0], wqt, q[2], sw}, of[1] = {x};

@@ -16,7 +16,7 @@
 # each update (Megatron's amax reduction group), so after a step every rank's weight scales are the
 # one-rank step's, bitwise, and the gradients nearly the one-rank step's.
 # Then 4 steps of training: losses and grad norms within 1e-2 relative of one rank's, ranks bitwise
-# alike (test_dp run); resumed from a TP checkpoint = the uninterrupted run bitwise; the bf16
+# alike (test_dp run); with fp8 primary weights (fp8_param) the same steps bitwise; resumed from a TP checkpoint = the uninterrupted run bitwise; the bf16
 # programs (fp8 GEMMs, the delayed update's all-reduce (max) over TP) played on a recording device.
 # Still refused: delayed scaling under data parallelism (exit 4, naming model.fp8_recipe).
 set -uo pipefail
@@ -65,6 +65,14 @@ build dsp2 $B32 $DL $TP2 $SP
 for a in one:1 done:1 sp2:2 dsp2:2; do run "${a%:*}" "${a#*:}" 4; done
 python3 "$here/against_one.py" "$tmp/one" "$tmp/sp2" sp2 4 1e-2 1e-2 || fail "sp2 against one rank"
 python3 "$here/against_one.py" "$tmp/done" "$tmp/dsp2" delayed_sp2 4 1e-2 1e-2 || fail "delayed sp2 against one rank"
+# fp8 primary weights (model.fp8_param) under TP: each rank casts its fp32 master shard; on the CPU
+# device a bf16 param holds its master's value, so the step is the one without fp8_param, bitwise
+build sp2p $B32 $F8 $TP2 $SP model.fp8_param=true
+build dsp2p $B32 $DL $TP2 $SP model.fp8_param=true
+for a in sp2p:sp2 dsp2p:dsp2; do
+  run "${a%:*}" 2 4
+  python3 "$here/against_one.py" "$tmp/${a#*:}" "$tmp/${a%:*}" "${a%:*}" 4 0 0 || fail "${a%:*} against ${a#*:}"
+done
 for a in sp2 dsp2 done; do
   n=2
   [ $a = done ] && n=1

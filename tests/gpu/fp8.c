@@ -238,8 +238,8 @@ static CUdeviceptr up_rand(Gpu *g, Rng *r, long n, int e) {
 /* Producer `kernel` (args ending in &part, &slot: the fused amax) writes out (M, K) bf16: run twice
  * over one slot zeroed once, each time its value against the host's max|out| of the stored bytes
  * and its ticket against 0; then the cast of out reading the slot against the two-pass cast. */
-static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned grid, unsigned block, unsigned smem,
-                       void **args, CUdeviceptr out, long M, long K, CUdeviceptr slot) {
+static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned grid, unsigned block,
+                       unsigned smem, void **args, CUdeviceptr out, long M, long K, CUdeviceptr slot) {
   long n = M * K;
   uint16_t *h = malloc(2 * (size_t)n);
   char name[160];
@@ -266,19 +266,23 @@ static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned gr
       q[f] = gpu_alloc(g, (size_t)n), qT[f] = gpu_alloc(g, (size_t)n), s[f] = gpu_alloc(g, 4);
       void *a1[] = {&part, &out, &n};
       if (!f) gpu_launch(g, "fp8_amax_partial", (unsigned)np, 1, 1, 256, 0, a1);
-      void *a2[] = {&q[f], &qT[f], &s[f], &out, f ? &slot : &part, f ? &one : &np, &Mi, &Ki, &fmt, &none, &none};
-      gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
+      void *a2[] = {&q[f], &qT[f], &s[f], &out, f ? &slot : &part, f ? &one : &np, &Mi,
+                    &Ki,   &fmt,   &none, &none};
+      gpu_launch(g, "fp8_cast_transpose", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0,
+                 a2);
     }
     gpu_sync(g);
     unsigned char *b[2][2];
     float sv[2];
     for (int f = 0; f < 2; f++) {
       b[f][0] = malloc((size_t)n), b[f][1] = malloc((size_t)n);
-      gpu_get(g, b[f][0], q[f], (size_t)n), gpu_get(g, b[f][1], qT[f], (size_t)n), gpu_get(g, &sv[f], s[f], 4);
+      gpu_get(g, b[f][0], q[f], (size_t)n), gpu_get(g, b[f][1], qT[f], (size_t)n),
+          gpu_get(g, &sv[f], s[f], 4);
     }
     snprintf(name, sizeof name, "fused amax %s %s: %s cast == two-pass cast (q, qT, scale_inv)", kernel, what,
              fmt ? "E5M2" : "E4M3");
-    int same = !memcmp(b[0][0], b[1][0], (size_t)n) && !memcmp(b[0][1], b[1][1], (size_t)n) && !memcmp(sv, sv + 1, 4);
+    int same = !memcmp(b[0][0], b[1][0], (size_t)n) && !memcmp(b[0][1], b[1][1], (size_t)n) &&
+               !memcmp(sv, sv + 1, 4);
     gpu_check_true(g, name, same, same ? NULL : "the bytes differ");
     for (int f = 0; f < 2; f++) {
       gpu_free(g, q[f]), gpu_free(g, qT[f]), gpu_free(g, s[f]);
@@ -293,11 +297,12 @@ static void run_fused_amax(Gpu *g, Rng *r) {
   int N = 304, C = 1024, rows = 4, G = 37;
   float eps = 1e-5f;
   long n = (long)N * C;
-  CUdeviceptr x = up_rand(g, r, n, 3), x2 = up_rand(g, r, n, 3), w = up_rand(g, r, C, 0), bias = up_rand(g, r, C, 0);
+  CUdeviceptr x = up_rand(g, r, n, 3), x2 = up_rand(g, r, n, 3), w = up_rand(g, r, C, 0),
+              bias = up_rand(g, r, C, 0);
   CUdeviceptr dy = up_rand(g, r, n, -2), add = up_rand(g, r, n, -4), out = gpu_alloc(g, 2 * n),
               res = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N), rstd = gpu_alloc(g, 4 * N),
-              partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), part = gpu_alloc(g, 4 * 4096), slot = gpu_alloc(g, 8),
-              none = 0;
+              partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), part = gpu_alloc(g, 4 * 4096),
+              slot = gpu_alloc(g, 8), none = 0;
   unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
   void *f1[] = {&out, &rstd, &x, &w, &N, &C, &eps, &part, &slot};
   check_fold(g, "rmsnorm_forward", "", grid, block, 0, f1, out, N, C, slot);
@@ -333,6 +338,75 @@ static void run_fused_amax(Gpu *g, Rng *r) {
     gpu_free(g, bufs[i]);
 }
 
+/* The cast of an fp32 tensor (fp8_amax_partial_f32 + fp8_cast_transpose_f32: model.fp8_param's cast
+ * of the master weights, ir/ops/fp8.c): amax, scale_inv and every code against the host on the fp32
+ * values, bitwise, and the transpose. The relation to the bf16 cast of a bf16 param (the step without
+ * fp8_param, whose param is bf16(master)): on the master rounded to bf16 (every value representable in
+ * both) the two kernels give the same bytes and scale_inv, bitwise; on the master itself, whose
+ * largest element 1 + 2^-8 + 2^-10 rounds to 1 + 2^-7 in bf16, the amaxes and so the scale_invs
+ * differ. */
+static void run_cast_f32(Gpu *g, long M, long K, int fmt, Rng *r) {
+  long n = M * K;
+  float *h = malloc(4 * (size_t)n), *hb = malloc(4 * (size_t)n);
+  uint16_t *b = malloc(2 * (size_t)n);
+  for (long i = 0; i < n; i++)
+    h[i] = (float)((rng_uniform(r) - 0.5) * ldexp(1.0, (int)floor(rng_uniform(r) * 12) - 12));
+  h[n / 3] = 1.0f + 0x1p-8f + 0x1p-10f; /* the largest |x|, not a bf16 value */
+  for (long i = 0; i < n; i++)
+    b[i] = host_f32_to_bf16(h[i]), hb[i] = host_bf16_to_f32(b[i]);
+  float fmax = fmt ? 57344.0f : 448.0f, amax = 0;
+  for (long i = 0; i < n; i++)
+    amax = fmaxf(amax, fabsf(h[i]));
+  float scale = fmax / amax, sinv = 1.0f / scale;
+  CUdeviceptr x = gpu_dup(g, h, 4 * (size_t)n), xb = gpu_dup(g, hb, 4 * (size_t)n),
+              x16 = gpu_dup(g, b, 2 * (size_t)n);
+  CUdeviceptr q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n), s = gpu_alloc(g, 4);
+  CUdeviceptr part = gpu_alloc(g, 4 * 264), none = 0;
+  unsigned char *hq[3], *hqT = malloc((size_t)n);
+  float got_sinv[3];
+  int np = (int)((n + 2047) / 2048 < 264 ? (n + 2047) / 2048 : 264), Mi = (int)M, Ki = (int)K;
+  const char *amax_k[3] = {"fp8_amax_partial_f32", "fp8_amax_partial_f32", "fp8_amax_partial"},
+             *cast_k[3] = {"fp8_cast_transpose_f32", "fp8_cast_transpose_f32", "fp8_cast_transpose"};
+  CUdeviceptr src[3] = {x, xb, x16};
+  for (int v = 0; v < 3; v++) { /* the master, bf16(master) in fp32, bf16(master) as bf16 */
+    hq[v] = malloc((size_t)n);
+    void *a1[] = {&part, &src[v], &n};
+    gpu_launch(g, amax_k[v], (unsigned)np, 1, 1, 256, 0, a1);
+    void *a2[] = {&q, &qT, &s, &src[v], &part, &np, &Mi, &Ki, &fmt, &none, &none};
+    gpu_launch(g, cast_k[v], (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1, 256, 0, a2);
+    gpu_sync(g);
+    gpu_get(g, hq[v], q, (size_t)n);
+    gpu_get(g, &got_sinv[v], s, 4);
+    if (v == 0) gpu_get(g, hqT, qT, (size_t)n);
+  }
+  char name[128], detail[160];
+  const char *f = fmt ? "E5M2" : "E4M3";
+  snprintf(name, sizeof name, "fp8 %s cast of fp32 %ldx%ld scale_inv", f, M, K);
+  gpu_check_bitwise(g, name, &got_sinv[0], &sinv, 4);
+  long bad = 0, tbad = 0;
+  for (long i = 0; i < n; i++)
+    bad += hq[0][i] != fp8_nearest(h[i] * scale, fmt);
+  for (long m = 0; m < M; m++)
+    for (long k = 0; k < K; k++)
+      tbad += hqT[k * M + m] != hq[0][m * K + k];
+  snprintf(detail, sizeof detail, "%ld of %ld codes differ, %ld transposed bytes", bad, n, tbad);
+  snprintf(name, sizeof name, "fp8 %s cast of fp32 %ldx%ld codes and transpose", f, M, K);
+  gpu_check_true(g, name, bad == 0 && tbad == 0, detail);
+  snprintf(name, sizeof name, "fp8 %s cast of bf16-valued fp32 = the bf16 cast, codes", f);
+  gpu_check_bitwise(g, name, hq[1], hq[2], (size_t)n);
+  snprintf(name, sizeof name, "fp8 %s cast of bf16-valued fp32 = the bf16 cast, scale_inv", f);
+  gpu_check_bitwise(g, name, &got_sinv[1], &got_sinv[2], 4);
+  snprintf(detail, sizeof detail, "scale_inv %a (master) and %a (its bf16 rounding)", got_sinv[0],
+           got_sinv[2]);
+  snprintf(name, sizeof name, "fp8 %s cast of the master differs from its bf16 rounding's", f);
+  gpu_check_true(g, name, got_sinv[0] != got_sinv[2], detail);
+  gpu_free(g, x), gpu_free(g, xb), gpu_free(g, x16), gpu_free(g, q), gpu_free(g, qT), gpu_free(g, s);
+  gpu_free(g, part);
+  for (int v = 0; v < 3; v++)
+    free(hq[v]);
+  free(h), free(hb), free(b), free(hqT);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -340,6 +414,8 @@ void test_fp8(Gpu *g) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     run_cast(g, &cases[i], &r);
+  run_cast_f32(g, 208, 336, 0, &r);
+  run_cast_f32(g, 1024, 2048, 1, &r);
   /* delayed: the initial scale, one that saturates the largest values, amaxes folded up and not */
   run_cast_delayed(g, 208, 336, 0, 0.0f, 0.0f, &r);
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);

@@ -537,10 +537,6 @@ int rt_exec_run_op(RtExec *x, int o) {
 void rt_exec_set_eval(RtExec *x, int on) { x->eval = on != 0; }
 void rt_exec_set_comm_side(RtExec *x, int on) { x->comm_side = on != 0; }
 
-static int persistent(TensorRole r) {
-  return r == ROLE_PARAM || r == ROLE_MASTER || r == ROLE_GRAD || r == ROLE_OPTIM;
-}
-
 int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy) {
   const Graph *g = x->g;
   const Fusions *fz = x->fz;
@@ -553,7 +549,7 @@ int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy) {
         return snprintf(why, nwhy, "op %d %s (%s) draws random numbers an evaluation cannot turn off", o,
                         op_name(op->kind), op->tags.module);
       for (int i = 0; i < op->nout; i++)
-        if (persistent(g->t[op->out[i]].role))
+        if (role_is_persistent(g->t[op->out[i]].role))
           return snprintf(why, nwhy, "forward op %d %s (%s) writes %s", o, op_name(op->kind), op->tags.module,
                           g->t[op->out[i]].name);
     }

@@ -22,7 +22,8 @@ static CUdeviceptr state_col(RtExec *x, int t, int64_t col, CUdeviceptr *amax) {
  * of them) into the scratch's RT_SCRATCH_AMAX, then the cast, which reduces them again in every
  * block; or, where x's producer folded its amax into a slot (rt_amax_slot), the cast alone reading
  * that slot as its one partial. dscale non-zero: delayed scaling, one launch, the scale there and
- * the amax folded into damax by the cast's blocks. */
+ * the amax folded into damax by the cast's blocks. x is bf16, or fp32 (the _f32 kernels: an fp8
+ * primary weight's cast of its master). */
 static int cast(RtExec *x, const Op *op, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in,
                 int64_t M, int64_t K, int fmt, CUdeviceptr dscale, CUdeviceptr damax) {
   if (M % 16 || K % 16)
@@ -31,15 +32,18 @@ static int cast(RtExec *x, const Op *op, CUdeviceptr q, CUdeviceptr qT, CUdevice
   int64_t n = M * K, want = (n + 2047) / 2048;
   int np = (int)(want < x->gn_groups ? want : x->gn_groups);
   CUdeviceptr part = x->amax_partial, slot = rt_amax_slot(x, op);
+  int f32 = rt_t(x, op->in[0])->dtype == DT_F32; /* an fp8 primary weight's master (model.fp8_param) */
   if (np < 1) np = 1;
   if (dscale)
     part = 0, np = 0;
   else if (slot)
     part = slot, np = 1;
-  else if (rt_launch_fp8_amax_partial(x->d, rt_dim1((unsigned)np), 256, 0, part, in, (long)n))
+  else if ((f32 ? rt_launch_fp8_amax_partial_f32 : rt_launch_fp8_amax_partial)(x->d, rt_dim1((unsigned)np),
+                                                                               256, 0, part, in, (long)n))
     return RT_ERROR;
-  return rt_launch_fp8_cast_transpose(x->d, rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1),
-                                      256, 0, q, qT, sinv, in, part, np, (int)M, (int)K, fmt, dscale, damax);
+  RtDim grid = rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), 1);
+  return (f32 ? rt_launch_fp8_cast_transpose_f32 : rt_launch_fp8_cast_transpose)(
+      x->d, grid, 256, 0, q, qT, sinv, in, part, np, (int)M, (int)K, fmt, dscale, damax);
 }
 
 /* FP8_QUANT: x [, state] -> q, qT, scale_inv (i[0] the format; i[1] 1: delayed, state column i[2]). */
