@@ -132,8 +132,8 @@ static int cpu_reduce_bucket(stepc_t *s, int k) {
 
 /* ZeRO-1's groups: a tensor's state is owned within the data-parallel group (the whole job, or
  * under TP the ranks of this TP rank), an expert's under EP within the expert-data-parallel group
- * (the ranks holding the same experts; TP 1). The group (NULL: the whole job), its size and this
- * rank's member index there. */
+ * (the ranks holding the same experts, stride EP, with or without TP). The group (NULL: the whole
+ * job), its size and this rank's member index there. */
 static const RtCommGroup *zero_group(stepc_t *s, bool expert, int *size, int *member) {
   if (expert) return *size = s->edp_group.count, *member = s->rank / s->ep, &s->edp_group;
   *size = s->dp, *member = s->dp_rank;

@@ -378,8 +378,8 @@ stepc_status api_cuda_dp_join(stepc_t *s) {
     return api_fail(
         s, STEPC_ERR_UNSUPPORTED,
         "the distributed optimizer (optimizer.use_distributed_optimizer) under expert parallelism "
-        "runs on the cpu device; on cuda (the experts' state sharded over the expert-data-parallel "
-        "group's communicator) it is not built yet");
+        "(alone or with tensor parallelism) runs on the cpu device; on cuda (the experts' state "
+        "sharded over the expert-data-parallel group's communicator) it is not built yet");
   if (c->zero && (st = zero_setup(s)) != STEPC_OK) return st;
   return warm_up(s);
 }

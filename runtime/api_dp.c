@@ -44,8 +44,8 @@ static stepc_status zero_owners(stepc_t *s) {
 }
 
 /* owners are data-parallel ranks: under TP each TP rank's data-parallel group shards its own tensors;
- * under EP (TP 1) an expert's state is owned by an expert-data-parallel rank (rank / EP: the member
- * index in the group of the ranks holding the same experts) */
+ * under EP (with or without TP) an expert's state is owned by an expert-data-parallel rank (rank / EP:
+ * the member index in the group of the ranks holding the same experts) */
 bool api_dp_not_mine(const stepc_t *s, int t) {
   if (!s->owner || s->owner[t] < 0) return false;
   return s->owner[t] != (graph_expert_state(s->im.g, t) ? s->rank / s->ep : s->dp_rank);

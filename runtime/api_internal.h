@@ -73,9 +73,10 @@ struct stepc {
    * fastest, Megatron's order); without it tp 1, dp = world, dp_rank = rank */
   int tp, tp_rank, dp, dp_rank;
   RtCommGroup tp_group, dp_group;
-  /* expert parallelism (image ep_size > 1, TP 1): the EP group is ep consecutive data-parallel
-   * ranks (rank = edp_rank * ep + ep_rank, Megatron's expert grid with ETP 1), each holding its
-   * experts; the expert-data-parallel group the ranks holding the same ones (stride ep). ep 1: none */
+  /* expert parallelism (image ep_size > 1): the EP group is ep consecutive ranks of the job
+   * (rank = edp_rank * ep + ep_rank, Megatron's expert grid with ETP 1; under TP it spans TP ranks),
+   * each holding its experts; the expert-data-parallel group the ranks holding the same ones (stride
+   * ep, world / ep of them). ep 1: none */
   int ep, ep_rank;
   RtCommGroup ep_group, edp_group;
   bool join_alone;    /* a rank alone joins a job of one anyway (the launch program holds collectives) */

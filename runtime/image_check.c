@@ -162,8 +162,13 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
       return bad(w, "tensor %d (%s): its %s-parallel shard (dim %d, %d segments, %d ranks) does not tile it",
                  i, t->name, t->tp_ep ? "expert" : "tensor", t->tp_dim, t->tp_nseg, t->tp_size);
   }
-  if (!opt_index(im->owner[i], im->f.dp_size))
-    return bad(w, "tensor %d (%s): owner %d is not a rank of %d", i, t->name, im->owner[i], im->f.dp_size);
+  /* an owner is a data-parallel rank, an expert's state's an expert-data-parallel one (schedule.c) */
+  int64_t tp = im->f.tp_size > 1 ? im->f.tp_size : 1, ep = im->f.ep_size > 1 ? im->f.ep_size : 1;
+  int64_t edp = im->f.dp_size * tp / ep > 1 ? im->f.dp_size * tp / ep : 1;
+  int64_t owners = graph_expert_state(g, i) ? edp : im->f.dp_size;
+  if (!opt_index(im->owner[i], owners))
+    return bad(w, "tensor %d (%s): owner %d is not a rank of %lld", i, t->name, im->owner[i],
+               (long long)owners);
   /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */
   if (t->buffer == 1 && (!im->f.dist_opt || g->nbuffers != 2 ||
                          !(t->role == ROLE_MASTER || (t->role == ROLE_OPTIM && t->of >= 0))))

@@ -431,6 +431,9 @@ int artifact_build(const Spec *raw, const Spec *spec, const ArtifactOptions *o, 
             (long long)sp.lp.f.scratch_bytes, sms);
   else if (progress)
     fprintf(progress, "build: %d ops; no launch program (%s)\n", sp.sc.nops, sp.lp_why);
+  /* under TP or EP plan.json's region is the one-rank graph's: the one each rank allocates is this */
+  if (progress && sharded && sp.mp.region)
+    fprintf(progress, "build: each rank's step: "), report_plan_region(&sp, progress);
   if (progress && sp.lp_ok && sp.lp.f.attn == LP_ATTN_AUTO) {
     int pts = 0, recs = 0;
     for (int q = 0; q < sp.sc.nops; q++)

@@ -7,9 +7,11 @@
  * under expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and `trace` still
  * take these fields: the per-rank report models them.
  *
- * Tensor parallelism (with or without sequence parallelism) is executed on the CPU device for the
- * dense GPT layers (docs/parallelism.md), expert parallelism for MoE layers with TP 1 (the alltoall
- * dispatcher, ir/ops/ep.c); what they do not cover yet is refused here with the field that asks. */
+ * Tensor parallelism (with or without sequence parallelism) is executed for the dense GPT, MLA and
+ * Mamba layers (docs/parallelism.md), expert parallelism for MoE layers (the alltoall dispatcher,
+ * alone or under TP with expert-tensor parallelism 1; the allgather one at TP 1: ir/ops/ep.c), and
+ * the distributed optimizer under either or both (on cuda, under EP, it is refused at open:
+ * runtime/api_cuda_dp.c); what they do not cover yet is refused here with the field that asks. */
 #include "codegen/artifact.h"
 
 #include <stdio.h>
@@ -80,9 +82,6 @@ static const char *ep_unexecuted(const Spec *s, int *field) {
        SPEC_F_model_tensor_model_parallel_size,
        "the allgather token dispatcher under tensor and expert parallelism together (it runs at TP 1; "
        "model.moe_token_dispatcher_type=alltoall runs under TP)"},
-      {s->optimizer.use_distributed_optimizer && m->tensor_model_parallel_size > 1,
-       SPEC_F_optimizer_use_distributed_optimizer,
-       "the distributed optimizer under tensor and expert parallelism together (it runs under either alone)"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     if (rows[i].asks) return *field = rows[i].field, rows[i].what;

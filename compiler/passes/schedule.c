@@ -117,11 +117,14 @@ static int make_owners(const Graph *g, Schedule *sc) {
 
 int schedule_build(const Graph *g, const Spec *s, Schedule *sc, char *err, size_t nerr) {
   memset(sc, 0, sizeof *sc);
-  int64_t dp = spec_data_parallel_size(s), ep = s->per_rank && s->model.expert_model_parallel_size > 1
-                                                    ? s->model.expert_model_parallel_size
-                                                    : 1;
+  int64_t dp = spec_data_parallel_size(s);
   sc->dp = dp > 1 ? (int)dp : 1;
-  sc->edp = sc->dp / ep > 1 ? (int)(sc->dp / ep) : 1;
+  sc->tp =
+      s->per_rank && s->model.tensor_model_parallel_size > 1 ? (int)s->model.tensor_model_parallel_size : 1;
+  sc->ep =
+      s->per_rank && s->model.expert_model_parallel_size > 1 ? (int)s->model.expert_model_parallel_size : 1;
+  /* Megatron's expert grid (ETP 1): the dp x tp ranks in EP groups of ep consecutive ones */
+  sc->edp = sc->dp * sc->tp / sc->ep > 1 ? sc->dp * sc->tp / sc->ep : 1;
   sc->bucket_params = 40000000 > 1000000 * dp ? 40000000 : 1000000 * dp;
   sc->nmicro = g->num_microbatches > 0 ? g->num_microbatches : 1;
   sc->pos = malloc((size_t)(g->nop + 1) * sizeof *sc->pos);

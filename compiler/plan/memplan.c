@@ -17,7 +17,7 @@
  * The distributed optimizer (Schedule.owner set) keeps the fp32 masters and Adam moments out of
  * the arena, in a region of their own (plan.h, MemPlan.region): every rank packs the state it holds
  * from offset 0, so a rank's region is its shard, 12/DP bytes per parameter up to the whole-tensor
- * granularity of the ownership. */
+ * granularity of the ownership (an expert's 12/expert-DP); shards are listed per job rank. */
 #define _GNU_SOURCE /* qsort_r */
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,27 +118,26 @@ static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align
   return 0;
 }
 
-/* Whether data-parallel rank r holds region tensor t: every rank's (owner -1), the rank's own, or — an
- * expert's state under expert parallelism, owned by an expert-data-parallel rank — its group's
- * (data-parallel rank r is expert-data-parallel rank r / (dp / edp): TP 1). */
-static bool rank_holds(const Graph *g, const MemPlan *mp, int t, int r) {
+/* Whether job rank w holds region tensor t: every rank's (owner -1), or its owner's — a data-parallel
+ * rank (w / tp), or for an expert's state under expert parallelism an expert-data-parallel rank
+ * (w / ep: Schedule.edp). */
+static bool rank_holds(const Graph *g, const MemPlan *mp, int t, int w) {
   int o = mp->owner[t];
   if (o < 0) return true;
-  return graph_expert_state(g, t) ? o == r / mp->ep_div : o == r;
+  return o == w / (graph_expert_state(g, t) ? mp->ep : mp->tp);
 }
 
 /* The region's offsets: the state every rank holds first (owner -1), then each data-parallel rank's
  * own from there, in tensor order; under expert parallelism the experts' state after every rank's
  * own, each expert-data-parallel rank's from the same base (a rank holds one of each, never two
- * that collide); its size, each rank's shard and the largest. */
+ * that collide); its size, each job rank's shard and the largest. */
 static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
-  int nt = g->nt;
+  int nt = g->nt, world = sc->dp * sc->tp;
   mp->owner = malloc(((size_t)nt + 1) * sizeof *mp->owner);
-  mp->shard = calloc((size_t)sc->dp + 1, sizeof *mp->shard);
+  mp->shard = calloc((size_t)world + 1, sizeof *mp->shard);
   int64_t *end = calloc((size_t)sc->dp + (size_t)sc->edp + 1, sizeof *end); /* dense, then expert ends */
   if (!mp->owner || !mp->shard || !end) return free(end), -1;
-  mp->nshard = sc->dp;
-  mp->ep_div = sc->edp > 0 && sc->dp / sc->edp > 1 ? sc->dp / sc->edp : 1;
+  mp->nshard = world, mp->tp = sc->tp, mp->ep = sc->ep;
   memcpy(mp->owner, sc->owner, (size_t)nt * sizeof *mp->owner);
   int64_t at = 0;
   for (int t = 0; t < nt; t++)
@@ -160,12 +159,13 @@ static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
     for (int r = 0; !pass && r < n; r++)
       if (end[r] > ebase) ebase = end[r];
   }
-  for (int r = 0; r < sc->dp; r++) {
-    int64_t e = end[sc->dp + r / mp->ep_div]; /* its expert shard's end (ebase without experts) */
-    int64_t need = e > ebase && e > end[r] ? e : end[r], own = end[r] - at + e - ebase;
-    mp->shard[r] = at + own;
+  for (int w = 0; w < world; w++) {
+    int64_t d = end[w / sc->tp],
+            e = end[sc->dp + w / sc->ep]; /* its expert shard's end (ebase without experts) */
+    int64_t need = e > ebase && e > d ? e : d, own = d - at + e - ebase;
+    mp->shard[w] = at + own;
     if (need > mp->region) mp->region = need;
-    if (mp->shard[r] > mp->shard[mp->region_rank]) mp->region_rank = r;
+    if (mp->shard[w] > mp->shard[mp->region_rank]) mp->region_rank = w;
   }
   free(end);
   return 0;

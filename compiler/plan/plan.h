@@ -114,13 +114,16 @@ typedef struct {
   int nmicro;
   int64_t bucket_params; /* Megatron's DDP bucket size in elements */
   int dp;                /* data-parallel ranks (spec_data_parallel_size) */
-  int edp;               /* expert-data-parallel ranks (dp / EP: the ranks holding the same experts) */
+  int tp, ep;            /* tensor- and expert-parallel ranks (1 unless a per-rank build asks for more) */
+  /* expert-data-parallel ranks (dp x tp / ep with ETP 1: the ranks holding the same experts); job
+   * rank w (dp_rank x tp + tp_rank) is data-parallel rank w / tp and expert-data-parallel rank w / ep */
+  int edp;
   /* the distributed optimizer (optimizer.use_distributed_optimizer, Megatron's ZeRO-1), else NULL:
    * per tensor, the rank that owns it — a main gradient, its param, master and moments — or -1
    * (not sharded: activations, the optimizer's scalars, a gradient outside every bucket). Each
    * bucket is cut into dp equal ranges of its elements, at whole-tensor granularity: a gradient
    * belongs to the rank whose range holds its first element; an AdamW op's outputs follow its
-   * gradient. Under expert parallelism (TP 1) an expert's state (graph_expert_state) is cut the same
+   * gradient. Under expert parallelism an expert's state (graph_expert_state) is cut the same
    * way over the edp expert-data-parallel ranks: its owner is an expert-data-parallel rank. */
   int *owner;
   /* the communication stream (comm_overlap.c), after comm_overlap_windows: per op id, for a tensor-parallel
@@ -208,10 +211,10 @@ typedef struct {
   int *owner;            /* per tensor: Schedule.owner's copy (NULL without a region) */
   int64_t region;        /* bytes per rank (0: no region) */
   int64_t region_common; /* bytes every rank holds (the state of gradients outside every bucket) */
-  int64_t *shard;        /* per rank (dp of them): the bytes of the region it holds */
+  int64_t *shard;        /* per job rank (dp x tp of them): the bytes of the region it holds */
   int nshard;
-  int ep_div;      /* dp / edp: data-parallel rank r is expert-data-parallel rank r / ep_div */
-  int region_rank; /* the rank whose shard is the region (the lowest of the largest) */
+  int tp, ep;      /* Schedule's: job rank w holds data-parallel rank w / tp's and expert-DP rank w / ep's */
+  int region_rank; /* the job rank whose shard is the region (the lowest of the largest) */
 } MemPlan;
 
 #define MEMPLAN_REGION_ALIGN                                                                                 \

@@ -22,6 +22,9 @@ void report_recompute_str(const Spec *s, char *buf, size_t n);
 
 void report_plan_text(const Plan *p, const DiagList *d, FILE *f);
 void report_plan_json(const Plan *p, const DiagList *d, FILE *f);
+/* The distributed optimizer's region as p's step allocates it on every rank (memplan.c: exact),
+ * each job rank's shard on a second line; nothing without a region. */
+void report_plan_region(const Plan *p, FILE *f);
 /* Live memory over the schedule, stacked, the peak marked, scopes and replays shaded, phases and
  * layers marked (report_svg.c). rank: an index into p->rank.r (that rank's memory by memrank.c's
  * rules), or REPORT_SVG_SINGLE (the single-rank plan by role). 0, or -1 with err. */

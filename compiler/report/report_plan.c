@@ -84,20 +84,20 @@ static void outside_allocator_text(const RankReport *rr, FILE *f) {
   }
 }
 
-/* The distributed optimizer's region as this step allocates it per rank (memplan.c): exact. */
-static void region_text(const Plan *p, FILE *f) {
+void report_plan_region(const Plan *p, FILE *f) {
   const MemPlan *mp = &p->mp;
   if (!mp->region) return;
   int64_t all = region_state_bytes(p);
-  double ideal = (double)all / mp->nshard;
+  int dp = mp->nshard / (mp->tp > 0 ? mp->tp : 1); /* the shards are per job rank, each a TP rank's */
+  double ideal = (double)all / dp;
   fprintf(f,
-          "\noptimizer-state region (distributed optimizer; stepc's own step, as allocated on every rank): "
+          "optimizer-state region (distributed optimizer; stepc's own step, as allocated on every rank): "
           "%lld B = the "
           "largest shard (rank %d), %+.1f%% over an even 1/%d of the %lld B of masters and moments (whole "
           "tensors per "
           "rank); arena %lld B + region = %lld B per rank\n  shards (B):",
           (long long)mp->region, mp->region_rank,
-          ideal > 0 ? 100.0 * ((double)mp->region - ideal) / ideal : 0.0, mp->nshard, (long long)all,
+          ideal > 0 ? 100.0 * ((double)mp->region - ideal) / ideal : 0.0, dp, (long long)all,
           (long long)mp->arena, (long long)(mp->arena + mp->region));
   for (int r = 0; r < mp->nshard && r < 16; r++)
     fprintf(f, " rank%d %lld", r, (long long)mp->shard[r]);
@@ -218,7 +218,7 @@ void report_plan_text(const Plan *p, const DiagList *d, FILE *f) {
             r->max_allocated / GB, r->after_iteration[0] / GB, r->after_iteration[1] / GB);
   }
   outside_allocator_text(rr, f);
-  region_text(p, f);
+  if (p->mp.region) fprintf(f, "\n"), report_plan_region(p, f);
   const Cost *c = &p->cost;
   double nm = p->sc.nmicro;
   fprintf(f,

@@ -14,9 +14,11 @@
 # dispatcher (its default; dropless, TP 1): tiny_mla_moe at EP 2, EP 4 and EP 2 x expert-DP 2, and
 # tiny_hybrid at EP 2, against the same one-rank steps within the same tolerances; an allgather
 # EP 2 run resumed bitwise. MoE under TP 2 + SP (expert-tensor parallelism 1), alone, times
-# EP 2, EP 2 x DP 2 and EP 4, within the TP tolerances (MoE under TP without SP is the validator's
-# MCORE-68). Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
-# the flex dispatcher, with the allgather dispatcher and a capacity or under TP, with ZeRO-1 under TP too (exit 4
+# EP 2, EP 2 x DP 2 and EP 4 (and on 8 ranks TP 2 x EP 2 x DP 4, TP 4 x EP 2 x DP 2), within the TP
+# tolerances (MoE under TP without SP is the validator's MCORE-68); with ZeRO-1 too (the dense state
+# over the data-parallel group, the experts' over the expert-data-parallel one): the same layouts
+# without it bitwise, each rank holding the shard the build plans, resumed bitwise. Then what stays refused: MoE under TP with tensor-parallel experts or a capacity; EP with
+# the flex dispatcher, with the allgather dispatcher and a capacity or under TP (exit 4
 # naming the field and the recipe's place); on the cuda device (bf16) EP 2 and EP 2 with capacity
 # (alltoall: the counts all-gathered, the rows exchanged by all-to-all) and EP 2 allgather (the
 # tokens, probabilities and indices all-gathered, the outputs reduce-scattered over the EP group)
@@ -80,6 +82,18 @@ build tp2moe $TPE train.world_size=2
 build tp2ep2 $TPE model.expert_model_parallel_size=2 train.world_size=2
 build tp2ep2dp2 $TPE model.expert_model_parallel_size=2 train.world_size=4
 build tp2ep4 $TPE model.expert_model_parallel_size=4 train.world_size=4
+# ZeRO-1 under TP and EP together (Moonlight's layout): the dense state sharded over each TP rank's
+# data-parallel group (W / TP ranks), the experts' over the expert-data-parallel group (W / EP ranks,
+# stride EP): TP 2 x EP 2 on 4 ranks (DP 2, expert-DP 2), TP 2 x EP 4 on 4 (DP 2, expert-DP 1),
+# TP 2 x EP 2 on 8 (DP 4, expert-DP 4) and TP 4 x EP 2 on 8 (DP 2, expert-DP 4: one data-parallel
+# rank's TP ranks in two expert-data-parallel groups), each against the same layout without it
+TP4E="model.tensor_model_parallel_size=4 model.sequence_parallel=true model.expert_tensor_parallel_size=1"
+build tp2ep2dp2z $TPE model.expert_model_parallel_size=2 train.world_size=4 $Z
+build tp2ep4z $TPE model.expert_model_parallel_size=4 train.world_size=4 $Z
+build tp2ep2dp4 $TPE model.expert_model_parallel_size=2 train.world_size=8 $G8
+build tp2ep2dp4z $TPE model.expert_model_parallel_size=2 train.world_size=8 $G8 $Z
+build tp4ep2dp2 $TP4E model.expert_model_parallel_size=2 train.world_size=8 $G8
+build tp4ep2dp2z $TP4E model.expert_model_parallel_size=2 train.world_size=8 $G8 $Z
 # a hybrid Mamba / attention / MoE stack (Nemotron 3 Nano's layout: EP inside the data-parallel ranks)
 HY="model.bf16=false model.moe_token_dispatcher_type=alltoall"
 R=tests/recipes/tiny_hybrid.lua build hyone $HY
@@ -113,11 +127,27 @@ for a in ep2z:ep2:2 ep2dp2z:ep2dp2:4 ep4z:ep4:4; do
 done
 # under TP a row-parallel linear's and the vocab-parallel loss's partial sums round differently from
 # one rank's single products: the TP tolerances (tests/api/tp.sh)
-for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one hytp2:2:hyone hytp2ep2:2:hyone; do
+for a in tp2moe:2:one tp2ep2:2:one tp2ep2dp2:4:one tp2ep4:4:one hytp2:2:hyone hytp2ep2:2:hyone \
+  tp2ep2dp4:8:one8 tp4ep2dp2:8:one8 tp2ep2dp2z:4:one tp2ep4z:4:one tp2ep2dp4z:8:one8 tp4ep2dp2z:8:one8; do
   ref=${a##*:} a=${a%:*}
   n=${a#*:} a=${a%:*}
   "$t" run "$tmp/$a" "$n" $STEPS "$tmp/$a.safetensors" >"$tmp/$a.txt" || { cat "$tmp/$a.txt"; fail "$a on $n ranks"; }
   python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$a" "$a" $STEPS 1e-5 5e-5 || fail "$a against one rank"
+done
+# ZeRO-1 under TP and EP is the TP x EP step bitwise (ZeRO only moves where each AdamW update runs: the
+# same reductions in the same order, the norm's per-tensor sums shared exactly, the replicated ones
+# counted once as without it): losses, grad norms and every gathered parameter byte
+for a in tp2ep2dp2z:tp2ep2dp2 tp2ep4z:tp2ep4 tp2ep2dp4z:tp2ep2dp4 tp4ep2dp2z:tp4ep2dp2; do
+  z=${a%%:*} ref=${a#*:}
+  python3 "$(dirname "$0")/against_one.py" "$tmp/$ref" "$tmp/$z" "$z" $STEPS 0 0 || fail "$z against $ref (bitwise)"
+  cmp -s "$tmp/$ref.safetensors" "$tmp/$z.safetensors" || fail "$z's gathered parameters differ from $ref's"
+done
+# ... and each rank holds its shard of the masters and moments: the region every rank allocates and
+# what each job rank holds (stepc_measure) are the rank's step's plan, which the build reports
+for a in tp2ep2dp2z:4 tp4ep2dp2z:8; do
+  n=${a#*:} a=${a%:*}
+  "$t" measure "$tmp/$a" "$n" "$tmp/$a.m.safetensors" >"$tmp/$a.measure" || { cat "$tmp/$a.measure"; fail "measure $a"; }
+  python3 "$(dirname "$0")/region_agrees.py" "$tmp/$a.log" "$tmp/$a.measure" "$a" || fail "$a's per-rank optimizer state"
 done
 # the capacity runs dropped tokens (else they test nothing beyond dropless)
 cmp -s "$tmp/one.txt" "$tmp/one_cap.txt" && fail "capacity factor 1.0 changed nothing: no token was dropped"
@@ -135,7 +165,6 @@ refuse "MoE under TP with a capacity" "model.moe_expert_capacity_factor=1.0" $TP
 refuse "EP with the flex dispatcher" "model.moe_token_dispatcher_type=flex" $EP2 model.moe_token_dispatcher_type=flex
 refuse "EP allgather with a capacity" "model.moe_expert_capacity_factor=1" $EP2 $AG $CAP
 refuse "EP allgather under TP" "model.tensor_model_parallel_size=2" $TPE $AG model.expert_model_parallel_size=2 train.world_size=2
-refuse "ZeRO-1 under TP and EP together" "optimizer.use_distributed_optimizer=true" $TPE model.expert_model_parallel_size=2 train.world_size=2 $Z
 refuse "expert tensor parallelism" "model.expert_tensor_parallel_size=2" $EP2 model.expert_tensor_parallel_size=2 train.world_size=4 $G8
 grep -q "tiny_mla_moe.lua\|override" "$tmp/r.log" || fail "the refusal names no place"
 # EP on the cuda device (bf16): the launch programs (the counts all-gathered, the rows exchanged by
@@ -161,7 +190,7 @@ done
 # checkpoints: every rank writes its shard beside the gathered model.safetensors; a run resumed at
 # step 2 is the uninterrupted run bitwise, for EP 2 and EP 2 x expert-DP 2; the one-rank parameters
 # load into EP 2 (each rank its experts) and gather back bitwise
-for a in ep2:2 ep2dp2:4 tp2ep2:2 ag2:2 ep2dp2z:4; do
+for a in ep2:2 ep2dp2:4 tp2ep2:2 ag2:2 ep2dp2z:4 tp2ep2dp2z:4 tp4ep2dp2z:8; do
   n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" "$n" $STEPS 2 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }

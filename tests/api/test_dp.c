@@ -598,8 +598,11 @@ static int mode_tpload(const char *art, int n, const char *params, const char *t
 
 static int mode_measure(const char *artn, int n, const char *params) {
   static Rank r[MAXR];
+  static char pr[MAXR][600];
   setup(r, n, artn, 1);
-  r[0].params = params;
+  /* rank 0's at params; the others (under TP or EP they gather with rank 0, which writes) beside it */
+  for (int i = 0; i < n; i++)
+    snprintf(pr[i], sizeof pr[i], i ? "%s.rank%d" : "%s", params, i), r[i].params = pr[i];
   run_ranks(r, n);
   for (int i = 0; i < n; i++) {
     CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "rank %d: %s", i, r[i].err);
