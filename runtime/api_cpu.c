@@ -14,6 +14,7 @@ typedef struct {
   int32_t *tok, *tg; /* (num_microbatches, B*T) each: the step's batch, drawn to count its kept targets */
   CpuTp tp;          /* tensor parallelism: the TP ops' group (user: the handle) */
   CpuTp ep;          /* expert parallelism: the EP ops' group (ir/ops/ep.c; user: the handle) */
+  CpuTp amax;        /* every rank: fp8 delayed scaling's amax reduction (ir/ops/fp8.c; user: the handle) */
 } ApiCpu;
 
 static ApiCpu *cpu(stepc_t *s) { return s->impl; }
@@ -26,7 +27,7 @@ static RtCommType comm_type(int f64) { return f64 ? RT_COMM_F64 : RT_COMM_F32; }
 
 static const RtCommGroup *group_of(CpuTp *tp) {
   stepc_t *s = tp->user;
-  return tp == &cpu(s)->ep ? &s->ep_group : &s->tp_group;
+  return tp == &cpu(s)->ep ? &s->ep_group : tp == &cpu(s)->amax ? &s->world_group : &s->tp_group;
 }
 
 static int tp_allreduce(CpuTp *tp, void *buf, int64_t n, int f64, int max) {
@@ -44,7 +45,7 @@ static int tp_reduce_scatter(CpuTp *tp, const void *send, void *recv, int64_t n,
   return rt_comm_group_reduce_scatter(s->comm, group_of(tp), tp->rank, send, recv, (size_t)n, comm_type(f64));
 }
 
-/* A group's CpuTp (ApiCpu.tp or .ep: group_of tells them apart) on this file's callbacks. */
+/* A group's CpuTp (ApiCpu.tp, .ep or .amax: group_of tells them apart) on this file's callbacks. */
 static CpuTp *group_init(CpuTp *g, stepc_t *s, int rank, int size) {
   *g = (CpuTp){.rank = rank,
                .size = size,
@@ -58,10 +59,12 @@ static CpuTp *group_init(CpuTp *g, stepc_t *s, int rank, int size) {
 /* After a point: a TP op's collective that failed fails the step with the communicator's reason. */
 static int tp_check(stepc_t *s, int q) {
   ApiCpu *c = cpu(s);
-  if (!c->tp.failed && !c->ep.failed) return 0;
-  const char *what = c->tp.failed ? "tensor" : "expert";
-  c->tp.failed = c->ep.failed = 0;
-  return api_fail(s, STEPC_ERR_RUNTIME, "%s parallel, rank %d, %s (point %d): %s", what, s->rank,
+  if (!c->tp.failed && !c->ep.failed && !c->amax.failed) return 0;
+  const char *what = c->tp.failed   ? "tensor parallel"
+                     : c->ep.failed ? "expert parallel"
+                                    : "fp8 amax reduction";
+  c->tp.failed = c->ep.failed = c->amax.failed = 0;
+  return api_fail(s, STEPC_ERR_RUNTIME, "%s, rank %d, %s (point %d): %s", what, s->rank,
                   op_name(s->g->op[s->im.point_op[q]].kind), q,
                   s->comm ? rt_comm_error(s->comm) : "no communicator"),
          -1;
@@ -572,7 +575,8 @@ stepc_status api_cpu_open(stepc_t *s) {
   if (!c->x) return STEPC_ERR_RUNTIME;
   /* the collectives reach s->comm when they run: the rendezvous comes after this */
   if (s->tp > 1) cpu_exec_set_tp(ex(s), group_init(&c->tp, s, s->tp_rank, s->tp));
-  if (s->ep > 1) cpu_exec_set_ep(ex(s), group_init(&c->ep, s, s->ep_rank, s->ep)); /* ir/ops/ep.c */
+  if (s->ep > 1) cpu_exec_set_ep(ex(s), group_init(&c->ep, s, s->ep_rank, s->ep));        /* ir/ops/ep.c */
+  if (s->world > 1) cpu_exec_set_amax(ex(s), group_init(&c->amax, s, s->rank, s->world)); /* ir/ops/fp8.c */
   cpu_exec_init_params(ex(s), im->f.seed);
   return STEPC_OK;
 }

@@ -370,13 +370,6 @@ static const ApiBackend CUDA_BACKEND = {"cuda",           cuda_init,    cuda_ste
                                         cuda_point_alone, cuda_measure, cuda_free};
 
 /* The artifact's cubin, read whole. NULL with the message. */
-/* Whether the launch program holds collective records (TP / EP ops: a communicator joins at open). */
-static bool program_collectives(const LaunchProgram *lp) {
-  for (int i = 0; i < lp->f.nrec; i++)
-    if (lp->rec[i].kind == RT_REC_COLL) return true;
-  return false;
-}
-
 static void *read_cubin(stepc_t *s, const char *name) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s", s->dir, name);
@@ -421,7 +414,7 @@ stepc_status api_cuda_open(stepc_t *s) {
                     im->f.cubin[0] ? im->f.cubin : "no cubin", arch);
   if (!im->has_program)
     return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s holds no launch program: rebuild the artifact", s->dir);
-  bool colls = program_collectives(&im->lp);
+  bool colls = api_cuda_program_collectives(&im->lp, -1);
   if (s->world > 1 ||
       colls) { /* several ranks: do they share the GPUs (host-staged collectives) or not (NCCL)? */
     int shared = api_cuda_tp_shared(s, c->d->device_count);

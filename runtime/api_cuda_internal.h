@@ -75,6 +75,9 @@ int api_cuda_run_point(stepc_t *s, int q);
 /* 1: host-staged (the ranks share this host's device_count GPUs, or the variable says host), 0: NCCL,
  * -1: a bad value (the message in s). */
 int api_cuda_tp_shared(stepc_t *s, int device_count);
+/* Whether the launch program holds collective records over group (any group: -1); a communicator
+ * joins at open for them (TP / EP ops, fp8 delayed scaling's amax reduction). */
+bool api_cuda_program_collectives(const LaunchProgram *lp, int group);
 /* Loads NCCL, joins the job (its unique id through the rendezvous) and makes the job's
  * communicator c->nccl (its group table cleared); `what` prefixes a failure. */
 stepc_status api_cuda_nccl_join(stepc_t *s, const char *what);

@@ -20,6 +20,12 @@
 
 #include "runtime/api_cuda_internal.h"
 
+bool api_cuda_program_collectives(const LaunchProgram *lp, int group) {
+  for (int i = 0; i < lp->f.nrec; i++)
+    if (lp->rec[i].kind == RT_REC_COLL && (group < 0 || lp->rec[i].coll.group == group)) return true;
+  return false;
+}
+
 /* STEPC_COLLECTIVES: "host", "nccl", or unset / "auto" (host when the job has more ranks than this
  * host has devices). 1 host, 0 NCCL, -1 a bad value (the message in s). */
 int api_cuda_tp_shared(stepc_t *s, int device_count) {
@@ -33,11 +39,13 @@ int api_cuda_tp_shared(stepc_t *s, int device_count) {
 }
 
 /* The communicator of group g, whose member this rank is: the job's own when g is the whole job,
- * else a split of it (every rank calls this for the same groups in the same order). */
+ * else a split of it (every rank calls this for the same groups in the same order); the amax
+ * group's always a split (its own: rt.h). */
 static stepc_status nccl_group(stepc_t *s, int which, const RtCommGroup *g, int member) {
   ApiCuda *c = cu(s);
   char err[600];
-  if (g->count == s->world) return c->coll_nccl.group[which] = c->nccl, STEPC_OK;
+  if (g->count == s->world && which != RT_COLL_GROUP_AMAX)
+    return c->coll_nccl.group[which] = c->nccl, STEPC_OK;
   if (rt_nccl_split(c->nccl, g->first, member, &c->nccl_split[which], err, sizeof err)) {
     c->nccl_failed = true;
     return api_fail(s, STEPC_ERR_RUNTIME, "collectives: %s", err);
@@ -68,7 +76,8 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   if (shared) {
     if ((st = api_dp_join(s, NULL, NULL)) != STEPC_OK) return st;
     if (rt_coll_host_new(s->comm, &s->tp_group, s->tp_rank, &s->ep_group, s->ep_rank, &c->coll_host, err,
-                         sizeof err))
+                         sizeof err) ||
+        rt_coll_host_add_group(c->coll_host, RT_COLL_GROUP_AMAX, &s->world_group, s->rank, err, sizeof err))
       return api_fail(s, STEPC_ERR_RUNTIME, "tensor parallelism: %s", err);
     c->d->coll = rt_coll_host_ops(c->coll_host);
     return STEPC_OK;
@@ -77,7 +86,9 @@ stepc_status api_cuda_tp_open(stepc_t *s, int shared) {
   if ((st = nccl_group(s, RT_COLL_GROUP_TP, &s->tp_group, s->tp_rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_EP, &s->ep_group, s->ep_rank)) != STEPC_OK ||
       (st = nccl_group(s, RT_COLL_GROUP_DP, &s->dp_group, s->dp_rank)) != STEPC_OK ||
-      (st = nccl_group(s, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep)) != STEPC_OK)
+      (st = nccl_group(s, RT_COLL_GROUP_EDP, &s->edp_group, s->rank / s->ep)) != STEPC_OK ||
+      (api_cuda_program_collectives(&s->im.lp, RT_COLL_GROUP_AMAX) &&
+       (st = nccl_group(s, RT_COLL_GROUP_AMAX, &s->world_group, s->rank)) != STEPC_OK))
     return st;
   c->d->coll = &c->coll_nccl.ops;
   return STEPC_OK;

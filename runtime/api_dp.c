@@ -64,6 +64,7 @@ stepc_status api_dp_check(stepc_t *s) {
   s->ep_group = (RtCommGroup){.first = o->rank - s->ep_rank, .stride = 1, .count = s->ep};
   s->edp_group =
       (RtCommGroup){.first = s->ep_rank, .stride = s->ep, .count = world / s->ep > 0 ? world / s->ep : 1};
+  s->world_group = (RtCommGroup){.first = 0, .stride = 1, .count = world};
   if (o->rank < 0 || o->rank >= world)
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "stepc_open: rank %d of a world of %d (the rank must be in [0, world_size))", o->rank,

@@ -79,11 +79,12 @@ struct stepc {
    * ep, world / ep of them). ep 1: none */
   int ep, ep_rank;
   RtCommGroup ep_group, edp_group;
-  bool join_alone;    /* a rank alone joins a job of one anyway (the launch program holds collectives) */
-  RtComm *comm;       /* the job's host communicator (rendezvous; the CPU device's collectives) */
-  int *bucket_point;  /* per image bucket: the micro program point after which it fires */
-  bool dp_last_micro; /* the micro-batch running now is the step's last: buckets fire */
-  float *dp_buf;      /* the CPU device's staging for one bucket */
+  RtCommGroup world_group; /* every rank: fp8 delayed scaling's amax reduction group */
+  bool join_alone;         /* a rank alone joins a job of one anyway (the launch program holds collectives) */
+  RtComm *comm;            /* the job's host communicator (rendezvous; the CPU device's collectives) */
+  int *bucket_point;       /* per image bucket: the micro program point after which it fires */
+  bool dp_last_micro;      /* the micro-batch running now is the step's last: buckets fire */
+  float *dp_buf;           /* the CPU device's staging for one bucket */
   size_t ndp_buf;
   /* distributed optimizer (ZeRO-1): per tensor, the rank that owns it — a main gradient, its
    * param, master and moments — or -1 (not sharded: activations, the optimizer's scalars) */

@@ -64,11 +64,12 @@ static const char *type_name(int64_t t) {
   return t == RT_COLL_BF16 ? "bf16" : t == RT_COLL_F32 ? "f32" : "?";
 }
 static const char *group_name(int64_t g) {
-  return g == RT_COLL_GROUP_EP    ? "EP"
-         : g == RT_COLL_GROUP_TP  ? "TP"
-         : g == RT_COLL_GROUP_DP  ? "DP"
-         : g == RT_COLL_GROUP_EDP ? "expert-DP"
-                                  : "?";
+  return g == RT_COLL_GROUP_EP     ? "EP"
+         : g == RT_COLL_GROUP_TP   ? "TP"
+         : g == RT_COLL_GROUP_DP   ? "DP"
+         : g == RT_COLL_GROUP_EDP  ? "expert-DP"
+         : g == RT_COLL_GROUP_AMAX ? "amax (every rank)"
+                                   : "?";
 }
 
 /* "all-reduce (sum) of 4099 bf16 over the TP group (2 ranks from rank 0, stride 1; member 1)" */

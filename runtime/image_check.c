@@ -339,9 +339,11 @@ static int check_record(StepImage *im, int i, Why *w) {
   case RT_REC_COLL: {
     const RtColl *c = &r->coll;
     /* a group of one where the program was lowered with train.force_parallel_lowering at size 1 */
-    int size = c->group == RT_COLL_GROUP_EP   ? (im->f.ep_size > 1 ? im->f.ep_size : 1)
-               : c->group == RT_COLL_GROUP_TP ? (im->f.tp_size > 1 ? im->f.tp_size : 1)
-                                              : 0;
+    int tp = im->f.tp_size > 1 ? im->f.tp_size : 1, dp = im->f.dp_size > 1 ? im->f.dp_size : 1;
+    int size = c->group == RT_COLL_GROUP_EP     ? (im->f.ep_size > 1 ? im->f.ep_size : 1)
+               : c->group == RT_COLL_GROUP_TP   ? tp
+               : c->group == RT_COLL_GROUP_AMAX ? tp * dp /* every rank */
+                                                : 0;
     int64_t sb = 0, db = 0;
     if (!in_range(c->op, RT_COLL_OPS) || !in_range(c->dtype, RT_COLL_TYPES) ||
         !in_range(c->group, RT_COLL_GROUPS) || c->count < 1 || c->count > IR_MAX_NUMEL || size < 1)

@@ -127,12 +127,16 @@ typedef enum {
 } RtCollOp;
 enum { RT_COLL_F32 = 0, RT_COLL_BF16 = 1, RT_COLL_TYPES };
 /* the rank's groups: tensor-parallel, expert-parallel, data-parallel (under TP: the ranks of its TP
- * rank; the API layer's gradient buckets), expert-data-parallel (the ranks holding the same experts) */
+ * rank; the API layer's gradient buckets), expert-data-parallel (the ranks holding the same experts),
+ * and the job's ranks as fp8 delayed scaling's amax reduction group (Megatron's TP x DP x CP: every
+ * rank, with no pipeline stages) — over NCCL its own communicator, so that its all-reduces on the
+ * step's stream never share one with the data-parallel buckets on theirs */
 enum {
   RT_COLL_GROUP_TP = 0,
   RT_COLL_GROUP_EP = 1,
   RT_COLL_GROUP_DP = 2,
   RT_COLL_GROUP_EDP = 3,
+  RT_COLL_GROUP_AMAX = 4,
   RT_COLL_GROUPS
 };
 // clang-format off (an X-macro list, one entry a line)

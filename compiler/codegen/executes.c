@@ -114,9 +114,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && !spec_fp8_executes(s), SPEC_F_model_fp8_recipe,
        "an fp8 scaling recipe other than delayed or current scaling (\"delayed\" and \"tensorwise\" run; "
        "mxfp8, blockwise and custom do not)"},
-      {spec_fp8_delayed(s) && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_recipe,
-       "fp8 delayed scaling under data parallelism (the ranks' amax histories are not all-reduced over "
-       "the group yet; fp8_recipe=tensorwise runs)"},
       {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
        "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
        "in bf16)"},

@@ -71,7 +71,10 @@ static void record(FILE *f, const RtRec *r, const RtGenKernels *gen) {
                                                  "reduce_scatter", "all_to_all"};
     const RtColl *c = &r->coll;
     fprintf(f, "  COLL %s %s %s", c->op >= 0 && c->op < RT_COLL_OPS ? opn[c->op] : "?",
-            c->dtype == RT_COLL_BF16 ? "bf16" : "f32", c->group == RT_COLL_GROUP_EP ? "ep" : "tp");
+            c->dtype == RT_COLL_BF16 ? "bf16" : "f32",
+            c->group == RT_COLL_GROUP_EP     ? "ep"
+            : c->group == RT_COLL_GROUP_AMAX ? "amax"
+                                             : "tp");
     RT_COLL_FIELDS(TX_I, TX_P, TX_F)
     fprintf(f, "\n");
     break;
@@ -106,9 +109,9 @@ int program_text_write(const Plan *p, FILE *f) {
       "# program.txt — the launch program of %s, as stepc build stored it in step.img (a listing:\n"
       "# the runtime plays step.img). LAUNCH kernel grid block dynamic-shared-bytes (arguments), GEMM (one\n"
       "# cuBLASLt call), SDPA (one cuDNN fused attention call), MEMSET, COPY, COLL (a collective over\n"
-      "# the rank's TP or EP group; side=1: on the communication stream), FORK / JOIN (that stream\n"
-      "# waits for the step's / the step's waits for it); A+0x.. is an offset in the step's one\n"
-      "# allocation: the plan's buffers, then the launch scratch.\n",
+      "# the rank's TP or EP group, or every rank: amax; side=1: on the communication stream), FORK /\n"
+      "# JOIN (that stream waits for the step's / the step's waits for it); A+0x.. is an offset in the\n"
+      "# step's one allocation: the plan's buffers, then the launch scratch.\n",
       p->spec.recipe_path);
   if (!p->lp_ok) {
     fprintf(f, "# The CUDA backend does not run this step: %s\n", p->lp_why);

@@ -98,16 +98,17 @@ int lb_fp8_delayed_updates(Graph *g, const Spec *s) {
       algo = strcmp(s->model.fp8_amax_compute_algo, "max") == 0 ? FP8_AMAX_MAX : FP8_AMAX_MOST_RECENT;
   int fmt[3] = {FP8_E4M3, bwd, FP8_E4M3};
   Phase ph[3] = {IR_PHASE_BACKWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER};
-  /* Megatron's amax reduction group (TP x DP x CP): the ranks of a TP group hold shards of one tensor
-   * (or, after a sequence-parallel gather, the same one), so their amaxes are maxed over the group
-   * before each update, and every rank's scales are the one-rank step's */
-  int tp_group = s->model.tensor_model_parallel_size > 1 || s->train.force_parallel_lowering;
+  /* Megatron's amax reduction group (TP x DP x CP: every rank, with no pipeline stages): the ranks
+   * of a TP group hold shards of one tensor (or, after a sequence-parallel gather, the same one), the
+   * data-parallel ranks other micro-batches of it, so the amaxes are maxed over every rank before each
+   * update and every rank's scales are alike (under TP the one-rank step's) */
+  int amax_group = s->train.world_size > 1 || s->train.force_parallel_lowering;
   IrTags saved = g->cur;
   int rc = 0;
   for (int k = 0; k < 3 && rc == 0; k++) {
     g->cur = (IrTags){.phase = ph[k], .layer = -1, .fwd = -1};
     snprintf(g->cur.module, sizeof g->cur.module, "fp8_delayed");
-    OpAttrs a = {.i = {fmt[k], algo, s->model.fp8_margin, tp_group}};
+    OpAttrs a = {.i = {fmt[k], algo, s->model.fp8_margin, amax_group}};
     rc = graph_op_into(g, OP_FP8_SCALE_UPDATE, NULL, 0, &st[k], 1, &a) < 0 ? -1 : 0;
   }
   g->cur = saved;

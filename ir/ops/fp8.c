@@ -38,9 +38,9 @@
  *               current amax, the current one becomes 0); amax = the current one (most_recent) or the
  *               max over the rolled window (max, 0 when it did not roll); scale = fp8_max / 2^margin /
  *               amax when amax is finite and > 0, else the previous scale; the fp32 maximum where that
- *               overflows. i[3] = 1: first the current amaxes (row 1) := their maximum over the TP
- *               group (TE's amax reduction over Megatron's amax group), so that every rank's
- *               scales are alike and a shard's are the whole tensor's.
+ *               overflows. i[3] = 1: first the current amaxes (row 1) := their maximum over every
+ *               rank of the job (TE's amax reduction over Megatron's amax group, TP x DP x CP),
+ *               so that every rank's scales are alike and a TP shard's are the whole tensor's.
  *
  * When the delayed state updates (compiler/lower/lower_blocks.c lb_fp8_delayed_updates): the inputs'
  * and output gradients' states at the end of each micro-batch's backward, the weights' once a step
@@ -423,9 +423,9 @@ static void K(scale_update_cpu)(const CpuCtx *c, const Op *op, void *const *in, 
   int64_t n = t->shape[1], len = t->shape[0] - 1;
   float top = fp8_scaled_max((int)op->a.i[0], (int)op->a.i[2]);
   real *st = out[0];
-  CpuTp *tp = c->tp;
-  if (op->a.i[3] == 1 && tp && tp->size > 1 && tp->allreduce(tp, st + n, n, sizeof(real) == 8, 1))
-    tp->failed = 1;
+  CpuTp *grp = c->amax;
+  if (op->a.i[3] == 1 && grp && grp->size > 1 && grp->allreduce(grp, st + n, n, sizeof(real) == 8, 1))
+    grp->failed = 1;
   for (int64_t j = 0; j < n; j++) {
     real *h = st + n + j;
     float last = (float)h[0], amax = 0.0f;

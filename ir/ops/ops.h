@@ -59,6 +59,8 @@ typedef struct CpuCtx {
   CpuTp *tp;
   /* Expert parallelism: this rank's EP group (ir/ops/ep.c; NULL: one rank) */
   CpuTp *ep;
+  /* Every rank of the job: fp8 delayed scaling's amax reduction group (ir/ops/fp8.c; NULL: one rank) */
+  CpuTp *amax;
 } CpuCtx;
 static inline int ops_tp_rank(const CpuCtx *c) { return c->tp ? c->tp->rank : 0; }
 static inline int ops_tp_size(const CpuCtx *c) { return c->tp ? c->tp->size : 1; }

@@ -113,6 +113,7 @@ void cpu_exec_set_loss_den(CpuExec *e, double den) { e->ctx.loss_den = den; }
 
 void cpu_exec_set_tp(CpuExec *e, CpuTp *tp) { e->ctx.tp = tp; }
 void cpu_exec_set_ep(CpuExec *e, CpuTp *ep) { e->ctx.ep = ep; }
+void cpu_exec_set_amax(CpuExec *e, CpuTp *amax) { e->ctx.amax = amax; }
 
 void cpu_exec_run_op(CpuExec *e, int id) { cpu_exec_run_as(e, &e->g->op[id]); }
 

@@ -38,6 +38,8 @@ struct CpuTp;
 void cpu_exec_set_tp(CpuExec *e, struct CpuTp *tp);
 /* Expert parallelism: the group the EP ops run over (ir/ops/ep.c), NULL for none. */
 void cpu_exec_set_ep(CpuExec *e, struct CpuTp *ep);
+/* every rank of the job: fp8 delayed scaling's amax reduction group (NULL: one rank) */
+void cpu_exec_set_amax(CpuExec *e, struct CpuTp *amax);
 /* Runs, in graph order, the ops whose phase bit (IR_PHASE_BIT) is in phase_mask. */
 void cpu_exec_run(CpuExec *e, uint32_t phase_mask);
 void cpu_exec_run_op(CpuExec *e, int op);

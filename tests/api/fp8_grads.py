@@ -1,6 +1,6 @@
 """fp8_grads.py INIT EXACT ONE NAME RUN... — the first step's gradients of fp8 runs under tensor
 parallelism against the one-rank fp8 step, measured against fp8's own quantization error
-(tests/api/tp_fp8.sh).
+(tests/api/fp8_parallel.sh).
 
 Each *.safetensors holds the parameters after one step of AdamW with beta1 = beta2 = 0, eps = 1000,
 lr 1, no weight decay and no clipping: the update is lr g / (|g| + eps), so INIT - AFTER = g / 1000

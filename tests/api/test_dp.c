@@ -516,9 +516,11 @@ static int mode_continue(const char *artn, int n, int steps, const char *ck, con
 /* Each rank's measured memory after one step (tests/api/dp.sh compares it with the plan). */
 static int mode_run(const char *art, int n, int steps, const char *params) {
   static Rank r[MAXR];
+  static char pr[MAXR][600];
   setup(r, n, art, steps);
+  /* rank 0's at params; the others (under TP or EP they gather with rank 0, which writes) beside it */
   for (int i = 0; i < n; i++)
-    r[i].params = params;
+    snprintf(pr[i], sizeof pr[i], i ? "%s.rank%d" : "%s", params, i), r[i].params = pr[i];
   run_ranks(r, n);
   for (int i = 0; i < n; i++)
     CHECK(r[i].open_st == STEPC_OK && r[i].step_st == STEPC_OK, "%s rank %d: %s", art, i, r[i].err);

@@ -108,13 +108,13 @@ static int rt_op_fp8_gemm(RtExec *x, const Op *op) {
 
 /* FP8_SCALE_UPDATE: the state out[0] (1 + len, n) in place, one thread per column (i[0] format,
  * i[1] amax algorithm, i[2] margin: ir/ops/fp8.c), its row of current amaxes first all-reduced (max)
- * over the TP group where i[3] = 1. */
+ * over every rank (the amax group) where i[3] = 1. */
 static int rt_op_fp8_scale_update(RtExec *x, const Op *op) {
   const Tensor *st = rt_t(x, op->out[0]);
   int n = (int)st->shape[1];
   RtColl amax = {.op = RT_COLL_ALLREDUCE_MAX,
                  .dtype = RT_COLL_F32,
-                 .group = RT_COLL_GROUP_TP,
+                 .group = RT_COLL_GROUP_AMAX,
                  .count = n,
                  .src = rt_out(x, op, 0) + (CUdeviceptr)n * 4,
                  .dst = rt_out(x, op, 0) + (CUdeviceptr)n * 4};

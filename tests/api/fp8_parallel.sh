@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tp_fp8.sh STEPC TEST_DP PROGRAM_PLAY — fp8 under tensor parallelism on the CPU device (issues 24, 25):
+# fp8_parallel.sh STEPC TEST_DP PROGRAM_PLAY — fp8 under tensor and data parallelism on the CPU device
+# (issues 24, 25):
 # models/tiny.lua in fp32 weights with fp8 linears (E4M3 forward, E5M2 gradients: "hybrid"), the fp8
 # emulation rounding every cast as the GPU does.
 #
@@ -13,12 +14,19 @@
 # it than fp8's own quantization error is from the fp32 step (tests/api/fp8_grads.py says how and
 # why): TP 2, TP 2 + SP, TP 4 + SP (replicated KV: 2 groups over 4 ranks), TP 2 x DP 2, and
 # delayed scaling at TP 2 + SP. Delayed scaling reduces the current amaxes over the TP group before
-# each update (Megatron's amax reduction group), so after a step every rank's weight scales are the
-# one-rank step's, bitwise, and the gradients nearly the one-rank step's.
+# each update — over every rank of the job, Megatron's amax reduction group (TP x DP) — so after a
+# step every rank's weight scales are the one-rank step's, bitwise, and the gradients nearly the
+# one-rank step's.
+# Delayed scaling under data parallelism: DP 2 (one micro-batch a rank) against one rank with both
+# micro-batches — not the same step: one rank updates its scales between its micro-batches, the DP
+# ranks once over both (the maximum of their amaxes) — so within 1e-2; its weight scales after a step
+# the one-rank step's bitwise; DP 2 with ZeRO-1 = DP 2 bitwise; DP 2 and TP 2 x DP 2 (+ SP) resumed
+# bitwise (a checkpoint holds rank 0's state: ranks whose states drifted apart would not resume
+# bitwise).
 # Then 4 steps of training: losses and grad norms within 1e-2 relative of one rank's, ranks bitwise
 # alike (test_dp run); with fp8 primary weights (fp8_param) the same steps bitwise; resumed from a TP checkpoint = the uninterrupted run bitwise; the bf16
-# programs (fp8 GEMMs, the delayed update's all-reduce (max) over TP) played on a recording device.
-# Still refused: delayed scaling under data parallelism (exit 4, naming model.fp8_recipe).
+# programs (fp8 GEMMs, the delayed update's all-reduce (max) over the amax group) played on a
+# recording device.
 set -uo pipefail
 stepc=$1 t=$2 play=$3
 tmp=$(mktemp -d)
@@ -73,16 +81,23 @@ for a in sp2p:sp2 dsp2p:dsp2; do
   run "${a%:*}" 2 4
   python3 "$here/against_one.py" "$tmp/${a#*:}" "$tmp/${a%:*}" "${a%:*}" 4 0 0 || fail "${a%:*} against ${a#*:}"
 done
-for a in sp2 dsp2 done; do
-  n=2
-  [ $a = done ] && n=1
+# delayed scaling under data parallelism
+build ddp2 $B32 $DL train.world_size=2
+build ddp2z $B32 $DL train.world_size=2 optimizer.use_distributed_optimizer=true
+build dtp2dp2 $B32 $DL model.tensor_model_parallel_size=2 train.world_size=4 $SP
+for a in ddp2:2 ddp2z:2 dtp2dp2:4; do run "${a%:*}" "${a#*:}" 4; done
+python3 "$here/against_one.py" "$tmp/done" "$tmp/ddp2" delayed_dp2 4 1e-2 1e-2 || fail "delayed dp2 against one rank"
+python3 "$here/against_one.py" "$tmp/done" "$tmp/dtp2dp2" delayed_tp2dp2 4 1e-2 1e-2 || fail "delayed tp2 x dp2 against one rank"
+python3 "$here/against_one.py" "$tmp/ddp2" "$tmp/ddp2z" delayed_dp2_zero 4 0 0 || fail "delayed dp2 with ZeRO-1 against dp2"
+for a in sp2:2 dsp2:2 done:1 ddp2:2 ddp2z:2 dtp2dp2:4; do
+  n=${a#*:} a=${a%:*}
   mkdir -p "$tmp/res_$a"
   "$t" resume "$tmp/$a" $n 4 1 "$tmp/res_$a" >"$tmp/res_$a.txt" 2>&1 || { cat "$tmp/res_$a.txt"; fail "$a resumed"; }
   tail -1 "$tmp/res_$a.txt"
 done
 # the checkpoints at step 1: TP's weight scales = the one-rank step's, every rank's state alike
 python3 - "$tmp/res_done/ckpt/optimizer.safetensors" "$tmp/res_dsp2/ckpt/shard.rank0.safetensors" \
-  "$tmp/res_dsp2/ckpt/shard.rank1.safetensors" <<'PY' || fail "delayed scaling's state under TP"
+  "$tmp/res_dsp2/ckpt/shard.rank1.safetensors" "$tmp/res_ddp2/ckpt/optimizer.safetensors" <<'PY' || fail "delayed scaling's state under TP"
 import json, struct, sys
 def state(p, k):
     b = open(p, "rb").read()
@@ -96,21 +111,22 @@ for k in ("fp8_delayed.weights", "fp8_delayed.inputs", "fp8_delayed.grad_outputs
 (shape, w1), (_, w0) = state(one, "fp8_delayed.weights"), state(r0, "fp8_delayed.weights")
 row = 4 * shape[1]
 assert w1[:row] == w0[:row], "the weights' scales differ from the one-rank step's (amax not reduced over TP?)"
-print(f"ok: delayed scaling at TP 2 + SP after a step: {shape[1]} weight scales = the one-rank step's, bitwise; the ranks' states alike")
+(_, wd) = state(sys.argv[4], "fp8_delayed.weights")
+assert w1[:row] == wd[:row], "DP 2's weight scales differ from the one-rank step's"
+print(f"ok: delayed scaling at TP 2 + SP and DP 2 after a step: {shape[1]} weight scales = the one-rank step's, bitwise; the TP ranks' states alike")
 PY
 # ---- the bf16 programs, played
 build cu_sp2 $F8 $TP2 $SP
 build cu_dsp2 $DL $TP2 $SP
-for a in cu_sp2 cu_dsp2; do
+build cu_ddp2 $DL train.world_size=2
+for a in cu_sp2 cu_dsp2 cu_ddp2; do
   "$play" "$tmp/$a" >"$tmp/play_$a.txt" 2>&1 || { cat "$tmp/play_$a.txt"; fail "$a's launch program played"; }
   head -1 "$tmp/play_$a.txt"
   grep -q "LAUNCH fp8_" "$tmp/$a/program.txt" || fail "$a's program runs no fp8 kernel"
 done
-n=$(grep -c "^point .* fp8_scale_update" "$tmp/cu_dsp2/program.txt")
-m=$(grep -A1 "^point .* fp8_scale_update" "$tmp/cu_dsp2/program.txt" | grep -c "COLL allreduce_max f32 tp")
-[ "$n" -gt 0 ] && [ "$n" = "$m" ] || fail "of $n delayed updates, $m reduce their amaxes over TP first"
-# ---- refused: delayed scaling under data parallelism
-"$stepc" build models/tiny.lua $DL train.world_size=2 -o "$tmp/refused" >"$tmp/r.log" 2>&1
-rc=$?
-[ $rc -eq 4 ] && grep -q "model.fp8_recipe" "$tmp/r.log" || { cat "$tmp/r.log"; fail "delayed scaling under DP: exit $rc"; }
-echo "ok: fp8 under tensor parallelism"
+for a in cu_dsp2 cu_ddp2; do
+  n=$(grep -c "^point .* fp8_scale_update" "$tmp/$a/program.txt")
+  m=$(grep -A1 "^point .* fp8_scale_update" "$tmp/$a/program.txt" | grep -c "COLL allreduce_max f32 amax")
+  [ "$n" -gt 0 ] && [ "$n" = "$m" ] || fail "$a: of $n delayed updates, $m reduce their amaxes over every rank first"
+done
+echo "ok: fp8 under tensor and data parallelism"
