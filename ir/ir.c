@@ -67,6 +67,13 @@ bool graph_expert_state(const Graph *g, int t) {
   return false;
 }
 
+bool graph_fp8_master(const Graph *g, int t) {
+  if (t < 0 || t >= g->nt || g->t[t].role != ROLE_PARAM || g->t[t].dtype != DT_F32) return false;
+  for (int u = 0; u < g->nt; u++)
+    if (g->t[u].role == ROLE_PARAM_FP8 && g->t[u].of == t) return true;
+  return false;
+}
+
 void tensor_tp_full_shape(const Tensor *t, int64_t full[IR_MAX_DIMS]) {
   for (int d = 0; d < IR_MAX_DIMS; d++)
     full[d] = t->shape[d];

@@ -328,6 +328,9 @@ int64_t tensor_numel(const Tensor *t);
 /* Whether tensor t is, or belongs to (Tensor.of: a gradient, master, moment), an expert-parallel shard
  * (Tensor.tp_ep): expert parallelism's state, owned within the expert-data-parallel group. */
 bool graph_expert_state(const Graph *g, int t);
+/* Whether param t is an fp8 primary weight's fp32 param (model.fp8_param): its master, the source of
+ * the ROLE_PARAM_FP8 copies the step reads (under the distributed optimizer sharded like a master). */
+bool graph_fp8_master(const Graph *g, int t);
 /* A tensor-parallel shard (Tensor.tp_nseg > 0) held by TP rank `rank`: the one-rank tensor's shape
  * into full[], and the flat index in it of the shard's flat element j. Whole tensors: their own
  * shape, j itself. */

@@ -192,12 +192,17 @@ static stepc_status open_backend(stepc_t *s) {
 }
 
 stepc_status api_fp8_param_casts(stepc_t *s) {
+  bool any = false;
   for (int q = s->im.micro_points; q < s->im.npoints; q++) {
     const Op *op = &s->g->op[s->im.point_op[q]];
-    if (op->kind == OP_FP8_QUANT && s->g->t[op->out[0]].role == ROLE_PARAM_FP8 && s->be->point(s, q) != 0)
-      return STEPC_ERR_RUNTIME;
+    if (op->kind != OP_FP8_QUANT || s->g->t[op->out[0]].role != ROLE_PARAM_FP8) continue;
+    any = true;
+    if (!api_dp_absent(s, op->in[0]) && s->be->point(s, q) != 0) return STEPC_ERR_RUNTIME;
   }
-  return STEPC_OK;
+  /* ZeRO-1: a master another rank holds is cast there; its fp8 weight comes from that rank */
+  if (!any || !s->owner || !s->comm) return STEPC_OK;
+  int rc = strcmp(s->be->name, "cpu") == 0 ? api_cpu_zero_gather(s) : api_cuda_zero_gather(s);
+  return rc != 0 ? STEPC_ERR_RUNTIME : STEPC_OK;
 }
 
 static stepc_t *handle_new(const stepc_options *opt, const char *dir) {
@@ -351,7 +356,8 @@ stepc_status stepc_get_measure(stepc_t *s, stepc_measure *m) {
   m->last_step_ms = s->last.ms;
   const Graph *ng = s->im.g; /* nominal dtypes */
   for (int t = 0; t < ng->nt; t++)
-    if ((ng->t[t].role == ROLE_MASTER || (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) &&
+    if ((ng->t[t].role == ROLE_MASTER || graph_fp8_master(ng, t) ||
+         (ng->t[t].role == ROLE_OPTIM && ng->t[t].of >= 0)) &&
         !api_dp_not_mine(s, t))
       m->optimizer_state_bytes += ng->t[t].bytes;
   return STEPC_OK;

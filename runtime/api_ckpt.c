@@ -48,10 +48,20 @@ static float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-/* shard: of the optimizer state, this rank's part only (ZeRO-1: api_dp_not_mine); every param */
+/* shard: of the optimizer state, this rank's part only (ZeRO-1: api_dp_not_mine); every param but
+ * a sharded fp8 primary weight's fp32 master that another rank holds (api_dp_absent) */
 static bool wanted(const stepc_t *s, unsigned roles, bool shard, int i) {
   unsigned bit = ROLE_BIT(s->g->t[i].role);
-  return (roles & bit) && !(shard && (bit & OPTIMIZER) && api_dp_not_mine(s, i));
+  return (roles & bit) && !(shard && api_dp_not_mine(s, i) && ((bit & OPTIMIZER) || api_dp_absent(s, i)));
+}
+
+/* ZeRO-1 with fp8 primary weights: the fp32 masters, which are the params of the fp8 linears, lie
+ * in the optimizer-state region, each on its owner only, so model.safetensors is gathered (every
+ * rank takes part; save_params_gathered) instead of written from rank 0's copy. */
+static bool params_sharded(const stepc_t *s) {
+  for (int i = 0; s->owner && s->comm && i < s->g->nt; i++)
+    if (s->g->t[i].role == ROLE_PARAM && s->g->t[i].buffer == 1) return true;
+  return false;
 }
 
 /* Tensor or expert parallelism: each rank holds its own shard of the state (Tensor.tp_nseg), so a
@@ -203,7 +213,7 @@ static stepc_status load_roles(stepc_t *s, const char *path, unsigned roles, boo
       }
       src = nom;
     }
-    if (s->be->write(s, i, src) != 0) st = STEPC_ERR_RUNTIME;
+    if (!api_dp_absent(s, i) && s->be->write(s, i, src) != 0) st = STEPC_ERR_RUNTIME; /* else its owner's */
     int m = exact && src == nom && t->dtype == DT_BF16 ? master_of(s, i) : -1;
     if (st == STEPC_OK && m >= 0) {
       exact[i] = 1;
@@ -226,10 +236,14 @@ static int file_sum(const char *path, int follow, uint64_t *h, uint64_t *bytes) 
  * (every rank of the job takes part, tensor by tensor) and rank 0 puts each rank's elements at
  * their places in the one-rank tensor (tensor_tp_full_index) and writes the file, which a one-rank
  * artifact of the recipe loads. Rank 0's status reaches every rank. Expert parallelism likewise:
- * an expert weight's shard (Tensor.tp_ep) is gathered over the EP group. */
-static stepc_status save_params_tp(stepc_t *s, const char *path) {
+ * an expert weight's shard (Tensor.tp_ep) is gathered over the EP group. A param only its
+ * data-parallel owner holds (params_sharded) comes from it first, over the data-parallel group;
+ * every: each rank writes the file at its path (stepc_save_params without TP / EP, as under plain
+ * data parallelism), else rank 0 alone. */
+static stepc_status save_params_gathered(stepc_t *s, const char *path, bool every) {
   const Graph *g = s->g;
   int n = 0, most = s->tp > s->ep ? s->tp : s->ep;
+  if (s->dp > most) most = s->dp;
   int64_t maxn = 1;
   for (int i = 0; i < g->nt; i++)
     if (g->t[i].role == ROLE_PARAM) n++, maxn = tensor_numel(&g->t[i]) > maxn ? tensor_numel(&g->t[i]) : maxn;
@@ -257,7 +271,7 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
   snprintf(step, sizeof step, "%lld", (long long)s->step);
   const char *meta[] = {"format", "stepc", "content", "params", "step", step, "step_fingerprint", fp};
   StWriter w;
-  bool lead = s->rank == 0, open = false;
+  bool lead = every || s->rank == 0, open = false;
   if (st == STEPC_OK && lead) {
     if (st_write_begin(&w, path, e, n, meta, 4, err, sizeof err) != 0)
       st = api_fail(s, STEPC_ERR_IO, "%s", err);
@@ -269,7 +283,18 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
     const Tensor *t = &g->t[ids[j]];
     int64_t m = tensor_numel(t);
     size_t es = dtype_size(t->dtype);
-    if (s->be->read(s, ids[j], mine) != 0) memset(mine, 0, (size_t)m * es), st = STEPC_ERR_RUNTIME;
+    if (api_dp_absent(s, ids[j]))
+      memset(mine, 0, (size_t)m * es);
+    else if (s->be->read(s, ids[j], mine) != 0)
+      memset(mine, 0, (size_t)m * es), st = STEPC_ERR_RUNTIME;
+    if (t->buffer == 1 && s->owner && s->comm) {
+      if (rt_comm_group_all_gather(s->comm, &s->dp_group, mine, all, (size_t)m * es) != 0) {
+        st = api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gathering %s: %s", t->name,
+                      rt_comm_error(s->comm));
+        break;
+      }
+      memcpy(mine, all + (size_t)s->owner[ids[j]] * (size_t)m * es, (size_t)m * es);
+    }
     const unsigned char *src = mine;
     if (t->tp_nseg > 0) {
       int size = t->tp_ep ? s->ep : s->tp;
@@ -305,7 +330,7 @@ static stepc_status save_params_tp(stepc_t *s, const char *path) {
 stepc_status stepc_save_params(stepc_t *s, const char *path) {
   if (!s || !s->be || !path)
     return s ? api_fail(s, STEPC_ERR_ARGUMENT, "stepc_save_params: path is NULL") : STEPC_ERR_ARGUMENT;
-  if (s->tp > 1 || s->ep > 1) return save_params_tp(s, path);
+  if (s->tp > 1 || s->ep > 1 || params_sharded(s)) return save_params_gathered(s, path, !layout_shards(s));
   return save_roles(s, path, PARAMS, false, "params");
 }
 
@@ -536,10 +561,14 @@ stepc_status stepc_save_checkpoint(stepc_t *s, const char *dir) {
   if (layout_shards(s)) { /* every rank gathers (a collective), rank 0 writes; then each its shard */
     char path[1200];
     join(path, sizeof path, stage, "model.safetensors");
-    st = save_params_tp(s, path);
+    st = save_params_gathered(s, path, false);
     optimizer_file(s, stage, path, sizeof path);
     /* with ZeRO-1 under TP / EP: the rank's params and its data-parallel shard of the optimizer state */
     if (st == STEPC_OK) st = save_roles(s, path, PARAMS | OPTIMIZER, s->owner && s->world > 1, "shard");
+  } else if (params_sharded(s)) { /* every rank gathers the masters it does not hold, rank 0 writes */
+    char path[1200];
+    join(path, sizeof path, stage, "model.safetensors");
+    st = save_params_gathered(s, path, false);
   } else if (lead)
     st = save_all(s, stage);
   if (st == STEPC_OK && s->owner && s->world > 1 &&

@@ -237,9 +237,9 @@ static int cpu_zero_share_sumsq(stepc_t *s, int unused) {
   return 0;
 }
 
-/* Param t from its owner within group grp (size N), through a group all-gather whose owner's block is
+/* Tensor t from rank `from` of group grp (size N), through a group all-gather whose sender's block is
  * kept. */
-static int group_broadcast(stepc_t *s, int t, const RtCommGroup *grp, int N) {
+static int group_broadcast(stepc_t *s, int t, int from, const RtCommGroup *grp, int N) {
   size_t n = (size_t)tensor_numel(&s->g->t[t]), need = n * (size_t)N + 1;
   if (need > s->ndp_buf) {
     float *p = realloc(s->dp_buf, need * sizeof *p);
@@ -248,24 +248,47 @@ static int group_broadcast(stepc_t *s, int t, const RtCommGroup *grp, int N) {
   }
   float *w = cpu_exec_ptr(ex(s), t);
   if (rt_comm_group_all_gather(s->comm, grp, w, s->dp_buf, n * sizeof(float)) != 0) return -1;
-  memcpy(w, s->dp_buf + (size_t)s->owner[t] * n, n * sizeof(float));
+  memcpy(w, s->dp_buf + (size_t)from * n, n * sizeof(float));
   return 0;
 }
 
-/* After the tail: each param from its owner (the all-gather of the updated weights). */
+/* An fp8 primary weight's transpose (FP8_QUANT's second output), which each rank makes from the
+ * gathered fp8 data (first output) as Transformer Engine does after fp8_param_gather: the CPU keeps
+ * fp8 values in fp32 words, so the transpose is the cast's own bit for bit. */
+static bool fp8_transpose(const Graph *g, int t, int *data) {
+  for (int o = 0; g->t[t].role == ROLE_PARAM_FP8 && o < g->nop; o++)
+    if (g->op[o].kind == OP_FP8_QUANT && g->op[o].nout > 1 && g->op[o].out[1] == t)
+      return *data = g->op[o].out[0], true;
+  return false;
+}
+
+/* After the tail: each param from its owner (the all-gather of the updated weights); with
+ * model.fp8_param the fp8 data and scale_inv of each sharded master from the rank that cast it (1
+ * element of fp8 a weight element instead of a param's), then the transposes made here. */
 static int cpu_zero_gather(stepc_t *s, int unused) {
   (void)unused;
   const Graph *g = s->g;
+  int data;
   for (int t = 0; t < g->nt; t++) {
-    if (g->t[t].role != ROLE_PARAM || s->owner[t] < 0) continue;
+    int from = api_dp_param_source(s, t);
+    if (from < 0 || fp8_transpose(g, t, &data)) continue;
     int N, me;
     const RtCommGroup *grp = zero_group(s, graph_expert_state(g, t), &N, &me);
-    if ((grp ? group_broadcast(s, t, grp, N)
+    if ((grp ? group_broadcast(s, t, from, grp, N)
              : rt_comm_broadcast(s->comm, cpu_exec_ptr(ex(s), t),
-                                 (size_t)tensor_numel(&g->t[t]) * sizeof(float), s->owner[t])) != 0)
+                                 (size_t)tensor_numel(&g->t[t]) * sizeof(float), from)) != 0)
       return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s",
                       s->comm ? rt_comm_error(s->comm) : "out of memory"),
              -1;
+  }
+  for (int t = 0; t < g->nt; t++) {
+    if (api_dp_param_source(s, t) < 0 || !fp8_transpose(g, t, &data)) continue;
+    const float *q = cpu_exec_ptr(ex(s), data);
+    float *qt = cpu_exec_ptr(ex(s), t);
+    int64_t rows = g->t[data].shape[0], cols = g->t[data].shape[1];
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++)
+        qt[j * rows + i] = q[i * cols + j];
   }
   return 0;
 }
@@ -297,7 +320,9 @@ static int cpu_zero_point(stepc_t *s, int q) {
     acc[0] += (float)s->zero_sumsq[op->in[0]];
     return 1;
   }
-  return op->kind == OP_ADAMW && api_dp_not_mine(s, op->in[0]); /* the owner updates it */
+  /* the owner updates it; with model.fp8_param the owner of a master casts it (cpu_zero_gather) */
+  return (op->kind == OP_ADAMW && api_dp_not_mine(s, op->in[0])) ||
+         (op->kind == OP_FP8_QUANT && api_dp_absent(s, op->in[0]));
 }
 
 /* One program point, then the buckets that fire after it (last micro-batch, data parallel). */

@@ -73,10 +73,13 @@ static int coll_reduce(stepc_t *s, int t, char *err, size_t nerr) {
                                 s->owner[t], c->comm.s, err, nerr);
 }
 
+/* a param from its owner; with model.fp8_param an fp8 weight (1 byte an element: its data and its
+ * transpose, which the step's end has no launch to make here; and its scale_inv) from the rank that
+ * cast its master */
 static int coll_broadcast(stepc_t *s, int t, char *err, size_t nerr) {
   ApiCuda *c = cu(s);
-  return rt_nccl_broadcast(dp_comm(s), rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes, s->owner[t],
-                           c->comm.s, err, nerr);
+  return rt_nccl_broadcast(dp_comm(s), rt_player_tensor(c->x, t), (size_t)s->g->t[t].bytes,
+                           api_dp_param_source(s, t), c->comm.s, err, nerr);
 }
 
 /* The collectives of tensors t[0..n) on the communication stream, forked from the step's stream
@@ -216,11 +219,19 @@ int api_cuda_dp_end(stepc_t *s, CudaProf *pf) {
   if (!p) return api_fail(s, STEPC_ERR_NOMEM, "out of memory"), -1;
   int n = 0;
   for (int t = 0; t < g->nt; t++)
-    if (g->t[t].role == ROLE_PARAM && s->owner[t] >= 0) p[n++] = t;
+    if (api_dp_param_source(s, t) >= 0) p[n++] = t;
   int rc =
       collectives(s, p, n, coll_broadcast, STEPC_SPAN_PARAMS, -1, "parameter all-gather", pf) || join_comm(s);
   free(p);
   return rc ? -1 : 0;
+}
+
+int api_cuda_zero_gather(stepc_t *s) {
+  if (strcmp(s->be->name, "cuda") != 0)
+    return api_fail(s, STEPC_ERR_UNSUPPORTED, "the cuda all-gather of parameters on the %s device",
+                    s->be->name),
+           -1;
+  return api_cuda_dp_end(s, NULL) || (rt_sync(cu(s)->d) ? api_cuda_fail(s) : 0) ? -1 : 0;
 }
 
 static int nccl_abort(RtNccl *n, char *err, size_t nerr) {
@@ -292,6 +303,14 @@ static stepc_status zero_setup(stepc_t *s) {
       c->skip_point[q] = alone;
     }
     if (op->kind == OP_ADAMW && !ka[op->in[0]]) c->skip_point[q] = alone;
+    if (op->kind == OP_FP8_QUANT && api_dp_absent(s, op->in[0])) { /* model.fp8_param: the owner casts */
+      if (!alone)
+        st = api_fail(s, STEPC_ERR_UNSUPPORTED,
+                      "the distributed optimizer on cuda: the cast of fp8 primary weight %s launches with "
+                      "other ops",
+                      g->t[op->in[0]].name);
+      c->skip_point[q] = 1;
+    }
   }
   free(ks), free(ka);
   if (st != STEPC_OK) return st;

@@ -51,6 +51,16 @@ bool api_dp_not_mine(const stepc_t *s, int t) {
   return s->owner[t] != (graph_expert_state(s->im.g, t) ? s->rank / s->ep : s->dp_rank);
 }
 
+bool api_dp_absent(const stepc_t *s, int t) { return s->g->t[t].buffer == 1 && api_dp_not_mine(s, t); }
+
+int api_dp_param_source(const stepc_t *s, int t) {
+  const Tensor *x = &s->g->t[t];
+  if (!s->owner) return -1;
+  if (x->role == ROLE_PARAM) return x->buffer == 1 ? -1 : s->owner[t];
+  if (x->role == ROLE_PARAM_FP8 && x->of >= 0 && s->g->t[x->of].buffer == 1) return s->owner[x->of];
+  return -1;
+}
+
 stepc_status api_dp_check(stepc_t *s) {
   const stepc_options *o = &s->opt;
   int world = o->world_size > 1 ? o->world_size : 1;

@@ -146,8 +146,20 @@ int api_dp_loss(stepc_t *s, double local_sum, double *mean);
 stepc_status api_dp_agree_load(stepc_t *s, stepc_status st, const char *what, long long step, uint64_t fp);
 /* 1 when tensor t's optimizer state lives on another rank (ZeRO-1): not saved or loaded here. */
 bool api_dp_not_mine(const stepc_t *s, int t);
-/* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load). */
+/* 1 when tensor t lies in the optimizer-state region and another rank holds it (ZeRO-1: a master,
+ * a moment, or with model.fp8_param an fp8 primary weight's fp32 param): it has no bytes here, and
+ * nothing here reads or writes it. */
+bool api_dp_absent(const stepc_t *s, int t);
+/* ZeRO-1: the data-parallel rank whose values tensor t takes after the optimizer, or -1 (computed
+ * here, or no param): a param its owner's AdamW updated and, with model.fp8_param, the fp8 copies
+ * (data, transpose, scale_inv) of a sharded master, which only the master's owner casts (the master
+ * itself stays with its owner: -1). The same on every rank. */
+int api_dp_param_source(const stepc_t *s, int t);
+/* ZeRO-1 on the cpu device: every sharded param := its owner's (after a checkpoint load), and with
+ * model.fp8_param every fp8 weight its master's owner cast. */
 int api_cpu_zero_gather(stepc_t *s);
+/* The same on cuda (api_cuda_dp.c: the step's parameter all-gather, run alone). */
+int api_cuda_zero_gather(stepc_t *s);
 
 /* The running step's loss denominator (ir/ops/loss.c) from this rank's kept targets: their sum
  * over the ranks / (num_microbatches * ranks). Every rank calls it before its step runs anything.

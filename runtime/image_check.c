@@ -169,9 +169,11 @@ static int check_tensor(const StepImage *im, int i, Why *w) {
   if (!opt_index(im->owner[i], owners))
     return bad(w, "tensor %d (%s): owner %d is not a rank of %lld", i, t->name, im->owner[i],
                (long long)owners);
-  /* the region (buffer 1) holds a distributed-optimizer step's masters and Adam moments only */
-  if (t->buffer == 1 && (!im->f.dist_opt || g->nbuffers != 2 ||
-                         !(t->role == ROLE_MASTER || (t->role == ROLE_OPTIM && t->of >= 0))))
+  /* the region (buffer 1) holds a distributed-optimizer step's masters (an fp8 primary weight's
+   * fp32 param among them) and Adam moments only */
+  if (t->buffer == 1 &&
+      (!im->f.dist_opt || g->nbuffers != 2 ||
+       !(t->role == ROLE_MASTER || graph_fp8_master(g, i) || (t->role == ROLE_OPTIM && t->of >= 0))))
     return bad(w,
                "tensor %d (%s): only a distributed optimizer's masters and moments lie in the "
                "optimizer-state region",

@@ -1,7 +1,7 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
  * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears, under tensor
- * parallelism too: ir/ops/fp8.c, and with fp8 primary weights, model.fp8_param, but not with the
- * distributed optimizer under data parallelism: compiler/lower/lower_blocks.h lb_fp8_param_casts). A
+ * parallelism too: ir/ops/fp8.c, and with fp8 primary weights, model.fp8_param, with the distributed
+ * optimizer too: compiler/lower/lower_blocks.h lb_fp8_param_casts). A
  * build of such a recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an
  * artifact that trained a different step than the recipe asks for (bf16 under fp8, one full replica
  * under expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and `trace` still
@@ -117,10 +117,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
        "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
        "in bf16)"},
-      {m->fp8_param && o->use_distributed_optimizer && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_param,
-       "fp8 primary weights with the distributed optimizer under data parallelism (each rank would have to "
-       "cast its shard of the masters and all-gather the fp8 weights; without "
-       "optimizer.use_distributed_optimizer it runs)"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,
        "low-precision main gradients, master weights or moments (the step keeps them in fp32)"},

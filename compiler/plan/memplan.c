@@ -47,15 +47,16 @@ int memplan_role(const Graph *g, const ScopeResult *sr, int t) {
   /* model.fp8_param: the fp8 primary weights (data, transpose, scale_inv) are the step's weights, and
    * the fp32 param they are cast from is its master weight, as in Megatron's job */
   if (x->role == ROLE_PARAM_FP8) return ROLE_PARAM;
-  for (int u = 0; x->role == ROLE_PARAM && x->dtype == DT_F32 && u < g->nt; u++)
-    if (g->t[u].role == ROLE_PARAM_FP8 && g->t[u].of == t) return ROLE_MASTER;
-  return (int)x->role;
+  return graph_fp8_master(g, t) ? ROLE_MASTER : (int)x->role;
 }
 
-/* A master or Adam moment of a distributed-optimizer step: its bytes live in the region. */
+/* A master or Adam moment of a distributed-optimizer step: its bytes live in the region. With fp8
+ * primary weights (model.fp8_param) an fp8 linear's fp32 param is its master (memplan_role) and is
+ * sharded like one: only its owner holds it, updates it and casts it; the fp8 copies every rank
+ * reads are gathered from the owner after the step (runtime: api_dp_absent). */
 static bool in_region(const Graph *g, const Schedule *sc, int t) {
   const Tensor *x = &g->t[t];
-  return sc->owner && (x->role == ROLE_MASTER || (x->role == ROLE_OPTIM && x->of >= 0));
+  return sc->owner && (memplan_role(g, NULL, t) == ROLE_MASTER || (x->role == ROLE_OPTIM && x->of >= 0));
 }
 
 static bool pinned(const Graph *g, const ScopeResult *sr, int t) {
@@ -175,7 +176,7 @@ static int place_region(const Graph *g, const Schedule *sc, MemPlan *mp) {
 static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
   int64_t b = 0;
   for (int t = 0; mp->region && t < g->nt; t++)
-    if (mp->buffer[t] && (int)g->t[t].role == r && rank_holds(g, mp, t, mp->region_rank))
+    if (mp->buffer[t] && memplan_role(g, NULL, t) == r && rank_holds(g, mp, t, mp->region_rank))
       b += align_up(mp->size[t], MEMPLAN_REGION_ALIGN);
   return b;
 }

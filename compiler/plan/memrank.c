@@ -859,6 +859,9 @@ int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Sched
       int role = memplan_role(g, sr, t);
       if (x->role == ROLE_PARAM) /* an fp8 primary weight's fp32 param too, planned as its master */
         r->params += (int64_t)((double)tensor_numel(x) / shard(&L, tps, t));
+      /* ... and sharded as one over the data-parallel ranks by the distributed optimizer (Megatron's
+       * fp8_param_gather: each rank its shard of the fp32 master, the fp8 weights gathered) */
+      if (x->role == ROLE_PARAM && role == ROLE_MASTER && L.s->optimizer.use_distributed_optimizer) b /= L.dp;
       if (role ==
           ROLE_PARAM) /* an fp8 linear's bf16 param in the modelled step (not a step's own fp8 copy) */
         r->weights += fp8 && f8w[t] && x->role == ROLE_PARAM ? fp8_weight_bytes(&L, b) : b;

@@ -27,8 +27,8 @@ CpuExec *cpu_exec_new(const Graph *g, CpuPrecision prec, int nthreads, char *err
   for (int i = 0; i < g->nt; i++) {
     const Tensor *t = &g->t[i];
     size_t es = dtype_is_float(t->dtype) ? fb : dtype_size(t->dtype);
-    /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
-    bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
+    /* 0 bytes: another rank's master or moment (the distributed optimizer's region): not held here */
+    bool away = t->bytes == 0 && t->buffer == 1;
     if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != tensor_numel(t) * (int64_t)es && !away) ||
         t->offset < 0 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
       snprintf(

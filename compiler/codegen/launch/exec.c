@@ -378,8 +378,8 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsuppo
     const Tensor *t = &g->t[i];
     /* a weight gradient sunk into its main gradient has no bytes (memplan.c): nothing writes it */
     int64_t want = fz->sink[i] >= 0 ? 0 : tensor_numel(t) * (int64_t)dtype_size(t->dtype);
-    /* 0 bytes: another rank's master or moment (the distributed optimizer): not held here */
-    bool away = t->bytes == 0 && (t->role == ROLE_MASTER || t->role == ROLE_OPTIM);
+    /* 0 bytes: another rank's master or moment (the distributed optimizer's region): not held here */
+    bool away = t->bytes == 0 && t->buffer == 1;
     if (t->buffer < 0 || t->buffer >= g->nbuffers || (t->bytes != want && !away) || t->offset < 0 ||
         t->offset % 16 || t->offset + t->bytes > g->buffer_bytes[t->buffer]) {
       rt_fail(d,
