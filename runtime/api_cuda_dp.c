@@ -29,7 +29,10 @@
  *  - AdamW: the same masking, so each rank updates only its tensors, every element by the same
  *    arithmetic; the hyper-parameter launch a masked op would have made is kept;
  *  - the updated parameters all-gathered per bucket and kind through the staging (each rank's own
- *    copied into its block, the others' copied out of theirs). */
+ *    copied into its block, the others' copied out of theirs).
+ * The staging is a slot of the memory plan's arena (ImgFacts.zero_stage_at / zero_stage_bytes, sized by
+ * zc_staging_bytes at build, live after the first bucket's fire point to the step's end): nothing is
+ * allocated outside the plan; an image planning less than this rank's zc_plan needs is refused at open. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,7 +252,7 @@ int api_cuda_nccl_watch(void *ctx) {
 
 /* ---- open ---- */
 
-/* ZeRO-1: this rank's plan (runtime/zero_coll.h), its multi-tensor rows masked, the staging. */
+/* ZeRO-1: this rank's plan (runtime/zero_coll.h), its multi-tensor rows masked, the planned staging. */
 static stepc_status zero_setup(stepc_t *s) {
   ApiCuda *c = cu(s);
   const LaunchProgram *lp = rt_player_program(c->x);
@@ -272,9 +275,15 @@ static stepc_status zero_setup(stepc_t *s) {
   char err[400];
   if (zc_plan(&r, &c->zc, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
   c->zpending = -1;
-  if (rt_player_keep_rows(c->x, c->zc.keep_sumsq, c->zc.keep_adamw) ||
-      (c->zc.staging_bytes > 0 &&
-       rt_alloc(c->d, &c->zstage, (size_t)c->zc.staging_bytes, "the distributed optimizer's staging")))
+  /* the staging is the memory plan's (an arena slot, compiler/plan/memplan.c), never allocated here */
+  if (c->zc.staging_bytes > s->im.f.zero_stage_bytes)
+    return api_fail(
+        s, STEPC_ERR_IO,
+        "%s: the distributed optimizer's staging needs %lld bytes on rank %d, the image plans %lld: "
+        "rebuild the artifact",
+        s->dir, (long long)c->zc.staging_bytes, s->rank, (long long)s->im.f.zero_stage_bytes);
+  c->zstage = rt_player_base(c->x) + (CUdeviceptr)s->im.f.zero_stage_at;
+  if (rt_player_keep_rows(c->x, c->zc.keep_sumsq, c->zc.keep_adamw))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   return STEPC_OK;
 }
@@ -368,7 +377,6 @@ void api_cuda_dp_free(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (c->comm_ok) rt_side_free(c->d, &c->comm);
   rt_nccl_free(c->nccl, c->nccl_failed);
-  if (c->zstage) rt_free(c->d, c->zstage, (size_t)c->zc.staging_bytes);
   zc_free(&c->zc);
   free(c->fire_point);
   c->nccl = NULL, c->comm_ok = false, c->fire_point = NULL, c->zstage = 0;

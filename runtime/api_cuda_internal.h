@@ -52,7 +52,7 @@ typedef struct {
   /* ZeRO-1 (runtime/zero_coll.h) */
   bool zero;
   ZcPlan zc;          /* this rank's collectives, masks and skipped points */
-  CUdeviceptr zstage; /* the staging the parts pack into (zc.staging_bytes) */
+  CUdeviceptr zstage; /* the staging the parts pack into: the plan's arena slot (ImgFacts.zero_stage_at) */
   int zpending;       /* the bucket whose reduce-scatter is in flight (unpacked later), -1 none */
   /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
   RtCollHost *coll_host; /* host-staged */

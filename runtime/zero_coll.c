@@ -13,6 +13,8 @@ static void kind_group(const ZcRank *r, int expert, int *group, int *n, int *me)
 
 static int expert_of(const ZcRank *r, int t) { return r->ep > 1 && graph_expert_state(r->g, t); }
 
+static int64_t tbytes(const ZcRank *r, int t) { return r->bytes ? r->bytes[t] : r->g->t[t].bytes; }
+
 static int grow(void **p, int *cap, int n, size_t size) {
   if (n < *cap) return 0;
   int c = *cap ? 2 * *cap : 64;
@@ -51,7 +53,7 @@ static int add_part(Build *b, const ZcRank *r, int k, int expert, int params, in
     int64_t m = 0;
     for (int i = 0; i < bk->ngrads; i++)
       if (r->owner[gr[i]] == o && expert_of(r, gr[i]) == expert)
-        m += r->g->t[moved(r, gr[i], params)].bytes / unit;
+        m += tbytes(r, moved(r, gr[i], params)) / unit;
     seg = m > seg ? m : seg, any += m;
   }
   if (any == 0) return 0; /* the same on every rank: one graph */
@@ -81,10 +83,10 @@ static int add_part(Build *b, const ZcRank *r, int k, int expert, int params, in
       for (int i = 0; i < bk->ngrads; i++) {
         int t = moved(r, gr[i], params);
         if (r->owner[gr[i]] != o || expert_of(r, gr[i]) != expert) continue;
-        if (r->g->t[t].bytes % unit) return -2;
+        if (tbytes(r, t) % unit) return -2;
         bool in = pass == 0 ? !params || o == me : params ? o != me : o == me;
-        if (in && add_piece(b, t, at, r->g->t[t].bytes)) return -1;
-        at += r->g->t[t].bytes;
+        if (in && add_piece(b, t, at, tbytes(r, t))) return -1;
+        at += tbytes(r, t);
       }
     }
   }
@@ -185,6 +187,46 @@ static int norm_plan(Build *b, const ZcRank *r, char *err, size_t nerr) {
   return 0;
 }
 
+/* The buckets' parts and the params': p->part, p->piece, p->bucket_part (allocated by the caller) and
+ * p->staging_bytes. 0, -1 out of memory, -2 a parameter of an odd number of bytes. */
+static int plan_parts(Build *b, const ZcRank *r) {
+  ZcPlan *p = b->p;
+  int rc = 0;
+  /* a bucket's parts side by side (both in flight together), the params' one at a time */
+  for (int k = 0; k < r->nbucket && rc == 0; k++) {
+    p->bucket_part[k] = p->npart;
+    int64_t base = 0;
+    for (int e = 0; e < (r->ep > 1 ? 2 : 1) && rc == 0; e++)
+      rc = add_part(b, r, k, e, 0, &base);
+  }
+  p->bucket_part[r->nbucket] = p->params_first = p->npart;
+  for (int k = 0; k < r->nbucket && rc == 0; k++)
+    for (int e = 0; e < (r->ep > 1 ? 2 : 1) && rc == 0; e++) {
+      int64_t base = 0;
+      rc = add_part(b, r, k, e, 1, &base);
+    }
+  return rc;
+}
+
+static int parts_fail(int rc, char *err, size_t nerr) {
+  if (rc == -2)
+    return snprintf(err, nerr, "the distributed optimizer on cuda: a parameter of an odd number of bytes"),
+           -1;
+  return snprintf(err, nerr, "out of memory"), -1;
+}
+
+int64_t zc_staging_bytes(const ZcRank *r, char *err, size_t nerr) {
+  ZcPlan p;
+  memset(&p, 0, sizeof p);
+  Build b = {.p = &p};
+  if (!(p.bucket_part = malloc(((size_t)r->nbucket + 1) * sizeof *p.bucket_part)))
+    return snprintf(err, nerr, "out of memory"), -1;
+  int rc = plan_parts(&b, r);
+  int64_t n = p.staging_bytes;
+  zc_free(&p);
+  return rc ? parts_fail(rc, err, nerr) : n;
+}
+
 int zc_plan(const ZcRank *r, ZcPlan *p, char *err, size_t nerr) {
   memset(p, 0, sizeof *p);
   Build b = {.p = p};
@@ -195,24 +237,8 @@ int zc_plan(const ZcRank *r, ZcPlan *p, char *err, size_t nerr) {
   p->clear = malloc(((size_t)r->npoints + 1) * sizeof *p->clear);
   if (!p->bucket_part || !p->keep_sumsq || !p->keep_adamw || !p->skip_point || !p->clear)
     return snprintf(err, nerr, "out of memory"), -1;
-  int rc = 0;
-  /* a bucket's parts side by side (both in flight together), the params' one at a time */
-  for (int k = 0; k < r->nbucket && rc == 0; k++) {
-    p->bucket_part[k] = p->npart;
-    int64_t base = 0;
-    for (int e = 0; e < (r->ep > 1 ? 2 : 1) && rc == 0; e++)
-      rc = add_part(&b, r, k, e, 0, &base);
-  }
-  p->bucket_part[r->nbucket] = p->params_first = p->npart;
-  for (int k = 0; k < r->nbucket && rc == 0; k++)
-    for (int e = 0; e < (r->ep > 1 ? 2 : 1) && rc == 0; e++) {
-      int64_t base = 0;
-      rc = add_part(&b, r, k, e, 1, &base);
-    }
-  if (rc == -2)
-    return snprintf(err, nerr, "the distributed optimizer on cuda: a parameter of an odd number of bytes"),
-           -1;
-  if (rc) return snprintf(err, nerr, "out of memory"), -1;
+  int rc = plan_parts(&b, r);
+  if (rc) return parts_fail(rc, err, nerr);
   return norm_plan(&b, r, err, nerr);
 }
 

@@ -33,6 +33,8 @@
 /* One rank's view of a ZeRO-1 step. */
 typedef struct {
   const Graph *g;
+  const int64_t *bytes; /* per tensor its bytes (the compiler's memory plan before it is applied); NULL:
+                           g->t[t].bytes (the image's graph, where the plan is applied) */
   const int32_t *owner; /* the image's: a data-parallel rank, or an expert's expert-data-parallel rank */
   const ImgBucket *bucket;
   int nbucket;
@@ -82,6 +84,12 @@ typedef struct {
  * launches nothing of its own, a norm without CLIP_COEF, out of memory); zc_free frees either way. */
 int zc_plan(const ZcRank *r, ZcPlan *p, char *err, size_t nerr);
 void zc_free(ZcPlan *p);
+/* The staging's bytes for r's layout: zc_plan's staging_bytes, by the same code (only the buckets', the
+ * params' parts and the bucket fields first / ngrads of r are read; no program points). The compiler plans
+ * this buffer in the arena (compiler/plan/memplan.c) and the runtime refuses an image whose planned
+ * staging is smaller than its rank's zc_plan needs. The same for every member of the groups (a part's
+ * blocks are all its largest owner's share), so one rank's figure is every rank's. -1 with err. */
+int64_t zc_staging_bytes(const ZcRank *r, char *err, size_t nerr);
 /* Part i's collective at staging address `staging`. */
 RtColl zc_coll(const ZcPlan *p, int i, CUdeviceptr staging);
 

@@ -14,7 +14,10 @@
  *    allocation is unchanged; each bucket gradient is received by exactly one member of each group,
  *    and a rank receives exactly the gradients whose AdamW it runs and whose state its region holds;
  *  - the norm: every GRAD_SUMSQ slice ends as its owner's partial on every rank;
- *  - the params: every bucket param ends as its owner's bytes on every rank.
+ *  - the params: every bucket param ends as its owner's bytes on every rank;
+ *  - the staging: the memory plan's arena slot (ImgFacts.zero_stage_at / zero_stage_bytes) holds what
+ *    every rank's zc_plan needs, and the simulation runs in it (a staging over a gradient or param the
+ *    movement reads would show as a wrong gradient or param).
  * Prints one line a rank (its reduce-scatters, all-gathers, norm exchanges, staging) and exits 0,
  * or 1 with FAIL lines. */
 #include <stdio.h>
@@ -30,10 +33,10 @@ static int fails;
 typedef struct {
   int tp_rank, ep_rank, dp_member, edp_member;
   ZcPlan p;
-  unsigned char *mem, *orig; /* the allocation, then the staging after it */
+  unsigned char *mem, *orig; /* the allocation (the staging is the plan's arena slot) */
 } Rank;
 
-static int64_t alloc_bytes;
+static int64_t alloc_bytes, stage_at, stage_bytes;
 
 static unsigned char *at(Rank *r, CUdeviceptr a) { return r->mem + a; }
 static int64_t tensor_at(const StepImage *im, int t) { return im->lp.tensor_at[t]; }
@@ -48,7 +51,7 @@ static void copies(const StepImage *im, Rank *r, const ZcPart *pt, int pack) {
   for (int j = 0; j < (pack ? pt->npack : pt->nunpack); j++) {
     const ZcPiece *x = &r->p.piece[(pack ? pt->pack : pt->unpack) + j];
     unsigned char *t = at(r, (CUdeviceptr)tensor_at(im, x->tensor)),
-                  *s = at(r, (CUdeviceptr)(alloc_bytes + x->at));
+                  *s = at(r, (CUdeviceptr)(stage_at + x->at));
     memmove(pack ? s : t, pack ? t : s, (size_t)x->bytes);
   }
 }
@@ -118,6 +121,7 @@ int main(int argc, char **argv) {
   const Graph *g = im.g;
   int tp = im.f.tp_size > 1 ? im.f.tp_size : 1, ep = im.f.ep_size > 1 ? im.f.ep_size : 1, dp = world / tp;
   alloc_bytes = (im.lp.f.alloc_bytes + 255) / 256 * 256;
+  stage_at = im.f.zero_stage_at, stage_bytes = im.f.zero_stage_bytes;
   Rank *rk = calloc((size_t)world, sizeof *rk);
   int64_t total = 0;
   for (int r = 0; r < world; r++) {
@@ -146,10 +150,13 @@ int main(int argc, char **argv) {
            x->p.npart - x->p.params_first, x->p.nnorm, rk[0].p.npart, rk[0].p.npart - rk[0].p.params_first,
            rk[0].p.nnorm);
   }
-  if (fails) return 1;
   for (int r = 0; r < world; r++)
-    total = rk[r].p.staging_bytes > total ? rk[r].p.staging_bytes : total;
-  total += alloc_bytes;
+    if (rk[r].p.staging_bytes > stage_bytes || stage_at < 0 || stage_at + stage_bytes > im.g->buffer_bytes[0])
+      FAIL("rank %d: its plan needs %lld staging bytes, the image plans %lld at %lld (arena %lld)", r,
+           (long long)rk[r].p.staging_bytes, (long long)stage_bytes, (long long)stage_at,
+           (long long)im.g->buffer_bytes[0]);
+  if (fails) return 1;
+  total = alloc_bytes;
   srand(1);
   for (int r = 0; r < world; r++) {
     rk[r].mem = malloc((size_t)total), rk[r].orig = malloc((size_t)total);
@@ -165,7 +172,7 @@ int main(int argc, char **argv) {
   RtColl *cs = calloc((size_t)world, sizeof *cs);
   for (int i = 0; i < rk[0].p.params_first; i++) {
     for (int r = 0; r < world; r++)
-      copies(&im, &rk[r], &rk[r].p.part[i], 1), cs[r] = zc_coll(&rk[r].p, i, (CUdeviceptr)alloc_bytes);
+      copies(&im, &rk[r], &rk[r].p.part[i], 1), cs[r] = zc_coll(&rk[r].p, i, (CUdeviceptr)stage_at);
     snapshot(rk, world, total);
     simulate(rk, world, cs, "bucket reduce-scatter");
     for (int r = 0; r < world; r++)
@@ -209,6 +216,7 @@ int main(int argc, char **argv) {
       }
     }
   for (int r = 0; r < world; r++) {
+    memcpy(before[r] + stage_at, rk[r].mem + stage_at, (size_t)stage_bytes); /* the staging's bytes: any */
     if (memcmp(before[r], rk[r].mem, (size_t)alloc_bytes))
       FAIL("rank %d: the buckets wrote outside the gradients it owns", r);
     /* what it receives = the AdamW it runs = the state its shard holds */
@@ -259,7 +267,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < world; r++)
       memcpy(before[r], rk[r].mem, (size_t)alloc_bytes);
     for (int r = 0; r < world; r++)
-      copies(&im, &rk[r], &rk[r].p.part[i], 1), cs[r] = zc_coll(&rk[r].p, i, (CUdeviceptr)alloc_bytes);
+      copies(&im, &rk[r], &rk[r].p.part[i], 1), cs[r] = zc_coll(&rk[r].p, i, (CUdeviceptr)stage_at);
     snapshot(rk, world, total);
     simulate(rk, world, cs, "param all-gather");
     for (int r = 0; r < world; r++)
@@ -287,7 +295,8 @@ int main(int argc, char **argv) {
     printf("; norm");
     for (int i = 0; i < p->nnorm; i++)
       printf(" %s %lld", p->norm[i].group == RT_COLL_GROUP_EDP ? "edp" : "dp", (long long)p->norm[i].count);
-    printf("; %d partial range(s) cleared; staging %lld B\n", p->nclear, (long long)p->staging_bytes);
+    printf("; %d partial range(s) cleared; staging %lld B (planned %lld B at arena %lld)\n", p->nclear,
+           (long long)p->staging_bytes, (long long)stage_bytes, (long long)stage_at);
   }
   printf("%s: %d ranks (TP %d, EP %d, DP %d, expert-DP %d): %d bucket parts, %d param parts, %d norm slices "
          "checked%s\n",
