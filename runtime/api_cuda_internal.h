@@ -8,6 +8,7 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda/player.h"
 #include "runtime/cuda/scoped.h"
+#include "runtime/zero_coll.h"
 
 /* A profiled step's CUDA events (stepc_profile_step, stepc_profile_timeline): on the step's
  * stream a mark before every micro-batch's first point and after every point; on the
@@ -48,13 +49,11 @@ typedef struct {
   RtSide comm;        /* the communication stream: every collective runs there */
   bool comm_ok;
   int *fire_point; /* per bucket: the micro point after whose launches it fires (image fire_op) */
-  /* ZeRO-1 */
+  /* ZeRO-1 (runtime/zero_coll.h) */
   bool zero;
-  int64_t (*zero_clear)[2]; /* norm-partial float ranges [first, first + count) this rank zeroes */
-  int nzero_clear;
-  uint8_t *skip_point; /* per point: 1 this rank skips its launches (an optimizer op of another
-                          rank's tensor, run alone) */
-  int norm_point;      /* the tail point the partials are exchanged before (CLIP_COEF), -1 none */
+  ZcPlan zc;          /* this rank's collectives, masks and skipped points */
+  CUdeviceptr zstage; /* the staging the parts pack into: the plan's arena slot (ImgFacts.zero_stage_at) */
+  int zpending;       /* the bucket whose reduce-scatter is in flight (unpacked later), -1 none */
   /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
   RtCollHost *coll_host; /* host-staged */
   /* NCCL: each group's communicator (TP, EP, DP, expert-DP): nccl above where the group is the

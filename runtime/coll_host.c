@@ -188,6 +188,9 @@ static void CUDA_CB host_fn(void *user) {
   case RT_COLL_ALL_GATHER: rc = rt_comm_group_all_gather(h->comm, g, j->in, j->out, n * es); break;
   case RT_COLL_REDUCE_SCATTER:
     rc = rt_comm_group_reduce_scatter(h->comm, g, h->member[c->group], j->in, j->out, n, t);
+    if (rc == 0 && c->div > 1 && c->dtype == RT_COLL_F32) /* ZeRO-1's mean of a gradient block */
+      for (size_t i = 0; i < n; i++)
+        ((float *)j->out)[i] /= (float)c->div;
     break;
   case RT_COLL_ALL_TO_ALL: rc = all_to_all(h, g, h->member[c->group], j->in, j->out, n * es); break;
   }
@@ -220,9 +223,12 @@ static int checked(RtCollHost *h, RtDevice *d, const RtColl *c, const char *when
   if (c->op < 0 || c->op >= RT_COLL_OPS || (c->dtype != RT_COLL_F32 && c->dtype != RT_COLL_BF16) ||
       c->group < 0 || c->group >= RT_COLL_GROUPS)
     return rt_fail(d, "host collectives, %s: %s is not a collective they run", when, what);
-  if (c->div < 0 || (c->div > 1 && (c->op != RT_COLL_ALLREDUCE_SUM || c->dtype != RT_COLL_F32)))
-    return rt_fail(d, "host collectives, %s: %s divides by %lld (only an fp32 all-reduce sum divides)", when,
-                   what, (long long)c->div);
+  if (c->div < 0 || (c->div > 1 && ((c->op != RT_COLL_ALLREDUCE_SUM && c->op != RT_COLL_REDUCE_SCATTER) ||
+                                    c->dtype != RT_COLL_F32)))
+    return rt_fail(d,
+                   "host collectives, %s: %s divides by %lld (only an fp32 all-reduce or reduce-scatter sum "
+                   "divides)",
+                   when, what, (long long)c->div);
   if (!h->has[c->group])
     return rt_fail(d, "host collectives, %s: %s, but this job has no %s group", when, what,
                    group_name(c->group));

@@ -20,8 +20,6 @@
   X(ncclAllReduce)                                                                                           \
   X(ncclAllGather)                                                                                           \
   X(ncclReduceScatter)                                                                                       \
-  X(ncclReduce)                                                                                              \
-  X(ncclBroadcast)                                                                                           \
   X(ncclSend)                                                                                                \
   X(ncclRecv)                                                                                                \
   X(ncclGroupStart)                                                                                          \
@@ -182,7 +180,7 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
     return snprintf(err, nerr, "NCCL collective: element type %lld", (long long)c->dtype), -1;
   if (c->count < 0) return snprintf(err, nerr, "NCCL collective: %lld elements", (long long)c->count), -1;
   ncclDataType_t t = c->dtype == RT_COLL_BF16 ? ncclBfloat16 : ncclFloat32;
-  if (c->div > 1 && c->op != RT_COLL_ALLREDUCE_SUM)
+  if (c->div > 1 && c->op != RT_COLL_ALLREDUCE_SUM && c->op != RT_COLL_REDUCE_SCATTER)
     return snprintf(err, nerr, "NCCL collective: op %lld divided by %lld", (long long)c->op,
                     (long long)c->div),
            -1;
@@ -201,8 +199,8 @@ int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr)
   case RT_COLL_ALL_GATHER: /* count: each member's part */
     return nccl_check(n, n->ncclAllGather(src, dst, count, t, n->comm, st), "ncclAllGather", err, nerr);
   case RT_COLL_REDUCE_SCATTER: /* count: each member's result */
-    return nccl_check(n, n->ncclReduceScatter(src, dst, count, t, ncclSum, n->comm, st), "ncclReduceScatter",
-                      err, nerr);
+    return nccl_check(n, n->ncclReduceScatter(src, dst, count, t, sum, n->comm, st), "ncclReduceScatter", err,
+                      nerr);
   case RT_COLL_ALL_TO_ALL: { /* count: each block; a send and a receive a peer, one NCCL group */
     size_t block = count * (c->dtype == RT_COLL_BF16 ? 2 : 4);
     if (nccl_check(n, n->ncclGroupStart(), "ncclGroupStart", err, nerr)) return -1;
@@ -243,27 +241,6 @@ static int nccl_coll_run(void *ctx, RtDevice *d, const RtColl *c) {
 void rt_coll_nccl_init(RtCollNccl *c) {
   memset(c, 0, sizeof *c);
   c->ops = (RtCollOps){.prepare = nccl_coll_prepare, .run = nccl_coll_run, .ctx = c};
-}
-
-int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
-                              size_t nerr) {
-  void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclAllReduce(p, p, count, ncclFloat32, ncclSum, n->comm, (cudaStream_t)stream),
-                    "ncclAllReduce", err, nerr);
-}
-
-int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err,
-                           size_t nerr) {
-  void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclReduce(p, p, count, ncclFloat32, ncclAvg, root, n->comm, (cudaStream_t)stream),
-                    "ncclReduce", err, nerr);
-}
-
-int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err,
-                      size_t nerr) {
-  void *p = (void *)(uintptr_t)buf;
-  return nccl_check(n, n->ncclBroadcast(p, p, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream),
-                    "ncclBroadcast", err, nerr);
 }
 
 int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr) {

@@ -34,21 +34,11 @@ int rt_nccl_size(const RtNccl *n);
 /* One launch-program collective (rt.h: RtColl; its src and dst device pointers, count as there)
  * over the communicator's ranks, enqueued on s: ncclAllReduce (ncclSum / ncclMax), ncclAllGather,
  * ncclReduceScatter (ncclSum), an all-to-all (ncclSend / ncclRecv a peer in one group), f32 or bf16. An
- * all-reduce's div > 1: the sum divided by it — ncclAvg when div is the communicator's size, else (fp32 only)
- * a sum pre-multiplied by 1/div (NCCL 2.11's ncclRedOpCreatePreMulSum, one div per communicator). NCCL's
- * summation order is its own: not bitwise the host-staged backend's (coll_host.h). */
+ * all-reduce's or a reduce-scatter's div > 1: the sum divided by it — ncclAvg when div is the communicator's
+ * size, else (fp32 only) a sum pre-multiplied by 1/div (NCCL 2.11's ncclRedOpCreatePreMulSum, one div per
+ * communicator). NCCL's summation order is its own: not bitwise the host-staged backend's (coll_host.h). */
 int rt_nccl_coll(RtNccl *n, const RtColl *c, CUstream s, char *err, size_t nerr);
 
-/* buf := the sum over ranks, n floats. */
-int rt_nccl_allreduce_sum_f32(RtNccl *n, CUdeviceptr buf, size_t count, CUstream stream, char *err,
-                              size_t nerr);
-/* ZeRO-1: root's buf := the average over ranks (ncclReduce with ncclAvg), n floats; the other
- * ranks' buf is read, not written. */
-int rt_nccl_reduce_avg_f32(RtNccl *n, CUdeviceptr buf, size_t count, int root, CUstream stream, char *err,
-                           size_t nerr);
-/* buf := root's buf (bytes), on every rank. */
-int rt_nccl_broadcast(RtNccl *n, CUdeviceptr buf, size_t bytes, int root, CUstream stream, char *err,
-                      size_t nerr);
 /* ncclGroupStart (start 1) / ncclGroupEnd (0): the collectives between run as one launch. */
 int rt_nccl_group(RtNccl *n, int start, char *err, size_t nerr);
 /* NCCL's asynchronous error, if any (a peer that died, a network failure): 0, or -1 with err. */

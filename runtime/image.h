@@ -32,7 +32,7 @@
 #include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 8
+#define STEPC_IMAGE_VERSION 9
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */
@@ -72,17 +72,22 @@ typedef struct {
                            the launch scratch, cuBLASLt's and cuDNN's workspaces */
   int64_t cpu_peak;     /* the CPU (fp32) plan's */
   int64_t cpu_arena;
-  int32_t sm_count;       /* the launch program's grids were sized for this many SMs */
-  int32_t dp_size;        /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
-                             graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
-  int32_t dist_opt;       /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
-  int32_t tp_size;        /* tensor-parallel ranks (0 or 1: none): the graph is one TP rank's shard,
-                             world_size = dp_size * tp_size, TP ranks fastest (docs/parallelism.md) */
-  int32_t ep_size;        /* expert-parallel ranks (0 or 1: none): the graph holds E/ep_size experts; the EP
-                             groups are ep_size consecutive ranks inside the data-parallel ranks */
-  int32_t ep_pad;         /* 0 */
-  int64_t cpu_region;     /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
-                             g->buffer_bytes[1]): the largest rank's shard, 0 without one */
+  int32_t sm_count;      /* the launch program's grids were sized for this many SMs */
+  int32_t dp_size;       /* data-parallel ranks the step was planned for: world_size / (TP*PP*CP); the
+                            graph is one rank's share (num_microbatches = gbs / (mbs * dp_size)) */
+  int32_t dist_opt;      /* optimizer.use_distributed_optimizer (Megatron's ZeRO-1) */
+  int32_t tp_size;       /* tensor-parallel ranks (0 or 1: none): the graph is one TP rank's shard,
+                            world_size = dp_size * tp_size, TP ranks fastest (docs/parallelism.md) */
+  int32_t ep_size;       /* expert-parallel ranks (0 or 1: none): the graph holds E/ep_size experts; the EP
+                            groups are ep_size consecutive ranks inside the data-parallel ranks */
+  int32_t ep_pad;        /* 0 */
+  int64_t cpu_region;    /* the CPU plan's optimizer-state region (buffer 1; the CUDA plan's is
+                            g->buffer_bytes[1]): the largest rank's shard, 0 without one */
+  int64_t zero_stage_at; /* the distributed optimizer's staging on cuda (runtime/zero_coll.h): its offset
+                            in the CUDA plan's arena (buffer 0) and its bytes (zc_staging_bytes), live
+                            after the first bucket's fire point to the step's end (compiler/plan/memplan.c);
+                            0, 0 without one */
+  int64_t zero_stage_bytes;
   char data_path[1024];   /* as the recipe gave it (data.path is the user's file, read at run time) */
   char recipe[256];       /* the recipe's file name, for messages */
   char cuda_refusal[512]; /* "" when the CUDA backend runs the step, else why not */

@@ -199,7 +199,15 @@ static int check_arena_signs(const StepImage *im, Why *w) {
 static int check_arenas(const StepImage *im, Why *w) {
   const Graph *g = im->g;
   if (g->nbuffers < 1 || g->nbuffers > 2) return bad(w, "counts.nbuffers %d is not 1 or 2", g->nbuffers);
-  int64_t cuda[2] = {0, 0}, cpu[2] = {0, 0};
+  const int64_t max = (int64_t)1 << 62;
+  int64_t za = im->f.zero_stage_at, zb = im->f.zero_stage_bytes;
+  if (za < 0 || za > max || zb < 0 || zb > max || ((za || zb) && !im->f.dist_opt))
+    return bad(w,
+               "facts.zero_stage_at %lld or facts.zero_stage_bytes %lld is outside [0, 2^62] or set without "
+               "a distributed optimizer",
+               (long long)za, (long long)zb);
+  /* the distributed optimizer's staging is an arena slot of no tensor's */
+  int64_t cuda[2] = {zb ? zb + SLOT_SLACK : 0, 0}, cpu[2] = {0, 0};
   for (int i = 0; i < g->nt; i++) {
     int b = g->t[i].buffer == 1;
     cuda[b] += g->t[i].bytes + SLOT_SLACK;
@@ -209,6 +217,10 @@ static int check_arenas(const StepImage *im, Why *w) {
     if (g->buffer_bytes[b] < 0 || g->buffer_bytes[b] > (b < 2 && b < g->nbuffers ? cuda[b] : 0))
       return bad(w, "counts.buffer_bytes[%d] %lld is outside [0, %lld] (the bytes of its tensors)", b,
                  (long long)g->buffer_bytes[b], (long long)(b < 2 && b < g->nbuffers ? cuda[b] : 0));
+  if (za + zb > g->buffer_bytes[0])
+    return bad(w,
+               "facts.zero_stage_at %lld + facts.zero_stage_bytes %lld lies outside the arena (%lld bytes)",
+               (long long)za, (long long)zb, (long long)g->buffer_bytes[0]);
   if (im->f.cpu_arena < 0 || im->f.cpu_arena > cpu[0])
     return bad(w, "facts.cpu_arena %lld is outside [0, %lld] (the bytes of its tensors)",
                (long long)im->f.cpu_arena, (long long)cpu[0]);

@@ -112,11 +112,11 @@ typedef struct RtRecorder RtRecorder;
  * every member's r-th block); all-to-all, of each block (src and dst hold count x the group's size:
  * src's block r goes to member r, dst's block s came from member s — MPI_Alltoall). Sums combine the members
  * in group order (member 0 + member 1 + ...) where the backend can fix the order (the host-staged one:
- * runtime/coll_host.h); NCCL's order is its own. div > 1 (an fp32 all-reduce sum only): the sum then divided
- * by div in fp32 — the CPU device's data-parallel mean (sum in rank order, then / DP size); 0 otherwise. side
- * 1: a launch program's collective enqueued on the program's communication stream between an RT_REC_FORK and
- * an RT_REC_JOIN (program.h), 0: on the step's stream. The fields as an X-macro (I int64_t, P device pointer,
- * F float), as RT_GEMM_FIELDS. */
+ * runtime/coll_host.h); NCCL's order is its own. div > 1 (an fp32 all-reduce or reduce-scatter sum only: the
+ * data-parallel buckets, runtime/api_cuda_dp.c): the sum then divided by div in fp32 — the CPU device's
+ * data-parallel mean (sum in rank order, then / DP size); 0 otherwise. side 1: a launch program's collective
+ * enqueued on the program's communication stream between an RT_REC_FORK and an RT_REC_JOIN (program.h), 0: on
+ * the step's stream. The fields as an X-macro (I int64_t, P device pointer, F float), as RT_GEMM_FIELDS. */
 typedef enum {
   RT_COLL_ALLREDUCE_SUM = 0,
   RT_COLL_ALLREDUCE_MAX = 1,

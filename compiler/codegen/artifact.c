@@ -321,6 +321,7 @@ static int write_image(const Spec *spec, const Plan *sp, const char *cubin_name,
   f->cpu_peak = cp.mp.peak;
   f->cpu_arena = cp.mp.arena;
   f->cpu_region = cp.mp.region;
+  f->zero_stage_at = sp->mp.zstage_offset, f->zero_stage_bytes = sp->mp.zstage_bytes;
   f->sm_count = sp->sm_count;
   f->dp_size = (int32_t)(spec_data_parallel_size(spec) > 0 ? spec_data_parallel_size(spec) : 1);
   f->dist_opt = spec->optimizer.use_distributed_optimizer;

@@ -17,7 +17,10 @@
  * The distributed optimizer (Schedule.owner set) keeps the fp32 masters and Adam moments out of
  * the arena, in a region of their own (plan.h, MemPlan.region): every rank packs the state it holds
  * from offset 0, so a rank's region is its shard, 12/DP bytes per parameter up to the whole-tensor
- * granularity of the ownership (an expert's 12/expert-DP); shards are listed per job rank. */
+ * granularity of the ownership (an expert's 12/expert-DP); shards are listed per job rank. Its
+ * staging on cuda (runtime/zero_coll.h) is a slot of the arena of no tensor's, from the point after
+ * the first bucket's fire point to the end (MemPlan.zstage_*), sized by the runtime's own
+ * zc_staging_bytes. */
 #define _GNU_SOURCE /* qsort_r */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +28,11 @@
 
 #include "passes/fuse.h"
 #include "plan/plan.h"
+#include "runtime/zero_coll.h"
 
 const char *memplan_role_name(int role) {
   if (role == MEM_ROLE_GRAPH) return "graph_buffers";
+  if (role == MEM_ROLE_ZERO_STAGING) return "zero_staging";
   switch (role) {
   case ROLE_PARAM: return "weights";
   case ROLE_MASTER: return "master_weights";
@@ -181,6 +186,35 @@ static int64_t region_role_bytes(const Graph *g, const MemPlan *mp, int r) {
   return b;
 }
 
+/* The distributed optimizer's staging bytes (runtime/zero_coll.h zc_staging_bytes, what each rank's
+ * zc_plan needs at open) for the schedule's buckets and owners at the plan's tensor sizes. The staging
+ * is the same size on every member of the groups (zero_coll.h), so member 0's figure is every rank's.
+ * -1 with err. */
+static int64_t zero_staging_bytes(const Graph *g, const Schedule *sc, const int64_t *size, char *err,
+                                  size_t nerr) {
+  ImgBucket *b = calloc((size_t)sc->nb + 1, sizeof *b);
+  if (!b) return snprintf(err, nerr, "out of memory"), -1;
+  for (int k = 0; k < sc->nb; k++)
+    b[k] = (ImgBucket){.first = sc->b[k].first, .ngrads = sc->b[k].ngrads};
+  ZcRank r = {.g = g,
+              .bytes = size,
+              .owner = sc->owner,
+              .bucket = b,
+              .nbucket = sc->nb,
+              .bucket_grad = sc->grad,
+              .dp = sc->dp,
+              .edp = sc->edp,
+              .ep = sc->ep};
+  int64_t n = zc_staging_bytes(&r, err, nerr);
+  free(b);
+  return n;
+}
+
+/* The role a slot's bytes are reported under: its first tensor's, or the staging's (no tensor). */
+static int slot_role(const Graph *g, const ScopeResult *sr, const Slot *s) {
+  return s->first < 0 ? MEM_ROLE_ZERO_STAGING : memplan_role(g, sr, s->first);
+}
+
 int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const ScopeResult *sr,
                   int float_bytes, MemPlan *mp, char *err, size_t nerr) {
   memset(mp, 0, sizeof *mp);
@@ -196,7 +230,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   mp->live = calloc((size_t)np + 1, sizeof *mp->live);
   mp->live_role = calloc((size_t)(np + 1) * MEM_NROLES, sizeof *mp->live_role);
   mp->buffer = calloc((size_t)nt + 1, 1);
-  Slot *sl = malloc((size_t)(nt + 1) * sizeof *sl);
+  Slot *sl = malloc((size_t)(nt + 2) * sizeof *sl); /* a slot a tensor at most, and the staging */
   int *ts = malloc((size_t)(nt + 1) * sizeof *ts);
   int64_t *diff = calloc((size_t)np + 2, sizeof *diff);
   if (!mp->start || !mp->end || !mp->slot || !mp->size || !mp->offset || !mp->live || !mp->live_role ||
@@ -311,11 +345,34 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
       mp->slot[t] = nslots;
       sl[nslots++] = (Slot){.size = mp->size[t], .start = mp->start[t], .end = mp->end[t], .first = t};
     }
+  /* the distributed optimizer's staging (cuda): from the point after the first bucket's fire point to
+   * the end. Its first pack is enqueued on the step's stream after the fire point's launches, so what
+   * they read or write is done with before the staging is written; what is live after it (a
+   * collective's tensors until its window's join included) is kept apart */
+  int zs = -1;
+  if (float_bytes == 0 && sc->owner && sc->nb > 0) {
+    int64_t b = zero_staging_bytes(g, sc, mp->size, err, nerr);
+    if (b < 0) {
+      free(sl), free(ts), free(diff), free(point), free(grouped);
+      memplan_free(mp);
+      return -1;
+    }
+    int q0 = np - 1;
+    for (int k = 0; k < sc->nb; k++) {
+      int o = sc->b[k].fire_op >= 0 ? sc->b[k].fire_op : sc->b[k].after_op;
+      if (o >= 0 && point[o] >= 0 && point[o] + 1 < q0) q0 = point[o] + 1;
+    }
+    if (b > 0 && np > 0) {
+      zs = nslots;
+      sl[nslots++] = (Slot){.size = b, .start = q0, .end = np - 1, .first = -1};
+      mp->zstage_bytes = b, mp->zstage_start = q0;
+    }
+  }
   /* persistent first, bump-allocated; transient best-fit above */
   int64_t base = 0;
   int ntr = 0;
   for (int s = 0; s < nslots; s++) {
-    if (pinned(g, sr, sl[s].first)) {
+    if (sl[s].first >= 0 && pinned(g, sr, sl[s].first)) {
       sl[s].offset = base;
       base = align_up(base + sl[s].size, align);
       mp->persistent += sl[s].size;
@@ -333,6 +390,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   mp->arena = align_up(top, align);
   for (int t = 0; t < nt; t++)
     mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
+  if (zs >= 0) mp->zstage_offset = sl[zs].offset;
   if (sc->owner && place_region(g, sc, mp) < 0) {
     free(sl), free(ts), free(diff), free(point), free(grouped);
     memplan_free(mp);
@@ -351,8 +409,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   for (int r = 0; r < MEM_NROLES; r++) {
     memset(diff, 0, (size_t)(np + 2) * sizeof *diff);
     for (int s = 0; s < nslots; s++)
-      if (memplan_role(g, sr, sl[s].first) == r)
-        diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
+      if (slot_role(g, sr, &sl[s]) == r) diff[sl[s].start] += sl[s].size, diff[sl[s].end + 1] -= sl[s].size;
     run = region_role_bytes(g, mp, r);
     for (int q = 0; q < np; q++)
       run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
@@ -404,6 +461,21 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
       }
     }
   }
+  /* the staging: in the arena, over no arena tensor live with it */
+  if (mp->zstage_bytes) {
+    if (mp->zstage_offset < 0 || mp->zstage_offset + mp->zstage_bytes > mp->arena) {
+      snprintf(err, nerr, "the distributed optimizer's staging lies outside the arena");
+      return -1;
+    }
+    for (int a = 0; a < nt; a++)
+      if (!mp->buffer[a] && mp->size[a] > 0 && mp->end[a] >= mp->zstage_start &&
+          mp->offset[a] < mp->zstage_offset + mp->zstage_bytes &&
+          mp->zstage_offset < mp->offset[a] + mp->size[a]) {
+        snprintf(err, nerr, "%s and the distributed optimizer's staging are live together and overlap",
+                 g->t[a].name);
+        return -1;
+      }
+  }
   /* each rank's shard: the bytes of the tensors it holds, each padded, fill it exactly */
   for (int r = 0; mp->region && r < mp->nshard; r++) {
     int64_t held = 0;
@@ -422,6 +494,7 @@ int memplan_verify(const Graph *g, const MemPlan *mp, char *err, size_t nerr) {
   if (!seen) return -1;
   for (int q = 0; q < mp->npos; q++) {
     int64_t live = mp->region; /* the region: live for the whole step */
+    if (mp->zstage_bytes && q >= mp->zstage_start) live += mp->zstage_bytes;
     memset(seen, 0, (size_t)nt);
     for (int t = 0; t < nt; t++)
       if (!mp->buffer[t] && mp->start[t] <= q && q <= mp->end[t] && !seen[mp->slot[t]])

@@ -910,6 +910,9 @@ int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Sched
       diff[slot_start[sl]] += slot_b[sl], diff[slot_end[sl] + 1] -= slot_b[sl];
       if (slot_start[sl] <= last_fwd && slot_end[sl] > last_fwd) saved += slot_b[sl];
     }
+    /* stepc's own step: the distributed optimizer's staging, an arena slot of no tensor's (memplan.c) */
+    if (!mj && mp->zstage_bytes)
+      diff[mp->zstage_start] += (double)mp->zstage_bytes, diff[mp->npos] -= (double)mp->zstage_bytes;
     if (stg_loss & (1ll << st)) diff[loss_from] += loss_b, diff[loss_to + 1] -= loss_b;
     if (mj) shared_gather_add(&L, sc, st, last_fwd, diff, &saved);
     if (local) local_attention_add(&L, sc, tps, st, last_fwd, diff, &saved);

@@ -183,7 +183,8 @@ int comm_overlap_windows(const Graph *g, const Fusions *fz, const ScopeResult *s
                          size_t nerr);
 
 /* ---- memplan.c ---- */
-enum { MEM_ROLE_GRAPH = ROLE_COUNT, MEM_NROLES }; /* roles + static graph buffers */
+/* roles + static graph buffers + the distributed optimizer's staging (MemPlan.zstage_bytes) */
+enum { MEM_ROLE_GRAPH = ROLE_COUNT, MEM_ROLE_ZERO_STAGING, MEM_NROLES };
 
 typedef struct {
   int ntensors;
@@ -215,6 +216,14 @@ typedef struct {
   int nshard;
   int tp, ep;      /* Schedule's: job rank w holds data-parallel rank w / tp's and expert-DP rank w / ep's */
   int region_rank; /* the job rank whose shard is the region (the lowest of the largest) */
+  /* The distributed optimizer's staging on cuda (runtime/zero_coll.h: each bucket's gradients packed
+   * owner by owner and reduce-scattered there, the params all-gathered through it): in the device plan
+   * (float_bytes 0) of a Schedule.owner step with buckets, an arena slot of no tensor's, zc_staging_bytes
+   * bytes (the same on every rank), live from the point after the first bucket's fire point (the last
+   * micro-batch's backward, where most activations are free) to the last point (the params' gather follows
+   * the tail). Counted in live[] and peak, in live_role as MEM_ROLE_ZERO_STAGING. 0 bytes: none. */
+  int64_t zstage_bytes, zstage_offset;
+  int zstage_start;
 } MemPlan;
 
 #define MEMPLAN_REGION_ALIGN                                                                                 \

@@ -84,6 +84,17 @@ static void outside_allocator_text(const RankReport *rr, FILE *f) {
   }
 }
 
+/* What the distributed optimizer's staging (MemPlan.zstage_*) adds to the peak: the peak less the
+ * largest live sum without it (a peak is a sum over the points' live slots, whatever their offsets). */
+static int64_t zero_staging_cost(const MemPlan *mp) {
+  int64_t without = 0;
+  for (int q = 0; q < mp->npos; q++) {
+    int64_t v = mp->live[q] - (q >= mp->zstage_start ? mp->zstage_bytes : 0);
+    if (v > without) without = v;
+  }
+  return mp->zstage_bytes ? mp->peak - without : 0;
+}
+
 void report_plan_region(const Plan *p, FILE *f) {
   const MemPlan *mp = &p->mp;
   if (!mp->region) return;
@@ -102,6 +113,13 @@ void report_plan_region(const Plan *p, FILE *f) {
   for (int r = 0; r < mp->nshard && r < 16; r++)
     fprintf(f, " rank%d %lld", r, (long long)mp->shard[r]);
   fprintf(f, "%s\n", mp->nshard > 16 ? " ..." : "");
+  if (mp->zstage_bytes)
+    fprintf(f,
+            "  staging (cuda: buckets reduce-scattered, params all-gathered through it): %lld B in the arena "
+            "at %lld, live from point %d (after the first bucket's fire) to the end; it adds %lld B to the "
+            "peak\n",
+            (long long)mp->zstage_bytes, (long long)mp->zstage_offset, mp->zstage_start,
+            (long long)zero_staging_cost(mp));
 }
 
 static const char *const ATTN_NAME[] = {"none", "flash", "cudnn", "auto"};
@@ -321,6 +339,13 @@ void report_plan_json(const Plan *p, const DiagList *d, FILE *f) {
     for (int r = 0; r < mp->nshard; r++)
       fprintf(f, "%s%lld", r ? ", " : "", (long long)mp->shard[r]);
     fprintf(f, "]}");
+  }
+  if (mp->zstage_bytes) {
+    fprintf(f, ", \"zero_staging\": {");
+    jnum(f, "bytes", (double)mp->zstage_bytes, true), jnum(f, "offset", (double)mp->zstage_offset, true);
+    jnum(f, "live_from_point", mp->zstage_start, true);
+    jnum(f, "peak_cost_bytes", (double)zero_staging_cost(mp), false);
+    fprintf(f, "}");
   }
   fprintf(f, "},\n");
   const RankReport *rr = &p->rank;
