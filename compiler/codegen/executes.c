@@ -114,9 +114,9 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && !spec_fp8_executes(s), SPEC_F_model_fp8_recipe,
        "an fp8 scaling recipe other than delayed or current scaling (\"delayed\" and \"tensorwise\" run; "
        "mxfp8, blockwise and custom do not)"},
-      {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
-       "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
-       "in bf16)"},
+      {fp8 && m->fp8_param && spec_is_moe(s), SPEC_F_model_fp8_param,
+       "fp8 primary weights with routed experts (the experts' grouped weights would stay bf16 copies cast "
+       "each micro-batch; without model.fp8_param fp8 runs with routed experts)"},
       {m->fp8_param && o->use_distributed_optimizer && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_param,
        "fp8 primary weights with the distributed optimizer under data parallelism (each rank would have to "
        "cast its shard of the masters and all-gather the fp8 weights; without "

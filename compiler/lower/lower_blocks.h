@@ -56,6 +56,12 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
  * The output layer and the MoE router stay LINEAR, as in Megatron (not Transformer Engine modules).
  * Its output tensor, or -1 with g->err. */
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);
+/* The routed experts' grouped product of x (R, K) by W (E, N, K) over the expert segments seg (E, 2):
+ * GROUPED_LINEAR, or, where lb_linear_op would make an fp8 linear, Transformer Engine's grouped fp8
+ * linear: every expert's weight cast with its own scale (FP8_QUANT_GROUPED), then GROUPED_LINEAR_FP8,
+ * which casts each expert's rows with their own (ir/ops/fp8.c); under delayed scaling, E columns in
+ * each state. Its output tensor, or -1 with g->err. */
+int lb_grouped_linear_op(Graph *g, const Spec *s, int x, int w, int seg);
 /* Under fp8_recipe "delayed" the linears' casts read and record their tensors' persistent state
  * (ir/ops/fp8.h), one ROLE_OPTIM tensor per kind, a column per fp8 linear: */
 #define LB_FP8_STATE_INPUTS "fp8_delayed.inputs"
