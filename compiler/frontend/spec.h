@@ -97,8 +97,8 @@
   X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size")          \
   X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                                \
   X(fp8, STR, "null", MC, "e4m3|hybrid",                                                                     \
-    "fp8 format; null means no fp8. Runs with fp8_recipe delayed or tensorwise (and fp8_param); not with "   \
-    "MoE experts")                                                                                           \
+    "fp8 format; null means no fp8. Runs with fp8_recipe delayed or tensorwise (and fp8_param); routed "     \
+    "experts per-expert scaled on the CPU device (no CUDA fp8 grouped GEMMs yet)")                           \
   X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom",                             \
     "fp8 scaling recipe; stepc executes delayed (TE's DelayedScaling) and tensorwise (current scaling)")     \
   X(fp8_margin, INT, "0", MC, "", "Delayed scaling: scale = fp8_max / amax / 2^fp8_margin")                  \
@@ -112,7 +112,7 @@
   X(num_layers_at_end_in_bf16, INT, "1", MC, "", "Layers at the end kept in bf16 (first_last_layers_bf16)")  \
   X(fp8_param, BOOL, "false", MC, "",                                                                        \
     "fp8 primary weights (Bridge's fp8_param_gather): the fp8 linears' fp32 masters cast to fp8 after each " \
-    "step, no bf16 param (docs/fp8.md); not with the distributed optimizer under data parallelism")          \
+    "step, no bf16 param (docs/fp8.md); not with routed experts, nor the distributed optimizer under DP")    \
   X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")            \
   X(recompute_method, STR, "null", MC, "uniform|block", "Full recompute method")                             \
   X(recompute_num_layers, INT, "null", MC, "", "Layers per group (uniform) or recomputed layers (block)")    \
