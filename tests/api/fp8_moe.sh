@@ -15,8 +15,10 @@
 #    routing (the router stays fp32 but reads the fp8 layers' output), which moves an expert's gradient
 #    by whole rows: measured 1.59x the dense linears' (0.140 against 0.088; 0.127 with the experts in
 #    fp32, so nearly all of it upstream), limit 2.
-#  - Expert parallelism: EP 2 (alltoall) against the one-rank fp8 step within fp8's own noise
-#    (fp8_grads.py: measured 0.71x, worst tensor 1.37x), current scaling. Under delayed scaling
+#  - Expert and tensor parallelism: EP 2 (alltoall, and allgather), TP 2 + SP (the experts replicated,
+#    expert_tensor_parallel_size 1: each rank casts each expert's rows of its own tokens) and TP 2 + SP
+#    x EP 2 against the one-rank fp8 step within fp8's own noise (fp8_grads.py: measured 0.71x, 0.71x,
+#    1.05x, 1.03x; worst tensor 1.37x to 1.51x), current scaling. Under delayed scaling
 #    the update's amax reduction over every rank (unchanged from the dense linears') maxes each state
 #    column over the EP ranks, whose column j is each rank's local expert j; EP 2 is trained and
 #    resumed bitwise.
@@ -52,14 +54,19 @@ s() { echo "$tmp/$1.safetensors"; }
 build g_exact $G
 build g_f8 $G $F8
 build g_ep2 $G $F8 $EP2
+build g_ag $G $F8 $EP2 model.moe_token_dispatcher_type=allgather
+TPSP="model.tensor_model_parallel_size=2 model.sequence_parallel=true model.expert_tensor_parallel_size=1"
+build g_tp $G $F8 $TPSP train.world_size=2
+build g_tpep $G $F8 $TPSP $EP2
 build g_exact8 $G model.moe_router_topk=8
 build g_f8_8 $G $F8 model.moe_router_topk=8
 "$t" run "$tmp/g_exact" 1 0 "$tmp/init.safetensors" >/dev/null 2>&1 || fail "the initial parameters"
 "$t" run "$tmp/g_exact8" 1 0 "$tmp/init8.safetensors" >/dev/null 2>&1 || fail "the initial parameters (top-8)"
-for a in g_exact:1 g_f8:1 g_ep2:2 g_exact8:1 g_f8_8:1; do run "${a%:*}" "${a#*:}" 1; done
+for a in g_exact:1 g_f8:1 g_ep2:2 g_ag:2 g_tp:2 g_tpep:2 g_exact8:1 g_f8_8:1; do run "${a%:*}" "${a#*:}" 1; done
 python3 "$here/fp8_moe_grads.py" "$(s init8)" "$(s g_exact8)" top8 "$(s g_f8_8)" 1.1 || fail "the experts' fp8 gradients (top-8)"
 python3 "$here/fp8_moe_grads.py" "$(s init)" "$(s g_exact)" top2 "$(s g_f8)" 2.0 || fail "the experts' fp8 gradients (top-2)"
-python3 "$here/fp8_grads.py" "$(s init)" "$(s g_exact)" "$(s g_f8)" ep2 "$(s g_ep2)" || fail "EP 2 against one rank"
+python3 "$here/fp8_grads.py" "$(s init)" "$(s g_exact)" "$(s g_f8)" ep2 "$(s g_ep2)" ep2_allgather "$(s g_ag)" \
+  tp2sp "$(s g_tp)" tp2sp_ep2 "$(s g_tpep)" || fail "EP 2 / TP 2 + SP against one rank"
 # ---- training, both recipes; EP 2 under delayed scaling, resumed
 build one $F8
 build done $DL
