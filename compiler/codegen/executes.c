@@ -2,8 +2,8 @@
  * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears, under tensor
  * parallelism too: ir/ops/fp8.c, and with fp8 primary weights, model.fp8_param, but not with the
  * distributed optimizer under data parallelism: compiler/lower/lower_blocks.h lb_fp8_param_casts;
- * on MoE routed experts as grouped fp8 linears with per-expert scales, lb_grouped_linear_op, but not
- * with fp8_param. Those grouped linears have no CUDA kernels: their build has no launch program, its
+ * on MoE routed experts as grouped fp8 linears with per-expert scales, lb_grouped_linear_op, with
+ * fp8_param too. Those grouped linears have no CUDA kernels: their build has no launch program, its
  * program.txt and the image say why — compiler/codegen/launch/exec.c names the fp8 grouped expert
  * GEMMs — and `--device cuda` refuses it at open, so no CUDA step runs the experts in bf16). A
  * build of such a recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an
@@ -118,9 +118,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && !spec_fp8_executes(s), SPEC_F_model_fp8_recipe,
        "an fp8 scaling recipe other than delayed or current scaling (\"delayed\" and \"tensorwise\" run; "
        "mxfp8, blockwise and custom do not)"},
-      {fp8 && m->fp8_param && spec_is_moe(s), SPEC_F_model_fp8_param,
-       "fp8 primary weights with routed experts (the experts' grouped weights would stay bf16 copies cast "
-       "each micro-batch; without model.fp8_param fp8 runs with routed experts)"},
       {m->fp8_param && o->use_distributed_optimizer && spec_data_parallel_size(s) > 1, SPEC_F_model_fp8_param,
        "fp8 primary weights with the distributed optimizer under data parallelism (each rank would have to "
        "cast its shard of the masters and all-gather the fp8 weights; without "

@@ -112,7 +112,7 @@
   X(num_layers_at_end_in_bf16, INT, "1", MC, "", "Layers at the end kept in bf16 (first_last_layers_bf16)")  \
   X(fp8_param, BOOL, "false", MC, "",                                                                        \
     "fp8 primary weights (Bridge's fp8_param_gather): the fp8 linears' fp32 masters cast to fp8 after each " \
-    "step, no bf16 param (docs/fp8.md); not with routed experts, nor the distributed optimizer under DP")    \
+    "step, no bf16 param (docs/fp8.md); not with the distributed optimizer under data parallelism")          \
   X(recompute_granularity, STR, "null", MC, "full|selective", "Activation recompute granularity")            \
   X(recompute_method, STR, "null", MC, "uniform|block", "Full recompute method")                             \
   X(recompute_num_layers, INT, "null", MC, "", "Layers per group (uniform) or recomputed layers (block)")    \

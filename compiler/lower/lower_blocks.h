@@ -74,7 +74,8 @@ int lb_grouped_linear_op(Graph *g, const Spec *s, int x, int w, int seg);
 int lb_fp8_delayed_updates(Graph *g, const Spec *s);
 /* model.fp8_param (fp8 primary weights): each fp8 linear's weight param is its fp32 master, and its
  * fp8 data, transpose and scale_inv (ROLE_PARAM_FP8, named "<weight>.fp8", ".fp8_t", ".scale_inv")
- * are written by an FP8_QUANT of the master appended here, after the optimizer's update, as the last
+ * are written by an FP8_QUANT of the master appended here (for the routed experts' grouped linears an
+ * FP8_QUANT_GROUPED: a transpose and a scale_inv an expert), after the optimizer's update, as the last
  * ops of the step (delayed scaling: with the weights' state). The runtime runs the same ops after an
  * init or a load (runtime/api.c api_fp8_param_casts), so that the first step has them. Nothing
  * without fp8_param. 0, or -1 with g->err. */

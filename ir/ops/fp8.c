@@ -377,6 +377,7 @@ static int glinear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   int q[3], qin[3] = {dy, seg, delayed ? o.in[6] : -1};
   if (ops_grad_op(g, OP_FP8_QUANT_GROUPED, qin, delayed ? 3 : 2, &qa, q, NULL) < 0) return -1;
   int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT_GROUPED ? g->op[wp].in[0] : wq;
+  if (g->t[wq].role == ROLE_PARAM_FP8) w = g->t[wq].of; /* an fp8 primary weight: its fp32 master */
   OpAttrs ga = {.i = {g->t[dy].dtype}};
   int din_[5] = {q[0], wqt, q[2], sw, seg}, dof[1] = {x};
   if (g->t[x].role != ROLE_INPUT && ops_grad_op(g, OP_GROUPED_FP8_DGRAD, din_, 5, &ga, &din[0], dof) < 0)

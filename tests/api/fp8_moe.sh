@@ -27,8 +27,12 @@
 #  - The delayed state has a column per local expert of each grouped linear (at EP 2: 4 experts x 2
 #    linears x 2 MoE layers + 21 dense fp8 linears = 37), in the checkpoint.
 #  - The CUDA backend has no fp8 grouped kernels: a bf16 build's program.txt says the CUDA backend
-#    does not run the step, naming the fp8 grouped expert GEMMs, the image has no launch program, and
-#    fp8 primary weights (model.fp8_param) with routed experts refuse at build (exit 4).
+#    does not run the step, naming the fp8 grouped expert GEMMs, and the image has no launch program.
+#  - fp8 primary weights (model.fp8_param): the experts' weights are fp32 masters whose per-expert fp8
+#    copies are cast after each optimizer step; on the CPU device (which keeps a bf16 param at its
+#    master's value) the losses are bitwise those without fp8_param under both recipes; the built
+#    plan.json's params and weights = stepc plan's per-rank report (an fp32 scale_inv per expert, as
+#    TE's GroupedLinear keeps one Float8Tensor an expert) at EP 1 and EP 2.
 set -uo pipefail
 stepc=$1 t=$2 bin=$3 play=$4
 tmp=$(mktemp -d)
@@ -114,8 +118,32 @@ grep -q "The CUDA backend does not run this step: fp8 with routed experts: the f
 grep -q "no launch program: the CUDA backend does not run this step: fp8 with routed experts" "$tmp/play.txt" ||
   { cat "$tmp/play.txt"; fail "the image holds a launch program"; }
 head -1 "$tmp/play.txt"
-"$stepc" build $R $F8 model.fp8_param=true -o "$tmp/p8" >"$tmp/p8.log" 2>&1
-rc=$?
-[ $rc -eq 4 ] && grep -q "model.fp8_param=true asks for fp8 primary weights with routed experts" "$tmp/p8.log" ||
-  { cat "$tmp/p8.log"; fail "fp8_param with routed experts: exit $rc"; }
+# ---- fp8 primary weights: the experts' fp32 masters cast per expert after each optimizer step
+for name in tensorwise delayed; do
+  r=$F8
+  [ $name = delayed ] && r=$DL
+  build p8 $r model.fp8_param=true
+  build p8_base $r
+  for a in p8 p8_base; do
+    "$bin" "$tmp/$a" --device cpu --steps 6 >"$tmp/$a.txt" 2>"$tmp/$a.err" || { cat "$tmp/$a.err"; fail "$a run"; }
+  done
+  diff <(awk '{print $2, $NF}' "$tmp/p8.txt") <(awk '{print $2, $NF}' "$tmp/p8_base.txt") ||
+    fail "fp8_param ($name): losses differ from the step without it"
+  echo "ok: fp8_param ($name): 6 losses bitwise those without fp8_param"
+done
+for ep in 1 2; do
+  EPA=""
+  [ $ep = 2 ] && EPA=$EP2
+  build pp$ep $F8 model.bf16=true model.fp8_param=true $EPA
+  "$stepc" plan $R $F8 model.bf16=true model.fp8_param=true $EPA --json >"$tmp/pp$ep.plan.json" 2>/dev/null || fail "plan pp$ep"
+  python3 - "$tmp/pp$ep.plan.json" "$tmp/pp$ep/plan.json" "EP $ep" <<'PY' || fail "fp8_param: plan.json against stepc plan"
+import json, sys
+a, b = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
+for k in ("params", "weights_bytes"):
+    if a[k] != b[k]:
+        sys.exit(f"{sys.argv[3]}: {k}: stepc plan {a[k]}, the artifact's plan.json {b[k]}")
+print(f"ok: fp8_param at {sys.argv[3]}: plan.json = stepc plan: {a['params']} params, {a['weights_bytes']} B of weights "
+      "(an fp32 scale_inv an expert)")
+PY
+done
 echo "ok: fp8 with MoE routed experts"
