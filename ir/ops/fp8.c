@@ -625,20 +625,17 @@ static int64_t K(seg_rows)(const int32_t *seg, int64_t e, int64_t *r0) {
 }
 
 /* x (R, K)'s rows cast expert by expert (K(cast) on each segment, expert e's state column st + e)
- * into q (R, K) and qT (K, R) (either may be NULL), the rows of no segment 0; s[e] the scale_invs. */
+ * into q (R, K) and its transpose qT (K, R), the rows of no segment 0; s[e] the scale_invs. */
 static void K(cast_segments)(const real *x, const int32_t *seg, int64_t e, int64_t r, int64_t k, int fmt,
                              real *q, real *qt, real *s, real *st, int64_t n, int record) {
-  real *rows = q ? q : malloc((size_t)(r * k) * sizeof(real));
-  if (!rows) return;
-  memset(rows, 0, (size_t)(r * k) * sizeof(real));
+  memset(q, 0, (size_t)(r * k) * sizeof(real));
   for (int64_t x_ = 0; x_ < e; x_++) {
     int64_t r0, m = K(seg_rows)(seg, x_, &r0);
-    s[x_] = K(cast)(x + r0 * k, m, k, fmt, rows + r0 * k, NULL, st ? st + x_ : NULL, n, record);
+    s[x_] = K(cast)(x + r0 * k, m, k, fmt, q + r0 * k, NULL, st ? st + x_ : NULL, n, record);
   }
-  for (int64_t i = 0; qt && i < r; i++)
+  for (int64_t i = 0; i < r; i++)
     for (int64_t j = 0; j < k; j++)
-      qt[j * r + i] = rows[i * k + j];
-  if (!q) free(rows);
+      qt[j * r + i] = q[i * k + j];
 }
 
 static void K(gquant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
