@@ -195,7 +195,9 @@ stepc_status api_fp8_param_casts(stepc_t *s) {
   bool any = false;
   for (int q = s->im.micro_points; q < s->im.npoints; q++) {
     const Op *op = &s->g->op[s->im.point_op[q]];
-    if (op->kind != OP_FP8_QUANT || s->g->t[op->out[0]].role != ROLE_PARAM_FP8) continue;
+    if ((op->kind != OP_FP8_QUANT && op->kind != OP_FP8_QUANT_GROUPED) ||
+        s->g->t[op->out[0]].role != ROLE_PARAM_FP8)
+      continue;
     any = true;
     if (!api_dp_absent(s, op->in[0]) && s->be->point(s, q) != 0) return STEPC_ERR_RUNTIME;
   }

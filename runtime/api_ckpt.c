@@ -244,6 +244,7 @@ static stepc_status save_params_gathered(stepc_t *s, const char *path, bool ever
   const Graph *g = s->g;
   int n = 0, most = s->tp > s->ep ? s->tp : s->ep;
   if (s->dp > most) most = s->dp;
+  if (s->edp_group.count > most) most = s->edp_group.count;
   int64_t maxn = 1;
   for (int i = 0; i < g->nt; i++)
     if (g->t[i].role == ROLE_PARAM) n++, maxn = tensor_numel(&g->t[i]) > maxn ? tensor_numel(&g->t[i]) : maxn;
@@ -287,8 +288,9 @@ static stepc_status save_params_gathered(stepc_t *s, const char *path, bool ever
       memset(mine, 0, (size_t)m * es);
     else if (s->be->read(s, ids[j], mine) != 0)
       memset(mine, 0, (size_t)m * es), st = STEPC_ERR_RUNTIME;
-    if (t->buffer == 1 && s->owner && s->comm) {
-      if (rt_comm_group_all_gather(s->comm, &s->dp_group, mine, all, (size_t)m * es) != 0) {
+    if (t->buffer == 1 && s->owner && s->comm) { /* a sharded master: its owner's, over its owners' group */
+      const RtCommGroup *grp = s->ep > 1 && graph_expert_state(g, ids[j]) ? &s->edp_group : &s->dp_group;
+      if (rt_comm_group_all_gather(s->comm, grp, mine, all, (size_t)m * es) != 0) {
         st = api_fail(s, STEPC_ERR_RUNTIME, "data parallel, gathering %s: %s", t->name,
                       rt_comm_error(s->comm));
         break;

@@ -322,7 +322,7 @@ static int cpu_zero_point(stepc_t *s, int q) {
   }
   /* the owner updates it; with model.fp8_param the owner of a master casts it (cpu_zero_gather) */
   return (op->kind == OP_ADAMW && api_dp_not_mine(s, op->in[0])) ||
-         (op->kind == OP_FP8_QUANT && api_dp_absent(s, op->in[0]));
+         ((op->kind == OP_FP8_QUANT || op->kind == OP_FP8_QUANT_GROUPED) && api_dp_absent(s, op->in[0]));
 }
 
 /* One program point, then the buckets that fire after it (last micro-batch, data parallel). */

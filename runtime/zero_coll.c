@@ -183,7 +183,8 @@ static int norm_plan(Build *b, const ZcRank *r, char *err, size_t nerr) {
     if (op->kind == OP_ADAMW && !p->keep_adamw[op->in[0]]) p->skip_point[q] = (uint8_t)pt->alone;
     /* model.fp8_param: an fp8 primary weight's cast runs on the rank holding its fp32 master (in the
      * optimizer-state region, buffer 1); the others receive its bytes with the params */
-    if (op->kind == OP_FP8_QUANT && g->t[op->in[0]].buffer == 1 && !p->keep_adamw[op->in[0]]) {
+    if ((op->kind == OP_FP8_QUANT || op->kind == OP_FP8_QUANT_GROUPED) && g->t[op->in[0]].buffer == 1 &&
+        !p->keep_adamw[op->in[0]]) {
       if (!pt->alone) {
         free(ex);
         return snprintf(

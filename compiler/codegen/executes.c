@@ -1,7 +1,11 @@
 /* executes.c — the recipe fields stepc checks and plans but does not execute yet (fp8 executes
  * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears, under tensor
  * parallelism too: ir/ops/fp8.c, and with fp8 primary weights, model.fp8_param, with the distributed
- * optimizer too: compiler/lower/lower_blocks.h lb_fp8_param_casts). A
+ * optimizer too: compiler/lower/lower_blocks.h lb_fp8_param_casts; on MoE routed experts as grouped
+ * fp8 linears with per-expert scales, lb_grouped_linear_op, with fp8_param too. Those grouped linears
+ * have no CUDA kernels: their build has no launch program, its program.txt and the image say why —
+ * compiler/codegen/launch/exec.c names the fp8 grouped expert GEMMs — and `--device cuda` refuses it
+ * at open, so no CUDA step runs the experts in bf16). A
  * build of such a recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an
  * artifact that trained a different step than the recipe asks for (bf16 under fp8, one full replica
  * under expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and `trace` still
@@ -114,9 +118,6 @@ static const char *first_unexecuted(const Spec *s, int *field) {
       {fp8 && !spec_fp8_executes(s), SPEC_F_model_fp8_recipe,
        "an fp8 scaling recipe other than delayed or current scaling (\"delayed\" and \"tensorwise\" run; "
        "mxfp8, blockwise and custom do not)"},
-      {fp8 && s->present[SPEC_F_model_num_moe_experts] && m->num_moe_experts > 0, SPEC_F_model_fp8,
-       "fp8 with routed experts (the grouped expert GEMMs have no fp8 kernels yet; the step would run them "
-       "in bf16)"},
       {m->cpu_offloading, SPEC_F_model_cpu_offloading, "activation offloading to the host"},
       {low_precision_state, SPEC_F_optimizer_use_precision_aware_optimizer,
        "low-precision main gradients, master weights or moments (the step keeps them in fp32)"},

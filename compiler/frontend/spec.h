@@ -97,8 +97,8 @@
   X(expert_tensor_parallel_size, INT, "null", MC, "", "ETP; null means tensor_model_parallel_size")          \
   X(sequence_parallel, BOOL, "false", MC, "", "Sequence parallelism with TP")                                \
   X(fp8, STR, "null", MC, "e4m3|hybrid",                                                                     \
-    "fp8 format; null means no fp8. Runs with fp8_recipe delayed or tensorwise (and fp8_param); not with "   \
-    "MoE experts")                                                                                           \
+    "fp8 format; null means no fp8. Runs with fp8_recipe delayed or tensorwise (and fp8_param); routed "     \
+    "experts per-expert scaled on the CPU device (no CUDA fp8 grouped GEMMs yet)")                           \
   X(fp8_recipe, STR, "delayed", MC, "delayed|tensorwise|mxfp8|blockwise|custom",                             \
     "fp8 scaling recipe; stepc executes delayed (TE's DelayedScaling) and tensorwise (current scaling)")     \
   X(fp8_margin, INT, "0", MC, "", "Delayed scaling: scale = fp8_max / amax / 2^fp8_margin")                  \

@@ -30,18 +30,70 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
   return lb_linear_op(L->g, L->s, in, L->s->model.add_bias_linear ? 3 : 2);
 }
 
-/* Delayed scaling's state of one kind of fp8 tensor (ir/ops/fp8.h), created on first use with one
- * column and widened by one for every further tensor: its id, and the new column in *col. */
-static int delayed_state(Graph *g, const Spec *s, const char *name, int64_t *col) {
+/* Delayed scaling's state of one kind of fp8 tensor (ir/ops/fp8.h), created on first use and widened
+ * by ncols columns for every further group of tensors (one for a linear, one an expert for the
+ * routed experts' grouped linears): its id, and the group's first column in *col. */
+static int delayed_state(Graph *g, const Spec *s, const char *name, int64_t ncols, int64_t *col) {
   int id = graph_find_tensor(g, name);
   if (id >= 0) {
-    *col = g->t[id].shape[1]++;
+    *col = g->t[id].shape[1];
+    g->t[id].shape[1] += ncols;
     return id;
   }
-  int64_t shape[2] = {1 + s->model.fp8_amax_history_len, 1};
+  int64_t shape[2] = {1 + s->model.fp8_amax_history_len, ncols};
   *col = 0;
   return graph_tensor(g, name, DT_F32, ROLE_OPTIM, 2, shape);
 }
+
+/* The three kinds' states (weights, inputs, output gradients) of a group of ncols fp8 tensors of each
+ * kind, under delayed scaling: st[] and their first columns col[]; without it none (-1). */
+static int delayed_states(Graph *g, const Spec *s, int64_t ncols, int st[3], int64_t col[3]) {
+  static const char *const names[3] = {LB_FP8_STATE_WEIGHTS, LB_FP8_STATE_INPUTS, LB_FP8_STATE_GRADS};
+  for (int k = 0; k < 3; k++) {
+    st[k] = -1, col[k] = 0;
+    if (spec_fp8_delayed(s) && (st[k] = delayed_state(g, s, names[k], ncols, &col[k])) < 0) return -1;
+  }
+  return 0;
+}
+
+/* The weight w's fp8 copies, named "<w>.fp8", ".fp8_t", ".scale_inv", in q[3]: made by its cast op,
+ * or, under model.fp8_param (fp8 primary weights), persistent tensors (ROLE_PARAM_FP8) that
+ * lb_fp8_param_casts writes at the end of the optimizer phase from w, which becomes the fp32 master
+ * (the optimizer updates it, no bf16 copy). w is (N, K), cast by FP8_QUANT, or the experts' (E, N, K),
+ * cast by FP8_QUANT_GROUPED (a transpose and a scale an expert); the cast's attributes qa and delayed
+ * state st (-1 none). 0, or -1 with g->err. */
+static int weight_fp8(Graph *g, const Spec *s, int w, int st, const OpAttrs *qa, int q[3]) {
+  char names[3][IR_NAME_MAX];
+  const char *np[3] = {names[0], names[1], names[2]}, *sfx[3] = {"fp8", "fp8_t", "scale_inv"};
+  for (int i = 0; i < 3; i++)
+    snprintf(names[i], sizeof names[i], "%s.%s", g->t[w].name, sfx[i]);
+  bool grouped = g->t[w].ndim == 3;
+  if (!s->model.fp8_param) {
+    int qin[2] = {w, st};
+    return graph_op(g, grouped ? OP_FP8_QUANT_GROUPED : OP_FP8_QUANT, qin, st >= 0 ? 2 : 1, qa, q, np) < 0
+               ? -1
+               : 0;
+  }
+  Tensor *t = &g->t[w];
+  t->dtype = DT_F32;
+  int nd = t->ndim;
+  int64_t ts[3], ns = grouped ? t->shape[0] : 1;
+  for (int d = 0; d < nd; d++)
+    ts[d] = t->shape[d];
+  ts[nd - 2] = t->shape[nd - 1], ts[nd - 1] = t->shape[nd - 2];
+  q[0] = graph_tensor(g, names[0], DT_F8E4M3, ROLE_PARAM_FP8, nd, t->shape);
+  q[1] = graph_tensor(g, names[1], DT_F8E4M3, ROLE_PARAM_FP8, nd, ts);
+  q[2] = graph_tensor(g, names[2], DT_F32, ROLE_PARAM_FP8, 1, &ns);
+  for (int i = 0; i < 3; i++)
+    if (q[i] < 0)
+      return -1;
+    else
+      g->t[q[i]].of = w;
+  return 0;
+}
+
+/* The backward's fp8 format: E5M2 under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3). */
+static int64_t bwd_format(const Spec *s) { return strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3; }
 
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
   if (!s->per_rank || !spec_layer_fp8(s, g->cur.layer)) return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
@@ -50,42 +102,44 @@ int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
    * under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3). Under delayed scaling each of the
    * three casts has its column in its kind's state. */
   bool delayed = spec_fp8_delayed(s);
-  int64_t cw = 0, cx = 0, cdy = 0;
-  int sw = -1, sx = -1, sdy = -1;
-  if (delayed && ((sw = delayed_state(g, s, LB_FP8_STATE_WEIGHTS, &cw)) < 0 ||
-                  (sx = delayed_state(g, s, LB_FP8_STATE_INPUTS, &cx)) < 0 ||
-                  (sdy = delayed_state(g, s, LB_FP8_STATE_GRADS, &cdy)) < 0))
-    return -1;
-  OpAttrs qa = {.i = {FP8_E4M3, delayed, cw}},
-          la = {.i = {FP8_E4M3, strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3, delayed, cx, cdy}};
-  char names[3][IR_NAME_MAX];
-  const char *np[3] = {names[0], names[1], names[2]}, *sfx[3] = {"fp8", "fp8_t", "scale_inv"};
-  for (int i = 0; i < 3; i++)
-    snprintf(names[i], sizeof names[i], "%s.%s", g->t[in[1]].name, sfx[i]);
-  int q[3], out[4], qin[2] = {in[1], sw};
-  if (s->model.fp8_param) {
-    /* fp8 primary weights: the param is the fp32 master (the optimizer updates it, no bf16 copy),
-     * its fp8 data, transpose and scale_inv persistent tensors that lb_fp8_param_casts writes at
-     * the end of the optimizer phase; the linear reads those in every micro-batch. One column per
-     * fp8 linear in each delayed state, so the weight's column is the input's (cw == cx). */
-    Tensor *w = &g->t[in[1]];
-    w->dtype = DT_F32;
-    int64_t one = 1;
-    q[0] = graph_tensor(g, names[0], DT_F8E4M3, ROLE_PARAM_FP8, 2, w->shape);
-    q[1] = graph_tensor(g, names[1], DT_F8E4M3, ROLE_PARAM_FP8, 2, (int64_t[]){w->shape[1], w->shape[0]});
-    q[2] = graph_tensor(g, names[2], DT_F32, ROLE_PARAM_FP8, 1, &one);
-    for (int i = 0; i < 3; i++)
-      if (q[i] < 0)
-        return -1;
-      else
-        g->t[q[i]].of = in[1];
-    if (cw != cx) return graph_fail(g, "fp8 delayed scaling: the weight's state column is not the input's");
-  } else if (graph_op(g, OP_FP8_QUANT, qin, delayed ? 2 : 1, &qa, q, np) < 0)
-    return -1;
+  int st[3];
+  int64_t col[3];
+  if (delayed_states(g, s, 1, st, col) < 0) return -1;
+  int sw = st[0], sx = st[1], sdy = st[2];
+  int64_t cw = col[0], cx = col[1], cdy = col[2];
+  OpAttrs qa = {.i = {FP8_E4M3, delayed, cw}}, la = {.i = {FP8_E4M3, bwd_format(s), delayed, cx, cdy}};
+  /* under fp8_param the weight's cast after the optimizer takes the input's column (lb_fp8_param_casts):
+   * every fp8 linear has one column in each delayed state, so they are the same (cw == cx) */
+  int q[3], out[4];
+  if (weight_fp8(g, s, in[1], sw, &qa, q) < 0) return -1;
+  if (s->model.fp8_param && cw != cx)
+    return graph_fail(g, "fp8 delayed scaling: the weight's state column is not the input's");
   int lin[7] = {in[0], q[0], q[1], q[2]}, n = 4;
   if (nin == 3) lin[n++] = in[2];
   if (delayed) lin[n++] = sx, lin[n++] = sdy;
   if (graph_op(g, OP_LINEAR_FP8, lin, n, &la, out, NULL) < 0) return -1;
+  return out[0];
+}
+
+int lb_grouped_linear_op(Graph *g, const Spec *s, int x, int w, int seg) {
+  if (!s->per_rank || !spec_layer_fp8(s, g->cur.layer)) {
+    int in[3] = {x, w, seg};
+    return graph_op1(g, OP_GROUPED_LINEAR, in, 3, NULL, NULL);
+  }
+  /* Transformer Engine's GroupedLinear under fp8: each expert's weight, input rows and output-gradient
+   * rows cast with their own scale (under delayed scaling, a column an expert in each kind's state) */
+  bool delayed = spec_fp8_delayed(s);
+  int64_t ne = g->t[w].shape[0], col[3];
+  int st[3];
+  if (delayed_states(g, s, ne, st, col) < 0) return -1;
+  OpAttrs qa = {.i = {FP8_E4M3, delayed, col[0]}},
+          la = {.i = {FP8_E4M3, bwd_format(s), delayed, col[1], col[2]}};
+  int q[3], out[4];
+  if (weight_fp8(g, s, w, st[0], &qa, q) < 0) return -1;
+  if (s->model.fp8_param && col[0] != col[1])
+    return graph_fail(g, "fp8 delayed scaling: the experts' weight columns are not their inputs'");
+  int lin[7] = {x, q[0], q[1], q[2], seg, st[1], st[2]};
+  if (graph_op(g, OP_GROUPED_LINEAR_FP8, lin, delayed ? 7 : 5, &la, out, NULL) < 0) return -1;
   return out[0];
 }
 
@@ -94,7 +148,7 @@ int lb_fp8_delayed_updates(Graph *g, const Spec *s) {
                graph_find_tensor(g, LB_FP8_STATE_WEIGHTS)};
   if (st[0] < 0) return 0;
   if (st[1] < 0 || st[2] < 0) return graph_fail(g, "fp8 delayed scaling: a state tensor is missing");
-  int bwd = strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3,
+  int bwd = (int)bwd_format(s),
       algo = strcmp(s->model.fp8_amax_compute_algo, "max") == 0 ? FP8_AMAX_MAX : FP8_AMAX_MOST_RECENT;
   int fmt[3] = {FP8_E4M3, bwd, FP8_E4M3};
   Phase ph[3] = {IR_PHASE_BACKWARD, IR_PHASE_BACKWARD, IR_PHASE_OPTIMIZER};
@@ -123,7 +177,8 @@ int lb_fp8_param_casts(Graph *g, const Spec *s) {
   int rc = 0;
   for (int o = 0, nop = g->nop; o < nop && rc == 0; o++) {
     const Op *op = &g->op[o];
-    if (op->kind != OP_LINEAR_FP8 || g->t[op->in[1]].role != ROLE_PARAM_FP8) continue;
+    bool grouped = op->kind == OP_GROUPED_LINEAR_FP8;
+    if ((op->kind != OP_LINEAR_FP8 && !grouped) || g->t[op->in[1]].role != ROLE_PARAM_FP8) continue;
     int w = g->t[op->in[1]].of, in[2] = {w, sw}, out[3] = {op->in[1], op->in[2], op->in[3]};
     bool done = false; /* a weight read by two linears is cast once */
     for (int k = nop; k < g->nop && !done; k++)
@@ -132,7 +187,9 @@ int lb_fp8_param_casts(Graph *g, const Spec *s) {
     g->cur = (IrTags){.phase = IR_PHASE_OPTIMIZER, .layer = op->tags.layer, .fwd = -1};
     snprintf(g->cur.module, sizeof g->cur.module, "%s", op->tags.module);
     OpAttrs qa = {.i = {FP8_E4M3, delayed, delayed ? op->a.i[3] : 0}};
-    rc = graph_op_into(g, OP_FP8_QUANT, in, delayed ? 2 : 1, out, 3, &qa) < 0 ? -1 : 0;
+    rc = graph_op_into(g, grouped ? OP_FP8_QUANT_GROUPED : OP_FP8_QUANT, in, delayed ? 2 : 1, out, 3, &qa) < 0
+             ? -1
+             : 0;
   }
   g->cur = saved;
   return rc;

@@ -56,6 +56,12 @@ int lb_linear(const LowerBlock *L, int x, int64_t n_out, int64_t n_in, double st
  * The output layer and the MoE router stay LINEAR, as in Megatron (not Transformer Engine modules).
  * Its output tensor, or -1 with g->err. */
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);
+/* The routed experts' grouped product of x (R, K) by W (E, N, K) over the expert segments seg (E, 2):
+ * GROUPED_LINEAR, or, where lb_linear_op would make an fp8 linear, Transformer Engine's grouped fp8
+ * linear: every expert's weight cast with its own scale (FP8_QUANT_GROUPED), then GROUPED_LINEAR_FP8,
+ * which casts each expert's rows with their own (ir/ops/fp8.c); under delayed scaling, E columns in
+ * each state. Its output tensor, or -1 with g->err. */
+int lb_grouped_linear_op(Graph *g, const Spec *s, int x, int w, int seg);
 /* Under fp8_recipe "delayed" the linears' casts read and record their tensors' persistent state
  * (ir/ops/fp8.h), one ROLE_OPTIM tensor per kind, a column per fp8 linear: */
 #define LB_FP8_STATE_INPUTS "fp8_delayed.inputs"
@@ -68,7 +74,8 @@ int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin);
 int lb_fp8_delayed_updates(Graph *g, const Spec *s);
 /* model.fp8_param (fp8 primary weights): each fp8 linear's weight param is its fp32 master, and its
  * fp8 data, transpose and scale_inv (ROLE_PARAM_FP8, named "<weight>.fp8", ".fp8_t", ".scale_inv")
- * are written by an FP8_QUANT of the master appended here, after the optimizer's update, as the last
+ * are written by an FP8_QUANT of the master appended here (for the routed experts' grouped linears an
+ * FP8_QUANT_GROUPED: a transpose and a scale_inv an expert), after the optimizer's update, as the last
  * ops of the step (delayed scaling: with the weights' state). The runtime runs the same ops after an
  * init or a load (runtime/api.c api_fp8_param_casts), so that the first step has them. Nothing
  * without fp8_param. 0, or -1 with g->err. */

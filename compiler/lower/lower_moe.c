@@ -177,15 +177,15 @@ int lower_moe(const LowerBlock *L, int l, int x, int *aux) {
 
   lb_tags(L, l, M, SM, "mlp.experts.linear_fc1");
   int64_t w1s[3] = {nl, glu ? 2 * f : f, c}, w2s[3] = {nl, c, f};
-  int g1[3] = {xs, ep_shard(lb_param(L, "weight", 3, w1s, IR_INIT_NORMAL, L->std), g, ne, ep), seg};
-  int h1 = graph_op1(g, OP_GROUPED_LINEAR, g1, 3, NULL, NULL); /* (N or R, F or 2F) */
+  int w1 = ep_shard(lb_param(L, "weight", 3, w1s, IR_INIT_NORMAL, L->std), g, ne, ep);
+  int h1 = lb_grouped_linear_op(g, s, xs, w1, seg); /* (N or R, F or 2F) */
   lb_tags(L, l, M | IR_LABEL_MOE_ACT, SM, "mlp.experts.act");
   OpAttrs aa = {.i = {glu, act}};
   int ain[2] = {h1, ps};
   int a = graph_op1(g, OP_MOE_ACT, ain, 2, &aa, NULL); /* (N or R, F) */
   lb_tags(L, l, M, SM, "mlp.experts.linear_fc2");
-  int g2[3] = {a, ep_shard(lb_param(L, "weight", 3, w2s, IR_INIT_NORMAL, L->out_std), g, ne, ep), seg};
-  int y = graph_op1(g, OP_GROUPED_LINEAR, g2, 3, NULL, NULL); /* (N or R, C) */
+  int w2 = ep_shard(lb_param(L, "weight", 3, w2s, IR_INIT_NORMAL, L->out_std), g, ne, ep);
+  int y = lb_grouped_linear_op(g, s, a, w2, seg); /* (N or R, C) */
 
   lb_tags(L, l, M, SM, "mlp.token_dispatcher");
   if (ep_on && !ag) { /* the expert outputs back to the ranks their tokens came from */

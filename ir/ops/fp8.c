@@ -42,6 +42,31 @@
  *               rank of the job (TE's amax reduction over Megatron's amax group, TP x DP x CP),
  *               so that every rank's scales are alike and a TP shard's are the whole tensor's.
  *
+ * The routed experts' grouped fp8 linears (Transformer Engine's GroupedLinear under fp8, Megatron's
+ * TEGroupedLinear): every expert's GEMM has its own quantizers, so each cast below is E casts, one an
+ * expert, each with its own amax (current scaling) or its own column of the delayed state (expert e's
+ * is column i[c] + e); an expert without rows casts nothing (amax 0: scale 1, scale_inv 1) and its
+ * products are 0. The expert segments seg (E, 2) int32 are MOE_DISPATCH's (ops/moe_experts.c: rows
+ * [seg[e][0], seg[e][0] + seg[e][1]) are expert e's; rows in no segment, empty capacity slots, are
+ * cast as 0 and their outputs are 0).
+ *
+ *   FP8_QUANT_GROUPED  i[4] = 0: w (E, N, K) [, st] -> q (E, N, K), qT (E, K, N), s (E): each expert's
+ *               weight cast alone (the experts' weights, once a micro-batch). i[4] = 1: x (R, K), seg
+ *               [, st] -> q (R, K), qT (K, R), s (E): each expert's rows cast alone (the output
+ *               gradient in the backward). Format i[0]; i[1] = 1 delayed with the state st, expert e
+ *               at column i[2] + e (i[3] = 1: records no amax). Its gradient is straight-through.
+ *   GROUPED_LINEAR_FP8  x (R, K), wq (E, N, K), wqT (E, K, N), sw (E), seg (E, 2) [, stx, stdy] ->
+ *               y (R, N), xqT (K, R), sx (E), xq (R, K): y[r] = xq[r] wq_e^T sx[e] sw[e] for the rows
+ *               r of expert e, xq x's per-expert cast (a workspace), xqT the copy the backward keeps.
+ *               Attributes as LINEAR_FP8's (i[0], i[1] formats; i[2] = 1 delayed, x's columns from
+ *               i[3], dy's from i[4]; i[5] = 1 records no amax). Its gradient casts dy per expert
+ *               (FP8_QUANT_GROUPED, i[4] = 1) and runs GROUPED_FP8_DGRAD and GROUPED_FP8_WGRAD.
+ *   GROUPED_FP8_DGRAD  a (R, N), b (E, K, N) fp8, sa, sb (E), seg -> c (R, K): c[r] = a[r] b_e^T sa[e]
+ *               sb[e] (dx = dy wq_e, from wq's transpose: the "TN" layout), dtype i[0].
+ *   GROUPED_FP8_WGRAD  a (N, R), b (K, R) fp8, sa, sb (E), seg -> c (E, N, K): c_e = the sum over
+ *               expert e's rows r of a[:, r] b[:, r]^T, times sa[e] sb[e] (dW_e = dy_e^T x_e from both
+ *               transposes), dtype i[0].
+ *
  * When the delayed state updates (compiler/lower/lower_blocks.c lb_fp8_delayed_updates): the inputs'
  * and output gradients' states at the end of each micro-batch's backward, the weights' once a step
  * (optimizer phase). Transformer Engine updates the forward casts' state when the forward's
@@ -64,6 +89,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/ops.h"
 
@@ -267,6 +294,117 @@ static double scale_update_bytes(const Graph *g, const Op *op) {
   return 8.0 * (double)tensor_numel(&g->t[op->out[0]]);
 }
 
+/* ---- the routed experts' grouped fp8 linears ---- */
+
+static int fp8_dtype(DType d) { return d == DT_F8E4M3 || d == DT_F8E5M2; }
+
+/* seg: MOE_DISPATCH's expert segments, (E, 2) int32 with E = e. */
+static int seg_check(const Tensor *seg, int64_t e, char *err, size_t n) {
+  if (seg->dtype != DT_I32 || seg->ndim != 2 || seg->shape[0] != e || seg->shape[1] != 2)
+    return ops_err(err, n, "the expert segments %s are not (%lld, 2) int32", seg->name, (long long)e);
+  return 0;
+}
+
+static int gquant_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0);
+  int segd = op->a.i[4] == 1, delayed = op->a.i[1] == 1;
+  if (op->a.i[0] != 0 && op->a.i[0] != 1) return ops_err(err, n, "format i[0] must be 0 (E4M3) or 1 (E5M2)");
+  if ((op->a.i[4] != 0 && !segd) || (op->a.i[1] != 0 && !delayed) || op->nin != 1 + segd + delayed)
+    return ops_err(err, n, "takes x [, seg (i[4] = 1)] [, the delayed state (i[1] = 1)]");
+  if (segd ? x->ndim != 2 : x->ndim != 3)
+    return ops_err(err, n, "%s must be %s", x->name, segd ? "(R, K) with its segments" : "(E, N, K)");
+  int64_t e = segd ? ops_in(g, op, 1)->shape[0] : x->shape[0];
+  if (segd && seg_check(ops_in(g, op, 1), e, err, n)) return -1;
+  if (delayed && (state_check(ops_in(g, op, op->nin - 1), op->a.i[2], err, n) ||
+                  state_check(ops_in(g, op, op->nin - 1), op->a.i[2] + e - 1, err, n)))
+    return -1;
+  DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
+  ops_out_like(&out[0], x, "fp8");
+  out[0].dtype = f;
+  if (segd)
+    ops_out_shape(&out[1], f, "fp8_t", 2, x->shape[1], x->shape[0], 1, 1);
+  else
+    ops_out_shape(&out[1], f, "fp8_t", 3, e, x->shape[2], x->shape[1], 1);
+  ops_out_shape(&out[2], DT_F32, "fp8_scale_inv", 1, e, 1, 1, 1);
+  return 0;
+}
+
+static int glinear_fp8_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *x = ops_in(g, op, 0), *wq = ops_in(g, op, 1), *wqt = ops_in(g, op, 2), *sw = ops_in(g, op, 3);
+  int delayed = op->a.i[2] == 1;
+  if ((op->a.i[2] != 0 && !delayed) || op->nin != (delayed ? 7 : 5))
+    return ops_err(err, n, "i[2] 1 (delayed scaling) takes two states after x, wq, wqT, sw, seg; 0 none");
+  if (x->ndim != 2 || wq->ndim != 3 || wq->shape[2] != x->shape[1] || wqt->ndim != 3 ||
+      wqt->shape[0] != wq->shape[0] || wqt->shape[1] != wq->shape[2] || wqt->shape[2] != wq->shape[1] ||
+      tensor_numel(sw) != wq->shape[0])
+    return ops_err(
+        err, n,
+        "%s (R, %lld) does not match the experts' fp8 weights %s (E, N, K), their transposes and scales",
+        x->name, (long long)ops_last(x), wq->name);
+  int64_t e = wq->shape[0];
+  if (seg_check(ops_in(g, op, 4), e, err, n)) return -1;
+  if ((op->a.i[0] != 0 && op->a.i[0] != 1) || (op->a.i[1] != 0 && op->a.i[1] != 1))
+    return ops_err(err, n, "formats i[0], i[1] must be 0 (E4M3) or 1 (E5M2)");
+  for (int k = 0; k < 2 && delayed; k++)
+    if (state_check(ops_in(g, op, 5 + k), op->a.i[3 + k], err, n) ||
+        state_check(ops_in(g, op, 5 + k), op->a.i[3 + k] + e - 1, err, n))
+      return -1;
+  DType f = op->a.i[0] ? DT_F8E5M2 : DT_F8E4M3;
+  ops_out_shape(&out[0], x->dtype, "out", 2, x->shape[0], wq->shape[1], 1, 1);
+  ops_out_shape(&out[1], f, "fp8_t", 2, x->shape[1], x->shape[0], 1, 1);
+  ops_out_shape(&out[2], DT_F32, "fp8_scale_inv", 1, e, 1, 1, 1);
+  ops_out_shape(&out[3], f, "fp8_rows", 2, x->shape[0], x->shape[1], 1, 1);
+  out[3].role = ROLE_WORKSPACE;
+  return 0;
+}
+
+/* 2 R N K for all three (R the rows, N K an expert's weight) */
+static double glinear_fp8_flops(const Graph *g, const Op *op) {
+  const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1);
+  if (op->kind == OP_GROUPED_FP8_WGRAD)
+    return 2.0 * (double)a->shape[0] * (double)a->shape[1] * (double)b->shape[0];
+  return 2.0 * (double)a->shape[0] * (double)b->shape[1] * (double)b->shape[2];
+}
+
+/* As linear_fp8_backward, expert by expert: dy cast per expert, once, to both layouts. */
+static int glinear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
+  Op o = g->op[op];
+  int dy = dout[0], x = o.in[0], wq = o.in[1], wqt = o.in[2], sw = o.in[3], seg = o.in[4], xqt = o.out[1],
+      sx = o.out[2];
+  if (dy < 0) return 0;
+  int delayed = o.a.i[2] == 1;
+  OpAttrs qa = {.i = {o.a.i[1], delayed, delayed ? o.a.i[4] : 0, 0, 1}};
+  int q[3], qin[3] = {dy, seg, delayed ? o.in[6] : -1};
+  if (ops_grad_op(g, OP_FP8_QUANT_GROUPED, qin, delayed ? 3 : 2, &qa, q, NULL) < 0) return -1;
+  int wp = g->t[wq].producer, w = wp >= 0 && g->op[wp].kind == OP_FP8_QUANT_GROUPED ? g->op[wp].in[0] : wq;
+  if (g->t[wq].role == ROLE_PARAM_FP8) w = g->t[wq].of; /* an fp8 primary weight: its fp32 master */
+  OpAttrs ga = {.i = {g->t[dy].dtype}};
+  int din_[5] = {q[0], wqt, q[2], sw, seg}, dof[1] = {x};
+  if (g->t[x].role != ROLE_INPUT && ops_grad_op(g, OP_GROUPED_FP8_DGRAD, din_, 5, &ga, &din[0], dof) < 0)
+    return -1;
+  int win[5] = {q[1], xqt, q[2], sx, seg}, wof[1] = {w};
+  return ops_grad_op(g, OP_GROUPED_FP8_WGRAD, win, 5, &ga, &din[1], wof) < 0 ? -1 : 0;
+}
+
+static int gfp8_gemm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
+  const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1), *sa = ops_in(g, op, 2), *sb = ops_in(g, op, 3);
+  bool wgrad = op->kind == OP_GROUPED_FP8_WGRAD;
+  int64_t e = ops_in(g, op, 4)->shape[0];
+  if (!fp8_dtype(a->dtype) || !fp8_dtype(b->dtype) || a->ndim != 2 || b->ndim != (wgrad ? 2 : 3) ||
+      (wgrad ? b->shape[1] != a->shape[1] : b->shape[0] != e || b->shape[2] != a->shape[1]) ||
+      tensor_numel(sa) != e || tensor_numel(sb) != e)
+    return ops_err(err, n, "expects fp8 %s and the experts' scales; got %s, %s",
+                   wgrad ? "a (N, R), b (K, R)" : "a (R, N), b (E, K, N)", a->name, b->name);
+  if (seg_check(ops_in(g, op, 4), e, err, n)) return -1;
+  if (op->a.i[0] != DT_BF16 && op->a.i[0] != DT_F32 && op->a.i[0] != DT_F64)
+    return ops_err(err, n, "output dtype i[0] must be bf16 or fp32");
+  if (wgrad)
+    ops_out_shape(&out[0], (DType)op->a.i[0], "fp8_product", 3, e, a->shape[0], b->shape[0], 1);
+  else
+    ops_out_shape(&out[0], (DType)op->a.i[0], "fp8_product", 2, a->shape[0], b->shape[1], 1, 1);
+  return 0;
+}
+
 #define OPS_KERNEL_PASS
 #define OPS_REAL 32
 #include "ops/real.h"
@@ -344,6 +482,72 @@ const OpInfo op_fp8_scale_update_info = {"fp8_scale_update",
                                                    .ew = &OP_EW_NONE},
                                          .bytes = scale_update_bytes};
 
+/* The routed experts' grouped fp8 linears: no CUDA kernels yet, so a step holding them has no launch
+ * program (compiler/codegen/launch/exec.c names them) and runs on the CPU device only. */
+const OpInfo op_fp8_quant_grouped_info = {"fp8_quant_grouped",
+                                          1,
+                                          3,
+                                          3,
+                                          gquant_infer,
+                                          ops_flops_elementwise,
+                                          quant_backward,
+                                          {gquant_cpu_f32, gquant_cpu_f64},
+                                          .facts = {.cost = COST_FP8_CAST,
+                                                    .ceiling = CEIL_DRAM,
+                                                    .inplace = INPLACE_NONE,
+                                                    .rng = RNG_NONE,
+                                                    .sink = SINK_NO,
+                                                    .matmul = MATMUL_NONE,
+                                                    .ew = &OP_EW_NONE},
+                                          .bytes = quant_bytes};
+const OpInfo op_grouped_linear_fp8_info = {"grouped_linear_fp8",
+                                           5,
+                                           7,
+                                           4,
+                                           glinear_fp8_infer,
+                                           glinear_fp8_flops,
+                                           glinear_fp8_backward,
+                                           {glinear_fp8_cpu_f32, glinear_fp8_cpu_f64},
+                                           .facts = {.cost = COST_GEMM_FP8,
+                                                     .ceiling = CEIL_GEMM_FP8,
+                                                     .inplace = INPLACE_NONE,
+                                                     .rng = RNG_NONE,
+                                                     .sink = SINK_NO,
+                                                     .matmul = MATMUL_FWD,
+                                                     .ew = &OP_EW_NONE},
+                                           .bytes = linear_fp8_bytes};
+const OpInfo op_grouped_fp8_dgrad_info = {"grouped_fp8_dgrad",
+                                          5,
+                                          5,
+                                          1,
+                                          gfp8_gemm_infer,
+                                          glinear_fp8_flops,
+                                          NULL,
+                                          {gfp8_dgrad_cpu_f32, gfp8_dgrad_cpu_f64},
+                                          .facts = {.cost = COST_GEMM_FP8,
+                                                    .ceiling = CEIL_GEMM_FP8,
+                                                    .inplace = INPLACE_NONE,
+                                                    .rng = RNG_NONE,
+                                                    .sink = SINK_NO,
+                                                    .matmul = MATMUL_DGRAD,
+                                                    .ew = &OP_EW_NONE}};
+/* sink: the experts' weight gradients may be accumulated (or stored) into the fp32 main gradient */
+const OpInfo op_grouped_fp8_wgrad_info = {"grouped_fp8_wgrad",
+                                          5,
+                                          5,
+                                          1,
+                                          gfp8_gemm_infer,
+                                          glinear_fp8_flops,
+                                          NULL,
+                                          {gfp8_wgrad_cpu_f32, gfp8_wgrad_cpu_f64},
+                                          .facts = {.cost = COST_GEMM_FP8,
+                                                    .ceiling = CEIL_GEMM_FP8,
+                                                    .inplace = INPLACE_NONE,
+                                                    .rng = RNG_NONE,
+                                                    .sink = SINK_YES,
+                                                    .matmul = MATMUL_WGRAD,
+                                                    .ew = &OP_EW_NONE}};
+
 #else /* OPS_KERNEL_PASS */
 
 /* q (M, K) and qT (K, M) (either may be NULL) of x (M, K) in format e5m2; returns scale_inv. Current
@@ -412,6 +616,96 @@ static void K(fp8_gemm_cpu)(const CpuCtx *c, const Op *op, void *const *in, void
   const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]];
   const real *sa = in[2], *sb = in[3];
   K(fp8_product)(c, in[0], in[1], sa[0] * sb[0], NULL, out[0], ops_rows(a), b->shape[0], ops_last(a));
+}
+
+/* Expert e's rows of the segments seg: [*r0, *r0 + return). */
+static int64_t K(seg_rows)(const int32_t *seg, int64_t e, int64_t *r0) {
+  *r0 = seg[2 * e];
+  return seg[2 * e + 1];
+}
+
+/* x (R, K)'s rows cast expert by expert (K(cast) on each segment, expert e's state column st + e)
+ * into q (R, K) and its transpose qT (K, R), the rows of no segment 0; s[e] the scale_invs. */
+static void K(cast_segments)(const real *x, const int32_t *seg, int64_t e, int64_t r, int64_t k, int fmt,
+                             real *q, real *qt, real *s, real *st, int64_t n, int record) {
+  memset(q, 0, (size_t)(r * k) * sizeof(real));
+  for (int64_t x_ = 0; x_ < e; x_++) {
+    int64_t r0, m = K(seg_rows)(seg, x_, &r0);
+    s[x_] = K(cast)(x + r0 * k, m, k, fmt, q + r0 * k, NULL, st ? st + x_ : NULL, n, record);
+  }
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < k; j++)
+      qt[j * r + i] = q[i * k + j];
+}
+
+static void K(gquant_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]];
+  real *s = out[2], *st = NULL;
+  int64_t n = 0;
+  int fmt = (int)op->a.i[0], record = op->a.i[3] != 1;
+  if (op->a.i[1] == 1) st = K(state_col)(c, op->in[op->nin - 1], in[op->nin - 1], op->a.i[2], &n);
+  if (op->a.i[4] == 1) {
+    const Tensor *seg = &c->g->t[op->in[1]];
+    K(cast_segments)
+    (in[0], in[1], seg->shape[0], x->shape[0], x->shape[1], fmt, out[0], out[1], s, st, n, record);
+    return;
+  }
+  int64_t e = x->shape[0], nk = x->shape[1] * x->shape[2];
+  const real *w = in[0];
+  real *q = out[0], *qt = out[1];
+  for (int64_t x_ = 0; x_ < e; x_++)
+    s[x_] = K(cast)(w + x_ * nk, x->shape[1], x->shape[2], fmt, q + x_ * nk, qt + x_ * nk,
+                    st ? st + x_ : NULL, n, record);
+}
+
+/* Row-segmented products: out[r] (N') = a[r] (K') b_e^T sa[e] sb[e] for each expert's rows, b (E, N', K');
+ * the rows of no segment 0. */
+static void K(grouped_rows_product)(const CpuCtx *c, const real *a, const real *b, const real *sa,
+                                    const real *sb, const int32_t *seg, int64_t e, real *out, int64_t r,
+                                    int64_t n, int64_t k) {
+  memset(out, 0, (size_t)(r * n) * sizeof(real));
+  for (int64_t x_ = 0; x_ < e; x_++) {
+    int64_t r0, m = K(seg_rows)(seg, x_, &r0);
+    if (m > 0) K(fp8_product)(c, a + r0 * k, b + x_ * n * k, sa[x_] * sb[x_], NULL, out + r0 * n, m, n, k);
+  }
+}
+
+static void K(glinear_fp8_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *x = &c->g->t[op->in[0]], *wq = &c->g->t[op->in[1]];
+  int64_t e = wq->shape[0], r = x->shape[0], k = x->shape[1];
+  real *st = NULL;
+  int64_t n = 0;
+  if (op->a.i[2] == 1) st = K(state_col)(c, op->in[5], in[5], op->a.i[3], &n);
+  K(cast_segments)(in[0], in[4], e, r, k, (int)op->a.i[0], out[3], out[1], out[2], st, n, op->a.i[5] != 1);
+  K(grouped_rows_product)(c, out[3], in[1], out[2], in[3], in[4], e, out[0], r, wq->shape[1], k);
+}
+
+static void K(gfp8_dgrad_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]];
+  K(grouped_rows_product)
+  (c, in[0], in[1], in[2], in[3], in[4], b->shape[0], out[0], a->shape[0], b->shape[1], b->shape[2]);
+}
+
+/* c_e (N, K) = a[:, rows of e] b[:, rows of e]^T sa[e] sb[e], a (N, R), b (K, R): each expert's columns
+ * copied to contiguous (N, m), (K, m) first. */
+static void K(gfp8_wgrad_cpu)(const CpuCtx *c, const Op *op, void *const *in, void *const *out) {
+  const Tensor *a = &c->g->t[op->in[0]], *b = &c->g->t[op->in[1]], *seg = &c->g->t[op->in[4]];
+  int64_t n = a->shape[0], k = b->shape[0], r = a->shape[1], e = seg->shape[0];
+  const real *av = in[0], *bv = in[1], *sa = in[2], *sb = in[3];
+  real *cv = out[0];
+  memset(cv, 0, (size_t)(e * n * k) * sizeof(real));
+  real *ta = malloc((size_t)(n * r + k * r + 1) * sizeof(real)), *tb = ta + n * r;
+  if (!ta) return;
+  for (int64_t x_ = 0; x_ < e; x_++) {
+    int64_t r0, m = K(seg_rows)(in[4], x_, &r0);
+    if (m <= 0) continue;
+    for (int64_t i = 0; i < n; i++)
+      memcpy(ta + i * m, av + i * r + r0, (size_t)m * sizeof(real));
+    for (int64_t i = 0; i < k; i++)
+      memcpy(tb + i * m, bv + i * r + r0, (size_t)m * sizeof(real));
+    K(fp8_product)(c, ta, tb, sa[x_] * sb[x_], NULL, cv + x_ * n * k, n, k, m);
+  }
+  free(ta);
 }
 
 /* Transformer Engine's amax_and_scale_update (delayed_scaling.cu, kernel_bulk) on every column of

@@ -140,6 +140,11 @@
   X(TP_REP_PACK, op_tp_rep_pack)     /* g's replicated rows -> buf at their one-rank rows; g's zeroed */     \
   X(TP_REP_UNPACK, op_tp_rep_unpack) /* buf's rows of this rank -> g's replicated rows */                    \
   /* fp8.c: delayed scaling's update of the amax histories and scales (in place) */                          \
-  X(FP8_SCALE_UPDATE, op_fp8_scale_update)
+  X(FP8_SCALE_UPDATE, op_fp8_scale_update)                                                                   \
+  /* fp8.c: the routed experts' grouped fp8 linears (per-expert scales; CPU device only) */                  \
+  X(FP8_QUANT_GROUPED, op_fp8_quant_grouped)   /* each expert's weight, or rows, cast with its own scale */  \
+  X(GROUPED_LINEAR_FP8, op_grouped_linear_fp8) /* y[r] = cast_e(x[r]) wq_e^T sx[e] sw[e] */                  \
+  X(GROUPED_FP8_DGRAD, op_grouped_fp8_dgrad)   /* dx[r] = dyq[r] wq_e sdy[e] sw[e] */                        \
+  X(GROUPED_FP8_WGRAD, op_grouped_fp8_wgrad)   /* dW_e = dyq_e^T xq_e sdy[e] sx[e] */
 
 #endif

@@ -22,7 +22,8 @@ const char *op_name(OpKind k) { return k >= 0 && k < OP_COUNT ? OP_TABLE[k]->nam
 int op_for_eval(Op *op) {
   /* a delayed-scaling cast records no amax (ir/ops/fp8.c): the next step is the one without the evaluation */
   if (op->kind == OP_FP8_QUANT) op->a.i[3] = 1;
-  if (op->kind == OP_LINEAR_FP8) op->a.i[5] = 1;
+  if (op->kind == OP_LINEAR_FP8 || op->kind == OP_GROUPED_LINEAR_FP8) op->a.i[5] = 1;
+  if (op->kind == OP_FP8_QUANT_GROUPED) op->a.i[3] = 1;
   switch (op_info(op->kind)->facts.rng) {
   case RNG_NONE: return 0;
   case RNG_ATTN_DROPOUT: op->a.f[1] = 0; return 0; /* ir/ops/flash.c: f[1] = attention-dropout p */

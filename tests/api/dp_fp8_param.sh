@@ -12,6 +12,9 @@
 #    every rank's measured region and shard are stepc plan's (plan.json), its shard about half of
 #    plain DP's state, and the per-rank report's params, weights and optimizer bytes are plan.json's;
 #  - the CUDA launch programs play on a recording device;
+#  - routed experts in fp8 (tiny_mla_moe_fp8.lua): DP 2 and EP 2 x DP 2 with ZeRO-1 = without, bitwise
+#    (losses and the gathered parameters: an expert's master comes from its owner in the
+#    expert-data-parallel group), resumed bitwise;
 #  - delayed scaling (tests/recipes/tiny_fp8_delayed.lua): DP 2 with ZeRO-1 = DP 2 without it,
 #    bitwise, and resumed bitwise — only the owner's cast records a weight's amax, and the update's
 #    all-reduce (max) over every rank (the amax group) hands it to the others.
@@ -68,4 +71,20 @@ build ddp2 train.world_size=2
 build dzero2 train.world_size=2 $Z
 "$t" equal "$tmp/ddp2" 2 "$tmp/dzero2" 2 4 "$tmp" || fail "fp8_param, delayed: ZeRO-1 on 2 ranks against DP 2"
 mkdir -p "$tmp/dres" && "$t" resume "$tmp/dzero2" 2 4 2 "$tmp/dres" || fail "fp8_param, delayed: ZeRO-1 resumed"
+# routed experts in fp8 (tests/recipes/tiny_mla_moe_fp8.lua, grouped fp8 linears): DP 2 and EP 2 x DP 2
+# with ZeRO-1 = without, bitwise (the experts' masters owned over the expert-data-parallel group,
+# gathered from there into model.safetensors), EP 2 x DP 2 resumed bitwise
+R=tests/recipes/tiny_mla_moe_fp8.lua
+build mdp2 train.world_size=2
+build mzero2 train.world_size=2 $Z
+"$t" equal "$tmp/mdp2" 2 "$tmp/mzero2" 2 3 "$tmp" || fail "fp8_param, MoE: ZeRO-1 on 2 ranks against DP 2"
+EP="model.expert_model_parallel_size=2 train.world_size=4"
+build mep $EP
+build mepz $EP $Z
+"$t" run "$tmp/mep" 4 3 "$tmp/mep.safetensors" >"$tmp/mep.txt" || { cat "$tmp/mep.txt"; fail "MoE EP 2 x DP 2"; }
+"$t" run "$tmp/mepz" 4 3 "$tmp/mepz.safetensors" >"$tmp/mepz.txt" || { cat "$tmp/mepz.txt"; fail "MoE EP 2 x DP 2, ZeRO-1"; }
+diff <(grep '^step' "$tmp/mep.txt") <(grep '^step' "$tmp/mepz.txt") || fail "MoE EP 2 x DP 2: ZeRO-1's losses differ"
+cmp -s "$tmp/mep.safetensors" "$tmp/mepz.safetensors" || fail "MoE EP 2 x DP 2: ZeRO-1's gathered parameters differ"
+echo "ok: MoE fp8 EP 2 x DP 2 with ZeRO-1 = without: 3 steps' losses, grad norms and the gathered parameters bitwise"
+mkdir -p "$tmp/mres" && "$t" resume "$tmp/mepz" 4 3 1 "$tmp/mres" || fail "MoE EP 2 x DP 2, ZeRO-1 resumed"
 echo "ok: dp_fp8_param"

@@ -38,25 +38,30 @@ def params(path):  # tensors() takes the path without ".safetensors"
     return tensors(path[:-len(".safetensors")])
 
 
-init = params(sys.argv[1])
-exact, one = grads(init, params(sys.argv[2])), grads(init, params(sys.argv[3]))
-ok = True
-for name, path in zip(sys.argv[4::2], sys.argv[5::2]):
-    run = grads(init, params(path))
-    worst, tot_run, tot_ref = (0.0, ""), 0.0, 0.0
-    for k in sorted(one):
-        e_ref, e_run = dist(one[k], exact[k]), dist(run[k], one[k])
-        tot_ref, tot_run = tot_ref + e_ref**2, tot_run + e_run**2
-        r = e_run / max(e_ref, 1e-12)
-        if r > worst[0]:
-            worst = (r, k)
-        if r > RATIO:
+def main():
+    init = params(sys.argv[1])
+    exact, one = grads(init, params(sys.argv[2])), grads(init, params(sys.argv[3]))
+    ok = True
+    for name, path in zip(sys.argv[4::2], sys.argv[5::2]):
+        run = grads(init, params(path))
+        worst, tot_run, tot_ref = (0.0, ""), 0.0, 0.0
+        for k in sorted(one):
+            e_ref, e_run = dist(one[k], exact[k]), dist(run[k], one[k])
+            tot_ref, tot_run = tot_ref + e_ref**2, tot_run + e_run**2
+            r = e_run / max(e_ref, 1e-12)
+            if r > worst[0]:
+                worst = (r, k)
+            if r > RATIO:
+                ok = False
+                print(f"FAIL {name}: {k}: |g - g_one| {e_run:.3e} is {r:.2f} x fp8's error |g_one - g_exact| {e_ref:.3e}")
+        r_all = math.sqrt(tot_run / tot_ref)
+        if r_all > RATIO_ALL:
             ok = False
-            print(f"FAIL {name}: {k}: |g - g_one| {e_run:.3e} is {r:.2f} x fp8's error |g_one - g_exact| {e_ref:.3e}")
-    r_all = math.sqrt(tot_run / tot_ref)
-    if r_all > RATIO_ALL:
-        ok = False
-        print(f"FAIL {name}: over all tensors |g - g_one| is {r_all:.2f} x fp8's error")
-    print(f"{'ok' if ok else 'FAIL'}: {name}: first-step gradients {r_all:.2f} x fp8's own error from the one-rank "
-          f"fp8 step (all tensors; limit {RATIO_ALL}), worst tensor {worst[0]:.2f} x ({worst[1]}; limit {RATIO})")
-sys.exit(0 if ok else 1)
+            print(f"FAIL {name}: over all tensors |g - g_one| is {r_all:.2f} x fp8's error")
+        print(f"{'ok' if ok else 'FAIL'}: {name}: first-step gradients {r_all:.2f} x fp8's own error from the one-rank "
+              f"fp8 step (all tensors; limit {RATIO_ALL}), worst tensor {worst[0]:.2f} x ({worst[1]}; limit {RATIO})")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

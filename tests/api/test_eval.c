@@ -7,7 +7,7 @@
  * arguments are refused. Cases: tiny (logits, then CROSS_ENTROPY), tiny with output_layer_chunks=2
  * (LINEAR_CROSS_ENTROPY, on cuda its backward fused into the forward's launch), gpt3_tiny (dropout),
  * tiny in fp8 with delayed scaling, one micro-batch (its scaling state is optimizer state the
- * evaluation leaves alone).
+ * evaluation leaves alone), and on the CPU tiny_mla_moe so (its routed experts' grouped fp8 linears).
  * cuda runs bf16 recipes; exit 77 there without a GPU. Prints one line per check's numbers. */
 #include <math.h>
 #include <stdint.h>
@@ -289,6 +289,11 @@ int main(int argc, char **argv) {
   /* fp8 current scaling: the casts of the norms' and the MLP activation's outputs read the amax their
    * producers folded (eval_section checks each has one) */
   run_case("tests/recipes/tiny_fp8.lua", f8 + !cuda, 1 + cuda, 0);
+  /* the routed experts' grouped fp8 linears (delayed: a state column an expert; no CUDA kernels, so the
+   * CPU device only): the evaluation records no expert's amax either */
+  const char *moe[] = {"model.fp8=hybrid", "model.fp8_recipe=delayed", "train.global_batch_size=2",
+                       "model.moe_aux_loss_coeff=0"}; /* the loss = the mean of the log-probabilities */
+  if (!cuda) run_case("tests/recipes/tiny_mla_moe.lua", moe, 4, 0);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -25,7 +25,10 @@
  *              each scale becomes exactly fp8_max / amax of the tensor it casts once the tensors
  *              before it have (one step per fp8 linear along the forward, then along the backward,
  *              then the history's length), at which point the step is current scaling's bit for
- *              bit: so are the gradients, and the bound carries over.
+ *              bit: so are the gradients, and the bound carries over. Also for
+ *              tests/recipes/tiny_mla_moe.lua, whose routed experts' grouped fp8 linears keep a
+ *              column an expert: every expert's scales reach its own current scales (a column shared
+ *              between experts, or read at another expert's index, would not).
  *   loss       ten steps' losses beside the run without fp8, within LOSS_TOL, under both recipes.
  *
  * The gradient bound. An fp8 value is x (1 + d) with |d| <= u: u = 2^-4 for E4M3 (3 mantissa bits,
@@ -81,16 +84,19 @@ static int failures;
     }                                                                                                        \
   } while (0)
 
-static int load(const char *const *ov, int nov, Spec *spec) {
+static int load_model(const char *model, const char *const *ov, int nov, Spec *spec) {
   static Spec raw;
   DiagList d;
   diag_init(&d);
-  int rc =
-      frontend_load("models/tiny.lua", ov, nov, NULL, &raw, &d) != 0 || validate_spec(&raw, spec, &d) != 0;
+  int rc = frontend_load(model, ov, nov, NULL, &raw, &d) != 0 || validate_spec(&raw, spec, &d) != 0;
   if (rc) diag_print(&d, stderr);
   diag_free(&d);
   spec->per_rank = true; /* lower what a build executes: fp8 linears (lb_linear_op) */
   return rc;
+}
+
+static int load(const char *const *ov, int nov, Spec *spec) {
+  return load_model("models/tiny.lua", ov, nov, spec);
 }
 
 /* One step's main gradients (by parameter name) after its micro-batches, on the trivial plan. */
@@ -512,11 +518,18 @@ static void test_delayed_converges(void) {
   const char *d3[] = {"train.global_batch_size=4",    "model.fp8=hybrid",
                       "model.fp8_recipe=delayed",     "model.num_layers=1",
                       "model.fp8_amax_history_len=3", "model.fp8_amax_compute_algo=max"};
+  /* the routed experts' grouped fp8 linears: a column an expert, each converging to its own current
+   * scale; tiny_mla_moe's 21 dense fp8 linears and 4 grouped ones (as many casts along the path) */
+  const char *dm[] = {"train.global_batch_size=2", "model.fp8=hybrid", "model.fp8_recipe=delayed"};
+  const char *twm[] = {"train.global_batch_size=2", "model.fp8=hybrid", "model.fp8_recipe=tensorwise"};
   const struct {
     const char *what, *const *ov, *const *cur_ov;
     int nov, ncur, len, nlin;
-  } cases[] = {{"history 1, most_recent", d1, tw4, 3, 3, 1, 16},
-               {"1 layer, history 3, max", d3, tw1, 6, 4, 3, 4}};
+    const char *model;
+  } cases[] = {
+      {"history 1, most_recent", d1, tw4, 3, 3, 1, 16, "models/tiny.lua"},
+      {"1 layer, history 3, max", d3, tw1, 6, 4, 3, 4, "models/tiny.lua"},
+      {"tiny_mla_moe (routed experts), history 1", dm, twm, 3, 3, 1, 25, "tests/recipes/tiny_mla_moe.lua"}};
   const double u4 = 1.0 / 16, u5 = 1.0 / 8, bound = sqrt(16 * (u4 * u4 + u4 * u4) + 17 * (u5 * u5 + u4 * u4));
   static Spec s;
   Grads ref;
@@ -527,11 +540,11 @@ static void test_delayed_converges(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     Run r;
     Grads cur;
-    if (load(cases[c].cur_ov, cases[c].ncur, &s) || first_step_grads(&s, &cur)) {
+    if (load_model(cases[c].model, cases[c].cur_ov, cases[c].ncur, &s) || first_step_grads(&s, &cur)) {
       CHECK(0, "%s: the current-scaling step did not run", cases[c].what);
       continue;
     }
-    if (load(cases[c].ov, cases[c].nov, &s) || run_open(&s, &r)) {
+    if (load_model(cases[c].model, cases[c].ov, cases[c].nov, &s) || run_open(&s, &r)) {
       CHECK(0, "%s: the delayed step does not build", cases[c].what);
       grads_free(&cur);
       continue;

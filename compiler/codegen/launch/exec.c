@@ -165,7 +165,16 @@ static int analyse(RtExec *x, int *unsupported) {
   }
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
-    if (!x->fz->skip[o] && !DISPATCH[op->kind]) {
+    bool grouped_fp8 = op->kind == OP_FP8_QUANT_GROUPED || op->kind == OP_GROUPED_LINEAR_FP8 ||
+                       op->kind == OP_GROUPED_FP8_DGRAD || op->kind == OP_GROUPED_FP8_WGRAD;
+    if (!x->fz->skip[o] && !DISPATCH[op->kind] && grouped_fp8) {
+      *unsupported = 1;
+      rc = rt_fail(d,
+                   "fp8 with routed experts: the fp8 grouped expert GEMMs (op %s in %s) have no CUDA kernels "
+                   "yet (the CPU device runs this step; a CUDA step would run the experts in bf16, so none "
+                   "is built)",
+                   op_name(op->kind), op->tags.module);
+    } else if (!x->fz->skip[o] && !DISPATCH[op->kind]) {
       *unsupported = 1;
       rc = rt_fail(d, "op %s (%s) does not run on CUDA yet", op_name(op->kind), op->tags.module);
     } else if ((op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_BWD) && op->a.f[1] > 0) {
