@@ -277,19 +277,23 @@ static int series_single(const Plan *p, Series *s) {
   static const struct {
     int role;
     const char *color;
-  } STACK[] = {{ROLE_PARAM, "#4c72b0"}, {ROLE_MASTER, "#6d8fc9"},    {ROLE_GRAD, "#55a868"},
-               {ROLE_OPTIM, "#8172b2"}, {MEM_ROLE_GRAPH, "#937860"}, {ROLE_INPUT, "#8c8c8c"},
-               {ROLE_ACT, "#dd8452"},   {ROLE_ACT_GRAD, "#c44e52"},  {ROLE_WORKSPACE, "#da8bc3"}};
+  } STACK[] = {{ROLE_PARAM, "#4c72b0"},     {ROLE_MASTER, "#6d8fc9"},
+               {ROLE_GRAD, "#55a868"},      {ROLE_OPTIM, "#8172b2"},
+               {MEM_ROLE_GRAPH, "#937860"}, {ROLE_INPUT, "#8c8c8c"},
+               {ROLE_ACT, "#dd8452"},       {ROLE_ACT_GRAD, "#c44e52"},
+               {ROLE_WORKSPACE, "#da8bc3"}, {MEM_ROLE_ZERO_STAGING, "#bcbd22"}};
   enum { NSTACK = sizeof STACK / sizeof STACK[0] };
   _Static_assert((int)NSTACK <= (int)MAXB, "bands");
   const MemPlan *mp = &p->mp;
-  s->nb = NSTACK, s->k_transient = 5 /* ROLE_INPUT */, s->npos = mp->npos;
-  if (!(s->v = malloc((size_t)(mp->npos + 1) * NSTACK * sizeof *s->v))) return -1;
-  for (int k = 0; k < NSTACK; k++)
+  /* the distributed optimizer's staging (the last band) only where the plan has one */
+  int nb = mp->zstage_bytes > 0 ? NSTACK : NSTACK - 1;
+  s->nb = nb, s->k_transient = 5 /* ROLE_INPUT */, s->npos = mp->npos;
+  if (!(s->v = malloc((size_t)(mp->npos + 1) * (size_t)nb * sizeof *s->v))) return -1;
+  for (int k = 0; k < nb; k++)
     s->b[k] = (Band){memplan_role_name(STACK[k].role), STACK[k].color};
   for (int i = 0; i < mp->npos; i++)
-    for (int k = 0; k < NSTACK; k++)
-      s->v[(size_t)i * NSTACK + k] = (double)mp->live_role[(size_t)i * MEM_NROLES + STACK[k].role];
+    for (int k = 0; k < nb; k++)
+      s->v[(size_t)i * nb + k] = (double)mp->live_role[(size_t)i * MEM_NROLES + STACK[k].role];
   s->peak = (double)mp->peak, s->peak_pos = mp->peak_pos;
   const char *un;
   double arena = (double)(mp->arena + mp->region), u = unit_of(arena, &un);
