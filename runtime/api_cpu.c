@@ -252,26 +252,15 @@ static int group_broadcast(stepc_t *s, int t, int from, const RtCommGroup *grp, 
   return 0;
 }
 
-/* An fp8 primary weight's transpose (FP8_QUANT's second output), which each rank makes from the
- * gathered fp8 data (first output) as Transformer Engine does after fp8_param_gather: the CPU keeps
- * fp8 values in fp32 words, so the transpose is the cast's own bit for bit. */
-static bool fp8_transpose(const Graph *g, int t, int *data) {
-  for (int o = 0; g->t[t].role == ROLE_PARAM_FP8 && o < g->nop; o++)
-    if (g->op[o].kind == OP_FP8_QUANT && g->op[o].nout > 1 && g->op[o].out[1] == t)
-      return *data = g->op[o].out[0], true;
-  return false;
-}
-
 /* After the tail: each param from its owner (the all-gather of the updated weights); with
- * model.fp8_param the fp8 data and scale_inv of each sharded master from the rank that cast it (1
- * element of fp8 a weight element instead of a param's), then the transposes made here. */
+ * model.fp8_param the fp8 data, transpose and scale_inv of each sharded master from the rank that cast
+ * it (as on cuda: runtime/zero_coll.c). */
 static int cpu_zero_gather(stepc_t *s, int unused) {
   (void)unused;
   const Graph *g = s->g;
-  int data;
   for (int t = 0; t < g->nt; t++) {
     int from = api_dp_param_source(s, t);
-    if (from < 0 || fp8_transpose(g, t, &data)) continue;
+    if (from < 0) continue;
     int N, me;
     const RtCommGroup *grp = zero_group(s, graph_expert_state(g, t), &N, &me);
     if ((grp ? group_broadcast(s, t, from, grp, N)
@@ -280,15 +269,6 @@ static int cpu_zero_gather(stepc_t *s, int unused) {
       return api_fail(s, STEPC_ERR_RUNTIME, "data parallel, parameter all-gather: %s",
                       s->comm ? rt_comm_error(s->comm) : "out of memory"),
              -1;
-  }
-  for (int t = 0; t < g->nt; t++) {
-    if (api_dp_param_source(s, t) < 0 || !fp8_transpose(g, t, &data)) continue;
-    const float *q = cpu_exec_ptr(ex(s), data);
-    float *qt = cpu_exec_ptr(ex(s), t);
-    int64_t rows = g->t[data].shape[0], cols = g->t[data].shape[1];
-    for (int64_t i = 0; i < rows; i++)
-      for (int64_t j = 0; j < cols; j++)
-        qt[j * rows + i] = q[i * cols + j];
   }
   return 0;
 }

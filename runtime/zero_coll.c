@@ -37,13 +37,15 @@ static int add_piece(Build *b, int t, int64_t at, int64_t bytes) {
 }
 
 /* The tensors a part moves for gradient t, into m (their count): the gradient; or (params) its
- * parameter — for an fp8 primary weight whose fp32 master lies in the optimizer-state region (on its
- * owner only: model.fp8_param under ZeRO-1, buffer 1) its fp8 data, transpose and scale_inv instead. */
+ * parameter — for an fp8 primary weight (model.fp8_param), whose fp32 master lies in the
+ * optimizer-state region on its owner only under ZeRO-1, its fp8 data, transpose and scale_inv
+ * instead. graph_fp8_master, not the planned buffer, so that the compiler sizing the staging before
+ * the plan places the region (compiler/plan/memplan.c) counts what the runtime moves. */
 static int moved(const ZcRank *r, int t, int params, int m[3]) {
   if (!params) return m[0] = t, 1;
   const Graph *g = r->g;
   int p = g->t[t].of, n = 0;
-  if (g->t[p].buffer != 1) return m[0] = p, 1;
+  if (!graph_fp8_master(g, p)) return m[0] = p, 1;
   for (int x = 0; x < g->nt && n < 3; x++)
     if (g->t[x].role == ROLE_PARAM_FP8 && g->t[x].of == p) m[n++] = x;
   return n;

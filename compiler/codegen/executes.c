@@ -14,8 +14,8 @@
  * Tensor parallelism (with or without sequence parallelism) is executed for the dense GPT, MLA and
  * Mamba layers (docs/parallelism.md), expert parallelism for MoE layers (the alltoall dispatcher,
  * alone or under TP with expert-tensor parallelism 1; the allgather one at TP 1: ir/ops/ep.c), and
- * the distributed optimizer under either or both (on cuda, under EP, it is refused at open:
- * runtime/api_cuda_dp.c); what they do not cover yet is refused here with the field that asks. */
+ * the distributed optimizer under either or both (on cuda too: runtime/zero_coll.h); what they do not
+ * cover yet is refused here with the field that asks. */
 #include "codegen/artifact.h"
 
 #include <stdio.h>

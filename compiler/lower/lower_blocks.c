@@ -95,28 +95,36 @@ static int weight_fp8(Graph *g, const Spec *s, int w, int st, const OpAttrs *qa,
 /* The backward's fp8 format: E5M2 under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3). */
 static int64_t bwd_format(const Spec *s) { return strcmp(s->model.fp8, "hybrid") == 0 ? FP8_E5M2 : FP8_E4M3; }
 
+/* What an fp8 linear over weight w needs before its op (ncols columns a kind in the delayed states:
+ * 1, or one an expert): the states st[3] (-1 none), the linear's attributes *la (forward and
+ * backward formats, delayed, its input's and output gradient's first columns) and the weight's fp8
+ * copies q[3]. 0, or -1 with g->err. */
+static int fp8_linear_setup(Graph *g, const Spec *s, int w, int64_t ncols, int st[3], OpAttrs *la, int q[3]) {
+  bool delayed = spec_fp8_delayed(s);
+  int64_t col[3];
+  if (delayed_states(g, s, ncols, st, col) < 0) return -1;
+  OpAttrs qa = {.i = {FP8_E4M3, delayed, col[0]}};
+  *la = (OpAttrs){.i = {FP8_E4M3, bwd_format(s), delayed, col[1], col[2]}};
+  if (weight_fp8(g, s, w, st[0], &qa, q) < 0) return -1;
+  /* under fp8_param the weight's cast after the optimizer takes the input's columns
+   * (lb_fp8_param_casts): each kind's state grows by ncols a linear, so they are the same */
+  if (s->model.fp8_param && col[0] != col[1])
+    return graph_fail(g, "fp8 delayed scaling: the weight's state columns are not its input's");
+  return 0;
+}
+
 int lb_linear_op(Graph *g, const Spec *s, const int *in, int nin) {
   if (!s->per_rank || !spec_layer_fp8(s, g->cur.layer)) return graph_op1(g, OP_LINEAR, in, nin, NULL, NULL);
   /* Transformer Engine's fp8 linear: the weight cast once a micro-batch (E4M3; its copy, transpose and
    * scale_inv named after it), the input cast in the product's launch; the backward's format E5M2
    * under "hybrid", E4M3 under "e4m3" (Format.HYBRID / Format.E4M3). Under delayed scaling each of the
    * three casts has its column in its kind's state. */
-  bool delayed = spec_fp8_delayed(s);
-  int st[3];
-  int64_t col[3];
-  if (delayed_states(g, s, 1, st, col) < 0) return -1;
-  int sw = st[0], sx = st[1], sdy = st[2];
-  int64_t cw = col[0], cx = col[1], cdy = col[2];
-  OpAttrs qa = {.i = {FP8_E4M3, delayed, cw}}, la = {.i = {FP8_E4M3, bwd_format(s), delayed, cx, cdy}};
-  /* under fp8_param the weight's cast after the optimizer takes the input's column (lb_fp8_param_casts):
-   * every fp8 linear has one column in each delayed state, so they are the same (cw == cx) */
-  int q[3], out[4];
-  if (weight_fp8(g, s, in[1], sw, &qa, q) < 0) return -1;
-  if (s->model.fp8_param && cw != cx)
-    return graph_fail(g, "fp8 delayed scaling: the weight's state column is not the input's");
+  int st[3], q[3], out[4];
+  OpAttrs la;
+  if (fp8_linear_setup(g, s, in[1], 1, st, &la, q) < 0) return -1;
   int lin[7] = {in[0], q[0], q[1], q[2]}, n = 4;
   if (nin == 3) lin[n++] = in[2];
-  if (delayed) lin[n++] = sx, lin[n++] = sdy;
+  if (st[1] >= 0) lin[n++] = st[1], lin[n++] = st[2];
   if (graph_op(g, OP_LINEAR_FP8, lin, n, &la, out, NULL) < 0) return -1;
   return out[0];
 }
@@ -128,18 +136,11 @@ int lb_grouped_linear_op(Graph *g, const Spec *s, int x, int w, int seg) {
   }
   /* Transformer Engine's GroupedLinear under fp8: each expert's weight, input rows and output-gradient
    * rows cast with their own scale (under delayed scaling, a column an expert in each kind's state) */
-  bool delayed = spec_fp8_delayed(s);
-  int64_t ne = g->t[w].shape[0], col[3];
-  int st[3];
-  if (delayed_states(g, s, ne, st, col) < 0) return -1;
-  OpAttrs qa = {.i = {FP8_E4M3, delayed, col[0]}},
-          la = {.i = {FP8_E4M3, bwd_format(s), delayed, col[1], col[2]}};
-  int q[3], out[4];
-  if (weight_fp8(g, s, w, st[0], &qa, q) < 0) return -1;
-  if (s->model.fp8_param && col[0] != col[1])
-    return graph_fail(g, "fp8 delayed scaling: the experts' weight columns are not their inputs'");
+  int st[3], q[3], out[4];
+  OpAttrs la;
+  if (fp8_linear_setup(g, s, w, g->t[w].shape[0], st, &la, q) < 0) return -1;
   int lin[7] = {x, q[0], q[1], q[2], seg, st[1], st[2]};
-  if (graph_op(g, OP_GROUPED_LINEAR_FP8, lin, delayed ? 7 : 5, &la, out, NULL) < 0) return -1;
+  if (graph_op(g, OP_GROUPED_LINEAR_FP8, lin, st[1] >= 0 ? 7 : 5, &la, out, NULL) < 0) return -1;
   return out[0];
 }
 

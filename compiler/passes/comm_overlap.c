@@ -39,7 +39,7 @@ static bool overlappable(const Graph *g, const Op *op) {
 }
 
 /* An op whose launch runs a collective: the TP / EP ops, and a delayed-scaling update that reduces its
- * amaxes over the TP group first (ir/ops/fp8.c, i[3]). */
+ * amaxes over every rank first (ir/ops/fp8.c, i[3]). */
 static bool collective(const Op *op) {
   switch (op->kind) {
   case OP_FP8_SCALE_UPDATE: return op->a.i[3] == 1;

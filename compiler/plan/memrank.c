@@ -199,12 +199,13 @@ static void fp8_scan(const Graph *g, const Schedule *sc, const int *pp, Fp8Use *
  *               TE's quantized_model_init) the param itself is a Float8Tensor: 1 byte of data in
  *               the DDP buffer, whose transpose TE builds on the param for the dgrad (linear.py,
  *               backward: weight_fp8.update_usage(columnwise_usage=True)) and keeps: 2 bytes in
- *               all, in place of the bf16 param, and its fp32 scale_inv (4 bytes a tensor — the routed
- *               experts' grouped weight (E, N, K) is E tensors in TE's GroupedLinear, E/EP a rank: nscales
- *               of them; stepc's step keeps as many: the report and the built plan agree,
- *               tests/api/fp8_param.sh, tests/api/fp8_moe.sh). The gradient
- * buffer keeps the param's nominal dtype (bf16) and the distributed optimizer an fp32 master
- * (distrib_optimizer.py, _build_model_and_main_param_groups), so elem_bytes is unchanged for them. */
+ *               all, in place of the bf16 param, and its fp32 scale_inv (4 bytes a tensor — the
+ *               routed experts' grouped weight (E, N, K) is E tensors in TE's GroupedLinear, E/EP a
+ *               rank: nscales of them; stepc's step keeps as many: the report and the built plan
+ *               agree, tests/api/fp8_param.sh, tests/api/fp8_moe.sh). The gradient buffer keeps the
+ *               param's nominal dtype (bf16) and the distributed optimizer an fp32 master
+ *               (distrib_optimizer.py, _build_model_and_main_param_groups), so elem_bytes is
+ *               unchanged for them. */
 static double fp8_weight_bytes(const Lay *L, double bf16_bytes, double nscales) {
   double fp8_and_transpose = bf16_bytes; /* numel x (1 byte of data + 1 of transpose) */
   return L->s->model.fp8_param ? fp8_and_transpose + 4 * nscales /* its fp32 scale_invs */
@@ -864,8 +865,8 @@ int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Sched
       /* ... and sharded as one over the data-parallel ranks by the distributed optimizer (Megatron's
        * fp8_param_gather: each rank its shard of the fp32 master, the fp8 weights gathered) */
       if (x->role == ROLE_PARAM && role == ROLE_MASTER && L.s->optimizer.use_distributed_optimizer) b /= L.dp;
-      if (role ==
-          ROLE_PARAM) /* an fp8 linear's bf16 param in the modelled step (not a step's own fp8 copy) */
+      /* an fp8 linear's bf16 param in the modelled step (not a step's own fp8 copy) */
+      if (role == ROLE_PARAM)
         r->weights +=
             fp8 && f8w[t] && x->role == ROLE_PARAM
                 ? fp8_weight_bytes(&L, b, x->ndim == 3 && expert(x->name) ? (double)x->shape[0] / L.ep : 1)

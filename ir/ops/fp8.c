@@ -245,12 +245,12 @@ static int linear_fp8_backward(Graph *g, int op, const int *dout, int *din) {
   return 0;
 }
 
+static int fp8_dtype(DType d) { return d == DT_F8E4M3 || d == DT_F8E5M2; }
+
 static int fp8_gemm_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {
   const Tensor *a = ops_in(g, op, 0), *b = ops_in(g, op, 1);
-  bool f8a = a->dtype == DT_F8E4M3 || a->dtype == DT_F8E5M2,
-       f8b = b->dtype == DT_F8E4M3 || b->dtype == DT_F8E5M2;
-  if (!f8a || !f8b || b->ndim != 2 || ops_last(a) != b->shape[1] || tensor_numel(ops_in(g, op, 2)) != 1 ||
-      tensor_numel(ops_in(g, op, 3)) != 1)
+  if (!fp8_dtype(a->dtype) || !fp8_dtype(b->dtype) || b->ndim != 2 || ops_last(a) != b->shape[1] ||
+      tensor_numel(ops_in(g, op, 2)) != 1 || tensor_numel(ops_in(g, op, 3)) != 1)
     return ops_err(err, n, "expects fp8 a (M, K), b (N, K) and their two scales; got %s, %s", a->name,
                    b->name);
   if (op->a.i[0] != DT_BF16 && op->a.i[0] != DT_F32 && op->a.i[0] != DT_F64)
@@ -295,8 +295,6 @@ static double scale_update_bytes(const Graph *g, const Op *op) {
 }
 
 /* ---- the routed experts' grouped fp8 linears ---- */
-
-static int fp8_dtype(DType d) { return d == DT_F8E4M3 || d == DT_F8E5M2; }
 
 /* seg: MOE_DISPATCH's expert segments, (E, 2) int32 with E = e. */
 static int seg_check(const Tensor *seg, int64_t e, char *err, size_t n) {

@@ -4,8 +4,8 @@
 # tests/recipes/tiny_fp8.lua (current scaling), on the CPU device, ranks as threads:
 #  - DP 2 with ZeRO-1 = DP 2 without it, bitwise (losses, grad norms, every parameter byte on every
 #    rank): each master's owner updates and casts it with the whole tensor's amax (ZeRO-1's shards
-#    are whole tensors, so the owner holds all of it), the fp8 data and scale_inv travel from it and
-#    every rank makes the transpose; the same fp8 bytes as a cast of the whole master on every rank;
+#    are whole tensors, so the owner holds all of it), the fp8 data, transpose and scale_inv travel
+#    from it; the same fp8 bytes as a cast of the whole master on every rank;
 #  - TP 2 x DP 2 with ZeRO-1 = TP 2 x DP 2 without it, bitwise (losses and the gathered parameters);
 #  - both resumed from their sharded checkpoints = the uninterrupted runs, bitwise;
 #  - memory: the fp32 masters of the fp8 linears lie in the optimizer-state region, each on its owner:
