@@ -177,6 +177,7 @@ void spec_imply(Spec *s) {
 int64_t spec_output_layer_chunks(const Spec *s) {
   if (s->present[SPEC_F_model_output_layer_chunks]) return s->model.output_layer_chunks;
   if (spec_megatron_job(s)) return 1; /* the per-rank report models Megatron's, which does not chunk */
+  if (s->train.force_parallel_lowering) return 1; /* the tensor-parallel output layer, which runs whole */
   int64_t tokens = s->train.micro_batch_size * s->model.seq_length, bytes = s->model.bf16 ? 2 : 4;
   if (tokens <= 0 || s->model.vocab_size <= 0 || s->model.vocab_size > SPEC_LOGITS_CHUNK_BYTES / bytes)
     return 1;

@@ -25,8 +25,11 @@
 #define BW_PIECE (256l << 20)
 
 static void fill_normal(Gpu *g, CUdeviceptr f32, CUdeviceptr b16, long n, unsigned long long key, double std) {
-  void *a[] = {&f32, &b16, &n, &key, &std};
+  CUdeviceptr seed = gpu_dup(g, &key, sizeof key); /* the kernel reads its seed on the device */
+  unsigned long long name_hash = 0;
+  void *a[] = {&f32, &b16, &n, &seed, &name_hash, &std};
   gpu_launch(g, "init_normal", gpu_grid1d(g, n), 1, 1, 256, 0, a);
+  gpu_free(g, seed);
 }
 
 /* Whether two device buffers hold the same bytes, compared BW_PIECE at a time on the host. */

@@ -124,7 +124,8 @@ static void test_embedding(Gpu *g, Rng *r) {
   CUdeviceptr gw = up_f32(g, init, (long)V * C), gp = up_f32(g, initp, (long)T * C);
   void *b1[] = {&gw, &ddout, &dtok, &N, &C, &V};
   gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
-  void *b2[] = {&gp, &ddout, &B, &T, &C};
+  CUdeviceptr norank = 0; /* no sequence-parallel rank offset */
+  void *b2[] = {&gp, &ddout, &B, &T, &C, &norank};
   gpu_launch(g, "embedding_backward_position", gpu_grid1d(g, (long)T * C / 8), 1, 1, 256, 0, b2);
   OpAttrs av = {.i = {V}}, at = {.i = {T}};
   ref_op(OP_EMBED_BWD, &av, (RefT[]){ref_f(dz, B, T, C, 0), ref_i(tin, B, T, 0, 0)}, 2, (RefT[]){ref_f(dw, V, C, 0, 0)}, 1, 0);
