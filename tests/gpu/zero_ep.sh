@@ -44,6 +44,11 @@ build() { # name recipe overrides...
   build/stepc build "$recipe" "$@" -o "$ART/$name" >"$DEST/build_$name.log" 2>&1 || { say "FAIL build $name: $(tail -2 "$DEST/build_$name.log")"; fails=1; }
 }
 losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(x["loss"].hex()+" "+x["grad_norm"].hex() for x in d["steps"]))' "$1"; }
+why() { # a failed run's cause: the ranks' own messages first (stepc run --nproc prefixes them), else its last lines
+  local m
+  m=$(grep -v 'stepc run --nproc' "$DEST/run_$1.err" | grep -m3 .)
+  echo "${m:-$(tail -3 "$DEST/run_$1.err")}"
+}
 run() { # name nproc
   timeout 600 build/stepc run "$ART/$1" --device cuda --nproc "$2" --steps "$STEPS" --json >"$DEST/run_$1.json" 2>"$DEST/run_$1.err"
 }
@@ -57,8 +62,8 @@ layout() {
   shift 2
   build "$name" "$@"
   build "${name}_z" "$@" $Z
-  if ! run "$name" "$n"; then say "FAIL $name (plain, $n ranks): $(tail -3 "$DEST/run_$name.err")"; fails=1; return; fi
-  if ! run "${name}_z" "$n"; then say "FAIL ${name}_z (ZeRO-1, $n ranks): $(tail -3 "$DEST/run_${name}_z.err")"; fails=1; return; fi
+  if ! run "$name" "$n"; then say "FAIL $name (plain, $n ranks): $(why "$name")"; fails=1; return; fi
+  if ! run "${name}_z" "$n"; then say "FAIL ${name}_z (ZeRO-1, $n ranks): $(why "${name}_z")"; fails=1; return; fi
   if diff <(losses "$DEST/run_$name.json") <(losses "$DEST/run_${name}_z.json") >"$DEST/diff_$name.txt"; then
     say "PASS $name: ZeRO-1 = plain bitwise over $STEPS steps on $n ranks sharing the GPU (losses $(losses "$DEST/run_${name}_z.json" | head -1) ...)"
   else
