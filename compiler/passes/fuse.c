@@ -263,6 +263,11 @@ static void fuse_loss_bwd(const Graph *g, Fusions *fz) {
     fz->skip[b] = 1;
     fz->fuse[b] = FUSE_LOSS_BWD;
     fz->peer[b] = f;
+    /* one micro-batch: the main gradient's ZERO sits right before the backward (optimizer.c), after
+     * the forward whose launch adds into the gradient; the launch zeroes it first instead */
+    for (int z = f + 1; z < b; z++)
+      if (g->op[z].kind == OP_ZERO && g->op[z].nout == 1 && g->op[z].out[0] == fz->sink[bw->out[1]])
+        fz->skip[z] = 1;
   }
 }
 
@@ -279,34 +284,35 @@ static int micro_phase(Phase p) {
   return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY;
 }
 
-/* One micro-batch a step: a main gradient whose first toucher in the step (the micro-batch's ops
- * in id order, then the reduce / optimizer tail in id order) is a LINEAR_WGRAD or a
- * GROUPED_LINEAR_WGRAD (every expert's tile is written, an expert without rows as 0) sunk into it, and
- * whose last is the optimizer's ZERO, needs no zero: the GEMM stores its product (beta = 0, the
- * bits of 0 + product) over the whole tensor before anything reads it, so the ZERO is skipped.
- * With more micro-batches the later ones must add, and one captured graph serves them all, so
- * nothing changes there. */
+/* One micro-batch a step: a main gradient's ZERO is a backward op before its first write
+ * (optimizer.c). When the next op of the step (the micro-batch's ops in id order, then the tail's)
+ * that touches the gradient is a LINEAR_WGRAD, GROUPED_LINEAR_WGRAD (every expert's tile is written,
+ * an expert without rows as 0) or FP8_GEMM sunk into it over the whole tensor, the GEMM stores its
+ * product (beta = 0, the bits of 0 + product) and the ZERO is skipped. With more micro-batches the
+ * gradients are zeroed in the tail and accumulate over the micro-batches: nothing changes there. */
 static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
   if (g->num_microbatches != 1) return;
   for (int z = 0; z < g->nop; z++) {
     const Op *zo = &g->op[z];
-    if (zo->kind != OP_ZERO || fz->skip[z] || zo->nout != 1 || zo->tags.phase != IR_PHASE_OPTIMIZER) continue;
-    int mg = zo->out[0], first = -1, last = -1;
+    if (zo->kind != OP_ZERO || fz->skip[z] || zo->nout != 1 || zo->tags.phase != IR_PHASE_BACKWARD) continue;
+    int mg = zo->out[0], first = -1, next = -1;
     if (g->t[mg].role != ROLE_GRAD || g->t[mg].dtype != DT_F32) continue;
-    for (int pass = 0; pass < 2; pass++) /* execution order: the micro-batch, then the tail */
-      for (int o = 0; o < g->nop; o++)
+    for (int pass = 0; pass < 2 && next < 0; pass++) /* execution order: the micro-batch, then the tail */
+      for (int o = 0; o < g->nop && next < 0; o++)
         if (micro_phase(g->op[o].tags.phase) == !pass && touches(fz, &g->op[o], mg)) {
-          if (first < 0) first = o;
-          last = o;
+          if (first < 0)
+            first = o;
+          else
+            next = o;
         }
-    if (first < 0 || last != z) continue;
-    const Op *w = &g->op[first];
+    if (first != z || next < 0) continue;
+    const Op *w = &g->op[next];
     if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD && w->kind != OP_FP8_GEMM) ||
-        fz->skip[first] || fz->fuse[first] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
+        fz->skip[next] || fz->fuse[next] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
         tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;
-    fz->fuse[first] = FUSE_WGRAD_STORE;
-    fz->peer[first] = -1;
+    fz->fuse[next] = FUSE_WGRAD_STORE;
+    fz->peer[next] = -1;
     fz->skip[z] = 1;
   }
 }

@@ -31,11 +31,13 @@ typedef enum {
                         (peer the first ROPE): rope_concat_qkv */
   FUSE_WGRAD_STORE,  /* a LINEAR_WGRAD or GROUPED_LINEAR_WGRAD sunk into its main gradient, the
                         gradient's first writer of a one-micro-batch step: stores the product
-                        (cuBLASLt beta = 0; the grouped kernels' store = 1), and the optimizer's
-                        ZERO of that gradient is skipped (peer -1) */
+                        (cuBLASLt beta = 0; the grouped kernels' store = 1), and the ZERO of that
+                        gradient placed before it in the backward is skipped (peer -1) */
   FUSE_LOSS_BWD,     /* at a LINEAR_CROSS_ENTROPY_BWD (skipped) whose forward (peer, an earlier op)
                         runs it in its own launch, chunk by chunk over the forward's logits chunk:
-                        the ops peer..o form the group, live as one launch */
+                        the ops peer..o form the group, live as one launch; a ZERO of the main
+                        gradient between them (one micro-batch, optimizer.c) is skipped and the
+                        launch zeroes the gradient before its first chunk */
   FUSE_NORM_BWD_ADD, /* at the ADD (backward) that sums a norm backward's dx (peer, the op before,
                         skipped) with another gradient: {rms,layer}norm_backward writes dx rounded
                         to bf16 plus the addend, rounded again: the bits of the two kernels */

@@ -7,6 +7,7 @@
 
 #include "frontend/spec.h"
 #include "passes/autodiff.h"
+#include "plan/plan.h"
 
 static int opt_tensor(Graph *g, const char *name, DType dt, int of, const Tensor *like) {
   int64_t one = 1;
@@ -38,6 +39,69 @@ static int rep_attrs(Graph *g, const Tensor *p, OpAttrs *a) {
         p->name);
   *a = (OpAttrs){.i = {p->tp_size, tensor_tp_rep(p, first), row0, last - first + 1, p->tp_seg[first]}};
   return 1;
+}
+
+static bool micro_phase(Phase p) {
+  return p == IR_PHASE_FORWARD || p == IR_PHASE_BACKWARD || p == IR_PHASE_REPLAY;
+}
+
+/* The op a ZERO of main gradient mg must come before so that it precedes every write of mg in the
+ * micro program: the earliest op that writes it, where an ACCUM counts as its input's producer (the
+ * fusion pass sinks an ACCUM into the kernel producing the weight gradient, fuse.c Fusions.sink, so
+ * the first write happens at that launch); -1 when nothing in the micro program writes mg. */
+static int first_write(const Graph *g, int mg) {
+  int first = -1;
+  for (int o = 0; o < g->nop; o++) {
+    const Op *op = &g->op[o];
+    if (!micro_phase(op->tags.phase)) continue;
+    for (int j = 0; j < op->nout; j++) {
+      if (op->out[j] != mg) continue;
+      int w = o;
+      if (op->kind == OP_ACCUM && op->nin == 1 && g->t[op->in[0]].producer >= 0 &&
+          g->t[op->in[0]].producer < o)
+        w = g->t[op->in[0]].producer;
+      if (first < 0 || w < first) first = w;
+    }
+  }
+  return first;
+}
+
+/* The ZERO each main gradient accumulates from. With several micro-batches the micro program is
+ * replayed with the same addresses and the gradients add up over the micro-batches, so they are
+ * persistent (Megatron's main_grad buffers) and zeroed at the end of the tail, ready for the next
+ * step. With one micro-batch a gradient need not exist before the backward first writes it
+ * (PyTorch's zero_grad(set_to_none=True)): its ZERO is a backward op right before that write, with
+ * that op's tags (same layer, module and scopes: a captured scope zeroes what it writes), and the
+ * memory plan keeps it live from there to the optimizer only (memplan.c). A gradient whose first
+ * write is not a backward op, or that nothing in the micro program writes, keeps the tail ZERO and
+ * stays persistent. Gradients are tensors [0, nt). 0, or -1 with g->err. */
+static int zero_main_grads(Graph *g, int nt) {
+  IrTags saved = g->cur;
+  int n0 = g->nop, nz = 0, moved = 0, rc = 0;
+  int *before = malloc(((size_t)nt + 1) * sizeof *before); /* per ZERO added (ids n0..): the op it precedes */
+  if (!before) return graph_fail(g, "out of memory");
+  for (int i = 0; i < nt && rc == 0; i++) {
+    if (g->t[i].role != ROLE_GRAD) continue;
+    int w = g->num_microbatches == 1 ? first_write(g, i) : -1;
+    if (w >= 0 && g->op[w].tags.phase != IR_PHASE_BACKWARD) w = -1;
+    g->cur = w >= 0 ? g->op[w].tags : saved;
+    if (graph_op_into(g, OP_ZERO, NULL, 0, &i, 1, NULL) < 0) rc = -1;
+    before[nz++] = w, moved += w >= 0;
+  }
+  g->cur = saved;
+  if (rc < 0 || moved == 0) return free(before), rc;
+  int n = g->nop, k = 0;
+  int *order = malloc(((size_t)n + 1) * sizeof *order);
+  if (!order) return free(before), graph_fail(g, "out of memory");
+  for (int o = 0; o < n; o++) {
+    if (o >= n0 && before[o - n0] >= 0) continue; /* placed before its first write below */
+    for (int z = 0; o < n0 && z < nz; z++)
+      if (before[z] == o) order[k++] = n0 + z;
+    order[k++] = o;
+  }
+  rc = k == n ? graph_reorder(g, order) : graph_fail(g, "main-gradient zeros: %d of %d ops placed", k, n);
+  free(order), free(before);
+  return rc;
 }
 
 int optimizer_build(Graph *g, const Spec *s) {
@@ -172,8 +236,7 @@ int optimizer_build(Graph *g, const Spec *s) {
     int in[4] = {i, coef, lr, step}, out[4] = {param, m, v, master};
     if (graph_op_into(g, OP_ADAMW, in, 4, out, master >= 0 ? 4 : 3, &aa) < 0) return -1;
   }
-  for (int i = 0; i < nt; i++)
-    if (g->t[i].role == ROLE_GRAD && graph_op_into(g, OP_ZERO, NULL, 0, &i, 1, NULL) < 0) return -1;
+  if (zero_main_grads(g, nt) < 0) return -1;
   g->lr = lr;
   g->grad_norm = norm;
   g->cur = saved;

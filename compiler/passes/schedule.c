@@ -199,18 +199,28 @@ static int launch_of(const Graph *g, const Fusions *fz, int o, int depth) {
 }
 
 int schedule_bucket_fire(const Graph *g, const Fusions *fz, Schedule *sc, char *err, size_t nerr) {
-  int *last = malloc((size_t)(g->nt + 1) * sizeof *last); /* per main gradient: its last writing launch */
-  if (!last) return snprintf(err, nerr, "out of memory"), -1;
+  int *last = malloc((size_t)(g->nt + 1) * sizeof *last);   /* per main gradient: its last writing launch */
+  int *zero = malloc((size_t)(g->nt + 1) * sizeof *zero);   /* its ZERO's launch in the micro program */
+  int *first = malloc((size_t)(g->nt + 1) * sizeof *first); /* its first other writing launch */
+  if (!last || !zero || !first)
+    return free(last), free(zero), free(first), snprintf(err, nerr, "out of memory"), -1;
   for (int t = 0; t < g->nt; t++)
-    last[t] = -1;
+    last[t] = zero[t] = first[t] = -1;
   int rc = 0;
   for (int o = 0; o < g->nop && rc == 0; o++) {
     const Op *op = &g->op[o];
     if (!in_micro(op->tags.phase)) continue;
+    /* one micro-batch: a main gradient's ZERO before its first write (optimizer.c). A skipped one is
+     * done by the launch of that write (FUSE_WGRAD_STORE, FUSE_LOSS_BWD), never the last */
+    if (op->kind == OP_ZERO && fz->skip[o]) continue;
     for (int j = 0; j < op->nout && rc == 0; j++) {
       int t = op->out[j];
       if (g->t[t].role != ROLE_GRAD) continue;
       int l = launch_of(g, fz, o, 0);
+      if (l >= 0 && op->kind == OP_ZERO)
+        zero[t] = l;
+      else if (l >= 0 && (first[t] < 0 || l < first[t]))
+        first[t] = l;
       if (l < 0 || !in_micro(g->op[l].tags.phase))
         rc = -1,
         snprintf(err, nerr,
@@ -230,7 +240,13 @@ int schedule_bucket_fire(const Graph *g, const Fusions *fz, Schedule *sc, char *
     }
     if (b->fire_op < 0) rc = -1, snprintf(err, nerr, "gradient bucket %d: no launch writes its gradients", k);
   }
-  free(last);
+  /* the fusions must not move a write of a gradient ahead of the ZERO it accumulates over */
+  for (int t = 0; t < g->nt && rc == 0; t++)
+    if (zero[t] >= 0 && first[t] >= 0 && first[t] <= zero[t])
+      rc = -1,
+      snprintf(err, nerr, "the main gradient %s is written at op %d's launch, before its ZERO (op %d)",
+               g->t[t].name, first[t], zero[t]);
+  free(last), free(zero), free(first);
   return rc;
 }
 

@@ -64,8 +64,12 @@ static bool in_region(const Graph *g, const Schedule *sc, int t) {
   return sc->owner && (memplan_role(g, NULL, t) == ROLE_MASTER || (x->role == ROLE_OPTIM && x->of >= 0));
 }
 
-static bool pinned(const Graph *g, const ScopeResult *sr, int t) {
-  return role_is_persistent(g->t[t].role) || (sr && sr->is_static && sr->is_static[t]);
+/* Persistent roles and static graph outputs are live over the whole step, but a main gradient
+ * zeroed in the micro program (transient[t], one micro-batch: optimizer.c) lives from that ZERO to
+ * its last use in the tail, like PyTorch's gradients under zero_grad(set_to_none=True). */
+static bool pinned(const Graph *g, const ScopeResult *sr, const uint8_t *transient, int t) {
+  if (sr && sr->is_static && sr->is_static[t]) return true;
+  return role_is_persistent(g->t[t].role) && !(transient && transient[t]);
 }
 
 typedef struct {
@@ -252,6 +256,22 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     mp->slot[t] = -1;
     mp->buffer[t] = in_region(g, sc, t);
   }
+  /* main gradients zeroed in the micro program: with one micro-batch the micro program runs once a
+   * step, so nothing before that ZERO needs them (several micro-batches keep them pinned: each
+   * micro-batch adds into them at the same addresses) */
+  uint8_t *transient = calloc((size_t)nt + 1, 1);
+  if (!transient) {
+    free(sl), free(ts), free(diff);
+    memplan_free(mp);
+    snprintf(err, nerr, "out of memory");
+    return -1;
+  }
+  for (int i = 0; sc->nmicro == 1 && i < sc->micro_end; i++) {
+    const Op *op = sc->it[i].kind == SCHED_OP ? &g->op[sc->it[i].id] : NULL;
+    if (op && op->kind == OP_ZERO)
+      for (int j = 0; j < op->nout; j++)
+        transient[op->out[j]] |= g->t[op->out[j]].role == ROLE_GRAD;
+  }
   /* program point of each op: its index among the schedule's ops */
   int p = 0;
   for (int i = 0; i < sc->n; i++) {
@@ -274,7 +294,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   int *point = malloc((size_t)(g->nop + 1) * sizeof *point);
   uint8_t *grouped = calloc((size_t)g->nop + 1, 1);
   if (!point || !grouped) {
-    free(point), free(grouped), free(sl), free(ts), free(diff);
+    free(point), free(grouped), free(sl), free(ts), free(diff), free(transient);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
     return -1;
@@ -309,7 +329,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     }
   }
   for (int t = 0; t < nt; t++) {
-    if (pinned(g, sr, t))
+    if (pinned(g, sr, transient, t))
       mp->start[t] = 0, mp->end[t] = np - 1;
     else if (t == g->loss)
       mp->end[t] = np - 1;
@@ -325,10 +345,11 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     for (int j = 0; j < op->nout; j++) {
       int t = op->out[j];
       if (mp->slot[t] >= 0 || mp->start[t] != p || mp->buffer[t]) continue;
-      int k = pinned(g, sr, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
+      int k = pinned(g, sr, transient, t) || grouped[sc->it[i].id] ? -1 : plan_op_inplace_input(op, j);
       int u = k >= 0 && k < op->nin ? op->in[k] : -1;
-      if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, u) && g->t[u].role != ROLE_INPUT &&
-          u != g->loss && mp->end[u] == p && mp->size[u] == mp->size[t] && sl[mp->slot[u]].end == p) {
+      if (u >= 0 && u != t && mp->slot[u] >= 0 && !pinned(g, sr, transient, u) &&
+          g->t[u].role != ROLE_INPUT && u != g->loss && mp->end[u] == p && mp->size[u] == mp->size[t] &&
+          sl[mp->slot[u]].end == p) {
         Slot *s = &sl[mp->slot[u]];
         mp->slot[t] = mp->slot[u];
         if (mp->end[t] > s->end) s->end = mp->end[t];
@@ -353,7 +374,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   if (float_bytes == 0 && sc->owner && sc->nb > 0) {
     int64_t b = zero_staging_bytes(g, sc, mp->size, err, nerr);
     if (b < 0) {
-      free(sl), free(ts), free(diff), free(point), free(grouped);
+      free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
       memplan_free(mp);
       return -1;
     }
@@ -372,7 +393,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   int64_t base = 0;
   int ntr = 0;
   for (int s = 0; s < nslots; s++) {
-    if (sl[s].first >= 0 && pinned(g, sr, sl[s].first)) {
+    if (sl[s].first >= 0 && pinned(g, sr, transient, sl[s].first)) {
       sl[s].offset = base;
       base = align_up(base + sl[s].size, align);
       mp->persistent += sl[s].size;
@@ -382,7 +403,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   }
   int64_t top = base;
   if (place_transient(sl, ts, ntr, base, align, &top) < 0) {
-    free(sl), free(ts), free(diff), free(point), free(grouped);
+    free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
     return -1;
@@ -392,7 +413,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     mp->offset[t] = mp->buffer[t] ? 0 : sl[mp->slot[t]].offset;
   if (zs >= 0) mp->zstage_offset = sl[zs].offset;
   if (sc->owner && place_region(g, sc, mp) < 0) {
-    free(sl), free(ts), free(diff), free(point), free(grouped);
+    free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");
     return -1;
@@ -414,7 +435,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     for (int q = 0; q < np; q++)
       run += diff[q], mp->live_role[(size_t)q * MEM_NROLES + r] = run;
   }
-  free(sl), free(ts), free(diff), free(point), free(grouped);
+  free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
   return 0;
 }
 

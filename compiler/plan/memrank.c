@@ -871,7 +871,10 @@ int memrank_curves(const Graph *g, const Fusions *fz, const Spec *s, const Sched
             fp8 && f8w[t] && x->role == ROLE_PARAM
                 ? fp8_weight_bytes(&L, b, x->ndim == 3 && expert(x->name) ? (double)x->shape[0] / L.ep : 1)
                 : b;
-      else if (role == ROLE_GRAD)
+      /* Megatron's main_grad buffers are persistent; stepc's own step with one micro-batch holds a
+       * main gradient only from its ZERO in the backward to the optimizer (memplan.c: not pinned
+       * over the whole step), so it is counted over its life below, like an activation */
+      else if (role == ROLE_GRAD && (mj || (mp->start[t] == 0 && mp->end[t] == mp->npos - 1)))
         r->grads += b;
       else if (role == ROLE_MASTER || role == ROLE_OPTIM) {
         r->optimizer += b;

@@ -245,6 +245,12 @@ static int rt_op_linear_cross_entropy(RtExec *x, const Op *op) {
         (long long)V, (long long)K);
   CUdeviceptr xin = rt_in(x, op, 0), W = rt_in(x, op, 1), tg = rt_in(x, op, 2), tok = rt_out(x, op, 1);
   CUdeviceptr lg = rt_out(x, op, 2), dx = rt_out(x, bw, 0), main = rt_exec_ptr(x, (int)mg);
+  /* one micro-batch: the gradient's ZERO between the forward and its backward is this launch's
+   * (fuse.c fuse_loss_bwd), ahead of the first chunk's add */
+  for (int z = o + 1; z < b && !x->eval; z++)
+    if (x->g->op[z].kind == OP_ZERO && x->fz->skip[z] && x->g->op[z].nout == 1 && x->g->op[z].out[0] == mg &&
+        rt_memset0(x->d, main, (size_t)rt_t(x, (int)mg)->bytes))
+      return RT_ERROR;
   /* an evaluation (rt_exec_set_eval): the logits and the rows' losses alone; the cross entropy's
    * in-place gradient lands in the chunk, which nothing reads, and no dx, no main gradient */
   for (int64_t r0 = 0; r0 < N && x->eval; r0 += n)
