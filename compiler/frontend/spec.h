@@ -153,7 +153,8 @@
     "The output layer and loss run over this many chunks of a micro-batch's tokens, one chunk's "            \
     "logits at a time (must divide micro_batch_size * seq_length; 1: the whole logits at once); "            \
     "null means the fewest chunks that divide the tokens and keep a chunk's logits within 512 MiB, "         \
-    "on one GPU (world_size 1; more GPUs: 1, the per-rank report being Megatron's)")
+    "on one GPU (world_size 1; more GPUs: 1, the per-rank report being Megatron's; "                         \
+    "`train.force_parallel_lowering`: 1, the tensor-parallel output layer running whole)")
 
 #define SPEC_TRAIN_FIELDS(X)                                                                                 \
   X(micro_batch_size, INT, "1", MC, "", "Sequences per micro-batch per data-parallel rank")                  \
