@@ -5,7 +5,16 @@
 // one kernels.cu, so an artifact needs no include path), and the same text builds under nvcc.
 // bf16 is raw storage (unsigned short); all arithmetic is fp32. Conversions use the sm_80+
 // cvt.rn.bf16 instructions: round to nearest even, NaN preserved.
+//
+// STEPC_SIMT: the text compiled as C++ for the CPU by tests/simt (simt.h comes first); where the
+// device's text cannot run there (inline PTX, the dynamic shared memory declaration) the CPU's
+// equivalent stands under #ifdef STEPC_SIMT.
 #pragma once
+
+// A kernel's dynamic shared memory, as an array `name` of T.
+#ifndef STEPC_SIMT
+#define STEPC_DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#endif
 
 typedef unsigned short bf16;
 
@@ -16,16 +25,24 @@ typedef unsigned short bf16;
 __device__ __forceinline__ float bf16_to_f32(bf16 h) { return __uint_as_float(((unsigned)h) << 16); }
 
 __device__ __forceinline__ bf16 f32_to_bf16(float f) {
+#ifdef STEPC_SIMT
+  return simt_cvt_rn_bf16(f);
+#else
   unsigned short r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
   return r;
+#endif
 }
 
 // Two floats into one 32-bit word: lo in bits 0..15, hi in 16..31 (the order mma.sync reads).
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+#ifdef STEPC_SIMT
+  return (unsigned)simt_cvt_rn_bf16(lo) | (unsigned)simt_cvt_rn_bf16(hi) << 16;
+#else
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+#endif
 }
 
 __device__ __forceinline__ float bf16x2_lo(unsigned w) { return __uint_as_float(w << 16); }

@@ -127,17 +127,26 @@ __device__ __forceinline__ int mamba_frag_row(int m0, int e) { return m0 + (thre
 __device__ __forceinline__ int mamba_frag_col(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x % 4) + e % 2; }
 
 __device__ __forceinline__ void mamba_tf32_split(float x, unsigned& hi, unsigned& lo) {
+#ifdef STEPC_SIMT
+  hi = simt_cvt_rna_tf32(x);
+  lo = simt_cvt_rna_tf32(x - __uint_as_float(hi));
+#else
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
   float rest = x - __uint_as_float(hi);
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+#endif
 }
 
 __device__ __forceinline__ void mamba_mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+#ifdef STEPC_SIMT
+  simt_mma_m16n8k8_tf32(c, a, b0, b1);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 template <int NT>
@@ -208,7 +217,7 @@ __device__ __forceinline__ void mamba_tc_store_lp(float* out, int ld, int L, int
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_chunk_states(float* st, float* dst, float* dec, const bf16* dout, const bf16* xbc, const bf16* conv,
                        const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N, int K) {
-  extern __shared__ float mamba_smem[];
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
   int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
@@ -286,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(256)
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_chunk_output(bf16* y, const float* st, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm,
                        int T, int H, int P, int G, int N, int K) {
-  extern __shared__ float mamba_smem[];
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
   int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
@@ -356,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     mamba_chunk_backward(float* gpre, bf16* ddtr, float* hpart, const float* st, const float* dst, const bf16* dout,
                          const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H, int P,
                          int G, int N, int K) {
-  extern __shared__ float mamba_smem[];
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
   int c = blockIdx.x, g = blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP;

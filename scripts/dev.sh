@@ -12,6 +12,7 @@ need_pkgs() {
   command -v cmake >/dev/null || missing+=(cmake)
   command -v ninja >/dev/null || missing+=(ninja-build)
   command -v gcc >/dev/null || missing+=(gcc)
+  command -v g++ >/dev/null || missing+=(g++) # tests/simt: the device kernels compiled as C++ for the CPU
   command -v clang >/dev/null || missing+=(clang)
   command -v clang-format >/dev/null || missing+=(clang-format)
   [ -f /usr/include/lua5.4/lua.h ] && [ -f /usr/lib/x86_64-linux-gnu/liblua5.4.a ] || missing+=(liblua5.4-dev)

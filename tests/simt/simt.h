@@ -1,0 +1,156 @@
+/* simt.h — what a kernel file (kernels/, .cuh) needs to compile as C++ on the CPU and run under simt.cc's
+ * scheduler: each CUDA thread of a block a coroutine, __syncthreads and the warp collectives
+ * (shuffles, mma.sync) points where the coroutines meet. Included (with STEPC_SIMT defined) before
+ * kernels/common.cuh by the one translation unit that compiles the kernels for the CPU
+ * (simt_kernels.cc). The kernel text stays the device's: where it must differ (inline PTX, the
+ * dynamic shared memory declaration) kernels/common.cuh and the kernel file say so under
+ * #ifdef STEPC_SIMT, calling the simt_* functions below.
+ *
+ * Semantics (checked, a violation ends the program with a message naming the kernel and block):
+ *  - a block's threads run one at a time, each until it reaches a barrier or returns; memory is
+ *    sequentially consistent, so a race the barriers do not order shows up as a wrong result, not
+ *    as nondeterminism;
+ *  - __syncthreads releases when every thread of the block that has not returned waits at it (a
+ *    returned thread counts as arrived, as on sm_70 and later);
+ *  - a warp collective (shuffle, __syncwarp, mma) releases when all 32 lanes of the warp wait at
+ *    one; a lane that returned or waits at __syncthreads meanwhile is an error (a full-mask
+ *    collective over a partial warp is undefined on the device);
+ *  - dynamic shared memory is filled with 0xff bytes (NaN as floats) at each block's start, so a
+ *    read of what the block never wrote shows. */
+#pragma once
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+/* one instance per process, and blocks run one at a time: one per block */
+#define __shared__ static
+
+struct simt_dim3 {
+  unsigned x, y, z;
+};
+
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+
+/* The scheduler's state a kernel reads (simt.cc). */
+struct SimtThread {
+  simt_dim3 tid;
+};
+extern SimtThread *simt_cur;
+extern simt_dim3 simt_block_idx, simt_block_dim, simt_grid_dim;
+#define threadIdx (simt_cur->tid)
+#define blockIdx simt_block_idx
+#define blockDim simt_block_dim
+#define gridDim simt_grid_dim
+
+void simt_syncthreads();
+void simt_syncwarp();
+/* A warp collective: this lane's 8 bytes in, lane `src`'s out (every lane of the warp calls it). */
+uint64_t simt_warp_exchange(uint64_t mine, int src);
+/* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D = A B + C over the warp's fragments. */
+void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1);
+void *simt_dynamic_smem();
+
+#define STEPC_DYNAMIC_SMEM(T, name) T *name = (T *)simt_dynamic_smem()
+
+inline void __syncthreads() { simt_syncthreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { simt_syncwarp(); }
+inline void __threadfence() {}
+
+inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
+inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+
+template <typename T> inline T __ldg(const T *p) { return *p; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+/* atomics: a coroutine is never interrupted between the read and the write */
+template <typename T> inline T atomicAdd(T *p, T v) {
+  T o = *p;
+  *p = o + v;
+  return o;
+}
+template <typename T> inline T atomicMax(T *p, T v) {
+  T o = *p;
+  *p = o > v ? o : v;
+  return o;
+}
+
+template <typename T> inline T simt_shfl(T v, int src) {
+  static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+  uint64_t in = 0, out;
+  memcpy(&in, &v, sizeof v);
+  out = simt_warp_exchange(in, src);
+  T r;
+  memcpy(&r, &out, sizeof r);
+  return r;
+}
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  int lane = (int)(threadIdx.x % 32);
+  return simt_shfl(v, (lane / width) * width + src % width);
+}
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  int lane = (int)(threadIdx.x % 32), src = lane ^ mask;
+  return simt_shfl(v, src / width == lane / width ? src : lane);
+}
+template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32) {
+  int lane = (int)(threadIdx.x % 32), src = lane + (int)d;
+  return simt_shfl(v, src / width == lane / width ? src : lane);
+}
+template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
+  int lane = (int)(threadIdx.x % 32), src = lane - (int)d;
+  return simt_shfl(v, src >= 0 && src / width == lane / width ? src : lane);
+}
+
+/* cvt.rn.bf16.f32: round to nearest even, NaN kept (quiet). */
+inline unsigned short simt_cvt_rn_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* cvt.rna.tf32.f32: round to the nearest 10-bit mantissa, ties away from zero (as bits of a float). */
+inline unsigned simt_cvt_rna_tf32(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u; /* inf, NaN */
+  return (u + 0x1000u) & 0xffffe000u;
+}

@@ -1,0 +1,48 @@
+/* simt_launch.h — launching a kernel compiled for the CPU (simt.h) by name, from C: the harness
+ * (harness_simt.c) calls simt_launch; simt_kernels.cc holds the table of kernels it knows. */
+#ifndef STEPC_TESTS_SIMT_LAUNCH_H
+#define STEPC_TESTS_SIMT_LAUNCH_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+#include <utility>
+
+/* One launch of fn over the grid (simt.cc); call(fn, args) runs one thread's body; reverse: each
+ * block's warps, and each warp's lanes, run last first. 0, or -1 with err. */
+int simt_run(const char *name, void (*call)(void (*)(), void **), void (*fn)(), void **args, unsigned gx,
+             unsigned gy, unsigned gz, unsigned block, unsigned smem, int reverse, char *err, size_t nerr);
+
+/* A kernel of the table: its function, and how to call it from an argv of pointers to each
+ * argument (as cuLaunchKernel takes them). */
+struct SimtKernel {
+  const char *name;
+  void (*fn)();
+  void (*call)(void (*)(), void **);
+};
+
+template <typename... A, size_t... I>
+void simt_call_with(void (*f)(A...), void **args, std::index_sequence<I...>) {
+  f(*static_cast<A *>(args[I])...);
+}
+template <typename... A> void simt_call(void (*fn)(), void **args) {
+  simt_call_with(reinterpret_cast<void (*)(A...)>(fn), args, std::index_sequence_for<A...>{});
+}
+template <typename... A> SimtKernel simt_kernel(const char *name, void (*f)(A...)) {
+  return SimtKernel{name, reinterpret_cast<void (*)()>(f), simt_call<A...>};
+}
+#define SIMT_KERNEL(k) simt_kernel(#k, k)
+
+extern "C" {
+#endif
+
+/* Runs kernel `name` (cuLaunchKernel's arguments, blocks of `block` x 1 x 1 threads), in the order
+ * simt_run's reverse says. 0; 1 no such kernel compiled for the CPU; -1 another failure (err says). */
+int simt_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                void **args, int reverse, char *err, size_t nerr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
