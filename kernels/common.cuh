@@ -11,9 +11,9 @@
 // equivalent stands under #ifdef STEPC_SIMT.
 #pragma once
 
-// A kernel's dynamic shared memory, as an array `name` of T.
+// A kernel's dynamic shared memory, as an array `name` of T, 16-byte aligned.
 #ifndef STEPC_SIMT
-#define STEPC_DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#define STEPC_DYNAMIC_SMEM(T, name) extern __shared__ __align__(16) T name[]
 #endif
 
 typedef unsigned short bf16;

@@ -27,12 +27,16 @@
 // Two fp32 to two fp8 in one 16-bit word (lo in bits 0..7): cvt.rn.satfinite (sm_89+) rounds to
 // nearest even and clamps finite values to +-max; NaN stays NaN.
 __device__ __forceinline__ unsigned short fp8x2_from_f32(float lo, float hi, int e5m2) {
+#ifdef STEPC_SIMT
+  return (unsigned short)(simt_cvt_fp8(lo, e5m2) | simt_cvt_fp8(hi, e5m2) << 8);
+#else
   unsigned short r;
   if (e5m2)
     asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
   else
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
+#endif
 }
 
 // Transformer Engine's compute_scale_from_amax (epsilon 0, no power-of-two rounding): 1 for a zero,

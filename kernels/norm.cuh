@@ -238,7 +238,7 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
                                                     const bf16* inp, const bf16* weight, const float* mean_in,
                                                     const float* rstd_in, int N, int C, float* amax_part,
                                                     unsigned* amax) {
-  extern __shared__ __align__(16) float norm_acc[];  // (W, P, Cp)
+  STEPC_DYNAMIC_SMEM(float, norm_acc);  // (W, P, Cp)
   int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, W = blockDim.x / STEPC_WARP;
   int P = mean_in ? 2 : 1, Cp = (C + 255) / 256 * 256;
   float* acc = norm_acc + (long)warp * P * Cp;

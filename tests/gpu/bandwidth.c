@@ -83,7 +83,7 @@ static void bench_cross_entropy(Gpu *g) {
   c.targets = gpu_dup(g, t, sizeof *t * N);
   float one = 1.0f;
   c.den = gpu_dup(g, &one, sizeof one);
-  gpu_ok(g, g->cuMemcpyDtoD(c.logits, orig, 2 * n), "copy");
+  gpu_copy(g, c.logits, orig, 2 * n);
 
   /* the sampled rows before and after one launch over all rows, against fp64 */
   uint16_t *row = malloc(2 * (size_t)V);
@@ -113,8 +113,8 @@ static void bench_cross_entropy(Gpu *g) {
 
   /* the same bits over 1024-row launches (rows are independent) */
   CUdeviceptr once = gpu_alloc(g, 2 * n), first = c.losses;
-  gpu_ok(g, g->cuMemcpyDtoD(once, c.logits, 2 * n), "copy");
-  gpu_ok(g, g->cuMemcpyDtoD(c.logits, orig, 2 * n), "copy");
+  gpu_copy(g, once, c.logits, 2 * n);
+  gpu_copy(g, c.logits, orig, 2 * n);
   c.rows = BW_CHUNK_ROWS, c.losses = losses2;
   ce_launch(g, &c);
   gpu_check_true(g, "cross_entropy_cluster at M: 1024-row launches = one launch, bitwise (losses)",
@@ -198,7 +198,7 @@ static void bench_optimizer(Gpu *g) {
     for (int j = 0; j < 4; j++) q.at[s][j] = gpu_alloc(g, (size_t)(j == 1 ? 2 : 4) * span); /* zeroed */
   fill_normal(g, q.at[0][0], 0, span, 0xada, 0.02);
   fill_normal(g, q.grad, 0, span, 0x9ad, 1e-3);
-  gpu_ok(g, g->cuMemcpyDtoD(q.at[1][0], q.at[0][0], 4 * (size_t)span), "copy");
+  gpu_copy(g, q.at[1][0], q.at[0][0], 4 * (size_t)span);
   unsigned long long *rows = malloc(sizeof *rows * BW_TENSORS * STEPC_ADAMW_ROW), srows[BW_TENSORS * STEPC_SUMSQ_ROW];
   for (int k = 0; k < BW_TENSORS; k++) {
     unsigned long long *w = rows + k * STEPC_ADAMW_ROW, *s = srows + k * STEPC_SUMSQ_ROW;

@@ -243,7 +243,7 @@ static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned gr
   long n = M * K;
   uint16_t *h = malloc(2 * (size_t)n);
   char name[160];
-  gpu_ok(g, g->cuMemsetD8(slot, 0, 8), "memset");
+  gpu_memset(g, slot, 0, 8);
   for (int run = 0; run < 2; run++) {
     gpu_launch(g, kernel, grid, 1, 1, block, smem, args);
     gpu_sync(g);

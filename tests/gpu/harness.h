@@ -13,12 +13,13 @@
 /* The driver entry points we use, by the versioned symbol names cuda.h maps them to. */
 #define GPU_DRIVER_FUNCS(X)                                                                                  \
   X(cuInit)                                                                                                  \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)  \
-      X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)                \
-          X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc)     \
-              X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate)    \
-                  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)             \
-                      X(cuGetErrorString)
+  X(cuDeviceGetCount)                                                                                        \
+  X(cuDeviceGet)                                                                                             \
+  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)        \
+      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)    \
+          X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) \
+              X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
+                  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString)
 
 typedef struct {
 #define GPU_DECL(f) __typeof__(&f) f;
@@ -46,7 +47,12 @@ void gpu_free(Gpu *g, CUdeviceptr p);
 void gpu_put(Gpu *g, CUdeviceptr dst, const void *src, size_t bytes);
 void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t bytes);
 CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes); /* alloc + put */
+void gpu_memset(Gpu *g, CUdeviceptr dst, unsigned char value, size_t bytes);
+void gpu_copy(Gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t bytes); /* device to device */
 void gpu_sync(Gpu *g);
+/* Whether this device runs kernel `name` (the GPU every kernel; the CPU's harness, tests/simt, those
+ * compiled for it): a test of kernels it lacks prints SKIP instead of launching them. */
+int gpu_has_kernel(Gpu *g, const char *name);
 /* Launches `name` with the kernel's parameters as an argv of pointers to each argument. */
 void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
                 unsigned smem, void **args);

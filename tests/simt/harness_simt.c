@@ -84,12 +84,25 @@ unsigned gpu_grid1d(Gpu *g, long n) {
   long b = (n + 255) / 256, cap = (long)g->sm_count * 8;
   return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
 }
+void gpu_memset(Gpu *g, CUdeviceptr dst, unsigned char value, size_t n) {
+  (void)g;
+  memset((void *)(uintptr_t)dst, value, n);
+}
+void gpu_copy(Gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  (void)g;
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+}
 void gpu_sync(Gpu *g) { (void)g; }
 
 CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
   CUdeviceptr p = gpu_alloc(g, bytes);
   gpu_put(g, p, src, bytes);
   return p;
+}
+
+int gpu_has_kernel(Gpu *g, const char *name) {
+  (void)g;
+  return simt_has(name);
 }
 
 void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,

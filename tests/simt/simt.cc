@@ -179,6 +179,13 @@ uint64_t simt_warp_exchange(uint64_t mine, int src) {
   return L.xchg[w][par][src & 31];
 }
 
+void simt_warp_gather(uint64_t mine, uint64_t *all) {
+  int tid = (int)self()->pub.tid.x, w = tid / 32, lane = tid % 32, par = (int)(L.xn[tid]++ & 1u);
+  L.xchg[w][par][lane] = mine;
+  yield(WAIT_WARP);
+  memcpy(all, L.xchg[w][par], sizeof L.xchg[w][par]);
+}
+
 void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1) {
   int tid = (int)self()->pub.tid.x, w = tid / 32, lane = tid % 32, par = (int)(L.xn[tid]++ & 1u);
   unsigned *f = L.frag[w][par][lane];

@@ -46,12 +46,20 @@ struct alignas(16) int4 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+struct alignas(8) ushort4 {
+  unsigned short x, y, z, w;
+};
 struct alignas(8) uint2 {
   unsigned x, y;
 };
 struct alignas(8) float2 {
   float x, y;
 };
+
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 /* The scheduler's state a kernel reads (simt.cc). */
 struct SimtThread {
@@ -68,11 +76,13 @@ void simt_syncthreads();
 void simt_syncwarp();
 /* A warp collective: this lane's 8 bytes in, lane `src`'s out (every lane of the warp calls it). */
 uint64_t simt_warp_exchange(uint64_t mine, int src);
+/* A warp collective: this lane's 8 bytes in, every lane's out (all[lane]). */
+void simt_warp_gather(uint64_t mine, uint64_t *all);
 /* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D = A B + C over the warp's fragments. */
 void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1);
 void *simt_dynamic_smem();
 
-#define STEPC_DYNAMIC_SMEM(T, name) T *name = (T *)simt_dynamic_smem()
+#define STEPC_DYNAMIC_SMEM(T, name) T *name = (T *)simt_dynamic_smem() /* 16-byte aligned */
 
 inline void __syncthreads() { simt_syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt_syncwarp(); }
@@ -94,6 +104,12 @@ inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
@@ -142,6 +158,21 @@ template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned d, int wid
   return simt_shfl(v, src >= 0 && src / width == lane / width ? src : lane);
 }
 
+inline unsigned __ballot_sync(unsigned, int pred) {
+  uint64_t all[32];
+  simt_warp_gather(pred != 0, all);
+  unsigned b = 0;
+  for (int i = 0; i < 32; i++)
+    b |= (unsigned)(all[i] != 0) << i;
+  return b;
+}
+inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0; }
+inline int __all_sync(unsigned m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
 /* cvt.rn.bf16.f32: round to nearest even, NaN kept (quiet). */
 inline unsigned short simt_cvt_rn_bf16(float f) {
   unsigned u = __float_as_uint(f);
@@ -153,4 +184,24 @@ inline unsigned simt_cvt_rna_tf32(float f) {
   unsigned u = __float_as_uint(f);
   if ((u & 0x7f800000u) == 0x7f800000u) return u; /* inf, NaN */
   return (u + 0x1000u) & 0xffffe000u;
+}
+
+/* cvt.rn.satfinite.{e4m3,e5m2}.f32 of one value: round to nearest even; a finite value beyond the
+ * format's largest (448, 57344), or an infinity, clamps to it with its sign; NaN is 0x7f. */
+inline unsigned char simt_cvt_fp8(float f, int e5m2) {
+  const int M = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const float top = e5m2 ? 57344.0f : 448.0f;
+  if (isnan(f)) return 0x7f;
+  unsigned char sign = signbit(f) ? 0x80 : 0;
+  float a = fabsf(f);
+  int e;
+  if (a >= top) a = top;
+  frexpf(a, &e); /* a = m 2^e, m in [0.5, 1): the binade's exponent is e - 1 */
+  int x = a == 0.0f || e - 1 < 1 - bias ? 1 - bias : e - 1;
+  float r = nearbyintf(ldexpf(a, M - x)); /* units of the binade's (or the subnormals') spacing */
+  if (ldexpf(r, x - M) > top) r = nearbyintf(ldexpf(top, M - x));
+  if (r == 0.0f) return sign;
+  if (r >= (float)(2 << M)) r /= 2, x += 1; /* rounded up into the next binade: 2^(M+1) -> 2^M there */
+  if (r < (float)(1 << M)) return (unsigned char)(sign | (unsigned)r); /* subnormal (x = 1 - bias) */
+  return (unsigned char)(sign | (unsigned)(x + bias) << M | ((unsigned)r - (1u << M)));
 }

@@ -38,6 +38,8 @@ extern "C" {
 
 /* Runs kernel `name` (cuLaunchKernel's arguments, blocks of `block` x 1 x 1 threads), in the order
  * simt_run's reverse says. 0; 1 no such kernel compiled for the CPU; -1 another failure (err says). */
+/* Whether kernel `name` is compiled for the CPU. */
+int simt_has(const char *name);
 int simt_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                 void **args, int reverse, char *err, size_t nerr);
 
