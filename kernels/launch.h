@@ -98,9 +98,11 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 #define STEPC_COLSUM_WARPS 8
 
 /* The Mamba-2 mixer (kernels/mamba.cuh), chunk-parallel: chunks of STEPC_MAMBA_CHUNK rows, blocks of
- * STEPC_MAMBA_THREADS, a block a (chunk, group, batch row): grid (nc, G, B) with
- * nc = ceil(T / STEPC_MAMBA_CHUNK) for mamba_chunk_states, mamba_chunk_output and
- * mamba_chunk_backward; mamba_state_pass grid (ceil(P N / 256), H, B, or 2 B in the backward);
+ * STEPC_MAMBA_THREADS, a block a (chunk, group, batch row). The groups are taken in passes of
+ * StepcMambaWs.gpp groups (below): pass k launches mamba_chunk_states, mamba_state_pass and
+ * mamba_chunk_output (or mamba_chunk_backward) for groups g0 = k gpp .. g0 + gpp - 1, grid
+ * (nc, gpp, B) with nc = ceil(T / STEPC_MAMBA_CHUNK) and the argument g0, mamba_state_pass grid
+ * (ceil(P N / 256), gpp H / G, B, or 2 B in the backward) with H = gpp H / G (the pass's heads);
  * mamba_conv_backward grid (ceil(C / 256), segs, B) with segs = stepc_mamba_segs(T); mamba_param_grads
  * grid ceil((C (K+1) + 3 H) / 256). Conv taps <= STEPC_MAMBA_KMAX, state dim <= STEPC_MAMBA_NMAX
  * (mamba_chunk_backward keeps the group's dB, dC tiles in registers). Dynamic shared memory (fp32
@@ -124,12 +126,17 @@ static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
   return (unsigned)(4 * (2 * L * (N + 1) + 3 * L * L + 3 * L * (P + 1) + (long)N * (P + 1) + 10 * L + 32));
 }
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
-/* The mixer's fp32 workspace (the launch scratch's op workspace), offsets in floats, each part
- * 64-float aligned: the chunk states and their gradients (B, H, nc, P, N), the chunk decays
- * (B, H, nc), the conv-output gradient (B, T, C), the per-chunk parameter partials (B, nc, H, 3) and
- * the per-segment conv partials (B, segs, K+1, C). The forward uses st and dec only. */
+/* The mixer's fp32 workspace (the op's workspace output), offsets in floats, each part 64-float
+ * aligned: the chunk states and their gradients (B, Hp, nc, P, N) of one pass's Hp = gpp H / G heads,
+ * the chunk decays (B, Hp, nc), the conv-output gradient (B, T, C), the per-chunk parameter partials
+ * (B, nc, H, 3) and the per-segment conv partials (B, segs, K+1, C). The forward uses st and dec only.
+ * passes = G / gpp: the fewest that divide G and keep a pass's states within STEPC_MAMBA_PASS_FLOATS
+ * (one group a pass at most), so a long sequence's states are not all held at once (at Nemotron 3
+ * Nano's mixer, T 8192, 64 heads, P 64, N 128: 537 MB each of st and dst in one pass, 268 MB in two). */
+#define STEPC_MAMBA_PASS_FLOATS (64L << 20)
 typedef struct {
   long st, dst, dec, gpre, hpart, cpart, floats;
+  int passes, gpp;
 } StepcMambaWs;
 static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
 /* The gated group norm's backward (mamba_group_norm_backward_input / _weight / weight_reduce):
@@ -137,11 +144,22 @@ static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
 static inline long stepc_mamba_gnorm_ws(long rows, int C, int G) {
   return stepc_mamba_align(rows * G) + (long)stepc_mamba_segs((int)(rows < 1 << 30 ? rows : 1 << 30)) * C;
 }
-static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N, long C, long K,
-                                          int backward) {
-  long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, nst = stepc_mamba_align(B * H * nc * P * N);
+/* The number of passes (above). */
+static inline int stepc_mamba_passes(long B, long T, long H, long P, long N, long G) {
+  long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, group = B * (H / G) * nc * P * N;
+  for (long p = 1; p < G; p++)
+    if (G % p == 0 && group * (G / p) <= STEPC_MAMBA_PASS_FLOATS) return (int)p;
+  return (int)G;
+}
+/* The layout for `passes` passes (a divisor of G; tests/gpu/mamba.c sets it, the rest take
+ * stepc_mamba_ws's). */
+static inline StepcMambaWs stepc_mamba_ws_passes(long B, long T, long H, long P, long N, long G, long C, long K,
+                                                 int backward, int passes) {
+  long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, Hp = H / passes;
+  long nst = stepc_mamba_align(B * Hp * nc * P * N);
   StepcMambaWs w;
-  w.st = 0, w.dec = nst, w.dst = w.dec + stepc_mamba_align(B * H * nc);
+  w.passes = passes, w.gpp = (int)(G / passes);
+  w.st = 0, w.dec = nst, w.dst = w.dec + stepc_mamba_align(B * Hp * nc);
   if (!backward) {
     w.gpre = w.hpart = w.cpart = w.floats = w.dst;
     return w;
@@ -150,6 +168,10 @@ static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N
   w.cpart = w.hpart + stepc_mamba_align(B * nc * H * 3);
   w.floats = w.cpart + stepc_mamba_align(B * stepc_mamba_segs((int)T) * (K + 1) * C);
   return w;
+}
+static inline StepcMambaWs stepc_mamba_ws(long B, long T, long H, long P, long N, long G, long C, long K,
+                                          int backward) {
+  return stepc_mamba_ws_passes(B, T, H, P, N, G, C, K, backward, stepc_mamba_passes(B, T, H, P, N, G));
 }
 
 /* Multi-tensor optimizer kernels (kernels/optimizer.cuh): one block per chunk of one tensor, blocks

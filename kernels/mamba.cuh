@@ -216,11 +216,11 @@ __device__ __forceinline__ void mamba_tc_store_lp(float* out, int ld, int L, int
 // dynamic shared memory stepc_mamba_states_smem(P, N) (kernels/launch.h).
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_chunk_states(float* st, float* dst, float* dec, const bf16* dout, const bf16* xbc, const bf16* conv,
-                       const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N, int K) {
+                       const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N, int K, int g0) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
+  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, Hl = gridDim.y * d.hpg;
   long b = blockIdx.z;
   float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *X = Cm + L * d.NP, *dY = X + L * d.PP, *dtc = dY + L * d.PP,
         *lc = dtc + L, *w = lc + L, *e = w + L;
@@ -233,9 +233,9 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
     if (dout) mamba_load_dy(d, dout, b, h, t0, dY, d.PP);
     mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
-    long at = ((b * H + h) * d.nc + c) * (long)P * N;
+    long hl = (long)blockIdx.y * d.hpg + q, at = ((b * Hl + hl) * d.nc + c) * (long)P * N;
     for (int s = threadIdx.x; s < L; s += blockDim.x) w[s] = expf(lc[L - 1] - lc[s]) * dtc[s], e[s] = expf(lc[s]);
-    if (threadIdx.x == 0) dec[(b * H + h) * d.nc + c] = expf(lc[L - 1]);
+    if (threadIdx.x == 0) dec[(b * Hl + hl) * d.nc + c] = expf(lc[L - 1]);
     __syncthreads();
     // st = (w X)^T Bm and dst = (e dY)^T Cm: P x N, K = L, a warp a 16 x 32 tile
     for (int i = threadIdx.x / 32; i < mamba_frag_tiles(P, N, 4); i += blockDim.x / 32) {
@@ -294,11 +294,11 @@ extern "C" __global__ void __launch_bounds__(256)
 // Grid (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_output_smem(P, N).
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_chunk_output(bf16* y, const float* st, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm,
-                       int T, int H, int P, int G, int N, int K) {
+                       int T, int H, int P, int G, int N, int K, int g0) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = blockIdx.y, t0 = c * L;
+  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, Hl = gridDim.y * d.hpg;
   long b = blockIdx.z;
   float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *CB = Cm + L * d.NP, *M = CB + L * L, *X = M + L * L,
         *S = X + L * d.PP, *dtc = S + N * d.PP, *lc = dtc + L;
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     float dtb, a, D;
     mamba_head_params(ssm, h, &dtb, &a, &D);
     mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
-    const float* S0 = st + ((b * H + h) * d.nc + c) * (long)P * N;
+    const float* S0 = st + ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
     for (int i = threadIdx.x; i < P * N; i += blockDim.x) S[(i % N) * d.PP + i / N] = S0[i];  // transposed
     mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
     for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
@@ -364,11 +364,11 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     mamba_chunk_backward(float* gpre, bf16* ddtr, float* hpart, const float* st, const float* dst, const bf16* dout,
                          const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm, int T, int H, int P,
-                         int G, int N, int K) {
+                         int G, int N, int K, int g0) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP;
+  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP, Hl = gridDim.y * d.hpg;
   long b = blockIdx.z;
   float *Bm = mamba_smem, *Cm = Bm + L * NP, *CB = Cm + L * NP, *CBE = CB + L * L, *YXE = CBE + L * L,
         *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP, *SP = TM + L * PP, *dtc = SP + N * PP, *lc = dtc + L,
@@ -403,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     int h = g * d.hpg + q;
     float dtb, a, D;
     mamba_head_params(ssm, h, &dtb, &a, &D);
-    const long at = ((b * H + h) * d.nc + c) * (long)P * N;
+    const long at = ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
     mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, PP);
     mamba_load_dy(d, dout, b, h, t0, dY, PP);
     for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = st[at + i];  // S0^T

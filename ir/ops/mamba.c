@@ -88,7 +88,7 @@ static void ws_out(OpOut *o, long floats) {
 
 /* The mixer's workspace floats (kernels/launch.h) for xBC x (B,T,C), conv cw (C,K+1). */
 static long mixer_ws(const Op *op, const Tensor *x, const Tensor *cw, int backward) {
-  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], x->shape[2],
+  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], op->a.i[2], x->shape[2],
                         cw->shape[1] - 1, backward)
       .floats;
 }

@@ -5,7 +5,8 @@
  *
  * Shapes: T not a multiple of the 32-row chunk (a partial last chunk); heads per group 2 and 8;
  * 10 chunks (the states passed between chunks both ways); Nemotron's head dim 64 and state 128
- * (the chunk kernels' largest shared-memory tiles).
+ * (the chunk kernels' largest shared-memory tiles). The first and third take their groups in
+ * passes (kernels/launch.h: a group a pass), as a long sequence does.
  *
  * Tolerances. The kernels keep every intermediate in fp32 (the conv output, dt, the states and
  * chunk products) and round once, to the bf16 output: that rounding is 2^-9 relative, fp32 sums
@@ -115,22 +116,26 @@ static void check(Gpu *g, const char *what, CUdeviceptr p, const Arr *ref) {
  * dssm; one workspace laid out as kernels/launch.h stepc_mamba_ws says (the backward's, which
  * holds the forward's). Each launch is a function of (Gpu *, Mixer *) so the bench times it alone. */
 typedef struct {
-  int B, T, H, P, G, N, K, C, nc, PN, segs, nparam;
+  int B, T, H, P, G, N, K, C, nc, PN, segs, nparam, gpp, Hp, g0;
   CUdeviceptr in[5], y, out[4], ws, st, dst, dec, gpre, hpart, cpart, none;
 } Mixer;
 
-static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int N, int K) {
+/* passes: the groups in that many passes (kernels/launch.h), 0 as the runtime takes them. */
+static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int N, int K, int passes) {
   memset(m, 0, sizeof *m);
   m->B = B, m->T = T, m->H = H, m->P = P, m->G = G, m->N = N, m->K = K, m->C = H * P + 2 * G * N;
   m->nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, m->PN = P * N, m->segs = stepc_mamba_segs(T);
   m->nparam = m->C * (K + 1) + 3 * H;
-  StepcMambaWs w = stepc_mamba_ws(B, T, H, P, N, m->C, K, 1);
+  if (passes == 0) passes = stepc_mamba_passes(B, T, H, P, N, G);
+  StepcMambaWs w = stepc_mamba_ws_passes(B, T, H, P, N, G, m->C, K, 1, passes);
+  m->gpp = w.gpp, m->Hp = w.gpp * (H / G);
   m->ws = gpu_alloc(g, 4 * (size_t)w.floats);
   m->st = m->ws + 4 * (CUdeviceptr)w.st, m->dst = m->ws + 4 * (CUdeviceptr)w.dst;
   m->dec = m->ws + 4 * (CUdeviceptr)w.dec, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;
   m->hpart = m->ws + 4 * (CUdeviceptr)w.hpart, m->cpart = m->ws + 4 * (CUdeviceptr)w.cpart;
 }
 
+/* Each launch below is pass m->g0's (groups g0 .. g0 + gpp - 1). */
 static void mx_states(Gpu *g, void *c, int bwd) {
   Mixer *m = c;
   void *a[] = {&m->st,    bwd ? &m->dst : &m->none,
@@ -139,15 +144,16 @@ static void mx_states(Gpu *g, void *c, int bwd) {
                &m->in[3], &m->in[4],
                &m->T,     &m->H,
                &m->P,     &m->G,
-               &m->N,     &m->K};
-  gpu_launch(g, "mamba_chunk_states", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+               &m->N,     &m->K,
+               &m->g0};
+  gpu_launch(g, "mamba_chunk_states", (unsigned)m->nc, (unsigned)m->gpp, (unsigned)m->B, STEPC_MAMBA_THREADS,
              stepc_mamba_states_smem(m->P, m->N), a);
 }
 
 static void mx_pass(Gpu *g, void *c, int bwd) {
   Mixer *m = c;
-  void *a[] = {&m->st, bwd ? &m->dst : &m->none, &m->dec, &m->B, &m->H, &m->nc, &m->PN};
-  gpu_launch(g, "mamba_state_pass", (unsigned)((m->PN + 255) / 256), (unsigned)m->H,
+  void *a[] = {&m->st, bwd ? &m->dst : &m->none, &m->dec, &m->B, &m->Hp, &m->nc, &m->PN};
+  gpu_launch(g, "mamba_state_pass", (unsigned)((m->PN + 255) / 256), (unsigned)m->Hp,
              (unsigned)(m->B * (bwd ? 2 : 1)), 256, 0, a);
 }
 
@@ -155,19 +161,19 @@ static void mx_fwd_states(Gpu *g, void *c) { mx_states(g, c, 0); }
 static void mx_fwd_pass(Gpu *g, void *c) { mx_pass(g, c, 0); }
 static void mx_fwd_output(Gpu *g, void *c) {
   Mixer *m = c;
-  void *a[] = {&m->y, &m->st, &m->in[1], &m->in[2], &m->in[3], &m->in[4],
-               &m->T, &m->H,  &m->P,     &m->G,     &m->N,     &m->K};
-  gpu_launch(g, "mamba_chunk_output", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+  void *a[] = {&m->y, &m->st, &m->in[1], &m->in[2], &m->in[3], &m->in[4], &m->T,
+               &m->H, &m->P,  &m->G,     &m->N,     &m->K,     &m->g0};
+  gpu_launch(g, "mamba_chunk_output", (unsigned)m->nc, (unsigned)m->gpp, (unsigned)m->B, STEPC_MAMBA_THREADS,
              stepc_mamba_output_smem(m->P, m->N), a);
 }
 static void mx_bwd_states(Gpu *g, void *c) { mx_states(g, c, 1); }
 static void mx_bwd_pass(Gpu *g, void *c) { mx_pass(g, c, 1); }
 static void mx_bwd_chunk(Gpu *g, void *c) {
   Mixer *m = c;
-  void *a[] = {&m->gpre,  &m->out[2], &m->hpart, &m->st, &m->dst, &m->in[0], &m->in[1], &m->in[2],
-               &m->in[3], &m->in[4],  &m->T,     &m->H,  &m->P,   &m->G,     &m->N,     &m->K};
-  gpu_launch(g, "mamba_chunk_backward", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
-             stepc_mamba_chunk_bwd_smem(m->P, m->N), a);
+  void *a[] = {&m->gpre,  &m->out[2], &m->hpart, &m->st, &m->dst, &m->in[0], &m->in[1], &m->in[2], &m->in[3],
+               &m->in[4], &m->T,      &m->H,     &m->P,  &m->G,   &m->N,     &m->K,     &m->g0};
+  gpu_launch(g, "mamba_chunk_backward", (unsigned)m->nc, (unsigned)m->gpp, (unsigned)m->B,
+             STEPC_MAMBA_THREADS, stepc_mamba_chunk_bwd_smem(m->P, m->N), a);
 }
 static void mx_bwd_conv(Gpu *g, void *c) {
   Mixer *m = c;
@@ -182,23 +188,45 @@ static void mx_bwd_params(Gpu *g, void *c) {
   gpu_launch(g, "mamba_param_grads", (unsigned)((m->nparam + 255) / 256), 1, 1, 256, 0, a);
 }
 
-static void (*const mx_forward[])(Gpu *, void *) = {mx_fwd_states, mx_fwd_pass, mx_fwd_output};
-static void (*const mx_backward[])(Gpu *, void *) = {mx_bwd_states, mx_bwd_pass, mx_bwd_chunk, mx_bwd_conv,
+/* A per-pass kernel in every pass: what the bench times as that kernel. */
+static void mx_all_passes(Gpu *g, void *c, void (*fn)(Gpu *, void *)) {
+  Mixer *m = c;
+  for (m->g0 = 0; m->g0 < m->G; m->g0 += m->gpp)
+    fn(g, m);
+  m->g0 = 0;
+}
+#define MX_ALL(name, fn)                                                                                     \
+  static void name(Gpu *g, void *c) { mx_all_passes(g, c, fn); }
+MX_ALL(mxa_fwd_states, mx_fwd_states)
+MX_ALL(mxa_fwd_pass, mx_fwd_pass)
+MX_ALL(mxa_fwd_output, mx_fwd_output)
+MX_ALL(mxa_bwd_states, mx_bwd_states)
+MX_ALL(mxa_bwd_pass, mx_bwd_pass)
+MX_ALL(mxa_bwd_chunk, mx_bwd_chunk)
+static void (*const mx_forward[])(Gpu *, void *) = {mxa_fwd_states, mxa_fwd_pass, mxa_fwd_output};
+static void (*const mx_backward[])(Gpu *, void *) = {mxa_bwd_states, mxa_bwd_pass, mxa_bwd_chunk, mx_bwd_conv,
                                                      mx_bwd_params};
 static const char *const mx_forward_name[] = {"mamba_chunk_states", "mamba_state_pass", "mamba_chunk_output"};
 static const char *const mx_backward_name[] = {"mamba_chunk_states (with dS)", "mamba_state_pass (both)",
                                                "mamba_chunk_backward", "mamba_conv_backward",
                                                "mamba_param_grads"};
+/* The mixer as op_mamba.c runs it: pass by pass (the states of one pass at a time). */
 static void mx_run_forward(Gpu *g, void *c) {
-  for (int i = 0; i < 3; i++)
-    mx_forward[i](g, c);
+  Mixer *m = c;
+  for (m->g0 = 0; m->g0 < m->G; m->g0 += m->gpp)
+    mx_fwd_states(g, c), mx_fwd_pass(g, c), mx_fwd_output(g, c);
+  m->g0 = 0;
 }
 static void mx_run_backward(Gpu *g, void *c) {
-  for (int i = 0; i < 5; i++)
-    mx_backward[i](g, c);
+  Mixer *m = c;
+  for (m->g0 = 0; m->g0 < m->G; m->g0 += m->gpp)
+    mx_bwd_states(g, c), mx_bwd_pass(g, c), mx_bwd_chunk(g, c);
+  m->g0 = 0;
+  mx_bwd_conv(g, c), mx_bwd_params(g, c);
 }
 
-static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N, int K) {
+/* passes: the groups' passes (kernels/launch.h), 0 the runtime's choice (1 at these sizes). */
+static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N, int K, int passes) {
   int C = H * P + 2 * G * N;
   char what[160];
   OpAttrs at = {.i = {H, P, G, N}};
@@ -213,20 +241,22 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     return;
   }
   Mixer m;
-  mixer_init(g, &m, B, T, H, P, G, N, K);
+  mixer_init(g, &m, B, T, H, P, G, N, K, passes);
+  char np[32] = "";
+  if (m.gpp < G) snprintf(np, sizeof np, " in %d passes", G / m.gpp);
   for (int i = 0; i < 5; i++)
     m.in[i] = up(g, &in[i]);
   for (int i = 0; i < 4; i++)
     m.out[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
   m.y = gpu_alloc(g, 2 * (size_t)fo[0].n);
   mx_run_forward(g, &m);
-  snprintf(what, sizeof what, "mamba_mixer forward B%d T%d H%d P%d G%d N%d K%d", B, T, H, P, G, N, K);
+  snprintf(what, sizeof what, "mamba_mixer forward B%d T%d H%d P%d G%d N%d K%d%s", B, T, H, P, G, N, K, np);
   check(g, what, m.y, &fo[0]);
   mx_run_backward(g, &m);
   static const char *names[4] = {"dxBC", "dconv (w | bias)", "ddt_raw", "dssm (dt_bias | A_log | D)"};
   void *first[4];
   for (int i = 0; i < 4; i++) {
-    snprintf(what, sizeof what, "mamba_mixer backward %s B%d T%d H%d G%d N%d", names[i], B, T, H, G, N);
+    snprintf(what, sizeof what, "mamba_mixer backward %s B%d T%d H%d G%d N%d%s", names[i], B, T, H, G, N, np);
     check(g, what, m.out[i], &bo[i]);
     first[i] = malloc(2 * (size_t)bo[i].n);
     gpu_get(g, first[i], m.out[i], 2 * (size_t)bo[i].n);
@@ -254,7 +284,7 @@ void bench_mamba(Gpu *g) {
   Rng r = {0x62656e63ull};
   int B = 1, T = 8192, H = 64, P = 64, G = 8, N = 128, K = 4, C = H * P + 2 * G * N;
   Mixer m;
-  mixer_init(g, &m, B, T, H, P, G, N, K);
+  mixer_init(g, &m, B, T, H, P, G, N, K, 0);
   long n[5] = {(long)B * T * H * P, (long)B * T * C, (long)C * (K + 1), (long)B * T * H, 3L * H};
   double amp[5] = {1, 1, 0.5, 1, 1};
   for (int i = 0; i < 5; i++) {
@@ -352,10 +382,10 @@ static void test_gate_norm(Gpu *g, Rng *r) {
 
 void test_mamba(Gpu *g) {
   Rng r = {0x6d616d6261ull};
-  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4);  /* 2 heads a group, a partial last chunk */
-  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4); /* 8 heads a group, 10 chunks: the state passing */
-  test_mixer(g, &r, 1, 200, 4, 64, 2, 128,
-             4);                            /* Nemotron's head dim and state (64, 128): the largest tiles */
-  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4); /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
+  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4, 3);  /* 2 heads a group, a partial last chunk; a group a pass */
+  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4, 0); /* 8 heads a group, 10 chunks: the state passing */
+  /* Nemotron's head dim and state (64, 128): the largest tiles; two passes of one group */
+  test_mixer(g, &r, 1, 200, 4, 64, 2, 128, 4, 2);
+  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4, 0); /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
   test_gate_norm(g, &r);
 }

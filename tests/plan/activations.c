@@ -198,7 +198,8 @@ static long mamba_ws_floats(const Graph *g, const Op *op) {
   }
   int bwd = op->kind == OP_MAMBA_MIXER_BWD;
   const Tensor *x = &g->t[op->in[bwd]], *cw = &g->t[op->in[bwd + 1]];
-  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], x->shape[2], cw->shape[1] - 1, bwd)
+  return stepc_mamba_ws(x->shape[0], x->shape[1], op->a.i[0], op->a.i[1], op->a.i[3], op->a.i[2], x->shape[2],
+                        cw->shape[1] - 1, bwd)
       .floats;
 }
 

@@ -58,7 +58,7 @@ static MixDims mix_sizes(const Graph *g, const Op *op, int xin) {
 }
 
 static StepcMambaWs mix_ws(const MixDims *m, int backward) {
-  return stepc_mamba_ws(m->B, m->T, m->H, m->P, m->N, m->C, m->K, backward);
+  return stepc_mamba_ws(m->B, m->T, m->H, m->P, m->N, m->G, m->C, m->K, backward);
 }
 
 /* The op's workspace (its last output): fp32 and at least the `floats` words its kernels lay out.
@@ -89,19 +89,21 @@ static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
 
 static CUdeviceptr ws_at(CUdeviceptr ws, long floats) { return ws + (CUdeviceptr)(4 * floats); }
 
-/* The chunk states (with dout: and their gradients' chunk parts) and the scan over chunks. */
+/* Pass g0 / gpp's chunk states (with dout: and their gradients' chunk parts) and the scan over chunks,
+ * for groups g0 .. g0 + gpp - 1 (kernels/launch.h). */
 static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, CUdeviceptr ws,
-                      int xin, CUdeviceptr dout) {
-  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N;
-  if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)m->G, (unsigned)m->B),
+                      int xin, CUdeviceptr dout, int g0) {
+  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N,
+      Hp = w->gpp * (m->H / m->G);
+  if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)w->gpp, (unsigned)m->B),
                                    STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(ws, w->st),
                                    bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), dout, rt_in(x, op, xin),
                                    rt_in(x, op, xin + 1), rt_in(x, op, xin + 2), rt_in(x, op, xin + 3), m->T,
-                                   m->H, m->P, m->G, m->N, m->K))
+                                   m->H, m->P, m->G, m->N, m->K, g0))
     return RT_ERROR;
   return rt_launch_mamba_state_pass(
-      x->d, rt_dim((unsigned)((PN + 255) / 256), (unsigned)m->H, (unsigned)(m->B * (bwd ? 2 : 1))), 256, 0,
-      ws_at(ws, w->st), bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), m->B, m->H, nc, PN);
+      x->d, rt_dim((unsigned)((PN + 255) / 256), (unsigned)Hp, (unsigned)(m->B * (bwd ? 2 : 1))), 256, 0,
+      ws_at(ws, w->st), bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), m->B, Hp, nc, PN);
 }
 
 /* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P), workspace) */
@@ -111,11 +113,15 @@ static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   if (bf16_operands(x, op, 1) || mix_dims(x, op, 0, &m)) return RT_ERROR;
   StepcMambaWs w = mix_ws(&m, 0);
   unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
-  if (op_ws(x, op, w.floats, &ws) || mix_states(x, op, &m, &w, ws, 0, 0)) return RT_ERROR;
-  return rt_launch_mamba_chunk_output(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                      stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(ws, w.st),
-                                      rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
-                                      m.H, m.P, m.G, m.N, m.K);
+  if (op_ws(x, op, w.floats, &ws)) return RT_ERROR;
+  for (int g0 = 0; g0 < m.G; g0 += w.gpp)
+    if (mix_states(x, op, &m, &w, ws, 0, 0, g0) ||
+        rt_launch_mamba_chunk_output(x->d, rt_dim(nc, (unsigned)w.gpp, (unsigned)m.B), STEPC_MAMBA_THREADS,
+                                     stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(ws, w.st),
+                                     rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
+                                     m.H, m.P, m.G, m.N, m.K, g0))
+      return RT_ERROR;
+  return RT_OK;
 }
 
 /* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm, workspace) */
@@ -126,13 +132,16 @@ static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   StepcMambaWs w = mix_ws(&m, 1);
   unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
   int segs = stepc_mamba_segs(m.T), nparam = m.C * (m.K + 1) + 3 * m.H;
-  if (op_ws(x, op, w.floats, &ws) || mix_states(x, op, &m, &w, ws, 1, rt_in(x, op, 0)) ||
-      rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                     stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre),
-                                     rt_out(x, op, 2), ws_at(ws, w.hpart), ws_at(ws, w.st), ws_at(ws, w.dst),
-                                     rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3),
-                                     rt_in(x, op, 4), m.T, m.H, m.P, m.G, m.N, m.K) ||
-      rt_launch_mamba_conv_backward(x->d,
+  if (op_ws(x, op, w.floats, &ws)) return RT_ERROR;
+  for (int g0 = 0; g0 < m.G; g0 += w.gpp)
+    if (mix_states(x, op, &m, &w, ws, 1, rt_in(x, op, 0), g0) ||
+        rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)w.gpp, (unsigned)m.B), STEPC_MAMBA_THREADS,
+                                       stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre),
+                                       rt_out(x, op, 2), ws_at(ws, w.hpart), ws_at(ws, w.st),
+                                       ws_at(ws, w.dst), rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2),
+                                       rt_in(x, op, 3), rt_in(x, op, 4), m.T, m.H, m.P, m.G, m.N, m.K, g0))
+      return RT_ERROR;
+  if (rt_launch_mamba_conv_backward(x->d,
                                     rt_dim((unsigned)((m.C + 255) / 256), (unsigned)segs, (unsigned)m.B), 256,
                                     0, rt_out(x, op, 0), ws_at(ws, w.cpart), ws_at(ws, w.gpre),
                                     rt_in(x, op, 1), rt_in(x, op, 2), m.T, m.C, m.K, segs))
