@@ -9,6 +9,21 @@
 #pragma once
 #include "common.cuh"
 
+#ifdef STEPC_SIMT
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return simt_smem_addr(p); }
+__device__ __forceinline__ void ldsm_x4(unsigned* r, const bf16* p) { simt_ldmatrix_x4(r, smem_addr(p), false); }
+__device__ __forceinline__ void ldsm_x4_trans(unsigned* r, const bf16* p) { simt_ldmatrix_x4(r, smem_addr(p), true); }
+__device__ __forceinline__ void mma_bf16_16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  simt_mma_m16n8k16_bf16(c, a, b0, b1);
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) { simt_cp_async16(smem_addr(smem), gmem, true); }
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool full) {
+  simt_cp_async16(smem_addr(smem), gmem, full);
+}
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {}
+#else
 extern __shared__ __align__(16) unsigned char stepc_smem[];
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -55,6 +70,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+#endif
 
 // ROWS x COLS bf16 from global (row stride ldg elements) to shared (row stride lds), 16 bytes per
 // cp.async, spread over the block's threads. Completes at the caller's cp_async_wait.

@@ -230,7 +230,7 @@ __device__ __forceinline__ void moe_count(int* tpe, const int* idx, long n, int 
 // Tn the group's tokens; otherwise counts is null (counted here) and Tn = T.
 extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores, const int* idx, int T, int E,
                                                 int k, float coeff, const float* counts, int Tn) {
-  extern __shared__ int moe_smem[];
+  STEPC_DYNAMIC_SMEM(int, moe_smem);
   int* tpe = moe_smem;
   float *part = (float*)(moe_smem + E), *col = part + 1024;
   moe_count(tpe, idx, (long)T * k, E);
@@ -262,7 +262,7 @@ extern "C" __global__ void moe_aux_loss_forward(float* loss, const bf16* scores,
 // Launch: block 1024, any grid.
 extern "C" __global__ void moe_aux_loss_backward(bf16* dscores, const float* dloss, const int* idx, int T, int E,
                                                  int k, float coeff, const float* counts, int Tn) {
-  extern __shared__ int moe_smem[];
+  STEPC_DYNAMIC_SMEM(int, moe_smem);
   moe_count(moe_smem, idx, (long)T * k, E);
   if (counts) {
     for (int e = threadIdx.x; e < E; e += blockDim.x) moe_smem[e] = (int)counts[e];
@@ -276,7 +276,7 @@ extern "C" __global__ void moe_aux_loss_backward(bf16* dscores, const float* dlo
 // counts (E) fp32 := the tokens routed to each expert (idx (n)), the aux loss's counts before their
 // all-reduce over the TP group. Launch: <<<1, 1024>>>, smem 4 E bytes.
 extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long n, int E) {
-  extern __shared__ int moe_smem[];
+  STEPC_DYNAMIC_SMEM(int, moe_smem);
   moe_count(moe_smem, idx, n, E);
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = (float)moe_smem[e];
 }
@@ -292,7 +292,7 @@ extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long
 // assignments to other experts get row -1. rank null: all experts (the one-rank dispatch).
 extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const int* idx, long n, int E, int cap,
                                         int pad, const int* rank) {
-  extern __shared__ int moe_smem[];
+  STEPC_DYNAMIC_SMEM(int, moe_smem);
   const int first = rank ? *rank * E : 0;
   int *cnt = moe_smem, *off = cnt + E, *wcnt = off + E;  // wcnt (32 warps, E)
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

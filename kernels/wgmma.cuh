@@ -18,14 +18,52 @@
 #include "mma.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void cp_async16_zfill_s(unsigned saddr, const void* gmem, bool full) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(full ? 16 : 0) : "memory");
-}
-
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets, 128B swizzle.
 __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((saddr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// The 1024-aligned start of the dynamic shared memory (launches ask for 1 KiB more than they use).
+__device__ __forceinline__ unsigned wg_smem_base() { return (smem_addr(stepc_smem) + 1023u) & ~1023u; }
+
+#ifdef STEPC_SIMT
+// tests/simt: the products done at once (simt_wgmma), so the fences, groups and pins have nothing to do.
+__device__ __forceinline__ void cp_async16_zfill_s(unsigned saddr, const void* gmem, bool full) {
+  simt_cp_async16(saddr, gmem, full);
+}
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void wg_commit() {}
+__device__ __forceinline__ void wg_wait_all() {}
+template <int N>
+__device__ __forceinline__ void wg_wait() {}
+__device__ __forceinline__ void fence_proxy_async() {}
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long da, unsigned long long db) {
+  simt_wgmma(d, 256, da, nullptr, db, TA, TB, 1);
+}
+template <int N = 128>
+__device__ __forceinline__ void wg_pin(float*) {}
+template <int N>
+__device__ __forceinline__ void wg_pin_u(unsigned*) {}
+__device__ __forceinline__ void wgmma_ss_m64n32k16(float* d, unsigned long long da, unsigned long long db, int acc) {
+  simt_wgmma(d, 32, da, nullptr, db, 0, 0, acc);
+}
+__device__ __forceinline__ void wgmma_ss_m64n64k16(float* d, unsigned long long da, unsigned long long db, int acc) {
+  simt_wgmma(d, 64, da, nullptr, db, 0, 0, acc);
+}
+__device__ __forceinline__ void wgmma_ss_m64n128k16(float* d, unsigned long long da, unsigned long long db, int acc) {
+  simt_wgmma(d, 128, da, nullptr, db, 0, 0, acc);
+}
+__device__ __forceinline__ void wgmma_rs_m64n64k16(float* d, const unsigned* a, unsigned long long db, int acc) {
+  simt_wgmma(d, 64, 0, a, db, 0, 1, acc);
+}
+__device__ __forceinline__ void wgmma_rs_m64n128k16(float* d, const unsigned* a, unsigned long long db, int acc) {
+  simt_wgmma(d, 128, 0, a, db, 0, 1, acc);
+}
+#else
+__device__ __forceinline__ void cp_async16_zfill_s(unsigned saddr, const void* gmem, bool full) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(full ? 16 : 0) : "memory");
 }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -61,8 +99,6 @@ __device__ __forceinline__ void wg_pin_u(unsigned* a) {
   for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-// The 1024-aligned start of the dynamic shared memory (launches ask for 1 KiB more than they use).
-__device__ __forceinline__ unsigned wg_smem_base() { return (smem_addr(stepc_smem) + 1023u) & ~1023u; }
 
 // d (64 x 32) = acc ? d + A B : A B; A (64 x 16) and B (16 x 32, stored 32 rows of k) K-major in shared memory.
 __device__ __forceinline__ void wgmma_ss_m64n32k16(float* d, unsigned long long da, unsigned long long db, int acc) {
@@ -110,4 +146,5 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float* d, const unsigned* a,
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
+#endif  // STEPC_SIMT
 #endif

@@ -15,11 +15,12 @@
   X(cuInit)                                                                                                  \
   X(cuDeviceGetCount)                                                                                        \
   X(cuDeviceGet)                                                                                             \
-  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)        \
-      X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)    \
-          X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) \
-              X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)          \
-                  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorString)
+  X(cuDeviceGetName)                                                                                         \
+  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)        \
+      X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) \
+          X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)       \
+              X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)    \
+                  X(cuEventDestroy) X(cuGetErrorString)
 
 typedef struct {
 #define GPU_DECL(f) __typeof__(&f) f;
@@ -32,6 +33,7 @@ typedef struct {
   int sm_count, cc_major; /* cc_major: compute capability, set by gpu_open */
   char name[256];
   int checks, failed; /* tallies of gpu_check_* */
+  int emulated;       /* the CPU's harness (tests/simt): no timings, no production-size runs */
 } Gpu;
 
 /* 0: ready; GPU_SKIP: no driver or no device (why says which); 1: a real failure. */

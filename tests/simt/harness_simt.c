@@ -16,6 +16,7 @@ int gpu_open(Gpu *g, char *why, size_t whysz) {
   memset(g, 0, sizeof *g);
   snprintf(g->name, sizeof g->name, "the CPU (tests/simt: the device kernels as coroutines)");
   g->sm_count = 132, g->cc_major = 9; /* an H200's, for the grids the tests derive from them */
+  g->emulated = 1;
   return 0;
 }
 

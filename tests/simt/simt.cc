@@ -1,6 +1,10 @@
 /* simt.cc — the scheduler behind simt.h: a launch runs its blocks one after another, each block's
- * threads as coroutines (ucontext) on one OS thread, switched only where simt.h's barriers and warp
- * collectives meet. Deterministic: the same launch runs the same interleaving every time. */
+ * threads as coroutines on one OS thread, switched only where simt.h's barriers and warp
+ * collectives meet. Deterministic: the same launch runs the same interleaving every time.
+ *
+ * A switch saves the callee-saved registers on the stack and swaps stack pointers (simt_switch,
+ * x86-64; ucontext elsewhere, whose switch also saves the signal mask: a system call, ~50 times
+ * slower). A warp collective is 64 switches, so this is most of the emulation's time. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +27,47 @@
 
 namespace {
 
-enum State { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+enum State { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_WG, DONE };
+
+#if defined(__x86_64__)
+/* simt_switch(&from, to): the callee-saved registers pushed, the stack pointer saved in *from,
+ * to's popped; returns on to's stack. */
+extern "C" void simt_switch(void **from, void *to);
+asm(".text\n.globl simt_switch\n.type simt_switch,@function\nsimt_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
+    ".size simt_switch, .-simt_switch\n");
+struct Ctx {
+  void *sp;
+};
+/* A new context that starts in entry() on the stack [stack, stack + size). */
+void ctx_make(Ctx *c, char *stack, size_t size, void (*entry)()) {
+  uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+  void **f = reinterpret_cast<void **>(top) - 8; /* r15 r14 r13 r12 rbx rbp, ret = entry, a null return */
+  for (int i = 0; i < 6; i++)
+    f[i] = nullptr;
+  f[6] = reinterpret_cast<void *>(entry), f[7] = nullptr;
+  c->sp = f;
+}
+void ctx_swap(Ctx *from, Ctx *to) { simt_switch(&from->sp, to->sp); }
+#else
+struct Ctx {
+  ucontext_t uc;
+};
+__attribute__((noinline)) void ctx_make(Ctx *c, char *stack, size_t size, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+void ctx_swap(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
+#endif
 
 struct Thread {
   SimtThread pub;
-  ucontext_t ctx;
+  Ctx ctx;
   char *stack;
   State state;
   void *fake_stack; /* ASan's fake stack of this coroutine while it is switched out */
@@ -43,7 +83,7 @@ struct Launch {
   void **args;
   Thread *t;
   int n; /* threads a block */
-  ucontext_t sched;
+  Ctx sched;
   unsigned char *smem;
   size_t smem_bytes;
   /* the warp exchange: two buffers, alternated per collective (simt.h) */
@@ -51,7 +91,11 @@ struct Launch {
   unsigned xn[MAX_THREADS]; /* per thread: collectives so far */
   /* the mma fragments of a warp's lanes */
   unsigned frag[MAX_THREADS / 32][2][32][6];
-  bool reverse; /* this launch's order: warps and lanes last first */
+  /* a warpgroup collective's per-thread data (wgmma's register A fragments, descriptors), two buffers */
+  unsigned wgfrag[MAX_THREADS / 128][2][128][4];
+  unsigned long long wgdesc[MAX_THREADS / 128][2][128][2];
+  unsigned wgn[MAX_THREADS]; /* per thread: warpgroup collectives so far */
+  bool reverse;              /* this launch's order: warps and lanes last first */
   const void *sched_bottom;
   size_t sched_size;
   void *sched_fake;
@@ -74,13 +118,14 @@ void yield(State s) {
 #ifdef SIMT_ASAN
   __sanitizer_start_switch_fiber(&t->fake_stack, L.sched_bottom, L.sched_size);
 #endif
-  swapcontext(&t->ctx, &L.sched);
+  ctx_swap(&t->ctx, &L.sched);
 #ifdef SIMT_ASAN
   __sanitizer_finish_switch_fiber(t->fake_stack, &L.sched_bottom, &L.sched_size);
 #endif
 }
 
-void thread_main() {
+/* A coroutine's body: the kernel, then back to the scheduler for good. */
+[[noreturn]] void thread_main() {
 #ifdef SIMT_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &L.sched_bottom, &L.sched_size);
 #endif
@@ -90,7 +135,8 @@ void thread_main() {
 #ifdef SIMT_ASAN
   __sanitizer_start_switch_fiber(nullptr, L.sched_bottom, L.sched_size);
 #endif
-  /* uc_link: back to the scheduler */
+  ctx_swap(&t->ctx, &L.sched);
+  abort(); /* a returned thread is never switched to */
 }
 
 /* Switches to thread t until it reaches a barrier or returns. */
@@ -99,7 +145,7 @@ void run_thread(Thread *t) {
 #ifdef SIMT_ASAN
   __sanitizer_start_switch_fiber(&L.sched_fake, t->stack, STACK);
 #endif
-  swapcontext(&L.sched, &t->ctx);
+  ctx_swap(&L.sched, &t->ctx);
 #ifdef SIMT_ASAN
   __sanitizer_finish_switch_fiber(L.sched_fake, nullptr, nullptr);
 #endif
@@ -115,10 +161,13 @@ void run_warp(int w) {
       Thread *t = &L.t[L.reverse ? hi - 1 - k : lo + k];
       if (t->state == RUN) run_thread(t);
     }
-    int at_warp = 0;
+    int at_warp = 0, at_wg = 0;
     for (int i = lo; i < hi; i++)
-      at_warp += L.t[i].state == WAIT_WARP;
-    if (at_warp == 0) return;
+      at_warp += L.t[i].state == WAIT_WARP, at_wg += L.t[i].state == WAIT_WG;
+    if (at_warp == 0) {
+      if (at_wg != 0 && at_wg != hi - lo) die("a warpgroup collective that not every lane of a warp reaches");
+      return;
+    }
     if (at_warp != 32)
       die(hi - lo != 32
               ? "a warp collective in a warp of fewer than 32 threads"
@@ -129,17 +178,13 @@ void run_warp(int w) {
   }
 }
 
-/* Thread i's coroutine, at the start of the kernel (apart: getcontext returns twice). */
-__attribute__((noinline)) void make_thread(int i) {
+/* Thread i's coroutine, at the start of the kernel. */
+void make_thread(int i) {
   Thread *t = &L.t[i];
   t->pub.tid = {(unsigned)i, 0, 0};
   t->state = RUN;
   t->fake_stack = nullptr;
-  getcontext(&t->ctx);
-  t->ctx.uc_stack.ss_sp = t->stack;
-  t->ctx.uc_stack.ss_size = STACK;
-  t->ctx.uc_link = &L.sched;
-  makecontext(&t->ctx, thread_main, 0);
+  ctx_make(&t->ctx, t->stack, STACK, thread_main);
 }
 
 /* One block: its warps one after another (the last first when reversed), each as far as it goes
@@ -147,16 +192,34 @@ __attribute__((noinline)) void make_thread(int i) {
 void run_block() {
   memset(L.smem, 0xff, L.smem_bytes);
   memset(L.xn, 0, sizeof L.xn);
+  memset(L.wgn, 0, sizeof L.wgn);
   for (int i = 0; i < L.n; i++)
     make_thread(i);
   int nw = (L.n + 31) / 32;
   for (;;) {
     for (int k = 0; k < nw; k++)
       run_warp(L.reverse ? nw - 1 - k : k);
-    int live = 0;
+    int live = 0, at_wg = 0;
     for (int i = 0; i < L.n; i++)
-      live += L.t[i].state != DONE;
+      live += L.t[i].state != DONE, at_wg += L.t[i].state == WAIT_WG;
     if (live == 0) return;
+    if (at_wg) { /* warpgroups whose 128 threads all wait at a collective go on; none: a deadlock */
+      bool any = false;
+      for (int w0 = 0; w0 + 128 <= L.n; w0 += 128) {
+        int n = 0;
+        for (int i = w0; i < w0 + 128; i++)
+          n += L.t[i].state == WAIT_WG;
+        if (n == 128) {
+          for (int i = w0; i < w0 + 128; i++)
+            L.t[i].state = RUN;
+          any = true;
+        }
+      }
+      if (!any)
+        die("a warpgroup collective that not every thread of the warpgroup reaches (some returned or wait at "
+            "__syncthreads)");
+      continue;
+    }
     for (int i = 0; i < L.n; i++)
       if (L.t[i].state == WAIT_BLOCK) L.t[i].state = RUN;
   }
@@ -186,25 +249,145 @@ void simt_warp_gather(uint64_t mine, uint64_t *all) {
   memcpy(all, L.xchg[w][par], sizeof L.xchg[w][par]);
 }
 
-void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1) {
-  int tid = (int)self()->pub.tid.x, w = tid / 32, lane = tid % 32, par = (int)(L.xn[tid]++ & 1u);
-  unsigned *f = L.frag[w][par][lane];
+/* An mma.sync's meeting: this lane's A and B registers in, the warp's 32 lanes' out (frags[lane][0..5]);
+ * *lane this lane's. */
+typedef unsigned Frags[32][6];
+static const Frags &mma_meet(const unsigned *a, unsigned b0, unsigned b1, int *lane) {
+  int tid = (int)self()->pub.tid.x, w = tid / 32, par = (int)(L.xn[tid]++ & 1u);
+  *lane = tid % 32;
+  unsigned *f = L.frag[w][par][*lane];
   f[0] = a[0], f[1] = a[1], f[2] = a[2], f[3] = a[3], f[4] = b0, f[5] = b1;
   yield(WAIT_WARP);
-  /* the m16n8k8 tf32 fragments: lane (g, t) = (lane / 4, lane % 4) holds A(g, t) A(g + 8, t)
-   * A(g, t + 4) A(g + 8, t + 4), B(t, g) B(t + 4, g), C(g, 2t) C(g, 2t + 1) C(g + 8, 2t) C(g + 8, 2t + 1) */
-  auto A = [&](int m, int k) {
-    return __uint_as_float(L.frag[w][par][(m % 8) * 4 + k % 4][(m >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
-  };
-  auto B = [&](int k, int n) { return __uint_as_float(L.frag[w][par][n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]); };
-  int g = lane / 4, t = lane % 4;
+  return L.frag[w][par];
+}
+
+/* C += A B of an m16n8kK mma for this lane's four C elements: (g, 2q), (g, 2q + 1), (g + 8, 2q),
+ * (g + 8, 2q + 1), g = lane / 4, q = lane % 4; each a sum over k in order. */
+template <class FA, class FB> static void mma_accumulate(float *c, int lane, int K, FA A, FB B) {
   for (int e = 0; e < 4; e++) {
-    int m = g + 8 * (e / 2), n = 2 * t + e % 2;
+    int m = lane / 4 + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
     float s = 0.0f;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < K; k++)
       s += A(m, k) * B(k, n);
     c[e] += s;
   }
+}
+
+void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+  int lane;
+  const Frags &fr = mma_meet(a, b0, b1, &lane);
+  /* the m16n8k8 tf32 fragments: lane (g, t) = (lane / 4, lane % 4) holds A(g, t) A(g + 8, t)
+   * A(g, t + 4) A(g + 8, t + 4), B(t, g) B(t + 4, g), C(g, 2t) C(g, 2t + 1) C(g + 8, 2t) C(g + 8, 2t + 1) */
+  auto A = [&](int m, int k) {
+    return __uint_as_float(fr[(m % 8) * 4 + k % 4][(m >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
+  };
+  auto B = [&](int k, int n) { return __uint_as_float(fr[n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]); };
+  mma_accumulate(c, lane, 8, A, B);
+}
+
+unsigned simt_smem_addr(const void *p) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  if (c < L.smem || c > L.smem + L.smem_bytes)
+    die("cvta.to.shared of an address outside the dynamic shared memory");
+  return (unsigned)(c - L.smem);
+}
+
+static unsigned char *smem_at(unsigned saddr, size_t bytes) {
+  if ((size_t)saddr + bytes > L.smem_bytes)
+    die("a shared-memory access past the launch's dynamic shared memory");
+  return L.smem + saddr;
+}
+
+static unsigned short smem_b16(unsigned saddr) {
+  unsigned short v;
+  memcpy(&v, smem_at(saddr, 2), 2);
+  return v;
+}
+
+static float bf16f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+void simt_ldmatrix_x4(unsigned *r, unsigned saddr, bool trans) {
+  int tid = (int)self()->pub.tid.x, w = tid / 32, lane = tid % 32, par = (int)(L.xn[tid]++ & 1u);
+  if (saddr % 16) die("ldmatrix: a row address not 16-byte aligned");
+  L.xchg[w][par][lane] = saddr;
+  yield(WAIT_WARP);
+  /* matrix j's row i starts at lane 8 j + i's address; this lane gets (row lane / 4, columns
+   * 2 (lane % 4) and + 1), or transposed (rows 2 (lane % 4) and + 1 of column lane / 4) */
+  for (int j = 0; j < 4; j++) {
+    unsigned short e[2];
+    for (int h = 0; h < 2; h++) {
+      int row = trans ? 2 * (lane % 4) + h : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + h;
+      e[h] = smem_b16((unsigned)L.xchg[w][par][8 * j + row] + 2u * (unsigned)col);
+    }
+    r[j] = (unsigned)e[0] | (unsigned)e[1] << 16;
+  }
+}
+
+static float half_of(unsigned v, int hi) { return bf16f((unsigned short)(hi ? v >> 16 : v & 0xffffu)); }
+
+void simt_mma_m16n8k16_bf16(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+  int lane;
+  const Frags &fr = mma_meet(a, b0, b1, &lane);
+  /* A (16 x 16): a0 (g, 2q..), a1 (g + 8, 2q..), a2 (g, 8 + 2q..), a3 (g + 8, 8 + 2q..); B (16 x 8):
+   * b0 (k 2q.., n g), b1 (k 8 + 2q.., n g); C: c0, c1 (g, 2q..), c2, c3 (g + 8, 2q..) */
+  auto A = [&](int m, int k) {
+    return half_of(fr[(m % 8) * 4 + (k % 8) / 2][(m >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+  };
+  auto B = [&](int k, int n) { return half_of(fr[n * 4 + (k % 8) / 2][4 + (k >= 8 ? 1 : 0)], k % 2); };
+  mma_accumulate(c, lane, 16, A, B);
+}
+
+void simt_cp_async16(unsigned saddr, const void *gmem, bool full) {
+  if (saddr % 16) die("cp.async: a shared address not 16-byte aligned");
+  unsigned char *d = smem_at(saddr, 16);
+  if (full)
+    memcpy(d, gmem, 16);
+  else
+    memset(d, 0, 16);
+}
+
+/* Element (mn, k) of a wgmma operand in the 128-byte-swizzled layouts of kernels/wgmma.cuh, from its
+ * descriptor: K-major, row mn of 128-byte rows (k contiguous) in groups of 8 rows SBO apart;
+ * MN-major, k row k % 8 of the group k / 8 (SBO apart) of the 64-column block mn / 64 (LBO apart).
+ * The swizzle: 16-byte chunk bits 4..6 of the address XOR its bits 7..9 (1024-aligned tiles). */
+static float wg_elem(unsigned long long desc, int mn, int k, int mn_major) {
+  unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4,
+           sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+  if ((desc >> 62) != 1) die("wgmma: a descriptor without the 128-byte swizzle");
+  unsigned a = mn_major ? start + (unsigned)(mn / 64) * lbo + (unsigned)(k / 8) * sbo +
+                              (unsigned)(k % 8) * 128 + (unsigned)(mn % 64) * 2
+                        : start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * 128 + (unsigned)k * 2;
+  a ^= ((a >> 7) & 7u) << 4;
+  return bf16f(smem_b16(a));
+}
+
+void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
+                int tnspB, int acc) {
+  int tid = (int)self()->pub.tid.x, g = tid / 128, t = tid % 128, par = (int)(L.wgn[tid]++ & 1u);
+  if (L.n % 128 != 0) die("wgmma in a block that is not whole warpgroups");
+  if (a) memcpy(L.wgfrag[g][par][t], a, sizeof L.wgfrag[g][par][t]);
+  L.wgdesc[g][par][t][0] = a ? 0 : da, L.wgdesc[g][par][t][1] = db;
+  yield(WAIT_WG);
+  for (int i = 0; i < 128; i++)
+    if (L.wgdesc[g][par][i][1] != db || (!a && L.wgdesc[g][par][i][0] != da))
+      die("wgmma: the warpgroup's threads pass different descriptors");
+  int w = t / 32, lane = t % 32;
+  auto A = [&](int m, int k) {
+    if (!a) return wg_elem(da, m, k, tnspA);
+    /* row m is warp m / 16's, within it mma.m16n8k16's A fragment (simt_mma_m16n8k16_bf16) */
+    int mm = m % 16;
+    return half_of(
+        L.wgfrag[g][par][(m / 16) * 32 + (mm % 8) * 4 + (k % 8) / 2][(mm >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)],
+        k % 2);
+  };
+  for (int i = 0; i < n / 8; i++)
+    for (int h = 0; h < 4; h++) {
+      int row = 16 * w + lane / 4 + 8 * (h / 2), col = 8 * i + 2 * (lane % 4) + h % 2;
+      float s = 0.0f;
+      for (int k = 0; k < 16; k++)
+        s += A(row, k) * wg_elem(db, col, k, tnspB);
+      d[4 * i + h] = acc ? d[4 * i + h] + s : s;
+    }
 }
 
 int simt_run(const char *name, void (*call)(void (*)(), void **), void (*fn)(), void **args, unsigned gx,
@@ -218,7 +401,7 @@ int simt_run(const char *name, void (*call)(void (*)(), void **), void (*fn)(), 
   L.name = name, L.call = call, L.fn = fn, L.args = args, L.n = (int)block, L.reverse = reverse != 0;
   L.t = static_cast<Thread *>(calloc(block, sizeof(Thread)));
   L.smem_bytes = smem;
-  L.smem = static_cast<unsigned char *>(malloc(smem ? smem : 1));
+  L.smem = static_cast<unsigned char *>(aligned_alloc(1024, ((size_t)smem + 1023) / 1024 * 1024 + 1024));
   if (!L.t || !L.smem) return free(L.t), free(L.smem), snprintf(err, nerr, "out of memory"), -1;
   int rc = 0;
   for (unsigned i = 0; i < block && rc == 0; i++)

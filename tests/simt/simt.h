@@ -30,6 +30,9 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+/* sm_90a's paths (wgmma) compile: simt.cc runs their products */
+#define __CUDA_ARCH_FEAT_SM90_ALL 1
 /* one instance per process, and blocks run one at a time: one per block */
 #define __shared__ static
 
@@ -83,6 +86,24 @@ void simt_mma_m16n8k8_tf32(float *c, const unsigned *a, unsigned b0, unsigned b1
 void *simt_dynamic_smem();
 
 #define STEPC_DYNAMIC_SMEM(T, name) T *name = (T *)simt_dynamic_smem() /* 16-byte aligned */
+/* kernels/mma.cuh's dynamic shared memory as bytes */
+#define stepc_smem ((unsigned char *)simt_dynamic_smem())
+
+/* Shared-memory addresses (cvta.to.shared): offsets into the block's dynamic shared memory, which
+ * is 1024-byte aligned here so that the 128-byte swizzle sees the device's address bits. */
+unsigned simt_smem_addr(const void *p);
+/* ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 at this lane's row address. */
+void simt_ldmatrix_x4(unsigned *r, unsigned saddr, bool trans);
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 */
+void simt_mma_m16n8k16_bf16(float *c, const unsigned *a, unsigned b0, unsigned b1);
+/* cp.async.cg.shared.global of 16 bytes (zero-filled when !full), done at once. */
+void simt_cp_async16(unsigned saddr, const void *gmem, bool full);
+/* wgmma.mma_async m64nNk16 f32.bf16.bf16 of this thread's warpgroup (done at once: the kernel waits
+ * before it reads d): A from the descriptor da (a == nullptr; tnspA: MN-major) or from this
+ * thread's registers a[4] (mma.m16n8k16's A fragment of its warp's 16 rows), B from the descriptor
+ * db (tnspB: MN-major); d = acc ? d + A B : A B. */
+void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
+                int tnspB, int acc);
 
 inline void __syncthreads() { simt_syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt_syncwarp(); }
@@ -164,6 +185,17 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   unsigned b = 0;
   for (int i = 0; i < 32; i++)
     b |= (unsigned)(all[i] != 0) << i;
+  return b;
+}
+/* the lanes whose value equals this lane's */
+template <typename T> inline unsigned __match_any_sync(unsigned, T v) {
+  static_assert(sizeof(T) <= 8, "a match compares at most 8 bytes");
+  uint64_t mine = 0, all[32];
+  memcpy(&mine, &v, sizeof v);
+  simt_warp_gather(mine, all);
+  unsigned b = 0;
+  for (int i = 0; i < 32; i++)
+    b |= (unsigned)(all[i] == mine) << i;
   return b;
 }
 inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0; }

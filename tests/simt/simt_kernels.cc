@@ -2,8 +2,8 @@
  * table of kernels by name: every row of kernels/kernel_list.h, declared weak before the files
  * are included, so a kernel whose file is not compiled here is a null entry ("not compiled for the
  * CPU") rather than a link error. A file joins by being included below, in kernels.cu's order (its
- * includes first); files with PTX that simt.h has no equivalent for (wgmma, ldmatrix, cp.async:
- * flash, loss, moe, ...) stay out. */
+ * includes first); a file with PTX that simt.h has no equivalent for (loss.cuh: thread-block
+ * clusters) stays out. */
 #include "simt.h"
 #include "simt_launch.h"
 
@@ -29,8 +29,10 @@ template <typename D, typename... A> struct SimtFn {
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/ep.cuh"
+#include "kernels/flash.cuh"
 #include "kernels/fp8.cuh"
 #include "kernels/mamba.cuh"
+#include "kernels/moe.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/optimizer.cuh"
 #include "kernels/rope.cuh"
