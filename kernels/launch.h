@@ -136,7 +136,7 @@ static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : ST
 #define STEPC_MAMBA_PASS_FLOATS (64L << 20)
 typedef struct {
   long st, dst, dec, gpre, hpart, cpart, floats;
-  int passes, gpp;
+  int passes, gpp, hp; /* hp: a pass's heads, gpp H / G */
 } StepcMambaWs;
 static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
 /* The gated group norm's backward (mamba_group_norm_backward_input / _weight / weight_reduce):
@@ -158,7 +158,7 @@ static inline StepcMambaWs stepc_mamba_ws_passes(long B, long T, long H, long P,
   long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, Hp = H / passes;
   long nst = stepc_mamba_align(B * Hp * nc * P * N);
   StepcMambaWs w;
-  w.passes = passes, w.gpp = (int)(G / passes);
+  w.passes = passes, w.gpp = (int)(G / passes), w.hp = (int)Hp;
   w.st = 0, w.dec = nst, w.dst = w.dec + stepc_mamba_align(B * Hp * nc);
   if (!backward) {
     w.gpre = w.hpart = w.cpart = w.floats = w.dst;

@@ -2,14 +2,12 @@
 #include "harness.h"
 
 #include <dlfcn.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cubin/kernel_text.h"
 #include "compiler/codegen/cubin/cubin.h"
 #include "flash_variants.h"
-#include "host_bits.h"
 
 #define GPU_STR(x) #x
 #define GPU_XSTR(x) GPU_STR(x)
@@ -22,10 +20,10 @@ int gpu_open(Gpu *g, char *why, size_t whysz) {
     return GPU_SKIP;
   }
   /* GPU_XSTR expands cuda.h's version macros first: cuMemAlloc -> "cuMemAlloc_v2". */
-#define GPU_LOAD(f)                                                                                          \
-  if (!(g->f = (__typeof__(&f))dlsym(g->lib, GPU_XSTR(f)))) {                                                \
-    snprintf(why, whysz, "libcuda.so.1 lacks %s", GPU_XSTR(f));                                              \
-    return 1;                                                                                                \
+#define GPU_LOAD(f)                                                                                \
+  if (!(g->f = (__typeof__(&f))dlsym(g->lib, GPU_XSTR(f)))) {                                      \
+    snprintf(why, whysz, "libcuda.so.1 lacks %s", GPU_XSTR(f));                                    \
+    return 1;                                                                                      \
   }
   GPU_DRIVER_FUNCS(GPU_LOAD)
 #undef GPU_LOAD
@@ -35,8 +33,7 @@ int gpu_open(Gpu *g, char *why, size_t whysz) {
     snprintf(why, whysz, "no CUDA device (cuInit: %d, devices: %d)", (int)r, count);
     return GPU_SKIP;
   }
-  if (g->cuDeviceGet(&g->dev, 0) != CUDA_SUCCESS ||
-      g->cuDevicePrimaryCtxRetain(&g->ctx, g->dev) != CUDA_SUCCESS ||
+  if (g->cuDeviceGet(&g->dev, 0) != CUDA_SUCCESS || g->cuDevicePrimaryCtxRetain(&g->ctx, g->dev) != CUDA_SUCCESS ||
       g->cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS) {
     snprintf(why, whysz, "cannot create a context on device 0");
     return 1;
@@ -60,8 +57,7 @@ int gpu_load_kernels(Gpu *g, const char *cache_dir) {
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   CubinOptions opt = {.arch = arch, .cache_dir = cache_dir};
-  if (getenv("STEPC_FLASH_VARIANTS") &&
-      !(src = flash_variants_append(src, err, sizeof err))) { /* tile tuning (attention.c) */
+  if (getenv("STEPC_FLASH_VARIANTS") && !(src = flash_variants_append(src, err, sizeof err))) { /* tile tuning (attention.c) */
     fprintf(stderr, "variants: %s\n", err);
     return 1;
   }
@@ -110,12 +106,8 @@ CUdeviceptr gpu_alloc(Gpu *g, size_t bytes) {
 }
 
 void gpu_free(Gpu *g, CUdeviceptr p) { gpu_ok(g, g->cuMemFree(p), "cuMemFree"); }
-void gpu_put(Gpu *g, CUdeviceptr dst, const void *src, size_t n) {
-  gpu_ok(g, g->cuMemcpyHtoD(dst, src, n), "HtoD");
-}
-void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t n) {
-  gpu_ok(g, g->cuMemcpyDtoH(dst, src, n), "DtoH");
-}
+void gpu_put(Gpu *g, CUdeviceptr dst, const void *src, size_t n) { gpu_ok(g, g->cuMemcpyHtoD(dst, src, n), "HtoD"); }
+void gpu_get(Gpu *g, void *dst, CUdeviceptr src, size_t n) { gpu_ok(g, g->cuMemcpyDtoH(dst, src, n), "DtoH"); }
 unsigned gpu_grid1d(Gpu *g, long n) {
   long b = (n + 255) / 256, cap = (long)g->sm_count * 8;
   return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
@@ -123,9 +115,7 @@ unsigned gpu_grid1d(Gpu *g, long n) {
 void gpu_memset(Gpu *g, CUdeviceptr dst, unsigned char value, size_t n) {
   gpu_ok(g, g->cuMemsetD8(dst, value, n), "cuMemsetD8");
 }
-void gpu_copy(Gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  gpu_ok(g, g->cuMemcpyDtoD(dst, src, n), "DtoD");
-}
+void gpu_copy(Gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t n) { gpu_ok(g, g->cuMemcpyDtoD(dst, src, n), "DtoD"); }
 void gpu_sync(Gpu *g) { gpu_ok(g, g->cuCtxSynchronize(), "synchronize (a kernel faulted?)"); }
 
 CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
@@ -139,27 +129,20 @@ int gpu_has_kernel(Gpu *g, const char *name) {
   return g->cuModuleGetFunction(&f, g->mod, name) == CUDA_SUCCESS;
 }
 
-void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
-                unsigned smem, void **args) {
+void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
+                void **args) {
   CUfunction f;
   char what[160];
   snprintf(what, sizeof what, "cuModuleGetFunction(%s)", name);
   gpu_ok(g, g->cuModuleGetFunction(&f, g->mod, name), what);
   if (smem > 48 * 1024)
-    gpu_ok(g, g->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-           "smem attribute");
+    gpu_ok(g, g->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), "smem attribute");
   snprintf(what, sizeof what, "launch %s", name);
   gpu_ok(g, g->cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL), what);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int reps) {
-  for (int i = 0; i < warmup; i++)
-    fn(g, ctx);
+  for (int i = 0; i < warmup; i++) fn(g, ctx);
   gpu_sync(g);
   CUevent a, b;
   gpu_ok(g, g->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
@@ -177,6 +160,5 @@ double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int
   }
   g->cuEventDestroy(a);
   g->cuEventDestroy(b);
-  qsort(t, (size_t)reps, sizeof *t, cmp_double);
-  return t[reps / 2];
+  return gpu_median(t, reps);
 }

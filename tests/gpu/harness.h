@@ -13,14 +13,12 @@
 /* The driver entry points we use, by the versioned symbol names cuda.h maps them to. */
 #define GPU_DRIVER_FUNCS(X)                                                                                  \
   X(cuInit)                                                                                                  \
-  X(cuDeviceGetCount)                                                                                        \
-  X(cuDeviceGet)                                                                                             \
-  X(cuDeviceGetName)                                                                                         \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)        \
-      X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) \
-          X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)       \
-              X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)    \
-                  X(cuEventDestroy) X(cuGetErrorString)
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)  \
+      X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)                \
+          X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc)     \
+              X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate)    \
+                  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)             \
+                      X(cuGetErrorString)
 
 typedef struct {
 #define GPU_DECL(f) __typeof__(&f) f;
@@ -60,6 +58,8 @@ void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz,
                 unsigned smem, void **args);
 /* The grid of a grid-stride kernel over n items in blocks of 256 (the runtime's rt_grid1d). */
 unsigned gpu_grid1d(Gpu *g, long n);
+/* The median of v[0..n) (v sorted in place). */
+double gpu_median(double *v, int n);
 /* Milliseconds per call of fn(ctx), the median of `reps` timed calls after `warmup` calls. */
 double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int reps);
 

@@ -1,10 +1,21 @@
 /* harness_host.c — the host half of harness.h, shared by the GPU's harness (harness.c) and the
- * CPU's (tests/simt/harness_simt.c): deterministic data and the checks. */
+ * CPU's (tests/simt/harness_simt.c): deterministic data, the median of timings and the checks. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "harness.h"
 #include "host_bits.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double gpu_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
 
 double rng_uniform(Rng *r) {
   r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;

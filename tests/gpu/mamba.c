@@ -128,7 +128,7 @@ static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int 
   m->nparam = m->C * (K + 1) + 3 * H;
   if (passes == 0) passes = stepc_mamba_passes(B, T, H, P, N, G);
   StepcMambaWs w = stepc_mamba_ws_passes(B, T, H, P, N, G, m->C, K, 1, passes);
-  m->gpp = w.gpp, m->Hp = w.gpp * (H / G);
+  m->gpp = w.gpp, m->Hp = w.hp;
   m->ws = gpu_alloc(g, 4 * (size_t)w.floats);
   m->st = m->ws + 4 * (CUdeviceptr)w.st, m->dst = m->ws + 4 * (CUdeviceptr)w.dst;
   m->dec = m->ws + 4 * (CUdeviceptr)w.dec, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;

@@ -106,6 +106,14 @@ int gpu_has_kernel(Gpu *g, const char *name) {
   return simt_has(name);
 }
 
+/* a and b exchange their n bytes */
+static void swap_bytes(unsigned char *a, unsigned char *b, size_t n) {
+  for (size_t j = 0; j < n; j++) {
+    unsigned char t = a[j];
+    a[j] = b[j], b[j] = t;
+  }
+}
+
 void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,
                 unsigned smem, void **args) {
   (void)g;
@@ -115,28 +123,25 @@ void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz,
   for (int i = 0; i < nalloc; i++)
     before[i] = memcpy(must(malloc(allocs[i].bytes), allocs[i].bytes), allocs[i].p, allocs[i].bytes);
   int rc = simt_launch(name, gx, gy, gz, block, smem, args, 0, err, sizeof err);
-  for (int i = 0; i < nalloc && rc == 0;
-       i++) { /* the forward order's result kept in before, memory restored */
-    unsigned char *t = must(malloc(allocs[i].bytes), allocs[i].bytes);
-    memcpy(t, allocs[i].p, allocs[i].bytes);
-    memcpy(allocs[i].p, before[i], allocs[i].bytes);
-    free(before[i]), before[i] = t;
-  }
+  /* the first order's bytes into before, the memory as it was back in place */
+  for (int i = 0; i < nalloc && rc == 0; i++)
+    swap_bytes(allocs[i].p, before[i], allocs[i].bytes);
   if (rc == 0) rc = simt_launch(name, gx, gy, gz, block, smem, args, 1, err, sizeof err);
   if (rc != 0) {
     fprintf(stderr, "FATAL launch %s: %s\n", name, err);
     exit(1);
   }
   for (int i = 0; i < nalloc; i++) {
-    for (size_t j = 0; j < allocs[i].bytes; j++)
-      if (allocs[i].p[j] != before[i][j]) {
-        fprintf(stderr,
-                "FATAL launch %s: race: byte %zu of the %zu-byte buffer %d differs between the warps run "
-                "first to last and last to first (a read of what another thread writes, without a barrier "
-                "between)\n",
-                name, j, allocs[i].bytes, i + 1);
-        exit(1);
-      }
+    if (memcmp(allocs[i].p, before[i], allocs[i].bytes) != 0) {
+      size_t j = 0;
+      while (allocs[i].p[j] == before[i][j])
+        j++;
+      fprintf(stderr,
+              "FATAL launch %s: race: byte %zu of the %zu-byte buffer %d differs between the warps run first "
+              "to last and last to first (a read of what another thread writes, without a barrier between)\n",
+              name, j, allocs[i].bytes, i + 1);
+      exit(1);
+    }
     free(before[i]);
   }
   free(before);
@@ -151,12 +156,12 @@ static double now_ms(void) {
 double gpu_time_ms(Gpu *g, void (*fn)(Gpu *, void *), void *ctx, int warmup, int reps) {
   for (int i = 0; i < warmup; i++)
     fn(g, ctx);
-  double best = 0;
+  double t[64];
+  if (reps > 64) reps = 64;
   for (int i = 0; i < reps; i++) {
     double a = now_ms();
     fn(g, ctx);
-    double t = now_ms() - a;
-    if (i == 0 || t < best) best = t;
+    t[i] = now_ms() - a;
   }
-  return best;
+  return gpu_median(t, reps);
 }

@@ -28,18 +28,14 @@ void simt_call_with(void (*f)(A...), void **args, std::index_sequence<I...>) {
 template <typename... A> void simt_call(void (*fn)(), void **args) {
   simt_call_with(reinterpret_cast<void (*)(A...)>(fn), args, std::index_sequence_for<A...>{});
 }
-template <typename... A> SimtKernel simt_kernel(const char *name, void (*f)(A...)) {
-  return SimtKernel{name, reinterpret_cast<void (*)()>(f), simt_call<A...>};
-}
-#define SIMT_KERNEL(k) simt_kernel(#k, k)
 
 extern "C" {
 #endif
 
-/* Runs kernel `name` (cuLaunchKernel's arguments, blocks of `block` x 1 x 1 threads), in the order
- * simt_run's reverse says. 0; 1 no such kernel compiled for the CPU; -1 another failure (err says). */
 /* Whether kernel `name` is compiled for the CPU. */
 int simt_has(const char *name);
+/* Runs kernel `name` (cuLaunchKernel's arguments, blocks of `block` x 1 x 1 threads), in the order
+ * simt_run's reverse says. 0; 1 no such kernel compiled for the CPU; -1 another failure (err says). */
 int simt_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                 void **args, int reverse, char *err, size_t nerr);
 

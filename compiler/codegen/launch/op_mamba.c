@@ -93,8 +93,7 @@ static CUdeviceptr ws_at(CUdeviceptr ws, long floats) { return ws + (CUdeviceptr
  * for groups g0 .. g0 + gpp - 1 (kernels/launch.h). */
 static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, CUdeviceptr ws,
                       int xin, CUdeviceptr dout, int g0) {
-  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N,
-      Hp = w->gpp * (m->H / m->G);
+  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N, Hp = w->hp;
   if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)w->gpp, (unsigned)m->B),
                                    STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(ws, w->st),
                                    bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), dout, rt_in(x, op, xin),
