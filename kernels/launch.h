@@ -59,6 +59,16 @@ static inline unsigned stepc_moe_tc_smem(void) {
   return wg > tc ? wg : tc;
 }
 
+/* The warp-specialised grouped GEMMs (kernels/moe.cuh, grouped_linear_*_ws; sm_90a): the same tiles
+ * and grids as the *_tc kernels, blocks of STEPC_MOE_WS_THREADS (a producer warpgroup whose one
+ * thread issues the TMA copies, two consumer warpgroups); the operands through tensor maps
+ * (kernels/tma.cuh; their boxes: moe.cuh). Dynamic shared memory: 4 stages of (BM + BN) x 64 bf16, each stage's two barriers, 1 KiB to align. */
+#define STEPC_MOE_WS_THREADS 384
+#define STEPC_MOE_WS_STAGES 4
+static inline unsigned stepc_moe_ws_smem(void) {
+  return STEPC_MOE_WS_STAGES * ((STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 64 * 2 + 16) + 1024;
+}
+
 /* The fused QKV split + RoPE kernels (rope_split_qkv, rope_concat_qkv): grid = tokens (a block per
  * token row), block STEPC_ROPE_QKV_THREADS; head size D % 16 == 0 and D / 2 <= STEPC_ROPE_MAX_HALF
  * (rope.cuh's shared angle table). */

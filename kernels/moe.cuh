@@ -9,6 +9,7 @@
 #include "activation.cuh"
 #include "common.cuh"
 #include "mma.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 // ---- MLA: HEAD_SPLIT / HEAD_CONCAT ----
@@ -735,10 +736,12 @@ __device__ __forceinline__ void moe_wg_tile(float* d, const bf16* A, long lda, i
   wg_pin(d);
 }
 
-// STORE2(row, col, v, v') for each pair of columns of this thread's accumulators inside (mlim, nlim).
-#define MOE_WG_EPILOGUE(d, m0, n0, mlim, nlim, STORE2)                                                  \
+// STORE2(row, col, v, v') for each pair of columns of this thread's accumulators inside (mlim, nlim);
+// the accumulators are the 64-row half `half` of the tile (MOE_WG_EPILOGUE: the warpgroup's index).
+#define MOE_WG_EPILOGUE(d, m0, n0, mlim, nlim, STORE2) MOE_WG_EPILOGUE_HALF(d, threadIdx.x / 128, m0, n0, mlim, nlim, STORE2)
+#define MOE_WG_EPILOGUE_HALF(d, half, m0, n0, mlim, nlim, STORE2)                                       \
   do {                                                                                                 \
-    int lane_ = threadIdx.x % STEPC_WARP, r_ = (m0) + (threadIdx.x / 128) * 64 + (threadIdx.x % 128) / 32 * 16 + lane_ / 4; \
+    int lane_ = threadIdx.x % STEPC_WARP, r_ = (m0) + (half) * 64 + (threadIdx.x % 128) / 32 * 16 + lane_ / 4; \
     _Pragma("unroll") for (int i = 0; i < 32; i++)                                                     \
     _Pragma("unroll") for (int h = 0; h < 2; h++) {                                                    \
       int row = r_ + 8 * h, col = (n0) + 8 * i + 2 * (lane_ % 4);                                      \
@@ -896,6 +899,101 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
   moe_wg_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store, norm);
 #else
   moe_tc_wgrad(dw, acc_f32, dy, x, seg, Nout, K, store, norm);
+#endif
+}
+
+// ---- Hopper, warp-specialised: the forward and dgrad products fed by the TMA ----
+// The *_tc kernels' tiles, stages and wgmma products, but the copies are the tensor memory
+// accelerator's: warpgroup 0's first thread issues a stage's tiles (one copy a tile, 4 for dgrad's
+// MN-major W_e) as soon as the consumers release the stage, while warpgroups 1 and 2 (the 64-row
+// halves of the 128 x 256 tile) only wait, multiply and store. Each stage has a "full" barrier (one
+// arrival, the producer's, plus the stage's bytes) and an "empty" one (an arrival from each of the 256
+// consumer threads once their products that read it are done). The tensor maps (bf16, 128-byte
+// swizzle, zeros outside the tensor):
+//   forward: ta = x (N, K), box 64 x 128 rows; tb = W (E, Nout, K), box 64 x 256 x 1
+//   dgrad:   ta = dy (N, Nout), box 64 x 128 rows; tb = W (E, Nout, K), box 64 x 64 x 1 (64 k rows of
+//            64 columns: four copies a stage, one per 64-column block of the MN-major tile)
+// Rows of a tile past its expert's last are the next expert's (or zeros past N): their products are
+// never stored; k past the width reads zeros, so a partial last k step adds nothing.
+#define MOE_WS_THREADS 384 /* = kernels/launch.h's STEPC_MOE_WS_THREADS, STAGES */
+#define MOE_WS_STAGES 4
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int MODE>
+__device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
+  int e, rows0, nrows, m0;
+  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
+  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
+  int nk = (kin + MOE_WG_BK - 1) / MOE_WG_BK;
+  unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
+#define FULL(s) (bars + 8u * (unsigned)(s))
+#define EMPTY(s) (bars + 8u * (unsigned)(MOE_WS_STAGES + (s)))
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < MOE_WS_STAGES; s++) mbar_init(FULL(s), 1), mbar_init(EMPTY(s), 256);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) { /* the producer */
+    if (threadIdx.x == 0)
+      for (int kt = 0; kt < nk; kt++) {
+        int s = kt % MOE_WS_STAGES;
+        if (kt >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(kt / MOE_WS_STAGES - 1) & 1u);
+        unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+        mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
+        tma_load_2d(sa, ta, FULL(s), kt * MOE_WG_BK, rows0 + m0);
+        if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * MOE_WG_BK, n0, e);
+        else
+          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, FULL(s), n0 + 64 * b, kt * MOE_WG_BK, e);
+      }
+    return;
+  }
+  int c = threadIdx.x / 128 - 1; /* this consumer's 64-row half */
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; i++) d[i] = 0.0f;
+  for (int kt = 0; kt < nk; kt++) {
+    int s = kt % MOE_WS_STAGES;
+    mbar_wait(FULL(s), (unsigned)(kt / MOE_WS_STAGES) & 1u);
+    unsigned sa = base + s * MOE_WG_STAGE_BYTES + c * 64 * 128, sb = base + s * MOE_WG_STAGE_BYTES + MOE_WG_A_BYTES;
+    wg_pin(d);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
+      unsigned long long da = wg_desc(sa + ks * 32, 16, 1024);
+      unsigned long long db = MODE == 0 ? wg_desc(sb + ks * 32, 16, 1024) : wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO);
+      wgmma_m64n256k16<0, MODE != 0>(d, da, db);
+    }
+    wg_commit();
+    wg_wait<1>(); /* step kt - 1's products are done: its stage goes back to the producer */
+    wg_pin(d);
+    if (kt > 0) mbar_arrive(EMPTY((kt - 1) % MOE_WS_STAGES));
+  }
+  wg_wait_all();
+  wg_pin(d);
+#undef FULL
+#undef EMPTY
+  bf16* o = out + (long)rows0 * cols;
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
+  MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
+#undef ST
+}
+#endif
+
+// GROUPED_LINEAR on sm_90a, warp-specialised (above): y = x W_e^T over each expert's rows; ta = x's
+// tensor map, tb = W's. Grid as grouped_linear_forward_tc's, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem()
+// (kernels/launch.h).
+extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
+    grouped_linear_forward_ws(bf16* y, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_ws_rows<0>(y, ta, tb, seg, Nout, K, E);
+#endif
+}
+
+// GROUPED_LINEAR_DGRAD on sm_90a, warp-specialised: dx = dy W_e; ta = dy's tensor map, tb = W's
+// (box 64 x 64 x 1). Grid as grouped_linear_dgrad_tc's.
+extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
+    grouped_linear_dgrad_ws(bf16* dx, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_ws_rows<1>(dx, ta, tb, seg, Nout, K, E);
 #endif
 }
 

@@ -905,13 +905,35 @@ typedef struct {
   CUdeviceptr acc;  /* mode 3: the fp32 main gradient the wgrad adds into (store 0) or stores into (1) */
   CUdeviceptr norm; /* mode 3: the tiles' sums of squares (the wgrad-norm fusion), or 0 */
   int N, Nout, K, E, mode, store;
+  int ws; /* modes 0 and 1 by the warp-specialised kernels (*_ws), through the tensor maps below */
+  CUdeviceptr fwd_a, fwd_b, dgrad_a, dgrad_b;
 } GroupedRun;
+
+/* The *_ws kernels' tensor maps (kernels/moe.cuh): x and dy in boxes of 64 x 128 rows, W in 64 x 256 x 1
+ * (forward) and 64 x 64 x 1 (dgrad). */
+static void grouped_maps(Gpu *g, GroupedRun *q) {
+  uint64_t x[2] = {(uint64_t)q->K, (uint64_t)q->N}, dy[2] = {(uint64_t)q->Nout, (uint64_t)q->N},
+           w[3] = {(uint64_t)q->K, (uint64_t)q->Nout, (uint64_t)q->E};
+  q->fwd_a = gpu_tmap_bf16(g, q->x, 2, x, (const uint32_t[]){64, 128});
+  q->fwd_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 256, 1});
+  q->dgrad_a = gpu_tmap_bf16(g, q->dy, 2, dy, (const uint32_t[]){64, 128});
+  q->dgrad_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 64, 1});
+}
+static void grouped_maps_free(Gpu *g, GroupedRun *q) {
+  gpu_free(g, q->fwd_a), gpu_free(g, q->fwd_b), gpu_free(g, q->dgrad_a), gpu_free(g, q->dgrad_b);
+}
 
 static void grouped_launch(Gpu *g, void *ctx) {
   GroupedRun *q = ctx;
   unsigned rows = (unsigned)((q->N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + q->E), smem = stepc_moe_tc_smem();
   CUdeviceptr none = 0;
-  if (q->mode == 0) {
+  if (q->ws && q->mode < 2) {
+    int f = q->mode == 0;
+    void *a[] = {f ? &q->y : &q->dx, f ? &q->fwd_a : &q->dgrad_a, f ? &q->fwd_b : &q->dgrad_b, &q->seg, &q->Nout, &q->K, &q->E};
+    gpu_launch(g, f ? "grouped_linear_forward_ws" : "grouped_linear_dgrad_ws",
+               (unsigned)(((f ? q->Nout : q->K) + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1, STEPC_MOE_WS_THREADS,
+               stepc_moe_ws_smem(), a);
+  } else if (q->mode == 0) {
     void *a[] = {&q->y, &q->x, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
     gpu_launch(g, "grouped_linear_forward_tc", (unsigned)((q->Nout + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
                STEPC_MOE_TC_THREADS, smem, a);
@@ -937,6 +959,7 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   q.x = up_bf16(g, r, (long)N * K, 1, &x), q.w = up_bf16(g, r, (long)E * Nout * K, 1, &w);
   q.dy = up_bf16(g, r, (long)N * Nout, 1, &dy), q.seg = gpu_dup(g, seg, sizeof seg);
   q.y = gpu_alloc(g, 2 * (size_t)N * Nout), q.dx = gpu_alloc(g, 2 * (size_t)N * K), q.dw = gpu_alloc(g, 2 * (size_t)E * Nout * K);
+  grouped_maps(g, &q);
   long nw = (long)E * Nout * K, most = nw > (long)N * Nout ? nw : (long)N * Nout;
   double *want = calloc((size_t)(most > (long)N * K ? most : (long)N * K), sizeof *want);
   static const char *name[] = {"grouped_linear_forward_tc (8 uneven experts, K 520, 776 wide)",
@@ -948,6 +971,16 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     grouped_ref(mode, want, mode == 0 ? x : dy, mode == 2 ? x : w, seg, E, N, Nout, K);
     double *got = down_bf16(g, mode == 0 ? q.y : mode == 1 ? q.dx : q.dw, n);
     gpu_check(g, name[mode], got, want, n, 1e-2, RT_BF16);
+    if (mode < 2) { /* the warp-specialised kernel: the same products in the same order, so the same bits */
+      q.ws = 1;
+      grouped_launch(g, &q);
+      q.ws = 0;
+      double *ws = down_bf16(g, mode == 0 ? q.y : q.dx, n);
+      gpu_check_bitwise(g, mode == 0 ? "grouped_linear_forward_ws (TMA, warp-specialised) = grouped_linear_forward_tc"
+                                     : "grouped_linear_dgrad_ws (TMA, warp-specialised) = grouped_linear_dgrad_tc",
+                        ws, got, sizeof *got * (size_t)n);
+      free(ws);
+    }
     free(got);
   }
   /* the weight gradient added into an fp32 main gradient that already holds values */
@@ -996,6 +1029,7 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   free(normed), free(part1), free(part2);
   free(z), free(added), free(stored);
   free(got), free(acc0), free(x), free(w), free(dy), free(want);
+  grouped_maps_free(g, &q);
   gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg), gpu_free(g, q.y), gpu_free(g, q.dx),
       gpu_free(g, q.dw);
 
@@ -1013,20 +1047,24 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     m.dy = up_bf16(g, r, (long)NM * m.Nout, 1, &hdy), m.seg = gpu_dup(g, sm, sizeof sm);
     m.y = gpu_alloc(g, 2 * (size_t)NM * m.Nout), m.dx = gpu_alloc(g, 2 * (size_t)NM * m.K);
     m.dw = gpu_alloc(g, 2 * (size_t)EM * m.Nout * m.K);
+    grouped_maps(g, &m);
     double flop = 2.0 * NM * m.Nout * m.K;
     m.acc = gpu_alloc(g, 4 * (size_t)EM * m.Nout * m.K);
     m.norm = gpu_alloc(g, 4 * (size_t)EM * ((m.Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) *
                               ((m.K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN));
     CUdeviceptr norm = m.norm;
     static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32",
-                                 "wgrad stored into fp32 + norm partials"};
-    for (int mode = 0; mode < 6; mode++) {
-      m.mode = mode < 4 ? mode : 3, m.store = mode >= 4, m.norm = mode == 5 ? norm : 0;
+                                 "wgrad stored into fp32 + norm partials", "forward (TMA, warp-specialised)",
+                                 "dgrad (TMA, warp-specialised)"};
+    for (int mode = 0; mode < 8; mode++) {
+      m.mode = mode < 4 ? mode : mode < 6 ? 3 : mode - 6, m.store = mode == 4 || mode == 5, m.norm = mode == 5 ? norm : 0;
+      m.ws = mode >= 6;
       double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
       printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode], NM,
              m.Nout, m.K, ms, flop / ms / 1e9);
     }
-    m.store = 0, m.norm = 0;
+    m.store = 0, m.norm = 0, m.ws = 0;
+    grouped_maps_free(g, &m);
     gpu_free(g, m.acc), gpu_free(g, norm);
     size_t bytes = 2 * (size_t)EM * m.Nout * m.K;
     void *first = down_raw(g, m.dw, bytes);

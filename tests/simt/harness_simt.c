@@ -101,6 +101,15 @@ CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
   return p;
 }
 
+CUdeviceptr gpu_tmap_bf16(Gpu *g, CUdeviceptr p, int rank, const uint64_t *dims, const uint32_t *box) {
+  SimtTmap m = {.magic = SIMT_TMAP_MAGIC, .rank = rank, .swizzle = 128, .base = (const unsigned char *)(uintptr_t)p};
+  for (int i = 0; i < rank; i++)
+    m.dim[i] = dims[i], m.box[i] = box[i], m.stride[i] = i == 0 ? 2 : m.stride[i - 1] * dims[i - 1];
+  unsigned char map[128] = {0};
+  memcpy(map, &m, sizeof m);
+  return gpu_dup(g, map, sizeof map);
+}
+
 int gpu_has_kernel(Gpu *g, const char *name) {
   (void)g;
   return simt_has(name);

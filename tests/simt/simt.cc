@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <map>
+
 #include "simt.h"
 #include "simt_launch.h"
 
@@ -27,7 +29,8 @@
 
 namespace {
 
-enum State { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_WG, DONE };
+/* SPIN: waiting on an mbarrier phase; run again after the other threads have had their turn */
+enum State { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_WG, SPIN, DONE };
 
 #if defined(__x86_64__)
 /* simt_switch(&from, to): the callee-saved registers pushed, the stack pointer saved in *from,
@@ -96,6 +99,15 @@ struct Launch {
   unsigned long long wgdesc[MAX_THREADS / 128][2][128][2];
   unsigned wgn[MAX_THREADS]; /* per thread: warpgroup collectives so far */
   bool reverse;              /* this launch's order: warps and lanes last first */
+  /* the block's mbarriers by shared address: arrivals a phase takes, arrivals and bytes still
+   * pending in the current phase, the current phase's parity */
+  struct Mbar {
+    unsigned count, pending;
+    long long tx;
+    unsigned phase;
+  };
+  std::map<unsigned, Mbar> mbar;
+  unsigned long long events; /* what changes a waiting thread's lot: barrier or mbarrier progress */
   const void *sched_bottom;
   size_t sched_size;
   void *sched_fake;
@@ -115,6 +127,7 @@ Thread *self() { return reinterpret_cast<Thread *>(simt_cur); }
 void yield(State s) {
   Thread *t = self();
   t->state = s;
+  if (s != SPIN) L.events++;
 #ifdef SIMT_ASAN
   __sanitizer_start_switch_fiber(&t->fake_stack, L.sched_bottom, L.sched_size);
 #endif
@@ -132,6 +145,7 @@ void yield(State s) {
   L.call(L.fn, L.args);
   Thread *t = self();
   t->state = DONE;
+  L.events++;
 #ifdef SIMT_ASAN
   __sanitizer_start_switch_fiber(nullptr, L.sched_bottom, L.sched_size);
 #endif
@@ -161,13 +175,14 @@ void run_warp(int w) {
       Thread *t = &L.t[L.reverse ? hi - 1 - k : lo + k];
       if (t->state == RUN) run_thread(t);
     }
-    int at_warp = 0, at_wg = 0;
+    int at_warp = 0, at_wg = 0, spin = 0;
     for (int i = lo; i < hi; i++)
-      at_warp += L.t[i].state == WAIT_WARP, at_wg += L.t[i].state == WAIT_WG;
+      at_warp += L.t[i].state == WAIT_WARP, at_wg += L.t[i].state == WAIT_WG, spin += L.t[i].state == SPIN;
     if (at_warp == 0) {
-      if (at_wg != 0 && at_wg != hi - lo) die("a warpgroup collective that not every lane of a warp reaches");
+      if (at_wg != 0 && at_wg + spin != hi - lo) die("a warpgroup collective that not every lane of a warp reaches");
       return;
     }
+    if (at_warp + spin == hi - lo && spin) return; /* the spinning lanes come to it later */
     if (at_warp != 32)
       die(hi - lo != 32
               ? "a warp collective in a warp of fewer than 32 threads"
@@ -187,39 +202,57 @@ void make_thread(int i) {
   ctx_make(&t->ctx, t->stack, STACK, thread_main);
 }
 
+/* Lets every warpgroup whose 128 threads all wait at a collective go on; whether there was one. */
+bool release_warpgroups() {
+  bool any = false;
+  for (int w0 = 0; w0 + 128 <= L.n; w0 += 128) {
+    int n = 0;
+    for (int i = w0; i < w0 + 128; i++)
+      n += L.t[i].state == WAIT_WG;
+    if (n == 128) {
+      for (int i = w0; i < w0 + 128; i++)
+        L.t[i].state = RUN;
+      any = true;
+    }
+  }
+  return any;
+}
+
 /* One block: its warps one after another (the last first when reversed), each as far as it goes
  * alone, then __syncthreads released; until every thread has returned. */
 void run_block() {
   memset(L.smem, 0xff, L.smem_bytes);
   memset(L.xn, 0, sizeof L.xn);
   memset(L.wgn, 0, sizeof L.wgn);
+  L.mbar.clear();
   for (int i = 0; i < L.n; i++)
     make_thread(i);
   int nw = (L.n + 31) / 32;
   for (;;) {
+    unsigned long long events = L.events;
     for (int k = 0; k < nw; k++)
       run_warp(L.reverse ? nw - 1 - k : k);
-    int live = 0, at_wg = 0;
+    int live = 0, at_wg = 0, at_block = 0, spin = 0;
     for (int i = 0; i < L.n; i++)
-      live += L.t[i].state != DONE, at_wg += L.t[i].state == WAIT_WG;
+      live += L.t[i].state != DONE, at_wg += L.t[i].state == WAIT_WG, at_block += L.t[i].state == WAIT_BLOCK,
+          spin += L.t[i].state == SPIN;
     if (live == 0) return;
+    if (spin) { /* threads waiting on mbarriers: their turn again (and whole warpgroups at a collective go
+                 * on), unless nothing moved this round */
+      bool moved = L.events != events;
+      if (at_wg && release_warpgroups()) moved = true;
+      if (!moved) die("a deadlock: threads wait on mbarrier phases that nothing completes");
+      for (int i = 0; i < L.n; i++)
+        if (L.t[i].state == SPIN) L.t[i].state = RUN;
+      continue;
+    }
     if (at_wg) { /* warpgroups whose 128 threads all wait at a collective go on; none: a deadlock */
-      bool any = false;
-      for (int w0 = 0; w0 + 128 <= L.n; w0 += 128) {
-        int n = 0;
-        for (int i = w0; i < w0 + 128; i++)
-          n += L.t[i].state == WAIT_WG;
-        if (n == 128) {
-          for (int i = w0; i < w0 + 128; i++)
-            L.t[i].state = RUN;
-          any = true;
-        }
-      }
-      if (!any)
+      if (!release_warpgroups())
         die("a warpgroup collective that not every thread of the warpgroup reaches (some returned or wait at "
             "__syncthreads)");
       continue;
     }
+    if (at_block != live) die("__syncthreads that not every thread reaches");
     for (int i = 0; i < L.n; i++)
       if (L.t[i].state == WAIT_BLOCK) L.t[i].state = RUN;
   }
@@ -388,6 +421,81 @@ void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsig
         s += A(row, k) * wg_elem(db, col, k, tnspB);
       d[4 * i + h] = acc ? d[4 * i + h] + s : s;
     }
+}
+
+/* ---- mbarriers and the tensor memory accelerator ---- */
+
+static Launch::Mbar &mbar_at(unsigned bar) {
+  if (bar % 8) die("an mbarrier at a shared address not 8-byte aligned");
+  smem_at(bar, 8);
+  auto it = L.mbar.find(bar);
+  if (it == L.mbar.end()) die("an mbarrier used before mbarrier.init");
+  return it->second;
+}
+
+/* A phase completes when its arrivals and bytes are all in: the next phase begins. */
+static void mbar_settle(Launch::Mbar &m) {
+  if (m.tx < 0) die("mbarrier: more bytes completed than the phase expects");
+  if (m.pending == 0 && m.tx == 0) m.phase ^= 1u, m.pending = m.count;
+}
+
+void simt_mbar_init(unsigned bar, unsigned count) {
+  if (bar % 8) die("an mbarrier at a shared address not 8-byte aligned");
+  smem_at(bar, 8);
+  if (count == 0) die("mbarrier.init with no arrivals");
+  L.mbar[bar] = {count, count, 0, 0};
+  L.events++;
+}
+
+void simt_mbar_arrive(unsigned bar, unsigned expect_tx) {
+  Launch::Mbar &m = mbar_at(bar);
+  if (m.pending == 0) die("mbarrier: an arrival beyond the phase's count");
+  m.tx += expect_tx, m.pending--;
+  L.events++;
+  mbar_settle(m);
+}
+
+void simt_mbar_wait(unsigned bar, unsigned parity) {
+  for (;;) {
+    if (mbar_at(bar).phase != (parity & 1u)) { /* the phase of that parity has completed */
+      L.events++;
+      return;
+    }
+    yield(SPIN);
+  }
+}
+
+void simt_tma_load(unsigned dst, const void *map, unsigned bar, const int *c, int rank) {
+  const SimtTmap *m = static_cast<const SimtTmap *>(map);
+  if (!m || m->magic != SIMT_TMAP_MAGIC) die("cp.async.bulk.tensor: not a tensor map the CPU harness wrote");
+  if (m->rank != rank) die("cp.async.bulk.tensor: the instruction's dimensions are not the tensor map's");
+  if (m->swizzle == 128 && (dst % 1024 || m->box[0] * m->stride[0] != 128))
+    die("cp.async.bulk.tensor: a 128-byte swizzle needs a 1024-aligned destination and 128-byte box rows");
+  if (dst % 128) die("cp.async.bulk.tensor: a destination not 128-byte aligned");
+  unsigned long long es = m->stride[0], n = 1;
+  for (int i = 0; i < rank; i++)
+    n *= m->box[i];
+  unsigned char *d = smem_at(dst, (size_t)(n * es));
+  for (unsigned long long idx = 0; idx < n; idx++) {
+    unsigned long long rest = idx, off = 0;
+    bool in = true;
+    for (int i = 0; i < rank; i++) {
+      long long g = (long long)c[i] + (long long)(rest % m->box[i]);
+      rest /= m->box[i];
+      in = in && g >= 0 && (unsigned long long)g < m->dim[i];
+      off += (unsigned long long)g * m->stride[i];
+    }
+    unsigned long long o = idx * es;
+    if (m->swizzle == 128) o ^= ((o >> 7) & 7u) << 4;
+    if (in)
+      memcpy(d + o, m->base + off, es);
+    else
+      memset(d + o, 0, es);
+  }
+  Launch::Mbar &b = mbar_at(bar);
+  b.tx -= (long long)(n * es);
+  L.events++;
+  mbar_settle(b);
 }
 
 int simt_run(const char *name, void (*call)(void (*)(), void **), void (*fn)(), void **args, unsigned gx,

@@ -105,6 +105,19 @@ void simt_cp_async16(unsigned saddr, const void *gmem, bool full);
 void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
                 int tnspB, int acc);
 
+/* Shared-memory barriers (mbarrier, at 8-byte aligned shared addresses): init with the arrivals a
+ * phase takes; an arrival, with bytes the phase must also receive from the tensor memory accelerator
+ * (expect_tx; 0 none); a wait until the phase of that parity has completed: the thread yields
+ * until then (simt.cc ends the program when every waiting thread waits on phases nothing completes). */
+void simt_mbar_init(unsigned bar, unsigned count);
+void simt_mbar_arrive(unsigned bar, unsigned expect_tx);
+void simt_mbar_wait(unsigned bar, unsigned parity);
+/* The tensor memory accelerator's tiled load (cp.async.bulk.tensor.Nd ... mbarrier::complete_tx),
+ * done at once: the box at coordinates c[0..rank) of the tensor map `map`  into
+ * shared memory at dst, elements outside the tensor zero, in the map's swizzle; then its bytes
+ * completed on the barrier. The map is simt_launch.h's SimtTmap. */
+void simt_tma_load(unsigned dst, const void *map, unsigned bar, const int *c, int rank);
+
 inline void __syncthreads() { simt_syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { simt_syncwarp(); }
 inline void __threadfence() {}

@@ -39,6 +39,20 @@ int simt_has(const char *name);
 int simt_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem,
                 void **args, int reverse, char *err, size_t nerr);
 
+/* What a tensor map holds on the CPU. The device's CUtensorMap is 128 opaque bytes the driver encodes
+ * (cuTensorMapEncodeTiled); the CPU harness writes this in their place and simt_tma_load reads it: a
+ * row-major tensor of `rank` dimensions, dim[0] the contiguous one, stride[i] the bytes from one
+ * index of dimension i to the next (stride[0] the element size), the box a load copies, and the
+ * swizzle (0 none, 128 the 128-byte one). */
+typedef struct {
+  unsigned magic; /* SIMT_TMAP_MAGIC */
+  int rank, swizzle;
+  const unsigned char *base;
+  unsigned long long dim[5], stride[5];
+  unsigned box[5];
+} SimtTmap;
+#define SIMT_TMAP_MAGIC 0x544d4150u
+
 #ifdef __cplusplus
 }
 #endif
