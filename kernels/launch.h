@@ -60,13 +60,19 @@ static inline unsigned stepc_moe_tc_smem(void) {
 }
 
 /* The warp-specialised grouped GEMMs (kernels/moe.cuh, grouped_linear_*_ws; sm_90a): the same tiles
- * and grids as the *_tc kernels, blocks of STEPC_MOE_WS_THREADS (a producer warpgroup whose one
+ * as the *_tc kernels, persistent (stepc_moe_ws_grid blocks over the tiles), blocks of STEPC_MOE_WS_THREADS (a producer warpgroup whose one
  * thread issues the TMA copies, two consumer warpgroups); the operands through tensor maps
  * (kernels/tma.cuh; their boxes: moe.cuh). Dynamic shared memory: 4 stages of (BM + BN) x 64 bf16, each stage's two barriers, 1 KiB to align. */
 #define STEPC_MOE_WS_THREADS 384
 #define STEPC_MOE_WS_STAGES 4
 static inline unsigned stepc_moe_ws_smem(void) {
   return STEPC_MOE_WS_STAGES * ((STEPC_MOE_TC_BM + STEPC_MOE_TC_BN) * 64 * 2 + 16) + 1024;
+}
+/* Their grid: one block per SM, fewer for fewer tiles (column tiles x row_tiles, row_tiles =
+ * ceil(N / BM) + E). */
+static inline unsigned stepc_moe_ws_grid(int sm_count, long out_width, long row_tiles) {
+  long tiles = (out_width + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN * row_tiles;
+  return (unsigned)(tiles < sm_count ? (tiles < 1 ? 1 : tiles) : sm_count);
 }
 
 /* The fused QKV split + RoPE kernels (rope_split_qkv, rope_concat_qkv): grid = tokens (a block per

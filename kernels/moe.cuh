@@ -625,10 +625,9 @@ __device__ __forceinline__ void moe_tc_tile(float (*c)[8][4], const bf16* A, lon
     }                                                                                                \
   } while (0)
 
-// Row tile blockIdx.y of the flattened (expert, tile) list: the expert e and its first row tile
-// row; false past the last expert's tiles.
-__device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int* e, int* rows0, int* nrows, int* m0) {
-  int t = blockIdx.y;
+// Row tile t of the flattened (expert, tile) list: the expert e, its first row, its rows and the
+// tile's first row m0 among them; false past the last expert's tiles.
+__device__ __forceinline__ bool moe_tc_row_tile(const int* seg, int E, int t, int* e, int* rows0, int* nrows, int* m0) {
   for (int x = 0; x < E; x++) {
     int n = seg[2 * x + 1], tiles = (n + MOE_TC_BM - 1) / MOE_TC_BM;
     if (t < tiles) {
@@ -752,7 +751,7 @@ __device__ __forceinline__ void moe_wg_tile(float* d, const bf16* A, long lda, i
 template <int MODE>
 __device__ __forceinline__ void moe_wg_rows(bf16* out, const bf16* in, const bf16* W, const int* seg, int Nout, int K, int E) {
   int e, rows0, nrows, m0;
-  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
+  if (!moe_tc_row_tile(seg, E, blockIdx.y, &e, &rows0, &nrows, &m0)) return;
   int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
   float d[128];
   moe_wg_tile<MODE>(d, in + (long)rows0 * kin, kin, nrows, W + (long)e * Nout * K, K, cols, kin, m0, n0);
@@ -816,7 +815,7 @@ __device__ __forceinline__ void moe_wg_wgrad(bf16* dw, float* acc_f32, const bf1
 template <int MODE>
 __device__ __forceinline__ void moe_tc_rows(bf16* out, const bf16* in, const bf16* W, const int* seg, int Nout, int K, int E) {
   int e, rows0, nrows, m0;
-  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
+  if (!moe_tc_row_tile(seg, E, blockIdx.y, &e, &rows0, &nrows, &m0)) return;
   int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
   float c[4][8][4];
   moe_tc_tile<MODE>(c, in + (long)rows0 * kin, kin, nrows, W + (long)e * Nout * K, K, cols, kin, m0, n0);
@@ -908,7 +907,10 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 // MN-major W_e) as soon as the consumers release the stage, while warpgroups 1 and 2 (the 64-row
 // halves of the 128 x 256 tile) only wait, multiply and store. Each stage has a "full" barrier (one
 // arrival, the producer's, plus the stage's bytes) and an "empty" one (an arrival from each of the 256
-// consumer threads once their products that read it are done). The tensor maps (bf16, 128-byte
+// consumer threads once their products that read it are done). Persistent: block b takes output tiles
+// b, b + grid, ... of the (row tile, column tile) list (row tiles as the *_tc kernels' grid.y, the
+// column tiles of one row tile consecutive), the stages running on across tiles, so the producer loads
+// the next tile while the consumers store this one. The tensor maps (bf16, 128-byte
 // swizzle, zeros outside the tensor):
 //   forward: ta = x (N, K), box 64 x 128 rows; tb = W (E, Nout, K), box 64 x 256 x 1
 //   dgrad:   ta = dy (N, Nout), box 64 x 128 rows; tb = W (E, Nout, K), box 64 x 64 x 1 (64 k rows of
@@ -919,11 +921,10 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 #define MOE_WS_STAGES 4
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int MODE>
-__device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
-  int e, rows0, nrows, m0;
-  if (!moe_tc_row_tile(seg, E, &e, &rows0, &nrows, &m0)) return;
-  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, n0 = blockIdx.x * MOE_TC_BN;
-  int nk = (kin + MOE_WG_BK - 1) / MOE_WG_BK;
+__device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const void* tb, const int* seg, int Nout, int K, int E,
+                                            int row_tiles) {
+  int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, col_tiles = (cols + MOE_TC_BN - 1) / MOE_TC_BN;
+  int nk = (kin + MOE_WG_BK - 1) / MOE_WG_BK, tiles = col_tiles * row_tiles;
   unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
 #define FULL(s) (bars + 8u * (unsigned)(s))
 #define EMPTY(s) (bars + 8u * (unsigned)(MOE_WS_STAGES + (s)))
@@ -932,68 +933,75 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
     mbar_init_fence();
   }
   __syncthreads();
-  if (threadIdx.x < 128) { /* the producer */
+  int e, rows0, nrows, m0;
+  if (threadIdx.x < 128) { /* the producer: every k step of this block's tiles, one stage after another */
     if (threadIdx.x == 0)
-      for (int kt = 0; kt < nk; kt++) {
-        int s = kt % MOE_WS_STAGES;
-        if (kt >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(kt / MOE_WS_STAGES - 1) & 1u);
-        unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
-        mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
-        tma_load_2d(sa, ta, FULL(s), kt * MOE_WG_BK, rows0 + m0);
-        if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * MOE_WG_BK, n0, e);
-        else
-          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, FULL(s), n0 + 64 * b, kt * MOE_WG_BK, e);
-      }
+      for (int t = blockIdx.x, it = 0; t < tiles && moe_tc_row_tile(seg, E, t / col_tiles, &e, &rows0, &nrows, &m0);
+           t += gridDim.x)
+        for (int kt = 0, n0 = (t % col_tiles) * MOE_TC_BN; kt < nk; kt++, it++) {
+          int s = it % MOE_WS_STAGES;
+          if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
+          unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+          mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
+          tma_load_2d(sa, ta, FULL(s), kt * MOE_WG_BK, rows0 + m0);
+          if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * MOE_WG_BK, n0, e);
+          else
+            for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, FULL(s), n0 + 64 * b, kt * MOE_WG_BK, e);
+        }
     return;
   }
   int c = threadIdx.x / 128 - 1; /* this consumer's 64-row half */
-  float d[128];
+  for (int t = blockIdx.x, it = 0; t < tiles && moe_tc_row_tile(seg, E, t / col_tiles, &e, &rows0, &nrows, &m0); t += gridDim.x) {
+    float d[128];
 #pragma unroll
-  for (int i = 0; i < 128; i++) d[i] = 0.0f;
-  for (int kt = 0; kt < nk; kt++) {
-    int s = kt % MOE_WS_STAGES;
-    mbar_wait(FULL(s), (unsigned)(kt / MOE_WS_STAGES) & 1u);
-    unsigned sa = base + s * MOE_WG_STAGE_BYTES + c * 64 * 128, sb = base + s * MOE_WG_STAGE_BYTES + MOE_WG_A_BYTES;
-    wg_pin(d);
-    wg_fence();
+    for (int i = 0; i < 128; i++) d[i] = 0.0f;
+    for (int kt = 0; kt < nk; kt++, it++) {
+      int s = it % MOE_WS_STAGES;
+      mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
+      unsigned sa = base + s * MOE_WG_STAGE_BYTES + c * 64 * 128, sb = base + s * MOE_WG_STAGE_BYTES + MOE_WG_A_BYTES;
+      wg_pin(d);
+      wg_fence();
 #pragma unroll
-    for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
-      unsigned long long da = wg_desc(sa + ks * 32, 16, 1024);
-      unsigned long long db = MODE == 0 ? wg_desc(sb + ks * 32, 16, 1024) : wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO);
-      wgmma_m64n256k16<0, MODE != 0>(d, da, db);
+      for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
+        unsigned long long da = wg_desc(sa + ks * 32, 16, 1024);
+        unsigned long long db = MODE == 0 ? wg_desc(sb + ks * 32, 16, 1024) : wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO);
+        wgmma_m64n256k16<0, MODE != 0>(d, da, db);
+      }
+      wg_commit();
+      wg_wait<1>(); /* the previous step's products are done: its stage goes back to the producer */
+      wg_pin(d);
+      if (kt > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
     }
-    wg_commit();
-    wg_wait<1>(); /* step kt - 1's products are done: its stage goes back to the producer */
+    wg_wait_all();
     wg_pin(d);
-    if (kt > 0) mbar_arrive(EMPTY((kt - 1) % MOE_WS_STAGES));
+    mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES)); /* the tile's last stage: the producer is loading the next tile meanwhile */
+    bf16* o = out + (long)rows0 * cols;
+    int n0 = (t % col_tiles) * MOE_TC_BN;
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
+    MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
+#undef ST
   }
-  wg_wait_all();
-  wg_pin(d);
 #undef FULL
 #undef EMPTY
-  bf16* o = out + (long)rows0 * cols;
-#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
-  MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
-#undef ST
 }
 #endif
 
 // GROUPED_LINEAR on sm_90a, warp-specialised (above): y = x W_e^T over each expert's rows; ta = x's
-// tensor map, tb = W's. Grid as grouped_linear_forward_tc's, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem()
-// (kernels/launch.h).
+// tensor map, tb = W's; row_tiles = ceil(N / 128) + E (the *_tc kernels' grid.y). Grid: at most one
+// block per SM (fewer when there are fewer tiles), STEPC_MOE_WS_THREADS, stepc_moe_ws_smem() (kernels/launch.h).
 extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
-    grouped_linear_forward_ws(bf16* y, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
+    grouped_linear_forward_ws(bf16* y, const void* ta, const void* tb, const int* seg, int Nout, int K, int E, int row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  moe_ws_rows<0>(y, ta, tb, seg, Nout, K, E);
+  moe_ws_rows<0>(y, ta, tb, seg, Nout, K, E, row_tiles);
 #endif
 }
 
 // GROUPED_LINEAR_DGRAD on sm_90a, warp-specialised: dx = dy W_e; ta = dy's tensor map, tb = W's
-// (box 64 x 64 x 1). Grid as grouped_linear_dgrad_tc's.
+// (box 64 x 64 x 1); as grouped_linear_forward_ws otherwise.
 extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
-    grouped_linear_dgrad_ws(bf16* dx, const void* ta, const void* tb, const int* seg, int Nout, int K, int E) {
+    grouped_linear_dgrad_ws(bf16* dx, const void* ta, const void* tb, const int* seg, int Nout, int K, int E, int row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  moe_ws_rows<1>(dx, ta, tb, seg, Nout, K, E);
+  moe_ws_rows<1>(dx, ta, tb, seg, Nout, K, E, row_tiles);
 #endif
 }
 

@@ -928,10 +928,12 @@ static void grouped_launch(Gpu *g, void *ctx) {
   unsigned rows = (unsigned)((q->N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + q->E), smem = stepc_moe_tc_smem();
   CUdeviceptr none = 0;
   if (q->ws && q->mode < 2) {
-    int f = q->mode == 0;
-    void *a[] = {f ? &q->y : &q->dx, f ? &q->fwd_a : &q->dgrad_a, f ? &q->fwd_b : &q->dgrad_b, &q->seg, &q->Nout, &q->K, &q->E};
+    int f = q->mode == 0, row_tiles = (int)rows;
+    void *a[] = {f ? &q->y : &q->dx, f ? &q->fwd_a : &q->dgrad_a, f ? &q->fwd_b : &q->dgrad_b, &q->seg, &q->Nout, &q->K, &q->E,
+                 &row_tiles};
+    /* persistent: as many blocks as SMs (on the CPU, 3: a block takes several tiles) */
     gpu_launch(g, f ? "grouped_linear_forward_ws" : "grouped_linear_dgrad_ws",
-               (unsigned)(((f ? q->Nout : q->K) + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1, STEPC_MOE_WS_THREADS,
+               stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, f ? q->Nout : q->K, row_tiles), 1, 1, STEPC_MOE_WS_THREADS,
                stepc_moe_ws_smem(), a);
   } else if (q->mode == 0) {
     void *a[] = {&q->y, &q->x, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
