@@ -920,19 +920,24 @@ extern "C" __global__ void __launch_bounds__(MOE_TC_THREADS, 1)
 #define MOE_WS_THREADS 384 /* = kernels/launch.h's STEPC_MOE_WS_THREADS, STAGES */
 #define MOE_WS_STAGES 4
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Stage s's barriers after the stages at `bars`: full (the producer's arrival and the stage's bytes)
+// and empty (the 256 consumer threads' arrivals).
+#define FULL(s) (bars + 8u * (unsigned)(s))
+#define EMPTY(s) (bars + 8u * (unsigned)(MOE_WS_STAGES + (s)))
+__device__ __forceinline__ void moe_ws_bars_init(unsigned bars) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < MOE_WS_STAGES; s++) mbar_init(FULL(s), 1), mbar_init(EMPTY(s), 256);
+    mbar_init_fence();
+  }
+  __syncthreads();
+}
 template <int MODE>
 __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const void* tb, const int* seg, int Nout, int K, int E,
                                             int row_tiles) {
   int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, col_tiles = (cols + MOE_TC_BN - 1) / MOE_TC_BN;
   int nk = (kin + MOE_WG_BK - 1) / MOE_WG_BK, tiles = col_tiles * row_tiles;
   unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
-#define FULL(s) (bars + 8u * (unsigned)(s))
-#define EMPTY(s) (bars + 8u * (unsigned)(MOE_WS_STAGES + (s)))
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < MOE_WS_STAGES; s++) mbar_init(FULL(s), 1), mbar_init(EMPTY(s), 256);
-    mbar_init_fence();
-  }
-  __syncthreads();
+  moe_ws_bars_init(bars);
   int e, rows0, nrows, m0;
   if (threadIdx.x < 128) { /* the producer: every k step of this block's tiles, one stage after another */
     if (threadIdx.x == 0)
@@ -981,8 +986,6 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
     MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
 #undef ST
   }
-#undef FULL
-#undef EMPTY
 }
 #endif
 
@@ -1002,6 +1005,123 @@ extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
     grouped_linear_dgrad_ws(bf16* dx, const void* ta, const void* tb, const int* seg, int Nout, int K, int E, int row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   moe_ws_rows<1>(dx, ta, tb, seg, Nout, K, E, row_tiles);
+#endif
+}
+
+// ---- Hopper, warp-specialised: the weight gradient fed by the TMA ----
+// dW_e (Nout, K) = dy_e^T x_e as grouped_linear_wgrad_tc's products (128 x 256 output tiles, k = the
+// expert's rows in steps of 64), persistent and fed as moe_ws_rows: tiles t = (e MT + mt) NT + nt over
+// every expert (MT = ceil(Nout / 128), NT = ceil(K / 256)), so tile t's norm partial is the *_tc
+// kernel's block t's. Both operands MN-major through maps with boxes of 64 x 64: tdy over dy (N, Nout),
+// two copies a stage (the tile's 128 columns of dy), tx over x (N, K), four (its 256 columns of x). A
+// last k step past the expert's rows loads the next expert's rows: each consumer warpgroup zeroes
+// those rows of its A block and of all four B blocks (a row of a block is 128 contiguous bytes; both
+// warpgroups write the same zeros into B) before its products. The epilogue stores from the registers:
+// bf16 dW, or fp32 added into acc_f32 (store = 1: written as 0 + dW), and with norm the tile's sum
+// of squares of what it wrote (the consumers' warps summed in order after a named barrier).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const void* tdy, const void* tx, const int* seg, int Nout,
+                                             int K, int E, int store, float* norm) {
+  int MT = (Nout + MOE_TC_BM - 1) / MOE_TC_BM, NT = (K + MOE_TC_BN - 1) / MOE_TC_BN, tiles = E * MT * NT;
+  unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
+  moe_ws_bars_init(bars);
+  if (threadIdx.x < 128) { /* the producer */
+    if (threadIdx.x == 0)
+      for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
+        int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
+        int rows0 = seg[2 * e], nk = (seg[2 * e + 1] + MOE_WG_BK - 1) / MOE_WG_BK;
+        for (int kt = 0; kt < nk; kt++, it++) {
+          int s = it % MOE_WS_STAGES;
+          if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
+          unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+          mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
+          for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, FULL(s), m0 + 64 * b, rows0 + kt * MOE_WG_BK);
+          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_2d(sb + b * MOE_WG_MN_LBO, tx, FULL(s), n0 + 64 * b, rows0 + kt * MOE_WG_BK);
+        }
+      }
+    return;
+  }
+  __shared__ float red[8];
+  int c = threadIdx.x / 128 - 1, ct = threadIdx.x % 128;
+  for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
+    int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
+    int nrows = seg[2 * e + 1], nk = (nrows + MOE_WG_BK - 1) / MOE_WG_BK;
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.0f;
+    for (int kt = 0; kt < nk; kt++, it++) {
+      int s = it % MOE_WS_STAGES, kl = nrows - kt * MOE_WG_BK;
+      mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
+      unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
+      if (kl < MOE_WG_BK) { /* rows kl.. are the next expert's: zeros in this half's A block and in B */
+        int chunks = (MOE_WG_BK - kl) * 8; /* 16-byte chunks a block */
+        unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
+        for (int i = ct; i < 5 * chunks; i += 128) {
+          int blk = i / chunks, off = kl * 128 + i % chunks * 16;
+          unsigned at = blk == 0 ? sa - base + c * MOE_WG_MN_LBO + off : sb - base + (blk - 1) * MOE_WG_MN_LBO + off;
+          *(uint4*)(sm + at) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async(); /* the zeros visible to the tensor cores' reads */
+        bar_sync_named(1 + c, 128);
+      }
+      unsigned ha = sa + c * MOE_WG_MN_LBO; /* this half's 64 columns of dy^T */
+      wg_pin(d);
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < MOE_WG_BK / 16; ks++)
+        wgmma_m64n256k16<1, 1>(d, wg_desc(ha + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO),
+                               wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO));
+      wg_commit();
+      wg_wait<1>();
+      wg_pin(d);
+      if (kt > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
+    }
+    wg_wait_all();
+    wg_pin(d);
+    if (nk > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
+    long wbase = (long)e * Nout * K;
+    if (dw) {
+#define ST(r, q, v0, v1) *(unsigned*)(dw + wbase + (long)(r) * K + (q)) = pack_bf16x2(v0, v1)
+      MOE_WG_EPILOGUE_HALF(d, c, m0, n0, Nout, K, ST);
+#undef ST
+      continue;
+    }
+    float sq = 0.0f;
+#define ST(r, q, v0, v1)                                                                  \
+  do {                                                                                    \
+    float2* p_ = (float2*)(acc_f32 + wbase + (long)(r) * K + (q));                        \
+    float2 o_ = store ? make_float2(0.0f, 0.0f) : *p_, u_ = make_float2(o_.x + (v0), o_.y + (v1)); \
+    *p_ = u_;                                                                             \
+    sq += u_.x * u_.x + u_.y * u_.y;                                                      \
+  } while (0)
+    MOE_WG_EPILOGUE_HALF(d, c, m0, n0, Nout, K, ST);
+#undef ST
+    if (norm) { /* the 8 consumer warps' sums, in warp order */
+      sq = warp_sum(sq);
+      if (threadIdx.x % STEPC_WARP == 0) red[threadIdx.x / STEPC_WARP - 4] = sq;
+      bar_sync_named(3, 256);
+      if (threadIdx.x == 128) {
+        float v = 0.0f;
+        for (int w = 0; w < 8; w++) v += red[w];
+        norm[t] = v;
+      }
+      bar_sync_named(3, 256); /* red is free for the next tile */
+    }
+  }
+}
+#undef FULL
+#undef EMPTY
+#endif
+
+// GROUPED_LINEAR_WGRAD on sm_90a, warp-specialised (above): as grouped_linear_wgrad_tc, dy and x through
+// tensor maps (tdy over dy (N, Nout), tx over x (N, K), boxes 64 x 64). Grid: at most one block per SM
+// (stepc_moe_ws_grid over K's column tiles and Nout's row tiles times E), STEPC_MOE_WS_THREADS,
+// stepc_moe_ws_smem().
+extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
+    grouped_linear_wgrad_ws(bf16* dw, float* acc_f32, const void* tdy, const void* tx, const int* seg, int Nout, int K, int E,
+                            int store, float* norm) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  moe_ws_wgrad(dw, acc_f32, tdy, tx, seg, Nout, K, E, store, norm);
 #endif
 }
 

@@ -905,12 +905,12 @@ typedef struct {
   CUdeviceptr acc;  /* mode 3: the fp32 main gradient the wgrad adds into (store 0) or stores into (1) */
   CUdeviceptr norm; /* mode 3: the tiles' sums of squares (the wgrad-norm fusion), or 0 */
   int N, Nout, K, E, mode, store;
-  int ws; /* modes 0 and 1 by the warp-specialised kernels (*_ws), through the tensor maps below */
-  CUdeviceptr fwd_a, fwd_b, dgrad_a, dgrad_b;
+  int ws; /* by the warp-specialised kernels (*_ws), through the tensor maps below */
+  CUdeviceptr fwd_a, fwd_b, dgrad_a, dgrad_b, wgrad_dy, wgrad_x;
 } GroupedRun;
 
 /* The *_ws kernels' tensor maps (kernels/moe.cuh): x and dy in boxes of 64 x 128 rows, W in 64 x 256 x 1
- * (forward) and 64 x 64 x 1 (dgrad). */
+ * (forward) and 64 x 64 x 1 (dgrad); dy and x in 64 x 64 (wgrad). */
 static void grouped_maps(Gpu *g, GroupedRun *q) {
   uint64_t x[2] = {(uint64_t)q->K, (uint64_t)q->N}, dy[2] = {(uint64_t)q->Nout, (uint64_t)q->N},
            w[3] = {(uint64_t)q->K, (uint64_t)q->Nout, (uint64_t)q->E};
@@ -918,9 +918,12 @@ static void grouped_maps(Gpu *g, GroupedRun *q) {
   q->fwd_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 256, 1});
   q->dgrad_a = gpu_tmap_bf16(g, q->dy, 2, dy, (const uint32_t[]){64, 128});
   q->dgrad_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 64, 1});
+  q->wgrad_dy = gpu_tmap_bf16(g, q->dy, 2, dy, (const uint32_t[]){64, 64});
+  q->wgrad_x = gpu_tmap_bf16(g, q->x, 2, x, (const uint32_t[]){64, 64});
 }
 static void grouped_maps_free(Gpu *g, GroupedRun *q) {
   gpu_free(g, q->fwd_a), gpu_free(g, q->fwd_b), gpu_free(g, q->dgrad_a), gpu_free(g, q->dgrad_b);
+  gpu_free(g, q->wgrad_dy), gpu_free(g, q->wgrad_x);
 }
 
 static void grouped_launch(Gpu *g, void *ctx) {
@@ -935,6 +938,14 @@ static void grouped_launch(Gpu *g, void *ctx) {
     gpu_launch(g, f ? "grouped_linear_forward_ws" : "grouped_linear_dgrad_ws",
                stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, f ? q->Nout : q->K, row_tiles), 1, 1, STEPC_MOE_WS_THREADS,
                stepc_moe_ws_smem(), a);
+  } else if (q->ws) {
+    CUdeviceptr *dw = q->mode == 3 ? &none : &q->dw, *acc = q->mode == 3 ? &q->acc : &none;
+    CUdeviceptr *norm = q->mode == 3 ? &q->norm : &none;
+    void *a[] = {dw, acc, &q->wgrad_dy, &q->wgrad_x, &q->seg, &q->Nout, &q->K, &q->E, &q->store, norm};
+    gpu_launch(g, "grouped_linear_wgrad_ws",
+               stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, q->K,
+                                 (long)(q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM * q->E),
+               1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), a);
   } else if (q->mode == 0) {
     void *a[] = {&q->y, &q->x, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
     gpu_launch(g, "grouped_linear_forward_tc", (unsigned)((q->Nout + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
@@ -973,14 +984,15 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     grouped_ref(mode, want, mode == 0 ? x : dy, mode == 2 ? x : w, seg, E, N, Nout, K);
     double *got = down_bf16(g, mode == 0 ? q.y : mode == 1 ? q.dx : q.dw, n);
     gpu_check(g, name[mode], got, want, n, 1e-2, RT_BF16);
-    if (mode < 2) { /* the warp-specialised kernel: the same products in the same order, so the same bits */
+    { /* the warp-specialised kernel: the same products in the same order, so the same bits */
+      static const char *wsname[] = {"grouped_linear_forward_ws (TMA, warp-specialised) = grouped_linear_forward_tc",
+                                     "grouped_linear_dgrad_ws (TMA, warp-specialised) = grouped_linear_dgrad_tc",
+                                     "grouped_linear_wgrad_ws (TMA, warp-specialised; bf16 dW) = grouped_linear_wgrad_tc"};
       q.ws = 1;
       grouped_launch(g, &q);
       q.ws = 0;
-      double *ws = down_bf16(g, mode == 0 ? q.y : q.dx, n);
-      gpu_check_bitwise(g, mode == 0 ? "grouped_linear_forward_ws (TMA, warp-specialised) = grouped_linear_forward_tc"
-                                     : "grouped_linear_dgrad_ws (TMA, warp-specialised) = grouped_linear_dgrad_tc",
-                        ws, got, sizeof *got * (size_t)n);
+      double *ws = down_bf16(g, mode == 0 ? q.y : mode == 1 ? q.dx : q.dw, n);
+      gpu_check_bitwise(g, wsname[mode], ws, got, sizeof *got * (size_t)n);
       free(ws);
     }
     free(got);
@@ -1001,6 +1013,18 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   for (long i = 0; i < nw; i++) want[i] += acc0[i];
   double *got = down_f32(g, acc, nw);
   gpu_check(g, "grouped_linear_wgrad_tc (added into fp32)", got, want, nw, 1e-3, 1e-5);
+  { /* the warp-specialised one adds the same bits */
+    void *tc = down_raw(g, acc, 4 * (size_t)nw);
+    float *a0 = malloc(4 * (size_t)nw);
+    for (long i = 0; i < nw; i++) a0[i] = (float)acc0[i];
+    gpu_put(g, acc, a0, 4 * (size_t)nw);
+    GroupedRun qa = q;
+    qa.mode = 3, qa.acc = acc, qa.store = 0, qa.norm = 0, qa.ws = 1;
+    grouped_launch(g, &qa);
+    void *wsr = down_raw(g, acc, 4 * (size_t)nw);
+    gpu_check_bitwise(g, "grouped_linear_wgrad_ws (added into fp32) = grouped_linear_wgrad_tc", wsr, tc, 4 * (size_t)nw);
+    free(tc), free(wsr), free(a0);
+  }
   /* stored (the wgrad-store fusion): over whatever the gradient held, the bits of adding into zeros */
   float *z = calloc((size_t)nw, sizeof *z);
   gpu_put(g, acc, z, 4 * (size_t)nw);
@@ -1027,6 +1051,25 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   for (long i = 0; i < nw; i++) sq += (double)((float *)stored)[i] * ((float *)stored)[i];
   for (long i = 0; i < ntile; i++) psum += ((float *)part1)[i];
   gpu_check(g, "grouped_linear_wgrad_tc norm partials sum to the gradient's sum of squares", &psum, &sq, 1, 0, 1e-5);
+  { /* the warp-specialised one: stored (over stale values) with its partials, the same gradient bits; its
+     * partials (another order of the tile's sum) sum to the same sum of squares, bitwise run to run */
+    for (long i = 0; i < nw; i++) z[i] = (float)(i % 5) - 2.0f;
+    gpu_put(g, acc, z, 4 * (size_t)nw);
+    gpu_memset(g, q.norm, 0xff, 4 * (size_t)ntile);
+    q.ws = 1;
+    grouped_launch(g, &q);
+    void *wsg = down_raw(g, acc, 4 * (size_t)nw), *wp1 = down_raw(g, q.norm, 4 * (size_t)ntile);
+    grouped_launch(g, &q);
+    void *wp2 = down_raw(g, q.norm, 4 * (size_t)ntile);
+    q.ws = 0;
+    gpu_check_bitwise(g, "grouped_linear_wgrad_ws stored with norm partials = grouped_linear_wgrad_tc's", wsg, stored,
+                      4 * (size_t)nw);
+    gpu_check_bitwise(g, "grouped_linear_wgrad_ws norm partials run to run", wp1, wp2, 4 * (size_t)ntile);
+    double wsum = 0.0;
+    for (long i = 0; i < ntile; i++) wsum += ((float *)wp1)[i];
+    gpu_check(g, "grouped_linear_wgrad_ws norm partials sum to the gradient's sum of squares", &wsum, &sq, 1, 0, 1e-5);
+    free(wsg), free(wp1), free(wp2);
+  }
   gpu_free(g, q.norm), q.norm = 0;
   free(normed), free(part1), free(part2);
   free(z), free(added), free(stored);
@@ -1057,9 +1100,12 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     CUdeviceptr norm = m.norm;
     static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32",
                                  "wgrad stored into fp32 + norm partials", "forward (TMA, warp-specialised)",
-                                 "dgrad (TMA, warp-specialised)"};
-    for (int mode = 0; mode < 8; mode++) {
-      m.mode = mode < 4 ? mode : mode < 6 ? 3 : mode - 6, m.store = mode == 4 || mode == 5, m.norm = mode == 5 ? norm : 0;
+                                 "dgrad (TMA, warp-specialised)", "wgrad (TMA, warp-specialised)",
+                                 "wgrad added into fp32 (TMA, warp-specialised)",
+                                 "wgrad stored into fp32 + norm partials (TMA, warp-specialised)"};
+    for (int mode = 0; mode < 11; mode++) {
+      static const int kind[11] = {0, 1, 2, 3, 3, 3, 0, 1, 2, 3, 3};
+      m.mode = kind[mode], m.store = mode == 4 || mode == 5 || mode == 10, m.norm = mode == 5 || mode == 10 ? norm : 0;
       m.ws = mode >= 6;
       double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
       printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode], NM,

@@ -30,7 +30,8 @@
 namespace {
 
 /* SPIN: waiting on an mbarrier phase; run again after the other threads have had their turn */
-enum State { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_WG, SPIN, DONE };
+/* WAIT_NAMED: at a named barrier (bar.sync id, count): Thread.bar_id, bar_count */
+enum State { RUN, WAIT_BLOCK, WAIT_WARP, WAIT_WG, WAIT_NAMED, SPIN, DONE };
 
 #if defined(__x86_64__)
 /* simt_switch(&from, to): the callee-saved registers pushed, the stack pointer saved in *from,
@@ -73,6 +74,7 @@ struct Thread {
   Ctx ctx;
   char *stack;
   State state;
+  int bar_id, bar_count; /* WAIT_NAMED's barrier */
   void *fake_stack; /* ASan's fake stack of this coroutine while it is switched out */
 };
 
@@ -218,6 +220,26 @@ bool release_warpgroups() {
   return any;
 }
 
+/* Lets the threads of every named barrier that `count` threads wait at go on; whether there was one. */
+bool release_named() {
+  bool any = false;
+  for (int id = 0; id < 16; id++) {
+    int n = 0, count = -1;
+    for (int i = 0; i < L.n; i++)
+      if (L.t[i].state == WAIT_NAMED && L.t[i].bar_id == id) {
+        if (count >= 0 && L.t[i].bar_count != count) die("bar.sync: threads name one barrier with different counts");
+        count = L.t[i].bar_count, n++;
+      }
+    if (n > 0 && n == count) {
+      for (int i = 0; i < L.n; i++)
+        if (L.t[i].state == WAIT_NAMED && L.t[i].bar_id == id) L.t[i].state = RUN;
+      any = true;
+    } else if (n > count && count >= 0)
+      die("bar.sync: more threads wait at a named barrier than its count");
+  }
+  return any;
+}
+
 /* One block: its warps one after another (the last first when reversed), each as far as it goes
  * alone, then __syncthreads released; until every thread has returned. */
 void run_block() {
@@ -232,26 +254,24 @@ void run_block() {
     unsigned long long events = L.events;
     for (int k = 0; k < nw; k++)
       run_warp(L.reverse ? nw - 1 - k : k);
-    int live = 0, at_wg = 0, at_block = 0, spin = 0;
+    int live = 0, at_wg = 0, at_named = 0, at_block = 0, spin = 0;
     for (int i = 0; i < L.n; i++)
-      live += L.t[i].state != DONE, at_wg += L.t[i].state == WAIT_WG, at_block += L.t[i].state == WAIT_BLOCK,
-          spin += L.t[i].state == SPIN;
+      live += L.t[i].state != DONE, at_wg += L.t[i].state == WAIT_WG, at_named += L.t[i].state == WAIT_NAMED,
+          at_block += L.t[i].state == WAIT_BLOCK, spin += L.t[i].state == SPIN;
     if (live == 0) return;
-    if (spin) { /* threads waiting on mbarriers: their turn again (and whole warpgroups at a collective go
-                 * on), unless nothing moved this round */
-      bool moved = L.events != events;
-      if (at_wg && release_warpgroups()) moved = true;
-      if (!moved) die("a deadlock: threads wait on mbarrier phases that nothing completes");
+    /* whole warpgroups at a collective and complete named barriers go on */
+    bool released = (at_wg && release_warpgroups()) | (at_named && release_named());
+    if (spin) { /* threads waiting on mbarriers: their turn again, unless nothing moved this round */
+      if (!released && L.events == events) die("a deadlock: threads wait on mbarrier phases that nothing completes");
       for (int i = 0; i < L.n; i++)
         if (L.t[i].state == SPIN) L.t[i].state = RUN;
       continue;
     }
-    if (at_wg) { /* warpgroups whose 128 threads all wait at a collective go on; none: a deadlock */
-      if (!release_warpgroups())
-        die("a warpgroup collective that not every thread of the warpgroup reaches (some returned or wait at "
-            "__syncthreads)");
-      continue;
-    }
+    if (released) continue;
+    if (at_wg)
+      die("a warpgroup collective that not every thread of the warpgroup reaches (some returned or wait at "
+          "__syncthreads)");
+    if (at_named) die("a named barrier (bar.sync) that fewer threads reach than its count");
     if (at_block != live) die("__syncthreads that not every thread reaches");
     for (int i = 0; i < L.n; i++)
       if (L.t[i].state == WAIT_BLOCK) L.t[i].state = RUN;
@@ -264,6 +284,12 @@ SimtThread *simt_cur;
 simt_dim3 simt_block_idx, simt_block_dim, simt_grid_dim;
 
 void simt_syncthreads() { yield(WAIT_BLOCK); }
+void simt_bar_sync(int id, int count) {
+  if (id < 1 || id > 15 || count <= 0 || count % 32 || count > L.n)
+    die("bar.sync: a barrier id outside 1..15 or a count that is not whole warps of the block");
+  self()->bar_id = id, self()->bar_count = count;
+  yield(WAIT_NAMED);
+}
 void simt_syncwarp() { yield(WAIT_WARP); }
 
 void *simt_dynamic_smem() { return L.smem; }

@@ -76,6 +76,8 @@ extern simt_dim3 simt_block_idx, simt_block_dim, simt_grid_dim;
 #define gridDim simt_grid_dim
 
 void simt_syncthreads();
+/* bar.sync id, count: a named barrier (1..15) that releases when `count` threads (whole warps) wait at it. */
+void simt_bar_sync(int id, int count);
 void simt_syncwarp();
 /* A warp collective: this lane's 8 bytes in, lane `src`'s out (every lane of the warp calls it). */
 uint64_t simt_warp_exchange(uint64_t mine, int src);
