@@ -186,6 +186,8 @@ STEPC_KERNEL(grouped_linear_forward_ws, KP(bf16*, y) KP(const void*, ta) KP(cons
              KI(Nout) KI(K) KI(E) KI(row_tiles))
 STEPC_KERNEL(grouped_linear_dgrad_ws, KP(bf16*, dx) KP(const void*, ta) KP(const void*, tb) KP(const int*, seg)
              KI(Nout) KI(K) KI(E) KI(row_tiles))
+STEPC_KERNEL(grouped_fp8_tn_ws, KP(bf16*, c) KP(const void*, ta) KP(const void*, tb) KP(const float*, sa)
+             KP(const float*, sb) KP(const int*, seg) KI(Nout) KI(K) KI(E) KI(row_tiles) KI(fa) KI(fb))
 STEPC_KERNEL(grouped_linear_wgrad_ws, KP(bf16*, dw) KP(float*, acc_f32) KP(const void*, tdy) KP(const void*, tx)
              KP(const int*, seg) KI(Nout) KI(K) KI(E) KI(store) KP(float*, norm))
 STEPC_KERNEL(moe_act_forward, KP(bf16*, y) KP(const bf16*, h) KP(const bf16*, p) KI(N) KI(F) KI(glu) KI(act))

@@ -931,11 +931,15 @@ __device__ __forceinline__ void moe_ws_bars_init(unsigned bars) {
   }
   __syncthreads();
 }
-template <int MODE>
+// F8 = 0: bf16 operands; else fp8 ones (MODE 0's layout: both K-major), A in format (F8 - 1) % 2 and B
+// in (F8 - 1) / 2 (0 E4M3, 1 E5M2), each stage 128 k of 128-byte rows, and the product scaled by
+// sa[e] sb[e] (the experts' inverse scales) before its bf16 store.
+template <int MODE, int F8 = 0>
 __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const void* tb, const int* seg, int Nout, int K, int E,
-                                            int row_tiles) {
+                                            int row_tiles, const float* sa_e = nullptr, const float* sb_e = nullptr) {
+  const int BK = F8 ? 128 : MOE_WG_BK; /* k a stage: 128 bytes a row */
   int kin = MODE == 0 ? K : Nout, cols = MODE == 0 ? Nout : K, col_tiles = (cols + MOE_TC_BN - 1) / MOE_TC_BN;
-  int nk = (kin + MOE_WG_BK - 1) / MOE_WG_BK, tiles = col_tiles * row_tiles;
+  int nk = (kin + BK - 1) / BK, tiles = col_tiles * row_tiles;
   unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
   moe_ws_bars_init(bars);
   int e, rows0, nrows, m0;
@@ -948,8 +952,8 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
           if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
           unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
           mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
-          tma_load_2d(sa, ta, FULL(s), kt * MOE_WG_BK, rows0 + m0);
-          if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * MOE_WG_BK, n0, e);
+          tma_load_2d(sa, ta, FULL(s), kt * BK, rows0 + m0);
+          if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * BK, n0, e);
           else
             for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, FULL(s), n0 + 64 * b, kt * MOE_WG_BK, e);
         }
@@ -967,10 +971,11 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
       wg_pin(d);
       wg_fence();
 #pragma unroll
-      for (int ks = 0; ks < MOE_WG_BK / 16; ks++) {
+      for (int ks = 0; ks < 4; ks++) { /* 32-byte k slices: 16 bf16 or 32 fp8 */
         unsigned long long da = wg_desc(sa + ks * 32, 16, 1024);
         unsigned long long db = MODE == 0 ? wg_desc(sb + ks * 32, 16, 1024) : wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO);
-        wgmma_m64n256k16<0, MODE != 0>(d, da, db);
+        if (F8) wgmma_fp8_m64n256k32<(F8 - 1) % 2, (F8 - 1) / 2>(d, da, db);
+        else wgmma_m64n256k16<0, MODE != 0>(d, da, db);
       }
       wg_commit();
       wg_wait<1>(); /* the previous step's products are done: its stage goes back to the producer */
@@ -982,7 +987,8 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
     mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES)); /* the tile's last stage: the producer is loading the next tile meanwhile */
     bf16* o = out + (long)rows0 * cols;
     int n0 = (t % col_tiles) * MOE_TC_BN;
-#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
+    float sc = F8 ? sa_e[e] * sb_e[e] : 1.0f;
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(F8 ? (v0) * sc : (v0), F8 ? (v1) * sc : (v1))
     MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
 #undef ST
   }
@@ -1005,6 +1011,24 @@ extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
     grouped_linear_dgrad_ws(bf16* dx, const void* ta, const void* tb, const int* seg, int Nout, int K, int E, int row_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   moe_ws_rows<1>(dx, ta, tb, seg, Nout, K, E, row_tiles);
+#endif
+}
+
+// The fp8 grouped product in Transformer Engine's "TN" layout (both operands K-major: the fp8 tensor
+// cores take no transposed operand) on sm_90a, warp-specialised as grouped_linear_forward_ws:
+// c[r] = a[r] b_e^T sa[e] sb[e] over each expert's rows r, a (N, K) and b (E, Nout, K) fp8 (fa, fb: 0
+// E4M3, 1 E5M2), sa and sb (E) their inverse scales, c (N, Nout) bf16. GROUPED_LINEAR_FP8's product
+// (a = x's per-expert cast, b = the experts' weights) and GROUPED_FP8_DGRAD's (a = dy's, b = the
+// weights' transposes). ta over a in boxes of 128 x 128 rows, tb over b in 128 x 256 x 1 (bytes: a row
+// of a box is 128 fp8); K % 16 == 0. Grid as grouped_linear_forward_ws's.
+extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
+    grouped_fp8_tn_ws(bf16* c, const void* ta, const void* tb, const float* sa, const float* sb, const int* seg, int Nout,
+                      int K, int E, int row_tiles, int fa, int fb) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (fa == 0 && fb == 0) moe_ws_rows<0, 1>(c, ta, tb, seg, Nout, K, E, row_tiles, sa, sb);
+  else if (fb == 0) moe_ws_rows<0, 2>(c, ta, tb, seg, Nout, K, E, row_tiles, sa, sb);
+  else if (fa == 0) moe_ws_rows<0, 3>(c, ta, tb, seg, Nout, K, E, row_tiles, sa, sb);
+  else moe_ws_rows<0, 4>(c, ta, tb, seg, Nout, K, E, row_tiles, sa, sb);
 #endif
 }
 

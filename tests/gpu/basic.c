@@ -914,12 +914,12 @@ typedef struct {
 static void grouped_maps(Gpu *g, GroupedRun *q) {
   uint64_t x[2] = {(uint64_t)q->K, (uint64_t)q->N}, dy[2] = {(uint64_t)q->Nout, (uint64_t)q->N},
            w[3] = {(uint64_t)q->K, (uint64_t)q->Nout, (uint64_t)q->E};
-  q->fwd_a = gpu_tmap_bf16(g, q->x, 2, x, (const uint32_t[]){64, 128});
-  q->fwd_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 256, 1});
-  q->dgrad_a = gpu_tmap_bf16(g, q->dy, 2, dy, (const uint32_t[]){64, 128});
-  q->dgrad_b = gpu_tmap_bf16(g, q->w, 3, w, (const uint32_t[]){64, 64, 1});
-  q->wgrad_dy = gpu_tmap_bf16(g, q->dy, 2, dy, (const uint32_t[]){64, 64});
-  q->wgrad_x = gpu_tmap_bf16(g, q->x, 2, x, (const uint32_t[]){64, 64});
+  q->fwd_a = gpu_tmap(g, q->x, 2, 2, x, (const uint32_t[]){64, 128});
+  q->fwd_b = gpu_tmap(g, q->w, 2, 3, w, (const uint32_t[]){64, 256, 1});
+  q->dgrad_a = gpu_tmap(g, q->dy, 2, 2, dy, (const uint32_t[]){64, 128});
+  q->dgrad_b = gpu_tmap(g, q->w, 2, 3, w, (const uint32_t[]){64, 64, 1});
+  q->wgrad_dy = gpu_tmap(g, q->dy, 2, 2, dy, (const uint32_t[]){64, 64});
+  q->wgrad_x = gpu_tmap(g, q->x, 2, 2, x, (const uint32_t[]){64, 64});
 }
 static void grouped_maps_free(Gpu *g, GroupedRun *q) {
   gpu_free(g, q->fwd_a), gpu_free(g, q->fwd_b), gpu_free(g, q->dgrad_a), gpu_free(g, q->dgrad_b);

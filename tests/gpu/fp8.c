@@ -407,6 +407,55 @@ static void run_cast_f32(Gpu *g, long M, long K, int fmt, Rng *r) {
   free(h), free(hb), free(b), free(hqT);
 }
 
+/* grouped_fp8_tn_ws (kernels/moe.cuh): the fp8 grouped product c[r] = a[r] b_e^T sa[e] sb[e] against fp64
+ * over the codes' exact values, on uneven experts (empty, one row, tile edges), a width whose last
+ * 128-wide k step is partial and a partial column tile; formats E4M3 x E4M3 (forward) and E5M2 x E4M3
+ * (hybrid dgrad). Bitwise run to run. */
+static void run_grouped_fp8(Gpu *g, int fa, int fb, Rng *r) {
+  enum { E = 8 };
+  /* on the CPU 264 wide (still a partial second column tile): the emulated fp8 products are slow */
+  int counts[E] = {0, 1, 127, 128, 129, 300, 513, 37}, seg[2 * E], N = 0, Nout = g->emulated ? 264 : 776, K = 528;
+  for (int e = 0; e < E; e++) seg[2 * e] = N, seg[2 * e + 1] = counts[e], N += counts[e];
+  long na = (long)N * K, nb = (long)E * Nout * K;
+  unsigned char *a = malloc((size_t)na), *b = malloc((size_t)nb);
+  float sa[E], sb[E];
+  for (long i = 0; i < na; i++) a[i] = (unsigned char)fp8_nearest((float)(rng_uniform(r) * (fa ? 6.0 : 3.0)), fa);
+  for (long i = 0; i < nb; i++) b[i] = (unsigned char)fp8_nearest((float)(rng_uniform(r) * 2.0), fb);
+  for (int e = 0; e < E; e++) sa[e] = (float)(1.0 + 0.5 * rng_uniform(r)), sb[e] = (float)(0.01 * (1.5 + rng_uniform(r)));
+  double *want = calloc((size_t)N * Nout, sizeof *want), dec_a[256], dec_b[256];
+  for (int c = 0; c < 256; c++) dec_a[c] = fp8_decode((unsigned)c, fa), dec_b[c] = fp8_decode((unsigned)c, fb);
+  for (int e = 0; e < E; e++)
+    for (int i = seg[2 * e]; i < seg[2 * e] + seg[2 * e + 1]; i++)
+      for (int n = 0; n < Nout; n++) {
+        double acc = 0.0;
+        for (int k = 0; k < K; k++) acc += dec_a[a[(long)i * K + k]] * dec_b[b[((long)e * Nout + n) * K + k]];
+        want[(long)i * Nout + n] = acc * sa[e] * sb[e];
+      }
+  CUdeviceptr da = gpu_dup(g, a, (size_t)na), db = gpu_dup(g, b, (size_t)nb), dsa = gpu_dup(g, sa, sizeof sa),
+              dsb = gpu_dup(g, sb, sizeof sb), dseg = gpu_dup(g, seg, sizeof seg), dc = gpu_alloc(g, 2 * (size_t)N * Nout);
+  uint64_t adim[2] = {(uint64_t)K, (uint64_t)N}, bdim[3] = {(uint64_t)K, (uint64_t)Nout, E};
+  CUdeviceptr ta = gpu_tmap(g, da, 1, 2, adim, (const uint32_t[]){128, 128}),
+              tb = gpu_tmap(g, db, 1, 3, bdim, (const uint32_t[]){128, 256, 1});
+  int row_tiles = (N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + E, e8 = E;
+  void *args[] = {&dc, &ta, &tb, &dsa, &dsb, &dseg, &Nout, &K, &e8, &row_tiles, &fa, &fb};
+  unsigned grid = stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, Nout, row_tiles);
+  gpu_launch(g, "grouped_fp8_tn_ws", grid, 1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), args);
+  uint16_t *h = malloc(2 * (size_t)N * Nout), *h2 = malloc(2 * (size_t)N * Nout);
+  gpu_get(g, h, dc, 2 * (size_t)N * Nout);
+  double *got = malloc(sizeof *got * (size_t)N * Nout);
+  bf16_to_double(h, got, (long)N * Nout);
+  char name[128];
+  snprintf(name, sizeof name, "grouped_fp8_tn_ws %s x %s (8 uneven experts, K 528, %d wide)", fa ? "E5M2" : "E4M3",
+           fb ? "E5M2" : "E4M3", Nout);
+  gpu_check(g, name, got, want, (long)N * Nout, 1e-3, 1.0 / 128); /* the bf16 store: 2^-8 relative, x 2 */
+  gpu_launch(g, "grouped_fp8_tn_ws", grid, 1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), args);
+  gpu_get(g, h2, dc, 2 * (size_t)N * Nout);
+  gpu_check_bitwise(g, "grouped_fp8_tn_ws run to run", h, h2, 2 * (size_t)N * Nout);
+  free(a), free(b), free(want), free(h), free(h2), free(got);
+  gpu_free(g, da), gpu_free(g, db), gpu_free(g, dsa), gpu_free(g, dsb), gpu_free(g, dseg), gpu_free(g, dc);
+  gpu_free(g, ta), gpu_free(g, tb);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -421,6 +470,7 @@ void test_fp8(Gpu *g) {
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
   run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
   run_fused_amax(g, &r);
+  if (gpu_has_kernel(g, "grouped_fp8_tn_ws") && g->cc_major >= 9) run_grouped_fp8(g, 0, 0, &r), run_grouped_fp8(g, 1, 0, &r);
   for (int len = 1; len <= 1024; len *= len == 1 ? 4 : 256)
     for (int algo = 0; algo < 2; algo++)
       for (int fmt = 0; fmt < 2; fmt++)

@@ -124,14 +124,14 @@ CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
   return p;
 }
 
-CUdeviceptr gpu_tmap_bf16(Gpu *g, CUdeviceptr p, int rank, const uint64_t *dims, const uint32_t *box) {
+CUdeviceptr gpu_tmap(Gpu *g, CUdeviceptr p, int elem, int rank, const uint64_t *dims, const uint32_t *box) {
   CUtensorMap map;
   cuuint64_t dim[3], stride[2];
   cuuint32_t bx[3], one[3] = {1, 1, 1};
   for (int i = 0; i < rank; i++) dim[i] = dims[i], bx[i] = box[i];
-  for (int i = 1; i < rank; i++) stride[i - 1] = (i == 1 ? 2 : stride[i - 2]) * dims[i - 1];
+  for (int i = 1; i < rank; i++) stride[i - 1] = (i == 1 ? (cuuint64_t)elem : stride[i - 2]) * dims[i - 1];
   gpu_ok(g,
-         g->cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)(uintptr_t)p, dim, stride,
+         g->cuTensorMapEncodeTiled(&map, elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)(uintptr_t)p, dim, stride,
                                    bx, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
          "cuTensorMapEncodeTiled");

@@ -50,10 +50,11 @@ CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes); /* alloc + put */
 void gpu_memset(Gpu *g, CUdeviceptr dst, unsigned char value, size_t bytes);
 void gpu_copy(Gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t bytes); /* device to device */
 void gpu_sync(Gpu *g);
-/* A TMA tensor map (kernels/tma.cuh) over the row-major bf16 tensor at p: `rank` dimensions, dims[0] the
- * contiguous one; loads of box[0] x box[1] [x box[2]] elements (box[0] = 64: 128-byte rows, the 128-byte
- * swizzle), zeros outside the tensor. Written into device memory (gpu_free it); its address. */
-CUdeviceptr gpu_tmap_bf16(Gpu *g, CUdeviceptr p, int rank, const uint64_t *dims, const uint32_t *box);
+/* A TMA tensor map (kernels/tma.cuh) over the row-major tensor at p of `elem`-byte elements (2: bf16, 1:
+ * fp8 codes): `rank` dimensions, dims[0] the contiguous one; loads of box[0] x box[1] [x box[2]] elements
+ * (box[0] x elem = 128: 128-byte rows, the 128-byte swizzle), zeros outside the tensor. Written into
+ * device memory (gpu_free it); its address. */
+CUdeviceptr gpu_tmap(Gpu *g, CUdeviceptr p, int elem, int rank, const uint64_t *dims, const uint32_t *box);
 /* Whether this device runs kernel `name` (the GPU every kernel; the CPU's harness, tests/simt, those
  * compiled for it): a test of kernels it lacks prints SKIP instead of launching them. */
 int gpu_has_kernel(Gpu *g, const char *name);

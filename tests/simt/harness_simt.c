@@ -101,10 +101,10 @@ CUdeviceptr gpu_dup(Gpu *g, const void *src, size_t bytes) {
   return p;
 }
 
-CUdeviceptr gpu_tmap_bf16(Gpu *g, CUdeviceptr p, int rank, const uint64_t *dims, const uint32_t *box) {
+CUdeviceptr gpu_tmap(Gpu *g, CUdeviceptr p, int elem, int rank, const uint64_t *dims, const uint32_t *box) {
   SimtTmap m = {.magic = SIMT_TMAP_MAGIC, .rank = rank, .swizzle = 128, .base = (const unsigned char *)(uintptr_t)p};
   for (int i = 0; i < rank; i++)
-    m.dim[i] = dims[i], m.box[i] = box[i], m.stride[i] = i == 0 ? 2 : m.stride[i - 1] * dims[i - 1];
+    m.dim[i] = dims[i], m.box[i] = box[i], m.stride[i] = i == 0 ? (unsigned long long)elem : m.stride[i - 1] * dims[i - 1];
   unsigned char map[128] = {0};
   memcpy(map, &m, sizeof m);
   return gpu_dup(g, map, sizeof map);

@@ -524,6 +524,43 @@ void simt_tma_load(unsigned dst, const void *map, unsigned bar, const int *c, in
   mbar_settle(b);
 }
 
+/* An fp8 code's value (E4M3: bias 7, no infinities, S.1111.111 NaN; E5M2: bias 15, IEEE-like). */
+static float fp8_value(unsigned char c, int e5m2) {
+  int M = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, e = (c & 0x7f) >> M, m = c & ((1 << M) - 1);
+  float sign = c & 0x80 ? -1.0f : 1.0f;
+  if (e5m2 && e == 31) return m ? NAN : sign * INFINITY;
+  if (!e5m2 && e == 15 && m == 7) return NAN;
+  return e == 0 ? sign * ldexpf((float)m, 1 - bias - M) : sign * ldexpf((float)((1 << M) | m), e - bias - M);
+}
+
+/* Byte k of row mn of a K-major 128-byte-swizzled fp8 operand (kernels/wgmma.cuh's layout, 1-byte elements). */
+static unsigned char wg_byte(unsigned long long desc, int mn, int k) {
+  unsigned start = (unsigned)(desc & 0x3FFF) << 4, sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+  if ((desc >> 62) != 1) die("wgmma: a descriptor without the 128-byte swizzle");
+  unsigned a = start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * 128 + (unsigned)k;
+  a ^= ((a >> 7) & 7u) << 4;
+  return *smem_at(a, 1);
+}
+
+void simt_wgmma_fp8(float *d, int n, unsigned long long da, unsigned long long db, int fa, int fb) {
+  int tid = (int)self()->pub.tid.x, g = tid / 128, t = tid % 128, par = (int)(L.wgn[tid]++ & 1u);
+  if (L.n % 128 != 0) die("wgmma in a block that is not whole warpgroups");
+  L.wgdesc[g][par][t][0] = da, L.wgdesc[g][par][t][1] = db;
+  yield(WAIT_WG);
+  for (int i = 0; i < 128; i++)
+    if (L.wgdesc[g][par][i][0] != da || L.wgdesc[g][par][i][1] != db)
+      die("wgmma: the warpgroup's threads pass different descriptors");
+  int w = t / 32, lane = t % 32;
+  for (int i = 0; i < n / 8; i++)
+    for (int h = 0; h < 4; h++) {
+      int row = 16 * w + lane / 4 + 8 * (h / 2), col = 8 * i + 2 * (lane % 4) + h % 2;
+      float s = 0.0f;
+      for (int k = 0; k < 32; k++)
+        s += fp8_value(wg_byte(da, row, k), fa) * fp8_value(wg_byte(db, col, k), fb);
+      d[4 * i + h] += s;
+    }
+}
+
 int simt_run(const char *name, void (*call)(void (*)(), void **), void (*fn)(), void **args, unsigned gx,
              unsigned gy, unsigned gz, unsigned block, unsigned smem, int reverse, char *err, size_t nerr) {
   if (block == 0 || block > (unsigned)MAX_THREADS)

@@ -106,6 +106,9 @@ void simt_cp_async16(unsigned saddr, const void *gmem, bool full);
  * db (tnspB: MN-major); d = acc ? d + A B : A B. */
 void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
                 int tnspB, int acc);
+/* wgmma.mma_async m64nNk32 f32 of fp8 operands (fa / fb: 0 E4M3, 1 E5M2), both K-major from their
+ * descriptors (128-byte rows of 128 k); d += A B. */
+void simt_wgmma_fp8(float *d, int n, unsigned long long da, unsigned long long db, int fa, int fb);
 
 /* Shared-memory barriers (mbarrier, at 8-byte aligned shared addresses): init with the arrivals a
  * phase takes; an arrival, with bytes the phase must also receive from the tensor memory accelerator
