@@ -1,7 +1,7 @@
 /* bandwidth.c — the bandwidth-bound kernels at shape M (models/bench_m.lua: 2 x 4096 = 8192
  * tokens, vocabulary 128256, 1.50 B parameters with the untied output layer): each checked at that
- * shape, then timed, with the bytes it must move per second (the H200's HBM3e: 4.8 TB/s peak). The
- * last group of test_basic (gpu_kernels --only basic). Buffers are filled on the device
+ * shape, then timed, with the bytes it must move per second (the H200's HBM3e: 4.8 TB/s peak). Run
+ * with the timings (gpu_kernels without --no-bench or --only). Buffers are filled on the device
  * (init_normal); about 48 GB at most are held at once.
  *   cross_entropy_cluster: 2 bytes read + 2 written per logit; its losses and sampled rows' gradients
  *     against fp64, bitwise the same over 1024-row launches (an output layer in 8 chunks) as over one;

@@ -93,7 +93,7 @@ void test_mamba(Gpu *g); /* mamba.c: the Mamba-2 kernels against ir/ops/mamba.c 
 void test_fp8(Gpu *g);   /* fp8.c: the current- and delayed-scaling casts and update, exact */
 void bench_attention(Gpu *g);
 void bench_mamba(Gpu *g);              /* tests/gpu/mamba.c: each mixer kernel at Nemotron's shape */
-void test_bandwidth(Gpu *g);           /* bandwidth.c, the last of test_basic */
+void test_bandwidth(Gpu *g);           /* bandwidth.c: checked and timed at shape M (not with --no-bench) */
 void bench_attention_variants(Gpu *g); /* with STEPC_FLASH_VARIANTS set: tile-size variants */
 
 #endif

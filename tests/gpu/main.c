@@ -1,6 +1,6 @@
 /* main.c — gpu_kernels: compiles every kernel with NVRTC for the device present, loads it with
- * cuModuleLoadData and runs the kernel tests (basic.c, attention.c), the fp8 casts (fp8.c) and the flash-attention
- * timings, and the Mamba-2 kernels (mamba.c) with their timings (also alone under --only mamba with
+ * cuModuleLoadData and runs the kernel tests (basic.c, attention.c), the fp8 casts (fp8.c), the bandwidth-bound
+ * kernels at shape M (bandwidth.c) and the flash-attention timings, and the Mamba-2 kernels (mamba.c) with their timings (also alone under --only mamba with
  * STEPC_MAMBA_BENCH=1). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest
  * reports "skipped"). gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba|fp8] [--cache
  * DIR] A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
@@ -48,6 +48,7 @@ int main(int argc, char **argv) {
   if (attention) test_attention(&g);
   if (mamba) test_mamba(&g);
   if (fp8) test_fp8(&g);
+  if (bench) test_bandwidth(&g); /* at shape M, about 48 GB held: with the timings */
   if (bench) bench_attention(&g);
   if (bench || getenv("STEPC_MAMBA_BENCH")) bench_mamba(&g);
   if (getenv("STEPC_FLASH_VARIANTS")) bench_attention_variants(&g);
