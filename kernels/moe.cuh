@@ -1044,8 +1044,16 @@ extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
 // bf16 dW, or fp32 added into acc_f32 (store = 1: written as 0 + dW), and with norm the tile's sum
 // of squares of what it wrote (the consumers' warps summed in order after a named barrier).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// F8 = 0: bf16 dy and x, MN-major (above); else fp8 (as moe_ws_rows's F8: A's format (F8 - 1) % 2, B's
+// (F8 - 1) / 2) in the "TN" layout: tdy over dy's transpose (Nout, R) in boxes of 128 x 128 rows, tx over
+// x's transpose (K, R) in 128 x 256, both K-major (k = the rows r, contiguous), 128 k a stage; a tail past
+// the expert's rows is then the bytes kl.. of every row (in the swizzled chunks), and the product is
+// scaled by sa_e[e] sb_e[e].
+template <int F8 = 0>
 __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const void* tdy, const void* tx, const int* seg, int Nout,
-                                             int K, int E, int store, float* norm) {
+                                             int K, int E, int store, float* norm, const float* sa_e = nullptr,
+                                             const float* sb_e = nullptr) {
+  const int BK = F8 ? 128 : MOE_WG_BK;
   int MT = (Nout + MOE_TC_BM - 1) / MOE_TC_BM, NT = (K + MOE_TC_BN - 1) / MOE_TC_BN, tiles = E * MT * NT;
   unsigned base = wg_smem_base(), bars = base + MOE_WS_STAGES * MOE_WG_STAGE_BYTES;
   moe_ws_bars_init(bars);
@@ -1053,14 +1061,19 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
     if (threadIdx.x == 0)
       for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
         int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
-        int rows0 = seg[2 * e], nk = (seg[2 * e + 1] + MOE_WG_BK - 1) / MOE_WG_BK;
+        int rows0 = seg[2 * e], nk = (seg[2 * e + 1] + BK - 1) / BK;
         for (int kt = 0; kt < nk; kt++, it++) {
           int s = it % MOE_WS_STAGES;
           if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
           unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
           mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
-          for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, FULL(s), m0 + 64 * b, rows0 + kt * MOE_WG_BK);
-          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_2d(sb + b * MOE_WG_MN_LBO, tx, FULL(s), n0 + 64 * b, rows0 + kt * MOE_WG_BK);
+          if (F8) {
+            tma_load_2d(sa, tdy, FULL(s), rows0 + kt * BK, m0);
+            tma_load_2d(sb, tx, FULL(s), rows0 + kt * BK, n0);
+            continue;
+          }
+          for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, FULL(s), m0 + 64 * b, rows0 + kt * BK);
+          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_2d(sb + b * MOE_WG_MN_LBO, tx, FULL(s), n0 + 64 * b, rows0 + kt * BK);
         }
       }
     return;
@@ -1069,15 +1082,27 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
   int c = threadIdx.x / 128 - 1, ct = threadIdx.x % 128;
   for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
     int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
-    int nrows = seg[2 * e + 1], nk = (nrows + MOE_WG_BK - 1) / MOE_WG_BK;
+    int nrows = seg[2 * e + 1], nk = (nrows + BK - 1) / BK;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int kt = 0; kt < nk; kt++, it++) {
-      int s = it % MOE_WS_STAGES, kl = nrows - kt * MOE_WG_BK;
+      int s = it % MOE_WS_STAGES, kl = nrows - kt * BK;
       mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
       unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
-      if (kl < MOE_WG_BK) { /* rows kl.. are the next expert's: zeros in this half's A block and in B */
+      if (F8 && kl < BK) { /* bytes kl.. of each row are the next expert's: zeros in this half's 64 rows of A
+                            * and in B's 256 (16-byte chunk q of row i sits at chunk q ^ (i % 8)) */
+        unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
+        int q0 = kl / 16, nq = 8 - q0;
+        for (int i = ct; i < (64 + MOE_TC_BN) * nq; i += 128) {
+          int row = i / nq, q = q0 + i % nq, tr = row < 64 ? c * 64 + row : row - 64;
+          unsigned char* p = sm + (row < 64 ? sa : sb) - base + tr * 128 + ((q ^ (tr & 7)) << 4);
+          for (int j = q == q0 ? kl % 16 : 0; j < 16; j++) p[j] = 0;
+        }
+        fence_proxy_async();
+        bar_sync_named(1 + c, 128);
+      }
+      if (!F8 && kl < BK) { /* rows kl.. are the next expert's: zeros in this half's A block and in B */
         int chunks = (MOE_WG_BK - kl) * 8; /* 16-byte chunks a block */
         unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
         for (int i = ct; i < 5 * chunks; i += 128) {
@@ -1088,13 +1113,16 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
         fence_proxy_async(); /* the zeros visible to the tensor cores' reads */
         bar_sync_named(1 + c, 128);
       }
-      unsigned ha = sa + c * MOE_WG_MN_LBO; /* this half's 64 columns of dy^T */
+      unsigned ha = sa + c * MOE_WG_MN_LBO; /* this half's 64 columns of dy^T (its 64 rows, fp8: also 8 KiB on) */
       wg_pin(d);
       wg_fence();
 #pragma unroll
-      for (int ks = 0; ks < MOE_WG_BK / 16; ks++)
-        wgmma_m64n256k16<1, 1>(d, wg_desc(ha + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO),
-                               wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO));
+      for (int ks = 0; ks < 4; ks++)
+        if (F8)
+          wgmma_fp8_m64n256k32<(F8 - 1) % 2, (F8 - 1) / 2>(d, wg_desc(ha + ks * 32, 16, 1024), wg_desc(sb + ks * 32, 16, 1024));
+        else
+          wgmma_m64n256k16<1, 1>(d, wg_desc(ha + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO),
+                                 wg_desc(sb + ks * 2048, MOE_WG_MN_LBO, MOE_WG_MN_SBO));
       wg_commit();
       wg_wait<1>();
       wg_pin(d);
@@ -1104,6 +1132,11 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
     wg_pin(d);
     if (nk > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
     long wbase = (long)e * Nout * K;
+    if (F8) {
+      float sc = sa_e[e] * sb_e[e];
+#pragma unroll
+      for (int i = 0; i < 128; i++) d[i] *= sc;
+    }
     if (dw) {
 #define ST(r, q, v0, v1) *(unsigned*)(dw + wbase + (long)(r) * K + (q)) = pack_bf16x2(v0, v1)
       MOE_WG_EPILOGUE_HALF(d, c, m0, n0, Nout, K, ST);
@@ -1146,6 +1179,21 @@ extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
                             int store, float* norm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   moe_ws_wgrad(dw, acc_f32, tdy, tx, seg, Nout, K, E, store, norm);
+#endif
+}
+
+// GROUPED_FP8_WGRAD on sm_90a, warp-specialised: dW_e = (dy_e^T x_e) sa[e] sb[e] from the fp8 transposes
+// a = dy^T (Nout, R) and b = x^T (K, R) (formats fa, fb: 0 E4M3, 1 E5M2; R % 16 == 0), into bf16 dw or
+// the fp32 acc_f32 (store, norm as grouped_linear_wgrad_ws). ta over a in boxes of 128 x 128 rows, tb over
+// b in 128 x 256. Grid as grouped_linear_wgrad_ws's.
+extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
+    grouped_fp8_wgrad_ws(bf16* dw, float* acc_f32, const void* ta, const void* tb, const float* sa, const float* sb,
+                         const int* seg, int Nout, int K, int E, int store, float* norm, int fa, int fb) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (fa == 0 && fb == 0) moe_ws_wgrad<1>(dw, acc_f32, ta, tb, seg, Nout, K, E, store, norm, sa, sb);
+  else if (fb == 0) moe_ws_wgrad<2>(dw, acc_f32, ta, tb, seg, Nout, K, E, store, norm, sa, sb);
+  else if (fa == 0) moe_ws_wgrad<3>(dw, acc_f32, ta, tb, seg, Nout, K, E, store, norm, sa, sb);
+  else moe_ws_wgrad<4>(dw, acc_f32, ta, tb, seg, Nout, K, E, store, norm, sa, sb);
 #endif
 }
 

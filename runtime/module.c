@@ -111,6 +111,7 @@ int rt_module_load(RtDevice *d, const void *cubin) {
              {RT_K_grouped_linear_dgrad_ws, stepc_moe_ws_smem()},
              {RT_K_grouped_linear_wgrad_ws, stepc_moe_ws_smem()},
              {RT_K_grouped_fp8_tn_ws, stepc_moe_ws_smem()},
+             {RT_K_grouped_fp8_wgrad_ws, stepc_moe_ws_smem()},
              {RT_K_rmsnorm_backward, STEPC_NORM_BWD_SMEM},
              {RT_K_layernorm_backward, STEPC_NORM_BWD_SMEM},
              {RT_K_mamba_chunk_states, STEPC_MAMBA_SMEM_MAX},

@@ -456,6 +456,65 @@ static void run_grouped_fp8(Gpu *g, int fa, int fb, Rng *r) {
   gpu_free(g, ta), gpu_free(g, tb);
 }
 
+/* grouped_fp8_wgrad_ws: dW_e = dy_e^T x_e sa[e] sb[e] from the fp8 transposes a = dy^T (Nout, R), b = x^T
+ * (K, R), against fp64 over the codes' values: uneven experts (empty, one row, rows past a 128-wide k step:
+ * the next expert's bytes zeroed in the tile), partial tiles; into bf16, and stored into fp32 with the
+ * tiles' norm partials (their sum the gradient's squares). E5M2 dy x E4M3 x, Megatron's hybrid. */
+static void run_grouped_fp8_wgrad(Gpu *g, int fa, int fb, Rng *r) {
+  enum { E = 8 };
+  int counts[E] = {0, 1, 127, 128, 129, 300, 513, 34}, seg[2 * E], R = 0, Nout = 136, K = 264; /* R = 1232 */
+  for (int e = 0; e < E; e++) seg[2 * e] = R, seg[2 * e + 1] = counts[e], R += counts[e];
+  long na = (long)Nout * R, nb = (long)K * R, nw = (long)E * Nout * K;
+  unsigned char *a = malloc((size_t)na), *b = malloc((size_t)nb);
+  float sa[E], sb[E];
+  for (long i = 0; i < na; i++) a[i] = (unsigned char)fp8_nearest((float)(rng_uniform(r) * 4.0), fa);
+  for (long i = 0; i < nb; i++) b[i] = (unsigned char)fp8_nearest((float)(rng_uniform(r) * 2.0), fb);
+  for (int e = 0; e < E; e++) sa[e] = (float)(0.01 * (1.5 + rng_uniform(r))), sb[e] = (float)(1.0 + 0.5 * rng_uniform(r));
+  double *want = calloc((size_t)nw, sizeof *want);
+  for (int e = 0; e < E; e++)
+    for (int n = 0; n < Nout; n++)
+      for (int k = 0; k < K; k++) {
+        double acc = 0.0;
+        for (int i = seg[2 * e]; i < seg[2 * e] + seg[2 * e + 1]; i++)
+          acc += fp8_decode(a[(long)n * R + i], fa) * fp8_decode(b[(long)k * R + i], fb);
+        want[((long)e * Nout + n) * K + k] = acc * sa[e] * sb[e];
+      }
+  CUdeviceptr da = gpu_dup(g, a, (size_t)na), db = gpu_dup(g, b, (size_t)nb), dsa = gpu_dup(g, sa, sizeof sa),
+              dsb = gpu_dup(g, sb, sizeof sb), dseg = gpu_dup(g, seg, sizeof seg), dw = gpu_alloc(g, 2 * (size_t)nw),
+              acc = gpu_alloc(g, 4 * (size_t)nw), none = 0;
+  int MT = (Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM, ntile = (K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN * MT * E;
+  CUdeviceptr norm = gpu_alloc(g, 4 * (size_t)ntile);
+  uint64_t adim[2] = {(uint64_t)R, (uint64_t)Nout}, bdim[2] = {(uint64_t)R, (uint64_t)K};
+  CUdeviceptr ta = gpu_tmap(g, da, 1, 2, adim, (const uint32_t[]){128, 128}),
+              tb = gpu_tmap(g, db, 1, 2, bdim, (const uint32_t[]){128, 256});
+  unsigned grid = stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, K, (long)MT * E);
+  int e8 = E, zero = 0, one = 1;
+  void *bf[] = {&dw, &none, &ta, &tb, &dsa, &dsb, &dseg, &Nout, &K, &e8, &zero, &none, &fa, &fb};
+  gpu_launch(g, "grouped_fp8_wgrad_ws", grid, 1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), bf);
+  uint16_t *h = malloc(2 * (size_t)nw);
+  gpu_get(g, h, dw, 2 * (size_t)nw);
+  double *got = malloc(sizeof *got * (size_t)nw);
+  bf16_to_double(h, got, nw);
+  char name[128];
+  snprintf(name, sizeof name, "grouped_fp8_wgrad_ws %s x %s (8 uneven experts, bf16 dW)", fa ? "E5M2" : "E4M3",
+           fb ? "E5M2" : "E4M3");
+  gpu_check(g, name, got, want, nw, 1e-3, 1.0 / 128);
+  gpu_memset(g, acc, 0x7f, 4 * (size_t)nw); /* stale values: stored over, not added to */
+  void *st[] = {&none, &acc, &ta, &tb, &dsa, &dsb, &dseg, &Nout, &K, &e8, &one, &norm, &fa, &fb};
+  gpu_launch(g, "grouped_fp8_wgrad_ws", grid, 1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), st);
+  float *f = malloc(4 * (size_t)nw), *part = malloc(4 * (size_t)ntile);
+  gpu_get(g, f, acc, 4 * (size_t)nw), gpu_get(g, part, norm, 4 * (size_t)ntile);
+  double sq = 0.0, psum = 0.0;
+  for (long i = 0; i < nw; i++) got[i] = f[i], sq += (double)f[i] * f[i];
+  for (int i = 0; i < ntile; i++) psum += part[i];
+  /* the fp8 tensor cores keep fewer than fp32's bits while they accumulate (about 14 reported): 2e-4 */
+  gpu_check(g, "grouped_fp8_wgrad_ws stored into fp32", got, want, nw, 1e-5, 2e-4);
+  gpu_check(g, "grouped_fp8_wgrad_ws norm partials sum to the gradient's sum of squares", &psum, &sq, 1, 0, 1e-5);
+  free(a), free(b), free(want), free(h), free(got), free(f), free(part);
+  gpu_free(g, da), gpu_free(g, db), gpu_free(g, dsa), gpu_free(g, dsb), gpu_free(g, dseg), gpu_free(g, dw), gpu_free(g, acc);
+  gpu_free(g, norm), gpu_free(g, ta), gpu_free(g, tb);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -470,7 +529,10 @@ void test_fp8(Gpu *g) {
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
   run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
   run_fused_amax(g, &r);
-  if (gpu_has_kernel(g, "grouped_fp8_tn_ws") && g->cc_major >= 9) run_grouped_fp8(g, 0, 0, &r), run_grouped_fp8(g, 1, 0, &r);
+  if (gpu_has_kernel(g, "grouped_fp8_tn_ws") && g->cc_major >= 9) {
+    run_grouped_fp8(g, 0, 0, &r), run_grouped_fp8(g, 1, 0, &r);
+    run_grouped_fp8_wgrad(g, 1, 0, &r), run_grouped_fp8_wgrad(g, 0, 0, &r);
+  }
   for (int len = 1; len <= 1024; len *= len == 1 ? 4 : 256)
     for (int algo = 0; algo < 2; algo++)
       for (int fmt = 0; fmt < 2; fmt++)
