@@ -15,6 +15,9 @@
  *  - a warp collective (shuffle, __syncwarp, mma) releases when all 32 lanes of the warp wait at
  *    one; a lane that returned or waits at __syncthreads meanwhile is an error (a full-mask
  *    collective over a partial warp is undefined on the device);
+ *  - a thread waiting on an mbarrier phase yields until it completes; a named barrier (bar.sync id,
+ *    count) releases when `count` threads wait at it; a round in which every waiting thread still
+ *    waits and nothing arrived is a deadlock;
  *  - dynamic shared memory is filled with 0xff bytes (NaN as floats) at each block's start, so a
  *    read of what the block never wrote shows. */
 #pragma once
