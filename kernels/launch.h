@@ -59,10 +59,11 @@ static inline unsigned stepc_moe_tc_smem(void) {
   return wg > tc ? wg : tc;
 }
 
-/* The warp-specialised grouped GEMMs (kernels/moe.cuh, grouped_linear_*_ws; sm_90a): the same tiles
- * as the *_tc kernels, persistent (stepc_moe_ws_grid blocks over the tiles), blocks of STEPC_MOE_WS_THREADS (a producer warpgroup whose one
- * thread issues the TMA copies, two consumer warpgroups); the operands through tensor maps
- * (kernels/tma.cuh; their boxes: moe.cuh). Dynamic shared memory: 4 stages of (BM + BN) x 64 bf16, each stage's two barriers, 1 KiB to align. */
+/* The warp-specialised grouped GEMMs (kernels/moe.cuh, grouped_*_ws; sm_90a): the same tiles as the
+ * *_tc kernels, persistent (stepc_moe_ws_grid blocks over the tiles), blocks of STEPC_MOE_WS_THREADS (a
+ * producer warpgroup whose one thread issues the TMA copies, two consumer warpgroups); the operands
+ * through tensor maps (kernels/tma.cuh; their boxes: moe.cuh). Dynamic shared memory: 4 stages of
+ * (BM + BN) rows of 128 bytes, each stage's two barriers, 1 KiB to align. */
 #define STEPC_MOE_WS_THREADS 384
 #define STEPC_MOE_WS_STAGES 4
 static inline unsigned stepc_moe_ws_smem(void) {

@@ -931,6 +931,27 @@ __device__ __forceinline__ void moe_ws_bars_init(unsigned bars) {
   }
   __syncthreads();
 }
+// The pipeline's it-th stage use (stage it % STAGES), counted alike by the producer and the consumers:
+// moe_ws_fill (the producer) waits until the consumers gave the stage back from use it - STAGES and
+// announces the stage's bytes on its full barrier; moe_ws_take (a consumer) waits until they have
+// landed; moe_ws_give gives the stage back. fill and take return the stage's shared address.
+__device__ __forceinline__ unsigned moe_ws_fill(unsigned base, unsigned bars, int it) {
+  int s = it % MOE_WS_STAGES;
+  if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
+  mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
+  return base + s * MOE_WG_STAGE_BYTES;
+}
+__device__ __forceinline__ unsigned moe_ws_take(unsigned base, unsigned bars, int it) {
+  int s = it % MOE_WS_STAGES;
+  mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
+  return base + s * MOE_WG_STAGE_BYTES;
+}
+__device__ __forceinline__ void moe_ws_give(unsigned bars, int it) { mbar_arrive(EMPTY(it % MOE_WS_STAGES)); }
+// An fp8 product's accumulators times the experts' inverse scales.
+__device__ __forceinline__ void moe_ws_scale(float* d, float sc) {
+#pragma unroll
+  for (int i = 0; i < 128; i++) d[i] *= sc;
+}
 // F8 = 0: bf16 operands; else fp8 ones (MODE 0's layout: both K-major), A in format (F8 - 1) % 2 and B
 // in (F8 - 1) / 2 (0 E4M3, 1 E5M2), each stage 128 k of 128-byte rows, and the product scaled by
 // sa[e] sb[e] (the experts' inverse scales) before its bf16 store.
@@ -948,14 +969,11 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
       for (int t = blockIdx.x, it = 0; t < tiles && moe_tc_row_tile(seg, E, t / col_tiles, &e, &rows0, &nrows, &m0);
            t += gridDim.x)
         for (int kt = 0, n0 = (t % col_tiles) * MOE_TC_BN; kt < nk; kt++, it++) {
-          int s = it % MOE_WS_STAGES;
-          if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
-          unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
-          mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
-          tma_load_2d(sa, ta, FULL(s), kt * BK, rows0 + m0);
-          if (MODE == 0) tma_load_3d(sb, tb, FULL(s), kt * BK, n0, e);
+          unsigned sa = moe_ws_fill(base, bars, it), sb = sa + MOE_WG_A_BYTES, full = FULL(it % MOE_WS_STAGES);
+          tma_load_2d(sa, ta, full, kt * BK, rows0 + m0);
+          if (MODE == 0) tma_load_3d(sb, tb, full, kt * BK, n0, e);
           else
-            for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, FULL(s), n0 + 64 * b, kt * MOE_WG_BK, e);
+            for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_3d(sb + b * MOE_WG_MN_LBO, tb, full, n0 + 64 * b, kt * BK, e);
         }
     return;
   }
@@ -965,9 +983,7 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int kt = 0; kt < nk; kt++, it++) {
-      int s = it % MOE_WS_STAGES;
-      mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
-      unsigned sa = base + s * MOE_WG_STAGE_BYTES + c * 64 * 128, sb = base + s * MOE_WG_STAGE_BYTES + MOE_WG_A_BYTES;
+      unsigned stage = moe_ws_take(base, bars, it), sa = stage + c * 64 * 128, sb = stage + MOE_WG_A_BYTES;
       wg_pin(d);
       wg_fence();
 #pragma unroll
@@ -980,15 +996,15 @@ __device__ __forceinline__ void moe_ws_rows(bf16* out, const void* ta, const voi
       wg_commit();
       wg_wait<1>(); /* the previous step's products are done: its stage goes back to the producer */
       wg_pin(d);
-      if (kt > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
+      if (kt > 0) moe_ws_give(bars, it - 1);
     }
     wg_wait_all();
     wg_pin(d);
-    mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES)); /* the tile's last stage: the producer is loading the next tile meanwhile */
+    moe_ws_give(bars, it - 1); /* the tile's last stage: the producer is loading the next tile meanwhile */
     bf16* o = out + (long)rows0 * cols;
     int n0 = (t % col_tiles) * MOE_TC_BN;
-    float sc = F8 ? sa_e[e] * sb_e[e] : 1.0f;
-#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(F8 ? (v0) * sc : (v0), F8 ? (v1) * sc : (v1))
+    if (F8) moe_ws_scale(d, sa_e[e] * sb_e[e]);
+#define ST(r, q, v0, v1) *(unsigned*)(o + (long)(r) * cols + (q)) = pack_bf16x2(v0, v1)
     MOE_WG_EPILOGUE_HALF(d, c, m0, n0, nrows, cols, ST);
 #undef ST
   }
@@ -1063,17 +1079,14 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
         int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
         int rows0 = seg[2 * e], nk = (seg[2 * e + 1] + BK - 1) / BK;
         for (int kt = 0; kt < nk; kt++, it++) {
-          int s = it % MOE_WS_STAGES;
-          if (it >= MOE_WS_STAGES) mbar_wait(EMPTY(s), (unsigned)(it / MOE_WS_STAGES - 1) & 1u);
-          unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
-          mbar_arrive_tx(FULL(s), MOE_WG_STAGE_BYTES);
+          unsigned sa = moe_ws_fill(base, bars, it), sb = sa + MOE_WG_A_BYTES, full = FULL(it % MOE_WS_STAGES);
           if (F8) {
-            tma_load_2d(sa, tdy, FULL(s), rows0 + kt * BK, m0);
-            tma_load_2d(sb, tx, FULL(s), rows0 + kt * BK, n0);
+            tma_load_2d(sa, tdy, full, rows0 + kt * BK, m0);
+            tma_load_2d(sb, tx, full, rows0 + kt * BK, n0);
             continue;
           }
-          for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, FULL(s), m0 + 64 * b, rows0 + kt * BK);
-          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_2d(sb + b * MOE_WG_MN_LBO, tx, FULL(s), n0 + 64 * b, rows0 + kt * BK);
+          for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, full, m0 + 64 * b, rows0 + kt * BK);
+          for (int b = 0; b < MOE_TC_BN / 64; b++) tma_load_2d(sb + b * MOE_WG_MN_LBO, tx, full, n0 + 64 * b, rows0 + kt * BK);
         }
       }
     return;
@@ -1087,28 +1100,24 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int kt = 0; kt < nk; kt++, it++) {
-      int s = it % MOE_WS_STAGES, kl = nrows - kt * BK;
-      mbar_wait(FULL(s), (unsigned)(it / MOE_WS_STAGES) & 1u);
-      unsigned sa = base + s * MOE_WG_STAGE_BYTES, sb = sa + MOE_WG_A_BYTES;
-      if (F8 && kl < BK) { /* bytes kl.. of each row are the next expert's: zeros in this half's 64 rows of A
-                            * and in B's 256 (16-byte chunk q of row i sits at chunk q ^ (i % 8)) */
+      int kl = nrows - kt * BK;
+      unsigned sa = moe_ws_take(base, bars, it), sb = sa + MOE_WG_A_BYTES;
+      if (kl < BK) { /* the last k step runs into the next expert's rows: zeros there */
         unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
-        int q0 = kl / 16, nq = 8 - q0;
-        for (int i = ct; i < (64 + MOE_TC_BN) * nq; i += 128) {
-          int row = i / nq, q = q0 + i % nq, tr = row < 64 ? c * 64 + row : row - 64;
-          unsigned char* p = sm + (row < 64 ? sa : sb) - base + tr * 128 + ((q ^ (tr & 7)) << 4);
-          for (int j = q == q0 ? kl % 16 : 0; j < 16; j++) p[j] = 0;
-        }
-        fence_proxy_async();
-        bar_sync_named(1 + c, 128);
-      }
-      if (!F8 && kl < BK) { /* rows kl.. are the next expert's: zeros in this half's A block and in B */
-        int chunks = (MOE_WG_BK - kl) * 8; /* 16-byte chunks a block */
-        unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
-        for (int i = ct; i < 5 * chunks; i += 128) {
-          int blk = i / chunks, off = kl * 128 + i % chunks * 16;
-          unsigned at = blk == 0 ? sa - base + c * MOE_WG_MN_LBO + off : sb - base + (blk - 1) * MOE_WG_MN_LBO + off;
-          *(uint4*)(sm + at) = make_uint4(0, 0, 0, 0);
+        if (F8) { /* bytes kl.. of this half's 64 rows of A and of B's 256 (chunk q of row i at q ^ (i % 8)) */
+          int q0 = kl / 16, nq = 8 - q0;
+          for (int i = ct; i < (64 + MOE_TC_BN) * nq; i += 128) {
+            int row = i / nq, q = q0 + i % nq, tr = row < 64 ? c * 64 + row : row - 64;
+            unsigned char* p = sm + (row < 64 ? sa : sb) - base + tr * 128 + ((q ^ (tr & 7)) << 4);
+            for (int j = q == q0 ? kl % 16 : 0; j < 16; j++) p[j] = 0;
+          }
+        } else { /* rows kl.. of this half's A block and of B's four (a row: 128 contiguous bytes) */
+          int chunks = (BK - kl) * 8; /* 16-byte chunks a block */
+          for (int i = ct; i < 5 * chunks; i += 128) {
+            int blk = i / chunks, off = kl * 128 + i % chunks * 16;
+            unsigned at = blk == 0 ? sa - base + c * MOE_WG_MN_LBO + off : sb - base + (blk - 1) * MOE_WG_MN_LBO + off;
+            *(uint4*)(sm + at) = make_uint4(0, 0, 0, 0);
+          }
         }
         fence_proxy_async(); /* the zeros visible to the tensor cores' reads */
         bar_sync_named(1 + c, 128);
@@ -1126,17 +1135,13 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
       wg_commit();
       wg_wait<1>();
       wg_pin(d);
-      if (kt > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
+      if (kt > 0) moe_ws_give(bars, it - 1);
     }
     wg_wait_all();
     wg_pin(d);
-    if (nk > 0) mbar_arrive(EMPTY((it - 1) % MOE_WS_STAGES));
+    if (nk > 0) moe_ws_give(bars, it - 1);
     long wbase = (long)e * Nout * K;
-    if (F8) {
-      float sc = sa_e[e] * sb_e[e];
-#pragma unroll
-      for (int i = 0; i < 128; i++) d[i] *= sc;
-    }
+    if (F8) moe_ws_scale(d, sa_e[e] * sb_e[e]);
     if (dw) {
 #define ST(r, q, v0, v1) *(unsigned*)(dw + wbase + (long)(r) * K + (q)) = pack_bf16x2(v0, v1)
       MOE_WG_EPILOGUE_HALF(d, c, m0, n0, Nout, K, ST);

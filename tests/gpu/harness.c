@@ -131,8 +131,8 @@ CUdeviceptr gpu_tmap(Gpu *g, CUdeviceptr p, int elem, int rank, const uint64_t *
   for (int i = 0; i < rank; i++) dim[i] = dims[i], bx[i] = box[i];
   for (int i = 1; i < rank; i++) stride[i - 1] = (i == 1 ? (cuuint64_t)elem : stride[i - 2]) * dims[i - 1];
   gpu_ok(g,
-         g->cuTensorMapEncodeTiled(&map, elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)(uintptr_t)p, dim, stride,
-                                   bx, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+         g->cuTensorMapEncodeTiled(&map, elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                   (cuuint32_t)rank, (void *)(uintptr_t)p, dim, stride, bx, one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
          "cuTensorMapEncodeTiled");
   return gpu_dup(g, &map, sizeof map);

@@ -1,7 +1,7 @@
 /* main.c — gpu_kernels: compiles every kernel with NVRTC for the device present, loads it with
- * cuModuleLoadData and runs the kernel tests (basic.c, attention.c), the fp8 casts (fp8.c), the bandwidth-bound
- * kernels at shape M (bandwidth.c) and the flash-attention timings, and the Mamba-2 kernels (mamba.c) with their timings (also alone under --only mamba with
- * STEPC_MAMBA_BENCH=1). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest
+ * cuModuleLoadData and runs the kernel tests (basic.c, attention.c), the fp8 kernels (fp8.c), the
+ * bandwidth-bound kernels at shape M (bandwidth.c) and the flash-attention timings, and the Mamba-2
+ * kernels (mamba.c) with their timings (also alone under --only mamba with STEPC_MAMBA_BENCH=1). Exit 0 all passed, 1 a check failed, 77 no GPU here (ctest
  * reports "skipped"). gpu_kernels [--no-bench] [--bench-only] [--only basic|attention|mamba|fp8] [--cache
  * DIR] A kernel fault ends the program (a CUDA context does not survive it): --only narrows the run. */
 #include <stdio.h>

@@ -409,19 +409,24 @@ void simt_cp_async16(unsigned saddr, const void *gmem, bool full) {
  * descriptor: K-major, row mn of 128-byte rows (k contiguous) in groups of 8 rows SBO apart;
  * MN-major, k row k % 8 of the group k / 8 (SBO apart) of the 64-column block mn / 64 (LBO apart).
  * The swizzle: 16-byte chunk bits 4..6 of the address XOR its bits 7..9 (1024-aligned tiles). */
-static float wg_elem(unsigned long long desc, int mn, int k, int mn_major) {
+/* The shared address of element (mn, k) of `bytes`-byte elements (MN-major: bf16 only). */
+static unsigned wg_addr(unsigned long long desc, int mn, int k, int mn_major, unsigned bytes) {
   unsigned start = (unsigned)(desc & 0x3FFF) << 4, lbo = (unsigned)((desc >> 16) & 0x3FFF) << 4,
            sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
   if ((desc >> 62) != 1) die("wgmma: a descriptor without the 128-byte swizzle");
   unsigned a = mn_major ? start + (unsigned)(mn / 64) * lbo + (unsigned)(k / 8) * sbo +
-                              (unsigned)(k % 8) * 128 + (unsigned)(mn % 64) * 2
-                        : start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * 128 + (unsigned)k * 2;
-  a ^= ((a >> 7) & 7u) << 4;
-  return bf16f(smem_b16(a));
+                              (unsigned)(k % 8) * 128 + (unsigned)(mn % 64) * bytes
+                        : start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * 128 + (unsigned)k * bytes;
+  return a ^ ((a >> 7) & 7u) << 4;
 }
 
-void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
-                int tnspB, int acc) {
+static float wg_elem(unsigned long long desc, int mn, int k, int mn_major) {
+  return bf16f(smem_b16(wg_addr(desc, mn, k, mn_major, 2)));
+}
+
+/* A wgmma's meeting of its warpgroup's 128 threads: this thread's descriptors (and register A
+ * fragment, or NULL) in; every thread must pass the same descriptors. Its warpgroup's fragment slot. */
+static unsigned (*wg_meet(unsigned long long da, const unsigned *a, unsigned long long db))[4] {
   int tid = (int)self()->pub.tid.x, g = tid / 128, t = tid % 128, par = (int)(L.wgn[tid]++ & 1u);
   if (L.n % 128 != 0) die("wgmma in a block that is not whole warpgroups");
   if (a) memcpy(L.wgfrag[g][par][t], a, sizeof L.wgfrag[g][par][t]);
@@ -430,13 +435,19 @@ void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsig
   for (int i = 0; i < 128; i++)
     if (L.wgdesc[g][par][i][1] != db || (!a && L.wgdesc[g][par][i][0] != da))
       die("wgmma: the warpgroup's threads pass different descriptors");
-  int w = t / 32, lane = t % 32;
+  return L.wgfrag[g][par];
+}
+
+void simt_wgmma(float *d, int n, unsigned long long da, const unsigned *a, unsigned long long db, int tnspA,
+                int tnspB, int acc) {
+  unsigned (*frag)[4] = wg_meet(da, a, db);
+  int t = (int)self()->pub.tid.x % 128, w = t / 32, lane = t % 32;
   auto A = [&](int m, int k) {
     if (!a) return wg_elem(da, m, k, tnspA);
     /* row m is warp m / 16's, within it mma.m16n8k16's A fragment (simt_mma_m16n8k16_bf16) */
     int mm = m % 16;
     return half_of(
-        L.wgfrag[g][par][(m / 16) * 32 + (mm % 8) * 4 + (k % 8) / 2][(mm >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)],
+        frag[(m / 16) * 32 + (mm % 8) * 4 + (k % 8) / 2][(mm >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)],
         k % 2);
   };
   for (int i = 0; i < n / 8; i++)
@@ -533,24 +544,12 @@ static float fp8_value(unsigned char c, int e5m2) {
   return e == 0 ? sign * ldexpf((float)m, 1 - bias - M) : sign * ldexpf((float)((1 << M) | m), e - bias - M);
 }
 
-/* Byte k of row mn of a K-major 128-byte-swizzled fp8 operand (kernels/wgmma.cuh's layout, 1-byte elements). */
-static unsigned char wg_byte(unsigned long long desc, int mn, int k) {
-  unsigned start = (unsigned)(desc & 0x3FFF) << 4, sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
-  if ((desc >> 62) != 1) die("wgmma: a descriptor without the 128-byte swizzle");
-  unsigned a = start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * 128 + (unsigned)k;
-  a ^= ((a >> 7) & 7u) << 4;
-  return *smem_at(a, 1);
-}
+/* Byte k of row mn of a K-major fp8 operand (kernels/wgmma.cuh's layout, 1-byte elements). */
+static unsigned char wg_byte(unsigned long long desc, int mn, int k) { return *smem_at(wg_addr(desc, mn, k, 0, 1), 1); }
 
 void simt_wgmma_fp8(float *d, int n, unsigned long long da, unsigned long long db, int fa, int fb) {
-  int tid = (int)self()->pub.tid.x, g = tid / 128, t = tid % 128, par = (int)(L.wgn[tid]++ & 1u);
-  if (L.n % 128 != 0) die("wgmma in a block that is not whole warpgroups");
-  L.wgdesc[g][par][t][0] = da, L.wgdesc[g][par][t][1] = db;
-  yield(WAIT_WG);
-  for (int i = 0; i < 128; i++)
-    if (L.wgdesc[g][par][i][0] != da || L.wgdesc[g][par][i][1] != db)
-      die("wgmma: the warpgroup's threads pass different descriptors");
-  int w = t / 32, lane = t % 32;
+  wg_meet(da, nullptr, db);
+  int t = (int)self()->pub.tid.x % 128, w = t / 32, lane = t % 32;
   for (int i = 0; i < n / 8; i++)
     for (int h = 0; h < 4; h++) {
       int row = 16 * w + lane / 4 + 8 * (h / 2), col = 8 * i + 2 * (lane % 4) + h % 2;
