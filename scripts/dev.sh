@@ -33,6 +33,19 @@ need_pkgs() {
   fi
 }
 
+# PyTorch (PyPI) in a venv under build/, for the comparisons with an independent PyTorch model that
+# run on the CPU (ctest torch_ref.cpu: tests/gpu/run_torch_ref.sh finds $BUILD/torch-venv). Best
+# effort: without it (no network, no venv module) those tests skip, and say so.
+torch_env() {
+  local v=build/torch-venv
+  if [ -x $v/bin/python ] && $v/bin/python -c 'import torch' 2>/dev/null; then return 0; fi
+  if python3 -m venv $v >/dev/null 2>&1 && timeout 900 $v/bin/pip install -q "torch==${STEPC_TORCH_VERSION:-2.15.0}" >/dev/null 2>&1; then
+    echo "PyTorch installed in $v (torch_ref.cpu)" >&2
+  else
+    echo "PyTorch could not be installed in $v: torch_ref.cpu will skip" >&2
+  fi
+}
+
 build() { # build DIR [cmake options...]
   local dir=$1
   shift
@@ -60,6 +73,7 @@ run)
 test)
   need_pkgs
   build build
+  torch_env
   ctest --test-dir build --output-on-failure -j2
   build build-asan -DSTEPC_SANITIZE=ON
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 
 #include "lower/lower.h"
+#include "lower/lower_blocks.h"
 #include "runtime/cpu/exec.h"
 #include "cli/cpu_train.h"
 #include "trainer.h"
@@ -185,6 +186,18 @@ static void write_meta_mla_moe(FILE *f, const Spec *s) {
   fprintf(f, "  \"moe_router_pre_softmax\": false,\n  \"moe_token_drop_policy\": \"position\",\n");
 }
 
+/* A hybrid's layer pattern and Mamba-2 mixer sizes (torch_model.py's hybrid blocks): the pattern null
+ * where the spec has none; heads as the lowering reads them (lower_mamba_heads), conv kernel 4. */
+static void write_meta_hybrid(FILE *f, const Spec *s) {
+  const SpecModel *m = &s->model;
+  fprintf(f, "  \"hybrid_override_pattern\": ");
+  if (s->present[SPEC_F_model_hybrid_override_pattern]) json_str(f, m->hybrid_override_pattern);
+  else fprintf(f, "null");
+  fprintf(f, ",\n  \"mamba_num_heads\": %lld,\n  \"mamba_head_dim\": %lld,\n  \"mamba_num_groups\": %lld,\n",
+          (long long)lower_mamba_heads(s), (long long)m->mamba_head_dim, (long long)m->mamba_num_groups);
+  fprintf(f, "  \"mamba_state_dim\": %lld,\n  \"mamba_conv_kernel\": 4,\n", (long long)m->mamba_state_dim);
+}
+
 static int write_meta(const char *path, const Spec *s, const Graph *g, const char *device, const double *loss, int nmb,
                       int64_t batch_steps, int text) {
   const SpecModel *m = &s->model;
@@ -214,6 +227,7 @@ static int write_meta(const char *path, const Spec *s, const Graph *g, const cha
   fprintf(f, "  \"share_embeddings_and_output_weights\": %s,\n  \"attention_backend\": \"%s\",\n",
           m->share_embeddings_and_output_weights ? "true" : "false", m->attention_backend);
   write_meta_mla_moe(f, s);
+  write_meta_hybrid(f, s);
   const SpecOptimizer *o = &s->optimizer;
   int64_t decay = s->present[SPEC_F_optimizer_lr_decay_iters] ? o->lr_decay_iters : s->train.train_iters;
   fprintf(f, "  \"train_iters\": %lld,\n  \"batch_steps\": %lld,\n  \"data\": %s,\n  \"data_path\": ",

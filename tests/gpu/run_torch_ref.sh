@@ -5,7 +5,7 @@
 # PyTorch model and compares (tolerances in torch_ref.py and docs/gpu-runtime.md). Run from the
 # repository root (or a copy holding build/, models/ and tests/):
 #   tests/gpu/run_torch_ref.sh
-# BUILD (default build) holds gpu_step; PYTHON (default python3) has torch; logs go to $OUT (or
+# BUILD (default build) holds gpu_step; PYTHON (default python3, else $BUILD/torch-venv's) has torch; logs go to $OUT (or
 # ./gpu-step-logs), the dumps (1.3 GB for shape S) to $DUMPS (default /tmp/stepc-torch-ref).
 # CPU_ONLY=1 runs only the cpu dumps (the ctest torch_ref.cpu). ONLY=REGEX runs the cases whose
 # name matches. Exit 0 when every case that ran passed, 77 when torch is not importable, 1 otherwise. A cuda dump on a machine without a GPU is a skip, not a failure.
@@ -14,6 +14,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 DEST=${OUT:-gpu-step-logs}
 PY=${PYTHON:-python3}
+# scripts/dev.sh test installs PyTorch in $BUILD/torch-venv where the system python has none
+if ! "$PY" -c "import torch" >/dev/null 2>&1 && [ -x "$BUILD/torch-venv/bin/python" ]; then PY=$BUILD/torch-venv/bin/python; fi
 STEP=$BUILD/tests/gpu/gpu_step
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stepc-xdg}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
@@ -72,6 +74,17 @@ check mla_moe_all_cuda cuda $MOE $MOE_ALL
 check mla_moe_capacity_cuda cuda $MOE $MOE_ALL model.moe_expert_capacity_factor=1.0
 check mla_moe_fused_cuda cuda $MOE $MOE_ALL model.attention_backend=fused
 check mla_moe_noqlora_cuda cuda $MOE $MOE_ALL model.q_lora_rank=null
+# Hybrid Mamba-2 stacks (issue 29): tiny_hybrid (pattern M*M-ME: Mamba-2 layers, attention alone, MLP
+# alone, MoE) against torch_model.py's mixer written from the Mamba-2 paper's recurrence (conv1d, the
+# SSD per step, D skip, gate, grouped RMSNorm); a Nemotron-like variant (squared-ReLU MLP, a shared
+# expert) and one group of state 16; on the GPU (bf16) with every expert selected, as above
+HYB=tests/recipes/tiny_hybrid.lua
+NEMO="model.activation_func=squared_relu model.gated_linear_unit=false model.moe_shared_expert_intermediate_size=64"
+check hybrid_cpu cpu $HYB
+check hybrid_nemotron_cpu cpu $HYB $NEMO
+check hybrid_one_group_cpu cpu $HYB model.mamba_num_groups=1 model.mamba_head_dim=16 model.mamba_state_dim=16
+check hybrid_cuda cuda $HYB model.moe_router_topk=4
+check hybrid_nemotron_cuda cuda $HYB model.moe_router_topk=4 $NEMO
 check tiny_cuda cuda models/tiny.lua
 check flash_cuda cuda models/tiny.lua $FLASH
 check gpt_cuda cuda models/tiny.lua $GPT_LIKE

@@ -6,7 +6,9 @@ RoPE, repeat_kv GQA) plus the GPT-style options stepc's recipes have (LayerNorm 
 biases, learned absolute positions, exact GELU, tied head), functional over a dict of parameters.
 stepc's fused tensors are split onto it by mapping() and concatenated back by from_torch(), so a
 layout mistake on either side (Q/K/V order, head order inside a group, [gate|up] order, weight
-orientation, RoPE pairing) shows up as an O(1) error, never as noise. Also: a safetensors reader
+orientation, RoPE pairing) shows up as an O(1) error, never as noise. MLA + MoE recipes use Hugging
+Face's DeepSeek-V3 layout (mapping_mla_moe), hybrid Mamba stacks Megatron's MambaStack with a Mamba-2
+mixer written from the paper's recurrence (mapping_hybrid, mamba_mixer). Also: a safetensors reader
 (the format stepc's dumps use), standard library and torch only.
 """
 import json
@@ -65,6 +67,8 @@ def mapping(m):
     def one(stepc, torch_name):
         rows[stepc] = [(torch_name, None)]
 
+    if m.get("hybrid_override_pattern"):
+        return mapping_hybrid(m)
     if m.get("multi_latent_attention") or any(m.get("moe_layers", [])):
         return mapping_mla_moe(m)
     one("embedding.word_embeddings.weight", "embed_tokens.weight")
@@ -197,14 +201,73 @@ def mapping_mla_moe(m):
         if not m["moe_layers"][i]:
             mlp_rows(p + "mlp", q, F_)
             continue
-        E, Fe = m["num_moe_experts"], m["moe_ffn_hidden_size"]
-        C = m["hidden_size"]
-        one(p + "mlp.router.weight", q + ".gate.weight")
-        rows[p + "mlp.experts.linear_fc1.weight"] = [
-            (f"{q}.experts.{e}.{w}.weight", Fe) for e in range(E) for w in (("gate_proj", "up_proj") if glu else ("up_proj",))]
-        rows[p + "mlp.experts.linear_fc2.weight"] = [(f"{q}.experts.{e}.down_proj.weight", C) for e in range(E)]
-        if m.get("moe_shared_expert_intermediate_size"):
-            mlp_rows(p + "mlp.shared_experts", q + ".shared_experts", m["moe_shared_expert_intermediate_size"])
+        moe_rows(m, rows, p + "mlp", q)
+    return rows
+
+
+def moe_rows(m, rows, stepc, q):
+    """The MoE block's rows: router, experts (split per expert, [gate | up] per expert), shared expert."""
+    E, Fe, C, glu = m["num_moe_experts"], m["moe_ffn_hidden_size"], m["hidden_size"], m["gated_linear_unit"]
+    rows[stepc + ".router.weight"] = [(q + ".gate.weight", None)]
+    rows[stepc + ".experts.linear_fc1.weight"] = [
+        (f"{q}.experts.{e}.{w}.weight", Fe) for e in range(E) for w in (("gate_proj", "up_proj") if glu else ("up_proj",))]
+    rows[stepc + ".experts.linear_fc2.weight"] = [(f"{q}.experts.{e}.down_proj.weight", C) for e in range(E)]
+    sh = m.get("moe_shared_expert_intermediate_size")
+    if sh:
+        p = stepc + ".shared_experts"
+        rows[p + ".linear_fc1.weight"] = ([(q + ".shared_experts.gate_proj.weight", sh), (q + ".shared_experts.up_proj.weight", sh)]
+                                          if glu else [(q + ".shared_experts.up_proj.weight", None)])
+        rows[p + ".linear_fc2.weight"] = [(q + ".shared_experts.down_proj.weight", None)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hybrid Mamba stacks (Megatron's MambaStack: hybrid_override_pattern, one layer a character):
+#   M  Mamba-2 (MambaLayer: RMSNorm, MambaMixer, residual add)   layers.i.norm.weight, layers.i.mixer.*
+#   *  attention alone (norm, self-attention, residual add)      layers.i.input_layernorm, self_attention.*
+#   -  MLP alone (norm, MLP, residual add)                        layers.i.pre_mlp_layernorm, mlp.*
+#   E  MoE alone (norm, router + experts, residual add)           layers.i.pre_mlp_layernorm, mlp.router/experts
+# The mixer's tensors are kept whole and read inside mamba_mixer() in Megatron's layout:
+#   mixer.in_proj.weight     (2 DI + 2 G N + H, C)   rows [z (DI) | x (DI) | B (G N) | C (G N) | dt (H)]
+#   mixer.conv1d.weight      (DI + 2 G N, K + 1)     columns [conv1d.weight (K taps) | conv1d.bias], stepc's
+#                                                    packing of nn.Conv1d's (C', 1, K) weight and (C') bias
+#   mixer.ssm                (H, 3)                  columns [dt_bias | A_log | D], stepc's packing
+#   mixer.norm.weight        (DI)                    RMSNormGated's weight (group_size DI / G)
+#   mixer.out_proj.weight    (C, DI)
+# ---------------------------------------------------------------------------------------------
+def mapping_hybrid(m):
+    H, G, D, F_ = m["num_attention_heads"], m["num_query_groups"], m["kv_channels"], m["ffn_hidden_size"]
+    rows = {}
+
+    def one(stepc, torch_name):
+        rows[stepc] = [(torch_name, None)]
+
+    one("embedding.word_embeddings.weight", "embed_tokens.weight")
+    one("final_layernorm.weight", "norm.weight")
+    one("output_layer.weight", "lm_head.weight")
+    for i, kind in enumerate(m["hybrid_override_pattern"]):
+        p = q = f"layers.{i}."
+        if kind == "M":
+            one(p + "norm.weight", q + "norm.weight")
+            for t in ("in_proj.weight", "conv1d.weight", "ssm", "norm.weight", "out_proj.weight"):
+                one(p + "mixer." + t, q + "mixer." + t)
+        elif kind == "*":
+            one(p + "input_layernorm.weight", q + "input_layernorm.weight")
+            rows[p + "self_attention.linear_qkv.weight"] = [(q + "self_attn.q_proj.weight", H * D),
+                                                           (q + "self_attn.k_proj.weight", G * D),
+                                                           (q + "self_attn.v_proj.weight", G * D)]
+            one(p + "self_attention.linear_proj.weight", q + "self_attn.o_proj.weight")
+        elif kind in "-E":
+            one(p + "pre_mlp_layernorm.weight", q + "post_attention_layernorm.weight")
+            if kind == "E":
+                moe_rows(m, rows, p + "mlp", q + "mlp")
+            elif m["gated_linear_unit"]:
+                rows[p + "mlp.linear_fc1.weight"] = [(q + "mlp.gate_proj.weight", F_), (q + "mlp.up_proj.weight", F_)]
+                one(p + "mlp.linear_fc2.weight", q + "mlp.down_proj.weight")
+            else:
+                one(p + "mlp.linear_fc1.weight", q + "mlp.up_proj.weight")
+                one(p + "mlp.linear_fc2.weight", q + "mlp.down_proj.weight")
+        else:
+            raise ValueError(f"hybrid layer kind {kind!r}")
     return rows
 
 
@@ -352,6 +415,58 @@ def moe(m, P, prefix, x):
     return y.view(B, T, C), aux
 
 
+def mamba_mixer(m, P, prefix, x):
+    """Megatron's MambaMixer on mamba_ssm's reference path, from the Mamba-2 paper's definitions (not
+    stepc's code): in_proj; the causal depthwise conv1d with bias (nn.Conv1d, padding K - 1, cut to T)
+    and SiLU over xBC; dt = softplus(dt + dt_bias), A = -exp(A_log); the SSD in its recurrent form per
+    head h of group h // (H / G): S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t, + D x_t;
+    y silu(z); RMSNormGated without z (each group of DI / G channels by its rms, times the weight);
+    out_proj."""
+    B, T, _ = x.shape
+    H, Pd, G, N, K = (m["mamba_num_heads"], m["mamba_head_dim"], m["mamba_num_groups"], m["mamba_state_dim"],
+                      m["mamba_conv_kernel"])
+    DI, GN = H * Pd, G * N
+    z, xbc, dt = torch.split(linear(P, prefix + ".in_proj", x), [DI, DI + 2 * GN, H], dim=-1)
+    cw = P[prefix + ".conv1d.weight"]  # (DI + 2GN, K + 1): the taps, then the bias
+    xbc = F.conv1d(xbc.transpose(1, 2), cw[:, :K].unsqueeze(1), cw[:, K], padding=K - 1, groups=DI + 2 * GN)
+    xbc = F.silu(xbc[..., :T].transpose(1, 2))
+    xs, Bm, Cm = torch.split(xbc, [DI, GN, GN], dim=-1)
+    ssm = P[prefix + ".ssm"]
+    dt = F.softplus(dt + ssm[:, 0])  # (B, T, H)
+    A = -torch.exp(ssm[:, 1])
+    xs = xs.reshape(B, T, H, Pd)
+    Bm = Bm.reshape(B, T, G, N).repeat_interleave(H // G, dim=2)  # head h reads group h // (H / G)
+    Cm = Cm.reshape(B, T, G, N).repeat_interleave(H // G, dim=2)
+    S = torch.zeros(B, H, Pd, N, dtype=x.dtype, device=x.device)
+    ys = []
+    for t in range(T):
+        S = S * torch.exp(dt[:, t] * A)[:, :, None, None] + (dt[:, t, :, None] * xs[:, t])[..., None] * Bm[:, t, :, None, :]
+        ys.append((S * Cm[:, t, :, None, :]).sum(-1))
+    y = torch.stack(ys, dim=1) + ssm[:, 2][None, None, :, None] * xs
+    y = y.reshape(B, T, DI) * F.silu(z)
+    yg = y.reshape(B, T, G, DI // G)
+    y = (yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + m["layernorm_epsilon"])).reshape(B, T, DI)
+    return linear(P, prefix + ".out_proj", y * P[prefix + ".norm.weight"])
+
+
+def hybrid_layers(m, P, x, cos, sin):
+    aux_total = 0.0
+    for i, kind in enumerate(m["hybrid_override_pattern"]):
+        p = f"layers.{i}"
+        if kind == "M":
+            x = x + mamba_mixer(m, P, p + ".mixer", norm(m, P, p + ".norm", x))
+        elif kind == "*":
+            x = x + attention(m, P, p + ".self_attn", norm(m, P, p + ".input_layernorm", x), cos, sin)
+        elif kind == "-":
+            x = x + mlp(m, P, p + ".mlp", norm(m, P, p + ".post_attention_layernorm", x))
+        else:
+            y, aux = moe(m, P, p + ".mlp", norm(m, P, p + ".post_attention_layernorm", x))
+            x = x + y
+            if aux is not None:
+                aux_total = aux_total + aux
+    return x, aux_total
+
+
 def forward_loss(m, P, tokens, targets):
     B, T = tokens.shape
     x = F.embedding(tokens, P["embed_tokens.weight"])
@@ -359,7 +474,9 @@ def forward_loss(m, P, tokens, targets):
         x = x + P["embed_positions.weight"][:T]
     cos, sin = rope_cos_sin(m, T, x.device, x.dtype)
     aux_total = 0.0
-    for i in range(m["num_layers"]):
+    if m.get("hybrid_override_pattern"):
+        x, aux_total = hybrid_layers(m, P, x, cos, sin)
+    for i in range(0 if m.get("hybrid_override_pattern") else m["num_layers"]):
         p = f"layers.{i}"
         hn = norm(m, P, p + ".input_layernorm", x)
         x = x + (mla_attention(m, P, p + ".self_attn", hn) if m.get("multi_latent_attention")

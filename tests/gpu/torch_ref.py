@@ -18,7 +18,9 @@ layout mistake on either side (Q/K/V order, head order inside a group, [gate|up]
 orientation, RoPE pairing) shows up as an O(1) error, never as noise. MLA + MoE recipes
 (tests/recipes/tiny_mla_moe.lua) use torch_model's Hugging Face DeepSeek-V3 / Moonlight layout
 (q_a/q_b/kv_a/kv_b projections and norms, a softmax top-k gate, experts as separate modules, a
-shared expert, the load-balancing loss added to the loss) through mapping_mla_moe().
+shared expert, the load-balancing loss added to the loss) through mapping_mla_moe(); hybrid Mamba
+stacks (tests/recipes/tiny_hybrid.lua) Megatron's MambaStack, the Mamba-2 mixer from the paper's
+recurrence, through mapping_hybrid().
 
 Loss: the mean over micro-batches of the mean token cross-entropy (stepc's step loss); the
 gradients are those of that mean, which is what stepc's main gradients accumulate.
