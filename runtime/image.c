@@ -99,6 +99,7 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
     put(&b, lp->tensor_at, (size_t)g->nt * sizeof *lp->tensor_at);
     put(&b, lp->table, (size_t)lp->f.ntable * sizeof *lp->table);
     put(&b, lp->row, (size_t)lp->f.nrow * sizeof *lp->row);
+    put(&b, lp->tmap, (size_t)lp->f.ntmap * sizeof *lp->tmap);
   }
   if (b.oom) {
     free(b.p);
@@ -224,7 +225,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
       if (lf) lp->f = *lf, free(lf);
       if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 ||
-                   lp->f.ntable > ((int64_t)1 << 40)))
+                   lp->f.ntable > ((int64_t)1 << 40) || lp->f.ntmap < 0 || lp->f.ntmap > ((int64_t)1 << 30)))
         bad = 1;
       if (!bad) {
         im->has_program = 1;
@@ -234,6 +235,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
         lp->tensor_at = take(&r, (size_t)c.nt, sizeof *lp->tensor_at, &bad);
         lp->table = take(&r, (size_t)lp->f.ntable, sizeof *lp->table, &bad);
         lp->row = take(&r, (size_t)lp->f.nrow, sizeof *lp->row, &bad);
+        lp->tmap = take(&r, (size_t)lp->f.ntmap, sizeof *lp->tmap, &bad);
       }
     }
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;

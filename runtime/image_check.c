@@ -412,10 +412,11 @@ static int check_launch_facts(const StepImage *im, Why *w) {
       !lp_span_ok(f->seeds_at, 8 * (int64_t)nmb, a) || !lp_span_ok(f->losses_at, 4 * (int64_t)nmb, a) ||
       !lp_span_ok(f->init_seed_at, 8, a) || !lp_span_ok(f->loss_den_at, 4, a) || f->norm_count < 0 ||
       f->norm_count > a / 4 || !lp_span_ok(f->norm_at, 4 * f->norm_count, a) || f->ntable > a / 8 ||
-      !lp_span_ok(f->tables_at, 8 * f->ntable, a))
+      !lp_span_ok(f->tables_at, 8 * f->ntable, a) || f->ntmap > a / RT_TMAP_BYTES ||
+      !lp_span_ok(f->tmaps_at, RT_TMAP_BYTES * f->ntmap, a) || f->tmaps_at % 64)
     return bad(
-        w, "program: inputs, seeds, losses, the loss denominator, norm partials or tables lie outside the "
-           "step's allocation");
+        w, "program: inputs, seeds, losses, the loss denominator, norm partials, tables or tensor maps lie "
+           "outside the step's allocation");
   return 0;
 }
 
@@ -573,6 +574,25 @@ static int check_launch_program(StepImage *im, Why *w) {
     for (int a = r->word - naddr; a < r->word; a++)
       if (!(lp->table[a] & LP_PTR) || !lp_ptr_ok(lp->table[a], f->alloc_bytes))
         return bad(w, "program: multi-tensor row %d holds an address outside the step's allocation", k);
+  }
+  for (int k = 0; k < f->ntmap; k++) { /* a tensor map: encodable, over bytes inside the allocation */
+    RtTmap t = lp->tmap[k];
+    char why[128];
+    int64_t bytes = 2;
+    for (int i = 0; i < t.rank && i < 3; i++) {
+      if (t.dim[i] == 0 || t.dim[i] > (uint64_t)f->alloc_bytes ||
+          bytes > f->alloc_bytes / (int64_t)t.dim[i]) {
+        bytes = f->alloc_bytes + 1;
+        break;
+      }
+      bytes *= (int64_t)t.dim[i];
+    }
+    if (!(t.ptr & LP_PTR) || !lp_ptr_ok(t.ptr, f->alloc_bytes))
+      return bad(w, "program: tensor map %d's address is outside the step's allocation", k);
+    t.ptr &= ~LP_PTR;
+    if (rt_tmap_invalid(&t, why, sizeof why)) return bad(w, "program: tensor map %d: %s", k, why);
+    if (!lp_span_ok((int64_t)t.ptr, bytes, f->alloc_bytes))
+      return bad(w, "program: tensor map %d's tensor lies outside the step's allocation", k);
   }
   for (int i = 0; i < n; i++)
     if (check_record(im, i, w)) return -1;

@@ -19,7 +19,8 @@ const char *const lp_scratch_part_name[LP_SCRATCH_PARTS] = {"norm and bias parti
                                                             "multi-tensor tables",
                                                             "initialisation seed and ranks",
                                                             "loss denominator",
-                                                            "fp8 amax partials"};
+                                                            "fp8 amax partials",
+                                                            "TMA tensor maps"};
 
 int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
   int n = 0;
@@ -49,6 +50,7 @@ int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
 
 void lp_free(LaunchProgram *lp) {
   free(lp->rec), free(lp->point), free(lp->micro), free(lp->tensor_at), free(lp->table), free(lp->row);
+  free(lp->tmap);
   memset(lp, 0, sizeof *lp);
 }
 

@@ -30,7 +30,9 @@
  *    program at open: cuDNN when it loads and has an engine for every attention shape, else every
  *    alt(q) (runtime/cuda/player.c). Empty at every other point and in every other program.
  * The multi-tensor tables (kernels/launch.h) are data: written into the scratch at open; a rank of
- * the distributed optimizer masks rows it does not own (LpRow) and writes them again. */
+ * the distributed optimizer masks rows it does not own (LpRow) and writes them again. So are the TMA
+ * tensor maps (rt.h RtTmap): the driver encodes each at open, over the relocated address, into its
+ * 128 bytes of the scratch, which the kernels that take it read. */
 #ifndef STEPC_PROGRAM_H
 #define STEPC_PROGRAM_H
 
@@ -108,7 +110,7 @@ typedef struct {
 } LpRow;
 
 /* The scratch's parts (compiler/codegen/launch/exec.h's RT_SCRATCH_* order), for reports. */
-#define LP_SCRATCH_PARTS 12
+#define LP_SCRATCH_PARTS 13
 extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
 
 typedef struct {
@@ -136,6 +138,8 @@ typedef struct {
   int32_t nrec, nrow;
   int32_t attn;     /* LP_ATTN_*: the attention lowerings the records hold */
   int32_t attn_pad; /* 0 */
+  int64_t tmaps_at; /* the TMA tensor maps' RT_TMAP_BYTES each, in LaunchProgram.tmap's order: offset */
+  int64_t ntmap;
 } LpFacts;
 
 typedef struct {
@@ -146,6 +150,7 @@ typedef struct {
   int64_t *tensor_at; /* per tensor: its offset in the allocation (after the compiler's aliasing), -1 none */
   uint64_t *table;    /* ntable words */
   LpRow *row;
+  RtTmap *tmap; /* ntmap: what the player encodes into the scratch at open (ptr relocated: LP_PTR | offset) */
 } LaunchProgram;
 
 void lp_free(LaunchProgram *lp);

@@ -63,7 +63,8 @@ typedef enum { RT_OK = 0, RT_ERROR = -1, RT_NO_DEVICE = -2, RT_UNSUPPORTED = -3 
   X(cuStreamWaitEvent)                                                                                       \
   X(cuMemHostAlloc)                                                                                          \
   X(cuMemFreeHost)                                                                                           \
-  X(cuLaunchHostFunc)
+  X(cuLaunchHostFunc)                                                                                        \
+  X(cuTensorMapEncodeTiled)
 // clang-format on
 
 /* Kernel handles, one per row of kernels/kernel_list.h. */
@@ -167,6 +168,25 @@ typedef struct {
   int (*run)(void *ctx, RtDevice *d, const RtColl *c);
   void *ctx;
 } RtCollOps;
+
+/* ---- a TMA tensor map (kernels/tma.cuh), as the launch program holds it ----
+ * A row-major, contiguous bf16 tensor at ptr of `rank` (2 or 3) dimensions, dim[0] the contiguous
+ * one, loaded in boxes of box[0] x box[1] [x box[2]] elements with the 128-byte swizzle (box[0] = 64:
+ * rows of 128 bytes), zeros outside the tensor. The driver encodes it into the 128 bytes
+ * (RT_TMAP_BYTES) a kernel reads from global memory (rt_tmap_encode); ptr relocates as a record's
+ * pointers do (program.h). */
+typedef struct {
+  CUdeviceptr ptr;
+  uint64_t dim[3];
+  uint32_t box[3];
+  int32_t rank;
+} RtTmap;
+#define RT_TMAP_BYTES 128
+/* Why t cannot be encoded (into why, 0 when it can): its rank, a box edge outside 1..256, box[0] not
+ * 64, a dimension of 0 or above 2^32, a row of bytes not a multiple of 16, ptr not 16-byte aligned. */
+int rt_tmap_invalid(const RtTmap *t, char *why, size_t n);
+/* The 128 bytes of t's CUtensorMap into map (64-byte aligned), by the driver. */
+int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map);
 
 struct RtDevice {
 #define RT_DECL(f) __typeof__(&f) f;

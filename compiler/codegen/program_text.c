@@ -124,6 +124,19 @@ int program_text_write(const Plan *p, FILE *f) {
   for (int k = 0; k < LP_SCRATCH_PARTS; k++)
     fprintf(f, "#   scratch: %-28s A+0x%llx %lld B\n", lp_scratch_part_name[k],
             (unsigned long long)lf->part_at[k], (long long)lf->part_bytes[k]);
+  for (int64_t k = 0; k < lf->ntmap; k++) {
+    const RtTmap *t = &lp->tmap[k];
+    fprintf(f, "#   tensor map %lld at A+0x%llx: ", (long long)k,
+            (unsigned long long)(lf->tmaps_at + k * RT_TMAP_BYTES));
+    addr(f, t->ptr);
+    fprintf(f, " bf16 (%llu", (unsigned long long)t->dim[0]);
+    for (int i = 1; i < t->rank; i++)
+      fprintf(f, ", %llu", (unsigned long long)t->dim[i]);
+    fprintf(f, ") box (%u", t->box[0]);
+    for (int i = 1; i < t->rank; i++)
+      fprintf(f, ", %u", t->box[i]);
+    fprintf(f, ") 128-byte swizzle\n");
+  }
   fprintf(f, "\ninit (train.seed read from A+0x%llx)\n", (unsigned long long)lf->init_seed_at);
   section(f, lp, lf->init, &gen);
   for (int mb = 0; mb < lf->nmb; mb++) {

@@ -93,6 +93,26 @@ static int prepare_collectives(RtPlayer *p) {
   return RT_OK;
 }
 
+/* The TMA tensor maps (program.h): each encoded by the driver over its relocated address into its 128
+ * bytes of the scratch (synchronously: the host copy is freed here). */
+static int write_tmaps(RtPlayer *p) {
+  const LpFacts *f = &p->lp->f;
+  if (!f->ntmap || p->d->rec) return RT_OK;
+  unsigned char *maps = aligned_alloc(64, (size_t)f->ntmap * RT_TMAP_BYTES);
+  if (!maps) return rt_fail(p->d, "out of memory");
+  int rc = RT_OK;
+  for (int64_t i = 0; i < f->ntmap && rc == RT_OK; i++) {
+    RtTmap t = p->lp->tmap[i];
+    t.ptr = at(p, t.ptr);
+    rc = rt_tmap_encode(p->d, &t, maps + i * RT_TMAP_BYTES);
+  }
+  if (rc == RT_OK)
+    rc = rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->tmaps_at, maps, (size_t)f->ntmap * RT_TMAP_BYTES);
+  if (rc == RT_OK) rc = rt_sync(p->d);
+  free(maps);
+  return rc;
+}
+
 RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   RtPlayer *p = calloc(1, sizeof *p);
   const LpFacts *f = &lp->f;
@@ -111,6 +131,7 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   /* (a recording device moves no data: it records what is launched) */
   if (!rc && f->ntable && !d->rec)
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
+  if (!rc) rc = write_tmaps(p);
   if (!rc) rc = choose_attention(p);
   if (!rc) rc = prepare_collectives(p);
   const char *ov = getenv(RT_COMM_OVERLAP_ENV);

@@ -105,13 +105,16 @@ for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_
     moe_dispatch moe_scatter_rows grouped_linear_forward moe_act_forward moe_gather_rows grouped_linear_dgrad \
     grouped_linear_wgrad moe_act_backward router_topk_backward softmax_rows_backward moe_aux_loss_backward \
     router_linear_dgrad; do
-    grep -qE "^  LAUNCH $k(_tc)? " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
+    grep -qE "^  LAUNCH $k(_tc|_ws)? " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
-  # the grouped GEMMs: tensor cores where every width is a multiple of 8, else the CUDA-core kernels
-  # (an expert ffn of 12: fc1's 24 outputs on the tensor cores, fc2's 12-wide input not)
-  for k in grouped_linear_forward_tc grouped_linear_wgrad_tc; do
+  # the grouped GEMMs: tensor cores where every width is a multiple of 8 (forward and dgrad warp-specialised,
+  # through TMA tensor maps the program lists), else the CUDA-core kernels (an expert ffn of 12: fc1's 24
+  # outputs on the tensor cores, fc2's 12-wide input not)
+  for k in grouped_linear_forward_ws grouped_linear_dgrad_ws grouped_linear_wgrad_tc; do
     grep -qE "^  LAUNCH $k " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
+  grep -qE "^#   tensor map 0 at A\+0x[0-9a-f]+: A\+0x[0-9a-f]+ bf16 \([0-9]+, [0-9]+\) box \(64, 128\)" "$tmp/tiny_mla_moe_bf16/program.txt" ||
+    fail "tiny_mla_moe bf16 [$v]: program.txt lists no tensor map for the grouped GEMMs"
   if [ "$v" = "model.moe_ffn_hidden_size=12" ]; then
     grep -qE "^  LAUNCH grouped_linear_forward " "$tmp/tiny_mla_moe_bf16/program.txt" ||
       fail "tiny_mla_moe bf16 [$v]: the 12-wide fc2 does not fall back to the CUDA-core kernel"

@@ -60,6 +60,7 @@ void rt_exec_free(RtExec *x) {
   rt_free(x->d, x->arena, (size_t)(x->arena_bytes + x->scratch_bytes));
   free(x->attn_cudnn), free(x->slot), free(x->dloss);
   free(x->multi_at), free(x->multi_chunks), free(x->multi_host);
+  free(x->tmap), free(x->tmap_of);
   free(x);
 }
 
@@ -309,6 +310,12 @@ static void carve_scratch(RtExec *x) {
     if ((int)b > x->amax_parts) x->amax_parts = (int)b;
   }
   sz[RT_SCRATCH_AMAX] = ((int64_t)x->amax_parts + 1) / 2 * 8 + (int64_t)x->fz->namax * 8;
+  x->ntmap = 0;
+  for (int o = 0; o < g->nop; o++) {
+    int n = rt_op_tmaps(x, &g->op[o], NULL);
+    x->tmap_of[o] = n ? x->ntmap : -1, x->ntmap += n;
+  }
+  sz[RT_SCRATCH_TMAPS] = (int64_t)x->ntmap * RT_TMAP_BYTES;
   int64_t total = 0;
   for (int i = 0; i < RT_SCRATCH_PARTS; i++)
     x->scratch_at[i] = total, total += align256(sz[i]);
@@ -334,6 +341,37 @@ static void place_scratch(RtExec *x) {
   x->loss_den = s + (CUdeviceptr)at[RT_SCRATCH_LOSS_DEN];
   x->amax_partial = s + (CUdeviceptr)at[RT_SCRATCH_AMAX];
   x->amax_slot = x->amax_partial + (CUdeviceptr)(((int64_t)x->amax_parts + 1) / 2 * 8);
+  x->tmaps = s + (CUdeviceptr)at[RT_SCRATCH_TMAPS];
+}
+
+CUdeviceptr rt_exec_tmap(const RtExec *x, const Op *op, int i) {
+  int first = x->tmap_of[rt_op_index(x, op)];
+  return first < 0 ? 0 : x->tmaps + (CUdeviceptr)((int64_t)(first + i) * RT_TMAP_BYTES);
+}
+
+/* The TMA tensor maps, from the plan's addresses: encoded to the device by the driver (a recording
+ * device keeps the descriptors only: the launch program carries them, and the player encodes and
+ * writes them into the scratch at open). */
+static int write_tmaps(RtExec *x) {
+  if (!x->ntmap) return RT_OK;
+  if (!(x->tmap = calloc((size_t)x->ntmap, sizeof *x->tmap))) return rt_fail(x->d, "out of memory");
+  for (int o = 0; o < x->g->nop; o++)
+    if (x->tmap_of[o] >= 0) rt_op_tmaps(x, &x->g->op[o], x->tmap + x->tmap_of[o]);
+  if (x->d->rec) return RT_OK;
+  unsigned char *maps = aligned_alloc(64, (size_t)x->ntmap * RT_TMAP_BYTES);
+  if (!maps) return rt_fail(x->d, "out of memory");
+  int rc = RT_OK;
+  for (int i = 0; i < x->ntmap && rc == RT_OK; i++)
+    rc = rt_tmap_encode(x->d, &x->tmap[i], maps + (size_t)i * RT_TMAP_BYTES);
+  if (rc == RT_OK) rc = rt_copy_h2d(x->d, x->tmaps, maps, (size_t)x->ntmap * RT_TMAP_BYTES);
+  if (rc == RT_OK) rc = rt_sync(x->d); /* the host buffer is freed below */
+  free(maps);
+  return rc;
+}
+
+const RtTmap *rt_exec_tmaps(const RtExec *x, int *n) {
+  *n = x->ntmap;
+  return x->tmap;
 }
 
 CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op) {
@@ -425,7 +463,8 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsuppo
   x->dloss = calloc((size_t)g->nop + 1, sizeof *x->dloss);
   x->multi_at = malloc(((size_t)g->nop + 1) * sizeof *x->multi_at);
   x->multi_chunks = calloc((size_t)g->nop + 1, sizeof *x->multi_chunks);
-  if (!x->attn_cudnn || !x->slot || !x->dloss || !x->multi_at || !x->multi_chunks) {
+  x->tmap_of = calloc((size_t)g->nop + 1, sizeof *x->tmap_of);
+  if (!x->attn_cudnn || !x->slot || !x->dloss || !x->multi_at || !x->multi_chunks || !x->tmap_of) {
     rt_fail(d, "out of memory");
     rt_exec_free(x);
     return NULL;
@@ -444,7 +483,7 @@ RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsuppo
   /* one allocation: the plan's buffers, then the launch scratch */
   if (rt_alloc(d, &x->arena, (size_t)(total + x->scratch_bytes), "the plan's arena and launch scratch") ||
       (place_scratch(x), rt_memset0(d, x->scratch, (size_t)x->scratch_bytes)) || write_tables(x) ||
-      rt_attn_resolve(x, unsupported)) {
+      write_tmaps(x) || rt_attn_resolve(x, unsupported)) {
     rt_exec_free(x);
     return NULL;
   }

@@ -58,6 +58,7 @@ enum {
   RT_SCRATCH_INIT_SEED, /* train.seed for the initialisation launches */
   RT_SCRATCH_LOSS_DEN,  /* the step's loss denominator (fp32), staged with the inputs */
   RT_SCRATCH_AMAX,      /* the fp8 casts' amax partials (2 per SM, kernels/fp8.cuh) */
+  RT_SCRATCH_TMAPS,     /* the TMA tensor maps (RT_TMAP_BYTES each) */
   RT_SCRATCH_PARTS
 };
 
@@ -85,6 +86,8 @@ uint64_t rt_exec_layout_hash(const RtExec *x);
 int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at);
 /* The multi-tensor tables' words as written at open (the scratch's RT_SCRATCH_TABLES part). */
 const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words);
+/* The TMA tensor maps as written at open (the RT_SCRATCH_TMAPS part, in this order), *n of them. */
+const RtTmap *rt_exec_tmaps(const RtExec *x, int *n);
 /* The initialisation: zeroes the plan's buffers and initialises parameters (and their masters)
  * exactly as the CPU executor's cpu_exec_init_params does, reading train.seed from the scratch's
  * RT_SCRATCH_INIT_SEED slot (the player writes it first). */

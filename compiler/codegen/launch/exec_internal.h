@@ -76,8 +76,12 @@ struct RtExec {
   float *dloss;           /* (LINEAR_)CROSS_ENTROPY: the constant loss gradient of its fused backward
                              (each kept token's gradient weighs it / D, D read at loss_den) */
   int nfused[FUSE_COUNT]; /* groups (chains for RT_FUSE_EW) fused, by RT_FUSE_* */
-  int eval;               /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
-  int comm_side;          /* 1: lowering a collective for the communication stream (rt_exec_set_comm_side) */
+  CUdeviceptr tmaps;      /* (ntmap, RT_TMAP_BYTES): the TMA tensor maps kernels read (rt_op_tmaps) */
+  RtTmap *tmap;           /* the same maps as descriptors, written when the executor opens */
+  int ntmap;
+  int *tmap_of;  /* per op: its first map's index, or -1 */
+  int eval;      /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
+  int comm_side; /* 1: lowering a collective for the communication stream (rt_exec_set_comm_side) */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
@@ -117,6 +121,11 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks);
 /* The output tiles (= blocks) of GROUPED_LINEAR_WGRAD op's launch (op_moe.c): the norm partials it
  * writes for its main gradient (fusions.h norm_by). */
 int64_t rt_grouped_wgrad_tiles(const RtExec *x, const Op *op);
+/* The TMA tensor maps op's launch reads (op_moe.c: the warp-specialised grouped GEMMs' two), into t
+ * (NULL: only counted; else their tensors' addresses too); their count, 0 for an op that reads none. */
+int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t);
+/* Where op's i-th tensor map lies in the scratch (exec.c). */
+CUdeviceptr rt_exec_tmap(const RtExec *x, const Op *op, int i);
 /* Where the norm partials of main gradient `grad` start (the slice of the GRAD_SUMSQ that reads it,
  * op_optim.c), or 0 with the reason. */
 CUdeviceptr rt_exec_norm_slice(const RtExec *x, int grad);

@@ -230,6 +230,28 @@ static RtDim group_grid(int64_t cols, int64_t rows, int64_t E) {
 static int use_tc(int Nout, int K) { return Nout % 8 == 0 && K % 8 == 0; }
 static unsigned tiles(int64_t n, int tile) { return (unsigned)((n + tile - 1) / tile); }
 
+/* The warp-specialised kernels' tensor maps (kernels/moe.cuh, grouped_linear_*_ws): GROUPED_LINEAR's x
+ * (N, K) in boxes of 64 x 128 rows and W (E, Nout, K) in 64 x 256 x 1; GROUPED_LINEAR_DGRAD's dy
+ * (N, Nout) in 64 x 128 and W in 64 x 64 x 1. Where the tensor-core kernels run (use_tc) on bf16. */
+int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
+  if (op->kind != OP_GROUPED_LINEAR && op->kind != OP_GROUPED_LINEAR_DGRAD) return 0;
+  const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
+  if (a->dtype != DT_BF16 || w->dtype != DT_BF16 || w->ndim != 3 ||
+      !use_tc((int)w->shape[1], (int)w->shape[2]))
+    return 0;
+  if (!t) return 2;
+  int dgrad = op->kind == OP_GROUPED_LINEAR_DGRAD;
+  t[0] = (RtTmap){.ptr = rt_in(x, op, 0),
+                  .rank = 2,
+                  .dim = {(uint64_t)ops_last(a), (uint64_t)ops_rows(a)},
+                  .box = {64, STEPC_MOE_TC_BM}};
+  t[1] = (RtTmap){.ptr = rt_in(x, op, 1),
+                  .rank = 3,
+                  .dim = {(uint64_t)w->shape[2], (uint64_t)w->shape[1], (uint64_t)w->shape[0]},
+                  .box = {64, dgrad ? 64 : STEPC_MOE_TC_BN, 1}};
+  return 2;
+}
+
 /* GROUPED_LINEAR in (x (N, K), W (E, Nout, K), seg) out (y (N, Nout)); GROUPED_LINEAR_DGRAD in
  * (dy (N, Nout), W, seg) out (dx (N, K)). */
 static int grouped(RtExec *x, const Op *op, int dgrad) {
@@ -242,6 +264,11 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
     int64_t E = w->shape[0];
     RtDim g = rt_dim(tiles(dgrad ? K : Nout, STEPC_MOE_TC_BN),
                      tiles(a->shape[0], STEPC_MOE_TC_BM) + (unsigned)E, 1);
+    CUdeviceptr ta = rt_exec_tmap(x, op, 0), tb = rt_exec_tmap(x, op, 1);
+    if (ta) /* persistent: a block per SM over the same tiles */
+      return (dgrad ? rt_launch_grouped_linear_dgrad_ws : rt_launch_grouped_linear_forward_ws)(
+          x->d, rt_dim1(stepc_moe_ws_grid(x->d->sm_count, g.x * (long)STEPC_MOE_TC_BN, g.y)),
+          STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), out, ta, tb, seg, Nout, K, (int)E, (int)g.y);
     return (dgrad ? rt_launch_grouped_linear_dgrad_tc : rt_launch_grouped_linear_forward_tc)(
         x->d, g, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), out, in, wp, seg, Nout, K, (int)E);
   }

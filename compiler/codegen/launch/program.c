@@ -102,6 +102,16 @@ static int facts(RtExec *x, LaunchProgram *lp) {
   f->ntable = words;
   if (!(lp->table = calloc((size_t)words + 1, 8))) return -1;
   if (words) memcpy(lp->table, tw, (size_t)words * 8);
+  int nmap;
+  const RtTmap *tm = rt_exec_tmaps(x, &nmap);
+  f->tmaps_at = f->part_at[RT_SCRATCH_TMAPS], f->ntmap = nmap;
+  if (!(lp->tmap = calloc((size_t)nmap + 1, sizeof *lp->tmap))) return -1;
+  for (int i = 0; i < nmap; i++) { /* their addresses relocated like the records' */
+    lp->tmap[i] = tm[i];
+    uint64_t p = tm[i].ptr;
+    if (reloc(&p, base, f->alloc_bytes)) return -1;
+    lp->tmap[i].ptr = p;
+  }
   return table_rows(x, lp);
 }
 

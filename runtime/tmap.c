@@ -1,0 +1,40 @@
+/* tmap.c — TMA tensor maps (rt.h RtTmap): checked, and encoded by the driver. */
+#include <stdio.h>
+
+#include "runtime/rt.h"
+
+int rt_tmap_invalid(const RtTmap *t, char *why, size_t n) {
+  if (t->rank < 2 || t->rank > 3) return snprintf(why, n, "a tensor map of rank %d (2 or 3)", t->rank), 1;
+  if (t->box[0] != 64)
+    return snprintf(why, n, "a tensor map whose box rows are %u elements (64)", t->box[0]), 1;
+  if (t->ptr % 16) return snprintf(why, n, "a tensor map over an address not 16-byte aligned"), 1;
+  if ((t->dim[0] * 2) % 16)
+    return snprintf(why, n, "a tensor map whose rows are not a multiple of 16 bytes"), 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->box[i] < 1 || t->box[i] > 256)
+      return snprintf(why, n, "a tensor map whose box edge %d is %u (1 to 256)", i, t->box[i]), 1;
+    if (t->dim[i] < 1 || t->dim[i] > ((uint64_t)1 << 32))
+      return snprintf(why, n, "a tensor map whose dimension %d is %llu (1 to 2^32)", i,
+                      (unsigned long long)t->dim[i]),
+             1;
+  }
+  return 0;
+}
+
+int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map) {
+  char why[128];
+  if (rt_tmap_invalid(t, why, sizeof why)) return rt_fail(d, "%s", why);
+  cuuint64_t dim[3], stride[2];
+  cuuint32_t box[3], one[3] = {1, 1, 1};
+  for (int i = 0; i < t->rank; i++)
+    dim[i] = t->dim[i], box[i] = t->box[i];
+  for (int i = 1; i < t->rank; i++)
+    stride[i - 1] = (i == 1 ? 2 : stride[i - 2]) * t->dim[i - 1];
+  return rt_check(d,
+                  d->cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                            (cuuint32_t)t->rank, (void *)(uintptr_t)t->ptr, dim, stride, box,
+                                            one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                  "cuTensorMapEncodeTiled");
+}
