@@ -110,7 +110,7 @@ for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_
   # the grouped GEMMs: tensor cores where every width is a multiple of 8 (forward and dgrad warp-specialised,
   # through TMA tensor maps the program lists), else the CUDA-core kernels (an expert ffn of 12: fc1's 24
   # outputs on the tensor cores, fc2's 12-wide input not)
-  for k in grouped_linear_forward_ws grouped_linear_dgrad_ws grouped_linear_wgrad_tc; do
+  for k in grouped_linear_forward_ws grouped_linear_dgrad_ws grouped_linear_wgrad_ws; do
     grep -qE "^  LAUNCH $k " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
   grep -qE "^#   tensor map 0 at A\+0x[0-9a-f]+: A\+0x[0-9a-f]+ bf16 \([0-9]+, [0-9]+\) box \(64, 128\)" "$tmp/tiny_mla_moe_bf16/program.txt" ||

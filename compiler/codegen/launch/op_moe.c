@@ -232,8 +232,24 @@ static unsigned tiles(int64_t n, int tile) { return (unsigned)((n + tile - 1) / 
 
 /* The warp-specialised kernels' tensor maps (kernels/moe.cuh, grouped_linear_*_ws): GROUPED_LINEAR's x
  * (N, K) in boxes of 64 x 128 rows and W (E, Nout, K) in 64 x 256 x 1; GROUPED_LINEAR_DGRAD's dy
- * (N, Nout) in 64 x 128 and W in 64 x 64 x 1. Where the tensor-core kernels run (use_tc) on bf16. */
+ * (N, Nout) in 64 x 128 and W in 64 x 64 x 1; GROUPED_LINEAR_WGRAD's dy and x in 64 x 64. Where the
+ * tensor-core kernels run (use_tc) on bf16. */
 int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
+  if (op->kind == OP_GROUPED_LINEAR_WGRAD) {
+    const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]), *dw = rt_t(x, op->out[0]);
+    if (dy->dtype != DT_BF16 || a->dtype != DT_BF16 || dw->ndim != 3 ||
+        !use_tc((int)dw->shape[1], (int)dw->shape[2]))
+      return 0;
+    if (!t) return 2;
+    for (int i = 0; i < 2; i++) {
+      const Tensor *m = i ? a : dy;
+      t[i] = (RtTmap){.ptr = rt_in(x, op, i),
+                      .rank = 2,
+                      .dim = {(uint64_t)ops_last(m), (uint64_t)ops_rows(m)},
+                      .box = {64, 64}};
+    }
+    return 2;
+  }
   if (op->kind != OP_GROUPED_LINEAR && op->kind != OP_GROUPED_LINEAR_DGRAD) return 0;
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   if (a->dtype != DT_BF16 || w->dtype != DT_BF16 || w->ndim != 3 ||
@@ -307,6 +323,13 @@ static int rt_op_grouped_linear_wgrad(RtExec *x, const Op *op) {
   int store = sink >= 0 && x->fz->fuse[o] == RT_FUSE_WGRAD_STORE;
   int Nout = (int)dw->shape[1], K = (int)dw->shape[2];
   CUdeviceptr dy = rt_in(x, op, 0), in = rt_in(x, op, 1), seg = rt_in(x, op, 2);
+  CUdeviceptr tdy = rt_exec_tmap(x, op, 0), tx = rt_exec_tmap(x, op, 1);
+  if (tdy) { /* persistent: a block per SM over the same tiles (and norm partials) as the _tc kernel's */
+    int64_t E = dw->shape[0];
+    unsigned grid = stepc_moe_ws_grid(x->d->sm_count, K, (Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM * E);
+    return rt_launch_grouped_linear_wgrad_ws(x->d, rt_dim1(grid), STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(),
+                                             out, acc, tdy, tx, seg, Nout, K, (int)E, store, norm);
+  }
   if (use_tc(Nout, K))
     return rt_launch_grouped_linear_wgrad_tc(x->d, wgrad_grid(dw), STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(),
                                              out, acc, dy, in, seg, Nout, K, store, norm);
