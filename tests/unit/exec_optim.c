@@ -206,9 +206,17 @@ static int check_wgrad_norm(Run *r, const char *name, double *bytes) {
     CHECK(s >= 0 && rt_exec_norm_partials(r->x, s, &first, &count) == 0, "%s: %s has no norm slice", name, g->t[t].name);
     int64_t blocks = launch_blocks(r, w);
     const RtRec *l = &r->rec.r[r->rec.n - 1];
-    CHECK(blocks == count && l->kind == RT_REC_LAUNCH && (l->k == RT_K_grouped_linear_wgrad_tc || l->k == RT_K_grouped_linear_wgrad) &&
-              l->arg[1] == rt_exec_ptr(r->x, t) && l->arg[8] == base + (CUdeviceptr)(4 * first) && first + count <= total,
-          "%s: op %d's launch (%lld blocks) does not write %s's %lld partials at %lld", name, w, (long long)blocks, g->t[t].name,
+    /* one partial a block, or for the persistent TMA kernel one a tile (its argument 9, not 8) */
+    int ws = l->kind == RT_REC_LAUNCH && l->k == RT_K_grouped_linear_wgrad_ws;
+    const Tensor *dw = &g->t[op->out[0]];
+    int64_t tiles = ws ? (dw->shape[2] + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN *
+                             ((dw->shape[1] + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) * dw->shape[0]
+                       : blocks;
+    CHECK(tiles == count && l->kind == RT_REC_LAUNCH &&
+              (ws || l->k == RT_K_grouped_linear_wgrad_tc || l->k == RT_K_grouped_linear_wgrad) &&
+              l->arg[1] == rt_exec_ptr(r->x, t) && l->arg[ws ? 9 : 8] == base + (CUdeviceptr)(4 * first) &&
+              first + count <= total,
+          "%s: op %d's launch (%lld tiles) does not write %s's %lld partials at %lld", name, w, (long long)tiles, g->t[t].name,
           (long long)count, (long long)first);
   }
   return n;
