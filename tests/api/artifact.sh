@@ -110,7 +110,9 @@ for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_
   # the grouped GEMMs: tensor cores where every width is a multiple of 8 (forward and dgrad warp-specialised,
   # through TMA tensor maps the program lists), else the CUDA-core kernels (an expert ffn of 12: fc1's 24
   # outputs on the tensor cores, fc2's 12-wide input not)
-  for k in grouped_linear_forward_ws grouped_linear_dgrad_ws grouped_linear_wgrad_ws; do
+  # (the weight gradient: two micro-batches add into the fp32 main gradient, where the tensor-core kernel
+  # is faster; one micro-batch stores it, on the warp-specialised kernel: below)
+  for k in grouped_linear_forward_ws grouped_linear_dgrad_ws grouped_linear_wgrad_tc; do
     grep -qE "^  LAUNCH $k " "$tmp/tiny_mla_moe_bf16/program.txt" || fail "tiny_mla_moe bf16 [$v]: the program never launches $k"
   done
   grep -qE "^#   tensor map 0 at A\+0x[0-9a-f]+: A\+0x[0-9a-f]+ bf16 \([0-9]+, [0-9]+\) box \(64, 128\)" "$tmp/tiny_mla_moe_bf16/program.txt" ||
@@ -121,6 +123,12 @@ for v in "" "model.moe_expert_capacity_factor=1.0 model.moe_pad_expert_input_to_
   fi
   rm -rf "$tmp/tiny_mla_moe_bf16"
 done
+build tiny_mla_moe_one tests/recipes/tiny_mla_moe.lua model.bf16=true train.global_batch_size=2
+grep -qE "^  LAUNCH grouped_linear_wgrad_ws " "$tmp/tiny_mla_moe_one/program.txt" ||
+  fail "tiny_mla_moe bf16, one micro-batch: the stored weight gradient is not on grouped_linear_wgrad_ws"
+grep -qE "^  LAUNCH grouped_linear_wgrad_tc " "$tmp/tiny_mla_moe_one/program.txt" &&
+  fail "tiny_mla_moe bf16, one micro-batch: a stored weight gradient on grouped_linear_wgrad_tc"
+rm -rf "$tmp/tiny_mla_moe_one"
 echo "ok: tiny_mla_moe bf16: every MoE / MLA kernel launched by the program"
 # per-layer scoped graphs: the plan pins the scopes' static outputs
 build tiny_te tiny model.cuda_graph_impl=transformer_engine "model.cuda_graph_modules=[attn]"

@@ -237,8 +237,13 @@ static unsigned tiles(int64_t n, int tile) { return (unsigned)((n + tile - 1) / 
 int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
   if (op->kind == OP_GROUPED_LINEAR_WGRAD) {
     const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]), *dw = rt_t(x, op->out[0]);
+    int o = rt_op_index(x, op), sink = x->fz->sink[op->out[0]];
+    /* adding into the fp32 main gradient (a later micro-batch's), the persistent kernel's epilogue
+     * (a read-modify-write from registers) runs at half the tensor-core kernel's speed (bench/RESULTS.md,
+     * session 18): that case keeps grouped_linear_wgrad_tc */
+    int adds = sink >= 0 && x->fz->fuse[o] != RT_FUSE_WGRAD_STORE;
     if (dy->dtype != DT_BF16 || a->dtype != DT_BF16 || dw->ndim != 3 ||
-        !use_tc((int)dw->shape[1], (int)dw->shape[2]))
+        !use_tc((int)dw->shape[1], (int)dw->shape[2]) || adds)
       return 0;
     if (!t) return 2;
     for (int i = 0; i < 2; i++) {
