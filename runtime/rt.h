@@ -187,6 +187,9 @@ typedef struct {
 int rt_tmap_invalid(const RtTmap *t, char *why, size_t n);
 /* The 128 bytes of t's CUtensorMap into map (64-byte aligned), by the driver. */
 int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map);
+/* The n maps t encoded and copied to dst (n x RT_TMAP_BYTES of device memory), synchronously; nothing on
+ * a recording device, which moves no data. */
+int rt_tmap_write(RtDevice *d, CUdeviceptr dst, const RtTmap *t, int64_t n);
 
 struct RtDevice {
 #define RT_DECL(f) __typeof__(&f) f;

@@ -1,5 +1,6 @@
 /* tmap.c — TMA tensor maps (rt.h RtTmap): checked, and encoded by the driver. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "runtime/rt.h"
 
@@ -37,4 +38,17 @@ int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map) {
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                   "cuTensorMapEncodeTiled");
+}
+
+int rt_tmap_write(RtDevice *d, CUdeviceptr dst, const RtTmap *t, int64_t n) {
+  if (!n || d->rec) return RT_OK;
+  unsigned char *maps = aligned_alloc(64, (size_t)n * RT_TMAP_BYTES);
+  if (!maps) return rt_fail(d, "out of memory");
+  int rc = RT_OK;
+  for (int64_t i = 0; i < n && rc == RT_OK; i++)
+    rc = rt_tmap_encode(d, &t[i], maps + i * RT_TMAP_BYTES);
+  if (rc == RT_OK) rc = rt_copy_h2d(d, dst, maps, (size_t)n * RT_TMAP_BYTES);
+  if (rc == RT_OK) rc = rt_sync(d); /* the host buffer is freed below */
+  free(maps);
+  return rc;
 }

@@ -93,23 +93,16 @@ static int prepare_collectives(RtPlayer *p) {
   return RT_OK;
 }
 
-/* The TMA tensor maps (program.h): each encoded by the driver over its relocated address into its 128
- * bytes of the scratch (synchronously: the host copy is freed here). */
+/* The TMA tensor maps (program.h), over their relocated addresses, into their part of the scratch. */
 static int write_tmaps(RtPlayer *p) {
   const LpFacts *f = &p->lp->f;
   if (!f->ntmap || p->d->rec) return RT_OK;
-  unsigned char *maps = aligned_alloc(64, (size_t)f->ntmap * RT_TMAP_BYTES);
-  if (!maps) return rt_fail(p->d, "out of memory");
-  int rc = RT_OK;
-  for (int64_t i = 0; i < f->ntmap && rc == RT_OK; i++) {
-    RtTmap t = p->lp->tmap[i];
-    t.ptr = at(p, t.ptr);
-    rc = rt_tmap_encode(p->d, &t, maps + i * RT_TMAP_BYTES);
-  }
-  if (rc == RT_OK)
-    rc = rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->tmaps_at, maps, (size_t)f->ntmap * RT_TMAP_BYTES);
-  if (rc == RT_OK) rc = rt_sync(p->d);
-  free(maps);
+  RtTmap *t = malloc((size_t)f->ntmap * sizeof *t);
+  if (!t) return rt_fail(p->d, "out of memory");
+  for (int64_t i = 0; i < f->ntmap; i++)
+    t[i] = p->lp->tmap[i], t[i].ptr = at(p, t[i].ptr);
+  int rc = rt_tmap_write(p->d, p->base + (CUdeviceptr)f->tmaps_at, t, f->ntmap);
+  free(t);
   return rc;
 }
 

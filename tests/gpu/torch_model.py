@@ -157,26 +157,21 @@ def rope_row_perm(n_heads, head, off, dr):
     return perm
 
 
+def untied_rows():
+    """The rows of an untied model's embedding, final norm and output layer."""
+    return {"embedding.word_embeddings.weight": [("embed_tokens.weight", None)],
+            "final_layernorm.weight": [("norm.weight", None)], "output_layer.weight": [("lm_head.weight", None)]}
+
+
 def mapping_mla_moe(m):
     H, F_ = m["num_attention_heads"], m["ffn_hidden_size"]
     glu = m["gated_linear_unit"]
     mla = m.get("multi_latent_attention", False)
-    rows = {}
+    rows = untied_rows()
 
     def one(stepc, torch_name):
         rows[stepc] = [(torch_name, None)]
 
-    def mlp_rows(stepc, torch_prefix, width):
-        if glu:
-            rows[stepc + ".linear_fc1.weight"] = [(torch_prefix + ".gate_proj.weight", width),
-                                                 (torch_prefix + ".up_proj.weight", width)]
-        else:
-            one(stepc + ".linear_fc1.weight", torch_prefix + ".up_proj.weight")
-        one(stepc + ".linear_fc2.weight", torch_prefix + ".down_proj.weight")
-
-    one("embedding.word_embeddings.weight", "embed_tokens.weight")
-    one("final_layernorm.weight", "norm.weight")
-    one("output_layer.weight", "lm_head.weight")
     if not mla:
         raise ValueError("MoE without MLA is not mirrored (use the dense mapping's attention)")
     dn, dr, dv, kvl = m["qk_head_dim"], m["qk_pos_emb_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
@@ -199,10 +194,20 @@ def mapping_mla_moe(m):
         one(sa + "linear_proj.weight", a + "o_proj.weight")
         q = f"layers.{i}.mlp"
         if not m["moe_layers"][i]:
-            mlp_rows(p + "mlp", q, F_)
+            mlp_rows(rows, glu, p + "mlp", q, F_)
             continue
         moe_rows(m, rows, p + "mlp", q)
     return rows
+
+
+def mlp_rows(rows, glu, stepc, torch_prefix, width):
+    """An MLP's rows: linear_fc1 = [gate_proj | up_proj] (GLU) or up_proj, linear_fc2 = down_proj."""
+    if glu:
+        rows[stepc + ".linear_fc1.weight"] = [(torch_prefix + ".gate_proj.weight", width),
+                                             (torch_prefix + ".up_proj.weight", width)]
+    else:
+        rows[stepc + ".linear_fc1.weight"] = [(torch_prefix + ".up_proj.weight", None)]
+    rows[stepc + ".linear_fc2.weight"] = [(torch_prefix + ".down_proj.weight", None)]
 
 
 def moe_rows(m, rows, stepc, q):
@@ -212,12 +217,8 @@ def moe_rows(m, rows, stepc, q):
     rows[stepc + ".experts.linear_fc1.weight"] = [
         (f"{q}.experts.{e}.{w}.weight", Fe) for e in range(E) for w in (("gate_proj", "up_proj") if glu else ("up_proj",))]
     rows[stepc + ".experts.linear_fc2.weight"] = [(f"{q}.experts.{e}.down_proj.weight", C) for e in range(E)]
-    sh = m.get("moe_shared_expert_intermediate_size")
-    if sh:
-        p = stepc + ".shared_experts"
-        rows[p + ".linear_fc1.weight"] = ([(q + ".shared_experts.gate_proj.weight", sh), (q + ".shared_experts.up_proj.weight", sh)]
-                                          if glu else [(q + ".shared_experts.up_proj.weight", None)])
-        rows[p + ".linear_fc2.weight"] = [(q + ".shared_experts.down_proj.weight", None)]
+    if m.get("moe_shared_expert_intermediate_size"):
+        mlp_rows(rows, glu, stepc + ".shared_experts", q + ".shared_experts", m["moe_shared_expert_intermediate_size"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,14 +237,11 @@ def moe_rows(m, rows, stepc, q):
 # ---------------------------------------------------------------------------------------------
 def mapping_hybrid(m):
     H, G, D, F_ = m["num_attention_heads"], m["num_query_groups"], m["kv_channels"], m["ffn_hidden_size"]
-    rows = {}
+    rows = untied_rows()
 
     def one(stepc, torch_name):
         rows[stepc] = [(torch_name, None)]
 
-    one("embedding.word_embeddings.weight", "embed_tokens.weight")
-    one("final_layernorm.weight", "norm.weight")
-    one("output_layer.weight", "lm_head.weight")
     for i, kind in enumerate(m["hybrid_override_pattern"]):
         p = q = f"layers.{i}."
         if kind == "M":
@@ -260,12 +258,8 @@ def mapping_hybrid(m):
             one(p + "pre_mlp_layernorm.weight", q + "post_attention_layernorm.weight")
             if kind == "E":
                 moe_rows(m, rows, p + "mlp", q + "mlp")
-            elif m["gated_linear_unit"]:
-                rows[p + "mlp.linear_fc1.weight"] = [(q + "mlp.gate_proj.weight", F_), (q + "mlp.up_proj.weight", F_)]
-                one(p + "mlp.linear_fc2.weight", q + "mlp.down_proj.weight")
             else:
-                one(p + "mlp.linear_fc1.weight", q + "mlp.up_proj.weight")
-                one(p + "mlp.linear_fc2.weight", q + "mlp.down_proj.weight")
+                mlp_rows(rows, m["gated_linear_unit"], p + "mlp", q + "mlp", F_)
         else:
             raise ValueError(f"hybrid layer kind {kind!r}")
     return rows
@@ -473,10 +467,16 @@ def forward_loss(m, P, tokens, targets):
     if m["position_embedding_type"] == "learned_absolute":
         x = x + P["embed_positions.weight"][:T]
     cos, sin = rope_cos_sin(m, T, x.device, x.dtype)
+    x, aux_total = (hybrid_layers if m.get("hybrid_override_pattern") else dense_layers)(m, P, x, cos, sin)
+    x = norm(m, P, "norm", x)
+    head = P["embed_tokens.weight"] if m["share_embeddings_and_output_weights"] else P["lm_head.weight"]
+    logits = F.linear(x, head)
+    return F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T).long()) + aux_total
+
+
+def dense_layers(m, P, x, cos, sin):
     aux_total = 0.0
-    if m.get("hybrid_override_pattern"):
-        x, aux_total = hybrid_layers(m, P, x, cos, sin)
-    for i in range(0 if m.get("hybrid_override_pattern") else m["num_layers"]):
+    for i in range(m["num_layers"]):
         p = f"layers.{i}"
         hn = norm(m, P, p + ".input_layernorm", x)
         x = x + (mla_attention(m, P, p + ".self_attn", hn) if m.get("multi_latent_attention")
@@ -489,7 +489,4 @@ def forward_loss(m, P, tokens, targets):
                 aux_total = aux_total + aux
         else:
             x = x + mlp(m, P, p + ".mlp", hn)
-    x = norm(m, P, "norm", x)
-    head = P["embed_tokens.weight"] if m["share_embeddings_and_output_weights"] else P["lm_head.weight"]
-    logits = F.linear(x, head)
-    return F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T).long()) + aux_total
+    return x, aux_total

@@ -357,16 +357,7 @@ static int write_tmaps(RtExec *x) {
   if (!(x->tmap = calloc((size_t)x->ntmap, sizeof *x->tmap))) return rt_fail(x->d, "out of memory");
   for (int o = 0; o < x->g->nop; o++)
     if (x->tmap_of[o] >= 0) rt_op_tmaps(x, &x->g->op[o], x->tmap + x->tmap_of[o]);
-  if (x->d->rec) return RT_OK;
-  unsigned char *maps = aligned_alloc(64, (size_t)x->ntmap * RT_TMAP_BYTES);
-  if (!maps) return rt_fail(x->d, "out of memory");
-  int rc = RT_OK;
-  for (int i = 0; i < x->ntmap && rc == RT_OK; i++)
-    rc = rt_tmap_encode(x->d, &x->tmap[i], maps + (size_t)i * RT_TMAP_BYTES);
-  if (rc == RT_OK) rc = rt_copy_h2d(x->d, x->tmaps, maps, (size_t)x->ntmap * RT_TMAP_BYTES);
-  if (rc == RT_OK) rc = rt_sync(x->d); /* the host buffer is freed below */
-  free(maps);
-  return rc;
+  return rt_tmap_write(x->d, x->tmaps, x->tmap, x->ntmap);
 }
 
 const RtTmap *rt_exec_tmaps(const RtExec *x, int *n) {
