@@ -4,6 +4,10 @@
 #ifndef STEPC_KERNELS_LAUNCH_H
 #define STEPC_KERNELS_LAUNCH_H
 
+/* The grouped fp8 casts (kernels/fp8.cuh fp8_cast_transpose_grouped): a rows cast finds each row's expert
+ * among at most this many (its block's shared copy of the segments). */
+#define STEPC_FP8_GROUP_EMAX 512
+
 /* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. */
 #define STEPC_FLASH_T_MULTIPLE 128
 

@@ -578,7 +578,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   for (int k = 0; k < f->ntmap; k++) { /* a tensor map: encodable, over bytes inside the allocation */
     RtTmap t = lp->tmap[k];
     char why[128];
-    int64_t bytes = 2;
+    int64_t bytes = t.elem == 1 ? 1 : 2;
     for (int i = 0; i < t.rank && i < 3; i++) {
       if (t.dim[i] == 0 || t.dim[i] > (uint64_t)f->alloc_bytes ||
           bytes > f->alloc_bytes / (int64_t)t.dim[i]) {
@@ -591,6 +591,7 @@ static int check_launch_program(StepImage *im, Why *w) {
       return bad(w, "program: tensor map %d's address is outside the step's allocation", k);
     t.ptr &= ~LP_PTR;
     if (rt_tmap_invalid(&t, why, sizeof why)) return bad(w, "program: tensor map %d: %s", k, why);
+    if (t.pad) return bad(w, "program: tensor map %d's padding is not 0", k);
     if (!lp_span_ok((int64_t)t.ptr, bytes, f->alloc_bytes))
       return bad(w, "program: tensor map %d's tensor lies outside the step's allocation", k);
   }

@@ -6,10 +6,14 @@
 
 int rt_tmap_invalid(const RtTmap *t, char *why, size_t n) {
   if (t->rank < 2 || t->rank > 3) return snprintf(why, n, "a tensor map of rank %d (2 or 3)", t->rank), 1;
-  if (t->box[0] != 64)
-    return snprintf(why, n, "a tensor map whose box rows are %u elements (64)", t->box[0]), 1;
+  if (t->elem != 1 && t->elem != 2)
+    return snprintf(why, n, "a tensor map of %d-byte elements (1 or 2)", t->elem), 1;
+  if (t->box[0] * (uint32_t)t->elem != 128)
+    return snprintf(why, n, "a tensor map whose box rows are %u elements of %d bytes (128 bytes)", t->box[0],
+                    t->elem),
+           1;
   if (t->ptr % 16) return snprintf(why, n, "a tensor map over an address not 16-byte aligned"), 1;
-  if ((t->dim[0] * 2) % 16)
+  if ((t->dim[0] * (uint64_t)t->elem) % 16)
     return snprintf(why, n, "a tensor map whose rows are not a multiple of 16 bytes"), 1;
   for (int i = 0; i < t->rank; i++) {
     if (t->box[i] < 1 || t->box[i] > 256)
@@ -30,9 +34,10 @@ int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map) {
   for (int i = 0; i < t->rank; i++)
     dim[i] = t->dim[i], box[i] = t->box[i];
   for (int i = 1; i < t->rank; i++)
-    stride[i - 1] = (i == 1 ? 2 : stride[i - 2]) * t->dim[i - 1];
+    stride[i - 1] = (i == 1 ? (cuuint64_t)t->elem : stride[i - 2]) * t->dim[i - 1];
   return rt_check(d,
-                  d->cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                  d->cuTensorMapEncodeTiled((CUtensorMap *)map,
+                                            t->elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                             (cuuint32_t)t->rank, (void *)(uintptr_t)t->ptr, dim, stride, box,
                                             one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -129,7 +129,7 @@ int program_text_write(const Plan *p, FILE *f) {
     fprintf(f, "#   tensor map %lld at A+0x%llx: ", (long long)k,
             (unsigned long long)(lf->tmaps_at + k * RT_TMAP_BYTES));
     addr(f, t->ptr);
-    fprintf(f, " bf16 (%llu", (unsigned long long)t->dim[0]);
+    fprintf(f, " %s (%llu", t->elem == 1 ? "fp8" : "bf16", (unsigned long long)t->dim[0]);
     for (int i = 1; i < t->rank; i++)
       fprintf(f, ", %llu", (unsigned long long)t->dim[i]);
     fprintf(f, ") box (%u", t->box[0]);

@@ -307,7 +307,8 @@ static void fuse_wgrad_store(const Graph *g, Fusions *fz) {
         }
     if (first != z || next < 0) continue;
     const Op *w = &g->op[next];
-    if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD && w->kind != OP_FP8_GEMM) ||
+    if ((w->kind != OP_LINEAR_WGRAD && w->kind != OP_GROUPED_LINEAR_WGRAD && w->kind != OP_FP8_GEMM &&
+         w->kind != OP_GROUPED_FP8_WGRAD) ||
         fz->skip[next] || fz->fuse[next] || w->nout != 1 || fz->sink[w->out[0]] != mg ||
         tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;
@@ -345,7 +346,7 @@ static void fuse_wgrad_norm(const Graph *g, Fusions *fz) {
     }
     if (last < 0 || tail) continue;
     const Op *w = &g->op[last];
-    if (w->kind != OP_GROUPED_LINEAR_WGRAD || fz->skip[last] ||
+    if ((w->kind != OP_GROUPED_LINEAR_WGRAD && w->kind != OP_GROUPED_FP8_WGRAD) || fz->skip[last] ||
         (fz->fuse[last] != FUSE_NONE && fz->fuse[last] != FUSE_WGRAD_STORE) || w->nout != 1 ||
         fz->sink[w->out[0]] != mg || tensor_numel(&g->t[w->out[0]]) != tensor_numel(&g->t[mg]))
       continue;

@@ -515,6 +515,90 @@ static void run_grouped_fp8_wgrad(Gpu *g, int fa, int fb, Rng *r) {
   gpu_free(g, norm), gpu_free(g, ta), gpu_free(g, tb);
 }
 
+/* The grouped casts (FP8_QUANT_GROUPED: fp8_amax_partial_grouped, fp8_scale_grouped,
+ * fp8_cast_transpose_grouped) against the host, bitwise: each expert's scale_inv, every code and the
+ * transpose. Weights (rows = 0): E blocks of (M, K), one all zeros (scale 1), magnitudes apart by
+ * 2^6 an expert. Rows (rows = 1): x (M, K) in uneven segments (an empty one, gaps between them filled
+ * with NaN and 1e30, which must come out 0) with each expert's own magnitude. Delayed (stored != NULL):
+ * the scales the states hold (0 = 1) and each expert's amax folded into its entry, which held
+ * held[e]; the partials unread when damax is null (an evaluation: entries left as they were). */
+static void run_cast_grouped(Gpu *g, int rows, int fmt, const float *stored, const float *held, int record, Rng *r) {
+  enum { E = 4 };
+  int M = rows ? 208 : 80, K = 48, seg[2 * E] = {0, 70, 70, 0, 72, 100, 180, 20};
+  long n = (long)(rows ? 1 : E) * M * K, each = (long)M * K;
+  int *owner = malloc(sizeof *owner * (size_t)(rows ? M : E * M)); /* each row's expert, -1 none */
+  for (int i = 0; i < (rows ? M : E * M); i++) owner[i] = rows ? -1 : i / M;
+  if (rows)
+    for (int e = 0; e < E; e++)
+      for (int i = seg[2 * e]; i < seg[2 * e] + seg[2 * e + 1]; i++) owner[i] = e;
+  uint16_t *h = malloc(2 * (size_t)n);
+  for (long i = 0; i < n; i++) {
+    int e = owner[i / K];
+    double v = rng_uniform(r) * ldexp(1.0, (int)floor(rng_uniform(r) * 8) - 12 + 6 * (e < 0 ? 0 : e));
+    h[i] = e < 0 ? host_f32_to_bf16(i % 2 ? NAN : 1e30f) : e == 1 && !rows ? 0 : host_f32_to_bf16((float)v);
+  }
+  float amax[E] = {0}, scale[E], sinv[E], fmax = fmt ? 57344.0f : 448.0f;
+  for (long i = 0; i < n; i++)
+    if (owner[i / K] >= 0) amax[owner[i / K]] = fmaxf(amax[owner[i / K]], fabsf(host_bf16_to_f32(h[i])));
+  for (int e = 0; e < E; e++) {
+    scale[e] = stored ? (stored[e] == 0 ? 1.0f : stored[e]) : amax[e] == 0 ? 1.0f : fmax / amax[e];
+    sinv[e] = 1.0f / scale[e];
+  }
+  enum { P = 5 };
+  CUdeviceptr x = gpu_dup(g, h, 2 * (size_t)n), q = gpu_alloc(g, (size_t)n), qT = gpu_alloc(g, (size_t)n),
+              ds = gpu_alloc(g, 4 * E), dsinv = gpu_alloc(g, 4 * E), part = gpu_alloc(g, 4 * E * P),
+              dseg = rows ? gpu_dup(g, seg, sizeof seg) : 0, st = 0, am = 0, none = 0;
+  if (stored) st = gpu_dup(g, stored, 4 * E), am = record ? gpu_dup(g, held, 4 * E) : 0;
+  gpu_memset(g, part, 0x7f, 4 * E * P); /* read only where the cast records or scales from them */
+  int Ki = K, Mi = M, e4 = E, p = stored && !record ? 0 : P;
+  if (p) {
+    void *a1[] = {&part, &x, &dseg, &each, &Ki};
+    gpu_launch(g, "fp8_amax_partial_grouped", P, E, 1, 256, 0, a1);
+  }
+  void *a2[] = {&ds, &dsinv, &part, &p, &e4, &fmt, stored ? &st : &none, &am};
+  gpu_launch(g, "fp8_scale_grouped", 1, 1, 1, 32, 0, a2);
+  void *a3[] = {&q, &qT, &x, &ds, &dseg, &e4, &Mi, &Ki, &fmt};
+  gpu_launch(g, "fp8_cast_transpose_grouped", (unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64),
+             rows ? 1 : E, 256, 0, a3);
+  gpu_sync(g);
+  unsigned char *hq = malloc((size_t)n), *hqT = malloc((size_t)n);
+  float got_sinv[E], got_am[E];
+  gpu_get(g, hq, q, (size_t)n), gpu_get(g, hqT, qT, (size_t)n), gpu_get(g, got_sinv, dsinv, sizeof got_sinv);
+  char name[128], detail[160];
+  const char *what = rows ? "rows" : "weights", *f = fmt ? "E5M2" : "E4M3", *how = stored ? "delayed" : "current";
+  snprintf(name, sizeof name, "fp8 %s grouped %s cast (%s) scale_inv of 4 experts", f, what, how);
+  gpu_check_bitwise(g, name, got_sinv, sinv, sizeof sinv);
+  long bad = 0, first = -1, tbad = 0;
+  for (long i = 0; i < n; i++) {
+    int e = owner[i / K];
+    unsigned want = e < 0 ? 0 : fp8_nearest(host_bf16_to_f32(h[i]) * scale[e], fmt);
+    if (hq[i] != want && bad++ == 0) first = i;
+  }
+  snprintf(detail, sizeof detail, "%ld of %ld codes differ (first at %ld: got 0x%02x)", bad, n, first,
+           first >= 0 ? hq[first] : 0);
+  snprintf(name, sizeof name, "fp8 %s grouped %s cast (%s) codes, rows of no expert 0", f, what, how);
+  gpu_check_true(g, name, bad == 0, detail);
+  for (long b = 0; b < (rows ? 1 : E); b++)
+    for (long m = 0; m < M; m++)
+      for (long k = 0; k < K; k++)
+        tbad += hqT[b * each + k * M + m] != hq[b * each + m * K + k];
+  snprintf(detail, sizeof detail, "%ld of %ld bytes differ", tbad, n);
+  snprintf(name, sizeof name, "fp8 %s grouped %s cast (%s) transpose", f, what, how);
+  gpu_check_true(g, name, tbad == 0, detail);
+  if (stored && record) {
+    float want_am[E];
+    for (int e = 0; e < E; e++) want_am[e] = fmaxf(held[e], amax[e]);
+    gpu_get(g, got_am, am, sizeof got_am);
+    snprintf(name, sizeof name, "fp8 %s grouped %s cast (delayed) amaxes folded into the states", f, what);
+    gpu_check_bitwise(g, name, got_am, want_am, sizeof want_am);
+  }
+  gpu_free(g, x), gpu_free(g, q), gpu_free(g, qT), gpu_free(g, ds), gpu_free(g, dsinv), gpu_free(g, part);
+  if (dseg) gpu_free(g, dseg);
+  if (st) gpu_free(g, st);
+  if (am) gpu_free(g, am);
+  free(h), free(hq), free(hqT), free(owner);
+}
+
 void test_fp8(Gpu *g) {
   Rng r = {0x5eedf8};
   static const CastCase cases[] = {
@@ -529,6 +613,11 @@ void test_fp8(Gpu *g) {
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
   run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
   run_fused_amax(g, &r);
+  static const float stored[4] = {0.0f, 3.0f, 0.5f, 1e-3f}, held[4] = {0.0f, 1e9f, 0.25f, 0.0f};
+  for (int rows = 0; rows < 2; rows++) {
+    run_cast_grouped(g, rows, 0, NULL, NULL, 1, &r), run_cast_grouped(g, rows, 1, NULL, NULL, 1, &r);
+    run_cast_grouped(g, rows, rows, stored, held, 1, &r), run_cast_grouped(g, rows, 0, stored, held, 0, &r);
+  }
   if (gpu_has_kernel(g, "grouped_fp8_tn_ws") && g->cc_major >= 9) {
     run_grouped_fp8(g, 0, 0, &r), run_grouped_fp8(g, 1, 0, &r);
     run_grouped_fp8_wgrad(g, 1, 0, &r), run_grouped_fp8_wgrad(g, 0, 0, &r);

@@ -166,16 +166,7 @@ static int analyse(RtExec *x, int *unsupported) {
   }
   for (int o = 0; o < g->nop && rc == RT_OK; o++) { /* after the fusions: what is left must have a row */
     const Op *op = &g->op[o];
-    bool grouped_fp8 = op->kind == OP_FP8_QUANT_GROUPED || op->kind == OP_GROUPED_LINEAR_FP8 ||
-                       op->kind == OP_GROUPED_FP8_DGRAD || op->kind == OP_GROUPED_FP8_WGRAD;
-    if (!x->fz->skip[o] && !DISPATCH[op->kind] && grouped_fp8) {
-      *unsupported = 1;
-      rc = rt_fail(d,
-                   "fp8 with routed experts: the fp8 grouped expert GEMMs (op %s in %s) have no CUDA kernels "
-                   "yet (the CPU device runs this step; a CUDA step would run the experts in bf16, so none "
-                   "is built)",
-                   op_name(op->kind), op->tags.module);
-    } else if (!x->fz->skip[o] && !DISPATCH[op->kind]) {
+    if (!x->fz->skip[o] && !DISPATCH[op->kind]) {
       *unsupported = 1;
       rc = rt_fail(d, "op %s (%s) does not run on CUDA yet", op_name(op->kind), op->tags.module);
     } else if ((op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_BWD) && op->a.f[1] > 0) {
@@ -193,7 +184,7 @@ static int analyse(RtExec *x, int *unsupported) {
        o++) /* a stored weight gradient: a GEMM into its main gradient */
     if (x->fz->fuse[o] == RT_FUSE_WGRAD_STORE &&
         ((g->op[o].kind != OP_LINEAR_WGRAD && g->op[o].kind != OP_GROUPED_LINEAR_WGRAD &&
-          g->op[o].kind != OP_FP8_GEMM) ||
+          g->op[o].kind != OP_FP8_GEMM && g->op[o].kind != OP_GROUPED_FP8_WGRAD) ||
          x->fz->sink[g->op[o].out[0]] < 0))
       rc = rt_fail(d, "op %d (%s): a stored weight gradient on a %s op", o, g->op[o].tags.module,
                    op_name(g->op[o].kind));
@@ -301,6 +292,8 @@ static void carve_scratch(RtExec *x) {
   x->amax_parts = x->gn_groups;
   for (int o = 0; o < g->nop; o++) {
     const Op *op = &g->op[o];
+    int64_t grouped = rt_fp8_grouped_scratch(x, op); /* a grouped cast's partials and scales */
+    if (grouped > x->amax_parts) x->amax_parts = (int)grouped;
     if (x->fz->amax[o] < 0 || op->kind == OP_FP8_QUANT || op->kind == OP_LINEAR_FP8) continue;
     int glu = op->kind == OP_SWIGLU || op->kind == OP_GEGLU || op->kind == OP_SWIGLU_BWD ||
               op->kind == OP_GEGLU_BWD;
@@ -342,6 +335,11 @@ static void place_scratch(RtExec *x) {
   x->amax_partial = s + (CUdeviceptr)at[RT_SCRATCH_AMAX];
   x->amax_slot = x->amax_partial + (CUdeviceptr)(((int64_t)x->amax_parts + 1) / 2 * 8);
   x->tmaps = s + (CUdeviceptr)at[RT_SCRATCH_TMAPS];
+}
+
+int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
+  int n = rt_moe_tmaps(x, op, t);
+  return n ? n : rt_fp8_tmaps(x, op, t);
 }
 
 CUdeviceptr rt_exec_tmap(const RtExec *x, const Op *op, int i) {

@@ -121,9 +121,18 @@ int rt_multi_rows(const RtExec *x, int o, uint64_t *w, int64_t *chunks);
 /* The output tiles (= blocks) of GROUPED_LINEAR_WGRAD op's launch (op_moe.c): the norm partials it
  * writes for its main gradient (fusions.h norm_by). */
 int64_t rt_grouped_wgrad_tiles(const RtExec *x, const Op *op);
-/* The TMA tensor maps op's launch reads (op_moe.c: the warp-specialised grouped GEMMs' two), into t
- * (NULL: only counted; else their tensors' addresses too); their count, 0 for an op that reads none. */
+/* The TMA tensor maps op's launch reads, into t (NULL: only counted; else their tensors' addresses
+ * too); their count, 0 for an op that reads none: the warp-specialised grouped GEMMs' two, bf16
+ * (op_moe.c) and fp8 (op_fp8.c). rt_op_tmaps (exec.c) asks both. */
+int rt_moe_tmaps(const RtExec *x, const Op *op, RtTmap *t);
+int rt_fp8_tmaps(const RtExec *x, const Op *op, RtTmap *t);
 int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t);
+/* Whether the permuted rows whose segments (or row_of) tensor t holds may include rows of no expert,
+ * which a grouped GEMM leaves alone (op_moe.c): its output is zeroed first. */
+int rt_moe_may_leave_rows(const RtExec *x, int t);
+/* The fp32 words of the amax scratch a grouped fp8 cast of op uses (its partials and the experts'
+ * scales; op_fp8.c), 0 for another op. */
+int64_t rt_fp8_grouped_scratch(const RtExec *x, const Op *op);
 /* Where op's i-th tensor map lies in the scratch (exec.c). */
 CUdeviceptr rt_exec_tmap(const RtExec *x, const Op *op, int i);
 /* Where the norm partials of main gradient `grad` start (the slice of the GRAD_SUMSQ that reads it,

@@ -34,7 +34,7 @@ static int dtypes(RtExec *x, const Op *op, const char *sig) {
 /* Whether the permuted buffer laid out by the dispatch that wrote `t` (row_of or the segments)
  * can hold rows no assignment lands on: capacity without padding, a local expert range (the
  * allgather dispatcher's static bound), or no dispatch known. */
-static int may_leave_rows(const RtExec *x, int t) {
+int rt_moe_may_leave_rows(const RtExec *x, int t) {
   int p = rt_t(x, t)->producer;
   const Op *d = p >= 0 ? &x->g->op[p] : NULL;
   return !d || d->kind != OP_MOE_DISPATCH || (d->a.i[1] > 0 && !d->a.i[2]) || d->a.i[4] > 0;
@@ -193,7 +193,7 @@ static int scatter(RtExec *x, const Op *op) {
   const Tensor *ro = rt_t(x, op->in[op->nin - 1]);
   long n = (long)tensor_numel(ro);
   int k = (int)ops_last(ro), C = (int)ops_last(rt_t(x, op->in[0]));
-  if (may_leave_rows(x, op->in[op->nin - 1]) && (zero(x, op, 0) || (probs && zero(x, op, 1))))
+  if (rt_moe_may_leave_rows(x, op->in[op->nin - 1]) && (zero(x, op, 0) || (probs && zero(x, op, 1))))
     return RT_ERROR;
   return rt_launch_moe_scatter_rows(x->d, STRIDE(n * C), rt_out(x, op, 0), probs ? rt_out(x, op, 1) : 0,
                                     rt_in(x, op, 0), probs ? rt_in(x, op, 1) : 0, rt_in(x, op, op->nin - 1),
@@ -234,7 +234,7 @@ static unsigned tiles(int64_t n, int tile) { return (unsigned)((n + tile - 1) / 
  * (N, K) in boxes of 64 x 128 rows and W (E, Nout, K) in 64 x 256 x 1; GROUPED_LINEAR_DGRAD's dy
  * (N, Nout) in 64 x 128 and W in 64 x 64 x 1; GROUPED_LINEAR_WGRAD's dy and x in 64 x 64. Where the
  * tensor-core kernels run (use_tc) on bf16. */
-int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
+int rt_moe_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
   if (op->kind == OP_GROUPED_LINEAR_WGRAD) {
     const Tensor *dy = rt_t(x, op->in[0]), *a = rt_t(x, op->in[1]), *dw = rt_t(x, op->out[0]);
     int o = rt_op_index(x, op), sink = x->fz->sink[op->out[0]];
@@ -250,6 +250,7 @@ int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
       const Tensor *m = i ? a : dy;
       t[i] = (RtTmap){.ptr = rt_in(x, op, i),
                       .rank = 2,
+                      .elem = 2,
                       .dim = {(uint64_t)ops_last(m), (uint64_t)ops_rows(m)},
                       .box = {64, 64}};
     }
@@ -264,10 +265,12 @@ int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
   int dgrad = op->kind == OP_GROUPED_LINEAR_DGRAD;
   t[0] = (RtTmap){.ptr = rt_in(x, op, 0),
                   .rank = 2,
+                  .elem = 2,
                   .dim = {(uint64_t)ops_last(a), (uint64_t)ops_rows(a)},
                   .box = {64, STEPC_MOE_TC_BM}};
   t[1] = (RtTmap){.ptr = rt_in(x, op, 1),
                   .rank = 3,
+                  .elem = 2,
                   .dim = {(uint64_t)w->shape[2], (uint64_t)w->shape[1], (uint64_t)w->shape[0]},
                   .box = {64, dgrad ? 64 : STEPC_MOE_TC_BN, 1}};
   return 2;
@@ -279,7 +282,7 @@ static int grouped(RtExec *x, const Op *op, int dgrad) {
   if (dtypes(x, op, "bbib")) return RT_ERROR;
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int Nout = (int)w->shape[1], K = (int)w->shape[2];
-  if (may_leave_rows(x, op->in[2]) && zero(x, op, 0)) return RT_ERROR;
+  if (rt_moe_may_leave_rows(x, op->in[2]) && zero(x, op, 0)) return RT_ERROR;
   CUdeviceptr out = rt_out(x, op, 0), in = rt_in(x, op, 0), wp = rt_in(x, op, 1), seg = rt_in(x, op, 2);
   if (use_tc(Nout, K)) { /* row tiles: the static bound ceil(N/128) + E of the experts' tiles */
     int64_t E = w->shape[0];
