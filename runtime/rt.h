@@ -172,9 +172,9 @@ typedef struct {
 /* ---- a TMA tensor map (kernels/tma.cuh), as the launch program holds it ----
  * A row-major, contiguous tensor at ptr of `rank` (2 or 3) dimensions, dim[0] the contiguous one, of
  * elements of `elem` bytes (2: bf16, 1: fp8 bytes), loaded in boxes of box[0] x box[1] [x box[2]]
- * elements with the 128-byte swizzle (box[0] elem = 128: rows of 128 bytes), zeros outside the tensor. The driver encodes it into the 128 bytes
- * (RT_TMAP_BYTES) a kernel reads from global memory (rt_tmap_encode); ptr relocates as a record's
- * pointers do (program.h). */
+ * elements with the 128-byte swizzle (box[0] elem = 128: rows of 128 bytes), zeros outside the tensor. The
+ * driver encodes it into the 128 bytes (RT_TMAP_BYTES) a kernel reads from global memory (rt_tmap_encode);
+ * ptr relocates as a record's pointers do (program.h). */
 typedef struct {
   CUdeviceptr ptr;
   uint64_t dim[3];
@@ -185,7 +185,8 @@ typedef struct {
 } RtTmap;
 #define RT_TMAP_BYTES 128
 /* Why t cannot be encoded (into why, 0 when it can): its rank, its element size, a box edge outside
- * 1..256, box rows not 128 bytes, a dimension of 0 or above 2^32, a row of bytes not a multiple of 16, ptr not 16-byte aligned. */
+ * 1..256, box rows not 128 bytes, a dimension of 0 or above 2^32, a row of bytes not a multiple of 16, ptr
+ * not 16-byte aligned. */
 int rt_tmap_invalid(const RtTmap *t, char *why, size_t n);
 /* The 128 bytes of t's CUtensorMap into map (64-byte aligned), by the driver. */
 int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map);

@@ -36,12 +36,12 @@ int rt_tmap_encode(RtDevice *d, const RtTmap *t, void *map) {
   for (int i = 1; i < t->rank; i++)
     stride[i - 1] = (i == 1 ? (cuuint64_t)t->elem : stride[i - 2]) * t->dim[i - 1];
   return rt_check(d,
-                  d->cuTensorMapEncodeTiled((CUtensorMap *)map,
-                                            t->elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                            (cuuint32_t)t->rank, (void *)(uintptr_t)t->ptr, dim, stride, box,
-                                            one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                  d->cuTensorMapEncodeTiled(
+                      (CUtensorMap *)map,
+                      t->elem == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                      (cuuint32_t)t->rank, (void *)(uintptr_t)t->ptr, dim, stride, box, one,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                   "cuTensorMapEncodeTiled");
 }
 

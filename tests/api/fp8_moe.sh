@@ -26,8 +26,11 @@
 #    5's; the fp8 step is not the fp32 step (its first loss differs).
 #  - The delayed state has a column per local expert of each grouped linear (at EP 2: 4 experts x 2
 #    linears x 2 MoE layers + 21 dense fp8 linears = 37), in the checkpoint.
-#  - The CUDA backend has no fp8 grouped kernels: a bf16 build's program.txt says the CUDA backend
-#    does not run the step, naming the fp8 grouped expert GEMMs, and the image has no launch program.
+#  - The CUDA program (bf16, the MLA rope dim at 16): it launches the grouped casts and the fp8 grouped
+#    GEMMs (their operands through fp8 TMA tensor maps, which program.txt lists) and plays as the
+#    program holds it; an expert width of 24 (not a multiple of 16) leaves the step without a launch
+#    program, program.txt and the image saying which cast and why. (The GPU's own checks:
+#    tests/gpu/run_step_tests.sh fp8_moe_*.)
 #  - fp8 primary weights (model.fp8_param): the experts' weights are fp32 masters whose per-expert fp8
 #    copies are cast after each optimizer step; on the CPU device (which keeps a bf16 param at its
 #    master's value) the losses are bitwise those without fp8_param under both recipes; the built
@@ -110,14 +113,24 @@ want = [5, 4 * 2 * 2 + 21]
 assert shapes and all(s == want for s in shapes.values()), (shapes, want)
 print(f"ok: the delayed states at EP 2 are {want}: a column per local expert of each grouped linear")
 PY
-# ---- the CUDA backend refuses; fp8 primary weights with routed experts refuse
-build cu $F8 model.bf16=true
-grep -q "The CUDA backend does not run this step: fp8 with routed experts: the fp8 grouped expert GEMMs" \
-  "$tmp/cu/program.txt" || { head -5 "$tmp/cu/program.txt"; fail "the CUDA program does not refuse"; }
-"$play" "$tmp/cu" >"$tmp/play.txt" 2>&1
-grep -q "no launch program: the CUDA backend does not run this step: fp8 with routed experts" "$tmp/play.txt" ||
-  { cat "$tmp/play.txt"; fail "the image holds a launch program"; }
+# ---- the CUDA program (bf16, the MLA rope dim at 16 so that every fp8 operand's widths are multiples of
+# 16): the grouped casts and the fp8 grouped GEMMs through fp8 tensor maps, played as the program holds
+# them; widths the kernels do not take leave the step without a launch program, saying why
+build cu $F8 model.bf16=true model.qk_pos_emb_head_dim=16
+grep -q "The CUDA backend does not run this step" "$tmp/cu/program.txt" && { sed -n 7p "$tmp/cu/program.txt"; fail "the CUDA program refuses"; }
+for k in fp8_amax_partial_grouped fp8_scale_grouped fp8_cast_transpose_grouped grouped_fp8_tn_ws grouped_fp8_wgrad_ws; do
+  grep -qE "^  LAUNCH $k " "$tmp/cu/program.txt" || fail "the CUDA program never launches $k"
+done
+grep -qE "^#   tensor map [0-9]+ at A\+0x[0-9a-f]+: A\+0x[0-9a-f]+ fp8 \(64, 64, 8\) box \(128, 256, 1\)" "$tmp/cu/program.txt" ||
+  fail "program.txt lists no fp8 tensor map of the experts' weights"
+"$play" "$tmp/cu" >"$tmp/play.txt" 2>&1 || { cat "$tmp/play.txt"; fail "the CUDA program does not play"; }
 head -1 "$tmp/play.txt"
+build cu24 $F8 model.bf16=true model.qk_pos_emb_head_dim=16 model.moe_ffn_hidden_size=24
+grep -qE "The CUDA backend does not run this step: op [0-9]+ fp8_quant_grouped in layers.1.mlp.experts.linear_fc2: an fp8 cast of the experts' layers.1.mlp.experts.linear_fc2.weight \(64, 24\): the CUDA kernels take dimensions that are multiples of 16" \
+  "$tmp/cu24/program.txt" || { sed -n 7p "$tmp/cu24/program.txt"; fail "an expert width of 24: the CUDA program does not say why it is left out"; }
+"$play" "$tmp/cu24" >"$tmp/play.txt" 2>&1
+grep -q "no launch program: the CUDA backend does not run this step: op [0-9]* fp8_quant_grouped" "$tmp/play.txt" ||
+  { cat "$tmp/play.txt"; fail "the image holds a launch program"; }
 # ---- fp8 primary weights: the experts' fp32 masters cast per expert after each optimizer step
 for name in tensorwise delayed; do
   r=$F8

@@ -240,6 +240,7 @@ F8MOE="tests/recipes/tiny_mla_moe_fp8.lua model.bf16=true model.qk_pos_emb_head_
 run fp8_moe_grads_tensorwise $STEP grads $F8MOE
 run fp8_moe_grads_delayed $STEP grads $F8MOE model.fp8_recipe=delayed
 run fp8_moe_grads_one_micro $STEP grads $F8MOE $ONE
+run fp8_moe_grads_param $STEP grads $F8MOE model.fp8_param=true
 run fp8_moe_replay_tensorwise $STEP replay $F8MOE 6
 run fp8_moe_replay_delayed $STEP replay $F8MOE 8 model.fp8_recipe=delayed
 run fp8_moe_recompute_tensorwise $STEP recompute $F8MOE 3 --labels moe,moe_act,mlp,core_attn

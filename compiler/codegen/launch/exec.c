@@ -1,5 +1,6 @@
 /* exec.c — the launch lowering (see exec.h): storage, the compiler's fusions, the launch scratch,
  * the dispatch table and the order ops are lowered in. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +337,18 @@ static void place_scratch(RtExec *x) {
   x->amax_slot = x->amax_partial + (CUdeviceptr)(((int64_t)x->amax_parts + 1) / 2 * 8);
   x->tmaps = s + (CUdeviceptr)at[RT_SCRATCH_TMAPS];
 }
+
+int rt_exec_refuse(RtExec *x, const char *fmt, ...) {
+  char msg[sizeof x->d->err];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  x->refused = 1;
+  return rt_fail(x->d, "%s", msg);
+}
+
+int rt_exec_refused(const RtExec *x) { return x->refused; }
 
 int rt_op_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
   int n = rt_moe_tmaps(x, op, t);

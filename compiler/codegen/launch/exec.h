@@ -68,6 +68,10 @@ enum {
  * (fz's chains') must be d->gen, set before. */
 RtExec *rt_exec_new(RtDevice *d, const Graph *g, const Fusions *fz, int *unsupported);
 void rt_exec_free(RtExec *x);
+/* 1 when a lowering failed on shapes its op's CUDA kernels do not take (an fp8 cast's width not a
+ * multiple of 16, say): the step still runs on the CPU device, but has no launch program (the
+ * message in d->err says why); 0 when it failed on anything else. */
+int rt_exec_refused(const RtExec *x);
 /* Bytes of the plan's buffers (the scratch follows them), and of the launch scratch. */
 int64_t rt_exec_arena_bytes(const RtExec *x);
 int64_t rt_exec_scratch_bytes(const RtExec *x);

@@ -80,6 +80,7 @@ struct RtExec {
   RtTmap *tmap;           /* the same maps as descriptors, written when the executor opens */
   int ntmap;
   int *tmap_of;  /* per op: its first map's index, or -1 */
+  int refused;   /* 1: a launch refused its op's shapes (rt_exec_refuse) */
   int eval;      /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
   int comm_side; /* 1: lowering a collective for the communication stream (rt_exec_set_comm_side) */
 };
@@ -133,6 +134,9 @@ int rt_moe_may_leave_rows(const RtExec *x, int t);
 /* The fp32 words of the amax scratch a grouped fp8 cast of op uses (its partials and the experts'
  * scales; op_fp8.c), 0 for another op. */
 int64_t rt_fp8_grouped_scratch(const RtExec *x, const Op *op);
+/* A launch's refusal of shapes its kernels do not take (exec.h rt_exec_refused): the message into
+ * d->err; returns RT_ERROR. */
+int rt_exec_refuse(RtExec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Where op's i-th tensor map lies in the scratch (exec.c). */
 CUdeviceptr rt_exec_tmap(const RtExec *x, const Op *op, int i);
 /* Where the norm partials of main gradient `grad` start (the slice of the GRAD_SUMSQ that reads it,

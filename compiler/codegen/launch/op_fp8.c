@@ -31,8 +31,9 @@ static CUdeviceptr state_col(RtExec *x, int t, int64_t col, CUdeviceptr *amax) {
 static int cast(RtExec *x, const Op *op, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr sinv, CUdeviceptr in,
                 int64_t M, int64_t K, int fmt, CUdeviceptr dscale, CUdeviceptr damax) {
   if (M % 16 || K % 16)
-    return rt_fail(x->d, "an fp8 cast of (%lld, %lld): both dimensions must be multiples of 16", (long long)M,
-                   (long long)K);
+    return rt_exec_refuse(
+        x, "an fp8 cast of (%lld, %lld): the CUDA kernels take dimensions that are multiples of 16",
+        (long long)M, (long long)K);
   int64_t n = M * K, want = (n + 2047) / 2048;
   int np = (int)(want < x->gn_groups ? want : x->gn_groups);
   CUdeviceptr part = x->amax_partial, slot = rt_amax_slot(x, op);
@@ -63,6 +64,10 @@ static int rt_op_fp8_quant(RtExec *x, const Op *op) {
  * or stored by the wgrad-store fusion) where the compiler sank it there. */
 static int fp8_gemm(RtExec *x, const Op *op, CUdeviceptr a, CUdeviceptr b, DType ta, DType tb, CUdeviceptr sa,
                     CUdeviceptr sb, int64_t M, int64_t N, int64_t K, int out, CUdeviceptr bias, int fast) {
+  if (M % 16 || N % 16 || K % 16)
+    return rt_exec_refuse(
+        x, "an fp8 GEMM of (%lld, %lld) by (%lld, %lld): cuBLASLt takes dimensions that are multiples of 16",
+        (long long)M, (long long)K, (long long)N, (long long)K);
   int sink = x->fz->sink[out], add = sink >= 0 && x->fz->fuse[rt_op_index(x, op)] != RT_FUSE_WGRAD_STORE;
   RtGemm g = {.kind = RT_GEMM_NT,
               .m = M,
@@ -163,11 +168,13 @@ static int grouped_cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr si
                         CUdeviceptr in, CUdeviceptr seg, int64_t E, int64_t M, int64_t K, int fmt,
                         CUdeviceptr dscale, CUdeviceptr damax) {
   if (M % 16 || K % 16)
-    return rt_fail(x->d, "an fp8 cast of the experts' %s (%lld, %lld): both dimensions must be multiples of 16",
-                   t->name, (long long)M, (long long)K);
+    return rt_exec_refuse(x,
+                          "an fp8 cast of the experts' %s (%lld, %lld): the CUDA kernels take "
+                          "dimensions that are multiples of 16",
+                          t->name, (long long)M, (long long)K);
   if (seg && E > STEPC_FP8_GROUP_EMAX)
-    return rt_fail(x->d, "an fp8 cast of %s over %lld experts: the CUDA kernel takes %d at most", t->name,
-                   (long long)E, STEPC_FP8_GROUP_EMAX);
+    return rt_exec_refuse(x, "an fp8 cast of %s over %lld experts: the CUDA kernel takes %d at most", t->name,
+                          (long long)E, STEPC_FP8_GROUP_EMAX);
   int f32 = t->dtype == DT_F32;
   if (!f32 && t->dtype != DT_BF16)
     return rt_fail(x->d, "an fp8 cast of %s: it is %s, the CUDA kernels take bf16 or fp32", t->name,
@@ -178,8 +185,8 @@ static int grouped_cast(RtExec *x, CUdeviceptr q, CUdeviceptr qT, CUdeviceptr si
   if (P && (f32 ? rt_launch_fp8_amax_partial_grouped_f32 : rt_launch_fp8_amax_partial_grouped)(
                x->d, rt_dim((unsigned)P, (unsigned)E, 1), 256, 0, part, in, seg, (long)each, (int)K))
     return RT_ERROR;
-  if (rt_launch_fp8_scale_grouped(x->d, rt_dim1((unsigned)((E + 127) / 128)), 128, 0, scale, sinv, part, (int)P,
-                                  (int)E, fmt, dscale, damax))
+  if (rt_launch_fp8_scale_grouped(x->d, rt_dim1((unsigned)((E + 127) / 128)), 128, 0, scale, sinv, part,
+                                  (int)P, (int)E, fmt, dscale, damax))
     return RT_ERROR;
   RtDim grid = rt_dim((unsigned)((K + 63) / 64), (unsigned)((M + 63) / 64), seg ? 1 : (unsigned)E);
   return (f32 ? rt_launch_fp8_cast_transpose_grouped_f32 : rt_launch_fp8_cast_transpose_grouped)(
@@ -207,7 +214,8 @@ static int fmt_of(const Tensor *t) { return t->dtype == DT_F8E5M2; }
  * a (R, N) and b (E, K, N) the same way; GROUPED_FP8_WGRAD: the transposes a (N, R) in 128 x 128 and
  * b (K, R) in 128 x 256. None where the shapes do not fit (the launch refuses). */
 int rt_fp8_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
-  if (op->kind != OP_GROUPED_LINEAR_FP8 && op->kind != OP_GROUPED_FP8_DGRAD && op->kind != OP_GROUPED_FP8_WGRAD)
+  if (op->kind != OP_GROUPED_LINEAR_FP8 && op->kind != OP_GROUPED_FP8_DGRAD &&
+      op->kind != OP_GROUPED_FP8_WGRAD)
     return 0;
   int fwd = op->kind == OP_GROUPED_LINEAR_FP8, wgrad = op->kind == OP_GROUPED_FP8_WGRAD;
   const Tensor *a = rt_t(x, fwd ? op->out[3] : op->in[0]), *b = rt_t(x, op->in[1]);
@@ -216,10 +224,16 @@ int rt_fp8_tmaps(const RtExec *x, const Op *op, RtTmap *t) {
   if (R % 16 || n % 16 || k % 16) return 0;
   if (!t) return 2;
   CUdeviceptr pa = fwd ? rt_out(x, op, 3) : rt_in(x, op, 0), pb = rt_in(x, op, 1);
-  t[0] = (RtTmap){.ptr = pa, .rank = 2, .elem = 1, .dim = {(uint64_t)a->shape[1], (uint64_t)a->shape[0]},
+  t[0] = (RtTmap){.ptr = pa,
+                  .rank = 2,
+                  .elem = 1,
+                  .dim = {(uint64_t)a->shape[1], (uint64_t)a->shape[0]},
                   .box = {128, STEPC_MOE_TC_BM}};
   if (wgrad)
-    t[1] = (RtTmap){.ptr = pb, .rank = 2, .elem = 1, .dim = {(uint64_t)b->shape[1], (uint64_t)b->shape[0]},
+    t[1] = (RtTmap){.ptr = pb,
+                    .rank = 2,
+                    .elem = 1,
+                    .dim = {(uint64_t)b->shape[1], (uint64_t)b->shape[0]},
                     .box = {128, STEPC_MOE_TC_BN}};
   else
     t[1] = (RtTmap){.ptr = pb,
@@ -238,18 +252,18 @@ static int grouped_tn(RtExec *x, const Op *op, int out, const Tensor *a, const T
   CUdeviceptr ta = rt_exec_tmap(x, op, 0), tb = rt_exec_tmap(x, op, 1);
   int64_t R = a->shape[0], E = b->shape[0], Nout = b->shape[1], K = b->shape[2];
   if (!ta)
-    return rt_fail(x->d,
-                   "%s (%s): the fp8 grouped GEMM takes rows (%lld) and widths (%lld, %lld) that are multiples "
-                   "of 16",
-                   op_name(op->kind), op->tags.module, (long long)R, (long long)Nout, (long long)K);
+    return rt_exec_refuse(
+        x, "the fp8 grouped GEMM takes rows (%lld) and widths (%lld, %lld) that are multiples of 16",
+        (long long)R, (long long)Nout, (long long)K);
   if (c->dtype != DT_BF16)
     return rt_fail(x->d, "%s: %s is %s, the CUDA kernel writes bf16", op_name(op->kind), c->name,
                    dtype_name(c->dtype));
-  if (rt_moe_may_leave_rows(x, seg_t) && rt_memset0(x->d, rt_out(x, op, out), (size_t)c->bytes)) return RT_ERROR;
+  if (rt_moe_may_leave_rows(x, seg_t) && rt_memset0(x->d, rt_out(x, op, out), (size_t)c->bytes))
+    return RT_ERROR;
   long row_tiles = (long)((R + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + E);
   return rt_launch_grouped_fp8_tn_ws(x->d, rt_dim1(stepc_moe_ws_grid(x->d->sm_count, (long)Nout, row_tiles)),
-                                     STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), rt_out(x, op, out), ta, tb, sa,
-                                     sb, seg, (int)Nout, (int)K, (int)E, (int)row_tiles, fmt_of(a),
+                                     STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), rt_out(x, op, out), ta, tb,
+                                     sa, sb, seg, (int)Nout, (int)K, (int)E, (int)row_tiles, fmt_of(a),
                                      fmt_of(b));
 }
 
@@ -262,8 +276,8 @@ static int rt_op_grouped_linear_fp8(RtExec *x, const Op *op) {
   CUdeviceptr ds = 0, da = 0;
   if (op->a.i[2] == 1) ds = state_col(x, op->in[5], op->a.i[3], &da);
   if (op->a.i[5] == 1) da = 0;
-  if (grouped_cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), a, rt_in(x, op, 0), rt_in(x, op, 4),
-                   E, a->shape[0], a->shape[1], (int)op->a.i[0], ds, da))
+  if (grouped_cast(x, rt_out(x, op, 3), rt_out(x, op, 1), rt_out(x, op, 2), a, rt_in(x, op, 0),
+                   rt_in(x, op, 4), E, a->shape[0], a->shape[1], (int)op->a.i[0], ds, da))
     return RT_ERROR;
   return grouped_tn(x, op, 0, rt_t(x, op->out[3]), wq, rt_out(x, op, 2), rt_in(x, op, 3), rt_in(x, op, 4),
                     op->in[4]);
@@ -284,16 +298,17 @@ static int rt_op_grouped_fp8_wgrad(RtExec *x, const Op *op) {
   CUdeviceptr ta = rt_exec_tmap(x, op, 0), tb = rt_exec_tmap(x, op, 1), norm = 0;
   int64_t E = c->shape[0], Nout = c->shape[1], K = c->shape[2];
   if (!ta)
-    return rt_fail(x->d,
-                   "grouped_fp8_wgrad (%s): the fp8 grouped weight gradient takes routed rows (%lld) and widths "
-                   "(%lld, %lld) that are multiples of 16",
-                   op->tags.module, (long long)a->shape[1], (long long)Nout, (long long)K);
+    return rt_exec_refuse(x,
+                          "the fp8 grouped weight gradient takes routed rows "
+                          "(%lld) and widths (%lld, %lld) that are multiples of 16",
+                          (long long)a->shape[1], (long long)Nout, (long long)K);
   if (sink < 0 && c->dtype != DT_BF16)
     return rt_fail(x->d, "grouped_fp8_wgrad: %s is %s, the CUDA kernel writes bf16", c->name,
                    dtype_name(c->dtype));
   if (sink >= 0 && x->fz->norm_by[sink] == o && !(norm = rt_exec_norm_slice(x, sink))) return RT_ERROR;
   int store = sink >= 0 && x->fz->fuse[o] == RT_FUSE_WGRAD_STORE;
-  unsigned grid = stepc_moe_ws_grid(x->d->sm_count, (long)K, (long)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM * E));
+  unsigned grid =
+      stepc_moe_ws_grid(x->d->sm_count, (long)K, (long)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM * E));
   return rt_launch_grouped_fp8_wgrad_ws(x->d, rt_dim1(grid), STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(),
                                         sink < 0 ? rt_out(x, op, 0) : 0, sink >= 0 ? rt_exec_ptr(x, sink) : 0,
                                         ta, tb, rt_in(x, op, 2), rt_in(x, op, 3), rt_in(x, op, 4), (int)Nout,

@@ -228,7 +228,10 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
   rc = 0;
   goto done;
 failed:
-  snprintf(err, nerr, "lowering the step to launches: %s", d.err);
+  if (rt_exec_refused(x)) /* shapes the kernels do not take: no launch program, and why */
+    snprintf(why, nwhy, "%s", d.err), rc = 1;
+  else
+    snprintf(err, nerr, "lowering the step to launches: %s", d.err);
 done:
   rt_exec_free(x);
   rt_recorder_free(&rec);
