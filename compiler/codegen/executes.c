@@ -2,10 +2,10 @@
  * with current and delayed scaling on dense, MLA, Mamba and shared-expert linears, under tensor
  * parallelism too: ir/ops/fp8.c, and with fp8 primary weights, model.fp8_param, with the distributed
  * optimizer too: compiler/lower/lower_blocks.h lb_fp8_param_casts; on MoE routed experts as grouped
- * fp8 linears with per-expert scales, lb_grouped_linear_op, with fp8_param too. Those grouped linears
- * have no CUDA kernels: their build has no launch program, its program.txt and the image say why —
- * compiler/codegen/launch/exec.c names the fp8 grouped expert GEMMs — and `--device cuda` refuses it
- * at open, so no CUDA step runs the experts in bf16). A
+ * fp8 linears with per-expert scales, lb_grouped_linear_op, with fp8_param too, on CUDA through
+ * compiler/codegen/launch/op_fp8.c, whose kernels take widths that are multiples of 16: a step whose
+ * fp8 operands are not has no launch program, its program.txt and the image say why, and
+ * `--device cuda` refuses it at open). A
  * build of such a recipe (and so `stepc run SPEC`) refuses, naming the field and where it was set: an
  * artifact that trained a different step than the recipe asks for (bf16 under fp8, one full replica
  * under expert parallelism) would be a silent no-op. `stepc check`, `plan`, `sweep` and `trace` still

@@ -480,8 +480,8 @@ const OpInfo op_fp8_scale_update_info = {"fp8_scale_update",
                                                    .ew = &OP_EW_NONE},
                                          .bytes = scale_update_bytes};
 
-/* The routed experts' grouped fp8 linears: no CUDA kernels yet, so a step holding them has no launch
- * program (compiler/codegen/launch/exec.c names them) and runs on the CPU device only. */
+/* The routed experts' grouped fp8 linears (on CUDA: compiler/codegen/launch/op_fp8.c, the grouped casts
+ * and the fp8 TMA grouped GEMMs). */
 const OpInfo op_fp8_quant_grouped_info = {"fp8_quant_grouped",
                                           1,
                                           3,
