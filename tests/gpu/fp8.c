@@ -463,6 +463,18 @@ static void run_grouped_fp8(Gpu *g, int fa, int fb, Rng *r) {
 static void run_grouped_fp8_wgrad(Gpu *g, int fa, int fb, Rng *r) {
   enum { E = 8 };
   int counts[E] = {0, 1, 127, 128, 129, 300, 513, 34}, seg[2 * E], R = 0, Nout = 136, K = 264; /* R = 1232 */
+  /* STEPC_TEST_FP8_WGRAD="c0,...,c7[,Nout,K]": other expert rows and widths (a fault's bisection on the GPU;
+   * the rows must add up to a multiple of 16) */
+  const char *env = getenv("STEPC_TEST_FP8_WGRAD");
+  if (env) {
+    int v[E + 2], n = 0;
+    for (const char *q = env; *q && n < E + 2; q = *q ? q + 1 : q) {
+      v[n++] = (int)strtol(q, (char **)&q, 10);
+      if (*q && *q != ',') break;
+    }
+    for (int e = 0; e < E && e < n; e++) counts[e] = v[e];
+    if (n == E + 2) Nout = v[E], K = v[E + 1];
+  }
   for (int e = 0; e < E; e++) seg[2 * e] = R, seg[2 * e + 1] = counts[e], R += counts[e];
   long na = (long)Nout * R, nb = (long)K * R, nw = (long)E * Nout * K;
   unsigned char *a = malloc((size_t)na), *b = malloc((size_t)nb);
