@@ -1062,9 +1062,11 @@ extern "C" __global__ void __launch_bounds__(MOE_WS_THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // F8 = 0: bf16 dy and x, MN-major (above); else fp8 (as moe_ws_rows's F8: A's format (F8 - 1) % 2, B's
 // (F8 - 1) / 2) in the "TN" layout: tdy over dy's transpose (Nout, R) in boxes of 128 x 128 rows, tx over
-// x's transpose (K, R) in 128 x 256, both K-major (k = the rows r, contiguous), 128 k a stage; a tail past
-// the expert's rows is then the bytes kl.. of every row (in the swizzled chunks), and the product is
-// scaled by sa_e[e] sb_e[e].
+// x's transpose (K, R) in 128 x 256, both K-major (k = the rows r, contiguous), 128 k a stage. The TMA
+// takes an inner coordinate only at a 16-byte boundary (else "an illegal instruction"), so an expert's
+// steps start at the boundary below its first row: the rows before it (the first step's bytes
+// [0, first row % 16)) and past its last (the last step's bytes kl..) are zeroed in every row (in the
+// swizzled chunks), and the product is scaled by sa_e[e] sb_e[e].
 template <int F8 = 0>
 __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const void* tdy, const void* tx, const int* seg, int Nout,
                                              int K, int E, int store, float* norm, const float* sa_e = nullptr,
@@ -1077,12 +1079,12 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
     if (threadIdx.x == 0)
       for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
         int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
-        int rows0 = seg[2 * e], nk = (seg[2 * e + 1] + BK - 1) / BK;
+        int rows0 = seg[2 * e], lead = F8 ? rows0 % 16 : 0, nk = (seg[2 * e + 1] + lead + BK - 1) / BK;
         for (int kt = 0; kt < nk; kt++, it++) {
           unsigned sa = moe_ws_fill(base, bars, it), sb = sa + MOE_WG_A_BYTES, full = FULL(it % MOE_WS_STAGES);
-          if (F8) {
-            tma_load_2d(sa, tdy, full, rows0 + kt * BK, m0);
-            tma_load_2d(sb, tx, full, rows0 + kt * BK, n0);
+          if (F8) { /* k = the rows, the maps' inner coordinate: from the 16-byte boundary below the expert's first */
+            tma_load_2d(sa, tdy, full, rows0 - lead + kt * BK, m0);
+            tma_load_2d(sb, tx, full, rows0 - lead + kt * BK, n0);
             continue;
           }
           for (int b = 0; b < MOE_TC_BM / 64; b++) tma_load_2d(sa + b * MOE_WG_MN_LBO, tdy, full, m0 + 64 * b, rows0 + kt * BK);
@@ -1095,21 +1097,22 @@ __device__ __forceinline__ void moe_ws_wgrad(bf16* dw, float* acc_f32, const voi
   int c = threadIdx.x / 128 - 1, ct = threadIdx.x % 128;
   for (int t = blockIdx.x, it = 0; t < tiles; t += gridDim.x) {
     int e = t / (MT * NT), m0 = (t % (MT * NT)) / NT * MOE_TC_BM, n0 = t % NT * MOE_TC_BN;
-    int nrows = seg[2 * e + 1], nk = (nrows + BK - 1) / BK;
+    int lead = F8 ? seg[2 * e] % 16 : 0, nrows = seg[2 * e + 1], nk = (nrows + lead + BK - 1) / BK;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int kt = 0; kt < nk; kt++, it++) {
-      int kl = nrows - kt * BK;
+      int kl = nrows + lead - kt * BK, lo = kt == 0 ? lead : 0; /* the expert's rows: k in [lo, kl) of this step */
       unsigned sa = moe_ws_take(base, bars, it), sb = sa + MOE_WG_A_BYTES;
-      if (kl < BK) { /* the last k step runs into the next expert's rows: zeros there */
+      if (kl < BK || lo > 0) { /* the step reaches past the expert's rows (fp8: also before them): zeros there */
         unsigned char* sm = stepc_smem + (base - smem_addr(stepc_smem));
-        if (F8) { /* bytes kl.. of this half's 64 rows of A and of B's 256 (chunk q of row i at q ^ (i % 8)) */
-          int q0 = kl / 16, nq = 8 - q0;
+        if (F8) { /* bytes [0, lo) and [kl, 128) of this half's 64 rows of A and of B's 256 (chunk q of row i at
+                     q ^ (i % 8)): a row's leading chunk first, then its trailing ones */
+          int q0 = kl < BK ? kl / 16 : 8, nh = lo > 0, nq = nh + 8 - q0;
           for (int i = ct; i < (64 + MOE_TC_BN) * nq; i += 128) {
-            int row = i / nq, q = q0 + i % nq, tr = row < 64 ? c * 64 + row : row - 64;
+            int row = i / nq, j = i % nq, q = j < nh ? 0 : q0 + j - nh, tr = row < 64 ? c * 64 + row : row - 64;
             unsigned char* p = sm + (row < 64 ? sa : sb) - base + tr * 128 + ((q ^ (tr & 7)) << 4);
-            for (int j = q == q0 ? kl % 16 : 0; j < 16; j++) p[j] = 0;
+            for (int b = j < nh ? 0 : q == q0 ? kl % 16 : 0, to = j < nh ? lo : 16; b < to; b++) p[b] = 0;
           }
         } else { /* rows kl.. of this half's A block and of B's four (a row: 128 contiguous bytes) */
           int chunks = (BK - kl) * 8; /* 16-byte chunks a block */

@@ -509,6 +509,10 @@ void simt_tma_load(unsigned dst, const void *map, unsigned bar, const int *c, in
   if (m->swizzle == 128 && (dst % 1024 || m->box[0] * m->stride[0] != 128))
     die("cp.async.bulk.tensor: a 128-byte swizzle needs a 1024-aligned destination and 128-byte box rows");
   if (dst % 128) die("cp.async.bulk.tensor: a destination not 128-byte aligned");
+  /* Hopper raises "an illegal instruction" when the box starts at a byte of its rows that is not a
+   * multiple of 16 (the H100 did, 2026-12-05, for grouped_fp8_wgrad_ws's rows as the inner coordinate) */
+  if (((long long)c[0] * (long long)m->stride[0]) % 16)
+    die("cp.async.bulk.tensor: the innermost coordinate is not 16-byte aligned (an illegal instruction on the GPU)");
   unsigned long long es = m->stride[0], n = 1;
   for (int i = 0; i < rank; i++)
     n *= m->box[i];
