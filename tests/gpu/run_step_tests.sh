@@ -236,17 +236,18 @@ run fp8_cli_delayed_graph $BUILD/stepc run models/tiny.lua --device cuda --steps
 # scale, the products in the fp8 TMA grouped GEMMs, kernels/moe.cuh): tiny_mla_moe_fp8 in bf16 with
 # the MLA rope dim at 16 (every fp8 operand's widths multiples of 16): the first step against the CPU's
 # emulation, eager twice, the graph, recompute labels and scoped graphs bitwise, both recipes
-F8MOE="tests/recipes/tiny_mla_moe_fp8.lua model.bf16=true model.qk_pos_emb_head_dim=16"
-run fp8_moe_grads_tensorwise $STEP grads $F8MOE
-run fp8_moe_grads_delayed $STEP grads $F8MOE model.fp8_recipe=delayed
-run fp8_moe_grads_one_micro $STEP grads $F8MOE $ONE
-run fp8_moe_grads_param $STEP grads $F8MOE model.fp8_param=true
-run fp8_moe_replay_tensorwise $STEP replay $F8MOE 6
-run fp8_moe_replay_delayed $STEP replay $F8MOE 8 model.fp8_recipe=delayed
-run fp8_moe_recompute_tensorwise $STEP recompute $F8MOE 3 --labels moe,moe_act,mlp,core_attn
-run fp8_moe_recompute_delayed $STEP recompute $F8MOE 3 --labels moe,core_attn model.fp8_recipe=delayed
-run fp8_moe_scoped $STEP scoped $F8MOE 4 "transformer_engine:[];transformer_engine:[attn];local:[]"
-run fp8_moe_cli_graph $BUILD/stepc run $F8MOE --device cuda --steps 30 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
+F8MOE=tests/recipes/tiny_mla_moe_fp8.lua
+F8MOE_OV="model.bf16=true model.qk_pos_emb_head_dim=16" # after gpu_step's positional arguments
+run fp8_moe_grads_tensorwise $STEP grads $F8MOE $F8MOE_OV
+run fp8_moe_grads_delayed $STEP grads $F8MOE $F8MOE_OV model.fp8_recipe=delayed
+run fp8_moe_grads_one_micro $STEP grads $F8MOE $F8MOE_OV $ONE
+run fp8_moe_grads_param $STEP grads $F8MOE $F8MOE_OV model.fp8_param=true
+run fp8_moe_replay_tensorwise $STEP replay $F8MOE 6 $F8MOE_OV
+run fp8_moe_replay_delayed $STEP replay $F8MOE 8 $F8MOE_OV model.fp8_recipe=delayed
+run fp8_moe_recompute_tensorwise $STEP recompute $F8MOE 3 --labels moe,moe_act,mlp,core_attn $F8MOE_OV
+run fp8_moe_recompute_delayed $STEP recompute $F8MOE 3 --labels moe,core_attn $F8MOE_OV model.fp8_recipe=delayed
+run fp8_moe_scoped $STEP scoped $F8MOE 4 "transformer_engine:[];transformer_engine:[attn];local:[]" $F8MOE_OV
+run fp8_moe_cli_graph $BUILD/stepc run $F8MOE $F8MOE_OV --device cuda --steps 30 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 run train_gpl3 $STEP train models/tiny.lua 200 tests/gpu/data/tiny_gpl3_200.cpu.json data.path=$GPL3
 run cli_tiny_eager $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3
 run cli_tiny_graph $BUILD/stepc run models/tiny.lua --device cuda --steps 30 data.path=$GPL3 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false

@@ -185,9 +185,13 @@ static int cmd_grads(const Spec *s, const char *cache, int masked) {
    * roundings of one step, not one. Checked instead: each gradient points the emulation's way (cosine
    * >= FP8_COS) and lies no farther from the fp32 step's than the emulation does (its relative L2
    * error against fp32 at most FP8_NOISIER times the emulation's, + 0.01): the GPU's fp8 is no
-   * noisier than the reference's. */
+   * noisier than the reference's. Where fp8 itself takes a gradient far from fp32 (delayed scaling's
+   * first step casts with scale 1, so small gradients fall to E5M2's subnormals: the emulation 77% off
+   * fp32 on tiny_mla_moe_fp8's first q_down_proj, H100 2026-12-05), two roundings of it cannot agree
+   * to FP8_COS: two gradients f + e1, f + e2 with uncorrelated errors of relative sizes g and e have the
+   * cosine 1 / sqrt((1 + g^2)(1 + e^2)); the floor is the lower of FP8_COS and that. */
   const double FP8_COS = 0.95, FP8_NOISIER = 1.5;
-  double worst = 0, worst_cos = 1, worst_ratio = 0;
+  double worst = 0, worst_cos = 1, worst_floor = FP8_COS, worst_ratio = 0;
   int ngrad = 0;
   for (int i = 0; i < g->nt; i++) {
     if (g->t[i].role != ROLE_GRAD) continue;
@@ -209,7 +213,9 @@ static int cmd_grads(const Spec *s, const char *cache, int masked) {
     int ok;
     if (fp8) {
       double g32 = sqrt(gf / (ff > 0 ? ff : 1)), e32 = sqrt(ef / (ff > 0 ? ff : 1));
-      ok = cs >= FP8_COS && g32 <= FP8_NOISIER * e32 + 0.01 && isfinite(rel);
+      double cos_floor = fmin(FP8_COS, 1.0 / sqrt((1.0 + g32 * g32) * (1.0 + e32 * e32)));
+      ok = cs >= cos_floor && g32 <= FP8_NOISIER * e32 + 0.01 && isfinite(rel);
+      if (cs - cos_floor < worst_cos - worst_floor) worst_cos = cs, worst_floor = cos_floor;
       if (g32 / (e32 + 0.01) > worst_ratio) worst_ratio = g32 / (e32 + 0.01);
       printf("%s %-56s n=%-8lld vs emulation rel_l2 %.3e cos %.6f | vs fp32: gpu %.3e emulation %.3e\n",
              ok ? "PASS" : "FAIL", g->t[i].name, (long long)m, rel, cs, g32, e32);
@@ -220,15 +226,16 @@ static int cmd_grads(const Spec *s, const char *cache, int masked) {
     }
     fails += !ok;
     if (rel > worst || !isfinite(rel)) worst = rel;
-    if (cs < worst_cos) worst_cos = cs;
+    if (!fp8 && cs < worst_cos) worst_cos = cs;
     ngrad++;
     free(a);
   }
   if (fp8)
     printf(
-        "%s %d gradients (fp8): worst cos vs the emulation %.6f (limit %.2f), worst rel_l2 vs it %.3e; worst "
-        "(gpu vs fp32) / (emulation vs fp32 + 0.01) %.3f (limit %.1f)\n",
-        fails ? "FAIL" : "PASS", ngrad, worst_cos, FP8_COS, worst, worst_ratio, FP8_NOISIER);
+        "%s %d gradients (fp8): closest cos vs the emulation to its floor %.6f (floor %.6f: %.2f, or lower where fp8 "
+        "itself is far from fp32), worst rel_l2 vs it %.3e; worst (gpu vs fp32) / (emulation vs fp32 + 0.01) %.3f "
+        "(limit %.1f)\n",
+        fails ? "FAIL" : "PASS", ngrad, worst_cos, worst_floor, FP8_COS, worst, worst_ratio, FP8_NOISIER);
   else
     printf("%s %d gradients: worst rel_l2 %.3e (limit %.0e), worst cos %.6f (limit %.3f)\n",
            fails ? "FAIL" : "PASS", ngrad, worst, GRAD_REL_L2, worst_cos, GRAD_COS);
