@@ -22,6 +22,20 @@ int api_cuda_fail(stepc_t *s) {
   return -1;
 }
 
+/* ZeRO-1: the fp32 masters this rank holds, for the initialisation (open, and every stepc_init_params)
+ * to write no other: another rank's master is absent here (api_dp_absent), its offset in the
+ * optimizer-state region one of this rank's own masters or moments. Without ZeRO-1 every one. */
+static int hold_masters(stepc_t *s) {
+  if (!s->owner) return RT_OK;
+  uint8_t *held = malloc((size_t)s->g->nt + 1);
+  if (!held) return rt_fail(cu(s)->d, "out of memory");
+  for (int t = 0; t < s->g->nt; t++)
+    held[t] = !api_dp_absent(s, t);
+  int rc = rt_player_hold_masters(cu(s)->x, held, s->g->nt);
+  free(held);
+  return rc;
+}
+
 static int cuda_init(stepc_t *s, uint64_t seed) {
   return rt_player_init(cu(s)->x, seed) ? api_cuda_fail(s) : 0;
 }
@@ -436,7 +450,8 @@ stepc_status api_cuda_open(stepc_t *s) {
   rc = rt_module_load(c->d, cubin);
   free(cubin);
   if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
-      rt_player_set_ranks(c->x, s->tp_rank, s->ep_rank) || rt_player_init(c->x, im->f.seed))
+      rt_player_set_ranks(c->x, s->tp_rank, s->ep_rank) || hold_masters(s) ||
+      rt_player_init(c->x, im->f.seed))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   snprintf(s->notice, sizeof s->notice, "%s", rt_player_notice(c->x));
   c->nmb = im->lp.f.nmb;

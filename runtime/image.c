@@ -100,6 +100,7 @@ int image_write(const char *path, const StepImage *im, char *err, size_t nerr) {
     put(&b, lp->table, (size_t)lp->f.ntable * sizeof *lp->table);
     put(&b, lp->row, (size_t)lp->f.nrow * sizeof *lp->row);
     put(&b, lp->tmap, (size_t)lp->f.ntmap * sizeof *lp->tmap);
+    put(&b, lp->init_master, (size_t)lp->f.ninit_master * sizeof *lp->init_master);
   }
   if (b.oom) {
     free(b.p);
@@ -225,7 +226,8 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
       if (lf) lp->f = *lf, free(lf);
       if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 ||
-                   lp->f.ntable > ((int64_t)1 << 40) || lp->f.ntmap < 0 || lp->f.ntmap > ((int64_t)1 << 30)))
+                   lp->f.ninit_master < 0 || lp->f.ntable > ((int64_t)1 << 40) || lp->f.ntmap < 0 ||
+                   lp->f.ntmap > ((int64_t)1 << 30)))
         bad = 1;
       if (!bad) {
         im->has_program = 1;
@@ -236,6 +238,7 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
         lp->table = take(&r, (size_t)lp->f.ntable, sizeof *lp->table, &bad);
         lp->row = take(&r, (size_t)lp->f.nrow, sizeof *lp->row, &bad);
         lp->tmap = take(&r, (size_t)lp->f.ntmap, sizeof *lp->tmap, &bad);
+        lp->init_master = take(&r, (size_t)lp->f.ninit_master, sizeof *lp->init_master, &bad);
       }
     }
     if (!bad && (r.at != r.n || (c.npoison > 0 && !im->poison))) bad = 1;

@@ -597,6 +597,24 @@ static int check_launch_program(StepImage *im, Why *w) {
   }
   for (int i = 0; i < n; i++)
     if (check_record(im, i, w)) return -1;
+  /* the initialisation's master rows (LpInitMaster): in record order, each an initialisation launch
+   * whose named argument is a pointer holding its master's address (what a rank nulls there) */
+  for (int k = 0; k < f->ninit_master; k++) {
+    const LpInitMaster *m = &lp->init_master[k];
+    const RtRec *r = in_range(m->rec, n) ? &lp->rec[m->rec] : NULL;
+    const char *sig =
+        r && r->kind == RT_REC_LAUNCH
+            ? ((int)r->k < RT_K_COUNT ? rt_kernel_sig[r->k] : im->gen.k[(int)r->k - RT_K_COUNT].sig)
+            : NULL;
+    if (!sig || m->rec < f->init.first || m->rec >= f->init.first + f->init.count ||
+        (k > 0 && m->rec <= lp->init_master[k - 1].rec) || !in_range(m->arg, r->nargs) ||
+        sig[m->arg] != 'p' || !in_range(m->tensor, g->nt) || g->t[m->tensor].role != ROLE_MASTER ||
+        m->pad != 0 || r->arg[m->arg] != (LP_PTR | (uint64_t)lp->tensor_at[m->tensor]))
+      return bad(w,
+                 "program: initialisation master row %d (record %d, argument %d, tensor %d) is out of range",
+                 k, m->rec, m->arg, m->tensor);
+  }
+  if (f->init_master_pad != 0) return bad(w, "program: a nonzero pad");
   return check_attention(im, w) || check_comm_stream(im, w) ? -1 : 0;
 }
 

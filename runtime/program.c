@@ -48,8 +48,21 @@ int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot) {
   return n;
 }
 
+int lp_init_rec(const LaunchProgram *lp, int i, const uint8_t *held, RtRec *out) {
+  *out = lp->rec[i];
+  if (!held) return 0;
+  for (int k = 0; k < lp->f.ninit_master; k++) {
+    const LpInitMaster *m = &lp->init_master[k];
+    if (m->rec != i || held[m->tensor]) continue;
+    out->arg[m->arg] = 0; /* the kernel writes no master (init_normal / init_normal_tp / init_ones) */
+    return 1;
+  }
+  return 0;
+}
+
 void lp_free(LaunchProgram *lp) {
-  free(lp->rec), free(lp->point), free(lp->micro), free(lp->tensor_at), free(lp->table), free(lp->row);
+  free(lp->rec), free(lp->point), free(lp->micro), free(lp->tensor_at), free(lp->table), free(lp->row),
+      free(lp->init_master);
   free(lp->tmap);
   memset(lp, 0, sizeof *lp);
 }

@@ -15,7 +15,9 @@
  *  - point q (the image's program order: point_op[q] is its op): what that op launches (none when
  *    the compiler fused it into another op's launch);
  *  - the initialisation: zero the plan's buffers, initialise every parameter (and master) as the
- *    CPU executor does, reading train.seed from the init_seed slot the player writes first;
+ *    CPU executor does, reading train.seed from the init_seed slot the player writes first; the
+ *    records that write a master are named (init_master), so that a rank of the distributed
+ *    optimizer writes only the masters it holds (lp_init_rec);
  *  - begin(mb) / end(mb): copy micro-batch mb's staged tokens, targets and dropout seed into the
  *    fixed slots the step's ops read, and its loss out to its slot;
  *  - hparams(q): for an AdamW point, the hyper-parameter launch it makes before its update (a
@@ -109,6 +111,19 @@ typedef struct {
   int32_t adamw; /* 1 an AdamW row, 0 a norm row */
 } LpRow;
 
+/* An initialisation record that writes a parameter's fp32 master (compiler/codegen/launch/exec.c
+ * rt_exec_init_param: init_normal, init_normal_tp or init_ones, the master in its f32 argument, the
+ * bf16 param in its b16 one). With the distributed optimizer (ZeRO-1) the masters live in the
+ * optimizer-state region, where each owner packs the state it holds from offset 0, so the masters
+ * of tensors other ranks own share offsets with this rank's: a rank plays such a record with that
+ * argument null (the kernels skip a null f32) for every master it does not hold (lp_init_rec). */
+typedef struct {
+  int32_t rec;    /* the record (in the initialisation's range) */
+  int32_t arg;    /* its argument holding the master's address (a pointer, 'p' in rt_ksig) */
+  int32_t tensor; /* the master (ROLE_MASTER) */
+  int32_t pad;    /* 0 */
+} LpInitMaster;
+
 /* The scratch's parts (compiler/codegen/launch/exec.h's RT_SCRATCH_* order), for reports. */
 #define LP_SCRATCH_PARTS 13
 extern const char *const lp_scratch_part_name[LP_SCRATCH_PARTS];
@@ -140,6 +155,7 @@ typedef struct {
   int32_t attn_pad; /* 0 */
   int64_t tmaps_at; /* the TMA tensor maps' RT_TMAP_BYTES each, in LaunchProgram.tmap's order: offset */
   int64_t ntmap;
+  int32_t ninit_master, init_master_pad; /* LaunchProgram.init_master's rows; 0 */
 } LpFacts;
 
 typedef struct {
@@ -151,6 +167,7 @@ typedef struct {
   uint64_t *table;    /* ntable words */
   LpRow *row;
   RtTmap *tmap; /* ntmap: what the player encodes into the scratch at open (ptr relocated: LP_PTR | offset) */
+  LpInitMaster *init_master; /* ninit_master, in record order */
 } LaunchProgram;
 
 void lp_free(LaunchProgram *lp);
@@ -164,5 +181,11 @@ int lp_runtime_libs(const LaunchProgram *lp, int dp_size, char *buf, size_t n);
  * pointers into r, in slot (room for LP_MAX_ARGS); their count. What relocates, plays and checks a
  * record walks these. */
 int lp_rec_addrs(RtRec *r, const char *sig, uint64_t **slot);
+/* Record i of lp as a rank plays it, in *out: the record, with the master argument of an
+ * initialisation record that writes a master (LpInitMaster) set to 0 (a null pointer) when the rank
+ * does not hold that master (held[tensor] == 0; held NULL: it holds every tensor). The one rule
+ * runtime/cuda/player.c plays the initialisation by and tests/api/zero_play.c simulates. 1 when it
+ * nulled an argument, else 0. */
+int lp_init_rec(const LaunchProgram *lp, int i, const uint8_t *held, RtRec *out);
 
 #endif

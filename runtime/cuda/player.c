@@ -18,6 +18,7 @@ struct RtPlayer {
   RtMarks *marks;                    /* rt_player_comm_marks */
   int nmark, span_a, span_b, closed; /* marks used; the last window's two; a window closed since asked */
   char notice[1024];
+  uint8_t *held; /* rt_player_hold_masters: the masters this rank holds (a byte a tensor); NULL every one */
 };
 
 static uint64_t at(const RtPlayer *p, uint64_t v) { return v & LP_PTR ? p->base + (v & ~LP_PTR) : v; }
@@ -143,7 +144,7 @@ void rt_player_free(RtPlayer *p) {
   if (!p) return;
   rt_free(p->d, p->base, (size_t)p->lp->f.alloc_bytes);
   if (p->has_comm) rt_side_free(p->d, &p->comm);
-  free(p->table);
+  free(p->table), free(p->held);
   free(p);
 }
 
@@ -217,7 +218,20 @@ int rt_player_init(RtPlayer *p, uint64_t seed) {
   const LpFacts *f = &p->lp->f;
   if (!p->d->rec && (rt_copy_h2d(p->d, p->base + (CUdeviceptr)f->init_seed_at, &seed, 8) || rt_sync(p->d)))
     return RT_ERROR;
-  return rt_player_play(p, f->init) || rt_sync(p->d) ? RT_ERROR : RT_OK;
+  for (int i = f->init.first; i < f->init.first + f->init.count; i++) {
+    RtRec r; /* a master another rank holds is not written (lp_init_rec: its argument null) */
+    lp_init_rec(p->lp, i, p->held, &r);
+    if (play_one(p, &r)) return RT_ERROR;
+  }
+  return rt_sync(p->d) ? RT_ERROR : RT_OK;
+}
+
+int rt_player_hold_masters(RtPlayer *p, const uint8_t *held, int nt) {
+  free(p->held), p->held = NULL;
+  if (!held) return RT_OK;
+  if (!(p->held = malloc((size_t)nt + 1))) return rt_fail(p->d, "out of memory");
+  memcpy(p->held, held, (size_t)nt);
+  return RT_OK;
 }
 
 int rt_player_point(RtPlayer *p, int q) {

@@ -43,8 +43,13 @@ int rt_player_play(RtPlayer *p, LpRange r);
  * the shards' initialisation and the vocab-parallel launches read: before rt_player_init
  * (synchronises). */
 int rt_player_set_ranks(RtPlayer *p, int tp_rank, int ep_rank);
-/* The initialisation with train.seed = seed (synchronises). */
+/* The initialisation with train.seed = seed (synchronises): every record of the program's init
+ * section, each as lp_init_rec gives it for the masters this rank holds (rt_player_hold_masters). */
 int rt_player_init(RtPlayer *p, uint64_t seed);
+/* The fp32 masters this rank holds, held[t] for each of the image's nt tensors (copied; NULL: every
+ * one, the default): the distributed optimizer's rank writes no other master at initialisation
+ * (ZeRO-1: the others share its optimizer-state region's offsets). Before rt_player_init. */
+int rt_player_hold_masters(RtPlayer *p, const uint8_t *held, int nt);
 /* Program point q's launches (its flash alternative after the auto fallback). */
 int rt_player_point(RtPlayer *p, int q);
 /* The program's communication stream (RT_REC_FORK / RT_REC_JOIN: tensor parallelism's backward

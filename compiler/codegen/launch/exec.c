@@ -521,49 +521,62 @@ int rt_exec_micro_end(RtExec *x, int micro) {
 
 /* ---- initialisation, as cpu_exec_init_params ---- */
 
-int rt_exec_init_program(RtExec *x) {
+int rt_exec_init_master(const RtExec *x, int i) {
+  const Graph *g = x->g;
+  if (g->t[i].dtype == DT_F32) return -1; /* an fp32 parameter (the MoE router's) is its own master */
+  /* every master, the ones other ranks of the distributed optimizer hold too: the program names it
+   * (LpInitMaster) and such a rank plays the launch without it (runtime/program.h lp_init_rec) */
+  int master = -1;
+  for (int j = 0; j < g->nt; j++)
+    if (g->t[j].role == ROLE_MASTER && g->t[j].of == i) master = j;
+  return master;
+}
+
+int rt_exec_init_zero(RtExec *x) {
+  return rt_memset0(x->d, x->arena, (size_t)x->arena_bytes); /* the plan's buffers, not the scratch */
+}
+
+int rt_exec_init_param(RtExec *x, int i) {
   const Graph *g = x->g;
   RtDevice *d = x->d;
-  if (rt_memset0(d, x->arena, (size_t)x->arena_bytes))
-    return RT_ERROR; /* the plan's buffers, not the scratch */
-  for (int i = 0; i < g->nt; i++) {
-    const Tensor *t = &g->t[i];
-    if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) continue;
-    int master = -1;
-    for (int j = 0; j < g->nt;
-         j++) /* a master another rank holds (the distributed optimizer) is not written here */
-      if (g->t[j].role == ROLE_MASTER && g->t[j].of == i && g->t[j].bytes > 0) master = j;
-    int fp32 = t->dtype == DT_F32; /* an fp32 parameter (the MoE router's) is its own master */
-    CUdeviceptr f32 = fp32          ? rt_exec_ptr(x, i)
-                      : master >= 0 ? rt_exec_ptr(x, master)
-                                    : 0,
-                b16 = fp32 ? 0 : rt_exec_ptr(x, i);
-    long n = (long)tensor_numel(t);
-    if (t->init != IR_INIT_ONES && t->tp_nseg > 0) { /* a shard: each element at its one-rank place */
-      long inner = 1, seg[IR_TP_MAX_SEGS] = {0};
-      int rep[IR_TP_MAX_SEGS] = {0};
-      int64_t full[IR_MAX_DIMS];
-      tensor_tp_full_shape(t, full);
-      for (int k = t->tp_dim + 1; k < t->ndim; k++)
-        inner *= (long)t->shape[k];
-      for (int k = 0; k < t->tp_nseg && k < IR_TP_MAX_SEGS; k++)
-        seg[k] = (long)t->tp_seg[k], rep[k] = tensor_tp_rep(t, k);
-      if (rt_launch_init_normal_tp(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
-                                   ops_init_name_hash(t->name), t->init_std, inner, (long)t->shape[t->tp_dim],
-                                   (long)full[t->tp_dim], t->tp_size, t->tp_nseg, seg[0], seg[1], seg[2],
-                                   seg[3], seg[4], rep[0], rep[1], rep[2], rep[3], rep[4],
-                                   x->rank + (t->tp_ep ? 4 : 0)))
-        return RT_ERROR;
-      continue;
-    }
-    int rc = t->init == IR_INIT_ONES
-                 ? rt_launch_init_ones(d, rt_grid_stride(d, n), 256, 0, f32, b16, n)
-                 /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed
-                    slot */
-                 : rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
-                                         ops_init_name_hash(t->name), t->init_std);
-    if (rc) return RT_ERROR;
+  const Tensor *t = &g->t[i];
+  if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) return RT_OK;
+  int master = rt_exec_init_master(x, i), fp32 = t->dtype == DT_F32;
+  CUdeviceptr f32 = fp32          ? rt_exec_ptr(x, i)
+                    : master >= 0 ? rt_exec_ptr(x, master)
+                                  : 0,
+              b16 = fp32 ? 0 : rt_exec_ptr(x, i);
+  long n = (long)tensor_numel(t);
+  if (t->init != IR_INIT_ONES && t->tp_nseg > 0) { /* a shard: each element at its one-rank place */
+    long inner = 1, seg[IR_TP_MAX_SEGS] = {0};
+    int rep[IR_TP_MAX_SEGS] = {0};
+    int64_t full[IR_MAX_DIMS];
+    tensor_tp_full_shape(t, full);
+    for (int k = t->tp_dim + 1; k < t->ndim; k++)
+      inner *= (long)t->shape[k];
+    for (int k = 0; k < t->tp_nseg && k < IR_TP_MAX_SEGS; k++)
+      seg[k] = (long)t->tp_seg[k], rep[k] = tensor_tp_rep(t, k);
+    return rt_launch_init_normal_tp(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
+                                    ops_init_name_hash(t->name), t->init_std, inner,
+                                    (long)t->shape[t->tp_dim], (long)full[t->tp_dim], t->tp_size, t->tp_nseg,
+                                    seg[0], seg[1], seg[2], seg[3], seg[4], rep[0], rep[1], rep[2], rep[3],
+                                    rep[4], x->rank + (t->tp_ep ? 4 : 0))
+               ? RT_ERROR
+               : RT_OK;
   }
+  int rc = t->init == IR_INIT_ONES
+               ? rt_launch_init_ones(d, rt_grid_stride(d, n), 256, 0, f32, b16, n)
+               /* the key is the CPU executor's ops_init_key(seed, name), made on the device from the seed
+                  slot */
+               : rt_launch_init_normal(d, rt_grid_stride(d, n), 256, 0, f32, b16, n, x->init_seed,
+                                       ops_init_name_hash(t->name), t->init_std);
+  return rc ? RT_ERROR : RT_OK;
+}
+
+int rt_exec_init_program(RtExec *x) {
+  if (rt_exec_init_zero(x)) return RT_ERROR;
+  for (int i = 0; i < x->g->nt; i++)
+    if (rt_exec_init_param(x, i)) return RT_ERROR;
   return RT_OK;
 }
 

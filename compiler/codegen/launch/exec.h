@@ -96,6 +96,15 @@ const RtTmap *rt_exec_tmaps(const RtExec *x, int *n);
  * exactly as the CPU executor's cpu_exec_init_params does, reading train.seed from the scratch's
  * RT_SCRATCH_INIT_SEED slot (the player writes it first). */
 int rt_exec_init_program(RtExec *x);
+/* Its parts, in its order: the buffers zeroed; param i's one launch (none for a param initialised to
+ * zeros or not at all, or another tensor), writing the bf16 param and the fp32 master
+ * rt_exec_init_master names (an fp32 param: itself). */
+int rt_exec_init_zero(RtExec *x);
+int rt_exec_init_param(RtExec *x, int i);
+/* The fp32 master param i's initialisation writes (its f32 argument, the first), or -1: none, or
+ * the param is fp32 and its own master. Every master, whichever rank of the distributed optimizer
+ * holds it: the launch program names it (LpInitMaster) and the runtime nulls it on the others. */
+int rt_exec_init_master(const RtExec *x, int i);
 /* A micro-batch's ends: micro_begin copies micro-batch `micro`'s staged tokens, targets and
  * dropout seed into the fixed slots every op reads (so no launch depends on which micro-batch
  * runs); micro_end copies the loss to the micro-batch's slot. */

@@ -37,7 +37,25 @@ static int record(RtExec *x, RtRecorder *rec, RecordFn fn, int arg, int op, LpRa
   return rc;
 }
 
-static int rec_init(RtExec *x, int arg) { return (void)arg, rt_exec_init_program(x); }
+static int rec_init_zero(RtExec *x, int arg) { return (void)arg, rt_exec_init_zero(x); }
+
+/* The initialisation (rt_exec_init_program's launches, param by param) as one range, with the
+ * records that write a bf16 param's fp32 master named (LpInitMaster: its f32 argument, the first). */
+static int record_init(RtExec *x, RtRecorder *rec, LaunchProgram *lp) {
+  const Graph *g = x->g;
+  LpRange r;
+  lp->f.init.first = rec->n;
+  if (record(x, rec, rec_init_zero, 0, -1, &r)) return RT_ERROR;
+  if (!(lp->init_master = calloc((size_t)g->nt + 1, sizeof *lp->init_master))) return RT_ERROR;
+  for (int i = 0; i < g->nt; i++) {
+    if (record(x, rec, rt_exec_init_param, i, -1, &r)) return RT_ERROR;
+    int m = rt_exec_init_master(x, i);
+    if (r.count == 1 && m >= 0)
+      lp->init_master[lp->f.ninit_master++] = (LpInitMaster){.rec = r.first, .arg = 0, .tensor = m};
+  }
+  lp->f.init.count = rec->n - lp->f.init.first;
+  return RT_OK;
+}
 
 /* A collective that runs on the communication stream (Schedule.comm_end): the fork, then the op
  * lowered with its collectives on that stream. */
@@ -183,7 +201,7 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
     goto done;
   }
   lp->f.attn = attn_lowerings(x);
-  if (record(x, &rec, rec_init, 0, -1, &lp->f.init)) goto failed;
+  if (record_init(x, &rec, lp)) goto failed;
   int q = 0,
       join_at = -1; /* the point after whose launches the step's stream joins the communication stream */
   for (int i = 0; i < sc->n; i++) {
