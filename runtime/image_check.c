@@ -608,7 +608,9 @@ static int check_launch_program(StepImage *im, Why *w) {
             : NULL;
     if (!sig || m->rec < f->init.first || m->rec >= f->init.first + f->init.count ||
         (k > 0 && m->rec <= lp->init_master[k - 1].rec) || !in_range(m->arg, r->nargs) ||
-        sig[m->arg] != 'p' || !in_range(m->tensor, g->nt) || g->t[m->tensor].role != ROLE_MASTER ||
+        sig[m->arg] != 'p' || !in_range(m->tensor, g->nt) ||
+        !(g->t[m->tensor].role == ROLE_MASTER ||
+          (g->t[m->tensor].role == ROLE_PARAM && g->t[m->tensor].dtype == DT_F32)) ||
         m->pad != 0 || r->arg[m->arg] != (LP_PTR | (uint64_t)lp->tensor_at[m->tensor]))
       return bad(w,
                  "program: initialisation master row %d (record %d, argument %d, tensor %d) is out of range",

@@ -113,14 +113,15 @@ typedef struct {
 
 /* An initialisation record that writes a parameter's fp32 master (compiler/codegen/launch/exec.c
  * rt_exec_init_param: init_normal, init_normal_tp or init_ones, the master in its f32 argument, the
- * bf16 param in its b16 one). With the distributed optimizer (ZeRO-1) the masters live in the
+ * bf16 param in its b16 one; an fp32 param is its own master: model.fp8_param's primary weights,
+ * the MoE router's). With the distributed optimizer (ZeRO-1) the masters live in the
  * optimizer-state region, where each owner packs the state it holds from offset 0, so the masters
  * of tensors other ranks own share offsets with this rank's: a rank plays such a record with that
  * argument null (the kernels skip a null f32) for every master it does not hold (lp_init_rec). */
 typedef struct {
   int32_t rec;    /* the record (in the initialisation's range) */
   int32_t arg;    /* its argument holding the master's address (a pointer, 'p' in rt_ksig) */
-  int32_t tensor; /* the master (ROLE_MASTER) */
+  int32_t tensor; /* the master (ROLE_MASTER), or the fp32 param itself (ROLE_PARAM) */
   int32_t pad;    /* 0 */
 } LpInitMaster;
 

@@ -1,5 +1,5 @@
-/* zero_play DIR WORLD — the distributed optimizer's (ZeRO-1) collectives on cuda, checked for every rank
- * of a job of WORLD ranks without a GPU: each rank's plan (runtime/zero_coll.h, what
+/* zero_play DIR WORLD [unmasked] — the distributed optimizer's (ZeRO-1) collectives on cuda, checked for
+ * every rank of a job of WORLD ranks without a GPU: each rank's plan (runtime/zero_coll.h, what
  * runtime/api_cuda_dp.c plays through NCCL or the host-staged communicator) is built from DIR's
  * step.img, then every rank's copies and collectives are simulated over host copies of its
  * allocation, the collectives' members matched by group (data-parallel: the ranks of one TP rank;
@@ -19,6 +19,17 @@
  *  - the staging: the memory plan's arena slot (ImgFacts.zero_stage_at / zero_stage_bytes) holds what
  *    every rank's zc_plan needs, and the simulation runs in it (a staging over a gradient or param the
  *    movement reads would show as a wrong gradient or param).
+ *  - the initialisation (runtime/cuda/player.c rt_player_init): each rank's init records as it plays
+ *    them (runtime/program.h lp_init_rec, the runtime's own rule, with the masters the rank holds:
+ *    runtime/api_cuda.c hold_masters), each launch's writes modelled from its arguments (the f32
+ *    range [f32, f32 + 4n) and the bf16 range [b16, b16 + 2n) of init_normal / init_normal_tp /
+ *    init_ones): no write lands on a tensor of the optimizer-state region this rank holds other than
+ *    the write's own master; every master the rank holds whose param is initialised (an fp32 param is
+ *    its own: model.fp8_param's primary weights live in the region under ZeRO-1) is written
+ *    exactly once, whole, by its own param's launch; no master it does not hold is written; every
+ *    bf16 param initialised is written exactly once, whole, on every rank. With a third argument
+ *    `unmasked` every rank plays every record as recorded (lp_init_rec without the held masters: the
+ *    program before the fix), which must fail this check wherever another rank holds a master.
  * Prints one line a rank (its reduce-scatters, all-gathers, norm exchanges, staging) and exits 0,
  * or 1 with FAIL lines. */
 #include <stdio.h>
@@ -108,8 +119,124 @@ static float fget(const unsigned char *p) {
   return v;
 }
 
+/* ---- the initialisation ---- */
+
+/* Does rank r (its data-parallel member dp, expert-data-parallel member edp) hold tensor t: runtime/api_dp.c
+ * api_dp_absent's negation (a tensor of the optimizer-state region another rank owns is absent). */
+static int holds(const StepImage *im, const Rank *r, int t) {
+  const Graph *g = im->g;
+  if (g->t[t].buffer != 1 || im->owner[t] < 0) return 1;
+  return im->owner[t] == (graph_expert_state(g, t) ? r->edp_member : r->dp_member);
+}
+
+typedef struct {
+  int64_t at, bytes;
+  int master; /* the master an f32 write is for (its LpInitMaster row), -1 none */
+  int param;  /* the param whose launch it is (-1 unknown) */
+  int f32;
+} Write;
+
+static int overlaps(int64_t a, int64_t na, int64_t b, int64_t nb) { return a < b + nb && b < a + na; }
+
+/* Rank r's initialisation as it plays it; 0 or the failures found. */
+static int check_init(const StepImage *im, const Rank *rk, int r, int unmasked, int *nwrites, int *nskipped) {
+  const Graph *g = im->g;
+  const LaunchProgram *lp = &im->lp;
+  const Rank *x = &rk[r];
+  int before = fails, n = 0, cap = 2 * lp->f.init.count + 2;
+  uint8_t *held = malloc((size_t)g->nt + 1);
+  Write *w = malloc((size_t)cap * sizeof *w);
+  for (int t = 0; t < g->nt; t++)
+    held[t] = (uint8_t)holds(im, x, t);
+  *nskipped = 0;
+  for (int i = lp->f.init.first; i < lp->f.init.first + lp->f.init.count; i++) {
+    RtRec c;
+    *nskipped += lp_init_rec(lp, i, unmasked ? NULL : held, &c);
+    if (c.kind == RT_REC_MEMSET) {
+      if (i != lp->f.init.first || c.dst != LP_PTR || (int64_t)c.bytes != lp->f.buffers_bytes)
+        FAIL("rank %d: init record %d: a memset that is not the leading one of the plan's buffers", r, i);
+      continue;
+    }
+    if (c.kind != RT_REC_LAUNCH ||
+        (c.k != RT_K_init_normal && c.k != RT_K_init_ones && c.k != RT_K_init_normal_tp)) {
+      FAIL("rank %d: init record %d: kind %d kernel %d, not an init launch", r, i, (int)c.kind, (int)c.k);
+      continue;
+    }
+    int master = -1, param = -1;
+    for (int k = 0; k < lp->f.ninit_master; k++)
+      if (lp->init_master[k].rec == i) master = lp->init_master[k].tensor;
+    uint64_t f32 = c.arg[0], b16 = c.arg[1];
+    int64_t numel = (int64_t)c.arg[2];
+    if (master >= 0) /* the named master's param (an fp32 param is its own) */
+      param = g->t[master].role == ROLE_PARAM ? master : g->t[master].of;
+    else /* else the bf16 param the launch writes (the params of the main arena do not share offsets) */
+      for (int t = 0; t < g->nt; t++)
+        if (g->t[t].role == ROLE_PARAM && g->t[t].buffer != 1 && b16 == (LP_PTR | (uint64_t)lp->tensor_at[t]))
+          param = t;
+    if (param >= 0 && tensor_numel(&g->t[param]) != numel) param = -1;
+    if (param < 0)
+      FAIL("rank %d: init record %d: no param of %lld elements it is for", r, i, (long long)numel);
+    if (f32) w[n++] = (Write){(int64_t)(f32 & ~LP_PTR), 4 * numel, master, param, 1};
+    if (b16) w[n++] = (Write){(int64_t)(b16 & ~LP_PTR), 2 * numel, -1, param, 0};
+  }
+  /* (1) no write on a region tensor this rank holds, but the write's own master */
+  for (int k = 0; k < n; k++)
+    for (int t = 0; t < g->nt; t++)
+      if (g->t[t].buffer == 1 && held[t] && t != w[k].master && g->t[t].bytes > 0 &&
+          overlaps(w[k].at, w[k].bytes, lp->tensor_at[t], g->t[t].bytes)) {
+        FAIL("rank %d: the init launch of %s (%s) writes over %s, which this rank holds", r,
+             w[k].param >= 0 ? g->t[w[k].param].name : "?",
+             w[k].master >= 0 ? g->t[w[k].master].name
+             : w[k].f32       ? "its fp32"
+                              : "its bf16",
+             g->t[t].name);
+        break;
+      }
+  /* (2) every master held whose param is initialised (an fp32 param: itself, model.fp8_param's primary
+   * weights in the region under ZeRO-1) written once, whole, by its param's launch; (3) none other;
+   * and every initialised bf16 param written once, whole */
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *m = &g->t[t];
+    int of = m->role == ROLE_MASTER ? m->of : m->role == ROLE_PARAM && m->dtype == DT_F32 ? t : -1;
+    if (of >= 0) {
+      const Tensor *p = &g->t[of];
+      int last = of; /* the param's master: its last (compiler/codegen/launch/exec.c rt_exec_init_master) */
+      for (int j = 0; j < g->nt && p->dtype != DT_F32; j++)
+        if (g->t[j].role == ROLE_MASTER && g->t[j].of == of) last = j;
+      int init = p->init != IR_INIT_NONE && p->init != IR_INIT_ZEROS && last == t;
+      int whole = 0, any = 0;
+      for (int k = 0; k < n; k++) {
+        if (!w[k].f32 || w[k].master != t) continue;
+        any++;
+        whole += w[k].param == of && w[k].at == lp->tensor_at[t] && w[k].bytes == 4 * tensor_numel(m);
+      }
+      if (held[t] && init && (any != 1 || whole != 1))
+        FAIL("rank %d: master %s (held here) written %d time(s), %d whole by %s's launch", r, m->name, any,
+             whole, p->name);
+      if (!held[t] && any) FAIL("rank %d: master %s (another rank's) written %d time(s)", r, m->name, any);
+      if (held[t] && !init && any) FAIL("rank %d: master %s of an uninitialised param written", r, m->name);
+    }
+    if (m->role == ROLE_PARAM && m->dtype != DT_F32 && m->init != IR_INIT_NONE && m->init != IR_INIT_ZEROS) {
+      int whole = 0, any = 0;
+      for (int k = 0; k < n; k++)
+        if (!w[k].f32 && overlaps(w[k].at, w[k].bytes, lp->tensor_at[t], m->bytes))
+          any++, whole += w[k].param == t && w[k].at == lp->tensor_at[t] && w[k].bytes == 2 * tensor_numel(m);
+      if (any != 1 || whole != 1)
+        FAIL("rank %d: bf16 param %s written %d time(s), %d whole", r, m->name, any, whole);
+    }
+  }
+  for (int k = 0; k < n; k++) /* every fp32 write names its master */
+    if (w[k].f32 && w[k].master < 0)
+      FAIL("rank %d: an init launch writes fp32 at A+0x%llx that no LpInitMaster row names", r,
+           (unsigned long long)w[k].at);
+  *nwrites = n;
+  free(held), free(w);
+  return fails - before;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) return fprintf(stderr, "usage: zero_play DIR WORLD\n"), 2;
+  int unmasked = argc == 4 && strcmp(argv[3], "unmasked") == 0;
+  if (argc != 3 && !unmasked) return fprintf(stderr, "usage: zero_play DIR WORLD [unmasked]\n"), 2;
   char path[4096], err[512] = "";
   snprintf(path, sizeof path, "%s/%s", argv[1], STEPC_IMAGE_FILE);
   StepImage im;
@@ -157,6 +284,17 @@ int main(int argc, char **argv) {
            (long long)rk[r].p.staging_bytes, (long long)stage_bytes, (long long)stage_at,
            (long long)im.g->buffer_bytes[0]);
   if (fails) return 1;
+  /* ---- the initialisation ---- */
+  for (int r = 0; r < world; r++) {
+    int nw = 0, nskip = 0, bad = check_init(&im, rk, r, unmasked, &nw, &nskip);
+    printf("rank %d: init: %d writes, %d master(s) of other ranks skipped (of %d named)%s%s\n", r, nw, nskip,
+           im.lp.f.ninit_master, unmasked ? ", unmasked" : "", bad ? ": FAILED" : ": ok");
+  }
+  if (unmasked) { /* the program before the fix: only its initialisation is of interest */
+    printf("%s: %d ranks: the initialisation unmasked %s\n", argv[1], world,
+           fails ? "fails the check" : "passes the check");
+    return fails ? 1 : 0;
+  }
   total = alloc_bytes;
   srand(1);
   for (int r = 0; r < world; r++) {

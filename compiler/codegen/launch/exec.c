@@ -523,7 +523,9 @@ int rt_exec_micro_end(RtExec *x, int micro) {
 
 int rt_exec_init_master(const RtExec *x, int i) {
   const Graph *g = x->g;
-  if (g->t[i].dtype == DT_F32) return -1; /* an fp32 parameter (the MoE router's) is its own master */
+  /* an fp32 parameter is its own master (the MoE router's; model.fp8_param's primary weights, which
+   * the distributed optimizer keeps in its optimizer-state region) */
+  if (g->t[i].dtype == DT_F32) return i;
   /* every master, the ones other ranks of the distributed optimizer hold too: the program names it
    * (LpInitMaster) and such a rank plays the launch without it (runtime/program.h lp_init_rec) */
   int master = -1;
@@ -542,10 +544,7 @@ int rt_exec_init_param(RtExec *x, int i) {
   const Tensor *t = &g->t[i];
   if (t->role != ROLE_PARAM || t->init == IR_INIT_NONE || t->init == IR_INIT_ZEROS) return RT_OK;
   int master = rt_exec_init_master(x, i), fp32 = t->dtype == DT_F32;
-  CUdeviceptr f32 = fp32          ? rt_exec_ptr(x, i)
-                    : master >= 0 ? rt_exec_ptr(x, master)
-                                  : 0,
-              b16 = fp32 ? 0 : rt_exec_ptr(x, i);
+  CUdeviceptr f32 = master >= 0 ? rt_exec_ptr(x, master) : 0, b16 = fp32 ? 0 : rt_exec_ptr(x, i);
   long n = (long)tensor_numel(t);
   if (t->init != IR_INIT_ONES && t->tp_nseg > 0) { /* a shard: each element at its one-rank place */
     long inner = 1, seg[IR_TP_MAX_SEGS] = {0};

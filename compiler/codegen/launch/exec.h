@@ -101,9 +101,10 @@ int rt_exec_init_program(RtExec *x);
  * rt_exec_init_master names (an fp32 param: itself). */
 int rt_exec_init_zero(RtExec *x);
 int rt_exec_init_param(RtExec *x, int i);
-/* The fp32 master param i's initialisation writes (its f32 argument, the first), or -1: none, or
- * the param is fp32 and its own master. Every master, whichever rank of the distributed optimizer
- * holds it: the launch program names it (LpInitMaster) and the runtime nulls it on the others. */
+/* The fp32 tensor param i's initialisation writes (its f32 argument, the first): its master, or the
+ * param itself when it is fp32 (its own master); -1 none. Every one, whichever rank of the
+ * distributed optimizer holds it: the launch program names it (LpInitMaster) and the runtime nulls
+ * it on the others. */
 int rt_exec_init_master(const RtExec *x, int i);
 /* A micro-batch's ends: micro_begin copies micro-batch `micro`'s staged tokens, targets and
  * dropout seed into the fixed slots every op reads (so no launch depends on which micro-batch
