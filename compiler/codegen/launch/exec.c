@@ -572,13 +572,6 @@ int rt_exec_init_param(RtExec *x, int i) {
   return rc ? RT_ERROR : RT_OK;
 }
 
-int rt_exec_init_program(RtExec *x) {
-  if (rt_exec_init_zero(x)) return RT_ERROR;
-  for (int i = 0; i < x->g->nt; i++)
-    if (rt_exec_init_param(x, i)) return RT_ERROR;
-  return RT_OK;
-}
-
 /* ---- one op at a time (program.c lowers them in the program's order; tests/unit too) ---- */
 
 int rt_exec_run_op(RtExec *x, int o) {

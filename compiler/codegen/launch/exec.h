@@ -92,13 +92,11 @@ int64_t rt_exec_scratch_part(const RtExec *x, int part, int64_t *at);
 const uint64_t *rt_exec_tables(const RtExec *x, int64_t *words);
 /* The TMA tensor maps as written at open (the RT_SCRATCH_TMAPS part, in this order), *n of them. */
 const RtTmap *rt_exec_tmaps(const RtExec *x, int *n);
-/* The initialisation: zeroes the plan's buffers and initialises parameters (and their masters)
- * exactly as the CPU executor's cpu_exec_init_params does, reading train.seed from the scratch's
- * RT_SCRATCH_INIT_SEED slot (the player writes it first). */
-int rt_exec_init_program(RtExec *x);
-/* Its parts, in its order: the buffers zeroed; param i's one launch (none for a param initialised to
- * zeros or not at all, or another tensor), writing the bf16 param and the fp32 master
- * rt_exec_init_master names (an fp32 param: itself). */
+/* The initialisation (compiler/codegen/launch/program.c record_init plays them in this order):
+ * rt_exec_init_zero zeroes the plan's buffers; then rt_exec_init_param for each tensor i initialises
+ * param i (and its master) exactly as the CPU executor's cpu_exec_init_params does, in one launch
+ * (none for a param initialised to zeros or not at all, or another tensor), reading train.seed from
+ * the scratch's RT_SCRATCH_INIT_SEED slot (the player writes it first). */
 int rt_exec_init_zero(RtExec *x);
 int rt_exec_init_param(RtExec *x, int i);
 /* The fp32 tensor param i's initialisation writes (its f32 argument, the first): its master, or the

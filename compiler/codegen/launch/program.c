@@ -39,8 +39,10 @@ static int record(RtExec *x, RtRecorder *rec, RecordFn fn, int arg, int op, LpRa
 
 static int rec_init_zero(RtExec *x, int arg) { return (void)arg, rt_exec_init_zero(x); }
 
-/* The initialisation (rt_exec_init_program's launches, param by param) as one range, with the
- * records that write a bf16 param's fp32 master named (LpInitMaster: its f32 argument, the first). */
+/* The initialisation as one range (exec.h: the buffers zeroed, then each param's launch), with each
+ * record that writes an fp32 master named (LpInitMaster: its f32 argument, the first; an fp32 param
+ * is its own master), so that a rank of the distributed optimizer plays it without a master it does
+ * not hold (runtime/program.h lp_init_rec). */
 static int record_init(RtExec *x, RtRecorder *rec, LaunchProgram *lp) {
   const Graph *g = x->g;
   LpRange r;
