@@ -225,9 +225,9 @@ int image_read(const char *path, StepImage *im, char *err, size_t nerr) {
       LaunchProgram *lp = &im->lp;
       LpFacts *lf = take(&r, 1, sizeof *lf, &bad);
       if (lf) lp->f = *lf, free(lf);
-      if (!bad && (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 ||
-                   lp->f.ninit_master < 0 || lp->f.ntable > ((int64_t)1 << 40) || lp->f.ntmap < 0 ||
-                   lp->f.ntmap > ((int64_t)1 << 30)))
+      if (!bad &&
+          (lp->f.nrec < 0 || lp->f.nmb < 1 || lp->f.ntable < 0 || lp->f.nrow < 0 || lp->f.ninit_master < 0 ||
+           lp->f.ntable > ((int64_t)1 << 40) || lp->f.ntmap < 0 || lp->f.ntmap > ((int64_t)1 << 30)))
         bad = 1;
       if (!bad) {
         im->has_program = 1;
