@@ -68,8 +68,9 @@ typedef struct {
   int32_t warmup_steps; /* model.cuda_graph_warmup_steps */
   int32_t data_text;    /* 1: windows of data_path's bytes; 0: mock tokens from the seed */
   int32_t nreplay;      /* recompute replay ops per micro-batch */
-  int64_t cuda_peak;    /* the step's device peak as the plan names it: the memory plan's peak,
-                           the launch scratch, cuBLASLt's and cuDNN's workspaces */
+  int64_t cuda_peak;    /* the step's device peak as the plan names it: the arena and the
+                           optimizer-state region, the launch scratch, cuBLASLt's and cuDNN's
+                           workspaces (plan_device_peak) */
   int64_t cpu_peak;     /* the CPU (fp32) plan's */
   int64_t cpu_arena;
   int32_t sm_count;      /* the launch program's grids were sized for this many SMs */

@@ -78,26 +78,53 @@ typedef struct {
   int first; /* a member tensor (for messages) */
 } Slot;
 
-static int cmp_size_desc(const void *a, const void *b, void *ctx) {
-  const Slot *s = ctx;
-  const Slot *x = &s[*(const int *)a], *y = &s[*(const int *)b];
+/* The orders the transient slots are placed in (place_transient keeps the one whose arena is
+ * smallest, the first on a tie): by size (TFLite's greedy by size); by breadth (the slots of the
+ * program point with the most live bytes first, then those of the next fullest point: a slot's key is
+ * the most bytes live at any point of its lifetime, so the peak's slots pack without holes); by
+ * lifetime (the long-lived ones low in the arena); and by size times lifetime. Each breaks its ties by
+ * size, start, then index, so a plan is the same on every machine. */
+enum { ORDER_SIZE, ORDER_BREADTH, ORDER_BREADTH_END, ORDER_LIFE, ORDER_AREA, NORDERS };
+typedef struct {
+  const Slot *s;
+  const int64_t *breadth; /* per slot: the most transient bytes live at a point of its lifetime */
+  int order;
+} OrderCtx;
+
+static int cmp_placement(const void *a, const void *b, void *ctx) {
+  const OrderCtx *c = ctx;
+  const Slot *x = &c->s[*(const int *)a], *y = &c->s[*(const int *)b];
+  int64_t lx = x->end - x->start + 1, ly = y->end - y->start + 1, kx = x->size, ky = y->size;
+  switch (c->order) {
+  case ORDER_LIFE: kx = lx, ky = ly; break;
+  case ORDER_AREA: kx = x->size / 4096 * lx, ky = y->size / 4096 * ly; break;
+  case ORDER_BREADTH:
+  case ORDER_BREADTH_END: kx = c->breadth[x - c->s], ky = c->breadth[y - c->s]; break;
+  default: break;
+  }
+  if (kx != ky) return kx > ky ? -1 : 1;
+  if (c->order == ORDER_BREADTH_END && x->end != y->end) return x->end > y->end ? -1 : 1;
   if (x->size != y->size) return x->size > y->size ? -1 : 1;
   if (x->start != y->start) return x->start < y->start ? -1 : 1;
   return *(const int *)a - *(const int *)b;
 }
 
 static int cmp_offset(const void *a, const void *b, void *ctx) {
-  const Slot *s = ctx;
-  const Slot *x = &s[*(const int *)a], *y = &s[*(const int *)b];
-  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-  return *(const int *)a - *(const int *)b;
+  const int64_t *off = ctx;
+  int x = *(const int *)a, y = *(const int *)b;
+  if (off[x] != off[y]) return off[x] < off[y] ? -1 : 1;
+  return x - y;
 }
 
 static int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-/* Best-fit offsets for the transient slots ts[0..n). */
-static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align, int64_t *top) {
-  qsort_r(ts, (size_t)n, sizeof *ts, cmp_size_desc, sl);
+/* Best-fit offsets for the transient slots ts[0..n) in one order (cmp_placement's): each at the
+ * smallest gap that holds it among the placed slots whose lifetimes overlap its own, else above them.
+ * The offsets into off[], the arena's top into *top. */
+static int place_in_order(const Slot *sl, const int64_t *breadth, int *ts, int n, int order, int64_t base,
+                          int64_t align, int64_t *off, int64_t *top) {
+  OrderCtx ctx = {sl, breadth, order};
+  qsort_r(ts, (size_t)n, sizeof *ts, cmp_placement, &ctx);
   int *placed = malloc((size_t)(n + 1) * sizeof *placed), *ov = malloc((size_t)(n + 1) * sizeof *ov);
   if (!placed || !ov) {
     free(placed), free(ov);
@@ -106,25 +133,68 @@ static int place_transient(Slot *sl, int *ts, int n, int64_t base, int64_t align
   int np = 0;
   *top = base;
   for (int i = 0; i < n; i++) {
-    Slot *s = &sl[ts[i]];
+    const Slot *s = &sl[ts[i]];
     int nov = 0;
     for (int j = 0; j < np; j++) {
       const Slot *p = &sl[placed[j]];
       if (p->start <= s->end && s->start <= p->end) ov[nov++] = placed[j];
     }
-    qsort_r(ov, (size_t)nov, sizeof *ov, cmp_offset, sl);
+    qsort_r(ov, (size_t)nov, sizeof *ov, cmp_offset, off); /* by their offsets in this order */
     int64_t prev = base, best = -1, best_gap = INT64_MAX;
     for (int j = 0; j < nov; j++) {
       const Slot *p = &sl[ov[j]];
-      int64_t gap = p->offset - prev;
+      int64_t gap = off[ov[j]] - prev;
       if (gap >= s->size && gap < best_gap) best = prev, best_gap = gap;
-      if (p->offset + p->size > prev) prev = align_up(p->offset + p->size, align);
+      if (off[ov[j]] + p->size > prev) prev = align_up(off[ov[j]] + p->size, align);
     }
-    s->offset = best >= 0 ? best : prev;
-    if (s->offset + s->size > *top) *top = s->offset + s->size;
+    off[ts[i]] = best >= 0 ? best : prev;
+    if (off[ts[i]] + s->size > *top) *top = off[ts[i]] + s->size;
     placed[np++] = ts[i];
   }
   free(placed), free(ov);
+  return 0;
+}
+
+/* The transient slots ts[0..n) (of nslots, over np program points) placed in each order of
+ * cmp_placement; the smallest arena's offsets kept (the first order's on a tie), stopping early at
+ * base + the most transient bytes live at a point (no arena is smaller). */
+static int place_transient(Slot *sl, int *ts, int n, int nslots, int np, int64_t base, int64_t align,
+                           int64_t *top) {
+  int64_t *off = malloc((size_t)(nslots + 1) * sizeof *off),
+          *best = malloc((size_t)(nslots + 1) * sizeof *best), *live = calloc((size_t)np + 2, sizeof *live),
+          *breadth = calloc((size_t)nslots + 1, sizeof *breadth);
+  if (!off || !best || !live || !breadth) {
+    free(off), free(best), free(live), free(breadth);
+    return -1;
+  }
+  for (int i = 0; i < n; i++)
+    live[sl[ts[i]].start] += sl[ts[i]].size, live[sl[ts[i]].end + 1] -= sl[ts[i]].size;
+  int64_t floor = 0;
+  for (int q = 0; q <= np; q++) {
+    if (q > 0) live[q] += live[q - 1];
+    if (live[q] > floor) floor = live[q];
+  }
+  for (int i = 0; i < n; i++)
+    for (int q = sl[ts[i]].start; q <= sl[ts[i]].end; q++)
+      if (live[q] > breadth[ts[i]]) breadth[ts[i]] = live[q];
+  floor += base;
+  *top = INT64_MAX;
+  for (int o = 0; o<NORDERS && * top> floor; o++) {
+    int64_t t;
+    if (place_in_order(sl, breadth, ts, n, o, base, align, off, &t) < 0) {
+      free(off), free(best), free(live), free(breadth);
+      return -1;
+    }
+    if (t < *top) {
+      *top = t;
+      for (int i = 0; i < n; i++)
+        best[ts[i]] = off[ts[i]];
+    }
+  }
+  if (n == 0) *top = base;
+  for (int i = 0; i < n; i++)
+    sl[ts[i]].offset = best[ts[i]];
+  free(off), free(best), free(live), free(breadth);
   return 0;
 }
 
@@ -402,7 +472,7 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
     }
   }
   int64_t top = base;
-  if (place_transient(sl, ts, ntr, base, align, &top) < 0) {
+  if (place_transient(sl, ts, ntr, nslots, np, base, align, &top) < 0) {
     free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
     memplan_free(mp);
     snprintf(err, nerr, "out of memory");

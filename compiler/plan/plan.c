@@ -80,8 +80,9 @@ const char *program_digest_hex(const LaunchProgram *lp, char hex[17]) {
 }
 
 int64_t plan_device_peak(const Plan *p) {
-  if (!p->lp_ok) return p->mp.peak;
-  return p->mp.peak + p->lp.f.scratch_bytes + RT_BLAS_WORKSPACE_BYTES + p->lp.f.attn_workspace;
+  int64_t held = p->mp.arena + p->mp.region;
+  if (!p->lp_ok) return held;
+  return held + p->lp.f.scratch_bytes + RT_BLAS_WORKSPACE_BYTES + p->lp.f.attn_workspace;
 }
 
 int plan_build(const Spec *s, int float_bytes, Plan *p, DiagList *d, char *err, size_t nerr) {

@@ -387,7 +387,9 @@ int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagLi
 const char *program_digest_hex(const LaunchProgram *lp, char hex[17]);
 /* The step's device memory at its peak: the memory plan's peak, the launch scratch and, where the
  * CUDA backend runs the step, the libraries' workspaces the runtime opens (cuBLASLt's
- * RT_BLAS_WORKSPACE_BYTES, cuDNN attention's as the shapes predict). */
+ * RT_BLAS_WORKSPACE_BYTES, cuDNN attention's as the shapes predict). The arena and the
+ * optimizer-state region rather than the peak of live bytes: the runtime allocates the whole arena,
+ * holes included (memplan.c leaves none in the shapes measured). */
 int64_t plan_device_peak(const Plan *p);
 void plan_free(Plan *p);
 /* What `stepc check` adds to the field rules: lower, place regions and scopes, run scope_check.

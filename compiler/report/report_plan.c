@@ -133,7 +133,7 @@ static int flash_alternatives(const Plan *p) {
 }
 
 /* The launch scratch (compiler/codegen/launch/exec.h): allocated with the plan's buffers for the
- * whole step, so the device peak is the plan's peak plus it. */
+ * whole step, so the device peak is the arena (and the optimizer-state region) plus it. */
 static void launch_scratch_text(const Plan *p, FILE *f) {
   if (!p->lp_ok) {
     if (p->lp_why[0]) fprintf(f, "  launch program: none (%s)\n", p->lp_why);
@@ -141,7 +141,7 @@ static void launch_scratch_text(const Plan *p, FILE *f) {
   }
   const LpFacts *lf = &p->lp.f;
   fprintf(f,
-          "  device peak %.3f GB = the peak + launch scratch %.6f GB (lowered for %d SMs) + cuBLASLt "
+          "  device peak %.3f GB = the arena + launch scratch %.6f GB (lowered for %d SMs) + cuBLASLt "
           "workspace %.6f GB + "
           "cuDNN attention workspace %.6f GB; the scratch:",
           (double)plan_device_peak(p) / GB, (double)lf->scratch_bytes / GB, lf->sm_count,

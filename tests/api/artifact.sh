@@ -66,9 +66,9 @@ build() { # name recipe [overrides]
 import json, sys
 p, i = json.load(open(sys.argv[1]))["arena"], json.load(open(sys.argv[2]))
 ls, lp = p.get("launch_scratch", {}), p.get("launch_program", {})
-want = {"peak_bytes": p["peak_bytes"], "arena_bytes": p["arena_bytes"],
+want = {"held_bytes": p["arena_bytes"] + p.get("optimizer_region", {}).get("bytes", 0), "arena_bytes": p["arena_bytes"],
         "region_bytes": p.get("optimizer_region", {}).get("bytes", 0), "layout_digest": p["layout_digest"],
-        "scratch_bytes": ls.get("bytes", 0), "device_peak_bytes": ls.get("device_peak_bytes", p["peak_bytes"]),
+        "scratch_bytes": ls.get("bytes", 0), "device_peak_bytes": ls.get("device_peak_bytes", p["arena_bytes"] + p.get("optimizer_region", {}).get("bytes", 0)),
         "program_records": lp.get("records", 0), "program_digest": lp.get("digest", "")}
 bad = [f"{k}: plan {want[k]} image {i[k]}" for k in want if want[k] != i[k]]
 print("\n".join(bad)) if bad else None

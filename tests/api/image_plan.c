@@ -1,5 +1,5 @@
 /* image_plan DIR — what the built step.img holds of the plan, as `stepc plan --json` names it:
- * {"peak_bytes", "arena_bytes", "region_bytes", "layout_digest", "scratch_bytes",
+ * {"held_bytes", "arena_bytes", "region_bytes", "layout_digest", "scratch_bytes",
  * "device_peak_bytes", "program_records", "program_digest"}. artifact.sh compares it with `stepc
  * plan --json` of the same recipe: the plan reported, launch program included, is the plan built. */
 #include <inttypes.h>
@@ -19,9 +19,10 @@ int main(int argc, char **argv) {
   if (image_read(path, &im, err, sizeof err) != 0) return fprintf(stderr, "image_plan: %s\n", err), 1;
   const Graph *g = im.g;
   const LpFacts *lf = &im.lp.f;
-  /* the plan's peak: the device peak less what it adds (the scratch and the libraries' workspaces) */
+  /* what the plan's buffers hold (the arena and the optimizer-state region): the device peak less what
+   * it adds (the scratch and the libraries' workspaces) */
   int64_t scratch = im.has_program ? lf->scratch_bytes : 0, libs = im.has_program ? RT_BLAS_WORKSPACE_BYTES + lf->attn_workspace : 0;
-  printf("{\"peak_bytes\": %" PRId64 ", \"arena_bytes\": %" PRId64 ", \"region_bytes\": %" PRId64
+  printf("{\"held_bytes\": %" PRId64 ", \"arena_bytes\": %" PRId64 ", \"region_bytes\": %" PRId64
          ", \"layout_digest\": \"%016" PRIx64 "\", \"scratch_bytes\": %" PRId64 ", \"device_peak_bytes\": %" PRId64
          ", \"program_records\": %d, \"program_digest\": \"%s\"}\n",
          im.f.cuda_peak - scratch - libs, g->buffer_bytes[0], g->nbuffers > 1 ? g->buffer_bytes[1] : 0, plan_layout_digest(g), scratch,
