@@ -35,29 +35,36 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
   if (fuse_build(p->g, p->fz, &p->ew, err, nerr) != 0 ||
       schedule_bucket_fire(p->g, p->fz, &p->sc, err, nerr) != 0 ||
       comm_overlap_windows(p->g, p->fz, &p->sr, &p->sc, err, nerr) != 0 ||
-      memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &p->mp, err, nerr) != 0 ||
+      memplan_build(p->g, p->fz, &p->sc, NULL, float_bytes, &p->mp, err, nerr) != 0 ||
       memplan_verify(p->g, &p->mp, err, nerr) != 0)
     return PLAN_ERROR;
   memplan_apply(p->g, &p->mp);
   return fuse_verify(p->g, p->fz, err, nerr) == 0 ? PLAN_OK : PLAN_ERROR;
 }
 
-/* Per-rank memory and cost of the planned step; the iterations before the TE graphs are captured
- * run the same step without static buffers, so they get a reading of their own. */
+/* Per-rank memory and cost of the planned step. The per-rank report is Megatron's job, whose TE
+ * graphs keep their static outputs for the whole step (STEPC-43): it reads a memory plan with them
+ * pinned. stepc's own step (p->mp) frees them after their last reader — every graph replays at its
+ * planned point over the plan's offsets, so they are ordinary tensors there. The iterations before
+ * the TE graphs are captured run without static buffers: a reading of their own, from p->mp. */
 static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_t nerr) {
   cost_device_h200(&p->dev);
-  if (memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0 ||
-      cost_build(p->g, p->fz, s, &p->dev, &p->cost) != 0)
-    return PLAN_ERROR;
-  if (p->sr.static_bytes == 0 || memrank_capture_iteration(s) <= 1) {
+  if (cost_build(p->g, p->fz, s, &p->dev, &p->cost) != 0) return PLAN_ERROR;
+  if (p->sr.static_bytes == 0)
+    return memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0
+               ? PLAN_ERROR
+               : (memrank_readings(s, &p->rank, NULL), PLAN_OK);
+  MemPlan pinned;
+  int rc = memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &pinned, err, nerr);
+  if (rc == 0)
+    rc = memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &pinned, &p->rank, err, nerr), memplan_free(&pinned);
+  if (rc != 0) return PLAN_ERROR;
+  if (memrank_capture_iteration(s) <= 1) {
     memrank_readings(s, &p->rank, NULL);
     return PLAN_OK;
   }
-  MemPlan em;
   RankReport er;
-  int erc = memplan_build(p->g, p->fz, &p->sc, NULL, float_bytes, &em, err, nerr);
-  if (erc == 0) erc = memrank_build(p->g, p->fz, s, &p->sc, NULL, &em, &er, err, nerr), memplan_free(&em);
-  if (erc != 0) return PLAN_ERROR;
+  if (memrank_build(p->g, p->fz, s, &p->sc, NULL, &p->mp, &er, err, nerr) != 0) return PLAN_ERROR;
   memrank_readings(s, &p->rank, &er);
   return PLAN_OK;
 }
