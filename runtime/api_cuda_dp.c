@@ -295,14 +295,22 @@ static stepc_status zero_setup(stepc_t *s) {
   char err[400];
   if (zc_plan(&r, &c->zc, err, sizeof err)) return api_fail(s, STEPC_ERR_UNSUPPORTED, "%s", err);
   c->zpending = -1;
-  /* the staging is the memory plan's (an arena slot, compiler/plan/memplan.c), never allocated here */
-  if (c->zc.staging_bytes > s->im.f.zero_stage_bytes)
+  /* the staging is the memory plan's (an arena slot, compiler/plan/memplan.c), but at world size 1,
+   * where the plan has none (its one rank holds all the state: a step without --dp-join runs no
+   * collective), a --dp-join run gets one of its own here, outside the plan */
+  if (s->world == 1 && s->im.f.zero_stage_bytes == 0 && c->zc.staging_bytes > 0) {
+    if (rt_alloc(c->d, &c->zstage_own, (size_t)c->zc.staging_bytes,
+                 "the distributed optimizer's staging (world size 1)"))
+      return api_cuda_fail(s), STEPC_ERR_NOMEM;
+    c->zstage = c->zstage_own;
+  } else if (c->zc.staging_bytes > s->im.f.zero_stage_bytes)
     return api_fail(
         s, STEPC_ERR_IO,
         "%s: the distributed optimizer's staging needs %lld bytes on rank %d, the image plans %lld: "
         "rebuild the artifact",
         s->dir, (long long)c->zc.staging_bytes, s->rank, (long long)s->im.f.zero_stage_bytes);
-  c->zstage = rt_player_base(c->x) + (CUdeviceptr)s->im.f.zero_stage_at;
+  else
+    c->zstage = rt_player_base(c->x) + (CUdeviceptr)s->im.f.zero_stage_at;
   if (rt_player_keep_rows(c->x, c->zc.keep_sumsq, c->zc.keep_adamw))
     return api_cuda_fail(s), STEPC_ERR_RUNTIME;
   return STEPC_OK;
@@ -397,7 +405,8 @@ void api_cuda_dp_free(stepc_t *s) {
   ApiCuda *c = cu(s);
   if (c->comm_ok) rt_side_free(c->d, &c->comm);
   rt_nccl_free(c->nccl, c->nccl_failed);
+  if (c->zstage_own) rt_free(c->d, c->zstage_own, (size_t)c->zc.staging_bytes);
   zc_free(&c->zc);
   free(c->fire_point);
-  c->nccl = NULL, c->comm_ok = false, c->fire_point = NULL, c->zstage = 0;
+  c->nccl = NULL, c->comm_ok = false, c->fire_point = NULL, c->zstage = 0, c->zstage_own = 0;
 }

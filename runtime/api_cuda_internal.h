@@ -53,7 +53,8 @@ typedef struct {
   bool zero;
   ZcPlan zc;          /* this rank's collectives, masks and skipped points */
   CUdeviceptr zstage; /* the staging the parts pack into: the plan's arena slot (ImgFacts.zero_stage_at) */
-  int zpending;       /* the bucket whose reduce-scatter is in flight (unpacked later), -1 none */
+  CUdeviceptr zstage_own; /* at world size 1 under --dp-join, a staging of its own (the plan has none) */
+  int zpending;           /* the bucket whose reduce-scatter is in flight (unpacked later), -1 none */
   /* tensor parallelism (api_cuda_tp.c): the launch program's collectives' communicator */
   RtCollHost *coll_host; /* host-staged */
   /* NCCL: each group's communicator (TP, EP, DP, expert-DP): nccl above where the group is the

@@ -439,9 +439,13 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
   /* the distributed optimizer's staging (cuda): from the point after the first bucket's fire point to
    * the end. Its first pack is enqueued on the step's stream after the fire point's launches, so what
    * they read or write is done with before the staging is written; what is live after it (a
-   * collective's tensors until its window's join included) is kept apart */
+   * collective's tensors until its window's join included) is kept apart. At world size 1 there is
+   * none: the step's one rank holds all the state, and the runtime runs no ZeRO collective there
+   * (runtime/api_cuda_dp.c: a --dp-join run at world 1 reduces the gradients as plain data
+   * parallelism) */
   int zs = -1;
-  if (float_bytes == 0 && sc->owner && sc->nb > 0) {
+  bool world1 = sc->dp <= 1 && sc->tp <= 1 && sc->ep <= 1 && sc->edp <= 1;
+  if (float_bytes == 0 && sc->owner && sc->nb > 0 && !world1) {
     int64_t b = zero_staging_bytes(g, sc, mp->size, err, nerr);
     if (b < 0) {
       free(sl), free(ts), free(diff), free(point), free(grouped), free(transient);
