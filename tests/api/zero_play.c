@@ -235,6 +235,8 @@ static int check_init(const StepImage *im, const Rank *rk, int r, int unmasked, 
 }
 
 int main(int argc, char **argv) {
+  /* every line out before an exit that skips stdio's flush (a sanitizer's leak report) */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int unmasked = argc == 4 && strcmp(argv[3], "unmasked") == 0;
   if (argc != 3 && !unmasked) return fprintf(stderr, "usage: zero_play DIR WORLD [unmasked]\n"), 2;
   char path[4096], err[512] = "";
@@ -293,6 +295,10 @@ int main(int argc, char **argv) {
   if (unmasked) { /* the program before the fix: only its initialisation is of interest */
     printf("%s: %d ranks: the initialisation unmasked %s\n", argv[1], world,
            fails ? "fails the check" : "passes the check");
+    for (int r = 0; r < world; r++)
+      zc_free(&rk[r].p);
+    free(rk);
+    image_free(&im);
     return fails ? 1 : 0;
   }
   total = alloc_bytes;
