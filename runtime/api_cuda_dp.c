@@ -262,16 +262,6 @@ int api_cuda_nccl_watch(void *ctx) {
 
 /* ---- open ---- */
 
-/* ZeRO-1 where another rank holds some of the optimizer state: no longer refused. The launch
- * program's initialisation is one for every rank, and it used to write every fp32 master at its
- * owner's offset in the optimizer-state region, so on a rank that does not own them the other
- * ranks' masters landed on its own masters and moments (the owners pack from offset 0 each): every
- * layout's loss was not finite at step 2 on the H200 (tests/gpu/zero_ep.sh). Now the program names
- * each record that writes a master (runtime/program.h LpInitMaster) and this rank plays it with a
- * null master (lp_init_rec, api_cuda.c hold_masters) unless it holds that master; every rank's
- * masters and moments are checked for every rank without a GPU (tests/api/zero_play.c,
- * api.zero_cuda). The fix awaits its H200 run: tests/gpu/zero_ep.sh and tests/gpu/run_dp.sh. */
-
 /* ZeRO-1: this rank's plan (runtime/zero_coll.h), its multi-tensor rows masked, the planned staging. */
 static stepc_status zero_setup(stepc_t *s) {
   ApiCuda *c = cu(s);

@@ -272,14 +272,13 @@ int scope_check(const Graph *g, const Spec *s, const Schedule *sc, const Recompu
     int ns = 0;
     for (int i = 0; i < sr->n; i++)
       ns += sr->s[i].nstatic;
-    Diag *n = diag_add(d, DIAG_NOTE, "STEPC-43", "model.cuda_graph_impl",
-                       field_where(s, SPEC_F_model_cuda_graph_impl),
-                       "%d tensors leave their CUDA-graph scope (%d scope instances); in Megatron's job, as "
-                       "the static outputs "
-                       "of TE's graphs, they stay allocated for the whole step: %.3f GB on one rank before "
-                       "sharding (the per-rank "
-                       "report's graph_buffers; stepc's own step frees them after their last reader)",
-                       ns, sr->n, (double)sr->static_bytes / 1e9);
+    Diag *n = diag_add(
+        d, DIAG_NOTE, "STEPC-43", "model.cuda_graph_impl", field_where(s, SPEC_F_model_cuda_graph_impl),
+        "%d tensors leave their CUDA-graph scope (%d scope instances); in Megatron's job, as the "
+        "static outputs of TE's graphs, they stay allocated for the whole step: %.3f GB on one "
+        "rank before sharding (the per-rank report's graph_buffers; stepc's own step frees them "
+        "after their last reader)",
+        ns, sr->n, (double)sr->static_bytes / 1e9);
     if (n)
       diag_hint(n, "`stepc plan` shows them per rank; fewer, larger scopes (or full_iteration) hold fewer "
                    "static outputs");

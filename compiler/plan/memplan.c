@@ -169,17 +169,17 @@ static int place_transient(Slot *sl, int *ts, int n, int nslots, int np, int64_t
   }
   for (int i = 0; i < n; i++)
     live[sl[ts[i]].start] += sl[ts[i]].size, live[sl[ts[i]].end + 1] -= sl[ts[i]].size;
-  int64_t floor = 0;
+  int64_t least = 0; /* no arena is smaller than base + the most bytes live at a point */
   for (int q = 0; q <= np; q++) {
     if (q > 0) live[q] += live[q - 1];
-    if (live[q] > floor) floor = live[q];
+    if (live[q] > least) least = live[q];
   }
   for (int i = 0; i < n; i++)
     for (int q = sl[ts[i]].start; q <= sl[ts[i]].end; q++)
       if (live[q] > breadth[ts[i]]) breadth[ts[i]] = live[q];
-  floor += base;
+  least += base;
   *top = INT64_MAX;
-  for (int o = 0; o<NORDERS && * top> floor; o++) {
+  for (int o = 0; o<NORDERS && * top> least; o++) {
     int64_t t;
     if (place_in_order(sl, breadth, ts, n, o, base, align, off, &t) < 0) {
       free(off), free(best), free(live), free(breadth);
@@ -191,7 +191,6 @@ static int place_transient(Slot *sl, int *ts, int n, int nslots, int np, int64_t
         best[ts[i]] = off[ts[i]];
     }
   }
-  if (n == 0) *top = base;
   for (int i = 0; i < n; i++)
     sl[ts[i]].offset = best[ts[i]];
   free(off), free(best), free(live), free(breadth);
@@ -440,9 +439,8 @@ int memplan_build(const Graph *g, const Fusions *fz, const Schedule *sc, const S
    * the end. Its first pack is enqueued on the step's stream after the fire point's launches, so what
    * they read or write is done with before the staging is written; what is live after it (a
    * collective's tensors until its window's join included) is kept apart. At world size 1 there is
-   * none: the step's one rank holds all the state, and the runtime runs no ZeRO collective there
-   * (runtime/api_cuda_dp.c: a --dp-join run at world 1 reduces the gradients as plain data
-   * parallelism) */
+   * none: the step's one rank holds all the state and runs no collective (a --dp-join run, which
+   * plays them to test them, allocates its own: runtime/api_cuda_dp.c zero_setup) */
   int zs = -1;
   bool world1 = sc->dp <= 1 && sc->tp <= 1 && sc->ep <= 1 && sc->edp <= 1;
   if (float_bytes == 0 && sc->owner && sc->nb > 0 && !world1) {

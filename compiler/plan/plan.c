@@ -50,16 +50,14 @@ static int plan_step(const Spec *s, int float_bytes, Plan *p, DiagList *d, bool 
 static int plan_report(const Spec *s, int float_bytes, Plan *p, char *err, size_t nerr) {
   cost_device_h200(&p->dev);
   if (cost_build(p->g, p->fz, s, &p->dev, &p->cost) != 0) return PLAN_ERROR;
-  if (p->sr.static_bytes == 0)
-    return memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &p->mp, &p->rank, err, nerr) != 0
-               ? PLAN_ERROR
-               : (memrank_readings(s, &p->rank, NULL), PLAN_OK);
+  bool scoped = p->sr.static_bytes > 0;
   MemPlan pinned;
-  int rc = memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &pinned, err, nerr);
-  if (rc == 0)
-    rc = memrank_build(p->g, p->fz, s, &p->sc, &p->sr, &pinned, &p->rank, err, nerr), memplan_free(&pinned);
+  if (scoped && memplan_build(p->g, p->fz, &p->sc, &p->sr, float_bytes, &pinned, err, nerr) != 0)
+    return PLAN_ERROR;
+  int rc = memrank_build(p->g, p->fz, s, &p->sc, &p->sr, scoped ? &pinned : &p->mp, &p->rank, err, nerr);
+  if (scoped) memplan_free(&pinned);
   if (rc != 0) return PLAN_ERROR;
-  if (memrank_capture_iteration(s) <= 1) {
+  if (!scoped || memrank_capture_iteration(s) <= 1) {
     memrank_readings(s, &p->rank, NULL);
     return PLAN_OK;
   }
