@@ -99,21 +99,49 @@ static inline unsigned stepc_ce_threads(int Vp) {
   return t > 1024 ? 0u : t < 32 ? 32u : (unsigned)t;
 }
 
-/* Row kernels (norms): blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK, grid ceil(N / rows). */
+/* Row kernels: the norms' backward_input kernels, blockDim 32 * STEPC_NORM_ROWS_PER_BLOCK (a warp a
+ * row), grid ceil(N / rows). */
 #define STEPC_NORM_ROWS_PER_BLOCK 4
 
-/* rmsnorm_backward / layernorm_backward (kernels/norm.cuh, dinp and the weight-gradient partials in
- * one pass): grid G row groups, block 32 W, dynamic shared memory stepc_norm_bwd_smem(C, P, W)
- * (P = 1 RMSNorm, 2 LayerNorm). stepc_norm_bwd_warps gives W: up to 4 within
- * STEPC_NORM_BWD_SMEM, 0 where one warp's sums do not fit (rows over 12288 wide for RMSNorm: the
- * three-kernel path, *norm_backward_input + norm_backward_weight_partial + colsum, runs). */
+/* The norms' forward and one-pass backward kernels (kernels/norm.cuh) give a row S warps, each
+ * keeping up to STEPC_NORM_TILE_COLS of its columns in registers (as norm.cuh's STEPC_NORM_TILE and
+ * STEPC_NORM_ROW_WARPS_MAX): S = 1 up to 2048 columns, 2 up to 4096, ... */
+#define STEPC_NORM_TILE_COLS 2048
+#define STEPC_NORM_ROW_WARPS_MAX 32
+static inline int stepc_norm_row_warps(int C) {
+  int s = (C + STEPC_NORM_TILE_COLS - 1) / STEPC_NORM_TILE_COLS;
+  return s < 1 ? 1 : s > STEPC_NORM_ROW_WARPS_MAX ? STEPC_NORM_ROW_WARPS_MAX : s;
+}
+/* *norm_forward: rows a block (4, fewer where 4 rows' warps would pass 32), blockDim 32 S rows,
+ * grid ceil(N / rows). */
+static inline int stepc_norm_fwd_rows(int C) {
+  int s = stepc_norm_row_warps(C), r = 4;
+  while (r > 1 && r * s > STEPC_NORM_ROW_WARPS_MAX) r /= 2;
+  return r;
+}
+static inline unsigned stepc_norm_fwd_threads(int C) {
+  return (unsigned)(32 * stepc_norm_row_warps(C) * stepc_norm_fwd_rows(C));
+}
+
+/* rmsnorm_backward / layernorm_backward (dinp and the weight-gradient partials in one pass): grid G
+ * row groups, block 32 W, dynamic shared memory stepc_norm_bwd_smem(C, P, W) (P = 1 RMSNorm, 2
+ * LayerNorm): each warp's P sums over its slab's columns, the slab padded to whole tiles (to 256
+ * columns where S = 1). stepc_norm_bwd_warps gives W: S times up to 4 rows at a time within
+ * STEPC_NORM_BWD_SMEM, 0 where one row's sums do not fit (rows over 24576 wide for RMSNorm, 12288
+ * for LayerNorm: the three-kernel path, *norm_backward_input + norm_backward_weight_partial +
+ * colsum, runs). */
 #define STEPC_NORM_BWD_SMEM (96 * 1024)
 static inline unsigned stepc_norm_bwd_smem(int C, int P, int W) {
-  return (unsigned)((C + 255) / 256 * 256 * 4 * P * W);
+  int s = stepc_norm_row_warps(C), tiles = (C + STEPC_NORM_TILE_COLS - 1) / STEPC_NORM_TILE_COLS;
+  int cw = s == 1 ? (C + 255) / 256 * 256 : (tiles + s - 1) / s * STEPC_NORM_TILE_COLS;
+  return (unsigned)(cw * 4 * P * W);
 }
 static inline int stepc_norm_bwd_warps(int C, int P) {
-  unsigned one = stepc_norm_bwd_smem(C, P, 1), w = STEPC_NORM_BWD_SMEM / one;
-  return w > 4 ? 4 : (int)w;
+  int s = stepc_norm_row_warps(C);
+  unsigned row = stepc_norm_bwd_smem(C, P, s), l = STEPC_NORM_BWD_SMEM / row;
+  if (l > 4) l = 4;
+  while (l > 1 && l * s > STEPC_NORM_ROW_WARPS_MAX) l--;
+  return (int)l * s;
 }
 /* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
 #define STEPC_COLSUM_WARPS 8

@@ -9,6 +9,15 @@
 
 #define STEPC_NORM_VEC 8                                    // 16-byte vectors a lane keeps of a row
 #define STEPC_NORM_TILE (STEPC_WARP * 8 * STEPC_NORM_VEC)   // columns a warp keeps in registers: 2048
+#define STEPC_NORM_ROW_WARPS_MAX 32                         // as kernels/launch.h
+
+// The warps that share a row (as kernels/launch.h stepc_norm_row_warps): one a STEPC_NORM_TILE
+// columns, so that every row up to 32 tiles wide is read once into registers; warp k of a row takes
+// the tiles k, k + S, ... (its slab).
+__device__ __forceinline__ int norm_row_warps(int C) {
+  int s = (C + STEPC_NORM_TILE - 1) / STEPC_NORM_TILE;
+  return s < 1 ? 1 : s > STEPC_NORM_ROW_WARPS_MAX ? STEPC_NORM_ROW_WARPS_MAX : s;
+}
 
 // Tile [t0, t0 + STEPC_NORM_TILE) of row p into u: the lane's vector j is columns
 // t0 + (lane + 32 j) * 8 .. + 8, the order the sums below run in (as a loop c = lane * 8, += 256).
@@ -20,25 +29,43 @@ __device__ __forceinline__ void norm_tile_load(uint4* u, const bf16* p, int t0, 
   }
 }
 
+// The row's total of v, each of its S warps' sum over its slab, added in slab order (sh: the
+// block's S-warp rows, r this warp's row in the block). With S > 1 it synchronises the block, so
+// every thread calls it, a warp past the last row too; with S = 1 it is v (the one warp's sum).
+__device__ __forceinline__ float norm_row_total(float v, float* sh, int r, int slab, int S) {
+  if (S == 1) return v;
+  __syncthreads(); /* the previous call's reads are done */
+  if (threadIdx.x % STEPC_WARP == 0) sh[r * S + slab] = v;
+  __syncthreads();
+  float t = sh[r * S];
+  for (int k = 1; k < S; k++) t += sh[r * S + k];
+  return t;
+}
+
 // Shared body of the four forward kernels. `mean_out` null means RMSNorm (no centring).
 // With `res_b` non-null the input is x = bf16(inp + res_b), written to `res_out` first: the norm
 // then reads exactly the rounded values that the residual stream keeps, so backward agrees.
-// A row of up to STEPC_NORM_TILE columns is read once (every load of the lane in flight together)
-// and kept in registers; a longer one is read a tile at a time, again for each pass. The sums run
-// in the same order either way. Returns max |out| over the lane's stored values when `fold` (the
-// fused fp8 amax, common.cuh amax_fold), else 0.
+// A row is S = norm_row_warps(C) warps' (blockDim.x = 32 S rows_per_block): each keeps its slab of up
+// to STEPC_NORM_TILE columns in registers, read once (every load of the lane in flight together); a
+// slab of more tiles (rows over 32 tiles) is read a tile at a time, again for each pass. Each sum runs
+// over a lane's columns in order, then the warp (warp_sum), then the row's warps in order. Returns
+// max |out| over the lane's stored values when `fold` (the fused fp8 amax, common.cuh amax_fold),
+// else 0.
 __device__ __forceinline__ float norm_forward_row(bf16* out, float* mean_out, float* rstd_out, bf16* res_out,
                                                   const bf16* inp, const bf16* res_b, const bf16* weight,
                                                   const bf16* bias, int N, int C, float eps, bool fold) {
-  int lane = threadIdx.x % STEPC_WARP;
-  long row = (long)blockIdx.x * (blockDim.x / STEPC_WARP) + threadIdx.x / STEPC_WARP;
+  __shared__ float sh[STEPC_NORM_ROW_WARPS_MAX];
+  int S = norm_row_warps(C), lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP;
+  int slab = warp % S, r = warp / S, step = S * STEPC_NORM_TILE;
+  long row = (long)blockIdx.x * (blockDim.x / (STEPC_WARP * S)) + r;
   float m = 0.0f;
-  if (row >= N) return m;
+  if (S == 1 && row >= N) return m;
+  int Cl = row < N ? C : 0; /* the columns this warp walks: none past the last row */
   const bf16* x = inp + row * C;
-  bool kept = C <= STEPC_NORM_TILE;
+  bool kept = C <= step;
   uint4 u[STEPC_NORM_VEC], b[STEPC_NORM_VEC];
   float s = 0.0f;
-  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+  for (int t0 = slab * STEPC_NORM_TILE; t0 < Cl && (kept || res_b || mean_out); t0 += step) {
     norm_tile_load(u, x, t0, C, lane);
     if (res_b) {
       norm_tile_load(b, res_b + row * C, t0, C, lane);
@@ -67,8 +94,8 @@ __device__ __forceinline__ float norm_forward_row(bf16* out, float* mean_out, fl
     __syncwarp();
     x = res_out + row * C;
   }
-  float mean = mean_out ? warp_sum(s) / C : 0.0f, ss = 0.0f;
-  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+  float mean = mean_out ? norm_row_total(warp_sum(s), sh, r, slab, S) / C : 0.0f, ss = 0.0f;
+  for (int t0 = slab * STEPC_NORM_TILE; t0 < Cl; t0 += step) {
     if (!kept) norm_tile_load(u, x, t0, C, lane);
 #pragma unroll
     for (int j = 0; j < STEPC_NORM_VEC; j++) {
@@ -78,8 +105,8 @@ __device__ __forceinline__ float norm_forward_row(bf16* out, float* mean_out, fl
       for (int k = 0; k < 8; k++) ss += (v[k] - mean) * (v[k] - mean);
     }
   }
-  float rstd = rsqrtf(warp_sum(ss) / C + eps);
-  for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+  float rstd = rsqrtf(norm_row_total(warp_sum(ss), sh, r, slab, S) / C + eps);
+  for (int t0 = slab * STEPC_NORM_TILE; t0 < Cl; t0 += step) {
     if (!kept) norm_tile_load(u, x, t0, C, lane);
 #pragma unroll
     for (int j = 0; j < STEPC_NORM_VEC; j++) {
@@ -95,7 +122,7 @@ __device__ __forceinline__ float norm_forward_row(bf16* out, float* mean_out, fl
       if (fold) m = amax8(m, y);
     }
   }
-  if (lane == 0) {
+  if (Cl && slab == 0 && lane == 0) {
     rstd_out[row] = rstd;
     if (mean_out) mean_out[row] = mean;
   }
@@ -108,7 +135,8 @@ __device__ __forceinline__ void norm_forward_amax(float m, float* part, unsigned
   if (amax) amax_fold(m, red, part, amax);
 }
 
-// Launch for all forward kernels: blockDim.x = 32 * rows_per_block, gridDim.x = ceil(N / rows_per_block).
+// Launch for all forward kernels: blockDim.x = 32 S rows (kernels/launch.h stepc_norm_fwd_threads),
+// gridDim.x = ceil(N / rows) (stepc_norm_fwd_rows).
 extern "C" __global__ void rmsnorm_forward(bf16* out,           // (N, C)
                                            float* rstd,         // (N)
                                            const bf16* inp,     // (N, C)
@@ -227,38 +255,47 @@ extern "C" __global__ void layernorm_backward_input(bf16* dinp,          // (N, 
 }
 
 // dinp (as norm_backward_row with accumulate = 0) and the weight-gradient partial sums, in one
-// pass over x and dout: block g owns rows [g R, (g + 1) R), R = ceil(N / G); its warp w takes
-// every W-th of them (a row of up to STEPC_NORM_TILE columns read once, into registers) and adds
-// dout * xhat (and, for LayerNorm, dout) of its lanes' columns into its own slice of shared memory
-// (P slices of Cp = C rounded up to 256 floats, lane-major: column c = 8 v + k sits at
-// ((v / 32) 8 + k) 32 + v % 32, so a warp's 32 lanes touch 32 consecutive floats); at the end the
-// block sums its W slices in warp order into partial[g] = [dw | db]. The sums have a fixed order
-// for a fixed launch, so the result is deterministic.
+// pass over x and dout: block g owns rows [g R, (g + 1) R), R = ceil(N / G). A row is S =
+// norm_row_warps(C) warps', each over its slab (norm_forward_row); the block's W warps are W / S row
+// lanes, lane l taking rows r0 + l, r0 + l + W / S, ... (a row up to S tiles wide read once, into
+// registers). Each warp adds dout * xhat (and, for LayerNorm, dout) of its lanes' columns into its
+// own slice of shared memory (P slices of Cw floats: its slab's tiles, lane-major: the slab's column
+// c = 8 v + k sits at ((v / 32) 8 + k) 32 + v % 32, so a warp's 32 lanes touch 32 consecutive floats;
+// Cw = C rounded up to 256 where S = 1); at the end the block sums each column's slices in warp order
+// into partial[g] = [dw | db]. The sums have a fixed order for a fixed launch, so the result is
+// deterministic.
 __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, const bf16* dout, const bf16* addend,
                                                     const bf16* inp, const bf16* weight, const float* mean_in,
                                                     const float* rstd_in, int N, int C, float* amax_part,
                                                     unsigned* amax) {
-  STEPC_DYNAMIC_SMEM(float, norm_acc);  // (W, P, Cp)
-  int lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP, W = blockDim.x / STEPC_WARP;
-  int P = mean_in ? 2 : 1, Cp = (C + 255) / 256 * 256;
-  float* acc = norm_acc + (long)warp * P * Cp;
-  for (int i = lane; i < P * Cp; i += STEPC_WARP) acc[i] = 0.0f;
+  STEPC_DYNAMIC_SMEM(float, norm_acc); /* (W, P, Cw) */
+  __shared__ float sh[STEPC_NORM_ROW_WARPS_MAX];
+  int S = norm_row_warps(C), lane = threadIdx.x % STEPC_WARP, warp = threadIdx.x / STEPC_WARP,
+      W = blockDim.x / STEPC_WARP, L = W / S, slab = warp % S, lr = warp / S, step = S * STEPC_NORM_TILE;
+  int nt = ((C + STEPC_NORM_TILE - 1) / STEPC_NORM_TILE + S - 1) / S; /* tiles a slab */
+  int P = mean_in ? 2 : 1, Cw = S == 1 ? (C + 255) / 256 * 256 : nt * STEPC_NORM_TILE;
+  float* acc = norm_acc + (long)warp * P * Cw;
+  for (int i = lane; i < P * Cw; i += STEPC_WARP) acc[i] = 0.0f;
   __syncwarp();
   long R = (N + gridDim.x - 1) / gridDim.x, r0 = (long)blockIdx.x * R, r1 = r0 + R < N ? r0 + R : N;
-  bool kept = C <= STEPC_NORM_TILE;
+  long its = r1 > r0 ? (r1 - r0 + L - 1) / L : 0; /* the same for every warp: S > 1 syncs each row */
+  bool kept = C <= step;
   uint4 ux[STEPC_NORM_VEC], ud[STEPC_NORM_VEC];
   float m = 0.0f; /* max |dinp| over the stored values (the fused fp8 amax) */
-  for (long row = r0 + warp; row < r1; row += W) {
-    float mean = mean_in ? mean_in[row] : 0.0f, rstd = rstd_in[row];
+  for (long it = 0; it < its; it++) {
+    long row = r0 + lr + it * L;
+    if (S == 1 && row >= r1) break;
+    int Cl = row < r1 ? C : 0; /* the columns this warp walks: none past the group's last row */
+    float mean = Cl && mean_in ? mean_in[row] : 0.0f, rstd = Cl ? rstd_in[row] : 0.0f;
     const bf16 *x = inp + row * C, *dy = dout + row * C;
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) { /* the row sums, then dinp and the weight sums */
       if (pass) {
-        sg = mean_in ? warp_sum(sg) / C : 0.0f;
-        sgx = warp_sum(sgx) / C;
+        sg = mean_in ? norm_row_total(warp_sum(sg), sh, lr, slab, S) / C : 0.0f;
+        sgx = norm_row_total(warp_sum(sgx), sh, lr, slab, S) / C;
       }
-      for (int t0 = 0; t0 < C; t0 += STEPC_NORM_TILE) {
+      for (int t0 = slab * STEPC_NORM_TILE, q = 0; t0 < Cl; t0 += step, q++) {
         if (!pass || !kept) {
           norm_tile_load(ux, x, t0, C, lane);
           norm_tile_load(ud, dy, t0, C, lane);
@@ -275,12 +312,12 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
             norm_backward_sums8(v, d, w, mean, rstd, &sg, &sgx);
             continue;
           }
-          float* a = acc + (t0 / 256 + j) * 256 + lane;
+          float* a = acc + (q * 8 + j) * 256 + lane;
           for (int k = 0; k < 8; k++) {
             float xhat = (v[k] - mean) * rstd;
             o[k] = rstd * (d[k] * w[k] - sg - xhat * sgx);
             a[32 * k] += d[k] * xhat;
-            if (mean_in) a[Cp + 32 * k] += d[k];
+            if (mean_in) a[Cw + 32 * k] += d[k];
           }
           if (addend) { /* dx rounded to bf16, then residual_add's sum of it and the addend */
             float e[8];
@@ -296,17 +333,19 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
   }
   __syncthreads();
   for (int i = threadIdx.x; i < P * C; i += blockDim.x) {
-    int p = i / C, c = i % C, v = c / 8, at = p * Cp + ((v / 32) * 8 + c % 8) * 32 + v % 32;
+    int p = i / C, c = i % C, tile = c / STEPC_NORM_TILE;
+    int lc = tile / S * STEPC_NORM_TILE + c % STEPC_NORM_TILE, v = lc / 8; /* c in its slab */
+    int at = p * Cw + ((v / 32) * 8 + c % 8) * 32 + v % 32;
     float s = 0.0f;
-    for (int w = 0; w < W; w++) s += norm_acc[(long)w * P * Cp + at];
+    for (int w = tile % S; w < W; w += S) s += norm_acc[(long)w * P * Cw + at];
     partial[(long)blockIdx.x * 2 * C + i] = s;
   }
   __shared__ float red[32];
   if (amax) amax_fold(m, red, amax_part, amax);
 }
 
-// Launch (both): gridDim.x = G row groups, blockDim.x = 32 W, dynamic shared memory W P Cp 4 bytes
-// (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps). Then colsum_accumulate
+// Launch (both): gridDim.x = G row groups, blockDim.x = 32 W (W a multiple of S), dynamic shared
+// memory W P Cw 4 bytes (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps, _smem). Then colsum_accumulate
 // adds partial's columns [0, C) into the weight gradient (and [C, 2C) into the bias gradient).
 // addend (or null): dinp = bf16(bf16(dx) + addend), the residual gradient summed as residual_add
 // sums it (the compiler's FUSE_NORM_BWD_ADD); dinp may not overlap addend. amax (or null): the fused

@@ -154,8 +154,12 @@ static void test_embedding(Gpu *g, Rng *r) {
   gpu_free(g, gw), gpu_free(g, gp);
 }
 
-static void test_norms(Gpu *g, Rng *r) {
-  int N = 300, C = 1024, rows = 4, G = 7, accumulate = 1, zero = 0;
+/* The norms' forward kernels, the two-kernel backward (backward_input, weight partials + colsum)
+ * and the bias partials, at a width of one warp a row (C = 1024), of several whose last slab is
+ * short (4104: S = 3) and of more than 32 tiles (66560: each warp of a row reads two tiles again for
+ * each pass). */
+static void test_norms(Gpu *g, Rng *r, int N, int C) {
+  int rows = stepc_norm_fwd_rows(C), G = 7, accumulate = 1, zero = 0;
   CUdeviceptr nul = 0; /* no fused fp8 amax (fp8.c tests it) */
   float eps = 1e-5f;
   long n = (long)N * C;
@@ -164,15 +168,18 @@ static void test_norms(Gpu *g, Rng *r) {
   CUdeviceptr db = up_bf16(g, r, C, 1, &bias), ddy = up_bf16(g, r, n, 1, &dy), dd0 = up_bf16(g, r, n, 1, &d0);
   CUdeviceptr out = gpu_alloc(g, 2 * n), res = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N),
               rstd = gpu_alloc(g, 4 * N);
-  unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
+  unsigned grid = (unsigned)((N + rows - 1) / rows), block = stepc_norm_fwd_threads(C);
+  unsigned bgrid = (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK),
+           bblock = 32 * STEPC_NORM_ROWS_PER_BLOCK; /* backward_input: a warp a row */
   double *want = malloc(sizeof *want * n), *wm = malloc(sizeof *wm * N), *wr = malloc(sizeof *wr * N);
+  char name[96];
 
   void *a1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, a1);
   norm_ref(want, NULL, wr, x, w, NULL, N, C, eps);
   double *got = down_bf16(g, out, n), *gr = down_f32(g, rstd, N);
-  gpu_check(g, "rmsnorm_forward", got, want, n, 1e-3, RT_BF16);
-  gpu_check(g, "rmsnorm_forward rstd", gr, wr, N, 0, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward", C), name), got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward rstd", C), name), gr, wr, N, 0, 1e-5);
   free(got), free(gr);
 
   void *a2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps, &nul, &nul};
@@ -181,9 +188,9 @@ static void test_norms(Gpu *g, Rng *r) {
   got = down_bf16(g, out, n);
   double *gm = down_f32(g, mean, N);
   gr = down_f32(g, rstd, N);
-  gpu_check(g, "layernorm_forward", got, want, n, 1e-3, RT_BF16);
-  gpu_check(g, "layernorm_forward mean", gm, wm, N, 1e-6, 1e-5);
-  gpu_check(g, "layernorm_forward rstd", gr, wr, N, 0, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward", C), name), got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward mean", C), name), gm, wm, N, 1e-6, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward rstd", C), name), gr, wr, N, 0, 1e-5);
   free(got), free(gm), free(gr);
 
   /* Fused residual: residual = bf16(a + b) exactly, the norm of that. */
@@ -192,17 +199,17 @@ static void test_norms(Gpu *g, Rng *r) {
   void *a3[] = {&res, &out, &rstd, &dx, &dx2, &dw, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_rmsnorm_forward", grid, 1, 1, block, 0, a3);
   got = down_bf16(g, res, n);
-  gpu_check(g, "residual_rmsnorm_forward residual (exact)", got, sum, n, 0, 0);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward residual (exact)", C), name), got, sum, n, 0, 0);
   free(got);
   norm_ref(want, NULL, wr, sum, w, NULL, N, C, eps);
   got = down_bf16(g, out, n);
-  gpu_check(g, "residual_rmsnorm_forward out", got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward out", C), name), got, want, n, 1e-3, RT_BF16);
   free(got);
   void *a4[] = {&res, &out, &mean, &rstd, &dx, &dx2, &dw, &db, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_layernorm_forward", grid, 1, 1, block, 0, a4);
   norm_ref(want, wm, wr, sum, w, bias, N, C, eps);
   got = down_bf16(g, out, n);
-  gpu_check(g, "residual_layernorm_forward out", got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_layernorm_forward out", C), name), got, want, n, 1e-3, RT_BF16);
   free(got);
 
   /* Backward, on the LayerNorm stats still in mean/rstd (of `sum`); then RMSNorm. dinp starts at
@@ -211,12 +218,12 @@ static void test_norms(Gpu *g, Rng *r) {
   gpu_copy(g, dinp, dd0, 2 * n);
   double *wdx = malloc(sizeof *wdx * n), *wdw = calloc(2 * C, sizeof *wdw);
   void *b1[] = {&dinp, &ddy, &res, &dw, &mean, &rstd, &N, &C, &accumulate};
-  gpu_launch(g, "layernorm_backward_input", grid, 1, 1, block, 0, b1);
+  gpu_launch(g, "layernorm_backward_input", bgrid, 1, 1, bblock, 0, b1);
   norm_bwd_ref(wdx, wdw, wdw + C, dy, sum, w, N, C, eps, 1);
   for (long i = 0; i < n; i++) wdx[i] += d0[i];
   got = down_bf16(g, dinp, n);
   /* dx ~ rstd * O(1) terms that partly cancel: atol 2^-8 of that scale */
-  gpu_check(g, "layernorm_backward_input (accumulate)", got, wdx, n, 4e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_backward_input (accumulate)", C), name), got, wdx, n, 4e-3, RT_BF16);
   free(got);
 
   CUdeviceptr partial = gpu_alloc(g, 4 * (size_t)G * 2 * C);
@@ -234,18 +241,18 @@ static void test_norms(Gpu *g, Rng *r) {
   for (int c = 0; c < 2 * C; c++) wdw[c] += init[c];
   double *gwd = down_f32(g, gw, C), *gbd = down_f32(g, gb, C);
   /* sums of N = 300 terms of size ~2: fp32 error ~1e-5 absolute */
-  gpu_check(g, "layernorm dweight (partial + colsum)", gwd, wdw, C, 1e-4, 1e-5);
-  gpu_check(g, "layernorm dbias (partial + colsum)", gbd, wdw + C, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dweight (partial + colsum)", C), name), gwd, wdw, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dbias (partial + colsum)", C), name), gbd, wdw + C, C, 1e-4, 1e-5);
   free(gwd), free(gbd);
 
   void *b5[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &nul, &nul}; /* fresh RMSNorm stats of x */
   gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, b5);
   void *b6[] = {&dinp, &ddy, &dx, &dw, &rstd, &N, &C, &zero};
-  gpu_launch(g, "rmsnorm_backward_input", grid, 1, 1, block, 0, b6);
+  gpu_launch(g, "rmsnorm_backward_input", bgrid, 1, 1, bblock, 0, b6);
   memset(wdw, 0, sizeof *wdw * 2 * C);
   norm_bwd_ref(wdx, wdw, NULL, dy, x, w, N, C, eps, 0);
   got = down_bf16(g, dinp, n);
-  gpu_check(g, "rmsnorm_backward_input", got, wdx, n, 4e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_backward_input", C), name), got, wdx, n, 4e-3, RT_BF16);
   free(got);
 
   /* Linear-layer bias gradient: column sums of dy. */
@@ -257,7 +264,7 @@ static void test_norms(Gpu *g, Rng *r) {
   void *c2[] = {&gbias, &partial, &G, &C, &C};
   gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
   got = down_f32(g, gbias, C);
-  gpu_check(g, "bias_backward_partial + colsum", got, bsum, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "bias_backward_partial + colsum", C), name), got, bsum, C, 1e-4, 1e-5);
   free(got), free(bsum);
 
   free(x), free(x2), free(w), free(bias), free(dy), free(d0), free(want), free(wm), free(wr), free(sum);
@@ -267,13 +274,15 @@ static void test_norms(Gpu *g, Rng *r) {
 }
 
 /* The one-pass norm backward (rmsnorm_backward / layernorm_backward: dinp and the weight and bias
- * partials) + colsum against the fp64 reference, at a width whose rows stay in registers and one
- * read a tile at a time; bitwise the same on a second run. */
+ * partials) + colsum against the fp64 reference, at widths of one warp a row (1000; 2048, M's hidden
+ * size, a whole tile), two (2560, 4096: L8's) and four, the last of 8 columns (6152); bitwise the same
+ * on a second run. */
 static void test_norm_backward_fused(Gpu *g, Rng *r) {
-  int widths[2] = {1000, 2560};
-  for (int ci = 0; ci < 2; ci++) {
+  int widths[5] = {1000, 2048, 2560, 4096, 6152};
+  for (int ci = 0; ci < 5; ci++) {
     for (int ln = 0; ln < 2; ln++) {
-      int N = 300, C = widths[ci], rows = 4, G = 37, P = ln ? 2 : 1, W = stepc_norm_bwd_warps(C, P);
+      int N = ci < 3 ? 300 : 150, C = widths[ci], rows = stepc_norm_fwd_rows(C), G = 37, P = ln ? 2 : 1,
+          W = stepc_norm_bwd_warps(C, P);
       float eps = 1e-5f;
       long n = (long)N * C;
       double *x, *w, *bias, *dy;
@@ -281,7 +290,8 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       CUdeviceptr ddy = up_bf16(g, r, n, 1, &dy), out = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N),
                   rstd = gpu_alloc(g, 4 * N), dinp = gpu_alloc(g, 2 * n), dinp2 = gpu_alloc(g, 2 * n),
                   partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), gw = gpu_alloc(g, 4 * (size_t)2 * C);
-      unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows, smem = stepc_norm_bwd_smem(C, P, W);
+      unsigned grid = (unsigned)((N + rows - 1) / rows), block = stepc_norm_fwd_threads(C),
+               smem = stepc_norm_bwd_smem(C, P, W);
       CUdeviceptr none = 0;
       void *f1[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &none, &none},
            *f2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps, &none, &none};
@@ -1141,7 +1151,9 @@ void test_basic(Gpu *g) {
   static const char *const ce_cluster[] = {"cross_entropy_cluster", NULL};
   Rng r = {0x5eed};
   test_embedding(g, &r);
-  test_norms(g, &r);
+  test_norms(g, &r, 300, 1024);
+  test_norms(g, &r, 90, 4104);
+  test_norms(g, &r, 5, 66560);
   test_norm_backward_fused(g, &r);
   test_rope(g, &r);
   test_rope_qkv(g, &r);

@@ -293,8 +293,8 @@ static void check_fold(Gpu *g, const char *kernel, const char *what, unsigned gr
   free(h);
 }
 
-static void run_fused_amax(Gpu *g, Rng *r) {
-  int N = 304, C = 1024, rows = 4, G = 37;
+static void run_fused_amax(Gpu *g, Rng *r, int C) {
+  int N = 304, rows = stepc_norm_fwd_rows(C), G = 37;
   float eps = 1e-5f;
   long n = (long)N * C;
   CUdeviceptr x = up_rand(g, r, n, 3), x2 = up_rand(g, r, n, 3), w = up_rand(g, r, C, 0),
@@ -303,15 +303,17 @@ static void run_fused_amax(Gpu *g, Rng *r) {
               res = gpu_alloc(g, 2 * n), mean = gpu_alloc(g, 4 * N), rstd = gpu_alloc(g, 4 * N),
               partial = gpu_alloc(g, 4 * (size_t)G * 2 * C), part = gpu_alloc(g, 4 * 4096),
               slot = gpu_alloc(g, 8), none = 0;
-  unsigned grid = (unsigned)((N + rows - 1) / rows), block = 32 * rows;
+  unsigned grid = (unsigned)((N + rows - 1) / rows), block = stepc_norm_fwd_threads(C);
+  char at[32], with[48];
+  snprintf(at, sizeof at, "(C=%d)", C), snprintf(with, sizeof with, "with addend (C=%d)", C);
   void *f1[] = {&out, &rstd, &x, &w, &N, &C, &eps, &part, &slot};
-  check_fold(g, "rmsnorm_forward", "", grid, block, 0, f1, out, N, C, slot);
+  check_fold(g, "rmsnorm_forward", at, grid, block, 0, f1, out, N, C, slot);
   void *f2[] = {&out, &mean, &rstd, &x, &w, &bias, &N, &C, &eps, &part, &slot};
-  check_fold(g, "layernorm_forward", "", grid, block, 0, f2, out, N, C, slot);
+  check_fold(g, "layernorm_forward", at, grid, block, 0, f2, out, N, C, slot);
   void *f3[] = {&res, &out, &rstd, &x, &x2, &w, &N, &C, &eps, &part, &slot};
-  check_fold(g, "residual_rmsnorm_forward", "", grid, block, 0, f3, out, N, C, slot);
+  check_fold(g, "residual_rmsnorm_forward", at, grid, block, 0, f3, out, N, C, slot);
   void *f4[] = {&res, &out, &mean, &rstd, &x, &x2, &w, &bias, &N, &C, &eps, &part, &slot};
-  check_fold(g, "residual_layernorm_forward", "", grid, block, 0, f4, out, N, C, slot);
+  check_fold(g, "residual_layernorm_forward", at, grid, block, 0, f4, out, N, C, slot);
   /* the one-pass backwards on those statistics (of res), without and with the residual addend */
   for (int ln = 0; ln < 2; ln++)
     for (int a = 0; a < 2; a++) {
@@ -320,14 +322,14 @@ static void run_fused_amax(Gpu *g, Rng *r) {
       CUdeviceptr *e = a ? &add : &none;
       void *b1[] = {&out, &partial, &dy, e, &res, &w, &rstd, &N, &C, &part, &slot};
       void *b2[] = {&out, &partial, &dy, e, &res, &w, &mean, &rstd, &N, &C, &part, &slot};
-      check_fold(g, ln ? "layernorm_backward" : "rmsnorm_backward", a ? "with addend" : "", (unsigned)G,
+      check_fold(g, ln ? "layernorm_backward" : "rmsnorm_backward", a ? with : at, (unsigned)G,
                  32 * (unsigned)W, smem, ln ? b2 : b1, out, N, C, slot);
     }
-  /* the gated activations: rows [gate | up] of x (N, 2F), F = C / 2 */
-  int F = C / 2;
+  /* the gated activations (once): rows [gate | up] of x (N, 2F), F = C / 2 */
+  int F = C / 2, glu = C == 1024;
   CUdeviceptr dg = up_rand(g, r, (long)N * F, 0);
   unsigned gg = gpu_grid1d(g, (long)N * F / 8);
-  for (int ge = 0; ge < 2; ge++) {
+  for (int ge = 0; glu && ge < 2; ge++) {
     void *a1[] = {&out, &x, &N, &F, &part, &slot};
     check_fold(g, ge ? "geglu_forward" : "swiglu_forward", "", gg, 256, 0, a1, out, N, F, slot);
     void *a2[] = {&res, &dg, &x, &N, &F, &part, &slot};
@@ -652,7 +654,8 @@ void test_fp8(Gpu *g) {
   run_cast_delayed(g, 208, 336, 0, 0.0f, 0.0f, &r);
   run_cast_delayed(g, 208, 336, 0, 600.0f, 1e6f, &r);
   run_cast_delayed(g, 1024, 2048, 1, 3e4f, 0.25f, &r);
-  run_fused_amax(g, &r);
+  run_fused_amax(g, &r, 1024);
+  run_fused_amax(g, &r, 4096); /* two warps a row (L8's hidden size) */
   static const float stored[4] = {0.0f, 3.0f, 0.5f, 1e-3f}, held[4] = {0.0f, 1e9f, 0.25f, 0.0f};
   for (int rows = 0; rows < 2; rows++) {
     run_cast_grouped(g, rows, 0, NULL, NULL, 1, &r), run_cast_grouped(g, rows, 1, NULL, NULL, 1, &r);

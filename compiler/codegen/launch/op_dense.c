@@ -70,10 +70,10 @@ static int colsum(RtExec *x, CUdeviceptr out, CUdeviceptr partial, int G, int C,
 static int groups(const RtExec *x, int N) { return N < x->norm_groups ? N : x->norm_groups; }
 
 unsigned rt_norm_blocks(const RtExec *x, const Op *op) {
-  int bwd = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD,
-      N = (int)ops_rows(rt_t(x, op->in[bwd]));
-  return bwd ? (unsigned)groups(x, N)
-             : (unsigned)((N + STEPC_NORM_ROWS_PER_BLOCK - 1) / STEPC_NORM_ROWS_PER_BLOCK);
+  int bwd = op->kind == OP_RMSNORM_BWD || op->kind == OP_LAYERNORM_BWD;
+  const Tensor *a = rt_t(x, op->in[bwd]);
+  int N = (int)ops_rows(a), rows = stepc_norm_fwd_rows((int)ops_last(a));
+  return bwd ? (unsigned)groups(x, N) : (unsigned)((N + rows - 1) / rows);
 }
 
 static int rt_op_linear_bgrad(RtExec *x, const Op *op) {
@@ -94,7 +94,7 @@ static int rt_op_norm(RtExec *x, const Op *op) {
   float eps = (float)op->a.f[0];
   if (C % 8) return rt_fail(x->d, "norm width %d is not a multiple of 8", C);
   RtDim grid = rt_dim1(rt_norm_blocks(x, op));
-  unsigned block = 32 * STEPC_NORM_ROWS_PER_BLOCK;
+  unsigned block = stepc_norm_fwd_threads(C);
   CUdeviceptr y = rt_out(x, op, 0), in = rt_in(x, op, 0), w = rt_in(x, op, 1);
   CUdeviceptr am = rt_amax_slot(x, op), ap = am ? x->amax_partial : 0;
   int o = rt_op_index(x, op);
