@@ -109,7 +109,7 @@ STEPC_KERNEL(rope_backward, KP(bf16*, dinp) KP(const bf16*, dout) KI(B) KI(T) KI
 STEPC_KERNEL(rope_split_qkv, KP(bf16*, q) KP(bf16*, k) KP(bf16*, v) KP(const bf16*, qkv) KL(N) KI(T) KI(H) KI(G) KI(D)
              KF(base) KF(factor))
 STEPC_KERNEL(rope_concat_qkv, KP(bf16*, dqkv) KP(const bf16*, dq) KP(const bf16*, dk) KP(const bf16*, dv) KL(N) KI(T)
-             KI(H) KI(G) KI(D) KF(base) KF(factor))
+             KI(H) KI(G) KI(D) KF(base) KF(factor) KP(float*, amax_part) KP(unsigned*, amax))
 STEPC_KERNEL(softmax_causal_forward, KP(bf16*, probs) KP(const bf16*, scores) KI(BH) KI(T) KF(scale))
 STEPC_KERNEL(softmax_causal_backward, KP(bf16*, dscores) KP(const bf16*, dprobs) KP(const bf16*, probs)
              KI(BH) KI(T) KF(scale))

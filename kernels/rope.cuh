@@ -85,12 +85,14 @@ extern "C" __global__ void rope_backward(bf16* dinp,        // (B, T, H, D)
 // inverse rotation. The row's D/2 angles are computed once into shared memory (the same
 // rope_angle values rope_apply computes per element); then every thread moves 16-byte vectors:
 // a unit is 8 rotation pairs (x[j..j+8) with x[j+D/2..j+D/2+8)) of one Q or K head, or 8 plain
-// values of V. D % 16 == 0.
-__device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf16* v, long N, int T, int H, int G,
-                                              int D, float base, float factor, float sign) {
+// values of V. D % 16 == 0. Returns max |fused| over the thread's stored values when `fold` (the
+// backward's fused fp8 amax, common.cuh amax_fold), else 0.
+__device__ __forceinline__ float rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf16* v, long N, int T, int H, int G,
+                                               int D, float base, float factor, float sign, bool fold) {
   __shared__ float cs[STEPC_ROPE_MAX_HALF], sn[STEPC_ROPE_MAX_HALF];
   int half = D / 2, hv = half / 8, W = (H + 2 * G) * D;
   int urot = (H + G) * hv, units = urot + G * D / 8;
+  float m = 0.0f;
   for (long n = blockIdx.x; n < N; n += gridDim.x) {
     int t = (int)(n % T);
     __syncthreads();  // the previous row's angles are no longer read
@@ -104,6 +106,7 @@ __device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf1
         uint4* pf = (uint4*)(row + (long)(H + G) * D + e);
         if (sign > 0) *pv = *pf;
         else *pf = *pv;
+        if (fold) m = amax8(m, *pv);
         continue;
       }
       int head = u / hv, j = (u % hv) * 8;
@@ -116,10 +119,13 @@ __device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf1
       load8(src + j + half, b);
 #pragma unroll
       for (int e = 0; e < 8; e++) rope_rotate(a[e], b[e], cs[j + e], sn[j + e], &a[e], &b[e]);
-      store8(dst + j, a);
-      store8(dst + j + half, b);
+      uint4 ya = pack8(a), yb = pack8(b);
+      *(uint4*)(dst + j) = ya;
+      *(uint4*)(dst + j + half) = yb;
+      if (fold) m = amax8(amax8(m, ya), yb);
     }
   }
+  return m;
 }
 
 // q (N, H, D), k (N, G, D), v (N, G, D) <- qkv (N, (H+2G)*D): split_qkv then rope_forward on q
@@ -128,13 +134,18 @@ __device__ __forceinline__ void rope_qkv_rows(bf16* fused, bf16* q, bf16* k, bf1
 extern "C" __global__ void rope_split_qkv(bf16* q, bf16* k, bf16* v,  // (N, H, D), (N, G, D) x2
                                           const bf16* qkv,            // (N, (H+2G)*D)
                                           long N, int T, int H, int G, int D, float base, float factor) {
-  rope_qkv_rows((bf16*)qkv, q, k, v, N, T, H, G, D, base, factor, 1.0f);
+  rope_qkv_rows((bf16*)qkv, q, k, v, N, T, H, G, D, base, factor, 1.0f, false);
 }
 
 // dqkv (N, (H+2G)*D) <- dq, dk, dv: rope_backward on dq and dk then concat_qkv, in one pass.
-// Launch: as rope_split_qkv.
+// Launch: as rope_split_qkv. amax (or null): the fused fp8 amax of dqkv (linear_qkv's output
+// gradient; common.cuh amax_fold, amax_part (gridDim.x)).
 extern "C" __global__ void rope_concat_qkv(bf16* dqkv,                                  // (N, (H+2G)*D)
                                            const bf16* dq, const bf16* dk, const bf16* dv,  // (N, H, D), (N, G, D) x2
-                                           long N, int T, int H, int G, int D, float base, float factor) {
-  rope_qkv_rows(dqkv, (bf16*)dq, (bf16*)dk, (bf16*)dv, N, T, H, G, D, base, factor, -1.0f);
+                                           long N, int T, int H, int G, int D, float base, float factor,
+                                           float* amax_part,  // (gridDim.x) or null
+                                           unsigned* amax) {  // [2] or null
+  float m = rope_qkv_rows(dqkv, (bf16*)dq, (bf16*)dk, (bf16*)dv, N, T, H, G, D, base, factor, -1.0f, amax);
+  __shared__ float red[32];
+  if (amax) amax_fold(m, red, amax_part, amax);
 }

@@ -392,8 +392,8 @@ int fuse_optimizer(const Graph *g, Fusions *fz) {
 
 /* The tensor whose fp8 amax op o's launch can fold as it stores it (kernels/common.cuh amax_fold):
  * a norm's output (alone or behind the residual add it runs), a gated activation's output or input
- * gradient, a one-pass norm backward's dx (alone, or with the residual add it runs at the ADD);
- * else -1. */
+ * gradient, a one-pass norm backward's dx (alone, or with the residual add it runs at the ADD), the
+ * fused RoPE backward's concatenated dqkv (rope_concat_qkv: linear_qkv's output gradient); else -1. */
 static int amax_producer(const Graph *g, const Fusions *fz, int o) {
   const Op *op = &g->op[o];
   int f = fz->fuse[o];
@@ -412,6 +412,7 @@ static int amax_producer(const Graph *g, const Fusions *fz, int o) {
                ? op->out[0]
                : -1;
   case OP_ADD: return f == FUSE_NORM_BWD_ADD ? op->out[0] : -1;
+  case OP_CONCAT_QKV: return f == FUSE_ROPE_QKV ? op->out[0] : -1;
   default: return -1;
   }
 }

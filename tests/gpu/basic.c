@@ -408,7 +408,8 @@ static void test_rope_qkv(Gpu *g, Rng *r) {
     gpu_launch(g, "rope_backward", gpu_grid1d(g, nk / 2), 1, 1, 256, 0, bk_);
     void *cc[] = {&back, &q, &k, &v, &N, &H, &G, &D};
     gpu_launch(g, "concat_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, cc);
-    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base, &factor};
+    CUdeviceptr none = 0; /* no fused fp8 amax (fp8.c tests it) */
+    void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base, &factor, &none, &none};
     gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
     gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
     snprintf(name, sizeof name, "rope_concat_qkv = rope_backward + concat_qkv (T=%d, D=%d, scaling factor %g)", T, D, factor);

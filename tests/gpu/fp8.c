@@ -335,6 +335,15 @@ static void run_fused_amax(Gpu *g, Rng *r, int C) {
     void *a2[] = {&res, &dg, &x, &N, &F, &part, &slot};
     check_fold(g, ge ? "geglu_backward" : "swiglu_backward", "", gg, 256, 0, a2, res, N, 2 * F, slot);
   }
+  /* the fused RoPE backward's dqkv (linear_qkv's output gradient): B 2, T 152, H 4, G 2, D 64, with
+   * Llama 3's RoPE scaling; dq, dk, dv from x, x2, add */
+  if (glu) {
+    long Nl = N;
+    int T = 152, H = 4, Gq = 2, D = 64;
+    float base = 500000.0f, factor = 32.0f;
+    void *a3[] = {&out, &x, &x2, &add, &Nl, &T, &H, &Gq, &D, &base, &factor, &part, &slot};
+    check_fold(g, "rope_concat_qkv", "", (unsigned)N, 128, 0, a3, out, N, (H + 2 * Gq) * D, slot);
+  }
   CUdeviceptr bufs[] = {x, x2, w, bias, dy, add, out, res, mean, rstd, partial, part, slot, dg};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
     gpu_free(g, bufs[i]);

@@ -300,7 +300,9 @@ static void carve_scratch(RtExec *x) {
               op->kind == OP_GEGLU_BWD;
     /* a norm backward with its residual add runs at the ADD, its peer the norm */
     const Op *n = op->kind == OP_ADD ? &g->op[x->fz->peer[o]] : op;
-    unsigned b = glu ? rt_glu_blocks(x, op) : rt_norm_blocks(x, n);
+    unsigned b = glu                          ? rt_glu_blocks(x, op)
+                 : op->kind == OP_CONCAT_QKV ? rt_rope_qkv_blocks(x, op)
+                                             : rt_norm_blocks(x, n);
     if ((int)b > x->amax_parts) x->amax_parts = (int)b;
   }
   sz[RT_SCRATCH_AMAX] = ((int64_t)x->amax_parts + 1) / 2 * 8 + (int64_t)x->fz->namax * 8;

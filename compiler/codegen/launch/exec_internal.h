@@ -156,9 +156,10 @@ static inline float rt_dropout_p(const RtExec *x, const Op *op) { return x->eval
  * producer, which leaves its blocks' maxima in amax_partial on the way) or its cast reads instead of
  * running its amax pass; 0 for none. The producers' 1-D grids (one partial a block): rt_norm_blocks
  * for a norm forward or its one-pass backward (op_dense.c), rt_glu_blocks for a gated activation
- * either way (op_basic.c). */
+ * either way, rt_rope_qkv_blocks for the fused RoPE backward's concat (a block a token row; op_basic.c). */
 CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op);
 unsigned rt_norm_blocks(const RtExec *x, const Op *op);
+unsigned rt_rope_qkv_blocks(const RtExec *x, const Op *op);
 unsigned rt_glu_blocks(const RtExec *x, const Op *op);
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */
