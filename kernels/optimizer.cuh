@@ -72,17 +72,22 @@ __device__ __forceinline__ void adamw_value(const AdamwStep& a, float grad, floa
   m = mi, v = vi, w = wi;
 }
 
-__device__ __forceinline__ void adamw_element(const AdamwStep& a, float* master, bf16* param, const float* grad, float* m,
-                                              float* v, long i) {
+// Returns the updated master value.
+__device__ __forceinline__ float adamw_element(const AdamwStep& a, float* master, bf16* param, const float* grad,
+                                               float* m, float* v, long i) {
   float mi = m[i], vi = v[i], w = master[i];
   adamw_value(a, grad[i], mi, vi, w);
   m[i] = mi;
   v[i] = vi;
   master[i] = w;
   if (param) param[i] = f32_to_bf16(w);
+  return w;
 }
 
-// Launch: any 1-D grid, grid-stride.
+// Launch: any 1-D grid, grid-stride. amax (or null; param null: an fp32 parameter, model.fp8_param's
+// master): the fused fp8 amax of the updated master, which the step's cast of it into the fp8
+// weight reads instead of its amax pass (common.cuh amax_fold, amax_part (gridDim.x); fmaxf over
+// |w|, NaN left out as fp8_amax_partial_f32 leaves it out).
 extern "C" __global__ void adamw_update(float* master,            // (n)
                                         bf16* param,              // (n)
                                         const float* grad,        // (n)
@@ -91,10 +96,17 @@ extern "C" __global__ void adamw_update(float* master,            // (n)
                                         long n,
                                         const float* hp,          // (7)
                                         const float* grad_scale,  // (1) or null for 1
-                                        float wd_mult) {
+                                        float wd_mult,
+                                        float* amax_part,         // (gridDim.x) or null
+                                        unsigned* amax) {         // [2] or null
   AdamwStep a = adamw_step(hp, grad_scale, wd_mult);
-  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-    adamw_element(a, master, param, grad, m, v, i);
+  float mx = 0.0f;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    float w = adamw_element(a, master, param, grad, m, v, i);
+    if (amax) mx = fmaxf(mx, fabsf(w));
+  }
+  __shared__ float red[32];
+  if (amax) amax_fold(mx, red, amax_part, amax);
 }
 
 // ---- multi-tensor launches (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) ----

@@ -347,7 +347,7 @@ static int cuda_params_from_masters(stepc_t *s) {
 }
 
 static int cuda_point_alone(stepc_t *s, int q) {
-  return api_cuda_run_point(s, q) || (rt_sync(cu(s)->d) ? api_cuda_fail(s) : 0);
+  return rt_player_point_solo(cu(s)->x, q) || rt_sync(cu(s)->d) ? api_cuda_fail(s) : 0;
 }
 
 static void cuda_measure(stepc_t *s, stepc_measure *m) {

@@ -32,7 +32,7 @@
 #include "runtime/program.h"
 #include "runtime/rt.h"
 
-#define STEPC_IMAGE_VERSION 12
+#define STEPC_IMAGE_VERSION 13
 #define STEPC_IMAGE_FILE "step.img"
 
 /* One CUDA-graph scope instance of the plan (compiler/passes/scope.c): program points first..last. */

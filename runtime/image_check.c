@@ -525,8 +525,8 @@ static int check_comm_stream(const StepImage *im, Why *w) {
     if (comm_walk(lp, lp->point[q].rec, q < im->micro_points ? &open : NULL, q, w)) return -1;
     for (int k = 0; k < im->nscope && open; k++)
       if (im->scope[k].last == q) return bad(w, "program point %d: a scope ends with its fork not joined", q);
-    const LpRange other[3] = {lp->point[q].hparams, lp->point[q].eval, lp->point[q].alt};
-    for (int j = 0; j < 3; j++)
+    const LpRange other[4] = {lp->point[q].hparams, lp->point[q].eval, lp->point[q].alt, lp->point[q].solo};
+    for (int j = 0; j < 4; j++)
       if (comm_walk(lp, other[j], NULL, q, w)) return -1;
   }
   if (open) return bad(w, "program: the communication stream is not joined at the micro program's end");
@@ -554,6 +554,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   for (int q = 0; q < im->npoints; q++) {
     const LpPoint *p = &lp->point[q];
     if (!lp_range_ok(p->rec, n) || !lp_range_ok(p->hparams, n) || !lp_range_ok(p->alt, n) ||
+        !lp_range_ok(p->solo, n) ||
         (p->alone != 0 && p->alone != 1))
       return bad(w, "program point %d: its records are out of range", q);
     if (p->norm_count >= 0 && (p->norm_first < 0 || p->norm_first > f->norm_count - p->norm_count))

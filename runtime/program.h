@@ -101,6 +101,9 @@ typedef struct {
   int32_t pad;
   int64_t norm_first, norm_count; /* GRAD_SUMSQ: its slice of the global-norm partials (floats); else 0 */
   LpRange alt; /* LP_ATTN_AUTO: rec's op on stepc's flash kernels (played instead when cuDNN has no engine) */
+  LpRange solo; /* a point that also runs alone (model.fp8_param's cast of a master after open, init
+                   or a load: runtime/api.c api_fp8_param_casts) whose rec reads an amax its producer
+                   folded in the step (the master's AdamW): its op with its own amax pass; else empty */
 } LpPoint;
 
 /* A row of a multi-tensor table: the word holding the row's element count (a row with count 0

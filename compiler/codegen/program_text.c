@@ -158,6 +158,10 @@ int program_text_write(const Plan *p, FILE *f) {
       fprintf(f, "  alternative (stepc's flash kernels, played when cuDNN has no engine at open):\n");
       section(f, lp, lp->point[q].alt, &gen);
     }
+    if (lp->point[q].solo.count) {
+      fprintf(f, "  alone (after open, init or a load: the cast with its own amax pass):\n");
+      section(f, lp, lp->point[q].solo, &gen);
+    }
     q++;
   }
   /* stepc_eval's section: the micro program's forward points as an evaluation lowers them */

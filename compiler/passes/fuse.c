@@ -393,7 +393,8 @@ int fuse_optimizer(const Graph *g, Fusions *fz) {
 /* The tensor whose fp8 amax op o's launch can fold as it stores it (kernels/common.cuh amax_fold):
  * a norm's output (alone or behind the residual add it runs), a gated activation's output or input
  * gradient, a one-pass norm backward's dx (alone, or with the residual add it runs at the ADD), the
- * fused RoPE backward's concatenated dqkv (rope_concat_qkv: linear_qkv's output gradient); else -1. */
+ * fused RoPE backward's concatenated dqkv (rope_concat_qkv: linear_qkv's output gradient), the fp32
+ * master AdamW updates alone (adamw_update: model.fp8_param's primary weight); else -1. */
 static int amax_producer(const Graph *g, const Fusions *fz, int o) {
   const Op *op = &g->op[o];
   int f = fz->fuse[o];
@@ -413,29 +414,38 @@ static int amax_producer(const Graph *g, const Fusions *fz, int o) {
                : -1;
   case OP_ADD: return f == FUSE_NORM_BWD_ADD ? op->out[0] : -1;
   case OP_CONCAT_QKV: return f == FUSE_ROPE_QKV ? op->out[0] : -1;
+  case OP_ADAMW: /* alone, on an fp32 parameter: model.fp8_param's master */
+    return f == FUSE_NONE && op->nout == 3 && g->t[op->out[0]].dtype == DT_F32 ? op->out[0] : -1;
   default: return -1;
   }
 }
 
-/* The bf16 tensor a current-scaling fp8 cast at op o reads (an activation's FP8_QUANT or a
- * LINEAR_FP8's input), else -1: delayed casts know their scale and run one pass anyway. */
+/* The tensor a current-scaling fp8 cast at op o reads (bf16: an activation's FP8_QUANT or a
+ * LINEAR_FP8's input; fp32: the FP8_QUANT of an fp8 primary weight's master), else -1: delayed casts
+ * know their scale and run one pass anyway. */
 static int amax_cast(const Graph *g, const Fusions *fz, int o) {
   const Op *op = &g->op[o];
-  if (fz->skip[o] || op->nin < 1 || g->t[op->in[0]].dtype != DT_BF16) return -1;
+  if (fz->skip[o] || op->nin < 1) return -1;
+  if (g->t[op->in[0]].dtype == DT_F32 && op->kind == OP_FP8_QUANT && g->t[op->out[0]].role == ROLE_PARAM_FP8)
+    return op->a.i[1] == 1 ? -1 : op->in[0];
+  if (g->t[op->in[0]].dtype != DT_BF16) return -1;
   if (op->kind == OP_FP8_QUANT) return op->a.i[1] == 1 ? -1 : op->in[0];
   if (op->kind == OP_LINEAR_FP8) return op->a.i[2] == 1 ? -1 : op->in[0];
   return -1;
 }
 
-/* The fused fp8 amax: a current-scaling cast of a tensor that one of our kernels produces, in the
- * same phase, reads the amax that kernel folded into a slot of its own (fusions.h amax) and skips
- * its amax pass. Each producer serves one cast, the first that reads its output (another runs both
+/* The fused fp8 amax: a current-scaling cast of a tensor that one of our kernels produces (or, for
+ * an fp8 primary weight's master, the AdamW that updates it in place), in the same phase, reads the
+ * amax that kernel folded into a slot of its own (fusions.h amax) and skips its amax pass. Each producer serves one cast, the first that reads its output (another runs both
  * passes); nothing between them writes the tensor's storage. The producer writes the slot on every
  * run and the cast only reads it, so every graph mode, the evaluation's forward and every replay
  * (a replayed producer is another op, with its own slot) see the amax of the bytes they cast. */
 static void fuse_amax(const Graph *g, Fusions *fz) {
   for (int c = 0; c < g->nop; c++) {
     int x = amax_cast(g, fz, c), p = x >= 0 ? g->t[x].producer : -1;
+    if (x >= 0 && g->t[x].dtype == DT_F32) /* a master: its AdamW updates it in place */
+      for (p = c - 1; p >= 0 && !(g->op[p].kind == OP_ADAMW && g->op[p].out[0] == x); p--)
+        ;
     if (p < 0 || p >= c || fz->amax[p] >= 0 || amax_producer(g, fz, p) != x ||
         g->op[p].tags.phase != g->op[c].tags.phase || fz->alias[x] != x || fz->sink[x] >= 0)
       continue;

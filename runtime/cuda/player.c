@@ -238,6 +238,10 @@ int rt_player_point(RtPlayer *p, int q) {
   const LpPoint *pt = &p->lp->point[q];
   return rt_player_play(p, p->flash && pt->alt.count ? pt->alt : pt->rec);
 }
+int rt_player_point_solo(RtPlayer *p, int q) {
+  const LpPoint *pt = &p->lp->point[q];
+  return pt->solo.count ? rt_player_play(p, pt->solo) : rt_player_point(p, q);
+}
 int rt_player_flash_fallback(const RtPlayer *p) { return p->flash; }
 
 void rt_player_comm_marks(RtPlayer *p, RtMarks *m) { p->marks = m, p->nmark = 0, p->closed = 0; }

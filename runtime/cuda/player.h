@@ -52,6 +52,8 @@ int rt_player_init(RtPlayer *p, uint64_t seed);
 int rt_player_hold_masters(RtPlayer *p, const uint8_t *held, int nt);
 /* Program point q's launches (its flash alternative after the auto fallback). */
 int rt_player_point(RtPlayer *p, int q);
+/* Point q run alone, outside a step (its LpPoint.solo where it has one, else its launches). */
+int rt_player_point_solo(RtPlayer *p, int q);
 /* The program's communication stream (RT_REC_FORK / RT_REC_JOIN: tensor parallelism's backward
  * collectives beside the weight-gradient GEMMs) under profiling. With m set, each fork is followed by
  * a mark of m on that stream and each join preceded by one (marks 0, 1, 2, ... in play order), so a

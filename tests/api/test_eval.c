@@ -61,9 +61,13 @@ static void checkpoint_same(stepc_t *a, stepc_t *b, const char *tag, const char 
 }
 
 /* The fused fp8 amaxes (compiler/passes/fuse.c fuse_amax) in one section of the program (the
- * training's points, or the evaluation's): a current-scaling cast with no fp8_amax_partial before it
- * in its point reads one partial, the amax slot that an earlier launch of the section (its producer)
- * passes as its last argument. The casts that do so, and into *bad those with no producer. */
+ * training's points, or the evaluation's): a current-scaling cast (of bf16, or of an fp8 primary
+ * weight's fp32 master) with no amax pass before it in its point reads one partial, the amax slot
+ * that an earlier launch of the section (its producer: the master's AdamW for the latter) passes as
+ * its last argument; such a master's cast point also has a solo range (runtime/program.h LpPoint.solo,
+ * played after open, init and loads, with no AdamW before it): its amax pass, then the cast reading
+ * that pass's partials. The casts that read a slot, and into *bad those with no producer or no
+ * solo range where they need one. */
 static int fused_casts(const LaunchProgram *lp, int npoints, int eval, int *bad) {
   int fused = 0;
   for (int q = 0; q < npoints; q++) {
@@ -72,8 +76,15 @@ static int fused_casts(const LaunchProgram *lp, int npoints, int eval, int *bad)
     for (int i = r.first; i < r.first + r.count; i++) {
       const RtRec *c = &lp->rec[i];
       if (c->kind != RT_REC_LAUNCH) continue;
-      pass |= c->k == RT_K_fp8_amax_partial;
-      if (c->k != RT_K_fp8_cast_transpose || c->arg[9] != 0 || pass) continue;
+      pass |= c->k == RT_K_fp8_amax_partial || c->k == RT_K_fp8_amax_partial_f32;
+      int f32 = c->k == RT_K_fp8_cast_transpose_f32;
+      if ((c->k != RT_K_fp8_cast_transpose && !f32) || c->arg[9] != 0 || pass) continue;
+      LpRange so = lp->point[q].solo;
+      if (f32 && !eval &&
+          !(so.count == 2 && lp->rec[so.first].k == RT_K_fp8_amax_partial_f32 &&
+            lp->rec[so.first + 1].k == RT_K_fp8_cast_transpose_f32 &&
+            lp->rec[so.first + 1].arg[4] == lp->rec[so.first].arg[0] && lp->rec[so.first + 1].arg[5] > 1))
+        ++*bad, fprintf(stderr, "  point %d: a master's fused cast has no solo range with its amax pass\n", q);
       int found = 0;
       fused++;
       for (int p = 0; p <= q && !found; p++) {
@@ -293,6 +304,10 @@ int main(int argc, char **argv) {
   /* fp8 current scaling: the casts of the norms' and the MLP activation's outputs read the amax their
    * producers folded (eval_section checks each has one) */
   run_case("tests/recipes/tiny_fp8.lua", f8 + !cuda, 1 + cuda, 0);
+  /* with fp8 primary weights: the casts of the masters after the optimizer read the amax each
+   * master's AdamW folded, and run alone (after open, init, a load) with their own amax pass */
+  const char *f8p[] = {"model.bf16=true", "train.global_batch_size=4", "model.fp8_param=true"};
+  run_case("tests/recipes/tiny_fp8.lua", f8p + !cuda, 2 + cuda, 0);
   /* the routed experts' grouped fp8 linears (delayed: a state column an expert; no CUDA kernels, so the
    * CPU device only): the evaluation records no expert's amax either */
   const char *moe[] = {"model.fp8=hybrid", "model.fp8_recipe=delayed", "train.global_batch_size=2",

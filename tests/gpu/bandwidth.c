@@ -168,7 +168,8 @@ static void adamw_per_tensor(Gpu *g, void *ctx) {
   for (int k = 0; k < BW_TENSORS; k++) {
     CUdeviceptr p[4], gr = q->grad + 4 * (size_t)q->off[k];
     for (int j = 0; j < 4; j++) p[j] = q->at[0][j] + (size_t)(j == 1 ? 2 : 4) * q->off[k];
-    void *a[] = {&p[0], &p[1], &gr, &p[2], &p[3], &q->n[k], &q->hp, &q->gs, &q->wdm[k]};
+    CUdeviceptr none = 0;
+    void *a[] = {&p[0], &p[1], &gr, &p[2], &p[3], &q->n[k], &q->hp, &q->gs, &q->wdm[k], &none, &none};
     gpu_launch(g, "adamw_update", gpu_grid1d(g, q->n[k]), 1, 1, 256, 0, a);
   }
 }

@@ -741,7 +741,8 @@ static void test_optimizer(Gpu *g, Rng *r) {
     free(gf);
     float hp[7] = {lr, b1, b2, eps, wd, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
     gpu_put(g, dhp, hp, sizeof hp);
-    void *a[] = {&dw, &dp, &dg, &dm, &dv, &n, &dhp, &dgs, &wd_mult};
+    CUdeviceptr none = 0; /* no fused fp8 amax (test_adamw_amax) */
+    void *a[] = {&dw, &dp, &dg, &dm, &dv, &n, &dhp, &dgs, &wd_mult, &none, &none};
     gpu_launch(g, "adamw_update", gpu_grid1d(g, n), 1, 1, 256, 0, a);
     /* ADAMW's reference on (master w, m, v), in place; inputs grad, clip coefficient, lr, step */
     double coef = gs, lrd = lr;
@@ -793,6 +794,57 @@ static void test_optimizer(Gpu *g, Rng *r) {
   for (int k = 0; k < 3; k++) gpu_free(g, t[k]);
 }
 
+/* AdamW of an fp32 parameter (model.fp8_param's master: param null) with the fused fp8 amax: over
+ * 3 steps the master, m and v are bitwise those of the launch without it, and the slot holds the
+ * bits of the host's max|master| with its ticket back at 0 (what the step's cast of the master then
+ * reads instead of its amax pass; tests/gpu/fp8.c checks that cast against the two-pass one). A
+ * tensor larger than the grid's threads, and a NaN-free negative largest element. */
+static void test_adamw_amax(Gpu *g, Rng *r) {
+  long n = 300000;
+  float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n), *host = malloc(4 * (size_t)n);
+  for (long i = 0; i < n; i++) w[i] = (float)(2 * rng_uniform(r) - 1), gr[i] = (float)(0.1 * rng_uniform(r));
+  w[n / 3] = -3.5f;
+  CUdeviceptr st[2][3], dg = gpu_dup(g, gr, 4 * (size_t)n), dhp = gpu_alloc(g, 4 * 7),
+                        part = gpu_alloc(g, 4 * 4096), slot = gpu_alloc(g, 8), none = 0;
+  for (int c = 0; c < 2; c++) {
+    st[c][0] = gpu_dup(g, w, 4 * (size_t)n), st[c][1] = gpu_alloc(g, 4 * (size_t)n), st[c][2] = gpu_alloc(g, 4 * (size_t)n);
+    gpu_memset(g, st[c][1], 0, 4 * (size_t)n), gpu_memset(g, st[c][2], 0, 4 * (size_t)n);
+  }
+  gpu_memset(g, slot, 0, 8);
+  float wd_mult = 1.0f, b1 = 0.9f, b2 = 0.95f;
+  unsigned grid = gpu_grid1d(g, n);
+  char name[128];
+  for (int step = 1; step <= 3; step++) {
+    float hp[7] = {1e-2f, b1, b2, 1e-8f, 0.1f, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
+    gpu_put(g, dhp, hp, sizeof hp);
+    for (int c = 0; c < 2; c++) {
+      CUdeviceptr *ap = c ? &part : &none, *am = c ? &slot : &none;
+      void *a[] = {&st[c][0], &none, &dg, &st[c][1], &st[c][2], &n, &dhp, &none, &wd_mult, ap, am};
+      gpu_launch(g, "adamw_update", grid, 1, 1, 256, 0, a);
+    }
+    gpu_sync(g);
+    gpu_get(g, host, st[1][0], 4 * (size_t)n);
+    float mx = 0;
+    for (long i = 0; i < n; i++) mx = fmaxf(mx, fabsf(host[i]));
+    uint32_t want[2] = {0, 0}, got[2];
+    memcpy(&want[0], &mx, 4);
+    gpu_get(g, got, slot, 8);
+    snprintf(name, sizeof name, "adamw_update fused amax of the fp32 master, step %d: max|w| and ticket", step);
+    gpu_check_bitwise(g, name, got, want, 8);
+  }
+  static const char *const what[3] = {"master", "m", "v"};
+  for (int j = 0; j < 3; j++) {
+    void *a = down_raw(g, st[0][j], 4 * (size_t)n), *b = down_raw(g, st[1][j], 4 * (size_t)n);
+    snprintf(name, sizeof name, "adamw_update with the fused amax = without (3 steps): %s", what[j]);
+    gpu_check_bitwise(g, name, a, b, 4 * (size_t)n);
+    free(a), free(b);
+  }
+  for (int c = 0; c < 2; c++)
+    for (int j = 0; j < 3; j++) gpu_free(g, st[c][j]);
+  gpu_free(g, dg), gpu_free(g, dhp), gpu_free(g, part), gpu_free(g, slot);
+  free(w), free(gr), free(host);
+}
+
 /* The multi-tensor kernels (the compiler's FUSE_SUMSQ_MULTI / FUSE_ADAMW_MULTI groups) against
  * the per-tensor ones: tensors of several chunks, of exactly one, of a few elements; adamw_multi
  * bitwise equal to adamw_update per tensor over 3 steps (master, bf16 param, m, v);
@@ -837,7 +889,9 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
     for (int k = 0; k < MT_N; k++) {
       long n = sizes[k];
       float wm = wdm[k];
-      void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n, &dhp, &dgs, &wm};
+      CUdeviceptr none = 0;
+      void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n, &dhp, &dgs, &wm,
+                   &none, &none};
       gpu_launch(g, "adamw_update", gpu_grid1d(g, n), 1, 1, 256, 0, a);
     }
     void *a[] = {&table, &nrows, &chunk, &dhp, &dgs};
@@ -1165,6 +1219,7 @@ void test_basic(Gpu *g) {
   if (have(g, "cross entropy", ce)) test_cross_entropy(g, &r);
   if (have(g, "cross entropy in clusters", ce_cluster)) test_cross_entropy_cluster(g, &r);
   test_optimizer(g, &r);
+  test_adamw_amax(g, &r);
   test_optimizer_multi(g, &r);
   test_grouped_gemm(g, &r);
   gpu_sync(g);

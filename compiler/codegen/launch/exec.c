@@ -302,6 +302,7 @@ static void carve_scratch(RtExec *x) {
     const Op *n = op->kind == OP_ADD ? &g->op[x->fz->peer[o]] : op;
     unsigned b = glu                          ? rt_glu_blocks(x, op)
                  : op->kind == OP_CONCAT_QKV ? rt_rope_qkv_blocks(x, op)
+                 : op->kind == OP_ADAMW      ? rt_adamw_blocks(x, op)
                                              : rt_norm_blocks(x, n);
     if ((int)b > x->amax_parts) x->amax_parts = (int)b;
   }
@@ -379,7 +380,7 @@ const RtTmap *rt_exec_tmaps(const RtExec *x, int *n) {
 }
 
 CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op) {
-  int s = x->fz->amax[rt_op_index(x, op)];
+  int s = x->solo ? -1 : x->fz->amax[rt_op_index(x, op)];
   return s >= 0 ? x->amax_slot + (CUdeviceptr)(8 * s) : 0;
 }
 
@@ -592,6 +593,7 @@ int rt_exec_run_op(RtExec *x, int o) {
 /* ---- the evaluation's lowering (exec.h) ---- */
 
 void rt_exec_set_eval(RtExec *x, int on) { x->eval = on != 0; }
+void rt_exec_set_solo(RtExec *x, int on) { x->solo = on != 0; }
 void rt_exec_set_comm_side(RtExec *x, int on) { x->comm_side = on != 0; }
 
 int rt_exec_eval_refusal(const RtExec *x, char *why, size_t nwhy) {

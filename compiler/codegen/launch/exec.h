@@ -140,6 +140,9 @@ int rt_exec_run_op(RtExec *x, int o);
  * lowered as an evaluation runs it — dropout off (op_for_eval), the chunked output layer's loss
  * without its fused backward (no dx, nothing added to the main gradient). */
 void rt_exec_set_eval(RtExec *x, int on);
+/* on: lower the next ops as points run alone, outside a step (program.h LpPoint.solo): a cast reads
+ * no amax another point's launch folded this step, and runs its own amax pass. */
+void rt_exec_set_solo(RtExec *x, int on);
 /* 1: the collectives lowered until it is reset run on the launch program's communication stream
  * (RtColl.side: compiler/passes/comm_overlap.c). */
 void rt_exec_set_comm_side(RtExec *x, int on);

@@ -83,6 +83,7 @@ struct RtExec {
   int refused;   /* 1: a launch refused its op's shapes (rt_exec_refuse) */
   int eval;      /* 1: lowering the evaluation (rt_exec_set_eval): dropout off, no fused backward */
   int comm_side; /* 1: lowering a collective for the communication stream (rt_exec_set_comm_side) */
+  int solo;      /* 1: lowering a point to run alone (rt_exec_set_solo): no fused fp8 amax */
 };
 
 typedef int (*RtOpFn)(RtExec *x, const Op *op);
@@ -156,10 +157,13 @@ static inline float rt_dropout_p(const RtExec *x, const Op *op) { return x->eval
  * producer, which leaves its blocks' maxima in amax_partial on the way) or its cast reads instead of
  * running its amax pass; 0 for none. The producers' 1-D grids (one partial a block): rt_norm_blocks
  * for a norm forward or its one-pass backward (op_dense.c), rt_glu_blocks for a gated activation
- * either way, rt_rope_qkv_blocks for the fused RoPE backward's concat (a block a token row; op_basic.c). */
+ * either way, rt_rope_qkv_blocks for the fused RoPE backward's concat (a block a token row; op_basic.c),
+ * rt_adamw_blocks for an fp8 primary weight's AdamW, alone (op_optim.c). In the evaluation's and a
+ * point's solo lowering (rt_exec_set_solo) there is none. */
 CUdeviceptr rt_amax_slot(const RtExec *x, const Op *op);
 unsigned rt_norm_blocks(const RtExec *x, const Op *op);
 unsigned rt_rope_qkv_blocks(const RtExec *x, const Op *op);
+unsigned rt_adamw_blocks(const RtExec *x, const Op *op);
 unsigned rt_glu_blocks(const RtExec *x, const Op *op);
 
 /* Whether the flash kernels take this attention shape (else the plain kernels run). */

@@ -120,8 +120,15 @@ static int rt_op_adamw(RtExec *x, const Op *op) {
   CUdeviceptr master = rt_out(x, op, f32 ? 0 : 3), param = f32 ? 0 : rt_out(x, op, 0), grad = rt_in(x, op, 0),
               m = rt_out(x, op, 1), v = rt_out(x, op, 2);
   long n = (long)rt_numel(x, op->in[0]);
-  return rt_launch_adamw_update(x->d, rt_grid_stride(x->d, n), 256, 0, master, param, grad, m, v, n, hp, coef,
-                                (float)op->a.f[3]);
+  /* model.fp8_param's master: its amax for the step's cast of it (the fused fp8 amax) */
+  CUdeviceptr am = rt_amax_slot(x, op), ap = am ? x->amax_partial : 0;
+  return rt_launch_adamw_update(x->d, rt_dim1(rt_adamw_blocks(x, op)), 256, 0, master, param, grad, m, v, n, hp,
+                                coef, (float)op->a.f[3], ap, am);
+}
+
+/* adamw_update's grid: grid-stride over the tensor. */
+unsigned rt_adamw_blocks(const RtExec *x, const Op *op) {
+  return rt_grid1d(x->d, (int64_t)rt_numel(x, op->in[0]));
 }
 
 /* ---- ZeRO-1 (runtime/api_cuda_dp.c): the optimizer restricted to a rank's shard ---- */

@@ -225,6 +225,12 @@ int launch_program_build(const Graph *g, const Fusions *fz, const Schedule *sc, 
         record(x, &rec, rt_exec_run_attn_flash, o, o, &p->alt))
       goto failed;
     if (op->kind == OP_ADAMW && record(x, &rec, rt_exec_adamw_hparams, o, o, &p->hparams)) goto failed;
+    if (op->kind == OP_FP8_QUANT && g->t[op->out[0]].role == ROLE_PARAM_FP8 && fz->amax[o] >= 0) {
+      rt_exec_set_solo(x, 1);
+      int bad = record(x, &rec, rt_exec_run_op, o, o, &p->solo);
+      rt_exec_set_solo(x, 0);
+      if (bad) goto failed;
+    }
     p->alone = rt_exec_op_runs(x, o) && !rt_exec_fusion(x, o, &peer) && comm < 0 && !joins;
     p->norm_count = -1; /* no slice of its own (a fused GRAD_SUMSQ outside every group) */
     if (op->kind == OP_GRAD_SUMSQ && rt_exec_norm_partials(x, o, &p->norm_first, &p->norm_count)) {
