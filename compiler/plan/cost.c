@@ -71,9 +71,20 @@ CostClass cost_op_class(const Graph *g, const Fusions *fz, int op) {
   return c;
 }
 
+/* The bytes op o does not move because of a fusion its own op_bytes cannot see: a current-scaling
+ * fp8 cast whose input's producer folded the amax (fusions.h amax; the cast reads the slot, not its
+ * input, for the amax) skips one read of its input. */
+static double fused_saving(const Graph *g, const Fusions *fz, int o) {
+  const Op *op = &g->op[o];
+  if (fz->amax[o] < 0 || (op->kind != OP_FP8_QUANT && op->kind != OP_LINEAR_FP8)) return 0;
+  const Tensor *x = &g->t[op->in[0]];
+  return (double)tensor_numel(x) * (double)dtype_size(x->dtype);
+}
+
 /* The roofline time of op o alone: the larger of its compute and memory times. */
-static double roofline(const Graph *g, const Op *op, const Device *d, double *f, double *b) {
-  *f = op_flops(g, op), *b = op_bytes(g, op);
+static double roofline(const Graph *g, const Fusions *fz, int o, const Device *d, double *f, double *b) {
+  const Op *op = &g->op[o];
+  *f = op_flops(g, op), *b = op_bytes(g, op) - fused_saving(g, fz, o);
   OpCeiling c = op_info(op->kind)->facts.ceiling;
   double rate = c == CEIL_ATTN       ? d->attn_flops_per_s
                 : c == CEIL_GEMM     ? d->gemm_flops_per_s
@@ -124,7 +135,7 @@ double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, 
     /* one multi-tensor launch: the sum of its members' rooflines (cost_h200.h's optimizer and
      * grad_norm scales were calibrated on per-tensor launches) */
     for (int k = peer >= 0 ? peer : op; k < op; k++)
-      if (!norm_in_producer(g, fz, k)) t += roofline(g, &g->op[k], d, &f, &b), *flops += f, *bytes += b;
+      if (!norm_in_producer(g, fz, k)) t += roofline(g, fz, k, d, &f, &b), *flops += f, *bytes += b;
   } else if (fuse == FUSE_EW) {
     for (int c = 0; c < fz->nchain && !n; c++)
       if (fz->chain[c].op[fz->chain[c].nops - 1] == op)
@@ -132,7 +143,7 @@ double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, 
           members[n++] = fz->chain[c].op[j];
   } else if (fuse == FUSE_NORM_BWD_ADD) {
     /* the norm backward's pass, reading the addend too (dx is never written apart) */
-    t = roofline(g, &g->op[peer], d, flops, bytes);
+    t = roofline(g, fz, peer, d, flops, bytes);
     const Tensor *addend = &g->t[o->out[0]]; /* nominal bytes: the cost never reads the memory plan */
     double addend_bytes = (double)tensor_numel(addend) * (double)dtype_size(addend->dtype);
     double extra = addend_bytes / d->bytes_per_s;
@@ -147,7 +158,7 @@ double cost_op_time(const Graph *g, const Fusions *fz, int op, const Device *d, 
   if (!n || (members[n - 1] != op && fuse != FUSE_ROPE_QKV)) members[n++] = op;
   for (int k = 0; k < n; k++) {
     if (norm_in_producer(g, fz, members[k])) continue;
-    t += roofline(g, &g->op[members[k]], d, &f, &b);
+    t += roofline(g, fz, members[k], d, &f, &b);
     *flops += f, *bytes += b;
   }
   return t * d->class_scale[cost_op_class(g, fz, op)] + d->launch_s;
