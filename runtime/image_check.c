@@ -554,8 +554,7 @@ static int check_launch_program(StepImage *im, Why *w) {
   for (int q = 0; q < im->npoints; q++) {
     const LpPoint *p = &lp->point[q];
     if (!lp_range_ok(p->rec, n) || !lp_range_ok(p->hparams, n) || !lp_range_ok(p->alt, n) ||
-        !lp_range_ok(p->solo, n) ||
-        (p->alone != 0 && p->alone != 1))
+        !lp_range_ok(p->solo, n) || (p->alone != 0 && p->alone != 1))
       return bad(w, "program point %d: its records are out of range", q);
     if (p->norm_count >= 0 && (p->norm_first < 0 || p->norm_first > f->norm_count - p->norm_count))
       return bad(w, "program point %d: its norm partials lie outside the partials", q);

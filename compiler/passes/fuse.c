@@ -436,10 +436,11 @@ static int amax_cast(const Graph *g, const Fusions *fz, int o) {
 
 /* The fused fp8 amax: a current-scaling cast of a tensor that one of our kernels produces (or, for
  * an fp8 primary weight's master, the AdamW that updates it in place), in the same phase, reads the
- * amax that kernel folded into a slot of its own (fusions.h amax) and skips its amax pass. Each producer serves one cast, the first that reads its output (another runs both
- * passes); nothing between them writes the tensor's storage. The producer writes the slot on every
- * run and the cast only reads it, so every graph mode, the evaluation's forward and every replay
- * (a replayed producer is another op, with its own slot) see the amax of the bytes they cast. */
+ * amax that kernel folded into a slot of its own (fusions.h amax) and skips its amax pass. Each producer
+ * serves one cast, the first that reads its output (another runs both passes); nothing between them writes
+ * the tensor's storage. The producer writes the slot on every run and the cast only reads it, so every graph
+ * mode, the evaluation's forward and every replay (a replayed producer is another op, with its own slot) see
+ * the amax of the bytes they cast. */
 static void fuse_amax(const Graph *g, Fusions *fz) {
   for (int c = 0; c < g->nop; c++) {
     int x = amax_cast(g, fz, c), p = x >= 0 ? g->t[x].producer : -1;

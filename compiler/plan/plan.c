@@ -99,6 +99,14 @@ int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagLi
   double t0 = now_s();
   memset(p, 0, sizeof *p);
   p->spec = *s;
+  /* A recipe with no tensor or expert sharding to lower: its one rank's step is the whole step, so
+   * the plan is the step a build runs (Spec.per_rank: its fp8 linears included), the same graph as
+   * the artifact's plan.json; a sharded recipe keeps the recipe's one-rank math here (its per-rank
+   * report models the shards). */
+  if (!s->per_rank && s->model.tensor_model_parallel_size <= 1 && s->model.expert_model_parallel_size <= 1 &&
+      !s->train.force_parallel_lowering)
+    p->spec.per_rank = true;
+  s = &p->spec;
   p->sm_count = sm_count > 0 ? sm_count : LAUNCH_DEFAULT_SMS;
   err[0] = 0;
   int rc = plan_step(s, float_bytes, p, d, false, err, nerr);

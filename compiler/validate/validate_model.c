@@ -107,9 +107,10 @@ static void check_data(VCtx *v) {
 }
 
 /* STEPC-20: fp8 executes with delayed scaling (fp8_recipe "delayed", Transformer Engine's DelayedScaling)
- * or current scaling ("tensorwise"), ir/ops/fp8.c, in what a build runs; `stepc plan` and `check`
- * model the single-rank step in bf16 beside the per-rank report of what Transformer Engine keeps in
- * fp8; a build refuses the other recipes (compiler/codegen/executes.c).
+ * or current scaling ("tensorwise"), ir/ops/fp8.c, in what a build runs; `stepc plan` plans that fp8
+ * step where the recipe shards no tensors or experts (compiler/plan/plan.c), else the recipe's
+ * single-rank step in bf16, beside the per-rank report of what Transformer Engine keeps in fp8; a
+ * build refuses the other recipes (compiler/codegen/executes.c).
  * STEPC-51: fp8 weights need fp8 (TransformerConfig.__post_init__ raises, transformer_config.py:1566).
  * STEPC-56: the delayed recipe's amax history holds at least one entry (Transformer Engine's
  * DelayedScaling keeps amax_history_len rows, the newest first) and at most 2^20 (a history of 1024,
@@ -133,7 +134,16 @@ static void check_precision(VCtx *v) {
                       "within [-100, 100]",
                       (long long)m->fp8_margin),
               "set model.fp8_margin to 0 (Megatron's default)");
-  if (s->present[SPEC_F_model_fp8])
+  bool one_rank_step = m->tensor_model_parallel_size <= 1 && m->expert_model_parallel_size <= 1 &&
+                       !s->train.force_parallel_lowering; /* plan.c: the plan is the built step */
+  if (s->present[SPEC_F_model_fp8] && one_rank_step && spec_fp8_executes(s))
+    diag_hint(v_warn(v, "STEPC-20", SPEC_F_model_fp8,
+                     "fp8=%s (recipe %s): the transformer layers' linears run in fp8, and this plan is the "
+                     "fp8 step a build runs (the artifact's plan.json); the per-rank report counts what "
+                     "Transformer Engine keeps in fp8",
+                     m->fp8, m->fp8_recipe),
+              "stepc build RECIPE -o DIR builds it; docs/fp8.md says what runs in fp8 and how");
+  else if (s->present[SPEC_F_model_fp8])
     diag_hint(
         v_warn(v, "STEPC-20", SPEC_F_model_fp8,
                "fp8=%s (recipe %s): a build runs the transformer layers' linears in fp8 with delayed or "

@@ -300,7 +300,7 @@ static void carve_scratch(RtExec *x) {
               op->kind == OP_GEGLU_BWD;
     /* a norm backward with its residual add runs at the ADD, its peer the norm */
     const Op *n = op->kind == OP_ADD ? &g->op[x->fz->peer[o]] : op;
-    unsigned b = glu                          ? rt_glu_blocks(x, op)
+    unsigned b = glu                         ? rt_glu_blocks(x, op)
                  : op->kind == OP_CONCAT_QKV ? rt_rope_qkv_blocks(x, op)
                  : op->kind == OP_ADAMW      ? rt_adamw_blocks(x, op)
                                              : rt_norm_blocks(x, n);

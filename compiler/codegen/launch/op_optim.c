@@ -122,8 +122,8 @@ static int rt_op_adamw(RtExec *x, const Op *op) {
   long n = (long)rt_numel(x, op->in[0]);
   /* model.fp8_param's master: its amax for the step's cast of it (the fused fp8 amax) */
   CUdeviceptr am = rt_amax_slot(x, op), ap = am ? x->amax_partial : 0;
-  return rt_launch_adamw_update(x->d, rt_dim1(rt_adamw_blocks(x, op)), 256, 0, master, param, grad, m, v, n, hp,
-                                coef, (float)op->a.f[3], ap, am);
+  return rt_launch_adamw_update(x->d, rt_dim1(rt_adamw_blocks(x, op)), 256, 0, master, param, grad, m, v, n,
+                                hp, coef, (float)op->a.f[3], ap, am);
 }
 
 /* adamw_update's grid: grid-stride over the tensor. */
