@@ -152,6 +152,11 @@ bool spec_lowers_tp(const Spec *s) {
   return s->per_rank && (s->model.tensor_model_parallel_size > 1 || s->train.force_parallel_lowering);
 }
 
+bool spec_one_rank_step(const Spec *s) {
+  return s->model.tensor_model_parallel_size <= 1 && s->model.expert_model_parallel_size <= 1 &&
+         !s->train.force_parallel_lowering;
+}
+
 bool spec_lowers_ep(const Spec *s) {
   return s->per_rank && spec_is_moe(s) &&
          (s->model.expert_model_parallel_size > 1 || s->train.force_parallel_lowering);

@@ -324,6 +324,10 @@ bool spec_is_moe(const Spec *s);
  * train.force_parallel_lowering: at TP 1 too), and expert parallelism's (an MoE recipe at EP > 1, or
  * forced). */
 bool spec_lowers_tp(const Spec *s);
+/* Whether the recipe shards no tensors or experts (TP 1, EP 1, no forced parallel lowering): then one
+ * rank's step is the recipe's whole step, and `stepc plan` plans the step a build runs
+ * (compiler/plan/plan.c: Spec.per_rank, whose only difference is then the fp8 linears). */
+bool spec_one_rank_step(const Spec *s);
 bool spec_lowers_ep(const Spec *s);
 bool spec_layer_is_moe(const Spec *s, int layer); /* layer in 0..num_layers-1 */
 /* Whether layer l's linears run in fp8 (ir/ops/fp8.c): model.fp8 set with fp8_recipe "tensorwise" or

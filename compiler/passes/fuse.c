@@ -426,9 +426,9 @@ static int amax_producer(const Graph *g, const Fusions *fz, int o) {
 static int amax_cast(const Graph *g, const Fusions *fz, int o) {
   const Op *op = &g->op[o];
   if (fz->skip[o] || op->nin < 1) return -1;
-  if (g->t[op->in[0]].dtype == DT_F32 && op->kind == OP_FP8_QUANT && g->t[op->out[0]].role == ROLE_PARAM_FP8)
-    return op->a.i[1] == 1 ? -1 : op->in[0];
-  if (g->t[op->in[0]].dtype != DT_BF16) return -1;
+  DType in = g->t[op->in[0]].dtype;
+  bool master = in == DT_F32 && op->kind == OP_FP8_QUANT && g->t[op->out[0]].role == ROLE_PARAM_FP8;
+  if (in != DT_BF16 && !master) return -1;
   if (op->kind == OP_FP8_QUANT) return op->a.i[1] == 1 ? -1 : op->in[0];
   if (op->kind == OP_LINEAR_FP8) return op->a.i[2] == 1 ? -1 : op->in[0];
   return -1;

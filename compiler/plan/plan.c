@@ -99,13 +99,10 @@ int plan_build_for(const Spec *s, int float_bytes, int sm_count, Plan *p, DiagLi
   double t0 = now_s();
   memset(p, 0, sizeof *p);
   p->spec = *s;
-  /* A recipe with no tensor or expert sharding to lower: its one rank's step is the whole step, so
-   * the plan is the step a build runs (Spec.per_rank: its fp8 linears included), the same graph as
-   * the artifact's plan.json; a sharded recipe keeps the recipe's one-rank math here (its per-rank
-   * report models the shards). */
-  if (!s->per_rank && s->model.tensor_model_parallel_size <= 1 && s->model.expert_model_parallel_size <= 1 &&
-      !s->train.force_parallel_lowering)
-    p->spec.per_rank = true;
+  /* the step a build runs (its fp8 linears included), the artifact's plan.json's graph, where one
+   * rank's step is the whole step; a sharded recipe keeps its one-rank math here (the per-rank report
+   * models the shards) */
+  if (spec_one_rank_step(s)) p->spec.per_rank = true;
   s = &p->spec;
   p->sm_count = sm_count > 0 ? sm_count : LAUNCH_DEFAULT_SMS;
   err[0] = 0;

@@ -134,9 +134,7 @@ static void check_precision(VCtx *v) {
                       "within [-100, 100]",
                       (long long)m->fp8_margin),
               "set model.fp8_margin to 0 (Megatron's default)");
-  bool one_rank_step = m->tensor_model_parallel_size <= 1 && m->expert_model_parallel_size <= 1 &&
-                       !s->train.force_parallel_lowering; /* plan.c: the plan is the built step */
-  if (s->present[SPEC_F_model_fp8] && one_rank_step && spec_fp8_executes(s))
+  if (s->present[SPEC_F_model_fp8] && spec_one_rank_step(s) && spec_fp8_executes(s))
     diag_hint(v_warn(v, "STEPC-20", SPEC_F_model_fp8,
                      "fp8=%s (recipe %s): the transformer layers' linears run in fp8, and this plan is the "
                      "fp8 step a build runs (the artifact's plan.json); the per-rank report counts what "

@@ -128,10 +128,11 @@ static int rope_qkv(RtExec *x, int o) {
   float base = (float)rq->a.f[0], factor = (float)rq->a.f[1];
   if (D % 16 || D / 2 > STEPC_ROPE_MAX_HALF)
     return rt_fail(x->d, "head size %d: the fused QKV RoPE takes multiples of 16", D);
-  RtDim grid = rt_dim1((unsigned)N); /* the backward's: rt_rope_qkv_blocks */
   if (fwd)
-    return rt_launch_rope_split_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0), rt_out(x, rk, 0),
-                                    rt_out(x, qkv, 2), rt_in(x, qkv, 0), N, T, H, G, D, base, factor);
+    return rt_launch_rope_split_qkv(x->d, rt_dim1((unsigned)N), STEPC_ROPE_QKV_THREADS, 0, rt_out(x, rq, 0),
+                                    rt_out(x, rk, 0), rt_out(x, qkv, 2), rt_in(x, qkv, 0), N, T, H, G, D,
+                                    base, factor);
+  RtDim grid = rt_dim1(rt_rope_qkv_blocks(x, qkv)); /* the amax partials are sized by it */
   CUdeviceptr am = rt_amax_slot(x, qkv), ap = am ? x->amax_partial : 0; /* linear_qkv's dy, fp8 */
   return rt_launch_rope_concat_qkv(x->d, grid, STEPC_ROPE_QKV_THREADS, 0, rt_out(x, qkv, 0), rt_in(x, rq, 0),
                                    rt_in(x, rk, 0), rt_in(x, qkv, 2), N, T, H, G, D, base, factor, ap, am);
