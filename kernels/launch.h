@@ -105,9 +105,10 @@ static inline unsigned stepc_ce_threads(int Vp) {
 
 /* The norms' forward and one-pass backward kernels (kernels/norm.cuh) give a row S warps, each
  * keeping up to STEPC_NORM_TILE_COLS of its columns in registers (as norm.cuh's STEPC_NORM_TILE and
- * STEPC_NORM_ROW_WARPS_MAX): S = 1 up to 2048 columns, 2 up to 4096, ... */
+ * STEPC_NORM_ROW_WARPS_MAX): S = 1 up to 2048 columns, 2 up to 4096, ..., 8 from 14337 on (wider
+ * rows re-read their tiles). A block has at most 8 warps, so that it launches at any register count. */
 #define STEPC_NORM_TILE_COLS 2048
-#define STEPC_NORM_ROW_WARPS_MAX 32
+#define STEPC_NORM_ROW_WARPS_MAX 8
 static inline int stepc_norm_row_warps(int C) {
   int s = (C + STEPC_NORM_TILE_COLS - 1) / STEPC_NORM_TILE_COLS;
   return s < 1 ? 1 : s > STEPC_NORM_ROW_WARPS_MAX ? STEPC_NORM_ROW_WARPS_MAX : s;

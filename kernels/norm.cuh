@@ -9,11 +9,13 @@
 
 #define STEPC_NORM_VEC 8                                    // 16-byte vectors a lane keeps of a row
 #define STEPC_NORM_TILE (STEPC_WARP * 8 * STEPC_NORM_VEC)   // columns a warp keeps in registers: 2048
-#define STEPC_NORM_ROW_WARPS_MAX 32                         // as kernels/launch.h
+#define STEPC_NORM_ROW_WARPS_MAX 8                          // as kernels/launch.h: blocks of at most 256 threads
 
 // The warps that share a row (as kernels/launch.h stepc_norm_row_warps): one a STEPC_NORM_TILE
-// columns, so that every row up to 32 tiles wide is read once into registers; warp k of a row takes
-// the tiles k, k + S, ... (its slab).
+// columns, so that every row up to 8 tiles (16384 columns) wide is read once into registers; warp k
+// of a row takes the tiles k, k + S, ... (its slab). A block has at most STEPC_NORM_ROW_WARPS_MAX
+// warps: 256 threads launch at any register count (255 x 256 < 64 K), where 32 warps at these
+// kernels' 116-159 registers a thread would ask for more than an SM has and fail to launch.
 __device__ __forceinline__ int norm_row_warps(int C) {
   int s = (C + STEPC_NORM_TILE - 1) / STEPC_NORM_TILE;
   return s < 1 ? 1 : s > STEPC_NORM_ROW_WARPS_MAX ? STEPC_NORM_ROW_WARPS_MAX : s;
@@ -47,7 +49,7 @@ __device__ __forceinline__ float norm_row_total(float v, float* sh, int r, int s
 // then reads exactly the rounded values that the residual stream keeps, so backward agrees.
 // A row is S = norm_row_warps(C) warps' (blockDim.x = 32 S rows_per_block): each keeps its slab of up
 // to STEPC_NORM_TILE columns in registers, read once (every load of the lane in flight together); a
-// slab of more tiles (rows over 32 tiles) is read a tile at a time, again for each pass. Each sum runs
+// slab of more tiles (rows over 8 tiles) is read a tile at a time, again for each pass. Each sum runs
 // over a lane's columns in order, then the warp (warp_sum), then the row's warps in order. Returns
 // max |out| over the lane's stored values when `fold` (the fused fp8 amax, common.cuh amax_fold),
 // else 0.

@@ -156,8 +156,8 @@ static void test_embedding(Gpu *g, Rng *r) {
 
 /* The norms' forward kernels, the two-kernel backward (backward_input, weight partials + colsum)
  * and the bias partials, at a width of one warp a row (C = 1024), of several whose last slab is
- * short (4104: S = 3) and of more than 32 tiles (66560: each warp of a row reads two tiles again for
- * each pass). */
+ * short (4104: S = 3) and of more than 8 tiles (66560: 33 tiles over 8 warps, each re-reading its
+ * tiles for each pass). */
 static void test_norms(Gpu *g, Rng *r, int N, int C) {
   int rows = stepc_norm_fwd_rows(C), G = 7, accumulate = 1, zero = 0;
   CUdeviceptr nul = 0; /* no fused fp8 amax (fp8.c tests it) */

@@ -24,12 +24,13 @@
 # Also: a DP-2 artifact opened alone is refused with its message.
 #
 # Run from the repository root with this machine's build/ carried (the GPU machine has no Lua
-# headers to build stepc): tests/gpu/run_dp.sh. The artifacts are built there by build/stepc
-# (NVRTC and cc, as run_single_driver.sh part 1). Logs and summary.txt go to $OUT (or gpu-logs).
+# headers to build stepc): tests/gpu/run_dp.sh (BUILD names another build tree, default build). The
+# artifacts are built there by $BUILD/stepc (NVRTC and cc, as run_single_driver.sh part 1). Logs and summary.txt go to $OUT (or gpu-logs).
 # Exit 0 all PASS, 1 a FAIL, 77 no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
+BUILD=${BUILD:-build}
 DEST=${OUT:-gpu-logs}
 mkdir -p "$DEST"
 STEPS=${STEPS:-8}
@@ -41,7 +42,7 @@ say "== $(date -u +%FT%TZ) $(hostname) commit ${STEPC_COMMIT:-$(git rev-parse --
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$DEST/summary.txt" 2>&1
 say "libnccl: $(ldconfig -p | awk '/libnccl.so.2/ {print $NF}' | head -1)"
 # stepc build links the archives and headers at the paths stepc was built with
-home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build/CMakeCache.txt 2>/dev/null)
+home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
 [ -n "$home" ] && [ ! -e "$home" ] && { mkdir -p "$(dirname "$home")" && ln -s "$root" "$home"; }
 export STEPC_CACHE_DIR=/tmp/stepc-cache
 ART=/tmp/dp-arts
@@ -49,7 +50,7 @@ rm -rf "$ART" && mkdir -p "$ART"
 build() { # name recipe overrides...
   local name=$1 recipe=$2
   shift 2
-  build/stepc build "$recipe" "$@" -o "$ART/$name" >"$DEST/build_$name.log" 2>&1 || { say "FAIL build $name: $(tail -2 "$DEST/build_$name.log")"; fails=1; }
+  "$BUILD/stepc" build "$recipe" "$@" -o "$ART/$name" >"$DEST/build_$name.log" 2>&1 || { say "FAIL build $name: $(tail -2 "$DEST/build_$name.log")"; fails=1; }
 }
 build tiny models/tiny.lua
 build tiny_fi models/tiny.lua model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
@@ -69,12 +70,12 @@ build gpt3_sc tests/recipes/gpt3_tiny.lua model.bf16=true model.cuda_graph_impl=
 build gpt3_sc_zero tests/recipes/gpt3_tiny.lua model.bf16=true $ZERO model.cuda_graph_impl=local
 
 for a in tiny tiny_fi gpt3 gpt3_fi tiny_sc gpt3_sc; do
-  build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json >"$DEST/${a}_plain.json" 2>"$DEST/${a}_plain.err" ||
+  "$BUILD/stepc" run "$ART/$a" --device cuda --steps "$STEPS" --json >"$DEST/${a}_plain.json" 2>"$DEST/${a}_plain.err" ||
     { say "FAIL $a without NCCL: $(tail -2 "$DEST/${a}_plain.err")"; fails=1; }
-  NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$a" --device cuda --steps "$STEPS" --json --dp-join \
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$BUILD/stepc" run "$ART/$a" --device cuda --steps "$STEPS" --json --dp-join \
     >"$DEST/${a}_nccl.json" 2>"$DEST/${a}_nccl.err" || { say "FAIL $a with NCCL: $(tail -2 "$DEST/${a}_nccl.err")"; fails=1; }
   z=${a/_fi/_zero_fi}; [ "$z" = "$a" ] && z=${a}_zero
-  NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$z" --device cuda --steps "$STEPS" --json --dp-join \
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$BUILD/stepc" run "$ART/$z" --device cuda --steps "$STEPS" --json --dp-join \
     >"$DEST/${a}_zero.json" 2>"$DEST/${a}_zero.err" || { say "FAIL $z (ZeRO-1) with NCCL: $(tail -2 "$DEST/${a}_zero.err")"; fails=1; }
 done
 
@@ -109,7 +110,7 @@ EOF
 for a in tiny gpt3; do
   z=""; [ "$a" = gpt3 ] && z="model.bf16=true"
   r=models/tiny.lua; [ "$a" = gpt3 ] && r=tests/recipes/gpt3_tiny.lua
-  build/stepc plan "$r" $z $ZERO --json >"$DEST/${a}_zero.plan.json" 2>"$DEST/${a}_zero.plan.err" || { say "FAIL stepc plan $a ZeRO-1"; fails=1; }
+  "$BUILD/stepc" plan "$r" $z $ZERO --json >"$DEST/${a}_zero.plan.json" 2>"$DEST/${a}_zero.plan.err" || { say "FAIL stepc plan $a ZeRO-1"; fails=1; }
 done
 python3 - "$DEST" 2>&1 <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}" -eq 0 ] || fails=1
 import json, sys
@@ -138,14 +139,14 @@ sys.exit(bad)
 EOF
 
 # a DP-2 artifact opened alone is refused
-build/stepc run "$ART/tiny_dp2" --device cuda --steps 1 >"$DEST/dp2_alone.out" 2>"$DEST/dp2_alone.err" &&
+"$BUILD/stepc" run "$ART/tiny_dp2" --device cuda --steps 1 >"$DEST/dp2_alone.out" 2>"$DEST/dp2_alone.err" &&
   { say "FAIL a DP-2 artifact ran alone"; fails=1; }
 grep -q "planned for 2 data-parallel ranks" "$DEST/dp2_alone.err" && say "PASS a DP-2 artifact alone is refused: $(tail -1 "$DEST/dp2_alone.err")" ||
   { say "FAIL no clear refusal for a DP-2 artifact alone: $(tail -1 "$DEST/dp2_alone.err")"; fails=1; }
 
 # one profiled step with NCCL: the communication stream's line and the measured timeline
 for a in tiny tiny_zero; do
-  NCCL_DEBUG=${NCCL_DEBUG:-WARN} build/stepc run "$ART/$a" --device cuda --steps 2 --dp-join --profile --timeline "$DEST/${a}_timeline.json" \
+  NCCL_DEBUG=${NCCL_DEBUG:-WARN} "$BUILD/stepc" run "$ART/$a" --device cuda --steps 2 --dp-join --profile --timeline "$DEST/${a}_timeline.json" \
     >"$DEST/${a}_profile.out" 2>"$DEST/${a}_profile.err" || { say "FAIL $a --profile with NCCL: $(tail -2 "$DEST/${a}_profile.err")"; fails=1; }
   line=$(grep "^comm stream:" "$DEST/${a}_profile.out")
   python3 - "$DEST/${a}_timeline.json" "$a" "$line" <<'EOF' | tee -a "$DEST/summary.txt"; [ "${PIPESTATUS[0]}" -eq 0 ] || fails=1
