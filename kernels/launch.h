@@ -147,29 +147,40 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 /* colsum_accumulate: grid ceil(C / 32), block 32 * STEPC_COLSUM_WARPS. */
 #define STEPC_COLSUM_WARPS 8
 
-/* The Mamba-2 mixer (kernels/mamba.cuh), chunk-parallel: chunks of STEPC_MAMBA_CHUNK rows, blocks of
- * STEPC_MAMBA_THREADS, a block a (chunk, group, batch row). The groups are taken in passes of
- * StepcMambaWs.gpp groups (below): pass k launches mamba_chunk_states, mamba_state_pass and
- * mamba_chunk_output (or mamba_chunk_backward) for groups g0 = k gpp .. g0 + gpp - 1, grid
- * (nc, gpp, B) with nc = ceil(T / STEPC_MAMBA_CHUNK) and the argument g0, mamba_state_pass grid
- * (ceil(P N / 256), gpp H / G, B, or 2 B in the backward) with H = gpp H / G (the pass's heads);
- * mamba_conv_backward grid (ceil(C / 256), segs, B) with segs = stepc_mamba_segs(T); mamba_param_grads
- * grid ceil((C (K+1) + 3 H) / 256). Conv taps <= STEPC_MAMBA_KMAX, state dim <= STEPC_MAMBA_NMAX
- * (mamba_chunk_backward keeps the group's dB, dC tiles in registers). Dynamic shared memory (fp32
- * words, rows padded by one) below, each at most STEPC_MAMBA_SMEM_MAX. */
+/* The Mamba-2 mixer (kernels/mamba.cuh): chunks of STEPC_MAMBA_CHUNK rows, blocks of
+ * STEPC_MAMBA_THREADS. MAMBA_MIXER: mamba_conv_forward grid (ceil(C / 256), ceil(T /
+ * STEPC_MAMBA_CONV_ROWS), B), block 256, writes the conv output u (B, T, C) into the workspace; then
+ * mamba_scan_forward grid (ceil(P / STEPC_MAMBA_SLICE), H, B), a block a slice of a head's state
+ * walking the chunks in order. MAMBA_MIXER_BWD: mamba_conv_forward as the forward (u in the
+ * workspace's gpre part: see below), then the groups in passes of StepcMambaWs.gpp groups: pass k
+ * launches mamba_scan_states grid (ceil(P / STEPC_MAMBA_SLICE), Hp, 2 B) with Hp = gpp H / G (the
+ * pass's heads) and the argument g0 = k gpp, then mamba_chunk_backward grid (nc, gpp, B) with
+ * nc = ceil(T / STEPC_MAMBA_CHUNK); then mamba_conv_backward grid (ceil(C / 256), segs, B) with
+ * segs = stepc_mamba_segs(T), and mamba_param_grads grid ceil((C (K+1) + 3 H) / 256). Conv taps
+ * <= STEPC_MAMBA_KMAX, state dim <= STEPC_MAMBA_NMAX (register tiles), P and N multiples of 4 (the
+ * scans read u in float4). Dynamic shared memory (fp32 words; the scans' rows of N columns padded
+ * by 4, of a slice's STEPC_MAMBA_SLICE columns pitched STEPC_MAMBA_XP; the chunk backward's rows
+ * padded by one) below, each at most STEPC_MAMBA_SMEM_MAX. */
 #define STEPC_MAMBA_CHUNK 32
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8
 #define STEPC_MAMBA_NMAX 128
+#define STEPC_MAMBA_SLICE 16
+#define STEPC_MAMBA_XP 24
+#define STEPC_MAMBA_CONV_ROWS 64
 #define STEPC_MAMBA_SEGS 64
 #define STEPC_MAMBA_SMEM_MAX (227 * 1024)
-static inline unsigned stepc_mamba_states_smem(int P, int N) {
-  long L = STEPC_MAMBA_CHUNK;
-  return (unsigned)(4 * (2 * L * (N + 1) + 2 * L * (P + 1) + 4 * L));
+/* mamba_scan_forward: two chunk buffers (B and C rows, x slice rows, 4 L per-row factors), two
+ * transposed state slices (N x XP), M (L x (L + 4)) and the C S^T halves (4 warps' 16 x 8 tiles):
+ * 103.5 KiB at N 128, two blocks an SM. */
+static inline unsigned stepc_mamba_scan_smem(int N) {
+  long L = STEPC_MAMBA_CHUNK, buf = 2 * L * (N + 4) + L * STEPC_MAMBA_XP + 4 * L;
+  return (unsigned)(4 * (2 * buf + 2L * N * STEPC_MAMBA_XP + L * (L + 4) + 4 * 32 * 4));
 }
-static inline unsigned stepc_mamba_output_smem(int P, int N) {
+/* mamba_scan_states: two chunk buffers (B or C rows, x or dy slice rows, 4 L factors). */
+static inline unsigned stepc_mamba_scan_states_smem(int N) {
   long L = STEPC_MAMBA_CHUNK;
-  return (unsigned)(4 * (2 * L * (N + 1) + 2 * L * L + L * (P + 1) + (long)N * (P + 1) + 2 * L));
+  return (unsigned)(4 * 2 * (L * (N + 4) + L * STEPC_MAMBA_XP + 4 * L));
 }
 static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
   long L = STEPC_MAMBA_CHUNK;
@@ -177,15 +188,19 @@ static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
 }
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
 /* The mixer's fp32 workspace (the op's workspace output), offsets in floats, each part 64-float
- * aligned: the chunk states and their gradients (B, Hp, nc, P, N) of one pass's Hp = gpp H / G heads,
- * the chunk decays (B, Hp, nc), the conv-output gradient (B, T, C), the per-chunk parameter partials
- * (B, nc, H, 3) and the per-segment conv partials (B, segs, K+1, C). The forward uses st and dec only.
+ * aligned. Forward: the conv output u (B, T, C) only. Backward: the states entering the chunks and
+ * the gradients of the states leaving them (st, dst: (B, Hp, nc, P, N) of one pass's Hp = gpp H / G
+ * heads), the conv-output gradient gpre (B, T, C), the per-chunk parameter partials (B, nc, H, 3)
+ * and the per-segment conv partials (B, segs, K+1, C). The backward's u is gpre: mamba_conv_forward
+ * fills it before the first pass, pass k's mamba_scan_states reads the channels of its heads and
+ * groups, and pass k's mamba_chunk_backward overwrites exactly those with their gradients (every
+ * channel is some pass's, so gpre holds no u when mamba_conv_backward reads it).
  * passes = G / gpp: the fewest that divide G and keep a pass's states within STEPC_MAMBA_PASS_FLOATS
  * (one group a pass at most), so a long sequence's states are not all held at once (at Nemotron 3
  * Nano's mixer, T 8192, 64 heads, P 64, N 128: 537 MB each of st and dst in one pass, 268 MB in two). */
 #define STEPC_MAMBA_PASS_FLOATS (64L << 20)
 typedef struct {
-  long st, dst, dec, gpre, hpart, cpart, floats;
+  long st, dst, u, gpre, hpart, cpart, floats;
   int passes, gpp, hp; /* hp: a pass's heads, gpp H / G */
 } StepcMambaWs;
 static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
@@ -206,15 +221,14 @@ static inline int stepc_mamba_passes(long B, long T, long H, long P, long N, lon
 static inline StepcMambaWs stepc_mamba_ws_passes(long B, long T, long H, long P, long N, long G, long C, long K,
                                                  int backward, int passes) {
   long nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, Hp = H / passes;
-  long nst = stepc_mamba_align(B * Hp * nc * P * N);
+  long nst = stepc_mamba_align(B * Hp * nc * P * N), nu = stepc_mamba_align(B * T * C);
   StepcMambaWs w;
   w.passes = passes, w.gpp = (int)(G / passes), w.hp = (int)Hp;
-  w.st = 0, w.dec = nst, w.dst = w.dec + stepc_mamba_align(B * Hp * nc);
   if (!backward) {
-    w.gpre = w.hpart = w.cpart = w.floats = w.dst;
+    w.u = 0, w.st = w.dst = w.gpre = w.hpart = w.cpart = w.floats = nu;
     return w;
   }
-  w.gpre = w.dst + nst, w.hpart = w.gpre + stepc_mamba_align(B * T * C);
+  w.st = 0, w.dst = nst, w.gpre = w.u = 2 * nst, w.hpart = w.gpre + nu;
   w.cpart = w.hpart + stepc_mamba_align(B * nc * H * 3);
   w.floats = w.cpart + stepc_mamba_align(B * stepc_mamba_segs((int)T) * (K + 1) * C);
   return w;

@@ -1,44 +1,57 @@
 // mamba.cuh — the Mamba-2 mixer's device kernels (the semantics are ir/ops/mamba.c's):
-//   MAMBA_MIXER      mamba_chunk_states, mamba_state_pass, mamba_chunk_output
-//   MAMBA_MIXER_BWD  mamba_chunk_states (with dout), mamba_state_pass (both ways),
-//                    mamba_chunk_backward, mamba_conv_backward, mamba_param_grads
+//   MAMBA_MIXER      mamba_conv_forward, mamba_scan_forward
+//   MAMBA_MIXER_BWD  mamba_conv_forward, mamba_scan_states (both ways), mamba_chunk_backward,
+//                    mamba_conv_backward, mamba_param_grads
 //   mamba_gate_forward/_backward             MAMBA_GATE(_BWD): y silu(z)
 //   mamba_group_norm_forward                 MAMBA_GROUP_NORM: RMSNorm of each of G groups, times w
 //   mamba_group_norm_backward_input/_weight  MAMBA_GROUP_NORM_BWD
 // bf16 in and out, fp32 arithmetic; every sum in a fixed order (no atomics), so a replay or a
 // recompute gives the same bits.
 //
-// The chunked SSD (Mamba-2, Dao & Gu 2024, §6), chunk-parallel as mamba_ssm's kernels run it. Per
-// head h (a = -exp(A_log[h])) the recurrence S_t = exp(dt_t a) S_{t-1} + dt_t x_t B_t^T (S: P x N),
-// y_t = S_t C_t is taken in chunks of L steps. With S0 the state entering a chunk and
-// l_t = sum_{r<=t} dt_r a inside it:
+// The chunked SSD (Mamba-2, Dao & Gu 2024, §6). Per head h (a = -exp(A_log[h])) the recurrence
+// S_t = exp(dt_t a) S_{t-1} + dt_t x_t B_t^T (S: P x N), y_t = S_t C_t is taken in chunks of L
+// steps. With S0 the state entering a chunk and l_t = sum_{r<=t} dt_r a inside it:
 //   y_t   = exp(l_t) S0 C_t + sum_{s<=t} (C_t.B_s) exp(l_t - l_s) dt_s x_s       (intra-chunk block)
 //   S_end = exp(l_L) S0 + sum_s exp(l_L - l_s) dt_s x_s B_s^T                    (state passing)
 // Rows past T inside the last chunk have dt = 0, x = B = C = 0, so they add nothing.
 //
-// Forward: every chunk's own state (the sum above, S0 = 0) and its decay exp(l_L) in parallel
-// (mamba_chunk_states), then a short scan over chunks per state element turns them into the state
-// entering each chunk (mamba_state_pass), then every chunk's output in parallel
-// (mamba_chunk_output). The backward is the mirror: dS, the gradient of the state leaving a chunk,
-// is passed from the last chunk back (dS_{c-1} = exp(l_L) dS_c + sum_t exp(l_t) dy_t C_t^T), so the
-// chunk kernel has S0 and dS of its chunk and computes every local gradient in parallel; the
-// gradient of the conv output goes to a fp32 workspace, from which mamba_conv_backward takes the
-// conv's input, weight and bias gradients (partial sums per row segment), and mamba_param_grads
-// sums the per-chunk and per-segment partials in a fixed order.
+// Row p of S meets only row p of x and of y (both formulas), so the state splits into slices of
+// PS = STEPC_MAMBA_SLICE rows of P that never interact. Forward: mamba_conv_forward writes the conv1d
+// + SiLU output u (B, T, C) once, in fp32; then mamba_scan_forward, a block per (slice, head, batch
+// row), walks the chunks in order with its PS x N slice of S in registers (fp32 mma accumulators):
+// per chunk the intra-chunk block, C S0^T and the update to S_end on the tensor cores (1xTF32), y
+// out; the next chunk's rows (B, C, the x slice from u) move into a second shared buffer by
+// cp.async while the chunk computes, so the only serial chain is the state update. No states go
+// to memory. The backward is the mirror: dS, the gradient of the state leaving a chunk, is passed
+// from the last chunk back (dS_{c-1} = exp(l_L) dS_c + sum_t exp(l_t) dy_t C_t^T, row-p separable
+// as well); mamba_scan_states walks the chunks both ways (blocks as the forward's, without y) and
+// writes the state entering each chunk and the gradient of the state leaving it, so that
+// mamba_chunk_backward, a block per chunk of one group (its H/G heads in order, so B and C, which
+// the group's heads share, are loaded once and their gradients summed over the heads in head
+// order), has S0 and dS of its chunk and computes every local gradient in parallel; the gradient
+// of the conv output goes to a fp32 workspace, from which mamba_conv_backward takes the conv's
+// input, weight and bias gradients (partial sums per row segment), and mamba_param_grads sums the
+// per-chunk and per-segment partials in a fixed order.
 //
-// Work per block: a chunk of one group (its H/G heads in order, so B and C, which the group's heads
-// share, are loaded once and their gradients summed over the heads in head order). Workspace (fp32,
-// the launch scratch's op workspace; offsets in kernels/launch.h stepc_mamba_ws): the chunk states
-// (B, H, nc, P, N), their gradients, the chunk decays (B, H, nc), the conv-output gradient
-// (B, T, C), per-chunk partials (B, nc, H, 3) and per-segment conv partials (B, segs, K+1, C).
-// Shared-memory rows are padded by one float (P+1, N+1) so that a warp reading a column of a
-// row-major tile hits 32 banks.
+// Workspace (fp32, the op's workspace output; offsets in kernels/launch.h stepc_mamba_ws): the
+// forward's u (B, T, C); the backward's states entering and gradients leaving the chunks
+// (B, Hp, nc, P, N) of one pass's heads, the conv-output gradient (B, T, C) (which holds u until
+// the chunk backward overwrites it), per-chunk partials (B, nc, H, 3) and per-segment conv
+// partials (B, segs, K+1, C). The chunk backward's shared-memory rows are padded by one float
+// (P+1, N+1) so that a warp reading a column of a row-major tile hits 32 banks; the scans' by four
+// (N+4, and PS-wide rows pitched STEPC_MAMBA_XP) for 16-byte stores and conflict-light fragments.
 #pragma once
+#include "common.cuh"
+#include "mma.cuh"  // cp_async16_zfill
 
 #define STEPC_MAMBA_CHUNK 32   // L, rows per chunk (as kernels/launch.h)
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8     // conv taps at most
-#define STEPC_MAMBA_NMAX 128   // state dim at most (mamba_chunk_backward's register tiles: a warp 16 x 32 of L x N)
+#define STEPC_MAMBA_NMAX 128   // state dim at most (mamba_chunk_backward's register tiles: a warp 16 x 32 of L x N;
+                               // the scans' state tiles: a warp 16 x 16 of PS x N)
+#define STEPC_MAMBA_SLICE 16   // PS, rows of P a scan block owns (as kernels/launch.h)
+#define STEPC_MAMBA_XP 24      // the scans' row pitch of PS-wide tiles (as kernels/launch.h)
+#define STEPC_MAMBA_CONV_ROWS 64  // rows a mamba_conv_forward thread walks (as kernels/launch.h)
 #if STEPC_MAMBA_CHUNK != 32
 #error "mamba_chunk_backward scans a chunk's rows across one warp"
 #endif
@@ -149,7 +162,9 @@ __device__ __forceinline__ void mamba_mma_tf32(float* c, const unsigned* a, unsi
 #endif
 }
 
-template <int NT>
+// X3 false: one product of the tf32 roundings (1xTF32, the scans', whose per-chunk terms are
+// rounded to 2^-11 relative, below the bf16 output's 2^-9).
+template <int NT, bool X3 = true>
 __device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, int M, int N, int K, const float* A,
                                             int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r0 = m0 + g, r1 = r0 + 8;
@@ -170,8 +185,10 @@ __device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, i
       float b0 = in && ina ? B[ka * brs + n * bcs] : 0.0f, b1 = in && inb ? B[kb * brs + n * bcs] : 0.0f;
       unsigned bh0, bl0, bh1, bl1;
       mamba_tf32_split(b0, bh0, bl0), mamba_tf32_split(b1, bh1, bl1);
-      mamba_mma_tf32(c[j], al, bh0, bh1);
-      mamba_mma_tf32(c[j], ah, bl0, bl1);
+      if (X3) {
+        mamba_mma_tf32(c[j], al, bh0, bh1);
+        mamba_mma_tf32(c[j], ah, bl0, bl1);
+      }
       mamba_mma_tf32(c[j], ah, bh0, bh1);
     }
   }
@@ -210,139 +227,314 @@ __device__ __forceinline__ void mamba_tc_store_lp(float* out, int ld, int L, int
   }
 }
 
-// Every chunk's own state st[b, h, c] = sum_s exp(l_L - l_s) dt_s x_s B_s^T (P x N) and its decay
-// dec[b, h, c] = exp(l_L); with dout, also dst[b, h, c] = sum_t exp(l_t) dy_t C_t^T, the chunk's part
-// of the gradient passed to the state entering it. Grid (nc, G, B), block STEPC_MAMBA_THREADS,
-// dynamic shared memory stepc_mamba_states_smem(P, N) (kernels/launch.h).
-extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
-    mamba_chunk_states(float* st, float* dst, float* dec, const bf16* dout, const bf16* xbc, const bf16* conv,
-                       const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N, int K, int g0) {
-  STEPC_DYNAMIC_SMEM(float, mamba_smem);
-  const int L = STEPC_MAMBA_CHUNK;
-  MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, Hl = gridDim.y * d.hpg;
-  long b = blockIdx.z;
-  float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *X = Cm + L * d.NP, *dY = X + L * d.PP, *dtc = dY + L * d.PP,
-        *lc = dtc + L, *w = lc + L, *e = w + L;
-  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, d.NP);
-  if (dout) mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, d.NP);
-  for (int q = 0; q < d.hpg; q++) {
-    int h = g * d.hpg + q;
-    float dtb, a, D;
-    mamba_head_params(ssm, h, &dtb, &a, &D);
-    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
-    if (dout) mamba_load_dy(d, dout, b, h, t0, dY, d.PP);
-    mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
-    long hl = (long)blockIdx.y * d.hpg + q, at = ((b * Hl + hl) * d.nc + c) * (long)P * N;
-    for (int s = threadIdx.x; s < L; s += blockDim.x) w[s] = expf(lc[L - 1] - lc[s]) * dtc[s], e[s] = expf(lc[s]);
-    if (threadIdx.x == 0) dec[(b * Hl + hl) * d.nc + c] = expf(lc[L - 1]);
-    __syncthreads();
-    // st = (w X)^T Bm and dst = (e dY)^T Cm: P x N, K = L, a warp a 16 x 32 tile
-    for (int i = threadIdx.x / 32; i < mamba_frag_tiles(P, N, 4); i += blockDim.x / 32) {
-      int m0, n0;
-      mamba_frag_at(i, N, 4, &m0, &n0);
-      for (int pass = 0; pass < (dout ? 2 : 1); pass++) {
-        float acc[4][4];
-        mamba_frag_zero(acc);
-        mamba_tc_mm(acc, m0, n0, P, N, L, pass ? dY : X, 1, d.PP, pass ? Cm : Bm, d.NP, 1, pass ? e : w);
-        float* out = (pass ? dst : st) + at;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            int p = mamba_frag_row(m0, q), n = mamba_frag_col(n0, j, q);
-            if (p < P && n < N) out[(long)p * N + n] = acc[j][q];
-          }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// The scan over chunks, per state element, in place: forward (blockIdx.z < B) st[c] becomes the
-// state entering chunk c (S = 0 before the first, S <- dec[c] S + st[c]); backward (blockIdx.z >= B,
-// when dst is given) dst[c] becomes the gradient of the state leaving chunk c (R = 0 after the last,
-// R <- dec[c] R + dst[c], walking back). Grid (ceil(P N / 256), H, B or 2 B), block 256.
+// MAMBA_MIXER's conv pre-pass: u[b, t, ch] = silu(bias + sum_j w[j] x[t - K + 1 + j]) (fp32, taps in
+// order as mamba_conv_pre), a thread a channel over STEPC_MAMBA_CONV_ROWS rows, the window of the
+// last K - 1 inputs in registers. Grid (ceil(C / 256), ceil(T / STEPC_MAMBA_CONV_ROWS), B), block 256.
 extern "C" __global__ void __launch_bounds__(256)
-    mamba_state_pass(float* st, float* dst, const float* dec, int B, int H, int nc, int PN) {
-  const int U = 16;  // chunks in flight: their states and decays are all loaded before any store
-  int i = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, back = (int)blockIdx.z >= B;
-  long b = blockIdx.z % B, base = (b * H + h) * nc;
-  if (i >= PN) return;
-  float* v = back ? dst : st;
-  float S = 0.0f, buf[U], dk[U];
-  for (int k0 = 0; k0 < nc; k0 += U) {
+    mamba_conv_forward(float* u, const bf16* xbc, const bf16* conv, int T, int C, int K) {
+  const int KM = STEPC_MAMBA_KMAX;
+  int ch = blockIdx.x * blockDim.x + threadIdx.x, ta = blockIdx.y * STEPC_MAMBA_CONV_ROWS;
+  long b = blockIdx.z;
+  if (ch >= C) return;
+  int tb = ta + STEPC_MAMBA_CONV_ROWS < T ? ta + STEPC_MAMBA_CONV_ROWS : T;
+  const bf16* xp = xbc + b * T * (long)C + ch;
+  float w[KM], win[KM], bias = bf16_to_f32(conv[(long)ch * (K + 1) + K]);
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      int k = k0 + u, c = back ? nc - 1 - k : k;
-      buf[u] = k < nc ? v[(base + c) * PN + i] : 0.0f;
-      dk[u] = k < nc ? __ldg(dec + base + c) : 0.0f;
+  for (int j = 0; j < KM; j++) {
+    w[j] = j < K ? bf16_to_f32(conv[(long)ch * (K + 1) + j]) : 0.0f;
+    int src = ta - (K - 1) + j;  // win[j] = x[t - K + 1 + j] for the row t = ta (win[K - 1] is loaded below)
+    win[j] = j < K - 1 && src >= 0 ? bf16_to_f32(xp[(long)src * C]) : 0.0f;
+  }
+  for (int t = ta; t < tb; t++) {
+    float s = bias;
+#pragma unroll
+    for (int j = 0; j < KM; j++) {
+      if (j >= K) break;
+      if (j == K - 1) win[j] = bf16_to_f32(xp[(long)t * C]);
+      s += w[j] * win[j];
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      int k = k0 + u, c = back ? nc - 1 - k : k;
-      if (k < nc) {
-        v[(base + c) * PN + i] = S;
-        S = dk[u] * S + buf[u];
-      }
-    }
+    for (int j = 0; j + 1 < KM; j++)
+      if (j + 1 < K) win[j] = win[j + 1];
+    u[(b * T + t) * (long)C + ch] = s * mamba_sigmoid(s);
   }
 }
 
-// MAMBA_MIXER's output from the states entering the chunks: y (B,T,H*P); xbc (B,T,C) with
-// C = H P + 2 G N; conv (C, K+1) = [w | bias]; dtr (B,T,H); ssm (H,3) = [dt_bias | A_log | D].
-// Grid (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_output_smem(P, N).
-extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
-    mamba_chunk_output(bf16* y, const float* st, const bf16* xbc, const bf16* conv, const bf16* dtr, const bf16* ssm,
-                       int T, int H, int P, int G, int N, int K, int g0) {
-  STEPC_DYNAMIC_SMEM(float, mamba_smem);
-  const int L = STEPC_MAMBA_CHUNK;
-  MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, Hl = gridDim.y * d.hpg;
-  long b = blockIdx.z;
-  float *Bm = mamba_smem, *Cm = Bm + L * d.NP, *CB = Cm + L * d.NP, *M = CB + L * L, *X = M + L * L,
-        *S = X + L * d.PP, *dtc = S + N * d.PP, *lc = dtc + L;
-  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, d.NP);
-  mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, d.NP);
-  __syncthreads();
-  for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
-    int t = i / L, s = i % L;
-    float v = 0.0f;
-    if (s <= t)
-      for (int n = 0; n < N; n++) v += Cm[t * d.NP + n] * Bm[s * d.NP + n];
-    CB[i] = v;
-  }
-  for (int q = 0; q < d.hpg; q++) {
-    int h = g * d.hpg + q;
-    float dtb, a, D;
-    mamba_head_params(ssm, h, &dtb, &a, &D);
-    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, d.PP);
-    const float* S0 = st + ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) S[(i % N) * d.PP + i / N] = S0[i];  // transposed
-    mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
-    for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
-      int t = i / L, s = i % L;
-      M[i] = s <= t ? CB[i] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
+// The scans' chunk buffers. A chunk's rows of nu state-width operands (N columns each: B, C of the
+// group, from u) and one slice-width operand (PS columns of the head: x from u, or dy from dout),
+// in shared memory as [nu][L][N + 4] then [L][XP] (row pitches that keep 16-byte stores aligned and
+// the tensor-core fragment reads mostly free of bank conflicts); rows past T and columns past P
+// are 0. Moved in float4 groups, a thread every 256th: by cp.async straight into shared memory
+// (mamba_rows_async, u only), or fetched into registers a chunk ahead and put after the chunk's
+// work (mamba_rows_fetch / _put, which also convert dy from bf16).
+// cu0, cu1: the N-wide operands' first channels in u; cv: the slice's first column (in u, or in
+// dout's row); vn: its columns before P; W4: a row's float4 groups.
+struct MambaRows {
+  const float* u;  // the conv output (B, T, C)
+  const bf16* dy;  // the slice operand from dout (B, T, H P) when given, else from u
+  long b;
+  int T, C, HP, N, nu, cu0, cu1, cv, vn, W4;
+};
+
+__device__ __forceinline__ MambaRows mamba_rows(const float* u, const bf16* dy, long b, int T, int C, int HP, int N,
+                                                int nu, int cu0, int cu1, int cv, int vn) {
+  MambaRows m;
+  m.u = u, m.dy = dy, m.b = b, m.T = T, m.C = C, m.HP = HP, m.N = N, m.nu = nu, m.cu0 = cu0, m.cu1 = cu1;
+  m.cv = cv, m.vn = vn, m.W4 = (nu * N + STEPC_MAMBA_SLICE) / 4;
+  return m;
+}
+
+template <int R>
+__device__ __forceinline__ void mamba_rows_fetch(float4 (&v)[R], const MambaRows& m, int t0) {
+  const int L = STEPC_MAMBA_CHUNK, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
+  int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
+#pragma unroll
+  for (int k = 0; k < R; k++) {
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    int t = t0 + r, col = 4 * q, un = m.nu * m.N;
+    if (r < L && t < m.T) {
+      long row = m.b * m.T + t;
+      if (col < un) {
+        x = *(const float4*)(m.u + row * m.C + (col < m.N ? m.cu0 + col : m.cu1 + col - m.N));
+      } else if (col - un < m.vn) {
+        if (m.dy) {
+          const bf16* p = m.dy + row * m.HP + m.cv + col - un;
+          x = make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
+        } else {
+          x = *(const float4*)(m.u + row * m.C + m.cv + col - un);
+        }
+      }
     }
-    __syncthreads();
-    // y = exp(l) (Cm S0^T) + M X + D X: L x P, K = N then L (M is zero above the diagonal), a warp
-    // a 16 x 16 tile
-    for (int i = threadIdx.x / 32; i < mamba_frag_tiles(L, P, 2); i += blockDim.x / 32) {
-      int m0, n0;
-      mamba_frag_at(i, P, 2, &m0, &n0);
-      float cs[2][4], mx[2][4];
-      mamba_frag_zero(cs), mamba_frag_zero(mx);
-      mamba_tc_mm(cs, m0, n0, L, P, N, Cm, d.NP, 1, S, d.PP, 1, nullptr);
-      mamba_tc_mm(mx, m0, n0, L, P, L, M, L, 1, X, d.PP, 1, nullptr);
+    v[k] = x;
+    r += dr, q += dq;
+    if (q >= m.W4) q -= m.W4, r++;
+  }
+}
+
+template <int R>
+__device__ __forceinline__ void mamba_rows_put(const float4 (&v)[R], const MambaRows& m, float* buf) {
+  const int L = STEPC_MAMBA_CHUNK, NP = m.N + 4, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
+  int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
+#pragma unroll
+  for (int k = 0; k < R; k++) {
+    int col = 4 * q, un = m.nu * m.N;
+    if (r < L) {
+      float* at = col < un ? buf + (col < m.N ? 0 : L * NP) + r * NP + (col < m.N ? col : col - m.N)
+                           : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
+      *(float4*)at = v[k];
+    }
+    r += dr, q += dq;
+    if (q >= m.W4) q -= m.W4, r++;
+  }
+}
+
+// The rows of chunk t0 into buf by cp.async (committed; complete at the caller's cp_async_wait).
+__device__ __forceinline__ void mamba_rows_async(const MambaRows& m, int t0, float* buf) {
+  const int L = STEPC_MAMBA_CHUNK, NP = m.N + 4, un = m.nu * m.N, dr = STEPC_MAMBA_THREADS / m.W4,
+            dq = STEPC_MAMBA_THREADS % m.W4;
+  int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
+  for (; r < L;) {
+    int t = t0 + r, col = 4 * q;
+    bool in = t < m.T && (col < un || col - un < m.vn);
+    const float* src = m.u + (m.b * m.T + (in ? t : 0)) * m.C +
+                       (!in ? 0 : col < m.N ? m.cu0 + col : col < un ? m.cu1 + col - m.N : m.cv + col - un);
+    float* at = col < un ? buf + (col < m.N ? 0 : L * NP) + r * NP + (col < m.N ? col : col - m.N)
+                         : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
+    cp_async16_zfill(at, src, in);
+    r += dr, q += dq;
+    if (q >= m.W4) q -= m.W4, r++;
+  }
+  cp_async_commit();
+}
+
+// Warp 0: the chunk's dt (lane r its row; raw the row's dt_raw, in whether the row is before T) and
+// into f[0..4L): dt, the within-chunk cumulative log decay l (each lane summing rows 0..r in order,
+// as mamba_load_dt), w = exp(l_L - l) dt and e = exp(l).
+__device__ __forceinline__ void mamba_scan_dt(float raw, bool in, float a, float dtb, float* f) {
+  const int L = STEPC_MAMBA_CHUNK;
+  int r = threadIdx.x % 32;
+  float dt = in ? mamba_softplus(raw + dtb) : 0.0f, l = 0.0f;
+  for (int q = 0; q < L; q++) {
+    float v = __shfl_sync(STEPC_FULL_MASK, dt, q) * a;
+    if (q <= r) l += v;
+  }
+  float lL = __shfl_sync(STEPC_FULL_MASK, l, L - 1);
+  f[r] = dt, f[L + r] = l, f[2 * L + r] = expf(lL - l) * dt, f[3 * L + r] = expf(l);
+}
+
+// MAMBA_MIXER's output y (B,T,H*P) from the conv output u (mamba_conv_forward), dt_raw (B,T,H) and
+// ssm (H,3) = [dt_bias | A_log | D]: a block a (slice of PS rows of P, head, batch row) walks the
+// chunks in order with its PS x N slice of the state in registers (a warp a 16 x 16 tile of n),
+// per chunk c (S the state entering it):
+//   phase A: M = (C B^T) exp(l_t - l_s) dt_s (s <= t, a warp a 16 x 8 tile), C S^T (L x PS, a warp
+//            one of 4 tiles over one half of n), S <- exp(l_L) S + (w X)^T B into the other state
+//            buffer; then the sync;
+//   phase B: y = exp(l_t) C S^T + M X + D X (4 warps); the wait for the next chunk's rows, which
+//            cp.async has been moving into the other chunk buffer since before phase A, and warp 0
+//            its dt; then the sync.
+// Grid (ceil(P / PS), H, B), block STEPC_MAMBA_THREADS, dynamic shared memory
+// stepc_mamba_scan_smem(N) (kernels/launch.h): two chunk buffers, two transposed states, M, the
+// C S^T halves (103.5 KiB at N 128: two blocks an SM).
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
+    mamba_scan_forward(bf16* y, const float* u, const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N) {
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
+  const int L = STEPC_MAMBA_CHUNK, PS = STEPC_MAMBA_SLICE, XP = STEPC_MAMBA_XP, MP = L + 4, NP = N + 4;
+  const int HP = H * P, GN = G * N, C = HP + 2 * GN, nc = (T + L - 1) / L, h = blockIdx.y, g = h / (H / G);
+  const int p0 = blockIdx.x * PS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, nbuf = 2 * L * NP + L * XP + 4 * L;
+  const long b = blockIdx.z;
+  float *Sh = mamba_smem + 2 * nbuf, *M = Sh + 2 * N * XP, *CSp = M + L * MP;
+  float dtb, a, D;
+  mamba_head_params(ssm, h, &dtb, &a, &D);
+  const MambaRows rows = mamba_rows(u, nullptr, b, T, C, HP, N, 2, HP + g * N, HP + GN + g * N, h * P + p0,
+                                    P - p0 < PS ? P - p0 : PS);
+  float dtn = 0.0f;
+  // the first chunk, a state of zeros; a warp's state tile: rows 0..PS of the slice, n0 = 16 warp
+  mamba_rows_async(rows, 0, mamba_smem);
+  cp_async_wait<0>();
+  if (warp == 0) {
+    if (lane < T) dtn = bf16_to_f32(dtr[(b * T + lane) * H + h]);
+    mamba_scan_dt(dtn, lane < T, a, dtb, mamba_smem + 2 * L * NP + L * XP);
+  }
+  for (int i = threadIdx.x; i < N * XP; i += blockDim.x) Sh[i] = 0.0f;
+  float S[2][4];
+  mamba_frag_zero(S);
+  const int sn0 = 16 * warp;
+  const int mi = warp % 4, mm0 = (mi / 2) * 16, mn0 = (mi % 2) * 8;  // this warp's L x PS tile (C S^T, y)
+  const int kh = (N / 2 + 7) / 8 * 8, ka = warp < 4 ? 0 : kh, kb = warp < 4 ? (kh < N ? kh : N) : N;
+  __syncthreads();
+  for (int c = 0; c < nc; c++) {
+    const int cur = c & 1, t0 = c * L;
+    const float *Bm = mamba_smem + cur * nbuf, *Cm = Bm + L * NP, *X = Cm + L * NP, *dtc = X + L * XP,
+                *lc = dtc + L, *w = lc + L, *e = w + L;
+    const float *S0 = Sh + cur * N * XP;
+    float* S1 = Sh + (cur ^ 1) * N * XP;
+    if (c + 1 < nc) {  // the next chunk's rows into the other buffer (free: the last sync ended its reads)
+      mamba_rows_async(rows, t0 + L, mamba_smem + (cur ^ 1) * nbuf);
+      if (warp == 0 && t0 + L + lane < T) dtn = bf16_to_f32(dtr[(b * T + t0 + L + lane) * H + h]);
+    }
+    // phase A: M (a warp a 16 x 8 tile of L x L; those above the diagonal are zero)
+    {
+      int m0 = (warp / 4) * 16, n0 = (warp % 4) * 8;
+      float v[1][4];
+      mamba_frag_zero(v);
+      if (n0 < m0 + 16) mamba_tc_mm<1, false>(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, 0, q);
+        M[t * MP + s] = s <= t ? v[0][q] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
+      }
+    }
+    // C S^T over n in [ka, kb): warps 0-3 keep theirs, warps 4-7 leave theirs in CSp
+    float cs[1][4];
+    mamba_frag_zero(cs);
+    if (kb > ka) mamba_tc_mm<1, false>(cs, mm0, mn0, L, PS, kb - ka, Cm + ka, NP, 1, S0 + ka * XP, XP, 1, nullptr);
+    if (warp >= 4)
+#pragma unroll
+      for (int q = 0; q < 4; q++) CSp[(mi * 32 + lane) * 4 + q] = cs[0][q];
+    // the state leaving the chunk, into the other buffer (transposed: [n][p])
+    if (sn0 < N) {
+      float dec = expf(lc[L - 1]);
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) S[j][q] *= dec;
+      mamba_tc_mm<2, false>(S, 0, sn0, PS, N, L, X, 1, XP, Bm, NP, 1, w);
 #pragma unroll
       for (int j = 0; j < 2; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-          int t = mamba_frag_row(m0, q), p = mamba_frag_col(n0, j, q);
-          if (t < L && p < P && t0 + t < T)
-            y[((b * T + t0 + t) * H + h) * P + p] = f32_to_bf16(cs[j][q] * expf(lc[t]) + mx[j][q] + D * X[t * d.PP + p]);
+          int p = mamba_frag_row(0, q), n = mamba_frag_col(sn0, j, q);
+          if (n < N) S1[n * XP + p] = S[j][q];
         }
     }
+    __syncthreads();
+    // phase B: y, a warp (0-3) a 16 x 8 tile of L x PS
+    if (warp < 4) {
+      float mx[1][4];
+      mamba_frag_zero(mx);
+      mamba_tc_mm<1, false>(mx, mm0, mn0, L, PS, L, M, MP, 1, X, XP, 1, nullptr);
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        int t = mamba_frag_row(mm0, q), p = mamba_frag_col(mn0, 0, q);
+        if (t0 + t < T && p0 + p < P)
+          y[((b * T + t0 + t) * H + h) * P + p0 + p] =
+              f32_to_bf16((cs[0][q] + CSp[(mi * 32 + lane) * 4 + q]) * e[t] + mx[0][q] + D * X[t * XP + p]);
+      }
+    }
+    if (c + 1 < nc) {
+      cp_async_wait<0>();
+      if (warp == 0) mamba_scan_dt(dtn, t0 + L + lane < T, a, dtb, mamba_smem + (cur ^ 1) * nbuf + 2 * L * NP + L * XP);
+    }
+    __syncthreads();
+  }
+}
+
+// MAMBA_MIXER_BWD's states for mamba_chunk_backward, by the same sequential scan (a block a slice of
+// PS rows of P, a head of the pass, a batch row; the slice of the state in registers, a warp a
+// 16 x 16 tile of n): forward (blockIdx.z < B) st[b, h, c] = the state entering chunk c (S = 0
+// before the first, S <- exp(l_L) S + (w X)^T B); backward (blockIdx.z >= B) dst[b, h, c] = the
+// gradient of the state leaving chunk c (R = 0 after the last, walking back,
+// R <- exp(l_L) R + (e dY)^T C). Each chunk's rows are fetched into registers during the previous
+// chunk's update; one sync a chunk. st, dst (B, Hp, nc, P, N) of the pass's Hp = gridDim.y heads
+// (from head g0 H / G). Grid (ceil(P / PS), Hp, 2 B), block STEPC_MAMBA_THREADS, dynamic shared
+// memory stepc_mamba_scan_states_smem(N).
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
+    mamba_scan_states(float* st, float* dst, const float* u, const bf16* dout, const bf16* dtr, const bf16* ssm, int T,
+                      int H, int P, int G, int N, int g0) {
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
+  const int L = STEPC_MAMBA_CHUNK, PS = STEPC_MAMBA_SLICE, XP = STEPC_MAMBA_XP, NP = N + 4, B = gridDim.z / 2;
+  const int HP = H * P, GN = G * N, C = HP + 2 * GN, nc = (T + L - 1) / L, hpg = H / G;
+  const int hl = blockIdx.y, h = g0 * hpg + hl, g = h / hpg, p0 = blockIdx.x * PS, back = (int)blockIdx.z >= B;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nbuf = L * NP + L * XP + 4 * L, sn0 = 16 * warp;
+  const long b = blockIdx.z % B;
+  float dtb, a, D;
+  mamba_head_params(ssm, h, &dtb, &a, &D);
+  (void)D;
+  const int vn = P - p0 < PS ? P - p0 : PS;
+  const MambaRows rows = back ? mamba_rows(u, dout, b, T, C, HP, N, 1, HP + GN + g * N, 0, h * P + p0, vn)
+                              : mamba_rows(u, nullptr, b, T, C, HP, N, 1, HP + g * N, 0, h * P + p0, vn);
+  float* out = (back ? dst : st) + (b * gridDim.y + hl) * (long)nc * P * N;
+  float4 pre[(L * (STEPC_MAMBA_NMAX + PS) / 4 + STEPC_MAMBA_THREADS - 1) / STEPC_MAMBA_THREADS];
+  float dtn = 0.0f;
+  int c = back ? nc - 1 : 0, t0 = c * L;  // the chunk at hand
+  mamba_rows_fetch(pre, rows, t0);
+  mamba_rows_put(pre, rows, mamba_smem);
+  if (warp == 0) {
+    if (t0 + lane < T) dtn = bf16_to_f32(dtr[(b * T + t0 + lane) * H + h]);
+    mamba_scan_dt(dtn, t0 + lane < T, a, dtb, mamba_smem + L * NP + L * XP);
+  }
+  float S[2][4];
+  mamba_frag_zero(S);
+  __syncthreads();
+  for (int k = 0; k < nc; k++) {
+    const int cur = k & 1, cn = back ? c - 1 : c + 1, tn = cn * L;
+    const float *U = mamba_smem + cur * nbuf, *V = U + L * NP, *f = V + L * XP;
+    if (k + 1 < nc) {
+      mamba_rows_fetch(pre, rows, tn);
+      if (warp == 0 && tn + lane < T) dtn = bf16_to_f32(dtr[(b * T + tn + lane) * H + h]);
+    }
+    if (sn0 < N) {
+      float* o = out + (long)c * P * N;
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          int p = mamba_frag_row(0, q), n = mamba_frag_col(sn0, j, q);
+          if (p0 + p < P && n < N) o[(long)(p0 + p) * N + n] = S[j][q];
+        }
+      float dec = expf(f[2 * L - 1]);
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) S[j][q] *= dec;
+      mamba_tc_mm<2, false>(S, 0, sn0, PS, N, L, V, 1, XP, U, NP, 1, back ? f + 3 * L : f + 2 * L);
+    }
+    if (k + 1 < nc) {
+      float* nb = mamba_smem + (cur ^ 1) * nbuf;
+      mamba_rows_put(pre, rows, nb);
+      if (warp == 0) mamba_scan_dt(dtn, tn + lane < T, a, dtb, nb + L * NP + L * XP);
+    }
+    c = cn;
     __syncthreads();
   }
 }
@@ -352,12 +544,12 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
   return sg * (1.0f + p * (1.0f - sg));
 }
 
-// MAMBA_MIXER_BWD's chunk step, after mamba_chunk_states (with dout) and mamba_state_pass (both
-// ways): with S0 = st[b, h, c] and dS = dst[b, h, c], every local gradient of chunk c: the
-// conv-output gradient of the heads' x channels and of the group's B and C channels (summed over
-// the heads in order) times silu' into gpre (B,T,C); dt_raw's gradient (ddtr); the chunk's parts
-// of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid (nc, G, B), block
-// STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
+// MAMBA_MIXER_BWD's chunk step, after mamba_scan_states (both ways): with S0 = st[b, h, c] and
+// dS = dst[b, h, c], every local gradient of chunk c: the conv-output gradient of the heads' x
+// channels and of the group's B and C channels (summed over the heads in order) times silu' into
+// gpre (B,T,C), over the conv output u that the pass's scans have read there; dt_raw's gradient
+// (ddtr); the chunk's parts of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid
+// (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
 // N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a warp a
 // 16 x 32 tensor-core tile of the L x N, so N <= 128: 2 ceil(N / 32) tiles for 8 warps); L = 32, a
 // warp's width, for the per-row scan.

@@ -114,8 +114,8 @@ int rt_module_load(RtDevice *d, const void *cubin) {
              {RT_K_grouped_fp8_wgrad_ws, stepc_moe_ws_smem()},
              {RT_K_rmsnorm_backward, STEPC_NORM_BWD_SMEM},
              {RT_K_layernorm_backward, STEPC_NORM_BWD_SMEM},
-             {RT_K_mamba_chunk_states, STEPC_MAMBA_SMEM_MAX},
-             {RT_K_mamba_chunk_output, STEPC_MAMBA_SMEM_MAX},
+             {RT_K_mamba_scan_forward, STEPC_MAMBA_SMEM_MAX},
+             {RT_K_mamba_scan_states, STEPC_MAMBA_SMEM_MAX},
              {RT_K_mamba_chunk_backward, STEPC_MAMBA_SMEM_MAX}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
     if (big[i].smem > 48 * 1024 &&

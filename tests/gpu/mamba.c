@@ -4,9 +4,11 @@
  * MAMBA_GATE and MAMBA_GROUP_NORM with their backwards; the backward twice, bitwise.
  *
  * Shapes: T not a multiple of the 32-row chunk (a partial last chunk); heads per group 2 and 8;
- * 10 chunks (the states passed between chunks both ways); Nemotron's head dim 64 and state 128
- * (the chunk kernels' largest shared-memory tiles). The first and third take their groups in
- * passes (kernels/launch.h: a group a pass), as a long sequence does.
+ * 10 chunks; Nemotron's head dim 64 and state 128 (the kernels' largest shared-memory tiles); a
+ * head dim not a multiple of the scans' 16-row slice. The first, third and last take their groups
+ * in passes (kernels/launch.h: a group a pass), as a long sequence does. With A_log uniform in
+ * [-1, 1) a chunk's decay exp(l_L) is ~1e-9, so the states passed between chunks (both ways) carry
+ * weight only in the last mixer, whose heads decay slowly (A_log -3, -4: exp(l_L) ~ 0.3).
  *
  * Tolerances. The kernels keep every intermediate in fp32 (the conv output, dt, the states and
  * chunk products) and round once, to the bf16 output: that rounding is 2^-9 relative, fp32 sums
@@ -114,60 +116,54 @@ static void check(Gpu *g, const char *what, CUdeviceptr p, const Arr *ref) {
 /* The mixer's launches, as compiler/codegen/launch/op_mamba.c makes them, over device buffers:
  * in[0] dout, in[1] xBC, in[2] conv, in[3] dt_raw, in[4] ssm; y; out[0..3] dxBC, dconv, ddt_raw,
  * dssm; one workspace laid out as kernels/launch.h stepc_mamba_ws says (the backward's, which
- * holds the forward's). Each launch is a function of (Gpu *, Mixer *) so the bench times it alone. */
+ * holds the forward's: its conv output u is the backward's, at gpre). Each launch is a function of
+ * (Gpu *, Mixer *) so the bench times it alone. */
 typedef struct {
-  int B, T, H, P, G, N, K, C, nc, PN, segs, nparam, gpp, Hp, g0;
-  CUdeviceptr in[5], y, out[4], ws, st, dst, dec, gpre, hpart, cpart, none;
+  int B, T, H, P, G, N, K, C, nc, segs, nparam, gpp, Hp, g0;
+  CUdeviceptr in[5], y, out[4], ws, st, dst, u, gpre, hpart, cpart;
 } Mixer;
 
 /* passes: the groups in that many passes (kernels/launch.h), 0 as the runtime takes them. */
 static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int N, int K, int passes) {
   memset(m, 0, sizeof *m);
   m->B = B, m->T = T, m->H = H, m->P = P, m->G = G, m->N = N, m->K = K, m->C = H * P + 2 * G * N;
-  m->nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, m->PN = P * N, m->segs = stepc_mamba_segs(T);
+  m->nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, m->segs = stepc_mamba_segs(T);
   m->nparam = m->C * (K + 1) + 3 * H;
   if (passes == 0) passes = stepc_mamba_passes(B, T, H, P, N, G);
   StepcMambaWs w = stepc_mamba_ws_passes(B, T, H, P, N, G, m->C, K, 1, passes);
   m->gpp = w.gpp, m->Hp = w.hp;
   m->ws = gpu_alloc(g, 4 * (size_t)w.floats);
   m->st = m->ws + 4 * (CUdeviceptr)w.st, m->dst = m->ws + 4 * (CUdeviceptr)w.dst;
-  m->dec = m->ws + 4 * (CUdeviceptr)w.dec, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;
+  m->u = m->ws + 4 * (CUdeviceptr)w.u, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;
   m->hpart = m->ws + 4 * (CUdeviceptr)w.hpart, m->cpart = m->ws + 4 * (CUdeviceptr)w.cpart;
 }
 
+static unsigned mx_slices(const Mixer *m) {
+  return (unsigned)((m->P + STEPC_MAMBA_SLICE - 1) / STEPC_MAMBA_SLICE);
+}
+
+/* The conv output u (both directions: xBC is in[1], its conv in[2]). */
+static void mx_conv(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->u, &m->in[1], &m->in[2], &m->T, &m->C, &m->K};
+  gpu_launch(g, "mamba_conv_forward", (unsigned)((m->C + 255) / 256),
+             (unsigned)((m->T + STEPC_MAMBA_CONV_ROWS - 1) / STEPC_MAMBA_CONV_ROWS), (unsigned)m->B, 256, 0,
+             a);
+}
+static void mx_fwd_scan(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->y, &m->u, &m->in[3], &m->in[4], &m->T, &m->H, &m->P, &m->G, &m->N};
+  gpu_launch(g, "mamba_scan_forward", mx_slices(m), (unsigned)m->H, (unsigned)m->B, STEPC_MAMBA_THREADS,
+             stepc_mamba_scan_smem(m->N), a);
+}
 /* Each launch below is pass m->g0's (groups g0 .. g0 + gpp - 1). */
-static void mx_states(Gpu *g, void *c, int bwd) {
+static void mx_bwd_states(Gpu *g, void *c) {
   Mixer *m = c;
-  void *a[] = {&m->st,    bwd ? &m->dst : &m->none,
-               &m->dec,   bwd ? &m->in[0] : &m->none,
-               &m->in[1], &m->in[2],
-               &m->in[3], &m->in[4],
-               &m->T,     &m->H,
-               &m->P,     &m->G,
-               &m->N,     &m->K,
-               &m->g0};
-  gpu_launch(g, "mamba_chunk_states", (unsigned)m->nc, (unsigned)m->gpp, (unsigned)m->B, STEPC_MAMBA_THREADS,
-             stepc_mamba_states_smem(m->P, m->N), a);
+  void *a[] = {&m->st, &m->dst, &m->u, &m->in[0], &m->in[3], &m->in[4],
+               &m->T,  &m->H,   &m->P, &m->G,     &m->N,     &m->g0};
+  gpu_launch(g, "mamba_scan_states", mx_slices(m), (unsigned)m->Hp, (unsigned)(2 * m->B), STEPC_MAMBA_THREADS,
+             stepc_mamba_scan_states_smem(m->N), a);
 }
-
-static void mx_pass(Gpu *g, void *c, int bwd) {
-  Mixer *m = c;
-  void *a[] = {&m->st, bwd ? &m->dst : &m->none, &m->dec, &m->B, &m->Hp, &m->nc, &m->PN};
-  gpu_launch(g, "mamba_state_pass", (unsigned)((m->PN + 255) / 256), (unsigned)m->Hp,
-             (unsigned)(m->B * (bwd ? 2 : 1)), 256, 0, a);
-}
-
-static void mx_fwd_states(Gpu *g, void *c) { mx_states(g, c, 0); }
-static void mx_fwd_pass(Gpu *g, void *c) { mx_pass(g, c, 0); }
-static void mx_fwd_output(Gpu *g, void *c) {
-  Mixer *m = c;
-  void *a[] = {&m->y, &m->st, &m->in[1], &m->in[2], &m->in[3], &m->in[4], &m->T,
-               &m->H, &m->P,  &m->G,     &m->N,     &m->K,     &m->g0};
-  gpu_launch(g, "mamba_chunk_output", (unsigned)m->nc, (unsigned)m->gpp, (unsigned)m->B, STEPC_MAMBA_THREADS,
-             stepc_mamba_output_smem(m->P, m->N), a);
-}
-static void mx_bwd_states(Gpu *g, void *c) { mx_states(g, c, 1); }
-static void mx_bwd_pass(Gpu *g, void *c) { mx_pass(g, c, 1); }
 static void mx_bwd_chunk(Gpu *g, void *c) {
   Mixer *m = c;
   void *a[] = {&m->gpre,  &m->out[2], &m->hpart, &m->st, &m->dst, &m->in[0], &m->in[1], &m->in[2], &m->in[3],
@@ -197,36 +193,35 @@ static void mx_all_passes(Gpu *g, void *c, void (*fn)(Gpu *, void *)) {
 }
 #define MX_ALL(name, fn)                                                                                     \
   static void name(Gpu *g, void *c) { mx_all_passes(g, c, fn); }
-MX_ALL(mxa_fwd_states, mx_fwd_states)
-MX_ALL(mxa_fwd_pass, mx_fwd_pass)
-MX_ALL(mxa_fwd_output, mx_fwd_output)
 MX_ALL(mxa_bwd_states, mx_bwd_states)
-MX_ALL(mxa_bwd_pass, mx_bwd_pass)
 MX_ALL(mxa_bwd_chunk, mx_bwd_chunk)
-static void (*const mx_forward[])(Gpu *, void *) = {mxa_fwd_states, mxa_fwd_pass, mxa_fwd_output};
-static void (*const mx_backward[])(Gpu *, void *) = {mxa_bwd_states, mxa_bwd_pass, mxa_bwd_chunk, mx_bwd_conv,
+/* The bench times mamba_scan_states after mamba_conv_forward (u in place) and before
+ * mamba_chunk_backward, which overwrites u with the conv-output gradient. */
+static void (*const mx_forward[])(Gpu *, void *) = {mx_conv, mx_fwd_scan};
+static void (*const mx_backward[])(Gpu *, void *) = {mx_conv, mxa_bwd_states, mxa_bwd_chunk, mx_bwd_conv,
                                                      mx_bwd_params};
-static const char *const mx_forward_name[] = {"mamba_chunk_states", "mamba_state_pass", "mamba_chunk_output"};
-static const char *const mx_backward_name[] = {"mamba_chunk_states (with dS)", "mamba_state_pass (both)",
+static const char *const mx_forward_name[] = {"mamba_conv_forward", "mamba_scan_forward"};
+static const char *const mx_backward_name[] = {"mamba_conv_forward", "mamba_scan_states (both)",
                                                "mamba_chunk_backward", "mamba_conv_backward",
                                                "mamba_param_grads"};
-/* The mixer as op_mamba.c runs it: pass by pass (the states of one pass at a time). */
-static void mx_run_forward(Gpu *g, void *c) {
-  Mixer *m = c;
-  for (m->g0 = 0; m->g0 < m->G; m->g0 += m->gpp)
-    mx_fwd_states(g, c), mx_fwd_pass(g, c), mx_fwd_output(g, c);
-  m->g0 = 0;
-}
+#define MX_NFWD (int)(sizeof mx_forward / sizeof mx_forward[0])
+#define MX_NBWD (int)(sizeof mx_backward / sizeof mx_backward[0])
+/* The mixer as op_mamba.c runs it (the backward pass by pass: the states of one pass at a time). */
+static void mx_run_forward(Gpu *g, void *c) { mx_conv(g, c), mx_fwd_scan(g, c); }
 static void mx_run_backward(Gpu *g, void *c) {
   Mixer *m = c;
+  mx_conv(g, c);
   for (m->g0 = 0; m->g0 < m->G; m->g0 += m->gpp)
-    mx_bwd_states(g, c), mx_bwd_pass(g, c), mx_bwd_chunk(g, c);
+    mx_bwd_states(g, c), mx_bwd_chunk(g, c);
   m->g0 = 0;
   mx_bwd_conv(g, c), mx_bwd_params(g, c);
 }
 
-/* passes: the groups' passes (kernels/launch.h), 0 the runtime's choice (1 at these sizes). */
-static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N, int K, int passes) {
+/* passes: the groups' passes (kernels/launch.h), 0 the runtime's choice (1 at these sizes). slow:
+ * A_log -3 and -4 (a = -0.05, -0.018) instead of uniform in [-1, 1), so that a chunk's decay
+ * exp(l_L) is ~0.3 rather than ~1e-9 and the states passed between chunks carry weight. */
+static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N, int K, int passes,
+                       int slow) {
   int C = H * P + 2 * G * N;
   char what[160];
   OpAttrs at = {.i = {H, P, G, N}};
@@ -236,6 +231,8 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
   arr_shape(&in[2], 2, C, K + 1, 1), arr_rand(&in[2], r, 0.5);        /* conv */
   arr_shape(&in[3], 3, B, T, H), arr_rand(&in[3], r, 1);              /* dt_raw */
   arr_shape(&in[4], 2, H, 3, 1), arr_rand(&in[4], r, 1);              /* dt_bias | A_log | D */
+  for (int h = 0; slow && h < H; h++)
+    in[4].h[h * 3 + 1] = h % 2 ? 0xC080 : 0xC040, in[4].v[h * 3 + 1] = h % 2 ? -4.0 : -3.0; /* bf16 -4, -3 */
   if (reference(OP_MAMBA_MIXER, &at, in + 1, 4, fo, 1) || reference(OP_MAMBA_MIXER_BWD, &at, in, 5, bo, 4)) {
     g->checks++, g->failed++;
     return;
@@ -250,6 +247,7 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     m.out[i] = gpu_alloc(g, 2 * (size_t)bo[i].n);
   m.y = gpu_alloc(g, 2 * (size_t)fo[0].n);
   mx_run_forward(g, &m);
+  if (slow) snprintf(np + strlen(np), sizeof np - strlen(np), " slow decay");
   snprintf(what, sizeof what, "mamba_mixer forward B%d T%d H%d P%d G%d N%d K%d%s", B, T, H, P, G, N, K, np);
   check(g, what, m.y, &fo[0]);
   mx_run_backward(g, &m);
@@ -269,7 +267,8 @@ static void test_mixer(Gpu *g, Rng *r, int B, int T, int H, int P, int G, int N,
     same &= memcmp(first[i], again, 2 * (size_t)bo[i].n) == 0;
     free(again), free(first[i]);
   }
-  snprintf(what, sizeof what, "mamba_mixer backward deterministic (twice, bitwise) H%d G%d N%d", H, G, N);
+  snprintf(what, sizeof what, "mamba_mixer backward deterministic (twice, bitwise) H%d G%d N%d%s", H, G, N,
+           np);
   gpu_check_true(g, what, same, "");
   for (int i = 0; i < 5; i++)
     gpu_free(g, m.in[i]), arr_free(&in[i]);
@@ -300,13 +299,13 @@ void bench_mamba(Gpu *g) {
   m.y = gpu_alloc(g, 2 * (size_t)n[0]);
   printf("mamba mixer kernels, B%d T%d H%d P%d G%d N%d K%d (ms, median of 10):\n", B, T, H, P, G, N, K);
   double tf = 0, tb = 0;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < MX_NFWD; i++) {
     double ms = gpu_time_ms(g, mx_forward[i], &m, 2, 10);
     tf += ms;
     printf("  forward  %-30s %8.3f\n", mx_forward_name[i], ms);
   }
   mx_run_forward(g, &m);
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < MX_NBWD; i++) {
     double ms = gpu_time_ms(g, mx_backward[i], &m, 2, 10);
     tb += ms;
     printf("  backward %-30s %8.3f\n", mx_backward_name[i], ms);
@@ -391,10 +390,12 @@ static void test_gate_norm(Gpu *g, Rng *r) {
 
 void test_mamba(Gpu *g) {
   Rng r = {0x6d616d6261ull};
-  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4, 3);  /* 2 heads a group, a partial last chunk; a group a pass */
-  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4, 0); /* 8 heads a group, 10 chunks: the state passing */
+  test_mixer(g, &r, 2, 100, 6, 16, 3, 8, 4, 3, 0); /* 2 heads a group, a partial last chunk; a group a pass */
+  test_mixer(g, &r, 1, 300, 8, 32, 1, 64, 4, 0, 0); /* 8 heads a group, 10 chunks */
   /* Nemotron's head dim and state (64, 128): the largest tiles; two passes of one group */
-  test_mixer(g, &r, 1, 200, 4, 64, 2, 128, 4, 2);
-  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4, 0); /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
+  test_mixer(g, &r, 1, 200, 4, 64, 2, 128, 4, 2, 0);
+  test_mixer(g, &r, 2, 64, 4, 32, 2, 8, 4, 0, 0); /* tests/recipes/tiny_hybrid.lua's mixer at T 64 */
   test_gate_norm(g, &r);
+  /* the state passing: 10 chunks that decay slowly; a head dim of 2.5 scan slices; two passes */
+  test_mixer(g, &r, 2, 300, 8, 40, 2, 64, 4, 2, 1);
 }

@@ -3,12 +3,14 @@
  * D skip), MAMBA_GATE and MAMBA_GROUP_NORM, and their backwards. Kernels in
  * kernels/mamba.cuh, geometry in kernels/launch.h.
  *
- * The mixer runs chunk-parallel (kernels/mamba.cuh): its fp32 chunk states, their gradients and
- * partial sums live in the op's workspace output (its last, ir/ops/mamba.c, laid out by
- * kernels/launch.h stepc_mamba_ws), a transient the memory plan places for the op alone; so do
- * the group norm backward's rstd and weight partials. Capturable (static grids, no host sync) and
- * deterministic: every sum in a fixed order, the group's B/C gradients summed over its heads in
- * head order inside one block. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
+ * The mixer (kernels/mamba.cuh): a conv pre-pass into fp32, then sequential scans over the chunks,
+ * a block a slice of one head's state (the forward's output; the backward's states entering and
+ * gradients leaving each chunk), then the backward's chunk-parallel gradients. The conv output, the
+ * backward's states and partial sums live in the op's workspace output (its last, ir/ops/mamba.c,
+ * laid out by kernels/launch.h stepc_mamba_ws), a transient the memory plan places for the op
+ * alone; so do the group norm backward's rstd and weight partials. Capturable (static grids, no
+ * host sync) and deterministic: every sum in a fixed order, the group's B/C gradients summed over
+ * its heads in head order inside one block. The mixer's parts run alone (MAMBA_CONV, DT, SCAN,
  * SKIP: the gradient-checked pieces of MAMBA_MIXER, which no lowering emits) have no row: the
  * executor refuses them by name. */
 #include "codegen/launch/exec_internal.h"
@@ -76,8 +78,9 @@ static int op_ws(RtExec *x, const Op *op, long floats, CUdeviceptr *ws) {
 
 static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
   *m = mix_sizes(x->g, op, xin);
-  const char *why = m->K > STEPC_MAMBA_KMAX   ? "the conv kernel has at most 8 taps"
-                    : m->N > STEPC_MAMBA_NMAX ? "the state dim is at most 128"
+  const char *why = m->K > STEPC_MAMBA_KMAX          ? "the conv kernel has at most 8 taps"
+                    : m->N > STEPC_MAMBA_NMAX        ? "the state dim is at most 128"
+                    : m->P % 4 != 0 || m->N % 4 != 0 ? "the scans read head dim and state dim in fours"
                     : stepc_mamba_chunk_bwd_smem(m->P, m->N) > STEPC_MAMBA_SMEM_MAX
                         ? "head dim x state dim too large for the chunk kernels' shared memory"
                         : NULL;
@@ -89,41 +92,37 @@ static int mix_dims(RtExec *x, const Op *op, int xin, MixDims *m) {
 
 static CUdeviceptr ws_at(CUdeviceptr ws, long floats) { return ws + (CUdeviceptr)(4 * floats); }
 
-/* Pass g0 / gpp's chunk states (with dout: and their gradients' chunk parts) and the scan over chunks,
- * for groups g0 .. g0 + gpp - 1 (kernels/launch.h). */
-static int mix_states(RtExec *x, const Op *op, const MixDims *m, const StepcMambaWs *w, CUdeviceptr ws,
-                      int xin, CUdeviceptr dout, int g0) {
-  int bwd = dout != 0, nc = (m->T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, PN = m->P * m->N, Hp = w->hp;
-  if (rt_launch_mamba_chunk_states(x->d, rt_dim((unsigned)nc, (unsigned)w->gpp, (unsigned)m->B),
-                                   STEPC_MAMBA_THREADS, stepc_mamba_states_smem(m->P, m->N), ws_at(ws, w->st),
-                                   bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), dout, rt_in(x, op, xin),
-                                   rt_in(x, op, xin + 1), rt_in(x, op, xin + 2), rt_in(x, op, xin + 3), m->T,
-                                   m->H, m->P, m->G, m->N, m->K, g0))
-    return RT_ERROR;
-  return rt_launch_mamba_state_pass(
-      x->d, rt_dim((unsigned)((PN + 255) / 256), (unsigned)Hp, (unsigned)(m->B * (bwd ? 2 : 1))), 256, 0,
-      ws_at(ws, w->st), bwd ? ws_at(ws, w->dst) : 0, ws_at(ws, w->dec), m->B, Hp, nc, PN);
+/* The conv output u = silu(conv(xBC)) (B, T, C) fp32 into the workspace at `u`. */
+static int mix_conv(RtExec *x, const Op *op, const MixDims *m, CUdeviceptr u, int xin) {
+  return rt_launch_mamba_conv_forward(
+      x->d,
+      rt_dim((unsigned)((m->C + 255) / 256),
+             (unsigned)((m->T + STEPC_MAMBA_CONV_ROWS - 1) / STEPC_MAMBA_CONV_ROWS), (unsigned)m->B),
+      256, 0, u, rt_in(x, op, xin), rt_in(x, op, xin + 1), m->T, m->C, m->K);
 }
 
-/* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P), workspace) */
+static unsigned mix_slices(const MixDims *m) {
+  return (unsigned)((m->P + STEPC_MAMBA_SLICE - 1) / STEPC_MAMBA_SLICE);
+}
+
+/* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P), workspace):
+ * the conv, then one scan over the chunks for every head (the forward keeps no states). */
 static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   MixDims m;
   CUdeviceptr ws;
   if (bf16_operands(x, op, 1) || mix_dims(x, op, 0, &m)) return RT_ERROR;
   StepcMambaWs w = mix_ws(&m, 0);
-  unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
-  if (op_ws(x, op, w.floats, &ws)) return RT_ERROR;
-  for (int g0 = 0; g0 < m.G; g0 += w.gpp)
-    if (mix_states(x, op, &m, &w, ws, 0, 0, g0) ||
-        rt_launch_mamba_chunk_output(x->d, rt_dim(nc, (unsigned)w.gpp, (unsigned)m.B), STEPC_MAMBA_THREADS,
-                                     stepc_mamba_output_smem(m.P, m.N), rt_out(x, op, 0), ws_at(ws, w.st),
-                                     rt_in(x, op, 0), rt_in(x, op, 1), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
-                                     m.H, m.P, m.G, m.N, m.K, g0))
-      return RT_ERROR;
-  return RT_OK;
+  if (op_ws(x, op, w.floats, &ws) || mix_conv(x, op, &m, ws_at(ws, w.u), 0)) return RT_ERROR;
+  return rt_launch_mamba_scan_forward(x->d, rt_dim(mix_slices(&m), (unsigned)m.H, (unsigned)m.B),
+                                      STEPC_MAMBA_THREADS, stepc_mamba_scan_smem(m.N), rt_out(x, op, 0),
+                                      ws_at(ws, w.u), rt_in(x, op, 2), rt_in(x, op, 3), m.T, m.H, m.P, m.G,
+                                      m.N);
 }
 
-/* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm, workspace) */
+/* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm, workspace): the
+ * conv into gpre's place, then per pass of groups the states both ways and the chunk gradients
+ * (which overwrite the pass's channels of u with theirs), then the conv's and the parameters'
+ * gradients. */
 static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   MixDims m;
   CUdeviceptr ws;
@@ -131,9 +130,12 @@ static int rt_op_mamba_mixer_bwd(RtExec *x, const Op *op) {
   StepcMambaWs w = mix_ws(&m, 1);
   unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
   int segs = stepc_mamba_segs(m.T), nparam = m.C * (m.K + 1) + 3 * m.H;
-  if (op_ws(x, op, w.floats, &ws)) return RT_ERROR;
+  if (op_ws(x, op, w.floats, &ws) || mix_conv(x, op, &m, ws_at(ws, w.u), 1)) return RT_ERROR;
   for (int g0 = 0; g0 < m.G; g0 += w.gpp)
-    if (mix_states(x, op, &m, &w, ws, 1, rt_in(x, op, 0), g0) ||
+    if (rt_launch_mamba_scan_states(x->d, rt_dim(mix_slices(&m), (unsigned)w.hp, (unsigned)(2 * m.B)),
+                                    STEPC_MAMBA_THREADS, stepc_mamba_scan_states_smem(m.N), ws_at(ws, w.st),
+                                    ws_at(ws, w.dst), ws_at(ws, w.u), rt_in(x, op, 0), rt_in(x, op, 3),
+                                    rt_in(x, op, 4), m.T, m.H, m.P, m.G, m.N, g0) ||
         rt_launch_mamba_chunk_backward(x->d, rt_dim(nc, (unsigned)w.gpp, (unsigned)m.B), STEPC_MAMBA_THREADS,
                                        stepc_mamba_chunk_bwd_smem(m.P, m.N), ws_at(ws, w.gpre),
                                        rt_out(x, op, 2), ws_at(ws, w.hpart), ws_at(ws, w.st),
