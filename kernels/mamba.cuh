@@ -129,24 +129,24 @@ __device__ __forceinline__ void mamba_head_params(const bf16* ssm, int h, float*
 }
 
 // The chunk products are small GEMMs out of shared memory (M, N in {L, P, N}, K in {L, P, N}), on
-// the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation), each factor
-// split into a tf32 high part and the tf32 rounding of the rest, the three significant products
-// summed (a_hi b_lo + a_lo b_hi + a_hi b_hi, as CUTLASS's 3xTF32): fp32-level accuracy at a small
-// share of the CUDA-core instructions. A warp owns a 16 x 8 NT output tile at (m0, n0); element e of
+// the tensor cores (mma.sync m16n8k8 tf32, fp32 accumulation), each factor rounded to tf32 (10
+// mantissa bits: 2^-11 relative, below the bf16 outputs' 2^-9). The three-product split (3xTF32,
+// fp32-level products) gave the same max errors against the fp64 reference in every check of
+// tests/gpu/mamba.c and cost 13% of the forward, 4% of the backward on an H100, so one product it
+// is. A warp owns a 16 x 8 NT output tile at (m0, n0); element e of
 // its column block j is row mamba_frag_row(m0, e), column mamba_frag_col(n0, j, e). c[j][e] +=
 // sum_k A(m, k) ks[k] B(k, n) over k in steps of 8 (a fixed order: replays give the same bits),
 // A(m, k) = A[m ars + k acs], B(k, n) = B[k brs + n bcs]; rows, columns and k past M, N, K read 0.
 __device__ __forceinline__ int mamba_frag_row(int m0, int e) { return m0 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int mamba_frag_col(int n0, int j, int e) { return n0 + 8 * j + 2 * (threadIdx.x % 4) + e % 2; }
 
-__device__ __forceinline__ void mamba_tf32_split(float x, unsigned& hi, unsigned& lo) {
+__device__ __forceinline__ unsigned mamba_tf32(float x) {
 #ifdef STEPC_SIMT
-  hi = simt_cvt_rna_tf32(x);
-  lo = simt_cvt_rna_tf32(x - __uint_as_float(hi));
+  return simt_cvt_rna_tf32(x);
 #else
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
-  float rest = x - __uint_as_float(hi);
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
 #endif
 }
 
@@ -162,9 +162,7 @@ __device__ __forceinline__ void mamba_mma_tf32(float* c, const unsigned* a, unsi
 #endif
 }
 
-// X3 false: one product of the tf32 roundings (1xTF32, the scans', whose per-chunk terms are
-// rounded to 2^-11 relative, below the bf16 output's 2^-9).
-template <int NT, bool X3 = true>
+template <int NT>
 __device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, int M, int N, int K, const float* A,
                                             int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r0 = m0 + g, r1 = r0 + 8;
@@ -175,21 +173,15 @@ __device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, i
     ka = ina ? ka : 0, kb = inb ? kb : 0;
     float av[4] = {r0 < M ? A[r0 * ars + ka * acs] * sa : 0.0f, r1 < M ? A[r1 * ars + ka * acs] * sa : 0.0f,
                    r0 < M ? A[r0 * ars + kb * acs] * sb : 0.0f, r1 < M ? A[r1 * ars + kb * acs] * sb : 0.0f};
-    unsigned ah[4], al[4];
+    unsigned ah[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) mamba_tf32_split(av[i], ah[i], al[i]);
+    for (int i = 0; i < 4; i++) ah[i] = mamba_tf32(av[i]);
 #pragma unroll
     for (int j = 0; j < NT; j++) {
       int n = n0 + 8 * j + g;
       bool in = n < N;
       float b0 = in && ina ? B[ka * brs + n * bcs] : 0.0f, b1 = in && inb ? B[kb * brs + n * bcs] : 0.0f;
-      unsigned bh0, bl0, bh1, bl1;
-      mamba_tf32_split(b0, bh0, bl0), mamba_tf32_split(b1, bh1, bl1);
-      if (X3) {
-        mamba_mma_tf32(c[j], al, bh0, bh1);
-        mamba_mma_tf32(c[j], ah, bl0, bl1);
-      }
-      mamba_mma_tf32(c[j], ah, bh0, bh1);
+      mamba_mma_tf32(c[j], ah, mamba_tf32(b0), mamba_tf32(b1));
     }
   }
 }
@@ -417,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       int m0 = (warp / 4) * 16, n0 = (warp % 4) * 8;
       float v[1][4];
       mamba_frag_zero(v);
-      if (n0 < m0 + 16) mamba_tc_mm<1, false>(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
+      if (n0 < m0 + 16) mamba_tc_mm<1>(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, 0, q);
@@ -427,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     // C S^T over n in [ka, kb): warps 0-3 keep theirs, warps 4-7 leave theirs in CSp
     float cs[1][4];
     mamba_frag_zero(cs);
-    if (kb > ka) mamba_tc_mm<1, false>(cs, mm0, mn0, L, PS, kb - ka, Cm + ka, NP, 1, S0 + ka * XP, XP, 1, nullptr);
+    if (kb > ka) mamba_tc_mm<1>(cs, mm0, mn0, L, PS, kb - ka, Cm + ka, NP, 1, S0 + ka * XP, XP, 1, nullptr);
     if (warp >= 4)
 #pragma unroll
       for (int q = 0; q < 4; q++) CSp[(mi * 32 + lane) * 4 + q] = cs[0][q];
@@ -438,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       for (int j = 0; j < 2; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) S[j][q] *= dec;
-      mamba_tc_mm<2, false>(S, 0, sn0, PS, N, L, X, 1, XP, Bm, NP, 1, w);
+      mamba_tc_mm<2>(S, 0, sn0, PS, N, L, X, 1, XP, Bm, NP, 1, w);
 #pragma unroll
       for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -452,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     if (warp < 4) {
       float mx[1][4];
       mamba_frag_zero(mx);
-      mamba_tc_mm<1, false>(mx, mm0, mn0, L, PS, L, M, MP, 1, X, XP, 1, nullptr);
+      mamba_tc_mm<1>(mx, mm0, mn0, L, PS, L, M, MP, 1, X, XP, 1, nullptr);
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         int t = mamba_frag_row(mm0, q), p = mamba_frag_col(mn0, 0, q);
@@ -527,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       for (int j = 0; j < 2; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) S[j][q] *= dec;
-      mamba_tc_mm<2, false>(S, 0, sn0, PS, N, L, V, 1, XP, U, NP, 1, back ? f + 3 * L : f + 2 * L);
+      mamba_tc_mm<2>(S, 0, sn0, PS, N, L, V, 1, XP, U, NP, 1, back ? f + 3 * L : f + 2 * L);
     }
     if (k + 1 < nc) {
       float* nb = mamba_smem + (cur ^ 1) * nbuf;
