@@ -276,6 +276,18 @@ __device__ __forceinline__ MambaRows mamba_rows(const float* u, const bf16* dy, 
   return m;
 }
 
+// Column col of a chunk row (a multiple of 4): its channel in u (or, for the slice, in dout's row)
+// and its float4's place in buf.
+__device__ __forceinline__ int mamba_rows_chan(const MambaRows& m, int col) {
+  int un = m.nu * m.N;
+  return col < m.N ? m.cu0 + col : col < un ? m.cu1 + col - m.N : m.cv + col - un;
+}
+__device__ __forceinline__ float* mamba_rows_slot(const MambaRows& m, float* buf, int r, int col) {
+  const int L = STEPC_MAMBA_CHUNK, NP = m.N + 4, un = m.nu * m.N;
+  return col < un ? buf + (col < m.N ? 0 : L * NP) + r * NP + (col < m.N ? col : col - m.N)
+                  : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
+}
+
 template <int R>
 __device__ __forceinline__ void mamba_rows_fetch(float4 (&v)[R], const MambaRows& m, int t0) {
   const int L = STEPC_MAMBA_CHUNK, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
@@ -286,15 +298,11 @@ __device__ __forceinline__ void mamba_rows_fetch(float4 (&v)[R], const MambaRows
     int t = t0 + r, col = 4 * q, un = m.nu * m.N;
     if (r < L && t < m.T) {
       long row = m.b * m.T + t;
-      if (col < un) {
-        x = *(const float4*)(m.u + row * m.C + (col < m.N ? m.cu0 + col : m.cu1 + col - m.N));
-      } else if (col - un < m.vn) {
-        if (m.dy) {
-          const bf16* p = m.dy + row * m.HP + m.cv + col - un;
-          x = make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
-        } else {
-          x = *(const float4*)(m.u + row * m.C + m.cv + col - un);
-        }
+      if (col >= un && col - un < m.vn && m.dy) {
+        const bf16* p = m.dy + row * m.HP + mamba_rows_chan(m, col);
+        x = make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
+      } else if (col < un || col - un < m.vn) {
+        x = *(const float4*)(m.u + row * m.C + mamba_rows_chan(m, col));
       }
     }
     v[k] = x;
@@ -305,16 +313,11 @@ __device__ __forceinline__ void mamba_rows_fetch(float4 (&v)[R], const MambaRows
 
 template <int R>
 __device__ __forceinline__ void mamba_rows_put(const float4 (&v)[R], const MambaRows& m, float* buf) {
-  const int L = STEPC_MAMBA_CHUNK, NP = m.N + 4, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
+  const int L = STEPC_MAMBA_CHUNK, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
   int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
 #pragma unroll
   for (int k = 0; k < R; k++) {
-    int col = 4 * q, un = m.nu * m.N;
-    if (r < L) {
-      float* at = col < un ? buf + (col < m.N ? 0 : L * NP) + r * NP + (col < m.N ? col : col - m.N)
-                           : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
-      *(float4*)at = v[k];
-    }
+    if (r < L) *(float4*)mamba_rows_slot(m, buf, r, 4 * q) = v[k];
     r += dr, q += dq;
     if (q >= m.W4) q -= m.W4, r++;
   }
@@ -322,17 +325,14 @@ __device__ __forceinline__ void mamba_rows_put(const float4 (&v)[R], const Mamba
 
 // The rows of chunk t0 into buf by cp.async (committed; complete at the caller's cp_async_wait).
 __device__ __forceinline__ void mamba_rows_async(const MambaRows& m, int t0, float* buf) {
-  const int L = STEPC_MAMBA_CHUNK, NP = m.N + 4, un = m.nu * m.N, dr = STEPC_MAMBA_THREADS / m.W4,
+  const int L = STEPC_MAMBA_CHUNK, un = m.nu * m.N, dr = STEPC_MAMBA_THREADS / m.W4,
             dq = STEPC_MAMBA_THREADS % m.W4;
   int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
   for (; r < L;) {
     int t = t0 + r, col = 4 * q;
     bool in = t < m.T && (col < un || col - un < m.vn);
-    const float* src = m.u + (m.b * m.T + (in ? t : 0)) * m.C +
-                       (!in ? 0 : col < m.N ? m.cu0 + col : col < un ? m.cu1 + col - m.N : m.cv + col - un);
-    float* at = col < un ? buf + (col < m.N ? 0 : L * NP) + r * NP + (col < m.N ? col : col - m.N)
-                         : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
-    cp_async16_zfill(at, src, in);
+    const float* src = m.u + (m.b * m.T + (in ? t : 0)) * m.C + (in ? mamba_rows_chan(m, col) : 0);
+    cp_async16_zfill(mamba_rows_slot(m, buf, r, col), src, in);
     r += dr, q += dq;
     if (q >= m.W4) q -= m.W4, r++;
   }
