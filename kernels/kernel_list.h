@@ -199,8 +199,9 @@ STEPC_KERNEL(moe_act_backward, KP(bf16*, dh) KP(bf16*, dp) KP(const bf16*, dy) K
              KI(N) KI(F) KI(glu) KI(act))
 
 STEPC_KERNEL(mamba_conv_forward, KP(float*, u) KP(const bf16*, xbc) KP(const bf16*, conv) KI(T) KI(C) KI(K))
-STEPC_KERNEL(mamba_scan_forward, KP(bf16*, y) KP(const float*, u) KP(const bf16*, dtr) KP(const bf16*, ssm) KI(T)
-             KI(H) KI(P) KI(G) KI(N))
+STEPC_KERNEL(mamba_chunk_cb, KP(float*, cb) KP(const float*, u) KI(T) KI(H) KI(P) KI(G) KI(N))
+STEPC_KERNEL(mamba_scan_forward, KP(bf16*, y) KP(const float*, u) KP(const float*, cb) KP(const bf16*, dtr)
+             KP(const bf16*, ssm) KI(T) KI(H) KI(P) KI(G) KI(N))
 STEPC_KERNEL(mamba_scan_states, KP(float*, st) KP(float*, dst) KP(const float*, u) KP(const bf16*, dout)
              KP(const bf16*, dtr) KP(const bf16*, ssm) KI(T) KI(H) KI(P) KI(G) KI(N) KI(g0))
 STEPC_KERNEL(mamba_chunk_backward, KP(float*, gpre) KP(bf16*, ddtr) KP(float*, hpart) KP(const float*, st)

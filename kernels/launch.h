@@ -149,7 +149,8 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 
 /* The Mamba-2 mixer (kernels/mamba.cuh): chunks of STEPC_MAMBA_CHUNK rows, blocks of
  * STEPC_MAMBA_THREADS. MAMBA_MIXER: mamba_conv_forward grid (ceil(C / 256), ceil(T /
- * STEPC_MAMBA_CONV_ROWS), B), block 256, writes the conv output u (B, T, C) into the workspace; then
+ * STEPC_MAMBA_CONV_ROWS), B), block 256, writes the conv output u (B, T, C) into the workspace;
+ * mamba_chunk_cb grid (nc, G, B) the chunks' C.B products into it; then
  * mamba_scan_forward grid (ceil(P / STEPC_MAMBA_SLICE), H, B), a block a slice of a head's state
  * walking the chunks in order. MAMBA_MIXER_BWD: mamba_conv_forward as the forward (u in the
  * workspace's gpre part: see below), then the groups in passes of StepcMambaWs.gpp groups: pass k
@@ -170,11 +171,13 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 #define STEPC_MAMBA_CONV_ROWS 64
 #define STEPC_MAMBA_SEGS 64
 #define STEPC_MAMBA_SMEM_MAX (227 * 1024)
-/* mamba_scan_forward: two chunk buffers (B and C rows, x slice rows, 4 L per-row factors), two
- * transposed state slices (N x XP), M (L x (L + 4)) and the C S^T halves (4 warps' 16 x 8 tiles):
- * 103.5 KiB at N 128, two blocks an SM. */
+/* mamba_chunk_cb: a chunk's B and C rows of one group (rows of N + 4). */
+static inline unsigned stepc_mamba_cb_smem(int N) { return (unsigned)(4 * 2 * STEPC_MAMBA_CHUNK * (N + 4)); }
+/* mamba_scan_forward: two chunk buffers (B and C rows, x slice rows, 4 L per-row factors, the
+ * chunk's L x L C.B), two transposed state slices (N x XP), M (L x (L + 4)) and the C S^T halves
+ * (4 warps' 16 x 8 tiles): 111.5 KiB at N 128, two blocks an SM. */
 static inline unsigned stepc_mamba_scan_smem(int N) {
-  long L = STEPC_MAMBA_CHUNK, buf = 2 * L * (N + 4) + L * STEPC_MAMBA_XP + 4 * L;
+  long L = STEPC_MAMBA_CHUNK, buf = 2 * L * (N + 4) + L * STEPC_MAMBA_XP + 4 * L + L * L;
   return (unsigned)(4 * (2 * buf + 2L * N * STEPC_MAMBA_XP + L * (L + 4) + 4 * 32 * 4));
 }
 /* mamba_scan_states: two chunk buffers (B or C rows, x or dy slice rows, 4 L factors). */
@@ -188,7 +191,8 @@ static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
 }
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
 /* The mixer's fp32 workspace (the op's workspace output), offsets in floats, each part 64-float
- * aligned. Forward: the conv output u (B, T, C) only. Backward: the states entering the chunks and
+ * aligned. Forward: the conv output u (B, T, C) and the chunks' C.B (B, G, nc, L, L). Backward: the
+ * states entering the chunks and
  * the gradients of the states leaving them (st, dst: (B, Hp, nc, P, N) of one pass's Hp = gpp H / G
  * heads), the conv-output gradient gpre (B, T, C), the per-chunk parameter partials (B, nc, H, 3)
  * and the per-segment conv partials (B, segs, K+1, C). The backward's u is gpre: mamba_conv_forward
@@ -200,7 +204,7 @@ static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : ST
  * Nano's mixer, T 8192, 64 heads, P 64, N 128: 537 MB each of st and dst in one pass, 268 MB in two). */
 #define STEPC_MAMBA_PASS_FLOATS (64L << 20)
 typedef struct {
-  long st, dst, u, gpre, hpart, cpart, floats;
+  long st, dst, u, gpre, hpart, cpart, cb, floats; /* cb: the forward's only */
   int passes, gpp, hp; /* hp: a pass's heads, gpp H / G */
 } StepcMambaWs;
 static inline long stepc_mamba_align(long n) { return (n + 63) / 64 * 64; }
@@ -225,10 +229,11 @@ static inline StepcMambaWs stepc_mamba_ws_passes(long B, long T, long H, long P,
   StepcMambaWs w;
   w.passes = passes, w.gpp = (int)(G / passes), w.hp = (int)Hp;
   if (!backward) {
-    w.u = 0, w.st = w.dst = w.gpre = w.hpart = w.cpart = w.floats = nu;
+    w.u = 0, w.st = w.dst = w.gpre = w.hpart = w.cpart = w.cb = nu;
+    w.floats = nu + stepc_mamba_align(B * G * nc * STEPC_MAMBA_CHUNK * STEPC_MAMBA_CHUNK);
     return w;
   }
-  w.st = 0, w.dst = nst, w.gpre = w.u = 2 * nst, w.hpart = w.gpre + nu;
+  w.cb = 0, w.st = 0, w.dst = nst, w.gpre = w.u = 2 * nst, w.hpart = w.gpre + nu;
   w.cpart = w.hpart + stepc_mamba_align(B * nc * H * 3);
   w.floats = w.cpart + stepc_mamba_align(B * stepc_mamba_segs((int)T) * (K + 1) * C);
   return w;

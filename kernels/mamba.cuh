@@ -1,5 +1,5 @@
 // mamba.cuh — the Mamba-2 mixer's device kernels (the semantics are ir/ops/mamba.c's):
-//   MAMBA_MIXER      mamba_conv_forward, mamba_scan_forward
+//   MAMBA_MIXER      mamba_conv_forward, mamba_chunk_cb, mamba_scan_forward
 //   MAMBA_MIXER_BWD  mamba_conv_forward, mamba_scan_states (both ways), mamba_chunk_backward,
 //                    mamba_conv_backward, mamba_param_grads
 //   mamba_gate_forward/_backward             MAMBA_GATE(_BWD): y silu(z)
@@ -17,10 +17,12 @@
 //
 // Row p of S meets only row p of x and of y (both formulas), so the state splits into slices of
 // PS = STEPC_MAMBA_SLICE rows of P that never interact. Forward: mamba_conv_forward writes the conv1d
-// + SiLU output u (B, T, C) once, in fp32; then mamba_scan_forward, a block per (slice, head, batch
-// row), walks the chunks in order with its PS x N slice of S in registers (fp32 mma accumulators):
-// per chunk the intra-chunk block, C S0^T and the update to S_end on the tensor cores (1xTF32), y
-// out; the next chunk's rows (B, C, the x slice from u) move into a second shared buffer by
+// + SiLU output u (B, T, C) once, in fp32; mamba_chunk_cb the products C_t.B_s of every chunk and
+// group (they do not depend on the state, and the PS-row slices and H/G heads of a group share
+// them); then mamba_scan_forward, a block per (slice, head, batch row), walks the chunks in order
+// with its PS x N slice of S in registers (fp32 mma accumulators): per chunk the intra-chunk block
+// from C.B, C S0^T and the update to S_end on the tensor cores (1xTF32), y out; the next chunk's
+// rows (B, C, the x slice from u) and its C.B move into a second shared buffer by
 // cp.async while the chunk computes, so the only serial chain is the state update. No states go
 // to memory. The backward is the mirror: dS, the gradient of the state leaving a chunk, is passed
 // from the last chunk back (dS_{c-1} = exp(l_L) dS_c + sum_t exp(l_t) dy_t C_t^T, row-p separable
@@ -83,19 +85,14 @@ __device__ __forceinline__ float mamba_conv_pre(const bf16* xbc, const bf16* con
   return s;
 }
 
-// The conv outputs silu(pre) of channels ch0 .. ch0 + n - 1, rows t0 .. t0 + L - 1 of batch row b,
-// into out[r * stride + j] (zero past T).
-__device__ __forceinline__ void mamba_load_cols(const MambaDims& d, const bf16* xbc, const bf16* conv, long b, int t0, int ch0, int n,
-                                float* out, int stride) {
+// The conv outputs u (mamba_conv_forward's, fp32 (B, T, C)) of channels ch0 .. ch0 + n - 1, rows
+// t0 .. t0 + L - 1 of batch row b, into out[r * stride + j] (zero past T).
+__device__ __forceinline__ void mamba_load_cols(const MambaDims& d, const float* u, long b, int t0, int ch0, int n,
+                                                float* out, int stride) {
   const int L = STEPC_MAMBA_CHUNK;
   for (int i = threadIdx.x; i < L * n; i += blockDim.x) {
     int r = i / n, j = i % n, t = t0 + r;
-    float v = 0.0f;
-    if (t < d.T) {
-      float p = mamba_conv_pre(xbc, conv, d, b * d.T, t, ch0 + j);
-      v = p * mamba_sigmoid(p);
-    }
-    out[r * stride + j] = v;
+    out[r * stride + j] = t < d.T ? u[(b * d.T + t) * d.C + ch0 + j] : 0.0f;
   }
 }
 
@@ -354,25 +351,59 @@ __device__ __forceinline__ void mamba_scan_dt(float raw, bool in, float a, float
   f[r] = dt, f[L + r] = l, f[2 * L + r] = expf(lL - l) * dt, f[3 * L + r] = expf(l);
 }
 
-// MAMBA_MIXER's output y (B,T,H*P) from the conv output u (mamba_conv_forward), dt_raw (B,T,H) and
-// ssm (H,3) = [dt_bias | A_log | D]: a block a (slice of PS rows of P, head, batch row) walks the
-// chunks in order with its PS x N slice of the state in registers (a warp a 16 x 16 tile of n),
-// per chunk c (S the state entering it):
-//   phase A: M = (C B^T) exp(l_t - l_s) dt_s (s <= t, a warp a 16 x 8 tile), C S^T (L x PS, a warp
+// MAMBA_MIXER's C.B: cb[b, g, c] (L x L, row t column s) = sum_n C[t, n] B[s, n] over chunk c's rows
+// of group g's B and C in u, for s <= t (0 above the diagonal); a warp a 16 x 8 tile. Grid (nc, G,
+// B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_cb_smem(N) (kernels/launch.h).
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
+    mamba_chunk_cb(float* cb, const float* u, int T, int H, int P, int G, int N) {
+  STEPC_DYNAMIC_SMEM(float, mamba_smem);
+  const int L = STEPC_MAMBA_CHUNK, NP = N + 4, HP = H * P, GN = G * N, C = HP + 2 * GN, nc = (T + L - 1) / L;
+  const int c = blockIdx.x, g = blockIdx.y, t0 = c * L, warp = threadIdx.x / 32, N4 = N / 4;
+  const long b = blockIdx.z;
+  float *Bm = mamba_smem, *Cm = Bm + L * NP;
+  for (int i = threadIdx.x; i < 2 * L * N4; i += blockDim.x) {  // rows of B then of C, float4 groups
+    int w = i / (L * N4), r = i % (L * N4) / N4, q = i % N4, t = t0 + r;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t < T) v = *(const float4*)(u + (b * T + t) * C + HP + w * GN + g * N + 4 * q);
+    *(float4*)((w ? Cm : Bm) + r * NP + 4 * q) = v;
+  }
+  __syncthreads();
+  float* out = cb + ((b * G + g) * nc + c) * (long)(L * L);
+  for (int i = warp; i < mamba_frag_tiles(L, L, 1); i += blockDim.x / 32) {
+    int m0, n0;
+    mamba_frag_at(i, L, 1, &m0, &n0);
+    float v[1][4];
+    mamba_frag_zero(v);
+    if (n0 < m0 + 16) mamba_tc_mm<1>(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, 0, q);
+      out[t * L + s] = s <= t ? v[0][q] : 0.0f;
+    }
+  }
+}
+
+// MAMBA_MIXER's output y (B,T,H*P) from the conv output u (mamba_conv_forward), its C.B cb
+// (mamba_chunk_cb), dt_raw (B,T,H) and ssm (H,3) = [dt_bias | A_log | D]: a block a (slice of PS
+// rows of P, head, batch row) walks the chunks in order with its PS x N slice of the state in
+// registers (a warp a 16 x 16 tile of n), per chunk c (S the state entering it):
+//   phase A: M = (C.B)_ts exp(l_t - l_s) dt_s (s <= t, a thread every 256th), C S^T (L x PS, a warp
 //            one of 4 tiles over one half of n), S <- exp(l_L) S + (w X)^T B into the other state
 //            buffer; then the sync;
 //   phase B: y = exp(l_t) C S^T + M X + D X (4 warps); the wait for the next chunk's rows, which
 //            cp.async has been moving into the other chunk buffer since before phase A, and warp 0
 //            its dt; then the sync.
 // Grid (ceil(P / PS), H, B), block STEPC_MAMBA_THREADS, dynamic shared memory
-// stepc_mamba_scan_smem(N) (kernels/launch.h): two chunk buffers, two transposed states, M, the
-// C S^T halves (103.5 KiB at N 128: two blocks an SM).
+// stepc_mamba_scan_smem(N) (kernels/launch.h): two chunk buffers (with the chunk's C.B), two
+// transposed states, M, the C S^T halves (111.5 KiB at N 128: two blocks an SM).
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
-    mamba_scan_forward(bf16* y, const float* u, const bf16* dtr, const bf16* ssm, int T, int H, int P, int G, int N) {
+    mamba_scan_forward(bf16* y, const float* u, const float* cb, const bf16* dtr, const bf16* ssm, int T, int H, int P,
+                       int G, int N) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK, PS = STEPC_MAMBA_SLICE, XP = STEPC_MAMBA_XP, MP = L + 4, NP = N + 4;
   const int HP = H * P, GN = G * N, C = HP + 2 * GN, nc = (T + L - 1) / L, h = blockIdx.y, g = h / (H / G);
-  const int p0 = blockIdx.x * PS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, nbuf = 2 * L * NP + L * XP + 4 * L;
+  const int p0 = blockIdx.x * PS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, ncb = 2 * L * NP + L * XP + 4 * L,
+            nbuf = ncb + L * L;
   const long b = blockIdx.z;
   float *Sh = mamba_smem + 2 * nbuf, *M = Sh + 2 * N * XP, *CSp = M + L * MP;
   float dtb, a, D;
@@ -380,7 +411,13 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
   const MambaRows rows = mamba_rows(u, nullptr, b, T, C, HP, N, 2, HP + g * N, HP + GN + g * N, h * P + p0,
                                     P - p0 < PS ? P - p0 : PS);
   float dtn = 0.0f;
+  // chunk c's C.B by cp.async into buf + ncb (committed with the rows by mamba_rows_async)
+  const float* cbg = cb + (b * G + g) * nc * (long)(L * L);
+  auto cb_async = [&](int c, float* buf) {
+    for (int i = 4 * threadIdx.x; i < L * L; i += 4 * blockDim.x) cp_async16_zfill(buf + ncb + i, cbg + (long)c * L * L + i, true);
+  };
   // the first chunk, a state of zeros; a warp's state tile: rows 0..PS of the slice, n0 = 16 warp
+  cb_async(0, mamba_smem);
   mamba_rows_async(rows, 0, mamba_smem);
   cp_async_wait<0>();
   if (warp == 0) {
@@ -397,24 +434,18 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
   for (int c = 0; c < nc; c++) {
     const int cur = c & 1, t0 = c * L;
     const float *Bm = mamba_smem + cur * nbuf, *Cm = Bm + L * NP, *X = Cm + L * NP, *dtc = X + L * XP,
-                *lc = dtc + L, *w = lc + L, *e = w + L;
+                *lc = dtc + L, *w = lc + L, *e = w + L, *CB = Bm + ncb;
     const float *S0 = Sh + cur * N * XP;
     float* S1 = Sh + (cur ^ 1) * N * XP;
     if (c + 1 < nc) {  // the next chunk's rows into the other buffer (free: the last sync ended its reads)
+      cb_async(c + 1, mamba_smem + (cur ^ 1) * nbuf);
       mamba_rows_async(rows, t0 + L, mamba_smem + (cur ^ 1) * nbuf);
       if (warp == 0 && t0 + L + lane < T) dtn = bf16_to_f32(dtr[(b * T + t0 + L + lane) * H + h]);
     }
-    // phase A: M (a warp a 16 x 8 tile of L x L; those above the diagonal are zero)
-    {
-      int m0 = (warp / 4) * 16, n0 = (warp % 4) * 8;
-      float v[1][4];
-      mamba_frag_zero(v);
-      if (n0 < m0 + 16) mamba_tc_mm<1>(v, m0, n0, L, L, N, Cm, NP, 1, Bm, 1, NP, nullptr);
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, 0, q);
-        M[t * MP + s] = s <= t ? v[0][q] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
-      }
+    // phase A: M (zero above the diagonal, where C.B is 0)
+    for (int i = threadIdx.x; i < L * L; i += blockDim.x) {
+      int t = i / L, s = i % L;
+      M[t * MP + s] = s <= t ? CB[i] * expf(lc[t] - lc[s]) * dtc[s] : 0.0f;
     }
     // C S^T over n in [ka, kb): warps 0-3 keep theirs, warps 4-7 leave theirs in CSp
     float cs[1][4];
@@ -539,7 +570,8 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 // MAMBA_MIXER_BWD's chunk step, after mamba_scan_states (both ways): with S0 = st[b, h, c] and
 // dS = dst[b, h, c], every local gradient of chunk c: the conv-output gradient of the heads' x
 // channels and of the group's B and C channels (summed over the heads in order) times silu' into
-// gpre (B,T,C), over the conv output u that the pass's scans have read there; dt_raw's gradient
+// gpre (B,T,C), over the conv output u that the pass's scans have read there (the block reads its
+// chunk's x, B and C rows of u first: only it writes them; silu' recomputes the conv's input); dt_raw's gradient
 // (ddtr); the chunk's parts of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid
 // (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
 // N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a warp a
@@ -558,8 +590,8 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
         *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP, *SP = TM + L * PP, *dtc = SP + N * PP, *lc = dtc + L,
         *ET = lc + L, *eS = ET + L, *ws = eS + L, *Q = ws + L, *Ry = Q + L, *rowF = Ry + L, *colF = rowF + L,
         *DD = colF + L, *red = DD + L;
-  mamba_load_cols(d, xbc, conv, b, t0, d.HP + g * N, N, Bm, NP);
-  mamba_load_cols(d, xbc, conv, b, t0, d.HP + d.GN + g * N, N, Cm, NP);
+  mamba_load_cols(d, gpre, b, t0, d.HP + g * N, N, Bm, NP);
+  mamba_load_cols(d, gpre, b, t0, d.HP + d.GN + g * N, N, Cm, NP);
   // this warp's 16 x 32 tile of the group's dB and dC (L x N), summed over the heads in order
   const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
   int om0 = 0, on0 = 0;
@@ -588,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     float dtb, a, D;
     mamba_head_params(ssm, h, &dtb, &a, &D);
     const long at = ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
-    mamba_load_cols(d, xbc, conv, b, t0, h * P, P, X, PP);
+    mamba_load_cols(d, gpre, b, t0, h * P, P, X, PP);
     mamba_load_dy(d, dout, b, h, t0, dY, PP);
     for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = st[at + i];  // S0^T
     mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);

@@ -120,7 +120,7 @@ static void check(Gpu *g, const char *what, CUdeviceptr p, const Arr *ref) {
  * (Gpu *, Mixer *) so the bench times it alone. */
 typedef struct {
   int B, T, H, P, G, N, K, C, nc, segs, nparam, gpp, Hp, g0;
-  CUdeviceptr in[5], y, out[4], ws, st, dst, u, gpre, hpart, cpart;
+  CUdeviceptr in[5], y, out[4], ws, st, dst, u, gpre, hpart, cpart, cb;
 } Mixer;
 
 /* passes: the groups in that many passes (kernels/launch.h), 0 as the runtime takes them. */
@@ -132,7 +132,10 @@ static void mixer_init(Gpu *g, Mixer *m, int B, int T, int H, int P, int G, int 
   if (passes == 0) passes = stepc_mamba_passes(B, T, H, P, N, G);
   StepcMambaWs w = stepc_mamba_ws_passes(B, T, H, P, N, G, m->C, K, 1, passes);
   m->gpp = w.gpp, m->Hp = w.hp;
-  m->ws = gpu_alloc(g, 4 * (size_t)w.floats);
+  long ncb =
+      stepc_mamba_align((long)B * G * m->nc * STEPC_MAMBA_CHUNK * STEPC_MAMBA_CHUNK); /* the forward's C.B */
+  m->ws = gpu_alloc(g, 4 * (size_t)(w.floats + ncb));
+  m->cb = m->ws + 4 * (CUdeviceptr)w.floats;
   m->st = m->ws + 4 * (CUdeviceptr)w.st, m->dst = m->ws + 4 * (CUdeviceptr)w.dst;
   m->u = m->ws + 4 * (CUdeviceptr)w.u, m->gpre = m->ws + 4 * (CUdeviceptr)w.gpre;
   m->hpart = m->ws + 4 * (CUdeviceptr)w.hpart, m->cpart = m->ws + 4 * (CUdeviceptr)w.cpart;
@@ -150,9 +153,15 @@ static void mx_conv(Gpu *g, void *c) {
              (unsigned)((m->T + STEPC_MAMBA_CONV_ROWS - 1) / STEPC_MAMBA_CONV_ROWS), (unsigned)m->B, 256, 0,
              a);
 }
+static void mx_fwd_cb(Gpu *g, void *c) {
+  Mixer *m = c;
+  void *a[] = {&m->cb, &m->u, &m->T, &m->H, &m->P, &m->G, &m->N};
+  gpu_launch(g, "mamba_chunk_cb", (unsigned)m->nc, (unsigned)m->G, (unsigned)m->B, STEPC_MAMBA_THREADS,
+             stepc_mamba_cb_smem(m->N), a);
+}
 static void mx_fwd_scan(Gpu *g, void *c) {
   Mixer *m = c;
-  void *a[] = {&m->y, &m->u, &m->in[3], &m->in[4], &m->T, &m->H, &m->P, &m->G, &m->N};
+  void *a[] = {&m->y, &m->u, &m->cb, &m->in[3], &m->in[4], &m->T, &m->H, &m->P, &m->G, &m->N};
   gpu_launch(g, "mamba_scan_forward", mx_slices(m), (unsigned)m->H, (unsigned)m->B, STEPC_MAMBA_THREADS,
              stepc_mamba_scan_smem(m->N), a);
 }
@@ -197,17 +206,17 @@ MX_ALL(mxa_bwd_states, mx_bwd_states)
 MX_ALL(mxa_bwd_chunk, mx_bwd_chunk)
 /* The bench times mamba_scan_states after mamba_conv_forward (u in place) and before
  * mamba_chunk_backward, which overwrites u with the conv-output gradient. */
-static void (*const mx_forward[])(Gpu *, void *) = {mx_conv, mx_fwd_scan};
+static void (*const mx_forward[])(Gpu *, void *) = {mx_conv, mx_fwd_cb, mx_fwd_scan};
 static void (*const mx_backward[])(Gpu *, void *) = {mx_conv, mxa_bwd_states, mxa_bwd_chunk, mx_bwd_conv,
                                                      mx_bwd_params};
-static const char *const mx_forward_name[] = {"mamba_conv_forward", "mamba_scan_forward"};
+static const char *const mx_forward_name[] = {"mamba_conv_forward", "mamba_chunk_cb", "mamba_scan_forward"};
 static const char *const mx_backward_name[] = {"mamba_conv_forward", "mamba_scan_states (both)",
                                                "mamba_chunk_backward", "mamba_conv_backward",
                                                "mamba_param_grads"};
 #define MX_NFWD (int)(sizeof mx_forward / sizeof mx_forward[0])
 #define MX_NBWD (int)(sizeof mx_backward / sizeof mx_backward[0])
 /* The mixer as op_mamba.c runs it (the backward pass by pass: the states of one pass at a time). */
-static void mx_run_forward(Gpu *g, void *c) { mx_conv(g, c), mx_fwd_scan(g, c); }
+static void mx_run_forward(Gpu *g, void *c) { mx_conv(g, c), mx_fwd_cb(g, c), mx_fwd_scan(g, c); }
 static void mx_run_backward(Gpu *g, void *c) {
   Mixer *m = c;
   mx_conv(g, c);

@@ -106,17 +106,23 @@ static unsigned mix_slices(const MixDims *m) {
 }
 
 /* MAMBA_MIXER in (xBC (B,T,C), conv (C,K+1), dt_raw (B,T,H), ssm (H,3)) out (y (B,T,H*P), workspace):
- * the conv, then one scan over the chunks for every head (the forward keeps no states). */
+ * the conv, the chunks' C.B, then one scan over the chunks for every head (the forward keeps no
+ * states). */
 static int rt_op_mamba_mixer(RtExec *x, const Op *op) {
   MixDims m;
   CUdeviceptr ws;
   if (bf16_operands(x, op, 1) || mix_dims(x, op, 0, &m)) return RT_ERROR;
   StepcMambaWs w = mix_ws(&m, 0);
   if (op_ws(x, op, w.floats, &ws) || mix_conv(x, op, &m, ws_at(ws, w.u), 0)) return RT_ERROR;
+  unsigned nc = (unsigned)((m.T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK);
+  if (rt_launch_mamba_chunk_cb(x->d, rt_dim(nc, (unsigned)m.G, (unsigned)m.B), STEPC_MAMBA_THREADS,
+                               stepc_mamba_cb_smem(m.N), ws_at(ws, w.cb), ws_at(ws, w.u), m.T, m.H, m.P, m.G,
+                               m.N))
+    return RT_ERROR;
   return rt_launch_mamba_scan_forward(x->d, rt_dim(mix_slices(&m), (unsigned)m.H, (unsigned)m.B),
                                       STEPC_MAMBA_THREADS, stepc_mamba_scan_smem(m.N), rt_out(x, op, 0),
-                                      ws_at(ws, w.u), rt_in(x, op, 2), rt_in(x, op, 3), m.T, m.H, m.P, m.G,
-                                      m.N);
+                                      ws_at(ws, w.u), ws_at(ws, w.cb), rt_in(x, op, 2), rt_in(x, op, 3), m.T,
+                                      m.H, m.P, m.G, m.N);
 }
 
 /* MAMBA_MIXER_BWD in (dy, xBC, conv, dt_raw, ssm) out (dxBC, dconv, ddt_raw, dssm, workspace): the
