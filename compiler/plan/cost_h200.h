@@ -34,14 +34,15 @@ d->class_scale[COST_GRAD_NORM] = 0.988;
  * 1.728 measured against the 18 B its tensors counted before, times 18 / 30, so that its predicted
  * times stay as calibrated (an fp32 parameter's, 16 -> 28 B, rise by 5%: the router's few). */
 d->class_scale[COST_OPTIMIZER] = 1.0368;
-/* The Mamba-2 mixer (kernels/mamba.cuh, chunk-parallel, its products on the tensor cores as 3xTF32)
- * against its roofline (the recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at
- * DRAM speed): forward 98x, backward 95x (h200.json "session_10", bench/logs/2026-12-04-s10-gpu/
- * call8/nemo9_profile.txt; models/nemotron3_nano.lua, the first 9 layers of its pattern at one
- * rank); the gate and group norm 2.2x DRAM (its weight gradient by segments since session 8's call
- * 9; "session_9", bench/logs/2026-12-04-s9-gpu/call4/nemo9_profile.txt). */
-d->class_scale[COST_MAMBA_FWD] = 98.15;
-d->class_scale[COST_MAMBA_BWD] = 95.22;
+/* The Mamba-2 mixer (kernels/mamba.cuh: sequential scans over chunks of 32 rows, the chunks' C.B
+ * once per group, the products on the tensor cores as 1xTF32) against its roofline (the
+ * recurrence's FLOPs at the tensor-core ceiling, or its tensors' bytes at DRAM speed): forward 45x,
+ * backward 87x (h200.json "session_22", bench/logs/2026-12-06-s22-gpu/call4/nemo_prof.txt;
+ * models/nemotron3_nano.lua, the first 9 layers of its pattern at one rank); the gate and group
+ * norm 2.2x DRAM (its weight gradient by segments since session 8's call 9; "session_9",
+ * bench/logs/2026-12-04-s9-gpu/call4/nemo9_profile.txt). */
+d->class_scale[COST_MAMBA_FWD] = 44.53;
+d->class_scale[COST_MAMBA_BWD] = 87.45;
 d->class_scale[COST_MAMBA_GATE_NORM] = 2.23;
 /* fp8 (ir/ops/fp8.c): the products at 1.14x the 1400 TFLOP/s fp8 roofline (LINEAR_FP8 with its
  * input's cast), the casts at 1.33x their DRAM roofline (amax, then the cast: two reads): M's fp8
@@ -50,4 +51,4 @@ d->class_scale[COST_GEMM_FP8] = 1.14;
 d->class_scale[COST_FP8_CAST] = 1.33;
 d->calibration =
     "H200, calibrated 2026-12-01 (bench/calibration/h200.json, session_3; flash attention session_5; MoE and "
-    "Mamba session_9, its mixer session_10)";
+    "Mamba session_9, its mixer session_22)";
