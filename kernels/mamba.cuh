@@ -163,6 +163,23 @@ template <int NT>
 __device__ __forceinline__ void mamba_tc_mm(float (&c)[NT][4], int m0, int n0, int M, int N, int K, const float* A,
                                             int ars, int acs, const float* B, int brs, int bcs, const float* ks) {
   int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, r0 = m0 + g, r1 = r0 + 8;
+  if (m0 + 16 <= M && n0 + 8 * NT <= N && K % 8 == 0) {
+    // the whole tile and every k in range (the scans' and Nemotron's shapes): the loop below without
+    // its bounds, the same products in the same order, so the same bits
+    const float *a0 = A + r0 * ars + t * acs, *a1 = a0 + 8 * ars, *b0 = B + t * brs + (n0 + g) * bcs;
+    const int a4 = 4 * acs, b4 = 4 * brs, a8 = 8 * acs, b8 = 8 * brs;
+    for (int k0 = 0; k0 < K; k0 += 8, a0 += a8, a1 += a8, b0 += b8) {
+      float sa = ks ? ks[k0 + t] : 1.0f, sb = ks ? ks[k0 + t + 4] : 1.0f;
+      unsigned ah[4] = {mamba_tf32(a0[0] * sa), mamba_tf32(a1[0] * sa), mamba_tf32(a0[a4] * sb),
+                        mamba_tf32(a1[a4] * sb)};
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+        const float* bj = b0 + 8 * j * bcs;
+        mamba_mma_tf32(c[j], ah, mamba_tf32(bj[0]), mamba_tf32(bj[b4]));
+      }
+    }
+    return;
+  }
   for (int k0 = 0; k0 < K; k0 += 8) {
     int ka = k0 + t, kb = ka + 4;
     bool ina = ka < K, inb = kb < K;
@@ -253,9 +270,9 @@ extern "C" __global__ void __launch_bounds__(256)
 // group, from u) and one slice-width operand (PS columns of the head: x from u, or dy from dout),
 // in shared memory as [nu][L][N + 4] then [L][XP] (row pitches that keep 16-byte stores aligned and
 // the tensor-core fragment reads mostly free of bank conflicts); rows past T and columns past P
-// are 0. Moved in float4 groups, a thread every 256th: by cp.async straight into shared memory
-// (mamba_rows_async, u only), or fetched into registers a chunk ahead and put after the chunk's
-// work (mamba_rows_fetch / _put, which also convert dy from bf16).
+// are 0. Moved in float4 groups, a thread every 256th, by cp.async straight into shared memory
+// (mamba_rows_async, from u); a dy slice (bf16) is fetched into registers a chunk ahead, converted,
+// and put after the chunk's work (mamba_dy_fetch / _put).
 // cu0, cu1: the N-wide operands' first channels in u; cv: the slice's first column (in u, or in
 // dout's row); vn: its columns before P; W4: a row's float4 groups.
 struct MambaRows {
@@ -285,42 +302,24 @@ __device__ __forceinline__ float* mamba_rows_slot(const MambaRows& m, float* buf
                   : buf + m.nu * L * NP + r * STEPC_MAMBA_XP + col - un;
 }
 
-template <int R>
-__device__ __forceinline__ void mamba_rows_fetch(float4 (&v)[R], const MambaRows& m, int t0) {
-  const int L = STEPC_MAMBA_CHUNK, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
-  int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
-#pragma unroll
-  for (int k = 0; k < R; k++) {
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    int t = t0 + r, col = 4 * q, un = m.nu * m.N;
-    if (r < L && t < m.T) {
-      long row = m.b * m.T + t;
-      if (col >= un && col - un < m.vn && m.dy) {
-        const bf16* p = m.dy + row * m.HP + mamba_rows_chan(m, col);
-        x = make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
-      } else if (col < un || col - un < m.vn) {
-        x = *(const float4*)(m.u + row * m.C + mamba_rows_chan(m, col));
-      }
-    }
-    v[k] = x;
-    r += dr, q += dq;
-    if (q >= m.W4) q -= m.W4, r++;
+// The dy slice of chunk t0 (rows past T and columns past P zero), from bf16 into registers and then
+// into buf: a thread a float4 group (L PS / 4 = 128 threads; the rest hold zeros and put nothing).
+__device__ __forceinline__ float4 mamba_dy_fetch(const MambaRows& m, int t0) {
+  const int L = STEPC_MAMBA_CHUNK, G4 = STEPC_MAMBA_SLICE / 4, r = threadIdx.x / G4, col = 4 * (threadIdx.x % G4);
+  float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (r < L && t0 + r < m.T && col < m.vn) {
+    const bf16* p = m.dy + (m.b * m.T + t0 + r) * m.HP + m.cv + col;
+    x = make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
   }
+  return x;
+}
+__device__ __forceinline__ void mamba_dy_put(float4 v, const MambaRows& m, float* buf) {
+  const int L = STEPC_MAMBA_CHUNK, G4 = STEPC_MAMBA_SLICE / 4, r = threadIdx.x / G4;
+  if (r < L) *(float4*)mamba_rows_slot(m, buf, r, m.nu * m.N + 4 * (threadIdx.x % G4)) = v;
 }
 
-template <int R>
-__device__ __forceinline__ void mamba_rows_put(const float4 (&v)[R], const MambaRows& m, float* buf) {
-  const int L = STEPC_MAMBA_CHUNK, dr = STEPC_MAMBA_THREADS / m.W4, dq = STEPC_MAMBA_THREADS % m.W4;
-  int r = threadIdx.x / m.W4, q = threadIdx.x % m.W4;
-#pragma unroll
-  for (int k = 0; k < R; k++) {
-    if (r < L) *(float4*)mamba_rows_slot(m, buf, r, 4 * q) = v[k];
-    r += dr, q += dq;
-    if (q >= m.W4) q -= m.W4, r++;
-  }
-}
-
-// The rows of chunk t0 into buf by cp.async (committed; complete at the caller's cp_async_wait).
+// The rows of chunk t0 into buf by cp.async (committed; complete at the caller's cp_async_wait): the
+// operands from u, and the slice too unless it is dy (mamba_dy_fetch / _put).
 __device__ __forceinline__ void mamba_rows_async(const MambaRows& m, int t0, float* buf) {
   const int L = STEPC_MAMBA_CHUNK, un = m.nu * m.N, dr = STEPC_MAMBA_THREADS / m.W4,
             dq = STEPC_MAMBA_THREADS % m.W4;
@@ -329,7 +328,7 @@ __device__ __forceinline__ void mamba_rows_async(const MambaRows& m, int t0, flo
     int t = t0 + r, col = 4 * q;
     bool in = t < m.T && (col < un || col - un < m.vn);
     const float* src = m.u + (m.b * m.T + (in ? t : 0)) * m.C + (in ? mamba_rows_chan(m, col) : 0);
-    cp_async16_zfill(mamba_rows_slot(m, buf, r, col), src, in);
+    if (!m.dy || col < un) cp_async16_zfill(mamba_rows_slot(m, buf, r, col), src, in);
     r += dr, q += dq;
     if (q >= m.W4) q -= m.W4, r++;
   }
@@ -497,11 +496,11 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
 // 16 x 16 tile of n): forward (blockIdx.z < B) st[b, h, c] = the state entering chunk c (S = 0
 // before the first, S <- exp(l_L) S + (w X)^T B); backward (blockIdx.z >= B) dst[b, h, c] = the
 // gradient of the state leaving chunk c (R = 0 after the last, walking back,
-// R <- exp(l_L) R + (e dY)^T C). Each chunk's rows are fetched into registers during the previous
-// chunk's update; one sync a chunk. st, dst (B, Hp, nc, P, N) of the pass's Hp = gridDim.y heads
+// R <- exp(l_L) R + (e dY)^T C). Each chunk's rows move into the other buffer during the previous
+// chunk's update (u's by cp.async, dY's through registers); one sync a chunk. st, dst (B, Hp, nc, P, N) of the pass's Hp = gridDim.y heads
 // (from head g0 H / G). Grid (ceil(P / PS), Hp, 2 B), block STEPC_MAMBA_THREADS, dynamic shared
 // memory stepc_mamba_scan_states_smem(N).
-extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 4)
     mamba_scan_states(float* st, float* dst, const float* u, const bf16* dout, const bf16* dtr, const bf16* ssm, int T,
                       int H, int P, int G, int N, int g0) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
@@ -517,23 +516,25 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
   const MambaRows rows = back ? mamba_rows(u, dout, b, T, C, HP, N, 1, HP + GN + g * N, 0, h * P + p0, vn)
                               : mamba_rows(u, nullptr, b, T, C, HP, N, 1, HP + g * N, 0, h * P + p0, vn);
   float* out = (back ? dst : st) + (b * gridDim.y + hl) * (long)nc * P * N;
-  float4 pre[(L * (STEPC_MAMBA_NMAX + PS) / 4 + STEPC_MAMBA_THREADS - 1) / STEPC_MAMBA_THREADS];
+  float4 dyn = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // backwards: this thread's group of the next dy
   float dtn = 0.0f;
   int c = back ? nc - 1 : 0, t0 = c * L;  // the chunk at hand
-  mamba_rows_fetch(pre, rows, t0);
-  mamba_rows_put(pre, rows, mamba_smem);
-  if (warp == 0) {
-    if (t0 + lane < T) dtn = bf16_to_f32(dtr[(b * T + t0 + lane) * H + h]);
-    mamba_scan_dt(dtn, t0 + lane < T, a, dtb, mamba_smem + L * NP + L * XP);
-  }
+  mamba_rows_async(rows, t0, mamba_smem);
+  if (back) dyn = mamba_dy_fetch(rows, t0);
+  if (warp == 0 && t0 + lane < T) dtn = bf16_to_f32(dtr[(b * T + t0 + lane) * H + h]);
+  cp_async_wait<0>();
+  if (back) mamba_dy_put(dyn, rows, mamba_smem);
+  if (warp == 0) mamba_scan_dt(dtn, t0 + lane < T, a, dtb, mamba_smem + L * NP + L * XP);
   float S[2][4];
   mamba_frag_zero(S);
   __syncthreads();
   for (int k = 0; k < nc; k++) {
     const int cur = k & 1, cn = back ? c - 1 : c + 1, tn = cn * L;
     const float *U = mamba_smem + cur * nbuf, *V = U + L * NP, *f = V + L * XP;
+    float* nb = mamba_smem + (cur ^ 1) * nbuf;  // free: the last sync ended its reads
     if (k + 1 < nc) {
-      mamba_rows_fetch(pre, rows, tn);
+      mamba_rows_async(rows, tn, nb);
+      if (back) dyn = mamba_dy_fetch(rows, tn);
       if (warp == 0 && tn + lane < T) dtn = bf16_to_f32(dtr[(b * T + tn + lane) * H + h]);
     }
     if (sn0 < N) {
@@ -553,8 +554,8 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       mamba_tc_mm<2>(S, 0, sn0, PS, N, L, V, 1, XP, U, NP, 1, back ? f + 3 * L : f + 2 * L);
     }
     if (k + 1 < nc) {
-      float* nb = mamba_smem + (cur ^ 1) * nbuf;
-      mamba_rows_put(pre, rows, nb);
+      cp_async_wait<0>();
+      if (back) mamba_dy_put(dyn, rows, nb);
       if (warp == 0) mamba_scan_dt(dtn, tn + lane < T, a, dtb, nb + L * NP + L * XP);
     }
     c = cn;

@@ -32,10 +32,10 @@
  *
  * MIXER, MIXER_BWD and GROUP_NORM_BWD have one more output, last: the fp32 workspace their CUDA
  * kernels take (ROLE_WORKSPACE, 1-D, as many floats as kernels/launch.h stepc_mamba_ws /
- * stepc_mamba_gnorm_ws lay out for the op's shapes: the conv output, the forward's chunk C.B, the backward's chunk
- * states, their gradients and partial sums; the group norm's rstd and weight partials). The
- * memory plan places it for the op alone, so it shares memory with the other transients; the CPU
- * references leave it untouched.
+ * stepc_mamba_gnorm_ws lay out for the op's shapes: the conv output, the forward's chunk C.B, the backward's
+ * chunk states, their gradients and partial sums; the group norm's rstd and weight partials). The memory plan
+ * places it for the op alone, so it shares memory with the other transients; the CPU references leave it
+ * untouched.
  *
  * The scan keeps nothing for its backward, which replays the recurrence from x, dt, BC (as the
  * chunked SSD kernel recomputes its states). Each backward writes one gradient per forward

@@ -196,7 +196,8 @@ run moe_cli_graph $BUILD/stepc run $MOE --device cuda --steps 20 model.bf16=true
 # the Mamba kernel tests alone: the kernels against ir/ops/mamba.c in fp64; gradients against the
 # CPU (every expert selected, as the MoE tests, so no near-tie flips a token's experts); replay ==
 # eager and each recompute setting the validator takes for hybrids == none, bitwise; scoped
-# graphs (the whole layer, Megatron's mamba scope, attn) == eager; the CLI eagerly and as one
+# graphs (the whole layer, Megatron's mamba scope, attn) == eager; 200 steps on the GPL-3 text
+# against the CPU's curve (the drop within 10%, as tiny's and MoE's); the CLI eagerly and as one
 # full-iteration graph.
 HYB=tests/recipes/tiny_hybrid.lua
 HYB_ALL=model.moe_router_topk=4
@@ -207,6 +208,7 @@ run mamba_replay_dropout $STEP replay $HYB 6 model.hidden_dropout=0.1
 run mamba_recompute $STEP recompute $HYB 3
 run mamba_recompute_moe $STEP recompute $HYB 3 --labels moe,moe_act
 run mamba_scoped $STEP scoped $HYB 4 "transformer_engine:[];transformer_engine:[mamba];transformer_engine:[attn,mamba];local:[]"
+run mamba_train_gpl3 $STEP train $HYB 200 tests/gpu/data/tiny_hybrid_gpl3_200.cpu.json data.mock=false data.path=$GPL3
 run mamba_cli_eager $BUILD/stepc run $HYB --device cuda --steps 20
 run mamba_cli_graph $BUILD/stepc run $HYB --device cuda --steps 20 model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 # fp8 (ir/ops/fp8.c): current scaling and delayed scaling (Transformer Engine's DelayedScaling, Megatron's
