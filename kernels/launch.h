@@ -161,7 +161,7 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
  * <= STEPC_MAMBA_KMAX, state dim <= STEPC_MAMBA_NMAX (register tiles), P and N multiples of 4 (the
  * scans read u in float4). Dynamic shared memory (fp32 words; the scans' rows of N columns padded
  * by 4, of a slice's STEPC_MAMBA_SLICE columns pitched STEPC_MAMBA_XP; the chunk backward's rows
- * padded by one) below, each at most STEPC_MAMBA_SMEM_MAX. */
+ * pitched stepc_mamba_pitch) below, each at most STEPC_MAMBA_SMEM_MAX. */
 #define STEPC_MAMBA_CHUNK 32
 #define STEPC_MAMBA_THREADS 256
 #define STEPC_MAMBA_KMAX 8
@@ -185,9 +185,15 @@ static inline unsigned stepc_mamba_scan_states_smem(int N) {
   long L = STEPC_MAMBA_CHUNK;
   return (unsigned)(4 * 2 * (L * (N + 4) + L * STEPC_MAMBA_XP + 4 * L));
 }
+/* mamba_chunk_backward's row pitch for rows of n floats (kernels/mamba.cuh mamba_pitch): n + 4, 4 mod
+ * 32 where n is a multiple of 32 (tensor-core fragment reads free of bank conflicts along rows, at
+ * most 2-way down columns). */
+static inline long stepc_mamba_pitch(long n) { return n + 4; }
+/* mamba_chunk_backward: B and C rows, three L x L tiles, x, dy and a work tile (L x P), a transposed
+ * state (N x P), 10 L per-row values and a reduction's 32 (107.4 KiB at P 64, N 128: two blocks an SM). */
 static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
-  long L = STEPC_MAMBA_CHUNK;
-  return (unsigned)(4 * (2 * L * (N + 1) + 3 * L * L + 3 * L * (P + 1) + (long)N * (P + 1) + 10 * L + 32));
+  long L = STEPC_MAMBA_CHUNK, NP = stepc_mamba_pitch(N), PP = stepc_mamba_pitch(P), LP = stepc_mamba_pitch(L);
+  return (unsigned)(4 * (2 * L * NP + 3 * L * LP + 3 * L * PP + (long)N * PP + 10 * L + 32));
 }
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
 /* The mixer's fp32 workspace (the op's workspace output), offsets in floats, each part 64-float

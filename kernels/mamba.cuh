@@ -39,8 +39,9 @@
 // forward's u (B, T, C); the backward's states entering and gradients leaving the chunks
 // (B, Hp, nc, P, N) of one pass's heads, the conv-output gradient (B, T, C) (which holds u until
 // the chunk backward overwrites it), per-chunk partials (B, nc, H, 3) and per-segment conv
-// partials (B, segs, K+1, C). The chunk backward's shared-memory rows are padded by one float
-// (P+1, N+1) so that a warp reading a column of a row-major tile hits 32 banks; the scans' by four
+// partials (B, segs, K+1, C). The chunk backward's shared-memory rows are padded by four floats
+// (mamba_pitch: at widths that are multiples of 32 its tensor-core fragment reads are free of bank
+// conflicts along rows, at most 2-way down columns); the scans' by four
 // (N+4, and PS-wide rows pitched STEPC_MAMBA_XP) for 16-byte stores and conflict-light fragments.
 #pragma once
 #include "common.cuh"
@@ -62,11 +63,18 @@ struct MambaDims {
   int T, H, P, G, N, K, C, HP, GN, hpg, nc, PP, NP;
 };
 
+// mamba_chunk_backward's row pitch for rows of n floats (as kernels/launch.h stepc_mamba_pitch):
+// n + 4, which for n a multiple of 32 (Nemotron's P 64, N 128 and the chunk's 32) is 4 mod 32, so
+// that a tensor-core fragment read (a warp's 8 rows g and 4 columns t: g pitch + t) hits 32 banks,
+// and one down the columns (g + t pitch) at most 2 a bank. (The least pitch 4 mod 32 for any n
+// costs ptxas 230 more bytes of spills here: n + 4 is one add on a kernel parameter.)
+__device__ __forceinline__ int mamba_pitch(int n) { return n + 4; }
+
 __device__ __forceinline__ MambaDims mamba_dims(int T, int H, int P, int G, int N, int K) {
   MambaDims d;
   d.T = T, d.H = H, d.P = P, d.G = G, d.N = N, d.K = K;
   d.HP = H * P, d.GN = G * N, d.C = H * P + 2 * G * N, d.hpg = H / G;
-  d.nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, d.PP = P + 1, d.NP = N + 1;
+  d.nc = (T + STEPC_MAMBA_CHUNK - 1) / STEPC_MAMBA_CHUNK, d.PP = mamba_pitch(P), d.NP = mamba_pitch(N);
   return d;
 }
 
@@ -563,6 +571,20 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 4)
   }
 }
 
+// A state S (P x N, row-major in memory) into SP transposed ([n][p], row pitch PP): where N is a
+// multiple of 8, a warp 8 n x 4 p an instruction (four 32-byte sectors of S; with PP 4 mod 32, 32
+// distinct banks), else a thread an element.
+__device__ __forceinline__ void mamba_state_t(float* SP, const float* S, int P, int N, int PP) {
+  if (N % 8 == 0) {
+    const int lane = threadIdx.x % 32, nb = N / 8, n8 = lane % 8, p4 = lane / 8;
+    for (int j = threadIdx.x / 32; j < nb * (P / 4); j += blockDim.x / 32) {
+      int n = (j % nb) * 8 + n8, p = (j / nb) * 4 + p4;
+      SP[n * PP + p] = S[(long)p * N + n];
+    }
+  } else
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = S[i];
+}
+
 __device__ __forceinline__ float mamba_silu_grad(float p) {
   float sg = mamba_sigmoid(p);
   return sg * (1.0f + p * (1.0f - sg));
@@ -574,7 +596,7 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 // gpre (B,T,C), over the conv output u that the pass's scans have read there (the block reads its
 // chunk's x, B and C rows of u first: only it writes them; silu' recomputes the conv's input); dt_raw's gradient
 // (ddtr); the chunk's parts of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid
-// (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (105 KiB at P 64,
+// (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (107.4 KiB at P 64,
 // N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a warp a
 // 16 x 32 tensor-core tile of the L x N, so N <= 128: 2 ceil(N / 32) tiles for 8 warps); L = 32, a
 // warp's width, for the per-row scan.
@@ -585,10 +607,11 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK;
   MambaDims d = mamba_dims(T, H, P, G, N, K);
-  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP, Hl = gridDim.y * d.hpg;
+  int c = blockIdx.x, g = g0 + blockIdx.y, t0 = c * L, PP = d.PP, NP = d.NP, LP = mamba_pitch(L),
+      Hl = gridDim.y * d.hpg;
   long b = blockIdx.z;
-  float *Bm = mamba_smem, *Cm = Bm + L * NP, *CB = Cm + L * NP, *CBE = CB + L * L, *YXE = CBE + L * L,
-        *X = YXE + L * L, *dY = X + L * PP, *TM = dY + L * PP, *SP = TM + L * PP, *dtc = SP + N * PP, *lc = dtc + L,
+  float *Bm = mamba_smem, *Cm = Bm + L * NP, *CB = Cm + L * NP, *CBE = CB + L * LP, *YXE = CBE + L * LP,
+        *X = YXE + L * LP, *dY = X + L * PP, *TM = dY + L * PP, *SP = TM + L * PP, *dtc = SP + N * PP, *lc = dtc + L,
         *ET = lc + L, *eS = ET + L, *ws = eS + L, *Q = ws + L, *Ry = Q + L, *rowF = Ry + L, *colF = rowF + L,
         *DD = colF + L, *red = DD + L;
   mamba_load_cols(d, gpre, b, t0, d.HP + g * N, N, Bm, NP);
@@ -613,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         int t = mamba_frag_row(m0, q), u = mamba_frag_col(n0, j, q);
-        if (t < L && u < L) CB[t * L + u] = u <= t ? v[j][q] : 0.0f;
+        if (t < L && u < L) CB[t * LP + u] = u <= t ? v[j][q] : 0.0f;
       }
   }
   for (int q = 0; q < d.hpg; q++) {
@@ -623,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     const long at = ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
     mamba_load_cols(d, gpre, b, t0, h * P, P, X, PP);
     mamba_load_dy(d, dout, b, h, t0, dY, PP);
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = st[at + i];  // S0^T
+    mamba_state_t(SP, st + at, P, N, PP);  // S0^T
     mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
     for (int s = threadIdx.x; s < L; s += blockDim.x) {
       eS[s] = expf(lc[L - 1] - lc[s]);
@@ -644,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
           int t = mamba_frag_row(m0, q), s = mamba_frag_col(n0, j, q);
           if (t >= L || s >= L) continue;
           float e = s <= t ? expf(lc[t] - lc[s]) : 0.0f;
-          YXE[t * L + s] = yx[j][q] * e, CBE[t * L + s] = CB[t * L + s] * e;
+          YXE[t * LP + s] = yx[j][q] * e, CBE[t * LP + s] = CB[t * LP + s] * e;
         }
     }
     // CS = Cm S0^T (L x P) into TM
@@ -655,7 +678,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       float v[4][4], w[4][4];
       mamba_frag_zero(v), mamba_frag_zero(w);
       mamba_tc_mm(v, om0, on0, L, N, P, dY, PP, 1, SP, 1, PP, nullptr);
-      mamba_tc_mm(w, om0, on0, L, N, L, YXE, L, 1, Bm, NP, 1, dtc);
+      mamba_tc_mm(w, om0, on0, L, N, L, YXE, LP, 1, Bm, NP, 1, dtc);
 #pragma unroll
       for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -674,11 +697,8 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     __syncthreads();
     // dS (transposed) replaces S0, and sd = sum dS . S0 from memory
     float sd = 0.0f;
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-      float v = dst[at + i];
-      sd += v * st[at + i];
-      SP[(i % N) * PP + i / N] = v;
-    }
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) sd += dst[at + i] * st[at + i];
+    mamba_state_t(SP, dst + at, P, N, PP);
     sd = block_sum(sd, red);  // syncs: dS is written
     // BD = Bm dS^T (L x P) into TM
     mamba_tc_store_lp(TM, PP, L, P, N, Bm, NP, SP);
@@ -687,8 +707,8 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     for (int r = warp; r < L; r += nw) {
       float qq = 0.0f, dd = 0.0f;
       for (int p = lane; p < P; p += 32) qq += X[r * PP + p] * TM[r * PP + p], dd += dY[r * PP + p] * X[r * PP + p];
-      float rf = lane <= r ? CB[r * L + lane] * YXE[r * L + lane] * dtc[lane] : 0.0f;
-      float cf = lane >= r ? CB[lane * L + r] * YXE[lane * L + r] : 0.0f;
+      float rf = lane <= r ? CB[r * LP + lane] * YXE[r * LP + lane] * dtc[lane] : 0.0f;
+      float cf = lane >= r ? CB[lane * LP + r] * YXE[lane * LP + r] : 0.0f;
       qq = warp_sum(qq), dd = warp_sum(dd), rf = warp_sum(rf), cf = warp_sum(cf);
       if (lane == 0) Q[r] = qq, DD[r] = dd, rowF[r] = rf, colF[r] = cf;
     }
@@ -700,7 +720,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
       mamba_frag_at(i, P, 2, &m0, &n0);
       float v[2][4];
       mamba_frag_zero(v);
-      mamba_tc_mm(v, m0, n0, L, P, L, CBE, 1, L, dY, PP, 1, nullptr);
+      mamba_tc_mm(v, m0, n0, L, P, L, CBE, 1, LP, dY, PP, 1, nullptr);
 #pragma unroll
       for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -712,7 +732,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     if (owner) {
       float z[4][4], u[4][4];
       mamba_frag_zero(z), mamba_frag_zero(u);
-      mamba_tc_mm(z, om0, on0, L, N, L, YXE, 1, L, Cm, NP, 1, nullptr);
+      mamba_tc_mm(z, om0, on0, L, N, L, YXE, 1, LP, Cm, NP, 1, nullptr);
       mamba_tc_mm(u, om0, on0, L, N, P, X, PP, 1, SP, 1, PP, nullptr);
 #pragma unroll
       for (int j = 0; j < 4; j++)
