@@ -171,8 +171,11 @@ static inline int stepc_norm_bwd_warps(int C, int P) {
 #define STEPC_MAMBA_CONV_ROWS 64
 #define STEPC_MAMBA_SEGS 64
 #define STEPC_MAMBA_SMEM_MAX (227 * 1024)
-/* mamba_chunk_cb: a chunk's B and C rows of one group (rows of N + 4). */
-static inline unsigned stepc_mamba_cb_smem(int N) { return (unsigned)(4 * 2 * STEPC_MAMBA_CHUNK * (N + 4)); }
+/* mamba_chunk_cb: a chunk's B and C rows of one group (rows of N + 4) and an empty slice, the
+ * scans' chunk buffer without its per-row factors. */
+static inline unsigned stepc_mamba_cb_smem(int N) {
+  return (unsigned)(4 * STEPC_MAMBA_CHUNK * (2 * (N + 4) + STEPC_MAMBA_XP));
+}
 /* mamba_scan_forward: two chunk buffers (B and C rows, x slice rows, 4 L per-row factors, the
  * chunk's L x L C.B), two transposed state slices (N x XP), M (L x (L + 4)) and the C S^T halves
  * (4 warps' 16 x 8 tiles): 111.5 KiB at N 128, two blocks an SM. */
@@ -198,8 +201,7 @@ static inline unsigned stepc_mamba_chunk_bwd_smem(int P, int N) {
 static inline int stepc_mamba_segs(int T) { return T < STEPC_MAMBA_SEGS ? T : STEPC_MAMBA_SEGS; }
 /* The mixer's fp32 workspace (the op's workspace output), offsets in floats, each part 64-float
  * aligned. Forward: the conv output u (B, T, C) and the chunks' C.B (B, G, nc, L, L). Backward: the
- * states entering the chunks and
- * the gradients of the states leaving them (st, dst: (B, Hp, nc, P, N) of one pass's Hp = gpp H / G
+ * states entering the chunks and the gradients of the states leaving them (st, dst: (B, Hp, nc, P, N) of one pass's Hp = gpp H / G
  * heads), the conv-output gradient gpre (B, T, C), the per-chunk parameter partials (B, nc, H, 3)
  * and the per-segment conv partials (B, segs, K+1, C). The backward's u is gpre: mamba_conv_forward
  * fills it before the first pass, pass k's mamba_scan_states reads the channels of its heads and

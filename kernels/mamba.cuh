@@ -360,20 +360,17 @@ __device__ __forceinline__ void mamba_scan_dt(float raw, bool in, float a, float
 
 // MAMBA_MIXER's C.B: cb[b, g, c] (L x L, row t column s) = sum_n C[t, n] B[s, n] over chunk c's rows
 // of group g's B and C in u, for s <= t (0 above the diagonal); a warp a 16 x 8 tile. Grid (nc, G,
-// B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_cb_smem(N) (kernels/launch.h).
+// B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_cb_smem(N) (kernels/launch.h): a
+// chunk buffer of the scans' layout, its slice empty.
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS)
     mamba_chunk_cb(float* cb, const float* u, int T, int H, int P, int G, int N) {
   STEPC_DYNAMIC_SMEM(float, mamba_smem);
   const int L = STEPC_MAMBA_CHUNK, NP = N + 4, HP = H * P, GN = G * N, C = HP + 2 * GN, nc = (T + L - 1) / L;
-  const int c = blockIdx.x, g = blockIdx.y, t0 = c * L, warp = threadIdx.x / 32, N4 = N / 4;
+  const int c = blockIdx.x, g = blockIdx.y, warp = threadIdx.x / 32;
   const long b = blockIdx.z;
-  float *Bm = mamba_smem, *Cm = Bm + L * NP;
-  for (int i = threadIdx.x; i < 2 * L * N4; i += blockDim.x) {  // rows of B then of C, float4 groups
-    int w = i / (L * N4), r = i % (L * N4) / N4, q = i % N4, t = t0 + r;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (t < T) v = *(const float4*)(u + (b * T + t) * C + HP + w * GN + g * N + 4 * q);
-    *(float4*)((w ? Cm : Bm) + r * NP + 4 * q) = v;
-  }
+  const float *Bm = mamba_smem, *Cm = Bm + L * NP;
+  mamba_rows_async(mamba_rows(u, nullptr, b, T, C, HP, N, 2, HP + g * N, HP + GN + g * N, 0, 0), c * L, mamba_smem);
+  cp_async_wait<0>();
   __syncthreads();
   float* out = cb + ((b * G + g) * nc + c) * (long)(L * L);
   for (int i = warp; i < mamba_frag_tiles(L, L, 1); i += blockDim.x / 32) {
@@ -505,8 +502,8 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
 // before the first, S <- exp(l_L) S + (w X)^T B); backward (blockIdx.z >= B) dst[b, h, c] = the
 // gradient of the state leaving chunk c (R = 0 after the last, walking back,
 // R <- exp(l_L) R + (e dY)^T C). Each chunk's rows move into the other buffer during the previous
-// chunk's update (u's by cp.async, dY's through registers); one sync a chunk. st, dst (B, Hp, nc, P, N) of the pass's Hp = gridDim.y heads
-// (from head g0 H / G). Grid (ceil(P / PS), Hp, 2 B), block STEPC_MAMBA_THREADS, dynamic shared
+// chunk's update (u's by cp.async, dY's through registers); one sync a chunk. st, dst (B, Hp, nc,
+// P, N) of the pass's Hp = gridDim.y heads (from head g0 H / G). Grid (ceil(P / PS), Hp, 2 B), block STEPC_MAMBA_THREADS, dynamic shared
 // memory stepc_mamba_scan_states_smem(N).
 extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 4)
     mamba_scan_states(float* st, float* dst, const float* u, const bf16* dout, const bf16* dtr, const bf16* ssm, int T,
@@ -573,16 +570,24 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 4)
 
 // A state S (P x N, row-major in memory) into SP transposed ([n][p], row pitch PP): where N is a
 // multiple of 8, a warp 8 n x 4 p an instruction (four 32-byte sectors of S; with PP 4 mod 32, 32
-// distinct banks), else a thread an element.
-__device__ __forceinline__ void mamba_state_t(float* SP, const float* S, int P, int N, int PP) {
+// distinct banks), else a thread an element. With W (P x N as S), the thread's part of sum S W
+// (the elements it moved, in order), so that S is read once.
+__device__ __forceinline__ float mamba_state_t(float* SP, const float* S, int P, int N, int PP, const float* W) {
+  float dot = 0.0f;
   if (N % 8 == 0) {
     const int lane = threadIdx.x % 32, nb = N / 8, n8 = lane % 8, p4 = lane / 8;
     for (int j = threadIdx.x / 32; j < nb * (P / 4); j += blockDim.x / 32) {
       int n = (j % nb) * 8 + n8, p = (j / nb) * 4 + p4;
-      SP[n * PP + p] = S[(long)p * N + n];
+      float v = S[(long)p * N + n];
+      SP[n * PP + p] = v;
+      if (W) dot += v * W[(long)p * N + n];
     }
   } else
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) SP[(i % N) * PP + i / N] = S[i];
+    for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+      SP[(i % N) * PP + i / N] = S[i];
+      if (W) dot += S[i] * W[i];
+    }
+  return dot;
 }
 
 __device__ __forceinline__ float mamba_silu_grad(float p) {
@@ -594,8 +599,8 @@ __device__ __forceinline__ float mamba_silu_grad(float p) {
 // dS = dst[b, h, c], every local gradient of chunk c: the conv-output gradient of the heads' x
 // channels and of the group's B and C channels (summed over the heads in order) times silu' into
 // gpre (B,T,C), over the conv output u that the pass's scans have read there (the block reads its
-// chunk's x, B and C rows of u first: only it writes them; silu' recomputes the conv's input); dt_raw's gradient
-// (ddtr); the chunk's parts of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid
+// chunk's x, B and C rows of u first: only it writes them; silu' recomputes the conv's input);
+// dt_raw's gradient (ddtr); the chunk's parts of the dt_bias, A and D gradients into hpart[b, c, h, 0..2]. Grid
 // (nc, G, B), block STEPC_MAMBA_THREADS, dynamic shared memory stepc_mamba_chunk_bwd_smem(P, N) (107.4 KiB at P 64,
 // N 128: two blocks an SM). The group's dB and dC stay in registers across its heads (a warp a
 // 16 x 32 tensor-core tile of the L x N, so N <= 128: 2 ceil(N / 32) tiles for 8 warps); L = 32, a
@@ -646,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     const long at = ((b * Hl + (long)blockIdx.y * d.hpg + q) * d.nc + c) * (long)P * N;
     mamba_load_cols(d, gpre, b, t0, h * P, P, X, PP);
     mamba_load_dy(d, dout, b, h, t0, dY, PP);
-    mamba_state_t(SP, st + at, P, N, PP);  // S0^T
+    mamba_state_t(SP, st + at, P, N, PP, nullptr);  // S0^T
     mamba_load_dt(d, dtr, b, h, t0, a, dtb, dtc, lc);
     for (int s = threadIdx.x; s < L; s += blockDim.x) {
       eS[s] = expf(lc[L - 1] - lc[s]);
@@ -696,10 +701,7 @@ extern "C" __global__ void __launch_bounds__(STEPC_MAMBA_THREADS, 2)
     }
     __syncthreads();
     // dS (transposed) replaces S0, and sd = sum dS . S0 from memory
-    float sd = 0.0f;
-    for (int i = threadIdx.x; i < P * N; i += blockDim.x) sd += dst[at + i] * st[at + i];
-    mamba_state_t(SP, dst + at, P, N, PP);
-    sd = block_sum(sd, red);  // syncs: dS is written
+    float sd = block_sum(mamba_state_t(SP, dst + at, P, N, PP, st + at), red);  // syncs: dS is written
     // BD = Bm dS^T (L x P) into TM
     mamba_tc_store_lp(TM, PP, L, P, N, Bm, NP, SP);
     __syncthreads();
