@@ -49,6 +49,14 @@ static inline unsigned stepc_flash_dq_smem(int D, int wg) {
   return wg ? stepc_flash_wg_tiles_smem(D, 2 * 64, 64) : (unsigned)((2 * 128 + 4 * 32) * (D + 8) * 2);
 }
 
+/* The router's fp32-weight linear on the tensor cores (kernels/moe.cuh router_linear_forward /
+ * _dgrad): blocks of 128 threads own 64 rows x 64 output columns, grid (ceil(N / 64), ceil(E / 64))
+ * forward, (ceil(C / 64), ceil(N / 64)) dgrad; dynamic shared memory (bf16): the input tile 64 x 32
+ * and the weight's three bf16 parts, 64 x 32 each (forward) or 32 x 64 each (dgrad), rows padded by 8. */
+#define STEPC_ROUTER_THREADS 128
+static inline unsigned stepc_router_fwd_smem(void) { return 4u * 64 * 40 * 2; }
+static inline unsigned stepc_router_dgrad_smem(void) { return 64u * 40 * 2 + 3u * 32 * 72 * 2; }
+
 /* The MoE grouped GEMMs on the tensor cores (kernels/moe.cuh, grouped_linear_*_tc): blocks of
  * STEPC_MOE_TC_THREADS own a BM x BN output tile; forward/dgrad grid (ceil(out width / BN),
  * ceil(N / BM) + E), wgrad grid (ceil(K / BN), ceil(Nout / BM), E). Dynamic shared memory: on

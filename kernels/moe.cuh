@@ -15,10 +15,36 @@
 // ---- MLA: HEAD_SPLIT / HEAD_CONCAT ----
 // joined (ntok, H, a+b) <-> p1 (ntok, H, a), p2 (ntok, H2, b); H2 is H or 1 (a part shared by the
 // heads: concat broadcasts it, split sums it over the heads in head order). Launch: grid-stride.
+// Where H2 = H and a, b and the pointers allow 16-byte copies (Mamba's in_proj splits, MLA's
+// per-head parts), 8 columns a thread and one 32-bit division per 16 bytes (head_copy16); the
+// general path one element a thread.
+__device__ __forceinline__ bool head_copy16_ok(int a, int b, const void* x, const void* y, const void* z) {
+  return a % 8 == 0 && b % 8 == 0 && (((unsigned long long)x | (unsigned long long)y | (unsigned long long)z) & 15) == 0;
+}
+
+// split (concat false): p1/p2 from joined; concat: joined from p1/p2 (p2 null: zeros). n8 < 2^31.
+__device__ __forceinline__ void head_copy16(bool concat, uint4* joined, uint4* p1, uint4* p2, unsigned n8, unsigned a8,
+                                            unsigned b8) {
+  unsigned w8 = a8 + b8;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += gridDim.x * blockDim.x) {
+    unsigned th = i / w8, c = i - th * w8;
+    if (concat)
+      joined[i] = c < a8 ? p1[th * a8 + c] : p2 ? p2[th * b8 + c - a8] : make_uint4(0, 0, 0, 0);
+    else if (c < a8)
+      p1[th * a8 + c] = joined[i];
+    else
+      p2[th * b8 + c - a8] = joined[i];
+  }
+}
+
 extern "C" __global__ void mla_head_split(bf16* p1, bf16* p2, const bf16* joined, long ntok, int H, int a, int b,
                                           int H2) {
   int w = a + b;
   long n1 = ntok * H * a, n2 = ntok * H2 * b;
+  if (H2 == H && head_copy16_ok(a, b, p1, p2, joined) && (n1 + n2) / 8 < (1L << 31)) {
+    head_copy16(false, (uint4*)joined, (uint4*)p1, (uint4*)p2, (unsigned)((n1 + n2) / 8), a / 8, b / 8);
+    return;
+  }
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n1 + n2; i += (long)gridDim.x * blockDim.x) {
     if (i < n1) {
       long t = i / ((long)H * a);
@@ -43,6 +69,10 @@ extern "C" __global__ void mla_head_concat(bf16* joined, const bf16* p1, const b
                                            int b, int H2) {
   int w = a + b;
   long n = ntok * H * w;
+  if (H2 == H && head_copy16_ok(a, b, joined, p1, p2) && n / 8 < (1L << 31)) {
+    head_copy16(true, (uint4*)joined, (uint4*)p1, (uint4*)p2, (unsigned)(n / 8), a / 8, b / 8);
+    return;
+  }
   for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
     long t = i / ((long)H * w);
     int h = (int)(i / w % H), c = (int)(i % w);
@@ -54,67 +84,113 @@ extern "C" __global__ void mla_head_concat(bf16* joined, const bf16* p1, const b
 }
 
 // ---- the router ----
-// A linear whose weight stays fp32 (Megatron keeps the router's in fp32), tiled through shared
-// memory: a block of 256 threads owns 32 tokens x 64 experts, over chunks of 32 input columns;
-// each thread 2 tokens x 4 experts, every sum in column order. Launch: block 256, grid
-// (ceil(N / 32), ceil(E / 64)).
-extern "C" __global__ void router_linear_forward(bf16* out, const bf16* inp, const float* weight, int N, int E,
-                                                 int C) {
-  __shared__ float Xs[32][33], Ws[64][33];
-  int tx = threadIdx.x % 16, ty = threadIdx.x / 16, n0 = blockIdx.x * 32, e0 = blockIdx.y * 64;
-  float acc[2][4] = {};
-  for (int c0 = 0; c0 < C; c0 += 32) {
-    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
-      int r = i / 32, c = i % 32;
-      Xs[r][c] = n0 + r < N && c0 + c < C ? bf16_to_f32(inp[(long)(n0 + r) * C + c0 + c]) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < 64 * 32; i += 256) {
-      int r = i / 32, c = i % 32;
-      Ws[r][c] = e0 + r < E && c0 + c < C ? weight[(long)(e0 + r) * C + c0 + c] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int c = 0; c < 32; c++)
-      for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] += Xs[ty * 2 + i][c] * Ws[tx * 4 + j][c];
-    __syncthreads();
+// A linear whose weight stays fp32 (Megatron keeps the router's in fp32), on the bf16 tensor cores:
+// each fp32 weight is split into three bf16 parts, w = hi + mid + lo exactly (hi = bf16(w), mid =
+// bf16(w - hi), lo = w - hi - mid, which has at most 8 significant bits left), and the product is
+// the sum of the three bf16 products, each exact (bf16 x bf16 has 16 significant bits), accumulated
+// in fp32 — an fp32 product of the bf16 input with the fp32 weight, at the tensor cores' rate (the
+// SIMT kernels before ran at ~7 TFLOP/s: 0.4 ms a call at Nemotron's 8192 x 128 x 2688). A block of
+// 128 threads (4 warps) owns 64 rows x 64 output columns over K chunks of 32, a warp 16 rows x 64;
+// per chunk the parts are added hi, mid, lo, the chunks in order: a fixed order, deterministic.
+#define ROUTER_TILE 64
+#define ROUTER_KC 32
+#define ROUTER_PITCH 40  // bf16 row pitch of the 32-wide tiles (80 bytes: ldmatrix rows 16-byte aligned)
+#define ROUTER_NPITCH 72 // bf16 row pitch of the 64-wide tiles
+
+// The three bf16 parts of w (see above).
+__device__ __forceinline__ void router_split3(float w, bf16* hi, bf16* mid, bf16* lo) {
+  bf16 h = f32_to_bf16(w);
+  float r = w - bf16_to_f32(h);
+  bf16 m = f32_to_bf16(r);
+  *hi = h, *mid = m, *lo = f32_to_bf16(r - bf16_to_f32(m));
+}
+
+// rows x cols of W (E x C fp32) from (e0, c0) as its three bf16 parts, each a tile of row pitch
+// `pitch` (zero past E or C).
+__device__ __forceinline__ void router_weight_tile(bf16* const* parts, int pitch, const float* W, int E, int C, int e0,
+                                                   int c0, int rows, int cols) {
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    int e = i / cols, c = i % cols, o = e * pitch + c;
+    float w = e0 + e < E && c0 + c < C ? W[(long)(e0 + e) * C + c0 + c] : 0.0f;
+    router_split3(w, &parts[0][o], &parts[1][o], &parts[2][o]);
   }
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 4; j++) {
-      int n = n0 + ty * 2 + i, e = e0 + tx * 4 + j;
-      if (n < N && e < E) out[(long)n * E + e] = f32_to_bf16(acc[i][j]);
+}
+
+// rows x 32 bf16 of src (row stride ld, rows r0.., columns c0..) into s (pitch ROUTER_PITCH), zero
+// past R rows or K columns.
+__device__ __forceinline__ void router_rows_tile(bf16* s, const bf16* src, long ld, long r0, long R, int c0, int K) {
+  if (K % 8 == 0 && ld % 8 == 0 && ((unsigned long)src & 15) == 0) {
+    for (int i = threadIdx.x; i < ROUTER_TILE * ROUTER_KC / 8; i += blockDim.x) {
+      int r = i / (ROUTER_KC / 8), c = (i % (ROUTER_KC / 8)) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r0 + r < R && c0 + c < K) v = *(const uint4*)(src + (r0 + r) * ld + c0 + c);
+      *(uint4*)(s + r * ROUTER_PITCH + c) = v;
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < ROUTER_TILE * ROUTER_KC; i += blockDim.x) {
+    int r = i / ROUTER_KC, c = i % ROUTER_KC;
+    s[r * ROUTER_PITCH + c] = r0 + r < R && c0 + c < K ? src[(r0 + r) * ld + c0 + c] : (bf16)0;
+  }
+}
+
+// The 64 x 16-row fragments of a warp (c[8][4]: rows g, g + 8 of its 16, columns 8 j + 2 q ..) into
+// out (row stride ld) as bf16, inside R x Ncols.
+__device__ __forceinline__ void router_store(bf16* out, long ld, const float (*c)[4], long r0, long R, int n0,
+                                             int Ncols) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      long r = r0 + warp * 16 + lane / 4 + 8 * (e / 2);
+      int n = n0 + 8 * j + 2 * (lane % 4) + e % 2;
+      if (r < R && n < Ncols) out[r * ld + n] = f32_to_bf16(c[j][e]);
     }
 }
 
-// dinp (N, C) = dout (N, E) . weight (E, C), summed over e in order, tiled: a block of 256 threads
-// owns 32 tokens x 128 columns, over chunks of 32 experts; each thread 4 tokens x 4 columns.
-// Launch: block 256, grid (ceil(C / 128), ceil(N / 32)).
-extern "C" __global__ void router_linear_dgrad(bf16* dinp, const bf16* dout, const float* weight, int N, int E,
-                                               int C) {
-  __shared__ float Ds[32][33], Ws[32][128];
-  int lane = threadIdx.x % 32, ty = threadIdx.x / 32, c0 = blockIdx.x * 128, n0 = blockIdx.y * 32;
-  float acc[4][4] = {};
-  for (int e0 = 0; e0 < E; e0 += 32) {
-    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
-      int r = i / 32, e = i % 32;
-      Ds[r][e] = n0 + r < N && e0 + e < E ? bf16_to_f32(dout[(long)(n0 + r) * E + e0 + e]) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < 32 * 128; i += 256) {
-      int e = i / 128, c = i % 128;
-      Ws[e][c] = e0 + e < E && c0 + c < C ? weight[(long)(e0 + e) * C + c0 + c] : 0.0f;
-    }
+// out (N, E) = inp (N, C) W^T, W (E, C) fp32. Launch: block 128, grid (ceil(N / 64), ceil(E / 64)).
+extern "C" __global__ void __launch_bounds__(128) router_linear_forward(bf16* out, const bf16* inp,
+                                                                       const float* weight, int N, int E, int C) {
+  STEPC_DYNAMIC_SMEM(bf16, router_smem);  // stepc_router_fwd_smem: Xs, then the weight's three parts
+  bf16 *Xs = router_smem, *Ws[3] = {Xs + ROUTER_TILE * ROUTER_PITCH, Xs + 2 * ROUTER_TILE * ROUTER_PITCH,
+                                    Xs + 3 * ROUTER_TILE * ROUTER_PITCH};
+  long n0 = (long)blockIdx.x * ROUTER_TILE;
+  int e0 = blockIdx.y * ROUTER_TILE, warp = threadIdx.x / 32;
+  float acc[1][8][4];
+  for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  for (int c0 = 0; c0 < C; c0 += ROUTER_KC) {
+    router_rows_tile(Xs, inp, C, n0, N, c0, C);
+    router_weight_tile(Ws, ROUTER_PITCH, weight, E, C, e0, c0, ROUTER_TILE, ROUTER_KC);
     __syncthreads();
-#pragma unroll 8
-    for (int e = 0; e < 32; e++)
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] += Ds[ty * 4 + i][e] * Ws[e][lane + 32 * j];
+    for (int p = 0; p < 3; p++)
+      warp_mma_nt_m<1, ROUTER_KC / 16, 8>(acc, Xs + warp * 16 * ROUTER_PITCH, ROUTER_PITCH, Ws[p], ROUTER_PITCH);
     __syncthreads();
   }
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 4; j++) {
-      int n = n0 + ty * 4 + i, c = c0 + lane + 32 * j;
-      if (n < N && c < C) dinp[(long)n * C + c] = f32_to_bf16(acc[i][j]);
-    }
+  router_store(out, E, acc[0], n0, N, e0, E);
+}
+
+// dinp (N, C) = dout (N, E) W, W (E, C) fp32, over chunks of 32 experts. Launch: block 128, grid
+// (ceil(C / 64), ceil(N / 64)).
+extern "C" __global__ void __launch_bounds__(128) router_linear_dgrad(bf16* dinp, const bf16* dout,
+                                                                     const float* weight, int N, int E, int C) {
+  STEPC_DYNAMIC_SMEM(bf16, router_smem);  // stepc_router_dgrad_smem: Ds, then the weight's three parts
+  bf16 *Ds = router_smem, *Ws[3] = {Ds + ROUTER_TILE * ROUTER_PITCH, Ds + ROUTER_TILE * ROUTER_PITCH + ROUTER_KC * ROUTER_NPITCH,
+                                    Ds + ROUTER_TILE * ROUTER_PITCH + 2 * ROUTER_KC * ROUTER_NPITCH};
+  int c0 = blockIdx.x * ROUTER_TILE, warp = threadIdx.x / 32;
+  long n0 = (long)blockIdx.y * ROUTER_TILE;
+  float acc[1][8][4];
+  for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  for (int k0 = 0; k0 < E; k0 += ROUTER_KC) {
+    router_rows_tile(Ds, dout, E, n0, N, k0, E);
+    router_weight_tile(Ws, ROUTER_NPITCH, weight, E, C, k0, c0, ROUTER_KC, ROUTER_TILE);
+    __syncthreads();
+    unsigned a[1][ROUTER_KC / 16][4];
+    warp_load_afrag<1, ROUTER_KC / 16>(a, Ds + warp * 16 * ROUTER_PITCH, ROUTER_PITCH);
+    for (int p = 0; p < 3; p++) warp_mma_rr_m<1, ROUTER_KC / 16, 8>(acc, a, Ws[p], ROUTER_NPITCH);
+    __syncthreads();
+  }
+  router_store(dinp, C, acc[0], n0, N, c0, C);
 }
 
 // ROUTER_TOPK: k passes of argmax (ties to the lower expert), then mode 0 softmax over the k
@@ -284,24 +360,45 @@ extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long
 
 // ---- the token dispatcher ----
 // MOE_DISPATCH with drop policy position: row_of (n), seg (E, 2) {first row, rows}, tpe (E).
-// The order inside an expert is by assignment index (token order). One block of 1024 threads
-// walks the assignments in chunks of 1024: a thread's rank among the chunk's assignments of its
-// expert comes from __match_any_sync within its warp and per-warp counts before it, plus the
-// expert's running count. Integer-only, so deterministic. Block 1024, smem 34 E ints.
+// The order inside an expert is by assignment index (token order). One block of 1024 threads; warp
+// w owns the w-th of 32 contiguous segments of the assignments. Pass 1: each warp counts its
+// segment per expert (32 at a time: __match_any_sync groups a step's lanes by expert, the group's
+// first lane adds its size to the warp's row of wcnt, which no other warp touches); then per expert
+// an exclusive scan of the warps' counts in warp order turns wcnt into each warp's base. Pass 2:
+// each warp walks its segment again, a lane's rank = its warp's running base + the lanes of its
+// group before it. No barrier inside the walks (the block's barriers: 4). Integer-only, so
+// deterministic. Block 1024, smem 34 E ints.
 // A local expert range (the allgather dispatcher under expert parallelism): rank non-null, the E
 // experts from expert *rank E (local x = idx - *rank E, rank the device's EP-rank slot);
 // assignments to other experts get row -1. rank null: all experts (the one-rank dispatch).
+__device__ __forceinline__ int moe_local_expert(const int* idx, long a, long end, int first, int E) {
+  int x = a < end ? idx[a] - first : -1;
+  return x >= 0 && x < E ? x : -1;
+}
+
 extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const int* idx, long n, int E, int cap,
                                         int pad, const int* rank) {
   STEPC_DYNAMIC_SMEM(int, moe_smem);
   const int first = rank ? *rank * E : 0;
-  int *cnt = moe_smem, *off = cnt + E, *wcnt = off + E;  // wcnt (32 warps, E)
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  int *cnt = moe_smem, *off = cnt + E, *wcnt = off + E;  // wcnt (32 warps, E): counts, then bases
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const long per = (n + nw - 1) / nw, a0 = warp * per, a1 = min(n, a0 + per);
+  const unsigned below = (1u << lane) - 1u;
+  for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) wcnt[i] = 0;
   __syncthreads();
-  for (long a = threadIdx.x; a < n; a += blockDim.x) {
-    int x = idx[a] - first;
-    if (x >= 0 && x < E) atomicAdd(&cnt[x], 1);
+  for (long s = a0; s < a1; s += 32) {
+    int x = moe_local_expert(idx, s + lane, a1, first, E);
+    unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
+    if (x >= 0 && !(same & below)) wcnt[warp * E + x] += __popc(same);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int total = 0;
+    for (int w = 0; w < nw; w++) {
+      int c = wcnt[w * E + e];
+      wcnt[w * E + e] = total, total += c;
+    }
+    cnt[e] = total;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -309,31 +406,22 @@ extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const i
     for (int e = 0; e < E; e++) off[e] = cap ? e * cap : o, o += cnt[e];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) tpe[e] = cnt[e], cnt[e] = 0;
-  __syncthreads();
-  for (long base = 0; base < n; base += blockDim.x) {
-    for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) wcnt[i] = 0;
-    __syncthreads();
-    long a = base + threadIdx.x;
-    int x = a < n ? idx[a] - first : -1;
-    if (x >= E) x = -1;
-    if (a < n && x < 0) row_of[a] = -1;  // another rank's expert
-    if (x < 0) x = -1;
+  for (long s = a0; s < a1; s += 32) {
+    long a = s + lane;
+    int x = moe_local_expert(idx, a, a1, first, E);
     unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
-    int before = __popc(same & ((1u << lane) - 1u));
-    if (x >= 0 && before == 0) wcnt[warp * E + x] = __popc(same);
-    __syncthreads();
+    int before = __popc(same & below);
     if (x >= 0) {
-      int rank = cnt[x] + before;
-      for (int w = 0; w < warp; w++) rank += wcnt[w * E + x];
-      row_of[a] = !cap || rank < cap ? off[x] + rank : -1;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-      for (int w = 0; w < 32; w++) cnt[e] += wcnt[w * E + e];
-    __syncthreads();
+      int r = wcnt[warp * E + x] + before;
+      row_of[a] = !cap || r < cap ? off[x] + r : -1;
+    } else if (a < a1)
+      row_of[a] = -1;  // another rank's expert
+    __syncwarp();
+    if (x >= 0 && before == 0) wcnt[warp * E + x] += __popc(same);
+    __syncwarp();
   }
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    tpe[e] = cnt[e];
     seg[2 * e] = off[e];
     seg[2 * e + 1] = !cap ? cnt[e] : pad ? cap : min(cnt[e], cap);
   }

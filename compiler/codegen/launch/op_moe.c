@@ -72,9 +72,9 @@ int rt_op_router_linear(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bfb")) return RT_ERROR;
   const Tensor *a = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int N = (int)ops_rows(a), E = (int)w->shape[0], C = (int)w->shape[1];
-  return rt_launch_router_linear_forward(x->d,
-                                         rt_dim((unsigned)((N + 31) / 32), (unsigned)((E + 63) / 64), 1), 256,
-                                         0, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
+  return rt_launch_router_linear_forward(
+      x->d, rt_dim((unsigned)((N + 63) / 64), (unsigned)((E + 63) / 64), 1), STEPC_ROUTER_THREADS,
+      stepc_router_fwd_smem(), rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
 }
 
 /* LINEAR_DGRAD in (dy bf16, W fp32) out (dx bf16) */
@@ -82,9 +82,9 @@ int rt_op_router_linear_dgrad(RtExec *x, const Op *op) {
   if (dtypes(x, op, "bfb")) return RT_ERROR;
   const Tensor *dy = rt_t(x, op->in[0]), *w = rt_t(x, op->in[1]);
   int N = (int)ops_rows(dy), E = (int)w->shape[0], C = (int)w->shape[1];
-  return rt_launch_router_linear_dgrad(x->d,
-                                       rt_dim((unsigned)((C + 127) / 128), (unsigned)((N + 31) / 32), 1), 256,
-                                       0, rt_out(x, op, 0), rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
+  return rt_launch_router_linear_dgrad(x->d, rt_dim((unsigned)((C + 63) / 64), (unsigned)((N + 63) / 64), 1),
+                                       STEPC_ROUTER_THREADS, stepc_router_dgrad_smem(), rt_out(x, op, 0),
+                                       rt_in(x, op, 0), rt_in(x, op, 1), N, E, C);
 }
 
 /* SOFTMAX / SOFTMAX_BWD over the last dim of any tensor (the router's scores). */
