@@ -92,7 +92,10 @@ extern "C" __global__ void mla_head_concat(bf16* joined, const bf16* p1, const b
 // SIMT kernels before ran at ~7 TFLOP/s: 0.4 ms a call at Nemotron's 8192 x 128 x 2688). A block of
 // 128 threads (4 warps) owns 64 rows x 64 output columns over K chunks of 32, a warp 16 rows x 64;
 // per chunk the parts are added hi, mid, lo, the chunks in order: a fixed order, deterministic.
+// Where the widths allow 16-byte loads, the next chunk is loaded into registers while this one
+// computes (without it the 84 chunks of Nemotron's forward ran one global-load latency each).
 #define ROUTER_TILE 64
+#define ROUTER_THREADS 128 // as kernels/launch.h STEPC_ROUTER_THREADS
 #define ROUTER_KC 32
 #define ROUTER_PITCH 40  // bf16 row pitch of the 32-wide tiles (80 bytes: ldmatrix rows 16-byte aligned)
 #define ROUTER_NPITCH 72 // bf16 row pitch of the 64-wide tiles
@@ -105,8 +108,9 @@ __device__ __forceinline__ void router_split3(float w, bf16* hi, bf16* mid, bf16
   *hi = h, *mid = m, *lo = f32_to_bf16(r - bf16_to_f32(m));
 }
 
-// rows x cols of W (E x C fp32) from (e0, c0) as its three bf16 parts, each a tile of row pitch
-// `pitch` (zero past E or C).
+// The scalar path (any widths): rows x cols of W (E x C fp32) from (e0, c0) as its three bf16
+// parts, tiles of row pitch `pitch`, and 64 x 32 of src (row stride ld, rows r0.., columns c0..)
+// into s (pitch ROUTER_PITCH); zero past the ends.
 __device__ __forceinline__ void router_weight_tile(bf16* const* parts, int pitch, const float* W, int E, int C, int e0,
                                                    int c0, int rows, int cols) {
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
@@ -115,22 +119,50 @@ __device__ __forceinline__ void router_weight_tile(bf16* const* parts, int pitch
     router_split3(w, &parts[0][o], &parts[1][o], &parts[2][o]);
   }
 }
-
-// rows x 32 bf16 of src (row stride ld, rows r0.., columns c0..) into s (pitch ROUTER_PITCH), zero
-// past R rows or K columns.
 __device__ __forceinline__ void router_rows_tile(bf16* s, const bf16* src, long ld, long r0, long R, int c0, int K) {
-  if (K % 8 == 0 && ld % 8 == 0 && ((unsigned long)src & 15) == 0) {
-    for (int i = threadIdx.x; i < ROUTER_TILE * ROUTER_KC / 8; i += blockDim.x) {
-      int r = i / (ROUTER_KC / 8), c = (i % (ROUTER_KC / 8)) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r0 + r < R && c0 + c < K) v = *(const uint4*)(src + (r0 + r) * ld + c0 + c);
-      *(uint4*)(s + r * ROUTER_PITCH + c) = v;
-    }
-    return;
-  }
   for (int i = threadIdx.x; i < ROUTER_TILE * ROUTER_KC; i += blockDim.x) {
     int r = i / ROUTER_KC, c = i % ROUTER_KC;
     s[r * ROUTER_PITCH + c] = r0 + r < R && c0 + c < K ? src[(r0 + r) * ld + c0 + c] : (bf16)0;
+  }
+}
+
+// The vector path (K and ld multiples of 8, C of 4, 16-byte aligned): one chunk's operands staged in
+// registers, the 64 x 32 bf16 rows tile (2 x 16 bytes a thread of 128) and the weight's 2048-float
+// tile (4 x 16 bytes), so that the next chunk's loads are in flight while the tensor cores work on
+// this one.
+struct RouterStage {
+  uint4 x[2];
+  float4 w[4];
+};
+__device__ __forceinline__ bool router_vec_ok(const bf16* src, long ld, int K, const float* W, int C) {
+  return K % 8 == 0 && ld % 8 == 0 && C % 4 == 0 && (((unsigned long long)src | (unsigned long long)W) & 15) == 0;
+}
+__device__ __forceinline__ void router_fetch(RouterStage& st, const bf16* src, long ld, long r0, long R, int c0, int K,
+                                             const float* W, int E, int C, int e0, int wc0, int cols) {
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    int i = threadIdx.x + j * ROUTER_THREADS, r = i / (ROUTER_KC / 8), c = (i % (ROUTER_KC / 8)) * 8;
+    st.x[j] = r0 + r < R && c0 + c < K ? *(const uint4*)(src + (r0 + r) * ld + c0 + c) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    int i = threadIdx.x + j * ROUTER_THREADS, e = i / (cols / 4), c = (i % (cols / 4)) * 4;
+    st.w[j] = e0 + e < E && wc0 + c < C ? *(const float4*)(W + (long)(e0 + e) * C + wc0 + c)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+__device__ __forceinline__ void router_put(const RouterStage& st, bf16* xs, bf16* const* parts, int pitch, int cols) {
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    int i = threadIdx.x + j * ROUTER_THREADS;
+    *(uint4*)(xs + (i / (ROUTER_KC / 8)) * ROUTER_PITCH + (i % (ROUTER_KC / 8)) * 8) = st.x[j];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    int i = threadIdx.x + j * ROUTER_THREADS, o = (i / (cols / 4)) * pitch + (i % (cols / 4)) * 4;
+    float v[4] = {st.w[j].x, st.w[j].y, st.w[j].z, st.w[j].w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) router_split3(v[q], &parts[0][o + q], &parts[1][o + q], &parts[2][o + q]);
   }
 }
 
@@ -159,10 +191,16 @@ extern "C" __global__ void __launch_bounds__(128) router_linear_forward(bf16* ou
   int e0 = blockIdx.y * ROUTER_TILE, warp = threadIdx.x / 32;
   float acc[1][8][4];
   for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  const bool vec = router_vec_ok(inp, C, C, weight, C);
+  RouterStage st;
+  if (vec) router_fetch(st, inp, C, n0, N, 0, C, weight, E, C, e0, 0, ROUTER_KC);
   for (int c0 = 0; c0 < C; c0 += ROUTER_KC) {
-    router_rows_tile(Xs, inp, C, n0, N, c0, C);
-    router_weight_tile(Ws, ROUTER_PITCH, weight, E, C, e0, c0, ROUTER_TILE, ROUTER_KC);
+    if (vec)
+      router_put(st, Xs, Ws, ROUTER_PITCH, ROUTER_KC);
+    else
+      router_rows_tile(Xs, inp, C, n0, N, c0, C), router_weight_tile(Ws, ROUTER_PITCH, weight, E, C, e0, c0, ROUTER_TILE, ROUTER_KC);
     __syncthreads();
+    if (vec && c0 + ROUTER_KC < C) router_fetch(st, inp, C, n0, N, c0 + ROUTER_KC, C, weight, E, C, e0, c0 + ROUTER_KC, ROUTER_KC);
     for (int p = 0; p < 3; p++)
       warp_mma_nt_m<1, ROUTER_KC / 16, 8>(acc, Xs + warp * 16 * ROUTER_PITCH, ROUTER_PITCH, Ws[p], ROUTER_PITCH);
     __syncthreads();
@@ -181,10 +219,16 @@ extern "C" __global__ void __launch_bounds__(128) router_linear_dgrad(bf16* dinp
   long n0 = (long)blockIdx.y * ROUTER_TILE;
   float acc[1][8][4];
   for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  const bool vec = router_vec_ok(dout, E, E, weight, C);
+  RouterStage st;
+  if (vec) router_fetch(st, dout, E, n0, N, 0, E, weight, E, C, 0, c0, ROUTER_TILE);
   for (int k0 = 0; k0 < E; k0 += ROUTER_KC) {
-    router_rows_tile(Ds, dout, E, n0, N, k0, E);
-    router_weight_tile(Ws, ROUTER_NPITCH, weight, E, C, k0, c0, ROUTER_KC, ROUTER_TILE);
+    if (vec)
+      router_put(st, Ds, Ws, ROUTER_NPITCH, ROUTER_TILE);
+    else
+      router_rows_tile(Ds, dout, E, n0, N, k0, E), router_weight_tile(Ws, ROUTER_NPITCH, weight, E, C, k0, c0, ROUTER_KC, ROUTER_TILE);
     __syncthreads();
+    if (vec && k0 + ROUTER_KC < E) router_fetch(st, dout, E, n0, N, k0 + ROUTER_KC, E, weight, E, C, k0 + ROUTER_KC, c0, ROUTER_TILE);
     unsigned a[1][ROUTER_KC / 16][4];
     warp_load_afrag<1, ROUTER_KC / 16>(a, Ds + warp * 16 * ROUTER_PITCH, ROUTER_PITCH);
     for (int p = 0; p < 3; p++) warp_mma_rr_m<1, ROUTER_KC / 16, 8>(acc, a, Ws[p], ROUTER_NPITCH);
@@ -366,8 +410,10 @@ extern "C" __global__ void moe_expert_counts(float* counts, const int* idx, long
 // first lane adds its size to the warp's row of wcnt, which no other warp touches); then per expert
 // an exclusive scan of the warps' counts in warp order turns wcnt into each warp's base. Pass 2:
 // each warp walks its segment again, a lane's rank = its warp's running base + the lanes of its
-// group before it. No barrier inside the walks (the block's barriers: 4). Integer-only, so
-// deterministic. Block 1024, smem 34 E ints.
+// group before it. No barrier inside the walks (the block's barriers: 4), and each walk loads
+// MOE_DISPATCH_UNROLL steps' experts at once (one load latency per 8 steps, not per step).
+// Integer-only, so deterministic. Block 1024, smem 34 E ints.
+#define MOE_DISPATCH_UNROLL 8
 // A local expert range (the allgather dispatcher under expert parallelism): rank non-null, the E
 // experts from expert *rank E (local x = idx - *rank E, rank the device's EP-rank slot);
 // assignments to other experts get row -1. rank null: all experts (the one-rank dispatch).
@@ -386,10 +432,16 @@ extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const i
   const unsigned below = (1u << lane) - 1u;
   for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) wcnt[i] = 0;
   __syncthreads();
-  for (long s = a0; s < a1; s += 32) {
-    int x = moe_local_expert(idx, s + lane, a1, first, E);
-    unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
-    if (x >= 0 && !(same & below)) wcnt[warp * E + x] += __popc(same);
+  for (long s = a0; s < a1; s += 32 * MOE_DISPATCH_UNROLL) {
+    int xs[MOE_DISPATCH_UNROLL];
+#pragma unroll
+    for (int u = 0; u < MOE_DISPATCH_UNROLL; u++) xs[u] = moe_local_expert(idx, s + 32 * u + lane, a1, first, E);
+#pragma unroll
+    for (int u = 0; u < MOE_DISPATCH_UNROLL; u++) {
+      unsigned same = __match_any_sync(STEPC_FULL_MASK, xs[u]);
+      if (xs[u] >= 0 && !(same & below)) wcnt[warp * E + xs[u]] += __popc(same);
+      __syncwarp();
+    }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -406,19 +458,25 @@ extern "C" __global__ void moe_dispatch(int* row_of, int* seg, int* tpe, const i
     for (int e = 0; e < E; e++) off[e] = cap ? e * cap : o, o += cnt[e];
   }
   __syncthreads();
-  for (long s = a0; s < a1; s += 32) {
-    long a = s + lane;
-    int x = moe_local_expert(idx, a, a1, first, E);
-    unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
-    int before = __popc(same & below);
-    if (x >= 0) {
-      int r = wcnt[warp * E + x] + before;
-      row_of[a] = !cap || r < cap ? off[x] + r : -1;
-    } else if (a < a1)
-      row_of[a] = -1;  // another rank's expert
-    __syncwarp();
-    if (x >= 0 && before == 0) wcnt[warp * E + x] += __popc(same);
-    __syncwarp();
+  for (long s = a0; s < a1; s += 32 * MOE_DISPATCH_UNROLL) {
+    int xs[MOE_DISPATCH_UNROLL];
+#pragma unroll
+    for (int u = 0; u < MOE_DISPATCH_UNROLL; u++) xs[u] = moe_local_expert(idx, s + 32 * u + lane, a1, first, E);
+#pragma unroll
+    for (int u = 0; u < MOE_DISPATCH_UNROLL; u++) {
+      long a = s + 32 * u + lane;
+      int x = xs[u];
+      unsigned same = __match_any_sync(STEPC_FULL_MASK, x);
+      int before = __popc(same & below);
+      if (x >= 0) {
+        int r = wcnt[warp * E + x] + before;
+        row_of[a] = !cap || r < cap ? off[x] + r : -1;
+      } else if (a < a1)
+        row_of[a] = -1;  // another rank's expert
+      __syncwarp();
+      if (x >= 0 && before == 0) wcnt[warp * E + x] += __popc(same);
+      __syncwarp();
+    }
   }
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     tpe[e] = cnt[e];
