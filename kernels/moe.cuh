@@ -182,7 +182,7 @@ __device__ __forceinline__ void router_store(bf16* out, long ld, const float (*c
 }
 
 // out (N, E) = inp (N, C) W^T, W (E, C) fp32. Launch: block 128, grid (ceil(N / 64), ceil(E / 64)).
-extern "C" __global__ void __launch_bounds__(128) router_linear_forward(bf16* out, const bf16* inp,
+extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_linear_forward(bf16* out, const bf16* inp,
                                                                        const float* weight, int N, int E, int C) {
   STEPC_DYNAMIC_SMEM(bf16, router_smem);  // stepc_router_fwd_smem: Xs, then the weight's three parts
   bf16 *Xs = router_smem, *Ws[3] = {Xs + ROUTER_TILE * ROUTER_PITCH, Xs + 2 * ROUTER_TILE * ROUTER_PITCH,
@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(128) router_linear_forward(bf16* ou
   long n0 = (long)blockIdx.x * ROUTER_TILE;
   int e0 = blockIdx.y * ROUTER_TILE, warp = threadIdx.x / 32;
   float acc[1][8][4];
-  for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  acc_zero<8>(acc[0]);
   const bool vec = router_vec_ok(inp, C, C, weight, C);
   RouterStage st;
   if (vec) router_fetch(st, inp, C, n0, N, 0, C, weight, E, C, e0, 0, ROUTER_KC);
@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(128) router_linear_forward(bf16* ou
 
 // dinp (N, C) = dout (N, E) W, W (E, C) fp32, over chunks of 32 experts. Launch: block 128, grid
 // (ceil(C / 64), ceil(N / 64)).
-extern "C" __global__ void __launch_bounds__(128) router_linear_dgrad(bf16* dinp, const bf16* dout,
+extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_linear_dgrad(bf16* dinp, const bf16* dout,
                                                                      const float* weight, int N, int E, int C) {
   STEPC_DYNAMIC_SMEM(bf16, router_smem);  // stepc_router_dgrad_smem: Ds, then the weight's three parts
   bf16 *Ds = router_smem, *Ws[3] = {Ds + ROUTER_TILE * ROUTER_PITCH, Ds + ROUTER_TILE * ROUTER_PITCH + ROUTER_KC * ROUTER_NPITCH,
@@ -218,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(128) router_linear_dgrad(bf16* dinp
   int c0 = blockIdx.x * ROUTER_TILE, warp = threadIdx.x / 32;
   long n0 = (long)blockIdx.y * ROUTER_TILE;
   float acc[1][8][4];
-  for (int j = 0; j < 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  acc_zero<8>(acc[0]);
   const bool vec = router_vec_ok(dout, E, E, weight, C);
   RouterStage st;
   if (vec) router_fetch(st, dout, E, n0, N, 0, E, weight, E, C, 0, c0, ROUTER_TILE);

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "host_bits.h"
 #include "kernels/launch.h"
+#include "host_bits.h"
 #include "op_ref.h"
 
 #define RT_BF16 (1.0 / 128)
@@ -32,8 +32,7 @@ static CUdeviceptr up_bf16(Gpu *g, Rng *r, long n, double amp, double **d) {
 
 static CUdeviceptr up_f32(Gpu *g, const double *d, long n) {
   float *f = malloc(4 * (size_t)n);
-  for (long i = 0; i < n; i++)
-    f[i] = (float)d[i];
+  for (long i = 0; i < n; i++) f[i] = (float)d[i];
   CUdeviceptr p = gpu_dup(g, f, 4 * (size_t)n);
   free(f);
   return p;
@@ -65,13 +64,12 @@ static void *down_raw(Gpu *g, CUdeviceptr p, size_t bytes) {
 
 /* The reference rounded to bf16, for checks that must be exact. */
 static void round_bf16(double *d, long n) {
-  for (long i = 0; i < n; i++)
-    d[i] = host_bf16_to_f32(host_f32_to_bf16((float)d[i]));
+  for (long i = 0; i < n; i++) d[i] = host_bf16_to_f32(host_f32_to_bf16((float)d[i]));
 }
 
 /* The norm op's reference over x (N, C): LayerNorm where b is given (mean out), else RMSNorm. */
-static void norm_ref(double *y, double *mean, double *rstd, const double *x, const double *w, const double *b,
-                     int N, int C, float eps) {
+static void norm_ref(double *y, double *mean, double *rstd, const double *x, const double *w, const double *b, int N,
+                     int C, float eps) {
   OpAttrs a = {.f = {eps}};
   RefT in[3] = {ref_f(x, N, C, 0, 0), ref_f(w, C, 0, 0, 0), ref_f(b, C, 0, 0, 0)};
   RefT out[3] = {ref_f(y, N, C, 0, 0), ref_f(b ? mean : rstd, N, 0, 0, 0), ref_f(rstd, N, 0, 0, 0)};
@@ -80,16 +78,14 @@ static void norm_ref(double *y, double *mean, double *rstd, const double *x, con
 
 /* The norm backward op's reference (ln: LayerNorm, with db) on the fp64 statistics of x: dx, dw
  * and db written. */
-static void norm_bwd_ref(double *dx, double *dw, double *db, const double *dy, const double *x,
-                         const double *w, int N, int C, float eps, int ln) {
-  double *y = malloc(sizeof *y * (size_t)N * C), *mean = malloc(sizeof *mean * N),
-         *rstd = malloc(sizeof *rstd * N);
-  double *zero =
-      ln ? calloc((size_t)C, sizeof *zero) : NULL; /* LayerNorm's bias: no part in the statistics */
+static void norm_bwd_ref(double *dx, double *dw, double *db, const double *dy, const double *x, const double *w, int N,
+                         int C, float eps, int ln) {
+  double *y = malloc(sizeof *y * (size_t)N * C), *mean = malloc(sizeof *mean * N), *rstd = malloc(sizeof *rstd * N);
+  double *zero = ln ? calloc((size_t)C, sizeof *zero) : NULL; /* LayerNorm's bias: no part in the statistics */
   norm_ref(y, mean, rstd, x, w, zero, N, C, eps);
   OpAttrs a = {.f = {eps}};
-  RefT in[5] = {ref_f(dy, N, C, 0, 0), ref_f(x, N, C, 0, 0), ref_f(w, C, 0, 0, 0),
-                ref_f(ln ? mean : rstd, N, 0, 0, 0), ref_f(rstd, N, 0, 0, 0)};
+  RefT in[5] = {ref_f(dy, N, C, 0, 0), ref_f(x, N, C, 0, 0), ref_f(w, C, 0, 0, 0), ref_f(ln ? mean : rstd, N, 0, 0, 0),
+                ref_f(rstd, N, 0, 0, 0)};
   RefT out[3] = {ref_f(dx, N, C, 0, 0), ref_f(dw, C, 0, 0, 0), ref_f(db, C, 0, 0, 0)};
   ref_op(ln ? OP_LAYERNORM_BWD : OP_RMSNORM_BWD, &a, in, ln ? 5 : 4, out, ln ? 3 : 2, 0);
   free(y), free(mean), free(rstd), free(zero);
@@ -101,8 +97,7 @@ static void test_embedding(Gpu *g, Rng *r) {
   CUdeviceptr dwte_ = up_bf16(g, r, (long)V * C, 1, &wte), dwpe_ = up_bf16(g, r, (long)T * C, 1, &wpe);
   CUdeviceptr ddout = up_bf16(g, r, (long)N * C, 1, &dout);
   int *tok = malloc(sizeof *tok * N);
-  for (int n = 0; n < N; n++)
-    tok[n] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+  for (int n = 0; n < N; n++) tok[n] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
   tok[5] = -1, tok[77] = V; /* out of range: zero row, no gradient */
   CUdeviceptr dtok = gpu_dup(g, tok, sizeof *tok * N), dout_ = gpu_alloc(g, 2 * (size_t)N * C);
   void *a[] = {&dout_, &dtok, &dwte_, &dwpe_, &N, &T, &C, &V};
@@ -112,26 +107,20 @@ static void test_embedding(Gpu *g, Rng *r) {
    * bounds, ir/ops/embedding.c); the kernel reads a zero row and adds no gradient: the reference
    * runs on token 0 there with the row (and its gradient) zeroed. */
   int *tin = malloc(sizeof *tin * N);
-  double *emb = malloc(sizeof *emb * N * C), *dz = malloc(sizeof *dz * N * C),
-         *dw = malloc(sizeof *dw * V * C), *dp = malloc(sizeof *dp * T * C);
+  double *emb = malloc(sizeof *emb * N * C), *dz = malloc(sizeof *dz * N * C), *dw = malloc(sizeof *dw * V * C),
+         *dp = malloc(sizeof *dp * T * C);
   memcpy(dz, dout, sizeof *dz * N * C);
+  for (int n = 0; n < N; n++) tin[n] = tok[n] >= 0 && tok[n] < V ? tok[n] : 0;
+  ref_op(OP_EMBED, NULL, (RefT[]){ref_i(tin, B, T, 0, 0), ref_f(wte, V, C, 0, 0)}, 2, (RefT[]){ref_f(emb, B, T, C, 0)}, 1, 0);
   for (int n = 0; n < N; n++)
-    tin[n] = tok[n] >= 0 && tok[n] < V ? tok[n] : 0;
-  ref_op(OP_EMBED, NULL, (RefT[]){ref_i(tin, B, T, 0, 0), ref_f(wte, V, C, 0, 0)}, 2,
-         (RefT[]){ref_f(emb, B, T, C, 0)}, 1, 0);
-  for (int n = 0; n < N; n++)
-    if (tin[n] != tok[n])
-      memset(emb + (long)n * C, 0, sizeof *emb * C), memset(dz + (long)n * C, 0, sizeof *dz * C);
-  ref_op(OP_POS_ADD, NULL, (RefT[]){ref_f(emb, B, T, C, 0), ref_f(wpe, T, C, 0, 0)}, 2,
-         (RefT[]){ref_f(want, B, T, C, 0)}, 1, 0);
+    if (tin[n] != tok[n]) memset(emb + (long)n * C, 0, sizeof *emb * C), memset(dz + (long)n * C, 0, sizeof *dz * C);
+  ref_op(OP_POS_ADD, NULL, (RefT[]){ref_f(emb, B, T, C, 0), ref_f(wpe, T, C, 0, 0)}, 2, (RefT[]){ref_f(want, B, T, C, 0)}, 1, 0);
   round_bf16(want, (long)N * C);
   gpu_check(g, "embedding_forward (exact)", got, want, (long)N * C, 0, 0);
 
   double *init = malloc(sizeof *init * V * C), *initp = malloc(sizeof *initp * T * C);
-  for (long i = 0; i < (long)V * C; i++)
-    init[i] = rng_uniform(r);
-  for (long i = 0; i < (long)T * C; i++)
-    initp[i] = rng_uniform(r);
+  for (long i = 0; i < (long)V * C; i++) init[i] = rng_uniform(r);
+  for (long i = 0; i < (long)T * C; i++) initp[i] = rng_uniform(r);
   CUdeviceptr gw = up_f32(g, init, (long)V * C), gp = up_f32(g, initp, (long)T * C);
   void *b1[] = {&gw, &ddout, &dtok, &N, &C, &V};
   gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
@@ -139,13 +128,10 @@ static void test_embedding(Gpu *g, Rng *r) {
   void *b2[] = {&gp, &ddout, &B, &T, &C, &norank};
   gpu_launch(g, "embedding_backward_position", gpu_grid1d(g, (long)T * C / 8), 1, 1, 256, 0, b2);
   OpAttrs av = {.i = {V}}, at = {.i = {T}};
-  ref_op(OP_EMBED_BWD, &av, (RefT[]){ref_f(dz, B, T, C, 0), ref_i(tin, B, T, 0, 0)}, 2,
-         (RefT[]){ref_f(dw, V, C, 0, 0)}, 1, 0);
+  ref_op(OP_EMBED_BWD, &av, (RefT[]){ref_f(dz, B, T, C, 0), ref_i(tin, B, T, 0, 0)}, 2, (RefT[]){ref_f(dw, V, C, 0, 0)}, 1, 0);
   ref_op(OP_POS_ADD_BWD, &at, (RefT[]){ref_f(dout, B, T, C, 0)}, 1, (RefT[]){ref_f(dp, T, C, 0, 0)}, 1, 0);
-  for (long i = 0; i < (long)V * C; i++)
-    init[i] = (float)init[i] + dw[i];
-  for (long i = 0; i < (long)T * C; i++)
-    initp[i] = (float)initp[i] + dp[i];
+  for (long i = 0; i < (long)V * C; i++) init[i] = (float)init[i] + dw[i];
+  for (long i = 0; i < (long)T * C; i++) initp[i] = (float)initp[i] + dp[i];
   double *gwd = down_f32(g, gw, (long)V * C), *gpd = down_f32(g, gp, (long)T * C);
   /* ~N/V = 80 terms of size <= 1 per entry: fp32 sequential sum error well under 1e-4. */
   gpu_check(g, "embedding_backward_token", gwd, init, (long)V * C, 1e-4, 1e-5);
@@ -154,8 +140,7 @@ static void test_embedding(Gpu *g, Rng *r) {
   /* Determinism: the same accumulation from the same start, twice, bitwise. */
   float *start = malloc(4 * (size_t)V * C);
   void *runs[2];
-  for (long i = 0; i < (long)V * C; i++)
-    start[i] = 0.25f;
+  for (long i = 0; i < (long)V * C; i++) start[i] = 0.25f;
   for (int rep = 0; rep < 2; rep++) {
     gpu_put(g, gw, start, 4 * (size_t)V * C);
     gpu_launch(g, "embedding_backward_token", (unsigned)g->sm_count * 4, 1, 1, 256, 0, b1);
@@ -163,8 +148,7 @@ static void test_embedding(Gpu *g, Rng *r) {
   }
   gpu_check_bitwise(g, "embedding_backward_token deterministic", runs[0], runs[1], 4 * (size_t)V * C);
   free(runs[0]), free(runs[1]), free(start);
-  free(wte), free(wpe), free(dout), free(tok), free(want), free(got), free(init), free(initp), free(gwd),
-      free(gpd);
+  free(wte), free(wpe), free(dout), free(tok), free(want), free(got), free(init), free(initp), free(gwd), free(gpd);
   free(tin), free(emb), free(dz), free(dw), free(dp);
   gpu_free(g, dwte_), gpu_free(g, dwpe_), gpu_free(g, ddout), gpu_free(g, dtok), gpu_free(g, dout_);
   gpu_free(g, gw), gpu_free(g, gp);
@@ -194,10 +178,8 @@ static void test_norms(Gpu *g, Rng *r, int N, int C) {
   gpu_launch(g, "rmsnorm_forward", grid, 1, 1, block, 0, a1);
   norm_ref(want, NULL, wr, x, w, NULL, N, C, eps);
   double *got = down_bf16(g, out, n), *gr = down_f32(g, rstd, N);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward", C), name), got, want, n, 1e-3,
-            RT_BF16);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward rstd", C), name), gr, wr, N, 0,
-            1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward", C), name), got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_forward rstd", C), name), gr, wr, N, 0, 1e-5);
   free(got), free(gr);
 
   void *a2[] = {&out, &mean, &rstd, &dx, &dw, &db, &N, &C, &eps, &nul, &nul};
@@ -206,36 +188,28 @@ static void test_norms(Gpu *g, Rng *r, int N, int C) {
   got = down_bf16(g, out, n);
   double *gm = down_f32(g, mean, N);
   gr = down_f32(g, rstd, N);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward", C), name), got, want, n, 1e-3,
-            RT_BF16);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward mean", C), name), gm, wm, N, 1e-6,
-            1e-5);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward rstd", C), name), gr, wr, N, 0,
-            1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward", C), name), got, want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward mean", C), name), gm, wm, N, 1e-6, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_forward rstd", C), name), gr, wr, N, 0, 1e-5);
   free(got), free(gm), free(gr);
 
   /* Fused residual: residual = bf16(a + b) exactly, the norm of that. */
   double *sum = malloc(sizeof *sum * n);
-  for (long i = 0; i < n; i++)
-    sum[i] = host_bf16_to_f32(host_f32_to_bf16((float)x[i] + (float)x2[i]));
+  for (long i = 0; i < n; i++) sum[i] = host_bf16_to_f32(host_f32_to_bf16((float)x[i] + (float)x2[i]));
   void *a3[] = {&res, &out, &rstd, &dx, &dx2, &dw, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_rmsnorm_forward", grid, 1, 1, block, 0, a3);
   got = down_bf16(g, res, n);
-  gpu_check(g,
-            (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward residual (exact)", C), name),
-            got, sum, n, 0, 0);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward residual (exact)", C), name), got, sum, n, 0, 0);
   free(got);
   norm_ref(want, NULL, wr, sum, w, NULL, N, C, eps);
   got = down_bf16(g, out, n);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward out", C), name), got, want,
-            n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_rmsnorm_forward out", C), name), got, want, n, 1e-3, RT_BF16);
   free(got);
   void *a4[] = {&res, &out, &mean, &rstd, &dx, &dx2, &dw, &db, &N, &C, &eps, &nul, &nul};
   gpu_launch(g, "residual_layernorm_forward", grid, 1, 1, block, 0, a4);
   norm_ref(want, wm, wr, sum, w, bias, N, C, eps);
   got = down_bf16(g, out, n);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_layernorm_forward out", C), name), got,
-            want, n, 1e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "residual_layernorm_forward out", C), name), got, want, n, 1e-3, RT_BF16);
   free(got);
 
   /* Backward, on the LayerNorm stats still in mean/rstd (of `sum`); then RMSNorm. dinp starts at
@@ -246,18 +220,15 @@ static void test_norms(Gpu *g, Rng *r, int N, int C) {
   void *b1[] = {&dinp, &ddy, &res, &dw, &mean, &rstd, &N, &C, &accumulate};
   gpu_launch(g, "layernorm_backward_input", bgrid, 1, 1, bblock, 0, b1);
   norm_bwd_ref(wdx, wdw, wdw + C, dy, sum, w, N, C, eps, 1);
-  for (long i = 0; i < n; i++)
-    wdx[i] += d0[i];
+  for (long i = 0; i < n; i++) wdx[i] += d0[i];
   got = down_bf16(g, dinp, n);
   /* dx ~ rstd * O(1) terms that partly cancel: atol 2^-8 of that scale */
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_backward_input (accumulate)", C), name),
-            got, wdx, n, 4e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm_backward_input (accumulate)", C), name), got, wdx, n, 4e-3, RT_BF16);
   free(got);
 
   CUdeviceptr partial = gpu_alloc(g, 4 * (size_t)G * 2 * C);
   double *init = malloc(sizeof *init * 2 * C);
-  for (int c = 0; c < 2 * C; c++)
-    init[c] = (float)rng_uniform(r);
+  for (int c = 0; c < 2 * C; c++) init[c] = (float)rng_uniform(r);
   CUdeviceptr gw = up_f32(g, init, C), gb = up_f32(g, init + C, C);
   void *b2[] = {&partial, &ddy, &res, &mean, &rstd, &N, &C};
   gpu_launch(g, "norm_backward_weight_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, b2);
@@ -267,14 +238,11 @@ static void test_norms(Gpu *g, Rng *r, int N, int C) {
   void *b4[] = {&gb, &pb, &G, &C, &ld};
   gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b3);
   gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, b4);
-  for (int c = 0; c < 2 * C; c++)
-    wdw[c] += init[c];
+  for (int c = 0; c < 2 * C; c++) wdw[c] += init[c];
   double *gwd = down_f32(g, gw, C), *gbd = down_f32(g, gb, C);
   /* sums of N = 300 terms of size ~2: fp32 error ~1e-5 absolute */
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dweight (partial + colsum)", C), name),
-            gwd, wdw, C, 1e-4, 1e-5);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dbias (partial + colsum)", C), name), gbd,
-            wdw + C, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dweight (partial + colsum)", C), name), gwd, wdw, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "layernorm dbias (partial + colsum)", C), name), gbd, wdw + C, C, 1e-4, 1e-5);
   free(gwd), free(gbd);
 
   void *b5[] = {&out, &rstd, &dx, &dw, &N, &C, &eps, &nul, &nul}; /* fresh RMSNorm stats of x */
@@ -284,29 +252,25 @@ static void test_norms(Gpu *g, Rng *r, int N, int C) {
   memset(wdw, 0, sizeof *wdw * 2 * C);
   norm_bwd_ref(wdx, wdw, NULL, dy, x, w, N, C, eps, 0);
   got = down_bf16(g, dinp, n);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_backward_input", C), name), got, wdx, n,
-            4e-3, RT_BF16);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "rmsnorm_backward_input", C), name), got, wdx, n, 4e-3, RT_BF16);
   free(got);
 
   /* Linear-layer bias gradient: column sums of dy. */
   double *bsum = calloc(C, sizeof *bsum);
-  for (long i = 0; i < n; i++)
-    bsum[i % C] += dy[i];
+  for (long i = 0; i < n; i++) bsum[i % C] += dy[i];
   CUdeviceptr gbias = gpu_alloc(g, 4 * (size_t)C);
   void *c1[] = {&partial, &ddy, &N, &C};
   gpu_launch(g, "bias_backward_partial", (unsigned)((C / 2 + 255) / 256), (unsigned)G, 1, 256, 0, c1);
   void *c2[] = {&gbias, &partial, &G, &C, &C};
   gpu_launch(g, "colsum_accumulate", (unsigned)((C + 31) / 32), 1, 1, 256, 0, c2);
   got = down_f32(g, gbias, C);
-  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "bias_backward_partial + colsum", C), name), got,
-            bsum, C, 1e-4, 1e-5);
+  gpu_check(g, (snprintf(name, sizeof name, "%s (C=%d)", "bias_backward_partial + colsum", C), name), got, bsum, C, 1e-4, 1e-5);
   free(got), free(bsum);
 
   free(x), free(x2), free(w), free(bias), free(dy), free(d0), free(want), free(wm), free(wr), free(sum);
   free(wdx), free(wdw), free(init);
   CUdeviceptr bufs[] = {dx, dx2, dw, db, ddy, dd0, out, res, mean, rstd, dinp, partial, gw, gb, gbias};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-    gpu_free(g, bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
 }
 
 /* The one-pass norm backward (rmsnorm_backward / layernorm_backward: dinp and the weight and bias
@@ -341,8 +305,7 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       free(fo), free(want), free(wm), free(wr);
       void *b1[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C, &none, &none};
       void *b2[] = {&dinp, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
-      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem,
-                 ln ? b2 : b1);
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b2 : b1);
       gpu_memset(g, gw, 0, 4 * (size_t)2 * C);
       int ld = 2 * C;
       CUdeviceptr pb = partial + 4 * (size_t)C, gb = gw + 4 * (size_t)C;
@@ -354,16 +317,13 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       double *got = down_bf16(g, dinp, n), *gwd = down_f32(g, gw, P * C);
       snprintf(name, sizeof name, "%s_backward dinp (C=%d)", ln ? "layernorm" : "rmsnorm", C);
       gpu_check(g, name, got, wdx, n, 4e-3, RT_BF16);
-      snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm",
-               ln ? "weight, dbias" : "weight", C);
+      snprintf(name, sizeof name, "%s_backward d%s + colsum (C=%d)", ln ? "layernorm" : "rmsnorm", ln ? "weight, dbias" : "weight", C);
       gpu_check(g, name, gwd, wdw, P * C, 1e-4, 1e-5);
       void *b3[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &rstd, &N, &C, &none, &none};
       void *b4[] = {&dinp2, &partial, &ddy, &none, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
       void *p1 = down_raw(g, partial, 4 * (size_t)G * 2 * C);
-      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem,
-                 ln ? b4 : b3);
-      void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n),
-           *d2 = down_raw(g, dinp2, 2 * n);
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b4 : b3);
+      void *p2 = down_raw(g, partial, 4 * (size_t)G * 2 * C), *d1 = down_raw(g, dinp, 2 * n), *d2 = down_raw(g, dinp2, 2 * n);
       gpu_check_bitwise(g, "norm backward rerun: dinp", d1, d2, 2 * (size_t)n);
       gpu_check_bitwise(g, "norm backward rerun: partials", p1, p2, 4 * (size_t)G * P * C);
       /* with an addend (FUSE_NORM_BWD_ADD): the bits of the kernel then residual_add */
@@ -372,18 +332,14 @@ static void test_norm_backward_fused(Gpu *g, Rng *r) {
       gpu_launch(g, "residual_add", gpu_grid1d(g, n), 1, 1, 256, 0, ra);
       void *b5[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &rstd, &N, &C, &none, &none};
       void *b6[] = {&dinp2, &partial, &ddy, &out, &dx, &dw, &mean, &rstd, &N, &C, &none, &none};
-      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem,
-                 ln ? b6 : b5);
+      gpu_launch(g, ln ? "layernorm_backward" : "rmsnorm_backward", (unsigned)G, 1, 1, 32 * (unsigned)W, smem, ln ? b6 : b5);
       void *d3 = down_raw(g, dinp, 2 * n), *d4 = down_raw(g, dinp2, 2 * n);
-      snprintf(name, sizeof name, "%s_backward + addend == then residual_add (C=%d)",
-               ln ? "layernorm" : "rmsnorm", C);
+      snprintf(name, sizeof name, "%s_backward + addend == then residual_add (C=%d)", ln ? "layernorm" : "rmsnorm", C);
       gpu_check_bitwise(g, name, d3, d4, 2 * (size_t)n);
       free(d3), free(d4);
-      free(p1), free(p2), free(d1), free(d2), free(got), free(gwd), free(wdx), free(wdw), free(x), free(w),
-          free(bias), free(dy);
+      free(p1), free(p2), free(d1), free(d2), free(got), free(gwd), free(wdx), free(wdw), free(x), free(w), free(bias), free(dy);
       CUdeviceptr bufs[] = {dx, dw, db, ddy, out, mean, rstd, dinp, dinp2, partial, gw};
-      for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        gpu_free(g, bufs[i]);
+      for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
     }
   }
 }
@@ -423,18 +379,16 @@ static void test_rope(Gpu *g, Rng *r) {
 /* The fused QKV kernels write the bits of the unfused ones: rope_split_qkv = split_qkv then
  * rope_forward on q and k; rope_concat_qkv = rope_backward on dq and dk then concat_qkv. */
 static void test_rope_qkv(Gpu *g, Rng *r) {
-  int configs[4][5] = {
-      {2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}, {2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
+  int configs[4][5] = {{2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}, {2, 64, 4, 2, 64}, {1, 4096, 8, 2, 128}}; /* B, T, H, G, D */
   for (int c = 0; c < 4; c++) {
     int B = configs[c][0], T = configs[c][1], H = configs[c][2], G = configs[c][3], D = configs[c][4];
     long N = (long)B * T, nq = N * H * D, nk = N * G * D, n = nq + 2 * nk;
     float base = 500000.0f, factor = c < 2 ? 0.0f : 32.0f; /* then Llama 3's scaling */
     char name[96];
     double *x;
-    CUdeviceptr qkv = up_bf16(g, r, n, 1, &x), q = gpu_alloc(g, 2 * nq), k = gpu_alloc(g, 2 * nk),
-                v = gpu_alloc(g, 2 * nk);
-    CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk),
-                back = gpu_alloc(g, 2 * n), fback = gpu_alloc(g, 2 * n);
+    CUdeviceptr qkv = up_bf16(g, r, n, 1, &x), q = gpu_alloc(g, 2 * nq), k = gpu_alloc(g, 2 * nk), v = gpu_alloc(g, 2 * nk);
+    CUdeviceptr fq = gpu_alloc(g, 2 * nq), fk = gpu_alloc(g, 2 * nk), fv = gpu_alloc(g, 2 * nk), back = gpu_alloc(g, 2 * n),
+                fback = gpu_alloc(g, 2 * n);
     void *a[] = {&q, &k, &v, &qkv, &N, &H, &G, &D};
     gpu_launch(g, "split_qkv", gpu_grid1d(g, n / 8), 1, 1, 256, 0, a);
     void *rq[] = {&q, &q, &B, &T, &H, &D, &base, &factor}, *rk[] = {&k, &k, &B, &T, &G, &D, &base, &factor};
@@ -446,8 +400,7 @@ static void test_rope_qkv(Gpu *g, Rng *r) {
     uint16_t *h1 = malloc(2 * (size_t)n), *h2 = malloc(2 * (size_t)n);
     gpu_get(g, h1, q, bq), gpu_get(g, h1 + nq, k, bk), gpu_get(g, h1 + nq + nk, v, bk);
     gpu_get(g, h2, fq, bq), gpu_get(g, h2 + nq, fk, bk), gpu_get(g, h2 + nq + nk, fv, bk);
-    snprintf(name, sizeof name, "rope_split_qkv = split_qkv + rope_forward (T=%d, D=%d, scaling factor %g)",
-             T, D, factor);
+    snprintf(name, sizeof name, "rope_split_qkv = split_qkv + rope_forward (T=%d, D=%d, scaling factor %g)", T, D, factor);
     gpu_check_bitwise(g, name, h1, h2, 2 * (size_t)n);
     /* backward on the rotated values as gradients: the fused kernel reads fq, fk, fv */
     void *bq_[] = {&q, &q, &B, &T, &H, &D, &base, &factor}, *bk_[] = {&k, &k, &B, &T, &G, &D, &base, &factor};
@@ -459,13 +412,11 @@ static void test_rope_qkv(Gpu *g, Rng *r) {
     void *fc[] = {&fback, &fq, &fk, &fv, &N, &T, &H, &G, &D, &base, &factor, &none, &none};
     gpu_launch(g, "rope_concat_qkv", (unsigned)N, 1, 1, 128, 0, fc);
     gpu_get(g, h1, back, 2 * (size_t)n), gpu_get(g, h2, fback, 2 * (size_t)n);
-    snprintf(name, sizeof name,
-             "rope_concat_qkv = rope_backward + concat_qkv (T=%d, D=%d, scaling factor %g)", T, D, factor);
+    snprintf(name, sizeof name, "rope_concat_qkv = rope_backward + concat_qkv (T=%d, D=%d, scaling factor %g)", T, D, factor);
     gpu_check_bitwise(g, name, h1, h2, 2 * (size_t)n);
     free(h1), free(h2), free(x);
     CUdeviceptr bufs[] = {qkv, q, k, v, fq, fk, fv, back, fback};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-      gpu_free(g, bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
   }
 }
 
@@ -479,11 +430,9 @@ static void test_softmax_transpose(Gpu *g, Rng *r) {
   gpu_launch(g, "softmax_causal_forward", (unsigned)(BH * T), 1, 1, 256, 0, a);
   /* CAUSAL_MASK then SOFTMAX of the scaled scores (the kernel takes the scale) */
   double *ss = malloc(sizeof *ss * n), *masked = malloc(sizeof *masked * n);
-  for (long i = 0; i < n; i++)
-    ss[i] = scale * s[i];
+  for (long i = 0; i < n; i++) ss[i] = scale * s[i];
   OpAttrs ma = {.i = {0}};
-  ref_op(OP_CAUSAL_MASK, &ma, (RefT[]){ref_f(ss, BH, T, T, 0)}, 1, (RefT[]){ref_f(masked, BH, T, T, 0)}, 1,
-         0);
+  ref_op(OP_CAUSAL_MASK, &ma, (RefT[]){ref_f(ss, BH, T, T, 0)}, 1, (RefT[]){ref_f(masked, BH, T, T, 0)}, 1, 0);
   ref_op(OP_SOFTMAX, NULL, (RefT[]){ref_f(masked, BH, T, T, 0)}, 1, (RefT[]){ref_f(want, BH, T, T, 0)}, 1, 0);
   free(ss), free(masked);
   double *gp = down_bf16(g, p, n);
@@ -492,10 +441,8 @@ static void test_softmax_transpose(Gpu *g, Rng *r) {
   void *b[] = {&dsc, &ddp, &p, &BH, &T, &scale};
   gpu_launch(g, "softmax_causal_backward", (unsigned)(BH * T), 1, 1, 256, 0, b);
   /* SOFTMAX_BWD on the probabilities the kernel saved, times the scale */
-  ref_op(OP_SOFTMAX_BWD, NULL, (RefT[]){ref_f(dp, BH, T, T, 0), ref_f(gp, BH, T, T, 0)}, 2,
-         (RefT[]){ref_f(want, BH, T, T, 0)}, 1, 0);
-  for (long i = 0; i < n; i++)
-    want[i] *= scale;
+  ref_op(OP_SOFTMAX_BWD, NULL, (RefT[]){ref_f(dp, BH, T, T, 0), ref_f(gp, BH, T, T, 0)}, 2, (RefT[]){ref_f(want, BH, T, T, 0)}, 1, 0);
+  for (long i = 0; i < n; i++) want[i] *= scale;
   double *got = down_bf16(g, dsc, n);
   gpu_check(g, "softmax_causal_backward", got, want, n, 1e-5, RT_BF16);
   free(got), free(gp), free(s), free(dp), free(want);
@@ -646,15 +593,13 @@ static void test_elementwise(Gpu *g, Rng *r) {
   CUdeviceptr da = up_bf16(g, r, n, 1, &a), db = up_bf16(g, r, n, 1, &b), out = gpu_alloc(g, 2 * n);
   void *k1[] = {&out, &da, &db, &n};
   gpu_launch(g, "residual_add", gpu_grid1d(g, n), 1, 1, 256, 0, k1);
-  for (long i = 0; i < n; i++)
-    want[i] = a[i] + b[i];
+  for (long i = 0; i < n; i++) want[i] = a[i] + b[i];
   double *got = down_bf16(g, out, n);
   gpu_check(g, "residual_add", got, want, n, 1e-6, RT_BF16);
   free(got);
 
   double *f = malloc(sizeof *f * n);
-  for (long i = 0; i < n; i++)
-    f[i] = (float)(3 * rng_uniform(r));
+  for (long i = 0; i < n; i++) f[i] = (float)(3 * rng_uniform(r));
   CUdeviceptr df = up_f32(g, f, n), acc = up_f32(g, f, n), acc2 = up_f32(g, f, n);
   void *k2[] = {&out, &df, &n};
   gpu_launch(g, "cast_f32_to_bf16", gpu_grid1d(g, n), 1, 1, 256, 0, k2);
@@ -672,8 +617,7 @@ static void test_elementwise(Gpu *g, Rng *r) {
 
   void *k4[] = {&acc, &da, &n};
   gpu_launch(g, "grad_accumulate_bf16", gpu_grid1d(g, n), 1, 1, 256, 0, k4);
-  for (long i = 0; i < n; i++)
-    want[i] = (float)(f[i] + a[i]);
+  for (long i = 0; i < n; i++) want[i] = (float)(f[i] + a[i]);
   got = down_f32(g, acc, n);
   gpu_check(g, "grad_accumulate_bf16", got, want, n, 0, 1e-7);
   free(got);
@@ -690,13 +634,11 @@ static void test_elementwise(Gpu *g, Rng *r) {
   void *k7[] = {&acc2, &v, &n};
   gpu_launch(g, "fill_f32", gpu_grid1d(g, n), 1, 1, 256, 0, k7);
   got = down_f32(g, acc2, n);
-  for (long i = 0; i < n; i++)
-    want[i] = 3.25;
+  for (long i = 0; i < n; i++) want[i] = 3.25;
   gpu_check(g, "fill_f32", got, want, n, 0, 0);
   free(got), free(a), free(b), free(f), free(want);
   CUdeviceptr bufs[] = {da, db, out, df, acc, acc2, back, ds};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-    gpu_free(g, bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
 }
 
 static void test_cross_entropy(Gpu *g, Rng *r) {
@@ -706,8 +648,7 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   double *x;
   CUdeviceptr dl = up_bf16(g, r, n, 4, &x);
   int *t = malloc(sizeof *t * N);
-  for (int i = 0; i < N; i++)
-    t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+  for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
   t[3] = -100, t[10] = V; /* ignored */
   /* the loss denominator the kernels divide by: the kept targets (the mean over them) */
   float den = (float)(N - 2);
@@ -723,8 +664,7 @@ static void test_cross_entropy(Gpu *g, Rng *r) {
   void *b[] = {&mean, &losses, &N, &dden};
   gpu_launch(g, "loss_reduce", 1, 1, 1, 1024, 0, b);
   double wm = 0, *gm;
-  for (int i = 0; i < N; i++)
-    wm += wl[i];
+  for (int i = 0; i < N; i++) wm += wl[i];
   wm /= den;
   gm = down_f32(g, mean, 1);
   gpu_check(g, "loss_reduce (mean)", gm, &wm, 1, 0, 1e-5);
@@ -746,44 +686,36 @@ static void test_cross_entropy_cluster(Gpu *g, Rng *r) {
     uint16_t *orig = malloc(2 * (size_t)n);
     gpu_get(g, orig, dl, 2 * (size_t)n);
     int *t = malloc(sizeof *t * N);
-    for (int i = 0; i < N; i++)
-      t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
+    for (int i = 0; i < N; i++) t[i] = (int)((rng_uniform(r) + 1) * 0.5 * V) % V;
     t[3] = -100, t[N - 1] = V - 1;
     if (c == 0) t[10] = V; /* ignored */
-    CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N),
-                losses2 = gpu_alloc(g, 4 * N);
+    CUdeviceptr dt = gpu_dup(g, t, sizeof *t * N), losses = gpu_alloc(g, 4 * N), losses2 = gpu_alloc(g, 4 * N);
     gpu_put(g, dl2, orig, 2 * (size_t)n);
     unsigned th = stepc_ce_threads(Vp);
     float one = 1.0f;
     CUdeviceptr den = gpu_dup(g, &one, sizeof one);
-    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss, &den},
-         *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss, &den};
+    void *a[] = {&losses, &dl, &dt, &N, &V, &Vp, &dloss, &den}, *b[] = {&losses2, &dl2, &dt, &N, &V, &Vp, &dloss, &den};
     gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, a);
     gpu_launch(g, "cross_entropy_cluster", (unsigned)N * STEPC_CE_CLUSTER, 1, 1, th, 0, b);
     double *wl = malloc(sizeof *wl * N), *wd = malloc(sizeof *wd * n);
     ref_cross_entropy_rows(wl, wd, x, t, N, V, Vp, dloss);
     double *gl = down_f32(g, losses, N), *gd = down_bf16(g, dl, n);
-    gpu_check(g, c ? "cross_entropy_cluster loss (V=128256)" : "cross_entropy_cluster loss", gl, wl, N, 1e-5,
-              1e-5);
-    gpu_check(g, c ? "cross_entropy_cluster dlogits (V=128256)" : "cross_entropy_cluster dlogits", gd, wd, n,
-              1e-6 * dloss, RT_BF16);
+    gpu_check(g, c ? "cross_entropy_cluster loss (V=128256)" : "cross_entropy_cluster loss", gl, wl, N, 1e-5, 1e-5);
+    gpu_check(g, c ? "cross_entropy_cluster dlogits (V=128256)" : "cross_entropy_cluster dlogits", gd, wd, n, 1e-6 * dloss,
+              RT_BF16);
     void *l1 = down_raw(g, losses, 4 * (size_t)N), *l2 = down_raw(g, losses2, 4 * (size_t)N);
     void *d1 = down_raw(g, dl, 2 * (size_t)n), *d2 = down_raw(g, dl2, 2 * (size_t)n);
     gpu_check_bitwise(g, "cross_entropy_cluster rerun: losses", l1, l2, 4 * (size_t)N);
     gpu_check_bitwise(g, "cross_entropy_cluster rerun: dlogits", d1, d2, 2 * (size_t)n);
-    free(l1), free(l2), free(d1), free(d2), free(x), free(t), free(wl), free(wd), free(gl), free(gd),
-        free(orig);
-    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2),
-        gpu_free(g, den);
+    free(l1), free(l2), free(d1), free(d2), free(x), free(t), free(wl), free(wd), free(gl), free(gd), free(orig);
+    gpu_free(g, dl), gpu_free(g, dl2), gpu_free(g, dt), gpu_free(g, losses), gpu_free(g, losses2), gpu_free(g, den);
   }
 }
 
-/* global_norm_finalize over count partials; the norm's bits, checked against `first` (the previous
- * repetition's, freed) when there is one. */
 /* The router's linear with its fp32 weight (kernels/moe.cuh: three bf16 parts on the tensor cores),
  * forward and data gradient, against fp64 with the exact fp32 weights. W = base + tiny: base is
  * bf16-exact and equal in 2 x 2 blocks (rows 2i, 2i+1 and columns 2j, 2j+1), tiny a residue
- * 2^-10 below it that bf16 cannot hold. Rows of x of the form e_2j - e_2j+1 and rows of dy e_2i -
+ * ~2^-11 of it that bf16 cannot hold. Rows of x of the form e_2j - e_2j+1 and rows of dy e_2i -
  * e_2i+1 cancel the base, so their outputs are the residues alone: a kernel that kept only
  * bf16(W) would give 0 there and fail. The other rows are random. Shapes off the 64-tiles (N 200,
  * E 72) and a K not a multiple of 8 (C 99, the scalar loads). */
@@ -806,14 +738,12 @@ static void test_router_linear_case(Gpu *g, Rng *r, int N, int E, int C) {
   rand_bf16(r, hx, x, nx, 1), rand_bf16(r, hy, dy, ny, 1);
   for (int n = 0; n < N / 2; n++) { /* cancelling rows: x e_2j - e_2j+1, dy e_2i - e_2i+1 */
     int j = 2 * (n % (C / 2)), i = 2 * (n % (E / 2));
-    for (int c = 0; c < C; c++)
-      hx[(long)n * C + c] = 0, x[(long)n * C + c] = 0;
-    hx[(long)n * C + j] = one, x[(long)n * C + j] = 1, hx[(long)n * C + j + 1] = minus,
-                     x[(long)n * C + j + 1] = -1;
-    for (int e = 0; e < E; e++)
-      hy[(long)n * E + e] = 0, dy[(long)n * E + e] = 0;
-    hy[(long)n * E + i] = one, dy[(long)n * E + i] = 1, hy[(long)n * E + i + 1] = minus,
-                     dy[(long)n * E + i + 1] = -1;
+    uint16_t *hxn = hx + (long)n * C, *hyn = hy + (long)n * E;
+    double *xn = x + (long)n * C, *dyn = dy + (long)n * E;
+    for (int c = 0; c < C; c++) hxn[c] = 0, xn[c] = 0;
+    for (int e = 0; e < E; e++) hyn[e] = 0, dyn[e] = 0;
+    hxn[j] = one, xn[j] = 1, hxn[j + 1] = minus, xn[j + 1] = -1;
+    hyn[i] = one, dyn[i] = 1, hyn[i + 1] = minus, dyn[i + 1] = -1;
   }
   CUdeviceptr dw = gpu_dup(g, wf, 4 * (size_t)nw), dx = gpu_dup(g, hx, 2 * (size_t)nx),
               ddy = gpu_dup(g, hy, 2 * (size_t)ny), out = gpu_alloc(g, 2 * (size_t)ny),
@@ -885,8 +815,7 @@ static void test_moe_dispatch_case(Gpu *g, Rng *r, long n, int E, int cap, int p
     wseg[2 * e] = off[e], wseg[2 * e + 1] = !cap ? cnt[e] : pad ? cap : (cnt[e] < cap ? cnt[e] : cap);
   CUdeviceptr di = gpu_dup(g, idx, sizeof *idx * n), ro = gpu_alloc(g, sizeof(int) * n),
               sg = gpu_alloc(g, sizeof(int) * 2 * E), tp = gpu_alloc(g, sizeof(int) * E), rk = 0;
-  int slot[2] = {
-      0, ep_rank}; /* the device's rank slots {TP, EP}: the kernel reads the EP one (op_moe.c: x->rank + 4) */
+  int slot[2] = {0, ep_rank}; /* the device's rank slots {TP, EP}: the kernel reads EP's (op_moe.c x->rank + 4) */
   if (ep_rank >= 0) rk = gpu_dup(g, slot, sizeof slot) + sizeof(int);
   void *a[] = {&ro, &sg, &tp, &di, &n, &E, &cap, &pad, &rk};
   gpu_launch(g, "moe_dispatch", 1, 1, 1, 1024, (unsigned)(34 * 4 * E), a);
@@ -969,8 +898,10 @@ static void test_head_split(Gpu *g, Rng *r) {
   test_head_split_case(g, r, 50, 3, 13, 7, 3, 1);
 }
 
-static void *finalize_norm(Gpu *g, const char *what, CUdeviceptr norm, CUdeviceptr scale, CUdeviceptr partial,
-                           int count, float max_norm, void *first) {
+/* global_norm_finalize over count partials; the norm's bits, checked against `first` (the previous
+ * repetition's, freed) when there is one. */
+static void *finalize_norm(Gpu *g, const char *what, CUdeviceptr norm, CUdeviceptr scale, CUdeviceptr partial, int count,
+                           float max_norm, void *first) {
   void *b[] = {&norm, &scale, &partial, &count, &max_norm};
   gpu_launch(g, "global_norm_finalize", 1, 1, 1, 1024, 0, b);
   void *now = down_raw(g, norm, 4);
@@ -983,19 +914,15 @@ static void test_optimizer(Gpu *g, Rng *r) {
   long n = 10000;
   double *w = malloc(sizeof *w * n), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
          *gr = malloc(sizeof *gr * n);
-  for (long i = 0; i < n; i++)
-    w[i] = (float)rng_uniform(r);
-  CUdeviceptr dw = up_f32(g, w, n), dm = gpu_alloc(g, 4 * n), dv = gpu_alloc(g, 4 * n),
-              dp = gpu_alloc(g, 2 * n);
+  for (long i = 0; i < n; i++) w[i] = (float)rng_uniform(r);
+  CUdeviceptr dw = up_f32(g, w, n), dm = gpu_alloc(g, 4 * n), dv = gpu_alloc(g, 4 * n), dp = gpu_alloc(g, 2 * n);
   CUdeviceptr dg = gpu_alloc(g, 4 * n), dhp = gpu_alloc(g, 4 * 7);
   float gs = 0.5f, wd_mult = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   CUdeviceptr dgs = gpu_dup(g, &gs, 4);
   for (int step = 1; step <= 3; step++) {
-    for (long i = 0; i < n; i++)
-      gr[i] = (float)(0.1 * rng_uniform(r));
+    for (long i = 0; i < n; i++) gr[i] = (float)(0.1 * rng_uniform(r));
     float *gf = malloc(4 * (size_t)n);
-    for (long i = 0; i < n; i++)
-      gf[i] = (float)gr[i];
+    for (long i = 0; i < n; i++) gf[i] = (float)gr[i];
     gpu_put(g, dg, gf, 4 * n);
     free(gf);
     float hp[7] = {lr, b1, b2, eps, wd, 1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
@@ -1007,13 +934,10 @@ static void test_optimizer(Gpu *g, Rng *r) {
     double coef = gs, lrd = lr;
     int st = step;
     OpAttrs aa = {.f = {b1, b2, eps, wd}};
-    RefT ain[4] = {ref_f(gr, n, 0, 0, 0), ref_f(&coef, 1, 0, 0, 0), ref_f(&lrd, 1, 0, 0, 0),
-                   ref_i(&st, 1, 0, 0, 0)};
-    ref_op(OP_ADAMW, &aa, ain, 4, (RefT[]){ref_f(w, n, 0, 0, 0), ref_f(m, n, 0, 0, 0), ref_f(v, n, 0, 0, 0)},
-           3, 1);
+    RefT ain[4] = {ref_f(gr, n, 0, 0, 0), ref_f(&coef, 1, 0, 0, 0), ref_f(&lrd, 1, 0, 0, 0), ref_i(&st, 1, 0, 0, 0)};
+    ref_op(OP_ADAMW, &aa, ain, 4, (RefT[]){ref_f(w, n, 0, 0, 0), ref_f(m, n, 0, 0, 0), ref_f(v, n, 0, 0, 0)}, 3, 1);
   }
-  double *gw = down_f32(g, dw, n), *gm = down_f32(g, dm, n), *gv = down_f32(g, dv, n),
-         *gp = down_bf16(g, dp, n);
+  double *gw = down_f32(g, dw, n), *gm = down_f32(g, dm, n), *gv = down_f32(g, dv, n), *gp = down_bf16(g, dp, n);
   /* update magnitude ~lr: fp32 arithmetic on w ~ 1 is exact to ~1e-7 */
   gpu_check(g, "adamw master weights (3 steps)", gw, w, n, 2e-7, 1e-6);
   gpu_check(g, "adamw m", gm, m, n, 1e-9, 1e-5);
@@ -1022,8 +946,7 @@ static void test_optimizer(Gpu *g, Rng *r) {
   gpu_check(g, "adamw bf16 copy = bf16(master) (exact)", gp, gw, n, 0, 0);
   free(w), free(m), free(v), free(gr), free(gw), free(gm), free(gv), free(gp);
   CUdeviceptr bufs[] = {dw, dm, dv, dp, dg, dhp, dgs};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-    gpu_free(g, bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g, bufs[i]);
 
   /* Global norm over three tensors, two-stage, then its clip factor. */
   long sizes[3] = {1000, 50000, 7};
@@ -1034,8 +957,7 @@ static void test_optimizer(Gpu *g, Rng *r) {
   double ss = 0;
   for (int k = 0; k < 3; k++) {
     double *d = malloc(sizeof *d * sizes[k]);
-    for (long i = 0; i < sizes[k]; i++)
-      d[i] = (float)(0.01 * rng_uniform(r)), ss += d[i] * d[i];
+    for (long i = 0; i < sizes[k]; i++) d[i] = (float)(0.01 * rng_uniform(r)), ss += d[i] * d[i];
     t[k] = up_f32(g, d, sizes[k]);
     free(d);
   }
@@ -1055,8 +977,7 @@ static void test_optimizer(Gpu *g, Rng *r) {
   gpu_check(g, "global norm clip scale", gsc, &want_scale, 1, 0, 1e-5);
   free(gn), free(gsc);
   gpu_free(g, partial), gpu_free(g, norm), gpu_free(g, scale);
-  for (int k = 0; k < 3; k++)
-    gpu_free(g, t[k]);
+  for (int k = 0; k < 3; k++) gpu_free(g, t[k]);
 }
 
 /* AdamW of an fp32 parameter (model.fp8_param's master: param null) with the fused fp8 amax: over
@@ -1067,14 +988,12 @@ static void test_optimizer(Gpu *g, Rng *r) {
 static void test_adamw_amax(Gpu *g, Rng *r) {
   long n = 300000;
   float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n), *host = malloc(4 * (size_t)n);
-  for (long i = 0; i < n; i++)
-    w[i] = (float)(2 * rng_uniform(r) - 1), gr[i] = (float)(0.1 * rng_uniform(r));
+  for (long i = 0; i < n; i++) w[i] = (float)(2 * rng_uniform(r) - 1), gr[i] = (float)(0.1 * rng_uniform(r));
   w[n / 3] = -3.5f;
   CUdeviceptr st[2][3], dg = gpu_dup(g, gr, 4 * (size_t)n), dhp = gpu_alloc(g, 4 * 7),
                         part = gpu_alloc(g, 4 * 4096), slot = gpu_alloc(g, 8), none = 0;
   for (int c = 0; c < 2; c++) {
-    st[c][0] = gpu_dup(g, w, 4 * (size_t)n), st[c][1] = gpu_alloc(g, 4 * (size_t)n),
-    st[c][2] = gpu_alloc(g, 4 * (size_t)n);
+    st[c][0] = gpu_dup(g, w, 4 * (size_t)n), st[c][1] = gpu_alloc(g, 4 * (size_t)n), st[c][2] = gpu_alloc(g, 4 * (size_t)n);
     gpu_memset(g, st[c][1], 0, 4 * (size_t)n), gpu_memset(g, st[c][2], 0, 4 * (size_t)n);
   }
   gpu_memset(g, slot, 0, 8);
@@ -1092,13 +1011,11 @@ static void test_adamw_amax(Gpu *g, Rng *r) {
     gpu_sync(g);
     gpu_get(g, host, st[1][0], 4 * (size_t)n);
     float mx = 0;
-    for (long i = 0; i < n; i++)
-      mx = fmaxf(mx, fabsf(host[i]));
+    for (long i = 0; i < n; i++) mx = fmaxf(mx, fabsf(host[i]));
     uint32_t want[2] = {0, 0}, got[2];
     memcpy(&want[0], &mx, 4);
     gpu_get(g, got, slot, 8);
-    snprintf(name, sizeof name, "adamw_update fused amax of the fp32 master, step %d: max|w| and ticket",
-             step);
+    snprintf(name, sizeof name, "adamw_update fused amax of the fp32 master, step %d: max|w| and ticket", step);
     gpu_check_bitwise(g, name, got, want, 8);
   }
   static const char *const what[3] = {"master", "m", "v"};
@@ -1109,8 +1026,7 @@ static void test_adamw_amax(Gpu *g, Rng *r) {
     free(a), free(b);
   }
   for (int c = 0; c < 2; c++)
-    for (int j = 0; j < 3; j++)
-      gpu_free(g, st[c][j]);
+    for (int j = 0; j < 3; j++) gpu_free(g, st[c][j]);
   gpu_free(g, dg), gpu_free(g, dhp), gpu_free(g, part), gpu_free(g, slot);
   free(w), free(gr), free(host);
 }
@@ -1128,8 +1044,7 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   for (int k = 0; k < MT_N; k++) {
     long n = sizes[k];
     float *w = malloc(4 * (size_t)n), *gr = malloc(4 * (size_t)n);
-    for (long i = 0; i < n; i++)
-      w[i] = (float)rng_uniform(r), gr[i] = (float)(0.1 * rng_uniform(r));
+    for (long i = 0; i < n; i++) w[i] = (float)rng_uniform(r), gr[i] = (float)(0.1 * rng_uniform(r));
     grad[k] = gpu_dup(g, gr, 4 * (size_t)n);
     for (int s = 0; s < 2; s++) {
       buf[s][k][0] = gpu_dup(g, w, 4 * (size_t)n);
@@ -1161,8 +1076,8 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
       long n = sizes[k];
       float wm = wdm[k];
       CUdeviceptr none = 0;
-      void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n,
-                   &dhp,          &dgs,          &wm,      &none,         &none};
+      void *a[] = {&buf[0][k][0], &buf[0][k][1], &grad[k], &buf[0][k][2], &buf[0][k][3], &n, &dhp, &dgs, &wm,
+                   &none, &none};
       gpu_launch(g, "adamw_update", gpu_grid1d(g, n), 1, 1, 256, 0, a);
     }
     void *a[] = {&table, &nrows, &chunk, &dhp, &dgs};
@@ -1174,8 +1089,7 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
       size_t bytes = (size_t)sizes[k] * (j == 1 ? 2 : 4);
       void *a = down_raw(g, buf[0][k][j], bytes), *b = down_raw(g, buf[1][k][j], bytes);
       char name[96];
-      snprintf(name, sizeof name, "adamw_multi = adamw_update per tensor: tensor %d (n %ld) %s", k, sizes[k],
-               what[j]);
+      snprintf(name, sizeof name, "adamw_multi = adamw_update per tensor: tensor %d (n %ld) %s", k, sizes[k], what[j]);
       gpu_check_bitwise(g, name, a, b, bytes);
       free(a), free(b);
     }
@@ -1195,8 +1109,7 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
     q[3] = k < MT_N ? STEPC_MULTI_F32 : STEPC_MULTI_BF16;
     stotal += (n + STEPC_SUMSQ_CHUNK - 1) / STEPC_SUMSQ_CHUNK;
     double *d = k < MT_N ? down_f32(g, grad[k], n) : NULL;
-    for (long i = 0; i < n; i++)
-      ss += k < MT_N ? d[i] * d[i] : bd[i] * bd[i];
+    for (long i = 0; i < n; i++) ss += k < MT_N ? d[i] * d[i] : bd[i] * bd[i];
     free(d);
   }
   CUdeviceptr stable = gpu_dup(g, srow, sizeof srow), partial = gpu_alloc(g, 4 * (size_t)stotal);
@@ -1208,8 +1121,7 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   for (int rep = 0; rep < 2; rep++) {
     void *a[] = {&partial, &stable, &srows, &schunk};
     gpu_launch(g, "norm_squared_multi", (unsigned)stotal, 1, 1, STEPC_MULTI_THREADS, 0, a);
-    first = finalize_norm(g, "norm_squared_multi + finalize deterministic", norm, scale, partial, count,
-                          max_norm, first);
+    first = finalize_norm(g, "norm_squared_multi + finalize deterministic", norm, scale, partial, count, max_norm, first);
   }
   free(first);
   double want = sqrt(ss), *gn = down_f32(g, norm, 1);
@@ -1219,8 +1131,7 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
   for (int k = 0; k < MT_N; k++) {
     gpu_free(g, grad[k]);
     for (int s = 0; s < 2; s++)
-      for (int j = 0; j < 4; j++)
-        gpu_free(g, buf[s][k][j]);
+      for (int j = 0; j < 4; j++) gpu_free(g, buf[s][k][j]);
   }
 }
 
@@ -1231,14 +1142,12 @@ static void test_optimizer_multi(Gpu *g, Rng *r) {
  * SwiGLU fc1 2816 wide), with a bitwise run-to-run check. */
 /* GROUPED_LINEAR (mode 0), its DGRAD (1) and WGRAD (2) by the ops' references: out = y (N, Nout),
  * dx (N, K) or dW (E, Nout, K) from a = x or dy and b = W or x. */
-static void grouped_ref(int mode, double *out, const double *a, const double *b, const int *seg, int E, int N,
-                        int Nout, int K) {
+static void grouped_ref(int mode, double *out, const double *a, const double *b, const int *seg, int E, int N, int Nout,
+                        int K) {
   static const OpKind kind[3] = {OP_GROUPED_LINEAR, OP_GROUPED_LINEAR_DGRAD, OP_GROUPED_LINEAR_WGRAD};
-  RefT in[3] = {ref_f(a, N, mode ? Nout : K, 0, 0),
-                mode == 2 ? ref_f(b, N, K, 0, 0) : ref_f(b, E, Nout, K, 0), ref_i(seg, E, 2, 0, 0)};
-  RefT o = mode == 0   ? ref_f(out, N, Nout, 0, 0)
-           : mode == 1 ? ref_f(out, N, K, 0, 0)
-                       : ref_f(out, E, Nout, K, 0);
+  RefT in[3] = {ref_f(a, N, mode ? Nout : K, 0, 0), mode == 2 ? ref_f(b, N, K, 0, 0) : ref_f(b, E, Nout, K, 0),
+                ref_i(seg, E, 2, 0, 0)};
+  RefT o = mode == 0 ? ref_f(out, N, Nout, 0, 0) : mode == 1 ? ref_f(out, N, K, 0, 0) : ref_f(out, E, Nout, K, 0);
   ref_op(kind[mode], NULL, in, 3, &o, 1, 0);
 }
 
@@ -1270,23 +1179,16 @@ static void grouped_maps_free(Gpu *g, GroupedRun *q) {
 
 static void grouped_launch(Gpu *g, void *ctx) {
   GroupedRun *q = ctx;
-  unsigned rows = (unsigned)((q->N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + q->E),
-           smem = stepc_moe_tc_smem();
+  unsigned rows = (unsigned)((q->N + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM + q->E), smem = stepc_moe_tc_smem();
   CUdeviceptr none = 0;
   if (q->ws && q->mode < 2) {
     int f = q->mode == 0, row_tiles = (int)rows;
-    void *a[] = {f ? &q->y : &q->dx,
-                 f ? &q->fwd_a : &q->dgrad_a,
-                 f ? &q->fwd_b : &q->dgrad_b,
-                 &q->seg,
-                 &q->Nout,
-                 &q->K,
-                 &q->E,
+    void *a[] = {f ? &q->y : &q->dx, f ? &q->fwd_a : &q->dgrad_a, f ? &q->fwd_b : &q->dgrad_b, &q->seg, &q->Nout, &q->K, &q->E,
                  &row_tiles};
     /* persistent: as many blocks as SMs (on the CPU, 3: a block takes several tiles) */
     gpu_launch(g, f ? "grouped_linear_forward_ws" : "grouped_linear_dgrad_ws",
-               stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, f ? q->Nout : q->K, row_tiles), 1, 1,
-               STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), a);
+               stepc_moe_ws_grid(g->emulated ? 3 : g->sm_count, f ? q->Nout : q->K, row_tiles), 1, 1, STEPC_MOE_WS_THREADS,
+               stepc_moe_ws_smem(), a);
   } else if (q->ws) {
     CUdeviceptr *dw = q->mode == 3 ? &none : &q->dw, *acc = q->mode == 3 ? &q->acc : &none;
     CUdeviceptr *norm = q->mode == 3 ? &q->norm : &none;
@@ -1297,39 +1199,35 @@ static void grouped_launch(Gpu *g, void *ctx) {
                1, 1, STEPC_MOE_WS_THREADS, stepc_moe_ws_smem(), a);
   } else if (q->mode == 0) {
     void *a[] = {&q->y, &q->x, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
-    gpu_launch(g, "grouped_linear_forward_tc", (unsigned)((q->Nout + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
-               rows, 1, STEPC_MOE_TC_THREADS, smem, a);
+    gpu_launch(g, "grouped_linear_forward_tc", (unsigned)((q->Nout + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
+               STEPC_MOE_TC_THREADS, smem, a);
   } else if (q->mode == 1) {
     void *a[] = {&q->dx, &q->dy, &q->w, &q->seg, &q->Nout, &q->K, &q->E};
-    gpu_launch(g, "grouped_linear_dgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows,
-               1, STEPC_MOE_TC_THREADS, smem, a);
+    gpu_launch(g, "grouped_linear_dgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN), rows, 1,
+               STEPC_MOE_TC_THREADS, smem, a);
   } else {
     CUdeviceptr *dw = q->mode == 3 ? &none : &q->dw, *acc = q->mode == 3 ? &q->acc : &none;
     CUdeviceptr *norm = q->mode == 3 ? &q->norm : &none;
     void *a[] = {dw, acc, &q->dy, &q->x, &q->seg, &q->Nout, &q->K, &q->store, norm};
     gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((q->K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
-               (unsigned)((q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)q->E,
-               STEPC_MOE_TC_THREADS, smem, a);
+               (unsigned)((q->Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)q->E, STEPC_MOE_TC_THREADS, smem, a);
   }
 }
 
 static void test_grouped_gemm(Gpu *g, Rng *r) {
   enum { E = 8 };
   int counts[E] = {0, 1, 127, 128, 129, 300, 513, 37}, seg[2 * E], N = 0, Nout = 776, K = 520;
-  for (int e = 0; e < E; e++)
-    seg[2 * e] = N, seg[2 * e + 1] = counts[e], N += counts[e];
+  for (int e = 0; e < E; e++) seg[2 * e] = N, seg[2 * e + 1] = counts[e], N += counts[e];
   double *x, *w, *dy, *acc0;
   GroupedRun q = {.N = N, .Nout = Nout, .K = K, .E = E};
   q.x = up_bf16(g, r, (long)N * K, 1, &x), q.w = up_bf16(g, r, (long)E * Nout * K, 1, &w);
   q.dy = up_bf16(g, r, (long)N * Nout, 1, &dy), q.seg = gpu_dup(g, seg, sizeof seg);
-  q.y = gpu_alloc(g, 2 * (size_t)N * Nout), q.dx = gpu_alloc(g, 2 * (size_t)N * K),
-  q.dw = gpu_alloc(g, 2 * (size_t)E * Nout * K);
+  q.y = gpu_alloc(g, 2 * (size_t)N * Nout), q.dx = gpu_alloc(g, 2 * (size_t)N * K), q.dw = gpu_alloc(g, 2 * (size_t)E * Nout * K);
   grouped_maps(g, &q);
   long nw = (long)E * Nout * K, most = nw > (long)N * Nout ? nw : (long)N * Nout;
   double *want = calloc((size_t)(most > (long)N * K ? most : (long)N * K), sizeof *want);
   static const char *name[] = {"grouped_linear_forward_tc (8 uneven experts, K 520, 776 wide)",
-                               "grouped_linear_dgrad_tc (8 uneven experts, 520 wide)",
-                               "grouped_linear_wgrad_tc (bf16 dW)"};
+                               "grouped_linear_dgrad_tc (8 uneven experts, 520 wide)", "grouped_linear_wgrad_tc (bf16 dW)"};
   for (int mode = 0; mode < 3; mode++) {
     q.mode = mode;
     grouped_launch(g, &q);
@@ -1338,10 +1236,9 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     double *got = down_bf16(g, mode == 0 ? q.y : mode == 1 ? q.dx : q.dw, n);
     gpu_check(g, name[mode], got, want, n, 1e-2, RT_BF16);
     { /* the warp-specialised kernel: the same products in the same order, so the same bits */
-      static const char *wsname[] = {
-          "grouped_linear_forward_ws (TMA, warp-specialised) = grouped_linear_forward_tc",
-          "grouped_linear_dgrad_ws (TMA, warp-specialised) = grouped_linear_dgrad_tc",
-          "grouped_linear_wgrad_ws (TMA, warp-specialised; bf16 dW) = grouped_linear_wgrad_tc"};
+      static const char *wsname[] = {"grouped_linear_forward_ws (TMA, warp-specialised) = grouped_linear_forward_tc",
+                                     "grouped_linear_dgrad_ws (TMA, warp-specialised) = grouped_linear_dgrad_tc",
+                                     "grouped_linear_wgrad_ws (TMA, warp-specialised; bf16 dW) = grouped_linear_wgrad_tc"};
       q.ws = 1;
       grouped_launch(g, &q);
       q.ws = 0;
@@ -1362,25 +1259,21 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   void *a[] = {&none, &acc, &q.dy, &q.x, &q.seg, &Nout, &K, &add, &none};
   int eE = E;
   gpu_launch(g, "grouped_linear_wgrad_tc", (unsigned)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN),
-             (unsigned)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)eE, STEPC_MOE_TC_THREADS,
-             stepc_moe_tc_smem(), a);
+             (unsigned)((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM), (unsigned)eE, STEPC_MOE_TC_THREADS, stepc_moe_tc_smem(), a);
   grouped_ref(2, want, dy, x, seg, E, N, Nout, K);
-  for (long i = 0; i < nw; i++)
-    want[i] += acc0[i];
+  for (long i = 0; i < nw; i++) want[i] += acc0[i];
   double *got = down_f32(g, acc, nw);
   gpu_check(g, "grouped_linear_wgrad_tc (added into fp32)", got, want, nw, 1e-3, 1e-5);
   { /* the warp-specialised one adds the same bits */
     void *tc = down_raw(g, acc, 4 * (size_t)nw);
     float *a0 = malloc(4 * (size_t)nw);
-    for (long i = 0; i < nw; i++)
-      a0[i] = (float)acc0[i];
+    for (long i = 0; i < nw; i++) a0[i] = (float)acc0[i];
     gpu_put(g, acc, a0, 4 * (size_t)nw);
     GroupedRun qa = q;
     qa.mode = 3, qa.acc = acc, qa.store = 0, qa.norm = 0, qa.ws = 1;
     grouped_launch(g, &qa);
     void *wsr = down_raw(g, acc, 4 * (size_t)nw);
-    gpu_check_bitwise(g, "grouped_linear_wgrad_ws (added into fp32) = grouped_linear_wgrad_tc", wsr, tc,
-                      4 * (size_t)nw);
+    gpu_check_bitwise(g, "grouped_linear_wgrad_ws (added into fp32) = grouped_linear_wgrad_tc", wsr, tc, 4 * (size_t)nw);
     free(tc), free(wsr), free(a0);
   }
   /* stored (the wgrad-store fusion): over whatever the gradient held, the bits of adding into zeros */
@@ -1389,8 +1282,7 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   q.mode = 3, q.acc = acc, q.store = 0;
   grouped_launch(g, &q);
   void *added = down_raw(g, acc, 4 * (size_t)nw);
-  for (long i = 0; i < nw; i++)
-    z[i] = (float)(i % 7) - 3.0f; /* stale values, -0 among them */
+  for (long i = 0; i < nw; i++) z[i] = (float)(i % 7) - 3.0f; /* stale values, -0 among them */
   gpu_put(g, acc, z, 4 * (size_t)nw);
   q.store = 1;
   grouped_launch(g, &q);
@@ -1398,27 +1290,21 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored = added into zeros", stored, added, 4 * (size_t)nw);
   /* the norm partials (the wgrad-norm fusion): the same gradient's bits, and one sum of squares per
    * output tile whose total is the gradient's, bitwise the same on a second run */
-  long ntile = (long)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN) *
-               ((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) * E;
+  long ntile = (long)((K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN) * ((Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) * E;
   q.norm = gpu_alloc(g, 4 * (size_t)ntile);
   grouped_launch(g, &q);
   void *normed = down_raw(g, acc, 4 * (size_t)nw), *part1 = down_raw(g, q.norm, 4 * (size_t)ntile);
-  gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored with its norm partials = stored", normed, stored,
-                    4 * (size_t)nw);
+  gpu_check_bitwise(g, "grouped_linear_wgrad_tc stored with its norm partials = stored", normed, stored, 4 * (size_t)nw);
   grouped_launch(g, &q);
   void *part2 = down_raw(g, q.norm, 4 * (size_t)ntile);
   gpu_check_bitwise(g, "grouped_linear_wgrad_tc norm partials run to run", part1, part2, 4 * (size_t)ntile);
   double sq = 0.0, psum = 0.0;
-  for (long i = 0; i < nw; i++)
-    sq += (double)((float *)stored)[i] * ((float *)stored)[i];
-  for (long i = 0; i < ntile; i++)
-    psum += ((float *)part1)[i];
-  gpu_check(g, "grouped_linear_wgrad_tc norm partials sum to the gradient's sum of squares", &psum, &sq, 1, 0,
-            1e-5);
+  for (long i = 0; i < nw; i++) sq += (double)((float *)stored)[i] * ((float *)stored)[i];
+  for (long i = 0; i < ntile; i++) psum += ((float *)part1)[i];
+  gpu_check(g, "grouped_linear_wgrad_tc norm partials sum to the gradient's sum of squares", &psum, &sq, 1, 0, 1e-5);
   { /* the warp-specialised one: stored (over stale values) with its partials, the same gradient bits; its
      * partials (another order of the tile's sum) sum to the same sum of squares, bitwise run to run */
-    for (long i = 0; i < nw; i++)
-      z[i] = (float)(i % 5) - 2.0f;
+    for (long i = 0; i < nw; i++) z[i] = (float)(i % 5) - 2.0f;
     gpu_put(g, acc, z, 4 * (size_t)nw);
     gpu_memset(g, q.norm, 0xff, 4 * (size_t)ntile);
     q.ws = 1;
@@ -1427,14 +1313,12 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     grouped_launch(g, &q);
     void *wp2 = down_raw(g, q.norm, 4 * (size_t)ntile);
     q.ws = 0;
-    gpu_check_bitwise(g, "grouped_linear_wgrad_ws stored with norm partials = grouped_linear_wgrad_tc's", wsg,
-                      stored, 4 * (size_t)nw);
+    gpu_check_bitwise(g, "grouped_linear_wgrad_ws stored with norm partials = grouped_linear_wgrad_tc's", wsg, stored,
+                      4 * (size_t)nw);
     gpu_check_bitwise(g, "grouped_linear_wgrad_ws norm partials run to run", wp1, wp2, 4 * (size_t)ntile);
     double wsum = 0.0;
-    for (long i = 0; i < ntile; i++)
-      wsum += ((float *)wp1)[i];
-    gpu_check(g, "grouped_linear_wgrad_ws norm partials sum to the gradient's sum of squares", &wsum, &sq, 1,
-              0, 1e-5);
+    for (long i = 0; i < ntile; i++) wsum += ((float *)wp1)[i];
+    gpu_check(g, "grouped_linear_wgrad_ws norm partials sum to the gradient's sum of squares", &wsum, &sq, 1, 0, 1e-5);
     free(wsg), free(wp1), free(wp2);
   }
   gpu_free(g, q.norm), q.norm = 0;
@@ -1442,16 +1326,15 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
   free(z), free(added), free(stored);
   free(got), free(acc0), free(x), free(w), free(dy), free(want);
   grouped_maps_free(g, &q);
-  gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg),
-      gpu_free(g, q.y), gpu_free(g, q.dx), gpu_free(g, q.dw);
+  gpu_free(g, acc), gpu_free(g, q.x), gpu_free(g, q.w), gpu_free(g, q.dy), gpu_free(g, q.seg), gpu_free(g, q.y), gpu_free(g, q.dx),
+      gpu_free(g, q.dw);
 
   /* speed at the Moonlight shape: routed rows split unevenly over 64 experts (1/2x..3/2x the mean);
    * not where the kernels are emulated (minutes of CPU for timings that mean nothing) */
   if (g->emulated) return;
   enum { EM = 64 };
   int sm[2 * EM], NM = 0;
-  for (int e = 0; e < EM; e++)
-    sm[2 * e] = NM, sm[2 * e + 1] = 384 + (int)(rng_uniform(r) * 192), NM += sm[2 * e + 1];
+  for (int e = 0; e < EM; e++) sm[2 * e] = NM, sm[2 * e + 1] = 384 + (int)(rng_uniform(r) * 192), NM += sm[2 * e + 1];
   static const int shapes[2][2] = {{2816, 2048}, {2048, 1408}}; /* fc1 (Nout, K), fc2 */
   for (int s = 0; s < 2; s++) {
     GroupedRun m = {.N = NM, .Nout = shapes[s][0], .K = shapes[s][1], .E = EM};
@@ -1466,25 +1349,18 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     m.norm = gpu_alloc(g, 4 * (size_t)EM * ((m.Nout + STEPC_MOE_TC_BM - 1) / STEPC_MOE_TC_BM) *
                               ((m.K + STEPC_MOE_TC_BN - 1) / STEPC_MOE_TC_BN));
     CUdeviceptr norm = m.norm;
-    static const char *what[] = {"forward",
-                                 "dgrad",
-                                 "wgrad",
-                                 "wgrad added into fp32",
-                                 "wgrad stored into fp32",
-                                 "wgrad stored into fp32 + norm partials",
-                                 "forward (TMA, warp-specialised)",
-                                 "dgrad (TMA, warp-specialised)",
-                                 "wgrad (TMA, warp-specialised)",
+    static const char *what[] = {"forward", "dgrad", "wgrad", "wgrad added into fp32", "wgrad stored into fp32",
+                                 "wgrad stored into fp32 + norm partials", "forward (TMA, warp-specialised)",
+                                 "dgrad (TMA, warp-specialised)", "wgrad (TMA, warp-specialised)",
                                  "wgrad added into fp32 (TMA, warp-specialised)",
                                  "wgrad stored into fp32 + norm partials (TMA, warp-specialised)"};
     for (int mode = 0; mode < 11; mode++) {
       static const int kind[11] = {0, 1, 2, 3, 3, 3, 0, 1, 2, 3, 3};
-      m.mode = kind[mode], m.store = mode == 4 || mode == 5 || mode == 10,
-      m.norm = mode == 5 || mode == 10 ? norm : 0;
+      m.mode = kind[mode], m.store = mode == 4 || mode == 5 || mode == 10, m.norm = mode == 5 || mode == 10 ? norm : 0;
       m.ws = mode >= 6;
       double ms = gpu_time_ms(g, grouped_launch, &m, 3, 10);
-      printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode],
-             NM, m.Nout, m.K, ms, flop / ms / 1e9);
+      printf("INFO grouped %s %s: %d rows, %d x %d: %.3f ms, %.0f TFLOP/s\n", s ? "fc2" : "fc1", what[mode], NM,
+             m.Nout, m.K, ms, flop / ms / 1e9);
     }
     m.store = 0, m.norm = 0, m.ws = 0;
     grouped_maps_free(g, &m);
@@ -1494,13 +1370,10 @@ static void test_grouped_gemm(Gpu *g, Rng *r) {
     m.mode = 2;
     grouped_launch(g, &m);
     void *again = down_raw(g, m.dw, bytes);
-    gpu_check_bitwise(g,
-                      s ? "grouped_linear_wgrad_tc run to run (fc2 shape)"
-                        : "grouped_linear_wgrad_tc run to run (fc1 shape)",
+    gpu_check_bitwise(g, s ? "grouped_linear_wgrad_tc run to run (fc2 shape)" : "grouped_linear_wgrad_tc run to run (fc1 shape)",
                       first, again, bytes);
     free(first), free(again), free(hx), free(hw), free(hdy);
-    gpu_free(g, m.x), gpu_free(g, m.w), gpu_free(g, m.dy), gpu_free(g, m.seg), gpu_free(g, m.y),
-        gpu_free(g, m.dx), gpu_free(g, m.dw);
+    gpu_free(g, m.x), gpu_free(g, m.w), gpu_free(g, m.dy), gpu_free(g, m.seg), gpu_free(g, m.y), gpu_free(g, m.dx), gpu_free(g, m.dw);
   }
 }
 
