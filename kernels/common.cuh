@@ -45,6 +45,15 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 #endif
 }
 
+// A named barrier (1..15; 0 is __syncthreads'): `count` threads, whole warps, meet at it.
+__device__ __forceinline__ void bar_sync_named(int id, int count) {
+#ifdef STEPC_SIMT
+  simt_bar_sync(id, count);
+#else
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float bf16x2_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16x2_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 

@@ -32,13 +32,14 @@ __device__ __forceinline__ void norm_tile_load(uint4* u, const bf16* p, int t0, 
 }
 
 // The row's total of v, each of its S warps' sum over its slab, added in slab order (sh: the
-// block's S-warp rows, r this warp's row in the block). With S > 1 it synchronises the block, so
-// every thread calls it, a warp past the last row too; with S = 1 it is v (the one warp's sum).
+// block's S-warp rows, r this warp's row in the block). With S > 1 it synchronises the row's S
+// warps (named barrier 1 + r: the block's other rows go on), so each of them calls it, a warp past
+// the last row too; with S = 1 it is v (the one warp's sum).
 __device__ __forceinline__ float norm_row_total(float v, float* sh, int r, int slab, int S) {
   if (S == 1) return v;
-  __syncthreads(); /* the previous call's reads are done */
+  bar_sync_named(1 + r, S * STEPC_WARP); /* the previous call's reads are done */
   if (threadIdx.x % STEPC_WARP == 0) sh[r * S + slab] = v;
-  __syncthreads();
+  bar_sync_named(1 + r, S * STEPC_WARP);
   float t = sh[r * S];
   for (int k = 1; k < S; k++) t += sh[r * S + k];
   return t;

@@ -84,7 +84,36 @@ __device__ __forceinline__ float adamw_element(const AdamwStep& a, float* master
   return w;
 }
 
-// Launch: any 1-D grid, grid-stride. amax (or null; param null: an fp32 parameter, model.fp8_param's
+// Four elements at i (a multiple of 4; every array 16-byte aligned there, param 8-byte), as four
+// adamw_element calls but with 16-byte loads and stores. Returns the updated master values.
+__device__ __forceinline__ float4 adamw_vec4(const AdamwStep& a, float* master, bf16* param, const float* grad,
+                                             float* m, float* v, long i) {
+  float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
+  adamw_value(a, g.x, m4.x, v4.x, w.x);
+  adamw_value(a, g.y, m4.y, v4.y, w.y);
+  adamw_value(a, g.z, m4.z, v4.z, w.z);
+  adamw_value(a, g.w, m4.w, v4.w, w.w);
+  *(float4*)(m + i) = m4;
+  *(float4*)(v + i) = v4;
+  *(float4*)(master + i) = w;
+  if (param) {
+    ushort4 p;
+    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
+    *(ushort4*)(param + i) = p;
+  }
+  return w;
+}
+
+// Whether adamw_vec4 may run on these arrays (param null: none to write).
+__device__ __forceinline__ bool adamw_vec_ok(const float* master, const bf16* param, const float* grad, const float* m,
+                                             const float* v) {
+  return (((unsigned long long)master | (unsigned long long)grad | (unsigned long long)m | (unsigned long long)v) &
+          15) == 0 &&
+         ((unsigned long long)param & 7) == 0;
+}
+
+// Launch: any 1-D grid, grid-stride, four elements a thread where adamw_vec_ok (the tail and
+// unaligned arrays one by one). amax (or null; param null: an fp32 parameter, model.fp8_param's
 // master): the fused fp8 amax of the updated master, which the step's cast of it into the fp8
 // weight reads instead of its amax pass (common.cuh amax_fold, amax_part (gridDim.x); fmaxf over
 // |w|, NaN left out as fp8_amax_partial_f32 leaves it out).
@@ -101,7 +130,13 @@ extern "C" __global__ void adamw_update(float* master,            // (n)
                                         unsigned* amax) {         // [2] or null
   AdamwStep a = adamw_step(hp, grad_scale, wd_mult);
   float mx = 0.0f;
-  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+  long t0 = blockIdx.x * (long)blockDim.x + threadIdx.x, stride = (long)gridDim.x * blockDim.x;
+  long nv = adamw_vec_ok(master, param, grad, m, v) ? n / 4 : 0;
+  for (long j = t0; j < nv; j += stride) {
+    float4 w = adamw_vec4(a, master, param, grad, m, v, 4 * j);
+    if (amax) mx = fmaxf(fmaxf(mx, fmaxf(fabsf(w.x), fabsf(w.y))), fmaxf(fabsf(w.z), fabsf(w.w)));
+  }
+  for (long i = 4 * nv + t0; i < n; i += stride) {
     float w = adamw_element(a, master, param, grad, m, v, i);
     if (amax) mx = fmaxf(mx, fabsf(w));
   }
@@ -166,21 +201,8 @@ extern "C" __global__ void adamw_multi(const long long* table,   // (rows, 8)
   bf16* param = (bf16*)r[1];
   const float* grad = (const float*)r[2];
   // 4 elements a thread where every array allows 16-byte (param 8-byte) accesses; the rest one by one
-  bool aligned = r[1] != 0 && ((r[0] | r[2] | r[3] | r[4]) & 15) == 0 && (r[1] & 7) == 0 && (lo & 3) == 0;
+  bool aligned = r[1] != 0 && adamw_vec_ok(master, param, grad, m, v) && (lo & 3) == 0;
   long nv = aligned ? (hi - lo) / 4 : 0;
-  for (long j = threadIdx.x; j < nv; j += blockDim.x) {
-    long i = lo + 4 * j;
-    float4 g = *(const float4*)(grad + i), m4 = *(float4*)(m + i), v4 = *(float4*)(v + i), w = *(float4*)(master + i);
-    adamw_value(a, g.x, m4.x, v4.x, w.x);
-    adamw_value(a, g.y, m4.y, v4.y, w.y);
-    adamw_value(a, g.z, m4.z, v4.z, w.z);
-    adamw_value(a, g.w, m4.w, v4.w, w.w);
-    *(float4*)(m + i) = m4;
-    *(float4*)(v + i) = v4;
-    *(float4*)(master + i) = w;
-    ushort4 p;
-    p.x = f32_to_bf16(w.x), p.y = f32_to_bf16(w.y), p.z = f32_to_bf16(w.z), p.w = f32_to_bf16(w.w);
-    *(ushort4*)(param + i) = p;
-  }
+  for (long j = threadIdx.x; j < nv; j += blockDim.x) adamw_vec4(a, master, param, grad, m, v, lo + 4 * j);
   for (long i = lo + 4 * nv + threadIdx.x; i < hi; i += blockDim.x) adamw_element(a, master, param, grad, m, v, i);
 }

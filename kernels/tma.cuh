@@ -20,7 +20,6 @@ __device__ __forceinline__ void mbar_init_fence() {}
 __device__ __forceinline__ void mbar_arrive(unsigned bar) { simt_mbar_arrive(bar, 0); }
 __device__ __forceinline__ void mbar_arrive_tx(unsigned bar, unsigned bytes) { simt_mbar_arrive(bar, bytes); }
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) { simt_mbar_wait(bar, parity); }
-__device__ __forceinline__ void bar_sync_named(int id, int count) { simt_bar_sync(id, count); }
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, unsigned bar, int c0, int c1) {
   int c[2] = {c0, c1};
   simt_tma_load(dst, map, bar, c, 2);
@@ -51,10 +50,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-}
-// A named barrier (1..15; 0 is __syncthreads'): `count` threads, whole warps, meet at it.
-__device__ __forceinline__ void bar_sync_named(int id, int count) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 // The box of the map at coordinates (c0 the contiguous dimension, c1[, c2]) into shared memory at dst
 // (1024-aligned for the 128-byte swizzle); elements outside the tensor arrive as zeros and count.

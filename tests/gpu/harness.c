@@ -149,7 +149,9 @@ void gpu_launch(Gpu *g, const char *name, unsigned gx, unsigned gy, unsigned gz,
   char what[160];
   snprintf(what, sizeof what, "cuModuleGetFunction(%s)", name);
   gpu_ok(g, g->cuModuleGetFunction(&f, g->mod, name), what);
-  if (smem > 48 * 1024)
+  /* the opt-in whenever there is dynamic shared memory: 48 KB of it plus a kernel's static arrays
+   * already pass the 48 KB a launch gets without it */
+  if (smem > 0)
     gpu_ok(g, g->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem), "smem attribute");
   snprintf(what, sizeof what, "launch %s", name);
   gpu_ok(g, g->cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL), what);
