@@ -72,17 +72,14 @@ static void check_loss_bwd(Run *r, const char *name, int b, int f) {
   const Tensor *a = &g->t[fw->in[0]], *w = &g->t[fw->in[1]];
   int64_t N = ops_rows(a), K = ops_last(a), V = w->shape[0], C = fw->a.i[0], n = N / C, mg = r->p.fz->sink[bw->out[1]];
   /* one micro-batch: the main gradient's ZERO, between f and b (optimizer.c), is skipped and the
-   * launch zeroes the gradient first (a memset record before the chunks) */
+   * launch's first chunk stores the gradient instead of adding to it (no memset record) */
   int z0 = 0;
   for (int z = f + 1; z < b && mg >= 0; z++)
     z0 |= g->op[z].kind == OP_ZERO && g->op[z].out[0] == mg && !rt_exec_op_runs(x, z);
   CHECK(z0 == (g->num_microbatches == 1), "%s op %d: the main gradient's ZERO %s the fused loss", name, f,
         z0 ? "absorbed by" : "not absorbed by");
-  CHECK(C > 1 && mg >= 0 && r->rec.n == 4 * C + 1 + z0, "%s op %d: %d records for %lld chunks", name, f, r->rec.n, (long long)C);
-  if (r->rec.n != 4 * C + 1 + z0 || mg < 0) return;
-  CHECK(!z0 || (r->rec.r[0].kind == RT_REC_MEMSET && r->rec.r[0].dst == rt_exec_ptr(x, (int)mg) &&
-                r->rec.r[0].bytes == (uint64_t)g->t[mg].bytes),
-        "%s op %d: not the main gradient's memset before the chunks", name, f);
+  CHECK(C > 1 && mg >= 0 && r->rec.n == 4 * C + 1, "%s op %d: %d records for %lld chunks", name, f, r->rec.n, (long long)C);
+  if (r->rec.n != 4 * C + 1 || mg < 0) return;
   CUdeviceptr lg = rt_exec_ptr(x, fw->out[2]), tok = rt_exec_ptr(x, fw->out[1]), dx = rt_exec_ptr(x, bw->out[0]);
   CUdeviceptr xin = rt_exec_ptr(x, fw->in[0]), W = rt_exec_ptr(x, fw->in[1]), tg = rt_exec_ptr(x, fw->in[2]);
   float dl = 1.0f / (float)g->num_microbatches; /* the loss gradient; the kernel divides by the step's D */
@@ -90,7 +87,7 @@ static void check_loss_bwd(Run *r, const char *name, int b, int f) {
   rt_exec_scratch_part(x, RT_SCRATCH_LOSS_DEN, &den_at);
   CUdeviceptr den = rt_exec_base(x, 0) + (CUdeviceptr)den_at; /* where the step's D is staged */
   for (int64_t c = 0; c < C; c++) {
-    const RtRec *q = &r->rec.r[z0 + 4 * c];
+    const RtRec *q = &r->rec.r[4 * c];
     CUdeviceptr xc = xin + (CUdeviceptr)(c * n * K * 2);
     CHECK(q[0].kind == RT_REC_GEMM && q[0].gemm.kind == RT_GEMM_NT && q[0].gemm.m == n && q[0].gemm.n == V && q[0].gemm.k == K &&
               q[0].gemm.a == xc && q[0].gemm.b == W && q[0].gemm.c == lg && q[0].gemm.beta == 0.0f,
@@ -107,10 +104,11 @@ static void check_loss_bwd(Run *r, const char *name, int b, int f) {
               q[2].gemm.c == dx + (CUdeviceptr)(c * n * K * 2) && q[2].gemm.beta == 0.0f,
           "%s op %d chunk %lld: not the dgrad GEMM into the chunk's rows of dx", name, f, (long long)c);
     CHECK(q[3].kind == RT_REC_GEMM && q[3].gemm.kind == RT_GEMM_TN && q[3].gemm.a == lg && q[3].gemm.b == xc &&
-              q[3].gemm.c == rt_exec_ptr(x, (int)mg) && q[3].gemm.c_f32 && q[3].gemm.beta == 1.0f,
-          "%s op %d chunk %lld: not the wgrad GEMM added into the main gradient", name, f, (long long)c);
+              q[3].gemm.c == rt_exec_ptr(x, (int)mg) && q[3].gemm.c_f32 && q[3].gemm.beta == (z0 && c == 0 ? 0.0f : 1.0f),
+          "%s op %d chunk %lld: not the wgrad GEMM %s the main gradient", name, f, (long long)c,
+          z0 && c == 0 ? "stored into" : "added into");
   }
-  const RtRec *l = &r->rec.r[z0 + 4 * C];
+  const RtRec *l = &r->rec.r[4 * C];
   CHECK(l->kind == RT_REC_LAUNCH && l->k == RT_K_loss_reduce && l->arg[0] == rt_exec_ptr(x, fw->out[0]) && l->arg[1] == tok &&
             (uint32_t)l->arg[2] == (uint32_t)N && l->arg[3] == den,
         "%s op %d: not the loss's sum over token_loss / D", name, f);
