@@ -8,6 +8,8 @@
 # variants of the same model when torch imports: torch_step.py --model SHAPE (S, M, Mb8, L8; path in
 # TORCH_STEP), torch_moe.py --layers 7 (MoE7; path in TORCH_MOE). EXTRA="NAME:SHAPE:OVERRIDES;..."
 # adds stepc variants (e.g. "M_mlp_act:M:model.recompute_granularity=selective model.recompute_modules=[mlp_act]").
+# TUNE=N adds --gemm-tuning N to every stepc run (cuBLASLt's first N algorithms timed per GEMM shape
+# at open, the fastest kept: docs/gpu-runtime.md, "GEMM algorithms").
 # PEAK=1 measures the bf16 GEMM ceiling in the same call (torch_step.py --peak).
 # Prints one table: step ms, TFLOP/s (torch_step.py's FLOP count, the same for both), max allocated
 # (stepc: beside the plan's prediction), max reserved, and the ratio torch.compile ms / stepc ms
@@ -18,6 +20,8 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 DEST=${OUT:-bench-out}
 STEPS=${STEPS:-15}
+TUNE_ARGS=()
+[ -z "${TUNE:-}" ] || TUNE_ARGS=(--gemm-tuning "$TUNE")
 SHAPES=${SHAPES:-S M Mb8 L8 MoE7}
 TORCH_STEP=${TORCH_STEP:-}
 TORCH_MOE=${TORCH_MOE:-}
@@ -48,12 +52,12 @@ done
 stepc_run() { # NAME SHAPE OVERRIDES...
   local name=$1 shape=$2; shift 2
   if [ -n "$DRY" ]; then
-    echo "$BUILD/stepc run $(recipe_of "$shape") --device cuda --steps $STEPS --json model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false $* > $DEST/stepc_$name.json"
+    echo "$BUILD/stepc run $(recipe_of "$shape") --device cuda --steps $STEPS --json ${TUNE_ARGS[*]} model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false $* > $DEST/stepc_$name.json"
     return
   fi
   echo "== stepc $name" >>"$DEST/bench.log"
   # shellcheck disable=SC2046
-  timeout 300 "$BUILD/stepc" run $(recipe_of "$shape") --device cuda --steps "$STEPS" --json \
+  timeout 300 "$BUILD/stepc" run $(recipe_of "$shape") --device cuda --steps "$STEPS" --json "${TUNE_ARGS[@]}" \
     model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false "$@" \
     >"$DEST/stepc_$name.json" 2>>"$DEST/bench.log"
   echo "exit $?" >>"$DEST/bench.log"

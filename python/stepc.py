@@ -30,7 +30,7 @@ import warnings
 
 __all__ = ["Step", "StepcError", "Status", "Info", "StepStats", "Measure", "API_VERSION"]
 
-API_VERSION = 7  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
+API_VERSION = 8  # STEPC_API_VERSION of the runtime/stepc.h these layouts mirror
 
 
 class Status(enum.IntEnum):
@@ -79,6 +79,7 @@ class _Options(ctypes.Structure):
         ("master_port", ctypes.c_int),
         ("comm_timeout_s", ctypes.c_double),
         ("master_addr", ctypes.c_char * 256),
+        ("gemm_tuning", ctypes.c_int),
     ]
 
 
@@ -236,6 +237,7 @@ def _load(path):
         "stepc_step": (st, [h, ctypes.POINTER(_StepStats)]),
         "stepc_get_measure": (st, [h, ctypes.POINTER(_Measure)]),
         "stepc_eval": (st, [h, h, h, ctypes.c_size_t, ctypes.POINTER(ctypes.c_double), h]),
+        "stepc_api_version": (ctypes.c_int, []),
     }
     for name, (res, args) in protos.items():
         try:
@@ -260,11 +262,13 @@ class Step:
     depend on it). launcher_env: read torchrun's, mpirun's or Slurm's variables (RANK, WORLD_SIZE,
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so that this process joins a data-parallel job as one
     rank (every rank needs the job secret in STEPC_JOB_SECRET: docs/data-parallel.md);
-    comm_timeout_s bounds every wait on another rank (0: 300 s; at most 86400). Not thread-safe: use one
-    Step from one thread at a time."""
+    comm_timeout_s bounds every wait on another rank (0: 300 s; at most 86400). gemm_tuning (cuda): 0
+    for cuBLASLt's first-ranked algorithm of each GEMM shape, 2 to 16 to time that many at open and
+    keep the fastest (runtime/stepc.h, stepc_options.gemm_tuning: two such sessions may differ in
+    their bits). Not thread-safe: use one Step from one thread at a time."""
 
     def __init__(self, artifact_dir, device="auto", graph_mode=None, cpu_threads=0, launcher_env=True,
-                 comm_timeout_s=0.0):
+                 comm_timeout_s=0.0, gemm_tuning=0):
         if device not in _DEVICES:
             raise ValueError(f"stepc.Step: device {device!r} is not one of 'auto', 'cuda', 'cpu'")
         if graph_mode not in _GRAPH_MODES:
@@ -272,6 +276,8 @@ class Step:
                              "'full_iteration', 'scoped'")
         if not isinstance(cpu_threads, int) or cpu_threads < 0:
             raise ValueError(f"stepc.Step: cpu_threads must be an int >= 0, not {cpu_threads!r}")
+        if not isinstance(gemm_tuning, int) or isinstance(gemm_tuning, bool):
+            raise ValueError(f"stepc.Step: gemm_tuning must be an int, not {gemm_tuning!r}")
         self._h = None
         self._device_refs = None
         self.artifact_dir = os.path.abspath(os.fspath(artifact_dir))
@@ -290,6 +296,7 @@ class Step:
                              "WORLD_SIZE (or OMPI_COMM_WORLD_*, SLURM_PROCID / SLURM_NTASKS) must be numbers with the "
                              "rank below the world size, MASTER_PORT a TCP port")
         opt.comm_timeout_s = float(comm_timeout_s)
+        opt.gemm_tuning = gemm_tuning
         h = ctypes.c_void_p()
         status = self._lib.stepc_open(os.fsencode(self.artifact_dir), ctypes.byref(opt), ctypes.byref(h))
         if status != Status.OK:

@@ -18,6 +18,8 @@ stepc_status api_fail(stepc_t *s, stepc_status st, const char *fmt, ...) {
   return st;
 }
 
+int stepc_api_version(void) { return STEPC_API_VERSION; }
+
 const char *stepc_status_name(stepc_status st) {
   switch (st) {
   case STEPC_OK: return "ok";
@@ -185,6 +187,11 @@ static stepc_status open_backend(stepc_t *s) {
     else if (st != STEPC_OK)
       return st;
   }
+  if (st != STEPC_OK && s->opt.gemm_tuning)
+    return api_fail(s, STEPC_ERR_ARGUMENT,
+                    "gemm_tuning %d times cuBLASLt's algorithms on a GPU; this step runs on the cpu device%s "
+                    "(set it to 0)",
+                    s->opt.gemm_tuning, s->opt.device == STEPC_DEVICE_AUTO ? " (no GPU here)" : "");
   if (st != STEPC_OK && (st = api_cpu_open(s)) != STEPC_OK) return st;
   /* last: a rank joins the job only once its own step is ready to run */
   st = strcmp(s->be->name, "cuda") == 0 ? api_cuda_dp_join(s) : api_dp_join(s, NULL, NULL);
@@ -226,6 +233,11 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
     return api_fail(s, STEPC_ERR_ARGUMENT,
                     "stepc_open: graph_mode %d (-1 the recipe's, 0 eager, 1 full_iteration, 2 scoped)",
                     s->opt.graph_mode);
+  if (s->opt.gemm_tuning < 0 || s->opt.gemm_tuning == 1 || s->opt.gemm_tuning > RT_GEMM_TUNE_MAX)
+    return api_fail(
+        s, STEPC_ERR_ARGUMENT,
+        "stepc_open: gemm_tuning %d (0 cuBLASLt's first-ranked algorithm, 2 to %d: time that many)",
+        s->opt.gemm_tuning, RT_GEMM_TUNE_MAX);
   char path[600], err[700];
   snprintf(path, sizeof path, "%s/%s", dir, STEPC_IMAGE_FILE);
   FILE *f = rt_open_regular(path, RT_FOLLOW, STEPC_IMAGE_MAX_BYTES, NULL, err, sizeof err);

@@ -449,6 +449,7 @@ stepc_status api_cuda_open(stepc_t *s) {
   if (!cubin) return STEPC_ERR_IO;
   rc = rt_module_load(c->d, cubin);
   free(cubin);
+  c->d->gemm_tune = s->opt.gemm_tuning;
   if (rc || rt_blas_open(c->d, RT_BLAS_WORKSPACE_BYTES) || !(c->x = rt_player_new(c->d, &im->lp)) ||
       rt_player_set_ranks(c->x, s->tp_rank, s->ep_rank) || hold_masters(s) ||
       rt_player_init(c->x, im->f.seed))

@@ -33,6 +33,7 @@
 // clang-format on
 
 #define RT_GEMM_CACHE 128
+#define RT_GEMM_TUNE_REPS 5 /* timed calls of each candidate algorithm */
 
 /* Everything a plan depends on; all int64_t, so there is no padding and memcmp compares keys. */
 typedef struct {
@@ -133,7 +134,12 @@ static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataTyp
              : RT_OK;
 }
 
-static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
+static int choose_algo(RtDevice *d, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int found,
+                       const RtGemm *g);
+
+/* The plan of key, made on its first use: cuBLASLt's first-ranked algorithm, or, with tune set
+ * (rt_gemm_tune), the fastest of its first d->gemm_tune timed on tune's operands. */
+static GemmPlan *plan_get(RtDevice *d, const GemmKey *key, const RtGemm *tune) {
   RtBlas *b = d->blas;
   for (int i = 0; i < b->nplan; i++)
     if (memcmp(&b->plan[i].key, key, sizeof *key) == 0) return &b->plan[i];
@@ -180,8 +186,8 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   cublasLtMatmulPreference_t pref;
   if (blas_check(d, b->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return NULL;
   size_t ws = b->ws_bytes;
-  cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
+  cublasLtMatmulHeuristicResult_t res[RT_GEMM_TUNE_MAX];
+  int found = 0, want = tune && d->gemm_tune > 1 ? d->gemm_tune : 1;
   cublasStatus_t s =
       b->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   /* operands at head offsets inside a row are less aligned than cuBLASLt's assumed 256 bytes:
@@ -193,7 +199,7 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
   for (int i = 0; i < 4 && al && s == CUBLAS_STATUS_SUCCESS; i++)
     s = b->cublasLtMatmulPreferenceSetAttribute(pref, ALIGN[i], &al, sizeof al);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = b->cublasLtMatmulAlgoGetHeuristic(b->h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    s = b->cublasLtMatmulAlgoGetHeuristic(b->h, p->desc, p->la, p->lb, p->lc, p->lc, pref, want, res, &found);
   b->cublasLtMatmulPreferenceDestroy(pref);
   if (blas_check(d, s, "cublasLtMatmulAlgoGetHeuristic")) return NULL;
   if (found < 1) {
@@ -204,21 +210,18 @@ static GemmPlan *plan_get(RtDevice *d, const GemmKey *key) {
             (long long)M, (long long)N, (long long)K, (long long)key->batch);
     return NULL;
   }
-  p->algo = res.algo;
+  p->algo = res[0].algo;
+  if (found > 1 && choose_algo(d, p, res, found, tune)) return NULL;
   return p;
 }
 
-/* D = alpha A B + beta C with D of C's layout; D = C (in place) when D is 0. */
-static int matmul(RtDevice *d, GemmPlan *p, CUdeviceptr A, CUdeviceptr B, CUdeviceptr C, CUdeviceptr D,
-                  float alpha, float beta) {
+/* D = alpha A B + beta C with D of C's layout; D = C (in place) when D is 0; by algorithm algo. */
+static cublasStatus_t matmul_by(RtDevice *d, GemmPlan *p, const cublasLtMatmulAlgo_t *algo, const RtGemm *g) {
   RtBlas *b = d->blas;
-  void *pa = (void *)(uintptr_t)B, *pb = (void *)(uintptr_t)A, *pc = (void *)(uintptr_t)C;
-  void *pd = D ? (void *)(uintptr_t)D : pc;
-  return blas_check(d,
-                    b->cublasLtMatmul(b->h, p->desc, &alpha, pa, p->la, pb, p->lb, &beta, pc, p->lc, pd,
-                                      p->lc, &p->algo, (void *)(uintptr_t)b->ws, b->ws_bytes,
-                                      (cudaStream_t)d->stream),
-                    "cublasLtMatmul");
+  void *pa = (void *)(uintptr_t)g->b, *pb = (void *)(uintptr_t)g->a, *pc = (void *)(uintptr_t)g->c;
+  void *pd = g->d ? (void *)(uintptr_t)g->d : pc;
+  return b->cublasLtMatmul(b->h, p->desc, &g->alpha, pa, p->la, pb, p->lb, &g->beta, pc, p->lc, pd, p->lc,
+                           algo, (void *)(uintptr_t)b->ws, b->ws_bytes, (cudaStream_t)d->stream);
 }
 
 /* The largest power of two (<= 256) dividing v, 256 for 0. */
@@ -250,18 +253,14 @@ static int fp8_check(RtDevice *d, const RtGemm *g) {
   return RT_OK;
 }
 
-int rt_gemm_run(RtDevice *d, const RtGemm *g) {
-  if (fp8_check(d, g)) return RT_ERROR;
-  if (d->rec) return rt_record_gemm(d, g);
-  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
-  if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
-  /* Unbatched products keep cuBLASLt's default alignment whatever the addresses, and in-place or
-   * out-of-place (D = C or not) share one plan: the algorithm, and so the bits, must not depend on
-   * where the memory plan put the operands — a recompute setting moves them, and every setting must
-   * stay bitwise equal to none. (The arena's 16-byte slots satisfy the algorithms the default picks:
-   * cuBLASLt checks at the call and would fail, not misread.) The batched per-head products at
-   * head offsets tell cuBLASLt their alignment, at most 16 bytes (what every arena slot has), so
-   * that it too comes from the shapes, not from the plan. */
+/* The key of g's plan. Unbatched products keep cuBLASLt's default alignment whatever the addresses,
+ * and in-place or out-of-place (D = C or not) share one plan: the algorithm, and so the bits, must not
+ * depend on where the memory plan put the operands — a recompute setting moves them, and every
+ * setting must stay bitwise equal to none. (The arena's 16-byte slots satisfy the algorithms the
+ * default picks: cuBLASLt checks at the call and would fail, not misread.) The batched per-head
+ * products at head offsets tell cuBLASLt their alignment, at most 16 bytes (what every arena slot
+ * has), so that it too comes from the shapes, not from the plan. */
+static GemmKey gemm_key(const RtGemm *g) {
   int64_t al = 0;
   if (g->batch > 1) {
     int64_t cs = g->c_f32 ? 4 : 2;
@@ -271,48 +270,124 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g) {
     for (int i = 0; i < 9; i++)
       if (pow2_div(v[i]) < al) al = pow2_div(v[i]);
   }
-  GemmKey key = {.kind = g->kind,
-                 .c_f32 = g->c_f32 != 0,
-                 .accumulate = g->beta != 0.0f,
-                 .bias = g->bias != 0,
-                 .m = g->m,
-                 .n = g->n,
-                 .k = g->k,
-                 .lda = g->lda,
-                 .ldb = g->ldb,
-                 .ldc = g->ldc,
-                 .sa = g->batch > 1 ? g->stride_a : 0,
-                 .sb = g->batch > 1 ? g->stride_b : 0,
-                 .sc = g->batch > 1 ? g->stride_c : 0,
-                 .batch = g->batch,
-                 .align = al,
-                 .a_type = g->a_type,
-                 .b_type = g->b_type,
-                 .fast_accum = g->fast_accum != 0};
-  GemmPlan *p = plan_get(d, &key);
-  if (!p) return RT_ERROR;
+  return (GemmKey){.kind = g->kind,
+                   .c_f32 = g->c_f32 != 0,
+                   .accumulate = g->beta != 0.0f,
+                   .bias = g->bias != 0,
+                   .m = g->m,
+                   .n = g->n,
+                   .k = g->k,
+                   .lda = g->lda,
+                   .ldb = g->ldb,
+                   .ldc = g->ldc,
+                   .sa = g->batch > 1 ? g->stride_a : 0,
+                   .sb = g->batch > 1 ? g->stride_b : 0,
+                   .sc = g->batch > 1 ? g->stride_c : 0,
+                   .batch = g->batch,
+                   .align = al,
+                   .a_type = g->a_type,
+                   .b_type = g->b_type,
+                   .fast_accum = g->fast_accum != 0};
+}
+
+/* g's bias and fp8 scale pointers into p's descriptor (they are per call, not per shape). */
+static int set_pointers(RtDevice *d, GemmPlan *p, const RtGemm *g) {
+  RtBlas *b = d->blas;
   if (g->bias) {
     void *bp = (void *)(uintptr_t)g->bias;
-    if (blas_check(d,
-                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
-                                                           sizeof bp),
-                   "BIAS_POINTER"))
+    if (blas_check(
+            d, b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+            "BIAS_POINTER"))
       return RT_ERROR;
   }
-  if (g->a_type != RT_GEMM_BF16) {
-    /* cuBLASLt's A is our B (the file comment), so its A scale is our b_scale */
-    void *sa = (void *)(uintptr_t)g->b_scale, *sb = (void *)(uintptr_t)g->a_scale;
-    if (blas_check(d,
-                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
-                                                           sizeof sa),
-                   "A_SCALE_POINTER") ||
-        blas_check(d,
-                   d->blas->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
-                                                           sizeof sb),
-                   "B_SCALE_POINTER"))
-      return RT_ERROR;
+  if (g->a_type == RT_GEMM_BF16) return RT_OK;
+  /* cuBLASLt's A is our B (the file comment), so its A scale is our b_scale */
+  void *sa = (void *)(uintptr_t)g->b_scale, *sb = (void *)(uintptr_t)g->a_scale;
+  return blas_check(
+             d,
+             b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa),
+             "A_SCALE_POINTER") ||
+                 blas_check(d,
+                            b->cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                              &sb, sizeof sb),
+                            "B_SCALE_POINTER")
+             ? RT_ERROR
+             : RT_OK;
+}
+
+int rt_gemm_run(RtDevice *d, const RtGemm *g) {
+  if (fp8_check(d, g)) return RT_ERROR;
+  if (d->rec) return rt_record_gemm(d, g);
+  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return RT_OK;
+  GemmKey key = gemm_key(g);
+  GemmPlan *p = plan_get(d, &key, NULL);
+  if (!p || set_pointers(d, p, g)) return RT_ERROR;
+  return blas_check(d, matmul_by(d, p, &p->algo, g), "cublasLtMatmul");
+}
+
+/* ---- the timed choice (rt_gemm_tune) ---- */
+
+/* Bytes of an operand of `rows` rows of `cols` elements at leading dimension ld. */
+static size_t extent(int64_t rows, int64_t cols, int64_t ld, int64_t type) {
+  return (size_t)((rows - 1) * ld + cols) * (type == RT_GEMM_BF16 ? 2u : 1u);
+}
+
+/* bytes at p filled with pseudo-random bytes with bits 2 and 6 clear: finite, mixed-sign values
+ * in bf16, E4M3 and E5M2 alike (no exponent of all ones), so that the timing sees the tensor
+ * cores' power draw on data like the step's, not on zeros. */
+static int fill_random(RtDevice *d, CUdeviceptr p, size_t bytes) {
+  enum { CHUNK = 8 << 20 };
+  uint64_t *h = malloc(CHUNK);
+  if (!h) return rt_fail(d, "out of memory");
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < CHUNK / 8; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    h[i] = x & 0xbbbbbbbbbbbbbbbbull;
   }
-  return matmul(d, p, g->a, g->b, g->c, g->d, g->alpha, g->beta);
+  int rc = RT_OK;
+  for (size_t at = 0; at < bytes && !rc; at += CHUNK)
+    rc = rt_copy_h2d(d, p + at, h, bytes - at < CHUNK ? bytes - at : CHUNK);
+  free(h);
+  return rc;
+}
+
+/* p's algorithm: the fastest of res[0..found) over RT_GEMM_TUNE_REPS calls each on g's operands
+ * (after one untimed call; a candidate whose call fails is passed over); res[0] stays where no
+ * other is faster. */
+static int choose_algo(RtDevice *d, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int found,
+                       const RtGemm *g) {
+  RtTimer t;
+  if (set_pointers(d, p, g) || rt_timer_new(d, &t)) return RT_ERROR;
+  double best = -1.0;
+  int rc = RT_OK;
+  for (int i = 0; i < found && !rc; i++) {
+    if (matmul_by(d, p, &res[i].algo, g) != CUBLAS_STATUS_SUCCESS) continue;
+    double ms = 0.0;
+    rc = rt_timer_start(d, &t);
+    for (int r = 0; r < RT_GEMM_TUNE_REPS && !rc; r++)
+      rc = blas_check(d, matmul_by(d, p, &res[i].algo, g), "cublasLtMatmul");
+    if (!rc) rc = rt_timer_stop(d, &t, &ms);
+    if (!rc && (best < 0.0 || ms < best)) best = ms, p->algo = res[i].algo;
+  }
+  rt_timer_free(d, &t);
+  return rc;
+}
+
+int rt_gemm_tune(RtDevice *d, const RtGemm *g) {
+  if (d->rec || !d->gemm_tune || g->batch != 1 || g->m == 0 || g->n == 0) return RT_OK;
+  if (fp8_check(d, g)) return RT_ERROR;
+  if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
+  GemmKey key = gemm_key(g);
+  RtBlas *b = d->blas;
+  for (int i = 0; i < b->nplan; i++)
+    if (memcmp(&b->plan[i].key, &key, sizeof key) == 0) return RT_OK; /* chosen already */
+  int64_t ar = g->kind == RT_GEMM_TN ? g->k : g->m, ac = g->kind == RT_GEMM_TN ? g->m : g->k;
+  int64_t br = g->kind == RT_GEMM_NT ? g->n : g->k, bc = g->kind == RT_GEMM_NT ? g->k : g->n;
+  if (fill_random(d, g->a, extent(ar, ac, g->lda, g->a_type)) ||
+      fill_random(d, g->b, extent(br, bc, g->ldb, g->b_type)))
+    return RT_ERROR;
+  return plan_get(d, &key, g) ? rt_sync(d) : RT_ERROR;
 }
 
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,

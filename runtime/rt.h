@@ -209,7 +209,8 @@ struct RtDevice {
   int device_count; /* the devices this process sees (cuDeviceGetCount at open) */
   char name[256];
   RtBlas *blas;
-  RtDnn *dnn; /* cuDNN, loaded on the first fused attention (cudnn.c) */
+  int gemm_tune; /* cuBLASLt algorithms timed per GEMM shape (rt_gemm_tune); 0: the first-ranked */
+  RtDnn *dnn;    /* cuDNN, loaded on the first fused attention (cudnn.c) */
   /* the job's collectives (tensor parallelism): set by the API layer before a program with
    * collectives plays; NULL: a collective fails naming it */
   const RtCollOps *coll;
@@ -335,6 +336,14 @@ typedef struct {
 int rt_blas_open(RtDevice *d, size_t workspace_bytes);
 void rt_blas_close(RtDevice *d);
 int rt_gemm_run(RtDevice *d, const RtGemm *g);
+/* The timed choice (stepc_options.gemm_tuning): where d->gemm_tune > 1 and g's shape has no plan
+ * yet, fills g's operands A and B with random finite values, times cuBLASLt's first d->gemm_tune
+ * algorithms for the shape on them (C and D written, accumulated into where beta is 1) and keeps
+ * the fastest for every later call of the shape. Unbatched products only (the batched per-head
+ * ones keep the first-ranked); a no-op on a recording device or with d->gemm_tune 0. Only outside
+ * a capture, on memory whose contents do not matter (the player's, before it is zeroed). */
+#define RT_GEMM_TUNE_MAX 16
+int rt_gemm_tune(RtDevice *d, const RtGemm *g);
 /* One unbatched product with dense leading dimensions; accumulate = 1 adds into C (beta = 1). */
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
             CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias);

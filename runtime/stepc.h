@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define STEPC_API_VERSION 7
+#define STEPC_API_VERSION 8
 
 typedef enum {
   STEPC_OK = 0,
@@ -76,6 +76,14 @@ typedef struct {
   double comm_timeout_s; /* the bound on every wait for another rank; 0: 300 s; negative, NaN,
                             infinite or above 86400: refused at open (STEPC_ERR_ARGUMENT) */
   char master_addr[256]; /* rank 0's host name or address */
+  /* cuda (API 8): how each GEMM shape's cuBLASLt algorithm is chosen. 0 (the default): cuBLASLt's
+     first-ranked, the same in every session of the same GPU and library. 2 to 16: at open, the
+     first gemm_tuning that cuBLASLt ranks are each timed on the step's own shapes and the fastest
+     kept for the session (a second or so at open; docs/gpu-runtime.md gives what it gains). Its choice rests
+     on timings, so two sessions may choose differently and their bits differ; within a session replay,
+     recompute and graphs stay bitwise equal. Not with model.deterministic_mode if runs must repeat bit for
+     bit. Other values, or any but 0 on the cpu device, are refused at open (STEPC_ERR_ARGUMENT). */
+  int gemm_tuning;
 } stepc_options;
 
 /* The defaults: device AUTO, 2 threads, the recipe's graph mode, one rank. */
@@ -105,6 +113,9 @@ const char *stepc_last_error(const stepc_t *s);
  * library never prints it. Valid until stepc_close. */
 const char *stepc_notice(const stepc_t *s);
 const char *stepc_status_name(stepc_status st);
+/* STEPC_API_VERSION of the library (API 8): what a caller loading an artifact's libstep.so
+ * checks before it sets a field that older libraries do not read (stepc_options.gemm_tuning). */
+int stepc_api_version(void);
 
 /* ---- what the step is ---- */
 typedef struct {

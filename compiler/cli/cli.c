@@ -31,6 +31,7 @@ enum {
   O_PRINT_RECIPE,
   O_EVAL_EVERY,
   O_EVAL_DATA,
+  O_GEMM_TUNING,
   O_OUT = 'o',
   O_HELP = 'h'
 };
@@ -65,6 +66,7 @@ static const Opt OPTS[] = {
     {"print-recipe", required_argument, O_PRINT_RECIPE},
     {"eval-every", required_argument, O_EVAL_EVERY},
     {"eval-data", required_argument, O_EVAL_DATA},
+    {"gemm-tuning", required_argument, O_GEMM_TUNING},
 };
 #define NOPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -108,13 +110,14 @@ static const Verb VERBS[] = {
      "  a DIR holding files that are not an artifact is refused.\n"},
     {"run",
      {O_DEVICE, O_STEPS, O_JSON, O_THREADS, O_GRADCHECK, O_PROFILE, O_ARCH, O_SMS, O_NPROC, O_COMM_TIMEOUT,
-      O_DP_JOIN, O_QUIET, O_TIMELINE, O_EVAL_EVERY, O_EVAL_DATA},
+      O_DP_JOIN, O_QUIET, O_TIMELINE, O_EVAL_EVERY, O_EVAL_DATA, O_GEMM_TUNING},
      "usage: stepc run SPEC [KEY=VALUE ...] [--device cuda|cpu] [--steps N] [--json | --quiet] [--threads "
      "N]\n"
      "                 [--profile [--timeline FILE]] [--eval-data PATH [--eval-every N]]\n"
      "       stepc run DIR [--device cuda|cpu] [--steps N] [--json] [--profile [--timeline FILE]]\n"
      "       stepc run SPEC [KEY=VALUE ...] --device cpu --gradcheck [--json]\n"
      "       stepc run SPEC|DIR ... --nproc N [--comm-timeout S]\n"
+     "       stepc run SPEC|DIR ... --device cuda --gemm-tuning N\n"
      "  Train: SPEC is built into the artifact cache ($STEPC_CACHE_DIR, else ~/.cache/stepc), DIR is an\n"
      "  artifact; either runs through the artifact's libstep.so. Each step prints its loss, LR, grad\n"
      "  norm, time, tokens/s and the time left (--quiet: one line at the end). --profile adds one step "
@@ -128,6 +131,8 @@ static const Verb VERBS[] = {
      "  host (docs/data-parallel.md). --eval-data PATH evaluates a validation batch of PATH's bytes\n"
      "  (stepc_eval: no update, dropout off) every N steps (--eval-every N; default: after the last step)\n"
      "  and prints its loss beside the training loss (--json: \"eval_loss\" in those steps).\n"
+     "  --gemm-tuning N (2 to 16) times cuBLASLt's first N algorithms for each GEMM shape at open and keeps\n"
+     "  the fastest (stepc_options.gemm_tuning: two such runs may differ in their bits).\n"
      "  Exit 4 without a CUDA driver or device for --device cuda.\n"},
     {"export",
      {O_FROM, O_OUT},
@@ -287,6 +292,13 @@ int cli_parse(int argc, char **argv, Args *a, FILE *err) {
       a->device = optarg;
       break;
     case O_EVAL_DATA: a->eval_data = optarg; break;
+    case O_GEMM_TUNING:
+      if (positive(optarg, 16, &n) || n < 2)
+        return fprintf(err, "stepc %s: --gemm-tuning wants a whole number from 2 to 16, not %s\n", a->verb,
+                       optarg),
+               -1;
+      a->gemm_tuning = (int)n;
+      break;
     case O_STEPS:
     case O_THREADS:
     case O_SMS:

@@ -25,6 +25,7 @@ typedef struct {
   const char *timeline;     /* run --timeline FILE (with --profile) */
   const char *eval_data;    /* run --eval-data PATH: the validation text */
   int eval_every;           /* run --eval-every N (with --eval-data) */
+  int gemm_tuning;          /* run --gemm-tuning N: stepc_options.gemm_tuning */
   const char *svg_rank;     /* plan --svg-rank worst|single|STAGE (with --svg) */
   const char *print_recipe; /* import --print-recipe HF_DIR */
 } Args;

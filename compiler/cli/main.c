@@ -107,8 +107,8 @@ static bool is_dir(const char *p) {
  * (run_artifact.c), the path a trainer embeds. */
 static int run_dir(const Args *a, const char *dir, bool cuda) {
   if (a->nproc > 1) { /* one process per rank, each this same verb on DIR */
-    char steps[32], threads[32], timeout[64], every[32];
-    char *args[20];
+    char steps[32], threads[32], timeout[64], every[32], tune[32];
+    char *args[22];
     int n = 0;
     args[n++] = "--device", args[n++] = cuda ? "cuda" : "cpu";
     if (a->steps) snprintf(steps, sizeof steps, "%d", a->steps), args[n++] = "--steps", args[n++] = steps;
@@ -123,6 +123,8 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
     if (a->eval_data) args[n++] = "--eval-data", args[n++] = (char *)a->eval_data;
     if (a->eval_every)
       snprintf(every, sizeof every, "%d", a->eval_every), args[n++] = "--eval-every", args[n++] = every;
+    if (a->gemm_tuning)
+      snprintf(tune, sizeof tune, "%d", a->gemm_tuning), args[n++] = "--gemm-tuning", args[n++] = tune;
     return run_nproc(dir, a->nproc, args, n, stderr);
   }
   ApiRunOptions o = {.steps = a->steps,
@@ -136,7 +138,8 @@ static int run_dir(const Args *a, const char *dir, bool cuda) {
                      .comm_timeout_s = a->comm_timeout,
                      .timeline = a->timeline,
                      .eval_data = a->eval_data,
-                     .eval_every = a->eval_every};
+                     .eval_every = a->eval_every,
+                     .gemm_tuning = a->gemm_tuning};
   char err[1024] = "";
   stepc_status st = api_run_artifact(dir, &o, stdout, stderr, err, sizeof err);
   if (st == STEPC_OK) return EXIT_OK;
@@ -170,6 +173,10 @@ static int cmd_run(const Args *a) {
   }
   if (a->threads && cuda) {
     fprintf(stderr, "stepc run: --threads is an option of --device cpu\n");
+    return EXIT_USAGE;
+  }
+  if (a->gemm_tuning && !cuda) {
+    fprintf(stderr, "stepc run: --gemm-tuning times cuBLASLt's algorithms: an option of --device cuda\n");
     return EXIT_USAGE;
   }
   if (is_dir(a->spec)) {

@@ -35,6 +35,7 @@ typedef struct {
   stepc_status (*profile_timeline)(stepc_t *, stepc_span *, int64_t, int64_t *); /* NULL before API 4 */
   stepc_status (*eval)(stepc_t *, const int32_t *, const int32_t *, size_t, double *, float *); /* API 7 */
   const char *(*notice)(const stepc_t *); /* NULL before API 7 */
+  int (*api_version)(void);               /* NULL before API 8 */
 } Api;
 
 #define SYM(field, name) (*(void **)&api->field = dlsym(api->lib, name))
@@ -67,6 +68,7 @@ static int load_api(Api *api, const char *dir, char *why, size_t nwhy) {
   SYM(profile_timeline, "stepc_profile_timeline");
   SYM(eval, "stepc_eval");
   SYM(notice, "stepc_notice");
+  SYM(api_version, "stepc_api_version");
   return 0;
 }
 
@@ -202,6 +204,14 @@ stepc_status api_run_artifact(const char *dir, const ApiRunOptions *o, FILE *out
   opt.device = o->device;
   opt.cpu_threads = o->threads;
   opt.graph_mode = o->graph_mode;
+  if (o->gemm_tuning) { /* a library older than API 8 would not read the field: refuse, not ignore */
+    if (!api.api_version || api.api_version() < 8) {
+      snprintf(err, nerr, "%s/libstep.so predates --gemm-tuning (stepc.h API 8): rebuild the artifact", dir);
+      dlclose(api.lib);
+      return STEPC_ERR_ARGUMENT;
+    }
+    opt.gemm_tuning = o->gemm_tuning;
+  }
   /* under torchrun, mpirun, srun or --nproc this process is one rank of a data-parallel job */
   if (api.options_from_env && api.options_from_env(&opt) != STEPC_OK) {
     snprintf(

@@ -21,6 +21,7 @@ typedef struct {
                             here (rank 0 writes it), NULL none */
   const char *eval_data; /* a text file: its validation batch evaluated (stepc_eval), NULL none */
   int eval_every;        /* with eval_data: every this many steps; <= 0: after the last step only */
+  int gemm_tuning;       /* stepc_options.gemm_tuning (API 8); 0: not set */
 } ApiRunOptions;
 
 /* `stepc run DIR --nproc N`: N processes of this executable on this host, each `stepc run DIR`

@@ -199,7 +199,7 @@ static const char VERSION_SCRIPT[] =
     "    stepc_get_info; stepc_init_params; stepc_save_params; stepc_load_params; stepc_save_checkpoint;\n"
     "    stepc_load_checkpoint; stepc_bind_batch; stepc_bind_batch_device; stepc_step; stepc_profile_step; "
     "stepc_profile_timeline;\n"
-    "    stepc_get_measure; stepc_eval;\n"
+    "    stepc_get_measure; stepc_eval; stepc_api_version;\n"
     "  local: *;\n};\n";
 
 /* libstep.so = the runtime (libstepc_rt + libstepc_ir), which plays step.img's launch program: no compiler,

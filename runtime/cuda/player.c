@@ -94,6 +94,22 @@ static int prepare_collectives(RtPlayer *p) {
   return RT_OK;
 }
 
+/* Each GEMM shape's cuBLASLt algorithm timed on the step's own memory (rt_gemm_tune, where
+ * stepc_options.gemm_tuning asks for it), before anything is in that memory: the timing writes
+ * random operands and products there, so it is zeroed again after. */
+static int tune_gemms(RtPlayer *p) {
+  RtDevice *d = p->d;
+  if (!d->gemm_tune || d->rec) return RT_OK;
+  int rc = RT_OK;
+  for (int i = 0; i < p->lp->f.nrec && !rc; i++) {
+    if (p->lp->rec[i].kind != RT_REC_GEMM) continue;
+    RtRec c;
+    relocated(p, &p->lp->rec[i], &c);
+    rc = rt_gemm_tune(d, &c.gemm);
+  }
+  return rc ? rc : rt_memset0(d, p->base, (size_t)p->lp->f.alloc_bytes);
+}
+
 /* The TMA tensor maps (program.h), over their relocated addresses, into their part of the scratch. */
 static int write_tmaps(RtPlayer *p) {
   const LpFacts *f = &p->lp->f;
@@ -122,6 +138,7 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
   }
   tables_from_program(p);
   int rc = rt_memset0(d, p->base, (size_t)f->alloc_bytes);
+  if (!rc) rc = tune_gemms(p);
   /* (a recording device moves no data: it records what is launched) */
   if (!rc && f->ntable && !d->rec)
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);

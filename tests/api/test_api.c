@@ -98,6 +98,17 @@ static void test_errors(const char *dir) {
   CHECK(stepc_open(dir, &o, &s) == STEPC_ERR_IO && strstr(stepc_last_error(s), "not a stepc artifact"));
   stepc_close(s);
   const char *ov[] = {"model.num_layers=1", "model.seq_length=16", "train.micro_batch_size=1", "train.global_batch_size=1"};
+  /* gemm_tuning: outside 0 and 2..16 refused at open; any but 0 refused on the cpu device, which has
+   * no cuBLASLt to time (never silently ignored) */
+  stepc_options go = o;
+  const int bad[] = {-1, 1, 17, 4};
+  for (int i = 0; i < 4; i++) {
+    go.gemm_tuning = bad[i];
+    CHECK(open_recipe("models/tiny.lua", ov, 4, &go, &s) == STEPC_ERR_ARGUMENT &&
+          strstr(stepc_last_error(s), i < 3 ? "2 to 16" : "cpu device"));
+    stepc_close(s);
+  }
+  CHECK(stepc_api_version() == STEPC_API_VERSION && STEPC_API_VERSION >= 8);
   CHECK(open_recipe("models/tiny.lua", ov, 4, &o, &s) == STEPC_OK);
   stepc_info in;
   CHECK(stepc_get_info(s, &in) == STEPC_OK && in.seq_length == 16 && in.num_microbatches == 1);

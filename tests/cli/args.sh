@@ -27,6 +27,10 @@ expect 3 "did you mean --steps?" run models/tiny.lua --stesp=3
 expect 3 "--steps wants a whole positive number (at most 1073741824), not 1x" run models/tiny.lua --steps 1x
 expect 3 "--steps wants a whole positive number (at most 1073741824), not 2000000000" run models/tiny.lua --steps 2000000000
 expect 3 "--device is cpu or cuda" run models/tiny.lua --device tpu
+expect 3 "--gemm-tuning wants a whole number from 2 to 16, not 1" run models/tiny.lua --gemm-tuning 1
+expect 3 "--gemm-tuning wants a whole number from 2 to 16, not 17" run models/tiny.lua --gemm-tuning=17
+expect 3 "--gemm-tuning times cuBLASLt's algorithms: an option of --device cuda" run models/tiny.lua --device cpu --gemm-tuning 8
+expect 3 "--gemm-tuning is an option of run, not of plan" plan models/tiny.lua --gemm-tuning 8
 expect 3 "with its unit" sweep models/tiny.lua --budget 80
 expect 3 "is a directory" plan models
 expect 2 "No such file or directory" plan tests/cli/no_such_recipe.lua

@@ -136,6 +136,8 @@ RUN_TIMEOUT=900 run chunks_cli_moonlight_whole $BUILD/stepc run models/moonlight
 run optim_tiny $STEP optim models/tiny.lua 4
 run optim_wide $STEP optim models/tiny.lua 3 model.hidden_size=512 model.num_attention_heads=8 model.ffn_hidden_size=1408 model.seq_length=128
 run optim_gpt3 $STEP optim $GPT3 3 model.bf16=true model.attention_dropout=0 model.hidden_dropout=0
+# --gemm-tuning: cuBLASLt's algorithms timed at open train as the first-ranked ones do (bf16 and fp8)
+run gemm_tuning tests/gpu/gemm_tuning.sh $BUILD/stepc $GPL3
 run cli_gpt3_eager $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true
 run cli_gpt3_graph $BUILD/stepc run $GPT3 --device cuda --steps 20 model.bf16=true model.cuda_graph_impl=full_iteration model.check_for_nan_in_loss_and_grad=false
 # flash with attention dropout is not built on CUDA: a clear refusal (exit 4), never a crash

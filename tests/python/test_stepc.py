@@ -213,6 +213,15 @@ class TestStep(unittest.TestCase):
             stepc.Step(ART, device="gpu")
         with self.assertRaisesRegex(ValueError, "graph_mode 'full' is not one of"):
             stepc.Step(ART, graph_mode="full")
+        with self.assertRaisesRegex(ValueError, "gemm_tuning must be an int"):
+            stepc.Step(ART, gemm_tuning="fast")
+        # the option reaches the library (the struct's last field, API 8), which refuses it on the cpu
+        # device (no cuBLASLt to time) and out of its range
+        for bad, why in ((4, "cpu device"), (1, "2 to 16"), (17, "2 to 16")):
+            with self.assertRaises(stepc.StepcError) as e:
+                stepc.Step(ART, device="cpu", gemm_tuning=bad).close()
+            self.assertEqual(e.exception.status, stepc.Status.ERR_ARGUMENT)
+            self.assertIn(why, e.exception.message)
         s = open_cpu()
         s.close()
         with self.assertRaisesRegex(ValueError, "the step is closed"):
