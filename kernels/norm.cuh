@@ -283,7 +283,7 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
   long R = (N + gridDim.x - 1) / gridDim.x, r0 = (long)blockIdx.x * R, r1 = r0 + R < N ? r0 + R : N;
   long its = r1 > r0 ? (r1 - r0 + L - 1) / L : 0; /* the same for every warp: S > 1 syncs each row */
   bool kept = C <= step;
-  uint4 ux[STEPC_NORM_VEC], ud[STEPC_NORM_VEC], ue[STEPC_NORM_VEC];
+  uint4 ux[STEPC_NORM_VEC], ud[STEPC_NORM_VEC];
   float m = 0.0f; /* max |dinp| over the stored values (the fused fp8 amax) */
   for (long it = 0; it < its; it++) {
     long row = r0 + lr + it * L;
@@ -302,10 +302,6 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
         if (!pass || !kept) {
           norm_tile_load(ux, x, t0, C, lane);
           norm_tile_load(ud, dy, t0, C, lane);
-          /* the addend's tile too (once: in the sums' pass where the row stays in registers), in
-           * flight with the others: loaded in the store pass, each of its loads would wait behind
-           * the stores before it (dinp may alias it, as far as the compiler knows) */
-          if (addend && (kept || pass)) norm_tile_load(ue, addend + row * C, t0, C, lane);
         }
 #pragma unroll
         for (int j = 0; j < STEPC_NORM_VEC; j++) {
@@ -328,7 +324,7 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
           }
           if (addend) { /* dx rounded to bf16, then residual_add's sum of it and the addend */
             float e[8];
-            unpack8(ue[j], e);
+            load8(addend + row * C + c, e);
             for (int k = 0; k < 8; k++) o[k] = bf16_to_f32(f32_to_bf16(o[k])) + e[k];
           }
           uint4 y = pack8(o);
@@ -351,16 +347,13 @@ __device__ __forceinline__ void norm_backward_fused(bf16* dinp, float* partial, 
   if (amax) amax_fold(m, red, amax_part, amax);
 }
 
-// Launch (both): gridDim.x = G row groups, blockDim.x = 32 W (W a multiple of S, at most 8 warps; the
-// RMSNorm kernel's launch bounds hold it to 128 registers, 8 bytes spilled, so that two blocks of 8
-// warps share an SM as they did before the addend's tile was kept in registers; the LayerNorm one,
-// 163 registers, had one block an SM at 154 before), dynamic shared
+// Launch (both): gridDim.x = G row groups, blockDim.x = 32 W (W a multiple of S), dynamic shared
 // memory W P Cw 4 bytes (P = 1 RMSNorm, 2 LayerNorm; kernels/launch.h stepc_norm_bwd_warps, _smem). Then colsum_accumulate
 // adds partial's columns [0, C) into the weight gradient (and [C, 2C) into the bias gradient).
 // addend (or null): dinp = bf16(bf16(dx) + addend), the residual gradient summed as residual_add
 // sums it (the compiler's FUSE_NORM_BWD_ADD); dinp may not overlap addend. amax (or null): the fused
 // fp8 amax of dinp (common.cuh amax_fold, amax_part (gridDim.x)).
-extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_backward(bf16* dinp,          // (N, C)
+extern "C" __global__ void rmsnorm_backward(bf16* dinp,          // (N, C)
                                             float* partial,      // (G, 2C), the first C columns written
                                             const bf16* dout,    // (N, C)
                                             const bf16* addend,  // (N, C) or null

@@ -60,6 +60,7 @@ struct RtBlas {
   size_t ws_bytes;
   GemmPlan plan[RT_GEMM_CACHE];
   int nplan;
+  int timed, changed; /* shapes rt_gemm_tune chose for, and those of them not on the first-ranked algorithm */
 };
 
 static int blas_check(RtDevice *d, cublasStatus_t s, const char *what) {
@@ -360,7 +361,7 @@ static int choose_algo(RtDevice *d, GemmPlan *p, const cublasLtMatmulHeuristicRe
   RtTimer t;
   if (set_pointers(d, p, g) || rt_timer_new(d, &t)) return RT_ERROR;
   double best = -1.0;
-  int rc = RT_OK;
+  int rc = RT_OK, pick = 0;
   for (int i = 0; i < found && !rc; i++) {
     if (matmul_by(d, p, &res[i].algo, g) != CUBLAS_STATUS_SUCCESS) continue;
     double ms = 0.0;
@@ -368,10 +369,16 @@ static int choose_algo(RtDevice *d, GemmPlan *p, const cublasLtMatmulHeuristicRe
     for (int r = 0; r < RT_GEMM_TUNE_REPS && !rc; r++)
       rc = blas_check(d, matmul_by(d, p, &res[i].algo, g), "cublasLtMatmul");
     if (!rc) rc = rt_timer_stop(d, &t, &ms);
-    if (!rc && (best < 0.0 || ms < best)) best = ms, p->algo = res[i].algo;
+    if (!rc && (best < 0.0 || ms < best)) best = ms, p->algo = res[i].algo, pick = i;
   }
   rt_timer_free(d, &t);
+  d->blas->changed += pick != 0;
   return rc;
+}
+
+void rt_gemm_tuned(const RtDevice *d, int *timed, int *changed) {
+  *timed = d->blas ? d->blas->timed : 0;
+  *changed = d->blas ? d->blas->changed : 0;
 }
 
 int rt_gemm_tune(RtDevice *d, const RtGemm *g) {
@@ -387,7 +394,9 @@ int rt_gemm_tune(RtDevice *d, const RtGemm *g) {
   if (fill_random(d, g->a, extent(ar, ac, g->lda, g->a_type)) ||
       fill_random(d, g->b, extent(br, bc, g->ldb, g->b_type)))
     return RT_ERROR;
-  return plan_get(d, &key, g) ? rt_sync(d) : RT_ERROR;
+  if (!plan_get(d, &key, g)) return RT_ERROR;
+  b->timed++;
+  return rt_sync(d);
 }
 
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,

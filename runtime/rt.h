@@ -344,6 +344,10 @@ int rt_gemm_run(RtDevice *d, const RtGemm *g);
  * a capture, on memory whose contents do not matter (the player's, before it is zeroed). */
 #define RT_GEMM_TUNE_MAX 16
 int rt_gemm_tune(RtDevice *d, const RtGemm *g);
+/* The shapes rt_gemm_tune chose an algorithm for so far (timing its candidates where cuBLASLt offers
+ * more than one), and how many of them run another than cuBLASLt's first-ranked (0, 0 before any, or
+ * without cuBLASLt). */
+void rt_gemm_tuned(const RtDevice *d, int *timed, int *changed);
 /* One unbatched product with dense leading dimensions; accumulate = 1 adds into C (beta = 1). */
 int rt_gemm(RtDevice *d, RtGemmKind kind, int64_t M, int64_t N, int64_t K, CUdeviceptr A, CUdeviceptr B,
             CUdeviceptr C, int c_f32, int accumulate, CUdeviceptr bias);

@@ -107,10 +107,11 @@ stepc_status stepc_open(const char *dir, const stepc_options *opt, stepc_t **out
 void stepc_close(stepc_t *s);
 /* The message of the last failure ("" when none). Valid until the next call on s. */
 const char *stepc_last_error(const stepc_t *s);
-/* What stepc_open chose that the caller should tell its user ("" when nothing), one line: today
- * only the attention fallback of an attention_backend=auto artifact on cuda, where cuDNN cannot be
- * loaded or has no engine for a shape and stepc's own flash kernels run attention instead. The
- * library never prints it. Valid until stepc_close. */
+/* What stepc_open chose that the caller should tell its user ("" when nothing), one line: the
+ * attention fallback of an attention_backend=auto artifact on cuda, where cuDNN cannot be loaded
+ * or has no engine for a shape and stepc's own flash kernels run attention instead; and, with
+ * gemm_tuning, how many GEMM shapes were tuned and how many of them run another algorithm than
+ * cuBLASLt's first-ranked (API 8). The library never prints it. Valid until stepc_close. */
 const char *stepc_notice(const stepc_t *s);
 const char *stepc_status_name(stepc_status st);
 /* STEPC_API_VERSION of the library (API 8): what a caller loading an artifact's libstep.so

@@ -144,6 +144,15 @@ RtPlayer *rt_player_new(RtDevice *d, const LaunchProgram *lp) {
     rc = rt_copy_h2d(d, p->base + (CUdeviceptr)f->tables_at, p->table, (size_t)f->ntable * 8);
   if (!rc) rc = write_tmaps(p);
   if (!rc) rc = choose_attention(p);
+  if (!rc && d->gemm_tune && !d->rec) { /* what the timed choice did, beside any attention notice */
+    int timed, changed;
+    rt_gemm_tuned(d, &timed, &changed);
+    size_t n = strlen(p->notice);
+    snprintf(p->notice + n, sizeof p->notice - n,
+             "%s%d GEMM shapes tuned (up to %d of cuBLASLt's ranked algorithms timed for each), %d of them "
+             "run another than its first-ranked",
+             n ? "; " : "", timed, d->gemm_tune, changed);
+  }
   if (!rc) rc = prepare_collectives(p);
   const char *ov = getenv(RT_COMM_OVERLAP_ENV);
   p->serial = ov && strcmp(ov, "0") == 0;

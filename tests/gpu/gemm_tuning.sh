@@ -6,7 +6,9 @@
 # The timed runs may pick other algorithms (other bits), so each loss must follow the untimed run's
 # within 2% at every step and match its measured peak exactly: the timing writes random operands into
 # the step's memory, and a run that trained on what it left there, or that allocated for it, would
-# not. Exit 0 when every check holds.
+# not. Each timed run must also say so in its notice (stepc_notice: how many shapes were timed, how many
+# of them run another algorithm than the first-ranked), so that a run where the option did nothing fails.
+# Exit 0 when every check holds.
 set -uo pipefail
 stepc=$1 text=$2
 tmp=$(mktemp -d)
@@ -25,6 +27,12 @@ go tuned --gemm-tuning 8
 go tuned_graph --gemm-tuning 8 model.cuda_graph_impl=full_iteration
 go fp8_first model.fp8=hybrid model.fp8_recipe=tensorwise
 go fp8_tuned --gemm-tuning 8 model.fp8=hybrid model.fp8_recipe=tensorwise
+for n in tuned tuned_graph fp8_tuned; do
+  if grep -qE "[1-9][0-9]* GEMM shapes tuned \(up to 8 of cuBLASLt's ranked algorithms" "$tmp/$n.err"; then
+    echo "PASS $n: $(grep -oE "[0-9]+ GEMM shapes tuned.*" "$tmp/$n.err")"
+  else echo "FAIL $n: no notice of the timed GEMM algorithms: $(tail -2 "$tmp/$n.err")"; fails=$((fails + 1)); fi
+done
+if grep -q "GEMM shapes tuned" "$tmp/first.err"; then echo "FAIL first: a notice of timed GEMMs without --gemm-tuning"; fails=$((fails + 1)); fi
 python3 - "$tmp" <<'PY' || fails=$((fails + 1))
 import json, sys
 d = sys.argv[1]
