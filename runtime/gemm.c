@@ -33,7 +33,8 @@
 // clang-format on
 
 #define RT_GEMM_CACHE 128
-#define RT_GEMM_TUNE_REPS 5 /* timed calls of each candidate algorithm */
+#define RT_GEMM_TUNE_REPS 5            /* timed calls of each candidate algorithm */
+#define RT_GEMM_NOISE_BYTES (8u << 20) /* the random block rt_gemm_tune's operands repeat */
 
 /* Everything a plan depends on; all int64_t, so there is no padding and memcmp compares keys. */
 typedef struct {
@@ -61,6 +62,7 @@ struct RtBlas {
   GemmPlan plan[RT_GEMM_CACHE];
   int nplan;
   int timed, changed; /* shapes rt_gemm_tune chose for, and those of them not on the first-ranked algorithm */
+  uint64_t *noise;    /* rt_gemm_tune's random operand bytes (RT_GEMM_NOISE_BYTES), made on its first fill */
 };
 
 static int blas_check(RtDevice *d, cublasStatus_t s, const char *what) {
@@ -112,6 +114,7 @@ void rt_blas_close(RtDevice *d) {
     if (p->lc) b->cublasLtMatrixLayoutDestroy(p->lc);
   }
   if (b->ws) rt_free(d, b->ws, b->ws_bytes);
+  free(b->noise);
   if (b->h) b->cublasLtDestroy(b->h);
   if (b->lib) dlclose(b->lib);
   free(b);
@@ -138,12 +141,19 @@ static int layout(RtDevice *d, RtBlas *b, cublasLtMatrixLayout_t *l, cudaDataTyp
 static int choose_algo(RtDevice *d, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int found,
                        const RtGemm *g);
 
+/* key's plan where one was made, else NULL. */
+static GemmPlan *plan_find(RtBlas *b, const GemmKey *key) {
+  for (int i = 0; i < b->nplan; i++)
+    if (memcmp(&b->plan[i].key, key, sizeof *key) == 0) return &b->plan[i];
+  return NULL;
+}
+
 /* The plan of key, made on its first use: cuBLASLt's first-ranked algorithm, or, with tune set
  * (rt_gemm_tune), the fastest of its first d->gemm_tune timed on tune's operands. */
 static GemmPlan *plan_get(RtDevice *d, const GemmKey *key, const RtGemm *tune) {
   RtBlas *b = d->blas;
-  for (int i = 0; i < b->nplan; i++)
-    if (memcmp(&b->plan[i].key, key, sizeof *key) == 0) return &b->plan[i];
+  GemmPlan *have = plan_find(b, key);
+  if (have) return have;
   if (b->nplan == RT_GEMM_CACHE) {
     rt_fail(d, "more than %d GEMM shapes", RT_GEMM_CACHE);
     return NULL;
@@ -338,18 +348,19 @@ static size_t extent(int64_t rows, int64_t cols, int64_t ld, int64_t type) {
  * in bf16, E4M3 and E5M2 alike (no exponent of all ones), so that the timing sees the tensor
  * cores' power draw on data like the step's, not on zeros. */
 static int fill_random(RtDevice *d, CUdeviceptr p, size_t bytes) {
-  enum { CHUNK = 8 << 20 };
-  uint64_t *h = malloc(CHUNK);
-  if (!h) return rt_fail(d, "out of memory");
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < CHUNK / 8; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    h[i] = x & 0xbbbbbbbbbbbbbbbbull;
+  const size_t chunk = RT_GEMM_NOISE_BYTES;
+  RtBlas *b = d->blas;
+  if (!b->noise) { /* one block for every operand of the session, repeated */
+    if (!(b->noise = malloc(chunk))) return rt_fail(d, "out of memory");
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < chunk / 8; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b->noise[i] = x & 0xbbbbbbbbbbbbbbbbull;
+    }
   }
   int rc = RT_OK;
-  for (size_t at = 0; at < bytes && !rc; at += CHUNK)
-    rc = rt_copy_h2d(d, p + at, h, bytes - at < CHUNK ? bytes - at : CHUNK);
-  free(h);
+  for (size_t at = 0; at < bytes && !rc; at += chunk)
+    rc = rt_copy_h2d(d, p + at, b->noise, bytes - at < chunk ? bytes - at : chunk);
   return rc;
 }
 
@@ -387,8 +398,7 @@ int rt_gemm_tune(RtDevice *d, const RtGemm *g) {
   if (!d->blas) return rt_fail(d, "cuBLASLt is not open");
   GemmKey key = gemm_key(g);
   RtBlas *b = d->blas;
-  for (int i = 0; i < b->nplan; i++)
-    if (memcmp(&b->plan[i].key, &key, sizeof key) == 0) return RT_OK; /* chosen already */
+  if (plan_find(b, &key)) return RT_OK; /* chosen already */
   int64_t ar = g->kind == RT_GEMM_TN ? g->k : g->m, ac = g->kind == RT_GEMM_TN ? g->m : g->k;
   int64_t br = g->kind == RT_GEMM_NT ? g->n : g->k, bc = g->kind == RT_GEMM_NT ? g->k : g->n;
   if (fill_random(d, g->a, extent(ar, ac, g->lda, g->a_type)) ||
