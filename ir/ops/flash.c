@@ -3,7 +3,8 @@
  * Backends flash, fused and auto all lower to it on the CPU.
  *
  * Attributes: f[0] = softmax scale, f[1] = attention-dropout p (0 = none), i[0] = RNG stream,
- * i[1] = causal, i[4] = 1 when the heads are this tensor-parallel rank's block of the one-rank
+ * i[1] = causal, i[2] = the CUDA kernels (ATTN_IMPL_*; an `auto` forward's backward may be
+ * ATTN_IMPL_FLASH, det_backward_on_flash), i[3] = deterministic_mode, i[4] = 1 when the heads are this tensor-parallel rank's block of the one-rank
  * heads (CpuCtx.tp). Dropout on the probabilities is drawn from the counter-based RNG at element
  * ((b*H + h)*T + i)*T + j of the one-rank heads (H, h offset by the rank's block under i[4]), so
  * forward and backward (and any replay) see the same mask without storing it, and TP ranks draw
@@ -42,12 +43,26 @@ static double flash_flops(const Graph *g, const Op *op) {
   return op->a.i[1] ? f / 2 : f;
 }
 
+/* The backward of an `auto` attention with deterministic_mode (i[3]) runs on stepc's own kernels
+ * where they beat cuDNN's deterministic backward: head dim 64 (both), whole 128-row tiles, no
+ * dropout. Measured on an H100 (bench/RESULTS.md, session 26): at M (b2 h32/8 s4096 d64) 1.161 ms
+ * against cuDNN's 1.307 and no (B,H,T,T) bf16 workspace (2.15 GB); at S (d64) 0.284 against 0.358;
+ * at L8 (d128) cuDNN's is faster (3.120 against 3.819), so head dim 128 keeps it. Both are
+ * deterministic. The forward stays cuDNN's (its log-sum-exp is the one stepc's backward reads). */
+static bool det_backward_on_flash(const Graph *g, const Op *o) {
+  const Tensor *q = ops_in(g, o, 0), *v = ops_in(g, o, 2);
+  return o->kind == OP_FLASH_ATTN && o->a.i[2] == ATTN_IMPL_AUTO && o->a.i[3] && o->a.f[1] == 0 &&
+         q->shape[3] == 64 && v->shape[3] == 64 && q->shape[1] % 128 == 0;
+}
+
 static int flash_backward(Graph *g, int op, const int *dout, int *din) {
   Op o = g->op[op];
   if (dout[0] < 0) return 0;
   int in[6] = {dout[0], o.in[0], o.in[1], o.in[2], o.out[0], o.out[1]}, of[3] = {o.in[0], o.in[1], o.in[2]};
   OpKind bk = o.kind == OP_FLASH_ATTN_DV ? OP_FLASH_ATTN_DV_BWD : OP_FLASH_ATTN_BWD;
-  return ops_grad_op(g, bk, in, 6, &o.a, din, of) < 0 ? -1 : 0;
+  OpAttrs a = o.a;
+  if (det_backward_on_flash(g, &o)) a.i[2] = ATTN_IMPL_FLASH;
+  return ops_grad_op(g, bk, in, 6, &a, din, of) < 0 ? -1 : 0;
 }
 
 static int flash_bwd_infer(const Graph *g, const Op *op, OpOut *out, char *err, size_t n) {

@@ -99,6 +99,13 @@ run grads_fused_nondet $STEP grads models/tiny.lua $FUSED model.deterministic_mo
 run replay_fused $STEP replay models/tiny.lua 8 $FUSED model.deterministic_mode=true
 run recompute_fused $STEP recompute models/tiny.lua 3 $FUSED model.deterministic_mode=true
 run scoped_fused $STEP scoped models/tiny.lua 3 "transformer_engine:[];transformer_engine:[attn]" $FUSED model.deterministic_mode=true model.recompute_granularity=selective "model.recompute_modules=[core_attn]"
+# deterministic_mode under attention_backend=auto at head dim 64: cuDNN's forward, stepc's own
+# deterministic backward (ir/ops/flash.c det_backward_on_flash): gradients against the CPU, replay
+# and recompute bitwise equal to eager
+AUTO_DET="model.hidden_size=256 model.num_attention_heads=4 model.seq_length=128 model.attention_backend=auto model.deterministic_mode=true"
+run grads_auto_det $STEP grads models/tiny.lua $AUTO_DET
+run replay_auto_det $STEP replay models/tiny.lua 8 $AUTO_DET
+run recompute_auto_det $STEP recompute models/tiny.lua 3 $AUTO_DET
 # the GPT-3 paper setting: unfused attention (cuBLASLt per-head GEMMs + causal softmax), dropout
 # 0.1 on the probabilities and hidden states (gpt3_tiny is an fp32 recipe: bf16=true for CUDA)
 GPT3=tests/recipes/gpt3_tiny.lua

@@ -6,6 +6,7 @@
  *     tensors;
  *   every lowerable shipped recipe under several settings: plan invariants (no two live buffers
  *   overlap, peak = max live sum) and determinism;
+ *   deterministic_mode under `auto`: the backward on stepc's kernels at head dim 64, cuDNN's at 128;
  *   the Mamba ops' workspaces (tiny_hybrid, and Nemotron-9's shape): each op's last output, fp32,
  *   the floats kernels/launch.h lays out for its shapes, live at that op alone; the launch
  *   scratch's op workspace holds the flash backward's row sums only. */
@@ -143,6 +144,35 @@ static void llama_core_attn(const char *backend, bool flash) {
   plan_free(&p0), plan_free(&p1);
 }
 
+/* deterministic_mode under attention_backend=auto: the backward runs on stepc's own kernels at head
+ * dim 64 (bench_m), so the plan holds no cuDNN attention workspace; at head dim 128 (llama3_8b) it
+ * stays cuDNN's, with the deterministic (B,H,T,T) bf16 buffer; without deterministic_mode both are
+ * cuDNN's. The forward stays `auto` everywhere. */
+static void det_backward(const char *path, const char *layers, bool det, bool want_flash) {
+  static Plan p;
+  const char *ov[] = {det ? "model.deterministic_mode=true" : "model.deterministic_mode=false", layers};
+  if (plan(path, ov, layers ? 2 : 1, &p) != PLAN_OK) {
+    fails++;
+    return;
+  }
+  int nf = 0, nb = 0, bflash = 0;
+  for (int o = 0; o < p.g->nop; o++) {
+    const Op *op = &p.g->op[o];
+    if (op->kind == OP_FLASH_ATTN) {
+      nf++;
+      CHECK(op->a.i[2] == ATTN_IMPL_AUTO, "%s: forward op %d not auto", path, o);
+    }
+    if (op->kind == OP_FLASH_ATTN_BWD) nb++, bflash += op->a.i[2] == ATTN_IMPL_FLASH;
+  }
+  int64_t ws = attn_cudnn_workspace_max(p.g, NULL);
+  printf("%s deterministic=%d: %d forward, %d backward attention ops, %d backward on stepc's kernels, cuDNN workspace %.3f GB\n",
+         path, det, nf, nb, bflash, (double)ws / 1e9);
+  CHECK(nb > 0 && bflash == (want_flash ? nb : 0), "%s deterministic=%d: %d of %d backward ops on stepc's kernels", path, det,
+        bflash, nb);
+  CHECK(want_flash ? ws == 0 : ws > 0, "%s deterministic=%d: cuDNN workspace %lld B", path, det, (long long)ws);
+  plan_free(&p);
+}
+
 static void invariants(void) {
   const char *recipes[] = {"models/tiny.lua", "models/gpt2_small_llama.lua", "models/bench_m.lua", "models/llama3_8b.lua",
                            "models/gpt3_paper.lua", "models/moonlight_16b.lua", "models/llama3_70b_fp8.lua", "tests/recipes/gpt3_tiny.lua",
@@ -252,6 +282,9 @@ int main(void) {
   gpt3();
   llama_core_attn("flash", true);
   llama_core_attn("unfused", false);
+  det_backward("models/bench_m.lua", NULL, true, true);
+  det_backward("models/bench_m.lua", NULL, false, false);
+  det_backward("models/llama3_8b.lua", "model.num_layers=2", true, false);
   invariants();
   printf("%d failure(s)\n", fails);
   return fails ? 1 : 0;
