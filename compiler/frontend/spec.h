@@ -45,7 +45,7 @@
   X(attention_backend, STR, "auto", MC, "auto|flash|fused|unfused",                                          \
     "unfused materialises scores; flash keeps Q,K,V,O,LSE; fused is cuDNN; auto picks")                      \
   X(deterministic_mode, BOOL, "false", MC, "",                                                               \
-    "Deterministic kernels only: the attention backward without atomics — under attention_backend=auto "    \
+    "Deterministic kernels only: the attention backward without atomics — under attention_backend=auto "   \
     "stepc's own at head dim 64 (no workspace), else cuDNN's deterministic one (slower, a (B,H,T,T) bf16 "   \
     "workspace)")                                                                                            \
   X(share_embeddings_and_output_weights, BOOL, "false", MC, "", "Tie the output head to the embedding")      \

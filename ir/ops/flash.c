@@ -4,11 +4,11 @@
  *
  * Attributes: f[0] = softmax scale, f[1] = attention-dropout p (0 = none), i[0] = RNG stream,
  * i[1] = causal, i[2] = the CUDA kernels (ATTN_IMPL_*; an `auto` forward's backward may be
- * ATTN_IMPL_FLASH, det_backward_on_flash), i[3] = deterministic_mode, i[4] = 1 when the heads are this tensor-parallel rank's block of the one-rank
- * heads (CpuCtx.tp). Dropout on the probabilities is drawn from the counter-based RNG at element
- * ((b*H + h)*T + i)*T + j of the one-rank heads (H, h offset by the rank's block under i[4]), so
- * forward and backward (and any replay) see the same mask without storing it, and TP ranks draw
- * the one-rank mask's slices. GQA: head h reads group h / (H/G).
+ * ATTN_IMPL_FLASH: det_backward_on_flash), i[3] = deterministic_mode, i[4] = 1 when the heads are
+ * this tensor-parallel rank's block of the one-rank heads (CpuCtx.tp). Dropout on the
+ * probabilities is drawn from the counter-based RNG at element ((b*H + h)*T + i)*T + j of the one-rank heads
+ * (H, h offset by the rank's block under i[4]), so forward and backward (and any replay) see the same mask
+ * without storing it, and TP ranks draw the one-rank mask's slices. GQA: head h reads group h / (H/G).
  *
  * FLASH_ATTN_DV is the same attention with a value head dim of its own: q, k (B,T,H|G,D), v
  * (B,T,G,Dv) -> context (B,T,H*Dv). It is what Transformer Engine's fused (cuDNN) attention
