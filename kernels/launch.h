@@ -8,8 +8,12 @@
  * among at most this many (its block's shared copy of the segments). */
 #define STEPC_FP8_GROUP_EMAX 512
 
-/* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. */
+/* Flash attention: T must be a multiple of STEPC_FLASH_T_MULTIPLE, D 64 or 128. Whether the flash
+ * kernels take an attention of T rows and head dim D (else the plain kernels run). */
 #define STEPC_FLASH_T_MULTIPLE 128
+static inline int stepc_flash_supported(long long T, long long D) {
+  return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0;
+}
 
 /* The flash kernels' tiles (kernels/flash.cuh): every block has 128 threads. `wg` says the cubin
  * runs the Hopper kernels (sm_90a, compute capability 9.x: wgmma, one warpgroup per block, 64 query

@@ -45,8 +45,8 @@ static double flash_flops(const Graph *g, const Op *op) {
 }
 
 /* The backward of an `auto` attention with deterministic_mode (i[3]) runs on stepc's own kernels
- * where they beat cuDNN's deterministic backward: head dim 64 (both), whole tiles of
- * STEPC_FLASH_T_MULTIPLE rows (the flash kernels' condition, rt_flash_supported), no dropout. Measured on an
+ * where they beat cuDNN's deterministic backward: head dim 64 (both) on a shape the flash kernels
+ * take (stepc_flash_supported), no dropout. Measured on an
  * H100 (bench/RESULTS.md, session 26): at M (b2 h32/8 s4096 d64) 1.161 ms against cuDNN's 1.307 and no
  * (B,H,T,T) bf16 workspace (2.15 GB); at S (d64) 0.284 against 0.358; at L8 (d128) cuDNN's is faster (3.120
  * against 3.819), so head dim 128 keeps it. Both are deterministic. The forward stays cuDNN's (its
@@ -54,7 +54,7 @@ static double flash_flops(const Graph *g, const Op *op) {
 static bool det_backward_on_flash(const Graph *g, const Op *o) {
   const Tensor *q = ops_in(g, o, 0), *v = ops_in(g, o, 2);
   return o->kind == OP_FLASH_ATTN && o->a.i[2] == ATTN_IMPL_AUTO && o->a.i[3] && o->a.f[1] == 0 &&
-         q->shape[3] == 64 && v->shape[3] == 64 && q->shape[1] % STEPC_FLASH_T_MULTIPLE == 0;
+         q->shape[3] == 64 && v->shape[3] == 64 && stepc_flash_supported(q->shape[1], 64);
 }
 
 static int flash_backward(Graph *g, int op, const int *dout, int *din) {

@@ -166,9 +166,6 @@ unsigned rt_rope_qkv_blocks(const RtExec *x, const Op *op);
 unsigned rt_adamw_blocks(const RtExec *x, const Op *op);
 unsigned rt_glu_blocks(const RtExec *x, const Op *op);
 
-/* Whether the flash kernels take this attention shape (else the plain kernels run). */
-int rt_flash_supported(int64_t T, int64_t D);
-
 /* Shorthands. */
 static inline const Tensor *rt_t(const RtExec *x, int id) { return &x->g->t[id]; }
 static inline CUdeviceptr rt_in(const RtExec *x, const Op *op, int i) { return rt_exec_ptr(x, op->in[i]); }

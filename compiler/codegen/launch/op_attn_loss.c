@@ -4,10 +4,6 @@
 #include "codegen/launch/launchers.h"
 #include "kernels/launch.h"
 
-int rt_flash_supported(int64_t T, int64_t D) {
-  return (D == 64 || D == 128) && T % STEPC_FLASH_T_MULTIPLE == 0;
-}
-
 typedef struct {
   int B, T, H, G, D, Dv;
   float scale;
@@ -24,7 +20,7 @@ static int attn_dims(RtExec *x, const Op *op, int qin, AttnDims *a) {
     return rt_fail(x->d,
                    "value head dim %d != query/key head dim %d: only cuDNN (attention_backend=fused) runs it",
                    a->Dv, a->D);
-  if (!rt_flash_supported(a->T, a->D) && (a->D < 1 || a->D > 128))
+  if (!stepc_flash_supported(a->T, a->D) && (a->D < 1 || a->D > 128))
     return rt_fail(x->d, "head size %d: the attention kernels take head sizes up to 128", a->D);
   return RT_OK;
 }
@@ -87,7 +83,7 @@ int rt_exec_attn_kind(const RtExec *x, int o) {
   const Tensor *v = rt_t(x, op->in[op->kind == OP_FLASH_ATTN || op->kind == OP_FLASH_ATTN_DV ? 2 : 3]);
   int64_t D = q->shape[3];
   /* stepc's kernels take it (attn_dims): the same head dim for values, up to 128 */
-  int flash_takes = v->shape[3] == D && (rt_flash_supported(q->shape[1], D) || (D >= 1 && D <= 128));
+  int flash_takes = v->shape[3] == D && (stepc_flash_supported(q->shape[1], D) || (D >= 1 && D <= 128));
   return op->a.i[2] == ATTN_IMPL_AUTO && flash_takes ? 3 : 2;
 }
 
@@ -112,7 +108,7 @@ static int rt_op_flash(RtExec *x, const Op *op) {
   CUdeviceptr o = rt_out(x, op, 0), lse = rt_out(x, op, 1), q = rt_in(x, op, 0), k = rt_in(x, op, 1),
               v = rt_in(x, op, 2);
   int wg = stepc_flash_wg(x->d->cc_major);
-  if (rt_flash_supported(a.T, a.D))
+  if (stepc_flash_supported(a.T, a.D))
     return (a.D == 64 ? rt_launch_flash_attention_forward_d64 : rt_launch_flash_attention_forward_d128)(
         x->d, rt_dim((unsigned)(a.T / stepc_flash_fwd_rows(wg)), (unsigned)a.H, (unsigned)a.B),
         STEPC_FLASH_THREADS, stepc_flash_fwd_smem(a.D, wg), o, lse, q, k, v, a.B, a.T, a.H, a.G, a.scale);
@@ -132,7 +128,7 @@ static int rt_op_flash_bwd(RtExec *x, const Op *op) {
   CUdeviceptr dO = rt_in(x, op, 0), q = rt_in(x, op, 1), k = rt_in(x, op, 2), v = rt_in(x, op, 3),
               o = rt_in(x, op, 4), lse = rt_in(x, op, 5), dq = rt_out(x, op, 0), dk = rt_out(x, op, 1),
               dv = rt_out(x, op, 2), ds = x->work;
-  if (rt_flash_supported(a.T, a.D)) {
+  if (stepc_flash_supported(a.T, a.D)) {
     int wg = stepc_flash_wg(x->d->cc_major);
     int64_t rows = (int64_t)a.B * a.T * a.H;
     unsigned pre_blocks = (unsigned)((rows * 32 + STEPC_FLASH_PRE_THREADS - 1) / STEPC_FLASH_PRE_THREADS);
